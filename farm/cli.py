@@ -1,0 +1,65 @@
+"""The ``farm`` command line: a thin dispatcher over the library.
+
+Each command lives in ``farm/commands/<name>.py`` with ``configure(parser)`` and
+``run(args) -> int``; it is imported only when called, so ``farm matrix`` does not pay for the
+wheel or upload code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError
+
+# name -> (module, one-line help). Only commands whose capability exists are listed.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "explain": ("farm.commands.explain", "per device capability: the image the driver picks, or none"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="farm",
+        description="Build orchestration for a CUDA wheel farm.",
+        epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"farm {__version__}")
+    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not argv or argv[0].startswith("-"):
+        top.parse_args(argv or ["--help"])
+        return EXIT_BAD_INPUT
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        top.error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
+    module_name, text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text)
+    module.configure(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.run(args))
+    except FarmError as exc:
+        print(f"farm {name}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"farm {name}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:  # disk full, permission denied: the environment, not the input
+        print(f"farm {name}: error: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``farm`` command: ``configure(parser)`` and ``run(args) -> int``."""
