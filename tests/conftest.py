@@ -1,0 +1,33 @@
+"""Shared fixtures. CUDA fixtures are compiled once per session and reused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def cuda_home() -> Path:
+    """The CUDA toolkit the tests compile with: ``CUDA_HOME``, as the nox session and CI set it
+    from ``farm toolkit`` (NVIDIA's PyPI wheels). Never guessed from the machine."""
+    value = os.environ.get("CUDA_HOME")
+    if not value or not (Path(value) / "bin" / "nvcc").exists():
+        pytest.fail(
+            "CUDA_HOME is not set to a toolkit with bin/nvcc; run the tests through `nox -s tests` "
+            "or `bash .ci/run`, which assemble one with `farm toolkit`"
+        )
+    return Path(value)
+
+
+@pytest.fixture(scope="session")
+def nvcc(cuda_home: Path) -> Path:
+    return cuda_home / "bin" / "nvcc"

@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from farm.arch import (
+    KNOWN_CUDA_LINES,
+    ArchList,
+    Kind,
+    Target,
+    Variant,
+    supported_targets,
+    unsupported,
+    validate_for_cuda,
+)
+from farm.errors import ArchError
+
+
+def names(text: str) -> list[str]:
+    return ArchList.parse(text).names()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX",
+         ["sm_75", "sm_80", "sm_86", "sm_90", "compute_90", "sm_100", "sm_120", "compute_120"]),
+        ("8.0 8.6 8.9 9.0a 12.0+PTX", ["sm_80", "sm_86", "sm_89", "sm_90a", "sm_120", "compute_120"]),
+        ("  8.0 ;\t9.0+PTX ;; ", ["sm_80", "sm_90", "compute_90"]),
+        ("10.0f;12.0a+PTX", ["sm_100f", "sm_120a", "compute_120a"]),
+        ("Ampere", ["sm_80", "sm_86", "compute_86"]),
+        ("sm_90a;compute_89", ["compute_89", "sm_90a"]),
+        ("8.0 8.0 8.0+PTX", ["sm_80", "compute_80"]),
+    ],
+)
+def test_parse_forms(text: str, expected: list[str]) -> None:
+    assert names(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "  ;  ", "8", "sm_9", "8.0b", "9.0+ptx+PTX", "compute_", "eight", "8.10"])
+def test_parse_rejects(bad: str) -> None:
+    with pytest.raises(ArchError):
+        ArchList.parse(bad)
+
+
+def test_parse_error_names_the_item_and_where() -> None:
+    with pytest.raises(ArchError) as err:
+        ArchList.parse("8.0;9.x", where="packages/x.yml:4")
+    assert "'9.x'" in str(err.value) and "packages/x.yml:4" in str(err.value)
+
+
+def test_target_fields() -> None:
+    t = Target.from_name("sm_100f")
+    assert (t.major, t.minor, t.variant, t.kind) == (10, 0, Variant.FAMILY, Kind.SASS)
+    assert t.cuda_arch == 1000 and t.name == "sm_100f"
+    assert Target.from_name("compute_90").kind is Kind.PTX
+
+
+def test_renderers() -> None:
+    archs = ArchList.parse("7.5;8.0;9.0+PTX;9.0a")
+    assert archs.render_torch() == "7.5;8.0;9.0+PTX;9.0a"
+    assert archs.render_cmake() == "75-real;80-real;90;90a-real"
+    assert archs.render_nvcc() == [
+        "-gencode=arch=compute_75,code=sm_75",
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90,code=compute_90",
+        "-gencode=arch=compute_90a,code=sm_90a",
+    ]
+    assert ArchList.parse("compute_89").render_cmake() == "89-virtual"
+
+
+def test_torch_rendering_refuses_what_torch_rejects() -> None:
+    with pytest.raises(ArchError, match="family"):
+        ArchList.parse("10.0f").render_torch()
+    with pytest.raises(ArchError):
+        ArchList.parse("8.6a").render_torch()
+    with pytest.raises(ArchError, match="cannot be written"):
+        ArchList.parse("compute_89").render_torch()
+
+
+def test_support_tables() -> None:
+    assert (75, "") in supported_targets("13.0") and (70, "") not in supported_targets("13.0")
+    assert (101, "") in supported_targets("12.8") and (101, "") not in supported_targets("13.0")
+    assert (110, "") in supported_targets("13.0")
+    assert (100, "f") in supported_targets("12.9") and (100, "f") not in supported_targets("12.8")
+    assert unsupported(ArchList.parse("7.0;7.5;10.1"), "13.0") == [Target(7, 0), Target(10, 1)]
+
+
+def test_validate_explains_why() -> None:
+    with pytest.raises(ArchError) as err:
+        validate_for_cuda(ArchList.parse("7.0;10.1;12.0"), "13.0", where="cell x")
+    text = str(err.value)
+    assert "sm_70" in text and "sm_101" in text and "starts at sm_75" in text and "became sm_110" in text
+    with pytest.raises(ArchError, match="12.9"):
+        validate_for_cuda(ArchList.parse("10.0f"), "12.8")
+    validate_for_cuda(ArchList.parse("7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX"), "13.0")
+    with pytest.raises(ArchError, match="no nvcc support table"):
+        supported_targets("11.8")
+
+
+# -- property tests ---------------------------------------------------------------------------
+_arches = st.sampled_from(
+    [(7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1), (5, 0)]
+)
+_targets = st.builds(
+    lambda mm, v, k: Target(mm[0], mm[1], v, k),
+    _arches,
+    st.sampled_from(list(Variant)),
+    st.sampled_from(list(Kind)),
+)
+_lists = st.frozensets(_targets, min_size=1, max_size=12).map(ArchList)
+
+
+@given(_lists)
+def test_canonical_round_trips(archs: ArchList) -> None:
+    assert ArchList.parse(archs.canonical()) == archs
+
+
+@given(_lists)
+def test_list_syntax_round_trips_when_expressible(archs: ArchList) -> None:
+    try:
+        text = archs.to_list_syntax()
+    except ArchError:
+        assert any(not any(s.kind is Kind.SASS and s.without_variant() == p.without_variant().with_kind(Kind.SASS)
+                           and s.variant == p.variant for s in archs) for p in archs.ptx)
+        return
+    assert ArchList.parse(text) == archs
+    # separators are interchangeable
+    assert ArchList.parse(text.replace(";", " ")) == archs
+
+
+@given(_lists)
+def test_nvcc_flags_one_per_target(archs: ArchList) -> None:
+    flags = archs.render_nvcc()
+    assert len(flags) == len(archs)
+    assert {f.rsplit("code=", 1)[1] for f in flags} == set(archs.names())
+
+
+@given(_lists)
+def test_cmake_rendering_round_trips(archs: ArchList) -> None:
+    rebuilt = set()
+    for item in archs.render_cmake().split(";"):
+        base, _, suffix = item.partition("-")
+        num, variant = (base[:-1], base[-1]) if base[-1] in "af" else (base, "")
+        t = Target(int(num) // 10, int(num) % 10, Variant(variant))
+        if suffix in ("", "real"):
+            rebuilt.add(t)
+        if suffix in ("", "virtual"):
+            rebuilt.add(t.with_kind(Kind.PTX))
+    assert ArchList.of(rebuilt) == archs
+
+
+def test_every_known_line_has_a_table() -> None:
+    for line in KNOWN_CUDA_LINES:
+        assert supported_targets(line)

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from farm.cells import (
+    NO_TORCH,
+    Cell,
+    declared_cells,
+    is_phantom,
+    local_version,
+    planned_wheel_name,
+    recipe_excludes,
+    resolve_arch,
+)
+from farm.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def config(tmp_path: Path):
+    shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "packages" / "pkg.yml").write_text(textwrap.dedent("""
+        name: pkg
+        version: '1.0'
+        source: {git: {repo: owner/pkg, ref: v1.0}}
+        links_torch: true
+        min_torch: '2.6'
+        arch:
+          list: '8.0;9.0+PTX'
+          by_cuda: {'12.9': '8.0;8.9;9.0+PTX'}
+          by_combo: {'12.8/2.8': '7.5;8.0;9.0+PTX'}
+          aarch64:
+            by_cuda: {'13.0': '9.0;11.0+PTX'}
+        """))
+    (tmp_path / "packages" / "free.yml").write_text(textwrap.dedent("""
+        name: free
+        version: '2.0'
+        source: {git: {repo: owner/free, ref: v2.0}}
+        links_torch: false
+        """))
+    return load_config(tmp_path)
+
+
+def test_declared_cells_cover_grid(config) -> None:
+    cells = list(declared_cells(config.defaults, config.recipe("pkg")))
+    assert len(cells) == len(set(cells))
+    assert all(c.python in {"cp310", "cp311", "cp312", "cp313", "cp314"} for c in cells)  # 3.15 is out of range
+    assert Cell("pkg", "1.0", "12.8", "2.8", "cp311", "win_amd64") in cells
+
+
+def test_torch_free_packages_collapse_the_torch_axis(config) -> None:
+    cells = list(declared_cells(config.defaults, config.recipe("free")))
+    assert {c.torch for c in cells} == {NO_TORCH}
+    assert len(cells) == len({(c.cuda, c.python, c.platform) for c in cells})
+    assert not is_phantom(config.defaults, cells[0])
+
+
+def test_phantoms_and_restrictions(config) -> None:
+    d = config.defaults
+    assert is_phantom(d, Cell("pkg", "1.0", "12.9", "2.10", "cp312", "win_amd64"))
+    assert not is_phantom(d, Cell("pkg", "1.0", "12.9", "2.10", "cp312", "linux_x86_64"))
+    recipe = config.recipe("pkg")
+    assert recipe_excludes(recipe, Cell("pkg", "1.0", "12.4", "2.5", "cp311", "linux_x86_64")) == "min_torch 2.6"
+    assert recipe_excludes(recipe, Cell("pkg", "1.0", "12.4", "2.6", "cp311", "linux_x86_64")) is None
+
+
+def test_resolution_order(config) -> None:
+    recipe = config.recipe("pkg")
+
+    def resolved(cuda: str, torch: str, platform: str = "linux_x86_64"):
+        return resolve_arch(config, recipe, Cell("pkg", "1.0", cuda, torch, "cp311", platform))
+
+    assert resolved("12.8", "2.8").archs.canonical() == "sm_75;sm_80;sm_90;compute_90"
+    assert "by_combo" in resolved("12.8", "2.8").origin
+    assert resolved("12.9", "2.8").archs.canonical() == "sm_80;sm_89;sm_90;compute_90"
+    assert resolved("13.0", "2.9").origin == "recipe arch.list"
+    # aarch64: the platform block first, then the package-wide rules, by the same code
+    assert resolved("13.0", "2.9", "linux_aarch64").archs.canonical() == "sm_90;sm_110;compute_110"
+    assert resolved("12.8", "2.8", "linux_aarch64").origin == "recipe arch.by_combo['12.8/2.8']"
+    # no aarch64 policy row for 12.4: no cell, whatever the recipe says
+    assert resolved("12.4", "2.6", "linux_aarch64") is None
+
+
+def test_policy_and_exceptions(config) -> None:
+    free = config.recipe("free")
+    cell = Cell("free", "2.0", "13.0", NO_TORCH, "cp311", "linux_x86_64")
+    assert resolve_arch(config, free, cell).origin == "policy x86_64 13.0"
+    torch_cell = Cell("free", "2.0", "12.8", "2.8", "cp311", "linux_x86_64")
+    assert resolve_arch(config, free, torch_cell).origin == "policy exception x86_64 12.8/2.8"
+    assert resolve_arch(config, free, torch_cell).archs.names()[0] == "sm_70"
+
+
+def test_names(config) -> None:
+    recipe = config.recipe("pkg")
+    cell = Cell("pkg", "1.0", "12.8", "2.8", "cp311", "linux_x86_64")
+    assert local_version(cell) == "cu128torch2.8"
+    assert planned_wheel_name(recipe, cell, 0) == "pkg-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
+    assert planned_wheel_name(recipe, cell, 1) == "pkg-1.0+cu128torch2.8-1-cp311-cp311-linux_x86_64.whl"
+    free = Cell("free", "2.0", "13.0", NO_TORCH, "cp312", "win_amd64")
+    assert local_version(free) == "cu130"
+    assert free.id == "free-2.0-cu130-notorch-cp312-win_amd64"
+    assert free.python_version == "3.12"

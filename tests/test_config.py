@@ -1,0 +1,156 @@
+"""The config model: the repository's own files load; every malformed recipe fails with its own message."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from farm.config import GitSource, PathSource, SdistSource, load_config, load_defaults
+from farm.errors import ArchError, ConfigError, FarmError, UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+SHA = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
+
+
+@pytest.fixture
+def farm_root(tmp_path: Path) -> Path:
+    shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "src").mkdir()
+    return tmp_path
+
+
+def write(root: Path, name: str, body: str) -> Path:
+    path = root / "packages" / f"{name}.yml"
+    path.write_text(textwrap.dedent(body).lstrip())
+    return path
+
+
+GOOD = """
+name: pkg
+version: '1.0'
+source:
+  git: {repo: owner/pkg, ref: v1.0}
+links_torch: true
+"""
+
+
+def test_repository_config_loads() -> None:
+    config = load_config(REPO)
+    assert len(config.recipes) >= 11
+    assert {"flash_attn", "sageattention", "pointnet2_ops", "torch_scatter", "demo_ext"} <= set(config.recipes)
+    d = config.defaults
+    assert d.build_epoch == 0 and "13.0" in d.cuda_lines and len(d.grid) == 29
+    assert d.policy.rows["x86_64"]["13.0"].text == "7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX"
+    assert "12.4" not in d.policy.rows["aarch64"]
+    assert d.default_target in d.publish
+    sage = config.recipe("sageattention")
+    assert sage.extensions[0].glob == "*_qattn_sm90*" and sage.extensions[0].spec.archs.names() == ["sm_90a"]
+    assert isinstance(config.recipe("flash_attn").source, SdistSource)
+    assert isinstance(config.recipe("demo_ext").source, PathSource)
+
+
+def test_good_recipe_loads(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD)
+    recipe = load_config(farm_root).recipe("pkg")
+    assert recipe.source == GitSource("owner/pkg", "v1.0", False)
+    assert recipe.source.url == "https://github.com/owner/pkg.git"
+    assert recipe.dist == "pkg" and recipe.build_epoch == 0 and len(recipe.sha256) == 64
+
+
+def test_unknown_package_suggests(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD)
+    with pytest.raises(UsageError, match="did you mean 'pkg'"):
+        load_config(farm_root).recipe("pgk")
+
+
+# Each malformed recipe: (body, the message it must carry, the line it must name).
+MALFORMED = {
+    "unknown-key": (GOOD + "max_job: 2\n", "unknown key 'max_job'", 6),
+    "unknown-key-suggestion": (GOOD + "links_torh: true\n", "did you mean 'links_torch'", 6),
+    "unknown-nested-key": (GOOD + "build:\n  max_jobz: 2\n", "unknown key 'build.max_jobz'", 7),
+    "wrong-type-bool": (GOOD.replace("links_torch: true", "links_torch: 'yes'"), "'links_torch' must be true or false", 5),
+    "wrong-type-version-number": (GOOD.replace("version: '1.0'", "version: 1.0"), "quote it", 2),
+    "missing-required": (GOOD.replace("links_torch: true\n", ""), "missing required key 'links_torch'", 1),
+    "missing-source": ("name: pkg\nversion: '1.0'\nlinks_torch: true\n", "missing required key 'source'", 1),
+    "floating-ref-main": (GOOD.replace("ref: v1.0", "ref: main"), "floating ref", 4),
+    "floating-ref-HEAD": (GOOD.replace("ref: v1.0", "ref: HEAD"), "floating ref", 4),
+    "two-source-kinds": (GOOD.replace("  git:", "  path: src\n  git:"), "exactly one of", 4),
+    "bad-sdist-sha": (
+        GOOD.replace("  git: {repo: owner/pkg, ref: v1.0}", "  sdist: {name: pkg, version: '1.0', sha256: abc}"),
+        "64 lowercase hex", 4),
+    "arch-unsupported-by-line": (GOOD + "arch:\n  by_cuda:\n    '13.0': '7.0;8.0'\n", "cannot build sm_70", 8),
+    "package-arch-unsupported": (GOOD + "arch:\n  list: '5.0;8.0'\n", "applies to CUDA 13.0", 7),
+    "override-unknown-cuda": (GOOD + "arch:\n  by_cuda:\n    '11.8': '8.0'\n", "unknown CUDA line '11.8'", 8),
+    "combo-not-in-grid": (GOOD + "arch:\n  by_combo:\n    '13.0/2.4': '8.0'\n", "matches no grid row", 8),
+    "bad-arch-syntax": (GOOD + "arch:\n  list: '8.0;nine'\n", "'nine' is not an arch", 7),
+    "arch-as-number": (GOOD + "arch:\n  list: 8.0\n", "must be a string", 7),
+    "name-mismatch": (GOOD.replace("name: pkg", "name: other"), "does not match the file name", 1),
+    "lint-ignore-no-reason": (GOOD + "lint_ignore:\n  - {rule: fp8, path: 'a/*'}\n", "missing required key 'lint_ignore[0].reason'", 7),
+    "duplicate-key": (GOOD + "links_torch: false\n", "duplicate key 'links_torch'", 6),
+    "not-yaml": (GOOD + "arch: [unclosed\n", "not valid YAML", None),
+    "local-version": (GOOD.replace("version: '1.0'", "version: '1.0+cu128'"), "local label", 2),
+    "unknown-platform": (GOOD + "only:\n  platforms: [linux_x86]\n", "did you mean 'linux_x86_64'", 7),
+    "combo-on-torch-free": (
+        GOOD.replace("links_torch: true", "links_torch: false") + "arch:\n  by_combo:\n    '13.0/2.9': '8.0'\n",
+        "links_torch: false", 8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_recipe(farm_root: Path, case: str) -> None:
+    body, message, line = MALFORMED[case]
+    (farm_root / "packages" / "pkg.yml").write_text(body.lstrip())
+    with pytest.raises(FarmError) as err:
+        load_config(farm_root)
+    text = str(err.value)
+    assert message in text
+    assert "packages/pkg.yml" in text
+    if line is not None:
+        assert f"packages/pkg.yml:{line}" in text
+    assert err.value.exit_code == 2
+
+
+def test_malformed_messages_are_distinct(farm_root: Path) -> None:
+    seen = set()
+    for case, (body, _, _) in MALFORMED.items():
+        (farm_root / "packages" / "pkg.yml").write_text(body.lstrip())
+        with pytest.raises(FarmError) as err:
+            load_config(farm_root)
+        seen.add(str(err.value))
+    assert len(seen) == len(MALFORMED)
+
+
+def test_path_source_must_exist(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD.replace("  git: {repo: owner/pkg, ref: v1.0}", "  path: nowhere"))
+    with pytest.raises(ConfigError, match="is not a directory"):
+        load_config(farm_root)
+
+
+def test_defaults_errors(farm_root: Path) -> None:
+    path = farm_root / "_defaults.yml"
+    text = path.read_text()
+    path.write_text(text.replace("build_epoch: 0", "build_epoch: -1"))
+    with pytest.raises(ConfigError, match="build_epoch"):
+        load_defaults(path)
+    path.write_text(text.replace("    '13.0': '7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX'", "    '13.0': '7.0;8.0'", 1))
+    with pytest.raises(ArchError, match="CUDA 13.0's nvcc cannot build sm_70"):
+        load_defaults(path)
+    path.write_text(text.replace("default_target: index", "default_target: indx"))
+    with pytest.raises(ConfigError, match="did you mean 'index'"):
+        load_defaults(path)
+    path.write_text(text.replace("cuda_lines: [", "cuda_lines: ['11.8', "))
+    with pytest.raises(ConfigError, match="no nvcc support table"):
+        load_defaults(path)
+
+
+def test_recipe_file_is_never_written(farm_root: Path) -> None:
+    body = GOOD + "max_job: 2\n"
+    path = write(farm_root, "pkg", body)
+    before = path.read_bytes()
+    with pytest.raises(ConfigError):
+        load_config(farm_root)
+    assert path.read_bytes() == before
