@@ -1,0 +1,98 @@
+"""The farm's sessions. Each one parses nothing itself: its arguments after ``--`` go to the
+``farm`` command of the same name (see ``farm COMMAND --help``), which does the work.
+
+    nox -s matrix -- [PKG...] [--cuda 12.8] [--github-output]
+    nox -s build -- demo_ext --cuda 13.0 --python 3.11 --builder native
+    nox -s tests
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.download_python = "never"
+nox.options.sessions = ["matrix"]
+
+ROOT = Path(__file__).resolve().parent
+TEST_CUDA = "13.0"
+
+
+def _farm(session: nox.Session, command: str) -> None:
+    session.install("-e", ".")
+    session.run("farm", command, *session.posargs)
+
+
+def _toolkit(session: nox.Session, cuda: str) -> str:
+    """Assemble (or reuse) a CUDA_HOME from NVIDIA's PyPI wheels; return its path."""
+    out = session.run(
+        "farm", "toolkit", "--cuda", cuda, "--prefix", str(ROOT / ".cache" / "toolkit" / cuda), "--json",
+        silent=True,
+    )
+    return json.loads(out)["cuda_home"]
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Cells still to build (filters, phantoms, ledger, stale, lint)."""
+    _farm(session, "matrix")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """The arch-gate lint on a package's pinned source."""
+    _farm(session, "lint")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build a package's cells (cibuildwheel or native), then postbuild each wheel."""
+    _farm(session, "build")
+
+
+@nox.session
+def postbuild(session: nox.Session) -> None:
+    """Assert, relabel, stamp and write ledger fragments for built wheels."""
+    _farm(session, "postbuild")
+
+
+@nox.session
+def upload(session: nox.Session) -> None:
+    """Gate, publish, merge ledger fragments."""
+    _farm(session, "upload")
+
+
+@nox.session
+def audit(session: nox.Session) -> None:
+    """Sweep published wheels against their own provenance."""
+    _farm(session, "audit")
+
+
+@nox.session
+def backfill(session: nox.Session) -> None:
+    """Write inferred ledger entries for unledgered wheels."""
+    _farm(session, "backfill")
+
+
+@nox.session
+def index(session: nox.Session) -> None:
+    """Regenerate the static PEP 503 index from the ledger."""
+    _farm(session, "index")
+
+
+@nox.session
+def explain(session: nox.Session) -> None:
+    """Per device capability: the image the driver picks for an arch list or a built wheel."""
+    _farm(session, "explain")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite, with a CUDA toolkit assembled from NVIDIA's PyPI wheels."""
+    session.install("-e", ".[test]")
+    cuda_home = _toolkit(session, TEST_CUDA)
+    session.run("pytest", *session.posargs, env={"CUDA_HOME": cuda_home})
