@@ -1,0 +1,275 @@
+"""``_build_info.json``: the provenance a wheel carries in its ``.dist-info/``.
+
+The object is plain JSON (``docs/architecture.md`` shows it; the schema is
+``farm/schemas/build_info.schema.json``). This module builds it from explicit values, fills the
+parts that come from the environment (CI run, toolchain versions) from real sources, and reads
+and validates it back. A ledger entry is the same object plus ``filename``, ``sha256``, ``size``
+and ``published``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import metadata, resources
+from pathlib import Path
+from typing import Any
+
+from .errors import FarmError, ToolError, WheelError
+
+SCHEMA_VERSION = 1
+BUILD_INFO_NAME = "_build_info.json"
+ASSERTED = "asserted"
+INFERRED = "inferred"
+
+#: Keys a ledger line adds to the ``_build_info.json`` object.
+LEDGER_KEYS = ("filename", "sha256", "size", "published")
+
+_CHUNK = 1 << 20
+
+
+# -- hashing ----------------------------------------------------------------------------------
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in chunks (memory does not grow with the file)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# -- the CI run -------------------------------------------------------------------------------
+def _local_run() -> dict[str, str | None]:
+    return {"provider": "local", "repository": None, "commit": None, "run_id": None, "attempt": None}
+
+
+def run_from_env(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The CI run that built the wheel, from the provider's own variables, or ``local``."""
+    env = os.environ if env is None else env
+    if env.get("GITHUB_ACTIONS") == "true":
+        repo, run_id = env.get("GITHUB_REPOSITORY"), env.get("GITHUB_RUN_ID")
+        attempt = env.get("GITHUB_RUN_ATTEMPT")
+        server = env.get("GITHUB_SERVER_URL", "https://github.com")
+        url = f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else None
+        if url and attempt:
+            url += f"/attempts/{attempt}"
+        return {"provider": "github", "repository": repo, "commit": env.get("GITHUB_SHA"),
+                "run_id": run_id, "attempt": attempt, "url": url}
+    if env.get("GITLAB_CI") == "true":
+        return {"provider": "gitlab", "repository": env.get("CI_PROJECT_PATH"),
+                "commit": env.get("CI_COMMIT_SHA"), "run_id": env.get("CI_PIPELINE_ID"),
+                "attempt": None, "url": env.get("CI_JOB_URL")}
+    if env.get("BUILDKITE") == "true":
+        return {"provider": "buildkite", "repository": env.get("BUILDKITE_REPO"),
+                "commit": env.get("BUILDKITE_COMMIT"), "run_id": env.get("BUILDKITE_BUILD_NUMBER"),
+                "attempt": env.get("BUILDKITE_RETRY_COUNT"), "url": env.get("BUILDKITE_BUILD_URL")}
+    if env.get("CI", "").lower() in ("true", "1"):
+        # Some CI we do not know: say so rather than claim a local build.
+        return {**_local_run(), "provider": "ci"}
+    return _local_run()
+
+
+# -- the toolchain ----------------------------------------------------------------------------
+_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+
+
+def parse_nvcc_version(text: str) -> str:
+    """``13.0.88`` from ``nvcc --version`` output."""
+    m = _NVCC_RELEASE.search(text)
+    if not m:
+        raise ToolError("cannot read a version from `nvcc --version`", hint=f"its output was: {text.strip()[:200]!r}")
+    return m.group(2)
+
+
+@lru_cache(maxsize=8)
+def nvcc_version(cuda_home: Path) -> str:
+    """The version the ``nvcc`` of ``cuda_home`` reports (the toolkit the build used)."""
+    nvcc = Path(cuda_home) / "bin" / ("nvcc.exe" if os.name == "nt" else "nvcc")
+    if not nvcc.exists():
+        raise ToolError(f"no nvcc at {nvcc}", hint="set CUDA_HOME to the toolkit the wheel was built with")
+    try:
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"cannot run {nvcc} --version: {exc}") from exc
+    if proc.returncode != 0:
+        raise ToolError(f"{nvcc} --version exited {proc.returncode}", hint=proc.stderr.strip()[:200] or None)
+    return parse_nvcc_version(proc.stdout)
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def installed_torch() -> str | None:
+    """The torch installed beside farm (read from its metadata: importing torch takes seconds)."""
+    return _installed_version("torch")
+
+
+def _minor(version: str) -> str:
+    parts = version.split("+", 1)[0].split(".")
+    return ".".join(parts[:2])
+
+
+def toolchain(
+    *,
+    cuda_home: Path | None,
+    builder: str | None,
+    python: str | None = None,
+    torch_minor: str | None = None,
+) -> dict[str, str | None]:
+    """Versions of the tools that made the wheel.
+
+    ``nvcc`` is asked (the one under ``cuda_home``). ``torch`` is the installed torch when its
+    minor is ``torch_minor`` (the cell's), else unknown (``None``): a containerised build's torch
+    is not this interpreter's. ``cibuildwheel`` is the installed one when it was the builder.
+    ``python`` defaults to this interpreter (the native builder's); a containerised build passes
+    its own.
+    """
+    torch = installed_torch() if torch_minor not in (None, "none") else None
+    if torch is not None and _minor(torch) != torch_minor:
+        torch = None
+    return {
+        "nvcc": nvcc_version(Path(cuda_home)) if cuda_home else None,
+        "torch": torch,
+        "python": python or platform.python_version(),
+        "builder": builder,
+        "cibuildwheel": _installed_version("cibuildwheel") if builder == "cibuildwheel" else None,
+    }
+
+
+# -- sources ----------------------------------------------------------------------------------
+def git_source(repo: str, ref: str | None, commit: str | None) -> dict[str, Any]:
+    return {"kind": "git", "repo": repo, "ref": ref, "commit": commit}
+
+
+def sdist_source(name: str, version: str | None, sha256: str | None) -> dict[str, Any]:
+    return {"kind": "sdist", "name": name, "version": version, "sha256": sha256}
+
+
+def path_source(path: str, tree_sha256: str | None) -> dict[str, Any]:
+    return {"kind": "path", "path": path, "tree_sha256": tree_sha256}
+
+
+# -- the object -------------------------------------------------------------------------------
+def make_build_info(
+    *,
+    package: str,
+    dist: str,
+    version: str,
+    cell: Mapping[str, str],
+    build_epoch: int,
+    requested: str,
+    normalised: str,
+    expected: Mapping[str, str],
+    found: Mapping[str, str],
+    tools: Mapping[str, str | None],
+    defaults_sha256: str | None,
+    recipe_sha256: str | None,
+    run: Mapping[str, Any],
+    source: Mapping[str, Any] | None,
+    toolchain: Mapping[str, Any],
+    extensions: Mapping[str, str],
+) -> dict[str, Any]:
+    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "package": package,
+        "dist": dist,
+        "version": version,
+        "cell": {k: cell[k] for k in ("cuda", "torch", "python", "platform")},
+        "build_epoch": int(build_epoch),
+        "arch_list": {"requested": requested, "normalised": normalised},
+        "expected": dict(sorted(expected.items())),
+        "found": dict(sorted(found.items())),
+        "assertion": {
+            "result": "passed",
+            "native_reader": tools.get("native_reader"),
+            "cuobjdump": tools.get("cuobjdump"),
+        },
+        "defaults_sha256": defaults_sha256,
+        "recipe_sha256": recipe_sha256,
+        "run": dict(run),
+        "source": dict(source) if source is not None else None,
+        "toolchain": dict(toolchain),
+        "extensions": dict(sorted(extensions.items())),
+        "provenance": ASSERTED,
+    }
+
+
+def inferred_build_info(
+    *,
+    dist: str,
+    version: str,
+    cell: Mapping[str, str | None],
+    found: Mapping[str, str],
+    extensions: Mapping[str, str],
+    package: str | None = None,
+) -> dict[str, Any]:
+    """What inspection alone can say about a wheel: the rest is ``null``, never guessed."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "package": package,
+        "dist": dist,
+        "version": version,
+        "cell": {k: cell.get(k) for k in ("cuda", "torch", "python", "platform")},
+        "build_epoch": None,
+        "arch_list": {"requested": None, "normalised": None},
+        "expected": None,
+        "found": dict(sorted(found.items())),
+        "assertion": None,
+        "defaults_sha256": None,
+        "recipe_sha256": None,
+        "run": None,
+        "source": None,
+        "toolchain": None,
+        "extensions": dict(sorted(extensions.items())),
+        "provenance": INFERRED,
+    }
+
+
+def dumps(info: Mapping[str, Any]) -> bytes:
+    """The bytes stored in the wheel: stable key order, one trailing newline."""
+    return (json.dumps(info, indent=2, sort_keys=False) + "\n").encode()
+
+
+# -- validation -------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    text = resources.files("farm").joinpath("schemas/build_info.schema.json").read_text()
+    return json.loads(text)
+
+
+def validate(info: Any, *, where: str | None = None, error: type[FarmError] = WheelError) -> None:
+    """Raise ``error`` naming the first schema violation of ``info``."""
+    import jsonschema  # type: ignore[import-untyped]  # only validation pays for the import
+
+    validator = jsonschema.Draft202012Validator(schema())
+    problems = sorted(validator.iter_errors(info), key=lambda e: list(e.absolute_path))
+    if problems:
+        first = problems[0]
+        at = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise error(
+            f"invalid build info at {at}: {first.message}{more}",
+            where=where,
+            hint="the provenance must follow farm/schemas/build_info.schema.json",
+        )
+
+
+def loads(data: bytes, *, where: str | None = None) -> dict[str, Any]:
+    """Parse and validate stored ``_build_info.json`` bytes."""
+    try:
+        info = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WheelError(f"{BUILD_INFO_NAME} is not JSON: {exc}", where=where) from exc
+    validate(info, where=where)
+    return info

@@ -1,0 +1,115 @@
+"""``farm audit [WHERE]``: judge published wheels against their own provenance.
+
+WHERE is a folder of wheels, one wheel, or a PEP 503 index URL (default: the static index of
+the default publish target). Verdicts: ok, wheel-wrong, config-moved, unledgered, inferred.
+Exit 1 when any wheel is ``wheel-wrong``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from ..audit import AuditRow, Verdict, audit, today_from_config
+from ..config import DEFAULTS_FILE, FarmConfig, load_config
+from ..errors import EXIT_DEFECT, EXIT_OK, UsageError
+from ..ledger import LedgerIndex
+from ..table import format_table
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """Arguments audit and backfill share."""
+    parser.add_argument("where", nargs="?", metavar="WHERE",
+                        help="a folder of wheels, a .whl, or an index URL (default: the static index target)")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the farm repository (default: .)")
+    parser.add_argument("--ledger", type=Path, default=None, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--no-config", action="store_true",
+                        help="judge against provenance only, not today's policy")
+
+
+def load_optional_config(root: Path) -> FarmConfig | None:
+    """The farm config when ROOT is a farm repository; audits also run outside one."""
+    return load_config(root) if (root / DEFAULTS_FILE).exists() else None
+
+
+def resolve_where(where: str | None, config: FarmConfig | None) -> str:
+    if where:
+        return where
+    if config is not None:
+        for target in config.defaults.publish.values():
+            if target.kind == "index" and target.options.get("path"):
+                return str(config.root / str(target.options["path"]))
+    raise UsageError("no WHERE given and no static index target configured",
+                     hint="pass a folder of wheels or an index URL")
+
+
+def ledger_path(args: argparse.Namespace) -> Path:
+    return args.ledger or args.root / "ledger.jsonl"
+
+
+def _progress() -> Callable[[AuditRow], None] | None:
+    """Plain progress lines on stderr for sweeps that take minutes (a terminal or a CI log)."""
+    if not (sys.stderr.isatty() or os.environ.get("CI")):
+        return None
+    count = 0
+
+    def show(row: AuditRow) -> None:
+        nonlocal count
+        count += 1
+        print(f"audit: [{count}] {row.filename}: {row.verdict.value}", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _step_summary(rows: list[AuditRow], counts: Counter[str]) -> None:
+    """A table in the GitHub Actions step summary (capped well below its 1 MiB limit)."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    lines = ["## farm audit", "", " | ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict), "",
+             "| wheel | verdict | why |", "|---|---|---|"]
+    shown = [r for r in rows if r.verdict is not Verdict.OK][:500]
+    lines += [f"| {r.filename} | {r.verdict.value} | {_short(r.reasons[0]) if r.reasons else ''} |" for r in shown]
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def _short(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def run(args: argparse.Namespace) -> int:
+    config = None if args.no_config else load_optional_config(args.root)
+    where = resolve_where(args.where, config if config is not None else load_optional_config(args.root))
+    path = ledger_path(args)
+    ledger = LedgerIndex.load(path) if path.exists() else LedgerIndex.empty()
+    rows = audit(where, ledger, today_from_config(config) if config is not None else None,
+                 progress=_progress() if not args.json else None)
+    counts = Counter(r.verdict.value for r in rows)
+    _step_summary(rows, counts)
+    if args.json:
+        print(json.dumps({"where": where, "ledger": str(path) if path.exists() else None,
+                          "counts": {v.value: counts.get(v.value, 0) for v in Verdict},
+                          "wheels": [r.to_json() for r in rows]}, indent=2))
+    else:
+        table = [(r.filename, r.verdict.value, r.source or "-", _short(r.reasons[0]) if r.reasons else "")
+                 for r in rows]
+        print(format_table(("wheel", "verdict", "provenance", "why"), table))
+        for r in rows:
+            if r.verdict in (Verdict.WHEEL_WRONG, Verdict.CONFIG_MOVED):
+                print(f"\n{r.location}: {r.verdict.value}")
+                for reason in r.reasons:
+                    print(f"  {reason}")
+        tally = ", ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict)
+        print(f"\n{tally} ({len(rows)} wheel{'' if len(rows) == 1 else 's'})")
+    return EXIT_DEFECT if counts.get(Verdict.WHEEL_WRONG.value) else EXIT_OK

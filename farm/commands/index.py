@@ -1,0 +1,52 @@
+"""``farm index DIR``: regenerate a static PEP 503 tree from its files and the ledger."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
+from ..upload import IndexSettings, parse_targets, regenerate_index
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", type=Path, metavar="DIR", help="the index tree (holds files/ and packages.json)")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
+                        help="folders holding ledger fragments not merged yet")
+    parser.add_argument("--links", metavar="TARGET",
+                        help="also list every wheel the ledger records as published to TARGET, linked "
+                             "there (default: the `links` of the index target configured at DIR)")
+    parser.add_argument("--allow-drop", action="append", default=[], metavar="PROJECT",
+                        help="allow the tree to stop listing this project (repeatable)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def configured_links(root: Path, tree: Path) -> str | None:
+    """The ``links`` of the index target of ``_defaults.yml`` whose path is ``tree``."""
+    path = root / DEFAULTS_FILE
+    if not path.exists():
+        return None
+    for target in parse_targets(load_defaults(path).publish, root=root, where=path.name).values():
+        if isinstance(target, IndexSettings) and target.path.resolve() == tree.resolve():
+            return target.links
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.root.resolve()
+    links = args.links or configured_links(root, args.dir)
+    report = regenerate_index(args.dir, ledger=args.ledger or root / LEDGER_FILE,
+                              fragment_dirs=args.fragments, allow_drop=args.allow_drop, links=links)
+    if args.json:
+        print(json.dumps({"root": str(report.root), "files": report.files, "channels": list(report.channels),
+                          "links": links, "written": list(report.written), "removed": list(report.removed)},
+                         indent=2))
+    else:
+        print(f"{report.root}: {report.files} wheel(s) in {len(report.channels)} channel(s); "
+              f"{len(report.written)} page(s) rewritten, {len(report.removed)} removed")
+        for ch in report.channels:
+            print(f"  {ch}/")
+    return 0

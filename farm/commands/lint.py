@@ -1,0 +1,82 @@
+"""``farm lint PKG|PATH [--arch-list L]``: the arch-gate lint on a recipe's source or a source tree.
+
+For a package, the source is fetched (cached by identity) and linted once per distinct arch list
+its cells resolve to (or against ``--arch-list``), with the recipe's ``lint_ignore`` entries and
+build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any lint error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..arch import ArchList
+from ..errors import EXIT_DEFECT, EXIT_OK, UsageError
+from ..lint import LintReport, lint_cached, lint_tree
+
+if TYPE_CHECKING:
+    from ..config import FarmConfig, Recipe
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", metavar="PKG|PATH", help="a package name from packages/, or a source directory")
+    parser.add_argument("--arch-list", metavar="L", help="lint against this list (required for a PATH)")
+    parser.add_argument("--build-subdir", metavar="DIR", help="for a PATH: the directory the build runs in")
+    parser.add_argument("--root", type=Path, default=None, help="farm repository root (default: the current directory)")
+    parser.add_argument("--cache-dir", type=Path, help="sources and lint cache (default: ROOT/.cache)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
+    """Distinct arch lists the package's cells resolve to, in first-seen order."""
+    from ..cells import declared_cells, recipe_excludes, resolve_arch
+
+    lists: dict[str, ArchList] = {}
+    for cell in declared_cells(config.defaults, recipe):
+        if recipe_excludes(recipe, cell):
+            continue
+        resolution = resolve_arch(config, recipe, cell)
+        if resolution is not None:
+            lists.setdefault(resolution.archs.canonical(), resolution.archs)
+    return list(lists.values())
+
+
+def run(args: argparse.Namespace) -> int:
+    target = Path(args.what)
+    reports: list[tuple[str, LintReport]] = []
+    root = args.root or Path.cwd()
+    # A directory wins unless a recipe of that name exists (then write ./NAME for the directory).
+    is_recipe = (root / "packages" / f"{args.what}.yml").is_file() and "/" not in args.what
+    if target.is_dir() and not is_recipe:
+        if not args.arch_list:
+            raise UsageError(f"linting the directory {args.what} needs --arch-list",
+                             hint="e.g. farm lint ./src --arch-list '8.0;8.6;9.0+PTX', or name a package")
+        archs = ArchList.parse(args.arch_list, where="--arch-list")
+        reports.append((str(target), lint_tree(target, archs, build_subdir=args.build_subdir)))
+    else:
+        from ..config import load_config
+        from ..sources import fetch
+
+        config = load_config(root)
+        recipe = config.recipe(args.what)
+        cache_dir = args.cache_dir or config.root / ".cache"
+        if args.arch_list:
+            lists = [ArchList.parse(args.arch_list, where="--arch-list")]
+        else:
+            lists = _package_lists(config, recipe)
+            if not lists:
+                raise UsageError(f"package {recipe.name!r} has no cell with an arch list to lint against",
+                                 hint="pass --arch-list, or check the recipe's only: restrictions")
+        tree = fetch(recipe.source, cache_dir, package=recipe.name)
+        for archs in lists:
+            report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+            reports.append((recipe.name, report))
+    failed = any(not r.passed for _, r in reports)
+    if args.json:
+        print(json.dumps({"passed": not failed, "reports": [r.to_json() | {"target": name} for name, r in reports]},
+                         indent=2))
+    else:
+        print("\n\n".join(r.render() for _, r in reports))
+    return EXIT_DEFECT if failed else EXIT_OK

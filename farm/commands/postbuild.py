@@ -1,0 +1,74 @@
+"""``farm postbuild WHEEL... --out DIR``: assert, relabel + stamp, write ledger fragments.
+
+Every wheel is asserted first; only when all pass are they stamped into DIR, each with its
+fragment beside it. One failed assertion writes nothing at all (exit 1): a build job either
+produces a complete, asserted set or nothing to upload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..config import load_config
+from ..errors import EXIT_DEFECT, EXIT_OK
+from ..postbuild import check_wheel, context_from_config, stamp_asserted
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL", help="wheels the build produced")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="where stamped wheels go")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the farm repository (default: .)")
+    parser.add_argument("--package", help="the recipe (default: the one whose dist is the wheel's)")
+    parser.add_argument("--cuda", metavar="X.Y", help="the CUDA line (default: CUDA_HOME's nvcc)")
+    parser.add_argument("--torch", metavar="M.m", help="the torch minor (default: the installed torch)")
+    parser.add_argument("--cuda-home", type=Path, default=None,
+                        help="the toolkit the build used (default: $CUDA_HOME)")
+    parser.add_argument("--builder", default=None, help="the builder that made the wheels (cibuildwheel, native)")
+    parser.add_argument("--fragments", type=Path, default=None, metavar="DIR",
+                        help="where ledger fragments go (default: beside the stamped wheels)")
+    parser.add_argument("--cuobjdump", type=Path, default=None, help="the cuobjdump to use (default: found)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.root)
+    checked = []
+    for wheel in args.wheels:
+        context, recipe = context_from_config(
+            config, wheel, package=args.package, cuda=args.cuda, torch=args.torch,
+            cuda_home=args.cuda_home, builder=args.builder,
+        )
+        report = check_wheel(wheel, context, dist=recipe.dist, cuobjdump=args.cuobjdump)
+        checked.append((wheel, context, report))
+
+    failed = [r for _, _, r in checked if not r.passed]
+    results = []
+    if not failed:
+        for wheel, context, report in checked:
+            results.append(stamp_asserted(wheel, args.out, context, report, fragments_dir=args.fragments))
+
+    if args.json:
+        out = {
+            "passed": not failed,
+            "out": str(args.out),
+            "wheels": [r.to_json() for r in results] if results else [
+                {"wheel": str(w), "passed": r.passed, "assertion": r.to_json(), "stamped": None,
+                 "sha256": None, "fragment": None} for w, _, r in checked],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        for _, _, report in checked:
+            if not report.passed:
+                print(report.render())
+                print()
+        for res in results:
+            print(f"{res.wheel.name}: asserted, stamped {res.stamped.path if res.stamped else '-'}")
+            print(f"  sha256 {res.stamped.sha256 if res.stamped else '-'}, fragment {res.fragment}")
+        if failed:
+            print(f"{len(failed)} of {len(checked)} wheel(s) failed the assertion; nothing was written to {args.out}",
+                  file=sys.stderr)
+    return EXIT_DEFECT if failed else EXIT_OK
+

@@ -1,0 +1,93 @@
+"""``farm upload DIR [--target NAME]``: gate every wheel, publish, merge fragments into the ledger."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
+from ..errors import EXIT_DEFECT
+from ..upload import TargetSettings, UploadReport, parse_targets, select, upload
+from ..upload.targets import EMBEDDED_DEFAULT
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", type=Path, metavar="DIR", help="the folder postbuild wrote (wheels + fragments)")
+    parser.add_argument("--target", action="append", metavar="NAME",
+                        help="a publish target of _defaults.yml (repeatable; default: default_target)")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
+                        help="more folders holding ledger fragments (DIR itself is always searched)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="gate and plan (print gh command lines, files to send); send nothing")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def configured_targets(root: Path, names: list[str] | None) -> list[TargetSettings]:
+    """The targets to publish to: ``--target`` names, else ``default_target``, else all."""
+    path = root / DEFAULTS_FILE
+    if path.exists():
+        defaults = load_defaults(path)
+        publish: Any = defaults.publish
+        default = defaults.default_target
+    else:
+        publish, default = EMBEDDED_DEFAULT, None
+    targets = parse_targets(publish, root=root, where=str(path.name))
+    if not names and default:
+        names = [default]
+    return select(targets, names)
+
+
+def report_json(report: UploadReport) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "dry_run": report.dry_run,
+        "gate": {"passed": [w.filename for w in report.gate.passed],
+                 "refused": [r.to_json() for r in report.gate.refused]},
+        "refusals": list(report.refusals),
+        "targets": [
+            {"target": o.target, "kind": o.kind, "sent": list(o.sent),
+             "placed": [{"filename": f, "url": u} for f, u in o.placed],
+             "commands": list(o.commands), "warnings": list(o.warnings)}
+            for o in report.outcomes
+        ],
+        "ledger": {"merged": list(report.merged), "published_records_added": report.recorded},
+    }
+
+
+def render(report: UploadReport) -> str:
+    lines: list[str] = []
+    if not report.gate.ok:
+        lines.append(f"upload refused: {len(report.gate.refused)} problem(s) in the batch; nothing was sent")
+        lines += report.gate.lines()
+        return "\n".join(lines)
+    if report.refusals:
+        lines.append("upload refused by the targets; nothing was sent")
+        lines += report.refusals
+        return "\n".join(lines)
+    lines.append(f"gate: {len(report.gate.passed)} wheel(s) passed")
+    for o in report.outcomes:
+        verb = "would send" if report.dry_run else "sent"
+        lines.append(f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there "
+                     f"{len(o.placed) - len(o.sent)}")
+        lines += [f"  $ {c}" for c in o.commands]
+        lines += [f"  warning: {w}" for w in o.warnings]
+    if not report.dry_run:
+        lines.append(f"ledger: {len(report.merged)} entr(ies) merged, {report.recorded} publication(s) recorded")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.root.resolve()
+    targets = configured_targets(root, args.target)
+    report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE,
+                    fragment_dirs=args.fragments, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print(render(report), file=sys.stdout if report.ok else sys.stderr)
+    return 0 if report.ok else EXIT_DEFECT

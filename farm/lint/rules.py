@@ -1,0 +1,902 @@
+"""The rules: arch gates (the stub trap), FP8, explicit targets and arch-list overrides.
+
+**Arch gates.** Every ``#if``/``#elif`` chain whose conditions read ``__CUDA_ARCH__``, the
+``a``/``f`` feature macros (``__CUDA_ARCH_FEAT_SM90_ALL``, ``__CUDA_ARCH_SPECIFIC__``,
+``__CUDA_ARCH_FAMILY_SPECIFIC__``) or a macro the code derives from them (``#if __CUDA_ARCH__ >= 800``
+/ ``#define ARCH_SUPPORTS_FLASH``), and every CCCL ``NV_IF_TARGET`` / ``NV_IF_ELSE_TARGET`` /
+``NV_DISPATCH_TARGET`` with ``NV_PROVIDES_SM_*`` / ``NV_IS_EXACTLY_SM_*`` / ``NV_HAS_FEATURE_SM_*``,
+is evaluated twice for every device the declared list claims (at or above its lowest arch): once as
+if the device ran code built for itself, once with the image the driver really picks
+(:func:`farm.driver.pick_image`). Where the two take different branches, the device runs the other
+branch: an **error** when that branch does nothing (empty inside a function body, or only
+``__trap()``, ``__brkpt()``, ``assert(0)``, ``printf``, a bare ``return``), an **info** when it is a
+real implementation or fails the build loudly (``#error``, ``static_assert``). A branch that is empty
+at namespace or class scope only removes declarations (using them fails the build), and a branch
+that only defines macros is judged where those macros are used.
+
+**FP8.** ``e4m3``/``e5m2`` types and intrinsics (also inside ``asm`` strings) outside any arch gate
+need every claimed device from 8.9 up to run an image of at least 8.9.
+
+**Explicit targets** (build files): ``sm_XX[a|f]``, ``compute_XX``, ``-gencode arch=..,code=..``,
+``-arch=``, CMake ``CUDA_ARCHITECTURES`` values: every target the build would emit must be declared.
+
+**Arch-list overrides** (build files): assigning ``TORCH_CUDA_ARCH_LIST``, setting
+``CMAKE_CUDA_ARCHITECTURES``/``CUDA_ARCHITECTURES``/``CUDAARCHS``, and (Python builds, Makefiles)
+any nvcc flag containing ``arch``, which makes torch ignore ``TORCH_CUDA_ARCH_LIST``.
+
+Only compiled files count (:mod:`farm.lint.compiled`). Gates inside vendored libraries are
+summarised, not reported one by one: a library's gated templates become device code only where the
+package instantiates them, and the package's own uses (its gates on the library's feature macros,
+its FP8 types) are what the rules check.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from ..arch import ArchList, Kind, Target, Variant
+from ..driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
+from .compiled import BuildScope, TreeIndex, kind_of_build_file
+from .lexer import (
+    blank_lines,
+    line_starts,
+    strip_c,
+    strip_directive_comments,
+    strip_hash_comments,
+    strip_python_comments,
+)
+from .preproc import (
+    ArchContext,
+    Branch,
+    Chain,
+    Directives,
+    Expr,
+    Scope,
+    evaluate,
+    identifiers,
+    is_arch_symbol,
+    scan_directives,
+)
+from .report import Finding, LibrarySummary, Rule, Severity
+
+_TRIGGER = re.compile(r"__CUDA_ARCH|NV_IF_|NV_DISPATCH_TARGET|[eE][45][mM][23]")
+_FP8 = re.compile(r"\b\w*(?:e4m3|e5m2)\w*", re.IGNORECASE)
+_NV_TARGET = re.compile(r"\bNV_(IF_TARGET|IF_ELSE_TARGET|DISPATCH_TARGET)\s*\(")
+_TRAP = re.compile(r"__trap\s*\(|__brkpt\s*\(|\btrap\s*;|\bbrkpt\s*;|__builtin_trap|__builtin_unreachable|"
+                   r"\babort\s*\(|\bexit\s*\(|CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|"
+                   r"\bassert\s*\(\s*(?:0|false)\s*[),&]")
+_NO_WORK = re.compile(r"^(?:printf|fprintf|std::printf|assert|__trap|__brkpt|abort|exit|std::abort|"
+                      r"CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|CUTE_GCC_UNREACHABLE|"
+                      r"__builtin_trap|__builtin_unreachable|return|\(void\))\b|^\(void\)|^return$")
+_LOUD = re.compile(r"^static_assert\b")
+SNIPPET = 160
+
+
+# ------------------------------------------------------------------------------------------------
+# Devices: what each claimed device runs, and what it would run if built for itself
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceRun:
+    device: Device
+    target: Target
+    native: ArchContext
+    image: ArchContext
+
+    @property
+    def label(self) -> str:
+        examples = DEVICE_EXAMPLES.get(self.device)
+        return f"{self.device} ({examples})" if examples else str(self.device)
+
+
+def device_runs(archs: ArchList) -> list[DeviceRun]:
+    """Claimed devices that get an image, with the native and the real compile context."""
+    runs = []
+    for device in claimed_devices(archs):
+        choice = pick_image(archs, device)
+        if choice.target is None:
+            continue  # no image at all: cudaErrorNoKernelImageForDevice, `farm explain`'s business
+        t = choice.target
+        native = ArchContext(device.number * 10, arch_specific=device.number >= 90,
+                             family_specific=device.number >= 100)
+        image = ArchContext(t.cuda_arch, arch_specific=t.variant is Variant.ARCH,
+                            family_specific=t.variant in (Variant.ARCH, Variant.FAMILY))
+        runs.append(DeviceRun(device, t, native, image))
+    return runs
+
+
+def _arch_needed(run: DeviceRun, chain: Chain, aliases: dict[str, Expr]) -> str:
+    """The arch to declare so that ``run.device`` takes its native branch: plain, then f, then a."""
+    want = _taken(chain, Scope(run.native, aliases))
+    d = run.device
+    for ctx, suffix in ((ArchContext(d.number * 10), ""),
+                        (ArchContext(d.number * 10, family_specific=True), "f"),
+                        (ArchContext(d.number * 10, arch_specific=True, family_specific=True), "a")):
+        if _taken(chain, Scope(ctx, aliases)) == want:
+            return f"{d}{suffix}"
+    return f"{d}a"
+
+
+def _taken(chain: Chain, scope: Scope) -> int | None:
+    """Index of the branch taken under ``scope`` (len(branches) for the implicit empty else)."""
+    for i, branch in enumerate(chain.branches):
+        if branch.cond is None:
+            return i
+        value = evaluate(branch.cond, scope)
+        if value is None:
+            return None
+        if value:
+            return i
+    return len(chain.branches)
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsed C files
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class CFile:
+    rel: str
+    raw: str
+    code: str  # comments/strings blanked, dead #if 0 lines blanked
+    directives: Directives
+    starts: list[int]
+    library: str | None
+    _scope: tuple[list[int], list[bool]] | None = field(default=None, repr=False)
+
+    def line_of(self, offset: int) -> int:
+        return bisect.bisect_right(self.starts, offset)
+
+    def offset_of(self, line: int) -> int:
+        return self.starts[line - 1] if line - 1 < len(self.starts) else len(self.code)
+
+    def line_text(self, line: int) -> str:
+        lines = self.raw.split("\n")
+        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        return text[:SNIPPET]
+
+    def in_function(self, line: int) -> bool:
+        """Whether ``line`` lies inside a function body (braces tracked on the stripped code)."""
+        if self._scope is None:
+            self._scope = _brace_states(self.code, self.directives.directive_lines, self.starts)
+        positions, states = self._scope
+        i = bisect.bisect_right(positions, self.offset_of(line)) - 1
+        return states[i] if i >= 0 else False
+
+
+def parse_c(rel: str, raw: str, library: str | None) -> CFile:
+    # A vendored library's files are read for their conditions only (feature macros and the
+    # summary), so only the comments on directive lines need to go.
+    stripped = strip_c(raw) if library is None else strip_directive_comments(raw)
+    directives = scan_directives(stripped)
+    code = blank_lines(stripped, directives.dead)
+    return CFile(rel, raw, code, directives, line_starts(code), library)
+
+
+_BRACE = re.compile(r"[{};]")
+
+
+def _brace_states(code: str, directive_lines: set[int], starts: list[int]) -> tuple[list[int], list[bool]]:
+    """Offsets where the in-function state changes, and the state from each offset on."""
+    if directive_lines:
+        lines = code.split("\n")
+        for n in directive_lines:
+            if 0 < n <= len(lines):
+                lines[n - 1] = " " * len(lines[n - 1])
+        code = "\n".join(lines)
+    stack: list[str] = []
+    positions: list[int] = []
+    states: list[bool] = []
+    boundary = 0
+    for m in _BRACE.finditer(code):
+        ch = m.group()
+        if ch == "{":
+            head = code[boundary:m.start()]
+            if re.search(r"\bnamespace\b|\bextern\s*\"", head):
+                kind = "ns"
+            elif re.search(r"\b(struct|class|union|enum)\b", head) and ")" not in head.rsplit(">", 1)[-1]:
+                kind = "class"
+            elif re.search(r"(=|\breturn|,|\()\s*$", head):
+                kind = stack[-1] if stack else "ns"  # an initialiser: same scope as around it
+            else:
+                kind = "body" if (head.strip() or (stack and stack[-1] == "body")) else (stack[-1] if stack else "ns")
+            stack.append(kind)
+        elif ch == "}" and stack:
+            stack.pop()
+        boundary = m.end()
+        if ch != ";":
+            positions.append(m.end())
+            states.append("body" in stack)
+    return positions, states
+
+
+# ------------------------------------------------------------------------------------------------
+# Gates: preprocessor chains and CCCL NV_IF_TARGET
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Gate:
+    """An arch gate: a chain of branches plus where each branch's body lies (offsets)."""
+
+    file: CFile
+    chain: Chain
+    spans: list[tuple[int, int]]  # body offsets per branch; one more for the implicit else
+    line: int
+    snippet: str
+    in_function: bool
+    is_preprocessor: bool
+
+    def body(self, index: int) -> tuple[int, int]:
+        return self.spans[index] if index < len(self.spans) else (0, 0)
+
+
+def _is_gate(chain: Chain, aliases: dict[str, Expr]) -> bool:
+    for branch in chain.branches:
+        if branch.cond is None:
+            continue
+        for name in identifiers(branch.cond):
+            if is_arch_symbol(name) or name in aliases:
+                return True
+    return False
+
+
+def collect_aliases(files: Iterable[CFile]) -> dict[str, Expr]:
+    """Macros defined exactly when an arch condition holds: ``NAME -> condition``."""
+    files = list(files)
+    aliases: dict[str, Expr] = {}
+    for _ in range(4):  # aliases of aliases: a few rounds reach the fixpoint
+        before = len(aliases)
+        for f in files:
+            defines_by_line = {line: name for line, name, _ in f.directives.defines}
+            for chain in f.directives.chains:
+                if not _is_gate(chain, aliases):
+                    continue
+                _alias_chain(chain, defines_by_line, aliases)
+        if len(aliases) == before:
+            break
+    return aliases
+
+
+def _alias_chain(chain: Chain, defines_by_line: dict[int, str], aliases: dict[str, Expr]) -> None:
+    defined_in: dict[str, list[int]] = {}
+    for i, branch in enumerate(chain.branches):
+        for line in range(branch.body[0], branch.body[1]):
+            name = defines_by_line.get(line)
+            if name:
+                defined_in.setdefault(name, []).append(i)
+    for name, where in defined_in.items():
+        if name in aliases or is_arch_symbol(name):
+            continue
+        if chain.has_else() and set(where) >= set(range(len(chain.branches))):
+            continue  # defined whatever the arch: not a feature macro
+        terms: list[Expr] = []
+        for i in sorted(set(where)):
+            cond: Expr = chain.branches[i].cond or ("num", 1)
+            for earlier in chain.branches[:i]:
+                if earlier.cond is not None:
+                    cond = ("&&", ("u!", earlier.cond), cond)
+            terms.append(cond)
+        expr = terms[0]
+        for term in terms[1:]:
+            expr = ("||", expr, term)
+        aliases[name] = expr
+
+
+def preprocessor_gates(f: CFile, aliases: dict[str, Expr]) -> Iterator[Gate]:
+    for chain in f.directives.chains:
+        if chain.line in f.directives.dead or not _is_gate(chain, aliases):
+            continue
+        spans = [(f.offset_of(b.body[0]), f.offset_of(b.body[1])) for b in chain.branches]
+        end = f.offset_of(chain.end_line)
+        spans.append((end, end))
+        yield Gate(f, chain, spans, chain.line, f.line_text(chain.line), f.in_function(chain.line), True)
+
+
+_QUERY = (
+    (re.compile(r"^NV_PROVIDES_SM_(\d+)$"), lambda n: (">=", ("id", "__CUDA_ARCH__"), ("num", n * 10))),
+    (re.compile(r"^NV_IS_EXACTLY_SM_(\d+)$"), lambda n: ("==", ("id", "__CUDA_ARCH__"), ("num", n * 10))),
+    (re.compile(r"^NV_HAS_FEATURE_SM_(\d+)a$"), lambda n: ("defined", f"__CUDA_ARCH_FEAT_SM{n}_ALL")),
+    (re.compile(r"^NV_HAS_FEATURE_SM_(\d+)f$"),
+     lambda n: (">=", ("id", "__CUDA_ARCH_FAMILY_SPECIFIC__"), ("num", n * 10))),
+)
+
+
+def _query(text: str) -> Expr | None:
+    text = text.strip()
+    for pattern, build in _QUERY:
+        m = pattern.match(text)
+        if m:
+            return build(int(m[1]))
+    return None
+
+
+def _split_args(code: str, open_paren: int) -> tuple[list[tuple[int, int]], int] | None:
+    """Top-level argument spans of the call whose '(' is at ``open_paren``, and the ')' offset."""
+    depth, start, args = 0, open_paren + 1, []
+    for i in range(open_paren, min(len(code), open_paren + 200_000)):
+        ch = code[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                args.append((start, i))
+                return args, i
+        elif ch == "," and depth == 1:
+            args.append((start, i))
+            start = i + 1
+    return None
+
+
+def nv_target_gates(f: CFile) -> Iterator[Gate]:
+    if "NV_" not in f.code:
+        return
+    for m in _NV_TARGET.finditer(f.code):
+        line = f.line_of(m.start())
+        if line in f.directives.directive_lines:
+            continue  # CCCL's own macro definitions
+        parsed = _split_args(f.code, m.end() - 1)
+        if parsed is None:
+            continue
+        args, _ = parsed
+        pairs: list[tuple[Expr | None, tuple[int, int]]] = []
+        if m[1] == "DISPATCH_TARGET":
+            for q, body in zip(args[0::2], args[1::2]):
+                pairs.append((_query(f.code[q[0]:q[1]]), body))
+        else:
+            pairs.append((_query(f.code[args[0][0]:args[0][1]]), args[1] if len(args) > 1 else (0, 0)))
+            if len(args) > 2:
+                pairs.append((None, args[2]))
+        if not pairs or any(cond is None for cond, _ in pairs[:1]) or any(
+                cond is None for cond, _ in pairs[:-1]):
+            continue  # host/device dispatch, not an arch gate
+        branches = [Branch(cond, "", line, (line, line)) for cond, _ in pairs]
+        chain = Chain(branches, line)
+        spans = [body for _, body in pairs]
+        spans.append((0, 0))
+        yield Gate(f, chain, spans, line, f.line_text(line), True, False)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a branch does
+# ------------------------------------------------------------------------------------------------
+def classify(gate: Gate, index: int, macros: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """('stub'|'real'|'loud'|'definitions'|'absent', detail) for the body of branch ``index``."""
+    start, end = gate.body(index)
+    f = gate.file
+    code = f.code[start:end]
+    raw = f.raw[start:end]
+    had_directives = False
+    if gate.is_preprocessor:
+        lines = code.split("\n")
+        kept = []
+        for text in lines:
+            stripped = text.strip()
+            if stripped.startswith("#"):
+                if re.match(r"#\s*error\b", stripped):
+                    return "loud", "#error"
+                had_directives = True
+                kept.append(" " * len(text))
+                continue
+            kept.append(text)
+        code = "\n".join(kept)
+    else:
+        inner = code.strip()
+        if inner.startswith("(") and inner.endswith(")"):
+            offset = code.index("(") + 1
+            code = " " * offset + code[offset:code.rindex(")")]
+            raw = raw[:len(code)]
+    # Statements with their raw text (same offsets: stripping keeps them).
+    statements: list[tuple[str, str]] = []
+    for m in re.finditer(r"([^;{}]*)([;{}]|$)", code):
+        piece = m[1].strip()
+        if not piece:
+            continue
+        if m[2] == "{" and "=" not in piece:
+            continue  # a function/struct header; its body follows
+        statements.append((piece, " ".join(raw[m.start(1):m.end(1)].split())))
+    work: list[str] = []
+    quiet: list[str] = []
+    loud = False
+    for piece, text in statements:
+        value, shown = macros.get(piece, ("", ""))
+        parts = [x.strip() for x in re.split(r"[;{}]", value) if x.strip()] if value else [piece]
+        for part in parts:
+            if _LOUD.match(part):
+                loud = True
+            elif part.startswith(("asm", "__asm__")) and not re.search(r"\btrap\b|\bbrkpt\b", text):
+                work.append(text)
+            elif _NO_WORK.match(part) or _TRAP.search(part) or part.startswith(("asm", "__asm__")):
+                quiet.append(text if not value else f"{piece} -> {shown}")
+            else:
+                work.append(text)
+    if work:
+        return "real", work[0][:80]
+    if loud:
+        return "loud", "static_assert"
+    if quiet:
+        return "stub", quiet[0][:80]
+    if had_directives:
+        return "definitions", ""
+    if gate.in_function or not gate.is_preprocessor:
+        return "stub", "empty branch"
+    return "absent", ""
+
+
+def _needs(chosen: list[DeviceRun], chain: Chain, archs: ArchList, aliases: dict[str, Expr]) -> tuple[str, ...]:
+    """The fewest arches to add so that every affected device takes its native branch."""
+    added: list[Target] = []
+    for run in sorted(chosen, key=lambda r: r.device):
+        want = _taken(chain, Scope(run.native, aliases))
+        current = pick_image(list(archs) + added, run.device).target
+        if current is not None and current not in archs.targets:
+            ctx = ArchContext(current.cuda_arch, current.variant is Variant.ARCH,
+                              current.variant in (Variant.ARCH, Variant.FAMILY))
+            if _taken(chain, Scope(ctx, aliases)) == want:
+                continue  # an arch added for a lower device already serves this one
+        needed = _arch_needed(run, chain, aliases)
+        m = re.match(r"(\d+)\.(\d)([af]?)", needed)
+        if m:
+            added.append(Target(int(m[1]), int(m[2]), Variant(m[3])))
+    return tuple(t.version for t in added)
+
+
+def _they(runs: list[DeviceRun]) -> str:
+    return "it takes" if len(runs) == 1 else "they take"
+
+
+def _devices_text(chosen: list[DeviceRun]) -> str:
+    by_image: dict[str, list[str]] = {}
+    for run in chosen:
+        by_image.setdefault(run.target.name, []).append(run.label)
+    parts = []
+    for image, labels in by_image.items():
+        verb = "runs" if len(labels) == 1 else "run"
+        parts.append(f"{', '.join(labels)} {verb} {image}")
+    return "; ".join(parts)
+
+
+def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: dict[str, Expr],
+                  macros: dict[str, tuple[str, str]]) -> Finding | None:
+    stubbed: list[tuple[DeviceRun, str, int]] = []
+    fallback: list[tuple[DeviceRun, str, int]] = []
+    for run in runs:
+        image_i = _taken(gate.chain, Scope(run.image, aliases))
+        if image_i is None:
+            continue
+        native_i = _taken(gate.chain, Scope(run.native, aliases))
+        if native_i == image_i:
+            continue
+        kind, detail = classify(gate, image_i, macros)
+        if kind == "stub":
+            stubbed.append((run, detail, image_i))
+        elif kind in ("real", "loud"):
+            fallback.append((run, detail, image_i))
+    chosen = stubbed or fallback
+    if not chosen:
+        return None
+    runs_chosen = [run for run, _, _ in chosen]
+    needs = _needs(runs_chosen, gate.chain, archs, aliases)
+    run, detail, image_i = chosen[0]
+    branch_line = gate.chain.branches[image_i].line if image_i < len(gate.chain.branches) else gate.chain.end_line
+    where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
+    names = _devices_text(runs_chosen)
+    if stubbed:
+        message = (f"stub trap: {names}, below this gate, so {_they(runs_chosen)} {where}, which does nothing "
+                   f"({detail}): kernels launch and compute nothing")
+        severity = Severity.ERROR
+        fix = (f"declare {', '.join(needs)} in the package's arch list, or lint_ignore rule arch-gate with "
+               "the reason these devices never reach this code")
+    else:
+        message = (f"{names}, below this gate, so {_they(runs_chosen)} the fallback, {where} ({detail}): correct, "
+                   "but not the code written for these devices")
+        severity = Severity.INFO
+        fix = f"declare {', '.join(needs)} to run the code written for these devices"
+    return Finding(Rule.ARCH_GATE.value, severity, gate.file.rel, gate.line, gate.snippet, message, needs,
+                   archs.canonical(), fix, tuple(run.label for run in runs_chosen))
+
+
+def _arch_key(text: str) -> tuple[int, int, str]:
+    m = re.match(r"(\d+)\.(\d)(\w?)", text)
+    return (int(m[1]), int(m[2]), m[3]) if m else (0, 0, text)
+
+
+# ------------------------------------------------------------------------------------------------
+# FP8
+# ------------------------------------------------------------------------------------------------
+def fp8_finding(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> Finding | None:
+    uses: list[tuple[int, str]] = []
+    for m in _FP8.finditer(f.code):
+        uses.append((m.start(), m.group()))
+    for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
+        parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
+        if parsed:
+            _, close = parsed
+            for hit in _FP8.finditer(f.raw, m.end(), close):
+                uses.append((hit.start(), hit.group()))
+    uses = [(pos, word) for pos, word in uses if not any(a <= pos < b for a, b in gated)]
+    if not uses:
+        return None
+    short = [run for run in runs if run.device.number >= 89 and run.image.cuda_arch < 890]
+    if not short:
+        return None
+    uses.sort()
+    pos, word = uses[0]
+    line = f.line_of(pos)
+    more = len({f.line_of(p) for p, _ in uses}) - 1
+    labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
+    suffix = f" (and {more} more lines in this file)" if more else ""
+    return Finding(
+        Rule.FP8.value, Severity.ERROR, f.rel, line, f.line_text(line),
+        f"FP8 ({word}) outside any arch gate{suffix}: {', '.join(labels)}, below the 8.9 FP8 needs",
+        ("8.9",), archs.canonical(),
+        "declare 8.9 (FP8 needs sm_89 or later on every device from 8.9 up), gate the FP8 code on "
+        "__CUDA_ARCH__ >= 890 with a real fallback, or lint_ignore rule fp8 with the reason",
+        tuple(run.label for run in short),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Build files
+# ------------------------------------------------------------------------------------------------
+_GENCODE = re.compile(r"arch\s*=\s*(?:compute|sm)_\d+[af]?\s*,\s*code\s*=\s*(\[[^\]]*\]|[\w,]+)")
+_TARGET = re.compile(r"\b(sm|compute)_(\d{2,3})([af]?)\b")
+_ARCH_FLAG = re.compile(r"(?<![\w-])-(?:arch|-gpu-architecture)[= ]\s*(sm|compute)_(\d{2,3})([af]?)\b")
+_CMAKE_ARCHS = re.compile(r"(?:CMAKE_|\b)CUDA_ARCHITECTURES\b(.*)")
+_CMAKE_VALUE = re.compile(r"\b(\d{2,3}[af]?)(-real|-virtual)?\b")
+_TORCH_ASSIGN = re.compile(r"TORCH_CUDA_ARCH_LIST['\"]?\s*\]?\s*=(?!=)|putenv\(\s*['\"]TORCH_CUDA_ARCH_LIST|"
+                           r"environ\.update\(.*TORCH_CUDA_ARCH_LIST")
+_TORCH_DEFAULT = re.compile(r"setdefault\(\s*['\"]TORCH_CUDA_ARCH_LIST")
+_CMAKE_SET = re.compile(r"\bset\s*\(\s*(CMAKE_CUDA_ARCHITECTURES|ENV\{CUDAARCHS\})|"
+                        r"\bCUDA_ARCHITECTURES\b|\bCUDAARCHS\s*[:?]?=", re.IGNORECASE)
+_CMAKE_GUARD = re.compile(r"\bif\s*\(\s*NOT\s+(DEFINED\s+)?(CMAKE_CUDA_ARCHITECTURES|ENV\{CUDAARCHS\})",
+                          re.IGNORECASE)
+_NVCC_ARCH = re.compile(r"""(["'])(?:(?!\1).)*?(?:-gencode|--generate-code|(?<![\w-])-arch\b|--gpu-architecture|"""
+                        r"""(?<![\w-])-code=|\barch=(?:compute|sm)_)(?:(?!\1).)*\1""")
+_MARCH = re.compile(r"""(["'])-m(?:arch|tune)=[^"']*\1""")
+_MAKE_ARCH = re.compile(r"(?:-gencode|--generate-code|(?<![\w-])-arch[= ]|--gpu-architecture)")
+
+
+def _target(prefix: str, number: str, variant: str) -> Target:
+    n = int(number)
+    return Target(n // 10, n % 10, Variant(variant), Kind.SASS if prefix == "sm" else Kind.PTX)
+
+
+def _needs_text(t: Target) -> str:
+    return t.version + ("+PTX" if t.kind is Kind.PTX else "")
+
+
+def targets_in_line(line: str, kind: str) -> list[Target]:
+    """The device targets a build-file line would make nvcc emit."""
+    found: list[Target] = []
+    masked = line
+    for m in _GENCODE.finditer(line):
+        for p, n, v in _TARGET.findall(m[1]):
+            found.append(_target(p, n, v))
+        masked = masked[:m.start()] + " " * (m.end() - m.start()) + masked[m.end():]
+    for m in _ARCH_FLAG.finditer(masked):
+        t = _target(m[1], m[2], m[3])
+        found.extend([t, t.with_kind(Kind.PTX)] if t.kind is Kind.SASS else [t])
+        masked = masked[:m.start()] + " " * (m.end() - m.start()) + masked[m.end():]
+    for p, n, v in _TARGET.findall(masked):
+        found.append(_target(p, n, v))
+    if kind == "cmake":
+        cmake = _CMAKE_ARCHS.search(masked)
+        if cmake:
+            for value, suffix in _CMAKE_VALUE.findall(cmake[1]):
+                t = _target("sm", value.rstrip("af"), value[-1] if value[-1] in "af" else "")
+                if suffix != "-virtual":
+                    found.append(t)
+                if suffix != "-real":
+                    found.append(t.with_kind(Kind.PTX))
+    return list(dict.fromkeys(found))
+
+
+def build_file_findings(index: TreeIndex, rel: str, archs: ArchList) -> list[Finding]:
+    kind = kind_of_build_file(rel) or "toml"
+    raw = index.text(rel)
+    raw_lines = raw.split("\n")
+    declared = archs.canonical()
+    out: list[Finding] = []
+
+    def snippet(number: int) -> str:
+        return raw_lines[number - 1].strip()[:SNIPPET] if 0 < number <= len(raw_lines) else ""
+
+    def override(number: int, found: tuple[Severity, str, str]) -> None:
+        severity, message, fix = found
+        out.append(Finding(Rule.ARCH_OVERRIDE.value, severity, rel, number, snippet(number), message, (),
+                           declared, fix))
+
+    def targets(number: int, text: str) -> None:
+        missing = [t for t in targets_in_line(text, kind) if t not in archs.targets]
+        if missing:
+            names = ", ".join(t.name for t in missing)
+            out.append(Finding(
+                Rule.EXPLICIT_TARGET.value, Severity.ERROR, rel, number, snippet(number),
+                f"the build names {names}, which the declared list does not have: the wheel would carry "
+                "targets nobody declared, or code written for them never gets built",
+                tuple(_needs_text(t) for t in missing), declared,
+                f"declare {', '.join(_needs_text(t) for t in missing)} in the package's arch list, or "
+                "lint_ignore rule explicit-target with the reason (e.g. the line is never executed)",
+            ))
+
+    events = python_events(raw) if kind == "python" else None
+    if events is not None:
+        for number, event, text in events:
+            if event == "assign":
+                override(number, _ASSIGNED)
+            elif event == "default":
+                override(number, _DEFAULTED)
+            elif _CMAKE_DEFINE.search(text):
+                override(number, _CMAKE_DEFINED if event == "string" else _CMAKE_COMPUTED)
+            elif _NVCC_ARCH_VALUE.search(text):
+                override(number, _NVCC_FLAGS if event == "string" else _NVCC_COMPUTED)
+                targets(number, text)
+            elif _MARCH_VALUE.search(text):
+                override(number, _MARCH_FLAG)
+            else:
+                targets(number, text)
+        return _merge(out, index, rel, kind, archs)
+
+    code = strip_python_comments(raw) if kind == "python" else strip_hash_comments(raw)
+    code_lines = code.split("\n")
+    for number, line in enumerate(code_lines, 1):
+        if not line.strip():
+            continue
+        found = _override(kind, line, code_lines, number)
+        if found:
+            override(number, found)
+            if found[0] is Severity.INFO or _TORCH_ASSIGN.search(line):
+                continue  # a default the farm overrides, or the assigned list itself: no separate targets
+        targets(number, line)
+    return _merge(out, index, rel, kind, archs)
+
+
+_FIX_ENV = ("make the build take the farm's list (patch_script removing the override), or declare exactly "
+            "what it builds and lint_ignore rule arch-override with the reason")
+_ASSIGNED = (Severity.ERROR, "assigns TORCH_CUDA_ARCH_LIST: the build uses this value, not the farm's arch list",
+             _FIX_ENV)
+_DEFAULTED = (Severity.INFO, "sets a default TORCH_CUDA_ARCH_LIST: harmless while the farm exports the list",
+              "nothing to do unless the farm stops exporting TORCH_CUDA_ARCH_LIST")
+_NVCC_FLAGS = (Severity.ERROR,
+               ("passes an nvcc flag containing 'arch': torch then adds no arch flags and ignores "
+                "TORCH_CUDA_ARCH_LIST; the wheel gets exactly the targets these flags name"), _FIX_ENV)
+_NVCC_COMPUTED = (Severity.INFO,
+                  ("computes nvcc arch flags at build time: if they reach torch's nvcc flags, torch ignores "
+                   "TORCH_CUDA_ARCH_LIST; the lint cannot see which targets they name"),
+                  ("check that these flags are derived from TORCH_CUDA_ARCH_LIST (the post-build assertion "
+                   "checks the result either way)"))
+_MARCH_FLAG = (Severity.INFO, "a -march/-mtune flag: if it reaches the nvcc flags, torch ignores TORCH_CUDA_ARCH_LIST",
+               "keep it in the host compiler's flags only")
+_NVCC_ARCH_VALUE = re.compile(r"-gencode|--generate-code|(?<![\w-])-arch\b|--gpu-architecture|(?<![\w-])-code=|"
+                              r"\barch=(?:compute|sm)_")
+_MARCH_VALUE = re.compile(r"(?<![\w-])-m(?:arch|tune)=")
+_MESSAGE_CALLS = frozenset({"print", "warn", "info", "warning", "error", "debug", "exception", "critical",
+                            "echo", "fail", "write"})
+_HOST_KEY = re.compile(r"^(cxx|cc|c|host)$|link|cxx_?flags", re.IGNORECASE)
+_ENV_NAMES = frozenset({"TORCH_CUDA_ARCH_LIST", "CUDAARCHS", "CMAKE_CUDA_ARCHITECTURES"})
+_CMAKE_DEFINE = re.compile(r"CMAKE_CUDA_ARCHITECTURES\s*[=:]")
+_CMAKE_DEFINED = (Severity.ERROR,
+                  "passes CMAKE_CUDA_ARCHITECTURES to CMake: the build uses this value, not the farm's arch list",
+                  _FIX_ENV)
+_CMAKE_COMPUTED = (Severity.INFO,
+                   ("computes CMAKE_CUDA_ARCHITECTURES at build time: the lint cannot see whether it follows "
+                    "the farm's list"),
+                   "check that it is derived from the farm's list (the post-build assertion checks the result)")
+
+
+def python_events(text: str) -> list[tuple[int, str, str]] | None:
+    """What a Python build script does with arch lists and flags, from its syntax tree:
+    ``(line, 'assign'|'default'|'string'|'fstring', text)``. Docstrings and message strings
+    (``raise``, ``assert``, ``print``, logging, warnings) are prose, not flags. None when the
+    file does not parse (the line-based reading applies then)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    events: list[tuple[int, str, str]] = []
+
+    def host_flags(target: ast.AST) -> bool:
+        """A target that holds host compiler or linker flags (``args["cxx"]``, ``extra_link_args``):
+        torch gives these to the host compiler, not to nvcc."""
+        if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
+            return bool(_HOST_KEY.search(str(target.slice.value)))
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+        return bool(_HOST_KEY.search(name))
+
+    def is_env_key(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in _ENV_NAMES
+
+    class Visitor(ast.NodeVisitor):
+        def visit_Expr(self, node: ast.Expr) -> None:
+            if isinstance(node.value, (ast.Constant, ast.JoinedStr)):
+                return  # a docstring or a bare string: documentation
+            self.generic_visit(node)
+
+        def visit_Raise(self, node: ast.Raise) -> None:
+            return
+
+        def visit_Assert(self, node: ast.Assert) -> None:
+            self.visit(node.test)
+
+        def visit_If(self, node: ast.If) -> None:
+            if re.search(r"darwin|macos", ast.unparse(node.test), re.IGNORECASE):
+                for stmt in node.orelse:  # macOS has no CUDA: only the other branch builds here
+                    self.visit(stmt)
+                return
+            self.generic_visit(node)
+
+        def visit_Assign(self, node: ast.Assign) -> None:
+            if any(isinstance(t, ast.Subscript) and is_env_key(t.slice) for t in node.targets):
+                events.append((node.lineno, "assign", ""))
+                return
+            if not any(host_flags(t) for t in node.targets):
+                self.generic_visit(node)
+
+        def visit_AugAssign(self, node: ast.AugAssign) -> None:
+            if not host_flags(node.target):
+                self.generic_visit(node)
+
+        def visit_Dict(self, node: ast.Dict) -> None:
+            if any(is_env_key(k) for k in node.keys):  # an environment for a build subprocess
+                events.append((node.lineno, "assign", ""))
+                return
+            for key, value in zip(node.keys, node.values):
+                if not (isinstance(key, ast.Constant) and _HOST_KEY.search(str(key.value))):
+                    self.visit(value)
+
+        def visit_Call(self, node: ast.Call) -> None:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _MESSAGE_CALLS:
+                return
+            if any(k.arg in _ENV_NAMES for k in node.keywords) or (
+                    name in ("putenv", "update", "__setitem__") and node.args and is_env_key(node.args[0])):
+                events.append((node.lineno, "assign", ""))
+                return
+            if name == "setdefault" and node.args and is_env_key(node.args[0]):
+                events.append((node.lineno, "default", ""))
+                return
+            self.generic_visit(node)
+
+        def visit_Constant(self, node: ast.Constant) -> None:
+            if isinstance(node.value, str):
+                events.append((node.lineno, "string", node.value))
+
+        def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+            parts = [v.value if isinstance(v, ast.Constant) else "{}" for v in node.values]
+            events.append((node.lineno, "fstring", "".join(str(p) for p in parts)))
+            for v in node.values:
+                if isinstance(v, ast.FormattedValue):
+                    self.visit(v.value)
+
+    Visitor().visit(tree)
+    return sorted(events)
+
+
+def _merge(findings: list[Finding], index: TreeIndex, rel: str, kind: str, archs: ArchList) -> list[Finding]:
+    """One finding per (rule, message) in a file, listing every line: one cause, one entry."""
+    groups: dict[tuple[str, str, tuple[str, ...]], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.rule, f.message, f.needs), []).append(f)
+    merged = []
+    for (rule, message, _), items in groups.items():
+        first = items[0]
+        if rule == Rule.ARCH_OVERRIDE.value and first.severity is Severity.ERROR:
+            message += _what_it_builds(index, rel, kind, [f.line for f in items], archs)
+        if len(items) > 1:
+            message += f" (lines {', '.join(str(f.line) for f in items)})"
+        merged.append(Finding(rule, first.severity, rel, first.line, first.snippet, message, first.needs,
+                              first.declared, first.fix, first.devices))
+    return merged
+
+
+def _what_it_builds(index: TreeIndex, rel: str, kind: str, lines: list[int], archs: ArchList) -> str:
+    """What the overriding lines build, against what is declared."""
+    raw = index.text(rel).split("\n")
+    named: list[Target] = []
+    for number in lines:
+        named.extend(targets_in_line(raw[number - 1], kind))
+    if not named:
+        return ""
+    built = ArchList.of(named)
+    text = f"; these lines build {built.canonical()}"
+    absent = [t for t in archs if t not in built.targets]
+    if absent:
+        text += (f", so {', '.join(t.name for t in absent)} from the declared list would be missing "
+                 "and the post-build assertion would fail")
+    return text
+
+
+def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Severity, str, str] | None:
+    """The override a build-file line makes, read line by line (CMake, Make, TOML, unparsable Python)."""
+    if _TORCH_DEFAULT.search(line):
+        return _DEFAULTED
+    if _TORCH_ASSIGN.search(line) and not re.search(r"TORCH_CUDA_ARCH_LIST['\"]?\s*\]?\s*==", line):
+        return _ASSIGNED
+    if kind != "cmake" and _CMAKE_DEFINE.search(line):
+        return _CMAKE_DEFINED
+    if kind == "cmake" and _CMAKE_SET.search(line):
+        if any(_CMAKE_GUARD.search(lines[i]) for i in range(max(0, number - 4), number - 1)):
+            return (Severity.INFO, "sets CUDA architectures only when none are given: the farm's list wins",
+                    "nothing to do")
+        return (Severity.ERROR,
+                ("sets the CUDA architectures in the build: the farm's CMAKE_CUDA_ARCHITECTURES/CUDAARCHS is "
+                 "overridden or intersected away"), _FIX_ENV)
+    if kind == "python":
+        if _NVCC_ARCH.search(line):
+            return _NVCC_FLAGS
+        if _MARCH.search(line):
+            return _MARCH_FLAG
+    if kind == "make" and _MAKE_ARCH.search(line):
+        return (Severity.ERROR, "the Makefile picks nvcc arch flags itself: the farm's list is not used", _FIX_ENV)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Everything for one tree
+# ------------------------------------------------------------------------------------------------
+def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Finding], list[LibrarySummary]]:
+    runs = device_runs(archs)
+    findings: list[Finding] = []
+    for rel in scope.build_files:
+        findings.extend(build_file_findings(index, rel, archs))
+
+    parsed: dict[str, CFile] = {}
+    for rel in sorted(scope.compiled):
+        raw = index.text(rel)
+        if _TRIGGER.search(raw):
+            parsed[rel] = parse_c(rel, raw, scope.library_of(rel))
+    aliases = collect_aliases(parsed.values())
+    if aliases:
+        # First-party files that only use derived feature macros are gates too.
+        alias_re = re.compile(r"\b(" + "|".join(re.escape(a) for a in sorted(aliases)) + r")\b")
+        for rel in sorted(scope.compiled):
+            if rel not in parsed and scope.library_of(rel) is None:
+                raw = index.text(rel)
+                if alias_re.search(raw):
+                    parsed[rel] = parse_c(rel, raw, None)
+    macros = {name: (value, _define_text(f, line, name)) for f in parsed.values()
+              for line, name, value in f.directives.defines if value}
+
+    libraries: dict[str, list[int]] = {}
+    thresholds: dict[str, set[str]] = {}
+    for f in parsed.values():
+        if f.library is not None:
+            gates = [c for c in f.directives.chains if c.line not in f.directives.dead and _is_gate(c, {})]
+            counts = libraries.setdefault(f.library, [0, 0])
+            counts[0] += 1
+            counts[1] += len(gates)
+            seen = thresholds.setdefault(f.library, set())
+            for chain in gates:
+                for branch in chain.branches:
+                    seen.update(f"{int(n)}" for n in re.findall(r"__CUDA_ARCH__\s*[<>=!]=?\s*(\d+)", branch.text))
+                    seen.update(f"sm_{n}a" for n in re.findall(r"FEAT_SM(\d+)_ALL", branch.text))
+            continue
+        gated: list[tuple[int, int]] = []
+        for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f)]:
+            gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
+            finding = gate_findings(gate, runs, archs, aliases, macros)
+            if finding is not None:
+                findings.append(finding)
+        fp8 = fp8_finding(f, gated, runs, archs)
+        if fp8 is not None:
+            findings.append(fp8)
+    summaries = [
+        LibrarySummary(lib, counts[0], counts[1], tuple(sorted(thresholds.get(lib, ()), key=_threshold_key)))
+        for lib, counts in sorted(libraries.items())
+    ]
+    findings.sort(key=lambda x: (x.severity is not Severity.ERROR, x.path, x.line, x.rule))
+    return findings, summaries
+
+
+def _define_text(f: CFile, line: int, name: str) -> str:
+    text = f.line_text(line)
+    return text.split(name, 1)[-1].strip()[:80]
+
+
+def _threshold_key(text: str) -> tuple[int, str]:
+    digits = re.sub(r"\D", "", text)
+    n = int(digits) if digits else 0
+    return (n * 10 if text.startswith("sm_") else n, text)

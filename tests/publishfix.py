@@ -1,0 +1,157 @@
+"""The stamped wheel the upload tests publish: ``examples/demo_ext`` built with nvcc, then
+asserted, stamped and given its ledger fragment by the real postbuild.
+
+One function makes it (:func:`build_stamped_demo`), cached per test session, so every upload
+test module shares one build.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ARCH = "8.0"  # one SASS target keeps the compile short; the gate does not care how many
+
+
+@dataclass(frozen=True)
+class Batch:
+    raw: Path  # the builder's wheel, unstamped
+    wheel: Path  # postbuild's stamped wheel
+    fragment: Path  # its ledger fragment, beside it
+
+
+@functools.cache
+def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
+    """Build demo_ext for one arch, run postbuild on it; returns the wheels and the fragment."""
+    from farm import buildinfo
+    from farm.arch import ArchList
+    from farm.assertion import Expected
+    from farm.cells import Cell
+    from farm.postbuild import BuildContext, cuda_line, postbuild_wheel
+
+    src = work / "demo_ext"
+    shutil.copytree(REPO / "examples" / "demo_ext", src)
+    raw_dir, out = work / "raw", work / "out"
+    env = {**os.environ, "CUDA_HOME": str(cuda_home), "TORCH_CUDA_ARCH_LIST": ARCH, "MAX_JOBS": "2"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                    "--no-cache-dir", "-q", "-w", str(raw_dir), str(src)], check=True, env=env)
+    (raw,) = raw_dir.glob("demo_ext-*.whl")
+    python = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", python, "linux_x86_64")
+    context = BuildContext(
+        cell=cell, expected=Expected(ArchList.parse(ARCH)), requested=ARCH, build_epoch=0,
+        defaults_sha256=None, recipe_sha256=None,
+        source=buildinfo.path_source("examples/demo_ext", None),
+        run=buildinfo.run_from_env({}),
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder="native"),
+    )
+    result = postbuild_wheel(raw, out, context, dist="demo_ext")
+    assert result.passed and result.stamped and result.fragment, result.to_json()
+    return Batch(raw, result.stamped.path, result.fragment)
+
+
+@pytest.fixture(scope="session")
+def demo_batch(tmp_path_factory: pytest.TempPathFactory, cuda_home: Path) -> Batch:
+    return build_stamped_demo(tmp_path_factory.getbasetemp() / "demo-ext-build", cuda_home)
+
+
+def copy_batch(batch: Batch, dest: Path, *, fragment: bool = True) -> Path:
+    """A private copy of the stamped wheel (and its fragment) in ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(batch.wheel, dest)
+    if fragment:
+        shutil.copy2(batch.fragment, dest)
+    return dest / batch.wheel.name
+
+
+# -- servers on 127.0.0.1 ---------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"no answer from {url}")
+
+
+class Server:
+    """A child process serving HTTP on 127.0.0.1, stopped by :meth:`stop` (by its own pid)."""
+
+    def __init__(self, argv: list[str], probe: str, log: Path) -> None:
+        self.log = log.open("wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_http(probe, self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def serve_dir(root: Path, log: Path) -> tuple[Server, str]:
+    port = free_port()
+    server = Server([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                     "--directory", str(root)], f"http://127.0.0.1:{port}/", log)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def pypiserver(packages: Path, log: Path) -> tuple[Server, str]:
+    port = free_port()
+    exe = Path(sys.executable).with_name("pypi-server")
+    server = Server([str(exe), "run", "-i", "127.0.0.1", "-p", str(port), "-a", ".", "-P", ".",
+                     "--disable-fallback", str(packages)], f"http://127.0.0.1:{port}/simple/", log)
+    return server, f"http://127.0.0.1:{port}"
+
+
+# -- installing into a fresh environment --------------------------------------------------------
+def fresh_venv(path: Path) -> Path:
+    """A new venv without pip (pip runs from this interpreter with ``--python``)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def pip_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pip (of this interpreter) installing into ``python``'s environment; ``--isolated`` keeps
+    the machine's pip configuration (extra indexes, find-links) out, so only the index under
+    test can supply the wheel."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "--python", str(python), "install", "--no-cache-dir",
+         "--disable-pip-version-check", *args],
+        capture_output=True, text=True, check=False,
+    )
+
+
+def uv_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    uv = Path(sys.executable).with_name("uv")
+    return subprocess.run([str(uv), "pip", "install", "--no-config", "--no-cache", "--python", str(python), *args],
+                          capture_output=True, text=True, check=False)

@@ -1,0 +1,246 @@
+"""Audit and backfill over real wheels: one wheel of each verdict, built for the test."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from farm import buildinfo
+from farm.audit import (
+    AuditRow,
+    Verdict,
+    WheelFacts,
+    audit,
+    backfill,
+    inferred_cell,
+    judge,
+    today_from_config,
+    wheel_facts,
+)
+from farm.cli import main
+from farm.config import load_config
+from farm.ledger import LedgerIndex, merge_fragments
+from farm.postbuild import context_from_config, postbuild_wheel
+from farm.stamp import WheelName
+from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
+from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
+from tests.wheelmaker import make_wheel
+
+SO_LIST = "sm_80;sm_90;compute_90"
+
+
+class Fleet:
+    """A folder of published wheels, one per verdict, the ledger, and today's farm root."""
+
+    def __init__(self, pub: Path, ledger: Path, root_now: Path, names: dict[Verdict, str]) -> None:
+        self.pub, self.ledger, self.root_now, self.names = pub, ledger, root_now, names
+
+
+def retamper(stamped: Path, so: Path, dest_dir: Path) -> Path:
+    """``stamped`` with its extension swapped for ``so`` after stamping (RECORD made valid again)."""
+    name = WheelName.parse(stamped.name)
+    with zipfile.ZipFile(stamped) as zf:
+        files: dict[str, bytes | Path] = {
+            i.filename: zf.read(i) for i in zf.infolist()
+            if not i.filename.endswith(("/RECORD", "/METADATA", "/WHEEL"))
+        }
+    files[f"{name.dist}/{SO}"] = so
+    return make_wheel(dest_dir, name.dist, name.version, files, tag=TAG)
+
+
+@pytest.fixture(scope="module")
+def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:  # noqa: F811
+    work = tmp_path_factory.mktemp("fleet")
+    so = cuda_fixtures.path("default")  # sm_80, sm_90, compute_90
+    root_then = write_farm_root(work / "then", {"demo_ok": BASE, "demo_moved": BASE, "demo_wrong": BASE})
+    config = load_config(root_then)
+    raw, pub, frags = work / "raw", work / "pub", work / "fragments"
+    stamped = {}
+    for dist in ("demo_ok", "demo_moved", "demo_wrong"):
+        wheel = builder_wheel(raw, dist, so)
+        context, recipe = context_from_config(config, wheel, cuda_home=cuda_home, builder="native")
+        result = postbuild_wheel(wheel, pub, context, dist=recipe.dist, fragments_dir=frags)
+        assert result.passed and result.stamped, result.report.render()
+        stamped[dist] = result.stamped.path
+    ledger = work / "ledger.jsonl"
+    merge_fragments(ledger, frags)
+
+    # wheel-wrong: the extension was replaced after stamping (an sm_90a-only build)
+    wrong = retamper(stamped["demo_wrong"], cuda_fixtures.path("sm90a"), work / "tampered")
+    shutil.move(str(wrong), str(stamped["demo_wrong"]))
+    # unledgered: a wheel nobody recorded
+    unledgered = builder_wheel(pub, "demo_unknown", so, version="0.1.0+cu128torch2.8")
+    # inferred: recorded by an earlier backfill of that one file
+    inferred = builder_wheel(work / "old", "demo_old", so, version="2.0+cu126")
+    backfill(str(inferred), ledger)
+    shutil.copy(inferred, pub / inferred.name)
+
+    # today's policy: demo_moved's list dropped 8.0
+    root_now = write_farm_root(work / "now", {"demo_ok": BASE, "demo_moved": "9.0+PTX", "demo_wrong": BASE})
+    names = {
+        Verdict.OK: stamped["demo_ok"].name,
+        Verdict.CONFIG_MOVED: stamped["demo_moved"].name,
+        Verdict.WHEEL_WRONG: stamped["demo_wrong"].name,
+        Verdict.UNLEDGERED: unledgered.name,
+        Verdict.INFERRED: inferred.name,
+    }
+    return Fleet(pub, ledger, root_now, names)
+
+
+def by_name(rows: list[AuditRow]) -> dict[str, AuditRow]:
+    return {r.filename: r for r in rows}
+
+
+def test_one_wheel_of_each_verdict(fleet: Fleet) -> None:
+    rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger), today_from_config(load_config(fleet.root_now))))
+    assert {rows[name].verdict for name in fleet.names.values()} == set(Verdict)
+    for verdict, name in fleet.names.items():
+        assert rows[name].verdict is verdict, rows[name]
+    wrong = rows[fleet.names[Verdict.WHEEL_WRONG]]
+    assert wrong.source == "embedded"
+    assert any(f"demo_wrong/{SO}: recorded as holding {SO_LIST}, the binary holds sm_90a;compute_90a" == r
+               for r in wrong.reasons), wrong.reasons
+    assert any("the ledger records sha256" in r for r in wrong.reasons)
+    moved = rows[fleet.names[Verdict.CONFIG_MOVED]]
+    assert moved.reasons[0] == f"demo_moved/{SO}: built for {SO_LIST}, today's policy resolves sm_90;compute_90"
+    assert rows[fleet.names[Verdict.OK]].reasons == ()
+    assert rows[fleet.names[Verdict.INFERRED]].source == "ledger"
+
+
+def test_without_todays_config_a_moved_policy_is_not_seen(fleet: Fleet) -> None:
+    rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger)))
+    assert rows[fleet.names[Verdict.CONFIG_MOVED]].verdict is Verdict.OK
+    assert rows[fleet.names[Verdict.WHEEL_WRONG]].verdict is Verdict.WHEEL_WRONG
+
+
+def test_cli_table_json_and_exit_code(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["audit", str(fleet.pub), "--root", str(fleet.root_now), "--ledger", str(fleet.ledger)]
+    assert main([*argv, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["counts"] == {v.value: 1 for v in Verdict}
+    assert {w["filename"]: w["verdict"] for w in out["wheels"]} == {n: v.value for v, n in fleet.names.items()}
+
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    text = captured.out
+    assert "wheel-wrong" in text and "config-moved" in text and "1 ok, 1 wheel-wrong" in text
+    assert f"audit: [5] {max(fleet.names.values())}: wheel-wrong" in captured.err
+    assert f"| {fleet.names[Verdict.WHEEL_WRONG]} | wheel-wrong |" in summary.read_text()
+
+
+def test_cli_exit_0_without_wheel_wrong(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "good"
+    folder.mkdir()
+    shutil.copy(fleet.pub / fleet.names[Verdict.OK], folder)
+    assert main(["audit", str(folder), "--root", str(fleet.root_now), "--ledger", str(fleet.ledger), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["ok"] == 1
+
+
+@pytest.fixture
+def index_url(fleet: Fleet) -> Iterator[str]:
+    """The published folder served on loopback as a directory-listing index."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(fleet.pub.parent))
+    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{fleet.pub.name}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_audit_over_an_index_url(fleet: Fleet, index_url: str) -> None:
+    rows = audit(index_url, LedgerIndex.load(fleet.ledger), today_from_config(load_config(fleet.root_now)))
+    assert {r.filename: r.verdict for r in rows} == {n: v for v, n in fleet.names.items()}
+    assert all(r.location.startswith(index_url) for r in rows)
+
+
+def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    shutil.copy(fleet.ledger, ledger)
+    before = ledger.read_bytes()
+    assert main(["backfill", str(fleet.pub), "--root", str(fleet.root_now), "--ledger", str(ledger), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["added"] == [fleet.names[Verdict.UNLEDGERED]]
+    reasons = {s["filename"]: s["reason"] for s in result["skipped"]}
+    assert reasons[fleet.names[Verdict.OK]] == "has embedded provenance"
+    assert reasons[fleet.names[Verdict.INFERRED]] == "already in the ledger"
+    assert ledger.read_bytes().startswith(before), "backfill only appends"
+
+    index = LedgerIndex.load(ledger)
+    entry = index.entry(index.by_filename(fleet.names[Verdict.UNLEDGERED]))
+    buildinfo.validate(entry)
+    assert entry["provenance"] == "inferred"
+    assert entry["cell"] == {"cuda": "12.8", "torch": "2.8", "python": TAG.split("-")[0], "platform": "linux_x86_64"}
+    assert entry["found"] == {f"demo_unknown/{SO}": SO_LIST}
+    for unknown in ("package", "build_epoch", "expected", "assertion", "defaults_sha256", "recipe_sha256",
+                    "run", "source", "toolchain"):
+        assert entry[unknown] is None, unknown
+    assert entry["arch_list"] == {"requested": None, "normalised": None}
+
+    rows = by_name(audit(str(fleet.pub), index))
+    assert rows[fleet.names[Verdict.UNLEDGERED]].verdict is Verdict.INFERRED
+    # a second backfill adds nothing
+    assert backfill(str(fleet.pub), ledger).added == ()
+
+
+def test_unreadable_wheel_is_wheel_wrong_not_a_crash(tmp_path: Path) -> None:
+    bad = tmp_path / "demo_bad-1.0-cp311-cp311-linux_x86_64.whl"
+    bad.write_bytes(b"not a zip")
+    (row,) = audit(str(tmp_path), LedgerIndex.empty())
+    assert row.verdict is Verdict.WHEEL_WRONG and "zip" in row.reasons[0]
+
+
+def test_judge_inferred_that_no_longer_matches_is_wheel_wrong() -> None:
+    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+                       {"a/_C.so": "2" * 64}, None)
+    entry = {"provenance": "inferred", "found": {"a/_C.so": "sm_80;sm_90"}, "extensions": {"a/_C.so": "2" * 64}}
+    row = judge(facts, entry, None)
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.reasons == ("a/_C.so: recorded as holding sm_80;sm_90, the binary holds sm_80",)
+
+
+def test_inferred_cell_from_names() -> None:
+    cell = inferred_cell(WheelName.parse("x-1.0+cu130-cp312-cp312-manylinux_2_28_aarch64.whl"))
+    assert cell == {"cuda": "13.0", "torch": "none", "python": "cp312", "platform": "linux_aarch64"}
+    cell = inferred_cell(WheelName.parse("x-1.0-py3-none-any.whl"))
+    assert cell == {"cuda": None, "torch": None, "python": None, "platform": None}
+
+
+def test_wheel_facts_reads_embedded_provenance(fleet: Fleet) -> None:
+    facts = wheel_facts(fleet.pub / fleet.names[Verdict.OK])
+    assert facts.embedded is not None and facts.embedded["package"] == "demo_ok"
+    assert facts.extensions == facts.embedded["extensions"]
+
+
+def test_invalid_embedded_provenance_is_wheel_wrong(tmp_path: Path) -> None:
+    make_wheel(tmp_path, "demo_bogus", "1.0+cu128", {
+        "demo_bogus/__init__.py": b"",
+        "demo_bogus-1.0+cu128.dist-info/_build_info.json": b'{"provenance": "asserted"}',
+    }, tag=TAG)
+    (row,) = audit(str(tmp_path), LedgerIndex.empty())
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert "invalid build info" in row.reasons[0] and "_build_info.json" in row.reasons[0]
+
+
+def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
+    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+                       {"a/_C.so": "2" * 64}, {"provenance": "asserted", "found": {"a/_C.so": "sm_80"},
+                                               "expected": {"a/_C.so": "sm_80;sm_90"},
+                                               "assertion": {"result": "failed"}, "extensions": None})
+    row = judge(facts, None, None)
+    assert row.verdict is Verdict.WHEEL_WRONG and row.reasons == ("its provenance says the assertion failed",)

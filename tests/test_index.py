@@ -1,0 +1,213 @@
+"""The static PEP 503 tree: layout, links, PEP 658 metadata, packages.json, regeneration from
+the ledger, and the refusals (lost project, same name with another hash, unledgered file)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from farm.errors import DefectError, LedgerError
+from farm.upload import index
+from tests.ledgermaker import make_entry
+from tests.wheelmaker import make_wheel
+
+Built = tuple[list[Path], dict[str, dict[str, Any]]]
+
+WHEELS = [  # (dist, version, cuda, torch)
+    ("alpha", "1.0", "12.8", "2.8"),
+    ("alpha", "1.0", "12.8", "2.7"),
+    ("Beta_Pkg", "2.0", "12.8", "none"),
+    ("gamma", "1.0", "13.0", "2.9"),
+]
+
+
+def _local(cuda: str, torch: str) -> str:
+    return f"cu{cuda.replace('.', '')}" + ("" if torch == "none" else f"torch{torch}")
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Built:
+    wheels, entries = [], {}
+    for dist, version, cuda, torch in WHEELS:
+        path = make_wheel(tmp_path / "wheels", dist, f"{version}+{_local(cuda, torch)}",
+                          {f"{dist.lower()}/__init__.py": f"# {cuda} {torch}\n".encode()})
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        entries[path.name] = make_entry(dist, version, cuda=cuda, torch=torch, filename=path.name, sha256=sha)
+        wheels.append(path)
+    return wheels, entries
+
+
+def _publish(root: Path, wheels: list[Path], entries: dict[str, dict[str, Any]]) -> index.IndexReport:
+    pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
+    uploads, report = index.publish(root, pairs, entries.get)
+    assert report is not None
+    assert {u.action for u in uploads} == {"stored"}
+    return report
+
+
+def _links(page: Path) -> list[dict[str, str]]:
+    out = []
+    for m in re.finditer(r"<a ([^>]*)>([^<]*)</a>", page.read_text()):
+        attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(1)))
+        out.append({**attrs, "text": m.group(2)})
+    return out
+
+
+def test_layout_channels_and_links(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    report = _publish(root, wheels, entries)
+    assert report.channels == ("cu128", "cu128/torch2.7", "cu128/torch2.8", "cu130/torch2.9")
+
+    pages = sorted(str(p.relative_to(root)) for p in root.rglob("index.html"))
+    assert pages == sorted([
+        "index.html", "flat/index.html",
+        "cu128/index.html", "cu128/beta-pkg/index.html",
+        "cu128/torch2.7/index.html", "cu128/torch2.7/alpha/index.html", "cu128/torch2.7/beta-pkg/index.html",
+        "cu128/torch2.8/index.html", "cu128/torch2.8/alpha/index.html", "cu128/torch2.8/beta-pkg/index.html",
+        "cu130/torch2.9/index.html", "cu130/torch2.9/gamma/index.html",
+    ])
+    # One torch variant per page: pip must not choose between +cu128torch2.7 and 2.8 by label.
+    (link,) = _links(root / "cu128/torch2.7/alpha/index.html")
+    assert link["text"] == "alpha-1.0+cu128torch2.7-cp311-cp311-linux_x86_64.whl"
+    assert [link["href"] for link in _links(root / "cu128/torch2.7/index.html")] == ["alpha/", "beta-pkg/"]
+
+    for page in root.rglob("*/index.html"):
+        for link in _links(page):
+            if not link["href"].endswith("/"):
+                target, sha = link["href"].split("#sha256=")
+                file = (page.parent / target.replace("%2B", "+")).resolve()
+                assert hashlib.sha256(file.read_bytes()).hexdigest() == sha
+                meta = file.with_name(file.name + ".metadata").read_bytes()
+                meta_sha = hashlib.sha256(meta).hexdigest()
+                assert link["data-dist-info-metadata"] == link["data-core-metadata"] == f"sha256={meta_sha}"
+                with zipfile.ZipFile(file) as zf:
+                    (member,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+                    assert zf.read(member) == meta
+    assert len(_links(root / "flat/index.html")) == len(WHEELS)
+
+
+def test_packages_json(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels, entries)
+    doc = json.loads((root / "packages.json").read_text())
+    assert doc["channels"]["cu128"] == {"beta-pkg": ["Beta_Pkg-2.0+cu128-cp311-cp311-linux_x86_64.whl"]}
+    assert set(doc["channels"]["cu128/torch2.8"]) == {"alpha", "beta-pkg"}
+    f = doc["files"]["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"]
+    assert f["project"] == "gamma" and f["cuda_label"] == "cu130" and f["torch_label"] == "torch2.9"
+    assert f["sha256"] == entries["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"]["sha256"]
+    assert f["url"] == "files/gamma-1.0%2Bcu130torch2.9-cp311-cp311-linux_x86_64.whl"
+
+
+def test_regeneration_is_idempotent_and_restores_pages(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels, entries)
+    snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    assert index.regenerate(root, entries.get).written == ()
+    (root / "cu128/torch2.8/alpha/index.html").unlink()
+    (root / "index.html").write_text("vandalised")
+    report = index.regenerate(root, entries.get)
+    assert sorted(report.written) == ["cu128/torch2.8/alpha/index.html", "index.html"]
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
+
+
+def test_lost_project_refused_unless_allowed(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels, entries)
+    before = (root / "packages.json").read_bytes()
+    (root / "files" / "gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl").unlink()
+    with pytest.raises(DefectError) as exc:
+        index.regenerate(root, entries.get)
+    assert "cu130/torch2.9/gamma" in str(exc.value) and "--allow-drop" in str(exc.value)
+    assert (root / "packages.json").read_bytes() == before
+    assert (root / "cu130/torch2.9/gamma/index.html").exists()
+
+    report = index.regenerate(root, entries.get, allow_drop=["Gamma"])
+    assert report.removed == ("cu130/torch2.9/gamma", "cu130/torch2.9/")
+    assert "cu130/torch2.9" not in json.loads((root / "packages.json").read_text())["channels"]
+    assert not (root / "cu130").exists()  # no page of the dropped channel is left behind
+    assert [link["href"] for link in _links(root / "index.html")] == ["cu128/", "cu128/torch2.7/", "cu128/torch2.8/"]
+
+
+def test_same_name_other_hash_refused_and_reupload_is_a_noop(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels, entries)
+    snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
+    uploads, _ = index.publish(root, pairs, entries.get)
+    assert {u.action for u in uploads} == {"present"}
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
+
+    rebuilt = make_wheel(tmp_path / "rebuilt", "alpha", "1.0+cu128torch2.8", {"alpha/__init__.py": b"# other\n"})
+    assert rebuilt.name == wheels[0].name
+    with pytest.raises(DefectError, match="never overwritten"):
+        index.publish(root, [(rebuilt, hashlib.sha256(rebuilt.read_bytes()).hexdigest())], entries.get)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
+
+
+def test_stored_file_must_match_the_ledger(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels, entries)
+    name = wheels[0].name
+    with pytest.raises(LedgerError, match="not in the ledger"):
+        index.regenerate(root, {k: v for k, v in entries.items() if k != name}.get)
+    (root / "files" / name).write_bytes(b"tampered")
+    with pytest.raises(DefectError, match="the stored file changed"):
+        index.regenerate(root, entries.get)
+
+
+def test_pip_resolves_within_a_channel(built: Built, tmp_path: Path) -> None:
+    """pip, given the torch2.7 channel, downloads the torch2.7 build (not the higher label)."""
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels, entries)
+    dest = tmp_path / "dl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--isolated", "download", "--no-deps", "--no-cache-dir",
+         "--disable-pip-version-check",
+         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+         "--platform", "linux_x86_64", "--index-url", (root / "cu128" / "torch2.7").as_uri() + "/",
+         "-d", str(dest), "alpha", "beta-pkg"],
+        capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "Beta_Pkg-2.0+cu128-cp311-cp311-linux_x86_64.whl",
+        "alpha-1.0+cu128torch2.7-cp311-cp311-linux_x86_64.whl",
+    ]
+
+
+def test_describe_reads_requires_python() -> None:
+    meta = b"Metadata-Version: 2.1\nName: x\nVersion: 1.0+cu128\nRequires-Python: >=3.9\n"
+    f = index.describe("x-1.0+cu128-cp311-cp311-linux_x86_64.whl", "0" * 64, 10, meta)
+    assert f.requires_python == ">=3.9" and f.home == "cu128" and f.torch_label is None
+    assert 'data-requires-python="&gt;=3.9"' in index.file_link(f, "../../")
+    odd = index.describe("x-1.0-py3-none-any.whl", "0" * 64, 10, None)
+    assert odd.home is None and odd.metadata_sha256 is None
+    assert "data-core-metadata" not in index.file_link(odd, "../")
+
+
+def test_dry_run_writes_nothing(built: Built, tmp_path: Path) -> None:
+    wheels, entries = built
+    root = tmp_path / "index"
+    pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
+    uploads, report = index.publish(root, pairs, entries.get, dry_run=True)
+    assert report is None and {u.action for u in uploads} == {"stored"}
+    assert not root.exists()
+    _publish(root, wheels, entries)
+    (root / "index.html").unlink()
+    uploads, report = index.publish(root, pairs, entries.get, dry_run=True)
+    assert report is None and {u.action for u in uploads} == {"present"}
+    assert not (root / "index.html").exists()

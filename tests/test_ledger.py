@@ -1,0 +1,345 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from farm.errors import EXIT_BAD_INPUT, LedgerError
+from farm.ledger import (
+    FRAGMENT_SUFFIX,
+    ExistsKey,
+    LedgerIndex,
+    Provenance,
+    dumps_entry,
+    iter_entries,
+    merge_fragments,
+    record_published,
+    validate_entry,
+    write_fragment,
+)
+
+from .ledgermaker import make_entry
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_ledger(path: Path, entries: list[dict], *, trailing_newline: bool = True) -> Path:
+    text = "\n".join(dumps_entry(e) for e in entries)
+    path.write_text(text + ("\n" if trailing_newline and entries else ""))
+    return path
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- reading ---------------------------------------------------------------------------------
+def test_index_lookups_by_key_filename_and_sha(tmp_path: Path) -> None:
+    entries = [make_entry(python=py) for py in ("cp310", "cp311", "cp312")]
+    entries.append(make_entry(python="cp311", build_epoch=2))
+    ledger = write_ledger(tmp_path / "ledger.jsonl", entries)
+    index = LedgerIndex.load(ledger)
+
+    assert len(index) == 4
+    key = ExistsKey("demo_ext", "0.1.0", "12.8", "2.8", "cp311", "linux_x86_64", 0)
+    rec = index.get(key)
+    assert rec is not None and rec.line == 2 and rec.filename == entries[1]["filename"]
+    assert key in index
+    assert key._replace(build_epoch=1) not in index
+    assert index.get(key._replace(build_epoch=2)).line == 4  # type: ignore[union-attr]
+    assert index.by_filename(entries[3]["filename"]).line == 4  # type: ignore[union-attr]
+    assert index.by_sha256(entries[2]["sha256"]).line == 3  # type: ignore[union-attr]
+    assert index.by_filename("nope-1.0-py3-none-any.whl") is None
+    # The full entry is re-read from its line, equal to what was written.
+    assert index.entry(rec) == entries[1]
+    assert rec.arch == "sm_80;sm_90;compute_90"
+
+
+def test_inferred_entries_count_as_epoch_0_and_asserted_outranks_them(tmp_path: Path) -> None:
+    inferred = make_entry(provenance="inferred", filename="demo_ext-0.1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl")
+    inferred["build_epoch"] = 5  # a guess: ignored
+    asserted = make_entry(filename="demo_ext-0.1.0+cu128torch2.8-0-cp311-cp311-linux_x86_64.whl")
+    index = LedgerIndex.load(write_ledger(tmp_path / "l.jsonl", [inferred, asserted]))
+    key = ExistsKey("demo_ext", "0.1.0", "12.8", "2.8", "cp311", "linux_x86_64", 0)
+    assert index.get(key).provenance is Provenance.ASSERTED  # type: ignore[union-attr]
+    assert key._replace(build_epoch=5) not in index
+
+    only_inferred = LedgerIndex.load(write_ledger(tmp_path / "i.jsonl", [inferred]))
+    assert only_inferred.get(key).provenance is Provenance.INFERRED  # type: ignore[union-attr]
+
+
+def test_inferred_entry_with_unknown_cell_is_indexed_by_name_only(tmp_path: Path) -> None:
+    entry = make_entry(provenance="inferred")
+    entry.update(package=None, version=None, cell=None, arch_list=None)
+    index = LedgerIndex.load(write_ledger(tmp_path / "l.jsonl", [entry]))
+    rec = index.by_filename(entry["filename"])
+    assert rec is not None and rec.key is None and rec.arch is None
+
+
+def test_last_line_without_newline_is_read(tmp_path: Path) -> None:
+    entries = [make_entry(python="cp310"), make_entry(python="cp311")]
+    index = LedgerIndex.load(write_ledger(tmp_path / "l.jsonl", entries, trailing_newline=False))
+    assert [r.line for r in index.records] == [1, 2]
+
+
+def test_empty_ledger_is_empty(tmp_path: Path) -> None:
+    (tmp_path / "l.jsonl").write_text("")
+    assert len(LedgerIndex.load(tmp_path / "l.jsonl")) == 0
+
+
+BAD_LINES = {
+    "not json": ("{not json", "not valid JSON"),
+    "truncated": ('{"filename": "a-1-py3-none-any.whl", "sha', "not valid JSON"),
+    "blank": ("", "empty line"),
+    "array": ("[1, 2]", "must be a JSON object"),
+    "bad provenance": (dumps_entry({**make_entry(), "provenance": "guessed"}), "'provenance'"),
+    "bad sha": (dumps_entry({**make_entry(), "sha256": "ABC"}), "'sha256'"),
+    "no filename": (dumps_entry({k: v for k, v in make_entry().items() if k != "filename"}), "'filename'"),
+    "path filename": (dumps_entry({**make_entry(), "filename": "../x-1-py3-none-any.whl"}), "bare wheel"),
+    "negative epoch": (dumps_entry({**make_entry(), "build_epoch": -1}), "'build_epoch'"),
+    "bool size": (dumps_entry({**make_entry(), "size": True}), "'size'"),
+    "asserted null cell": (dumps_entry({**make_entry(), "cell": None}), "'cell'"),
+    "asserted null arch": (dumps_entry({**make_entry(), "arch_list": {"requested": "8.0", "normalised": None}}),
+                           "'normalised'"),
+    "bad published": (dumps_entry({**make_entry(), "published": [{"target": "gh"}]}), "'published'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_malformed_line_is_an_error_naming_its_line(tmp_path: Path, name: str) -> None:
+    bad, message = BAD_LINES[name]
+    good = [dumps_entry(make_entry(python=py)) for py in ("cp310", "cp311", "cp312")]
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("\n".join([good[0], good[1], bad, good[2]]) + "\n")
+    with pytest.raises(LedgerError) as info:
+        LedgerIndex.load(path)
+    assert f"{path}:3" in str(info.value)
+    assert message in str(info.value)
+    assert info.value.exit_code == EXIT_BAD_INPUT
+    with pytest.raises(LedgerError, match=":3"):
+        list(iter_entries(path))
+
+
+def test_same_filename_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
+    a = make_entry()
+    b = {**a, "sha256": "0" * 64}
+    path = write_ledger(tmp_path / "l.jsonl", [make_entry(python="cp310"), a, b])
+    with pytest.raises(LedgerError, match=r":3: .*already recorded at line 2, with another sha256"):
+        LedgerIndex.load(path)
+    path = write_ledger(tmp_path / "l.jsonl", [a, a])
+    with pytest.raises(LedgerError, match="the same sha256 again"):
+        LedgerIndex.load(path)
+
+
+def test_missing_ledger_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="no ledger file"):
+        LedgerIndex.load(tmp_path / "absent.jsonl")
+
+
+def test_validate_entry_returns_the_exists_key() -> None:
+    rec = validate_entry(make_entry(torch="none", python="abi3", build_epoch=3), "x")
+    assert rec.key == ExistsKey("demo_ext", "0.1.0", "12.8", "none", "abi3", "linux_x86_64", 3)
+
+
+# -- fragments -------------------------------------------------------------------------------
+def test_write_fragment_is_one_file_per_wheel_and_idempotent(tmp_path: Path) -> None:
+    frags = tmp_path / "frags"
+    entry = make_entry()
+    path = write_fragment(entry, frags)
+    assert path == frags / (entry["filename"] + FRAGMENT_SUFFIX)
+    assert json.loads(path.read_text()) == entry
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
+    assert write_fragment(entry, frags) == path
+    assert [p.name for p in frags.iterdir()] == [path.name]  # no temp files left behind
+
+    with pytest.raises(LedgerError, match="already exists with sha256"):
+        write_fragment({**entry, "sha256": "f" * 64}, frags)
+    assert json.loads(path.read_text()) == entry
+
+
+def test_write_fragment_refuses_an_invalid_entry_and_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="'sha256'"):
+        write_fragment({**make_entry(), "sha256": None}, tmp_path / "frags")
+    assert not (tmp_path / "frags").exists()
+
+
+# -- merging ---------------------------------------------------------------------------------
+def test_merge_appends_new_wheels_and_is_idempotent(tmp_path: Path) -> None:
+    ledger = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310")])
+    frags = tmp_path / "frags"
+    new = [make_entry(python=py) for py in ("cp311", "cp312")]
+    for e in new + [make_entry(python="cp310")]:
+        write_fragment(e, frags)
+
+    result = merge_fragments(ledger, frags)
+    assert sorted(result.added) == sorted(e["filename"] for e in new)
+    assert result.already == (make_entry(python="cp310")["filename"],)
+    assert len(LedgerIndex.load(ledger)) == 3
+
+    again = merge_fragments(ledger, frags)
+    assert again.added == () and len(again.already) == 3
+    assert len(ledger.read_text().splitlines()) == 3
+
+
+def test_merge_creates_the_ledger_and_ends_an_unterminated_last_line(tmp_path: Path) -> None:
+    frags = tmp_path / "frags"
+    write_fragment(make_entry(python="cp312"), frags)
+    fresh = tmp_path / "fresh.jsonl"
+    assert len(merge_fragments(fresh, frags).added) == 1
+    assert len(LedgerIndex.load(fresh)) == 1
+
+    ledger = write_ledger(tmp_path / "l.jsonl", [make_entry(python="cp310")], trailing_newline=False)
+    merge_fragments(ledger, frags)
+    assert [r.line for r in LedgerIndex.load(ledger).records] == [1, 2]
+
+
+def test_merge_refuses_another_sha256_and_changes_nothing(tmp_path: Path) -> None:
+    old = make_entry(python="cp311")
+    ledger = write_ledger(tmp_path / "ledger.jsonl", [old])
+    before = ledger.read_bytes()
+    frags = tmp_path / "frags"
+    write_fragment(make_entry(python="cp312"), frags)  # would be fine on its own
+    write_fragment({**old, "sha256": "e" * 64}, frags)
+    with pytest.raises(LedgerError, match="already in the ledger with sha256 .*Nothing was merged"):
+        merge_fragments(ledger, frags)
+    assert ledger.read_bytes() == before
+
+
+def test_merge_refuses_a_malformed_ledger_or_fragment(tmp_path: Path) -> None:
+    frags = tmp_path / "frags"
+    write_fragment(make_entry(python="cp312"), frags)
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(dumps_entry(make_entry()) + "\n{oops\n")
+    with pytest.raises(LedgerError, match=":2"):
+        merge_fragments(ledger, frags)
+    assert ledger.read_text().endswith("{oops\n")
+
+    good = write_ledger(tmp_path / "good.jsonl", [make_entry()])
+    (frags / ("x-1-py3-none-any.whl" + FRAGMENT_SUFFIX)).write_text("{}")
+    with pytest.raises(LedgerError, match="x-1-py3-none-any.whl"):
+        merge_fragments(good, frags)
+    assert len(good.read_text().splitlines()) == 1
+
+
+_MERGER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from farm.ledger import merge_fragments, write_fragment
+    from tests.ledgermaker import make_entry
+    ledger, work, start, tag = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
+    while not start.exists():
+        time.sleep(0.001)
+    for batch in range(25):
+        frags = work / f"{tag}-{batch}"
+        for i in range(8):
+            # Both processes write wheels 0..3 of each batch (identical bytes): the overlap.
+            owner = "shared" if i < 4 else tag
+            write_fragment(make_entry(f"pkg_{owner}", f"{batch}.{i}"), frags)
+        merge_fragments(ledger, frags)
+    """
+)
+
+
+def test_two_processes_merging_at_once_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("")
+    start = tmp_path / "start"
+    script = tmp_path / "merger.py"
+    script.write_text(_MERGER)
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(REPO), str(ledger), str(tmp_path), str(start), tag])
+        for tag in ("a", "b")
+    ]
+    start.touch()
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+
+    names = [r.filename for r in LedgerIndex.load(ledger).records]  # every line valid
+    expected = {
+        make_entry(f"pkg_{owner}", f"{batch}.{i}")["filename"]
+        for batch in range(25)
+        for i in range(8)
+        for owner in (("shared",) if i < 4 else ("a", "b"))
+    }
+    assert len(names) == len(set(names))  # nothing duplicated
+    assert set(names) == expected  # nothing lost
+    assert len(names) == 25 * (4 + 4 + 4)
+
+
+# -- publishing ------------------------------------------------------------------------------
+def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path) -> None:
+    entries = [make_entry(python=py) for py in ("cp310", "cp311", "cp312")]
+    ledger = tmp_path / "ledger.jsonl"
+    # Lines written by hand (other key order, spaces) must survive byte for byte.
+    raw = [json.dumps(e) for e in entries]
+    ledger.write_text("\n".join(raw) + "\n")
+    ledger.chmod(0o664)
+    target = entries[1]
+
+    assert record_published(ledger, target["filename"], target["sha256"], "index", "https://x/a.whl")
+    lines = ledger.read_text().splitlines()
+    assert lines[0] == raw[0] and lines[2] == raw[2]
+    assert json.loads(lines[1])["published"] == [{"target": "index", "url": "https://x/a.whl"}]
+    assert oct(ledger.stat().st_mode & 0o777) == oct(0o664)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.jsonl", "ledger.jsonl.lock"]
+
+    # Same target/url again: nothing to do.
+    before = ledger.read_bytes()
+    assert not record_published(ledger, target["filename"], target["sha256"], "index", "https://x/a.whl")
+    assert ledger.read_bytes() == before
+    assert record_published(ledger, target["filename"], target["sha256"], "github", "https://gh/a.whl")
+    assert [p["target"] for p in lines_of(ledger)[1]["published"]] == ["index", "github"]
+
+
+def test_record_published_refuses_unknown_wheel_or_other_sha(tmp_path: Path) -> None:
+    entry = make_entry()
+    ledger = write_ledger(tmp_path / "ledger.jsonl", [entry])
+    before = ledger.read_bytes()
+    with pytest.raises(LedgerError, match="not in the ledger"):
+        record_published(ledger, "other-1.0-py3-none-any.whl", entry["sha256"], "index", "u")
+    with pytest.raises(LedgerError, match=":1: .*recorded with sha256"):
+        record_published(ledger, entry["filename"], "1" * 64, "index", "u")
+    assert ledger.read_bytes() == before
+
+
+# -- the fast path of validation agrees with the full one ------------------------------------
+_DELETE = object()
+_VALUES = [_DELETE, None, True, False, -1, 0, 1, 1.5, "", "x", "x/y.whl", "x.whl", "0" * 64, "A" * 64, [], {},
+           [{"target": "t"}], [{"target": "t", "url": 1}], ["t"], {"normalised": ""}, {"normalised": None},
+           "asserted", "inferred"]
+_PATHS = [("provenance",), ("filename",), ("sha256",), ("size",), ("schema_version",), ("published",),
+          ("package",), ("version",), ("build_epoch",), ("cell",), ("cell", "cuda"), ("cell", "platform"),
+          ("arch_list",), ("arch_list", "normalised")]
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.sampled_from(_PATHS), st.sampled_from(_VALUES)), max_size=3),
+       st.sampled_from(["asserted", "inferred"]))
+def test_fast_validation_accepts_only_what_the_full_validation_accepts(
+    mutations: list[tuple[tuple[str, ...], object]], provenance: str
+) -> None:
+    from farm.ledger import _fast_record, _validate_full
+
+    entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
+    for path, value in mutations:
+        holder: Any = entry
+        for key in path[:-1]:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            if value is _DELETE:
+                holder.pop(path[-1], None)
+            else:
+                holder[path[-1]] = value
+    fast = _fast_record(entry)
+    if fast is not None:
+        assert _validate_full(entry, "x") == fast
+    if not mutations and provenance == "asserted":
+        assert fast is not None  # the common case takes the fast path

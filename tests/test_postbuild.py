@@ -1,0 +1,242 @@
+"""Postbuild of real nvcc-built wheels: assert, stamp, fragment; pip installs the result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheel.wheelfile import WheelFile
+
+from farm import buildinfo
+from farm.arch import ArchList
+from farm.assertion import Expected
+from farm.cells import Cell
+from farm.cli import main
+from farm.config import load_config
+from farm.errors import UsageError, WheelError
+from farm.ledger import LedgerIndex, merge_fragments, write_fragment
+from farm.postbuild import (
+    BuildContext,
+    cell_platform,
+    check_wheel_matches_cell,
+    context_from_config,
+    cuda_line,
+    postbuild_wheel,
+)
+from farm.stamp import WheelName
+from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
+from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
+
+SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
+
+
+def context(cuda_home: Path, expected: str, *, epoch: int = 0) -> BuildContext:
+    archs = ArchList.parse(expected)
+    return BuildContext(
+        cell=Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64"),
+        expected=Expected(archs),
+        requested=expected,
+        build_epoch=epoch,
+        defaults_sha256="d" * 64,
+        recipe_sha256="e" * 64,
+        source=buildinfo.git_source("example/demo_ext", "v0.1.0", None),
+        run=buildinfo.run_from_env(),
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder="native"),
+    )
+
+
+@pytest.fixture(scope="module")
+def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """The builder's wheel: real extension (sm_80, sm_90, compute_90), a script, an executable."""
+    out = tmp_path_factory.mktemp("raw")
+    return builder_wheel(out, "demo_ext", cuda_fixtures.path("default"), extra={
+        SCRIPT: b"#!/bin/sh\necho demo-run-ok\n",
+        "demo_ext/tool.sh": b"#!/bin/sh\necho tool\n",
+    }, executables=(SCRIPT, "demo_ext/tool.sh"))
+
+
+@pytest.fixture(scope="module")
+def stamped(raw_wheel: Path, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("out")
+    result = postbuild_wheel(raw_wheel, out, context(cuda_home, BASE, epoch=2), dist="demo_ext")
+    assert result.passed, result.report.render()
+    return result
+
+
+def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, raw_wheel: Path) -> None:
+    wheel = stamped.stamped.path
+    assert wheel.name == f"demo_ext-0.1.0+cu{cuda_line_digits(stamped)}-2-{TAG}.whl"
+    assert stamped.fragment == wheel.parent / f"{wheel.name}.ledger.json"
+    entry = json.loads(stamped.fragment.read_text())
+    assert entry["filename"] == wheel.name
+    assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert entry["size"] == wheel.stat().st_size and entry["published"] == []
+    buildinfo.validate(entry)
+    with zipfile.ZipFile(wheel) as zf:
+        embedded = json.loads(zf.read(f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"))
+    assert {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")} == embedded
+
+
+def cuda_line_digits(result) -> str:
+    return result.stamped.build_info["cell"]["cuda"].replace(".", "")
+
+
+def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path) -> None:
+    info = stamped.stamped.build_info
+    buildinfo.validate(info)
+    so = f"demo_ext/{SO}"
+    with zipfile.ZipFile(stamped.stamped.path) as zf:
+        assert info["extensions"] == {so: hashlib.sha256(zf.read(so)).hexdigest()}
+    assert info["found"] == {so: "sm_80;sm_90;compute_90"} == info["expected"]
+    assert info["arch_list"] == {"requested": BASE, "normalised": "sm_80;sm_90;compute_90"}
+    assert info["assertion"]["result"] == "passed"
+    assert info["assertion"]["cuobjdump"] == stamped.report.tools.cuobjdump and info["assertion"]["cuobjdump"]
+    reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    assert f"V{info['toolchain']['nvcc']}" in reported
+    assert info["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert info["run"] == buildinfo.run_from_env(os.environ)
+    assert info["build_epoch"] == 2 and info["provenance"] == "asserted"
+
+
+def test_record_verifies_and_input_is_untouched(stamped, raw_wheel: Path) -> None:
+    with WheelFile(stamped.stamped.path) as wf:
+        for item in wf.infolist():
+            wf.read(item)  # raises on any hash or size mismatch with RECORD
+    with WheelFile(raw_wheel) as wf:  # the builder's wheel is still its own, valid self
+        for item in wf.infolist():
+            wf.read(item)
+    assert "+" not in raw_wheel.name
+
+
+def test_stamped_wheel_installs_and_build_info_reads_back_at_runtime(stamped, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--disable-pip-version-check", str(stamped.stamped.path)], check=True)
+    code = ("import importlib.metadata as m, json; d = m.distribution('demo_ext'); "
+            "print(json.dumps({'version': d.version, 'info': json.loads(d.read_text('_build_info.json'))}))")
+    out = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert out["info"] == stamped.stamped.build_info
+    assert out["version"] == WheelName.parse(stamped.stamped.filename).version
+    # .data/scripts became an executable script; the package's executable kept its mode
+    script = venv / "bin" / "demo-run"
+    assert os.access(script, os.X_OK)
+    assert subprocess.run([str(script)], capture_output=True, text=True, check=True).stdout == "demo-run-ok\n"
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    assert os.access(site / "demo_ext" / "tool.sh", os.X_OK)
+    assert (site / "demo_ext" / SO).read_bytes()[:4] == b"\x7fELF"
+
+
+def test_failed_assertion_writes_nothing(raw_wheel: Path, cuda_home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = postbuild_wheel(raw_wheel, out, context(cuda_home, "8.0;8.6;9.0+PTX"), dist="demo_ext")
+    assert not result.passed and result.stamped is None and result.fragment is None
+    assert "sm_86" in result.report.render()
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_wheel_of_another_cell_is_refused(raw_wheel: Path, cuda_home: Path, tmp_path: Path) -> None:
+    ctx = context(cuda_home, BASE)
+    with pytest.raises(UsageError, match="not cell"):
+        postbuild_wheel(raw_wheel, tmp_path, ctx, dist="other_project")
+    name = WheelName.parse(raw_wheel.name)
+    with pytest.raises(UsageError, match="platform linux_x86_64 is not the cell's linux_aarch64"):
+        check_wheel_matches_cell(name, Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_aarch64"), "demo_ext")
+
+
+def test_cell_platform_from_tags() -> None:
+    def plat(tag: str) -> str:
+        return cell_platform(WheelName.parse(f"a-1.0-cp311-cp311-{tag}.whl"))
+
+    assert plat("manylinux_2_28_x86_64") == "linux_x86_64"
+    assert plat("manylinux_2_17_aarch64.manylinux2014_aarch64") == "linux_aarch64"
+    assert plat("win_amd64") == "win_amd64"
+    for bad in ("macosx_11_0_arm64", "manylinux_2_17_x86_64.manylinux_2_17_aarch64"):
+        with pytest.raises(WheelError):
+            plat(bad)
+
+
+# -- the config glue and the command ----------------------------------------------------------------
+@pytest.fixture
+def farm_root(tmp_path: Path) -> Path:
+    return write_farm_root(tmp_path / "farm", {"demo_ext": BASE}, build_epoch=3)
+
+
+def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
+    config = load_config(farm_root)
+    ctx, recipe = context_from_config(config, raw_wheel, cuda_home=cuda_home, builder="native",
+                                      env={"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "o/farm",
+                                           "GITHUB_SHA": "a" * 40, "GITHUB_RUN_ID": "77", "GITHUB_RUN_ATTEMPT": "1"})
+    assert recipe.name == "demo_ext"
+    assert ctx.cell == Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")
+    assert ctx.build_epoch == 3 and ctx.build_tag == "3"
+    assert ctx.defaults_sha256 == hashlib.sha256((farm_root / "_defaults.yml").read_bytes()).hexdigest()
+    assert ctx.recipe_sha256 == hashlib.sha256((farm_root / "packages" / "demo_ext.yml").read_bytes()).hexdigest()
+    assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
+    assert ctx.source == {"kind": "git", "repo": "example/demo_ext", "ref": "v0.1.0", "commit": None}
+    assert ctx.run["provider"] == "github" and ctx.run["run_id"] == "77"
+
+
+def test_cli_postbuild_then_failed_batch_writes_nothing(farm_root: Path, raw_wheel: Path, cuda_home: Path,
+                                                        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "dist"
+    argv = ["postbuild", str(raw_wheel), "--out", str(out), "--root", str(farm_root),
+            "--cuda-home", str(cuda_home), "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and len(report["wheels"]) == 1
+    stamped = Path(report["wheels"][0]["stamped"])
+    assert stamped.parent == out and "-3-" in stamped.name
+    assert sorted(p.name for p in out.iterdir()) == sorted([stamped.name, stamped.name + ".ledger.json"])
+
+    write_farm_root(farm_root, {"demo_ext": "8.0;9.0;10.0+PTX"})  # the build missed 10.0
+    (farm_root / "packages" / "demo_ext.yml").write_text(
+        (farm_root / "packages" / "demo_ext.yml").read_text() + "only:\n  cuda: ['12.8', '12.9', '13.0', '13.2']\n")
+    out2 = tmp_path / "dist2"
+    assert main(["postbuild", str(raw_wheel), "--out", str(out2), "--root", str(farm_root),
+                 "--cuda-home", str(cuda_home)]) == 1
+    captured = capsys.readouterr()
+    assert "sm_100" in captured.out and "nothing was written" in captured.err
+    assert not out2.exists() or list(out2.iterdir()) == []
+
+
+def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stamped, tmp_path: Path) -> None:
+    base = json.loads(stamped.fragment.read_text())
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    names = []
+    for i in range(60):
+        filename = base["filename"].replace("demo_ext-", f"demo_ext{i}-")
+        entry = {**base, "filename": filename, "sha256": hashlib.sha256(filename.encode()).hexdigest()}
+        names.append(filename)
+        # a third of the fragments reach both mergers: the merge must be idempotent
+        for d in (dirs if i % 3 == 0 else [dirs[i % 2]]):
+            write_fragment(entry, d)
+    ledger = tmp_path / "ledger.jsonl"
+    code = ("import sys; from pathlib import Path; from farm.ledger import merge_fragments; "
+            "merge_fragments(Path(sys.argv[1]), Path(sys.argv[2]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(ledger), str(d)]) for d in dirs]
+    assert [p.wait() for p in procs] == [0, 0]
+    index = LedgerIndex.load(ledger)  # refuses a filename recorded twice
+    assert sorted(r.filename for r in index.records) == sorted(names)
+    assert merge_fragments(ledger, dirs[0]).added == ()
+
+
+def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
+    from farm.sources import tree_sha256
+
+    src = farm_root / "src" / "demo_ext"
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text("# demo\n")
+    recipe = farm_root / "packages" / "demo_ext.yml"
+    recipe.write_text(recipe.read_text().replace("git: {repo: example/demo_ext, ref: v0.1.0}", "path: src/demo_ext"))
+    ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home)
+    assert ctx.source == {"kind": "path", "path": "src/demo_ext", "tree_sha256": tree_sha256(src)}
+    with pytest.raises(UsageError, match="does not link torch"):
+        context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home, torch="2.8")

@@ -1,0 +1,220 @@
+"""farm.sources: git (a real repository over file://), sdist (a real index server on 127.0.0.1),
+path, and the unpacking guards."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import subprocess
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from farm.config import GitSource, PathSource, SdistSource
+from farm.errors import SourceError
+from farm.sources import fetch, tree_sha256, unpack
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | Path]:
+    """A repository with a tagged commit, a later commit, and a submodule."""
+    base = tmp_path_factory.mktemp("git")
+    sub = base / "sub"
+    sub.mkdir()
+    _git(sub, "init", "-q", "-b", "main")
+    (sub / "vendored.h").write_text("#pragma once\n")
+    _git(sub, "add", ".")
+    _git(sub, "commit", "-q", "-m", "sub")
+    repo = base / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "setup.py").write_text("# v1\n")
+    _git(repo, "submodule", "-q", "add", sub.as_uri(), "third_party/sub")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "v1")
+    _git(repo, "tag", "v1.0")
+    tagged = _git(repo, "rev-parse", "HEAD")
+    (repo / "setup.py").write_text("# v2\n")
+    _git(repo, "commit", "-q", "-am", "v2")
+    return {"url": repo.as_uri(), "tagged": tagged, "head": _git(repo, "rev-parse", "HEAD")}
+
+
+def test_git_tag_is_fetched_and_resolved_to_its_commit(upstream, tmp_path):
+    tree = fetch(GitSource(str(upstream["url"]), "v1.0"), tmp_path, package="demo")
+    assert tree.identity == upstream["tagged"]
+    assert (tree.root / "setup.py").read_text() == "# v1\n"
+    assert not (tree.root / "third_party" / "sub" / "vendored.h").exists()  # submodules not asked for
+    assert tree.description == {"kind": "git", "repo": upstream["url"], "ref": "v1.0", "commit": upstream["tagged"]}
+
+
+def test_git_submodules_when_asked(upstream, tmp_path):
+    tree = fetch(GitSource(str(upstream["url"]), "v1.0", submodules=True), tmp_path)
+    assert (tree.root / "third_party" / "sub" / "vendored.h").is_file()
+
+
+def test_git_commit_pin_and_cache_reuse(upstream, tmp_path):
+    source = GitSource(str(upstream["url"]), str(upstream["head"]))
+    first = fetch(source, tmp_path)
+    assert first.identity == upstream["head"]
+    (first.root / "marker").write_text("kept")  # a second fetch reuses the cached tree
+    second = fetch(source, tmp_path)
+    assert second.root == first.root and (second.root / "marker").exists()
+
+
+def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path):
+    missing = (tmp_path / "nowhere").as_uri()
+    with pytest.raises(SourceError) as info:
+        fetch(GitSource(missing, "v1.0"), tmp_path / "cache", package="pointnet2_ops")
+    text = str(info.value)
+    assert "pointnet2_ops" in text and missing in text and "v1.0" in text
+    assert info.value.exit_code == 3
+    assert not list((tmp_path / "cache" / "git").glob("*/tree"))  # nothing that looks fetched
+
+
+def test_git_missing_ref_is_a_source_error(upstream, tmp_path):
+    with pytest.raises(SourceError, match="v9.9"):
+        fetch(GitSource(str(upstream["url"]), "v9.9"), tmp_path, package="demo")
+
+
+def test_path_source_identity_is_a_content_hash(tmp_path):
+    src = tmp_path / "src"
+    (src / "csrc").mkdir(parents=True)
+    (src / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+    tree = fetch(PathSource(src, "src"), tmp_path / "cache")
+    assert tree.root == src and tree.identity == tree_sha256(src)
+    assert tree.description == {"kind": "path", "path": "src", "tree_sha256": tree.identity}
+    (src / "csrc" / "k.cu").write_text("__global__ void k() { }\n")
+    assert fetch(PathSource(src, "src"), tmp_path / "cache").identity != tree.identity
+
+
+def test_path_source_missing_is_an_error(tmp_path):
+    with pytest.raises(SourceError, match="not a directory"):
+        fetch(PathSource(tmp_path / "absent", "absent"), tmp_path, package="demo")
+
+
+# ------------------------------------------------------------------------------------------------
+# sdist through a PEP 503 index served on 127.0.0.1
+# ------------------------------------------------------------------------------------------------
+def _targz(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+@pytest.fixture()
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A static PEP 503 index served by http.server; files put under it are downloadable."""
+    root = tmp_path / "index"
+    root.mkdir()
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+    try:
+        yield root
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def _publish(index_root: Path, project: str, filename: str, data: bytes, *, listed_sha: str | None = None) -> str:
+    sha = hashlib.sha256(data).hexdigest()
+    (index_root / "files").mkdir(exist_ok=True)
+    (index_root / "files" / filename).write_bytes(data)
+    page = index_root / "simple" / project
+    page.mkdir(parents=True, exist_ok=True)
+    (page / "index.html").write_text(
+        f'<html><body><a href="../../files/{filename}#sha256={listed_sha or sha}">{filename}</a></body></html>')
+    return sha
+
+
+def test_sdist_download_verify_unpack(index, tmp_path):
+    data = _targz({"demo_ext-1.0/setup.py": b"# demo\n", "demo_ext-1.0/csrc/k.cu": b"__global__ void k(){}\n"})
+    sha = _publish(index, "demo-ext", "demo_ext-1.0.tar.gz", data)
+    tree = fetch(SdistSource("demo_ext", "1.0", sha), tmp_path / "cache", package="demo_ext")
+    assert tree.identity == sha
+    assert (tree.root / "csrc" / "k.cu").is_file() and (tree.root / "setup.py").is_file()  # the sdist's top dir
+    assert tree.description == {"kind": "sdist", "name": "demo_ext", "version": "1.0", "sha256": sha}
+    # Cached: the index can go away.
+    (index / "files" / "demo_ext-1.0.tar.gz").unlink()
+    assert fetch(SdistSource("demo_ext", "1.0", sha), tmp_path / "cache").root == tree.root
+
+
+def test_sdist_pin_mismatch_is_refused_and_nothing_cached(index, tmp_path):
+    data = _targz({"demo_ext-1.0/setup.py": b"# demo\n"})
+    _publish(index, "demo-ext", "demo_ext-1.0.tar.gz", data)
+    wrong = "0" * 64
+    with pytest.raises(SourceError, match="pinned sha256") as info:
+        fetch(SdistSource("demo_ext", "1.0", wrong), tmp_path / "cache", package="demo_ext")
+    assert "demo_ext" in str(info.value)
+    assert not [p for p in (tmp_path / "cache" / "sdist").iterdir() if not p.name.endswith(".lock")]
+
+
+def test_sdist_whose_bytes_differ_from_the_index_hash_is_refused(index, tmp_path):
+    data = _targz({"demo_ext-1.0/setup.py": b"# demo\n"})
+    pinned = "1" * 64  # the index claims this hash, the bytes have another
+    _publish(index, "demo-ext", "demo_ext-1.0.tar.gz", data, listed_sha=pinned)
+    with pytest.raises(SourceError, match="recipe pins"):
+        fetch(SdistSource("demo_ext", "1.0", pinned), tmp_path / "cache")
+    assert not [p for p in (tmp_path / "cache" / "sdist").iterdir() if not p.name.endswith(".lock")]
+
+
+def test_sdist_unknown_project_and_bad_pin(index, tmp_path):
+    with pytest.raises(SourceError, match="not on the index"):
+        fetch(SdistSource("nothing-here", "1.0", "2" * 64), tmp_path)
+    with pytest.raises(SourceError, match="not a sha256"):
+        fetch(SdistSource("demo", "1.0", "abc"), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("members", "links"),
+    [
+        ({"demo-1.0/../../evil.txt": b"x"}, None),
+        ({"/etc/evil.txt": b"x"}, None),
+        ({"demo-1.0/setup.py": b"x"}, {"demo-1.0/escape": "../../../etc/passwd"}),
+        ({"demo-1.0/setup.py": b"x"}, {"demo-1.0/abs": "/etc/passwd"}),
+    ],
+)
+def test_unpack_refuses_escapes(tmp_path, members, links):
+    archive = tmp_path / "demo-1.0.tar.gz"
+    archive.write_bytes(_targz(members, links))
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(SourceError):
+        unpack(archive, dest)
+    assert not (tmp_path / "evil.txt").exists()
+
+
+def test_unsafe_sdist_through_fetch_caches_nothing(index, tmp_path):
+    data = _targz({"demo-1.0/setup.py": b"x"}, {"demo-1.0/escape": "../../../../etc/passwd"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    with pytest.raises(SourceError, match="leaves the tree"):
+        fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "sdist").glob("*/tree"))

@@ -1,0 +1,251 @@
+"""Relabel + stamp in one streaming rewrite: names, RECORD, modes, links, atomicity."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheel.wheelfile import WheelFile
+
+from farm import stamp
+from farm.errors import UsageError, WheelError
+from farm.stamp import (
+    WheelName,
+    plan_relabel,
+    set_metadata_version,
+    set_wheel_build,
+    stamp_wheel,
+)
+from tests.wheelmaker import make_wheel
+
+SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
+DATA_LIB = "demo_ext-0.1.0.data/platlib/demo_ext_native.so"
+LINK = "demo_ext/libdemo.so"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def with_symlink(wheel: Path, name: str) -> Path:
+    """Rewrite ``wheel`` so that member ``name`` (whose bytes are the link target) is a symlink."""
+    tmp = wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if info.filename == name:
+                info.external_attr = (stat.S_IFLNK | 0o777) << 16
+                info.create_system = 3
+            zout.writestr(info, zin.read(info))
+    tmp.replace(wheel)
+    return wheel
+
+
+@pytest.fixture
+def source_wheel(tmp_path: Path) -> Path:
+    """A wheel with a package, a .data/scripts executable, a .data/platlib file and a symlink."""
+    files = {
+        "demo_ext/__init__.py": b"VALUE = 1\n",
+        "demo_ext/libdemo.so.1": b"\x7fELF not really\n" * 100,
+        LINK: b"libdemo.so.1",
+        SCRIPT: b"#!/bin/sh\necho demo\n",
+        DATA_LIB: b"\x7fELF platlib\n",
+    }
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0", files, executables=(SCRIPT,))
+    return with_symlink(wheel, LINK)
+
+
+def members(path: Path) -> dict[str, zipfile.ZipInfo]:
+    with zipfile.ZipFile(path) as zf:
+        return {i.filename: i for i in zf.infolist()}
+
+
+def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Path, tmp_path: Path) -> None:
+    before = digest(source_wheel)
+    info = {"provenance": "asserted", "x": 1}
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128torch2.8", build_tag="3", build_info=info)
+
+    assert result.filename == "demo_ext-0.1.0+cu128torch2.8-3-cp311-cp311-linux_x86_64.whl"
+    assert result.path.parent == tmp_path / "out"
+    assert result.sha256 == digest(result.path) and result.size == result.path.stat().st_size
+    assert digest(source_wheel) == before, "the input must never be modified"
+
+    di = "demo_ext-0.1.0+cu128torch2.8.dist-info"
+    names = members(result.path)
+    assert f"{di}/_build_info.json" in names
+    assert "demo_ext-0.1.0+cu128torch2.8.data/scripts/demo-run" in names
+    assert not any(n.startswith("demo_ext-0.1.0.") for n in names)
+    assert list(names)[-1] == f"{di}/RECORD", "RECORD closes the archive"
+    with zipfile.ZipFile(result.path) as zf:
+        metadata = zf.read(f"{di}/METADATA").decode()
+        wheel_meta = zf.read(f"{di}/WHEEL").decode()
+        assert json.loads(zf.read(f"{di}/_build_info.json")) == info
+    assert "Version: 0.1.0+cu128torch2.8\n" in metadata
+    assert "Build: 3\n" in wheel_meta and "Tag: cp311-cp311-linux_x86_64" in wheel_meta
+
+
+def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Path) -> None:
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None, build_info={"a": 1})
+    assert result.filename == "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
+    # WheelFile in read mode checks every member against RECORD as it is read.
+    with WheelFile(result.path) as wf:
+        for info in wf.infolist():
+            wf.read(info)
+        record = wf.read("demo_ext-0.1.0+cu130.dist-info/RECORD").decode().splitlines()
+    listed = {line.split(",")[0] for line in record}
+    assert listed == set(members(result.path))
+    assert result.hashes["demo_ext/__init__.py"] == hashlib.sha256(b"VALUE = 1\n").hexdigest()
+
+
+def test_data_scripts_exec_bits_and_symlinks_survive(source_wheel: Path, tmp_path: Path) -> None:
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128torch2.8", build_tag=None)
+    names = members(result.path)
+    script = names["demo_ext-0.1.0+cu128torch2.8.data/scripts/demo-run"]
+    assert stat.S_IMODE(script.external_attr >> 16) == 0o755
+    assert "demo_ext-0.1.0+cu128torch2.8.data/platlib/demo_ext_native.so" in names
+    link = names[LINK]
+    assert stat.S_ISLNK(link.external_attr >> 16) and link.create_system == 3
+    with zipfile.ZipFile(result.path) as zf:
+        assert zf.read(link) == b"libdemo.so.1"
+    assert stat.S_IMODE(names["demo_ext/__init__.py"].external_attr >> 16) == 0o644
+
+
+def test_build_info_callable_gets_new_paths_and_hashes(source_wheel: Path, tmp_path: Path) -> None:
+    seen = {}
+
+    def make(relabel: stamp.Relabel, hashes: dict[str, str]) -> dict[str, object]:
+        seen.update(hashes)
+        new = relabel.member(DATA_LIB)
+        return {"extensions": {new: hashes[new]}}
+
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag="1", build_info=make)
+    new = "demo_ext-0.1.0+cu128.data/platlib/demo_ext_native.so"
+    assert result.build_info == {"extensions": {new: hashlib.sha256(b"\x7fELF platlib\n").hexdigest()}}
+    assert set(seen) == set(members(result.path)) - {
+        "demo_ext-0.1.0+cu128.dist-info/_build_info.json", "demo_ext-0.1.0+cu128.dist-info/RECORD"}
+
+
+def test_failed_rename_leaves_input_intact_and_no_output(source_wheel: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    before = digest(source_wheel)
+    out = tmp_path / "out"
+
+    def broken_replace(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(stamp.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space left"):
+        stamp_wheel(source_wheel, out, local="cu128", build_tag=None, build_info={"a": 1})
+    assert digest(source_wheel) == before
+    assert list(out.iterdir()) == [], "neither the wheel nor its temporary file may remain"
+
+
+def test_process_killed_between_temp_and_rename_leaves_no_partial_output(source_wheel: Path,
+                                                                         tmp_path: Path) -> None:
+    """A real crash: the process dies (no cleanup runs) right before the rename."""
+    before = digest(source_wheel)
+    out = tmp_path / "out"
+    code = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        from farm import stamp
+        stamp.os.replace = lambda a, b: os._exit(9)
+        stamp.stamp_wheel(Path({str(source_wheel)!r}), Path({str(out)!r}), local="cu128", build_tag=None,
+                          build_info={{"a": 1}})
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 9, proc.stderr
+    assert digest(source_wheel) == before
+    left = [p.name for p in out.iterdir()]
+    assert not any(n.endswith(".whl") for n in left), left  # nothing under a wheel name
+    assert all(n.startswith(".") and n.endswith(".part") for n in left), left
+    # A later run succeeds beside the leftover.
+    assert stamp_wheel(source_wheel, out, local="cu128", build_tag=None).path.exists()
+
+
+def test_input_that_does_not_match_its_record_is_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0", {"demo_ext/a.py": b"a = 1\n"})
+    tampered = tmp_path / "in2" / wheel.name
+    tampered.parent.mkdir()
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(tampered, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            zout.writestr(info, b"a = 2\n" if info.filename == "demo_ext/a.py" else data)
+    with pytest.raises(WheelError, match="does not match the wheel's own RECORD"):
+        stamp_wheel(tampered, tmp_path / "out", local="cu128", build_tag=None)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_already_stamped_wheel_is_refused(source_wheel: Path, tmp_path: Path) -> None:
+    first = stamp_wheel(source_wheel, tmp_path / "one", local="cu128", build_tag=None, build_info={"a": 1})
+    with pytest.raises(WheelError, match="already stamped"):
+        stamp_wheel(first.path, tmp_path / "two", local="cu128", build_tag=None, build_info={"a": 1})
+
+
+def test_output_over_input_is_refused(source_wheel: Path) -> None:
+    first = stamp_wheel(source_wheel, source_wheel.parent, local="cu128", build_tag=None)
+    before = digest(first.path)
+    with pytest.raises(UsageError, match="overwrite the input"):
+        stamp_wheel(first.path, first.path.parent, local="cu128", build_tag=None)
+    assert digest(first.path) == before
+
+
+def test_unsafe_member_names_are_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0", {"../evil.py": b"x"})
+    with pytest.raises(WheelError, match=r"'\.\.'"):
+        stamp_wheel(wheel, tmp_path / "out", local="cu128", build_tag=None)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_existing_build_tag_and_local_label_are_replaced(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0+local", {"demo_ext/a.py": b""}, build="7")
+    result = stamp_wheel(wheel, tmp_path / "out", local="cu126torch2.7", build_tag=None)
+    assert result.filename == "demo_ext-0.1.0+cu126torch2.7-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(result.path) as zf:
+        assert "Build:" not in zf.read("demo_ext-0.1.0+cu126torch2.7.dist-info/WHEEL").decode()
+
+
+def test_plan_relabel_validates_labels() -> None:
+    names = ["demo_ext-1.0.dist-info/METADATA"]
+    with pytest.raises(UsageError):
+        plan_relabel("demo_ext-1.0-py3-none-any.whl", names, local="cu128 torch", build_tag=None)
+    with pytest.raises(UsageError):
+        plan_relabel("demo_ext-1.0-py3-none-any.whl", names, local="cu128", build_tag="x1")
+    with pytest.raises(WheelError, match="one demo_ext-\\*.dist-info"):
+        plan_relabel("demo_ext-1.0-py3-none-any.whl", ["other-1.0.dist-info/METADATA"], local="cu128",
+                     build_tag=None)
+
+
+def test_wheel_name_parse() -> None:
+    name = WheelName.parse("flash_attn-2.8.3+cu128torch2.8-2-cp311-cp311-manylinux_2_28_x86_64.whl")
+    assert (name.dist, name.public_version, name.local, name.build) == ("flash_attn", "2.8.3", "cu128torch2.8", "2")
+    assert name.filename == "flash_attn-2.8.3+cu128torch2.8-2-cp311-cp311-manylinux_2_28_x86_64.whl"
+    for bad in ("x.zip", "a-1.0-py3.whl", "a-1.0-x1-py3-none-any.whl", "a-notaversion!-py3-none-any.whl"):
+        with pytest.raises(WheelError):
+            WheelName.parse(bad)
+
+
+def test_metadata_edit_touches_only_the_header() -> None:
+    text = "Metadata-Version: 2.1\r\nName: x\r\nVersion: 1.0\r\n\r\nVersion: 1.0 in the body stays\r\n"
+    out = set_metadata_version(text, "1.0+cu128", where="x")
+    assert out == "Metadata-Version: 2.1\r\nName: x\r\nVersion: 1.0+cu128\r\n\r\nVersion: 1.0 in the body stays\r\n"
+    with pytest.raises(WheelError, match="no Version"):
+        set_metadata_version("Name: x\n\nVersion: 1\n", "2", where="x")
+
+
+def test_wheel_build_edit() -> None:
+    text = "Wheel-Version: 1.0\nBuild: 1\nTag: py3-none-any\n"
+    assert set_wheel_build(text, None) == "Wheel-Version: 1.0\nTag: py3-none-any\n"
+    assert set_wheel_build(text, "4") == "Wheel-Version: 1.0\nBuild: 4\nTag: py3-none-any\n"
+
+
+def test_stamped_file_is_world_readable(source_wheel: Path, tmp_path: Path) -> None:
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None)
+    assert stat.S_IMODE(os.stat(result.path).st_mode) == 0o644

@@ -1,0 +1,288 @@
+"""End to end: demo_ext built with nvcc -> postbuild -> upload to a static index served on
+127.0.0.1 and to a real pypiserver -> pip install from each into a fresh venv -> import works and
+``_build_info.json`` reads back through importlib.metadata. Re-uploads are no-ops; the same name
+with another hash is refused before anything is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from farm.ledger import LedgerIndex
+from farm.upload import IndexSettings, TwineSettings, upload
+from farm.upload.github import Asset
+from farm.upload.targets import GithubSettings, default_simple_url
+from tests.publishfix import (
+    Batch,
+    copy_batch,
+    demo_batch,
+    fresh_venv,
+    pip_install,
+    pypiserver,
+    serve_dir,
+    uv_install,
+)
+
+__all__ = ["demo_batch"]  # the session fixture, shared with the other upload tests
+
+CHECK = (
+    "import importlib.metadata as m, json, demo_ext\n"
+    "info = json.loads(m.distribution('demo_ext').read_text('_build_info.json'))\n"
+    "print(json.dumps({'version': m.version('demo_ext'), 'provenance': info['provenance'],"
+    " 'found': info['found'], 'has_run': hasattr(demo_ext, 'run')}))\n"
+)
+
+
+def installed(python: Path) -> dict[str, object]:
+    proc = subprocess.run([str(python), "-c", CHECK], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _ledger_entry(ledger: Path, filename: str) -> dict[str, object]:
+    index = LedgerIndex.load(ledger)
+    rec = index.by_filename(filename)
+    assert rec is not None
+    return index.entry(rec)
+
+
+def test_static_index_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    ledger = tmp_path / "ledger.jsonl"
+    target = IndexSettings("index", tmp_path / "index", base_url=None)
+
+    report = upload(out, [target], ledger=ledger)
+    assert report.ok, report.gate.lines()
+    assert report.outcomes[0].sent == (wheel.name,)
+    assert report.merged == (wheel.name,)
+    entry = _ledger_entry(ledger, wheel.name)
+    assert entry["published"] == [{"target": "index", "url": report.outcomes[0].placed[0][1]}]
+    assert entry["sha256"] == report.gate.passed[0].sha256
+
+    server, base = serve_dir(target.path, tmp_path / "http.log")
+    try:
+        python = fresh_venv(tmp_path / "venv")
+        proc = pip_install(python, "--index-url", f"{base}/cu130/", "demo_ext")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        got = installed(python)
+        assert got["version"] == "0.1.0+cu130"
+        assert got["provenance"] == "asserted"
+        assert got["found"] == entry["found"]
+        assert got["has_run"] is True
+        # uv installs from the same channel (it checks #sha256 and reads the PEP 658 metadata).
+        python_uv = fresh_venv(tmp_path / "venv-uv")
+        proc = uv_install(python_uv, "--index-url", f"{base}/cu130/", "demo_ext")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert installed(python_uv)["version"] == "0.1.0+cu130"
+        # The flat view serves pip's --find-links.
+        python2 = fresh_venv(tmp_path / "venv2")
+        proc = pip_install(python2, "--no-index", "--find-links", f"{base}/flat/", "demo_ext")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    finally:
+        server.stop()
+
+    # A re-upload of the same batch sends nothing and leaves the ledger as it was.
+    before = ledger.read_bytes()
+    again = upload(out, [target], ledger=ledger)
+    assert again.ok
+    assert again.outcomes[0].sent == ()
+    assert again.recorded == 0
+    assert ledger.read_bytes() == before
+
+
+def test_pypiserver_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    ledger = tmp_path / "ledger.jsonl"
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    server, base = pypiserver(packages, tmp_path / "pypiserver.log")
+    secret = "s3cret-pass-never-shown"
+    env = {"PATH": os.environ["PATH"], "TWINE_USERNAME": "farm", "TWINE_PASSWORD": secret}
+    try:
+        target = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
+        report = upload(out, [target], ledger=ledger, env=env)
+        assert report.ok, (report.gate.lines(), report.refusals)
+        assert report.outcomes[0].sent == (wheel.name,)
+        assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
+        entry = _ledger_entry(ledger, wheel.name)
+        (published,) = entry["published"]
+        assert published["target"] == "pypi" and published["url"].startswith(f"{base}/")
+        assert secret not in json.dumps(entry)
+
+        python = fresh_venv(tmp_path / "venv")
+        proc = pip_install(python, "--index-url", f"{base}/simple/", "demo_ext")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        got = installed(python)
+        assert got["version"] == "0.1.0+cu130" and got["provenance"] == "asserted"
+
+        # Re-upload: found in the simple API with the same sha256, so twine is not even run.
+        before = ledger.read_bytes()
+        again = upload(out, [target], ledger=ledger, env=env)
+        assert again.ok and again.outcomes[0].sent == () and again.recorded == 0
+        assert ledger.read_bytes() == before
+    finally:
+        server.stop()
+
+
+def _other_bytes(wheel: Path, dest: Path) -> None:
+    """A different file under the same name (what another build would have published)."""
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    dest.write_bytes(bytes(data))
+
+
+def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    ledger = tmp_path / "ledger.jsonl"
+
+    # Static index: the tree already holds another file under this name.
+    index_target = IndexSettings("index", tmp_path / "index")
+    (index_target.path / "files").mkdir(parents=True)
+    _other_bytes(wheel, index_target.path / "files" / wheel.name)
+    squatter = (index_target.path / "files" / wheel.name).read_bytes()
+    with pytest.raises(Exception) as exc:
+        upload(out, [index_target], ledger=ledger)
+    assert "never overwritten" in str(exc.value) or "sha256" in str(exc.value)
+    assert (index_target.path / "files" / wheel.name).read_bytes() == squatter
+    assert not (index_target.path / "packages.json").exists()
+    assert not ledger.exists()
+
+    # pypiserver: the repository already serves another file under this name.
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    _other_bytes(wheel, packages / wheel.name)
+    squatter = (packages / wheel.name).read_bytes()
+    server, base = pypiserver(packages, tmp_path / "pypiserver.log")
+    try:
+        target = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
+        report = upload(out, [target], ledger=ledger, env={"TWINE_USERNAME": "u", "TWINE_PASSWORD": "p"})
+        assert not report.ok
+        (line,) = report.refusals
+        assert line.startswith(f"pypi: {wheel.name}: the repository holds sha256")
+        assert (packages / wheel.name).read_bytes() == squatter
+        assert not ledger.exists()
+    finally:
+        server.stop()
+
+
+def test_github_dry_run_plans_exact_commands(demo_batch: Batch, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    ledger = tmp_path / "ledger.jsonl"
+    target = GithubSettings("github", "farm-wheels/farm-wheels")
+    report = upload(out, [target], ledger=ledger, dry_run=True, github_state={"demo_ext": None})
+    assert report.ok
+    (outcome,) = report.outcomes
+    assert outcome.commands == (
+        "gh release create demo_ext --repo farm-wheels/farm-wheels --title demo_ext "
+        "--notes 'Prebuilt CUDA wheels of demo_ext.'",
+        f"gh release upload demo_ext --repo farm-wheels/farm-wheels {out / wheel.name}",
+    )
+    assert not ledger.exists()  # a dry run writes nothing
+
+    # The release already holds this exact file: nothing to run.
+    sha = report.gate.passed[0].sha256
+    state = {"demo_ext": [Asset(wheel.name, wheel.stat().st_size, sha)]}
+    again = upload(out, [target], ledger=ledger, dry_run=True, github_state=state)
+    assert again.ok and again.outcomes[0].commands == () and again.outcomes[0].sent == ()
+    shutil.rmtree(out)
+
+
+def test_cli_publishes_to_two_targets_without_showing_credentials(
+    demo_batch: Batch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from farm.cli import main
+    from tests.publishfix import REPO
+
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    server, base = pypiserver(packages, tmp_path / "pypiserver.log")
+    try:
+        root = tmp_path / "farm"
+        root.mkdir()
+        text = (REPO / "_defaults.yml").read_text()
+        assert "https://pypi.example.org/" in text
+        (root / "_defaults.yml").write_text(text.replace("https://pypi.example.org/", f"{base}/"))
+        out = tmp_path / "out"
+        wheel = copy_batch(demo_batch, out)
+        secret = "tok-7f3a9c-never-printed"
+        monkeypatch.setenv("TWINE_USERNAME", "farm")
+        monkeypatch.setenv("TWINE_PASSWORD", secret)
+
+        # pypi first: the index then runs against a ledger the first target already rewrote.
+        argv = ["upload", str(out), "--root", str(root), "--target", "pypi", "--target", "index", "--json"]
+        assert main(argv) == 0
+        captured = capsys.readouterr()
+        assert secret not in captured.out + captured.err
+        doc = json.loads(captured.out)
+        assert [(t["target"], t["sent"]) for t in doc["targets"]] == [("pypi", [wheel.name]), ("index", [wheel.name])]
+        assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2}
+        entry = _ledger_entry(root / "ledger.jsonl", wheel.name)
+        assert [p["target"] for p in entry["published"]] == ["pypi", "index"]
+
+        assert main(argv) == 0  # again: nothing sent, nothing recorded
+        doc = json.loads(capsys.readouterr().out)
+        assert [t["sent"] for t in doc["targets"]] == [[], []]
+        assert doc["ledger"]["published_records_added"] == 0
+    finally:
+        server.stop()
+
+
+def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Path) -> None:
+    """An index whose pages link to the wheels on another target (as a farm links to GitHub
+    release assets): here a real pypiserver. pip installs through the static pages."""
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    ledger = tmp_path / "ledger.jsonl"
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    pypi_server, pypi_base = pypiserver(packages, tmp_path / "pypiserver.log")
+    env = {"TWINE_USERNAME": "u", "TWINE_PASSWORD": "p", "PATH": os.environ["PATH"]}
+    try:
+        pypi = TwineSettings("pypi", f"{pypi_base}/", default_simple_url(f"{pypi_base}/"))
+        linked = IndexSettings("pages", tmp_path / "pages", links="pypi")
+
+        alone = upload(out, [linked], ledger=ledger, env=env)
+        assert not alone.ok and not ledger.exists()
+        assert alone.refusals == (f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
+                                  "run with --target pypi --target pages",)
+
+        report = upload(out, [linked, pypi], ledger=ledger, env=env)  # run order: pypi, then pages
+        assert report.ok, report.refusals
+        assert [o.target for o in report.outcomes] == ["pypi", "pages"]
+        assert not (linked.path / "files").exists()
+        page = (linked.path / "cu130" / "demo-ext" / "index.html").read_text()
+        sha = report.gate.passed[0].sha256
+        assert f'href="{pypi_base}/packages/' in page and f"#sha256={sha}" in page
+        entry = _ledger_entry(ledger, wheel.name)
+        assert [(p["target"], p["url"]) for p in entry["published"]][1] == ("pages", "cu130/demo-ext/")
+
+        server, base = serve_dir(linked.path, tmp_path / "http.log")
+        try:
+            python = fresh_venv(tmp_path / "venv")
+            proc = pip_install(python, "--index-url", f"{base}/cu130/", "demo_ext")
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert installed(python)["provenance"] == "asserted"
+        finally:
+            server.stop()
+
+        again = upload(out, [linked, pypi], ledger=ledger, env=env)
+        assert again.ok and [o.sent for o in again.outcomes] == [(), ()] and again.recorded == 0
+
+        # `farm index DIR --links pypi` rebuilds the pages from the ledger alone.
+        from farm.cli import main
+
+        (linked.path / "cu130" / "demo-ext" / "index.html").unlink()
+        assert main(["index", str(linked.path), "--ledger", str(ledger), "--links", "pypi",
+                     "--root", str(tmp_path)]) == 0
+        assert (linked.path / "cu130" / "demo-ext" / "index.html").read_text() == page
+    finally:
+        pypi_server.stop()

@@ -1,0 +1,233 @@
+"""The upload gate on real stamped wheels (demo_ext built with nvcc, postbuild's output) and on
+the pure decision function."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from farm import buildinfo
+from farm.cli import main
+from farm.ledger import write_fragment
+from farm.stamp import stamp_wheel
+from farm.upload import Check, IndexSettings, upload
+from farm.upload.gate import Vouchers, found_difference, judge, name_problems, run_gate
+from tests.publishfix import REPO, Batch, copy_batch, demo_batch
+
+__all__ = ["demo_batch"]
+
+
+def _gate(out: Path, ledger: Path | None = None):  # type: ignore[no-untyped-def]
+    return run_gate(sorted(out.glob("*.whl")), Vouchers.load(ledger, [out]))
+
+
+def _checks(result) -> dict[str, set[Check]]:  # type: ignore[no-untyped-def]
+    out: dict[str, set[Check]] = {}
+    for r in result.refused:
+        out.setdefault(r.wheel, set()).add(r.check)
+    return out
+
+
+def test_stamped_wheel_with_fragment_passes(demo_batch: Batch, tmp_path: Path) -> None:
+    wheel = copy_batch(demo_batch, tmp_path)
+    result = _gate(tmp_path)
+    assert result.ok, result.lines()
+    (passed,) = result.passed
+    assert passed.filename == wheel.name
+    assert passed.entry_source == "fragment"
+    assert passed.sha256 == buildinfo.sha256_file(wheel)
+
+
+def _restamp(batch: Batch, dest: Path, **changes: object) -> Path:
+    """Another stamped wheel of the same build, with its fragment (e.g. another build_epoch)."""
+    info = json.loads(batch.fragment.read_text())
+    for key in ("filename", "sha256", "size", "published"):
+        info.pop(key)
+    info.update(changes)
+    epoch = int(info["build_epoch"])
+    stamped = stamp_wheel(batch.raw, dest, local="cu130", build_tag=str(epoch) if epoch else None,
+                          build_info=info)
+    write_fragment({**info, "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size,
+                    "published": []}, dest)
+    return stamped.path
+
+
+def test_byte_flipped_after_postbuild_refuses_the_whole_batch(demo_batch: Batch, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    good = _restamp(demo_batch, out, build_epoch=1)  # a sound wheel in the same batch
+    data = bytearray(wheel.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    wheel.write_bytes(bytes(data))
+
+    result = _gate(out)
+    assert not result.ok
+    assert set(_checks(result)) == {wheel.name}
+    checks = _checks(result)[wheel.name]
+    assert Check.LEDGER in checks or Check.READABLE in checks
+    assert any("changed after postbuild" in r.message or "cannot read" in r.message for r in result.refused)
+    assert [w.filename for w in result.passed] == [good.name]
+
+    index = IndexSettings("index", tmp_path / "index")
+    report = upload(out, [index], ledger=tmp_path / "ledger.jsonl")
+    assert not report.ok
+    assert not index.path.exists()  # the sound wheel was not sent either
+    assert not (tmp_path / "ledger.jsonl").exists()
+
+
+def test_unstamped_wheel_refused(demo_batch: Batch, tmp_path: Path) -> None:
+    shutil.copy2(demo_batch.raw, tmp_path)
+    result = _gate(tmp_path)
+    (refusal,) = result.refused
+    assert refusal.check is Check.STAMPED
+    assert "farm postbuild" in refusal.fix
+
+
+def test_stamped_wheel_without_ledger_entry_refused(demo_batch: Batch, tmp_path: Path) -> None:
+    wheel = copy_batch(demo_batch, tmp_path, fragment=False)
+    result = _gate(tmp_path, tmp_path / "ledger.jsonl")
+    (refusal,) = result.refused
+    assert refusal.check is Check.LEDGER
+    assert refusal.wheel == wheel.name
+    assert "no ledger entry or fragment has sha256" in refusal.message
+
+
+def test_wheel_renamed_to_another_cell_refused(demo_batch: Batch, tmp_path: Path) -> None:
+    wheel = copy_batch(demo_batch, tmp_path)
+    other = wheel.with_name(wheel.name.replace("+cu130", "+cu128"))
+    wheel.rename(other)
+    result = _gate(tmp_path)
+    checks = _checks(result)[other.name]
+    assert Check.NAME in checks  # the label says cu128, the provenance says 13.0
+    assert Check.LEDGER in checks  # the sha256 is recorded under the other name
+    assert any("local label cu128 but the cell is cu130" in r.message for r in result.refused)
+
+
+def test_reinspection_differs_from_recorded_targets(demo_batch: Batch, tmp_path: Path) -> None:
+    """A stamp whose recorded targets are not what the binary holds (sm_90 claimed, sm_80 built)."""
+    info = json.loads(demo_batch.fragment.read_text())
+    so = next(iter(info["found"]))
+    _restamp(demo_batch, tmp_path, found={so: "sm_90"}, expected={so: "sm_90"},
+             arch_list={"requested": "9.0", "normalised": "sm_90"})
+    result = _gate(tmp_path)
+    (refusal,) = result.refused
+    assert refusal.check is Check.INSPECTION
+    assert f"{so}: missing sm_90, extra sm_80" in refusal.message
+
+
+def test_cli_refusal_lines_and_exit_code(demo_batch: Batch, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "farm"
+    root.mkdir()
+    shutil.copy2(REPO / "_defaults.yml", root / "_defaults.yml")
+    out = tmp_path / "out"
+    copy_batch(demo_batch, out, fragment=False)
+    shutil.copy2(demo_batch.raw, out)
+    rc = main(["upload", str(out), "--root", str(root), "--target", "index"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("upload refused: 2 problem(s)")
+    assert any(line.startswith(f"{demo_batch.raw.name}: stamped:") for line in lines)
+    assert any(line.startswith(f"{demo_batch.wheel.name}: ledger:") for line in lines)
+    assert not (root / "public").exists()
+
+    rc = main(["upload", str(out), "--root", str(root), "--target", "index", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 1 and doc["ok"] is False
+    assert {r["check"] for r in doc["gate"]["refused"]} == {"stamped", "ledger"}
+
+
+def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "farm"
+    root.mkdir()
+    shutil.copy2(REPO / "_defaults.yml", root / "_defaults.yml")
+    out = tmp_path / "out"
+    wheel = copy_batch(demo_batch, out)
+    assert main(["upload", str(out), "--root", str(root)]) == 0  # default_target: index
+    text = capsys.readouterr().out
+    assert "index (index): sent 1" in text
+    tree = root / "public" / "index"
+    assert (tree / "files" / wheel.name).exists()
+    page = (tree / "cu130" / "demo-ext" / "index.html").read_bytes()
+    (tree / "cu130" / "demo-ext" / "index.html").unlink()
+    assert main(["index", str(tree), "--root", str(root), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["written"] == ["cu130/demo-ext/index.html"]
+    assert (tree / "cu130" / "demo-ext" / "index.html").read_bytes() == page
+
+
+# -- the pure core ----------------------------------------------------------------------------
+INFO = {
+    "dist": "demo_ext", "version": "0.1.0", "build_epoch": 0, "provenance": "asserted",
+    "cell": {"cuda": "12.8", "torch": "2.8", "python": "cp311", "platform": "linux_x86_64"},
+    "assertion": {"result": "passed"}, "found": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
+}
+NAME = "demo_ext-0.1.0+cu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
+SHA = "a" * 64
+
+
+def test_name_problems() -> None:
+    assert name_problems(NAME, INFO) == []
+    assert name_problems(NAME.replace("cp311-cp311", "cp312-cp312"), INFO) == [
+        "python tag cp312 but the cell is cp311"]
+    assert name_problems(NAME.replace("-cp311-cp311", "-2-cp311-cp311"), INFO) == [
+        "build tag 2 but build_epoch is 0"]
+    assert name_problems(NAME.replace("x86_64", "aarch64"), INFO) == [
+        "platform manylinux_2_28_aarch64 but the cell is linux_x86_64"]
+    torch_free = {**INFO, "cell": {**INFO["cell"], "torch": "none"}}
+    assert name_problems(NAME.replace("torch2.8", ""), torch_free) == []
+
+
+def test_judge_inferred_and_failed_are_refused() -> None:
+    entry = {**INFO, "filename": NAME, "sha256": SHA}
+    assert judge(NAME, SHA, INFO, entry, None, INFO["found"]) == []
+    inferred = {**INFO, "provenance": "inferred", "assertion": None}
+    (r,) = judge(NAME, SHA, inferred, {**inferred, "filename": NAME}, None, INFO["found"])
+    assert r.check is Check.ASSERTED
+    failed = {**INFO, "assertion": {"result": "failed"}}
+    (r,) = judge(NAME, SHA, failed, {**failed, "filename": NAME}, None, INFO["found"])
+    assert r.check is Check.ASSERTED
+
+
+def test_judge_ledger_entry_of_another_cell() -> None:
+    entry = {**INFO, "filename": NAME, "cell": {**INFO["cell"], "torch": "2.7"}}
+    (r,) = judge(NAME, SHA, INFO, entry, None, INFO["found"])
+    assert r.check is Check.LEDGER and "cell" in r.message
+
+
+def test_found_difference_compares_sets_not_strings() -> None:
+    assert found_difference({"a.so": "sm_90;sm_80"}, {"a.so": "sm_80;sm_90"}) == []
+    assert found_difference({"a.so": "sm_80"}, {"a.so": "sm_80", "b.so": ""}) == [
+        "b.so is in the wheel but not recorded"]
+    assert found_difference({"a.so": "sm_80;compute_80"}, {"a.so": "sm_80;sm_75"}) == [
+        "a.so: missing compute_80, extra sm_75"]
+
+
+def test_unreadable_wheel_refused(tmp_path: Path) -> None:
+    (tmp_path / "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl").write_bytes(b"not a zip archive")
+    (refusal,) = _gate(tmp_path).refused
+    assert refusal.check is Check.READABLE
+
+
+def test_cli_bad_input_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["upload", str(tmp_path / "missing"), "--root", str(tmp_path)]) == 2
+    assert main(["upload", str(tmp_path), "--root", str(tmp_path)]) == 2  # no wheels
+    assert main(["index", str(tmp_path), "--root", str(tmp_path)]) == 2  # not an index tree
+    err = capsys.readouterr().err
+    assert "no wheels to upload" in err and "not an index tree" in err
+
+
+def test_cli_dry_run_sends_nothing(demo_batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "farm"
+    root.mkdir()
+    shutil.copy2(REPO / "_defaults.yml", root / "_defaults.yml")
+    out = tmp_path / "out"
+    copy_batch(demo_batch, out)
+    assert main(["upload", str(out), "--root", str(root), "--dry-run"]) == 0
+    assert "index (index): would send 1, already there 0" in capsys.readouterr().out
+    assert not (root / "public").exists() and not (root / "ledger.jsonl").exists()

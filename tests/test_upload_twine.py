@@ -1,0 +1,48 @@
+"""The PyPI-compatible target's pure parts: reading simple pages, deciding what to send.
+(The real upload to a pypiserver is in test_upload_e2e.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from farm.upload.targets import TwineSettings
+from farm.upload.twine import Listed, TwineWheel, command, parse_simple, plan
+
+NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
+
+
+def test_parse_html_page() -> None:
+    body = (f'<html><body><a href="../../packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl'
+            f'#sha256={"a" * 64}">{NAME}</a><br>\n<a href="/packages/other.tar.gz">other.tar.gz</a></body></html>')
+    files = parse_simple(body.encode(), "text/html", "http://127.0.0.1:1/simple/demo-ext/")
+    assert files == [
+        Listed(NAME, "http://127.0.0.1:1/packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl", "a" * 64),
+        Listed("other.tar.gz", "http://127.0.0.1:1/packages/other.tar.gz", None),
+    ]
+
+
+def test_parse_json_page() -> None:
+    doc = {"meta": {"api-version": "1.1"}, "name": "demo-ext",
+           "files": [{"filename": NAME, "url": "https://files.example/x.whl", "hashes": {"sha256": "b" * 64}}]}
+    files = parse_simple(json.dumps(doc).encode(), "application/vnd.pypi.simple.v1+json", "https://pypi.example/simple/demo-ext/")
+    assert files == [Listed(NAME, "https://files.example/x.whl", "b" * 64)]
+
+
+def test_plan_skips_same_and_refuses_other_hash() -> None:
+    w = TwineWheel(Path("/out") / NAME, "a" * 64)
+    assert plan([w], {}).upload == (w.path,)
+    same = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", "a" * 64)}})
+    assert same.ok and same.upload == () and same.present == ((NAME, "u"),)
+    other = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", "c" * 64)}})
+    assert not other.ok and "never replaced" in other.refusals[0]
+    unknown = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", None)}})
+    assert not unknown.ok and "declares no sha256" in unknown.refusals[0]
+
+
+def test_command_carries_no_credentials() -> None:
+    s = TwineSettings("pypi", "https://upload.example/legacy/", "https://example/simple/")
+    argv = command(s, [Path("/out") / NAME])
+    assert argv[1:] == ["-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
+                        "--repository-url", "https://upload.example/legacy/", f"/out/{NAME}"]
+    assert not any(a.startswith(("-u", "-p", "--username", "--password")) for a in argv)
