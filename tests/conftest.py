@@ -9,6 +9,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# the compiled CUDA fixtures (`cuda_fixtures`), shared by every module of the session
+pytest_plugins = ("tests.cudafix",)
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

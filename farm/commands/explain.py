@@ -1,9 +1,11 @@
-"""``farm explain ARCH_LIST [--device X.Y]``: the driver model applied to an arch list."""
+"""``farm explain ARCH_LIST|PATH [--device X.Y]``: the driver model applied to an arch list, or to
+what a ``.so`` or a wheel really contains (its runnable fatbins, read by the native reader)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..arch import ArchList
 from ..driver import DEVICE_EXAMPLES, KNOWN_DEVICES, Choice, Device, explain
@@ -11,7 +13,8 @@ from ..table import format_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", metavar="ARCH_LIST", help="an arch list such as '8.0;8.6;9.0+PTX'")
+    parser.add_argument("what", metavar="ARCH_LIST|PATH",
+                        help="an arch list such as '8.0;8.6;9.0+PTX', or a .so/.pyd file or wheel to read")
     parser.add_argument("--device", action="append", type=Device.parse, metavar="X.Y",
                         help="only this compute capability (repeatable); default: every known device")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -38,7 +41,43 @@ def render_choices(choices: list[Choice]) -> str:
     return format_table(("device", "e.g.", "image", "kind", "__CUDA_ARCH__", "what happens"), rows)
 
 
+_BINARY_SUFFIXES = (".whl", ".so", ".pyd")
+
+
+def _is_path(what: str) -> bool:
+    path = Path(what)
+    return path.suffix in _BINARY_SUFFIXES or ".so." in path.name or ("/" in what and path.exists())
+
+
+def _run_path(args: argparse.Namespace) -> int:
+    from ..inspection import inspect_file, inspect_wheel  # only PATH needs the readers
+
+    path = Path(args.what)
+    devices = args.device or KNOWN_DEVICES
+    sos = inspect_wheel(path).extensions if path.suffix == ".whl" else (inspect_file(path),)
+    out = []
+    for so in sos:
+        found = so.found
+        out.append((so, found, explain(found, devices) if so.has_device_code else []))
+    if args.json:
+        print(json.dumps({"path": str(path), "extensions": [
+            {"path": so.path, "found": found.canonical(), "devices": choices_json(choices)}
+            for so, found, choices in out]}, indent=2))
+        return 0
+    if not out:
+        print(f"{path}: no extension modules")
+    for so, found, choices in out:
+        if not so.has_device_code:
+            print(f"{so.path}: no device code (host-only): no GPU runs anything from it")
+            continue
+        print(f"{so.path}: {found.canonical()}")
+        print(render_choices(choices))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if _is_path(args.what):
+        return _run_path(args)
     archs = ArchList.parse(args.what, where="ARCH_LIST")
     choices = explain(archs, args.device or KNOWN_DEVICES)
     if args.json:

@@ -1,0 +1,153 @@
+"""The native fatbin reader against cuobjdump on NVIDIA's largest fatbin-bearing PyPI library.
+
+Downloads ``nvidia-cublas`` (CUDA 13; ``--cuda 12`` for ``nvidia-cublas-cu12``) once into
+``.cache/bench/``, extracts ``libcublasLt.so.*``, then runs, as whole processes, the native reader
+(``python -m farm.fatbin``) and ``cuobjdump --list-elf --list-ptx`` (the anchor). Both must list
+identical entries (SASS compared without ``f``). Prints wall time and peak RSS of both and the
+ratios; the targets are native >= 50x faster and <= 1/10 of cuobjdump's peak memory. Each side
+runs ``--runs`` times: the fastest wall time and the highest peak RSS are reported.
+
+    python benchmarks/bench_fatbin.py [--cuda 13|12] [--runs 3] [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from farm.cuobjdump import (
+    cuobjdump_version,
+    find_cuobjdump,
+    parse_listing,
+    variant_free,
+)
+from farm.fatbin import EntryKind, read_fatbins, runnable
+from farm.wheelfile import SafeWheel
+
+PACKAGES = {"13": "nvidia-cublas", "12": "nvidia-cublas-cu12"}
+
+
+@dataclass(frozen=True)
+class Run:
+    wall_s: float
+    peak_rss_mb: float
+    stdout: str
+
+
+def measure(argv: list[str]) -> Run:
+    """Wall time and peak RSS of one whole process (os.wait4 gives the child's own rusage)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    out_chunks = []
+    assert proc.stdout is not None and proc.stderr is not None
+    # read before waiting so a large listing cannot block on a full pipe
+    out_chunks.append(proc.stdout.read())
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed (rc {proc.returncode}): {err.decode(errors='replace')[-500:]}")
+    return Run(wall, usage.ru_maxrss / 1024, b"".join(out_chunks).decode())
+
+
+def best(argv: list[str], runs: int) -> Run:
+    results = [measure(argv) for _ in range(runs)]
+    fastest = min(results, key=lambda r: r.wall_s)
+    return Run(fastest.wall_s, max(r.peak_rss_mb for r in results), fastest.stdout)
+
+
+def fetch_library(cuda: str, cache: Path) -> Path:
+    cache.mkdir(parents=True, exist_ok=True)
+    package = PACKAGES[cuda]
+    prefix = package.replace("-", "_")
+    wheels = sorted(cache.glob(f"{prefix}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "-d", str(cache), package], check=True)
+        wheels = sorted(cache.glob(f"{prefix}-*.whl"))
+    wheel = wheels[-1]
+    with SafeWheel(wheel) as w:
+        members = [n for n in w.names() if Path(n).name.startswith("libcublasLt.so")]
+        if not members:
+            raise SystemExit(f"{wheel} holds no libcublasLt.so")
+        member = max(members, key=len)
+        out = cache / f"{wheel.stem}-{Path(member).name}"
+        if not out.exists():
+            w.extract(member, out)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cuda", choices=sorted(PACKAGES), default="13")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
+    args = parser.parse_args()
+
+    lib = fetch_library(args.cuda, args.cache)
+    tool = find_cuobjdump()
+    fatbins = read_fatbins(lib)
+    entries = sum(len(f.entries) for f in fatbins)
+    print(f"library:   {lib.name} ({lib.stat().st_size / 1e6:.0f} MB, {len(fatbins)} fatbins, {entries} entries)")
+    print(f"cuobjdump: {tool} ({cuobjdump_version(tool)})")
+
+    # warm the page cache once so neither side pays for the first read from disk
+    measure([str(tool), "--list-elf", "--list-ptx", str(lib)])
+    # -S: the reader needs only the standard library, so the interpreter skips site-packages
+    # (farm is found from the repository root, the working directory of the run)
+    native = best([sys.executable, "-S", "-m", "farm.fatbin", str(lib)], args.runs)
+    in_process = min(_timed_read(lib) for _ in range(args.runs))
+    anchor = best([str(tool), "--list-elf", "--list-ptx", str(lib)], args.runs)
+
+    # identical answers: the native process's entries against cuobjdump's, one per TU per arch
+    native_set: Counter[tuple[str, str]] = Counter()
+    for line in native.stdout.splitlines():
+        _, section, _, kind, name, _ = line.split("\t")
+        if kind != EntryKind.LTO_IR.value and section in {f.section for f in runnable(fatbins)}:
+            native_set[(kind, name)] += 1
+    native_cmp: Counter[tuple[str, str]] = Counter()
+    for (kind, name), count in native_set.items():
+        native_cmp[(kind, variant_free_name(name))] += count
+    listed = Counter((e.kind.value, e.target.name) for e in parse_listing(anchor.stdout, where=str(lib)))
+    if native_cmp != listed:
+        print(f"MISMATCH: native only {native_cmp - listed}; cuobjdump only {listed - native_cmp}")
+        return 1
+    archs = sorted({n for _, n in native_set}, key=lambda n: (int("".join(c for c in n if c.isdigit())), n))
+    print(f"identical: {sum(listed.values())} entries, arch set {' '.join(archs)}")
+    print()
+    print(f"{'':12}{'wall':>10}{'peak RSS':>12}")
+    print(f"{'native':12}{native.wall_s * 1000:>8.1f}ms{native.peak_rss_mb:>10.1f}MB")
+    print(f"{'cuobjdump':12}{anchor.wall_s * 1000:>8.1f}ms{anchor.peak_rss_mb:>10.1f}MB")
+    print(f"(native read_fatbins in process: {in_process * 1000:.1f}ms; the rest is interpreter start and imports)")
+    speed = anchor.wall_s / native.wall_s
+    memory = native.peak_rss_mb / anchor.peak_rss_mb
+    print()
+    print(f"speed-up:     {speed:.1f}x   (target >= 50x: {'met' if speed >= 50 else 'NOT met'})")
+    print(f"memory ratio: {memory:.3f}   (target <= 0.100: {'met' if memory <= 0.1 else 'NOT met'})")
+    return 0
+
+
+def _timed_read(lib: Path) -> float:
+    start = time.perf_counter()
+    read_fatbins(lib)
+    return time.perf_counter() - start
+
+
+def variant_free_name(name: str) -> str:
+    from farm.arch import Target
+
+    return variant_free(Target.from_name(name)).name
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""``farm build PKG [filters] [--builder cibuildwheel|native] [--out DIR]``: build, then postbuild.
+
+Builds the matrix's cells for PKG (cells the ledger already holds at the current epoch are
+skipped unless ``--overwrite``). Every wheel goes through postbuild: only wheels that pass the
+assertion reach ``--out``, stamped, with their ledger fragments. Exit 1 when a wheel fails the
+assertion, 3 when a build cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..builders import ENGINES, BuilderKind, BuildResult, BuildSettings, build_cell
+from ..config import load_config
+from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from ..ledger import LedgerIndex
+from ..matrix import Filters, compute_matrix
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("package", metavar="PKG", help="the package to build")
+    parser.add_argument("--cuda", action="append", metavar="V", help="only this CUDA line (repeatable)")
+    parser.add_argument("--torch", action="append", metavar="V", help="only this torch minor (repeatable)")
+    parser.add_argument("--python", action="append", metavar="V", help="only this Python, e.g. 3.11 (repeatable)")
+    parser.add_argument("--platform", action="append", metavar="P", help="only this platform (repeatable)")
+    parser.add_argument("--builder", choices=[b.value for b in BuilderKind], default=BuilderKind.CIBUILDWHEEL.value,
+                        help="cibuildwheel (container for Linux) or native (this host, no container)")
+    parser.add_argument("--engine", choices=ENGINES, default=os.environ.get("FARM_CONTAINER_ENGINE", "docker"),
+                        help="cibuildwheel's container engine (default: $FARM_CONTAINER_ENGINE or docker)")
+    parser.add_argument("--image", default=os.environ.get("FARM_MANYLINUX_IMAGE"),
+                        help="manylinux image for x86_64 cells (default: $FARM_MANYLINUX_IMAGE or cibuildwheel's)")
+    parser.add_argument("--image-aarch64", default=os.environ.get("FARM_MANYLINUX_AARCH64_IMAGE"),
+                        help="manylinux image for aarch64 cells (default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
+    parser.add_argument("--cuda-home", type=Path, metavar="DIR",
+                        help="build with this installed toolkit instead of one assembled from PyPI (host builds)")
+    parser.add_argument("--out", type=Path, default=Path("wheelhouse"), help="asserted wheels go here")
+    parser.add_argument("--overwrite", action="store_true", help="build cells the ledger already holds")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--cache-dir", type=Path, help="sources, toolkits, build folders (default: ROOT/.cache)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]) -> str:
+    """A Markdown table for the GitHub Actions step summary: one row per cell."""
+    rows = ["| cell | result | wheel |", "|---|---|---|"]
+    for r in results:
+        for pb in r.postbuild:
+            wheel = pb.stamped.path.name if pb.stamped else pb.wheel.name
+            rows.append(f"| {r.cell.id} | {'asserted' if pb.passed else 'FAILED the assertion'} | {wheel} |")
+    for cell, exc in errors:
+        rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - |")
+    return "\n".join(["### farm build", "", *rows, ""]) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.root)
+    filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,
+                            python=args.python, platform=args.platform)
+    ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(config.ledger_path)
+    matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    planned = matrix.cells
+    if not planned:
+        raise UsageError(f"no cells of {args.package} to build with these filters",
+                         hint="check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
+    cache = (args.cache_dir or config.root / ".cache").absolute()
+    settings = BuildSettings(
+        builder=BuilderKind(args.builder), engine=args.engine,
+        images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
+        out_dir=args.out.absolute(), work_root=cache / "build", source_cache=cache / "sources",
+        toolkit_root=cache / "toolkit", cuda_home=args.cuda_home,
+    )
+    recipe = config.recipe(args.package)
+    results: list[BuildResult] = []
+    errors: list[tuple[str, FarmError]] = []
+    for pc in planned:
+        try:
+            results.append(build_cell(config, recipe, pc.cell, settings, archs=pc.archs,
+                                      arch_origin=pc.arch_origin, torch_version=pc.torch_version))
+        except FarmError as exc:  # one cell's failure does not stop the others
+            print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)
+            errors.append((pc.cell.id, exc))
+    if args.json:
+        print(json.dumps({"results": [r.to_json() for r in results],
+                          "errors": [{"cell": c, "error": str(e), "exit_code": e.exit_code} for c, e in errors]},
+                         indent=2))
+    else:
+        for r in results:
+            for pb in r.postbuild:
+                if pb.passed and pb.stamped is not None:
+                    print(f"{r.cell.id}: asserted wheel: {pb.stamped.path}")
+                else:
+                    print(pb.report.render())
+                    print(f"{r.cell.id}: FAILED the assertion; nothing was written to {settings.out_dir}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as out:
+            out.write(step_summary(results, errors))
+    if errors:
+        return max(e.exit_code for _, e in errors)
+    return EXIT_OK if all(r.passed for r in results) else EXIT_DEFECT

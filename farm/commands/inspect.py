@@ -1,0 +1,89 @@
+"""``farm inspect PATH... [--reader native|cuobjdump|both]``: the fatbins of shared objects and wheels."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import EXIT_DEFECT, EXIT_OK, FarmError
+from ..inspection import (
+    Reader,
+    SoInspection,
+    WheelInspection,
+    inspect_file,
+    inspect_wheel,
+)
+from ..table import format_table
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a .so/.pyd file or a wheel")
+    parser.add_argument("--reader", choices=[r.value for r in Reader], default=Reader.NATIVE.value,
+                        help="native (default, no toolkit needed), cuobjdump, or both (must agree)")
+    parser.add_argument("--cuobjdump", type=Path, metavar="PATH", help="this cuobjdump instead of searching for one")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _entries(insp: SoInspection) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    loaded = {f.offset for f in insp.runnable}
+    for index, fatbin in enumerate(insp.fatbins, 1):
+        kind = "stub" if fatbin.offset in insp.stubs else ("" if fatbin.offset in loaded else "not loaded")
+        names = " ".join(e.name + ("" if e.compressed.value == "none" else f"({e.compressed.value})")
+                         for e in fatbin.entries)
+        rows.append((str(index), fatbin.section, f"{fatbin.offset:#x}", kind, names))
+    return rows
+
+
+def render_so(insp: SoInspection, indent: str = "") -> str:
+    found = insp.found.canonical() if insp.has_device_code else "no device code"
+    lines = [f"{indent}{insp.path}: {found}"]
+    if insp.reader is not Reader.CUOBJDUMP and insp.fatbins:
+        table = format_table(("#", "section", "offset", "note", "entries"), _entries(insp))
+        lines += [indent + "  " + line for line in table.splitlines()]
+    if insp.reader is Reader.CUOBJDUMP and insp.listing:
+        lines.append(f"{indent}  cuobjdump: " + " ".join(e.name for e in insp.listing))
+    if insp.reader is Reader.BOTH:
+        lines.append(f"{indent}  readers: " + ("agree" if insp.agrees else f"DISAGREE: {insp.disagreement}"))
+    return "\n".join(lines)
+
+
+def render_wheel(w: WheelInspection) -> str:
+    lines = [f"{w.path}: {len(w.extensions)} extension(s)"]
+    lines += [render_so(s, "  ") for s in w.extensions]
+    if w.vendored:
+        lines.append("  vendored libraries (*.libs/):")
+        lines += [render_so(s, "    ") for s in w.vendored]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    reader = Reader(args.reader)
+    results: list[dict[str, object]] = []
+    code = EXIT_OK
+    for path in args.paths:
+        try:
+            if path.suffix == ".whl":
+                w = inspect_wheel(path, reader, cuobjdump=args.cuobjdump)
+                results.append({"kind": "wheel", **w.to_json()})
+                text, agrees = render_wheel(w), w.agrees
+            else:
+                s = inspect_file(path, reader, cuobjdump=args.cuobjdump)
+                results.append({"kind": "file", **s.to_json()})
+                text, agrees = render_so(s), s.agrees
+        except FarmError as exc:
+            # keep going: one corrupt file must not hide what the others hold
+            results.append({"kind": "error", "path": str(path), "error": str(exc), "exit_code": exc.exit_code})
+            if not args.json:
+                print(f"farm inspect: error: {exc}", file=sys.stderr)
+            code = max(code, exc.exit_code)
+            continue
+        if not agrees:
+            code = max(code, EXIT_DEFECT)
+        if not args.json:
+            print(text)
+    if args.json:
+        print(json.dumps({"reader": reader.value, "results": results}, indent=2))
+    return code

@@ -1,0 +1,54 @@
+"""A farm repository in a temporary folder, for build tests: the real ``_defaults.yml``, the
+recipes a test writes, and copies of the source trees they build (symlinks resolved, so a
+tree is self-contained as in a real checkout)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from farm.config import FarmConfig, load_config
+from farm.toolkit import Toolkit, ensure_toolkit
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_root(root: Path, recipes: Mapping[str, str], trees: Mapping[str, Path] | None = None) -> FarmConfig:
+    """``recipes``: name -> YAML text; ``trees``: path in the root -> source folder to copy."""
+    (root / "packages").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "_defaults.yml", root / "_defaults.yml")
+    (root / "ledger.jsonl").touch()
+    for name, text in recipes.items():
+        (root / "packages" / f"{name}.yml").write_text(text)
+    for dest, src in (trees or {}).items():
+        target = root / dest
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(src, target, symlinks=False, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return load_config(root)
+
+
+DEMO_RECIPE = """\
+name: demo_ext
+version: '0.1.0'
+source:
+  path: examples/demo_ext
+links_torch: false
+arch:
+  list: '{arch}'
+"""
+
+
+@pytest.fixture(scope="session")
+def pypi_toolkit(tmp_path_factory: pytest.TempPathFactory) -> Toolkit:
+    """CUDA 13.0 assembled from NVIDIA's PyPI wheels, once per test session, laid out as
+    ``farm build --cache-dir`` expects it: ``<cache>/toolkit/13.0`` (see :func:`cache_dir_of`)."""
+    return ensure_toolkit("13.0", tmp_path_factory.mktemp("farmcache") / "toolkit" / "13.0")
+
+
+def cache_dir_of(toolkit: Toolkit) -> Path:
+    """The ``--cache-dir`` whose ``toolkit/<cuda>`` holds ``toolkit`` (cuda_home = .../site/nvidia/cu13)."""
+    return toolkit.cuda_home.parents[4]

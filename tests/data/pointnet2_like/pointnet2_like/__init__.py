@@ -1,0 +1,1 @@
+from . import _ext  # noqa: F401

@@ -1,0 +1,221 @@
+"""farm.builders: real builds of demo_ext (native, and cibuildwheel under podman) that pass
+postbuild, and a pointnet2-like package whose setup.py overrides the arch list and fails it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from farm.arch import ArchList
+from farm.builders import (
+    LOCAL_PODMAN_IMAGE,
+    BuilderKind,
+    BuildSettings,
+    build_cell,
+    check_engine,
+    prepare_source,
+    run_native,
+)
+from farm.cells import Cell
+from farm.cli import main
+from farm.errors import ConfigError, ToolError, UsageError
+from farm.plan import PlanOptions, plan_build
+
+from . import buildroot
+from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
+
+pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+
+CELL = Cell("demo_ext", "0.1.0", "13.0", "none", "cp311", "linux_x86_64")
+ARCHS = "8.0;9.0+PTX"  # two arches keep the builds small
+
+POINTNET2_RECIPE = """\
+name: pointnet2_like
+version: '3.0.0'
+source:
+  path: src/pointnet2_like
+links_torch: false
+arch:
+  list: '8.0;8.6'
+"""
+
+
+def _settings(root: Path, toolkit, **kw) -> BuildSettings:
+    return BuildSettings(out_dir=root / "upload", work_root=root / "work", source_cache=root / "sources",
+                         toolkit_root=toolkit.cuda_home.parents[3], **kw)
+
+
+def _demo_root(root: Path):
+    return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)},
+                     {"examples/demo_ext": REPO / "examples" / "demo_ext"})
+
+
+@pytest.fixture(scope="session")
+def native_demo(tmp_path_factory, pypi_toolkit):
+    root = tmp_path_factory.mktemp("native")
+    config = _demo_root(root)
+    settings = _settings(root, pypi_toolkit, builder=BuilderKind.NATIVE)
+    return root, build_cell(config, config.recipe("demo_ext"), CELL, settings)
+
+
+@pytest.fixture(scope="session")
+def podman_demo(tmp_path_factory, pypi_toolkit):
+    image = os.environ.get("FARM_MANYLINUX_IMAGE", LOCAL_PODMAN_IMAGE)
+    try:
+        check_engine("podman")
+    except ToolError as exc:
+        pytest.skip(f"podman cannot start containers here: {exc}")
+    if subprocess.run(["podman", "image", "exists", image], check=False).returncode != 0:
+        pytest.skip(f"the image {image} does not exist: run `bash .ci/podman-setup.sh` (as root)")
+    root = tmp_path_factory.mktemp("podman")
+    config = _demo_root(root)
+    settings = _settings(root, pypi_toolkit, engine="podman", images={"x86_64": image})
+    # cibuildwheel overwrites $GITHUB_STEP_SUMMARY; the builder must append to it instead
+    summary = root / "step-summary.md"
+    summary.write_text("earlier step\n")
+    saved = os.environ.get("GITHUB_STEP_SUMMARY")
+    os.environ["GITHUB_STEP_SUMMARY"] = str(summary)
+    try:
+        return root, build_cell(config, config.recipe("demo_ext"), CELL, settings)
+    finally:
+        if saved is None:
+            del os.environ["GITHUB_STEP_SUMMARY"]
+        else:
+            os.environ["GITHUB_STEP_SUMMARY"] = saved
+
+
+def _check_asserted_demo(root: Path, result, builder: str) -> None:
+    assert result.passed, "\n".join(r.report.render() for r in result.postbuild)
+    (wheel,) = result.asserted
+    assert wheel.parent == root / "upload"
+    assert wheel.name.startswith("demo_ext-0.1.0+cu130-cp311-cp311-manylinux_")
+    assert Path(str(wheel) + ".ledger.json").is_file()
+    with zipfile.ZipFile(wheel) as zf:
+        info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+        assert not [n for n in zf.namelist() if ".libs/" in n]  # nothing vendored
+    so = "demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
+    assert info["found"][so] == ArchList.parse(ARCHS).canonical() == info["expected"][so]
+    assert info["assertion"]["result"] == "passed"
+    assert info["toolchain"]["builder"] == builder
+    assert info["toolchain"]["nvcc"] == "13.0.88"
+    assert info["cell"] == {"cuda": "13.0", "torch": "none", "python": "cp311", "platform": "linux_x86_64"}
+
+
+def test_native_build_of_demo_ext_passes_postbuild(native_demo):
+    root, result = native_demo
+    _check_asserted_demo(root, result, "native")
+
+
+def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
+    _, result = native_demo
+    (wheel,) = result.asserted
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(tmp_path)
+    code = "import demo_ext; print(demo_ext.device_count())"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "0"
+
+
+def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
+    root, result = podman_demo
+    _check_asserted_demo(root, result, "cibuildwheel")
+    # the toolkit came from PyPI inside the container
+    assert "nvidia-cuda-nvcc==13.0.88" in result.plan.env["CIBW_BEFORE_ALL"]
+    summary = (root / "step-summary.md").read_text()
+    assert summary.startswith("earlier step\n") and "cp311-manylinux_x86_64" in summary
+
+
+def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolkit, capsys, monkeypatch):
+    """Through the command line: `farm build` exits 1, names the missing and extra arches, and
+    leaves nothing in the upload directory."""
+    make_root(tmp_path, {"pointnet2_like": POINTNET2_RECIPE},
+              {"src/pointnet2_like": REPO / "tests" / "data" / "pointnet2_like"})
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    upload = tmp_path / "upload"
+    code = main(["build", "pointnet2_like", "--root", str(tmp_path), "--builder", "native",
+                 "--cuda", "13.0", "--python", "3.11", "--platform", "linux_x86_64",
+                 "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(upload), "--json"])
+    assert code == 1
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert not result["passed"] and result["wheels"] == []
+    (ext,) = result["postbuild"][0]["assertion"]["extensions"]
+    assert ext["expected"] == "sm_80;sm_86"
+    assert ext["found"] == "sm_75;sm_80;compute_80"
+    assert ext["missing"] == "sm_86"
+    assert ext["extra"] == "sm_75;compute_80"
+    # a failed wheel never reaches the upload directory
+    assert not upload.exists() or not any(upload.iterdir())
+    assert "FAILED the assertion" in summary.read_text()
+
+
+# -- engine and source preparation ----------------------------------------------------------------
+def test_missing_engine_names_the_alternatives(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolError) as exc:
+        check_engine("podman")
+    assert "not installed" in str(exc.value)
+    assert "--engine docker" in str(exc.value) and "--builder native" in str(exc.value)
+    assert exc.value.exit_code == 3
+
+
+def test_unknown_engine_is_bad_input():
+    with pytest.raises(UsageError):
+        check_engine("lxc")
+
+
+def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg"):
+    src = tmp_path / "checkout"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "setup.py").write_text('import os\nos.environ["TORCH_CUDA_ARCH_LIST"] = "3.7"\n')
+    text = f"name: p\nversion: '1.0'\nsource:\n  path: checkout\nlinks_torch: false\nbuild:\n  subdir: {subdir}\n"
+    if script is not None:
+        (tmp_path / "patches").mkdir()
+        (tmp_path / "patches" / "p.py").write_text(script)
+        text += "  patch_script: patches/p.py\n"
+    config = make_root(tmp_path, {"p": text})
+    return config, src
+
+
+def test_patch_script_runs_on_a_private_copy(tmp_path):
+    script = ("import pathlib, re\np = pathlib.Path('setup.py')\n"
+              "p.write_text(re.sub(r'^os.environ.*$', '', p.read_text(), flags=re.M))\n")
+    config, src = _patch_root(tmp_path, script)
+    before = (src / "pkg" / "setup.py").read_text()
+    copy = prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+    assert "TORCH_CUDA_ARCH_LIST" not in (copy / "pkg" / "setup.py").read_text()
+    assert (src / "pkg" / "setup.py").read_text() == before  # the checkout is untouched
+
+
+def test_failing_patch_script_is_reported(tmp_path):
+    config, src = _patch_root(tmp_path, "raise SystemExit('pattern not found')\n")
+    with pytest.raises(ConfigError, match="pattern not found"):
+        prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+
+
+def test_missing_subdir_is_reported(tmp_path):
+    config, src = _patch_root(tmp_path, None, subdir="nope")
+    with pytest.raises(ConfigError, match="build.subdir 'nope'"):
+        prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+
+
+def test_native_builder_refuses_cells_it_cannot_build(tmp_path):
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
+    recipe = config.recipe("demo_ext")
+    opts = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", host_cuda_home=Path("/x"))
+    other_python = Cell("demo_ext", "0.1.0", "13.0", "none", "cp313" if sys.version_info[:2] != (3, 13) else "cp312",
+                        "linux_x86_64")
+    windows = Cell("demo_ext", "0.1.0", "13.0", "none", f"cp3{sys.version_info.minor}", "win_amd64")
+    for cell, words in ((other_python, "--builder cibuildwheel"), (windows, "--builder cibuildwheel")):
+        plan = plan_build(config, recipe, cell, tmp_path / "examples/demo_ext", opts)
+        with pytest.raises(ToolError, match=words.replace("-", r"\-")):
+            run_native(plan, log=lambda m: None)

@@ -1,0 +1,227 @@
+"""farm.plan: cell + recipe + checkout -> cibuildwheel argv, environment and config (pure), checked
+against the real cibuildwheel (identifiers, CIBW_ENVIRONMENT parsing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from cibuildwheel.environment import parse_environment
+
+from farm.arch import ArchList
+from farm.cells import Cell
+from farm.errors import UsageError
+from farm.plan import (
+    SONAME_EXCLUDES,
+    PlanOptions,
+    identifier,
+    plan_build,
+    repair_command,
+)
+
+from .buildroot import DEMO_RECIPE, make_root
+from .wheelmaker import make_wheel
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # cibuildwheel depends on tomli there
+    import tomli as tomllib
+
+TORCH_RECIPE = """\
+name: torchpkg
+version: '1.2.0'
+source:
+  path: src/torchpkg
+links_torch: true
+build:
+  subdir: lib
+  nvcc_flags: ['-lineinfo']
+  max_jobs: 2
+  nvcc_threads: 2
+  extra_deps: [psutil]
+  env: {TORCHPKG_FAST: '1'}
+"""
+
+UPSTREAM_PYPROJECT = """\
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[tool.cibuildwheel]
+skip = "*"
+test-command = "false"
+before-build = "exit 1"
+"""
+
+
+@pytest.fixture()
+def config(tmp_path):
+    for d in ("examples/demo_ext", "src/torchpkg/lib"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "src/torchpkg/lib/pyproject.toml").write_text(UPSTREAM_PYPROJECT)
+    (tmp_path / "examples/demo_ext/pyproject.toml").write_text(UPSTREAM_PYPROJECT)
+    return make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch="8.0;9.0+PTX"), "torchpkg": TORCH_RECIPE})
+
+
+def options(tmp_path: Path, **kw) -> PlanOptions:
+    return PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", **kw)
+
+
+def plan_for(config, tmp_path, cell, **kw):
+    recipe = config.recipe(cell.package)
+    checkout = tmp_path / ("examples/demo_ext" if cell.package == "demo_ext" else "src/torchpkg")
+    return plan_build(config, recipe, cell, checkout, options(tmp_path, **kw))
+
+
+X86 = Cell("demo_ext", "0.1.0", "13.0", "none", "cp311", "linux_x86_64")
+ARM = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp312", "linux_aarch64")
+WIN = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "win_amd64")
+
+
+def build_env(plan) -> dict[str, str]:
+    """CIBW_ENVIRONMENT as cibuildwheel itself evaluates it."""
+    return parse_environment(plan.env["CIBW_ENVIRONMENT"]).as_dictionary({"PATH": "/usr/bin"})
+
+
+def test_identifiers():
+    assert identifier(X86) == "cp311-manylinux_x86_64"
+    assert identifier(ARM) == "cp312-manylinux_aarch64"
+    assert identifier(WIN) == "cp311-win_amd64"
+    with pytest.raises(UsageError):
+        identifier(Cell("x", "1", "13.0", "none", "cp311", "macosx_arm64"))
+
+
+def test_torch_free_x86_plan(config, tmp_path):
+    plan = plan_for(config, tmp_path, X86, container_engine="podman",
+                    images={"x86_64": "localhost/img:1", "aarch64": "localhost/arm:1"})
+    assert plan.argv == ("cibuildwheel", "--only", "cp311-manylinux_x86_64",
+                         "--config-file", str(tmp_path / "work/cibuildwheel.toml"),
+                         "--output-dir", str(tmp_path / "out"), ".")
+    assert plan.cwd == tmp_path / "examples/demo_ext"
+    env = build_env(plan)
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
+    assert env["CUDAARCHS"] == env["CMAKE_CUDA_ARCHITECTURES"] == "80-real;90"
+    assert env["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
+    assert env["PATH"] == "/opt/farm/toolkit/cuda/bin:/usr/bin"
+    assert env["FORCE_CUDA"] == "1"
+    assert env["MAX_JOBS"] == "3"  # inherited from _defaults.yml's build knobs
+    assert env["NVCC_APPEND_FLAGS"] == "--threads 1"
+    assert "torch" not in plan.env["CIBW_BEFORE_BUILD"]
+    assert "nvidia-cuda-nvcc==13.0.88" in plan.env["CIBW_BEFORE_ALL"]
+    assert plan.env["CIBW_CONTAINER_ENGINE"] == "podman"
+    assert plan.env["CIBW_MANYLINUX_X86_64_IMAGE"] == "localhost/img:1"
+    assert "CIBW_MANYLINUX_AARCH64_IMAGE" not in plan.env
+    assert plan.env["CIBW_BUILD_FRONTEND"] == "build; args: --no-isolation"
+    for soname in ("libcuda.so.1", "libtorch.so", "libc10.so", "'libcudart.so.*'"):
+        assert f"--exclude {soname}" in plan.env["CIBW_REPAIR_WHEEL_COMMAND"]
+
+
+def test_torch_aarch64_plan(config, tmp_path):
+    plan = plan_for(config, tmp_path, ARM, images={"x86_64": "localhost/img:1",
+                                                   "aarch64": "quay.io/pypa/manylinux_2_28_aarch64"})
+    assert plan.identifier == "cp312-manylinux_aarch64"
+    assert plan.package_dir == "lib" and plan.argv[-1] == "lib"
+    assert plan.env["CIBW_ARCHS"] == "aarch64"
+    assert plan.env["CIBW_MANYLINUX_AARCH64_IMAGE"] == "quay.io/pypa/manylinux_2_28_aarch64"
+    assert "CIBW_MANYLINUX_X86_64_IMAGE" not in plan.env
+    env = build_env(plan)
+    # the aarch64 policy row of _defaults.yml, rendered for torch
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX;10.0;11.0;12.0+PTX"
+    assert plan.archs == ArchList.parse("8.0;9.0+PTX;10.0;11.0;12.0+PTX")
+    assert env["MAX_JOBS"] == "2"
+    assert env["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo"
+    assert env["TORCHPKG_FAST"] == "1"
+    assert plan.torch_version == "2.9.1"
+    before = plan.env["CIBW_BEFORE_BUILD"]
+    assert "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130" in before
+    assert "psutil" in before and "setuptools" in before
+
+
+def test_windows_plan_uses_the_host_toolkit(config, tmp_path):
+    with pytest.raises(UsageError, match="needs its toolkit"):
+        plan_for(config, tmp_path, WIN)
+    plan = plan_for(config, tmp_path, WIN, host_cuda_home=Path("C:/farm/toolkit/13.0/cuda"))
+    assert plan.identifier == "cp311-win_amd64"
+    assert plan.env["CIBW_BEFORE_ALL"] == "" and plan.env["CIBW_REPAIR_WHEEL_COMMAND"] == ""
+    assert build_env(plan)["CUDA_HOME"] == "C:/farm/toolkit/13.0/cuda"
+    assert build_env(plan)["PATH"] == "C:/farm/toolkit/13.0/cuda/bin;/usr/bin"
+    # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
+    assert plan.env["CIBW_BEFORE_BUILD"].startswith('python -m pip install "setuptools>=64" wheel ninja && ')
+    assert "'" not in plan.env["CIBW_BEFORE_BUILD"]
+
+
+def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path):
+    plan = plan_for(config, tmp_path, X86)
+    options = tomllib.loads(plan.config_text)["tool"]["cibuildwheel"]
+    assert options["test-command"] == "" and options["before-test"] == "" and options["skip"] == ""
+    assert options["build"] == "cp311-manylinux_x86_64"
+    assert options["environment"]["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
+    assert options["before-build"] == plan.env["CIBW_BEFORE_BUILD"]
+
+
+@pytest.mark.parametrize("cell", [X86, ARM, WIN], ids=lambda c: c.platform)
+def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_path, cell):
+    # The checkout's own [tool.cibuildwheel] says skip = "*": with farm's config file it is not read.
+    plan = plan_for(config, tmp_path, cell, host_cuda_home=Path("/opt/cuda"))
+    plan.config_file.parent.mkdir(parents=True, exist_ok=True)
+    plan.config_file.write_text(plan.config_text)
+    exe = Path(sys.executable).parent / "cibuildwheel"
+    env = {**os.environ, **plan.env}
+    proc = subprocess.run([str(exe), "--print-build-identifiers", *plan.argv[1:]], cwd=plan.cwd, env=env,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [plan.identifier]
+
+
+def test_step_summary_is_redirected_into_the_work_dir(config, tmp_path):
+    plan = plan_for(config, tmp_path, X86)
+    assert plan.env["GITHUB_STEP_SUMMARY"] == str(tmp_path / "work/cibuildwheel-summary.md")
+
+
+def test_family_targets_are_rendered_for_cmake_only(config, tmp_path):
+    recipe = config.recipe("demo_ext")
+    plan = plan_build(config, recipe, X86, tmp_path / "examples/demo_ext", options(tmp_path),
+                      archs=ArchList.parse("9.0;10.0f"))
+    env = build_env(plan)
+    assert "TORCH_CUDA_ARCH_LIST" not in env
+    assert env["CUDAARCHS"] == "90-real;100f-real"
+
+
+def test_bad_inputs(config, tmp_path):
+    recipe = config.recipe("demo_ext")
+    with pytest.raises(UsageError, match="absolute"):
+        plan_build(config, recipe, X86, tmp_path, PlanOptions(output_dir=Path("out"), work_dir=tmp_path))
+    with pytest.raises(UsageError, match="not a cell of package"):
+        plan_build(config, config.recipe("torchpkg"), X86, tmp_path, options(tmp_path))
+
+
+def test_unpinned_cuda_components_are_refused(tmp_path):
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: nvtx\n"
+    config = make_root(tmp_path, {"demo_ext": text})
+    with pytest.raises(UsageError, match="not a pinned wheel"):
+        plan_build(config, config.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
+
+
+@pytest.mark.parametrize("vendored", [False, True])
+def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
+    files = {"demo_ext/_C.so": b"\x7fELF"}
+    if vendored:
+        files["demo_ext.libs/libgomp-a34b3233.so.1"] = b"\x7fELF"
+    dest = tmp_path / "repaired"
+    make_wheel(dest, "demo_ext", "0.1.0", files)
+    check = repair_command(sys.executable).split(" && ", 1)[1].replace("{dest_dir}", str(dest))
+    proc = subprocess.run(check, shell=True, capture_output=True, text=True, check=False)
+    assert proc.returncode == (1 if vendored else 0)
+    if vendored:
+        assert "vendors demo_ext.libs/libgomp-a34b3233.so.1" in proc.stderr
+        assert "CW-ADR-0009" in proc.stderr
+
+
+def test_excludes_cover_driver_runtime_and_torch():
+    for name in ("libcuda.so.1", "libcudart.so.*", "libtorch_cuda.so", "libc10_cuda.so"):
+        assert name in SONAME_EXCLUDES
