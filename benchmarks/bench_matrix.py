@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +284,7 @@ def main() -> int:
 
         wall = statistics.median(walls)
         peak = max(rss)
-        print(f"farm matrix --json --no-lint (lint not run: GitHub sources; stated)")
+        print("farm matrix --json --no-lint (lint not run: GitHub sources; stated)")
         print(f"  recipes: {recipes}; cells after phantoms/policy/recipe limits: {len(cells):,} "
               f"(the public farm's generator: {ANCHOR_CELLS:,}); declared: {totals['declared']:,}")
         print(f"  ledger: {args.ledger_lines:,} lines, {ledger_mb:.1f} MB ({ledger['built']:,} built, "

@@ -9,7 +9,6 @@ and ``published``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FarmError, ToolError, WheelError
+from .fsutil import sha256_file  # noqa: F401 - part of this module's API (stamp, audit, gate)
 
 SCHEMA_VERSION = 1
 BUILD_INFO_NAME = "_build_info.json"
@@ -31,17 +31,9 @@ INFERRED = "inferred"
 #: Keys a ledger line adds to the ``_build_info.json`` object.
 LEDGER_KEYS = ("filename", "sha256", "size", "published")
 
-_CHUNK = 1 << 20
 
 
 # -- hashing ----------------------------------------------------------------------------------
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in chunks (memory does not grow with the file)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- the CI run -------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ The recipe reference (every key, its type and meaning) is in ``docs/recipes.md``
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -17,7 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from .arch import KNOWN_CUDA_LINES, ArchList, validate_for_cuda
-from .errors import ArchError, ConfigError, UsageError
+from .errors import ArchError, ConfigError, UsageError, did_you_mean
 from .yamlsrc import YList, YMap, load_yaml
 
 DEFAULTS_FILE = "_defaults.yml"
@@ -238,7 +237,7 @@ class FarmConfig:
         except KeyError:
             raise UsageError(
                 f"unknown package {name!r}",
-                hint=_did_you_mean(name, self.recipes) or f"known packages: {', '.join(sorted(self.recipes))}",
+                hint=did_you_mean(name, self.recipes) or f"known packages: {', '.join(sorted(self.recipes))}",
             ) from None
 
     def effective_epoch(self, recipe: Recipe) -> int:
@@ -248,11 +247,6 @@ class FarmConfig:
 # ------------------------------------------------------------------------------------------------
 # Validation helpers
 # ------------------------------------------------------------------------------------------------
-def _did_you_mean(word: str, options: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else ""
-
-
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a mapping"}
 
 
@@ -338,7 +332,7 @@ class _Section:
         allowed = list(allowed)
         for key in self.data:
             if key not in allowed:
-                suggestion = _did_you_mean(key, allowed)
+                suggestion = did_you_mean(key, allowed)
                 raise ConfigError(
                     f"unknown key {self.key_path(key)!r}",
                     where=self.where(key),
@@ -375,7 +369,7 @@ def _check_cuda_key(sec: _Section, key: str, cuda_lines: tuple[str, ...], what: 
         raise ConfigError(
             f"{what} is keyed by unknown CUDA line {key!r}",
             where=sec.where(key),
-            hint=_did_you_mean(key, cuda_lines) or f"CUDA lines in {DEFAULTS_FILE}: {', '.join(cuda_lines)}",
+            hint=did_you_mean(key, cuda_lines) or f"CUDA lines in {DEFAULTS_FILE}: {', '.join(cuda_lines)}",
         )
 
 
@@ -426,7 +420,7 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
             raise ConfigError(
                 f"unknown platform {plat!r}",
                 where=f"{display}:{top.data['platforms'].line_of(i)}",
-                hint=_did_you_mean(plat, PLATFORMS) or f"platforms: {', '.join(PLATFORMS)}",
+                hint=did_you_mean(plat, PLATFORMS) or f"platforms: {', '.join(PLATFORMS)}",
             )
 
     grid = _load_grid(top, cuda_lines)
@@ -438,7 +432,7 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
         raise ConfigError(
             f"default_target {default_target!r} is not a publish target",
             where=top.where("default_target"),
-            hint=_did_you_mean(default_target, publish) or f"targets: {', '.join(publish)}",
+            hint=did_you_mean(default_target, publish) or f"targets: {', '.join(publish)}",
         )
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
@@ -501,7 +495,7 @@ def _load_phantoms(top: _Section, cuda_lines: tuple[str, ...]) -> frozenset[Phan
         plat = sec.get("platform", str, required=True)
         if plat not in PLATFORMS:
             raise ConfigError(f"unknown platform {plat!r}", where=sec.where("platform"),
-                              hint=_did_you_mean(plat, PLATFORMS) or None)
+                              hint=did_you_mean(plat, PLATFORMS) or None)
         sec.done(("cuda", "torch", "python", "platform"))
         out.add(Phantom(cuda, torch, python, plat))
     return frozenset(out)
@@ -556,7 +550,7 @@ def _load_publish(top: _Section) -> dict[str, PublishTarget]:
         kind = tsec.get("kind", str, required=True)
         if kind not in PUBLISH_KINDS:
             raise ConfigError(f"unknown publish kind {kind!r}", where=tsec.where("kind"),
-                              hint=_did_you_mean(kind, PUBLISH_KINDS) or f"one of {', '.join(PUBLISH_KINDS)}")
+                              hint=did_you_mean(kind, PUBLISH_KINDS) or f"one of {', '.join(PUBLISH_KINDS)}")
         options = {k: v for k, v in tsec.data.items() if k != "kind"}
         out[name] = PublishTarget(name, kind, options, tsec.where())
     return out
@@ -786,12 +780,12 @@ def _load_only(top: _Section, defaults: Defaults) -> Restriction:
     for plat in platforms or ():
         if plat not in PLATFORMS:
             raise ConfigError(f"unknown platform {plat!r}", where=sec.where("platforms"),
-                              hint=_did_you_mean(plat, PLATFORMS) or f"platforms: {', '.join(PLATFORMS)}")
+                              hint=did_you_mean(plat, PLATFORMS) or f"platforms: {', '.join(PLATFORMS)}")
     cuda = sec.str_list("cuda")
     for line in cuda or ():
         if line not in defaults.cuda_lines:
             raise ConfigError(f"only.cuda names unknown CUDA line {line!r}", where=sec.where("cuda"),
-                              hint=_did_you_mean(line, defaults.cuda_lines) or None)
+                              hint=did_you_mean(line, defaults.cuda_lines) or None)
     combos = None
     items = sec.get("combinations", list)
     if items is not None:
@@ -826,7 +820,7 @@ def load_config(root: Path, *, packages: Iterable[str] | None = None) -> FarmCon
         for name in wanted:
             if name not in names:
                 raise UsageError(f"unknown package {name!r}",
-                                 hint=_did_you_mean(name, names) or f"known packages: {', '.join(sorted(names))}")
+                                 hint=did_you_mean(name, names) or f"known packages: {', '.join(sorted(names))}")
         files = [names[n] for n in wanted]
     recipes = {}
     for f in files:

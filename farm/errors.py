@@ -11,10 +11,20 @@ and maps to one exit code of the command-line contract:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 EXIT_OK = 0
 EXIT_DEFECT = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """``"did you mean 'x'?"`` for the closest option, or ``""``."""
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
 
 
 class FarmError(Exception):

@@ -19,7 +19,7 @@ import gc
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, NamedTuple
 import orjson
 
 from .errors import LedgerError
+from .fsutil import atomic_write
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -357,39 +358,6 @@ def _lock(ledger: Path) -> Any:
     return FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S)
 
 
-def _fsync_dir(directory: Path) -> None:
-    if os.name == "nt":  # directories cannot be opened for fsync on Windows
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, chunks: Iterable[bytes]) -> None:
-    """Write ``path`` through a temp file in the same directory + fsync + rename."""
-    import tempfile  # writers only: keeps `farm matrix` startup lean
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates 0600; the ledger is a committed, world-readable file.
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o644)
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
 def fragment_path(fragments_dir: Path, filename: str) -> Path:
     return Path(fragments_dir) / f"{filename}{FRAGMENT_SUFFIX}"
 
@@ -422,7 +390,7 @@ def write_fragment(entry: Mapping[str, Any], fragments_dir: Path) -> Path:
                 where=str(path),
                 hint="a filename is published once: bump build_epoch to rebuild, or remove the stale fragment",
             )
-    _atomic_write(path, [(dumps_entry(entry) + "\n").encode()])
+    atomic_write(path, [(dumps_entry(entry) + "\n").encode()])
     return path
 
 
@@ -522,5 +490,5 @@ def record_published(ledger: Path, filename: str, sha256: str, target: str, url:
                 else:
                     yield raw if raw.endswith(b"\n") else raw + b"\n"
 
-        _atomic_write(ledger, chunks())
+        atomic_write(ledger, chunks())
     return True

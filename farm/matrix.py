@@ -37,7 +37,7 @@ from .cells import (
     resolve_arch,
 )
 from .config import FarmConfig, Recipe
-from .errors import ArchError, SourceError, ToolError, UsageError
+from .errors import ArchError, SourceError, ToolError, UsageError, did_you_mean
 from .ledger import ExistsKey, LedgerIndex
 
 # GitHub Actions runs at most 256 jobs from one matrix.
@@ -61,13 +61,11 @@ def _split(values: Iterable[str] | None) -> list[str]:
 
 
 def _unknown(what: str, value: str, known: Iterable[str]) -> UsageError:
-    import difflib
-
     known = sorted(set(known))
-    close = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+    suggestion = did_you_mean(value, known)
     return UsageError(
         f"unknown {what} {value!r}: it matches nothing in the config, so the matrix would be empty",
-        hint=(f"did you mean {close[0]!r}? " if close else "") + f"known: {', '.join(known)}",
+        hint=(f"{suggestion} " if suggestion else "") + f"known: {', '.join(known)}",
     )
 
 

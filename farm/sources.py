@@ -41,6 +41,7 @@ from filelock import FileLock
 
 from .config import GitSource, PathSource, SdistSource
 from .errors import SourceError
+from .fsutil import sha256_file
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
@@ -93,16 +94,8 @@ def tree_sha256(root: Path) -> str:
         if stat.S_ISLNK(st.st_mode):
             entry = f"L {rel}\0{os.readlink(path)}\n"
         else:
-            entry = f"{'X' if st.st_mode & 0o111 else 'F'} {rel}\0{_file_sha256(path)}\n"
+            entry = f"{'X' if st.st_mode & 0o111 else 'F'} {rel}\0{sha256_file(path)}\n"
         digest.update(entry.encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -266,7 +259,7 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str) -> SourceTree
                                       hint="nothing was cached; verify the file and update the pin")
                 archive = base / f"{sha}-{filename}"
                 os.replace(part, archive)
-            elif _file_sha256(archive) != sha:
+            elif sha256_file(archive) != sha:
                 archive.unlink()
                 raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
                                   hint="run again to download it afresh")

@@ -116,7 +116,7 @@ def test_malformed_recipe(farm_root: Path, case: str) -> None:
 
 def test_malformed_messages_are_distinct(farm_root: Path) -> None:
     seen = set()
-    for case, (body, _, _) in MALFORMED.items():
+    for body, _, _ in MALFORMED.values():
         (farm_root / "packages" / "pkg.yml").write_text(body.lstrip())
         with pytest.raises(FarmError) as err:
             load_config(farm_root)

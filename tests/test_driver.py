@@ -8,7 +8,14 @@ import pytest
 
 from farm.arch import ArchList
 from farm.cli import main
-from farm.driver import KNOWN_DEVICES, Device, ImageKind, claimed_devices, explain, pick_image
+from farm.driver import (
+    KNOWN_DEVICES,
+    Device,
+    ImageKind,
+    claimed_devices,
+    explain,
+    pick_image,
+)
 
 H200 = Device(9, 0)
 

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ToolError
-from farm.upload.github import ASSET_CAP, UPLOAD_CHUNK, Asset, Wheel, asset_url, parse_assets, plan, view
+from farm.upload.github import (
+    ASSET_CAP,
+    UPLOAD_CHUNK,
+    Asset,
+    Wheel,
+    asset_url,
+    parse_assets,
+    plan,
+    view,
+)
 from farm.upload.targets import GithubSettings
 
 GH = GithubSettings("github", "farm-wheels/farm-wheels")

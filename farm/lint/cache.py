@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..arch import ArchList
 from ..config import LintIgnore
+from ..fsutil import atomic_write
 from .report import LintReport
 
 
@@ -40,13 +39,6 @@ def load(cache_dir: Path, key: str) -> LintReport | None:
 
 
 def store(cache_dir: Path, key: str, report: LintReport) -> None:
-    directory = Path(cache_dir) / "lint"
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(report.to_json(), fh)
-        os.replace(tmp, directory / f"{key}.json")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # a cache: atomic (never a torn file), not durable (a lost entry is recomputed)
+    data = json.dumps(report.to_json()).encode()
+    atomic_write(Path(cache_dir) / "lint" / f"{key}.json", [data], durable=False)

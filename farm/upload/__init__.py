@@ -23,7 +23,21 @@ from .targets import (
 )
 
 __all__ = [
-    "Check", "GatedWheel", "GateResult", "GithubSettings", "IndexSettings", "Refusal",
-    "TargetKind", "TargetOutcome", "TargetSettings", "TwineSettings", "UploadReport", "Vouchers",
-    "parse_targets", "regenerate_index", "run_gate", "select", "upload",
+    "Check",
+    "GateResult",
+    "GatedWheel",
+    "GithubSettings",
+    "IndexSettings",
+    "Refusal",
+    "TargetKind",
+    "TargetOutcome",
+    "TargetSettings",
+    "TwineSettings",
+    "UploadReport",
+    "Vouchers",
+    "parse_targets",
+    "regenerate_index",
+    "run_gate",
+    "select",
+    "upload",
 ]

@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from email.parser import BytesHeaderParser
@@ -45,11 +43,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
 
 from .. import __version__
-from ..buildinfo import sha256_file
 from ..errors import DefectError, LedgerError, UsageError
+from ..fsutil import atomic_write, read_chunks, sha256_file
 from .wheelmeta import read_member
 
 FILES = "files"
@@ -217,35 +219,13 @@ def lost_projects(old: Mapping[str, Any], new: Mapping[str, Any], allow_drop: It
 # I/O shell
 # --------------------------------------------------------------------------------------------
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and path.read_bytes() == data:
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, [data], mode=0o644)
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(dst, read_chunks(src), mode=0o644)
 
 
 def read_packages_json(root: Path) -> dict[str, Any]:

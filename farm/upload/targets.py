@@ -83,8 +83,7 @@ _KEYS: Mapping[TargetKind, frozenset[str]] = {
 
 def default_simple_url(repository_url: str) -> str:
     base = repository_url.rstrip("/")
-    if base.endswith("/legacy"):
-        base = base[: -len("/legacy")]
+    base = base.removesuffix("/legacy")
     return base + "/simple/"
 
 
