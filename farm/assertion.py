@@ -226,6 +226,9 @@ def _is_nvcc_default(t: Target) -> bool:
     return t.number == 75 and t.variant.value == ""
 
 
+_NVCC_DEFAULT_PAIR = frozenset(ArchList.parse("sm_75;compute_75").targets)
+
+
 def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | None = None,
           cuda_package: bool = True) -> ExtensionResult:
     """Findings for one extension (pure: works on an inspection, reads nothing)."""
@@ -251,12 +254,14 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
     extra = found.targets - expected.targets
     relocatable = union(f for f in inspection.fatbins if f.section == RELOCATABLE_SECTION).targets
 
-    # extras: a stub's empty cubins, nvcc's default, or a build with its own list
+    # extras: a stub's empty cubins, nvcc's default, or a build with its own list. nvcc's default
+    # is a translation unit holding exactly sm_75 + compute_75; a lone sm_75 is someone's list.
+    default_unit = any(f.targets.targets == _NVCC_DEFAULT_PAIR for f in units)
     by_cause: dict[Cause, set[Target]] = {}
     for t in extra:
         if t not in in_units and any(t in f.targets.targets for f in stubs):
             cause = Cause.DEVICE_LINK_STUB
-        elif _is_nvcc_default(t):
+        elif _is_nvcc_default(t) and default_unit:
             cause = Cause.NVCC_DEFAULT
         else:
             cause = Cause.BUILD_OVERRIDE

@@ -17,18 +17,18 @@ from .errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError
 
 # name -> (module, one-line help). Only commands whose capability exists are listed.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "build": ("farm.commands.build", "plan and run builds (cibuildwheel or native), then postbuild"),
-    "toolkit": ("farm.commands.toolkit", "a CUDA_HOME assembled from NVIDIA's PyPI wheels"),
     "matrix": ("farm.commands.matrix", "cells to build, with stale and skipped counts"),
-    "explain": ("farm.commands.explain", "per device capability: the image the driver picks, or none"),
     "lint": ("farm.commands.lint", "the arch-gate lint on a recipe's source, or on a source tree with a given list"),
+    "build": ("farm.commands.build", "plan and run builds (cibuildwheel or native), then postbuild"),
+    "postbuild": ("farm.commands.postbuild", "assert, relabel + stamp _build_info.json, write ledger fragments"),
+    "assert": ("farm.commands.assert_", "the post-build assertion alone: found arches == expected, per extension"),
+    "inspect": ("farm.commands.inspect", "per .so (or every .so in a wheel): fatbins and their entries"),
+    "explain": ("farm.commands.explain", "per device capability: the image the driver picks, or none"),
     "upload": ("farm.commands.upload", "gate every wheel, publish to the targets, merge fragments into the ledger"),
     "index": ("farm.commands.index", "regenerate a static PEP 503 index tree from its files and the ledger"),
-    "inspect": ("farm.commands.inspect", "per .so (or every .so in a wheel): fatbins and their entries"),
-    "assert": ("farm.commands.assert_", "the post-build assertion alone: found arches == expected, per extension"),
-    "postbuild": ("farm.commands.postbuild", "assert, relabel + stamp _build_info.json, write ledger fragments"),
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
+    "toolkit": ("farm.commands.toolkit", "a CUDA_HOME assembled from NVIDIA's PyPI wheels"),
 }
 
 

@@ -152,6 +152,8 @@ def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolki
     assert ext["found"] == "sm_75;sm_80;compute_80"
     assert ext["missing"] == "sm_86"
     assert ext["extra"] == "sm_75;compute_80"
+    # the lone sm_75 is the setup.py's list, not nvcc's default (which comes as sm_75 + compute_75)
+    assert ext["likely_causes"] == ["setup.py/CMake override"]
     # a failed wheel never reaches the upload directory
     assert not upload.exists() or not any(upload.iterdir())
     assert "FAILED the assertion" in summary.read_text()
