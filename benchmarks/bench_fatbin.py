@@ -108,6 +108,8 @@ def main() -> int:
     native = best([sys.executable, "-S", "-m", "farm.fatbin", str(lib)], args.runs)
     in_process = min(_timed_read(lib) for _ in range(args.runs))
     anchor = best([str(tool), "--list-elf", "--list-ptx", str(lib)], args.runs)
+    # the floor of any Python command on this machine, measured in the same run
+    bare = best([sys.executable, "-S", "-c", "pass"], args.runs)
 
     # identical answers: the native process's entries against cuobjdump's, one per TU per arch
     native_set: Counter[tuple[str, str]] = Counter()
@@ -128,12 +130,14 @@ def main() -> int:
     print(f"{'':12}{'wall':>10}{'peak RSS':>12}")
     print(f"{'native':12}{native.wall_s * 1000:>8.1f}ms{native.peak_rss_mb:>10.1f}MB")
     print(f"{'cuobjdump':12}{anchor.wall_s * 1000:>8.1f}ms{anchor.peak_rss_mb:>10.1f}MB")
+    print(f"{'python -S':12}{bare.wall_s * 1000:>8.1f}ms{bare.peak_rss_mb:>10.1f}MB   (bare interpreter start: the floor)")
     print(f"(native read_fatbins in process: {in_process * 1000:.1f}ms; the rest is interpreter start and imports)")
     speed = anchor.wall_s / native.wall_s
     memory = native.peak_rss_mb / anchor.peak_rss_mb
     print()
     print(f"speed-up:     {speed:.1f}x   (target >= 50x: {'met' if speed >= 50 else 'NOT met'})")
     print(f"memory ratio: {memory:.3f}   (target <= 0.100: {'met' if memory <= 0.1 else 'NOT met'})")
+    print(f"in process:   {anchor.wall_s / in_process:.1f}x   (cuobjdump's whole run / the native read alone)")
     return 0
 
 

@@ -19,7 +19,7 @@ import gc
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -461,34 +461,52 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
 def record_published(ledger: Path, filename: str, sha256: str, target: str, url: str) -> bool:
     """Add ``{"target", "url"}`` to the ``published`` list of ``filename``'s entry.
 
-    Rewrites the ledger via a temp file + rename under the lock; every other line is copied byte
-    for byte. Returns False when that target/url was already recorded (nothing written)."""
+    Returns False when that target/url was already recorded (nothing written)."""
+    return record_published_many(ledger, [(filename, sha256, target, url)]) == 1
+
+
+def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str]]) -> int:
+    """Record where each wheel of a batch now lives: ``(filename, sha256, target, url)`` items.
+
+    One rewrite for the whole batch (a temp file + rename under the lock); every line not
+    changed is copied byte for byte. Every item is checked before anything is written. Returns how
+    many publications were new."""
     ledger = Path(ledger)
+    items = list(items)
+    if not items:
+        return 0
     with _lock(ledger):
         index = LedgerIndex.load(ledger)
-        rec = index.by_filename(filename)
-        if rec is None:
-            raise LedgerError(f"{filename} is not in the ledger", where=str(ledger),
-                              hint="merge its fragment first (merge_fragments)")
-        if rec.sha256 != sha256:
-            raise LedgerError(
-                f"{filename} is recorded with sha256 {rec.sha256}, not {sha256}",
-                where=f"{ledger}:{rec.line}",
-                hint="the file being published is not the wheel the ledger describes",
-            )
-        entry = index.entry(rec)
-        item = {"target": target, "url": url}
-        if item in entry["published"]:
-            return False
-        entry["published"] = [*entry["published"], item]
-        replacement = (dumps_entry(entry) + "\n").encode()
+        changed: dict[int, dict[str, Any]] = {}
+        added = 0
+        for filename, sha256, target, url in items:
+            rec = index.by_filename(filename)
+            if rec is None:
+                raise LedgerError(f"{filename} is not in the ledger", where=str(ledger),
+                                  hint="merge its fragment first (merge_fragments)")
+            if rec.sha256 != sha256:
+                raise LedgerError(
+                    f"{filename} is recorded with sha256 {rec.sha256}, not {sha256}",
+                    where=f"{ledger}:{rec.line}",
+                    hint="the file being published is not the wheel the ledger describes",
+                )
+            entry = changed.get(rec.line) or index.entry(rec)
+            item = {"target": target, "url": url}
+            if item in entry["published"]:
+                continue
+            entry["published"] = [*entry["published"], item]
+            changed[rec.line] = entry
+            added += 1
+        if not added:
+            return 0
+        replacements = {line: (dumps_entry(entry) + "\n").encode() for line, entry in changed.items()}
 
         def chunks() -> Iterator[bytes]:
             for number, _, raw in _lines(ledger):
-                if number == rec.line:
-                    yield replacement
+                if number in replacements:
+                    yield replacements[number]
                 else:
                     yield raw if raw.endswith(b"\n") else raw + b"\n"
 
         atomic_write(ledger, chunks())
-    return True
+    return added

@@ -33,7 +33,11 @@ class YList(list):  # type: ignore[type-arg]
         return self.item_lines[index] if index < len(self.item_lines) else self.line
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML has it (several times faster); the constructors are the same.
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):  # type: ignore[misc, valid-type]
     """SafeLoader that builds YMap/YList and rejects duplicate keys."""
 
     filename = "<yaml>"

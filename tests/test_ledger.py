@@ -21,6 +21,7 @@ from farm.ledger import (
     iter_entries,
     merge_fragments,
     record_published,
+    record_published_many,
     validate_entry,
     write_fragment,
 )
@@ -297,6 +298,20 @@ def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path)
     assert ledger.read_bytes() == before
     assert record_published(ledger, target["filename"], target["sha256"], "github", "https://gh/a.whl")
     assert [p["target"] for p in lines_of(ledger)[1]["published"]] == ["index", "github"]
+
+
+def test_record_published_many_rewrites_once_and_checks_everything_first(tmp_path: Path) -> None:
+    entries = [make_entry(python=py) for py in ("cp310", "cp311", "cp312")]
+    ledger = write_ledger(tmp_path / "ledger.jsonl", entries)
+    items = [(e["filename"], e["sha256"], "index", f"https://x/{e['filename']}") for e in entries]
+    # one bad item refuses the whole batch: nothing is written
+    before = ledger.read_bytes()
+    with pytest.raises(LedgerError, match="recorded with sha256"):
+        record_published_many(ledger, [*items[:2], (entries[2]["filename"], "1" * 64, "index", "u")])
+    assert ledger.read_bytes() == before
+    assert record_published_many(ledger, items + [items[0]]) == 3  # a repeat within the batch counts once
+    assert [e["published"] for e in lines_of(ledger)] == [[{"target": "index", "url": u}] for *_, u in items]
+    assert record_published_many(ledger, items) == 0
 
 
 def test_record_published_refuses_unknown_wheel_or_other_sha(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from ..errors import UsageError
-from ..ledger import iter_entries, merge_fragments, record_published, write_fragment
+from ..ledger import iter_entries, merge_fragments, record_published_many, write_fragment
 from . import github, index, twine
 from .gate import GatedWheel, GateResult, Vouchers, run_gate
 from .targets import GithubSettings, IndexSettings, TargetSettings, TwineSettings
@@ -214,8 +214,8 @@ def upload(
         # says where the wheels already are, and a retry (a no-op where they are) completes it.
         if i == 0:
             merged = _merge_batch(ledger, batch)
-        for filename, url in outcome.placed:
-            recorded += record_published(ledger, filename, sha[filename], outcome.target, url)
+        recorded += record_published_many(
+            ledger, [(filename, sha[filename], outcome.target, url) for filename, url in outcome.placed])
     return UploadReport(gate, tuple(outcomes), merged, recorded)
 
 
