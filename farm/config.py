@@ -786,21 +786,22 @@ def _load_only(top: _Section, defaults: Defaults) -> Restriction:
         if line not in defaults.cuda_lines:
             raise ConfigError(f"only.cuda names unknown CUDA line {line!r}", where=sec.where("cuda"),
                               hint=did_you_mean(line, defaults.cuda_lines) or None)
-    combos = None
+    combos: tuple[ComboFilter, ...] | None = None
     items = sec.get("combinations", list)
     if items is not None:
-        combos = []
-        for i, item in enumerate(items):
-            csec = _Section(item, sec.file, f"only.combinations[{i}]", items.line_of(i))
-            c = _version_str(csec, "cuda", _CUDA_LINE, "12.8", required=True)
-            _check_cuda_key(csec, c, defaults.cuda_lines, f"only.combinations[{i}]")
-            t = _version_str(csec, "torch", _TORCH_MINOR, "2.8")
-            p = csec.str_list("python")
-            csec.done(("cuda", "torch", "python"))
-            combos.append(ComboFilter(c, t, p))
-        combos = tuple(combos)
+        combos = tuple(_combo_filter(sec, item, i, items.line_of(i), defaults) for i, item in enumerate(items))
     sec.done(("platforms", "cuda", "combinations"))
     return Restriction(platforms, cuda, combos, min_torch)
+
+
+def _combo_filter(sec: _Section, item: Any, i: int, line: int, defaults: Defaults) -> ComboFilter:
+    csec = _Section(item, sec.file, f"only.combinations[{i}]", line)
+    cuda = _version_str(csec, "cuda", _CUDA_LINE, "12.8", required=True)
+    _check_cuda_key(csec, cuda, defaults.cuda_lines, f"only.combinations[{i}]")
+    torch = _version_str(csec, "torch", _TORCH_MINOR, "2.8")
+    pythons = csec.str_list("python")
+    csec.done(("cuda", "torch", "python"))
+    return ComboFilter(cuda, torch, pythons)
 
 
 # ------------------------------------------------------------------------------------------------

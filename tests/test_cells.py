@@ -106,3 +106,31 @@ def test_names(config) -> None:
     assert local_version(free) == "cu130"
     assert free.id == "free-2.0-cu130-notorch-cp312-win_amd64"
     assert free.python_version == "3.12"
+
+
+def test_only_restrictions(tmp_path: Path) -> None:
+    shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "packages" / "narrow.yml").write_text(textwrap.dedent("""
+        name: narrow
+        version: '1.0'
+        source: {git: {repo: owner/narrow, ref: v1.0}}
+        links_torch: true
+        only:
+          platforms: [linux_x86_64, linux_aarch64]
+          combinations:
+            - {cuda: '12.8', torch: '2.8', python: ['3.10', '3.11']}
+            - {cuda: '13.0'}
+        """))
+    config = load_config(tmp_path)
+    recipe = config.recipe("narrow")
+
+    def why(cuda: str, torch: str, py: str, platform: str = "linux_x86_64") -> str | None:
+        return recipe_excludes(recipe, Cell("narrow", "1.0", cuda, torch, py, platform))
+
+    assert why("12.8", "2.8", "cp311") is None
+    assert why("12.8", "2.8", "cp312") == "only.combinations"
+    assert why("12.8", "2.9", "cp311") == "only.combinations"
+    assert why("13.0", "2.11", "cp314") is None
+    assert why("12.9", "2.8", "cp311") == "only.combinations"
+    assert why("13.0", "2.11", "cp311", "win_amd64") == "only.platforms"
