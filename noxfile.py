@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import nox
+import nox.command
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
@@ -22,9 +23,22 @@ ROOT = Path(__file__).resolve().parent
 TEST_CUDA = "13.0"
 
 
+def _run_farm(session: nox.Session, command: str) -> None:
+    """Run ``farm COMMAND`` with the session's arguments. On failure nox itself would exit 1
+    whatever farm said; end with farm's own code instead, so 1 (defects), 2 (bad input) and
+    3 (environment) mean the same from a session as from the CLI (DESIGN §6). A failed farm
+    command therefore ends the whole nox run, as CI wants."""
+    try:
+        session.run("farm", command, *session.posargs)
+    except nox.command.CommandFailed as exc:
+        code = exc.return_code or 1
+        session.log(f"farm {command} failed with exit code {code}")
+        raise SystemExit(code) from None
+
+
 def _farm(session: nox.Session, command: str) -> None:
     session.install("-e", ".")
-    session.run("farm", command, *session.posargs)
+    _run_farm(session, command)
 
 
 def _toolkit(session: nox.Session, cuda: str) -> str:
@@ -65,7 +79,7 @@ def postbuild(session: nox.Session) -> None:
 def upload(session: nox.Session) -> None:
     """Gate, publish, merge ledger fragments."""
     session.install("-e", ".[upload]")
-    session.run("farm", "upload", *session.posargs)
+    _run_farm(session, "upload")
 
 
 @nox.session

@@ -1,6 +1,6 @@
 """Benchmark: ``farm matrix --json`` at the public farm's scale, as a whole process.
 
-Scale: the public farm's 44 real recipes and its grid (29 (cuda, torch) rows, Python 3.10-3.14,
+Scale: the public farm's 44 real recipes and its grid (29 (cuda, torch) rows, Python 3.10-3.15,
 3 platforms), rewritten into farm's schema in a temporary directory, plus a synthetic ledger of
 30,000 lines (most current cells built at epoch 0, some with an older arch list (stale), the rest
 older versions), so every cell goes through its exists-key lookup.
@@ -69,7 +69,7 @@ def rewrite_defaults(anchor: Path) -> dict[str, Any]:
     return {
         "build_epoch": 0,
         "cuda_lines": cuda_lines,
-        "python": {"min": "3.10", "max": "3.14"},
+        "python": {"min": "3.10", "max": "3.15"},
         "platforms": [PLATFORM[p] for p in grid_src["platforms"]],
         "grid": [{"cuda": str(r["cuda"]), "torch": str(r["pytorch"]),
                   "python": [str(p) for p in r["python_versions"]]} for r in grid_src["combinations"]],

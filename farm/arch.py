@@ -53,8 +53,15 @@ NAMED_ARCHES: dict[str, str] = {
     "blackwell": "10.0;10.3;12.0;12.1+PTX",
 }
 
-# The arches torch's TORCH_CUDA_ARCH_LIST accepts with an ``a`` suffix (FACTS §5).
-TORCH_ARCH_SPECIFIC_OK = frozenset({(9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)})
+# The items torch's TORCH_CUDA_ARCH_LIST accepts, each optionally with ``+PTX``
+# (``supported_arches`` in torch/utils/cpp_extension.py, 2.13; FACTS §5). Anything else, e.g.
+# 8.8 or 10.1 that nvcc builds, makes torch raise "Unknown CUDA arch" mid-build.
+TORCH_ARCHES: frozenset[tuple[int, int, str]] = frozenset(
+    {(3, 5, ""), (3, 7, ""), (5, 0, ""), (5, 2, ""), (5, 3, ""), (6, 0, ""), (6, 1, ""), (6, 2, ""),
+     (7, 0, ""), (7, 2, ""), (7, 5, ""), (8, 0, ""), (8, 6, ""), (8, 7, ""), (8, 9, ""), (9, 0, ""),
+     (9, 0, "a"), (10, 0, ""), (10, 0, "a"), (11, 0, ""), (11, 0, "a"), (10, 3, ""), (10, 3, "a"),
+     (12, 0, ""), (12, 0, "a"), (12, 1, ""), (12, 1, "a")}
+)
 
 
 @dataclass(frozen=True)
@@ -213,8 +220,13 @@ class ArchList:
                     f"torch's TORCH_CUDA_ARCH_LIST rejects family targets ({t.name})",
                     hint="use 'a' or plain arches for torch extensions, or pass -gencode via the recipe",
                 )
-            if t.variant is Variant.ARCH and (t.major, t.minor) not in TORCH_ARCH_SPECIFIC_OK:
-                raise ArchError(f"torch's TORCH_CUDA_ARCH_LIST does not accept {t.name}")
+            if (t.major, t.minor, t.variant.value) not in TORCH_ARCHES:
+                raise ArchError(
+                    f"torch's TORCH_CUDA_ARCH_LIST does not accept {t.version} ({t.name}): "
+                    "torch raises 'Unknown CUDA arch' for it",
+                    hint="torch builds what it knows (7.5 ... 12.1, 'a' only on 9.0/10.0/10.3/11.0/12.0/12.1); "
+                         "pass -gencode via the recipe's nvcc flags for other arches",
+                )
         return self.to_list_syntax()
 
     def render_cmake(self) -> str:
@@ -259,7 +271,9 @@ def _parse_item(item: str, where: str | None) -> set[Target]:
 
 
 # --------------------------------------------------------------------------------------------
-# What each CUDA line's nvcc can build (FACTS §4; NVIDIA's release notes for the 12.x lines).
+# What each CUDA line's nvcc can build (FACTS §4). Measured: the --gpu-name values of ptxas from
+# nvidia-cuda-nvcc-cu12 12.4.131, 12.6.85, 12.8.93, 12.9.86 (those wheels hold no nvcc), and
+# nvcc --dryrun -gencode of 13.0.88 and 13.2.86 (tests/test_arch.py re-checks the suite's nvcc).
 # --------------------------------------------------------------------------------------------
 _CUDA12_BASE = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
 

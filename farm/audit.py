@@ -135,6 +135,9 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
     if facts.embedded is not None and ledger_entry is not None:
         wrong += _compare(ledger_entry.get("found"), facts.found, where="the ledger",
                           says="the ledger records", holds="the binary holds")
+    if provenance.get("provenance") == buildinfo.ASSERTED:
+        # A stamped wheel renamed to another cell (or epoch) claims what it was not built for.
+        wrong += [f"file name: {p}" for p in buildinfo.name_problems(facts.filename, provenance)]
     wrong += renamed
     if wrong:
         return row(Verdict.WHEEL_WRONG, source, wrong)
@@ -173,6 +176,7 @@ def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
     size = path.stat().st_size
     embedded = None
     try:
+        WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
         inspection = inspect_wheel(path, "native")
         found = {so.path: so.found.canonical() for so in inspection.extensions}
         with SafeWheel(path) as wheel:
@@ -184,8 +188,20 @@ def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
     except ToolError:
         raise  # the environment, not the wheel
     except FarmError as exc:
-        return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=str(exc))
+        return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
     return WheelFacts(path.name, location, sha256, size, found, extensions, embedded)
+
+
+def _problem(exc: FarmError, path: Path, location: str) -> str:
+    """The error with its place inside the wheel (``member: what``); the wheel itself is named
+    beside it already. Its fix follows on a second line."""
+    where = exc.where or ""
+    for wheel in (location, str(path)):
+        if where.startswith(wheel):
+            where = where[len(wheel):].lstrip("!")
+            break
+    text = f"{where}: {exc.message}" if where else exc.message
+    return f"{text}\n  fix: {exc.hint}" if exc.hint else text
 
 
 # -- today's policy (the config glue) -------------------------------------------------------------
@@ -281,6 +297,10 @@ class Located:
     problem: str | None = None
 
 
+def _safe_name(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
+
+
 def iter_wheels(where: str, *, timeout: float = 60.0) -> Iterator[Located]:
     """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL.
 
@@ -292,11 +312,18 @@ def iter_wheels(where: str, *, timeout: float = 60.0) -> Iterator[Located]:
         try:
             for url, sha256 in index_wheels(where, timeout=timeout):
                 name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
-                dest = tmp / name
-                got = _download(url, dest, timeout)
-                problem = (f"the index says sha256 {sha256}, the served file is {got}"
-                           if sha256 and sha256 != got else None)
-                yield Located(dest, url, problem)
+                if not _safe_name(name):
+                    # "..%2F..%2Fx.whl" must not become a path outside tmp: not even downloaded.
+                    dest = tmp / "unsafe-file-name.whl"
+                    dest.touch()
+                    yield Located(dest, url, f"the index links a file named {name!r}, which is not a plain "
+                                             "file name")
+                else:
+                    dest = tmp / name
+                    got = _download(url, dest, timeout)
+                    problem = (f"the index says sha256 {sha256}, the served file is {got}"
+                               if sha256 and sha256 != got else None)
+                    yield Located(dest, url, problem)
                 dest.unlink(missing_ok=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -325,7 +352,11 @@ def _ledger_entry(ledger: LedgerIndex, facts: WheelFacts) -> tuple[Mapping[str, 
     """The ledger entry with this wheel's bytes, and the sha256 recorded for its file name."""
     by_name = ledger.by_filename(facts.filename)
     rec = ledger.by_sha256(facts.sha256)
-    entry = ledger.entry(rec) if rec is not None else None
+    entry = None
+    if rec is not None:
+        entry = ledger.entry(rec)
+        # The verdict reads its nested fields: they must have the schema's types.
+        buildinfo.validate(entry, where=f"{ledger.path}:{rec.line}", error=LedgerError)
     return entry, by_name.sha256 if by_name is not None else None
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cells import Cell
 from .config import FarmConfig, Recipe
-from .errors import ConfigError, DefectError, ToolError, UsageError
+from .errors import ConfigError, ToolError, UsageError
 from .plan import BuildPlan, PlanOptions, plan_build
 from .toolkit import Toolkit, ensure_toolkit, toolkit_at_home
 
@@ -175,6 +175,18 @@ def _append_summary(plan: BuildPlan, environ: Mapping[str, str]) -> None:
             out.write(plan.step_summary.read_text(encoding="utf-8"))
 
 
+# Ambient cibuildwheel variables a build may keep: which image and engine to use, debugging. Any
+# other CIBW_* (CIBW_BEFORE_BUILD_LINUX, CIBW_TEST_COMMAND, ...) would change the build behind the
+# plan's back: platform-specific variables even beat the plan's generic ones.
+_AMBIENT_CIBW = re.compile(r"CIBW_(?:(?:MANY|MUSL)LINUX_\w+_IMAGE|CONTAINER_ENGINE|DEBUG_\w+|CACHE_PATH)")
+
+
+def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment cibuildwheel runs with: the caller's, minus its cibuildwheel options, plus the plan's."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("CIBW_") or _AMBIENT_CIBW.fullmatch(k)}
+    return {**kept, **plan.env}
+
+
 def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = _say(log)
@@ -186,7 +198,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = subprocess.run(cmd, cwd=plan.cwd, env={**environ, **plan.env}, check=False)
+    proc = subprocess.run(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ), check=False)
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -367,10 +379,3 @@ def run_postbuild(
         cuda_home=toolkit.cuda_home, builder=builder, source=source,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)
-
-
-def require_passed(results: Sequence[BuildResult]) -> None:
-    failed = [r for r in results if not r.passed]
-    if failed:
-        raise DefectError(f"{len(failed)} of {len(results)} builds failed the assertion: "
-                          + ", ".join(r.cell.id for r in failed))

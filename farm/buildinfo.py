@@ -20,8 +20,15 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
 from .errors import FarmError, ToolError, WheelError
-from .fsutil import sha256_file  # noqa: F401 - part of this module's API (stamp, audit, gate)
+from .fsutil import sha256_file  # noqa: F401 - re-exported: the hash every provenance records
 
 SCHEMA_VERSION = 1
 BUILD_INFO_NAME = "_build_info.json"
@@ -30,10 +37,6 @@ INFERRED = "inferred"
 
 #: Keys a ledger line adds to the ``_build_info.json`` object.
 LEDGER_KEYS = ("filename", "sha256", "size", "published")
-
-
-
-# -- hashing ----------------------------------------------------------------------------------
 
 
 # -- the CI run -------------------------------------------------------------------------------
@@ -226,6 +229,64 @@ def inferred_build_info(
         "extensions": dict(sorted(extensions.items())),
         "provenance": INFERRED,
     }
+
+
+# -- the file name a provenance implies (the upload gate and audit both check it) ---------------
+def local_label(cell: Mapping[str, Any]) -> str:
+    """``cu128torch2.8``, or ``cu128`` for a package that does not link torch."""
+    cuda = f"cu{str(cell.get('cuda', '')).replace('.', '')}"
+    torch = cell.get("torch")
+    return cuda if torch in (None, "none") else f"{cuda}torch{torch}"
+
+
+def _platform_matches(cell_platform: str, wheel_platform: str) -> bool:
+    if wheel_platform == cell_platform:
+        return True
+    # linux_x86_64 is published as manylinux_2_28_x86_64 / musllinux_1_2_x86_64 after repair.
+    if cell_platform.startswith("linux_"):
+        arch = cell_platform[len("linux_"):]
+        return wheel_platform.endswith("_" + arch) and wheel_platform.startswith(("manylinux", "musllinux"))
+    return False
+
+
+def _public(version: Any) -> str | None:
+    try:
+        return Version(str(version)).public
+    except InvalidVersion:
+        return None
+
+
+def name_problems(filename: str, info: Mapping[str, Any]) -> list[str]:
+    """Where the file name disagrees with the cell its provenance describes (empty: agrees)."""
+    try:
+        name, version, build, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        return [f"not a valid wheel file name ({exc})"]
+    cell = info.get("cell") or {}
+    problems: list[str] = []
+    dist = info.get("dist") or ""
+    if canonicalize_name(dist) != name:
+        problems.append(f"project {name} but provenance says {dist!r}")
+    if version.public != _public(info.get("version")):  # both spelled as PEP 440 normalises them
+        problems.append(f"version {version.public} but provenance says {info.get('version')!r}")
+    want = local_label(cell)
+    if (version.local or "") != want:
+        problems.append(f"local label {version.local or '(none)'} but the cell is {want}")
+    epoch = info.get("build_epoch") or 0
+    have = build[0] if build else 0
+    if have != epoch:
+        problems.append(f"build tag {have or '(none)'} but build_epoch is {epoch}")
+    python = cell.get("python")
+    if python == "abi3":
+        if not any(t.abi == "abi3" for t in tags):
+            problems.append("no abi3 tag but the cell is abi3")
+    elif python and not any(t.interpreter == python for t in tags):
+        problems.append(f"python tag {'.'.join(sorted({t.interpreter for t in tags}))} but the cell is {python}")
+    plat = cell.get("platform")
+    if plat and not any(_platform_matches(plat, t.platform) for t in tags):
+        problems.append(f"platform {'.'.join(sorted({t.platform for t in tags}))} but the cell is {plat}")
+    return problems
+
 
 
 def dumps(info: Mapping[str, Any]) -> bytes:

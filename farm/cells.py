@@ -5,7 +5,6 @@ Pure functions over the config model; the matrix composes them in its visible su
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -75,7 +74,8 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
-def _in_python_range(defaults: Defaults, version: str) -> bool:
+def in_python_range(defaults: Defaults, version: str) -> bool:
+    """Whether a grid Python (``3.11``) is within ``_defaults.yml``'s ``python: {min, max}``."""
     v = Version(version)
     return Version(defaults.python_min) <= v <= Version(defaults.python_max)
 
@@ -89,7 +89,7 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
     for row in defaults.grid:
         torch = row.torch_minor if recipe.links_torch else NO_TORCH
         for py in row.pythons:
-            if not _in_python_range(defaults, py):
+            if not in_python_range(defaults, py):
                 continue
             for platform in defaults.platforms:
                 cell = Cell(recipe.name, recipe.version, row.cuda, torch, python_tag(py), platform)
@@ -103,16 +103,6 @@ def is_phantom(defaults: Defaults, cell: Cell) -> bool:
     if cell.torch == NO_TORCH:
         return False
     return Phantom(cell.cuda, cell.torch, cell.python_version, cell.platform) in defaults.phantoms
-
-
-class Skip(enum.Enum):
-    """Why a declared cell is not built, in the order the matrix subtracts them."""
-
-    FILTERED = "filtered"  # command-line filters
-    RECIPE = "recipe"  # min_torch / only: restrictions of the recipe
-    NO_POLICY = "no-policy"  # platform without a policy row for the CUDA line
-    PHANTOM = "phantom"
-    BUILT = "built"
 
 
 def recipe_excludes(recipe: Recipe, cell: Cell) -> str | None:

@@ -48,8 +48,11 @@ def _top_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = _top_parser()
-    if not argv or argv[0].startswith("-"):
-        top.parse_args(argv or ["--help"])
+    if not argv:  # no command is a usage error, not a successful run
+        top.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    if argv[0].startswith("-"):
+        top.parse_args(argv)  # --help / --version exit 0; anything else is argparse's exit 2
         return EXIT_BAD_INPUT
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

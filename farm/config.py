@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from .arch import KNOWN_CUDA_LINES, ArchList, validate_for_cuda
@@ -33,6 +34,12 @@ _CUDA_LINE = re.compile(r"^\d{2}\.\d$")
 _TORCH_MINOR = re.compile(r"^\d+\.\d+$")
 _PY_VERSION = re.compile(r"^3\.\d{1,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the build planner sets from the cell and the knobs; a recipe's env must not shadow them.
+FARM_ENV = frozenset({
+    "CUDA_HOME", "CUDA_PATH", "PATH", "FORCE_CUDA", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",
+    "CMAKE_CUDA_ARCHITECTURES", "MAX_JOBS", "NVCC_APPEND_FLAGS",
+})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -54,15 +61,6 @@ class ArchRules:
     by_combo: Mapping[tuple[str, str], ArchSpec] = field(default_factory=dict)
     by_cuda: Mapping[str, ArchSpec] = field(default_factory=dict)
     default: ArchSpec | None = None
-
-    def lookup(self, cuda: str, torch: str) -> ArchSpec | None:
-        return self.by_combo.get((cuda, torch)) or self.by_cuda.get(cuda) or self.default
-
-    def all_specs(self) -> Iterable[ArchSpec]:
-        yield from self.by_combo.values()
-        yield from self.by_cuda.values()
-        if self.default:
-            yield self.default
 
 
 @dataclass(frozen=True)
@@ -92,10 +90,6 @@ class ArchPolicy:
 
     rows: Mapping[str, Mapping[str, ArchSpec]]
     exceptions: Mapping[str, Mapping[tuple[str, str], ArchSpec]]
-
-    def lookup(self, group: str, cuda: str, torch: str) -> ArchSpec | None:
-        exc = self.exceptions.get(group, {}).get((cuda, torch))
-        return exc or self.rows.get(group, {}).get(cuda)
 
 
 @dataclass(frozen=True)
@@ -424,8 +418,8 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
             )
 
     grid = _load_grid(top, cuda_lines)
-    phantoms = _load_phantoms(top, cuda_lines)
-    policy = _load_policy(top, cuda_lines)
+    phantoms = _load_phantoms(top, cuda_lines, grid)
+    policy = _load_policy(top, cuda_lines, grid)
     publish = _load_publish(top)
     default_target = top.get("default_target", str)
     if default_target is not None and default_target not in publish:
@@ -483,8 +477,9 @@ def _load_grid(top: _Section, cuda_lines: tuple[str, ...]) -> tuple[GridRow, ...
     return tuple(out)
 
 
-def _load_phantoms(top: _Section, cuda_lines: tuple[str, ...]) -> frozenset[Phantom]:
+def _load_phantoms(top: _Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow, ...]) -> frozenset[Phantom]:
     items = top.get("phantoms", list, default=YList())
+    declared = {(r.cuda, r.torch_minor): r.pythons for r in grid}
     out = set()
     for i, item in enumerate(items):
         sec = _Section(item, top.file, f"phantoms[{i}]", items.line_of(i))
@@ -497,11 +492,15 @@ def _load_phantoms(top: _Section, cuda_lines: tuple[str, ...]) -> frozenset[Phan
             raise ConfigError(f"unknown platform {plat!r}", where=sec.where("platform"),
                               hint=did_you_mean(plat, PLATFORMS) or None)
         sec.done(("cuda", "torch", "python", "platform"))
+        if python not in declared.get((cuda, torch), ()):
+            # a phantom that matches no grid cell hides a typo: the cell it meant stays scheduled
+            raise ConfigError(f"phantoms[{i}] ({cuda}, torch {torch}, Python {python}) matches no grid cell",
+                              where=sec.where(), hint="fix it to a (cuda, torch, python) of the grid, or remove it")
         out.add(Phantom(cuda, torch, python, plat))
     return frozenset(out)
 
 
-def _load_policy(top: _Section, cuda_lines: tuple[str, ...]) -> ArchPolicy:
+def _load_policy(top: _Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow, ...]) -> ArchPolicy:
     sec = top.section("arch_policy", required=True)
     assert sec is not None
     groups = sorted(set(PLATFORM_GROUPS.values()))
@@ -524,6 +523,9 @@ def _load_policy(top: _Section, cuda_lines: tuple[str, ...]) -> ArchPolicy:
         cuda = _version_str(esec, "cuda", _CUDA_LINE, "12.8", required=True)
         _check_cuda_key(esec, cuda, cuda_lines, f"arch_policy.exceptions[{i}]")
         torch = _version_str(esec, "torch", _TORCH_MINOR, "2.8", required=True)
+        if not any(r.cuda == cuda and r.torch_minor == torch for r in grid):
+            raise ConfigError(f"arch_policy.exceptions[{i}] ({cuda}, torch {torch}) matches no grid row",
+                              where=esec.where(), hint="fix it to a (cuda, torch) of the grid, or remove it")
         group = esec.get("platforms", str, default="x86_64")
         if group not in groups:
             raise ConfigError(f"unknown platform group {group!r}", where=esec.where("platforms"),
@@ -571,7 +573,24 @@ def _load_build(sec: _Section) -> BuildKnobs:
         value = getattr(knobs, key)
         if value is not None and value < 1:
             raise ConfigError(f"{sec.key_path(key)!r} must be >= 1", where=sec.where(key))
+    for comp in knobs.extra_cuda_components:  # a toolkit never floats
+        if "==" not in comp:
+            raise ConfigError(
+                f"{sec.key_path('extra_cuda_components')} entry {comp!r} is not a pinned wheel",
+                where=sec.where("extra_cuda_components"),
+                hint="write the NVIDIA wheel with its version, e.g. 'nvidia-nvtx==13.0.85'",
+            )
     for key, value in knobs.env.items():
+        if not _ENV_NAME.match(key):
+            raise ConfigError(f"{sec.key_path('env')}.{key} is not an environment variable name",
+                              where=sec.where("env"), hint="letters, digits and _, not starting with a digit")
+        if key in FARM_ENV:
+            raise ConfigError(
+                f"{sec.key_path('env')}.{key} is set by farm for every build",
+                where=sec.where("env"),
+                hint={"MAX_JOBS": "use build.max_jobs", "NVCC_APPEND_FLAGS": "use build.nvcc_flags"}.get(
+                    key, "use the recipe's arch overrides; the post-build assertion checks the result"),
+            )
         if not isinstance(value, str):
             raise ConfigError(f"{sec.key_path('env')}.{key} must be a string, got {_describe(value)}",
                               where=sec.where("env"), hint=f"quote it: {key}: '{value}'")
@@ -633,6 +652,12 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
+    for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
+        try:
+            Requirement(req)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
+                              where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
     top.done(_RECIPE_KEYS)
     if not links_torch:
         combos = [spec for rules in (arch, *by_platform.values()) for spec in rules.by_combo.values()]
@@ -677,6 +702,10 @@ def _load_source(sec: _Section, root: Path) -> Source:
     assert sub is not None
     if kind == "git":
         repo = sub.get("repo", str, required=True)
+        is_url = "://" in repo or repo.startswith(("git@", "/"))
+        if not is_url and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+            raise ConfigError(f"source.git.repo {repo!r} is neither a GitHub owner/name nor a git URL",
+                              where=sub.where("repo"), hint="e.g. repo: Dao-AILab/flash-attention")
         ref = sub.get("ref", str, required=True, fix="pin a tag or a commit: ref: v1.2.3")
         if ref.lower() in FLOATING_REFS or ref.startswith("refs/heads/") or ref.lower().startswith("origin/"):
             raise ConfigError(
@@ -801,6 +830,16 @@ def _combo_filter(sec: _Section, item: Any, i: int, line: int, defaults: Default
     torch = _version_str(csec, "torch", _TORCH_MINOR, "2.8")
     pythons = csec.str_list("python")
     csec.done(("cuda", "torch", "python"))
+    rows = [r for r in defaults.grid if r.cuda == cuda and (torch is None or r.torch_minor == torch)]
+    known = {p for r in rows for p in r.pythons}
+    missing = [p for p in pythons or () if p not in known]
+    if not rows or missing:
+        # a combination that selects nothing would silently drop the package's cells
+        what = f"Python {', '.join(missing)} with " if rows else ""
+        raise ConfigError(f"only.combinations[{i}] selects {what}CUDA {cuda}"
+                          + (f", torch {torch}" if torch else "") + ", which the grid does not have",
+                          where=csec.where(), hint=f"the grid in {DEFAULTS_FILE} has: " + ", ".join(
+                              f"{r.cuda}/{r.torch_minor}" for r in defaults.grid if r.cuda == cuda))
     return ComboFilter(cuda, torch, pythons)
 
 
@@ -836,6 +875,15 @@ def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
     lines = [c for c in defaults.cuda_lines if recipe.only.cuda is None or c in recipe.only.cuda]
     if recipe.only.combinations is not None:
         lines = [c for c in lines if any(f.cuda == c for f in recipe.only.combinations)]
+    for ext in recipe.extensions:  # an extension's own list applies on every line too
+        for cuda in lines:
+            try:
+                validate_for_cuda(ext.spec.archs, cuda, where=ext.spec.where)
+            except ArchError as exc:
+                raise ArchError(
+                    f"{exc.message}; extensions[{ext.glob!r}] applies to CUDA {cuda}",
+                    where=exc.where, hint="use arches every CUDA line of the package builds, or only.cuda to skip lines",
+                ) from None
     for rules in (recipe.arch, *recipe.arch_by_platform.values()):
         if rules.default is None:
             continue

@@ -153,6 +153,12 @@ def list_targets(
     except BinaryFormatError as exc:
         raise BinaryFormatError(f"cuobjdump failed (rc {proc.returncode}: {message}); {exc.message}",
                                 where=exc.where, hint=exc.hint) from None
+    if proc.returncode != 1:  # killed by a signal, or a code cuobjdump does not use for bad input
+        raise ToolError(
+            f"cuobjdump crashed (rc {proc.returncode}): {message or 'no output'}",
+            where=str(so), hint="the file's headers are intact: check the cuobjdump installation and the machine "
+                                "(memory), or try another cuobjdump with --cuobjdump",
+        )
     raise BinaryFormatError(
         f"cuobjdump failed (rc {proc.returncode}): {message}",
         where=str(so),

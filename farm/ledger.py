@@ -8,8 +8,9 @@ on demand from their byte offset, so memory stays flat for a ledger of tens of t
 
 Writing: parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); the upload
 job merges them (:func:`merge_fragments`) and records where each wheel went
-(:func:`record_published`). Both take the same file lock, write whole lines and fsync, so two
-writers never interleave and a crash never leaves half a line.
+(:func:`record_published`). Both take the same file lock and replace the ledger through a
+fsynced temp file and a rename, so two writers never interleave and a crash never leaves half a
+line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, BinaryIO, NamedTuple
 import orjson
 
 from .errors import LedgerError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, read_chunks
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -449,12 +450,16 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
             added.append(rec.filename)
             lines.append((dumps_entry(entry) + "\n").encode())
         if lines:
-            ledger.parent.mkdir(parents=True, exist_ok=True)
-            with ledger.open("ab") as out:
-                # A last line without its newline is complete (it validated): end it first.
-                out.write((b"\n" if needs_newline else b"") + b"".join(lines))
-                out.flush()
-                os.fsync(out.fileno())
+            # Old bytes + new lines through a temp file and a rename, not an append: a crash
+            # mid-write would leave half a line, which every later read refuses.
+            def chunks() -> Iterator[bytes]:
+                if ledger.exists():
+                    yield from read_chunks(ledger)
+                    if needs_newline:  # a last line without its newline is complete (it validated)
+                        yield b"\n"
+                yield from lines
+
+            atomic_write(ledger, chunks())
     return MergeResult(ledger, tuple(added), tuple(already))
 
 

@@ -30,6 +30,7 @@ from .cells import (
     Cell,
     Resolution,
     declared_cells,
+    in_python_range,
     is_phantom,
     planned_wheel_name,
     python_tag,
@@ -98,7 +99,8 @@ class Filters:
             config.recipe(name)  # raises UsageError with a suggestion
         known_cuda = set(d.cuda_lines)
         known_torch = {row.torch_minor for row in d.grid} | {NO_TORCH}
-        known_python = {python_tag(p) for row in d.grid for p in row.pythons}
+        # only Pythons the grid declares within the range: another one would select nothing
+        known_python = {python_tag(p) for row in d.grid for p in row.pythons if in_python_range(d, p)}
         known_platform = set(d.platforms)
 
         def check(what: str, values: list[str], known: set[str]) -> frozenset[str] | None:

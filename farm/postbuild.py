@@ -190,8 +190,10 @@ def stamp_asserted(
     try:
         fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else Path(out_dir))
     except BaseException:
-        # A stamped wheel without its fragment would be refused at upload: leave neither.
-        stamped.path.unlink(missing_ok=True)
+        # A stamped wheel without its fragment would be refused at upload: leave neither
+        # (but never remove a file an earlier run made).
+        if stamped.created:
+            stamped.path.unlink(missing_ok=True)
         raise
     return PostbuildResult(wheel, report, stamped, fragment)
 

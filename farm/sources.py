@@ -32,6 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -41,7 +42,7 @@ from filelock import FileLock
 
 from .config import GitSource, PathSource, SdistSource
 from .errors import SourceError
-from .fsutil import sha256_file
+from .fsutil import atomic_write, sha256_file
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
@@ -139,8 +140,11 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str) -> SourceTree:
     key = hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
     pointer = base / f"ref-{key}.json"
     with FileLock(str(base / f"{key}.lock")):
-        if pointer.exists():
+        try:
             commit = json.loads(pointer.read_text())["commit"]
+        except (OSError, ValueError, KeyError, TypeError):
+            commit = None  # never resolved, or a damaged pointer: resolve the ref again
+        if isinstance(commit, str) and _is_commit(commit):
             tree = _cached(base / f"{commit}{'-sub' if source.submodules else ''}")
             if tree is not None:
                 return tree
@@ -166,7 +170,8 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str) -> SourceTree:
             description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
             final = base / f"{commit}{'-sub' if source.submodules else ''}"
             tree = _install(work, final, commit, description)
-        pointer.write_text(json.dumps({"url": url, "ref": source.ref, "commit": tree.identity}))
+        atomic_write(pointer, [json.dumps({"url": url, "ref": source.ref, "commit": tree.identity}).encode()],
+                     durable=False)
         return tree
 
 
@@ -300,24 +305,40 @@ def unpack(archive: Path, dest: Path) -> None:
     """Unpack a .tar.gz/.tar.bz2/.zip sdist into ``dest``, refusing anything that leaves ``dest``."""
     name = archive.name.lower()
     if name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zf:
-            for info in zf.infolist():
-                rel = _check_member(info.filename, archive)
-                if stat.S_ISLNK(info.external_attr >> 16):
-                    raise SourceError(f"{archive.name}: member {info.filename!r} is a link",
-                                      hint="links in zip sdists are not supported")
-                if not rel.parts:
-                    continue
-                out = dest.joinpath(*rel.parts)
-                if info.is_dir():
-                    out.mkdir(parents=True, exist_ok=True)
-                    continue
-                out.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(out, "wb") as dst:
-                    shutil.copyfileobj(src, dst, _CHUNK)
-                if (info.external_attr >> 16) & 0o111:
-                    out.chmod(0o755)
+        try:
+            _unpack_zip(archive, dest)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+            raise SourceError(f"{archive.name}: not a readable zip archive: {exc}",
+                              hint="the file is corrupt; nothing was cached") from None
         return
+    try:
+        _unpack_tar(archive, dest)
+    except (EOFError, zlib.error) as exc:  # a truncated or corrupt compressed stream
+        raise SourceError(f"{archive.name}: not a readable archive: {exc}",
+                          hint="the file is corrupt; nothing was cached") from None
+
+
+def _unpack_zip(archive: Path, dest: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            rel = _check_member(info.filename, archive)
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise SourceError(f"{archive.name}: member {info.filename!r} is a link",
+                                  hint="links in zip sdists are not supported")
+            if not rel.parts:
+                continue
+            out = dest.joinpath(*rel.parts)
+            if info.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, _CHUNK)
+            if (info.external_attr >> 16) & 0o111:
+                out.chmod(0o755)
+
+
+def _unpack_tar(archive: Path, dest: Path) -> None:
     try:
         tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below; open errors differ
     except tarfile.TarError as exc:
@@ -347,10 +368,11 @@ def unpack(archive: Path, dest: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 def _cached(final: Path) -> SourceTree | None:
     marker = final / _COMPLETE
-    if not marker.is_file():
-        return None
-    data = json.loads(marker.read_text())
-    return SourceTree(final / data["root"], data["identity"], data["description"])
+    try:
+        data = json.loads(marker.read_text())
+        return SourceTree(final / data["root"], data["identity"], data["description"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: fetched afresh, and the install replaces the directory
 
 
 def _install(work: Path, final: Path, identity: str, description: dict[str, Any]) -> SourceTree:

@@ -16,6 +16,7 @@ import base64
 import csv
 import hashlib
 import io
+import lzma
 import os
 import re
 import tempfile
@@ -31,6 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import buildinfo
 from .errors import UsageError, WheelError
+from .fsutil import fsync_dir, sha256_file
 from .wheelfile import SafeWheel
 
 _CHUNK = 1 << 20
@@ -173,7 +175,12 @@ def set_wheel_build(text: str, build_tag: str | None) -> str:
     nl = _newline(text)
     lines = [ln for ln in text.split(nl) if not ln.lower().startswith("build:")]
     if build_tag is not None:
-        at = next((i for i, ln in enumerate(lines) if ln.lower().startswith("tag:")), len(lines))
+        # Before the first Tag; without one, after the last header (a line after the blank
+        # line that ends the headers would be read as a body, not a header).
+        end = len(lines)
+        while end and lines[end - 1] == "":
+            end -= 1
+        at = next((i for i, ln in enumerate(lines) if ln.lower().startswith("tag:")), end)
         lines.insert(at, f"Build: {build_tag}")
     return nl.join(lines)
 
@@ -209,6 +216,8 @@ class StampResult:
     build_info: Mapping[str, Any] | None
     # archive path (in the new wheel) -> hex sha256 of every member
     hashes: Mapping[str, str] = field(repr=False)
+    # False when an identical file was already there (stamping again is a no-op)
+    created: bool = True
 
     @property
     def filename(self) -> str:
@@ -254,7 +263,7 @@ def _copy_member(src: zipfile.ZipFile, dst: zipfile.ZipFile, info: zipfile.ZipIn
                 while chunk := reader.read(_CHUNK):
                     hashing.update(chunk)
                     writer.write(chunk)
-        except (zipfile.BadZipFile, EOFError, zlib.error) as exc:  # CRC mismatch, truncated data
+        except (zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as exc:  # CRC mismatch, truncated data
             raise WheelError(f"member {info.filename!r} is corrupt ({exc})", where=where,
                              hint="rebuild or re-download the wheel") from None
     return hashing
@@ -265,7 +274,7 @@ def _read_small(src: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> byte
         raise WheelError(f"{info.filename} is {info.file_size} bytes: not a real one", where=where)
     try:
         return src.read(info)
-    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+    except (zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as exc:
         raise WheelError(f"member {info.filename!r} is corrupt ({exc})", where=where,
                          hint="rebuild or re-download the wheel") from None
 
@@ -277,7 +286,6 @@ def stamp_wheel(
     local: str,
     build_tag: str | None,
     build_info: BuildInfoSource = None,
-    overwrite: bool = False,
 ) -> StampResult:
     """Write ``out_dir/<farm name>.whl``: ``src`` relabelled, stamped, RECORD regenerated.
 
@@ -285,7 +293,7 @@ def stamp_wheel(
     :class:`Relabel` and the sha256 of every member of the new wheel (keyed by new archive
     path), so extension hashes come from this one pass. The input's RECORD is checked while streaming: a wheel whose
     content does not match its own RECORD is refused rather than blessed with new hashes.
-    An existing output is replaced only with ``overwrite``.
+    An existing output with these very bytes makes this a no-op; one with other bytes is refused.
     """
     src = Path(src)
     out_dir = Path(out_dir)
@@ -313,8 +321,6 @@ def stamp_wheel(
         final = out_dir / relabel.new.filename
         if final.resolve() == src.resolve():
             raise UsageError(f"output {final} would overwrite the input", hint="choose another --out folder")
-        if final.exists() and not overwrite:
-            raise UsageError(f"{final} already exists", hint="remove it to stamp again, or choose another --out folder")
         fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{relabel.new.filename}.", suffix=".part")
         tmp = Path(tmp_name)
         try:
@@ -322,9 +328,18 @@ def stamp_wheel(
                 hashes, info_obj = _rewrite(zin, infos, fh, relabel, record, build_info, where)
                 fh.flush()
                 os.fsync(fh.fileno())
-            digest, size = buildinfo.sha256_file(tmp), tmp.stat().st_size
+            digest, size = sha256_file(tmp), tmp.stat().st_size
+            # The rewrite is deterministic: stamping the same wheel again in the same build
+            # makes the same bytes, and is a no-op. Other bytes under that name are refused.
+            if final.exists():
+                if sha256_file(final) == digest:
+                    tmp.unlink()
+                    return StampResult(final, relabel, digest, size, info_obj, hashes, created=False)
+                raise UsageError(f"{final} already exists with other content",
+                                 hint="remove it to stamp again, or choose another --out folder")
             os.chmod(tmp, 0o644)
             os.replace(tmp, final)
+            fsync_dir(out_dir)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -348,9 +363,14 @@ def _rewrite(
     hashes: dict[str, str] = {}
     rows: list[tuple[str, str, str]] = []
     stamp_time = zin.getinfo(f"{di}/METADATA").date_time
+    written: set[str] = set()
     with zipfile.ZipFile(fh, "w", allowZip64=True) as zout:
         for info in body + meta:
             new_name = relabel.member(info.filename)
+            if new_name in written:  # e.g. both demo-1.0.data/x and demo-1.0+cu128.data/x
+                raise WheelError(f"{info.filename} would become {new_name}, which the wheel already holds",
+                                 where=where, hint="the wheel is malformed or hostile; rebuild it")
+            written.add(new_name)
             if info.is_dir():
                 zout.writestr(_new_info(info, new_name), b"")
                 continue

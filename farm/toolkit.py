@@ -119,7 +119,8 @@ def spec_for(cuda: str) -> ToolkitSpec:
     if reason:
         raise ToolError(
             f"CUDA {cuda} cannot be assembled from PyPI: {reason}",
-            hint="build this line in an image that has the toolkit and pass its CUDA_HOME",
+            hint="build this line on a host with that toolkit installed: "
+                 "farm build --builder native --cuda-home DIR",
         )
     raise UsageError(
         f"no pinned PyPI toolkit for CUDA {cuda!r}",
@@ -207,6 +208,8 @@ def ensure_toolkit(
     spec = spec_for(cuda)
     key = spec.key(extra)
     prefix = Path(prefix).absolute()
+    if prefix.exists() and not prefix.is_dir():
+        raise UsageError(f"--prefix {prefix} is a file, not a folder", hint="choose an empty or new --prefix")
     stamp = _read_stamp(prefix)
     if stamp is not None and stamp.get("key") == key:
         return _toolkit_at(prefix, spec)

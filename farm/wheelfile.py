@@ -10,6 +10,7 @@ write more than it claims.
 from __future__ import annotations
 
 import contextlib
+import lzma
 import posixpath
 import re
 import shutil
@@ -17,6 +18,7 @@ import stat
 import struct
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -28,6 +30,7 @@ _CHUNK = 1 << 20
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_MAGIC = 0x04034B50
 _EXTENSION = re.compile(r"\.(so|pyd)$")
+_READABLE_COMPRESSION = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA})
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,12 @@ class SafeWheel:
             if name in self._infos:
                 raise _refuse(self.path, f"duplicate entry {name!r}")
             self._infos[name] = info
+            # zipfile raises RuntimeError / NotImplementedError on these mid-read: refuse up front.
+            if info.flag_bits & 0x1:
+                raise _refuse(self.path, f"entry {name!r} is encrypted")
+            if info.compress_type not in _READABLE_COMPRESSION:
+                raise _refuse(self.path, f"entry {name!r} uses zip compression method {info.compress_type}, "
+                                         "which cannot be read (wheels use deflate or stored)")
             if info.file_size > self.limits.max_member:
                 raise _refuse(self.path, f"entry {name!r} claims {info.file_size} bytes uncompressed "
                                          f"(limit {self.limits.max_member}): a decompression bomb")
@@ -158,7 +167,7 @@ class SafeWheel:
     def _check_link(self, info: zipfile.ZipInfo) -> None:
         if info.file_size > 4096:
             raise _refuse(self.path, f"symlink {info.filename!r} has a {info.file_size}-byte target")
-        target = self.zip.read(info).decode("utf-8", "replace")
+        target = b"".join(self._stream(info.filename)).decode("utf-8", "replace")
         joined = posixpath.normpath(posixpath.join(posixpath.dirname(info.filename), target))
         if target.startswith("/") or "\0" in target or joined == ".." or joined.startswith("../"):
             raise _refuse(self.path, f"symlink {info.filename!r} points outside the wheel ({target!r})")
@@ -199,7 +208,8 @@ class SafeWheel:
                     if written > info.file_size:
                         raise _refuse(self.path, f"entry {name!r} inflates past its declared size {info.file_size}")
                     yield chunk
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:  # CRC mismatch, truncated data
+        # CRC mismatch, truncated data, a corrupt compressed stream
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
             raise _refuse(self.path, f"entry {name!r} is corrupt ({exc})",
                           "rebuild or re-download the wheel") from None
 

@@ -81,8 +81,17 @@ def load_yaml(path: Path, *, display: str | None = None) -> tuple[Any, bytes]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError("file not found", where=name) from None
-    loader = _Loader(raw.decode("utf-8", errors="strict"))
+        raise ConfigError("file not found", where=name,
+                          hint=f"run farm in the farm repository (or pass --root); looked for {path}") from None
+    except OSError as exc:  # a directory, no permission: still the input, not the environment
+        raise ConfigError(f"cannot read the file: {exc.strerror or exc}", where=name) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})", where=f"{name}:{line}",
+                          hint="save the file as UTF-8") from None
+    loader = _Loader(text)
     loader.filename = name
     try:
         return loader.get_single_data(), raw

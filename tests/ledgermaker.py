@@ -1,4 +1,5 @@
-"""Ledger entries for tests, in the format of docs/architecture.md."""
+"""Ledger entries for tests, in the format of docs/architecture.md (valid against the
+``_build_info`` schema plus the ledger keys: tests/test_ledger.py checks it)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,16 @@ def make_entry(
         "cell": {"cuda": cuda, "torch": torch, "python": python, "platform": platform},
         "build_epoch": None if inferred else build_epoch,
         "arch_list": {"requested": None if inferred else arch, "normalised": arch},
-        "expected": {},
+        "expected": None if inferred else {},
         "found": {},
         "assertion": None if inferred else {"result": "passed", "native_reader": "farm 0.1.0", "cuobjdump": None},
         "defaults_sha256": None,
         "recipe_sha256": None,
-        "run": {"provider": "local"},
+        "run": None if inferred else {"provider": "local", "repository": None, "commit": None, "run_id": None,
+                                      "attempt": None},
         "source": None,
-        "toolchain": None,
+        "toolchain": None if inferred else {"nvcc": None, "torch": None, "python": None, "builder": None,
+                                            "cibuildwheel": None},
         "extensions": {},
         "provenance": provenance,
         "filename": filename,

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -80,6 +83,22 @@ def test_torch_rendering_refuses_what_torch_rejects() -> None:
         ArchList.parse("compute_89").render_torch()
 
 
+@pytest.mark.parametrize("text", ["8.8", "10.1", "10.1a", "8.9a", "12.0;8.8+PTX"])
+def test_torch_rendering_refuses_arches_torch_does_not_know(text: str) -> None:
+    # nvcc builds 8.8 (CUDA 13) and 10.1 (12.8/12.9), but torch's list of 27 raises "Unknown CUDA arch".
+    with pytest.raises(ArchError, match="does not accept"):
+        ArchList.parse(text).render_torch()
+
+
+def test_torch_rendering_accepts_every_item_torch_knows() -> None:
+    items = ["3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6",
+             "8.7", "8.9", "9.0", "9.0a", "10.0", "10.0a", "11.0", "11.0a", "10.3", "10.3a", "12.0",
+             "12.0a", "12.1", "12.1a"]
+    for item in items:
+        assert ArchList.parse(item).render_torch() == item
+        assert ArchList.parse(item + "+PTX").render_torch() == item + "+PTX"
+
+
 def test_support_tables() -> None:
     assert (75, "") in supported_targets("13.0") and (70, "") not in supported_targets("13.0")
     assert (101, "") in supported_targets("12.8") and (101, "") not in supported_targets("13.0")
@@ -155,3 +174,22 @@ def test_cmake_rendering_round_trips(archs: ArchList) -> None:
 def test_every_known_line_has_a_table() -> None:
     for line in KNOWN_CUDA_LINES:
         assert supported_targets(line)
+
+
+def test_support_table_matches_the_real_nvcc(nvcc, tmp_path) -> None:
+    """The table of the toolkit's own CUDA line equals what its nvcc accepts (``--dryrun``
+    rejects an unknown -gencode target without compiling anything)."""
+    version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    line = re.search(r"release (\d+\.\d+)", version)[1]
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k() {}\n")
+    accepted = set()
+    for num in (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121):
+        for variant in ("", "a", "f"):
+            target = f"{num}{variant}"
+            proc = subprocess.run(
+                [str(nvcc), "--dryrun", f"-gencode=arch=compute_{target},code=sm_{target}", "-c", str(src),
+                 "-o", str(tmp_path / "k.o")], capture_output=True, text=True, check=False)
+            if proc.returncode == 0:
+                accepted.add((num, variant))
+    assert accepted == set(supported_targets(line))

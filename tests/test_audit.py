@@ -27,11 +27,13 @@ from farm.audit import (
 )
 from farm.cli import main
 from farm.config import load_config
+from farm.errors import LedgerError
 from farm.ledger import LedgerIndex, merge_fragments
 from farm.postbuild import context_from_config, postbuild_wheel
 from farm.stamp import WheelName
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
+from tests.publishfix import serve_dir
 from tests.wheelmaker import make_wheel
 
 SO_LIST = "sm_80;sm_90;compute_90"
@@ -205,6 +207,37 @@ def test_unreadable_wheel_is_wheel_wrong_not_a_crash(tmp_path: Path) -> None:
     assert row.verdict is Verdict.WHEEL_WRONG and "zip" in row.reasons[0]
 
 
+def test_cli_table_keeps_one_line_per_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A multi-line reason (message + fix) shows its first line in the table, in full below it."""
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "demo_bad-1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"not a zip")
+    assert main(["audit", str(tmp_path / "wheels"), "--root", str(tmp_path)]) == 1
+    table = capsys.readouterr().out.split("\n\n", 1)[0].splitlines()
+    assert len(table) == 3 and table[2].startswith("demo_bad-1.0-cp311-cp311-linux_x86_64.whl  wheel-wrong")
+
+
+def test_misnamed_wheel_is_wheel_wrong_and_backfill_skips_it(fleet: Fleet, tmp_path: Path) -> None:
+    shutil.copy(fleet.pub / fleet.names[Verdict.UNLEDGERED], tmp_path / "renamed.whl")
+    (row,) = audit(str(tmp_path), LedgerIndex.empty())
+    assert row.verdict is Verdict.WHEEL_WRONG and "'renamed.whl' is not a wheel file name" in row.reasons[0]
+    result = backfill(str(tmp_path), tmp_path / "ledger.jsonl")
+    assert result.added == () and result.skipped[0][0] == "renamed.whl"
+    assert not (tmp_path / "ledger.jsonl").exists()
+
+
+def test_corrupt_compressed_member_is_wheel_wrong_not_a_crash(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, "demo_bad", "1.0", {"demo_bad/_C.so": bytes(range(256)) * 4000}, tag=TAG)
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo("demo_bad/_C.so")
+    data = bytearray(wheel.read_bytes())
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)  # the deflate stream
+    data[start + 5:start + 60] = bytes(b ^ 0xFF for b in data[start + 5:start + 60])
+    wheel.write_bytes(bytes(data))
+    (row,) = audit(str(tmp_path), LedgerIndex.empty())
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.reasons[0].startswith("entry 'demo_bad/_C.so' is corrupt (Error -3 while decompressing data")
+
+
 def test_judge_inferred_that_no_longer_matches_is_wheel_wrong() -> None:
     facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
                        {"a/_C.so": "2" * 64}, None)
@@ -239,8 +272,56 @@ def test_invalid_embedded_provenance_is_wheel_wrong(tmp_path: Path) -> None:
 
 def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
     facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
-                       {"a/_C.so": "2" * 64}, {"provenance": "asserted", "found": {"a/_C.so": "sm_80"},
+                       {"a/_C.so": "2" * 64}, {"provenance": "asserted", "dist": "a", "version": "1.0",
+                                               "build_epoch": 0, "cell": {"cuda": "12.8", "torch": "none",
+                                               "python": "cp311", "platform": "linux_x86_64"},
+                                               "found": {"a/_C.so": "sm_80"},
                                                "expected": {"a/_C.so": "sm_80;sm_90"},
                                                "assertion": {"result": "failed"}, "extensions": None})
     row = judge(facts, None, None)
     assert row.verdict is Verdict.WHEEL_WRONG and row.reasons == ("its provenance says the assertion failed",)
+
+
+def test_stamped_wheel_renamed_to_another_cell_is_wheel_wrong(fleet: Fleet, tmp_path: Path) -> None:
+    """Its bytes are the ledger's and its binary matches, but its name claims CUDA 12.8."""
+    ok = fleet.names[Verdict.OK]
+    renamed = tmp_path / ok.replace("+cu130-", "+cu128-")
+    shutil.copy(fleet.pub / ok, renamed)
+    (row,) = audit(str(renamed), LedgerIndex.load(fleet.ledger))
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.reasons == ("file name: local label cu128 but the cell is cu130",)
+
+
+def test_ledger_entry_of_the_wrong_shape_is_a_ledger_error(fleet: Fleet, tmp_path: Path) -> None:
+    """A ledger line the exists-key check accepts but whose nested fields have other types names
+    its line instead of crashing the verdict."""
+    ledger = tmp_path / "ledger.jsonl"
+    lines = fleet.ledger.read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    (at,) = [i for i, e in enumerate(entries) if e["filename"] == fleet.names[Verdict.OK]]
+    entries[at]["found"] = ["sm_80"]
+    ledger.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    wheel = tmp_path / "wheels"
+    wheel.mkdir()
+    shutil.copy(fleet.pub / fleet.names[Verdict.OK], wheel)
+    with pytest.raises(LedgerError, match=rf"ledger.jsonl:{at + 1}.*invalid build info at found"):
+        audit(str(wheel), LedgerIndex.load(ledger))
+
+
+def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path) -> None:
+    """``..%2F..%2Fx.whl`` unquotes to a path outside the download folder: a finding, and no file
+    is written anywhere."""
+    site = tmp_path / "site"
+    (site / "simple" / "demo").mkdir(parents=True)
+    (site / "simple" / "demo" / "index.html").write_text(
+        '<a href="..%2F..%2F..%2Fescaped-1.0-py3-none-any.whl">escaped</a>')
+    (site / "escaped-1.0-py3-none-any.whl").write_bytes(b"served if the name were followed")
+    server, base = serve_dir(site, tmp_path / "http.log")
+    try:
+        (row,) = audit(f"{base}/simple/demo/", LedgerIndex.empty())
+    finally:
+        server.stop()
+    assert row.verdict is Verdict.WHEEL_WRONG
+    name = "../../../escaped-1.0-py3-none-any.whl"
+    assert row.reasons == (f"the index links a file named {name!r}, which is not a plain file name",)
+    assert '"GET /simple/demo/..%2F' not in (tmp_path / "http.log").read_text()

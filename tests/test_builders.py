@@ -197,6 +197,27 @@ def test_patch_script_runs_on_a_private_copy(tmp_path):
     assert (src / "pkg" / "setup.py").read_text() == before  # the checkout is untouched
 
 
+def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_path):
+    # packages/patches/pointnet2_ops.py on a setup.py with pointnet2_ops' assignment line
+    src = tmp_path / "checkout"
+    (src / "pointnet2_ops_lib").mkdir(parents=True)
+    setup = (REPO / "tests" / "data" / "pointnet2_like" / "setup.py").read_text().replace(
+        '"7.5;8.0+PTX"', '"3.7+PTX;5.0;6.0;6.1;6.2;7.0;7.5"')
+    (src / "pointnet2_ops_lib" / "setup.py").write_text(setup)
+    recipe = (REPO / "packages" / "pointnet2_ops.yml").read_text()
+    recipe = recipe.replace("git: {repo: erikwijmans/Pointnet2_PyTorch, ref: b5ceb6d9ca0467ea34beb81023f96ee82228f626}",
+                            "path: checkout")
+    config = make_root(tmp_path, {"pointnet2_ops": recipe}, {"packages/patches": REPO / "packages" / "patches"})
+    logged: list[str] = []
+    copy = prepare_source(src, config.recipe("pointnet2_ops"), config.root, tmp_path / "work", log=logged.append)
+    patched = (copy / "pointnet2_ops_lib" / "setup.py").read_text()
+    assert "TORCH_CUDA_ARCH_LIST" not in patched.split('"""', 2)[2]  # the docstring may name it
+    assert patched.count("\n") == setup.count("\n") - 1 and "removed the TORCH_CUDA_ARCH_LIST" in " ".join(logged)
+    subprocess.run([sys.executable, str(REPO / "packages" / "patches" / "pointnet2_ops.py")],
+                   cwd=copy / "pointnet2_ops_lib", check=True, capture_output=True)
+    assert (copy / "pointnet2_ops_lib" / "setup.py").read_text() == patched
+
+
 def test_failing_patch_script_is_reported(tmp_path):
     config, src = _patch_root(tmp_path, "raise SystemExit('pattern not found')\n")
     with pytest.raises(ConfigError, match="pattern not found"):
@@ -221,3 +242,56 @@ def test_native_builder_refuses_cells_it_cannot_build(tmp_path):
         plan = plan_build(config, recipe, cell, tmp_path / "examples/demo_ext", opts)
         with pytest.raises(ToolError, match=words.replace("-", r"\-")):
             run_native(plan, log=lambda m: None)
+
+
+def test_native_builds_default_to_this_python_and_platform(capsys):
+    import argparse
+
+    from farm.commands.build import _native_defaults, configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["demo_ext", "--builder", "native"])
+    _native_defaults(args)
+    assert args.python == [f"{sys.version_info.major}.{sys.version_info.minor}"]
+    assert args.platform == [f"linux_{os.uname().machine}"]
+    assert "this Python" in capsys.readouterr().err
+    explicit = parser.parse_args(["demo_ext", "--builder", "native", "--python", "3.10", "--platform", "win_amd64"])
+    _native_defaults(explicit)
+    assert explicit.python == ["3.10"] and explicit.platform == ["win_amd64"]
+    container = parser.parse_args(["demo_ext"])
+    _native_defaults(container)
+    assert container.python is None and container.platform is None
+
+
+def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch):
+    """A CIBW_*_LINUX variable in the caller's environment beats the plan's generic CIBW_* one in
+    cibuildwheel; the builder drops it. Checked with cibuildwheel's own option resolution."""
+    from dataclasses import replace
+
+    from cibuildwheel.options import CommandLineArguments, compute_options
+
+    from farm.builders import cibuildwheel_environment
+
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    (tmp_path / "examples/demo_ext/setup.py").write_text("")
+    config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
+    plan = plan_build(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
+    plan.config_file.parent.mkdir(parents=True)
+    plan.config_file.write_text(plan.config_text)
+    ambient = {"PATH": "/usr/bin", "CIBW_BEFORE_BUILD_LINUX": "exit 1", "CIBW_TEST_COMMAND_LINUX": "false",
+               "CIBW_MANYLINUX_X86_64_IMAGE": "localhost/mine:1"}
+    args = replace(CommandLineArguments.defaults(), only=plan.identifier, config_file=str(plan.config_file),
+                   package_dir=Path(plan.package_dir), output_dir=plan.output_dir)
+    monkeypatch.chdir(plan.cwd)
+
+    def resolved(env):
+        return compute_options("linux", args, env).build_options(plan.identifier)
+
+    leaked = resolved({**ambient, **plan.env})
+    assert leaked.before_build == "exit 1"  # why the ambient variables must go
+    clean = resolved(cibuildwheel_environment(plan, ambient))
+    assert clean.before_build == plan.env["CIBW_BEFORE_BUILD"]
+    assert not clean.test_command
+    assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's

@@ -50,8 +50,18 @@ def config(tmp_path: Path):
 def test_declared_cells_cover_grid(config) -> None:
     cells = list(declared_cells(config.defaults, config.recipe("pkg")))
     assert len(cells) == len(set(cells))
-    assert all(c.python in {"cp310", "cp311", "cp312", "cp313", "cp314"} for c in cells)  # 3.15 is out of range
+    # the grid's Pythons, 3.10 to 3.15 (torch 2.13 rows), as the public farm builds them
+    assert {c.python for c in cells} == {"cp310", "cp311", "cp312", "cp313", "cp314", "cp315"}
+    assert {c.torch for c in cells if c.python == "cp315"} == {"2.13"}
     assert Cell("pkg", "1.0", "12.8", "2.8", "cp311", "win_amd64") in cells
+
+
+def test_python_range_limits_the_grid(config, tmp_path: Path) -> None:
+    path = tmp_path / "_defaults.yml"
+    path.write_text(path.read_text().replace("python: {min: '3.10', max: '3.15'}", "python: {min: '3.11', max: '3.14'}"))
+    narrowed = load_config(tmp_path)
+    cells = list(declared_cells(narrowed.defaults, narrowed.recipe("pkg")))
+    assert {c.python for c in cells} == {"cp311", "cp312", "cp313", "cp314"}
 
 
 def test_torch_free_packages_collapse_the_torch_axis(config) -> None:

@@ -94,6 +94,17 @@ MALFORMED = {
     "not-yaml": (GOOD + "arch: [unclosed\n", "not valid YAML", None),
     "local-version": (GOOD.replace("version: '1.0'", "version: '1.0+cu128'"), "local label", 2),
     "unknown-platform": (GOOD + "only:\n  platforms: [linux_x86]\n", "did you mean 'linux_x86_64'", 7),
+    "extension-arch-unsupported": (GOOD + "extensions:\n  '*_sm100*': '10.0f'\n", "extensions['*_sm100*'] applies to CUDA 12.4", 7),
+    "env-shadows-farm": (GOOD + "build:\n  env: {TORCH_CUDA_ARCH_LIST: '3.7'}\n", "set by farm for every build", 7),
+    "env-bad-name": (GOOD + "build:\n  env: {'A B': '1'}\n", "not an environment variable name", 7),
+    "unpinned-cuda-component": (GOOD + "build:\n  extra_cuda_components: nvidia-nvtx\n", "not a pinned wheel", 7),
+    "only-combination-not-in-grid": (GOOD + "only:\n  combinations:\n    - {cuda: '13.0', torch: '2.4'}\n",
+                                     "only.combinations[0] selects CUDA 13.0, torch 2.4", 8),
+    "only-combination-python-not-in-grid": (
+        GOOD + "only:\n  combinations:\n    - {cuda: '13.0', torch: '2.9', python: ['3.15']}\n",
+        "selects Python 3.15 with CUDA 13.0", 8),
+    "bad-requirement": (GOOD + "requires_dist: ['numpy>=>1']\n", "requires_dist entry 'numpy>=>1' is not a requirement", 6),
+    "bad-git-repo": (GOOD.replace("repo: owner/pkg", "repo: pkg"), "neither a GitHub owner/name nor a git URL", 4),
     "combo-on-torch-free": (
         GOOD.replace("links_torch: true", "links_torch: false") + "arch:\n  by_combo:\n    '13.0/2.9': '8.0'\n",
         "links_torch: false", 8),
@@ -145,6 +156,14 @@ def test_defaults_errors(farm_root: Path) -> None:
     path.write_text(text.replace("cuda_lines: [", "cuda_lines: ['11.8', "))
     with pytest.raises(ConfigError, match="no nvcc support table"):
         load_defaults(path)
+    path.write_text(text.replace("{cuda: '12.4', torch: '2.5', python: '3.13', platform: win_amd64}",
+                                 "{cuda: '12.4', torch: '2.5', python: '3.31', platform: win_amd64}"))
+    with pytest.raises(ConfigError, match=r"phantoms\[1\] .* matches no grid cell") as err:
+        load_defaults(path)
+    assert "_defaults.yml:" in str(err.value)
+    path.write_text(text.replace("- {cuda: '12.8', torch: '2.8', arch_list:", "- {cuda: '12.8', torch: '2.6', arch_list:"))
+    with pytest.raises(ConfigError, match=r"exceptions\[0\] \(12.8, torch 2.6\) matches no grid row"):
+        load_defaults(path)
 
 
 def test_recipe_file_is_never_written(farm_root: Path) -> None:
@@ -154,3 +173,20 @@ def test_recipe_file_is_never_written(farm_root: Path) -> None:
     with pytest.raises(ConfigError):
         load_config(farm_root)
     assert path.read_bytes() == before
+
+
+def test_unreadable_recipe_files_are_bad_input(farm_root: Path) -> None:
+    (farm_root / "packages" / "pkg.yml").write_bytes(GOOD.lstrip().encode() + b"# caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8") as err:
+        load_config(farm_root)
+    assert "packages/pkg.yml:6" in str(err.value)
+    (farm_root / "packages" / "pkg.yml").unlink()
+    (farm_root / "packages" / "pkg.yml").mkdir()
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(farm_root)
+
+
+def test_missing_defaults_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found") as err:
+        load_config(tmp_path)
+    assert str(tmp_path / "_defaults.yml") in str(err.value)

@@ -126,6 +126,20 @@ def test_rc_1_after_partial_output_is_an_error(tool: Path, cuda_fixtures: CudaFi
     assert "payload" in str(err.value)
 
 
+def test_a_crashing_cuobjdump_is_an_environment_error(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
+    """Killed by a signal (a segfault, the OOM killer) on a file whose headers are intact: the tool's
+    problem (exit 3), not a corrupt file (exit 2)."""
+    crashing = tmp_path / "cuobjdump"
+    crashing.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    crashing.chmod(0o755)
+    with pytest.raises(ToolError, match=r"cuobjdump crashed \(rc -11\)") as err:
+        list_targets(cuda_fixtures.path("default"), crashing)
+    assert err.value.exit_code == 3
+    # broken headers still win: the file is named as the problem, whatever the tool did
+    with pytest.raises(BinaryFormatError, match="bad fatbin magic"):
+        list_targets(cuda_fixtures.path("bad-magic"), crashing)
+
+
 def test_rc_1_on_bad_headers_names_the_header_problem(tool: Path, cuda_fixtures: CudaFixtures) -> None:
     with pytest.raises(BinaryFormatError, match="bad fatbin magic"):
         list_targets(cuda_fixtures.path("bad-magic"), tool)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from farm.errors import DefectError, LedgerError
+from farm.stamp import stamp_wheel
 from farm.upload import index
 from tests.ledgermaker import make_entry
 from tests.wheelmaker import make_wheel
@@ -157,6 +158,20 @@ def test_same_name_other_hash_refused_and_reupload_is_a_noop(built: Built, tmp_p
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
 
+def test_wheel_changed_after_the_gate_is_not_stored(built: Built, tmp_path: Path) -> None:
+    """The sha256 the gate checked is checked again while copying: other bytes are never stored."""
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels[:1], entries)
+    snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    checked = hashlib.sha256(wheels[1].read_bytes()).hexdigest()
+    with wheels[1].open("ab") as fh:
+        fh.write(b"\0")  # the file changes between the gate and the copy
+    with pytest.raises(DefectError, match=f"changed after the gate checked it: sha256 [0-9a-f]{{64}}, not {checked}"):
+        index.publish(root, [(wheels[1], checked)], entries.get)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
+
+
 def test_stored_file_must_match_the_ledger(built: Built, tmp_path: Path) -> None:
     wheels, entries = built
     root = tmp_path / "index"
@@ -187,6 +202,32 @@ def test_pip_resolves_within_a_channel(built: Built, tmp_path: Path) -> None:
         "Beta_Pkg-2.0+cu128-cp311-cp311-linux_x86_64.whl",
         "alpha-1.0+cu128torch2.7-cp311-cp311-linux_x86_64.whl",
     ]
+
+
+def test_pip_and_uv_install_the_highest_build_tag(tmp_path: Path) -> None:
+    """A rebuild at a higher build_epoch beside the old one, in one channel: both installers take
+    the rebuild (the reason farm names rebuilds with a build tag)."""
+    raw = make_wheel(tmp_path / "raw", "alpha", "1.0", {"alpha/__init__.py": b""}, tag="py3-none-any")
+    entries = {}
+    for epoch in (1, 2):
+        stamped = stamp_wheel(raw, tmp_path / "out", local="cu128torch2.8", build_tag=str(epoch),
+                              build_info={"epoch": epoch})
+        entries[stamped.filename] = make_entry("alpha", "1.0", build_epoch=epoch, filename=stamped.filename,
+                                               sha256=stamped.sha256)
+    root = tmp_path / "index"
+    _publish(root, sorted((tmp_path / "out").glob("*.whl")), entries)
+    url = (root / "cu128" / "torch2.8").as_uri() + "/"
+    pip = subprocess.run([sys.executable, "-m", "pip", "--isolated", "install", "--no-deps", "--no-cache-dir",
+                          "--disable-pip-version-check", "--target", str(tmp_path / "pip"), "--index-url", url,
+                          "alpha"], capture_output=True, text=True, check=False)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    uv = subprocess.run([str(Path(sys.executable).with_name("uv")), "pip", "install", "--no-config", "--no-cache",
+                         "--python", sys.executable, "--target", str(tmp_path / "uv"), "--index-url", url, "alpha"],
+                        capture_output=True, text=True, check=False)
+    assert uv.returncode == 0, uv.stdout + uv.stderr
+    for installer in ("pip", "uv"):
+        info = tmp_path / installer / "alpha-1.0+cu128torch2.8.dist-info" / "_build_info.json"
+        assert json.loads(info.read_text()) == {"epoch": 2}, installer
 
 
 def test_describe_reads_requires_python() -> None:

@@ -120,6 +120,9 @@ def test_inspect_command_table_and_exit_codes(cuda_fixtures: CudaFixtures, capsy
     assert "bad fatbin magic" in captured.err and "sm_80;sm_90;compute_90" in captured.out
     assert main(["inspect", "--reader", "both", str(cuda_fixtures.path("host-only"))]) == 0
     assert "no device code" in capsys.readouterr().out
+    # a cuobjdump named without a reader that runs it is a usage error, not a silent no-op
+    assert main(["inspect", "--cuobjdump", "/bin/true", str(cuda_fixtures.path("default"))]) == 2
+    assert "--reader both" in capsys.readouterr().err
 
 
 def test_explain_path_uses_what_the_binary_holds(cuda_fixtures: CudaFixtures, tmp_path: Path,
@@ -137,3 +140,20 @@ def test_explain_path_uses_what_the_binary_holds(cuda_fixtures: CudaFixtures, tm
     assert main(["explain", "8.0;9.0+PTX", "--device", "9.0"]) == 0  # the ARCH_LIST form still works
     assert "sm_90" in capsys.readouterr().out
     assert main(["explain", str(tmp_path / "absent.so")]) == 2
+
+
+def test_explain_path_goes_by_translation_unit(cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str]) -> None:
+    """The runtime loads each TU's fatbin on its own: a device-link stub's empty sm_75 cubin runs
+    nothing on a 7.5 GPU, and a TU holding only sm_80 has no image for a 9.0 GPU."""
+    stub = cuda_fixtures.path("nvcc-link-default")
+    assert main(["explain", str(stub), "--device", "7.5", "--device", "9.0", "--json"]) == 0
+    (ext,) = json.loads(capsys.readouterr().out)["extensions"]
+    assert ext["found"] == "sm_80;sm_90;compute_90" and ext["notes"]
+    assert [(d["device"], d["kind"], d["image"]) for d in ext["devices"]] == [
+        ("7.5", "none", None), ("9.0", "sass", "sm_90")]
+    mixed = cuda_fixtures.path("tu-mismatch")  # k1: 8.0;9.0+PTX, k2: 8.0
+    assert main(["explain", str(mixed), "--device", "8.0", "--device", "9.0"]) == 0
+    out = capsys.readouterr().out
+    assert "translation units hold different images" in out
+    row_90 = next(line for line in out.splitlines() if line.startswith("9.0"))
+    assert "cudaErrorNoKernelImageForDevice" in row_90

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from farm import buildinfo
 from farm.errors import EXIT_BAD_INPUT, LedgerError
 from farm.ledger import (
     FRAGMENT_SUFFIX,
@@ -149,6 +150,17 @@ def test_validate_entry_returns_the_exists_key() -> None:
     assert rec.key == ExistsKey("demo_ext", "0.1.0", "12.8", "none", "abi3", "linux_x86_64", 3)
 
 
+@pytest.mark.parametrize("entry", [
+    make_entry(),
+    make_entry(torch="none", python="abi3", build_epoch=3, published=[{"target": "index", "url": "files/x.whl"}]),
+    make_entry(provenance="inferred"),
+], ids=["asserted", "torch-free", "inferred"])
+def test_test_entries_follow_the_build_info_schema(entry: dict[str, Any]) -> None:
+    """The entries these tests feed the ledger are ones postbuild and backfill could write."""
+    buildinfo.validate(entry)
+    validate_entry(entry, "x")
+
+
 # -- fragments -------------------------------------------------------------------------------
 def test_write_fragment_is_one_file_per_wheel_and_idempotent(tmp_path: Path) -> None:
     frags = tmp_path / "frags"
@@ -273,6 +285,29 @@ def test_two_processes_merging_at_once_lose_and_duplicate_nothing(tmp_path: Path
     assert len(names) == len(set(names))  # nothing duplicated
     assert set(names) == expected  # nothing lost
     assert len(names) == 25 * (4 + 4 + 4)
+
+
+def test_merge_killed_before_its_rename_leaves_the_ledger_as_it_was(tmp_path: Path) -> None:
+    """A real crash (no cleanup runs) mid-merge: the ledger keeps its old bytes, every line
+    whole, and the next merge completes."""
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(dumps_entry(make_entry("old")) + "\n")
+    before = ledger.read_bytes()
+    frags = tmp_path / "frags"
+    write_fragment(make_entry("new"), frags)
+    code = textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from farm import fsutil, ledger
+        fsutil.os.replace = lambda a, b: os._exit(9)
+        ledger.merge_fragments(Path({str(ledger)!r}), Path({str(frags)!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 9, proc.stderr
+    assert ledger.read_bytes() == before
+    assert merge_fragments(ledger, frags).added == (make_entry("new")["filename"],)
+    assert [r.filename for r in LedgerIndex.load(ledger).records] == [
+        make_entry("old")["filename"], make_entry("new")["filename"]]
 
 
 # -- publishing ------------------------------------------------------------------------------

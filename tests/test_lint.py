@@ -231,16 +231,21 @@ def test_command_on_a_path_needs_an_arch_list(capsys):
     assert "--arch-list" in capsys.readouterr().err
 
 
-def test_command_on_a_package_lints_each_resolved_list(tmp_path, repo_root, capsys):
-    shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
-    shutil.copytree(DATA / "sage_fp8", tmp_path / "src" / "sage")
-    (tmp_path / "packages").mkdir()
-    (tmp_path / "packages" / "sage.yml").write_text(
+def sage_farm(root: Path, repo_root: Path, ignores: str) -> None:
+    """A farm root with one package, the sage_fp8 tree, linted under two lists (8.9 added on 13.0)."""
+    shutil.copy(repo_root / "_defaults.yml", root / "_defaults.yml")
+    shutil.copytree(DATA / "sage_fp8", root / "src" / "sage")
+    (root / "packages").mkdir()
+    (root / "packages" / "sage.yml").write_text(
         "name: sage\nversion: '1.0'\nsource: {path: src/sage}\nlinks_torch: true\n"
         "arch:\n  list: '8.0;8.6;9.0+PTX'\n  by_cuda: {'13.0': '8.0;8.6;8.9;9.0+PTX'}\n"
-        "lint_ignore:\n  - {rule: fp8, path: 'csrc/qattn/*', reason: 'storage types only'}\n"
-        "  - {rule: explicit-target, path: 'setup.py', reason: 'stale on purpose'}\n"
+        "lint_ignore:\n" + ignores
     )
+
+
+def test_command_on_a_package_lints_each_resolved_list(tmp_path, repo_root, capsys):
+    sage_farm(tmp_path, repo_root, "  - {rule: fp8, path: 'csrc/qattn/*', reason: 'storage types only'}\n"
+                                   "  - {rule: explicit-target, path: 'setup.py', reason: 'stale on purpose'}\n")
     code = main(["lint", "sage", "--root", str(tmp_path), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["passed"] is False
@@ -319,3 +324,70 @@ def test_host_compiler_flags_and_macos_branches_are_not_nvcc_flags(tmp_path):
     )
     report = lint_tree(tmp_path, ArchList.parse("8.0"))
     assert {(f.rule, f.line) for f in report.errors} == {("arch-override", 7), ("explicit-target", 7)}
+
+
+def test_an_ignore_used_under_one_list_is_not_stale_under_another(tmp_path, repo_root, capsys):
+    sage_farm(tmp_path, repo_root, "  - {rule: '*', path: 'csrc/*', reason: 'the 8.9 stub is unreachable'}\n")
+    assert main(["lint", "sage", "--root", str(tmp_path), "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)["reports"]
+    assert len(reports) == 2 and [len(r["ignored"]) > 0 for r in reports].count(True) == 1
+    assert all(r["stale_ignores"] == [] for r in reports)  # used by one list: not stale in the other
+
+
+# ------------------------------------------------------------------------------------------------
+# A NATTEN-like tree: a CMake project run from setup.py, a vendored library shipped as include/ +
+# licence, CUTLASS-style feature macros (nested guard idioms, a function-like family macro)
+# ------------------------------------------------------------------------------------------------
+def test_cmake_project_run_by_setup_py_is_the_build():
+    report = lint("natten_like", "8.0;9.0+PTX;10.0")
+    assert report.scope["build_files"] == ["setup.py", "csrc/CMakeLists.txt"]
+    assert report.scope["vendored"] == ["third_party/lib"]
+    (override,) = by_rule(report, "arch-override")
+    assert override.location == "csrc/CMakeLists.txt:6" and "CUDA_ARCHITECTURES" in override.snippet
+
+
+def test_feature_macros_nested_in_guard_idioms_are_gates():
+    report = lint("natten_like", "8.0;9.0+PTX;10.0")
+    gates = {f.line: f for f in by_rule(report, "arch-gate")}
+    # The sm_90a, the sm_100a/f and the family-macro kernels; not exact_sm90, not the library's own gate.
+    assert set(gates) == {9, 19, 40}
+    assert gates[9].needs == ("9.0a",) and gates[9].devices == ("9.0 (H100, H200)",)
+    assert gates[19].needs == ("10.0f",) and gates[19].devices == ("10.0 (B200, GB200)",)
+    assert gates[40].needs == ("10.0f",) and "__trap()" in gates[40].message  # LIB_ARCH_IN_FAMILY(1000)
+    assert not report.infos  # exact_sm90 on 11.0/12.0 via compute_90 runs the real body: nothing to fix
+    assert not by_rule(report, "fp8")  # c10::ScalarType::Float8_e4m3fn / kFloat8_e5m2: host dtype tags
+    fixed = lint("natten_like", "8.0;9.0a;10.0f")
+    assert [f.rule for f in fixed.errors] == ["arch-override"]
+
+
+def test_command_bad_inputs_are_usage_errors(tmp_path, capsys):
+    assert main(["lint", str(tmp_path / "missing"), "--arch-list", "8.0"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["lint", "flash_attn", "--build-subdir", "csrc"]) == 2
+    assert "--build-subdir is for a PATH" in capsys.readouterr().err
+
+
+def test_returning_a_computed_fallback_is_work_and_returning_a_constant_is_a_stub(tmp_path):
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "setup.py").write_text('srcs = ["csrc/k.cu"]\n')
+    body = "#if __CUDA_ARCH__ >= 890\n  return fast(x);\n#else\n  {}\n#endif\n}}\n"
+    (tmp_path / "csrc" / "k.cu").write_text(
+        "__device__ float fast(float x);\n__device__ float slow(float x);\n"
+        + "__device__ float f(float x) {\n" + body.format("return slow(x);")  # gate at line 4: a real fallback
+        + "__device__ float g(float x) {\n" + body.format("return 0.f;"))  # gate at line 11: a constant
+    report = lint_tree(tmp_path, ArchList.parse("8.0;8.6;9.0"))
+    assert [(f.line, f.severity) for f in report.findings] == [(11, Severity.ERROR), (4, Severity.INFO)]
+    assert "return 0.f" in report.errors[0].message and "return slow(x)" in report.infos[0].message
+
+
+def test_a_gate_that_a_device_cannot_decide_natively_is_still_judged(tmp_path):
+    # torch-scatter's atomics.cuh: the native side depends on CUDA_VERSION, which the lint cannot know.
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "setup.py").write_text('srcs = ["csrc/k.cu"]\n')
+    (tmp_path / "csrc" / "k.cu").write_text(
+        "__device__ void add(float* a, float v) {\n"
+        "#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 700 || CUDA_VERSION < 10000)\n"
+        "  cas_loop_add(a, v);\n#else\n  atomicAdd(a, v);\n#endif\n}\n")
+    report = lint_tree(tmp_path, ArchList.parse("6.0+PTX"))
+    (info,) = report.findings
+    assert info.severity is Severity.INFO and info.line == 2 and "cas_loop_add" in info.message

@@ -122,3 +122,47 @@ def test_build_subdir_is_the_build_root(tmp_path):
     })
     scope = scope_of(root, "python")
     assert scope.build_files == ("python/setup.py",) and scope.seeds == ("python/csrc/k.cu",)
+
+
+def test_paths_joined_from_constants_are_followed(tmp_path):
+    # gsplat's setup.py: the sources are globbed under a directory assembled with os.path.join.
+    root = write(tmp_path, {
+        "setup.py": """
+            import glob
+            import os.path as osp
+            import pathlib
+            def get_extensions():
+                extensions_dir = osp.join("pkg", "cuda")
+                sources = glob.glob(osp.join(extensions_dir, "csrc", "*.cu"))
+                sources += [osp.join(extensions_dir, "ext.cpp")]
+                current_dir = pathlib.Path(__file__).parent.resolve()
+                include_dirs = [osp.join(current_dir, "pkg", "cuda", "include")]
+                return sources, include_dirs
+            """,
+        "pkg/cuda/csrc/a.cu": KERNEL, "pkg/cuda/csrc/b.cu": KERNEL, "pkg/cuda/ext.cpp": "int f();\n",
+        "pkg/cuda/include/h.cuh": "", "pkg/other/c.cu": KERNEL,
+    })
+    assert set(scope_of(root).seeds) == {"pkg/cuda/csrc/a.cu", "pkg/cuda/csrc/b.cu", "pkg/cuda/ext.cpp"}
+
+
+def test_cmake_project_in_a_directory_setup_py_names(tmp_path):
+    root = write(tmp_path, {
+        "setup.py": 'import subprocess\nsubprocess.check_call(["cmake", "csrc"])\n',
+        "csrc/CMakeLists.txt": "file(GLOB S ./src/*.cu)\nadd_library(x ${S})\n",
+        "csrc/src/k.cu": KERNEL,
+        "other/CMakeLists.txt": "add_library(y y.cu)\n", "other/y.cu": KERNEL,
+    })
+    scope = scope_of(root)
+    assert scope.build_files == ("setup.py", "csrc/CMakeLists.txt") and scope.seeds == ("csrc/src/k.cu",)
+    # Without cmake in the Python build, a named directory's CMakeLists.txt is not part of it.
+    (root / "setup.py").write_text('srcs = ["csrc/src/k.cu"]\n')
+    assert scope_of(root).build_files == ("setup.py",)
+
+
+def test_vendored_by_convention_or_by_include_and_licence(tmp_path):
+    root = write(tmp_path, {
+        "setup.py": 'srcs = ["csrc/k.cu"]\n', "csrc/k.cu": KERNEL,
+        "csrc/cutlass/include/cutlass/c.h": "", "csrc/cutlass/LICENSE.txt": "BSD\n",  # sdist: no build file
+        "third_party/glm/glm/glm.hpp": "",  # nothing but a conventional parent
+    })
+    assert scope_of(root).vendored == ("csrc/cutlass", "third_party/glm")

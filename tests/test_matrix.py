@@ -207,6 +207,13 @@ def test_an_arch_override_change_reports_stale_cells_and_does_not_schedule_them(
     assert "config moved: alpha has 10 wheel(s) built at epoch 0" in out
     assert "bump build_epoch (packages/alpha.yml or _defaults.yml)" in out
 
+    # farm build of the package says why there is nothing to build, before building anything
+    rc = main(["build", "alpha", "--root", str(root), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert rc == EXIT_BAD_INPUT
+    assert "10 built with another arch list: stale" in err and "bump build_epoch" in err
+    assert not (tmp_path / "cache").exists()
+
 
 def test_overwrite_ignores_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_tree(tmp_path)
@@ -223,7 +230,7 @@ def test_a_malformed_ledger_line_is_exit_2_naming_the_line(tmp_path: Path) -> No
     good = [dumps_entry(make_entry("alpha", "1.0", python=py)) for py in ("cp310", "cp311")]
     (root / "ledger.jsonl").write_text(good[0] + "\n" + good[1] + "\n" + '{"filename": \n')
     proc = subprocess.run([sys.executable, "-m", "farm.cli", "matrix", "--root", str(root), "--no-lint"],
-                          capture_output=True, text=True, cwd=REPO)
+                          capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == EXIT_BAD_INPUT
     assert "ledger.jsonl:3" in proc.stderr and "not valid JSON" in proc.stderr
     assert proc.stdout == ""
@@ -249,8 +256,10 @@ def test_filters_narrow_and_normalise(tmp_path: Path, capsys: pytest.CaptureFixt
         (["--cuda", "12.7"], "unknown CUDA line '12.7'"),
         (["--torch", "2.3"], "unknown torch version '2.3'"),
         (["--python", "3.9"], "unknown Python 'cp39'"),
+        (["--python", "3.13"], "unknown Python 'cp313'"),  # in the grid, above python.max
         (["--platform", "linux_x86"], "did you mean 'linux_x86_64'"),
         (["gamma"], "unknown package 'gamma'"),
+        (["--max-shards", "0"], "--max-shards must be >= 1"),
     ],
 )
 def test_an_unknown_filter_value_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -365,7 +374,7 @@ def test_no_lint_is_said_loudly(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("!! LINT SKIPPED (--no-lint)")
     rc, data, err = farm_matrix(capsys, root)
-    assert data["lint"]["ran"] is False and "LINT SKIPPED" in err
+    assert rc == 0 and data["lint"]["ran"] is False and "LINT SKIPPED" in err
 
 
 def test_an_unfetchable_source_is_exit_3_naming_the_package(tmp_path: Path,

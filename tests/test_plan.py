@@ -14,7 +14,7 @@ from cibuildwheel.environment import parse_environment
 
 from farm.arch import ArchList
 from farm.cells import Cell
-from farm.errors import UsageError
+from farm.errors import ConfigError, UsageError
 from farm.plan import (
     SONAME_EXCLUDES,
     PlanOptions,
@@ -202,9 +202,10 @@ def test_bad_inputs(config, tmp_path):
 def test_unpinned_cuda_components_are_refused(tmp_path):
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: nvtx\n"
-    config = make_root(tmp_path, {"demo_ext": text})
-    with pytest.raises(UsageError, match="not a pinned wheel"):
-        plan_build(config, config.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
+    # refused when the recipe loads, before any plan: with the file and line
+    with pytest.raises(ConfigError, match="not a pinned wheel") as err:
+        make_root(tmp_path, {"demo_ext": text})
+    assert "packages/demo_ext.yml:9" in str(err.value)
 
 
 @pytest.mark.parametrize("vendored", [False, True])

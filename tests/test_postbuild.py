@@ -83,6 +83,16 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
     assert {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")} == embedded
 
 
+def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, cuda_home: Path) -> None:
+    """A retried job re-runs postbuild over its own output folder: same bytes, same fragment."""
+    out = stamped.stamped.path.parent
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    again = postbuild_wheel(raw_wheel, out, context(cuda_home, BASE, epoch=2), dist="demo_ext")
+    assert again.stamped is not None and not again.stamped.created
+    assert again.stamped.sha256 == stamped.stamped.sha256 and again.fragment == stamped.fragment
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def cuda_line_digits(result) -> str:
     return result.stamped.build_info["cell"]["cuda"].replace(".", "")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import json
 import subprocess
 import tarfile
 import threading
@@ -70,6 +71,15 @@ def test_git_commit_pin_and_cache_reuse(upstream, tmp_path):
     (first.root / "marker").write_text("kept")  # a second fetch reuses the cached tree
     second = fetch(source, tmp_path)
     assert second.root == first.root and (second.root / "marker").exists()
+
+
+def test_git_damaged_ref_pointer_resolves_the_ref_again(upstream, tmp_path):
+    source = GitSource(str(upstream["url"]), "v1.0")
+    first = fetch(source, tmp_path)
+    (pointer,) = (tmp_path / "git").glob("ref-*.json")
+    pointer.write_text('{"commit": ')  # a torn write
+    again = fetch(source, tmp_path)
+    assert again.identity == first.identity and json.loads(pointer.read_text())["commit"] == first.identity
 
 
 def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path):
@@ -218,3 +228,23 @@ def test_unsafe_sdist_through_fetch_caches_nothing(index, tmp_path):
     with pytest.raises(SourceError, match="leaves the tree"):
         fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
     assert not list((tmp_path / "cache" / "sdist").glob("*/tree"))
+
+
+@pytest.mark.parametrize("name", ["demo-1.0.zip", "demo-1.0.tar.gz"])
+def test_unpack_of_a_corrupt_or_truncated_archive_is_a_source_error(tmp_path, name):
+    archive = tmp_path / name
+    whole = _targz({"demo-1.0/setup.py": bytes(range(256)) * 400})
+    archive.write_bytes(b"not a zip" if name.endswith(".zip") else whole[: len(whole) // 2])
+    dest = tmp_path / "out"
+    dest.mkdir()
+    with pytest.raises(SourceError, match="not a readable"):
+        unpack(archive, dest)
+
+
+def test_a_damaged_cache_marker_means_fetch_again(index, tmp_path):
+    data = _targz({"demo-1.0/setup.py": b"# demo\n"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    (tree.root.parent / ".farm-source.json").write_text("{truncated")
+    again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")  # from the cached archive
+    assert again.identity == sha and (again.root / "setup.py").read_text() == "# demo\n"

@@ -204,6 +204,17 @@ def test_unsafe_member_names_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
+def test_member_that_collides_with_a_relabelled_one_is_refused(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0", {
+        "demo_ext-0.1.0.data/scripts/run": b"#!/bin/sh\n",
+        "demo_ext-0.1.0+cu128.data/scripts/run": b"#!/bin/sh\necho other\n",
+    })
+    with pytest.raises(WheelError, match=r"would become demo_ext-0\.1\.0\+cu128\.data/scripts/run, which the "
+                                          r"wheel already holds"):
+        stamp_wheel(wheel, tmp_path / "out", local="cu128", build_tag=None)
+    assert not any((tmp_path / "out").iterdir())
+
+
 def test_existing_build_tag_and_local_label_are_replaced(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0+local", {"demo_ext/a.py": b""}, build="7")
     result = stamp_wheel(wheel, tmp_path / "out", local="cu126torch2.7", build_tag=None)
@@ -244,6 +255,46 @@ def test_wheel_build_edit() -> None:
     text = "Wheel-Version: 1.0\nBuild: 1\nTag: py3-none-any\n"
     assert set_wheel_build(text, None) == "Wheel-Version: 1.0\nTag: py3-none-any\n"
     assert set_wheel_build(text, "4") == "Wheel-Version: 1.0\nBuild: 4\nTag: py3-none-any\n"
+    # Without a Tag line the header still goes among the headers, not after the blank line.
+    assert set_wheel_build("Wheel-Version: 1.0\nGenerator: x\n", "2") == "Wheel-Version: 1.0\nGenerator: x\nBuild: 2\n"
+
+
+def test_stamping_again_is_a_no_op_and_other_bytes_are_refused(source_wheel: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info={"n": 1})
+    again = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info={"n": 1})
+    assert first.created and not again.created
+    assert again.sha256 == first.sha256 == digest(first.path)
+    with pytest.raises(UsageError, match="already exists with other content"):
+        stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info={"n": 2})
+    assert digest(first.path) == first.sha256
+    assert sorted(p.name for p in out.iterdir()) == [first.filename]  # no temp file left
+
+
+def _set_header_bits(wheel: Path, local_at: int, central_at: int, value: int, *, field: str) -> None:
+    """Patch every local and central header of ``wheel``: OR a flag bit in, or set the method."""
+    data = bytearray(wheel.read_bytes())
+    for magic, offset in ((b"PK\x03\x04", local_at), (b"PK\x01\x02", central_at)):
+        at = data.find(magic)
+        while at >= 0:
+            old = int.from_bytes(data[at + offset:at + offset + 2], "little")
+            new = old | value if field == "flags" else value
+            data[at + offset:at + offset + 2] = new.to_bytes(2, "little")
+            at = data.find(magic, at + 4)
+    wheel.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("field", "local_at", "central_at", "value", "message"), [
+    ("flags", 6, 8, 0x1, "encrypted"),
+    ("method", 8, 10, 9, "compression method 9"),  # deflate64: zipfile cannot read it
+])
+def test_encrypted_or_unreadable_compression_is_refused(source_wheel: Path, tmp_path: Path, field: str,
+                                                        local_at: int, central_at: int, value: int,
+                                                        message: str) -> None:
+    _set_header_bits(source_wheel, local_at, central_at, value, field=field)
+    with pytest.raises(WheelError, match=message):
+        stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def test_stamped_file_is_world_readable(source_wheel: Path, tmp_path: Path) -> None:

@@ -123,6 +123,20 @@ def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys):
     assert [p.name for p in prefix.iterdir()] == ["notes.txt"]
 
 
+def test_an_unpinned_extra_wheel_is_bad_input(tmp_path, capsys):
+    assert main(["toolkit", "--cuda", "13.0", "--prefix", str(tmp_path / "tk"), "--extra", "nvidia-nvtx"]) == 2
+    assert "not a pinned wheel" in capsys.readouterr().err
+    assert not (tmp_path / "tk").exists()
+
+
+def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys):
+    prefix = tmp_path / "afile"
+    prefix.write_text("keep me")
+    assert main(["toolkit", "--cuda", "13.0", "--prefix", str(prefix)]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert prefix.read_text() == "keep me"
+
+
 def test_a_failed_install_leaves_no_prefix(tmp_path):
     prefix = tmp_path / "tk"
     broken_python = tmp_path / "python-without-pip"

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -86,6 +87,9 @@ def test_static_index_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     finally:
         server.stop()
+    # The installers resolved from the PEP 658 metadata the pages advertise (served, hash-checked).
+    log = (tmp_path / "http.log").read_text()
+    assert f'"GET /files/{quote(wheel.name)}.metadata HTTP/1.1" 200' in log, log
 
     # A re-upload of the same batch sends nothing and leaves the ledger as it was.
     before = ledger.read_bytes()

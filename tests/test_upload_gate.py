@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from farm import buildinfo
+from farm.buildinfo import name_problems
 from farm.cli import main
-from farm.ledger import write_fragment
+from farm.ledger import merge_fragments, write_fragment
 from farm.stamp import stamp_wheel
 from farm.upload import Check, IndexSettings, upload
-from farm.upload.gate import Vouchers, found_difference, judge, name_problems, run_gate
+from farm.upload.gate import Vouchers, found_difference, judge, run_gate
 from tests.publishfix import REPO, Batch, copy_batch, demo_batch
+from tests.wheelmaker import make_wheel
 
 __all__ = ["demo_batch"]
 
@@ -78,6 +81,25 @@ def test_byte_flipped_after_postbuild_refuses_the_whole_batch(demo_batch: Batch,
     assert not (tmp_path / "ledger.jsonl").exists()
 
 
+def test_rebuild_under_a_name_the_ledger_holds_is_refused_even_with_its_fragment(demo_batch: Batch,
+                                                                                  tmp_path: Path) -> None:
+    """The first build is in the ledger; a second build of the same cell and epoch (another
+    recipe hash, so other bytes) comes with its own fragment. The name is taken: refused before
+    any target is asked."""
+    ledger = tmp_path / "ledger.jsonl"
+    first = tmp_path / "first"
+    copy_batch(demo_batch, first)
+    merge_fragments(ledger, first)
+    out = tmp_path / "out"
+    rebuilt = _restamp(demo_batch, out, recipe_sha256="c" * 64)
+    assert rebuilt.name == demo_batch.wheel.name
+    (refusal,) = _gate(out, ledger).refused
+    assert refusal.check is Check.LEDGER
+    assert refusal.message == (f"the ledger already records {rebuilt.name} with sha256 "
+                               f"{buildinfo.sha256_file(demo_batch.wheel)}; this file "
+                               f"({buildinfo.sha256_file(rebuilt)}) is another build under the same name")
+
+
 def test_unstamped_wheel_refused(demo_batch: Batch, tmp_path: Path) -> None:
     shutil.copy2(demo_batch.raw, tmp_path)
     result = _gate(tmp_path)
@@ -104,6 +126,23 @@ def test_wheel_renamed_to_another_cell_refused(demo_batch: Batch, tmp_path: Path
     assert Check.NAME in checks  # the label says cu128, the provenance says 13.0
     assert Check.LEDGER in checks  # the sha256 is recorded under the other name
     assert any("local label cu128 but the cell is cu130" in r.message for r in result.refused)
+
+
+def test_extension_swapped_for_one_with_the_same_targets_is_refused(demo_batch: Batch, tmp_path: Path) -> None:
+    """The .so is replaced after postbuild by other code with the same targets, and the fragment
+    is rewritten for the new bytes: the extension's recorded sha256 still gives it away."""
+    wheel = copy_batch(demo_batch, tmp_path, fragment=False)
+    entry = json.loads(demo_batch.fragment.read_text())
+    (so,) = entry["extensions"]
+    swapped = tmp_path / "swapped.zip"
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(swapped, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info) + (b"\0" * 64 if info.filename == so else b""))
+    swapped.replace(wheel)
+    write_fragment({**entry, "sha256": buildinfo.sha256_file(wheel), "size": wheel.stat().st_size}, tmp_path)
+    (refusal,) = _gate(tmp_path).refused
+    assert refusal.check is Check.INSPECTION
+    assert refusal.message == f"extension(s) differ from the sha256 recorded at postbuild: {so}"
 
 
 def test_reinspection_differs_from_recorded_targets(demo_batch: Batch, tmp_path: Path) -> None:
@@ -165,7 +204,8 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
 INFO = {
     "dist": "demo_ext", "version": "0.1.0", "build_epoch": 0, "provenance": "asserted",
     "cell": {"cuda": "12.8", "torch": "2.8", "python": "cp311", "platform": "linux_x86_64"},
-    "assertion": {"result": "passed"}, "found": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
+    "assertion": {"result": "passed"}, "expected": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
+    "found": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
 }
 NAME = "demo_ext-0.1.0+cu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
 SHA = "a" * 64
@@ -181,6 +221,9 @@ def test_name_problems() -> None:
         "platform manylinux_2_28_aarch64 but the cell is linux_x86_64"]
     torch_free = {**INFO, "cell": {**INFO["cell"], "torch": "none"}}
     assert name_problems(NAME.replace("torch2.8", ""), torch_free) == []
+    # A version is compared as PEP 440 reads it, not as spelled ("0.1.0" is "00.1.0").
+    assert name_problems(NAME, {**INFO, "version": "00.1.0"}) == []
+    assert name_problems(NAME, {**INFO, "version": "0.1.1"}) == ["version 0.1.0 but provenance says '0.1.1'"]
 
 
 def test_judge_inferred_and_failed_are_refused() -> None:
@@ -198,6 +241,32 @@ def test_judge_ledger_entry_of_another_cell() -> None:
     entry = {**INFO, "filename": NAME, "cell": {**INFO["cell"], "torch": "2.7"}}
     (r,) = judge(NAME, SHA, INFO, entry, None, INFO["found"])
     assert r.check is Check.LEDGER and "cell" in r.message
+    # Every provenance field counts, not only the cell's; the ledger's own keys do not.
+    entry = {**INFO, "filename": NAME, "published": [{"target": "i", "url": "u"}], "recipe_sha256": "b" * 64}
+    (r,) = judge(NAME, SHA, INFO, entry, None, INFO["found"])
+    assert r.check is Check.LEDGER and "differ in recipe_sha256 " in r.message
+
+
+def test_judge_passed_provenance_whose_found_is_not_its_expected_is_refused() -> None:
+    forged = {**INFO, "expected": {"demo_ext/_C.so": "sm_80;sm_90;sm_100;compute_100"}}
+    (r,) = judge(NAME, SHA, forged, {**forged, "filename": NAME}, None, INFO["found"])
+    assert r.check is Check.ASSERTED
+    assert r.message.endswith("differ: demo_ext/_C.so: missing compute_100;sm_100, extra compute_90")
+
+
+def test_malformed_embedded_provenance_is_refused_not_a_crash(demo_batch: Batch, tmp_path: Path) -> None:
+    """A _build_info.json with the right keys but wrong types (here an assertion that is a
+    string) is refused with the schema's finding."""
+    info = {k: v for k, v in json.loads(demo_batch.fragment.read_text()).items() if k not in buildinfo.LEDGER_KEYS}
+    wheel = make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {
+        "demo_ext/__init__.py": b"",
+        "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, "assertion": "passed"}).encode(),
+    })
+    (refusal,) = _gate(tmp_path).refused
+    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.message.startswith(
+        "cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: invalid build info at assertion")
+    assert "\n" not in refusal.line()  # one line per offending wheel
 
 
 def test_found_difference_compares_sets_not_strings() -> None:

@@ -119,6 +119,8 @@ def test_parse_paginated_asset_listing() -> None:
         {"name": W2, "size": 13, "digest": None},
     ]) + "\n"
     assert parse_assets(text) == [Asset(W1, 12, "c" * 64), Asset(W2, 13, None)]
+    with pytest.raises(ToolError, match="cannot read an asset from `gh api` output"):
+        parse_assets('{"size": 12}\n')  # no name: an output format farm does not know
 
 
 def test_runner_without_gh_is_an_environment_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,8 @@ def test_simple_url_default() -> None:
     ({"kind": "index", "path": "x", "colour": "red"}, "unknown key(s) colour"),
     ({"kind": "github", "repository": "not-a-repo"}, "is not owner/name"),
     ({"kind": "github", "repository": "o/r", "tag": "v1"}, "containing {package}"),
+    ({"kind": "github", "repository": "o/r", "tag": "{package}-{cuda}"},
+     "tag '{package}-{cuda}' is not a format of {package} and {version} (KeyError('cuda'))"),
     ({"kind": "github", "repository": "o/r", "warn_assets": 5000}, "warn_assets"),
     ({"kind": "twine"}, "repository_url must be a non-empty string"),
 ])

@@ -3,11 +3,24 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from farm.errors import ToolError
 from farm.upload.targets import TwineSettings
-from farm.upload.twine import Listed, TwineWheel, command, parse_simple, plan
+from farm.upload.twine import (
+    Listed,
+    TwineWheel,
+    command,
+    listed_files,
+    parse_simple,
+    plan,
+)
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 
@@ -46,3 +59,32 @@ def test_command_carries_no_credentials() -> None:
     assert argv[1:] == ["-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
                         "--repository-url", "https://upload.example/legacy/", f"/out/{NAME}"]
     assert not any(a.startswith(("-u", "-p", "--username", "--password")) for a in argv)
+
+
+def test_a_page_that_is_not_the_simple_api_is_a_clear_error(tmp_path: Path) -> None:
+    """A repository URL that answers JSON of another shape (a misconfigured simple_url) is a
+    ToolError naming the page, not a traceback."""
+    (tmp_path / "demo-ext").mkdir()
+    (tmp_path / "demo-ext" / "index.html").write_text('{"files": [{"name": "no filename key"}]}')
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def guess_type(self, path: Any) -> str:
+            return "application/vnd.pypi.simple.v1+json"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        s = TwineSettings("pypi", base + "legacy/", base)
+        with pytest.raises(ToolError, match=r"demo-ext/ is not a simple API page \(KeyError"):
+            listed_files(s, "demo_ext", env={})
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import stat
 import struct
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,26 @@ def test_refusal_extracts_nothing(tmp_path: Path) -> None:
     _refused(path, "'..'")
     assert set(tmp_path.iterdir()) == before | {path}
     assert not (tmp_path.parent / "evil.so").exists()
+
+
+def _encrypted(data: bytearray, local: int, central: int) -> None:
+    data[local + 6] |= 1  # general purpose flag bit 0, in both headers
+    data[central + 8] |= 1
+
+
+def _method_99(data: bytearray, local: int, central: int) -> None:
+    struct.pack_into("<H", data, local + 8, 99)  # compression method (99: AES, which zipfile cannot read)
+    struct.pack_into("<H", data, central + 10, 99)
+
+
+@pytest.mark.parametrize(("edit", "match"), [(_encrypted, "is encrypted"), (_method_99, "compression method 99")])
+def test_unreadable_entries_are_refused_up_front(
+    tmp_path: Path, edit: Callable[[bytearray, int, int], None], match: str
+) -> None:
+    """Encrypted or exotically compressed entries would make zipfile raise mid-read: refused on open."""
+    path = _zip(tmp_path / "odd.whl", [("demo/_C.so", b"\x7fELF" + bytes(100))])
+    data = bytearray(path.read_bytes())
+    (central,) = _central_records(bytes(data))
+    edit(data, data.find(b"PK\x03\x04"), central)
+    path.write_bytes(bytes(data))
+    _refused(path, match)

@@ -79,12 +79,14 @@ def _step_summary(rows: list[AuditRow], counts: Counter[str]) -> None:
     lines = ["## farm audit", "", " | ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict), "",
              "| wheel | verdict | why |", "|---|---|---|"]
     shown = [r for r in rows if r.verdict is not Verdict.OK][:500]
-    lines += [f"| {r.filename} | {r.verdict.value} | {_short(r.reasons[0]) if r.reasons else ''} |" for r in shown]
+    lines += [f"| {r.filename} | {r.verdict.value} | {short(r.reasons[0]) if r.reasons else ''} |" for r in shown]
     with open(path, "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
 
 
-def _short(text: str, width: int = 100) -> str:
+def short(text: str, width: int = 100) -> str:
+    """The first line of ``text`` (a table row is one line), cut to ``width``."""
+    text = text.splitlines()[0] if text else text
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                           "counts": {v.value: counts.get(v.value, 0) for v in Verdict},
                           "wheels": [r.to_json() for r in rows]}, indent=2))
     else:
-        table = [(r.filename, r.verdict.value, r.source or "-", _short(r.reasons[0]) if r.reasons else "")
+        table = [(r.filename, r.verdict.value, r.source or "-", short(r.reasons[0]) if r.reasons else "")
                  for r in rows]
         print(format_table(("wheel", "verdict", "provenance", "why"), table))
         for r in rows:

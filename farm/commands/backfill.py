@@ -12,7 +12,7 @@ import json
 from ..audit import backfill
 from ..errors import EXIT_OK
 from ..table import format_table
-from .audit import add_common, ledger_path, load_optional_config, resolve_where
+from .audit import add_common, ledger_path, load_optional_config, resolve_where, short
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
-        rows = [(f, "added (inferred)") for f in result.added] + list(result.skipped)
+        rows = [(f, "added (inferred)") for f in result.added] + [(f, short(r, 200)) for f, r in result.skipped]
         if rows:
             print(format_table(("wheel", "result"), rows))
         print(f"\n{len(result.added)} inferred entr{'y' if len(result.added) == 1 else 'ies'} added to "

@@ -18,7 +18,7 @@ from ..builders import ENGINES, BuilderKind, BuildResult, BuildSettings, build_c
 from ..config import load_config
 from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from ..ledger import LedgerIndex
-from ..matrix import Filters, compute_matrix
+from ..matrix import Filters, compute_matrix, stale_advice
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -56,16 +56,34 @@ def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
 
 
+def _native_defaults(args: argparse.Namespace) -> None:
+    """The native builder builds with this interpreter on this host: without --python/--platform
+    it builds this Python's cells for this platform (the only ones it can build)."""
+    if args.builder != BuilderKind.NATIVE.value:
+        return
+    if not args.python:
+        args.python = [f"{sys.version_info.major}.{sys.version_info.minor}"]
+        print(f"farm build: --builder native: building the cells of this Python ({args.python[0]})", file=sys.stderr)
+    if not args.platform and sys.platform.startswith("linux"):
+        args.platform = [f"linux_{os.uname().machine}"]
+        print(f"farm build: --builder native: building the cells of this platform ({args.platform[0]})",
+              file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.root)
+    _native_defaults(args)
+    config = load_config(args.root, packages=[args.package])
     filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,
                             python=args.python, platform=args.platform)
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(config.ledger_path)
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     planned = matrix.cells
     if not planned:
-        raise UsageError(f"no cells of {args.package} to build with these filters",
-                         hint="check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
+        stale = stale_advice(matrix)
+        raise UsageError(f"no cells of {args.package} to build with these filters"
+                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if stale else ""),
+                         hint=stale[0] if stale else
+                         "check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
     cache = (args.cache_dir or config.root / ".cache").absolute()
     settings = BuildSettings(
         builder=BuilderKind(args.builder), engine=args.engine,

@@ -6,10 +6,24 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..arch import ArchList
-from ..driver import DEVICE_EXAMPLES, KNOWN_DEVICES, Choice, Device, explain
+from ..driver import (
+    DEVICE_EXAMPLES,
+    KNOWN_DEVICES,
+    Choice,
+    Device,
+    ImageKind,
+    explain,
+    pick_image,
+)
 from ..table import format_table
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ..inspection import SoInspection
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +63,23 @@ def _is_path(what: str) -> bool:
     return path.suffix in _BINARY_SUFFIXES or ".so." in path.name or ("/" in what and path.exists())
 
 
+_RANK = {ImageKind.NONE: 0, ImageKind.PTX_JIT: 1, ImageKind.SASS: 2}
+
+
+def _units(so: SoInspection) -> list[ArchList]:
+    """What each translation unit's fatbin holds. A device-link stub is left out: its cubins hold
+    no code, so its arches run nothing (the sm_75 of an nvcc link without -gencode)."""
+    units = [f.targets for f in so.runnable if f.offset not in so.stubs]
+    return units or [so.found]
+
+
+def _choices(so: SoInspection, devices: Iterable[Device]) -> list[Choice]:
+    """Per device, the image of the unit that fares worst: the runtime loads each translation
+    unit's fatbin on its own, so one unit without an image fails that unit's kernels."""
+    units = _units(so)
+    return [min((pick_image(u, d) for u in units), key=lambda c: _RANK[c.kind]) for d in devices]
+
+
 def _run_path(args: argparse.Namespace) -> int:
     from ..inspection import inspect_file, inspect_wheel  # only PATH needs the readers
 
@@ -57,20 +88,26 @@ def _run_path(args: argparse.Namespace) -> int:
     sos = inspect_wheel(path).extensions if path.suffix == ".whl" else (inspect_file(path),)
     out = []
     for so in sos:
-        found = so.found
-        out.append((so, found, explain(found, devices) if so.has_device_code else []))
+        units = _units(so)
+        found = ArchList.of(t for u in units for t in u)
+        notes = []
+        if any(f.offset in so.stubs for f in so.runnable):
+            notes.append("a device-link stub's empty cubins are left out")
+        if len(set(units)) > 1:
+            notes.append("its translation units hold different images: each device shows the unit that fares worst")
+        out.append((so, found, _choices(so, devices) if so.has_device_code else [], notes))
     if args.json:
         print(json.dumps({"path": str(path), "extensions": [
-            {"path": so.path, "found": found.canonical(), "devices": choices_json(choices)}
-            for so, found, choices in out]}, indent=2))
+            {"path": so.path, "found": found.canonical(), "notes": notes, "devices": choices_json(choices)}
+            for so, found, choices, notes in out]}, indent=2))
         return 0
     if not out:
         print(f"{path}: no extension modules")
-    for so, found, choices in out:
+    for so, found, choices, notes in out:
         if not so.has_device_code:
             print(f"{so.path}: no device code (host-only): no GPU runs anything from it")
             continue
-        print(f"{so.path}: {found.canonical()}")
+        print(f"{so.path}: {found.canonical()}" + "".join(f"\n  ({note})" for note in notes))
         print(render_choices(choices))
     return 0
 

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_DEFECT, EXIT_OK, FarmError
+from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from ..fatbin import Compression
 from ..inspection import (
     Reader,
     SoInspection,
@@ -31,7 +32,7 @@ def _entries(insp: SoInspection) -> list[tuple[str, ...]]:
     loaded = {f.offset for f in insp.runnable}
     for index, fatbin in enumerate(insp.fatbins, 1):
         kind = "stub" if fatbin.offset in insp.stubs else ("" if fatbin.offset in loaded else "not loaded")
-        names = " ".join(e.name + ("" if e.compressed.value == "none" else f"({e.compressed.value})")
+        names = " ".join(e.name + ("" if e.compressed is Compression.NONE else f"({e.compressed.value})")
                          for e in fatbin.entries)
         rows.append((str(index), fatbin.section, f"{fatbin.offset:#x}", kind, names))
     return rows
@@ -61,6 +62,9 @@ def render_wheel(w: WheelInspection) -> str:
 
 def run(args: argparse.Namespace) -> int:
     reader = Reader(args.reader)
+    if args.cuobjdump and reader is Reader.NATIVE:  # silently unused, it would look like a cross-check
+        raise UsageError("--cuobjdump goes with --reader cuobjdump or --reader both",
+                         hint="add --reader both to check the native reader against that cuobjdump")
     results: list[dict[str, object]] = []
     code = EXIT_OK
     for path in args.paths:

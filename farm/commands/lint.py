@@ -8,6 +8,7 @@ build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,8 +56,14 @@ def run(args: argparse.Namespace) -> int:
                              hint="e.g. farm lint ./src --arch-list '8.0;8.6;9.0+PTX', or name a package")
         archs = ArchList.parse(args.arch_list, where="--arch-list")
         reports.append((str(target), lint_tree(target, archs, build_subdir=args.build_subdir)))
+    elif "/" in args.what or args.what.startswith("."):
+        raise UsageError(f"{args.what} is not a directory", hint="pass an existing source tree, or a package name")
     else:
+        if args.build_subdir:
+            raise UsageError("--build-subdir is for a PATH: a package's build subdir comes from its recipe",
+                             hint=f"set build.subdir in packages/{args.what}.yml")
         from ..config import load_config
+        from ..matrix import LintOutcome, stale_ignores
         from ..sources import fetch
 
         config = load_config(root)
@@ -70,9 +77,12 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"package {recipe.name!r} has no cell with an arch list to lint against",
                                  hint="pass --arch-list, or check the recipe's only: restrictions")
         tree = fetch(recipe.source, cache_dir, package=recipe.name)
-        for archs in lists:
-            report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
-            reports.append((recipe.name, report))
+        outcomes = [LintOutcome(recipe.name, archs.canonical(),
+                                lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir))
+                    for archs in lists]
+        # An entry that matches under one list (a CUDA line's flags) is not stale under another.
+        stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
+        reports.extend((recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes)
     failed = any(not r.passed for _, r in reports)
     if args.json:
         print(json.dumps({"passed": not failed, "reports": [r.to_json() | {"target": name} for name, r in reports]},

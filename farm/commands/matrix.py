@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(root, packages=args.packages or None)
     filters = Filters.parse(config, packages=args.packages, cuda=args.cuda, torch=args.torch,
                             python=args.python, platform=args.platform)
+    if args.max_shards is not None and args.max_shards < 1:
+        raise UsageError(f"--max-shards must be >= 1, got {args.max_shards}",
+                         hint="the number of shard jobs in the workflow (build-0 ... build-N)")
     if args.github_output and not os.environ.get("GITHUB_OUTPUT"):
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import UsageError
 from ..toolkit import TOOLKITS, ensure_toolkit
 
 
@@ -24,6 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for req in args.extra:
+        if "==" not in req:  # a toolkit never floats: its cache key is its pins
+            raise UsageError(f"--extra {req!r} is not a pinned wheel", hint="e.g. --extra nvidia-cublas==13.0.0.19")
     toolkit = ensure_toolkit(
         args.cuda, args.prefix, extra=tuple(args.extra),
         progress=lambda msg: print(f"farm toolkit: {msg}", file=sys.stderr, flush=True),

@@ -27,10 +27,11 @@ from .rules import check
 
 
 def _code_digest() -> str:
-    """A digest of the lint's own code: any change to a rule invalidates cached results, even
-    one nobody remembered to version."""
+    """A digest of the lint's code and of the models it judges with (the driver model, the arch
+    lists): any change to either invalidates cached results, even one nobody remembered to version."""
+    here = Path(__file__).parent
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for path in [*sorted(here.glob("*.py")), here.parent / "driver.py", here.parent / "arch.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -56,7 +57,7 @@ def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *
                           hint="check that the source was fetched completely")
     if build_subdir and build_subdir.strip("/") not in index.dirs:
         raise SourceError(f"build_subdir {build_subdir!r} does not exist in {root}",
-                          hint="fix the recipe's build subdir")
+                          hint="fix the recipe's build.subdir (or --build-subdir)")
     scope = build_scope(index, build_subdir)
     findings, libraries = check(index, scope, archs)
     kept, ignored, stale = apply_ignores(findings, ignores)

@@ -10,13 +10,16 @@ judges only what the build turns into device code, decided like this:
    logic often lives there); the CMake files the root ``CMakeLists.txt`` reaches through
    ``include()`` and ``add_subdirectory()`` (not into vendored libraries, whose own tests and tools
    are not part of the package's targets). Build files elsewhere (``hopper/setup.py``, a vendored
-   library's ``CMakeLists.txt``) belong to builds the recipe does not run.
+   library's ``CMakeLists.txt``) belong to builds the recipe does not run, except the CMake
+   project a Python build runs itself: when the Python build files mention cmake, the
+   ``CMakeLists.txt`` of each directory they name (NATTEN's setup.py runs ``cmake csrc``).
 3. **Translation units** (the seeds): every string in the Python build files, and every token in
    the CMake files and Makefiles, that names a ``.cu``/``.cpp``/``.cc``/``.cxx``/``.c`` file: as a
    path from the build root (or from the CMake file's directory), as a glob (``csrc/*.cu``; a bare
    ``*.cu`` is applied to every directory the build files name), or, when neither resolves (the
-   path was assembled at run time), as a path suffix. Nested ``.py`` helpers and CMake variables
-   are not evaluated: the suffix match is what keeps that sound. Branches of ``setup.py`` taken
+   path was assembled at run time), as a path suffix. Paths a Python build joins from constants
+   (``os.path.join(ext_dir, "csrc", "*.cu")``) are folded; other run-time values and CMake
+   variables are not evaluated: the suffix match is what keeps that sound. Branches of ``setup.py`` taken
    only by ROCm/HIP builds (``if IS_ROCM:``) are skipped: the farm builds CUDA.
 4. **Fallback, fail closed**: when the build files name no translation unit at all (a JIT package, a
    build driven by code the lint cannot read), every translation unit under the build root is a
@@ -27,8 +30,9 @@ judges only what the build turns into device code, decided like this:
    toolkit, torch, the standard library) are outside the tree and not linted.
 
 A **vendored library** is a directory below the build root that is a git submodule, carries its
-own build file and licence, or has a project layout of its own (an ``include/`` beside its own
-test/tool/example directories, as sdists ship submodules such as ``csrc/cutlass``). Its headers are compiled when included, but its
+own build file and licence, has a project layout of its own (an ``include/`` beside its own
+test/tool/example directories or its licence, as sdists ship submodules such as ``csrc/cutlass``),
+or sits in a ``third_party/`` (``extern/``, ``vendor/``, ...) directory. Its headers are compiled when included, but its
 gated code becomes device code only where the package instantiates it; the rules treat such files
 as library code (see :mod:`farm.lint.rules`).
 """
@@ -57,6 +61,9 @@ ROOT_BUILD_FILES = ("setup.py", "pyproject.toml", "setup.cfg", "CMakeLists.txt",
 NOT_SHIPPED = frozenset({"test", "tests", "testing", "unittest", "unittests", "example", "examples",
                          "benchmark", "benchmarks", "bench", "tools", "tool", "docs", "doc", "scripts",
                          "samples", "sample", "demo", "demos"})
+# Directories whose subdirectories are, by convention, vendored projects.
+VENDOR_PARENTS = frozenset({"third_party", "third-party", "thirdparty", "3rdparty", "external", "externals",
+                            "extern", "vendor", "vendored", "submodules"})
 _LICENSE = re.compile(r"^(licen[cs]e|copying)", re.IGNORECASE)
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -204,10 +211,14 @@ def vendored_dirs(index: TreeIndex, build_root: str) -> tuple[str, ...]:
         names = names_by_dir.get(directory, set())
         children = {c.lower() for c in subdirs.get(directory, set())}
         has_build = bool(names & {"CMakeLists.txt", "setup.py", "pyproject.toml", "Makefile", "meson.build"})
-        own_project = has_build and any(_LICENSE.match(n) for n in names)
-        # An include/ beside its own tests or tools: sdists ship submodules without build files or licence.
-        own_layout = "include" in children and bool(children & NOT_SHIPPED)
-        if own_project or own_layout:
+        licensed = any(_LICENSE.match(n) for n in names)
+        own_project = has_build and licensed
+        # An include/ beside its own tests, tools or licence: sdists ship submodules without their
+        # build files (NATTEN's third_party/cutlass is include/ and LICENSE.txt only).
+        own_layout = "include" in children and (licensed or bool(children & NOT_SHIPPED))
+        # A directory in third_party/ (extern/, vendor/, ...) is someone else's project by convention.
+        conventional = posixpath.basename(posixpath.dirname(directory)).lower() in VENDOR_PARENTS
+        if own_project or own_layout or conventional:
             found.add(directory)
     # Keep the outermost: a library's own vendored dependencies belong to it.
     ordered = sorted(found, key=len)
@@ -221,15 +232,73 @@ def vendored_dirs(index: TreeIndex, build_root: str) -> tuple[str, ...]:
 _ROCM = re.compile(r"rocm|hip", re.IGNORECASE)
 
 
+_JOINS = frozenset({"join", "Path", "PurePath", "PosixPath"})
+
+
 class _StringCollector(ast.NodeVisitor):
-    """String constants of a build script, skipping branches that only a ROCm/HIP build takes."""
+    """String constants of a build script, skipping branches that only a ROCm/HIP build takes.
+
+    Paths the script assembles from constants are folded too: ``os.path.join(ext_dir, "csrc",
+    "*.cu")`` with ``ext_dir = os.path.join("pkg", "cuda")`` yields ``pkg/cuda/csrc/*.cu``. Leading
+    parts that are not constants (``this_dir``, ``Path(__file__).parent``) are taken as the script's
+    own directory, which is what such scripts join onto."""
 
     def __init__(self) -> None:
         self.strings: list[str] = []
+        self.names: dict[str, str] = {}
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
             self.strings.append(node.value)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        value = self._fold(node.value)
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                if value is None:
+                    self.names.pop(target.id, None)
+                else:
+                    self.names[target.id] = value
+        self.generic_visit(node)
+
+    def _composite(self, node: ast.AST) -> None:
+        folded = self._fold(node)
+        if folded is not None:
+            self.strings.append(folded)
+        self.generic_visit(node)
+
+    visit_Call = visit_BinOp = visit_JoinedStr = _composite
+
+    def _fold(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, str) else None
+        if isinstance(node, ast.Name):
+            return self.names.get(node.id)
+        if isinstance(node, ast.JoinedStr):
+            parts = [self._fold(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
+            return None if any(p is None for p in parts) else "".join(p for p in parts if p is not None)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Div)):
+            parts = [self._fold(node.left), self._fold(node.right)]
+            if isinstance(node.op, ast.Add):
+                return None if None in parts else "".join(p for p in parts if p is not None)
+            return self._join(parts)
+        if isinstance(node, ast.Call) and not node.keywords:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _JOINS and node.args:
+                return self._join([self._fold(a) for a in node.args])
+        return None
+
+    @staticmethod
+    def _join(parts: list[str | None]) -> str | None:
+        known: list[str] = []
+        for part in parts:
+            if part is None:
+                if known:
+                    return None  # an unknown part in the middle: nothing sound to say
+                continue
+            known.append(part)
+        return posixpath.join(*known) if known else None
 
     def visit_If(self, node: ast.If) -> None:
         text = ast.unparse(node.test)
@@ -334,6 +403,19 @@ class _Collector:
                 continue
             self.resolve(token, base)
 
+    def cmake_projects(self) -> None:
+        """The CMake projects a Python build runs (``cmake csrc`` from setup.py): the
+        ``CMakeLists.txt`` of each directory the Python build files name, when they mention cmake."""
+        python = [rel for rel in self.build_files if kind_of_build_file(rel) == "python"]
+        if not any(re.search(r"\bcmake\b", self.index.text(rel), re.IGNORECASE) for rel in python):
+            return
+        for directory in sorted(self.dirs_named):
+            if any(directory == v or _under(directory, v) for v in self.vendored):
+                continue
+            child = _join(directory, "CMakeLists.txt")
+            if self.add_build_file(child):
+                self.cmake(child)
+
     def make(self, rel: str) -> None:
         text = strip_hash_comments(self.index.text(rel))
         base = posixpath.dirname(rel)
@@ -361,6 +443,7 @@ def build_scope(index: TreeIndex, build_subdir: str | None = None) -> BuildScope
             collector.cmake(rel)
         elif kind == "make":
             collector.make(rel)
+    collector.cmake_projects()
     for pattern in collector.bare_globs:
         for directory in collector.dirs_named:
             for rel in index.glob(_join(directory, pattern)):

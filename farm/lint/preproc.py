@@ -258,6 +258,8 @@ class Scope:
         value = self.context.symbol(name)
         if value is not None:
             return value
+        if name.endswith(")") and "(" in name:
+            return self._expand(name)
         alias = self.aliases.get(name)
         if alias is None or name in self._active:
             return None
@@ -269,6 +271,28 @@ class Scope:
         if result == 0:
             return UNDEFINED
         return result if result is None else 1
+
+
+    def _expand(self, call: str) -> int | None:
+        """A function-like macro that reads the arch (``CUDA_ARCH_FAMILY(1000)``), expanded."""
+        fname, _, arg = call[:-1].partition("(")
+        macro = self.aliases.get(fname + "()")
+        if macro is None or macro[0] != "macro" or call in self._active:
+            return None
+        _, params, body = macro
+        args = [a.strip() for a in arg.split(",")] if params else []
+        if len(args) != len(params):
+            return None
+        for param, value in zip(params, args):
+            body = re.sub(rf"\b{re.escape(param)}\b", value, body)
+        expr = parse_expr(body)
+        if expr is None:
+            return None
+        self._active.add(call)
+        try:
+            return evaluate(expr, self)
+        finally:
+            self._active.discard(call)
 
 
 def is_arch_symbol(name: str) -> bool:
@@ -310,6 +334,7 @@ class Directives:
     includes: list[tuple[int, str]]
     dead: set[int]  # lines inside #if 0 (and the #else of #if 1)
     directive_lines: set[int]
+    functions: list[tuple[int, str, tuple[str, ...], str]] = field(default_factory=list)  # (line, name, params, body)
 
 
 _DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*(\w+)([^\n]*)", re.MULTILINE)
@@ -340,6 +365,7 @@ def scan_directives(code: str) -> Directives:
     stack: list[Chain] = []
     defines: list[tuple[int, str, str]] = []
     includes: list[tuple[int, str]] = []
+    functions: list[tuple[int, str, tuple[str, ...], str]] = []
     lines_seen: set[int] = set()
     n_lines = code.count("\n") + 1
     for number, last, word, rest in directive_lines(code):
@@ -364,6 +390,9 @@ def scan_directives(code: str) -> Directives:
             dm = re.match(r"([A-Za-z_]\w*)(\([^)]*\))?\s*(.*)", rest)
             if dm:
                 defines.append((number, dm[1], dm[3]))
+                if dm[2]:
+                    params = tuple(p.strip() for p in dm[2][1:-1].split(",") if p.strip())
+                    functions.append((number, dm[1], params, dm[3]))
         elif word == "include":
             includes.append((number, rest))
     for chain in stack:  # unterminated: body runs to the end of the file
@@ -388,7 +417,7 @@ def scan_directives(code: str) -> Directives:
         if taken_const is not None:
             for branch in chain.branches[taken_const + 1:]:
                 dead.update(range(branch.body[0], branch.body[1]))
-    return Directives(chains, defines, includes, dead, lines_seen)
+    return Directives(chains, defines, includes, dead, lines_seen, functions)
 
 
 def _branch(word: str, rest: str, number: int, last: int) -> Branch:

@@ -7,12 +7,20 @@
 ``NV_DISPATCH_TARGET`` with ``NV_PROVIDES_SM_*`` / ``NV_IS_EXACTLY_SM_*`` / ``NV_HAS_FEATURE_SM_*``,
 is evaluated twice for every device the declared list claims (at or above its lowest arch): once as
 if the device ran code built for itself, once with the image the driver really picks
-(:func:`farm.driver.pick_image`). Where the two take different branches, the device runs the other
-branch: an **error** when that branch does nothing (empty inside a function body, or only
-``__trap()``, ``__brkpt()``, ``assert(0)``, ``printf``, a bare ``return``), an **info** when it is a
-real implementation or fails the build loudly (``#error``, ``static_assert``). A branch that is empty
-at namespace or class scope only removes declarations (using them fails the build), and a branch
-that only defines macros is judged where those macros are used.
+(:func:`farm.driver.pick_image`). Where the two take different branches and the device's own branch
+does real work, the device runs the other branch: an **error** when that branch does nothing
+(empty inside a function body, or only ``__trap()``, ``__brkpt()``, ``assert(0)``, ``printf``, a
+bare ``return`` or one of a constant), an **info** when it is a real implementation or fails the
+build loudly (``#error``, ``static_assert``). When the device's own branch is no better (``#if
+__CUDA_ARCH__ == 900`` ... ``#else printf``, reached by a newer device through compute_90), the
+image's branch is no trap and declaring the arch would not help: nothing is reported. A branch
+that is empty at namespace or class scope only removes declarations (using them fails the build),
+and a branch that only defines macros is judged where those macros are used. Feature macros
+nested in several gates, the ``#if !defined(X) && cond`` guard idiom and function-like macros that
+read the arch (CUTLASS's ``CUDA_ARCH_FAMILY(1000)``) are followed.
+
+FP8 outside gates: torch's ``c10::Float8_*`` types and ``ScalarType`` tags are portable host/device
+code, not FP8 instructions, and are not counted.
 
 **FP8.** ``e4m3``/``e5m2`` types and intrinsics (also inside ``asm`` strings) outside any arch gate
 need every claimed device from 8.9 up to run an image of at least 8.9.
@@ -59,19 +67,27 @@ from .preproc import (
     evaluate,
     identifiers,
     is_arch_symbol,
+    parse_expr,
     scan_directives,
 )
 from .report import Finding, LibrarySummary, Rule, Severity
 
 _TRIGGER = re.compile(r"__CUDA_ARCH|NV_IF_|NV_DISPATCH_TARGET|[eE][45][mM][23]")
 _FP8 = re.compile(r"\b\w*(?:e4m3|e5m2)\w*", re.IGNORECASE)
+# torch's c10::Float8_* types convert in portable code on every arch, and the ScalarType tags of
+# the same name (kFloat8_e4m3fn, ScalarType::Float8_e5m2) are host-side dtype checks.
+_TORCH_FP8 = re.compile(r"k?Float8_e[45]m[23]\w*")
 _NV_TARGET = re.compile(r"\bNV_(IF_TARGET|IF_ELSE_TARGET|DISPATCH_TARGET)\s*\(")
 _TRAP = re.compile(r"__trap\s*\(|__brkpt\s*\(|\btrap\s*;|\bbrkpt\s*;|__builtin_trap|__builtin_unreachable|"
                    r"\babort\s*\(|\bexit\s*\(|CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|"
                    r"\bassert\s*\(\s*(?:0|false)\s*[),&]")
 _NO_WORK = re.compile(r"^(?:printf|fprintf|std::printf|assert|__trap|__brkpt|abort|exit|std::abort|"
                       r"CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|CUTE_GCC_UNREACHABLE|"
-                      r"__builtin_trap|__builtin_unreachable|return|\(void\))\b|^\(void\)|^return$")
+                      r"__builtin_trap|__builtin_unreachable|\(void\))\b|^\(void\)|^return$|"
+                      # returning a constant in place of the computation (``return 0.f;``) is a stub;
+                      # returning what a fallback computes (``return slow(x);``) is work
+                      r"^return\s*\(?\s*(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFuUlL]*|false|true|"
+                      r"nullptr|NULL|\{\s*\})\s*\)?$")
 _LOUD = re.compile(r"^static_assert\b")
 SNIPPET = 160
 
@@ -236,51 +252,95 @@ def _is_gate(chain: Chain, aliases: dict[str, Expr]) -> bool:
         if branch.cond is None:
             continue
         for name in identifiers(branch.cond):
-            if is_arch_symbol(name) or name in aliases:
+            if is_arch_symbol(name) or name in aliases or f"{name}()" in aliases:
                 return True
     return False
 
 
 def collect_aliases(files: Iterable[CFile]) -> dict[str, Expr]:
-    """Macros defined exactly when an arch condition holds: ``NAME -> condition``."""
+    """Macros defined exactly when an arch condition holds: ``NAME -> condition``.
+
+    A define nested in several gates means all of them (CUTLASS defines
+    ``CUTLASS_ARCH_MMA_SM90A_ENABLED`` under ``__CUDA_ARCH__ == 900`` and, inside that,
+    ``__CUDA_ARCH_FEAT_SM90_ALL``); several define sites in one file mean any of them."""
     files = list(files)
     aliases: dict[str, Expr] = {}
+    # Function-like macros whose body reads the arch (CUTLASS's CUDA_ARCH_FAMILY(1000)), keyed
+    # "NAME()"; a definition that reads the arch wins over its ``(false)`` twin for host passes.
+    functions = [(name, params, body, parsed) for f in files for _, name, params, body in f.directives.functions
+                 if (parsed := parse_expr(body)) is not None]
+    for _ in range(4):  # macros built from such macros (CUDA_ARCH_CONDITIONAL_OR_FAMILY)
+        before = len(aliases)
+        for name, params, body, parsed in functions:
+            if any(is_arch_symbol(i) or f"{i}()" in aliases for i in identifiers(parsed)):
+                aliases.setdefault(f"{name}()", ("macro", params, body))
+        if len(aliases) == before:
+            break
     for _ in range(4):  # aliases of aliases: a few rounds reach the fixpoint
         before = len(aliases)
         for f in files:
-            defines_by_line = {line: name for line, name, _ in f.directives.defines}
-            for chain in f.directives.chains:
-                if not _is_gate(chain, aliases):
-                    continue
-                _alias_chain(chain, defines_by_line, aliases)
+            _file_aliases(f, aliases)
         if len(aliases) == before:
             break
     return aliases
 
 
-def _alias_chain(chain: Chain, defines_by_line: dict[int, str], aliases: dict[str, Expr]) -> None:
-    defined_in: dict[str, list[int]] = {}
-    for i, branch in enumerate(chain.branches):
-        for line in range(branch.body[0], branch.body[1]):
-            name = defines_by_line.get(line)
-            if name:
-                defined_in.setdefault(name, []).append(i)
-    for name, where in defined_in.items():
-        if name in aliases or is_arch_symbol(name):
+def _branch_condition(chain: Chain, i: int) -> Expr:
+    cond: Expr = chain.branches[i].cond or ("num", 1)
+    for earlier in chain.branches[:i]:
+        if earlier.cond is not None:
+            cond = ("&&", ("u!", earlier.cond), cond)
+    return cond
+
+
+def _file_aliases(f: CFile, aliases: dict[str, Expr]) -> None:
+    gates = [chain for chain in f.directives.chains if _is_gate(chain, aliases)]
+    if not gates:
+        return
+    sites: dict[str, list[Expr]] = {}
+    value_macros: set[str] = set()
+    for line, name, _ in f.directives.defines:
+        if name in aliases or is_arch_symbol(name) or line in f.directives.dead:
             continue
-        if chain.has_else() and set(where) >= set(range(len(chain.branches))):
-            continue  # defined whatever the arch: not a feature macro
-        terms: list[Expr] = []
-        for i in sorted(set(where)):
-            cond: Expr = chain.branches[i].cond or ("num", 1)
-            for earlier in chain.branches[:i]:
-                if earlier.cond is not None:
-                    cond = ("&&", ("u!", earlier.cond), cond)
+        enclosing = [(chain, i) for chain in gates for i, b in enumerate(chain.branches)
+                     if b.body[0] <= line < b.body[1]]
+        if not enclosing:
+            continue
+        # The innermost gate: a macro it defines in every branch, else included, is a value, not a feature.
+        inner, _ = max(enclosing, key=lambda pair: pair[0].line)
+        if inner.has_else() and all(any(n == name and b.body[0] <= ln < b.body[1]
+                                         for ln, n, _ in f.directives.defines) for b in inner.branches):
+            value_macros.add(name)
+            continue
+        terms = []
+        for chain, i in enclosing:
+            cond = _branch_condition(chain, i)
+            # The guard idiom ``#if !defined(X) && cond`` / ``#define X``: X means cond, for the X
+            # this branch defines (an outer guard's X as much as the inner one's).
+            body = chain.branches[i].body
+            for guarded in {n for ln, n, _ in f.directives.defines if body[0] <= ln < body[1]}:
+                cond = _undefine(cond, guarded)
             terms.append(cond)
+        expr = terms[0]
+        for term in terms[1:]:
+            expr = ("&&", expr, term)
+        sites.setdefault(name, []).append(expr)
+    for name, terms in sites.items():
+        if name in value_macros:
+            continue
         expr = terms[0]
         for term in terms[1:]:
             expr = ("||", expr, term)
         aliases[name] = expr
+
+
+def _undefine(expr: Expr, name: str) -> Expr:
+    """``expr`` with ``defined(name)`` replaced by 0."""
+    if expr[0] == "defined":
+        return ("num", 0) if expr[1] == name else expr
+    if expr[0] in ("num", "id", "call"):
+        return expr
+    return (expr[0], *(_undefine(sub, name) for sub in expr[1:]))
 
 
 def preprocessor_gates(f: CFile, aliases: dict[str, Expr]) -> Iterator[Gate]:
@@ -468,6 +528,10 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
         native_i = _taken(gate.chain, Scope(run.native, aliases))
         if native_i == image_i:
             continue
+        if native_i is not None and classify(gate, native_i, macros)[0] != "real":
+            # The device's own branch is no better (``#if __CUDA_ARCH__ == 900`` ... ``#else printf``
+            # on a newer device): the image's branch is not a trap, and declaring the arch helps nothing.
+            continue
         kind, detail = classify(gate, image_i, macros)
         if kind == "stub":
             stubbed.append((run, detail, image_i))
@@ -508,7 +572,8 @@ def _arch_key(text: str) -> tuple[int, int, str]:
 def fp8_finding(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> Finding | None:
     uses: list[tuple[int, str]] = []
     for m in _FP8.finditer(f.code):
-        uses.append((m.start(), m.group()))
+        if not _TORCH_FP8.fullmatch(m.group()):
+            uses.append((m.start(), m.group()))
     for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
         parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
         if parsed:
@@ -851,7 +916,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
     aliases = collect_aliases(parsed.values())
     if aliases:
         # First-party files that only use derived feature macros are gates too.
-        alias_re = re.compile(r"\b(" + "|".join(re.escape(a) for a in sorted(aliases)) + r")\b")
+        alias_re = re.compile(r"\b(" + "|".join(re.escape(a.removesuffix("()")) for a in sorted(aliases)) + r")\b")
         for rel in sorted(scope.compiled):
             if rel not in parsed and scope.library_of(rel) is None:
                 raw = index.text(rel)

@@ -2,8 +2,8 @@
 
 For each wheel: its embedded ``_build_info.json`` says ``asserted`` and ``passed``; its file name
 agrees with the cell that provenance describes; a ledger entry or fragment holds this exact
-sha256 (and the same file name and found targets); a fresh native inspection finds exactly the
-recorded targets. One refused wheel refuses the whole batch: a partial upload leaves an index
+sha256 (and the same file name and provenance), and no other under this name; a fresh native
+inspection finds exactly the recorded targets, in extensions with the recorded sha256. One refused wheel refuses the whole batch: a partial upload leaves an index
 that offers some cells and not others, which is worse than none.
 
 :func:`judge` is the pure core (facts in, refusals out); :func:`run_gate` gathers the facts.
@@ -12,22 +12,13 @@ that offers some cells and not others, which is worse than none.
 from __future__ import annotations
 
 import enum
-import json
-import zipfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import (
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_wheel_filename,
-)
-
 from ..arch import ArchList
-from ..buildinfo import BUILD_INFO_NAME, sha256_file
-from ..errors import FarmError
+from ..buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, name_problems
 from ..ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
 
 
@@ -87,55 +78,6 @@ _FIX_POSTBUILD = "run `farm postbuild WHEEL --out DIR` on the built wheel and up
 _FIX_REBUILD = "rebuild the cell (`farm build`); a wheel changed after postbuild is never uploaded"
 
 
-def local_label(cell: Mapping[str, Any]) -> str:
-    """``cu128torch2.8``, or ``cu128`` for a package that does not link torch."""
-    cuda = f"cu{str(cell.get('cuda', '')).replace('.', '')}"
-    torch = cell.get("torch")
-    return cuda if torch in (None, "none") else f"{cuda}torch{torch}"
-
-
-def _platform_matches(cell_platform: str, wheel_platform: str) -> bool:
-    if wheel_platform == cell_platform:
-        return True
-    # linux_x86_64 is published as manylinux_2_28_x86_64 / musllinux_1_2_x86_64 after repair.
-    if cell_platform.startswith("linux_"):
-        arch = cell_platform[len("linux_"):]
-        return wheel_platform.endswith("_" + arch) and wheel_platform.startswith(("manylinux", "musllinux"))
-    return False
-
-
-def name_problems(filename: str, info: Mapping[str, Any]) -> list[str]:
-    """Where the file name disagrees with the cell its provenance describes (empty: agrees)."""
-    try:
-        name, version, build, tags = parse_wheel_filename(filename)
-    except InvalidWheelFilename as exc:
-        return [f"not a valid wheel file name ({exc})"]
-    cell = info.get("cell") or {}
-    problems: list[str] = []
-    dist = info.get("dist") or ""
-    if canonicalize_name(dist) != name:
-        problems.append(f"project {name} but provenance says {dist!r}")
-    if version.public != str(info.get("version")):
-        problems.append(f"version {version.public} but provenance says {info.get('version')!r}")
-    want = local_label(cell)
-    if (version.local or "") != want:
-        problems.append(f"local label {version.local or '(none)'} but the cell is {want}")
-    epoch = info.get("build_epoch") or 0
-    have = build[0] if build else 0
-    if have != epoch:
-        problems.append(f"build tag {have or '(none)'} but build_epoch is {epoch}")
-    python = cell.get("python")
-    if python == "abi3":
-        if not any(t.abi == "abi3" for t in tags):
-            problems.append("no abi3 tag but the cell is abi3")
-    elif python and not any(t.interpreter == python for t in tags):
-        problems.append(f"python tag {'.'.join(sorted({t.interpreter for t in tags}))} but the cell is {python}")
-    plat = cell.get("platform")
-    if plat and not any(_platform_matches(plat, t.platform) for t in tags):
-        problems.append(f"platform {'.'.join(sorted({t.platform for t in tags}))} but the cell is {plat}")
-    return problems
-
-
 def _archs(text: str | None) -> frozenset[str]:
     if not text:
         return frozenset()
@@ -167,12 +109,13 @@ def judge(
     entry: Mapping[str, Any] | None,
     same_name_sha256: str | None,
     found_now: Mapping[str, str] | None,
-    inspection_error: str | None = None,
+    extensions_now: Mapping[str, str] | None = None,
 ) -> list[Refusal]:
     """Every reason to refuse one wheel, from facts already gathered.
 
     ``entry``: the ledger entry or fragment with this sha256 (None: none has it).
-    ``same_name_sha256``: the sha256 another entry records for this file name, if any.
+    ``same_name_sha256``: the sha256 the ledger (else a fragment) records for this file name, if any.
+    ``found_now`` / ``extensions_now``: per extension, the targets and the sha256 the wheel holds now.
     """
     def refuse(check: Check, message: str, fix: str) -> Refusal:
         return Refusal(filename, check, message, fix)
@@ -188,6 +131,14 @@ def judge(
                           f"provenance is {provenance!r} and the assertion {result!r}; only asserted, "
                           "passed wheels are published",
                           "rebuild with `farm build` so the post-build assertion runs and passes"))
+    else:
+        # A passed assertion found exactly what was expected: a provenance that says otherwise
+        # was not written by postbuild.
+        unmet = found_difference(info.get("expected") or {}, info.get("found") or {})
+        if unmet:
+            out.append(refuse(Check.ASSERTED,
+                              "its provenance says passed, but its recorded expected and found targets "
+                              "differ: " + "; ".join(unmet), _FIX_REBUILD))
     problems = name_problems(filename, info)
     if problems:
         out.append(refuse(Check.NAME, "file name does not match its provenance: " + "; ".join(problems),
@@ -203,23 +154,37 @@ def judge(
                               "upload the fragment postbuild wrote beside the wheel "
                               f"(<wheel>{FRAGMENT_SUFFIX}), or run `farm postbuild` again"))
     else:
+        if same_name_sha256 not in (None, sha256):
+            # This build's fragment vouches for it, but the name is already taken in the ledger.
+            out.append(refuse(Check.LEDGER,
+                              f"the ledger already records {filename} with sha256 {same_name_sha256}; this "
+                              f"file ({sha256}) is another build under the same name",
+                              "a published name is never reused: bump build_epoch and rebuild"))
         if entry.get("filename") != filename:
             out.append(refuse(Check.LEDGER,
                               f"sha256 {sha256} is recorded for {entry.get('filename')!r}, not this name",
                               "upload the file under the name postbuild gave it"))
-        keys = ("cell", "build_epoch", "found", "version", "dist")
+        # The entry is the embedded object plus the ledger's own keys: anything else that
+        # differs means the two were not written by one postbuild.
+        keys = sorted((set(entry) | set(info)) - set(LEDGER_KEYS))
         differ = [k for k in keys if entry.get(k) != info.get(k)]
         if differ:
             out.append(refuse(Check.LEDGER,
                               f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
                               "(a wheel from another cell?)", _FIX_REBUILD))
-    if inspection_error is not None:
-        out.append(refuse(Check.INSPECTION, f"re-inspection failed: {inspection_error}", _FIX_REBUILD))
-    elif found_now is not None:
+    if found_now is not None:
         diff = found_difference(info.get("found") or {}, found_now)
         if diff:
             out.append(refuse(Check.INSPECTION,
                               "re-inspection differs from the recorded targets: " + "; ".join(diff),
+                              _FIX_REBUILD))
+    if extensions_now is not None:
+        # Same targets but other code (an extension swapped after postbuild) shows here.
+        recorded = info.get("extensions") or {}
+        swapped = sorted(so for so in set(recorded) & set(extensions_now) if recorded[so] != extensions_now[so])
+        if swapped:
+            out.append(refuse(Check.INSPECTION,
+                              "extension(s) differ from the sha256 recorded at postbuild: " + ", ".join(swapped),
                               _FIX_REBUILD))
     return out
 
@@ -227,30 +192,6 @@ def judge(
 # --------------------------------------------------------------------------------------------
 # I/O shell
 # --------------------------------------------------------------------------------------------
-def read_build_info(path: Path) -> dict[str, Any] | None:
-    """The wheel's ``.dist-info/_build_info.json`` (None when it has none)."""
-    from .wheelmeta import read_member
-
-    data = read_member(path, BUILD_INFO_NAME)
-    if data is None:
-        return None
-    try:
-        info = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FarmError(f"{BUILD_INFO_NAME} is not JSON: {exc}", where=path.name) from None
-    if not isinstance(info, dict):
-        raise FarmError(f"{BUILD_INFO_NAME} is not a JSON object", where=path.name)
-    return info
-
-
-def native_found(path: Path) -> dict[str, str]:
-    """Per extension in the wheel, the canonical target list the native reader finds now."""
-    from ..inspection import inspect_wheel
-
-    report = inspect_wheel(path, reader="native")
-    return {so.path: so.found.canonical() for so in report.extensions}
-
-
 @dataclass(frozen=True)
 class Vouchers:
     """Where the gate looks for a wheel's ledger entry: the committed ledger and new fragments."""
@@ -294,37 +235,32 @@ class Vouchers:
         return str(entry.get("sha256")) if entry is not None else None
 
 
-def run_gate(
-    wheels: Iterable[Path],
-    vouchers: Vouchers,
-    *,
-    inspect: Callable[[Path], Mapping[str, str]] = native_found,
-) -> GateResult:
+def run_gate(wheels: Iterable[Path], vouchers: Vouchers) -> GateResult:
     """Check every wheel; nothing is sent by the caller unless ``result.ok``."""
+    from ..audit import wheel_facts  # one reading of a wheel for the gate and the audit
+
     passed: list[GatedWheel] = []
     refused: list[Refusal] = []
     for path in sorted(Path(p) for p in wheels):
         name = path.name
-        try:
-            sha = sha256_file(path)
-            size = path.stat().st_size
-            info = read_build_info(path)
-        except (OSError, zipfile.BadZipFile, FarmError, ValueError) as exc:
-            refused.append(Refusal(name, Check.READABLE, f"cannot read the wheel: {exc}", _FIX_REBUILD))
+        # The bytes' sha256, the native reader's targets and each extension's sha256 now, and the
+        # embedded provenance (schema-checked, so a hostile file cannot crash the judge).
+        facts = wheel_facts(path)
+        if facts.problem:
+            refused.append(Refusal(name, Check.READABLE, f"cannot read the wheel: {_first_line(facts.problem)}",
+                                   _FIX_REBUILD))
             continue
-        entry, source = vouchers.by_sha256(sha)
-        other = vouchers.sha256_of_name(name) if entry is None else None
-        found_now: Mapping[str, str] | None = None
-        error: str | None = None
-        if info is not None:
-            try:
-                found_now = inspect(path)
-            except (FarmError, OSError, zipfile.BadZipFile, ValueError) as exc:
-                error = str(exc).splitlines()[0]
-        problems = judge(name, sha, info, entry, other, found_now, error)
+        entry, source = vouchers.by_sha256(facts.sha256)
+        problems = judge(name, facts.sha256, facts.embedded, entry, vouchers.sha256_of_name(name), facts.found,
+                         facts.extensions)
         if problems:
             refused.extend(problems)
         else:
-            assert entry is not None and info is not None
-            passed.append(GatedWheel(path, name, sha, size, info, entry, source))
+            assert entry is not None and facts.embedded is not None
+            passed.append(GatedWheel(path, name, facts.sha256, facts.size, facts.embedded, entry, source))
     return GateResult(tuple(passed), tuple(refused))
+
+
+def _first_line(text: str) -> str:
+    """A refusal is one line (its fix comes after it)."""
+    return text.splitlines()[0]

@@ -146,10 +146,14 @@ def parse_assets(text: str) -> list[Asset]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        a = json.loads(line)
-        digest = a.get("digest") or ""
-        out.append(Asset(a["name"], int(a.get("size") or 0),
-                         digest.split(":", 1)[1] if digest.startswith("sha256:") else None))
+        try:
+            a = json.loads(line)
+            digest = a.get("digest") or ""
+            out.append(Asset(a["name"], int(a.get("size") or 0),
+                             digest.split(":", 1)[1] if digest.startswith("sha256:") else None))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ToolError(f"cannot read an asset from `gh api` output ({type(exc).__name__}: {exc}): "
+                            f"{line[:200]!r}", hint="check the installed gh version") from None
     return out
 
 

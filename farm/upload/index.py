@@ -32,11 +32,12 @@ project breaks every environment that installs from it.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import re
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -97,8 +98,6 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
     requires = None
     meta_sha = None
     if metadata is not None:
-        import hashlib
-
         meta_sha = hashlib.sha256(metadata).hexdigest()
         requires = BytesHeaderParser().parsebytes(metadata).get("Requires-Python")
     return IndexFile(
@@ -224,8 +223,18 @@ def _atomic_write(path: Path, data: bytes) -> None:
     atomic_write(path, [data], mode=0o644)
 
 
-def _atomic_copy(src: Path, dst: Path) -> None:
-    atomic_write(dst, read_chunks(src), mode=0o644)
+def _atomic_copy(src: Path, dst: Path, sha256: str) -> None:
+    """Copy ``src`` to ``dst`` only if its bytes still have the sha256 the gate checked."""
+    def verified() -> Iterator[bytes]:
+        digest = hashlib.sha256()
+        for chunk in read_chunks(src):
+            digest.update(chunk)
+            yield chunk
+        if digest.hexdigest() != sha256:  # raised before the rename: nothing is stored
+            raise DefectError(f"{src.name} changed after the gate checked it: sha256 {digest.hexdigest()}, "
+                              f"not {sha256}", where=str(src), hint="run the upload again on files nothing else writes")
+
+    atomic_write(dst, verified(), mode=0o644)
 
 
 def read_packages_json(root: Path) -> dict[str, Any]:
@@ -363,10 +372,15 @@ def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup,
         out, plan = _check_new(root, list(wheels), lookup, base_url)
         if dry_run:
             return out, None
-        for path, _, metadata in plan:
+        for path, sha, metadata in plan:
             # .metadata first: a page never links a wheel whose metadata is missing.
-            _atomic_write(root / FILES / (path.name + ".metadata"), metadata)
-            _atomic_copy(path, root / FILES / path.name)
+            meta = root / FILES / (path.name + ".metadata")
+            _atomic_write(meta, metadata)
+            try:
+                _atomic_copy(path, root / FILES / path.name, sha)
+            except BaseException:
+                meta.unlink(missing_ok=True)
+                raise
         return out, _regenerate(root, lookup)
 
 

@@ -16,7 +16,12 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from ..errors import UsageError
-from ..ledger import iter_entries, merge_fragments, record_published_many, write_fragment
+from ..ledger import (
+    iter_entries,
+    merge_fragments,
+    record_published_many,
+    write_fragment,
+)
 from . import github, index, twine
 from .gate import GatedWheel, GateResult, Vouchers, run_gate
 from .targets import GithubSettings, IndexSettings, TargetSettings, TwineSettings

@@ -127,6 +127,11 @@ def parse_target(name: str, options: Mapping[str, Any], *, root: Path, where: st
         if not isinstance(tag, str) or "{package}" not in tag:
             raise ConfigError("tag must be a string containing {package}", where=here,
                               hint="e.g. '{package}' or '{package}-{version}'")
+        try:  # only {package} and {version} are filled in: anything else fails here, not mid-upload
+            tag.format(package="p", version="1")
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"tag {tag!r} is not a format of {{package}} and {{version}} ({exc!r})", where=here,
+                              hint="e.g. '{package}' or '{package}-{version}'") from None
         warn = options.get("warn_assets", 900)
         if not isinstance(warn, int) or not 0 < warn <= 1000:
             raise ConfigError("warn_assets must be an integer in 1..1000", where=here)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urldefrag, urljoin
+from urllib.parse import unquote, urldefrag, urljoin
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -79,7 +79,7 @@ def parse_simple(body: bytes, content_type: str, page_url: str) -> list[Listed]:
     for href, text in parser.hrefs:
         url, frag = urldefrag(urljoin(page_url, href))
         sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
-        name = text or url.rsplit("/", 1)[-1]
+        name = text or unquote(url.rsplit("/", 1)[-1])
         out.append(Listed(name, url, sha))
     return out
 
@@ -117,7 +117,12 @@ def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str
     except (urllib.error.URLError, OSError) as exc:
         raise ToolError(f"cannot reach {url}: {_scrub(str(exc), (user, password))}",
                         hint=f"check publish.{settings.name}.simple_url") from None
-    return {f.filename: f for f in parse_simple(body, content_type, final)}
+    try:
+        files = parse_simple(body, content_type, final)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON that is not PEP 691
+        raise ToolError(f"{final} is not a simple API page ({type(exc).__name__}: {exc})",
+                        hint=f"check publish.{settings.name}.simple_url: it must be the repository's /simple/ root") from None
+    return {f.filename: f for f in files}
 
 
 @dataclass(frozen=True)
