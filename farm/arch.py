@@ -260,14 +260,53 @@ def _parse_item(item: str, where: str | None) -> set[Target]:
         major, minor = int(m["major"]), int(m["minor"])
         variant = Variant(m["variant"].lower())
         sass = Target(major, minor, variant, Kind.SASS)
+        _check_known(sass, item, where)
         return {sass, sass.with_kind(Kind.PTX)} if m["ptx"] else {sass}
     if _NAME.match(item):
-        return {Target.from_name(item)}
+        target = Target.from_name(item)
+        _check_known(target, item, where)
+        return {target}
     raise ArchError(
         f"{item!r} is not an arch",
         where=where,
         hint="write MAJOR.MINOR with optional a/f and +PTX (e.g. 9.0a, 12.0+PTX), or sm_90a / compute_90",
     )
+
+
+# Every compute capability an nvcc has known (Kepler on); anything else is a typo, not an arch.
+EVER_KNOWN = frozenset({30, 32, 35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101,
+                        103, 110, 120, 121})
+
+
+def _check_known(target: Target, item: str, where: str | None) -> None:
+    if target.number not in EVER_KNOWN:
+        known = ", ".join(f"{n // 10}.{n % 10}" for n in sorted(EVER_KNOWN))
+        raise ArchError(f"{item!r} is not a GPU arch any nvcc knows", where=where, hint=f"known arches: {known}")
+
+
+class Rendering(str, enum.Enum):
+    """How a package that reads the list from its own variable wants it (recipe ``build.arch_env``)."""
+
+    TORCH = "torch"  # 8.0;9.0a;12.0+PTX (TORCH_CUDA_ARCH_LIST)
+    CMAKE = "cmake"  # 80-real;90a-real;120 (CMAKE_CUDA_ARCHITECTURES)
+    VERSIONS = "versions"  # 8.0;9.0;12.0: SASS arches, suffixes dropped (NATTEN_CUDA_ARCH)
+    NUMBERS = "numbers"  # 80;90;120: SASS arches, suffixes dropped (FLASH_ATTN_CUDA_ARCHS)
+
+
+def render(archs: ArchList, how: Rendering) -> str:
+    if how is Rendering.TORCH:
+        return archs.render_torch()
+    if how is Rendering.CMAKE:
+        return archs.render_cmake()
+    if archs.ptx:
+        raise ArchError(
+            f"the {how.value} rendering names SASS arches only; {' '.join(t.name for t in archs.ptx)} cannot be passed",
+            hint="drop +PTX from the list (the package builds no PTX through this variable), or use torch/cmake",
+        )
+    arches = sorted({(t.major, t.minor) for t in archs.sass})
+    if how is Rendering.VERSIONS:
+        return ";".join(f"{a}.{b}" for a, b in arches)
+    return ";".join(f"{a}{b}" for a, b in arches)
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -70,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"farm {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `farm ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except OSError as exc:  # disk full, permission denied: the environment, not the input
         print(f"farm {name}: error: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT

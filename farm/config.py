@@ -16,7 +16,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from .arch import KNOWN_CUDA_LINES, ArchList, validate_for_cuda
+from .arch import KNOWN_CUDA_LINES, ArchList, Rendering, validate_for_cuda
 from .errors import ArchError, ConfigError, UsageError, did_you_mean
 from .yamlsrc import YList, YMap, load_yaml
 
@@ -110,6 +110,8 @@ class BuildKnobs:
     max_jobs: int | None = None
     nvcc_threads: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # variable -> rendering of the cell's arch list, for packages that read their own variable
+    arch_env: Mapping[str, Rendering] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -568,6 +570,7 @@ def _load_build(sec: _Section) -> BuildKnobs:
         max_jobs=sec.get("max_jobs", int),
         nvcc_threads=sec.get("nvcc_threads", int),
         env=dict(sec.get("env", dict, default={})),
+        arch_env=_load_arch_env(sec),
     )
     for key in ("max_jobs", "nvcc_threads"):
         value = getattr(knobs, key)
@@ -596,9 +599,34 @@ def _load_build(sec: _Section) -> BuildKnobs:
                               where=sec.where("env"), hint=f"quote it: {key}: '{value}'")
     if knobs.subdir and (knobs.subdir.startswith("/") or ".." in Path(knobs.subdir).parts):
         raise ConfigError(f"{sec.key_path('subdir')!r} must stay inside the source tree", where=sec.where("subdir"))
+    for key in knobs.arch_env:
+        if key in knobs.env:
+            raise ConfigError(f"{key} is in both {sec.key_path('env')} and {sec.key_path('arch_env')}",
+                              where=sec.where("arch_env"), hint="keep it in arch_env: it follows the cell's list")
     sec.done(("subdir", "patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
-              "max_jobs", "nvcc_threads", "env"))
+              "max_jobs", "nvcc_threads", "env", "arch_env"))
     return knobs
+
+
+def _load_arch_env(sec: _Section) -> dict[str, Rendering]:
+    raw = sec.get("arch_env", dict, default={})
+    out = {}
+    renderings = [r.value for r in Rendering]
+    for key, value in raw.items():
+        where = f"{sec.file}:{raw.line_of(key)}" if isinstance(raw, YMap) else sec.where("arch_env")
+        if not _ENV_NAME.match(key) or key in FARM_ENV:
+            raise ConfigError(
+                f"{sec.key_path('arch_env')}.{key}: " + ("is set by farm for every build" if key in FARM_ENV
+                                                          else "is not an environment variable name"),
+                where=where, hint="name the package's own variable, e.g. NATTEN_CUDA_ARCH",
+            )
+        if value not in renderings:
+            raise ConfigError(
+                f"{sec.key_path('arch_env')}.{key} is {value!r}, not a rendering of the arch list",
+                where=where, hint=did_you_mean(str(value), renderings) or f"one of {', '.join(renderings)}",
+            )
+        out[key] = Rendering(value)
+    return out
 
 
 def _validate(spec: ArchSpec, cuda: str) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arch import ArchList, validate_for_cuda
+from .arch import ArchList, render, validate_for_cuda
 from .cells import (
     NO_TORCH,
     Cell,
@@ -314,6 +314,12 @@ def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[in
         except ArchError as exc:
             raise ArchError(f"cell {cell.id}: {exc.message}", where=exc.where, hint=exc.hint) from None
         canonical = memo[key] = resolution.archs.canonical()
+    for name, how in recipe.build.arch_env.items():  # the package's own variable must carry the list
+        try:
+            render(resolution.archs, how)
+        except ArchError as exc:
+            raise ArchError(f"cell {cell.id}: build.arch_env.{name}: {exc.message}",
+                            where=f"{recipe.display} / {resolution.spec.where}", hint=exc.hint) from None
     return resolution, canonical
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from . import toolkit
-from .arch import ArchList
+from .arch import ArchList, render
 from .cells import NO_TORCH, Cell, resolve_arch
 from .config import BuildKnobs, FarmConfig, Recipe
 from .errors import ArchError, UsageError
@@ -171,6 +171,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         max_jobs=own.max_jobs if own.max_jobs is not None else base.max_jobs,
         nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
         env={**base.env, **own.env},
+        arch_env={**base.arch_env, **own.arch_env},
     )
 
 
@@ -215,6 +216,8 @@ def _environment(
     if nvcc:
         env.append(("NVCC_APPEND_FLAGS", " ".join(nvcc)))
     env += sorted(knob.env.items())
+    # packages that read the list from a variable of their own (NATTEN_CUDA_ARCH, ...)
+    env += sorted((name, render(archs, how)) for name, how in knob.arch_env.items())
     return env
 
 

@@ -97,8 +97,8 @@ def load_yaml(path: Path, *, display: str | None = None) -> tuple[Any, bytes]:
         return loader.get_single_data(), raw
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"not valid YAML: {exc.problem or exc}", where=f"{name}{line}") from None
+        at = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"not valid YAML: {exc.problem or exc}", where=f"{name}{at}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {exc}", where=name) from None
     finally:

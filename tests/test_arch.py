@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from farm.arch import (
     KNOWN_CUDA_LINES,
     ArchList,
+    Rendering,
     Kind,
     Target,
     Variant,
+    render,
     supported_targets,
     unsupported,
     validate_for_cuda,
@@ -51,6 +53,23 @@ def test_parse_error_names_the_item_and_where() -> None:
     with pytest.raises(ArchError) as err:
         ArchList.parse("8.0;9.x", where="packages/x.yml:4")
     assert "'9.x'" in str(err.value) and "packages/x.yml:4" in str(err.value)
+
+
+def test_unknown_arches_are_typos() -> None:
+    for bad in ("9.9", "sm_99", "compute_45", "8.5+PTX"):
+        with pytest.raises(ArchError, match="not a GPU arch any nvcc knows"):
+            ArchList.parse(bad)
+    assert ArchList.parse("3.7+PTX;5.0").names() == ["sm_37", "compute_37", "sm_50"]  # old, but real
+
+
+def test_renderings_for_a_packages_own_variable() -> None:
+    archs = ArchList.parse("8.0 8.6 9.0a 10.0a 12.0")
+    assert render(archs, Rendering.VERSIONS) == "8.0;8.6;9.0;10.0;12.0"
+    assert render(archs, Rendering.NUMBERS) == "80;86;90;100;120"
+    assert render(archs, Rendering.TORCH) == archs.render_torch()
+    assert render(archs, Rendering.CMAKE) == archs.render_cmake()
+    with pytest.raises(ArchError, match="SASS arches only"):
+        render(ArchList.parse("8.0;9.0+PTX"), Rendering.VERSIONS)
 
 
 def test_target_fields() -> None:

@@ -105,6 +105,9 @@ MALFORMED = {
         "selects Python 3.15 with CUDA 13.0", 8),
     "bad-requirement": (GOOD + "requires_dist: ['numpy>=>1']\n", "requires_dist entry 'numpy>=>1' is not a requirement", 6),
     "bad-git-repo": (GOOD.replace("repo: owner/pkg", "repo: pkg"), "neither a GitHub owner/name nor a git URL", 4),
+    "arch-env-unknown-rendering": (GOOD + "build:\n  arch_env: {PKG_ARCHS: cmak}\n", "did you mean 'cmake'", 7),
+    "arch-env-shadows-farm": (GOOD + "build:\n  arch_env: {TORCH_CUDA_ARCH_LIST: torch}\n", "is set by farm", 7),
+    "arch-typo": (GOOD + "arch:\n  list: '8.0;9.9'\n", "not a GPU arch any nvcc knows", 7),
     "combo-on-torch-free": (
         GOOD.replace("links_torch: true", "links_torch: false") + "arch:\n  by_combo:\n    '13.0/2.9': '8.0'\n",
         "links_torch: false", 8),

@@ -485,3 +485,16 @@ def test_the_repository_packages_with_the_committed_ledger(capsys: pytest.Captur
     for p in data["packages"]:
         assert p["declared"] == sum(p[k] for k in ("filtered", "recipe", "no_policy", "phantom",
                                                    "built", "stale", "to_build"))
+
+
+def test_a_list_the_packages_own_variable_cannot_carry_is_exit_2_naming_the_cell(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # beta reads its list from BETA_ARCHS as plain versions: the policy's +PTX cannot be passed
+    make_tree(tmp_path, beta="build:\n  arch_env: {BETA_ARCHS: versions}\n")
+    rc, _, err = farm_matrix(capsys, tmp_path, "beta")
+    assert rc == EXIT_BAD_INPUT
+    assert "cell beta-2.0-cu128-notorch-cp310-linux_x86_64: build.arch_env.BETA_ARCHS" in err
+    assert "SASS arches only" in err
+    make_tree(tmp_path, beta="arch:\n  list: '8.0;9.0'\nbuild:\n  arch_env: {BETA_ARCHS: versions}\n")
+    rc, data, _ = farm_matrix(capsys, tmp_path, "beta")
+    assert rc == 0 and data["packages"][0]["to_build"] > 0

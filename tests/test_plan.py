@@ -191,6 +191,18 @@ def test_family_targets_are_rendered_for_cmake_only(config, tmp_path):
     assert env["CUDAARCHS"] == "90-real;100f-real"
 
 
+def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path):
+    (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
+    recipe = TORCH_RECIPE + "  arch_env: {TORCHPKG_ARCHS: versions, TORCHPKG_SMS: numbers}\n"
+    config = make_root(tmp_path, {"torchpkg": recipe})
+    plan = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path),
+                      archs=ArchList.parse("8.0 9.0a 10.0a 12.0"))
+    env = build_env(plan)
+    assert env["TORCHPKG_ARCHS"] == "8.0;9.0;10.0;12.0"
+    assert env["TORCHPKG_SMS"] == "80;90;100;120"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a;10.0a;12.0"
+
+
 def test_bad_inputs(config, tmp_path):
     recipe = config.recipe("demo_ext")
     with pytest.raises(UsageError, match="absolute"):
