@@ -24,7 +24,7 @@ class Expected:
     """What a wheel's extensions must hold.
 
     ``per_extension`` maps fnmatch globs (matched against the archive path, then the basename) to
-    their own list, first match wins: sageattention's ``*_qattn_sm90*.so -> 9.0a``. An empty
+    their own list, first match wins (a module built with its own flags: ``*_sm90*.so -> 9.0a``). An empty
     ``ArchList`` there means "host-only by design".
     """
 

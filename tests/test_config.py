@@ -48,7 +48,8 @@ def test_repository_config_loads() -> None:
     assert "12.4" not in d.policy.rows["aarch64"]
     assert d.default_target in d.publish
     sage = config.recipe("sageattention")
-    assert sage.extensions[0].glob == "*_qattn_sm90*" and sage.extensions[0].spec.archs.names() == ["sm_90a"]
+    assert "sm_90a" in sage.arch.by_cuda["13.0"].archs.names()
+    assert config.recipe("natten").build.arch_env == {"NATTEN_CUDA_ARCH": "versions"}
     assert isinstance(config.recipe("flash_attn").source, SdistSource)
     assert isinstance(config.recipe("demo_ext").source, PathSource)
 
@@ -59,6 +60,13 @@ def test_good_recipe_loads(farm_root: Path) -> None:
     assert recipe.source == GitSource("owner/pkg", "v1.0", False)
     assert recipe.source.url == "https://github.com/owner/pkg.git"
     assert recipe.dist == "pkg" and recipe.build_epoch == 0 and len(recipe.sha256) == 64
+
+
+def test_per_extension_lists(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD + "extensions:\n  '*_sm90*': '9.0a'\n  '*_sm80*': '8.0;8.6'\n")
+    recipe = load_config(farm_root).recipe("pkg")
+    assert [(e.glob, e.spec.archs.canonical()) for e in recipe.extensions] == [
+        ("*_sm90*", "sm_90a"), ("*_sm80*", "sm_80;sm_86")]
 
 
 def test_unknown_package_suggests(farm_root: Path) -> None:

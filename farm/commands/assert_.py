@@ -21,7 +21,7 @@ from ..errors import EXIT_DEFECT, EXIT_OK, UsageError
 def _ext_rule(text: str) -> tuple[str, ArchList]:
     glob, sep, archs = text.partition("=")
     if not sep or not glob:
-        raise argparse.ArgumentTypeError(f"{text!r}: write GLOB=ARCH_LIST, e.g. '*_qattn_sm90*.so=9.0a'")
+        raise argparse.ArgumentTypeError(f"{text!r}: write GLOB=ARCH_LIST, e.g. '*_sm90*.so=9.0a'")
     if archs.strip().lower() in ("", "none"):
         return glob, ArchList(frozenset())  # host-only by design
     return glob, ArchList.parse(archs, where=f"--ext {glob}")
