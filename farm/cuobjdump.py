@@ -122,6 +122,11 @@ def parse_listing(stdout: str, *, where: str) -> list[ListedEntry]:
     return entries
 
 
+def _is_pe(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"MZ"
+
+
 def list_targets(
     so: Path, tool: Path | None = None, *, all_sections: bool = False, timeout: float = DEFAULT_TIMEOUT
 ) -> list[ListedEntry]:
@@ -132,6 +137,13 @@ def list_targets(
     """
     so = Path(so)
     tool = tool or find_cuobjdump()
+    if os.name != "nt" and _is_pe(so):
+        # cuobjdump for Linux reports "no device code" for any PE file: that answer would be wrong
+        raise ToolError(
+            "cuobjdump on this host cannot read a Windows (PE) binary",
+            where=str(so), hint="run the assertion on a Windows host (cuobjdump.exe reads it), or inspect it "
+                                "here with --reader native",
+        )
     argv = [str(tool)] + (["-all"] if all_sections else []) + ["--list-elf", "--list-ptx", str(so)]
     proc = _run(argv, timeout)
     message = (proc.stderr.strip() or proc.stdout.strip())[-500:]

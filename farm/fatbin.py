@@ -1,7 +1,8 @@
 """The native fatbin reader: ELF sections -> fatbins -> entries, nothing decompressed.
 
 A CUDA binary carries its device code in the ELF sections ``.nv_fatbin`` (what the runtime
-registers) and ``__nv_relfatbin`` (relocatable device code kept by ``-rdc`` builds). Each holds
+registers) and ``__nv_relfatbin`` (relocatable device code kept by ``-rdc`` builds); a Windows
+``.pyd``/``.dll`` carries the same bytes in the PE section ``.nv_fatb`` (names cut to 8 bytes). Each holds
 fatbins back to back, one per translation unit plus any device-link stub; each fatbin holds
 entries (cubin, PTX or LTO-IR) whose headers are never compressed (FACTS §3). Reading only those
 headers with positioned reads keeps memory independent of the file size and takes milliseconds on a

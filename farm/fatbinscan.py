@@ -1,4 +1,4 @@
-"""The header scanner under :mod:`farm.fatbin`: ELF sections -> fatbins -> entry headers.
+"""The header scanner under :mod:`farm.fatbin`: ELF or PE sections -> fatbins -> entry headers.
 
 Standard library only and plain tuples out, so ``python -m farm.fatbin`` (a short-lived process
 that scripts and the benchmark run) starts without the dataclass, enum and arch models that
@@ -109,15 +109,51 @@ else:  # pragma: no cover - Windows has no os.pread
 # --------------------------------------------------------------------------------------------
 # ELF
 # --------------------------------------------------------------------------------------------
-def _elf_sections(src: _Window) -> list[tuple[str, int, int, int]]:
-    """(name, type, offset, size) of every section."""
+def _sections(src: _Window) -> list[tuple[str, int, int, int]]:
+    """(name, type, offset, size) of every section of an ELF or PE (Windows) binary."""
     head = _pread(src.fd, 64, 0)
+    if head[:2] == b"MZ":
+        return _pe_sections(src, head)
     if head[:4] != b"\x7fELF":
-        if head[:2] == b"MZ":
-            raise src.error("a PE (Windows) binary: the native reader reads ELF only",
-                            "inspect Windows builds with --reader cuobjdump")
-        raise src.error(f"not an ELF file (starts with {head[:16]!r})",
-                        "an extension module must be a shared library built for Linux; check how the wheel was built")
+        raise src.error(f"neither an ELF nor a PE file (starts with {head[:16]!r})",
+                        "an extension module must be a shared library (.so, .pyd); check how the wheel was built")
+    return _elf_sections(src, head)
+
+
+# PE section names are cut to 8 bytes by the linker: nvcc's sections as they appear in a .dll/.pyd
+# (seen in NVIDIA's win_amd64 wheels, e.g. curand64_10.dll: ".nv_fatb").
+_PE_NAMES = {b".nv_fatb": EXECUTABLE_SECTION, b"__nv_rel": RELOCATABLE_SECTION}
+_PE_SECTION = struct.Struct("<8sIIII")  # Name, VirtualSize, VirtualAddress, SizeOfRawData, PointerToRawData
+_PE_SECTION_SIZE = 40  # the header goes on with relocation/line-number fields and Characteristics
+
+
+def _pe_sections(src: _Window, head: bytes) -> list[tuple[str, int, int, int]]:
+    """The fatbin sections of a PE image, named as on ELF; their bytes on disk only."""
+    src.need(0, 0x40, "the DOS header")
+    pe, = struct.unpack_from("<I", head, 0x3C)
+    src.need(pe, 24, "the PE header")
+    coff = _pread(src.fd, 24, pe)
+    if coff[:4] != b"PE\0\0":
+        raise src.error(f"an MZ file without a PE signature at {pe:#x}", HINT_CORRUPT)
+    count, = struct.unpack_from("<H", coff, 6)
+    optional, = struct.unpack_from("<H", coff, 20)
+    table = pe + 24 + optional
+    src.need(table, count * _PE_SECTION_SIZE, f"the PE section table ({count} sections)")
+    raw = _pread(src.fd, count * _PE_SECTION_SIZE, table)
+    sections = []
+    for i in range(count):
+        name, vsize, _, rsize, rptr = _PE_SECTION.unpack_from(raw, i * _PE_SECTION_SIZE)
+        canonical = _PE_NAMES.get(name.rstrip(b"\0"))
+        if canonical is None:
+            continue
+        # raw data is padded to the file alignment; past VirtualSize it is not the section's
+        size = min(vsize, rsize) if vsize else rsize
+        sections.append((canonical, 1, rptr, size))
+    return sections
+
+
+def _elf_sections(src: _Window, head: bytes) -> list[tuple[str, int, int, int]]:
+    """(name, type, offset, size) of every section."""
     src.need(0, 64, "the ELF header")
     if head[4] != 2 or head[5] != 1:
         raise src.error(f"ELF class {head[4]} / data encoding {head[5]}: only 64-bit little-endian ELF holds CUDA "
@@ -289,7 +325,7 @@ def scan(path: str | os.PathLike[str]) -> list[RawFatbin]:
         src = _Window(fd, size, where)
         fatbins: list[RawFatbin] = []
         decoded: _Cache = {}
-        sections = sorted((s for s in _elf_sections(src) if s[0] in FATBIN_SECTIONS), key=lambda s: s[2])
+        sections = sorted((s for s in _sections(src) if s[0] in FATBIN_SECTIONS), key=lambda s: s[2])
         for section in sections:
             fatbins.extend(_read_section(src, *section, decoded))
         return fatbins

@@ -113,7 +113,7 @@ def test_rc_255_no_device_code_is_an_empty_listing(tool: Path, cuda_fixtures: Cu
     assert list_targets(cuda_fixtures.path("host-only"), tool) == []
 
 
-@pytest.mark.parametrize(("name", "message"), [("text", "not an ELF file"), ("truncated", "truncated")])
+@pytest.mark.parametrize(("name", "message"), [("text", "neither an ELF nor a PE file"), ("truncated", "truncated")])
 def test_rc_255_broken_file_is_bad_input(tool: Path, cuda_fixtures: CudaFixtures, name: str, message: str) -> None:
     with pytest.raises(BinaryFormatError, match=message):
         list_targets(cuda_fixtures.path(name), tool)

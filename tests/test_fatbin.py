@@ -172,7 +172,7 @@ def test_host_only_has_no_fatbins(cuda_fixtures: CudaFixtures) -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("text", "not an ELF file"),
+        ("text", "neither an ELF nor a PE file"),
         ("truncated", "truncated: the ELF section table"),
         ("bad-magic", "bad fatbin magic 0xdeadbeef"),
         ("oversized-entry", "runs past the end of its fatbin"),
