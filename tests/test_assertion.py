@@ -171,6 +171,12 @@ def test_assert_command(cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pyt
     corrupt = _single(tmp_path / "corrupt", cuda_fixtures, "truncated")
     assert main(["assert", str(corrupt), "--arch-list", BASE]) == 2
     assert "truncated" in capsys.readouterr().err
+    # several wheels: the corrupt one is an error, the others still get their verdicts
+    assert main(["assert", str(good), str(corrupt), str(bad), "--arch-list", BASE, "--json"]) == 2
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert [w["passed"] for w in out["wheels"]] == [True, False] and not out["passed"]
+    assert out["errors"][0]["wheel"] == str(corrupt) and "truncated" in captured.err
     assert main(["assert", str(good), "--arch-list", BASE, "--cuobjdump", str(tmp_path / "absent")]) == 3
     assert main(["assert", str(cuda_fixtures.path("default")), "--arch-list", BASE]) == 2
 

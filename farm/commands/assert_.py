@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from ..arch import ArchList
 from ..assertion import Expected, assert_wheel
-from ..errors import EXIT_DEFECT, EXIT_OK, UsageError
+from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 
 
 def _ext_rule(text: str) -> tuple[str, ArchList]:
@@ -81,12 +82,25 @@ def run(args: argparse.Namespace) -> int:
                          hint="put per-extension lists in the recipe, or use --arch-list")
     fixed = None if args.cell else _expected_from_args(args)
     reports = []
+    errors: list[tuple[Path, FarmError]] = []  # a corrupt wheel does not hide the verdicts of the others
     for wheel in args.wheels:
-        expected = fixed or _expected_from_cell(args, wheel)
-        reports.append(assert_wheel(wheel, expected, cuobjdump=args.cuobjdump))
+        try:
+            expected = fixed or _expected_from_cell(args, wheel)
+            reports.append(assert_wheel(wheel, expected, cuobjdump=args.cuobjdump))
+        except FarmError as exc:
+            if len(args.wheels) == 1:
+                raise
+            errors.append((wheel, exc))
     if args.json:
-        print(json.dumps({"passed": all(r.passed for r in reports), "wheels": [r.to_json() for r in reports]},
-                         indent=2))
+        print(json.dumps({
+            "passed": not errors and all(r.passed for r in reports),
+            "wheels": [r.to_json() for r in reports],
+            "errors": [{"wheel": str(w), "error": str(e), "exit_code": e.exit_code} for w, e in errors],
+        }, indent=2))
     else:
         print("\n\n".join(r.render() for r in reports))
+    for wheel, exc in errors:
+        print(f"farm assert: error: {exc}", file=sys.stderr)
+    if errors:  # the worst: an environment failure (3) over bad input (2)
+        return max(e.exit_code for _, e in errors)
     return EXIT_OK if all(r.passed for r in reports) else EXIT_DEFECT
