@@ -242,12 +242,21 @@ class _Links(HTMLParser):
                 self.links.append(href)
 
 
+# Nothing a real index serves is larger: a page lists links; GitHub caps an asset below 2 GiB.
+MAX_PAGE_BYTES = 64 << 20
+MAX_WHEEL_BYTES = 2 << 30
+
+
 def _fetch(url: str, timeout: float) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.read()
+            data = resp.read(MAX_PAGE_BYTES + 1)
     except OSError as exc:
         raise ToolError(f"cannot fetch {url}: {exc}", hint="check the index URL and the network") from exc
+    if len(data) > MAX_PAGE_BYTES:
+        raise WheelError(f"index page larger than {MAX_PAGE_BYTES >> 20} MiB", where=url,
+                         hint="point the audit at a PEP 503 index (project pages of links)")
+    return data
 
 
 def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list[tuple[str, str | None]]:
@@ -282,7 +291,12 @@ def _download(url: str, dest: Path, timeout: float) -> str:
     digest = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp, dest.open("wb") as out:
+            size = 0
             while chunk := resp.read(_CHUNK):
+                size += len(chunk)
+                if size > MAX_WHEEL_BYTES:
+                    raise WheelError(f"larger than {MAX_WHEEL_BYTES >> 30} GiB: not a wheel any target publishes",
+                                     where=url, hint="check what the index links to")
                 digest.update(chunk)
                 out.write(chunk)
     except OSError as exc:
@@ -320,10 +334,15 @@ def iter_wheels(where: str, *, timeout: float = 60.0) -> Iterator[Located]:
                                              "file name")
                 else:
                     dest = tmp / name
-                    got = _download(url, dest, timeout)
-                    problem = (f"the index says sha256 {sha256}, the served file is {got}"
-                               if sha256 and sha256 != got else None)
-                    yield Located(dest, url, problem)
+                    try:
+                        got = _download(url, dest, timeout)
+                    except WheelError as exc:  # oversized: a finding about this link, not the end of the audit
+                        dest.write_bytes(b"")
+                        yield Located(dest, url, exc.message)
+                    else:
+                        problem = (f"the index says sha256 {sha256}, the served file is {got}"
+                                   if sha256 and sha256 != got else None)
+                        yield Located(dest, url, problem)
                 dest.unlink(missing_ok=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -27,7 +27,7 @@ from farm.audit import (
 )
 from farm.cli import main
 from farm.config import load_config
-from farm.errors import LedgerError
+from farm.errors import LedgerError, WheelError
 from farm.ledger import LedgerIndex, merge_fragments
 from farm.postbuild import context_from_config, postbuild_wheel
 from farm.stamp import WheelName
@@ -325,3 +325,24 @@ def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path)
     name = "../../../escaped-1.0-py3-none-any.whl"
     assert row.reasons == (f"the index links a file named {name!r}, which is not a plain file name",)
     assert '"GET /simple/demo/..%2F' not in (tmp_path / "http.log").read_text()
+
+
+def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caps (2 GiB a wheel, 64 MiB a page) lowered to a few bytes, the same code paths run."""
+    import farm.audit as audit_module
+
+    site = tmp_path / "site"
+    (site / "simple" / "demo").mkdir(parents=True)
+    (site / "simple" / "demo" / "index.html").write_text('<a href="demo-1.0-py3-none-any.whl">demo</a>')
+    (site / "simple" / "demo" / "demo-1.0-py3-none-any.whl").write_bytes(b"x" * 4096)
+    server, base = serve_dir(site, tmp_path / "http.log")
+    try:
+        monkeypatch.setattr(audit_module, "MAX_WHEEL_BYTES", 1024)
+        (row,) = audit(f"{base}/simple/demo/", LedgerIndex.empty())
+        assert row.verdict is Verdict.WHEEL_WRONG
+        assert "larger than" in row.reasons[0]
+        monkeypatch.setattr(audit_module, "MAX_PAGE_BYTES", 10)
+        with pytest.raises(WheelError, match="index page larger than"):
+            audit(f"{base}/simple/demo/", LedgerIndex.empty())
+    finally:
+        server.stop()
