@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import errno
 import hashlib
 import io
 import lzma
@@ -329,21 +330,41 @@ def stamp_wheel(
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
+            os.chmod(tmp, 0o644)
             # The rewrite is deterministic: stamping the same wheel again in the same build
             # makes the same bytes, and is a no-op. Other bytes under that name are refused.
-            if final.exists():
-                if sha256_file(final) == digest:
+            # A hard link publishes without clobbering, atomically, even against a parallel stamp.
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                tmp.unlink()
+                _same_or_refuse(final, digest)
+                return StampResult(final, relabel, digest, size, info_obj, hashes, created=False)
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                # a filesystem without hard links: check, then rename
+                if final.exists():
                     tmp.unlink()
+                    _same_or_refuse(final, digest)
                     return StampResult(final, relabel, digest, size, info_obj, hashes, created=False)
-                raise UsageError(f"{final} already exists with other content",
-                                 hint="remove it to stamp again, or choose another --out folder")
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, final)
+                os.replace(tmp, final)
+            else:
+                tmp.unlink()
             fsync_dir(out_dir)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
     return StampResult(final, relabel, digest, size, info_obj, hashes)
+
+
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
+
+
+def _same_or_refuse(final: Path, digest: str) -> None:
+    if sha256_file(final) != digest:
+        raise UsageError(f"{final} already exists with other content",
+                         hint="remove it to stamp again, or choose another --out folder")
 
 
 def _rewrite(

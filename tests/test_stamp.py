@@ -137,26 +137,40 @@ def test_failed_rename_leaves_input_intact_and_no_output(source_wheel: Path, tmp
     before = digest(source_wheel)
     out = tmp_path / "out"
 
-    def broken_replace(src: object, dst: object) -> None:
+    def broken_publish(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(stamp.os, "replace", broken_replace)
+    monkeypatch.setattr(stamp.os, "link", broken_publish)  # the step that puts the wheel under its name
     with pytest.raises(OSError, match="No space left"):
         stamp_wheel(source_wheel, out, local="cu128", build_tag=None, build_info={"a": 1})
     assert digest(source_wheel) == before
     assert list(out.iterdir()) == [], "neither the wheel nor its temporary file may remain"
 
 
+def test_filesystems_without_hard_links_still_publish_atomically(source_wheel: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_links(src: object, dst: object) -> None:
+        raise OSError(1, "Operation not permitted")  # what FAT and some network mounts answer
+
+    monkeypatch.setattr(stamp.os, "link", no_links)
+    first = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info={"a": 1})
+    assert first.created and [p.name for p in (tmp_path / "out").iterdir()] == [first.path.name]
+    again = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info={"a": 1})
+    assert not again.created and again.sha256 == first.sha256
+    with pytest.raises(UsageError, match="already exists with other content"):
+        stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info={"a": 2})
+
+
 def test_process_killed_between_temp_and_rename_leaves_no_partial_output(source_wheel: Path,
                                                                          tmp_path: Path) -> None:
-    """A real crash: the process dies (no cleanup runs) right before the rename."""
+    """A real crash: the process dies (no cleanup runs) right before the wheel gets its name."""
     before = digest(source_wheel)
     out = tmp_path / "out"
     code = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
         from farm import stamp
-        stamp.os.replace = lambda a, b: os._exit(9)
+        stamp.os.link = lambda a, b: os._exit(9)  # dies as it would put the wheel under its name
         stamp.stamp_wheel(Path({str(source_wheel)!r}), Path({str(out)!r}), local="cu128", build_tag=None,
                           build_info={{"a": 1}})
     """)
