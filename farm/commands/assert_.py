@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
         }, indent=2))
     else:
         print("\n\n".join(r.render() for r in reports))
-    for wheel, exc in errors:
-        print(f"farm assert: error: {exc}", file=sys.stderr)
+    for _, error in errors:
+        print(f"farm assert: error: {error}", file=sys.stderr)
     if errors:  # the worst: an environment failure (3) over bad input (2)
         return max(e.exit_code for _, e in errors)
     return EXIT_OK if all(r.passed for r in reports) else EXIT_DEFECT
