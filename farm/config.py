@@ -268,9 +268,6 @@ class _Section:
         line = self.data.line_of(key) if key else self.data.line
         return f"{self.file}:{line}"
 
-    def has(self, key: str) -> bool:
-        return key in self.data
-
     def get(self, key: str, kind: type, *, required: bool = False, default: Any = None, fix: str = "") -> Any:
         self.seen.add(key)
         if key not in self.data:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import shutil
 import textwrap
 from pathlib import Path
 
@@ -18,14 +17,12 @@ from farm.cells import (
 )
 from farm.config import load_config
 
-REPO = Path(__file__).resolve().parent.parent
+from .buildroot import make_root
 
 
 @pytest.fixture
 def config(tmp_path: Path):
-    shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
-    (tmp_path / "packages").mkdir()
-    (tmp_path / "packages" / "pkg.yml").write_text(textwrap.dedent("""
+    return make_root(tmp_path, {"pkg": textwrap.dedent("""
         name: pkg
         version: '1.0'
         source: {git: {repo: owner/pkg, ref: v1.0}}
@@ -37,14 +34,12 @@ def config(tmp_path: Path):
           by_combo: {'12.8/2.8': '7.5;8.0;9.0+PTX'}
           aarch64:
             by_cuda: {'13.0': '9.0;11.0+PTX'}
-        """))
-    (tmp_path / "packages" / "free.yml").write_text(textwrap.dedent("""
+        """), "free": textwrap.dedent("""
         name: free
         version: '2.0'
         source: {git: {repo: owner/free, ref: v2.0}}
         links_torch: false
-        """))
-    return load_config(tmp_path)
+        """)})
 
 
 def test_declared_cells_cover_grid(config) -> None:
@@ -119,9 +114,7 @@ def test_names(config) -> None:
 
 
 def test_only_restrictions(tmp_path: Path) -> None:
-    shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
-    (tmp_path / "packages").mkdir()
-    (tmp_path / "packages" / "narrow.yml").write_text(textwrap.dedent("""
+    config = make_root(tmp_path, {"narrow": textwrap.dedent("""
         name: narrow
         version: '1.0'
         source: {git: {repo: owner/narrow, ref: v1.0}}
@@ -131,8 +124,7 @@ def test_only_restrictions(tmp_path: Path) -> None:
           combinations:
             - {cuda: '12.8', torch: '2.8', python: ['3.10', '3.11']}
             - {cuda: '13.0'}
-        """))
-    config = load_config(tmp_path)
+        """)})
     recipe = config.recipe("narrow")
 
     def why(cuda: str, torch: str, py: str, platform: str = "linux_x86_64") -> str | None:

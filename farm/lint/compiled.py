@@ -54,7 +54,6 @@ from .lexer import strip_hash_comments
 SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 HEADER_EXTS = (".h", ".hpp", ".cuh", ".hh", ".hxx", ".inl", ".inc", ".tcc", ".ipp", ".cuinl")
 CODE_EXTS = SOURCE_EXTS + HEADER_EXTS
-PYTHON_BUILD_FILES = ("setup.py",)
 ROOT_BUILD_FILES = ("setup.py", "pyproject.toml", "setup.cfg", "CMakeLists.txt", "Makefile", "makefile",
                     "GNUmakefile")
 # Directories whose sources are not part of a package's build unless a build file names them.

@@ -317,7 +317,6 @@ class Branch:
 class Chain:
     branches: list[Branch]
     end_line: int
-    dead_lines: set[int] = field(default_factory=set)
 
     @property
     def line(self) -> int:

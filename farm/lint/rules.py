@@ -561,11 +561,6 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
                    archs.canonical(), fix, tuple(run.label for run in runs_chosen))
 
 
-def _arch_key(text: str) -> tuple[int, int, str]:
-    m = re.match(r"(\d+)\.(\d)(\w?)", text)
-    return (int(m[1]), int(m[2]), m[3]) if m else (0, 0, text)
-
-
 # ------------------------------------------------------------------------------------------------
 # FP8
 # ------------------------------------------------------------------------------------------------
