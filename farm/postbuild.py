@@ -45,6 +45,7 @@ class BuildContext:
     source: Mapping[str, Any] | None
     run: Mapping[str, Any]
     toolchain: Mapping[str, Any]
+    requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
 
     @property
     def build_tag(self) -> str | None:
@@ -183,7 +184,7 @@ def stamp_asserted(
         return info
 
     stamped = stamp_wheel(wheel, out_dir, local=local_version(cell), build_tag=context.build_tag,
-                          build_info=make_info)
+                          build_info=make_info, requires=context.requires_dist)
     assert stamped.build_info is not None
     entry = {**stamped.build_info, "filename": stamped.filename, "sha256": stamped.sha256,
              "size": stamped.size, "published": []}
@@ -296,5 +297,6 @@ def context_from_config(
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
         toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch),
+        requires_dist=recipe.requires_dist,
     )
     return context, recipe

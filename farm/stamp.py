@@ -23,11 +23,12 @@ import re
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -158,17 +159,28 @@ def _newline(text: str) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 
 
-def set_metadata_version(text: str, version: str, *, where: str) -> str:
-    """METADATA with its header ``Version`` replaced; the description body is left alone."""
+def set_metadata_version(text: str, version: str, *, where: str, requires: Sequence[str] = ()) -> str:
+    """METADATA with its header ``Version`` replaced and ``Requires-Dist`` added for each of
+    ``requires`` whose project the wheel does not require already; the body is left alone."""
     nl = _newline(text)
     lines = text.split(nl)
-    for i, line in enumerate(lines):
-        if line == "":  # end of the headers: the body may quote "Version:" freely
-            break
-        if line.lower().startswith("version:"):
-            lines[i] = f"Version: {version}"
-            return nl.join(lines)
-    raise WheelError("METADATA has no Version header", where=where)
+    end = lines.index("") if "" in lines else len(lines)  # the body may quote "Version:" freely
+    headers = lines[:end]
+    at = next((i for i, line in enumerate(headers) if line.lower().startswith("version:")), None)
+    if at is None:
+        raise WheelError("METADATA has no Version header", where=where)
+    headers[at] = f"Version: {version}"
+    have = set()
+    for line in headers:
+        if line.lower().startswith("requires-dist:"):
+            value = line.split(":", 1)[1].strip()
+            try:
+                have.add(canonicalize_name(Requirement(value).name))
+            except InvalidRequirement:
+                raise WheelError(f"METADATA Requires-Dist {value!r} is not a requirement", where=where,
+                                 hint="the wheel's metadata is malformed; fix the package's build") from None
+    headers += [f"Requires-Dist: {r}" for r in requires if canonicalize_name(Requirement(r).name) not in have]
+    return nl.join(headers + lines[end:])
 
 
 def set_wheel_build(text: str, build_tag: str | None) -> str:
@@ -287,6 +299,7 @@ def stamp_wheel(
     local: str,
     build_tag: str | None,
     build_info: BuildInfoSource = None,
+    requires: Sequence[str] = (),
 ) -> StampResult:
     """Write ``out_dir/<farm name>.whl``: ``src`` relabelled, stamped, RECORD regenerated.
 
@@ -326,7 +339,7 @@ def stamp_wheel(
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "w+b") as fh:
-                hashes, info_obj = _rewrite(zin, infos, fh, relabel, record, build_info, where)
+                hashes, info_obj = _rewrite(zin, infos, fh, relabel, record, build_info, requires, where)
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
@@ -374,6 +387,7 @@ def _rewrite(
     relabel: Relabel,
     record: Mapping[str, tuple[str, str]],
     build_info: BuildInfoSource,
+    requires: Sequence[str],
     where: str,
 ) -> tuple[dict[str, str], Mapping[str, Any] | None]:
     di = relabel.old_dist_info
@@ -411,7 +425,8 @@ def _rewrite(
                 except UnicodeDecodeError as exc:
                     raise WheelError(f"{info.filename} is not UTF-8 ({exc})", where=where) from None
                 if info.filename.endswith("/METADATA"):
-                    text = set_metadata_version(text, relabel.new.version, where=f"{where}:{info.filename}")
+                    text = set_metadata_version(text, relabel.new.version, where=f"{where}:{info.filename}",
+                                                requires=requires)
                 else:
                     text = set_wheel_build(text, relabel.new.build)
                 new_data = text.encode("utf-8")

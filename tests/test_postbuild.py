@@ -180,6 +180,8 @@ def farm_root(tmp_path: Path) -> Path:
 
 
 def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
+    recipe_file = farm_root / "packages" / "demo_ext.yml"
+    recipe_file.write_text(recipe_file.read_text() + "requires_dist: ['numpy>=1.24']\n")
     config = load_config(farm_root)
     ctx, recipe = context_from_config(config, raw_wheel, cuda_home=cuda_home, builder="native",
                                       env={"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "o/farm",
@@ -192,6 +194,7 @@ def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) 
     assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
     assert ctx.source == {"kind": "git", "repo": "example/demo_ext", "ref": "v0.1.0", "commit": None}
     assert ctx.run["provider"] == "github" and ctx.run["run_id"] == "77"
+    assert ctx.requires_dist == ("numpy>=1.24",)  # stamped into the wheel's METADATA
 
 
 def test_cli_postbuild_then_failed_batch_writes_nothing(farm_root: Path, raw_wheel: Path, cuda_home: Path,

@@ -265,6 +265,27 @@ def test_metadata_edit_touches_only_the_header() -> None:
         set_metadata_version("Name: x\n\nVersion: 1\n", "2", where="x")
 
 
+def test_metadata_edit_adds_the_recipes_requirements_once() -> None:
+    text = "Metadata-Version: 2.1\nName: x\nVersion: 1.0\nRequires-Dist: NumPy>=1\n\nbody\n"
+    out = set_metadata_version(text, "1.0+cu128", where="x", requires=("numpy", "ninja>=1.11"))
+    assert out == ("Metadata-Version: 2.1\nName: x\nVersion: 1.0+cu128\nRequires-Dist: NumPy>=1\n"
+                   "Requires-Dist: ninja>=1.11\n\nbody\n")
+    no_body = set_metadata_version("Name: x\nVersion: 1.0\n", "1.0+cu128", where="x", requires=("ninja",))
+    assert no_body == "Name: x\nVersion: 1.0+cu128\nRequires-Dist: ninja\n"
+    with pytest.raises(WheelError, match="is not a requirement"):
+        set_metadata_version("Name: x\nVersion: 1.0\nRequires-Dist: >=>\n", "2", where="x", requires=("a",))
+
+
+def test_stamped_wheel_carries_the_requirements(source_wheel: Path, tmp_path: Path) -> None:
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, requires=("ninja",))
+    with zipfile.ZipFile(result.path) as zf:
+        metadata = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Requires-Dist: ninja" in metadata
+    with WheelFile(result.path) as wf:  # RECORD still verifies
+        for name in wf.namelist():
+            wf.read(name)
+
+
 def test_wheel_build_edit() -> None:
     text = "Wheel-Version: 1.0\nBuild: 1\nTag: py3-none-any\n"
     assert set_wheel_build(text, None) == "Wheel-Version: 1.0\nTag: py3-none-any\n"
