@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
-import subprocess
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import metadata, resources
@@ -29,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import FarmError, ToolError, WheelError
 from .fsutil import sha256_file  # noqa: F401 - re-exported: the hash every provenance records
+from .toolkit import nvcc_release
 
 SCHEMA_VERSION = 1
 BUILD_INFO_NAME = "_build_info.json"
@@ -71,30 +70,13 @@ def run_from_env(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
 
 
 # -- the toolchain ----------------------------------------------------------------------------
-_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
-
-
-def parse_nvcc_version(text: str) -> str:
-    """``13.0.88`` from ``nvcc --version`` output."""
-    m = _NVCC_RELEASE.search(text)
-    if not m:
-        raise ToolError("cannot read a version from `nvcc --version`", hint=f"its output was: {text.strip()[:200]!r}")
-    return m.group(2)
-
-
 @lru_cache(maxsize=8)
 def nvcc_version(cuda_home: Path) -> str:
     """The version the ``nvcc`` of ``cuda_home`` reports (the toolkit the build used)."""
     nvcc = Path(cuda_home) / "bin" / ("nvcc.exe" if os.name == "nt" else "nvcc")
     if not nvcc.exists():
         raise ToolError(f"no nvcc at {nvcc}", hint="set CUDA_HOME to the toolkit the wheel was built with")
-    try:
-        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolError(f"cannot run {nvcc} --version: {exc}") from exc
-    if proc.returncode != 0:
-        raise ToolError(f"{nvcc} --version exited {proc.returncode}", hint=proc.stderr.strip()[:200] or None)
-    return parse_nvcc_version(proc.stdout)
+    return nvcc_release(nvcc)
 
 
 def _installed_version(dist: str) -> str | None:

@@ -163,17 +163,26 @@ def _read_stamp(prefix: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _nvcc_release(nvcc: Path) -> str:
-    """``13.0.88`` from ``nvcc --version`` (``... release 13.0, V13.0.88``)."""
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True, timeout=60)
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        detail = getattr(exc, "stderr", None) or exc
-        raise ToolError(f"{nvcc} --version failed: {detail}", hint="remove the prefix and run again") from exc
-    m = re.search(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)", out.stdout)
+_NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+
+
+def parse_nvcc_release(text: str) -> str:
+    """``13.0.88`` from ``nvcc --version`` output (``... release 13.0, V13.0.88``)."""
+    m = _NVCC_RELEASE.search(text)
     if not m:
-        raise ToolError(f"cannot read the release from `{nvcc} --version`: {out.stdout.strip()!r}")
+        raise ToolError("cannot read a version from `nvcc --version`", hint=f"its output was: {text.strip()[:200]!r}")
     return m.group(2)
+
+
+def nvcc_release(nvcc: Path) -> str:
+    """What ``nvcc --version`` reports, e.g. ``13.0.88``."""
+    try:
+        proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"cannot run {nvcc} --version: {exc}") from exc
+    if proc.returncode != 0:
+        raise ToolError(f"{nvcc} --version exited {proc.returncode}", hint=proc.stderr.strip()[:200] or None)
+    return parse_nvcc_release(proc.stdout)
 
 
 def _toolkit_at(prefix: Path, spec: ToolkitSpec) -> Toolkit:
@@ -249,7 +258,7 @@ def ensure_toolkit(
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
         toolkit = _toolkit_at(prefix, spec)
-        release = _nvcc_release(toolkit.nvcc)
+        release = nvcc_release(toolkit.nvcc)
         if release != spec.nvcc_version:
             raise ToolError(f"{toolkit.nvcc} reports {release}, expected {spec.nvcc_version}", where=str(prefix))
         say(f"CUDA {cuda} toolkit ready: CUDA_HOME={toolkit.cuda_home}")
@@ -266,5 +275,5 @@ def toolkit_at_home(cuda_home: Path) -> Toolkit:
         raise ToolError(f"{home} has no bin/nvcc{exe}", hint="point CUDA_HOME at a CUDA toolkit")
     if not cuobjdump.exists():
         raise ToolError(f"{home} has no bin/cuobjdump{exe}", hint="install the toolkit's cuobjdump component")
-    release = _nvcc_release(nvcc)
+    release = nvcc_release(nvcc)
     return Toolkit(home, nvcc, cuobjdump, release, ".".join(release.split(".")[:2]))

@@ -13,6 +13,7 @@ import pytest
 
 from farm import buildinfo
 from farm.errors import ToolError, WheelError
+from farm.toolkit import parse_nvcc_release
 
 SHA = "ab" * 32
 
@@ -132,9 +133,9 @@ def test_missing_nvcc_is_an_environment_error(tmp_path: Path) -> None:
 
 def test_parse_nvcc_version() -> None:
     text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\n"
-    assert buildinfo.parse_nvcc_version(text) == "12.8.93"
+    assert parse_nvcc_release(text) == "12.8.93"
     with pytest.raises(ToolError):
-        buildinfo.parse_nvcc_version("garbage")
+        parse_nvcc_release("garbage")
 
 
 def test_sha256_file(tmp_path: Path) -> None:
