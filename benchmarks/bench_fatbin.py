@@ -2,7 +2,7 @@
 
 Downloads ``nvidia-cublas`` (CUDA 13; ``--cuda 12`` for ``nvidia-cublas-cu12``) once into
 ``.cache/bench/``, extracts ``libcublasLt.so.*``, then runs, as whole processes, the native reader
-(``python -S -m farm.fatbin``, its bytecode cached as an installed package's is; also shown
+(``python -S -m farm.binary.fatbin``, its bytecode cached as an installed package's is; also shown
 without) and ``cuobjdump --list-elf --list-ptx`` (the anchor). Both must list
 identical entries (SASS compared without ``f``). Prints wall time and peak RSS of both and the
 ratios; the targets are native >= 50x faster and <= 1/10 of cuobjdump's peak memory. Each side
@@ -27,15 +27,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from farm.cuobjdump import (
+from farm.binary.cuobjdump import (
     cuobjdump_version,
     find_cuobjdump,
     parse_listing,
     variant_free,
 )
-from farm.fatbin import EntryKind, read_fatbins, runnable
-from farm.fatbinscan import scan
-from farm.wheelfile import SafeWheel
+from farm.binary.fatbin import EntryKind, read_fatbins, runnable
+from farm.binary.fatbinscan import scan
+from farm.binary.wheelfile import SafeWheel
 
 PACKAGES = {"13": "nvidia-cublas", "12": "nvidia-cublas-cu12"}
 
@@ -111,7 +111,7 @@ def main() -> int:
     # (farm is found from the repository root, the working directory of the run). Its bytecode is
     # cached (outside the repository) as an installed package's is; the run that compiles farm's
     # modules every time is shown too.
-    command = [sys.executable, "-S", "-m", "farm.fatbin", str(lib)]
+    command = [sys.executable, "-S", "-m", "farm.binary.fatbin", str(lib)]
     cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cached["PYTHONPYCACHEPREFIX"] = str(args.cache / "pycache")
     measure(command, cached)
@@ -168,7 +168,7 @@ def _timed(read: Callable[[Path], object], lib: Path) -> float:
 
 
 def variant_free_name(name: str) -> str:
-    from farm.arch import Target
+    from farm.model.arch import Target
 
     return variant_free(Target.from_name(name)).name
 

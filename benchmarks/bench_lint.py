@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from farm.arch import ArchList
-from farm.config import SdistSource
 from farm.lint import lint_cached, lint_tree
-from farm.sources import fetch
+from farm.model.arch import ArchList
+from farm.model.config import SdistSource
+from farm.source.fetch import fetch
 
 REPO = Path(__file__).resolve().parent.parent
 FLASH_ATTN = SdistSource("flash-attn", "2.8.3", "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d")

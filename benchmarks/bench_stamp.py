@@ -45,7 +45,7 @@ if op == "copy":
             with zin.open(info) as r, zout.open(info, "w") as w:
                 shutil.copyfileobj(r, w, 1 << 20)
 else:
-    from farm.stamp import stamp_wheel
+    from farm.provenance.stamp import stamp_wheel
     def info(relabel, hashes):
         return {"extensions": {k: v for k, v in hashes.items() if k.endswith(".so")}}
     stamp_wheel(src, dst, local="cu130", build_tag="1", build_info=info)

@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError
+from farm import __version__
+from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError
 
 # name -> (module, one-line help). Only commands whose capability exists are listed.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.config import FarmConfig, load_config
-from farm.toolkit import Toolkit, ensure_toolkit
+from farm.model.config import FarmConfig, load_config
+from farm.toolkit.assemble import Toolkit, ensure_toolkit
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -34,11 +34,11 @@ class Batch:
 @functools.cache
 def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
     """Build demo_ext for one arch, run postbuild on it; returns the wheels and the fragment."""
-    from farm import buildinfo
-    from farm.arch import ArchList
-    from farm.assertion import Expected
-    from farm.cells import Cell
-    from farm.postbuild import BuildContext, cuda_line, postbuild_wheel
+    from farm.binary.assertion import Expected
+    from farm.model.arch import ArchList
+    from farm.model.cells import Cell
+    from farm.provenance import buildinfo
+    from farm.provenance.postbuild import BuildContext, cuda_line, postbuild_wheel
 
     src = work / "demo_ext"
     shutil.copytree(REPO / "examples" / "demo_ext", src)

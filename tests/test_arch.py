@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from farm.arch import (
+from farm.errors import ArchError
+from farm.model.arch import (
     KNOWN_CUDA_LINES,
     ArchList,
-    Rendering,
     Kind,
+    Rendering,
     Target,
     Variant,
     render,
@@ -19,7 +20,6 @@ from farm.arch import (
     unsupported,
     validate_for_cuda,
 )
-from farm.errors import ArchError
 
 
 def names(text: str) -> list[str]:

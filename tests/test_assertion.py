@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList
-from farm.assertion import Cause, Expected, assert_inspection, assert_wheel, judge
+from farm.binary.assertion import (
+    Cause,
+    Expected,
+    assert_inspection,
+    assert_wheel,
+    judge,
+)
+from farm.binary.inspection import Reader, inspect_file
 from farm.cli import main
 from farm.errors import BinaryFormatError, ToolError
-from farm.inspection import Reader, inspect_file
+from farm.model.arch import ArchList
 from tests.cudafix import BASE, CudaFixtures
 from tests.wheelmaker import make_wheel
 
@@ -141,7 +147,7 @@ def test_readers_disagreeing_fail_the_assertion(cuda_fixtures: CudaFixtures) -> 
     other = inspect_file(cuda_fixtures.path("default"), Reader.BOTH)
     from dataclasses import replace
 
-    from farm.inspection import compare
+    from farm.binary.inspection import compare
 
     mixed = replace(native, listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
     report = assert_inspection("demo.whl", (mixed,), EXPECTED)

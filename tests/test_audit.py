@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from farm import buildinfo
-from farm.audit import (
+from farm.cli import main
+from farm.errors import LedgerError, WheelError
+from farm.model.config import load_config
+from farm.provenance import buildinfo
+from farm.provenance.audit import (
     AuditRow,
     Verdict,
     WheelFacts,
@@ -25,12 +28,9 @@ from farm.audit import (
     today_from_config,
     wheel_facts,
 )
-from farm.cli import main
-from farm.config import load_config
-from farm.errors import LedgerError, WheelError
-from farm.ledger import LedgerIndex, merge_fragments
-from farm.postbuild import context_from_config, postbuild_wheel
-from farm.stamp import WheelName
+from farm.provenance.ledger import LedgerIndex, merge_fragments
+from farm.provenance.postbuild import context_from_config, postbuild_wheel
+from farm.provenance.stamp import WheelName
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
 from tests.publishfix import serve_dir
@@ -329,7 +329,7 @@ def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path)
 
 def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The caps (2 GiB a wheel, 64 MiB a page) lowered to a few bytes, the same code paths run."""
-    import farm.audit as audit_module
+    import farm.provenance.audit as audit_module
 
     site = tmp_path / "site"
     (site / "simple" / "demo").mkdir(parents=True)

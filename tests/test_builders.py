@@ -1,4 +1,4 @@
-"""farm.builders: real builds of demo_ext (native, and cibuildwheel under podman) that pass
+"""farm.build.builders: real builds of demo_ext (native, and cibuildwheel under podman) that pass
 postbuild, and a pointnet2-like package whose setup.py overrides the arch list and fails it."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList
-from farm.builders import (
+from farm.build.builders import (
     LOCAL_PODMAN_IMAGE,
     BuilderKind,
     BuildSettings,
@@ -22,10 +21,11 @@ from farm.builders import (
     prepare_source,
     run_native,
 )
-from farm.cells import Cell
+from farm.build.plan import PlanOptions, plan_build
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
-from farm.plan import PlanOptions, plan_build
+from farm.model.arch import ArchList
+from farm.model.cells import Cell
 
 from . import buildroot
 from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
@@ -271,7 +271,7 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
 
     from cibuildwheel.options import CommandLineArguments, compute_options
 
-    from farm.builders import cibuildwheel_environment
+    from farm.build.builders import cibuildwheel_environment
 
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     (tmp_path / "examples/demo_ext/setup.py").write_text("")

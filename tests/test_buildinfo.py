@@ -11,9 +11,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from farm import buildinfo
 from farm.errors import ToolError, WheelError
-from farm.toolkit import parse_nvcc_release
+from farm.provenance import buildinfo
+from farm.toolkit.assemble import parse_nvcc_release
 
 SHA = "ab" * 32
 

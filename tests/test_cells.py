@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.cells import (
+from farm.model.cells import (
     NO_TORCH,
     Cell,
     declared_cells,
@@ -15,7 +15,7 @@ from farm.cells import (
     recipe_excludes,
     resolve_arch,
 )
-from farm.config import load_config
+from farm.model.config import load_config
 
 from .buildroot import make_root
 

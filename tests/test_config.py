@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from farm.config import GitSource, PathSource, SdistSource, load_config, load_defaults
 from farm.errors import ArchError, ConfigError, FarmError, UsageError
+from farm.model.config import (
+    GitSource,
+    PathSource,
+    SdistSource,
+    load_config,
+    load_defaults,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList, Kind, Target, Variant
-from farm.cuobjdump import (
+from farm.binary.cuobjdump import (
     cuobjdump_version,
     find_cuobjdump,
     list_targets,
     parse_listing,
     variant_free,
 )
+from farm.binary.fatbin import EntryKind
 from farm.errors import BinaryFormatError, ToolError
-from farm.fatbin import EntryKind
+from farm.model.arch import ArchList, Kind, Target, Variant
 from tests.cudafix import FIXTURES, CudaFixtures
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def _isolated_env(**extra: str) -> dict[str, str]:
 
 
 def _find_in_subprocess(env: dict[str, str], python: str = sys.executable) -> subprocess.CompletedProcess[str]:
-    code = "from farm.cuobjdump import find_cuobjdump; print(find_cuobjdump())"
+    code = "from farm.binary.cuobjdump import find_cuobjdump; print(find_cuobjdump())"
     return subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from farm.arch import ArchList
 from farm.cli import main
-from farm.driver import (
+from farm.model.arch import ArchList
+from farm.model.driver import (
     KNOWN_DEVICES,
     Device,
     ImageKind,

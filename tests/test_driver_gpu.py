@@ -1,5 +1,5 @@
 """The driver model against a real GPU: each build's kernel reports the ``__CUDA_ARCH__`` it ran
-with (or the launch error), and farm.driver must have predicted exactly that.
+with (or the launch error), and farm.model.driver must have predicted exactly that.
 
 Skipped, with the reason, on machines without an NVIDIA GPU (CI); run it where there is one:
 ``CUDA_HOME=... pytest tests/test_driver_gpu.py``.
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+
 import pytest
 
-from farm.arch import ArchList
-from farm.driver import Device, ImageKind, pick_image
+from farm.model.arch import ArchList
+from farm.model.driver import Device, ImageKind, pick_image
 
 # FACTS §1's rows and the a/f and PTX-direction rules, as nvcc targets.
 CONFIGS = [

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList, Kind, Target, Variant
-from farm.errors import BinaryFormatError
-from farm.fatbin import (
+from farm.binary.fatbin import (
     EXECUTABLE_SECTION,
     RELOCATABLE_SECTION,
     Compression,
@@ -23,6 +21,8 @@ from farm.fatbin import (
     runnable,
     union,
 )
+from farm.errors import BinaryFormatError
+from farm.model.arch import ArchList, Kind, Target, Variant
 from tests.cudafix import BASE, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
 
 

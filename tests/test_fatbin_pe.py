@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from farm.cuobjdump import find_cuobjdump, list_targets, variant_free
+from farm.binary.cuobjdump import find_cuobjdump, list_targets, variant_free
+from farm.binary.fatbin import read_fatbins, union
+from farm.binary.inspection import inspect_file
 from farm.errors import BinaryFormatError, ToolError
-from farm.fatbin import read_fatbins, union
-from farm.inspection import inspect_file
 from tests.cudafix import CudaFixtures
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_a_real_nvidia_windows_dll_against_its_linux_build(tmp_path_factory: pyt
 
 
 def test_a_windows_wheel_is_inspected_natively(elf: Path, tmp_path: Path) -> None:
-    from farm.inspection import inspect_wheel
+    from farm.binary.inspection import inspect_wheel
     from tests.wheelmaker import make_wheel
 
     pyd = _pe([(b".text", b"\xc3"), (b".nv_fatb", _fatbin_bytes(elf, tmp_path))])

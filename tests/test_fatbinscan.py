@@ -1,4 +1,4 @@
-"""The header scanner and ``python -m farm.fatbin``, on real nvcc builds and hand-edited copies."""
+"""The header scanner and ``python -m farm.binary.fatbin``, on real nvcc builds and hand-edited copies."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from farm import fatbinscan
+from farm.binary import fatbinscan
+from farm.binary.fatbin import read_fatbins
 from farm.errors import BinaryFormatError
-from farm.fatbin import read_fatbins
 from tests.cudafix import FATBIN_MAGIC, VALID, CudaFixtures
 
 REPO = Path(__file__).resolve().parent.parent
 
-# offsets inside an entry header (farm.fatbinscan._ENTRY)
+# offsets inside an entry header (farm.binary.fatbinscan._ENTRY)
 _HEADER_SIZE, _ARCH, _FLAGS = 4, 28, 40
 
 
@@ -87,7 +87,7 @@ def test_directories_and_fifos_are_refused(tmp_path: Path) -> None:
 
 
 def _module(*args: str, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-S", *flags, "-m", "farm.fatbin", *args],
+    return subprocess.run([sys.executable, "-S", *flags, "-m", "farm.binary.fatbin", *args],
                           capture_output=True, text=True, cwd=REPO, check=False)
 
 
@@ -115,5 +115,5 @@ def test_module_starts_without_the_models(cuda_fixtures: CudaFixtures) -> None:
     proc = _module(str(cuda_fixtures.path("default")), flags=("-X", "importtime"))
     assert proc.returncode == 0, proc.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()}
-    assert "farm.fatbinscan" in imported
-    assert not imported & {"farm.arch", "dataclasses", "enum", "typing"}
+    assert "farm.binary.fatbinscan" in imported
+    assert not imported & {"farm.model.arch", "dataclasses", "enum", "typing"}

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from farm.errors import DefectError, LedgerError
-from farm.stamp import stamp_wheel
-from farm.upload import index
+from farm.provenance.stamp import stamp_wheel
+from farm.publish import index
 from tests.ledgermaker import make_entry
 from tests.wheelmaker import make_wheel
 

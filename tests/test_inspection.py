@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList
+from farm.binary.cuobjdump import list_targets, variant_free
+from farm.binary.fatbin import read_fatbins
+from farm.binary.inspection import Reader, compare, inspect_file, inspect_wheel
 from farm.cli import main
-from farm.cuobjdump import list_targets, variant_free
 from farm.errors import BinaryFormatError, ToolError, WheelError
-from farm.fatbin import read_fatbins
-from farm.inspection import Reader, compare, inspect_file, inspect_wheel
+from farm.model.arch import ArchList
 from tests.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
 from tests.wheelmaker import make_wheel
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from farm import buildinfo
 from farm.errors import EXIT_BAD_INPUT, LedgerError
-from farm.ledger import (
+from farm.provenance import buildinfo
+from farm.provenance.ledger import (
     FRAGMENT_SUFFIX,
     ExistsKey,
     LedgerIndex,
@@ -246,7 +246,7 @@ _MERGER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from farm.ledger import merge_fragments, write_fragment
+    from farm.provenance.ledger import merge_fragments, write_fragment
     from tests.ledgermaker import make_entry
     ledger, work, start, tag = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
     while not start.exists():
@@ -298,7 +298,8 @@ def test_merge_killed_before_its_rename_leaves_the_ledger_as_it_was(tmp_path: Pa
     code = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from farm import fsutil, ledger
+        from farm import fsutil
+        from farm.provenance import ledger
         fsutil.os.replace = lambda a, b: os._exit(9)
         ledger.merge_fragments(Path({str(ledger)!r}), Path({str(frags)!r}))
     """)
@@ -376,7 +377,7 @@ _PATHS = [("provenance",), ("filename",), ("sha256",), ("size",), ("schema_versi
 def test_fast_validation_accepts_only_what_the_full_validation_accepts(
     mutations: list[tuple[tuple[str, ...], object]], provenance: str
 ) -> None:
-    from farm.ledger import _fast_record, _validate_full
+    from farm.provenance.ledger import _fast_record, _validate_full
 
     entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
     for path, value in mutations:

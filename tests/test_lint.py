@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList
 from farm.cli import main
-from farm.config import LintIgnore
 from farm.errors import SourceError
 from farm.lint import LINT_VERSION, LintReport, Severity, lint_cached, lint_tree
-from farm.sources import SourceTree
+from farm.model.arch import ArchList
+from farm.model.config import LintIgnore
+from farm.source.fetch import SourceTree
 
 DATA = Path(__file__).parent / "data" / "lint"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList
-from farm.config import LintIgnore, SdistSource
 from farm.lint import lint_cached
-from farm.sources import SourceTree, fetch
+from farm.model.arch import ArchList
+from farm.model.config import LintIgnore, SdistSource
+from farm.source.fetch import SourceTree, fetch
 
 FLASH_ATTN = SdistSource("flash-attn", "2.8.3", "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d")
 PUBLIC_LIST = "8.0 9.0 10.0 12.0+PTX"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from farm.arch import ArchList
-from farm.config import SdistSource
 from farm.lint import lint_cached
-from farm.sources import SourceTree, fetch
+from farm.model.arch import ArchList
+from farm.model.config import SdistSource
+from farm.source.fetch import SourceTree, fetch
 
 GSPLAT = SdistSource("gsplat", "1.5.3", "343f080c470e891ba3c697c03bdf0952cb982d1d535fdc24adb23c2cb4fba906")
 

@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from farm.cli import main
-from farm.config import load_config
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
-from farm.ledger import LedgerIndex, dumps_entry
-from farm.matrix import SHARD_SIZE, Filters, compute_matrix, shards
+from farm.model.config import load_config
+from farm.provenance.ledger import LedgerIndex, dumps_entry
+from farm.schedule.matrix import SHARD_SIZE, Filters, compute_matrix, shards
 
 from .ledgermaker import make_entry
 

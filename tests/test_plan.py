@@ -1,4 +1,4 @@
-"""farm.plan: cell + recipe + checkout -> cibuildwheel argv, environment and config (pure), checked
+"""farm.build.plan: cell + recipe + checkout -> cibuildwheel argv, environment and config (pure), checked
 against the real cibuildwheel (identifiers, CIBW_ENVIRONMENT parsing)."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import pytest
 import tomllib
 from cibuildwheel.environment import parse_environment
 
-from farm.arch import ArchList
-from farm.cells import Cell
-from farm.errors import ConfigError, UsageError
-from farm.plan import (
+from farm.build.plan import (
     SONAME_EXCLUDES,
     PlanOptions,
     identifier,
     plan_build,
     repair_command,
 )
+from farm.errors import ConfigError, UsageError
+from farm.model.arch import ArchList
+from farm.model.cells import Cell
 
 from .buildroot import DEMO_RECIPE, make_root
 from .wheelmaker import make_wheel

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from wheel.wheelfile import WheelFile
 
-from farm import buildinfo
-from farm.arch import ArchList
-from farm.assertion import Expected
-from farm.cells import Cell
+from farm.binary.assertion import Expected
 from farm.cli import main
-from farm.config import load_config
 from farm.errors import UsageError, WheelError
-from farm.ledger import LedgerIndex, merge_fragments, write_fragment
-from farm.postbuild import (
+from farm.model.arch import ArchList
+from farm.model.cells import Cell
+from farm.model.config import load_config
+from farm.provenance import buildinfo
+from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
+from farm.provenance.postbuild import (
     BuildContext,
     cell_platform,
     check_wheel_matches_cell,
@@ -29,7 +29,7 @@ from farm.postbuild import (
     cuda_line,
     postbuild_wheel,
 )
-from farm.stamp import WheelName
+from farm.provenance.stamp import WheelName
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
 
@@ -232,7 +232,7 @@ def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stam
         for d in (dirs if i % 3 == 0 else [dirs[i % 2]]):
             write_fragment(entry, d)
     ledger = tmp_path / "ledger.jsonl"
-    code = ("import sys; from pathlib import Path; from farm.ledger import merge_fragments; "
+    code = ("import sys; from pathlib import Path; from farm.provenance.ledger import merge_fragments; "
             "merge_fragments(Path(sys.argv[1]), Path(sys.argv[2]))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(ledger), str(d)]) for d in dirs]
     assert [p.wait() for p in procs] == [0, 0]
@@ -242,7 +242,7 @@ def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stam
 
 
 def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
-    from farm.sources import tree_sha256
+    from farm.source.fetch import tree_sha256
 
     src = farm_root / "src" / "demo_ext"
     src.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""farm.sources: git (a real repository over file://), sdist (a real index server on 127.0.0.1),
+"""farm.source.fetch: git (a real repository over file://), sdist (a real index server on 127.0.0.1),
 path, and the unpacking guards."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from farm.config import GitSource, PathSource, SdistSource
 from farm.errors import SourceError
-from farm.sources import fetch, tree_sha256, unpack
+from farm.model.config import GitSource, PathSource, SdistSource
+from farm.source.fetch import fetch, tree_sha256, unpack
 
 
 def _git(cwd: Path, *args: str) -> str:

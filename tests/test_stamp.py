@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from wheel.wheelfile import WheelFile
 
-from farm import stamp
 from farm.errors import UsageError, WheelError
-from farm.stamp import (
+from farm.provenance import stamp
+from farm.provenance.stamp import (
     WheelName,
     plan_relabel,
     set_metadata_version,
@@ -169,7 +169,7 @@ def test_process_killed_between_temp_and_rename_leaves_no_partial_output(source_
     code = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
-        from farm import stamp
+        from farm.provenance import stamp
         stamp.os.link = lambda a, b: os._exit(9)  # dies as it would put the wheel under its name
         stamp.stamp_wheel(Path({str(source_wheel)!r}), Path({str(out)!r}), local="cu128", build_tag=None,
                           build_info={{"a": 1}})

@@ -1,4 +1,4 @@
-"""farm.toolkit: a CUDA_HOME from NVIDIA's PyPI wheels that compiles and links."""
+"""farm.toolkit.assemble: a CUDA_HOME from NVIDIA's PyPI wheels that compiles and links."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import subprocess
 
 import pytest
 
-from farm import toolkit as tk
-from farm.arch import KNOWN_CUDA_LINES
 from farm.cli import main
 from farm.errors import ToolError, UsageError
+from farm.model.arch import KNOWN_CUDA_LINES
 
 from . import buildroot
 

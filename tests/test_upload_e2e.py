@@ -14,10 +14,10 @@ from urllib.parse import quote
 
 import pytest
 
-from farm.ledger import LedgerIndex
-from farm.upload import IndexSettings, TwineSettings, upload
-from farm.upload.github import Asset
-from farm.upload.targets import GithubSettings, default_simple_url
+from farm.provenance.ledger import LedgerIndex
+from farm.publish import IndexSettings, TwineSettings, upload
+from farm.publish.github import Asset
+from farm.publish.targets import GithubSettings, default_simple_url
 from tests.publishfix import (
     Batch,
     copy_batch,

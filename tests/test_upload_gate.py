@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from farm import buildinfo
-from farm.buildinfo import name_problems
 from farm.cli import main
-from farm.ledger import merge_fragments, write_fragment
-from farm.stamp import stamp_wheel
-from farm.upload import Check, IndexSettings, upload
-from farm.upload.gate import Vouchers, found_difference, judge, run_gate
+from farm.provenance import buildinfo
+from farm.provenance.buildinfo import name_problems
+from farm.provenance.ledger import merge_fragments, write_fragment
+from farm.provenance.stamp import stamp_wheel
+from farm.publish import Check, IndexSettings, upload
+from farm.publish.gate import Vouchers, found_difference, judge, run_gate
 from tests.publishfix import REPO, Batch, copy_batch, demo_batch
 from tests.wheelmaker import make_wheel
 

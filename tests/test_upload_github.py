@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ToolError
-from farm.upload.github import (
+from farm.publish.github import (
     ASSET_CAP,
     UPLOAD_CHUNK,
     Asset,
@@ -18,7 +18,7 @@ from farm.upload.github import (
     plan,
     view,
 )
-from farm.upload.targets import GithubSettings
+from farm.publish.targets import GithubSettings
 
 GH = GithubSettings("github", "farm-wheels/farm-wheels")
 

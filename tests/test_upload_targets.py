@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from farm.config import load_defaults
 from farm.errors import ConfigError, UsageError
-from farm.upload.targets import (
+from farm.model.config import load_defaults
+from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
     TwineSettings,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from farm.errors import ToolError
-from farm.upload.targets import TwineSettings
-from farm.upload.twine import (
+from farm.publish.targets import TwineSettings
+from farm.publish.twine import (
     Listed,
     TwineWheel,
     command,

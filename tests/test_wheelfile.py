@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from farm.binary.wheelfile import Limits, SafeWheel, is_shared_object, is_vendored
 from farm.errors import WheelError
-from farm.wheelfile import Limits, SafeWheel, is_shared_object, is_vendored
 from tests.wheelmaker import make_wheel
 
 

@@ -14,9 +14,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..arch import ArchList
-from ..assertion import Expected, assert_wheel
-from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from farm.binary.assertion import Expected, assert_wheel
+from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from farm.model.arch import ArchList
 
 
 def _ext_rule(text: str) -> tuple[str, ArchList]:
@@ -61,8 +61,8 @@ def _expected_from_args(args: argparse.Namespace) -> Expected:
 
 
 def _expected_from_cell(args: argparse.Namespace, wheel: Path) -> Expected:
-    from ..config import load_config  # only --cell needs the configuration
-    from ..postbuild import context_from_config
+    from farm.model.config import load_config  # only --cell needs the configuration
+    from farm.provenance.postbuild import context_from_config
 
     context, _ = context_from_config(load_config(args.root), wheel, package=args.package, cuda=args.cuda,
                                      torch=args.torch, cuda_home=args.cuda_home)

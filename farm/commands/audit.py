@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from ..audit import AuditRow, Verdict, audit, today_from_config
-from ..config import DEFAULTS_FILE, FarmConfig, load_config
-from ..errors import EXIT_DEFECT, EXIT_OK, UsageError
-from ..ledger import LedgerIndex
-from ..table import format_table
+from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
+from farm.model.config import DEFAULTS_FILE, FarmConfig, load_config
+from farm.provenance.audit import AuditRow, Verdict, audit, today_from_config
+from farm.provenance.ledger import LedgerIndex
+from farm.table import format_table
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:

@@ -9,10 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..audit import backfill
-from ..errors import EXIT_OK
-from ..table import format_table
-from .audit import add_common, ledger_path, load_optional_config, resolve_where, short
+from farm.commands.audit import (
+    add_common,
+    ledger_path,
+    load_optional_config,
+    resolve_where,
+    short,
+)
+from farm.errors import EXIT_OK
+from farm.provenance.audit import backfill
+from farm.table import format_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -14,11 +14,17 @@ import os
 import sys
 from pathlib import Path
 
-from ..builders import ENGINES, BuilderKind, BuildResult, BuildSettings, build_cell
-from ..config import load_config
-from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
-from ..ledger import LedgerIndex
-from ..matrix import Filters, compute_matrix, stale_advice
+from farm.build.builders import (
+    ENGINES,
+    BuilderKind,
+    BuildResult,
+    BuildSettings,
+    build_cell,
+)
+from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from farm.model.config import load_config
+from farm.provenance.ledger import LedgerIndex
+from farm.schedule.matrix import Filters, compute_matrix, stale_advice
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..arch import ArchList
-from ..driver import (
+from farm.model.arch import ArchList
+from farm.model.driver import (
     DEVICE_EXAMPLES,
     KNOWN_DEVICES,
     Choice,
@@ -18,12 +18,12 @@ from ..driver import (
     explain,
     pick_image,
 )
-from ..table import format_table
+from farm.table import format_table
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ..inspection import SoInspection
+    from farm.binary.inspection import SoInspection
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +81,10 @@ def _choices(so: SoInspection, devices: Iterable[Device]) -> list[Choice]:
 
 
 def _run_path(args: argparse.Namespace) -> int:
-    from ..inspection import inspect_file, inspect_wheel  # only PATH needs the readers
+    from farm.binary.inspection import (  # only PATH needs the readers
+        inspect_file,
+        inspect_wheel,
+    )
 
     path = Path(args.what)
     devices = args.device or KNOWN_DEVICES

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
-from ..upload import IndexSettings, parse_targets, regenerate_index
+from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
+from farm.publish import IndexSettings, parse_targets, regenerate_index
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

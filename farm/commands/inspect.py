@@ -7,16 +7,16 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
-from ..fatbin import Compression
-from ..inspection import (
+from farm.binary.fatbin import Compression
+from farm.binary.inspection import (
     Reader,
     SoInspection,
     WheelInspection,
     inspect_file,
     inspect_wheel,
 )
-from ..table import format_table
+from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from farm.table import format_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

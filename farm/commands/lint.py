@@ -13,12 +13,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..arch import ArchList
-from ..errors import EXIT_DEFECT, EXIT_OK, UsageError
-from ..lint import LintReport, lint_cached, lint_tree
+from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
+from farm.lint import LintReport, lint_cached, lint_tree
+from farm.model.arch import ArchList
 
 if TYPE_CHECKING:
-    from ..config import FarmConfig, Recipe
+    from farm.model.config import FarmConfig, Recipe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
     """Distinct arch lists the package's cells resolve to, in first-seen order."""
-    from ..cells import declared_cells, recipe_excludes, resolve_arch
+    from farm.model.cells import declared_cells, recipe_excludes, resolve_arch
 
     lists: dict[str, ArchList] = {}
     for cell in declared_cells(config.defaults, recipe):
@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
         if args.build_subdir:
             raise UsageError("--build-subdir is for a PATH: a package's build subdir comes from its recipe",
                              hint=f"set build.subdir in packages/{args.what}.yml")
-        from ..config import load_config
-        from ..matrix import LintOutcome, stale_ignores
-        from ..sources import fetch
+        from farm.model.config import load_config
+        from farm.schedule.matrix import LintOutcome, stale_ignores
+        from farm.source.fetch import fetch
 
         config = load_config(root)
         recipe = config.recipe(args.what)

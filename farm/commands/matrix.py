@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import load_config
-from ..errors import UsageError
-from ..ledger import LedgerIndex
-from ..matrix import (
+from farm.errors import UsageError
+from farm.model.config import load_config
+from farm.provenance.ledger import LedgerIndex
+from farm.schedule.matrix import (
     SUMMARY_COLUMNS,
     Filters,
     LintOutcome,
@@ -27,7 +27,7 @@ from ..matrix import (
     step_summary,
     write_github_output,
 )
-from ..table import format_table
+from farm.table import format_table
 
 NO_LINT_NOTE = (
     "LINT SKIPPED (--no-lint): arch gates, FP8 code and build-file arch overrides of the "

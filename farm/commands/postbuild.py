@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..config import load_config
-from ..errors import EXIT_DEFECT, EXIT_OK
-from ..postbuild import check_wheel, context_from_config, stamp_asserted
+from farm.errors import EXIT_DEFECT, EXIT_OK
+from farm.model.config import load_config
+from farm.provenance.postbuild import check_wheel, context_from_config, stamp_asserted
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -11,8 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import UsageError
-from ..toolkit import TOOLKITS, ensure_toolkit
+from farm.errors import UsageError
+from farm.toolkit.assemble import TOOLKITS, ensure_toolkit
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
-from ..errors import EXIT_DEFECT
-from ..upload import TargetSettings, UploadReport, parse_targets, select, upload
-from ..upload.targets import EMBEDDED_DEFAULT
+from farm.errors import EXIT_DEFECT
+from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
+from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
+from farm.publish.targets import EMBEDDED_DEFAULT
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,8 +1,8 @@
 """The arch-gate lint (DESIGN §4.5): sources checked against the declared arch list at matrix time.
 
 - :func:`lint_tree`: lint a directory against an arch list.
-- :func:`lint_source`: fetch a recipe source (:mod:`farm.sources`) and lint it.
-- :func:`lint_cached`: the same for a fetched :class:`~farm.sources.SourceTree`, cached by
+- :func:`lint_source`: fetch a recipe source (:mod:`farm.source.fetch`) and lint it.
+- :func:`lint_cached`: the same for a fetched :class:`~farm.source.fetch.SourceTree`, cached by
   (source identity, lint version, arch list, ignores), as the matrix calls it.
 
 What counts as compiled is decided in :mod:`farm.lint.compiled`; the rules are in
@@ -15,15 +15,22 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..arch import ArchList
-from ..config import GitSource, LintIgnore, PathSource, SdistSource
-from ..driver import DEVICE_EXAMPLES, claimed_devices, pick_image
-from ..errors import SourceError
-from ..sources import SourceTree, fetch
-from . import cache
-from .compiled import BuildScope, TreeIndex, build_scope
-from .report import Finding, LibrarySummary, LintReport, Rule, Severity, apply_ignores
-from .rules import check
+from farm.errors import SourceError
+from farm.lint import cache
+from farm.lint.compiled import BuildScope, TreeIndex, build_scope
+from farm.lint.report import (
+    Finding,
+    LibrarySummary,
+    LintReport,
+    Rule,
+    Severity,
+    apply_ignores,
+)
+from farm.lint.rules import check
+from farm.model.arch import ArchList
+from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
+from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
+from farm.source.fetch import SourceTree, fetch
 
 
 def _code_digest() -> str:
@@ -31,7 +38,7 @@ def _code_digest() -> str:
     lists): any change to either invalidates cached results, even one nobody remembered to version."""
     here = Path(__file__).parent
     digest = hashlib.sha256()
-    for path in [*sorted(here.glob("*.py")), here.parent / "driver.py", here.parent / "arch.py"]:
+    for path in [*sorted(here.glob("*.py")), here.parent / "model" / "driver.py", here.parent / "model" / "arch.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 

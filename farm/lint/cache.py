@@ -12,10 +12,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..arch import ArchList
-from ..config import LintIgnore
-from ..fsutil import atomic_write
-from .report import LintReport
+from farm.fsutil import atomic_write
+from farm.lint.report import LintReport
+from farm.model.arch import ArchList
+from farm.model.config import LintIgnore
 
 
 def cache_key(identity: str, lint_version: str, archs: ArchList, ignores: Sequence[LintIgnore],

@@ -48,8 +48,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..sources import iter_files
-from .lexer import strip_hash_comments
+from farm.lint.lexer import strip_hash_comments
+from farm.source.fetch import iter_files
 
 SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 HEADER_EXTS = (".h", ".hpp", ".cuh", ".hh", ".hxx", ".inl", ".inc", ".tcc", ".ipp", ".cuinl")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config import LintIgnore
+from farm.model.config import LintIgnore
 
 
 class Severity(str, enum.Enum):

@@ -7,7 +7,7 @@
 ``NV_DISPATCH_TARGET`` with ``NV_PROVIDES_SM_*`` / ``NV_IS_EXACTLY_SM_*`` / ``NV_HAS_FEATURE_SM_*``,
 is evaluated twice for every device the declared list claims (at or above its lowest arch): once as
 if the device ran code built for itself, once with the image the driver really picks
-(:func:`farm.driver.pick_image`). Where the two take different branches and the device's own branch
+(:func:`farm.model.driver.pick_image`). Where the two take different branches and the device's own branch
 does real work, the device runs the other branch: an **error** when that branch does nothing
 (empty inside a function body, or only ``__trap()``, ``__brkpt()``, ``assert(0)``, ``printf``, a
 bare ``return`` or one of a constant), an **info** when it is a real implementation or fails the
@@ -46,10 +46,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ..arch import ArchList, Kind, Target, Variant
-from ..driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
-from .compiled import BuildScope, TreeIndex, kind_of_build_file
-from .lexer import (
+from farm.lint.compiled import BuildScope, TreeIndex, kind_of_build_file
+from farm.lint.lexer import (
     blank_lines,
     line_starts,
     strip_c,
@@ -57,7 +55,7 @@ from .lexer import (
     strip_hash_comments,
     strip_python_comments,
 )
-from .preproc import (
+from farm.lint.preproc import (
     ArchContext,
     Branch,
     Chain,
@@ -70,7 +68,9 @@ from .preproc import (
     parse_expr,
     scan_directives,
 )
-from .report import Finding, LibrarySummary, Rule, Severity
+from farm.lint.report import Finding, LibrarySummary, Rule, Severity
+from farm.model.arch import ArchList, Kind, Target, Variant
+from farm.model.driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
 
 _TRIGGER = re.compile(r"__CUDA_ARCH|NV_IF_|NV_DISPATCH_TARGET|[eE][45][mM][23]")
 _FP8 = re.compile(r"\b\w*(?:e4m3|e5m2)\w*", re.IGNORECASE)

@@ -1,0 +1,330 @@
+"""The post-build assertion (DESIGN §4.4): every extension's device code equals what was asked for.
+
+Per extension ``.so``: the found set (union over its runnable fatbins) must equal the expected set,
+the two readers must agree (SASS compared without ``f``), every translation unit's fatbin must hold
+what its siblings hold, and a CUDA package's extension must hold device code at all. Each failure
+carries the layer that probably caused it, so the maintainer knows where to look.
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from farm.binary.fatbin import RELOCATABLE_SECTION, union
+from farm.binary.inspection import Reader, SoInspection, Tools, inspect_wheel
+from farm.model.arch import ArchList, Target
+from farm.table import format_table
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a wheel's extensions must hold.
+
+    ``per_extension`` maps fnmatch globs (matched against the archive path, then the basename) to
+    their own list, first match wins (a module built with its own flags: ``*_sm90*.so -> 9.0a``). An empty
+    ``ArchList`` there means "host-only by design".
+    """
+
+    default: ArchList
+    per_extension: tuple[tuple[str, ArchList], ...] = ()
+    allow_no_extensions: bool = False
+    cuda_package: bool = True
+
+    def for_extension(self, archive_path: str) -> tuple[ArchList, str | None]:
+        """The expected list for one extension and the glob that chose it (``None``: the default)."""
+        base = PurePosixPath(archive_path).name
+        for glob, archs in self.per_extension:
+            if fnmatch.fnmatchcase(archive_path, glob) or fnmatch.fnmatchcase(base, glob):
+                return archs, glob
+        return self.default, None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "default": self.default.canonical(),
+            "per_extension": {glob: archs.canonical() for glob, archs in self.per_extension},
+            "allow_no_extensions": self.allow_no_extensions,
+            "cuda_package": self.cuda_package,
+        }
+
+
+class Cause(str, enum.Enum):
+    """The layer that probably added or dropped a target."""
+
+    DEVICE_LINK_STUB = "nvcc device-link stub"
+    NVCC_DEFAULT = "nvcc default arch"
+    BUILD_OVERRIDE = "setup.py/CMake override"
+    RECIPE_OVERRIDE = "recipe override"
+    TU_FLAGS = "translation unit built with other flags"
+    RDC_LINK = "-rdc device link"
+    NO_CUDA = "built without CUDA"
+    READERS = "readers disagree"
+    NO_EXTENSIONS = "no extension built"
+
+
+_EXPLAIN: dict[Cause, str] = {
+    Cause.DEVICE_LINK_STUB: (
+        "the .so was linked by nvcc, whose device link adds a fatbin of empty cubins for the link "
+        "step's arches; link with the host compiler (as torch does) or give the link the same -gencode flags"
+    ),
+    Cause.NVCC_DEFAULT: (
+        "a compile or link step got no -gencode/-arch, so nvcc used its default (sm_75 + compute_75)"
+    ),
+    Cause.BUILD_OVERRIDE: (
+        "the build used its own arch list: setup.py/CMake assigns TORCH_CUDA_ARCH_LIST or "
+        "CMAKE_CUDA_ARCHITECTURES, passes -gencode, or has an nvcc flag containing 'arch' "
+        "(which makes torch ignore TORCH_CUDA_ARCH_LIST); run `farm lint` on the source"
+    ),
+    Cause.RECIPE_OVERRIDE: (
+        "the recipe's own list for this extension differs from what was built; check the recipe's "
+        "per-extension map and arch overrides"
+    ),
+    Cause.TU_FLAGS: (
+        "one translation unit was compiled with other arch flags (per-file flags, a separate "
+        "CMake target); it fails or runs another image on the GPUs it lacks"
+    ),
+    Cause.RDC_LINK: (
+        "-rdc code runs the device-linked fatbin, and the device link keeps only SASS of the link "
+        "arches (PTX stays in __nv_relfatbin, never loaded); add SASS for those arches or drop -rdc"
+    ),
+    Cause.NO_CUDA: (
+        "the extension was built without CUDA (FORCE_CUDA unset, nvcc or CUDA_HOME not found at build "
+        "time, or a CPU fallback in setup.py)"
+    ),
+    Cause.READERS: "cuobjdump and the native reader list different entries: the file is suspect",
+    Cause.NO_EXTENSIONS: (
+        "the wheel has no extension module: the build fell back to pure Python; if the package "
+        "is JIT-only or pure, say so in its recipe"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # missing | extra | no-device-code | incomplete-tu | readers-disagree | no-extensions
+    message: str
+    cause: Cause
+    targets: tuple[Target, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "cause": self.cause.value,
+                "explanation": _EXPLAIN[self.cause], "targets": [t.name for t in self.targets]}
+
+
+@dataclass(frozen=True)
+class ExtensionResult:
+    path: str
+    expected: ArchList
+    expected_from: str | None  # the per-extension glob, or None for the default list
+    found: ArchList
+    findings: tuple[Finding, ...]
+    inspection: SoInspection
+
+    @property
+    def missing(self) -> ArchList:
+        return ArchList.of(self.expected.targets - self.found.targets)
+
+    @property
+    def extra(self) -> ArchList:
+        return ArchList.of(self.found.targets - self.expected.targets)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+    @property
+    def causes(self) -> tuple[Cause, ...]:
+        return tuple(dict.fromkeys(f.cause for f in self.findings))
+
+    def cause_of(self, target: Target) -> Cause | None:
+        for f in self.findings:
+            if target in f.targets and f.code in ("missing", "extra", "no-device-code"):
+                return f.cause
+        return None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "passed": self.passed,
+            "expected": self.expected.canonical(),
+            "expected_from": self.expected_from,
+            "found": self.found.canonical(),
+            "missing": self.missing.canonical(),
+            "extra": self.extra.canonical(),
+            "likely_causes": [c.value for c in self.causes],
+            "findings": [f.to_json() for f in self.findings],
+            "fatbins": len(self.inspection.fatbins),
+        }
+
+
+@dataclass(frozen=True)
+class AssertionReport:
+    wheel: str
+    expected: Expected
+    extensions: tuple[ExtensionResult, ...]
+    findings: tuple[Finding, ...] = ()  # wheel-level (no extension at all)
+    vendored: tuple[SoInspection, ...] = ()
+    tools: Tools = field(default_factory=Tools)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings and all(e.passed for e in self.extensions)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "wheel": self.wheel,
+            "passed": self.passed,
+            "result": "passed" if self.passed else "failed",
+            "expected": self.expected.to_json(),
+            "extensions": [e.to_json() for e in self.extensions],
+            "findings": [f.to_json() for f in self.findings],
+            "vendored": [{"path": v.path, "found": v.found.canonical()} for v in self.vendored],
+            "tools": self.tools.to_json(),
+        }
+
+    def render(self) -> str:
+        verdict = "passed" if self.passed else "FAILED"
+        tools = f"native reader {self.tools.native}, cuobjdump {self.tools.cuobjdump}"
+        lines = [f"{self.wheel}: {verdict} ({tools})"]
+        for f in self.findings:
+            lines += [f"  problem: {f.message}", f"    probable cause: {f.cause.value}: {_EXPLAIN[f.cause]}"]
+        for ext in self.extensions:
+            lines.append("")
+            source = f"recipe glob {ext.expected_from!r}" if ext.expected_from else "the cell's arch list"
+            lines.append(f"{ext.path}: {'ok' if ext.passed else 'FAILED'} (expected from {source})")
+            lines.append(format_table(
+                ("", "targets"),
+                [("expected", ext.expected.canonical() or "(none)"), ("found", ext.found.canonical() or "(none)"),
+                 ("missing", ext.missing.canonical() or "-"), ("extra", ext.extra.canonical() or "-")],
+            ))
+            if ext.missing or ext.extra:
+                rows = [(t.name, "missing" if t in ext.missing.targets else "extra",
+                         (c.value if (c := ext.cause_of(t)) else "")) for t in ArchList.of(
+                            ext.missing.targets | ext.extra.targets)]
+                lines.append(format_table(("target", "status", "probable cause"), rows))
+            for f in ext.findings:
+                lines.append(f"  problem: {f.message}")
+            for cause in ext.causes:
+                lines.append(f"  {cause.value}: {_EXPLAIN[cause]}")
+        if self.vendored:
+            lines.append("")
+            lines.append("vendored libraries (not asserted): " + ", ".join(
+                f"{v.path} [{v.found.canonical() or 'no device code'}]" for v in self.vendored))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# the pure core: one extension's inspection against its expected list
+# --------------------------------------------------------------------------------------------
+def _names(targets: set[Target] | frozenset[Target]) -> str:
+    return ArchList.of(targets).canonical()
+
+
+def _is_nvcc_default(t: Target) -> bool:
+    return t.number == 75 and t.variant.value == ""
+
+
+_NVCC_DEFAULT_PAIR = frozenset(ArchList.parse("sm_75;compute_75").targets)
+
+
+def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | None = None,
+          cuda_package: bool = True) -> ExtensionResult:
+    """Findings for one extension (pure: works on an inspection, reads nothing)."""
+    found = inspection.found
+    findings: list[Finding] = []
+    name = inspection.path
+    if inspection.disagreement:
+        findings.append(Finding("readers-disagree", f"{name}: {inspection.disagreement}", Cause.READERS))
+    if not inspection.has_device_code:
+        if expected and cuda_package:
+            findings.append(Finding(
+                "no-device-code",
+                f"{name} has no device code at all, expected {expected.canonical()}",
+                Cause.NO_CUDA, tuple(expected),
+            ))
+        return ExtensionResult(name, expected, expected_from, found, tuple(findings), inspection)
+
+    runnable = inspection.runnable
+    stubs = [f for f in runnable if f.offset in inspection.stubs]
+    units = [f for f in runnable if f.offset not in inspection.stubs]
+    in_units = union(units).targets
+    missing = expected.targets - found.targets
+    extra = found.targets - expected.targets
+    relocatable = union(f for f in inspection.fatbins if f.section == RELOCATABLE_SECTION).targets
+
+    # extras: a stub's empty cubins, nvcc's default, or a build with its own list. nvcc's default
+    # is a translation unit holding exactly sm_75 + compute_75; a lone sm_75 is someone's list.
+    default_unit = any(f.targets.targets == _NVCC_DEFAULT_PAIR for f in units)
+    by_cause: dict[Cause, set[Target]] = {}
+    for t in extra:
+        if t not in in_units and any(t in f.targets.targets for f in stubs):
+            cause = Cause.DEVICE_LINK_STUB
+        elif _is_nvcc_default(t) and default_unit:
+            cause = Cause.NVCC_DEFAULT
+        else:
+            cause = Cause.BUILD_OVERRIDE
+        by_cause.setdefault(cause, set()).add(t)
+    for cause, targets in by_cause.items():
+        note = ""
+        if cause is Cause.DEVICE_LINK_STUB and any(_is_nvcc_default(t) for t in targets):
+            note = " (sm_75 is nvcc's default: the link step got no -gencode)"
+        findings.append(Finding("extra", f"{name} holds unrequested {_names(targets)}{note}", cause,
+                                tuple(ArchList.of(targets))))
+
+    # missing: dropped by -rdc's device link, by the build's own list, or by the recipe's map
+    dropped: dict[Cause, set[Target]] = {}
+    foreign = any(c is not Cause.DEVICE_LINK_STUB for c in by_cause)
+    only_default = bool(in_units) and all(_is_nvcc_default(t) for t in in_units)
+    for t in missing:
+        if t in relocatable:
+            cause = Cause.RDC_LINK
+        elif only_default:
+            cause = Cause.NVCC_DEFAULT  # no arch flags reached nvcc at all
+        elif foreign or expected_from is None:
+            cause = Cause.BUILD_OVERRIDE
+        else:
+            cause = Cause.RECIPE_OVERRIDE
+        dropped.setdefault(cause, set()).add(t)
+    for cause, targets in dropped.items():
+        findings.append(Finding("missing", f"{name} lacks requested {_names(targets)}", cause,
+                                tuple(ArchList.of(targets))))
+
+    # per translation unit: each fatbin must hold what its siblings hold
+    if len(units) > 1:
+        for index, fatbin in enumerate(units, 1):
+            lacks = in_units - fatbin.targets.targets
+            if lacks:
+                findings.append(Finding(
+                    "incomplete-tu",
+                    f"{name}: fatbin {index} of {len(units)} ({fatbin.section} at {fatbin.offset:#x}, "
+                    f"holding {fatbin.targets.canonical()}) lacks {_names(lacks)} that its siblings have",
+                    Cause.TU_FLAGS, tuple(ArchList.of(lacks)),
+                ))
+    return ExtensionResult(name, expected, expected_from, found, tuple(findings), inspection)
+
+
+def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expected: Expected, *,
+                      vendored: tuple[SoInspection, ...] = (), tools: Tools | None = None) -> AssertionReport:
+    """The assertion over already-inspected extensions (pure)."""
+    results = []
+    for insp in inspections:
+        archs, glob = expected.for_extension(insp.path)
+        results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package))
+    findings: tuple[Finding, ...] = ()
+    if not inspections and not expected.allow_no_extensions:
+        findings = (Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
+                            Cause.NO_EXTENSIONS),)
+    return AssertionReport(wheel, expected, tuple(results), findings, vendored, tools or Tools())
+
+
+def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = None) -> AssertionReport:
+    """Inspect ``wheel`` with both readers and judge every extension against ``expected``.
+
+    A missing cuobjdump raises :class:`~farm.errors.ToolError`; a corrupt wheel or binary raises
+    :class:`~farm.errors.WheelError` / :class:`~farm.errors.BinaryFormatError`: never "unverified".
+    """
+    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump)
+    return assert_inspection(str(wheel), inspection.extensions, expected, vendored=inspection.vendored,
+                             tools=inspection.tools)

@@ -1,0 +1,185 @@
+"""cuobjdump, the authority CW-ADR-0013 names: finding it, running it, parsing its listing.
+
+Its quirks (FACTS §2): PTX entries print as ``sm_NN``; SASS loses its ``f``; rc 255 means both
+"no device code" and "broken file"; rc 1 can follow partial output; "No ELF/PTX file found" goes to
+stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm.binary.fatbin import EntryKind, read_fatbins
+from farm.errors import BinaryFormatError, ToolError
+from farm.model.arch import Kind, Target, Variant
+
+DEFAULT_TIMEOUT = 300.0
+_EXE = "cuobjdump.exe" if os.name == "nt" else "cuobjdump"
+# Where NVIDIA's PyPI wheels put the binary: nvidia-cuda-cuobjdump (13.x) and its -cu12 sibling.
+_WHEEL_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin")
+_LINE = re.compile(r"^(ELF|PTX) file\s+(\d+): .*\.(\d+)\.(sm_\d+[af]?)\.(cubin|ptx)$")
+_NOISE = re.compile(r"^(\s*|cuobjdump info\s*:.*No (ELF|PTX) file found.*)$")
+_VERSION = re.compile(r"V(\d+\.\d+\.\d+)")
+_INSTALL_HINT = (
+    "install it: `pip install nvidia-cuda-cuobjdump` (into the interpreter running farm), put a CUDA "
+    "toolkit's bin/ on PATH, or set CUDA_HOME"
+)
+
+
+@dataclass(frozen=True)
+class ListedEntry:
+    """One line of cuobjdump's listing, normalised: PTX as ``compute_NN``."""
+
+    kind: EntryKind
+    target: Target
+    index: int  # cuobjdump's running number for that kind
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+
+def _site_dirs() -> list[Path]:
+    dirs = []
+    for key in ("platlib", "purelib"):
+        try:
+            dirs.append(Path(sysconfig.get_paths()[key]))
+        except KeyError:  # pragma: no cover - every CPython has both
+            continue
+    dirs.extend(Path(p) for p in sys.path if p.endswith("site-packages"))
+    return list(dict.fromkeys(dirs))
+
+
+def find_cuobjdump(cuda_home: Path | None = None) -> Path:
+    """PATH, then ``cuda_home`` (default ``$CUDA_HOME``)/bin, then the PyPI wheel in this interpreter."""
+    candidates: list[Path] = []
+    on_path = shutil.which("cuobjdump")
+    if on_path:
+        return Path(on_path)
+    home = cuda_home or (Path(os.environ["CUDA_HOME"]) if os.environ.get("CUDA_HOME") else None)
+    if home is not None:
+        candidates.append(Path(home) / "bin" / _EXE)
+    for site in _site_dirs():
+        candidates.extend(site / sub / _EXE for sub in _WHEEL_DIRS)
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    looked = ["PATH"] + [str(c) for c in candidates]
+    raise ToolError(f"cuobjdump not found (looked in: {', '.join(looked)})", hint=_INSTALL_HINT)
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              errors="replace")
+    except FileNotFoundError:
+        raise ToolError(f"{argv[0]} does not exist", hint=_INSTALL_HINT) from None
+    except PermissionError:
+        raise ToolError(f"{argv[0]} is not executable", hint="fix its permissions or " + _INSTALL_HINT) from None
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"{argv[0]} did not finish within {timeout:.0f} s",
+                        where=argv[-1], hint="check the file and the machine's load; raise the timeout") from None
+
+
+def cuobjdump_version(path: Path) -> str:
+    """``13.2.51`` from ``cuobjdump --version``."""
+    proc = _run([str(path), "--version"], 60)
+    m = _VERSION.search(proc.stdout)
+    if proc.returncode != 0 or not m:
+        raise ToolError(
+            f"{path} --version failed (rc {proc.returncode}): {(proc.stderr or proc.stdout).strip()[:300]}",
+            hint=_INSTALL_HINT,
+        )
+    return m[1]
+
+
+def parse_listing(stdout: str, *, where: str) -> list[ListedEntry]:
+    """Parse ``--list-elf --list-ptx`` output; a line it cannot read is an error, not skipped."""
+    entries = []
+    for number, line in enumerate(stdout.splitlines(), 1):
+        m = _LINE.match(line.rstrip())
+        if not m:
+            if _NOISE.match(line):
+                continue
+            raise ToolError(f"unexpected cuobjdump output line {number}: {line!r}", where=where,
+                            hint="farm does not know this cuobjdump's format; report it with `cuobjdump --version`")
+        is_ptx = m[1] == "PTX"
+        if is_ptx != (m[5] == "ptx"):
+            raise ToolError(f"unexpected cuobjdump output line {number}: {line!r}", where=where)
+        sass = Target.from_name(m[4])
+        if is_ptx:
+            target = Target(sass.major, sass.minor, sass.variant, Kind.PTX)
+            entries.append(ListedEntry(EntryKind.PTX, target, int(m[2])))
+        else:
+            entries.append(ListedEntry(EntryKind.CUBIN, sass, int(m[2])))
+    return entries
+
+
+def _is_pe(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"MZ"
+
+
+def list_targets(
+    so: Path, tool: Path | None = None, *, all_sections: bool = False, timeout: float = DEFAULT_TIMEOUT
+) -> list[ListedEntry]:
+    """cuobjdump's listing of ``so``: one call with ``--list-elf --list-ptx``.
+
+    Without ``all_sections`` cuobjdump lists the executable fatbins (``.nv_fatbin``) when there are
+    any, else the relocatable ones, which is what :func:`farm.binary.fatbin.runnable` selects.
+    """
+    so = Path(so)
+    tool = tool or find_cuobjdump()
+    if os.name != "nt" and _is_pe(so):
+        # cuobjdump for Linux reports "no device code" for any PE file: that answer would be wrong
+        raise ToolError(
+            "cuobjdump on this host cannot read a Windows (PE) binary",
+            where=str(so), hint="run the assertion on a Windows host (cuobjdump.exe reads it), or inspect it "
+                                "here with --reader native",
+        )
+    argv = [str(tool)] + (["-all"] if all_sections else []) + ["--list-elf", "--list-ptx", str(so)]
+    proc = _run(argv, timeout)
+    message = (proc.stderr.strip() or proc.stdout.strip())[-500:]
+    if proc.returncode == 0:
+        return parse_listing(proc.stdout, where=str(so))
+    if proc.returncode == 255:
+        # "does not contain device code" covers host-only, non-ELF and truncated files alike:
+        # our own reader tells them apart (it raises BinaryFormatError for broken files).
+        fatbins = read_fatbins(so)
+        if not fatbins:
+            return []
+        raise ToolError(
+            f"cuobjdump says there is no device code ({message}) but the file holds {len(fatbins)} fatbin(s)",
+            where=str(so), hint="this cuobjdump may be too old for the file; install a newer nvidia-cuda-cuobjdump",
+        )
+    # rc 1 (and anything else): a fatal error, possibly after partial output that must not count.
+    try:
+        read_fatbins(so)
+    except BinaryFormatError as exc:
+        raise BinaryFormatError(f"cuobjdump failed (rc {proc.returncode}: {message}); {exc.message}",
+                                where=exc.where, hint=exc.hint) from None
+    if proc.returncode != 1:  # killed by a signal, or a code cuobjdump does not use for bad input
+        raise ToolError(
+            f"cuobjdump crashed (rc {proc.returncode}): {message or 'no output'}",
+            where=str(so), hint="the file's headers are intact: check the cuobjdump installation and the machine "
+                                "(memory), or try another cuobjdump with --cuobjdump",
+        )
+    raise BinaryFormatError(
+        f"cuobjdump failed (rc {proc.returncode}): {message}",
+        where=str(so),
+        hint="the device code payload is corrupt (the fatbin headers are intact); rebuild the file",
+    )
+
+
+def variant_free(target: Target) -> Target:
+    """SASS without ``f``, the form cuobjdump prints (FACTS §2); PTX unchanged."""
+    if target.kind is Kind.SASS and target.variant is Variant.FAMILY:
+        return target.without_variant()
+    return target

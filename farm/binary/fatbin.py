@@ -1,0 +1,228 @@
+"""The native fatbin reader: ELF sections -> fatbins -> entries, nothing decompressed.
+
+A CUDA binary carries its device code in the ELF sections ``.nv_fatbin`` (what the runtime
+registers) and ``__nv_relfatbin`` (relocatable device code kept by ``-rdc`` builds); a Windows
+``.pyd``/``.dll`` carries the same bytes in the PE section ``.nv_fatb`` (names cut to 8 bytes). Each holds
+fatbins back to back, one per translation unit plus any device-link stub; each fatbin holds
+entries (cubin, PTX or LTO-IR) whose headers are never compressed (FACTS §3). Reading only those
+headers with positioned reads keeps memory independent of the file size and takes milliseconds on a
+500 MB library. :mod:`farm.binary.fatbinscan` reads and checks them; this module gives them their models.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # `python -m farm.binary.fatbin`: the listing needs the scanner alone, not the models
+    from farm.binary.fatbinscan import main
+
+    raise SystemExit(main())
+
+# below the fast path on purpose: the listing starts without the enum, dataclass and arch models
+import enum
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from farm import __version__
+from farm.binary import fatbinscan as _scan
+from farm.binary.fatbinscan import (  # noqa: F401 - re-exported: the section names are part of this API
+    EXECUTABLE_SECTION,
+    FATBIN_MAGIC,
+    FATBIN_SECTIONS,
+    RELOCATABLE_SECTION,
+    main,
+)
+from farm.errors import BinaryFormatError
+from farm.model.arch import ArchList, Kind, Target, Variant
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+READER_VERSION = f"farm {__version__}"
+
+_HINT_CORRUPT = _scan.HINT_CORRUPT
+
+
+class EntryKind(enum.Enum):
+    PTX = _scan.PTX
+    CUBIN = _scan.CUBIN
+    LTO_IR = _scan.LTO_IR
+
+
+class Compression(enum.Enum):
+    NONE = _scan.NONE
+    LZ4 = _scan.LZ4
+    ZSTD = _scan.ZSTD
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One image of a fatbin. ``target`` is SASS for cubins, PTX for PTX and LTO-IR."""
+
+    kind: EntryKind
+    target: Target
+    compressed: Compression
+    offset: int = 0  # file offset of the entry header
+    header_size: int = _scan.ENTRY_MIN
+    payload_size: int = 0  # as stored (compressed, padded)
+    uncompressed_size: int = 0  # 0 when stored uncompressed
+
+    @property
+    def name(self) -> str:
+        """``sm_90a`` / ``compute_90`` / ``lto_90``."""
+        return _scan.entry_name(self.kind.value, self.target.number, self.target.variant.value)
+
+    @property
+    def payload_offset(self) -> int:
+        return self.offset + self.header_size
+
+
+@dataclass(frozen=True)
+class Fatbin:
+    """One fatbin: the section it sits in, its file offset and its entries in file order."""
+
+    section: str
+    offset: int
+    entries: tuple[Entry, ...]
+
+    @property
+    def targets(self) -> ArchList:
+        """The images the driver can pick from: cubins and PTX (LTO-IR is not loadable)."""
+        return ArchList.of(e.target for e in self.entries if e.kind is not EntryKind.LTO_IR)
+
+    @property
+    def executable(self) -> bool:
+        return self.section == EXECUTABLE_SECTION
+
+
+def runnable(fatbins: Iterable[Fatbin]) -> tuple[Fatbin, ...]:
+    """The fatbins the CUDA runtime registers: those of ``.nv_fatbin`` when there are any.
+
+    ``-rdc`` builds keep each translation unit's relocatable fatbin in ``__nv_relfatbin`` and run
+    the device-linked one in ``.nv_fatbin``; an object that was never device-linked has only the
+    relocatable ones. cuobjdump's default listing makes the same choice.
+    """
+    fatbins = tuple(fatbins)
+    executable = tuple(f for f in fatbins if f.executable)
+    return executable or fatbins
+
+
+def union(fatbins: Iterable[Fatbin]) -> ArchList:
+    targets: set[Target] = set()
+    for f in fatbins:
+        targets |= f.targets.targets
+    return ArchList.of(targets)
+
+
+def _model(decoded: _scan.Decoded) -> tuple[EntryKind, Target, Compression]:
+    kind, number, variant, compression, _ = decoded
+    target = Target(number // 10, number % 10, Variant(variant), Kind.SASS if kind == _scan.CUBIN else Kind.PTX)
+    return EntryKind(kind), target, Compression(compression)
+
+
+def read_fatbins(path: Path | str) -> list[Fatbin]:
+    """Every fatbin of ``path`` (``.nv_fatbin`` and ``__nv_relfatbin``), in file order.
+
+    Reads only the ELF section table and the fatbin and entry headers, so time and memory do not
+    grow with payload size. An ELF file without device code gives ``[]``; anything malformed raises
+    :class:`~farm.errors.BinaryFormatError` naming the file, the offset and what is wrong.
+    """
+    models: dict[_scan.Decoded, tuple[EntryKind, Target, Compression]] = {}  # a few dozen per library
+    fatbins = []
+    for section, offset, raw in _scan.scan(path):
+        entries = []
+        for decoded, pos, header_size, payload_size, uncompressed in raw:
+            model = models.get(decoded)
+            if model is None:
+                model = models[decoded] = _model(decoded)
+            entries.append(Entry(*model, pos, header_size, payload_size, uncompressed))
+        fatbins.append(Fatbin(section, offset, tuple(entries)))
+    return fatbins
+
+
+# --------------------------------------------------------------------------------------------
+# payloads (only for telling device-link stubs apart; the listing never needs them)
+# --------------------------------------------------------------------------------------------
+_ZSTD_SIZE_UNKNOWN = (1 << 64) - 1  # ZSTD_CONTENTSIZE_UNKNOWN
+
+
+def read_payload(path: Path, entry: Entry, *, limit: int = 256 << 20) -> bytes | None:
+    """The entry's payload, decompressed; ``None`` when its codec is not available (LZ4)."""
+    with open(path, "rb") as fh:
+        fh.seek(entry.payload_offset)
+        data = fh.read(entry.payload_size)
+    if len(data) != entry.payload_size:
+        raise BinaryFormatError(f"truncated payload of the entry at {entry.offset:#x}", where=str(path),
+                                hint=_HINT_CORRUPT)
+    if entry.compressed is Compression.NONE:
+        return data
+    if entry.compressed is Compression.ZSTD:
+        import zstandard  # only stub detection needs it
+
+        cap = min(entry.uncompressed_size, limit)
+        try:
+            # decompress() allocates whatever size the frame itself claims (max_output_size only
+            # bounds frames that claim none), which a hostile file can set to gigabytes
+            claimed = zstandard.get_frame_parameters(data).content_size
+            if claimed != _ZSTD_SIZE_UNKNOWN and claimed > cap:
+                raise BinaryFormatError(
+                    f"zstd payload of the entry at {entry.offset:#x} claims {claimed} bytes; its entry header "
+                    f"declares {entry.uncompressed_size} (read limit {limit})",
+                    where=str(path), hint=_HINT_CORRUPT,
+                )
+            return zstandard.ZstdDecompressor().decompress(data, max_output_size=cap)
+        except zstandard.ZstdError as exc:
+            raise BinaryFormatError(
+                f"zstd payload of the entry at {entry.offset:#x} does not decompress: {exc}",
+                where=str(path), hint=_HINT_CORRUPT,
+            ) from None
+    return None
+
+
+# Sections that only a translation unit's own device code or data produce; the cubins of an nvcc
+# device-link stub hold none of them (just symbol tables and notes).
+_CONTENT_SECTIONS = (b".text.", b".nv.global", b".nv.constant", b".nv.shared.", b".nv.info")
+
+
+def cubin_has_code(cubin: bytes) -> bool:
+    """Whether a cubin holds any kernel, device function or device variable.
+
+    The stub an nvcc device link adds is a cubin per link arch without any (FACTS §2); a library TU
+    holding only ``__device__`` data (cuBLASLt has hundreds) is not a stub.
+    """
+    if cubin[:4] != b"\x7fELF" or len(cubin) < 64 or cubin[4] != 2:
+        return True  # not a cubin we can read: assume content, never call real code a stub
+    try:
+        shoff, = struct.unpack_from("<Q", cubin, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+        str_off, = struct.unpack_from("<Q", cubin, shoff + shstrndx * shentsize + 0x18)
+        for i in range(shnum):
+            base = shoff + i * shentsize
+            name_off, = struct.unpack_from("<I", cubin, base)
+            size, = struct.unpack_from("<Q", cubin, base + 0x20)
+            start = str_off + name_off
+            name = cubin[start : cubin.index(b"\0", start)]
+            if size > 0 and name.startswith(_CONTENT_SECTIONS):
+                return True
+    except (struct.error, ValueError):
+        return True
+    return False
+
+
+_STUB_MAX = 16 << 10
+
+
+def is_device_link_stub(path: Path, fatbin: Fatbin) -> bool | None:
+    """True when every entry is a cubin without code (an nvcc device-link stub), False when not,
+    None when a compressed payload cannot be checked."""
+    if not fatbin.entries or any(e.kind is not EntryKind.CUBIN for e in fatbin.entries):
+        return False
+    if any(max(e.payload_size, e.uncompressed_size) > _STUB_MAX for e in fatbin.entries):
+        return False  # an empty cubin is ~1.5 KB; never decompress real code just to look
+    for entry in fatbin.entries:
+        data = read_payload(path, entry)
+        if data is None:
+            return None
+        if cubin_has_code(data):
+            return False
+    return True

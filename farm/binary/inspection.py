@@ -1,0 +1,226 @@
+"""One normalised answer per ``.so`` from either reader or both (DESIGN §4.3).
+
+The native reader gives the fatbins with their section, entries, variants and compression; cuobjdump
+gives its listing. "Found" is the set of images the runtime can pick from: the union over the
+runnable fatbins (:func:`farm.binary.fatbin.runnable`). With both readers the two listings must hold the
+same entries, SASS compared without ``f`` (which cuobjdump cannot show), or the inspection records
+the disagreement.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm.binary.cuobjdump import (
+    ListedEntry,
+    cuobjdump_version,
+    find_cuobjdump,
+    list_targets,
+    variant_free,
+)
+from farm.binary.fatbin import (
+    READER_VERSION,
+    EntryKind,
+    Fatbin,
+    is_device_link_stub,
+    read_fatbins,
+    runnable,
+    union,
+)
+from farm.binary.wheelfile import SafeWheel
+from farm.errors import FarmError, UsageError
+from farm.model.arch import ArchList, Target
+
+
+class Reader(str, enum.Enum):
+    NATIVE = "native"
+    CUOBJDUMP = "cuobjdump"
+    BOTH = "both"
+
+    @classmethod
+    def parse(cls, value: str | Reader) -> Reader:
+        try:
+            return cls(value)
+        except ValueError:
+            raise UsageError(f"unknown reader {value!r}", hint="use native, cuobjdump or both") from None
+
+
+@dataclass(frozen=True)
+class Tools:
+    """The readers that produced an answer, for provenance."""
+
+    native: str | None = None
+    cuobjdump: str | None = None
+    cuobjdump_path: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"native_reader": self.native, "cuobjdump": self.cuobjdump}
+
+
+@dataclass(frozen=True)
+class SoInspection:
+    """What one shared object holds.
+
+    ``fatbins`` come from the native reader (also in cuobjdump mode, where only their headers are
+    validated, because cuobjdump silently skips what it cannot parse); ``listing`` is cuobjdump's,
+    ``None`` when it did not run.
+    """
+
+    path: str
+    reader: Reader
+    fatbins: tuple[Fatbin, ...]
+    listing: tuple[ListedEntry, ...] | None = None
+    disagreement: str | None = None
+    stubs: frozenset[int] = frozenset()  # offsets of fatbins that are nvcc device-link stubs
+
+    @property
+    def has_device_code(self) -> bool:
+        if self.reader is Reader.CUOBJDUMP and self.listing is not None:
+            return bool(self.listing)
+        return bool(self.fatbins)
+
+    @property
+    def found(self) -> ArchList:
+        """The images the runtime can pick from (union over the runnable fatbins)."""
+        if self.reader is Reader.CUOBJDUMP and self.listing is not None:
+            return ArchList.of(e.target for e in self.listing)
+        return union(runnable(self.fatbins))
+
+    @property
+    def runnable(self) -> tuple[Fatbin, ...]:
+        return runnable(self.fatbins)
+
+    @property
+    def agrees(self) -> bool:
+        return self.disagreement is None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "path": self.path,
+            "reader": self.reader.value,
+            "found": self.found.canonical(),
+            "found_targets": self.found.names(),
+        }
+        if self.reader is not Reader.CUOBJDUMP:
+            loaded = {f.offset for f in self.runnable}
+            out["fatbins"] = [
+                {
+                    "section": f.section,
+                    "offset": f.offset,
+                    "runnable": f.offset in loaded,
+                    "device_link_stub": f.offset in self.stubs,
+                    "entries": [
+                        {"kind": e.kind.value, "target": e.name, "compression": e.compressed.value,
+                         "offset": e.offset, "size": e.payload_size}
+                        for e in f.entries
+                    ],
+                }
+                for f in self.fatbins
+            ]
+        if self.listing is not None:
+            out["cuobjdump"] = [{"kind": e.kind.value, "target": e.name} for e in self.listing]
+        if self.reader is Reader.BOTH:
+            out["readers_agree"] = self.agrees
+            out["disagreement"] = self.disagreement
+        return out
+
+
+@dataclass(frozen=True)
+class WheelInspection:
+    path: str
+    extensions: tuple[SoInspection, ...]
+    vendored: tuple[SoInspection, ...] = ()
+    tools: Tools = field(default_factory=Tools)
+
+    @property
+    def agrees(self) -> bool:
+        return all(s.agrees for s in self.extensions + self.vendored)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "extensions": [s.to_json() for s in self.extensions],
+            "vendored": [s.to_json() for s in self.vendored],
+            "tools": self.tools.to_json(),
+        }
+
+
+def _counts(items: Iterable[tuple[EntryKind, Target]]) -> Counter[tuple[EntryKind, Target]]:
+    return Counter((kind, variant_free(t)) for kind, t in items)
+
+
+def compare(fatbins: Sequence[Fatbin], listing: Sequence[ListedEntry]) -> str | None:
+    """``None`` when cuobjdump lists exactly the runnable entries (one line per TU per arch),
+    else what differs."""
+    native = _counts((e.kind, e.target) for f in runnable(fatbins) for e in f.entries if e.kind is not EntryKind.LTO_IR)
+    listed = _counts((e.kind, e.target) for e in listing)
+    if native == listed:
+        return None
+
+    def show(c: Counter[tuple[EntryKind, Target]]) -> str:
+        return ", ".join(f"{t.name}" + (f" x{n}" if n > 1 else "") for (_, t), n in
+                         sorted(c.items(), key=lambda kv: kv[0][1].sort_key())) or "nothing"
+
+    return (f"the native reader found {show(native - listed)} that cuobjdump does not list; "
+            f"cuobjdump lists {show(listed - native)} that the native reader does not find")
+
+
+def _resolve_tool(reader: Reader, cuobjdump: Path | None) -> Path | None:
+    if reader is Reader.NATIVE:
+        return None
+    return cuobjdump or find_cuobjdump()
+
+
+def inspect_file(
+    path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None, label: str | None = None
+) -> SoInspection:
+    """Inspect one shared object with the chosen reader(s).
+
+    Broken files raise :class:`~farm.errors.BinaryFormatError` in every mode (the header check
+    runs in cuobjdump mode too); a missing cuobjdump raises :class:`~farm.errors.ToolError`.
+    """
+    reader = Reader.parse(reader)
+    path = Path(path)
+    tool = _resolve_tool(reader, cuobjdump)
+    fatbins = tuple(read_fatbins(path))
+    stubs = frozenset(f.offset for f in runnable(fatbins) if is_device_link_stub(path, f))
+    name = label or str(path)
+    if tool is None:
+        return SoInspection(name, reader, fatbins, stubs=stubs)
+    listing = tuple(list_targets(path, tool))
+    if reader is Reader.CUOBJDUMP:
+        return SoInspection(name, reader, fatbins, listing, stubs=stubs)
+    return SoInspection(name, reader, fatbins, listing, compare(fatbins, listing), stubs)
+
+
+def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
+    reader = Reader.parse(reader)
+    tool = _resolve_tool(reader, cuobjdump)
+    return Tools(
+        native=READER_VERSION if reader is not Reader.CUOBJDUMP else None,
+        cuobjdump=cuobjdump_version(tool) if tool else None,
+        cuobjdump_path=str(tool) if tool else None,
+    )
+
+
+def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None) -> WheelInspection:
+    """Every extension of a wheel (and, listed apart, every vendored library under ``*.libs/``)."""
+    reader = Reader.parse(reader)
+    tools = tools_for(reader, cuobjdump)
+    tool = Path(tools.cuobjdump_path) if tools.cuobjdump_path else None
+    with SafeWheel(path) as wheel:
+        def one(name: str) -> SoInspection:
+            with wheel.extracted(name) as tmp:
+                try:
+                    return inspect_file(tmp, reader, cuobjdump=tool, label=name)
+                except FarmError as exc:  # name the wheel member, not the temporary file
+                    raise type(exc)(exc.message.replace(str(tmp), name), where=f"{path}!{name}",
+                                    hint=exc.hint) from None
+
+        extensions = tuple(one(n) for n in sorted(wheel.extension_members()))
+        vendored = tuple(one(n) for n in sorted(wheel.vendored_members()))
+    return WheelInspection(str(path), extensions, vendored, tools)

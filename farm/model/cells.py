@@ -1,0 +1,183 @@
+"""Cells: one (package, version, cuda, torch, python, platform) build, its arch list and its name.
+
+Pure functions over the config model; the matrix composes them in its visible subtraction order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from farm.model.arch import ArchList
+from farm.model.config import (
+    PLATFORM_GROUPS,
+    ArchSpec,
+    Defaults,
+    FarmConfig,
+    Phantom,
+    Recipe,
+)
+
+NO_TORCH = "none"
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    package: str
+    version: str
+    cuda: str  # "12.8"
+    torch: str  # "2.8" or "none"
+    python: str  # "cp311"
+    platform: str  # linux_x86_64 | linux_aarch64 | win_amd64
+
+    @property
+    def cu(self) -> str:
+        return "cu" + self.cuda.replace(".", "")
+
+    @property
+    def id(self) -> str:
+        torch = f"torch{self.torch}" if self.torch != NO_TORCH else "notorch"
+        return f"{self.package}-{self.version}-{self.cu}-{torch}-{self.python}-{self.platform}"
+
+    @property
+    def python_version(self) -> str:
+        """``cp311`` -> ``3.11``."""
+        digits = self.python.removeprefix("cp")
+        return f"{digits[0]}.{digits[1:]}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"cuda": self.cuda, "torch": self.torch, "python": self.python, "platform": self.platform}
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def python_tag(version: str) -> str:
+    """``3.11`` -> ``cp311``."""
+    major, minor = version.split(".")
+    return f"cp{major}{minor}"
+
+
+def local_version(cell: Cell) -> str:
+    """The local version label: ``cu128torch2.8``, or ``cu128`` for torch-free packages."""
+    return cell.cu + (f"torch{cell.torch}" if cell.torch != NO_TORCH else "")
+
+
+def farm_version(cell: Cell) -> str:
+    return f"{cell.version}+{local_version(cell)}"
+
+
+def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
+    """``{dist}-{version}+{local}[-{epoch}]-{py}-{abi}-{plat}.whl``; the build tag only when epoch > 0.
+
+    The platform is the cell's; the repaired wheel's real tag (manylinux_2_28_x86_64) is decided by
+    the repair step and recorded by postbuild.
+    """
+    dist = canonicalize_name(recipe.dist).replace("-", "_")
+    build = f"-{epoch}" if epoch > 0 else ""
+    return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
+
+
+def in_python_range(defaults: Defaults, version: str) -> bool:
+    """Whether a grid Python (``3.11``) is within ``_defaults.yml``'s ``python: {min, max}``."""
+    v = Version(version)
+    return Version(defaults.python_min) <= v <= Version(defaults.python_max)
+
+
+def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
+    """Every cell the grid declares for ``recipe``: grid rows x platforms, Python within range.
+
+    Torch-free packages collapse the torch axis: one cell per (cuda, python, platform).
+    """
+    seen: set[Cell] = set()
+    for row in defaults.grid:
+        torch = row.torch_minor if recipe.links_torch else NO_TORCH
+        for py in row.pythons:
+            if not in_python_range(defaults, py):
+                continue
+            for platform in defaults.platforms:
+                cell = Cell(recipe.name, recipe.version, row.cuda, torch, python_tag(py), platform)
+                if cell not in seen:
+                    seen.add(cell)
+                    yield cell
+
+
+def is_phantom(defaults: Defaults, cell: Cell) -> bool:
+    """A cell upstream PyTorch never shipped (torch-free cells have no torch to be missing)."""
+    if cell.torch == NO_TORCH:
+        return False
+    return Phantom(cell.cuda, cell.torch, cell.python_version, cell.platform) in defaults.phantoms
+
+
+def recipe_excludes(recipe: Recipe, cell: Cell) -> str | None:
+    """The recipe restriction that excludes ``cell``, or None."""
+    only = recipe.only
+    if only.min_torch and cell.torch != NO_TORCH and Version(cell.torch) < Version(only.min_torch):
+        return f"min_torch {only.min_torch}"
+    if only.platforms is not None and cell.platform not in only.platforms:
+        return "only.platforms"
+    if only.cuda is not None and cell.cuda not in only.cuda:
+        return "only.cuda"
+    if only.combinations is not None:
+        for combo in only.combinations:
+            if combo.cuda != cell.cuda:
+                continue
+            if combo.torch is not None and cell.torch != NO_TORCH and combo.torch != cell.torch:
+                continue
+            if combo.pythons is not None and cell.python_version not in combo.pythons:
+                continue
+            return None
+        return "only.combinations"
+    return None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A cell's arch list and the rule it came from."""
+
+    spec: ArchSpec
+    origin: str  # e.g. "recipe arch.by_cuda['12.8']" or "policy x86_64 12.8"
+
+    @property
+    def archs(self) -> ArchList:
+        return self.spec.archs
+
+
+def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution | None:
+    """The cell's arch list (DESIGN §4.1): combo override > per-CUDA > package > policy row.
+
+    A platform group's own block (``arch.aarch64``) is consulted first with the same rules, then the
+    package-wide block, then the group's policy row (with its per-(cuda, torch) exceptions). None
+    means the platform has no policy row for the CUDA line: the farm builds no such cells, whatever
+    a recipe overrides.
+    """
+    group = PLATFORM_GROUPS[cell.platform]
+    policy = config.defaults.policy
+    row = policy.rows.get(group, {}).get(cell.cuda)
+    if row is None:
+        return None
+    blocks = []
+    if group in recipe.arch_by_platform:
+        blocks.append((f"arch.{group}", recipe.arch_by_platform[group]))
+    blocks.append(("arch", recipe.arch))
+    for prefix, rules in blocks:
+        spec = rules.by_combo.get((cell.cuda, cell.torch))
+        if spec:
+            return Resolution(spec, f"recipe {prefix}.by_combo['{cell.cuda}/{cell.torch}']")
+        spec = rules.by_cuda.get(cell.cuda)
+        if spec:
+            return Resolution(spec, f"recipe {prefix}.by_cuda['{cell.cuda}']")
+        if rules.default:
+            return Resolution(rules.default, f"recipe {prefix}.list")
+    exc = policy.exceptions.get(group, {}).get((cell.cuda, cell.torch))
+    if exc:
+        return Resolution(exc, f"policy exception {group} {cell.cuda}/{cell.torch}")
+    return Resolution(row, f"policy {group} {cell.cuda}")
+
+
+def extension_lists(recipe: Recipe) -> tuple[tuple[str, ArchList], ...]:
+    """Per-extension expected lists (glob -> arch list) for packages that build one module per arch."""
+    return tuple((e.glob, e.spec.archs) for e in recipe.extensions)

@@ -1,0 +1,924 @@
+"""The config model: ``_defaults.yml`` and ``packages/<name>.yml``, loaded and validated strictly.
+
+Every mistake is a :class:`~farm.errors.ConfigError` naming the file, the line, the key and a fix.
+The recipe reference (every key, its type and meaning) is in ``docs/recipes.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from farm.errors import ArchError, ConfigError, UsageError, did_you_mean
+from farm.model.arch import KNOWN_CUDA_LINES, ArchList, Rendering, validate_for_cuda
+from farm.model.yamlsrc import YList, YMap, load_yaml
+
+DEFAULTS_FILE = "_defaults.yml"
+PACKAGES_DIR = "packages"
+LEDGER_FILE = "ledger.jsonl"
+
+PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
+# The arch policy has one table for x86_64 (Linux and Windows) and one for aarch64.
+PLATFORM_GROUPS: dict[str, str] = {"linux_x86_64": "x86_64", "win_amd64": "x86_64", "linux_aarch64": "aarch64"}
+PUBLISH_KINDS = ("index", "github", "twine")
+FLOATING_REFS = frozenset({"main", "master", "head", "develop", "dev", "trunk", "latest", "nightly"})
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CUDA_LINE = re.compile(r"^\d{2}\.\d$")
+_TORCH_MINOR = re.compile(r"^\d+\.\d+$")
+_PY_VERSION = re.compile(r"^3\.\d{1,2}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables the build planner sets from the cell and the knobs; a recipe's env must not shadow them.
+FARM_ENV = frozenset({
+    "CUDA_HOME", "CUDA_PATH", "PATH", "FORCE_CUDA", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",
+    "CMAKE_CUDA_ARCHITECTURES", "MAX_JOBS", "NVCC_APPEND_FLAGS",
+})
+
+
+# ------------------------------------------------------------------------------------------------
+# Domain
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArchSpec:
+    """An arch list as written, parsed, and where it was written."""
+
+    text: str
+    archs: ArchList
+    where: str
+
+
+@dataclass(frozen=True)
+class ArchRules:
+    """Package-level overrides, most specific first: per (cuda, torch), per cuda, whole package."""
+
+    by_combo: Mapping[tuple[str, str], ArchSpec] = field(default_factory=dict)
+    by_cuda: Mapping[str, ArchSpec] = field(default_factory=dict)
+    default: ArchSpec | None = None
+
+
+@dataclass(frozen=True)
+class GridRow:
+    cuda: str
+    torch: str  # full version, e.g. "2.8.0"
+    pythons: tuple[str, ...]  # "3.11"
+    where: str
+
+    @property
+    def torch_minor(self) -> str:
+        v = Version(self.torch)
+        return f"{v.major}.{v.minor}"
+
+
+@dataclass(frozen=True)
+class Phantom:
+    cuda: str
+    torch: str  # minor
+    python: str  # "3.13"
+    platform: str
+
+
+@dataclass(frozen=True)
+class ArchPolicy:
+    """Per platform group: a row per CUDA line, and per-(cuda, torch) exceptions."""
+
+    rows: Mapping[str, Mapping[str, ArchSpec]]
+    exceptions: Mapping[str, Mapping[tuple[str, str], ArchSpec]]
+
+
+@dataclass(frozen=True)
+class PublishTarget:
+    name: str
+    kind: str  # index | github | twine
+    options: Mapping[str, Any]
+    where: str
+
+
+@dataclass(frozen=True)
+class BuildKnobs:
+    subdir: str | None = None
+    patch_script: str | None = None
+    extra_deps: tuple[str, ...] = ()
+    extra_cuda_components: tuple[str, ...] = ()
+    nvcc_flags: tuple[str, ...] = ()
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    # variable -> rendering of the cell's arch list, for packages that read their own variable
+    arch_env: Mapping[str, Rendering] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    path: Path
+    sha256: str
+    build_epoch: int
+    cuda_lines: tuple[str, ...]
+    python_min: str
+    python_max: str
+    platforms: tuple[str, ...]
+    grid: tuple[GridRow, ...]
+    phantoms: frozenset[Phantom]
+    policy: ArchPolicy
+    publish: Mapping[str, PublishTarget]
+    default_target: str | None
+    build: BuildKnobs
+
+
+@dataclass(frozen=True)
+class GitSource:
+    repo: str  # URL or GitHub owner/name
+    ref: str  # tag or commit
+    submodules: bool = False
+
+    @property
+    def url(self) -> str:
+        if "://" in self.repo or self.repo.startswith("git@") or self.repo.startswith("/"):
+            return self.repo
+        return f"https://github.com/{self.repo}.git"
+
+
+@dataclass(frozen=True)
+class SdistSource:
+    name: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class PathSource:
+    path: Path  # absolute
+    display: str  # as written, relative to the repository
+
+
+Source = GitSource | SdistSource | PathSource
+
+
+@dataclass(frozen=True)
+class LintIgnore:
+    rule: str
+    path: str  # glob, relative to the source root
+    reason: str
+    where: str
+
+
+@dataclass(frozen=True)
+class ExtensionArchs:
+    """Extensions matching ``glob`` (archive path or basename) are built for ``spec`` alone."""
+
+    glob: str
+    spec: ArchSpec
+
+
+@dataclass(frozen=True)
+class ComboFilter:
+    cuda: str
+    torch: str | None  # minor; None = any
+    pythons: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """The part of the grid a package builds on (None = no restriction)."""
+
+    platforms: tuple[str, ...] | None = None
+    cuda: tuple[str, ...] | None = None
+    combinations: tuple[ComboFilter, ...] | None = None
+    min_torch: str | None = None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    dist: str
+    version: str
+    source: Source
+    links_torch: bool
+    jit: bool  # kernels compiled at run time: no AOT device code, maybe no extension at all
+    build_epoch: int
+    arch: ArchRules
+    arch_by_platform: Mapping[str, ArchRules]  # platform group -> rules consulted first
+    extensions: tuple[ExtensionArchs, ...]
+    lint_ignore: tuple[LintIgnore, ...]
+    only: Restriction
+    build: BuildKnobs
+    requires_dist: tuple[str, ...]
+    path: Path
+    display: str  # packages/<name>.yml
+    sha256: str
+
+    def where(self, line: int | None = None) -> str:
+        return f"{self.display}:{line}" if line else self.display
+
+
+@dataclass(frozen=True)
+class FarmConfig:
+    root: Path
+    defaults: Defaults
+    recipes: Mapping[str, Recipe]
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.root / LEDGER_FILE
+
+    def recipe(self, name: str) -> Recipe:
+        try:
+            return self.recipes[name]
+        except KeyError:
+            raise UsageError(
+                f"unknown package {name!r}",
+                hint=did_you_mean(name, self.recipes) or f"known packages: {', '.join(sorted(self.recipes))}",
+            ) from None
+
+    def effective_epoch(self, recipe: Recipe) -> int:
+        return self.defaults.build_epoch + recipe.build_epoch
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation helpers
+# ------------------------------------------------------------------------------------------------
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a mapping"}
+
+
+class _Section:
+    """Typed, position-aware access to one YAML mapping; unknown keys are refused at the end."""
+
+    def __init__(self, data: Any, file: str, path: str, line: int = 0) -> None:
+        self.file = file
+        self.path = path
+        if not isinstance(data, YMap):
+            what = "the file" if not path else f"{path!r}"
+            raise ConfigError(
+                f"{what} must be a mapping, got {_describe(data)}",
+                where=f"{file}:{getattr(data, 'line', line) or line or 1}",
+            )
+        self.data = data
+        self.seen: set[str] = set()
+
+    def key_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def where(self, key: str | None = None) -> str:
+        line = self.data.line_of(key) if key else self.data.line
+        return f"{self.file}:{line}"
+
+    def get(self, key: str, kind: type, *, required: bool = False, default: Any = None, fix: str = "") -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            if required:
+                raise ConfigError(
+                    f"missing required key {self.key_path(key)!r}",
+                    where=self.where(),
+                    hint=fix or f"add '{key}:' here",
+                )
+            return default
+        value = self.data[key]
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            hint = fix
+            if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+                hint = hint or f"quote it: {key}: '{value}' (YAML reads {value} as a number)"
+            raise ConfigError(
+                f"{self.key_path(key)!r} must be {_TYPE_NAMES.get(kind, kind.__name__)}, got {_describe(value)}",
+                where=self.where(key),
+                hint=hint or None,
+            )
+        return value
+
+    def section(self, key: str, *, required: bool = False) -> _Section | None:
+        if key not in self.data:
+            self.get(key, dict, required=required)
+            return None
+        self.seen.add(key)
+        return _Section(self.data[key], self.file, self.key_path(key), self.data.line_of(key))
+
+    def str_list(self, key: str, *, required: bool = False) -> tuple[str, ...] | None:
+        value = self.get(key, list, required=required)
+        if value is None:
+            return None
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ConfigError(
+                    f"item {i + 1} of {self.key_path(key)!r} must be a string, got {_describe(item)}",
+                    where=f"{self.file}:{value.line_of(i) if isinstance(value, YList) else self.data.line_of(key)}",
+                    hint=f"quote it: '{item}'" if isinstance(item, (int, float)) else None,
+                )
+        return tuple(value)
+
+    def words(self, key: str) -> tuple[str, ...]:
+        """A list of strings, or one string of space-separated words (``extra_deps: psutil numpy``)."""
+        self.seen.add(key)
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return tuple(value.split())
+        return self.str_list(key) or ()
+
+    def done(self, allowed: Iterable[str]) -> None:
+        allowed = list(allowed)
+        for key in self.data:
+            if key not in allowed:
+                suggestion = did_you_mean(key, allowed)
+                raise ConfigError(
+                    f"unknown key {self.key_path(key)!r}",
+                    where=self.where(key),
+                    hint=suggestion or f"allowed keys here: {', '.join(allowed)}",
+                )
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _arch_spec(sec: _Section, key: str) -> ArchSpec | None:
+    text = sec.get(key, str, fix=f"write it as a string: {key}: '8.0;9.0+PTX'")
+    if text is None:
+        return None
+    where = sec.where(key)
+    return ArchSpec(text, ArchList.parse(text, where=f"{where} ({sec.key_path(key)})"), where)
+
+
+def _check_cuda_key(sec: _Section, key: str, cuda_lines: tuple[str, ...], what: str) -> None:
+    if key not in cuda_lines:
+        raise ConfigError(
+            f"{what} is keyed by unknown CUDA line {key!r}",
+            where=sec.where(key),
+            hint=did_you_mean(key, cuda_lines) or f"CUDA lines in {DEFAULTS_FILE}: {', '.join(cuda_lines)}",
+        )
+
+
+def _version_str(sec: _Section, key: str, pattern: re.Pattern[str], example: str, **kw: Any) -> Any:
+    value = sec.get(key, str, fix=f"quote it: {key}: '{example}'", **kw)
+    if value is not None and not pattern.match(value):
+        raise ConfigError(f"{sec.key_path(key)!r} is {value!r}, not like {example!r}", where=sec.where(key))
+    return value
+
+
+# ------------------------------------------------------------------------------------------------
+# _defaults.yml
+# ------------------------------------------------------------------------------------------------
+_DEFAULTS_KEYS = (
+    "build_epoch", "cuda_lines", "python", "platforms", "grid", "phantoms",
+    "arch_policy", "publish", "default_target", "build",
+)
+
+
+def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
+    data, raw = load_yaml(path, display=display)
+    top = _Section(data, display, "")
+    epoch = top.get("build_epoch", int, required=True)
+    if epoch < 0:
+        raise ConfigError("'build_epoch' must be >= 0", where=top.where("build_epoch"))
+
+    cuda_lines = top.str_list("cuda_lines", required=True) or ()
+    lines_value = top.data["cuda_lines"]
+    for i, line in enumerate(cuda_lines):
+        if not _CUDA_LINE.match(line):
+            raise ConfigError(f"CUDA line {line!r} is not like '12.8'", where=f"{display}:{lines_value.line_of(i)}")
+        if line not in KNOWN_CUDA_LINES:
+            raise ConfigError(
+                f"CUDA line {line!r} has no nvcc support table in farm",
+                where=f"{display}:{lines_value.line_of(i)}",
+                hint=f"farm knows {', '.join(KNOWN_CUDA_LINES)}; add the line to farm/arch.py first",
+            )
+
+    py = top.section("python", required=True)
+    assert py is not None
+    py_min = _version_str(py, "min", _PY_VERSION, "3.10", required=True)
+    py_max = _version_str(py, "max", _PY_VERSION, "3.14", required=True)
+    py.done(("min", "max"))
+
+    platforms = top.str_list("platforms", required=True) or ()
+    for i, plat in enumerate(platforms):
+        if plat not in PLATFORMS:
+            raise ConfigError(
+                f"unknown platform {plat!r}",
+                where=f"{display}:{top.data['platforms'].line_of(i)}",
+                hint=did_you_mean(plat, PLATFORMS) or f"platforms: {', '.join(PLATFORMS)}",
+            )
+
+    grid = _load_grid(top, cuda_lines)
+    phantoms = _load_phantoms(top, cuda_lines, grid)
+    policy = _load_policy(top, cuda_lines, grid)
+    publish = _load_publish(top)
+    default_target = top.get("default_target", str)
+    if default_target is not None and default_target not in publish:
+        raise ConfigError(
+            f"default_target {default_target!r} is not a publish target",
+            where=top.where("default_target"),
+            hint=did_you_mean(default_target, publish) or f"targets: {', '.join(publish)}",
+        )
+    build_sec = top.section("build")
+    build = _load_build(build_sec) if build_sec else BuildKnobs()
+    top.done(_DEFAULTS_KEYS)
+    return Defaults(
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        build_epoch=epoch,
+        cuda_lines=cuda_lines,
+        python_min=py_min,
+        python_max=py_max,
+        platforms=platforms,
+        grid=grid,
+        phantoms=phantoms,
+        policy=policy,
+        publish=publish,
+        default_target=default_target,
+        build=build,
+    )
+
+
+def _load_grid(top: _Section, cuda_lines: tuple[str, ...]) -> tuple[GridRow, ...]:
+    rows = top.get("grid", list, required=True)
+    out = []
+    seen: dict[tuple[str, str], str] = {}
+    for i, item in enumerate(rows):
+        sec = _Section(item, top.file, f"grid[{i}]", rows.line_of(i))
+        cuda = _version_str(sec, "cuda", _CUDA_LINE, "12.8", required=True)
+        _check_cuda_key(sec, cuda, cuda_lines, f"grid[{i}]")
+        torch = sec.get("torch", str, required=True, fix="quote it: torch: '2.8.0'")
+        try:
+            Version(torch)
+        except InvalidVersion:
+            raise ConfigError(f"torch {torch!r} is not a version", where=sec.where("torch")) from None
+        pythons = sec.str_list("python", required=True) or ()
+        for p in pythons:
+            if not _PY_VERSION.match(p):
+                raise ConfigError(f"python {p!r} is not like '3.11'", where=sec.where("python"))
+        sec.done(("cuda", "torch", "python"))
+        row = GridRow(cuda, torch, pythons, sec.where())
+        key = (cuda, row.torch_minor)
+        if key in seen:
+            raise ConfigError(
+                f"grid has CUDA {cuda} with torch {row.torch_minor} twice (also {seen[key]})", where=row.where
+            )
+        seen[key] = row.where
+        out.append(row)
+    return tuple(out)
+
+
+def _load_phantoms(top: _Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow, ...]) -> frozenset[Phantom]:
+    items = top.get("phantoms", list, default=YList())
+    declared = {(r.cuda, r.torch_minor): r.pythons for r in grid}
+    out = set()
+    for i, item in enumerate(items):
+        sec = _Section(item, top.file, f"phantoms[{i}]", items.line_of(i))
+        cuda = _version_str(sec, "cuda", _CUDA_LINE, "12.8", required=True)
+        _check_cuda_key(sec, cuda, cuda_lines, f"phantoms[{i}]")
+        torch = _version_str(sec, "torch", _TORCH_MINOR, "2.8", required=True)
+        python = _version_str(sec, "python", _PY_VERSION, "3.13", required=True)
+        plat = sec.get("platform", str, required=True)
+        if plat not in PLATFORMS:
+            raise ConfigError(f"unknown platform {plat!r}", where=sec.where("platform"),
+                              hint=did_you_mean(plat, PLATFORMS) or None)
+        sec.done(("cuda", "torch", "python", "platform"))
+        if python not in declared.get((cuda, torch), ()):
+            # a phantom that matches no grid cell hides a typo: the cell it meant stays scheduled
+            raise ConfigError(f"phantoms[{i}] ({cuda}, torch {torch}, Python {python}) matches no grid cell",
+                              where=sec.where(), hint="fix it to a (cuda, torch, python) of the grid, or remove it")
+        out.add(Phantom(cuda, torch, python, plat))
+    return frozenset(out)
+
+
+def _load_policy(top: _Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow, ...]) -> ArchPolicy:
+    sec = top.section("arch_policy", required=True)
+    assert sec is not None
+    groups = sorted(set(PLATFORM_GROUPS.values()))
+    rows: dict[str, dict[str, ArchSpec]] = {}
+    for group in groups:
+        gsec = sec.section(group, required=group == "x86_64")
+        rows[group] = {}
+        if gsec is None:
+            continue
+        for cuda in gsec.data:
+            _check_cuda_key(gsec, cuda, cuda_lines, f"arch_policy.{group}")
+            spec = _arch_spec(gsec, cuda)
+            assert spec is not None
+            _validate(spec, cuda)
+            rows[group][cuda] = spec
+    exceptions: dict[str, dict[tuple[str, str], ArchSpec]] = {g: {} for g in groups}
+    items = sec.get("exceptions", list, default=YList())
+    for i, item in enumerate(items):
+        esec = _Section(item, sec.file, f"arch_policy.exceptions[{i}]", items.line_of(i))
+        cuda = _version_str(esec, "cuda", _CUDA_LINE, "12.8", required=True)
+        _check_cuda_key(esec, cuda, cuda_lines, f"arch_policy.exceptions[{i}]")
+        torch = _version_str(esec, "torch", _TORCH_MINOR, "2.8", required=True)
+        if not any(r.cuda == cuda and r.torch_minor == torch for r in grid):
+            raise ConfigError(f"arch_policy.exceptions[{i}] ({cuda}, torch {torch}) matches no grid row",
+                              where=esec.where(), hint="fix it to a (cuda, torch) of the grid, or remove it")
+        group = esec.get("platforms", str, default="x86_64")
+        if group not in groups:
+            raise ConfigError(f"unknown platform group {group!r}", where=esec.where("platforms"),
+                              hint=f"one of {', '.join(groups)}")
+        spec = _arch_spec(esec, "arch_list")
+        if spec is None:
+            esec.get("arch_list", str, required=True)
+        assert spec is not None
+        _validate(spec, cuda)
+        esec.done(("cuda", "torch", "platforms", "arch_list"))
+        exceptions[group][(cuda, torch)] = spec
+    sec.done((*groups, "exceptions"))
+    return ArchPolicy(rows, exceptions)
+
+
+def _load_publish(top: _Section) -> dict[str, PublishTarget]:
+    sec = top.section("publish")
+    out: dict[str, PublishTarget] = {}
+    if sec is None:
+        return out
+    for name in sec.data:
+        tsec = sec.section(name)
+        assert tsec is not None
+        kind = tsec.get("kind", str, required=True)
+        if kind not in PUBLISH_KINDS:
+            raise ConfigError(f"unknown publish kind {kind!r}", where=tsec.where("kind"),
+                              hint=did_you_mean(kind, PUBLISH_KINDS) or f"one of {', '.join(PUBLISH_KINDS)}")
+        options = {k: v for k, v in tsec.data.items() if k != "kind"}
+        out[name] = PublishTarget(name, kind, options, tsec.where())
+    return out
+
+
+def _load_build(sec: _Section) -> BuildKnobs:
+    knobs = BuildKnobs(
+        subdir=sec.get("subdir", str),
+        patch_script=sec.get("patch_script", str),
+        extra_deps=sec.words("extra_deps"),
+        extra_cuda_components=sec.words("extra_cuda_components"),
+        nvcc_flags=sec.words("nvcc_flags"),
+        max_jobs=sec.get("max_jobs", int),
+        nvcc_threads=sec.get("nvcc_threads", int),
+        env=dict(sec.get("env", dict, default={})),
+        arch_env=_load_arch_env(sec),
+    )
+    for key in ("max_jobs", "nvcc_threads"):
+        value = getattr(knobs, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{sec.key_path(key)!r} must be >= 1", where=sec.where(key))
+    for comp in knobs.extra_cuda_components:  # a toolkit never floats
+        if "==" not in comp:
+            raise ConfigError(
+                f"{sec.key_path('extra_cuda_components')} entry {comp!r} is not a pinned wheel",
+                where=sec.where("extra_cuda_components"),
+                hint="write the NVIDIA wheel with its version, e.g. 'nvidia-nvtx==13.0.85'",
+            )
+    for key, value in knobs.env.items():
+        if not _ENV_NAME.match(key):
+            raise ConfigError(f"{sec.key_path('env')}.{key} is not an environment variable name",
+                              where=sec.where("env"), hint="letters, digits and _, not starting with a digit")
+        if key in FARM_ENV:
+            raise ConfigError(
+                f"{sec.key_path('env')}.{key} is set by farm for every build",
+                where=sec.where("env"),
+                hint={"MAX_JOBS": "use build.max_jobs", "NVCC_APPEND_FLAGS": "use build.nvcc_flags"}.get(
+                    key, "use the recipe's arch overrides; the post-build assertion checks the result"),
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"{sec.key_path('env')}.{key} must be a string, got {_describe(value)}",
+                              where=sec.where("env"), hint=f"quote it: {key}: '{value}'")
+    if knobs.subdir and (knobs.subdir.startswith("/") or ".." in Path(knobs.subdir).parts):
+        raise ConfigError(f"{sec.key_path('subdir')!r} must stay inside the source tree", where=sec.where("subdir"))
+    for key in knobs.arch_env:
+        if key in knobs.env:
+            raise ConfigError(f"{key} is in both {sec.key_path('env')} and {sec.key_path('arch_env')}",
+                              where=sec.where("arch_env"), hint="keep it in arch_env: it follows the cell's list")
+    sec.done(("subdir", "patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
+              "max_jobs", "nvcc_threads", "env", "arch_env"))
+    return knobs
+
+
+def _load_arch_env(sec: _Section) -> dict[str, Rendering]:
+    raw = sec.get("arch_env", dict, default={})
+    out = {}
+    renderings = [r.value for r in Rendering]
+    for key, value in raw.items():
+        where = f"{sec.file}:{raw.line_of(key)}" if isinstance(raw, YMap) else sec.where("arch_env")
+        if not _ENV_NAME.match(key) or key in FARM_ENV:
+            raise ConfigError(
+                f"{sec.key_path('arch_env')}.{key}: " + ("is set by farm for every build" if key in FARM_ENV
+                                                          else "is not an environment variable name"),
+                where=where, hint="name the package's own variable, e.g. NATTEN_CUDA_ARCH",
+            )
+        if value not in renderings:
+            raise ConfigError(
+                f"{sec.key_path('arch_env')}.{key} is {value!r}, not a rendering of the arch list",
+                where=where, hint=did_you_mean(str(value), renderings) or f"one of {', '.join(renderings)}",
+            )
+        out[key] = Rendering(value)
+    return out
+
+
+def _validate(spec: ArchSpec, cuda: str) -> None:
+    validate_for_cuda(spec.archs, cuda, where=spec.where)
+
+
+# ------------------------------------------------------------------------------------------------
+# packages/<name>.yml
+# ------------------------------------------------------------------------------------------------
+_RECIPE_KEYS = (
+    "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
+    "lint_ignore", "only", "min_torch", "build", "requires_dist",
+)
+
+
+def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
+    display = _display(path, root)
+    data, raw = load_yaml(path, display=display)
+    top = _Section(data, display, "")
+    name = top.get("name", str, required=True)
+    if name != path.stem:
+        raise ConfigError(f"name {name!r} does not match the file name {path.name!r}", where=top.where("name"),
+                          hint=f"rename the file to {name}.yml or set name: {path.stem}")
+    dist = top.get("dist", str, default=name.replace("-", "_"))
+    if not _NAME.match(dist):
+        raise ConfigError(f"dist {dist!r} is not a valid distribution name", where=top.where("dist"))
+    src_sec = top.section("source", required=True)
+    assert src_sec is not None
+    source = _load_source(src_sec, root)
+    version = top.get("version", str, fix="quote it: version: '1.2.3'",
+                      default=source.version if isinstance(source, SdistSource) else None)
+    if version is None:
+        top.get("version", str, required=True, fix="add the package version, e.g. version: '2.8.3'")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise ConfigError(f"version {version!r} is not a PEP 440 version", where=top.where("version")) from None
+    if "+" in version:
+        raise ConfigError(f"version {version!r} already has a local label", where=top.where("version"),
+                          hint="farm adds +cuXXXtorchM.m itself; write the public version")
+    links_torch = top.get("links_torch", bool, required=True)
+    jit = top.get("jit", bool, default=False)
+    epoch = top.get("build_epoch", int, default=0)
+    if epoch < 0:
+        raise ConfigError("'build_epoch' must be >= 0", where=top.where("build_epoch"))
+
+    arch, by_platform = _load_arch_rules(top, defaults)
+    extensions = _load_extensions(top)
+    ignores = _load_ignores(top)
+    only = _load_only(top, defaults)
+    build_sec = top.section("build")
+    build = _load_build(build_sec) if build_sec else BuildKnobs()
+    requires = top.words("requires_dist")
+    for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
+        try:
+            Requirement(req)
+        except InvalidRequirement as exc:
+            raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
+                              where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+    top.done(_RECIPE_KEYS)
+    if not links_torch:
+        combos = [spec for rules in (arch, *by_platform.values()) for spec in rules.by_combo.values()]
+        if combos:
+            raise ConfigError("per-(cuda, torch) arch overrides on a package with links_torch: false",
+                              where=combos[0].where, hint="use arch.by_cuda: the package has no torch axis")
+    recipe = Recipe(
+        name=name, dist=dist, version=version, source=source, links_torch=links_torch, jit=jit,
+        build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
+        lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
+        display=display, sha256=hashlib.sha256(raw).hexdigest(),
+    )
+    return recipe
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _load_source(sec: _Section, root: Path) -> Source:
+    kinds = [k for k in ("git", "sdist", "path") if k in sec.data]
+    if len(kinds) != 1:
+        sec.done(("git", "sdist", "path"))
+        raise ConfigError(
+            "source must have exactly one of 'git', 'sdist', 'path'" + (f" (found {', '.join(kinds)})" if kinds else ""),
+            where=sec.where(), hint="e.g. source: {git: {repo: owner/name, ref: v1.2.3}}",
+        )
+    kind = kinds[0]
+    if kind == "path":
+        rel = sec.get("path", str)
+        sec.done(("path",))
+        target = (root / rel).resolve()
+        if not target.is_dir():
+            raise ConfigError(f"source.path {rel!r} is not a directory", where=sec.where("path"),
+                              hint="give a folder relative to the repository root")
+        return PathSource(target, rel)
+    sub = sec.section(kind)
+    sec.done((kind,))
+    assert sub is not None
+    if kind == "git":
+        repo = sub.get("repo", str, required=True)
+        is_url = "://" in repo or repo.startswith(("git@", "/"))
+        if not is_url and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+            raise ConfigError(f"source.git.repo {repo!r} is neither a GitHub owner/name nor a git URL",
+                              where=sub.where("repo"), hint="e.g. repo: Dao-AILab/flash-attention")
+        ref = sub.get("ref", str, required=True, fix="pin a tag or a commit: ref: v1.2.3")
+        if ref.lower() in FLOATING_REFS or ref.startswith("refs/heads/") or ref.lower().startswith("origin/"):
+            raise ConfigError(
+                f"source.git.ref {ref!r} is a floating ref: builds would change under the same version",
+                where=sub.where("ref"), hint="pin a release tag or a full commit sha",
+            )
+        submodules = sub.get("submodules", bool, default=False)
+        sub.done(("repo", "ref", "submodules"))
+        return GitSource(repo, ref, submodules)
+    name = sub.get("name", str, required=True)
+    version = sub.get("version", str, required=True, fix="quote it: version: '1.2.3'")
+    sha = sub.get("sha256", str, required=True, fix="add the sdist's sha256 (pip download, then sha256sum)")
+    if not _SHA256.match(sha):
+        raise ConfigError("source.sdist.sha256 must be 64 lowercase hex digits", where=sub.where("sha256"))
+    sub.done(("name", "version", "sha256"))
+    return SdistSource(name, version, sha)
+
+
+def _load_rules(sec: _Section, defaults: Defaults) -> ArchRules:
+    default = _arch_spec(sec, "list")
+    by_cuda: dict[str, ArchSpec] = {}
+    bc = sec.section("by_cuda")
+    if bc is not None:
+        for cuda in bc.data:
+            _check_cuda_key(bc, cuda, defaults.cuda_lines, f"{bc.path}")
+            spec = _arch_spec(bc, cuda)
+            assert spec is not None
+            _validate(spec, cuda)
+            by_cuda[cuda] = spec
+    by_combo: dict[tuple[str, str], ArchSpec] = {}
+    bk = sec.section("by_combo")
+    if bk is not None:
+        grid_keys = {(r.cuda, r.torch_minor) for r in defaults.grid}
+        for key in bk.data:
+            m = re.fullmatch(r"(\d{2}\.\d)/(\d+\.\d+)", key)
+            if not m:
+                raise ConfigError(f"{bk.path} key {key!r} is not 'CUDA/TORCH' like '12.8/2.8'", where=bk.where(key))
+            cuda, torch = m[1], m[2]
+            _check_cuda_key(bk, cuda, defaults.cuda_lines, f"{bk.path}")
+            if (cuda, torch) not in grid_keys:
+                raise ConfigError(f"{bk.path} key {key!r} matches no grid row", where=bk.where(key),
+                                  hint="the grid in _defaults.yml has no such (cuda, torch) combination")
+            spec = _arch_spec(bk, key)
+            assert spec is not None
+            _validate(spec, cuda)
+            by_combo[(cuda, torch)] = spec
+    return ArchRules(by_combo, by_cuda, default)
+
+
+def _load_arch_rules(top: _Section, defaults: Defaults) -> tuple[ArchRules, dict[str, ArchRules]]:
+    sec = top.section("arch")
+    if sec is None:
+        return ArchRules(), {}
+    groups = sorted(set(PLATFORM_GROUPS.values()))
+    by_platform: dict[str, ArchRules] = {}
+    rules = _load_rules(sec, defaults)
+    for group in groups:
+        gsec = sec.section(group)
+        if gsec is not None:
+            by_platform[group] = _load_rules(gsec, defaults)
+            gsec.done(("list", "by_cuda", "by_combo"))
+    sec.done(("list", "by_cuda", "by_combo", *groups))
+    return rules, by_platform
+
+
+def _load_extensions(top: _Section) -> tuple[ExtensionArchs, ...]:
+    sec = top.section("extensions")
+    if sec is None:
+        return ()
+    out = []
+    for glob in sec.data:
+        spec = _arch_spec(sec, glob)
+        assert spec is not None
+        out.append(ExtensionArchs(glob, spec))
+    return tuple(out)
+
+
+def _load_ignores(top: _Section) -> tuple[LintIgnore, ...]:
+    items = top.get("lint_ignore", list, default=YList())
+    out = []
+    for i, item in enumerate(items):
+        sec = _Section(item, top.file, f"lint_ignore[{i}]", items.line_of(i))
+        rule = sec.get("rule", str, required=True)
+        path = sec.get("path", str, required=True, fix="a glob relative to the source root, e.g. csrc/*.cu")
+        reason = sec.get("reason", str, required=True, fix="say why this finding is safe to ignore")
+        if not reason.strip():
+            raise ConfigError("lint_ignore reason is empty", where=sec.where("reason"),
+                              hint="say why this finding is safe to ignore")
+        sec.done(("rule", "path", "reason"))
+        out.append(LintIgnore(rule, path, reason, sec.where()))
+    return tuple(out)
+
+
+def _load_only(top: _Section, defaults: Defaults) -> Restriction:
+    min_torch = _version_str(top, "min_torch", _TORCH_MINOR, "2.5") if "min_torch" in top.data else None
+    top.seen.add("min_torch")
+    sec = top.section("only")
+    if sec is None:
+        return Restriction(min_torch=min_torch)
+    platforms = sec.str_list("platforms")
+    for plat in platforms or ():
+        if plat not in PLATFORMS:
+            raise ConfigError(f"unknown platform {plat!r}", where=sec.where("platforms"),
+                              hint=did_you_mean(plat, PLATFORMS) or f"platforms: {', '.join(PLATFORMS)}")
+    cuda = sec.str_list("cuda")
+    for line in cuda or ():
+        if line not in defaults.cuda_lines:
+            raise ConfigError(f"only.cuda names unknown CUDA line {line!r}", where=sec.where("cuda"),
+                              hint=did_you_mean(line, defaults.cuda_lines) or None)
+    combos: tuple[ComboFilter, ...] | None = None
+    items = sec.get("combinations", list)
+    if items is not None:
+        combos = tuple(_combo_filter(sec, item, i, items.line_of(i), defaults) for i, item in enumerate(items))
+    sec.done(("platforms", "cuda", "combinations"))
+    return Restriction(platforms, cuda, combos, min_torch)
+
+
+def _combo_filter(sec: _Section, item: Any, i: int, line: int, defaults: Defaults) -> ComboFilter:
+    csec = _Section(item, sec.file, f"only.combinations[{i}]", line)
+    cuda = _version_str(csec, "cuda", _CUDA_LINE, "12.8", required=True)
+    _check_cuda_key(csec, cuda, defaults.cuda_lines, f"only.combinations[{i}]")
+    torch = _version_str(csec, "torch", _TORCH_MINOR, "2.8")
+    pythons = csec.str_list("python")
+    csec.done(("cuda", "torch", "python"))
+    rows = [r for r in defaults.grid if r.cuda == cuda and (torch is None or r.torch_minor == torch)]
+    known = {p for r in rows for p in r.pythons}
+    missing = [p for p in pythons or () if p not in known]
+    if not rows or missing:
+        # a combination that selects nothing would silently drop the package's cells
+        what = f"Python {', '.join(missing)} with " if rows else ""
+        raise ConfigError(f"only.combinations[{i}] selects {what}CUDA {cuda}"
+                          + (f", torch {torch}" if torch else "") + ", which the grid does not have",
+                          where=csec.where(), hint=f"the grid in {DEFAULTS_FILE} has: " + ", ".join(
+                              f"{r.cuda}/{r.torch_minor}" for r in defaults.grid if r.cuda == cuda))
+    return ComboFilter(cuda, torch, pythons)
+
+
+# ------------------------------------------------------------------------------------------------
+# The whole repository
+# ------------------------------------------------------------------------------------------------
+def load_config(root: Path, *, packages: Iterable[str] | None = None) -> FarmConfig:
+    """Load ``_defaults.yml`` and every recipe (or only ``packages``) under ``root``."""
+    root = root.resolve()
+    defaults = load_defaults(root / DEFAULTS_FILE)
+    pkg_dir = root / PACKAGES_DIR
+    if not pkg_dir.is_dir():
+        raise ConfigError(f"no {PACKAGES_DIR}/ folder", where=str(root), hint="run farm from the farm repository root")
+    files = sorted(pkg_dir.glob("*.yml"))
+    if packages is not None:
+        wanted = list(packages)
+        names = {f.stem: f for f in files}
+        for name in wanted:
+            if name not in names:
+                raise UsageError(f"unknown package {name!r}",
+                                 hint=did_you_mean(name, names) or f"known packages: {', '.join(sorted(names))}")
+        files = [names[n] for n in wanted]
+    recipes = {}
+    for f in files:
+        recipe = load_recipe(f, defaults, root)
+        validate_recipe_archs(recipe, defaults)
+        recipes[recipe.name] = recipe
+    return FarmConfig(root, defaults, recipes)
+
+
+def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
+    """Every package-wide arch list must build on every CUDA line the package builds on."""
+    lines = [c for c in defaults.cuda_lines if recipe.only.cuda is None or c in recipe.only.cuda]
+    if recipe.only.combinations is not None:
+        lines = [c for c in lines if any(f.cuda == c for f in recipe.only.combinations)]
+    for ext in recipe.extensions:  # an extension's own list applies on every line too
+        for cuda in lines:
+            try:
+                validate_for_cuda(ext.spec.archs, cuda, where=ext.spec.where)
+            except ArchError as exc:
+                raise ArchError(
+                    f"{exc.message}; extensions[{ext.glob!r}] applies to CUDA {cuda}",
+                    where=exc.where, hint="use arches every CUDA line of the package builds, or only.cuda to skip lines",
+                ) from None
+    for rules in (recipe.arch, *recipe.arch_by_platform.values()):
+        if rules.default is None:
+            continue
+        for cuda in lines:
+            if cuda in rules.by_cuda:
+                continue  # overridden for that line
+            try:
+                validate_for_cuda(rules.default.archs, cuda, where=rules.default.where)
+            except ArchError as exc:
+                raise ArchError(
+                    f"{exc.message}; the package-wide arch list applies to CUDA {cuda}",
+                    where=exc.where, hint=f"add arch.by_cuda['{cuda}'] for that line, or only.cuda to skip it",
+                ) from None

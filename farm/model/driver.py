@@ -1,0 +1,138 @@
+"""The driver model: which image of a fatbin a GPU of compute capability D runs.
+
+For a device D the driver picks, in order (DESIGN §4.2, measured on an H200 in FACTS §1):
+
+1. the highest SASS ``sm_X`` with X's major == D's major and X's minor <= D's
+   (``sm_Xa`` only when X == D; ``sm_Xf`` within the family, minor <= D's);
+2. else the highest PTX ``compute_Y`` with Y <= D, JIT-compiled (``compute_Ya`` only when Y == D,
+   ``compute_Yf`` only within Y's family);
+3. else nothing: ``cudaErrorNoKernelImageForDevice``.
+
+Code then runs with ``__CUDA_ARCH__`` of the chosen image, not of the device.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from farm.errors import ArchError
+from farm.model.arch import ArchList, Kind, Target, Variant
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    """A compute capability, e.g. 9.0 for H100/H200, 8.9 for Ada."""
+
+    major: int
+    minor: int
+
+    @property
+    def number(self) -> int:
+        return self.major * 10 + self.minor
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @classmethod
+    def parse(cls, text: str) -> Device:
+        m = re.fullmatch(r"\s*(\d{1,2})\.(\d)\s*", text)
+        if not m:
+            raise ArchError(f"{text!r} is not a compute capability", hint="write it like 8.9 or 12.0")
+        return cls(int(m[1]), int(m[2]))
+
+
+# The device capabilities the farm reasons about (data, not code).
+KNOWN_DEVICES: tuple[Device, ...] = tuple(
+    Device(a, b)
+    for a, b in ((7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
+)
+
+# Example products per capability, for messages a maintainer can relate to.
+DEVICE_EXAMPLES: dict[Device, str] = {
+    Device(7, 5): "T4, RTX 20xx",
+    Device(8, 0): "A100",
+    Device(8, 6): "RTX 30xx, A10",
+    Device(8, 7): "Jetson Orin",
+    Device(8, 9): "RTX 40xx, L4, L40S",
+    Device(9, 0): "H100, H200",
+    Device(10, 0): "B200, GB200",
+    Device(10, 3): "B300",
+    Device(11, 0): "Jetson Thor",
+    Device(12, 0): "RTX 50xx, RTX PRO 6000",
+    Device(12, 1): "DGX Spark",
+}
+
+
+class ImageKind(enum.Enum):
+    SASS = "sass"
+    PTX_JIT = "ptx-jit"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the driver runs on ``device``: the image and the ``__CUDA_ARCH__`` its code sees."""
+
+    device: Device
+    kind: ImageKind
+    target: Target | None
+
+    @property
+    def cuda_arch(self) -> int | None:
+        return self.target.cuda_arch if self.target else None
+
+    def describe(self) -> str:
+        if self.target is None:
+            return "no image: cudaErrorNoKernelImageForDevice"
+        if self.kind is ImageKind.SASS:
+            return f"runs {self.target.name} SASS (__CUDA_ARCH__ {self.cuda_arch})"
+        return f"JIT-compiles {self.target.name} PTX (__CUDA_ARCH__ {self.cuda_arch})"
+
+
+def _sass_runs_on(t: Target, d: Device) -> bool:
+    if t.major != d.major or t.minor > d.minor:
+        return False
+    if t.variant is Variant.ARCH:
+        return t.minor == d.minor
+    return True  # plain and family-specific SASS: same major, minor <= D's
+
+
+def _ptx_runs_on(t: Target, d: Device) -> bool:
+    if t.variant is Variant.ARCH:
+        return t.number == d.number
+    if t.variant is Variant.FAMILY:
+        return t.major == d.major and t.minor <= d.minor
+    return t.number <= d.number
+
+
+_SPECIFICITY = {Variant.NONE: 0, Variant.FAMILY: 1, Variant.ARCH: 2}
+
+
+def pick_image(targets: Iterable[Target], device: Device) -> Choice:
+    """The image the driver picks for ``device`` among ``targets``."""
+    targets = list(targets)
+    key = lambda t: (t.number, _SPECIFICITY[t.variant])
+    sass = [t for t in targets if t.kind is Kind.SASS and _sass_runs_on(t, device)]
+    if sass:
+        return Choice(device, ImageKind.SASS, max(sass, key=key))
+    ptx = [t for t in targets if t.kind is Kind.PTX and _ptx_runs_on(t, device)]
+    if ptx:
+        return Choice(device, ImageKind.PTX_JIT, max(ptx, key=key))
+    return Choice(device, ImageKind.NONE, None)
+
+
+def explain(archs: ArchList | Iterable[Target], devices: Iterable[Device] = KNOWN_DEVICES) -> list[Choice]:
+    """The driver's choice for every device."""
+    targets = list(archs)
+    return [pick_image(targets, d) for d in devices]
+
+
+def claimed_devices(archs: ArchList, devices: Iterable[Device] = KNOWN_DEVICES) -> list[Device]:
+    """Devices a list claims to support: at or above its lowest arch (DESIGN §4.5)."""
+    lowest = archs.lowest
+    if lowest is None:
+        return []
+    return [d for d in devices if d.number >= lowest.number]

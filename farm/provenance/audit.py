@@ -1,0 +1,486 @@
+"""Audit and backfill: published wheels judged against their **own** provenance (DESIGN §4.9).
+
+A wheel's provenance is its embedded ``_build_info.json``, else its ledger entry (by sha256, then
+by file name). The verdicts:
+
+- ``ok``: the binary holds what its provenance says it was built for, and today's policy agrees;
+- ``wheel-wrong``: the binary differs from its provenance (or the ledger records other bytes
+  under its name): a defect;
+- ``config-moved``: the binary matches its provenance but today's policy resolves another list:
+  bump ``build_epoch`` to rebuild;
+- ``unledgered``: no provenance at all (``farm backfill`` records what inspection can say);
+- ``inferred``: its only provenance is a backfilled guess, which matches the binary.
+
+:func:`judge` is the pure core; :func:`wheel_facts` reads a wheel; :func:`today_from_config` is
+the one place that consults the current configuration.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+import shutil
+import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from farm.binary.wheelfile import SafeWheel
+from farm.errors import FarmError, LedgerError, ToolError, UsageError, WheelError
+from farm.provenance import buildinfo
+from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
+from farm.provenance.stamp import WheelName
+
+if TYPE_CHECKING:
+    from farm.model.config import FarmConfig
+
+_CHUNK = 1 << 20
+
+
+class Verdict(str, enum.Enum):
+    OK = "ok"
+    WHEEL_WRONG = "wheel-wrong"
+    CONFIG_MOVED = "config-moved"
+    UNLEDGERED = "unledgered"
+    INFERRED = "inferred"
+
+
+# today's expected list per extension for a provenance, or None when the config cannot say
+Today = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str] | None]
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    """What the file itself says: bytes, extension contents, embedded provenance."""
+
+    filename: str
+    location: str  # path or URL
+    sha256: str
+    size: int
+    found: Mapping[str, str]  # extension archive path -> canonical arch list (native reader)
+    extensions: Mapping[str, str]  # extension archive path -> sha256
+    embedded: Mapping[str, Any] | None
+    problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    filename: str
+    location: str
+    verdict: Verdict
+    source: str | None  # where the provenance came from: embedded | ledger | None
+    reasons: tuple[str, ...]
+    found: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"filename": self.filename, "location": self.location, "verdict": self.verdict.value,
+                "provenance_source": self.source, "reasons": list(self.reasons), "found": dict(self.found)}
+
+
+# -- the pure core --------------------------------------------------------------------------------
+def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, where: str, says: str,
+             holds: str) -> list[str]:
+    """Differences between a recorded per-extension map and the file's, one line each."""
+    if recorded is None:
+        return []
+    out = []
+    for path in sorted(set(recorded) | set(actual)):
+        if path not in actual:
+            out.append(f"{path}: in {where} but not in the wheel")
+        elif path not in recorded:
+            out.append(f"{path}: in the wheel but not in {where}")
+        elif recorded[path] != actual[path]:
+            out.append(f"{path}: {says} {recorded[path] or '(none)'}, {holds} {actual[path] or '(none)'}")
+    return out
+
+
+def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapping[str, str] | None,
+          *, ledger_sha256_for_name: str | None = None) -> AuditRow:
+    """The verdict for one wheel from its facts, its ledger entry and today's expected lists."""
+
+    def row(verdict: Verdict, source: str | None, reasons: list[str]) -> AuditRow:
+        return AuditRow(facts.filename, facts.location, verdict, source, tuple(reasons), facts.found)
+
+    if facts.problem:
+        return row(Verdict.WHEEL_WRONG, None, [facts.problem])
+    renamed = []  # listed after what the binary itself shows
+    if ledger_sha256_for_name is not None and ledger_sha256_for_name != facts.sha256:
+        renamed.append(f"the ledger records sha256 {ledger_sha256_for_name} for {facts.filename}; "
+                       f"this file is {facts.sha256}")
+    provenance, source = (facts.embedded, "embedded") if facts.embedded is not None else (ledger_entry, "ledger")
+    if provenance is None:
+        if renamed:
+            return row(Verdict.WHEEL_WRONG, "ledger", renamed)
+        return row(Verdict.UNLEDGERED, None, ["no embedded _build_info.json and no ledger entry"])
+
+    wrong: list[str] = []
+    if provenance.get("provenance") == buildinfo.ASSERTED:
+        assertion = provenance.get("assertion") or {}
+        if assertion.get("result") != "passed":
+            wrong.append(f"its provenance says the assertion {assertion.get('result') or 'never ran'}")
+    # A passed assertion recorded found == expected: one comparison names the difference once.
+    if provenance.get("found") is not None:
+        wrong += _compare(provenance.get("found"), facts.found, where="its provenance",
+                          says="recorded as holding", holds="the binary holds")
+    else:
+        wrong += _compare(provenance.get("expected"), facts.found, where="its provenance",
+                          says="built to hold", holds="the binary holds")
+    wrong += _compare(provenance.get("extensions"), facts.extensions, where="its provenance",
+                      says="recorded with sha256", holds="the file's is")
+    if facts.embedded is not None and ledger_entry is not None:
+        wrong += _compare(ledger_entry.get("found"), facts.found, where="the ledger",
+                          says="the ledger records", holds="the binary holds")
+    if provenance.get("provenance") == buildinfo.ASSERTED:
+        # A stamped wheel renamed to another cell (or epoch) claims what it was not built for.
+        wrong += [f"file name: {p}" for p in buildinfo.name_problems(facts.filename, provenance)]
+    wrong += renamed
+    if wrong:
+        return row(Verdict.WHEEL_WRONG, source, wrong)
+    if provenance.get("provenance") == buildinfo.INFERRED:
+        return row(Verdict.INFERRED, source, ["provenance was inferred by backfill, not asserted at build time"])
+    if today is not None:
+        built = provenance.get("expected") or {}
+        moved = [f"{p}: built for {built.get(p) or '(none)'}, today's policy resolves {today[p] or '(none)'}"
+                 for p in sorted(today) if today[p] != built.get(p)]
+        if moved:
+            return row(Verdict.CONFIG_MOVED, source, moved + ["bump build_epoch to rebuild"])
+        return row(Verdict.OK, source, [])
+    return row(Verdict.OK, source, ["not compared with today's policy (no config for this cell)"])
+
+
+# -- reading a wheel ------------------------------------------------------------------------------
+def _hash_member(wheel: SafeWheel, name: str) -> str:
+    digest = hashlib.sha256()
+    with wheel.zip.open(name) as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
+    """Inspect ``path`` (native reader), hash it and its extensions, read its provenance.
+
+    An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
+    thousands of wheels one broken file is a finding, not the end of the sweep.
+    """
+    from farm.binary.inspection import inspect_wheel
+
+    path = Path(path)
+    location = location or str(path)
+    sha256 = buildinfo.sha256_file(path)
+    size = path.stat().st_size
+    embedded = None
+    try:
+        WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
+        inspection = inspect_wheel(path, "native")
+        found = {so.path: so.found.canonical() for so in inspection.extensions}
+        with SafeWheel(path) as wheel:
+            extensions = {name: _hash_member(wheel, name) for name in found}
+            dist_info = wheel.dist_info()
+            member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
+            if dist_info and member in wheel.names():
+                embedded = buildinfo.loads(wheel.read(member), where=f"{location}!{member}")
+    except ToolError:
+        raise  # the environment, not the wheel
+    except FarmError as exc:
+        return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
+    return WheelFacts(path.name, location, sha256, size, found, extensions, embedded)
+
+
+def _problem(exc: FarmError, path: Path, location: str) -> str:
+    """The error with its place inside the wheel (``member: what``); the wheel itself is named
+    beside it already. Its fix follows on a second line."""
+    where = exc.where or ""
+    for wheel in (location, str(path)):
+        if where.startswith(wheel):
+            where = where[len(wheel):].lstrip("!")
+            break
+    text = f"{where}: {exc.message}" if where else exc.message
+    return f"{text}\n  fix: {exc.hint}" if exc.hint else text
+
+
+# -- today's policy (the config glue) -------------------------------------------------------------
+def today_from_config(config: FarmConfig) -> Today:
+    """Today's expected list per extension for a provenance's cell, from ``config``."""
+    from farm.binary.assertion import Expected
+    from farm.model.cells import Cell, extension_lists, resolve_arch
+
+    def today(provenance: Mapping[str, Any], paths: Iterable[str]) -> Mapping[str, str] | None:
+        package, cell = provenance.get("package"), provenance.get("cell") or {}
+        if not package or package not in config.recipes or not all(cell.get(k) for k in
+                                                                    ("cuda", "torch", "python", "platform")):
+            return None
+        recipe = config.recipes[package]
+        try:
+            resolution = resolve_arch(config, recipe, Cell(package, str(provenance.get("version")), cell["cuda"],
+                                                            cell["torch"], cell["python"], cell["platform"]))
+        except (FarmError, KeyError):
+            return None
+        if resolution is None:
+            return None
+        expected = Expected(resolution.archs, per_extension=extension_lists(recipe))
+        return {p: expected.for_extension(p)[0].canonical() for p in paths}
+
+    return today
+
+
+# -- where wheels are: a folder or an index -------------------------------------------------------
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.links.append(href)
+
+
+# Nothing a real index serves is larger: a page lists links; GitHub caps an asset below 2 GiB.
+MAX_PAGE_BYTES = 64 << 20
+MAX_WHEEL_BYTES = 2 << 30
+
+
+def _fetch(url: str, timeout: float) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data = resp.read(MAX_PAGE_BYTES + 1)
+    except OSError as exc:
+        raise ToolError(f"cannot fetch {url}: {exc}", hint="check the index URL and the network") from exc
+    if len(data) > MAX_PAGE_BYTES:
+        raise WheelError(f"index page larger than {MAX_PAGE_BYTES >> 20} MiB", where=url,
+                         hint="point the audit at a PEP 503 index (project pages of links)")
+    return data
+
+
+def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list[tuple[str, str | None]]:
+    """(wheel URL, sha256 from its ``#sha256=`` fragment or None) for every wheel under a PEP 503
+    index ``url``: pages are followed below ``url`` only, at most ``max_depth`` levels deep."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise UsageError(f"{url!r} is not an http(s) index URL")
+    base = url if url.endswith("/") else url + "/"
+    seen_pages: set[str] = set()
+    wheels: dict[str, str | None] = {}
+    pending = [(base, 0)]
+    while pending:
+        page, depth = pending.pop()
+        if page in seen_pages:
+            continue
+        seen_pages.add(page)
+        parser = _Links()
+        parser.feed(_fetch(page, timeout).decode("utf-8", "replace"))
+        for href in parser.links:
+            target = urllib.parse.urljoin(page, href)
+            clean, _, frag = target.partition("#")
+            if PurePosixPath(urllib.parse.urlsplit(clean).path).name.endswith(".whl"):
+                m = re.match(r"sha256=([0-9a-f]{64})$", frag)
+                wheels.setdefault(clean, m.group(1) if m else None)
+            elif clean.startswith(base) and clean.endswith("/") and depth < max_depth:
+                pending.append((clean, depth + 1))
+    return sorted(wheels.items())
+
+
+def _download(url: str, dest: Path, timeout: float) -> str:
+    """Stream ``url`` to ``dest``; return its sha256."""
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, dest.open("wb") as out:
+            size = 0
+            while chunk := resp.read(_CHUNK):
+                size += len(chunk)
+                if size > MAX_WHEEL_BYTES:
+                    raise WheelError(f"larger than {MAX_WHEEL_BYTES >> 30} GiB: not a wheel any target publishes",
+                                     where=url, hint="check what the index links to")
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        raise ToolError(f"cannot download {url}: {exc}", hint="check the index and the network") from exc
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Located:
+    path: Path
+    location: str
+    problem: str | None = None
+
+
+def _safe_name(name: str) -> bool:
+    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
+
+
+def iter_wheels(where: str, *, timeout: float = 60.0) -> Iterator[Located]:
+    """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL.
+
+    Index wheels are downloaded one at a time into a private temporary folder and removed after
+    use, so a sweep over thousands of assets needs the disk of one.
+    """
+    if where.startswith(("http://", "https://")):
+        tmp = Path(tempfile.mkdtemp(prefix="farm-audit-"))
+        try:
+            for url, sha256 in index_wheels(where, timeout=timeout):
+                name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
+                if not _safe_name(name):
+                    # "..%2F..%2Fx.whl" must not become a path outside tmp: not even downloaded.
+                    dest = tmp / "unsafe-file-name.whl"
+                    dest.touch()
+                    yield Located(dest, url, f"the index links a file named {name!r}, which is not a plain "
+                                             "file name")
+                else:
+                    dest = tmp / name
+                    try:
+                        got = _download(url, dest, timeout)
+                    except WheelError as exc:  # oversized: a finding about this link, not the end of the audit
+                        dest.write_bytes(b"")
+                        yield Located(dest, url, exc.message)
+                    else:
+                        problem = (f"the index says sha256 {sha256}, the served file is {got}"
+                                   if sha256 and sha256 != got else None)
+                        yield Located(dest, url, problem)
+                dest.unlink(missing_ok=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    path = Path(where)
+    if path.is_file() and path.suffix == ".whl":
+        yield Located(path, str(path))
+    elif path.is_dir():
+        for wheel in sorted(path.rglob("*.whl")):
+            yield Located(wheel, str(wheel))
+    else:
+        raise UsageError(f"{where}: not a wheel, a folder or an http(s) index URL",
+                         hint="pass a folder of wheels, a .whl file or an index URL")
+
+
+# -- audit ----------------------------------------------------------------------------------------
+def _facts(located: Located) -> WheelFacts:
+    facts = wheel_facts(located.path, location=located.location)
+    if located.problem:
+        return WheelFacts(facts.filename, facts.location, facts.sha256, facts.size, facts.found,
+                          facts.extensions, facts.embedded, problem=located.problem)
+    return facts
+
+
+def _ledger_entry(ledger: LedgerIndex, facts: WheelFacts) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The ledger entry with this wheel's bytes, and the sha256 recorded for its file name."""
+    by_name = ledger.by_filename(facts.filename)
+    rec = ledger.by_sha256(facts.sha256)
+    entry = None
+    if rec is not None:
+        entry = ledger.entry(rec)
+        # The verdict reads its nested fields: they must have the schema's types.
+        buildinfo.validate(entry, where=f"{ledger.path}:{rec.line}", error=LedgerError)
+    return entry, by_name.sha256 if by_name is not None else None
+
+
+def audit(where: str, ledger: LedgerIndex, today: Today | None = None, *,
+          progress: Callable[[AuditRow], None] | None = None) -> list[AuditRow]:
+    """One row per wheel under ``where``; ``progress`` sees each row as it is made."""
+    rows = []
+    for located in iter_wheels(where):
+        facts = _facts(located)
+        entry, name_sha = _ledger_entry(ledger, facts)
+        provenance = facts.embedded if facts.embedded is not None else entry
+        today_map = None
+        if today is not None and provenance is not None and provenance.get("provenance") == buildinfo.ASSERTED:
+            today_map = today(provenance, facts.found)
+        rows.append(judge(facts, entry, today_map, ledger_sha256_for_name=name_sha))
+        if progress is not None:
+            progress(rows[-1])
+    return rows
+
+
+# -- backfill -------------------------------------------------------------------------------------
+_LOCAL_LABEL = re.compile(r"^cu(?P<cuda>\d{3})(?:torch(?P<torch>\d+\.\d+))?$")
+
+
+def inferred_cell(name: WheelName) -> dict[str, str | None]:
+    """What a wheel's name says of its cell; ``None`` for what it does not say."""
+    from farm.provenance.postbuild import cell_platform, cell_python
+
+    cuda = torch = None
+    m = _LOCAL_LABEL.match(name.local or "")
+    if m:
+        digits = m["cuda"]
+        cuda = f"{digits[:2]}.{digits[2:]}"
+        torch = m["torch"] or "none"  # farm's label drops torch for torch-free packages
+    try:
+        python: str | None = cell_python(name)
+    except WheelError:
+        python = None
+    try:
+        platform: str | None = cell_platform(name)
+    except WheelError:
+        platform = None
+    return {"cuda": cuda, "torch": torch, "python": python, "platform": platform}
+
+
+def inferred_entry(facts: WheelFacts, *, package: str | None = None) -> dict[str, Any]:
+    """The ledger entry backfill writes: inspection and the name, nothing guessed beyond them."""
+    name = WheelName.parse(facts.filename)
+    info = buildinfo.inferred_build_info(
+        dist=name.dist, version=name.public_version, cell=inferred_cell(name), found=facts.found,
+        extensions=facts.extensions, package=package,
+    )
+    published = []
+    if facts.location.startswith(("http://", "https://")):
+        published.append({"target": urllib.parse.urlsplit(facts.location).netloc, "url": facts.location})
+    return {**info, "filename": facts.filename, "sha256": facts.sha256, "size": facts.size, "published": published}
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    ledger: Path
+    added: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]  # (filename, why)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ledger": str(self.ledger), "added": list(self.added),
+                "skipped": [{"filename": f, "reason": r} for f, r in self.skipped]}
+
+
+def _package_for(config: FarmConfig | None, dist: str) -> str | None:
+    if config is None:
+        return None
+    from packaging.utils import canonicalize_name
+
+    matches = [r.name for r in config.recipes.values() if canonicalize_name(r.dist) == canonicalize_name(dist)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def backfill(where: str, ledger_path: Path, *, config: FarmConfig | None = None) -> BackfillResult:
+    """Write ``inferred`` ledger entries for the wheels under ``where`` that have no provenance.
+
+    Entries go through fragments and the ledger's locked merge, like every other ledger write.
+    """
+    ledger_path = Path(ledger_path)
+    ledger = LedgerIndex.load(ledger_path) if ledger_path.exists() else LedgerIndex.empty()
+    skipped: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="farm-backfill-") as tmp:
+        fragments = Path(tmp)
+        for located in iter_wheels(where):
+            facts = _facts(located)
+            entry, name_sha = _ledger_entry(ledger, facts)
+            if facts.problem:
+                skipped.append((facts.filename, f"unreadable: {facts.problem}"))
+            elif facts.embedded is not None:
+                skipped.append((facts.filename, "has embedded provenance"))
+            elif entry is not None or name_sha is not None:
+                skipped.append((facts.filename, "already in the ledger"))
+            else:
+                name = WheelName.parse(facts.filename)
+                try:
+                    write_fragment(inferred_entry(facts, package=_package_for(config, name.dist)), fragments)
+                except LedgerError as exc:  # the same file name twice with other bytes
+                    skipped.append((facts.filename, str(exc)))
+        if not any(fragments.iterdir()):
+            return BackfillResult(ledger_path, (), tuple(skipped))
+        result = merge_fragments(ledger_path, fragments)
+    skipped += [(f, "already in the ledger") for f in result.already]
+    return BackfillResult(ledger_path, result.added, tuple(skipped))

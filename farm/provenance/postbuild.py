@@ -1,0 +1,304 @@
+"""Postbuild: assert, then stamp, then write the ledger fragment.
+
+The core (:func:`postbuild_wheel`) takes explicit values: the cell, what each extension must
+hold, the effective epoch, the hashes, the source, the run and the toolchain (a
+:class:`BuildContext`). :func:`context_from_config` is the one place that reads the farm's
+configuration and the environment to make that context.
+
+A wheel that fails the assertion produces nothing in the output folder: no stamped wheel, no
+fragment. The fragment is written beside the stamped wheel (``<wheel>.ledger.json``), where the
+upload gate looks for it, unless another folder is given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from farm.errors import UsageError, WheelError
+from farm.model.cells import NO_TORCH, Cell, local_version
+from farm.provenance import buildinfo
+from farm.provenance.ledger import write_fragment
+from farm.provenance.stamp import Relabel, StampResult, WheelName, stamp_wheel
+
+if TYPE_CHECKING:
+    from farm.binary.assertion import AssertionReport, Expected
+    from farm.model.config import FarmConfig, Recipe
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything about a wheel's build that is not in the wheel itself."""
+
+    cell: Cell
+    expected: Expected
+    requested: str  # the arch list as written in the config
+    build_epoch: int  # effective: _defaults.yml + recipe
+    defaults_sha256: str | None
+    recipe_sha256: str | None
+    source: Mapping[str, Any] | None
+    run: Mapping[str, Any]
+    toolchain: Mapping[str, Any]
+    requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
+
+    @property
+    def build_tag(self) -> str | None:
+        return str(self.build_epoch) if self.build_epoch > 0 else None
+
+
+@dataclass(frozen=True)
+class PostbuildResult:
+    wheel: Path
+    report: AssertionReport
+    stamped: StampResult | None = None
+    fragment: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wheel": str(self.wheel),
+            "passed": self.passed,
+            "assertion": self.report.to_json(),
+            "stamped": str(self.stamped.path) if self.stamped else None,
+            "sha256": self.stamped.sha256 if self.stamped else None,
+            "fragment": str(self.fragment) if self.fragment else None,
+        }
+
+
+# -- wheel tags -> cell fields (pure) -----------------------------------------------------------
+def cell_python(name: WheelName) -> str:
+    """``cp311`` for a version-specific wheel, ``abi3`` for a stable-ABI one."""
+    if name.abi == "abi3":
+        return "abi3"
+    if "." in name.python or not name.python.startswith("cp"):
+        raise WheelError(f"python tag {name.python!r} is not one CPython version", where=name.filename,
+                         hint="farm builds one wheel per CPython version (or abi3)")
+    return name.python
+
+
+def cell_platform(name: WheelName) -> str:
+    """The farm platform of a wheel's platform tag(s): ``manylinux_2_28_x86_64`` -> ``linux_x86_64``."""
+    found = set()
+    for tag in name.platform.split("."):
+        if tag == "win_amd64":
+            found.add("win_amd64")
+        elif tag.startswith(("linux_", "manylinux", "musllinux")) and tag.endswith(("_x86_64", "_aarch64")):
+            found.add("linux_x86_64" if tag.endswith("_x86_64") else "linux_aarch64")
+        else:
+            raise WheelError(f"platform tag {tag!r} is not one farm builds for", where=name.filename)
+    if len(found) != 1:
+        raise WheelError(f"platform tags {name.platform!r} name {len(found)} platforms", where=name.filename)
+    return found.pop()
+
+
+def check_wheel_matches_cell(name: WheelName, cell: Cell, dist: str) -> None:
+    """The builder's wheel must be the cell's: same project, version, python and platform."""
+    problems = []
+    if canonicalize_name(name.dist) != canonicalize_name(dist):
+        problems.append(f"project {name.dist!r} is not the recipe's {dist!r}")
+    if Version(name.version).public != Version(cell.version).public:
+        problems.append(f"version {name.version} is not the recipe's {cell.version}")
+    if cell_python(name) != cell.python:
+        problems.append(f"python {cell_python(name)} is not the cell's {cell.python}")
+    if cell_platform(name) != cell.platform:
+        problems.append(f"platform {cell_platform(name)} is not the cell's {cell.platform}")
+    if problems:
+        raise UsageError(f"this wheel is not cell {cell.id}: " + "; ".join(problems), where=name.filename,
+                         hint="pass the wheel the cell's build produced, or the right --package/--cuda/--torch")
+
+
+# -- the core -------------------------------------------------------------------------------------
+def check_wheel(wheel: Path, context: BuildContext, *, dist: str, cuobjdump: Path | None = None) -> AssertionReport:
+    """The assertion alone: is ``wheel`` the cell's, and does it hold exactly what was asked for?"""
+    from farm.binary.assertion import (
+        assert_wheel,  # the assertion pulls in both readers
+    )
+
+    wheel = Path(wheel)
+    check_wheel_matches_cell(WheelName.parse(wheel.name), context.cell, dist)
+    return assert_wheel(wheel, context.expected, cuobjdump=cuobjdump)
+
+
+def postbuild_wheel(
+    wheel: Path,
+    out_dir: Path,
+    context: BuildContext,
+    *,
+    dist: str,
+    fragments_dir: Path | None = None,
+    cuobjdump: Path | None = None,
+) -> PostbuildResult:
+    """Assert ``wheel`` against ``context.expected``; if it passes, stamp it into ``out_dir`` and
+    write its ledger fragment. The input wheel is never modified."""
+    report = check_wheel(wheel, context, dist=dist, cuobjdump=cuobjdump)
+    if not report.passed:
+        return PostbuildResult(Path(wheel), report)
+    return stamp_asserted(wheel, out_dir, context, report, fragments_dir=fragments_dir)
+
+
+def stamp_asserted(
+    wheel: Path,
+    out_dir: Path,
+    context: BuildContext,
+    report: AssertionReport,
+    *,
+    fragments_dir: Path | None = None,
+) -> PostbuildResult:
+    """Stamp a wheel whose assertion passed, and write its fragment."""
+    if not report.passed:
+        raise ValueError("stamp_asserted takes a passed assertion report")
+    wheel = Path(wheel)
+    name = WheelName.parse(wheel.name)
+    tools = report.tools.to_json()
+    cell = context.cell
+
+    def make_info(relabel: Relabel, hashes: Mapping[str, str]) -> dict[str, Any]:
+        # Paths as they are in the stamped wheel (a .data/ folder is renamed with the version).
+        per_so = {relabel.member(e.path): e for e in report.extensions}
+        info = buildinfo.make_build_info(
+            package=cell.package,
+            dist=name.dist,
+            version=name.public_version,
+            cell=cell.as_dict(),
+            build_epoch=context.build_epoch,
+            requested=context.requested,
+            normalised=context.expected.default.canonical(),
+            expected={p: so.expected.canonical() for p, so in per_so.items()},
+            found={p: so.found.canonical() for p, so in per_so.items()},
+            tools=tools,
+            defaults_sha256=context.defaults_sha256,
+            recipe_sha256=context.recipe_sha256,
+            run=context.run,
+            source=context.source,
+            toolchain=context.toolchain,
+            extensions={p: hashes[p] for p in per_so},
+        )
+        buildinfo.validate(info, where=str(wheel))
+        return info
+
+    stamped = stamp_wheel(wheel, out_dir, local=local_version(cell), build_tag=context.build_tag,
+                          build_info=make_info, requires=context.requires_dist)
+    assert stamped.build_info is not None
+    entry = {**stamped.build_info, "filename": stamped.filename, "sha256": stamped.sha256,
+             "size": stamped.size, "published": []}
+    try:
+        fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else Path(out_dir))
+    except BaseException:
+        # A stamped wheel without its fragment would be refused at upload: leave neither
+        # (but never remove a file an earlier run made).
+        if stamped.created:
+            stamped.path.unlink(missing_ok=True)
+        raise
+    return PostbuildResult(wheel, report, stamped, fragment)
+
+
+# -- the config glue ------------------------------------------------------------------------------
+def _source_of(recipe: Recipe) -> dict[str, Any]:
+    from farm.model.config import GitSource, PathSource, SdistSource
+
+    src = recipe.source
+    if isinstance(src, GitSource):
+        # A recipe pins a tag or a full commit; a 40-hex ref is the commit itself.
+        commit = src.ref if len(src.ref) == 40 and all(c in "0123456789abcdef" for c in src.ref) else None
+        return buildinfo.git_source(src.repo, src.ref, commit)
+    if isinstance(src, SdistSource):
+        return buildinfo.sdist_source(src.name, src.version, src.sha256)
+    if isinstance(src, PathSource):
+        from farm.source.fetch import tree_sha256
+
+        return buildinfo.path_source(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
+    raise TypeError(f"unknown source {src!r}")
+
+
+def recipe_for_wheel(config: FarmConfig, name: WheelName, package: str | None) -> Recipe:
+    if package is not None:
+        return config.recipe(package)
+    want = canonicalize_name(name.dist)
+    matches = [r for r in config.recipes.values() if canonicalize_name(r.dist) == want]
+    if len(matches) != 1:
+        raise UsageError(
+            f"{len(matches) or 'no'} recipes build project {name.dist!r}", where=name.filename,
+            hint="pass --package NAME",
+        )
+    return matches[0]
+
+
+def cuda_line(cuda_home: Path) -> str:
+    """``13.0`` from the toolkit's nvcc."""
+    major, minor, *_ = buildinfo.nvcc_version(cuda_home).split(".")
+    return f"{major}.{minor}"
+
+
+def context_from_config(
+    config: FarmConfig,
+    wheel: Path,
+    *,
+    package: str | None = None,
+    cuda: str | None = None,
+    torch: str | None = None,
+    cuda_home: Path | None = None,
+    builder: str | None = None,
+    source: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[BuildContext, Recipe]:
+    """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
+
+    ``cuda`` defaults to the line of ``cuda_home``'s nvcc; ``torch`` to the installed torch's minor
+    (``none`` for recipes that do not link torch). ``source`` defaults to the recipe's pinned
+    source (with the tree hash of a path source); a builder that fetched a git or sdist source
+    passes the fetched tree's description, which holds the resolved commit.
+    """
+    from farm.binary.assertion import Expected
+    from farm.model.cells import extension_lists, resolve_arch
+
+    env = os.environ if env is None else env
+    name = WheelName.parse(Path(wheel).name)
+    recipe = recipe_for_wheel(config, name, package)
+    if cuda_home is None and env.get("CUDA_HOME"):
+        cuda_home = Path(env["CUDA_HOME"])
+    if cuda is None:
+        if cuda_home is None:
+            raise UsageError("which CUDA line was this wheel built for?", where=name.filename,
+                             hint="pass --cuda X.Y or set CUDA_HOME to the toolkit the build used")
+        cuda = cuda_line(cuda_home)
+    if not recipe.links_torch:
+        if torch not in (None, NO_TORCH):
+            raise UsageError(f"{recipe.name} does not link torch, but --torch {torch} was given",
+                             where=recipe.display, hint="drop --torch, or set links_torch: true in the recipe")
+        torch = NO_TORCH
+    elif torch is None:
+        installed = buildinfo.installed_torch()
+        if installed is None:
+            raise UsageError(f"{recipe.name} links torch: which torch was it built against?",
+                             where=name.filename, hint="pass --torch M.m")
+        v = Version(installed)
+        torch = f"{v.major}.{v.minor}"
+    cell = Cell(recipe.name, recipe.version, cuda, torch, cell_python(name), cell_platform(name))
+    resolution = resolve_arch(config, recipe, cell)
+    if resolution is None:
+        raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
+                         hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
+    expected = Expected(resolution.archs, per_extension=extension_lists(recipe),
+                        allow_no_extensions=recipe.jit, cuda_package=True)
+    context = BuildContext(
+        cell=cell,
+        expected=expected,
+        requested=resolution.spec.text,
+        build_epoch=config.effective_epoch(recipe),
+        defaults_sha256=config.defaults.sha256,
+        recipe_sha256=recipe.sha256,
+        source=source if source is not None else _source_of(recipe),
+        run=buildinfo.run_from_env(env),
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch),
+        requires_dist=recipe.requires_dist,
+    )
+    return context, recipe

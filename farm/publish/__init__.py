@@ -1,0 +1,43 @@
+"""Publishing asserted wheels: the gate, then the targets (static index, GitHub, twine).
+
+- :mod:`farm.publish.gate`: every wheel checked before anything is sent.
+- :mod:`farm.publish.index`: the static PEP 503 tree and its regeneration from the ledger.
+- :mod:`farm.publish.github`: the pure ``gh`` planner and its runner.
+- :mod:`farm.publish.twine`: any PyPI-compatible repository.
+- :mod:`farm.publish.targets`: ``_defaults.yml`` ``publish:`` settings.
+- :mod:`farm.publish.publish`: the order of it all, and the ledger updates.
+"""
+
+from __future__ import annotations
+
+from farm.publish.gate import Check, GatedWheel, GateResult, Refusal, Vouchers, run_gate
+from farm.publish.publish import TargetOutcome, UploadReport, regenerate_index, upload
+from farm.publish.targets import (
+    GithubSettings,
+    IndexSettings,
+    TargetKind,
+    TargetSettings,
+    TwineSettings,
+    parse_targets,
+    select,
+)
+
+__all__ = [
+    "Check",
+    "GateResult",
+    "GatedWheel",
+    "GithubSettings",
+    "IndexSettings",
+    "Refusal",
+    "TargetKind",
+    "TargetOutcome",
+    "TargetSettings",
+    "TwineSettings",
+    "UploadReport",
+    "Vouchers",
+    "parse_targets",
+    "regenerate_index",
+    "run_gate",
+    "select",
+    "upload",
+]

@@ -1,0 +1,268 @@
+"""The upload gate: every wheel of a batch is checked before anything is sent.
+
+For each wheel: its embedded ``_build_info.json`` says ``asserted`` and ``passed``; its file name
+agrees with the cell that provenance describes; a ledger entry or fragment holds this exact
+sha256 (and the same file name and provenance), and no other under this name; a fresh native
+inspection finds exactly the recorded targets, in extensions with the recorded sha256. One refused wheel refuses the whole batch: a partial upload leaves an index
+that offers some cells and not others, which is worse than none.
+
+:func:`judge` is the pure core (facts in, refusals out); :func:`run_gate` gathers the facts.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm.model.arch import ArchList
+from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, name_problems
+from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
+
+
+class Check(str, enum.Enum):
+    READABLE = "readable"
+    STAMPED = "stamped"
+    ASSERTED = "asserted"
+    NAME = "name"
+    LEDGER = "ledger"
+    INSPECTION = "inspection"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    wheel: str
+    check: Check
+    message: str
+    fix: str
+
+    def line(self) -> str:
+        return f"{self.wheel}: {self.check.value}: {self.message}; fix: {self.fix}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"wheel": self.wheel, "check": self.check.value, "message": self.message, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class GatedWheel:
+    """A wheel that passed: its facts, and the ledger entry (or fragment) that vouches for it."""
+
+    path: Path
+    filename: str
+    sha256: str
+    size: int
+    build_info: Mapping[str, Any]
+    entry: Mapping[str, Any]
+    entry_source: str  # "ledger" or "fragment"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: tuple[GatedWheel, ...]
+    refused: tuple[Refusal, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+    def lines(self) -> list[str]:
+        return [r.line() for r in self.refused]
+
+
+# --------------------------------------------------------------------------------------------
+# Pure core
+# --------------------------------------------------------------------------------------------
+_FIX_POSTBUILD = "run `farm postbuild WHEEL --out DIR` on the built wheel and upload its output"
+_FIX_REBUILD = "rebuild the cell (`farm build`); a wheel changed after postbuild is never uploaded"
+
+
+def _archs(text: str | None) -> frozenset[str]:
+    if not text:
+        return frozenset()
+    return frozenset(ArchList.parse(text).names())
+
+
+def found_difference(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """Per extension, how the fresh inspection differs from the recorded ``found`` (empty: equal)."""
+    out: list[str] = []
+    for so in sorted(set(recorded) | set(now)):
+        if so not in now:
+            out.append(f"{so} is recorded but not in the wheel")
+            continue
+        if so not in recorded:
+            out.append(f"{so} is in the wheel but not recorded")
+            continue
+        want, have = _archs(recorded[so]), _archs(now[so])
+        if want != have:
+            missing = ";".join(sorted(want - have)) or "-"
+            extra = ";".join(sorted(have - want)) or "-"
+            out.append(f"{so}: missing {missing}, extra {extra}")
+    return out
+
+
+def judge(
+    filename: str,
+    sha256: str,
+    info: Mapping[str, Any] | None,
+    entry: Mapping[str, Any] | None,
+    same_name_sha256: str | None,
+    found_now: Mapping[str, str] | None,
+    extensions_now: Mapping[str, str] | None = None,
+) -> list[Refusal]:
+    """Every reason to refuse one wheel, from facts already gathered.
+
+    ``entry``: the ledger entry or fragment with this sha256 (None: none has it).
+    ``same_name_sha256``: the sha256 the ledger (else a fragment) records for this file name, if any.
+    ``found_now`` / ``extensions_now``: per extension, the targets and the sha256 the wheel holds now.
+    """
+    def refuse(check: Check, message: str, fix: str) -> Refusal:
+        return Refusal(filename, check, message, fix)
+
+    if info is None:
+        return [refuse(Check.STAMPED, f"no .dist-info/{BUILD_INFO_NAME}: the wheel was never asserted",
+                       _FIX_POSTBUILD)]
+    out: list[Refusal] = []
+    provenance = info.get("provenance")
+    result = (info.get("assertion") or {}).get("result")
+    if provenance != "asserted" or result != "passed":
+        out.append(refuse(Check.ASSERTED,
+                          f"provenance is {provenance!r} and the assertion {result!r}; only asserted, "
+                          "passed wheels are published",
+                          "rebuild with `farm build` so the post-build assertion runs and passes"))
+    else:
+        # A passed assertion found exactly what was expected: a provenance that says otherwise
+        # was not written by postbuild.
+        unmet = found_difference(info.get("expected") or {}, info.get("found") or {})
+        if unmet:
+            out.append(refuse(Check.ASSERTED,
+                              "its provenance says passed, but its recorded expected and found targets "
+                              "differ: " + "; ".join(unmet), _FIX_REBUILD))
+    problems = name_problems(filename, info)
+    if problems:
+        out.append(refuse(Check.NAME, "file name does not match its provenance: " + "; ".join(problems),
+                          "upload the file postbuild wrote, unrenamed; a wheel of another cell is never "
+                          "relabelled by hand"))
+    if entry is None:
+        if same_name_sha256 is not None:
+            out.append(refuse(Check.LEDGER,
+                              f"the ledger records {filename} with sha256 {same_name_sha256}, this file "
+                              f"has {sha256}: it changed after postbuild", _FIX_REBUILD))
+        else:
+            out.append(refuse(Check.LEDGER, f"no ledger entry or fragment has sha256 {sha256}",
+                              "upload the fragment postbuild wrote beside the wheel "
+                              f"(<wheel>{FRAGMENT_SUFFIX}), or run `farm postbuild` again"))
+    else:
+        if same_name_sha256 not in (None, sha256):
+            # This build's fragment vouches for it, but the name is already taken in the ledger.
+            out.append(refuse(Check.LEDGER,
+                              f"the ledger already records {filename} with sha256 {same_name_sha256}; this "
+                              f"file ({sha256}) is another build under the same name",
+                              "a published name is never reused: bump build_epoch and rebuild"))
+        if entry.get("filename") != filename:
+            out.append(refuse(Check.LEDGER,
+                              f"sha256 {sha256} is recorded for {entry.get('filename')!r}, not this name",
+                              "upload the file under the name postbuild gave it"))
+        # The entry is the embedded object plus the ledger's own keys: anything else that
+        # differs means the two were not written by one postbuild.
+        keys = sorted((set(entry) | set(info)) - set(LEDGER_KEYS))
+        differ = [k for k in keys if entry.get(k) != info.get(k)]
+        if differ:
+            out.append(refuse(Check.LEDGER,
+                              f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
+                              "(a wheel from another cell?)", _FIX_REBUILD))
+    if found_now is not None:
+        diff = found_difference(info.get("found") or {}, found_now)
+        if diff:
+            out.append(refuse(Check.INSPECTION,
+                              "re-inspection differs from the recorded targets: " + "; ".join(diff),
+                              _FIX_REBUILD))
+    if extensions_now is not None:
+        # Same targets but other code (an extension swapped after postbuild) shows here.
+        recorded = info.get("extensions") or {}
+        swapped = sorted(so for so in set(recorded) & set(extensions_now) if recorded[so] != extensions_now[so])
+        if swapped:
+            out.append(refuse(Check.INSPECTION,
+                              "extension(s) differ from the sha256 recorded at postbuild: " + ", ".join(swapped),
+                              _FIX_REBUILD))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# I/O shell
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Vouchers:
+    """Where the gate looks for a wheel's ledger entry: the committed ledger and new fragments."""
+
+    ledger: LedgerIndex
+    fragments: Mapping[str, Mapping[str, Any]]  # sha256 -> entry
+
+    @classmethod
+    def load(cls, ledger_path: Path | None, fragment_dirs: Iterable[Path]) -> Vouchers:
+        exists = ledger_path is not None and ledger_path.exists()
+        index = LedgerIndex.load(ledger_path) if exists else LedgerIndex.empty()  # type: ignore[arg-type]
+        fragments: dict[str, Mapping[str, Any]] = {}
+        for directory in fragment_dirs:
+            if directory.is_dir():
+                for frag in sorted(directory.glob(f"*{FRAGMENT_SUFFIX}")):
+                    entry, rec = read_fragment(frag)
+                    fragments.setdefault(rec.sha256, entry)
+        return cls(index, fragments)
+
+    def by_sha256(self, sha256: str) -> tuple[Mapping[str, Any] | None, str]:
+        """The entry with this sha256 and where it came from: the ledger first (it holds what
+        was already published), else a fragment of this batch."""
+        rec = self.ledger.by_sha256(sha256)
+        if rec is not None:
+            return self.ledger.entry(rec), "ledger"
+        if sha256 in self.fragments:
+            return self.fragments[sha256], "fragment"
+        return None, ""
+
+    def by_filename(self, filename: str) -> Mapping[str, Any] | None:
+        rec = self.ledger.by_filename(filename)
+        if rec is not None:
+            return self.ledger.entry(rec)
+        for entry in self.fragments.values():
+            if entry.get("filename") == filename:
+                return entry
+        return None
+
+    def sha256_of_name(self, filename: str) -> str | None:
+        entry = self.by_filename(filename)
+        return str(entry.get("sha256")) if entry is not None else None
+
+
+def run_gate(wheels: Iterable[Path], vouchers: Vouchers) -> GateResult:
+    """Check every wheel; nothing is sent by the caller unless ``result.ok``."""
+    from farm.provenance.audit import (
+        wheel_facts,  # one reading of a wheel for the gate and the audit
+    )
+
+    passed: list[GatedWheel] = []
+    refused: list[Refusal] = []
+    for path in sorted(Path(p) for p in wheels):
+        name = path.name
+        # The bytes' sha256, the native reader's targets and each extension's sha256 now, and the
+        # embedded provenance (schema-checked, so a hostile file cannot crash the judge).
+        facts = wheel_facts(path)
+        if facts.problem:
+            refused.append(Refusal(name, Check.READABLE, f"cannot read the wheel: {_first_line(facts.problem)}",
+                                   _FIX_REBUILD))
+            continue
+        entry, source = vouchers.by_sha256(facts.sha256)
+        problems = judge(name, facts.sha256, facts.embedded, entry, vouchers.sha256_of_name(name), facts.found,
+                         facts.extensions)
+        if problems:
+            refused.extend(problems)
+        else:
+            assert entry is not None and facts.embedded is not None
+            passed.append(GatedWheel(path, name, facts.sha256, facts.size, facts.embedded, entry, source))
+    return GateResult(tuple(passed), tuple(refused))
+
+
+def _first_line(text: str) -> str:
+    """A refusal is one line (its fix comes after it)."""
+    return text.splitlines()[0]

@@ -1,0 +1,416 @@
+"""A static PEP 503 index that pip and uv install from, regenerated from the ledger.
+
+Layout of the tree (every path relative to its root)::
+
+    files/<wheel>                      the wheels this index serves
+    files/<wheel>.metadata             PEP 658 core metadata (the wheel's METADATA, byte for byte)
+    cu128/torch2.8/index.html          one PEP 503 root per (CUDA, torch) channel
+    cu128/torch2.8/<project>/index.html
+    cu128/index.html                   packages that do not link torch (``torch: none``) ...
+    cu128/<project>/index.html
+    flat/index.html                    every wheel on one page (``pip --find-links``)
+    index.html                         the channels
+    packages.json                      machine-readable: channels, projects, files
+
+Torch-free wheels live in their CUDA line's ``cu128/`` channel *and* are listed in every
+``cu128/torch*/`` channel of the tree, so one ``--index-url`` serves a whole environment.
+One page per channel because a local label sorts above its public version: a page mixing
+``+cu128torch2.7`` and ``+cu128torch2.8`` makes pip choose by label, not by the installed torch.
+
+Every link carries ``#sha256=`` (pip and uv enforce it) and, PEP 658/714,
+``data-dist-info-metadata`` and ``data-core-metadata``. Project names are PEP 503 normalised.
+
+A tree may also list wheels it does not store (:func:`linked`): the pages then link to the URL
+the ledger records for another target (GitHub release assets), without PEP 658 metadata.
+
+The tree is a function of ``files/`` and the ledger: each stored wheel must have a ledger entry
+(or a fragment) with its sha256. Output is deterministic, so regenerating an unchanged tree
+rewrites identical bytes. A regeneration that would drop a (channel, project) the previous
+``packages.json`` listed is refused unless that project is named in ``allow_drop``: a lost
+project breaks every environment that installs from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from email.parser import BytesHeaderParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+
+from farm import __version__
+from farm.errors import DefectError, LedgerError, UsageError
+from farm.fsutil import atomic_write, read_chunks, sha256_file
+from farm.publish.wheelmeta import read_member
+
+FILES = "files"
+PACKAGES_JSON = "packages.json"
+SCHEMA_VERSION = 1
+
+_LABEL = re.compile(r"^(?P<cuda>cu\d+)(?:torch(?P<torch>\d+\.\d+))?$")
+
+EntryLookup = Callable[[str], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """One wheel as the index shows it."""
+
+    filename: str
+    sha256: str
+    size: int
+    project: str  # PEP 503 normalised
+    version: str
+    cuda_label: str | None  # "cu128"; None when the local label names no CUDA line
+    torch_label: str | None  # "torch2.8"; None for torch-free wheels
+    metadata_sha256: str | None
+    requires_python: str | None
+    # Where the wheel lives when the tree does not store it (a GitHub release asset); None: files/.
+    url: str | None = None
+
+    @property
+    def home(self) -> str | None:
+        """The channel the wheel belongs to (``cu128/torch2.8``, ``cu128``)."""
+        if self.cuda_label is None:
+            return None
+        return f"{self.cuda_label}/{self.torch_label}" if self.torch_label else self.cuda_label
+
+
+def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url: str | None = None) -> IndexFile:
+    """An :class:`IndexFile` from a wheel's name, hash and METADATA bytes (pure)."""
+    try:
+        name, version, _, _ = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise UsageError(f"not a wheel file name: {exc}", where=filename) from None
+    m = _LABEL.match(version.local or "")
+    requires = None
+    meta_sha = None
+    if metadata is not None:
+        meta_sha = hashlib.sha256(metadata).hexdigest()
+        requires = BytesHeaderParser().parsebytes(metadata).get("Requires-Python")
+    return IndexFile(
+        filename, sha256, size, canonicalize_name(name), str(version),
+        m["cuda"] if m else None, f"torch{m['torch']}" if m and m["torch"] else None,
+        meta_sha, str(requires).strip() if requires else None, url,
+    )
+
+
+def linked(entries: Iterable[Mapping[str, Any]], target: str) -> list[IndexFile]:
+    """Index files for ledger entries published to ``target`` (pages link to that URL; PEP 658
+    metadata is not offered, since it would have to live beside the wheel)."""
+    out = []
+    for e in entries:
+        url = next((p.get("url") for p in e.get("published") or () if p.get("target") == target), None)
+        if url:
+            out.append(describe(str(e["filename"]), str(e["sha256"]), int(e["size"]), None, url))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Pure core: files -> pages
+# --------------------------------------------------------------------------------------------
+def channels(files: Iterable[IndexFile]) -> dict[str, dict[str, list[IndexFile]]]:
+    """channel -> project -> files, with torch-free wheels also in their CUDA line's torch
+    channels."""
+    files = list(files)
+    torch_channels: dict[str, set[str]] = {}
+    for f in files:
+        if f.cuda_label and f.torch_label:
+            torch_channels.setdefault(f.cuda_label, set()).add(f.home)  # type: ignore[arg-type]
+    out: dict[str, dict[str, list[IndexFile]]] = {}
+    for f in files:
+        if f.home is None:
+            continue
+        homes = [f.home]
+        if f.torch_label is None:
+            homes += sorted(torch_channels.get(f.cuda_label or "", ()))
+        for home in homes:
+            out.setdefault(home, {}).setdefault(f.project, []).append(f)
+    return {ch: {p: sorted(fs, key=lambda f: f.filename) for p, fs in sorted(projects.items())}
+            for ch, projects in sorted(out.items())}
+
+
+def _page(title: str, links: Iterable[str]) -> bytes:
+    body = "\n".join(f"    {link}<br>" for link in links)
+    return (
+        "<!DOCTYPE html>\n<html>\n  <head>\n"
+        '    <meta name="pypi:repository-version" content="1.1">\n'
+        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n"
+        f"    <h1>{html.escape(title)}</h1>\n{body}\n  </body>\n</html>\n"
+    ).encode()
+
+
+def file_link(f: IndexFile, prefix: str) -> str:
+    href = html.escape(f.url) if f.url else f"{prefix}{FILES}/{quote(f.filename)}"
+    attrs = [f'href="{href}#sha256={f.sha256}"']
+    if f.requires_python:
+        attrs.append(f'data-requires-python="{html.escape(f.requires_python)}"')
+    if f.metadata_sha256:
+        # PEP 714 renamed the attribute; older pip reads the PEP 658 name: write both.
+        attrs.append(f'data-dist-info-metadata="sha256={f.metadata_sha256}"')
+        attrs.append(f'data-core-metadata="sha256={f.metadata_sha256}"')
+    return f"<a {' '.join(attrs)}>{html.escape(f.filename)}</a>"
+
+
+def packages_json(files: Iterable[IndexFile],
+                  by_channel: Mapping[str, Mapping[str, list[IndexFile]]]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generator": f"farm {__version__}",
+        "channels": {
+            ch: {p: [f.filename for f in fs] for p, fs in projects.items()}
+            for ch, projects in by_channel.items()
+        },
+        "files": {
+            f.filename: {k: v for k, v in asdict(f).items() if k != "filename"}
+            | {"url": f.url or f"{FILES}/{quote(f.filename)}"}
+            for f in sorted(files, key=lambda f: f.filename)
+        },
+    }
+
+
+def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
+    """Every page of the tree (relative path -> bytes), packages.json included."""
+    files = sorted(files, key=lambda f: f.filename)
+    by_channel = channels(files)
+    pages: dict[str, bytes] = {}
+    for channel, projects in by_channel.items():
+        depth = channel.count("/") + 1
+        pages[f"{channel}/index.html"] = _page(
+            f"Simple index ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
+        for project, pfiles in projects.items():
+            up = "../" * (depth + 1)
+            pages[f"{channel}/{project}/index.html"] = _page(
+                f"Links for {project}", (file_link(f, up) for f in pfiles))
+    pages["flat/index.html"] = _page("All wheels", (file_link(f, "../") for f in files))
+    pages["index.html"] = _page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
+    doc = packages_json(files, by_channel)
+    pages[PACKAGES_JSON] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+    return pages
+
+
+def listed(doc: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(channel, project) pairs a packages.json lists."""
+    chans = doc.get("channels") if isinstance(doc, Mapping) else None
+    if not isinstance(chans, Mapping):
+        return set()
+    return {(ch, p) for ch, projects in chans.items() if isinstance(projects, Mapping) for p in projects}
+
+
+def lost_projects(old: Mapping[str, Any], new: Mapping[str, Any], allow_drop: Iterable[str] = ()) -> list[str]:
+    allowed = {canonicalize_name(p) for p in allow_drop}
+    return sorted(f"{ch}/{p}" for ch, p in listed(old) - listed(new) if p not in allowed)
+
+
+# --------------------------------------------------------------------------------------------
+# I/O shell
+# --------------------------------------------------------------------------------------------
+def _atomic_write(path: Path, data: bytes) -> None:
+    if path.exists() and path.read_bytes() == data:
+        return
+    atomic_write(path, [data], mode=0o644)
+
+
+def _atomic_copy(src: Path, dst: Path, sha256: str) -> None:
+    """Copy ``src`` to ``dst`` only if its bytes still have the sha256 the gate checked."""
+    def verified() -> Iterator[bytes]:
+        digest = hashlib.sha256()
+        for chunk in read_chunks(src):
+            digest.update(chunk)
+            yield chunk
+        if digest.hexdigest() != sha256:  # raised before the rename: nothing is stored
+            raise DefectError(f"{src.name} changed after the gate checked it: sha256 {digest.hexdigest()}, "
+                              f"not {sha256}", where=str(src), hint="run the upload again on files nothing else writes")
+
+    atomic_write(dst, verified(), mode=0o644)
+
+
+def read_packages_json(root: Path) -> dict[str, Any]:
+    path = Path(root) / PACKAGES_JSON
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"not valid JSON: {exc}", where=str(path),
+                         hint="restore it from the published index; it records what was listed") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def stored(root: Path, filename: str, lookup: EntryLookup) -> IndexFile:
+    """An :class:`IndexFile` for ``files/<filename>``, checked against its ledger entry."""
+    path = Path(root) / FILES / filename
+    entry = lookup(filename)
+    if entry is None:
+        raise LedgerError(f"{FILES}/{filename} is in the index but not in the ledger", where=str(root),
+                          hint="merge its fragment into the ledger, `farm backfill` it, or remove the file")
+    sha = sha256_file(path)
+    if sha != entry.get("sha256"):
+        raise DefectError(f"{FILES}/{filename} has sha256 {sha}, the ledger records {entry.get('sha256')}",
+                          where=str(root), hint="the stored file changed: restore the published wheel")
+    meta_path = path.with_name(filename + ".metadata")
+    metadata = meta_path.read_bytes() if meta_path.exists() else None
+    return describe(filename, sha, path.stat().st_size, metadata)
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    root: Path
+    files: int
+    channels: tuple[str, ...]
+    written: tuple[str, ...]  # pages whose bytes changed
+    removed: tuple[str, ...]
+
+
+def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
+    written = []
+    for rel, data in sorted(pages.items(), key=lambda kv: kv[0] == PACKAGES_JSON):  # packages.json last
+        path = root / rel
+        if not (path.exists() and path.read_bytes() == data):
+            written.append(rel)
+        _atomic_write(path, data)
+    removed = []
+    for ch, project in sorted(listed(old) - listed(new)):
+        page_dir = root / ch / project
+        if (page_dir / "index.html").exists():
+            shutil.rmtree(page_dir)
+            removed.append(f"{ch}/{project}")
+    gone = set(old.get("channels") or {}) - set(new.get("channels") or {})
+    for ch in sorted(gone, key=lambda c: -c.count("/")):  # deepest first: cu128/torch2.8 before cu128
+        (root / ch / "index.html").unlink(missing_ok=True)
+        for directory in (root / ch, (root / ch).parent):
+            if directory != root and directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
+        removed.append(f"{ch}/")
+    return IndexReport(root, len(new.get("files", {})), tuple(new.get("channels", {})), tuple(written), tuple(removed))
+
+
+def _locked(root: Path) -> Any:
+    """One writer per tree at a time (two upload jobs, or an upload and `farm index`)."""
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root / ".lock"), timeout=300)
+
+
+def regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (),
+               remote: Iterable[IndexFile] = (), create: bool = False) -> IndexReport:
+    """Rewrite every page of the tree at ``root`` from ``files/`` and the ledger.
+
+    ``remote``: wheels the tree lists without storing them (see :func:`linked`); a stored file
+    of the same name wins. ``create``: the tree may not exist yet."""
+    root = Path(root)
+    remote = list(remote)
+    if not create and not (root / FILES).is_dir() and not (root / PACKAGES_JSON).exists():
+        raise UsageError("not an index tree (no files/ and no packages.json)", where=str(root),
+                         hint="pass the folder a publish target of kind index writes to")
+    with _locked(root):
+        return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote)
+
+
+def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (),
+                add: Iterable[IndexFile] | None = None, remote: Iterable[IndexFile] = ()) -> IndexReport:
+    """With ``add`` (files about to be stored) the pages are computed and checked, and nothing is
+    written: :func:`publish` refuses before copying anything."""
+    files_dir = root / FILES
+    names = sorted(p.name for p in files_dir.glob("*.whl")) if files_dir.is_dir() else []
+    files = {f.filename: f for f in remote}
+    files.update({n: stored(root, n, lookup) for n in names})
+    for f in add or ():
+        files[f.filename] = f
+    pages = render(files.values())
+    old = read_packages_json(root)
+    new = json.loads(pages[PACKAGES_JSON])
+    lost = lost_projects(old, new, allow_drop)
+    if lost:
+        raise DefectError(
+            f"the regenerated index would no longer list {len(lost)} project page(s) it listed before: "
+            + ", ".join(lost),
+            where=str(root),
+            hint="restore the missing wheels under files/ (and their ledger entries), or name each "
+                 "project with --allow-drop if removing it is intended",
+        )
+    if add is not None:
+        return IndexReport(root, len(files), tuple(new["channels"]), (), ())
+    return _write(root, pages, old, new)
+
+
+@dataclass(frozen=True)
+class IndexUpload:
+    filename: str
+    url: str
+    action: str  # "stored" or "present" (same name, same sha256 already there: a no-op)
+
+
+def url_of(filename: str, base_url: str | None) -> str:
+    rel = f"{FILES}/{quote(filename)}"
+    return f"{base_url.rstrip('/')}/{rel}" if base_url else rel
+
+
+def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup, *,
+            base_url: str | None = None, dry_run: bool = False) -> tuple[list[IndexUpload], IndexReport | None]:
+    """Store ``(path, sha256)`` wheels under ``files/`` and regenerate the tree.
+
+    Everything is checked before anything is written: a stored file with the same name and
+    another sha256 refuses the batch, and so does a regeneration that would lose a project."""
+    root = Path(root)
+    if dry_run and not root.exists():
+        return _check_new(root, list(wheels), lookup, base_url)[0], None
+    with _locked(root):
+        out, plan = _check_new(root, list(wheels), lookup, base_url)
+        if dry_run:
+            return out, None
+        for path, sha, metadata in plan:
+            # .metadata first: a page never links a wheel whose metadata is missing.
+            meta = root / FILES / (path.name + ".metadata")
+            _atomic_write(meta, metadata)
+            try:
+                _atomic_copy(path, root / FILES / path.name, sha)
+            except BaseException:
+                meta.unlink(missing_ok=True)
+                raise
+        return out, _regenerate(root, lookup)
+
+
+def _check_new(root: Path, wheels: list[tuple[Path, str]], lookup: EntryLookup,
+               base_url: str | None) -> tuple[list[IndexUpload], list[tuple[Path, str, bytes]]]:
+    """What publishing ``wheels`` would store; raises before anything is written."""
+    conflicts: list[str] = []
+    plan: list[tuple[Path, str, bytes]] = []
+    out: list[IndexUpload] = []
+    new_files: list[IndexFile] = []
+    for path, sha in wheels:
+        dst = root / FILES / path.name
+        if dst.exists():
+            have = sha256_file(dst)
+            if have != sha:
+                conflicts.append(f"{path.name}: the index holds sha256 {have}, this wheel has {sha}")
+                continue
+            out.append(IndexUpload(path.name, url_of(path.name, base_url), "present"))
+            continue
+        metadata = read_member(path, "METADATA")
+        if metadata is None:
+            conflicts.append(f"{path.name}: no .dist-info/METADATA")
+            continue
+        plan.append((path, sha, metadata))
+        new_files.append(describe(path.name, sha, path.stat().st_size, metadata))
+        out.append(IndexUpload(path.name, url_of(path.name, base_url), "stored"))
+    if conflicts:
+        raise DefectError(
+            "refused, nothing stored: " + "; ".join(conflicts), where=str(root),
+            hint="a published file name is never overwritten: bump build_epoch to rebuild under a new name",
+        )
+    _regenerate(root, lookup, add=new_files)  # raises before anything is copied
+    return out, plan

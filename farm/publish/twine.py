@@ -1,0 +1,218 @@
+"""Any PyPI-compatible repository, through twine.
+
+twine refuses ``--skip-existing`` off PyPI, so the files already there are looked up first in
+the repository's simple API (PEP 691 JSON when offered, PEP 503 HTML otherwise): a file of the
+same name and sha256 is skipped (a re-upload is a no-op), one with another sha256 refuses the
+whole batch before anything is sent. After the upload the simple API is read again: every file
+must be listed with its sha256, or the upload is reported failed.
+
+Credentials come from the environment variables the target names (``TWINE_USERNAME`` /
+``TWINE_PASSWORD`` by default); they are passed to twine through its environment, never on a
+command line, and scrubbed from any output shown.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urljoin
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from farm.errors import DefectError, ToolError
+from farm.publish.targets import TwineSettings
+
+_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A file the repository lists: absolute URL and the sha256 its link declares (or None)."""
+
+    filename: str
+    url: str
+    sha256: str | None
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[tuple[str, str]] = []
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href") or ""
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.hrefs.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def parse_simple(body: bytes, content_type: str, page_url: str) -> list[Listed]:
+    """Files of one project page, PEP 691 JSON or PEP 503 HTML (pure)."""
+    out: list[Listed] = []
+    if "json" in content_type:
+        doc = json.loads(body)
+        for f in doc.get("files", []):
+            url = urljoin(page_url, f["url"])
+            out.append(Listed(f["filename"], urldefrag(url).url, (f.get("hashes") or {}).get("sha256")))
+        return out
+    parser = _Links()
+    parser.feed(body.decode("utf-8", "replace"))
+    for href, text in parser.hrefs:
+        url, frag = urldefrag(urljoin(page_url, href))
+        sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
+        name = text or unquote(url.rsplit("/", 1)[-1])
+        out.append(Listed(name, url, sha))
+    return out
+
+
+def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    return env.get(settings.username_env), env.get(settings.password_env)
+
+
+def _scrub(text: str, secrets: Iterable[str | None]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str] | None = None) -> dict[str, Listed]:
+    """filename -> :class:`Listed` for ``project`` (empty when the repository has no page)."""
+    env = os.environ if env is None else env
+    url = f"{settings.simple_url}{canonicalize_name(project)}/"
+    request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
+    user, password = _credentials(settings, env)
+    if user and password:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read()
+            final = response.geturl()
+            content_type = response.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return {}
+        raise ToolError(f"GET {url} answered HTTP {exc.code}",
+                        hint="check simple_url and the credentials in the environment") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ToolError(f"cannot reach {url}: {_scrub(str(exc), (user, password))}",
+                        hint=f"check publish.{settings.name}.simple_url") from None
+    try:
+        files = parse_simple(body, content_type, final)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON that is not PEP 691
+        raise ToolError(f"{final} is not a simple API page ({type(exc).__name__}: {exc})",
+                        hint=f"check publish.{settings.name}.simple_url: it must be the repository's /simple/ root") from None
+    return {f.filename: f for f in files}
+
+
+@dataclass(frozen=True)
+class TwineWheel:
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True)
+class TwinePlan:
+    upload: tuple[Path, ...]
+    present: tuple[tuple[str, str], ...]  # (filename, url) already there with the same sha256
+    refusals: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+
+def plan(wheels: Sequence[TwineWheel], existing: Mapping[str, Mapping[str, Listed]]) -> TwinePlan:
+    """Which wheels to send (pure). ``existing``: project -> filename -> Listed."""
+    upload: list[Path] = []
+    present: list[tuple[str, str]] = []
+    refusals: list[str] = []
+    for w in sorted(wheels, key=lambda w: w.path.name):
+        project = canonicalize_name(parse_wheel_filename(w.path.name)[0])
+        have = existing.get(project, {}).get(w.path.name)
+        if have is None:
+            upload.append(w.path)
+        elif have.sha256 == w.sha256:
+            present.append((w.path.name, have.url))
+        elif have.sha256 is None:
+            refusals.append(f"{w.path.name}: already in the repository and its page declares no sha256 "
+                            "to compare; verify it by hand")
+        else:
+            refusals.append(f"{w.path.name}: the repository holds sha256 {have.sha256}, this wheel has "
+                            f"{w.sha256}; a published file is never replaced")
+    return TwinePlan(tuple(upload), tuple(present), tuple(refusals))
+
+
+def existing_for(settings: TwineSettings, wheels: Iterable[TwineWheel], *,
+                 env: Mapping[str, str] | None = None) -> dict[str, dict[str, Listed]]:
+    projects = {canonicalize_name(parse_wheel_filename(w.path.name)[0]) for w in wheels}
+    return {p: listed_files(settings, p, env=env) for p in sorted(projects)}
+
+
+def command(settings: TwineSettings, files: Sequence[Path]) -> list[str]:
+    """The twine command line: no credentials in it (they travel in the environment)."""
+    return [sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
+            "--repository-url", settings.repository_url, *(str(f) for f in files)]
+
+
+def upload(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
+           env: Mapping[str, str] | None = None) -> tuple[TwinePlan, list[tuple[str, str]]]:
+    """Check, send what is missing, verify. Returns the plan and (filename, url) of every wheel."""
+    env = dict(os.environ if env is None else env)
+    the_plan = plan(wheels, existing_for(settings, wheels, env=env))
+    if not the_plan.ok:
+        raise DefectError("refused, nothing sent: " + "; ".join(the_plan.refusals),
+                          where=f"publish.{settings.name}",
+                          hint="a published file name is never overwritten: bump build_epoch to rebuild")
+    user, password = _credentials(settings, env)
+    if the_plan.upload:
+        child = dict(env)
+        # twine reads TWINE_USERNAME / TWINE_PASSWORD; map the target's own variable names.
+        for src, dst in ((settings.username_env, "TWINE_USERNAME"), (settings.password_env, "TWINE_PASSWORD")):
+            if env.get(src):
+                child[dst] = env[src]
+        try:
+            proc = subprocess.run(command(settings, the_plan.upload), capture_output=True, text=True,
+                                  env=child, check=False, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolError(f"cannot run twine: {exc}") from None
+        if proc.returncode != 0:
+            tail = _scrub((proc.stdout + proc.stderr).strip(), (user, password)).splitlines()[-5:]
+            if "No module named twine" in proc.stderr:
+                raise ToolError("twine is not installed", hint="pip install 'farm[upload]'")
+            raise ToolError(f"twine upload to {settings.repository_url} exited {proc.returncode}",
+                            hint=" | ".join(tail) or None)
+    after = existing_for(settings, wheels, env=env)
+    placed: list[tuple[str, str]] = []
+    missing: list[str] = []
+    for w in wheels:
+        project = canonicalize_name(parse_wheel_filename(w.path.name)[0])
+        have = after.get(project, {}).get(w.path.name)
+        if have is None or have.sha256 not in (w.sha256, None):
+            missing.append(w.path.name)
+        else:
+            placed.append((w.path.name, have.url))
+    if missing:
+        raise ToolError(f"after the upload the repository does not list {', '.join(missing)} with its sha256",
+                        where=settings.simple_url, hint="check the repository; nothing was recorded in the ledger")
+    return the_plan, placed

@@ -1,0 +1,547 @@
+"""The cells still to build: recipes x grid, minus what is filtered, excluded or already built.
+
+The subtraction happens in one visible order, and every declared cell lands in exactly one bucket:
+
+1. ``filtered``   the command-line filters (packages, --cuda, --torch, --python, --platform)
+2. ``recipe``     the recipe's own restrictions (``min_torch``, ``only``)
+3. ``no-policy``  a platform whose arch policy has no row for the CUDA line (whatever the recipe
+                  overrides: its lists were written for the platforms the farm builds)
+4. ``phantom``    (cuda, torch, python, platform) combinations upstream PyTorch never shipped
+5. ``built``      the ledger holds the exists-key (cell + effective build_epoch)
+6. ``stale``      built at the current epoch, but with another arch list than the config resolves
+                  today: reported with the advice to bump the epoch, never silently rebuilt
+7. ``to build``   the rest, each with its resolved arch list and planned wheel name
+
+:func:`compute_matrix` is pure (config + ledger index in, :class:`Matrix` out). The I/O shell
+(lint in the loop, GitHub Actions output) sits below it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean
+from farm.model.arch import ArchList, render, validate_for_cuda
+from farm.model.cells import (
+    NO_TORCH,
+    Cell,
+    Resolution,
+    declared_cells,
+    in_python_range,
+    is_phantom,
+    planned_wheel_name,
+    python_tag,
+    recipe_excludes,
+    resolve_arch,
+)
+from farm.model.config import FarmConfig, Recipe
+from farm.provenance.ledger import ExistsKey, LedgerIndex
+
+# GitHub Actions runs at most 256 jobs from one matrix.
+SHARD_SIZE = 256
+# GitHub caps a job's outputs at 1 MB in total; writing more would truncate the matrix silently.
+GITHUB_OUTPUT_LIMIT = 1_000_000
+
+RUNNERS: Mapping[str, str] = {
+    "linux_x86_64": "ubuntu-24.04",
+    "linux_aarch64": "ubuntu-24.04-arm",
+    "win_amd64": "windows-2022",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Filters
+# --------------------------------------------------------------------------------------------
+def _split(values: Iterable[str] | None) -> list[str]:
+    """``--cuda 12.8 --cuda 12.9`` and ``--cuda 12.8,12.9`` both work."""
+    return [v.strip() for value in values or () for v in value.split(",") if v.strip()]
+
+
+def _unknown(what: str, value: str, known: Iterable[str]) -> UsageError:
+    known = sorted(set(known))
+    suggestion = did_you_mean(value, known)
+    return UsageError(
+        f"unknown {what} {value!r}: it matches nothing in the config, so the matrix would be empty",
+        hint=(f"{suggestion} " if suggestion else "") + f"known: {', '.join(known)}",
+    )
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Command-line filters; ``None`` means no restriction. Values are normalised (cuda ``12.8``,
+    torch minor ``2.8`` or ``none``, python tag ``cp311``, platform ``linux_x86_64``)."""
+
+    packages: tuple[str, ...] | None = None
+    cuda: frozenset[str] | None = None
+    torch: frozenset[str] | None = None
+    python: frozenset[str] | None = None
+    platform: frozenset[str] | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        config: FarmConfig,
+        *,
+        packages: Sequence[str] = (),
+        cuda: Iterable[str] | None = None,
+        torch: Iterable[str] | None = None,
+        python: Iterable[str] | None = None,
+        platform: Iterable[str] | None = None,
+    ) -> Filters:
+        """Normalise and check every value against the config: an unknown one is a
+        :class:`UsageError`, because an empty matrix must never look like success by accident."""
+        d = config.defaults
+        for name in packages:
+            config.recipe(name)  # raises UsageError with a suggestion
+        known_cuda = set(d.cuda_lines)
+        known_torch = {row.torch_minor for row in d.grid} | {NO_TORCH}
+        # only Pythons the grid declares within the range: another one would select nothing
+        known_python = {python_tag(p) for row in d.grid for p in row.pythons if in_python_range(d, p)}
+        known_platform = set(d.platforms)
+
+        def check(what: str, values: list[str], known: set[str]) -> frozenset[str] | None:
+            if not values:
+                return None
+            for v in values:
+                if v not in known:
+                    raise _unknown(what, v, known)
+            return frozenset(values)
+
+        torch_values = [_torch_minor(v) for v in _split(torch)]
+        python_values = [_python_value(v) for v in _split(python)]
+        return cls(
+            packages=tuple(dict.fromkeys(packages)) or None,
+            cuda=check("CUDA line", _split(cuda), known_cuda),
+            torch=check("torch version", torch_values, known_torch),
+            python=check("Python", python_values, known_python),
+            platform=check("platform", _split(platform), known_platform),
+        )
+
+    def excludes(self, cell: Cell) -> bool:
+        return (
+            (self.cuda is not None and cell.cuda not in self.cuda)
+            or (self.torch is not None and cell.torch not in self.torch)
+            or (self.python is not None and cell.python not in self.python)
+            or (self.platform is not None and cell.platform not in self.platform)
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "packages": list(self.packages) if self.packages else None,
+            **{k: sorted(v) if v is not None else None
+               for k, v in (("cuda", self.cuda), ("torch", self.torch),
+                            ("python", self.python), ("platform", self.platform))},
+        }
+
+
+def _torch_minor(value: str) -> str:
+    """``2.8.0`` / ``2.8`` -> ``2.8``; ``none`` stays."""
+    if value.lower() == NO_TORCH:
+        return NO_TORCH
+    parts = value.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else value
+
+
+def _python_value(value: str) -> str:
+    """``3.11`` / ``cp311`` / ``311`` -> ``cp311``."""
+    if value.startswith("cp"):
+        return value
+    if "." in value:
+        try:
+            return python_tag(value)
+        except ValueError:
+            return value
+    return f"cp{value}" if value.isdigit() else value
+
+
+# --------------------------------------------------------------------------------------------
+# The pure core
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlannedCell:
+    """A cell to build: its arch list (and the rule it came from), epoch and planned wheel name."""
+
+    cell: Cell
+    archs: ArchList
+    arch_origin: str
+    torch_version: str | None  # the full version to install, e.g. "2.8.0"
+    epoch: int
+    wheel: str
+
+    def as_json(self) -> dict[str, Any]:
+        c = self.cell
+        return {
+            "id": c.id, "package": c.package, "version": c.version, "cuda": c.cuda,
+            "torch": c.torch, "torch_version": self.torch_version, "python": c.python_version,
+            "python_tag": c.python, "platform": c.platform, "runner": RUNNERS.get(c.platform),
+            "build_epoch": self.epoch, "arch_list": self.archs.canonical(),
+            "arch_origin": self.arch_origin, "wheel": self.wheel,
+        }
+
+    def github_entry(self) -> dict[str, Any]:
+        """What one build job needs, kept short: GitHub caps a job's outputs at 1 MB."""
+        c = self.cell
+        return {
+            "id": c.id, "package": c.package, "cuda": c.cuda, "torch": c.torch,
+            "python": c.python_version, "platform": c.platform, "runner": RUNNERS.get(c.platform),
+        }
+
+
+@dataclass(frozen=True)
+class StaleCell:
+    """Built at the current epoch with an arch list the config no longer resolves to."""
+
+    cell: Cell
+    wheel: str  # the ledger's filename
+    line: int  # its ledger line
+    built: str  # the arch list it was built with (normalised)
+    now: str  # what the config resolves today
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.cell.id, "wheel": self.wheel, "ledger_line": self.line,
+                "built_with": self.built, "config_now": self.now}
+
+
+@dataclass(frozen=True)
+class PackageMatrix:
+    """One package's buckets. ``declared`` equals the sum of all the others."""
+
+    package: str
+    version: str
+    epoch: int
+    declared: int
+    filtered: int
+    recipe: int
+    no_policy: int
+    phantom: int
+    built: int
+    stale: tuple[StaleCell, ...]
+    to_build: tuple[PlannedCell, ...]
+    recipe_display: str
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "declared": self.declared, "filtered": self.filtered, "recipe": self.recipe,
+            "no_policy": self.no_policy, "phantom": self.phantom, "built": self.built,
+            "stale": len(self.stale), "to_build": len(self.to_build),
+        }
+
+    def arch_lists(self) -> list[ArchList]:
+        """Distinct arch lists of the cells to build, in first-seen order (one lint each)."""
+        return list(dict.fromkeys(p.archs for p in self.to_build))
+
+
+@dataclass(frozen=True)
+class Matrix:
+    packages: tuple[PackageMatrix, ...]
+    filters: Filters
+    overwrite: bool
+    defaults_epoch: int
+
+    @property
+    def cells(self) -> list[PlannedCell]:
+        return [p for pkg in self.packages for p in pkg.to_build]
+
+    @property
+    def stale(self) -> list[StaleCell]:
+        return [s for pkg in self.packages for s in pkg.stale]
+
+    def totals(self) -> dict[str, int]:
+        out = dict.fromkeys(("declared", "filtered", "recipe", "no_policy", "phantom", "built",
+                             "stale", "to_build"), 0)
+        for pkg in self.packages:
+            for k, v in pkg.counts().items():
+                out[k] += v
+        return out
+
+
+def _same_archs(recorded: str, canonical: str, archs: ArchList, parsed: dict[str, ArchList | None]) -> bool:
+    """Whether a ledger's recorded list equals ``archs``; ``parsed`` memoises the (few) distinct
+    recorded strings that are not already canonical."""
+    if recorded == canonical:
+        return True
+    if recorded not in parsed:
+        try:
+            parsed[recorded] = ArchList.parse(recorded)
+        except ArchError:
+            parsed[recorded] = None  # unparseable: differs from any list the config resolves
+    return parsed[recorded] == archs
+
+
+def compute_matrix(
+    config: FarmConfig,
+    ledger: LedgerIndex,
+    filters: Filters | None = None,
+    *,
+    overwrite: bool = False,
+) -> Matrix:
+    """Every package's buckets, in the order of ``filters.packages`` (or by name)."""
+    filters = filters or Filters()
+    names = filters.packages or tuple(sorted(config.recipes))
+    torch_versions = {(row.cuda, row.torch_minor): row.torch for row in config.defaults.grid}
+    # Shared by every package: phantoms do not depend on the recipe, policy rows serve them all.
+    phantoms: dict[tuple[str, str, str, str], bool] = {}
+    specs: dict[tuple[int, str], str] = {}
+    parsed: dict[str, ArchList | None] = {}
+    packages = tuple(
+        _package_matrix(config, config.recipe(name), ledger, filters, overwrite, torch_versions,
+                        phantoms, specs, parsed)
+        for name in names
+    )
+    return Matrix(packages, filters, overwrite, config.defaults.build_epoch)
+
+
+# A resolved arch list with what the loop compares against, computed once per (cuda, torch, platform).
+_Resolved = tuple[Resolution, str]
+
+
+def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[int, str], str]) -> _Resolved | None:
+    """The cell's resolution, validated for its CUDA line, with its canonical string. ``memo``
+    (spec identity, cuda) -> canonical string: a policy row serves every recipe, so it is
+    validated and rendered once per run."""
+    resolution = resolve_arch(config, recipe, cell)
+    if resolution is None:
+        return None
+    key = (id(resolution.spec), cell.cuda)
+    canonical = memo.get(key)
+    if canonical is None:
+        try:
+            validate_for_cuda(resolution.archs, cell.cuda, where=resolution.spec.where)
+        except ArchError as exc:
+            raise ArchError(f"cell {cell.id}: {exc.message}", where=exc.where, hint=exc.hint) from None
+        canonical = memo[key] = resolution.archs.canonical()
+    for name, how in recipe.build.arch_env.items():  # the package's own variable must carry the list
+        try:
+            render(resolution.archs, how)
+        except ArchError as exc:
+            raise ArchError(f"cell {cell.id}: build.arch_env.{name}: {exc.message}",
+                            where=f"{recipe.display} / {resolution.spec.where}", hint=exc.hint) from None
+    return resolution, canonical
+
+
+def _package_matrix(
+    config: FarmConfig,
+    recipe: Recipe,
+    ledger: LedgerIndex,
+    filters: Filters,
+    overwrite: bool,
+    torch_versions: Mapping[tuple[str, str], str],
+    phantoms: dict[tuple[str, str, str, str], bool],
+    specs: dict[tuple[int, str], str],
+    parsed: dict[str, ArchList | None],
+) -> PackageMatrix:
+    defaults = config.defaults
+    epoch = config.effective_epoch(recipe)
+    declared = filtered = restricted = no_policy = phantom = built = 0
+    stale: list[StaleCell] = []
+    to_build: list[PlannedCell] = []
+    # Resolution depends on the recipe and (cuda, torch, platform) only: ~90 per recipe, not ~400.
+    resolved: dict[tuple[str, str, str], _Resolved | None] = {}
+    for cell in declared_cells(defaults, recipe):
+        declared += 1
+        if filters.excludes(cell):
+            filtered += 1
+            continue
+        if recipe_excludes(recipe, cell) is not None:
+            restricted += 1
+            continue
+        combo = (cell.cuda, cell.torch, cell.platform)
+        if combo in resolved:
+            found = resolved[combo]
+        else:
+            found = resolved[combo] = _resolve(config, recipe, cell, specs)
+        if found is None:
+            no_policy += 1
+            continue
+        key4 = (cell.cuda, cell.torch, cell.python, cell.platform)
+        is_ph = phantoms.get(key4)
+        if is_ph is None:
+            is_ph = phantoms[key4] = is_phantom(defaults, cell)
+        if is_ph:
+            phantom += 1
+            continue
+        resolution, canonical = found
+        if not overwrite:
+            record = ledger.get(ExistsKey(cell.package, cell.version, cell.cuda, cell.torch,
+                                          cell.python, cell.platform, epoch))
+            if record is not None:
+                if record.arch is None or _same_archs(record.arch, canonical, resolution.archs, parsed):
+                    built += 1
+                else:
+                    stale.append(StaleCell(cell, record.filename, record.line, record.arch, canonical))
+                continue
+        torch_version = torch_versions.get((cell.cuda, cell.torch)) if cell.torch != NO_TORCH else None
+        to_build.append(PlannedCell(cell, resolution.archs, resolution.origin, torch_version, epoch,
+                                    planned_wheel_name(recipe, cell, epoch)))
+    return PackageMatrix(
+        recipe.name, recipe.version, epoch, declared, filtered, restricted, no_policy, phantom,
+        built, tuple(stale), tuple(to_build), recipe.display,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Shards and GitHub Actions output (pure renderers + one writer)
+# --------------------------------------------------------------------------------------------
+def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[PlannedCell]]:
+    """Consecutive chunks of at most ``size`` cells; their concatenation is ``cells``."""
+    if size < 1:
+        raise ValueError("shard size must be >= 1")
+    return [list(cells[i:i + size]) for i in range(0, len(cells), size)]
+
+
+def github_outputs(matrix: Matrix, *, max_shards: int | None = None) -> dict[str, str]:
+    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total``, and
+    ``shard_<i>`` (a JSON list of at most 256 build entries) for each shard.
+
+    Refuses (rather than truncates) a matrix the workflow cannot run whole: more shards than
+    the workflow has shard jobs (``max_shards``), or more than GitHub's 1 MB of job outputs."""
+    parts = shards(matrix.cells)
+    if max_shards is not None and len(parts) > max_shards:
+        raise UsageError(
+            f"the matrix has {len(matrix.cells)} cells = {len(parts)} shards of <= {SHARD_SIZE}, "
+            f"but the workflow runs at most {max_shards} shards: jobs would be missing",
+            hint="build in parts (filter by package or --cuda), or add shard jobs to the workflow "
+                 "and raise --max-shards",
+        )
+    out = {
+        "shard_count": str(len(parts)),
+        "shards": json.dumps(list(range(len(parts)))),
+        "total": str(len(matrix.cells)),
+    }
+    for i, part in enumerate(parts):
+        out[f"shard_{i}"] = json.dumps([p.github_entry() for p in part], separators=(",", ":"))
+    size = sum(len(k) + len(v) + 2 for k, v in out.items())
+    if size > GITHUB_OUTPUT_LIMIT:
+        raise UsageError(
+            f"the matrix ({len(matrix.cells)} cells) needs {size:,} bytes of job outputs; "
+            f"GitHub keeps at most {GITHUB_OUTPUT_LIMIT:,} and would drop the rest",
+            hint="build in parts: filter by package or --cuda",
+        )
+    return out
+
+
+def _md_row(cells: Iterable[object]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+SUMMARY_COLUMNS = ("declared", "filtered", "recipe", "no_policy", "phantom", "built", "stale", "to_build")
+
+
+def step_summary(matrix: Matrix, lint_note: str) -> str:
+    """A Markdown table for ``$GITHUB_STEP_SUMMARY``."""
+    lines = ["## farm matrix", "", lint_note, ""]
+    if matrix.overwrite:
+        lines += ["**--overwrite: the ledger was ignored; built wheels are scheduled again.**", ""]
+    lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in SUMMARY_COLUMNS))))
+    lines.append(_md_row(["---"] * (3 + len(SUMMARY_COLUMNS))))
+    for pkg in matrix.packages:
+        counts = pkg.counts()
+        lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in SUMMARY_COLUMNS))))
+    totals = matrix.totals()
+    lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in SUMMARY_COLUMNS))))
+    lines += ["", *stale_advice(matrix)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def stale_advice(matrix: Matrix) -> list[str]:
+    """One line per package with stale wheels: the count and what to do."""
+    out = []
+    for pkg in matrix.packages:
+        if pkg.stale:
+            out.append(
+                f"config moved: {pkg.package} has {len(pkg.stale)} wheel(s) built at epoch {pkg.epoch} "
+                f"with another arch list than the config resolves now; bump build_epoch "
+                f"({pkg.recipe_display} or _defaults.yml) to rebuild them"
+            )
+    return out
+
+
+def write_github_output(
+    matrix: Matrix,
+    output_path: Path,
+    summary_path: Path | None,
+    lint_note: str,
+    *,
+    max_shards: int | None = None,
+) -> dict[str, str]:
+    """Append the outputs to ``$GITHUB_OUTPUT`` (all checks first: nothing is written for a
+    matrix that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``."""
+    outputs = github_outputs(matrix, max_shards=max_shards)
+    text = "".join(f"{k}={v}\n" for k, v in outputs.items())
+    with open(output_path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+    if summary_path is not None:
+        with open(summary_path, "a", encoding="utf-8") as fh:
+            fh.write(step_summary(matrix, lint_note))
+    return outputs
+
+
+# --------------------------------------------------------------------------------------------
+# Lint in the loop (I/O: fetches sources, reads/writes the lint cache)
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LintOutcome:
+    """One lint of one package's source against one of its resolved arch lists."""
+
+    package: str
+    arch_list: str
+    report: Any  # farm.lint.LintReport: .passed, .errors, .stale_ignores, .render(), .to_json()
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.report.passed)
+
+
+def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[LintOutcome]:
+    """Lint every package that has cells to build, once per distinct arch list (cached by the
+    lint). A source that cannot be fetched is a :class:`SourceError` naming the package."""
+    # Imported here: a matrix run with --no-lint or nothing to build does not pay for the lint.
+    from farm.source.fetch import fetch
+
+    outcomes = []
+    for pkg in matrix.packages:
+        if not pkg.to_build:
+            continue
+        recipe = config.recipe(pkg.package)
+        try:
+            tree = fetch(recipe.source, cache_dir, package=recipe.name)
+        except SourceError as exc:
+            msg = exc.message if recipe.name in exc.message else f"package {recipe.name!r}: {exc.message}"
+            raise SourceError(msg, where=exc.where or recipe.display,
+                              hint=exc.hint or "the matrix needs every scheduled package's source to lint it; "
+                                               "restore network access or fill the source cache") from None
+        lint_cached = _lint_function()
+        for archs in pkg.arch_lists():
+            report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+            outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
+    return outcomes
+
+
+def _lint_function() -> Any:
+    try:
+        from farm.lint import lint_cached
+    except ImportError as exc:
+        raise ToolError(f"the arch-gate lint cannot be loaded: {exc}",
+                        hint="reinstall farm; --no-lint skips the lint (and says so)") from None
+    return lint_cached
+
+
+def lint_failures(outcomes: Iterable[LintOutcome]) -> Iterator[LintOutcome]:
+    return (o for o in outcomes if not o.passed)
+
+
+def stale_ignores(outcomes: Iterable[LintOutcome]) -> list[tuple[str, Any]]:
+    """(package, ignore) for each lint_ignore that is stale under every arch list its package was
+    linted with: one that matches under some list (a CUDA line's flags) is not stale."""
+    per_package: dict[str, list[set[Any]]] = {}
+    for o in outcomes:
+        per_package.setdefault(o.package, []).append(set(o.report.stale_ignores))
+    out = []
+    for package, sets in per_package.items():
+        for ignore in sorted(set.intersection(*sets), key=lambda i: i.where):
+            out.append((package, ignore))
+    return out

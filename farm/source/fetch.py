@@ -1,0 +1,389 @@
+"""Fetching a recipe's source (git / sdist / path), cached by identity.
+
+A :class:`SourceTree` is a directory on disk plus the identity the lint and the provenance key on:
+
+- ``git``: a shallow clone at the pinned ref (submodules when the recipe says so); identity is the
+  resolved commit. A tag is resolved once and the resolution is cached with the tree, so a re-run
+  needs no network (recipes refuse floating refs, so a tag is a pin).
+- ``sdist``: the file whose sha256 the recipe pins, found through the package index's JSON simple
+  API (PEP 691; ``PIP_INDEX_URL`` or PyPI). ``pip download`` is not used: it builds the sdist's
+  metadata, which runs the package's ``setup.py`` (arbitrary code, and it fails for every torch
+  extension without torch installed). The download is verified against the pin before anything is
+  unpacked, and unpacking refuses absolute paths, ``..`` and links that leave the tree. Identity is
+  the sha256.
+- ``path``: the directory as is; identity is a hash over its files (names, exec bits, contents).
+
+Everything lands under ``cache_dir`` in a temporary directory first and is renamed into place
+when complete, so an interrupted fetch never leaves a tree that looks fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from filelock import FileLock
+
+from farm.errors import SourceError
+from farm.fsutil import atomic_write, sha256_file
+from farm.model.config import GitSource, PathSource, SdistSource
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
+_COMPLETE = ".farm-source.json"  # marker written last: its presence means the tree is whole
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """A fetched source: where it lies, what identifies it, and its provenance ``source`` object."""
+
+    root: Path
+    identity: str
+    description: dict[str, Any] = field(hash=False, compare=False)
+
+    @property
+    def kind(self) -> str:
+        return str(self.description["kind"])
+
+
+def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, package: str | None = None) -> SourceTree:
+    """Fetch ``source`` into ``cache_dir`` (or reuse what is there) and return its tree."""
+    label = f"package {package!r}" if package else "the source"
+    if isinstance(source, GitSource):
+        return _fetch_git(source, Path(cache_dir), label)
+    if isinstance(source, SdistSource):
+        return _fetch_sdist(source, Path(cache_dir), label)
+    if isinstance(source, PathSource):
+        return _fetch_path(source, label)
+    raise SourceError(f"{label}: unknown source kind {type(source).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------
+# path
+# ------------------------------------------------------------------------------------------------
+def iter_files(root: Path) -> Iterator[Path]:
+    """Every file under ``root`` in a stable order, skipping VCS and tool directories."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            yield Path(dirpath, name)
+
+
+def tree_sha256(root: Path) -> str:
+    """A hash of a directory's content: relative names, exec bits, file bytes, link targets."""
+    digest = hashlib.sha256()
+    for path in iter_files(root):
+        rel = path.relative_to(root).as_posix()
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            entry = f"L {rel}\0{os.readlink(path)}\n"
+        else:
+            entry = f"{'X' if st.st_mode & 0o111 else 'F'} {rel}\0{sha256_file(path)}\n"
+        digest.update(entry.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+def _fetch_path(source: PathSource, label: str) -> SourceTree:
+    root = Path(source.path)
+    if not root.is_dir():
+        raise SourceError(f"{label}: source path {root} is not a directory",
+                          hint="point the recipe's path at the package's source tree")
+    identity = tree_sha256(root)
+    display = getattr(source, "display", str(root))
+    return SourceTree(root, identity, {"kind": "path", "path": display, "tree_sha256": identity})
+
+
+# ------------------------------------------------------------------------------------------------
+# git
+# ------------------------------------------------------------------------------------------------
+def _git(args: list[str], cwd: Path, label: str, what: str) -> str:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
+    try:
+        proc = subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=1800, check=False)
+    except FileNotFoundError:
+        raise SourceError(f"{label}: git is not installed", hint="install git to fetch git sources") from None
+    except subprocess.TimeoutExpired:
+        raise SourceError(f"{label}: {what} timed out") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SourceError(f"{label}: {what} failed: {detail}",
+                          hint="check that the repository is reachable and the ref exists (a tag or a full commit)")
+    return proc.stdout
+
+
+def _is_commit(ref: str) -> bool:
+    return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower())
+
+
+def _fetch_git(source: GitSource, cache_dir: Path, label: str) -> SourceTree:
+    url = source.url if hasattr(source, "url") else source.repo
+    base = cache_dir / "git"
+    base.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
+    pointer = base / f"ref-{key}.json"
+    with FileLock(str(base / f"{key}.lock")):
+        try:
+            commit = json.loads(pointer.read_text())["commit"]
+        except (OSError, ValueError, KeyError, TypeError):
+            commit = None  # never resolved, or a damaged pointer: resolve the ref again
+        if isinstance(commit, str) and _is_commit(commit):
+            tree = _cached(base / f"{commit}{'-sub' if source.submodules else ''}")
+            if tree is not None:
+                return tree
+        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
+            work = Path(tmp) / "tree"
+            work.mkdir()
+            where = f"{url} at {source.ref}"
+            _git(["init", "-q"], work, label, "git init")
+            _git(["remote", "add", "origin", url], work, label, f"adding remote {url}")
+            try:
+                _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}")
+            except SourceError:
+                if not _is_commit(source.ref):
+                    raise
+                # Servers that refuse a bare commit in "want" still serve it from a full fetch.
+                _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}")
+            _git(["checkout", "-q", "--detach", "FETCH_HEAD" if not _is_commit(source.ref) else source.ref],
+                 work, label, f"checking out {where}")
+            commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse").strip()
+            if source.submodules:
+                _git(["submodule", "update", "--init", "--recursive", "--depth", "1"], work, label,
+                     f"fetching the submodules of {where}")
+            description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
+            final = base / f"{commit}{'-sub' if source.submodules else ''}"
+            tree = _install(work, final, commit, description)
+        atomic_write(pointer, [json.dumps({"url": url, "ref": source.ref, "commit": tree.identity}).encode()],
+                     durable=False)
+        return tree
+
+
+# ------------------------------------------------------------------------------------------------
+# sdist
+# ------------------------------------------------------------------------------------------------
+def _normalise(name: str) -> str:
+    return "-".join(part for part in name.lower().replace("_", "-").replace(".", "-").split("-") if part)
+
+
+def _index_url() -> str:
+    return os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
+
+
+def _find_sdist_url(source: SdistSource, label: str) -> tuple[str, str]:
+    """(url, filename) of the sdist the recipe pins, from the index's JSON simple API."""
+    page = f"{_index_url()}/{_normalise(source.name)}/"
+    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            body = resp.read()
+            kind = resp.headers.get("Content-Type", "")
+        data = json.loads(body) if "json" in kind or body.lstrip()[:1] == b"{" else _parse_html_index(body.decode())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            raise SourceError(f"{label}: {source.name!r} is not on the index {_index_url()}",
+                              hint="check the recipe's sdist name") from None
+        raise SourceError(f"{label}: the index answered HTTP {exc.code} for {page}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise SourceError(f"{label}: cannot read the index page {page}: {exc}",
+                          hint="check the network or set PIP_INDEX_URL") from None
+    candidates = [
+        entry for entry in data.get("files", [])
+        if entry.get("filename", "").endswith((".tar.gz", ".zip"))
+        and entry["filename"].rsplit(".tar.gz", 1)[0].rsplit(".zip", 1)[0].rpartition("-")[2] == source.version
+    ]
+    for entry in candidates:
+        if entry.get("hashes", {}).get("sha256", "").lower() == source.sha256.lower():
+            return urllib.parse.urljoin(page, entry["url"]), entry["filename"]
+    if candidates:
+        listed = ", ".join(f"{e['filename']} sha256={e.get('hashes', {}).get('sha256')}" for e in candidates)
+        raise SourceError(f"{label}: no sdist of {source.name}=={source.version} has the pinned sha256 "
+                          f"{source.sha256} (the index has {listed})",
+                          hint="the file changed or the pin is wrong: verify and update the recipe's sha256")
+    raise SourceError(f"{label}: the index has no sdist for {source.name}=={source.version}",
+                      hint="check the version, or use a git source")
+
+
+def _parse_html_index(html: str) -> dict[str, Any]:
+    """A PEP 503 HTML page in the shape of the PEP 691 JSON answer (filename, url, hashes)."""
+    files = []
+    for m in re.finditer(r"<a\s[^>]*href=\"([^\"]+)\"[^>]*>([^<]+)</a>", html, re.IGNORECASE):
+        url, _, fragment = m[1].partition("#")
+        hashes = dict([fragment.split("=", 1)]) if "=" in fragment else {}
+        files.append({"filename": m[2].strip(), "url": url, "hashes": hashes})
+    return {"files": files}
+
+
+def _download(url: str, dest: Path, label: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=300) as resp, open(dest, "wb") as out:
+            for chunk in iter(lambda: resp.read(_CHUNK), b""):
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.URLError, OSError) as exc:
+        raise SourceError(f"{label}: downloading {url} failed: {exc}", hint="check the network") from None
+    return digest.hexdigest()
+
+
+def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str) -> SourceTree:
+    sha = source.sha256.lower()
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise SourceError(f"{label}: {source.sha256!r} is not a sha256", hint="pin the sdist by its 64-hex sha256")
+    base = cache_dir / "sdist"
+    base.mkdir(parents=True, exist_ok=True)
+    final = base / sha
+    with FileLock(str(base / f"{sha}.lock")):
+        tree = _cached(final)
+        if tree is not None:
+            return tree
+        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
+            archive = _find_archive(base, sha)
+            if archive is None:
+                url, filename = _find_sdist_url(source, label)
+                part = Path(tmp) / filename
+                got = _download(url, part, label)
+                if got != sha:
+                    raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
+                                      hint="nothing was cached; verify the file and update the pin")
+                archive = base / f"{sha}-{filename}"
+                os.replace(part, archive)
+            elif sha256_file(archive) != sha:
+                archive.unlink()
+                raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
+                                  hint="run again to download it afresh")
+            work = Path(tmp) / "tree"
+            work.mkdir()
+            unpack(archive, work)
+            entries = [p for p in work.iterdir()]
+            # An sdist holds one top directory; the tree root is that directory.
+            inner = entries[0] if len(entries) == 1 and entries[0].is_dir() else work
+            description = {"kind": "sdist", "name": source.name, "version": source.version, "sha256": sha}
+            return _install(inner, final, sha, description)
+
+
+def _find_archive(base: Path, sha: str) -> Path | None:
+    for path in base.glob(f"{sha}-*"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _check_member(name: str, archive: Path) -> PurePosixPath:
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts or (path.parts and ":" in path.parts[0]):
+        raise SourceError(f"{archive.name}: member {name!r} escapes the archive",
+                          hint="the archive is malformed or malicious; nothing was unpacked into the cache")
+    return path
+
+
+def _inside(base: Path, target: Path) -> bool:
+    try:
+        target.resolve().relative_to(base.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def unpack(archive: Path, dest: Path) -> None:
+    """Unpack a .tar.gz/.tar.bz2/.zip sdist into ``dest``, refusing anything that leaves ``dest``."""
+    name = archive.name.lower()
+    if name.endswith(".zip"):
+        try:
+            _unpack_zip(archive, dest)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+            raise SourceError(f"{archive.name}: not a readable zip archive: {exc}",
+                              hint="the file is corrupt; nothing was cached") from None
+        return
+    try:
+        _unpack_tar(archive, dest)
+    except (EOFError, zlib.error) as exc:  # a truncated or corrupt compressed stream
+        raise SourceError(f"{archive.name}: not a readable archive: {exc}",
+                          hint="the file is corrupt; nothing was cached") from None
+
+
+def _unpack_zip(archive: Path, dest: Path) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            rel = _check_member(info.filename, archive)
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise SourceError(f"{archive.name}: member {info.filename!r} is a link",
+                                  hint="links in zip sdists are not supported")
+            if not rel.parts:
+                continue
+            out = dest.joinpath(*rel.parts)
+            if info.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, _CHUNK)
+            if (info.external_attr >> 16) & 0o111:
+                out.chmod(0o755)
+
+
+def _unpack_tar(archive: Path, dest: Path) -> None:
+    try:
+        tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below; open errors differ
+    except tarfile.TarError as exc:
+        raise SourceError(f"{archive.name}: not a readable archive: {exc}") from None
+    with tf:
+        members = tf.getmembers()
+        for member in members:
+            rel = _check_member(member.name, archive)
+            if member.isdev() or member.isfifo():
+                raise SourceError(f"{archive.name}: member {member.name!r} is a device or fifo")
+            if member.issym() or member.islnk():
+                link = PurePosixPath(member.linkname)
+                target = (dest.joinpath(*rel.parts[:-1]) if member.issym() else dest).joinpath(*link.parts)
+                if link.is_absolute() or not _inside(dest, target):
+                    raise SourceError(f"{archive.name}: link {member.name!r} -> {member.linkname!r} leaves the tree",
+                                      hint="the archive is malformed or malicious; nothing was cached")
+        try:
+            tf.extractall(dest, members=members, filter="data")
+        except TypeError:  # Python without extraction filters: the checks above are the guard
+            tf.extractall(dest, members=members)
+        except tarfile.TarError as exc:
+            raise SourceError(f"{archive.name}: refused while unpacking: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# cache
+# ------------------------------------------------------------------------------------------------
+def _cached(final: Path) -> SourceTree | None:
+    marker = final / _COMPLETE
+    try:
+        data = json.loads(marker.read_text())
+        return SourceTree(final / data["root"], data["identity"], data["description"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: fetched afresh, and the install replaces the directory
+
+
+def _install(work: Path, final: Path, identity: str, description: dict[str, Any]) -> SourceTree:
+    """Move a complete tree into place; the marker goes in last."""
+    staging = final.with_name(final.name + ".partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    os.replace(work, staging / "tree")
+    (staging / _COMPLETE).write_text(json.dumps({"root": "tree", "identity": identity, "description": description}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    return SourceTree(final / "tree", identity, description)
