@@ -116,6 +116,41 @@ class ToolError(FarmError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class FileSystemError(FarmError):
+    """The disk is full, or a path is not writable (or readable) for this user."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
+_NO_SPACE = {28, 122}  # ENOSPC, EDQUOT
+_NO_PERMISSION = {1, 13, 30}  # EPERM, EACCES, EROFS
+
+
+def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmError:
+    """An :class:`OSError` as a message that names the path and the remedy (DESIGN §5).
+
+    ``path``: the file farm was writing when the error carries no name (a full disk fails a
+    ``write()``, which knows no file name)."""
+    import errno as _errno
+
+    target = exc.filename if exc.filename is not None else path
+    where = str(target) if target is not None else None
+    folder = os.path.dirname(where) or "." if where else "the output folder"
+    code = exc.errno or 0
+    if code in _NO_SPACE:
+        return FileSystemError(
+            f"no space left on the device (cannot {doing} {where or 'a file'})", where=where,
+            hint=f"free space on the filesystem of {folder} (`df -h {folder}`) or write elsewhere "
+                 "(--out, TMPDIR), then run the command again; nothing half-written was kept under its final name")
+    if code in _NO_PERMISSION:
+        why = "read-only filesystem" if code == _errno.EROFS else "permission denied"
+        return FileSystemError(
+            f"{why} (cannot {doing} {where or 'a file'})", where=where,
+            hint=f"make {folder} writable for this user (`ls -ld {folder}`), or choose another folder")
+    return FileSystemError(f"cannot {doing} {where or 'a file'}: {exc.strerror or exc}", where=where,
+                           hint="check the path and the filesystem, then run the command again")
+
+
 class DefectError(FarmError):
     """A check ran and found defects; raised where a report cannot be returned instead."""
 
