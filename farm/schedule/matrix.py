@@ -19,7 +19,7 @@ The subtraction happens in one visible order, and every declared cell lands in e
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,13 +172,14 @@ class PlannedCell:
     epoch: int
     wheel: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
+        """``arch_list``: the canonical string when the caller has it (one per distinct list)."""
         c = self.cell
         return {
             "id": c.id, "package": c.package, "version": c.version, "cuda": c.cuda,
             "torch": c.torch, "torch_version": self.torch_version, "python": c.python_version,
             "python_tag": c.python, "platform": c.platform, "runner": RUNNERS.get(c.platform),
-            "build_epoch": self.epoch, "arch_list": self.archs.canonical(),
+            "build_epoch": self.epoch, "arch_list": arch_list or self.archs.canonical(),
             "arch_origin": self.arch_origin, "wheel": self.wheel,
         }
 
@@ -384,6 +385,78 @@ def _package_matrix(
 
 
 # --------------------------------------------------------------------------------------------
+# Waves: what one workflow run builds, and what waits for the next
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Wave:
+    """The cells one run schedules (at most its job capacity) and the rest, deferred.
+
+    Deferred cells are not dropped: they are still missing from the ledger, so the next run's
+    matrix has them again. ``scheduled`` keeps the matrix order (package, then grid order)."""
+
+    matrix: Matrix
+    scheduled: tuple[PlannedCell, ...]
+    deferred: tuple[PlannedCell, ...]
+    capacity: int | None  # jobs one run may start; None: no limit
+
+    @property
+    def cells(self) -> list[PlannedCell]:
+        return list(self.scheduled)
+
+    def per_package(self) -> dict[str, tuple[int, int]]:
+        """package -> (scheduled, deferred), for every package of the matrix."""
+        out = {pkg.package: [0, 0] for pkg in self.matrix.packages}
+        for p in self.scheduled:
+            out[p.cell.package][0] += 1
+        for p in self.deferred:
+            out[p.cell.package][1] += 1
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    def totals(self) -> dict[str, int]:
+        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred)}
+
+
+def one_job(cell: PlannedCell) -> int:
+    return 1
+
+
+def schedule(
+    matrix: Matrix,
+    capacity: int | None,
+    *,
+    jobs: Callable[[PlannedCell], int] = one_job,
+) -> Wave:
+    """Take cells round-robin across packages until ``capacity`` jobs are used; defer the rest.
+
+    The order is stable and fair: packages in the matrix's order (by name), each package's
+    cells in grid order, one cell of each package per round. So every package with work
+    advances in every wave, and a package whose cells keep failing (they stay in the queue)
+    holds at most its share of a wave, never the whole of it. ``jobs(cell)`` is the number of
+    jobs a cell costs (1; more where a build is split into several jobs); a cell that does not
+    fit in what is left is deferred, and smaller ones after it may still fit."""
+    if capacity is None:
+        return Wave(matrix, tuple(matrix.cells), (), None)
+    if capacity < 0:
+        raise ValueError("capacity must be >= 0")
+    queues = [pkg.to_build for pkg in matrix.packages if pkg.to_build]
+    chosen: set[int] = set()  # id() of the chosen PlannedCells (frozen, compared by identity here)
+    left = capacity
+    depth = max((len(q) for q in queues), default=0)
+    for i in range(depth):
+        if left <= 0:
+            break
+        for q in queues:
+            if i < len(q):
+                cost = jobs(q[i])
+                if cost <= left:
+                    chosen.add(id(q[i]))
+                    left -= cost
+    scheduled = tuple(p for p in matrix.cells if id(p) in chosen)
+    deferred = tuple(p for p in matrix.cells if id(p) not in chosen)
+    return Wave(matrix, scheduled, deferred, capacity)
+
+
+# --------------------------------------------------------------------------------------------
 # Shards and GitHub Actions output (pure renderers + one writer)
 # --------------------------------------------------------------------------------------------
 def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[PlannedCell]]:
@@ -393,33 +466,37 @@ def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[Pl
     return [list(cells[i:i + size]) for i in range(0, len(cells), size)]
 
 
-def github_outputs(matrix: Matrix, *, max_shards: int | None = None) -> dict[str, str]:
-    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total``, and
-    ``shard_<i>`` (a JSON list of at most 256 build entries) for each shard.
+def deferred_error(wave: Wave) -> UsageError:
+    """``--fail-on-deferred``: the queue is longer than one run."""
+    n = len(wave.scheduled) + len(wave.deferred)
+    return UsageError(
+        f"the matrix has {n} cells but one run schedules at most {wave.capacity} jobs: "
+        f"{len(wave.deferred)} cell(s) would be deferred to a later run",
+        hint="drop --fail-on-deferred to build in waves, or narrow the matrix (packages, --cuda)",
+    )
 
-    Refuses (rather than truncates) a matrix the workflow cannot run whole: more shards than
-    the workflow has shard jobs (``max_shards``), or more than GitHub's 1 MB of job outputs."""
-    parts = shards(matrix.cells)
-    if max_shards is not None and len(parts) > max_shards:
-        raise UsageError(
-            f"the matrix has {len(matrix.cells)} cells = {len(parts)} shards of <= {SHARD_SIZE}, "
-            f"but the workflow runs at most {max_shards} shards: jobs would be missing",
-            hint="build in parts (filter by package or --cuda), or add shard jobs to the workflow "
-                 "and raise --max-shards",
-        )
+
+def github_outputs(wave: Wave) -> dict[str, str]:
+    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
+    scheduled), ``deferred`` (cells left for the next run), and ``shard_<i>`` (a JSON list of at
+    most 256 build entries) for each shard.
+
+    Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
+    parts = shards(wave.scheduled)
     out = {
         "shard_count": str(len(parts)),
         "shards": json.dumps(list(range(len(parts)))),
-        "total": str(len(matrix.cells)),
+        "total": str(len(wave.scheduled)),
+        "deferred": str(len(wave.deferred)),
     }
     for i, part in enumerate(parts):
         out[f"shard_{i}"] = json.dumps([p.github_entry() for p in part], separators=(",", ":"))
     size = sum(len(k) + len(v) + 2 for k, v in out.items())
     if size > GITHUB_OUTPUT_LIMIT:
         raise UsageError(
-            f"the matrix ({len(matrix.cells)} cells) needs {size:,} bytes of job outputs; "
+            f"the wave ({len(wave.scheduled)} cells) needs {size:,} bytes of job outputs; "
             f"GitHub keeps at most {GITHUB_OUTPUT_LIMIT:,} and would drop the rest",
-            hint="build in parts: filter by package or --cuda",
+            hint="pass --max-shards (the workflow's shard jobs) so a run takes a wave it can hold",
         )
     return out
 
@@ -429,22 +506,34 @@ def _md_row(cells: Iterable[object]) -> str:
 
 
 SUMMARY_COLUMNS = ("declared", "filtered", "recipe", "no_policy", "phantom", "built", "stale", "to_build")
+WAVE_COLUMNS = ("scheduled", "deferred")
 
 
-def step_summary(matrix: Matrix, lint_note: str) -> str:
+def step_summary(wave: Wave, lint_note: str) -> str:
     """A Markdown table for ``$GITHUB_STEP_SUMMARY``."""
+    matrix = wave.matrix
     lines = ["## farm matrix", "", lint_note, ""]
     if matrix.overwrite:
         lines += ["**--overwrite: the ledger was ignored; built wheels are scheduled again.**", ""]
-    lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in SUMMARY_COLUMNS))))
-    lines.append(_md_row(["---"] * (3 + len(SUMMARY_COLUMNS))))
+    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS)
+    lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in columns))))
+    lines.append(_md_row(["---"] * (3 + len(columns))))
+    per_package = wave.per_package()
     for pkg in matrix.packages:
-        counts = pkg.counts()
-        lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in SUMMARY_COLUMNS))))
-    totals = matrix.totals()
-    lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in SUMMARY_COLUMNS))))
-    lines += ["", *stale_advice(matrix)]
+        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package]))}
+        lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
+    totals = wave.totals()
+    lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))
+    lines += ["", *wave_advice(wave), *stale_advice(matrix)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def wave_advice(wave: Wave) -> list[str]:
+    """What a run with deferred cells means: nothing is lost, the next run takes them."""
+    if not wave.deferred:
+        return []
+    return [f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
+            "they stay in the queue (not in the ledger) and the next run schedules them"]
 
 
 def stale_advice(matrix: Matrix) -> list[str]:
@@ -461,22 +550,20 @@ def stale_advice(matrix: Matrix) -> list[str]:
 
 
 def write_github_output(
-    matrix: Matrix,
+    wave: Wave,
     output_path: Path,
     summary_path: Path | None,
     lint_note: str,
-    *,
-    max_shards: int | None = None,
 ) -> dict[str, str]:
     """Append the outputs to ``$GITHUB_OUTPUT`` (all checks first: nothing is written for a
-    matrix that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``."""
-    outputs = github_outputs(matrix, max_shards=max_shards)
+    wave that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``."""
+    outputs = github_outputs(wave)
     text = "".join(f"{k}={v}\n" for k, v in outputs.items())
     with open(output_path, "a", encoding="utf-8") as fh:
         fh.write(text)
     if summary_path is not None:
         with open(summary_path, "a", encoding="utf-8") as fh:
-            fh.write(step_summary(matrix, lint_note))
+            fh.write(step_summary(wave, lint_note))
     return outputs
 
 
