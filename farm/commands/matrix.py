@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 
 from farm.errors import UsageError
 from farm.model.config import load_config
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                             for o in outcomes]}
 
     if args.json:
-        print(orjson.dumps(matrix_json(wave, lint)).decode())
+        print(msgspec.json.encode(matrix_json(wave, lint)).decode())
         if args.no_lint:
             print(f"farm matrix: {NO_LINT_NOTE}", file=sys.stderr)
     else:
