@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from farm.errors import UsageError
+from farm.fsutil import atomic_write
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import (
@@ -64,6 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--cache-dir", type=Path, help="sources and lint cache (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--plan", type=Path, metavar="FILE",
+                        help="also write the --json output to FILE (what `farm wave` reads after the builds)")
 
 
 def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
@@ -149,8 +152,12 @@ def run(args: argparse.Namespace) -> int:
                 "results": [{"package": o.package, "arch_list": o.arch_list, **o.report.to_json()}
                             for o in outcomes]}
 
+    if args.json or args.plan:
+        encoded = msgspec.json.encode(matrix_json(wave, lint))
+        if args.plan and not failed:
+            atomic_write(args.plan, [encoded, b"\n"])
     if args.json:
-        print(msgspec.json.encode(matrix_json(wave, lint)).decode())
+        print(encoded.decode())
         if args.no_lint:
             print(f"farm matrix: {NO_LINT_NOTE}", file=sys.stderr)
     else:
