@@ -15,6 +15,7 @@ line.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import gc
 import json
@@ -28,7 +29,7 @@ from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
 import msgspec
 
 from farm.errors import LedgerError
-from farm.fsutil import atomic_write, read_chunks
+from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -416,10 +417,13 @@ class LedgerIndex:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
-def _lock(ledger: Path) -> Any:
+@contextlib.contextmanager
+def _lock(ledger: Path) -> Iterator[None]:
     from filelock import FileLock  # only writers pay for the import
 
-    return FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S)
+    with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
+        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")  # a killed writer's temp copy
+        yield
 
 
 def fragment_path(fragments_dir: Path, filename: str) -> Path:
