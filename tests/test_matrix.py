@@ -265,7 +265,7 @@ def test_filters_narrow_and_normalise(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_an_unknown_filter_value_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             args: list[str], message: str) -> None:
     rc, data, err = farm_matrix(capsys, make_tree(tmp_path), *args)
-    assert rc == EXIT_BAD_INPUT and data is None
+    assert rc == EXIT_BAD_INPUT and data["ok"] is False and data["error"]["exit_code"] == EXIT_BAD_INPUT
     assert message in err
 
 
@@ -368,7 +368,7 @@ def test_fail_on_deferred_keeps_the_old_strictness_and_writes_nothing(
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     rc, data, err = farm_matrix(capsys, root, "--github-output", "--max-shards", "2", "--fail-on-deferred")
-    assert rc == EXIT_BAD_INPUT and data is None
+    assert rc == EXIT_BAD_INPUT and data["ok"] is False and "cells" not in data
     assert "600 cells" in err and "88 cell(s) would be deferred" in err
     assert not output.exists()
     rc, data, _ = farm_matrix(capsys, root, "--max-shards", "3", "--fail-on-deferred")
