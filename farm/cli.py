@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
     "toolkit": ("farm.commands.toolkit", "a CUDA_HOME assembled from NVIDIA's PyPI wheels"),
+    "wave": ("farm.commands.wave", "after a run's builds: what built, what failed, publish?, next wave?"),
 }
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
@@ -679,6 +678,8 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
+    if requires:  # imported here: packaging's requirement parser costs a run without any ~25 ms
+        from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
             Requirement(req)
