@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
-from farm.errors import ConfigError, ToolError, UsageError
+from farm.errors import ConfigError, ToolError, UsageError, redact
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
@@ -147,7 +147,7 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
         if proc.returncode != 0:
             raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
-        for line in proc.stdout.strip().splitlines():
+        for line in redact(proc.stdout.strip()).splitlines():
             say(f"  {line}")
     return src
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -81,10 +82,37 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
+@lru_cache(maxsize=None)
+def parse_version(text: str) -> Version:
+    """``Version(text)``, memoised: the grid's few version strings are compared thousands of times."""
+    return Version(text)
+
+
 def in_python_range(defaults: Defaults, version: str) -> bool:
     """Whether a grid Python (``3.11``) is within ``_defaults.yml``'s ``python: {min, max}``."""
-    v = Version(version)
-    return Version(defaults.python_min) <= v <= Version(defaults.python_max)
+    return parse_version(defaults.python_min) <= parse_version(version) <= parse_version(defaults.python_max)
+
+
+# (cuda, torch, python tag, platform, python version): a declared cell before it is a Cell.
+DeclaredKey = tuple[str, str, str, str, str]
+
+
+def declared_keys(defaults: Defaults, recipe: Recipe) -> Iterator[DeclaredKey]:
+    """The fields of :func:`declared_cells`, in the same order, without building the cells (the
+    matrix builds a :class:`Cell` only for the cells it keeps)."""
+    seen: set[tuple[str, str, str, str]] = set()
+    pythons = {py: (in_python_range(defaults, py), python_tag(py)) for row in defaults.grid for py in row.pythons}
+    for row in defaults.grid:
+        torch = row.torch_minor if recipe.links_torch else NO_TORCH
+        for py in row.pythons:
+            in_range, tag = pythons[py]
+            if not in_range:
+                continue
+            for platform in defaults.platforms:
+                key = (row.cuda, torch, tag, platform)
+                if key not in seen:
+                    seen.add(key)
+                    yield (row.cuda, torch, tag, platform, py)
 
 
 def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
@@ -92,17 +120,8 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
 
     Torch-free packages collapse the torch axis: one cell per (cuda, python, platform).
     """
-    seen: set[Cell] = set()
-    for row in defaults.grid:
-        torch = row.torch_minor if recipe.links_torch else NO_TORCH
-        for py in row.pythons:
-            if not in_python_range(defaults, py):
-                continue
-            for platform in defaults.platforms:
-                cell = Cell(recipe.name, recipe.version, row.cuda, torch, python_tag(py), platform)
-                if cell not in seen:
-                    seen.add(cell)
-                    yield cell
+    for cuda, torch, tag, platform, _ in declared_keys(defaults, recipe):
+        yield Cell(recipe.name, recipe.version, cuda, torch, tag, platform)
 
 
 def is_phantom(defaults: Defaults, cell: Cell) -> bool:
@@ -114,20 +133,25 @@ def is_phantom(defaults: Defaults, cell: Cell) -> bool:
 
 def recipe_excludes(recipe: Recipe, cell: Cell) -> str | None:
     """The recipe restriction that excludes ``cell``, or None."""
+    return recipe_excludes_key(recipe, cell.cuda, cell.torch, cell.python_version, cell.platform)
+
+
+def recipe_excludes_key(recipe: Recipe, cuda: str, torch: str, python: str, platform: str) -> str | None:
+    """:func:`recipe_excludes` on a cell's fields (``python`` as ``3.11``)."""
     only = recipe.only
-    if only.min_torch and cell.torch != NO_TORCH and Version(cell.torch) < Version(only.min_torch):
+    if only.min_torch and torch != NO_TORCH and parse_version(torch) < parse_version(only.min_torch):
         return f"min_torch {only.min_torch}"
-    if only.platforms is not None and cell.platform not in only.platforms:
+    if only.platforms is not None and platform not in only.platforms:
         return "only.platforms"
-    if only.cuda is not None and cell.cuda not in only.cuda:
+    if only.cuda is not None and cuda not in only.cuda:
         return "only.cuda"
     if only.combinations is not None:
         for combo in only.combinations:
-            if combo.cuda != cell.cuda:
+            if combo.cuda != cuda:
                 continue
-            if combo.torch is not None and cell.torch != NO_TORCH and combo.torch != cell.torch:
+            if combo.torch is not None and torch != NO_TORCH and combo.torch != torch:
                 continue
-            if combo.pythons is not None and cell.python_version not in combo.pythons:
+            if combo.pythons is not None and python not in combo.pythons:
                 continue
             return None
         return "only.combinations"

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from farm.errors import ArchError, ConfigError, UsageError, did_you_mean
+from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
 from farm.model.arch import KNOWN_CUDA_LINES, ArchList, Rendering, validate_for_cuda
 from farm.model.yamlsrc import YList, YMap, load_yaml
 
@@ -304,7 +303,7 @@ class _Section:
         if not ok:
             hint = fix
             if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-                hint = hint or f"quote it: {key}: '{value}' (YAML reads {value} as a number)"
+                hint = hint or f"quote it: {key}: '{clip(value)}' (YAML reads {clip(value)} as a number)"
             raise ConfigError(
                 f"{self.key_path(key)!r} must be {_TYPE_NAMES.get(kind, kind.__name__)}, got {_describe(value)}",
                 where=self.where(key),
@@ -328,7 +327,7 @@ class _Section:
                 raise ConfigError(
                     f"item {i + 1} of {self.key_path(key)!r} must be a string, got {_describe(item)}",
                     where=f"{self.file}:{value.line_of(i) if isinstance(value, YList) else self.data.line_of(key)}",
-                    hint=f"quote it: '{item}'" if isinstance(item, (int, float)) else None,
+                    hint=f"quote it: '{clip(item)}'" if isinstance(item, (int, float)) else None,
                 )
         return tuple(value)
 
@@ -360,9 +359,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
+        return f"a number ({clip(value)})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        return f"a string ({clip(repr(value))})"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -684,7 +683,9 @@ def _load_build(sec: _Section) -> BuildKnobs:
             )
         if not isinstance(value, str):
             raise ConfigError(f"{sec.key_path('env')}.{key} must be a string, got {_describe(value)}",
-                              where=sec.where("env"), hint=f"quote it: {key}: '{value}'")
+                              where=sec.where("env"),
+                              hint=f"quote it: {key}: '{clip(value)}'" if not isinstance(value, (list, dict))
+                              else "environment values are strings")
     if knobs.subdir and (knobs.subdir.startswith("/") or ".." in Path(knobs.subdir).parts):
         raise ConfigError(f"{sec.key_path('subdir')!r} must stay inside the source tree", where=sec.where("subdir"))
     for key in knobs.arch_env:
@@ -768,6 +769,8 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
+    if requires:  # imported here: packaging's requirement parser costs a run without any ~25 ms
+        from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
             Requirement(req)
