@@ -29,21 +29,10 @@ from typing import Any
 from farm.errors import ToolError, UsageError
 from farm.fsutil import atomic_write
 from farm.toolkit import components as comps
+from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
 
 STAMP = ".farm-toolkit.json"
-
-
-@dataclass(frozen=True)
-class Component:
-    """One component as installed: its manifest name, version and the sha256 of its archive or wheel."""
-
-    name: str
-    version: str
-    sha256: str | None
-
-    def to_json(self) -> dict[str, str | None]:
-        return {"name": self.name, "version": self.version, "sha256": self.sha256}
 
 
 @dataclass(frozen=True)

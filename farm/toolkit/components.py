@@ -9,6 +9,20 @@ whatever the toolkit's source: the PyPI wheel of a component is derived from the
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class Component:
+    """One component as installed: its manifest name, version and the sha256 of its archive or wheel."""
+
+    name: str
+    version: str
+    sha256: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"name": self.name, "version": self.version, "sha256": self.sha256}
+
+
 
 # component -> NVIDIA's CUDA 13 PyPI wheel (CUDA 12 wheels add "-cu12"; they hold no nvcc, FACTS §10).
 PYPI_WHEELS: dict[str, str] = {

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from farm.errors import ToolError
 from farm.fsutil import CHUNK, sha256_file
-from farm.toolkit.assemble import Component
+from farm.toolkit.components import Component
 from farm.toolkit.manifest import Archive, Manifest, ManifestComponent, parse_manifest
 from farm.toolkit.request import ToolkitRequest
 
