@@ -180,6 +180,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
         env={**base.env, **own.env},
         arch_env={**base.arch_env, **own.arch_env},
+        system_packages=own.system_packages or base.system_packages,
     )
 
 
@@ -333,6 +334,12 @@ def plan_build(
         else:
             raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",
                              hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
+        if knob.system_packages:  # before the toolkit script, which exits early when its stamp is there
+            # one dnf call each, in order: a repository package (epel-release) must land before its packages
+            before_all = "set -eu
+" + "".join(
+                f"dnf install -y {shlex.quote(p)}
+" for p in knob.system_packages) + before_all
     else:
         if options.host_cuda_home is None:
             raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",

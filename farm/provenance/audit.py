@@ -37,6 +37,8 @@ from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
 from farm.provenance.stamp import WheelName
 
 if TYPE_CHECKING:
+    from farm.binary.assertion import Expected
+    from farm.model.arch import ArchList
     from farm.model.config import FarmConfig
 
 _CHUNK = 1 << 20
@@ -66,6 +68,8 @@ class WheelFacts:
     extensions: Mapping[str, str]  # extension archive path -> sha256
     embedded: Mapping[str, Any] | None
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
+    # with both readers: "<member>: <how they differ>" for each extension they disagree on
+    disagreements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -162,8 +166,9 @@ def _hash_member(wheel: SafeWheel, name: str) -> str:
     return digest.hexdigest()
 
 
-def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
-    """Inspect ``path`` (native reader), hash it and its extensions, read its provenance.
+def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
+                cuobjdump: Path | None = None) -> WheelFacts:
+    """Inspect ``path`` (native reader, or ``both``), hash it and its extensions, read its provenance.
 
     An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
     thousands of wheels one broken file is a finding, not the end of the sweep.
@@ -177,8 +182,9 @@ def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
     embedded = None
     try:
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
-        inspection = inspect_wheel(path, "native")
+        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump)
         found = {so.path: so.found.canonical() for so in inspection.extensions}
+        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions if not so.agrees)
         with SafeWheel(path) as wheel:
             extensions = {name: _hash_member(wheel, name) for name in found}
             dist_info = wheel.dist_info()
@@ -189,7 +195,8 @@ def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
         raise  # the environment, not the wheel
     except FarmError as exc:
         return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
-    return WheelFacts(path.name, location, sha256, size, found, extensions, embedded)
+    return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
+                      disagreements=disagreements)
 
 
 def _problem(exc: FarmError, path: Path, location: str) -> str:
@@ -205,6 +212,43 @@ def _problem(exc: FarmError, path: Path, location: str) -> str:
 
 
 # -- today's policy (the config glue) -------------------------------------------------------------
+@dataclass(frozen=True)
+class Derived:
+    """What the configuration resolves today for a provenance's cell."""
+
+    requested: ArchList  # the cell's list (recipe override or policy row)
+    origin: str  # the rule it came from, e.g. "policy x86_64 13.0"
+    expected: Expected  # per extension, with the recipe's per-extension lists
+
+
+# a provenance -> what today's config resolves for its cell, or None when it has no such cell
+Derive = Callable[[Mapping[str, Any]], "Derived | None"]
+
+
+def derive_from_config(config: FarmConfig) -> Derive:
+    """The one place that re-derives a wheel's expectation from the configuration."""
+    from farm.binary.assertion import Expected
+    from farm.model.cells import Cell, extension_lists, resolve_arch
+
+    def derive(provenance: Mapping[str, Any]) -> Derived | None:
+        package, cell = provenance.get("package"), provenance.get("cell") or {}
+        if not isinstance(package, str) or package not in config.recipes or not isinstance(cell, Mapping) \
+                or not all(isinstance(cell.get(k), str) for k in ("cuda", "torch", "python", "platform")):
+            return None
+        recipe = config.recipes[package]
+        try:
+            resolution = resolve_arch(config, recipe, Cell(package, str(provenance.get("version")), cell["cuda"],
+                                                            cell["torch"], cell["python"], cell["platform"]))
+        except (FarmError, KeyError):
+            return None
+        if resolution is None:
+            return None
+        return Derived(resolution.archs, resolution.origin,
+                       Expected(resolution.archs, per_extension=extension_lists(recipe)))
+
+    return derive
+
+
 def today_from_config(config: FarmConfig) -> Today:
     """Today's expected list per extension for a provenance's cell, from ``config``."""
     from farm.binary.assertion import Expected
