@@ -203,6 +203,20 @@ def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path)
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a;10.0a;12.0"
 
 
+def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path):
+    (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
+    recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
+    config = make_root(tmp_path, {"torchpkg": recipe})
+    linux = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
+    script = linux.env["CIBW_BEFORE_ALL"]
+    assert script.startswith("set -eu\ndnf install -y epel-release\ndnf install -y sparsehash-devel\n")
+    # the toolkit script exits early once stamped: the packages must come before it
+    assert script.index("sparsehash-devel") < script.index("exit 0")
+    win = plan_build(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
+                     options(tmp_path, host_cuda_home=tmp_path / "cuda"))
+    assert "dnf" not in win.env["CIBW_BEFORE_ALL"]
+
+
 def test_bad_inputs(config, tmp_path):
     recipe = config.recipe("demo_ext")
     with pytest.raises(UsageError, match="absolute"):

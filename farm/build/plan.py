@@ -172,6 +172,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
         env={**base.env, **own.env},
         arch_env={**base.arch_env, **own.arch_env},
+        system_packages=own.system_packages or base.system_packages,
     )
 
 
@@ -316,6 +317,10 @@ def plan_build(
         prefix = options.container_toolkit_prefix
         cuda_home = f"{prefix}/cuda"
         before_all = toolkit.install_script(cell.cuda, prefix, python=options.container_python, extra=extra)
+        if knob.system_packages:  # before the toolkit script, which exits early when its stamp is there
+            # one dnf call each, in order: a repository package (epel-release) must land before its packages
+            before_all = "set -eu\n" + "".join(
+                f"dnf install -y {shlex.quote(p)}\n" for p in knob.system_packages) + before_all
     else:
         if options.host_cuda_home is None:
             raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",

@@ -22,7 +22,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from farm.errors import UsageError, WheelError
-from farm.model.cells import NO_TORCH, Cell, local_version
+from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist
 from farm.provenance import buildinfo
 from farm.provenance.ledger import write_fragment
 from farm.provenance.stamp import Relabel, StampResult, WheelName, stamp_wheel
@@ -299,6 +299,6 @@ def context_from_config(
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
         toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch),
-        requires_dist=recipe.requires_dist,
+        requires_dist=requires_dist(recipe, cell),
     )
     return context, recipe
