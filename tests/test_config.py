@@ -111,7 +111,7 @@ MALFORMED = {
     "extension-arch-unsupported": (GOOD + "extensions:\n  '*_sm100*': '10.0f'\n", "extensions['*_sm100*'] applies to CUDA 12.4", 7),
     "env-shadows-farm": (GOOD + "build:\n  env: {TORCH_CUDA_ARCH_LIST: '3.7'}\n", "set by farm for every build", 7),
     "env-bad-name": (GOOD + "build:\n  env: {'A B': '1'}\n", "not an environment variable name", 7),
-    "unpinned-cuda-component": (GOOD + "build:\n  extra_cuda_components: nvidia-nvtx\n", "not a pinned wheel", 7),
+    "wheel-as-cuda-component": (GOOD + "build:\n  extra_cuda_components: nvidia-nvtx\n", "not a CUDA component name", 7),
     "only-combination-not-in-grid": (GOOD + "only:\n  combinations:\n    - {cuda: '13.0', torch: '2.4'}\n",
                                      "only.combinations[0] selects CUDA 13.0, torch 2.4", 8),
     "only-combination-python-not-in-grid": (

@@ -122,6 +122,26 @@ class BuildKnobs:
 
 
 @dataclass(frozen=True)
+class ToolkitLine:
+    """One CUDA line's pinned toolkit (``toolkit.lines`` in ``_defaults.yml``)."""
+
+    cuda: str
+    release: str  # NVIDIA's release, e.g. "12.8.1": names redistrib_12.8.1.json
+    manifest_sha256: str | None  # the manifest's sha256, where it is known
+    source: str  # redist | pypi: where this line's toolkit comes from by default
+    components: tuple[str, ...]  # what every cell of the line gets (manifest keys)
+    pypi: Mapping[str, str]  # component -> wheel version, for the pypi source
+    where: str
+
+
+@dataclass(frozen=True)
+class ToolkitConfig:
+    redist_url: str = "https://developer.download.nvidia.com/compute/cuda/redist/"
+    torch_components: tuple[str, ...] = ()  # added for torch-linked cells: torch's headers include them
+    lines: Mapping[str, ToolkitLine] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Defaults:
     path: Path
     sha256: str
@@ -136,6 +156,7 @@ class Defaults:
     publish: Mapping[str, PublishTarget]
     default_target: str | None
     build: BuildKnobs
+    toolkit: ToolkitConfig = field(default_factory=ToolkitConfig)
 
 
 @dataclass(frozen=True)
@@ -408,7 +429,7 @@ def _version_str(sec: _Section, key: str, pattern: re.Pattern[str], example: str
 # ------------------------------------------------------------------------------------------------
 _DEFAULTS_KEYS = (
     "build_epoch", "cuda_lines", "python", "platforms", "grid", "phantoms",
-    "arch_policy", "publish", "default_target", "build",
+    "arch_policy", "publish", "default_target", "build", "toolkit",
 )
 
 
@@ -459,6 +480,8 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
         )
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
+    toolkit_sec = top.section("toolkit")
+    toolkit = _load_toolkit(toolkit_sec, cuda_lines) if toolkit_sec else ToolkitConfig()
     top.done(_DEFAULTS_KEYS)
     return Defaults(
         path=path,
@@ -474,7 +497,75 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
         publish=publish,
         default_target=default_target,
         build=build,
+        toolkit=toolkit,
     )
+
+
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+_COMPONENT = re.compile(r"^[a-z][a-z0-9_]*$")
+TOOLKIT_SOURCES = ("redist", "pypi")
+
+
+def _components(sec: _Section, key: str) -> tuple[str, ...] | None:
+    names = sec.str_list(key)
+    for name in names or ():
+        if not _COMPONENT.match(name):
+            raise ConfigError(f"{sec.key_path(key)} entry {name!r} is not a CUDA component name",
+                              where=sec.where(key), hint=_COMPONENT_HINT)
+    return names
+
+
+_COMPONENT_HINT = "name components as NVIDIA's redistrib manifest does: libcublas, libcusparse, cuda_nvtx"
+
+
+def _load_toolkit(sec: _Section, cuda_lines: tuple[str, ...]) -> ToolkitConfig:
+    url = sec.get("redist_url", str, default=ToolkitConfig.redist_url)
+    if not re.match(r"^(https?|file)://", url):
+        raise ConfigError(f"{sec.key_path('redist_url')} {url!r} is not an http(s) or file URL",
+                          where=sec.where("redist_url"))
+    base = _components(sec, "components") or ()
+    torch = _components(sec, "torch_components") or ()
+    lines_sec = sec.section("lines", required=True)
+    assert lines_sec is not None
+    lines: dict[str, ToolkitLine] = {}
+    for cuda in lines_sec.data:
+        _check_cuda_key(lines_sec, cuda, cuda_lines, "a toolkit pin")
+        one = lines_sec.section(cuda)
+        assert one is not None
+        release = one.get("release", str, required=True, fix=f"quote it: release: '{cuda}.0'")
+        if not _RELEASE.match(release) or not release.startswith(cuda + "."):
+            raise ConfigError(f"{one.key_path('release')} {release!r} is not a CUDA {cuda} release like "
+                              f"'{cuda}.1'", where=one.where("release"))
+        digest = one.get("manifest_sha256", str)
+        if digest is not None and not _SHA256.match(digest):
+            raise ConfigError(f"{one.key_path('manifest_sha256')} is not a sha256 (64 hex digits)",
+                              where=one.where("manifest_sha256"))
+        source = one.get("source", str, default="redist")
+        if source not in TOOLKIT_SOURCES:
+            raise ConfigError(f"{one.key_path('source')} {source!r} is not one of {', '.join(TOOLKIT_SOURCES)}",
+                              where=one.where("source"), hint=did_you_mean(source, TOOLKIT_SOURCES) or None)
+        components = _components(one, "components") or base
+        pypi_sec = one.section("pypi")
+        pypi: dict[str, str] = {}
+        if pypi_sec is not None:
+            for comp in pypi_sec.data:
+                if not _COMPONENT.match(comp):
+                    raise ConfigError(f"{pypi_sec.key_path(comp)} is not a CUDA component name",
+                                      where=pypi_sec.where(comp), hint=_COMPONENT_HINT)
+                pypi[comp] = _version_str(pypi_sec, comp, re.compile(r"^\d+(\.\d+)+$"), "13.0.88")
+        if source == "pypi":
+            missing = [c for c in (*components, *torch) if c not in pypi]
+            if missing:
+                raise ConfigError(f"{one.key_path('pypi')} pins no wheel for {', '.join(missing)}",
+                                  where=one.where("pypi" if pypi_sec else None),
+                                  hint="pin each component's wheel version, or use source: redist")
+        one.done(("release", "manifest_sha256", "source", "components", "pypi"))
+        if not components:
+            raise ConfigError(f"no toolkit components for CUDA {cuda}", where=one.where(),
+                              hint="set toolkit.components (e.g. cuda_nvcc, cuda_cudart, cuda_cccl)")
+        lines[cuda] = ToolkitLine(cuda, release, digest, source, components, pypi, one.where())
+    sec.done(("redist_url", "components", "torch_components", "lines"))
+    return ToolkitConfig(url, torch, lines)
 
 
 def _load_grid(top: _Section, cuda_lines: tuple[str, ...]) -> tuple[GridRow, ...]:
@@ -608,12 +699,12 @@ def _load_build(sec: _Section) -> BuildKnobs:
         value = getattr(knobs, key)
         if value is not None and value < 1:
             raise ConfigError(f"{sec.key_path(key)!r} must be >= 1", where=sec.where(key))
-    for comp in knobs.extra_cuda_components:  # a toolkit never floats
-        if "==" not in comp:
+    for comp in knobs.extra_cuda_components:  # versions come from the line's pinned release
+        if not _COMPONENT.match(comp):
             raise ConfigError(
-                f"{sec.key_path('extra_cuda_components')} entry {comp!r} is not a pinned wheel",
+                f"{sec.key_path('extra_cuda_components')} entry {comp!r} is not a CUDA component name",
                 where=sec.where("extra_cuda_components"),
-                hint="write the NVIDIA wheel with its version, e.g. 'nvidia-nvtx==13.0.85'",
+                hint=_COMPONENT_HINT + " (the line's pinned release gives the version)",
             )
     for key, value in knobs.env.items():
         if not _ENV_NAME.match(key):
