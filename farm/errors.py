@@ -12,8 +12,12 @@ and maps to one exit code of the command-line contract:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
+from functools import cache
+
+TYPE_CHECKING = False  # typing itself imports re and enum: the fatbin scanner's fast path avoids both
+if TYPE_CHECKING:
+    import re
 
 EXIT_OK = 0
 EXIT_DEFECT = 1
@@ -29,11 +33,19 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     return f"did you mean {close[0]!r}?" if close else ""
 
 
-# Variables whose values are secrets wherever they appear: gh's and twine's own, and any
-# *_TOKEN / *_PASSWORD / *_SECRET (CI tokens, the target's own password_env names).
-_SECRET_NAME = re.compile(r"(?:^|_)(?:TOKEN|PASSWORD|SECRET)$")
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 REDACTED = "***"
+
+
+@cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Secret variable names (gh's and twine's own, and any *_TOKEN / *_PASSWORD / *_SECRET: CI
+    tokens, a target's own password_env) and credentials in URLs. Compiled on first use: `re`
+    pulls in enum, which the fatbin scanner's fast path does without."""
+    import re
+
+    secret_name = re.compile(r"(?:^|_)(?:TOKEN|PASSWORD|SECRET)$")
+    url_credentials = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+    return secret_name, url_credentials
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
@@ -43,12 +55,13 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     Every message farm shows passes through here (:meth:`FarmError.__str__`); output of a child
     process (gh, twine, git, pip) that is relayed any other way is passed through it explicitly.
     """
+    secret_name, url_credentials = _patterns()
     values: set[str] = set()
     for source in (os.environ, env or {}):
-        values.update(v for k, v in source.items() if len(v) >= 4 and _SECRET_NAME.search(k.upper()))
+        values.update(v for k, v in source.items() if len(v) >= 4 and secret_name.search(k.upper()))
     for value in sorted(values, key=len, reverse=True):  # longest first: a secret may contain another
         text = text.replace(value, REDACTED)
-    return _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", text)
+    return url_credentials.sub(rf"\g<scheme>{REDACTED}@", text)
 
 
 MAX_SHOWN = 120

@@ -48,7 +48,7 @@ arch:
 
 def _settings(root: Path, toolkit, **kw) -> BuildSettings:
     return BuildSettings(out_dir=root / "upload", work_root=root / "work", source_cache=root / "sources",
-                         toolkit_root=toolkit.cuda_home.parents[3], **kw)
+                         toolkit_root=toolkit.prefix.parents[1], **kw)
 
 
 def _demo_root(root: Path):
@@ -112,6 +112,11 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert info["assertion"]["result"] == "passed"
     assert info["toolchain"]["builder"] == builder
     assert info["toolchain"]["nvcc"] == "13.0.88"
+    # which exact toolkit: its source, release and each component's version and sha256
+    toolkit = info["toolchain"]["toolkit"]
+    assert (toolkit["source"], toolkit["release"]) == ("pypi", "13.0.2")
+    assert {c["name"]: c["version"] for c in toolkit["components"]}["cuda_nvcc"] == "13.0.88"
+    assert all(len(c["sha256"]) == 64 for c in toolkit["components"])
     assert info["cell"] == {"cuda": "13.0", "torch": "none", "python": "cp311", "platform": "linux_x86_64"}
 
 

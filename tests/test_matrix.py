@@ -424,6 +424,7 @@ def test_an_unfetchable_source_is_exit_3_naming_the_package(tmp_path: Path,
     out, err = capsys.readouterr()
     assert rc == EXIT_ENVIRONMENT
     assert "alpha" in err and out == ""
+    assert "--no-lint" in err and "without the lint" in err
 
 
 def test_nothing_to_build_needs_no_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -535,3 +536,50 @@ def test_a_list_the_packages_own_variable_cannot_carry_is_exit_2_naming_the_cell
     make_tree(tmp_path, beta="arch:\n  list: '8.0;9.0'\nbuild:\n  arch_env: {BETA_ARCHS: versions}\n")
     rc, data, _ = farm_matrix(capsys, tmp_path, "beta")
     assert rc == 0 and data["packages"][0]["to_build"] > 0
+
+
+SM120_SETUP = """\
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(
+    name="alpha",
+    ext_modules=[CUDAExtension("alpha._C", ["csrc/scale.cu"],
+                               extra_compile_args={"nvcc": ["-gencode", "arch=compute_120,code=sm_120"]})],
+    cmdclass={"build_ext": BuildExtension},
+)
+"""
+SM120_IGNORE = """\
+lint_ignore:
+  - rule: arch-override
+    path: setup.py
+    reason: setup.py names its own targets (a test)
+  - rule: explicit-target
+    path: setup.py
+    reason: sm_120 is added by setup.py; the 12.8 list does not declare it (a test)
+"""
+
+
+def test_a_filter_never_calls_an_ignore_stale_that_filtered_out_cells_need(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """setup.py adds sm_120: a finding under the lists without sm_120 (x86 12.8, aarch64 13.0),
+    none under x86 13.0's. Linting only that list, the ignore matches nothing, yet the other
+    cells still need it."""
+    root = make_tree(tmp_path / "farm", alpha=SM120_IGNORE)
+    src = root / "src" / "alpha"
+    (src / "csrc").mkdir()
+    (src / "csrc" / "scale.cu").write_text(KERNEL)
+    (src / "setup.py").write_text(SM120_SETUP)
+    cache = tmp_path / "cache"
+    assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "lint: passed" in out and "remove it" not in out
+    assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--json", "--cache-dir", str(cache)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(r["stale_ignores"] == [] for r in data["lint"]["results"])
+    # without the sm_120 flag the ignore is stale under every list: said, filter or not
+    (src / "setup.py").write_text(CLEAN_SETUP)
+    assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--cache-dir", str(cache)]) == 0
+    assert "lint_ignore explicit-target 'setup.py' of alpha matches nothing under any of its arch lists" \
+        in capsys.readouterr().out

@@ -198,7 +198,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     say = _say(log)
     environ = dict(os.environ if environ is None else environ)
     if plan.cell.platform.startswith("linux"):
-        check_engine(str(plan.options.get("container-engine", "docker")))
+        check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
     _fresh_output(plan.output_dir)
@@ -294,6 +294,8 @@ class BuildSettings:
     toolkit_root: Path = Path(".cache/toolkit")
     cuda_home: Path | None = None  # use this installed toolkit instead of assembling one (hosts builds)
     torch_index: str | None = None
+    toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
+    redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
 
 
 def build_cell(
@@ -316,21 +318,39 @@ def build_cell(
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name)
     src = prepare_source(tree.root, recipe, config.root, work, log=say)
-    # The host toolkit: the native build uses it; for container builds it is the same pinned
-    # release as the container's and gives postbuild its nvcc version and cuobjdump.
+    # The host toolkit: the native build uses it; a container build mounts it read-only, so both
+    # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
+    from farm.build.plan import knobs, toolkit_request
+    from farm.model.cells import NO_TORCH
+    from farm.toolkit.check import check_toolkit
+    from farm.toolkit.assemble import toolkit_prefix
+
+    base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, toolkit_source=settings.toolkit_source,
+                       redist_url=settings.redist_url, env=dict(os.environ))
+    knob = knobs(config, recipe)
     if settings.cuda_home is not None:
         tk: Toolkit = toolkit_at_home(settings.cuda_home)
         if tk.cuda != cell.cuda:
             raise UsageError(f"CUDA_HOME {tk.cuda_home} is CUDA {tk.cuda}, cell {cell.id} needs {cell.cuda}",
                              hint="pass the toolkit of the cell's CUDA line, or filter with --cuda")
+        # an installed toolkit is checked for what torch's headers and the recipe need
+        needed: tuple[str, ...] = (*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
+                                   *knob.extra_cuda_components)
     else:
-        tk = ensure_toolkit(cell.cuda, (Path(settings.toolkit_root) / cell.cuda).absolute(), progress=say)
-    options = PlanOptions(
-        output_dir=work / "wheelhouse",
-        work_dir=work,
+        request = toolkit_request(config, knob, cell, base)
+        tk = ensure_toolkit(request, toolkit_prefix(Path(settings.toolkit_root).absolute(), request), progress=say)
+        needed = request.components
+    # before the first nvcc: a missing header or library now, not 20 minutes into the build
+    check_toolkit(tk.cuda_home, needed, source_root=src, recipe_where=recipe.display,
+                  windows=cell.platform.startswith("win"))
+    from dataclasses import replace
+
+    options = replace(
+        base,
         container_engine=settings.engine,
         images=settings.images,
         host_cuda_home=tk.cuda_home,
+        host_toolkit_prefix=tk.prefix,
         **({"torch_index": settings.torch_index} if settings.torch_index else {}),
     )
     plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
@@ -382,6 +402,6 @@ def run_postbuild(
 
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
-        cuda_home=toolkit.cuda_home, builder=builder, source=source,
+        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(),
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

@@ -33,6 +33,7 @@ from farm.model.arch import ArchList, render
 from farm.model.cells import NO_TORCH, Cell, resolve_arch
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.toolkit import assemble as toolkit
+from farm.toolkit.request import ToolkitRequest, request_for
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
 _PLATFORMS: dict[str, tuple[str, str, str]] = {
@@ -98,6 +99,12 @@ class PlanOptions:
     torch_index: str = DEFAULT_TORCH_INDEX
     container_toolkit_prefix: str = CONTAINER_TOOLKIT_PREFIX
     container_python: str = CONTAINER_PYTHON
+    # The verified toolkit on the host, mounted read-only into the build container at
+    # container_toolkit_prefix: the container builds with exactly the archives the host checked.
+    host_toolkit_prefix: Path | None = None
+    toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
+    redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
+    env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ class BuildPlan:
     native: NativeSteps | None = None
     cuda_home: str = ""  # CUDA_HOME as the build sees it
     torch_version: str | None = None
+    toolkit: ToolkitRequest | None = None  # the toolkit the build uses (None: an installed one)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -172,6 +180,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
         env={**base.env, **own.env},
         arch_env={**base.arch_env, **own.arch_env},
+        system_packages=own.system_packages or base.system_packages,
     )
 
 
@@ -309,13 +318,26 @@ def plan_build(
     ident = identifier(cell)
     cibw_platform, _, cibw_arch = _PLATFORMS[cell.platform]
     knob = knobs(config, recipe)
-    extra = knob.extra_cuda_components  # pinned: the config loader refuses anything else
     in_container = cibw_platform == "linux"
+    request = toolkit_request(config, knob, cell, options)
+    engine = options.container_engine
 
     if in_container:
         prefix = options.container_toolkit_prefix
         cuda_home = f"{prefix}/cuda"
-        before_all = toolkit.install_script(cell.cuda, prefix, python=options.container_python, extra=extra)
+        if request.source == "pypi":  # the same pinned wheels, installed inside for the container's arch
+            before_all = toolkit.install_script(request, prefix, python=options.container_python)
+        elif options.host_toolkit_prefix is not None:
+            before_all = ""
+            mount = f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
+            engine = f"{engine}; create_args: --volume {shlex.quote(mount)}"
+        else:
+            raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",
+                             hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
+        if knob.system_packages:  # before the toolkit script, which exits early when its stamp is there
+            # one dnf call each, in order: a repository package (epel-release) must land before its packages
+            before_all = "set -eu\n" + "".join(
+                f"dnf install -y {shlex.quote(p)}\n" for p in knob.system_packages) + before_all
     else:
         if options.host_cuda_home is None:
             raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",
@@ -346,7 +368,7 @@ def plan_build(
         "test-requires": [],
         "test-extras": [],
         "test-sources": [],
-        "container-engine": options.container_engine,
+        "container-engine": engine,
     }
     image = options.images.get(cibw_arch) if in_container else None
     if image:
@@ -368,7 +390,7 @@ def plan_build(
         "CIBW_REPAIR_WHEEL_COMMAND": repair,
         "CIBW_TEST_COMMAND": "",
         "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_CONTAINER_ENGINE": options.container_engine,
+        "CIBW_CONTAINER_ENGINE": engine,
         "GITHUB_STEP_SUMMARY": str(summary),
     }
     if image:
@@ -403,4 +425,13 @@ def plan_build(
         native=native,
         cuda_home=cuda_home,
         torch_version=torch_version,
+        toolkit=request,
+    )
+
+
+def toolkit_request(config: FarmConfig, knob: BuildKnobs, cell: Cell, options: PlanOptions) -> ToolkitRequest:
+    """The cell's toolkit: the line's components, torch's for a torch-linked cell, the recipe's extra."""
+    return request_for(
+        config.defaults.toolkit, cell.cuda, torch=cell.torch != NO_TORCH, extra=knob.extra_cuda_components,
+        source=options.toolkit_source, platform=cell.platform, redist_url=options.redist_url, env=options.env,
     )

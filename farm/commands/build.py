@@ -44,7 +44,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-aarch64", default=os.environ.get("FARM_MANYLINUX_AARCH64_IMAGE"),
                         help="manylinux image for aarch64 cells (default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
     parser.add_argument("--cuda-home", type=Path, metavar="DIR",
-                        help="build with this installed toolkit instead of one assembled from PyPI (host builds)")
+                        help="build with this installed toolkit instead of an assembled one (host builds)")
+    parser.add_argument("--toolkit-source", choices=("redist", "pypi"),
+                        help="where the assembled toolkit comes from (default: the line's pin in _defaults.yml)")
+    parser.add_argument("--redist-url", metavar="URL",
+                        help="NVIDIA's redist root or a mirror (default: $FARM_CUDA_REDIST_URL, else _defaults.yml's)")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), help="asserted wheels go here")
     parser.add_argument("--overwrite", action="store_true", help="build cells the ledger already holds")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
@@ -134,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
         out_dir=args.out.absolute(), work_root=cache / "build", source_cache=cache / "sources",
         toolkit_root=cache / "toolkit", cuda_home=args.cuda_home,
+        toolkit_source=args.toolkit_source, redist_url=args.redist_url,
     )
     recipe = config.recipe(args.package)
     results: list[BuildResult] = []

@@ -24,6 +24,7 @@ from farm.schedule.matrix import (
     PlannedCell,
     Wave,
     compute_matrix,
+    confirm_stale_ignores,
     deferred_error,
     github_outputs,
     lint_failures,
@@ -143,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         lint_note = NO_LINT_NOTE
         lint: dict[str, Any] = {"ran": False, "note": NO_LINT_NOTE, "results": []}
     else:
-        outcomes = lint_packages(config, matrix, args.cache_dir or config.root / ".cache")
+        cache_dir = args.cache_dir or config.root / ".cache"
+        outcomes = confirm_stale_ignores(config, lint_packages(config, matrix, cache_dir), cache_dir)
         failed = list(lint_failures(outcomes))
         linted = {o.package for o in outcomes}
         lint_note = (f"lint: FAILED for {', '.join(sorted({o.package for o in failed}))}" if failed

@@ -5,6 +5,7 @@ Pure functions over the config model; the matrix composes them in its visible su
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,6 +22,8 @@ from farm.model.config import (
     Phantom,
     Recipe,
 )
+
+_PLACEHOLDER = re.compile(r"\{((?:version|local):[^{}]+)\}")
 
 NO_TORCH = "none"
 
@@ -65,6 +68,22 @@ def python_tag(version: str) -> str:
 def local_version(cell: Cell) -> str:
     """The local version label: ``cu128torch2.8``, or ``cu128`` for torch-free packages."""
     return cell.cu + (f"torch{cell.torch}" if cell.torch != NO_TORCH else "")
+
+
+def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
+    """The recipe's requires_dist for ``cell``, placeholders filled.
+
+    ``{version:NAME}`` is recipe NAME's version; ``{local:NAME}`` the local label NAME's wheel of the
+    same cell carries (``cu128torch2.8``, or ``cu128`` when NAME does not link torch), so
+    ``cumm=={version:cumm}+{local:cumm}`` pins exactly the farm wheel built beside this one.
+    """
+    def fill(match: re.Match[str]) -> str:
+        kind, name = match[1].split(":", 1)
+        pin = recipe.siblings[name]
+        if kind == "version":
+            return pin.version
+        return cell.cu + (f"torch{cell.torch}" if pin.links_torch else "")
+    return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
 
 
 def farm_version(cell: Cell) -> str:
@@ -173,8 +192,9 @@ class Resolution:
 def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution | None:
     """The cell's arch list (DESIGN §4.1): combo override > per-CUDA > package > policy row.
 
-    A platform group's own block (``arch.aarch64``) is consulted first with the same rules, then the
-    package-wide block, then the group's policy row (with its per-(cuda, torch) exceptions). None
+    The platform's own block (``arch.win_amd64``), then its group's (``arch.aarch64``) are consulted
+    first with the same rules, then the package-wide block, then the group's policy row (with its
+    per-(cuda, torch) exceptions). None
     means the platform has no policy row for the CUDA line: the farm builds no such cells, whatever
     a recipe overrides.
     """
@@ -184,8 +204,9 @@ def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution |
     if row is None:
         return None
     blocks = []
-    if group in recipe.arch_by_platform:
-        blocks.append((f"arch.{group}", recipe.arch_by_platform[group]))
+    for key in (cell.platform, group):  # arch.win_amd64 before arch.x86_64
+        if key in recipe.arch_by_platform:
+            blocks.append((f"arch.{key}", recipe.arch_by_platform[key]))
     blocks.append(("arch", recipe.arch))
     for prefix, rules in blocks:
         spec = rules.by_combo.get((cell.cuda, cell.torch))

@@ -102,7 +102,8 @@ def toolchain(
     builder: str | None,
     python: str | None = None,
     torch_minor: str | None = None,
-) -> dict[str, str | None]:
+    toolkit: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Versions of the tools that made the wheel.
 
     ``nvcc`` is asked (the one under ``cuda_home``). ``torch`` is the installed torch when its
@@ -120,6 +121,8 @@ def toolchain(
         "python": python or platform.python_version(),
         "builder": builder,
         "cibuildwheel": _installed_version("cibuildwheel") if builder == "cibuildwheel" else None,
+        # which exact toolkit: source, release, manifest, components with their sha256
+        "toolkit": dict(toolkit) if toolkit is not None else None,
     }
 
 

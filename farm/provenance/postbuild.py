@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from farm.errors import FarmError, UsageError, WheelError
-from farm.model.cells import NO_TORCH, Cell, local_version
+from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist
 from farm.provenance import buildinfo
 from farm.provenance.ledger import write_fragment
 from farm.provenance.stamp import (
@@ -334,6 +334,7 @@ def context_from_config(
     builder: str | None = None,
     source: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    toolkit: Mapping[str, Any] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -387,7 +388,7 @@ def context_from_config(
         recipe_sha256=recipe.sha256,
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch),
-        requires_dist=recipe.requires_dist,
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit),
+        requires_dist=requires_dist(recipe, cell),
     )
     return context, recipe

@@ -604,8 +604,10 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
         except SourceError as exc:
             msg = exc.message if recipe.name in exc.message else f"package {recipe.name!r}: {exc.message}"
             raise SourceError(msg, where=exc.where or recipe.display,
-                              hint=exc.hint or "the matrix needs every scheduled package's source to lint it; "
-                                               "restore network access or fill the source cache") from None
+                              hint=(f"{exc.hint}; " if exc.hint else "")
+                              + "the matrix lints the source of every package it schedules: restore network "
+                                "access or fill the source cache, or run `farm matrix --no-lint` for the "
+                                "matrix without the lint (it says so; CI always lints)") from None
         lint_cached = _lint_function()
         for archs in pkg.arch_lists():
             report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
@@ -624,6 +626,39 @@ def _lint_function() -> Any:
 
 def lint_failures(outcomes: Iterable[LintOutcome]) -> Iterator[LintOutcome]:
     return (o for o in outcomes if not o.passed)
+
+
+def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], cache_dir: Path) -> list[LintOutcome]:
+    """``outcomes`` with each report's ``stale_ignores`` narrowed to the entries that are stale
+    under **every** arch list the package's cells need, not only the lists this run linted.
+
+    A run filtered by --cuda (or one whose other cells are already built) lints a few of the
+    package's lists; an ignore that matches nothing under them may still be needed under the
+    others. Those lists are linted too (cached), only for packages with a candidate."""
+    import dataclasses
+
+    from farm.source.fetch import fetch
+
+    by_package: dict[str, list[LintOutcome]] = {}
+    for o in outcomes:
+        by_package.setdefault(o.package, []).append(o)
+    confirmed: dict[str, tuple[Any, ...]] = {}
+    for package, own in by_package.items():
+        candidates = set.intersection(*(set(o.report.stale_ignores) for o in own))
+        if candidates:
+            recipe = config.recipe(package)
+            linted = {o.arch_list for o in own}
+            everything = compute_matrix(config, LedgerIndex.empty(), Filters(packages=(package,)), overwrite=True)
+            missing = [a for a in everything.packages[0].arch_lists() if a.canonical() not in linted]
+            if missing:
+                tree = fetch(recipe.source, cache_dir, package=recipe.name)
+                lint_cached = _lint_function()
+                for archs in missing:
+                    report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+                    candidates &= set(report.stale_ignores)
+        confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
+    return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))
+            for o in outcomes]
 
 
 def stale_ignores(outcomes: Iterable[LintOutcome]) -> list[tuple[str, Any]]:
