@@ -244,7 +244,7 @@ def derive_from_config(config: FarmConfig) -> Derive:
         if resolution is None:
             return None
         return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe)))
+                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"])))
 
     return derive
 
@@ -267,7 +267,7 @@ def today_from_config(config: FarmConfig) -> Today:
             return None
         if resolution is None:
             return None
-        expected = Expected(resolution.archs, per_extension=extension_lists(recipe))
+        expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]))
         return {p: expected.for_extension(p)[0].canonical() for p in paths}
 
     return today
