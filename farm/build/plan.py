@@ -336,10 +336,8 @@ def plan_build(
                              hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
         if knob.system_packages:  # before the toolkit script, which exits early when its stamp is there
             # one dnf call each, in order: a repository package (epel-release) must land before its packages
-            before_all = "set -eu
-" + "".join(
-                f"dnf install -y {shlex.quote(p)}
-" for p in knob.system_packages) + before_all
+            before_all = "set -eu\n" + "".join(
+                f"dnf install -y {shlex.quote(p)}\n" for p in knob.system_packages) + before_all
     else:
         if options.host_cuda_home is None:
             raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",
