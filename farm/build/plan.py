@@ -331,9 +331,11 @@ def plan_build(
         cuda_home = f"{prefix}/cuda"
         if request.source == "pypi":  # the same pinned wheels, installed inside for the container's arch
             before_all = toolkit.install_script(request, prefix, python=options.container_python)
-        elif options.host_toolkit_prefix is not None:
+        elif options.host_toolkit_prefix is not None or options.host_cuda_home is not None:
             before_all = ""
-            mount = f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
+            mount = (f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
+                     if options.host_toolkit_prefix is not None  # farm's verified toolkit, its cuda/ inside
+                     else f"{PurePosixPath(options.host_cuda_home or '').as_posix()}:{cuda_home}:ro")
             engine = f"{engine}; create_args: --volume {shlex.quote(mount)}"
         else:
             raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",

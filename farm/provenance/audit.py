@@ -284,7 +284,7 @@ def derive_from_config(config: FarmConfig) -> Derive:
         from farm.provenance.postbuild import vendored_rules
 
         return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe),
+                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]),
                                 vendored=vendored_rules(recipe)))
 
     return derive
@@ -308,7 +308,7 @@ def today_from_config(config: FarmConfig) -> Today:
             return None
         if resolution is None:
             return None
-        expected = Expected(resolution.archs, per_extension=extension_lists(recipe))
+        expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]))
         return {p: expected.for_extension(p)[0].canonical() for p in paths}
 
     return today

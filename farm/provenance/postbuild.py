@@ -387,7 +387,7 @@ def context_from_config(
     if resolution is None:
         raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
                          hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
-    expected = Expected(resolution.archs, per_extension=extension_lists(recipe),
+    expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell.cuda),
                         allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
