@@ -254,6 +254,12 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
     assert plan.env["CIBW_BEFORE_ALL"] == ""
     assert plan.env["CIBW_CONTAINER_ENGINE"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    # as cibuildwheel itself reads the option (a path with a space stays one argument)
+    from cibuildwheel.oci_container import OCIContainerEngineConfig
+
+    spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
+    engine = OCIContainerEngineConfig.from_config_string(spaced.env["CIBW_CONTAINER_ENGINE"])
+    assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert plan.toolkit.source == "redist" and plan.toolkit.release == "12.8.1"
 

@@ -153,6 +153,7 @@ class BuildPlan:
             "output_dir": str(self.output_dir),
             "cuda_home": self.cuda_home,
             "torch_version": self.torch_version,
+            "toolkit": self.toolkit.to_json() if self.toolkit else None,
         }
 
 
