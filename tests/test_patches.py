@@ -108,3 +108,19 @@ def test_patch_refuses_a_setup_py_it_does_not_recognise(tmp_path: Path, script: 
     proc = run(script, tmp_path)
     assert proc.returncode != 0 and "review the patch" in proc.stderr
     assert (tmp_path / "setup.py").read_text() == "from setuptools import setup\nsetup(name='other')\n"
+
+
+def test_torchsparse_dispatch_arguments_use_scalar_type(tmp_path: Path) -> None:
+    kernel = tmp_path / "torchsparse" / "backend" / "voxelize" / "voxelize_cuda.cu"
+    kernel.parent.mkdir(parents=True)
+    source = ('AT_DISPATCH_FLOATING_TYPES_AND_HALF(\n    inputs.type(), "voxelize_forward_cuda", ([&] {}));\n'
+              "bool cuda = inputs.type().is_cuda();\n")
+    kernel.write_text(source)
+    assert run("torchsparse.py", tmp_path).returncode == 0
+    patched = kernel.read_text()
+    assert 'inputs.scalar_type(), "voxelize_forward_cuda"' in patched
+    assert "inputs.type().is_cuda()" in patched  # only the dispatch position is rewritten
+    again = run("torchsparse.py", tmp_path)
+    assert again.returncode == 0 and "already patched" in again.stdout and kernel.read_text() == patched
+    kernel.write_text("int x;\n")
+    assert run("torchsparse.py", tmp_path).returncode != 0
