@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("farm.commands.index", "regenerate a static PEP 503 index tree from its files and the ledger"),
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
+    "grid": ("farm.commands.grid", "the grid against PyTorch's published wheel index: rows and phantoms to add"),
     "toolkit": ("farm.commands.toolkit", "a verified CUDA_HOME from NVIDIA's redistributable archives or PyPI wheels"),
     "wave": ("farm.commands.wave", "after a run's builds: what built, what failed, publish?, next wave?"),
 }

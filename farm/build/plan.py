@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
 from farm.model.cells import NO_TORCH, Cell, resolve_arch
-from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
 from farm.toolkit import assemble as toolkit
 from farm.toolkit.request import ToolkitRequest, request_for
 
@@ -83,7 +83,6 @@ _VENDOR_CHECK = (
     "sys.exit(1 if bad else 0)\n"
 )
 
-DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/{cu}"
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
@@ -98,7 +97,7 @@ class PlanOptions:
     container_engine: str = "docker"  # docker | podman
     images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
     host_cuda_home: Path | None = None  # the toolkit when the build runs on the host (native, Windows)
-    torch_index: str = DEFAULT_TORCH_INDEX
+    torch_index: str | None = None  # URL ({cu} is the cell's cu130) or "pip"; None: _defaults.yml's
     container_toolkit_prefix: str = CONTAINER_TOOLKIT_PREFIX
     container_python: str = CONTAINER_PYTHON
     # The verified toolkit on the host, mounted read-only into the build container at
@@ -117,6 +116,7 @@ class NativeSteps:
     before_build: tuple[str, ...]  # shell commands, run in the build venv
     build_args: tuple[str, ...]  # after `python -m build`
     repair_command: str  # with {wheel} and {dest_dir} placeholders
+    extra_deps: tuple[str, ...] = ()  # the recipe's, installed into the build environment
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,7 @@ class BuildPlan:
     native: NativeSteps | None = None
     cuda_home: str = ""  # CUDA_HOME as the build sees it
     torch_version: str | None = None
+    torch_index: str | None = None  # where torch_version comes from: a URL or "pip"
     toolkit: ToolkitRequest | None = None  # the toolkit the build uses (None: an installed one)
 
     def to_json(self) -> dict[str, object]:
@@ -153,6 +154,7 @@ class BuildPlan:
             "output_dir": str(self.output_dir),
             "cuda_home": self.cuda_home,
             "torch_version": self.torch_version,
+            "torch_index": self.torch_index,
             "toolkit": self.toolkit.to_json() if self.toolkit else None,
         }
 
@@ -196,6 +198,17 @@ def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
             return row.torch
     raise UsageError(f"cell {cell.id}: the grid has no torch {cell.torch} for CUDA {cell.cuda}",
                      where=config.defaults.path.name)
+
+
+def torch_index_for(config: FarmConfig, cell: Cell, override: str | None = None) -> str:
+    """Where the cell's torch comes from: ``override`` (--torch-index / $FARM_TORCH_INDEX), else the
+    CUDA line's ``torch_index`` in ``_defaults.yml``; ``{cu}`` in a URL becomes the cell's ``cu130``."""
+    index = override or config.defaults.torch_index.get(cell.cuda)
+    if index is None:
+        raise UsageError(f"cell {cell.id}: _defaults.yml names no torch_index for CUDA {cell.cuda}",
+                         where=config.defaults.path.name,
+                         hint="add the line under torch_index, or pass --torch-index URL|pip")
+    return index.replace("{cu}", cell.cu)
 
 
 def arch_environment(archs: ArchList) -> dict[str, str]:
@@ -284,8 +297,10 @@ def before_build_commands(
     q = _quoter(windows)
     cmds = [f"python -m pip install {' '.join(q(r) for r in BUILD_REQUIREMENTS)}"]
     if torch_version is not None:
-        index = torch_index.format(cu=cell.cu)
-        cmds.append(f"python -m pip install {q('torch==' + torch_version)} --index-url {q(index)}")
+        # "pip": pip's own configuration decides (mirrors, find-links, constraints); a URL is the
+        # only index torch and its requirements come from
+        source = "" if torch_index == TORCH_INDEX_PIP else f" --index-url {q(torch_index)}"
+        cmds.append(f"python -m pip install {q('torch==' + torch_version)}{source}")
     if knob.extra_deps:
         cmds.append("python -m pip install " + " ".join(q(d) for d in knob.extra_deps))
     return cmds
@@ -353,7 +368,8 @@ def plan_build(
         before_all = ""
 
     env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
-    before_build = before_build_commands(cell, knob, torch_version, options.torch_index,
+    torch_index = torch_index_for(config, cell, options.torch_index) if torch_version is not None else None
+    before_build = before_build_commands(cell, knob, torch_version, torch_index or "",
                                          windows=cibw_platform == "windows")
     repair = repair_command(declared=tuple(v.glob for v in recipe.vendored)) if in_container else ""
 
@@ -414,6 +430,7 @@ def plan_build(
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
         repair_command=repair_command(declared=tuple(v.glob for v in recipe.vendored)),
+        extra_deps=knob.extra_deps,
     )
     return BuildPlan(
         cell=cell,
@@ -432,6 +449,7 @@ def plan_build(
         native=native,
         cuda_home=cuda_home,
         torch_version=torch_version,
+        torch_index=torch_index,
         toolkit=request,
     )
 

@@ -24,7 +24,7 @@ from farm.build.builders import (
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
-from farm.model.config import FarmConfig, Recipe, load_config
+from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
 from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix, stale_advice
 
@@ -49,6 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where the assembled toolkit comes from (default: the line's pin in _defaults.yml)")
     parser.add_argument("--redist-url", metavar="URL",
                         help="NVIDIA's redist root or a mirror (default: $FARM_CUDA_REDIST_URL, else _defaults.yml's)")
+    parser.add_argument("--torch-index", default=os.environ.get("FARM_TORCH_INDEX"), metavar="URL|pip",
+                        help="where torch comes from: a PEP 503 index URL ({cu} becomes cu130), or 'pip' for "
+                             "pip's own configured indexes (default: $FARM_TORCH_INDEX, else _defaults.yml's "
+                             "torch_index of the cell's CUDA line)")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), help="asserted wheels go here")
     parser.add_argument("--overwrite", action="store_true", help="build cells the ledger already holds")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
@@ -137,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         builder=BuilderKind(args.builder), engine=args.engine,
         images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
         out_dir=args.out.absolute(), work_root=cache / "build", source_cache=cache / "sources",
-        toolkit_root=cache / "toolkit", cuda_home=args.cuda_home,
+        toolkit_root=cache / "toolkit", cuda_home=args.cuda_home, env_root=cache / "envs",
+        torch_index=check_torch_index(args.torch_index, "--torch-index / $FARM_TORCH_INDEX") if args.torch_index else None,
         toolkit_source=args.toolkit_source, redist_url=args.redist_url,
     )
     recipe = config.recipe(args.package)

@@ -12,7 +12,7 @@ What counts as compiled is decided in :mod:`farm.lint.compiled`; the rules are i
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from farm.errors import SourceError
@@ -86,12 +86,19 @@ def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *
 
 
 def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore], cache_dir: Path, *,
-                build_subdir: str | None = None) -> LintReport:
-    """:func:`lint_tree` on a fetched source, cached by its identity."""
-    key = cache.cache_key(tree.identity, LINT_VERSION, archs, ignores, build_subdir)
+                build_subdir: str | None = None, prepare: Callable[[], Path] | None = None,
+                variant: str = "") -> LintReport:
+    """:func:`lint_tree` on a fetched source, cached by its identity.
+
+    ``prepare`` makes the tree that is really built (the source after the recipe's patch script)
+    and is called only on a cache miss; ``variant`` (the patch script's digest) keys it apart from
+    the unpatched source."""
+    key = cache.cache_key(tree.identity + (f"+{variant}" if variant else ""), LINT_VERSION, archs, ignores,
+                          build_subdir)
     report = cache.load(cache_dir, key)
     if report is None:
-        report = lint_tree(tree.root, archs, ignores, build_subdir=build_subdir)
+        root = prepare() if prepare is not None else tree.root
+        report = lint_tree(root, archs, ignores, build_subdir=build_subdir)
         cache.store(cache_dir, key, report)
     return report
 

@@ -86,6 +86,18 @@ def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
 
 
+def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
+    """``("torch==2.14.*",)`` for a torch-linked cell: the wheel works only with the torch minor it
+    was built against, whatever upstream's metadata says (``torch>=1.4``). A recipe that lists torch
+    in ``requires_dist`` itself replaces the pin."""
+    if cell.torch == NO_TORCH or not recipe.links_torch:
+        return ()
+    for req in recipe.requires_dist:
+        if re.match(r"^\s*torch\s*(?:[\[<>=!~;@ ]|$)", req, re.I):
+            return ()
+    return (f"torch=={cell.torch}.*",)
+
+
 def farm_version(cell: Cell) -> str:
     return f"{cell.version}+{local_version(cell)}"
 

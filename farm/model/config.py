@@ -157,6 +157,8 @@ class Defaults:
     default_target: str | None
     build: BuildKnobs
     toolkit: ToolkitConfig = field(default_factory=ToolkitConfig)
+    # CUDA line -> where its torch comes from: a PEP 503 index URL, or "pip" (pip's own config)
+    torch_index: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -442,7 +444,7 @@ def _version_str(sec: _Section, key: str, pattern: re.Pattern[str], example: str
 # ------------------------------------------------------------------------------------------------
 _DEFAULTS_KEYS = (
     "build_epoch", "cuda_lines", "python", "platforms", "grid", "phantoms",
-    "arch_policy", "publish", "default_target", "build", "toolkit",
+    "arch_policy", "publish", "default_target", "build", "toolkit", "torch_index",
 )
 
 
@@ -495,6 +497,7 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     toolkit_sec = top.section("toolkit")
     toolkit = _load_toolkit(toolkit_sec, cuda_lines) if toolkit_sec else ToolkitConfig()
+    torch_index = _load_torch_index(top, cuda_lines, grid)
     top.done(_DEFAULTS_KEYS)
     return Defaults(
         path=path,
@@ -511,7 +514,35 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
         default_target=default_target,
         build=build,
         toolkit=toolkit,
+        torch_index=torch_index,
     )
+
+
+TORCH_INDEX_PIP = "pip"  # pip's own configured indexes (pip.conf, PIP_INDEX_URL, find-links, constraints)
+
+
+def check_torch_index(value: str, where: str) -> str:
+    """A torch source: an http(s)/file URL of a PEP 503 index, or ``pip``."""
+    if value == TORCH_INDEX_PIP or re.match(r"^(https?|file)://\S+$", value):
+        return value
+    raise ConfigError(f"torch index {value!r} is neither a URL nor 'pip'", where=where,
+                      hint="give a PEP 503 index URL like https://download.pytorch.org/whl/cu130, "
+                           "or 'pip' for pip's own configured indexes")
+
+
+def _load_torch_index(top: _Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow, ...]) -> dict[str, str]:
+    sec = top.section("torch_index")
+    if sec is None:
+        return {}
+    out = {}
+    for cuda in sec.data:
+        _check_cuda_key(sec, cuda, cuda_lines, "torch_index")
+        out[cuda] = check_torch_index(sec.get(cuda, str), sec.where(cuda))
+    missing = sorted({r.cuda for r in grid} - set(out))
+    if missing:  # a cell of that line could not say where its torch comes from
+        raise ConfigError(f"torch_index names no index for CUDA {', '.join(missing)}, which the grid builds",
+                          where=sec.where(), hint="add a line per CUDA line, e.g. '13.0': https://download.pytorch.org/whl/cu130")
+    return out
 
 
 _RELEASE = re.compile(r"^\d+\.\d+\.\d+$")

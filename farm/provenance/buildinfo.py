@@ -103,6 +103,7 @@ def toolchain(
     python: str | None = None,
     torch_minor: str | None = None,
     toolkit: Mapping[str, Any] | None = None,
+    torch_built: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Versions of the tools that made the wheel.
 
@@ -115,9 +116,14 @@ def toolchain(
     torch = installed_torch() if torch_minor not in (None, "none") else None
     if torch is not None and _minor(torch) != torch_minor:
         torch = None
+    torch_cuda = None
+    if torch_built is not None and torch_minor not in (None, "none"):
+        # the builder says which torch the build compiled against (the build environment's)
+        torch, torch_cuda = torch_built.get("version"), torch_built.get("cuda")
     return {
         "nvcc": nvcc_version(Path(cuda_home)) if cuda_home else None,
         "torch": torch,
+        "torch_cuda": torch_cuda,  # the CUDA line that torch was built with ("13.0"), None: unknown
         # a container build's Python is the container's: unknown (None) rather than this host's
         "python": python if builder == "cibuildwheel" else python or platform.python_version(),
         "builder": builder,

@@ -23,7 +23,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from farm.errors import FarmError, UsageError, WheelError
-from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist
+from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
 from farm.provenance import buildinfo
 from farm.provenance.ledger import write_fragment
 from farm.provenance.stamp import (
@@ -53,6 +53,7 @@ class BuildContext:
     run: Mapping[str, Any]
     toolchain: Mapping[str, Any]
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
+    pins: tuple[str, ...] = ()  # replace the wheel's own requirement on their project (torch==2.14.*)
 
     @property
     def build_tag(self) -> str | None:
@@ -201,7 +202,8 @@ def stamp_asserted(
         return info
 
     stamped = stamp_wheel(wheel, out_dir, local=local_version(cell), build_tag=context.build_tag,
-                          build_info=make_info, requires=context.requires_dist)
+                          build_info=make_info, requires=context.requires_dist,
+                          pins=context.pins)
     assert stamped.build_info is not None
     entry = {**stamped.build_info, "filename": stamped.filename, "sha256": stamped.sha256,
              "size": stamped.size, "published": []}
@@ -346,6 +348,7 @@ def context_from_config(
     env: Mapping[str, str] | None = None,
     toolkit: Mapping[str, Any] | None = None,
     python: str | None = None,
+    torch_built: Mapping[str, Any] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -400,7 +403,8 @@ def context_from_config(
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
         toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
-                                      python=python),
+                                      python=python, torch_built=torch_built),
         requires_dist=requires_dist(recipe, cell),
+        pins=torch_pin(recipe, cell),
     )
     return context, recipe

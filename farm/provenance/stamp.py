@@ -159,9 +159,12 @@ def _newline(text: str) -> str:
     return "\r\n" if "\r\n" in text else "\n"
 
 
-def set_metadata_version(text: str, version: str, *, where: str, requires: Sequence[str] = ()) -> str:
+def set_metadata_version(text: str, version: str, *, where: str, requires: Sequence[str] = (),
+                         pins: Sequence[str] = ()) -> str:
     """METADATA with its header ``Version`` replaced and ``Requires-Dist`` added for each of
-    ``requires`` whose project the wheel does not require already; the body is left alone."""
+    ``requires`` whose project the wheel does not require already; each of ``pins`` replaces every
+    requirement of the wheel on its project (``torch==2.14.*`` for ``torch>=1.4``); the body is
+    left alone."""
     nl = _newline(text)
     lines = text.split(nl)
     end = lines.index("") if "" in lines else len(lines)  # the body may quote "Version:" freely
@@ -170,6 +173,11 @@ def set_metadata_version(text: str, version: str, *, where: str, requires: Seque
     if at is None:
         raise WheelError("METADATA has no Version header", where=where)
     headers[at] = f"Version: {version}"
+    pinned = {canonicalize_name(Requirement(p).name) for p in pins}
+    if pinned:
+        headers = [line for line in headers if not (line.lower().startswith("requires-dist:")
+                   and _requirement_name(line) in pinned)]
+        headers += [f"Requires-Dist: {p}" for p in pins]
     have = set()
     for line in headers:
         if line.lower().startswith("requires-dist:"):
@@ -181,6 +189,13 @@ def set_metadata_version(text: str, version: str, *, where: str, requires: Seque
                                  hint="the wheel's metadata is malformed; fix the package's build") from None
     headers += [f"Requires-Dist: {r}" for r in requires if canonicalize_name(Requirement(r).name) not in have]
     return nl.join(headers + lines[end:])
+
+
+def _requirement_name(line: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(line.split(":", 1)[1].strip()).name)
+    except InvalidRequirement:
+        return None  # reported by the loop that follows
 
 
 def set_wheel_build(text: str, build_tag: str | None) -> str:
@@ -300,6 +315,7 @@ def stamp_wheel(
     build_tag: str | None,
     build_info: BuildInfoSource = None,
     requires: Sequence[str] = (),
+    pins: Sequence[str] = (),
 ) -> StampResult:
     """Write ``out_dir/<farm name>.whl``: ``src`` relabelled, stamped, RECORD regenerated.
 
@@ -342,7 +358,7 @@ def stamp_wheel(
         tmp = Path(tmp_name)
         try:
             with writing(final), os.fdopen(fd, "w+b") as fh:
-                hashes, info_obj = _rewrite(zin, infos, fh, relabel, record, build_info, requires, where)
+                hashes, info_obj = _rewrite(zin, infos, fh, relabel, record, build_info, requires, where, pins)
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
@@ -392,6 +408,7 @@ def _rewrite(
     build_info: BuildInfoSource,
     requires: Sequence[str],
     where: str,
+    pins: Sequence[str] = (),
 ) -> tuple[dict[str, str], Mapping[str, Any] | None]:
     di = relabel.old_dist_info
     skip = {f"{di}/RECORD"} | {f"{di}/{s}" for s in _SIGNATURES}
@@ -429,7 +446,7 @@ def _rewrite(
                     raise WheelError(f"{info.filename} is not UTF-8 ({exc})", where=where) from None
                 if info.filename.endswith("/METADATA"):
                     text = set_metadata_version(text, relabel.new.version, where=f"{where}:{info.filename}",
-                                                requires=requires)
+                                                requires=requires, pins=pins)
                 else:
                     text = set_wheel_build(text, relabel.new.build)
                 new_data = text.encode("utf-8")

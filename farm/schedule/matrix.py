@@ -590,8 +590,10 @@ class LintOutcome:
 
 def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[LintOutcome]:
     """Lint every package that has cells to build, once per distinct arch list (cached by the
-    lint). A source that cannot be fetched is a :class:`SourceError` naming the package."""
+    lint), on the source as it is built (after the recipe's patch_script). A source that cannot
+    be fetched is a :class:`SourceError` naming the package."""
     # Imported here: a matrix run with --no-lint or nothing to build does not pay for the lint.
+    from farm.build.builders import lint_as_built
     from farm.source.fetch import fetch
 
     outcomes = []
@@ -608,9 +610,9 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
                               + "the matrix lints the source of every package it schedules: restore network "
                                 "access or fill the source cache, or run `farm matrix --no-lint` for the "
                                 "matrix without the lint (it says so; CI always lints)") from None
-        lint_cached = _lint_function()
+        _lint_function()  # a broken lint is an environment error, said once
         for archs in pkg.arch_lists():
-            report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+            report = lint_as_built(config, recipe, tree, archs, cache_dir)
             outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
     return outcomes
 
@@ -637,6 +639,7 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
     others. Those lists are linted too (cached), only for packages with a candidate."""
     import dataclasses
 
+    from farm.build.builders import lint_as_built
     from farm.source.fetch import fetch
 
     by_package: dict[str, list[LintOutcome]] = {}
@@ -652,9 +655,9 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
             missing = [a for a in everything.packages[0].arch_lists() if a.canonical() not in linted]
             if missing:
                 tree = fetch(recipe.source, cache_dir, package=recipe.name)
-                lint_cached = _lint_function()
+                _lint_function()
                 for archs in missing:
-                    report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+                    report = lint_as_built(config, recipe, tree, archs, cache_dir)
                     candidates &= set(report.stale_ignores)
         confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
     return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))

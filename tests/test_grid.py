@@ -1,0 +1,125 @@
+"""farm grid: PyTorch's wheel index (PEP 503 pages per CUDA line, in download.pytorch.org's
+layout) served on 127.0.0.1, compared with the grid."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from farm.cli import main
+from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK
+from farm.model.config import load_defaults
+from farm.schedule.grid import parse_page, propose
+
+REPO = Path(__file__).resolve().parent.parent
+PYS = ("310", "311", "312", "313", "314", "315")
+
+
+def _wheel(version: str, cu: str, py: str, plat: str) -> str:
+    return f"torch-{version}%2B{cu}-cp{py}-cp{py}-{plat}.whl"
+
+
+def _page(names: list[str]) -> str:
+    links = "\n".join(f'<a href="/whl/{n}#sha256={"0" * 64}">{n.replace("%2B", "+")}</a><br/>' for n in names)
+    return f"<!DOCTYPE html><html><body><h1>Links for torch</h1>\n{links}\n</body></html>\n"
+
+
+def _upstream(root: Path) -> None:
+    """cu130 as upstream ships it (2.13.0, 2.14.1 and a future 2.15.0 without Windows 3.15), plus
+    the noise a real page has: +cpu wheels, free-threaded builds, pre-releases, other files."""
+    names = []
+    for version, pys in (("2.13.0", PYS), ("2.14.0", PYS), ("2.14.1", PYS), ("2.15.0", PYS)):
+        for py in pys:
+            names += [_wheel(version, "cu130", py, "manylinux_2_28_x86_64"),
+                      _wheel(version, "cu130", py, "manylinux_2_28_aarch64")]
+            if not (py == "315" and version != "2.14.1"):
+                names.append(_wheel(version, "cu130", py, "win_amd64"))
+    names += [_wheel("2.15.0", "cpu", "311", "manylinux_2_28_x86_64"),
+              "torch-2.15.0%2Bcu130-cp313-cp313t-manylinux_2_28_x86_64.whl",
+              _wheel("2.16.0rc1", "cu130", "311", "manylinux_2_28_x86_64"),
+              "torch-2.15.0%2Bcu130.tar.gz", "not-a-wheel.whl"]
+    page = root / "whl" / "cu130" / "torch"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(_page(names))
+
+
+@pytest.fixture(scope="module")
+def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("pytorch-index")
+    _upstream(root)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):  # type: ignore[no-untyped-def]
+            super().__init__(*a, directory=str(root), **kw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/whl/{{cu}}"
+    finally:
+        server.shutdown()
+
+
+def _root(tmp_path: Path) -> Path:
+    shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
+    return tmp_path
+
+
+def test_the_page_parser_keeps_only_this_lines_release_wheels() -> None:
+    html = _page([_wheel("2.14.1", "cu130", "311", "manylinux_2_28_x86_64"), _wheel("2.14.1", "cu126", "311", "win_amd64"),
+                  _wheel("2.14.1", "cpu", "311", "win_amd64"), "torch-2.14.1%2Bcu130-cp314-cp314t-win_amd64.whl",
+                  _wheel("2.15.0a0", "cu130", "311", "win_amd64"), _wheel("2.14.1", "cu130", "312", "macosx_11_0_arm64")])
+    (only,) = parse_page(html, "13.0")
+    assert (only.cuda, str(only.torch), only.python, only.platform) == ("13.0", "2.14.1", "3.11", "linux_x86_64")
+
+
+def test_grid_proposes_the_rows_and_phantoms_the_config_lacks(tmp_path: Path, index_url: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    root = _root(tmp_path)
+    code = main(["grid", "--root", str(root), "--cuda", "13.0", "--index", index_url, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == EXIT_DEFECT
+    # the shipped grid has 2.13 and 2.14 as upstream ships them; 2.15 is new
+    assert out["rows"] == [{"cuda": "13.0", "torch": "2.15.0", "why": "new",
+                            "python": ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]}]
+    assert out["phantoms"] == [{"cuda": "13.0", "torch": "2.15", "python": "3.15", "platform": "win_amd64"}]
+
+    # pasted into _defaults.yml, the grid is complete: exit 0
+    text = (root / "_defaults.yml").read_text()
+    text = text.replace("  - {cuda: '13.0', torch: '2.14.1'",
+                        "  - {cuda: '13.0', torch: '2.15.0', python: ['3.10', '3.11', '3.12', '3.13', '3.14', '3.15']}\n"
+                        "  - {cuda: '13.0', torch: '2.14.1'", 1)
+    text = text.replace("  - {cuda: '13.0', torch: '2.14', python: '3.15', platform: win_amd64}\n",
+                        "  - {cuda: '13.0', torch: '2.14', python: '3.15', platform: win_amd64}\n"
+                        "  - {cuda: '13.0', torch: '2.15', python: '3.15', platform: win_amd64}\n", 1)
+    (root / "_defaults.yml").write_text(text)
+    assert main(["grid", "--root", str(root), "--cuda", "13.0", "--index", index_url]) == EXIT_OK
+    assert "the grid has every" in capsys.readouterr().out
+
+
+def test_an_older_patch_release_and_a_missing_python_are_proposed(tmp_path: Path) -> None:
+    defaults = load_defaults(REPO / "_defaults.yml")
+    html = _page([_wheel("2.13.1", "cu130", py, "manylinux_2_28_x86_64") for py in PYS]
+                 + [_wheel("2.13.1", "cu130", py, "manylinux_2_28_aarch64") for py in PYS]
+                 + [_wheel("2.13.1", "cu130", py, "win_amd64") for py in PYS[:-1]])
+    found = propose(defaults, parse_page(html, "13.0"), ["13.0"])
+    (row,) = found.rows
+    assert (row.torch, row.why) == ("2.13.1", "newer release than 2.13.0")
+    assert not found.phantoms  # Windows 3.15 is a declared phantom already
+
+
+def test_an_unreachable_index_is_an_environment_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _root(tmp_path)
+    code = main(["grid", "--root", str(root), "--cuda", "13.0", "--index", "http://127.0.0.1:9/whl/{cu}"])
+    assert code == EXIT_ENVIRONMENT
+    assert "cannot read PyTorch's index page http://127.0.0.1:9/whl/cu130/torch/" in capsys.readouterr().err
