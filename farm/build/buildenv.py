@@ -29,6 +29,12 @@ from farm.errors import ToolError
 from farm.model.config import TORCH_INDEX_PIP
 
 Log = Callable[[str], None]
+# runs an installer step: (argv, environment) -> exit status; builders relay its output redacted
+Runner = Callable[[Sequence[str], Mapping[str, str]], int]
+
+
+def _plain(cmd: Sequence[str], env: Mapping[str, str]) -> int:
+    return subprocess.run(list(cmd), env=dict(env), check=False).returncode
 SPEC_FILE = "farm-env.json"
 # Bump when the way environments are made changes, so old ones are not reused.
 ENV_LAYOUT = 1
@@ -153,7 +159,7 @@ def remove_env(path: Path, why: str, say: Log) -> None:
 
 
 def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str] | None = None,
-               uv: str | None = None) -> BuildEnv:
+               uv: str | None = None, runner: Runner = _plain) -> BuildEnv:
     """The ready environment for ``spec`` under ``root``, made now if there is none."""
     from filelock import FileLock
 
@@ -168,7 +174,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
             remove_env(path, "incomplete (an earlier install was interrupted)", log)
         uv = uv if uv is not None else find_uv()
         try:
-            _make(spec, path, uv, log, dict(os.environ if environ is None else environ))
+            _make(spec, path, uv, log, dict(os.environ if environ is None else environ), runner)
         except BaseException:
             if path.exists():
                 shutil.rmtree(path, ignore_errors=True)
@@ -177,32 +183,32 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
         return BuildEnv(spec, path, False, "uv" if uv else "pip")
 
 
-def _run(cmd: Sequence[str], what: str, env: Mapping[str, str], log: Log) -> None:
+def _run(cmd: Sequence[str], what: str, env: Mapping[str, str], log: Log, runner: Runner) -> None:
     log(what)
-    proc = subprocess.run(list(cmd), env=dict(env), check=False)
-    if proc.returncode != 0:
-        raise ToolError(f"{what} failed (rc {proc.returncode}): {' '.join(cmd)}",
+    rc = runner(cmd, env)
+    if rc != 0:
+        raise ToolError(f"{what} failed (rc {rc}): {' '.join(cmd)}",
                         hint="read the installer's output above; FARM_NO_UV=1 makes the environment with venv + pip")
 
 
-def _make(spec: EnvSpec, path: Path, uv: str | None, log: Log, env: dict[str, str]) -> None:
+def _make(spec: EnvSpec, path: Path, uv: str | None, log: Log, env: dict[str, str], runner: Runner) -> None:
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
     py = str(path / "bin" / "python")
     if uv:
-        _run([uv, "venv", "--quiet", "--python", spec.python_exe, str(path)], f"creating build environment {path.name} (uv)", env, log)
+        _run([uv, "venv", "--quiet", "--python", spec.python_exe, str(path)], f"creating build environment {path.name} (uv)", env, log, runner)
         install = [uv, "pip", "install", "--quiet", "--python", py]
     else:
-        _run([spec.python_exe, "-m", "venv", str(path)], f"creating build environment {path.name} (venv)", env, log)
+        _run([spec.python_exe, "-m", "venv", str(path)], f"creating build environment {path.name} (venv)", env, log, runner)
         install = [py, "-m", "pip", "install", "--quiet"]
-    _run([*install, *spec.requirements], "installing " + " ".join(spec.requirements), env, log)
+    _run([*install, *spec.requirements], "installing " + " ".join(spec.requirements), env, log, runner)
     if spec.torch is None:
         return
     if spec.torch_index == TORCH_INDEX_PIP:
         # pip's own configuration decides where torch comes from: only pip reads it
         pip = [py, "-m", "pip"] if not uv else [sys.executable, "-m", "pip", "--python", py]
-        _run([*pip, "install", "--quiet", spec.torch], f"installing {spec.torch} (pip's configured indexes)", env, log)
+        _run([*pip, "install", "--quiet", spec.torch], f"installing {spec.torch} (pip's configured indexes)", env, log, runner)
     else:
         assert spec.torch_index is not None
         _run([*install, spec.torch, "--index-url", spec.torch_index],
-             f"installing {spec.torch} from {spec.torch_index}", env, log)
+             f"installing {spec.torch} from {spec.torch_index}", env, log, runner)
