@@ -43,6 +43,8 @@ source:
 links_torch: false
 arch:
   list: '8.0;8.6'
+lint_ignore:  # the lint in farm build would refuse it first; this test is about the assertion
+  - {rule: arch-override, path: setup.py, reason: the post-build assertion must catch it on its own}
 """
 
 
@@ -366,3 +368,18 @@ def test_build_output_is_relayed_without_secrets(capfd):
     assert out == ""
     assert "Looking in indexes: https://***@pypi.example/simple" in err and "token=***" in err
     assert "tok-9f8e7d6c" not in err and "pw-1234" not in err
+
+
+def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys):
+    """Without a lint_ignore, the setup.py override of pointnet2_like is refused by the lint that
+    farm build runs on the prepared source: exit 1, before any toolkit or compiler is touched."""
+    recipe = POINTNET2_RECIPE.split("lint_ignore:")[0]
+    make_root(tmp_path, {"pointnet2_like": recipe}, {"src/pointnet2_like": REPO / "tests" / "data" / "pointnet2_like"})
+    cache = tmp_path / "cache"
+    code = main(["build", "pointnet2_like", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+                 "--python", "3.11", "--platform", "linux_x86_64", "--cache-dir", str(cache)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "the arch-gate lint fails on the source of pointnet2_like-3.0.0-cu130-notorch-cp311-linux_x86_64 as built" in err
+    assert "setup.py" in err and "TORCH_CUDA_ARCH_LIST" in err
+    assert not (cache / "toolkit").exists() and not (cache / "envs").exists()
