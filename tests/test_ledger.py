@@ -406,3 +406,15 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
         assert keys == fast
     if not mutations and provenance == "asserted":
         assert keys is not None
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 1 << 22])
+def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
+    """The index reads in large chunks; a line split across reads (or longer than one) is whole."""
+    import io
+
+    from farm.provenance.ledger import _read_lines
+
+    text = b'{"a":1}\n' + b"x" * 200 + b"\n\n" + b'{"b":"' + b"y" * 100 + b'"}'
+    lines = [bytes(line) for line in _read_lines(io.BytesIO(text), size)]
+    assert lines == text.splitlines(keepends=True)
