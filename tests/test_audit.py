@@ -405,3 +405,31 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
         assert os.listdir(scratch) == []
     finally:
         server.stop()
+
+
+def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_again(tmp_path: Path) -> None:
+    import json as _json
+
+    from farm.provenance.audit import WheelFacts, _newest_by_cell, _superseder
+    from tests.ledgermaker import make_entry
+
+    so = f"demo_ext/{SO}"
+    old = {**make_entry(build_epoch=0, arch=SO_LIST, published=[{"target": "index", "url": "u0"}]),
+           "expected": {so: SO_LIST}, "found": {so: SO_LIST}}
+    new = {**make_entry(build_epoch=1, arch="sm_90;compute_90", published=[{"target": "index", "url": "u1"}]),
+           "expected": {so: "sm_90;compute_90"}, "found": {so: "sm_90;compute_90"}}
+    ledger_path = tmp_path / "ledger.jsonl"
+    ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps(new) + "\n")
+    ledger = LedgerIndex.load(ledger_path)
+    today = {so: "sm_90;compute_90"}
+    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, old)
+    before = judge(facts, old, today)
+    assert before.verdict is Verdict.CONFIG_MOVED and before.reasons[-1] == "bump build_epoch to rebuild"
+    by = _superseder(ledger, _newest_by_cell(ledger), old, today)
+    assert by == new["filename"]
+    after = judge(facts, old, today, superseded_by=by)
+    assert "bump" not in " ".join(after.reasons) and f"superseded by {new['filename']}" in after.reasons[-1]
+    # not yet published: still advise the bump (the rebuild has not reached users)
+    ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps({**new, "published": []}) + "\n")
+    ledger = LedgerIndex.load(ledger_path)
+    assert _superseder(ledger, _newest_by_cell(ledger), old, today) is None

@@ -278,3 +278,22 @@ def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
     assert linux is not None and win is not None
     assert linux.archs.canonical() == "sm_80;sm_90;sm_100;sm_120" and linux.origin == "recipe arch.x86_64.by_cuda['12.8']"
     assert win.archs.canonical() == "sm_80;sm_90;sm_120" and win.origin == "recipe arch.win_amd64.by_cuda['12.8']"
+
+
+def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
+    from farm.model.cells import extension_lists
+    write(farm_root, "pkg", GOOD + textwrap.dedent("""
+        extensions:
+          '*_sm90*': '9.0a'
+          '*_mxfp8*':
+            by_cuda: {'12.8': 'sm_100 compute_120', '13.0': 'sm_100 compute_120'}
+        """))
+    recipe = load_config(farm_root).recipe("pkg")
+    def lists(cuda: str) -> list[tuple[str, str]]:
+        return [(glob, archs.canonical()) for glob, archs in extension_lists(recipe, cuda)]
+    assert lists("12.6") == [("*_sm90*", "sm_90a")]  # not built on 12.6: no list of its own there
+    assert lists("12.8") == [("*_sm90*", "sm_90a"), ("*_mxfp8*", "sm_100;compute_120")]
+    # a per-line list is checked against its own line only
+    write(farm_root, "pkg", GOOD + "extensions:\n  '*_mxfp8*':\n    by_cuda: {'12.6': 'sm_100'}\n")
+    with pytest.raises(ArchError, match="cannot build sm_100"):
+        load_config(farm_root)

@@ -95,6 +95,10 @@ def test_cell_jobs_free_disk_and_restore_caches_before_building() -> None:
     caches = [s for s in before if s.get("uses", "").startswith("actions/cache@")]
     keys = [c["with"]["key"] for c in caches]
     assert any("toolkit-" in k and "matrix.cuda" in k and "hashFiles('farm/toolkit/*.py')" in k for k in keys)
+    # every line and platform (12.x and win_amd64 included) gets farm's toolkit, cached by its manifest hash
+    resolve = next(s for s in before if s.get("id") == "toolkit")
+    assert "toolkit --cuda \"$CUDA\" --platform \"$PLATFORM\" --dry-run --json" in resolve["run"]
+    assert any("steps.toolkit.outputs.hash" in k and "matrix.platform" in k for k in keys)
     assert any("torch-" in k and "matrix.torch" in k and "matrix.python" in k and "hashFiles('_defaults.yml')" in k
                for k in keys)
 

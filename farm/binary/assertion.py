@@ -32,6 +32,7 @@ class Expected:
     per_extension: tuple[tuple[str, ArchList], ...] = ()
     allow_no_extensions: bool = False
     cuda_package: bool = True
+    default_from: str = "the cell's arch list"  # what the default list is, for the report
 
     def for_extension(self, archive_path: str) -> tuple[ArchList, str | None]:
         """The expected list for one extension and the glob that chose it (``None``: the default)."""
@@ -192,7 +193,7 @@ class AssertionReport:
             lines += [f"  problem: {f.message}", f"    probable cause: {f.cause.value}: {_EXPLAIN[f.cause]}"]
         for ext in self.extensions:
             lines.append("")
-            source = f"recipe glob {ext.expected_from!r}" if ext.expected_from else "the cell's arch list"
+            source = f"recipe glob {ext.expected_from!r}" if ext.expected_from else self.expected.default_from
             lines.append(f"{ext.path}: {'ok' if ext.passed else 'FAILED'} (expected from {source})")
             lines.append(format_table(
                 ("", "targets"),

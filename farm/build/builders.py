@@ -86,21 +86,27 @@ def check_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise UsageError(f"unknown container engine {engine!r}", hint=f"choose {' or '.join(ENGINES)}")
     path = shutil.which(engine)
-    other = "podman" if engine == "docker" else "docker"
+    # .ci/podman-setup.sh sets up podman; name it where podman is the way out.
+    if engine == "podman":
+        fix_install = "install podman (on Debian, as root: bash .ci/podman-setup.sh), or use --engine docker"
+        fix_start = "as root: bash .ci/podman-setup.sh (podman + runc + containers.conf), or use --engine docker"
+    else:
+        fix_install = "install docker, or use --engine podman (on Debian, as root: bash .ci/podman-setup.sh)"
+        fix_start = "start the docker daemon, or use --engine podman (on Debian, as root: bash .ci/podman-setup.sh)"
     if path is None:
         raise ToolError(
             f"the container engine {engine!r} is not installed; cibuildwheel needs one for Linux builds",
-            hint=f"use --engine {other} (on Debian: bash .ci/podman-setup.sh), or --builder native",
+            hint=f"{fix_install}, or --builder native",
         )
     try:
         proc = subprocess.run([path, "info"], capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolError(f"{engine} info failed: {exc}", hint=f"use --engine {other} or --builder native") from exc
+        raise ToolError(f"{engine} info failed: {exc}", hint=f"{fix_start}, or --builder native") from exc
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         raise ToolError(
             f"{engine} cannot start containers here ({engine} info: rc {proc.returncode}: {detail[0]})",
-            hint=f"start its daemon, or use --engine {other} (bash .ci/podman-setup.sh), or --builder native",
+            hint=f"{fix_start}, or --builder native",
         )
     return path
 

@@ -327,19 +327,19 @@ def plan_build(
         cuda_home = f"{prefix}/cuda"
         if request.source == "pypi":  # the same pinned wheels, installed inside for the container's arch
             before_all = toolkit.install_script(request, prefix, python=options.container_python)
-        elif options.host_toolkit_prefix is not None:
+        elif options.host_toolkit_prefix is not None or options.host_cuda_home is not None:
             before_all = ""
-            mount = f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
+            mount = (f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
+                     if options.host_toolkit_prefix is not None  # farm's verified toolkit, its cuda/ inside
+                     else f"{PurePosixPath(options.host_cuda_home or '').as_posix()}:{cuda_home}:ro")
             engine = f"{engine}; create_args: --volume {shlex.quote(mount)}"
         else:
             raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",
                              hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
         if knob.system_packages:  # before the toolkit script, which exits early when its stamp is there
             # one dnf call each, in order: a repository package (epel-release) must land before its packages
-            before_all = "set -eu
-" + "".join(
-                f"dnf install -y {shlex.quote(p)}
-" for p in knob.system_packages) + before_all
+            before_all = "set -eu\n" + "".join(
+                f"dnf install -y {shlex.quote(p)}\n" for p in knob.system_packages) + before_all
     else:
         if options.host_cuda_home is None:
             raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",

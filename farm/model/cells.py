@@ -223,6 +223,9 @@ def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution |
     return Resolution(row, f"policy {group} {cell.cuda}")
 
 
-def extension_lists(recipe: Recipe) -> tuple[tuple[str, ArchList], ...]:
-    """Per-extension expected lists (glob -> arch list) for packages that build one module per arch."""
-    return tuple((e.glob, e.spec.archs) for e in recipe.extensions)
+def extension_lists(recipe: Recipe, cuda: str | None = None) -> tuple[tuple[str, ArchList], ...]:
+    """Per-extension expected lists (glob -> arch list) for packages that build one module per arch.
+
+    ``cuda`` picks the lists of that CUDA line too (``extensions: {glob: {by_cuda: ...}}``).
+    """
+    return tuple((e.glob, e.spec.archs) for e in recipe.extensions if e.cuda is None or e.cuda == cuda)

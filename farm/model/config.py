@@ -202,6 +202,7 @@ class ExtensionArchs:
 
     glob: str
     spec: ArchSpec
+    cuda: str | None = None  # only on this CUDA line (the extension is built only there); None = every line
 
 
 @dataclass(frozen=True)
@@ -799,7 +800,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         raise ConfigError("'build_epoch' must be >= 0", where=top.where("build_epoch"))
 
     arch, by_platform = _load_arch_rules(top, defaults)
-    extensions = _load_extensions(top)
+    extensions = _load_extensions(top, defaults)
     ignores = _load_ignores(top)
     only = _load_only(top, defaults)
     build_sec = top.section("build")
@@ -967,15 +968,29 @@ def _load_arch_rules(top: _Section, defaults: Defaults) -> tuple[ArchRules, dict
     return rules, by_platform
 
 
-def _load_extensions(top: _Section) -> tuple[ExtensionArchs, ...]:
+def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs, ...]:
     sec = top.section("extensions")
     if sec is None:
         return ()
     out = []
     for glob in sec.data:
-        spec = _arch_spec(sec, glob)
-        assert spec is not None
-        out.append(ExtensionArchs(glob, spec))
+        if not isinstance(sec.data[glob], YMap):  # one list for every CUDA line
+            spec = _arch_spec(sec, glob)
+            assert spec is not None
+            out.append(ExtensionArchs(glob, spec))
+            continue
+        # {by_cuda: {line: list}}: an extension the package builds only on some lines
+        one = sec.section(glob)
+        assert one is not None
+        bc = one.section("by_cuda", required=True)
+        assert bc is not None
+        for cuda in bc.data:
+            _check_cuda_key(bc, cuda, defaults.cuda_lines, bc.path)
+            spec = _arch_spec(bc, cuda)
+            assert spec is not None
+            _validate(spec, cuda)
+            out.append(ExtensionArchs(glob, spec, cuda))
+        one.done(("by_cuda",))
     return tuple(out)
 
 
@@ -1097,7 +1112,7 @@ def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
     if recipe.only.combinations is not None:
         lines = [c for c in lines if any(f.cuda == c for f in recipe.only.combinations)]
     for ext in recipe.extensions:  # an extension's own list applies on every line too
-        for cuda in lines:
+        for cuda in lines if ext.cuda is None else ():  # per-line lists were checked against their line
             try:
                 validate_for_cuda(ext.spec.archs, cuda, where=ext.spec.where)
             except ArchError as exc:

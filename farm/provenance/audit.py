@@ -104,8 +104,11 @@ def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, w
 
 
 def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapping[str, str] | None,
-          *, ledger_sha256_for_name: str | None = None) -> AuditRow:
-    """The verdict for one wheel from its facts, its ledger entry and today's expected lists."""
+          *, ledger_sha256_for_name: str | None = None, superseded_by: str | None = None) -> AuditRow:
+    """The verdict for one wheel from its facts, its ledger entry and today's expected lists.
+
+    ``superseded_by``: the published wheel of the same cell at a later build_epoch that holds
+    today's lists (the rebuild this wheel's config-moved verdict asked for has happened)."""
 
     def row(verdict: Verdict, source: str | None, reasons: list[str]) -> AuditRow:
         return AuditRow(facts.filename, facts.location, verdict, source, tuple(reasons), facts.found)
@@ -152,7 +155,9 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
         moved = [f"{p}: built for {built.get(p) or '(none)'}, today's policy resolves {today[p] or '(none)'}"
                  for p in sorted(today) if today[p] != built.get(p)]
         if moved:
-            return row(Verdict.CONFIG_MOVED, source, moved + ["bump build_epoch to rebuild"])
+            advice = (f"superseded by {superseded_by}, published with today's lists: nothing to rebuild"
+                      if superseded_by else "bump build_epoch to rebuild")
+            return row(Verdict.CONFIG_MOVED, source, [*moved, advice])
         return row(Verdict.OK, source, [])
     return row(Verdict.OK, source, ["not compared with today's policy (no config for this cell)"])
 
@@ -244,7 +249,7 @@ def derive_from_config(config: FarmConfig) -> Derive:
         if resolution is None:
             return None
         return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe)))
+                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"])))
 
     return derive
 
@@ -267,7 +272,7 @@ def today_from_config(config: FarmConfig) -> Today:
             return None
         if resolution is None:
             return None
-        expected = Expected(resolution.archs, per_extension=extension_lists(recipe))
+        expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]))
         return {p: expected.for_extension(p)[0].canonical() for p in paths}
 
     return today
@@ -513,17 +518,49 @@ def audit(where: str | Iterable[Located], ledger: LedgerIndex, today: Today | No
     :func:`iter_wheels` with a shard, or :func:`fleet_wheels`); ``progress`` sees each row as it
     is made. A downloaded wheel is judged before the next one is fetched, then deleted."""
     rows = []
+    newest: dict[tuple[Any, ...], Any] | None = None  # cell -> its latest-epoch asserted record, built on first use
     for located in iter_wheels(where) if isinstance(where, str) else where:
         facts = _facts(located)
         entry, name_sha = _ledger_entry(ledger, facts)
         provenance = facts.embedded if facts.embedded is not None else entry
         today_map = None
+        superseded_by = None
         if today is not None and provenance is not None and provenance.get("provenance") == buildinfo.ASSERTED:
             today_map = today(provenance, facts.found)
-        rows.append(judge(facts, entry, today_map, ledger_sha256_for_name=name_sha))
+            if today_map is not None and today_map != (provenance.get("expected") or {}):
+                if newest is None:
+                    newest = _newest_by_cell(ledger)
+                superseded_by = _superseder(ledger, newest, provenance, today_map)
+        rows.append(judge(facts, entry, today_map, ledger_sha256_for_name=name_sha, superseded_by=superseded_by))
         if progress is not None:
             progress(rows[-1])
     return rows
+
+
+def _newest_by_cell(ledger: LedgerIndex) -> dict[tuple[Any, ...], Any]:
+    newest: dict[tuple[Any, ...], Any] = {}
+    for rec in ledger.records:
+        if rec.key is None or rec.provenance != buildinfo.ASSERTED:
+            continue
+        cell, epoch = tuple(rec.key[:-1]), rec.key[-1]
+        if cell not in newest or epoch > newest[cell].key[-1]:
+            newest[cell] = rec
+    return newest
+
+
+def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], provenance: Mapping[str, Any],
+                today_map: Mapping[str, str]) -> str | None:
+    """The file name of a published, later-epoch wheel of the same cell built with today's lists."""
+    cell = provenance.get("cell") or {}
+    key = (provenance.get("package"), provenance.get("version"), cell.get("cuda"), cell.get("torch"),
+           cell.get("python"), cell.get("platform"))
+    rec = newest.get(key)
+    if rec is None or not isinstance(provenance.get("build_epoch"), int) or rec.key[-1] <= provenance["build_epoch"]:
+        return None
+    entry = ledger.entry(rec)
+    if not entry.get("published") or (entry.get("expected") or {}) != dict(today_map):
+        return None
+    return str(rec.filename)
 
 
 # -- backfill -------------------------------------------------------------------------------------

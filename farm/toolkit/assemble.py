@@ -194,7 +194,10 @@ def _ready_version(home: Path, request: ToolkitRequest, components: Sequence[Com
     ``cuda_nvcc`` version from the manifest stands in, and must be of the requested line.
     """
     nvcc = home / _exe(request, "nvcc")
-    host = {"nt": "windows-x86_64"}.get(os.name, "linux-sbsa" if os.uname().machine == "aarch64" else "linux-x86_64")
+    import platform
+
+    host = "windows-x86_64" if os.name == "nt" else (
+        "linux-sbsa" if platform.machine() in ("aarch64", "arm64") else "linux-x86_64")
     if request.platform == host:
         version = nvcc_release(nvcc)
     else:

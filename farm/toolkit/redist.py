@@ -11,6 +11,7 @@ is an error, not a silent overwrite.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import shutil
 import tarfile
@@ -75,12 +76,16 @@ def download(url: str, dest: Path, archive: Archive, component: str) -> None:
     size = 0
     try:
         with _open(url) as resp, open(part, "wb") as out:
-            while chunk := resp.read(CHUNK):
-                size += len(chunk)
-                if size > archive.size:  # a server that sends more never costs unbounded disk
-                    break
-                digest.update(chunk)
-                out.write(chunk)
+            try:
+                while chunk := resp.read(CHUNK):
+                    size += len(chunk)
+                    if size > archive.size:  # a server that sends more never costs unbounded disk
+                        break
+                    digest.update(chunk)
+                    out.write(chunk)
+            except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
+                raise ToolError(f"{component}: the download of {url} was interrupted after {size} bytes "
+                                f"({type(exc).__name__})", hint="run it again; the partial file was discarded") from None
         if size != archive.size or digest.hexdigest() != archive.sha256:
             got = digest.hexdigest() if size <= archive.size else "(more bytes than the manifest says)"
             raise ToolError(
