@@ -109,7 +109,12 @@ def parse_version(text: str) -> Version:
 
 def in_python_range(defaults: Defaults, version: str) -> bool:
     """Whether a grid Python (``3.11``) is within ``_defaults.yml``'s ``python: {min, max}``."""
-    return parse_version(defaults.python_min) <= parse_version(version) <= parse_version(defaults.python_max)
+    return _in_range(defaults.python_min, defaults.python_max, version)
+
+
+@lru_cache(maxsize=None)
+def _in_range(low: str, high: str, version: str) -> bool:
+    return parse_version(low) <= parse_version(version) <= parse_version(high)
 
 
 # (cuda, torch, python tag, platform, python version): a declared cell before it is a Cell.
