@@ -491,8 +491,9 @@ def deferred_error(wave: Wave) -> UsageError:
 
 def github_outputs(wave: Wave) -> dict[str, str]:
     """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
-    scheduled), ``deferred`` (cells left for the next run), and ``shard_<i>`` (a JSON list of at
-    most 256 build entries) for each shard.
+    scheduled), ``deferred`` (cells left for the next run) and ``deferred_by_package`` (a JSON
+    object, packages with deferred cells only), and ``shard_<i>`` (a JSON list of at most 256
+    build entries) for each shard.
 
     Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
     parts = shards(wave.scheduled)
@@ -501,6 +502,8 @@ def github_outputs(wave: Wave) -> dict[str, str]:
         "shards": json.dumps(list(range(len(parts)))),
         "total": str(len(wave.scheduled)),
         "deferred": str(len(wave.deferred)),
+        "deferred_by_package": json.dumps({k: v[1] for k, v in wave.per_package().items() if v[1]},
+                                          separators=(",", ":")),
     }
     for i, part in enumerate(parts):
         out[f"shard_{i}"] = json.dumps([p.github_entry() for p in part], separators=(",", ":"))
