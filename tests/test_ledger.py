@@ -399,7 +399,11 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
         assert fast is not None  # the common case takes the fast path
     # the index's typed decoder of the key fields accepts no more than the fast path, and agrees
     try:
-        keys = _keys_record(_decode_key_fields(orjson.dumps(entry)), 0, 0)
+        line = orjson.dumps(entry)
+    except TypeError:  # a mutation made the entry contain itself: no JSON line can say that
+        return
+    try:
+        keys = _keys_record(_decode_key_fields(line), 0, 0)
     except msgspec.MsgspecError:
         keys = None
     if keys is not None:

@@ -355,7 +355,7 @@ class LedgerIndex:
     records: tuple[Record, ...]
     _by_key: Mapping[ExistsKey, Record]
     _by_filename: Mapping[str, Record]
-    _by_sha256: Mapping[str, Record]
+    _by_sha256: dict[str, Record]  # filled on first use
 
     @classmethod
     def empty(cls) -> LedgerIndex:
@@ -396,13 +396,12 @@ class LedgerIndex:
                                     hint=f"keep one of lines {seen.line} and {number}; a filename is published once")
                     records.append(rec)
                     by_filename[rec.filename] = rec
-                    by_sha.setdefault(rec.sha256, rec)
                     key = rec.key
                     if key is not None:
-                        prior = by_key.get(key)
+                        prior = by_key.setdefault(key, rec)
                         # Asserted provenance outranks an inferred guess for the same key.
-                        if prior is None or (prior.provenance is Provenance.INFERRED
-                                             and rec.provenance is Provenance.ASSERTED):
+                        if prior is not rec and (prior.provenance is Provenance.INFERRED
+                                                 and rec.provenance is Provenance.ASSERTED):
                             by_key[key] = rec
         finally:
             if gc_was_enabled:
@@ -422,6 +421,9 @@ class LedgerIndex:
         return self._by_filename.get(filename)
 
     def by_sha256(self, sha256: str) -> Record | None:
+        if not self._by_sha256 and self.records:  # built on first use: the matrix never asks
+            for rec in self.records:
+                self._by_sha256.setdefault(rec.sha256, rec)
         return self._by_sha256.get(sha256)
 
     def entry(self, record: Record) -> dict[str, Any]:
