@@ -36,10 +36,11 @@ WHEELS: dict[str, str] = {
 PLATFORM = "linux-x86_64"
 
 
-def download_wheels(dest: Path) -> dict[str, Path]:
-    """The wheels, fetched by pip (its cache and configuration) into ``dest``."""
+def download_wheels(dest: Path, *, windows: bool = False) -> dict[str, Path]:
+    """The wheels (Linux x86_64, or win_amd64), fetched by pip (its cache and configuration) into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+    target = ["--platform", "win_amd64", "--python-version", "3.11"] if windows else []
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *target,
                     "--disable-pip-version-check", "-q", "-d", str(dest), *WHEELS.values()],
                    check=True, capture_output=True, text=True)
     out = {}
@@ -65,35 +66,47 @@ def _add(tf: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None
 
 
 def pack(root: Path, comp: str, version: str, files: Sequence[tuple[str, zipfile.ZipInfo | None, bytes]],
-         *, extra_members: Sequence[tarfile.TarInfo] = ()) -> dict[str, object]:
-    """Write one archive in NVIDIA's layout; return its manifest entry."""
-    stem = f"{comp}-{PLATFORM}-{version}-archive"
-    rel = f"{comp}/{PLATFORM}/{stem}.tar.xz"
+         *, extra_members: Sequence[tarfile.TarInfo] = (), platform: str = PLATFORM) -> dict[str, object]:
+    """Write one archive in NVIDIA's layout (.zip for Windows); return its manifest entry."""
+    stem = f"{comp}-{platform}-{version}-archive"
+    windows = platform.startswith("windows")
+    rel = f"{comp}/{platform}/{stem}.{'zip' if windows else 'tar.xz'}"
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(path, "w:xz", preset=0) as tf:  # a fast preset: the test packs ~300 MB
-        _add(tf, f"{stem}/LICENSE", b"NVIDIA Software License (test repack)\n")
-        for name, info, data in files:
-            executable = info is not None and (info.external_attr >> 16) & 0o111
-            _add(tf, f"{stem}/{name}", data, 0o755 if executable or name.startswith(("bin/", "nvvm/bin/")) else 0o644)
-        for member in extra_members:
-            tf.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+    if windows:
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+            zf.writestr(f"{stem}/LICENSE", b"NVIDIA Software License (test repack)\n")
+            for name, _, data in files:
+                zf.writestr(f"{stem}/{name}", data)
+            for member in extra_members:
+                zf.writestr(member.name, b"x")
+    else:
+        with tarfile.open(path, "w:xz", preset=0) as tf:  # a fast preset: the test packs ~300 MB
+            _add(tf, f"{stem}/LICENSE", b"NVIDIA Software License (test repack)\n")
+            for name, info, data in files:
+                executable = info is not None and (info.external_attr >> 16) & 0o111
+                _add(tf, f"{stem}/{name}", data,
+                     0o755 if executable or name.startswith(("bin/", "nvvm/bin/")) else 0o644)
+            for member in extra_members:
+                tf.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
     data = path.read_bytes()
     return {"relative_path": rel, "sha256": hashlib.sha256(data).hexdigest(),
             "md5": hashlib.md5(data).hexdigest(), "size": str(len(data))}  # NVIDIA writes sizes as strings
 
 
-def write_manifest(root: Path, release: str, entries: Mapping[str, tuple[str, dict[str, object]]]) -> Path:
+def write_manifest(root: Path, release: str, entries: Mapping[str, tuple[str, dict[str, object]]],
+                   *, platform: str = PLATFORM) -> Path:
     doc: dict[str, object] = {"release_date": "2026-01-01", "release_label": release, "release_product": "cuda"}
     for comp, (version, entry) in entries.items():
         doc[comp] = {"name": comp.replace("_", " ").upper(), "license": "CUDA Toolkit", "version": version,
-                     PLATFORM: entry}
+                     platform: entry}
     path = root / f"redistrib_{release}.json"
     path.write_text(json.dumps(doc, indent=4))
     return path
 
 
-def build_tree(root: Path, wheels: Mapping[str, Path], *, release: str, cuda12_layout: bool = False) -> None:
+def build_tree(root: Path, wheels: Mapping[str, Path], *, release: str, cuda12_layout: bool = False,
+               platform: str = PLATFORM) -> None:
     """The CUDA 13 layout (cuda_crt and libnvvm apart), or CUDA 12's (both inside cuda_nvcc)."""
     contents = {comp: list(_wheel_files(w)) for comp, w in wheels.items()}
     if cuda12_layout:
@@ -101,8 +114,8 @@ def build_tree(root: Path, wheels: Mapping[str, Path], *, release: str, cuda12_l
     entries = {}
     for comp, files in contents.items():
         version = WHEELS[comp].split("==")[1]
-        entries[comp] = (version, pack(root, comp, version, files))
-    write_manifest(root, release, entries)
+        entries[comp] = (version, pack(root, comp, version, files, platform=platform))
+    write_manifest(root, release, entries, platform=platform)
 
 
 CUT: set[str] = set()  # URL paths the server cuts off halfway (an interrupted download)

@@ -254,6 +254,12 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
     assert plan.env["CIBW_BEFORE_ALL"] == ""
     assert plan.env["CIBW_CONTAINER_ENGINE"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    # as cibuildwheel itself reads the option (a path with a space stays one argument)
+    from cibuildwheel.oci_container import OCIContainerEngineConfig
+
+    spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
+    engine = OCIContainerEngineConfig.from_config_string(spaced.env["CIBW_CONTAINER_ENGINE"])
+    assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert plan.toolkit.source == "redist" and plan.toolkit.release == "12.8.1"
 
@@ -276,3 +282,12 @@ def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
 def test_excludes_cover_driver_runtime_and_torch():
     for name in ("libcuda.so.1", "libcudart.so.*", "libtorch_cuda.so", "libc10_cuda.so"):
         assert name in SONAME_EXCLUDES
+
+
+def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path):
+    files = {"demo_ext/_C.so": b"\x7fELF", "demo_ext.libs/libgomp-a34b3233.so.1": b"\x7fELF"}
+    dest = tmp_path / "repaired"
+    make_wheel(dest, "demo_ext", "0.1.0", files)
+    check = repair_command(sys.executable, declared=("libgomp*",)).split(" && ", 1)[1].replace("{dest_dir}", str(dest))
+    proc = subprocess.run(check, shell=True, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr  # postbuild asserts it against the recipe's list

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from farm.build.plan import PlanOptions, plan_build
 from farm.cli import main
 from farm.model.arch import validate_for_cuda
 from farm.model.cells import (
@@ -64,6 +65,26 @@ def test_recipe_loads_and_every_cell_resolves(config: FarmConfig, name: str) -> 
             assert "{" not in req and parsed.name
         built += 1
     assert built > 0, f"{name} builds no cell at all"
+
+
+@pytest.mark.parametrize("name", [*PUBLIC_FARM, "demo_ext"])
+def test_recipe_plans_a_build_on_every_line_and_platform(config: FarmConfig, name: str, tmp_path: Path) -> None:
+    """The build planner takes every recipe (extra components, env, arch renderings) on each
+    (CUDA line, platform) it builds; the first cell of each stands for the rest."""
+    recipe = config.recipe(name)
+    options = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", host_cuda_home=tmp_path / "cuda")
+    seen = set()
+    for cell in declared_cells(config.defaults, recipe):
+        if (cell.cuda, cell.platform) in seen or is_phantom(config.defaults, cell) or recipe_excludes(recipe, cell):
+            continue
+        if resolve_arch(config, recipe, cell) is None:
+            continue
+        seen.add((cell.cuda, cell.platform))
+        plan = plan_build(config, recipe, cell, tmp_path, options)
+        assert plan.cell == cell and plan.argv[0] == "cibuildwheel"
+        for var in recipe.build.arch_env:  # packages that read their own variable get the cell's list
+            assert var in plan.env["CIBW_ENVIRONMENT"]
+    assert seen
 
 
 def test_sibling_pins_render_per_cell(config: FarmConfig) -> None:

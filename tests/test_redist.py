@@ -312,3 +312,39 @@ def test_farm_build_with_the_redist_toolkit_writes_an_asserted_wheel_naming_its_
         name: doc[name]["linux-x86_64"]["sha256"] for name in CUDA13}
     ledger = json.loads(Path(str(wheel) + ".ledger.json").read_text())
     assert ledger["toolchain"]["toolkit"] == toolkit
+
+
+# -- Windows: .zip archives, lib/x64, assembled on any host -------------------------------------------
+@pytest.fixture(scope="session")
+def windows_tree(served, tmp_path_factory):
+    root, url = served
+    wheels = redisttree.download_wheels(tmp_path_factory.mktemp("winwheels"), windows=True)
+    redisttree.build_tree(root / "win", {c: w for c, w in wheels.items() if c != "cuda_nvtx"},
+                          release="13.0.2", platform="windows-x86_64")
+    return url + "win/"
+
+
+def test_a_windows_toolkit_from_zip_archives(windows_tree, tmp_path):
+    prefix = tmp_path / "tk"
+    out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--platform", "win_amd64",
+                "--redist-url", windows_tree, "--prefix", str(prefix), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    home = Path(data["cuda_home"])
+    assert data["nvcc"].endswith("bin/nvcc.exe") and (home / "bin" / "cuobjdump.exe").is_file()
+    assert (home / "lib" / "x64" / "cudart.lib").is_file() and not (home / "lib64").exists()
+    # nvcc.exe cannot run here: the manifest's cuda_nvcc version stands in, and is of the line
+    assert data["version"] == "13.0.88" and [c["name"] for c in data["components"]] == CUDA13
+
+
+def test_a_zip_member_outside_its_top_folder_is_refused(served, tmp_path):
+    root, url = served
+    tree = root / "evil-zip"
+    entry = redisttree.pack(tree, "cuda_evil", "1.0", [("include/evil.h", None, b"//\n")],
+                            extra_members=[tarfile.TarInfo("cuda_evil-windows-x86_64-1.0-archive/../../evil.txt")],
+                            platform="windows-x86_64")
+    redisttree.write_manifest(tree, "13.0.2", {"cuda_evil": ("1.0", entry)}, platform="windows-x86_64")
+    request = request_for(_config("13.0.2", ["cuda_evil"]), "13.0", platform="windows-x86_64", redist_url=url + "evil-zip/")
+    with pytest.raises(ToolError, match="unsafe member"):
+        ensure_toolkit(request, tmp_path / "tk")
+    _nothing_usable(tmp_path / "tk")

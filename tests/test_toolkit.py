@@ -254,3 +254,41 @@ def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path):
 def test_the_check_refuses_a_toolkit_missing_its_own_component(pypi_toolkit):
     with pytest.raises(ToolError, match=r"libcusparse \(include/cusparse.h\)"):
         check_toolkit(pypi_toolkit.cuda_home, ("cuda_nvcc", "libcusparse"))
+
+
+# -- a torch-linked cell's toolkit --------------------------------------------------------------------
+# What ATen/cuda/CUDAContextLight.h and its neighbours include: a torch extension's first TU fails
+# on the first of these the toolkit lacks.
+TORCH_HEADERS_TU = r"""
+#include <cuda_runtime_api.h>
+#include <cusparse.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <cusolverDn.h>
+#include <curand_kernel.h>
+#include <cufft.h>
+#include <nvtx3/nvToolsExt.h>
+__global__ void k(curandStatePhilox4_32_10_t* s) { curand_init(0, threadIdx.x, 0, &s[threadIdx.x]); }
+extern "C" int probe() {
+    cublasHandle_t b; cusparseHandle_t sp; cusolverDnHandle_t so; cufftHandle f;
+    nvtxRangePushA("probe"); nvtxRangePop();
+    return (int)cublasCreate(&b) + (int)cusparseCreate(&sp) + (int)cusolverDnCreate(&so) + (int)cufftCreate(&f);
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_torch_cells_toolkit_compiles_and_links_what_torchs_headers_include(tmp_path_factory, tmp_path):
+    request = request_for(TK, "13.0", torch=True)
+    toolkit = tk.ensure_toolkit(request, tk.toolkit_prefix(tmp_path_factory.mktemp("torchtk"), request))
+    assert [c.name for c in toolkit.components][-6:] == list(TK.torch_components)
+    src = tmp_path / "ops.cu"
+    src.write_text(TORCH_HEADERS_TU)
+    check_toolkit(toolkit.cuda_home, request.components, source_root=tmp_path)  # nothing missing
+    so = tmp_path / "libops.so"
+    subprocess.run([str(toolkit.nvcc), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_80,code=sm_80",
+                    str(src), "-o", str(so), "-lcudart", "-lcublas", "-lcusparse", "-lcusolver", "-lcufft"],
+                   check=True, capture_output=True, text=True)
+    needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    for lib in ("libcublas.so.13", "libcusparse.so.12", "libcusolver.so.12", "libcufft.so.12"):
+        assert lib in needed  # linked through the development links farm made

@@ -206,6 +206,17 @@ class ExtensionArchs:
 
 
 @dataclass(frozen=True)
+class VendoredLib:
+    """Bundled libraries (``*.libs/`` members) matching ``glob`` (archive path or basename): their
+    own arch list (empty: host-only), or ``archs`` None and ``exempt`` the reviewed reason."""
+
+    glob: str
+    archs: ArchList | None
+    exempt: str | None
+    where: str
+
+
+@dataclass(frozen=True)
 class ComboFilter:
     cuda: str
     torch: str | None  # minor; None = any
@@ -264,6 +275,7 @@ class Recipe:
     verify: VerifyKnobs = VerifyKnobs()
     # recipes named by requires_dist placeholders ({version:NAME}, {local:NAME}); filled by load_config
     siblings: Mapping[str, SiblingPin] = field(default_factory=dict)
+    vendored: tuple[VendoredLib, ...] = ()  # what bundled libraries must hold (asserted like extensions)
 
     def where(self, line: int | None = None) -> str:
         return f"{self.display}:{line}" if line else self.display
@@ -764,7 +776,7 @@ def _validate(spec: ArchSpec, cuda: str) -> None:
 # ------------------------------------------------------------------------------------------------
 _RECIPE_KEYS = (
     "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
-    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify",
+    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
 )
 
 
@@ -801,6 +813,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
 
     arch, by_platform = _load_arch_rules(top, defaults)
     extensions = _load_extensions(top, defaults)
+    vendored = _load_vendored(top)
     ignores = _load_ignores(top)
     only = _load_only(top, defaults)
     build_sec = top.section("build")
@@ -826,7 +839,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         name=name, dist=dist, version=version, source=source, links_torch=links_torch, jit=jit,
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
-        display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify,
+        display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
     )
     return recipe
 
@@ -991,6 +1004,31 @@ def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs,
             _validate(spec, cuda)
             out.append(ExtensionArchs(glob, spec, cuda))
         one.done(("by_cuda",))
+    return tuple(out)
+
+
+def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
+    sec = top.section("vendored")
+    if sec is None:
+        return ()
+    out = []
+    for glob in sec.data:
+        if isinstance(sec.data[glob], dict):
+            sub = sec.section(glob)
+            assert sub is not None
+            reason = sub.get("exempt", str, required=True,
+                             fix="exempt: 'why its targets need not be asserted (e.g. NVIDIA's cuBLAS as NVIDIA ships it)'")
+            sub.done(("exempt",))
+            if not reason.strip():
+                raise ConfigError(f"{sub.key_path('exempt')} is empty", where=sub.where("exempt"),
+                                  hint="an exemption needs a reason a reviewer can check")
+            out.append(VendoredLib(glob, None, reason.strip(), sub.where("exempt")))
+            continue
+        text = sec.get(glob, str, fix=f"write an arch list, 'none' (host-only) or {{exempt: REASON}}: {glob}: '8.0;9.0'")
+        where = sec.where(glob)
+        archs = (ArchList(frozenset()) if text.strip().lower() == "none"
+                 else ArchList.parse(text, where=f"{where} ({sec.key_path(glob)})"))
+        out.append(VendoredLib(glob, archs, None, where))
     return tuple(out)
 
 

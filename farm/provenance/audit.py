@@ -70,6 +70,7 @@ class WheelFacts:
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
+    vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,35 @@ def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, w
         elif recorded[path] != actual[path]:
             out.append(f"{path}: {says} {recorded[path] or '(none)'}, {holds} {actual[path] or '(none)'}")
     return out
+
+
+def vendored_difference(recorded: Mapping[str, Any] | None, now: Mapping[str, str]) -> list[str]:
+    """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
+    recorded = recorded or {}
+    out = []
+    for path in sorted(set(recorded) | set(now)):
+        if path not in recorded:
+            out.append(f"{path}: a bundled library (found {now[path] or 'no device code'}) that its provenance "
+                       "does not record: never asserted")
+        elif path not in now:
+            out.append(f"{path}: recorded as a bundled library but not in the wheel")
+        else:
+            got = (recorded[path] or {}).get("found") if isinstance(recorded[path], Mapping) else None
+            if _names_of(got) != _names_of(now[path]):
+                out.append(f"{path}: recorded as holding {got or '(none)'}, the bundled library holds "
+                           f"{now[path] or '(none)'}")
+    return out
+
+
+def _names_of(text: object) -> frozenset[str] | None:
+    from farm.model.arch import ArchList as _ArchList
+
+    if not isinstance(text, str):
+        return None
+    try:
+        return frozenset(_ArchList.parse(text).names()) if text else frozenset()
+    except FarmError:
+        return None
 
 
 def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapping[str, str] | None,
@@ -143,6 +173,7 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
         wrong += _compare(ledger_entry.get("found"), facts.found, where="the ledger",
                           says="the ledger records", holds="the binary holds")
     if provenance.get("provenance") == buildinfo.ASSERTED:
+        wrong += vendored_difference(provenance.get("vendored"), facts.vendored)
         # A stamped wheel renamed to another cell (or epoch) claims what it was not built for.
         wrong += [f"file name: {p}" for p in buildinfo.name_problems(facts.filename, provenance)]
     wrong += renamed
@@ -189,7 +220,9 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
         inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump)
         found = {so.path: so.found.canonical() for so in inspection.extensions}
-        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions if not so.agrees)
+        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
+                              if not so.agrees)
+        vendored = {so.path: so.found.canonical() for so in inspection.vendored}
         with SafeWheel(path) as wheel:
             extensions = {name: _hash_member(wheel, name) for name in found}
             dist_info = wheel.dist_info()
@@ -201,7 +234,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     except FarmError as exc:
         return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
     return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
-                      disagreements=disagreements)
+                      disagreements=disagreements, vendored=vendored)
 
 
 def _problem(exc: FarmError, path: Path, location: str) -> str:
@@ -248,8 +281,11 @@ def derive_from_config(config: FarmConfig) -> Derive:
             return None
         if resolution is None:
             return None
+        from farm.provenance.postbuild import vendored_rules
+
         return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"])))
+                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]),
+                                vendored=vendored_rules(recipe)))
 
     return derive
 

@@ -158,9 +158,13 @@ def make_build_info(
     source: Mapping[str, Any] | None,
     toolchain: Mapping[str, Any],
     extensions: Mapping[str, str],
+    vendored: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed."""
-    return {
+    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed.
+
+    ``vendored``: each bundled library's found targets and expectation (recorded only when the
+    wheel bundles any)."""
+    info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "package": package,
         "dist": dist,
@@ -183,6 +187,9 @@ def make_build_info(
         "extensions": dict(sorted(extensions.items())),
         "provenance": ASSERTED,
     }
+    if vendored:
+        info["vendored"] = {path: dict(v) for path, v in sorted(vendored.items())}
+    return info
 
 
 def inferred_build_info(

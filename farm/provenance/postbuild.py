@@ -195,6 +195,7 @@ def stamp_asserted(
             source=context.source,
             toolchain=context.toolchain,
             extensions={p: hashes[p] for p in per_so},
+            vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
         )
         buildinfo.validate(info, where=str(wheel))
         return info
@@ -242,6 +243,9 @@ def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, cont
     found = {e.path: e.found.canonical() for e in report.extensions}
     if embedded.get("found") != found:
         differ.append("found targets that are not what the binary holds")
+    bundled = {v.path: v.record() for v in report.vendored_results}
+    if (embedded.get("vendored") or {}) != bundled:
+        differ.append("bundled libraries that are not what the wheel holds")
     if embedded.get("provenance") != buildinfo.ASSERTED or (embedded.get("assertion") or {}).get("result") != "passed":
         differ.append("a provenance that is not asserted and passed")
     if differ:
@@ -287,6 +291,12 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
 
 
 # -- the config glue ------------------------------------------------------------------------------
+def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
+    """The recipe's ``vendored`` map as the assertion's rules."""
+    from farm.binary.assertion import VendoredRule
+
+    return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
+
 def _source_of(recipe: Recipe) -> dict[str, Any]:
     from farm.model.config import GitSource, PathSource, SdistSource
 
@@ -378,7 +388,7 @@ def context_from_config(
         raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
                          hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
     expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell.cuda),
-                        allow_no_extensions=recipe.jit, cuda_package=True)
+                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
         expected=expected,
