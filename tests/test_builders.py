@@ -177,6 +177,14 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
     _check_asserted_demo(root, result, "cibuildwheel")
     # the toolkit came from PyPI inside the container
     assert "nvidia-cuda-nvcc==13.0.88" in result.plan.env["CIBW_BEFORE_ALL"]
+    # provenance names the container's Python (the image's cp311), not this host's
+    from farm.build.builders import container_python
+
+    (wheel,) = result.asserted
+    with zipfile.ZipFile(wheel) as zf:
+        info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+    image_python = container_python(result.plan)
+    assert image_python is not None and info["toolchain"]["python"] == image_python
     summary = (root / "step-summary.md").read_text()
     assert summary.startswith("earlier step\n") and "cp311-manylinux_x86_64" in summary
 

@@ -215,6 +215,30 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     return made
 
 
+def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
+    """The exact Python version cibuildwheel built with: the image's ``/opt/python/<tag>-<tag>``
+    interpreter, asked in a throwaway container (about a second). None when the image is not
+    named here (cibuildwheel's own default) or the engine cannot say: provenance records
+    "unknown" rather than this host's Python."""
+    if not plan.cell.platform.startswith("linux"):
+        return None
+    environ = os.environ if environ is None else environ
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    arch = plan.cell.platform.removeprefix("linux_")
+    image = plan.options.get(f"manylinux-{arch}-image") or environ.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
+    tag = plan.identifier.split("-", 1)[0]
+    if not image or not tag.startswith("cp") or shutil.which(engine) is None:
+        return None
+    code = "import platform; print(platform.python_version())"
+    try:
+        proc = subprocess.run([engine, "run", "--rm", str(image), f"/opt/python/{tag}-{tag}/bin/python", "-c", code],
+                              capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = proc.stdout.strip()
+    return version if proc.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*", version) else None
+
+
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 
 
@@ -362,9 +386,11 @@ def build_cell(
         built = run_cibuildwheel(plan, log=say)
     if not postbuild:
         return BuildResult(cell, plan, tuple(built))
+    # the Python that built the wheel: this host's for native builds, the container's otherwise
+    python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
         run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description)
+                      builder=settings.builder.value, source=tree.description, python=python)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results)
@@ -396,12 +422,14 @@ def run_postbuild(
     toolkit: Toolkit,
     builder: str,
     source: Mapping[str, Any] | None,
+    python: str | None = None,
 ) -> PostbuildResult:
-    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``."""
+    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
+    ``python``: the container's exact Python for a cibuildwheel build (None: unknown)."""
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
 
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
-        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(),
+        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)
