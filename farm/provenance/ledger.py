@@ -21,7 +21,7 @@ import gc
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
@@ -413,6 +413,10 @@ class LedgerIndex:
 
     def get(self, key: ExistsKey) -> Record | None:
         return self._by_key.get(key)
+
+    def lookup(self) -> Callable[[ExistsKey], Record | None]:
+        """:meth:`get` as the bound lookup itself, for loops over every cell of a matrix."""
+        return self._by_key.get
 
     def __contains__(self, key: object) -> bool:
         return key in self._by_key

@@ -331,6 +331,7 @@ def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[in
 _NO_FILTERS = Filters()
 _NO_RESTRICTION = Restriction()
 _new_key = tuple.__new__  # ExistsKey's own __new__ is a Python function: ~17,000 calls a run
+_UNRESOLVED: Any = object()
 
 
 def _package_matrix(
@@ -354,7 +355,7 @@ def _package_matrix(
     to_build: list[PlannedCell] = []
     # Resolution depends on the recipe and (cuda, torch, platform) only: ~90 per recipe, not ~400.
     resolved: dict[tuple[str, str, str], _Resolved | None] = {}
-    lookup = ledger.get
+    lookup = ledger.lookup()
     # Most runs have no filter and most recipes no restriction: skip those calls then.
     filtering = filters != _NO_FILTERS
     restricting = recipe.only != _NO_RESTRICTION
@@ -367,9 +368,8 @@ def _package_matrix(
             restricted += 1
             continue
         combo = (cuda, torch, platform)
-        if combo in resolved:
-            found = resolved[combo]
-        else:
+        found = resolved.get(combo, _UNRESOLVED)
+        if found is _UNRESOLVED:
             found = resolved[combo] = _resolve(config, recipe, Cell(name, version, cuda, torch, tag, platform), specs)
         if found is None:
             no_policy += 1
@@ -381,7 +381,8 @@ def _package_matrix(
         if not overwrite:
             record = lookup(_new_key(ExistsKey, (name, version, cuda, torch, tag, platform, epoch)))
             if record is not None:
-                if record.arch is None or _same_archs(record.arch, canonical, resolution.archs, parsed):
+                arch = record.arch
+                if arch is None or arch == canonical or _same_archs(arch, canonical, resolution.archs, parsed):
                     built += 1
                 else:
                     stale.append(StaleCell(Cell(name, version, cuda, torch, tag, platform), record.filename,
