@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -102,13 +102,13 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
-@lru_cache(maxsize=None)
+@cache
 def parse_version(text: str) -> Version:
     """``Version(text)``, memoised: the grid's few version strings are compared thousands of times."""
     return Version(text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _wheel_dist(dist: str) -> str:
     """The distribution name as a wheel file name spells it (once per recipe, not per cell)."""
     return canonicalize_name(dist).replace("-", "_")
@@ -119,7 +119,7 @@ def in_python_range(defaults: Defaults, version: str) -> bool:
     return _in_range(defaults.python_min, defaults.python_max, version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _in_range(low: str, high: str, version: str) -> bool:
     return parse_version(low) <= parse_version(version) <= parse_version(high)
 

@@ -386,7 +386,7 @@ def _package_matrix(
                     built += 1
                 else:
                     stale.append(StaleCell(Cell(name, version, cuda, torch, tag, platform), record.filename,
-                                           record.line, record.arch, canonical))
+                                           record.line, arch, canonical))
                 continue
         cell = Cell(name, version, cuda, torch, tag, platform)
         torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
@@ -549,8 +549,8 @@ def wave_advice(wave: Wave) -> list[str]:
     """What a run with deferred cells means: nothing is lost, the next run takes them."""
     if not wave.deferred:
         return []
-    return [f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
-            "they stay in the queue (not in the ledger) and the next run schedules them"]
+    return [(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
+             "they stay in the queue (not in the ledger) and the next run schedules them")]
 
 
 def stale_advice(matrix: Matrix) -> list[str]:
