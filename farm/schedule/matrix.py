@@ -14,6 +14,10 @@ The subtraction happens in one visible order, and every declared cell lands in e
 
 :func:`compute_matrix` is pure (config + ledger index in, :class:`Matrix` out). The I/O shell
 (lint in the loop, GitHub Actions output) sits below it.
+
+The cells to build are a work queue. :func:`schedule` takes what one workflow run can start (its
+shard jobs x 256 cells) round-robin across packages and defers the rest; deferred cells stay out
+of the ledger, so the next run schedules them (docs/maintainers.md, "How a bump drains").
 """
 
 from __future__ import annotations
