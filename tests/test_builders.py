@@ -351,3 +351,18 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
     assert clean.before_build == plan.env["CIBW_BEFORE_BUILD"]
     assert not clean.test_command
     assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's
+
+
+def test_build_output_is_relayed_without_secrets(capfd):
+    """pip echoing an index URL with a token, or a build script printing a password: the log farm
+    relays shows neither (stdout stays free for --json)."""
+    from farm.build.builders import run_relayed
+
+    env = {**os.environ, "PRIVATE_INDEX_TOKEN": "tok-9f8e7d6c", "PIP_INDEX_URL": "https://ci:pw-1234@pypi.example/simple"}
+    proc = run_relayed(["sh", "-c", 'echo "Looking in indexes: $PIP_INDEX_URL"; echo "token=$PRIVATE_INDEX_TOKEN" >&2'],
+                       env=env)
+    assert proc.returncode == 0
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "Looking in indexes: https://***@pypi.example/simple" in err and "token=***" in err
+    assert "tok-9f8e7d6c" not in err and "pw-1234" not in err

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
-from farm.errors import ConfigError, ToolError, UsageError, redact
+from farm.errors import ConfigError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
@@ -204,7 +204,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = subprocess.run(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ), check=False)
+    proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ))
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -213,6 +213,22 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
+                shell: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
+    line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
+    environment (an index URL with a token that pip echoes, a password a script prints).
+    stderr keeps farm's stdout for its own (``--json``) output."""
+    scrub = redactor(env)
+    with subprocess.Popen(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
+            sys.stderr.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode)
 
 
 def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
@@ -274,7 +290,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = subprocess.run(cmd, env=env, shell=isinstance(cmd, str), **kw, check=False)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
