@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default=os.environ.get("FARM_MANYLINUX_IMAGE"),
                         help="manylinux image for x86_64 cells (default: $FARM_MANYLINUX_IMAGE or cibuildwheel's)")
     parser.add_argument("--image-aarch64", default=os.environ.get("FARM_MANYLINUX_AARCH64_IMAGE"),
-                        help="manylinux image for aarch64 cells (default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
+                        help="manylinux image for aarch64 cells "
+                             "(default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
     parser.add_argument("--cuda-home", type=Path, metavar="DIR",
                         help="build with this installed toolkit instead of an assembled one (host builds)")
     parser.add_argument("--toolkit-source", choices=("redist", "pypi"),
