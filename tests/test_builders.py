@@ -180,6 +180,14 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
     _check_asserted_demo(root, result, "cibuildwheel")
     # the toolkit came from PyPI inside the container
     assert "nvidia-cuda-nvcc==13.0.88" in result.plan.env["CIBW_BEFORE_ALL"]
+    # provenance names the container's Python (the image's cp311), not this host's
+    from farm.build.builders import container_python
+
+    (wheel,) = result.asserted
+    with zipfile.ZipFile(wheel) as zf:
+        info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+    image_python = container_python(result.plan)
+    assert image_python is not None and info["toolchain"]["python"] == image_python
     summary = (root / "step-summary.md").read_text()
     assert summary.startswith("earlier step\n") and f"{PY}-manylinux_x86_64" in summary
 
@@ -346,3 +354,18 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
     assert clean.before_build == plan.env["CIBW_BEFORE_BUILD"]
     assert not clean.test_command
     assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's
+
+
+def test_build_output_is_relayed_without_secrets(capfd):
+    """pip echoing an index URL with a token, or a build script printing a password: the log farm
+    relays shows neither (stdout stays free for --json)."""
+    from farm.build.builders import run_relayed
+
+    env = {**os.environ, "PRIVATE_INDEX_TOKEN": "tok-9f8e7d6c", "PIP_INDEX_URL": "https://ci:pw-1234@pypi.example/simple"}
+    proc = run_relayed(["sh", "-c", 'echo "Looking in indexes: $PIP_INDEX_URL"; echo "token=$PRIVATE_INDEX_TOKEN" >&2'],
+                       env=env)
+    assert proc.returncode == 0
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "Looking in indexes: https://***@pypi.example/simple" in err and "token=***" in err
+    assert "tok-9f8e7d6c" not in err and "pw-1234" not in err

@@ -40,6 +40,13 @@ SAGEATTN3 = textwrap.dedent('''\
         FLAGS = cc_flag
     ''')
 
+RASTERIZER = textwrap.dedent('''\
+    NAME = dict(
+        version="0.1",
+        name="custom_rasterizer",
+    )["name"]
+    ''')
+
 MMCV = textwrap.dedent('''\
     import os
     NAME = dict(
@@ -80,6 +87,7 @@ def evaluate(folder: Path, env: dict[str, str], name: str) -> object:
     ("sageattn3.py", SAGEATTN3, {"TORCH_CUDA_ARCH_LIST": "10.0a;12.0a"}, "FLAGS",
      ["-gencode", "arch=compute_100a,code=sm_100a", "-gencode", "arch=compute_120a,code=sm_120a"]),
     ("mmcv.py", MMCV, {"MMCV_WITH_OPS": "1"}, "NAME", "mmcv"),
+    ("custom_rasterizer_hy3d2.py", RASTERIZER, {}, "NAME", "custom_rasterizer_hy3d2"),
 ])
 def test_patch_applies_once_and_does_what_it_says(
     tmp_path: Path, script: str, text: str, env: dict[str, str], name: str, expected: object
@@ -102,7 +110,7 @@ def test_sageattn3_without_a_blackwell_arch_still_refuses(tmp_path: Path) -> Non
         evaluate(tmp_path, {"TORCH_CUDA_ARCH_LIST": "9.0"}, "FLAGS")
 
 
-@pytest.mark.parametrize("script", ["fused_ssim.py", "sageattn3.py", "mmcv.py"])
+@pytest.mark.parametrize("script", ["fused_ssim.py", "sageattn3.py", "mmcv.py", "custom_rasterizer_hy3d2.py"])
 def test_patch_refuses_a_setup_py_it_does_not_recognise(tmp_path: Path, script: str) -> None:
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='other')\n")
     proc = run(script, tmp_path)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
-from farm.errors import ConfigError, ToolError, UsageError, redact
+from farm.errors import ConfigError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
@@ -206,7 +206,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = subprocess.run(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ), check=False)
+    proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ))
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -215,6 +215,46 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
+                shell: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
+    line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
+    environment (an index URL with a token that pip echoes, a password a script prints).
+    stderr keeps farm's stdout for its own (``--json``) output."""
+    scrub = redactor(env)
+    with subprocess.Popen(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
+            sys.stderr.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode)
+
+
+def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
+    """The exact Python version cibuildwheel built with: the image's ``/opt/python/<tag>-<tag>``
+    interpreter, asked in a throwaway container (about a second). None when the image is not
+    named here (cibuildwheel's own default) or the engine cannot say: provenance records
+    "unknown" rather than this host's Python."""
+    if not plan.cell.platform.startswith("linux"):
+        return None
+    environ = os.environ if environ is None else environ
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    arch = plan.cell.platform.removeprefix("linux_")
+    image = plan.options.get(f"manylinux-{arch}-image") or environ.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
+    tag = plan.identifier.split("-", 1)[0]
+    if not image or not tag.startswith("cp") or shutil.which(engine) is None:
+        return None
+    code = "import platform; print(platform.python_version())"
+    try:
+        proc = subprocess.run([engine, "run", "--rm", str(image), f"/opt/python/{tag}-{tag}/bin/python", "-c", code],
+                              capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = proc.stdout.strip()
+    return version if proc.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*", version) else None
 
 
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -253,7 +293,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = subprocess.run(cmd, env=env, shell=isinstance(cmd, str), **kw, check=False)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -367,9 +407,11 @@ def build_cell(
         built = run_cibuildwheel(plan, log=say)
     if not postbuild:
         return BuildResult(cell, plan, tuple(built))
+    # the Python that built the wheel: this host's for native builds, the container's otherwise
+    python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
         run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description)
+                      builder=settings.builder.value, source=tree.description, python=python)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results)
@@ -401,12 +443,14 @@ def run_postbuild(
     toolkit: Toolkit,
     builder: str,
     source: Mapping[str, Any] | None,
+    python: str | None = None,
 ) -> PostbuildResult:
-    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``."""
+    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
+    ``python``: the container's exact Python for a cibuildwheel build (None: unknown)."""
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
 
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
-        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(),
+        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

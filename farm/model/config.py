@@ -26,6 +26,7 @@ LEDGER_FILE = "ledger.jsonl"
 PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The arch policy has one table for x86_64 (Linux and Windows) and one for aarch64.
 PLATFORM_GROUPS: dict[str, str] = {"linux_x86_64": "x86_64", "win_amd64": "x86_64", "linux_aarch64": "aarch64"}
+SHARD_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64")
 # Platforms that share a group with another: a recipe may give them arch rules of their own.
 SPLIT_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "win_amd64")
 PUBLISH_KINDS = ("index", "github", "twine")
@@ -234,6 +235,19 @@ class Restriction:
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """``sharding:``: the cell's compile split over ``jobs`` compile jobs plus one link job, on
+    ``platforms`` (Linux only: the nvcc launcher that splits the compile is not built for Windows)."""
+
+    jobs: int
+    platforms: tuple[str, ...] = SHARD_PLATFORMS
+
+    def jobs_for(self, platform: str) -> int:
+        """Compile jobs for a cell of ``platform``: 1 (an ordinary build) where it does not shard."""
+        return self.jobs if platform in self.platforms else 1
+
+
+@dataclass(frozen=True)
 class VerifyKnobs:
     """How the built wheel is imported on a runner without a GPU (the import check's knobs)."""
 
@@ -272,6 +286,7 @@ class Recipe:
     path: Path
     display: str  # packages/<name>.yml
     sha256: str
+    sharding: Sharding | None = None  # compile jobs + one link job (docs/recipes.md)
     verify: VerifyKnobs = VerifyKnobs()
     # recipes named by requires_dist placeholders ({version:NAME}, {local:NAME}); filled by load_config
     siblings: Mapping[str, SiblingPin] = field(default_factory=dict)
@@ -777,7 +792,10 @@ def _validate(spec: ArchSpec, cuda: str) -> None:
 _RECIPE_KEYS = (
     "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
     "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
+    "sharding",
 )
+# More compile jobs than this is a typo, not a plan: each one is a CI job of the 256-job matrix.
+MAX_SHARD_JOBS = 64
 
 
 def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
@@ -827,6 +845,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         except InvalidRequirement as exc:
             raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
                               where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+    sharding = _load_sharding(top, defaults)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
     top.done(_RECIPE_KEYS)
@@ -840,10 +859,33 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
         display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
+        sharding=sharding,
     )
     return recipe
 
 
+def _load_sharding(top: _Section, defaults: Defaults) -> Sharding | None:
+    """``sharding: 20`` or ``sharding: {jobs: 10, platforms: [linux_x86_64, linux_aarch64]}``."""
+    if "sharding" not in top.data:
+        return None
+    value = top.data["sharding"]
+    if isinstance(value, YMap):
+        sec = top.section("sharding")
+        assert sec is not None
+        jobs, platforms, where = sec.get("jobs", int, required=True), sec.str_list("platforms"), sec.where("jobs")
+        for p in platforms or ():
+            if p not in SHARD_PLATFORMS:
+                raise ConfigError(f"sharding.platforms: farm shards Linux builds only, not {p!r}",
+                                  where=sec.where("platforms"),
+                                  hint=did_you_mean(p, SHARD_PLATFORMS) or f"one of {', '.join(SHARD_PLATFORMS)}")
+        sec.done(("jobs", "platforms"))
+    else:
+        jobs = top.get("sharding", int, fix="write the number of compile jobs, e.g. sharding: 10")
+        platforms, where = None, top.where("sharding")
+    if not 2 <= jobs <= MAX_SHARD_JOBS:
+        raise ConfigError(f"sharding: {jobs} compile jobs; it must be between 2 and {MAX_SHARD_JOBS}", where=where,
+                          hint="remove the key for an ordinary (unsharded) build")
+    return Sharding(jobs, tuple(platforms) if platforms else SHARD_PLATFORMS)
 def requirement_refs(requirement: str) -> list[tuple[str, str]]:
     """The ``(kind, recipe)`` placeholders of a requires_dist entry: ``{version:cumm}`` -> ``("version", "cumm")``."""
     return [(m[1], m[2]) for m in (_REF.match(p) for p in _PLACEHOLDER.findall(requirement)) if m]

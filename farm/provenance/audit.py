@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, LedgerError, NetworkError, TooLarge, ToolError, UsageError, WheelError
+from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
 from farm.netutil import download, read_page
 from farm.provenance import buildinfo
 from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
@@ -427,7 +428,9 @@ def _stream(items: Iterable[tuple[str, str | None]], scratch: Scratch, timeout: 
     a sweep over thousands of wheels needs the disk of one."""
     if scratch.parent is not None:
         scratch.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="farm-audit-", dir=scratch.parent))
+    parent = scratch.parent or Path(tempfile.gettempdir())
+    sweep_dead_dirs(parent, "farm-audit")  # the downloads of a killed audit
+    tmp = Path(tempfile.mkdtemp(prefix=temp_dir_prefix("farm-audit"), dir=parent))
     try:
         for url, sha256 in items:
             name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)

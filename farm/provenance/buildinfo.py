@@ -110,7 +110,7 @@ def toolchain(
     minor is ``torch_minor`` (the cell's), else unknown (``None``): a containerised build's torch
     is not this interpreter's. ``cibuildwheel`` is the installed one when it was the builder.
     ``python`` defaults to this interpreter (the native builder's); a containerised build passes
-    its own.
+    its own (``None`` there means unknown, never this host's).
     """
     torch = installed_torch() if torch_minor not in (None, "none") else None
     if torch is not None and _minor(torch) != torch_minor:
@@ -118,7 +118,8 @@ def toolchain(
     return {
         "nvcc": nvcc_version(Path(cuda_home)) if cuda_home else None,
         "torch": torch,
-        "python": python or platform.python_version(),
+        # a container build's Python is the container's: unknown (None) rather than this host's
+        "python": python if builder == "cibuildwheel" else python or platform.python_version(),
         "builder": builder,
         "cibuildwheel": _installed_version("cibuildwheel") if builder == "cibuildwheel" else None,
         # which exact toolkit: source, release, manifest, components with their sha256

@@ -345,6 +345,7 @@ def context_from_config(
     source: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     toolkit: Mapping[str, Any] | None = None,
+    python: str | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -398,7 +399,8 @@ def context_from_config(
         recipe_sha256=recipe.sha256,
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit),
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
+                                      python=python),
         requires_dist=requires_dist(recipe, cell),
     )
     return context, recipe
