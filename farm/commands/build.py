@@ -119,8 +119,11 @@ def run(args: argparse.Namespace) -> int:
     planned = matrix.cells
     if not planned and matrix.totals()["built"]:
         # Everything these filters select is built already: a rerun is not an error.
+        stale = len(matrix.stale)
         message = (f"nothing to build: the {matrix.totals()['built']} selected cell(s) of {args.package} are in "
-                   f"the ledger at the current build_epoch; --overwrite rebuilds them")
+                   f"the ledger at the current build_epoch"
+                   + (f" ({stale} built with another arch list: stale)" if stale else "")
+                   + "; --overwrite rebuilds them")
         print(f"farm build: {message}", file=sys.stderr)
         for advice in stale_advice(matrix):
             print(f"farm build: {advice}", file=sys.stderr)
