@@ -131,10 +131,10 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"results": [], "errors": [], "nothing_to_build": message}, indent=2))
         return EXIT_OK
     if not planned:
-        stale = stale_advice(matrix)
+        advice = stale_advice(matrix)
         raise UsageError(f"no cells of {args.package} to build with these filters"
-                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if stale else ""),
-                         hint=stale[0] if stale else
+                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if advice else ""),
+                         hint=advice[0] if advice else
                          "check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
     cache = (args.cache_dir or config.root / ".cache").absolute()
     settings = BuildSettings(
