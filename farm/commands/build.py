@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
                    + (f" ({stale} built with another arch list: stale)" if stale else "")
                    + "; --overwrite rebuilds them")
         print(f"farm build: {message}", file=sys.stderr)
-        for advice in stale_advice(matrix):
-            print(f"farm build: {advice}", file=sys.stderr)
+        for line in stale_advice(matrix):
+            print(f"farm build: {line}", file=sys.stderr)
         if args.json:
             print(json.dumps({"results": [], "errors": [], "nothing_to_build": message}, indent=2))
         return EXIT_OK
