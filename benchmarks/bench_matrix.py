@@ -96,8 +96,11 @@ def _version(pkg: dict[str, Any]) -> str:
 
 def rewrite_recipe(pkg_dir: Path) -> dict[str, Any]:
     pkg = yaml.safe_load((pkg_dir / "package.yml").read_text())
-    arch_src = yaml.safe_load((pkg_dir / "arch_override.yml").read_text()) if (pkg_dir / "arch_override.yml").exists() else {}
-    pcto = yaml.safe_load((pkg_dir / "pcto_override.yml").read_text()) if (pkg_dir / "pcto_override.yml").exists() else {}
+    def optional(name: str) -> Any:
+        return yaml.safe_load((pkg_dir / name).read_text()) if (pkg_dir / name).exists() else {}
+
+    arch_src = optional("arch_override.yml")
+    pcto = optional("pcto_override.yml")
     recipe: dict[str, Any] = {
         "name": pkg["name"],
         "version": _version(pkg),

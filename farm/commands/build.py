@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default=os.environ.get("FARM_MANYLINUX_IMAGE"),
                         help="manylinux image for x86_64 cells (default: $FARM_MANYLINUX_IMAGE or cibuildwheel's)")
     parser.add_argument("--image-aarch64", default=os.environ.get("FARM_MANYLINUX_AARCH64_IMAGE"),
-                        help="manylinux image for aarch64 cells (default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
+                        help="manylinux image for aarch64 cells "
+                             "(default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
     parser.add_argument("--cuda-home", type=Path, metavar="DIR",
                         help="build with this installed toolkit instead of an assembled one (host builds)")
     parser.add_argument("--toolkit-source", choices=("redist", "pypi"),
@@ -130,16 +131,16 @@ def run(args: argparse.Namespace) -> int:
                    + (f" ({stale} built with another arch list: stale)" if stale else "")
                    + "; --overwrite rebuilds them")
         print(f"farm build: {message}", file=sys.stderr)
-        for advice in stale_advice(matrix):
-            print(f"farm build: {advice}", file=sys.stderr)
+        for line in stale_advice(matrix):
+            print(f"farm build: {line}", file=sys.stderr)
         if args.json:
             print(json.dumps({"results": [], "errors": [], "nothing_to_build": message}, indent=2))
         return EXIT_OK
     if not planned:
-        stale = stale_advice(matrix)
+        advice = stale_advice(matrix)
         raise UsageError(f"no cells of {args.package} to build with these filters"
-                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if stale else ""),
-                         hint=stale[0] if stale else
+                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if advice else ""),
+                         hint=advice[0] if advice else
                          "check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
     cache = (args.cache_dir or config.root / ".cache").absolute()
     settings = BuildSettings(

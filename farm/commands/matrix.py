@@ -85,7 +85,7 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
         "shard_count": len(shards(wave.scheduled)),
         "packages": [
             {"package": p.package, "version": p.version, "build_epoch": p.epoch, **p.counts(),
-             **dict(zip(WAVE_COLUMNS, per_package[p.package])),
+             **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True)),
              "stale_cells": [s.as_json() for s in p.stale]}
             for p in matrix.packages
         ],
@@ -112,7 +112,7 @@ def render(wave: Wave) -> str:
     per_package = wave.per_package()
     rows: list[tuple[object, ...]] = []
     for p in wave.matrix.packages:
-        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package]))}
+        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True))}
         rows.append((p.package, p.version, p.epoch, *(counts[c] for c in columns)))
     totals = wave.totals()
     rows.append(("total", "", "", *(totals[c] for c in columns)))

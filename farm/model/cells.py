@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -101,7 +101,7 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
-@lru_cache(maxsize=None)
+@cache
 def parse_version(text: str) -> Version:
     """``Version(text)``, memoised: the grid's few version strings are compared thousands of times."""
     return Version(text)

@@ -291,7 +291,7 @@ def _parse_line(raw: bytes, where: str) -> dict[str, Any]:
         if not raw.strip():
             raise _fail(where, "empty line") from None
         raise _fail(where, f"not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): {detail!r}") from None
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _open(path: Path) -> BinaryIO:
@@ -351,9 +351,7 @@ class LedgerIndex:
         try:
             with _open(path) as handle:
                 offset = 0
-                number = 0
-                for raw in handle:
-                    number += 1
+                for number, raw in enumerate(handle, 1):
                     try:
                         rec = _keys_record(decode(raw), number, offset)
                     except msgspec.MsgspecError:

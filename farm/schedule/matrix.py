@@ -525,7 +525,7 @@ def step_summary(wave: Wave, lint_note: str) -> str:
     lines.append(_md_row(["---"] * (3 + len(columns))))
     per_package = wave.per_package()
     for pkg in matrix.packages:
-        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package]))}
+        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True))}
         lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
     totals = wave.totals()
     lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))
