@@ -343,10 +343,11 @@ def main() -> int:
             report(r)
         base = results[0]
         for r in results[1:]:
+            linear = r.wall / base.wall <= r.scale / base.scale * 1.1
             print(f"  {r.scale}x / {base.scale}x: wall {r.wall / base.wall:.2f}x, CPU "
                   f"{statistics.median(r.cpus) / statistics.median(base.cpus):.2f}x for {r.cells / base.cells:.1f}x "
                   f"the cells and {r.ledger_lines / base.ledger_lines:.1f}x the ledger "
-                  f"({'linear or better' if r.wall / base.wall <= r.scale / base.scale * 1.1 else 'WORSE than linear'})")
+                  f"({'linear or better' if linear else 'WORSE than linear'})")
         ok = True
         if base.scale == 1:
             print(f"  vs anchor ({ANCHOR_SECONDS} s for {ANCHOR_CELLS:,} cells, no exists checks): "
