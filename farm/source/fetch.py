@@ -41,11 +41,10 @@ from typing import Any
 from filelock import FileLock
 
 from farm.errors import SourceError
-from farm.fsutil import atomic_write, sha256_file
+from farm.fsutil import atomic_write, sha256_file, walk_files
 from farm.model.config import GitSource, PathSource, SdistSource
 
 DEFAULT_INDEX = "https://pypi.org/simple"
-_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
 _COMPLETE = ".farm-source.json"  # marker written last: its presence means the tree is whole
 _CHUNK = 1 << 20
 
@@ -80,10 +79,8 @@ def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, pack
 # ------------------------------------------------------------------------------------------------
 def iter_files(root: Path) -> Iterator[Path]:
     """Every file under ``root`` in a stable order, skipping VCS and tool directories."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            yield Path(dirpath, name)
+    for dirpath, name in walk_files(root):
+        yield Path(dirpath, name)
 
 
 def tree_sha256(root: Path) -> str:
