@@ -76,6 +76,12 @@ def postbuild(session: nox.Session) -> None:
 
 
 @nox.session
+def wave(session: nox.Session) -> None:
+    """After a run's cell jobs: built and failed cells, publish?, next wave?"""
+    _farm(session, "wave")
+
+
+@nox.session
 def upload(session: nox.Session) -> None:
     """Gate, publish, merge ledger fragments."""
     session.install("-e", ".[upload]")

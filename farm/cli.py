@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from farm import __version__
-from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError
+from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, clip, os_error, redact
 
 # name -> (module, one-line help). Only commands whose capability exists are listed.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -29,7 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("farm.commands.index", "regenerate a static PEP 503 index tree from its files and the ledger"),
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
-    "toolkit": ("farm.commands.toolkit", "a CUDA_HOME assembled from NVIDIA's PyPI wheels"),
+    "toolkit": ("farm.commands.toolkit", "a verified CUDA_HOME from NVIDIA's redistributable archives or PyPI wheels"),
+    "wave": ("farm.commands.wave", "after a run's builds: what built, what failed, publish?, next wave?"),
 }
 
 
@@ -63,11 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"farm {name}", description=text)
     module.configure(parser)
     args = parser.parse_args(rest)
+    as_json = bool(getattr(args, "json", False))
     try:
         return int(module.run(args))
     except FarmError as exc:
-        print(f"farm {name}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(name, exc, as_json)
     except KeyboardInterrupt:
         print(f"farm {name}: interrupted", file=sys.stderr)
         return 130
@@ -75,8 +76,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
     except OSError as exc:  # disk full, permission denied: the environment, not the input
-        print(f"farm {name}: error: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return _fail(name, os_error(exc, doing="access"), as_json)
+
+
+def _fail(name: str, exc: FarmError, as_json: bool) -> int:
+    """The error on stderr; with ``--json`` also as one JSON object on stdout, so a machine
+    reader gets an answer it can parse whatever happened."""
+    print(f"farm {name}: error: {exc}", file=sys.stderr)
+    if as_json:
+        import json
+
+        where = redact(clip(exc.where, MAX_MESSAGE)) if exc.where else None
+        print(json.dumps({"ok": False, "error": {
+            "command": name, "type": type(exc).__name__, "exit_code": exc.exit_code,
+            "message": redact(clip(exc.message, MAX_MESSAGE)), "where": where,
+            "fix": redact(clip(exc.hint, MAX_MESSAGE)) if exc.hint else None}}, indent=2))
+        sys.stdout.flush()
+    return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,7 +11,13 @@ and maps to one exit code of the command-line contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+
+TYPE_CHECKING = False  # typing itself imports re and enum: the fatbin scanner's fast path avoids both
+if TYPE_CHECKING:
+    import re
 
 EXIT_OK = 0
 EXIT_DEFECT = 1
@@ -25,6 +31,59 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
     close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else ""
+
+
+REDACTED = "***"
+
+
+@cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Secret variable names (gh's and twine's own, and any *_TOKEN / *_PASSWORD / *_SECRET: CI
+    tokens, a target's own password_env) and credentials in URLs. Compiled on first use: `re`
+    pulls in enum, which the fatbin scanner's fast path does without."""
+    import re
+
+    secret_name = re.compile(r"(?:^|_)(?:TOKEN|PASSWORD|SECRET)$")
+    url_credentials = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+    return secret_name, url_credentials
+
+
+def redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
+    """:func:`redact` with the secret values looked up once (for relaying a long log line by line)."""
+    secret_name, url_credentials = _patterns()
+    values: set[str] = set()
+    for source in (os.environ, env or {}):
+        values.update(v for k, v in source.items() if len(v) >= 4 and secret_name.search(k.upper()))
+    ordered = sorted(values, key=len, reverse=True)  # longest first: a secret may contain another
+
+    def apply(text: str) -> str:
+        for value in ordered:
+            text = text.replace(value, REDACTED)
+        return url_credentials.sub(rf"\g<scheme>{REDACTED}@", text)
+
+    return apply
+
+
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``text`` without the values of secret variables (of this process's environment and of
+    ``env``, the one a child ran with) and without credentials in URLs (``https://u:p@host``).
+
+    Every message farm shows passes through here (:meth:`FarmError.__str__`); output of a child
+    process (gh, twine, git, pip, a build) that is relayed any other way is passed through it
+    explicitly.
+    """
+    return redactor(env)(text)
+
+
+MAX_SHOWN = 120
+MAX_MESSAGE = 8000
+
+
+def clip(text: object, limit: int = MAX_SHOWN) -> str:
+    """``text`` cut to ``limit`` characters: a value from the input goes into a message through
+    this, so a huge (or alias-expanded) value cannot make an unbounded message."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
 class FarmError(Exception):
@@ -42,7 +101,7 @@ class FarmError(Exception):
         text = f"{self.where}: {self.message}" if self.where else self.message
         if self.hint:
             text += f"\n  fix: {self.hint}"
-        return text
+        return redact(clip(text, MAX_MESSAGE))
 
 
 class UsageError(FarmError):
@@ -79,6 +138,41 @@ class ToolError(FarmError):
     """An external tool (nvcc, cuobjdump, cibuildwheel, podman, gh, twine) is missing or crashed."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class FileSystemError(FarmError):
+    """The disk is full, or a path is not writable (or readable) for this user."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
+_NO_SPACE = {28, 122}  # ENOSPC, EDQUOT
+_NO_PERMISSION = {1, 13, 30}  # EPERM, EACCES, EROFS
+
+
+def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmError:
+    """An :class:`OSError` as a message that names the path and the remedy (DESIGN §5).
+
+    ``path``: the file farm was writing when the error carries no name (a full disk fails a
+    ``write()``, which knows no file name)."""
+    import errno as _errno
+
+    target = exc.filename if exc.filename is not None else path
+    where = str(target) if target is not None else None
+    folder = os.path.dirname(where) or "." if where else "the output folder"
+    code = exc.errno or 0
+    if code in _NO_SPACE:
+        return FileSystemError(
+            f"no space left on the device (cannot {doing} {where or 'a file'})", where=where,
+            hint=f"free space on the filesystem of {folder} (`df -h {folder}`) or write elsewhere "
+                 "(--out, TMPDIR), then run the command again; nothing half-written was kept under its final name")
+    if code in _NO_PERMISSION:
+        why = "read-only filesystem" if code == _errno.EROFS else "permission denied"
+        return FileSystemError(
+            f"{why} (cannot {doing} {where or 'a file'})", where=where,
+            hint=f"make {folder} writable for this user (`ls -ld {folder}`), or choose another folder")
+    return FileSystemError(f"cannot {doing} {where or 'a file'}: {exc.strerror or exc}", where=where,
+                           hint="check the path and the filesystem, then run the command again")
 
 
 class DefectError(FarmError):

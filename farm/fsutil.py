@@ -6,10 +6,14 @@ directory, fsync it, and ``os.replace`` it into place.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from farm.errors import FileSystemError, os_error
 
 CHUNK = 1 << 20
 
@@ -62,18 +66,97 @@ def atomic_write(path: Path, chunks: Iterable[bytes], *, mode: int | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".tmp", dir=path.parent)
+        try:
+            os.chmod(tmp, mode)
+            with os.fdopen(fd, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                out.flush()
+                if durable:
+                    os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        if durable:
+            fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def writing(path: Path, doing: str = "write") -> Iterator[None]:
+    """Turn a full disk or a permission error while writing ``path`` into a message that names
+    the path and the remedy (exit 3), instead of a bare ``[Errno 28]``."""
     try:
-        os.chmod(tmp, mode)
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                out.write(chunk)
-            out.flush()
-            if durable:
-                os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        yield
+    except FileSystemError:
         raise
-    if durable:
-        fsync_dir(path.parent)
+    except OSError as exc:
+        if exc.errno is None or isinstance(exc, (FileNotFoundError, FileExistsError, IsADirectoryError)):
+            raise
+        raise os_error(exc, path, doing) from None
+
+
+# -- leftovers of killed runs -------------------------------------------------------------------
+# Temp files carry their writer's pid (``.<name>.<pid>.<random>.tmp`` / ``.part``): the next run
+# of a command removes those whose writer is gone, and never one a live writer still fills.
+_LEFTOVER = re.compile(r"^\..+\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.(?:tmp|part)$")
+
+
+def temp_prefix(name: str) -> str:
+    return f".{name}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def temp_dir_prefix(name: str) -> str:
+    """``mkdtemp`` prefix for a private work folder a later run may sweep (:func:`sweep_dead_dirs`)."""
+    return f"{name}-{os.getpid()}-"
+
+
+def sweep_dead_dirs(parent: Path, name: str) -> list[Path]:
+    """Remove ``parent/<name>-<pid>-*`` work folders whose process is gone (a killed run's)."""
+    import shutil
+
+    removed: list[Path] = []
+    pattern = re.compile(rf"^{re.escape(name)}-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for entry in names:
+        m = pattern.match(entry)
+        if m and not _alive(int(m["pid"])):
+            path = Path(parent) / entry
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def sweep_leftovers(directory: Path, prefix: str = ".") -> list[Path]:
+    """Remove the temp files of killed writers in ``directory`` (not recursive; only names that
+    start with ``prefix``); returns them."""
+    removed: list[Path] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = _LEFTOVER.match(name) if name.startswith(prefix) else None
+        if m and not _alive(int(m["pid"])):
+            path = Path(directory) / name
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed

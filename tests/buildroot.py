@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from farm.model.config import FarmConfig, load_config
-from farm.toolkit.assemble import Toolkit, ensure_toolkit
+from farm.model.config import FarmConfig, load_config, load_defaults
+from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_prefix
+from farm.toolkit.request import request_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,11 +45,13 @@ arch:
 
 @pytest.fixture(scope="session")
 def pypi_toolkit(tmp_path_factory: pytest.TempPathFactory) -> Toolkit:
-    """CUDA 13.0 assembled from NVIDIA's PyPI wheels, once per test session, laid out as
-    ``farm build --cache-dir`` expects it: ``<cache>/toolkit/13.0`` (see :func:`cache_dir_of`)."""
-    return ensure_toolkit("13.0", tmp_path_factory.mktemp("farmcache") / "toolkit" / "13.0")
+    """CUDA 13.0 for a torch-free cell, assembled from NVIDIA's PyPI wheels once per test session,
+    where ``farm build --cache-dir`` looks for it (see :func:`cache_dir_of`)."""
+    request = request_for(load_defaults(REPO / "_defaults.yml").toolkit, "13.0")
+    return ensure_toolkit(request, toolkit_prefix(tmp_path_factory.mktemp("farmcache") / "toolkit", request))
 
 
 def cache_dir_of(toolkit: Toolkit) -> Path:
-    """The ``--cache-dir`` whose ``toolkit/<cuda>`` holds ``toolkit`` (cuda_home = .../site/nvidia/cu13)."""
-    return toolkit.cuda_home.parents[4]
+    """The ``--cache-dir`` that holds ``toolkit`` (its prefix is ``<cache>/toolkit/<line>/<slug>``)."""
+    assert toolkit.prefix is not None
+    return toolkit.prefix.parents[2]

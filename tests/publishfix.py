@@ -66,6 +66,17 @@ def demo_batch(tmp_path_factory: pytest.TempPathFactory, cuda_home: Path) -> Bat
     return build_stamped_demo(tmp_path_factory.getbasetemp() / "demo-ext-build", cuda_home)
 
 
+def write_farm_root(root: Path, defaults: str | None = None) -> Path:
+    """A farm repository whose demo_ext recipe asks for what the test build made (:data:`ARCH`):
+    the upload gate re-derives each wheel's list from the configuration."""
+    (root / "packages").mkdir(parents=True, exist_ok=True)
+    (root / "_defaults.yml").write_text(defaults if defaults is not None else (REPO / "_defaults.yml").read_text())
+    (root / "examples" / "demo_ext").mkdir(parents=True, exist_ok=True)
+    (root / "packages" / "demo_ext.yml").write_text(
+        (REPO / "packages" / "demo_ext.yml").read_text() + f"arch:\n  list: '{ARCH}'\n")
+    return root
+
+
 def copy_batch(batch: Batch, dest: Path, *, fragment: bool = True) -> Path:
     """A private copy of the stamped wheel (and its fragment) in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -346,3 +346,90 @@ def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeyp
             audit(f"{base}/simple/demo/", LedgerIndex.empty())
     finally:
         server.stop()
+
+
+# -- the fleet audit streams: disk use bounded by one wheel, whatever the fleet's size ----------
+def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """12 published wheels of ~300 KiB (3.6 MiB) audited from the ledger with 1 MiB of scratch:
+    each is downloaded, judged and deleted before the next; one of 2 MiB is a finding, never a
+    full disk; 4 shards judge each wheel exactly once."""
+    import hashlib
+    import os
+    import random
+
+    from farm.provenance.ledger import dumps_entry
+    from tests.ledgermaker import make_entry
+
+    site, rng = tmp_path / "site" / "releases", random.Random(7)
+    sizes = {f"fleet{i:02d}": 300_000 + 1000 * i for i in range(12)}
+    sizes["fleet_huge"] = 2 << 20
+    site.mkdir(parents=True)
+    server, base = serve_dir(site.parent, tmp_path / "http.log")
+    try:
+        lines = []
+        for dist, size in sizes.items():
+            # incompressible payload: the wheel on disk is as large as it says
+            wheel = make_wheel(site, dist, "1.0+cu128", {f"{dist}/data.bin": rng.randbytes(size)})
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            url = f"{base}/releases/{wheel.name}"
+            lines.append(dumps_entry(make_entry(dist, "1.0", torch="none", filename=wheel.name, sha256=digest,
+                                                published=[{"target": "github", "url": url}])) + "\n")
+        ledger = tmp_path / "ledger.jsonl"
+        ledger.write_text("".join(lines))
+        fleet_bytes = sum(w.stat().st_size for w in site.iterdir())
+        scratch = tmp_path / "scratch"
+        argv = ["audit", "--from-ledger", "--ledger", str(ledger), "--root", str(tmp_path), "--no-config",
+                "--scratch", str(scratch), "--max-scratch", "1", "--json"]
+        main(argv)
+        out = json.loads(capsys.readouterr().out)
+        limit = 1 << 20
+        assert fleet_bytes > 3 * limit
+        assert out["scratch"]["limit_bytes"] == limit
+        assert out["scratch"]["downloads"] == 12  # the huge one was cut off at the limit
+        largest = max(w.stat().st_size for w in site.iterdir() if w.stat().st_size <= limit)
+        assert out["scratch"]["peak_bytes"] == largest, "one wheel at a time"
+        rows = {w["filename"]: w for w in out["wheels"]}
+        assert len(rows) == 13
+        huge = next(r for name, r in rows.items() if name.startswith("fleet_huge"))
+        assert huge["verdict"] == "wheel-wrong" and "scratch space" in huge["reasons"][0]
+        assert all(r["verdict"] == "ok" for name, r in rows.items() if not name.startswith("fleet_huge"))
+        assert list(scratch.iterdir()) == [], "every download is deleted"
+
+        seen: list[str] = []
+        for i in range(4):
+            main([*argv, "--shard", f"{i}/4"])
+            seen += [w["filename"] for w in json.loads(capsys.readouterr().out)["wheels"]]
+        assert sorted(seen) == sorted(rows), "4 shards judge each wheel exactly once"
+        assert os.listdir(scratch) == []
+    finally:
+        server.stop()
+
+
+def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_again(tmp_path: Path) -> None:
+    import json as _json
+
+    from farm.provenance.audit import WheelFacts, _newest_by_cell, _superseder
+    from tests.ledgermaker import make_entry
+
+    so = f"demo_ext/{SO}"
+    old = {**make_entry(build_epoch=0, arch=SO_LIST, published=[{"target": "index", "url": "u0"}]),
+           "expected": {so: SO_LIST}, "found": {so: SO_LIST}}
+    new = {**make_entry(build_epoch=1, arch="sm_90;compute_90", published=[{"target": "index", "url": "u1"}]),
+           "expected": {so: "sm_90;compute_90"}, "found": {so: "sm_90;compute_90"}}
+    ledger_path = tmp_path / "ledger.jsonl"
+    ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps(new) + "\n")
+    ledger = LedgerIndex.load(ledger_path)
+    today = {so: "sm_90;compute_90"}
+    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, old)
+    before = judge(facts, old, today)
+    assert before.verdict is Verdict.CONFIG_MOVED and before.reasons[-1] == "bump build_epoch to rebuild"
+    by = _superseder(ledger, _newest_by_cell(ledger), old, today)
+    assert by == new["filename"]
+    after = judge(facts, old, today, superseded_by=by)
+    assert "bump" not in " ".join(after.reasons) and f"superseded by {new['filename']}" in after.reasons[-1]
+    # not yet published: still advise the bump (the rebuild has not reached users)
+    ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps({**new, "published": []}) + "\n")
+    ledger = LedgerIndex.load(ledger_path)
+    assert _superseder(ledger, _newest_by_cell(ledger), old, today) is None

@@ -75,6 +75,18 @@ def test_per_extension_lists(farm_root: Path) -> None:
         ("*_sm90*", "sm_90a"), ("*_sm80*", "sm_80;sm_86")]
 
 
+def test_sharding_forms(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD + "sharding: 20\n")
+    sharding = load_config(farm_root).recipe("pkg").sharding
+    assert sharding is not None and sharding.jobs == 20
+    assert (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64"), sharding.jobs_for("win_amd64")) == (20, 20, 1)
+    write(farm_root, "pkg", GOOD + "sharding: {jobs: 10, platforms: [linux_x86_64]}\n")
+    sharding = load_config(farm_root).recipe("pkg").sharding
+    assert sharding is not None and (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64")) == (10, 1)
+    write(farm_root, "pkg", GOOD)
+    assert load_config(farm_root).recipe("pkg").sharding is None
+
+
 def test_unknown_package_suggests(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD)
     with pytest.raises(UsageError, match="did you mean 'pkg'"):
@@ -111,7 +123,7 @@ MALFORMED = {
     "extension-arch-unsupported": (GOOD + "extensions:\n  '*_sm100*': '10.0f'\n", "extensions['*_sm100*'] applies to CUDA 12.4", 7),
     "env-shadows-farm": (GOOD + "build:\n  env: {TORCH_CUDA_ARCH_LIST: '3.7'}\n", "set by farm for every build", 7),
     "env-bad-name": (GOOD + "build:\n  env: {'A B': '1'}\n", "not an environment variable name", 7),
-    "unpinned-cuda-component": (GOOD + "build:\n  extra_cuda_components: nvidia-nvtx\n", "not a pinned wheel", 7),
+    "wheel-as-cuda-component": (GOOD + "build:\n  extra_cuda_components: nvidia-nvtx\n", "not a CUDA component name", 7),
     "only-combination-not-in-grid": (GOOD + "only:\n  combinations:\n    - {cuda: '13.0', torch: '2.4'}\n",
                                      "only.combinations[0] selects CUDA 13.0, torch 2.4", 8),
     "only-combination-python-not-in-grid": (
@@ -122,6 +134,17 @@ MALFORMED = {
     "arch-env-unknown-rendering": (GOOD + "build:\n  arch_env: {PKG_ARCHS: cmak}\n", "did you mean 'cmake'", 7),
     "arch-env-shadows-farm": (GOOD + "build:\n  arch_env: {TORCH_CUDA_ARCH_LIST: torch}\n", "is set by farm", 7),
     "arch-typo": (GOOD + "arch:\n  list: '8.0;9.9'\n", "not a GPU arch any nvcc knows", 7),
+    "sharding-one-job": (GOOD + "sharding: 1\n", "between 2 and 64", 6),
+    "sharding-not-int": (GOOD + "sharding: many\n", "e.g. sharding: 10", 6),
+    "sharding-windows": (GOOD + "sharding: {jobs: 4, platforms: [win_amd64]}\n", "Linux builds only", 6),
+    "sharding-unknown-key": (GOOD + "sharding: {jobs: 4, platfroms: [linux_x86_64]}\n", "did you mean 'platforms'", 6),
+    "verify-bad-device-error": (GOOD + "verify:\n  expect_device_error: 3\n", "must be true or the text", 7),
+    "verify-bad-module": (GOOD + "verify:\n  import_name: llama-cpp\n", "is not a module name", 7),
+    "verify-unknown-key": (GOOD + "verify:\n  skip_arch: yes\n", "unknown key 'verify.skip_arch'", 7),
+    "requires-unknown-placeholder": (GOOD + "requires_dist: ['cumm=={VER:cumm}']\n", "unknown placeholder '{VER:cumm}'", 6),
+    "requires-no-such-recipe": (GOOD + "requires_dist: ['cumm=={version:cumm}']\n", "names 'cumm', which has no recipe", None),
+    "system-package-bad-name": (GOOD + "build:\n  system_packages: ['a;rm -rf /']\n", "is not a package name", 7),
+    "arch-block-unknown-platform": (GOOD + "arch:\n  win64:\n    list: '8.0'\n", "did you mean 'win_amd64'", 7),
     "combo-on-torch-free": (
         GOOD.replace("links_torch: true", "links_torch: false") + "arch:\n  by_combo:\n    '13.0/2.9': '8.0'\n",
         "links_torch: false", 8),
@@ -207,3 +230,86 @@ def test_missing_defaults_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found") as err:
         load_config(tmp_path)
     assert str(tmp_path / "_defaults.yml") in str(err.value)
+
+
+SIBLING = """
+name: base
+version: '2.0'
+source:
+  git: {repo: owner/base, ref: v2.0}
+links_torch: %s
+"""
+
+
+@pytest.mark.parametrize("base_links_torch", [True, False])
+def test_requires_dist_pins_a_sibling_wheel_of_the_same_cell(farm_root: Path, base_links_torch: bool) -> None:
+    from farm.model.cells import Cell, requires_dist
+    write(farm_root, "base", SIBLING % str(base_links_torch).lower())
+    write(farm_root, "pkg", GOOD + "requires_dist: [numpy, 'base=={version:base}+{local:base}']\n")
+    for packages in (None, ["pkg"]):  # the sibling is read even when only pkg is loaded
+        recipe = load_config(farm_root, packages=packages).recipe("pkg")
+        cell = Cell("pkg", "1.0", "12.8", "2.8", "cp311", "linux_x86_64")
+        local = "cu128torch2.8" if base_links_torch else "cu128"
+        assert requires_dist(recipe, cell) == ("numpy", f"base==2.0+{local}")
+
+
+def test_torch_free_wheel_cannot_pin_a_per_torch_sibling(farm_root: Path) -> None:
+    write(farm_root, "base", SIBLING % "true")
+    write(farm_root, "pkg", GOOD.replace("links_torch: true", "links_torch: false")
+          + "requires_dist: ['base=={version:base}+{local:base}']\n")
+    with pytest.raises(ConfigError, match="base links torch, pkg does not"):
+        load_config(farm_root)
+
+
+def test_verify_knobs_load(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD + textwrap.dedent("""
+        verify:
+          import_name: pkg_core
+          extra_imports: [pkg_core.torch]
+          no_direct_import: ['*_cuda.*']
+          expect_device_error: CUDA is not available
+          needs_driver: true
+        """))
+    verify = load_config(farm_root).recipe("pkg").verify
+    assert verify.import_name == "pkg_core" and verify.extra_imports == ("pkg_core.torch",)
+    assert verify.no_direct_import == ("*_cuda.*",) and verify.needs_driver
+    assert verify.expect_device_error == "CUDA is not available"
+    write(farm_root, "pkg", GOOD + "verify: {expect_device_error: true}\n")
+    assert load_config(farm_root).recipe("pkg").verify.expect_device_error is True
+
+
+def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
+    from farm.model.cells import Cell, resolve_arch
+    write(farm_root, "pkg", GOOD + textwrap.dedent("""
+        arch:
+          x86_64:
+            by_cuda: {'12.8': '8.0;9.0;10.0;12.0'}
+          win_amd64:
+            by_cuda: {'12.8': '8.0;9.0;12.0'}
+        """))
+    config = load_config(farm_root)
+    recipe = config.recipe("pkg")
+    linux = resolve_arch(config, recipe, Cell("pkg", "1.0", "12.8", "2.8", "cp311", "linux_x86_64"))
+    win = resolve_arch(config, recipe, Cell("pkg", "1.0", "12.8", "2.8", "cp311", "win_amd64"))
+    assert linux is not None and win is not None
+    assert linux.archs.canonical() == "sm_80;sm_90;sm_100;sm_120" and linux.origin == "recipe arch.x86_64.by_cuda['12.8']"
+    assert win.archs.canonical() == "sm_80;sm_90;sm_120" and win.origin == "recipe arch.win_amd64.by_cuda['12.8']"
+
+
+def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
+    from farm.model.cells import extension_lists
+    write(farm_root, "pkg", GOOD + textwrap.dedent("""
+        extensions:
+          '*_sm90*': '9.0a'
+          '*_mxfp8*':
+            by_cuda: {'12.8': 'sm_100 compute_120', '13.0': 'sm_100 compute_120'}
+        """))
+    recipe = load_config(farm_root).recipe("pkg")
+    def lists(cuda: str) -> list[tuple[str, str]]:
+        return [(glob, archs.canonical()) for glob, archs in extension_lists(recipe, cuda)]
+    assert lists("12.6") == [("*_sm90*", "sm_90a")]  # not built on 12.6: no list of its own there
+    assert lists("12.8") == [("*_sm90*", "sm_90a"), ("*_mxfp8*", "sm_100;compute_120")]
+    # a per-line list is checked against its own line only
+    write(farm_root, "pkg", GOOD + "extensions:\n  '*_mxfp8*':\n    by_cuda: {'12.6': 'sm_100'}\n")
+    with pytest.raises(ArchError, match="cannot build sm_100"):
+        load_config(farm_root)

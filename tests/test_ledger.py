@@ -377,7 +377,10 @@ _PATHS = [("provenance",), ("filename",), ("sha256",), ("size",), ("schema_versi
 def test_fast_validation_accepts_only_what_the_full_validation_accepts(
     mutations: list[tuple[tuple[str, ...], object]], provenance: str
 ) -> None:
-    from farm.provenance.ledger import _fast_record, _validate_full
+    import msgspec
+    import orjson
+
+    from farm.provenance.ledger import _decode_key_fields, _fast_record, _keys_record, _validate_full
 
     entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
     for path, value in mutations:
@@ -394,3 +397,12 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
         assert _validate_full(entry, "x") == fast
     if not mutations and provenance == "asserted":
         assert fast is not None  # the common case takes the fast path
+    # the index's typed decoder of the key fields accepts no more than the fast path, and agrees
+    try:
+        keys = _keys_record(_decode_key_fields(orjson.dumps(entry)), 0, 0)
+    except msgspec.MsgspecError:
+        keys = None
+    if keys is not None:
+        assert keys == fast
+    if not mutations and provenance == "asserted":
+        assert keys is not None

@@ -207,11 +207,11 @@ def test_an_arch_override_change_reports_stale_cells_and_does_not_schedule_them(
     assert "config moved: alpha has 10 wheel(s) built at epoch 0" in out
     assert "bump build_epoch (packages/alpha.yml or _defaults.yml)" in out
 
-    # farm build of the package says why there is nothing to build, before building anything
+    # farm build of the package says why there is nothing to build (exit 0), before building anything
     rc = main(["build", "alpha", "--root", str(root), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err
-    assert rc == EXIT_BAD_INPUT
-    assert "10 built with another arch list: stale" in err and "bump build_epoch" in err
+    assert rc == 0
+    assert "nothing to build" in err and "10 built with another arch list: stale" in err and "bump build_epoch" in err
     assert not (tmp_path / "cache").exists()
 
 
@@ -265,7 +265,7 @@ def test_filters_narrow_and_normalise(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_an_unknown_filter_value_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             args: list[str], message: str) -> None:
     rc, data, err = farm_matrix(capsys, make_tree(tmp_path), *args)
-    assert rc == EXIT_BAD_INPUT and data is None
+    assert rc == EXIT_BAD_INPUT and data["ok"] is False and data["error"]["exit_code"] == EXIT_BAD_INPUT
     assert message in err
 
 
@@ -325,17 +325,54 @@ def test_600_cells_make_3_shards_and_nothing_is_lost(tmp_path: Path, capsys: pyt
     assert "LINT SKIPPED (--no-lint)" in text
 
 
-def test_more_shards_than_the_workflow_runs_is_refused_and_writes_nothing(
+def test_more_cells_than_the_workflow_runs_are_deferred_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = big_tree(tmp_path / "farm")
+    output, summary = tmp_path / "gh_output", tmp_path / "gh_summary"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "2")
+    assert rc == 0
+    totals = data["totals"]
+    assert totals["to_build"] == 600 and totals["scheduled"] == 512 and totals["deferred"] == 88
+    assert len(data["cells"]) == 512 and len(data["deferred_cells"]) == 88 and data["shard_count"] == 2
+    scheduled = {c["id"] for c in data["cells"]}
+    assert not scheduled & set(data["deferred_cells"])
+    # round-robin across the 4 packages of 150 cells: each gets 128 of the 512
+    by_package = {p["package"]: (p["scheduled"], p["deferred"]) for p in data["packages"]}
+    assert by_package == {name: (128, 22) for name in ("p1", "p2", "p3", "p4")}
+
+    out = read_outputs(output)
+    assert out["shard_count"] == "2" and out["total"] == "512" and out["deferred"] == "88"
+    ids = [e["id"] for i in range(2) for e in json.loads(out[f"shard_{i}"])]
+    assert ids == [c["id"] for c in data["cells"]]
+    text = summary.read_text()
+    assert "| p1 | 1.0 | 0 | 150 | 0 | 0 | 0 | 0 | 0 | 0 | 150 | 128 | 22 |" in text
+    assert "88 cell(s) deferred" in text
+
+    # the same inputs give the same wave
+    _, again, _ = farm_matrix(capsys, root, "--max-shards", "2")
+    assert again["cells"] == data["cells"] and again["deferred_cells"] == data["deferred_cells"]
+    # the table says it too
+    assert main(["matrix", "--root", str(root), "--no-lint", "--max-shards", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "scheduled" in table and "deferred" in table and "88 deferred to the next run" in table
+
+
+def test_fail_on_deferred_keeps_the_old_strictness_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = big_tree(tmp_path / "farm")
     output = tmp_path / "gh_output"
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    rc, data, err = farm_matrix(capsys, root, "--github-output", "--max-shards", "2")
-    assert rc == EXIT_BAD_INPUT and data is None
-    assert "3 shards" in err and "at most 2 shards: jobs would be missing" in err
+    rc, data, err = farm_matrix(capsys, root, "--github-output", "--max-shards", "2", "--fail-on-deferred")
+    assert rc == EXIT_BAD_INPUT and data["ok"] is False and "cells" not in data
+    assert "600 cells" in err and "88 cell(s) would be deferred" in err
     assert not output.exists()
+    rc, data, _ = farm_matrix(capsys, root, "--max-shards", "3", "--fail-on-deferred")
+    assert rc == 0 and data["totals"]["deferred"] == 0
 
 
 def test_github_output_needs_the_variable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -355,7 +392,7 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
     assert rc == 0 and data["cells"] == []
-    assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0"}
+    assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0"}
 
 
 @given(st.integers(min_value=0, max_value=1500))
@@ -387,6 +424,7 @@ def test_an_unfetchable_source_is_exit_3_naming_the_package(tmp_path: Path,
     out, err = capsys.readouterr()
     assert rc == EXIT_ENVIRONMENT
     assert "alpha" in err and out == ""
+    assert "--no-lint" in err and "without the lint" in err
 
 
 def test_nothing_to_build_needs_no_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -498,3 +536,50 @@ def test_a_list_the_packages_own_variable_cannot_carry_is_exit_2_naming_the_cell
     make_tree(tmp_path, beta="arch:\n  list: '8.0;9.0'\nbuild:\n  arch_env: {BETA_ARCHS: versions}\n")
     rc, data, _ = farm_matrix(capsys, tmp_path, "beta")
     assert rc == 0 and data["packages"][0]["to_build"] > 0
+
+
+SM120_SETUP = """\
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(
+    name="alpha",
+    ext_modules=[CUDAExtension("alpha._C", ["csrc/scale.cu"],
+                               extra_compile_args={"nvcc": ["-gencode", "arch=compute_120,code=sm_120"]})],
+    cmdclass={"build_ext": BuildExtension},
+)
+"""
+SM120_IGNORE = """\
+lint_ignore:
+  - rule: arch-override
+    path: setup.py
+    reason: setup.py names its own targets (a test)
+  - rule: explicit-target
+    path: setup.py
+    reason: sm_120 is added by setup.py; the 12.8 list does not declare it (a test)
+"""
+
+
+def test_a_filter_never_calls_an_ignore_stale_that_filtered_out_cells_need(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """setup.py adds sm_120: a finding under the lists without sm_120 (x86 12.8, aarch64 13.0),
+    none under x86 13.0's. Linting only that list, the ignore matches nothing, yet the other
+    cells still need it."""
+    root = make_tree(tmp_path / "farm", alpha=SM120_IGNORE)
+    src = root / "src" / "alpha"
+    (src / "csrc").mkdir()
+    (src / "csrc" / "scale.cu").write_text(KERNEL)
+    (src / "setup.py").write_text(SM120_SETUP)
+    cache = tmp_path / "cache"
+    assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "lint: passed" in out and "remove it" not in out
+    assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--json", "--cache-dir", str(cache)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(r["stale_ignores"] == [] for r in data["lint"]["results"])
+    # without the sm_120 flag the ignore is stale under every list: said, filter or not
+    (src / "setup.py").write_text(CLEAN_SETUP)
+    assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--cache-dir", str(cache)]) == 0
+    assert "lint_ignore explicit-target 'setup.py' of alpha matches nothing under any of its arch lists" \
+        in capsys.readouterr().out

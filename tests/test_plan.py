@@ -203,6 +203,20 @@ def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path)
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a;10.0a;12.0"
 
 
+def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path):
+    (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
+    recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
+    config = make_root(tmp_path, {"torchpkg": recipe})
+    linux = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
+    script = linux.env["CIBW_BEFORE_ALL"]
+    assert script.startswith("set -eu\ndnf install -y epel-release\ndnf install -y sparsehash-devel\n")
+    # the toolkit script exits early once stamped: the packages must come before it
+    assert script.index("sparsehash-devel") < script.index("exit 0")
+    win = plan_build(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
+                     options(tmp_path, host_cuda_home=tmp_path / "cuda"))
+    assert "dnf" not in win.env["CIBW_BEFORE_ALL"]
+
+
 def test_bad_inputs(config, tmp_path):
     recipe = config.recipe("demo_ext")
     with pytest.raises(UsageError, match="absolute"):
@@ -211,13 +225,43 @@ def test_bad_inputs(config, tmp_path):
         plan_build(config, config.recipe("torchpkg"), X86, tmp_path, options(tmp_path))
 
 
-def test_unpinned_cuda_components_are_refused(tmp_path):
+def test_cuda_components_are_manifest_names(tmp_path):
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
-    text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: nvtx\n"
+    text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: nvidia-nvtx==13.0.85\n"
     # refused when the recipe loads, before any plan: with the file and line
-    with pytest.raises(ConfigError, match="not a pinned wheel") as err:
+    with pytest.raises(ConfigError, match="not a CUDA component name") as err:
         make_root(tmp_path, {"demo_ext": text})
     assert "packages/demo_ext.yml:9" in str(err.value)
+
+
+def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(config, tmp_path):
+    for d in ("examples/demo_ext", "src/torchpkg/lib"):
+        (tmp_path / "r" / d).mkdir(parents=True, exist_ok=True)
+    text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: [cuda_nvtx]\n"
+    cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
+    plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
+    assert plan.toolkit.components[-1] == "cuda_nvtx" and "nvidia-nvtx==13.0.85" in plan.env["CIBW_BEFORE_ALL"]
+    torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
+    tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
+    assert "nvidia-cusparse==12.6.3.3" in tplan.env["CIBW_BEFORE_ALL"]
+
+
+def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
+    cell = Cell("demo_ext", "0.1.0", "12.8", "none", "cp311", "linux_x86_64")
+    with pytest.raises(UsageError, match="mounts the host's"):
+        plan_for(config, tmp_path, cell)
+    host = tmp_path / "cache/toolkit/12.8/redist-12.8.1-linux-x86_64-0123"
+    plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
+    assert plan.env["CIBW_BEFORE_ALL"] == ""
+    assert plan.env["CIBW_CONTAINER_ENGINE"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    # as cibuildwheel itself reads the option (a path with a space stays one argument)
+    from cibuildwheel.oci_container import OCIContainerEngineConfig
+
+    spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
+    engine = OCIContainerEngineConfig.from_config_string(spaced.env["CIBW_CONTAINER_ENGINE"])
+    assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
+    assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
+    assert plan.toolkit.source == "redist" and plan.toolkit.release == "12.8.1"
 
 
 @pytest.mark.parametrize("vendored", [False, True])
@@ -238,3 +282,12 @@ def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
 def test_excludes_cover_driver_runtime_and_torch():
     for name in ("libcuda.so.1", "libcudart.so.*", "libtorch_cuda.so", "libc10_cuda.so"):
         assert name in SONAME_EXCLUDES
+
+
+def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path):
+    files = {"demo_ext/_C.so": b"\x7fELF", "demo_ext.libs/libgomp-a34b3233.so.1": b"\x7fELF"}
+    dest = tmp_path / "repaired"
+    make_wheel(dest, "demo_ext", "0.1.0", files)
+    check = repair_command(sys.executable, declared=("libgomp*",)).split(" && ", 1)[1].replace("{dest_dir}", str(dest))
+    proc = subprocess.run(check, shell=True, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr  # postbuild asserts it against the recipe's list

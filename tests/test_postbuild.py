@@ -253,3 +253,33 @@ def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_whe
     assert ctx.source == {"kind": "path", "path": "src/demo_ext", "tree_sha256": tree_sha256(src)}
     with pytest.raises(UsageError, match="does not link torch"):
         context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home, torch="2.8")
+
+
+def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path, raw_wheel: Path, cuda_home: Path,
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's flow: `farm build` postbuilds into wheelhouse/, then a maintainer runs
+    `farm postbuild wheelhouse/*.whl --out dist/`. The stamped wheel is re-asserted and carried
+    over as it is, with its fragment; the cell comes from the wheel itself (no --cuda needed)."""
+    house = tmp_path / "wheelhouse"
+    assert main(["postbuild", str(raw_wheel), "--out", str(house), "--root", str(farm_root),
+                 "--cuda-home", str(cuda_home)]) == 0
+    (stamped,) = house.glob("*.whl")
+    capsys.readouterr()
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    dist = tmp_path / "dist"
+    for _ in range(2):  # and again: a no-op
+        assert main(["postbuild", str(stamped), "--out", str(dist), "--root", str(farm_root), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["passed"] and doc["wheels"][0]["sha256"] == hashlib.sha256(stamped.read_bytes()).hexdigest()
+    assert (dist / stamped.name).read_bytes() == stamped.read_bytes()
+    assert json.loads((dist / (stamped.name + ".ledger.json")).read_text())["filename"] == stamped.name
+    # `farm assert --cell` reads the stamped wheel's own cell too
+    assert main(["assert", str(stamped), "--cell", "--root", str(farm_root)]) == 0
+    assert "expected from the cell's arch list" in capsys.readouterr().out
+    assert main(["assert", str(stamped), "--arch-list", BASE]) == 0
+    assert "(expected from --arch-list)" in capsys.readouterr().out
+
+    # a stamped wheel whose list the config no longer resolves is not carried
+    write_farm_root(farm_root, {"demo_ext": "8.0;9.0;10.0+PTX"}, build_epoch=3)
+    assert main(["postbuild", str(stamped), "--out", str(tmp_path / "dist3"), "--root", str(farm_root)]) != 0

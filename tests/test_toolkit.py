@@ -1,16 +1,20 @@
-"""farm.toolkit.assemble: a CUDA_HOME from NVIDIA's PyPI wheels that compiles and links."""
+"""farm.toolkit: the pins, the request, and a CUDA_HOME from NVIDIA's PyPI wheels that compiles and links."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 
 import pytest
 
 from farm.cli import main
-from farm.errors import ToolError, UsageError
+from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import KNOWN_CUDA_LINES
+from farm.model.config import load_defaults
+from farm.toolkit import assemble as tk
+from farm.toolkit.check import check_toolkit
+from farm.toolkit.components import PYPI_WHEELS
+from farm.toolkit.request import request_for
 
 from . import buildroot
 
@@ -22,47 +26,99 @@ __global__ void twice(int* x) { x[threadIdx.x] *= 2; }
 extern "C" int launch(int* x) { twice<<<1, 32>>>(x); return (int)cudaGetLastError(); }
 """
 
-
-def test_every_pinned_line_is_a_known_cuda_line_and_pins_everything_a_build_needs():
-    for cuda, spec in tk.TOOLKITS.items():
-        assert cuda in KNOWN_CUDA_LINES
-        names = {r.split("==")[0] for r in spec.requirements}
-        assert {"nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-nvvm",
-                "nvidia-cuda-cccl", "nvidia-cuda-cuobjdump"} <= names
-        assert all(re.fullmatch(r"[a-z0-9-]+==[0-9.]+", r) for r in spec.requirements)
-        assert spec.nvcc_version.startswith(cuda + ".")
+DEFAULTS = load_defaults(buildroot.REPO / "_defaults.yml")
+TK = DEFAULTS.toolkit
 
 
-def test_cuda12_lines_are_refused_with_the_reason():
-    with pytest.raises(ToolError, match="ptxas only") as exc:
-        tk.spec_for("12.8")
+def test_every_configured_line_has_a_pinned_toolkit():
+    assert set(TK.lines) == set(DEFAULTS.cuda_lines)
+    for cuda, line in TK.lines.items():
+        assert cuda in KNOWN_CUDA_LINES and line.release.startswith(cuda + ".")
+        assert {"cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"} <= set(line.components)
+        if cuda.startswith("13."):  # CUDA 13 splits the compiler's front end and crt out of cuda_nvcc
+            assert {"cuda_crt", "libnvvm"} <= set(line.components)
+        if line.source == "pypi":
+            assert set(line.components) | set(TK.torch_components) <= set(line.pypi) <= set(PYPI_WHEELS)
+    assert TK.lines["12.8"].release == "12.8.1" and TK.lines["13.0"].release == "13.0.2"
+    assert TK.lines["12.8"].manifest_sha256 == "249e28a83008d711d5f72880541c8be6253f6d61608461de4fcb715554a6cf17"
+    assert {"libcublas", "libcusparse", "libcusolver", "libcurand", "libcufft", "cuda_nvtx"} <= set(TK.torch_components)
+
+
+def test_a_torch_cell_gets_the_components_torch_headers_need_and_the_recipe_its_extra():
+    plain = request_for(TK, "13.0")
+    torch = request_for(TK, "13.0", torch=True)
+    assert "libcusparse" not in plain.components
+    assert set(TK.torch_components) <= set(torch.components)
+    assert "nvidia-cusparse==12.6.3.3" in torch.pypi and "nvidia-cuda-nvcc==13.0.88" in torch.pypi
+    assert plain.key() != torch.key()
+    redist = request_for(TK, "12.8", torch=True, extra=("cuda_nvrtc",))
+    assert redist.source == "redist" and redist.components[-1] == "cuda_nvrtc"
+    assert redist.manifest_url == "https://developer.download.nvidia.com/compute/cuda/redist/redistrib_12.8.1.json"
+
+
+def test_request_bad_inputs():
+    with pytest.raises(UsageError, match="no toolkit is pinned for CUDA '11.8'") as err:
+        request_for(TK, "11.8")
+    assert "12.8 (12.8.1)" in str(err.value)
+    with pytest.raises(UsageError, match="libcublass") as err:
+        request_for(TK, "13.0", extra=("libcublass",))
+    assert "did you mean 'libcublas'" in str(err.value)
+    with pytest.raises(ToolError, match="ptxas only") as exc:  # CUDA 12 wheels hold no nvcc
+        request_for(TK, "12.8", source="pypi")
     assert exc.value.exit_code == 3
+    with pytest.raises(UsageError, match="Linux only"):
+        request_for(TK, "13.0", source="pypi", platform="win_amd64")
+    with pytest.raises(UsageError, match="unknown platform"):
+        request_for(TK, "13.0", platform="macosx_arm64")
+    with pytest.raises(UsageError, match="not a CUDA 13.0 release"):
+        request_for(TK, "13.0", release="12.8.1")
 
 
-def test_an_unknown_line_is_bad_input_naming_the_known_ones():
-    with pytest.raises(UsageError, match="13.0"):
-        tk.spec_for("11.8")
+def test_windows_cells_of_a_pypi_line_use_the_archives():
+    win = request_for(TK, "13.0", platform="win_amd64")
+    assert (win.source, win.platform, win.pypi) == ("redist", "windows-x86_64", ())
 
 
-def test_the_key_changes_with_the_pins_and_the_extra_wheels():
-    spec = tk.spec_for("13.0")
-    assert spec.key() == spec.key()
-    assert spec.key() != spec.key(("nvidia-nvtx==13.0.85",))
-    assert spec.key() != tk.spec_for("13.2").key()
+def test_a_mirror_is_recorded_not_held_to_nvidias_manifest_pin():
+    pinned = request_for(TK, "12.8")
+    mirror = request_for(TK, "12.8", env={"FARM_CUDA_REDIST_URL": "http://127.0.0.1:9/mirror"})
+    assert mirror.redist_url == "http://127.0.0.1:9/mirror/" and mirror.manifest_sha256 is None
+    assert pinned.manifest_sha256 is not None and mirror.key() != pinned.key()
+    flag = request_for(TK, "12.8", redist_url="http://other/", env={"FARM_CUDA_REDIST_URL": "http://env/"})
+    assert flag.redist_url == "http://other/"
 
 
-def test_the_install_script_is_one_script_for_host_and_container():
-    script = tk.install_script("13.0", "/opt/farm/toolkit", python="/opt/python/cp311-cp311/bin/python")
+def test_the_install_script_checks_nvcc_before_the_stamp_and_makes_the_dev_links():
+    request = request_for(TK, "13.0", torch=True)
+    script = tk.install_script(request, "/opt/farm/toolkit", python="/opt/python/cp311-cp311/bin/python")
     assert script.startswith("set -eu\n")
     assert "/opt/python/cp311-cp311/bin/python -m pip install --no-deps" in script
-    assert "nvidia-cuda-nvcc==13.0.88" in script
-    assert "ln -sfn lib /opt/farm/toolkit/site/nvidia/cu13/lib64" in script
-    # the guard that makes a second run a no-op names the installation's key
-    assert tk.spec_for("13.0").key() in script.splitlines()[1]
+    assert "nvidia-cublas==13.1.0.3" in script
+    assert 'ln -sfn lib "$H/lib64"' in script and 'ln -s "$n" "$d"' in script
+    lines = script.splitlines()
+    assert request.key() in lines[1]  # a second run is a no-op
+    assert "--version | grep -q 'release 13.0,'" in lines[-2] and tk.STAMP in lines[-1]
+
+
+def test_dry_run_prints_the_pinned_release_without_network(capsys, monkeypatch):
+    monkeypatch.chdir(buildroot.REPO)
+    assert main(["toolkit", "--cuda", "12.8", "--dry-run", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["release"] == "12.8.1" and data["source"] == "redist"
+    assert data["manifest_url"].endswith("/compute/cuda/redist/redistrib_12.8.1.json")
+    assert data["components"] == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"]
+
+
+def test_an_unknown_platform_exits_2(capsys, monkeypatch):
+    monkeypatch.chdir(buildroot.REPO)
+    assert main(["toolkit", "--cuda", "12.8", "--dry-run", "--platform", "macos-arm64"]) == 2
+    assert "unknown platform 'macos-arm64'" in capsys.readouterr().err
 
 
 def test_assembled_toolkit_reports_its_release(pypi_toolkit):
     assert pypi_toolkit.version == "13.0.88"
+    # the development link -lcudart needs, made where the wheel ships only libcudart.so.13
+    assert (pypi_toolkit.cuda_home / "lib64" / "libcudart.so").resolve().name == "libcudart.so.13"
     out = subprocess.run([str(pypi_toolkit.nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert "V13.0.88" in out
     assert (pypi_toolkit.cuda_home / "lib64").resolve() == (pypi_toolkit.cuda_home / "lib").resolve()
@@ -86,13 +142,11 @@ def test_assembled_toolkit_compiles_and_links_a_shared_object(pypi_toolkit, tmp_
 
 
 def test_second_call_is_cached_and_runs_nothing(pypi_toolkit, monkeypatch):
-    prefix = pypi_toolkit.cuda_home.parents[2]  # <prefix>/site/nvidia/cu13
-
     def no_tools(*args, **kwargs):
         raise AssertionError(f"a cached toolkit ran {args[0]!r}")
 
     monkeypatch.setattr(subprocess, "run", no_tools)
-    again = tk.ensure_toolkit("13.0", prefix)
+    again = tk.ensure_toolkit(request_for(TK, "13.0"), pypi_toolkit.prefix)
     assert again == pypi_toolkit
 
 
@@ -103,17 +157,24 @@ def test_an_installed_toolkit_is_checked_not_assembled(pypi_toolkit, tmp_path):
         tk.toolkit_at_home(tmp_path)
 
 
-def test_cli_prints_cuda_home_and_json(pypi_toolkit, capsys):
-    prefix = pypi_toolkit.cuda_home.parents[2]
+def test_cli_prints_cuda_home_and_json(pypi_toolkit, capsys, monkeypatch):
+    monkeypatch.chdir(buildroot.REPO)
+    prefix = pypi_toolkit.prefix
     assert main(["toolkit", "--cuda", "13.0", "--prefix", str(prefix)]) == 0
     assert capsys.readouterr().out.strip() == str(pypi_toolkit.cuda_home)
     assert main(["toolkit", "--cuda", "13.0", "--prefix", str(prefix), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data == {"cuda": "13.0", "cuda_home": str(pypi_toolkit.cuda_home), "nvcc": str(pypi_toolkit.nvcc),
-                    "cuobjdump": str(pypi_toolkit.cuobjdump), "version": "13.0.88"}
+    assert {k: data[k] for k in ("cuda", "cuda_home", "nvcc", "cuobjdump", "version", "source", "release")} == {
+        "cuda": "13.0", "cuda_home": str(pypi_toolkit.cuda_home), "nvcc": str(pypi_toolkit.nvcc),
+        "cuobjdump": str(pypi_toolkit.cuobjdump), "version": "13.0.88", "source": "pypi", "release": "13.0.2"}
+    # each component with the version and sha256 of the wheel pip installed (pip's report)
+    by_name = {c["name"]: c for c in data["components"]}
+    assert list(by_name) == ["cuda_nvcc", "cuda_crt", "libnvvm", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"]
+    assert by_name["cuda_cudart"]["version"] == "13.0.96" and len(by_name["cuda_cudart"]["sha256"]) == 64
 
 
-def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys):
+def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(buildroot.REPO)
     prefix = tmp_path / "mine"
     prefix.mkdir()
     (prefix / "notes.txt").write_text("keep me")
@@ -122,13 +183,15 @@ def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys):
     assert [p.name for p in prefix.iterdir()] == ["notes.txt"]
 
 
-def test_an_unpinned_extra_wheel_is_bad_input(tmp_path, capsys):
-    assert main(["toolkit", "--cuda", "13.0", "--prefix", str(tmp_path / "tk"), "--extra", "nvidia-nvtx"]) == 2
-    assert "not a pinned wheel" in capsys.readouterr().err
+def test_an_unknown_component_is_bad_input_with_did_you_mean(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(buildroot.REPO)
+    assert main(["toolkit", "--cuda", "13.0", "--prefix", str(tmp_path / "tk"), "--component", "cuda_nvtxx"]) == 2
+    assert "did you mean 'cuda_nvtx'" in capsys.readouterr().err
     assert not (tmp_path / "tk").exists()
 
 
-def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys):
+def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(buildroot.REPO)
     prefix = tmp_path / "afile"
     prefix.write_text("keep me")
     assert main(["toolkit", "--cuda", "13.0", "--prefix", str(prefix)]) == 2
@@ -142,6 +205,90 @@ def test_a_failed_install_leaves_no_prefix(tmp_path):
     broken_python.write_text("#!/bin/sh\necho 'No module named pip' >&2\nexit 1\n")
     broken_python.chmod(0o755)
     with pytest.raises(ToolError, match="No module named pip"):
-        tk.ensure_toolkit("13.0", prefix, python=str(broken_python))
+        tk.ensure_toolkit(request_for(TK, "13.0"), prefix, python=str(broken_python))
     assert not prefix.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["python-without-pip"]
+
+
+def test_a_shared_cudart_link_works_through_the_dev_link(pypi_toolkit, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL)
+    so = tmp_path / "libk.so"
+    subprocess.run([str(pypi_toolkit.nvcc), "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-lcudart",
+                    "-gencode=arch=compute_80,code=sm_80", str(src), "-o", str(so)],
+                   check=True, capture_output=True, text=True)
+    needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert "libcudart.so.13" in needed
+
+
+# -- the pre-compile check ------------------------------------------------------------------------
+def test_the_check_names_the_missing_header_where_it_is_included_and_the_component(pypi_toolkit, tmp_path):
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "ops.cu").write_text("#include <cuda_runtime.h>\n#include <thrust/sort.h>\n"
+                                              "\n  #  include <cusparse.h>\n#include \"local.h\"\n")
+    (tmp_path / "csrc" / "local.h").write_text("#include <curand_kernel.h>\n")
+    with pytest.raises(ConfigError) as err:
+        check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path,
+                      recipe_where="packages/x.yml")
+    text = str(err.value)
+    assert "libcusparse: <cusparse.h> at csrc/ops.cu:4" in text
+    assert "libcurand: <curand_kernel.h> at csrc/local.h:1" in text
+    assert "add to build.extra_cuda_components: libcurand libcusparse" in text
+    assert err.value.exit_code == 2 and text.startswith("packages/x.yml")
+
+
+def test_the_check_passes_what_the_toolkit_has_and_skips_a_vendored_copy(pypi_toolkit, tmp_path):
+    (tmp_path / "ops.cu").write_text("#include <cuda_runtime.h>\n#include <cub/cub.cuh>\n#include \"nvrtc.h\"\n")
+    (tmp_path / "nvrtc.h").write_text("// the project's own\n")
+    check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path)
+
+
+def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path):
+    home = tmp_path / "cuda"
+    (home / "lib").mkdir(parents=True)
+    (home / "lib" / "libcudart.so.13").write_bytes(b"")
+    with pytest.raises(ToolError, match="no lib64/libcudart.so"):
+        check_toolkit(home, ())
+
+
+def test_the_check_refuses_a_toolkit_missing_its_own_component(pypi_toolkit):
+    with pytest.raises(ToolError, match=r"libcusparse \(include/cusparse.h\)"):
+        check_toolkit(pypi_toolkit.cuda_home, ("cuda_nvcc", "libcusparse"))
+
+
+# -- a torch-linked cell's toolkit --------------------------------------------------------------------
+# What ATen/cuda/CUDAContextLight.h and its neighbours include: a torch extension's first TU fails
+# on the first of these the toolkit lacks.
+TORCH_HEADERS_TU = r"""
+#include <cuda_runtime_api.h>
+#include <cusparse.h>
+#include <cublas_v2.h>
+#include <cublasLt.h>
+#include <cusolverDn.h>
+#include <curand_kernel.h>
+#include <cufft.h>
+#include <nvtx3/nvToolsExt.h>
+__global__ void k(curandStatePhilox4_32_10_t* s) { curand_init(0, threadIdx.x, 0, &s[threadIdx.x]); }
+extern "C" int probe() {
+    cublasHandle_t b; cusparseHandle_t sp; cusolverDnHandle_t so; cufftHandle f;
+    nvtxRangePushA("probe"); nvtxRangePop();
+    return (int)cublasCreate(&b) + (int)cusparseCreate(&sp) + (int)cusolverDnCreate(&so) + (int)cufftCreate(&f);
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_torch_cells_toolkit_compiles_and_links_what_torchs_headers_include(tmp_path_factory, tmp_path):
+    request = request_for(TK, "13.0", torch=True)
+    toolkit = tk.ensure_toolkit(request, tk.toolkit_prefix(tmp_path_factory.mktemp("torchtk"), request))
+    assert [c.name for c in toolkit.components][-6:] == list(TK.torch_components)
+    src = tmp_path / "ops.cu"
+    src.write_text(TORCH_HEADERS_TU)
+    check_toolkit(toolkit.cuda_home, request.components, source_root=tmp_path)  # nothing missing
+    so = tmp_path / "libops.so"
+    subprocess.run([str(toolkit.nvcc), "-shared", "-Xcompiler", "-fPIC", "-gencode=arch=compute_80,code=sm_80",
+                    str(src), "-o", str(so), "-lcudart", "-lcublas", "-lcusparse", "-lcusolver", "-lcufft"],
+                   check=True, capture_output=True, text=True)
+    needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    for lib in ("libcublas.so.13", "libcusparse.so.12", "libcusolver.so.12", "libcufft.so.12"):
+        assert lib in needed  # linked through the development links farm made

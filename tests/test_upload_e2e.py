@@ -27,6 +27,7 @@ from tests.publishfix import (
     pypiserver,
     serve_dir,
     uv_install,
+    write_farm_root,
 )
 
 __all__ = ["demo_batch"]  # the session fixture, shared with the other upload tests
@@ -210,11 +211,9 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
     packages.mkdir()
     server, base = pypiserver(packages, tmp_path / "pypiserver.log")
     try:
-        root = tmp_path / "farm"
-        root.mkdir()
         text = (REPO / "_defaults.yml").read_text()
         assert "https://pypi.example.org/" in text
-        (root / "_defaults.yml").write_text(text.replace("https://pypi.example.org/", f"{base}/"))
+        root = write_farm_root(tmp_path / "farm", text.replace("https://pypi.example.org/", f"{base}/"))
         out = tmp_path / "out"
         wheel = copy_batch(demo_batch, out)
         secret = "tok-7f3a9c-never-printed"

@@ -3,6 +3,8 @@ the pure decision function."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import shutil
 import zipfile
@@ -17,7 +19,7 @@ from farm.provenance.ledger import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import Check, IndexSettings, upload
 from farm.publish.gate import Vouchers, found_difference, judge, run_gate
-from tests.publishfix import REPO, Batch, copy_batch, demo_batch
+from tests.publishfix import REPO, Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
 
 __all__ = ["demo_batch"]
@@ -159,9 +161,7 @@ def test_reinspection_differs_from_recorded_targets(demo_batch: Batch, tmp_path:
 
 def test_cli_refusal_lines_and_exit_code(demo_batch: Batch, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "farm"
-    root.mkdir()
-    shutil.copy2(REPO / "_defaults.yml", root / "_defaults.yml")
+    root = write_farm_root(tmp_path / "farm")
     out = tmp_path / "out"
     copy_batch(demo_batch, out, fragment=False)
     shutil.copy2(demo_batch.raw, out)
@@ -182,9 +182,7 @@ def test_cli_refusal_lines_and_exit_code(demo_batch: Batch, tmp_path: Path,
 
 def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "farm"
-    root.mkdir()
-    shutil.copy2(REPO / "_defaults.yml", root / "_defaults.yml")
+    root = write_farm_root(tmp_path / "farm")
     out = tmp_path / "out"
     wheel = copy_batch(demo_batch, out)
     assert main(["upload", str(out), "--root", str(root)]) == 0  # default_target: index
@@ -204,7 +202,8 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
 INFO = {
     "dist": "demo_ext", "version": "0.1.0", "build_epoch": 0, "provenance": "asserted",
     "cell": {"cuda": "12.8", "torch": "2.8", "python": "cp311", "platform": "linux_x86_64"},
-    "assertion": {"result": "passed"}, "expected": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
+    "assertion": {"result": "passed"}, "arch_list": {"requested": "8.0;9.0+PTX", "normalised": "sm_80;sm_90;compute_90"},
+    "expected": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
     "found": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
 }
 NAME = "demo_ext-0.1.0+cu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -292,11 +291,87 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_cli_dry_run_sends_nothing(demo_batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "farm"
-    root.mkdir()
-    shutil.copy2(REPO / "_defaults.yml", root / "_defaults.yml")
+    root = write_farm_root(tmp_path / "farm")
     out = tmp_path / "out"
     copy_batch(demo_batch, out)
     assert main(["upload", str(out), "--root", str(root), "--dry-run"]) == 0
     assert "index (index): would send 1, already there 0" in capsys.readouterr().out
     assert not (root / "public").exists() and not (root / "ledger.jsonl").exists()
+
+
+def _forge_arch(so: bytes, new_arch: int) -> bytes:
+    """Every fatbin entry header of ``so`` claims ``new_arch`` (u32 at +0x1C); payloads untouched."""
+    import struct
+    import tempfile
+
+    from farm.binary.fatbin import read_fatbins
+
+    data = bytearray(so)
+    with tempfile.NamedTemporaryFile(suffix=".so") as fh:
+        fh.write(so)
+        fh.flush()
+        for fatbin in read_fatbins(Path(fh.name)):
+            for entry in fatbin.entries:
+                struct.pack_into("<I", data, entry.offset + 0x1C, new_arch)
+    return bytes(data)
+
+
+def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile contributor rewrites the fatbin headers to claim sm_90 where sm_80 was built, and
+    writes a provenance (and fragment) that agrees with the forged headers. The native reader
+    alone is fooled; cuobjdump reads the device code itself, and the configuration still asks
+    for 8.0: the gate refuses on both counts."""
+    info = json.loads(demo_batch.fragment.read_text())
+    so = next(iter(info["found"]))
+    for key in ("filename", "sha256", "size", "published"):
+        info.pop(key)
+    info.update(found={so: "sm_90"}, expected={so: "sm_90"}, arch_list={"requested": "9.0", "normalised": "sm_90"})
+    forged_raw = tmp_path / "raw" / demo_batch.raw.name
+    forged_raw.parent.mkdir()
+    with zipfile.ZipFile(demo_batch.raw) as zin:
+        members = [(item.filename, zin.read(item)) for item in zin.infolist()]
+    forged = _forge_arch(dict(members)[so], 90)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(forged).digest()).rstrip(b"=").decode()
+    with zipfile.ZipFile(forged_raw, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name, data in members:
+            if name == so:
+                data = forged
+            elif name.endswith("/RECORD"):  # a RECORD that agrees with the forged file
+                data = b"".join(line for line in data.splitlines(keepends=True) if not line.startswith(so.encode()))
+                data += f"{so},sha256={digest},{len(forged)}\n".encode()
+            zout.writestr(name, data)
+    out = tmp_path / "out"
+    stamped = stamp_wheel(forged_raw, out, local="cu130", build_tag=None, build_info=lambda _r, hashes: {
+        **info, "extensions": {so: hashes[so]}})
+    write_fragment({**info, "extensions": {so: buildinfo.loads(_member(stamped.path, "_build_info.json"),
+                                                               where="x")["extensions"][so]},
+                    "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size, "published": []},
+                   out)
+    # The forgery is consistent with itself: the old gate (native reader, no config) passed it.
+    assert run_gate([stamped.path], Vouchers.load(None, [out]), reader="native").ok
+    root = write_farm_root(tmp_path / "farm")  # its recipe asks for 8.0
+    assert main(["upload", str(out), "--root", str(root), "--target", "index", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    checks = {r["check"]: r["message"] for r in doc["gate"]["refused"]}
+    assert "the configuration resolves sm_80" in checks["config"]
+    assert "the native reader and cuobjdump disagree" in checks["inspection"]
+    assert doc["gate"]["readers"].startswith("native + cuobjdump")
+    assert not (root / "public").exists()
+
+
+def _member(wheel: Path, suffix: str) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith(suffix)))
+
+
+def test_judge_provenance_that_contradicts_itself_is_refused() -> None:
+    """requested -> normalised -> expected -> found must hold as one chain."""
+    info = {**INFO, "arch_list": {"requested": "8.0", "normalised": "sm_80;sm_90;compute_90"}}
+    entry = {**info, "filename": NAME, "sha256": SHA}
+    (refusal,) = judge(NAME, SHA, info, entry, None, INFO["found"])
+    assert refusal.check is Check.CONSISTENT
+    assert "requested 8.0 normalises to sm_80" in refusal.message
+    info = {**INFO, "arch_list": {"requested": "not an arch list", "normalised": "sm_80"}}
+    (refusal,) = judge(NAME, SHA, info, {**info, "filename": NAME, "sha256": SHA}, None, INFO["found"])
+    assert refusal.check is Check.CONSISTENT and "does not parse" in refusal.message

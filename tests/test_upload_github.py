@@ -128,3 +128,34 @@ def test_runner_without_gh_is_an_environment_error(tmp_path: Path, monkeypatch: 
     with pytest.raises(ToolError, match="`gh` is not on PATH") as exc:
         view("o/r", "flash_attn")
     assert exc.value.exit_code == 3
+
+
+def test_a_gh_that_prints_the_token_has_it_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real executable on PATH standing in for gh: it echoes what a misbehaving tool could.
+    fake = tmp_path / "gh"
+    fake.write_text('#!/bin/sh\necho "token $GH_TOKEN rejected by https://bot:$CI_DEPLOY_PASSWORD@github.com/o/r" >&2\n'
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("CI_DEPLOY_PASSWORD", "hunter2-deploy")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "GH_TOKEN": "ghp_SECRETSECRET123",
+           "CI_DEPLOY_PASSWORD": "hunter2-deploy"}
+    with pytest.raises(ToolError) as exc:
+        view("o/r", "flash_attn", env=env)
+    shown = str(exc.value)
+    assert "rejected by" in shown  # the line is relayed ...
+    assert "ghp_SECRETSECRET123" not in shown and "hunter2-deploy" not in shown  # ... without secrets
+    assert "https://***@github.com/o/r" in shown
+
+
+def test_redaction_covers_secret_names_and_url_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    from farm.errors import FarmError, redact
+
+    monkeypatch.setenv("GITHUB_TOKEN", "gho_abcdefgh")
+    monkeypatch.setenv("MY_REGISTRY_TOKEN", "tok-12345")
+    monkeypatch.setenv("TWINE_USERNAME", "alice")  # a user name is not a secret
+    text = "gho_abcdefgh tok-12345 alice git clone https://x-access-token:abc@github.com/o/r.git"
+    assert redact(text) == "*** *** alice git clone https://***@github.com/o/r.git"
+    assert redact("pw=s3cr3t!", {"TWINE_PASSWORD": "s3cr3t!"}) == "pw=***"
+    # every error farm prints goes through it
+    assert "gho_abcdefgh" not in str(FarmError("bad gho_abcdefgh", hint="see https://u:p@h/"))

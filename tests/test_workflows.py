@@ -27,7 +27,8 @@ def test_build_workflow_runs_every_shard() -> None:
     build = yaml.safe_load((WORKFLOWS[0].parent / "build.yml").read_text())
     jobs = build["jobs"]
     shard_jobs = sorted(name for name in jobs if re.fullmatch(r"build-\d+", name))
-    max_shards = int(re.search(r"--max-shards (\d+)", jobs["matrix"]["steps"][-1]["run"])[1])
+    matrix_step = next(s for s in jobs["matrix"]["steps"] if s.get("id") == "matrix")
+    max_shards = int(re.search(r"--max-shards (\d+)", matrix_step["run"])[1])
     # the matrix refuses more shards than there are shard jobs; each shard job reads its own output
     assert len(shard_jobs) == max_shards
     for i in range(max_shards):
@@ -43,7 +44,7 @@ def test_build_workflow_runs_every_shard() -> None:
         checkout = next(s for s in jobs[name]["steps"] if s.get("uses", "").startswith("actions/checkout"))
         assert checkout["with"]["ref"] == "${{ github.ref }}"
     assert set(jobs["publish"]["needs"]) == {"matrix", *shard_jobs}
-    assert "--github-output" in jobs["matrix"]["steps"][-1]["run"]
+    assert "--github-output" in matrix_step["run"]
 
 
 def test_shard_workflow_fans_out_one_job_per_cell() -> None:
@@ -53,3 +54,60 @@ def test_shard_workflow_fans_out_one_job_per_cell() -> None:
     assert job["runs-on"] == "${{ matrix.runner }}"
     assert job["steps"][0]["with"]["ref"] == "${{ inputs.commit }}"
     assert any("nox -s build" in step.get("run", "") for step in job["steps"])
+
+
+def test_build_workflow_runs_in_waves_and_publishes_what_built() -> None:
+    build = yaml.safe_load((WORKFLOWS[0].parent / "build.yml").read_text())
+    jobs = build["jobs"]
+    # one wave at a time, never cancelling the one that is publishing
+    assert build["concurrency"]["group"] == "build-${{ github.ref }}"
+    assert build["concurrency"]["cancel-in-progress"] is False
+    matrix_step = next(s for s in jobs["matrix"]["steps"] if s.get("id") == "matrix")
+    assert "--plan wave-plan.json" in matrix_step["run"]
+    assert "--fail-on-deferred" not in matrix_step["run"]  # a long queue is deferred, not an error
+
+    publish = jobs["publish"]
+    # a failed or cancelled shard does not stop the publish: farm wave decides per cell
+    assert "always()" in publish["if"] and "failure" not in publish["if"]
+    steps = publish["steps"]
+    names = [s.get("id") or s.get("name") or s.get("uses") for s in steps]
+    wave = steps[names.index("wave")]
+    assert "nox -s wave --" in wave["run"] and "--github-output" in wave["run"] and "--dist dist" in wave["run"]
+    upload = next(s for s in steps if "nox -s upload" in s.get("run", ""))
+    assert upload["if"] == "${{ steps.wave.outputs.publish == 'true' }}"
+    assert "nox -s upload -- dist" in upload["run"]
+    # the next wave starts after the ledger is pushed, only when this one built and deferred
+    commit = next(i for i, s in enumerate(steps) if "git push" in s.get("run", ""))
+    chain = next(i for i, s in enumerate(steps) if "gh workflow run build.yml" in s.get("run", ""))
+    assert commit < chain and steps[chain]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
+    assert publish["permissions"]["actions"] == "write"
+    # the failed cells are listed (summary + artifact) and the run still says something failed
+    assert any(s.get("with", {}).get("path") == "wave.json" for s in steps)
+    assert steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"
+
+
+def test_cell_jobs_free_disk_and_restore_caches_before_building() -> None:
+    shard = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())
+    steps = shard["jobs"]["build"]["steps"]
+    build = next(i for i, s in enumerate(steps) if "nox -s build" in s.get("run", ""))
+    before = steps[:build]
+    assert any("rm -rf /usr/share/dotnet" in s.get("run", "") for s in before)
+    caches = [s for s in before if s.get("uses", "").startswith("actions/cache@")]
+    keys = [c["with"]["key"] for c in caches]
+    assert any("toolkit-" in k and "matrix.cuda" in k and "hashFiles('farm/toolkit/*.py')" in k for k in keys)
+    # every line and platform (12.x and win_amd64 included) gets farm's toolkit, cached by its manifest hash
+    resolve = next(s for s in before if s.get("id") == "toolkit")
+    assert "toolkit --cuda \"$CUDA\" --platform \"$PLATFORM\" --dry-run --json" in resolve["run"]
+    assert any("steps.toolkit.outputs.hash" in k and "matrix.platform" in k for k in keys)
+    assert any("torch-" in k and "matrix.torch" in k and "matrix.python" in k and "hashFiles('_defaults.yml')" in k
+               for k in keys)
+
+
+def test_audit_workflow_streams_the_fleet_in_shards() -> None:
+    audit = yaml.safe_load((WORKFLOWS[0].parent / "audit.yml").read_text())
+    job = audit["jobs"]["audit"]
+    shards = job["strategy"]["matrix"]["shard"]
+    runs = " ".join(s.get("run", "") for s in job["steps"])
+    assert "gh release download" not in runs, "no step downloads the whole fleet"
+    assert "--from-ledger" in runs and "--max-scratch" in runs
+    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs and shards == list(range(len(shards)))

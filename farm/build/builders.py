@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
-from farm.errors import ConfigError, ToolError, UsageError
+from farm.errors import ConfigError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
@@ -86,21 +86,27 @@ def check_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise UsageError(f"unknown container engine {engine!r}", hint=f"choose {' or '.join(ENGINES)}")
     path = shutil.which(engine)
-    other = "podman" if engine == "docker" else "docker"
+    # .ci/podman-setup.sh sets up podman; name it where podman is the way out.
+    if engine == "podman":
+        fix_install = "install podman (on Debian, as root: bash .ci/podman-setup.sh), or use --engine docker"
+        fix_start = "as root: bash .ci/podman-setup.sh (podman + runc + containers.conf), or use --engine docker"
+    else:
+        fix_install = "install docker, or use --engine podman (on Debian, as root: bash .ci/podman-setup.sh)"
+        fix_start = "start the docker daemon, or use --engine podman (on Debian, as root: bash .ci/podman-setup.sh)"
     if path is None:
         raise ToolError(
             f"the container engine {engine!r} is not installed; cibuildwheel needs one for Linux builds",
-            hint=f"use --engine {other} (on Debian: bash .ci/podman-setup.sh), or --builder native",
+            hint=f"{fix_install}, or --builder native",
         )
     try:
         proc = subprocess.run([path, "info"], capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ToolError(f"{engine} info failed: {exc}", hint=f"use --engine {other} or --builder native") from exc
+        raise ToolError(f"{engine} info failed: {exc}", hint=f"{fix_start}, or --builder native") from exc
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         raise ToolError(
             f"{engine} cannot start containers here ({engine} info: rc {proc.returncode}: {detail[0]})",
-            hint=f"start its daemon, or use --engine {other} (bash .ci/podman-setup.sh), or --builder native",
+            hint=f"{fix_start}, or --builder native",
         )
     return path
 
@@ -147,7 +153,7 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
         if proc.returncode != 0:
             raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
-        for line in proc.stdout.strip().splitlines():
+        for line in redact(proc.stdout.strip()).splitlines():
             say(f"  {line}")
     return src
 
@@ -192,13 +198,13 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     say = _say(log)
     environ = dict(os.environ if environ is None else environ)
     if plan.cell.platform.startswith("linux"):
-        check_engine(str(plan.options.get("container-engine", "docker")))
+        check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = subprocess.run(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ), check=False)
+    proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ))
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -207,6 +213,46 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
+                shell: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
+    line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
+    environment (an index URL with a token that pip echoes, a password a script prints).
+    stderr keeps farm's stdout for its own (``--json``) output."""
+    scrub = redactor(env)
+    with subprocess.Popen(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
+            sys.stderr.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode)
+
+
+def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
+    """The exact Python version cibuildwheel built with: the image's ``/opt/python/<tag>-<tag>``
+    interpreter, asked in a throwaway container (about a second). None when the image is not
+    named here (cibuildwheel's own default) or the engine cannot say: provenance records
+    "unknown" rather than this host's Python."""
+    if not plan.cell.platform.startswith("linux"):
+        return None
+    environ = os.environ if environ is None else environ
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    arch = plan.cell.platform.removeprefix("linux_")
+    image = plan.options.get(f"manylinux-{arch}-image") or environ.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
+    tag = plan.identifier.split("-", 1)[0]
+    if not image or not tag.startswith("cp") or shutil.which(engine) is None:
+        return None
+    code = "import platform; print(platform.python_version())"
+    try:
+        proc = subprocess.run([engine, "run", "--rm", str(image), f"/opt/python/{tag}-{tag}/bin/python", "-c", code],
+                              capture_output=True, text=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = proc.stdout.strip()
+    return version if proc.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*", version) else None
 
 
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -244,7 +290,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = subprocess.run(cmd, env=env, shell=isinstance(cmd, str), **kw, check=False)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -288,6 +334,8 @@ class BuildSettings:
     toolkit_root: Path = Path(".cache/toolkit")
     cuda_home: Path | None = None  # use this installed toolkit instead of assembling one (hosts builds)
     torch_index: str | None = None
+    toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
+    redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
 
 
 def build_cell(
@@ -310,21 +358,39 @@ def build_cell(
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name)
     src = prepare_source(tree.root, recipe, config.root, work, log=say)
-    # The host toolkit: the native build uses it; for container builds it is the same pinned
-    # release as the container's and gives postbuild its nvcc version and cuobjdump.
+    # The host toolkit: the native build uses it; a container build mounts it read-only, so both
+    # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
+    from farm.build.plan import knobs, toolkit_request
+    from farm.model.cells import NO_TORCH
+    from farm.toolkit.check import check_toolkit
+    from farm.toolkit.assemble import toolkit_prefix
+
+    base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, toolkit_source=settings.toolkit_source,
+                       redist_url=settings.redist_url, env=dict(os.environ))
+    knob = knobs(config, recipe)
     if settings.cuda_home is not None:
         tk: Toolkit = toolkit_at_home(settings.cuda_home)
         if tk.cuda != cell.cuda:
             raise UsageError(f"CUDA_HOME {tk.cuda_home} is CUDA {tk.cuda}, cell {cell.id} needs {cell.cuda}",
                              hint="pass the toolkit of the cell's CUDA line, or filter with --cuda")
+        # an installed toolkit is checked for what torch's headers and the recipe need
+        needed: tuple[str, ...] = (*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
+                                   *knob.extra_cuda_components)
     else:
-        tk = ensure_toolkit(cell.cuda, (Path(settings.toolkit_root) / cell.cuda).absolute(), progress=say)
-    options = PlanOptions(
-        output_dir=work / "wheelhouse",
-        work_dir=work,
+        request = toolkit_request(config, knob, cell, base)
+        tk = ensure_toolkit(request, toolkit_prefix(Path(settings.toolkit_root).absolute(), request), progress=say)
+        needed = request.components
+    # before the first nvcc: a missing header or library now, not 20 minutes into the build
+    check_toolkit(tk.cuda_home, needed, source_root=src, recipe_where=recipe.display,
+                  windows=cell.platform.startswith("win"))
+    from dataclasses import replace
+
+    options = replace(
+        base,
         container_engine=settings.engine,
         images=settings.images,
         host_cuda_home=tk.cuda_home,
+        host_toolkit_prefix=tk.prefix,
         **({"torch_index": settings.torch_index} if settings.torch_index else {}),
     )
     plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
@@ -336,9 +402,11 @@ def build_cell(
         built = run_cibuildwheel(plan, log=say)
     if not postbuild:
         return BuildResult(cell, plan, tuple(built))
+    # the Python that built the wheel: this host's for native builds, the container's otherwise
+    python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
         run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description)
+                      builder=settings.builder.value, source=tree.description, python=python)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results)
@@ -370,12 +438,14 @@ def run_postbuild(
     toolkit: Toolkit,
     builder: str,
     source: Mapping[str, Any] | None,
+    python: str | None = None,
 ) -> PostbuildResult:
-    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``."""
+    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
+    ``python``: the container's exact Python for a cibuildwheel build (None: unknown)."""
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
 
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
-        cuda_home=toolkit.cuda_home, builder=builder, source=source,
+        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

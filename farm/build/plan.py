@@ -33,6 +33,7 @@ from farm.model.arch import ArchList, render
 from farm.model.cells import NO_TORCH, Cell, resolve_arch
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.toolkit import assemble as toolkit
+from farm.toolkit.request import ToolkitRequest, request_for
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
 _PLATFORMS: dict[str, tuple[str, str, str]] = {
@@ -69,14 +70,16 @@ SONAME_EXCLUDES: tuple[str, ...] = (
     "libshm.so",
 )
 
-# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009).
+# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009), except
+# the libraries the recipe declares in `vendored` (argv[2:]: globs), which postbuild then asserts.
 _VENDOR_CHECK = (
-    "import sys, zipfile, pathlib\n"
+    "import sys, zipfile, pathlib, fnmatch\n"
+    "ok = lambda n: any(fnmatch.fnmatchcase(n, g) or fnmatch.fnmatchcase(n.rsplit('/', 1)[-1], g) for g in sys.argv[2:])\n"
     "bad = [(w.name, n) for w in pathlib.Path(sys.argv[1]).glob('*.whl')\n"
-    "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs')]\n"
+    "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs') and not ok(n)]\n"
     "for w, n in bad: print(f'farm: {w} vendors {n}: only the excluded CUDA/torch libraries may be '\n"
     "                       'linked from outside the wheel (CW-ADR-0009); link it statically or add '\n"
-    "                       'the wheel that provides it to requires_dist', file=sys.stderr)\n"
+    "                       'the wheel that provides it to requires_dist, or declare it in the recipe\\'s vendored map', file=sys.stderr)\n"
     "sys.exit(1 if bad else 0)\n"
 )
 
@@ -98,6 +101,12 @@ class PlanOptions:
     torch_index: str = DEFAULT_TORCH_INDEX
     container_toolkit_prefix: str = CONTAINER_TOOLKIT_PREFIX
     container_python: str = CONTAINER_PYTHON
+    # The verified toolkit on the host, mounted read-only into the build container at
+    # container_toolkit_prefix: the container builds with exactly the archives the host checked.
+    host_toolkit_prefix: Path | None = None
+    toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
+    redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
+    env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,7 @@ class BuildPlan:
     native: NativeSteps | None = None
     cuda_home: str = ""  # CUDA_HOME as the build sees it
     torch_version: str | None = None
+    toolkit: ToolkitRequest | None = None  # the toolkit the build uses (None: an installed one)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -143,6 +153,7 @@ class BuildPlan:
             "output_dir": str(self.output_dir),
             "cuda_home": self.cuda_home,
             "torch_version": self.torch_version,
+            "toolkit": self.toolkit.to_json() if self.toolkit else None,
         }
 
 
@@ -172,6 +183,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
         env={**base.env, **own.env},
         arch_env={**base.arch_env, **own.arch_env},
+        system_packages=own.system_packages or base.system_packages,
     )
 
 
@@ -250,11 +262,13 @@ def render_config(options: Mapping[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def repair_command(python: str = "python") -> str:
-    """auditwheel with the excludes, then the vendoring check; ``{wheel}``/``{dest_dir}`` placeholders."""
+def repair_command(python: str = "python", declared: tuple[str, ...] = ()) -> str:
+    """auditwheel with the excludes, then the vendoring check (``declared``: the recipe's
+    ``vendored`` globs); ``{wheel}``/``{dest_dir}`` placeholders."""
     excludes = " ".join(f"--exclude {shlex.quote(name)}" for name in SONAME_EXCLUDES)
+    allowed = "".join(f" {shlex.quote(g)}" for g in declared)
     return (f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}} && "
-            f"{python} -c {shlex.quote(_VENDOR_CHECK)} {{dest_dir}}")
+            f"{python} -c {shlex.quote(_VENDOR_CHECK)} {{dest_dir}}{allowed}")
 
 
 def _quoter(windows: bool) -> Callable[[str], str]:
@@ -309,13 +323,28 @@ def plan_build(
     ident = identifier(cell)
     cibw_platform, _, cibw_arch = _PLATFORMS[cell.platform]
     knob = knobs(config, recipe)
-    extra = knob.extra_cuda_components  # pinned: the config loader refuses anything else
     in_container = cibw_platform == "linux"
+    request = toolkit_request(config, knob, cell, options)
+    engine = options.container_engine
 
     if in_container:
         prefix = options.container_toolkit_prefix
         cuda_home = f"{prefix}/cuda"
-        before_all = toolkit.install_script(cell.cuda, prefix, python=options.container_python, extra=extra)
+        if request.source == "pypi":  # the same pinned wheels, installed inside for the container's arch
+            before_all = toolkit.install_script(request, prefix, python=options.container_python)
+        elif options.host_toolkit_prefix is not None or options.host_cuda_home is not None:
+            before_all = ""
+            mount = (f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
+                     if options.host_toolkit_prefix is not None  # farm's verified toolkit, its cuda/ inside
+                     else f"{PurePosixPath(options.host_cuda_home or '').as_posix()}:{cuda_home}:ro")
+            engine = f"{engine}; create_args: --volume {shlex.quote(mount)}"
+        else:
+            raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",
+                             hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
+        if knob.system_packages:  # before the toolkit script, which exits early when its stamp is there
+            # one dnf call each, in order: a repository package (epel-release) must land before its packages
+            before_all = "set -eu\n" + "".join(
+                f"dnf install -y {shlex.quote(p)}\n" for p in knob.system_packages) + before_all
     else:
         if options.host_cuda_home is None:
             raise UsageError(f"cell {cell.id} builds on the host and needs its toolkit",
@@ -326,7 +355,7 @@ def plan_build(
     env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
     before_build = before_build_commands(cell, knob, torch_version, options.torch_index,
                                          windows=cibw_platform == "windows")
-    repair = repair_command() if in_container else ""
+    repair = repair_command(declared=tuple(v.glob for v in recipe.vendored)) if in_container else ""
 
     cibw: dict[str, object] = {
         "build": ident,
@@ -346,7 +375,7 @@ def plan_build(
         "test-requires": [],
         "test-extras": [],
         "test-sources": [],
-        "container-engine": options.container_engine,
+        "container-engine": engine,
     }
     image = options.images.get(cibw_arch) if in_container else None
     if image:
@@ -368,7 +397,7 @@ def plan_build(
         "CIBW_REPAIR_WHEEL_COMMAND": repair,
         "CIBW_TEST_COMMAND": "",
         "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_CONTAINER_ENGINE": options.container_engine,
+        "CIBW_CONTAINER_ENGINE": engine,
         "GITHUB_STEP_SUMMARY": str(summary),
     }
     if image:
@@ -384,7 +413,7 @@ def plan_build(
         environment=tuple(env_pairs),
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
-        repair_command=repair_command(),
+        repair_command=repair_command(declared=tuple(v.glob for v in recipe.vendored)),
     )
     return BuildPlan(
         cell=cell,
@@ -403,4 +432,13 @@ def plan_build(
         native=native,
         cuda_home=cuda_home,
         torch_version=torch_version,
+        toolkit=request,
+    )
+
+
+def toolkit_request(config: FarmConfig, knob: BuildKnobs, cell: Cell, options: PlanOptions) -> ToolkitRequest:
+    """The cell's toolkit: the line's components, torch's for a torch-linked cell, the recipe's extra."""
+    return request_for(
+        config.defaults.toolkit, cell.cuda, torch=cell.torch != NO_TORCH, extra=knob.extra_cuda_components,
+        source=options.toolkit_source, platform=cell.platform, redist_url=options.redist_url, env=options.env,
     )

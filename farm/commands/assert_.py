@@ -2,7 +2,8 @@
 
 ``--arch-list`` gives the expected list directly (``--ext`` adds per-extension lists); ``--cell``
 resolves it from the farm configuration the way postbuild does: the recipe whose dist is the
-wheel's, the CUDA line of ``--cuda`` or ``CUDA_HOME``, the torch minor of ``--torch`` or the
+wheel's, the CUDA line and torch minor the wheel itself records (its ``_build_info.json`` or its
+``+cu130`` / ``+cu128torch2.8`` label), else ``--cuda`` or ``CUDA_HOME`` and ``--torch`` or the
 installed torch, and the recipe's per-extension map.
 """
 
@@ -57,6 +58,7 @@ def _expected_from_args(args: argparse.Namespace) -> Expected:
         per_extension=tuple(args.ext),
         allow_no_extensions=args.allow_no_extensions,
         cuda_package=not args.host_only_ok,
+        default_from="--arch-list",
     )
 
 

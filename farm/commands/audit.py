@@ -14,10 +14,20 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import DEFAULTS_FILE, FarmConfig, load_config
-from farm.provenance.audit import AuditRow, Verdict, audit, today_from_config
+from farm.provenance.audit import (
+    AuditRow,
+    Scratch,
+    Shard,
+    Verdict,
+    audit,
+    fleet_wheels,
+    iter_wheels,
+    today_from_config,
+)
 from farm.provenance.ledger import LedgerIndex
 from farm.table import format_table
 
@@ -35,6 +45,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
     parser.add_argument("--no-config", action="store_true",
                         help="judge against provenance only, not today's policy")
+    parser.add_argument("--from-ledger", action="store_true",
+                        help="audit the fleet the ledger records as published (its http(s) URLs), "
+                             "downloading one wheel at a time; WHERE is not given")
+    parser.add_argument("--shard", metavar="I/N",
+                        help="judge only bucket I of N (by sha256): N audits in parallel judge each wheel once")
+    parser.add_argument("--scratch", type=Path, metavar="DIR",
+                        help="where downloaded wheels wait to be judged (one at a time; default: the temp dir)")
+    parser.add_argument("--max-scratch", type=int, metavar="MIB",
+                        help="the most one download may take on disk; a larger wheel is a finding, not a full disk")
 
 
 def load_optional_config(root: Path) -> FarmConfig | None:
@@ -92,15 +111,31 @@ def short(text: str, width: int = 100) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = None if args.no_config else load_optional_config(args.root)
-    where = resolve_where(args.where, config if config is not None else load_optional_config(args.root))
     path = ledger_path(args)
+    shard = Shard.parse(args.shard) if args.shard else None
+    if args.max_scratch is not None and args.max_scratch < 1:
+        raise UsageError(f"--max-scratch must be >= 1 MiB, got {args.max_scratch}")
+    scratch = Scratch(args.scratch, args.max_scratch << 20 if args.max_scratch else None)
+    if args.from_ledger:
+        if args.where:
+            raise UsageError("--from-ledger audits what the ledger lists: give no WHERE with it")
+        if not path.exists():
+            raise UsageError(f"{path}: no ledger to read the fleet from", hint="pass --ledger")
+        where = f"the published wheels of {path}"
+        wheels: Any = fleet_wheels(path, shard=shard, scratch=scratch)
+    else:
+        where = resolve_where(args.where, config if config is not None else load_optional_config(args.root))
+        wheels = iter_wheels(where, shard=shard, scratch=scratch)
     ledger = LedgerIndex.load(path) if path.exists() else LedgerIndex.empty()
-    rows = audit(where, ledger, today_from_config(config) if config is not None else None,
+    rows = audit(wheels, ledger, today_from_config(config) if config is not None else None,
                  progress=_progress() if not args.json else None)
     counts = Counter(r.verdict.value for r in rows)
     _step_summary(rows, counts)
     if args.json:
         print(json.dumps({"where": where, "ledger": str(path) if path.exists() else None,
+                          "shard": args.shard,
+                          "scratch": {"downloads": scratch.downloads, "peak_bytes": scratch.peak,
+                                      "limit_bytes": scratch.cap},
                           "counts": {v.value: counts.get(v.value, 0) for v in Verdict},
                           "wheels": [r.to_json() for r in rows]}, indent=2))
     else:

@@ -22,8 +22,10 @@ from farm.build.builders import (
     build_cell,
 )
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
-from farm.model.config import load_config
-from farm.provenance.ledger import LedgerIndex
+from farm.model.arch import ArchList
+from farm.model.cells import Cell, local_version
+from farm.model.config import FarmConfig, Recipe, load_config
+from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix, stale_advice
 
 
@@ -42,7 +44,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-aarch64", default=os.environ.get("FARM_MANYLINUX_AARCH64_IMAGE"),
                         help="manylinux image for aarch64 cells (default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
     parser.add_argument("--cuda-home", type=Path, metavar="DIR",
-                        help="build with this installed toolkit instead of one assembled from PyPI (host builds)")
+                        help="build with this installed toolkit instead of an assembled one (host builds)")
+    parser.add_argument("--toolkit-source", choices=("redist", "pypi"),
+                        help="where the assembled toolkit comes from (default: the line's pin in _defaults.yml)")
+    parser.add_argument("--redist-url", metavar="URL",
+                        help="NVIDIA's redist root or a mirror (default: $FARM_CUDA_REDIST_URL, else _defaults.yml's)")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), help="asserted wheels go here")
     parser.add_argument("--overwrite", action="store_true", help="build cells the ledger already holds")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
@@ -60,6 +66,32 @@ def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]
     for cell, exc in errors:
         rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - |")
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
+
+
+def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell, archs: ArchList) -> Path | None:
+    """The cell's stamped wheel in ``out_dir`` (with its fragment) when it was built from this
+    configuration (same recipe and _defaults.yml bytes, same list, same epoch), else None."""
+    from farm.provenance.postbuild import read_embedded
+
+    if not out_dir.is_dir():
+        return None
+    label = f"+{local_version(cell)}"
+    epoch = config.effective_epoch(recipe)
+    for wheel in sorted(out_dir.glob("*.whl")):
+        if label not in wheel.name or not Path(f"{wheel}{FRAGMENT_SUFFIX}").is_file():
+            continue
+        try:
+            info = read_embedded(wheel)
+        except FarmError:
+            continue
+        if (info and info.get("package") == recipe.name and info.get("cell") == cell.as_dict()
+                and info.get("build_epoch") == epoch
+                and (info.get("arch_list") or {}).get("normalised") == archs.canonical()
+                and info.get("recipe_sha256") == recipe.sha256
+                and info.get("defaults_sha256") == config.defaults.sha256
+                and info.get("provenance") == "asserted"):
+            return wheel
+    return None
 
 
 def _native_defaults(args: argparse.Namespace) -> None:
@@ -84,6 +116,19 @@ def run(args: argparse.Namespace) -> int:
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(config.ledger_path)
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     planned = matrix.cells
+    if not planned and matrix.totals()["built"]:
+        # Everything these filters select is built already: a rerun is not an error.
+        stale = len(matrix.stale)
+        message = (f"nothing to build: the {matrix.totals()['built']} selected cell(s) of {args.package} are in "
+                   f"the ledger at the current build_epoch"
+                   + (f" ({stale} built with another arch list: stale)" if stale else "")
+                   + "; --overwrite rebuilds them")
+        print(f"farm build: {message}", file=sys.stderr)
+        for advice in stale_advice(matrix):
+            print(f"farm build: {advice}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"results": [], "errors": [], "nothing_to_build": message}, indent=2))
+        return EXIT_OK
     if not planned:
         stale = stale_advice(matrix)
         raise UsageError(f"no cells of {args.package} to build with these filters"
@@ -96,11 +141,25 @@ def run(args: argparse.Namespace) -> int:
         images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
         out_dir=args.out.absolute(), work_root=cache / "build", source_cache=cache / "sources",
         toolkit_root=cache / "toolkit", cuda_home=args.cuda_home,
+        toolkit_source=args.toolkit_source, redist_url=args.redist_url,
     )
     recipe = config.recipe(args.package)
     results: list[BuildResult] = []
     errors: list[tuple[str, FarmError]] = []
+    skipped: list[tuple[str, Path]] = []
+    out_dir = settings.out_dir
     for pc in planned:
+        done = already_built(out_dir, config, recipe, pc.cell, pc.archs)
+        if done is not None and not args.overwrite:
+            # The quick start twice: the cell's asserted wheel is in --out already, made from this
+            # very configuration; a rebuild would only make other bytes under the same name.
+            print(f"farm build: {pc.cell.id}: already built: {done} (asserted, same configuration; "
+                  "--overwrite rebuilds it)", file=sys.stderr)
+            skipped.append((pc.cell.id, done))
+            continue
+        if done is not None:
+            done.unlink()
+            Path(f"{done}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
         try:
             results.append(build_cell(config, recipe, pc.cell, settings, archs=pc.archs,
                                       arch_origin=pc.arch_origin, torch_version=pc.torch_version))
@@ -109,9 +168,12 @@ def run(args: argparse.Namespace) -> int:
             errors.append((pc.cell.id, exc))
     if args.json:
         print(json.dumps({"results": [r.to_json() for r in results],
+                          "already_built": [{"cell": c, "wheel": str(w)} for c, w in skipped],
                           "errors": [{"cell": c, "error": str(e), "exit_code": e.exit_code} for c, e in errors]},
                          indent=2))
     else:
+        for cell_id, wheel in skipped:
+            print(f"{cell_id}: asserted wheel: {wheel}")
         for r in results:
             for pb in r.postbuild:
                 if pb.passed and pb.stamped is not None:

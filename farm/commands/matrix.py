@@ -3,28 +3,38 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from farm.errors import UsageError
+from farm.fsutil import atomic_write
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import (
+    SHARD_SIZE,
     SUMMARY_COLUMNS,
+    WAVE_COLUMNS,
     Filters,
     LintOutcome,
-    Matrix,
+    PlannedCell,
+    Wave,
     compute_matrix,
+    confirm_stale_ignores,
+    deferred_error,
     github_outputs,
     lint_failures,
     lint_packages,
+    schedule,
     shards,
     stale_advice,
     stale_ignores,
     step_summary,
+    wave_advice,
     write_github_output,
 )
 from farm.table import format_table
@@ -48,39 +58,64 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--github-output", action="store_true",
                         help="write shards of <= 256 cells to $GITHUB_OUTPUT and a table to $GITHUB_STEP_SUMMARY")
     parser.add_argument("--max-shards", type=int, metavar="N",
-                        help="the number of shard jobs the workflow has; more shards is an error")
+                        help=f"the number of shard jobs the workflow has: schedule at most N x {SHARD_SIZE} "
+                             "cells (round-robin across packages) and defer the rest to the next run")
+    parser.add_argument("--fail-on-deferred", action="store_true",
+                        help="exit 2 (writing nothing) when --max-shards would defer cells")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--cache-dir", type=Path, help="sources and lint cache (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--plan", type=Path, metavar="FILE",
+                        help="also write the --json output to FILE (what `farm wave` reads after the builds)")
 
 
-def matrix_json(matrix: Matrix, lint: dict[str, Any]) -> dict[str, Any]:
-    cells = matrix.cells
+def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
+    """``cells``: the cells this run schedules; ``deferred_cells``: the ids of those left for the
+    next run (``totals.scheduled + totals.deferred == totals.to_build``)."""
+    matrix = wave.matrix
+    per_package = wave.per_package()
     return {
         "filters": matrix.filters.as_json(),
         "overwrite": matrix.overwrite,
         "build_epoch": matrix.defaults_epoch,
         "lint": lint,
-        "totals": matrix.totals(),
-        "shard_count": len(shards(cells)),
+        "totals": wave.totals(),
+        "max_jobs": wave.capacity,
+        "shard_count": len(shards(wave.scheduled)),
         "packages": [
             {"package": p.package, "version": p.version, "build_epoch": p.epoch, **p.counts(),
+             **dict(zip(WAVE_COLUMNS, per_package[p.package])),
              "stale_cells": [s.as_json() for s in p.stale]}
             for p in matrix.packages
         ],
-        "cells": [c.as_json() for c in cells],
+        "cells": cells_json(wave.scheduled),
+        "deferred_cells": [p.cell.id for p in wave.deferred],
     }
 
 
-def render(matrix: Matrix) -> str:
-    headers = ("package", "version", "epoch", *(c.replace("_", " ") for c in SUMMARY_COLUMNS))
+def cells_json(cells: Sequence[PlannedCell]) -> list[dict[str, Any]]:
+    """Each cell's JSON object; an arch list is rendered once per distinct list, not per cell."""
+    canonical: dict[int, str] = {}
+    out = []
+    for p in cells:
+        text = canonical.get(id(p.archs))
+        if text is None:
+            text = canonical[id(p.archs)] = p.archs.canonical()
+        out.append(p.as_json(text))
+    return out
+
+
+def render(wave: Wave) -> str:
+    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS) if wave.capacity is not None else SUMMARY_COLUMNS
+    headers = ("package", "version", "epoch", *(c.replace("_", " ") for c in columns))
+    per_package = wave.per_package()
     rows: list[tuple[object, ...]] = []
-    for p in matrix.packages:
-        counts = p.counts()
-        rows.append((p.package, p.version, p.epoch, *(counts[c] for c in SUMMARY_COLUMNS)))
-    totals = matrix.totals()
-    rows.append(("total", "", "", *(totals[c] for c in SUMMARY_COLUMNS)))
+    for p in wave.matrix.packages:
+        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package]))}
+        rows.append((p.package, p.version, p.epoch, *(counts[c] for c in columns)))
+    totals = wave.totals()
+    rows.append(("total", "", "", *(totals[c] for c in columns)))
     return format_table(headers, rows)
 
 
@@ -97,8 +132,11 @@ def run(args: argparse.Namespace) -> int:
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(args.ledger or config.ledger_path)
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None)
+    if args.fail_on_deferred and wave.deferred:
+        raise deferred_error(wave)
     if args.github_output:
-        github_outputs(matrix, max_shards=args.max_shards)  # refuse an oversized matrix before anything
+        github_outputs(wave)  # refuse an oversized wave before anything
 
     outcomes: list[LintOutcome] = []
     failed: list[LintOutcome] = []
@@ -106,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         lint_note = NO_LINT_NOTE
         lint: dict[str, Any] = {"ran": False, "note": NO_LINT_NOTE, "results": []}
     else:
-        outcomes = lint_packages(config, matrix, args.cache_dir or config.root / ".cache")
+        cache_dir = args.cache_dir or config.root / ".cache"
+        outcomes = confirm_stale_ignores(config, lint_packages(config, matrix, cache_dir), cache_dir)
         failed = list(lint_failures(outcomes))
         linted = {o.package for o in outcomes}
         lint_note = (f"lint: FAILED for {', '.join(sorted({o.package for o in failed}))}" if failed
@@ -115,8 +154,12 @@ def run(args: argparse.Namespace) -> int:
                 "results": [{"package": o.package, "arch_list": o.arch_list, **o.report.to_json()}
                             for o in outcomes]}
 
+    if args.json or args.plan:
+        encoded = msgspec.json.encode(matrix_json(wave, lint))
+        if args.plan and not failed:
+            atomic_write(args.plan, [encoded, b"\n"])
     if args.json:
-        print(json.dumps(matrix_json(matrix, lint), separators=(",", ":")))
+        print(encoded.decode())
         if args.no_lint:
             print(f"farm matrix: {NO_LINT_NOTE}", file=sys.stderr)
     else:
@@ -124,11 +167,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"!! {NO_LINT_NOTE} !!")
         if args.overwrite:
             print("!! --overwrite: the ledger was ignored; built wheels are scheduled again !!")
-        print(render(matrix))
-        for line in stale_advice(matrix):
+        print(render(wave))
+        for line in (*wave_advice(wave), *stale_advice(matrix)):
             print(line)
-        cells = matrix.cells
-        print(f"{len(cells)} cell(s) to build in {len(shards(cells))} shard(s) of <= 256")
+        print(f"{len(wave.scheduled)} cell(s) scheduled in {len(shards(wave.scheduled))} shard(s) "
+              f"of <= {SHARD_SIZE}" + (f", {len(wave.deferred)} deferred to the next run" if wave.deferred else ""))
         if not args.no_lint:
             print(lint_note)
         for o in failed:
@@ -144,9 +187,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         if summary:  # the run page says why no build ran; no matrix is output
             with open(summary, "a", encoding="utf-8") as fh:
-                fh.write(step_summary(matrix, f"**{lint_note}**: no cells were scheduled"))
+                fh.write(step_summary(wave, f"**{lint_note}**: no cells were scheduled"))
         return 1
     if args.github_output:
-        write_github_output(matrix, Path(os.environ["GITHUB_OUTPUT"]), Path(summary) if summary else None,
-                            f"**{lint_note}**" if args.no_lint else lint_note, max_shards=args.max_shards)
+        write_github_output(wave, Path(os.environ["GITHUB_OUTPUT"]), Path(summary) if summary else None,
+                            f"**{lint_note}**" if args.no_lint else lint_note)
     return 0

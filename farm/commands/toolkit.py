@@ -1,35 +1,66 @@
-"""``farm toolkit --cuda X.Y --prefix DIR``: a CUDA_HOME assembled from NVIDIA's PyPI wheels.
+"""``farm toolkit --cuda X.Y --prefix DIR``: a verified CUDA_HOME for one CUDA line and platform.
 
-Prints the ``CUDA_HOME`` on stdout (``--json``: the whole toolkit), progress on stderr, so
-``export CUDA_HOME=$(farm toolkit --cuda 13.0 --prefix .cache/toolkit/13.0)`` works.
+The release, the source (NVIDIA's redistributable archives or its PyPI wheels) and the components
+are pinned per line in ``_defaults.yml`` (``toolkit:``); the flags override them. Prints the
+``CUDA_HOME`` on stdout (``--json``: the whole toolkit), progress on stderr, so
+``export CUDA_HOME=$(farm toolkit --cuda 12.8 --prefix .cache/toolkit/12.8)`` works.
+``--dry-run`` prints what would be assembled (manifest URL, release, components) and touches
+neither the network nor the disk.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from farm.errors import UsageError
-from farm.toolkit.assemble import TOOLKITS, ensure_toolkit
+from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_name, request_for
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cuda", required=True, metavar="X.Y", help=f"CUDA line ({', '.join(TOOLKITS)})")
-    parser.add_argument("--prefix", required=True, type=Path, metavar="DIR",
-                        help="where to assemble it (cached: a second call returns at once)")
-    parser.add_argument("--extra", action="append", default=[], metavar="REQ",
-                        help="another pinned NVIDIA wheel to add, e.g. nvidia-cublas==13.0.0.19 (repeatable)")
+    parser.add_argument("--cuda", required=True, metavar="X.Y", help="the CUDA line, e.g. 12.8")
+    parser.add_argument("--prefix", type=Path, metavar="DIR",
+                        help="where to assemble it (cached: a second call returns at once); not needed with --dry-run")
+    parser.add_argument("--source", choices=SOURCES, help="redist (NVIDIA's archives) or pypi; default: the line's pin")
+    parser.add_argument("--release", metavar="X.Y.Z", help="NVIDIA's release (redistrib_X.Y.Z.json); default: the pin")
+    parser.add_argument("--redist-url", metavar="URL",
+                        help=f"the redist root (default: ${REDIST_URL_ENV}, else _defaults.yml's redist_url)")
+    parser.add_argument("--platform", default="linux-x86_64", metavar="P",
+                        help=f"one of {', '.join(PLATFORMS)} (default linux-x86_64)")
+    parser.add_argument("--component", action="append", default=[], metavar="NAME",
+                        help="another component to add, as the manifest names it (e.g. libcublas; repeatable)")
+    parser.add_argument("--torch", action="store_true", help="add the components torch's headers need")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be assembled; no network, no disk")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
-    for req in args.extra:
-        if "==" not in req:  # a toolkit never floats: its cache key is its pins
-            raise UsageError(f"--extra {req!r} is not a pinned wheel", hint="e.g. --extra nvidia-cublas==13.0.0.19")
+    platform = platform_name(args.platform)  # an unknown platform is bad input (exit 2) before anything else
+    defaults = load_defaults(args.root / DEFAULTS_FILE)
+    request = request_for(
+        defaults.toolkit, args.cuda, torch=args.torch, extra=tuple(args.component), source=args.source,
+        release=args.release, platform=platform, redist_url=args.redist_url, env=os.environ,
+    )
+    if args.dry_run:
+        plan = {**request.to_json(), "key": request.key(), "dry_run": True}
+        if args.json:
+            print(json.dumps(plan, indent=2))
+        else:
+            where = plan["manifest_url"] or ", ".join(request.pypi)
+            print(f"CUDA {request.cuda}: {request.source} {request.release} ({request.platform}) from {where}")
+            print(f"components: {', '.join(request.components)}")
+        return 0
+    if args.prefix is None:
+        raise UsageError("--prefix DIR is required (only --dry-run does without)")
+    from farm.toolkit.assemble import ensure_toolkit
+
     toolkit = ensure_toolkit(
-        args.cuda, args.prefix, extra=tuple(args.extra),
+        request, args.prefix,
         progress=lambda msg: print(f"farm toolkit: {msg}", file=sys.stderr, flush=True),
     )
     if args.json:

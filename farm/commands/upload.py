@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import EXIT_DEFECT
-from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
+from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
+from farm.provenance.audit import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
+from farm.publish.publish import find_wheels
 from farm.publish.targets import EMBEDDED_DEFAULT
 
 
@@ -47,7 +49,8 @@ def report_json(report: UploadReport) -> dict[str, Any]:
         "ok": report.ok,
         "dry_run": report.dry_run,
         "gate": {"passed": [w.filename for w in report.gate.passed],
-                 "refused": [r.to_json() for r in report.gate.refused]},
+                 "refused": [r.to_json() for r in report.gate.refused],
+                 "readers": report.gate.readers, "config_checked": report.gate.config_checked},
         "refusals": list(report.refusals),
         "targets": [
             {"target": o.target, "kind": o.kind, "sent": list(o.sent),
@@ -69,7 +72,8 @@ def render(report: UploadReport) -> str:
         lines.append("upload refused by the targets; nothing was sent")
         lines += report.refusals
         return "\n".join(lines)
-    lines.append(f"gate: {len(report.gate.passed)} wheel(s) passed")
+    lines.append(f"gate: {len(report.gate.passed)} wheel(s) passed (re-inspected with {report.gate.readers}"
+                 + (", lists re-derived from the configuration)" if report.gate.config_checked else ")"))
     for o in report.outcomes:
         verb = "would send" if report.dry_run else "sent"
         lines.append(f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there "
@@ -83,9 +87,12 @@ def render(report: UploadReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
+    find_wheels(args.dir)  # a wrong folder is said before the configuration is read
     targets = configured_targets(root, args.target)
+    # The gate re-derives every wheel's arch list from this configuration.
+    derive = derive_from_config(load_config(root))
     report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE,
-                    fragment_dirs=args.fragments, dry_run=args.dry_run)
+                    fragment_dirs=args.fragments, dry_run=args.dry_run, derive=derive)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:

@@ -5,8 +5,10 @@ Pure functions over the config model; the matrix composes them in its visible su
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -20,6 +22,8 @@ from farm.model.config import (
     Phantom,
     Recipe,
 )
+
+_PLACEHOLDER = re.compile(r"\{((?:version|local):[^{}]+)\}")
 
 NO_TORCH = "none"
 
@@ -66,6 +70,22 @@ def local_version(cell: Cell) -> str:
     return cell.cu + (f"torch{cell.torch}" if cell.torch != NO_TORCH else "")
 
 
+def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
+    """The recipe's requires_dist for ``cell``, placeholders filled.
+
+    ``{version:NAME}`` is recipe NAME's version; ``{local:NAME}`` the local label NAME's wheel of the
+    same cell carries (``cu128torch2.8``, or ``cu128`` when NAME does not link torch), so
+    ``cumm=={version:cumm}+{local:cumm}`` pins exactly the farm wheel built beside this one.
+    """
+    def fill(match: re.Match[str]) -> str:
+        kind, name = match[1].split(":", 1)
+        pin = recipe.siblings[name]
+        if kind == "version":
+            return pin.version
+        return cell.cu + (f"torch{cell.torch}" if pin.links_torch else "")
+    return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
+
+
 def farm_version(cell: Cell) -> str:
     return f"{cell.version}+{local_version(cell)}"
 
@@ -81,10 +101,37 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
+@lru_cache(maxsize=None)
+def parse_version(text: str) -> Version:
+    """``Version(text)``, memoised: the grid's few version strings are compared thousands of times."""
+    return Version(text)
+
+
 def in_python_range(defaults: Defaults, version: str) -> bool:
     """Whether a grid Python (``3.11``) is within ``_defaults.yml``'s ``python: {min, max}``."""
-    v = Version(version)
-    return Version(defaults.python_min) <= v <= Version(defaults.python_max)
+    return parse_version(defaults.python_min) <= parse_version(version) <= parse_version(defaults.python_max)
+
+
+# (cuda, torch, python tag, platform, python version): a declared cell before it is a Cell.
+DeclaredKey = tuple[str, str, str, str, str]
+
+
+def declared_keys(defaults: Defaults, recipe: Recipe) -> Iterator[DeclaredKey]:
+    """The fields of :func:`declared_cells`, in the same order, without building the cells (the
+    matrix builds a :class:`Cell` only for the cells it keeps)."""
+    seen: set[tuple[str, str, str, str]] = set()
+    pythons = {py: (in_python_range(defaults, py), python_tag(py)) for row in defaults.grid for py in row.pythons}
+    for row in defaults.grid:
+        torch = row.torch_minor if recipe.links_torch else NO_TORCH
+        for py in row.pythons:
+            in_range, tag = pythons[py]
+            if not in_range:
+                continue
+            for platform in defaults.platforms:
+                key = (row.cuda, torch, tag, platform)
+                if key not in seen:
+                    seen.add(key)
+                    yield (row.cuda, torch, tag, platform, py)
 
 
 def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
@@ -92,17 +139,8 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
 
     Torch-free packages collapse the torch axis: one cell per (cuda, python, platform).
     """
-    seen: set[Cell] = set()
-    for row in defaults.grid:
-        torch = row.torch_minor if recipe.links_torch else NO_TORCH
-        for py in row.pythons:
-            if not in_python_range(defaults, py):
-                continue
-            for platform in defaults.platforms:
-                cell = Cell(recipe.name, recipe.version, row.cuda, torch, python_tag(py), platform)
-                if cell not in seen:
-                    seen.add(cell)
-                    yield cell
+    for cuda, torch, tag, platform, _ in declared_keys(defaults, recipe):
+        yield Cell(recipe.name, recipe.version, cuda, torch, tag, platform)
 
 
 def is_phantom(defaults: Defaults, cell: Cell) -> bool:
@@ -114,20 +152,25 @@ def is_phantom(defaults: Defaults, cell: Cell) -> bool:
 
 def recipe_excludes(recipe: Recipe, cell: Cell) -> str | None:
     """The recipe restriction that excludes ``cell``, or None."""
+    return recipe_excludes_key(recipe, cell.cuda, cell.torch, cell.python_version, cell.platform)
+
+
+def recipe_excludes_key(recipe: Recipe, cuda: str, torch: str, python: str, platform: str) -> str | None:
+    """:func:`recipe_excludes` on a cell's fields (``python`` as ``3.11``)."""
     only = recipe.only
-    if only.min_torch and cell.torch != NO_TORCH and Version(cell.torch) < Version(only.min_torch):
+    if only.min_torch and torch != NO_TORCH and parse_version(torch) < parse_version(only.min_torch):
         return f"min_torch {only.min_torch}"
-    if only.platforms is not None and cell.platform not in only.platforms:
+    if only.platforms is not None and platform not in only.platforms:
         return "only.platforms"
-    if only.cuda is not None and cell.cuda not in only.cuda:
+    if only.cuda is not None and cuda not in only.cuda:
         return "only.cuda"
     if only.combinations is not None:
         for combo in only.combinations:
-            if combo.cuda != cell.cuda:
+            if combo.cuda != cuda:
                 continue
-            if combo.torch is not None and cell.torch != NO_TORCH and combo.torch != cell.torch:
+            if combo.torch is not None and torch != NO_TORCH and combo.torch != torch:
                 continue
-            if combo.pythons is not None and cell.python_version not in combo.pythons:
+            if combo.pythons is not None and python not in combo.pythons:
                 continue
             return None
         return "only.combinations"
@@ -149,8 +192,9 @@ class Resolution:
 def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution | None:
     """The cell's arch list (DESIGN §4.1): combo override > per-CUDA > package > policy row.
 
-    A platform group's own block (``arch.aarch64``) is consulted first with the same rules, then the
-    package-wide block, then the group's policy row (with its per-(cuda, torch) exceptions). None
+    The platform's own block (``arch.win_amd64``), then its group's (``arch.aarch64``) are consulted
+    first with the same rules, then the package-wide block, then the group's policy row (with its
+    per-(cuda, torch) exceptions). None
     means the platform has no policy row for the CUDA line: the farm builds no such cells, whatever
     a recipe overrides.
     """
@@ -160,8 +204,9 @@ def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution |
     if row is None:
         return None
     blocks = []
-    if group in recipe.arch_by_platform:
-        blocks.append((f"arch.{group}", recipe.arch_by_platform[group]))
+    for key in (cell.platform, group):  # arch.win_amd64 before arch.x86_64
+        if key in recipe.arch_by_platform:
+            blocks.append((f"arch.{key}", recipe.arch_by_platform[key]))
     blocks.append(("arch", recipe.arch))
     for prefix, rules in blocks:
         spec = rules.by_combo.get((cell.cuda, cell.torch))
@@ -178,6 +223,9 @@ def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution |
     return Resolution(row, f"policy {group} {cell.cuda}")
 
 
-def extension_lists(recipe: Recipe) -> tuple[tuple[str, ArchList], ...]:
-    """Per-extension expected lists (glob -> arch list) for packages that build one module per arch."""
-    return tuple((e.glob, e.spec.archs) for e in recipe.extensions)
+def extension_lists(recipe: Recipe, cuda: str | None = None) -> tuple[tuple[str, ArchList], ...]:
+    """Per-extension expected lists (glob -> arch list) for packages that build one module per arch.
+
+    ``cuda`` picks the lists of that CUDA line too (``extensions: {glob: {by_cuda: ...}}``).
+    """
+    return tuple((e.glob, e.spec.archs) for e in recipe.extensions if e.cuda is None or e.cuda == cuda)

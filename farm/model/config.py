@@ -9,14 +9,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from farm.errors import ArchError, ConfigError, UsageError, did_you_mean
+from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
 from farm.model.arch import KNOWN_CUDA_LINES, ArchList, Rendering, validate_for_cuda
 from farm.model.yamlsrc import YList, YMap, load_yaml
 
@@ -27,6 +26,9 @@ LEDGER_FILE = "ledger.jsonl"
 PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The arch policy has one table for x86_64 (Linux and Windows) and one for aarch64.
 PLATFORM_GROUPS: dict[str, str] = {"linux_x86_64": "x86_64", "win_amd64": "x86_64", "linux_aarch64": "aarch64"}
+SHARD_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64")
+# Platforms that share a group with another: a recipe may give them arch rules of their own.
+SPLIT_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "win_amd64")
 PUBLISH_KINDS = ("index", "github", "twine")
 FLOATING_REFS = frozenset({"main", "master", "head", "develop", "dev", "trunk", "latest", "nightly"})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -35,6 +37,10 @@ _TORCH_MINOR = re.compile(r"^\d+\.\d+$")
 _PY_VERSION = re.compile(r"^3\.\d{1,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SYSTEM_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+# requires_dist placeholders: another recipe's version, and the local label its wheel of the same cell carries
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_REF = re.compile(r"^(version|local):([A-Za-z0-9][A-Za-z0-9._-]*)$")
 # Variables the build planner sets from the cell and the knobs; a recipe's env must not shadow them.
 FARM_ENV = frozenset({
     "CUDA_HOME", "CUDA_PATH", "PATH", "FORCE_CUDA", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",
@@ -112,6 +118,28 @@ class BuildKnobs:
     env: Mapping[str, str] = field(default_factory=dict)
     # variable -> rendering of the cell's arch list, for packages that read their own variable
     arch_env: Mapping[str, Rendering] = field(default_factory=dict)
+    # dnf packages installed, in order, in the Linux build container before the build
+    system_packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolkitLine:
+    """One CUDA line's pinned toolkit (``toolkit.lines`` in ``_defaults.yml``)."""
+
+    cuda: str
+    release: str  # NVIDIA's release, e.g. "12.8.1": names redistrib_12.8.1.json
+    manifest_sha256: str | None  # the manifest's sha256, where it is known
+    source: str  # redist | pypi: where this line's toolkit comes from by default
+    components: tuple[str, ...]  # what every cell of the line gets (manifest keys)
+    pypi: Mapping[str, str]  # component -> wheel version, for the pypi source
+    where: str
+
+
+@dataclass(frozen=True)
+class ToolkitConfig:
+    redist_url: str = "https://developer.download.nvidia.com/compute/cuda/redist/"
+    torch_components: tuple[str, ...] = ()  # added for torch-linked cells: torch's headers include them
+    lines: Mapping[str, ToolkitLine] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,6 +157,7 @@ class Defaults:
     publish: Mapping[str, PublishTarget]
     default_target: str | None
     build: BuildKnobs
+    toolkit: ToolkitConfig = field(default_factory=ToolkitConfig)
 
 
 @dataclass(frozen=True)
@@ -174,6 +203,18 @@ class ExtensionArchs:
 
     glob: str
     spec: ArchSpec
+    cuda: str | None = None  # only on this CUDA line (the extension is built only there); None = every line
+
+
+@dataclass(frozen=True)
+class VendoredLib:
+    """Bundled libraries (``*.libs/`` members) matching ``glob`` (archive path or basename): their
+    own arch list (empty: host-only), or ``archs`` None and ``exempt`` the reviewed reason."""
+
+    glob: str
+    archs: ArchList | None
+    exempt: str | None
+    where: str
 
 
 @dataclass(frozen=True)
@@ -194,6 +235,39 @@ class Restriction:
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """``sharding:``: the cell's compile split over ``jobs`` compile jobs plus one link job, on
+    ``platforms`` (Linux only: the nvcc launcher that splits the compile is not built for Windows)."""
+
+    jobs: int
+    platforms: tuple[str, ...] = SHARD_PLATFORMS
+
+    def jobs_for(self, platform: str) -> int:
+        """Compile jobs for a cell of ``platform``: 1 (an ordinary build) where it does not shard."""
+        return self.jobs if platform in self.platforms else 1
+
+
+@dataclass(frozen=True)
+class VerifyKnobs:
+    """How the built wheel is imported on a runner without a GPU (the import check's knobs)."""
+
+    import_name: str | None = None  # the module to import when it is not the dist name
+    extra_imports: tuple[str, ...] = ()  # submodules imported too
+    no_direct_import: tuple[str, ...] = ()  # globs of extension files loaded by the package, not on their own
+    # the import fails without a GPU: True (any device error), or text the error must contain
+    expect_device_error: bool | str = False
+    needs_driver: bool = False  # the import needs libcuda (the NVIDIA driver) present
+
+
+@dataclass(frozen=True)
+class SiblingPin:
+    """What a requires_dist placeholder needs of another recipe."""
+
+    version: str
+    links_torch: bool
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     dist: str
@@ -203,7 +277,7 @@ class Recipe:
     jit: bool  # kernels compiled at run time: no AOT device code, maybe no extension at all
     build_epoch: int
     arch: ArchRules
-    arch_by_platform: Mapping[str, ArchRules]  # platform group -> rules consulted first
+    arch_by_platform: Mapping[str, ArchRules]  # platform, then platform group -> rules consulted first
     extensions: tuple[ExtensionArchs, ...]
     lint_ignore: tuple[LintIgnore, ...]
     only: Restriction
@@ -212,6 +286,11 @@ class Recipe:
     path: Path
     display: str  # packages/<name>.yml
     sha256: str
+    sharding: Sharding | None = None  # compile jobs + one link job (docs/recipes.md)
+    verify: VerifyKnobs = VerifyKnobs()
+    # recipes named by requires_dist placeholders ({version:NAME}, {local:NAME}); filled by load_config
+    siblings: Mapping[str, SiblingPin] = field(default_factory=dict)
+    vendored: tuple[VendoredLib, ...] = ()  # what bundled libraries must hold (asserted like extensions)
 
     def where(self, line: int | None = None) -> str:
         return f"{self.display}:{line}" if line else self.display
@@ -283,7 +362,7 @@ class _Section:
         if not ok:
             hint = fix
             if kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-                hint = hint or f"quote it: {key}: '{value}' (YAML reads {value} as a number)"
+                hint = hint or f"quote it: {key}: '{clip(value)}' (YAML reads {clip(value)} as a number)"
             raise ConfigError(
                 f"{self.key_path(key)!r} must be {_TYPE_NAMES.get(kind, kind.__name__)}, got {_describe(value)}",
                 where=self.where(key),
@@ -307,7 +386,7 @@ class _Section:
                 raise ConfigError(
                     f"item {i + 1} of {self.key_path(key)!r} must be a string, got {_describe(item)}",
                     where=f"{self.file}:{value.line_of(i) if isinstance(value, YList) else self.data.line_of(key)}",
-                    hint=f"quote it: '{item}'" if isinstance(item, (int, float)) else None,
+                    hint=f"quote it: '{clip(item)}'" if isinstance(item, (int, float)) else None,
                 )
         return tuple(value)
 
@@ -339,9 +418,9 @@ def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
+        return f"a number ({clip(value)})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        return f"a string ({clip(repr(value))})"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
@@ -378,7 +457,7 @@ def _version_str(sec: _Section, key: str, pattern: re.Pattern[str], example: str
 # ------------------------------------------------------------------------------------------------
 _DEFAULTS_KEYS = (
     "build_epoch", "cuda_lines", "python", "platforms", "grid", "phantoms",
-    "arch_policy", "publish", "default_target", "build",
+    "arch_policy", "publish", "default_target", "build", "toolkit",
 )
 
 
@@ -429,6 +508,8 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
         )
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
+    toolkit_sec = top.section("toolkit")
+    toolkit = _load_toolkit(toolkit_sec, cuda_lines) if toolkit_sec else ToolkitConfig()
     top.done(_DEFAULTS_KEYS)
     return Defaults(
         path=path,
@@ -444,7 +525,75 @@ def load_defaults(path: Path, *, display: str = DEFAULTS_FILE) -> Defaults:
         publish=publish,
         default_target=default_target,
         build=build,
+        toolkit=toolkit,
     )
+
+
+_RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+_COMPONENT = re.compile(r"^[a-z][a-z0-9_]*$")
+TOOLKIT_SOURCES = ("redist", "pypi")
+
+
+def _components(sec: _Section, key: str) -> tuple[str, ...] | None:
+    names = sec.str_list(key)
+    for name in names or ():
+        if not _COMPONENT.match(name):
+            raise ConfigError(f"{sec.key_path(key)} entry {name!r} is not a CUDA component name",
+                              where=sec.where(key), hint=_COMPONENT_HINT)
+    return names
+
+
+_COMPONENT_HINT = "name components as NVIDIA's redistrib manifest does: libcublas, libcusparse, cuda_nvtx"
+
+
+def _load_toolkit(sec: _Section, cuda_lines: tuple[str, ...]) -> ToolkitConfig:
+    url = sec.get("redist_url", str, default=ToolkitConfig.redist_url)
+    if not re.match(r"^(https?|file)://", url):
+        raise ConfigError(f"{sec.key_path('redist_url')} {url!r} is not an http(s) or file URL",
+                          where=sec.where("redist_url"))
+    base = _components(sec, "components") or ()
+    torch = _components(sec, "torch_components") or ()
+    lines_sec = sec.section("lines", required=True)
+    assert lines_sec is not None
+    lines: dict[str, ToolkitLine] = {}
+    for cuda in lines_sec.data:
+        _check_cuda_key(lines_sec, cuda, cuda_lines, "a toolkit pin")
+        one = lines_sec.section(cuda)
+        assert one is not None
+        release = one.get("release", str, required=True, fix=f"quote it: release: '{cuda}.0'")
+        if not _RELEASE.match(release) or not release.startswith(cuda + "."):
+            raise ConfigError(f"{one.key_path('release')} {release!r} is not a CUDA {cuda} release like "
+                              f"'{cuda}.1'", where=one.where("release"))
+        digest = one.get("manifest_sha256", str)
+        if digest is not None and not _SHA256.match(digest):
+            raise ConfigError(f"{one.key_path('manifest_sha256')} is not a sha256 (64 hex digits)",
+                              where=one.where("manifest_sha256"))
+        source = one.get("source", str, default="redist")
+        if source not in TOOLKIT_SOURCES:
+            raise ConfigError(f"{one.key_path('source')} {source!r} is not one of {', '.join(TOOLKIT_SOURCES)}",
+                              where=one.where("source"), hint=did_you_mean(source, TOOLKIT_SOURCES) or None)
+        components = _components(one, "components") or base
+        pypi_sec = one.section("pypi")
+        pypi: dict[str, str] = {}
+        if pypi_sec is not None:
+            for comp in pypi_sec.data:
+                if not _COMPONENT.match(comp):
+                    raise ConfigError(f"{pypi_sec.key_path(comp)} is not a CUDA component name",
+                                      where=pypi_sec.where(comp), hint=_COMPONENT_HINT)
+                pypi[comp] = _version_str(pypi_sec, comp, re.compile(r"^\d+(\.\d+)+$"), "13.0.88")
+        if source == "pypi":
+            missing = [c for c in (*components, *torch) if c not in pypi]
+            if missing:
+                raise ConfigError(f"{one.key_path('pypi')} pins no wheel for {', '.join(missing)}",
+                                  where=one.where("pypi" if pypi_sec else None),
+                                  hint="pin each component's wheel version, or use source: redist")
+        one.done(("release", "manifest_sha256", "source", "components", "pypi"))
+        if not components:
+            raise ConfigError(f"no toolkit components for CUDA {cuda}", where=one.where(),
+                              hint="set toolkit.components (e.g. cuda_nvcc, cuda_cudart, cuda_cccl)")
+        lines[cuda] = ToolkitLine(cuda, release, digest, source, components, pypi, one.where())
+    sec.done(("redist_url", "components", "torch_components", "lines"))
+    return ToolkitConfig(url, torch, lines)
 
 
 def _load_grid(top: _Section, cuda_lines: tuple[str, ...]) -> tuple[GridRow, ...]:
@@ -568,17 +717,22 @@ def _load_build(sec: _Section) -> BuildKnobs:
         nvcc_threads=sec.get("nvcc_threads", int),
         env=dict(sec.get("env", dict, default={})),
         arch_env=_load_arch_env(sec),
+        system_packages=sec.words("system_packages"),
     )
+    for pkg in knobs.system_packages:
+        if not _SYSTEM_PACKAGE.match(pkg):
+            raise ConfigError(f"{sec.key_path('system_packages')} entry {pkg!r} is not a package name",
+                              where=sec.where("system_packages"), hint="dnf package names, e.g. sparsehash-devel")
     for key in ("max_jobs", "nvcc_threads"):
         value = getattr(knobs, key)
         if value is not None and value < 1:
             raise ConfigError(f"{sec.key_path(key)!r} must be >= 1", where=sec.where(key))
-    for comp in knobs.extra_cuda_components:  # a toolkit never floats
-        if "==" not in comp:
+    for comp in knobs.extra_cuda_components:  # versions come from the line's pinned release
+        if not _COMPONENT.match(comp):
             raise ConfigError(
-                f"{sec.key_path('extra_cuda_components')} entry {comp!r} is not a pinned wheel",
+                f"{sec.key_path('extra_cuda_components')} entry {comp!r} is not a CUDA component name",
                 where=sec.where("extra_cuda_components"),
-                hint="write the NVIDIA wheel with its version, e.g. 'nvidia-nvtx==13.0.85'",
+                hint=_COMPONENT_HINT + " (the line's pinned release gives the version)",
             )
     for key, value in knobs.env.items():
         if not _ENV_NAME.match(key):
@@ -593,7 +747,9 @@ def _load_build(sec: _Section) -> BuildKnobs:
             )
         if not isinstance(value, str):
             raise ConfigError(f"{sec.key_path('env')}.{key} must be a string, got {_describe(value)}",
-                              where=sec.where("env"), hint=f"quote it: {key}: '{value}'")
+                              where=sec.where("env"),
+                              hint=f"quote it: {key}: '{clip(value)}'" if not isinstance(value, (list, dict))
+                              else "environment values are strings")
     if knobs.subdir and (knobs.subdir.startswith("/") or ".." in Path(knobs.subdir).parts):
         raise ConfigError(f"{sec.key_path('subdir')!r} must stay inside the source tree", where=sec.where("subdir"))
     for key in knobs.arch_env:
@@ -601,7 +757,7 @@ def _load_build(sec: _Section) -> BuildKnobs:
             raise ConfigError(f"{key} is in both {sec.key_path('env')} and {sec.key_path('arch_env')}",
                               where=sec.where("arch_env"), hint="keep it in arch_env: it follows the cell's list")
     sec.done(("subdir", "patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
-              "max_jobs", "nvcc_threads", "env", "arch_env"))
+              "max_jobs", "nvcc_threads", "env", "arch_env", "system_packages"))
     return knobs
 
 
@@ -635,8 +791,11 @@ def _validate(spec: ArchSpec, cuda: str) -> None:
 # ------------------------------------------------------------------------------------------------
 _RECIPE_KEYS = (
     "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
-    "lint_ignore", "only", "min_torch", "build", "requires_dist",
+    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
+    "sharding",
 )
+# More compile jobs than this is a typo, not a plan: each one is a CI job of the 256-job matrix.
+MAX_SHARD_JOBS = 64
 
 
 def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
@@ -671,18 +830,24 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         raise ConfigError("'build_epoch' must be >= 0", where=top.where("build_epoch"))
 
     arch, by_platform = _load_arch_rules(top, defaults)
-    extensions = _load_extensions(top)
+    extensions = _load_extensions(top, defaults)
+    vendored = _load_vendored(top)
     ignores = _load_ignores(top)
     only = _load_only(top, defaults)
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
+    if requires:  # imported here: packaging's requirement parser costs a run without any ~25 ms
+        from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
-            Requirement(req)
+            Requirement(_sample(req, top))
         except InvalidRequirement as exc:
             raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
                               where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+    sharding = _load_sharding(top, defaults)
+    verify_sec = top.section("verify")
+    verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
     top.done(_RECIPE_KEYS)
     if not links_torch:
         combos = [spec for rules in (arch, *by_platform.values()) for spec in rules.by_combo.values()]
@@ -693,9 +858,70 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         name=name, dist=dist, version=version, source=source, links_torch=links_torch, jit=jit,
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
-        display=display, sha256=hashlib.sha256(raw).hexdigest(),
+        display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
+        sharding=sharding,
     )
     return recipe
+
+
+def _load_sharding(top: _Section, defaults: Defaults) -> Sharding | None:
+    """``sharding: 20`` or ``sharding: {jobs: 10, platforms: [linux_x86_64, linux_aarch64]}``."""
+    if "sharding" not in top.data:
+        return None
+    value = top.data["sharding"]
+    if isinstance(value, YMap):
+        sec = top.section("sharding")
+        assert sec is not None
+        jobs, platforms, where = sec.get("jobs", int, required=True), sec.str_list("platforms"), sec.where("jobs")
+        for p in platforms or ():
+            if p not in SHARD_PLATFORMS:
+                raise ConfigError(f"sharding.platforms: farm shards Linux builds only, not {p!r}",
+                                  where=sec.where("platforms"),
+                                  hint=did_you_mean(p, SHARD_PLATFORMS) or f"one of {', '.join(SHARD_PLATFORMS)}")
+        sec.done(("jobs", "platforms"))
+    else:
+        jobs = top.get("sharding", int, fix="write the number of compile jobs, e.g. sharding: 10")
+        platforms, where = None, top.where("sharding")
+    if not 2 <= jobs <= MAX_SHARD_JOBS:
+        raise ConfigError(f"sharding: {jobs} compile jobs; it must be between 2 and {MAX_SHARD_JOBS}", where=where,
+                          hint="remove the key for an ordinary (unsharded) build")
+    return Sharding(jobs, tuple(platforms) if platforms else SHARD_PLATFORMS)
+def requirement_refs(requirement: str) -> list[tuple[str, str]]:
+    """The ``(kind, recipe)`` placeholders of a requires_dist entry: ``{version:cumm}`` -> ``("version", "cumm")``."""
+    return [(m[1], m[2]) for m in (_REF.match(p) for p in _PLACEHOLDER.findall(requirement)) if m]
+
+
+def _sample(requirement: str, top: _Section) -> str:
+    """The entry with its placeholders filled with sample values, to check it is a requirement."""
+    def fill(match: re.Match[str]) -> str:
+        ref = _REF.match(match[1])
+        if ref is None:
+            raise ConfigError(f"requires_dist entry {requirement!r}: unknown placeholder {match[0]!r}",
+                              where=top.where("requires_dist"),
+                              hint="placeholders are {version:NAME} and {local:NAME}, NAME a recipe in packages/")
+        return "0" if ref[1] == "version" else "cu128"
+    return _PLACEHOLDER.sub(fill, requirement)
+
+
+def _load_verify(sec: _Section) -> VerifyKnobs:
+    device = sec.data.get("expect_device_error", False)
+    sec.seen.add("expect_device_error")
+    if not isinstance(device, (bool, str)) or device == "":
+        raise ConfigError(f"{sec.key_path('expect_device_error')!r} must be true or the text the error contains, "
+                          f"got {_describe(device)}", where=sec.where("expect_device_error"))
+    knobs = VerifyKnobs(
+        import_name=sec.get("import_name", str),
+        extra_imports=sec.words("extra_imports"),
+        no_direct_import=sec.words("no_direct_import"),
+        expect_device_error=device,
+        needs_driver=sec.get("needs_driver", bool, default=False),
+    )
+    for name in (knobs.import_name, *knobs.extra_imports):
+        if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+            raise ConfigError(f"verify: {name!r} is not a module name", where=sec.where(),
+                              hint="a dotted Python module name, e.g. spconv.pytorch")
+    sec.done(("import_name", "extra_imports", "no_direct_import", "expect_device_error", "needs_driver"))
+    return knobs
 
 
 def _display(path: Path, root: Path) -> str:
@@ -784,7 +1010,8 @@ def _load_arch_rules(top: _Section, defaults: Defaults) -> tuple[ArchRules, dict
     sec = top.section("arch")
     if sec is None:
         return ArchRules(), {}
-    groups = sorted(set(PLATFORM_GROUPS.values()))
+    # platform groups (x86_64, aarch64), and the platforms of a group with more than one (win_amd64)
+    groups = [*sorted(set(PLATFORM_GROUPS.values())), *SPLIT_PLATFORMS]
     by_platform: dict[str, ArchRules] = {}
     rules = _load_rules(sec, defaults)
     for group in groups:
@@ -796,15 +1023,54 @@ def _load_arch_rules(top: _Section, defaults: Defaults) -> tuple[ArchRules, dict
     return rules, by_platform
 
 
-def _load_extensions(top: _Section) -> tuple[ExtensionArchs, ...]:
+def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs, ...]:
     sec = top.section("extensions")
     if sec is None:
         return ()
     out = []
     for glob in sec.data:
-        spec = _arch_spec(sec, glob)
-        assert spec is not None
-        out.append(ExtensionArchs(glob, spec))
+        if not isinstance(sec.data[glob], YMap):  # one list for every CUDA line
+            spec = _arch_spec(sec, glob)
+            assert spec is not None
+            out.append(ExtensionArchs(glob, spec))
+            continue
+        # {by_cuda: {line: list}}: an extension the package builds only on some lines
+        one = sec.section(glob)
+        assert one is not None
+        bc = one.section("by_cuda", required=True)
+        assert bc is not None
+        for cuda in bc.data:
+            _check_cuda_key(bc, cuda, defaults.cuda_lines, bc.path)
+            spec = _arch_spec(bc, cuda)
+            assert spec is not None
+            _validate(spec, cuda)
+            out.append(ExtensionArchs(glob, spec, cuda))
+        one.done(("by_cuda",))
+    return tuple(out)
+
+
+def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
+    sec = top.section("vendored")
+    if sec is None:
+        return ()
+    out = []
+    for glob in sec.data:
+        if isinstance(sec.data[glob], dict):
+            sub = sec.section(glob)
+            assert sub is not None
+            reason = sub.get("exempt", str, required=True,
+                             fix="exempt: 'why its targets need not be asserted (e.g. NVIDIA's cuBLAS as NVIDIA ships it)'")
+            sub.done(("exempt",))
+            if not reason.strip():
+                raise ConfigError(f"{sub.key_path('exempt')} is empty", where=sub.where("exempt"),
+                                  hint="an exemption needs a reason a reviewer can check")
+            out.append(VendoredLib(glob, None, reason.strip(), sub.where("exempt")))
+            continue
+        text = sec.get(glob, str, fix=f"write an arch list, 'none' (host-only) or {{exempt: REASON}}: {glob}: '8.0;9.0'")
+        where = sec.where(glob)
+        archs = (ArchList(frozenset()) if text.strip().lower() == "none"
+                 else ArchList.parse(text, where=f"{where} ({sec.key_path(glob)})"))
+        out.append(VendoredLib(glob, archs, None, where))
     return tuple(out)
 
 
@@ -892,7 +1158,32 @@ def load_config(root: Path, *, packages: Iterable[str] | None = None) -> FarmCon
         recipe = load_recipe(f, defaults, root)
         validate_recipe_archs(recipe, defaults)
         recipes[recipe.name] = recipe
+    for name, recipe in recipes.items():
+        recipes[name] = _link_siblings(recipe, recipes, defaults, root)
     return FarmConfig(root, defaults, recipes)
+
+
+def _link_siblings(recipe: Recipe, loaded: Mapping[str, Recipe], defaults: Defaults, root: Path) -> Recipe:
+    """Resolve the recipes that ``recipe``'s requires_dist placeholders name (loading them if needed)."""
+    siblings: dict[str, SiblingPin] = {}
+    for req in recipe.requires_dist:
+        for kind, name in requirement_refs(req):
+            if name not in siblings:
+                other = loaded.get(name) or _load_sibling(recipe, req, name, defaults, root)
+                siblings[name] = SiblingPin(other.version, other.links_torch)
+            if kind == "local" and siblings[name].links_torch and not recipe.links_torch:
+                raise ConfigError(f"requires_dist entry {req!r}: {name} links torch, {recipe.name} does not",
+                                  where=recipe.where(), hint=f"a torch-free wheel cannot pin {name}'s per-torch wheel")
+    return replace(recipe, siblings=siblings) if siblings else recipe
+
+
+def _load_sibling(recipe: Recipe, req: str, name: str, defaults: Defaults, root: Path) -> Recipe:
+    path = root / PACKAGES_DIR / f"{name}.yml"
+    if not path.is_file():
+        known = [p.stem for p in (root / PACKAGES_DIR).glob("*.yml")]
+        raise ConfigError(f"requires_dist entry {req!r} names {name!r}, which has no recipe",
+                          where=recipe.where(), hint=did_you_mean(name, known) or None)
+    return load_recipe(path, defaults, root)
 
 
 def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
@@ -901,7 +1192,7 @@ def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
     if recipe.only.combinations is not None:
         lines = [c for c in lines if any(f.cuda == c for f in recipe.only.combinations)]
     for ext in recipe.extensions:  # an extension's own list applies on every line too
-        for cuda in lines:
+        for cuda in lines if ext.cuda is None else ():  # per-line lists were checked against their line
             try:
                 validate_for_cuda(ext.spec.archs, cuda, where=ext.spec.where)
             except ArchError as exc:

@@ -32,11 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, LedgerError, ToolError, UsageError, WheelError
+from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
 from farm.provenance import buildinfo
 from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
 from farm.provenance.stamp import WheelName
 
 if TYPE_CHECKING:
+    from farm.binary.assertion import Expected
+    from farm.model.arch import ArchList
     from farm.model.config import FarmConfig
 
 _CHUNK = 1 << 20
@@ -66,6 +69,9 @@ class WheelFacts:
     extensions: Mapping[str, str]  # extension archive path -> sha256
     embedded: Mapping[str, Any] | None
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
+    # with both readers: "<member>: <how they differ>" for each extension they disagree on
+    disagreements: tuple[str, ...] = ()
+    vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
 
 
 @dataclass(frozen=True)
@@ -99,9 +105,41 @@ def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, w
     return out
 
 
+def vendored_difference(recorded: Mapping[str, Any] | None, now: Mapping[str, str]) -> list[str]:
+    """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
+    recorded = recorded or {}
+    out = []
+    for path in sorted(set(recorded) | set(now)):
+        if path not in recorded:
+            out.append(f"{path}: a bundled library (found {now[path] or 'no device code'}) that its provenance "
+                       "does not record: never asserted")
+        elif path not in now:
+            out.append(f"{path}: recorded as a bundled library but not in the wheel")
+        else:
+            got = (recorded[path] or {}).get("found") if isinstance(recorded[path], Mapping) else None
+            if _names_of(got) != _names_of(now[path]):
+                out.append(f"{path}: recorded as holding {got or '(none)'}, the bundled library holds "
+                           f"{now[path] or '(none)'}")
+    return out
+
+
+def _names_of(text: object) -> frozenset[str] | None:
+    from farm.model.arch import ArchList as _ArchList
+
+    if not isinstance(text, str):
+        return None
+    try:
+        return frozenset(_ArchList.parse(text).names()) if text else frozenset()
+    except FarmError:
+        return None
+
+
 def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapping[str, str] | None,
-          *, ledger_sha256_for_name: str | None = None) -> AuditRow:
-    """The verdict for one wheel from its facts, its ledger entry and today's expected lists."""
+          *, ledger_sha256_for_name: str | None = None, superseded_by: str | None = None) -> AuditRow:
+    """The verdict for one wheel from its facts, its ledger entry and today's expected lists.
+
+    ``superseded_by``: the published wheel of the same cell at a later build_epoch that holds
+    today's lists (the rebuild this wheel's config-moved verdict asked for has happened)."""
 
     def row(verdict: Verdict, source: str | None, reasons: list[str]) -> AuditRow:
         return AuditRow(facts.filename, facts.location, verdict, source, tuple(reasons), facts.found)
@@ -136,6 +174,7 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
         wrong += _compare(ledger_entry.get("found"), facts.found, where="the ledger",
                           says="the ledger records", holds="the binary holds")
     if provenance.get("provenance") == buildinfo.ASSERTED:
+        wrong += vendored_difference(provenance.get("vendored"), facts.vendored)
         # A stamped wheel renamed to another cell (or epoch) claims what it was not built for.
         wrong += [f"file name: {p}" for p in buildinfo.name_problems(facts.filename, provenance)]
     wrong += renamed
@@ -148,7 +187,9 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
         moved = [f"{p}: built for {built.get(p) or '(none)'}, today's policy resolves {today[p] or '(none)'}"
                  for p in sorted(today) if today[p] != built.get(p)]
         if moved:
-            return row(Verdict.CONFIG_MOVED, source, moved + ["bump build_epoch to rebuild"])
+            advice = (f"superseded by {superseded_by}, published with today's lists: nothing to rebuild"
+                      if superseded_by else "bump build_epoch to rebuild")
+            return row(Verdict.CONFIG_MOVED, source, [*moved, advice])
         return row(Verdict.OK, source, [])
     return row(Verdict.OK, source, ["not compared with today's policy (no config for this cell)"])
 
@@ -162,8 +203,9 @@ def _hash_member(wheel: SafeWheel, name: str) -> str:
     return digest.hexdigest()
 
 
-def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
-    """Inspect ``path`` (native reader), hash it and its extensions, read its provenance.
+def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
+                cuobjdump: Path | None = None) -> WheelFacts:
+    """Inspect ``path`` (native reader, or ``both``), hash it and its extensions, read its provenance.
 
     An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
     thousands of wheels one broken file is a finding, not the end of the sweep.
@@ -177,8 +219,11 @@ def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
     embedded = None
     try:
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
-        inspection = inspect_wheel(path, "native")
+        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump)
         found = {so.path: so.found.canonical() for so in inspection.extensions}
+        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
+                              if not so.agrees)
+        vendored = {so.path: so.found.canonical() for so in inspection.vendored}
         with SafeWheel(path) as wheel:
             extensions = {name: _hash_member(wheel, name) for name in found}
             dist_info = wheel.dist_info()
@@ -189,7 +234,8 @@ def wheel_facts(path: Path, *, location: str | None = None) -> WheelFacts:
         raise  # the environment, not the wheel
     except FarmError as exc:
         return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
-    return WheelFacts(path.name, location, sha256, size, found, extensions, embedded)
+    return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
+                      disagreements=disagreements, vendored=vendored)
 
 
 def _problem(exc: FarmError, path: Path, location: str) -> str:
@@ -205,6 +251,46 @@ def _problem(exc: FarmError, path: Path, location: str) -> str:
 
 
 # -- today's policy (the config glue) -------------------------------------------------------------
+@dataclass(frozen=True)
+class Derived:
+    """What the configuration resolves today for a provenance's cell."""
+
+    requested: ArchList  # the cell's list (recipe override or policy row)
+    origin: str  # the rule it came from, e.g. "policy x86_64 13.0"
+    expected: Expected  # per extension, with the recipe's per-extension lists
+
+
+# a provenance -> what today's config resolves for its cell, or None when it has no such cell
+Derive = Callable[[Mapping[str, Any]], "Derived | None"]
+
+
+def derive_from_config(config: FarmConfig) -> Derive:
+    """The one place that re-derives a wheel's expectation from the configuration."""
+    from farm.binary.assertion import Expected
+    from farm.model.cells import Cell, extension_lists, resolve_arch
+
+    def derive(provenance: Mapping[str, Any]) -> Derived | None:
+        package, cell = provenance.get("package"), provenance.get("cell") or {}
+        if not isinstance(package, str) or package not in config.recipes or not isinstance(cell, Mapping) \
+                or not all(isinstance(cell.get(k), str) for k in ("cuda", "torch", "python", "platform")):
+            return None
+        recipe = config.recipes[package]
+        try:
+            resolution = resolve_arch(config, recipe, Cell(package, str(provenance.get("version")), cell["cuda"],
+                                                            cell["torch"], cell["python"], cell["platform"]))
+        except (FarmError, KeyError):
+            return None
+        if resolution is None:
+            return None
+        from farm.provenance.postbuild import vendored_rules
+
+        return Derived(resolution.archs, resolution.origin,
+                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]),
+                                vendored=vendored_rules(recipe)))
+
+    return derive
+
+
 def today_from_config(config: FarmConfig) -> Today:
     """Today's expected list per extension for a provenance's cell, from ``config``."""
     from farm.binary.assertion import Expected
@@ -223,7 +309,7 @@ def today_from_config(config: FarmConfig) -> Today:
             return None
         if resolution is None:
             return None
-        expected = Expected(resolution.archs, per_extension=extension_lists(recipe))
+        expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]))
         return {p: expected.for_extension(p)[0].canonical() for p in paths}
 
     return today
@@ -286,22 +372,30 @@ def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list
     return sorted(wheels.items())
 
 
-def _download(url: str, dest: Path, timeout: float) -> str:
-    """Stream ``url`` to ``dest``; return its sha256."""
+def _download(url: str, dest: Path, timeout: float, limit: int | None = None) -> str:
+    """Stream ``url`` to ``dest``; return its sha256. Stops (a :class:`WheelError`) past ``limit``
+    bytes, so the scratch folder never holds more than that."""
+    cap = MAX_WHEEL_BYTES if limit is None else min(limit, MAX_WHEEL_BYTES)
     digest = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp, dest.open("wb") as out:
             size = 0
             while chunk := resp.read(_CHUNK):
                 size += len(chunk)
-                if size > MAX_WHEEL_BYTES:
-                    raise WheelError(f"larger than {MAX_WHEEL_BYTES >> 30} GiB: not a wheel any target publishes",
-                                     where=url, hint="check what the index links to")
+                if size > cap:
+                    raise WheelError(f"larger than {_human(cap)}: "
+                                     + ("not a wheel any target publishes" if cap == MAX_WHEEL_BYTES
+                                        else "more than the audit's scratch space (--max-scratch)"),
+                                     where=url, hint="check what the index links to, or give the audit more scratch")
                 digest.update(chunk)
                 out.write(chunk)
     except OSError as exc:
         raise ToolError(f"cannot download {url}: {exc}", hint="check the index and the network") from exc
     return digest.hexdigest()
+
+
+def _human(n: int) -> str:
+    return f"{n >> 30} GiB" if n >= 1 << 30 and n % (1 << 30) == 0 else f"{n:,} bytes"
 
 
 @dataclass(frozen=True)
@@ -311,51 +405,129 @@ class Located:
     problem: str | None = None
 
 
+@dataclass(frozen=True)
+class Shard:
+    """``I/N``: this audit judges the wheels whose sha256 (or file name, when the sha256 is not
+    known before downloading) falls in bucket I of N; N audits together judge each wheel once."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        try:
+            i, n = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise UsageError(f"--shard {text!r}: write it as I/N, e.g. 0/4") from None
+        if not (n >= 1 and 0 <= i < n):
+            raise UsageError(f"--shard {text!r}: need 0 <= I < N", hint="the shards of N audits are 0/N ... N-1/N")
+        return cls(i, n)
+
+    def takes(self, sha256: str | None, name: str) -> bool:
+        if self.count == 1:
+            return True
+        key = sha256 if sha256 else hashlib.sha256(name.encode()).hexdigest()
+        return int(key[:12], 16) % self.count == self.index
+
+
+class Scratch:
+    """Where downloaded wheels wait to be judged: one at a time, each deleted after its verdict,
+    at most ``limit`` bytes each. ``peak`` is the most bytes the folder ever held, measured on disk
+    after each download, so the bound is observed rather than assumed."""
+
+    def __init__(self, parent: Path | None = None, limit: int | None = None) -> None:
+        self.parent, self.limit, self.peak, self.downloads = parent, limit, 0, 0
+
+    @property
+    def cap(self) -> int:
+        return MAX_WHEEL_BYTES if self.limit is None else min(self.limit, MAX_WHEEL_BYTES)
+
+    def observe(self, folder: Path) -> None:
+        self.downloads += 1
+        self.peak = max(self.peak, sum(f.stat().st_size for f in folder.iterdir() if f.is_file()))
+
+
+def _stream(items: Iterable[tuple[str, str | None]], scratch: Scratch, timeout: float,
+            shard: Shard | None) -> Iterator[Located]:
+    """Download each (URL, sha256 or None) into a private folder, yield it, delete it after use:
+    a sweep over thousands of wheels needs the disk of one."""
+    if scratch.parent is not None:
+        scratch.parent.mkdir(parents=True, exist_ok=True)
+    parent = scratch.parent or Path(tempfile.gettempdir())
+    sweep_dead_dirs(parent, "farm-audit")  # the downloads of a killed audit
+    tmp = Path(tempfile.mkdtemp(prefix=temp_dir_prefix("farm-audit"), dir=parent))
+    try:
+        for url, sha256 in items:
+            name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
+            if shard is not None and not shard.takes(sha256, name):
+                continue
+            if not _safe_name(name):
+                # "..%2F..%2Fx.whl" must not become a path outside tmp: not even downloaded.
+                dest = tmp / "unsafe-file-name.whl"
+                dest.touch()
+                yield Located(dest, url, f"the index links a file named {name!r}, which is not a plain "
+                                         "file name")
+            else:
+                dest = tmp / name
+                try:
+                    got = _download(url, dest, timeout, scratch.limit)
+                except WheelError as exc:  # oversized: a finding about this link, not the end of the audit
+                    dest.write_bytes(b"")
+                    yield Located(dest, url, exc.message)
+                else:
+                    scratch.observe(tmp)
+                    problem = (f"the index says sha256 {sha256}, the served file is {got}"
+                               if sha256 and sha256 != got else None)
+                    yield Located(dest, url, problem)
+            dest.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ledger_urls(path: Path) -> Iterator[tuple[str, str]]:
+    """(URL, sha256) of every wheel the ledger records as published over http(s): the fleet,
+    read from the ledger line by line (the first http(s) place of each wheel)."""
+    from farm.provenance.ledger import iter_entries
+
+    for _, entry in iter_entries(path):
+        for place in entry.get("published") or ():
+            url = place.get("url", "")
+            if url.startswith(("http://", "https://")):
+                yield url, entry["sha256"]
+                break
+
+
 def _safe_name(name: str) -> bool:
     return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
 
 
-def iter_wheels(where: str, *, timeout: float = 60.0) -> Iterator[Located]:
+def iter_wheels(where: str, *, timeout: float = 60.0, shard: Shard | None = None,
+                scratch: Scratch | None = None) -> Iterator[Located]:
     """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL.
 
     Index wheels are downloaded one at a time into a private temporary folder and removed after
     use, so a sweep over thousands of assets needs the disk of one.
     """
     if where.startswith(("http://", "https://")):
-        tmp = Path(tempfile.mkdtemp(prefix="farm-audit-"))
-        try:
-            for url, sha256 in index_wheels(where, timeout=timeout):
-                name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
-                if not _safe_name(name):
-                    # "..%2F..%2Fx.whl" must not become a path outside tmp: not even downloaded.
-                    dest = tmp / "unsafe-file-name.whl"
-                    dest.touch()
-                    yield Located(dest, url, f"the index links a file named {name!r}, which is not a plain "
-                                             "file name")
-                else:
-                    dest = tmp / name
-                    try:
-                        got = _download(url, dest, timeout)
-                    except WheelError as exc:  # oversized: a finding about this link, not the end of the audit
-                        dest.write_bytes(b"")
-                        yield Located(dest, url, exc.message)
-                    else:
-                        problem = (f"the index says sha256 {sha256}, the served file is {got}"
-                                   if sha256 and sha256 != got else None)
-                        yield Located(dest, url, problem)
-                dest.unlink(missing_ok=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        yield from _stream(index_wheels(where, timeout=timeout), scratch or Scratch(), timeout, shard)
         return
     path = Path(where)
     if path.is_file() and path.suffix == ".whl":
-        yield Located(path, str(path))
+        if shard is None or shard.takes(None, path.name):
+            yield Located(path, str(path))
     elif path.is_dir():
         for wheel in sorted(path.rglob("*.whl")):
-            yield Located(wheel, str(wheel))
+            if shard is None or shard.takes(None, wheel.name):
+                yield Located(wheel, str(wheel))
     else:
         raise UsageError(f"{where}: not a wheel, a folder or an http(s) index URL",
                          hint="pass a folder of wheels, a .whl file or an index URL")
+
+
+def fleet_wheels(ledger_path: Path, *, timeout: float = 60.0, shard: Shard | None = None,
+                 scratch: Scratch | None = None) -> Iterator[Located]:
+    """Every wheel the ledger says was published over http(s), downloaded one at a time."""
+    yield from _stream(ledger_urls(ledger_path), scratch or Scratch(), timeout, shard)
 
 
 # -- audit ----------------------------------------------------------------------------------------
@@ -379,21 +551,55 @@ def _ledger_entry(ledger: LedgerIndex, facts: WheelFacts) -> tuple[Mapping[str, 
     return entry, by_name.sha256 if by_name is not None else None
 
 
-def audit(where: str, ledger: LedgerIndex, today: Today | None = None, *,
+def audit(where: str | Iterable[Located], ledger: LedgerIndex, today: Today | None = None, *,
           progress: Callable[[AuditRow], None] | None = None) -> list[AuditRow]:
-    """One row per wheel under ``where``; ``progress`` sees each row as it is made."""
+    """One row per wheel under ``where`` (or of the :class:`Located` wheels it yields, e.g.
+    :func:`iter_wheels` with a shard, or :func:`fleet_wheels`); ``progress`` sees each row as it
+    is made. A downloaded wheel is judged before the next one is fetched, then deleted."""
     rows = []
-    for located in iter_wheels(where):
+    newest: dict[tuple[Any, ...], Any] | None = None  # cell -> its latest-epoch asserted record, built on first use
+    for located in iter_wheels(where) if isinstance(where, str) else where:
         facts = _facts(located)
         entry, name_sha = _ledger_entry(ledger, facts)
         provenance = facts.embedded if facts.embedded is not None else entry
         today_map = None
+        superseded_by = None
         if today is not None and provenance is not None and provenance.get("provenance") == buildinfo.ASSERTED:
             today_map = today(provenance, facts.found)
-        rows.append(judge(facts, entry, today_map, ledger_sha256_for_name=name_sha))
+            if today_map is not None and today_map != (provenance.get("expected") or {}):
+                if newest is None:
+                    newest = _newest_by_cell(ledger)
+                superseded_by = _superseder(ledger, newest, provenance, today_map)
+        rows.append(judge(facts, entry, today_map, ledger_sha256_for_name=name_sha, superseded_by=superseded_by))
         if progress is not None:
             progress(rows[-1])
     return rows
+
+
+def _newest_by_cell(ledger: LedgerIndex) -> dict[tuple[Any, ...], Any]:
+    newest: dict[tuple[Any, ...], Any] = {}
+    for rec in ledger.records:
+        if rec.key is None or rec.provenance != buildinfo.ASSERTED:
+            continue
+        cell, epoch = tuple(rec.key[:-1]), rec.key[-1]
+        if cell not in newest or epoch > newest[cell].key[-1]:
+            newest[cell] = rec
+    return newest
+
+
+def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], provenance: Mapping[str, Any],
+                today_map: Mapping[str, str]) -> str | None:
+    """The file name of a published, later-epoch wheel of the same cell built with today's lists."""
+    cell = provenance.get("cell") or {}
+    key = (provenance.get("package"), provenance.get("version"), cell.get("cuda"), cell.get("torch"),
+           cell.get("python"), cell.get("platform"))
+    rec = newest.get(key)
+    if rec is None or not isinstance(provenance.get("build_epoch"), int) or rec.key[-1] <= provenance["build_epoch"]:
+        return None
+    entry = ledger.entry(rec)
+    if not entry.get("published") or (entry.get("expected") or {}) != dict(today_map):
+        return None
+    return str(rec.filename)
 
 
 # -- backfill -------------------------------------------------------------------------------------

@@ -102,14 +102,15 @@ def toolchain(
     builder: str | None,
     python: str | None = None,
     torch_minor: str | None = None,
-) -> dict[str, str | None]:
+    toolkit: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Versions of the tools that made the wheel.
 
     ``nvcc`` is asked (the one under ``cuda_home``). ``torch`` is the installed torch when its
     minor is ``torch_minor`` (the cell's), else unknown (``None``): a containerised build's torch
     is not this interpreter's. ``cibuildwheel`` is the installed one when it was the builder.
     ``python`` defaults to this interpreter (the native builder's); a containerised build passes
-    its own.
+    its own (``None`` there means unknown, never this host's).
     """
     torch = installed_torch() if torch_minor not in (None, "none") else None
     if torch is not None and _minor(torch) != torch_minor:
@@ -117,9 +118,12 @@ def toolchain(
     return {
         "nvcc": nvcc_version(Path(cuda_home)) if cuda_home else None,
         "torch": torch,
-        "python": python or platform.python_version(),
+        # a container build's Python is the container's: unknown (None) rather than this host's
+        "python": python if builder == "cibuildwheel" else python or platform.python_version(),
         "builder": builder,
         "cibuildwheel": _installed_version("cibuildwheel") if builder == "cibuildwheel" else None,
+        # which exact toolkit: source, release, manifest, components with their sha256
+        "toolkit": dict(toolkit) if toolkit is not None else None,
     }
 
 
@@ -155,9 +159,13 @@ def make_build_info(
     source: Mapping[str, Any] | None,
     toolchain: Mapping[str, Any],
     extensions: Mapping[str, str],
+    vendored: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed."""
-    return {
+    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed.
+
+    ``vendored``: each bundled library's found targets and expectation (recorded only when the
+    wheel bundles any)."""
+    info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "package": package,
         "dist": dist,
@@ -180,6 +188,9 @@ def make_build_info(
         "extensions": dict(sorted(extensions.items())),
         "provenance": ASSERTED,
     }
+    if vendored:
+        info["vendored"] = {path: dict(v) for path, v in sorted(vendored.items())}
+    return info
 
 
 def inferred_build_info(

@@ -15,6 +15,7 @@ line.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import gc
 import json
@@ -23,12 +24,12 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
 
-import orjson
+import msgspec
 
 from farm.errors import LedgerError
-from farm.fsutil import atomic_write, read_chunks
+from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -129,6 +130,65 @@ def _fast_record(e: Any, line: int = 0, offset: int = 0) -> Record | None:
                   ExistsKey(package, version, cuda, torch, python, platform, epoch), arch)
 
 
+# The fastest path, for loading a whole ledger: decode only the fields the index keeps, with the
+# checks of _fast_record declared on the types, so the rest of each line (expected, found, run,
+# source, toolchain: most of its bytes) is validated as JSON but never becomes Python objects.
+# 3-4x faster than a full parse of a 30,000-line ledger. Anything it refuses (an inferred entry, a
+# malformed one) goes through orjson and the checks above, which accept it or say what is wrong.
+_NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _KeyCell(msgspec.Struct):
+    cuda: _NonEmpty
+    torch: _NonEmpty
+    python: _NonEmpty
+    platform: _NonEmpty
+
+
+class _KeyArch(msgspec.Struct):
+    normalised: _NonEmpty
+
+
+class _KeyPublished(msgspec.Struct):
+    target: str
+    url: str
+
+
+class _KeyFields(msgspec.Struct):
+    provenance: Literal["asserted"]
+    filename: str  # checked by _keys_record: a pattern here costs more than the whole decode
+    sha256: str
+    size: _Count
+    schema_version: Annotated[int, msgspec.Meta(ge=1)]
+    published: list[_KeyPublished]
+    package: _NonEmpty
+    version: _NonEmpty
+    build_epoch: _Count
+    cell: _KeyCell
+    arch_list: _KeyArch
+
+
+_decode_key_fields = msgspec.json.Decoder(_KeyFields).decode
+_HEX = "0123456789abcdef"
+
+
+def _keys_record(k: _KeyFields, line: int, offset: int) -> Record | None:
+    """The record of decoded key fields, or None (the line then takes the checks above)."""
+    filename, sha = k.filename, k.sha256
+    if (len(sha) != 64 or sha.strip(_HEX) or not filename.endswith(".whl")
+            or "/" in filename or "\\" in filename):
+        return None
+    c = k.cell
+    # tuple.__new__: the named tuples' own __new__ is a Python function, ~2x slower per line
+    key = _tuple_new(ExistsKey, (k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch))
+    return _tuple_new(Record, (line, offset, filename, sha, _ASSERTED, key, k.arch_list.normalised))
+
+
+_tuple_new = tuple.__new__
+_ASSERTED = Provenance.ASSERTED
+
+
 def validate_entry(entry: object, where: str, line: int = 0, offset: int = 0) -> Record:
     """Check one ledger object and return its index record (``line``/``offset`` left 0).
 
@@ -222,6 +282,8 @@ def dumps_entry(entry: Mapping[str, Any]) -> str:
 # Reading
 # --------------------------------------------------------------------------------------------
 def _parse_line(raw: bytes, where: str) -> dict[str, Any]:
+    import orjson  # here: loading a well-formed ledger never needs it (see _KeyFields)
+
     try:
         value = orjson.loads(raw)  # 3x json's speed on a 50 MB ledger; stricter (no NaN)
     except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -283,7 +345,7 @@ class LedgerIndex:
         by_key: dict[ExistsKey, Record] = {}
         by_filename: dict[str, Record] = {}
         by_sha: dict[str, Record] = {}
-        loads = orjson.loads
+        decode = _decode_key_fields
         gc_was_enabled = gc.isenabled()
         gc.disable()  # tens of thousands of records that all survive: collections only cost time
         try:
@@ -293,11 +355,13 @@ class LedgerIndex:
                 for raw in handle:
                     number += 1
                     try:
-                        entry = loads(raw)
-                    except ValueError:
-                        entry = _parse_line(raw, f"{path}:{number}")  # raises with the detail
-                    rec = _fast_record(entry, number, offset) or _validate_full(entry, f"{path}:{number}",
-                                                                                number, offset)
+                        rec = _keys_record(decode(raw), number, offset)
+                    except msgspec.MsgspecError:
+                        rec = None
+                    if rec is None:
+                        entry = _parse_line(raw, f"{path}:{number}")
+                        rec = _fast_record(entry, number, offset) or _validate_full(entry, f"{path}:{number}",
+                                                                                    number, offset)
                     offset += len(raw)
                     seen = by_filename.get(rec.filename)
                     if seen is not None:
@@ -353,10 +417,13 @@ class LedgerIndex:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
-def _lock(ledger: Path) -> Any:
+@contextlib.contextmanager
+def _lock(ledger: Path) -> Iterator[None]:
     from filelock import FileLock  # only writers pay for the import
 
-    return FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S)
+    with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
+        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")  # a killed writer's temp copy
+        yield
 
 
 def fragment_path(fragments_dir: Path, filename: str) -> Path:

@@ -13,6 +13,7 @@ upload gate looks for it, unless another folder is given.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,17 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from farm.errors import UsageError, WheelError
-from farm.model.cells import NO_TORCH, Cell, local_version
+from farm.errors import FarmError, UsageError, WheelError
+from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist
 from farm.provenance import buildinfo
 from farm.provenance.ledger import write_fragment
-from farm.provenance.stamp import Relabel, StampResult, WheelName, stamp_wheel
+from farm.provenance.stamp import (
+    Relabel,
+    StampResult,
+    WheelName,
+    plan_relabel,
+    stamp_wheel,
+)
 
 if TYPE_CHECKING:
     from farm.binary.assertion import AssertionReport, Expected
@@ -153,11 +160,18 @@ def stamp_asserted(
     *,
     fragments_dir: Path | None = None,
 ) -> PostbuildResult:
-    """Stamp a wheel whose assertion passed, and write its fragment."""
+    """Stamp a wheel whose assertion passed, and write its fragment.
+
+    A wheel farm already stamped (``farm build`` postbuilds what it builds) is not stamped twice:
+    it is carried into ``out_dir`` as it is, with its fragment, when its own provenance says
+    this cell and this list (the assertion just re-checked the binary)."""
     if not report.passed:
         raise ValueError("stamp_asserted takes a passed assertion report")
     wheel = Path(wheel)
     name = WheelName.parse(wheel.name)
+    embedded = read_embedded(wheel)
+    if embedded is not None:
+        return _carry_stamped(wheel, embedded, out_dir, context, report, fragments_dir=fragments_dir)
     tools = report.tools.to_json()
     cell = context.cell
 
@@ -181,6 +195,7 @@ def stamp_asserted(
             source=context.source,
             toolchain=context.toolchain,
             extensions={p: hashes[p] for p in per_so},
+            vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
         )
         buildinfo.validate(info, where=str(wheel))
         return info
@@ -201,7 +216,87 @@ def stamp_asserted(
     return PostbuildResult(wheel, report, stamped, fragment)
 
 
+def read_embedded(wheel: Path) -> dict[str, Any] | None:
+    """The wheel's own ``_build_info.json`` (None: not stamped)."""
+    from farm.binary.wheelfile import SafeWheel
+
+    with SafeWheel(wheel) as zf:
+        member = f"{zf.dist_info()}/{buildinfo.BUILD_INFO_NAME}"
+        if member not in zf.names():
+            return None
+        return buildinfo.loads(zf.read(member), where=f"{wheel}!{member}")
+
+
+def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, context: BuildContext,
+                   report: AssertionReport, *, fragments_dir: Path | None) -> PostbuildResult:
+    from farm.fsutil import atomic_write, read_chunks, sha256_file
+
+    cell = context.cell
+    differ = []
+    if embedded.get("cell") != cell.as_dict():
+        differ.append(f"cell {embedded.get('cell')} (this is {cell.as_dict()})")
+    if embedded.get("build_epoch") != context.build_epoch:
+        differ.append(f"build_epoch {embedded.get('build_epoch')} (today {context.build_epoch})")
+    recorded = (embedded.get("arch_list") or {}).get("normalised")
+    if recorded != context.expected.default.canonical():
+        differ.append(f"arch list {recorded} (today {context.expected.default.canonical()})")
+    found = {e.path: e.found.canonical() for e in report.extensions}
+    if embedded.get("found") != found:
+        differ.append("found targets that are not what the binary holds")
+    bundled = {v.path: v.record() for v in report.vendored_results}
+    if (embedded.get("vendored") or {}) != bundled:
+        differ.append("bundled libraries that are not what the wheel holds")
+    if embedded.get("provenance") != buildinfo.ASSERTED or (embedded.get("assertion") or {}).get("result") != "passed":
+        differ.append("a provenance that is not asserted and passed")
+    if differ:
+        raise UsageError(f"already stamped by farm, for {'; '.join(differ)}", where=str(wheel),
+                         hint="postbuild the builder's unstamped wheel, or rebuild the cell with `farm build`")
+    out_dir = Path(out_dir)
+    dest = out_dir / wheel.name
+    created = False
+    if not (dest.exists() and dest.resolve() == wheel.resolve()):
+        digest = sha256_file(wheel)
+        if dest.exists():
+            if sha256_file(dest) != digest:
+                raise UsageError(f"{dest} already exists with other content",
+                                 hint="remove it to postbuild again, or choose another --out folder")
+        else:
+            atomic_write(dest, read_chunks(wheel), mode=0o644)
+            created = True
+    sha, size = sha256_file(dest), dest.stat().st_size
+    entry = {**embedded, "filename": dest.name, "sha256": sha, "size": size, "published": []}
+    fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else out_dir)
+    from farm.binary.wheelfile import SafeWheel
+
+    with SafeWheel(dest) as zf:
+        relabel = plan_relabel(dest.name, list(zf.names()), local=local_version(cell), build_tag=context.build_tag)
+    return PostbuildResult(wheel, report, StampResult(dest, relabel, sha, size, embedded, {}, created), fragment)
+
+
+def own_cell(wheel: Path) -> tuple[str, str] | None:
+    """(cuda, torch) a wheel says it was built for: its ``_build_info.json``, else its local label
+    (``+cu130``, ``+cu128torch2.8``); None for a builder's unlabelled wheel."""
+    try:
+        embedded = read_embedded(wheel)
+    except FarmError:
+        embedded = None
+    cell = (embedded or {}).get("cell") or {}
+    if isinstance(cell.get("cuda"), str) and isinstance(cell.get("torch"), str):
+        return cell["cuda"], cell["torch"]
+    local = Version(WheelName.parse(Path(wheel).name).version).local or ""
+    m = re.fullmatch(r"cu(\d{2})(\d+)(?:torch(\d+\.\d+))?", local)
+    if m is None:
+        return None
+    return f"{int(m[1])}.{int(m[2])}", m[3] or NO_TORCH
+
+
 # -- the config glue ------------------------------------------------------------------------------
+def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
+    """The recipe's ``vendored`` map as the assertion's rules."""
+    from farm.binary.assertion import VendoredRule
+
+    return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
+
 def _source_of(recipe: Recipe) -> dict[str, Any]:
     from farm.model.config import GitSource, PathSource, SdistSource
 
@@ -249,6 +344,8 @@ def context_from_config(
     builder: str | None = None,
     source: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    toolkit: Mapping[str, Any] | None = None,
+    python: str | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -263,6 +360,10 @@ def context_from_config(
     env = os.environ if env is None else env
     name = WheelName.parse(Path(wheel).name)
     recipe = recipe_for_wheel(config, name, package)
+    own = own_cell(Path(wheel)) if cuda is None or torch is None else None
+    if own is not None:  # a stamped or labelled wheel says its cell itself
+        cuda = cuda or own[0]
+        torch = torch or (own[1] if recipe.links_torch else None)
     if cuda_home is None and env.get("CUDA_HOME"):
         cuda_home = Path(env["CUDA_HOME"])
     if cuda is None:
@@ -287,8 +388,8 @@ def context_from_config(
     if resolution is None:
         raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
                          hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
-    expected = Expected(resolution.archs, per_extension=extension_lists(recipe),
-                        allow_no_extensions=recipe.jit, cuda_package=True)
+    expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell.cuda),
+                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
         expected=expected,
@@ -298,7 +399,8 @@ def context_from_config(
         recipe_sha256=recipe.sha256,
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch),
-        requires_dist=recipe.requires_dist,
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
+                                      python=python),
+        requires_dist=requires_dist(recipe, cell),
     )
     return context, recipe

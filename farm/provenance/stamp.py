@@ -35,7 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import UsageError, WheelError
-from farm.fsutil import fsync_dir, sha256_file
+from farm.fsutil import fsync_dir, sha256_file, sweep_leftovers, temp_prefix, writing
 from farm.provenance import buildinfo
 
 _CHUNK = 1 << 20
@@ -392,14 +392,17 @@ def stamp_wheel(
                 raise WheelError(f"{di}/{required} is missing", where=where)
         record = _parse_record(_read_small(zin, zin.getinfo(f"{di}/RECORD"), where), where)
 
-        out_dir.mkdir(parents=True, exist_ok=True)
         final = out_dir / relabel.new.filename
+        with writing(final):
+            out_dir.mkdir(parents=True, exist_ok=True)
+            sweep_leftovers(out_dir)  # the .part of a killed stamp is never taken as output
         if final.resolve() == src.resolve():
             raise UsageError(f"output {final} would overwrite the input", hint="choose another --out folder")
-        fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{relabel.new.filename}.", suffix=".part")
+        with writing(final):
+            fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=temp_prefix(relabel.new.filename), suffix=".part")
         tmp = Path(tmp_name)
         try:
-            with os.fdopen(fd, "w+b") as fh:
+            with writing(final), os.fdopen(fd, "w+b") as fh:
                 hashes, info_obj = _rewrite(zin, src, infos, fh, relabel, record, build_info, requires, where)
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -1,10 +1,15 @@
 """The upload gate: every wheel of a batch is checked before anything is sent.
 
 For each wheel: its embedded ``_build_info.json`` says ``asserted`` and ``passed``; its file name
-agrees with the cell that provenance describes; a ledger entry or fragment holds this exact
-sha256 (and the same file name and provenance), and no other under this name; a fresh native
-inspection finds exactly the recorded targets, in extensions with the recorded sha256. One refused wheel refuses the whole batch: a partial upload leaves an index
-that offers some cells and not others, which is worse than none.
+agrees with the cell that provenance describes; the provenance is self-consistent (the requested
+list parses to the recorded normalised list, which is the expected list of every extension
+without a list of its own, which is what was found); the list the configuration resolves today
+for the wheel's cell equals the requested one, extension by extension (else the config moved
+between build and upload); a ledger entry or fragment holds this exact sha256 (and the same file
+name and provenance), and no other under this name; a fresh inspection (both readers when
+cuobjdump is available, and they must agree) finds exactly the recorded targets, in extensions
+with the recorded sha256. One refused wheel refuses the whole batch: a partial upload leaves an
+index that offers some cells and not others, which is worse than none.
 
 :func:`judge` is the pure core (facts in, refusals out); :func:`run_gate` gathers the facts.
 """
@@ -15,11 +20,15 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from farm.errors import FarmError, clip
 from farm.model.arch import ArchList
 from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, name_problems
 from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
+
+if TYPE_CHECKING:
+    from farm.provenance.audit import Derive, Derived
 
 
 class Check(str, enum.Enum):
@@ -27,6 +36,8 @@ class Check(str, enum.Enum):
     STAMPED = "stamped"
     ASSERTED = "asserted"
     NAME = "name"
+    CONSISTENT = "consistent"
+    CONFIG = "config"
     LEDGER = "ledger"
     INSPECTION = "inspection"
 
@@ -62,6 +73,8 @@ class GatedWheel:
 class GateResult:
     passed: tuple[GatedWheel, ...]
     refused: tuple[Refusal, ...]
+    readers: str = "native"  # the re-inspection: "native" or "native + cuobjdump X.Y.Z"
+    config_checked: bool = False  # each wheel's list was re-derived from the configuration
 
     @property
     def ok(self) -> bool:
@@ -82,6 +95,69 @@ def _archs(text: str | None) -> frozenset[str]:
     if not text:
         return frozenset()
     return frozenset(ArchList.parse(text).names())
+
+
+def _archs_or_none(text: object) -> frozenset[str] | None:
+    """The targets of a recorded list, or None when it does not parse (a forged provenance)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return _archs(text)
+    except FarmError:
+        return None
+
+
+_FIX_CONFIG = ("the configuration moved between build and upload: rebuild the cell with today's config "
+               "(bump build_epoch), or restore the config the wheel was built with")
+
+
+def consistency(info: Mapping[str, Any], derived: Derived | None) -> list[str]:
+    """How a provenance contradicts itself: requested -> normalised -> expected per extension.
+
+    ``derived`` tells which extensions have a list of their own (per the recipe); without it
+    only the requested -> normalised link is checked."""
+    arch_list = info.get("arch_list") or {}
+    requested = _archs_or_none(arch_list.get("requested"))
+    normalised = _archs_or_none(arch_list.get("normalised"))
+    if requested is None or normalised is None:
+        return [f"its arch list {clip(arch_list)} does not parse"]
+    out: list[str] = []
+    if requested != normalised:
+        out.append(f"requested {clip(arch_list.get('requested'))} normalises to {';'.join(sorted(requested))}, "
+                   f"not the recorded {clip(arch_list.get('normalised'))}")
+    if derived is not None:
+        for so, text in sorted((info.get("expected") or {}).items()):
+            if derived.expected.for_extension(so)[1] is None and _archs_or_none(text) != normalised:
+                out.append(f"{so} is expected to hold {clip(text)}, not the requested list (it has no list of its own)")
+    return out
+
+
+def bundled_against_config(recorded: Mapping[str, Any], derived: Derived) -> list[str]:
+    """Each bundled library the provenance records, against today's recipe rules for it."""
+    out = []
+    for path, record in sorted(recorded.items()):
+        rule = derived.expected.for_vendored(path)
+        found = _archs_or_none(record.get("found") if isinstance(record, Mapping) else None)
+        if rule is None:
+            out.append(f"{path}: a bundled library the recipe does not declare")
+        elif rule.archs is not None and found != frozenset(rule.archs.names()):
+            out.append(f"{path}: the recipe expects {rule.archs.canonical() or '(host-only)'} of it, it holds "
+                       f"{clip(record.get('found'))}")
+    return out
+
+
+def config_difference(info: Mapping[str, Any], derived: Derived) -> list[str]:
+    """How today's configuration differs from what the wheel was built for (empty: it agrees)."""
+    out: list[str] = []
+    requested = _archs_or_none((info.get("arch_list") or {}).get("requested"))
+    if requested != frozenset(derived.requested.names()):
+        out.append(f"the configuration resolves {derived.requested.canonical()} ({derived.origin}), the wheel was "
+                   f"built for {clip((info.get('arch_list') or {}).get('requested'))}")
+    for so, text in sorted((info.get("expected") or {}).items()):
+        want = derived.expected.for_extension(so)[0]
+        if _archs_or_none(text) != frozenset(want.names()):
+            out.append(f"{so}: the configuration expects {want.canonical() or '(host-only)'}, recorded {clip(text)}")
+    return out
 
 
 def found_difference(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
@@ -110,12 +186,20 @@ def judge(
     same_name_sha256: str | None,
     found_now: Mapping[str, str] | None,
     extensions_now: Mapping[str, str] | None = None,
+    *,
+    derived: Derived | None = None,
+    config_checked: bool = False,
+    disagreements: Iterable[str] = (),
+    vendored_now: Mapping[str, str] | None = None,
 ) -> list[Refusal]:
     """Every reason to refuse one wheel, from facts already gathered.
 
     ``entry``: the ledger entry or fragment with this sha256 (None: none has it).
     ``same_name_sha256``: the sha256 the ledger (else a fragment) records for this file name, if any.
     ``found_now`` / ``extensions_now``: per extension, the targets and the sha256 the wheel holds now.
+    ``config_checked``: the configuration was consulted; ``derived`` is what it resolves for the
+    wheel's cell (None: it has no such cell). ``disagreements``: where the two readers differ.
+    ``vendored_now``: per bundled library (``*.libs/``), the targets it holds now.
     """
     def refuse(check: Check, message: str, fix: str) -> Refusal:
         return Refusal(filename, check, message, fix)
@@ -139,6 +223,25 @@ def judge(
             out.append(refuse(Check.ASSERTED,
                               "its provenance says passed, but its recorded expected and found targets "
                               "differ: " + "; ".join(unmet), _FIX_REBUILD))
+        contradictions = consistency(info, derived)
+        if contradictions:
+            out.append(refuse(Check.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions),
+                              _FIX_REBUILD))
+        if config_checked and derived is None:
+            cell = info.get("cell") or {}
+            out.append(refuse(Check.CONFIG,
+                              f"the configuration has no arch list for package {clip(info.get('package'))!s} "
+                              f"in cell {clip(cell)}: its expected list cannot be re-derived",
+                              "upload from the farm repository that built it (--root), with its recipe"))
+        elif derived is not None:
+            moved = config_difference(info, derived)
+            if moved:
+                out.append(refuse(Check.CONFIG, "; ".join(moved), _FIX_CONFIG))
+            undeclared = bundled_against_config(info.get("vendored") or {}, derived)
+            if undeclared:
+                out.append(refuse(Check.CONFIG, "; ".join(undeclared),
+                                  "declare the bundled library in the recipe's `vendored` map (its arch list, "
+                                  "'none', or {exempt: REASON}) and rebuild, or keep it out of the wheel"))
     problems = name_problems(filename, info)
     if problems:
         out.append(refuse(Check.NAME, "file name does not match its provenance: " + "; ".join(problems),
@@ -178,6 +281,17 @@ def judge(
             out.append(refuse(Check.INSPECTION,
                               "re-inspection differs from the recorded targets: " + "; ".join(diff),
                               _FIX_REBUILD))
+    if vendored_now is not None:
+        from farm.provenance.audit import vendored_difference
+
+        bundled = vendored_difference(info.get("vendored"), vendored_now)
+        if bundled:
+            out.append(refuse(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), _FIX_REBUILD))
+    disagreements = list(disagreements)
+    if disagreements:
+        out.append(refuse(Check.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(disagreements),
+                          "the fatbin headers do not describe the device code they hold (a damaged or forged "
+                          "binary): " + _FIX_REBUILD))
     if extensions_now is not None:
         # Same targets but other code (an extension swapped after postbuild) shows here.
         recorded = info.get("extensions") or {}
@@ -235,32 +349,58 @@ class Vouchers:
         return str(entry.get("sha256")) if entry is not None else None
 
 
-def run_gate(wheels: Iterable[Path], vouchers: Vouchers) -> GateResult:
-    """Check every wheel; nothing is sent by the caller unless ``result.ok``."""
+def gate_readers(reader: str = "auto") -> tuple[str, Path | None, str]:
+    """The re-inspection's reader: ``both`` when cuobjdump is available (``auto``), else the native
+    one; returns (reader, cuobjdump path, description)."""
+    from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump
+    from farm.errors import ToolError
+
+    if reader == "native":
+        return "native", None, "native"
+    try:
+        tool = find_cuobjdump()
+        version = cuobjdump_version(tool)
+    except ToolError:
+        if reader == "both":
+            raise
+        return "native", None, "native (no cuobjdump found)"
+    return "both", tool, f"native + cuobjdump {version}"
+
+
+def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | None = None,
+             reader: str = "auto") -> GateResult:
+    """Check every wheel; nothing is sent by the caller unless ``result.ok``.
+
+    ``derive``: today's expectation for a provenance's cell (:func:`farm.provenance.audit.derive_from_config`);
+    the command always passes it. ``reader``: ``auto`` (both readers when cuobjdump is found),
+    ``both`` or ``native``."""
     from farm.provenance.audit import (
         wheel_facts,  # one reading of a wheel for the gate and the audit
     )
 
+    reader, tool, readers = gate_readers(reader)
     passed: list[GatedWheel] = []
     refused: list[Refusal] = []
     for path in sorted(Path(p) for p in wheels):
         name = path.name
-        # The bytes' sha256, the native reader's targets and each extension's sha256 now, and the
+        # The bytes' sha256, the readers' targets and each extension's sha256 now, and the
         # embedded provenance (schema-checked, so a hostile file cannot crash the judge).
-        facts = wheel_facts(path)
+        facts = wheel_facts(path, reader=reader, cuobjdump=tool)
         if facts.problem:
             refused.append(Refusal(name, Check.READABLE, f"cannot read the wheel: {_first_line(facts.problem)}",
                                    _FIX_REBUILD))
             continue
         entry, source = vouchers.by_sha256(facts.sha256)
+        derived = derive(facts.embedded) if derive is not None and facts.embedded is not None else None
         problems = judge(name, facts.sha256, facts.embedded, entry, vouchers.sha256_of_name(name), facts.found,
-                         facts.extensions)
+                         facts.extensions, derived=derived, config_checked=derive is not None,
+                         disagreements=facts.disagreements, vendored_now=facts.vendored)
         if problems:
             refused.extend(problems)
         else:
             assert entry is not None and facts.embedded is not None
             passed.append(GatedWheel(path, name, facts.sha256, facts.size, facts.embedded, entry, source))
-    return GateResult(tuple(passed), tuple(refused))
+    return GateResult(tuple(passed), tuple(refused), readers, derive is not None)
 
 
 def _first_line(text: str) -> str:

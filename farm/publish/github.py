@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from farm.errors import DefectError, ToolError
+from farm.errors import DefectError, ToolError, redact
 from farm.publish.targets import GithubSettings
 
 ASSET_CAP = 1000  # GitHub's per-release limit
@@ -172,6 +172,12 @@ def _run(argv: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Compl
         raise ToolError(f"cannot run {shlex.join(argv[:3])}: {exc}") from exc
 
 
+def _last_line(proc: subprocess.CompletedProcess[str], env: Mapping[str, str] | None) -> str | None:
+    """gh's last line of stderr, redacted (gh may echo a token or an authenticated URL)."""
+    lines = proc.stderr.strip().splitlines()
+    return redact(lines[-1], env) if lines else None
+
+
 def view(repository: str, tag: str, *, env: Mapping[str, str] | None = None) -> list[Asset] | None:
     """Every asset of release ``tag`` (None: no such release).
 
@@ -183,13 +189,13 @@ def view(repository: str, tag: str, *, env: Mapping[str, str] | None = None) -> 
         if "HTTP 404" in proc.stderr:
             return None
         raise ToolError(f"`gh api repos/{repository}/releases/tags/{tag}` exited {proc.returncode}",
-                        hint=proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else None)
+                        hint=_last_line(proc, env))
     release_id = proc.stdout.strip()
     proc = _run([gh, "api", "--paginate", f"repos/{repository}/releases/{release_id}/assets?per_page=100",
                  "--jq", ".[] | {name, size, digest}"], env)
     if proc.returncode != 0:
         raise ToolError(f"listing the assets of release {tag} of {repository} exited {proc.returncode}",
-                        hint=proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else None)
+                        hint=_last_line(proc, env))
     return parse_assets(proc.stdout)
 
 
@@ -208,4 +214,4 @@ def execute(the_plan: GithubPlan, *, env: Mapping[str, str] | None = None) -> No
         proc = _run([gh, *argv[1:]], env)
         if proc.returncode != 0:
             raise ToolError(f"`{shlex.join(argv[:4])} ...` exited {proc.returncode}",
-                            hint=proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else None)
+                            hint=_last_line(proc, env))

@@ -52,7 +52,7 @@ from packaging.utils import (
 
 from farm import __version__
 from farm.errors import DefectError, LedgerError, UsageError
-from farm.fsutil import atomic_write, read_chunks, sha256_file
+from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
 from farm.publish.wheelmeta import read_member
 
 FILES = "files"
@@ -276,6 +276,8 @@ class IndexReport:
 
 def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
     written = []
+    for folder in {(root / rel).parent for rel in pages}:  # pages a killed regeneration left half-written
+        sweep_leftovers(folder)
     for rel, data in sorted(pages.items(), key=lambda kv: kv[0] == PACKAGES_JSON):  # packages.json last
         path = root / rel
         if not (path.exists() and path.read_bytes() == data):
@@ -372,6 +374,7 @@ def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup,
         out, plan = _check_new(root, list(wheels), lookup, base_url)
         if dry_run:
             return out, None
+        sweep_leftovers(root / FILES)  # copies a killed upload left behind (never served: hidden names)
         for path, sha, metadata in plan:
             # .metadata first: a page never links a wheel whose metadata is missing.
             meta = root / FILES / (path.name + ".metadata")

@@ -12,10 +12,11 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import parse_wheel_filename
 
-from farm.errors import UsageError
+from farm.errors import ToolError, UsageError
 from farm.provenance.ledger import (
     iter_entries,
     merge_fragments,
@@ -30,6 +31,10 @@ from farm.publish.targets import (
     TargetSettings,
     TwineSettings,
 )
+
+PUBLISH_LOCK_SUFFIX = ".publish.lock"
+# Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.
+PUBLISH_LOCK_TIMEOUT_S = 3 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -195,15 +200,46 @@ def upload(
     env: Mapping[str, str] | None = None,
     dry_run: bool = False,
     github_state: Mapping[str, Sequence[github.Asset] | None] | None = None,
+    **gate_options: Any,
 ) -> UploadReport:
     """Gate, plan, send and record. ``github_state`` replaces reading the releases with ``gh api``
     (tests, dry runs without network)."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
     vouchers = Vouchers.load(ledger, dirs)
-    gate = run_gate(wheels, vouchers)
+    gate = run_gate(wheels, vouchers, **gate_options)
     if not gate.ok:
         return UploadReport(gate, dry_run=dry_run)
+    if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
+        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, env=env,
+                        dry_run=True, github_state=github_state)
+    with publish_lock(ledger):
+        # Read the ledger again under the lock: another publish may have finished meanwhile.
+        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=Vouchers.load(ledger, dirs), env=env,
+                        dry_run=False, github_state=github_state)
+
+
+def publish_lock(ledger: Path) -> Any:
+    """One publish at a time per ledger: planning, sending, the index pages and the ledger merge
+    form one transaction. Without it a concurrent upload regenerates the index between another's
+    copy and its ledger merge, and sees a wheel "in the index but not in the ledger"."""
+    from filelock import FileLock, Timeout
+
+    class _Lock(FileLock):
+        def __enter__(self) -> Any:
+            try:
+                return super().__enter__()
+            except Timeout:
+                raise ToolError(f"another publish has held {self.lock_file} for {PUBLISH_LOCK_TIMEOUT_S:.0f} s",
+                                hint="wait for it to finish (or remove the file if no farm upload runs)") from None
+
+    Path(ledger).parent.mkdir(parents=True, exist_ok=True)
+    return _Lock(f"{ledger}{PUBLISH_LOCK_SUFFIX}", timeout=PUBLISH_LOCK_TIMEOUT_S)
+
+
+def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, ledger: Path, dirs: Sequence[Path],
+             vouchers: Vouchers, env: Mapping[str, str] | None, dry_run: bool,
+             github_state: Mapping[str, Sequence[github.Asset] | None] | None) -> UploadReport:
     batch = gate.passed
     targets = ordered(targets)
     names = [t.name for t in targets]
@@ -233,6 +269,12 @@ def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] 
                      allow_drop: Sequence[str] = (), links: str | None = None) -> index.IndexReport:
     """``farm index DIR``: every page of the tree at ``root`` from its files and the ledger
     (``links``: also every ledger entry published to that target, linked to its URL there)."""
+    with publish_lock(ledger):
+        return _regenerate_index(root, ledger=ledger, fragment_dirs=fragment_dirs, allow_drop=allow_drop, links=links)
+
+
+def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path], allow_drop: Sequence[str],
+                      links: str | None) -> index.IndexReport:
     vouchers = Vouchers.load(ledger, fragment_dirs)
     remote = index.linked((e for _, e in iter_entries(ledger)), links) if links and ledger.exists() else []
     return index.regenerate(root, vouchers.by_filename, allow_drop=allow_drop, remote=remote,

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from farm.errors import DefectError, ToolError
+from farm.errors import DefectError, ToolError, redact
 from farm.publish.targets import TwineSettings
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
@@ -88,13 +88,6 @@ def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str |
     return env.get(settings.username_env), env.get(settings.password_env)
 
 
-def _scrub(text: str, secrets: Iterable[str | None]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
 def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str] | None = None) -> dict[str, Listed]:
     """filename -> :class:`Listed` for ``project`` (empty when the repository has no page)."""
     env = os.environ if env is None else env
@@ -115,7 +108,7 @@ def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str
         raise ToolError(f"GET {url} answered HTTP {exc.code}",
                         hint="check simple_url and the credentials in the environment") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise ToolError(f"cannot reach {url}: {_scrub(str(exc), (user, password))}",
+        raise ToolError(f"cannot reach {url}: {redact(str(exc), {'TWINE_PASSWORD': password or ''})}",
                         hint=f"check publish.{settings.name}.simple_url") from None
     try:
         files = parse_simple(body, content_type, final)
@@ -184,7 +177,6 @@ def upload(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
         raise DefectError("refused, nothing sent: " + "; ".join(the_plan.refusals),
                           where=f"publish.{settings.name}",
                           hint="a published file name is never overwritten: bump build_epoch to rebuild")
-    user, password = _credentials(settings, env)
     if the_plan.upload:
         child = dict(env)
         # twine reads TWINE_USERNAME / TWINE_PASSWORD; map the target's own variable names.
@@ -197,7 +189,7 @@ def upload(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolError(f"cannot run twine: {exc}") from None
         if proc.returncode != 0:
-            tail = _scrub((proc.stdout + proc.stderr).strip(), (user, password)).splitlines()[-5:]
+            tail = redact((proc.stdout + proc.stderr).strip(), child).splitlines()[-5:]
             if "No module named twine" in proc.stderr:
                 raise ToolError("twine is not installed", hint="pip install 'farm[upload]'")
             raise ToolError(f"twine upload to {settings.repository_url} exited {proc.returncode}",

@@ -19,7 +19,7 @@ The subtraction happens in one visible order, and every declared cell lands in e
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,11 @@ from farm.model.cells import (
     NO_TORCH,
     Cell,
     Resolution,
-    declared_cells,
+    declared_keys,
     in_python_range,
-    is_phantom,
     planned_wheel_name,
     python_tag,
-    recipe_excludes,
+    recipe_excludes_key,
     resolve_arch,
 )
 from farm.model.config import FarmConfig, Recipe
@@ -122,11 +121,15 @@ class Filters:
         )
 
     def excludes(self, cell: Cell) -> bool:
+        return self.excludes_key(cell.cuda, cell.torch, cell.python, cell.platform)
+
+    def excludes_key(self, cuda: str, torch: str, python: str, platform: str) -> bool:
+        """:meth:`excludes` on a cell's fields (``python`` as the tag, ``cp311``)."""
         return (
-            (self.cuda is not None and cell.cuda not in self.cuda)
-            or (self.torch is not None and cell.torch not in self.torch)
-            or (self.python is not None and cell.python not in self.python)
-            or (self.platform is not None and cell.platform not in self.platform)
+            (self.cuda is not None and cuda not in self.cuda)
+            or (self.torch is not None and torch not in self.torch)
+            or (self.python is not None and python not in self.python)
+            or (self.platform is not None and platform not in self.platform)
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -172,13 +175,14 @@ class PlannedCell:
     epoch: int
     wheel: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
+        """``arch_list``: the canonical string when the caller has it (one per distinct list)."""
         c = self.cell
         return {
             "id": c.id, "package": c.package, "version": c.version, "cuda": c.cuda,
             "torch": c.torch, "torch_version": self.torch_version, "python": c.python_version,
             "python_tag": c.python, "platform": c.platform, "runner": RUNNERS.get(c.platform),
-            "build_epoch": self.epoch, "arch_list": self.archs.canonical(),
+            "build_epoch": self.epoch, "arch_list": arch_list or self.archs.canonical(),
             "arch_origin": self.arch_origin, "wheel": self.wheel,
         }
 
@@ -283,8 +287,9 @@ def compute_matrix(
     filters = filters or Filters()
     names = filters.packages or tuple(sorted(config.recipes))
     torch_versions = {(row.cuda, row.torch_minor): row.torch for row in config.defaults.grid}
-    # Shared by every package: phantoms do not depend on the recipe, policy rows serve them all.
-    phantoms: dict[tuple[str, str, str, str], bool] = {}
+    # Shared by every package: phantoms (what is_phantom reads) do not depend on the recipe,
+    # policy rows serve them all.
+    phantoms = frozenset((p.cuda, p.torch, p.python, p.platform) for p in config.defaults.phantoms)
     specs: dict[tuple[int, str], str] = {}
     parsed: dict[str, ArchList | None] = {}
     packages = tuple(
@@ -330,57 +335,130 @@ def _package_matrix(
     filters: Filters,
     overwrite: bool,
     torch_versions: Mapping[tuple[str, str], str],
-    phantoms: dict[tuple[str, str, str, str], bool],
+    phantoms: frozenset[tuple[str, str, str, str]],
     specs: dict[tuple[int, str], str],
     parsed: dict[str, ArchList | None],
 ) -> PackageMatrix:
+    # The loop runs once per declared cell (~17,000 at the public farm's scale): it works on the
+    # cell's fields and builds a Cell only for the cells it keeps (to build or stale).
     defaults = config.defaults
     epoch = config.effective_epoch(recipe)
+    name, version = recipe.name, recipe.version
     declared = filtered = restricted = no_policy = phantom = built = 0
     stale: list[StaleCell] = []
     to_build: list[PlannedCell] = []
     # Resolution depends on the recipe and (cuda, torch, platform) only: ~90 per recipe, not ~400.
     resolved: dict[tuple[str, str, str], _Resolved | None] = {}
-    for cell in declared_cells(defaults, recipe):
+    lookup = ledger.get
+    for cuda, torch, tag, platform, py in declared_keys(defaults, recipe):
         declared += 1
-        if filters.excludes(cell):
+        if filters.excludes_key(cuda, torch, tag, platform):
             filtered += 1
             continue
-        if recipe_excludes(recipe, cell) is not None:
+        if recipe_excludes_key(recipe, cuda, torch, py, platform) is not None:
             restricted += 1
             continue
-        combo = (cell.cuda, cell.torch, cell.platform)
+        combo = (cuda, torch, platform)
         if combo in resolved:
             found = resolved[combo]
         else:
-            found = resolved[combo] = _resolve(config, recipe, cell, specs)
+            found = resolved[combo] = _resolve(config, recipe, Cell(name, version, cuda, torch, tag, platform), specs)
         if found is None:
             no_policy += 1
             continue
-        key4 = (cell.cuda, cell.torch, cell.python, cell.platform)
-        is_ph = phantoms.get(key4)
-        if is_ph is None:
-            is_ph = phantoms[key4] = is_phantom(defaults, cell)
-        if is_ph:
+        if torch != NO_TORCH and (cuda, torch, py, platform) in phantoms:
             phantom += 1
             continue
         resolution, canonical = found
         if not overwrite:
-            record = ledger.get(ExistsKey(cell.package, cell.version, cell.cuda, cell.torch,
-                                          cell.python, cell.platform, epoch))
+            record = lookup(ExistsKey(name, version, cuda, torch, tag, platform, epoch))
             if record is not None:
                 if record.arch is None or _same_archs(record.arch, canonical, resolution.archs, parsed):
                     built += 1
                 else:
-                    stale.append(StaleCell(cell, record.filename, record.line, record.arch, canonical))
+                    stale.append(StaleCell(Cell(name, version, cuda, torch, tag, platform), record.filename,
+                                           record.line, record.arch, canonical))
                 continue
-        torch_version = torch_versions.get((cell.cuda, cell.torch)) if cell.torch != NO_TORCH else None
+        cell = Cell(name, version, cuda, torch, tag, platform)
+        torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
         to_build.append(PlannedCell(cell, resolution.archs, resolution.origin, torch_version, epoch,
                                     planned_wheel_name(recipe, cell, epoch)))
     return PackageMatrix(
-        recipe.name, recipe.version, epoch, declared, filtered, restricted, no_policy, phantom,
+        name, version, epoch, declared, filtered, restricted, no_policy, phantom,
         built, tuple(stale), tuple(to_build), recipe.display,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Waves: what one workflow run builds, and what waits for the next
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Wave:
+    """The cells one run schedules (at most its job capacity) and the rest, deferred.
+
+    Deferred cells are not dropped: they are still missing from the ledger, so the next run's
+    matrix has them again. ``scheduled`` keeps the matrix order (package, then grid order)."""
+
+    matrix: Matrix
+    scheduled: tuple[PlannedCell, ...]
+    deferred: tuple[PlannedCell, ...]
+    capacity: int | None  # jobs one run may start; None: no limit
+
+    @property
+    def cells(self) -> list[PlannedCell]:
+        return list(self.scheduled)
+
+    def per_package(self) -> dict[str, tuple[int, int]]:
+        """package -> (scheduled, deferred), for every package of the matrix."""
+        out = {pkg.package: [0, 0] for pkg in self.matrix.packages}
+        for p in self.scheduled:
+            out[p.cell.package][0] += 1
+        for p in self.deferred:
+            out[p.cell.package][1] += 1
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    def totals(self) -> dict[str, int]:
+        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred)}
+
+
+def one_job(cell: PlannedCell) -> int:
+    return 1
+
+
+def schedule(
+    matrix: Matrix,
+    capacity: int | None,
+    *,
+    jobs: Callable[[PlannedCell], int] = one_job,
+) -> Wave:
+    """Take cells round-robin across packages until ``capacity`` jobs are used; defer the rest.
+
+    The order is stable and fair: packages in the matrix's order (by name), each package's
+    cells in grid order, one cell of each package per round. So every package with work
+    advances in every wave, and a package whose cells keep failing (they stay in the queue)
+    holds at most its share of a wave, never the whole of it. ``jobs(cell)`` is the number of
+    jobs a cell costs (1; more where a build is split into several jobs); a cell that does not
+    fit in what is left is deferred, and smaller ones after it may still fit."""
+    if capacity is None:
+        return Wave(matrix, tuple(matrix.cells), (), None)
+    if capacity < 0:
+        raise ValueError("capacity must be >= 0")
+    queues = [pkg.to_build for pkg in matrix.packages if pkg.to_build]
+    chosen: set[int] = set()  # id() of the chosen PlannedCells (frozen, compared by identity here)
+    left = capacity
+    depth = max((len(q) for q in queues), default=0)
+    for i in range(depth):
+        if left <= 0:
+            break
+        for q in queues:
+            if i < len(q):
+                cost = jobs(q[i])
+                if cost <= left:
+                    chosen.add(id(q[i]))
+                    left -= cost
+    scheduled = tuple(p for p in matrix.cells if id(p) in chosen)
+    deferred = tuple(p for p in matrix.cells if id(p) not in chosen)
+    return Wave(matrix, scheduled, deferred, capacity)
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,33 +471,37 @@ def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[Pl
     return [list(cells[i:i + size]) for i in range(0, len(cells), size)]
 
 
-def github_outputs(matrix: Matrix, *, max_shards: int | None = None) -> dict[str, str]:
-    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total``, and
-    ``shard_<i>`` (a JSON list of at most 256 build entries) for each shard.
+def deferred_error(wave: Wave) -> UsageError:
+    """``--fail-on-deferred``: the queue is longer than one run."""
+    n = len(wave.scheduled) + len(wave.deferred)
+    return UsageError(
+        f"the matrix has {n} cells but one run schedules at most {wave.capacity} jobs: "
+        f"{len(wave.deferred)} cell(s) would be deferred to a later run",
+        hint="drop --fail-on-deferred to build in waves, or narrow the matrix (packages, --cuda)",
+    )
 
-    Refuses (rather than truncates) a matrix the workflow cannot run whole: more shards than
-    the workflow has shard jobs (``max_shards``), or more than GitHub's 1 MB of job outputs."""
-    parts = shards(matrix.cells)
-    if max_shards is not None and len(parts) > max_shards:
-        raise UsageError(
-            f"the matrix has {len(matrix.cells)} cells = {len(parts)} shards of <= {SHARD_SIZE}, "
-            f"but the workflow runs at most {max_shards} shards: jobs would be missing",
-            hint="build in parts (filter by package or --cuda), or add shard jobs to the workflow "
-                 "and raise --max-shards",
-        )
+
+def github_outputs(wave: Wave) -> dict[str, str]:
+    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
+    scheduled), ``deferred`` (cells left for the next run), and ``shard_<i>`` (a JSON list of at
+    most 256 build entries) for each shard.
+
+    Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
+    parts = shards(wave.scheduled)
     out = {
         "shard_count": str(len(parts)),
         "shards": json.dumps(list(range(len(parts)))),
-        "total": str(len(matrix.cells)),
+        "total": str(len(wave.scheduled)),
+        "deferred": str(len(wave.deferred)),
     }
     for i, part in enumerate(parts):
         out[f"shard_{i}"] = json.dumps([p.github_entry() for p in part], separators=(",", ":"))
     size = sum(len(k) + len(v) + 2 for k, v in out.items())
     if size > GITHUB_OUTPUT_LIMIT:
         raise UsageError(
-            f"the matrix ({len(matrix.cells)} cells) needs {size:,} bytes of job outputs; "
+            f"the wave ({len(wave.scheduled)} cells) needs {size:,} bytes of job outputs; "
             f"GitHub keeps at most {GITHUB_OUTPUT_LIMIT:,} and would drop the rest",
-            hint="build in parts: filter by package or --cuda",
+            hint="pass --max-shards (the workflow's shard jobs) so a run takes a wave it can hold",
         )
     return out
 
@@ -429,22 +511,34 @@ def _md_row(cells: Iterable[object]) -> str:
 
 
 SUMMARY_COLUMNS = ("declared", "filtered", "recipe", "no_policy", "phantom", "built", "stale", "to_build")
+WAVE_COLUMNS = ("scheduled", "deferred")
 
 
-def step_summary(matrix: Matrix, lint_note: str) -> str:
+def step_summary(wave: Wave, lint_note: str) -> str:
     """A Markdown table for ``$GITHUB_STEP_SUMMARY``."""
+    matrix = wave.matrix
     lines = ["## farm matrix", "", lint_note, ""]
     if matrix.overwrite:
         lines += ["**--overwrite: the ledger was ignored; built wheels are scheduled again.**", ""]
-    lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in SUMMARY_COLUMNS))))
-    lines.append(_md_row(["---"] * (3 + len(SUMMARY_COLUMNS))))
+    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS)
+    lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in columns))))
+    lines.append(_md_row(["---"] * (3 + len(columns))))
+    per_package = wave.per_package()
     for pkg in matrix.packages:
-        counts = pkg.counts()
-        lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in SUMMARY_COLUMNS))))
-    totals = matrix.totals()
-    lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in SUMMARY_COLUMNS))))
-    lines += ["", *stale_advice(matrix)]
+        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package]))}
+        lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
+    totals = wave.totals()
+    lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))
+    lines += ["", *wave_advice(wave), *stale_advice(matrix)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def wave_advice(wave: Wave) -> list[str]:
+    """What a run with deferred cells means: nothing is lost, the next run takes them."""
+    if not wave.deferred:
+        return []
+    return [f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
+            "they stay in the queue (not in the ledger) and the next run schedules them"]
 
 
 def stale_advice(matrix: Matrix) -> list[str]:
@@ -461,22 +555,20 @@ def stale_advice(matrix: Matrix) -> list[str]:
 
 
 def write_github_output(
-    matrix: Matrix,
+    wave: Wave,
     output_path: Path,
     summary_path: Path | None,
     lint_note: str,
-    *,
-    max_shards: int | None = None,
 ) -> dict[str, str]:
     """Append the outputs to ``$GITHUB_OUTPUT`` (all checks first: nothing is written for a
-    matrix that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``."""
-    outputs = github_outputs(matrix, max_shards=max_shards)
+    wave that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``."""
+    outputs = github_outputs(wave)
     text = "".join(f"{k}={v}\n" for k, v in outputs.items())
     with open(output_path, "a", encoding="utf-8") as fh:
         fh.write(text)
     if summary_path is not None:
         with open(summary_path, "a", encoding="utf-8") as fh:
-            fh.write(step_summary(matrix, lint_note))
+            fh.write(step_summary(wave, lint_note))
     return outputs
 
 
@@ -512,8 +604,10 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
         except SourceError as exc:
             msg = exc.message if recipe.name in exc.message else f"package {recipe.name!r}: {exc.message}"
             raise SourceError(msg, where=exc.where or recipe.display,
-                              hint=exc.hint or "the matrix needs every scheduled package's source to lint it; "
-                                               "restore network access or fill the source cache") from None
+                              hint=(f"{exc.hint}; " if exc.hint else "")
+                              + "the matrix lints the source of every package it schedules: restore network "
+                                "access or fill the source cache, or run `farm matrix --no-lint` for the "
+                                "matrix without the lint (it says so; CI always lints)") from None
         lint_cached = _lint_function()
         for archs in pkg.arch_lists():
             report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
@@ -532,6 +626,39 @@ def _lint_function() -> Any:
 
 def lint_failures(outcomes: Iterable[LintOutcome]) -> Iterator[LintOutcome]:
     return (o for o in outcomes if not o.passed)
+
+
+def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], cache_dir: Path) -> list[LintOutcome]:
+    """``outcomes`` with each report's ``stale_ignores`` narrowed to the entries that are stale
+    under **every** arch list the package's cells need, not only the lists this run linted.
+
+    A run filtered by --cuda (or one whose other cells are already built) lints a few of the
+    package's lists; an ignore that matches nothing under them may still be needed under the
+    others. Those lists are linted too (cached), only for packages with a candidate."""
+    import dataclasses
+
+    from farm.source.fetch import fetch
+
+    by_package: dict[str, list[LintOutcome]] = {}
+    for o in outcomes:
+        by_package.setdefault(o.package, []).append(o)
+    confirmed: dict[str, tuple[Any, ...]] = {}
+    for package, own in by_package.items():
+        candidates = set.intersection(*(set(o.report.stale_ignores) for o in own))
+        if candidates:
+            recipe = config.recipe(package)
+            linted = {o.arch_list for o in own}
+            everything = compute_matrix(config, LedgerIndex.empty(), Filters(packages=(package,)), overwrite=True)
+            missing = [a for a in everything.packages[0].arch_lists() if a.canonical() not in linted]
+            if missing:
+                tree = fetch(recipe.source, cache_dir, package=recipe.name)
+                lint_cached = _lint_function()
+                for archs in missing:
+                    report = lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+                    candidates &= set(report.stale_ignores)
+        confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
+    return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))
+            for o in outcomes]
 
 
 def stale_ignores(outcomes: Iterable[LintOutcome]) -> list[tuple[str, Any]]:

@@ -1,22 +1,18 @@
-"""A ``CUDA_HOME`` assembled from NVIDIA's PyPI wheels.
+"""A ``CUDA_HOME`` assembled for a :class:`~farm.toolkit.request.ToolkitRequest`, cached and verified.
 
-NVIDIA publishes the CUDA 13 compiler as wheels (``nvidia-cuda-nvcc``, ``-runtime``, ``-crt``,
-``nvidia-nvvm``, ``-cccl``); ``pip install --target`` puts them under ``nvidia/cu13/`` (bin,
-include, lib, nvvm), and nvcc compiles from there. Linking needs one more step: ``nvcc.profile``
-searches ``lib64``, so ``lib64 -> lib`` must exist (FACTS §4). The CUDA 12 wheels cannot do this:
-``nvidia-cuda-nvcc-cu12`` ships ``ptxas`` but no ``nvcc``, and ``nvidia-cuda-runtime-cu12`` no
-``libcudart_static.a`` (measured on 12.8.93 and 12.9.86), so 12.x lines need a toolkit from the
-build image.
+Two sources make the same layout (bin, include, lib with the ``lib64`` link and the development
+links such as ``libcudart.so -> libcudart.so.13``, nvvm): NVIDIA's PyPI wheels (CUDA 13, where they
+are complete; :func:`install_script`) and NVIDIA's redistributable archives (every line and
+platform; :mod:`farm.toolkit.redist`). ``nvcc.profile`` searches ``lib64``, so that link must exist
+(FACTS §4); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it).
 
-One shell script (:func:`install_script`) does the assembly, so the host (:func:`ensure_toolkit`)
-and the build container (cibuildwheel's ``before-all``) run the same steps. The host side adds a
-lock, a cache stamp and an atomic rename, so a second call returns at once and an interrupted
-install never leaves a half toolkit behind.
+:func:`ensure_toolkit` adds what makes a cache safe: a lock per prefix, assembly in a staging
+folder, the ready stamp written only after ``nvcc --version`` reports the requested line, then an
+atomic rename. A second call returns at once; an interrupted one leaves nothing that is used.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -28,64 +24,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from farm.errors import ToolError, UsageError
-
-# cuobjdump's oldest wheel is 13.2.51; it reads binaries of older toolkits (FACTS §2).
-_CUOBJDUMP = "nvidia-cuda-cuobjdump==13.2.51"
-
-
-@dataclass(frozen=True)
-class ToolkitSpec:
-    """The pinned wheels that make one CUDA line's toolkit, and where they land."""
-
-    cuda: str
-    requirements: tuple[str, ...]
-    home: str  # CUDA_HOME relative to the pip --target directory
-
-    @property
-    def nvcc_version(self) -> str:
-        """The pinned nvcc release, e.g. ``13.0.88``."""
-        for req in self.requirements:
-            name, _, version = req.partition("==")
-            if name == "nvidia-cuda-nvcc":
-                return version
-        raise AssertionError(f"toolkit spec for CUDA {self.cuda} pins no nvcc")  # table invariant
-
-    def key(self, extra: Sequence[str] = ()) -> str:
-        """Identity of an installation: changes when the pins or the extra wheels do."""
-        text = json.dumps([self.cuda, sorted(self.requirements), sorted(extra), _LAYOUT_VERSION])
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _cu13(nvcc: str, runtime: str, crt: str, nvvm: str, cccl: str, cuobjdump: str = _CUOBJDUMP) -> tuple[str, ...]:
-    return (
-        f"nvidia-cuda-nvcc=={nvcc}",
-        f"nvidia-cuda-runtime=={runtime}",
-        f"nvidia-cuda-crt=={crt}",
-        f"nvidia-nvvm=={nvvm}",
-        f"nvidia-cuda-cccl=={cccl}",
-        cuobjdump,
-    )
-
-
-# Bump when install_script's layout changes, so cached toolkits are rebuilt.
-_LAYOUT_VERSION = 1
-
-TOOLKITS: dict[str, ToolkitSpec] = {
-    "13.0": ToolkitSpec("13.0", _cu13("13.0.88", "13.0.96", "13.0.88", "13.0.88", "13.0.85"), "nvidia/cu13"),
-    "13.2": ToolkitSpec(
-        "13.2",
-        _cu13("13.2.86", "13.2.86", "13.2.86", "13.2.86", "13.2.86", "nvidia-cuda-cuobjdump==13.2.86"),
-        "nvidia/cu13",
-    ),
-}
-
-# Lines whose PyPI wheels cannot make a toolkit, and why (shown to the user).
-_NOT_ON_PYPI = {
-    "12": "NVIDIA's CUDA 12 wheels ship no nvcc binary (nvidia-cuda-nvcc-cu12 holds ptxas only) "
-    "and no libcudart_static.a",
-}
+from farm.fsutil import atomic_write
+from farm.toolkit import components as comps
+from farm.toolkit.components import Component
+from farm.toolkit.request import ToolkitRequest
 
 STAMP = ".farm-toolkit.json"
 
@@ -99,68 +44,97 @@ class Toolkit:
     cuobjdump: Path
     version: str  # nvcc's release, e.g. "13.0.88"
     cuda: str = ""  # the CUDA line, e.g. "13.0"
+    source: str = "installed"  # redist | pypi | installed (--cuda-home)
+    release: str | None = None  # NVIDIA's release, e.g. "13.0.2"
+    manifest_url: str | None = None
+    manifest_sha256: str | None = None
+    components: tuple[Component, ...] = ()
+    prefix: Path | None = None  # the cache folder it was assembled in (None: installed)
 
-    def to_json(self) -> dict[str, str]:
+    def record(self) -> dict[str, object]:
+        """What ``_build_info.json`` and the ledger keep: which exact toolkit built the wheel."""
+        return {
+            "source": self.source, "release": self.release,
+            "manifest_url": self.manifest_url, "manifest_sha256": self.manifest_sha256,
+            "components": [c.to_json() for c in self.components],
+        }
+
+    def to_json(self) -> dict[str, object]:
         return {
             "cuda": self.cuda,
             "cuda_home": str(self.cuda_home),
             "nvcc": str(self.nvcc),
             "cuobjdump": str(self.cuobjdump),
             "version": self.version,
+            **self.record(),
         }
 
 
-def spec_for(cuda: str) -> ToolkitSpec:
-    """The pinned wheels for CUDA line ``cuda``; a clear error for lines PyPI cannot serve."""
-    spec = TOOLKITS.get(cuda)
-    if spec is not None:
-        return spec
-    reason = _NOT_ON_PYPI.get(cuda.split(".")[0])
-    if reason:
-        raise ToolError(
-            f"CUDA {cuda} cannot be assembled from PyPI: {reason}",
-            hint="build this line on a host with that toolkit installed: "
-                 "farm build --builder native --cuda-home DIR",
-        )
-    raise UsageError(
-        f"no pinned PyPI toolkit for CUDA {cuda!r}",
-        hint=f"known lines: {', '.join(TOOLKITS)}; add the line's wheel pins to TOOLKITS in farm/toolkit.py",
-    )
+# Shell: the development links the linker needs (libX.so -> libX.so.N), where an archive or wheel
+# ships only the versioned name. The same rule as farm.toolkit.layout.dev_links.
+_DEV_LINKS_SH = (
+    'for f in "$H"/lib/lib*.so.*; do [ -e "$f" ] || continue; n=${f##*/}; '
+    'case "$n" in *.so.*.*) continue;; esac; d="${f%.so.*}.so"; '
+    '[ -e "$d" ] || [ -L "$d" ] || ln -s "$n" "$d"; done'
+)
 
 
-def install_script(cuda: str, prefix: str, *, python: str = "python3", extra: Sequence[str] = ()) -> str:
-    """A POSIX shell script that assembles CUDA line ``cuda``'s toolkit under ``prefix``.
+def install_script(request: ToolkitRequest, prefix: str, *, python: str = "python3") -> str:
+    """A POSIX shell script that assembles a PyPI-sourced ``request`` under ``prefix``.
 
     ``prefix/cuda`` becomes ``CUDA_HOME``. Idempotent: a prefix stamped with the same key is left
-    alone. This is cibuildwheel's ``before-all`` in the container and the core of
-    :func:`ensure_toolkit` on the host.
+    alone. The stamp is written last, after ``nvcc --version`` reported the requested line. This is
+    cibuildwheel's ``before-all`` in the container and the core of :func:`ensure_toolkit` on the host.
     """
-    spec = spec_for(cuda)
-    key = spec.key(extra)
+    if request.source != "pypi":
+        raise AssertionError("install_script assembles PyPI toolkits")  # callers dispatch on source
+    key = request.key()
     q = shlex.quote
-    reqs = " ".join(q(r) for r in (*spec.requirements, *extra))
+    home = f"{prefix}/site/nvidia/cu{request.cuda.split('.')[0]}"
     stamp = f"{prefix}/{STAMP}"
-    stamp_json = json.dumps({"cuda": cuda, "key": key, "requirements": [*spec.requirements, *extra]})
     lines = [
         "set -eu",
         f"if [ -f {q(stamp)} ] && grep -q {q(key)} {q(stamp)}; then exit 0; fi",
         f"mkdir -p {q(prefix)}",
         (f"{q(python)} -m pip install --no-deps --only-binary=:all: --disable-pip-version-check "
-         f"--no-input --no-compile --upgrade --target {q(prefix + '/site')} {reqs}"),
+         f"--no-input --no-compile --upgrade --report {q(prefix + '/pip-report.json')} "
+         f"--target {q(prefix + '/site')} {' '.join(q(r) for r in request.pypi)}"),
+        f"H={q(home)}",
         # nvcc.profile searches lib64 for cudart/cudadevrt (FACTS §4).
-        f"ln -sfn lib {q(f'{prefix}/site/{spec.home}/lib64')}",
-        f"ln -sfn {q('site/' + spec.home)} {q(prefix + '/cuda')}",
-        f"printf '%s\\n' {q(stamp_json)} > {q(stamp)}",
+        'ln -sfn lib "$H/lib64"',
+        _DEV_LINKS_SH,
+        f"ln -sfn {q(home.removeprefix(prefix + '/'))} {q(prefix + '/cuda')}",
+        # ready only when nvcc runs and reports the requested line
+        f'"$H/bin/nvcc" --version | grep -q {q(f"release {request.cuda},")}',
+        f"printf '%s\\n' {q(json.dumps({'key': key, 'cuda': request.cuda}))} > {q(stamp)}",
     ]
     return "\n".join(lines) + "\n"
 
 
-def _read_stamp(prefix: Path) -> dict[str, object] | None:
+def _read_stamp(prefix: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((prefix / STAMP).read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, ...]:
+    """The installed wheels' versions and sha256, from pip's installation report."""
+    by_wheel = {comps.pypi_requirement(c, "0", request.cuda).split("==")[0]: c for c in request.components}
+    out = []
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"pip wrote no readable installation report at {report}: {exc}") from exc
+    for item in data.get("install", []):
+        meta = item.get("metadata", {})
+        name = str(meta.get("name", "")).lower().replace("_", "-")
+        hashes = item.get("download_info", {}).get("archive_info", {}).get("hashes", {})
+        if name in by_wheel:
+            out.append(Component(by_wheel[name], str(meta.get("version")), hashes.get("sha256")))
+    order = {c: i for i, c in enumerate(request.components)}
+    return tuple(sorted(out, key=lambda c: order[c.name]))
 
 
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
@@ -185,67 +159,94 @@ def nvcc_release(nvcc: Path) -> str:
     return parse_nvcc_release(proc.stdout)
 
 
-def _toolkit_at(prefix: Path, spec: ToolkitSpec) -> Toolkit:
-    home = (prefix / "cuda").resolve()
-    nvcc = home / "bin" / "nvcc"
-    cuobjdump = home / "bin" / "cuobjdump"
+def _exe(request: ToolkitRequest, tool: str) -> str:
+    return f"bin/{tool}.exe" if request.platform.startswith("windows") else f"bin/{tool}"
+
+
+def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
+    """The toolkit under ``prefix`` when its stamp names ``request``'s key, else None."""
+    stamp = _read_stamp(prefix)
+    if stamp is None or stamp.get("key") != request.key() or "home" not in stamp:
+        return None
+    home = (prefix / stamp["home"]).resolve()
+    nvcc, cuobjdump = home / _exe(request, "nvcc"), home / _exe(request, "cuobjdump")
     for tool in (nvcc, cuobjdump):
-        if not os.access(tool, os.X_OK):
-            raise ToolError(f"the assembled toolkit has no runnable {tool}", where=str(prefix),
+        if not tool.is_file():
+            raise ToolError(f"the cached toolkit has no {tool.name}", where=str(prefix),
                             hint="remove the prefix and run `farm toolkit` again")
-    return Toolkit(home, nvcc, cuobjdump, spec.nvcc_version, spec.cuda)
+    return Toolkit(
+        home, nvcc, cuobjdump, str(stamp["nvcc"]), request.cuda, request.source, request.release,
+        stamp.get("manifest_url"), stamp.get("manifest_sha256"),
+        tuple(Component(c["name"], c["version"], c.get("sha256")) for c in stamp.get("components", ())),
+        prefix,
+    )
+
+
+def toolkit_prefix(root: Path, request: ToolkitRequest) -> Path:
+    """Where a build's toolkit lives in the cache: ``<root>/<line>/<source>-<release>-<platform>-<key>``."""
+    return Path(root) / request.cuda / request.slug
+
+
+def _ready_version(home: Path, request: ToolkitRequest, components: Sequence[Component]) -> str:
+    """nvcc's release, once it reports the requested line: the condition for the ready stamp.
+
+    A toolkit for another platform (Windows archives on a Linux host) cannot run here: its
+    ``cuda_nvcc`` version from the manifest stands in, and must be of the requested line.
+    """
+    nvcc = home / _exe(request, "nvcc")
+    import platform
+
+    host = "windows-x86_64" if os.name == "nt" else (
+        "linux-sbsa" if platform.machine() in ("aarch64", "arm64") else "linux-x86_64")
+    if request.platform == host:
+        version = nvcc_release(nvcc)
+    else:
+        if not nvcc.is_file():
+            raise ToolError(f"the assembled toolkit has no {nvcc.name}", where=str(home))
+        version = next((c.version for c in components if c.name == "cuda_nvcc"), "")
+    if not version.startswith(request.cuda + "."):
+        raise ToolError(f"{nvcc} reports release {version}, not CUDA {request.cuda}",
+                        hint="the pinned release or the mirror serves another line; check toolkit.lines in _defaults.yml")
+    return version
 
 
 def ensure_toolkit(
-    cuda: str,
+    request: ToolkitRequest,
     prefix: Path,
     *,
-    extra: Sequence[str] = (),
     python: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Toolkit:
-    """Return CUDA line ``cuda``'s toolkit under ``prefix``, assembling it from PyPI if needed.
+    """Return ``request``'s toolkit under ``prefix``, assembling it if needed.
 
-    Cached: a prefix stamped with the same pins returns without running anything. ``prefix`` must
+    Cached: a prefix stamped with the same key returns without running anything. ``prefix`` must
     be empty, missing, or a toolkit this function made; anything else is refused untouched.
+    Concurrent calls for one prefix wait on its lock; the second finds the first's toolkit.
     """
     from filelock import FileLock
 
-    if os.name == "nt":
-        raise ToolError("assembling a toolkit from PyPI is implemented for Linux hosts only",
-                        hint="install the CUDA toolkit on this host and pass its CUDA_HOME (farm build --cuda-home)")
-    spec = spec_for(cuda)
-    key = spec.key(extra)
     prefix = Path(prefix).absolute()
     if prefix.exists() and not prefix.is_dir():
         raise UsageError(f"--prefix {prefix} is a file, not a folder", hint="choose an empty or new --prefix")
-    stamp = _read_stamp(prefix)
-    if stamp is not None and stamp.get("key") == key:
-        return _toolkit_at(prefix, spec)
-
+    found = _cached(prefix, request)
+    if found is not None:
+        return found
     prefix.parent.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _msg: None)
     with FileLock(str(prefix) + ".lock"):
-        stamp = _read_stamp(prefix)  # another process may have finished meanwhile
-        if stamp is not None and stamp.get("key") == key:
-            return _toolkit_at(prefix, spec)
-        if prefix.exists() and stamp is None and any(prefix.iterdir()):
-            raise UsageError(
-                f"{prefix} exists and is not a toolkit farm assembled; refusing to write into it",
-                hint="choose an empty or new --prefix",
-            )
-        say = progress or (lambda _msg: None)
-        say(f"assembling CUDA {cuda} from PyPI into {prefix}: {', '.join((*spec.requirements, *extra))}")
+        found = _cached(prefix, request)  # another process may have finished meanwhile
+        if found is not None:
+            return found
+        if prefix.exists() and _read_stamp(prefix) is None and any(prefix.iterdir()):
+            raise UsageError(f"{prefix} exists and is not a toolkit farm assembled; refusing to write into it",
+                             hint="choose an empty or new --prefix")
+        say(f"assembling CUDA {request.cuda} ({request.source} {request.release}, {request.platform}) "
+            f"into {prefix}: {', '.join(request.components)}")
         staging = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=prefix.parent))
         try:
-            script = install_script(cuda, str(staging), python=python or sys.executable, extra=extra)
-            proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise ToolError(
-                    f"installing CUDA {cuda}'s wheels failed (rc {proc.returncode}):\n"
-                    + (proc.stderr or proc.stdout).strip()[-3000:],
-                    hint="check that pip can reach PyPI (proxy, certificates) and that the pins exist",
-                )
-            # The symlinks are relative, so the staged tree is valid at its final place.
+            stamp = _assemble(request, staging, python=python or sys.executable, say=say)
+            atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])
+            # Every link inside is relative, so the staged tree is valid at its final place.
             if prefix.exists():
                 old = prefix.with_name(f".{prefix.name}.old")
                 shutil.rmtree(old, ignore_errors=True)
@@ -257,12 +258,41 @@ def ensure_toolkit(
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-        toolkit = _toolkit_at(prefix, spec)
-        release = nvcc_release(toolkit.nvcc)
-        if release != spec.nvcc_version:
-            raise ToolError(f"{toolkit.nvcc} reports {release}, expected {spec.nvcc_version}", where=str(prefix))
-        say(f"CUDA {cuda} toolkit ready: CUDA_HOME={toolkit.cuda_home}")
+        toolkit = _cached(prefix, request)
+        assert toolkit is not None  # just stamped
+        say(f"CUDA {request.cuda} toolkit ready: CUDA_HOME={toolkit.cuda_home}")
         return toolkit
+
+
+def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Callable[[str], None]) -> dict[str, Any]:
+    """Assemble into ``staging``; the stamp's content once it is ready."""
+    if request.source == "pypi":
+        if os.name == "nt":
+            raise ToolError("assembling a toolkit from PyPI is implemented for Linux hosts only",
+                            hint="use --source redist, or pass an installed toolkit (farm build --cuda-home)")
+        proc = subprocess.run(["sh", "-c", install_script(request, str(staging), python=python)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise ToolError(
+                f"installing CUDA {request.cuda}'s wheels failed (rc {proc.returncode}):\n"
+                + (proc.stderr or proc.stdout).strip()[-3000:],
+                hint="check that pip can reach PyPI (proxy, certificates) and that the pins exist",
+            )
+        home = f"site/nvidia/cu{request.cuda.split('.')[0]}"
+        components = _pypi_components(staging / "pip-report.json", request)
+        manifest_url = manifest_sha = None
+    else:
+        from farm.toolkit import redist
+
+        result = redist.assemble(request, staging / "cuda", progress=say)
+        home, components = "cuda", result.components
+        manifest_url, manifest_sha = request.manifest_url, result.manifest_sha256
+    version = _ready_version((staging / home).resolve(), request, components)
+    return {
+        "key": request.key(), "cuda": request.cuda, "home": home, "nvcc": version,
+        "request": request.to_json(), "manifest_url": manifest_url, "manifest_sha256": manifest_sha,
+        "components": [c.to_json() for c in components],
+    }
 
 
 def toolkit_at_home(cuda_home: Path) -> Toolkit:
@@ -276,4 +306,4 @@ def toolkit_at_home(cuda_home: Path) -> Toolkit:
     if not cuobjdump.exists():
         raise ToolError(f"{home} has no bin/cuobjdump{exe}", hint="install the toolkit's cuobjdump component")
     release = nvcc_release(nvcc)
-    return Toolkit(home, nvcc, cuobjdump, release, ".".join(release.split(".")[:2]))
+    return Toolkit(home, nvcc, cuobjdump, release, ".".join(release.split(".")[:2]), "installed")

@@ -1,0 +1,105 @@
+"""The vocabulary of toolkit components: NVIDIA's redistrib manifest keys, and what each provides.
+
+A component is named as in NVIDIA's ``redistrib_X.Y.Z.json`` (``cuda_nvcc``, ``libcublas``, ...),
+whatever the toolkit's source: the PyPI wheel of a component is derived from the name
+(:data:`PYPI_WHEELS`). The header and library tables let the pre-compile check
+(:mod:`farm.toolkit.check`) say which component a missing ``#include`` or ``-l`` needs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class Component:
+    """One component as installed: its manifest name, version and the sha256 of its archive or wheel."""
+
+    name: str
+    version: str
+    sha256: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"name": self.name, "version": self.version, "sha256": self.sha256}
+
+
+
+# component -> NVIDIA's CUDA 13 PyPI wheel (CUDA 12 wheels add "-cu12"; they hold no nvcc, FACTS §10).
+PYPI_WHEELS: dict[str, str] = {
+    "cuda_nvcc": "nvidia-cuda-nvcc",
+    "cuda_crt": "nvidia-cuda-crt",
+    "libnvvm": "nvidia-nvvm",
+    "cuda_cudart": "nvidia-cuda-runtime",
+    "cuda_cccl": "nvidia-cuda-cccl",
+    "cuda_cuobjdump": "nvidia-cuda-cuobjdump",
+    "cuda_nvrtc": "nvidia-cuda-nvrtc",
+    "cuda_cupti": "nvidia-cuda-cupti",
+    "cuda_nvtx": "nvidia-nvtx",
+    "libcublas": "nvidia-cublas",
+    "libcusparse": "nvidia-cusparse",
+    "libcusolver": "nvidia-cusolver",
+    "libcurand": "nvidia-curand",
+    "libcufft": "nvidia-cufft",
+    "libnvjitlink": "nvidia-nvjitlink",
+}
+
+# Headers a source may include, by the component that ships them. A directory entry ("thrust/")
+# matches every header below it. CCCL's live under include/cccl/ in CUDA 13 (nvcc adds that path).
+HEADERS: dict[str, tuple[str, ...]] = {
+    "cuda_cudart": ("cuda_runtime.h", "cuda_runtime_api.h", "cuda.h", "cuda_fp16.h", "cuda_bf16.h",
+                    "cuda_fp8.h", "cooperative_groups.h", "cooperative_groups/", "cuda_profiler_api.h",
+                    "device_launch_parameters.h", "mma.h", "cuda_pipeline.h", "cuComplex.h"),
+    "cuda_cccl": ("thrust/", "cub/", "cuda/", "nv/"),
+    "libcublas": ("cublas_v2.h", "cublas.h", "cublasLt.h", "cublas_api.h", "cublasXt.h"),
+    "libcusparse": ("cusparse.h", "cusparse_v2.h"),
+    "libcusolver": ("cusolverDn.h", "cusolverSp.h", "cusolver_common.h", "cusolverRf.h", "cusolverMg.h"),
+    "libcurand": ("curand.h", "curand_kernel.h", "curand_philox4x32_x.h"),
+    "libcufft": ("cufft.h", "cufftXt.h"),
+    "cuda_nvtx": ("nvtx3/", "nvToolsExt.h"),
+    "cuda_nvrtc": ("nvrtc.h",),
+    "cuda_cupti": ("cupti.h",),
+    "libnvjitlink": ("nvJitLink.h",),
+}
+
+# What must be in CUDA_HOME once a component is there: the first header it ships (or its tool).
+MARKERS: dict[str, str] = {
+    "cuda_nvcc": "bin/nvcc",
+    "cuda_crt": "include/crt/host_defines.h",
+    "libnvvm": "nvvm/bin/cicc",
+    "cuda_cuobjdump": "bin/cuobjdump",
+    "cuda_cudart": "include/cuda_runtime.h",
+    "cuda_cccl": "include/cub/cub.cuh|include/cccl/cub/cub.cuh",
+    "libcublas": "include/cublas_v2.h",
+    "libcusparse": "include/cusparse.h",
+    "libcusolver": "include/cusolverDn.h",
+    "libcurand": "include/curand.h",
+    "libcufft": "include/cufft.h",
+    "cuda_nvtx": "include/nvtx3/nvToolsExt.h",
+    "cuda_nvrtc": "include/nvrtc.h",
+    "cuda_cupti": "include/cupti.h",
+    "libnvjitlink": "include/nvJitLink.h",
+}
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def is_component_name(text: str) -> bool:
+    """A manifest key's shape: ``libcublas``, ``cuda_nvtx`` (not a wheel name like ``nvidia-nvtx``)."""
+    return bool(_NAME.match(text))
+
+
+def component_of_header(include: str) -> str | None:
+    """The component that ships ``#include <include>``, or None for a header farm does not know."""
+    for component, headers in HEADERS.items():
+        for header in headers:
+            if include == header or (header.endswith("/") and include.startswith(header)):
+                return component
+    return None
+
+
+def pypi_requirement(component: str, version: str, cuda: str) -> str:
+    """``nvidia-cublas==13.1.0.3``: the wheel of ``component`` for CUDA line ``cuda``."""
+    wheel = PYPI_WHEELS[component]
+    if cuda.split(".")[0] == "12":
+        wheel += "-cu12"
+    return f"{wheel}=={version}"

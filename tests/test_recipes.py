@@ -1,0 +1,124 @@
+"""The repository's own recipes: every one loads, every cell it declares resolves, and the matrix
+lists the public farm's 44 packages (plus the demo) with more than 10,000 cells."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from farm.build.plan import PlanOptions, plan_build
+from farm.cli import main
+from farm.model.arch import validate_for_cuda
+from farm.model.cells import (
+    declared_cells,
+    is_phantom,
+    planned_wheel_name,
+    recipe_excludes,
+    requires_dist,
+    resolve_arch,
+)
+from farm.model.config import FarmConfig, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+# The public farm's packages (its packages/<name>/ folders), each a recipe here under the same name.
+PUBLIC_FARM = (
+    "cc_torch", "cubvh", "cumesh", "cumesh_vb", "cumm", "custom_rasterizer_hy3d2", "detectron2",
+    "diff_gaussian_rasterization", "diso", "dpvo_cuda", "drtk", "faithc_aot", "flash_attn", "flexgemm",
+    "flexgemm_ap", "flexgemm_vb", "fused_ssim", "gsplat", "gsplat_maskgaussian", "llama_cpp_python", "mmcv",
+    "natten", "nunchaku", "nvdiffrast", "nvdiffrec_render", "ovoxel", "ovoxel_vb", "ovoxel_vb_ap",
+    "pointnet2_ops", "pyg_lib", "pytorch3d", "sageattention", "sageattn3", "simple_knn", "spconv",
+    "torch_cluster", "torch_generic_nms", "torch_scatter", "torch_sparse", "torch_spline_conv", "torchao",
+    "torchsparse", "vllm", "vox2seq",
+)
+
+
+@pytest.fixture(scope="module")
+def config() -> FarmConfig:
+    return load_config(REPO)
+
+
+def test_every_public_farm_package_has_a_recipe(config: FarmConfig) -> None:
+    assert len(PUBLIC_FARM) == 44
+    assert set(config.recipes) == {*PUBLIC_FARM, "demo_ext"}
+
+
+@pytest.mark.parametrize("name", [*PUBLIC_FARM, "demo_ext"])
+def test_recipe_loads_and_every_cell_resolves(config: FarmConfig, name: str) -> None:
+    recipe = config.recipe(name)
+    alone = load_config(REPO, packages=[name]).recipe(name)  # loads on its own, siblings included
+    assert alone.sha256 == recipe.sha256 and alone.siblings == recipe.siblings
+    built = 0
+    for cell in declared_cells(config.defaults, recipe):
+        if is_phantom(config.defaults, cell) or recipe_excludes(recipe, cell):
+            continue
+        resolution = resolve_arch(config, recipe, cell)
+        if resolution is None:  # no policy row for this (platform group, CUDA line): not built
+            continue
+        validate_for_cuda(resolution.archs, cell.cuda, where=resolution.origin)
+        assert planned_wheel_name(recipe, cell, config.effective_epoch(recipe)).endswith(".whl")
+        for req in requires_dist(recipe, cell):
+            parsed = Requirement(req)
+            assert "{" not in req and parsed.name
+        built += 1
+    assert built > 0, f"{name} builds no cell at all"
+
+
+@pytest.mark.parametrize("name", [*PUBLIC_FARM, "demo_ext"])
+def test_recipe_plans_a_build_on_every_line_and_platform(config: FarmConfig, name: str, tmp_path: Path) -> None:
+    """The build planner takes every recipe (extra components, env, arch renderings) on each
+    (CUDA line, platform) it builds; the first cell of each stands for the rest."""
+    recipe = config.recipe(name)
+    options = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", host_cuda_home=tmp_path / "cuda")
+    seen = set()
+    for cell in declared_cells(config.defaults, recipe):
+        if (cell.cuda, cell.platform) in seen or is_phantom(config.defaults, cell) or recipe_excludes(recipe, cell):
+            continue
+        if resolve_arch(config, recipe, cell) is None:
+            continue
+        seen.add((cell.cuda, cell.platform))
+        plan = plan_build(config, recipe, cell, tmp_path, options)
+        assert plan.cell == cell and plan.argv[0] == "cibuildwheel"
+        for var in recipe.build.arch_env:  # packages that read their own variable get the cell's list
+            assert var in plan.env["CIBW_ENVIRONMENT"]
+    assert seen
+
+
+def test_the_public_farms_sharded_packages_shard_on_linux(config: FarmConfig) -> None:
+    jobs = {name: r.sharding.jobs for name, r in config.recipes.items() if r.sharding is not None}
+    assert jobs == {"flash_attn": 20, "natten": 20, "spconv": 10, "llama_cpp_python": 10}
+    for name, count in jobs.items():
+        sharding = config.recipe(name).sharding
+        assert sharding is not None and sharding.jobs_for("win_amd64") == 1
+        assert sharding.jobs_for("linux_x86_64") == sharding.jobs_for("linux_aarch64") == count
+
+
+def test_sibling_pins_render_per_cell(config: FarmConfig) -> None:
+    ovoxel, spconv = config.recipe("ovoxel"), config.recipe("spconv")
+    cell = next(c for c in declared_cells(config.defaults, ovoxel) if c.cuda == "12.8" and c.torch == "2.8")
+    reqs = requires_dist(ovoxel, cell)
+    assert f"cumesh=={config.recipe('cumesh').version}+cu128torch2.8" in reqs
+    assert f"flex_gemm=={config.recipe('flexgemm').version}+cu128torch2.8" in reqs
+    cell = next(c for c in declared_cells(config.defaults, spconv) if c.cuda == "13.0")
+    assert f"cumm=={config.recipe('cumm').version}+cu130" in requires_dist(spconv, cell)
+
+
+def test_matrix_lists_every_package_with_over_10000_cells(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.touch()  # nothing built: every declared cell that survives the filters is to build
+    rc = main(["matrix", "--root", str(REPO), "--no-lint", "--json", "--ledger", str(ledger)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {p["package"] for p in out["packages"]} == {*PUBLIC_FARM, "demo_ext"}
+    assert out["totals"]["declared"] > 10_000
+    assert out["totals"]["to_build"] == len(out["cells"]) > 10_000
+    by_name = {p["package"]: p for p in out["packages"]}
+    # restrictions of the public farm: vLLM on two (cuda, torch) rows of Linux x86_64 only
+    assert by_name["vllm"]["to_build"] == 10
+    assert {c["platform"] for c in out["cells"] if c["package"] == "gsplat_maskgaussian"} == {
+        "linux_x86_64", "win_amd64"}
