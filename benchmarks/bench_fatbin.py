@@ -28,12 +28,12 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, installed_farm, interleaved, measure, table  # noqa: E402
+from _harness import REPO, installed_farm, interleaved, measure, table
 
 sys.path.insert(0, str(REPO))
-from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump, parse_listing, variant_free  # noqa: E402
-from farm.binary.wheelfile import SafeWheel  # noqa: E402
-from farm.model.arch import Target  # noqa: E402
+from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump, parse_listing, variant_free
+from farm.binary.wheelfile import SafeWheel
+from farm.model.arch import Target
 
 PACKAGES = {"13": "nvidia-cublas", "12": "nvidia-cublas-cu12"}
 # a ~1 MB extension: a few translation units of templated kernels for seven images

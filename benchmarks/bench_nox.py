@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, interleaved, measure, table  # noqa: E402
+from _harness import REPO, interleaved, measure, table
 
 
 def main() -> int:

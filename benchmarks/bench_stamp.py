@@ -22,10 +22,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import REPO, interleaved, table  # noqa: E402
+from _harness import REPO, interleaved, table
 
 sys.path.insert(0, str(REPO))
-from tests.wheelmaker import make_wheel  # noqa: E402
+from tests.wheelmaker import make_wheel
 
 KERNEL = r"""
 __global__ void scale(float *x, float a, int n) {

@@ -179,3 +179,24 @@ class DefectError(FarmError):
     """A check ran and found defects; raised where a report cannot be returned instead."""
 
     exit_code = EXIT_DEFECT
+
+
+class NetworkError(FarmError):
+    """An index page or a download that cannot be reached, answers an HTTP error, or is cut off
+    (farm.netutil); each caller words it for its own step."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+    def __init__(self, message: str, *, url: str, status: int | None = None, where: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, where=where, hint=hint)
+        self.url = url
+        self.status = status  # the HTTP status, where the server answered one
+
+
+class TooLarge(NetworkError):
+    """More bytes than the step allows (an index page, a wheel, an archive): nothing more is read."""
+
+    def __init__(self, message: str, *, url: str, cap: int) -> None:
+        super().__init__(message, url=url)
+        self.cap = cap

@@ -19,7 +19,7 @@ from farm.provenance.ledger import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import Check, IndexSettings, upload
 from farm.publish.gate import Vouchers, found_difference, judge, run_gate
-from tests.publishfix import REPO, Batch, copy_batch, demo_batch, write_farm_root
+from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
 
 __all__ = ["demo_batch"]

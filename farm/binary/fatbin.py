@@ -93,8 +93,10 @@ class Fatbin:
         pending = self.__dict__.pop("_pending", None) if name == "entries" else None
         if pending is None:
             raise AttributeError(name)
-        models, raw = pending
-        entries = tuple(Entry(*models[decoded], pos, header_size, payload_size, uncompressed)
+        models: dict[_scan.Decoded, tuple[EntryKind, Target, Compression]] = pending[0]
+        raw: list[_scan.RawEntry] = pending[1]
+        entries = tuple(Entry(*models[decoded], offset=pos, header_size=header_size, payload_size=payload_size,
+                              uncompressed_size=uncompressed)
                         for decoded, pos, header_size, payload_size, uncompressed in raw)
         self.__dict__["entries"] = entries
         return entries
@@ -174,7 +176,7 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
 _ZSTD_SIZE_UNKNOWN = (1 << 64) - 1  # ZSTD_CONTENTSIZE_UNKNOWN
 
 
-def read_payload(path: Path, entry: Entry, *, limit: int = 256 << 20, fh: BinaryIO | None = None) -> bytes | None:
+def read_payload(path: Path | str, entry: Entry, *, limit: int = 256 << 20, fh: BinaryIO | None = None) -> bytes | None:
     """The entry's payload, decompressed; ``None`` when its codec is not available (LZ4).
 
     ``fh``: the file already open (stub detection reads many payloads of one file)."""
@@ -252,7 +254,7 @@ def _may_be_stub(fatbin: Fatbin) -> bool:
     return all(max(e.payload_size, e.uncompressed_size) <= _STUB_MAX for e in fatbin.entries)
 
 
-def is_device_link_stub(path: Path, fatbin: Fatbin, *, fh: BinaryIO | None = None) -> bool | None:
+def is_device_link_stub(path: Path | str, fatbin: Fatbin, *, fh: BinaryIO | None = None) -> bool | None:
     """True when every entry is a cubin without code (an nvcc device-link stub), False when not,
     None when a compressed payload cannot be checked."""
     if not _may_be_stub(fatbin):
@@ -269,7 +271,7 @@ def is_device_link_stub(path: Path, fatbin: Fatbin, *, fh: BinaryIO | None = Non
     return True
 
 
-def find_stubs(path: Path, fatbins: Iterable[Fatbin]) -> frozenset[int]:
+def find_stubs(path: Path | str, fatbins: Iterable[Fatbin]) -> frozenset[int]:
     """Offsets of the device-link stubs among ``fatbins``: the file is opened once, and only
     fatbins that could be one (all cubins, all small) have a payload read."""
     candidates = [f for f in fatbins if _may_be_stub(f)]

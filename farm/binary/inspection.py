@@ -118,7 +118,7 @@ class SoInspection:
                     "entries": [
                         {"kind": kind, "target": name, "compression": compression,
                          "offset": e.offset, "size": e.payload_size}
-                        for (kind, _, _, compression, name), e in zip(f.signature, f.entries)
+                        for (kind, _, _, compression, name), e in zip(f.signature, f.entries, strict=True)
                     ],
                 }
                 for f in self.fatbins
@@ -200,9 +200,11 @@ def inspect_file(
     name = label or os.fspath(path)
     if tool is None:
         return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs)
+    from pathlib import Path
+
     from farm.binary.cuobjdump import list_targets
 
-    listing = tuple(list_targets(path, tool))
+    listing = tuple(list_targets(Path(path), tool))
     if reader is Reader.CUOBJDUMP:
         return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs)
     return SoInspection(name, reader, fatbins, listing, compare(fatbins, listing), found_stubs, stubs)

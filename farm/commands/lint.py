@@ -109,6 +109,7 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     from farm.lint import lint_cached
     from farm.model.arch import ArchList
     from farm.model.config import PathSource, load_config
+    from farm.progress import reporter
     from farm.schedule.matrix import LintOutcome, stale_ignores
     from farm.source.fetch import fetch
 
@@ -126,10 +127,14 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
                              hint="pass --arch-list, or check the recipe's only: restrictions")
     if isinstance(recipe.source, PathSource):
         memo.depend(recipe.source.path)  # a local tree: its files are the answer's input too
-    tree = fetch(recipe.source, cache_dir, package=recipe.name)
-    outcomes = [LintOutcome(recipe.name, archs.canonical(),
-                            lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir))
-                for archs in lists]
+    say = reporter("farm lint", json=args.json)
+    tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
+    outcomes = []
+    for archs in lists:
+        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
+        outcomes.append(LintOutcome(recipe.name, archs.canonical(),
+                                    lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
+                                                build_subdir=recipe.build.subdir)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]

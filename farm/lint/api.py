@@ -26,12 +26,11 @@ from farm.lint.report import (
     apply_ignores,
 )
 from farm.lint.rules import check
+from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
 from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
 from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
 from farm.source.fetch import SourceTree, fetch
-from farm.lint.version import LINT_VERSION
-
 
 __all__ = [
     "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",

@@ -48,8 +48,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.lint.lexer import strip_hash_comments
 from farm.fsutil import walk_files
+from farm.lint.lexer import strip_hash_comments
 
 SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 HEADER_EXTS = (".h", ".hpp", ".cuh", ".hh", ".hxx", ".inl", ".inc", ".tcc", ".ipp", ".cuinl")
@@ -483,7 +483,8 @@ def resolve_include(index: TreeIndex, including: str, target: str) -> list[str]:
         return matches
     # Include directories are almost always ancestors of the including file: prefer the closest.
     def shared(path: str) -> int:
-        return len(os.path.commonprefix([path.split("/"), including.split("/")]))
+        # element-wise over the lists of components, so it counts whole directories
+        return len(os.path.commonprefix([path.split("/"), including.split("/")]))  # noqa: RUF071
     best = max(shared(m) for m in matches)
     return [m for m in matches if shared(m) == best]
 

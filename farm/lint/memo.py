@@ -12,6 +12,7 @@ could land in the same timestamp tick with the same size): such an answer is not
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,16 +30,16 @@ def stamp(path: str) -> tuple[str, int]:
     of ``path`` itself, a file), and the newest mtime seen. The walk is the lint's own (sorted,
     SKIP_DIRS left out, directory links not entered), in one scandir pass: this is most of the
     time a warm run takes."""
-    rows: list[tuple[object, ...]] = []
+    rows: list[tuple[str, int, int, int, int, int] | tuple[str]] = []
     if os.path.isdir(path):
         _scan(path, rows)
     else:
         _stat(path, rows)
     newest = max((r[2] for r in rows if len(r) > 2), default=0)
-    return hashlib.sha256(repr(rows).encode("utf-8", "surrogateescape")).hexdigest(), int(newest)  # type: ignore[call-overload]
+    return hashlib.sha256(repr(rows).encode("utf-8", "surrogateescape")).hexdigest(), newest
 
 
-def _stat(path: str, rows: list[tuple[object, ...]]) -> None:
+def _stat(path: str, rows: list[tuple[str, int, int, int, int, int] | tuple[str]]) -> None:
     try:
         st = os.stat(path)
     except OSError:  # a dangling link, a file removed meanwhile: part of the state too
@@ -47,7 +48,7 @@ def _stat(path: str, rows: list[tuple[object, ...]]) -> None:
     rows.append((path, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode))
 
 
-def _scan(directory: str, rows: list[tuple[object, ...]]) -> None:
+def _scan(directory: str, rows: list[tuple[str, int, int, int, int, int] | tuple[str]]) -> None:
     with os.scandir(directory) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
@@ -94,11 +95,11 @@ class Memo:
     def remember(self, code: int, text: str, as_json: str) -> None:
         if self._racy or not self._stamps:
             return  # a file too fresh to trust its timestamp: answer again next time
-        from farm.fsutil import atomic_write  # a cache: atomic (never torn), not durable
         from pathlib import Path
 
+        from farm.fsutil import atomic_write  # a cache: atomic (never torn), not durable
+
         data = json.dumps({"stamps": self._stamps, "code": code, "text": text, "json": as_json})
-        try:
+        # a read-only cache folder costs the next run time, not this one its answer
+        with contextlib.suppress(OSError):
             atomic_write(Path(self.path), [data.encode()], durable=False)
-        except OSError:
-            pass  # a read-only cache folder costs the next run time, not this one its answer
