@@ -345,6 +345,7 @@ def test_more_cells_than_the_workflow_runs_are_deferred_not_refused(
 
     out = read_outputs(output)
     assert out["shard_count"] == "2" and out["total"] == "512" and out["deferred"] == "88"
+    assert json.loads(out["deferred_by_package"]) == {"p1": 22, "p2": 22, "p3": 22, "p4": 22}
     ids = [e["id"] for i in range(2) for e in json.loads(out[f"shard_{i}"])]
     assert ids == [c["id"] for c in data["cells"]]
     text = summary.read_text()
@@ -392,7 +393,8 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
     assert rc == 0 and data["cells"] == []
-    assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0"}
+    assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0",
+                                    "deferred_by_package": "{}"}
 
 
 @given(st.integers(min_value=0, max_value=1500))

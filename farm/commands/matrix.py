@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -131,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(args.ledger or config.ledger_path)
+    gc.freeze()  # the config and the index live as long as the run: later collections skip them
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None)
     if args.fail_on_deferred and wave.deferred:
