@@ -109,6 +109,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def writer_alive(pid: int) -> bool:
+    """Whether the writer whose pid a temp name carries still runs (its leftovers are not swept)."""
+    return _alive(pid)
+
+
 def sweep_leftovers(directory: Path, prefix: str = ".") -> list[Path]:
     """Remove the temp files of killed writers in ``directory`` (not recursive; only names that
     start with ``prefix``); returns them."""

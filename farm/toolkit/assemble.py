@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ToolError, UsageError
-from farm.fsutil import atomic_write
+from farm.fsutil import atomic_write, temp_prefix, writer_alive
 from farm.toolkit import components as comps
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
@@ -242,7 +242,8 @@ def ensure_toolkit(
                              hint="choose an empty or new --prefix")
         say(f"assembling CUDA {request.cuda} ({request.source} {request.release}, {request.platform}) "
             f"into {prefix}: {', '.join(request.components)}")
-        staging = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=prefix.parent))
+        _sweep_staging(prefix)
+        staging = Path(tempfile.mkdtemp(prefix=temp_prefix(prefix.name), suffix=".staging", dir=prefix.parent))
         try:
             stamp = _assemble(request, staging, python=python or sys.executable, say=say)
             atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])
@@ -262,6 +263,15 @@ def ensure_toolkit(
         assert toolkit is not None  # just stamped
         say(f"CUDA {request.cuda} toolkit ready: CUDA_HOME={toolkit.cuda_home}")
         return toolkit
+
+
+def _sweep_staging(prefix: Path) -> None:
+    """Remove the staging folders of killed assemblies of ``prefix`` (their names carry the pid)."""
+    pattern = re.compile(rf"^\.{re.escape(prefix.name)}\.(\d+)\.[A-Za-z0-9_]+\.staging$")
+    for entry in prefix.parent.iterdir():
+        m = pattern.match(entry.name)
+        if m and entry.is_dir() and not writer_alive(int(m[1])):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Callable[[str], None]) -> dict[str, Any]:
