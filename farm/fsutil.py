@@ -109,9 +109,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def writer_alive(pid: int) -> bool:
-    """Whether the writer whose pid a temp name carries still runs (its leftovers are not swept)."""
-    return _alive(pid)
+def temp_dir_prefix(name: str) -> str:
+    """``mkdtemp`` prefix for a private work folder a later run may sweep (:func:`sweep_dead_dirs`)."""
+    return f"{name}-{os.getpid()}-"
+
+
+def sweep_dead_dirs(parent: Path, name: str) -> list[Path]:
+    """Remove ``parent/<name>-<pid>-*`` work folders whose process is gone (a killed run's)."""
+    import shutil
+
+    removed: list[Path] = []
+    pattern = re.compile(rf"^{re.escape(name)}-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for entry in names:
+        m = pattern.match(entry)
+        if m and not _alive(int(m["pid"])):
+            path = Path(parent) / entry
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def sweep_leftovers(directory: Path, prefix: str = ".") -> list[Path]:

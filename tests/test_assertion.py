@@ -125,12 +125,28 @@ def test_host_only_extensions(cuda_fixtures: CudaFixtures, tmp_path: Path) -> No
     assert assert_wheel(only_host, Expected(ArchList.parse(BASE), cuda_package=False)).passed
 
 
-def test_vendored_libraries_are_listed_not_asserted(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
-    wheel = _wheel(tmp_path, cuda_fixtures, **{EXT: "two-tu", "demo.libs/libextra-12ab.so.1": "nvcc-default"})
-    report = assert_wheel(wheel, EXPECTED)
-    assert report.passed
-    assert [v.path for v in report.vendored] == ["demo.libs/libextra-12ab.so.1"]
-    assert "vendored libraries (not asserted)" in report.render()
+def test_bundled_libraries_are_asserted_against_the_recipe(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
+    """A library auditwheel bundled into ``*.libs/`` is a binary users run like the extension: it
+    must be declared, and hold its declared list (or be exempt, with a reason)."""
+    from dataclasses import replace
+
+    from farm.binary.assertion import VendoredRule
+
+    lib = "demo.libs/libextra-12ab.so.1"
+    wheel = _wheel(tmp_path, cuda_fixtures, **{EXT: "two-tu", lib: "sm90a"})  # built for other arches
+    undeclared = assert_wheel(wheel, EXPECTED)
+    assert not undeclared.passed
+    assert "the recipe does not declare it" in undeclared.render()
+    other = assert_wheel(wheel, replace(EXPECTED, vendored=(VendoredRule("libextra*", ArchList.parse(BASE)),)))
+    assert not other.passed
+    (result,) = other.vendored_results
+    assert result.problem is not None and "missing" in result.problem and "extra sm_90a;compute_90a" in result.problem
+    own = assert_wheel(wheel, replace(EXPECTED, vendored=(VendoredRule("libextra*", ArchList.parse("9.0a+PTX")),)))
+    assert own.passed and own.vendored_results[0].record() == {
+        "found": "sm_90a;compute_90a", "expected": "sm_90a;compute_90a", "exempt": None}
+    exempt = assert_wheel(wheel, replace(EXPECTED, vendored=(VendoredRule(lib, None, "NVIDIA's build"),)))
+    assert exempt.passed and exempt.vendored_results[0].record()["exempt"] == "NVIDIA's build"
+    assert json.loads(json.dumps(exempt.to_json()))["vendored"][0]["path"] == lib
 
 
 def test_no_extension_at_all(tmp_path: Path) -> None:

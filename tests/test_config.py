@@ -75,6 +75,18 @@ def test_per_extension_lists(farm_root: Path) -> None:
         ("*_sm90*", "sm_90a"), ("*_sm80*", "sm_80;sm_86")]
 
 
+def test_sharding_forms(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD + "sharding: 20\n")
+    sharding = load_config(farm_root).recipe("pkg").sharding
+    assert sharding is not None and sharding.jobs == 20
+    assert (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64"), sharding.jobs_for("win_amd64")) == (20, 20, 1)
+    write(farm_root, "pkg", GOOD + "sharding: {jobs: 10, platforms: [linux_x86_64]}\n")
+    sharding = load_config(farm_root).recipe("pkg").sharding
+    assert sharding is not None and (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64")) == (10, 1)
+    write(farm_root, "pkg", GOOD)
+    assert load_config(farm_root).recipe("pkg").sharding is None
+
+
 def test_unknown_package_suggests(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD)
     with pytest.raises(UsageError, match="did you mean 'pkg'"):
@@ -122,6 +134,10 @@ MALFORMED = {
     "arch-env-unknown-rendering": (GOOD + "build:\n  arch_env: {PKG_ARCHS: cmak}\n", "did you mean 'cmake'", 7),
     "arch-env-shadows-farm": (GOOD + "build:\n  arch_env: {TORCH_CUDA_ARCH_LIST: torch}\n", "is set by farm", 7),
     "arch-typo": (GOOD + "arch:\n  list: '8.0;9.9'\n", "not a GPU arch any nvcc knows", 7),
+    "sharding-one-job": (GOOD + "sharding: 1\n", "between 2 and 64", 6),
+    "sharding-not-int": (GOOD + "sharding: many\n", "e.g. sharding: 10", 6),
+    "sharding-windows": (GOOD + "sharding: {jobs: 4, platforms: [win_amd64]}\n", "Linux builds only", 6),
+    "sharding-unknown-key": (GOOD + "sharding: {jobs: 4, platfroms: [linux_x86_64]}\n", "did you mean 'platforms'", 6),
     "verify-bad-device-error": (GOOD + "verify:\n  expect_device_error: 3\n", "must be true or the text", 7),
     "verify-bad-module": (GOOD + "verify:\n  import_name: llama-cpp\n", "is not a module name", 7),
     "verify-unknown-key": (GOOD + "verify:\n  skip_arch: yes\n", "unknown key 'verify.skip_arch'", 7),

@@ -33,6 +33,7 @@ def _big_wheel(tmp_path: Path, size: int = 96 << 20) -> Path:
     return make_wheel(tmp_path / "raw", "big", "1.0", {"big/blob.bin": os.urandom(size), "big/__init__.py": b""})
 
 
+@pytest.mark.slow  # writes and stamps a 96 MiB wheel twice
 def test_a_killed_stamp_is_swept_by_the_next_run(tmp_path: Path) -> None:
     wheel = _big_wheel(tmp_path)
     out = tmp_path / "out"
@@ -131,3 +132,16 @@ def test_unwritable_folder_names_the_folder(tmp_path: Path) -> None:
         with pytest.raises(FileSystemError, match="read-only filesystem") as exc:
             atomic_write(locked / "x", [b"x"])
         assert exc.value.exit_code == 3 and f"ls -ld {locked}" in str(exc.value)
+
+
+def test_a_killed_audits_downloads_are_swept_by_the_next_audit(tmp_path: Path) -> None:
+    from farm.provenance.audit import Scratch, _stream
+
+    scratch = tmp_path / "scratch"
+    dead = scratch / "farm-audit-999999999-abc123"  # no such pid: a killed audit's folder
+    dead.mkdir(parents=True)
+    (dead / "half.whl").write_bytes(b"\0" * 1024)
+    live = scratch / f"farm-audit-{os.getpid()}-xyz"  # a running audit's (this process)
+    live.mkdir()
+    assert list(_stream(iter(()), Scratch(scratch), 1.0, None)) == []
+    assert not dead.exists() and live.exists()

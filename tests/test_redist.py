@@ -102,7 +102,7 @@ def _nothing_usable(prefix: Path) -> None:
 
 # -- a CUDA_HOME from the archives ----------------------------------------------------------------
 def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, served):
-    data, prefix = redist_toolkit
+    data, _prefix = redist_toolkit
     _, url = served
     home = Path(data["cuda_home"])
     assert data["source"] == "redist" and data["release"] == "13.0.2" and data["version"] == "13.0.88"
@@ -197,7 +197,7 @@ def test_an_interrupted_download_is_never_used(served, tmp_path):
     rel, _ = _archive(served, "cuda_nvcc")
     redisttree.CUT.add(f"/good/{rel}")
     prefix = tmp_path / "tk"
-    killed = tmp_path / ".tk.999999999.a1b2.staging"  # an earlier assembly, killed midway
+    killed = tmp_path / ".tk.staging-999999999-a1b2"  # an earlier assembly, killed midway
     (killed / "cuda").mkdir(parents=True)
     request = request_for(_config("13.0.2", CUDA13), "13.0", redist_url=served[1] + "good/")
     try:

@@ -13,10 +13,29 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from farm.binary.fatbin import RELOCATABLE_SECTION, union
+from farm.binary.fatbin import union
+from farm.binary.fatbinscan import RELOCATABLE_SECTION
 from farm.binary.inspection import Reader, SoInspection, Tools, inspect_wheel
 from farm.model.arch import ArchList, Target
 from farm.table import format_table
+
+
+@dataclass(frozen=True)
+class VendoredRule:
+    """The recipe's expectation for bundled libraries matching ``glob`` (``*.libs/`` members):
+    their own arch list (empty: host-only), or ``archs`` None and the reason they are exempt."""
+
+    glob: str
+    archs: ArchList | None
+    exempt: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"glob": self.glob, "archs": self.archs.canonical() if self.archs is not None else None,
+                "exempt": self.exempt}
+
+
+def _match(archive_path: str, glob: str) -> bool:
+    return fnmatch.fnmatchcase(archive_path, glob) or fnmatch.fnmatchcase(PurePosixPath(archive_path).name, glob)
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,10 @@ class Expected:
     allow_no_extensions: bool = False
     cuda_package: bool = True
     default_from: str = "the cell's arch list"  # what the default list is, for the report
+    vendored: tuple[VendoredRule, ...] = ()  # bundled libraries: first matching rule wins
+
+    def for_vendored(self, archive_path: str) -> VendoredRule | None:
+        return next((r for r in self.vendored if _match(archive_path, r.glob)), None)
 
     def for_extension(self, archive_path: str) -> tuple[ArchList, str | None]:
         """The expected list for one extension and the glob that chose it (``None``: the default)."""
@@ -48,6 +71,7 @@ class Expected:
             "per_extension": {glob: archs.canonical() for glob, archs in self.per_extension},
             "allow_no_extensions": self.allow_no_extensions,
             "cuda_package": self.cuda_package,
+            "vendored": [r.to_json() for r in self.vendored],
         }
 
 
@@ -161,6 +185,55 @@ class ExtensionResult:
 
 
 @dataclass(frozen=True)
+class VendoredResult:
+    """One bundled library (``*.libs/``) against the recipe's rule for it."""
+
+    path: str
+    found: ArchList
+    rule: VendoredRule | None  # None: the recipe does not declare it
+    disagreement: str | None = None  # the two readers differ
+
+    @property
+    def passed(self) -> bool:
+        return self.problem is None
+
+    @property
+    def problem(self) -> str | None:
+        if self.disagreement:
+            return f"the native reader and cuobjdump disagree on it: {self.disagreement}"
+        if self.rule is None:
+            return (f"the wheel bundles it (found: {self.found.canonical() or 'no device code'}) but the recipe "
+                    "does not declare it")
+        if self.rule.archs is not None and self.rule.archs != self.found:
+            missing = ArchList.of(self.rule.archs.targets - self.found.targets).canonical() or "-"
+            extra = ArchList.of(self.found.targets - self.rule.archs.targets).canonical() or "-"
+            return (f"expected {self.rule.archs.canonical() or '(host-only)'} (recipe vendored[{self.rule.glob!r}]), "
+                    f"found {self.found.canonical() or '(none)'}: missing {missing}, extra {extra}")
+        return None
+
+    def record(self) -> dict[str, object]:
+        """Its entry in ``_build_info.json``'s ``vendored``."""
+        assert self.rule is not None
+        return {"found": self.found.canonical(),
+                "expected": self.rule.archs.canonical() if self.rule.archs is not None else None,
+                "exempt": self.rule.exempt}
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "found": self.found.canonical(), "passed": self.passed,
+                "rule": self.rule.to_json() if self.rule else None, "problem": self.problem}
+
+
+_FIX_VENDORED = ("declare every bundled library in the recipe's `vendored` map (its own arch list, 'none' for "
+                 "host-only, or {exempt: REASON}), or keep it out of the wheel (link statically, or depend on the "
+                 "wheel that ships it)")
+
+
+def judge_vendored(inspection: SoInspection, expected: Expected) -> VendoredResult:
+    return VendoredResult(inspection.path, inspection.found, expected.for_vendored(inspection.path),
+                          inspection.disagreement)
+
+
+@dataclass(frozen=True)
 class AssertionReport:
     wheel: str
     expected: Expected
@@ -168,10 +241,12 @@ class AssertionReport:
     findings: tuple[Finding, ...] = ()  # wheel-level (no extension at all)
     vendored: tuple[SoInspection, ...] = ()
     tools: Tools = field(default_factory=Tools)
+    vendored_results: tuple[VendoredResult, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return not self.findings and all(e.passed for e in self.extensions)
+        return not self.findings and all(e.passed for e in self.extensions) and all(
+            v.passed for v in self.vendored_results)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -181,7 +256,7 @@ class AssertionReport:
             "expected": self.expected.to_json(),
             "extensions": [e.to_json() for e in self.extensions],
             "findings": [f.to_json() for f in self.findings],
-            "vendored": [{"path": v.path, "found": v.found.canonical()} for v in self.vendored],
+            "vendored": [v.to_json() for v in self.vendored_results],
             "tools": self.tools.to_json(),
         }
 
@@ -209,10 +284,14 @@ class AssertionReport:
                 lines.append(f"  problem: {f.message}")
             for cause in ext.causes:
                 lines.append(f"  {cause.value}: {_EXPLAIN[cause]}")
-        if self.vendored:
+        for v in self.vendored_results:
             lines.append("")
-            lines.append("vendored libraries (not asserted): " + ", ".join(
-                f"{v.path} [{v.found.canonical() or 'no device code'}]" for v in self.vendored))
+            how = ("not declared" if v.rule is None else f"exempt: {v.rule.exempt}" if v.rule.archs is None
+                   else f"expected {v.rule.archs.canonical() or '(host-only)'}")
+            lines.append(f"{v.path} (bundled library): {'ok' if v.passed else 'FAILED'} "
+                         f"(found {v.found.canonical() or 'no device code'}; {how})")
+            if v.problem:
+                lines += [f"  problem: {v.problem}", f"  fix: {_FIX_VENDORED}"]
         return "\n".join(lines)
 
 
@@ -317,7 +396,8 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
     if not inspections and not expected.allow_no_extensions:
         findings = (Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
                             Cause.NO_EXTENSIONS),)
-    return AssertionReport(wheel, expected, tuple(results), findings, vendored, tools or Tools())
+    return AssertionReport(wheel, expected, tuple(results), findings, vendored, tools or Tools(),
+                           tuple(judge_vendored(v, expected) for v in vendored))
 
 
 def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = None) -> AssertionReport:

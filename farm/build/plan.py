@@ -22,6 +22,7 @@ Decisions that are easy to get wrong, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import Callable, Mapping
@@ -70,14 +71,16 @@ SONAME_EXCLUDES: tuple[str, ...] = (
     "libshm.so",
 )
 
-# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009).
+# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009), except
+# the libraries the recipe declares in `vendored` (argv[2:]: globs), which postbuild then asserts.
 _VENDOR_CHECK = (
-    "import sys, zipfile, pathlib\n"
+    "import sys, zipfile, pathlib, fnmatch\n"
+    "ok = lambda n: any(fnmatch.fnmatchcase(n, g) or fnmatch.fnmatchcase(n.rsplit('/', 1)[-1], g) for g in sys.argv[2:])\n"  # noqa: E501
     "bad = [(w.name, n) for w in pathlib.Path(sys.argv[1]).glob('*.whl')\n"
-    "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs')]\n"
+    "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs') and not ok(n)]\n"
     "for w, n in bad: print(f'farm: {w} vendors {n}: only the excluded CUDA/torch libraries may be '\n"
     "                       'linked from outside the wheel (CW-ADR-0009); link it statically or add '\n"
-    "                       'the wheel that provides it to requires_dist', file=sys.stderr)\n"
+    "                       'the wheel that provides it to requires_dist, or declare it in the recipe\\'s vendored map', file=sys.stderr)\n"  # noqa: E501
     "sys.exit(1 if bad else 0)\n"
 )
 
@@ -199,10 +202,9 @@ def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
 def arch_environment(archs: ArchList) -> dict[str, str]:
     """The arch list in every rendering a build system reads."""
     env = {"CUDAARCHS": archs.render_cmake(), "CMAKE_CUDA_ARCHITECTURES": archs.render_cmake()}
-    try:
+    # family or PTX-only targets: torch cannot express them; CMake/nvcc can
+    with contextlib.suppress(ArchError):
         env["TORCH_CUDA_ARCH_LIST"] = archs.render_torch()
-    except ArchError:  # family or PTX-only targets: torch cannot express them; CMake/nvcc can
-        pass
     return env
 
 
@@ -260,11 +262,13 @@ def render_config(options: Mapping[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def repair_command(python: str = "python") -> str:
-    """auditwheel with the excludes, then the vendoring check; ``{wheel}``/``{dest_dir}`` placeholders."""
+def repair_command(python: str = "python", declared: tuple[str, ...] = ()) -> str:
+    """auditwheel with the excludes, then the vendoring check (``declared``: the recipe's
+    ``vendored`` globs); ``{wheel}``/``{dest_dir}`` placeholders."""
     excludes = " ".join(f"--exclude {shlex.quote(name)}" for name in SONAME_EXCLUDES)
+    allowed = "".join(f" {shlex.quote(g)}" for g in declared)
     return (f"auditwheel repair {excludes} -w {{dest_dir}} {{wheel}} && "
-            f"{python} -c {shlex.quote(_VENDOR_CHECK)} {{dest_dir}}")
+            f"{python} -c {shlex.quote(_VENDOR_CHECK)} {{dest_dir}}{allowed}")
 
 
 def _quoter(windows: bool) -> Callable[[str], str]:
@@ -351,7 +355,7 @@ def plan_build(
     env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
     before_build = before_build_commands(cell, knob, torch_version, options.torch_index,
                                          windows=cibw_platform == "windows")
-    repair = repair_command() if in_container else ""
+    repair = repair_command(declared=tuple(v.glob for v in recipe.vendored)) if in_container else ""
 
     cibw: dict[str, object] = {
         "build": ident,
@@ -409,7 +413,7 @@ def plan_build(
         environment=tuple(env_pairs),
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
-        repair_command=repair_command(),
+        repair_command=repair_command(declared=tuple(v.glob for v in recipe.vendored)),
     )
     return BuildPlan(
         cell=cell,

@@ -26,6 +26,7 @@ LEDGER_FILE = "ledger.jsonl"
 PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The arch policy has one table for x86_64 (Linux and Windows) and one for aarch64.
 PLATFORM_GROUPS: dict[str, str] = {"linux_x86_64": "x86_64", "win_amd64": "x86_64", "linux_aarch64": "aarch64"}
+SHARD_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64")
 # Platforms that share a group with another: a recipe may give them arch rules of their own.
 SPLIT_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "win_amd64")
 PUBLISH_KINDS = ("index", "github", "twine")
@@ -206,6 +207,17 @@ class ExtensionArchs:
 
 
 @dataclass(frozen=True)
+class VendoredLib:
+    """Bundled libraries (``*.libs/`` members) matching ``glob`` (archive path or basename): their
+    own arch list (empty: host-only), or ``archs`` None and ``exempt`` the reviewed reason."""
+
+    glob: str
+    archs: ArchList | None
+    exempt: str | None
+    where: str
+
+
+@dataclass(frozen=True)
 class ComboFilter:
     cuda: str
     torch: str | None  # minor; None = any
@@ -220,6 +232,19 @@ class Restriction:
     cuda: tuple[str, ...] | None = None
     combinations: tuple[ComboFilter, ...] | None = None
     min_torch: str | None = None
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """``sharding:``: the cell's compile split over ``jobs`` compile jobs plus one link job, on
+    ``platforms`` (Linux only: the nvcc launcher that splits the compile is not built for Windows)."""
+
+    jobs: int
+    platforms: tuple[str, ...] = SHARD_PLATFORMS
+
+    def jobs_for(self, platform: str) -> int:
+        """Compile jobs for a cell of ``platform``: 1 (an ordinary build) where it does not shard."""
+        return self.jobs if platform in self.platforms else 1
 
 
 @dataclass(frozen=True)
@@ -261,9 +286,11 @@ class Recipe:
     path: Path
     display: str  # packages/<name>.yml
     sha256: str
+    sharding: Sharding | None = None  # compile jobs + one link job (docs/recipes.md)
     verify: VerifyKnobs = VerifyKnobs()
     # recipes named by requires_dist placeholders ({version:NAME}, {local:NAME}); filled by load_config
     siblings: Mapping[str, SiblingPin] = field(default_factory=dict)
+    vendored: tuple[VendoredLib, ...] = ()  # what bundled libraries must hold (asserted like extensions)
 
     def where(self, line: int | None = None) -> str:
         return f"{self.display}:{line}" if line else self.display
@@ -764,8 +791,11 @@ def _validate(spec: ArchSpec, cuda: str) -> None:
 # ------------------------------------------------------------------------------------------------
 _RECIPE_KEYS = (
     "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
-    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify",
+    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
+    "sharding",
 )
+# More compile jobs than this is a typo, not a plan: each one is a CI job of the 256-job matrix.
+MAX_SHARD_JOBS = 64
 
 
 def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
@@ -801,6 +831,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
 
     arch, by_platform = _load_arch_rules(top, defaults)
     extensions = _load_extensions(top, defaults)
+    vendored = _load_vendored(top)
     ignores = _load_ignores(top)
     only = _load_only(top, defaults)
     build_sec = top.section("build")
@@ -814,6 +845,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         except InvalidRequirement as exc:
             raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
                               where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+    sharding = _load_sharding(top, defaults)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
     top.done(_RECIPE_KEYS)
@@ -826,11 +858,34 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         name=name, dist=dist, version=version, source=source, links_torch=links_torch, jit=jit,
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
-        display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify,
+        display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
+        sharding=sharding,
     )
     return recipe
 
 
+def _load_sharding(top: _Section, defaults: Defaults) -> Sharding | None:
+    """``sharding: 20`` or ``sharding: {jobs: 10, platforms: [linux_x86_64, linux_aarch64]}``."""
+    if "sharding" not in top.data:
+        return None
+    value = top.data["sharding"]
+    if isinstance(value, YMap):
+        sec = top.section("sharding")
+        assert sec is not None
+        jobs, platforms, where = sec.get("jobs", int, required=True), sec.str_list("platforms"), sec.where("jobs")
+        for p in platforms or ():
+            if p not in SHARD_PLATFORMS:
+                raise ConfigError(f"sharding.platforms: farm shards Linux builds only, not {p!r}",
+                                  where=sec.where("platforms"),
+                                  hint=did_you_mean(p, SHARD_PLATFORMS) or f"one of {', '.join(SHARD_PLATFORMS)}")
+        sec.done(("jobs", "platforms"))
+    else:
+        jobs = top.get("sharding", int, fix="write the number of compile jobs, e.g. sharding: 10")
+        platforms, where = None, top.where("sharding")
+    if not 2 <= jobs <= MAX_SHARD_JOBS:
+        raise ConfigError(f"sharding: {jobs} compile jobs; it must be between 2 and {MAX_SHARD_JOBS}", where=where,
+                          hint="remove the key for an ordinary (unsharded) build")
+    return Sharding(jobs, tuple(platforms) if platforms else SHARD_PLATFORMS)
 def requirement_refs(requirement: str) -> list[tuple[str, str]]:
     """The ``(kind, recipe)`` placeholders of a requires_dist entry: ``{version:cumm}`` -> ``("version", "cumm")``."""
     return [(m[1], m[2]) for m in (_REF.match(p) for p in _PLACEHOLDER.findall(requirement)) if m]
@@ -881,7 +936,8 @@ def _load_source(sec: _Section, root: Path) -> Source:
     if len(kinds) != 1:
         sec.done(("git", "sdist", "path"))
         raise ConfigError(
-            "source must have exactly one of 'git', 'sdist', 'path'" + (f" (found {', '.join(kinds)})" if kinds else ""),
+            "source must have exactly one of 'git', 'sdist', 'path'"
+            + (f" (found {', '.join(kinds)})" if kinds else ""),
             where=sec.where(), hint="e.g. source: {git: {repo: owner/name, ref: v1.2.3}}",
         )
     kind = kinds[0]
@@ -991,6 +1047,33 @@ def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs,
             _validate(spec, cuda)
             out.append(ExtensionArchs(glob, spec, cuda))
         one.done(("by_cuda",))
+    return tuple(out)
+
+
+def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
+    sec = top.section("vendored")
+    if sec is None:
+        return ()
+    out = []
+    for glob in sec.data:
+        if isinstance(sec.data[glob], dict):
+            sub = sec.section(glob)
+            assert sub is not None
+            reason = sub.get("exempt", str, required=True,
+                             fix="exempt: 'why its targets need not be asserted "
+                                 "(e.g. NVIDIA's cuBLAS as NVIDIA ships it)'")
+            sub.done(("exempt",))
+            if not reason.strip():
+                raise ConfigError(f"{sub.key_path('exempt')} is empty", where=sub.where("exempt"),
+                                  hint="an exemption needs a reason a reviewer can check")
+            out.append(VendoredLib(glob, None, reason.strip(), sub.where("exempt")))
+            continue
+        text = sec.get(glob, str,
+                       fix=f"write an arch list, 'none' (host-only) or {{exempt: REASON}}: {glob}: '8.0;9.0'")
+        where = sec.where(glob)
+        archs = (ArchList(frozenset()) if text.strip().lower() == "none"
+                 else ArchList.parse(text, where=f"{where} ({sec.key_path(glob)})"))
+        out.append(VendoredLib(glob, archs, None, where))
     return tuple(out)
 
 
@@ -1118,7 +1201,8 @@ def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
             except ArchError as exc:
                 raise ArchError(
                     f"{exc.message}; extensions[{ext.glob!r}] applies to CUDA {cuda}",
-                    where=exc.where, hint="use arches every CUDA line of the package builds, or only.cuda to skip lines",
+                    where=exc.where,
+                    hint="use arches every CUDA line of the package builds, or only.cuda to skip lines",
                 ) from None
     for rules in (recipe.arch, *recipe.arch_by_platform.values()):
         if rules.default is None:

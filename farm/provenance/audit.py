@@ -26,12 +26,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from farm.binary.wheelfile import SafeWheel
-from farm.errors import FarmError, LedgerError, ToolError, UsageError, WheelError
+from farm.errors import FarmError, LedgerError, NetworkError, TooLarge, ToolError, UsageError, WheelError
+from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
+from farm.netutil import download, read_page
 from farm.provenance import buildinfo
 from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
 from farm.provenance.stamp import WheelName
@@ -70,6 +71,7 @@ class WheelFacts:
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
+    vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,35 @@ def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, w
         elif recorded[path] != actual[path]:
             out.append(f"{path}: {says} {recorded[path] or '(none)'}, {holds} {actual[path] or '(none)'}")
     return out
+
+
+def vendored_difference(recorded: Mapping[str, Any] | None, now: Mapping[str, str]) -> list[str]:
+    """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
+    recorded = recorded or {}
+    out = []
+    for path in sorted(set(recorded) | set(now)):
+        if path not in recorded:
+            out.append(f"{path}: a bundled library (found {now[path] or 'no device code'}) that its provenance "
+                       "does not record: never asserted")
+        elif path not in now:
+            out.append(f"{path}: recorded as a bundled library but not in the wheel")
+        else:
+            got = (recorded[path] or {}).get("found") if isinstance(recorded[path], Mapping) else None
+            if _names_of(got) != _names_of(now[path]):
+                out.append(f"{path}: recorded as holding {got or '(none)'}, the bundled library holds "
+                           f"{now[path] or '(none)'}")
+    return out
+
+
+def _names_of(text: object) -> frozenset[str] | None:
+    from farm.model.arch import ArchList as _ArchList
+
+    if not isinstance(text, str):
+        return None
+    try:
+        return frozenset(_ArchList.parse(text).names()) if text else frozenset()
+    except FarmError:
+        return None
 
 
 def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapping[str, str] | None,
@@ -143,6 +174,7 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
         wrong += _compare(ledger_entry.get("found"), facts.found, where="the ledger",
                           says="the ledger records", holds="the binary holds")
     if provenance.get("provenance") == buildinfo.ASSERTED:
+        wrong += vendored_difference(provenance.get("vendored"), facts.vendored)
         # A stamped wheel renamed to another cell (or epoch) claims what it was not built for.
         wrong += [f"file name: {p}" for p in buildinfo.name_problems(facts.filename, provenance)]
     wrong += renamed
@@ -189,19 +221,21 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
         inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump)
         found = {so.path: so.found.canonical() for so in inspection.extensions}
-        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions if not so.agrees)
+        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
+                              if not so.agrees)
+        vendored = {so.path: so.found.canonical() for so in inspection.vendored}
         with SafeWheel(path) as wheel:
             extensions = {name: _hash_member(wheel, name) for name in found}
             dist_info = wheel.dist_info()
             member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
             if dist_info and member in wheel.names():
-                embedded = buildinfo.loads(wheel.read(member), where=f"{location}!{member}")
+                embedded = buildinfo.read_embedded(wheel, member, where=f"{location}!{member}")
     except ToolError:
         raise  # the environment, not the wheel
     except FarmError as exc:
         return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
     return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
-                      disagreements=disagreements)
+                      disagreements=disagreements, vendored=vendored)
 
 
 def _problem(exc: FarmError, path: Path, location: str) -> str:
@@ -248,8 +282,11 @@ def derive_from_config(config: FarmConfig) -> Derive:
             return None
         if resolution is None:
             return None
+        from farm.provenance.postbuild import vendored_rules
+
         return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"])))
+                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]),
+                                vendored=vendored_rules(recipe)))
 
     return derive
 
@@ -279,38 +316,13 @@ def today_from_config(config: FarmConfig) -> Today:
 
 
 # -- where wheels are: a folder or an index -------------------------------------------------------
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.links.append(href)
-
-
-# Nothing a real index serves is larger: a page lists links; GitHub caps an asset below 2 GiB.
-MAX_PAGE_BYTES = 64 << 20
+# Nothing a real index serves is larger: GitHub caps an asset below 2 GiB.
 MAX_WHEEL_BYTES = 2 << 30
 
 
-def _fetch(url: str, timeout: float) -> bytes:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            data = resp.read(MAX_PAGE_BYTES + 1)
-    except OSError as exc:
-        raise ToolError(f"cannot fetch {url}: {exc}", hint="check the index URL and the network") from exc
-    if len(data) > MAX_PAGE_BYTES:
-        raise WheelError(f"index page larger than {MAX_PAGE_BYTES >> 20} MiB", where=url,
-                         hint="point the audit at a PEP 503 index (project pages of links)")
-    return data
-
-
 def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list[tuple[str, str | None]]:
-    """(wheel URL, sha256 from its ``#sha256=`` fragment or None) for every wheel under a PEP 503
-    index ``url``: pages are followed below ``url`` only, at most ``max_depth`` levels deep."""
+    """(wheel URL, sha256 from the page or None) for every wheel under a simple-API index ``url``
+    (PEP 503 or PEP 691): pages are followed below ``url`` only, at most ``max_depth`` levels deep."""
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise UsageError(f"{url!r} is not an http(s) index URL")
     base = url if url.endswith("/") else url + "/"
@@ -322,16 +334,23 @@ def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list
         if page in seen_pages:
             continue
         seen_pages.add(page)
-        parser = _Links()
-        parser.feed(_fetch(page, timeout).decode("utf-8", "replace"))
-        for href in parser.links:
-            target = urllib.parse.urljoin(page, href)
-            clean, _, frag = target.partition("#")
-            if PurePosixPath(urllib.parse.urlsplit(clean).path).name.endswith(".whl"):
-                m = re.match(r"sha256=([0-9a-f]{64})$", frag)
-                wheels.setdefault(clean, m.group(1) if m else None)
-            elif clean.startswith(base) and clean.endswith("/") and depth < max_depth:
-                pending.append((clean, depth + 1))
+        try:
+            listing = read_page(page, timeout=timeout)
+        except TooLarge as exc:
+            raise WheelError(f"index page larger than {exc.cap >> 20} MiB", where=page,
+                             hint="point the audit at a PEP 503 index (project pages of links)") from None
+        except NetworkError as exc:
+            raise ToolError(f"cannot fetch {page}: {exc.message}",
+                            hint="check the index URL and the network") from None
+        except ValueError as exc:
+            raise WheelError(f"not a simple-API page: {exc}", where=page,
+                             hint="point the audit at a PEP 503 index (project pages of links)") from None
+        for file in listing.files:
+            if PurePosixPath(urllib.parse.urlsplit(file.url).path).name.endswith(".whl"):
+                wheels.setdefault(file.url, file.sha256)
+        for sub in listing.pages:
+            if sub.startswith(base) and depth < max_depth:
+                pending.append((sub, depth + 1))
     return sorted(wheels.items())
 
 
@@ -339,22 +358,15 @@ def _download(url: str, dest: Path, timeout: float, limit: int | None = None) ->
     """Stream ``url`` to ``dest``; return its sha256. Stops (a :class:`WheelError`) past ``limit``
     bytes, so the scratch folder never holds more than that."""
     cap = MAX_WHEEL_BYTES if limit is None else min(limit, MAX_WHEEL_BYTES)
-    digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, dest.open("wb") as out:
-            size = 0
-            while chunk := resp.read(_CHUNK):
-                size += len(chunk)
-                if size > cap:
-                    raise WheelError(f"larger than {_human(cap)}: "
-                                     + ("not a wheel any target publishes" if cap == MAX_WHEEL_BYTES
-                                        else "more than the audit's scratch space (--max-scratch)"),
-                                     where=url, hint="check what the index links to, or give the audit more scratch")
-                digest.update(chunk)
-                out.write(chunk)
-    except OSError as exc:
-        raise ToolError(f"cannot download {url}: {exc}", hint="check the index and the network") from exc
-    return digest.hexdigest()
+        return download(url, dest, max_bytes=cap, timeout=timeout).sha256
+    except TooLarge:
+        raise WheelError(f"larger than {_human(cap)}: "
+                         + ("not a wheel any target publishes" if cap == MAX_WHEEL_BYTES
+                            else "more than the audit's scratch space (--max-scratch)"),
+                         where=url, hint="check what the index links to, or give the audit more scratch") from None
+    except NetworkError as exc:
+        raise ToolError(f"cannot download {url}: {exc.message}", hint="check the index and the network") from None
 
 
 def _human(n: int) -> str:
@@ -416,7 +428,9 @@ def _stream(items: Iterable[tuple[str, str | None]], scratch: Scratch, timeout: 
     a sweep over thousands of wheels needs the disk of one."""
     if scratch.parent is not None:
         scratch.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="farm-audit-", dir=scratch.parent))
+    parent = scratch.parent or Path(tempfile.gettempdir())
+    sweep_dead_dirs(parent, "farm-audit")  # the downloads of a killed audit
+    tmp = Path(tempfile.mkdtemp(prefix=temp_dir_prefix("farm-audit"), dir=parent))
     try:
         for url, sha256 in items:
             name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)

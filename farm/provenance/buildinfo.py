@@ -110,7 +110,7 @@ def toolchain(
     minor is ``torch_minor`` (the cell's), else unknown (``None``): a containerised build's torch
     is not this interpreter's. ``cibuildwheel`` is the installed one when it was the builder.
     ``python`` defaults to this interpreter (the native builder's); a containerised build passes
-    its own.
+    its own (``None`` there means unknown, never this host's).
     """
     torch = installed_torch() if torch_minor not in (None, "none") else None
     if torch is not None and _minor(torch) != torch_minor:
@@ -118,7 +118,8 @@ def toolchain(
     return {
         "nvcc": nvcc_version(Path(cuda_home)) if cuda_home else None,
         "torch": torch,
-        "python": python or platform.python_version(),
+        # a container build's Python is the container's: unknown (None) rather than this host's
+        "python": python if builder == "cibuildwheel" else python or platform.python_version(),
         "builder": builder,
         "cibuildwheel": _installed_version("cibuildwheel") if builder == "cibuildwheel" else None,
         # which exact toolkit: source, release, manifest, components with their sha256
@@ -158,9 +159,13 @@ def make_build_info(
     source: Mapping[str, Any] | None,
     toolchain: Mapping[str, Any],
     extensions: Mapping[str, str],
+    vendored: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed."""
-    return {
+    """An asserted ``_build_info.json`` object; every value is given, nothing is guessed.
+
+    ``vendored``: each bundled library's found targets and expectation (recorded only when the
+    wheel bundles any)."""
+    info: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "package": package,
         "dist": dist,
@@ -183,6 +188,9 @@ def make_build_info(
         "extensions": dict(sorted(extensions.items())),
         "provenance": ASSERTED,
     }
+    if vendored:
+        info["vendored"] = {path: dict(v) for path, v in sorted(vendored.items())}
+    return info
 
 
 def inferred_build_info(
@@ -301,6 +309,20 @@ def validate(info: Any, *, where: str | None = None, error: type[FarmError] = Wh
             where=where,
             hint="the provenance must follow farm/schemas/build_info.schema.json",
         )
+
+
+# A real _build_info.json is a few KiB; a hostile one must not cost gigabytes to parse.
+MAX_BUILD_INFO = 4 << 20
+
+
+def read_embedded(wheel: Any, member: str, *, where: str) -> dict[str, Any]:
+    """``member`` of an open :class:`~farm.binary.wheelfile.SafeWheel`, size-checked before it is
+    read, parsed and validated."""
+    size = wheel.zip.getinfo(member).file_size
+    if size > MAX_BUILD_INFO:
+        raise WheelError(f"{BUILD_INFO_NAME} is {size:,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
+                         hint="a real provenance is a few KiB: the wheel is malformed or hostile")
+    return loads(wheel.read(member), where=where)
 
 
 def loads(data: bytes, *, where: str | None = None) -> dict[str, Any]:

@@ -195,6 +195,7 @@ def stamp_asserted(
             source=context.source,
             toolchain=context.toolchain,
             extensions={p: hashes[p] for p in per_so},
+            vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
         )
         buildinfo.validate(info, where=str(wheel))
         return info
@@ -223,7 +224,7 @@ def read_embedded(wheel: Path) -> dict[str, Any] | None:
         member = f"{zf.dist_info()}/{buildinfo.BUILD_INFO_NAME}"
         if member not in zf.names():
             return None
-        return buildinfo.loads(zf.read(member), where=f"{wheel}!{member}")
+        return buildinfo.read_embedded(zf, member, where=f"{wheel}!{member}")
 
 
 def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, context: BuildContext,
@@ -242,6 +243,9 @@ def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, cont
     found = {e.path: e.found.canonical() for e in report.extensions}
     if embedded.get("found") != found:
         differ.append("found targets that are not what the binary holds")
+    bundled = {v.path: v.record() for v in report.vendored_results}
+    if (embedded.get("vendored") or {}) != bundled:
+        differ.append("bundled libraries that are not what the wheel holds")
     if embedded.get("provenance") != buildinfo.ASSERTED or (embedded.get("assertion") or {}).get("result") != "passed":
         differ.append("a provenance that is not asserted and passed")
     if differ:
@@ -287,6 +291,12 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
 
 
 # -- the config glue ------------------------------------------------------------------------------
+def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
+    """The recipe's ``vendored`` map as the assertion's rules."""
+    from farm.binary.assertion import VendoredRule
+
+    return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
+
 def _source_of(recipe: Recipe) -> dict[str, Any]:
     from farm.model.config import GitSource, PathSource, SdistSource
 
@@ -335,6 +345,7 @@ def context_from_config(
     source: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     toolkit: Mapping[str, Any] | None = None,
+    python: str | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -378,7 +389,7 @@ def context_from_config(
         raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
                          hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
     expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell.cuda),
-                        allow_no_extensions=recipe.jit, cuda_package=True)
+                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
         expected=expected,
@@ -388,7 +399,8 @@ def context_from_config(
         recipe_sha256=recipe.sha256,
         source=source if source is not None else _source_of(recipe),
         run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit),
+        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
+                                      python=python),
         requires_dist=requires_dist(recipe, cell),
     )
     return context, recipe

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.errors import FarmError, clip
+from farm.errors import MAX_MESSAGE, FarmError, clip
 from farm.model.arch import ArchList
 from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, name_problems
 from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
@@ -50,10 +50,11 @@ class Refusal:
     fix: str
 
     def line(self) -> str:
-        return f"{self.wheel}: {self.check.value}: {self.message}; fix: {self.fix}"
+        return f"{self.wheel}: {self.check.value}: {clip(self.message, MAX_MESSAGE)}; fix: {self.fix}"
 
     def to_json(self) -> dict[str, str]:
-        return {"wheel": self.wheel, "check": self.check.value, "message": self.message, "fix": self.fix}
+        return {"wheel": self.wheel, "check": self.check.value, "message": clip(self.message, MAX_MESSAGE),
+                "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,20 @@ def consistency(info: Mapping[str, Any], derived: Derived | None) -> list[str]:
     return out
 
 
+def bundled_against_config(recorded: Mapping[str, Any], derived: Derived) -> list[str]:
+    """Each bundled library the provenance records, against today's recipe rules for it."""
+    out = []
+    for path, record in sorted(recorded.items()):
+        rule = derived.expected.for_vendored(path)
+        found = _archs_or_none(record.get("found") if isinstance(record, Mapping) else None)
+        if rule is None:
+            out.append(f"{path}: a bundled library the recipe does not declare")
+        elif rule.archs is not None and found != frozenset(rule.archs.names()):
+            out.append(f"{path}: the recipe expects {rule.archs.canonical() or '(host-only)'} of it, it holds "
+                       f"{clip(record.get('found'))}")
+    return out
+
+
 def config_difference(info: Mapping[str, Any], derived: Derived) -> list[str]:
     """How today's configuration differs from what the wheel was built for (empty: it agrees)."""
     out: list[str] = []
@@ -176,6 +191,7 @@ def judge(
     derived: Derived | None = None,
     config_checked: bool = False,
     disagreements: Iterable[str] = (),
+    vendored_now: Mapping[str, str] | None = None,
 ) -> list[Refusal]:
     """Every reason to refuse one wheel, from facts already gathered.
 
@@ -184,6 +200,7 @@ def judge(
     ``found_now`` / ``extensions_now``: per extension, the targets and the sha256 the wheel holds now.
     ``config_checked``: the configuration was consulted; ``derived`` is what it resolves for the
     wheel's cell (None: it has no such cell). ``disagreements``: where the two readers differ.
+    ``vendored_now``: per bundled library (``*.libs/``), the targets it holds now.
     """
     def refuse(check: Check, message: str, fix: str) -> Refusal:
         return Refusal(filename, check, message, fix)
@@ -221,6 +238,11 @@ def judge(
             moved = config_difference(info, derived)
             if moved:
                 out.append(refuse(Check.CONFIG, "; ".join(moved), _FIX_CONFIG))
+            undeclared = bundled_against_config(info.get("vendored") or {}, derived)
+            if undeclared:
+                out.append(refuse(Check.CONFIG, "; ".join(undeclared),
+                                  "declare the bundled library in the recipe's `vendored` map (its arch list, "
+                                  "'none', or {exempt: REASON}) and rebuild, or keep it out of the wheel"))
     problems = name_problems(filename, info)
     if problems:
         out.append(refuse(Check.NAME, "file name does not match its provenance: " + "; ".join(problems),
@@ -260,6 +282,12 @@ def judge(
             out.append(refuse(Check.INSPECTION,
                               "re-inspection differs from the recorded targets: " + "; ".join(diff),
                               _FIX_REBUILD))
+    if vendored_now is not None:
+        from farm.provenance.audit import vendored_difference
+
+        bundled = vendored_difference(info.get("vendored"), vendored_now)
+        if bundled:
+            out.append(refuse(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), _FIX_REBUILD))
     disagreements = list(disagreements)
     if disagreements:
         out.append(refuse(Check.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(disagreements),
@@ -367,7 +395,7 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
         derived = derive(facts.embedded) if derive is not None and facts.embedded is not None else None
         problems = judge(name, facts.sha256, facts.embedded, entry, vouchers.sha256_of_name(name), facts.found,
                          facts.extensions, derived=derived, config_checked=derive is not None,
-                         disagreements=facts.disagreements)
+                         disagreements=facts.disagreements, vendored_now=facts.vendored)
         if problems:
             refused.extend(problems)
         else:

@@ -210,10 +210,13 @@ def upload(
     gate = run_gate(wheels, vouchers, **gate_options)
     if not gate.ok:
         return UploadReport(gate, dry_run=dry_run)
+    if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
+        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, env=env,
+                        dry_run=True, github_state=github_state)
     with publish_lock(ledger):
         # Read the ledger again under the lock: another publish may have finished meanwhile.
         return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=Vouchers.load(ledger, dirs), env=env,
-                        dry_run=dry_run, github_state=github_state)
+                        dry_run=False, github_state=github_state)
 
 
 def publish_lock(ledger: Path) -> Any:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ToolError, UsageError
-from farm.fsutil import atomic_write, temp_prefix, writer_alive
+from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
@@ -206,7 +206,8 @@ def _ready_version(home: Path, request: ToolkitRequest, components: Sequence[Com
         version = next((c.version for c in components if c.name == "cuda_nvcc"), "")
     if not version.startswith(request.cuda + "."):
         raise ToolError(f"{nvcc} reports release {version}, not CUDA {request.cuda}",
-                        hint="the pinned release or the mirror serves another line; check toolkit.lines in _defaults.yml")
+                        hint="the pinned release or the mirror serves another line; "
+                             "check toolkit.lines in _defaults.yml")
     return version
 
 
@@ -242,8 +243,8 @@ def ensure_toolkit(
                              hint="choose an empty or new --prefix")
         say(f"assembling CUDA {request.cuda} ({request.source} {request.release}, {request.platform}) "
             f"into {prefix}: {', '.join(request.components)}")
-        _sweep_staging(prefix)
-        staging = Path(tempfile.mkdtemp(prefix=temp_prefix(prefix.name), suffix=".staging", dir=prefix.parent))
+        sweep_dead_dirs(prefix.parent, f".{prefix.name}.staging")  # a killed assembly's half toolkit
+        staging = Path(tempfile.mkdtemp(prefix=temp_dir_prefix(f".{prefix.name}.staging"), dir=prefix.parent))
         try:
             stamp = _assemble(request, staging, python=python or sys.executable, say=say)
             atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])
@@ -263,15 +264,6 @@ def ensure_toolkit(
         assert toolkit is not None  # just stamped
         say(f"CUDA {request.cuda} toolkit ready: CUDA_HOME={toolkit.cuda_home}")
         return toolkit
-
-
-def _sweep_staging(prefix: Path) -> None:
-    """Remove the staging folders of killed assemblies of ``prefix`` (their names carry the pid)."""
-    pattern = re.compile(rf"^\.{re.escape(prefix.name)}\.(\d+)\.[A-Za-z0-9_]+\.staging$")
-    for entry in prefix.parent.iterdir():
-        m = pattern.match(entry.name)
-        if m and entry.is_dir() and not writer_alive(int(m[1])):
-            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Callable[[str], None]) -> dict[str, Any]:

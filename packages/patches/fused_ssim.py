@@ -13,9 +13,9 @@ import sys
 setup = pathlib.Path("setup.py")
 text = setup.read_text()
 patched = re.sub(r"^fallback_archs = \[[^\]]+\]", "fallback_archs = []  # farm: TORCH_CUDA_ARCH_LIST decides",
-                 text, count=1, flags=re.M)
+                 text, count=1, flags=re.MULTILINE)
 patched = re.sub(r"^if torch\.cuda\.is_available\(\):", "if False:  # farm: never the build machine's GPU",
-                 patched, count=1, flags=re.M)
+                 patched, count=1, flags=re.MULTILINE)
 if patched != text:
     setup.write_text(patched)
     print("fused_ssim: setup.py passes no arch flags of its own now")

@@ -23,7 +23,7 @@ REPLACEMENT = f"""    {MARK} (10.0 -> sm_100a, 12.0 -> sm_120a), not the build m
 setup = pathlib.Path("setup.py")
 text = setup.read_text()
 probe = re.compile(r"^    cc_major, cc_minor = torch\.cuda\.get_device_capability\(\)\n.*?"
-                   r"^        raise RuntimeError\(\"Unsupported GPU\"\)\n", re.M | re.S)
+                   r"^        raise RuntimeError\(\"Unsupported GPU\"\)\n", re.MULTILINE | re.DOTALL)
 patched, n = probe.subn(lambda _: REPLACEMENT, text, count=1)
 if n:
     setup.write_text(patched)
