@@ -30,7 +30,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from farm.errors import ToolError, UsageError
-from farm.fsutil import atomic_write
+from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
@@ -247,7 +247,8 @@ def ensure_toolkit(
                              hint="choose an empty or new --prefix")
         say(f"assembling CUDA {request.cuda} ({request.source} {request.release}, {request.platform}) "
             f"into {prefix}: {', '.join(request.components)}")
-        staging = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=prefix.parent))
+        sweep_dead_dirs(prefix.parent, f".{prefix.name}.staging")  # a killed assembly's half toolkit
+        staging = Path(tempfile.mkdtemp(prefix=temp_dir_prefix(f".{prefix.name}.staging"), dir=prefix.parent))
         try:
             stamp = _assemble(request, staging, python=python or sys.executable, say=say)
             atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])
