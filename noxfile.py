@@ -142,7 +142,7 @@ def tests(session: nox.Session) -> None:
 
 
 # The oldest and the newest Python the project supports (requires-python), and those between.
-PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+PYTHONS = ["3.11", "3.12", "3.13"]
 
 
 @nox.session(python=PYTHONS)

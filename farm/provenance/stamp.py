@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from farm.binary.wheelfile import SafeWheel
@@ -64,24 +64,18 @@ class WheelName:
     def parse(cls, filename: str) -> WheelName:
         if not filename.endswith(".whl"):
             raise WheelError(f"{filename!r} is not a wheel file name (no .whl)")
-        parts = filename[: -len(".whl")].split("-")
-        if len(parts) == 5:
-            dist, version, py, abi, plat = parts
-            build = None
-        elif len(parts) == 6:
-            dist, version, build, py, abi, plat = parts
-            if not build[:1].isdigit():
-                raise WheelError(f"{filename!r}: build tag {build!r} must start with a digit")
-        else:
-            raise WheelError(
-                f"{filename!r} is not a wheel file name",
-                hint="expected {dist}-{version}[-{build}]-{python}-{abi}-{platform}.whl",
-            )
         try:
-            Version(version)
-        except InvalidVersion as exc:
-            raise WheelError(f"{filename!r}: {version!r} is not a valid version") from exc
-        return cls(dist, version, build, py, abi, plat)
+            parse_wheel_filename(filename)  # packaging's rules: the fields, the version, the build tag
+        except (InvalidWheelFilename, InvalidVersion) as exc:
+            raise WheelError(
+                f"{filename!r} is not a wheel file name ({exc})",
+                hint="expected {dist}-{version}[-{build}]-{python}-{abi}-{platform}.whl",
+            ) from None
+        # Valid, so it has five or six dash-separated fields; kept as spelled (a relabel
+        # rewrites only the version, and the tags must stay byte for byte).
+        parts = filename[: -len(".whl")].split("-")
+        dist, version, *build, py, abi, plat = parts
+        return cls(dist, version, build[0] if build else None, py, abi, plat)
 
     @property
     def filename(self) -> str:
