@@ -245,8 +245,11 @@ print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_kb"
 def measure(cmd: list[str], stdout: Path) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, peak RSS in MB) of one run of ``cmd`` as a whole process."""
     exe = cmd[0] if os.path.isabs(cmd[0]) else shutil.which(cmd[0]) or cmd[0]
+    # As installed: the bytecode is cached (the warm-up run writes it). With PYTHONDONTWRITEBYTECODE
+    # set, every run would compile farm's modules from source, which no user's install does.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.run([sys.executable, "-c", _LAUNCHER, str(stdout), exe, *cmd[1:]],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, env=env)
     result = json.loads(proc.stdout)
     if result["rc"] != 0:
         sys.exit(f"{' '.join(cmd)} failed ({result['rc']}): {proc.stderr}")
