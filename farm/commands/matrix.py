@@ -133,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(args.ledger or config.ledger_path)
     gc.freeze()  # the config and the index live as long as the run: later collections skip them
-    matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    gc.disable()  # the matrix builds tens of thousands of acyclic objects: collections only cost time
+    try:
+        matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    finally:
+        gc.enable()
     wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None)
     if args.fail_on_deferred and wave.deferred:
         raise deferred_error(wave)
