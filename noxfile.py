@@ -18,7 +18,7 @@ from pathlib import Path
 import nox
 import nox.command
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"  # uv where it is installed (seconds, not minutes); venv otherwise
 nox.options.reuse_venv = "yes"
 nox.options.download_python = "never"
 nox.options.sessions = ["matrix"]

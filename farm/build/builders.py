@@ -58,6 +58,7 @@ class BuildResult:
     plan: BuildPlan
     built: tuple[Path, ...]  # the repaired wheels, before postbuild
     postbuild: tuple[PostbuildResult, ...] = field(default=())
+    build_env: Path | None = None  # the shared build environment a native build used
 
     @property
     def passed(self) -> bool:
@@ -75,6 +76,7 @@ class BuildResult:
             "wheels": [str(p) for p in self.asserted],
             "postbuild": [r.to_json() for r in self.postbuild],
             "plan": self.plan.to_json(),
+            "build_env": str(self.build_env) if self.build_env else None,
         }
 
 
@@ -469,11 +471,13 @@ def build_cell(
         built = run_native(plan, log=say, built_env=envs,
                            env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
         torch_built = envs[0].torch_record() if envs else None
+        env_path = envs[0].path if envs else None
     else:
         built = run_cibuildwheel(plan, log=say)
         torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
+        env_path = None
     if not postbuild:
-        return BuildResult(cell, plan, tuple(built))
+        return BuildResult(cell, plan, tuple(built), build_env=env_path)
     # the Python that built the wheel: this host's for native builds, the container's otherwise
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
@@ -482,7 +486,7 @@ def build_cell(
                       torch_built=torch_built)
         for wheel in built
     )
-    return BuildResult(cell, plan, tuple(built), results)
+    return BuildResult(cell, plan, tuple(built), results, build_env=env_path)
 
 
 def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
