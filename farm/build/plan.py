@@ -141,6 +141,7 @@ class BuildPlan:
     torch_version: str | None = None
     torch_index: str | None = None  # where torch_version comes from: a URL or "pip"
     toolkit: ToolkitRequest | None = None  # the toolkit the build uses (None: an installed one)
+    requested: str = ""  # the arch list as written in the config; postbuild asserts ``archs``
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -303,6 +304,7 @@ def plan_build(
     archs: ArchList | None = None,
     arch_origin: str | None = None,
     torch_version: str | None = None,
+    requested: str | None = None,
 ) -> BuildPlan:
     """Plan the build of ``cell`` from the prepared checkout ``source_root``.
 
@@ -319,7 +321,7 @@ def plan_build(
         if resolution is None:
             raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
                              hint="add a policy row for this CUDA line and platform")
-        archs, arch_origin = resolution.archs, resolution.origin
+        archs, arch_origin, requested = resolution.archs, resolution.origin, resolution.spec.text
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     ident = identifier(cell)
@@ -423,6 +425,7 @@ def plan_build(
         torch_version=torch_version,
         torch_index=torch_index,
         toolkit=request,
+        requested=requested or archs.canonical(),
     )
 
 
