@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean
+from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean, version_key
 from farm.model.arch import ArchList, render, validate_for_cuda
 from farm.model.cells import (
     NO_TORCH,
@@ -65,7 +65,7 @@ def _split(values: Iterable[str] | None) -> list[str]:
 
 
 def _unknown(what: str, value: str, known: Iterable[str]) -> UsageError:
-    known = sorted(set(known))
+    known = sorted(set(known), key=version_key)
     suggestion = did_you_mean(value, known)
     return UsageError(
         f"unknown {what} {value!r}: it matches nothing in the config, so the matrix would be empty",
@@ -178,6 +178,7 @@ class PlannedCell:
     torch_version: str | None  # the full version to install, e.g. "2.8.0"
     epoch: int
     wheel: str
+    requested: str = ""  # the arch list as written in the config (provenance's "requested")
 
     def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
         """``arch_list``: the canonical string when the caller has it (one per distinct list)."""
@@ -395,7 +396,7 @@ def _package_matrix(
         cell = Cell(name, version, cuda, torch, tag, platform)
         torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
         to_build.append(PlannedCell(cell, resolution.archs, resolution.origin, torch_version, epoch,
-                                    planned_wheel_name(recipe, cell, epoch)))
+                                    planned_wheel_name(recipe, cell, epoch), resolution.spec.text))
     return PackageMatrix(
         name, version, epoch, declared, filtered, restricted, no_policy, phantom,
         built, tuple(stale), tuple(to_build), recipe.display,
