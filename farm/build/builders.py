@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from farm.build import shardjob
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
+from farm.build.shard import ShardJob
+from farm.build.shardjob import ShardSetup
 from farm.errors import ConfigError, ToolError, UsageError, redact
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
@@ -54,9 +57,12 @@ class BuildResult:
     plan: BuildPlan
     built: tuple[Path, ...]  # the repaired wheels, before postbuild
     postbuild: tuple[PostbuildResult, ...] = field(default=())
+    shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
 
     @property
     def passed(self) -> bool:
+        if self.shard is not None and self.shard.get("job") == "compile":
+            return True  # a compile shard makes objects, not a wheel: its verdict was finish_compile's
         return bool(self.postbuild) and all(r.passed for r in self.postbuild)
 
     @property
@@ -318,6 +324,8 @@ class BuildSettings:
     toolkit_root: Path = Path(".cache/toolkit")
     cuda_home: Path | None = None  # use this installed toolkit instead of assembling one (hosts builds)
     torch_index: str | None = None
+    shard: ShardJob | None = None  # build one compile shard (i/N) or the link job of a sharded cell
+    shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
 
@@ -377,13 +385,33 @@ def build_cell(
         host_toolkit_prefix=tk.prefix,
         **({"torch_index": settings.torch_index} if settings.torch_index else {}),
     )
+    setup = None
+    if settings.shard is not None:  # one compile shard or the link job of a sharded cell
+        setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src)
+        say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
+            f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
+        options = replace(options, shard=setup)
     plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
                       torch_version=torch_version)
-    if settings.builder is BuilderKind.NATIVE:
-        plan = _native_plan(plan, tk)
-        built = run_native(plan, log=say)
-    else:
-        built = run_cibuildwheel(plan, log=say)
+    error: ToolError | None = None
+    built: list[Path] = []
+    try:
+        if settings.builder is BuilderKind.NATIVE:
+            plan = _native_plan(plan, tk, setup)
+            built = run_native(plan, log=say)
+        else:
+            built = run_cibuildwheel(plan, log=say)
+    except ToolError as exc:
+        if setup is None:
+            raise
+        error = exc  # the shard verdict names the TU or the shard; it raises
+    if setup is not None:
+        if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
+            record = shardjob.finish_compile(setup, error)
+            say(f"{cell.id}: compile shard {setup.job.label}: {len(record['tus'])} TU(s) compiled into {setup.directory}")
+            return BuildResult(cell, plan, tuple(built), shard=record)
+        link = shardjob.finish_link(setup, error)
+        say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
     if not postbuild:
         return BuildResult(cell, plan, tuple(built))
     # the Python that built the wheel: this host's for native builds, the container's otherwise
@@ -393,10 +421,11 @@ def build_cell(
                       builder=settings.builder.value, source=tree.description, python=python)
         for wheel in built
     )
-    return BuildResult(cell, plan, tuple(built), results)
+    return BuildResult(cell, plan, tuple(built), results,
+                       shard=None if setup is None else {"job": "link", "count": setup.job.count})
 
 
-def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
+def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
     """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
     from dataclasses import replace
 
@@ -408,6 +437,9 @@ def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment
     )
+    if shard is not None:  # the launcher as this host sees it, not the container's mount
+        host = dict(shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home))
+        env = tuple((k, host.get(k, v)) for k, v in env)
     return replace(plan, native=NativeSteps(env, plan.native.before_build, plan.native.build_args,
                                             plan.native.repair_command), cuda_home=home)
 
