@@ -4,6 +4,9 @@
     nox -s matrix -- [PKG...] [--cuda 12.8] [--github-output]
     nox -s build -- demo_ext --cuda 13.0 --python 3.11 --builder native
     nox -s tests
+    nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads
+    nox -s tests_fast                    # the fast tier on every supported Python this machine has
+    nox -s lint_code typecheck           # ruff and mypy
 """
 
 from __future__ import annotations
@@ -118,3 +121,28 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     cuda_home = _toolkit(session, TEST_CUDA)
     session.run("pytest", *session.posargs, env={"CUDA_HOME": cuda_home})
+
+
+# The oldest and the newest Python the project supports (requires-python), and those between.
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+
+
+@nox.session(python=PYTHONS)
+def tests_fast(session: nox.Session) -> None:
+    """The fast tier (no nvcc, no wheel builds, no big downloads) on each supported Python."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-m", "not slow", *session.posargs)
+
+
+@nox.session
+def lint_code(session: nox.Session) -> None:
+    """ruff over farm, tests, benchmarks and the noxfile (rules in pyproject.toml)."""
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", *session.posargs, ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy: strict on the core (farm.model, farm.binary, farm.toolkit), checked elsewhere."""
+    session.install("-e", ".", "mypy>=1.13", "types-PyYAML")
+    session.run("mypy", *session.posargs)

@@ -148,7 +148,8 @@ def main() -> int:
     print(f"{'  no .pyc':12}{uncached.wall_s * 1000:>8.1f}ms{uncached.peak_rss_mb:>10.1f}MB   "
           "(farm's modules compiled on every run)")
     print(f"{'cuobjdump':12}{anchor.wall_s * 1000:>8.1f}ms{anchor.peak_rss_mb:>10.1f}MB")
-    print(f"{'python -S':12}{bare.wall_s * 1000:>8.1f}ms{bare.peak_rss_mb:>10.1f}MB   (bare interpreter start: the floor)")
+    print(f"{'python -S':12}{bare.wall_s * 1000:>8.1f}ms{bare.peak_rss_mb:>10.1f}MB"
+          "   (bare interpreter start: the floor)")
     print(f"(in process: the command's scan {scan_s * 1000:.1f}ms, read_fatbins with its models "
           f"{in_process * 1000:.1f}ms; the rest of the command is interpreter start, imports and output)")
     speed = anchor.wall_s / native.wall_s

@@ -2,8 +2,8 @@
 
 The wheel (``--size-mb`` on disk) holds one large extension: a real nvcc-built, fatbin-bearing
 shared library (when ``CUDA_HOME`` has an nvcc) after padding (three MiB of random bytes for each
-MiB of repeated library bytes, so deflate works on it roughly as on a real CUDA library). Each operation runs in its own child
-process so its peak RSS is its own.
+MiB of repeated library bytes, so deflate works on it roughly as on a real CUDA library). Each
+operation runs in its own child process so its peak RSS is its own.
 
 Targets (issue: postbuild): stamp wall time <= 2x the copy's, stamp peak RSS < 150 MB.
 
@@ -115,7 +115,8 @@ def main() -> int:
         }, executables=("bigext/_C.cpython-311-x86_64-linux-gnu.so",))
         ext.unlink()
         print(f"wheel: {wheel.name}, {wheel.stat().st_size / 2**20:.1f} MiB on disk, extension "
-              f"{(args.size_mb * 4) // 3} MiB ({'real nvcc library appended' if library else 'no nvcc: synthetic only'})")
+              f"{(args.size_mb * 4) // 3} MiB "
+              f"({'real nvcc library appended' if library else 'no nvcc: synthetic only'})")
         copies, stamps = [], []
         for i in range(args.repeat):
             copy_dst = work / f"copy-{i}.whl"

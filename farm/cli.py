@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
     except OSError as exc:  # disk full, permission denied: the environment, not the input
-        return _fail(name, os_error(exc), as_json)
+        return _fail(name, os_error(exc, doing="access"), as_json)
 
 
 def _fail(name: str, exc: FarmError, as_json: bool) -> int:

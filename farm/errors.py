@@ -12,7 +12,7 @@ and maps to one exit code of the command-line contract:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 
 TYPE_CHECKING = False  # typing itself imports re and enum: the fatbin scanner's fast path avoids both
@@ -48,20 +48,31 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     return secret_name, url_credentials
 
 
+def redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
+    """:func:`redact` with the secret values looked up once (for relaying a long log line by line)."""
+    secret_name, url_credentials = _patterns()
+    values: set[str] = set()
+    for source in (os.environ, env or {}):
+        values.update(v for k, v in source.items() if len(v) >= 4 and secret_name.search(k.upper()))
+    ordered = sorted(values, key=len, reverse=True)  # longest first: a secret may contain another
+
+    def apply(text: str) -> str:
+        for value in ordered:
+            text = text.replace(value, REDACTED)
+        return url_credentials.sub(rf"\g<scheme>{REDACTED}@", text)
+
+    return apply
+
+
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     """``text`` without the values of secret variables (of this process's environment and of
     ``env``, the one a child ran with) and without credentials in URLs (``https://u:p@host``).
 
     Every message farm shows passes through here (:meth:`FarmError.__str__`); output of a child
-    process (gh, twine, git, pip) that is relayed any other way is passed through it explicitly.
+    process (gh, twine, git, pip, a build) that is relayed any other way is passed through it
+    explicitly.
     """
-    secret_name, url_credentials = _patterns()
-    values: set[str] = set()
-    for source in (os.environ, env or {}):
-        values.update(v for k, v in source.items() if len(v) >= 4 and secret_name.search(k.upper()))
-    for value in sorted(values, key=len, reverse=True):  # longest first: a secret may contain another
-        text = text.replace(value, REDACTED)
-    return url_credentials.sub(rf"\g<scheme>{REDACTED}@", text)
+    return redactor(env)(text)
 
 
 MAX_SHOWN = 120
@@ -168,3 +179,24 @@ class DefectError(FarmError):
     """A check ran and found defects; raised where a report cannot be returned instead."""
 
     exit_code = EXIT_DEFECT
+
+
+class NetworkError(FarmError):
+    """An index page or a download that cannot be reached, answers an HTTP error, or is cut off
+    (farm.netutil); each caller words it for its own step."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+    def __init__(self, message: str, *, url: str, status: int | None = None, where: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, where=where, hint=hint)
+        self.url = url
+        self.status = status  # the HTTP status, where the server answered one
+
+
+class TooLarge(NetworkError):
+    """More bytes than the step allows (an index page, a wheel, an archive): nothing more is read."""
+
+    def __init__(self, message: str, *, url: str, cap: int) -> None:
+        super().__init__(message, url=url)
+        self.cap = cap

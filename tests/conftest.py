@@ -34,3 +34,16 @@ def cuda_home() -> Path:
 @pytest.fixture(scope="session")
 def nvcc(cuda_home: Path) -> Path:
     return cuda_home / "bin" / "nvcc"
+
+
+# Fixtures that compile with nvcc, assemble a toolkit or build a wheel: a test that uses one
+# (directly or through another fixture) is in the slow tier, so `-m "not slow"` stays fast.
+SLOW_FIXTURES = frozenset({"cuda_home", "nvcc", "cuda_fixtures", "pypi_toolkit", "demo_batch",
+                           "served", "redist_toolkit", "windows_tree",
+                           "all_cells"})  # waves over the public farm's ~14,000 cells
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

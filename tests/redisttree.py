@@ -122,10 +122,10 @@ CUT: set[str] = set()  # URL paths the server cuts off halfway (an interrupted d
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the stdlib's name)
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         if self.path not in CUT:
             return super().do_GET()
         data = Path(self.translate_path(self.path)).read_bytes()

@@ -329,6 +329,7 @@ def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path)
 
 def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The caps (2 GiB a wheel, 64 MiB a page) lowered to a few bytes, the same code paths run."""
+    import farm.netutil
     import farm.provenance.audit as audit_module
 
     site = tmp_path / "site"
@@ -341,7 +342,7 @@ def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeyp
         (row,) = audit(f"{base}/simple/demo/", LedgerIndex.empty())
         assert row.verdict is Verdict.WHEEL_WRONG
         assert "larger than" in row.reasons[0]
-        monkeypatch.setattr(audit_module, "MAX_PAGE_BYTES", 10)
+        monkeypatch.setattr(farm.netutil, "MAX_PAGE_BYTES", 10)
         with pytest.raises(WheelError, match="index page larger than"):
             audit(f"{base}/simple/demo/", LedgerIndex.empty())
     finally:

@@ -3,10 +3,12 @@ postbuild, and a pointnet2-like package whose setup.py overrides the arch list a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -32,7 +34,9 @@ from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
 
 pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
 
-CELL = Cell("demo_ext", "0.1.0", "13.0", "none", "cp311", "linux_x86_64")
+# the running interpreter's tag: the native builder builds for the Python that runs it
+PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
+CELL = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
 ARCHS = "8.0;9.0+PTX"  # two arches keep the builds small
 
 POINTNET2_RECIPE = """\
@@ -102,12 +106,12 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert result.passed, "\n".join(r.report.render() for r in result.postbuild)
     (wheel,) = result.asserted
     assert wheel.parent == root / "upload"
-    assert wheel.name.startswith("demo_ext-0.1.0+cu130-cp311-cp311-manylinux_")
+    assert wheel.name.startswith(f"demo_ext-0.1.0+cu130-{PY}-{PY}-manylinux_")
     assert Path(str(wheel) + ".ledger.json").is_file()
     with zipfile.ZipFile(wheel) as zf:
         info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
         assert not [n for n in zf.namelist() if ".libs/" in n]  # nothing vendored
-    so = "demo_ext/_C.cpython-311-x86_64-linux-gnu.so"
+    so = f"demo_ext/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
     assert info["found"][so] == ArchList.parse(ARCHS).canonical() == info["expected"][so]
     assert info["assertion"]["result"] == "passed"
     assert info["toolchain"]["builder"] == builder
@@ -117,7 +121,7 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert (toolkit["source"], toolkit["release"]) == ("pypi", "13.0.2")
     assert {c["name"]: c["version"] for c in toolkit["components"]}["cuda_nvcc"] == "13.0.88"
     assert all(len(c["sha256"]) == 64 for c in toolkit["components"])
-    assert info["cell"] == {"cuda": "13.0", "torch": "none", "python": "cp311", "platform": "linux_x86_64"}
+    assert info["cell"] == {"cuda": "13.0", "torch": "none", "python": PY, "platform": "linux_x86_64"}
 
 
 def test_native_build_of_demo_ext_passes_postbuild(native_demo):
@@ -156,6 +160,18 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     assert main(["postbuild", str(wheel), "--out", str(tmp_path / "dist"), "--root", str(tmp_path)]) == 0
     assert (tmp_path / "dist" / wheel.name).read_bytes() == first
 
+    # the recipe changed: the old wheel is named, nothing is built until --overwrite replaces it
+    recipe = tmp_path / "packages" / "demo_ext.yml"
+    recipe.write_text(recipe.read_text() + "# a reviewed change\n")
+    assert main(argv) == 2
+    assert "from another configuration" in capsys.readouterr().err
+    assert wheel.read_bytes() == first
+    assert main([*argv, "--overwrite"]) == 0
+    capsys.readouterr()
+    assert [p.name for p in (tmp_path / "wheelhouse").glob("*.whl")] == [wheel.name]
+    assert json.loads(Path(f"{wheel}.ledger.json").read_text())["recipe_sha256"] == hashlib.sha256(
+        recipe.read_bytes()).hexdigest()
+
 
 def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):
     """Every selected cell is in the ledger: not an error."""
@@ -186,7 +202,7 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
     image_python = container_python(result.plan)
     assert image_python is not None and info["toolchain"]["python"] == image_python
     summary = (root / "step-summary.md").read_text()
-    assert summary.startswith("earlier step\n") and "cp311-manylinux_x86_64" in summary
+    assert summary.startswith("earlier step\n") and f"{PY}-manylinux_x86_64" in summary
 
 
 def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolkit, capsys, monkeypatch):
@@ -351,3 +367,18 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
     assert clean.before_build == plan.env["CIBW_BEFORE_BUILD"]
     assert not clean.test_command
     assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's
+
+
+def test_build_output_is_relayed_without_secrets(capfd):
+    """pip echoing an index URL with a token, or a build script printing a password: the log farm
+    relays shows neither (stdout stays free for --json)."""
+    from farm.build.builders import run_relayed
+
+    env = {**os.environ, "PRIVATE_INDEX_TOKEN": "tok-9f8e7d6c", "PIP_INDEX_URL": "https://ci:pw-1234@pypi.example/simple"}
+    proc = run_relayed(["sh", "-c", 'echo "Looking in indexes: $PIP_INDEX_URL"; echo "token=$PRIVATE_INDEX_TOKEN" >&2'],
+                       env=env)
+    assert proc.returncode == 0
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "Looking in indexes: https://***@pypi.example/simple" in err and "token=***" in err
+    assert "tok-9f8e7d6c" not in err and "pw-1234" not in err

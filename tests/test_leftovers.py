@@ -33,6 +33,7 @@ def _big_wheel(tmp_path: Path, size: int = 96 << 20) -> Path:
     return make_wheel(tmp_path / "raw", "big", "1.0", {"big/blob.bin": os.urandom(size), "big/__init__.py": b""})
 
 
+@pytest.mark.slow  # writes and stamps a 96 MiB wheel twice
 def test_a_killed_stamp_is_swept_by_the_next_run(tmp_path: Path) -> None:
     wheel = _big_wheel(tmp_path)
     out = tmp_path / "out"

@@ -207,11 +207,11 @@ def test_an_arch_override_change_reports_stale_cells_and_does_not_schedule_them(
     assert "config moved: alpha has 10 wheel(s) built at epoch 0" in out
     assert "bump build_epoch (packages/alpha.yml or _defaults.yml)" in out
 
-    # farm build of the package says why there is nothing to build, before building anything
+    # farm build of the package says why there is nothing to build (exit 0), before building anything
     rc = main(["build", "alpha", "--root", str(root), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err
-    assert rc == EXIT_BAD_INPUT
-    assert "10 built with another arch list: stale" in err and "bump build_epoch" in err
+    assert rc == 0
+    assert "nothing to build" in err and "10 built with another arch list: stale" in err and "bump build_epoch" in err
     assert not (tmp_path / "cache").exists()
 
 
@@ -345,6 +345,7 @@ def test_more_cells_than_the_workflow_runs_are_deferred_not_refused(
 
     out = read_outputs(output)
     assert out["shard_count"] == "2" and out["total"] == "512" and out["deferred"] == "88"
+    assert json.loads(out["deferred_by_package"]) == {"p1": 22, "p2": 22, "p3": 22, "p4": 22}
     ids = [e["id"] for i in range(2) for e in json.loads(out[f"shard_{i}"])]
     assert ids == [c["id"] for c in data["cells"]]
     text = summary.read_text()
@@ -393,7 +394,7 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
     assert rc == 0 and data["cells"] == []
     assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0",
-                                    "link_count": "0", "link": "[]"}
+                                    "deferred_by_package": "{}", "link_count": "0", "link": "[]"}
 
 
 @given(st.integers(min_value=0, max_value=1500))

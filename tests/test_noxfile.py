@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# each test runs nox, which makes a virtual environment and installs farm into it
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -87,6 +87,15 @@ def test_recipe_plans_a_build_on_every_line_and_platform(config: FarmConfig, nam
     assert seen
 
 
+def test_the_public_farms_sharded_packages_shard_on_linux(config: FarmConfig) -> None:
+    jobs = {name: r.sharding.jobs for name, r in config.recipes.items() if r.sharding is not None}
+    assert jobs == {"flash_attn": 20, "natten": 20, "spconv": 10, "llama_cpp_python": 10}
+    for name, count in jobs.items():
+        sharding = config.recipe(name).sharding
+        assert sharding is not None and sharding.jobs_for("win_amd64") == 1
+        assert sharding.jobs_for("linux_x86_64") == sharding.jobs_for("linux_aarch64") == count
+
+
 def test_sibling_pins_render_per_cell(config: FarmConfig) -> None:
     ovoxel, spconv = config.recipe("ovoxel"), config.recipe("spconv")
     cell = next(c for c in declared_cells(config.defaults, ovoxel) if c.cuda == "12.8" and c.torch == "2.8")

@@ -102,7 +102,7 @@ def _nothing_usable(prefix: Path) -> None:
 
 # -- a CUDA_HOME from the archives ----------------------------------------------------------------
 def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, served):
-    data, prefix = redist_toolkit
+    data, _prefix = redist_toolkit
     _, url = served
     home = Path(data["cuda_home"])
     assert data["source"] == "redist" and data["release"] == "13.0.2" and data["version"] == "13.0.88"

@@ -19,7 +19,7 @@ from farm.provenance.ledger import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import Check, IndexSettings, upload
 from farm.publish.gate import Vouchers, found_difference, judge, run_gate
-from tests.publishfix import REPO, Batch, copy_batch, demo_batch, write_farm_root
+from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
 
 __all__ = ["demo_batch"]
@@ -363,3 +363,15 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
 def _member(wheel: Path, suffix: str) -> bytes:
     with zipfile.ZipFile(wheel) as zf:
         return zf.read(next(n for n in zf.namelist() if n.endswith(suffix)))
+
+
+def test_judge_provenance_that_contradicts_itself_is_refused() -> None:
+    """requested -> normalised -> expected -> found must hold as one chain."""
+    info = {**INFO, "arch_list": {"requested": "8.0", "normalised": "sm_80;sm_90;compute_90"}}
+    entry = {**info, "filename": NAME, "sha256": SHA}
+    (refusal,) = judge(NAME, SHA, info, entry, None, INFO["found"])
+    assert refusal.check is Check.CONSISTENT
+    assert "requested 8.0 normalises to sm_80" in refusal.message
+    info = {**INFO, "arch_list": {"requested": "not an arch list", "normalised": "sm_80"}}
+    (refusal,) = judge(NAME, SHA, info, {**info, "filename": NAME, "sha256": SHA}, None, INFO["found"])
+    assert refusal.check is Check.CONSISTENT and "does not parse" in refusal.message

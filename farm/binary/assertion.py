@@ -13,7 +13,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from farm.binary.fatbin import RELOCATABLE_SECTION, union
+from farm.binary.fatbin import union
+from farm.binary.fatbinscan import RELOCATABLE_SECTION
 from farm.binary.inspection import Reader, SoInspection, Tools, inspect_wheel
 from farm.model.arch import ArchList, Target
 from farm.table import format_table

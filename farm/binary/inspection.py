@@ -207,7 +207,8 @@ def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
     )
 
 
-def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None) -> WheelInspection:
+def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *,
+                  cuobjdump: Path | None = None) -> WheelInspection:
     """Every extension of a wheel (and, listed apart, every vendored library under ``*.libs/``)."""
     reader = Reader.parse(reader)
     tools = tools_for(reader, cuobjdump)

@@ -73,7 +73,7 @@ class SafeWheel:
         self._infos: dict[str, zipfile.ZipInfo] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> SafeWheel:  # noqa: PYI034 - Self needs Python 3.11; farm supports 3.10
+    def __enter__(self) -> SafeWheel:
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError:

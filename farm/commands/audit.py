@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import DEFAULTS_FILE, FarmConfig, load_config
+from farm.progress import reporter
 from farm.provenance.audit import (
     AuditRow,
     Scratch,
@@ -76,16 +76,15 @@ def ledger_path(args: argparse.Namespace) -> Path:
     return args.ledger or args.root / "ledger.jsonl"
 
 
-def _progress() -> Callable[[AuditRow], None] | None:
-    """Plain progress lines on stderr for sweeps that take minutes (a terminal or a CI log)."""
-    if not (sys.stderr.isatty() or os.environ.get("CI")):
-        return None
+def _progress() -> Callable[[AuditRow], None]:
+    """A line per wheel for sweeps that take minutes (farm.progress: a terminal or a CI log)."""
+    say = reporter("audit")
     count = 0
 
     def show(row: AuditRow) -> None:
         nonlocal count
         count += 1
-        print(f"audit: [{count}] {row.filename}: {row.verdict.value}", file=sys.stderr, flush=True)
+        say(f"[{count}] {row.filename}: {row.verdict.value}")
 
     return show
 

@@ -44,7 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default=os.environ.get("FARM_MANYLINUX_IMAGE"),
                         help="manylinux image for x86_64 cells (default: $FARM_MANYLINUX_IMAGE or cibuildwheel's)")
     parser.add_argument("--image-aarch64", default=os.environ.get("FARM_MANYLINUX_AARCH64_IMAGE"),
-                        help="manylinux image for aarch64 cells (default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
+                        help="manylinux image for aarch64 cells "
+                             "(default: $FARM_MANYLINUX_AARCH64_IMAGE or cibuildwheel's)")
     parser.add_argument("--cuda-home", type=Path, metavar="DIR",
                         help="build with this installed toolkit instead of an assembled one (host builds)")
     parser.add_argument("--toolkit-source", choices=("redist", "pypi"),
@@ -77,30 +78,36 @@ def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
 
 
-def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell, archs: ArchList) -> Path | None:
-    """The cell's stamped wheel in ``out_dir`` (with its fragment) when it was built from this
-    configuration (same recipe and _defaults.yml bytes, same list, same epoch), else None."""
+def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
+                  archs: ArchList) -> tuple[Path, bool] | None:
+    """The cell's stamped wheel in ``out_dir`` (at this epoch), and whether it was built from this
+    configuration (same recipe and _defaults.yml bytes, same list); None when there is none."""
     from farm.provenance.postbuild import read_embedded
 
     if not out_dir.is_dir():
         return None
     label = f"+{local_version(cell)}"
     epoch = config.effective_epoch(recipe)
+    found = None
     for wheel in sorted(out_dir.glob("*.whl")):
-        if label not in wheel.name or not Path(f"{wheel}{FRAGMENT_SUFFIX}").is_file():
+        if label not in wheel.name:
             continue
         try:
             info = read_embedded(wheel)
         except FarmError:
             continue
-        if (info and info.get("package") == recipe.name and info.get("cell") == cell.as_dict()
-                and info.get("build_epoch") == epoch
-                and (info.get("arch_list") or {}).get("normalised") == archs.canonical()
+        if not (info and info.get("package") == recipe.name and info.get("cell") == cell.as_dict()
+                and info.get("build_epoch") == epoch):
+            continue
+        same = ((info.get("arch_list") or {}).get("normalised") == archs.canonical()
                 and info.get("recipe_sha256") == recipe.sha256
                 and info.get("defaults_sha256") == config.defaults.sha256
-                and info.get("provenance") == "asserted"):
-            return wheel
-    return None
+                and info.get("provenance") == "asserted"
+                and Path(f"{wheel}{FRAGMENT_SUFFIX}").is_file())
+        if same:
+            return wheel, True
+        found = (wheel, False)
+    return found
 
 
 def _native_defaults(args: argparse.Namespace) -> None:
@@ -148,19 +155,22 @@ def run(args: argparse.Namespace) -> int:
     planned = matrix.cells
     if not planned and matrix.totals()["built"]:
         # Everything these filters select is built already: a rerun is not an error.
+        stale = len(matrix.stale)
         message = (f"nothing to build: the {matrix.totals()['built']} selected cell(s) of {args.package} are in "
-                   f"the ledger at the current build_epoch; --overwrite rebuilds them")
+                   f"the ledger at the current build_epoch"
+                   + (f" ({stale} built with another arch list: stale)" if stale else "")
+                   + "; --overwrite rebuilds them")
         print(f"farm build: {message}", file=sys.stderr)
-        for advice in stale_advice(matrix):
-            print(f"farm build: {advice}", file=sys.stderr)
+        for line in stale_advice(matrix):
+            print(f"farm build: {line}", file=sys.stderr)
         if args.json:
             print(json.dumps({"results": [], "errors": [], "nothing_to_build": message}, indent=2))
         return EXIT_OK
     if not planned:
-        stale = stale_advice(matrix)
+        advice = stale_advice(matrix)
         raise UsageError(f"no cells of {args.package} to build with these filters"
-                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if stale else ""),
-                         hint=stale[0] if stale else
+                         + (f" ({len(matrix.stale)} built with another arch list: stale)" if advice else ""),
+                         hint=advice[0] if advice else
                          "check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
     cache = (args.cache_dir or config.root / ".cache").absolute()
     settings = BuildSettings(
@@ -177,17 +187,25 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[tuple[str, Path]] = []
     out_dir = settings.out_dir
     for pc in planned:
-        done = already_built(out_dir, config, recipe, pc.cell, pc.archs)
-        if done is not None and not args.overwrite:
+        there = already_built(out_dir, config, recipe, pc.cell, pc.archs)
+        if there is not None and not args.overwrite:
+            done, same = there
+            if not same:  # refused before a build whose stamp would collide with it
+                exc = UsageError(f"{done} is this cell's wheel from another configuration (the recipe, "
+                                 "_defaults.yml or the arch list changed since)",
+                                 hint="pass --overwrite to replace it, or --out another folder")
+                print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)
+                errors.append((pc.cell.id, exc))
+                continue
             # The quick start twice: the cell's asserted wheel is in --out already, made from this
             # very configuration; a rebuild would only make other bytes under the same name.
             print(f"farm build: {pc.cell.id}: already built: {done} (asserted, same configuration; "
                   "--overwrite rebuilds it)", file=sys.stderr)
             skipped.append((pc.cell.id, done))
             continue
-        if done is not None:
-            done.unlink()
-            Path(f"{done}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        if there is not None:  # --overwrite: the cell's old wheel and fragment make way
+            there[0].unlink()
+            Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, archs=pc.archs,

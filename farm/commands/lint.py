@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.lint import LintReport, lint_cached, lint_tree
 from farm.model.arch import ArchList
+from farm.progress import reporter
 
 if TYPE_CHECKING:
     from farm.model.config import FarmConfig, Recipe
@@ -76,10 +77,14 @@ def run(args: argparse.Namespace) -> int:
             if not lists:
                 raise UsageError(f"package {recipe.name!r} has no cell with an arch list to lint against",
                                  hint="pass --arch-list, or check the recipe's only: restrictions")
-        tree = fetch(recipe.source, cache_dir, package=recipe.name)
-        outcomes = [LintOutcome(recipe.name, archs.canonical(),
-                                lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir))
-                    for archs in lists]
+        say = reporter("farm lint", json=args.json)
+        tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
+        outcomes = []
+        for archs in lists:
+            say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
+            outcomes.append(LintOutcome(recipe.name, archs.canonical(),
+                                        lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
+                                                    build_subdir=recipe.build.subdir)))
         # An entry that matches under one list (a CUDA line's flags) is not stale under another.
         stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
         reports.extend((recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes)

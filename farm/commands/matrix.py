@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -86,7 +87,7 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
         "jobs": dict(zip(("build", "link"), job_counts(wave.scheduled))),
         "packages": [
             {"package": p.package, "version": p.version, "build_epoch": p.epoch, **p.counts(),
-             **dict(zip(WAVE_COLUMNS, per_package[p.package])),
+             **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True)),
              "stale_cells": [s.as_json() for s in p.stale]}
             for p in matrix.packages
         ],
@@ -113,7 +114,7 @@ def render(wave: Wave) -> str:
     per_package = wave.per_package()
     rows: list[tuple[object, ...]] = []
     for p in wave.matrix.packages:
-        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package]))}
+        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True))}
         rows.append((p.package, p.version, p.epoch, *(counts[c] for c in columns)))
     totals = wave.totals()
     rows.append(("total", "", "", *(totals[c] for c in columns)))
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(args.ledger or config.ledger_path)
+    gc.freeze()  # the config and the index live as long as the run: later collections skip them
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     # a sharded cell costs its N compile jobs + 1 link job (farm/schedule/jobs.py)
     wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None, jobs=cost)

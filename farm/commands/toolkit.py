@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 from farm.errors import UsageError
 from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.progress import reporter
 from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_name, request_for
 
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     toolkit = ensure_toolkit(
         request, args.prefix,
-        progress=lambda msg: print(f"farm toolkit: {msg}", file=sys.stderr, flush=True),
+        progress=reporter("farm toolkit", json=args.json),
     )
     if args.json:
         print(json.dumps(toolkit.to_json(), indent=2))

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(summary(outcome), end="")
-        for package, ids in sorted(outcome.failed_by_package().items()):
+        for _package, ids in sorted(outcome.failed_by_package().items()):
             for cid in ids:
                 print(f"failed: {cid}")
         print(f"publish: {'yes' if outcome.publish else 'no'}; next wave: {'yes' if outcome.next_wave else 'no'}")

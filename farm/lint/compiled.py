@@ -475,7 +475,8 @@ def resolve_include(index: TreeIndex, including: str, target: str) -> list[str]:
         return matches
     # Include directories are almost always ancestors of the including file: prefer the closest.
     def shared(path: str) -> int:
-        return len(os.path.commonprefix([path.split("/"), including.split("/")]))
+        # element-wise over the lists of components, so it counts whole directories
+        return len(os.path.commonprefix([path.split("/"), including.split("/")]))  # noqa: RUF071
     best = max(shared(m) for m in matches)
     return [m for m in matches if shared(m) == best]
 

@@ -25,8 +25,8 @@ _TOKEN = re.compile(
 class _Parser:
     """Precedence climbing over C preprocessor expressions."""
 
-    _BINARY: tuple[tuple[str, ...], ...] = (("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", "<=", ">", ">="),
-               ("<<", ">>"), ("+", "-"), ("*", "/", "%"))
+    _BINARY: tuple[tuple[str, ...], ...] = (("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="),
+                                            ("<", "<=", ">", ">="), ("<<", ">>"), ("+", "-"), ("*", "/", "%"))
 
     def __init__(self, text: str) -> None:
         self.tokens: list[tuple[str, str]] = []
@@ -144,7 +144,7 @@ def identifiers(expr: Expr) -> Iterator[str]:
 # --------------------------------------------------------------------------------------------
 UNDEFINED = object()  # a macro known not to be defined: evaluates to 0, defined() is 0
 
-Lookup = Callable[[str], "int | None | object"]
+Lookup = Callable[[str], "int | object | None"]
 
 
 def evaluate(expr: Expr, lookup: Lookup) -> int | None:
@@ -229,7 +229,7 @@ class ArchContext:
     arch_specific: bool = False  # sm_90a: __CUDA_ARCH_SPECIFIC__, __CUDA_ARCH_FEAT_SM90_ALL
     family_specific: bool = False  # sm_100f (and every 'a'): __CUDA_ARCH_FAMILY_SPECIFIC__
 
-    def symbol(self, name: str) -> int | None | object:
+    def symbol(self, name: str) -> int | object | None:
         if name == "__CUDA_ARCH__":
             return self.cuda_arch
         if name == "__CUDA_ARCH_SPECIFIC__":
@@ -254,7 +254,7 @@ class Scope:
     aliases: Mapping[str, Expr] = field(default_factory=dict)
     _active: set[str] = field(default_factory=set)
 
-    def __call__(self, name: str) -> int | None | object:
+    def __call__(self, name: str) -> int | object | None:
         value = self.context.symbol(name)
         if value is not None:
             return value
@@ -283,7 +283,7 @@ class Scope:
         args = [a.strip() for a in arg.split(",")] if params else []
         if len(args) != len(params):
             return None
-        for param, value in zip(params, args):
+        for param, value in zip(params, args, strict=True):
             body = re.sub(rf"\b{re.escape(param)}\b", value, body)
         expr = parse_expr(body)
         if expr is None:

@@ -402,7 +402,7 @@ def nv_target_gates(f: CFile) -> Iterator[Gate]:
         args, _ = parsed
         pairs: list[tuple[Expr | None, tuple[int, int]]] = []
         if m[1] == "DISPATCH_TARGET":
-            for q, body in zip(args[0::2], args[1::2]):
+            for q, body in zip(args[0::2], args[1::2], strict=False):
                 pairs.append((_query(f.code[q[0]:q[1]]), body))
         else:
             pairs.append((_query(f.code[args[0][0]:args[0][1]]), args[1] if len(args) > 1 else (0, 0)))
@@ -802,7 +802,7 @@ def python_events(text: str) -> list[tuple[int, str, str]] | None:
             if any(is_env_key(k) for k in node.keys):  # an environment for a build subprocess
                 events.append((node.lineno, "assign", ""))
                 return
-            for key, value in zip(node.keys, node.values):
+            for key, value in zip(node.keys, node.values, strict=True):
                 if not (isinstance(key, ast.Constant) and _HOST_KEY.search(str(key.value))):
                     self.visit(value)
 

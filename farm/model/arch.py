@@ -327,9 +327,9 @@ def _spec(real: Iterable[int], arch_specific: Iterable[int], family: Iterable[in
 _SUPPORT: dict[str, frozenset[tuple[int, str]]] = {
     "12.4": _spec(_CUDA12_BASE, (90,), ()),
     "12.6": _spec(_CUDA12_BASE, (90,), ()),
-    "12.8": _spec(_CUDA12_BASE + (100, 101, 120), (90, 100, 101, 120), ()),
+    "12.8": _spec((*_CUDA12_BASE, 100, 101, 120), (90, 100, 101, 120), ()),
     "12.9": _spec(
-        _CUDA12_BASE + (100, 101, 103, 120, 121),
+        (*_CUDA12_BASE, 100, 101, 103, 120, 121),
         (90, 100, 101, 103, 120, 121),
         (100, 101, 103, 120, 121),
     ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -19,6 +19,7 @@ from farm.model.config import (
     ArchSpec,
     Defaults,
     FarmConfig,
+    GridRow,
     Phantom,
     Recipe,
 )
@@ -96,42 +97,62 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     The platform is the cell's; the repaired wheel's real tag (manylinux_2_28_x86_64) is decided by
     the repair step and recorded by postbuild.
     """
-    dist = canonicalize_name(recipe.dist).replace("-", "_")
+    dist = _wheel_dist(recipe.dist)
     build = f"-{epoch}" if epoch > 0 else ""
     return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
-@lru_cache(maxsize=None)
+@cache
 def parse_version(text: str) -> Version:
     """``Version(text)``, memoised: the grid's few version strings are compared thousands of times."""
     return Version(text)
 
 
+@cache
+def _wheel_dist(dist: str) -> str:
+    """The distribution name as a wheel file name spells it (once per recipe, not per cell)."""
+    return canonicalize_name(dist).replace("-", "_")
+
+
 def in_python_range(defaults: Defaults, version: str) -> bool:
     """Whether a grid Python (``3.11``) is within ``_defaults.yml``'s ``python: {min, max}``."""
-    return parse_version(defaults.python_min) <= parse_version(version) <= parse_version(defaults.python_max)
+    return _in_range(defaults.python_min, defaults.python_max, version)
+
+
+@cache
+def _in_range(low: str, high: str, version: str) -> bool:
+    return parse_version(low) <= parse_version(version) <= parse_version(high)
 
 
 # (cuda, torch, python tag, platform, python version): a declared cell before it is a Cell.
 DeclaredKey = tuple[str, str, str, str, str]
 
 
-def declared_keys(defaults: Defaults, recipe: Recipe) -> Iterator[DeclaredKey]:
+def declared_keys(defaults: Defaults, recipe: Recipe) -> tuple[DeclaredKey, ...]:
     """The fields of :func:`declared_cells`, in the same order, without building the cells (the
-    matrix builds a :class:`Cell` only for the cells it keeps)."""
+    matrix builds a :class:`Cell` only for the cells it keeps). They depend on the grid and on
+    whether the recipe links torch only, so they are computed twice a run, not once a recipe."""
+    return _declared_keys(defaults.grid, defaults.platforms, defaults.python_min, defaults.python_max,
+                          recipe.links_torch)
+
+
+@lru_cache(maxsize=16)
+def _declared_keys(grid: tuple[GridRow, ...], platforms: tuple[str, ...], low: str, high: str,
+                   links_torch: bool) -> tuple[DeclaredKey, ...]:
     seen: set[tuple[str, str, str, str]] = set()
-    pythons = {py: (in_python_range(defaults, py), python_tag(py)) for row in defaults.grid for py in row.pythons}
-    for row in defaults.grid:
-        torch = row.torch_minor if recipe.links_torch else NO_TORCH
+    out = []
+    for row in grid:
+        torch = row.torch_minor if links_torch else NO_TORCH
         for py in row.pythons:
-            in_range, tag = pythons[py]
-            if not in_range:
+            if not _in_range(low, high, py):
                 continue
-            for platform in defaults.platforms:
+            tag = python_tag(py)
+            for platform in platforms:
                 key = (row.cuda, torch, tag, platform)
                 if key not in seen:
                     seen.add(key)
-                    yield (row.cuda, torch, tag, platform, py)
+                    out.append((row.cuda, torch, tag, platform, py))
+    return tuple(out)
 
 
 def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:

@@ -936,7 +936,8 @@ def _load_source(sec: _Section, root: Path) -> Source:
     if len(kinds) != 1:
         sec.done(("git", "sdist", "path"))
         raise ConfigError(
-            "source must have exactly one of 'git', 'sdist', 'path'" + (f" (found {', '.join(kinds)})" if kinds else ""),
+            "source must have exactly one of 'git', 'sdist', 'path'"
+            + (f" (found {', '.join(kinds)})" if kinds else ""),
             where=sec.where(), hint="e.g. source: {git: {repo: owner/name, ref: v1.2.3}}",
         )
     kind = kinds[0]
@@ -1059,14 +1060,16 @@ def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
             sub = sec.section(glob)
             assert sub is not None
             reason = sub.get("exempt", str, required=True,
-                             fix="exempt: 'why its targets need not be asserted (e.g. NVIDIA's cuBLAS as NVIDIA ships it)'")
+                             fix="exempt: 'why its targets need not be asserted "
+                                 "(e.g. NVIDIA's cuBLAS as NVIDIA ships it)'")
             sub.done(("exempt",))
             if not reason.strip():
                 raise ConfigError(f"{sub.key_path('exempt')} is empty", where=sub.where("exempt"),
                                   hint="an exemption needs a reason a reviewer can check")
             out.append(VendoredLib(glob, None, reason.strip(), sub.where("exempt")))
             continue
-        text = sec.get(glob, str, fix=f"write an arch list, 'none' (host-only) or {{exempt: REASON}}: {glob}: '8.0;9.0'")
+        text = sec.get(glob, str,
+                       fix=f"write an arch list, 'none' (host-only) or {{exempt: REASON}}: {glob}: '8.0;9.0'")
         where = sec.where(glob)
         archs = (ArchList(frozenset()) if text.strip().lower() == "none"
                  else ArchList.parse(text, where=f"{where} ({sec.key_path(glob)})"))
@@ -1198,7 +1201,8 @@ def validate_recipe_archs(recipe: Recipe, defaults: Defaults) -> None:
             except ArchError as exc:
                 raise ArchError(
                     f"{exc.message}; extensions[{ext.glob!r}] applies to CUDA {cuda}",
-                    where=exc.where, hint="use arches every CUDA line of the package builds, or only.cuda to skip lines",
+                    where=exc.where,
+                    hint="use arches every CUDA line of the package builds, or only.cuda to skip lines",
                 ) from None
     for rules in (recipe.arch, *recipe.arch_by_platform.values()):
         if rules.default is None:

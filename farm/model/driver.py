@@ -114,7 +114,10 @@ _SPECIFICITY = {Variant.NONE: 0, Variant.FAMILY: 1, Variant.ARCH: 2}
 def pick_image(targets: Iterable[Target], device: Device) -> Choice:
     """The image the driver picks for ``device`` among ``targets``."""
     targets = list(targets)
-    key = lambda t: (t.number, _SPECIFICITY[t.variant])
+
+    def key(t: Target) -> tuple[int, int]:
+        return (t.number, _SPECIFICITY[t.variant])
+
     sass = [t for t in targets if t.kind is Kind.SASS and _sass_runs_on(t, device)]
     if sass:
         return Choice(device, ImageKind.SASS, max(sass, key=key))

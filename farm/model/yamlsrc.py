@@ -161,7 +161,7 @@ def check_aliases(text: str, name: str) -> None:
                 if event.anchor:
                     sizes[event.anchor] = (nodes, chars)
             elif isinstance(event, yaml.AliasEvent):
-                line = event.start_mark.line + 1
+                line = event.start_mark.line + 1 if event.start_mark else 0
                 aliases += 1
                 if event.anchor in open_anchors:
                     raise ConfigError(f"alias *{_clip(event.anchor)} inside its own anchor (a recursive value)",
@@ -180,7 +180,7 @@ def check_aliases(text: str, name: str) -> None:
                 raise ConfigError(
                     f"aliases expand to more than {MAX_EXPANDED_NODES:,} values or "
                     f"{MAX_EXPANDED_CHARS >> 20} MiB of text",
-                    where=f"{name}:{event.start_mark.line + 1}",
+                    where=f"{name}:{event.start_mark.line + 1 if event.start_mark else 0}",
                     hint="write the values out instead of nesting aliases")
     except yaml.YAMLError:
         return  # the real load reports it, with its line

@@ -26,13 +26,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from farm.binary.wheelfile import SafeWheel
-from farm.errors import FarmError, LedgerError, ToolError, UsageError, WheelError
+from farm.errors import FarmError, LedgerError, NetworkError, TooLarge, ToolError, UsageError, WheelError
 from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
+from farm.netutil import download, read_page
 from farm.provenance import buildinfo
 from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
 from farm.provenance.stamp import WheelName
@@ -316,38 +316,13 @@ def today_from_config(config: FarmConfig) -> Today:
 
 
 # -- where wheels are: a folder or an index -------------------------------------------------------
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.links.append(href)
-
-
-# Nothing a real index serves is larger: a page lists links; GitHub caps an asset below 2 GiB.
-MAX_PAGE_BYTES = 64 << 20
+# Nothing a real index serves is larger: GitHub caps an asset below 2 GiB.
 MAX_WHEEL_BYTES = 2 << 30
 
 
-def _fetch(url: str, timeout: float) -> bytes:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            data = resp.read(MAX_PAGE_BYTES + 1)
-    except OSError as exc:
-        raise ToolError(f"cannot fetch {url}: {exc}", hint="check the index URL and the network") from exc
-    if len(data) > MAX_PAGE_BYTES:
-        raise WheelError(f"index page larger than {MAX_PAGE_BYTES >> 20} MiB", where=url,
-                         hint="point the audit at a PEP 503 index (project pages of links)")
-    return data
-
-
 def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list[tuple[str, str | None]]:
-    """(wheel URL, sha256 from its ``#sha256=`` fragment or None) for every wheel under a PEP 503
-    index ``url``: pages are followed below ``url`` only, at most ``max_depth`` levels deep."""
+    """(wheel URL, sha256 from the page or None) for every wheel under a simple-API index ``url``
+    (PEP 503 or PEP 691): pages are followed below ``url`` only, at most ``max_depth`` levels deep."""
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise UsageError(f"{url!r} is not an http(s) index URL")
     base = url if url.endswith("/") else url + "/"
@@ -359,16 +334,23 @@ def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list
         if page in seen_pages:
             continue
         seen_pages.add(page)
-        parser = _Links()
-        parser.feed(_fetch(page, timeout).decode("utf-8", "replace"))
-        for href in parser.links:
-            target = urllib.parse.urljoin(page, href)
-            clean, _, frag = target.partition("#")
-            if PurePosixPath(urllib.parse.urlsplit(clean).path).name.endswith(".whl"):
-                m = re.match(r"sha256=([0-9a-f]{64})$", frag)
-                wheels.setdefault(clean, m.group(1) if m else None)
-            elif clean.startswith(base) and clean.endswith("/") and depth < max_depth:
-                pending.append((clean, depth + 1))
+        try:
+            listing = read_page(page, timeout=timeout)
+        except TooLarge as exc:
+            raise WheelError(f"index page larger than {exc.cap >> 20} MiB", where=page,
+                             hint="point the audit at a PEP 503 index (project pages of links)") from None
+        except NetworkError as exc:
+            raise ToolError(f"cannot fetch {page}: {exc.message}",
+                            hint="check the index URL and the network") from None
+        except ValueError as exc:
+            raise WheelError(f"not a simple-API page: {exc}", where=page,
+                             hint="point the audit at a PEP 503 index (project pages of links)") from None
+        for file in listing.files:
+            if PurePosixPath(urllib.parse.urlsplit(file.url).path).name.endswith(".whl"):
+                wheels.setdefault(file.url, file.sha256)
+        for sub in listing.pages:
+            if sub.startswith(base) and depth < max_depth:
+                pending.append((sub, depth + 1))
     return sorted(wheels.items())
 
 
@@ -376,22 +358,15 @@ def _download(url: str, dest: Path, timeout: float, limit: int | None = None) ->
     """Stream ``url`` to ``dest``; return its sha256. Stops (a :class:`WheelError`) past ``limit``
     bytes, so the scratch folder never holds more than that."""
     cap = MAX_WHEEL_BYTES if limit is None else min(limit, MAX_WHEEL_BYTES)
-    digest = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, dest.open("wb") as out:
-            size = 0
-            while chunk := resp.read(_CHUNK):
-                size += len(chunk)
-                if size > cap:
-                    raise WheelError(f"larger than {_human(cap)}: "
-                                     + ("not a wheel any target publishes" if cap == MAX_WHEEL_BYTES
-                                        else "more than the audit's scratch space (--max-scratch)"),
-                                     where=url, hint="check what the index links to, or give the audit more scratch")
-                digest.update(chunk)
-                out.write(chunk)
-    except OSError as exc:
-        raise ToolError(f"cannot download {url}: {exc}", hint="check the index and the network") from exc
-    return digest.hexdigest()
+        return download(url, dest, max_bytes=cap, timeout=timeout).sha256
+    except TooLarge:
+        raise WheelError(f"larger than {_human(cap)}: "
+                         + ("not a wheel any target publishes" if cap == MAX_WHEEL_BYTES
+                            else "more than the audit's scratch space (--max-scratch)"),
+                         where=url, hint="check what the index links to, or give the audit more scratch") from None
+    except NetworkError as exc:
+        raise ToolError(f"cannot download {url}: {exc.message}", hint="check the index and the network") from None
 
 
 def _human(n: int) -> str:

@@ -14,74 +14,21 @@ command line, and scrubbed from any output shown.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urldefrag, urljoin
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from farm.errors import DefectError, ToolError, redact
+from farm.errors import DefectError, NetworkError, ToolError, redact
+from farm.netutil import IndexFile, project_url, read_page
 from farm.publish.targets import TwineSettings
 
-_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
-
-
-@dataclass(frozen=True)
-class Listed:
-    """A file the repository lists: absolute URL and the sha256 its link declares (or None)."""
-
-    filename: str
-    url: str
-    sha256: str | None
-
-
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[tuple[str, str]] = []
-        self._href: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href") or ""
-            self._text = []
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.hrefs.append((self._href, "".join(self._text).strip()))
-            self._href = None
-
-
-def parse_simple(body: bytes, content_type: str, page_url: str) -> list[Listed]:
-    """Files of one project page, PEP 691 JSON or PEP 503 HTML (pure)."""
-    out: list[Listed] = []
-    if "json" in content_type:
-        doc = json.loads(body)
-        for f in doc.get("files", []):
-            url = urljoin(page_url, f["url"])
-            out.append(Listed(f["filename"], urldefrag(url).url, (f.get("hashes") or {}).get("sha256")))
-        return out
-    parser = _Links()
-    parser.feed(body.decode("utf-8", "replace"))
-    for href, text in parser.hrefs:
-        url, frag = urldefrag(urljoin(page_url, href))
-        sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
-        name = text or unquote(url.rsplit("/", 1)[-1])
-        out.append(Listed(name, url, sha))
-    return out
+# A file the repository lists: absolute URL and the sha256 its link declares (or None).
+Listed = IndexFile
 
 
 def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -91,31 +38,27 @@ def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str |
 def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str] | None = None) -> dict[str, Listed]:
     """filename -> :class:`Listed` for ``project`` (empty when the repository has no page)."""
     env = os.environ if env is None else env
-    url = f"{settings.simple_url}{canonicalize_name(project)}/"
-    request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
+    url = project_url(settings.simple_url, project)
+    headers = {}
     user, password = _credentials(settings, env)
     if user and password:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+        headers["Authorization"] = f"Basic {token}"
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            body = response.read()
-            final = response.geturl()
-            content_type = response.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        page = read_page(url, headers=headers)
+    except NetworkError as exc:
+        if exc.status == 404:
             return {}
-        raise ToolError(f"GET {url} answered HTTP {exc.code}",
-                        hint="check simple_url and the credentials in the environment") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ToolError(f"cannot reach {url}: {redact(str(exc), {'TWINE_PASSWORD': password or ''})}",
+        if exc.status is not None:
+            raise ToolError(f"GET {url} answered HTTP {exc.status}",
+                            hint="check simple_url and the credentials in the environment") from None
+        raise ToolError(f"cannot reach {url}: {redact(exc.message, {'TWINE_PASSWORD': password or ''})}",
                         hint=f"check publish.{settings.name}.simple_url") from None
-    try:
-        files = parse_simple(body, content_type, final)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON that is not PEP 691
-        raise ToolError(f"{final} is not a simple API page ({type(exc).__name__}: {exc})",
-                        hint=f"check publish.{settings.name}.simple_url: it must be the repository's /simple/ root") from None
-    return {f.filename: f for f in files}
+        raise ToolError(f"{url} is not a simple API page ({type(exc).__name__}: {exc})",
+                        hint=f"check publish.{settings.name}.simple_url: "
+                             "it must be the repository's /simple/ root") from None
+    return {f.filename: f for f in page.files}
 
 
 @dataclass(frozen=True)

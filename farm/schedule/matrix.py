@@ -14,6 +14,10 @@ The subtraction happens in one visible order, and every declared cell lands in e
 
 :func:`compute_matrix` is pure (config + ledger index in, :class:`Matrix` out). The I/O shell
 (lint in the loop, GitHub Actions output) sits below it.
+
+The cells to build are a work queue. :func:`schedule` takes what one workflow run can start (its
+shard jobs x 256 cells) round-robin across packages and defers the rest; deferred cells stay out
+of the ledger, so the next run schedules them (docs/maintainers.md, "How a bump drains").
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from farm.model.cells import (
     recipe_excludes_key,
     resolve_arch,
 )
-from farm.model.config import FarmConfig, Recipe
+from farm.model.config import FarmConfig, Recipe, Restriction
 from farm.provenance.ledger import ExistsKey, LedgerIndex
 from farm.schedule.jobs import build_entries
 
@@ -333,6 +337,12 @@ def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[in
     return resolution, canonical
 
 
+_NO_FILTERS = Filters()
+_NO_RESTRICTION = Restriction()
+_new_key = tuple.__new__  # ExistsKey's own __new__ is a Python function: ~17,000 calls a run
+_UNRESOLVED: Any = object()
+
+
 def _package_matrix(
     config: FarmConfig,
     recipe: Recipe,
@@ -354,19 +364,21 @@ def _package_matrix(
     to_build: list[PlannedCell] = []
     # Resolution depends on the recipe and (cuda, torch, platform) only: ~90 per recipe, not ~400.
     resolved: dict[tuple[str, str, str], _Resolved | None] = {}
-    lookup = ledger.get
+    lookup = ledger.lookup()
+    # Most runs have no filter and most recipes no restriction: skip those calls then.
+    filtering = filters != _NO_FILTERS
+    restricting = recipe.only != _NO_RESTRICTION
     for cuda, torch, tag, platform, py in declared_keys(defaults, recipe):
         declared += 1
-        if filters.excludes_key(cuda, torch, tag, platform):
+        if filtering and filters.excludes_key(cuda, torch, tag, platform):
             filtered += 1
             continue
-        if recipe_excludes_key(recipe, cuda, torch, py, platform) is not None:
+        if restricting and recipe_excludes_key(recipe, cuda, torch, py, platform) is not None:
             restricted += 1
             continue
         combo = (cuda, torch, platform)
-        if combo in resolved:
-            found = resolved[combo]
-        else:
+        found = resolved.get(combo, _UNRESOLVED)
+        if found is _UNRESOLVED:
             found = resolved[combo] = _resolve(config, recipe, Cell(name, version, cuda, torch, tag, platform), specs)
         if found is None:
             no_policy += 1
@@ -376,13 +388,14 @@ def _package_matrix(
             continue
         resolution, canonical = found
         if not overwrite:
-            record = lookup(ExistsKey(name, version, cuda, torch, tag, platform, epoch))
+            record = lookup(_new_key(ExistsKey, (name, version, cuda, torch, tag, platform, epoch)))
             if record is not None:
-                if record.arch is None or _same_archs(record.arch, canonical, resolution.archs, parsed):
+                arch = record.arch
+                if arch is None or arch == canonical or _same_archs(arch, canonical, resolution.archs, parsed):
                     built += 1
                 else:
                     stale.append(StaleCell(Cell(name, version, cuda, torch, tag, platform), record.filename,
-                                           record.line, record.arch, canonical))
+                                           record.line, arch, canonical))
                 continue
         cell = Cell(name, version, cuda, torch, tag, platform)
         torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
@@ -489,8 +502,9 @@ def deferred_error(wave: Wave) -> UsageError:
 
 def github_outputs(wave: Wave) -> dict[str, str]:
     """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
-    scheduled), ``deferred`` (cells left for the next run), and ``shard_<i>`` (a JSON list of at
-    most 256 build entries) for each shard.
+    scheduled), ``deferred`` (cells left for the next run) and ``deferred_by_package`` (a JSON
+    object, packages with deferred cells only), and ``shard_<i>`` (a JSON list of at most 256
+    build entries) for each shard.
 
     Sharded cells (``sharding: N``) are N entries in the build shards and one in ``link``, with
     ``link_count`` (farm/schedule/jobs.py).
@@ -506,6 +520,8 @@ def github_outputs(wave: Wave) -> dict[str, str]:
         "shards": json.dumps(list(range(len(parts)))),
         "total": str(len(wave.scheduled)),
         "deferred": str(len(wave.deferred)),
+        "deferred_by_package": json.dumps({k: v[1] for k, v in wave.per_package().items() if v[1]},
+                                          separators=(",", ":")),
     }
     for i, part in enumerate(parts):
         out[f"shard_{i}"] = json.dumps(part, separators=(",", ":"))
@@ -540,7 +556,7 @@ def step_summary(wave: Wave, lint_note: str) -> str:
     lines.append(_md_row(["---"] * (3 + len(columns))))
     per_package = wave.per_package()
     for pkg in matrix.packages:
-        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package]))}
+        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True))}
         lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
     totals = wave.totals()
     lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))
@@ -552,8 +568,8 @@ def wave_advice(wave: Wave) -> list[str]:
     """What a run with deferred cells means: nothing is lost, the next run takes them."""
     if not wave.deferred:
         return []
-    return [f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
-            "they stay in the queue (not in the ledger) and the next run schedules them"]
+    return [(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
+             "they stay in the queue (not in the ledger) and the next run schedules them")]
 
 
 def stale_advice(matrix: Matrix) -> list[str]:

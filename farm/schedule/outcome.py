@@ -137,9 +137,9 @@ def gather(outcome: WaveOutcome, dist: Path) -> list[Path]:
 
 def summary(outcome: WaveOutcome) -> str:
     """Markdown for ``$GITHUB_STEP_SUMMARY``: the counts, then every failed cell by package."""
-    lines = ["## farm wave", "",
-             f"{len(outcome.built)} cell(s) built, {len(outcome.failed)} failed, "
-             f"{outcome.deferred} deferred to the next run", ""]
+    counts = (f"{len(outcome.built)} cell(s) built, {len(outcome.failed)} failed, "
+              f"{outcome.deferred} deferred to the next run")
+    lines = ["## farm wave", "", counts, ""]
     if outcome.publish:
         lines.append("The built cells' wheels are published; failed cells stay in the queue.")
     else:

@@ -22,15 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import stat
 import subprocess
 import tarfile
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -39,15 +35,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from filelock import FileLock
+from packaging.utils import InvalidSdistFilename, parse_sdist_filename
+from packaging.version import InvalidVersion, Version
 
-from farm.errors import SourceError
+from farm.errors import NetworkError, SourceError, TooLarge
 from farm.fsutil import atomic_write, sha256_file
 from farm.model.config import GitSource, PathSource, SdistSource
+from farm.netutil import download, project_url, read_page
+from farm.progress import Say
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
 _COMPLETE = ".farm-source.json"  # marker written last: its presence means the tree is whole
 _CHUNK = 1 << 20
+MAX_SDIST_BYTES = 2 << 30  # no sdist farm builds comes near; a server streaming forever stops here
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,16 @@ class SourceTree:
         return str(self.description["kind"])
 
 
-def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, package: str | None = None) -> SourceTree:
-    """Fetch ``source`` into ``cache_dir`` (or reuse what is there) and return its tree."""
+def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, package: str | None = None,
+          progress: Say | None = None) -> SourceTree:
+    """Fetch ``source`` into ``cache_dir`` (or reuse what is there) and return its tree.
+    ``progress`` hears of each network step (a clone, a download); a cached tree says nothing."""
     label = f"package {package!r}" if package else "the source"
+    say = progress or (lambda _message: None)
     if isinstance(source, GitSource):
-        return _fetch_git(source, Path(cache_dir), label)
+        return _fetch_git(source, Path(cache_dir), label, say)
     if isinstance(source, SdistSource):
-        return _fetch_sdist(source, Path(cache_dir), label)
+        return _fetch_sdist(source, Path(cache_dir), label, say)
     if isinstance(source, PathSource):
         return _fetch_path(source, label)
     raise SourceError(f"{label}: unknown source kind {type(source).__name__}")
@@ -133,7 +137,7 @@ def _is_commit(ref: str) -> bool:
     return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower())
 
 
-def _fetch_git(source: GitSource, cache_dir: Path, label: str) -> SourceTree:
+def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
     url = source.url if hasattr(source, "url") else source.repo
     base = cache_dir / "git"
     base.mkdir(parents=True, exist_ok=True)
@@ -152,6 +156,7 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str) -> SourceTree:
             work = Path(tmp) / "tree"
             work.mkdir()
             where = f"{url} at {source.ref}"
+            say(f"{label}: fetching {where}")
             _git(["init", "-q"], work, label, "git init")
             _git(["remote", "add", "origin", url], work, label, f"adding remote {url}")
             try:
@@ -178,41 +183,37 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str) -> SourceTree:
 # ------------------------------------------------------------------------------------------------
 # sdist
 # ------------------------------------------------------------------------------------------------
-def _normalise(name: str) -> str:
-    return "-".join(part for part in name.lower().replace("_", "-").replace(".", "-").split("-") if part)
-
-
 def _index_url() -> str:
     return os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def _find_sdist_url(source: SdistSource, label: str) -> tuple[str, str]:
-    """(url, filename) of the sdist the recipe pins, from the index's JSON simple API."""
-    page = f"{_index_url()}/{_normalise(source.name)}/"
-    request = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    """(url, filename) of the sdist the recipe pins, from the index's project page."""
+    page = project_url(_index_url(), source.name)
     try:
-        with urllib.request.urlopen(request, timeout=60) as resp:
-            body = resp.read()
-            kind = resp.headers.get("Content-Type", "")
-        data = json.loads(body) if "json" in kind or body.lstrip()[:1] == b"{" else _parse_html_index(body.decode())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        listing = read_page(page)
+    except NetworkError as exc:
+        if exc.status == 404:
             raise SourceError(f"{label}: {source.name!r} is not on the index {_index_url()}",
                               hint="check the recipe's sdist name") from None
-        raise SourceError(f"{label}: the index answered HTTP {exc.code} for {page}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        if exc.status is not None:
+            raise SourceError(f"{label}: the index answered HTTP {exc.status} for {page}") from None
+        raise SourceError(f"{label}: cannot read the index page {page}: {exc.message}",
+                          hint="check the network or set PIP_INDEX_URL") from None
+    except ValueError as exc:
         raise SourceError(f"{label}: cannot read the index page {page}: {exc}",
                           hint="check the network or set PIP_INDEX_URL") from None
-    candidates = [
-        entry for entry in data.get("files", [])
-        if entry.get("filename", "").endswith((".tar.gz", ".zip"))
-        and entry["filename"].rsplit(".tar.gz", 1)[0].rsplit(".zip", 1)[0].rpartition("-")[2] == source.version
-    ]
+    try:
+        pinned = Version(source.version)
+    except InvalidVersion:
+        raise SourceError(f"{label}: {source.version!r} is not a version (PEP 440)",
+                          hint="pin the sdist's version as its file name spells it") from None
+    candidates = [f for f in listing.files if _sdist_version(f.filename) == pinned]
     for entry in candidates:
-        if entry.get("hashes", {}).get("sha256", "").lower() == source.sha256.lower():
-            return urllib.parse.urljoin(page, entry["url"]), entry["filename"]
+        if entry.sha256 == source.sha256.lower():
+            return entry.url, entry.filename
     if candidates:
-        listed = ", ".join(f"{e['filename']} sha256={e.get('hashes', {}).get('sha256')}" for e in candidates)
+        listed = ", ".join(f"{e.filename} sha256={e.sha256}" for e in candidates)
         raise SourceError(f"{label}: no sdist of {source.name}=={source.version} has the pinned sha256 "
                           f"{source.sha256} (the index has {listed})",
                           hint="the file changed or the pin is wrong: verify and update the recipe's sha256")
@@ -220,29 +221,27 @@ def _find_sdist_url(source: SdistSource, label: str) -> tuple[str, str]:
                       hint="check the version, or use a git source")
 
 
-def _parse_html_index(html: str) -> dict[str, Any]:
-    """A PEP 503 HTML page in the shape of the PEP 691 JSON answer (filename, url, hashes)."""
-    files = []
-    for m in re.finditer(r"<a\s[^>]*href=\"([^\"]+)\"[^>]*>([^<]+)</a>", html, re.IGNORECASE):
-        url, _, fragment = m[1].partition("#")
-        hashes = dict([fragment.split("=", 1)]) if "=" in fragment else {}
-        files.append({"filename": m[2].strip(), "url": url, "hashes": hashes})
-    return {"files": files}
-
-
-def _download(url: str, dest: Path, label: str) -> str:
-    digest = hashlib.sha256()
+def _sdist_version(filename: str) -> Version | None:
+    """The version of an sdist file name (packaging's parser), None for anything else."""
+    if not filename.endswith((".tar.gz", ".zip")):
+        return None
     try:
-        with urllib.request.urlopen(url, timeout=300) as resp, open(dest, "wb") as out:
-            for chunk in iter(lambda: resp.read(_CHUNK), b""):
-                digest.update(chunk)
-                out.write(chunk)
-    except (urllib.error.URLError, OSError) as exc:
-        raise SourceError(f"{label}: downloading {url} failed: {exc}", hint="check the network") from None
-    return digest.hexdigest()
+        return parse_sdist_filename(filename)[1]
+    except (InvalidSdistFilename, InvalidVersion):
+        return None
 
 
-def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str) -> SourceTree:
+def _download(url: str, dest: Path, label: str, say: Say) -> str:
+    try:
+        return download(url, dest, max_bytes=MAX_SDIST_BYTES, progress=say, label=label).sha256
+    except TooLarge:
+        raise SourceError(f"{label}: {url} is larger than {MAX_SDIST_BYTES >> 30} GiB, not an sdist",
+                          hint="check the recipe's sdist pin") from None
+    except NetworkError as exc:
+        raise SourceError(f"{label}: downloading {url} failed: {exc.message}", hint="check the network") from None
+
+
+def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
     sha = source.sha256.lower()
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
         raise SourceError(f"{label}: {source.sha256!r} is not a sha256", hint="pin the sdist by its 64-hex sha256")
@@ -258,7 +257,7 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str) -> SourceTree
             if archive is None:
                 url, filename = _find_sdist_url(source, label)
                 part = Path(tmp) / filename
-                got = _download(url, part, label)
+                got = _download(url, part, label, say)
                 if got != sha:
                     raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
                                       hint="nothing was cached; verify the file and update the pin")

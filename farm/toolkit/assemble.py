@@ -206,7 +206,8 @@ def _ready_version(home: Path, request: ToolkitRequest, components: Sequence[Com
         version = next((c.version for c in components if c.name == "cuda_nvcc"), "")
     if not version.startswith(request.cuda + "."):
         raise ToolError(f"{nvcc} reports release {version}, not CUDA {request.cuda}",
-                        hint="the pinned release or the mirror serves another line; check toolkit.lines in _defaults.yml")
+                        hint="the pinned release or the mirror serves another line; "
+                             "check toolkit.lines in _defaults.yml")
     return version
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class Component:
     """One component as installed: its manifest name, version and the sha256 of its archive or wheel."""

@@ -40,7 +40,7 @@ class Assembled:
 
 def _open(url: str):  # type: ignore[no-untyped-def]
     try:
-        return urllib.request.urlopen(url, timeout=_TIMEOUT)  # noqa: S310 (http(s)/file roots only)
+        return urllib.request.urlopen(url, timeout=_TIMEOUT)
     except urllib.error.HTTPError as exc:
         raise ToolError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
@@ -85,11 +85,13 @@ def download(url: str, dest: Path, archive: Archive, component: str) -> None:
                     out.write(chunk)
             except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
                 raise ToolError(f"{component}: the download of {url} was interrupted after {size} bytes "
-                                f"({type(exc).__name__})", hint="run it again; the partial file was discarded") from None
+                                f"({type(exc).__name__})",
+                                hint="run it again; the partial file was discarded") from None
         if size != archive.size or digest.hexdigest() != archive.sha256:
             got = digest.hexdigest() if size <= archive.size else "(more bytes than the manifest says)"
             raise ToolError(
-                f"{component}: {url} does not match the manifest: {size if size <= archive.size else '>' + str(archive.size)}"
+                f"{component}: {url} does not match the manifest: "
+                f"{size if size <= archive.size else '>' + str(archive.size)}"
                 f" bytes, sha256 {got}; the manifest says {archive.size} bytes, sha256 {archive.sha256}",
                 hint="a truncated or altered download, or a mirror out of date; nothing was unpacked",
             )

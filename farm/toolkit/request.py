@@ -139,5 +139,5 @@ def request_for(
     # checked against that manifest.
     default_root = config.redist_url if config.redist_url.endswith("/") else config.redist_url + "/"
     digest = line.manifest_sha256 if rel == line.release and root == default_root else None
-    pinned = tuple(f"{c}: {p.release}" for c, p in config.lines.items())
-    return ToolkitRequest(cuda, chosen, rel, platform, tuple(wanted), root, digest, pins, pinned)
+    every_line = tuple(f"{c}: {p.release}" for c, p in config.lines.items())
+    return ToolkitRequest(cuda, chosen, rel, platform, tuple(wanted), root, digest, pins, every_line)
