@@ -262,3 +262,67 @@ def test_a_wave_counts_every_compile_and_link_job(tmp_path, capsys) -> None:
     assert data["jobs"] == {"build": 60 * n, "link": n}
     assert 61 * n <= SHARD_SIZE < 61 * (n + 1)  # as many whole sharded cells as fit, the rest deferred
     assert cost.__module__ == "farm.schedule.jobs"
+
+
+def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
+    """Container plan: the shard folder is mounted and the build sees it there; the native builder
+    swaps in this host's paths (farm/build/builders.py:_native_plan)."""
+    from farm.build.builders import _native_plan
+    from farm.build.plan import PlanOptions, plan_build
+    from farm.toolkit.assemble import Toolkit
+
+    config = _root(tmp_path)
+    src = tmp_path / "src" / "shard_ext"
+    setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 1), CELL.id, src)
+    assert setup.table == assign(TUS, 2) and (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
+    plan = plan_build(config, config.recipe("shard_ext"), CELL, src,
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=setup))
+    env = dict(plan.native.environment)
+    assert env["FARM_SHARD_DIR"] == "/opt/farm/shard" and env["FARM_SHARD_ROOT"] == "/project"
+    assert env["PYTORCH_NVCC"] == "/opt/farm/shard/bin/farm-nvcc /opt/farm/toolkit/cuda/bin/nvcc"
+    assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/farm/shard/bin/farm-nvcc"
+    assert f"--volume {setup.directory}:/opt/farm/shard" in plan.env["CIBW_CONTAINER_ENGINE"]
+    assert "PYTORCH_NVCC" in plan.env["CIBW_ENVIRONMENT"]
+    home = tmp_path / "cuda"
+    tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
+    native = dict(_native_plan(plan, tk, setup).native.environment)
+    assert native["FARM_SHARD_DIR"] == str(setup.directory) and native["FARM_SHARD_ROOT"] == str(src)
+    assert native["PYTORCH_NVCC"] == f"{setup.directory}/bin/farm-nvcc {home}/bin/nvcc"
+    config_json = json.loads((setup.directory / "shard.json").read_text())
+    assert (config_json["mode"], config_json["index"], config_json["count"]) == ("compile", 1, 2)
+
+
+def test_sharded_cibuildwheel_build_under_podman(tmp_path, pypi_toolkit) -> None:
+    """The container path: the shard folder is mounted into cibuildwheel's container, where the
+    build runs the launcher; the link job's wheel asserts."""
+    import os
+    import subprocess
+
+    from farm.build.builders import LOCAL_PODMAN_IMAGE, check_engine
+    from farm.errors import ToolError
+
+    from .test_builders import _cannot_run
+
+    image = os.environ.get("FARM_MANYLINUX_IMAGE", LOCAL_PODMAN_IMAGE)
+    try:
+        check_engine("podman")
+    except ToolError as exc:
+        _cannot_run(f"podman cannot start containers here: {exc}")
+    if subprocess.run(["podman", "image", "exists", image], check=False).returncode != 0:
+        _cannot_run(f"the image {image} does not exist: run `bash .ci/podman-setup.sh` (as root)")
+    config = _root(tmp_path)
+    shards = tmp_path / "shards"
+
+    def settings(job: ShardJob, sub: str) -> BuildSettings:
+        return BuildSettings(engine="podman", images={"x86_64": image}, out_dir=tmp_path / sub / "upload",
+                             work_root=tmp_path / sub / "work", source_cache=tmp_path / "sources",
+                             toolkit_root=pypi_toolkit.prefix.parents[1], shard=job, shard_dir=shards)
+
+    compiled = [build_cell(config, config.recipe("shard_ext"), CELL, settings(ShardJob(2, i), f"s{i}"))
+                for i in range(2)]
+    assert [c.shard["tus"] for c in compiled] == [["csrc/add.cu", "csrc/ops/negate.cu"],
+                                                  ["csrc/ops/fill.cu", "csrc/scale.cu"]]
+    link = build_cell(config, config.recipe("shard_ext"), CELL, settings(ShardJob(2), "link"))
+    assert link.passed, "\n".join(r.report.render() for r in link.postbuild)
+    (wheel,) = link.asserted
+    assert _found_per_tu(wheel, tmp_path) == ["sm_80;sm_90"] * 4
