@@ -1,73 +1,53 @@
-"""The native fatbin reader against cuobjdump on NVIDIA's largest fatbin-bearing PyPI library.
+"""`farm inspect` against cuobjdump on NVIDIA's largest fatbin-bearing PyPI library.
 
-Downloads ``nvidia-cublas`` (CUDA 13; ``--cuda 12`` for ``nvidia-cublas-cu12``) once into
-``.cache/bench/``, extracts ``libcublasLt.so.*``, then runs, as whole processes, the native reader
-(``python -S -m farm.binary.fatbin``, its bytecode cached as an installed package's is; also shown
-without) and ``cuobjdump --list-elf --list-ptx`` (the anchor). Both must list
-identical entries (SASS compared without ``f``). Prints wall time and peak RSS of both and the
-ratios; the targets are native >= 50x faster and <= 1/10 of cuobjdump's peak memory. Each side
-runs ``--runs`` times: the fastest wall time and the highest peak RSS are reported.
+Downloads ``nvidia-cublas`` (CUDA 13; ``--cuda 12`` for ``nvidia-cublas-cu12``) once into the cache,
+extracts ``libcublasLt.so.*``, then times, as whole processes and taking turns:
 
-    python benchmarks/bench_fatbin.py [--cuda 13|12] [--runs 3] [--cache DIR]
+- ``farm inspect LIB`` and ``farm inspect --json LIB``: the console script of a regular install of
+  this working tree (see ``_harness.installed_farm``), what a user types;
+- the anchor, ``cuobjdump --list-elf --list-ptx LIB``.
+
+Both must hold the same (kind, arch) multiset: farm's runnable entries without LTO-IR, SASS
+compared without ``f`` (which cuobjdump cannot show). With an nvcc (``CUDA_HOME``), a ~1 MB
+extension is built once and ``farm inspect`` on it is timed too.
+
+Targets: CPU time >= 50x below cuobjdump's, peak RSS <= 1/10 of its, the 1 MB extension <= 60 ms.
+
+    python benchmarks/bench_fatbin.py [--cuda 13|12] [--runs 5] [--cache DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import REPO, installed_farm, interleaved, measure, table
 
-from farm.binary.cuobjdump import (
-    cuobjdump_version,
-    find_cuobjdump,
-    parse_listing,
-    variant_free,
-)
-from farm.binary.fatbin import EntryKind, read_fatbins, runnable
-from farm.binary.fatbinscan import scan
+sys.path.insert(0, str(REPO))
+from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump, parse_listing, variant_free
 from farm.binary.wheelfile import SafeWheel
+from farm.model.arch import Target
 
 PACKAGES = {"13": "nvidia-cublas", "12": "nvidia-cublas-cu12"}
-
-
-@dataclass(frozen=True)
-class Run:
-    wall_s: float
-    peak_rss_mb: float
-    stdout: str
-
-
-def measure(argv: list[str], env: dict[str, str] | None = None) -> Run:
-    """Wall time and peak RSS of one whole process (os.wait4 gives the child's own rusage)."""
-    with tempfile.TemporaryFile() as err:  # a file, not a pipe: stderr cannot block the child
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=env)
-        assert proc.stdout is not None
-        out = proc.stdout.read()  # read before waiting so a large listing cannot block on a full pipe
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            err.seek(0)
-            raise SystemExit(f"{' '.join(argv)} failed (rc {proc.returncode}): "
-                             f"{err.read().decode(errors='replace')[-500:]}")
-    return Run(wall, usage.ru_maxrss / 1024, out.decode())
-
-
-def best(argv: list[str], runs: int, env: dict[str, str] | None = None) -> Run:
-    results = [measure(argv, env) for _ in range(runs)]
-    fastest = min(results, key=lambda r: r.wall_s)
-    return Run(fastest.wall_s, max(r.peak_rss_mb for r in results), fastest.stdout)
+# a ~1 MB extension: a few translation units of templated kernels for seven images
+_KERNELS = """
+template <int N> __global__ void k(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    #pragma unroll
+    for (int j = 0; j < N; ++j) if (i + j < n) x[i + j] = x[i + j] * (j + 1) + N;
+}
+"""
+_ARCHS = ("-gencode=arch=compute_75,code=sm_75", "-gencode=arch=compute_80,code=sm_80",
+          "-gencode=arch=compute_86,code=sm_86", "-gencode=arch=compute_89,code=sm_89",
+          "-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_100,code=sm_100",
+          "-gencode=arch=compute_120,code=[sm_120,compute_120]")
 
 
 def fetch_library(cuda: str, cache: Path) -> Path:
@@ -91,87 +71,98 @@ def fetch_library(cuda: str, cache: Path) -> Path:
     return out
 
 
+def one_mb_extension(cache: Path) -> Path | None:
+    """A ~1 MB fatbin-bearing shared library built with nvcc once (None without an nvcc)."""
+    home = os.environ.get("CUDA_HOME")
+    nvcc = Path(home) / "bin" / "nvcc" if home else None
+    if nvcc is None or not nvcc.exists():
+        return None
+    out = cache / "ext1mb" / "ext.so"
+    if out.exists():
+        return out
+    work = out.parent
+    work.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for unit in range(4):
+        src = work / f"u{unit}.cu"
+        body = _KERNELS + "".join(f"template __global__ void k<{unit * 8 + n}>(float *, int);\n" for n in range(1, 9))
+        src.write_text(body)
+        obj = work / f"u{unit}.o"
+        subprocess.run([str(nvcc), "-c", "-Xcompiler", "-fPIC", *_ARCHS, "-o", str(obj), str(src)], check=True)
+        objects.append(str(obj))
+    tmp = work / "ext.so.tmp"
+    subprocess.run([shutil.which("g++") or "g++", "-shared", "-o", str(tmp), *objects], check=True)
+    tmp.rename(out)
+    return out
+
+
+def _multiset_native(listing: bytes) -> Counter[tuple[str, str]]:
+    """(kind, name) of the runnable, loadable entries in ``farm inspect --json``, SASS without ``f``."""
+    (result,) = json.loads(listing)["results"]
+    counts: Counter[tuple[str, str]] = Counter()
+    for fatbin in result["fatbins"]:
+        if not fatbin["runnable"]:
+            continue
+        for entry in fatbin["entries"]:
+            if entry["kind"] != "lto-ir":
+                counts[(entry["kind"], variant_free(Target.from_name(entry["target"])).name)] += 1
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cuda", choices=sorted(PACKAGES), default="13")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--cache", type=Path, default=REPO / ".cache" / "bench")
     args = parser.parse_args()
 
     lib = fetch_library(args.cuda, args.cache)
     tool = find_cuobjdump()
-    fatbins = read_fatbins(lib)
-    entries = sum(len(f.entries) for f in fatbins)
-    print(f"library:   {lib.name} ({lib.stat().st_size / 1e6:.0f} MB, {len(fatbins)} fatbins, {entries} entries)")
+    farm = str(installed_farm(args.cache))
+    ext = one_mb_extension(args.cache)
+    print(f"library:   {lib.name} ({lib.stat().st_size / 1e6:.0f} MB)")
     print(f"cuobjdump: {tool} ({cuobjdump_version(tool)})")
+    print(f"farm:      {farm} (a regular install of this working tree)")
 
-    # warm the page cache once so neither side pays for the first read from disk
-    measure([str(tool), "--list-elf", "--list-ptx", str(lib)])
-    # -S: the reader needs only the standard library, so the interpreter skips site-packages
-    # (farm is found from the repository root, the working directory of the run). Its bytecode is
-    # cached (outside the repository) as an installed package's is; the run that compiles farm's
-    # modules every time is shown too.
-    command = [sys.executable, "-S", "-m", "farm.binary.fatbin", str(lib)]
-    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    cached["PYTHONPYCACHEPREFIX"] = str(args.cache / "pycache")
-    measure(command, cached)
-    native = best(command, args.runs, cached)
-    uncached = best(command, args.runs, {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-    scan_s = min(_timed(scan, lib) for _ in range(args.runs))
-    in_process = min(_timed(read_fatbins, lib) for _ in range(args.runs))
-    anchor = best([str(tool), "--list-elf", "--list-ptx", str(lib)], args.runs)
-    # the floor of any Python command on this machine, measured in the same run
-    bare = best([sys.executable, "-S", "-c", "pass"], args.runs)
+    anchor_argv = [str(tool), "--list-elf", "--list-ptx", str(lib)]
+    measure(anchor_argv)  # warm the page cache once so neither side pays for the first read from disk
+    commands = {
+        "cuobjdump --list-elf --list-ptx": anchor_argv,
+        "farm inspect LIB": [farm, "inspect", str(lib)],
+        "farm inspect --json LIB": [farm, "inspect", "--json", str(lib)],
+    }
+    if ext is not None:
+        commands[f"farm inspect EXT ({ext.stat().st_size / 1e6:.1f} MB)"] = [farm, "inspect", str(ext)]
+    results = interleaved(commands, args.runs)
 
-    # identical answers: the native process's entries against cuobjdump's, one per TU per arch
-    if uncached.stdout != native.stdout:
-        print("MISMATCH: the listing differs between runs")
+    # the same (kind, arch) multiset: one cuobjdump line per TU per arch
+    anchor = results["cuobjdump --list-elf --list-ptx"]
+    listed = Counter((e.kind.value, e.target.name)
+                     for e in parse_listing(anchor.runs[0].stdout.decode(), where=str(lib)))
+    native = _multiset_native(results["farm inspect --json LIB"].runs[0].stdout)
+    if native != listed:
+        print(f"MISMATCH: farm only {native - listed}; cuobjdump only {listed - native}")
         return 1
-    loaded = {f.section for f in runnable(fatbins)}
-    native_set: Counter[tuple[str, str]] = Counter()
-    for line in native.stdout.splitlines():
-        _, section, _, kind, name, _ = line.split("\t")
-        if kind != EntryKind.LTO_IR.value and section in loaded:
-            native_set[(kind, name)] += 1
-    native_cmp: Counter[tuple[str, str]] = Counter()
-    for (kind, name), count in native_set.items():
-        native_cmp[(kind, variant_free_name(name))] += count
-    listed = Counter((e.kind.value, e.target.name) for e in parse_listing(anchor.stdout, where=str(lib)))
-    if native_cmp != listed:
-        print(f"MISMATCH: native only {native_cmp - listed}; cuobjdump only {listed - native_cmp}")
-        return 1
-    archs = sorted({n for _, n in native_set}, key=lambda n: (int("".join(c for c in n if c.isdigit())), n))
-    print(f"identical: {sum(listed.values())} entries, arch set {' '.join(archs)}")
+    print(f"identical (kind, arch) multisets: {sum(listed.values())} entries")
     print()
-    print(f"{'':12}{'wall':>10}{'peak RSS':>12}")
-    print(f"{'native':12}{native.wall_s * 1000:>8.1f}ms{native.peak_rss_mb:>10.1f}MB")
-    print(f"{'  no .pyc':12}{uncached.wall_s * 1000:>8.1f}ms{uncached.peak_rss_mb:>10.1f}MB   "
-          "(farm's modules compiled on every run)")
-    print(f"{'cuobjdump':12}{anchor.wall_s * 1000:>8.1f}ms{anchor.peak_rss_mb:>10.1f}MB")
-    print(f"{'python -S':12}{bare.wall_s * 1000:>8.1f}ms{bare.peak_rss_mb:>10.1f}MB"
-          "   (bare interpreter start: the floor)")
-    print(f"(in process: the command's scan {scan_s * 1000:.1f}ms, read_fatbins with its models "
-          f"{in_process * 1000:.1f}ms; the rest of the command is interpreter start, imports and output)")
-    speed = anchor.wall_s / native.wall_s
-    memory = native.peak_rss_mb / anchor.peak_rss_mb
+    print(table(list(results.values())))
     print()
-    print(f"speed-up:     {speed:.1f}x   (target >= 50x: {'met' if speed >= 50 else 'NOT met'}; "
-          f"no .pyc: {anchor.wall_s / uncached.wall_s:.1f}x)")
-    print(f"memory ratio: {memory:.3f}   (target <= 0.100: {'met' if memory <= 0.1 else 'NOT met'})")
-    print(f"in process:   {anchor.wall_s / in_process:.1f}x   (cuobjdump's whole run / the native read alone)")
-    return 0
-
-
-def _timed(read: Callable[[Path], object], lib: Path) -> float:
-    start = time.perf_counter()
-    read(lib)
-    return time.perf_counter() - start
-
-
-def variant_free_name(name: str) -> str:
-    from farm.model.arch import Target
-
-    return variant_free(Target.from_name(name)).name
+    a_cpu, a_rss = anchor.cpu[0], anchor.rss[0]
+    ok = True
+    for label in ("farm inspect LIB", "farm inspect --json LIB"):
+        s = results[label]
+        speed, memory = a_cpu / s.cpu[0], s.rss[0] / a_rss
+        met = speed >= 50 and memory <= 0.1
+        ok &= met
+        print(f"{label}: CPU {speed:.1f}x below cuobjdump's (target >= 50x), peak RSS {memory:.3f} of its "
+              f"(target <= 0.100): {'met' if met else 'NOT met'}")
+    if ext is not None:
+        s = results[next(k for k in results if k.startswith("farm inspect EXT"))]
+        print(f"1 MB extension: {s.wall[0] * 1000:.1f} ms wall, {s.cpu[0] * 1000:.1f} ms CPU (target <= 60 ms): "
+              f"{'met' if s.wall[0] <= 0.060 else 'NOT met'}")
+    s = results["farm inspect LIB"]
+    print(f"ratio (cuobjdump CPU / farm inspect CPU, min of {args.runs}): {a_cpu / s.cpu[0]:.1f}x")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

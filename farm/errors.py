@@ -25,11 +25,46 @@ EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
 
 
+def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sorts as versions read: ``12.9`` before ``12.10``, ``cp39`` before ``cp310``."""
+    import re  # only on the error path (see TYPE_CHECKING above)
+
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part)
+
+
+def _number(text: str) -> tuple[str, tuple[int, ...]] | None:
+    """``12.8`` -> ("", (12, 8)); ``cp311`` -> ("cp", (3, 11)); anything else -> None."""
+    import re
+
+    m = re.fullmatch(r"([a-z]*)(\d+(?:\.\d+)*)", text)
+    if m is None:
+        return None
+    if m[1] == "cp" and "." not in m[2]:  # a Python tag: cp311 is 3.11
+        return "cp", (int(m[2][0]), int(m[2][1:] or 0))
+    return m[1], tuple(int(p) for p in m[2].split("."))
+
+
 def did_you_mean(word: str, options: Iterable[str]) -> str:
-    """``"did you mean 'x'?"`` for the closest option, or ``""``."""
+    """``"did you mean 'x'?"`` for the closest option, or ``""``. Versions are close by value
+    (``12.7`` -> ``12.8``, ``cp315`` -> ``cp314``), other words by spelling."""
+    options = list(options)
+    wanted = _number(word)
+    numbered = [o for o in options if wanted is not None and (_number(o) or ("",))[0] == wanted[0]
+                and _number(o) is not None]
+    if wanted is not None and numbered:
+        def distance(parts: tuple[int, ...]) -> tuple[int, int, int]:
+            assert wanted is not None
+            width = max(len(parts), len(wanted[1]))
+            have, want = parts + (0,) * (width - len(parts)), wanted[1] + (0,) * (width - len(wanted[1]))
+            first = next((i for i in range(width) if have[i] != want[i]), width - 1)
+            # the longest shared prefix, then the nearest at the first difference, then the newer
+            return -first, abs(have[first] - want[first]), -have[first]
+
+        best = min(numbered, key=lambda o: distance(_number(o)[1]))  # type: ignore[index]
+        return f"did you mean {best!r}?"
     import difflib  # only on the error path
 
-    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else ""
 
 

@@ -17,6 +17,17 @@ from farm.errors import FileSystemError, os_error
 
 CHUNK = 1 << 20
 
+# Directories no source walk enters: version control and tool state, not the project's files.
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
+
+
+def walk_files(root: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
+    """(directory, file name) of every file under ``root`` in a stable order, outside SKIP_DIRS."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for name in sorted(filenames):
+            yield dirpath, name
+
 
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in chunks (memory does not grow with the file)."""

@@ -100,12 +100,17 @@ def test_unknown_reader() -> None:
 def test_inspect_command_json(cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default")})
     so = cuda_fixtures.path("family")
-    assert main(["inspect", "--reader", "both", "--json", str(wheel), str(so)]) == 0
+    assert main(["inspect", "--reader", "both", "--stubs", "--json", str(wheel), str(so)]) == 0
     out = json.loads(capsys.readouterr().out)
     wheel_result, file_result = out["results"]
     (ext,) = wheel_result["extensions"]
     assert ext["found"] == "sm_75;sm_80;sm_90;compute_90" and ext["readers_agree"]
     assert [f["device_link_stub"] for f in ext["fatbins"]] == [True, False, False]
+    # without --stubs a listing does not read payloads: the stub is "not checked", never "not a stub"
+    assert main(["inspect", "--json", str(wheel)]) == 0
+    (ext,) = json.loads(capsys.readouterr().out)["results"][0]["extensions"]
+    assert ext["found"] == "sm_75;sm_80;sm_90;compute_90"
+    assert [f["device_link_stub"] for f in ext["fatbins"]] == [None, None, None]
     assert file_result["found_targets"] == ["sm_100f", "sm_120f", "compute_120f"]
 
 

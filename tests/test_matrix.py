@@ -585,3 +585,12 @@ def test_a_filter_never_calls_an_ignore_stale_that_filtered_out_cells_need(
     assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--cache-dir", str(cache)]) == 0
     assert "lint_ignore explicit-target 'setup.py' of alpha matches nothing under any of its arch lists" \
         in capsys.readouterr().out
+
+
+def test_version_hints_are_by_value_and_in_version_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = farm_matrix(capsys, big_tree(tmp_path), "--torch", "2.11")
+    assert rc == EXIT_BAD_INPUT
+    assert "did you mean '2.10'?" in err
+    assert "known: 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7, 2.8, 2.9, 2.10, none" in err
+    rc, _, err = farm_matrix(capsys, big_tree(tmp_path / "b"), "--python", "3.15")
+    assert "did you mean 'cp314'?" in err and "known: cp310, cp311, cp312, cp313, cp314" in err

@@ -1,15 +1,15 @@
 """farm.build.plan: cell + recipe + checkout -> cibuildwheel argv, environment and config (pure), checked
-against the real cibuildwheel (identifiers, CIBW_ENVIRONMENT parsing)."""
+against the real cibuildwheel (identifiers, environment parsing)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from cibuildwheel.environment import parse_environment
 
 from farm.build.plan import (
@@ -25,11 +25,6 @@ from farm.model.cells import Cell
 
 from .buildroot import DEMO_RECIPE, make_root
 from .wheelmaker import make_wheel
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # cibuildwheel depends on tomli there
-    import tomli as tomllib
 
 TORCH_RECIPE = """\
 name: torchpkg
@@ -83,8 +78,8 @@ WIN = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "win_amd64")
 
 
 def build_env(plan) -> dict[str, str]:
-    """CIBW_ENVIRONMENT as cibuildwheel itself evaluates it."""
-    return parse_environment(plan.env["CIBW_ENVIRONMENT"]).as_dictionary({"PATH": "/usr/bin"})
+    """The plan's environment option as cibuildwheel itself evaluates it."""
+    return parse_environment(plan.options["environment"]).as_dictionary({"PATH": "/usr/bin"})
 
 
 def test_identifiers():
@@ -110,14 +105,14 @@ def test_torch_free_x86_plan(config, tmp_path):
     assert env["FORCE_CUDA"] == "1"
     assert env["MAX_JOBS"] == "3"  # inherited from _defaults.yml's build knobs
     assert env["NVCC_APPEND_FLAGS"] == "--threads 1"
-    assert "torch" not in plan.env["CIBW_BEFORE_BUILD"]
-    assert "nvidia-cuda-nvcc==13.0.88" in plan.env["CIBW_BEFORE_ALL"]
-    assert plan.env["CIBW_CONTAINER_ENGINE"] == "podman"
-    assert plan.env["CIBW_MANYLINUX_X86_64_IMAGE"] == "localhost/img:1"
-    assert "CIBW_MANYLINUX_AARCH64_IMAGE" not in plan.env
-    assert plan.env["CIBW_BUILD_FRONTEND"] == "build; args: --no-isolation"
+    assert "torch" not in plan.options["before-build"]
+    assert "nvidia-cuda-nvcc==13.0.88" in plan.options["before-all"]
+    assert plan.options["container-engine"] == "podman"
+    assert plan.options["manylinux-x86_64-image"] == "localhost/img:1"
+    assert "manylinux-aarch64-image" not in plan.options
+    assert plan.options["build-frontend"] == "build; args: --no-isolation"
     for soname in ("libcuda.so.1", "libtorch.so", "libc10.so", "'libcudart.so.*'"):
-        assert f"--exclude {soname}" in plan.env["CIBW_REPAIR_WHEEL_COMMAND"]
+        assert f"--exclude {soname}" in plan.options["repair-wheel-command"]
 
 
 def test_torch_aarch64_plan(config, tmp_path):
@@ -125,9 +120,9 @@ def test_torch_aarch64_plan(config, tmp_path):
                                                    "aarch64": "quay.io/pypa/manylinux_2_28_aarch64"})
     assert plan.identifier == "cp312-manylinux_aarch64"
     assert plan.package_dir == "lib" and plan.argv[-1] == "lib"
-    assert plan.env["CIBW_ARCHS"] == "aarch64"
-    assert plan.env["CIBW_MANYLINUX_AARCH64_IMAGE"] == "quay.io/pypa/manylinux_2_28_aarch64"
-    assert "CIBW_MANYLINUX_X86_64_IMAGE" not in plan.env
+    assert plan.options["archs"] == ["aarch64"]
+    assert plan.options["manylinux-aarch64-image"] == "quay.io/pypa/manylinux_2_28_aarch64"
+    assert "manylinux-x86_64-image" not in plan.options
     env = build_env(plan)
     # the aarch64 policy row of _defaults.yml, rendered for torch
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX;10.0;11.0;12.0+PTX"
@@ -136,7 +131,7 @@ def test_torch_aarch64_plan(config, tmp_path):
     assert env["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo"
     assert env["TORCHPKG_FAST"] == "1"
     assert plan.torch_version == "2.9.1"
-    before = plan.env["CIBW_BEFORE_BUILD"]
+    before = plan.options["before-build"]
     assert "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130" in before
     assert "psutil" in before and "setuptools" in before
 
@@ -146,12 +141,12 @@ def test_windows_plan_uses_the_host_toolkit(config, tmp_path):
         plan_for(config, tmp_path, WIN)
     plan = plan_for(config, tmp_path, WIN, host_cuda_home=Path("C:/farm/toolkit/13.0/cuda"))
     assert plan.identifier == "cp311-win_amd64"
-    assert plan.env["CIBW_BEFORE_ALL"] == "" and plan.env["CIBW_REPAIR_WHEEL_COMMAND"] == ""
+    assert plan.options["before-all"] == "" and plan.options["repair-wheel-command"] == ""
     assert build_env(plan)["CUDA_HOME"] == "C:/farm/toolkit/13.0/cuda"
     assert build_env(plan)["PATH"] == "C:/farm/toolkit/13.0/cuda/bin;/usr/bin"
     # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
-    assert plan.env["CIBW_BEFORE_BUILD"].startswith('python -m pip install "setuptools>=64" wheel ninja && ')
-    assert "'" not in plan.env["CIBW_BEFORE_BUILD"]
+    assert plan.options["before-build"].startswith('python -m pip install "setuptools>=64" wheel ninja && ')
+    assert "'" not in plan.options["before-build"]
 
 
 def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path):
@@ -159,8 +154,8 @@ def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tm
     options = tomllib.loads(plan.config_text)["tool"]["cibuildwheel"]
     assert options["test-command"] == "" and options["before-test"] == "" and options["skip"] == ""
     assert options["build"] == "cp311-manylinux_x86_64"
-    assert options["environment"]["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
-    assert options["before-build"] == plan.env["CIBW_BEFORE_BUILD"]
+    assert parse_environment(options["environment"]).as_dictionary({})["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
+    assert options["before-build"] == plan.options["before-build"]
 
 
 @pytest.mark.parametrize("cell", [X86, ARM, WIN], ids=lambda c: c.platform)
@@ -208,13 +203,13 @@ def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path):
     recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
     linux = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
-    script = linux.env["CIBW_BEFORE_ALL"]
+    script = linux.options["before-all"]
     assert script.startswith("set -eu\ndnf install -y epel-release\ndnf install -y sparsehash-devel\n")
     # the toolkit script exits early once stamped: the packages must come before it
     assert script.index("sparsehash-devel") < script.index("exit 0")
     win = plan_build(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
                      options(tmp_path, host_cuda_home=tmp_path / "cuda"))
-    assert "dnf" not in win.env["CIBW_BEFORE_ALL"]
+    assert "dnf" not in win.options["before-all"]
 
 
 def test_bad_inputs(config, tmp_path):
@@ -240,10 +235,10 @@ def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(co
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: [cuda_nvtx]\n"
     cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
     plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
-    assert plan.toolkit.components[-1] == "cuda_nvtx" and "nvidia-nvtx==13.0.85" in plan.env["CIBW_BEFORE_ALL"]
+    assert plan.toolkit.components[-1] == "cuda_nvtx" and "nvidia-nvtx==13.0.85" in plan.options["before-all"]
     torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
     tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
-    assert "nvidia-cusparse==12.6.3.3" in tplan.env["CIBW_BEFORE_ALL"]
+    assert "nvidia-cusparse==12.6.3.3" in tplan.options["before-all"]
 
 
 def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
@@ -252,13 +247,13 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
         plan_for(config, tmp_path, cell)
     host = tmp_path / "cache/toolkit/12.8/redist-12.8.1-linux-x86_64-0123"
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
-    assert plan.env["CIBW_BEFORE_ALL"] == ""
-    assert plan.env["CIBW_CONTAINER_ENGINE"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    assert plan.options["before-all"] == ""
+    assert plan.options["container-engine"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
     # as cibuildwheel itself reads the option (a path with a space stays one argument)
     from cibuildwheel.oci_container import OCIContainerEngineConfig
 
     spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
-    engine = OCIContainerEngineConfig.from_config_string(spaced.env["CIBW_CONTAINER_ENGINE"])
+    engine = OCIContainerEngineConfig.from_config_string(spaced.options["container-engine"])
     assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert plan.toolkit.source == "redist" and plan.toolkit.release == "12.8.1"

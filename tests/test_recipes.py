@@ -83,7 +83,7 @@ def test_recipe_plans_a_build_on_every_line_and_platform(config: FarmConfig, nam
         plan = plan_build(config, recipe, cell, tmp_path, options)
         assert plan.cell == cell and plan.argv[0] == "cibuildwheel"
         for var in recipe.build.arch_env:  # packages that read their own variable get the cell's list
-            assert var in plan.env["CIBW_ENVIRONMENT"]
+            assert var in plan.options["environment"]
     assert seen
 
 

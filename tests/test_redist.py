@@ -197,6 +197,8 @@ def test_an_interrupted_download_is_never_used(served, tmp_path):
     rel, _ = _archive(served, "cuda_nvcc")
     redisttree.CUT.add(f"/good/{rel}")
     prefix = tmp_path / "tk"
+    killed = tmp_path / ".tk.staging-999999999-a1b2"  # an earlier assembly, killed midway
+    (killed / "cuda").mkdir(parents=True)
     request = request_for(_config("13.0.2", CUDA13), "13.0", redist_url=served[1] + "good/")
     try:
         with pytest.raises(ToolError, match="cuda_nvcc"):

@@ -281,8 +281,8 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     assert env["FARM_SHARD_DIR"] == "/opt/farm/shard" and env["FARM_SHARD_ROOT"] == "/project"
     assert env["PYTORCH_NVCC"] == "/opt/farm/shard/bin/farm-nvcc /opt/farm/toolkit/cuda/bin/nvcc"
     assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/farm/shard/bin/farm-nvcc"
-    assert f"--volume {setup.directory}:/opt/farm/shard" in plan.env["CIBW_CONTAINER_ENGINE"]
-    assert "PYTORCH_NVCC" in plan.env["CIBW_ENVIRONMENT"]
+    assert f"--volume {setup.directory}:/opt/farm/shard" in str(plan.options["container-engine"])
+    assert "PYTORCH_NVCC" in str(plan.options["environment"]) and "FARM_SHARD_DIR" in plan.config_text
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
     native = dict(_native_plan(plan, tk, setup).native.environment)

@@ -335,3 +335,55 @@ def test_encrypted_or_unreadable_compression_is_refused(source_wheel: Path, tmp_
 def test_stamped_file_is_world_readable(source_wheel: Path, tmp_path: Path) -> None:
     result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None)
     assert stat.S_IMODE(os.stat(result.path).st_mode) == 0o644
+
+
+def _compressed_bytes(path: Path, name: str) -> bytes:
+    """A member's bytes as stored (after its local header), read without inflating them."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(name)
+    data = path.read_bytes()
+    at = info.header_offset
+    name_len = int.from_bytes(data[at + 26:at + 28], "little")
+    extra_len = int.from_bytes(data[at + 28:at + 30], "little")
+    start = at + 30 + name_len + extra_len
+    return data[start:start + info.compress_size]
+
+
+def test_unchanged_members_are_copied_as_stored_and_the_wheel_still_installs(tmp_path: Path) -> None:
+    """Only dist-info is rewritten: every other member keeps its compressed bytes as they were, and
+    the result still passes RECORD verification, `wheel unpack` and a real pip install."""
+    payload = os.urandom(1 << 16) + b"\0" * (1 << 16)  # half incompressible, half not
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0", {
+        "demo_ext/__init__.py": b"VALUE = 1\n",
+        "demo_ext/blob.bin": payload,
+        "demo_ext-0.1.0.data/scripts/demo-run": b"#!/bin/sh\necho demo\n",
+    }, executables=("demo_ext-0.1.0.data/scripts/demo-run",))
+    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info={"a": 1})
+    for old, new in (("demo_ext/blob.bin", "demo_ext/blob.bin"), ("demo_ext/__init__.py", "demo_ext/__init__.py"),
+                     ("demo_ext-0.1.0.data/scripts/demo-run", "demo_ext-0.1.0+cu130.data/scripts/demo-run")):
+        assert _compressed_bytes(result.path, new) == _compressed_bytes(wheel, old)
+    assert result.hashes["demo_ext/blob.bin"] == hashlib.sha256(payload).hexdigest()
+    with WheelFile(result.path) as wf:  # checks every member against RECORD as it reads it
+        for info in wf.infolist():
+            wf.read(info)
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path / "unpacked"), str(result.path)],
+                   check=True, capture_output=True)
+    assert (tmp_path / "unpacked" / "demo_ext-0.1.0+cu130" / "demo_ext" / "blob.bin").read_bytes() == payload
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    str(result.path)], check=True, capture_output=True)
+    assert (target / "demo_ext" / "blob.bin").read_bytes() == payload
+    assert (target / "demo_ext-0.1.0+cu130.dist-info" / "_build_info.json").is_file()
+
+
+def test_corrupt_compressed_bytes_are_refused(tmp_path: Path) -> None:
+    """The raw copy still inflates and checks what it copies: a flipped byte never gets new hashes."""
+    wheel = make_wheel(tmp_path / "in", "demo_ext", "0.1.0", {"demo_ext/blob.bin": os.urandom(1 << 15)})
+    stored = _compressed_bytes(wheel, "demo_ext/blob.bin")
+    data = bytearray(wheel.read_bytes())
+    at = data.find(stored) + len(stored) // 2
+    data[at] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+    with pytest.raises(WheelError, match="corrupt|does not match"):
+        stamp_wheel(wheel, tmp_path / "out", local="cu128", build_tag=None)
+    assert not any((tmp_path / "out").iterdir())

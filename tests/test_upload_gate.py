@@ -375,3 +375,11 @@ def test_judge_provenance_that_contradicts_itself_is_refused() -> None:
     info = {**INFO, "arch_list": {"requested": "not an arch list", "normalised": "sm_80"}}
     (refusal,) = judge(NAME, SHA, info, {**info, "filename": NAME, "sha256": SHA}, None, INFO["found"])
     assert refusal.check is Check.CONSISTENT and "does not parse" in refusal.message
+
+
+def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    big = b'{"x": "' + b"a" * (buildinfo.MAX_BUILD_INFO + 1) + b'"}'
+    make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {"demo_ext/__init__.py": b"",
+                                                     "demo_ext-0.1.0+cu130.dist-info/_build_info.json": big})
+    (refusal,) = _gate(tmp_path).refused
+    assert refusal.check is Check.READABLE and "at most" in refusal.message

@@ -20,7 +20,7 @@ if __name__ == "__main__":  # `python -m farm.binary.fatbin`: the listing needs 
 import enum
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import cached_property
 
 from farm import __version__
 from farm.binary import fatbinscan as _scan
@@ -34,9 +34,11 @@ from farm.binary.fatbinscan import (  # noqa: F401 - re-exported: the section na
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList, Kind, Target, Variant
 
+TYPE_CHECKING = False  # typing itself is not imported: `farm inspect` starts without it
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
+    from typing import BinaryIO
 
 READER_VERSION = f"farm {__version__}"
 
@@ -85,7 +87,28 @@ class Fatbin:
     offset: int
     entries: tuple[Entry, ...]
 
-    @property
+    def __getattr__(self, name: str) -> tuple[Entry, ...]:
+        # Only reached for a missing attribute: the entries of a fatbin read_fatbins made, built
+        # from its scanned headers on first use and then stored as the field itself.
+        pending = self.__dict__.pop("_pending", None) if name == "entries" else None
+        if pending is None:
+            raise AttributeError(name)
+        models: dict[_scan.Decoded, tuple[EntryKind, Target, Compression]] = pending[0]
+        raw: list[_scan.RawEntry] = pending[1]
+        entries = tuple(Entry(*models[decoded], offset=pos, header_size=header_size, payload_size=payload_size,
+                              uncompressed_size=uncompressed)
+                        for decoded, pos, header_size, payload_size, uncompressed in raw)
+        self.__dict__["entries"] = entries
+        return entries
+
+    @cached_property  # read_fatbins seeds it: one shared tuple per distinct list of images
+    def signature(self) -> tuple[_scan.Decoded, ...]:
+        """Per entry (kind, arch number, variant, compression, name), as plain values: equal lists
+        of images compare and hash cheaply, and render without touching the enums."""
+        return tuple((e.kind.value, e.target.number, e.target.variant.value, e.compressed.value, e.name)
+                     for e in self.entries)
+
+    @cached_property  # read_fatbins seeds it: one shared ArchList per distinct list of images
     def targets(self) -> ArchList:
         """The images the driver can pick from: cubins and PTX (LTO-IR is not loadable)."""
         return ArchList.of(e.target for e in self.entries if e.kind is not EntryKind.LTO_IR)
@@ -108,10 +131,8 @@ def runnable(fatbins: Iterable[Fatbin]) -> tuple[Fatbin, ...]:
 
 
 def union(fatbins: Iterable[Fatbin]) -> ArchList:
-    targets: set[Target] = set()
-    for f in fatbins:
-        targets |= f.targets.targets
-    return ArchList.of(targets)
+    # over the distinct target sets only: a library repeats a few dozen thousands of times
+    return ArchList.of(frozenset().union(*{f.targets.targets for f in fatbins}))
 
 
 def _model(decoded: _scan.Decoded) -> tuple[EntryKind, Target, Compression]:
@@ -128,15 +149,24 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
     :class:`~farm.errors.BinaryFormatError` naming the file, the offset and what is wrong.
     """
     models: dict[_scan.Decoded, tuple[EntryKind, Target, Compression]] = {}  # a few dozen per library
+    targets: dict[tuple[_scan.Decoded, ...], ArchList] = {}  # a few hundred distinct fatbins
     fatbins = []
+    new = object.__new__
     for section, offset, raw in _scan.scan(path):
-        entries = []
-        for decoded, pos, header_size, payload_size, uncompressed in raw:
-            model = models.get(decoded)
-            if model is None:
-                model = models[decoded] = _model(decoded)
-            entries.append(Entry(*model, pos, header_size, payload_size, uncompressed))
-        fatbins.append(Fatbin(section, offset, tuple(entries)))
+        signature = tuple(r[0] for r in raw)
+        shared = targets.get(signature)
+        if shared is None:  # a new list of images: model its entries once
+            for decoded in signature:
+                if decoded not in models:
+                    models[decoded] = _model(decoded)
+            shared = targets[signature] = ArchList.of(
+                models[d][1] for d in signature if d[0] != _scan.LTO_IR)
+        # the fields and both cached properties, with the entries left to build on first use
+        # (Fatbin.__getattr__): a listing of a library's thousands needs none of them
+        fatbin = new(Fatbin)
+        vars(fatbin).update(section=section, offset=offset, signature=signature, targets=shared,
+                            _pending=(models, raw))
+        fatbins.append(fatbin)
     return fatbins
 
 
@@ -146,11 +176,15 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
 _ZSTD_SIZE_UNKNOWN = (1 << 64) - 1  # ZSTD_CONTENTSIZE_UNKNOWN
 
 
-def read_payload(path: Path, entry: Entry, *, limit: int = 256 << 20) -> bytes | None:
-    """The entry's payload, decompressed; ``None`` when its codec is not available (LZ4)."""
-    with open(path, "rb") as fh:
-        fh.seek(entry.payload_offset)
-        data = fh.read(entry.payload_size)
+def read_payload(path: Path | str, entry: Entry, *, limit: int = 256 << 20, fh: BinaryIO | None = None) -> bytes | None:
+    """The entry's payload, decompressed; ``None`` when its codec is not available (LZ4).
+
+    ``fh``: the file already open (stub detection reads many payloads of one file)."""
+    if fh is None:
+        with open(path, "rb") as own:
+            return read_payload(path, entry, limit=limit, fh=own)
+    fh.seek(entry.payload_offset)
+    data = fh.read(entry.payload_size)
     if len(data) != entry.payload_size:
         raise BinaryFormatError(f"truncated payload of the entry at {entry.offset:#x}", where=str(path),
                                 hint=_HINT_CORRUPT)
@@ -212,17 +246,36 @@ def cubin_has_code(cubin: bytes) -> bool:
 _STUB_MAX = 16 << 10
 
 
-def is_device_link_stub(path: Path, fatbin: Fatbin) -> bool | None:
-    """True when every entry is a cubin without code (an nvcc device-link stub), False when not,
-    None when a compressed payload cannot be checked."""
+def _may_be_stub(fatbin: Fatbin) -> bool:
+    """Only cubins, all small: anything else is decided without reading a payload."""
     if not fatbin.entries or any(e.kind is not EntryKind.CUBIN for e in fatbin.entries):
         return False
-    if any(max(e.payload_size, e.uncompressed_size) > _STUB_MAX for e in fatbin.entries):
-        return False  # an empty cubin is ~1.5 KB; never decompress real code just to look
+    # an empty cubin is ~1.5 KB; never decompress real code just to look
+    return all(max(e.payload_size, e.uncompressed_size) <= _STUB_MAX for e in fatbin.entries)
+
+
+def is_device_link_stub(path: Path | str, fatbin: Fatbin, *, fh: BinaryIO | None = None) -> bool | None:
+    """True when every entry is a cubin without code (an nvcc device-link stub), False when not,
+    None when a compressed payload cannot be checked."""
+    if not _may_be_stub(fatbin):
+        return False
+    if fh is None:
+        with open(path, "rb") as own:
+            return is_device_link_stub(path, fatbin, fh=own)
     for entry in fatbin.entries:
-        data = read_payload(path, entry)
+        data = read_payload(path, entry, fh=fh)
         if data is None:
             return None
         if cubin_has_code(data):
             return False
     return True
+
+
+def find_stubs(path: Path | str, fatbins: Iterable[Fatbin]) -> frozenset[int]:
+    """Offsets of the device-link stubs among ``fatbins``: the file is opened once, and only
+    fatbins that could be one (all cubins, all small) have a payload read."""
+    candidates = [f for f in fatbins if _may_be_stub(f)]
+    if not candidates:
+        return frozenset()
+    with open(path, "rb") as fh:
+        return frozenset(f.offset for f in candidates if is_device_link_stub(path, f, fh=fh))

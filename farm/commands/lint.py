@@ -8,17 +8,19 @@ build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
-from farm.lint import LintReport, lint_cached, lint_tree
-from farm.model.arch import ArchList
-from farm.progress import reporter
 
+# The rules, the recipes and the sources are imported past the remembered answer (farm.lint.memo):
+# a warm run reads one small file and stats the tree (typing is not imported either).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from farm.lint import LintReport
+    from farm.lint.memo import Memo
+    from farm.model.arch import ArchList
     from farm.model.config import FarmConfig, Recipe
 
 
@@ -45,53 +47,94 @@ def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
     return list(lists.values())
 
 
+def _cache_dir(args: argparse.Namespace, root: Path) -> Path:
+    if args.cache_dir:
+        return Path(args.cache_dir)
+    if (root / "packages").is_dir():
+        return root / ".cache"
+    # a directory linted outside a farm checkout: the user's cache, not a new folder in the cwd
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "farm"
+
+
 def run(args: argparse.Namespace) -> int:
+    from farm.lint.memo import Memo
+
     target = Path(args.what)
-    reports: list[tuple[str, LintReport]] = []
     root = args.root or Path.cwd()
     # A directory wins unless a recipe of that name exists (then write ./NAME for the directory).
     is_recipe = (root / "packages" / f"{args.what}.yml").is_file() and "/" not in args.what
-    if target.is_dir() and not is_recipe:
-        if not args.arch_list:
-            raise UsageError(f"linting the directory {args.what} needs --arch-list",
-                             hint="e.g. farm lint ./src --arch-list '8.0;8.6;9.0+PTX', or name a package")
-        archs = ArchList.parse(args.arch_list, where="--arch-list")
-        reports.append((str(target), lint_tree(target, archs, build_subdir=args.build_subdir)))
-    elif "/" in args.what or args.what.startswith("."):
+    is_dir = target.is_dir() and not is_recipe
+    if is_dir and not args.arch_list:
+        raise UsageError(f"linting the directory {args.what} needs --arch-list",
+                         hint="e.g. farm lint ./src --arch-list '8.0;8.6;9.0+PTX', or name a package")
+    if not is_dir and ("/" in args.what or args.what.startswith(".")):
         raise UsageError(f"{args.what} is not a directory", hint="pass an existing source tree, or a package name")
-    else:
-        if args.build_subdir:
-            raise UsageError("--build-subdir is for a PATH: a package's build subdir comes from its recipe",
-                             hint=f"set build.subdir in packages/{args.what}.yml")
-        from farm.model.config import load_config
-        from farm.schedule.matrix import LintOutcome, stale_ignores
-        from farm.source.fetch import fetch
+    cache_dir = _cache_dir(args, root)
+    memo = Memo(cache_dir, kind="directory" if is_dir else "package",
+                what=os.path.abspath(args.what) if is_dir else args.what, arch_list=args.arch_list,
+                build_subdir=args.build_subdir, root=os.path.abspath(root))
+    remembered = memo.answer()
+    if remembered is not None:
+        print(remembered["json"] if args.json else remembered["text"])
+        return int(remembered["code"])  # type: ignore[call-overload]
 
-        config = load_config(root)
-        recipe = config.recipe(args.what)
-        cache_dir = args.cache_dir or config.root / ".cache"
-        if args.arch_list:
-            lists = [ArchList.parse(args.arch_list, where="--arch-list")]
-        else:
-            lists = _package_lists(config, recipe)
-            if not lists:
-                raise UsageError(f"package {recipe.name!r} has no cell with an arch list to lint against",
-                                 hint="pass --arch-list, or check the recipe's only: restrictions")
-        say = reporter("farm lint", json=args.json)
-        tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
-        outcomes = []
-        for archs in lists:
-            say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
-            outcomes.append(LintOutcome(recipe.name, archs.canonical(),
-                                        lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
-                                                    build_subdir=recipe.build.subdir)))
-        # An entry that matches under one list (a CUDA line's flags) is not stale under another.
-        stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
-        reports.extend((recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes)
-    failed = any(not r.passed for _, r in reports)
-    if args.json:
-        print(json.dumps({"passed": not failed, "reports": [r.to_json() | {"target": name} for name, r in reports]},
-                         indent=2))
+    if is_dir:
+        memo.depend(target)
+        reports = _lint_directory(args, target)
     else:
-        print("\n\n".join(r.render() for _, r in reports))
-    return EXIT_DEFECT if failed else EXIT_OK
+        memo.depend(root / "_defaults.yml")
+        memo.depend(root / "packages")
+        reports = _lint_package(args, root, cache_dir, memo)
+    failed = any(not r.passed for _, r in reports)
+    code = EXIT_DEFECT if failed else EXIT_OK
+    text = "\n\n".join(r.render() for _, r in reports)
+    as_json = json.dumps({"passed": not failed, "reports": [r.to_json() | {"target": name} for name, r in reports]},
+                         indent=2)
+    memo.remember(code, text, as_json)
+    print(as_json if args.json else text)
+    return code
+
+
+def _lint_directory(args: argparse.Namespace, target: Path) -> list[tuple[str, LintReport]]:
+    from farm.lint import lint_tree
+    from farm.model.arch import ArchList
+
+    archs = ArchList.parse(args.arch_list, where="--arch-list")
+    return [(str(target), lint_tree(target, archs, build_subdir=args.build_subdir))]
+
+
+def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:
+    import dataclasses
+
+    from farm.lint import lint_cached
+    from farm.model.arch import ArchList
+    from farm.model.config import PathSource, load_config
+    from farm.progress import reporter
+    from farm.schedule.matrix import LintOutcome, stale_ignores
+    from farm.source.fetch import fetch
+
+    if args.build_subdir:
+        raise UsageError("--build-subdir is for a PATH: a package's build subdir comes from its recipe",
+                         hint=f"set build.subdir in packages/{args.what}.yml")
+    config = load_config(root)
+    recipe = config.recipe(args.what)
+    if args.arch_list:
+        lists = [ArchList.parse(args.arch_list, where="--arch-list")]
+    else:
+        lists = _package_lists(config, recipe)
+        if not lists:
+            raise UsageError(f"package {recipe.name!r} has no cell with an arch list to lint against",
+                             hint="pass --arch-list, or check the recipe's only: restrictions")
+    if isinstance(recipe.source, PathSource):
+        memo.depend(recipe.source.path)  # a local tree: its files are the answer's input too
+    say = reporter("farm lint", json=args.json)
+    tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
+    outcomes = []
+    for archs in lists:
+        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
+        outcomes.append(LintOutcome(recipe.name, archs.canonical(),
+                                    lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
+                                                build_subdir=recipe.build.subdir)))
+    # An entry that matches under one list (a CUDA line's flags) is not stale under another.
+    stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
+    return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]

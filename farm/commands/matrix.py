@@ -46,7 +46,25 @@ NO_LINT_NOTE = (
 )
 
 
+# What each column of the table means; every declared cell is counted in exactly one of them.
+VOCABULARY = """\
+the table's columns (each declared cell lands in exactly one, in this order):
+  declared    every (CUDA line, torch, Python, platform) cell the grid and the recipe's list give
+  filtered    left out by this command's filters (PKG, --cuda, --torch, --python, --platform)
+  recipe      left out by the recipe itself (min_torch, only: ...)
+  no policy   the platform's arch policy has no row for that CUDA line (_defaults.yml arch_policy)
+  phantom     a (CUDA, torch, Python, platform) combination upstream PyTorch never shipped
+  built       in the ledger at the current build_epoch: not built again (--overwrite does)
+  stale       built at the current epoch with another arch list than the config gives today:
+              reported with the advice to bump build_epoch, never rebuilt silently
+  to build    the rest; scheduled and deferred split it into this run and later runs
+see docs/maintainers.md, "Reading the matrix"
+"""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = VOCABULARY
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("packages", nargs="*", metavar="PKG", help="only these packages (default: all)")
     parser.add_argument("--cuda", action="append", metavar="V", help="only this CUDA line, e.g. 12.8 (repeatable)")
     parser.add_argument("--torch", action="append", metavar="V", help="only this torch minor, e.g. 2.8 (repeatable)")
@@ -134,7 +152,11 @@ def run(args: argparse.Namespace) -> int:
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(args.ledger or config.ledger_path)
     gc.freeze()  # the config and the index live as long as the run: later collections skip them
-    matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    gc.disable()  # the matrix builds tens of thousands of acyclic objects: collections only cost time
+    try:
+        matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    finally:
+        gc.enable()
     # a sharded cell costs its N compile jobs + 1 link job (farm/schedule/jobs.py)
     wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None, jobs=cost)
     if args.fail_on_deferred and wave.deferred:

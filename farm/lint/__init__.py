@@ -6,45 +6,28 @@
   (source identity, lint version, arch list, ignores), as the matrix calls it.
 
 What counts as compiled is decided in :mod:`farm.lint.compiled`; the rules are in
-:mod:`farm.lint.rules`.
+:mod:`farm.lint.rules`. The names below live in :mod:`farm.lint.api` and are imported on first
+use, so that a submodule (the cached answer of ``farm lint``, :mod:`farm.lint.memo`) loads without
+the rules.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
-from pathlib import Path
+from farm.lint.version import LINT_VERSION
 
-from farm.errors import SourceError
-from farm.lint import cache
-from farm.lint.compiled import BuildScope, TreeIndex, build_scope
-from farm.lint.report import (
-    Finding,
-    LibrarySummary,
-    LintReport,
-    Rule,
-    Severity,
-    apply_ignores,
-)
-from farm.lint.rules import check
-from farm.model.arch import ArchList
-from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
-from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
-from farm.source.fetch import SourceTree, fetch
-
-
-def _code_digest() -> str:
-    """A digest of the lint's code and of the models it judges with (the driver model, the arch
-    lists): any change to either invalidates cached results, even one nobody remembered to version."""
-    here = Path(__file__).parent
-    digest = hashlib.sha256()
-    for path in [*sorted(here.glob("*.py")), here.parent / "model" / "driver.py", here.parent / "model" / "arch.py"]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
-# The rules' version (bump on a deliberate semantic change) plus the code digest.
-LINT_VERSION = f"1+{_code_digest()}"
+TYPE_CHECKING = False  # not typing's: importing typing would cost the warm `farm lint` its time
+if TYPE_CHECKING:
+    from farm.lint.api import (
+        BuildScope,
+        Finding,
+        LibrarySummary,
+        LintReport,
+        Rule,
+        Severity,
+        lint_cached,
+        lint_source,
+        lint_tree,
+    )
 
 __all__ = [
     "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
@@ -52,52 +35,9 @@ __all__ = [
 ]
 
 
-def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
-              build_subdir: str | None = None) -> LintReport:
-    """Lint the source tree at ``root`` against ``archs``."""
-    root = Path(root)
-    if not root.is_dir():
-        raise SourceError(f"{root} is not a directory", hint="pass a source tree or a package name")
-    index = TreeIndex(root)
-    if not index.files:
-        raise SourceError(f"{root} holds no files: nothing was read, so nothing can pass",
-                          hint="check that the source was fetched completely")
-    if build_subdir and build_subdir.strip("/") not in index.dirs:
-        raise SourceError(f"build_subdir {build_subdir!r} does not exist in {root}",
-                          hint="fix the recipe's build.subdir (or --build-subdir)")
-    scope = build_scope(index, build_subdir)
-    findings, libraries = check(index, scope, archs)
-    kept, ignored, stale = apply_ignores(findings, ignores)
-    summary = {
-        "build_root": scope.build_root or ".",
-        "build_files": list(scope.build_files),
-        "translation_units": len(scope.seeds),
-        "compiled": len(scope.compiled),
-        "files_total": scope.files_total,
-        "vendored": list(scope.vendored),
-        "how": scope.how,
-        # Devices the list claims (at or above its lowest arch) that get no image at all: not a
-        # lint finding (no stub can run), but worth seeing next to the verdict.
-        "no_image": [f"{d} ({DEVICE_EXAMPLES.get(d, '')})" for d in claimed_devices(archs)
-                     if pick_image(archs, d).target is None],
-    }
-    return LintReport(str(root), archs.canonical(), tuple(kept), tuple(ignored), tuple(stale), summary,
-                      tuple(libraries), LINT_VERSION)
+def __getattr__(name: str) -> object:
+    if name in __all__:
+        from farm.lint import api
 
-
-def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore], cache_dir: Path, *,
-                build_subdir: str | None = None) -> LintReport:
-    """:func:`lint_tree` on a fetched source, cached by its identity."""
-    key = cache.cache_key(tree.identity, LINT_VERSION, archs, ignores, build_subdir)
-    report = cache.load(cache_dir, key)
-    if report is None:
-        report = lint_tree(tree.root, archs, ignores, build_subdir=build_subdir)
-        cache.store(cache_dir, key, report)
-    return report
-
-
-def lint_source(source: GitSource | SdistSource | PathSource, archs: ArchList, ignores: Sequence[LintIgnore],
-                cache_dir: Path, *, package: str | None = None, build_subdir: str | None = None) -> LintReport:
-    """Fetch ``source`` (cached) and lint it (cached)."""
-    tree = fetch(source, cache_dir, package=package)
-    return lint_cached(tree, archs, ignores, cache_dir, build_subdir=build_subdir)
+        return getattr(api, name)
+    raise AttributeError(f"module 'farm.lint' has no attribute {name!r}")

@@ -48,8 +48,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from farm.fsutil import walk_files
 from farm.lint.lexer import strip_hash_comments
-from farm.source.fetch import iter_files
 
 SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 HEADER_EXTS = (".h", ".hpp", ".cuh", ".hh", ".hxx", ".inl", ".inc", ".tcc", ".ipp", ".cuinl")
@@ -110,7 +110,15 @@ class TreeIndex:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.files: list[str] = [p.relative_to(root).as_posix() for p in iter_files(root)]
+        # the walk of iter_files, as strings: a Path per file costs more than the rest of the index
+        top = os.fspath(root)
+        prefix: dict[str, str] = {top: ""}  # directory -> its relative posix path + "/", once each
+        self.files: list[str] = []
+        for d, n in walk_files(top):
+            rel = prefix.get(d)
+            if rel is None:
+                rel = prefix[d] = os.path.relpath(d, top).replace(os.sep, "/") + "/"
+            self.files.append(rel + n)
         self.fileset = frozenset(self.files)
         self.by_name: dict[str, list[str]] = {}
         self.dirs: set[str] = {""}

@@ -229,7 +229,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
             dist_info = wheel.dist_info()
             member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
             if dist_info and member in wheel.names():
-                embedded = buildinfo.loads(wheel.read(member), where=f"{location}!{member}")
+                embedded = buildinfo.read_embedded(wheel, member, where=f"{location}!{member}")
     except ToolError:
         raise  # the environment, not the wheel
     except FarmError as exc:

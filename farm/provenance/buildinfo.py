@@ -311,6 +311,20 @@ def validate(info: Any, *, where: str | None = None, error: type[FarmError] = Wh
         )
 
 
+# A real _build_info.json is a few KiB; a hostile one must not cost gigabytes to parse.
+MAX_BUILD_INFO = 4 << 20
+
+
+def read_embedded(wheel: Any, member: str, *, where: str) -> dict[str, Any]:
+    """``member`` of an open :class:`~farm.binary.wheelfile.SafeWheel`, size-checked before it is
+    read, parsed and validated."""
+    size = wheel.zip.getinfo(member).file_size
+    if size > MAX_BUILD_INFO:
+        raise WheelError(f"{BUILD_INFO_NAME} is {size:,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
+                         hint="a real provenance is a few KiB: the wheel is malformed or hostile")
+    return loads(wheel.read(member), where=where)
+
+
 def loads(data: bytes, *, where: str | None = None) -> dict[str, Any]:
     """Parse and validate stored ``_build_info.json`` bytes."""
     try:

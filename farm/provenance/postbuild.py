@@ -224,7 +224,7 @@ def read_embedded(wheel: Path) -> dict[str, Any] | None:
         member = f"{zf.dist_info()}/{buildinfo.BUILD_INFO_NAME}"
         if member not in zf.names():
             return None
-        return buildinfo.loads(zf.read(member), where=f"{wheel}!{member}")
+        return buildinfo.read_embedded(zf, member, where=f"{wheel}!{member}")
 
 
 def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, context: BuildContext,

@@ -20,16 +20,17 @@ import io
 import lzma
 import os
 import re
+import struct
 import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from farm.binary.wheelfile import SafeWheel
@@ -63,24 +64,18 @@ class WheelName:
     def parse(cls, filename: str) -> WheelName:
         if not filename.endswith(".whl"):
             raise WheelError(f"{filename!r} is not a wheel file name (no .whl)")
-        parts = filename[: -len(".whl")].split("-")
-        if len(parts) == 5:
-            dist, version, py, abi, plat = parts
-            build = None
-        elif len(parts) == 6:
-            dist, version, build, py, abi, plat = parts
-            if not build[:1].isdigit():
-                raise WheelError(f"{filename!r}: build tag {build!r} must start with a digit")
-        else:
-            raise WheelError(
-                f"{filename!r} is not a wheel file name",
-                hint="expected {dist}-{version}[-{build}]-{python}-{abi}-{platform}.whl",
-            )
         try:
-            Version(version)
-        except InvalidVersion as exc:
-            raise WheelError(f"{filename!r}: {version!r} is not a valid version") from exc
-        return cls(dist, version, build, py, abi, plat)
+            parse_wheel_filename(filename)  # packaging's rules: the fields, the version, the build tag
+        except (InvalidWheelFilename, InvalidVersion) as exc:
+            raise WheelError(
+                f"{filename!r} is not a wheel file name ({exc})",
+                hint="expected {dist}-{version}[-{build}]-{python}-{abi}-{platform}.whl",
+            ) from None
+        # Valid, so it has five or six dash-separated fields; kept as spelled (a relabel
+        # rewrites only the version, and the tags must stay byte for byte).
+        parts = filename[: -len(".whl")].split("-")
+        dist, version, *build, py, abi, plat = parts
+        return cls(dist, version, build[0] if build else None, py, abi, plat)
 
     @property
     def filename(self) -> str:
@@ -282,6 +277,66 @@ def _copy_member(src: zipfile.ZipFile, dst: zipfile.ZipFile, info: zipfile.ZipIn
     return hashing
 
 
+_LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... file name length, extra field length
+_RAW_CODECS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+
+
+def _copy_raw(raw: BinaryIO, dst: zipfile.ZipFile, info: zipfile.ZipInfo, name: str,
+              algorithm: str | None, where: str) -> _Hashing:
+    """Copy a member's compressed bytes as they are, under ``name``, hashing what they inflate to.
+
+    Verifying a member needs its content (RECORD hashes it), so it is inflated on the way, but
+    never deflated again: inflating costs a fraction of deflating. The CRC and the size are
+    checked too; a mismatch raises before the output is renamed into place.
+    """
+    raw.seek(info.header_offset)
+    head = raw.read(_LOCAL_HEADER.size)
+    if len(head) != _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+        raise WheelError(f"member {info.filename!r} has no local header at {info.header_offset:#x}", where=where,
+                         hint="rebuild or re-download the wheel")
+    name_len, extra_len = _LOCAL_HEADER.unpack(head)[-2:]
+    raw.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+
+    out = _new_info(info, name)
+    out.CRC, out.compress_size, out.file_size = info.CRC, info.compress_size, info.file_size
+    # zipfile's own writer, fed from here: the local header, the bytes, then its central directory
+    # entry when the archive closes (the sizes are known, so no data descriptor)
+    out.header_offset = dst.fp.tell()  # type: ignore[union-attr]
+    dst.fp.write(out.FileHeader())  # type: ignore[union-attr]
+    inflate = zlib.decompressobj(-zlib.MAX_WBITS) if info.compress_type == zipfile.ZIP_DEFLATED else None
+    hashing = _Hashing(algorithm)
+    crc, left = 0, info.compress_size
+    while left:
+        chunk = raw.read(min(_CHUNK, left))
+        if not chunk:
+            raise WheelError(f"member {info.filename!r} is truncated", where=where,
+                             hint="rebuild or re-download the wheel")
+        left -= len(chunk)
+        dst.fp.write(chunk)  # type: ignore[union-attr]
+        data = chunk
+        while data:
+            if inflate is not None:  # bounded output per call: a bomb cannot balloon memory
+                try:
+                    plain = inflate.decompress(data, _CHUNK)
+                except zlib.error as exc:
+                    raise WheelError(f"member {info.filename!r} is corrupt ({exc})", where=where,
+                                     hint="rebuild or re-download the wheel") from None
+                data = inflate.unconsumed_tail
+            else:
+                plain, data = data, b""
+            crc = zlib.crc32(plain, crc)
+            hashing.update(plain)
+            if hashing.size > info.file_size:
+                break
+    if (inflate is not None and not inflate.eof) or crc != info.CRC or hashing.size != info.file_size:
+        raise WheelError(f"member {info.filename!r} is corrupt (CRC or size does not match its header)",
+                         where=where, hint="rebuild or re-download the wheel")
+    dst.filelist.append(out)
+    dst.NameToInfo[out.filename] = out
+    dst.start_dir = dst.fp.tell()  # type: ignore[union-attr]
+    return hashing
+
+
 def _read_small(src: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
     if info.file_size > _SMALL_LIMIT:
         raise WheelError(f"{info.filename} is {info.file_size} bytes: not a real one", where=where)
@@ -342,7 +397,7 @@ def stamp_wheel(
         tmp = Path(tmp_name)
         try:
             with writing(final), os.fdopen(fd, "w+b") as fh:
-                hashes, info_obj = _rewrite(zin, infos, fh, relabel, record, build_info, requires, where)
+                hashes, info_obj = _rewrite(zin, src, infos, fh, relabel, record, build_info, requires, where)
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
@@ -385,6 +440,7 @@ def _same_or_refuse(final: Path, digest: str) -> None:
 
 def _rewrite(
     zin: zipfile.ZipFile,
+    src: Path,
     infos: list[zipfile.ZipInfo],
     fh: Any,
     relabel: Relabel,
@@ -402,7 +458,7 @@ def _rewrite(
     rows: list[tuple[str, str, str]] = []
     stamp_time = zin.getinfo(f"{di}/METADATA").date_time
     written: set[str] = set()
-    with zipfile.ZipFile(fh, "w", allowZip64=True) as zout:
+    with zipfile.ZipFile(fh, "w", allowZip64=True) as zout, open(src, "rb") as raw:
         for info in body + meta:
             new_name = relabel.member(info.filename)
             if new_name in written:  # e.g. both demo-1.0.data/x and demo-1.0+cu128.data/x
@@ -437,7 +493,11 @@ def _rewrite(
                 digest = hashlib.sha256(new_data)
                 hashes[new_name] = digest.hexdigest()
                 rows.append((new_name, _record_hash(digest.digest()), str(len(new_data))))
-            else:
+            elif info.compress_type in _RAW_CODECS:
+                hashing = _copy_raw(raw, zout, info, new_name, algorithm, where)
+                hashes[new_name] = hashing.sha256.hexdigest()
+                rows.append((new_name, _record_hash(hashing.sha256.digest()), str(hashing.size)))
+            else:  # bzip2 / lzma, rare in wheels: re-compressed, as zipfile writes them
                 hashing = _copy_member(zin, zout, info, new_name, algorithm, where)
                 hashes[new_name] = hashing.sha256.hexdigest()
                 rows.append((new_name, _record_hash(hashing.sha256.digest()), str(hashing.size)))

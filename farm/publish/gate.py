@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.errors import FarmError, clip
+from farm.errors import MAX_MESSAGE, FarmError, clip
 from farm.model.arch import ArchList
 from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, name_problems
 from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
@@ -50,10 +50,11 @@ class Refusal:
     fix: str
 
     def line(self) -> str:
-        return f"{self.wheel}: {self.check.value}: {self.message}; fix: {self.fix}"
+        return f"{self.wheel}: {self.check.value}: {clip(self.message, MAX_MESSAGE)}; fix: {self.fix}"
 
     def to_json(self) -> dict[str, str]:
-        return {"wheel": self.wheel, "check": self.check.value, "message": self.message, "fix": self.fix}
+        return {"wheel": self.wheel, "check": self.check.value, "message": clip(self.message, MAX_MESSAGE),
+                "fix": self.fix}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean
+from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean, version_key
 from farm.model.arch import ArchList, render, validate_for_cuda
 from farm.model.cells import (
     NO_TORCH,
@@ -66,7 +66,7 @@ def _split(values: Iterable[str] | None) -> list[str]:
 
 
 def _unknown(what: str, value: str, known: Iterable[str]) -> UsageError:
-    known = sorted(set(known))
+    known = sorted(set(known), key=version_key)
     suggestion = did_you_mean(value, known)
     return UsageError(
         f"unknown {what} {value!r}: it matches nothing in the config, so the matrix would be empty",

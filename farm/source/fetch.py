@@ -39,13 +39,12 @@ from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import NetworkError, SourceError, TooLarge
-from farm.fsutil import atomic_write, sha256_file
+from farm.fsutil import atomic_write, sha256_file, walk_files
 from farm.model.config import GitSource, PathSource, SdistSource
 from farm.netutil import download, project_url, read_page
 from farm.progress import Say
 
 DEFAULT_INDEX = "https://pypi.org/simple"
-_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
 _COMPLETE = ".farm-source.json"  # marker written last: its presence means the tree is whole
 _CHUNK = 1 << 20
 MAX_SDIST_BYTES = 2 << 30  # no sdist farm builds comes near; a server streaming forever stops here
@@ -84,10 +83,8 @@ def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, pack
 # ------------------------------------------------------------------------------------------------
 def iter_files(root: Path) -> Iterator[Path]:
     """Every file under ``root`` in a stable order, skipping VCS and tool directories."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            yield Path(dirpath, name)
+    for dirpath, name in walk_files(root):
+        yield Path(dirpath, name)
 
 
 def tree_sha256(root: Path) -> str:

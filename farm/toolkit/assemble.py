@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from farm.errors import ToolError, UsageError
-from farm.fsutil import atomic_write
+from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
@@ -121,7 +124,8 @@ def _read_stamp(prefix: Path) -> dict[str, Any] | None:
 
 def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, ...]:
     """The installed wheels' versions and sha256, from pip's installation report."""
-    by_wheel = {comps.pypi_requirement(c, "0", request.cuda).split("==")[0]: c for c in request.components}
+    by_wheel = {canonicalize_name(Requirement(comps.pypi_requirement(c, "0", request.cuda)).name): c
+                for c in request.components}
     out = []
     try:
         data = json.loads(report.read_text())
@@ -129,7 +133,7 @@ def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, 
         raise ToolError(f"pip wrote no readable installation report at {report}: {exc}") from exc
     for item in data.get("install", []):
         meta = item.get("metadata", {})
-        name = str(meta.get("name", "")).lower().replace("_", "-")
+        name = canonicalize_name(str(meta.get("name", "")))
         hashes = item.get("download_info", {}).get("archive_info", {}).get("hashes", {})
         if name in by_wheel:
             out.append(Component(by_wheel[name], str(meta.get("version")), hashes.get("sha256")))
@@ -243,7 +247,8 @@ def ensure_toolkit(
                              hint="choose an empty or new --prefix")
         say(f"assembling CUDA {request.cuda} ({request.source} {request.release}, {request.platform}) "
             f"into {prefix}: {', '.join(request.components)}")
-        staging = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=prefix.parent))
+        sweep_dead_dirs(prefix.parent, f".{prefix.name}.staging")  # a killed assembly's half toolkit
+        staging = Path(tempfile.mkdtemp(prefix=temp_dir_prefix(f".{prefix.name}.staging"), dir=prefix.parent))
         try:
             stamp = _assemble(request, staging, python=python or sys.executable, say=say)
             atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])

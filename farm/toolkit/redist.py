@@ -11,7 +11,6 @@ is an error, not a silent overwrite.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import os
 import shutil
 import tarfile
@@ -22,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from farm.errors import ToolError
-from farm.fsutil import CHUNK, sha256_file
+from farm import netutil
+from farm.errors import NetworkError, TooLarge, ToolError
+from farm.fsutil import sha256_file
+from farm.progress import Say
 from farm.toolkit.components import Component
 from farm.toolkit.manifest import Archive, Manifest, ManifestComponent, parse_manifest
 from farm.toolkit.request import ToolkitRequest
@@ -69,35 +70,26 @@ def fetch_manifest(request: ToolkitRequest) -> Manifest:
     return parse_manifest(data, url=url, sha256=digest)
 
 
-def download(url: str, dest: Path, archive: Archive, component: str) -> None:
+def download(url: str, dest: Path, archive: Archive, component: str, *, progress: Say | None = None) -> None:
     """``url`` -> ``dest``, verified against the manifest's size and sha256; nothing is left on failure."""
-    part = dest.with_name(dest.name + ".part")
-    digest = hashlib.sha256()
-    size = 0
     try:
-        with _open(url) as resp, open(part, "wb") as out:
-            try:
-                while chunk := resp.read(CHUNK):
-                    size += len(chunk)
-                    if size > archive.size:  # a server that sends more never costs unbounded disk
-                        break
-                    digest.update(chunk)
-                    out.write(chunk)
-            except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
-                raise ToolError(f"{component}: the download of {url} was interrupted after {size} bytes "
-                                f"({type(exc).__name__})",
-                                hint="run it again; the partial file was discarded") from None
-        if size != archive.size or digest.hexdigest() != archive.sha256:
-            got = digest.hexdigest() if size <= archive.size else "(more bytes than the manifest says)"
-            raise ToolError(
-                f"{component}: {url} does not match the manifest: "
-                f"{size if size <= archive.size else '>' + str(archive.size)}"
-                f" bytes, sha256 {got}; the manifest says {archive.size} bytes, sha256 {archive.sha256}",
-                hint="a truncated or altered download, or a mirror out of date; nothing was unpacked",
-            )
-        os.replace(part, dest)
-    finally:
-        part.unlink(missing_ok=True)
+        # A server that sends more than the manifest says never costs unbounded disk.
+        got = netutil.download(url, dest, max_bytes=archive.size, timeout=_TIMEOUT, progress=progress,
+                               label=component)
+    except TooLarge:
+        size, sha256 = f">{archive.size}", "(more bytes than the manifest says)"
+    except NetworkError as exc:
+        raise ToolError(f"{component}: {exc.message}", hint="run it again; the partial file was discarded") from None
+    else:
+        if got.size == archive.size and got.sha256 == archive.sha256:
+            return
+        dest.unlink()
+        size, sha256 = str(got.size), got.sha256
+    raise ToolError(
+        f"{component}: {url} does not match the manifest: {size} bytes, sha256 {sha256}; "
+        f"the manifest says {archive.size} bytes, sha256 {archive.sha256}",
+        hint="a truncated or altered download, or a mirror out of date; nothing was unpacked",
+    )
 
 
 def _check_member(name: str, stem: str, component: str, archive_name: str) -> PurePosixPath:
@@ -206,9 +198,8 @@ def assemble(
     try:
         for comp, archive in chosen:
             url = request.redist_url + archive.relative_path
-            say(f"{comp.key} {comp.version}: {url} ({archive.size / 1e6:.1f} MB)")
             file = work / archive.relative_path.rsplit("/", 1)[-1]
-            download(url, file, archive, comp.key)
+            download(url, file, archive, f"{comp.key} {comp.version}", progress=say)
             top = _unpack(file, archive, comp.key, work / comp.key)
             file.unlink()
             _merge(top, home, comp.key, owners)

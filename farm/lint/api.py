@@ -1,0 +1,89 @@
+"""The arch-gate lint's entry points (DESIGN §4.5): sources checked against the declared arch list at matrix time.
+
+- :func:`lint_tree`: lint a directory against an arch list.
+- :func:`lint_source`: fetch a recipe source (:mod:`farm.source.fetch`) and lint it.
+- :func:`lint_cached`: the same for a fetched :class:`~farm.source.fetch.SourceTree`, cached by
+  (source identity, lint version, arch list, ignores), as the matrix calls it.
+
+What counts as compiled is decided in :mod:`farm.lint.compiled`; the rules are in
+:mod:`farm.lint.rules`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from farm.errors import SourceError
+from farm.lint import cache
+from farm.lint.compiled import BuildScope, TreeIndex, build_scope
+from farm.lint.report import (
+    Finding,
+    LibrarySummary,
+    LintReport,
+    Rule,
+    Severity,
+    apply_ignores,
+)
+from farm.lint.rules import check
+from farm.lint.version import LINT_VERSION
+from farm.model.arch import ArchList
+from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
+from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
+from farm.source.fetch import SourceTree, fetch
+
+__all__ = [
+    "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
+    "lint_cached", "lint_source", "lint_tree",
+]
+
+
+def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
+              build_subdir: str | None = None) -> LintReport:
+    """Lint the source tree at ``root`` against ``archs``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise SourceError(f"{root} is not a directory", hint="pass a source tree or a package name")
+    index = TreeIndex(root)
+    if not index.files:
+        raise SourceError(f"{root} holds no files: nothing was read, so nothing can pass",
+                          hint="check that the source was fetched completely")
+    if build_subdir and build_subdir.strip("/") not in index.dirs:
+        raise SourceError(f"build_subdir {build_subdir!r} does not exist in {root}",
+                          hint="fix the recipe's build.subdir (or --build-subdir)")
+    scope = build_scope(index, build_subdir)
+    findings, libraries = check(index, scope, archs)
+    kept, ignored, stale = apply_ignores(findings, ignores)
+    summary = {
+        "build_root": scope.build_root or ".",
+        "build_files": list(scope.build_files),
+        "translation_units": len(scope.seeds),
+        "compiled": len(scope.compiled),
+        "files_total": scope.files_total,
+        "vendored": list(scope.vendored),
+        "how": scope.how,
+        # Devices the list claims (at or above its lowest arch) that get no image at all: not a
+        # lint finding (no stub can run), but worth seeing next to the verdict.
+        "no_image": [f"{d} ({DEVICE_EXAMPLES.get(d, '')})" for d in claimed_devices(archs)
+                     if pick_image(archs, d).target is None],
+    }
+    return LintReport(str(root), archs.canonical(), tuple(kept), tuple(ignored), tuple(stale), summary,
+                      tuple(libraries), LINT_VERSION)
+
+
+def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore], cache_dir: Path, *,
+                build_subdir: str | None = None) -> LintReport:
+    """:func:`lint_tree` on a fetched source, cached by its identity."""
+    key = cache.cache_key(tree.identity, LINT_VERSION, archs, ignores, build_subdir)
+    report = cache.load(cache_dir, key)
+    if report is None:
+        report = lint_tree(tree.root, archs, ignores, build_subdir=build_subdir)
+        cache.store(cache_dir, key, report)
+    return report
+
+
+def lint_source(source: GitSource | SdistSource | PathSource, archs: ArchList, ignores: Sequence[LintIgnore],
+                cache_dir: Path, *, package: str | None = None, build_subdir: str | None = None) -> LintReport:
+    """Fetch ``source`` (cached) and lint it (cached)."""
+    tree = fetch(source, cache_dir, package=package)
+    return lint_cached(tree, archs, ignores, cache_dir, build_subdir=build_subdir)

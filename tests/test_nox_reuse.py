@@ -1,0 +1,37 @@
+"""A nox session installs farm once per venv and again only when what an install reads changes;
+the code it runs is always the checkout's own (run for real, in a fresh clone)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+INSTALL = "pip install -e ."
+
+
+def nox(clone: Path, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "nox", "--non-interactive", "-s", "explain", "--", *args],
+                          cwd=clone, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_session_installs_once_runs_current_code_and_reinstalls_when_the_project_changes(tmp_path: Path) -> None:
+    clone = tmp_path / "farm"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+    first = nox(clone, "8.0")
+    assert INSTALL in first and "no image" in first
+
+    # an edit of farm's code: no reinstall, and the edit is what runs
+    explain = clone / "farm" / "commands" / "explain.py"
+    explain.write_text(explain.read_text() + '\nprint("EDITED-IN-THE-CHECKOUT")\n')
+    second = nox(clone, "8.0")
+    assert INSTALL not in second and "EDITED-IN-THE-CHECKOUT" in second
+
+    # what an install reads changed: installed again
+    pyproject = clone / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n# changed\n")
+    third = nox(clone, "8.0")
+    assert INSTALL in third and "EDITED-IN-THE-CHECKOUT" in third
