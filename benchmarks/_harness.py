@@ -61,7 +61,9 @@ def measure(argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path
         subprocess.run([sys.executable, "-S", "-I", "-c", _LAUNCHER, report.name, *map(str, argv)],
                        stdout=out, stderr=err, cwd=cwd or REPO, env=env, check=True)
         wall, cpu, maxrss_kb, code = report.read().split()
-        if int(code) not in ok:
+        err.seek(0)
+        stderr = err.read()
+        if int(code) not in ok or b"Traceback (most recent call last)" in stderr:  # a crash, whatever its code
             err.seek(0)
             raise SystemExit(f"{' '.join(map(str, argv))} failed (rc {code}): "
                              f"{err.read().decode(errors='replace')[-800:]}")
@@ -123,8 +125,8 @@ def installed_farm(cache: Path) -> Path:
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], check=True)
-    # --no-deps --force-reinstall: the project's current files, its dependencies already there
+    # the dependencies as the project declares them now, then the project's current files
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(REPO)],
                    check=True)
     return script

@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# nox makes a virtual environment and installs farm into it, three times
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 INSTALL = "pip install -e ."
 

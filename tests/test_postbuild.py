@@ -255,6 +255,16 @@ def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_whe
         context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home, torch="2.8")
 
 
+def test_a_planned_arch_list_is_what_the_assertion_checks(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
+    """The builder hands postbuild the plan's list: the assertion checks what was built, not a
+    second resolution of a config that may say otherwise."""
+    planned = ArchList.parse("8.0;9.0")
+    ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home,
+                                 archs=(planned, "8.0;9.0 (as planned)"))
+    assert ctx.expected.default == planned != ArchList.parse(BASE)
+    assert ctx.requested == "8.0;9.0 (as planned)"
+
+
 def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path, raw_wheel: Path, cuda_home: Path,
                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:

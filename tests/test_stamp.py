@@ -24,6 +24,7 @@ from farm.provenance.stamp import (
     set_wheel_build,
     stamp_wheel,
 )
+from tests.postbuildfix import PY
 from tests.wheelmaker import make_wheel
 
 SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
@@ -357,7 +358,7 @@ def test_unchanged_members_are_copied_as_stored_and_the_wheel_still_installs(tmp
         "demo_ext/__init__.py": b"VALUE = 1\n",
         "demo_ext/blob.bin": payload,
         "demo_ext-0.1.0.data/scripts/demo-run": b"#!/bin/sh\necho demo\n",
-    }, executables=("demo_ext-0.1.0.data/scripts/demo-run",))
+    }, executables=("demo_ext-0.1.0.data/scripts/demo-run",), tag=f"{PY}-{PY}-linux_x86_64")  # pip installs it here
     result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info={"a": 1})
     for old, new in (("demo_ext/blob.bin", "demo_ext/blob.bin"), ("demo_ext/__init__.py", "demo_ext/__init__.py"),
                      ("demo_ext-0.1.0.data/scripts/demo-run", "demo_ext-0.1.0+cu130.data/scripts/demo-run")):

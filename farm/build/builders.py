@@ -369,6 +369,7 @@ def build_cell(
     *,
     archs: Any = None,
     arch_origin: str | None = None,
+    requested: str | None = None,
     torch_version: str | None = None,
     postbuild: bool = True,
     log: Log | None = None,
@@ -424,7 +425,7 @@ def build_cell(
             f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
         options = replace(options, shard=setup)
     plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
-                      torch_version=torch_version)
+                      torch_version=torch_version, requested=requested)
     error: ToolError | None = None
     built: list[Path] = []
     try:
@@ -450,7 +451,7 @@ def build_cell(
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
         run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description, python=python)
+                      builder=settings.builder.value, source=tree.description, python=python, plan=plan)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results,
@@ -487,13 +488,16 @@ def run_postbuild(
     builder: str,
     source: Mapping[str, Any] | None,
     python: str | None = None,
+    plan: BuildPlan | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
-    ``python``: the container's exact Python for a cibuildwheel build (None: unknown)."""
+    ``python``: the container's exact Python for a cibuildwheel build (None: unknown). ``plan``:
+    the plan the wheel was built from, whose arch list the assertion checks (not a new resolution)."""
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
 
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
         cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
+        archs=(plan.archs, plan.requested) if plan is not None else None,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

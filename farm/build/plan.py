@@ -142,6 +142,7 @@ class BuildPlan:
     cuda_home: str = ""  # CUDA_HOME as the build sees it
     torch_version: str | None = None
     toolkit: ToolkitRequest | None = None  # the toolkit the build uses (None: an installed one)
+    requested: str = ""  # the arch list as written in the config; postbuild asserts ``archs``
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -290,6 +291,7 @@ def plan_build(
     archs: ArchList | None = None,
     arch_origin: str | None = None,
     torch_version: str | None = None,
+    requested: str | None = None,
 ) -> BuildPlan:
     """Plan the build of ``cell`` from the prepared checkout ``source_root``.
 
@@ -306,7 +308,7 @@ def plan_build(
         if resolution is None:
             raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
                              hint="add a policy row for this CUDA line and platform")
-        archs, arch_origin = resolution.archs, resolution.origin
+        archs, arch_origin, requested = resolution.archs, resolution.origin, resolution.spec.text
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     ident = identifier(cell)
@@ -415,6 +417,7 @@ def plan_build(
         cuda_home=cuda_home,
         torch_version=torch_version,
         toolkit=request,
+        requested=requested or archs.canonical(),
     )
 
 

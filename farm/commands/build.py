@@ -209,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, archs=pc.archs,
-                                      arch_origin=pc.arch_origin, torch_version=pc.torch_version))
+                                      arch_origin=pc.arch_origin, requested=pc.requested,
+                                      torch_version=pc.torch_version))
         except FarmError as exc:  # one cell's failure does not stop the others
             print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)
             errors.append((pc.cell.id, exc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from itertools import accumulate
 
 _C_TOKENS = re.compile(
     r"""
@@ -91,10 +92,5 @@ def blank_lines(text: str, dead: set[int]) -> str:
 
 def line_starts(text: str) -> list[int]:
     """Offsets at which each line starts, for offset -> line lookups with bisect."""
-    starts = [0]
-    find = text.find
-    pos = find("\n")
-    while pos != -1:
-        starts.append(pos + 1)
-        pos = find("\n", pos + 1)
-    return starts
+    # split and accumulate run in C: a find() per line was a tenth of a cold lint's time
+    return [0, *accumulate(len(line) + 1 for line in text.split("\n")[:-1])]

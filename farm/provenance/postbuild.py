@@ -36,6 +36,7 @@ from farm.provenance.stamp import (
 
 if TYPE_CHECKING:
     from farm.binary.assertion import AssertionReport, Expected
+    from farm.model.arch import ArchList
     from farm.model.config import FarmConfig, Recipe
 
 
@@ -346,6 +347,7 @@ def context_from_config(
     env: Mapping[str, str] | None = None,
     toolkit: Mapping[str, Any] | None = None,
     python: str | None = None,
+    archs: tuple[ArchList, str] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -384,16 +386,20 @@ def context_from_config(
         v = Version(installed)
         torch = f"{v.major}.{v.minor}"
     cell = Cell(recipe.name, recipe.version, cuda, torch, cell_python(name), cell_platform(name))
-    resolution = resolve_arch(config, recipe, cell)
-    if resolution is None:
-        raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
-                         hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
-    expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell.cuda),
+    if archs is not None:  # the list the build was planned with: the assertion checks what was built
+        planned, requested = archs
+    else:
+        resolution = resolve_arch(config, recipe, cell)
+        if resolution is None:
+            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
+                             hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
+        planned, requested = resolution.archs, resolution.spec.text
+    expected = Expected(planned, per_extension=extension_lists(recipe, cell.cuda),
                         allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
         expected=expected,
-        requested=resolution.spec.text,
+        requested=requested,
         build_epoch=config.effective_epoch(recipe),
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,

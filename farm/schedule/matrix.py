@@ -179,6 +179,7 @@ class PlannedCell:
     torch_version: str | None  # the full version to install, e.g. "2.8.0"
     epoch: int
     wheel: str
+    requested: str = ""  # the arch list as written in the config (provenance's "requested")
     compile_jobs: int = 1  # the recipe's `sharding` for this platform: N compile jobs + 1 link job
 
     def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
@@ -400,7 +401,7 @@ def _package_matrix(
         cell = Cell(name, version, cuda, torch, tag, platform)
         torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
         to_build.append(PlannedCell(cell, resolution.archs, resolution.origin, torch_version, epoch,
-                                    planned_wheel_name(recipe, cell, epoch),
+                                    planned_wheel_name(recipe, cell, epoch), resolution.spec.text,
                                     recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1))
     return PackageMatrix(
         name, version, epoch, declared, filtered, restricted, no_policy, phantom,
