@@ -119,6 +119,7 @@ def build_tree(root: Path, wheels: Mapping[str, Path], *, release: str, cuda12_l
 
 
 CUT: set[str] = set()  # URL paths the server cuts off halfway (an interrupted download)
+SERVED: list[str] = []  # every path requested, in order
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -126,6 +127,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        SERVED.append(self.path)
         if self.path not in CUT:
             return super().do_GET()
         data = Path(self.translate_path(self.path)).read_bytes()

@@ -160,12 +160,15 @@ def test_two_concurrent_calls_assemble_once(served, tmp_path):
     argv = ["toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--redist-url", url + "good/",
             "--prefix", str(prefix), "--json"]
     code = "import sys; from farm.cli import main; sys.exit(main())"
+    rel, _ = _archive(served, "cuda_nvcc")
+    before = redisttree.SERVED.count(f"/good/{rel}")
     procs = [subprocess.Popen([sys.executable, "-c", code, *argv], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert json.loads(outs[0][0]) == json.loads(outs[1][0])
-    assert sum("assembling CUDA 13.0" in err for _, err in outs) == 1  # the other waited on the lock
+    # one download: the other call waited on the lock and found the toolkit ready
+    assert redisttree.SERVED.count(f"/good/{rel}") - before == 1
 
 
 # -- what is refused, and leaves nothing usable --------------------------------------------------
