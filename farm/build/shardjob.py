@@ -20,7 +20,6 @@ the shard that owns it) and on objects the shards made that its build never aske
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,7 +171,8 @@ def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, A
             hint="the compile jobs built something else than the link job (other sources, env or flags): "
                  "rerun the named shards from the same commit")
     if build_error is not None:
-        raise ToolError(f"cell {setup.cell}: link job: the build failed: {build_error}", hint="read the build log above")
+        raise ToolError(f"cell {setup.cell}: link job: the build failed: {build_error}",
+                        hint="read the build log above")
     served = {r["file"] for r in log if r["status"] == "served"}
     made = {name for rec in check_shards(setup) for name in rec.get("objects", [])}
     unused = sorted(made - served)
@@ -182,8 +182,3 @@ def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, A
             f"({', '.join(unused[:5])}): the jobs did not build the same thing",
             hint="run every compile job and the link job from the same commit, with the same settings")
     return {"cell": setup.cell, "job": "link", "count": n, "served": len(served)}
-
-
-def clean(setup: ShardSetup) -> None:
-    """Remove a cell's shard folder (after a successful link)."""
-    shutil.rmtree(setup.directory, ignore_errors=True)
