@@ -394,7 +394,7 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
     assert rc == 0 and data["cells"] == []
     assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0",
-                                    "deferred_by_package": "{}"}
+                                    "deferred_by_package": "{}", "link_count": "0", "link": "[]"}
 
 
 @given(st.integers(min_value=0, max_value=1500))

@@ -43,7 +43,7 @@ def test_build_workflow_runs_every_shard() -> None:
     for name in ("matrix", "publish"):
         checkout = next(s for s in jobs[name]["steps"] if s.get("uses", "").startswith("actions/checkout"))
         assert checkout["with"]["ref"] == "${{ github.ref }}"
-    assert set(jobs["publish"]["needs"]) == {"matrix", *shard_jobs}
+    assert set(jobs["publish"]["needs"]) == {"matrix", *shard_jobs, "link"}
     assert "--github-output" in matrix_step["run"]
 
 
@@ -54,6 +54,29 @@ def test_shard_workflow_fans_out_one_job_per_cell() -> None:
     assert job["runs-on"] == "${{ matrix.runner }}"
     assert job["steps"][0]["with"]["ref"] == "${{ inputs.commit }}"
     assert any("nox -s build" in step.get("run", "") for step in job["steps"])
+
+
+def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
+    """A cell with `sharding: N`: its compile jobs upload objects, its link job (in the link
+    matrix, after every build shard) downloads them and uploads the wheel as any cell does."""
+    jobs = yaml.safe_load((WORKFLOWS[0].parent / "build.yml").read_text())["jobs"]
+    link = jobs["link"]
+    assert link["uses"] == "./.github/workflows/build-shard.yml"
+    assert link["with"]["cells"] == "${{ needs.matrix.outputs.link }}"
+    assert set(link["needs"]) == {"matrix", *(n for n in jobs if re.fullmatch(r"build-\d+", n))}
+    assert "always()" in link["if"] and "link_count" in link["if"]
+    assert jobs["matrix"]["outputs"]["link"] == "${{ steps.matrix.outputs.link }}"
+    steps = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())["jobs"]["build"]["steps"]
+    build = next(s for s in steps if "nox -s build" in s.get("run", ""))
+    assert "--link --shard-dir shards" in build["run"] and '--shard "$SHARD" --shard-dir shards' in build["run"]
+    download = next(s for s in steps if s.get("uses", "").startswith("actions/download-artifact"))
+    upload_objects = next(s for s in steps if s.get("name") == "Upload this compile shard's objects")
+    # the compile job's artifact name is the link job's download pattern
+    assert download["with"]["pattern"] == "objects-${{ matrix.id }}.shard-*"
+    assert upload_objects["with"]["name"] == "objects-${{ matrix.name }}"
+    assert download["with"]["path"] == "shards/${{ matrix.id }}/objects"
+    assert upload_objects["with"]["path"] == "shards/${{ matrix.id }}/objects/"
+    assert steps.index(download) < steps.index(build) < steps.index(upload_objects)
 
 
 def test_build_workflow_runs_in_waves_and_publishes_what_built() -> None:

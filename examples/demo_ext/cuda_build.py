@@ -119,7 +119,9 @@ class BuildExtension(build_ext):
 
     def _nvcc_compile(self, ext: CUDAExtension, sources: list[str]) -> list[str]:
         flags = arch_flags(ext.nvcc_flags)
-        nvcc = ext.cuda_home / "bin" / "nvcc"
+        # torch's ninja build runs $PYTORCH_NVCC (a command, e.g. a compiler launcher) in place
+        # of $CUDA_HOME/bin/nvcc when it is set; so does this one.
+        nvcc = shlex.split(os.environ.get("PYTORCH_NVCC", "")) or [str(ext.cuda_home / "bin" / "nvcc")]
         includes = [f"-I{d}" for d in ext.include_dirs]
         out_dir = Path(self.build_temp) / "cuda"
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -130,7 +132,7 @@ class BuildExtension(build_ext):
 
         def compile_one(job: tuple[str, Path]) -> str:
             src, obj = job
-            cmd = [str(nvcc), "-c", src, "-o", str(obj), "-Xcompiler", "-fPIC", "-O2", "-std=c++17",
+            cmd = [*nvcc, "-c", src, "-o", str(obj), "-Xcompiler", "-fPIC", "-O2", "-std=c++17",
                    *includes, *flags, *ext.nvcc_flags]
             print(shlex.join(cmd), flush=True)
             subprocess.run(cmd, check=True)

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.build import buildenv
+from farm.build import buildenv, shardjob
 from farm.build.buildenv import BuildEnv
 from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
+from farm.build.shard import ShardJob
+from farm.build.shardjob import ShardSetup
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, Recipe
@@ -59,9 +61,12 @@ class BuildResult:
     built: tuple[Path, ...]  # the repaired wheels, before postbuild
     postbuild: tuple[PostbuildResult, ...] = field(default=())
     build_env: Path | None = None  # the shared build environment a native build used
+    shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
 
     @property
     def passed(self) -> bool:
+        if self.shard is not None and self.shard.get("job") == "compile":
+            return True  # a compile shard makes objects, not a wheel: its verdict was finish_compile's
         return bool(self.postbuild) and all(r.passed for r in self.postbuild)
 
     @property
@@ -387,6 +392,8 @@ class BuildSettings:
     cuda_home: Path | None = None  # use this installed toolkit instead of assembling one (hosts builds)
     torch_index: str | None = None  # URL or "pip" (--torch-index / $FARM_TORCH_INDEX); None: _defaults.yml's
     env_root: Path | None = None  # shared build environments (native builder); None: beside work_root
+    shard: ShardJob | None = None  # build one compile shard (i/N) or the link job of a sharded cell
+    shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
 
@@ -464,19 +471,40 @@ def build_cell(
         host_toolkit_prefix=tk.prefix,
         torch_index=settings.torch_index or base.torch_index,
     )
+    setup = None
+    if settings.shard is not None:  # one compile shard or the link job of a sharded cell
+        setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src)
+        say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
+            f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
+        options = replace(options, shard=setup)
     plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
                       torch_version=torch_version, requested=requested)
-    if settings.builder is BuilderKind.NATIVE:
-        plan = _native_plan(plan, tk)
-        envs: list[BuildEnv] = []
-        built = run_native(plan, log=say, built_env=envs,
-                           env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
-        torch_built = envs[0].torch_record() if envs else None
-        env_path = envs[0].path if envs else None
-    else:
-        built = run_cibuildwheel(plan, log=say)
-        torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
-        env_path = None
+    error: ToolError | None = None
+    built: list[Path] = []
+    torch_built: Mapping[str, Any] | None = None
+    env_path: Path | None = None
+    try:
+        if settings.builder is BuilderKind.NATIVE:
+            plan = _native_plan(plan, tk, setup)
+            envs: list[BuildEnv] = []
+            built = run_native(plan, log=say, built_env=envs,
+                               env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
+            torch_built = envs[0].torch_record() if envs else None
+            env_path = envs[0].path if envs else None
+        else:
+            built = run_cibuildwheel(plan, log=say)
+            torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
+    except ToolError as exc:
+        if setup is None:
+            raise
+        error = exc  # the shard verdict names the TU or the shard; it raises
+    if setup is not None:
+        if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
+            record = shardjob.finish_compile(setup, error)
+            say(f"{cell.id}: compile shard {setup.job.label}: {len(record['tus'])} TU(s) compiled into {setup.directory}")
+            return BuildResult(cell, plan, tuple(built), shard=record, build_env=env_path)
+        link = shardjob.finish_link(setup, error)
+        say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
     if not postbuild:
         return BuildResult(cell, plan, tuple(built), build_env=env_path)
     # the Python that built the wheel: this host's for native builds, the container's otherwise
@@ -487,10 +515,11 @@ def build_cell(
                       torch_built=torch_built)
         for wheel in built
     )
-    return BuildResult(cell, plan, tuple(built), results, build_env=env_path)
+    return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
+                       shard=None if setup is None else {"job": "link", "count": setup.job.count})
 
 
-def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
+def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
     """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
     from dataclasses import replace
 
@@ -501,6 +530,9 @@ def _native_plan(plan: BuildPlan, tk: Toolkit) -> BuildPlan:
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment
     )
+    if shard is not None:  # the launcher as this host sees it, not the container's mount
+        host = dict(shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home))
+        env = tuple((k, host.get(k, v)) for k, v in env)
     return replace(plan, native=replace(plan.native, environment=env), cuda_home=home)
 
 

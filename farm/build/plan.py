@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 import tomli_w
 
+from farm.build.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
 from farm.model.cells import NO_TORCH, Cell, resolve_arch
@@ -108,6 +109,7 @@ class PlanOptions:
     toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
     redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
     env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
+    shard: ShardSetup | None = None  # a compile shard or link job (farm/build/shardjob.py)
 
 
 @dataclass(frozen=True)
@@ -357,6 +359,14 @@ def plan_build(
         before_all = ""
 
     env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
+    if options.shard is not None:  # the build's nvcc calls go through farm's launcher
+        if in_container:
+            env_pairs += options.shard.environment(CONTAINER_SHARD_DIR, CONTAINER_ROOT, cuda_home)
+            mount = shlex.quote(f"{options.shard.directory.as_posix()}:{CONTAINER_SHARD_DIR}")
+            engine += f" --volume {mount}" if "create_args:" in engine else f"; create_args: --volume {mount}"
+        else:
+            env_pairs += options.shard.environment(options.shard.directory.as_posix(),
+                                                   Path(source_root).as_posix(), cuda_home)
     torch_index = torch_index_for(config, cell, options.torch_index) if torch_version is not None else None
     before_build = before_build_commands(cell, knob, torch_version, torch_index or "",
                                          windows=cibw_platform == "windows")

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from farm.build.builders import (
@@ -21,6 +22,7 @@ from farm.build.builders import (
     BuildSettings,
     build_cell,
 )
+from farm.build.shard import ShardJob
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
@@ -59,6 +61,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--cache-dir", type=Path, help="sources, toolkits, build folders (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    split = parser.add_mutually_exclusive_group()
+    split.add_argument("--shard", metavar="I/N", help="a recipe with `sharding: N`: compile only shard I of N "
+                       "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
+    split.add_argument("--link", action="store_true", help="a recipe with `sharding: N`: make the wheel from the "
+                       "N compile shards' objects in --shard-dir, then postbuild it")
+    parser.add_argument("--shard-dir", type=Path, metavar="DIR",
+                        help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
 
 def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]) -> str:
@@ -119,6 +128,27 @@ def _native_defaults(args: argparse.Namespace) -> None:
               file=sys.stderr)
 
 
+def shard_job(args: argparse.Namespace, recipe: Recipe, cell: Cell) -> ShardJob | None:
+    """``--shard I/N`` / ``--link`` for one cell, checked against the recipe's ``sharding``."""
+    if not args.shard and not args.link:
+        return None  # a sharded recipe built in one job: the ordinary build (the same wheel)
+    jobs = recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1
+    flag = f"--shard {args.shard}" if args.shard else "--link"
+    if jobs < 2:
+        raise UsageError(f"{flag}: cell {cell.id} is not sharded ({recipe.display} has no `sharding` "
+                         f"for {cell.platform})", hint="build it without --shard/--link")
+    if args.link:
+        return ShardJob(jobs)
+    try:
+        job = ShardJob.parse(args.shard)
+    except ValueError as exc:
+        raise UsageError(f"--shard {exc}") from None
+    if job.count != jobs:
+        raise UsageError(f"--shard {args.shard}: {recipe.display} splits cell {cell.id} into {jobs} compile shards",
+                         hint=f"--shard I/{jobs} with 0 <= I < {jobs}")
+    return job
+
+
 def run(args: argparse.Namespace) -> int:
     _native_defaults(args)
     config = load_config(args.root, packages=[args.package])
@@ -154,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         toolkit_root=cache / "toolkit", cuda_home=args.cuda_home, env_root=cache / "envs",
         torch_index=check_torch_index(args.torch_index, "--torch-index / $FARM_TORCH_INDEX") if args.torch_index else None,
         toolkit_source=args.toolkit_source, redist_url=args.redist_url,
+        shard_dir=(args.shard_dir or cache / "shards").absolute(),
     )
     recipe = config.recipe(args.package)
     results: list[BuildResult] = []
@@ -181,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
             there[0].unlink()
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
         try:
-            results.append(build_cell(config, recipe, pc.cell, settings, archs=pc.archs,
+            cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
+            results.append(build_cell(config, recipe, pc.cell, cell_settings, archs=pc.archs,
                                       arch_origin=pc.arch_origin, requested=pc.requested,
                                       torch_version=pc.torch_version))
         except FarmError as exc:  # one cell's failure does not stop the others
@@ -196,6 +228,9 @@ def run(args: argparse.Namespace) -> int:
         for cell_id, wheel in skipped:
             print(f"{cell_id}: asserted wheel: {wheel}")
         for r in results:
+            if r.shard is not None and r.shard.get("job") == "compile":
+                print(f"{r.cell.id}: compile shard {r.shard['index']}/{r.shard['count']}: "
+                      f"{len(r.shard['tus'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")
             for pb in r.postbuild:
                 if pb.passed and pb.stamped is not None:
                     print(f"{r.cell.id}: asserted wheel: {pb.stamped.path}")

@@ -16,6 +16,7 @@ from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
+from farm.schedule.jobs import cost, job_counts
 from farm.schedule.matrix import (
     SHARD_SIZE,
     SUMMARY_COLUMNS,
@@ -31,7 +32,6 @@ from farm.schedule.matrix import (
     lint_failures,
     lint_packages,
     schedule,
-    shards,
     stale_advice,
     stale_ignores,
     step_summary,
@@ -101,7 +101,8 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
         "lint": lint,
         "totals": wave.totals(),
         "max_jobs": wave.capacity,
-        "shard_count": len(shards(wave.scheduled)),
+        "shard_count": -(-job_counts(wave.scheduled)[0] // SHARD_SIZE),
+        "jobs": dict(zip(("build", "link"), job_counts(wave.scheduled))),
         "packages": [
             {"package": p.package, "version": p.version, "build_epoch": p.epoch, **p.counts(),
              **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True)),
@@ -156,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
         matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     finally:
         gc.enable()
-    wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None)
+    # a sharded cell costs its N compile jobs + 1 link job (farm/schedule/jobs.py)
+    wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None, jobs=cost)
     if args.fail_on_deferred and wave.deferred:
         raise deferred_error(wave)
     if args.github_output:
@@ -194,8 +196,10 @@ def run(args: argparse.Namespace) -> int:
         print(render(wave))
         for line in (*wave_advice(wave), *stale_advice(matrix)):
             print(line)
-        print(f"{len(wave.scheduled)} cell(s) scheduled in {len(shards(wave.scheduled))} shard(s) "
-              f"of <= {SHARD_SIZE}" + (f", {len(wave.deferred)} deferred to the next run" if wave.deferred else ""))
+        n_build, n_link = job_counts(wave.scheduled)
+        split = f" ({n_build} build job(s), {n_link} link job(s): compile sharding)" if n_link else ""
+        print(f"{len(wave.scheduled)} cell(s) scheduled in {-(-n_build // SHARD_SIZE)} shard(s) "
+              f"of <= {SHARD_SIZE}{split}" + (f", {len(wave.deferred)} deferred to the next run" if wave.deferred else ""))
         if not args.no_lint:
             print(lint_note)
         for o in failed:

@@ -43,6 +43,7 @@ from farm.model.cells import (
 )
 from farm.model.config import FarmConfig, Recipe, Restriction
 from farm.provenance.ledger import ExistsKey, LedgerIndex
+from farm.schedule.jobs import build_entries
 
 # GitHub Actions runs at most 256 jobs from one matrix.
 SHARD_SIZE = 256
@@ -179,17 +180,21 @@ class PlannedCell:
     epoch: int
     wheel: str
     requested: str = ""  # the arch list as written in the config (provenance's "requested")
+    compile_jobs: int = 1  # the recipe's `sharding` for this platform: N compile jobs + 1 link job
 
     def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
         """``arch_list``: the canonical string when the caller has it (one per distinct list)."""
         c = self.cell
-        return {
+        out = {
             "id": c.id, "package": c.package, "version": c.version, "cuda": c.cuda,
             "torch": c.torch, "torch_version": self.torch_version, "python": c.python_version,
             "python_tag": c.python, "platform": c.platform, "runner": RUNNERS.get(c.platform),
             "build_epoch": self.epoch, "arch_list": arch_list or self.archs.canonical(),
             "arch_origin": self.arch_origin, "wheel": self.wheel,
         }
+        if self.compile_jobs > 1:
+            out["compile_jobs"] = self.compile_jobs
+        return out
 
     def github_entry(self) -> dict[str, Any]:
         """What one build job needs, kept short: GitHub caps a job's outputs at 1 MB."""
@@ -396,7 +401,8 @@ def _package_matrix(
         cell = Cell(name, version, cuda, torch, tag, platform)
         torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
         to_build.append(PlannedCell(cell, resolution.archs, resolution.origin, torch_version, epoch,
-                                    planned_wheel_name(recipe, cell, epoch), resolution.spec.text))
+                                    planned_wheel_name(recipe, cell, epoch), resolution.spec.text,
+                                    recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1))
     return PackageMatrix(
         name, version, epoch, declared, filtered, restricted, no_policy, phantom,
         built, tuple(stale), tuple(to_build), recipe.display,
@@ -501,8 +507,15 @@ def github_outputs(wave: Wave) -> dict[str, str]:
     object, packages with deferred cells only), and ``shard_<i>`` (a JSON list of at most 256
     build entries) for each shard.
 
+    Sharded cells (``sharding: N``) are N entries in the build shards and one in ``link``, with
+    ``link_count`` (farm/schedule/jobs.py).
+
     Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
-    parts = shards(wave.scheduled)
+    entries, links = build_entries(wave.scheduled)
+    parts = [entries[i:i + SHARD_SIZE] for i in range(0, len(entries), SHARD_SIZE)]
+    if len(links) > SHARD_SIZE:
+        raise UsageError(f"the wave has {len(links)} sharded cells: their link jobs exceed one matrix of {SHARD_SIZE}",
+                         hint="narrow the matrix (packages, --cuda) or pass a smaller --max-shards")
     out = {
         "shard_count": str(len(parts)),
         "shards": json.dumps(list(range(len(parts)))),
@@ -512,7 +525,9 @@ def github_outputs(wave: Wave) -> dict[str, str]:
                                           separators=(",", ":")),
     }
     for i, part in enumerate(parts):
-        out[f"shard_{i}"] = json.dumps([p.github_entry() for p in part], separators=(",", ":"))
+        out[f"shard_{i}"] = json.dumps(part, separators=(",", ":"))
+    out["link_count"] = str(len(links))
+    out["link"] = json.dumps(links, separators=(",", ":"))
     size = sum(len(k) + len(v) + 2 for k, v in out.items())
     if size > GITHUB_OUTPUT_LIMIT:
         raise UsageError(

@@ -1,0 +1,284 @@
+"""Compile sharding: one cell's CUDA compile split over N compile jobs, then one link job.
+
+A recipe with ``sharding: N`` builds each (Linux) cell as N compile jobs and one link job, for
+packages whose compile does not fit one CI job. Every job runs the package's own, unchanged build;
+what differs is nvcc: the build calls it through this module's launcher (``PYTORCH_NVCC`` for
+torch's ninja builds, ``CMAKE_CUDA_COMPILER_LAUNCHER`` for CMake), which decides per
+translation unit (TU):
+
+- compile job ``i/N``: a TU that shard ``i`` owns is compiled by the real nvcc and its object is
+  kept in the shard folder (``objects/<i>-<key>.o``); any other TU gets an empty host object instead, so
+  the build runs to its end fast (its wheel is thrown away);
+- link job: every TU's object is served from the shards' outputs, nothing is compiled by nvcc; a
+  missing object stops the build, naming the TU and the shard that should have made it.
+
+Ownership is decided before the build, from the source tree alone: the tree's ``.cu`` files,
+sorted by their path relative to the source root, are dealt round-robin (TU k -> shard k mod N).
+Sorted round-robin rather than a hash: a package's kernels sit in a few folders of many files,
+and dealing them in order gives each shard its share of every folder (within one TU per folder),
+where a hash leaves some shards twice the work of others. A TU the tree does not list (generated
+during the build) falls back to a stable hash of its path. Both are pure functions of the source,
+so every job of a cell agrees without talking to the others.
+
+The launcher is this file, copied into the shard folder and run by the build's own Python: it
+imports nothing but the standard library, and also runs inside cibuildwheel's container.
+The wheel the link job makes is the package's ordinary build with its nvcc outputs taken from the
+shards; it goes through the same postbuild, whose per-TU uniformity check fails a wheel in which
+one shard's objects were built with another arch list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+CONFIG = "shard.json"  # the job's settings, written by farm before the build
+OBJECTS = "objects"  # flat, so the compile jobs' CI artifacts merge into one folder without clashes
+LAUNCHER = "bin/farm-nvcc"
+TU_SUFFIXES = (".cu",)
+# Folders whose .cu files are never the package's TUs: CMake's compiler checks, VCS metadata.
+_SKIP_DIRS = frozenset({".git", "CMakeFiles", "__pycache__"})
+
+
+# ------------------------------------------------------------------------------------------------
+# pure: which shard compiles which TU
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardJob:
+    """``--shard i/N`` (compile shard i of N, 0-based) or ``--link`` (index None)."""
+
+    count: int
+    index: int | None = None
+
+    @property
+    def is_link(self) -> bool:
+        return self.index is None
+
+    @property
+    def label(self) -> str:
+        return "link" if self.index is None else f"{self.index}/{self.count}"
+
+    @classmethod
+    def parse(cls, text: str) -> ShardJob:
+        """``"3/20"`` -> compile shard 3 of 20. Raises ValueError with the reason."""
+        i, sep, n = text.partition("/")
+        if not sep or not i.isdigit() or not n.isdigit():
+            raise ValueError(f"{text!r} is not I/N (e.g. 0/20: the first of 20 compile shards)")
+        index, count = int(i), int(n)
+        if count < 2 or index >= count:
+            raise ValueError(f"{text!r}: need 0 <= I < N and N >= 2")
+        return cls(count, index)
+
+
+def stable_owner(tu: str, count: int) -> int:
+    """The shard of a TU the tree did not list: a hash of its path, the same on every machine."""
+    return int.from_bytes(hashlib.sha256(tu.encode()).digest()[:8], "big") % count
+
+
+def assign(tus: Iterable[str], count: int) -> dict[str, int]:
+    """Sorted round-robin: the k-th TU in sorted path order goes to shard k mod ``count``."""
+    return {tu: k % count for k, tu in enumerate(sorted(set(tus)))}
+
+
+def table_digest(table: Mapping[str, int], count: int) -> str:
+    """Identifies an assignment: compile and link jobs of one cell must agree on it."""
+    text = json.dumps({"count": count, "table": dict(sorted(table.items()))}, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tree_tus(root: Path) -> list[str]:
+    """The source tree's CUDA TUs: ``.cu`` files, as POSIX paths relative to ``root``, sorted."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        rel = Path(dirpath).relative_to(root)
+        out += [PurePosixPath(*rel.parts, f).as_posix() for f in filenames if f.endswith(TU_SUFFIXES)]
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class CompileUnit:
+    """One nvcc call that compiles one source file to one object."""
+
+    source: str
+    output: str
+    depfile: str | None
+
+
+# Options that take the next argument as their value, where the value could look like a source.
+_VALUE_OPTS = frozenset({
+    "-o", "--output-file", "-x", "--x", "-ccbin", "--compiler-bindir", "-I", "--include-path",
+    "-D", "--define-macro", "-include", "--pre-include", "-isystem", "--system-include",
+    "-Xcompiler", "--compiler-options", "-Xlinker", "--linker-options", "-Xptxas", "--ptxas-options",
+    "-Xnvlink", "--nvlink-options", "-Xfatbin", "--fatbin-options", "-gencode", "--generate-code",
+    "-arch", "--gpu-architecture", "-code", "--gpu-code", "-MF", "--dependency-output", "-MT",
+    "--dependency-target-name", "-L", "--library-path", "-l", "--library", "-std", "--std",
+    "-maxrregcount", "--maxrregcount", "-t", "--threads", "-diag-suppress", "--diag-suppress",
+    "-U", "--undefine-macro", "-odir", "--output-directory", "-ftemplate-depth",
+})
+# A call with any of these is not "compile one TU to an object": it runs as it is.
+_NOT_A_COMPILE = frozenset({
+    "-E", "--preprocess", "-M", "--generate-dependencies", "-MM", "--generate-nonsystem-dependencies",
+    "-dlink", "--device-link", "-lib", "--lib", "-run", "--run", "-ptx", "--ptx", "-cubin", "--cubin",
+    "-fatbin", "--fatbin", "-dryrun", "--dryrun", "-link", "--link", "-V", "--version", "-h", "--help",
+})
+
+
+def compile_unit(args: Sequence[str]) -> CompileUnit | None:
+    """The TU an nvcc argv compiles, or None when the call is anything else (version query,
+    link, preprocess, several sources)."""
+    sources: list[str] = []
+    output = depfile = None
+    compile_only = False
+    i = 0
+    while i < len(args):
+        a = args[i]
+        name, eq, value = a.partition("=")
+        if a in _NOT_A_COMPILE:
+            return None
+        if a in ("-c", "--compile"):
+            compile_only = True
+        elif name in _VALUE_OPTS:
+            if not eq:
+                i += 1
+                value = args[i] if i < len(args) else ""
+            if name in ("-o", "--output-file"):
+                output = value
+            elif name in ("-MF", "--dependency-output"):
+                depfile = value
+        elif not a.startswith("-") and a.endswith((".cu", ".cpp", ".cc", ".cxx", ".c")):
+            sources.append(a)
+        i += 1
+    if not compile_only or output is None or len(sources) != 1:
+        return None
+    return CompileUnit(sources[0], output, depfile)
+
+
+def tu_path(source: str, root: str, cwd: str) -> str | None:
+    """The TU's identity: its path relative to the source root (POSIX), or None when the source
+    lies outside the root or in a CMake check folder (those always compile for real)."""
+    path = os.path.normpath(os.path.join(cwd, source))
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return None
+    parts = PurePosixPath(Path(rel).as_posix()).parts
+    if any(p in _SKIP_DIRS for p in parts):
+        return None
+    return "/".join(parts)
+
+
+def object_name(owner: int, tu: str, output: str) -> str:
+    """File name of a TU's object in ``objects/``: its shard, then a hash of the TU and its
+    object's name (one source compiled twice, for two extensions, has two objects)."""
+    key = hashlib.sha256(f"{tu}\0{os.path.basename(output)}".encode()).hexdigest()[:32]
+    return f"{owner}-{key}.o"
+
+
+def done_name(index: int) -> str:
+    """``objects/done-<i>.json``: compile shard i finished; the link job requires all of them."""
+    return f"done-{index}.json"
+
+
+def log_name(label: str) -> str:
+    return f"{label.replace('/', '-of-')}.jsonl"
+
+
+# ------------------------------------------------------------------------------------------------
+# the launcher (runs inside the build: standard library only)
+# ------------------------------------------------------------------------------------------------
+def _log(shard_dir: str, label: str, record: dict[str, object]) -> None:
+    # One short line per write with O_APPEND: parallel nvcc calls never interleave within a line.
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    os.makedirs(os.path.join(shard_dir, "log"), exist_ok=True)
+    fd = os.open(os.path.join(shard_dir, "log", log_name(label)),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _depfile(unit: CompileUnit, cwd: str) -> None:
+    # ninja reads the depfile it asked for; a restored object depends on its source, as far as
+    # this (fresh) build is concerned.
+    if unit.depfile:
+        with open(os.path.join(cwd, unit.depfile), "w", encoding="utf-8") as fh:
+            fh.write(f"{unit.output}: {unit.source}\n")
+
+
+def _stub(out: str, args: Sequence[str]) -> int:
+    """An empty host object: lets the rest of a compile job's build run; its wheel is discarded."""
+    cc = os.environ.get("CC") or "cc"
+    for i, a in enumerate(args):
+        if a in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
+            cc = args[i + 1]
+        elif a.startswith(("-ccbin=", "--compiler-bindir=")):
+            cc = a.partition("=")[2]
+    if os.path.isdir(cc):
+        cc = os.path.join(cc, "gcc")
+    return subprocess.call([cc, "-x", "c", "-c", os.devnull, "-o", out])
+
+
+def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """``farm-nvcc REAL_NVCC ARGS...``: see the module docstring."""
+    if len(argv) < 2:
+        print("farm-nvcc: usage: farm-nvcc NVCC ARGS... (a compiler launcher)", file=sys.stderr)
+        return 2
+    real, args = argv[1], list(argv[2:])
+    shard_dir = environ.get("FARM_SHARD_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
+    with open(os.path.join(shard_dir, CONFIG), encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    cwd = os.getcwd()
+    unit = compile_unit(args)
+    root = environ.get("FARM_SHARD_ROOT") or cfg["root"]
+    tu = tu_path(unit.source, root, cwd) if unit else None
+    if unit is None or tu is None:
+        return subprocess.call([real, *args])
+    count, index = int(cfg["count"]), cfg["index"]
+    owner = cfg["table"].get(tu)
+    owner = stable_owner(tu, count) if owner is None else int(owner)
+    name = object_name(owner, tu, unit.output)
+    label = "link" if index is None else f"{index}/{count}"
+    out = os.path.join(cwd, unit.output)
+    record: dict[str, object] = {"tu": tu, "object": os.path.basename(unit.output), "owner": owner,
+                                 "file": name}
+    if index is None:  # link: serve from the owner's output
+        stored = os.path.join(shard_dir, OBJECTS, name)
+        if not os.path.isfile(stored):
+            _log(shard_dir, label, {**record, "status": "missing"})
+            print(f"farm-nvcc: error: no object for TU {tu} ({os.path.basename(unit.output)}): compile shard "
+                  f"{owner}/{count} should have made it ({stored})", file=sys.stderr)
+            return 1
+        shutil.copyfile(stored, out)
+        _depfile(unit, cwd)
+        _log(shard_dir, label, {**record, "status": "served"})
+        return 0
+    if owner != int(index):
+        rc = _stub(out, args)
+        _depfile(unit, cwd)
+        _log(shard_dir, label, {**record, "status": "skipped" if rc == 0 else "stub-failed", "rc": rc})
+        return rc
+    rc = subprocess.call([real, *args])
+    if rc == 0:
+        dest = os.path.join(shard_dir, OBJECTS)
+        os.makedirs(dest, exist_ok=True)
+        tmp = os.path.join(dest, f".{name}.{os.getpid()}.tmp")
+        shutil.copyfile(out, tmp)
+        os.replace(tmp, os.path.join(dest, name))
+    _log(shard_dir, label, {**record, "status": "compiled" if rc == 0 else "failed", "rc": rc})
+    return rc
+
+
+def main() -> None:
+    sys.exit(launch(sys.argv, os.environ))
+
+
+if __name__ == "__main__":
+    main()

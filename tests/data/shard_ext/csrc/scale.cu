@@ -1,0 +1,9 @@
+// One translation unit of shard_ext: one kernel and its host launcher.
+#include <cuda_runtime.h>
+
+__global__ void scale_kernel(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+}
+
+extern "C" void shard_ext_scale(float* x, int n) { scale_kernel<<<(n + 255) / 256, 256>>>(x, n); }
