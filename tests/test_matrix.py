@@ -394,7 +394,7 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
     assert rc == 0 and data["cells"] == []
     assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0",
-                                    "deferred_by_package": "{}", "link_count": "0", "link": "[]"}
+                                    "deferred_by_package": "{}", "link_count": "0", "link": "[]", "lint_failed": "[]"}
 
 
 @given(st.integers(min_value=0, max_value=1500))
@@ -594,3 +594,30 @@ def test_version_hints_are_by_value_and_in_version_order(tmp_path: Path, capsys:
     assert "known: 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7, 2.8, 2.9, 2.10, none" in err
     rc, _, err = farm_matrix(capsys, big_tree(tmp_path / "b"), "--python", "3.15")
     assert "did you mean 'cp314'?" in err and "known: cp310, cp311, cp312, cp313, cp314" in err
+
+
+def test_a_package_failing_its_lint_is_withheld_and_the_others_are_scheduled(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    root = lintable_tree(tmp_path / "farm", override=True)  # alpha fails, beta lints clean
+    output, summary = tmp_path / "gh_output", tmp_path / "gh_summary"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    cache = str(tmp_path / "cache")
+    rc = main(["matrix", "--root", str(root), "--github-output", "--withhold-lint-failures", "--cache-dir", cache,
+               "--plan", str(tmp_path / "plan.json")])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert "lint: FAILED for alpha (withheld" in out and "setup.py:2" in out
+    assert "lint: FAILED for alpha" in err
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert json.loads(outputs["lint_failed"]) == ["alpha"]
+    scheduled = [e for i in json.loads(outputs["shards"]) for e in json.loads(outputs[f"shard_{i}"])]
+    assert scheduled and {e["package"] for e in scheduled} == {"beta"}
+    assert "withheld" in summary.read_text()
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["lint"]["withheld"] == ["alpha"] and {c["package"] for c in plan["cells"]} == {"beta"}
+
+    # Without the flag: the old strictness, nothing scheduled.
+    output.unlink()
+    assert main(["matrix", "--root", str(root), "--github-output", "--cache-dir", cache]) == 1
+    assert not output.exists()

@@ -501,7 +501,8 @@ def build_cell(
     if setup is not None:
         if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
             record = shardjob.finish_compile(setup, error)
-            say(f"{cell.id}: compile shard {setup.job.label}: {len(record['tus'])} TU(s) compiled into {setup.directory}")
+            say(f"{cell.id}: compile shard {setup.job.label}: {len(record['tus'])} TU(s) compiled "
+                f"into {setup.directory}")
             return BuildResult(cell, plan, tuple(built), shard=record, build_env=env_path)
         link = shardjob.finish_link(setup, error)
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")

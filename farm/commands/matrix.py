@@ -36,6 +36,7 @@ from farm.schedule.matrix import (
     stale_ignores,
     step_summary,
     wave_advice,
+    without_packages,
     write_github_output,
 )
 from farm.table import format_table
@@ -81,6 +82,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "cells (round-robin across packages) and defer the rest to the next run")
     parser.add_argument("--fail-on-deferred", action="store_true",
                         help="exit 2 (writing nothing) when --max-shards would defer cells")
+    parser.add_argument("--withhold-lint-failures", action="store_true",
+                        help="a package whose lint fails is withheld (none of its cells scheduled, listed as "
+                             "lint_failed) and the others are scheduled: exit 0; without it a lint failure "
+                             "schedules nothing and exits 1")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--cache-dir", type=Path, help="sources and lint cache (default: ROOT/.cache)")
@@ -102,7 +107,7 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
         "totals": wave.totals(),
         "max_jobs": wave.capacity,
         "shard_count": -(-job_counts(wave.scheduled)[0] // SHARD_SIZE),
-        "jobs": dict(zip(("build", "link"), job_counts(wave.scheduled))),
+        "jobs": dict(zip(("build", "link"), job_counts(wave.scheduled), strict=True)),
         "packages": [
             {"package": p.package, "version": p.version, "build_epoch": p.epoch, **p.counts(),
              **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True)),
@@ -158,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         gc.enable()
     # a sharded cell costs its N compile jobs + 1 link job (farm/schedule/jobs.py)
-    wave = schedule(matrix, args.max_shards * SHARD_SIZE if args.max_shards is not None else None, jobs=cost)
+    capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
+    wave = schedule(matrix, capacity, jobs=cost)
     if args.fail_on_deferred and wave.deferred:
         raise deferred_error(wave)
     if args.github_output:
@@ -166,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
     outcomes: list[LintOutcome] = []
     failed: list[LintOutcome] = []
+    withheld: list[str] = []
     if args.no_lint:
         lint_note = NO_LINT_NOTE
         lint: dict[str, Any] = {"ran": False, "note": NO_LINT_NOTE, "results": []}
@@ -176,13 +183,21 @@ def run(args: argparse.Namespace) -> int:
         linted = {o.package for o in outcomes}
         lint_note = (f"lint: FAILED for {', '.join(sorted({o.package for o in failed}))}" if failed
                      else f"lint: passed ({len(linted)} package(s), {len(outcomes)} arch list(s))")
-        lint = {"ran": True, "note": lint_note, "passed": not failed,
+        if failed and args.withhold_lint_failures:
+            # One package's findings must not stop the farm: its cells wait, the others build.
+            withheld = sorted({o.package for o in failed})
+            matrix = without_packages(matrix, withheld)
+            wave = schedule(matrix, capacity, jobs=cost)
+            if args.github_output:
+                github_outputs(wave)
+            lint_note += " (withheld: none of their cells is scheduled)"
+        lint = {"ran": True, "note": lint_note, "passed": not failed, "withheld": withheld,
                 "results": [{"package": o.package, "arch_list": o.arch_list, **o.report.to_json()}
                             for o in outcomes]}
 
     if args.json or args.plan:
         encoded = msgspec.json.encode(matrix_json(wave, lint))
-        if args.plan and not failed:
+        if args.plan and (withheld or not failed):
             atomic_write(args.plan, [encoded, b"\n"])
     if args.json:
         print(encoded.decode())
@@ -198,8 +213,9 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         n_build, n_link = job_counts(wave.scheduled)
         split = f" ({n_build} build job(s), {n_link} link job(s): compile sharding)" if n_link else ""
+        deferred = f", {len(wave.deferred)} deferred to the next run" if wave.deferred else ""
         print(f"{len(wave.scheduled)} cell(s) scheduled in {-(-n_build // SHARD_SIZE)} shard(s) "
-              f"of <= {SHARD_SIZE}{split}" + (f", {len(wave.deferred)} deferred to the next run" if wave.deferred else ""))
+              f"of <= {SHARD_SIZE}{split}{deferred}")
         if not args.no_lint:
             print(lint_note)
         for o in failed:
@@ -210,14 +226,18 @@ def run(args: argparse.Namespace) -> int:
                   "under any of its arch lists: remove it")
 
     summary = os.environ.get("GITHUB_STEP_SUMMARY") if args.github_output else None
-    if failed:
+    if failed and not withheld:
         print(f"farm matrix: {lint_note}; fix the findings (declare the arch, or a reviewed lint_ignore)",
               file=sys.stderr)
         if summary:  # the run page says why no build ran; no matrix is output
             with open(summary, "a", encoding="utf-8") as fh:
                 fh.write(step_summary(wave, f"**{lint_note}**: no cells were scheduled"))
         return 1
+    if withheld:
+        print(f"farm matrix: {lint_note}; fix the findings (declare the arch, or a reviewed lint_ignore)",
+              file=sys.stderr)
     if args.github_output:
         write_github_output(wave, Path(os.environ["GITHUB_OUTPUT"]), Path(summary) if summary else None,
-                            f"**{lint_note}**" if args.no_lint else lint_note)
+                            f"**{lint_note}**" if args.no_lint or withheld else lint_note,
+                            lint_failed=withheld)
     return 0

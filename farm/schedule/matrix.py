@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -586,15 +586,24 @@ def stale_advice(matrix: Matrix) -> list[str]:
     return out
 
 
+def without_packages(matrix: Matrix, packages: Iterable[str]) -> Matrix:
+    """``matrix`` less the named packages (their cells are neither scheduled nor deferred)."""
+    drop = set(packages)
+    return replace(matrix, packages=tuple(p for p in matrix.packages if p.package not in drop))
+
+
 def write_github_output(
     wave: Wave,
     output_path: Path,
     summary_path: Path | None,
     lint_note: str,
+    *,
+    lint_failed: Sequence[str] = (),
 ) -> dict[str, str]:
     """Append the outputs to ``$GITHUB_OUTPUT`` (all checks first: nothing is written for a
-    wave that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``."""
-    outputs = github_outputs(wave)
+    wave that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``. ``lint_failed``: the
+    packages withheld because their lint failed (a JSON list; the workflow ends red on any)."""
+    outputs = {**github_outputs(wave), "lint_failed": json.dumps(sorted(lint_failed))}
     text = "".join(f"{k}={v}\n" for k, v in outputs.items())
     with open(output_path, "a", encoding="utf-8") as fh:
         fh.write(text)
