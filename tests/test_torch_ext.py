@@ -108,13 +108,13 @@ def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, 
                     "--no-deps", "--no-index", str(wheel)], check=True)
     probe = (
         "import torch, torch_ext\n"
-        "assert torch_ext._C.__file__.startswith(%r), torch_ext._C.__file__\n"
+        f"assert torch_ext._C.__file__.startswith({str(site)!r}), torch_ext._C.__file__\n"
         "if torch.cuda.is_available():\n"
         "    x = torch.arange(1000, dtype=torch.float32, device='cuda')\n"
         "    assert torch.equal(torch_ext.scale(x, 2.0), 2 * x)\n"
         "    assert abs(torch_ext.square_sum(x).item() - float((x * x).sum())) < 1e-3 * float((x * x).sum())\n"
         "    print('kernels ran on', torch.cuda.get_device_name())\n"
-        "print('imported', torch.__version__)\n" % str(site)
+        "print('imported', torch.__version__)\n"
     )
     proc = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

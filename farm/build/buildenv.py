@@ -15,6 +15,7 @@ URL takes only torch's requirements from that index (``--index-url``), as PyTorc
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -141,10 +142,8 @@ def _size(path: Path) -> int:
     total = 0
     for dirpath, _, files in os.walk(path):
         for f in files:
-            try:
+            with contextlib.suppress(OSError):  # removed while we walk: nothing to count
                 total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
     return total
 
 
@@ -196,10 +195,12 @@ def _make(spec: EnvSpec, path: Path, uv: str | None, log: Log, env: dict[str, st
     env.pop("VIRTUAL_ENV", None)
     py = str(path / "bin" / "python")
     if uv:
-        _run([uv, "venv", "--quiet", "--python", spec.python_exe, str(path)], f"creating build environment {path.name} (uv)", env, log, runner)
+        _run([uv, "venv", "--quiet", "--python", spec.python_exe, str(path)],
+             f"creating build environment {path.name} (uv)", env, log, runner)
         install = [uv, "pip", "install", "--quiet", "--python", py]
     else:
-        _run([spec.python_exe, "-m", "venv", str(path)], f"creating build environment {path.name} (venv)", env, log, runner)
+        _run([spec.python_exe, "-m", "venv", str(path)],
+             f"creating build environment {path.name} (venv)", env, log, runner)
         install = [py, "-m", "pip", "install", "--quiet"]
     _run([*install, *spec.requirements], "installing " + " ".join(spec.requirements), env, log, runner)
     if spec.torch is None:
@@ -207,7 +208,8 @@ def _make(spec: EnvSpec, path: Path, uv: str | None, log: Log, env: dict[str, st
     if spec.torch_index == TORCH_INDEX_PIP:
         # pip's own configuration decides where torch comes from: only pip reads it
         pip = [py, "-m", "pip"] if not uv else [sys.executable, "-m", "pip", "--python", py]
-        _run([*pip, "install", "--quiet", spec.torch], f"installing {spec.torch} (pip's configured indexes)", env, log, runner)
+        _run([*pip, "install", "--quiet", spec.torch], f"installing {spec.torch} (pip's configured indexes)",
+             env, log, runner)
     else:
         assert spec.torch_index is not None
         _run([*install, spec.torch, "--index-url", spec.torch_index],

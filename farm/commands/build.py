@@ -182,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
         images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
         out_dir=args.out.absolute(), work_root=cache / "build", source_cache=cache / "sources",
         toolkit_root=cache / "toolkit", cuda_home=args.cuda_home, env_root=cache / "envs",
-        torch_index=check_torch_index(args.torch_index, "--torch-index / $FARM_TORCH_INDEX") if args.torch_index else None,
+        torch_index=(check_torch_index(args.torch_index, "--torch-index / $FARM_TORCH_INDEX")
+                     if args.torch_index else None),
         toolkit_source=args.toolkit_source, redist_url=args.redist_url,
         shard_dir=(args.shard_dir or cache / "shards").absolute(),
     )
