@@ -15,7 +15,8 @@ import pytest
 from farm.cli import main
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK
 from farm.model.config import load_defaults
-from farm.schedule.grid import parse_page, propose
+from farm.netutil import parse_page
+from farm.schedule.grid import propose, shipped
 
 REPO = Path(__file__).resolve().parent.parent
 PYS = ("310", "311", "312", "313", "314", "315")
@@ -79,7 +80,7 @@ def test_the_page_parser_keeps_only_this_lines_release_wheels() -> None:
     html = _page([_wheel("2.14.1", "cu130", "311", "manylinux_2_28_x86_64"), _wheel("2.14.1", "cu126", "311", "win_amd64"),
                   _wheel("2.14.1", "cpu", "311", "win_amd64"), "torch-2.14.1%2Bcu130-cp314-cp314t-win_amd64.whl",
                   _wheel("2.15.0a0", "cu130", "311", "win_amd64"), _wheel("2.14.1", "cu130", "312", "macosx_11_0_arm64")])
-    (only,) = parse_page(html, "13.0")
+    (only,) = shipped(parse_page(html.encode(), "text/html", "http://127.0.0.1/whl/cu130/torch/"), "13.0")
     assert (only.cuda, str(only.torch), only.python, only.platform) == ("13.0", "2.14.1", "3.11", "linux_x86_64")
 
 
@@ -112,7 +113,7 @@ def test_an_older_patch_release_and_a_missing_python_are_proposed(tmp_path: Path
     html = _page([_wheel("2.13.1", "cu130", py, "manylinux_2_28_x86_64") for py in PYS]
                  + [_wheel("2.13.1", "cu130", py, "manylinux_2_28_aarch64") for py in PYS]
                  + [_wheel("2.13.1", "cu130", py, "win_amd64") for py in PYS[:-1]])
-    found = propose(defaults, parse_page(html, "13.0"), ["13.0"])
+    found = propose(defaults, shipped(parse_page(html.encode(), "text/html", "http://127.0.0.1/whl/cu130/torch/"), "13.0"), ["13.0"])
     (row,) = found.rows
     assert (row.torch, row.why) == ("2.13.1", "newer release than 2.13.0")
     assert not found.phantoms  # Windows 3.15 is a declared phantom already

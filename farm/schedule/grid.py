@@ -10,20 +10,17 @@ phantoms (cells a row implies that upstream does not ship on a platform).
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urljoin
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from farm.errors import SourceError
+from farm.errors import NetworkError, SourceError
 from farm.model.config import Defaults, Phantom
+from farm.netutil import IndexPage, read_page
 
-MAX_PAGE = 32 << 20  # the cu126 torch page is ~1 MB; anything far larger is not an index page
 # wheel platform tag suffix -> farm platform
 _PLATFORM_SUFFIX = {"_x86_64": "linux_x86_64", "_aarch64": "linux_aarch64"}
 
@@ -38,18 +35,6 @@ class Shipped:
     platform: str  # farm's: linux_x86_64 | linux_aarch64 | win_amd64
 
 
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
-
-
 def _platform(tag: str) -> str | None:
     if tag == "win_amd64":
         return "win_amd64"
@@ -60,20 +45,17 @@ def _platform(tag: str) -> str | None:
     return None
 
 
-def parse_page(html: str, cuda: str) -> list[Shipped]:
-    """The CUDA ``cuda`` torch wheels a PEP 503 ``torch/`` page lists. Wheels of another local label
+def shipped(page: IndexPage, cuda: str) -> list[Shipped]:
+    """The CUDA ``cuda`` torch wheels a ``torch/`` project page lists. Wheels of another local label
     (``+cpu``, another ``+cuXYZ``), free-threaded or abi3 builds, and names that do not parse are
     not cells of this line and are left out."""
-    parser = _Anchors()
-    parser.feed(html)
     cu = "cu" + cuda.replace(".", "")
     out = set()
-    for href in parser.hrefs:
-        name = unquote(urlsplit(href).path.rsplit("/", 1)[-1])
-        if not name.endswith(".whl"):
+    for file in page.files:
+        if not file.filename.endswith(".whl"):
             continue
         try:
-            dist, version, _, tags = parse_wheel_filename(name)
+            dist, version, _, tags = parse_wheel_filename(file.filename)
         except InvalidWheelFilename:
             continue
         if dist != "torch" or version.local != cu or version.is_prerelease or version.is_devrelease:
@@ -99,15 +81,13 @@ def read_index(index: str, cuda: str, *, timeout: float = 60) -> list[Shipped]:
     """Fetch and parse the ``torch/`` page of ``index`` for CUDA line ``cuda``."""
     url = page_url(index, cuda)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            body = resp.read(MAX_PAGE + 1)
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SourceError(f"cannot read PyTorch's index page {url}: {reason}",
+        page = read_page(url, timeout=timeout)
+    except NetworkError as exc:
+        raise SourceError(f"cannot read PyTorch's index page {url} ({exc.message})",
                           hint="check the network, or pass --index URL of a mirror in PyTorch's layout") from None
-    if len(body) > MAX_PAGE:
-        raise SourceError(f"{url} is larger than {MAX_PAGE >> 20} MB: not a PEP 503 project page")
-    return parse_page(body.decode("utf-8", "replace"), cuda)
+    except ValueError as exc:
+        raise SourceError(f"{url} is not a PEP 503/691 project page: {exc}") from None
+    return shipped(page, cuda)
 
 
 @dataclass(frozen=True)
