@@ -11,17 +11,17 @@ them gives archives whose nvcc really compiles.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import subprocess
 import sys
 import tarfile
-import threading
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests import loopback
 
 # component -> the CUDA 13.0 wheel (the versions _defaults.yml pins for the 13.0 line)
 WHEELS: dict[str, str] = {
@@ -122,10 +122,7 @@ CUT: set[str] = set()  # URL paths the server cuts off halfway (an interrupted d
 SERVED: list[str] = []  # every path requested, in order
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
+class _Quiet(loopback.QuietHandler):
     def do_GET(self) -> None:
         SERVED.append(self.path)
         if self.path not in CUT:
@@ -142,16 +139,9 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @contextmanager
 def serve(root: Path) -> Iterator[str]:
-    """``root`` over HTTP on 127.0.0.1; yields the base URL (ending in /)."""
-    handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    """``root`` over HTTP on 127.0.0.1, each request counted in SERVED; yields the base URL (ending in /)."""
+    with loopback.serve(root, _Quiet) as url:
+        yield url
 
 
 def mirror_with(root: Path, src: Path, replace: Mapping[str, bytes]) -> None:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import shutil
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +28,7 @@ from farm.provenance.audit import (
 from farm.provenance.ledger import LedgerIndex, merge_fragments
 from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
+from tests import loopback
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
 from tests.publishfix import serve_dir
@@ -153,16 +151,8 @@ def test_cli_exit_0_without_wheel_wrong(fleet: Fleet, tmp_path: Path, capsys: py
 @pytest.fixture
 def index_url(fleet: Fleet) -> Iterator[str]:
     """The published folder served on loopback as a directory-listing index."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(fleet.pub.parent))
-    handler.log_message = lambda *a, **k: None  # type: ignore[method-assign]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{fleet.pub.name}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback.serve(fleet.pub.parent) as url:
+        yield f"{url}{fleet.pub.name}/"
 
 
 def test_audit_over_an_index_url(fleet: Fleet, index_url: str) -> None:

@@ -3,10 +3,8 @@ layout) served on 127.0.0.1, compared with the grid."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK
 from farm.model.config import load_defaults
 from farm.netutil import parse_page
 from farm.schedule.grid import propose, shipped
+from tests import loopback
 
 REPO = Path(__file__).resolve().parent.parent
 PYS = ("310", "311", "312", "313", "314", "315")
@@ -55,20 +54,8 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("pytorch-index")
     _upstream(root)
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw):  # type: ignore[no-untyped-def]
-            super().__init__(*a, directory=str(root), **kw)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/whl/{{cu}}"
-    finally:
-        server.shutdown()
+    with loopback.serve(root) as url:
+        yield f"{url}whl/{{cu}}"
 
 
 def _root(tmp_path: Path) -> Path:

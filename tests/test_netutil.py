@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from farm.errors import NetworkError, TooLarge
 from farm.netutil import ACCEPT, IndexFile, download, parse_page, project_url, read_page
+from tests import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 HTML = (f'<html><body><a href="../../packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl'
@@ -86,13 +86,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
+    with loopback.serve(handler=_Handler) as url:
+        yield url.rstrip("/")
 
 
 def test_read_page_asks_for_json_first(server: str) -> None:

@@ -4,12 +4,10 @@ path, and the unpacking guards."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import json
 import subprocess
 import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from farm.errors import SourceError
 from farm.model.config import GitSource, PathSource, SdistSource
 from farm.source.fetch import fetch, tree_sha256, unpack
+from tests import loopback
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -136,22 +135,9 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A static PEP 503 index served by http.server; files put under it are downloadable."""
     root = tmp_path / "index"
     root.mkdir()
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(root), **kwargs)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
-    try:
+    with loopback.serve(root) as url:
+        monkeypatch.setenv("PIP_INDEX_URL", f"{url}simple")
         yield root
-    finally:
-        server.shutdown()
-        thread.join()
 
 
 def _publish(index_root: Path, project: str, filename: str, data: bytes, *, listed_sha: str | None = None) -> str:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from farm.publish.twine import (
     listed_files,
     plan,
 )
+from tests import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 
@@ -48,24 +47,11 @@ def test_a_page_that_is_not_the_simple_api_is_a_clear_error(tmp_path: Path) -> N
     (tmp_path / "demo-ext").mkdir()
     (tmp_path / "demo-ext" / "index.html").write_text('{"files": [{"name": "no filename key"}]}')
 
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, directory=str(tmp_path), **kwargs)
-
+    class JsonPages(loopback.QuietHandler):
         def guess_type(self, path: Any) -> str:
             return "application/vnd.pypi.simple.v1+json"
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/"
+    with loopback.serve(tmp_path, JsonPages) as base:
         s = TwineSettings("pypi", base + "legacy/", base)
         with pytest.raises(ToolError, match=r"demo-ext/ is not a simple API page \(ValueError: a file entry without a url"):
             listed_files(s, "demo_ext", env={})
-    finally:
-        server.shutdown()
-        server.server_close()

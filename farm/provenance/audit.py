@@ -292,25 +292,15 @@ def derive_from_config(config: FarmConfig) -> Derive:
 
 
 def today_from_config(config: FarmConfig) -> Today:
-    """Today's expected list per extension for a provenance's cell, from ``config``."""
-    from farm.binary.assertion import Expected
-    from farm.model.cells import Cell, extension_lists, resolve_arch
+    """Today's expected list per extension for a provenance's cell, from ``config`` (what
+    :func:`derive_from_config` derives, per path)."""
+    derive = derive_from_config(config)
 
     def today(provenance: Mapping[str, Any], paths: Iterable[str]) -> Mapping[str, str] | None:
-        package, cell = provenance.get("package"), provenance.get("cell") or {}
-        if not package or package not in config.recipes or not all(cell.get(k) for k in
-                                                                    ("cuda", "torch", "python", "platform")):
+        derived = derive(provenance)
+        if derived is None:
             return None
-        recipe = config.recipes[package]
-        try:
-            resolution = resolve_arch(config, recipe, Cell(package, str(provenance.get("version")), cell["cuda"],
-                                                            cell["torch"], cell["python"], cell["platform"]))
-        except (FarmError, KeyError):
-            return None
-        if resolution is None:
-            return None
-        expected = Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]))
-        return {p: expected.for_extension(p)[0].canonical() for p in paths}
+        return {p: derived.expected.for_extension(p)[0].canonical() for p in paths}
 
     return today
 
