@@ -65,7 +65,7 @@ def _farm(session: nox.Session, command: str) -> None:
 def _toolkit(session: nox.Session, cuda: str) -> str:
     """Assemble (or reuse) a CUDA_HOME from NVIDIA's PyPI wheels; return its path."""
     out = session.run(
-        "farm", "toolkit", "--cuda", cuda, "--prefix", str(ROOT / ".cache" / "toolkit" / cuda), "--json",
+        "farm", "toolkit", "--cuda", cuda, "--root", str(ROOT), "--json",
         silent=True,
     )
     return json.loads(out)["cuda_home"]

@@ -1,9 +1,9 @@
-"""``farm toolkit --cuda X.Y --prefix DIR``: a verified CUDA_HOME for one CUDA line and platform.
+"""``farm toolkit --cuda X.Y [--prefix DIR]``: a verified CUDA_HOME for one CUDA line and platform.
 
 The release, the source (NVIDIA's redistributable archives or its PyPI wheels) and the components
 are pinned per line in ``_defaults.yml`` (``toolkit:``); the flags override them. Prints the
 ``CUDA_HOME`` on stdout (``--json``: the whole toolkit), progress on stderr, so
-``export CUDA_HOME=$(farm toolkit --cuda 12.8 --prefix .cache/toolkit/12.8)`` works.
+``export CUDA_HOME=$(farm toolkit --cuda 12.8)`` works (the toolkit ``farm build`` uses).
 ``--dry-run`` prints what would be assembled (manifest URL, release, components) and touches
 neither the network nor the disk.
 """
@@ -15,7 +15,6 @@ import json
 import os
 from pathlib import Path
 
-from farm.errors import UsageError
 from farm.model.config import DEFAULTS_FILE, load_defaults
 from farm.progress import reporter
 from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_name, request_for
@@ -24,7 +23,8 @@ from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_na
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda", required=True, metavar="X.Y", help="the CUDA line, e.g. 12.8")
     parser.add_argument("--prefix", type=Path, metavar="DIR",
-                        help="where to assemble it (cached: a second call returns at once); not needed with --dry-run")
+                        help="where to assemble it (cached: a second call returns at once); default: the cache "
+                             "`farm build` uses, ROOT/.cache/toolkit/<line>/<source>-<release>-<platform>-<key>")
     parser.add_argument("--source", choices=SOURCES, help="redist (NVIDIA's archives) or pypi; default: the line's pin")
     parser.add_argument("--release", metavar="X.Y.Z", help="NVIDIA's release (redistrib_X.Y.Z.json); default: the pin")
     parser.add_argument("--redist-url", metavar="URL",
@@ -55,12 +55,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"CUDA {request.cuda}: {request.source} {request.release} ({request.platform}) from {where}")
             print(f"components: {', '.join(request.components)}")
         return 0
-    if args.prefix is None:
-        raise UsageError("--prefix DIR is required (only --dry-run does without)")
-    from farm.toolkit.assemble import ensure_toolkit
+    from farm.toolkit.assemble import ensure_toolkit, toolkit_prefix
 
+    # Without --prefix: the very toolkit `farm build` assembles and reuses for this request.
+    prefix = args.prefix or toolkit_prefix((args.root / ".cache" / "toolkit").absolute(), request)
     toolkit = ensure_toolkit(
-        request, args.prefix,
+        request, prefix,
         progress=reporter("farm toolkit", json=args.json),
     )
     if args.json:
