@@ -134,6 +134,6 @@ def test_the_override_twin_is_refused_and_reuses_the_build_environment(built, ca
     assert not result["passed"] and result["wheels"] == []
     (ext,) = result["postbuild"][0]["assertion"]["extensions"]
     assert (ext["expected"], ext["found"], ext["missing"], ext["extra"]) == ("sm_80", "sm_75", "sm_80", "sm_75")
-    # sm_75 alone is also nvcc's default target: both causes are named, the override first
+    # sm_75 alone is a build's own list (nvcc's default is sm_75 + compute_75): the override is named first
     assert ext["likely_causes"][0] == "setup.py/CMake override"
     assert not any((root / "upload").glob("torch_ext_override-*.whl"))

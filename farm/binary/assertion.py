@@ -356,7 +356,8 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
     # missing: dropped by -rdc's device link, by the build's own list, or by the recipe's map
     dropped: dict[Cause, set[Target]] = {}
     foreign = any(c is not Cause.DEVICE_LINK_STUB for c in by_cause)
-    only_default = bool(in_units) and all(_is_nvcc_default(t) for t in in_units)
+    # the same test as for extras: every unit holds exactly nvcc's default pair (a lone sm_75 is a list)
+    only_default = bool(units) and all(f.targets.targets == _NVCC_DEFAULT_PAIR for f in units)
     for t in missing:
         if t in relocatable:
             cause = Cause.RDC_LINK
