@@ -45,9 +45,9 @@ def config(tmp_path: Path):
 def test_declared_cells_cover_grid(config) -> None:
     cells = list(declared_cells(config.defaults, config.recipe("pkg")))
     assert len(cells) == len(set(cells))
-    # the grid's Pythons, 3.10 to 3.15 (torch 2.13 rows), as the public farm builds them
+    # the grid's Pythons, 3.10 to 3.15 (3.15 with the torch 2.13 and 2.14 rows), as upstream ships them
     assert {c.python for c in cells} == {"cp310", "cp311", "cp312", "cp313", "cp314", "cp315"}
-    assert {c.torch for c in cells if c.python == "cp315"} == {"2.13"}
+    assert {c.torch for c in cells if c.python == "cp315"} == {"2.13", "2.14"}
     assert Cell("pkg", "1.0", "12.8", "2.8", "cp311", "win_amd64") in cells
 
 

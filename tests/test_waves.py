@@ -101,7 +101,9 @@ def all_cells(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 
 
 def test_the_scale_is_the_public_farms(all_cells: set[str]) -> None:
-    assert 14_000 <= len(all_cells) <= 15_000
+    # 44 recipes on the repository's grid: the public farm's 14,413 cells plus the torch 2.14 rows
+    # upstream ships and the public farm's grid does not have yet
+    assert 14_000 <= len(all_cells) <= 17_000
 
 
 def test_waves_drain_the_queue_each_cell_once(tmp_path: Path, all_cells: set[str]) -> None:
