@@ -77,8 +77,9 @@ def _cannot_run(reason: str):
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def podman_demo(tmp_path_factory, pypi_toolkit):
+def podman_image() -> str:
+    """The local manylinux image podman runs cibuildwheel's builds in; a skip (a failure under
+    CI=true) naming why when podman or the image is missing."""
     image = os.environ.get("FARM_MANYLINUX_IMAGE", LOCAL_PODMAN_IMAGE)
     try:
         check_engine("podman")
@@ -86,6 +87,12 @@ def podman_demo(tmp_path_factory, pypi_toolkit):
         _cannot_run(f"podman cannot start containers here: {exc}")
     if subprocess.run(["podman", "image", "exists", image], check=False).returncode != 0:
         _cannot_run(f"the image {image} does not exist: run `bash .ci/podman-setup.sh` (as root)")
+    return image
+
+
+@pytest.fixture(scope="session")
+def podman_demo(tmp_path_factory, pypi_toolkit):
+    image = podman_image()
     root = tmp_path_factory.mktemp("podman")
     config = _demo_root(root)
     settings = _settings(root, pypi_toolkit, engine="podman", images={"x86_64": image})

@@ -295,21 +295,10 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
 def test_sharded_cibuildwheel_build_under_podman(tmp_path, pypi_toolkit) -> None:
     """The container path: the shard folder is mounted into cibuildwheel's container, where the
     build runs the launcher; the link job's wheel asserts."""
-    import os
-    import subprocess
 
-    from farm.build.builders import LOCAL_PODMAN_IMAGE, check_engine
-    from farm.errors import ToolError
+    from .test_builders import podman_image
 
-    from .test_builders import _cannot_run
-
-    image = os.environ.get("FARM_MANYLINUX_IMAGE", LOCAL_PODMAN_IMAGE)
-    try:
-        check_engine("podman")
-    except ToolError as exc:
-        _cannot_run(f"podman cannot start containers here: {exc}")
-    if subprocess.run(["podman", "image", "exists", image], check=False).returncode != 0:
-        _cannot_run(f"the image {image} does not exist: run `bash .ci/podman-setup.sh` (as root)")
+    image = podman_image()
     config = _root(tmp_path)
     shards = tmp_path / "shards"
 
