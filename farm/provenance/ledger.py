@@ -468,9 +468,9 @@ def _read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
         stamp = _stamp(path.stat())
         raw = _cache_file(cache_dir, path).read_bytes()
         cache = msgspec.msgpack.decode(raw, type=_Cache)
+        if cache.format != _CACHE_FORMAT or cache.stamp != stamp or cache.code != _code_digest():
+            return None
     except (OSError, msgspec.MsgspecError):
-        return None
-    if cache.format != _CACHE_FORMAT or cache.stamp != stamp or cache.code != _code_digest():
         return None
     return cache.records
 
@@ -480,9 +480,9 @@ def _write_cache(cache_dir: Path, path: Path, stamp: _Stamp, records: list[Recor
 
     if time.time_ns() - max(stamp[1], stamp[2]) < _RACY_NS:
         return
-    cache = _Cache(_CACHE_FORMAT, _code_digest(), stamp, records)
     # not durable: a cache lost to a crash is rebuilt by the next run
     with contextlib.suppress(OSError, FileSystemError):
+        cache = _Cache(_CACHE_FORMAT, _code_digest(), stamp, records)
         atomic_write(_cache_file(cache_dir, path), [msgspec.msgpack.encode(cache)], durable=False)
 
 
