@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from farm import __version__
 from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, clip, os_error, redact
@@ -35,13 +36,33 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _terminal_width() -> int:
+    """The width argparse wraps help to, asked as :func:`shutil.get_terminal_size` asks it.
+
+    argparse imports shutil for this on every parser it builds (and shutil imports bz2 and lzma):
+    3 ms of every command's start-up, for a number only ``--help`` uses.
+    """
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+def _formatter(kind: type[argparse.HelpFormatter]) -> partial[argparse.HelpFormatter]:
+    return partial(kind, width=_terminal_width() - 2)  # argparse takes 2 off shutil's answer too
+
+
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
         epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_formatter(argparse.RawDescriptionHelpFormatter),
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")
@@ -62,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
     module_name, text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text)
+    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text,
+                                     formatter_class=_formatter(argparse.HelpFormatter))
     module.configure(parser)
     args = parser.parse_args(rest)
     as_json = bool(getattr(args, "json", False))
