@@ -12,7 +12,6 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from functools import partial
 
 from farm import __version__
 from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, clip, os_error, redact
@@ -37,23 +36,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _terminal_width() -> int:
-    """The width argparse wraps help to, asked as :func:`shutil.get_terminal_size` asks it.
-
-    argparse imports shutil for this on every parser it builds (and shutil imports bz2 and lzma):
-    3 ms of every command's start-up, for a number only ``--help`` uses.
-    """
+    """What argparse's formatter takes from ``shutil.get_terminal_size``, without importing shutil
+    (and zlib, bz2 and lzma with it): argparse makes a formatter for every argument it is given,
+    and that import was a tenth of a remembered ``farm lint``."""
     try:
-        return int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        pass
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-    except (AttributeError, ValueError, OSError):
-        return 80
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
+            columns = 0
+    return (columns or 80) - 2
 
 
-def _formatter(kind: type[argparse.HelpFormatter]) -> partial[argparse.HelpFormatter]:
-    return partial(kind, width=_terminal_width() - 2)  # argparse takes 2 off shutil's answer too
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _terminal_width() if width is None else width)
+
+
+class _RawDescriptionFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    pass
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -62,7 +67,7 @@ def _top_parser() -> argparse.ArgumentParser:
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
         epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
-        formatter_class=_formatter(argparse.RawDescriptionHelpFormatter),
+        formatter_class=_RawDescriptionFormatter,
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")
@@ -83,8 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
     module_name, text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text,
-                                     formatter_class=_formatter(argparse.HelpFormatter))
+    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text, formatter_class=_Formatter)
     module.configure(parser)
     args = parser.parse_args(rest)
     as_json = bool(getattr(args, "json", False))
