@@ -33,16 +33,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _entries(insp: SoInspection) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     loaded = {f.offset for f in insp.runnable}
-    # a library repeats a few hundred distinct entry lists thousands of times: render each once
-    shown: dict[tuple[object, ...], str] = {}
+    stubs = insp.stubs
+    # A library repeats a few hundred distinct entry lists thousands of times: each is rendered
+    # once, found by identity (read_fatbins shares one signature tuple per distinct list, and
+    # hashing the nested tuple would cost more than rendering it).
+    shown: dict[int, str] = {}
     for index, fatbin in enumerate(insp.fatbins, 1):
-        kind = "stub" if fatbin.offset in insp.stubs else ("" if fatbin.offset in loaded else "not loaded")
-        names = shown.get(fatbin.signature)
+        offset, signature = fatbin.offset, fatbin.signature
+        note = "stub" if offset in stubs else "" if offset in loaded else "not loaded"
+        names = shown.get(id(signature))
         if names is None:
-            names = shown[fatbin.signature] = " ".join(
+            names = shown[id(signature)] = " ".join(
                 name + ("" if compression == "none" else f"({compression})")
-                for _, _, _, compression, name in fatbin.signature)
-        rows.append((str(index), fatbin.section, f"{fatbin.offset:#x}", kind, names))
+                for _, _, _, compression, name in signature)
+        rows.append((str(index), fatbin.section, f"{offset:#x}", note, names))
     return rows
 
 
