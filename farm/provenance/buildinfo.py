@@ -31,7 +31,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import FarmError, LedgerError, ToolError, WheelError
-from farm.fsutil import sha256_file  # noqa: F401 - re-exported: the hash every provenance records
+from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.toolkit.assemble import nvcc_release
 
 SCHEMA_VERSION = 1
@@ -454,7 +454,7 @@ def _load(data: bytes | str | Mapping[str, Any], *, where: str | None, error: ty
             raise error(f"{BUILD_INFO_NAME} is {len(data):,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
                         hint="a real provenance is a few KiB: the file is malformed or hostile")
         try:
-            obj = json.loads(data)
+            obj: object = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise error(f"{BUILD_INFO_NAME} is not JSON: {exc}", where=where) from exc
     else:
@@ -465,7 +465,8 @@ def _load(data: bytes | str | Mapping[str, Any], *, where: str | None, error: ty
             raise error(f"schema version {version}: this farm reads version {SCHEMA_VERSION}", where=where,
                         hint="it was written by a newer farm: upgrade farm to read it")
     validate(obj, where=where, error=error)
-    return obj  # validated: an object
+    assert isinstance(obj, Mapping)  # the schema's top level is an object
+    return obj
 
 
 # -- the CI run -------------------------------------------------------------------------------
