@@ -7,8 +7,11 @@ older versions), so every cell goes through its exists-key lookup.
 
 Anchor: the public farm's own generator computes its 14,413 cells in ~7.4 s offline, with no
 exists checks at all. Targets at that scale (1x): <= 0.5 s wall and <= 100 MB peak RSS on a 2-core
-machine. The same run at 4x (each recipe 4 times under other names, a 4x ledger) shows the cost is
-linear: the 4x time is at most ~4x the 1x time.
+machine, both cold (no index cache: the 52 MB ledger parsed in full, as in a CI job on a fresh
+clone; each cold run gets an empty --cache-dir) and warm (the ledger unchanged since the last run,
+its validated index read from ROOT/.cache). Cold and warm runs are interleaved. The same run at
+4x (each recipe 4 times under other names, a 4x ledger) shows the cost is linear: the 4x time is
+at most ~4x the 1x time.
 
 The lint runs with ``--no-lint``: the 44 recipes pin GitHub sources, and a warm lint cache needs
 the fetched trees. The lint's own cost is measured by the lint's benchmark.
@@ -30,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,6 +261,31 @@ def measure(cmd: list[str], stdout: Path) -> tuple[float, float, float]:
 
 
 @dataclass
+class Series:
+    """The runs of one kind: wall and CPU seconds, peak RSS in MB."""
+
+    walls: list[float]
+    cpus: list[float]
+    rss: list[float]
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpus)
+
+    @property
+    def peak(self) -> float:
+        return max(self.rss)
+
+    def line(self) -> str:
+        return (f"wall median {self.wall:.3f} s over {len(self.walls)} runs (min {min(self.walls):.3f}, "
+                f"max {max(self.walls):.3f}); CPU median {self.cpu:.3f} s; peak RSS {self.peak:.1f} MB")
+
+
+@dataclass
 class Result:
     scale: int
     recipes: int
@@ -267,18 +296,9 @@ class Result:
     ledger: dict[str, int]
     totals: dict[str, int]
     shard_count: int
-    walls: list[float]
-    cpus: list[float]
-    rss: list[float]
+    cold: Series  # no index cache: the ledger parsed in full, as in a CI job on a fresh clone
+    warm: Series  # the ledger unchanged since the last run: its index comes from ROOT/.cache
     load: float
-
-    @property
-    def wall(self) -> float:
-        return statistics.median(self.walls)
-
-    @property
-    def peak(self) -> float:
-        return max(self.rss)
 
 
 def run_scale(anchor: Path, tmp: Path, scale: int, ledger_lines: int, runs: int) -> Result:
@@ -294,14 +314,23 @@ def run_scale(anchor: Path, tmp: Path, scale: int, ledger_lines: int, runs: int)
     ledger = write_ledger(root, cells, lines)
     ledger_mb = (root / "ledger.jsonl").stat().st_size / 1e6
 
-    measure(cmd, out)  # warm the page cache and bytecode
+    # farm does not cache the index of a ledger written in the last 2 s (a same-size rewrite
+    # could go unseen): wait that long, as any real ledger is older than that.
+    time.sleep(2.5)
+    measure(cmd, out)  # warm the page cache and bytecode; writes the index cache under ROOT/.cache
     load = os.getloadavg()[0]  # a shared machine: wall times depend on it, CPU time less so
-    walls, cpus, rss = [], [], []
-    for _ in range(runs):
-        wall, cpu, peak = measure(cmd, out)
-        walls.append(wall)
-        cpus.append(cpu)
-        rss.append(peak)
+    # interleaved: a burst of load on the machine hits both series alike
+    cold_dirs = tmp / f"cold-{scale}x"
+    cold = Series([], [], [])
+    warm = Series([], [], [])
+    for i in range(runs):
+        for series, extra in ((cold, ["--cache-dir", str(cold_dirs / str(i))]), (warm, [])):
+            wall, cpu, peak = measure([*cmd, *extra], out)
+            series.walls.append(wall)
+            series.cpus.append(cpu)
+            series.rss.append(peak)
+    if not (root / ".cache" / "ledger-index").is_dir():
+        sys.exit("the warm runs found no index cache under ROOT/.cache")
     result = json.loads(out.read_text())
     totals = result["totals"]
     if totals["stale"] != ledger["stale"] or totals["built"] != ledger["built"]:
@@ -309,7 +338,7 @@ def run_scale(anchor: Path, tmp: Path, scale: int, ledger_lines: int, runs: int)
     if len(result["cells"]) != len(cells) - ledger["built"] - ledger["stale"]:
         sys.exit("cells lost between the runs")
     return Result(scale, recipes, len(cells), totals["declared"], lines, ledger_mb, ledger, totals,
-                  result["shard_count"], walls, cpus, rss, load)
+                  result["shard_count"], cold, warm, load)
 
 
 def report(r: Result) -> None:
@@ -319,10 +348,9 @@ def report(r: Result) -> None:
     print(f"  ledger: {r.ledger_lines:,} lines, {r.ledger_mb:.1f} MB ({r.ledger['built']:,} built, "
           f"{r.ledger['stale']:,} stale, {r.ledger['older']:,} older versions)")
     print(f"  result: {r.totals['to_build']:,} to build, {r.totals['built']:,} built, {r.totals['stale']:,} stale, "
-          f"{r.shard_count} shards")
-    print(f"  wall: median {r.wall:.3f} s over {len(r.walls)} runs (min {min(r.walls):.3f}, max {max(r.walls):.3f}); "
-          f"CPU (user+sys): median {statistics.median(r.cpus):.3f} s; load average at start {r.load:.2f}")
-    print(f"  peak RSS: {r.peak:.1f} MB")
+          f"{r.shard_count} shards; load average at start {r.load:.2f}")
+    print(f"  cold (ledger parsed, as in CI): {r.cold.line()}")
+    print(f"  warm (ledger index cached):     {r.warm.line()}")
 
 
 def main() -> int:
@@ -346,18 +374,21 @@ def main() -> int:
             report(r)
         base = results[0]
         for r in results[1:]:
-            linear = r.wall / base.wall <= r.scale / base.scale * 1.1
-            print(f"  {r.scale}x / {base.scale}x: wall {r.wall / base.wall:.2f}x, CPU "
-                  f"{statistics.median(r.cpus) / statistics.median(base.cpus):.2f}x for {r.cells / base.cells:.1f}x "
+            linear = r.cold.wall / base.cold.wall <= r.scale / base.scale * 1.1
+            print(f"  {r.scale}x / {base.scale}x, cold: wall {r.cold.wall / base.cold.wall:.2f}x, CPU "
+                  f"{r.cold.cpu / base.cold.cpu:.2f}x for {r.cells / base.cells:.1f}x "
                   f"the cells and {r.ledger_lines / base.ledger_lines:.1f}x the ledger "
                   f"({'linear or better' if linear else 'WORSE than linear'})")
         ok = True
         if base.scale == 1:
             print(f"  vs anchor ({ANCHOR_SECONDS} s for {ANCHOR_CELLS:,} cells, no exists checks): "
-                  f"{ANCHOR_SECONDS / base.wall:.1f}x faster")
-            ok = base.wall <= TARGET_SECONDS and base.peak <= TARGET_MB
-            print(f"  targets at 1x: wall <= {TARGET_SECONDS} s: {'met' if base.wall <= TARGET_SECONDS else 'MISSED'}; "
-                  f"RSS <= {TARGET_MB:.0f} MB: {'met' if base.peak <= TARGET_MB else 'MISSED'}")
+                  f"{ANCHOR_SECONDS / base.cold.wall:.1f}x faster cold, {ANCHOR_SECONDS / base.warm.wall:.1f}x warm")
+            for name, series in (("cold", base.cold), ("warm", base.warm)):
+                met_wall, met_rss = series.wall <= TARGET_SECONDS, series.peak <= TARGET_MB
+                ok = ok and met_wall and met_rss
+                print(f"  targets at 1x, {name}: wall <= {TARGET_SECONDS} s: {'met' if met_wall else 'MISSED'} "
+                      f"({series.wall:.3f}); RSS <= {TARGET_MB:.0f} MB: {'met' if met_rss else 'MISSED'} "
+                      f"({series.peak:.1f})")
         if args.keep:
             print(f"  trees kept under {tmp}")
         return 0 if ok else 1

@@ -161,11 +161,9 @@ def test_readers_disagreeing_fail_the_assertion(cuda_fixtures: CudaFixtures) -> 
     """A disagreement (here: one file's headers against another's listing) is a failure of its own."""
     native = inspect_file(cuda_fixtures.path("two-tu"), Reader.BOTH)
     other = inspect_file(cuda_fixtures.path("default"), Reader.BOTH)
-    from dataclasses import replace
-
     from farm.binary.inspection import compare
 
-    mixed = replace(native, listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
+    mixed = native.replace(listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
     report = assert_inspection("demo.whl", (mixed,), EXPECTED)
     assert not report.passed
     assert [f.cause for f in report.extensions[0].findings] == [Cause.READERS]

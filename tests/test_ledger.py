@@ -4,6 +4,7 @@ import copy
 import json
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from farm.provenance.ledger import (
     ExistsKey,
     LedgerIndex,
     Provenance,
+    Record,
     dumps_entry,
     iter_entries,
     merge_fragments,
@@ -104,6 +106,9 @@ BAD_LINES = {
     "array": ("[1, 2]", "must be a JSON object"),
     "bad provenance": (dumps_entry({**make_entry(), "provenance": "guessed"}), "'provenance'"),
     "bad sha": (dumps_entry({**make_entry(), "sha256": "ABC"}), "'sha256'"),
+    "upper-case sha": (dumps_entry({**make_entry(), "sha256": "AB" * 32}), "'sha256'"),
+    "spaced sha": (dumps_entry({**make_entry(), "sha256": "ab " * 21 + "a"}), "'sha256'"),
+    "newline filename": (dumps_entry({**make_entry(), "filename": "a-1-py3-none-any.whl\nb.whl"}), "bare wheel"),
     "no filename": (dumps_entry({k: v for k, v in make_entry().items() if k != "filename"}), "'filename'"),
     "path filename": (dumps_entry({**make_entry(), "filename": "../x-1-py3-none-any.whl"}), "bare wheel"),
     "negative epoch": (dumps_entry({**make_entry(), "build_epoch": -1}), "'build_epoch'"),
@@ -128,6 +133,17 @@ def test_malformed_line_is_an_error_naming_its_line(tmp_path: Path, name: str) -
     assert info.value.exit_code == EXIT_BAD_INPUT
     with pytest.raises(LedgerError, match=":3"):
         list(iter_entries(path))
+
+
+def test_the_first_bad_line_is_the_one_named(tmp_path: Path) -> None:
+    """Filenames and sha256s are checked for all lines at once; a bad one before a line that
+    is not even JSON is still the one named."""
+    good = dumps_entry(make_entry(python="cp310"))
+    bad_sha = dumps_entry({**make_entry(python="cp311"), "sha256": "F" * 64})
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("\n".join([good, bad_sha, good.replace("cp310", "cp312"), "{not json"]) + "\n")
+    with pytest.raises(LedgerError, match=r"ledger.jsonl:2: 'sha256'"):
+        LedgerIndex.load(path)
 
 
 def test_same_filename_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
@@ -378,10 +394,9 @@ _PATHS = [("provenance",), ("filename",), ("sha256",), ("size",), ("schema_versi
 def test_fast_validation_accepts_only_what_the_full_validation_accepts(
     mutations: list[tuple[tuple[str, ...], object]], provenance: str
 ) -> None:
-    import msgspec
     import orjson
 
-    from farm.provenance.ledger import _decode_key_fields, _fast_record, _keys_record, _validate_full
+    from farm.provenance.ledger import _fast_record, _validate_full
 
     entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
     for path, value in mutations:
@@ -398,16 +413,20 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
         assert _validate_full(entry, "x") == fast
     if not mutations and provenance == "asserted":
         assert fast is not None  # the common case takes the fast path
-    # the index's typed decoder of the key fields accepts no more than the fast path, and agrees
-    line = orjson.dumps(entry)
+    # the index's loader (typed decoder plus the checks of all lines at once) accepts exactly
+    # what the full validation accepts, with the same record
     try:
-        keys = _keys_record(_decode_key_fields(line), 0, 0)
-    except msgspec.MsgspecError:
-        keys = None
-    if keys is not None:
-        assert keys == fast
-    if not mutations and provenance == "asserted":
-        assert keys is not None
+        full: Record | None = _validate_full(entry, "x", 1, 0)
+    except LedgerError:
+        full = None
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = Path(tmp) / "ledger.jsonl"
+        ledger.write_bytes(orjson.dumps(entry) + b"\n")
+        try:
+            loaded: Record | None = LedgerIndex.load(ledger).records[0]
+        except LedgerError:
+            loaded = None
+    assert loaded == full
 
 
 @pytest.mark.parametrize("size", [1, 7, 64, 1 << 22])
@@ -420,3 +439,88 @@ def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     text = b'{"a":1}\n' + b"x" * 200 + b"\n\n" + b'{"b":"' + b"y" * 100 + b'"}'
     lines = [bytes(line) for line in _read_lines(io.BytesIO(text), size)]
     assert lines == text.splitlines(keepends=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The index cache
+# --------------------------------------------------------------------------------------------
+def _cache_files(cache: Path) -> list[Path]:
+    return sorted((cache / "ledger-index").glob("*.msgpack")) if (cache / "ledger-index").is_dir() else []
+
+
+def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from farm.provenance import ledger as ledger_mod
+
+    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    entries = [make_entry(python=py) for py in ("cp310", "cp311")] + [make_entry(python="cp312", provenance="inferred")]
+    path = write_ledger(tmp_path / "ledger.jsonl", entries)
+    cache = tmp_path / "cache"
+    cold = LedgerIndex.load(path, cache_dir=cache)
+    assert len(_cache_files(cache)) == 1
+
+    def no_parse(*args: object) -> None:
+        raise AssertionError("the ledger was parsed although its index is cached")
+
+    monkeypatch.setattr(ledger_mod, "_parse", no_parse)
+    warm = LedgerIndex.load(path, cache_dir=cache)
+    assert warm.records == cold.records
+    for rec in cold.records:
+        assert warm.by_filename(rec.filename) == rec
+        if rec.key is not None:
+            assert warm.get(rec.key) == cold.get(rec.key)
+
+
+def test_index_cache_misses_on_any_change_of_the_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from farm.provenance import ledger as ledger_mod
+
+    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
+    cache = tmp_path / "cache"
+    LedgerIndex.load(path, cache_dir=cache)
+    time.sleep(0.05)  # past the file system's timestamp granularity (the racy window is tested below)
+    # the same size, in place: only the timestamps tell
+    text = path.read_text()
+    old_sha = make_entry(python="cp311")["sha256"]
+    new_sha = old_sha[::-1]
+    with path.open("r+") as handle:
+        handle.write(text.replace(old_sha, new_sha))
+    assert path.read_text() != text and len(path.read_text()) == len(text)
+    assert LedgerIndex.load(path, cache_dir=cache).by_sha256(new_sha) is not None
+    # an appended line
+    time.sleep(0.05)
+    with path.open("a") as handle:
+        handle.write(dumps_entry(make_entry(python="cp312")) + "\n")
+    assert len(LedgerIndex.load(path, cache_dir=cache)) == 3
+    # a bad line appended is an error, never hidden by the cache
+    time.sleep(0.05)
+    with path.open("a") as handle:
+        handle.write("{not json\n")
+    with pytest.raises(LedgerError, match=":4"):
+        LedgerIndex.load(path, cache_dir=cache)
+
+
+def test_a_just_written_ledger_is_not_cached(tmp_path: Path) -> None:
+    """Racily clean: a same-size rewrite within the timestamps' granularity could go unseen."""
+    path = write_ledger(tmp_path / "ledger.jsonl", [make_entry()])
+    LedgerIndex.load(path, cache_dir=tmp_path / "cache")
+    assert _cache_files(tmp_path / "cache") == []
+
+
+def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from farm.provenance import ledger as ledger_mod
+
+    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
+    cache = tmp_path / "cache"
+    expected = LedgerIndex.load(path).records
+    LedgerIndex.load(path, cache_dir=cache)
+    (cached,) = _cache_files(cache)
+    for garbage in (b"", b"\xc1" * 100, cached.read_bytes()[:-7]):
+        cached.write_bytes(garbage)
+        assert LedgerIndex.load(path, cache_dir=cache).records == expected
+    # a cache directory that cannot be created: the load still succeeds
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert LedgerIndex.load(path, cache_dir=blocker / "cache").records == expected

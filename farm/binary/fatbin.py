@@ -16,11 +16,9 @@ if __name__ == "__main__":  # `python -m farm.binary.fatbin`: the listing needs 
 
     raise SystemExit(main())
 
-# below the fast path on purpose: the listing starts without the enum, dataclass and arch models
+# below the fast path on purpose: the listing starts without the enum and arch models
 import enum
 import struct
-from dataclasses import dataclass
-from functools import cached_property
 
 from farm import __version__
 from farm.binary import fatbinscan as _scan
@@ -32,6 +30,7 @@ from farm.binary.fatbinscan import (  # noqa: F401 - re-exported: the section na
     main,
 )
 from farm.errors import BinaryFormatError
+from farm.frozen import Frozen
 from farm.model.arch import ArchList, Kind, Target, Variant
 
 TYPE_CHECKING = False  # typing itself is not imported: `farm inspect` starts without it
@@ -57,17 +56,22 @@ class Compression(enum.Enum):
     ZSTD = _scan.ZSTD
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Frozen):
     """One image of a fatbin. ``target`` is SASS for cubins, PTX for PTX and LTO-IR."""
 
+    __match_args__ = ("kind", "target", "compressed", "offset", "header_size", "payload_size", "uncompressed_size")
+    __slots__ = __match_args__
     kind: EntryKind
     target: Target
     compressed: Compression
-    offset: int = 0  # file offset of the entry header
-    header_size: int = _scan.ENTRY_MIN
-    payload_size: int = 0  # as stored (compressed, padded)
-    uncompressed_size: int = 0  # 0 when stored uncompressed
+    offset: int  # file offset of the entry header
+    header_size: int
+    payload_size: int  # as stored (compressed, padded)
+    uncompressed_size: int  # 0 when stored uncompressed
+
+    def __init__(self, kind: EntryKind, target: Target, compressed: Compression, offset: int = 0,
+                 header_size: int = _scan.ENTRY_MIN, payload_size: int = 0, uncompressed_size: int = 0) -> None:
+        self._set(kind, target, compressed, offset, header_size, payload_size, uncompressed_size)
 
     @property
     def name(self) -> str:
@@ -79,43 +83,61 @@ class Entry:
         return self.offset + self.header_size
 
 
-@dataclass(frozen=True)
-class Fatbin:
-    """One fatbin: the section it sits in, its file offset and its entries in file order."""
+# (kind, target, compression) per distinct scanned description: a library has a few dozen
+_Models = dict[_scan.Decoded, tuple[EntryKind, Target, Compression]]
 
+
+class Fatbin:
+    """One fatbin: the section it sits in, its file offset and its entries in file order.
+
+    Made by :func:`read_fatbins` from the scanned headers. ``signature`` and ``targets`` are
+    shared by every fatbin holding the same list of images; the :class:`Entry` models are built on
+    first use of ``entries`` (a listing of a library's thousands of fatbins needs none).
+    """
+
+    __slots__ = ("_entries", "_models", "_raw", "offset", "section", "signature", "targets")
     section: str
     offset: int
-    entries: tuple[Entry, ...]
+    # per entry (kind, arch number, variant, compression, name), as plain values: equal lists of
+    # images compare and hash cheaply, and render without touching the enums
+    signature: tuple[_scan.Decoded, ...]
+    # the images the driver can pick from: cubins and PTX (LTO-IR is not loadable)
+    targets: ArchList
 
-    def __getattr__(self, name: str) -> tuple[Entry, ...]:
-        # Only reached for a missing attribute: the entries of a fatbin read_fatbins made, built
-        # from its scanned headers on first use and then stored as the field itself.
-        pending = self.__dict__.pop("_pending", None) if name == "entries" else None
-        if pending is None:
-            raise AttributeError(name)
-        models: dict[_scan.Decoded, tuple[EntryKind, Target, Compression]] = pending[0]
-        raw: list[_scan.RawEntry] = pending[1]
-        entries = tuple(Entry(*models[decoded], offset=pos, header_size=header_size, payload_size=payload_size,
-                              uncompressed_size=uncompressed)
-                        for decoded, pos, header_size, payload_size, uncompressed in raw)
-        self.__dict__["entries"] = entries
-        return entries
+    def __init__(self, section: str, offset: int, signature: tuple[_scan.Decoded, ...], targets: ArchList,
+                 raw: list[_scan.RawEntry], models: _Models) -> None:
+        self.section, self.offset, self.signature, self.targets = section, offset, signature, targets
+        self._raw, self._models = raw, models
+        self._entries: tuple[Entry, ...] | None = None
 
-    @cached_property  # read_fatbins seeds it: one shared tuple per distinct list of images
-    def signature(self) -> tuple[_scan.Decoded, ...]:
-        """Per entry (kind, arch number, variant, compression, name), as plain values: equal lists
-        of images compare and hash cheaply, and render without touching the enums."""
-        return tuple((e.kind.value, e.target.number, e.target.variant.value, e.compressed.value, e.name)
-                     for e in self.entries)
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        if self._entries is None:
+            models = self._models
+            self._entries = tuple(
+                Entry(*models[decoded], pos, header_size, payload_size, uncompressed)
+                for decoded, pos, header_size, payload_size, uncompressed in self._raw)
+        return self._entries
 
-    @cached_property  # read_fatbins seeds it: one shared ArchList per distinct list of images
-    def targets(self) -> ArchList:
-        """The images the driver can pick from: cubins and PTX (LTO-IR is not loadable)."""
-        return ArchList.of(e.target for e in self.entries if e.kind is not EntryKind.LTO_IR)
+    @property
+    def raw(self) -> list[_scan.RawEntry]:
+        """The scanned entries: (description, header offset, header size, payload size, uncompressed size)."""
+        return self._raw
 
     @property
     def executable(self) -> bool:
         return self.section == EXECUTABLE_SECTION
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fatbin):
+            return NotImplemented
+        return (self.section, self.offset, self._raw) == (other.section, other.offset, other._raw)
+
+    def __hash__(self) -> int:
+        return hash((self.section, self.offset))
+
+    def __repr__(self) -> str:
+        return f"Fatbin({self.section!r}, {self.offset:#x}, {' '.join(d[4] for d in self.signature)})"
 
 
 def runnable(fatbins: Iterable[Fatbin]) -> tuple[Fatbin, ...]:
@@ -148,25 +170,20 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
     grow with payload size. An ELF file without device code gives ``[]``; anything malformed raises
     :class:`~farm.errors.BinaryFormatError` naming the file, the offset and what is wrong.
     """
-    models: dict[_scan.Decoded, tuple[EntryKind, Target, Compression]] = {}  # a few dozen per library
-    targets: dict[tuple[_scan.Decoded, ...], ArchList] = {}  # a few hundred distinct fatbins
+    models: _Models = {}
+    # one signature tuple and one ArchList per distinct list of images: a few hundred in a library
+    shared: dict[tuple[_scan.Decoded, ...], tuple[tuple[_scan.Decoded, ...], ArchList]] = {}
     fatbins = []
-    new = object.__new__
     for section, offset, raw in _scan.scan(path):
-        signature = tuple(r[0] for r in raw)
-        shared = targets.get(signature)
-        if shared is None:  # a new list of images: model its entries once
+        signature = tuple([r[0] for r in raw])
+        known = shared.get(signature)
+        if known is None:  # a new list of images: model its entries once
             for decoded in signature:
                 if decoded not in models:
                     models[decoded] = _model(decoded)
-            shared = targets[signature] = ArchList.of(
+            known = shared[signature] = signature, ArchList.of(
                 models[d][1] for d in signature if d[0] != _scan.LTO_IR)
-        # the fields and both cached properties, with the entries left to build on first use
-        # (Fatbin.__getattr__): a listing of a library's thousands needs none of them
-        fatbin = new(Fatbin)
-        vars(fatbin).update(section=section, offset=offset, signature=signature, targets=shared,
-                            _pending=(models, raw))
-        fatbins.append(fatbin)
+        fatbins.append(Fatbin(section, offset, *known, raw, models))
     return fatbins
 
 

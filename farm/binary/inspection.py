@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import os
 from collections import Counter
-from dataclasses import dataclass, field
 
 from farm.binary.fatbin import (
     READER_VERSION,
@@ -24,6 +23,7 @@ from farm.binary.fatbin import (
     union,
 )
 from farm.errors import FarmError, UsageError
+from farm.frozen import Frozen
 from farm.model.arch import ArchList
 
 # cuobjdump (subprocess), the wheel reader (zipfile), pathlib and typing are imported where they
@@ -50,20 +50,24 @@ class Reader(str, enum.Enum):
             raise UsageError(f"unknown reader {value!r}", hint="use native, cuobjdump or both") from None
 
 
-@dataclass(frozen=True)
-class Tools:
+class Tools(Frozen):
     """The readers that produced an answer, for provenance."""
 
-    native: str | None = None
-    cuobjdump: str | None = None
-    cuobjdump_path: str | None = None
+    __match_args__ = ("native", "cuobjdump", "cuobjdump_path")
+    __slots__ = __match_args__
+    native: str | None
+    cuobjdump: str | None
+    cuobjdump_path: str | None
+
+    def __init__(self, native: str | None = None, cuobjdump: str | None = None,
+                 cuobjdump_path: str | None = None) -> None:
+        self._set(native, cuobjdump, cuobjdump_path)
 
     def to_json(self) -> dict[str, str | None]:
         return {"native_reader": self.native, "cuobjdump": self.cuobjdump}
 
 
-@dataclass(frozen=True)
-class SoInspection:
+class SoInspection(Frozen):
     """What one shared object holds.
 
     ``fatbins`` come from the native reader (also in cuobjdump mode, where only their headers are
@@ -71,13 +75,20 @@ class SoInspection:
     ``None`` when it did not run.
     """
 
+    __match_args__ = ("path", "reader", "fatbins", "listing", "disagreement", "stubs", "stubs_checked")
+    __slots__ = __match_args__
     path: str
     reader: Reader
     fatbins: tuple[Fatbin, ...]
-    listing: tuple[ListedEntry, ...] | None = None
-    disagreement: str | None = None
-    stubs: frozenset[int] = frozenset()  # offsets of fatbins that are nvcc device-link stubs
-    stubs_checked: bool = True  # False: stubs were not looked for (a listing, which no verdict reads)
+    listing: tuple[ListedEntry, ...] | None
+    disagreement: str | None
+    stubs: frozenset[int]  # offsets of fatbins that are nvcc device-link stubs
+    stubs_checked: bool  # False: stubs were not looked for (a listing, which no verdict reads)
+
+    def __init__(self, path: str, reader: Reader, fatbins: tuple[Fatbin, ...],
+                 listing: tuple[ListedEntry, ...] | None = None, disagreement: str | None = None,
+                 stubs: frozenset[int] = frozenset(), stubs_checked: bool = True) -> None:
+        self._set(path, reader, fatbins, listing, disagreement, stubs, stubs_checked)
 
     @property
     def has_device_code(self) -> bool:
@@ -101,14 +112,16 @@ class SoInspection:
         return self.disagreement is None
 
     def to_json(self) -> dict[str, object]:
+        found = self.found
         out: dict[str, object] = {
             "path": self.path,
             "reader": self.reader.value,
-            "found": self.found.canonical(),
-            "found_targets": self.found.names(),
+            "found": found.canonical(),
+            "found_targets": found.names(),
         }
         if self.reader is not Reader.CUOBJDUMP:
             loaded = {f.offset for f in self.runnable}
+            # from the scanned headers, not the Entry models: a library has thousands of entries
             out["fatbins"] = [
                 {
                     "section": f.section,
@@ -116,9 +129,8 @@ class SoInspection:
                     "runnable": f.offset in loaded,
                     "device_link_stub": f.offset in self.stubs if self.stubs_checked else None,
                     "entries": [
-                        {"kind": kind, "target": name, "compression": compression,
-                         "offset": e.offset, "size": e.payload_size}
-                        for (kind, _, _, compression, name), e in zip(f.signature, f.entries, strict=True)
+                        {"kind": kind, "target": name, "compression": compression, "offset": offset, "size": size}
+                        for (kind, _, _, compression, name), offset, _, size, _ in f.raw
                     ],
                 }
                 for f in self.fatbins
@@ -131,12 +143,17 @@ class SoInspection:
         return out
 
 
-@dataclass(frozen=True)
-class WheelInspection:
+class WheelInspection(Frozen):
+    __match_args__ = ("path", "extensions", "vendored", "tools")
+    __slots__ = __match_args__
     path: str
     extensions: tuple[SoInspection, ...]
-    vendored: tuple[SoInspection, ...] = ()
-    tools: Tools = field(default_factory=Tools)
+    vendored: tuple[SoInspection, ...]
+    tools: Tools
+
+    def __init__(self, path: str, extensions: tuple[SoInspection, ...], vendored: tuple[SoInspection, ...] = (),
+                 tools: Tools | None = None) -> None:
+        self._set(path, extensions, vendored, Tools() if tools is None else tools)
 
     @property
     def agrees(self) -> bool:

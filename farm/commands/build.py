@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.root, packages=[args.package])
     filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,
                             python=args.python, platform=args.platform)
-    ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(config.ledger_path)
+    ledger = (LedgerIndex.empty() if args.overwrite
+              else LedgerIndex.load(config.ledger_path, cache_dir=args.cache_dir or config.root / ".cache"))
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     planned = matrix.cells
     if not planned and matrix.totals()["built"]:

@@ -88,7 +88,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "schedules nothing and exits 1")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
-    parser.add_argument("--cache-dir", type=Path, help="sources and lint cache (default: ROOT/.cache)")
+    parser.add_argument("--cache-dir", type=Path, help="sources, lint and ledger-index caches (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plan", type=Path, metavar="FILE",
                         help="also write the --json output to FILE (what `farm wave` reads after the builds)")
@@ -155,7 +155,9 @@ def run(args: argparse.Namespace) -> int:
     if args.github_output and not os.environ.get("GITHUB_OUTPUT"):
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
-    ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(args.ledger or config.ledger_path)
+    cache_dir = args.cache_dir or config.root / ".cache"
+    ledger = (LedgerIndex.empty() if args.overwrite
+              else LedgerIndex.load(args.ledger or config.ledger_path, cache_dir=cache_dir))
     gc.freeze()  # the config and the index live as long as the run: later collections skip them
     gc.disable()  # the matrix builds tens of thousands of acyclic objects: collections only cost time
     try:
@@ -177,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
         lint_note = NO_LINT_NOTE
         lint: dict[str, Any] = {"ran": False, "note": NO_LINT_NOTE, "results": []}
     else:
-        cache_dir = args.cache_dir or config.root / ".cache"
         outcomes = confirm_stale_ignores(config, lint_packages(config, matrix, cache_dir), cache_dir)
         failed = list(lint_failures(outcomes))
         linted = {o.package for o in outcomes}

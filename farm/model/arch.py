@@ -11,9 +11,9 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 from farm.errors import ArchError
+from farm.frozen import Frozen
 
 
 class Kind(enum.Enum):
@@ -64,14 +64,18 @@ TORCH_ARCHES: frozenset[tuple[int, int, str]] = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(Frozen):
     """One image a fatbin can hold: SASS ``sm_90a`` or PTX ``compute_90``."""
 
+    __match_args__ = ("major", "minor", "variant", "kind")
+    __slots__ = __match_args__
     major: int
     minor: int
-    variant: Variant = Variant.NONE
-    kind: Kind = Kind.SASS
+    variant: Variant
+    kind: Kind
+
+    def __init__(self, major: int, minor: int, variant: Variant = Variant.NONE, kind: Kind = Kind.SASS) -> None:
+        self._set(major, minor, variant, kind)
 
     @property
     def number(self) -> int:
@@ -123,11 +127,15 @@ def _sorted(targets: Iterable[Target]) -> tuple[Target, ...]:
     return tuple(sorted(set(targets), key=Target.sort_key))
 
 
-@dataclass(frozen=True)
-class ArchList:
+class ArchList(Frozen):
     """A normalised arch list: a set of targets with one canonical string."""
 
+    __match_args__ = ("targets",)
+    __slots__ = __match_args__
     targets: frozenset[Target]
+
+    def __init__(self, targets: frozenset[Target]) -> None:
+        self._set(targets)
 
     # -- construction -----------------------------------------------------------------------
     @classmethod

@@ -28,7 +28,7 @@ from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
 
-from farm.errors import LedgerError
+from farm.errors import FileSystemError, LedgerError
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
 from farm.provenance.buildinfo import LedgerEntry
 
@@ -115,6 +115,7 @@ def _fast_record(e: Any, line: int = 0, offset: int = 0) -> Record | None:
         return None
     if not (
         type(filename) is str and filename.endswith(".whl") and "/" not in filename and "\\" not in filename
+        and "\n" not in filename
         and type(sha) is str and _SHA256.match(sha) is not None
         and type(size) is int and size >= 0 and type(schema) is int and schema >= 1
         and type(epoch) is int and epoch >= 0 and type(published) is list
@@ -158,8 +159,8 @@ class _KeyPublished(msgspec.Struct):
 
 class _KeyFields(msgspec.Struct):
     provenance: Literal["asserted"]
-    filename: str  # checked by _keys_record: a pattern here costs more than the whole decode
-    sha256: str
+    filename: str  # spelling checked by _check_spelling: a pattern here costs more than the whole decode
+    sha256: Annotated[str, msgspec.Meta(min_length=64, max_length=64)]  # hex: _check_spelling
     size: _Count
     schema_version: Annotated[int, msgspec.Meta(ge=1)]
     published: list[_KeyPublished]
@@ -171,22 +172,9 @@ class _KeyFields(msgspec.Struct):
 
 
 _decode_key_fields = msgspec.json.Decoder(_KeyFields).decode
-_HEX = "0123456789abcdef"
 
 
-def _keys_record(k: _KeyFields, line: int, offset: int) -> Record | None:
-    """The record of decoded key fields, or None (the line then takes the checks above)."""
-    filename, sha = k.filename, k.sha256
-    if (len(sha) != 64 or sha.strip(_HEX) or not filename.endswith(".whl")
-            or "/" in filename or "\\" in filename):
-        return None
-    c = k.cell
-    # tuple.__new__: the named tuples' own __new__ is a Python function, ~2x slower per line
-    key = _tuple_new(ExistsKey, (k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch))
-    return _tuple_new(Record, (line, offset, filename, sha, _ASSERTED, key, k.arch_list.normalised))
-
-
-_tuple_new = tuple.__new__
+_tuple_new = tuple.__new__  # the named tuples' own __new__ is a Python function, ~2x slower
 _ASSERTED = Provenance.ASSERTED
 
 
@@ -214,7 +202,7 @@ def _validate_full(entry: object, where: str, line: int = 0, offset: int = 0) ->
 
     filename = _str(entry, "filename", where, nullable=False)
     assert filename is not None
-    if not filename.endswith(".whl") or "/" in filename or "\\" in filename:
+    if not filename.endswith(".whl") or "/" in filename or "\\" in filename or "\n" in filename:
         raise _fail(where, f"'filename' must be a bare wheel file name, got {filename!r}")
     sha = entry.get("sha256")
     if not isinstance(sha, str) or not _SHA256.match(sha):
@@ -350,6 +338,157 @@ def iter_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, entry
 
 
+def _parse(path: Path, handle: BinaryIO) -> list[Record]:
+    """The validated record of every line of ``handle`` (the ledger at ``path``)."""
+    records: list[Record] = []
+    decode, new, asserted = _decode_key_fields, _tuple_new, _ASSERTED
+    offset = 0
+    for number, raw in enumerate(_read_lines(handle), 1):
+        # Once per line (30,000 at the public farm's scale): decode and build the record, no
+        # more. What the types cannot check (the spelling of filenames and sha256s) is checked
+        # for all lines at once by _check_spelling.
+        try:
+            k = decode(raw)
+        except msgspec.MsgspecError:
+            rec = _slow_record(path, raw, number, offset, records)
+        else:
+            c = k.cell
+            key = new(ExistsKey, (k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch))
+            rec = new(Record, (number, offset, k.filename, k.sha256, asserted, key, k.arch_list.normalised))
+        records.append(rec)
+        offset += len(raw)
+    _check_spelling(path, records, len(records))
+    return records
+
+
+def _slow_record(path: Path, raw: bytes | memoryview, number: int, offset: int,
+                 before: list[Record]) -> Record:
+    """The record of a line the typed decoder refused (an inferred entry, or a bad one): parsed
+    in full, accepted or explained. The lines ``before`` it are checked first, so the error
+    raised is always the first bad line's."""
+    where = f"{path}:{number}"
+    try:
+        entry = _parse_line(bytes(raw), where)
+        return _fast_record(entry, number, offset) or _validate_full(entry, where, number, offset)
+    except LedgerError:
+        _check_spelling(path, before, len(before))
+        raise
+
+
+def _check_spelling(path: Path, records: list[Record], count: int) -> None:
+    """Every filename a bare ``.whl`` name and every sha256 64 lowercase hex digits, checked
+    for all ``count`` records at once: a per-line check costs more than decoding the line.
+    On a failure the first bad line is parsed again and gets its own message."""
+    shas = "".join([r.sha256 for r in records])
+    names = "\n".join([r.filename for r in records]) + "\n"
+    try:
+        # fromhex skips whitespace: a count of bytes short of 32 per record means there was some
+        hex_ok = len(shas) == 64 * count and shas == shas.lower() and len(bytes.fromhex(shas)) == 32 * count
+    except ValueError:
+        hex_ok = False
+    names_ok = (names.count("\n") == count and names.count(".whl\n") == count
+                and "/" not in names and "\\" not in names)
+    if (hex_ok and names_ok) or not count:
+        return
+    for rec in records:
+        sha, filename = rec.sha256, rec.filename
+        if not (_SHA256.match(sha) and filename.endswith(".whl") and "/" not in filename
+                and "\\" not in filename and "\n" not in filename):
+            where = f"{path}:{rec.line}"
+            with path.open("rb") as handle:
+                handle.seek(rec.offset)
+                _validate_full(_parse_line(handle.readline(), where), where)
+            raise _fail(where, f"{filename!r} (sha256 {sha!r}) is not a bare wheel name with a sha256")
+
+
+def _raise_duplicate(path: Path, records: list[Record]) -> None:
+    seen: dict[str, Record] = {}
+    for rec in records:
+        prior = seen.setdefault(rec.filename, rec)
+        if prior is not rec:
+            what = "another sha256" if prior.sha256 != rec.sha256 else "the same sha256 again"
+            raise _fail(f"{path}:{rec.line}",
+                        f"{rec.filename} is already recorded at line {prior.line}, with {what}",
+                        hint=f"keep one of lines {prior.line} and {rec.line}; a filename is published once")
+
+
+def _by_key(records: list[Record]) -> dict[ExistsKey, Record]:
+    """exists-key -> its record: the first line with that key, except that asserted provenance
+    outranks an inferred guess for the same key."""
+    # dict() keeps the last value of a repeated key: feeding it backwards keeps the first line.
+    by_key: dict[Any, Record] = dict(zip([r.key for r in reversed(records)], reversed(records), strict=True))
+    by_key.pop(None, None)  # inferred entries with unknown fields have no key
+    if any(r.provenance is not Provenance.ASSERTED for r in records):
+        for rec in records:
+            prior = by_key.get(rec.key)
+            if (prior is not None and prior.provenance is Provenance.INFERRED
+                    and rec.provenance is Provenance.ASSERTED):
+                by_key[rec.key] = rec
+    return by_key
+
+
+# --------------------------------------------------------------------------------------------
+# The index cache: a ledger that has not changed is not parsed again
+# --------------------------------------------------------------------------------------------
+# Parsing is most of `farm matrix`'s time at the public farm's scale (52 MB of JSON). The cache
+# keeps the validated records, keyed like Python's own .pyc files and git's index: by the file's
+# size, mtime, ctime, inode and device (any write changes ctime; farm's own writers replace the
+# file, a new inode), plus the code that validated them. As git does for "racily clean" files,
+# a ledger written in the last two seconds is not cached: a same-size rewrite within the
+# timestamp's granularity could otherwise go unseen. The cache is only ever an optimisation:
+# one that cannot be read or written is ignored.
+_CACHE_FORMAT = 1
+_RACY_NS = 2_000_000_000
+_Stamp = tuple[int, int, int, int, int]
+
+
+class _Cache(msgspec.Struct, array_like=True):
+    format: int
+    code: str  # digest of this module: changed validation rules invalidate every cache
+    stamp: _Stamp
+    records: list[Record]
+
+
+def _stamp(st: os.stat_result) -> _Stamp:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def _cache_file(cache_dir: Path, path: Path) -> Path:
+    import hashlib
+
+    name = hashlib.sha256(os.fsencode(os.path.abspath(path))).hexdigest()[:32]
+    return Path(cache_dir) / "ledger-index" / f"{name}.msgpack"
+
+
+def _code_digest() -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
+    try:
+        stamp = _stamp(path.stat())
+        raw = _cache_file(cache_dir, path).read_bytes()
+        cache = msgspec.msgpack.decode(raw, type=_Cache)
+        if cache.format != _CACHE_FORMAT or cache.stamp != stamp or cache.code != _code_digest():
+            return None
+    except (OSError, msgspec.MsgspecError):
+        return None
+    return cache.records
+
+
+def _write_cache(cache_dir: Path, path: Path, stamp: _Stamp, records: list[Record]) -> None:
+    import time
+
+    if time.time_ns() - max(stamp[1], stamp[2]) < _RACY_NS:
+        return
+    # not durable: a cache lost to a crash is rebuilt by the next run
+    with contextlib.suppress(OSError, FileSystemError):
+        cache = _Cache(_CACHE_FORMAT, _code_digest(), stamp, records)
+        atomic_write(_cache_file(cache_dir, path), [msgspec.msgpack.encode(cache)], durable=False)
+
+
 @dataclass(frozen=True)
 class LedgerIndex:
     """O(1) lookups over a validated ledger: by exists-key, by filename, by sha256."""
@@ -365,49 +504,38 @@ class LedgerIndex:
         return cls(None, (), {}, {}, {})
 
     @classmethod
-    def load(cls, path: Path) -> LedgerIndex:
+    def load(cls, path: Path, *, cache_dir: Path | None = None) -> LedgerIndex:
         """Read and validate every line of ``path``; raise :class:`LedgerError` on the first bad
-        one, or on one wheel recorded twice."""
+        one, or on one wheel recorded twice.
+
+        With ``cache_dir``, the index of a ledger file that has not changed since it was last
+        read comes from the cache there (see :func:`_read_cache`); a changed file is read again."""
         path = Path(path)
-        records: list[Record] = []
-        by_key: dict[ExistsKey, Record] = {}
-        by_filename: dict[str, Record] = {}
-        by_sha: dict[str, Record] = {}
-        decode = _decode_key_fields
+        if cache_dir is not None:
+            cached = _read_cache(cache_dir, path)
+            if cached is not None:
+                return cls._of(path, cached)
         gc_was_enabled = gc.isenabled()
         gc.disable()  # tens of thousands of records that all survive: collections only cost time
         try:
             with _open(path) as handle:
-                offset = 0
-                for number, raw in enumerate(_read_lines(handle), 1):
-                    try:
-                        rec = _keys_record(decode(raw), number, offset)
-                    except msgspec.MsgspecError:
-                        rec = None
-                    if rec is None:
-                        entry = _parse_line(bytes(raw), f"{path}:{number}")
-                        rec = _fast_record(entry, number, offset) or _validate_full(entry, f"{path}:{number}",
-                                                                                    number, offset)
-                    offset += len(raw)
-                    seen = by_filename.get(rec.filename)
-                    if seen is not None:
-                        what = "another sha256" if seen.sha256 != rec.sha256 else "the same sha256 again"
-                        raise _fail(f"{path}:{number}",
-                                    f"{rec.filename} is already recorded at line {seen.line}, with {what}",
-                                    hint=f"keep one of lines {seen.line} and {number}; a filename is published once")
-                    records.append(rec)
-                    by_filename[rec.filename] = rec
-                    key = rec.key
-                    if key is not None:
-                        prior = by_key.setdefault(key, rec)
-                        # Asserted provenance outranks an inferred guess for the same key.
-                        if prior is not rec and (prior.provenance is Provenance.INFERRED
-                                                 and rec.provenance is Provenance.ASSERTED):
-                            by_key[key] = rec
+                before = _stamp(os.fstat(handle.fileno()))
+                records = _parse(path, handle)
+                unchanged = _stamp(os.fstat(handle.fileno())) == before
+            index = cls._of(path, records)
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return cls(path, tuple(records), by_key, by_filename, by_sha)
+        if cache_dir is not None and unchanged:
+            _write_cache(cache_dir, path, before, records)
+        return index
+
+    @classmethod
+    def _of(cls, path: Path, records: list[Record]) -> LedgerIndex:
+        by_filename = dict(zip([r.filename for r in records], records, strict=True))
+        if len(by_filename) != len(records):
+            _raise_duplicate(path, records)
+        return cls(path, tuple(records), _by_key(records), by_filename, {})
 
     def __len__(self) -> int:
         return len(self.records)
