@@ -18,7 +18,6 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import metadata, resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Literal, TypeVar
@@ -32,7 +31,9 @@ from packaging.version import InvalidVersion, Version
 
 from farm.errors import FarmError, LedgerError, ToolError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
-from farm.toolkit.assemble import nvcc_release
+
+# Reading a ledger imports this module: the toolkit (and the config and YAML behind it),
+# importlib.metadata and importlib.resources are imported where they are used, not here.
 
 SCHEMA_VERSION = 1
 BUILD_INFO_NAME = "_build_info.json"
@@ -501,10 +502,14 @@ def nvcc_version(cuda_home: Path) -> str:
     nvcc = Path(cuda_home) / "bin" / ("nvcc.exe" if os.name == "nt" else "nvcc")
     if not nvcc.exists():
         raise ToolError(f"no nvcc at {nvcc}", hint="set CUDA_HOME to the toolkit the wheel was built with")
+    from farm.toolkit.assemble import nvcc_release
+
     return nvcc_release(nvcc)
 
 
 def _installed_version(dist: str) -> str | None:
+    from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -698,6 +703,8 @@ def name_problems(filename: str, info: BuildInfo) -> list[str]:
 # -- validation -------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
+    from importlib import resources
+
     text = resources.files("farm").joinpath("schemas/build_info.schema.json").read_text()
     return json.loads(text)  # type: ignore[no-any-return,unused-ignore]
 

@@ -24,13 +24,15 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
 
 from farm.errors import FileSystemError, LedgerError
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
-from farm.provenance.buildinfo import LedgerEntry
+
+if TYPE_CHECKING:  # the typed entry is imported where it is used: the matrix reads the index only
+    from farm.provenance.buildinfo import LedgerEntry
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -264,7 +266,7 @@ def _validate_full(entry: object, where: str, line: int = 0, offset: int = 0) ->
 
 def dumps_entry(entry: LedgerEntry | Mapping[str, Any]) -> str:
     """One ledger line (no newline): compact and key-sorted, so diffs of the ledger stay small."""
-    if isinstance(entry, LedgerEntry):
+    if not isinstance(entry, Mapping):  # a LedgerEntry
         entry = entry.to_dict()
     return json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -575,6 +577,8 @@ class LedgerIndex:
 
     def ledger_entry(self, record: Record) -> LedgerEntry:
         """The full entry of ``record`` as its typed, schema-validated object."""
+        from farm.provenance.buildinfo import LedgerEntry
+
         return LedgerEntry.from_json(self.entry(record), where=f"{self.path}:{record.line}")
 
 
@@ -599,6 +603,8 @@ def read_fragment(path: Path) -> tuple[LedgerEntry, Record]:
     where = str(path)
     raw = _parse_line(path.read_bytes(), where)
     rec = validate_entry(raw, where)
+    from farm.provenance.buildinfo import LedgerEntry
+
     entry = LedgerEntry.from_json(raw, where=where)
     if path.name != rec.filename + FRAGMENT_SUFFIX:
         raise _fail(where, f"fragment file name does not match its wheel {rec.filename!r}",
@@ -613,6 +619,8 @@ def write_fragment(entry: LedgerEntry | Mapping[str, Any], fragments_dir: Path) 
     written that the gate would refuse to read. Writing the same wheel again is a no-op; a
     fragment for the same filename with another sha256 is refused (the earlier wheel would be
     lost silently)."""
+    from farm.provenance.buildinfo import LedgerEntry
+
     if not isinstance(entry, LedgerEntry):
         where = f"fragment for {entry.get('filename')!r}"
         validate_entry(dict(entry), where)  # the ledger's own message for its own keys first
