@@ -430,3 +430,18 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps({**new, "published": []}) + "\n")
     ledger = LedgerIndex.load(ledger_path)
     assert _superseder(ledger, _newest_by_cell(ledger), entry.info, today) is None
+
+
+def test_a_provenance_from_a_newer_farm_is_wheel_wrong_with_what_to_do(fleet: Fleet, tmp_path: Path) -> None:
+    ok = fleet.pub / fleet.names[Verdict.OK]
+    with zipfile.ZipFile(ok) as zf:
+        member = next(n for n in zf.namelist() if n.endswith("/_build_info.json"))
+        info = json.loads(zf.read(member))
+    make_wheel(tmp_path, "demo_newer", "1.0+cu130", {
+        "demo_newer/__init__.py": b"",
+        "demo_newer-1.0+cu130.dist-info/_build_info.json": json.dumps({**info, "schema_version": 3}).encode(),
+    }, tag=TAG)
+    (row,) = audit(str(tmp_path), LedgerIndex.empty())
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.reasons[0] == ("demo_newer-1.0+cu130.dist-info/_build_info.json: schema version 3: this farm reads "
+                              "version 1\n  fix: it was written by a newer farm: upgrade farm to read it")

@@ -401,3 +401,22 @@ def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) 
                                                      "demo_ext-0.1.0+cu130.dist-info/_build_info.json": big})
     (refusal,) = _gate(tmp_path).refused
     assert refusal.check is Check.READABLE and "at most" in refusal.message
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"schema_version": 2}, "schema version 2: this farm reads version 1"),
+    ({"run": {"provider": "local", "repository": None, "commit": None, "run_id": None, "attempt": None,
+              "runner": "x"}}, "invalid build info: run has key(s) 'runner' this farm does not know"),
+])
+def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, tmp_path: Path,
+                                                             change: dict, says: str) -> None:
+    """A newer farm's file, or one with a key this farm does not know, is not read as if it were
+    this farm's: the gate refuses the wheel and names the file."""
+    info = {k: v for k, v in json.loads(demo_batch.fragment.read_text()).items() if k not in buildinfo.LEDGER_KEYS}
+    wheel = make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {
+        "demo_ext/__init__.py": b"",
+        "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, **change}).encode(),
+    })
+    (refusal,) = _gate(tmp_path).refused
+    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.message == f"cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: {says}"
