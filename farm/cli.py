@@ -35,13 +35,39 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _terminal_width() -> int:
+    """What argparse's formatter takes from ``shutil.get_terminal_size``, without importing shutil
+    (and zlib, bz2 and lzma with it): argparse makes a formatter for every argument it is given,
+    and that import was a tenth of a remembered ``farm lint``."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
+            columns = 0
+    return (columns or 80) - 2
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _terminal_width() if width is None else width)
+
+
+class _RawDescriptionFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
         epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionFormatter,
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")
@@ -62,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         top.error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
     module_name, text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text)
+    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text, formatter_class=_Formatter)
     module.configure(parser)
     args = parser.parse_args(rest)
     as_json = bool(getattr(args, "json", False))

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from farm.errors import FileSystemError, os_error
@@ -21,12 +21,35 @@ CHUNK = 1 << 20
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".nox", ".tox", ".venv"})
 
 
-def walk_files(root: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
-    """(directory, file name) of every file under ``root`` in a stable order, outside SKIP_DIRS."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        for name in sorted(filenames):
-            yield dirpath, name
+def walk_files(root: str | os.PathLike[str],
+               on_dir: Callable[[str, os.stat_result], None] | None = None) -> Iterator[tuple[str, str]]:
+    """(directory, file name) of every file under ``root`` in a stable order (sorted, a directory's
+    files before its subdirectories), outside SKIP_DIRS, not entering links to directories.
+    ``on_dir(directory, stat)`` sees each directory's stat taken before it is listed: a cache
+    keyed on it misses when an entry is added, removed or renamed later."""
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        try:
+            if on_dir is not None:
+                on_dir(top, os.stat(top))
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:  # unreadable or gone: as os.walk, skipped
+            continue
+        files, dirs = [], []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                files.append(entry.name)
+            elif entry.name not in SKIP_DIRS and not entry.is_symlink():
+                dirs.append(entry.name)
+        for name in sorted(files):
+            yield top, name
+        stack.extend(os.path.join(top, d) for d in sorted(dirs, reverse=True))
 
 
 def sha256_file(path: Path) -> str:

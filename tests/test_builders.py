@@ -135,6 +135,11 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
 def test_native_build_of_demo_ext_passes_postbuild(native_demo):
     root, result = native_demo
     _check_asserted_demo(root, result, "native")
+    # the spec the build was resolved into, written beside it, is the one postbuild asserted
+    from farm.build.spec import SPEC_FILE, read_spec
+
+    spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
+    assert spec == result.plan.spec and spec.arch.archs == ArchList.parse(ARCHS)
 
 
 def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):

@@ -19,6 +19,7 @@ from farm.errors import UsageError, WheelError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import load_config
+from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex, dumps_entry, merge_fragments, read_fragment, write_fragment
@@ -277,10 +278,45 @@ def test_a_planned_arch_list_is_what_the_assertion_checks(farm_root: Path, raw_w
     """The builder hands postbuild the plan's list: the assertion checks what was built, not a
     second resolution of a config that may say otherwise."""
     planned = ArchList.parse("8.0;9.0")
+    per_module = (("*_sm90*", ArchList.parse("9.0")),)
     ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home,
-                                 archs=(planned, "8.0;9.0 (as planned)"))
+                                 arch=ArchRequest(planned, "8.0;9.0 (as planned)", "planned", per_module))
     assert ctx.expected.default == planned != ArchList.parse(BASE)
     assert ctx.requested == "8.0;9.0 (as planned)"
+    assert ctx.expected.per_extension == per_module  # the spec's per-extension lists too, not the recipe's
+
+
+def test_postbuild_asserts_the_build_spec_it_is_given(farm_root: Path, raw_wheel: Path, cuda_home: Path,
+                                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`farm postbuild --spec build-spec.json`: the spec farm build wrote crosses the process
+    boundary intact, and its arch request (not the config's) is what the assertion checks."""
+    from dataclasses import replace
+
+    from farm.build.spec import resolve_spec, write_spec
+
+    config = load_config(farm_root)
+    recipe = config.recipe("demo_ext")
+    ctx, _ = context_from_config(config, raw_wheel, cuda_home=cuda_home)
+    as_configured = write_spec(resolve_spec(config, recipe, ctx.cell), tmp_path / "a")
+    base = ["postbuild", str(raw_wheel), "--root", str(farm_root), "--cuda-home", str(cuda_home), "--json"]
+    assert main([*base, "--out", str(tmp_path / "out-a"), "--spec", str(as_configured)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] and doc["wheels"][0]["stamped"]
+
+    # a build given another list than the config's: its wheel fails the spec's assertion
+    other = write_spec(resolve_spec(config, recipe, ctx.cell, arch=ArchRequest.given(ArchList.parse("8.0;9.0"))),
+                       tmp_path / "b")
+    assert main([*base, "--out", str(tmp_path / "out-b"), "--spec", str(other)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert not doc["passed"] and not (tmp_path / "out-b").exists()
+
+    # a spec of another cell, or a flag that contradicts it: bad input, nothing written
+    wrong = write_spec(resolve_spec(config, recipe, replace(ctx.cell, python="cp312")), tmp_path / "c")
+    assert main([*base, "--out", str(tmp_path / "out-c"), "--spec", str(wrong)]) == 2
+    assert "the build spec is for" in capsys.readouterr().out
+    assert main([*base, "--out", str(tmp_path / "out-c"), "--spec", str(as_configured), "--cuda", "12.8"]) == 2
+    assert "contradicts the build spec" in capsys.readouterr().out
+    assert not (tmp_path / "out-c").exists()
 
 
 def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path, raw_wheel: Path, cuda_home: Path,

@@ -215,8 +215,7 @@ def run(args: argparse.Namespace) -> int:
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
-            results.append(build_cell(config, recipe, pc.cell, cell_settings, archs=pc.archs,
-                                      arch_origin=pc.arch_origin, requested=pc.requested,
+            results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,
                                       torch_version=pc.torch_version))
         except FarmError as exc:  # one cell's failure does not stop the others
             print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)

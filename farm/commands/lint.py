@@ -8,16 +8,16 @@ build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 
-# The rules, the recipes and the sources are imported past the remembered answer (farm.lint.memo):
-# a warm run reads one small file and stats the tree (typing is not imported either).
+# The rules, the recipes, the sources, json and pathlib are imported past the remembered answer
+# (farm.lint.memo): a warm run reads one small file and stats what the answer was made from.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from farm.lint import LintReport
     from farm.lint.memo import Memo
     from farm.model.arch import ArchList
@@ -28,42 +28,42 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", metavar="PKG|PATH", help="a package name from packages/, or a source directory")
     parser.add_argument("--arch-list", metavar="L", help="lint against this list (required for a PATH)")
     parser.add_argument("--build-subdir", metavar="DIR", help="for a PATH: the directory the build runs in")
-    parser.add_argument("--root", type=Path, default=None, help="farm repository root (default: the current directory)")
-    parser.add_argument("--cache-dir", type=Path, help="sources and lint cache (default: ROOT/.cache)")
+    parser.add_argument("--root", default=None, help="farm repository root (default: the current directory)")
+    parser.add_argument("--cache-dir", help="sources and lint cache (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
     """Distinct arch lists the package's cells resolve to, in first-seen order."""
-    from farm.model.cells import declared_cells, recipe_excludes, resolve_arch
+    from farm.model.cells import declared_cells, recipe_excludes
+    from farm.model.spec import arch_request
 
     lists: dict[str, ArchList] = {}
     for cell in declared_cells(config.defaults, recipe):
         if recipe_excludes(recipe, cell):
             continue
-        resolution = resolve_arch(config, recipe, cell)
-        if resolution is not None:
-            lists.setdefault(resolution.archs.canonical(), resolution.archs)
+        request = arch_request(config, recipe, cell)
+        if request is not None:
+            lists.setdefault(request.archs.canonical(), request.archs)
     return list(lists.values())
 
 
-def _cache_dir(args: argparse.Namespace, root: Path) -> Path:
+def _cache_dir(args: argparse.Namespace, root: str) -> str:
     if args.cache_dir:
-        return Path(args.cache_dir)
-    if (root / "packages").is_dir():
-        return root / ".cache"
+        return str(args.cache_dir)
+    if os.path.isdir(os.path.join(root, "packages")):
+        return os.path.join(root, ".cache")
     # a directory linted outside a farm checkout: the user's cache, not a new folder in the cwd
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "farm"
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "farm")
 
 
 def run(args: argparse.Namespace) -> int:
     from farm.lint.memo import Memo
 
-    target = Path(args.what)
-    root = args.root or Path.cwd()
+    root = str(args.root or os.getcwd())
     # A directory wins unless a recipe of that name exists (then write ./NAME for the directory).
-    is_recipe = (root / "packages" / f"{args.what}.yml").is_file() and "/" not in args.what
-    is_dir = target.is_dir() and not is_recipe
+    is_recipe = os.path.isfile(os.path.join(root, "packages", f"{args.what}.yml")) and "/" not in args.what
+    is_dir = os.path.isdir(args.what) and not is_recipe
     if is_dir and not args.arch_list:
         raise UsageError(f"linting the directory {args.what} needs --arch-list",
                          hint="e.g. farm lint ./src --arch-list '8.0;8.6;9.0+PTX', or name a package")
@@ -71,20 +71,30 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.what} is not a directory", hint="pass an existing source tree, or a package name")
     cache_dir = _cache_dir(args, root)
     memo = Memo(cache_dir, kind="directory" if is_dir else "package",
-                what=os.path.abspath(args.what) if is_dir else args.what, arch_list=args.arch_list,
+                what=os.path.abspath(args.what) if is_dir else args.what, typed=args.what, arch_list=args.arch_list,
                 build_subdir=args.build_subdir, root=os.path.abspath(root))
     remembered = memo.answer()
     if remembered is not None:
-        print(remembered["json"] if args.json else remembered["text"])
-        return int(remembered["code"])  # type: ignore[call-overload]
+        code, text, as_json = remembered
+        print(as_json if args.json else text)
+        return code
+    return _lint(args, root, cache_dir, memo, is_dir)
 
+
+def _lint(args: argparse.Namespace, root: str, cache_dir: str, memo: Memo, is_dir: bool) -> int:
+    """The cold path: lint, and remember the answer by what it was made from."""
+    import json
+    from pathlib import Path
+
+    import farm
+
+    memo.depend(os.path.dirname(farm.__file__), only=".py")  # farm's own code, rules version included
     if is_dir:
-        memo.depend(target)
-        reports = _lint_directory(args, target)
+        reports = _lint_directory(args, Path(args.what), memo)
     else:
-        memo.depend(root / "_defaults.yml")
-        memo.depend(root / "packages")
-        reports = _lint_package(args, root, cache_dir, memo)
+        memo.depend(os.path.join(root, "_defaults.yml"))
+        memo.depend(os.path.join(root, "packages"))
+        reports = _lint_package(args, Path(root), Path(cache_dir), memo)
     failed = any(not r.passed for _, r in reports)
     code = EXIT_DEFECT if failed else EXIT_OK
     text = "\n\n".join(r.render() for _, r in reports)
@@ -95,12 +105,15 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _lint_directory(args: argparse.Namespace, target: Path) -> list[tuple[str, LintReport]]:
-    from farm.lint import lint_tree
+def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[tuple[str, LintReport]]:
+    from farm.lint import lint_index
+    from farm.lint.compiled import TreeIndex
     from farm.model.arch import ArchList
 
     archs = ArchList.parse(args.arch_list, where="--arch-list")
-    return [(str(target), lint_tree(target, archs, build_subdir=args.build_subdir))]
+    index = TreeIndex(target)
+    memo.depend_on(index.stamps)  # what the lint lists and reads, stamped as it goes
+    return [(str(target), lint_index(index, archs, build_subdir=args.build_subdir))]
 
 
 def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:

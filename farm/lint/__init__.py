@@ -8,12 +8,10 @@
 What counts as compiled is decided in :mod:`farm.lint.compiled`; the rules are in
 :mod:`farm.lint.rules`. The names below live in :mod:`farm.lint.api` and are imported on first
 use, so that a submodule (the cached answer of ``farm lint``, :mod:`farm.lint.memo`) loads without
-the rules.
+the rules, and without the digest of the lint's code that :data:`LINT_VERSION` holds.
 """
 
 from __future__ import annotations
-
-from farm.lint.version import LINT_VERSION
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost the warm `farm lint` its time
 if TYPE_CHECKING:
@@ -25,17 +23,23 @@ if TYPE_CHECKING:
         Rule,
         Severity,
         lint_cached,
+        lint_index,
         lint_source,
         lint_tree,
     )
+    from farm.lint.version import LINT_VERSION
 
 __all__ = [
     "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
-    "lint_cached", "lint_source", "lint_tree",
+    "lint_cached", "lint_index", "lint_source", "lint_tree",
 ]
 
 
 def __getattr__(name: str) -> object:
+    if name == "LINT_VERSION":
+        from farm.lint import version
+
+        return version.LINT_VERSION
     if name in __all__:
         from farm.lint import api
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm.errors import SourceError
-from farm.lint import cache
 from farm.lint.compiled import BuildScope, TreeIndex, build_scope
 from farm.lint.report import (
     Finding,
@@ -28,13 +28,15 @@ from farm.lint.report import (
 from farm.lint.rules import check
 from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
-from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
 from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
-from farm.source.fetch import SourceTree, fetch
+
+if TYPE_CHECKING:  # a directory's lint needs neither the recipes' model nor the fetcher
+    from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
+    from farm.source.fetch import SourceTree
 
 __all__ = [
     "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
-    "lint_cached", "lint_source", "lint_tree",
+    "lint_cached", "lint_index", "lint_source", "lint_tree",
 ]
 
 
@@ -44,7 +46,14 @@ def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *
     root = Path(root)
     if not root.is_dir():
         raise SourceError(f"{root} is not a directory", hint="pass a source tree or a package name")
-    index = TreeIndex(root)
+    return lint_index(TreeIndex(root), archs, ignores, build_subdir=build_subdir)
+
+
+def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
+               build_subdir: str | None = None) -> LintReport:
+    """:func:`lint_tree` on an index the caller made: ``index.stamps`` then says what the
+    answer was made from (``farm lint`` remembers it by them)."""
+    root = index.root
     if not index.files:
         raise SourceError(f"{root} holds no files: nothing was read, so nothing can pass",
                           hint="check that the source was fetched completely")
@@ -79,6 +88,8 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
     ``prepare`` makes the tree that is really built (the source after the recipe's patch script)
     and is called only on a cache miss; ``variant`` (the patch script's digest) keys it apart from
     the unpatched source."""
+    from farm.lint import cache
+
     key = cache.cache_key(tree.identity + (f"+{variant}" if variant else ""), LINT_VERSION, archs, ignores,
                           build_subdir)
     report = cache.load(cache_dir, key)
@@ -92,5 +103,7 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
 def lint_source(source: GitSource | SdistSource | PathSource, archs: ArchList, ignores: Sequence[LintIgnore],
                 cache_dir: Path, *, package: str | None = None, build_subdir: str | None = None) -> LintReport:
     """Fetch ``source`` (cached) and lint it (cached)."""
+    from farm.source.fetch import fetch
+
     tree = fetch(source, cache_dir, package=package)
     return lint_cached(tree, archs, ignores, cache_dir, build_subdir=build_subdir)

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from farm.fsutil import walk_files
 from farm.lint.lexer import strip_hash_comments
+from farm.lint.stamps import Stamps
 
 SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
 HEADER_EXTS = (".h", ".hpp", ".cuh", ".hh", ".hxx", ".inl", ".inc", ".tcc", ".ipp", ".cuinl")
@@ -106,19 +107,24 @@ class BuildScope:
 
 
 class TreeIndex:
-    """All files of a tree by relative posix path, with a basename index and a text cache."""
+    """All files of a tree by relative posix path, with a basename index and a text cache.
+
+    ``stamps`` records what the lint's answer is made from, each taken before it was read: every
+    directory listed and every file read (:mod:`farm.lint.stamps`)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         # the walk of iter_files, as strings: a Path per file costs more than the rest of the index
-        top = os.fspath(root)
-        prefix: dict[str, str] = {top: ""}  # directory -> its relative posix path + "/", once each
-        self.files: list[str] = []
-        for d, n in walk_files(top):
-            rel = prefix.get(d)
-            if rel is None:
-                rel = prefix[d] = os.path.relpath(d, top).replace(os.sep, "/") + "/"
-            self.files.append(rel + n)
+        top = self._top = os.fspath(root)
+        self.stamps = Stamps(os.path.abspath(top))
+        prefix: dict[str, str] = {}  # directory -> its relative posix path + "/" ("" for the root)
+        below = len(top if top.endswith(os.sep) else top + os.sep)
+
+        def listed(directory: str, st: os.stat_result) -> None:
+            rel = prefix[directory] = directory[below:].replace(os.sep, "/") + "/" if directory != top else ""
+            self.stamps.add(rel or ".", st)
+
+        self.files: list[str] = [prefix[d] + n for d, n in walk_files(top, on_dir=listed)]
         self.fileset = frozenset(self.files)
         self.by_name: dict[str, list[str]] = {}
         self.dirs: set[str] = {""}
@@ -134,9 +140,11 @@ class TreeIndex:
         cached = self._text.get(rel)
         if cached is None:
             try:
-                with open(self.root / rel, encoding="utf-8", errors="replace") as fh:
+                with open(os.path.join(self._top, rel), encoding="utf-8", errors="replace") as fh:
+                    self.stamps.add(rel, os.fstat(fh.fileno()))
                     cached = fh.read()
             except OSError:
+                self.stamps.add_path(rel)
                 cached = ""
             self._text[rel] = cached
         return cached

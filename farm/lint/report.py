@@ -6,9 +6,10 @@ import enum
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from farm.model.config import LintIgnore
+if TYPE_CHECKING:  # the recipes' model (YAML and all) is not needed to lint a directory
+    from farm.model.config import LintIgnore
 
 
 class Severity(str, enum.Enum):
@@ -62,6 +63,8 @@ def _ignore_json(ignore: LintIgnore) -> dict[str, str]:
 
 
 def _ignore_from(data: dict[str, str]) -> LintIgnore:
+    from farm.model.config import LintIgnore
+
     return LintIgnore(data["rule"], data["path"], data["reason"], data["where"])
 
 

@@ -266,9 +266,14 @@ Derive = Callable[[BuildInfo], "Derived | None"]
 
 
 def derive_from_config(config: FarmConfig) -> Derive:
-    """The one place that re-derives a wheel's expectation from the configuration."""
+    """The one place that re-derives a wheel's expectation from the configuration.
+
+    Deliberately not the wheel's own build spec: the gate and audit ask whether a built wheel
+    still matches what today's config says (a trust check), so they resolve the cell again,
+    through the same resolver the build used (:func:`farm.model.spec.arch_request`)."""
     from farm.binary.assertion import Expected
-    from farm.model.cells import Cell, extension_lists, resolve_arch
+    from farm.model.cells import Cell
+    from farm.model.spec import arch_request
 
     def derive(provenance: BuildInfo) -> Derived | None:
         package, cell = provenance.package, provenance.cell
@@ -277,17 +282,16 @@ def derive_from_config(config: FarmConfig) -> Derive:
             return None
         recipe = config.recipes[package]
         try:
-            resolution = resolve_arch(config, recipe, Cell(package, provenance.version, cell.cuda,
-                                                            cell.torch, cell.python, cell.platform))
+            request = arch_request(config, recipe, Cell(package, provenance.version, cell.cuda,
+                                                        cell.torch, cell.python, cell.platform))
         except (FarmError, KeyError):
             return None
-        if resolution is None:
+        if request is None:
             return None
         from farm.provenance.postbuild import vendored_rules
 
-        return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell.cuda),
-                                vendored=vendored_rules(recipe)))
+        return Derived(request.archs, request.origin,
+                       Expected(request.archs, per_extension=request.extensions, vendored=vendored_rules(recipe)))
 
     return derive
 

@@ -36,8 +36,8 @@ from farm.provenance.stamp import (
 
 if TYPE_CHECKING:
     from farm.binary.assertion import AssertionReport, Expected
-    from farm.model.arch import ArchList
     from farm.model.config import FarmConfig, Recipe
+    from farm.model.spec import ArchRequest
 
 
 @dataclass(frozen=True)
@@ -347,7 +347,7 @@ def context_from_config(
     env: Mapping[str, str] | None = None,
     toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None,
     python: str | None = None,
-    archs: tuple[ArchList, str] | None = None,
+    arch: ArchRequest | None = None,
     torch_built: Mapping[str, Any] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
@@ -355,10 +355,12 @@ def context_from_config(
     ``cuda`` defaults to the line of ``cuda_home``'s nvcc; ``torch`` to the installed torch's minor
     (``none`` for recipes that do not link torch). ``source`` defaults to the recipe's pinned
     source (with the tree hash of a path source); a builder that fetched a git or sdist source
-    passes the fetched tree's description, which holds the resolved commit.
+    passes the fetched tree's description, which holds the resolved commit. ``arch``: the arch
+    request of the build spec the wheel was built from (``farm build``, ``farm postbuild --spec``);
+    without one (a wheel built outside farm) the config's request for the wheel's cell is resolved.
     """
     from farm.binary.assertion import Expected
-    from farm.model.cells import extension_lists, resolve_arch
+    from farm.model.spec import require_arch_request
 
     env = os.environ if env is None else env
     if isinstance(source, Mapping):  # a fetched tree's description (the source stage's plain dict)
@@ -389,20 +391,15 @@ def context_from_config(
         v = Version(installed)
         torch = f"{v.major}.{v.minor}"
     cell = Cell(recipe.name, recipe.version, cuda, torch, cell_python(name), cell_platform(name))
-    if archs is not None:  # the list the build was planned with: the assertion checks what was built
-        planned, requested = archs
-    else:
-        resolution = resolve_arch(config, recipe, cell)
-        if resolution is None:
-            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
-                             hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
-        planned, requested = resolution.archs, resolution.spec.text
-    expected = Expected(planned, per_extension=extension_lists(recipe, cell.cuda),
+    if arch is None:  # no spec came with the wheel: the one resolver, as the build would have
+        arch = require_arch_request(config, recipe, cell)
+    # the request the build was planned with: the assertion checks exactly what was built
+    expected = Expected(arch.archs, per_extension=arch.extensions,
                         allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
         expected=expected,
-        requested=requested,
+        requested=arch.requested,
         build_epoch=config.effective_epoch(recipe),
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,

@@ -1,0 +1,101 @@
+"""The state of the files an answer was made from, and whether they are still in that state.
+
+A stamp of a path is its (size, mtime_ns, ctime_ns, inode, device), as a ``.pyc`` file or the
+ledger's index keys its source: any write changes ctime, a replaced file changes the inode, an
+added, removed or renamed entry changes its directory's mtime and ctime. :class:`Stamps` holds the
+stamps of some paths under one root, taken *before* they were read; :meth:`Stamps.unchanged`
+stats them again. Stdlib only, importing nothing else: a warm ``farm lint`` runs this and little more.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not typing's: a warm `farm lint` imports next to nothing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+WIDTH = 5  # values per path
+_MISSING = (-1,) * WIDTH  # a path that could not be stat'ed: its absence is part of the state too
+
+
+def _values(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+
+
+class Stamps:
+    """Paths relative to ``root`` (``"."`` for the root itself) and their stamps, flat in one list
+    of ints (compared in one go, stored compactly). ``newest`` is the newest mtime seen."""
+
+    def __init__(self, root: str, paths: list[str] | None = None, values: list[int] | None = None) -> None:
+        self.root = root
+        self.paths: list[str] = paths if paths is not None else []
+        self.values: list[int] = values if values is not None else []
+        self.newest = 0
+
+    def add(self, rel: str, st: os.stat_result) -> None:
+        """Record ``rel`` as ``st`` shows it (a stat taken before its content was read)."""
+        self.paths.append(rel)
+        self.values.extend(_values(st))
+        self.newest = max(self.newest, st.st_mtime_ns)
+
+    def add_path(self, rel: str) -> None:
+        """Record ``rel`` as it is now (following links, as reading it does)."""
+        try:
+            st = os.stat(os.path.join(self.root, rel))
+        except OSError:
+            self.paths.append(rel)
+            self.values.extend(_MISSING)
+            return
+        self.add(rel, st)
+
+    def add_tree(self, rel: str, *, only: str | None = None) -> None:
+        """Record ``rel`` and, when it is a directory, every directory and file below it outside
+        version-control and tool state; with ``only`` (a name suffix), just the files named so.
+        A directory is stat'ed before it is listed."""
+        from farm.fsutil import SKIP_DIRS  # recording is the cold path: the warm one never imports fsutil
+
+        if only is None:
+            self.add_path(rel)
+        for dirpath, dirnames, filenames in os.walk(os.path.join(self.root, rel)):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            base = os.path.relpath(dirpath, self.root)
+            names = sorted(filenames) + dirnames if only is None else sorted(n for n in filenames if n.endswith(only))
+            for name in names:
+                self.add_path(os.path.join(base, name))
+
+    def unchanged(self) -> bool:
+        """Whether every path still has the stamp recorded (a path now missing, or present now
+        but missing then, is a change). ``OSError`` when the root cannot be opened."""
+        if os.stat not in os.supports_dir_fd:
+            return self._now(lambda rel: os.stat(os.path.join(self.root, rel))) == self.values
+        # relative to the opened root: the kernel resolves the root's path once, not once per path
+        fd = os.open(self.root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            return self._now(lambda rel: os.stat(rel, dir_fd=fd)) == self.values
+        finally:
+            os.close(fd)
+
+    def _now(self, stat: Callable[[str], os.stat_result]) -> list[int]:
+        now: list[int] = []
+        extend = now.extend
+        for rel in self.paths:
+            try:
+                st = stat(rel)
+            except OSError:
+                extend(_MISSING)
+                continue
+            extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+        return now
+
+    def to_record(self) -> list[object]:
+        return [self.root, self.paths, self.values]
+
+    @classmethod
+    def from_record(cls, data: object) -> Stamps:
+        """From :meth:`to_record`'s form; ``ValueError`` when it is not that."""
+        if not (isinstance(data, list) and len(data) == 3 and isinstance(data[0], str)
+                and isinstance(data[1], list) and isinstance(data[2], list)
+                and len(data[2]) == WIDTH * len(data[1])):
+            raise ValueError("not a stamps record")
+        return cls(data[0], data[1], data[2])
