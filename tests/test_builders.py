@@ -172,6 +172,12 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     # ...and postbuild after the quick start (README's everyday flow) carries the wheel to dist/
     assert main(["postbuild", str(wheel), "--out", str(tmp_path / "dist"), "--root", str(tmp_path)]) == 0
     assert (tmp_path / "dist" / wheel.name).read_bytes() == first
+    # ...or the README's other way: the build's repaired wheel, asserted against the spec it was built from
+    work = tmp_path / ".cache" / "build" / CELL.id
+    (repaired,) = (work / "wheelhouse").glob("*.whl")
+    assert main(["postbuild", str(repaired), "--spec", str(work / "build-spec.json"), "--out",
+                 str(tmp_path / "dist-spec"), "--root", str(tmp_path)]) == 0
+    assert [p.name for p in (tmp_path / "dist-spec").glob("*.whl")] == [wheel.name]
 
     # the recipe changed: the old wheel is named, nothing is built until --overwrite replaces it
     recipe = tmp_path / "packages" / "demo_ext.yml"

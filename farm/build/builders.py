@@ -351,8 +351,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                             hint="read the build log above")
 
     # the plan's before-build steps (build tools, torch, extra_deps) are the environment's contents
-    spec = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps)
-    benv = buildenv.ensure_env(spec, Path(env_root or work.parent / "envs"), environ=env,
+    contents = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps, tools=plan.spec.tools)
+    benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
                                runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
     if built_env is not None:
