@@ -100,13 +100,13 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
             info = read_embedded(wheel)
         except FarmError:
             continue
-        if not (info and info.get("package") == recipe.name and info.get("cell") == cell.as_dict()
-                and info.get("build_epoch") == epoch):
+        if not (info and info.package == recipe.name and info.cell.to_dict() == cell.as_dict()
+                and info.build_epoch == epoch):
             continue
-        same = ((info.get("arch_list") or {}).get("normalised") == archs.canonical()
-                and info.get("recipe_sha256") == recipe.sha256
-                and info.get("defaults_sha256") == config.defaults.sha256
-                and info.get("provenance") == "asserted"
+        same = (info.arch_list.normalised == archs.canonical()
+                and info.recipe_sha256 == recipe.sha256
+                and info.defaults_sha256 == config.defaults.sha256
+                and info.provenance == "asserted"
                 and Path(f"{wheel}{FRAGMENT_SUFFIX}").is_file())
         if same:
             return wheel, True
