@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Left-aligned columns separated by two spaces, with a dashed rule under the headers."""
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, indent: str = "") -> str:
+    """Left-aligned columns separated by two spaces, with a dashed rule under the headers.
+
+    Every line starts with ``indent`` and ends without trailing spaces; ``None`` shows as nothing.
+    """
     cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    widths = [max(map(len, column)) for column in zip(*cells, strict=True)]
+    # one format per line (thousands of rows for a large library): each cell padded to its column
+    line = indent + "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [line.format(*row).rstrip() for row in cells]
+    lines.insert(1, indent + "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import zipfile
@@ -25,6 +26,7 @@ from farm.provenance.audit import (
     today_from_config,
     wheel_facts,
 )
+from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex, merge_fragments
 from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
@@ -231,8 +233,9 @@ def test_corrupt_compressed_member_is_wheel_wrong_not_a_crash(tmp_path: Path) ->
 def test_judge_inferred_that_no_longer_matches_is_wheel_wrong() -> None:
     facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
                        {"a/_C.so": "2" * 64}, None)
-    entry = {"provenance": "inferred", "found": {"a/_C.so": "sm_80;sm_90"}, "extensions": {"a/_C.so": "2" * 64}}
-    row = judge(facts, entry, None)
+    info = buildinfo.inferred_build_info(dist="a", version="1.0", cell={}, found={"a/_C.so": "sm_80;sm_90"},
+                                         extensions={"a/_C.so": "2" * 64})
+    row = judge(facts, info.ledger_entry(filename=facts.filename, sha256=facts.sha256, size=1), None)
     assert row.verdict is Verdict.WHEEL_WRONG
     assert row.reasons == ("a/_C.so: recorded as holding sm_80;sm_90, the binary holds sm_80",)
 
@@ -246,8 +249,8 @@ def test_inferred_cell_from_names() -> None:
 
 def test_wheel_facts_reads_embedded_provenance(fleet: Fleet) -> None:
     facts = wheel_facts(fleet.pub / fleet.names[Verdict.OK])
-    assert facts.embedded is not None and facts.embedded["package"] == "demo_ok"
-    assert facts.extensions == facts.embedded["extensions"]
+    assert facts.embedded is not None and facts.embedded.package == "demo_ok"
+    assert facts.extensions == facts.embedded.extensions
 
 
 def test_invalid_embedded_provenance_is_wheel_wrong(tmp_path: Path) -> None:
@@ -261,13 +264,15 @@ def test_invalid_embedded_provenance_is_wheel_wrong(tmp_path: Path) -> None:
 
 
 def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
+    # the schema refuses such a file on reading; the core still judges the object it is given
+    failed = dataclasses.replace(
+        buildinfo.inferred_build_info(dist="a", version="1.0", found={"a/_C.so": "sm_80"}, extensions={},
+                                      cell={"cuda": "12.8", "torch": "none", "python": "cp311",
+                                            "platform": "linux_x86_64"}),
+        provenance="asserted", build_epoch=0, expected={"a/_C.so": "sm_80;sm_90"},
+        assertion=buildinfo.Assertion("failed", None, None), extensions=None)
     facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
-                       {"a/_C.so": "2" * 64}, {"provenance": "asserted", "dist": "a", "version": "1.0",
-                                               "build_epoch": 0, "cell": {"cuda": "12.8", "torch": "none",
-                                               "python": "cp311", "platform": "linux_x86_64"},
-                                               "found": {"a/_C.so": "sm_80"},
-                                               "expected": {"a/_C.so": "sm_80;sm_90"},
-                                               "assertion": {"result": "failed"}, "extensions": None})
+                       {"a/_C.so": "2" * 64}, failed)
     row = judge(facts, None, None)
     assert row.verdict is Verdict.WHEEL_WRONG and row.reasons == ("its provenance says the assertion failed",)
 
@@ -413,14 +418,30 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps(new) + "\n")
     ledger = LedgerIndex.load(ledger_path)
     today = {so: "sm_90;compute_90"}
-    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, old)
-    before = judge(facts, old, today)
+    entry = LedgerEntry.from_json(old)
+    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, entry.info)
+    before = judge(facts, entry, today)
     assert before.verdict is Verdict.CONFIG_MOVED and before.reasons[-1] == "bump build_epoch to rebuild"
-    by = _superseder(ledger, _newest_by_cell(ledger), old, today)
+    by = _superseder(ledger, _newest_by_cell(ledger), entry.info, today)
     assert by == new["filename"]
-    after = judge(facts, old, today, superseded_by=by)
+    after = judge(facts, entry, today, superseded_by=by)
     assert "bump" not in " ".join(after.reasons) and f"superseded by {new['filename']}" in after.reasons[-1]
     # not yet published: still advise the bump (the rebuild has not reached users)
     ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps({**new, "published": []}) + "\n")
     ledger = LedgerIndex.load(ledger_path)
-    assert _superseder(ledger, _newest_by_cell(ledger), old, today) is None
+    assert _superseder(ledger, _newest_by_cell(ledger), entry.info, today) is None
+
+
+def test_a_provenance_from_a_newer_farm_is_wheel_wrong_with_what_to_do(fleet: Fleet, tmp_path: Path) -> None:
+    ok = fleet.pub / fleet.names[Verdict.OK]
+    with zipfile.ZipFile(ok) as zf:
+        member = next(n for n in zf.namelist() if n.endswith("/_build_info.json"))
+        info = json.loads(zf.read(member))
+    make_wheel(tmp_path, "demo_newer", "1.0+cu130", {
+        "demo_newer/__init__.py": b"",
+        "demo_newer-1.0+cu130.dist-info/_build_info.json": json.dumps({**info, "schema_version": 3}).encode(),
+    }, tag=TAG)
+    (row,) = audit(str(tmp_path), LedgerIndex.empty())
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.reasons[0] == ("demo_newer-1.0+cu130.dist-info/_build_info.json: schema version 3: this farm reads "
+                              "version 1\n  fix: it was written by a newer farm: upgrade farm to read it")

@@ -135,6 +135,11 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
 def test_native_build_of_demo_ext_passes_postbuild(native_demo):
     root, result = native_demo
     _check_asserted_demo(root, result, "native")
+    # the spec the build was resolved into, written beside it, is the one postbuild asserted
+    from farm.build.spec import SPEC_FILE, read_spec
+
+    spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
+    assert spec == result.plan.spec and spec.arch.archs == ArchList.parse(ARCHS)
 
 
 def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
@@ -167,6 +172,12 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     # ...and postbuild after the quick start (README's everyday flow) carries the wheel to dist/
     assert main(["postbuild", str(wheel), "--out", str(tmp_path / "dist"), "--root", str(tmp_path)]) == 0
     assert (tmp_path / "dist" / wheel.name).read_bytes() == first
+    # ...or the README's other way: the build's repaired wheel, asserted against the spec it was built from
+    work = tmp_path / ".cache" / "build" / CELL.id
+    (repaired,) = (work / "wheelhouse").glob("*.whl")
+    assert main(["postbuild", str(repaired), "--spec", str(work / "build-spec.json"), "--out",
+                 str(tmp_path / "dist-spec"), "--root", str(tmp_path)]) == 0
+    assert [p.name for p in (tmp_path / "dist-spec").glob("*.whl")] == [wheel.name]
 
     # the recipe changed: the old wheel is named, nothing is built until --overwrite replaces it
     recipe = tmp_path / "packages" / "demo_ext.yml"

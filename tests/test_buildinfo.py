@@ -1,8 +1,10 @@
-"""_build_info.json: CI detection, toolchain versions from real tools, schema validation."""
+"""_build_info.json: CI detection, toolchain versions from real tools, schema validation, the typed
+object's round trip to the very bytes, and failing closed on foreign files."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import platform
 import subprocess
@@ -11,14 +13,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from farm.errors import ToolError, WheelError
+from farm.errors import LedgerError, ToolError, WheelError
 from farm.provenance import buildinfo
+from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry
 from farm.toolkit.assemble import parse_nvcc_release
 
 SHA = "ab" * 32
 
 
-def asserted_example() -> dict:
+def asserted_example() -> BuildInfo:
     return buildinfo.make_build_info(
         package="demo_ext",
         dist="demo_ext",
@@ -34,8 +37,9 @@ def asserted_example() -> dict:
         recipe_sha256=SHA,
         run=buildinfo.run_from_env({}),
         source=buildinfo.git_source("o/r", "v1", "c" * 40),
-        toolchain={"nvcc": "13.0.88", "torch": None, "python": "3.11.7", "builder": "native",
-                   "cibuildwheel": None},
+        # as farms before torch_cuda and toolkit wrote it: the keys stay absent on writing back
+        toolchain=buildinfo.Toolchain.from_mapping({"nvcc": "13.0.88", "torch": None, "python": "3.11.7",
+                                                    "builder": "native", "cibuildwheel": None}),
         extensions={"demo_ext/_C.so": SHA},
     )
 
@@ -50,13 +54,109 @@ def test_the_architecture_doc_example_keys_are_exactly_the_schema_keys(repo_root
     doc_keys = set(json.loads(block.replace('"...",', '"x",').replace('"<sha256>"', '"x"')
                               .replace('"sm_75;..."', '"x"')))
     assert doc_keys == set(buildinfo.schema()["required"])
-    assert doc_keys == set(asserted_example())
+    assert doc_keys == set(asserted_example().to_dict())
 
 
 def test_asserted_example_validates_and_round_trips() -> None:
     info = asserted_example()
-    buildinfo.validate(info)
-    assert buildinfo.loads(buildinfo.dumps(info)) == info
+    buildinfo.validate(info.to_dict())
+    data = info.to_json()
+    assert BuildInfo.from_json(data) == info
+    assert BuildInfo.from_json(data).to_json() == data
+    assert BuildInfo.from_json(json.loads(data)) == info  # an object already parsed reads the same
+    assert data == (json.dumps(info.to_dict(), indent=2) + "\n").encode()  # the format farm always wrote
+
+
+def test_the_object_is_frozen_all_the_way_down() -> None:
+    info = asserted_example()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.dist = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.cell.cuda = "12.8"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        info.found["demo_ext/_C.so"] = "sm_75"  # type: ignore[index]
+
+
+def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
+    """An older file without ``torch_cuda``, ``toolkit`` or a run ``url`` is written back without
+    them; one that records them as null keeps the nulls: both round-trip byte for byte."""
+    old = asserted_example()
+    assert old.toolchain is not None and old.toolchain.torch_cuda is ABSENT and old.toolchain.toolkit is ABSENT
+    assert old.run is not None and old.run.url is ABSENT
+    assert "torch_cuda" not in old.to_dict()["toolchain"] and "url" not in old.to_dict()["run"]
+    new = dataclasses.replace(old, toolchain=buildinfo.toolchain(cuda_home=None, builder="cibuildwheel"),
+                              run=buildinfo.run_from_env({"GITHUB_ACTIONS": "true"}))
+    assert new.to_dict()["toolchain"]["torch_cuda"] is None and new.to_dict()["toolchain"]["toolkit"] is None
+    assert new.to_dict()["run"]["url"] is None
+    for info in (old, new):
+        assert BuildInfo.from_json(info.to_json()).to_json() == info.to_json()
+
+
+def test_toolkit_record_round_trips() -> None:
+    toolkit = {"source": "redist", "release": "13.0.2", "manifest_url": "https://x/redistrib_13.0.2.json",
+               "manifest_sha256": SHA, "components": [{"name": "cuda_nvcc", "version": "13.0.88", "sha256": SHA}]}
+    chain = buildinfo.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
+    info = dataclasses.replace(asserted_example(), toolchain=chain)
+    assert info.to_dict()["toolchain"]["toolkit"] == toolkit
+    back = BuildInfo.from_json(info.to_json())
+    assert back == info and back.toolchain.toolkit.components[0].name == "cuda_nvcc"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["run"].update(runner="x"), "run has key(s) 'runner' this farm does not know"),
+        (lambda d: d["toolchain"].update(ccache="4.9"), "toolchain has key(s) 'ccache'"),
+        (lambda d: d["assertion"].update(third_reader="x"), "assertion has key(s) 'third_reader'"),
+        (lambda d: d.update(signed_by="x"), "_build_info.json has key(s) 'signed_by'"),
+    ],
+)
+def test_a_key_this_farm_does_not_know_fails_closed(mutate, message: str) -> None:
+    """The schema leaves these objects open; the typed object would drop the key on writing
+    back, so a file that has one is refused rather than silently changed."""
+    data = asserted_example().to_dict()
+    mutate(data)
+    buildinfo.validate(data)  # the schema alone would take it
+    with pytest.raises(WheelError) as err:
+        BuildInfo.from_json(json.dumps(data).encode(), where="w.whl!x.dist-info/_build_info.json")
+    assert message in str(err.value)
+    assert str(err.value).startswith("w.whl!x.dist-info/_build_info.json: invalid build info")
+    assert "upgrade farm" in (err.value.hint or "")
+
+
+def test_a_newer_schema_says_so() -> None:
+    data = {**asserted_example().to_dict(), "schema_version": 2}
+    with pytest.raises(WheelError, match="schema version 2: this farm reads version 1") as err:
+        BuildInfo.from_json(json.dumps(data), where="w.whl")
+    assert "newer farm" in (err.value.hint or "")
+
+
+@pytest.mark.parametrize("data", [b"[]", b'"x"', b"null", b"{}", b'{"provenance": "asserted"}'])
+def test_not_a_build_info_is_refused_with_its_place(data: bytes) -> None:
+    with pytest.raises(WheelError, match="^w.whl: invalid build info"):
+        BuildInfo.from_json(data, where="w.whl")
+
+
+def test_oversized_bytes_are_refused_before_parsing() -> None:
+    with pytest.raises(WheelError, match="at most"):
+        BuildInfo.from_json(b" " * (buildinfo.MAX_BUILD_INFO + 1), where="w.whl")
+
+
+def test_ledger_entry_is_the_build_info_plus_the_ledger_keys() -> None:
+    info = asserted_example()
+    entry = info.ledger_entry(filename="demo_ext-0.1.0+cu130-2-cp311-cp311-linux_x86_64.whl", sha256=SHA, size=9)
+    data = entry.to_dict()
+    assert {k: v for k, v in data.items() if k not in buildinfo.LEDGER_KEYS} == info.to_dict()
+    assert data["published"] == [] and data["size"] == 9
+    assert LedgerEntry.from_json(json.dumps(data)) == entry
+    published = entry.with_published("gh", "https://x/a.whl")
+    assert published.to_dict()["published"] == [{"target": "gh", "url": "https://x/a.whl"}]
+    assert entry.published == ()  # frozen: with_published makes another
+    # a ledger line is not a _build_info.json, nor the other way round
+    with pytest.raises(WheelError, match="a ledger entry"):
+        BuildInfo.from_json(json.dumps(data))
+    with pytest.raises(LedgerError, match="not a ledger entry: no filename, sha256, size, published"):
+        LedgerEntry.from_json(info.to_json(), where="ledger.jsonl:3")
 
 
 @pytest.mark.parametrize(
@@ -72,7 +172,7 @@ def test_asserted_example_validates_and_round_trips() -> None:
     ],
 )
 def test_schema_rejects(mutate, message: str) -> None:
-    info = copy.deepcopy(asserted_example())
+    info = copy.deepcopy(asserted_example().to_dict())
     mutate(info)
     with pytest.raises(WheelError) as err:
         buildinfo.validate(info, where="w.whl")
@@ -86,44 +186,45 @@ def test_inferred_entry_has_every_key_and_nulls_for_the_unknown() -> None:
         cell={"cuda": "12.8", "torch": None, "python": "cp311", "platform": "linux_x86_64"},
         found={"demo_ext/_C.so": "sm_80"}, extensions={"demo_ext/_C.so": SHA},
     )
-    buildinfo.validate(info)
-    assert set(info) == set(asserted_example())
-    assert info["provenance"] == "inferred"
-    assert info["run"] is None and info["toolchain"] is None and info["build_epoch"] is None
+    buildinfo.validate(info.to_dict())
+    assert set(info.to_dict()) == set(asserted_example().to_dict())
+    assert info.provenance == "inferred" and not info.asserted
+    assert info.run is None and info.toolchain is None and info.build_epoch is None
+    assert BuildInfo.from_json(info.to_json()) == info
 
 
-def test_loads_refuses_non_json() -> None:
+def test_from_json_refuses_non_json() -> None:
     with pytest.raises(WheelError, match="not JSON"):
-        buildinfo.loads(b"{", where="x")
+        BuildInfo.from_json(b"{", where="x")
 
 
 def test_run_from_github_actions_variables() -> None:
     env = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "o/farm", "GITHUB_SHA": "f" * 40,
            "GITHUB_RUN_ID": "123", "GITHUB_RUN_ATTEMPT": "2", "GITHUB_SERVER_URL": "https://github.com"}
-    run = buildinfo.run_from_env(env)
+    run = buildinfo.run_from_env(env).to_dict()
     assert run == {"provider": "github", "repository": "o/farm", "commit": "f" * 40, "run_id": "123",
                    "attempt": "2", "url": "https://github.com/o/farm/actions/runs/123/attempts/2"}
 
 
 def test_run_outside_ci_is_local_and_unknown_ci_is_not_called_local() -> None:
-    assert buildinfo.run_from_env({}) == {"provider": "local", "repository": None, "commit": None,
-                                          "run_id": None, "attempt": None}
-    assert buildinfo.run_from_env({"CI": "true"})["provider"] == "ci"
-    assert buildinfo.run_from_env({"GITLAB_CI": "true", "CI_PIPELINE_ID": "9"})["run_id"] == "9"
+    assert buildinfo.run_from_env({}).to_dict() == {"provider": "local", "repository": None, "commit": None,
+                                                    "run_id": None, "attempt": None}
+    assert buildinfo.run_from_env({"CI": "true"}).provider == "ci"
+    assert buildinfo.run_from_env({"GITLAB_CI": "true", "CI_PIPELINE_ID": "9"}).run_id == "9"
 
 
 def test_toolchain_asks_the_real_nvcc(cuda_home: Path, nvcc: Path) -> None:
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     info = buildinfo.toolchain(cuda_home=cuda_home, builder="native")
-    assert info["nvcc"] and f"V{info['nvcc']}" in reported
-    assert info["python"] == platform.python_version()
-    assert info["builder"] == "native" and info["cibuildwheel"] is None
+    assert info.nvcc and f"V{info.nvcc}" in reported
+    assert info.python == platform.python_version()
+    assert info.builder == "native" and info.cibuildwheel is None
 
 
 def test_toolchain_reports_cibuildwheel_only_for_that_builder() -> None:
     from importlib.metadata import version
 
-    assert buildinfo.toolchain(cuda_home=None, builder="cibuildwheel")["cibuildwheel"] == version("cibuildwheel")
+    assert buildinfo.toolchain(cuda_home=None, builder="cibuildwheel").cibuildwheel == version("cibuildwheel")
 
 
 def test_missing_nvcc_is_an_environment_error(tmp_path: Path) -> None:

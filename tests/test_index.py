@@ -10,17 +10,17 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from farm.errors import DefectError, LedgerError
+from farm.provenance.buildinfo import LedgerEntry, inferred_build_info
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import index
 from tests.ledgermaker import make_entry
 from tests.wheelmaker import make_wheel
 
-Built = tuple[list[Path], dict[str, dict[str, Any]]]
+Built = tuple[list[Path], dict[str, LedgerEntry]]
 
 WHEELS = [  # (dist, version, cuda, torch)
     ("alpha", "1.0", "12.8", "2.8"),
@@ -41,12 +41,13 @@ def built(tmp_path: Path) -> Built:
         path = make_wheel(tmp_path / "wheels", dist, f"{version}+{_local(cuda, torch)}",
                           {f"{dist.lower()}/__init__.py": f"# {cuda} {torch}\n".encode()})
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
-        entries[path.name] = make_entry(dist, version, cuda=cuda, torch=torch, filename=path.name, sha256=sha)
+        entries[path.name] = LedgerEntry.from_json(make_entry(dist, version, cuda=cuda, torch=torch,
+                                                              filename=path.name, sha256=sha))
         wheels.append(path)
     return wheels, entries
 
 
-def _publish(root: Path, wheels: list[Path], entries: dict[str, dict[str, Any]]) -> index.IndexReport:
+def _publish(root: Path, wheels: list[Path], entries: dict[str, LedgerEntry]) -> index.IndexReport:
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
     uploads, report = index.publish(root, pairs, entries.get)
     assert report is not None
@@ -105,7 +106,7 @@ def test_packages_json(built: Built, tmp_path: Path) -> None:
     assert set(doc["channels"]["cu128/torch2.8"]) == {"alpha", "beta-pkg"}
     f = doc["files"]["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"]
     assert f["project"] == "gamma" and f["cuda_label"] == "cu130" and f["torch_label"] == "torch2.9"
-    assert f["sha256"] == entries["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"]["sha256"]
+    assert f["sha256"] == entries["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"].sha256
     assert f["url"] == "files/gamma-1.0%2Bcu130torch2.9-cp311-cp311-linux_x86_64.whl"
 
 
@@ -211,9 +212,10 @@ def test_pip_and_uv_install_the_highest_build_tag(tmp_path: Path) -> None:
     entries = {}
     for epoch in (1, 2):
         stamped = stamp_wheel(raw, tmp_path / "out", local="cu128torch2.8", build_tag=str(epoch),
-                              build_info={"epoch": epoch})
-        entries[stamped.filename] = make_entry("alpha", "1.0", build_epoch=epoch, filename=stamped.filename,
-                                               sha256=stamped.sha256)
+                              build_info=inferred_build_info(dist="alpha", version="1.0", cell={}, found={},
+                                                             extensions={"alpha/e.so": f"{epoch:064x}"}))
+        entries[stamped.filename] = LedgerEntry.from_json(make_entry("alpha", "1.0", build_epoch=epoch,
+                                                                     filename=stamped.filename, sha256=stamped.sha256))
     root = tmp_path / "index"
     _publish(root, sorted((tmp_path / "out").glob("*.whl")), entries)
     url = (root / "cu128" / "torch2.8").as_uri() + "/"
@@ -227,7 +229,7 @@ def test_pip_and_uv_install_the_highest_build_tag(tmp_path: Path) -> None:
     assert uv.returncode == 0, uv.stdout + uv.stderr
     for installer in ("pip", "uv"):
         info = tmp_path / installer / "alpha-1.0+cu128torch2.8.dist-info" / "_build_info.json"
-        assert json.loads(info.read_text()) == {"epoch": 2}, installer
+        assert json.loads(info.read_text())["extensions"] == {"alpha/e.so": f"{2:064x}"}, installer
 
 
 def test_describe_reads_requires_python() -> None:

@@ -24,8 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 STAMP = """
 import sys
 from pathlib import Path
+from farm.provenance.buildinfo import inferred_build_info
 from farm.provenance.stamp import stamp_wheel
-stamp_wheel(Path(sys.argv[1]), Path(sys.argv[2]), local="cu130", build_tag=None, build_info={"a": 1})
+info = inferred_build_info(dist="demo", version="1.0", cell={}, found={}, extensions={})
+stamp_wheel(Path(sys.argv[1]), Path(sys.argv[2]), local="cu130", build_tag=None, build_info=info)
 """
 
 
@@ -83,10 +85,12 @@ def test_disk_full_names_the_path_and_the_remedy_on_a_real_full_filesystem(tmp_p
     wheel = _big_wheel(tmp_path, 4 << 20)
     with _small_filesystem(tmp_path) as mnt:
         out = mnt / "dist"
+        from farm.provenance.buildinfo import inferred_build_info
         from farm.provenance.stamp import stamp_wheel
 
+        info = inferred_build_info(dist="demo", version="1.0", cell={}, found={}, extensions={})
         with pytest.raises(FileSystemError) as exc:
-            stamp_wheel(wheel, out, local="cu130", build_tag=None, build_info={"a": 1})
+            stamp_wheel(wheel, out, local="cu130", build_tag=None, build_info=info)
         assert exc.value.exit_code == 3
         text = str(exc.value)
         assert "no space left on the device" in text and str(out) in text and "df -h" in text

@@ -19,8 +19,10 @@ from farm.errors import UsageError, WheelError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import load_config
+from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo
-from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
+from farm.provenance.buildinfo import BuildInfo, LedgerEntry
+from farm.provenance.ledger import LedgerIndex, dumps_entry, merge_fragments, read_fragment, write_fragment
 from farm.provenance.postbuild import (
     BuildContext,
     cell_platform,
@@ -83,6 +85,23 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
     assert {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")} == embedded
 
 
+def test_real_provenance_round_trips_byte_for_byte(stamped) -> None:
+    """The typed object reads the stamped wheel's file and the fragment and writes back their
+    very bytes: published wheels and ledgers stay valid, in the format farm always wrote."""
+    member = f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"
+    with zipfile.ZipFile(stamped.stamped.path) as zf:
+        data = zf.read(member)
+    info = BuildInfo.from_json(data, where=f"{stamped.stamped.path}!{member}")
+    assert info == stamped.stamped.build_info
+    assert info.to_json() == data
+    assert data == (json.dumps(json.loads(data), indent=2) + "\n").encode()  # json.dumps, indent 2, file order
+    line = stamped.fragment.read_bytes()
+    entry, rec = read_fragment(stamped.fragment)
+    assert (dumps_entry(entry) + "\n").encode() == line
+    assert entry == info.ledger_entry(filename=rec.filename, sha256=rec.sha256, size=entry.size)
+    assert LedgerEntry.from_json(line).info.to_json() == data
+
+
 def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, cuda_home: Path) -> None:
     """A retried job re-runs postbuild over its own output folder: same bytes, same fragment."""
     out = stamped.stamped.path.parent
@@ -94,11 +113,11 @@ def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, 
 
 
 def cuda_line_digits(result) -> str:
-    return result.stamped.build_info["cell"]["cuda"].replace(".", "")
+    return result.stamped.build_info.cell.cuda.replace(".", "")
 
 
 def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path) -> None:
-    info = stamped.stamped.build_info
+    info = stamped.stamped.build_info.to_dict()
     buildinfo.validate(info)
     so = f"demo_ext/{SO}"
     with zipfile.ZipFile(stamped.stamped.path) as zf:
@@ -110,7 +129,7 @@ def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert f"V{info['toolchain']['nvcc']}" in reported
     assert info["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert info["run"] == buildinfo.run_from_env(os.environ)
+    assert info["run"] == buildinfo.run_from_env(os.environ).to_dict()
     assert info["build_epoch"] == 2 and info["provenance"] == "asserted"
 
 
@@ -133,7 +152,7 @@ def test_stamped_wheel_installs_and_build_info_reads_back_at_runtime(stamped, tm
     code = ("import importlib.metadata as m, json; d = m.distribution('demo_ext'); "
             "print(json.dumps({'version': d.version, 'info': json.loads(d.read_text('_build_info.json'))}))")
     out = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout)
-    assert out["info"] == stamped.stamped.build_info
+    assert out["info"] == stamped.stamped.build_info.to_dict()
     assert out["version"] == WheelName.parse(stamped.stamped.filename).version
     # .data/scripts became an executable script; the package's executable kept its mode
     script = venv / "bin" / "demo-run"
@@ -192,8 +211,8 @@ def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) 
     assert ctx.defaults_sha256 == hashlib.sha256((farm_root / "_defaults.yml").read_bytes()).hexdigest()
     assert ctx.recipe_sha256 == hashlib.sha256((farm_root / "packages" / "demo_ext.yml").read_bytes()).hexdigest()
     assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
-    assert ctx.source == {"kind": "git", "repo": "example/demo_ext", "ref": "v0.1.0", "commit": None}
-    assert ctx.run["provider"] == "github" and ctx.run["run_id"] == "77"
+    assert ctx.source == buildinfo.GitSource("example/demo_ext", "v0.1.0", None)
+    assert ctx.run.provider == "github" and ctx.run.run_id == "77"
     assert ctx.requires_dist == ("numpy>=1.24",)  # stamped into the wheel's METADATA
 
 
@@ -250,7 +269,7 @@ def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_whe
     recipe = farm_root / "packages" / "demo_ext.yml"
     recipe.write_text(recipe.read_text().replace("git: {repo: example/demo_ext, ref: v0.1.0}", "path: src/demo_ext"))
     ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home)
-    assert ctx.source == {"kind": "path", "path": "src/demo_ext", "tree_sha256": tree_sha256(src)}
+    assert ctx.source == buildinfo.PathSource("src/demo_ext", tree_sha256(src))
     with pytest.raises(UsageError, match="does not link torch"):
         context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home, torch="2.8")
 
@@ -259,10 +278,45 @@ def test_a_planned_arch_list_is_what_the_assertion_checks(farm_root: Path, raw_w
     """The builder hands postbuild the plan's list: the assertion checks what was built, not a
     second resolution of a config that may say otherwise."""
     planned = ArchList.parse("8.0;9.0")
+    per_module = (("*_sm90*", ArchList.parse("9.0")),)
     ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home,
-                                 archs=(planned, "8.0;9.0 (as planned)"))
+                                 arch=ArchRequest(planned, "8.0;9.0 (as planned)", "planned", per_module))
     assert ctx.expected.default == planned != ArchList.parse(BASE)
     assert ctx.requested == "8.0;9.0 (as planned)"
+    assert ctx.expected.per_extension == per_module  # the spec's per-extension lists too, not the recipe's
+
+
+def test_postbuild_asserts_the_build_spec_it_is_given(farm_root: Path, raw_wheel: Path, cuda_home: Path,
+                                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`farm postbuild --spec build-spec.json`: the spec farm build wrote crosses the process
+    boundary intact, and its arch request (not the config's) is what the assertion checks."""
+    from dataclasses import replace
+
+    from farm.build.spec import resolve_spec, write_spec
+
+    config = load_config(farm_root)
+    recipe = config.recipe("demo_ext")
+    ctx, _ = context_from_config(config, raw_wheel, cuda_home=cuda_home)
+    as_configured = write_spec(resolve_spec(config, recipe, ctx.cell), tmp_path / "a")
+    base = ["postbuild", str(raw_wheel), "--root", str(farm_root), "--cuda-home", str(cuda_home), "--json"]
+    assert main([*base, "--out", str(tmp_path / "out-a"), "--spec", str(as_configured)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] and doc["wheels"][0]["stamped"]
+
+    # a build given another list than the config's: its wheel fails the spec's assertion
+    other = write_spec(resolve_spec(config, recipe, ctx.cell, arch=ArchRequest.given(ArchList.parse("8.0;9.0"))),
+                       tmp_path / "b")
+    assert main([*base, "--out", str(tmp_path / "out-b"), "--spec", str(other)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert not doc["passed"] and not (tmp_path / "out-b").exists()
+
+    # a spec of another cell, or a flag that contradicts it: bad input, nothing written
+    wrong = write_spec(resolve_spec(config, recipe, replace(ctx.cell, python="cp312")), tmp_path / "c")
+    assert main([*base, "--out", str(tmp_path / "out-c"), "--spec", str(wrong)]) == 2
+    assert "the build spec is for" in capsys.readouterr().out
+    assert main([*base, "--out", str(tmp_path / "out-c"), "--spec", str(as_configured), "--cuda", "12.8"]) == 2
+    assert "contradicts the build spec" in capsys.readouterr().out
+    assert not (tmp_path / "out-c").exists()
 
 
 def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path, raw_wheel: Path, cuda_home: Path,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
 import os
 import stat
 import subprocess
@@ -16,7 +16,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from farm.errors import UsageError, WheelError
-from farm.provenance import stamp
+from farm.provenance import buildinfo, stamp
 from farm.provenance.stamp import (
     WheelName,
     plan_relabel,
@@ -31,6 +31,14 @@ SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
 DATA_LIB = "demo_ext-0.1.0.data/platlib/demo_ext_native.so"
 LINK = "demo_ext/libdemo.so"
 
+
+
+def provenance_n(n: int = 1) -> buildinfo.BuildInfo:
+    """A provenance to stamp (``n`` tells two apart: stamping other content under one name)."""
+    return buildinfo.inferred_build_info(dist="demo_ext", version="0.1.0",
+                                         cell={"cuda": "12.8", "torch": None, "python": "cp311",
+                                               "platform": "linux_x86_64"},
+                                         found={}, extensions={f"demo_ext/v{n}.so": f"{n:064x}"})
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -70,8 +78,8 @@ def members(path: Path) -> dict[str, zipfile.ZipInfo]:
 
 def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Path, tmp_path: Path) -> None:
     before = digest(source_wheel)
-    info = {"provenance": "asserted", "x": 1}
-    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128torch2.8", build_tag="3", build_info=info)
+    provenance = provenance_n()
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128torch2.8", build_tag="3", build_info=provenance)
 
     assert result.filename == "demo_ext-0.1.0+cu128torch2.8-3-cp311-cp311-linux_x86_64.whl"
     assert result.path.parent == tmp_path / "out"
@@ -87,13 +95,13 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
     with zipfile.ZipFile(result.path) as zf:
         metadata = zf.read(f"{di}/METADATA").decode()
         wheel_meta = zf.read(f"{di}/WHEEL").decode()
-        assert json.loads(zf.read(f"{di}/_build_info.json")) == info
+        assert zf.read(f"{di}/_build_info.json") == provenance.to_json()
     assert "Version: 0.1.0+cu128torch2.8\n" in metadata
     assert "Build: 3\n" in wheel_meta and "Tag: cp311-cp311-linux_x86_64" in wheel_meta
 
 
 def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Path) -> None:
-    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None, build_info={"a": 1})
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None, build_info=provenance_n(1))
     assert result.filename == "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
     # WheelFile in read mode checks every member against RECORD as it is read.
     with WheelFile(result.path) as wf:
@@ -121,14 +129,15 @@ def test_data_scripts_exec_bits_and_symlinks_survive(source_wheel: Path, tmp_pat
 def test_build_info_callable_gets_new_paths_and_hashes(source_wheel: Path, tmp_path: Path) -> None:
     seen = {}
 
-    def make(relabel: stamp.Relabel, hashes: dict[str, str]) -> dict[str, object]:
+    def make(relabel: stamp.Relabel, hashes: dict[str, str]) -> buildinfo.BuildInfo:
         seen.update(hashes)
         new = relabel.member(DATA_LIB)
-        return {"extensions": {new: hashes[new]}}
+        return dataclasses.replace(provenance_n(), extensions={new: hashes[new]})
 
     result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag="1", build_info=make)
     new = "demo_ext-0.1.0+cu128.data/platlib/demo_ext_native.so"
-    assert result.build_info == {"extensions": {new: hashlib.sha256(b"\x7fELF platlib\n").hexdigest()}}
+    assert result.build_info is not None
+    assert result.build_info.extensions == {new: hashlib.sha256(b"\x7fELF platlib\n").hexdigest()}
     assert set(seen) == set(members(result.path)) - {
         "demo_ext-0.1.0+cu128.dist-info/_build_info.json", "demo_ext-0.1.0+cu128.dist-info/RECORD"}
 
@@ -143,7 +152,7 @@ def test_failed_rename_leaves_input_intact_and_no_output(source_wheel: Path, tmp
 
     monkeypatch.setattr(stamp.os, "link", broken_publish)  # the step that puts the wheel under its name
     with pytest.raises(OSError, match="No space left"):
-        stamp_wheel(source_wheel, out, local="cu128", build_tag=None, build_info={"a": 1})
+        stamp_wheel(source_wheel, out, local="cu128", build_tag=None, build_info=provenance_n(1))
     assert digest(source_wheel) == before
     assert list(out.iterdir()) == [], "neither the wheel nor its temporary file may remain"
 
@@ -154,12 +163,12 @@ def test_filesystems_without_hard_links_still_publish_atomically(source_wheel: P
         raise OSError(1, "Operation not permitted")  # what FAT and some network mounts answer
 
     monkeypatch.setattr(stamp.os, "link", no_links)
-    first = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info={"a": 1})
+    first = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(1))
     assert first.created and [p.name for p in (tmp_path / "out").iterdir()] == [first.path.name]
-    again = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info={"a": 1})
+    again = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(1))
     assert not again.created and again.sha256 == first.sha256
     with pytest.raises(UsageError, match="already exists with other content"):
-        stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info={"a": 2})
+        stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(2))
 
 
 def test_process_killed_between_temp_and_rename_leaves_no_partial_output(source_wheel: Path,
@@ -171,9 +180,10 @@ def test_process_killed_between_temp_and_rename_leaves_no_partial_output(source_
         import os, sys
         from pathlib import Path
         from farm.provenance import stamp
+        from tests.test_stamp import provenance_n
         stamp.os.link = lambda a, b: os._exit(9)  # dies as it would put the wheel under its name
         stamp.stamp_wheel(Path({str(source_wheel)!r}), Path({str(out)!r}), local="cu128", build_tag=None,
-                          build_info={{"a": 1}})
+                          build_info=provenance_n(1))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 9, proc.stderr
@@ -199,9 +209,9 @@ def test_input_that_does_not_match_its_record_is_refused(tmp_path: Path) -> None
 
 
 def test_already_stamped_wheel_is_refused(source_wheel: Path, tmp_path: Path) -> None:
-    first = stamp_wheel(source_wheel, tmp_path / "one", local="cu128", build_tag=None, build_info={"a": 1})
+    first = stamp_wheel(source_wheel, tmp_path / "one", local="cu128", build_tag=None, build_info=provenance_n(1))
     with pytest.raises(WheelError, match="already stamped"):
-        stamp_wheel(first.path, tmp_path / "two", local="cu128", build_tag=None, build_info={"a": 1})
+        stamp_wheel(first.path, tmp_path / "two", local="cu128", build_tag=None, build_info=provenance_n(1))
 
 
 def test_output_over_input_is_refused(source_wheel: Path) -> None:
@@ -297,12 +307,12 @@ def test_wheel_build_edit() -> None:
 
 def test_stamping_again_is_a_no_op_and_other_bytes_are_refused(source_wheel: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    first = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info={"n": 1})
-    again = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info={"n": 1})
+    first = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info=provenance_n(1))
+    again = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info=provenance_n(1))
     assert first.created and not again.created
     assert again.sha256 == first.sha256 == digest(first.path)
     with pytest.raises(UsageError, match="already exists with other content"):
-        stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info={"n": 2})
+        stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info=provenance_n(2))
     assert digest(first.path) == first.sha256
     assert sorted(p.name for p in out.iterdir()) == [first.filename]  # no temp file left
 
@@ -359,7 +369,7 @@ def test_unchanged_members_are_copied_as_stored_and_the_wheel_still_installs(tmp
         "demo_ext/blob.bin": payload,
         "demo_ext-0.1.0.data/scripts/demo-run": b"#!/bin/sh\necho demo\n",
     }, executables=("demo_ext-0.1.0.data/scripts/demo-run",), tag=f"{PY}-{PY}-linux_x86_64")  # pip installs it here
-    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info={"a": 1})
+    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info=provenance_n(1))
     for old, new in (("demo_ext/blob.bin", "demo_ext/blob.bin"), ("demo_ext/__init__.py", "demo_ext/__init__.py"),
                      ("demo_ext-0.1.0.data/scripts/demo-run", "demo_ext-0.1.0+cu130.data/scripts/demo-run")):
         assert _compressed_bytes(result.path, new) == _compressed_bytes(wheel, old)

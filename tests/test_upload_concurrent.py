@@ -32,7 +32,7 @@ def _epoch_variants(batch: Batch, work: Path) -> list[Path]:
     base = BuildContext(cell=cell, expected=Expected(ArchList.parse(ARCH)), requested=ARCH, build_epoch=0,
                         defaults_sha256=None, recipe_sha256=None,
                         source=buildinfo.path_source("examples/demo_ext", None), run=buildinfo.run_from_env({}),
-                        toolchain=info["toolchain"])
+                        toolchain=buildinfo.Toolchain.from_mapping(info["toolchain"]))
     dirs = []
     for epoch in range(1, N + 1):
         out = work / f"out{epoch}"

@@ -4,6 +4,7 @@ the pure decision function."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -14,7 +15,7 @@ import pytest
 
 from farm.cli import main
 from farm.provenance import buildinfo
-from farm.provenance.buildinfo import name_problems
+from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, name_problems
 from farm.provenance.ledger import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import Check, IndexSettings, upload
@@ -54,7 +55,7 @@ def _restamp(batch: Batch, dest: Path, **changes: object) -> Path:
     info.update(changes)
     epoch = int(info["build_epoch"])
     stamped = stamp_wheel(batch.raw, dest, local="cu130", build_tag=str(epoch) if epoch else None,
-                          build_info=info)
+                          build_info=BuildInfo.from_json(info))
     write_fragment({**info, "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size,
                     "published": []}, dest)
     return stamped.path
@@ -200,55 +201,71 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
 
 # -- the pure core ----------------------------------------------------------------------------
 INFO = {
+    "schema_version": 1, "package": "demo_ext",
     "dist": "demo_ext", "version": "0.1.0", "build_epoch": 0, "provenance": "asserted",
     "cell": {"cuda": "12.8", "torch": "2.8", "python": "cp311", "platform": "linux_x86_64"},
-    "assertion": {"result": "passed"}, "arch_list": {"requested": "8.0;9.0+PTX", "normalised": "sm_80;sm_90;compute_90"},
+    "assertion": {"result": "passed", "native_reader": "farm", "cuobjdump": None},
+    "arch_list": {"requested": "8.0;9.0+PTX", "normalised": "sm_80;sm_90;compute_90"},
     "expected": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
     "found": {"demo_ext/_C.so": "sm_80;sm_90;compute_90"},
+    "defaults_sha256": None, "recipe_sha256": None, "run": {"provider": "local", "repository": None, "commit": None,
+                                                            "run_id": None, "attempt": None},
+    "source": None, "toolchain": {"nvcc": None, "torch": None, "python": None, "builder": None, "cibuildwheel": None},
+    "extensions": {"demo_ext/_C.so": "b" * 64},
 }
 NAME = "demo_ext-0.1.0+cu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
 SHA = "a" * 64
 
 
+def _bi(data: dict) -> BuildInfo:
+    """The pure core takes the typed object: the test's dict, read as a wheel's file is."""
+    return BuildInfo.from_json(data)
+
+
+def _le(data: dict) -> LedgerEntry:
+    return LedgerEntry.from_json({"sha256": SHA, "size": 1, "published": [], **data})
+
+
 def test_name_problems() -> None:
-    assert name_problems(NAME, INFO) == []
-    assert name_problems(NAME.replace("cp311-cp311", "cp312-cp312"), INFO) == [
+    assert name_problems(NAME, _bi(INFO)) == []
+    assert name_problems(NAME.replace("cp311-cp311", "cp312-cp312"), _bi(INFO)) == [
         "python tag cp312 but the cell is cp311"]
-    assert name_problems(NAME.replace("-cp311-cp311", "-2-cp311-cp311"), INFO) == [
+    assert name_problems(NAME.replace("-cp311-cp311", "-2-cp311-cp311"), _bi(INFO)) == [
         "build tag 2 but build_epoch is 0"]
-    assert name_problems(NAME.replace("x86_64", "aarch64"), INFO) == [
+    assert name_problems(NAME.replace("x86_64", "aarch64"), _bi(INFO)) == [
         "platform manylinux_2_28_aarch64 but the cell is linux_x86_64"]
     torch_free = {**INFO, "cell": {**INFO["cell"], "torch": "none"}}
-    assert name_problems(NAME.replace("torch2.8", ""), torch_free) == []
+    assert name_problems(NAME.replace("torch2.8", ""), _bi(torch_free)) == []
     # A version is compared as PEP 440 reads it, not as spelled ("0.1.0" is "00.1.0").
-    assert name_problems(NAME, {**INFO, "version": "00.1.0"}) == []
-    assert name_problems(NAME, {**INFO, "version": "0.1.1"}) == ["version 0.1.0 but provenance says '0.1.1'"]
+    assert name_problems(NAME, _bi({**INFO, "version": "00.1.0"})) == []
+    assert name_problems(NAME, _bi({**INFO, "version": "0.1.1"})) == ["version 0.1.0 but provenance says '0.1.1'"]
 
 
 def test_judge_inferred_and_failed_are_refused() -> None:
     entry = {**INFO, "filename": NAME, "sha256": SHA}
-    assert judge(NAME, SHA, INFO, entry, None, INFO["found"]) == []
+    assert judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"]) == []
     inferred = {**INFO, "provenance": "inferred", "assertion": None}
-    (r,) = judge(NAME, SHA, inferred, {**inferred, "filename": NAME}, None, INFO["found"])
+    (r,) = judge(NAME, SHA, _bi(inferred), _le({**inferred, "filename": NAME}), None, INFO["found"])
     assert r.check is Check.ASSERTED
-    failed = {**INFO, "assertion": {"result": "failed"}}
-    (r,) = judge(NAME, SHA, failed, {**failed, "filename": NAME}, None, INFO["found"])
+    # the schema itself refuses an asserted file that says failed; the core still judges the object
+    failed = dataclasses.replace(_bi(INFO), assertion=Assertion("failed", "farm", None))
+    (r,) = judge(NAME, SHA, failed, LedgerEntry(failed, NAME, SHA, 1), None, INFO["found"])
     assert r.check is Check.ASSERTED
 
 
 def test_judge_ledger_entry_of_another_cell() -> None:
     entry = {**INFO, "filename": NAME, "cell": {**INFO["cell"], "torch": "2.7"}}
-    (r,) = judge(NAME, SHA, INFO, entry, None, INFO["found"])
+    (r,) = judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"])
     assert r.check is Check.LEDGER and "cell" in r.message
     # Every provenance field counts, not only the cell's; the ledger's own keys do not.
     entry = {**INFO, "filename": NAME, "published": [{"target": "i", "url": "u"}], "recipe_sha256": "b" * 64}
-    (r,) = judge(NAME, SHA, INFO, entry, None, INFO["found"])
+    (r,) = judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"])
     assert r.check is Check.LEDGER and "differ in recipe_sha256 " in r.message
 
 
 def test_judge_passed_provenance_whose_found_is_not_its_expected_is_refused() -> None:
     forged = {**INFO, "expected": {"demo_ext/_C.so": "sm_80;sm_90;sm_100;compute_100"}}
-    (r,) = judge(NAME, SHA, forged, {**forged, "filename": NAME}, None, INFO["found"])
+    (r,) = judge(NAME, SHA, _bi(forged), _le({**forged, "filename": NAME}), None, INFO["found"])
     assert r.check is Check.ASSERTED
     assert r.message.endswith("differ: demo_ext/_C.so: missing compute_100;sm_100, extra compute_90")
 
@@ -342,10 +359,11 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
                 data += f"{so},sha256={digest},{len(forged)}\n".encode()
             zout.writestr(name, data)
     out = tmp_path / "out"
-    stamped = stamp_wheel(forged_raw, out, local="cu130", build_tag=None, build_info=lambda _r, hashes: {
-        **info, "extensions": {so: hashes[so]}})
-    write_fragment({**info, "extensions": {so: buildinfo.loads(_member(stamped.path, "_build_info.json"),
-                                                               where="x")["extensions"][so]},
+    stamped = stamp_wheel(forged_raw, out, local="cu130", build_tag=None, build_info=lambda _r, hashes: (
+        BuildInfo.from_json({**info, "extensions": {so: hashes[so]}})))
+    recorded = BuildInfo.from_json(_member(stamped.path, "_build_info.json"), where="x").extensions
+    assert recorded is not None
+    write_fragment({**info, "extensions": {so: recorded[so]},
                     "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size, "published": []},
                    out)
     # The forgery is consistent with itself: the old gate (native reader, no config) passed it.
@@ -369,11 +387,11 @@ def test_judge_provenance_that_contradicts_itself_is_refused() -> None:
     """requested -> normalised -> expected -> found must hold as one chain."""
     info = {**INFO, "arch_list": {"requested": "8.0", "normalised": "sm_80;sm_90;compute_90"}}
     entry = {**info, "filename": NAME, "sha256": SHA}
-    (refusal,) = judge(NAME, SHA, info, entry, None, INFO["found"])
+    (refusal,) = judge(NAME, SHA, _bi(info), _le(entry), None, INFO["found"])
     assert refusal.check is Check.CONSISTENT
     assert "requested 8.0 normalises to sm_80" in refusal.message
     info = {**INFO, "arch_list": {"requested": "not an arch list", "normalised": "sm_80"}}
-    (refusal,) = judge(NAME, SHA, info, {**info, "filename": NAME, "sha256": SHA}, None, INFO["found"])
+    (refusal,) = judge(NAME, SHA, _bi(info), _le({**info, "filename": NAME, "sha256": SHA}), None, INFO["found"])
     assert refusal.check is Check.CONSISTENT and "does not parse" in refusal.message
 
 
@@ -383,3 +401,22 @@ def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) 
                                                      "demo_ext-0.1.0+cu130.dist-info/_build_info.json": big})
     (refusal,) = _gate(tmp_path).refused
     assert refusal.check is Check.READABLE and "at most" in refusal.message
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"schema_version": 2}, "schema version 2: this farm reads version 1"),
+    ({"run": {"provider": "local", "repository": None, "commit": None, "run_id": None, "attempt": None,
+              "runner": "x"}}, "invalid build info: run has key(s) 'runner' this farm does not know"),
+])
+def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, tmp_path: Path,
+                                                             change: dict, says: str) -> None:
+    """A newer farm's file, or one with a key this farm does not know, is not read as if it were
+    this farm's: the gate refuses the wheel and names the file."""
+    info = {k: v for k, v in json.loads(demo_batch.fragment.read_text()).items() if k not in buildinfo.LEDGER_KEYS}
+    wheel = make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {
+        "demo_ext/__init__.py": b"",
+        "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, **change}).encode(),
+    })
+    (refusal,) = _gate(tmp_path).refused
+    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.message == f"cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: {says}"

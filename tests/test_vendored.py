@@ -14,6 +14,7 @@ import pytest
 
 from farm.cli import main
 from farm.provenance import buildinfo
+from farm.provenance.buildinfo import BuildInfo
 from farm.provenance.ledger import write_fragment
 from farm.provenance.stamp import stamp_wheel
 from tests.cudafix import CudaFixtures, cuda_fixtures
@@ -95,9 +96,10 @@ def test_a_bundled_library_for_other_arches_is_caught_everywhere(
         plain.pop(key)
     so = next(iter(plain["extensions"]))
     result = stamp_wheel(raw, old, local="cu130", build_tag=None,
-                         build_info=lambda _r, hashes: {**plain, "extensions": {so: hashes[so]}})
-    write_fragment({**(result.build_info or {}), "filename": result.filename, "sha256": result.sha256,
-                    "size": result.size, "published": []}, old)
+                         build_info=lambda _r, hashes: BuildInfo.from_json({**plain, "extensions": {so: hashes[so]}}))
+    assert result.build_info is not None
+    write_fragment(result.build_info.ledger_entry(filename=result.filename, sha256=result.sha256, size=result.size),
+                   old)
     assert main(["upload", str(old), "--root", str(root), "--target", "index", "--dry-run", "--json"]) == 1
     refused = json.loads(capsys.readouterr().out)["gate"]["refused"]
     assert any(r["check"] == "inspection" and "does not record" in r["message"] for r in refused), refused

@@ -148,7 +148,7 @@ def runnable(fatbins: Iterable[Fatbin]) -> tuple[Fatbin, ...]:
     relocatable ones. cuobjdump's default listing makes the same choice.
     """
     fatbins = tuple(fatbins)
-    executable = tuple(f for f in fatbins if f.executable)
+    executable = tuple([f for f in fatbins if f.section == EXECUTABLE_SECTION])
     return executable or fatbins
 
 

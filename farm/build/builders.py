@@ -37,6 +37,7 @@ from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 if TYPE_CHECKING:
     from farm.lint import LintReport
     from farm.model.arch import ArchList
+    from farm.model.spec import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
 
@@ -350,8 +351,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                             hint="read the build log above")
 
     # the plan's before-build steps (build tools, torch, extra_deps) are the environment's contents
-    spec = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps)
-    benv = buildenv.ensure_env(spec, Path(env_root or work.parent / "envs"), environ=env,
+    contents = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps, tools=plan.spec.tools)
+    benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
                                runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
     if built_env is not None:
@@ -404,32 +405,33 @@ def build_cell(
     cell: Cell,
     settings: BuildSettings,
     *,
-    archs: Any = None,
-    arch_origin: str | None = None,
-    requested: str | None = None,
+    arch: ArchRequest | None = None,
     torch_version: str | None = None,
     postbuild: bool = True,
     log: Log | None = None,
 ) -> BuildResult:
-    """Fetch, prepare, plan, build and postbuild one cell."""
+    """Fetch, prepare, plan, build and postbuild one cell.
+
+    The cell's :class:`~farm.build.spec.BuildSpec` is resolved once, here (``arch`` and
+    ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
+    postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
+    work folder."""
+    from farm.build.spec import SpecOverrides, resolve_spec, write_spec
     from farm.source.fetch import fetch
 
     say = _say(log)
+    spec = resolve_spec(config, recipe, cell,
+                        SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
+                                      redist_url=settings.redist_url, env=dict(os.environ)),
+                        arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
     src = prepare_source(tree.root, recipe, config.root, work, log=say)
-    if archs is None:
-        from farm.model.cells import resolve_arch
-
-        resolution = resolve_arch(config, recipe, cell)
-        if resolution is None:
-            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
-                             hint="add a policy row for this CUDA line and platform")
-        archs, arch_origin = resolution.archs, resolution.origin
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
-    report = lint_as_built(config, recipe, tree, archs, Path(settings.source_cache).absolute(), prepared=src)
+    report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
+                           prepared=src)
     for ignore in report.stale_ignores:  # stale under every list is the matrix's verdict; here, a note
         say(f"{cell.id}: lint_ignore at {ignore.where} matches nothing in the source as built for this arch list")
     if not report.passed:
@@ -438,14 +440,12 @@ def build_cell(
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
-    from farm.build.plan import knobs, toolkit_request
     from farm.model.cells import NO_TORCH
     from farm.toolkit.assemble import toolkit_prefix
     from farm.toolkit.check import check_toolkit
 
-    base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, toolkit_source=settings.toolkit_source,
-                       redist_url=settings.redist_url, env=dict(os.environ))
-    knob = knobs(config, recipe)
+    # the spec carries the toolkit request and torch's index: the options are only where and how
+    base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work)
     if settings.cuda_home is not None:
         tk: Toolkit = toolkit_at_home(settings.cuda_home)
         if tk.cuda != cell.cuda:
@@ -453,9 +453,9 @@ def build_cell(
                              hint="pass the toolkit of the cell's CUDA line, or filter with --cuda")
         # an installed toolkit is checked for what torch's headers and the recipe need
         needed: tuple[str, ...] = (*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
-                                   *knob.extra_cuda_components)
+                                   *spec.knobs.extra_cuda_components)
     else:
-        request = toolkit_request(config, knob, cell, base)
+        request = spec.toolkit
         tk = ensure_toolkit(request, toolkit_prefix(Path(settings.toolkit_root).absolute(), request), progress=say)
         needed = request.components
     # before the first nvcc: a missing header or library now, not 20 minutes into the build
@@ -469,7 +469,6 @@ def build_cell(
         images=settings.images,
         host_cuda_home=tk.cuda_home,
         host_toolkit_prefix=tk.prefix,
-        torch_index=settings.torch_index or base.torch_index,
     )
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
@@ -477,8 +476,8 @@ def build_cell(
         say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
             f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
         options = replace(options, shard=setup)
-    plan = plan_build(config, recipe, cell, src, options, archs=archs, arch_origin=arch_origin,
-                      torch_version=torch_version, requested=requested)
+    plan = plan_build(config, recipe, cell, src, options, spec=spec)
+    write_spec(spec, work)
     error: ToolError | None = None
     built: list[Path] = []
     torch_built: Mapping[str, Any] | None = None
@@ -553,13 +552,14 @@ def run_postbuild(
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
     ``python``: the container's exact Python for a cibuildwheel build (None: unknown). ``plan``:
-    the plan the wheel was built from, whose arch list the assertion checks (not a new resolution)."""
+    the plan the wheel was built from, whose spec's arch request the assertion checks (not a new
+    resolution)."""
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
 
     context, _ = context_from_config(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
         cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
-        archs=(plan.archs, plan.requested) if plan is not None else None,
+        arch=plan.arch if plan is not None else None,
         torch_built=torch_built,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

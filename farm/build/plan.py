@@ -31,12 +31,23 @@ from pathlib import Path, PurePosixPath
 import tomli_w
 
 from farm.build.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
+from farm.build.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
+    BUILD_REQUIREMENTS,
+    BuildSpec,
+    SpecOverrides,
+    knobs,
+    resolve_spec,
+    toolkit_request,
+    torch_index_for,
+    torch_version_for,
+)
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
-from farm.model.cells import NO_TORCH, Cell, resolve_arch
+from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
+from farm.model.spec import ArchRequest
 from farm.toolkit import assemble as toolkit
-from farm.toolkit.request import ToolkitRequest, request_for
+from farm.toolkit.request import ToolkitRequest
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
 _PLATFORMS: dict[str, tuple[str, str, str]] = {
@@ -88,7 +99,6 @@ _VENDOR_CHECK = (
 
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
-BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
 
 @dataclass(frozen=True)
@@ -125,9 +135,7 @@ class NativeSteps:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    cell: Cell
-    archs: ArchList
-    arch_origin: str
+    spec: BuildSpec  # what is built (resolved once); the rest is how
     identifier: str  # cibuildwheel's: cp311-manylinux_x86_64
     argv: tuple[str, ...]
     env: Mapping[str, str]  # added to the builder's environment
@@ -140,10 +148,40 @@ class BuildPlan:
     options: Mapping[str, object] = field(default_factory=dict)  # the cibuildwheel options
     native: NativeSteps | None = None
     cuda_home: str = ""  # CUDA_HOME as the build sees it
-    torch_version: str | None = None
-    torch_index: str | None = None  # where torch_version comes from: a URL or "pip"
-    toolkit: ToolkitRequest | None = None  # the toolkit the build uses (None: an installed one)
-    requested: str = ""  # the arch list as written in the config; postbuild asserts ``archs``
+
+    # The spec's fields under the names the plan has always had.
+    @property
+    def cell(self) -> Cell:
+        return self.spec.cell
+
+    @property
+    def arch(self) -> ArchRequest:
+        """The arch request postbuild asserts."""
+        return self.spec.arch
+
+    @property
+    def archs(self) -> ArchList:
+        return self.spec.arch.archs
+
+    @property
+    def arch_origin(self) -> str:
+        return self.spec.arch.origin
+
+    @property
+    def requested(self) -> str:
+        return self.spec.arch.requested
+
+    @property
+    def torch_version(self) -> str | None:
+        return self.spec.torch_version
+
+    @property
+    def torch_index(self) -> str | None:
+        return self.spec.torch_index
+
+    @property
+    def toolkit(self) -> ToolkitRequest:
+        return self.spec.toolkit
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -160,7 +198,8 @@ class BuildPlan:
             "cuda_home": self.cuda_home,
             "torch_version": self.torch_version,
             "torch_index": self.torch_index,
-            "toolkit": self.toolkit.to_json() if self.toolkit else None,
+            "toolkit": self.toolkit.to_json(),
+            "spec": self.spec.to_json(),
         }
 
 
@@ -175,45 +214,6 @@ def identifier(cell: Cell) -> str:
     if not cell.python.startswith("cp"):
         raise UsageError(f"cell {cell.id}: python {cell.python!r} is not a CPython tag like cp311")
     return f"{cell.python}-{suffix}"
-
-
-def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
-    """The recipe's build knobs over ``_defaults.yml``'s: a knob the recipe leaves unset is inherited."""
-    base, own = config.defaults.build, recipe.build
-    return BuildKnobs(
-        subdir=own.subdir,
-        patch_script=own.patch_script,
-        extra_deps=own.extra_deps or base.extra_deps,
-        extra_cuda_components=own.extra_cuda_components or base.extra_cuda_components,
-        nvcc_flags=own.nvcc_flags or base.nvcc_flags,
-        max_jobs=own.max_jobs if own.max_jobs is not None else base.max_jobs,
-        nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
-        env={**base.env, **own.env},
-        arch_env={**base.arch_env, **own.arch_env},
-        system_packages=own.system_packages or base.system_packages,
-    )
-
-
-def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
-    """The full torch version the grid pins for the cell (``2.8.0``); None for torch-free cells."""
-    if cell.torch == NO_TORCH:
-        return None
-    for row in config.defaults.grid:
-        if row.cuda == cell.cuda and row.torch_minor == cell.torch:
-            return row.torch
-    raise UsageError(f"cell {cell.id}: the grid has no torch {cell.torch} for CUDA {cell.cuda}",
-                     where=config.defaults.path.name)
-
-
-def torch_index_for(config: FarmConfig, cell: Cell, override: str | None = None) -> str:
-    """Where the cell's torch comes from: ``override`` (--torch-index / $FARM_TORCH_INDEX), else the
-    CUDA line's ``torch_index`` in ``_defaults.yml``; ``{cu}`` in a URL becomes the cell's ``cu130``."""
-    index = override or config.defaults.torch_index.get(cell.cuda)
-    if index is None:
-        raise UsageError(f"cell {cell.id}: _defaults.yml names no torch_index for CUDA {cell.cuda}",
-                         where=config.defaults.path.name,
-                         hint="add the line under torch_index, or pass --torch-index URL|pip")
-    return index.replace("{cu}", cell.cu)
 
 
 def arch_environment(archs: ArchList) -> dict[str, str]:
@@ -282,10 +282,11 @@ def _quoter(windows: bool) -> Callable[[str], str]:
 
 
 def before_build_commands(
-    cell: Cell, knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False
+    cell: Cell, knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
+    tools: tuple[str, ...] = BUILD_REQUIREMENTS,
 ) -> list[str]:
     q = _quoter(windows)
-    cmds = [f"python -m pip install {' '.join(q(r) for r in BUILD_REQUIREMENTS)}"]
+    cmds = [f"python -m pip install {' '.join(q(r) for r in tools)}"]
     if torch_version is not None:
         # "pip": pip's own configuration decides (mirrors, find-links, constraints); a URL is the
         # only index torch and its requirements come from
@@ -303,34 +304,27 @@ def plan_build(
     source_root: Path,
     options: PlanOptions,
     *,
+    spec: BuildSpec | None = None,
     archs: ArchList | None = None,
-    arch_origin: str | None = None,
-    torch_version: str | None = None,
-    requested: str | None = None,
 ) -> BuildPlan:
     """Plan the build of ``cell`` from the prepared checkout ``source_root``.
 
-    ``archs``/``torch_version`` default to what the config resolves for the cell (the matrix has
-    already resolved them and may pass them in).
+    ``spec``: the cell's build spec as the builder resolved it (carried, not resolved again);
+    without one, :func:`~farm.build.spec.resolve_spec` resolves it here from the config and
+    ``options`` (with ``archs``, a given list, in place of the config's).
     """
-    if cell.package != recipe.name:
-        raise UsageError(f"cell {cell.id} is not a cell of package {recipe.name!r}")
     if not Path(options.output_dir).is_absolute():
         raise UsageError(f"the output directory must be absolute, got {options.output_dir}",
                          hint="cibuildwheel resolves a relative one against the package's directory")
-    if archs is None:
-        resolution = resolve_arch(config, recipe, cell)
-        if resolution is None:
-            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
-                             hint="add a policy row for this CUDA line and platform")
-        archs, arch_origin, requested = resolution.archs, resolution.origin, resolution.spec.text
-    if torch_version is None:
-        torch_version = torch_version_for(config, cell)
+    if spec is None:
+        spec = resolve_spec(config, recipe, cell, overrides(options),
+                            arch=ArchRequest.given(archs) if archs is not None else None)
+    elif spec.cell != cell or cell.package != recipe.name:
+        raise UsageError(f"the build spec is for cell {spec.cell.id}, not {cell.id} of {recipe.name!r}")
+    archs, torch_version, knob, request = spec.arch.archs, spec.torch_version, spec.knobs, spec.toolkit
     ident = identifier(cell)
     cibw_platform, _, cibw_arch = _PLATFORMS[cell.platform]
-    knob = knobs(config, recipe)
     in_container = cibw_platform == "linux"
-    request = toolkit_request(config, knob, cell, options)
     engine = options.container_engine
 
     if in_container:
@@ -367,10 +361,9 @@ def plan_build(
         else:
             env_pairs += options.shard.environment(options.shard.directory.as_posix(),
                                                    Path(source_root).as_posix(), cuda_home)
-    torch_index = torch_index_for(config, cell, options.torch_index) if torch_version is not None else None
-    before_build = before_build_commands(cell, knob, torch_version, torch_index or "",
-                                         windows=cibw_platform == "windows")
-    repair = repair_command(declared=tuple(v.glob for v in recipe.vendored)) if in_container else ""
+    before_build = before_build_commands(cell, knob, torch_version, spec.torch_index or "",
+                                         windows=cibw_platform == "windows", tools=spec.tools)
+    repair = repair_command(declared=spec.vendored) if in_container else ""
 
     cibw: dict[str, object] = {
         "build": ident,
@@ -413,13 +406,11 @@ def plan_build(
         environment=tuple(env_pairs),
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
-        repair_command=repair_command(declared=tuple(v.glob for v in recipe.vendored)),
+        repair_command=repair_command(declared=spec.vendored),
         extra_deps=knob.extra_deps,
     )
     return BuildPlan(
-        cell=cell,
-        archs=archs,
-        arch_origin=arch_origin or "given",
+        spec=spec,
         identifier=ident,
         argv=argv,
         env=env,
@@ -432,16 +423,11 @@ def plan_build(
         options=cibw,
         native=native,
         cuda_home=cuda_home,
-        torch_version=torch_version,
-        torch_index=torch_index,
-        toolkit=request,
-        requested=requested or archs.canonical(),
     )
 
 
-def toolkit_request(config: FarmConfig, knob: BuildKnobs, cell: Cell, options: PlanOptions) -> ToolkitRequest:
-    """The cell's toolkit: the line's components, torch's for a torch-linked cell, the recipe's extra."""
-    return request_for(
-        config.defaults.toolkit, cell.cuda, torch=cell.torch != NO_TORCH, extra=knob.extra_cuda_components,
-        source=options.toolkit_source, platform=cell.platform, redist_url=options.redist_url, env=options.env,
-    )
+def overrides(options: PlanOptions) -> SpecOverrides:
+    """What the plan's options decide over the config."""
+    return SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
+                         redist_url=options.redist_url, env=options.env)
+

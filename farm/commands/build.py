@@ -100,13 +100,13 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
             info = read_embedded(wheel)
         except FarmError:
             continue
-        if not (info and info.get("package") == recipe.name and info.get("cell") == cell.as_dict()
-                and info.get("build_epoch") == epoch):
+        if not (info and info.package == recipe.name and info.cell.to_dict() == cell.as_dict()
+                and info.build_epoch == epoch):
             continue
-        same = ((info.get("arch_list") or {}).get("normalised") == archs.canonical()
-                and info.get("recipe_sha256") == recipe.sha256
-                and info.get("defaults_sha256") == config.defaults.sha256
-                and info.get("provenance") == "asserted"
+        same = (info.arch_list.normalised == archs.canonical()
+                and info.recipe_sha256 == recipe.sha256
+                and info.defaults_sha256 == config.defaults.sha256
+                and info.provenance == "asserted"
                 and Path(f"{wheel}{FRAGMENT_SUFFIX}").is_file())
         if same:
             return wheel, True
@@ -215,8 +215,7 @@ def run(args: argparse.Namespace) -> int:
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
-            results.append(build_cell(config, recipe, pc.cell, cell_settings, archs=pc.archs,
-                                      arch_origin=pc.arch_origin, requested=pc.requested,
+            results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,
                                       torch_version=pc.torch_version))
         except FarmError as exc:  # one cell's failure does not stop the others
             print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)

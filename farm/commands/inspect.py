@@ -50,8 +50,7 @@ def render_so(insp: SoInspection, indent: str = "") -> str:
     found = insp.found.canonical() if insp.has_device_code else "no device code"
     lines = [f"{indent}{insp.path}: {found}"]
     if insp.reader is not Reader.CUOBJDUMP and insp.fatbins:
-        table = format_table(("#", "section", "offset", "note", "entries"), _entries(insp))
-        lines += [indent + "  " + line for line in table.splitlines()]
+        lines.append(format_table(("#", "section", "offset", "note", "entries"), _entries(insp), indent=indent + "  "))
     if insp.reader is Reader.CUOBJDUMP and insp.listing:
         lines.append(f"{indent}  cuobjdump: " + " ".join(e.name for e in insp.listing))
     if insp.reader is Reader.BOTH:
@@ -82,14 +81,21 @@ def run(args: argparse.Namespace) -> int:
     code = EXIT_OK
     for path in args.paths:
         try:
+            # only the output asked for is built: either one takes milliseconds for a large library
             if os.path.splitext(path)[1] == ".whl":
                 w = inspect_wheel(path, reader, cuobjdump=tool, stubs=args.stubs)
-                results.append({"kind": "wheel", **w.to_json()})
-                text, agrees = render_wheel(w), w.agrees
+                if args.json:
+                    results.append({"kind": "wheel", **w.to_json()})
+                else:
+                    print(render_wheel(w))
+                agrees = w.agrees
             else:
                 s = inspect_file(path, reader, cuobjdump=tool, stubs=args.stubs)
-                results.append({"kind": "file", **s.to_json()})
-                text, agrees = render_so(s), s.agrees
+                if args.json:
+                    results.append({"kind": "file", **s.to_json()})
+                else:
+                    print(render_so(s))
+                agrees = s.agrees
         except FarmError as exc:
             # keep going: one corrupt file must not hide what the others hold
             results.append({"kind": "error", "path": str(path), "error": str(exc), "exit_code": exc.exit_code})
@@ -99,8 +105,6 @@ def run(args: argparse.Namespace) -> int:
             continue
         if not agrees:
             code = max(code, EXIT_DEFECT)
-        if not args.json:
-            print(text)
     if args.json:
         import json
 

@@ -35,15 +35,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
     """Distinct arch lists the package's cells resolve to, in first-seen order."""
-    from farm.model.cells import declared_cells, recipe_excludes, resolve_arch
+    from farm.model.cells import declared_cells, recipe_excludes
+    from farm.model.spec import arch_request
 
     lists: dict[str, ArchList] = {}
     for cell in declared_cells(config.defaults, recipe):
         if recipe_excludes(recipe, cell):
             continue
-        resolution = resolve_arch(config, recipe, cell)
-        if resolution is not None:
-            lists.setdefault(resolution.archs.canonical(), resolution.archs)
+        request = arch_request(config, recipe, cell)
+        if request is not None:
+            lists.setdefault(request.archs.canonical(), request.archs)
     return list(lists.values())
 
 

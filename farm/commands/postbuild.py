@@ -3,6 +3,10 @@
 Every wheel is asserted first; only when all pass are they stamped into DIR, each with its
 fragment beside it. One failed assertion writes nothing at all (exit 1): a build job either
 produces a complete, asserted set or nothing to upload.
+
+``--spec build-spec.json`` (what ``farm build`` writes in a cell's build folder) asserts the arch
+list that build was given, with the spec's cell; without it, the cell's list is resolved from
+the config as the build would have resolved it.
 """
 
 from __future__ import annotations
@@ -11,10 +15,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from farm.errors import EXIT_DEFECT, EXIT_OK
+from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import load_config
 from farm.provenance.postbuild import check_wheel, context_from_config, stamp_asserted
+
+if TYPE_CHECKING:
+    from farm.build.spec import BuildSpec
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,17 +38,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fragments", type=Path, default=None, metavar="DIR",
                         help="where ledger fragments go (default: beside the stamped wheels)")
     parser.add_argument("--cuobjdump", type=Path, default=None, help="the cuobjdump to use (default: found)")
+    parser.add_argument("--spec", type=Path, default=None, metavar="FILE",
+                        help="the build-spec.json farm build wrote for these wheels: assert the arch list that "
+                             "build was given (default: the config's for the wheel's cell)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _spec(args: argparse.Namespace) -> BuildSpec | None:
+    """``--spec``, read and checked against the cell options given with it."""
+    if args.spec is None:
+        return None
+    from farm.build.spec import read_spec
+
+    spec = read_spec(args.spec)
+    for flag, given, own in (("--package", args.package, spec.cell.package), ("--cuda", args.cuda, spec.cell.cuda),
+                             ("--torch", args.torch, spec.cell.torch)):
+        if given is not None and given != own:
+            raise UsageError(f"{flag} {given} contradicts the build spec's cell {spec.cell.id}", where=str(args.spec),
+                             hint=f"drop {flag}: the spec names the cell")
+    return spec
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.root)
+    spec = _spec(args)
     checked = []
     for wheel in args.wheels:
         context, recipe = context_from_config(
-            config, wheel, package=args.package, cuda=args.cuda, torch=args.torch,
-            cuda_home=args.cuda_home, builder=args.builder,
+            config, wheel, package=spec.cell.package if spec else args.package,
+            cuda=spec.cell.cuda if spec else args.cuda, torch=spec.cell.torch if spec else args.torch,
+            cuda_home=args.cuda_home, builder=args.builder, arch=spec.arch if spec else None,
         )
+        if spec is not None and context.cell != spec.cell:
+            raise UsageError(f"{wheel.name} is a wheel of cell {context.cell.id}, the build spec is for {spec.cell.id}",
+                             where=str(args.spec), hint="pass the build-spec.json of the build that made the wheel")
         report = check_wheel(wheel, context, dist=recipe.dist, cuobjdump=args.cuobjdump)
         checked.append((wheel, context, report))
 

@@ -34,6 +34,7 @@ from farm.errors import FarmError, LedgerError, NetworkError, TooLarge, ToolErro
 from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
 from farm.netutil import download, read_page
 from farm.provenance import buildinfo
+from farm.provenance.buildinfo import BuildInfo, Bundled, LedgerEntry, Published
 from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
 from farm.provenance.stamp import WheelName
 
@@ -54,7 +55,7 @@ class Verdict(str, enum.Enum):
 
 
 # today's expected list per extension for a provenance, or None when the config cannot say
-Today = Callable[[Mapping[str, Any], Iterable[str]], Mapping[str, str] | None]
+Today = Callable[[BuildInfo, Iterable[str]], Mapping[str, str] | None]
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class WheelFacts:
     size: int
     found: Mapping[str, str]  # extension archive path -> canonical arch list (native reader)
     extensions: Mapping[str, str]  # extension archive path -> sha256
-    embedded: Mapping[str, Any] | None
+    embedded: BuildInfo | None
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
@@ -89,7 +90,7 @@ class AuditRow:
 
 
 # -- the pure core --------------------------------------------------------------------------------
-def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, where: str, says: str,
+def _compare(recorded: Mapping[str, str] | None, actual: Mapping[str, str], *, where: str, says: str,
              holds: str) -> list[str]:
     """Differences between a recorded per-extension map and the file's, one line each."""
     if recorded is None:
@@ -105,9 +106,8 @@ def _compare(recorded: Mapping[str, Any] | None, actual: Mapping[str, str], *, w
     return out
 
 
-def vendored_difference(recorded: Mapping[str, Any] | None, now: Mapping[str, str]) -> list[str]:
+def vendored_difference(recorded: Mapping[str, Bundled], now: Mapping[str, str]) -> list[str]:
     """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
-    recorded = recorded or {}
     out = []
     for path in sorted(set(recorded) | set(now)):
         if path not in recorded:
@@ -116,7 +116,7 @@ def vendored_difference(recorded: Mapping[str, Any] | None, now: Mapping[str, st
         elif path not in now:
             out.append(f"{path}: recorded as a bundled library but not in the wheel")
         else:
-            got = (recorded[path] or {}).get("found") if isinstance(recorded[path], Mapping) else None
+            got = recorded[path].found
             if _names_of(got) != _names_of(now[path]):
                 out.append(f"{path}: recorded as holding {got or '(none)'}, the bundled library holds "
                            f"{now[path] or '(none)'}")
@@ -134,7 +134,7 @@ def _names_of(text: object) -> frozenset[str] | None:
         return None
 
 
-def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapping[str, str] | None,
+def judge(facts: WheelFacts, ledger_entry: LedgerEntry | None, today: Mapping[str, str] | None,
           *, ledger_sha256_for_name: str | None = None, superseded_by: str | None = None) -> AuditRow:
     """The verdict for one wheel from its facts, its ledger entry and today's expected lists.
 
@@ -150,40 +150,41 @@ def judge(facts: WheelFacts, ledger_entry: Mapping[str, Any] | None, today: Mapp
     if ledger_sha256_for_name is not None and ledger_sha256_for_name != facts.sha256:
         renamed.append(f"the ledger records sha256 {ledger_sha256_for_name} for {facts.filename}; "
                        f"this file is {facts.sha256}")
-    provenance, source = (facts.embedded, "embedded") if facts.embedded is not None else (ledger_entry, "ledger")
+    provenance, source = ((facts.embedded, "embedded") if facts.embedded is not None
+                          else (ledger_entry.info if ledger_entry is not None else None, "ledger"))
     if provenance is None:
         if renamed:
             return row(Verdict.WHEEL_WRONG, "ledger", renamed)
         return row(Verdict.UNLEDGERED, None, ["no embedded _build_info.json and no ledger entry"])
 
     wrong: list[str] = []
-    if provenance.get("provenance") == buildinfo.ASSERTED:
-        assertion = provenance.get("assertion") or {}
-        if assertion.get("result") != "passed":
-            wrong.append(f"its provenance says the assertion {assertion.get('result') or 'never ran'}")
+    if provenance.provenance == buildinfo.ASSERTED:
+        result = provenance.assertion.result if provenance.assertion is not None else None
+        if result != "passed":
+            wrong.append(f"its provenance says the assertion {result or 'never ran'}")
     # A passed assertion recorded found == expected: one comparison names the difference once.
-    if provenance.get("found") is not None:
-        wrong += _compare(provenance.get("found"), facts.found, where="its provenance",
+    if provenance.found is not None:
+        wrong += _compare(provenance.found, facts.found, where="its provenance",
                           says="recorded as holding", holds="the binary holds")
     else:
-        wrong += _compare(provenance.get("expected"), facts.found, where="its provenance",
+        wrong += _compare(provenance.expected, facts.found, where="its provenance",
                           says="built to hold", holds="the binary holds")
-    wrong += _compare(provenance.get("extensions"), facts.extensions, where="its provenance",
+    wrong += _compare(provenance.extensions, facts.extensions, where="its provenance",
                       says="recorded with sha256", holds="the file's is")
     if facts.embedded is not None and ledger_entry is not None:
-        wrong += _compare(ledger_entry.get("found"), facts.found, where="the ledger",
+        wrong += _compare(ledger_entry.info.found, facts.found, where="the ledger",
                           says="the ledger records", holds="the binary holds")
-    if provenance.get("provenance") == buildinfo.ASSERTED:
-        wrong += vendored_difference(provenance.get("vendored"), facts.vendored)
+    if provenance.provenance == buildinfo.ASSERTED:
+        wrong += vendored_difference(provenance.bundled, facts.vendored)
         # A stamped wheel renamed to another cell (or epoch) claims what it was not built for.
         wrong += [f"file name: {p}" for p in buildinfo.name_problems(facts.filename, provenance)]
     wrong += renamed
     if wrong:
         return row(Verdict.WHEEL_WRONG, source, wrong)
-    if provenance.get("provenance") == buildinfo.INFERRED:
+    if provenance.provenance == buildinfo.INFERRED:
         return row(Verdict.INFERRED, source, ["provenance was inferred by backfill, not asserted at build time"])
     if today is not None:
-        built = provenance.get("expected") or {}
+        built = provenance.expected or {}
         moved = [f"{p}: built for {built.get(p) or '(none)'}, today's policy resolves {today[p] or '(none)'}"
                  for p in sorted(today) if today[p] != built.get(p)]
         if moved:
@@ -261,32 +262,36 @@ class Derived:
 
 
 # a provenance -> what today's config resolves for its cell, or None when it has no such cell
-Derive = Callable[[Mapping[str, Any]], "Derived | None"]
+Derive = Callable[[BuildInfo], "Derived | None"]
 
 
 def derive_from_config(config: FarmConfig) -> Derive:
-    """The one place that re-derives a wheel's expectation from the configuration."""
-    from farm.binary.assertion import Expected
-    from farm.model.cells import Cell, extension_lists, resolve_arch
+    """The one place that re-derives a wheel's expectation from the configuration.
 
-    def derive(provenance: Mapping[str, Any]) -> Derived | None:
-        package, cell = provenance.get("package"), provenance.get("cell") or {}
-        if not isinstance(package, str) or package not in config.recipes or not isinstance(cell, Mapping) \
-                or not all(isinstance(cell.get(k), str) for k in ("cuda", "torch", "python", "platform")):
+    Deliberately not the wheel's own build spec: the gate and audit ask whether a built wheel
+    still matches what today's config says (a trust check), so they resolve the cell again,
+    through the same resolver the build used (:func:`farm.model.spec.arch_request`)."""
+    from farm.binary.assertion import Expected
+    from farm.model.cells import Cell
+    from farm.model.spec import arch_request
+
+    def derive(provenance: BuildInfo) -> Derived | None:
+        package, cell = provenance.package, provenance.cell
+        if package is None or package not in config.recipes or cell.cuda is None or cell.torch is None \
+                or cell.python is None or cell.platform is None:
             return None
         recipe = config.recipes[package]
         try:
-            resolution = resolve_arch(config, recipe, Cell(package, str(provenance.get("version")), cell["cuda"],
-                                                            cell["torch"], cell["python"], cell["platform"]))
+            request = arch_request(config, recipe, Cell(package, provenance.version, cell.cuda,
+                                                        cell.torch, cell.python, cell.platform))
         except (FarmError, KeyError):
             return None
-        if resolution is None:
+        if request is None:
             return None
         from farm.provenance.postbuild import vendored_rules
 
-        return Derived(resolution.archs, resolution.origin,
-                       Expected(resolution.archs, per_extension=extension_lists(recipe, cell["cuda"]),
-                                vendored=vendored_rules(recipe)))
+        return Derived(request.archs, request.origin,
+                       Expected(request.archs, per_extension=request.extensions, vendored=vendored_rules(recipe)))
 
     return derive
 
@@ -296,7 +301,7 @@ def today_from_config(config: FarmConfig) -> Today:
     :func:`derive_from_config` derives, per path)."""
     derive = derive_from_config(config)
 
-    def today(provenance: Mapping[str, Any], paths: Iterable[str]) -> Mapping[str, str] | None:
+    def today(provenance: BuildInfo, paths: Iterable[str]) -> Mapping[str, str] | None:
         derived = derive(provenance)
         if derived is None:
             return None
@@ -454,7 +459,7 @@ def ledger_urls(path: Path) -> Iterator[tuple[str, str]]:
     read from the ledger line by line (the first http(s) place of each wheel)."""
     from farm.provenance.ledger import iter_entries
 
-    for _, entry in iter_entries(path):
+    for _, entry in iter_entries(path):  # the ledger's own keys only: no build info is read
         for place in entry.get("published") or ():
             url = place.get("url", "")
             if url.startswith(("http://", "https://")):
@@ -504,15 +509,12 @@ def _facts(located: Located) -> WheelFacts:
     return facts
 
 
-def _ledger_entry(ledger: LedgerIndex, facts: WheelFacts) -> tuple[Mapping[str, Any] | None, str | None]:
-    """The ledger entry with this wheel's bytes, and the sha256 recorded for its file name."""
+def _ledger_entry(ledger: LedgerIndex, facts: WheelFacts) -> tuple[LedgerEntry | None, str | None]:
+    """The ledger entry with this wheel's bytes (schema-validated), and the sha256 recorded for
+    its file name."""
     by_name = ledger.by_filename(facts.filename)
     rec = ledger.by_sha256(facts.sha256)
-    entry = None
-    if rec is not None:
-        entry = ledger.entry(rec)
-        # The verdict reads its nested fields: they must have the schema's types.
-        buildinfo.validate(entry, where=f"{ledger.path}:{rec.line}", error=LedgerError)
+    entry = ledger.ledger_entry(rec) if rec is not None else None
     return entry, by_name.sha256 if by_name is not None else None
 
 
@@ -526,12 +528,12 @@ def audit(where: str | Iterable[Located], ledger: LedgerIndex, today: Today | No
     for located in iter_wheels(where) if isinstance(where, str) else where:
         facts = _facts(located)
         entry, name_sha = _ledger_entry(ledger, facts)
-        provenance = facts.embedded if facts.embedded is not None else entry
+        provenance = facts.embedded if facts.embedded is not None else entry.info if entry is not None else None
         today_map = None
         superseded_by = None
-        if today is not None and provenance is not None and provenance.get("provenance") == buildinfo.ASSERTED:
+        if today is not None and provenance is not None and provenance.provenance == buildinfo.ASSERTED:
             today_map = today(provenance, facts.found)
-            if today_map is not None and today_map != (provenance.get("expected") or {}):
+            if today_map is not None and today_map != dict(provenance.expected or {}):
                 if newest is None:
                     newest = _newest_by_cell(ledger)
                 superseded_by = _superseder(ledger, newest, provenance, today_map)
@@ -552,17 +554,16 @@ def _newest_by_cell(ledger: LedgerIndex) -> dict[tuple[Any, ...], Any]:
     return newest
 
 
-def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], provenance: Mapping[str, Any],
+def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], provenance: BuildInfo,
                 today_map: Mapping[str, str]) -> str | None:
     """The file name of a published, later-epoch wheel of the same cell built with today's lists."""
-    cell = provenance.get("cell") or {}
-    key = (provenance.get("package"), provenance.get("version"), cell.get("cuda"), cell.get("torch"),
-           cell.get("python"), cell.get("platform"))
+    cell = provenance.cell
+    key = (provenance.package, provenance.version, cell.cuda, cell.torch, cell.python, cell.platform)
     rec = newest.get(key)
-    if rec is None or not isinstance(provenance.get("build_epoch"), int) or rec.key[-1] <= provenance["build_epoch"]:
+    if rec is None or provenance.build_epoch is None or rec.key[-1] <= provenance.build_epoch:
         return None
-    entry = ledger.entry(rec)
-    if not entry.get("published") or (entry.get("expected") or {}) != dict(today_map):
+    entry = ledger.ledger_entry(rec)
+    if not entry.published or dict(entry.info.expected or {}) != dict(today_map):
         return None
     return str(rec.filename)
 
@@ -592,17 +593,17 @@ def inferred_cell(name: WheelName) -> dict[str, str | None]:
     return {"cuda": cuda, "torch": torch, "python": python, "platform": platform}
 
 
-def inferred_entry(facts: WheelFacts, *, package: str | None = None) -> dict[str, Any]:
+def inferred_entry(facts: WheelFacts, *, package: str | None = None) -> LedgerEntry:
     """The ledger entry backfill writes: inspection and the name, nothing guessed beyond them."""
     name = WheelName.parse(facts.filename)
     info = buildinfo.inferred_build_info(
         dist=name.dist, version=name.public_version, cell=inferred_cell(name), found=facts.found,
         extensions=facts.extensions, package=package,
     )
-    published = []
+    published: tuple[Published, ...] = ()
     if facts.location.startswith(("http://", "https://")):
-        published.append({"target": urllib.parse.urlsplit(facts.location).netloc, "url": facts.location})
-    return {**info, "filename": facts.filename, "sha256": facts.sha256, "size": facts.size, "published": published}
+        published = (Published(urllib.parse.urlsplit(facts.location).netloc, facts.location),)
+    return info.ledger_entry(filename=facts.filename, sha256=facts.sha256, size=facts.size, published=published)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,15 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
 
 from farm.errors import FileSystemError, LedgerError
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
+
+if TYPE_CHECKING:  # the typed entry is imported where it is used: the matrix reads the index only
+    from farm.provenance.buildinfo import LedgerEntry
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -261,8 +264,10 @@ def _validate_full(entry: object, where: str, line: int = 0, offset: int = 0) ->
     return Record(line, offset, filename, sha, provenance, key, arch)
 
 
-def dumps_entry(entry: Mapping[str, Any]) -> str:
+def dumps_entry(entry: LedgerEntry | Mapping[str, Any]) -> str:
     """One ledger line (no newline): compact and key-sorted, so diffs of the ledger stay small."""
+    if not isinstance(entry, Mapping):  # a LedgerEntry
+        entry = entry.to_dict()
     return json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -570,6 +575,12 @@ class LedgerIndex:
                               hint="load the index again")
         return entry
 
+    def ledger_entry(self, record: Record) -> LedgerEntry:
+        """The full entry of ``record`` as its typed, schema-validated object."""
+        from farm.provenance.buildinfo import LedgerEntry
+
+        return LedgerEntry.from_json(self.entry(record), where=f"{self.path}:{record.line}")
+
 
 # --------------------------------------------------------------------------------------------
 # Writing
@@ -587,22 +598,34 @@ def fragment_path(fragments_dir: Path, filename: str) -> Path:
     return Path(fragments_dir) / f"{filename}{FRAGMENT_SUFFIX}"
 
 
-def read_fragment(path: Path) -> tuple[dict[str, Any], Record]:
+def read_fragment(path: Path) -> tuple[LedgerEntry, Record]:
+    """A fragment as its typed entry (schema-validated) and its index record."""
     where = str(path)
-    entry = _parse_line(path.read_bytes(), where)
-    rec = validate_entry(entry, where)
+    raw = _parse_line(path.read_bytes(), where)
+    rec = validate_entry(raw, where)
+    from farm.provenance.buildinfo import LedgerEntry
+
+    entry = LedgerEntry.from_json(raw, where=where)
     if path.name != rec.filename + FRAGMENT_SUFFIX:
         raise _fail(where, f"fragment file name does not match its wheel {rec.filename!r}",
                     hint=f"fragments are named <wheel>{FRAGMENT_SUFFIX}; write them with write_fragment")
     return entry, rec
 
 
-def write_fragment(entry: Mapping[str, Any], fragments_dir: Path) -> Path:
+def write_fragment(entry: LedgerEntry | Mapping[str, Any], fragments_dir: Path) -> Path:
     """Write ``entry`` as its wheel's fragment (one file per wheel, atomic).
 
-    Writing the same wheel again is a no-op; a fragment for the same filename with another
-    sha256 is refused (the earlier wheel would be lost silently)."""
-    rec = validate_entry(dict(entry), f"fragment for {entry.get('filename')!r}")
+    A plain mapping is read as a :class:`LedgerEntry` first (schema-validated), so no fragment is
+    written that the gate would refuse to read. Writing the same wheel again is a no-op; a
+    fragment for the same filename with another sha256 is refused (the earlier wheel would be
+    lost silently)."""
+    from farm.provenance.buildinfo import LedgerEntry
+
+    if not isinstance(entry, LedgerEntry):
+        where = f"fragment for {entry.get('filename')!r}"
+        validate_entry(dict(entry), where)  # the ledger's own message for its own keys first
+        entry = LedgerEntry.from_json(entry, where=where)
+    rec = validate_entry(entry.to_dict(), f"fragment for {entry.filename!r}")
     fragments_dir = Path(fragments_dir)
     fragments_dir.mkdir(parents=True, exist_ok=True)
     path = fragment_path(fragments_dir, rec.filename)
@@ -706,7 +729,7 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
         return 0
     with _lock(ledger):
         index = LedgerIndex.load(ledger)
-        changed: dict[int, dict[str, Any]] = {}
+        changed: dict[int, LedgerEntry] = {}
         added = 0
         for filename, sha256, target, url in items:
             rec = index.by_filename(filename)
@@ -719,12 +742,10 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
                     where=f"{ledger}:{rec.line}",
                     hint="the file being published is not the wheel the ledger describes",
                 )
-            entry = changed.get(rec.line) or index.entry(rec)
-            item = {"target": target, "url": url}
-            if item in entry["published"]:
+            entry = changed.get(rec.line) or index.ledger_entry(rec)
+            if any(p.target == target and p.url == url for p in entry.published):
                 continue
-            entry["published"] = [*entry["published"], item]
-            changed[rec.line] = entry
+            changed[rec.line] = entry.with_published(target, url)
             added += 1
         if not added:
             return 0

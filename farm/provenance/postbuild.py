@@ -36,8 +36,8 @@ from farm.provenance.stamp import (
 
 if TYPE_CHECKING:
     from farm.binary.assertion import AssertionReport, Expected
-    from farm.model.arch import ArchList
     from farm.model.config import FarmConfig, Recipe
+    from farm.model.spec import ArchRequest
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,9 @@ class BuildContext:
     build_epoch: int  # effective: _defaults.yml + recipe
     defaults_sha256: str | None
     recipe_sha256: str | None
-    source: Mapping[str, Any] | None
-    run: Mapping[str, Any]
-    toolchain: Mapping[str, Any]
+    source: buildinfo.Source | None
+    run: buildinfo.Run
+    toolchain: buildinfo.Toolchain
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
     pins: tuple[str, ...] = ()  # replace the wheel's own requirement on their project (torch==2.14.*)
 
@@ -177,7 +177,7 @@ def stamp_asserted(
     tools = report.tools.to_json()
     cell = context.cell
 
-    def make_info(relabel: Relabel, hashes: Mapping[str, str]) -> dict[str, Any]:
+    def make_info(relabel: Relabel, hashes: Mapping[str, str]) -> buildinfo.BuildInfo:
         # Paths as they are in the stamped wheel (a .data/ folder is renamed with the version).
         per_so = {relabel.member(e.path): e for e in report.extensions}
         info = buildinfo.make_build_info(
@@ -199,15 +199,14 @@ def stamp_asserted(
             extensions={p: hashes[p] for p in per_so},
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
         )
-        buildinfo.validate(info, where=str(wheel))
+        buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema
         return info
 
     stamped = stamp_wheel(wheel, out_dir, local=local_version(cell), build_tag=context.build_tag,
                           build_info=make_info, requires=context.requires_dist,
                           pins=context.pins)
     assert stamped.build_info is not None
-    entry = {**stamped.build_info, "filename": stamped.filename, "sha256": stamped.sha256,
-             "size": stamped.size, "published": []}
+    entry = stamped.build_info.ledger_entry(filename=stamped.filename, sha256=stamped.sha256, size=stamped.size)
     try:
         fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else Path(out_dir))
     except BaseException:
@@ -219,7 +218,7 @@ def stamp_asserted(
     return PostbuildResult(wheel, report, stamped, fragment)
 
 
-def read_embedded(wheel: Path) -> dict[str, Any] | None:
+def read_embedded(wheel: Path) -> buildinfo.BuildInfo | None:
     """The wheel's own ``_build_info.json`` (None: not stamped)."""
     from farm.binary.wheelfile import SafeWheel
 
@@ -230,26 +229,26 @@ def read_embedded(wheel: Path) -> dict[str, Any] | None:
         return buildinfo.read_embedded(zf, member, where=f"{wheel}!{member}")
 
 
-def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, context: BuildContext,
+def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, context: BuildContext,
                    report: AssertionReport, *, fragments_dir: Path | None) -> PostbuildResult:
     from farm.fsutil import atomic_write, read_chunks, sha256_file
 
     cell = context.cell
     differ = []
-    if embedded.get("cell") != cell.as_dict():
-        differ.append(f"cell {embedded.get('cell')} (this is {cell.as_dict()})")
-    if embedded.get("build_epoch") != context.build_epoch:
-        differ.append(f"build_epoch {embedded.get('build_epoch')} (today {context.build_epoch})")
-    recorded = (embedded.get("arch_list") or {}).get("normalised")
+    if embedded.cell.to_dict() != cell.as_dict():
+        differ.append(f"cell {embedded.cell.to_dict()} (this is {cell.as_dict()})")
+    if embedded.build_epoch != context.build_epoch:
+        differ.append(f"build_epoch {embedded.build_epoch} (today {context.build_epoch})")
+    recorded = embedded.arch_list.normalised
     if recorded != context.expected.default.canonical():
         differ.append(f"arch list {recorded} (today {context.expected.default.canonical()})")
     found = {e.path: e.found.canonical() for e in report.extensions}
-    if embedded.get("found") != found:
+    if dict(embedded.found or {}) != found:
         differ.append("found targets that are not what the binary holds")
     bundled = {v.path: v.record() for v in report.vendored_results}
-    if (embedded.get("vendored") or {}) != bundled:
+    if {p: b.to_dict() for p, b in embedded.bundled.items()} != bundled:
         differ.append("bundled libraries that are not what the wheel holds")
-    if embedded.get("provenance") != buildinfo.ASSERTED or (embedded.get("assertion") or {}).get("result") != "passed":
+    if not embedded.asserted:
         differ.append("a provenance that is not asserted and passed")
     if differ:
         raise UsageError(f"already stamped by farm, for {'; '.join(differ)}", where=str(wheel),
@@ -267,7 +266,7 @@ def _carry_stamped(wheel: Path, embedded: Mapping[str, Any], out_dir: Path, cont
             atomic_write(dest, read_chunks(wheel), mode=0o644)
             created = True
     sha, size = sha256_file(dest), dest.stat().st_size
-    entry = {**embedded, "filename": dest.name, "sha256": sha, "size": size, "published": []}
+    entry = embedded.ledger_entry(filename=dest.name, sha256=sha, size=size)
     fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else out_dir)
     from farm.binary.wheelfile import SafeWheel
 
@@ -283,9 +282,8 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
         embedded = read_embedded(wheel)
     except FarmError:
         embedded = None
-    cell = (embedded or {}).get("cell") or {}
-    if isinstance(cell.get("cuda"), str) and isinstance(cell.get("torch"), str):
-        return cell["cuda"], cell["torch"]
+    if embedded is not None and embedded.cell.cuda is not None and embedded.cell.torch is not None:
+        return embedded.cell.cuda, embedded.cell.torch
     local = Version(WheelName.parse(Path(wheel).name).version).local or ""
     m = re.fullmatch(r"cu(\d{2})(\d+)(?:torch(\d+\.\d+))?", local)
     if m is None:
@@ -300,7 +298,7 @@ def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
 
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
-def _source_of(recipe: Recipe) -> dict[str, Any]:
+def _source_of(recipe: Recipe) -> buildinfo.Source:
     from farm.model.config import GitSource, PathSource, SdistSource
 
     src = recipe.source
@@ -345,11 +343,11 @@ def context_from_config(
     torch: str | None = None,
     cuda_home: Path | None = None,
     builder: str | None = None,
-    source: Mapping[str, Any] | None = None,
+    source: buildinfo.Source | Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
-    toolkit: Mapping[str, Any] | None = None,
+    toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None,
     python: str | None = None,
-    archs: tuple[ArchList, str] | None = None,
+    arch: ArchRequest | None = None,
     torch_built: Mapping[str, Any] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
@@ -357,12 +355,16 @@ def context_from_config(
     ``cuda`` defaults to the line of ``cuda_home``'s nvcc; ``torch`` to the installed torch's minor
     (``none`` for recipes that do not link torch). ``source`` defaults to the recipe's pinned
     source (with the tree hash of a path source); a builder that fetched a git or sdist source
-    passes the fetched tree's description, which holds the resolved commit.
+    passes the fetched tree's description, which holds the resolved commit. ``arch``: the arch
+    request of the build spec the wheel was built from (``farm build``, ``farm postbuild --spec``);
+    without one (a wheel built outside farm) the config's request for the wheel's cell is resolved.
     """
     from farm.binary.assertion import Expected
-    from farm.model.cells import extension_lists, resolve_arch
+    from farm.model.spec import require_arch_request
 
     env = os.environ if env is None else env
+    if isinstance(source, Mapping):  # a fetched tree's description (the source stage's plain dict)
+        source = buildinfo.source_from(source)
     name = WheelName.parse(Path(wheel).name)
     recipe = recipe_for_wheel(config, name, package)
     own = own_cell(Path(wheel)) if cuda is None or torch is None else None
@@ -389,24 +391,19 @@ def context_from_config(
         v = Version(installed)
         torch = f"{v.major}.{v.minor}"
     cell = Cell(recipe.name, recipe.version, cuda, torch, cell_python(name), cell_platform(name))
-    if archs is not None:  # the list the build was planned with: the assertion checks what was built
-        planned, requested = archs
-    else:
-        resolution = resolve_arch(config, recipe, cell)
-        if resolution is None:
-            raise UsageError(f"no arch policy for cell {cell.id}", where=config.defaults.path.name,
-                             hint="add a policy row for this CUDA line and platform, or an arch override to the recipe")
-        planned, requested = resolution.archs, resolution.spec.text
-    expected = Expected(planned, per_extension=extension_lists(recipe, cell.cuda),
+    if arch is None:  # no spec came with the wheel: the one resolver, as the build would have
+        arch = require_arch_request(config, recipe, cell)
+    # the request the build was planned with: the assertion checks exactly what was built
+    expected = Expected(arch.archs, per_extension=arch.extensions,
                         allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
     context = BuildContext(
         cell=cell,
         expected=expected,
-        requested=requested,
+        requested=arch.requested,
         build_epoch=config.effective_epoch(recipe),
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,
-        source=source if source is not None else _source_of(recipe),
+        source=_source_of(recipe) if source is None else source,
         run=buildinfo.run_from_env(env),
         toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
                                       python=python, torch_built=torch_built),

@@ -45,7 +45,7 @@ _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _LOCAL = re.compile(r"^[a-z0-9]+(?:\.[a-z0-9]+)*$")
 
 # The object itself, or a function of (relabel, sha256 of every new member) that makes it.
-BuildInfoSource = Mapping[str, Any] | Callable[["Relabel", Mapping[str, str]], Mapping[str, Any]] | None
+BuildInfoSource = buildinfo.BuildInfo | Callable[["Relabel", Mapping[str, str]], buildinfo.BuildInfo] | None
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ class StampResult:
     relabel: Relabel
     sha256: str
     size: int
-    build_info: Mapping[str, Any] | None
+    build_info: buildinfo.BuildInfo | None
     # archive path (in the new wheel) -> hex sha256 of every member
     hashes: Mapping[str, str] = field(repr=False)
     # False when an identical file was already there (stamping again is a no-op)
@@ -374,7 +374,7 @@ def stamp_wheel(
 ) -> StampResult:
     """Write ``out_dir/<farm name>.whl``: ``src`` relabelled, stamped, RECORD regenerated.
 
-    ``build_info`` is the ``_build_info.json`` object, or a function that makes it from the
+    ``build_info`` is the :class:`~farm.provenance.buildinfo.BuildInfo`, or a function that makes it from the
     :class:`Relabel` and the sha256 of every member of the new wheel (keyed by new archive
     path), so extension hashes come from this one pass. The input's RECORD is checked while streaming: a wheel whose
     content does not match its own RECORD is refused rather than blessed with new hashes.
@@ -465,7 +465,7 @@ def _rewrite(
     requires: Sequence[str],
     where: str,
     pins: Sequence[str] = (),
-) -> tuple[dict[str, str], Mapping[str, Any] | None]:
+) -> tuple[dict[str, str], buildinfo.BuildInfo | None]:
     di = relabel.old_dist_info
     skip = {f"{di}/RECORD"} | {f"{di}/{s}" for s in _SIGNATURES}
     # The spec puts .dist-info last (installers may stream); RECORD closes it.
@@ -524,10 +524,10 @@ def _rewrite(
                     where=where,
                     hint="the wheel is corrupt or was edited after it was built; rebuild it",
                 )
-        info_obj: Mapping[str, Any] | None = None
+        info_obj: buildinfo.BuildInfo | None = None
         if build_info is not None:
             info_obj = build_info(relabel, dict(hashes)) if callable(build_info) else build_info
-            data = buildinfo.dumps(info_obj)
+            data = info_obj.to_json()
             name = f"{relabel.new_dist_info}/{buildinfo.BUILD_INFO_NAME}"
             zinfo = zipfile.ZipInfo(name, date_time=stamp_time)
             zinfo.compress_type = zipfile.ZIP_DEFLATED

@@ -20,11 +20,11 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from farm.errors import MAX_MESSAGE, FarmError, clip
 from farm.model.arch import ArchList
-from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, name_problems
+from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, Bundled, LedgerEntry, name_problems
 from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ class GatedWheel:
     filename: str
     sha256: str
     size: int
-    build_info: Mapping[str, Any]
-    entry: Mapping[str, Any]
+    build_info: BuildInfo
+    entry: LedgerEntry
     entry_source: str  # "ledger" or "fragment"
 
 
@@ -112,49 +112,49 @@ _FIX_CONFIG = ("the configuration moved between build and upload: rebuild the ce
                "(bump build_epoch), or restore the config the wheel was built with")
 
 
-def consistency(info: Mapping[str, Any], derived: Derived | None) -> list[str]:
+def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     """How a provenance contradicts itself: requested -> normalised -> expected per extension.
 
     ``derived`` tells which extensions have a list of their own (per the recipe); without it
     only the requested -> normalised link is checked."""
-    arch_list = info.get("arch_list") or {}
-    requested = _archs_or_none(arch_list.get("requested"))
-    normalised = _archs_or_none(arch_list.get("normalised"))
+    arch_list = info.arch_list
+    requested = _archs_or_none(arch_list.requested)
+    normalised = _archs_or_none(arch_list.normalised)
     if requested is None or normalised is None:
-        return [f"its arch list {clip(arch_list)} does not parse"]
+        return [f"its arch list {clip(arch_list.to_dict())} does not parse"]
     out: list[str] = []
     if requested != normalised:
-        out.append(f"requested {clip(arch_list.get('requested'))} normalises to {';'.join(sorted(requested))}, "
-                   f"not the recorded {clip(arch_list.get('normalised'))}")
+        out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested))}, "
+                   f"not the recorded {clip(arch_list.normalised)}")
     if derived is not None:
-        for so, text in sorted((info.get("expected") or {}).items()):
+        for so, text in sorted((info.expected or {}).items()):
             if derived.expected.for_extension(so)[1] is None and _archs_or_none(text) != normalised:
                 out.append(f"{so} is expected to hold {clip(text)}, not the requested list (it has no list of its own)")
     return out
 
 
-def bundled_against_config(recorded: Mapping[str, Any], derived: Derived) -> list[str]:
+def bundled_against_config(recorded: Mapping[str, Bundled], derived: Derived) -> list[str]:
     """Each bundled library the provenance records, against today's recipe rules for it."""
     out = []
     for path, record in sorted(recorded.items()):
         rule = derived.expected.for_vendored(path)
-        found = _archs_or_none(record.get("found") if isinstance(record, Mapping) else None)
+        found = _archs_or_none(record.found)
         if rule is None:
             out.append(f"{path}: a bundled library the recipe does not declare")
         elif rule.archs is not None and found != frozenset(rule.archs.names()):
             out.append(f"{path}: the recipe expects {rule.archs.canonical() or '(host-only)'} of it, it holds "
-                       f"{clip(record.get('found'))}")
+                       f"{clip(record.found)}")
     return out
 
 
-def config_difference(info: Mapping[str, Any], derived: Derived) -> list[str]:
+def config_difference(info: BuildInfo, derived: Derived) -> list[str]:
     """How today's configuration differs from what the wheel was built for (empty: it agrees)."""
     out: list[str] = []
-    requested = _archs_or_none((info.get("arch_list") or {}).get("requested"))
+    requested = _archs_or_none(info.arch_list.requested)
     if requested != frozenset(derived.requested.names()):
         out.append(f"the configuration resolves {derived.requested.canonical()} ({derived.origin}), the wheel was "
-                   f"built for {clip((info.get('arch_list') or {}).get('requested'))}")
-    for so, text in sorted((info.get("expected") or {}).items()):
+                   f"built for {clip(info.arch_list.requested)}")
+    for so, text in sorted((info.expected or {}).items()):
         want = derived.expected.for_extension(so)[0]
         if _archs_or_none(text) != frozenset(want.names()):
             out.append(f"{so}: the configuration expects {want.canonical() or '(host-only)'}, recorded {clip(text)}")
@@ -182,8 +182,8 @@ def found_difference(recorded: Mapping[str, str], now: Mapping[str, str]) -> lis
 def judge(
     filename: str,
     sha256: str,
-    info: Mapping[str, Any] | None,
-    entry: Mapping[str, Any] | None,
+    info: BuildInfo | None,
+    entry: LedgerEntry | None,
     same_name_sha256: str | None,
     found_now: Mapping[str, str] | None,
     extensions_now: Mapping[str, str] | None = None,
@@ -209,9 +209,9 @@ def judge(
         return [refuse(Check.STAMPED, f"no .dist-info/{BUILD_INFO_NAME}: the wheel was never asserted",
                        _FIX_POSTBUILD)]
     out: list[Refusal] = []
-    provenance = info.get("provenance")
-    result = (info.get("assertion") or {}).get("result")
-    if provenance != "asserted" or result != "passed":
+    provenance = info.provenance
+    result = info.assertion.result if info.assertion is not None else None
+    if not info.asserted:
         out.append(refuse(Check.ASSERTED,
                           f"provenance is {provenance!r} and the assertion {result!r}; only asserted, "
                           "passed wheels are published",
@@ -219,7 +219,7 @@ def judge(
     else:
         # A passed assertion found exactly what was expected: a provenance that says otherwise
         # was not written by postbuild.
-        unmet = found_difference(info.get("expected") or {}, info.get("found") or {})
+        unmet = found_difference(info.expected or {}, info.found or {})
         if unmet:
             out.append(refuse(Check.ASSERTED,
                               "its provenance says passed, but its recorded expected and found targets "
@@ -229,16 +229,15 @@ def judge(
             out.append(refuse(Check.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions),
                               _FIX_REBUILD))
         if config_checked and derived is None:
-            cell = info.get("cell") or {}
             out.append(refuse(Check.CONFIG,
-                              f"the configuration has no arch list for package {clip(info.get('package'))!s} "
-                              f"in cell {clip(cell)}: its expected list cannot be re-derived",
+                              f"the configuration has no arch list for package {clip(info.package)!s} "
+                              f"in cell {clip(info.cell.to_dict())}: its expected list cannot be re-derived",
                               "upload from the farm repository that built it (--root), with its recipe"))
         elif derived is not None:
             moved = config_difference(info, derived)
             if moved:
                 out.append(refuse(Check.CONFIG, "; ".join(moved), _FIX_CONFIG))
-            undeclared = bundled_against_config(info.get("vendored") or {}, derived)
+            undeclared = bundled_against_config(info.bundled, derived)
             if undeclared:
                 out.append(refuse(Check.CONFIG, "; ".join(undeclared),
                                   "declare the bundled library in the recipe's `vendored` map (its arch list, "
@@ -264,20 +263,20 @@ def judge(
                               f"the ledger already records {filename} with sha256 {same_name_sha256}; this "
                               f"file ({sha256}) is another build under the same name",
                               "a published name is never reused: bump build_epoch and rebuild"))
-        if entry.get("filename") != filename:
+        if entry.filename != filename:
             out.append(refuse(Check.LEDGER,
-                              f"sha256 {sha256} is recorded for {entry.get('filename')!r}, not this name",
+                              f"sha256 {sha256} is recorded for {entry.filename!r}, not this name",
                               "upload the file under the name postbuild gave it"))
         # The entry is the embedded object plus the ledger's own keys: anything else that
         # differs means the two were not written by one postbuild.
-        keys = sorted((set(entry) | set(info)) - set(LEDGER_KEYS))
-        differ = [k for k in keys if entry.get(k) != info.get(k)]
+        theirs, ours = entry.info.to_dict(), info.to_dict()
+        differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
         if differ:
             out.append(refuse(Check.LEDGER,
                               f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
                               "(a wheel from another cell?)", _FIX_REBUILD))
     if found_now is not None:
-        diff = found_difference(info.get("found") or {}, found_now)
+        diff = found_difference(info.found or {}, found_now)
         if diff:
             out.append(refuse(Check.INSPECTION,
                               "re-inspection differs from the recorded targets: " + "; ".join(diff),
@@ -285,7 +284,7 @@ def judge(
     if vendored_now is not None:
         from farm.provenance.audit import vendored_difference
 
-        bundled = vendored_difference(info.get("vendored"), vendored_now)
+        bundled = vendored_difference(info.bundled, vendored_now)
         if bundled:
             out.append(refuse(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), _FIX_REBUILD))
     disagreements = list(disagreements)
@@ -295,7 +294,7 @@ def judge(
                           "binary): " + _FIX_REBUILD))
     if extensions_now is not None:
         # Same targets but other code (an extension swapped after postbuild) shows here.
-        recorded = info.get("extensions") or {}
+        recorded = info.extensions or {}
         swapped = sorted(so for so in set(recorded) & set(extensions_now) if recorded[so] != extensions_now[so])
         if swapped:
             out.append(refuse(Check.INSPECTION,
@@ -312,13 +311,13 @@ class Vouchers:
     """Where the gate looks for a wheel's ledger entry: the committed ledger and new fragments."""
 
     ledger: LedgerIndex
-    fragments: Mapping[str, Mapping[str, Any]]  # sha256 -> entry
+    fragments: Mapping[str, LedgerEntry]  # sha256 -> entry
 
     @classmethod
     def load(cls, ledger_path: Path | None, fragment_dirs: Iterable[Path]) -> Vouchers:
         exists = ledger_path is not None and ledger_path.exists()
         index = LedgerIndex.load(ledger_path) if exists else LedgerIndex.empty()  # type: ignore[arg-type]
-        fragments: dict[str, Mapping[str, Any]] = {}
+        fragments: dict[str, LedgerEntry] = {}
         for directory in fragment_dirs:
             if directory.is_dir():
                 for frag in sorted(directory.glob(f"*{FRAGMENT_SUFFIX}")):
@@ -326,28 +325,28 @@ class Vouchers:
                     fragments.setdefault(rec.sha256, entry)
         return cls(index, fragments)
 
-    def by_sha256(self, sha256: str) -> tuple[Mapping[str, Any] | None, str]:
+    def by_sha256(self, sha256: str) -> tuple[LedgerEntry | None, str]:
         """The entry with this sha256 and where it came from: the ledger first (it holds what
         was already published), else a fragment of this batch."""
         rec = self.ledger.by_sha256(sha256)
         if rec is not None:
-            return self.ledger.entry(rec), "ledger"
+            return self.ledger.ledger_entry(rec), "ledger"
         if sha256 in self.fragments:
             return self.fragments[sha256], "fragment"
         return None, ""
 
-    def by_filename(self, filename: str) -> Mapping[str, Any] | None:
+    def by_filename(self, filename: str) -> LedgerEntry | None:
         rec = self.ledger.by_filename(filename)
         if rec is not None:
-            return self.ledger.entry(rec)
-        for entry in self.fragments.values():
-            if entry.get("filename") == filename:
-                return entry
-        return None
+            return self.ledger.ledger_entry(rec)
+        return next((e for e in self.fragments.values() if e.filename == filename), None)
 
     def sha256_of_name(self, filename: str) -> str | None:
-        entry = self.by_filename(filename)
-        return str(entry.get("sha256")) if entry is not None else None
+        """The sha256 the ledger (else a fragment) records for ``filename``."""
+        rec = self.ledger.by_filename(filename)
+        if rec is not None:
+            return rec.sha256
+        return next((e.sha256 for e in self.fragments.values() if e.filename == filename), None)
 
 
 def gate_readers(reader: str = "auto") -> tuple[str, Path | None, str]:

@@ -53,6 +53,7 @@ from packaging.utils import (
 from farm import __version__
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
+from farm.provenance.buildinfo import LedgerEntry
 from farm.publish.wheelmeta import read_member
 
 FILES = "files"
@@ -61,7 +62,7 @@ SCHEMA_VERSION = 1
 
 _LABEL = re.compile(r"^(?P<cuda>cu\d+)(?:torch(?P<torch>\d+\.\d+))?$")
 
-EntryLookup = Callable[[str], Mapping[str, Any] | None]
+EntryLookup = Callable[[str], LedgerEntry | None]
 
 
 @dataclass(frozen=True)
@@ -257,8 +258,8 @@ def stored(root: Path, filename: str, lookup: EntryLookup) -> IndexFile:
         raise LedgerError(f"{FILES}/{filename} is in the index but not in the ledger", where=str(root),
                           hint="merge its fragment into the ledger, `farm backfill` it, or remove the file")
     sha = sha256_file(path)
-    if sha != entry.get("sha256"):
-        raise DefectError(f"{FILES}/{filename} has sha256 {sha}, the ledger records {entry.get('sha256')}",
+    if sha != entry.sha256:
+        raise DefectError(f"{FILES}/{filename} has sha256 {sha}, the ledger records {entry.sha256}",
                           where=str(root), hint="the stored file changed: restore the published wheel")
     meta_path = path.with_name(filename + ".metadata")
     metadata = meta_path.read_bytes() if meta_path.exists() else None

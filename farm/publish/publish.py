@@ -84,9 +84,9 @@ class _Planned:
 def _github_wheels(settings: GithubSettings, batch: Sequence[GatedWheel]) -> list[github.Wheel]:
     out = []
     for w in batch:
-        recorded = any(p.get("target") == settings.name for p in w.entry.get("published", []))
-        out.append(github.Wheel(w.path, str(w.build_info.get("package") or parse_wheel_filename(w.filename)[0]),
-                                str(w.build_info.get("version")), w.sha256, w.size, recorded))
+        recorded = any(p.target == settings.name for p in w.entry.published)
+        out.append(github.Wheel(w.path, w.build_info.package or parse_wheel_filename(w.filename)[0],
+                                w.build_info.version, w.sha256, w.size, recorded))
     return out
 
 
@@ -104,7 +104,7 @@ def _plan(settings: TargetSettings, batch: Sequence[GatedWheel], vouchers: Vouch
         # The pages link to the copies another target holds: each wheel must be there already
         # or be sent there earlier in this run.
         missing = [w.filename for w in batch if settings.links not in earlier
-                   and not any(p.get("target") == settings.links for p in w.entry.get("published", []))]
+                   and not any(p.target == settings.links for p in w.entry.published)]
         return _Planned(settings, refusals=tuple(
             f"{settings.name}: {name} is not published to {settings.links!r}, which this index links to; "
             f"run with --target {settings.links} --target {settings.name}" for name in missing))
@@ -182,7 +182,7 @@ def _merge_batch(ledger: Path, batch: Sequence[GatedWheel]) -> tuple[str, ...]:
         return ()
     with tempfile.TemporaryDirectory(prefix="farm-merge-") as tmp:
         for w in fresh:
-            write_fragment(dict(w.entry), Path(tmp))
+            write_fragment(w.entry, Path(tmp))
         return merge_fragments(ledger, Path(tmp)).added
 
 

@@ -33,15 +33,14 @@ from farm.model.arch import ArchList, render, validate_for_cuda
 from farm.model.cells import (
     NO_TORCH,
     Cell,
-    Resolution,
     declared_keys,
     in_python_range,
     planned_wheel_name,
     python_tag,
     recipe_excludes_key,
-    resolve_arch,
 )
 from farm.model.config import FarmConfig, Recipe, Restriction
+from farm.model.spec import ArchRequest, arch_request
 from farm.provenance.ledger import ExistsKey, LedgerIndex
 from farm.schedule.jobs import build_entries
 
@@ -171,16 +170,28 @@ def _python_value(value: str) -> str:
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PlannedCell:
-    """A cell to build: its arch list (and the rule it came from), epoch and planned wheel name."""
+    """A cell to build: its arch request (list, as written, the rule it came from), epoch and
+    planned wheel name. ``farm build`` hands ``arch`` to the builder's spec: it is not resolved again."""
 
     cell: Cell
-    archs: ArchList
-    arch_origin: str
+    arch: ArchRequest
     torch_version: str | None  # the full version to install, e.g. "2.8.0"
     epoch: int
     wheel: str
-    requested: str = ""  # the arch list as written in the config (provenance's "requested")
     compile_jobs: int = 1  # the recipe's `sharding` for this platform: N compile jobs + 1 link job
+
+    @property
+    def archs(self) -> ArchList:
+        return self.arch.archs
+
+    @property
+    def arch_origin(self) -> str:
+        return self.arch.origin
+
+    @property
+    def requested(self) -> str:
+        """The arch list as written in the config (provenance's "requested")."""
+        return self.arch.requested
 
     def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
         """``arch_list``: the canonical string when the caller has it (one per distinct list)."""
@@ -310,32 +321,32 @@ def compute_matrix(
     return Matrix(packages, filters, overwrite, config.defaults.build_epoch)
 
 
-# A resolved arch list with what the loop compares against, computed once per (cuda, torch, platform).
-_Resolved = tuple[Resolution, str]
+# A resolved arch request with what the loop compares against, computed once per (cuda, torch, platform).
+_Resolved = tuple[ArchRequest, str]
 
 
 def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[int, str], str]) -> _Resolved | None:
-    """The cell's resolution, validated for its CUDA line, with its canonical string. ``memo``
-    (spec identity, cuda) -> canonical string: a policy row serves every recipe, so it is
-    validated and rendered once per run."""
-    resolution = resolve_arch(config, recipe, cell)
-    if resolution is None:
+    """The cell's arch request, validated for its CUDA line, with its canonical string. ``memo``
+    (list identity, cuda) -> canonical string: a policy row serves every recipe, so it is
+    validated and rendered once per run (the config's lists live as long as the config)."""
+    request = arch_request(config, recipe, cell)
+    if request is None:
         return None
-    key = (id(resolution.spec), cell.cuda)
+    key = (id(request.archs), cell.cuda)
     canonical = memo.get(key)
     if canonical is None:
         try:
-            validate_for_cuda(resolution.archs, cell.cuda, where=resolution.spec.where)
+            validate_for_cuda(request.archs, cell.cuda, where=request.where)
         except ArchError as exc:
             raise ArchError(f"cell {cell.id}: {exc.message}", where=exc.where, hint=exc.hint) from None
-        canonical = memo[key] = resolution.archs.canonical()
+        canonical = memo[key] = request.archs.canonical()
     for name, how in recipe.build.arch_env.items():  # the package's own variable must carry the list
         try:
-            render(resolution.archs, how)
+            render(request.archs, how)
         except ArchError as exc:
             raise ArchError(f"cell {cell.id}: build.arch_env.{name}: {exc.message}",
-                            where=f"{recipe.display} / {resolution.spec.where}", hint=exc.hint) from None
-    return resolution, canonical
+                            where=f"{recipe.display} / {request.where}", hint=exc.hint) from None
+    return request, canonical
 
 
 _NO_FILTERS = Filters()
@@ -387,12 +398,12 @@ def _package_matrix(
         if torch != NO_TORCH and (cuda, torch, py, platform) in phantoms:
             phantom += 1
             continue
-        resolution, canonical = found
+        request, canonical = found
         if not overwrite:
             record = lookup(_new_key(ExistsKey, (name, version, cuda, torch, tag, platform, epoch)))
             if record is not None:
                 arch = record.arch
-                if arch is None or arch == canonical or _same_archs(arch, canonical, resolution.archs, parsed):
+                if arch is None or arch == canonical or _same_archs(arch, canonical, request.archs, parsed):
                     built += 1
                 else:
                     stale.append(StaleCell(Cell(name, version, cuda, torch, tag, platform), record.filename,
@@ -400,8 +411,7 @@ def _package_matrix(
                 continue
         cell = Cell(name, version, cuda, torch, tag, platform)
         torch_version = torch_versions.get((cuda, torch)) if torch != NO_TORCH else None
-        to_build.append(PlannedCell(cell, resolution.archs, resolution.origin, torch_version, epoch,
-                                    planned_wheel_name(recipe, cell, epoch), resolution.spec.text,
+        to_build.append(PlannedCell(cell, request, torch_version, epoch, planned_wheel_name(recipe, cell, epoch),
                                     recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1))
     return PackageMatrix(
         name, version, epoch, declared, filtered, restricted, no_policy, phantom,

@@ -1,0 +1,276 @@
+"""A cell's build spec: everything a build of one cell is decided by, resolved once and frozen.
+
+:func:`resolve_spec` turns (config, recipe, cell, the build's overrides) into a
+:class:`BuildSpec`: the arch request (list, as written, origin, per-extension lists), the
+toolkit request (line, release, source, components, pins), the build environment (Python,
+torch and where it comes from, the build tools) and the recipe's knobs over ``_defaults.yml``'s
+(env, nvcc flags, patch script, extra deps, sharding, vendored libraries). The planner renders
+it, the builder runs it and postbuild asserts its arch request: nothing downstream resolves again.
+
+Like cibuildwheel's ``BuildOptions``: resolved once from config and overrides, passed down. It is
+written as ``build-spec.json`` beside the build (:meth:`BuildSpec.to_json`) and read back by
+:func:`read_spec` (validated; ``farm postbuild --spec``), so a later process asserts the same spec.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from farm.errors import UsageError
+from farm.model.arch import Rendering
+from farm.model.cells import NO_TORCH, Cell
+from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.model.spec import ArchRequest, require_arch_request
+from farm.toolkit.request import ToolkitRequest, request_for
+
+SPEC_FILE = "build-spec.json"
+SPEC_VERSION = 1
+BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
+
+
+@dataclass(frozen=True)
+class SpecOverrides:
+    """What the command line and the environment decide over the config (``--torch-index``,
+    ``--toolkit-source``, ``--redist-url``; ``env`` is where ``$FARM_CUDA_REDIST_URL`` is read)."""
+
+    torch_index: str | None = None
+    toolkit_source: str | None = None
+    redist_url: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    cell: Cell
+    arch: ArchRequest
+    toolkit: ToolkitRequest
+    torch_version: str | None  # the full version to install ("2.8.0"); None for torch-free cells
+    torch_index: str | None  # where it comes from: a URL or "pip"; None for torch-free cells
+    knobs: BuildKnobs  # the recipe's over _defaults.yml's
+    vendored: tuple[str, ...] = ()  # the recipe's declared vendored library globs
+    compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
+    tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
+
+    @property
+    def python(self) -> str:
+        """The Python version the build runs (``3.11``)."""
+        return self.cell.python_version
+
+    def to_json(self) -> dict[str, Any]:
+        k = self.knobs
+        t = self.toolkit
+        return {
+            "spec_version": SPEC_VERSION,
+            "cell": {"package": self.cell.package, "version": self.cell.version, **self.cell.as_dict()},
+            "arch": self.arch.to_json(),
+            "toolkit": {"cuda": t.cuda, "source": t.source, "release": t.release, "platform": t.platform,
+                        "components": list(t.components), "redist_url": t.redist_url,
+                        "manifest_sha256": t.manifest_sha256, "pypi": list(t.pypi)},
+            "environment": {"python": self.python, "torch": self.torch_version, "torch_index": self.torch_index,
+                            "tools": list(self.tools)},
+            "knobs": {"subdir": k.subdir, "patch_script": k.patch_script, "extra_deps": list(k.extra_deps),
+                      "extra_cuda_components": list(k.extra_cuda_components), "nvcc_flags": list(k.nvcc_flags),
+                      "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
+                      "arch_env": {name: how.value for name, how in k.arch_env.items()},
+                      "system_packages": list(k.system_packages),
+                      "vendored": list(self.vendored), "compile_jobs": self.compile_jobs},
+        }
+
+    @classmethod
+    def from_json(cls, data: object, *, where: str) -> BuildSpec:
+        """The spec :meth:`to_json` wrote; a missing or mistyped field is a :class:`UsageError`."""
+        r = _Reader(where)
+        top = r.obj(data, "spec")
+        if top.get("spec_version") != SPEC_VERSION:
+            raise r.bad("spec_version", f"{SPEC_VERSION} (this farm's)")
+        c = r.obj(top.get("cell"), "cell")
+        cell = Cell(*(r.text(c, f"cell.{key}") for key in ("package", "version", "cuda", "torch", "python",
+                                                           "platform")))
+        t = r.obj(top.get("toolkit"), "toolkit")
+        toolkit = ToolkitRequest(
+            r.text(t, "toolkit.cuda"), r.text(t, "toolkit.source"), r.text(t, "toolkit.release"),
+            r.text(t, "toolkit.platform"), r.texts(t, "toolkit.components"), r.text(t, "toolkit.redist_url"),
+            r.opt_text(t, "toolkit.manifest_sha256"), r.texts(t, "toolkit.pypi"))
+        e = r.obj(top.get("environment"), "environment")
+        k = r.obj(top.get("knobs"), "knobs")
+        knobs = BuildKnobs(
+            subdir=r.opt_text(k, "knobs.subdir"), patch_script=r.opt_text(k, "knobs.patch_script"),
+            extra_deps=r.texts(k, "knobs.extra_deps"), extra_cuda_components=r.texts(k, "knobs.extra_cuda_components"),
+            nvcc_flags=r.texts(k, "knobs.nvcc_flags"), max_jobs=r.opt_count(k, "knobs.max_jobs"),
+            nvcc_threads=r.opt_count(k, "knobs.nvcc_threads"), env=r.text_map(k, "knobs.env"),
+            arch_env=r.renderings(k, "knobs.arch_env"),
+            system_packages=r.texts(k, "knobs.system_packages"))
+        spec = cls(cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
+                   r.opt_text(e, "environment.torch"), r.opt_text(e, "environment.torch_index"), knobs,
+                   r.texts(k, "knobs.vendored"), r.count(k, "knobs.compile_jobs"), r.texts(e, "environment.tools"))
+        if r.text(e, "environment.python") != spec.python:
+            raise r.bad("environment.python", f"the cell's Python ({spec.python})")
+        return spec
+
+
+class _Reader:
+    """Typed field access on a parsed spec, each failure naming the file and the key."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def bad(self, key: str, what: str) -> UsageError:
+        return UsageError(f"{key} must be {what}", where=self.where,
+                          hint="write the spec with farm build (it is the build's record), do not edit it")
+
+    def obj(self, value: object, key: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.bad(key, "an object")
+        return value
+
+    def text(self, data: Mapping[str, Any], key: str) -> str:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if not isinstance(value, str):
+            raise self.bad(key, "a string")
+        return value
+
+    def opt_text(self, data: Mapping[str, Any], key: str) -> str | None:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if value is not None and not isinstance(value, str):
+            raise self.bad(key, "a string or null")
+        return value
+
+    def count(self, data: Mapping[str, Any], key: str) -> int:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise self.bad(key, "a positive integer")
+        return value
+
+    def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.bad(key, "an integer or null")
+        return value
+
+    def texts(self, data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.bad(key, "a list of strings")
+        return tuple(value)
+
+    def renderings(self, data: Mapping[str, Any], key: str) -> dict[str, Rendering]:
+        try:
+            return {name: Rendering(how) for name, how in self.text_map(data, key).items()}
+        except ValueError:
+            raise self.bad(key, f"an object of renderings ({', '.join(r.value for r in Rendering)})") from None
+
+    def text_map(self, data: Mapping[str, Any], key: str) -> dict[str, str]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+            raise self.bad(key, "an object of strings")
+        return dict(value)
+
+
+# ------------------------------------------------------------------------------------------------
+def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
+    """The recipe's build knobs over ``_defaults.yml``'s: a knob the recipe leaves unset is inherited."""
+    base, own = config.defaults.build, recipe.build
+    return BuildKnobs(
+        subdir=own.subdir,
+        patch_script=own.patch_script,
+        extra_deps=own.extra_deps or base.extra_deps,
+        extra_cuda_components=own.extra_cuda_components or base.extra_cuda_components,
+        nvcc_flags=own.nvcc_flags or base.nvcc_flags,
+        max_jobs=own.max_jobs if own.max_jobs is not None else base.max_jobs,
+        nvcc_threads=own.nvcc_threads if own.nvcc_threads is not None else base.nvcc_threads,
+        env={**base.env, **own.env},
+        arch_env={**base.arch_env, **own.arch_env},
+        system_packages=own.system_packages or base.system_packages,
+    )
+
+
+def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
+    """The full torch version the grid pins for the cell (``2.8.0``); None for torch-free cells."""
+    if cell.torch == NO_TORCH:
+        return None
+    for row in config.defaults.grid:
+        if row.cuda == cell.cuda and row.torch_minor == cell.torch:
+            return row.torch
+    raise UsageError(f"cell {cell.id}: the grid has no torch {cell.torch} for CUDA {cell.cuda}",
+                     where=config.defaults.path.name)
+
+
+def torch_index_for(config: FarmConfig, cell: Cell, override: str | None = None) -> str:
+    """Where the cell's torch comes from: ``override`` (--torch-index / $FARM_TORCH_INDEX), else the
+    CUDA line's ``torch_index`` in ``_defaults.yml``; ``{cu}`` in a URL becomes the cell's ``cu130``."""
+    index = override or config.defaults.torch_index.get(cell.cuda)
+    if index is None:
+        raise UsageError(f"cell {cell.id}: _defaults.yml names no torch_index for CUDA {cell.cuda}",
+                         where=config.defaults.path.name,
+                         hint="add the line under torch_index, or pass --torch-index URL|pip")
+    return index.replace("{cu}", cell.cu)
+
+
+def toolkit_request(config: FarmConfig, knob: BuildKnobs, cell: Cell, overrides: SpecOverrides) -> ToolkitRequest:
+    """The cell's toolkit: the line's components, torch's for a torch-linked cell, the recipe's extra."""
+    return request_for(
+        config.defaults.toolkit, cell.cuda, torch=cell.torch != NO_TORCH, extra=knob.extra_cuda_components,
+        source=overrides.toolkit_source, platform=cell.platform, redist_url=overrides.redist_url,
+        env=overrides.env,
+    )
+
+
+def resolve_spec(
+    config: FarmConfig,
+    recipe: Recipe,
+    cell: Cell,
+    overrides: SpecOverrides | None = None,
+    *,
+    arch: ArchRequest | None = None,
+    torch_version: str | None = None,
+) -> BuildSpec:
+    """The one resolution of a cell's build. ``arch``/``torch_version``: what the matrix already
+    resolved for the cell (carried, not resolved again); otherwise resolved here."""
+    if cell.package != recipe.name:
+        raise UsageError(f"cell {cell.id} is not a cell of package {recipe.name!r}")
+    overrides = overrides or SpecOverrides()
+    if arch is None:
+        arch = require_arch_request(config, recipe, cell)
+    if torch_version is None:
+        torch_version = torch_version_for(config, cell)
+    knob = knobs(config, recipe)
+    return BuildSpec(
+        cell=cell,
+        arch=arch,
+        toolkit=toolkit_request(config, knob, cell, overrides),
+        torch_version=torch_version,
+        torch_index=torch_index_for(config, cell, overrides.torch_index) if torch_version is not None else None,
+        knobs=knob,
+        vendored=tuple(v.glob for v in recipe.vendored),
+        compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
+    )
+
+
+def write_spec(spec: BuildSpec, directory: Path) -> Path:
+    """``build-spec.json`` in ``directory``: the build's record of what it was asked to build."""
+    from farm.fsutil import atomic_write
+
+    path = Path(directory) / SPEC_FILE
+    atomic_write(path, [(json.dumps(spec.to_json(), indent=1, sort_keys=True) + "\n").encode()], durable=False)
+    return path
+
+
+def read_spec(path: Path) -> BuildSpec:
+    """The spec at ``path``, validated (a :class:`UsageError` naming the file otherwise)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read the build spec: {exc.strerror or exc}", where=str(path),
+                         hint=f"pass the {SPEC_FILE} farm build wrote in the cell's build folder") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"the build spec is not JSON: {exc}", where=str(path)) from None
+    return BuildSpec.from_json(data, where=str(path))
+

@@ -1,0 +1,157 @@
+"""The build spec: a cell resolved once (farm.model.spec, farm.build.spec), carried from the matrix
+through the planner and the builder to postbuild, and written/read as JSON in one place."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from farm.build.plan import PlanOptions, plan_build
+from farm.build.spec import SPEC_FILE, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
+from farm.errors import UsageError
+from farm.model.arch import ArchList
+from farm.model.cells import Cell, declared_cells, recipe_excludes
+from farm.model.config import load_config
+from farm.model.spec import ArchRequest, arch_request
+from farm.provenance.ledger import LedgerIndex
+from farm.schedule.matrix import Filters, compute_matrix
+
+from .buildroot import DEMO_RECIPE, REPO, make_root
+
+TORCH_RECIPE = """\
+name: torchpkg
+version: '1.2.0'
+source:
+  path: src/torchpkg
+links_torch: true
+sharding: 3
+build:
+  nvcc_flags: ['-lineinfo']
+  max_jobs: 2
+  extra_deps: [psutil]
+  env: {TORCHPKG_FAST: '1'}
+  arch_env: {TORCHPKG_ARCHS: cmake}
+arch:
+  by_cuda: {'13.0': '8.0;9.0a;12.0+PTX'}
+extensions:
+  '*_sm90*': {by_cuda: {'13.0': '9.0a'}}
+"""
+
+X86 = Cell("demo_ext", "0.1.0", "13.0", "none", "cp311", "linux_x86_64")
+TORCH = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
+
+
+@pytest.fixture()
+def config(tmp_path):
+    for d in ("examples/demo_ext", "src/torchpkg"):
+        (tmp_path / d).mkdir(parents=True)
+    return make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch="8.0;9.0+PTX"), "torchpkg": TORCH_RECIPE})
+
+
+def test_resolve_spec_holds_every_decision_of_the_build(config):
+    spec = resolve_spec(config, config.recipe("torchpkg"), TORCH, SpecOverrides(torch_index="pip"))
+    assert spec.arch == arch_request(config, config.recipe("torchpkg"), TORCH)
+    assert spec.arch.requested == "8.0;9.0a;12.0+PTX" and spec.arch.origin == "recipe arch.by_cuda['13.0']"
+    assert spec.arch.extensions == (("*_sm90*", ArchList.parse("9.0a")),)
+    assert spec.arch.where  # the recipe file and line the list was written at
+    assert spec.torch_version is not None and spec.torch_version.startswith("2.9.") and spec.torch_index == "pip"
+    assert spec.toolkit.cuda == "13.0" and spec.toolkit.components[-1] != ""
+    assert spec.knobs.env["TORCHPKG_FAST"] == "1" and spec.knobs.extra_deps == ("psutil",)
+    assert spec.compile_jobs == 3 and spec.python == "3.11"
+    free = resolve_spec(config, config.recipe("demo_ext"), X86)
+    assert free.torch_version is None and free.torch_index is None and free.compile_jobs == 1
+
+
+def test_the_spec_round_trips_through_its_file(config, tmp_path):
+    spec = resolve_spec(config, config.recipe("torchpkg"), TORCH)
+    path = write_spec(spec, tmp_path)
+    assert path == tmp_path / SPEC_FILE
+    assert read_spec(path) == spec
+    with pytest.raises(AttributeError):  # frozen
+        spec.cell = X86  # type: ignore[misc]
+
+
+def test_every_recipe_of_the_repository_round_trips():
+    config = load_config(REPO)
+    seen = 0
+    for recipe in config.recipes.values():
+        for cell in declared_cells(config.defaults, recipe):
+            if recipe_excludes(recipe, cell) or arch_request(config, recipe, cell) is None:
+                continue
+            spec = resolve_spec(config, recipe, cell)
+            assert BuildSpec.from_json(json.loads(json.dumps(spec.to_json())), where="t") == spec, cell.id
+            seen += 1
+            break
+    assert seen == len(config.recipes)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(spec_version=99), "spec_version"),
+    (lambda d: d["arch"].update(normalised="9.0;8.0"), "arch.normalised must be a canonical arch list"),
+    (lambda d: d["arch"].update(normalised="8.0;banana"), "arch.normalised"),
+    (lambda d: d["arch"].pop("requested"), "arch.requested must be a string"),
+    (lambda d: d["arch"].update(extensions=[["*_sm90*"]]), "arch.extensions"),
+    (lambda d: d["cell"].update(platform=7), "cell.platform must be a string"),
+    (lambda d: d["environment"].update(python="3.12"), "environment.python"),
+    (lambda d: d["knobs"].update(arch_env={"X": "fortran"}), "knobs.arch_env"),
+    (lambda d: d["knobs"].update(compile_jobs=0), "knobs.compile_jobs"),
+    (lambda d: d["toolkit"].update(components="cuda_nvcc"), "toolkit.components"),
+    (lambda d: d.pop("knobs"), "knobs must be an object"),
+])
+def test_a_spec_file_not_written_by_farm_is_refused_naming_the_key(config, tmp_path, edit, message):
+    data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
+    edit(data)
+    path = tmp_path / SPEC_FILE
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=message) as info:
+        read_spec(path)
+    assert info.value.where == str(path) and info.value.exit_code == 2
+
+
+def test_an_unreadable_spec_is_bad_input(tmp_path):
+    with pytest.raises(UsageError, match="cannot read the build spec"):
+        read_spec(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(UsageError, match="not JSON"):
+        read_spec(tmp_path / "bad.json")
+
+
+def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path):
+    """The builder resolves once and hands the spec down: a spec whose list differs from what the
+    config says today is what the plan exports and what postbuild will assert."""
+    recipe = config.recipe("torchpkg")
+    given = ArchRequest.given(ArchList.parse("8.6;10.0"), origin="matrix")
+    spec = resolve_spec(config, recipe, TORCH, arch=given)
+    plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=spec)
+    assert plan.spec is spec and plan.arch is given and plan.arch_origin == "matrix"
+    env = dict(plan.native.environment) if plan.native else {}
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.6;10.0" and env["TORCHPKG_ARCHS"] == "86-real;100-real"
+    assert plan.to_json()["spec"] == spec.to_json()
+    with pytest.raises(UsageError, match="the build spec is for cell"):
+        plan_build(config, config.recipe("demo_ext"), X86, tmp_path, PlanOptions(output_dir=tmp_path / "o",
+                                                                                 work_dir=tmp_path / "w"), spec=spec)
+
+
+def test_the_matrix_hands_the_build_its_resolution(config):
+    matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=["torchpkg"]))
+    planned = next(p for p in matrix.cells if p.cell == TORCH)
+    assert planned.arch == arch_request(config, config.recipe("torchpkg"), TORCH)
+    assert (planned.archs, planned.requested, planned.arch_origin) == (
+        planned.arch.archs, "8.0;9.0a;12.0+PTX", "recipe arch.by_cuda['13.0']")
+    # the build's spec carries it as it is
+    assert resolve_spec(config, config.recipe("torchpkg"), TORCH, arch=planned.arch).arch is planned.arch
+
+
+def test_resolve_arch_is_called_in_one_place():
+    """Every stage receives the spec (or its arch request); the rule itself runs behind
+    farm.model.spec.arch_request only, which the trust checks (gate, audit) call too."""
+    callers = []
+    for path in sorted((REPO / "farm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch":
+                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/spec.py"))], callers
