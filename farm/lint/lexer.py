@@ -41,6 +41,8 @@ def first_on_line(text: str, pos: int) -> bool:
     """Whether only spaces and tabs precede ``pos`` on its line. A directive is a ``#`` so placed:
     finding each ``#`` and looking back is ten times faster on a large header than a MULTILINE
     ``^[ \t]*#``, which re tries at every offset of the text."""
+    if pos == 0 or text[pos - 1] == "\n":  # most directives start their line
+        return True
     return not text[text.rfind("\n", 0, pos) + 1:pos].strip(" \t")
 
 

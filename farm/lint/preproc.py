@@ -380,7 +380,10 @@ def scan_directives(code: str) -> Directives:
     n_lines = code.count("\n") + 1
     for number, last, word, rest in directive_lines(code):
         rest = rest.strip()
-        lines_seen.update(range(number, last + 1))
+        if last == number:
+            lines_seen.add(number)
+        else:
+            lines_seen.update(range(number, last + 1))
         if word in ("if", "ifdef", "ifndef"):
             chain = Chain([], n_lines)
             stack.append(chain)
