@@ -142,6 +142,22 @@ def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
     assert {f["section"] for f in results[0]["fatbins"]} == {".nv_fatbin", "__nv_relfatbin"}
 
 
+@pytest.mark.parametrize("name", ["rdc", "nvcc-link-default", "family", "default"])
+def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, name: str) -> None:
+    """The listing's table writer (widths from the data, one %-format per row) against the generic one."""
+    from farm.commands.inspect import _fatbin_table
+    from farm.table import format_table
+
+    insp = inspect_file(cuda_fixtures.path(name), stubs=True)
+    loaded = {f.offset for f in insp.runnable}
+    rows = [(str(i), f.section, hex(f.offset),
+             "stub" if f.offset in insp.stubs else "" if f.offset in loaded else "not loaded",
+             " ".join(e.name + ("" if e.compressed.value == "none" else f"({e.compressed.value})") for e in f.entries))
+            for i, f in enumerate(insp.fatbins, 1)]
+    expected = format_table(("#", "section", "offset", "note", "entries"), rows, indent="    ")
+    assert _fatbin_table(insp, "    ") == expected
+
+
 def test_inspect_command_table_and_exit_codes(cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(cuda_fixtures.path("rdc"))]) == 0
     out = capsys.readouterr().out

@@ -15,7 +15,6 @@ from farm.binary.inspection import (
     inspect_wheel,
 )
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
-from farm.table import format_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,31 +30,50 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="machine-readable output (indented on a terminal, one line into a pipe)")
 
 
-def _entries(insp: SoInspection) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
+_COLUMNS = ("#", "section", "offset", "note", "entries")
+
+
+def _names(insp: SoInspection) -> dict[int, str]:
+    """Each distinct entry list rendered once (a library repeats a few hundred thousands of times),
+    found by identity: read_fatbins shares one signature tuple per distinct list, and hashing the
+    nested tuple would cost more than rendering it."""
+    names: dict[int, str] = {}
+    for f in insp.fatbins:
+        if id(f.signature) not in names:
+            names[id(f.signature)] = " ".join(name + ("" if compression == "none" else f"({compression})")
+                                             for _, _, _, compression, name in f.signature)
+    return names
+
+
+def _note(insp: SoInspection, offset: int, loaded: set[int]) -> str:
+    return "stub" if offset in insp.stubs else "" if offset in loaded else "not loaded"
+
+
+def _fatbin_table(insp: SoInspection, indent: str) -> str:
+    """The fatbins (at least one) as :func:`farm.table.format_table` lays out a table, in half its
+    time: the widths come from the data (the longest offset is the largest), then each of a
+    library's thousands of rows is one %-format of the fatbin's own fields."""
+    fatbins = insp.fatbins
     loaded = {f.offset for f in insp.runnable}
-    stubs = insp.stubs
-    # A library repeats a few hundred distinct entry lists thousands of times: each is rendered
-    # once, found by identity (read_fatbins shares one signature tuple per distinct list, and
-    # hashing the nested tuple would cost more than rendering it).
-    shown: dict[int, str] = {}
-    for index, fatbin in enumerate(insp.fatbins, 1):
-        offset, signature = fatbin.offset, fatbin.signature
-        note = "stub" if offset in stubs else "" if offset in loaded else "not loaded"
-        names = shown.get(id(signature))
-        if names is None:
-            names = shown[id(signature)] = " ".join(
-                name + ("" if compression == "none" else f"({compression})")
-                for _, _, _, compression, name in signature)
-        rows.append((str(index), fatbin.section, f"{offset:#x}", note, names))
-    return rows
+    names = _names(insp)
+    notes = [_note(insp, f.offset, loaded) for f in fatbins]
+    widths = [max(len(header), width) for header, width in zip(_COLUMNS, (
+        len(str(len(fatbins))), max(map(len, {f.section for f in fatbins})),
+        len(f"{max(f.offset for f in fatbins):#x}"), max(map(len, set(notes))), max(map(len, names.values())),
+    ), strict=True)]
+    row = indent.replace("%", "%%") + "%-{}d  %-{}s  %#-{}x  %-{}s  %s".format(*widths[:4])
+    lines = [(indent + "  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True))).rstrip(),
+             indent + "  ".join("-" * w for w in widths)]
+    lines += [(row % (index, f.section, f.offset, note, names[id(f.signature)])).rstrip()
+              for index, (f, note) in enumerate(zip(fatbins, notes, strict=True), 1)]
+    return "\n".join(lines)
 
 
 def render_so(insp: SoInspection, indent: str = "") -> str:
     found = insp.found.canonical() if insp.has_device_code else "no device code"
     lines = [f"{indent}{insp.path}: {found}"]
     if insp.reader is not Reader.CUOBJDUMP and insp.fatbins:
-        lines.append(format_table(("#", "section", "offset", "note", "entries"), _entries(insp), indent=indent + "  "))
+        lines.append(_fatbin_table(insp, indent + "  "))
     if insp.reader is Reader.CUOBJDUMP and insp.listing:
         lines.append(f"{indent}  cuobjdump: " + " ".join(e.name for e in insp.listing))
     if insp.reader is Reader.BOTH:
