@@ -11,7 +11,8 @@ Both must hold the same (kind, arch) multiset: farm's runnable entries without L
 compared without ``f`` (which cuobjdump cannot show). With an nvcc (``CUDA_HOME``), a ~1 MB
 extension is built once and ``farm inspect`` on it is timed too.
 
-Targets: CPU time >= 50x below cuobjdump's, peak RSS <= 1/10 of its, the 1 MB extension <= 60 ms.
+Targets: CPU time >= 50x below cuobjdump's, peak RSS <= 1/10 of its, the 1 MB extension <= 60 ms of
+CPU (all minimums over the runs; the exit status is 1 when any is missed).
 
     python benchmarks/bench_fatbin.py [--cuda 13|12] [--runs 5] [--cache DIR]
 """
@@ -158,8 +159,10 @@ def main() -> int:
               f"(target <= 0.100): {'met' if met else 'NOT met'}")
     if ext is not None:
         s = results[next(k for k in results if k.startswith("farm inspect EXT"))]
-        print(f"1 MB extension: {s.wall[0] * 1000:.1f} ms wall, {s.cpu[0] * 1000:.1f} ms CPU (target <= 60 ms): "
-              f"{'met' if s.wall[0] <= 0.060 else 'NOT met'}")
+        met = s.cpu[0] <= 0.060
+        ok &= met
+        print(f"1 MB extension: {s.cpu[0] * 1000:.1f} ms CPU (target <= 60 ms), {s.wall[0] * 1000:.1f} ms wall: "
+              f"{'met' if met else 'NOT met'}")
     s = results["farm inspect LIB"]
     print(f"ratio (cuobjdump CPU / farm inspect CPU, min of {args.runs}): {a_cpu / s.cpu[0]:.1f}x")
     return 0 if ok else 1

@@ -10,10 +10,10 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, in
 
     Every line starts with ``indent`` and ends without trailing spaces; ``None`` shows as nothing.
     """
-    cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    cells = [tuple(map(str, headers)), *[tuple(["" if c is None else str(c) for c in row]) for row in rows]]
     widths = [max(map(len, column)) for column in zip(*cells, strict=True)]
-    # one format per line (thousands of rows for a large library): each cell padded to its column
-    line = indent + "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [line.format(*row).rstrip() for row in cells]
+    # one %-format per line (thousands of rows for a large library): each cell padded to its column
+    line = indent.replace("%", "%%") + "  ".join(f"%-{w}s" for w in widths)
+    lines = [(line % row).rstrip() for row in cells]
     lines.insert(1, indent + "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -114,6 +114,50 @@ def test_inspect_command_json(cuda_fixtures: CudaFixtures, tmp_path: Path, capsy
     assert file_result["found_targets"] == ["sm_100f", "sm_120f", "compute_120f"]
 
 
+@pytest.mark.parametrize("stubs", [True, False])
+@pytest.mark.parametrize("name", VALID)
+def test_fatbins_json_text_is_json_dumps_byte_for_byte(cuda_fixtures: CudaFixtures, name: str, stubs: bool) -> None:
+    """The compact listing's encoder (distinct entry heads encoded once) writes what json.dumps would."""
+    insp = inspect_file(cuda_fixtures.path(name), stubs=stubs)
+    assert insp.fatbins_json_text() == json.dumps(insp.fatbins_json())
+
+
+def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
+    cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Into a pipe, each file's fatbins are spliced into the document as text: the same document,
+    for several files, a wheel and an error among them."""
+    wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default")})
+    argv = ["inspect", "--json", "--stubs", str(cuda_fixtures.path("rdc")), str(wheel),
+            str(cuda_fixtures.path("bad-magic")), str(cuda_fixtures.path("family"))]
+    assert main(argv) == 2
+    compact = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    assert main(argv) == 2
+    indented = capsys.readouterr().out
+    assert "\n  " in indented and compact.count("\n") == 1
+    assert json.loads(compact) == json.loads(indented)
+    results = json.loads(compact)["results"]
+    assert [r["kind"] for r in results] == ["file", "wheel", "error", "file"]
+    assert {f["section"] for f in results[0]["fatbins"]} == {".nv_fatbin", "__nv_relfatbin"}
+
+
+@pytest.mark.parametrize("name", ["rdc", "nvcc-link-default", "family", "default"])
+def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, name: str) -> None:
+    """The listing's table writer (widths from the data, one %-format per row) against the generic one."""
+    from farm.commands.inspect import _fatbin_table
+    from farm.table import format_table
+
+    insp = inspect_file(cuda_fixtures.path(name), stubs=True)
+    loaded = {f.offset for f in insp.runnable}
+    rows = [(str(i), f.section, hex(f.offset),
+             "stub" if f.offset in insp.stubs else "" if f.offset in loaded else "not loaded",
+             " ".join(e.name + ("" if e.compressed.value == "none" else f"({e.compressed.value})") for e in f.entries))
+            for i, f in enumerate(insp.fatbins, 1)]
+    expected = format_table(("#", "section", "offset", "note", "entries"), rows, indent="    ")
+    assert _fatbin_table(insp, "    ") == expected
+
+
 def test_inspect_command_table_and_exit_codes(cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(cuda_fixtures.path("rdc"))]) == 0
     out = capsys.readouterr().out

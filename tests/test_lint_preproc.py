@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from farm.lint.lexer import strip_c, strip_hash_comments, strip_python_comments
-from farm.lint.preproc import ArchContext, Scope, evaluate, parse_expr, scan_directives
+from farm.lint.lexer import strip_c, strip_directive_comments, strip_hash_comments, strip_python_comments
+from farm.lint.preproc import ArchContext, Scope, directive_lines, evaluate, parse_expr, scan_directives
+from farm.lint.rules import may_gate
 
 
 def test_strip_c_blanks_comments_and_literals_and_keeps_positions():
@@ -76,3 +79,27 @@ def test_directive_structure_and_dead_blocks():
     assert {9, 10, 12, 14, 16} <= d.directive_lines
     assert d.defines == [(17, "FEATURE", "1")]
     assert [line for line, _ in d.includes] == [18]
+
+
+# The fast scans against the regular expressions that define them (re runs these ten times slower
+# on a large header, so the lint does not use them; the meaning must not move).
+EDGES = [
+    "#if X\n", "  \t#  if X // c\n#endif\n", "x = 1; # if not a directive\n", "# #define X 1\n",
+    "#/* c */if A /* d */ && B // e\n#else // f\n#endif /* g */\n", "#define M(a) \\\n  # a // x\n#include <a/b.h>\n",
+    "\f#if X\n", "#\n#  \n#!shebang\n", "int a; /* #if X */\n", "#if A\\\n// not a comment of a directive\n#endif",
+    "", "#", "\n#ifdef Y", 'char s[] = "#if X"; // #if Y\n',
+]
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_directive_scans_mean_what_the_multiline_patterns_say(text):
+    blank = lambda m: re.sub(r"//[^\n]*|/\*.*?\*/", lambda c: " " * len(c.group()), m.group())  # noqa: E731
+    assert strip_directive_comments(text) == re.sub(r"(?m)^[ \t]*#[^\n]*", blank, text)
+    words = [(m.start(), m[1]) for m in re.finditer(r"(?m)^[ \t]*#[ \t]*(\w+)([^\n]*)", text)]
+    assert [w for _, _, w, _ in directive_lines(text)] == [w for _, w in words]
+
+
+@pytest.mark.parametrize("text", ["__CUDA_ARCH__", "x NV_IF_TARGET(", "NV_DISPATCH_TARGET", "float_e4m3_t", "E5M2",
+                                  "xe5m2", "4m3 at the start", "e4m2", "E4m3", "5M2", "e", "", "NV_IF", "__CUDA_ARC"])
+def test_may_gate_is_the_trigger_pattern(text):
+    assert may_gate(text) == bool(re.search(r"__CUDA_ARCH|NV_IF_|NV_DISPATCH_TARGET|[eE][45][mM][23]", text))

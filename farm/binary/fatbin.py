@@ -265,10 +265,11 @@ _STUB_MAX = 16 << 10
 
 def _may_be_stub(fatbin: Fatbin) -> bool:
     """Only cubins, all small: anything else is decided without reading a payload."""
-    if not fatbin.entries or any(e.kind is not EntryKind.CUBIN for e in fatbin.entries):
+    # from the scanned headers: a library's thousands of fatbins are decided without Entry models
+    if not fatbin.signature or any(kind != _scan.CUBIN for kind, *_ in fatbin.signature):
         return False
     # an empty cubin is ~1.5 KB; never decompress real code just to look
-    return all(max(e.payload_size, e.uncompressed_size) <= _STUB_MAX for e in fatbin.entries)
+    return all(max(payload, uncompressed) <= _STUB_MAX for _, _, _, payload, uncompressed in fatbin.raw)
 
 
 def is_device_link_stub(path: Path | str, fatbin: Fatbin, *, fh: BinaryIO | None = None) -> bool | None:

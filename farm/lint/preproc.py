@@ -10,9 +10,12 @@ on them is never decided by guesswork.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+from farm.lint.lexer import first_on_line
 
 Expr = tuple  # ("num", n) | ("id", name) | ("defined", name) | ("call", name, arg) | (op, a[, b[, c]])
 
@@ -120,23 +123,28 @@ class _Parser:
         raise ValueError(f"unexpected {value!r}")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_expr(text: str) -> Expr | None:
-    """The expression tree of a condition, or None when it does not parse."""
+    """The expression tree of a condition, or None when it does not parse. Remembered: a
+    library's headers repeat a few hundred conditions thousands of times, and the trees are
+    immutable tuples."""
     try:
         return _Parser(text).parse()
     except (ValueError, IndexError):
         return None
 
 
-def identifiers(expr: Expr) -> Iterator[str]:
+@functools.lru_cache(maxsize=8192)
+def identifiers(expr: Expr) -> tuple[str, ...]:
+    """The names a condition reads, in order (remembered, as the trees are shared: see parse_expr)."""
     tag = expr[0]
-    if tag in ("id", "defined", "call"):
-        yield expr[1]
-        if tag == "call":
-            yield from re.findall(r"[A-Za-z_]\w*", expr[2])
-    elif tag != "num":
-        for sub in expr[1:]:
-            yield from identifiers(sub)
+    if tag in ("id", "defined"):
+        return (expr[1],)
+    if tag == "call":
+        return (expr[1], *re.findall(r"[A-Za-z_]\w*", expr[2]))
+    if tag == "num":
+        return ()
+    return tuple(name for sub in expr[1:] for name in identifiers(sub))
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,6 +303,7 @@ class Scope:
             self._active.discard(call)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_arch_symbol(name: str) -> bool:
     return bool(ARCH_SYMBOL.match(name)) or name.startswith("__CUDA_ARCH_HAS_FEATURE__(")
 
@@ -336,14 +345,16 @@ class Directives:
     functions: list[tuple[int, str, tuple[str, ...], str]] = field(default_factory=list)  # (line, name, params, body)
 
 
-_DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*(\w+)([^\n]*)", re.MULTILINE)
+_DIRECTIVE = re.compile(r"#[ \t]*(\w+)([^\n]*)")
 
 
 def directive_lines(code: str) -> Iterator[tuple[int, int, str, str]]:
     """(first line, last line, directive word, rest) of each directive, continuations joined."""
     line = 1
     pos = 0
-    for m in _DIRECTIVE_LINE.finditer(code):
+    for m in _DIRECTIVE.finditer(code):
+        if not first_on_line(code, m.start()):
+            continue
         line += code.count("\n", pos, m.start())
         pos = m.start()
         rest = m[2]
@@ -369,7 +380,10 @@ def scan_directives(code: str) -> Directives:
     n_lines = code.count("\n") + 1
     for number, last, word, rest in directive_lines(code):
         rest = rest.strip()
-        lines_seen.update(range(number, last + 1))
+        if last == number:
+            lines_seen.add(number)
+        else:
+            lines_seen.update(range(number, last + 1))
         if word in ("if", "ifdef", "ifndef"):
             chain = Chain([], n_lines)
             stack.append(chain)
@@ -403,7 +417,7 @@ def scan_directives(code: str) -> Directives:
         for i, branch in enumerate(chain.branches):
             if branch.cond is None:
                 value: int | None = 1
-            elif any(True for _ in identifiers(branch.cond)):
+            elif identifiers(branch.cond):
                 break
             else:
                 value = evaluate(branch.cond, lambda _n: None)

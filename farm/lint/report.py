@@ -6,9 +6,11 @@ import enum
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the recipes' model (YAML and all) is not needed to lint a directory
+TYPE_CHECKING = False  # not typing's (a directory's lint imports neither it nor the recipes' model)
+if TYPE_CHECKING:
+    from typing import Any
+
     from farm.model.config import LintIgnore
 
 

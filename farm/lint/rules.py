@@ -72,7 +72,8 @@ from farm.lint.report import Finding, LibrarySummary, Rule, Severity
 from farm.model.arch import ArchList, Kind, Target, Variant
 from farm.model.driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
 
-_TRIGGER = re.compile(r"__CUDA_ARCH|NV_IF_|NV_DISPATCH_TARGET|[eE][45][mM][23]")
+_TRIGGERS = ("__CUDA_ARCH", "NV_IF_", "NV_DISPATCH_TARGET")
+_FP8_TAILS = tuple(f"{a}{m}{b}" for a in "45" for m in "mM" for b in "23")  # [eE][45][mM][23] less its [eE]
 _FP8 = re.compile(r"\b\w*(?:e4m3|e5m2)\w*", re.IGNORECASE)
 # torch's c10::Float8_* types convert in portable code on every arch, and the ScalarType tags of
 # the same name (kFloat8_e4m3fn, ScalarType::Float8_e5m2) are host-side dtype checks.
@@ -90,6 +91,22 @@ _NO_WORK = re.compile(r"^(?:printf|fprintf|std::printf|assert|__trap|__brkpt|abo
                       r"nullptr|NULL|\{\s*\})\s*\)?$")
 _LOUD = re.compile(r"^static_assert\b")
 SNIPPET = 160
+
+
+def may_gate(text: str) -> bool:
+    """Whether ``text`` mentions anything a rule reads in C code (``__CUDA_ARCH``, CCCL's
+    ``NV_IF_*``/``NV_DISPATCH_TARGET``, an FP8 ``e4m3``/``e5m2`` in any case): most compiled files
+    do not, and are never parsed. str.find, not a regex: re scans megabytes of headers for a
+    character class many times slower."""
+    if any(word in text for word in _TRIGGERS):
+        return True
+    for tail in _FP8_TAILS:
+        at = text.find(tail, 1)
+        while at != -1:
+            if text[at - 1] in "eE":
+                return True
+            at = text.find(tail, at + 1)
+    return False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,9 +175,18 @@ class CFile:
     raw: str
     code: str  # comments/strings blanked, dead #if 0 lines blanked
     directives: Directives
-    starts: list[int]
     library: str | None
+    # Made on first use: a library's files are read for their directives alone.
+    _starts: list[int] | None = field(default=None, repr=False)
+    _lines: list[str] | None = field(default=None, repr=False)
     _scope: tuple[list[int], list[bool]] | None = field(default=None, repr=False)
+
+    @property
+    def starts(self) -> list[int]:
+        """The offset of each line in ``code``."""
+        if self._starts is None:
+            self._starts = line_starts(self.code)
+        return self._starts
 
     def line_of(self, offset: int) -> int:
         return bisect.bisect_right(self.starts, offset)
@@ -169,8 +195,9 @@ class CFile:
         return self.starts[line - 1] if line - 1 < len(self.starts) else len(self.code)
 
     def line_text(self, line: int) -> str:
-        lines = self.raw.split("\n")
-        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        if self._lines is None:
+            self._lines = self.raw.split("\n")
+        text = self._lines[line - 1].strip() if 0 < line <= len(self._lines) else ""
         return text[:SNIPPET]
 
     def in_function(self, line: int) -> bool:
@@ -188,7 +215,7 @@ def parse_c(rel: str, raw: str, library: str | None) -> CFile:
     stripped = strip_c(raw) if library is None else strip_directive_comments(raw)
     directives = scan_directives(stripped)
     code = blank_lines(stripped, directives.dead)
-    return CFile(rel, raw, code, directives, line_starts(code), library)
+    return CFile(rel, raw, code, directives, library)
 
 
 _BRACE = re.compile(r"[{};]")
@@ -906,16 +933,18 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
     parsed: dict[str, CFile] = {}
     for rel in sorted(scope.compiled):
         raw = index.text(rel)
-        if _TRIGGER.search(raw):
+        if may_gate(raw):
             parsed[rel] = parse_c(rel, raw, scope.library_of(rel))
     aliases = collect_aliases(parsed.values())
     if aliases:
         # First-party files that only use derived feature macros are gates too.
-        alias_re = re.compile(r"\b(" + "|".join(re.escape(a.removesuffix("()")) for a in sorted(aliases)) + r")\b")
+        names = sorted({a.removesuffix("()") for a in aliases})
+        alias_re = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
         for rel in sorted(scope.compiled):
             if rel not in parsed and scope.library_of(rel) is None:
                 raw = index.text(rel)
-                if alias_re.search(raw):
+                # the names as plain substrings first: the alternation is slow to scan a file with
+                if any(name in raw for name in names) and alias_re.search(raw):
                     parsed[rel] = parse_c(rel, raw, None)
     macros = {name: (value, _define_text(f, line, name)) for f in parsed.values()
               for line, name, value in f.directives.defines if value}

@@ -50,19 +50,23 @@ class Stamps:
         self.add(rel, st)
 
     def add_tree(self, rel: str, *, only: str | None = None) -> None:
-        """Record ``rel`` and, when it is a directory, every directory and file below it outside
-        version-control and tool state; with ``only`` (a name suffix), just the files named so.
-        A directory is stat'ed before it is listed."""
-        from farm.fsutil import SKIP_DIRS  # recording is the cold path: the warm one never imports fsutil
+        """Record ``rel``: a file, or a directory with every directory and file below it (the
+        lint's own walk: no version-control or tool state, no links to directories entered), each
+        directory stat'ed before it is listed; with ``only`` (a name suffix), just the files named so."""
+        from farm.fsutil import walk_files  # recording is the cold path: the warm one never imports fsutil
 
-        if only is None:
+        top = os.path.join(self.root, rel)
+        if not os.path.isdir(top):
             self.add_path(rel)
-        for dirpath, dirnames, filenames in os.walk(os.path.join(self.root, rel)):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            base = os.path.relpath(dirpath, self.root)
-            names = sorted(filenames) + dirnames if only is None else sorted(n for n in filenames if n.endswith(only))
-            for name in names:
-                self.add_path(os.path.join(base, name))
+            return
+
+        def listed(directory: str, st: os.stat_result) -> None:
+            if only is None:
+                self.add(os.path.relpath(directory, self.root), st)
+
+        for directory, name in walk_files(top, on_dir=listed):
+            if only is None or name.endswith(only):
+                self.add_path(os.path.relpath(os.path.join(directory, name), self.root))
 
     def unchanged(self) -> bool:
         """Whether every path still has the stamp recorded (a path now missing, or present now

@@ -31,9 +31,10 @@ class Variant(str, enum.Enum):
     FAMILY = "f"
 
 
-_ITEM = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<variant>[af]?)(?P<ptx>\+PTX)?$", re.IGNORECASE)
-_NAME = re.compile(r"^(?P<prefix>sm|compute)_(?P<num>\d{2,3})(?P<variant>[af]?)$")
-_SEPARATORS = re.compile(r"[;\s]+")
+# compiled on first use (re caches them): reading a binary's targets parses no list
+_ITEM = r"(?i)^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<variant>[af]?)(?P<ptx>\+PTX)?$"
+_NAME = r"^(?P<prefix>sm|compute)_(?P<num>\d{2,3})(?P<variant>[af]?)$"
+_SEPARATORS = r"[;\s]+"
 
 # torch's named arches (torch/utils/cpp_extension.py, FACTS §5).
 NAMED_ARCHES: dict[str, str] = {
@@ -106,7 +107,7 @@ class Target(Frozen):
     @classmethod
     def from_name(cls, name: str) -> Target:
         """Parse ``sm_90a`` / ``compute_100f``."""
-        m = _NAME.match(name.strip())
+        m = re.match(_NAME, name.strip())
         if not m:
             raise ArchError(f"{name!r} is not an arch target name", hint="write it like sm_90a or compute_90")
         num = int(m["num"])
@@ -148,7 +149,7 @@ class ArchList(Frozen):
         """
         if not isinstance(text, str):
             raise ArchError(f"an arch list must be a string, got {type(text).__name__}", where=where)
-        items = [item for item in _SEPARATORS.split(text.strip()) if item]
+        items = [item for item in re.split(_SEPARATORS, text.strip()) if item]
         if not items:
             raise ArchError(
                 "empty arch list", where=where, hint="write the arches, e.g. '8.0;8.6;9.0+PTX'"
@@ -263,14 +264,14 @@ def _parse_item(item: str, where: str | None) -> set[Target]:
     named = NAMED_ARCHES.get(item.lower())
     if named is not None:
         return set(ArchList.parse(named, where=where).targets)
-    m = _ITEM.match(item)
+    m = re.match(_ITEM, item)
     if m:
         major, minor = int(m["major"]), int(m["minor"])
         variant = Variant(m["variant"].lower())
         sass = Target(major, minor, variant, Kind.SASS)
         _check_known(sass, item, where)
         return {sass, sass.with_kind(Kind.PTX)} if m["ptx"] else {sass}
-    if _NAME.match(item):
+    if re.match(_NAME, item):
         target = Target.from_name(item)
         _check_known(target, item, where)
         return {target}
