@@ -27,6 +27,7 @@ from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
+from farm.provenance.buildinfo import BuildInfo
 
 from . import buildroot
 from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
@@ -117,8 +118,10 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert wheel.name.startswith(f"demo_ext-0.1.0+cu130-{PY}-{PY}-manylinux_")
     assert Path(str(wheel) + ".ledger.json").is_file()
     with zipfile.ZipFile(wheel) as zf:
-        info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+        raw = zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json")
         assert not [n for n in zf.namelist() if ".libs/" in n]  # nothing vendored
+    info = json.loads(raw)
+    assert BuildInfo.from_json(raw).to_json() == raw  # each builder's provenance reads back byte for byte
     so = f"demo_ext/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
     assert info["found"][so] == ArchList.parse(ARCHS).canonical() == info["expected"][so]
     assert info["assertion"]["result"] == "passed"

@@ -47,9 +47,14 @@ def built(tmp_path: Path) -> Built:
     return wheels, entries
 
 
+def _sha(entries: dict[str, LedgerEntry]) -> index.EntryLookup:
+    """The index asks the ledger one thing of a file name: the sha256 it records."""
+    return lambda name: entries[name].sha256 if name in entries else None
+
+
 def _publish(root: Path, wheels: list[Path], entries: dict[str, LedgerEntry]) -> index.IndexReport:
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
-    uploads, report = index.publish(root, pairs, entries.get)
+    uploads, report = index.publish(root, pairs, _sha(entries))
     assert report is not None
     assert {u.action for u in uploads} == {"stored"}
     return report
@@ -115,10 +120,10 @@ def test_regeneration_is_idempotent_and_restores_pages(built: Built, tmp_path: P
     root = tmp_path / "index"
     _publish(root, wheels, entries)
     snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    assert index.regenerate(root, entries.get).written == ()
+    assert index.regenerate(root, _sha(entries)).written == ()
     (root / "cu128/torch2.8/alpha/index.html").unlink()
     (root / "index.html").write_text("vandalised")
-    report = index.regenerate(root, entries.get)
+    report = index.regenerate(root, _sha(entries))
     assert sorted(report.written) == ["cu128/torch2.8/alpha/index.html", "index.html"]
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
@@ -130,12 +135,12 @@ def test_lost_project_refused_unless_allowed(built: Built, tmp_path: Path) -> No
     before = (root / "packages.json").read_bytes()
     (root / "files" / "gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl").unlink()
     with pytest.raises(DefectError) as exc:
-        index.regenerate(root, entries.get)
+        index.regenerate(root, _sha(entries))
     assert "cu130/torch2.9/gamma" in str(exc.value) and "--allow-drop" in str(exc.value)
     assert (root / "packages.json").read_bytes() == before
     assert (root / "cu130/torch2.9/gamma/index.html").exists()
 
-    report = index.regenerate(root, entries.get, allow_drop=["Gamma"])
+    report = index.regenerate(root, _sha(entries), allow_drop=["Gamma"])
     assert report.removed == ("cu130/torch2.9/gamma", "cu130/torch2.9/")
     assert "cu130/torch2.9" not in json.loads((root / "packages.json").read_text())["channels"]
     assert not (root / "cu130").exists()  # no page of the dropped channel is left behind
@@ -148,14 +153,14 @@ def test_same_name_other_hash_refused_and_reupload_is_a_noop(built: Built, tmp_p
     _publish(root, wheels, entries)
     snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
-    uploads, _ = index.publish(root, pairs, entries.get)
+    uploads, _ = index.publish(root, pairs, _sha(entries))
     assert {u.action for u in uploads} == {"present"}
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
     rebuilt = make_wheel(tmp_path / "rebuilt", "alpha", "1.0+cu128torch2.8", {"alpha/__init__.py": b"# other\n"})
     assert rebuilt.name == wheels[0].name
     with pytest.raises(DefectError, match="never overwritten"):
-        index.publish(root, [(rebuilt, hashlib.sha256(rebuilt.read_bytes()).hexdigest())], entries.get)
+        index.publish(root, [(rebuilt, hashlib.sha256(rebuilt.read_bytes()).hexdigest())], _sha(entries))
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
 
@@ -169,7 +174,7 @@ def test_wheel_changed_after_the_gate_is_not_stored(built: Built, tmp_path: Path
     with wheels[1].open("ab") as fh:
         fh.write(b"\0")  # the file changes between the gate and the copy
     with pytest.raises(DefectError, match=f"changed after the gate checked it: sha256 [0-9a-f]{{64}}, not {checked}"):
-        index.publish(root, [(wheels[1], checked)], entries.get)
+        index.publish(root, [(wheels[1], checked)], _sha(entries))
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
 
@@ -179,10 +184,10 @@ def test_stored_file_must_match_the_ledger(built: Built, tmp_path: Path) -> None
     _publish(root, wheels, entries)
     name = wheels[0].name
     with pytest.raises(LedgerError, match="not in the ledger"):
-        index.regenerate(root, {k: v for k, v in entries.items() if k != name}.get)
+        index.regenerate(root, _sha({k: v for k, v in entries.items() if k != name}))
     (root / "files" / name).write_bytes(b"tampered")
     with pytest.raises(DefectError, match="the stored file changed"):
-        index.regenerate(root, entries.get)
+        index.regenerate(root, _sha(entries))
 
 
 def test_pip_resolves_within_a_channel(built: Built, tmp_path: Path) -> None:
@@ -246,11 +251,11 @@ def test_dry_run_writes_nothing(built: Built, tmp_path: Path) -> None:
     wheels, entries = built
     root = tmp_path / "index"
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
-    uploads, report = index.publish(root, pairs, entries.get, dry_run=True)
+    uploads, report = index.publish(root, pairs, _sha(entries), dry_run=True)
     assert report is None and {u.action for u in uploads} == {"stored"}
     assert not root.exists()
     _publish(root, wheels, entries)
     (root / "index.html").unlink()
-    uploads, report = index.publish(root, pairs, entries.get, dry_run=True)
+    uploads, report = index.publish(root, pairs, _sha(entries), dry_run=True)
     assert report is None and {u.action for u in uploads} == {"present"}
     assert not (root / "index.html").exists()

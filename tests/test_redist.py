@@ -21,6 +21,7 @@ import pytest
 from farm.cli import main
 from farm.errors import ToolError
 from farm.model.config import ToolkitConfig, ToolkitLine
+from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import ensure_toolkit
 from farm.toolkit.manifest import parse_manifest
 from farm.toolkit.request import request_for
@@ -307,7 +308,9 @@ def test_farm_build_with_the_redist_toolkit_writes_an_asserted_wheel_naming_its_
     assert rc == 0, capsys.readouterr().err
     (wheel,) = (tmp_path / "out").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        info = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith("_build_info.json"))))
+        raw = zf.read(next(n for n in zf.namelist() if n.endswith("_build_info.json")))
+    info = json.loads(raw)
+    assert BuildInfo.from_json(raw).to_json() == raw  # the toolkit record reads and writes back byte for byte
     assert info["assertion"]["result"] == "passed" and info["provenance"] == "asserted"
     toolkit = info["toolchain"]["toolkit"]
     assert toolkit["source"] == "redist" and toolkit["release"] == "13.0.2"

@@ -22,6 +22,7 @@ import pytest
 
 from farm.cli import main
 from farm.model.config import load_defaults
+from farm.provenance.buildinfo import BuildInfo
 
 from .buildroot import REPO, make_root
 
@@ -84,8 +85,10 @@ def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, 
     assert wheel.name.startswith(f"torch_ext-0.1.0+cu130torch{TORCH_MINOR}-{CP}-{CP}-manylinux_")
     dist_info = f"torch_ext-0.1.0+cu130torch{TORCH_MINOR}.dist-info"
     with zipfile.ZipFile(wheel) as zf:
-        info = json.loads(zf.read(f"{dist_info}/_build_info.json"))
+        raw = zf.read(f"{dist_info}/_build_info.json")
         metadata = zf.read(f"{dist_info}/METADATA").decode()
+    info = json.loads(raw)
+    assert BuildInfo.from_json(raw).to_json() == raw  # a cibuildwheel build's provenance, byte for byte
     so = f"torch_ext/_C.cpython-{CP[2:]}-x86_64-linux-gnu.so"
     assert info["found"] == info["expected"] == {so: "sm_80"}
     assert info["assertion"]["result"] == "passed"

@@ -315,7 +315,9 @@ class BuildInfo:
         obj = _load(data, where=where, error=error)
         if any(k in obj for k in LEDGER_KEYS):
             raise error(f"a ledger entry (it has {', '.join(k for k in LEDGER_KEYS if k in obj)}), not a "
-                        f"{BUILD_INFO_NAME}", where=where, hint="read it with LedgerEntry.from_json")
+                        f"{BUILD_INFO_NAME}", where=where,
+                        hint="a wheel's provenance never holds the ledger's keys: the file was not written by "
+                             "farm postbuild; rebuild the wheel with farm")
         return cls._from_valid(obj, where=where, error=error)
 
     @classmethod

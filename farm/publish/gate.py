@@ -335,12 +335,6 @@ class Vouchers:
             return self.fragments[sha256], "fragment"
         return None, ""
 
-    def by_filename(self, filename: str) -> LedgerEntry | None:
-        rec = self.ledger.by_filename(filename)
-        if rec is not None:
-            return self.ledger.ledger_entry(rec)
-        return next((e for e in self.fragments.values() if e.filename == filename), None)
-
     def sha256_of_name(self, filename: str) -> str | None:
         """The sha256 the ledger (else a fragment) records for ``filename``."""
         rec = self.ledger.by_filename(filename)

@@ -53,7 +53,6 @@ from packaging.utils import (
 from farm import __version__
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
-from farm.provenance.buildinfo import LedgerEntry
 from farm.publish.wheelmeta import read_member
 
 FILES = "files"
@@ -62,7 +61,8 @@ SCHEMA_VERSION = 1
 
 _LABEL = re.compile(r"^(?P<cuda>cu\d+)(?:torch(?P<torch>\d+\.\d+))?$")
 
-EntryLookup = Callable[[str], LedgerEntry | None]
+# the sha256 the ledger (or a fragment of this batch) records for a file name; None: not recorded
+EntryLookup = Callable[[str], str | None]
 
 
 @dataclass(frozen=True)
@@ -253,13 +253,13 @@ def read_packages_json(root: Path) -> dict[str, Any]:
 def stored(root: Path, filename: str, lookup: EntryLookup) -> IndexFile:
     """An :class:`IndexFile` for ``files/<filename>``, checked against its ledger entry."""
     path = Path(root) / FILES / filename
-    entry = lookup(filename)
-    if entry is None:
+    recorded = lookup(filename)
+    if recorded is None:
         raise LedgerError(f"{FILES}/{filename} is in the index but not in the ledger", where=str(root),
                           hint="merge its fragment into the ledger, `farm backfill` it, or remove the file")
     sha = sha256_file(path)
-    if sha != entry.sha256:
-        raise DefectError(f"{FILES}/{filename} has sha256 {sha}, the ledger records {entry.sha256}",
+    if sha != recorded:
+        raise DefectError(f"{FILES}/{filename} has sha256 {sha}, the ledger records {recorded}",
                           where=str(root), hint="the stored file changed: restore the published wheel")
     meta_path = path.with_name(filename + ".metadata")
     metadata = meta_path.read_bytes() if meta_path.exists() else None

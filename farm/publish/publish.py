@@ -109,7 +109,7 @@ def _plan(settings: TargetSettings, batch: Sequence[GatedWheel], vouchers: Vouch
             f"{settings.name}: {name} is not published to {settings.links!r}, which this index links to; "
             f"run with --target {settings.links} --target {settings.name}" for name in missing))
     if isinstance(settings, IndexSettings):
-        uploads, _ = index.publish(settings.path, [(w.path, w.sha256) for w in batch], vouchers.by_filename,
+        uploads, _ = index.publish(settings.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
                                    base_url=settings.base_url, dry_run=True)
         return _Planned(settings, index_plan=uploads)
     if isinstance(settings, GithubSettings):
@@ -133,7 +133,7 @@ def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], ledger: Path,
     assert s.links is not None
     before = index.read_packages_json(s.path).get("files") or {}
     remote = index.linked((e for _, e in iter_entries(ledger)), s.links)
-    index.regenerate(s.path, vouchers.by_filename, remote=remote, create=True)
+    index.regenerate(s.path, vouchers.sha256_of_name, remote=remote, create=True)
     return TargetOutcome(s.name, "index", placed, tuple(w.filename for w in batch if w.filename not in before))
 
 
@@ -145,7 +145,7 @@ def _execute(p: _Planned, batch: Sequence[GatedWheel], ledger: Path, fragment_di
     if isinstance(s, IndexSettings):
         # Read the ledger afresh: an earlier target of this run has rewritten it.
         vouchers = Vouchers.load(ledger, fragment_dirs)
-        uploads, _ = index.publish(s.path, [(w.path, w.sha256) for w in batch], vouchers.by_filename,
+        uploads, _ = index.publish(s.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
                                    base_url=s.base_url)
         return TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in uploads),
                              tuple(u.filename for u in uploads if u.action == "stored"))
@@ -277,5 +277,5 @@ def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path]
                       links: str | None) -> index.IndexReport:
     vouchers = Vouchers.load(ledger, fragment_dirs)
     remote = index.linked((e for _, e in iter_entries(ledger)), links) if links and ledger.exists() else []
-    return index.regenerate(root, vouchers.by_filename, allow_drop=allow_drop, remote=remote,
+    return index.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop, remote=remote,
                             create=bool(links))
