@@ -26,9 +26,10 @@ import marshal
 import os
 import time
 
+from farm.filestamp import RACY_NS
 from farm.lint.stamps import Stamps
 
-RACY_NS = 2_000_000_000
+__all__ = ["RACY_NS", "Memo"]
 _FORMAT = 2
 
 

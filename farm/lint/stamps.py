@@ -1,8 +1,7 @@
 """The state of the files an answer was made from, and whether they are still in that state.
 
-A stamp of a path is its (size, mtime_ns, ctime_ns, inode, device), as a ``.pyc`` file or the
-ledger's index keys its source: any write changes ctime, a replaced file changes the inode, an
-added, removed or renamed entry changes its directory's mtime and ctime. :class:`Stamps` holds the
+A stamp of a path is :func:`farm.filestamp.stamp` (size, mtime, ctime, inode, device), as the
+ledger's index keys its source. :class:`Stamps` holds the
 stamps of some paths under one root, taken *before* they were read; :meth:`Stamps.unchanged`
 stats them again. Stdlib only, importing nothing else: a warm ``farm lint`` runs this and little more.
 """
@@ -11,16 +10,13 @@ from __future__ import annotations
 
 import os
 
+from farm.filestamp import WIDTH, stamp
+
 TYPE_CHECKING = False  # not typing's: a warm `farm lint` imports next to nothing
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-WIDTH = 5  # values per path
 _MISSING = (-1,) * WIDTH  # a path that could not be stat'ed: its absence is part of the state too
-
-
-def _values(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
 
 
 class Stamps:
@@ -36,7 +32,7 @@ class Stamps:
     def add(self, rel: str, st: os.stat_result) -> None:
         """Record ``rel`` as ``st`` shows it (a stat taken before its content was read)."""
         self.paths.append(rel)
-        self.values.extend(_values(st))
+        self.values.extend(stamp(st))
         self.newest = max(self.newest, st.st_mtime_ns)
 
     def add_path(self, rel: str) -> None:
@@ -89,7 +85,7 @@ class Stamps:
             except OSError:
                 extend(_MISSING)
                 continue
-            extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+            extend(stamp(st))
         return now
 
     def to_record(self) -> list[object]:

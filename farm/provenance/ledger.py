@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 import msgspec
 
 from farm.errors import FileSystemError, LedgerError
+from farm.filestamp import RACY_NS, Stamp, stamp
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
 
 if TYPE_CHECKING:  # the typed entry is imported where it is used: the matrix reads the index only
@@ -359,7 +360,7 @@ def _parse(path: Path, handle: BinaryIO) -> list[Record]:
             rec = new(Record, (number, offset, k.filename, k.sha256, asserted, key, k.arch_list.normalised))
         records.append(rec)
         offset += len(raw)
-    _check_spelling(path, records, len(records))
+    _check_spelling(path, records)
     return records
 
 
@@ -373,14 +374,15 @@ def _slow_record(path: Path, raw: bytes | memoryview, number: int, offset: int,
         entry = _parse_line(bytes(raw), where)
         return _fast_record(entry, number, offset) or _validate_full(entry, where, number, offset)
     except LedgerError:
-        _check_spelling(path, before, len(before))
+        _check_spelling(path, before)
         raise
 
 
-def _check_spelling(path: Path, records: list[Record], count: int) -> None:
+def _check_spelling(path: Path, records: list[Record]) -> None:
     """Every filename a bare ``.whl`` name and every sha256 64 lowercase hex digits, checked
-    for all ``count`` records at once: a per-line check costs more than decoding the line.
+    for all records at once: a per-line check costs more than decoding the line.
     On a failure the first bad line is parsed again and gets its own message."""
+    count = len(records)
     shas = "".join([r.sha256 for r in records])
     names = "\n".join([r.filename for r in records]) + "\n"
     try:
@@ -433,26 +435,19 @@ def _by_key(records: list[Record]) -> dict[ExistsKey, Record]:
 # The index cache: a ledger that has not changed is not parsed again
 # --------------------------------------------------------------------------------------------
 # Parsing is most of `farm matrix`'s time at the public farm's scale (52 MB of JSON). The cache
-# keeps the validated records, keyed like Python's own .pyc files and git's index: by the file's
-# size, mtime, ctime, inode and device (any write changes ctime; farm's own writers replace the
-# file, a new inode), plus the code that validated them. As git does for "racily clean" files,
-# a ledger written in the last two seconds is not cached: a same-size rewrite within the
-# timestamp's granularity could otherwise go unseen. The cache is only ever an optimisation:
-# one that cannot be read or written is ignored.
+# keeps the validated records, keyed by the file's stamp (farm.filestamp; farm's own writers
+# replace the file, a new inode) and the code that validated them. A ledger written in the last
+# RACY_NS is not cached. The cache is only ever an optimisation: one that cannot be read or
+# written is ignored.
 _CACHE_FORMAT = 1
-_RACY_NS = 2_000_000_000
-_Stamp = tuple[int, int, int, int, int]
+_RACY_NS = RACY_NS  # module-level, so a test can close the window
 
 
 class _Cache(msgspec.Struct, array_like=True):
     format: int
     code: str  # digest of this module: changed validation rules invalidate every cache
-    stamp: _Stamp
+    stamp: Stamp
     records: list[Record]
-
-
-def _stamp(st: os.stat_result) -> _Stamp:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def _cache_file(cache_dir: Path, path: Path) -> Path:
@@ -470,24 +465,24 @@ def _code_digest() -> str:
 
 def _read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
     try:
-        stamp = _stamp(path.stat())
+        current = stamp(path.stat())
         raw = _cache_file(cache_dir, path).read_bytes()
         cache = msgspec.msgpack.decode(raw, type=_Cache)
-        if cache.format != _CACHE_FORMAT or cache.stamp != stamp or cache.code != _code_digest():
+        if cache.format != _CACHE_FORMAT or cache.stamp != current or cache.code != _code_digest():
             return None
     except (OSError, msgspec.MsgspecError):
         return None
     return cache.records
 
 
-def _write_cache(cache_dir: Path, path: Path, stamp: _Stamp, records: list[Record]) -> None:
+def _write_cache(cache_dir: Path, path: Path, read_as: Stamp, records: list[Record]) -> None:
     import time
 
-    if time.time_ns() - max(stamp[1], stamp[2]) < _RACY_NS:
+    if time.time_ns() - max(read_as[1], read_as[2]) < _RACY_NS:
         return
     # not durable: a cache lost to a crash is rebuilt by the next run
     with contextlib.suppress(OSError, FileSystemError):
-        cache = _Cache(_CACHE_FORMAT, _code_digest(), stamp, records)
+        cache = _Cache(_CACHE_FORMAT, _code_digest(), read_as, records)
         atomic_write(_cache_file(cache_dir, path), [msgspec.msgpack.encode(cache)], durable=False)
 
 
@@ -521,9 +516,9 @@ class LedgerIndex:
         gc.disable()  # tens of thousands of records that all survive: collections only cost time
         try:
             with _open(path) as handle:
-                before = _stamp(os.fstat(handle.fileno()))
+                before = stamp(os.fstat(handle.fileno()))
                 records = _parse(path, handle)
-                unchanged = _stamp(os.fstat(handle.fileno())) == before
+                unchanged = stamp(os.fstat(handle.fileno())) == before
             index = cls._of(path, records)
         finally:
             if gc_was_enabled:
