@@ -3,18 +3,26 @@
 Each command lives in ``farm/commands/<name>.py`` with ``configure(parser)`` and
 ``run(args) -> int``; it is imported only when called, so ``farm matrix`` does not pay for the
 wheel or upload code.
+
+A command module may set ``SHORT_LIVED = True``: it runs in bounded time, keeps no reference cycles
+worth collecting, and has closed every file it opened when ``run`` returns. The console script
+(:func:`console`) then runs it without the cyclic garbage collector and leaves without tearing the
+interpreter down: on ``farm inspect`` of a large library those two were a fifth of the command.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-from collections.abc import Sequence
 
 from farm import __version__
 from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, clip, os_error, redact
+
+TYPE_CHECKING = False  # annotations only: collections.abc is not on `farm inspect`'s start-up path
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import ModuleType
 
 # name -> (module, one-line help). Only commands whose capability exists are listed.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -74,23 +82,52 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, _console: bool = False) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    top = _top_parser()
     if not argv:  # no command is a usage error, not a successful run
-        top.print_help(sys.stderr)
+        _top_parser().print_help(sys.stderr)
         return EXIT_BAD_INPUT
     if argv[0].startswith("-"):
-        top.parse_args(argv)  # --help / --version exit 0; anything else is argparse's exit 2
+        _top_parser().parse_args(argv)  # --help / --version exit 0; anything else is argparse's exit 2
         return EXIT_BAD_INPUT
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        top.error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
+        _top_parser().error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
     module_name, text = COMMANDS[name]
-    module = importlib.import_module(module_name)
+    # __import__ with a fromlist returns the command module itself, without importing importlib
+    # (and warnings with it) for one call
+    module = __import__(module_name, fromlist=("run",))
     parser = argparse.ArgumentParser(prog=f"farm {name}", description=text, formatter_class=_Formatter)
     module.configure(parser)
     args = parser.parse_args(rest)
+    if _console and getattr(module, "SHORT_LIVED", False):
+        import gc
+
+        gc.disable()
+        _leave(name, _run(module, name, args))
+    return _run(module, name, args)
+
+
+def console() -> None:
+    """The ``farm`` console script."""
+    sys.exit(main(_console=True))
+
+
+def _leave(name: str, code: int) -> None:
+    """Exit now, after the output is out: a short-lived command has nothing left to close, and
+    freeing its objects one by one would only cost time."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left: not an error of ours (see _run)
+        pass
+    except OSError as exc:  # disk full while writing the output: the command did not succeed
+        code = max(code, _fail(name, os_error(exc, doing="write the output to"), as_json=False))
+        _discard_stdout()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run(module: ModuleType, name: str, args: argparse.Namespace) -> int:
     as_json = bool(getattr(args, "json", False))
     try:
         return int(module.run(args))
@@ -100,10 +137,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"farm {name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `farm ... | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        _discard_stdout()
         return 0
     except OSError as exc:  # disk full, permission denied: the environment, not the input
         return _fail(name, os_error(exc, doing="access"), as_json)
+
+
+def _discard_stdout() -> None:
+    """What is left in stdout's buffer goes nowhere: no second error when it is flushed at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _fail(name: str, exc: FarmError, as_json: bool) -> int:
@@ -114,13 +156,16 @@ def _fail(name: str, exc: FarmError, as_json: bool) -> int:
         import json
 
         where = redact(clip(exc.where, MAX_MESSAGE)) if exc.where else None
-        print(json.dumps({"ok": False, "error": {
-            "command": name, "type": type(exc).__name__, "exit_code": exc.exit_code,
-            "message": redact(clip(exc.message, MAX_MESSAGE)), "where": where,
-            "fix": redact(clip(exc.hint, MAX_MESSAGE)) if exc.hint else None}}, indent=2))
-        sys.stdout.flush()
+        try:
+            print(json.dumps({"ok": False, "error": {
+                "command": name, "type": type(exc).__name__, "exit_code": exc.exit_code,
+                "message": redact(clip(exc.message, MAX_MESSAGE)), "where": where,
+                "fix": redact(clip(exc.hint, MAX_MESSAGE)) if exc.hint else None}}, indent=2))
+            sys.stdout.flush()
+        except OSError:  # stdout itself failed (a full disk, a closed pipe): the error is on stderr
+            _discard_stdout()
     return exc.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

@@ -12,12 +12,12 @@ and maps to one exit code of the command-line contract:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 
 TYPE_CHECKING = False  # typing itself imports re and enum: the fatbin scanner's fast path avoids both
 if TYPE_CHECKING:
     import re
+    from collections.abc import Callable, Iterable, Mapping
 
 EXIT_OK = 0
 EXIT_DEFECT = 1
@@ -199,8 +199,9 @@ def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmErr
     if code in _NO_SPACE:
         return FileSystemError(
             f"no space left on the device (cannot {doing} {where or 'a file'})", where=where,
-            hint=f"free space on the filesystem of {folder} (`df -h {folder}`) or write elsewhere "
-                 "(--out, TMPDIR), then run the command again; nothing half-written was kept under its final name")
+            hint=f"free space on the filesystem of {folder} (`df -h{' ' + folder if where else ''}`) or write "
+                 "elsewhere (--out, TMPDIR), then run the command again; nothing half-written was kept under its "
+                 "final name")
     if code in _NO_PERMISSION:
         why = "read-only filesystem" if code == _errno.EROFS else "permission denied"
         return FileSystemError(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from farm.cli import COMMANDS, main
-from farm.errors import EXIT_BAD_INPUT
+from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
+from tests.cudafix import CudaFixtures
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,3 +46,44 @@ def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixtu
     assert doc["ok"] is False
     assert doc["error"]["exit_code"] == EXIT_BAD_INPUT and doc["error"]["command"] == "matrix"
     assert "no_such_package" in doc["error"]["message"]
+
+
+def _console(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+    """The console script's path (``python -m farm.cli`` runs :func:`farm.cli.console`)."""
+    streams = kwargs or {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    return subprocess.run([sys.executable, "-m", "farm.cli", *argv], check=False, **streams)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"], ["--json", "--stubs"]])
+def test_a_short_lived_command_prints_what_main_prints(
+    cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    """``farm inspect`` leaves without the interpreter's teardown: its output and exit code are
+    those of :func:`main`, a bad file among good ones included."""
+    argv = ["inspect", *flags, str(cuda_fixtures.path("rdc")), str(cuda_fixtures.path("bad-magic"))]
+    code = main(argv)
+    expected = capsys.readouterr()
+    proc = _console(*argv)
+    assert (proc.returncode, proc.stdout.decode(), proc.stderr.decode()) == (code, expected.out, expected.err)
+    assert code == EXIT_BAD_INPUT
+
+
+def test_a_short_lived_command_into_a_closed_pipe_is_not_an_error(cuda_fixtures: CudaFixtures) -> None:
+    """``farm inspect LIB | head -0``: the reader left before the output was written."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = _console("inspect", str(cuda_fixtures.path("rdc")), stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (0, b"")
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_short_lived_command_onto_a_full_disk_fails(cuda_fixtures: CudaFixtures, flags: list[str]) -> None:
+    """Whether the output fills the buffer inside the command or is flushed on the way out."""
+    with open("/dev/full", "wb") as full:
+        for paths in ([cuda_fixtures.path("default")], [cuda_fixtures.path("rdc")] * 200):
+            proc = _console("inspect", *flags, *map(str, paths), stdout=full, stderr=subprocess.PIPE)
+            assert proc.returncode == EXIT_ENVIRONMENT
+            assert b"no space left on the device" in proc.stderr and b"Traceback" not in proc.stderr

@@ -67,13 +67,15 @@ def test_every_header_check_fails_closed(
     assert err.value.where == str(path) and err.value.hint
 
 
-@pytest.mark.parametrize("window", [1, 64, 100, 4095])
+@pytest.mark.parametrize(("window", "alone", "large"), [(1, 1, 0), (64, 64, 1 << 30), (100, 70, 200), (4095, 100, 64)])
 def test_the_read_window_does_not_change_the_answer(
-    cuda_fixtures: CudaFixtures, monkeypatch: pytest.MonkeyPatch, window: int
+    cuda_fixtures: CudaFixtures, monkeypatch: pytest.MonkeyPatch, window: int, alone: int, large: int
 ) -> None:
-    """Headers that straddle the window's end, or miss it, read as with the default window."""
+    """Headers that straddle a read's end, or miss it, read as with the default sizes."""
     expected = {name: fatbinscan.scan(cuda_fixtures.path(name)) for name in VALID}
     monkeypatch.setattr(fatbinscan, "_WINDOW", window)
+    monkeypatch.setattr(fatbinscan, "_ALONE", alone)
+    monkeypatch.setattr(fatbinscan, "_LARGE", large)
     assert {name: fatbinscan.scan(cuda_fixtures.path(name)) for name in VALID} == expected
 
 

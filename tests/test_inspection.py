@@ -125,7 +125,8 @@ def test_fatbins_json_text_is_json_dumps_byte_for_byte(cuda_fixtures: CudaFixtur
 def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
     cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Into a pipe, each file's fatbins are spliced into the document as text: the same document,
+    """Into a pipe, each file's fatbins are encoded on their own and written into the document as
+    they are: the same document,
     for several files, a wheel and an error among them."""
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default")})
     argv = ["inspect", "--json", "--stubs", str(cuda_fixtures.path("rdc")), str(wheel),

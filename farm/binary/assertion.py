@@ -407,6 +407,7 @@ def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = No
     A missing cuobjdump raises :class:`~farm.errors.ToolError`; a corrupt wheel or binary raises
     :class:`~farm.errors.WheelError` / :class:`~farm.errors.BinaryFormatError`: never "unverified".
     """
-    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump)
+    # stubs change the verdict on an extension (judge), never on a vendored library (judge_vendored)
+    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False)
     return assert_inspection(str(wheel), inspection.extensions, expected, vendored=inspection.vendored,
                              tools=inspection.tools)

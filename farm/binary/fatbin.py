@@ -19,6 +19,7 @@ if __name__ == "__main__":  # `python -m farm.binary.fatbin`: the listing needs 
 # below the fast path on purpose: the listing starts without the enum and arch models
 import enum
 import struct
+from operator import itemgetter
 
 from farm import __version__
 from farm.binary import fatbinscan as _scan
@@ -140,6 +141,9 @@ class Fatbin:
         return f"Fatbin({self.section!r}, {self.offset:#x}, {' '.join(d[4] for d in self.signature)})"
 
 
+_DESCRIPTION = itemgetter(0)  # of a scanned entry
+
+
 def runnable(fatbins: Iterable[Fatbin]) -> tuple[Fatbin, ...]:
     """The fatbins the CUDA runtime registers: those of ``.nv_fatbin`` when there are any.
 
@@ -175,7 +179,7 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
     shared: dict[tuple[_scan.Decoded, ...], tuple[tuple[_scan.Decoded, ...], ArchList]] = {}
     fatbins = []
     for section, offset, raw in _scan.scan(path):
-        signature = tuple([r[0] for r in raw])
+        signature = tuple(map(_DESCRIPTION, raw))
         known = shared.get(signature)
         if known is None:  # a new list of images: model its entries once
             for decoded in signature:

@@ -41,10 +41,14 @@ _FLAG_FAMILY = 0x200000
 _MEANING = _FLAG_ARCH_SPECIFIC | _FLAG_FAMILY | _FLAG_LZ4 | _FLAG_ZSTD
 
 _SHT_NOBITS = 8
-# Headers closer than this share one read: a fatbin's header and its first entry, the entries of
-# a small fatbin. On libcublasLt 4 KiB turns 8,300 header reads into 2,300 syscalls; larger
-# windows copy more than they save.
-_WINDOW = 4096
+# Headers closer than _WINDOW share one read: a fatbin's header and its first entry, the entries
+# of a small fatbin. After an entry of _LARGE bytes or more the next header stands alone, and a read
+# of _ALONE bytes (a fatbin header and its first entry header fit) is all it needs: copying a
+# window nobody reads costs as much as the syscall. On libcublasLt (8,300 headers) that is 1,730
+# reads of 5 MB, against 2,300 of 9 MB with one 4 KiB window: 2 ms instead of 4.
+_WINDOW = 8192
+_ALONE = 128
+_LARGE = 2048
 
 HINT_CORRUPT = "the file is corrupt or truncated: rebuild it (or re-download it) and inspect again"
 _HINT_NEWER = HINT_CORRUPT + "; if it was built by a newer toolkit than farm knows, report it"
@@ -268,21 +272,24 @@ def _read_section(src: _Window, name: str, stype: int, offset: int, size: int, d
     header = _FATBIN_HEADER.size
     unpack_header, unpack_entry = _FATBIN_HEADER.unpack_from, _ENTRY.unpack_from
     # One loop over every fatbin header and entry header of the section: a large library has 8,000.
-    # The window is inlined (buf holds the file's bytes from `base` on, one pread refills it), each
-    # distinct entry description is validated once (`decoded`), and error messages are built only
-    # on the way out.
-    fd, pread, buf, base = src.fd, _pread, b"", 0
-    header_window, entry_window = max(header, _WINDOW), max(ENTRY_MIN, _WINDOW)
+    # The window is inlined: buf holds the file's bytes from `base` on (offsets only grow, so a
+    # header before `base` is never asked for), `full` is the last offset whose entry header lies
+    # wholly in it, and `span`, the bytes of the entry just read (0 after a fatbin header), picks
+    # the next read's size. Each distinct entry description is validated once (`decoded`), and
+    # error messages are built only on the way out.
+    fd, pread, meaning = src.fd, _pread, _MEANING
+    near, alone, large = max(ENTRY_MIN, _WINDOW), max(ENTRY_MIN, _ALONE), _LARGE
+    buf, base, full, span = b"", 0, -1, 0
     while pos < end:
         if end - pos < header:  # padding at the end of the section, or truncation
             pos = _not_a_header(src, name, len(fatbins) + 1, pos, end)
             continue
-        i = pos - base
-        if i < 0 or i + header > len(buf):
-            buf, base, i = pread(fd, header_window, pos), pos, 0
+        if pos + header > base + len(buf):
+            buf, base = pread(fd, near if span < large else alone, pos), pos
+            full = base + len(buf) - ENTRY_MIN
             if len(buf) < header:  # the bounds were checked against the size: the file shrank
                 raise src.truncated(pos, header)
-        magic, version, header_size, body_size = unpack_header(buf, i)
+        magic, version, header_size, body_size = unpack_header(buf, pos - base)
         if magic != FATBIN_MAGIC:
             pos = _not_a_header(src, name, len(fatbins) + 1, pos, end)
             continue
@@ -294,23 +301,26 @@ def _read_section(src: _Window, name: str, stype: int, offset: int, size: int, d
             raise src.error(f"{_where(name, len(fatbins) + 1, pos)}: declares {body_size} bytes of entries but its "
                             f"section ends {end - at} bytes after the header")
         entries: list[RawEntry] = []
-        while at + ENTRY_MIN <= body_end:
-            i = at - base
-            if i < 0 or i + ENTRY_MIN > len(buf):
-                buf, base, i = pread(fd, entry_window, at), at, 0
-                if len(buf) < ENTRY_MIN:
+        append, last = entries.append, body_end - ENTRY_MIN  # the last offset an entry header fits at
+        span = 0
+        while at <= last:
+            if at > full:
+                buf, base = pread(fd, near if span < large else alone, at), at
+                full = base + len(buf) - ENTRY_MIN
+                if full < at:
                     raise src.truncated(at, ENTRY_MIN)
-            code, size, payload, arch, flags, uncompressed = unpack_entry(buf, i)
-            key = (code, arch, flags & _MEANING)
-            known = decoded.get(key)
+            code, size, payload, arch, flags, uncompressed = unpack_entry(buf, at - base)
+            known = decoded.get((code, arch, flags & meaning))
             if known is None:
                 where = _where(name, len(fatbins) + 1, pos, len(entries) + 1, at)
-                known = decoded[key] = _decode(code, arch, flags, where, src)
-            if size < ENTRY_MIN or at + size + payload > body_end:
+                known = decoded[code, arch, flags & meaning] = _decode(code, arch, flags, where, src)
+            span = size + payload
+            following = at + span
+            if size < ENTRY_MIN or following > body_end:
                 where = _where(name, len(fatbins) + 1, pos, len(entries) + 1, at)
                 raise _bad_entry(src, where, body_end, size, payload)
-            entries.append((known, at, size, payload, uncompressed))
-            at += size + payload
+            append((known, at, size, payload, uncompressed))
+            at = following
         if at < body_end:
             raise src.error(f"{_where(name, len(fatbins) + 1, pos, len(entries) + 1, at)}: truncated entry header "
                             f"({body_end - at} bytes left of the fatbin, a header needs {ENTRY_MIN})")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from itertools import count, repeat
+from operator import attrgetter
 
 from farm.binary.inspection import (
     Reader,
@@ -15,6 +16,12 @@ from farm.binary.inspection import (
     inspect_wheel,
 )
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+SHORT_LIVED = True  # bounded, and every file is closed when run() returns (see farm.cli)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,41 +38,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 _COLUMNS = ("#", "section", "offset", "note", "entries")
-
-
-def _names(insp: SoInspection) -> dict[int, str]:
-    """Each distinct entry list rendered once (a library repeats a few hundred thousands of times),
-    found by identity: read_fatbins shares one signature tuple per distinct list, and hashing the
-    nested tuple would cost more than rendering it."""
-    names: dict[int, str] = {}
-    for f in insp.fatbins:
-        if id(f.signature) not in names:
-            names[id(f.signature)] = " ".join(name + ("" if compression == "none" else f"({compression})")
-                                             for _, _, _, compression, name in f.signature)
-    return names
-
-
-def _note(insp: SoInspection, offset: int, loaded: set[int]) -> str:
-    return "stub" if offset in insp.stubs else "" if offset in loaded else "not loaded"
+_SECTION, _OFFSET, _SIGNATURE = attrgetter("section"), attrgetter("offset"), attrgetter("signature")
 
 
 def _fatbin_table(insp: SoInspection, indent: str) -> str:
-    """The fatbins (at least one) as :func:`farm.table.format_table` lays out a table, in half its
-    time: the widths come from the data (the longest offset is the largest), then each of a
-    library's thousands of rows is one %-format of the fatbin's own fields."""
+    """The fatbins (at least one) as :func:`farm.table.format_table` lays out a table, in a fraction
+    of its time: the widths come from the data (the longest offset is the largest), each distinct
+    entry list (a library repeats a few hundred thousands of times) is rendered once, and the rows
+    are one %-format each, with every pass over the thousands of fatbins iterating in C."""
     fatbins = insp.fatbins
-    loaded = {f.offset for f in insp.runnable}
-    names = _names(insp)
-    notes = [_note(insp, f.offset, loaded) for f in fatbins]
-    widths = [max(len(header), width) for header, width in zip(_COLUMNS, (
-        len(str(len(fatbins))), max(map(len, {f.section for f in fatbins})),
-        len(f"{max(f.offset for f in fatbins):#x}"), max(map(len, set(notes))), max(map(len, names.values())),
+    signatures = list(map(_SIGNATURE, fatbins))
+    rendered: dict[int, str] = {}  # by identity: read_fatbins shares one tuple per distinct list
+    for signature in signatures:
+        if id(signature) not in rendered:
+            rendered[id(signature)] = " ".join(name + ("" if compression == "none" else f"({compression})")
+                                               for _, _, _, compression, name in signature)
+    names = list(map(rendered.__getitem__, map(id, signatures)))
+    sections, offsets = list(map(_SECTION, fatbins)), list(map(_OFFSET, fatbins))
+    runnable = insp.runnable
+    loaded = set(map(_OFFSET, runnable)) if len(runnable) < len(fatbins) else None
+    if insp.stubs or loaded is not None:
+        notes: Iterable[str] = ["stub" if o in insp.stubs else "" if loaded is None or o in loaded else "not loaded"
+                                for o in offsets]
+        width = max(map(len, notes))
+    else:  # every fatbin is loaded and none is a stub: the common case, and a library's
+        notes, width = repeat(""), 0
+    widths = [max(len(header), w) for header, w in zip(_COLUMNS, (
+        len(str(len(fatbins))), max(map(len, set(sections))), len(f"{max(offsets):#x}"), width,
+        max(map(len, rendered.values())),
     ), strict=True)]
     row = indent.replace("%", "%%") + "%-{}d  %-{}s  %#-{}x  %-{}s  %s".format(*widths[:4])
     lines = [(indent + "  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True))).rstrip(),
              indent + "  ".join("-" * w for w in widths)]
-    lines += [(row % (index, f.section, f.offset, note, names[id(f.signature)])).rstrip()
-              for index, (f, note) in enumerate(zip(fatbins, notes, strict=True), 1)]
+    lines += map(str.rstrip, map(row.__mod__, zip(count(1), sections, offsets, notes, names)))
     return "\n".join(lines)
 
 
@@ -102,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
                          hint="add --reader both to check the native reader against that cuobjdump")
     results: list[dict[str, object]] = []
     # indented for a terminal; compact into a pipe or file, where the fatbins of each file are
-    # encoded on their own (SoInspection.fatbins_json_text) and spliced into the document
+    # encoded on their own (SoInspection.fatbins_json_text) and written into the document as they are
     indent = 2 if args.json and sys.stdout.isatty() else None
-    spliced: dict[str, Callable[[], str]] = {}
+    if args.json:
+        from farm.jsontext import Raw, dumps
     code = EXIT_OK
     for path in args.paths:
         try:
@@ -119,9 +125,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 s = inspect_file(path, reader, cuobjdump=tool, stubs=args.stubs)
                 if args.json and not indent:
-                    placeholder = f"\0fatbins {len(spliced)}\0"  # no path or name holds a NUL
-                    spliced[placeholder] = s.fatbins_json_text
-                    results.append({"kind": "file", **s.to_json(fatbins=placeholder)})
+                    results.append({"kind": "file", **s.to_json(fatbins=Raw(s.fatbins_json_text()))})
                 elif args.json:
                     results.append({"kind": "file", **s.to_json()})
                 else:
@@ -137,10 +141,11 @@ def run(args: argparse.Namespace) -> int:
         if not agrees:
             code = max(code, EXIT_DEFECT)
     if args.json:
-        import json
+        document = {"reader": reader.value, "results": results}
+        if indent:
+            import json
 
-        text = json.dumps({"reader": reader.value, "results": results}, indent=indent)
-        for placeholder, fatbins in spliced.items():
-            text = text.replace(json.dumps(placeholder), fatbins(), 1)
-        print(text)
+            print(json.dumps(document, indent=indent))
+        else:
+            print(dumps(document))
     return code

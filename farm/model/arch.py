@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Iterator
 
 from farm.errors import ArchError
 from farm.frozen import Frozen
+
+TYPE_CHECKING = False  # annotations only: collections.abc is not on `farm inspect`'s start-up path
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 
 class Kind(enum.Enum):

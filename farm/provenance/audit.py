@@ -220,7 +220,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     embedded = None
     try:
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
-        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump)
+        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False)  # found sets only
         found = {so.path: so.found.canonical() for so in inspection.extensions}
         disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
                               if not so.agrees)
