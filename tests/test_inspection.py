@@ -207,3 +207,30 @@ def test_explain_path_goes_by_translation_unit(cuda_fixtures: CudaFixtures, caps
     assert "translation units hold different images" in out
     row_90 = next(line for line in out.splitlines() if line.startswith("9.0"))
     assert "cudaErrorNoKernelImageForDevice" in row_90
+
+
+def test_the_assertion_leaves_a_bundled_librarys_stubs_unread_and_judges_the_same(
+    cuda_fixtures: CudaFixtures, tmp_path: Path
+) -> None:
+    """Stubs change the verdict on an extension, never on a bundled library (judged by its found
+    set): the assertion does not decompress the library's cubins, and its verdicts are those it
+    gives with them read, whatever the recipe expects."""
+    from farm.binary.assertion import Expected, VendoredRule, assert_inspection
+
+    lib = "demo.libs/libkern-1a2b3c4d.so.1"
+    wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default"),
+                                                 lib: cuda_fixtures.path("nvcc-link-default")})
+    read = inspect_wheel(wheel, Reader.NATIVE)
+    lean = inspect_wheel(wheel, Reader.NATIVE, vendored_stubs=False)
+    assert read.vendored[0].stubs and read.extensions[0].stubs  # the device link's stub, in both
+    assert lean.extensions == read.extensions
+    assert not lean.vendored[0].stubs_checked and lean.vendored[0].found == read.vendored[0].found
+    outcomes = set()
+    for archs in (BASE, BASE + ";7.5", "9.0"):
+        for rule in (VendoredRule("*.so*", ArchList.parse(archs)), VendoredRule("*.so*", None, "NVIDIA's own"), None):
+            expected = Expected(ArchList.parse(archs), vendored=(rule,) if rule else ())
+            verdicts = [assert_inspection(str(wheel), w.extensions, expected, vendored=w.vendored).to_json()
+                        for w in (read, lean)]
+            assert verdicts[0] == verdicts[1]
+            outcomes.add(verdicts[0]["passed"])
+    assert outcomes == {True, False}
