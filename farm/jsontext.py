@@ -4,6 +4,8 @@
 a twentieth of ``farm inspect --json LIB``, for a command that never parses JSON. Strings go through
 the C escaper that :mod:`json` itself uses. Values: dict (str or int keys), list, tuple, str, int,
 float, bool, None, and :class:`Raw` (JSON text written as it is, for a part encoded on its own).
+:func:`dump` hands the text to a writer piece by piece: a large part goes out without being copied
+into one document first.
 """
 
 from __future__ import annotations
@@ -20,36 +22,41 @@ if TYPE_CHECKING:
 _FLOATS = {float("inf"): "Infinity", float("-inf"): "-Infinity"}
 
 
-class Raw(str):
-    """JSON text that :func:`dumps` writes as it is (the caller vouches that it is valid JSON)."""
+class Raw:
+    """JSON text that :func:`dumps` writes as it is (the caller vouches that it is valid JSON);
+    a holder, not a ``str`` subclass, whose construction would copy the text."""
 
-    __slots__ = ()
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 def dumps(value: object) -> str:
     """``json.dumps(value)``: separators ``", "`` and ``": "``, non-ASCII escaped."""
     parts: list[str] = []
-    _write(value, parts.append)
+    dump(value, parts.append)
     return "".join(parts)
 
 
-def _write(value: object, out: Callable[[str], object]) -> None:
+def dump(value: object, write: Callable[[str], object]) -> None:
+    """:func:`dumps`, handed to ``write`` in pieces (``sys.stdout.write``)."""
     if isinstance(value, Raw):
-        out(value)
+        write(value.text)
     elif isinstance(value, str):
-        out(_string(value))
+        write(_string(value))
     elif value is None:
-        out("null")
+        write("null")
     elif value is True:
-        out("true")
+        write("true")
     elif value is False:
-        out("false")
+        write("false")
     elif isinstance(value, int):
-        out(int.__repr__(value))
+        write(int.__repr__(value))
     elif isinstance(value, float):
-        out("NaN" if value != value else _FLOATS.get(value) or float.__repr__(value))
+        write("NaN" if value != value else _FLOATS.get(value) or float.__repr__(value))
     elif isinstance(value, dict):
-        out("{")
+        write("{")
         for i, (key, item) in enumerate(value.items()):
             if isinstance(key, str):
                 name = key
@@ -57,15 +64,15 @@ def _write(value: object, out: Callable[[str], object]) -> None:
                 name = int.__repr__(key)
             else:
                 raise TypeError(f"keys must be str or int, not {type(key).__name__}")
-            out(f"{', ' if i else ''}{_string(name)}: ")
-            _write(item, out)
-        out("}")
+            write(f"{', ' if i else ''}{_string(name)}: ")
+            dump(item, write)
+        write("}")
     elif isinstance(value, (list, tuple)):
-        out("[")
+        write("[")
         for i, item in enumerate(value):
             if i:
-                out(", ")
-            _write(item, out)
-        out("]")
+                write(", ")
+            dump(item, write)
+        write("]")
     else:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")

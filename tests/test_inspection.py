@@ -146,7 +146,7 @@ def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
 @pytest.mark.parametrize("name", ["rdc", "nvcc-link-default", "family", "default"])
 def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, name: str) -> None:
     """The listing's table writer (widths from the data, one %-format per row) against the generic one."""
-    from farm.commands.inspect import _fatbin_table
+    from farm.commands.inspect import _fatbin_lines
     from farm.table import format_table
 
     insp = inspect_file(cuda_fixtures.path(name), stubs=True)
@@ -156,7 +156,7 @@ def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, n
              " ".join(e.name + ("" if e.compressed.value == "none" else f"({e.compressed.value})") for e in f.entries))
             for i, f in enumerate(insp.fatbins, 1)]
     expected = format_table(("#", "section", "offset", "note", "entries"), rows, indent="    ")
-    assert _fatbin_table(insp, "    ") == expected
+    assert "\n".join(_fatbin_lines(insp, "    ")) == expected
 
 
 def test_inspect_command_table_and_exit_codes(cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from farm.jsontext import Raw, dumps
+from farm.jsontext import Raw, dump, dumps
 
 VALUES: list[object] = [
     None, True, False, 0, -1, 2**70, 1.5, -0.0, 1e300, math.inf, -math.inf, "", "plain",
@@ -36,3 +36,11 @@ def test_raw_text_is_written_as_it_is() -> None:
 def test_what_it_cannot_write_is_refused(value: object) -> None:
     with pytest.raises(TypeError):
         dumps(value)
+
+
+def test_dump_hands_the_same_text_over_in_pieces() -> None:
+    pieces: list[str] = []
+    value = {"results": [{"fatbins": Raw("[1, 2]"), "path": "a\u00e9"}], "n": None}
+    dump(value, pieces.append)
+    assert len(pieces) > 1 and "".join(pieces) == dumps(value) == json.dumps({**value, "results": [
+        {"fatbins": [1, 2], "path": "a\u00e9"}]})

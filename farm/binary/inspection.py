@@ -179,7 +179,12 @@ class SoInspection(Frozen):
             fatbins.append(f'{{"section": {section}, "offset": {f.offset}, "runnable": '
                            f'{_JSON_LITERAL[f.offset in loaded]}, "device_link_stub": {stub}, '
                            f'"entries": [{", ".join(entries)}]}}')
-        return f"[{', '.join(fatbins)}]"
+        if not fatbins:
+            return "[]"
+        # the brackets go on the first and last item: one join, not a second copy of 800 KB
+        fatbins[0] = "[" + fatbins[0]
+        fatbins[-1] += "]"
+        return ", ".join(fatbins)
 
 
 class WheelInspection(Frozen):

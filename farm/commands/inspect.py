@@ -41,11 +41,11 @@ _COLUMNS = ("#", "section", "offset", "note", "entries")
 _SECTION, _OFFSET, _SIGNATURE = attrgetter("section"), attrgetter("offset"), attrgetter("signature")
 
 
-def _fatbin_table(insp: SoInspection, indent: str) -> str:
-    """The fatbins (at least one) as :func:`farm.table.format_table` lays out a table, in a fraction
-    of its time: the widths come from the data (the longest offset is the largest), each distinct
-    entry list (a library repeats a few hundred thousands of times) is rendered once, and the rows
-    are one %-format each, with every pass over the thousands of fatbins iterating in C."""
+def _fatbin_lines(insp: SoInspection, indent: str) -> list[str]:
+    """The lines of the fatbins' table (at least one fatbin), as :func:`farm.table.format_table`
+    lays it out, in a fraction of its time: the widths come from the data (the longest offset is the
+    largest), each distinct entry list (a library repeats a few hundred thousands of times) is
+    rendered once, and the rows are one %-format each."""
     fatbins = insp.fatbins
     signatures = list(map(_SIGNATURE, fatbins))
     rendered: dict[int, str] = {}  # by identity: read_fatbins shares one tuple per distinct list
@@ -71,14 +71,14 @@ def _fatbin_table(insp: SoInspection, indent: str) -> str:
     lines = [(indent + "  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True))).rstrip(),
              indent + "  ".join("-" * w for w in widths)]
     lines += map(str.rstrip, map(row.__mod__, zip(count(1), sections, offsets, notes, names)))
-    return "\n".join(lines)
+    return lines
 
 
 def render_so(insp: SoInspection, indent: str = "") -> str:
     found = insp.found.canonical() if insp.has_device_code else "no device code"
     lines = [f"{indent}{insp.path}: {found}"]
     if insp.reader is not Reader.CUOBJDUMP and insp.fatbins:
-        lines.append(_fatbin_table(insp, indent + "  "))
+        lines += _fatbin_lines(insp, indent + "  ")
     if insp.reader is Reader.CUOBJDUMP and insp.listing:
         lines.append(f"{indent}  cuobjdump: " + " ".join(e.name for e in insp.listing))
     if insp.reader is Reader.BOTH:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     # encoded on their own (SoInspection.fatbins_json_text) and written into the document as they are
     indent = 2 if args.json and sys.stdout.isatty() else None
     if args.json:
-        from farm.jsontext import Raw, dumps
+        from farm.jsontext import Raw, dump
     code = EXIT_OK
     for path in args.paths:
         try:
@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             import json
 
             print(json.dumps(document, indent=indent))
-        else:
-            print(dumps(document))
+        else:  # in pieces: the fatbins' text goes out as it is, not copied into one document first
+            dump(document, sys.stdout.write)
+            sys.stdout.write("\n")
     return code
