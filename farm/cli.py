@@ -97,19 +97,25 @@ def main(argv: Sequence[str] | None = None, *, _console: bool = False) -> int:
     # __import__ with a fromlist returns the command module itself, without importing importlib
     # (and warnings with it) for one call
     module = __import__(module_name, fromlist=("run",))
+    short_lived = _console and getattr(module, "SHORT_LIVED", False)
+    if _console and not short_lived:
+        import gc
+
+        gc.enable()  # console() started without it
     parser = argparse.ArgumentParser(prog=f"farm {name}", description=text, formatter_class=_Formatter)
     module.configure(parser)
     args = parser.parse_args(rest)
-    if _console and getattr(module, "SHORT_LIVED", False):
-        import gc
-
-        gc.disable()
+    if short_lived:
         _leave(name, _run(module, name, args))
     return _run(module, name, args)
 
 
 def console() -> None:
-    """The ``farm`` console script."""
+    """The ``farm`` console script: :func:`main`, with the cyclic garbage collector off until the
+    command is known to need it (module docstring)."""
+    import gc
+
+    gc.disable()
     sys.exit(main(_console=True))
 
 

@@ -87,3 +87,17 @@ def test_a_short_lived_command_onto_a_full_disk_fails(cuda_fixtures: CudaFixture
             proc = _console("inspect", *flags, *map(str, paths), stdout=full, stderr=subprocess.PIPE)
             assert proc.returncode == EXIT_ENVIRONMENT
             assert b"no space left on the device" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_the_console_gives_a_long_lived_command_the_collector_back(capsys: pytest.CaptureFixture[str]) -> None:
+    """console() starts with the cyclic collector off; `farm matrix` (not SHORT_LIVED) gets it back."""
+    import gc
+
+    gc.disable()
+    try:
+        with pytest.raises(SystemExit):
+            main(["matrix", "--help"], _console=True)
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+    assert "farm matrix" in capsys.readouterr().out
