@@ -17,18 +17,20 @@ except ImportError:  # pragma: no cover - an interpreter without json's C accele
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 _FLOATS = {float("inf"): "Infinity", float("-inf"): "-Infinity"}
 
 
 class Raw:
-    """JSON text that :func:`dumps` writes as it is (the caller vouches that it is valid JSON);
-    a holder, not a ``str`` subclass, whose construction would copy the text."""
+    """JSON text that :func:`dump` writes as it is (the caller vouches that it is valid JSON): a
+    string, or strings written one after the other. A generator of pieces hands a large part over
+    without ever holding it whole, and is written once. A holder, not a ``str`` subclass, whose
+    construction would copy the text."""
 
     __slots__ = ("text",)
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str | Iterable[str]) -> None:
         self.text = text
 
 
@@ -42,7 +44,11 @@ def dumps(value: object) -> str:
 def dump(value: object, write: Callable[[str], object]) -> None:
     """:func:`dumps`, handed to ``write`` in pieces (``sys.stdout.write``)."""
     if isinstance(value, Raw):
-        write(value.text)
+        if isinstance(value.text, str):
+            write(value.text)
+        else:
+            for piece in value.text:
+                write(piece)
     elif isinstance(value, str):
         write(_string(value))
     elif value is None:

@@ -120,6 +120,11 @@ def test_fatbins_json_text_is_json_dumps_byte_for_byte(cuda_fixtures: CudaFixtur
     """The compact listing's encoder (distinct entry heads encoded once) writes what json.dumps would."""
     insp = inspect_file(cuda_fixtures.path(name), stubs=stubs)
     assert insp.fatbins_json_text() == json.dumps(insp.fatbins_json())
+    # in pieces of any size, the empty list (host-only) included
+    for size in (1, 2, 3):
+        pieces = list(insp.fatbins_json_pieces(size))
+        assert "".join(pieces) == insp.fatbins_json_text()
+        assert len(pieces) == len(insp.fatbins) // size + (len(insp.fatbins) % size > 0) + 1
 
 
 def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(

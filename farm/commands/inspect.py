@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from itertools import count, repeat
+from itertools import chain, count, islice, repeat
 from operator import attrgetter
 
 from farm.binary.inspection import (
@@ -19,7 +19,7 @@ from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 SHORT_LIVED = True  # bounded, and every file is closed when run() returns (see farm.cli)
 
@@ -41,7 +41,7 @@ _COLUMNS = ("#", "section", "offset", "note", "entries")
 _SECTION, _OFFSET, _SIGNATURE = attrgetter("section"), attrgetter("offset"), attrgetter("signature")
 
 
-def _fatbin_lines(insp: SoInspection, indent: str) -> list[str]:
+def _fatbin_lines(insp: SoInspection, indent: str) -> Iterator[str]:
     """The lines of the fatbins' table (at least one fatbin), as :func:`farm.table.format_table`
     lays it out, in a fraction of its time: the widths come from the data (the longest offset is the
     largest), each distinct entry list (a library repeats a few hundred thousands of times) is
@@ -68,22 +68,32 @@ def _fatbin_lines(insp: SoInspection, indent: str) -> list[str]:
         max(map(len, rendered.values())),
     ), strict=True)]
     row = indent.replace("%", "%%") + "%-{}d  %-{}s  %#-{}x  %-{}s  %s".format(*widths[:4])
-    lines = [(indent + "  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True))).rstrip(),
-             indent + "  ".join("-" * w for w in widths)]
-    lines += map(str.rstrip, map(row.__mod__, zip(count(1), sections, offsets, notes, names)))
-    return lines
+    head = [(indent + "  ".join(h.ljust(w) for h, w in zip(_COLUMNS, widths, strict=True))).rstrip(),
+            indent + "  ".join("-" * w for w in widths)]
+    # the rows are formatted as they are taken (see _write_lines)
+    return chain(head, map(str.rstrip, map(row.__mod__, zip(count(1), sections, offsets, notes, names))))
+
+
+def _so_lines(insp: SoInspection, indent: str = "") -> Iterator[str]:
+    found = insp.found.canonical() if insp.has_device_code else "no device code"
+    yield f"{indent}{insp.path}: {found}"
+    if insp.reader is not Reader.CUOBJDUMP and insp.fatbins:
+        yield from _fatbin_lines(insp, indent + "  ")
+    if insp.reader is Reader.CUOBJDUMP and insp.listing:
+        yield f"{indent}  cuobjdump: " + " ".join(e.name for e in insp.listing)
+    if insp.reader is Reader.BOTH:
+        yield f"{indent}  readers: " + ("agree" if insp.agrees else f"DISAGREE: {insp.disagreement}")
 
 
 def render_so(insp: SoInspection, indent: str = "") -> str:
-    found = insp.found.canonical() if insp.has_device_code else "no device code"
-    lines = [f"{indent}{insp.path}: {found}"]
-    if insp.reader is not Reader.CUOBJDUMP and insp.fatbins:
-        lines += _fatbin_lines(insp, indent + "  ")
-    if insp.reader is Reader.CUOBJDUMP and insp.listing:
-        lines.append(f"{indent}  cuobjdump: " + " ".join(e.name for e in insp.listing))
-    if insp.reader is Reader.BOTH:
-        lines.append(f"{indent}  readers: " + ("agree" if insp.agrees else f"DISAGREE: {insp.disagreement}"))
-    return "\n".join(lines)
+    return "\n".join(_so_lines(insp, indent))
+
+
+def _write_lines(lines: Iterator[str], per_piece: int = 256) -> None:
+    """``print("\\n".join(lines))`` in pieces: a library's table (175 KB) is never held whole, and
+    each piece reuses the memory of the one before."""
+    while piece := list(islice(lines, per_piece)):
+        sys.stdout.write("\n".join(piece) + "\n")
 
 
 def render_wheel(w: WheelInspection) -> str:
@@ -107,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
                          hint="add --reader both to check the native reader against that cuobjdump")
     results: list[dict[str, object]] = []
     # indented for a terminal; compact into a pipe or file, where the fatbins of each file are
-    # encoded on their own (SoInspection.fatbins_json_text) and written into the document as they are
+    # encoded on their own (SoInspection.fatbins_json_pieces) and written out piece by piece
     indent = 2 if args.json and sys.stdout.isatty() else None
     if args.json:
         from farm.jsontext import Raw, dump
@@ -125,11 +135,11 @@ def run(args: argparse.Namespace) -> int:
             else:
                 s = inspect_file(path, reader, cuobjdump=tool, stubs=args.stubs)
                 if args.json and not indent:
-                    results.append({"kind": "file", **s.to_json(fatbins=Raw(s.fatbins_json_text()))})
+                    results.append({"kind": "file", **s.to_json(fatbins=Raw(s.fatbins_json_pieces()))})
                 elif args.json:
                     results.append({"kind": "file", **s.to_json()})
                 else:
-                    print(render_so(s))
+                    _write_lines(_so_lines(s))
                 agrees = s.agrees
         except FarmError as exc:
             # keep going: one corrupt file must not hide what the others hold
