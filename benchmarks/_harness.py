@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,23 +97,26 @@ def series(label: str, argv: Sequence[str], runs: int, **kwargs: object) -> Seri
     return Series(label, tuple(measure(argv, **kwargs) for _ in range(runs)))  # type: ignore[arg-type]
 
 
-def interleaved(commands: dict[str, Sequence[str]], runs: int, **kwargs: object) -> dict[str, Series]:
-    """Each command ``runs`` times, taking turns: a burst of load on a shared machine hits all alike."""
+def interleaved(commands: Mapping[str, Sequence[str]], runs: int, *, repeat: Mapping[str, int] | None = None,
+                **kwargs: object) -> dict[str, Series]:
+    """Each command ``runs`` times (``repeat[label]`` times that many), taking turns: a burst of
+    load on a shared machine hits all alike."""
     results: dict[str, list[Run]] = {label: [] for label in commands}
     for _ in range(runs):
         for label, argv in commands.items():
-            results[label].append(measure(argv, **kwargs))  # type: ignore[arg-type]
+            for _ in range((repeat or {}).get(label, 1)):
+                results[label].append(measure(argv, **kwargs))  # type: ignore[arg-type]
     return {label: Series(label, tuple(r)) for label, r in results.items()}
 
 
 def table(rows: Sequence[Series]) -> str:
-    head = f"{'':28}{'CPU min':>10}{'median':>9}{'wall min':>10}{'median':>9}{'RSS min':>10}{'median':>9}"
+    head = f"{'':32}{'runs':>5}{'CPU min':>10}{'median':>9}{'wall min':>10}{'median':>9}{'RSS min':>10}{'median':>9}"
     lines = [head]
     for s in rows:
         (c0, c1), (w0, w1), (r0, r1) = s.cpu, s.wall, s.rss
-        lines.append(f"{s.label:28}{c0 * 1000:>8.1f}ms{c1 * 1000:>7.1f}ms{w0 * 1000:>8.1f}ms{w1 * 1000:>7.1f}ms"
-                     f"{r0:>8.1f}MB{r1:>7.1f}MB")
-    lines.append(f"({len(rows[0].runs)} runs each; the machine may be shared: compare the mins)")
+        lines.append(f"{s.label:32}{len(s.runs):>5}{c0 * 1000:>8.1f}ms{c1 * 1000:>7.1f}ms{w0 * 1000:>8.1f}ms"
+                     f"{w1 * 1000:>7.1f}ms{r0:>8.1f}MB{r1:>7.1f}MB")
+    lines.append("(the machine may be shared: compare the mins)")
     return "\n".join(lines)
 
 
