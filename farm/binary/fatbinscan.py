@@ -38,11 +38,10 @@ _FLAG_LZ4 = 0x2000
 _FLAG_ZSTD = 0x8000
 _FLAG_ARCH_SPECIFIC = 0x100000
 _FLAG_FAMILY = 0x200000
-_MEANING = _FLAG_ARCH_SPECIFIC | _FLAG_FAMILY | _FLAG_LZ4 | _FLAG_ZSTD
 
 _SHT_NOBITS = 8
 # Headers closer than _WINDOW share one read: a fatbin's header and its first entry, the entries
-# of a small fatbin. After an entry of _LARGE bytes or more the next header stands alone, and a read
+# of a small fatbin. After a payload of _LARGE bytes or more the next header stands alone, and a read
 # of _ALONE bytes (a fatbin header and its first entry header fit) is all it needs: copying a
 # window nobody reads costs as much as the syscall. On libcublasLt (8,300 headers) that is 1,730
 # reads of 5 MB, against 2,300 of 9 MB with one 4 KiB window: 2 ms instead of 4.
@@ -218,8 +217,9 @@ def _decode(code: int, arch: int, flags: int, where: str, src: _Window) -> Decod
     return kind, arch, variant, LZ4 if lz4 else ZSTD if zstd else NONE, entry_name(kind, arch, variant)
 
 
-# (kind code, arch, meaningful flags) -> Decoded: a library repeats a few dozen combinations
-# thousands of times, so each is validated and built once per read.
+# (kind code, arch, flags) -> Decoded: a library repeats a few dozen combinations thousands of
+# times, so each is validated and built once per read (flags whole: masking them costs more than
+# the few extra combinations of bits that mean nothing here).
 _Cache = dict[tuple[int, int, int], Decoded]
 
 
@@ -274,18 +274,18 @@ def _read_section(src: _Window, name: str, stype: int, offset: int, size: int, d
     # One loop over every fatbin header and entry header of the section: a large library has 8,000.
     # The window is inlined: buf holds the file's bytes from `base` on (offsets only grow, so a
     # header before `base` is never asked for), `full` is the last offset whose entry header lies
-    # wholly in it, and `span`, the bytes of the entry just read (0 after a fatbin header), picks
-    # the next read's size. Each distinct entry description is validated once (`decoded`), and
+    # wholly in it, and `payload`, that of the entry just read (0 after a fatbin header), picks the
+    # next read's size. Each distinct entry description is validated once (`decoded`), and
     # error messages are built only on the way out.
-    fd, pread, meaning = src.fd, _pread, _MEANING
+    fd, pread, entry_min = src.fd, _pread, ENTRY_MIN
     near, alone, large = max(ENTRY_MIN, _WINDOW), max(ENTRY_MIN, _ALONE), _LARGE
-    buf, base, full, span = b"", 0, -1, 0
+    buf, base, full, payload = b"", 0, -1, 0
     while pos < end:
         if end - pos < header:  # padding at the end of the section, or truncation
             pos = _not_a_header(src, name, len(fatbins) + 1, pos, end)
             continue
         if pos + header > base + len(buf):
-            buf, base = pread(fd, near if span < large else alone, pos), pos
+            buf, base = pread(fd, near if payload < large else alone, pos), pos
             full = base + len(buf) - ENTRY_MIN
             if len(buf) < header:  # the bounds were checked against the size: the file shrank
                 raise src.truncated(pos, header)
@@ -302,21 +302,20 @@ def _read_section(src: _Window, name: str, stype: int, offset: int, size: int, d
                             f"section ends {end - at} bytes after the header")
         entries: list[RawEntry] = []
         append, last = entries.append, body_end - ENTRY_MIN  # the last offset an entry header fits at
-        span = 0
+        payload = 0
         while at <= last:
             if at > full:
-                buf, base = pread(fd, near if span < large else alone, at), at
+                buf, base = pread(fd, near if payload < large else alone, at), at
                 full = base + len(buf) - ENTRY_MIN
                 if full < at:
                     raise src.truncated(at, ENTRY_MIN)
             code, size, payload, arch, flags, uncompressed = unpack_entry(buf, at - base)
-            known = decoded.get((code, arch, flags & meaning))
+            known = decoded.get((code, arch, flags))
             if known is None:
                 where = _where(name, len(fatbins) + 1, pos, len(entries) + 1, at)
-                known = decoded[code, arch, flags & meaning] = _decode(code, arch, flags, where, src)
-            span = size + payload
-            following = at + span
-            if size < ENTRY_MIN or following > body_end:
+                known = decoded[code, arch, flags] = _decode(code, arch, flags, where, src)
+            following = at + size + payload
+            if size < entry_min or following > body_end:
                 where = _where(name, len(fatbins) + 1, pos, len(entries) + 1, at)
                 raise _bad_entry(src, where, body_end, size, payload)
             append((known, at, size, payload, uncompressed))
