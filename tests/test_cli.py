@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,18 @@ def test_the_console_gives_a_long_lived_command_the_collector_back(capsys: pytes
     finally:
         gc.enable()
     assert "farm matrix" in capsys.readouterr().out
+
+
+def test_a_short_lived_command_leaves_no_temporary_file(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
+    """A wheel's members are extracted to temporary files: the quick exit comes after they are gone."""
+    from tests.wheelmaker import make_wheel
+
+    wheel = make_wheel(tmp_path / "in", "demo", "1.0", {"demo/_C.so": cuda_fixtures.path("rdc"),
+                                                        "demo.libs/libk.so.1": cuda_fixtures.path("default")})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    for flags in ([], ["--json", "--stubs"]):
+        proc = _console("inspect", *flags, str(wheel), env={**os.environ, "TMPDIR": str(scratch)},
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.returncode == 0 and b"demo/_C.so" in proc.stdout
+    assert list(scratch.iterdir()) == []
