@@ -177,7 +177,8 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
     models: _Models = {}
     # one signature tuple and one ArchList per distinct list of images: a few hundred in a library
     shared: dict[tuple[_scan.Decoded, ...], tuple[tuple[_scan.Decoded, ...], ArchList]] = {}
-    fatbins = []
+    fatbins: list[Fatbin] = []
+    append = fatbins.append
     for section, offset, raw in _scan.scan(path):
         signature = tuple(map(_DESCRIPTION, raw))
         known = shared.get(signature)
@@ -187,7 +188,7 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
                     models[decoded] = _model(decoded)
             known = shared[signature] = signature, ArchList.of(
                 models[d][1] for d in signature if d[0] != _scan.LTO_IR)
-        fatbins.append(Fatbin(section, offset, *known, raw, models))
+        append(Fatbin(section, offset, known[0], known[1], raw, models))
     return fatbins
 
 
