@@ -7,7 +7,7 @@ wheel or upload code.
 A command module may set ``SHORT_LIVED = True``: it runs in bounded time, keeps no reference cycles
 worth collecting, and has closed every file it opened when ``run`` returns. The console script
 (:func:`console`) then runs it without the cyclic garbage collector and leaves without tearing the
-interpreter down: on ``farm inspect`` of a large library those two were a fifth of the command.
+interpreter down: on ``farm inspect`` of a large library those two were a tenth of the command.
 """
 
 from __future__ import annotations

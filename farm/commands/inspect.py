@@ -61,7 +61,7 @@ def _fatbin_lines(insp: SoInspection, indent: str) -> Iterator[str]:
         notes: Iterable[str] = ["stub" if o in insp.stubs else "" if loaded is None or o in loaded else "not loaded"
                                 for o in offsets]
         width = max(map(len, notes))
-    else:  # every fatbin is loaded and none is a stub: the common case, and a library's
+    else:  # every fatbin is loaded and none is a stub (the common case): no note to compute
         notes, width = repeat(""), 0
     widths = [max(len(header), w) for header, w in zip(_COLUMNS, (
         len(str(len(fatbins))), max(map(len, set(sections))), len(f"{max(offsets):#x}"), width,
