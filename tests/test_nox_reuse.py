@@ -28,6 +28,10 @@ def test_session_installs_once_runs_current_code_and_reinstalls_when_the_project
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     first = nox(clone, "8.0")
     assert INSTALL in first and "no image" in first
+    # farm runs `python -m pip` itself (a toolkit's wheels, torch): the session's venv has pip,
+    # also where uv made it (nox's backend wherever uv is installed, as in the test environment)
+    (python,) = (clone / ".nox").glob("explain*/bin/python")
+    subprocess.run([str(python), "-m", "pip", "--version"], check=True, capture_output=True)
 
     # an edit of farm's code: no reinstall, and the edit is what runs
     explain = clone / "farm" / "commands" / "explain.py"

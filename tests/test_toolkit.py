@@ -201,13 +201,37 @@ def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys, monkeypat
 
 def test_a_failed_install_leaves_no_prefix(tmp_path):
     prefix = tmp_path / "tk"
-    broken_python = tmp_path / "python-without-pip"
-    broken_python.write_text("#!/bin/sh\necho 'No module named pip' >&2\nexit 1\n")
+    broken_python = tmp_path / "python-whose-pip-fails"  # `import pip` works, `-m pip install` fails
+    broken_python.write_text('#!/bin/sh\n[ "$1" = -c ] && exit 0\necho "ERROR: no matching distribution" >&2\nexit 1\n')
     broken_python.chmod(0o755)
-    with pytest.raises(ToolError, match="No module named pip"):
+    with pytest.raises(ToolError, match="no matching distribution"):
         tk.ensure_toolkit(request_for(TK, "13.0"), prefix, python=str(broken_python))
     assert not prefix.exists()
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["python-without-pip"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["python-whose-pip-fails"]
+
+
+def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path):
+    """A venv made without pip (as uv makes them): the toolkit's wheels cannot be installed, and the
+    message says so instead of relaying `No module named pip` as a network problem."""
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    prefix = tmp_path / "tk"
+    with pytest.raises(ToolError) as err:
+        tk.ensure_toolkit(request_for(TK, "13.0"), prefix, python=python)
+    assert f"{python} has no pip" in err.value.message and "ensurepip" in (err.value.hint or "")
+    assert not prefix.exists()
+
+
+def test_farm_depends_on_the_pip_it_runs():
+    """`python -m pip` runs from farm's own environment, which uv makes without pip."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    assert "pip" in {Requirement(r).name for r in requires("farm") or () if "extra ==" not in r}
 
 
 def test_a_shared_cudart_link_works_through_the_dev_link(pypi_toolkit, tmp_path):

