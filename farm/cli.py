@@ -23,6 +23,7 @@ TYPE_CHECKING = False  # annotations only: collections.abc is not on `farm inspe
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import ModuleType
+    from typing import NoReturn
 
 # name -> (module, one-line help). Only commands whose capability exists are listed.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -105,9 +106,10 @@ def main(argv: Sequence[str] | None = None, *, _console: bool = False) -> int:
     parser = argparse.ArgumentParser(prog=f"farm {name}", description=text, formatter_class=_Formatter)
     module.configure(parser)
     args = parser.parse_args(rest)
+    code = _run(module, name, args)
     if short_lived:
-        _leave(name, _run(module, name, args))
-    return _run(module, name, args)
+        _leave(name, code)
+    return code
 
 
 def console() -> None:
@@ -119,7 +121,7 @@ def console() -> None:
     sys.exit(main(_console=True))
 
 
-def _leave(name: str, code: int) -> None:
+def _leave(name: str, code: int) -> NoReturn:
     """Exit now, after the output is out: a short-lived command has nothing left to close, and
     freeing its objects one by one would only cost time."""
     try:
