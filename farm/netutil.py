@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 
 from packaging.utils import canonicalize_name
 
+from farm import jsonread
 from farm.errors import NetworkError, TooLarge
 from farm.progress import Say
 
@@ -30,6 +31,9 @@ from farm.progress import Say
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 # Nothing a real index serves is larger: a page lists links.
 MAX_PAGE_BYTES = 64 << 20
+# Every request ends within this many seconds, however the server paces its bytes (a caller
+# fetching something large passes its own, from the size it expects).
+DEADLINE = 300.0
 CHUNK = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -96,7 +100,7 @@ def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
     pages: list[str] = []
     looks_json = "json" in content_type or (not content_type and body.lstrip()[:1] == b"{")
     if looks_json:
-        doc = json.loads(body)
+        doc = jsonread.loads(body)
         if not isinstance(doc, dict):
             raise ValueError("the JSON page is not an object")
         for entry in doc.get("files", []):
@@ -128,31 +132,91 @@ def project_url(index: str, project: str) -> str:
     return f"{index.rstrip('/')}/{canonicalize_name(project)}/"
 
 
-def _open(request: urllib.request.Request | str, timeout: float) -> http.client.HTTPResponse:
+def _open(request: urllib.request.Request | str, timeout: float, deadline: _Deadline | None = None
+          ) -> http.client.HTTPResponse:
     url = request.full_url if isinstance(request, urllib.request.Request) else request
+    if deadline is not None:
+        timeout = deadline.wait(timeout)
     try:
         response: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         raise NetworkError(f"{url} answered HTTP {exc.code} {exc.reason}", url=url, status=exc.code) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        if deadline is not None and deadline.passed():
+            raise deadline.error() from None
         reason = getattr(exc, "reason", None) or exc
         raise NetworkError(f"cannot reach {url}: {reason}", url=url) from None
     return response
 
 
-def read_page(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 60.0) -> IndexPage:
+class _Deadline:
+    """One request's overall time limit. Every socket wait is cut to what is left of it, so a
+    server that trickles a byte now and then, each within the stall timeout, still ends on time."""
+
+    def __init__(self, url: str, seconds: float) -> None:
+        self.url, self.seconds = url, seconds
+        self.at = time.monotonic() + seconds
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def error(self) -> NetworkError:
+        return NetworkError(f"{self.url} did not finish within {self.seconds:g} s (a stalled or trickling "
+                            "server)", url=self.url)
+
+    def wait(self, timeout: float) -> float:
+        """How long the next socket wait may take; :class:`NetworkError` when the time is up."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise self.error()
+        return min(timeout, left)
+
+
+def _read_body(response: http.client.HTTPResponse, url: str, timeout: float, deadline: _Deadline,
+               max_bytes: int) -> Iterator[bytes]:
+    """The body in chunks as they arrive, within ``deadline``; :class:`TooLarge` past ``max_bytes``."""
+    # The socket under the response (absent for file: URLs): its timeout is cut to the deadline.
+    sock = getattr(getattr(response.fp, "raw", None), "_sock", None)
+    size = 0
+    while True:
+        wait = deadline.wait(timeout)
+        if sock is not None:
+            sock.settimeout(wait)
+        try:
+            chunk = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
+        except (http.client.HTTPException, ConnectionError, TimeoutError, OSError) as exc:
+            if deadline.passed():
+                raise deadline.error() from None
+            raise NetworkError(f"the download of {url} was interrupted after {size} bytes "
+                               f"({type(exc).__name__})", url=url) from None
+        if not chunk:
+            return
+        size += len(chunk)
+        if size > max_bytes:
+            raise TooLarge(f"{url}: more than {max_bytes:,} bytes", url=url, cap=max_bytes)
+        yield chunk
+
+
+def fetch_bytes(url: str, *, max_bytes: int, timeout: float = 60.0, deadline: float = DEADLINE,
+                headers: Mapping[str, str] | None = None) -> tuple[bytes, str, str]:
+    """The body of ``url`` (at most ``max_bytes``, within ``deadline`` seconds in all), its final
+    URL and its Content-Type. :class:`NetworkError` naming the URL otherwise."""
+    limit = _Deadline(url, deadline)
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    with _open(request, timeout, limit) as response:
+        body = b"".join(_read_body(response, url, timeout, limit, max_bytes))
+        return body, response.geturl(), response.headers.get("Content-Type", "")
+
+
+def read_page(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 60.0,
+              deadline: float = DEADLINE) -> IndexPage:
     """GET one simple-API page (JSON preferred) and parse it; at most :data:`MAX_PAGE_BYTES`."""
     cap = MAX_PAGE_BYTES
-    request = urllib.request.Request(url, headers={"Accept": ACCEPT, **(headers or {})})
-    with _open(request, timeout) as response:
-        try:
-            body = response.read(cap + 1)
-        except (http.client.HTTPException, OSError) as exc:
-            raise NetworkError(f"reading {url} failed: {exc}", url=url) from None
-        final = response.geturl()
-        content_type = response.headers.get("Content-Type", "")
-    if len(body) > cap:
-        raise TooLarge(f"{url}: index page larger than {cap >> 20} MiB", url=url, cap=cap)
+    try:
+        body, final, content_type = fetch_bytes(url, max_bytes=cap, timeout=timeout, deadline=deadline,
+                                                headers={"Accept": ACCEPT, **(headers or {})})
+    except TooLarge:
+        raise TooLarge(f"{url}: index page larger than {cap >> 20} MiB", url=url, cap=cap) from None
     return parse_page(body, content_type, final)
 
 
@@ -166,37 +230,35 @@ def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
 
 
-def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0,
+def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, deadline: float = DEADLINE,
              progress: Say | None = None, label: str | None = None) -> Downloaded:
     """Stream ``url`` to ``dest`` (through a ``.part`` file: ``dest`` appears whole or not at all);
     return its size and sha256. :class:`TooLarge` past ``max_bytes`` (the disk never holds more),
-    :class:`NetworkError` when unreachable or cut off. ``progress`` hears a line about every tenth
-    of the file (every 64 MB when the server does not say its length)."""
+    :class:`NetworkError` when unreachable, cut off, silent for ``timeout`` seconds or not done
+    within ``deadline`` seconds in all. ``progress`` hears a line about every tenth of the file
+    (every 64 MB when the server does not say its length)."""
     say = progress or (lambda _message: None)
     what = label or PurePosixPath(urllib.parse.urlsplit(url).path).name or url
     part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
     size = 0
+    limit = _Deadline(url, deadline)
     try:
-        with _open(url, timeout) as response, part.open("wb") as out:
+        with _open(url, timeout, limit) as response, part.open("wb") as out:
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
             step = max(total // 10, CHUNK) if total else 64 << 20
             say(f"{what}: downloading {url}" + (f" ({_mb(total)})" if total else ""))
             mark = step
-            try:
-                while chunk := response.read(CHUNK):
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise TooLarge(f"{url}: more than {max_bytes:,} bytes", url=url, cap=max_bytes)
-                    digest.update(chunk)
-                    out.write(chunk)
-                    if size >= mark:
-                        say(f"{what}: {_mb(size)}" + (f" of {_mb(total)}" if total else ""))
-                        mark = (size // step + 1) * step
-            except (http.client.HTTPException, ConnectionError, TimeoutError) as exc:
-                raise NetworkError(f"the download of {url} was interrupted after {size} bytes "
-                                   f"({type(exc).__name__})", url=url) from None
+            if total is not None and total > max_bytes:  # refused before a byte is written
+                raise TooLarge(f"{url}: {total:,} bytes, more than {max_bytes:,}", url=url, cap=max_bytes)
+            for chunk in _read_body(response, url, timeout, limit, max_bytes):
+                size += len(chunk)
+                digest.update(chunk)
+                out.write(chunk)
+                if size >= mark:
+                    say(f"{what}: {_mb(size)}" + (f" of {_mb(total)}" if total else ""))
+                    mark = (size // step + 1) * step
             if total is not None and size != total:  # read(n) returns short at a hang-up, raising nothing
                 raise NetworkError(f"the download of {url} was interrupted after {size} bytes "
                                    f"(of {total})", url=url)

@@ -20,15 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm import jsonread
 from farm.errors import UsageError
 from farm.model.arch import Rendering
 from farm.model.cells import NO_TORCH, Cell
-from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.model.config import BuildKnobs, FarmConfig, Recipe, redist_url_problem, release_problem
 from farm.model.spec import ArchRequest, require_arch_request
 from farm.toolkit.request import ToolkitRequest, request_for
 
 SPEC_FILE = "build-spec.json"
 SPEC_VERSION = 1
+MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
 
@@ -85,7 +87,8 @@ class BuildSpec:
         """The spec :meth:`to_json` wrote; a missing or mistyped field is a :class:`UsageError`."""
         r = _Reader(where)
         top = r.obj(data, "spec")
-        if top.get("spec_version") != SPEC_VERSION:
+        version = top.get("spec_version")
+        if type(version) is not int or version != SPEC_VERSION:  # `true` equals 1 in Python, not in JSON
             raise r.bad("spec_version", f"{SPEC_VERSION} (this farm's)")
         c = r.obj(top.get("cell"), "cell")
         cell = Cell(*(r.text(c, f"cell.{key}") for key in ("package", "version", "cuda", "torch", "python",
@@ -95,6 +98,11 @@ class BuildSpec:
             r.text(t, "toolkit.cuda"), r.text(t, "toolkit.source"), r.text(t, "toolkit.release"),
             r.text(t, "toolkit.platform"), r.texts(t, "toolkit.components"), r.text(t, "toolkit.redist_url"),
             r.opt_text(t, "toolkit.manifest_sha256"), r.texts(t, "toolkit.pypi"))
+        # the release and the root name a cache folder and a download: the rules of their config twins
+        for key, problem in (("toolkit.release", release_problem(toolkit.release, toolkit.cuda)),
+                             ("toolkit.redist_url", redist_url_problem(toolkit.redist_url))):
+            if problem:
+                raise UsageError(f"{key} {problem}", where=where, hint=f"pass the {SPEC_FILE} farm build wrote")
         e = r.obj(top.get("environment"), "environment")
         k = r.obj(top.get("knobs"), "knobs")
         knobs = BuildKnobs(
@@ -264,13 +272,16 @@ def write_spec(spec: BuildSpec, directory: Path) -> Path:
 def read_spec(path: Path) -> BuildSpec:
     """The spec at ``path``, validated (a :class:`UsageError` naming the file otherwise)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = jsonread.read_bounded(path, MAX_SPEC_BYTES)
     except OSError as exc:
         raise UsageError(f"cannot read the build spec: {exc.strerror or exc}", where=str(path),
                          hint=f"pass the {SPEC_FILE} farm build wrote in the cell's build folder") from None
-    try:
-        data = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"the build spec is not JSON: {exc}", where=str(path)) from None
+        raise UsageError(f"the build spec is {exc}", where=str(path),
+                         hint=f"pass the {SPEC_FILE} farm build wrote in the cell's build folder") from None
+    try:
+        data = jsonread.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"the build spec is not JSON farm wrote: {exc}", where=str(path)) from None
     return BuildSpec.from_json(data, where=str(path))
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
 
+from farm import cacheseal
 from farm.errors import FileSystemError, LedgerError
 from farm.filestamp import RACY_NS, Stamp, stamp
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
@@ -438,7 +439,8 @@ def _by_key(records: list[Record]) -> dict[ExistsKey, Record]:
 # keeps the validated records, keyed by the file's stamp (farm.filestamp; farm's own writers
 # replace the file, a new inode) and the code that validated them. A ledger written in the last
 # RACY_NS is not cached. The cache is only ever an optimisation: one that cannot be read or
-# written is ignored.
+# written is ignored, and one that is not sealed with this user's key (farm.cacheseal; a CI cache
+# restore may bring back anything) is never believed.
 _CACHE_FORMAT = 1
 _RACY_NS = RACY_NS  # module-level, so a test can close the window
 
@@ -466,7 +468,10 @@ def _code_digest() -> str:
 def _read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
     try:
         current = stamp(path.stat())
-        raw = _cache_file(cache_dir, path).read_bytes()
+        file = _cache_file(cache_dir, path)
+        raw = cacheseal.unseal(file.read_bytes(), f"ledger-index:{file.name}")
+        if raw is None:  # written by someone else (a restored CI cache) or edited: read the ledger
+            return None
         cache = msgspec.msgpack.decode(raw, type=_Cache)
         if cache.format != _CACHE_FORMAT or cache.stamp != current or cache.code != _code_digest():
             return None
@@ -483,7 +488,8 @@ def _write_cache(cache_dir: Path, path: Path, read_as: Stamp, records: list[Reco
     # not durable: a cache lost to a crash is rebuilt by the next run
     with contextlib.suppress(OSError, FileSystemError):
         cache = _Cache(_CACHE_FORMAT, _code_digest(), read_as, records)
-        atomic_write(_cache_file(cache_dir, path), [msgspec.msgpack.encode(cache)], durable=False)
+        file = _cache_file(cache_dir, path)
+        atomic_write(file, [cacheseal.seal(msgspec.msgpack.encode(cache), f"ledger-index:{file.name}")], durable=False)
 
 
 @dataclass(frozen=True)
