@@ -40,11 +40,13 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class IndexFile:
-    """One file a project page links: its name, absolute URL (no fragment) and sha256 if given."""
+    """One file a project page links: its name, absolute URL (no fragment), sha256 if given, and
+    whether the index serves its core metadata at ``url + ".metadata"`` (PEP 658 / PEP 714)."""
 
     filename: str
     url: str
     sha256: str | None
+    metadata: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,16 @@ class IndexPage:
 class _Anchors(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.anchors: list[tuple[str, str]] = []
+        self.anchors: list[tuple[str, str, bool]] = []
         self._href: str | None = None
+        self._metadata = False
         self._text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "a":
-            self._href = dict(attrs).get("href") or None
+            named = dict(attrs)
+            self._href = named.get("href") or None
+            self._metadata = _has_metadata(named.get("data-core-metadata", named.get("data-dist-info-metadata")))
             self._text = []
 
     def handle_data(self, data: str) -> None:
@@ -74,14 +79,20 @@ class _Anchors(HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "a" and self._href is not None:
-            self.anchors.append((self._href, "".join(self._text).strip()))
+            self.anchors.append((self._href, "".join(self._text).strip(), self._metadata))
             self._href = None
 
     def close(self) -> None:
         super().close()
         if self._href is not None:  # an unclosed last anchor still links
-            self.anchors.append((self._href, "".join(self._text).strip()))
+            self.anchors.append((self._href, "".join(self._text).strip(), self._metadata))
             self._href = None
+
+
+def _has_metadata(value: object) -> bool:
+    """PEP 714's ``core-metadata`` (PEP 658's older name ``dist-info-metadata``): absent or false
+    when the index serves none; ``true`` or a hash mapping / ``sha256=...`` when it does."""
+    return value is not None and value is not False and value != "false"
 
 
 def _sha256(value: object) -> str | None:
@@ -89,9 +100,9 @@ def _sha256(value: object) -> str | None:
     return text if _SHA256.fullmatch(text) else None
 
 
-def _file(url: str, filename: str, sha256: str | None) -> IndexFile:
+def _file(url: str, filename: str, sha256: str | None, metadata: bool = False) -> IndexFile:
     return IndexFile(filename or urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name),
-                     url, sha256)
+                     url, sha256, metadata)
 
 
 def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
@@ -103,13 +114,18 @@ def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
         doc = jsonread.loads(body)
         if not isinstance(doc, dict):
             raise ValueError("the JSON page is not an object")
-        for entry in doc.get("files", []):
+        entries, projects = doc.get("files", []), doc.get("projects", [])
+        if not isinstance(entries, list) or not isinstance(projects, list):
+            raise ValueError("'files' and 'projects' of a JSON page must be lists")
+        for entry in entries:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("url"), str):
                 raise ValueError(f"a file entry without a url: {entry!r}"[:200])
             url = urllib.parse.urldefrag(urllib.parse.urljoin(page_url, entry["url"])).url
             hashes = entry.get("hashes") or {}
-            files.append(_file(url, str(entry.get("filename", "")), _sha256(hashes.get("sha256"))))
-        for project in doc.get("projects", []):  # a root page
+            hashes = hashes if isinstance(hashes, Mapping) else {}
+            metadata = _has_metadata(entry.get("core-metadata", entry.get("dist-info-metadata")))
+            files.append(_file(url, str(entry.get("filename", "")), _sha256(hashes.get("sha256")), metadata))
+        for project in projects:  # a root page
             name = project.get("name") if isinstance(project, Mapping) else None
             if isinstance(name, str) and name:
                 pages.append(urllib.parse.urljoin(page_url, f"{canonicalize_name(name)}/"))
@@ -117,13 +133,13 @@ def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
     parser = _Anchors()
     parser.feed(body.decode("utf-8", "replace"))
     parser.close()
-    for href, text in parser.anchors:
+    for href, text, metadata in parser.anchors:
         url, fragment = urllib.parse.urldefrag(urllib.parse.urljoin(page_url, href))
         if url.endswith("/"):
             pages.append(url)
             continue
         key, _, value = fragment.partition("=")
-        files.append(_file(url, text, _sha256(value) if key == "sha256" else None))
+        files.append(_file(url, text, _sha256(value) if key == "sha256" else None, metadata))
     return IndexPage(page_url, tuple(files), tuple(pages))
 
 
