@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -212,7 +213,7 @@ def _toolkit(capsys, url: str, prefix: Path) -> tuple[int, str]:
 
 
 class _Counting(loopback.QuietHandler):
-    archives: list[str] = []
+    archives: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         if self.path.endswith(".tar.xz"):

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         read.append(cuda)
     if not read:  # nothing read is not "complete"
         raise UsageError(f"no index to read for CUDA {', '.join(lines)}: their torch_index is 'pip'",
-                         hint="pass --index URL (PyTorch's per-line index with {cu}, or a PEP 658 index such as PyPI's)")
+                         hint="pass --index URL (PyTorch's per-line index with {cu}, or a PEP 658 index like PyPI's)")
     found = propose(defaults, shipped, read)
     found = Proposals(found.rows, found.phantoms, tuple(notes))
     if args.json:
