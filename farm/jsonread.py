@@ -39,11 +39,11 @@ def _number(text: str, kind: type) -> Any:
 
 
 def _int(text: str) -> int:
-    return _number(text, int)  # type: ignore[no-any-return]
+    return int(_number(text, int))
 
 
 def _float(text: str) -> float:
-    return _number(text, float)  # type: ignore[no-any-return]
+    return float(_number(text, float))
 
 
 def _check_depth(value: object, limit: int) -> None:

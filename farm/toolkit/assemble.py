@@ -133,13 +133,13 @@ def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, 
         items = [item for item in data.get("install", []) if isinstance(item, dict)]
     except (OSError, ValueError, AttributeError) as exc:
         raise ToolError(f"pip wrote no readable installation report at {report}: {exc}") from None
+    def obj(value: object) -> dict[str, Any]:
+        return value if isinstance(value, dict) else {}
+
     for item in items:
-        meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+        meta = obj(item.get("metadata"))
         name = canonicalize_name(str(meta.get("name", "")))
-        info = item.get("download_info")
-        archive = info.get("archive_info") if isinstance(info, dict) else None
-        hashes = archive.get("hashes") if isinstance(archive, dict) else None
-        hashes = hashes if isinstance(hashes, dict) else {}
+        hashes = obj(obj(obj(item.get("download_info")).get("archive_info")).get("hashes"))
         if name in by_wheel:
             out.append(Component(by_wheel[name], str(meta.get("version")), hashes.get("sha256")))
     order = {c: i for i, c in enumerate(request.components)}
