@@ -331,3 +331,14 @@ def test_an_unusable_cache_folder_costs_time_never_the_verdict(tmp_path: Path, c
     fresh = farm(capsys, *args, "--cache-dir", str(tmp_path / "fresh"))
     assert fresh[0] == 1
     assert farm(capsys, *args, "--cache-dir", str(blocked))[0] == fresh[0]
+
+
+def test_a_redist_root_from_the_environment_is_checked_too(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("FARM_CUDA_REDIST_URL", "::::")
+    refused(farm(capsys, "toolkit", "--cuda", CUDA, "--source", "redist", "--root", str(REPO),
+                 "--prefix", str(tmp_path / "tk")), 2, "$FARM_CUDA_REDIST_URL", "::::")
+
+
+@pytest.mark.parametrize("index", ["::::", "http://:80/", "pypi.org/simple"])
+def test_a_grid_index_that_is_not_a_url_is_bad_input(capsys, index: str) -> None:
+    refused(farm(capsys, "grid", "--root", str(REPO), "--cuda", CUDA, "--index", index), 2, "--index")

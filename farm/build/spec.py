@@ -24,7 +24,7 @@ from farm import jsonread
 from farm.errors import UsageError
 from farm.model.arch import Rendering
 from farm.model.cells import NO_TORCH, Cell
-from farm.model.config import BuildKnobs, FarmConfig, Recipe, redist_url_problem, release_problem
+from farm.model.config import BuildKnobs, FarmConfig, Recipe, release_problem, url_problem
 from farm.model.spec import ArchRequest, require_arch_request
 from farm.toolkit.request import ToolkitRequest, request_for
 
@@ -100,7 +100,7 @@ class BuildSpec:
             r.opt_text(t, "toolkit.manifest_sha256"), r.texts(t, "toolkit.pypi"))
         # the release and the root name a cache folder and a download: the rules of their config twins
         for key, problem in (("toolkit.release", release_problem(toolkit.release, toolkit.cuda)),
-                             ("toolkit.redist_url", redist_url_problem(toolkit.redist_url))):
+                             ("toolkit.redist_url", url_problem(toolkit.redist_url))):
             if problem:
                 raise UsageError(f"{key} {problem}", where=where, hint=f"pass the {SPEC_FILE} farm build wrote")
         e = r.obj(top.get("environment"), "environment")

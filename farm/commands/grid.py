@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError, did_you_mean
-from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.model.config import DEFAULTS_FILE, load_defaults, url_problem
 from farm.schedule.grid import Proposals, indexes_for, propose, read_index
 
 
@@ -30,6 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.index is not None and url_problem(args.index.replace("{cu}", "cu130")):
+        raise UsageError(f"--index {url_problem(args.index.replace('{cu}', 'cu130'))}",
+                         hint="e.g. --index https://download.pytorch.org/whl/{cu} or https://pypi.org/simple/")
     defaults = load_defaults(args.root / DEFAULTS_FILE)
     lines = list(args.cuda or defaults.cuda_lines)
     for line in lines:

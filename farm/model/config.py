@@ -538,7 +538,7 @@ TORCH_INDEX_PIP = "pip"  # pip's own configured indexes (pip.conf, PIP_INDEX_URL
 
 def check_torch_index(value: str, where: str) -> str:
     """A torch source: an http(s)/file URL of a PEP 503 index, or ``pip``."""
-    if value == TORCH_INDEX_PIP or re.match(r"^(https?|file)://\S+$", value):
+    if value == TORCH_INDEX_PIP or url_problem(value.replace("{cu}", "cu130")) is None:
         return value
     raise ConfigError(f"torch index {value!r} is neither a URL nor 'pip'", where=where,
                       hint="give a PEP 503 index URL like https://download.pytorch.org/whl/cu130, "
@@ -573,9 +573,10 @@ def release_problem(release: str, cuda: str) -> str | None:
     return None
 
 
-def redist_url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a redist root, or None: http(s) with a host, or file (the one rule for
-    ``redist_url`` in ``_defaults.yml``, ``--redist-url`` and ``$FARM_CUDA_REDIST_URL``)."""
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an index or download root, or None: http(s) with a host, or file. The
+    one rule for each URL in ``_defaults.yml`` (``redist_url``, ``torch_index``) and its flag
+    (``--redist-url``, ``$FARM_CUDA_REDIST_URL``, ``--torch-index``, ``farm grid --index``)."""
     from urllib.parse import urlsplit
 
     try:
@@ -604,7 +605,7 @@ _COMPONENT_HINT = "name components as NVIDIA's redistrib manifest does: libcubla
 
 def _load_toolkit(sec: _Section, cuda_lines: tuple[str, ...]) -> ToolkitConfig:
     url = sec.get("redist_url", str, default=ToolkitConfig.redist_url)
-    problem = redist_url_problem(url)
+    problem = url_problem(url)
     if problem:
         raise ConfigError(f"{sec.key_path('redist_url')} {problem}", where=sec.where("redist_url"))
     base = _components(sec, "components") or ()

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from farm.errors import ToolError, UsageError, did_you_mean
-from farm.model.config import ToolkitConfig, redist_url_problem, release_problem
+from farm.model.config import ToolkitConfig, release_problem, url_problem
 from farm.toolkit import components as comps
 
 SOURCES = ("redist", "pypi")
@@ -134,7 +134,7 @@ def request_for(
         pins = tuple(comps.pypi_requirement(c, line.pypi[c], cuda) for c in wanted)
     env = env if env is not None else {}
     root = redist_url or env.get(REDIST_URL_ENV) or config.redist_url
-    problem = redist_url_problem(root)
+    problem = url_problem(root)
     if problem:
         flag = "--redist-url" if redist_url else f"${REDIST_URL_ENV}" if env.get(REDIST_URL_ENV) else "redist_url"
         raise UsageError(f"{flag} {problem}", hint="e.g. https://developer.download.nvidia.com/compute/cuda/redist/")
