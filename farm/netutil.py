@@ -31,9 +31,10 @@ from farm.progress import Say
 ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 # Nothing a real index serves is larger: a page lists links.
 MAX_PAGE_BYTES = 64 << 20
-# Every request ends within this many seconds, however the server paces its bytes (a caller
-# fetching something large passes its own, from the size it expects).
+# Every request ends within this many seconds, however the server paces its bytes; a download of
+# up to N bytes within max(DEADLINE, N / MIN_RATE) seconds (a slow link's pace for its size).
 DEADLINE = 300.0
+MIN_RATE = 1 << 20  # bytes per second
 CHUNK = 1 << 20
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -246,19 +247,24 @@ def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
 
 
-def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, deadline: float = DEADLINE,
+def deadline_for(max_bytes: int) -> float:
+    """A download's time limit: a slow link's pace for its size, never less than :data:`DEADLINE`."""
+    return max(DEADLINE, max_bytes / MIN_RATE)
+
+
+def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, deadline: float | None = None,
              progress: Say | None = None, label: str | None = None) -> Downloaded:
     """Stream ``url`` to ``dest`` (through a ``.part`` file: ``dest`` appears whole or not at all);
     return its size and sha256. :class:`TooLarge` past ``max_bytes`` (the disk never holds more),
     :class:`NetworkError` when unreachable, cut off, silent for ``timeout`` seconds or not done
-    within ``deadline`` seconds in all. ``progress`` hears a line about every tenth of the file
-    (every 64 MB when the server does not say its length)."""
+    within ``deadline`` seconds in all (default: :func:`deadline_for` ``max_bytes``). ``progress``
+    hears a line about every tenth of the file (every 64 MB when the server does not say its length)."""
     say = progress or (lambda _message: None)
     what = label or PurePosixPath(urllib.parse.urlsplit(url).path).name or url
     part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
     size = 0
-    limit = _Deadline(url, deadline)
+    limit = _Deadline(url, deadline if deadline is not None else deadline_for(max_bytes))
     try:
         with _open(url, timeout, limit) as response, part.open("wb") as out:
             length = response.headers.get("Content-Length")

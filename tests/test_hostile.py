@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import pytest
 
+from farm import netutil
 from farm.cli import main
 from farm.model.config import load_defaults
 from farm.toolkit import redist
@@ -293,7 +294,7 @@ def test_a_trickling_archive_server_ends_at_the_deadline(tmp_path: Path, capsys,
     _mirror(tmp_path / "m", archive)
     manifest = (tmp_path / "m" / f"redistrib_{RELEASE}.json").read_bytes()
     monkeypatch.setattr(redist, "_TIMEOUT", 1.0)
-    monkeypatch.setattr(redist, "MIN_DEADLINE", 2.0)
+    monkeypatch.setattr(netutil, "DEADLINE", 2.0)
     stop = threading.Event()
 
     def trickle(req: http.server.BaseHTTPRequestHandler) -> None:
@@ -342,3 +343,22 @@ def test_a_redist_root_from_the_environment_is_checked_too(tmp_path: Path, capsy
 @pytest.mark.parametrize("index", ["::::", "http://:80/", "pypi.org/simple"])
 def test_a_grid_index_that_is_not_a_url_is_bad_input(capsys, index: str) -> None:
     refused(farm(capsys, "grid", "--root", str(REPO), "--cuda", CUDA, "--index", index), 2, "--index")
+
+
+# ------------------------------------------------------------------------------- shard done files
+@pytest.mark.parametrize("done", [b"[1, 2, 3]", b'{"cell": "x", "objects": 5}', b'{"objects": [5]}', DEEP,
+                                  b'{"count": Infinity}', b"\xff"],
+                         ids=["list", "objects-5", "objects-ints", "deep", "infinity", "not-utf8"])
+def test_a_hostile_shard_record_is_bad_input_at_the_link_job(tmp_path: Path, capsys, cuda_home: Path,
+                                                            done: bytes) -> None:
+    """`farm build --link` reads each compile shard's ``done-<i>.json`` from a downloaded artifact:
+    whatever it holds ends in exit 2 naming the file, before anything is compiled or linked."""
+    from tests.test_shard import CELL, _root
+
+    _root(tmp_path)
+    objects = tmp_path / "shards" / CELL.id / "objects"
+    objects.mkdir(parents=True)
+    (objects / "done-0.json").write_bytes(done)
+    refused(farm(capsys, "build", "shard_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+                 "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(cuda_home), "--link",
+                 "--shard-dir", str(tmp_path / "shards"), "--out", str(tmp_path / "out")), 2, "done-0.json")

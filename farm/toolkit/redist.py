@@ -30,8 +30,6 @@ from farm.toolkit.request import ToolkitRequest
 MAX_MANIFEST = 16 << 20  # real manifests are ~40 KB; a server sending more is not serving one
 _TIMEOUT = 60  # seconds a server may stay silent
 MANIFEST_DEADLINE = 120.0  # seconds for the whole manifest
-MIN_DEADLINE = 300.0  # seconds for an archive, at least ...
-MIN_RATE = 1 << 20  # ... or its size at 1 MiB/s, whichever is longer
 # NVIDIA's largest archive (libcublas with its static libraries) is about 1 GB; a torch toolkit's
 # components together about 2.5 GB. Checked against the manifest's sizes before downloading.
 MAX_ARCHIVE = 2 << 30
@@ -72,18 +70,13 @@ def fetch_manifest(request: ToolkitRequest) -> Manifest:
     return parse_manifest(data, url=url, sha256=digest)
 
 
-def _deadline(size: int) -> float:
-    """An archive's time limit: a slow link's pace for its size, never less than five minutes."""
-    return max(MIN_DEADLINE, size / MIN_RATE)
-
-
 def download(url: str, dest: Path, archive: Archive, component: str, *, progress: Say | None = None) -> None:
     """``url`` -> ``dest``, verified against the manifest's size and sha256; nothing is left on failure."""
     try:
         # A server that sends more than the manifest says never costs unbounded disk, nor one that
         # trickles unbounded time.
-        got = netutil.download(url, dest, max_bytes=archive.size, timeout=_TIMEOUT,
-                               deadline=_deadline(archive.size), progress=progress, label=component)
+        got = netutil.download(url, dest, max_bytes=archive.size, timeout=_TIMEOUT, progress=progress,
+                               label=component)
     except TooLarge:
         size, sha256 = f">{archive.size}", "(more bytes than the manifest says)"
     except NetworkError as exc:
