@@ -362,3 +362,11 @@ def test_a_hostile_shard_record_is_bad_input_at_the_link_job(tmp_path: Path, cap
     refused(farm(capsys, "build", "shard_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
                  "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(cuda_home), "--link",
                  "--shard-dir", str(tmp_path / "shards"), "--out", str(tmp_path / "out")), 2, "done-0.json")
+
+
+@pytest.mark.parametrize("device", ["../x", "banana", "8.9.9.9"])
+def test_a_device_that_is_not_a_compute_capability_is_a_usage_error(capsys, device: str) -> None:
+    with pytest.raises(SystemExit) as info:  # argparse's own usage error
+        main(["explain", "8.0", "--device", device])
+    assert info.value.code == 2
+    assert "is not a compute capability" in capsys.readouterr().err
