@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NamedTuple
 
 import msgspec
 
-from farm import cacheseal
+from farm import cacheseal, jsonread
 from farm.errors import FileSystemError, LedgerError
 from farm.filestamp import RACY_NS, Stamp, stamp
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
@@ -442,6 +442,7 @@ def _by_key(records: list[Record]) -> dict[ExistsKey, Record]:
 # written is ignored, and one that is not sealed with this user's key (farm.cacheseal; a CI cache
 # restore may bring back anything) is never believed.
 _CACHE_FORMAT = 1
+_MAX_CACHE_BYTES = 1 << 30  # ~100 bytes a record: ten million records
 _RACY_NS = RACY_NS  # module-level, so a test can close the window
 
 
@@ -469,13 +470,13 @@ def _read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
     try:
         current = stamp(path.stat())
         file = _cache_file(cache_dir, path)
-        raw = cacheseal.unseal(file.read_bytes(), f"ledger-index:{file.name}")
+        raw = cacheseal.unseal(jsonread.read_bounded(file, _MAX_CACHE_BYTES), f"ledger-index:{file.name}")
         if raw is None:  # written by someone else (a restored CI cache) or edited: read the ledger
             return None
         cache = msgspec.msgpack.decode(raw, type=_Cache)
         if cache.format != _CACHE_FORMAT or cache.stamp != current or cache.code != _code_digest():
             return None
-    except (OSError, msgspec.MsgspecError):
+    except (OSError, ValueError, msgspec.MsgspecError):  # unreadable, too large: read the ledger
         return None
     return cache.records
 
