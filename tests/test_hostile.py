@@ -370,3 +370,16 @@ def test_a_device_that_is_not_a_compute_capability_is_a_usage_error(capsys, devi
         main(["explain", "8.0", "--device", device])
     assert info.value.code == 2
     assert "is not a compute capability" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shard", ["", " ", "0/2/", "a/b"])
+def test_an_empty_or_malformed_shard_is_bad_input_not_a_full_build(tmp_path: Path, capsys, cuda_home: Path,
+                                                                   shard: str) -> None:
+    """`--shard ""` ran a full unsharded build with exit 0; it is a shard that does not parse."""
+    from tests.test_shard import _root
+
+    _root(tmp_path)
+    refused(farm(capsys, "build", "shard_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+                 "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(cuda_home), "--shard", shard,
+                 "--out", str(tmp_path / "out")), 2, "--shard", "is not I/N")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
