@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from farm.errors import LedgerError, ToolError, WheelError
-from farm.provenance import buildinfo
+from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry
 from farm.toolkit.assemble import parse_nvcc_release
 
@@ -35,8 +35,8 @@ def asserted_example() -> BuildInfo:
         tools={"native_reader": "farm 0.1.0", "cuobjdump": "13.2.51"},
         defaults_sha256=SHA,
         recipe_sha256=SHA,
-        run=buildinfo.run_from_env({}),
-        source=buildinfo.git_source("o/r", "v1", "c" * 40),
+        run=probe.run_from_env({}),
+        source=buildinfo.GitSourceRecord("o/r", "v1", "c" * 40),
         # as farms before torch_cuda and toolkit wrote it: the keys stay absent on writing back
         toolchain=buildinfo.Toolchain.from_mapping({"nvcc": "13.0.88", "torch": None, "python": "3.11.7",
                                                     "builder": "native", "cibuildwheel": None}),
@@ -84,8 +84,8 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
     assert old.toolchain is not None and old.toolchain.torch_cuda is ABSENT and old.toolchain.toolkit is ABSENT
     assert old.run is not None and old.run.url is ABSENT
     assert "torch_cuda" not in old.to_dict()["toolchain"] and "url" not in old.to_dict()["run"]
-    new = dataclasses.replace(old, toolchain=buildinfo.toolchain(cuda_home=None, builder="cibuildwheel"),
-                              run=buildinfo.run_from_env({"GITHUB_ACTIONS": "true"}))
+    new = dataclasses.replace(old, toolchain=probe.toolchain(cuda_home=None, builder="cibuildwheel"),
+                              run=probe.run_from_env({"GITHUB_ACTIONS": "true"}))
     assert new.to_dict()["toolchain"]["torch_cuda"] is None and new.to_dict()["toolchain"]["toolkit"] is None
     assert new.to_dict()["run"]["url"] is None
     for info in (old, new):
@@ -95,7 +95,7 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
 def test_toolkit_record_round_trips() -> None:
     toolkit = {"source": "redist", "release": "13.0.2", "manifest_url": "https://x/redistrib_13.0.2.json",
                "manifest_sha256": SHA, "components": [{"name": "cuda_nvcc", "version": "13.0.88", "sha256": SHA}]}
-    chain = buildinfo.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
+    chain = probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
     info = dataclasses.replace(asserted_example(), toolchain=chain)
     assert info.to_dict()["toolchain"]["toolkit"] == toolkit
     back = BuildInfo.from_json(info.to_json())
@@ -201,21 +201,21 @@ def test_from_json_refuses_non_json() -> None:
 def test_run_from_github_actions_variables() -> None:
     env = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "o/farm", "GITHUB_SHA": "f" * 40,
            "GITHUB_RUN_ID": "123", "GITHUB_RUN_ATTEMPT": "2", "GITHUB_SERVER_URL": "https://github.com"}
-    run = buildinfo.run_from_env(env).to_dict()
+    run = probe.run_from_env(env).to_dict()
     assert run == {"provider": "github", "repository": "o/farm", "commit": "f" * 40, "run_id": "123",
                    "attempt": "2", "url": "https://github.com/o/farm/actions/runs/123/attempts/2"}
 
 
 def test_run_outside_ci_is_local_and_unknown_ci_is_not_called_local() -> None:
-    assert buildinfo.run_from_env({}).to_dict() == {"provider": "local", "repository": None, "commit": None,
+    assert probe.run_from_env({}).to_dict() == {"provider": "local", "repository": None, "commit": None,
                                                     "run_id": None, "attempt": None}
-    assert buildinfo.run_from_env({"CI": "true"}).provider == "ci"
-    assert buildinfo.run_from_env({"GITLAB_CI": "true", "CI_PIPELINE_ID": "9"}).run_id == "9"
+    assert probe.run_from_env({"CI": "true"}).provider == "ci"
+    assert probe.run_from_env({"GITLAB_CI": "true", "CI_PIPELINE_ID": "9"}).run_id == "9"
 
 
 def test_toolchain_asks_the_real_nvcc(cuda_home: Path, nvcc: Path) -> None:
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    info = buildinfo.toolchain(cuda_home=cuda_home, builder="native")
+    info = probe.toolchain(cuda_home=cuda_home, builder="native")
     assert info.nvcc and f"V{info.nvcc}" in reported
     assert info.python == platform.python_version()
     assert info.builder == "native" and info.cibuildwheel is None
@@ -224,12 +224,12 @@ def test_toolchain_asks_the_real_nvcc(cuda_home: Path, nvcc: Path) -> None:
 def test_toolchain_reports_cibuildwheel_only_for_that_builder() -> None:
     from importlib.metadata import version
 
-    assert buildinfo.toolchain(cuda_home=None, builder="cibuildwheel").cibuildwheel == version("cibuildwheel")
+    assert probe.toolchain(cuda_home=None, builder="cibuildwheel").cibuildwheel == version("cibuildwheel")
 
 
 def test_missing_nvcc_is_an_environment_error(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="no nvcc"):
-        buildinfo.nvcc_version(tmp_path)
+        probe.nvcc_version(tmp_path)
 
 
 def test_parse_nvcc_version() -> None:

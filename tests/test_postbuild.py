@@ -20,7 +20,7 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import load_config
 from farm.model.spec import ArchRequest
-from farm.provenance import buildinfo
+from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex, dumps_entry, merge_fragments, read_fragment, write_fragment
 from farm.provenance.postbuild import (
@@ -47,9 +47,9 @@ def context(cuda_home: Path, expected: str, *, epoch: int = 0) -> BuildContext:
         build_epoch=epoch,
         defaults_sha256="d" * 64,
         recipe_sha256="e" * 64,
-        source=buildinfo.git_source("example/demo_ext", "v0.1.0", None),
-        run=buildinfo.run_from_env(),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder="native"),
+        source=buildinfo.GitSourceRecord("example/demo_ext", "v0.1.0", None),
+        run=probe.run_from_env(),
+        toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
 
 
@@ -129,7 +129,7 @@ def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert f"V{info['toolchain']['nvcc']}" in reported
     assert info["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert info["run"] == buildinfo.run_from_env(os.environ).to_dict()
+    assert info["run"] == probe.run_from_env(os.environ).to_dict()
     assert info["build_epoch"] == 2 and info["provenance"] == "asserted"
 
 
@@ -211,7 +211,7 @@ def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) 
     assert ctx.defaults_sha256 == hashlib.sha256((farm_root / "_defaults.yml").read_bytes()).hexdigest()
     assert ctx.recipe_sha256 == hashlib.sha256((farm_root / "packages" / "demo_ext.yml").read_bytes()).hexdigest()
     assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
-    assert ctx.source == buildinfo.GitSource("example/demo_ext", "v0.1.0", None)
+    assert ctx.source == buildinfo.GitSourceRecord("example/demo_ext", "v0.1.0", None)
     assert ctx.run.provider == "github" and ctx.run.run_id == "77"
     assert ctx.requires_dist == ("numpy>=1.24",)  # stamped into the wheel's METADATA
 
