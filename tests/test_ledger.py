@@ -15,18 +15,13 @@ from hypothesis import strategies as st
 
 from farm.errors import EXIT_BAD_INPUT, LedgerError
 from farm.provenance import buildinfo
-from farm.provenance.ledger import (
+from farm.provenance.ledger import LedgerIndex, iter_entries
+from farm.provenance.ledgerline import ExistsKey, Provenance, Record, dumps_entry, validate_entry
+from farm.provenance.ledgerwrite import (
     FRAGMENT_SUFFIX,
-    ExistsKey,
-    LedgerIndex,
-    Provenance,
-    Record,
-    dumps_entry,
-    iter_entries,
     merge_fragments,
     record_published,
     record_published_many,
-    validate_entry,
     write_fragment,
 )
 
@@ -263,7 +258,7 @@ _MERGER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from farm.provenance.ledger import merge_fragments, write_fragment
+    from farm.provenance.ledgerwrite import merge_fragments, write_fragment
     from tests.ledgermaker import make_entry
     ledger, work, start, tag = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
     while not start.exists():
@@ -316,9 +311,9 @@ def test_merge_killed_before_its_rename_leaves_the_ledger_as_it_was(tmp_path: Pa
         import os
         from pathlib import Path
         from farm import fsutil
-        from farm.provenance import ledger
+        from farm.provenance import ledgerwrite
         fsutil.os.replace = lambda a, b: os._exit(9)
-        ledger.merge_fragments(Path({str(ledger)!r}), Path({str(frags)!r}))
+        ledgerwrite.merge_fragments(Path({str(ledger)!r}), Path({str(frags)!r}))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 9, proc.stderr
@@ -396,7 +391,7 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
 ) -> None:
     import orjson
 
-    from farm.provenance.ledger import _fast_record, _validate_full
+    from farm.provenance.ledgerline import _fast_record, _validate_full
 
     entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
     for path, value in mutations:
@@ -450,8 +445,9 @@ def _cache_files(cache: Path) -> list[Path]:
 
 def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache
 
-    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     entries = [make_entry(python=py) for py in ("cp310", "cp311")] + [make_entry(python="cp312", provenance="inferred")]
     path = write_ledger(tmp_path / "ledger.jsonl", entries)
     cache = tmp_path / "cache"
@@ -474,8 +470,9 @@ def test_index_cache_misses_on_any_change_of_the_ledger(tmp_path: Path, monkeypa
     import time
 
     from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache
 
-    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
     cache = tmp_path / "cache"
     LedgerIndex.load(path, cache_dir=cache)
@@ -510,8 +507,9 @@ def test_a_just_written_ledger_is_not_cached(tmp_path: Path) -> None:
 
 def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache
 
-    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
     cache = tmp_path / "cache"
     expected = LedgerIndex.load(path).records

@@ -22,7 +22,9 @@ from farm.model.config import load_config
 from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
-from farm.provenance.ledger import LedgerIndex, dumps_entry, merge_fragments, read_fragment, write_fragment
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
+from farm.provenance.ledgerwrite import merge_fragments, read_fragment, write_fragment
 from farm.provenance.postbuild import (
     BuildContext,
     cell_platform,
@@ -251,7 +253,7 @@ def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stam
         for d in (dirs if i % 3 == 0 else [dirs[i % 2]]):
             write_fragment(entry, d)
     ledger = tmp_path / "ledger.jsonl"
-    code = ("import sys; from pathlib import Path; from farm.provenance.ledger import merge_fragments; "
+    code = ("import sys; from pathlib import Path; from farm.provenance.ledgerwrite import merge_fragments; "
             "merge_fragments(Path(sys.argv[1]), Path(sys.argv[2]))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(ledger), str(d)]) for d in dirs]
     assert [p.wait() for p in procs] == [0, 0]

@@ -25,7 +25,7 @@ from packaging.version import Version
 from farm.errors import FarmError, UsageError, WheelError
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
 from farm.provenance import buildinfo, probe
-from farm.provenance.ledger import write_fragment
+from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
     Relabel,
     StampResult,

@@ -282,14 +282,15 @@ def encode(value: object) -> Any:
 
 
 # -- a fast decoder of a few fields -----------------------------------------------------------
-def projection(cls: type, name: str, pick: Mapping[str, Any]) -> type[msgspec.Struct]:
-    """A msgspec type that decodes only the fields of ``cls`` named in ``pick``, with their
+def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any]) -> type[msgspec.Struct]:
+    """A msgspec type that decodes only the fields of ``cls`` (of one object made of several
+    dataclasses' fields, when a tuple) named in ``pick``, with their
     definition's type made non-null (the rest of the object is skipped, never built).
 
     ``pick[field]`` is ``...`` (the definition's type), a mapping (a projection of that field's
     dataclass) or a type that narrows the definition's (``Literal["asserted"]``). Patterns are left
     to the caller: a regular expression per value costs more than decoding the whole line."""
-    own = dict(fields_of(cls))
+    own = {n: t for c in (cls if isinstance(cls, tuple) else (cls,)) for n, t in fields_of(c)}
     spec: list[tuple[str, Any]] = []
     for field, how in pick.items():
         t = own[field]
@@ -298,7 +299,7 @@ def projection(cls: type, name: str, pick: Mapping[str, Any]) -> type[msgspec.St
         elif how is ...:
             spec.append((field, _msgspec_type(t)))
         else:
-            spec.append((field, how))
+            spec.append((field, _msgspec_type(_split(how))))
     return msgspec.defstruct(name, spec)
 
 
