@@ -469,7 +469,6 @@ def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pyt
 def test_index_cache_misses_on_any_change_of_the_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from farm.provenance import ledger as ledger_mod
     from farm.provenance import ledgercache
 
     monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
@@ -506,7 +505,6 @@ def test_a_just_written_ledger_is_not_cached(tmp_path: Path) -> None:
 
 
 def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from farm.provenance import ledger as ledger_mod
     from farm.provenance import ledgercache
 
     monkeypatch.setattr(ledgercache, "_RACY_NS", 0)

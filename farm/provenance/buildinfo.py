@@ -36,7 +36,6 @@ from packaging.version import InvalidVersion, Version
 from farm.errors import FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.provenance.shape import ABSENT as ABSENT  # re-exported: readers test a field against it
-from farm.provenance.shape import Absent as Absent
 from farm.provenance.shape import (
     KNOWN,
     Rule,
@@ -48,6 +47,7 @@ from farm.provenance.shape import (
     fields_of,
     object_schema,
 )
+from farm.provenance.shape import Absent as Absent
 
 SCHEMA_VERSION: Final = 1
 BUILD_INFO_NAME = "_build_info.json"
@@ -130,7 +130,7 @@ class Run(_Record):
     commit: str | None = None
     run_id: str | None = None
     attempt: str | None = None
-    url: str | None | Absent = ABSENT
+    url: str | Absent | None = ABSENT
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,8 @@ class ToolkitRecord(_Record):
     OPEN_SCHEMA: ClassVar[bool] = True
     source: Literal["redist", "pypi", "installed"]
     release: str | None
-    manifest_url: str | None | Absent = ABSENT
-    manifest_sha256: Sha256 | None | Absent = ABSENT
+    manifest_url: str | Absent | None = ABSENT
+    manifest_sha256: Sha256 | Absent | None = ABSENT
     components: tuple[ToolkitComponent, ...] = ()
 
 
@@ -204,19 +204,19 @@ class Toolchain(_Record):
     nvcc: str | None
     torch: str | None
     torch_cuda: Annotated[
-        str | None | Absent,
+        str | Absent | None,
         Rule(description="the CUDA version of the torch built against (torch.version.cuda)"),
     ] = ABSENT
     python: str | None
     builder: str | None
     cibuildwheel: str | None
     toolkit: Annotated[
-        ToolkitRecord | None | Absent,
+        ToolkitRecord | Absent | None,
         Rule(description="the CUDA toolkit that built the wheel: its source, NVIDIA release, manifest and "
                          "components"),
     ] = ABSENT
     compile_cache: Annotated[
-        CompileCache | None | Absent,
+        CompileCache | Absent | None,
         Rule(description="the compiler cache's counts for this build; null: no cache, or not counted"),
     ] = ABSENT
 
@@ -257,13 +257,13 @@ class BuildInfo(_Record):
     extensions: Annotated[Mapping[str, Sha256] | None, Rule(asserted=KNOWN)]
     provenance: Literal["asserted", "inferred"]
     vendored: Annotated[
-        Mapping[str, Bundled] | None | Absent,
+        Mapping[str, Bundled] | Absent | None,
         Rule(description="bundled libraries (*.libs/ members): archive path -> the targets found in it and the "
                          "recipe's expectation for it (its own list, '' for host-only, or null with the "
                          "exemption's reason)"),
     ] = ABSENT
     duration_s: Annotated[
-        float | None | Absent,
+        float | Absent | None,
         Rule(minimum=0, description="wall seconds the build of this cell took; null or absent: unknown"),
     ] = ABSENT
 
@@ -421,7 +421,7 @@ def make_build_info(
     toolchain: Toolchain,
     extensions: Mapping[str, str],
     vendored: Mapping[str, Mapping[str, Any]] | None = None,
-    duration_s: float | None | Absent = ABSENT,
+    duration_s: float | Absent | None = ABSENT,
 ) -> BuildInfo:
     """An asserted provenance; every value is given, nothing is guessed.
 

@@ -32,7 +32,6 @@ from farm.provenance.ledgerline import (
     _fail,
     _fast_record,
     _validate_full,
-    bare_wheel_name,
     decode_key_fields,
     parse_line,
     validate_entry,

@@ -22,6 +22,7 @@ from farm.fsutil import atomic_write
 from farm.provenance import buildinfo, ledgerline, shape
 from farm.provenance.ledgerline import Record
 
+_CACHE_FORMAT = 1
 _RACY_NS = RACY_NS  # module-level, so a test can close the window
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -90,7 +90,7 @@ def _str(entry: Mapping[str, Any], key: str, where: str, *, nullable: bool) -> s
 # entry, a malformed one) goes through :func:`_validate_full`, which accepts it or says what is
 # wrong. The spelling of filenames and sha256s (patterns) is checked apart: a regular expression
 # per line costs more than the whole decode.
-KeyFields = projection((BuildInfo, LedgerEntry), "KeyFields", {
+KeyFields: Any = projection((BuildInfo, LedgerEntry), "KeyFields", {
     "provenance": Literal["asserted"],
     "filename": ...,
     "sha256": ...,
@@ -103,7 +103,7 @@ KeyFields = projection((BuildInfo, LedgerEntry), "KeyFields", {
     "cell": {"cuda": ..., "torch": ..., "python": ..., "platform": ...},
     "arch_list": {"normalised": NonEmpty},  # the ledger asks more than the schema: a list it was built with
 })
-decode_key_fields = msgspec.json.Decoder(KeyFields).decode
+decode_key_fields: Callable[[bytes | memoryview], Any] = msgspec.json.Decoder(KeyFields).decode
 
 
 def bare_wheel_name(filename: str) -> bool:
@@ -117,7 +117,7 @@ def _fast_record(e: Any, line: int = 0, offset: int = 0) -> Record | None:
     (inferred entries) or says what is wrong; everything accepted here also passes there
     (tests/test_ledger.py checks this property)."""
     try:
-        k = msgspec.convert(e, KeyFields)
+        k: Any = msgspec.convert(e, KeyFields)
     except msgspec.ValidationError:
         return None
     if not (bare_wheel_name(k.filename) and _SHA256.match(k.sha256)):

@@ -80,7 +80,7 @@ def toolchain(
     torch_minor: str | None = None,
     toolkit: ToolkitRecord | Mapping[str, Any] | None = None,
     torch_built: Mapping[str, Any] | None = None,
-    compile_cache: CompileCache | Mapping[str, Any] | None | Absent = ABSENT,
+    compile_cache: CompileCache | Mapping[str, Any] | Absent | None = ABSENT,
 ) -> Toolchain:
     """Versions of the tools that made the wheel.
 

@@ -204,7 +204,7 @@ def asserted_schema(cls: type) -> dict[str, Any] | None:
 
 
 # -- decoding ---------------------------------------------------------------------------------
-def decode(cls: type[Any], data: object, path: tuple[str, ...] = (), *, skip: tuple[str, ...] = (),
+def decode(cls: type, data: object, path: tuple[str, ...] = (), *, skip: tuple[str, ...] = (),
            given: Mapping[str, Any] | None = None) -> Any:
     """``data`` (parsed JSON) as an instance of dataclass ``cls``. Keys in ``skip`` are ignored;
     fields in ``given`` take that value (an object the caller decoded from the same data)."""
@@ -309,10 +309,6 @@ def _msgspec_type(t: _Type) -> Any:
         base = projection(base, base.__name__, {n: ... for n, _ in fields_of(base)})
     elif typing.get_origin(base) is tuple:
         base = list[_msgspec_type(_split(typing.get_args(base)[0]))]  # type: ignore[misc]
-    meta = {}
-    for rule in t.rules:
-        if rule.min_length is not None:
-            meta["min_length"] = rule.min_length
-        if rule.minimum is not None:
-            meta["ge"] = rule.minimum
-    return Annotated[base, msgspec.Meta(**meta)] if meta else base
+    metas = [msgspec.Meta(min_length=r.min_length) for r in t.rules if r.min_length is not None]
+    metas += [msgspec.Meta(ge=r.minimum) for r in t.rules if r.minimum is not None]
+    return Annotated.__class_getitem__((base, *metas)) if metas else base  # type: ignore[attr-defined]
