@@ -220,12 +220,12 @@ def dumps_entry(entry: LedgerEntry | Mapping[str, Any]) -> str:
     return json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-
 def parse_line(raw: bytes, where: str) -> dict[str, Any]:
-    import orjson  # here: loading a well-formed ledger never needs it (see _KeyFields)
+    """One line parsed (any JSON value: :func:`validate_entry` refuses what is not an object)."""
+    import orjson  # here: loading a well-formed ledger never needs it (see KeyFields)
 
     try:
-        value = orjson.loads(raw)  # 3x json's speed on a 50 MB ledger; stricter (no NaN)
+        value: dict[str, Any] = orjson.loads(raw)  # 3x json's speed on a 50 MB ledger; stricter (no NaN)
     except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
         detail = raw.strip()[:80].decode("utf-8", "replace")
         if not raw.strip():
