@@ -424,6 +424,26 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
     assert loaded == full
 
 
+@pytest.mark.parametrize("path", _PATHS, ids="/".join)
+def test_every_single_change_the_fast_path_accepts_the_full_validation_accepts(path: tuple[str, ...]) -> None:
+    """Each field the index decodes, set to each sampled value: the exhaustive single-change
+    counterpart of the property test above (which samples combinations)."""
+    from farm.provenance.ledgerline import _fast_record, _validate_full
+
+    for value in _VALUES:
+        entry = make_entry(published=[{"target": "t", "url": "u"}])
+        holder: Any = entry
+        for key in path[:-1]:
+            holder = holder[key]
+        if value is _DELETE:
+            del holder[path[-1]]
+        else:
+            holder[path[-1]] = copy.deepcopy(value)
+        fast = _fast_record(entry)
+        if fast is not None:
+            assert _validate_full(entry, "x") == fast, (path, value)
+
+
 @pytest.mark.parametrize("size", [1, 7, 64, 1 << 22])
 def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     """The index reads in large chunks; a line split across reads (or longer than one) is whole."""

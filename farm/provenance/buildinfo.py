@@ -96,8 +96,8 @@ class _Record:
 class CellInfo(_Record):
     """The cell a wheel was built for (``None``: unknown, only in inferred provenance)."""
 
-    cuda: Annotated[str, Rule(pattern=r"^[0-9]+\.[0-9]+$")] | None
-    torch: Annotated[str, Rule(pattern=r"^([0-9]+\.[0-9]+|none)$")] | None
+    cuda: Annotated[str, Rule(min_length=1, pattern=r"^[0-9]+\.[0-9]+$")] | None
+    torch: Annotated[str, Rule(min_length=1, pattern=r"^([0-9]+\.[0-9]+|none)$")] | None
     python: NonEmpty | None
     platform: NonEmpty | None
 
