@@ -18,11 +18,10 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from farm.errors import LedgerError
-from farm.provenance.buildinfo import BuildInfo, LedgerEntry, NonEmpty
+from farm.provenance.buildinfo import SCHEMA_VERSION, BuildInfo, LedgerEntry, NonEmpty
 from farm.provenance.shape import projection
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_CELL_KEYS = ("cuda", "torch", "python", "platform")
 
 
 class Provenance(str, enum.Enum):
@@ -70,28 +69,14 @@ def _fail(where: str, message: str, hint: str | None = None) -> LedgerError:
     )
 
 
-def _str(entry: Mapping[str, Any], key: str, where: str, *, nullable: bool) -> str | None:
-    value = entry.get(key, ...)
-    if value is ...:
-        raise _fail(where, f"missing key {key!r}")
-    if value is None and nullable:
-        return None
-    if not isinstance(value, str) or not value:
-        kind = "a non-empty string" + (" or null" if nullable else "")
-        raise _fail(where, f"{key!r} must be {kind}, got {value!r}")
-    return value
-
-
-
-# The fields the index keeps, decoded from the definition's own types (buildinfo.py) made
-# non-null: an asserted, well-formed line in one typed decode. The rest of each line (expected,
-# found, run, source, toolchain: most of its bytes) is validated as JSON but never becomes Python
-# objects: 3-4x faster than a full parse of a 30,000-line ledger. Anything it refuses (an inferred
-# entry, a malformed one) goes through :func:`_validate_full`, which accepts it or says what is
-# wrong. The spelling of filenames and sha256s (patterns) is checked apart: a regular expression
-# per line costs more than the whole decode.
-KeyFields: Any = projection((BuildInfo, LedgerEntry), "KeyFields", {
-    "provenance": Literal["asserted"],
+# The fields the index keeps, decoded with the definition's own types (buildinfo.py): for an
+# asserted entry made non-null (KeyFields); an inferred one (InferredKeyFields) may hold null
+# wherever the build info's value is unknown. A well-formed asserted line is one typed decode; the rest of each line
+# (expected, found, run, source, toolchain: most of its bytes) is validated as JSON but never
+# becomes Python objects: 3-4x faster than a full parse of a 30,000-line ledger. The spelling of
+# filenames and sha256s (patterns) is checked apart: a regular expression per line costs more than
+# the whole decode.
+_INDEXED = {
     "filename": ...,
     "sha256": ...,
     "size": ...,
@@ -101,8 +86,12 @@ KeyFields: Any = projection((BuildInfo, LedgerEntry), "KeyFields", {
     "version": ...,
     "build_epoch": ...,
     "cell": {"cuda": ..., "torch": ..., "python": ..., "platform": ...},
-    "arch_list": {"normalised": NonEmpty},  # the ledger asks more than the schema: a list it was built with
-})
+    "arch_list": {"normalised": NonEmpty | None},  # the ledger asks more than the schema: a list it was built with
+}
+KeyFields: Any = projection((BuildInfo, LedgerEntry), "KeyFields", {"provenance": Literal["asserted"], **_INDEXED})
+InferredKeyFields: Any = projection((BuildInfo, LedgerEntry), "InferredKeyFields",
+                                    {"provenance": Literal["inferred"], **_INDEXED},
+                                    nulls=("package", "version", "build_epoch", "cell", "arch_list"))
 decode_key_fields: Callable[[bytes | memoryview], Any] = msgspec.json.Decoder(KeyFields).decode
 
 
@@ -140,7 +129,8 @@ def validate_entry(entry: object, where: str, line: int = 0, offset: int = 0) ->
 
 
 def _validate_full(entry: object, where: str, line: int = 0, offset: int = 0) -> Record:
-    """:func:`validate_entry` the long way, with a message for each thing that can be wrong."""
+    """:func:`validate_entry` the long way, through the same typed fields, with a message for each
+    thing that can be wrong."""
     if not isinstance(entry, dict):
         raise _fail(where, f"a ledger entry must be a JSON object, got {type(entry).__name__}")
     prov_raw = entry.get("provenance")
@@ -149,68 +139,36 @@ def _validate_full(entry: object, where: str, line: int = 0, offset: int = 0) ->
     except ValueError:
         raise _fail(where, f"'provenance' must be 'asserted' or 'inferred', got {prov_raw!r}") from None
     inferred = provenance is Provenance.INFERRED
-
-    filename = _str(entry, "filename", where, nullable=False)
-    assert filename is not None
-    if not bare_wheel_name(filename):
-        raise _fail(where, f"'filename' must be a bare wheel file name, got {filename!r}")
-    sha = entry.get("sha256")
-    if not isinstance(sha, str) or not _SHA256.match(sha):
-        raise _fail(where, f"'sha256' must be 64 lowercase hex digits, got {sha!r}")
-    size = entry.get("size", ...)
-    if size is ... or not (isinstance(size, int) and not isinstance(size, bool) and size >= 0):
-        raise _fail(where, f"'size' must be a non-negative integer, got {None if size is ... else size!r}")
-    schema = entry.get("schema_version")
-    if not (isinstance(schema, int) and not isinstance(schema, bool) and schema >= 1):
-        raise _fail(where, f"'schema_version' must be an integer >= 1, got {schema!r}")
-    published = entry.get("published", ...)
-    if not isinstance(published, list):
-        raise _fail(where, f"'published' must be a list of {{target, url}}, got {published!r}")
-    for item in published:
-        if not (
-            isinstance(item, dict)
-            and isinstance(item.get("target"), str)
-            and isinstance(item.get("url"), str)
-        ):
-            raise _fail(where, f"'published' items must be {{\"target\": str, \"url\": str}}, got {item!r}")
-
-    package = _str(entry, "package", where, nullable=inferred)
-    version = _str(entry, "version", where, nullable=inferred)
-    cell_raw = entry.get("cell", ...)
-    cell: dict[str, str | None] | None
-    if cell_raw is None and inferred:
-        cell = None
-    elif isinstance(cell_raw, dict):
-        cell = {k: _str(cell_raw, k, f"{where}: cell", nullable=inferred) for k in _CELL_KEYS}
-    else:
-        raise _fail(where, f"'cell' must be an object with {', '.join(_CELL_KEYS)}, got {cell_raw!r}")
-
-    epoch_raw = entry.get("build_epoch", ...)
-    if epoch_raw is None and inferred:
-        epoch = 0
-    elif isinstance(epoch_raw, int) and not isinstance(epoch_raw, bool) and epoch_raw >= 0:
-        # An inferred entry counts as epoch 0 whatever it says: its epoch is a guess.
-        epoch = 0 if inferred else epoch_raw
-    else:
-        raise _fail(where, f"'build_epoch' must be a non-negative integer, got "
-                           f"{None if epoch_raw is ... else epoch_raw!r}")
-
-    arch_raw = entry.get("arch_list", ...)
-    arch: str | None
-    if arch_raw is None and inferred:
-        arch = None
-    elif isinstance(arch_raw, dict):
-        arch = _str(arch_raw, "normalised", f"{where}: arch_list", nullable=inferred)
-    else:
-        raise _fail(where, f"'arch_list' must be an object with 'requested' and 'normalised', got "
-                           f"{None if arch_raw is ... else arch_raw!r}")
-
+    version = entry.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise _fail(where, f"schema version {version}: this farm reads version {SCHEMA_VERSION}",
+                    hint="it was written by a newer farm: upgrade farm to read this ledger")
+    try:
+        k: Any = msgspec.convert(entry, InferredKeyFields if inferred else KeyFields)
+    except msgspec.ValidationError as exc:
+        raise _fail(where, _explain(str(exc))) from None
+    if not bare_wheel_name(k.filename):
+        raise _fail(where, f"'filename' must be a bare wheel file name, got {k.filename!r}")
+    if not _SHA256.match(k.sha256):
+        raise _fail(where, f"'sha256' must be 64 lowercase hex digits, got {k.sha256!r}")
+    c = k.cell
     key: ExistsKey | None = None
-    if package and version and cell and all(cell.values()):
-        key = ExistsKey(package, version, cell["cuda"], cell["torch"], cell["python"],  # type: ignore[arg-type]
-                        cell["platform"], epoch)  # type: ignore[arg-type]
-    return Record(line, offset, filename, sha, provenance, key, arch)
+    if k.package and k.version and c and c.cuda and c.torch and c.python and c.platform:
+        # An inferred entry counts as epoch 0 whatever it says: its epoch is a guess.
+        key = ExistsKey(k.package, k.version, c.cuda, c.torch, c.python, c.platform, 0 if inferred else k.build_epoch)
+    arch = k.arch_list.normalised if k.arch_list is not None else None
+    return Record(line, offset, k.filename, k.sha256, provenance, key, arch)
 
+
+def _explain(message: str) -> str:
+    """msgspec's message (``Expected `int` >= 0, got `int` - at `$.build_epoch` ``) naming the key
+    first, as the ledger's messages do: ``'build_epoch': expected ...``, ``'cell' > 'cuda': ...``."""
+    text, _, at = message.partition(" - at `")
+    parts = re.findall(r"\.(\w+)", at)
+    missing = re.match(r"Object missing required field `(\w+)`", text)
+    if missing:
+        parts.append(missing.group(1))
+    return f"{' > '.join(map(repr, parts)) or '(top level)'}: {text[:1].lower()}{text[1:]}"
 
 
 def dumps_entry(entry: LedgerEntry | Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ import dataclasses
 import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
@@ -282,7 +282,8 @@ def encode(value: object) -> Any:
 
 
 # -- a fast decoder of a few fields -----------------------------------------------------------
-def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any]) -> type[msgspec.Struct]:
+def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any], *,
+               nulls: bool | Collection[str] = False) -> type[msgspec.Struct]:
     """A msgspec type that decodes only the fields of ``cls`` (of one object made of several
     dataclasses' fields, when a tuple) named in ``pick``, with their
     definition's type made non-null (the rest of the object is skipped, never built).
@@ -294,21 +295,24 @@ def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any])
     spec: list[tuple[str, Any]] = []
     for field, how in pick.items():
         t = own[field]
+        null = nulls is True or (not isinstance(nulls, bool) and field in nulls)
         if isinstance(how, Mapping):
-            spec.append((field, projection(t.base, f"{name}_{field}", how)))
+            sub: Any = projection(t.base, f"{name}_{field}", how, nulls=null)
+            spec.append((field, sub | None if null else sub))
         elif how is ...:
-            spec.append((field, _msgspec_type(t)))
+            spec.append((field, _msgspec_type(t, nulls=null)))
         else:
-            spec.append((field, _msgspec_type(_split(how))))
+            spec.append((field, _msgspec_type(_split(how), nulls=null)))
     return msgspec.defstruct(name, spec)
 
 
-def _msgspec_type(t: _Type) -> Any:
+def _msgspec_type(t: _Type, *, nulls: bool = False) -> Any:
     base = t.base
     if dataclasses.is_dataclass(base) and isinstance(base, type):
-        base = projection(base, base.__name__, {n: ... for n, _ in fields_of(base)})
+        base = projection(base, base.__name__, {n: ... for n, _ in fields_of(base)}, nulls=nulls)
     elif typing.get_origin(base) is tuple:
-        base = list[_msgspec_type(_split(typing.get_args(base)[0]))]  # type: ignore[misc]
+        base = list[_msgspec_type(_split(typing.get_args(base)[0]), nulls=nulls)]  # type: ignore[misc]
     metas = [msgspec.Meta(min_length=r.min_length) for r in t.rules if r.min_length is not None]
     metas += [msgspec.Meta(ge=r.minimum) for r in t.rules if r.minimum is not None]
-    return Annotated.__class_getitem__((base, *metas)) if metas else base  # type: ignore[attr-defined]
+    out = Annotated.__class_getitem__((base, *metas)) if metas else base  # type: ignore[attr-defined]
+    return out | None if nulls else out
