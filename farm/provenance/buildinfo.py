@@ -59,7 +59,8 @@ JSON = dict[str, object]
 _T = TypeVar("_T")
 
 # -- the value types (their constraints are the schema's) -------------------------------------
-Sha256 = Annotated[str, Rule(pattern="^[0-9a-f]{64}$")]
+SHA256_PATTERN: Final = "^[0-9a-f]{64}$"
+Sha256 = Annotated[str, Rule(pattern=SHA256_PATTERN)]
 NonEmpty = Annotated[str, Rule(min_length=1)]
 Count = Annotated[int, Rule(minimum=0)]
 ArchsByExtension = Annotated[

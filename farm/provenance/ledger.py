@@ -25,14 +25,13 @@ from farm.filestamp import stamp
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledgercache import read_cache, write_cache
 from farm.provenance.ledgerline import (
-    _SHA256,
+    SHA256_HEX,
     ExistsKey,
     Provenance,
     Record,
-    _fail,
-    _fast_record,
-    _validate_full,
+    bare_wheel_name,
     decode_key_fields,
+    entry_error,
     parse_line,
     validate_entry,
 )
@@ -51,7 +50,7 @@ def _open(path: Path) -> BinaryIO:
         ) from None
 
 
-def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+def numbered_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, raw line) for every line, streaming."""
     with _open(path) as handle:
         offset = 0
@@ -87,7 +86,7 @@ def _read_lines(handle: BinaryIO, size: int = 1 << 22) -> Iterator[bytes | memor
 
 def iter_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Every entry of the ledger at ``path`` with its line number, each validated."""
-    for number, _, raw in _lines(path):
+    for number, _, raw in numbered_lines(path):
         where = f"{path}:{number}"
         entry = parse_line(raw, where)
         validate_entry(entry, where)
@@ -126,7 +125,7 @@ def _slow_record(path: Path, raw: bytes | memoryview, number: int, offset: int,
     where = f"{path}:{number}"
     try:
         entry = parse_line(bytes(raw), where)
-        return _fast_record(entry, number, offset) or _validate_full(entry, where, number, offset)
+        return validate_entry(entry, where, number, offset)
     except LedgerError:
         _check_spelling(path, before)
         raise
@@ -150,13 +149,12 @@ def _check_spelling(path: Path, records: list[Record]) -> None:
         return
     for rec in records:
         sha, filename = rec.sha256, rec.filename
-        if not (_SHA256.match(sha) and filename.endswith(".whl") and "/" not in filename
-                and "\\" not in filename and "\n" not in filename):
+        if not (SHA256_HEX.match(sha) and bare_wheel_name(filename)):
             where = f"{path}:{rec.line}"
             with path.open("rb") as handle:
                 handle.seek(rec.offset)
-                _validate_full(parse_line(handle.readline(), where), where)
-            raise _fail(where, f"{filename!r} (sha256 {sha!r}) is not a bare wheel name with a sha256")
+                validate_entry(parse_line(handle.readline(), where), where)
+            raise entry_error(where, f"{filename!r} (sha256 {sha!r}) is not a bare wheel name with a sha256")
 
 
 def _raise_duplicate(path: Path, records: list[Record]) -> None:
@@ -165,7 +163,7 @@ def _raise_duplicate(path: Path, records: list[Record]) -> None:
         prior = seen.setdefault(rec.filename, rec)
         if prior is not rec:
             what = "another sha256" if prior.sha256 != rec.sha256 else "the same sha256 again"
-            raise _fail(f"{path}:{rec.line}",
+            raise entry_error(f"{path}:{rec.line}",
                         f"{rec.filename} is already recorded at line {prior.line}, with {what}",
                         hint=f"keep one of lines {prior.line} and {rec.line}; a filename is published once")
 

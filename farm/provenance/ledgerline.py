@@ -18,10 +18,10 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from farm.errors import LedgerError
-from farm.provenance.buildinfo import SCHEMA_VERSION, BuildInfo, LedgerEntry, NonEmpty
+from farm.provenance.buildinfo import SCHEMA_VERSION, SHA256_PATTERN, BuildInfo, LedgerEntry, NonEmpty
 from farm.provenance.shape import projection
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256_HEX = re.compile(SHA256_PATTERN)
 
 
 class Provenance(str, enum.Enum):
@@ -61,7 +61,8 @@ class Record(NamedTuple):
 # --------------------------------------------------------------------------------------------
 # Validation (pure)
 # --------------------------------------------------------------------------------------------
-def _fail(where: str, message: str, hint: str | None = None) -> LedgerError:
+def entry_error(where: str, message: str, hint: str | None = None) -> LedgerError:
+    """The error for a bad ledger line at ``where``."""
     return LedgerError(
         message,
         where=where,
@@ -109,7 +110,7 @@ def _fast_record(e: Any, line: int = 0, offset: int = 0) -> Record | None:
         k: Any = msgspec.convert(e, KeyFields)
     except msgspec.ValidationError:
         return None
-    if not (bare_wheel_name(k.filename) and _SHA256.match(k.sha256)):
+    if not (bare_wheel_name(k.filename) and SHA256_HEX.match(k.sha256)):
         return None
     c = k.cell
     return Record(line, offset, k.filename, k.sha256, Provenance.ASSERTED,
@@ -132,25 +133,25 @@ def _validate_full(entry: object, where: str, line: int = 0, offset: int = 0) ->
     """:func:`validate_entry` the long way, through the same typed fields, with a message for each
     thing that can be wrong."""
     if not isinstance(entry, dict):
-        raise _fail(where, f"a ledger entry must be a JSON object, got {type(entry).__name__}")
+        raise entry_error(where, f"a ledger entry must be a JSON object, got {type(entry).__name__}")
     prov_raw = entry.get("provenance")
     try:
         provenance = Provenance(prov_raw)
     except ValueError:
-        raise _fail(where, f"'provenance' must be 'asserted' or 'inferred', got {prov_raw!r}") from None
+        raise entry_error(where, f"'provenance' must be 'asserted' or 'inferred', got {prov_raw!r}") from None
     inferred = provenance is Provenance.INFERRED
     version = entry.get("schema_version")
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
-        raise _fail(where, f"schema version {version}: this farm reads version {SCHEMA_VERSION}",
+        raise entry_error(where, f"schema version {version}: this farm reads version {SCHEMA_VERSION}",
                     hint="it was written by a newer farm: upgrade farm to read this ledger")
     try:
         k: Any = msgspec.convert(entry, InferredKeyFields if inferred else KeyFields)
     except msgspec.ValidationError as exc:
-        raise _fail(where, _explain(str(exc))) from None
+        raise entry_error(where, _explain(str(exc))) from None
     if not bare_wheel_name(k.filename):
-        raise _fail(where, f"'filename' must be a bare wheel file name, got {k.filename!r}")
-    if not _SHA256.match(k.sha256):
-        raise _fail(where, f"'sha256' must be 64 lowercase hex digits, got {k.sha256!r}")
+        raise entry_error(where, f"'filename' must be a bare wheel file name, got {k.filename!r}")
+    if not SHA256_HEX.match(k.sha256):
+        raise entry_error(where, f"'sha256' must be 64 lowercase hex digits, got {k.sha256!r}")
     c = k.cell
     key: ExistsKey | None = None
     if k.package and k.version and c and c.cuda and c.torch and c.python and c.platform:
@@ -187,7 +188,7 @@ def parse_line(raw: bytes, where: str) -> dict[str, Any]:
     except (orjson.JSONDecodeError, UnicodeDecodeError) as exc:
         detail = raw.strip()[:80].decode("utf-8", "replace")
         if not raw.strip():
-            raise _fail(where, "empty line") from None
-        raise _fail(where, f"not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): {detail!r}") from None
+            raise entry_error(where, "empty line") from None
+        raise entry_error(where, f"not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): {detail!r}") from None
     return value
 

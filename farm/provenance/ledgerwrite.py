@@ -20,8 +20,8 @@ from filelock import FileLock
 from farm.errors import LedgerError
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
 from farm.provenance.buildinfo import LedgerEntry
-from farm.provenance.ledger import LedgerIndex, _lines
-from farm.provenance.ledgerline import Record, _fail, dumps_entry, parse_line, validate_entry
+from farm.provenance.ledger import LedgerIndex, numbered_lines
+from farm.provenance.ledgerline import Record, dumps_entry, entry_error, parse_line, validate_entry
 
 FRAGMENT_SUFFIX = ".ledger.json"
 LOCK_SUFFIX = ".lock"
@@ -47,7 +47,7 @@ def read_fragment(path: Path) -> tuple[LedgerEntry, Record]:
     rec = validate_entry(raw, where)
     entry = LedgerEntry.from_json(raw, where=where)
     if path.name != rec.filename + FRAGMENT_SUFFIX:
-        raise _fail(where, f"fragment file name does not match its wheel {rec.filename!r}",
+        raise entry_error(where, f"fragment file name does not match its wheel {rec.filename!r}",
                     hint=f"fragments are named <wheel>{FRAGMENT_SUFFIX}; write them with write_fragment")
     return entry, rec
 
@@ -190,7 +190,7 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
         replacements = {line: (dumps_entry(entry) + "\n").encode() for line, entry in changed.items()}
 
         def chunks() -> Iterator[bytes]:
-            for number, _, raw in _lines(ledger):
+            for number, _, raw in numbered_lines(ledger):
                 if number in replacements:
                     yield replacements[number]
                 else:
