@@ -141,3 +141,23 @@ def test_a_field_added_to_the_definition_reaches_schema_decoder_writer_and_index
     with pytest.raises(Exception, match="signed_by"):
         BuildInfo.from_json(json.dumps(data))
     assert "signed_by" not in buildinfo.schema()["properties"]
+
+
+def test_a_literal_takes_only_its_own_values_and_types() -> None:
+    """``1.0`` or ``true`` equal ``1`` in Python; written back they would not be the same bytes."""
+    for value in (1.0, True):
+        with pytest.raises(ShapeError, match="is not one of"):
+            decode(Tree, {**SAMPLE, "state": value})
+    data = buildinfo.inferred_build_info(dist="a", version="1.0", cell={}, found={}, extensions={}).to_dict()
+    with pytest.raises(ShapeError) as err:
+        decode(BuildInfo, {**data, "schema_version": 1.0})
+    assert err.value.where == "schema_version"
+
+
+def test_an_annotation_the_reader_does_not_know_is_a_clear_error() -> None:
+    @dataclass(frozen=True)
+    class Odd:
+        when: complex
+
+    with pytest.raises(TypeError, match="does not read"):
+        object_schema(Odd)

@@ -149,6 +149,8 @@ def _value_schema(base: Any) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": _schema(_split(typing.get_args(base)[1]))}
     if origin is tuple:
         return {"type": "array", "items": _schema(_split(typing.get_args(base)[0]))}
+    if base not in _JSON_TYPES:
+        raise TypeError(f"the definition uses {base!r}, which farm.provenance.shape does not read")
     return {"type": _JSON_TYPES[base]}
 
 
@@ -243,7 +245,7 @@ def _decode_value(t: _Type, value: object, path: tuple[str, ...]) -> Any:
         return decode(base, value, path)  # type: ignore[arg-type]
     origin = typing.get_origin(base)
     if origin is Literal:
-        if value not in typing.get_args(base) or isinstance(value, bool):
+        if not any(value == allowed and type(value) is type(allowed) for allowed in typing.get_args(base)):
             raise ShapeError(path, f"{value!r} is not one of {list(typing.get_args(base))}")
         return value
     if origin is Mapping:
