@@ -72,11 +72,11 @@ def entry_error(where: str, message: str, hint: str | None = None) -> LedgerErro
 
 # The fields the index keeps, decoded with the definition's own types (buildinfo.py): for an
 # asserted entry made non-null (KeyFields); an inferred one (InferredKeyFields) may hold null
-# wherever the build info's value is unknown. A well-formed asserted line is one typed decode; the rest of each line
-# (expected, found, run, source, toolchain: most of its bytes) is validated as JSON but never
-# becomes Python objects: 3-4x faster than a full parse of a 30,000-line ledger. The spelling of
-# filenames and sha256s (patterns) is checked apart: a regular expression per line costs more than
-# the whole decode.
+# wherever the build info's value is unknown. A well-formed asserted line is one typed decode; the
+# rest of each line (expected, found, run, source, toolchain: most of its bytes) is validated as
+# JSON but never becomes Python objects: 3-4x faster than a full parse of a 30,000-line ledger.
+# The spelling of filenames and sha256s (patterns) is checked apart: a regular expression per line
+# costs more than the whole decode.
 _INDEXED = {
     "filename": ...,
     "sha256": ...,
