@@ -271,7 +271,7 @@ def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_whe
     recipe = farm_root / "packages" / "demo_ext.yml"
     recipe.write_text(recipe.read_text().replace("git: {repo: example/demo_ext, ref: v0.1.0}", "path: src/demo_ext"))
     ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home)
-    assert ctx.source == buildinfo.PathSource("src/demo_ext", tree_sha256(src))
+    assert ctx.source == buildinfo.PathSourceRecord("src/demo_ext", tree_sha256(src))
     with pytest.raises(UsageError, match="does not link torch"):
         context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home, torch="2.8")
 
