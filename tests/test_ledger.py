@@ -540,3 +540,14 @@ def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytes
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert LedgerIndex.load(path, cache_dir=blocker / "cache").records == expected
+
+
+def test_the_index_cache_is_keyed_on_every_module_that_makes_a_record() -> None:
+    """A change to the definition, the line's checks or the indexing makes every cache stale."""
+    from farm.provenance import buildinfo as buildinfo_mod
+    from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache, ledgerline, shape
+
+    files = {Path(m.__file__ or "").name for m in (shape, buildinfo_mod, ledgerline, ledger_mod)}
+    assert set(ledgercache._RULES) == files
+    assert all((Path(ledgercache.__file__ or "").parent / name).is_file() for name in ledgercache._RULES)
