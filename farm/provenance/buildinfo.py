@@ -6,7 +6,7 @@ from that definition by :mod:`farm.provenance.shape`: the JSON schema (:func:`sc
 as ``farm/schemas/build_info.schema.json``), the validating reader (:meth:`BuildInfo.from_json`:
 schema-checked, and a key this farm does not know fails closed, as it would be lost on writing
 back), the writer (:meth:`BuildInfo.to_json`, the exact bytes earlier farms wrote) and the ledger
-index's fast decoder (:mod:`farm.provenance.ledger`). A new key is one field here.
+index's fast decoder (:mod:`farm.provenance.ledgerline`). A new key is one field here.
 
 After changing the definition, regenerate the committed schema::
 
