@@ -17,7 +17,7 @@ from farm import cacheseal
 from farm.cli import main
 from farm.lint.memo import RACY_NS
 from farm.lint.report import LintReport
-from farm.provenance import ledger as ledger_mod
+from farm.provenance import ledgercache as ledger_mod
 from farm.provenance.ledger import LedgerIndex, dumps_entry
 from tests.ledgermaker import make_entry
 
