@@ -18,7 +18,8 @@ from farm.cli import main
 from farm.lint.memo import RACY_NS
 from farm.lint.report import LintReport
 from farm.provenance import ledgercache as ledger_mod
-from farm.provenance.ledger import LedgerIndex, dumps_entry
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
 from tests.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent

@@ -383,3 +383,22 @@ def test_an_empty_or_malformed_shard_is_bad_input_not_a_full_build(tmp_path: Pat
                  "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(cuda_home), "--shard", shard,
                  "--out", str(tmp_path / "out")), 2, "--shard", "is not I/N")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("provenance", [DEEP, b'{"schema_version": ' + b"9" * 100_000 + b"}",
+                                        b'{"schema_version": Infinity}', b"\xff{}"],
+                         ids=["deep", "digits", "infinity", "not-utf8"])
+def test_a_wheel_with_hostile_provenance_is_refused_by_the_gate(tmp_path: Path, capsys, provenance: bytes) -> None:
+    """A wheel's ``_build_info.json`` crosses a job boundary: the gate refuses the wheel (exit 1,
+    `upload refused`, the command-line contract for the gate's verdict) naming it, never a traceback."""
+    from tests.wheelmaker import make_wheel
+
+    wheel = make_wheel(tmp_path / "dist", "demo", "1.0", {
+        "demo/__init__.py": b"", "demo-1.0.dist-info/_build_info.json": provenance})
+    root = tmp_path / "farm"
+    (root / "packages").mkdir(parents=True)
+    (root / "_defaults.yml").write_bytes((REPO / "_defaults.yml").read_bytes())
+    (root / "ledger.jsonl").write_text("")
+    refused(farm(capsys, "upload", str(tmp_path / "dist"), "--root", str(root), "--target", "index"), 1,
+            wheel.name, "_build_info.json is not JSON farm reads")
+    assert (root / "ledger.jsonl").read_text() == ""
