@@ -137,3 +137,28 @@ def test_a_reencoded_ledger_index_with_a_valid_stamp_is_not_believed(tmp_path: P
         file.write_bytes(forged)
         loaded = LedgerIndex.load(path, cache_dir=cache)
         assert [r.filename for r in loaded.records] == [r.filename for r in truth.records]
+
+
+def test_a_forged_ledger_index_does_not_change_the_matrix(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`farm matrix` with every cell built: a forger re-encodes the cached index without the
+    records (so every cell would be scheduled again) with a stamp that matches the ledger; the
+    matrix still finds every cell built."""
+    from tests.test_matrix import farm_matrix, ledger_from_cells, make_tree
+
+    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    root = make_tree(tmp_path / "farm")
+    cache = tmp_path / "cache"
+    _, first, _ = farm_matrix(capsys, root, "--cache-dir", str(cache))
+    ledger_from_cells(root, first["cells"])
+    rc, built, _ = farm_matrix(capsys, root, "--cache-dir", str(cache))  # writes the index cache
+    assert rc == 0 and built["cells"] == [] and built["totals"]["built"] == len(first["cells"])
+    (file,) = (cache / "ledger-index").iterdir()
+    blob = file.read_bytes()
+
+    def forget(payload: bytes) -> bytes:
+        decoded = msgspec.msgpack.decode(payload, type=ledger_mod._Cache)
+        return msgspec.msgpack.encode(ledger_mod._Cache(decoded.format, decoded.code, decoded.stamp, []))
+
+    for forged in _forge(blob, forget, monkeypatch):
+        file.write_bytes(forged)
+        assert farm_matrix(capsys, root, "--cache-dir", str(cache))[:2] == (rc, built)
