@@ -402,3 +402,16 @@ def test_a_wheel_with_hostile_provenance_is_refused_by_the_gate(tmp_path: Path, 
     refused(farm(capsys, "upload", str(tmp_path / "dist"), "--root", str(root), "--target", "index"), 1,
             wheel.name, "_build_info.json is not JSON farm reads")
     assert (root / "ledger.jsonl").read_text() == ""
+
+
+@pytest.mark.parametrize("command", ["matrix", "audit"])
+def test_a_ledger_line_that_never_ends_is_refused_naming_it(tmp_path: Path, capsys, command: str) -> None:
+    """A 20 MB line (no newline) on line 2: refused after the cap, never held whole."""
+    from farm.provenance.ledgerline import dumps_entry
+    from tests.ledgermaker import make_entry
+    from tests.test_matrix import make_tree
+
+    root = make_tree(tmp_path / "farm")
+    (root / "ledger.jsonl").write_bytes(dumps_entry(make_entry()).encode() + b"\n" + b"x" * (20 << 20))
+    args = ["--root", str(root), "--no-lint"] if command == "matrix" else ["--from-ledger", "--root", str(root)]
+    refused(farm(capsys, command, *args), 2, "ledger.jsonl:2", "longer than 8,388,608 bytes")
