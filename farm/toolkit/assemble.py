@@ -123,6 +123,11 @@ def _read_stamp(prefix: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _object(value: object) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (pip's report, read defensively)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, ...]:
     """The installed wheels' versions and sha256, from pip's installation report."""
     by_wheel = {canonicalize_name(Requirement(comps.pypi_requirement(c, "0", request.cuda)).name): c
@@ -133,13 +138,10 @@ def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, 
         items = [item for item in data.get("install", []) if isinstance(item, dict)]
     except (OSError, ValueError, AttributeError) as exc:
         raise ToolError(f"pip wrote no readable installation report at {report}: {exc}") from None
-    def obj(value: object) -> dict[str, Any]:
-        return value if isinstance(value, dict) else {}
-
     for item in items:
-        meta = obj(item.get("metadata"))
+        meta = _object(item.get("metadata"))
         name = canonicalize_name(str(meta.get("name", "")))
-        hashes = obj(obj(obj(item.get("download_info")).get("archive_info")).get("hashes"))
+        hashes = _object(_object(_object(item.get("download_info")).get("archive_info")).get("hashes"))
         if name in by_wheel:
             out.append(Component(by_wheel[name], str(meta.get("version")), hashes.get("sha256")))
     order = {c: i for i, c in enumerate(request.components)}
