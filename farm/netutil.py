@@ -8,18 +8,22 @@ a toolkit download, a twine listing).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
 import re
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from packaging.utils import canonicalize_name
 
@@ -149,30 +153,15 @@ def project_url(index: str, project: str) -> str:
     return f"{index.rstrip('/')}/{canonicalize_name(project)}/"
 
 
-def _open(request: urllib.request.Request | str, timeout: float, deadline: _Deadline | None = None
-          ) -> http.client.HTTPResponse:
-    url = request.full_url if isinstance(request, urllib.request.Request) else request
-    if deadline is not None:
-        timeout = deadline.wait(timeout)
-    try:
-        response: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        raise NetworkError(f"{url} answered HTTP {exc.code} {exc.reason}", url=url, status=exc.code) from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
-        if deadline is not None and deadline.passed():
-            raise deadline.error() from None
-        reason = getattr(exc, "reason", None) or exc
-        raise NetworkError(f"cannot reach {url}: {reason}", url=url) from None
-    return response
-
-
 class _Deadline:
-    """One request's overall time limit. Every socket wait is cut to what is left of it, so a
-    server that trickles a byte now and then, each within the stall timeout, still ends on time."""
+    """One request's overall time limit, headers included: a watchdog shuts the connection's
+    socket down when the time is up, so a server that trickles a byte now and then (each within
+    the stall timeout) still ends on time. Use as a context manager around the whole request."""
 
     def __init__(self, url: str, seconds: float) -> None:
         self.url, self.seconds = url, seconds
         self.at = time.monotonic() + seconds
+        self._timers: list[threading.Timer] = []
 
     def passed(self) -> bool:
         return time.monotonic() >= self.at
@@ -181,24 +170,75 @@ class _Deadline:
         return NetworkError(f"{self.url} did not finish within {self.seconds:g} s (a stalled or trickling "
                             "server)", url=self.url)
 
-    def wait(self, timeout: float) -> float:
-        """How long the next socket wait may take; :class:`NetworkError` when the time is up."""
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise self.error()
-        return min(timeout, left)
+    def watch(self, sock: socket.socket) -> None:
+        """Cut ``sock`` at the deadline (a blocked read then returns at once)."""
+        def cut() -> None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(max(0.0, self.at - time.monotonic()), cut)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def __enter__(self) -> _Deadline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    def opener(self) -> urllib.request.OpenerDirector:
+        """urllib's opener, its HTTP(S) connections watched by this deadline."""
+        deadline = self
+
+        def watched(kind: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
+            def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+                conn = kind(host, **kwargs)
+                connect = conn.connect
+
+                def connect_and_watch() -> None:
+                    connect()
+                    deadline.watch(conn.sock)
+
+                conn.connect = connect_and_watch  # type: ignore[method-assign]
+                return conn
+
+            return connection
+
+        class Http(urllib.request.HTTPHandler):
+            def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+                return self.do_open(watched(http.client.HTTPConnection), req)
+
+        class Https(urllib.request.HTTPSHandler):
+            def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+                return self.do_open(watched(http.client.HTTPSConnection), req,
+                                    context=self._context)  # type: ignore[attr-defined]
+
+        return urllib.request.build_opener(Http, Https)
 
 
-def _read_body(response: http.client.HTTPResponse, url: str, timeout: float, deadline: _Deadline,
-               max_bytes: int) -> Iterator[bytes]:
-    """The body in chunks as they arrive, within ``deadline``; :class:`TooLarge` past ``max_bytes``."""
-    # The socket under the response (absent for file: URLs): its timeout is cut to the deadline.
-    sock = getattr(getattr(response.fp, "raw", None), "_sock", None)
+def _open(request: urllib.request.Request | str, timeout: float, deadline: _Deadline) -> http.client.HTTPResponse:
+    url = request.full_url if isinstance(request, urllib.request.Request) else request
+    if deadline.passed():
+        raise deadline.error()
+    try:
+        response: http.client.HTTPResponse = deadline.opener().open(request, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        raise NetworkError(f"{url} answered HTTP {exc.code} {exc.reason}", url=url, status=exc.code) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+        if deadline.passed():
+            raise deadline.error() from None
+        reason = getattr(exc, "reason", None) or exc
+        raise NetworkError(f"cannot reach {url}: {reason}", url=url) from None
+    return response
+
+
+def _read_body(response: http.client.HTTPResponse, url: str, deadline: _Deadline, max_bytes: int) -> Iterator[bytes]:
+    """The body in chunks as they arrive; :class:`TooLarge` past ``max_bytes``, the deadline's
+    error when it cut the connection."""
     size = 0
     while True:
-        wait = deadline.wait(timeout)
-        if sock is not None:
-            sock.settimeout(wait)
         try:
             chunk = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
         except (http.client.HTTPException, ConnectionError, TimeoutError, OSError) as exc:
@@ -207,6 +247,8 @@ def _read_body(response: http.client.HTTPResponse, url: str, timeout: float, dea
             raise NetworkError(f"the download of {url} was interrupted after {size} bytes "
                                f"({type(exc).__name__})", url=url) from None
         if not chunk:
+            if deadline.passed():  # cut at the deadline: the end of the body is not the end of the file
+                raise deadline.error()
             return
         size += len(chunk)
         if size > max_bytes:
@@ -218,10 +260,9 @@ def fetch_bytes(url: str, *, max_bytes: int, timeout: float = 60.0, deadline: fl
                 headers: Mapping[str, str] | None = None) -> tuple[bytes, str, str]:
     """The body of ``url`` (at most ``max_bytes``, within ``deadline`` seconds in all), its final
     URL and its Content-Type. :class:`NetworkError` naming the URL otherwise."""
-    limit = _Deadline(url, deadline)
     request = urllib.request.Request(url, headers=dict(headers or {}))
-    with _open(request, timeout, limit) as response:
-        body = b"".join(_read_body(response, url, timeout, limit, max_bytes))
+    with _Deadline(url, deadline) as limit, _open(request, timeout, limit) as response:
+        body = b"".join(_read_body(response, url, limit, max_bytes))
         return body, response.geturl(), response.headers.get("Content-Type", "")
 
 
@@ -266,7 +307,7 @@ def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, de
     size = 0
     limit = _Deadline(url, deadline if deadline is not None else deadline_for(max_bytes))
     try:
-        with _open(url, timeout, limit) as response, part.open("wb") as out:
+        with limit, _open(url, timeout, limit) as response, part.open("wb") as out:
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
             step = max(total // 10, CHUNK) if total else 64 << 20
@@ -274,7 +315,7 @@ def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, de
             mark = step
             if total is not None and total > max_bytes:  # refused before a byte is written
                 raise TooLarge(f"{url}: {total:,} bytes, more than {max_bytes:,}", url=url, cap=max_bytes)
-            for chunk in _read_body(response, url, timeout, limit, max_bytes):
+            for chunk in _read_body(response, url, limit, max_bytes):
                 size += len(chunk)
                 digest.update(chunk)
                 out.write(chunk)

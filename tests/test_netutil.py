@@ -152,3 +152,32 @@ def test_a_trickling_page_ends_at_the_deadline_naming_its_url() -> None:
         elapsed = time.monotonic() - started
         stop.set()
     assert elapsed < 2
+
+
+def test_a_server_trickling_its_headers_ends_at_the_deadline(tmp_path: Path) -> None:
+    """The status line itself, a byte every 0.2 s: the deadline covers the headers too (the
+    connection is cut when the time is up), and nothing is left behind."""
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx" * 100:
+                if stop.wait(0.2):
+                    return
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with loopback.serve(handler=Trickle) as url:
+        started = time.monotonic()
+        with pytest.raises(NetworkError, match=rf"{url}x.whl did not finish within 1 s"):
+            download(f"{url}x.whl", tmp_path / "x.whl", max_bytes=10, timeout=5, deadline=1)
+        elapsed = time.monotonic() - started
+        stop.set()
+    assert elapsed < 2
+    assert list(tmp_path.iterdir()) == []
