@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 import shutil
 import tempfile
 import urllib.parse
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, LedgerError, NetworkError, TooLarge, ToolError, UsageError, WheelError
 from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
+from farm.model.label import parse_local_label
 from farm.netutil import download, read_page
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, Bundled, LedgerEntry, Published
@@ -569,19 +569,12 @@ def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], prov
 
 
 # -- backfill -------------------------------------------------------------------------------------
-_LOCAL_LABEL = re.compile(r"^cu(?P<cuda>\d{3})(?:torch(?P<torch>\d+\.\d+))?$")
-
-
 def inferred_cell(name: WheelName) -> dict[str, str | None]:
     """What a wheel's name says of its cell; ``None`` for what it does not say."""
     from farm.provenance.postbuild import cell_platform, cell_python
 
-    cuda = torch = None
-    m = _LOCAL_LABEL.match(name.local or "")
-    if m:
-        digits = m["cuda"]
-        cuda = f"{digits[:2]}.{digits[2:]}"
-        torch = m["torch"] or "none"  # farm's label drops torch for torch-free packages
+    label = parse_local_label(name.local)  # farm's label drops torch for torch-free packages
+    cuda, torch = (label.cuda, label.torch) if label is not None else (None, None)
     try:
         python: str | None = cell_python(name)
     except WheelError:

@@ -13,7 +13,6 @@ upload gate looks for it, unless another folder is given.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from packaging.version import Version
 
 from farm.errors import FarmError, UsageError, WheelError
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
+from farm.model.label import parse_local_label
 from farm.provenance import buildinfo
 from farm.provenance.ledger import write_fragment
 from farm.provenance.stamp import (
@@ -284,11 +284,8 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
         embedded = None
     if embedded is not None and embedded.cell.cuda is not None and embedded.cell.torch is not None:
         return embedded.cell.cuda, embedded.cell.torch
-    local = Version(WheelName.parse(Path(wheel).name).version).local or ""
-    m = re.fullmatch(r"cu(\d{2})(\d+)(?:torch(\d+\.\d+))?", local)
-    if m is None:
-        return None
-    return f"{int(m[1])}.{int(m[2])}", m[3] or NO_TORCH
+    label = parse_local_label(Version(WheelName.parse(Path(wheel).name).version).local)
+    return None if label is None else (label.cuda, label.torch)
 
 
 # -- the config glue ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from farm.model.cells import (
     Cell,
     declared_keys,
     in_python_range,
+    is_phantom_key,
     planned_wheel_name,
     python_tag,
     recipe_excludes_key,
@@ -308,14 +309,12 @@ def compute_matrix(
     filters = filters or Filters()
     names = filters.packages or tuple(sorted(config.recipes))
     torch_versions = {(row.cuda, row.torch_minor): row.torch for row in config.defaults.grid}
-    # Shared by every package: phantoms (what is_phantom reads) do not depend on the recipe,
-    # policy rows serve them all.
-    phantoms = frozenset((p.cuda, p.torch, p.python, p.platform) for p in config.defaults.phantoms)
+    # Shared by every package: policy rows serve them all.
     specs: dict[tuple[int, str], str] = {}
     parsed: dict[str, ArchList | None] = {}
     packages = tuple(
         _package_matrix(config, config.recipe(name), ledger, filters, overwrite, torch_versions,
-                        phantoms, specs, parsed)
+                        specs, parsed)
         for name in names
     )
     return Matrix(packages, filters, overwrite, config.defaults.build_epoch)
@@ -362,7 +361,6 @@ def _package_matrix(
     filters: Filters,
     overwrite: bool,
     torch_versions: Mapping[tuple[str, str], str],
-    phantoms: frozenset[tuple[str, str, str, str]],
     specs: dict[tuple[int, str], str],
     parsed: dict[str, ArchList | None],
 ) -> PackageMatrix:
@@ -395,7 +393,7 @@ def _package_matrix(
         if found is None:
             no_policy += 1
             continue
-        if torch != NO_TORCH and (cuda, torch, py, platform) in phantoms:
+        if is_phantom_key(defaults, cuda, torch, py, platform):
             phantom += 1
             continue
         request, canonical = found
