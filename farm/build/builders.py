@@ -35,6 +35,7 @@ from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
+    from farm.build.spec import BuildSpec
     from farm.lint import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
@@ -440,7 +441,6 @@ def build_cell(
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
-    from farm.model.cells import NO_TORCH
     from farm.toolkit.assemble import toolkit_prefix
     from farm.toolkit.check import check_toolkit
 
@@ -452,8 +452,7 @@ def build_cell(
             raise UsageError(f"CUDA_HOME {tk.cuda_home} is CUDA {tk.cuda}, cell {cell.id} needs {cell.cuda}",
                              hint="pass the toolkit of the cell's CUDA line, or filter with --cuda")
         # an installed toolkit is checked for what torch's headers and the recipe need
-        needed: tuple[str, ...] = (*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
-                                   *spec.knobs.extra_cuda_components)
+        needed: tuple[str, ...] = spec.required_components
     else:
         request = spec.toolkit
         tk = ensure_toolkit(request, toolkit_prefix(Path(settings.toolkit_root).absolute(), request), progress=say)
@@ -510,8 +509,8 @@ def build_cell(
     # the Python that built the wheel: this host's for native builds, the container's otherwise
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
-        run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description, python=python, plan=plan,
+        run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
+                      builder=settings.builder.value, source=tree.description, python=python,
                       torch_built=torch_built)
         for wheel in built
     )
@@ -537,9 +536,7 @@ def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) 
 
 
 def run_postbuild(
-    config: FarmConfig,
-    recipe: Recipe,
-    cell: Cell,
+    spec: BuildSpec,
     wheel: Path,
     out_dir: Path,
     *,
@@ -547,19 +544,16 @@ def run_postbuild(
     builder: str,
     source: Mapping[str, Any] | None,
     python: str | None = None,
-    plan: BuildPlan | None = None,
     torch_built: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
-    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
-    ``python``: the container's exact Python for a cibuildwheel build (None: unknown). ``plan``:
-    the plan the wheel was built from, whose spec's arch request the assertion checks (not a new
-    resolution)."""
-    from farm.provenance.postbuild import context_from_config, postbuild_wheel
+    """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
+    in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
+    the container's exact Python for a cibuildwheel build (None: unknown)."""
+    from farm.provenance import buildinfo
+    from farm.provenance.postbuild import build_environment, postbuild_wheel
 
-    context, _ = context_from_config(
-        config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
-        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
-        arch=plan.arch if plan is not None else None,
-        torch_built=torch_built,
-    )
-    return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)
+    context = spec.context(
+        **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
+                            python=python, torch_built=torch_built),
+        source=buildinfo.source_from(source))
+    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)

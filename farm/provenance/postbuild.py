@@ -288,6 +288,29 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
     return None if label is None else (label.cuda, label.torch)
 
 
+def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None,
+                      env: Mapping[str, str] | None = None,
+                      toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None, python: str | None = None,
+                      torch_built: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What only the build's environment knows, as :class:`BuildContext` fields: the CI run and
+    the toolchain (nvcc under ``cuda_home``, else ``$CUDA_HOME``; the torch the build used)."""
+    env = os.environ if env is None else env
+    if cuda_home is None and env.get("CUDA_HOME"):
+        cuda_home = Path(env["CUDA_HOME"])
+    return {"run": buildinfo.run_from_env(env),
+            "toolchain": buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=cell.torch,
+                                             toolkit=toolkit, python=python, torch_built=torch_built)}
+
+
+def wheel_cell(wheel: Path, cell: Cell) -> Cell:
+    """``cell`` with the Python and platform ``wheel``'s tags say, and the CUDA line and torch its
+    provenance or label say: equal to ``cell`` exactly when the wheel is of that cell."""
+    name = WheelName.parse(Path(wheel).name)
+    own = own_cell(Path(wheel))
+    cuda, torch = own if own is not None else (cell.cuda, cell.torch)
+    return Cell(cell.package, cell.version, cuda, torch, cell_python(name), cell_platform(name))
+
+
 # -- the config glue ------------------------------------------------------------------------------
 def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
     """The recipe's ``vendored`` map as the assertion's rules."""
@@ -295,7 +318,8 @@ def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
 
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
-def _source_of(recipe: Recipe) -> buildinfo.Source:
+def source_of(recipe: Recipe) -> buildinfo.Source:
+    """The recipe's pinned source as provenance records it (a path source with its tree hash)."""
     from farm.model.config import GitSource, PathSource, SdistSource
 
     src = recipe.source
@@ -400,10 +424,9 @@ def context_from_config(
         build_epoch=config.effective_epoch(recipe),
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,
-        source=_source_of(recipe) if source is None else source,
-        run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
-                                      python=python, torch_built=torch_built),
+        source=source_of(recipe) if source is None else source,
+        **build_environment(cell, cuda_home=cuda_home, builder=builder, env=env, toolkit=toolkit, python=python,
+                            torch_built=torch_built),
         requires_dist=requires_dist(recipe, cell),
         pins=torch_pin(recipe, cell),
     )
