@@ -31,7 +31,7 @@ from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig, Recipe
+from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
@@ -138,8 +138,9 @@ def cibuildwheel_command() -> list[str]:
 # source preparation
 # ------------------------------------------------------------------------------------------------
 def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
-                   log: Log | None = None) -> Path:
+                   log: Log | None = None, knobs: BuildKnobs | None = None) -> Path:
     """A private copy of the checkout with the recipe's ``patch_script`` applied; returns its root.
+    ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and script.
 
     The patch script (a Python file in the farm repository) runs in the build folder
     (``build.subdir`` or the root). Patch scripts must be idempotent; the copy is fresh anyway,
@@ -151,12 +152,13 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
         shutil.rmtree(src)
     shutil.copytree(tree_root, src, symlinks=True,
                     ignore=shutil.ignore_patterns(".git", "__pycache__"))
-    subdir = recipe.build.subdir
+    knobs = knobs or recipe.build
+    subdir = knobs.subdir
     build_dir = src / subdir if subdir else src
     if not build_dir.is_dir():
         raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
                           hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    script = recipe.build.patch_script
+    script = knobs.patch_script
     if script:
         path = (config_root / script).resolve()
         if not path.is_file():
@@ -173,7 +175,8 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
 
 
 def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
-                  prepared: Path | None = None, log: Log | None = None) -> LintReport:
+                  prepared: Path | None = None, log: Log | None = None,
+                  knobs: BuildKnobs | None = None) -> LintReport:
     """The lint of exactly the source that is built: the fetched tree after the recipe's
     ``patch_script`` (cached by the tree's identity and the script's digest). ``prepared``: a
     patched copy the caller already made (``farm build``); otherwise a temporary one is made
@@ -183,9 +186,10 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     from farm.fsutil import sha256_file
     from farm.lint import lint_cached
 
-    script = recipe.build.patch_script
+    knobs = knobs or recipe.build
+    script = knobs.patch_script
     if not script:
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir)
     path = (config.root / script).resolve()
     if not path.is_file():
         raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
@@ -194,8 +198,8 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None))
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir,
+                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None), knobs=knobs)
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            prepare=prepare, variant=f"patch:{digest}")
 
 
@@ -429,10 +433,10 @@ def build_cell(
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
-    src = prepare_source(tree.root, recipe, config.root, work, log=say)
+    src = prepare_source(tree.root, recipe, config.root, work, log=say, knobs=spec.knobs)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
     report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
-                           prepared=src)
+                           prepared=src, knobs=spec.knobs)
     for ignore in report.stale_ignores:  # stale under every list is the matrix's verdict; here, a note
         say(f"{cell.id}: lint_ignore at {ignore.where} matches nothing in the source as built for this arch list")
     if not report.passed:
