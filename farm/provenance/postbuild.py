@@ -376,9 +376,12 @@ def context_from_config(
     ``cuda`` defaults to the line of ``cuda_home``'s nvcc; ``torch`` to the installed torch's minor
     (``none`` for recipes that do not link torch). ``source`` defaults to the recipe's pinned
     source (with the tree hash of a path source); a builder that fetched a git or sdist source
-    passes the fetched tree's description, which holds the resolved commit. ``arch``: the arch
-    request of the build spec the wheel was built from (``farm build``, ``farm postbuild --spec``);
-    without one (a wheel built outside farm) the config's request for the wheel's cell is resolved.
+    passes the fetched tree's description, which holds the resolved commit. ``arch``: an arch
+    request the caller decided; without one the config's request for the wheel's cell is resolved.
+
+    This is the context of a wheel built outside farm (or asserted with ``farm assert``): a wheel
+    ``farm build`` made is postbuilt by its build spec instead (``BuildSpec.context``), which
+    carries every decision here, so nothing of today's recipe reaches it.
     """
     from farm.binary.assertion import Expected
     from farm.model.spec import require_arch_request
