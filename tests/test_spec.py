@@ -186,7 +186,7 @@ def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path):
 def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_path):
     """The recipe edited after the build (epoch, vendored rules, jit, requires_dist): postbuild's
     context from the written spec is the build's, not today's recipe's."""
-    from farm.provenance import buildinfo
+    from farm.provenance import buildinfo, probe
 
     path = write_spec(resolve_spec(config, config.recipe("torchpkg"), TORCH), tmp_path)
     (config.root / "packages" / "torchpkg.yml").write_text(MOVED)
@@ -194,7 +194,8 @@ def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_p
     spec = read_spec(path)
     assert (today.build_epoch, today.jit, len(today.vendored), today.requires_dist) != (
         spec.build_epoch, spec.jit, len(spec.vendored), spec.requires_dist)
-    ctx = spec.context(run=buildinfo.run_from_env({}), toolchain=buildinfo.Toolchain(None, None, None, None, None))
+    unknown = buildinfo.Toolchain(nvcc=None, torch=None, python=None, builder=None, cibuildwheel=None)
+    ctx = spec.context(run=probe.run_from_env({}), toolchain=unknown)
     assert ctx.build_epoch == spec.build_epoch != today.build_epoch
     assert not ctx.expected.allow_no_extensions and ctx.expected.vendored == ()
     assert ctx.requires_dist == () and ctx.pins == ("torch==2.9.*",)

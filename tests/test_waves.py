@@ -18,7 +18,8 @@ import pytest
 
 from farm.cli import main
 from farm.model.config import load_config
-from farm.provenance.ledger import LedgerIndex, dumps_entry
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.actions import SHARD_SIZE
 from farm.schedule.matrix import PlannedCell, compute_matrix
 from farm.schedule.outcome import decide, read_artifacts

@@ -31,6 +31,7 @@ from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
+from farm.provenance.shape import ShapeError
 from farm.toolkit.request import ToolkitRequest, request_for
 
 SPEC_FILE = "build-spec.json"
@@ -62,7 +63,7 @@ class BuildSpec:
     dist: str  # the project name the wheel must carry
     build_epoch: int  # effective: _defaults.yml's + the recipe's
     jit: bool  # kernels compiled at run time: a wheel without an extension is no defect
-    source: buildinfo.Source  # the recipe's pinned source (a build records the fetched tree's instead)
+    source: buildinfo.SourceRecord  # the recipe's pinned source (a build records the fetched tree's instead)
     defaults_sha256: str | None  # the configuration the spec was resolved from
     recipe_sha256: str | None
     vendored: tuple[VendoredRule, ...] = ()  # the recipe's rules for bundled libraries, first match wins
@@ -90,7 +91,7 @@ class BuildSpec:
                         cuda_package=True, vendored=self.vendored)
 
     def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
-                source: buildinfo.Source | None = None) -> BuildContext:
+                source: buildinfo.SourceRecord | None = None) -> BuildContext:
         """Postbuild's context: this spec's decisions, plus what only the build's environment knows
         (the CI run, the toolchain, and the fetched tree's ``source`` when the build fetched one)."""
         return BuildContext(
@@ -210,11 +211,11 @@ class _Reader:
             raise self.bad(key, "true or false")
         return value
 
-    def source(self, data: Mapping[str, Any], key: str) -> buildinfo.Source:
+    def source(self, data: Mapping[str, Any], key: str) -> buildinfo.SourceRecord:
         value = self.obj(data.get(key.rsplit(".", 1)[-1]), key)
         try:
             source = buildinfo.source_from(value)
-        except (FarmError, KeyError, TypeError, ValueError):
+        except (FarmError, ShapeError, KeyError, TypeError, ValueError):
             source = None
         if source is None or source.to_dict() != dict(value):
             raise self.bad(key, "a source as provenance records it (git, sdist or path)")

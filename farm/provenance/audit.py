@@ -24,7 +24,7 @@ from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.crawl import Located, iter_wheels
 from farm.provenance.ledger import LedgerIndex
-from farm.provenance.verdict import AUDIT, Finding, Rule, Today
+from farm.provenance.verdict import AUDIT, Check, Finding, Today
 from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
 
@@ -75,14 +75,14 @@ def summarise(facts: WheelFacts, ledger_entry: LedgerEntry | None, findings: Ite
     provenance = facts.embedded if facts.embedded is not None else (
         ledger_entry.info if ledger_entry is not None else None)
     source = "embedded" if facts.embedded is not None else "ledger"
-    wrong = [f for f in findings if f.rule not in (Rule.CONFIG, Rule.STAMPED)]
+    wrong = [f for f in findings if f.check not in (Check.CONFIG, Check.STAMPED)]
     if wrong:
         return row(Verdict.WHEEL_WRONG, source, [r for f in wrong for r in f.reasons])
     if provenance is None:
         return row(Verdict.UNLEDGERED, None, [r for f in findings for r in f.reasons])
     if provenance.provenance == buildinfo.INFERRED:
         return row(Verdict.INFERRED, source, ["provenance was inferred by backfill, not asserted at build time"])
-    moved = [r for f in findings if f.rule is Rule.CONFIG for r in f.reasons]
+    moved = [r for f in findings if f.check is Check.CONFIG for r in f.reasons]
     if moved:
         advice = (f"superseded by {superseded_by}, published with today's lists: nothing to rebuild"
                   if superseded_by else "bump build_epoch to rebuild")

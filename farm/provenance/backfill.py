@@ -18,7 +18,8 @@ from farm.provenance import buildinfo
 from farm.provenance.audit import ledger_entry_of, located_facts
 from farm.provenance.buildinfo import LedgerEntry, Published
 from farm.provenance.crawl import iter_wheels
-from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.postbuild import cell_platform, cell_python
 from farm.provenance.stamp import WheelName
 from farm.provenance.wheelfacts import WheelFacts

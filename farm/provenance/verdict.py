@@ -6,7 +6,7 @@ passed, and a ledger entry or fragment that vouches for these exact bytes under 
 audit (:data:`AUDIT`) takes the ledger's provenance when the wheel has none, judges an inferred
 one on what it records, and reports a moved configuration rather than refusing it.
 
-Each finding names the :class:`Rule` it breaks, one line for a refusal (``message``, with its
+Each finding names the :class:`Check` it fails, one line for a refusal (``message``, with its
 ``fix``) and one reason per subject (``reasons``: an extension, a bundled library, a field), which
 the audit lists. Pure: the facts come in gathered (:mod:`farm.provenance.wheelfacts`), today's
 configuration as a :class:`Derived` or a per-extension map (:func:`derive_from_config`).
@@ -19,20 +19,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from farm.binary.assertion import Expected
-from farm.errors import MAX_MESSAGE, FarmError, clip
+from farm.errors import FarmError, clip
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.model.spec import arch_request
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, Bundled, LedgerEntry, name_problems
-from farm.provenance.ledger import FRAGMENT_SUFFIX
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import vendored_rules
 from farm.provenance.wheelfacts import WheelFacts
 
 
-class Rule(str, enum.Enum):
-    """What a wheel can be found wrong by (the gate's ``check``)."""
+class Check(str, enum.Enum):
+    """What a wheel is checked for (``--json``'s ``check`` of a refusal)."""
 
     READABLE = "readable"  # the wheel, a binary or the provenance cannot be read
     STAMPED = "stamped"  # no provenance at all
@@ -46,7 +46,7 @@ class Rule(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Finding:
-    rule: Rule
+    check: Check
     message: str  # one line: what is wrong
     fix: str
     reasons: tuple[str, ...]  # the same, one line per subject
@@ -209,20 +209,20 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     name, sha256 = facts.filename, facts.sha256
     out: list[Finding] = []
 
-    def find(rule: Rule, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
-        out.append(Finding(rule, message, fix, tuple(reasons) if reasons is not None else (message,)))
+    def find(check: Check, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
+        out.append(Finding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
 
     if facts.problem:
-        find(Rule.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
+        find(Check.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
         return out
     renamed = same_name_sha256 is not None and same_name_sha256 != sha256
     if renamed:
         reason = f"the ledger records sha256 {same_name_sha256} for {name}; this file is {sha256}"
         if entry is None:
-            find(Rule.LEDGER, f"the ledger records {name} with sha256 {same_name_sha256}, this file has {sha256}: "
+            find(Check.LEDGER, f"the ledger records {name} with sha256 {same_name_sha256}, this file has {sha256}: "
                               "it changed after postbuild", FIX_REBUILD, [reason])
         else:  # this build's fragment vouches for it, but the name is already taken in the ledger
-            find(Rule.LEDGER, f"the ledger already records {name} with sha256 {same_name_sha256}; this file "
+            find(Check.LEDGER, f"the ledger already records {name} with sha256 {same_name_sha256}; this file "
                               f"({sha256}) is another build under the same name",
                  "a published name is never reused: bump build_epoch and rebuild", [reason])
     info = facts.embedded
@@ -230,7 +230,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         info = entry.info
     if info is None:
         if not renamed:
-            find(Rule.STAMPED, f"no .dist-info/{BUILD_INFO_NAME}: the wheel was never asserted", FIX_POSTBUILD,
+            find(Check.STAMPED, f"no .dist-info/{BUILD_INFO_NAME}: the wheel was never asserted", FIX_POSTBUILD,
                  [f"no embedded {BUILD_INFO_NAME} and no ledger entry" if not expect.embedded
                   else f"no embedded {BUILD_INFO_NAME}"])
         return out
@@ -239,7 +239,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     result = info.assertion.result if info.assertion is not None else None
     held_to_assertion = asserted or expect.asserted
     if (asserted and result != "passed") or (not asserted and expect.asserted):
-        find(Rule.ASSERTED, f"provenance is {info.provenance!r} and the assertion {result!r}; only asserted, "
+        find(Check.ASSERTED, f"provenance is {info.provenance!r} and the assertion {result!r}; only asserted, "
                             "passed wheels are published",
              "rebuild with `farm build` so the post-build assertion runs and passes",
              [f"its provenance says the assertion {result or 'never ran'}" if asserted
@@ -249,14 +249,14 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         # was not written by postbuild.
         unmet = found_difference(info.expected or {}, info.found or {})
         if unmet:
-            find(Rule.ASSERTED, "its provenance says passed, but its recorded expected and found targets differ: "
+            find(Check.ASSERTED, "its provenance says passed, but its recorded expected and found targets differ: "
                  + "; ".join(unmet), FIX_REBUILD, [f"recorded expected and found differ: {u}" for u in unmet])
         contradictions = consistency(info, expect.derived)
         if contradictions:
-            find(Rule.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions), FIX_REBUILD,
+            find(Check.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions), FIX_REBUILD,
                  contradictions)
         if expect.config_required and expect.derived is None:
-            find(Rule.CONFIG, f"the configuration has no arch list for package {clip(info.package)!s} in cell "
+            find(Check.CONFIG, f"the configuration has no arch list for package {clip(info.package)!s} in cell "
                               f"{clip(info.cell.to_dict())}: its expected list cannot be re-derived",
                  "upload from the farm repository that built it (--root), with its recipe")
         today = expect.today
@@ -265,41 +265,41 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         if today is not None:
             moved = config_difference(info, expect.derived, today)
             if moved:
-                find(Rule.CONFIG, "; ".join(moved), FIX_CONFIG, moved)
+                find(Check.CONFIG, "; ".join(moved), FIX_CONFIG, moved)
         if expect.derived is not None:
             undeclared = bundled_against_config(info.bundled, expect.derived)
             if undeclared:
-                find(Rule.CONFIG, "; ".join(undeclared), _FIX_BUNDLED, undeclared)
+                find(Check.CONFIG, "; ".join(undeclared), _FIX_BUNDLED, undeclared)
     if held_to_assertion:
         problems = name_problems(name, info)
         if problems:
-            find(Rule.NAME, "file name does not match its provenance: " + "; ".join(problems), _FIX_NAME,
+            find(Check.NAME, "file name does not match its provenance: " + "; ".join(problems), _FIX_NAME,
                  [f"file name: {p}" for p in problems])
     if expect.vouched:
         _vouching(find, facts, info, entry, renamed)
     if entry is not None and facts.embedded is not None:
         theirs = _held_difference(entry.info.found or {}, facts.found, where="the ledger", says="the ledger records")
         if theirs and not expect.vouched:  # the gate's check of the whole entry covers it
-            find(Rule.LEDGER, "the ledger's entry records other targets: " + "; ".join(theirs), FIX_REBUILD, theirs)
+            find(Check.LEDGER, "the ledger's entry records other targets: " + "; ".join(theirs), FIX_REBUILD, theirs)
     # what the binaries hold now, against what the provenance records
     recorded = info.found if info.found is not None else info.expected or {}
     if not _all_same(recorded, facts.found):
-        find(Rule.INSPECTION, "re-inspection differs from the recorded targets: "
+        find(Check.INSPECTION, "re-inspection differs from the recorded targets: "
              + "; ".join(found_difference(recorded, facts.found)), FIX_REBUILD,
              _held_difference(recorded, facts.found, where="its provenance",
                               says="recorded as holding" if info.found is not None else "built to hold"))
     if held_to_assertion:
         bundled = vendored_difference(info.bundled, facts.vendored)
         if bundled:
-            find(Rule.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
+            find(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
     if facts.disagreements:
-        find(Rule.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(facts.disagreements),
+        find(Check.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(facts.disagreements),
              _FIX_READERS, [f"the native reader and cuobjdump disagree on {d}" for d in facts.disagreements])
     # same targets but other code (an extension swapped after postbuild) shows here
     hashes = info.extensions or {}
     swapped = sorted(so for so in set(hashes) & set(facts.extensions) if hashes[so] != facts.extensions[so])
     if swapped:
-        find(Rule.INSPECTION, "extension(s) differ from the sha256 recorded at postbuild: " + ", ".join(swapped),
+        find(Check.INSPECTION, "extension(s) differ from the sha256 recorded at postbuild: " + ", ".join(swapped),
              FIX_REBUILD, [f"{so}: recorded with sha256 {hashes[so]}, the file's is {facts.extensions[so]}"
                            for so in swapped])
     return out
@@ -315,25 +315,20 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
     provenance the wheel embeds."""
     if entry is None:
         if not renamed:
-            find(Rule.LEDGER, f"no ledger entry or fragment has sha256 {facts.sha256}",
+            find(Check.LEDGER, f"no ledger entry or fragment has sha256 {facts.sha256}",
                  f"upload the fragment postbuild wrote beside the wheel (<wheel>{FRAGMENT_SUFFIX}), or run "
                  "`farm postbuild` again")
         return
     if entry.filename != facts.filename:
-        find(Rule.LEDGER, f"sha256 {facts.sha256} is recorded for {entry.filename!r}, not this name",
+        find(Check.LEDGER, f"sha256 {facts.sha256} is recorded for {entry.filename!r}, not this name",
              "upload the file under the name postbuild gave it")
     # The entry is the embedded object plus the ledger's own keys: anything else that differs
     # means the two were not written by one postbuild.
     theirs, ours = entry.info.to_dict(), info.to_dict()
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
     if differ:
-        find(Rule.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
+        find(Check.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
                           "(a wheel from another cell?)", FIX_REBUILD)
-
-
-def refusal_line(wheel: str, finding: Finding) -> str:
-    """``wheel: rule: message; fix: ...``, the message clipped: one line per finding."""
-    return f"{wheel}: {finding.rule.value}: {clip(finding.message, MAX_MESSAGE)}; fix: {finding.fix}"
 
 
 # -- today's configuration ------------------------------------------------------------------------

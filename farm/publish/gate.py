@@ -24,25 +24,23 @@ from pathlib import Path
 from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump
 from farm.errors import MAX_MESSAGE, ToolError, clip
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
-from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
-from farm.provenance.verdict import GATE, Derive, Derived, Finding, Rule
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
+from farm.provenance.verdict import GATE, Check, Derive, Derived, Finding
 from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
-
-# The gate calls the rule a wheel breaks its check (``--json``'s "check").
-Check = Rule
 
 
 @dataclass(frozen=True)
 class Refusal:
     wheel: str
-    check: Rule
+    check: Check
     message: str
     fix: str
 
     @classmethod
     def of(cls, wheel: str, finding: Finding) -> Refusal:
-        return cls(wheel, finding.rule, finding.message, finding.fix)
+        return cls(wheel, finding.check, finding.message, finding.fix)
 
     def line(self) -> str:
         return f"{self.wheel}: {self.check.value}: {clip(self.message, MAX_MESSAGE)}; fix: {self.fix}"

@@ -38,7 +38,8 @@ from farm.model.cells import (
 )
 from farm.model.config import FarmConfig, Recipe, Restriction
 from farm.model.spec import ArchRequest, arch_request
-from farm.provenance.ledger import ExistsKey, LedgerIndex
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import ExistsKey
 
 RUNNERS: Mapping[str, str] = {
     "linux_x86_64": "ubuntu-24.04",
