@@ -220,10 +220,10 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         reason = f"the ledger records sha256 {same_name_sha256} for {name}; this file is {sha256}"
         if entry is None:
             find(Check.LEDGER, f"the ledger records {name} with sha256 {same_name_sha256}, this file has {sha256}: "
-                              "it changed after postbuild", FIX_REBUILD, [reason])
+                               "it changed after postbuild", FIX_REBUILD, [reason])
         else:  # this build's fragment vouches for it, but the name is already taken in the ledger
             find(Check.LEDGER, f"the ledger already records {name} with sha256 {same_name_sha256}; this file "
-                              f"({sha256}) is another build under the same name",
+                               f"({sha256}) is another build under the same name",
                  "a published name is never reused: bump build_epoch and rebuild", [reason])
     info = facts.embedded
     if info is None and not expect.embedded and entry is not None:
@@ -240,7 +240,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     held_to_assertion = asserted or expect.asserted
     if (asserted and result != "passed") or (not asserted and expect.asserted):
         find(Check.ASSERTED, f"provenance is {info.provenance!r} and the assertion {result!r}; only asserted, "
-                            "passed wheels are published",
+                             "passed wheels are published",
              "rebuild with `farm build` so the post-build assertion runs and passes",
              [f"its provenance says the assertion {result or 'never ran'}" if asserted
               else f"its provenance is {info.provenance}, not asserted at build time"])
@@ -257,7 +257,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
                  contradictions)
         if expect.config_required and expect.derived is None:
             find(Check.CONFIG, f"the configuration has no arch list for package {clip(info.package)!s} in cell "
-                              f"{clip(info.cell.to_dict())}: its expected list cannot be re-derived",
+                               f"{clip(info.cell.to_dict())}: its expected list cannot be re-derived",
                  "upload from the farm repository that built it (--root), with its recipe")
         today = expect.today
         if today is None and expect.derived is not None:
@@ -328,7 +328,7 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
     if differ:
         find(Check.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
-                          "(a wheel from another cell?)", FIX_REBUILD)
+                           "(a wheel from another cell?)", FIX_REBUILD)
 
 
 # -- today's configuration ------------------------------------------------------------------------
