@@ -16,7 +16,7 @@ from farm.model.driver import (
     Device,
     ImageKind,
     explain,
-    pick_image,
+    pick_worst,
 )
 from farm.table import format_table
 
@@ -63,21 +63,10 @@ def _is_path(what: str) -> bool:
     return path.suffix in _BINARY_SUFFIXES or ".so." in path.name or ("/" in what and path.exists())
 
 
-_RANK = {ImageKind.NONE: 0, ImageKind.PTX_JIT: 1, ImageKind.SASS: 2}
-
-
-def _units(so: SoInspection) -> list[ArchList]:
-    """What each translation unit's fatbin holds. A device-link stub is left out: its cubins hold
-    no code, so its arches run nothing (the sm_75 of an nvcc link without -gencode)."""
-    units = [f.targets for f in so.runnable if f.offset not in so.stubs]
-    return units or [so.found]
-
-
 def _choices(so: SoInspection, devices: Iterable[Device]) -> list[Choice]:
-    """Per device, the image of the unit that fares worst: the runtime loads each translation
-    unit's fatbin on its own, so one unit without an image fails that unit's kernels."""
-    units = _units(so)
-    return [min((pick_image(u, d) for u in units), key=lambda c: _RANK[c.kind]) for d in devices]
+    """Per device, the image of the unit that fares worst."""
+    units = so.units
+    return [pick_worst(units, d) for d in devices]
 
 
 def _run_path(args: argparse.Namespace) -> int:
@@ -91,7 +80,7 @@ def _run_path(args: argparse.Namespace) -> int:
     sos = inspect_wheel(path).extensions if path.suffix == ".whl" else (inspect_file(path),)
     out = []
     for so in sos:
-        units = _units(so)
+        units = so.units
         found = ArchList.of(t for u in units for t in u)
         notes = []
         if any(f.offset in so.stubs for f in so.runnable):
