@@ -94,10 +94,7 @@ def render(d: Diagnosis) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.device or args.driver:
-        machine = given(args.device or [], args.driver)
-    else:
-        machine = probe()
+    machine = given(args.device or [], args.driver) if args.device or args.driver else probe()
     paths = python_paths(args.python) if args.python else None
     env = scan(paths, args.python)
     d = diagnose(machine, env, index_url=args.index_url)

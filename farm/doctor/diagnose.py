@@ -116,7 +116,7 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
             f"no kernel image for {gpu}: it holds {found}; the first launch raises "
             "cudaErrorNoKernelImageForDevice ('no kernel image is available for execution on the device')",
             f"install a build whose targets include sm_{cc.number} (or PTX at or below {cc}): see the index's "
-            f"compatibility page ({(index_url or '<farm index>').rstrip('/')}/compat/index.html), filter GPU {cc}"))
+            f"compatibility page {(index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={cc}"))
         return out
     if choice.kind is ImageKind.SASS:
         out.append(Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}"))
@@ -125,13 +125,15 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
     cost = (f"the first launch JIT-compiles {ext.ptx_bytes // 1024 or 1} KiB of PTX once (seconds to minutes; "
             "the driver caches it in ~/.nv/ComputeCache, CUDA_CACHE_MAXSIZE)")
     out.append(Finding(Severity.WARN, label, ext.path, f"{gpu}: {choice.describe()}; {cost}"))
-    if risky and choice.target is not None:
+    target = choice.target
+    if risky and target is not None:
         out.append(Finding(
             Severity.WARN, label, ext.path,
-            f"stub risk on {gpu}: code compiled from {choice.target.name} sees __CUDA_ARCH__ {choice.cuda_arch}, "
-            f"so a path gated at __CUDA_ARCH__ >= {choice.cuda_arch + 10}..{gpu.device.number * 10} is compiled out "
+            f"stub risk on {gpu}: code compiled from {target.name} sees __CUDA_ARCH__ {target.cuda_arch}, "
+            f"so a path gated at __CUDA_ARCH__ >= {target.cuda_arch + 10}..{gpu.device.number * 10} is compiled out "
             "and its kernel runs and does nothing",
-            f"prefer a build with sm_{gpu.device.number} SASS (the index's compatibility page, GPU {gpu.device})"))
+            f"prefer a build with sm_{gpu.device.number} SASS: "
+            f"{(index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={gpu.device}"))
     if driver is not None and isa:
         need = table().ptx_minimum(isa)
         if need is not None and not need.met_by(driver):

@@ -66,6 +66,22 @@ DEVICE_EXAMPLES: dict[Device, str] = {
 }
 
 
+# The generation each capability belongs to, for pages a user filters by GPU.
+GENERATIONS: dict[Device, str] = {
+    Device(7, 5): "Turing",
+    Device(8, 0): "Ampere",
+    Device(8, 6): "Ampere",
+    Device(8, 7): "Ampere (Orin)",
+    Device(8, 9): "Ada",
+    Device(9, 0): "Hopper",
+    Device(10, 0): "Blackwell",
+    Device(10, 3): "Blackwell Ultra",
+    Device(11, 0): "Blackwell (Thor)",
+    Device(12, 0): "Blackwell (GeForce, RTX PRO)",
+    Device(12, 1): "Blackwell (Spark)",
+}
+
+
 class ImageKind(enum.Enum):
     SASS = "sass"
     PTX_JIT = "ptx-jit"
@@ -141,7 +157,8 @@ def stub_risk(choice: Choice) -> bool:
     """A JIT from PTX below the device: code sees the PTX's ``__CUDA_ARCH__``, so a path gated
     above it is compiled out and its kernel runs and does nothing (measured: sm_80 PTX on sm_90
     ran the ``-1`` fallback of a ``>= 900`` gate)."""
-    return choice.kind is ImageKind.PTX_JIT and choice.target is not None and choice.target.number < choice.device.number
+    target = choice.target
+    return choice.kind is ImageKind.PTX_JIT and target is not None and target.number < choice.device.number
 
 
 def explain(archs: ArchList | Iterable[Target], devices: Iterable[Device] = KNOWN_DEVICES) -> list[Choice]:
