@@ -4,11 +4,14 @@ list and Python, then asserted and stamped by the real postbuild (so the wheel c
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -19,6 +22,7 @@ def python_tag(python: str) -> str:
     return out.stdout.strip()
 
 
+@functools.cache  # one build per session, whichever test module asks first
 def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.executable) -> Path:
     """demo_ext built for ``arch`` with ``python`` (which needs setuptools), asserted and stamped."""
     from farm.binary.assertion import Expected
@@ -46,6 +50,15 @@ def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.exec
     result = postbuild_wheel(raw, out, context, dist="demo_ext")
     assert result.passed and result.stamped, result.to_json()
     return result.stamped.path
+
+
+ARCH = "8.0;8.6+PTX"  # SASS for Ampere, PTX the newer GPUs JIT: every kind of verdict across devices
+
+
+@pytest.fixture(scope="session")
+def doctor_wheel(tmp_path_factory: pytest.TempPathFactory, cuda_home: Path) -> Path:
+    """demo_ext for sm_80 and sm_86 SASS plus compute_86 PTX, stamped by postbuild."""
+    return build_stamped(tmp_path_factory.getbasetemp() / "doctor-demo", cuda_home, ARCH)
 
 
 if __name__ == "__main__":  # python -m tests.doctorfix OUT ARCH [PYTHON]: one wheel, by hand

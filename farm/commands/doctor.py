@@ -11,22 +11,33 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 from farm.doctor.diagnose import Diagnosis, Severity, diagnose, requirements_of
 from farm.doctor.environment import python_paths, scan
 from farm.doctor.machine import given, probe
-from farm.errors import EXIT_DEFECT, EXIT_OK
+from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError
 from farm.model.driver import Device
 from farm.model.drivers import DriverVersion, minimum_driver, table
 from farm.table import format_table
 
 
+def _typed(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """argparse reports only its own error types as usage errors (exit 2, with the usage line)."""
+    def convert(text: str) -> object:
+        try:
+            return parse(text)
+        except FarmError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.message} ({exc.hint})" if exc.hint else exc.message) from None
+    return convert
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python", metavar="PY",
                         help="the python of the environment to check (default: the one running farm)")
-    parser.add_argument("--device", action="append", type=Device.parse, metavar="X.Y",
+    parser.add_argument("--device", action="append", type=_typed(Device.parse), metavar="X.Y",
                         help="answer for a GPU of this compute capability instead of this machine's (repeatable)")
-    parser.add_argument("--driver", type=DriverVersion.parse, metavar="VERSION",
+    parser.add_argument("--driver", type=_typed(DriverVersion.parse), metavar="VERSION",
                         help="answer for this driver version (e.g. 550.54) instead of this machine's")
     parser.add_argument("--index-url", metavar="URL", help="the farm index the fixes install from")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
