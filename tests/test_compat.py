@@ -16,11 +16,12 @@ from farm.fsutil import sha256_file
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish import compat, index
 
-from .doctorfix import doctor_wheel  # noqa: F401 - the session's stamped demo_ext, a fixture
+from .doctorfix import doctor_wheel
 from .ledgermaker import make_entry
 from .publishfix import fresh_venv, pip_install, serve_dir
 
 REPO = Path(__file__).resolve().parent.parent
+__all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
 ARTIFACTS = Path(os.environ.get("FARM_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
 
 
