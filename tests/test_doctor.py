@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from farm.doctor.catalog import Catalog
+from farm.doctor.catalog import parse as parse_catalog
 from farm.doctor.diagnose import Severity, channel, diagnose
 from farm.doctor.environment import Environment, Extension, Package, Torch, torch_of
 from farm.doctor.machine import given
@@ -275,3 +277,74 @@ def test_the_light_install_diagnoses_and_refuses_to_build(venv: Path, tmp_path: 
                            check=False, cwd=tmp_path)
     assert build.returncode == 3
     assert "pip install 'farm[build]'" in build.stderr and "cibuildwheel" in build.stderr
+
+
+# -- the fix names a wheel of the index's catalogue --------------------------------------------
+def _catalog(*wheels: tuple[str, str, str]) -> Catalog:
+    """A catalogue as farm.publish.compat writes it, for pkg wheels (arch, CUDA, torch)."""
+    from farm.publish import compat, index
+
+    recs = []
+    for n, (arch, cuda, torch) in enumerate(wheels):
+        entry = {k: v for k, v in make_entry("pkg", version=f"1.{n}", cuda=cuda, torch=torch, arch=arch).items()
+                 if k not in LEDGER_KEYS}
+        entry["found"] = {SO: arch}
+        entry["toolchain"]["nvcc"] = f"{cuda}.0"
+        name = make_entry("pkg", version=f"1.{n}", cuda=cuda, torch=torch)["filename"]
+        recs.append(compat.record(compat.CompatWheel(index.describe(name, "0" * 64, 1, None),
+                                                     BuildInfo.from_json(entry))))
+    return parse_catalog(json.loads(json.dumps({"schema_version": 1, "wheels": [*recs, {"junk": 1}]})), "test")
+
+
+def test_the_fix_names_the_wheel_that_runs() -> None:
+    catalog = _catalog(("sm_80;sm_86;compute_86", "13.0", "none"), ("sm_90;sm_120", "13.0", "none"),
+                       ("sm_75;sm_80", "12.8", "none"))
+    assert catalog.skipped == 1
+    env = _env(_package(), torch=None)
+    d = diagnose(_machine("7.5"), env, index_url="https://w.example", catalog=catalog)
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert fail.fix == ("pip install --force-reinstall --index-url https://w.example/cu128/ 'pkg==1.2+cu128' "
+                        "(pkg-1.2+cu128-cp311-cp311-linux_x86_64.whl)")
+    d = diagnose(_machine("9.0"), env, index_url="https://w.example", catalog=catalog)
+    risk = next(f for f in d.findings if "stub risk" in f.what)
+    assert "'pkg==1.1+cu130'" in risk.fix  # SASS sm_90 instead of a JIT below the device
+
+
+def test_driver_too_old_names_a_wheel_of_an_older_cuda_line() -> None:
+    catalog = _catalog(("sm_80;sm_86;compute_86", "13.0", "none"), ("sm_80;sm_86", "12.8", "none"))
+    d = diagnose(_machine("8.6", driver="550.54"), _env(_package(), torch=None), index_url="https://w.example",
+                 catalog=catalog)
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert "CUDA 13.x runtime" in fail.what
+    assert fail.fix == ("upgrade the driver to 580 or newer, or pip install --force-reinstall --index-url "
+                        "https://w.example/cu128/ 'pkg==1.1+cu128' (pkg-1.1+cu128-cp311-cp311-linux_x86_64.whl)")
+
+
+def test_an_unreadable_catalogue_is_said_and_fixes_fall_back(venv: Path, tmp_path: Path) -> None:
+    rc, doc = _doctor("--python", str(venv), "--device", "7.5", "--driver", "580.65.06",
+                      "--index-url", str(tmp_path))
+    assert rc == 1
+    assert any("catalogue is not readable" in f["what"] for f in doc["findings"])
+    fail = next(f for f in doc["findings"] if f["severity"] == "fail")
+    assert fail["fix"].endswith("/compat/find.html?gpu=7.5")
+
+
+def test_doctor_reads_a_served_index(venv: Path, doctor_wheel: Path, tmp_path: Path) -> None:
+    """The catalogue of a static index served on 127.0.0.1, as a user's --index-url is."""
+    from farm.fsutil import sha256_file
+    from farm.publish import index
+
+    from .publishfix import serve_dir
+
+    root = tmp_path / "index"
+    sha = sha256_file(doctor_wheel)
+    index.publish(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None)
+    server, url = serve_dir(root, tmp_path / "http.log")
+    try:
+        rc, doc = _doctor("--python", str(venv), "--device", "9.0", "--driver", "580.65.06", "--index-url", url)
+    finally:
+        server.stop()
+    assert rc == 0
+    assert not any("catalogue" in f["what"] for f in doc["findings"])
+    risk = next(f for f in doc["findings"] if "stub risk" in f["what"])
+    assert risk["fix"] == f"prefer a build with sm_90 SASS: {url}/compat/find.html?gpu=9.0"  # none in this index

@@ -13,6 +13,7 @@ import argparse
 import json
 from collections.abc import Callable
 
+from farm.doctor.catalog import try_fetch
 from farm.doctor.diagnose import Diagnosis, Severity, diagnose, requirements_of
 from farm.doctor.environment import python_paths, scan
 from farm.doctor.machine import given, probe
@@ -39,7 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="answer for a GPU of this compute capability instead of this machine's (repeatable)")
     parser.add_argument("--driver", type=_typed(DriverVersion.parse), metavar="VERSION",
                         help="answer for this driver version (e.g. 550.54) instead of this machine's")
-    parser.add_argument("--index-url", metavar="URL", help="the farm index the fixes install from")
+    parser.add_argument("--index-url", metavar="URL",
+                        help="the root of the farm index the fixes install from (its compat/wheels.json names "
+                             "the wheel to install instead)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -106,9 +109,10 @@ def render(d: Diagnosis) -> str:
 
 def run(args: argparse.Namespace) -> int:
     machine = given(args.device or [], args.driver) if args.device or args.driver else probe()
-    paths = python_paths(args.python) if args.python else None
-    env = scan(paths, args.python)
-    d = diagnose(machine, env, index_url=args.index_url)
+    paths, tag = python_paths(args.python) if args.python else (None, None)
+    env = scan(paths, args.python, tag)
+    catalog, why = try_fetch(args.index_url)
+    d = diagnose(machine, env, index_url=args.index_url, catalog=catalog, catalog_error=why)
     if args.json:
         print(json.dumps(to_json(d), indent=2))
     else:

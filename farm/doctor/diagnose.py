@@ -19,8 +19,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from farm.doctor.catalog import Catalog, CatalogWheel
 from farm.doctor.environment import Environment, Extension, Package, Torch
 from farm.doctor.machine import Gpu, Machine
+from farm.errors import FarmError
 from farm.model.driver import Choice, ImageKind, pick_worst, stub_risk
 from farm.model.drivers import DriverVersion, Requirement, requirements, table
 
@@ -89,6 +94,77 @@ def install_command(index_url: str | None, chan: str, dist: str, version: str | 
     return f"pip install --force-reinstall --index-url {index}/{chan}/ '{spec}'"
 
 
+_RANK = {"sass": 0, "ptx-jit": 1}
+
+
+def _version_key(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+@dataclass(frozen=True)
+class Fixes:
+    """Names the wheel to install instead, from the index's catalogue when there is one."""
+
+    machine: Machine
+    env: Environment
+    index_url: str | None
+    catalog: Catalog | None
+
+    def candidates(self, pkg: Package) -> list[CatalogWheel]:
+        if self.catalog is None:
+            return []
+        torch = self.env.torch
+        out = []
+        for w in self.catalog.wheels:
+            if w.project != canonicalize_name(pkg.dist) or w.python not in (self.env.python_tag, "abi3"):
+                continue
+            if w.platform != self.machine.platform:
+                continue
+            if w.torch != "none":
+                if torch is None or w.torch != torch.minor:
+                    continue
+                if torch.cuda and torch.cuda != "cpu" and w.cuda.split(".")[0] != torch.cuda.split(".")[0]:
+                    continue
+            out.append(w)
+        return out
+
+    def runs(self, w: CatalogWheel, gpu: Gpu, *, sass_only: bool = False) -> bool:
+        kind, driver = w.devices.get(str(gpu.device), ("none", None))
+        if kind == "none" or (sass_only and kind != "sass"):
+            return False
+        if self.machine.driver is not None and driver:
+            try:
+                return DriverVersion.parse(driver).branch <= self.machine.driver.branch
+            except FarmError:
+                return False
+        return True
+
+    def best(self, pkg: Package, gpus: tuple[Gpu, ...], *, sass_only: bool = False) -> CatalogWheel | None:
+        """The wheel that runs on every GPU given (SASS first, then the newest version and CUDA)."""
+        fits = [w for w in self.candidates(pkg) if all(self.runs(w, g, sass_only=sass_only) for g in gpus)]
+        if not gpus and self.machine.driver is not None:  # no GPU: the runtime's driver is what can be checked
+            fits = [w for w in self.candidates(pkg) if self.runs_driver(w)]
+
+        def key(w: CatalogWheel) -> tuple[int, Version, Version]:
+            worst = max((_RANK.get(w.devices.get(str(g.device), ("none", None))[0], 2) for g in gpus), default=0)
+            return (-worst, _version_key(w.version), _version_key(w.cuda))
+
+        return max(fits, key=key, default=None)
+
+    def runs_driver(self, w: CatalogWheel) -> bool:
+        need = table().runtime_minimum(w.cuda, w.platform)
+        return need is None or self.machine.driver is None or need.met_by(self.machine.driver)
+
+    def install(self, w: CatalogWheel) -> str:
+        return f"{install_command(self.index_url, w.channel, w.project, w.version)} ({w.filename})"
+
+    def page(self, gpu: Gpu) -> str:
+        return f"{(self.index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={gpu.device}"
+
+
 def _label(pkg: Package) -> str:
     return f"{pkg.dist} {pkg.version}"
 
@@ -106,17 +182,19 @@ def _nvcc_ptx_isa(pkg: Package) -> str | None:
 
 
 def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risky: bool,
-                    driver: DriverVersion | None, index_url: str | None) -> list[Finding]:
+                    driver: DriverVersion | None, fixes: Fixes) -> list[Finding]:
     label, out = _label(pkg), []
     found = ext.found.canonical()
     if choice.kind is ImageKind.NONE:
         cc = gpu.device
+        other = fixes.best(pkg, (gpu,))
         out.append(Finding(
             Severity.FAIL, label, ext.path,
             f"no kernel image for {gpu}: it holds {found}; the first launch raises "
             "cudaErrorNoKernelImageForDevice ('no kernel image is available for execution on the device')",
+            fixes.install(other) if other else
             f"install a build whose targets include sm_{cc.number} (or PTX at or below {cc}): see the index's "
-            f"compatibility page {(index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={cc}"))
+            f"compatibility page {fixes.page(gpu)}"))
         return out
     if choice.kind is ImageKind.SASS:
         out.append(Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}"))
@@ -132,8 +210,8 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
             f"stub risk on {gpu}: code compiled from {target.name} sees __CUDA_ARCH__ {target.cuda_arch}, "
             f"so a path gated at __CUDA_ARCH__ >= {target.cuda_arch + 10}..{gpu.device.number * 10} is compiled out "
             "and its kernel runs and does nothing",
-            f"prefer a build with sm_{gpu.device.number} SASS: "
-            f"{(index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={gpu.device}"))
+            fixes.install(sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
+            f"prefer a build with sm_{gpu.device.number} SASS: {fixes.page(gpu)}"))
     if driver is not None and isa:
         need = table().ptx_minimum(isa)
         if need is not None and not need.met_by(driver):
@@ -141,7 +219,9 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
                 Severity.FAIL, label, ext.path,
                 f"{gpu} would JIT PTX ISA {isa}, which driver {driver} cannot read "
                 f"(its JIT reads up to CUDA {table().newest_cuda(driver) or '?'}): {need.error}",
-                f"upgrade the driver to {need.shown} or newer, or install a build with sm_{gpu.device.number} SASS"))
+                f"upgrade the driver to {need.shown} or newer, or "
+                + (fixes.install(sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
+                   f"install a build with sm_{gpu.device.number} SASS")))
         elif need is None:
             out.append(Finding(Severity.WARN, label, ext.path,
                                f"PTX ISA {isa} is newer than farm's driver table: whether driver {driver} reads it "
@@ -149,8 +229,7 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
     return out
 
 
-def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, torch: Torch | None,
-                     index_url: str | None) -> list[Finding]:
+def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, fixes: Fixes) -> list[Finding]:
     cuda = _wheel_cuda(pkg)
     if not cuda:
         return []
@@ -160,7 +239,11 @@ def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, torch: 
     supported = table().newest_cuda(driver)
     info = pkg.build_info
     fix = f"upgrade the driver to {need.shown} or newer"
-    if supported and info:
+    other = fixes.best(pkg, fixes.machine.gpus)
+    if other is not None and other.cuda.split(".")[0] != cuda.split(".")[0]:
+        torch_too = f"install torch for CUDA {other.cuda}, then " if other.torch != "none" else ""
+        fix += f", or {torch_too}{fixes.install(other)}"
+    elif supported and info:
         torch_minor = info.cell.torch
         fix += (f", or install torch and {pkg.dist} for CUDA {supported} or older "
                 f"(a channel such as {channel(supported, torch_minor)})")
@@ -206,9 +289,17 @@ def _torch_findings(pkg: Package, torch: Torch | None, index_url: str | None) ->
     return out
 
 
-def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None) -> Diagnosis:
+def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None, catalog: Catalog | None = None,
+             catalog_error: str | None = None) -> Diagnosis:
     findings: list[Finding] = []
     verdicts: list[Verdict] = []
+    fixes = Fixes(machine, env, index_url, catalog)
+    if catalog_error:
+        findings.append(Finding(Severity.INFO, None, None, f"the index's catalogue is not readable: {catalog_error}",
+                                "fixes name channels and the compatibility page instead of a wheel"))
+    elif catalog is not None and catalog.skipped:
+        findings.append(Finding(Severity.INFO, None, None,
+                                f"{catalog.skipped} malformed record(s) of {catalog.url} left out"))
     if not machine.gpus:
         why = "; ".join(machine.notes) if machine.notes else "none given"
         findings.append(Finding(Severity.INFO, None, None,
@@ -233,7 +324,7 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
                 risky = stub_risk(choice)
                 verdicts.append(Verdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
                                         ext.ptx_bytes))
-                findings.extend(_image_findings(pkg, ext, gpu, choice, risky, machine.driver, index_url))
+                findings.extend(_image_findings(pkg, ext, gpu, choice, risky, machine.driver, fixes))
             if not machine.gpus and machine.driver is not None and ext.ptx_bytes:
                 isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)
                 need = table().ptx_minimum(isa) if isa else None
@@ -242,7 +333,7 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
                                             f"its PTX (ISA {isa}) needs {need.describe()}: a GPU that would JIT it "
                                             f"fails with {need.error}"))
         if machine.driver is not None:
-            findings.extend(_driver_findings(pkg, machine.driver, machine.platform, env.torch, index_url))
+            findings.extend(_driver_findings(pkg, machine.driver, machine.platform, fixes))
         findings.extend(_torch_findings(pkg, env.torch, index_url))
     return Diagnosis(machine, env, tuple(verdicts), tuple(findings))
 

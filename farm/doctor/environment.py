@@ -70,12 +70,17 @@ class Environment:
     paths: tuple[str, ...]
     packages: tuple[Package, ...]
     torch: Torch | None
+    python_tag: str = f"cp{sys.version_info[0]}{sys.version_info[1]}"  # what wheels it installs
 
 
-def python_paths(python: str) -> tuple[str, ...]:
-    """``sys.path`` of another interpreter (a venv's python): the only thing run in it."""
+_ASK = "import json, sys; print(json.dumps([sys.path, 'cp%d%d' % sys.version_info[:2]]))"
+
+
+def python_paths(python: str) -> tuple[tuple[str, ...], str]:
+    """``sys.path`` and the Python tag of another interpreter (a venv's python): the only thing
+    run in it."""
     try:
-        proc = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"],
+        proc = subprocess.run([python, "-c", _ASK],
                               capture_output=True, text=True, timeout=60, check=False)
     except OSError as exc:
         raise UsageError(f"cannot run {python}: {exc.strerror}", where="--python",
@@ -86,10 +91,10 @@ def python_paths(python: str) -> tuple[str, ...]:
         raise UsageError(f"{python} exited {proc.returncode}: {proc.stderr.strip()[-300:]}", where="--python",
                          hint="pass the python of the environment to check, e.g. .venv/bin/python")
     try:
-        paths = json.loads(proc.stdout)
-    except json.JSONDecodeError:
+        paths, tag = json.loads(proc.stdout)
+    except (json.JSONDecodeError, ValueError, TypeError):
         raise UsageError(f"{python} printed no sys.path", where="--python") from None
-    return tuple(str(p) for p in paths if p)
+    return tuple(str(p) for p in paths if p), str(tag)
 
 
 def torch_of(dist: metadata.Distribution) -> Torch:
@@ -152,7 +157,7 @@ def _package(dist: metadata.Distribution) -> Package | None:
     return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems))
 
 
-def scan(paths: tuple[str, ...] | None = None, python: str | None = None) -> Environment:
+def scan(paths: tuple[str, ...] | None = None, python: str | None = None, python_tag: str | None = None) -> Environment:
     """The environment on ``paths`` (default: this interpreter's ``sys.path``)."""
     paths = paths if paths is not None else tuple(p for p in sys.path if p)
     seen: set[str] = set()
@@ -168,4 +173,5 @@ def scan(paths: tuple[str, ...] | None = None, python: str | None = None) -> Env
         if pkg is not None:
             packages.append(pkg)
     packages.sort(key=lambda p: p.dist.lower())
-    return Environment(python or sys.executable, paths, tuple(packages), torch)
+    tag = python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    return Environment(python or sys.executable, paths, tuple(packages), torch, tag)

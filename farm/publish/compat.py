@@ -5,6 +5,7 @@ Two kinds of page, written beside the PEP 503 tree (which they never change)::
     compat/find.html                      one page: filter by GPU, CUDA, torch, Python, platform;
                                           the matching wheels and the pip / uv command of the best
     compat/<channel>/<project>.html       per channel and project: each wheel x GPU generation
+    compat/wheels.json                    the same records for tools (``farm doctor --index-url``)
 
 Every fact on them comes from a wheel's provenance (``_build_info.json``, read from the stored
 wheel, whose sha256 the ledger vouches for) and farm's driver model: the image each GPU runs (SASS,
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 PAGE_DIR = "compat"
 FIND_PAGE = f"{PAGE_DIR}/find.html"
+CATALOG = f"{PAGE_DIR}/wheels.json"  # the records of the pages, for tools (farm doctor --index-url)
+CATALOG_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,8 @@ def render(wheels: Iterable[CompatWheel]) -> dict[str, bytes]:
     pages = {f"{PAGE_DIR}/{ch}/{project}.html": project_page(ch, project, rs)
              for (ch, project), rs in sorted(by_page.items())}
     pages[FIND_PAGE] = find_page(recs)
+    doc = {"schema_version": CATALOG_VERSION, "wheels": recs}
+    pages[CATALOG] = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
     pages[f"{PAGE_DIR}/find.js"] = FIND_JS.read_bytes()
     return pages
 
