@@ -348,3 +348,17 @@ def test_doctor_reads_a_served_index(venv: Path, doctor_wheel: Path, tmp_path: P
     assert not any("catalogue" in f["what"] for f in doc["findings"])
     risk = next(f for f in doc["findings"] if "stub risk" in f["what"])
     assert risk["fix"] == f"prefer a build with sm_90 SASS: {url}/compat/find.html?gpu=9.0"  # none in this index
+
+
+def test_a_wheel_without_provenance_is_judged_by_inspection(doctor_wheel: Path, tmp_path: Path) -> None:
+    """The builder's wheel before postbuild stamped it: no _build_info.json, as any other package
+    with CUDA extensions; its fatbins are read as installed, its PTX ISA from the PTX itself."""
+    (raw,) = (doctor_wheel.parent.parent / "raw").glob("demo_ext-*.whl")
+    python = fresh_venv(tmp_path / "venv")
+    assert pip_install(python, "--no-deps", "--no-index", str(raw)).returncode == 0
+    rc, doc = _doctor("--python", str(python), "--device", "9.0", "--driver", "570.86")
+    (pkg,) = doc["packages"]
+    assert pkg["provenance"] == "inspected" and pkg["cell"] is None
+    assert pkg["extensions"][0]["found"] == "sm_80;sm_86;compute_86" and pkg["extensions"][0]["ptx_isa"] == "9.0"
+    assert pkg["minimum_driver"] == ["driver >= 580.65.06 for PTX ISA 9.0 (CUDA 13.0) to JIT"]
+    assert rc == 1  # a 570 driver cannot JIT ISA 9.0 PTX, which is all a 9.0 GPU finds in it
