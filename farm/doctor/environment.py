@@ -150,6 +150,9 @@ def _package(dist: metadata.Distribution) -> Package | None:
         except FarmError as exc:
             problems.append(f"{rel}: {exc.message}")
             continue
+        except OSError as exc:  # unreadable (permissions): say which, check the rest
+            problems.append(f"{rel}: cannot read it ({exc.strerror})")
+            continue
         if ext is not None:
             extensions.append(ext)
     if info is None and not extensions and not problems:
