@@ -362,3 +362,18 @@ def test_a_wheel_without_provenance_is_judged_by_inspection(doctor_wheel: Path, 
     assert pkg["extensions"][0]["found"] == "sm_80;sm_86;compute_86" and pkg["extensions"][0]["ptx_isa"] == "9.0"
     assert pkg["minimum_driver"] == ["driver >= 580.65.06 for PTX ISA 9.0 (CUDA 13.0) to JIT"]
     assert rc == 1  # a 570 driver cannot JIT ISA 9.0 PTX, which is all a 9.0 GPU finds in it
+
+
+def test_torch_mismatch_names_the_wheel_for_the_installed_torch() -> None:
+    catalog = _catalog(("sm_80;sm_90", "12.8", "2.8"), ("sm_80;sm_90", "12.8", "2.9"), ("sm_80;sm_90", "13.0", "2.9"))
+    pkg = _package("sm_80;sm_90", cuda="12.8", torch="2.8", nvcc="12.8.93", ptx_isa=None)
+    d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=Torch("2.9.1+cu128", "12.8")),
+                 index_url="https://w.example", catalog=catalog)
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert "undefined symbol" in fail.what
+    assert fail.fix == ("pip install --force-reinstall --index-url https://w.example/cu128/torch2.9/ "
+                        "'pkg==1.1+cu128torch2.9' (pkg-1.1+cu128torch2.9-cp311-cp311-linux_x86_64.whl)")
+    d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=Torch("2.7.0+cu126", "12.6")),
+                 index_url="https://w.example", catalog=catalog)
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert fail.fix.startswith("the index has no pkg for torch 2.7.0+cu126 that runs here: install torch 2.8")

@@ -200,8 +200,9 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
         out.append(Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}"))
         return out
     isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)
-    cost = (f"the first launch JIT-compiles {ext.ptx_bytes // 1024 or 1} KiB of PTX once (seconds to minutes; "
-            "the driver caches it in ~/.nv/ComputeCache, CUDA_CACHE_MAXSIZE)")
+    cost = (f"the first launch JIT-compiles its {ext.ptx_bytes // 1024 or 1} KiB of PTX, once: the driver caches "
+            "the result in ~/.nv/ComputeCache (CUDA_CACHE_MAXSIZE); the cost grows with the PTX "
+            "(0.2 s for 2 KiB on an H200)")
     out.append(Finding(Severity.WARN, label, ext.path, f"{gpu}: {choice.describe()}; {cost}"))
     target = choice.target
     if risky and target is not None:
@@ -245,13 +246,29 @@ def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, fixes: 
         fix += f", or {torch_too}{fixes.install(other)}"
     elif supported and info:
         torch_minor = info.cell.torch
-        fix += (f", or install torch and {pkg.dist} for CUDA {supported} or older "
+        what = pkg.dist if torch_minor in (None, "none") else f"torch and {pkg.dist}"
+        fix += (f", or install {what} for CUDA {supported} or older "
                 f"(a channel such as {channel(supported, torch_minor)})")
     return [Finding(Severity.FAIL, _label(pkg), None,
                     f"built for CUDA {cuda}: needs {need.describe()}; driver {driver} is older: {need.error}", fix)]
 
 
-def _torch_findings(pkg: Package, torch: Torch | None, index_url: str | None) -> list[Finding]:
+def _for_torch(pkg: Package, torch: Torch, fixes: Fixes) -> str:
+    """The wheel for the installed torch: from the catalogue when there is one, else its channel."""
+    info = pkg.build_info
+    assert info is not None
+    other = fixes.best(pkg, fixes.machine.gpus)
+    if other is not None:
+        return fixes.install(other)
+    if fixes.catalog is not None:
+        return (f"the index has no {pkg.dist} for torch {torch.version} that runs here: "
+                f"install torch {info.cell.torch} for CUDA {info.cell.cuda} instead")
+    if not torch.cuda:
+        return f"install the {pkg.dist} wheel of the channel for torch {torch.minor}"
+    return install_command(fixes.index_url, channel(torch.cuda, torch.minor), pkg.dist, info.version)
+
+
+def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Finding]:
     info = pkg.build_info
     if info is None or not info.cell.torch or info.cell.torch == "none":
         return []
@@ -267,14 +284,13 @@ def _torch_findings(pkg: Package, torch: Torch | None, index_url: str | None) ->
                         f"install torch {pinned} for CUDA {cuda}, then {pkg.dist} again")]
     out = []
     if torch.minor != pinned:
-        fix = (install_command(index_url, channel(torch.cuda, torch.minor), pkg.dist, info.version)
-               if torch.cuda else f"install the {pkg.dist} wheel of the channel for torch {torch.minor}")
+        fix = _for_torch(pkg, torch, fixes)
         out.append(Finding(Severity.FAIL, label, None,
                            f"built against {want}; torch {torch.version} is installed: importing it fails "
                            "with 'undefined symbol' (torch's C++ ABI changes between minors)", fix))
     elif cuda and torch.cuda and torch.cuda != cuda:
         major_differs = torch.cuda.split(".")[0] != cuda.split(".")[0]
-        fix = install_command(index_url, channel(torch.cuda, torch.minor), pkg.dist, info.version)
+        fix = _for_torch(pkg, torch, fixes)
         if major_differs:
             out.append(Finding(Severity.FAIL, label, None,
                                f"built against {want}; torch {torch.version} is for CUDA {torch.cuda}: "
@@ -334,7 +350,7 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
                                             f"fails with {need.error}"))
         if machine.driver is not None:
             findings.extend(_driver_findings(pkg, machine.driver, machine.platform, fixes))
-        findings.extend(_torch_findings(pkg, env.torch, index_url))
+        findings.extend(_torch_findings(pkg, env.torch, fixes))
     return Diagnosis(machine, env, tuple(verdicts), tuple(findings))
 
 
