@@ -28,10 +28,11 @@ def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.exec
     from farm.binary.assertion import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
-    from farm.provenance import buildinfo
+    from farm.provenance import buildinfo, probe
     from farm.provenance.postbuild import BuildContext, cuda_line, postbuild_wheel
 
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # what an earlier, failed call left
+    work.mkdir(parents=True)
     src = work / "demo_ext"
     shutil.copytree(REPO / "examples" / "demo_ext", src, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     raw_dir, out = work / "raw", work / "out"
@@ -43,9 +44,9 @@ def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.exec
     context = BuildContext(
         cell=cell, expected=Expected(ArchList.parse(arch)), requested=arch, build_epoch=0,
         defaults_sha256=None, recipe_sha256=None,
-        source=buildinfo.path_source("examples/demo_ext", None),
-        run=buildinfo.run_from_env({}),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder="native"),
+        source=buildinfo.PathSourceRecord("examples/demo_ext", None),
+        run=probe.run_from_env({}),
+        toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
     result = postbuild_wheel(raw, out, context, dist="demo_ext")
     assert result.passed and result.stamped, result.to_json()
