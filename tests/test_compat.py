@@ -59,6 +59,8 @@ def test_never_from_the_file_name() -> None:
     assert "devices" not in bare and bare["problem"] == "no _build_info.json"
     page = compat.project_page("cu128/torch2.8", "alpha", [bare]).decode()
     assert "no farm provenance (no _build_info.json)" in page
+    unknown = compat.record(_wheel(""))  # found: nothing recorded, so no GPU is claimed either way
+    assert "devices" not in unknown and unknown["problem"] == "its provenance records no device code"
 
 
 def test_pages_escape_what_provenance_says() -> None:
@@ -137,6 +139,10 @@ def test_find_page_in_chromium(doctor_wheel: Path, tmp_path: Path) -> None:
         assert [r[5] for r in rows] == ["SASS sm_86"] and rows[0][6] == ">= 580"
         assert pip == command and rows[0][7] == command
         assert driver.find_element(By.ID, "uv").text == f"uv {command}"
+        python = doctor_wheel.name.split("-")[2]
+        for select, value in (("cuda", "13.0"), ("torch", "none"), ("python", python), ("platform", "linux_x86_64")):
+            Select(driver.find_element(By.ID, select)).select_by_value(value)  # each filter keeps the wheel
+            assert driver.find_element(By.ID, "count").text == "1 wheel(s)"
         driver.save_screenshot(str(ARTIFACTS / "compat-find-8.6.png"))
 
         rows, verdict, _ = pick("9.0")

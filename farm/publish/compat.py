@@ -77,6 +77,9 @@ def record(w: CompatWheel) -> dict[str, Any]:
         return rec
     cell = info.cell
     units = [ArchList.parse(v) for v in (info.found or {}).values() if v]
+    if not units:  # an inferred record that could not say, or no device code: no verdict to show
+        rec["problem"] = "its provenance records no device code"
+        return rec
     nvcc = info.toolchain.nvcc if info.toolchain else None
     isa = table().ptx_isa(nvcc) if nvcc else None
     runtime = minimum_driver(requirements(cell.cuda, None, has_ptx=False, platform=cell.platform))
