@@ -80,7 +80,9 @@ def render(d: Diagnosis) -> str:
     torch = f"torch {env.torch.version} (CUDA {env.torch.cuda or 'unknown'})" if env.torch else "no torch"
     lines.append(f"environment: {env.python}; {torch}")
     for p in env.packages:
-        prov = f"farm {p.build_info.provenance}, cell {p.build_info.cell.to_dict()}" if p.build_info else "inspected"
+        c = p.build_info.cell if p.build_info else None
+        prov = (f"farm {p.build_info.provenance}: CUDA {c.cuda}, torch {c.torch}, {c.python}, {c.platform}"
+                if p.build_info and c else "no farm provenance: inspected")
         need = minimum_driver(requirements_of(p, m.platform))
         lines.append(f"\n{p.dist} {p.version} ({prov})" + (f"; needs {need.describe()}" if need else ""))
         rows = [(e.path, e.found.canonical(), e.ptx_isa or "-") for e in p.extensions]
