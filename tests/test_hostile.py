@@ -415,3 +415,18 @@ def test_a_ledger_line_that_never_ends_is_refused_naming_it(tmp_path: Path, caps
     (root / "ledger.jsonl").write_bytes(dumps_entry(make_entry()).encode() + b"\n" + b"x" * (20 << 20))
     args = ["--root", str(root), "--no-lint"] if command == "matrix" else ["--from-ledger", "--root", str(root)]
     refused(farm(capsys, command, *args), 2, "ledger.jsonl:2", "longer than 8,388,608 bytes")
+
+
+@pytest.mark.parametrize("command", ["postbuild", "assert"])
+@pytest.mark.parametrize("flags, words", [
+    (["--cuda", "13.0/../x", "--torch", "none"], ["unknown CUDA line '13.0/../x'"]),
+    (["--cuda", "13.1", "--torch", "none"], ["unknown CUDA line '13.1'", "did you mean"]),
+])
+def test_a_cell_flag_is_checked_like_its_config_twin(tmp_path: Path, capsys, command: str, flags: list[str],
+                                                     words: list[str]) -> None:
+    """--cuda names the cell (its id, its wheel label): only a line the config has."""
+    wheel = tmp_path / "demo_ext-0.1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"PK")
+    extra = ["--out", str(tmp_path / "out")] if command == "postbuild" else ["--cell"]
+    refused(farm(capsys, command, str(wheel), "--root", str(REPO), *flags, *extra), 2, *words)
+    assert not (tmp_path / "out").exists()
