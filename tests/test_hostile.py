@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import pytest
 
-from farm import netutil
+from farm import cacheseal, netutil
 from farm.cli import main
 from farm.model.config import load_defaults
 from farm.toolkit import redist
@@ -119,12 +119,15 @@ def _script(path: Path, text: str) -> None:
 NVCC_12_8 = "#!/bin/sh\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n"
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
 @pytest.mark.parametrize("plant", ["no-nvcc", "home-5", "home-outside", "home-link-outside", "components",
                                    "empty-tools", "claims-13.0-runs-12.8", "claims-12.8", "not-json", "deep"])
-def test_a_planted_toolkit_stamp_is_never_believed(tmp_path: Path, capsys, plant: str) -> None:
-    """A stamp CI restored (or anyone with push access planted) that the toolkit does not bear out
-    is assembled again: here from a mirror that cannot be reached, so the command ends in exit 3
-    naming the mirror; it never hands out the planted CUDA_HOME, and never a traceback."""
+def test_a_planted_toolkit_stamp_is_never_believed(tmp_path: Path, capsys, plant: str, sealed: bool) -> None:
+    """A stamp CI restored (or anyone with push access planted) is not sealed with this user's key;
+    and one that is (the user's own, a leaked key) but that the toolkit does not bear out is not
+    believed either. The toolkit is assembled again: here from a mirror that cannot be reached, so
+    the command ends in exit 3 naming the mirror; it never hands out the planted CUDA_HOME, and
+    never a traceback."""
     url = "http://127.0.0.1:9/"
     request = _request(url)
     prefix = tmp_path / "tk"
@@ -159,12 +162,8 @@ def test_a_planted_toolkit_stamp_is_never_believed(tmp_path: Path, capsys, plant
         _script(home / "bin" / "nvcc", NVCC_12_8)
         _script(home / "bin" / "cuobjdump", "#!/bin/sh\necho cuobjdump\n")
     prefix.mkdir(exist_ok=True)
-    if plant == "not-json":
-        (prefix / STAMP).write_bytes(b"\xff\x00 not json")
-    elif plant == "deep":
-        (prefix / STAMP).write_bytes(DEEP)
-    else:
-        (prefix / STAMP).write_text(json.dumps(stamp))
+    content = {"not-json": b"\xff\x00 not json", "deep": DEEP}.get(plant, json.dumps(stamp).encode())
+    (prefix / STAMP).write_bytes(cacheseal.seal(content, f"toolkit-stamp:{prefix.name}") if sealed else content)
     rc, err = farm(capsys, "toolkit", "--cuda", CUDA, "--source", "redist", "--redist-url", url,
                    "--root", str(REPO), "--prefix", str(prefix))
     refused((rc, err), 3, "http://127.0.0.1:9/redistrib_13.0.2.json")

@@ -29,7 +29,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from farm import jsonread
+from farm import cacheseal, jsonread
 from farm.errors import ToolError, UsageError
 from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
@@ -115,9 +115,16 @@ def install_script(request: ToolkitRequest, prefix: str, *, python: str = "pytho
     return "\n".join(lines) + "\n"
 
 
+def _stamp_purpose(prefix: Path) -> str:
+    return f"toolkit-stamp:{prefix.name}"
+
+
 def _read_stamp(prefix: Path) -> dict[str, Any] | None:
+    """The ready stamp when it is sealed with this user's key (:mod:`farm.cacheseal`): the
+    components and manifest it names go into every wheel's provenance."""
     try:
-        data = jsonread.load_file(prefix / STAMP, 1 << 20)
+        payload = cacheseal.unseal(jsonread.read_bounded(prefix / STAMP, 1 << 20), _stamp_purpose(prefix))
+        data = jsonread.loads(payload) if payload is not None else None
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -205,11 +212,11 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
     """The toolkit under ``prefix`` when its stamp names ``request``'s key and the toolkit itself
     bears the stamp out, else None (the caller assembles it again).
 
-    CI restores this cache, and anyone who can push a branch can write one, so the stamp is a
-    claim, checked on every use: ``home`` lies inside the prefix (links resolved), nvcc and
-    cuobjdump are there and run, and nvcc reports the release the stamp names, of the requested
-    line. A toolkit for another platform cannot run here: its tools must at least be non-empty
-    files and the stamp's release of the requested line."""
+    CI restores this cache, and anyone who can push a branch can write one, so the stamp must be
+    sealed with this user's key, and is even then a claim checked on every use: ``home`` lies
+    inside the prefix (links resolved), nvcc and cuobjdump are there and run, and nvcc reports the
+    release the stamp names, of the requested line. A toolkit for another platform cannot run
+    here: its tools must at least be non-empty files and the stamp's release of the requested line."""
     stamp = _read_stamp(prefix)
     if stamp is None or stamp.get("key") != request.key():
         return None
@@ -304,7 +311,8 @@ def ensure_toolkit(
         staging = Path(tempfile.mkdtemp(prefix=temp_dir_prefix(f".{prefix.name}.staging"), dir=prefix.parent))
         try:
             stamp = _assemble(request, staging, python=python or sys.executable, say=say)
-            atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])
+            atomic_write(staging / STAMP, [cacheseal.seal(json.dumps(stamp, indent=2).encode() + b"\n",
+                                                          _stamp_purpose(prefix))])
             # Every link inside is relative, so the staged tree is valid at its final place.
             if prefix.exists():
                 old = prefix.with_name(f".{prefix.name}.old")
