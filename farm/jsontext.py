@@ -60,7 +60,7 @@ def dump(value: object, write: Callable[[str], object]) -> None:
     elif isinstance(value, int):
         write(int.__repr__(value))
     elif isinstance(value, float):
-        write("NaN" if value != value else _FLOATS.get(value) or float.__repr__(value))
+        write("NaN" if value != value else _FLOATS.get(value) or float.__repr__(value))  # noqa: PLR0124 (NaN)
     elif isinstance(value, dict):
         write("{")
         for i, (key, item) in enumerate(value.items()):

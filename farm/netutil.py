@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Self
 
 from packaging.utils import canonicalize_name
 
@@ -181,7 +181,7 @@ class _Deadline:
         timer.start()
         self._timers.append(timer)
 
-    def __enter__(self) -> _Deadline:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -325,7 +325,7 @@ def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, de
             if total is not None and size != total:  # read(n) returns short at a hang-up, raising nothing
                 raise NetworkError(f"the download of {url} was interrupted after {size} bytes "
                                    f"(of {total})", url=url)
-        os.replace(part, dest)
+        part.replace(dest)
     finally:
         part.unlink(missing_ok=True)
     return Downloaded(size, digest.hexdigest())

@@ -36,7 +36,9 @@ def _codes(result: object) -> list[tuple[str, Cause, str]]:
 
 def test_the_exact_list_passes(tmp_path: Path) -> None:
     result = judge(_inspect(tmp_path, [UNIT, UNIT]), ArchList.parse(BASE))
-    assert result.passed and not result.missing and not result.extra
+    assert result.passed
+    assert not result.missing
+    assert not result.extra
     assert result.found == ArchList.parse(BASE)
 
 
@@ -106,7 +108,8 @@ def test_readers_disagreeing_is_a_finding_of_its_own(tmp_path: Path) -> None:
 def test_no_extension_and_the_jit_exemption(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b""})
     report = assert_inspection(wheel.name, (), Expected(ArchList.parse(BASE)))
-    assert not report.passed and [f.cause for f in report.findings] == [Cause.NO_EXTENSIONS]
+    assert not report.passed
+    assert [f.cause for f in report.findings] == [Cause.NO_EXTENSIONS]
     assert assert_inspection(wheel.name, (), Expected(ArchList.parse(BASE), allow_no_extensions=True)).passed
 
 
@@ -146,7 +149,8 @@ def test_bundled_library_rules(tmp_path: Path) -> None:
     split = bundled.replace(disagreement="cuobjdump differs")
     report = assert_inspection("demo.whl", (main,), replace(expected, vendored=(VendoredRule("*", None, "x"),)),
                                vendored=(split,))
-    assert not report.passed and "disagree" in (report.vendored_results[0].problem or "")
+    assert not report.passed
+    assert "disagree" in (report.vendored_results[0].problem or "")
 
 
 def test_the_wheel_path_reads_the_binaries_it_judges(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def native_demo(tmp_path_factory, pypi_toolkit):
     return root, build_cell(config, config.recipe("demo_ext"), CELL, settings)
 
 
-def _cannot_run(reason: str):
+def _cannot_run(reason: str) -> None:
     """Skip on a developer's machine; fail in CI (``CI=true``), which prepares podman with
     .ci/podman-setup.sh: a container test that silently skips there proves nothing."""
     if os.environ.get("CI", "").lower() in ("true", "1"):
@@ -135,17 +135,18 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert info["cell"] == {"cuda": "13.0", "torch": "none", "python": PY, "platform": "linux_x86_64"}
 
 
-def test_native_build_of_demo_ext_passes_postbuild(native_demo):
+def test_native_build_of_demo_ext_passes_postbuild(native_demo) -> None:
     root, result = native_demo
     _check_asserted_demo(root, result, "native")
     # the spec the build was resolved into, written beside it, is the one postbuild asserted
     from farm.build.spec import SPEC_FILE, read_spec
 
     spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
-    assert spec == result.plan.spec and spec.arch.archs == ArchList.parse(ARCHS)
+    assert spec == result.plan.spec
+    assert spec.arch.archs == ArchList.parse(ARCHS)
 
 
-def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
+def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path) -> None:
     _, result = native_demo
     (wheel,) = result.asserted
     with zipfile.ZipFile(wheel) as zf:
@@ -157,7 +158,7 @@ def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
     assert proc.stdout.strip() == "0"
 
 
-def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_path, pypi_toolkit, capsys):
+def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_path, pypi_toolkit, capsys) -> None:
     """README: `nox -s build -- demo_ext --cuda 13.0 --builder native`, run twice in one checkout.
     The second run finds the cell's asserted wheel (same configuration) and exits 0 without a build."""
     _demo_root(tmp_path)
@@ -169,7 +170,8 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     capsys.readouterr()
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "already built" in err and wheel.name in err
+    assert "already built" in err
+    assert wheel.name in err
     assert [p.name for p in (tmp_path / "wheelhouse").glob("*.whl")] == [wheel.name]
     assert wheel.read_bytes() == first
     # ...and postbuild after the quick start (README's everyday flow) carries the wheel to dist/
@@ -190,7 +192,7 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     assert wheel.read_bytes() == first
 
 
-def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):
+def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys) -> None:
     """Every selected cell is in the ledger: not an error."""
     config = _demo_root(tmp_path)
     recipe = config.recipe("demo_ext")
@@ -205,7 +207,7 @@ def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):
     assert "nothing to build" in capsys.readouterr().err
 
 
-def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
+def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo) -> None:
     root, result = podman_demo
     _check_asserted_demo(root, result, "cibuildwheel")
     # the toolkit came from PyPI inside the container
@@ -217,12 +219,14 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
     with zipfile.ZipFile(wheel) as zf:
         info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
     image_python = container_python(result.plan)
-    assert image_python is not None and info["toolchain"]["python"] == image_python
+    assert image_python is not None
+    assert info["toolchain"]["python"] == image_python
     summary = (root / "step-summary.md").read_text()
-    assert summary.startswith("earlier step\n") and f"{PY}-manylinux_x86_64" in summary
+    assert summary.startswith("earlier step\n")
+    assert f"{PY}-manylinux_x86_64" in summary
 
 
-def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolkit, capsys, monkeypatch):
+def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolkit, capsys, monkeypatch) -> None:
     """Through the command line: `farm build` exits 1, names the missing and extra arches, and
     leaves nothing in the upload directory."""
     make_root(tmp_path, {"pointnet2_like": POINTNET2_RECIPE},
@@ -235,7 +239,8 @@ def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolki
                  "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(upload), "--json"])
     assert code == 1
     (result,) = json.loads(capsys.readouterr().out)["results"]
-    assert not result["passed"] and result["wheels"] == []
+    assert not result["passed"]
+    assert result["wheels"] == []
     (ext,) = result["postbuild"][0]["assertion"]["extensions"]
     assert ext["expected"] == "sm_80;sm_86"
     assert ext["found"] == "sm_75;sm_80;compute_80"
@@ -249,16 +254,17 @@ def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolki
 
 
 # -- engine and source preparation ----------------------------------------------------------------
-def test_missing_engine_names_the_alternatives(tmp_path, monkeypatch):
+def test_missing_engine_names_the_alternatives(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolError) as exc:
         check_engine("podman")
     assert "not installed" in str(exc.value)
-    assert "--engine docker" in str(exc.value) and "--builder native" in str(exc.value)
+    assert "--engine docker" in str(exc.value)
+    assert "--builder native" in str(exc.value)
     assert exc.value.exit_code == 3
 
 
-def test_unknown_engine_is_bad_input():
+def test_unknown_engine_is_bad_input() -> None:
     with pytest.raises(UsageError):
         check_engine("lxc")
 
@@ -276,7 +282,7 @@ def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg"):
     return config, src
 
 
-def test_patch_script_runs_on_a_private_copy(tmp_path):
+def test_patch_script_runs_on_a_private_copy(tmp_path) -> None:
     script = ("import pathlib, re\np = pathlib.Path('setup.py')\n"
               "p.write_text(re.sub(r'^os.environ.*$', '', p.read_text(), flags=re.M))\n")
     config, src = _patch_root(tmp_path, script)
@@ -286,7 +292,7 @@ def test_patch_script_runs_on_a_private_copy(tmp_path):
     assert (src / "pkg" / "setup.py").read_text() == before  # the checkout is untouched
 
 
-def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_path):
+def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_path) -> None:
     # packages/patches/pointnet2_ops.py on a setup.py with pointnet2_ops' assignment line
     src = tmp_path / "checkout"
     (src / "pointnet2_ops_lib").mkdir(parents=True)
@@ -301,25 +307,26 @@ def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_pa
     copy = prepare_source(src, config.recipe("pointnet2_ops"), config.root, tmp_path / "work", log=logged.append)
     patched = (copy / "pointnet2_ops_lib" / "setup.py").read_text()
     assert "TORCH_CUDA_ARCH_LIST" not in patched.split('"""', 2)[2]  # the docstring may name it
-    assert patched.count("\n") == setup.count("\n") - 1 and "removed the TORCH_CUDA_ARCH_LIST" in " ".join(logged)
+    assert patched.count("\n") == setup.count("\n") - 1
+    assert "removed the TORCH_CUDA_ARCH_LIST" in " ".join(logged)
     subprocess.run([sys.executable, str(REPO / "packages" / "patches" / "pointnet2_ops.py")],
                    cwd=copy / "pointnet2_ops_lib", check=True, capture_output=True)
     assert (copy / "pointnet2_ops_lib" / "setup.py").read_text() == patched
 
 
-def test_failing_patch_script_is_reported(tmp_path):
+def test_failing_patch_script_is_reported(tmp_path) -> None:
     config, src = _patch_root(tmp_path, "raise SystemExit('pattern not found')\n")
     with pytest.raises(ConfigError, match="pattern not found"):
         prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
 
 
-def test_missing_subdir_is_reported(tmp_path):
+def test_missing_subdir_is_reported(tmp_path) -> None:
     config, src = _patch_root(tmp_path, None, subdir="nope")
     with pytest.raises(ConfigError, match="build.subdir 'nope'"):
         prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
 
 
-def test_native_builder_refuses_cells_it_cannot_build(tmp_path):
+def test_native_builder_refuses_cells_it_cannot_build(tmp_path) -> None:
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
     recipe = config.recipe("demo_ext")
@@ -333,7 +340,7 @@ def test_native_builder_refuses_cells_it_cannot_build(tmp_path):
             run_native(plan, log=lambda m: None)
 
 
-def test_native_builds_default_to_this_python_and_platform(capsys):
+def test_native_builds_default_to_this_python_and_platform(capsys) -> None:
     import argparse
 
     from farm.commands.build import _native_defaults, configure
@@ -347,13 +354,15 @@ def test_native_builds_default_to_this_python_and_platform(capsys):
     assert "this Python" in capsys.readouterr().err
     explicit = parser.parse_args(["demo_ext", "--builder", "native", "--python", "3.10", "--platform", "win_amd64"])
     _native_defaults(explicit)
-    assert explicit.python == ["3.10"] and explicit.platform == ["win_amd64"]
+    assert explicit.python == ["3.10"]
+    assert explicit.platform == ["win_amd64"]
     container = parser.parse_args(["demo_ext"])
     _native_defaults(container)
-    assert container.python is None and container.platform is None
+    assert container.python is None
+    assert container.platform is None
 
 
-def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch):
+def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch) -> None:
     """A CIBW_*_LINUX variable in the caller's environment beats the plan's generic CIBW_* one in
     cibuildwheel; the builder drops it. Checked with cibuildwheel's own option resolution."""
     from dataclasses import replace
@@ -386,7 +395,7 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
     assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's
 
 
-def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch):
+def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch) -> None:
     """One plan, one environment: cibuildwheel (its own option resolution, from the config file
     farm writes) and the native builder give the same variables, quotes, $VAR and $(...) included."""
     from dataclasses import replace
@@ -416,13 +425,16 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
     expected = in_container.environment.as_dictionary(prev_environment=base)
     native = native_environment(steps, base)
     assert native == expected
-    assert native["GREETING"] == 'say "hi" to `them` and \\ back' and native["WITH_SPACE"] == "a b  c"
-    assert native["PATH"].startswith("/opt/x/bin:") and native["PATH"].endswith(":/usr/bin")
+    assert native["GREETING"] == 'say "hi" to `them` and \\ back'
+    assert native["WITH_SPACE"] == "a b  c"
+    assert native["PATH"].startswith("/opt/x/bin:")
+    assert native["PATH"].endswith(":/usr/bin")
     assert native["NESTED"] == '/home/u/say "hi" to `them` and \\ back'
-    assert native["SHELL_OUT"] == "sub" and native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
+    assert native["SHELL_OUT"] == "sub"
+    assert native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 
 
-def test_build_output_is_relayed_without_secrets(capfd):
+def test_build_output_is_relayed_without_secrets(capfd) -> None:
     """pip echoing an index URL with a token, or a build script printing a password: the log farm
     relays shows neither (stdout stays free for --json)."""
     from farm.build.builders import run_relayed
@@ -433,14 +445,16 @@ def test_build_output_is_relayed_without_secrets(capfd):
     assert proc.returncode == 0
     out, err = capfd.readouterr()
     assert out == ""
-    assert "Looking in indexes: https://***@pypi.example/simple" in err and "token=***" in err
-    assert "tok-9f8e7d6c" not in err and "pw-1234" not in err
+    assert "Looking in indexes: https://***@pypi.example/simple" in err
+    assert "token=***" in err
+    assert "tok-9f8e7d6c" not in err
+    assert "pw-1234" not in err
 
 
-def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys):
+def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys) -> None:
     """Without a lint_ignore, the setup.py override of pointnet2_like is refused by the lint that
     farm build runs on the prepared source: exit 1, before any toolkit or compiler is touched."""
-    recipe = POINTNET2_RECIPE.split("lint_ignore:")[0]
+    recipe = POINTNET2_RECIPE.split("lint_ignore:", maxsplit=1)[0]
     make_root(tmp_path, {"pointnet2_like": recipe}, {"src/pointnet2_like": REPO / "tests" / "data" / "pointnet2_like"})
     cache = tmp_path / "cache"
     code = main(["build", "pointnet2_like", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
@@ -448,5 +462,7 @@ def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 1
     assert "the arch-gate lint fails on the source of pointnet2_like-3.0.0-cu130-notorch-cp311-linux_x86_64 as built" in err
-    assert "setup.py" in err and "TORCH_CUDA_ARCH_LIST" in err
-    assert not (cache / "toolkit").exists() and not (cache / "envs").exists()
+    assert "setup.py" in err
+    assert "TORCH_CUDA_ARCH_LIST" in err
+    assert not (cache / "toolkit").exists()
+    assert not (cache / "envs").exists()

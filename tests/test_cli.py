@@ -32,7 +32,8 @@ def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
             main(argv)
         assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in COMMANDS) and "exit codes" in out
+    assert all(name in out for name in COMMANDS)
+    assert "exit codes" in out
 
 
 def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,7 +46,8 @@ def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixtu
     assert "unknown package 'no_such_package'" in captured.err
     doc = json.loads(captured.out)
     assert doc["ok"] is False
-    assert doc["error"]["exit_code"] == EXIT_BAD_INPUT and doc["error"]["command"] == "matrix"
+    assert doc["error"]["exit_code"] == EXIT_BAD_INPUT
+    assert doc["error"]["command"] == "matrix"
     assert "no_such_package" in doc["error"]["message"]
 
 
@@ -87,7 +89,8 @@ def test_a_short_lived_command_onto_a_full_disk_fails(cuda_fixtures: CudaFixture
         for paths in ([cuda_fixtures.path("default")], [cuda_fixtures.path("rdc")] * 200):
             proc = _console("inspect", *flags, *map(str, paths), stdout=full, stderr=subprocess.PIPE)
             assert proc.returncode == EXIT_ENVIRONMENT
-            assert b"no space left on the device" in proc.stderr and b"Traceback" not in proc.stderr
+            assert b"no space left on the device" in proc.stderr
+            assert b"Traceback" not in proc.stderr
 
 
 def test_the_console_gives_a_long_lived_command_the_collector_back(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,5 +118,6 @@ def test_a_short_lived_command_leaves_no_temporary_file(cuda_fixtures: CudaFixtu
     for flags in ([], ["--json", "--stubs"]):
         proc = _console("inspect", *flags, str(wheel), env={**os.environ, "TMPDIR": str(scratch)},
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert proc.returncode == 0 and b"demo/_C.so" in proc.stdout
+        assert proc.returncode == 0
+        assert b"demo/_C.so" in proc.stdout
     assert list(scratch.iterdir()) == []

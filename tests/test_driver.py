@@ -65,22 +65,27 @@ def test_same_major_highest_minor_wins_and_sass_beats_ptx() -> None:
 
 def test_issue_done_when_policy_list() -> None:
     by_device = {str(c.device): c for c in explain(ArchList.parse("8.0;8.6;9.0+PTX"))}
-    assert by_device["8.9"].target.name == "sm_86" and by_device["8.9"].kind is ImageKind.SASS
+    assert by_device["8.9"].target.name == "sm_86"
+    assert by_device["8.9"].kind is ImageKind.SASS
     for d in ("10.0", "12.0"):
-        assert by_device[d].kind is ImageKind.PTX_JIT and by_device[d].target.name == "compute_90"
+        assert by_device[d].kind is ImageKind.PTX_JIT
+        assert by_device[d].target.name == "compute_90"
     assert by_device["7.5"].kind is ImageKind.NONE
 
 
 def test_claimed_devices_start_at_lowest_arch() -> None:
     claimed = claimed_devices(ArchList.parse("8.0;8.6;9.0+PTX"))
-    assert claimed[0] == Device(8, 0) and Device(7, 5) not in claimed and claimed[-1] == KNOWN_DEVICES[-1]
+    assert claimed[0] == Device(8, 0)
+    assert Device(7, 5) not in claimed
+    assert claimed[-1] == KNOWN_DEVICES[-1]
 
 
 def test_cli_explain_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "8.0;8.6;9.0+PTX"]) == 0
     out = capsys.readouterr().out
     line_89 = next(line for line in out.splitlines() if line.startswith("8.9 "))
-    assert "sm_86" in line_89 and "sass" in line_89
+    assert "sm_86" in line_89
+    assert "sass" in line_89
     line_75 = next(line for line in out.splitlines() if line.startswith("7.5 "))
     assert "cudaErrorNoKernelImageForDevice" in line_75
 

@@ -16,7 +16,8 @@ from farm.model.drivers import DriverVersion, minimum_driver, requirements, tabl
                                              ("11.8", 450)])
 def test_runtime_minimum_per_major(cuda: str, branch: int) -> None:
     need = table().runtime_minimum(cuda)
-    assert need is not None and need.branch == branch
+    assert need is not None
+    assert need.branch == branch
     assert "minor-version-compatibility" in need.source
     assert table().runtime_minimum("10.2") is None
 
@@ -34,7 +35,9 @@ def test_ptx_isa_per_release(cuda: str, isa: str) -> None:
 
 def test_ptx_needs_the_driver_of_its_toolkit() -> None:
     need = table().ptx_minimum("8.7")
-    assert need is not None and need.branch == 570 and "222" in need.error
+    assert need is not None
+    assert need.branch == 570
+    assert "222" in need.error
     assert table().ptx_minimum("8.6").branch == 570  # CUDA 12.7 never shipped: the first toolkit writing >= 8.6
     assert table().ptx_minimum("9.0").shown == "580.65.06"
     assert table().ptx_minimum("99.0") is None  # newer than the table: unknown, never guessed
@@ -52,7 +55,8 @@ def test_a_cu128_wheel_on_driver_550_runs_sass_but_cannot_jit() -> None:
     sass = requirements("12.8", None, has_ptx=False)
     jit = requirements("12.8", None, has_ptx=True)
     assert all(r.met_by(driver) for r in sass)
-    assert not minimum_driver(jit).met_by(driver) and minimum_driver(jit).branch == 570
+    assert not minimum_driver(jit).met_by(driver)
+    assert minimum_driver(jit).branch == 570
 
 
 def test_driver_version_keeps_its_text() -> None:

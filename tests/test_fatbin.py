@@ -185,7 +185,8 @@ def test_corrupt_files_fail_closed(cuda_fixtures: CudaFixtures, name: str, messa
     with pytest.raises(BinaryFormatError) as err:
         read_fatbins(path)
     assert message in str(err.value)
-    assert str(path) in str(err.value) and "fix:" in str(err.value)
+    assert str(path) in str(err.value)
+    assert "fix:" in str(err.value)
     assert err.value.exit_code == 2
 
 

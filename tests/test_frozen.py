@@ -14,8 +14,11 @@ from farm.model.arch import ArchList, Kind, Target, Variant
 
 def test_fields_compare_and_hash_and_cannot_be_set() -> None:
     a, b = Target(9, 0, Variant.ARCH), Target(9, 0, Variant.ARCH, Kind.SASS)
-    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
-    assert a != Target(9, 0) and a != (9, 0, Variant.ARCH, Kind.SASS)
+    assert a == b
+    assert hash(a) == hash(b)
+    assert len({a, b}) == 1
+    assert a != Target(9, 0)
+    assert a != (9, 0, Variant.ARCH, Kind.SASS)
     with pytest.raises(AttributeError, match="Target is frozen: cannot set major"):
         a.major = 10
     with pytest.raises(AttributeError, match="frozen"):

@@ -45,13 +45,14 @@ def farm(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 def refused(result: tuple[int, str], code: int, *words: str) -> None:
     rc, err = result
     assert rc == code, err
-    assert "Traceback" not in err and err.strip()
+    assert "Traceback" not in err
+    assert err.strip()
     for word in words:
         assert word in err, err
 
 
 # ------------------------------------------------------------------------------------------ files
-@pytest.mark.parametrize("content, words", [
+@pytest.mark.parametrize(("content", "words"), [
     (DEEP, ["nest deeper"]),
     (b'{"spec_version": Infinity}', ["Infinity"]),
     (b'{"spec_version": NaN}', ["NaN"]),
@@ -88,7 +89,7 @@ def test_a_hostile_wave_plan_is_bad_input(tmp_path: Path, capsys, content: bytes
 
 
 # ------------------------------------------------------------------------------------- toolkit flags
-@pytest.mark.parametrize("flags, words", [
+@pytest.mark.parametrize(("flags", "words"), [
     (["--release", "13.0.2/../../../../tmp/x"], ["--release", "is not a CUDA 13.0 release"]),
     (["--release", "13.0.banana"], ["13.0.banana"]),
     (["--release", "12.8.1"], ["12.8.1"]),
@@ -417,7 +418,7 @@ def test_a_ledger_line_that_never_ends_is_refused_naming_it(tmp_path: Path, caps
 
 
 @pytest.mark.parametrize("command", ["postbuild", "assert"])
-@pytest.mark.parametrize("flags, words", [
+@pytest.mark.parametrize(("flags", "words"), [
     (["--cuda", "13.0/../x", "--torch", "none"], ["unknown CUDA line '13.0/../x'"]),
     (["--cuda", "13.1", "--torch", "none"], ["unknown CUDA line '13.1'", "did you mean"]),
 ])

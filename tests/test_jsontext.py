@@ -11,7 +11,7 @@ from farm.jsontext import Raw, dump, dumps
 
 VALUES: list[object] = [
     None, True, False, 0, -1, 2**70, 1.5, -0.0, 1e300, math.inf, -math.inf, "", "plain",
-    "quote \" backslash \\ slash / tab \t newline \n nul \0 bell \x07", "é ü 漢字 \U0001f600 \ud800",
+    'quote " backslash \\ slash / tab \t newline \n nul \0 bell \x07', "é ü 漢字 \U0001f600 \ud800",
     [], (), {}, [1, [2, (3, None)], {"a": []}], {"b": 1, "a": {"c": [True, False]}, "": ""},
     {1: "int key", -5: None}, {"path": "/tmp/x.so", "found": ["sm_90", "compute_90"], "n": 3},
 ]
@@ -42,5 +42,6 @@ def test_dump_hands_the_same_text_over_in_pieces() -> None:
     pieces: list[str] = []
     value = {"results": [{"fatbins": Raw("[1, 2]"), "path": "a\u00e9"}], "n": None}
     dump(value, pieces.append)
-    assert len(pieces) > 1 and "".join(pieces) == dumps(value) == json.dumps({**value, "results": [
+    assert len(pieces) > 1
+    assert "".join(pieces) == dumps(value) == json.dumps({**value, "results": [
         {"fatbins": [1, 2], "path": "a\u00e9"}]})

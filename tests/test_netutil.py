@@ -112,7 +112,8 @@ def test_download_hashes_caps_and_reports(server: str, tmp_path: Path) -> None:
     got = download(f"{server}/blob", tmp_path / "blob", max_bytes=len(BLOB), progress=lines.append)
     assert (got.size, got.sha256) == (len(BLOB), hashlib.sha256(BLOB).hexdigest())
     assert (tmp_path / "blob").read_bytes() == BLOB
-    assert lines[0] == f"blob: downloading {server}/blob (1.0 MB)" and lines[-1] == "blob: 1.0 MB of 1.0 MB"
+    assert lines[0] == f"blob: downloading {server}/blob (1.0 MB)"
+    assert lines[-1] == "blob: 1.0 MB of 1.0 MB"
     with pytest.raises(TooLarge) as info:
         download(f"{server}/blob", tmp_path / "small", max_bytes=1000)
     assert info.value.cap == 1000

@@ -74,5 +74,6 @@ def test_explain_session(clone: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     devices = {d["device"]: d for d in farm_json(result.stdout)["devices"]}
     assert devices["8.9"]["image"] == "sm_86"
-    assert devices["10.0"]["image"] == "compute_90" and devices["10.0"]["kind"] == "ptx-jit"
+    assert devices["10.0"]["image"] == "compute_90"
+    assert devices["10.0"]["kind"] == "ptx-jit"
     assert devices["7.5"]["image"] is None

@@ -53,7 +53,7 @@ before-build = "exit 1"
 """
 
 
-@pytest.fixture()
+@pytest.fixture
 def config(tmp_path):
     for d in ("examples/demo_ext", "src/torchpkg/lib"):
         (tmp_path / d).mkdir(parents=True)
@@ -82,7 +82,7 @@ def build_env(plan) -> dict[str, str]:
     return parse_environment(plan.options["environment"]).as_dictionary({"PATH": "/usr/bin"})
 
 
-def test_identifiers():
+def test_identifiers() -> None:
     assert identifier(X86) == "cp311-manylinux_x86_64"
     assert identifier(ARM) == "cp312-manylinux_aarch64"
     assert identifier(WIN) == "cp311-win_amd64"
@@ -90,7 +90,7 @@ def test_identifiers():
         identifier(Cell("x", "1", "13.0", "none", "cp311", "macosx_arm64"))
 
 
-def test_torch_free_x86_plan(config, tmp_path):
+def test_torch_free_x86_plan(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86, container_engine="podman",
                     images={"x86_64": "localhost/img:1", "aarch64": "localhost/arm:1"})
     assert plan.argv == ("cibuildwheel", "--only", "cp311-manylinux_x86_64",
@@ -115,11 +115,12 @@ def test_torch_free_x86_plan(config, tmp_path):
         assert f"--exclude {soname}" in plan.options["repair-wheel-command"]
 
 
-def test_torch_aarch64_plan(config, tmp_path):
+def test_torch_aarch64_plan(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, ARM, images={"x86_64": "localhost/img:1",
                                                    "aarch64": "quay.io/pypa/manylinux_2_28_aarch64"})
     assert plan.identifier == "cp312-manylinux_aarch64"
-    assert plan.package_dir == "lib" and plan.argv[-1] == "lib"
+    assert plan.package_dir == "lib"
+    assert plan.argv[-1] == "lib"
     assert plan.options["archs"] == ["aarch64"]
     assert plan.options["manylinux-aarch64-image"] == "quay.io/pypa/manylinux_2_28_aarch64"
     assert "manylinux-x86_64-image" not in plan.options
@@ -133,15 +134,17 @@ def test_torch_aarch64_plan(config, tmp_path):
     assert plan.torch_version == "2.9.1"
     before = plan.options["before-build"]
     assert "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130" in before
-    assert "psutil" in before and "setuptools" in before
+    assert "psutil" in before
+    assert "setuptools" in before
 
 
-def test_windows_plan_uses_the_host_toolkit(config, tmp_path):
+def test_windows_plan_uses_the_host_toolkit(config, tmp_path) -> None:
     with pytest.raises(UsageError, match="needs its toolkit"):
         plan_for(config, tmp_path, WIN)
     plan = plan_for(config, tmp_path, WIN, host_cuda_home=Path("C:/farm/toolkit/13.0/cuda"))
     assert plan.identifier == "cp311-win_amd64"
-    assert plan.options["before-all"] == "" and plan.options["repair-wheel-command"] == ""
+    assert plan.options["before-all"] == ""
+    assert plan.options["repair-wheel-command"] == ""
     assert build_env(plan)["CUDA_HOME"] == "C:/farm/toolkit/13.0/cuda"
     assert build_env(plan)["PATH"] == "C:/farm/toolkit/13.0/cuda/bin;/usr/bin"
     # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
@@ -149,17 +152,19 @@ def test_windows_plan_uses_the_host_toolkit(config, tmp_path):
     assert "'" not in plan.options["before-build"]
 
 
-def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path):
+def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86)
     options = tomllib.loads(plan.config_text)["tool"]["cibuildwheel"]
-    assert options["test-command"] == "" and options["before-test"] == "" and options["skip"] == ""
+    assert options["test-command"] == ""
+    assert options["before-test"] == ""
+    assert options["skip"] == ""
     assert options["build"] == "cp311-manylinux_x86_64"
     assert parse_environment(options["environment"]).as_dictionary({})["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
     assert options["before-build"] == plan.options["before-build"]
 
 
 @pytest.mark.parametrize("cell", [X86, ARM, WIN], ids=lambda c: c.platform)
-def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_path, cell):
+def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_path, cell) -> None:
     # The checkout's own [tool.cibuildwheel] says skip = "*": with farm's config file it is not read.
     plan = plan_for(config, tmp_path, cell, host_cuda_home=Path("/opt/cuda"))
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
@@ -172,12 +177,12 @@ def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_pat
     assert proc.stdout.split() == [plan.identifier]
 
 
-def test_step_summary_is_redirected_into_the_work_dir(config, tmp_path):
+def test_step_summary_is_redirected_into_the_work_dir(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86)
     assert plan.env["GITHUB_STEP_SUMMARY"] == str(tmp_path / "work/cibuildwheel-summary.md")
 
 
-def test_family_targets_are_rendered_for_cmake_only(config, tmp_path):
+def test_family_targets_are_rendered_for_cmake_only(config, tmp_path) -> None:
     recipe = config.recipe("demo_ext")
     plan = plan_build(config, recipe, X86, tmp_path / "examples/demo_ext", options(tmp_path),
                       archs=ArchList.parse("9.0;10.0f"))
@@ -186,7 +191,7 @@ def test_family_targets_are_rendered_for_cmake_only(config, tmp_path):
     assert env["CUDAARCHS"] == "90-real;100f-real"
 
 
-def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path):
+def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path) -> None:
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  arch_env: {TORCHPKG_ARCHS: versions, TORCHPKG_SMS: numbers}\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
@@ -198,7 +203,7 @@ def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path)
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a;10.0a;12.0"
 
 
-def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path):
+def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path) -> None:
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
@@ -212,7 +217,7 @@ def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path):
     assert "dnf" not in win.options["before-all"]
 
 
-def test_bad_inputs(config, tmp_path):
+def test_bad_inputs(config, tmp_path) -> None:
     recipe = config.recipe("demo_ext")
     with pytest.raises(UsageError, match="absolute"):
         plan_build(config, recipe, X86, tmp_path, PlanOptions(output_dir=Path("out"), work_dir=tmp_path))
@@ -220,7 +225,7 @@ def test_bad_inputs(config, tmp_path):
         plan_build(config, config.recipe("torchpkg"), X86, tmp_path, options(tmp_path))
 
 
-def test_cuda_components_are_manifest_names(tmp_path):
+def test_cuda_components_are_manifest_names(tmp_path) -> None:
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: nvidia-nvtx==13.0.85\n"
     # refused when the recipe loads, before any plan: with the file and line
@@ -229,19 +234,20 @@ def test_cuda_components_are_manifest_names(tmp_path):
     assert "packages/demo_ext.yml:9" in str(err.value)
 
 
-def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(config, tmp_path):
+def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(config, tmp_path) -> None:
     for d in ("examples/demo_ext", "src/torchpkg/lib"):
         (tmp_path / "r" / d).mkdir(parents=True, exist_ok=True)
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: [cuda_nvtx]\n"
     cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
     plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
-    assert plan.toolkit.components[-1] == "cuda_nvtx" and "nvidia-nvtx==13.0.85" in plan.options["before-all"]
+    assert plan.toolkit.components[-1] == "cuda_nvtx"
+    assert "nvidia-nvtx==13.0.85" in plan.options["before-all"]
     torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
     tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
     assert "nvidia-cusparse==12.6.3.3" in tplan.options["before-all"]
 
 
-def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
+def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> None:
     cell = Cell("demo_ext", "0.1.0", "12.8", "none", "cp311", "linux_x86_64")
     with pytest.raises(UsageError, match="mounts the host's"):
         plan_for(config, tmp_path, cell)
@@ -256,11 +262,12 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
     engine = OCIContainerEngineConfig.from_config_string(spaced.options["container-engine"])
     assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
-    assert plan.toolkit.source == "redist" and plan.toolkit.release == "12.8.1"
+    assert plan.toolkit.source == "redist"
+    assert plan.toolkit.release == "12.8.1"
 
 
 @pytest.mark.parametrize("vendored", [False, True])
-def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
+def test_repair_command_refuses_vendored_libraries(tmp_path, vendored) -> None:
     files = {"demo_ext/_C.so": b"\x7fELF"}
     if vendored:
         files["demo_ext.libs/libgomp-a34b3233.so.1"] = b"\x7fELF"
@@ -274,12 +281,12 @@ def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
         assert "CW-ADR-0009" in proc.stderr
 
 
-def test_excludes_cover_driver_runtime_and_torch():
+def test_excludes_cover_driver_runtime_and_torch() -> None:
     for name in ("libcuda.so.1", "libcudart.so.*", "libtorch_cuda.so", "libc10_cuda.so"):
         assert name in SONAME_EXCLUDES
 
 
-def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path):
+def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path) -> None:
     files = {"demo_ext/_C.so": b"\x7fELF", "demo_ext.libs/libgomp-a34b3233.so.1": b"\x7fELF"}
     dest = tmp_path / "repaired"
     make_wheel(dest, "demo_ext", "0.1.0", files)

@@ -80,7 +80,8 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
     entry = json.loads(stamped.fragment.read_text())
     assert entry["filename"] == wheel.name
     assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
-    assert entry["size"] == wheel.stat().st_size and entry["published"] == []
+    assert entry["size"] == wheel.stat().st_size
+    assert entry["published"] == []
     buildinfo.validate(entry)
     with zipfile.ZipFile(wheel) as zf:
         embedded = json.loads(zf.read(f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"))
@@ -109,8 +110,10 @@ def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, 
     out = stamped.stamped.path.parent
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     again = postbuild_wheel(raw_wheel, out, context(cuda_home, BASE, epoch=2), dist="demo_ext")
-    assert again.stamped is not None and not again.stamped.created
-    assert again.stamped.sha256 == stamped.stamped.sha256 and again.fragment == stamped.fragment
+    assert again.stamped is not None
+    assert not again.stamped.created
+    assert again.stamped.sha256 == stamped.stamped.sha256
+    assert again.fragment == stamped.fragment
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -127,12 +130,14 @@ def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path
     assert info["found"] == {so: "sm_80;sm_90;compute_90"} == info["expected"]
     assert info["arch_list"] == {"requested": BASE, "normalised": "sm_80;sm_90;compute_90"}
     assert info["assertion"]["result"] == "passed"
-    assert info["assertion"]["cuobjdump"] == stamped.report.tools.cuobjdump and info["assertion"]["cuobjdump"]
+    assert info["assertion"]["cuobjdump"] == stamped.report.tools.cuobjdump
+    assert info["assertion"]["cuobjdump"]
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert f"V{info['toolchain']['nvcc']}" in reported
     assert info["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
     assert info["run"] == probe.run_from_env(os.environ).to_dict()
-    assert info["build_epoch"] == 2 and info["provenance"] == "asserted"
+    assert info["build_epoch"] == 2
+    assert info["provenance"] == "asserted"
 
 
 def test_record_verifies_and_input_is_untouched(stamped, raw_wheel: Path) -> None:
@@ -168,7 +173,9 @@ def test_stamped_wheel_installs_and_build_info_reads_back_at_runtime(stamped, tm
 def test_failed_assertion_writes_nothing(raw_wheel: Path, cuda_home: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = postbuild_wheel(raw_wheel, out, context(cuda_home, "8.0;8.6;9.0+PTX"), dist="demo_ext")
-    assert not result.passed and result.stamped is None and result.fragment is None
+    assert not result.passed
+    assert result.stamped is None
+    assert result.fragment is None
     assert "sm_86" in result.report.render()
     assert not out.exists() or list(out.iterdir()) == []
 
@@ -209,12 +216,15 @@ def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) 
                                            "GITHUB_SHA": "a" * 40, "GITHUB_RUN_ID": "77", "GITHUB_RUN_ATTEMPT": "1"})
     assert recipe.name == "demo_ext"
     assert ctx.cell == Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")
-    assert ctx.build_epoch == 3 and ctx.build_tag == "3"
+    assert ctx.build_epoch == 3
+    assert ctx.build_tag == "3"
     assert ctx.defaults_sha256 == hashlib.sha256((farm_root / "_defaults.yml").read_bytes()).hexdigest()
     assert ctx.recipe_sha256 == hashlib.sha256((farm_root / "packages" / "demo_ext.yml").read_bytes()).hexdigest()
-    assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
+    assert ctx.requested == BASE
+    assert ctx.expected.default == ArchList.parse(BASE)
     assert ctx.source == buildinfo.GitSourceRecord("example/demo_ext", "v0.1.0", None)
-    assert ctx.run.provider == "github" and ctx.run.run_id == "77"
+    assert ctx.run.provider == "github"
+    assert ctx.run.run_id == "77"
     assert ctx.requires_dist == ("numpy>=1.24",)  # stamped into the wheel's METADATA
 
 
@@ -225,9 +235,11 @@ def test_cli_postbuild_then_failed_batch_writes_nothing(farm_root: Path, raw_whe
             "--cuda-home", str(cuda_home), "--json"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["passed"] and len(report["wheels"]) == 1
+    assert report["passed"]
+    assert len(report["wheels"]) == 1
     stamped = Path(report["wheels"][0]["stamped"])
-    assert stamped.parent == out and "-3-" in stamped.name
+    assert stamped.parent == out
+    assert "-3-" in stamped.name
     assert sorted(p.name for p in out.iterdir()) == sorted([stamped.name, stamped.name + ".ledger.json"])
 
     write_farm_root(farm_root, {"demo_ext": "8.0;9.0;10.0+PTX"})  # the build missed 10.0
@@ -237,7 +249,8 @@ def test_cli_postbuild_then_failed_batch_writes_nothing(farm_root: Path, raw_whe
     assert main(["postbuild", str(raw_wheel), "--out", str(out2), "--root", str(farm_root),
                  "--cuda-home", str(cuda_home)]) == 1
     captured = capsys.readouterr()
-    assert "sm_100" in captured.out and "nothing was written" in captured.err
+    assert "sm_100" in captured.out
+    assert "nothing was written" in captured.err
     assert not out2.exists() or list(out2.iterdir()) == []
 
 
@@ -303,14 +316,16 @@ def test_postbuild_asserts_the_build_spec_it_is_given(farm_root: Path, raw_wheel
     base = ["postbuild", str(raw_wheel), "--root", str(farm_root), "--cuda-home", str(cuda_home), "--json"]
     assert main([*base, "--out", str(tmp_path / "out-a"), "--spec", str(as_configured)]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["passed"] and doc["wheels"][0]["stamped"]
+    assert doc["passed"]
+    assert doc["wheels"][0]["stamped"]
 
     # a build given another list than the config's: its wheel fails the spec's assertion
     other = write_spec(resolve_spec(config, recipe, ctx.cell, arch=ArchRequest.given(ArchList.parse("8.0;9.0"))),
                        tmp_path / "b")
     assert main([*base, "--out", str(tmp_path / "out-b"), "--spec", str(other)]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert not doc["passed"] and not (tmp_path / "out-b").exists()
+    assert not doc["passed"]
+    assert not (tmp_path / "out-b").exists()
 
     # a spec of another cell, or a flag that contradicts it: bad input, nothing written
     wrong = write_spec(resolve_spec(config, recipe, replace(ctx.cell, python="cp312")), tmp_path / "c")
@@ -337,7 +352,8 @@ def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path
     for _ in range(2):  # and again: a no-op
         assert main(["postbuild", str(stamped), "--out", str(dist), "--root", str(farm_root), "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
-        assert doc["passed"] and doc["wheels"][0]["sha256"] == hashlib.sha256(stamped.read_bytes()).hexdigest()
+        assert doc["passed"]
+        assert doc["wheels"][0]["sha256"] == hashlib.sha256(stamped.read_bytes()).hexdigest()
     assert (dist / stamped.name).read_bytes() == stamped.read_bytes()
     assert json.loads((dist / (stamped.name + ".ledger.json")).read_text())["filename"] == stamped.name
     # `farm assert --cell` reads the stamped wheel's own cell too

@@ -63,7 +63,7 @@ def test_decode_and_encode_round_trip_in_field_order() -> None:
         tree.labels["c"] = "z"  # type: ignore[index]
 
 
-@pytest.mark.parametrize("data, where", [
+@pytest.mark.parametrize(("data", "where"), [
     ({**SAMPLE, "extra": 1}, ""),
     ({**SAMPLE, "top": {"kind": "leaf", "name": "n", "colour": "red"}}, "top"),
 ])
@@ -73,7 +73,7 @@ def test_a_key_the_definition_lacks_is_refused(data: dict[str, object], where: s
     assert err.value.where == where
 
 
-@pytest.mark.parametrize("data, where", [
+@pytest.mark.parametrize(("data", "where"), [
     ({k: v for k, v in SAMPLE.items() if k != "size"}, "size"),
     ({**SAMPLE, "size": True}, "size"),
     ({**SAMPLE, "state": "new"}, "state"),
@@ -121,7 +121,8 @@ def test_a_field_added_to_the_definition_reaches_schema_decoder_writer_and_index
     signed = Signed(**{f.name: getattr(base, f.name) for f in dataclasses.fields(BuildInfo)}, signed_by="key-1")
     # the writer: the new key last, in the file's order
     data = encode(signed)
-    assert list(data)[-1] == "signed_by" and data["signed_by"] == "key-1"
+    assert list(data)[-1] == "signed_by"
+    assert data["signed_by"] == "key-1"
     assert {k: v for k, v in data.items() if k != "signed_by"} == base.to_dict()
     # the schema
     schema = object_schema(Signed)

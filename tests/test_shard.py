@@ -50,8 +50,10 @@ SO = "shard_ext/_C.cpython-311-x86_64-linux-gnu.so"
 
 # -- pure ------------------------------------------------------------------------------------------
 def test_shard_job_parse() -> None:
-    assert ShardJob.parse("3/20") == ShardJob(20, 3) and ShardJob.parse("0/2").label == "0/2"
-    assert ShardJob(4).is_link and ShardJob(4).label == "link"
+    assert ShardJob.parse("3/20") == ShardJob(20, 3)
+    assert ShardJob.parse("0/2").label == "0/2"
+    assert ShardJob(4).is_link
+    assert ShardJob(4).label == "link"
     for bad in ("3", "20/20", "0/1", "a/2", "-1/2"):
         with pytest.raises(ValueError):
             ShardJob.parse(bad)
@@ -159,7 +161,8 @@ def test_link_wheel_asserts_and_matches_the_unsharded_build(sharded, tmp_path) -
     assert ib["assertion"]["result"] == "passed"
     # four TUs, each fatbin with both targets, in both wheels
     per_tu = _found_per_tu(b, tmp_path)
-    assert len(per_tu) == 4 and per_tu == _found_per_tu(a, tmp_path)
+    assert len(per_tu) == 4
+    assert per_tu == _found_per_tu(a, tmp_path)
     log = [json.loads(x) for x in (sharded[0] / "shards" / CELL.id / "log" / "link.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in log) == ["served"] * 4
 
@@ -175,7 +178,8 @@ def test_a_shard_built_with_another_arch_list_fails_the_assertion(sharded, pypi_
     config = _root(tmp_path / "main")
     result = build_cell(config, config.recipe("shard_ext"), CELL,
                         _settings(tmp_path / "main", pypi_toolkit, shards, ShardJob(2)))
-    assert not result.passed and not result.asserted
+    assert not result.passed
+    assert not result.asserted
     text = result.postbuild[0].report.render()
     assert "sm_90" in text
     report = result.postbuild[0].to_json()["assertion"]
@@ -234,7 +238,9 @@ def test_matrix_expands_sharded_cells_into_compile_and_link_jobs(tmp_path, capsy
     assert rc == 0
     linux = [c for c in data["cells"] if c["platform"] == "linux_x86_64"]
     windows = [c for c in data["cells"] if c["platform"] == "win_amd64"]
-    assert linux and windows and all(c["compile_jobs"] == 3 for c in linux)
+    assert linux
+    assert windows
+    assert all(c["compile_jobs"] == 3 for c in linux)
     assert all("compile_jobs" not in c for c in windows)  # Windows cells build unsharded
     out = read_outputs(output)
     build, link = json.loads(out["shard_0"]), json.loads(out["link"])
@@ -257,7 +263,8 @@ def test_a_wave_counts_every_compile_and_link_job(tmp_path, capsys) -> None:
 
     root = make_tree(tmp_path, alpha="sharding: 60\n")
     rc, data, _ = farm_matrix(capsys, root, "alpha", "--platform", "linux_x86_64", "--max-shards", "1")
-    assert rc == 0 and data["deferred_cells"]
+    assert rc == 0
+    assert data["deferred_cells"]
     n = len(data["cells"])
     assert data["jobs"] == {"build": 60 * n, "link": n}
     assert 61 * n <= SHARD_SIZE < 61 * (n + 1)  # as many whole sharded cells as fit, the rest deferred
@@ -274,19 +281,23 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     config = _root(tmp_path)
     src = tmp_path / "src" / "shard_ext"
     setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 1), CELL.id, src)
-    assert setup.table == assign(TUS, 2) and (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
+    assert setup.table == assign(TUS, 2)
+    assert (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
     plan = plan_build(config, config.recipe("shard_ext"), CELL, src,
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=setup))
     env = dict(plan.native.environment)
-    assert env["FARM_SHARD_DIR"] == "/opt/farm/shard" and env["FARM_SHARD_ROOT"] == "/project"
+    assert env["FARM_SHARD_DIR"] == "/opt/farm/shard"
+    assert env["FARM_SHARD_ROOT"] == "/project"
     assert env["PYTORCH_NVCC"] == "/opt/farm/shard/bin/farm-nvcc /opt/farm/toolkit/cuda/bin/nvcc"
     assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/farm/shard/bin/farm-nvcc"
     assert f"--volume {setup.directory}:/opt/farm/shard" in str(plan.options["container-engine"])
-    assert "PYTORCH_NVCC" in str(plan.options["environment"]) and "FARM_SHARD_DIR" in plan.config_text
+    assert "PYTORCH_NVCC" in str(plan.options["environment"])
+    assert "FARM_SHARD_DIR" in plan.config_text
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
     native = dict(_native_plan(plan, tk, setup).native.environment)
-    assert native["FARM_SHARD_DIR"] == str(setup.directory) and native["FARM_SHARD_ROOT"] == str(src)
+    assert native["FARM_SHARD_DIR"] == str(setup.directory)
+    assert native["FARM_SHARD_ROOT"] == str(src)
     assert native["PYTORCH_NVCC"] == f"{setup.directory}/bin/farm-nvcc {home}/bin/nvcc"
     config_json = json.loads((setup.directory / "shard.json").read_text())
     assert (config_json["mode"], config_json["index"], config_json["count"]) == ("compile", 1, 2)

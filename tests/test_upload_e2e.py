@@ -118,19 +118,23 @@ def test_pypiserver_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
         assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
         entry = _ledger_entry(ledger, wheel.name)
         (published,) = entry["published"]
-        assert published["target"] == "pypi" and published["url"].startswith(f"{base}/")
+        assert published["target"] == "pypi"
+        assert published["url"].startswith(f"{base}/")
         assert secret not in json.dumps(entry)
 
         python = fresh_venv(tmp_path / "venv")
         proc = pip_install(python, "--index-url", f"{base}/simple/", "demo_ext")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         got = installed(python)
-        assert got["version"] == "0.1.0+cu130" and got["provenance"] == "asserted"
+        assert got["version"] == "0.1.0+cu130"
+        assert got["provenance"] == "asserted"
 
         # Re-upload: found in the simple API with the same sha256, so twine is not even run.
         before = ledger.read_bytes()
         again = upload(out, [target], ledger=ledger, env=env)
-        assert again.ok and again.outcomes[0].sent == () and again.recorded == 0
+        assert again.ok
+        assert again.outcomes[0].sent == ()
+        assert again.recorded == 0
         assert ledger.read_bytes() == before
     finally:
         server.stop()
@@ -187,8 +191,8 @@ def test_github_dry_run_plans_exact_commands(demo_batch: Batch, tmp_path: Path) 
     assert report.ok
     (outcome,) = report.outcomes
     assert outcome.commands == (
-        "gh release create demo_ext --repo farm-wheels/farm-wheels --title demo_ext "
-        "--notes 'Prebuilt CUDA wheels of demo_ext.'",
+        ("gh release create demo_ext --repo farm-wheels/farm-wheels --title demo_ext "
+        "--notes 'Prebuilt CUDA wheels of demo_ext.'"),
         f"gh release upload demo_ext --repo farm-wheels/farm-wheels {out / wheel.name}",
     )
     assert not ledger.exists()  # a dry run writes nothing
@@ -197,7 +201,9 @@ def test_github_dry_run_plans_exact_commands(demo_batch: Batch, tmp_path: Path) 
     sha = report.gate.passed[0].sha256
     state = {"demo_ext": [Asset(wheel.name, wheel.stat().st_size, sha)]}
     again = upload(out, [target], ledger=ledger, dry_run=True, github_state=state)
-    assert again.ok and again.outcomes[0].commands == () and again.outcomes[0].sent == ()
+    assert again.ok
+    assert again.outcomes[0].commands == ()
+    assert again.outcomes[0].sent == ()
     shutil.rmtree(out)
 
 
@@ -254,9 +260,10 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         linked = IndexSettings("pages", tmp_path / "pages", links="pypi")
 
         alone = upload(out, [linked], ledger=ledger, env=env)
-        assert not alone.ok and not ledger.exists()
-        assert alone.refusals == (f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
-                                  "run with --target pypi --target pages",)
+        assert not alone.ok
+        assert not ledger.exists()
+        assert alone.refusals == ((f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
+                                  "run with --target pypi --target pages"),)
 
         report = upload(out, [linked, pypi], ledger=ledger, env=env)  # run order: pypi, then pages
         assert report.ok, report.refusals
@@ -264,7 +271,8 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         assert not (linked.path / "files").exists()
         page = (linked.path / "cu130" / "demo-ext" / "index.html").read_text()
         sha = report.gate.passed[0].sha256
-        assert f'href="{pypi_base}/packages/' in page and f"#sha256={sha}" in page
+        assert f'href="{pypi_base}/packages/' in page
+        assert f"#sha256={sha}" in page
         entry = _ledger_entry(ledger, wheel.name)
         assert [(p["target"], p["url"]) for p in entry["published"]][1] == ("pages", "cu130/demo-ext/")
 
@@ -278,7 +286,9 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
             server.stop()
 
         again = upload(out, [linked, pypi], ledger=ledger, env=env)
-        assert again.ok and [o.sent for o in again.outcomes] == [(), ()] and again.recorded == 0
+        assert again.ok
+        assert [o.sent for o in again.outcomes] == [(), ()]
+        assert again.recorded == 0
 
         # `farm index DIR --links pypi` rebuilds the pages from the ledger alone.
         from farm.cli import main

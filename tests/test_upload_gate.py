@@ -178,7 +178,8 @@ def test_cli_refusal_lines_and_exit_code(demo_batch: Batch, tmp_path: Path,
 
     rc = main(["upload", str(out), "--root", str(root), "--target", "index", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 1 and doc["ok"] is False
+    assert rc == 1
+    assert doc["ok"] is False
     assert {r["check"] for r in doc["gate"]["refused"]} == {"stamped", "ledger"}
 
 
@@ -257,11 +258,13 @@ def test_judge_inferred_and_failed_are_refused() -> None:
 def test_judge_ledger_entry_of_another_cell() -> None:
     entry = {**INFO, "filename": NAME, "cell": {**INFO["cell"], "torch": "2.7"}}
     (r,) = judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"])
-    assert r.check is Check.LEDGER and "cell" in r.message
+    assert r.check is Check.LEDGER
+    assert "cell" in r.message
     # Every provenance field counts, not only the cell's; the ledger's own keys do not.
     entry = {**INFO, "filename": NAME, "published": [{"target": "i", "url": "u"}], "recipe_sha256": "b" * 64}
     (r,) = judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"])
-    assert r.check is Check.LEDGER and "differ in recipe_sha256 " in r.message
+    assert r.check is Check.LEDGER
+    assert "differ in recipe_sha256 " in r.message
 
 
 def test_judge_passed_provenance_whose_found_is_not_its_expected_is_refused() -> None:
@@ -280,7 +283,8 @@ def test_malformed_embedded_provenance_is_refused_not_a_crash(demo_batch: Batch,
         "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, "assertion": "passed"}).encode(),
     })
     (refusal,) = _gate(tmp_path).refused
-    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.wheel == wheel.name
+    assert refusal.check is Check.READABLE
     assert refusal.message.startswith(
         "cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: invalid build info at assertion")
     assert "\n" not in refusal.line()  # one line per offending wheel
@@ -305,7 +309,8 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["upload", str(tmp_path), "--root", str(tmp_path)]) == 2  # no wheels
     assert main(["index", str(tmp_path), "--root", str(tmp_path)]) == 2  # not an index tree
     err = capsys.readouterr().err
-    assert "no wheels to upload" in err and "not an index tree" in err
+    assert "no wheels to upload" in err
+    assert "not an index tree" in err
 
 
 def test_cli_dry_run_sends_nothing(demo_batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -314,7 +319,8 @@ def test_cli_dry_run_sends_nothing(demo_batch: Batch, tmp_path: Path, capsys: py
     copy_batch(demo_batch, out)
     assert main(["upload", str(out), "--root", str(root), "--dry-run"]) == 0
     assert "index (index): would send 1, already there 0" in capsys.readouterr().out
-    assert not (root / "public").exists() and not (root / "ledger.jsonl").exists()
+    assert not (root / "public").exists()
+    assert not (root / "ledger.jsonl").exists()
 
 
 def _forge_arch(so: bytes, new_arch: int) -> bytes:
@@ -393,7 +399,8 @@ def test_judge_provenance_that_contradicts_itself_is_refused() -> None:
     assert "requested 8.0 normalises to sm_80" in refusal.message
     info = {**INFO, "arch_list": {"requested": "not an arch list", "normalised": "sm_80"}}
     (refusal,) = judge(NAME, SHA, _bi(info), _le({**info, "filename": NAME, "sha256": SHA}), None, INFO["found"])
-    assert refusal.check is Check.CONSISTENT and "does not parse" in refusal.message
+    assert refusal.check is Check.CONSISTENT
+    assert "does not parse" in refusal.message
 
 
 def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
@@ -401,10 +408,11 @@ def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) 
     make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {"demo_ext/__init__.py": b"",
                                                      "demo_ext-0.1.0+cu130.dist-info/_build_info.json": big})
     (refusal,) = _gate(tmp_path).refused
-    assert refusal.check is Check.READABLE and "at most" in refusal.message
+    assert refusal.check is Check.READABLE
+    assert "at most" in refusal.message
 
 
-@pytest.mark.parametrize("change, says", [
+@pytest.mark.parametrize(("change", "says"), [
     ({"schema_version": 2}, "schema version 2: this farm reads version 1"),
     ({"run": {"provider": "local", "repository": None, "commit": None, "run_id": None, "attempt": None,
               "runner": "x"}}, "invalid build info: run has key(s) 'runner' this farm does not know"),
@@ -419,5 +427,6 @@ def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, 
         "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, **change}).encode(),
     })
     (refusal,) = _gate(tmp_path).refused
-    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.wheel == wheel.name
+    assert refusal.check is Check.READABLE
     assert refusal.message == f"cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: {says}"

@@ -36,13 +36,13 @@ def test_new_release_is_created_then_uploaded() -> None:
     p = plan(GH, [wheel(W2), wheel(W1)], {"flash_attn": None})
     assert p.ok
     assert p.lines() == [
-        "gh release create flash_attn --repo farm-wheels/farm-wheels --title flash_attn "
-        "--notes 'Prebuilt CUDA wheels of flash_attn.'",
+        ("gh release create flash_attn --repo farm-wheels/farm-wheels --title flash_attn "
+        "--notes 'Prebuilt CUDA wheels of flash_attn.'"),
         f"gh release upload flash_attn --repo farm-wheels/farm-wheels /out/{W1} /out/{W2}",
     ]
     assert p.uploads == (
-        (W1, "https://github.com/farm-wheels/farm-wheels/releases/download/flash_attn/"
-             "flash_attn-2.8.3%2Bcu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"),
+        (W1, ("https://github.com/farm-wheels/farm-wheels/releases/download/flash_attn/"
+             "flash_attn-2.8.3%2Bcu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl")),
         (W2, asset_url("farm-wheels/farm-wheels", "flash_attn", W2)),
     )
     assert not any("--clobber" in line for line in p.lines())
@@ -62,7 +62,9 @@ def test_one_release_per_package_and_tag_format() -> None:
 
 def test_reupload_of_the_same_file_is_a_noop() -> None:
     p = plan(GH, [wheel(W1)], {"flash_attn": [Asset(W1, 1000, "a" * 64)]})
-    assert p.ok and p.commands == () and p.skipped == (W1,)
+    assert p.ok
+    assert p.commands == ()
+    assert p.skipped == (W1,)
     assert p.uploads[0][0] == W1  # still reported where it lives, for the ledger
 
 
@@ -76,16 +78,19 @@ def test_same_name_other_digest_refused() -> None:
 def test_existing_asset_without_digest() -> None:
     # Recorded in the ledger as published here, same size: it is this file.
     p = plan(GH, [wheel(W1, recorded=True)], {"flash_attn": [Asset(W1, 1000, None)]})
-    assert p.ok and p.skipped == (W1,)
+    assert p.ok
+    assert p.skipped == (W1,)
     # Not recorded: it cannot be verified, so it is not assumed.
     p = plan(GH, [wheel(W1)], {"flash_attn": [Asset(W1, 1000, None)]})
-    assert not p.ok and "no digest" in p.refusals[0]
+    assert not p.ok
+    assert "no digest" in p.refusals[0]
 
 
 def test_asset_cap_refused_and_warned_before() -> None:
     full = [Asset(f"old-{i}.whl", 1, None) for i in range(ASSET_CAP - 1)]
     p = plan(GH, [wheel(W1), wheel(W2)], {"flash_attn": full})
-    assert not p.ok and p.commands == ()
+    assert not p.ok
+    assert p.commands == ()
     assert "would hold 1001 assets, over GitHub's cap of 1000" in p.refusals[0]
     assert "'{package}-{version}'" in p.refusals[0]
 
@@ -98,7 +103,8 @@ def test_asset_cap_refused_and_warned_before() -> None:
 
 def test_oversized_asset_refused() -> None:
     p = plan(GH, [wheel(W1, size=2 * 1024**3)], {"flash_attn": None})
-    assert not p.ok and "under 2 GiB" in p.refusals[0]
+    assert not p.ok
+    assert "under 2 GiB" in p.refusals[0]
 
 
 def test_uploads_are_chunked() -> None:
@@ -144,7 +150,8 @@ def test_a_gh_that_prints_the_token_has_it_redacted(tmp_path: Path, monkeypatch:
         view("o/r", "flash_attn", env=env)
     shown = str(exc.value)
     assert "rejected by" in shown  # the line is relayed ...
-    assert "ghp_SECRETSECRET123" not in shown and "hunter2-deploy" not in shown  # ... without secrets
+    assert "ghp_SECRETSECRET123" not in shown
+    assert "hunter2-deploy" not in shown
     assert "https://***@github.com/o/r" in shown
 
 

@@ -23,10 +23,13 @@ from tests.publishfix import REPO
 def test_repository_defaults_parse() -> None:
     defaults = load_defaults(REPO / "_defaults.yml")
     targets = parse_targets(defaults.publish, root=REPO)
-    assert isinstance(targets["index"], IndexSettings) and targets["index"].path == REPO / "public" / "index"
-    assert isinstance(targets["github"], GithubSettings) and targets["github"].tag == "{package}"
+    assert isinstance(targets["index"], IndexSettings)
+    assert targets["index"].path == REPO / "public" / "index"
+    assert isinstance(targets["github"], GithubSettings)
+    assert targets["github"].tag == "{package}"
     pypi = targets["pypi"]
-    assert isinstance(pypi, TwineSettings) and pypi.simple_url == default_simple_url(pypi.repository_url)
+    assert isinstance(pypi, TwineSettings)
+    assert pypi.simple_url == default_simple_url(pypi.repository_url)
     assert defaults.default_target in targets
 
 

@@ -166,7 +166,8 @@ def test_one_wave_through_the_cli_at_scale(tmp_path: Path, all_cells: set[str]) 
     assert totals["scheduled"] == len(data["cells"]) == CAPACITY
     assert totals["scheduled"] + totals["deferred"] == totals["to_build"] == len(all_cells)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
-    assert outputs["shard_count"] == str(MAX_SHARDS) and outputs["deferred"] == str(totals["deferred"])
+    assert outputs["shard_count"] == str(MAX_SHARDS)
+    assert outputs["deferred"] == str(totals["deferred"])
     shard_ids = [e["id"] for i in range(MAX_SHARDS) for e in json.loads(outputs[f"shard_{i}"])]
     assert shard_ids == [c["id"] for c in data["cells"]]
     assert set(shard_ids) | set(data["deferred_cells"]) == all_cells
@@ -238,7 +239,8 @@ def test_farm_wave_publishes_the_built_cells_and_lists_the_failed(
     assert outputs == {"publish": "true", "next_wave": "true", "built": "1", "failed": "2", "deferred": "5"}
     text = summary.read_text()
     assert "1 cell(s) built, 2 failed, 5 deferred" in text
-    assert f"| a | 1 | {CELLS[1][0]} |" in text and f"| b | 1 | {CELLS[2][0]} |" in text
+    assert f"| a | 1 | {CELLS[1][0]} |" in text
+    assert f"| b | 1 | {CELLS[2][0]} |" in text
     data = json.loads(report.read_text())
     assert [c["id"] for c in data["failed_cells"]] == [CELLS[1][0], CELLS[2][0]]
     assert "failed: " + CELLS[1][0] in capsys.readouterr().out

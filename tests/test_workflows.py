@@ -64,11 +64,13 @@ def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
     assert link["uses"] == "./.github/workflows/build-shard.yml"
     assert link["with"]["cells"] == "${{ needs.matrix.outputs.link }}"
     assert set(link["needs"]) == {"matrix", *(n for n in jobs if re.fullmatch(r"build-\d+", n))}
-    assert "always()" in link["if"] and "link_count" in link["if"]
+    assert "always()" in link["if"]
+    assert "link_count" in link["if"]
     assert jobs["matrix"]["outputs"]["link"] == "${{ steps.matrix.outputs.link }}"
     steps = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())["jobs"]["build"]["steps"]
     build = next(s for s in steps if "nox -s build" in s.get("run", ""))
-    assert "--link --shard-dir shards" in build["run"] and '--shard "$SHARD" --shard-dir shards' in build["run"]
+    assert "--link --shard-dir shards" in build["run"]
+    assert '--shard "$SHARD" --shard-dir shards' in build["run"]
     download = next(s for s in steps if s.get("uses", "").startswith("actions/download-artifact"))
     upload_objects = next(s for s in steps if s.get("name") == "Upload this compile shard's objects")
     # the compile job's artifact name is the link job's download pattern
@@ -91,18 +93,22 @@ def test_build_workflow_runs_in_waves_and_publishes_what_built() -> None:
 
     publish = jobs["publish"]
     # a failed or cancelled shard does not stop the publish: farm wave decides per cell
-    assert "always()" in publish["if"] and "failure" not in publish["if"]
+    assert "always()" in publish["if"]
+    assert "failure" not in publish["if"]
     steps = publish["steps"]
     names = [s.get("id") or s.get("name") or s.get("uses") for s in steps]
     wave = steps[names.index("wave")]
-    assert "nox -s wave --" in wave["run"] and "--github-output" in wave["run"] and "--dist dist" in wave["run"]
+    assert "nox -s wave --" in wave["run"]
+    assert "--github-output" in wave["run"]
+    assert "--dist dist" in wave["run"]
     upload = next(s for s in steps if "nox -s upload" in s.get("run", ""))
     assert upload["if"] == "${{ steps.wave.outputs.publish == 'true' }}"
     assert "nox -s upload -- dist" in upload["run"]
     # the next wave starts after the ledger is pushed, only when this one built and deferred
     commit = next(i for i, s in enumerate(steps) if "git push" in s.get("run", ""))
     chain = next(i for i, s in enumerate(steps) if "gh workflow run build.yml" in s.get("run", ""))
-    assert commit < chain and steps[chain]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
+    assert commit < chain
+    assert steps[chain]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
     assert publish["permissions"]["actions"] == "write"
     # the failed cells are listed (summary + artifact) and the run still says something failed
     assert any(s.get("with", {}).get("path") == "wave.json" for s in steps)
@@ -120,7 +126,7 @@ def test_cell_jobs_free_disk_and_restore_caches_before_building() -> None:
     assert any("toolkit-" in k and "matrix.cuda" in k and "hashFiles('farm/toolkit/*.py')" in k for k in keys)
     # every line and platform (12.x and win_amd64 included) gets farm's toolkit, cached by its manifest hash
     resolve = next(s for s in before if s.get("id") == "toolkit")
-    assert "toolkit --cuda \"$CUDA\" --platform \"$PLATFORM\" --dry-run --json" in resolve["run"]
+    assert 'toolkit --cuda "$CUDA" --platform "$PLATFORM" --dry-run --json' in resolve["run"]
     assert any("steps.toolkit.outputs.hash" in k and "matrix.platform" in k for k in keys)
     assert any("torch-" in k and "matrix.torch" in k and "matrix.python" in k and "hashFiles('_defaults.yml')" in k
                for k in keys)
@@ -132,5 +138,7 @@ def test_audit_workflow_streams_the_fleet_in_shards() -> None:
     shards = job["strategy"]["matrix"]["shard"]
     runs = " ".join(s.get("run", "") for s in job["steps"])
     assert "gh release download" not in runs, "no step downloads the whole fleet"
-    assert "--from-ledger" in runs and "--max-scratch" in runs
-    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs and shards == list(range(len(shards)))
+    assert "--from-ledger" in runs
+    assert "--max-scratch" in runs
+    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs
+    assert shards == list(range(len(shards)))

@@ -198,7 +198,7 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None), knobs=knobs)
+                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs)
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            prepare=prepare, variant=f"patch:{digest}")
 

@@ -226,7 +226,7 @@ def arch_environment(archs: ArchList) -> dict[str, str]:
 
 
 def _environment(
-    cell: Cell, archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
+    archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
 ) -> list[tuple[str, str]]:
     sep = ";" if windows else ":"
     env: list[tuple[str, str]] = [
@@ -282,7 +282,7 @@ def _quoter(windows: bool) -> Callable[[str], str]:
 
 
 def before_build_commands(
-    cell: Cell, knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
+    knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
     tools: tuple[str, ...] = BUILD_REQUIREMENTS,
 ) -> list[str]:
     q = _quoter(windows)
@@ -352,7 +352,7 @@ def plan_build(
         cuda_home = PurePosixPath(options.host_cuda_home).as_posix()
         before_all = ""
 
-    env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
+    env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows")
     if options.shard is not None:  # the build's nvcc calls go through farm's launcher
         if in_container:
             env_pairs += options.shard.environment(CONTAINER_SHARD_DIR, CONTAINER_ROOT, cuda_home)
@@ -361,7 +361,7 @@ def plan_build(
         else:
             env_pairs += options.shard.environment(options.shard.directory.as_posix(),
                                                    Path(source_root).as_posix(), cuda_home)
-    before_build = before_build_commands(cell, knob, torch_version, spec.torch_index or "",
+    before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from itertools import chain, count, islice, repeat
 from operator import attrgetter
@@ -125,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         try:
             # only the output asked for is built: either one takes milliseconds for a large library
-            if os.path.splitext(path)[1] == ".whl":
+            if Path(path).suffix == ".whl":
                 w = inspect_wheel(path, reader, cuobjdump=tool, stubs=args.stubs)
                 if args.json:
                     results.append({"kind": "wheel", **w.to_json()})

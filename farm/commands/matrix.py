@@ -81,7 +81,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a package whose lint fails is withheld (none of its cells scheduled, listed as "
                              "lint_failed) and the others are scheduled: exit 0; without it a lint failure "
                              "schedules nothing and exits 1")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--cache-dir", type=Path, help="sources, lint and ledger-index caches (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -35,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="another component to add, as the manifest names it (e.g. libcublas; repeatable)")
     parser.add_argument("--torch", action="store_true", help="add the components torch's headers need")
     parser.add_argument("--dry-run", action="store_true", help="print what would be assembled; no network, no disk")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

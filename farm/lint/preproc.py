@@ -438,7 +438,7 @@ def _branch(word: str, rest: str, number: int, last: int) -> Branch:
     if word == "else":
         return Branch(None, "#else", number, body)
     if word in ("ifdef", "elifdef", "ifndef", "elifndef"):
-        name = rest.split()[0] if rest.split() else ""
+        name = rest.split(maxsplit=1)[0] if rest.split() else ""
         cond: Expr | None = ("defined", name)
         if word.endswith("ndef"):
             cond = ("u!", cond)

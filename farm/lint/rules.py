@@ -203,7 +203,7 @@ class CFile:
     def in_function(self, line: int) -> bool:
         """Whether ``line`` lies inside a function body (braces tracked on the stripped code)."""
         if self._scope is None:
-            self._scope = _brace_states(self.code, self.directives.directive_lines, self.starts)
+            self._scope = _brace_states(self.code, self.directives.directive_lines)
         positions, states = self._scope
         i = bisect.bisect_right(positions, self.offset_of(line)) - 1
         return states[i] if i >= 0 else False
@@ -221,7 +221,7 @@ def parse_c(rel: str, raw: str, library: str | None) -> CFile:
 _BRACE = re.compile(r"[{};]")
 
 
-def _brace_states(code: str, directive_lines: set[int], starts: list[int]) -> tuple[list[int], list[bool]]:
+def _brace_states(code: str, directive_lines: set[int]) -> tuple[list[int], list[bool]]:
     """Offsets where the in-function state changes, and the state from each offset on."""
     if directive_lines:
         lines = code.split("\n")

@@ -94,7 +94,7 @@ def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     if cell.torch == NO_TORCH or not recipe.links_torch:
         return ()
     for req in recipe.requires_dist:
-        if re.match(r"^\s*torch\s*(?:[\[<>=!~;@ ]|$)", req, re.I):
+        if re.match(r"^\s*torch\s*(?:[\[<>=!~;@ ]|$)", req, re.IGNORECASE):
             return ()
     return (f"torch=={cell.torch}.*",)
 
@@ -210,7 +210,7 @@ def recipe_excludes_key(recipe: Recipe, cuda: str, torch: str, python: str, plat
         for combo in only.combinations:
             if combo.cuda != cuda:
                 continue
-            if combo.torch is not None and torch != NO_TORCH and combo.torch != torch:
+            if combo.torch is not None and torch not in (NO_TORCH, combo.torch):
                 continue
             if combo.pythons is not None and python not in combo.pythons:
                 continue

@@ -902,7 +902,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         except InvalidRequirement as exc:
             raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
                               where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
-    sharding = _load_sharding(top, defaults)
+    sharding = _load_sharding(top)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
     top.done(_RECIPE_KEYS)
@@ -921,7 +921,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     return recipe
 
 
-def _load_sharding(top: _Section, defaults: Defaults) -> Sharding | None:
+def _load_sharding(top: _Section) -> Sharding | None:
     """``sharding: 20`` or ``sharding: {jobs: 10, platforms: [linux_x86_64, linux_aarch64]}``."""
     if "sharding" not in top.data:
         return None

@@ -103,7 +103,7 @@ class Shard:
     def takes(self, sha256: str | None, name: str) -> bool:
         if self.count == 1:
             return True
-        key = sha256 if sha256 else hashlib.sha256(name.encode()).hexdigest()
+        key = sha256 or hashlib.sha256(name.encode()).hexdigest()
         return int(key[:12], 16) % self.count == self.index
 
 
