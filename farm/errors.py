@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
+from pathlib import Path
 
 TYPE_CHECKING = False  # typing itself imports re and enum: the fatbin scanner's fast path avoids both
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmErr
 
     target = exc.filename if exc.filename is not None else path
     where = str(target) if target is not None else None
-    folder = os.path.dirname(where) or "." if where else "the output folder"
+    folder = str(Path(where).parent) if where else "the output folder"
     code = exc.errno or 0
     if code in _NO_SPACE:
         return FileSystemError(

@@ -124,7 +124,7 @@ def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
             raise ValueError("'files' and 'projects' of a JSON page must be lists")
         for entry in entries:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("url"), str):
-                raise ValueError(f"a file entry without a url: {entry!r}"[:200])
+                raise ValueError(f"a file entry without a url: {entry!r}"[:200])  # noqa: TRY004 (a malformed page)
             url = urllib.parse.urldefrag(urllib.parse.urljoin(page_url, entry["url"])).url
             hashes = entry.get("hashes") or {}
             hashes = hashes if isinstance(hashes, Mapping) else {}

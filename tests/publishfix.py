@@ -57,7 +57,9 @@ def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
         toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
     result = postbuild_wheel(raw, out, context, dist="demo_ext")
-    assert result.passed and result.stamped and result.fragment, result.to_json()
+    assert result.passed, result.to_json()
+    assert result.stamped, result.to_json()
+    assert result.fragment, result.to_json()
     return Batch(raw, result.stamped.path, result.fragment)
 
 

@@ -64,7 +64,8 @@ def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest
         wheel = builder_wheel(raw, dist, so)
         context, recipe = context_from_config(config, wheel, cuda_home=cuda_home, builder="native")
         result = postbuild_wheel(wheel, pub, context, dist=recipe.dist, fragments_dir=frags)
-        assert result.passed and result.stamped, result.report.render()
+        assert result.passed, result.report.render()
+        assert result.stamped, result.report.render()
         stamped[dist] = result.stamped.path
     ledger = work / "ledger.jsonl"
     merge_fragments(ledger, frags)
@@ -355,7 +356,6 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
     each is downloaded, judged and deleted before the next; one of 2 MiB is a finding, never a
     full disk; 4 shards judge each wheel exactly once."""
     import hashlib
-    import os
     import random
 
     from farm.provenance.ledgerline import dumps_entry
@@ -402,7 +402,7 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
             main([*argv, "--shard", f"{i}/4"])
             seen += [w["filename"] for w in json.loads(capsys.readouterr().out)["wheels"]]
         assert sorted(seen) == sorted(rows), "4 shards judge each wheel exactly once"
-        assert os.listdir(scratch) == []
+        assert list(scratch.iterdir()) == []
     finally:
         server.stop()
 

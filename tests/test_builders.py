@@ -10,12 +10,15 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cibuildwheel.options import BuildOptions
 
 from farm.build.builders import (
     LOCAL_PODMAN_IMAGE,
     BuilderKind,
+    BuildResult,
     BuildSettings,
     build_cell,
     check_engine,
@@ -27,7 +30,9 @@ from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
 from farm.provenance.buildinfo import BuildInfo
+from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
 from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
@@ -52,18 +57,18 @@ lint_ignore:  # the lint in farm build would refuse it first; this test is about
 """
 
 
-def _settings(root: Path, toolkit, **kw) -> BuildSettings:
+def _settings(root: Path, toolkit: Toolkit, **kw: Any) -> BuildSettings:
     return BuildSettings(out_dir=root / "upload", work_root=root / "work", source_cache=root / "sources",
                          toolkit_root=toolkit.prefix.parents[1], **kw)
 
 
-def _demo_root(root: Path):
+def _demo_root(root: Path) -> FarmConfig:
     return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)},
                      {"examples/demo_ext": REPO / "examples" / "demo_ext"})
 
 
 @pytest.fixture(scope="session")
-def native_demo(tmp_path_factory, pypi_toolkit):
+def native_demo(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> tuple[Path, BuildResult]:
     root = tmp_path_factory.mktemp("native")
     config = _demo_root(root)
     settings = _settings(root, pypi_toolkit, builder=BuilderKind.NATIVE)
@@ -92,7 +97,7 @@ def podman_image() -> str:
 
 
 @pytest.fixture(scope="session")
-def podman_demo(tmp_path_factory, pypi_toolkit):
+def podman_demo(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> tuple[Path, BuildResult]:
     image = podman_image()
     root = tmp_path_factory.mktemp("podman")
     config = _demo_root(root)
@@ -111,7 +116,7 @@ def podman_demo(tmp_path_factory, pypi_toolkit):
             os.environ["GITHUB_STEP_SUMMARY"] = saved
 
 
-def _check_asserted_demo(root: Path, result, builder: str) -> None:
+def _check_asserted_demo(root: Path, result: BuildResult, builder: str) -> None:
     assert result.passed, "\n".join(r.report.render() for r in result.postbuild)
     (wheel,) = result.asserted
     assert wheel.parent == root / "upload"
@@ -269,7 +274,7 @@ def test_unknown_engine_is_bad_input() -> None:
         check_engine("lxc")
 
 
-def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg"):
+def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg") -> tuple[FarmConfig, Path]:
     src = tmp_path / "checkout"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "setup.py").write_text('import os\nos.environ["TORCH_CUDA_ARCH_LIST"] = "3.7"\n')
@@ -384,7 +389,7 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
                    package_dir=Path(plan.package_dir), output_dir=plan.output_dir)
     monkeypatch.chdir(plan.cwd)
 
-    def resolved(env):
+    def resolved(env: dict[str, str]) -> BuildOptions:
         return compute_options("linux", args, env).build_options(plan.identifier)
 
     leaked = resolved({**ambient, **plan.env})

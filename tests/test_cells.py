@@ -8,6 +8,7 @@ import pytest
 from farm.model.cells import (
     NO_TORCH,
     Cell,
+    Resolution,
     declared_cells,
     is_phantom,
     local_version,
@@ -15,13 +16,13 @@ from farm.model.cells import (
     recipe_excludes,
     resolve_arch,
 )
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 
 from .buildroot import make_root
 
 
 @pytest.fixture
-def config(tmp_path: Path):
+def config(tmp_path: Path) -> FarmConfig:
     return make_root(tmp_path, {"pkg": textwrap.dedent("""
         name: pkg
         version: '1.0'
@@ -78,7 +79,7 @@ def test_phantoms_and_restrictions(config) -> None:
 def test_resolution_order(config) -> None:
     recipe = config.recipe("pkg")
 
-    def resolved(cuda: str, torch: str, platform: str = "linux_x86_64"):
+    def resolved(cuda: str, torch: str, platform: str = "linux_x86_64") -> Resolution | None:
         return resolve_arch(config, recipe, Cell("pkg", "1.0", cuda, torch, "cp311", platform))
 
     assert resolved("12.8", "2.8").archs.canonical() == "sm_75;sm_80;sm_90;compute_90"

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +20,9 @@ from farm.publish import compat, index
 from .doctorfix import doctor_wheel
 from .ledgermaker import make_entry
 from .publishfix import fresh_venv, pip_install, serve_dir
+
+if TYPE_CHECKING:  # selenium is imported where the browser runs, so its absence is a skip
+    from selenium.webdriver.remote.webdriver import WebDriver
 
 REPO = Path(__file__).resolve().parent.parent
 __all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
@@ -95,7 +99,7 @@ def test_index_tree_keeps_pep503_bytes_and_prunes_compat(doctor_wheel: Path, tmp
     assert not (root / "compat" / "cu129").exists()
 
 
-def _browser():
+def _browser() -> WebDriver:
     """Headless Chromium through chromedriver, or the reason it cannot run (a failure under CI)."""
     missing = [tool for tool in ("chromium", "chromedriver") if shutil.which(tool) is None]
     try:

@@ -15,7 +15,7 @@ cuda_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cuda_build)
 
 
-def flags(value, user=()):
+def flags(value: str, user: tuple[str, ...] = ()) -> list[str]:
     return cuda_build.arch_flags(list(user), {"TORCH_CUDA_ARCH_LIST": value})
 
 

@@ -16,7 +16,7 @@ from farm.doctor.catalog import Catalog
 from farm.doctor.catalog import parse as parse_catalog
 from farm.doctor.diagnose import Severity, channel, diagnose
 from farm.doctor.environment import Environment, Extension, Package, Torch, torch_of
-from farm.doctor.machine import given
+from farm.doctor.machine import Machine, given
 from farm.model.arch import ArchList
 from farm.model.driver import Device
 from farm.model.drivers import DriverVersion
@@ -47,7 +47,7 @@ def _env(*packages: Package, torch: Torch | None = None) -> Environment:
     return Environment("python", (), packages, torch)
 
 
-def _machine(*devices: str, driver: str | None = "580.65.06"):
+def _machine(*devices: str, driver: str | None = "580.65.06") -> Machine:
     return given([Device.parse(d) for d in devices], DriverVersion.parse(driver) if driver else None)
 
 

@@ -26,7 +26,7 @@ from farm.cli import main
 from farm.model.config import load_defaults
 from farm.toolkit import redist
 from farm.toolkit.assemble import STAMP
-from farm.toolkit.request import request_for
+from farm.toolkit.request import ToolkitRequest, request_for
 from tests import loopback
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ def test_a_toolkit_flag_is_checked_like_its_config_twin(tmp_path: Path, capsys, 
 
 
 # --------------------------------------------------------------------------- planted toolkit stamps
-def _request(url: str):  # type: ignore[no-untyped-def]
+def _request(url: str) -> ToolkitRequest:
     return request_for(load_defaults(REPO / "_defaults.yml").toolkit, CUDA, source="redist", redist_url=url)
 
 

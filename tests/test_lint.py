@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from farm.source.fetch import SourceTree
 DATA = Path(__file__).parent / "data" / "lint"
 
 
-def lint(name: str, archs: str, ignores: tuple[LintIgnore, ...] = (), **kw) -> LintReport:
+def lint(name: str, archs: str, ignores: tuple[LintIgnore, ...] = (), **kw: Any) -> LintReport:
     return lint_tree(DATA / name, ArchList.parse(archs), ignores, **kw)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from farm.lint.compiled import TreeIndex, build_scope, resolve_include
+from farm.lint.compiled import BuildScope, TreeIndex, build_scope, resolve_include
 
 KERNEL = "__global__ void k(float* x) { x[0] = 1.0f; }\n"
 
@@ -18,7 +18,7 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def scope_of(root: Path, subdir: str | None = None):
+def scope_of(root: Path, subdir: str | None = None) -> BuildScope:
     return build_scope(TreeIndex(root), subdir)
 
 

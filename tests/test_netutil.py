@@ -43,7 +43,7 @@ def test_an_html_page_and_a_json_page_read_the_same() -> None:
 
 
 def test_json_that_is_not_pep_691_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not an object"):
         parse_page(b"[1, 2]", "application/json", "http://x/")
     with pytest.raises(ValueError, match="without a url"):
         parse_page(b'{"files": [{"filename": "a.whl"}]}', "application/vnd.pypi.simple.v1+json", "http://x/")

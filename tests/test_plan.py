@@ -8,12 +8,14 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cibuildwheel.environment import parse_environment
 
 from farm.build.plan import (
     SONAME_EXCLUDES,
+    BuildPlan,
     PlanOptions,
     identifier,
     plan_build,
@@ -22,6 +24,7 @@ from farm.build.plan import (
 from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
 
 from .buildroot import DEMO_RECIPE, make_root
 from .wheelmaker import make_wheel
@@ -54,7 +57,7 @@ before-build = "exit 1"
 
 
 @pytest.fixture
-def config(tmp_path):
+def config(tmp_path: Path) -> FarmConfig:
     for d in ("examples/demo_ext", "src/torchpkg/lib"):
         (tmp_path / d).mkdir(parents=True)
     (tmp_path / "src/torchpkg/lib/pyproject.toml").write_text(UPSTREAM_PYPROJECT)
@@ -62,11 +65,11 @@ def config(tmp_path):
     return make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch="8.0;9.0+PTX"), "torchpkg": TORCH_RECIPE})
 
 
-def options(tmp_path: Path, **kw) -> PlanOptions:
+def options(tmp_path: Path, **kw: Any) -> PlanOptions:
     return PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", **kw)
 
 
-def plan_for(config, tmp_path, cell, **kw):
+def plan_for(config: FarmConfig, tmp_path: Path, cell: Cell, **kw: Any) -> BuildPlan:
     recipe = config.recipe(cell.package)
     checkout = tmp_path / ("examples/demo_ext" if cell.package == "demo_ext" else "src/torchpkg")
     return plan_build(config, recipe, cell, checkout, options(tmp_path, **kw))

@@ -27,6 +27,7 @@ from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments, read_fragment, write_fragment
 from farm.provenance.postbuild import (
     BuildContext,
+    PostbuildResult,
     cell_platform,
     check_wheel_matches_cell,
     context_from_config,
@@ -66,7 +67,7 @@ def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module")
-def stamped(raw_wheel: Path, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory):
+def stamped(raw_wheel: Path, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> PostbuildResult:
     out = tmp_path_factory.mktemp("out")
     result = postbuild_wheel(raw_wheel, out, context(cuda_home, BASE, epoch=2), dist="demo_ext")
     assert result.passed, result.report.render()

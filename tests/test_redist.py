@@ -13,8 +13,10 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +40,7 @@ CUDA13 = ["cuda_nvcc", "cuda_crt", "libnvvm", "cuda_cudart", "cuda_cccl", "cuda_
 
 
 @pytest.fixture(scope="session")
-def served(tmp_path_factory):
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """(root folder, base URL): the redist trees under root, served on 127.0.0.1 for the session."""
     root = tmp_path_factory.mktemp("redist")
     wheels = redisttree.download_wheels(tmp_path_factory.mktemp("wheels"))
@@ -61,7 +63,7 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def redist_toolkit(served, tmp_path_factory):
+def redist_toolkit(served: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     """``farm toolkit --source redist`` from the served tree: (its --json, prefix)."""
     _, url = served
     prefix = tmp_path_factory.mktemp("tk") / "13.0"
@@ -120,7 +122,7 @@ def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, serve
     version = subprocess.run([str(home / "bin/nvcc"), "--version"], capture_output=True, text=True, check=True)
     assert "release 13.0," in version.stdout
     assert (home / "lib64").resolve() == (home / "lib").resolve()
-    assert os.readlink(home / "lib" / "libcudart.so") == "libcudart.so.13"  # the dev link -lcudart needs
+    assert (home / "lib" / "libcudart.so").readlink() == Path("libcudart.so.13")  # the dev link -lcudart needs
     assert (home / "nvvm" / "bin" / "cicc").is_file()
     assert (home / "include" / "crt" / "host_defines.h").is_file()
     assert (home / "licenses" / "cuda_nvcc" / "LICENSE").is_file()  # top-level files do not collide
@@ -336,7 +338,7 @@ def test_farm_build_with_the_redist_toolkit_writes_an_asserted_wheel_naming_its_
 
 # -- Windows: .zip archives, lib/x64, assembled on any host -------------------------------------------
 @pytest.fixture(scope="session")
-def windows_tree(served, tmp_path_factory):
+def windows_tree(served: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> str:
     root, url = served
     wheels = redisttree.download_wheels(tmp_path_factory.mktemp("winwheels"), windows=True)
     redisttree.build_tree(root / "win", {c: w for c, w in wheels.items() if c != "cuda_nvtx"},

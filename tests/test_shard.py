@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from farm.build import shard, shardjob
-from farm.build.builders import BuilderKind, BuildSettings, build_cell
+from farm.build.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.build.shard import (
     CompileUnit,
     ShardJob,
@@ -26,6 +26,8 @@ from farm.build.shard import (
 from farm.cli import main
 from farm.errors import DefectError, UsageError
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
+from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
 from .buildroot import REPO, make_root
@@ -55,7 +57,7 @@ def test_shard_job_parse() -> None:
     assert ShardJob(4).is_link
     assert ShardJob(4).label == "link"
     for bad in ("3", "20/20", "0/1", "a/2", "-1/2"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="is not I/N|need 0 <= I < N"):
             ShardJob.parse(bad)
 
 
@@ -98,7 +100,7 @@ def test_tu_path_is_relative_to_the_source_root() -> None:
 
 
 # -- real builds -----------------------------------------------------------------------------------
-def _root(root: Path, arch: str = ARCHS):
+def _root(root: Path, arch: str = ARCHS) -> FarmConfig:
     return make_root(root, {"shard_ext": RECIPE.format(arch=arch)},
                      {"src/shard_ext": REPO / "tests" / "data" / "shard_ext"})
 
@@ -119,7 +121,8 @@ def _found_per_tu(wheel: Path, tmp: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def sharded(tmp_path_factory, pypi_toolkit):
+def sharded(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit,
+            ) -> tuple[Path, BuildResult, list[BuildResult], BuildResult]:
     """The unsharded build, then compile shards 0/2 and 1/2 and the link job, in one farm root."""
     root = tmp_path_factory.mktemp("shard")
     config = _root(root)

@@ -14,7 +14,7 @@ from farm.build.spec import SPEC_FILE, BuildSpec, SpecOverrides, read_spec, reso
 from farm.errors import UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 from farm.model.spec import ArchRequest, arch_request
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
@@ -45,7 +45,7 @@ TORCH = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
 
 
 @pytest.fixture
-def config(tmp_path):
+def config(tmp_path: Path) -> FarmConfig:
     for d in ("examples/demo_ext", "src/torchpkg"):
         (tmp_path / d).mkdir(parents=True)
     return make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch="8.0;9.0+PTX"), "torchpkg": TORCH_RECIPE})
@@ -161,11 +161,12 @@ def test_the_matrix_hands_the_build_its_resolution(config) -> None:
 def test_resolve_arch_is_called_in_one_place() -> None:
     """Every stage receives the spec (or its arch request); the rule itself runs behind
     farm.model.spec.arch_request only, which the trust checks (gate, audit) call too."""
-    callers = []
-    for path in sorted((REPO / "farm").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch":
-                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    callers = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in sorted((REPO / "farm").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch"
+    ]
     assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/spec.py"))], callers
 
 

@@ -351,7 +351,7 @@ def test_encrypted_or_unreadable_compression_is_refused(source_wheel: Path, tmp_
 
 def test_stamped_file_is_world_readable(source_wheel: Path, tmp_path: Path) -> None:
     result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None)
-    assert stat.S_IMODE(os.stat(result.path).st_mode) == 0o644
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o644
 
 
 def _compressed_bytes(path: Path, name: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,7 +157,7 @@ def test_second_call_is_cached_and_only_verified(pypi_toolkit, monkeypatch) -> N
     tools run once each to prove it: `nvcc --version` (the stamped release) and `cuobjdump --version`."""
     real_run, ran = subprocess.run, []
 
-    def verify_only(argv, *args, **kwargs):
+    def verify_only(argv: list[str], *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         assert list(argv[1:]) == ["--version"], f"a cached toolkit ran {argv!r}"
         ran.append(Path(argv[0]).name)
         return real_run(argv, *args, **kwargs)

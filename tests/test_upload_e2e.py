@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import pytest
 
+from farm.errors import FarmError
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, upload
 from farm.publish.github import Asset
@@ -157,7 +158,7 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
     (index_target.path / "files").mkdir(parents=True)
     _other_bytes(wheel, index_target.path / "files" / wheel.name)
     squatter = (index_target.path / "files" / wheel.name).read_bytes()
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(FarmError) as exc:
         upload(out, [index_target], ledger=ledger)
     assert "never overwritten" in str(exc.value) or "sha256" in str(exc.value)
     assert (index_target.path / "files" / wheel.name).read_bytes() == squatter

@@ -20,14 +20,14 @@ from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.provenance.verdict import found_difference
 from farm.publish import Check, IndexSettings, upload
-from farm.publish.gate import Vouchers, judge, run_gate
+from farm.publish.gate import GateResult, Vouchers, judge, run_gate
 from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
 
 __all__ = ["demo_batch"]
 
 
-def _gate(out: Path, ledger: Path | None = None):  # type: ignore[no-untyped-def]
+def _gate(out: Path, ledger: Path | None = None) -> GateResult:
     return run_gate(sorted(out.glob("*.whl")), Vouchers.load(ledger, [out]))
 
 
@@ -358,7 +358,8 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
     forged = _forge_arch(dict(members)[so], 90)
     digest = base64.urlsafe_b64encode(hashlib.sha256(forged).digest()).rstrip(b"=").decode()
     with zipfile.ZipFile(forged_raw, "w", zipfile.ZIP_DEFLATED) as zout:
-        for name, data in members:
+        for name, original in members:
+            data = original
             if name == so:
                 data = forged
             elif name.endswith("/RECORD"):  # a RECORD that agrees with the forged file

@@ -114,7 +114,7 @@ def test_uploads_are_chunked() -> None:
 
 
 def test_missing_release_state_is_a_programming_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="release state of .* not given"):
         plan(GH, [wheel(W1)], {})
 
 

@@ -23,8 +23,7 @@ def bomb(levels: int = 9, width: int = 9) -> str:
     9 x 9, i.e. 9**9 = 387 million strings when expanded)."""
     lines = ["name: pkg", "version: '1.0'", "source:", "  git: {repo: owner/pkg, ref: v1.0}", "links_torch: false",
              "lol: &a0 [" + ",".join(['"lol"'] * width) + "]"]
-    for i in range(1, levels + 1):
-        lines.append(f"l{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]")
+    lines += [f"l{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels + 1)]
     lines += ["build:", "  env:", f"    X: *a{levels}"]
     return "\n".join(lines) + "\n"
 

@@ -378,8 +378,8 @@ def scan_directives(code: str) -> Directives:
     functions: list[tuple[int, str, tuple[str, ...], str]] = []
     lines_seen: set[int] = set()
     n_lines = code.count("\n") + 1
-    for number, last, word, rest in directive_lines(code):
-        rest = rest.strip()
+    for number, last, word, raw_rest in directive_lines(code):
+        rest = raw_rest.strip()
         if last == number:
             lines_seen.add(number)
         else:

@@ -592,16 +592,12 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
 # FP8
 # ------------------------------------------------------------------------------------------------
 def fp8_finding(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> Finding | None:
-    uses: list[tuple[int, str]] = []
-    for m in _FP8.finditer(f.code):
-        if not _TORCH_FP8.fullmatch(m.group()):
-            uses.append((m.start(), m.group()))
+    uses = [(m.start(), m.group()) for m in _FP8.finditer(f.code) if not _TORCH_FP8.fullmatch(m.group())]
     for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
         parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
         if parsed:
             _, close = parsed
-            for hit in _FP8.finditer(f.raw, m.end(), close):
-                uses.append((hit.start(), hit.group()))
+            uses.extend((hit.start(), hit.group()) for hit in _FP8.finditer(f.raw, m.end(), close))
     uses = [(pos, word) for pos, word in uses if not any(a <= pos < b for a, b in gated)]
     if not uses:
         return None
@@ -801,7 +797,7 @@ def python_events(text: str) -> list[tuple[int, str, str]] | None:
                 return  # a docstring or a bare string: documentation
             self.generic_visit(node)
 
-        def visit_Raise(self, node: ast.Raise) -> None:
+        def visit_Raise(self, node: ast.Raise) -> None:  # noqa: ARG002 (the visitor's signature)
             return
 
         def visit_Assert(self, node: ast.Assert) -> None:
@@ -868,8 +864,8 @@ def _merge(findings: list[Finding], index: TreeIndex, rel: str, kind: str, archs
     for f in findings:
         groups.setdefault((f.rule, f.message, f.needs), []).append(f)
     merged = []
-    for (rule, message, _), items in groups.items():
-        first = items[0]
+    for (rule, found, _), items in groups.items():
+        first, message = items[0], found
         if rule == Rule.ARCH_OVERRIDE.value and first.severity is Severity.ERROR:
             message += _what_it_builds(index, rel, kind, [f.line for f in items], archs)
         if len(items) > 1:

@@ -50,9 +50,7 @@ def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list
         for file in listing.files:
             if PurePosixPath(urllib.parse.urlsplit(file.url).path).name.endswith(".whl"):
                 wheels.setdefault(file.url, file.sha256)
-        for sub in listing.pages:
-            if sub.startswith(base) and depth < max_depth:
-                pending.append((sub, depth + 1))
+        pending.extend((sub, depth + 1) for sub in listing.pages if sub.startswith(base) and depth < max_depth)
     return sorted(wheels.items())
 
 
