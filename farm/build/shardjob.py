@@ -110,7 +110,8 @@ def _done(setup: ShardSetup, index: int) -> dict[str, Any] | None:
     if not (isinstance(objects, list) and all(isinstance(o, str) for o in objects)):
         raise UsageError(f"{path}: not a shard record farm wrote (an object with a list of object files)",
                          hint="download that compile job's artifact again, or rerun it")
-    return record
+    checked: dict[str, Any] = record
+    return checked
 
 
 def check_shards(setup: ShardSetup) -> list[dict[str, Any]]:
