@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         try:
             # only the output asked for is built: either one takes milliseconds for a large library
-            if Path(path).suffix == ".whl":
+            if path.endswith(".whl"):
                 w = inspect_wheel(path, reader, cuobjdump=tool, stubs=args.stubs)
                 if args.json:
                     results.append({"kind": "wheel", **w.to_json()})
