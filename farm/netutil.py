@@ -225,6 +225,7 @@ def _open(request: urllib.request.Request | str, timeout: float, deadline: _Dead
     try:
         response: http.client.HTTPResponse = deadline.opener().open(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
+        exc.close()  # the error holds the response: its body is unread, its socket still open
         raise NetworkError(f"{url} answered HTTP {exc.code} {exc.reason}", url=url, status=exc.code) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         if deadline.passed():
