@@ -6,12 +6,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / ".github" / "workflows").glob("*.yml"))
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -142,3 +145,37 @@ def test_audit_workflow_streams_the_fleet_in_shards() -> None:
     assert "--max-scratch" in runs
     assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs
     assert shards == list(range(len(shards)))
+
+
+def _load(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((WORKFLOWS[0].parent / name).read_text())
+    return doc
+
+
+def test_tests_workflow_runs_the_oldest_and_newest_supported_python() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    oldest = re.fullmatch(r">=(3\.\d+)", project["requires-python"].split("#")[0].strip())
+    assert oldest, project["requires-python"]
+    noxfile = (REPO / "noxfile.py").read_text()
+    pythons = re.search(r"^PYTHONS = \[(.*)\]$", noxfile, re.MULTILINE)
+    assert pythons, "noxfile.py names PYTHONS"
+    newest = max(re.findall(r'"(3\.\d+)"', pythons[1]), key=lambda v: int(v.split(".")[1]))
+    jobs = _load("tests.yml")["jobs"]
+    assert jobs["tests"]["strategy"]["matrix"]["python"] == [oldest[1], newest]
+    assert any("nox -s tests_lowest" in s.get("run", "") for s in jobs["lowest"]["steps"])
+
+
+@pytest.mark.parametrize("name", ["tests.yml"])
+def test_actions_are_pinned_by_commit_and_nothing_is_granted_by_default(name: str) -> None:
+    """A tag can be moved to other code; a commit cannot. Each job asks for what it needs."""
+    doc = _load(name)
+    assert doc["permissions"] == {}
+    for job_name, job in doc["jobs"].items():
+        assert "permissions" in job or "uses" in job, f"{job_name}: no permissions of its own"
+        for step in job.get("steps", []):
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", step["uses"]), f"{job_name}: {step['uses']}"
+    text = (WORKFLOWS[0].parent / name).read_text()
+    for line in text.splitlines():
+        if re.search(r"uses: [\w.-]+/[\w.-]+@", line):
+            assert re.search(r"@[0-9a-f]{40}  # v\d+(\.\d+)*$", line), f"no tag comment: {line.strip()}"
