@@ -207,7 +207,9 @@ def test_support_table_matches_the_real_nvcc(nvcc, tmp_path) -> None:
     """The table of the toolkit's own CUDA line equals what its nvcc accepts (``--dryrun``
     rejects an unknown -gencode target without compiling anything)."""
     version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    line = re.search(r"release (\d+\.\d+)", version)[1]
+    release = re.search(r"release (\d+\.\d+)", version)
+    assert release, version
+    line = release[1]
     src = tmp_path / "k.cu"
     src.write_text("__global__ void k() {}\n")
     accepted = set()

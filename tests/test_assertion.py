@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_wrong_wheels_fail_naming_the_cause(cuda_fixtures: CudaFixtures, tmp_pat
     assert cause.value in text
     assert EXT in text
     assert "FAILED" in text
-    data = report.to_json()
+    data: dict[str, Any] = report.to_json()
     assert data["passed"] is False
     assert cause.value in data["extensions"][0]["likely_causes"]
 
@@ -87,7 +88,8 @@ def test_report_table_has_expected_found_missing_extra(cuda_fixtures: CudaFixtur
     for row in ("expected  sm_80;sm_90;compute_90", "found     sm_75;compute_75",
                 "missing   sm_80;sm_90;compute_90", "extra     sm_75;compute_75"):
         assert row in text, text
-    ext = report.to_json()["extensions"][0]
+    data: dict[str, Any] = report.to_json()
+    ext = data["extensions"][0]
     assert (ext["expected"], ext["found"], ext["missing"], ext["extra"]) == (
         "sm_80;sm_90;compute_90", "sm_75;compute_75", "sm_80;sm_90;compute_90", "sm_75;compute_75")
 

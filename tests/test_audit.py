@@ -173,7 +173,9 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     assert ledger.read_bytes().startswith(before), "backfill only appends"
 
     index = LedgerIndex.load(ledger)
-    entry = index.entry(index.by_filename(fleet.names[Verdict.UNLEDGERED]))
+    record = index.by_filename(fleet.names[Verdict.UNLEDGERED])
+    assert record is not None
+    entry = index.entry(record)
     buildinfo.validate(entry)
     assert entry["provenance"] == "inferred"
     assert entry["cell"] == {"cuda": "12.8", "torch": "2.8", "python": TAG.split("-")[0], "platform": "linux_x86_64"}

@@ -58,6 +58,7 @@ lint_ignore:  # the lint in farm build would refuse it first; this test is about
 
 
 def _settings(root: Path, toolkit: Toolkit, **kw: Any) -> BuildSettings:
+    assert toolkit.prefix is not None
     return BuildSettings(out_dir=root / "upload", work_root=root / "work", source_cache=root / "sources",
                          toolkit_root=toolkit.prefix.parents[1], **kw)
 
@@ -216,7 +217,7 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo) -> None:
     root, result = podman_demo
     _check_asserted_demo(root, result, "cibuildwheel")
     # the toolkit came from PyPI inside the container
-    assert "nvidia-cuda-nvcc==13.0.88" in result.plan.options["before-all"]
+    assert "nvidia-cuda-nvcc==13.0.88" in str(result.plan.options["before-all"])
     # provenance names the container's Python (the image's cp311), not this host's
     from farm.build.builders import container_python
 
@@ -395,8 +396,9 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
     leaked = resolved({**ambient, **plan.env})
     assert leaked.before_build == "exit 1"  # why the ambient variables must go
     clean = resolved(cibuildwheel_environment(plan, ambient))
-    assert clean.before_build == plan.options["before-build"]
+    assert clean.before_build == str(plan.options["before-build"])
     assert not clean.test_command
+    assert clean.manylinux_images is not None
     assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's
 
 

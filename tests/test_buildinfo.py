@@ -8,16 +8,23 @@ import copy
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 
 from farm.errors import LedgerError, ToolError, WheelError
 from farm.provenance import buildinfo, probe
-from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry
+from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry, ToolkitRecord
 from farm.toolkit.assemble import parse_nvcc_release
 
 SHA = "ab" * 32
+
+
+def _tree(info: BuildInfo | LedgerEntry) -> dict[str, Any]:
+    """The provenance as the JSON tree it writes, read as the tests read it."""
+    return info.to_dict()
+
 
 
 def asserted_example() -> BuildInfo:
@@ -85,13 +92,13 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
     assert old.toolchain.toolkit is ABSENT
     assert old.run is not None
     assert old.run.url is ABSENT
-    assert "torch_cuda" not in old.to_dict()["toolchain"]
-    assert "url" not in old.to_dict()["run"]
+    assert "torch_cuda" not in _tree(old)["toolchain"]
+    assert "url" not in _tree(old)["run"]
     new = dataclasses.replace(old, toolchain=probe.toolchain(cuda_home=None, builder="cibuildwheel"),
                               run=probe.run_from_env({"GITHUB_ACTIONS": "true"}))
-    assert new.to_dict()["toolchain"]["torch_cuda"] is None
-    assert new.to_dict()["toolchain"]["toolkit"] is None
-    assert new.to_dict()["run"]["url"] is None
+    assert _tree(new)["toolchain"]["torch_cuda"] is None
+    assert _tree(new)["toolchain"]["toolkit"] is None
+    assert _tree(new)["run"]["url"] is None
     for info in (old, new):
         assert BuildInfo.from_json(info.to_json()).to_json() == info.to_json()
 
@@ -101,9 +108,11 @@ def test_toolkit_record_round_trips() -> None:
                "manifest_sha256": SHA, "components": [{"name": "cuda_nvcc", "version": "13.0.88", "sha256": SHA}]}
     chain = probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
     info = dataclasses.replace(asserted_example(), toolchain=chain)
-    assert info.to_dict()["toolchain"]["toolkit"] == toolkit
+    assert _tree(info)["toolchain"]["toolkit"] == toolkit
     back = BuildInfo.from_json(info.to_json())
     assert back == info
+    assert back.toolchain is not None
+    assert isinstance(back.toolchain.toolkit, ToolkitRecord)
     assert back.toolchain.toolkit.components[0].name == "cuda_nvcc"
 
 
@@ -156,7 +165,7 @@ def test_ledger_entry_is_the_build_info_plus_the_ledger_keys() -> None:
     assert data["size"] == 9
     assert LedgerEntry.from_json(json.dumps(data)) == entry
     published = entry.with_published("gh", "https://x/a.whl")
-    assert published.to_dict()["published"] == [{"target": "gh", "url": "https://x/a.whl"}]
+    assert _tree(published)["published"] == [{"target": "gh", "url": "https://x/a.whl"}]
     assert entry.published == ()  # frozen: with_published makes another
     # a ledger line is not a _build_info.json, nor the other way round
     with pytest.raises(WheelError, match="a ledger entry"):
@@ -252,8 +261,8 @@ def test_older_files_lack_the_new_optional_keys_and_keep_lacking_them() -> None:
     assert info.duration_s is ABSENT
     assert info.toolchain is not None
     assert info.toolchain.compile_cache is ABSENT
-    assert "duration_s" not in info.to_dict()
-    assert "compile_cache" not in info.to_dict()["toolchain"]
+    assert "duration_s" not in _tree(info)
+    assert "compile_cache" not in _tree(info)["toolchain"]
 
 
 def test_the_committed_schema_is_the_one_derived_from_the_definition() -> None:
@@ -278,7 +287,7 @@ def test_compile_cache_round_trips_and_null_means_unknown() -> None:
     for value in (counts, None):
         chain = probe.toolchain(cuda_home=None, builder="native", compile_cache=value)
         info = dataclasses.replace(asserted_example(), toolchain=chain)
-        assert info.to_dict()["toolchain"]["compile_cache"] == value
+        assert _tree(info)["toolchain"]["compile_cache"] == value
         buildinfo.validate(info.to_dict())
         assert BuildInfo.from_json(info.to_json()) == info
 

@@ -40,7 +40,7 @@ def _aged(tree: Path) -> None:
         os.utime(path, (past, past))
 
 
-def _forge(blob: bytes, change, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _forge(blob: bytes, change, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """What a forger can write, given a sealed entry: its payload changed, left unsealed (the
     format farm used to write), resealed with a key of their own, or the old tag kept."""
     payload = change(blob[HEAD:] if blob.startswith(b"farm-sealed-1\n") else blob)

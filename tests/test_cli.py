@@ -54,7 +54,9 @@ def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixtu
 def _console(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
     """The console script's path (``python -m farm.cli`` runs :func:`farm.cli.console`)."""
     streams = kwargs or {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    return subprocess.run([sys.executable, "-m", "farm.cli", *argv], check=False, **streams)  # type: ignore[call-overload]
+    proc: subprocess.CompletedProcess[bytes] = subprocess.run(  # type: ignore[call-overload]
+        [sys.executable, "-m", "farm.cli", *argv], check=False, **streams)
+    return proc
 
 
 @pytest.mark.parametrize("flags", [[], ["--json"], ["--json", "--stubs"]])

@@ -22,7 +22,7 @@ from .ledgermaker import make_entry
 from .publishfix import fresh_venv, pip_install, serve_dir
 
 if TYPE_CHECKING:  # selenium is imported where the browser runs, so its absence is a skip
-    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.chrome.webdriver import WebDriver
 
 REPO = Path(__file__).resolve().parent.parent
 __all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
@@ -80,7 +80,9 @@ def test_pages_escape_what_provenance_says() -> None:
     pages = compat.render([hostile, w])
     find = pages[compat.FIND_PAGE].decode()
     assert find.count("<script") == 2  # the JSON and find.js, nothing injected
-    data = json.loads(re.search(r'<script id="farm-wheels" type="application/json">(.*?)</script>', find, re.DOTALL)[1])
+    script = re.search(r'<script id="farm-wheels" type="application/json">(.*?)</script>', find, re.DOTALL)
+    assert script, find
+    data = json.loads(script[1])
     assert data["wheels"][0]["problem"] == "</script><script>alert(1)</script>"
 
 
@@ -91,6 +93,7 @@ def test_index_tree_keeps_pep503_bytes_and_prunes_compat(doctor_wheel: Path, tmp
     stored = index.stored(root, doctor_wheel.name, lambda n: sha)
     for rel, data in index.render([stored]).items():  # what the tree held before compatibility pages
         assert (root / rel).read_bytes() == data, rel
+    assert report is not None
     assert {"compat/find.html", "compat/find.js", "compat/cu130/demo-ext.html"} <= set(report.written)
     assert index.regenerate(root, lambda n: sha).written == ()  # deterministic
     (root / "compat" / "cu129").mkdir()
@@ -116,7 +119,7 @@ def _browser() -> WebDriver:
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
+    options.binary_location = shutil.which("chromium") or "chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,900"):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
@@ -175,11 +178,12 @@ def test_find_page_in_chromium(doctor_wheel: Path, tmp_path: Path) -> None:
         assert cells[1:4] == ["none", "SASS sm_80", "SASS sm_86"]
         assert command in [c.text for c in driver.find_elements(By.TAG_NAME, "code")]
         driver.save_screenshot(str(ARTIFACTS / "compat-demo-ext.png"))
-        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+        log = driver.get_log("browser")  # type: ignore[no-untyped-call]
+        errors = [e for e in log if e["level"] == "SEVERE" and "favicon" not in e["message"]]
         assert errors == []
 
-        python = fresh_venv(tmp_path / "venv")  # the command the page shows installs the wheel
-        proc = pip_install(python, "--no-deps", "--index-url", f"{url}/cu130/", spec)
+        venv_python = fresh_venv(tmp_path / "venv")  # the command the page shows installs the wheel
+        proc = pip_install(venv_python, "--no-deps", "--index-url", f"{url}/cu130/", spec)
         assert proc.returncode == 0, proc.stderr
     finally:
         driver.quit()

@@ -11,12 +11,15 @@ import pytest
 from .buildroot import REPO
 
 _spec = importlib.util.spec_from_file_location("demo_cuda_build", REPO / "examples/demo_ext/cuda_build.py")
+assert _spec is not None
+assert _spec.loader is not None
 cuda_build = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cuda_build)
 
 
 def flags(value: str, user: tuple[str, ...] = ()) -> list[str]:
-    return cuda_build.arch_flags(list(user), {"TORCH_CUDA_ARCH_LIST": value})
+    flags: list[str] = cuda_build.arch_flags(list(user), {"TORCH_CUDA_ARCH_LIST": value})
+    return flags
 
 
 def test_semicolons_spaces_and_ptx() -> None:
@@ -34,7 +37,7 @@ def test_named_arches_and_arch_specific() -> None:
 
 
 def test_a_user_flag_containing_arch_silences_the_variable() -> None:
-    assert flags("8.0", user=["-Xcompiler", "-march=native"]) == []
+    assert flags("8.0", user=("-Xcompiler", "-march=native")) == []
 
 
 @pytest.mark.parametrize("value", ["10.0f", "8.0;;9.0", "sm_80", "8.8"])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,7 +59,9 @@ def _fails(d) -> list[str]:
 def test_sass_runs_and_nothing_fails() -> None:
     d = diagnose(_machine("8.6"), _env(_package()))
     assert not d.failed
-    assert d.verdicts[0].choice.target.name == "sm_86"
+    target = d.verdicts[0].choice.target
+    assert target is not None
+    assert target.name == "sm_86"
 
 
 def test_no_image_fails_with_the_page_to_find_another() -> None:
@@ -66,7 +69,7 @@ def test_no_image_fails_with_the_page_to_find_another() -> None:
     assert d.failed
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
     assert "cudaErrorNoKernelImageForDevice" in fail.what
-    assert fail.fix.endswith("https://wheels.example.org/compat/find.html?gpu=7.5")
+    assert (fail.fix or "").endswith("https://wheels.example.org/compat/find.html?gpu=7.5")
 
 
 def test_jit_warns_of_its_cost_and_the_stub_risk() -> None:
@@ -94,7 +97,7 @@ def test_driver_too_old_for_the_runtime() -> None:
     (fail,) = _fails(d)
     assert "CUDA 13.x runtime" in fail
     assert "(35)" in fail
-    fix = next(f.fix for f in d.findings if f.severity is Severity.FAIL)
+    fix = next(f.fix for f in d.findings if f.severity is Severity.FAIL) or ""
     assert "580" in fix
     assert "cu124" in fix
 
@@ -173,7 +176,7 @@ def venv(doctor_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def _doctor(*args: str) -> tuple[int, dict]:
+def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run([sys.executable, "-m", "farm.cli", "doctor", *args, "--json"],
                           capture_output=True, text=True, check=False, cwd=REPO)
     assert proc.returncode in (0, 1), proc.stderr
@@ -317,7 +320,7 @@ def test_the_fix_names_the_wheel_that_runs() -> None:
                         "(pkg-1.2+cu128-cp311-cp311-linux_x86_64.whl)")
     d = diagnose(_machine("9.0"), env, index_url="https://w.example", catalog=catalog)
     risk = next(f for f in d.findings if "stub risk" in f.what)
-    assert "'pkg==1.1+cu130'" in risk.fix  # SASS sm_90 instead of a JIT below the device
+    assert "'pkg==1.1+cu130'" in (risk.fix or "")  # SASS sm_90 instead of a JIT below the device
 
 
 def test_driver_too_old_names_a_wheel_of_an_older_cuda_line() -> None:
@@ -388,4 +391,4 @@ def test_torch_mismatch_names_the_wheel_for_the_installed_torch() -> None:
     d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=Torch("2.7.0+cu126", "12.6")),
                  index_url="https://w.example", catalog=catalog)
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
-    assert fail.fix.startswith("the index has no pkg for torch 2.7.0+cu126 that runs here: install torch 2.8")
+    assert (fail.fix or "").startswith("the index has no pkg for torch 2.7.0+cu126 that runs here: install torch 2.8")

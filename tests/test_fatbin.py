@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from farm.binary.fatbin import (
-    EXECUTABLE_SECTION,
-    RELOCATABLE_SECTION,
     Compression,
     Entry,
     EntryKind,
@@ -20,6 +18,7 @@ from farm.binary.fatbin import (
     runnable,
     union,
 )
+from farm.binary.fatbinscan import EXECUTABLE_SECTION, RELOCATABLE_SECTION
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList, Kind, Target, Variant
 from tests.cudafix import BASE, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
@@ -100,7 +99,7 @@ def test_compressed_stub_is_recognised(cuda_fixtures: CudaFixtures, tmp_path: Pa
     fx.nvcc_link([obj], ["-gencode=arch=compute_80,code=sm_80", "-Xfatbin", "-compress-all"], out)
     fatbins = read_fatbins(out)
     assert all(e.compressed is Compression.ZSTD for f in fatbins for e in f.entries)
-    assert sorted(is_device_link_stub(out, f) for f in fatbins) == [False, True]
+    assert sorted(bool(is_device_link_stub(out, f)) for f in fatbins) == [False, True]
 
 
 def test_zstd_payload_cannot_inflate_past_its_header(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def _graph() -> dict[str, set[str]]:
 
 
 def test_no_import_against_the_layering() -> None:
-    wrong = []
+    wrong: list[str] = []
     for module, imports in _graph().items():
         here = STAGES.index(_stage(module))
         wrong.extend(f"{module} ({_stage(module)}) imports {imported} ({_stage(imported)})"

@@ -30,13 +30,13 @@ from .ledgermaker import make_entry
 REPO = Path(__file__).resolve().parent.parent
 
 
-def write_ledger(path: Path, entries: list[dict], *, trailing_newline: bool = True) -> Path:
+def write_ledger(path: Path, entries: list[dict[str, Any]], *, trailing_newline: bool = True) -> Path:
     text = "\n".join(dumps_entry(e) for e in entries)
     path.write_text(text + ("\n" if trailing_newline and entries else ""))
     return path
 
 
-def lines_of(path: Path) -> list[dict]:
+def lines_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -458,7 +458,7 @@ def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     from farm.provenance.ledger import _read_lines
 
     text = b'{"a":1}\n' + b"x" * 200 + b"\n\n" + b'{"b":"' + b"y" * 100 + b'"}'
-    lines = [bytes(line) for line in _read_lines(io.BytesIO(text), size)]
+    lines = [bytes(line) for line in _read_lines(io.BytesIO(text), Path("ledger.jsonl"), size)]
     assert lines == text.splitlines(keepends=True)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from farm.cli import main
 from farm.errors import SourceError
-from farm.lint import LINT_VERSION, LintReport, Severity, lint_cached, lint_tree
+from farm.lint import LINT_VERSION, Finding, LintReport, Severity, lint_cached, lint_tree
 from farm.model.arch import ArchList
 from farm.model.config import LintIgnore
 from farm.source.fetch import SourceTree
@@ -23,7 +23,7 @@ def lint(name: str, archs: str, ignores: tuple[LintIgnore, ...] = (), **kw: Any)
     return lint_tree(DATA / name, ArchList.parse(archs), ignores, **kw)
 
 
-def by_rule(report: LintReport, rule: str, severity: Severity = Severity.ERROR) -> list:
+def by_rule(report: LintReport, rule: str, severity: Severity = Severity.ERROR) -> list[Finding]:
     return [f for f in report.findings if f.rule == rule and f.severity is severity]
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from farm.lint.lexer import strip_c, strip_directive_comments, strip_hash_comments, strip_python_comments
-from farm.lint.preproc import ArchContext, Scope, directive_lines, evaluate, parse_expr, scan_directives
+from farm.lint.preproc import ArchContext, Expr, Scope, directive_lines, evaluate, parse_expr, scan_directives
 from farm.lint.rules import may_gate
 
 
@@ -57,12 +57,18 @@ def test_conditions_evaluate_with_three_values(text, ctx, expected) -> None:
     assert evaluate(expr, Scope(ctx)) == expected
 
 
+def _expr(text: str) -> Expr:
+    parsed = parse_expr(text)
+    assert parsed is not None, text
+    return parsed
+
+
 def test_derived_feature_macros_evaluate_through_their_definition() -> None:
-    aliases = {"HAS_FP8": parse_expr("__CUDA_ARCH__ >= 890")}
-    assert evaluate(parse_expr("defined(HAS_FP8)"), Scope(ArchContext(890), aliases)) == 1
-    assert evaluate(parse_expr("defined(HAS_FP8)"), Scope(ArchContext(860), aliases)) == 0
-    loop = {"A": parse_expr("defined(B)"), "B": parse_expr("defined(A)")}
-    assert evaluate(parse_expr("defined(A)"), Scope(ArchContext(800), loop)) is None
+    aliases = {"HAS_FP8": _expr("__CUDA_ARCH__ >= 890")}
+    assert evaluate(_expr("defined(HAS_FP8)"), Scope(ArchContext(890), aliases)) == 1
+    assert evaluate(_expr("defined(HAS_FP8)"), Scope(ArchContext(860), aliases)) == 0
+    loop = {"A": _expr("defined(B)"), "B": _expr("defined(A)")}
+    assert evaluate(_expr("defined(A)"), Scope(ArchContext(800), loop)) is None
 
 
 def test_unparseable_condition_is_none() -> None:

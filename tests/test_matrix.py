@@ -439,7 +439,7 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
 @given(st.integers(min_value=0, max_value=1500))
 def test_shards_partition_the_cells(n: int) -> None:
     cells = list(range(n))
-    parts = shards(cells)  # type: ignore[arg-type]
+    parts: list[list[Any]] = shards(cells)  # type: ignore[arg-type]
     assert all(1 <= len(p) <= SHARD_SIZE for p in parts)
     assert [c for p in parts for c in p] == cells
     assert len(parts) == -(-n // SHARD_SIZE)

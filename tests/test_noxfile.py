@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,9 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dest
 
 
-def farm_json(output: str) -> dict:
+def farm_json(output: str) -> dict[str, Any]:
     """The JSON document a farm command printed; nox merges the command's stderr into stdout."""
+    data: dict[str, Any]
     data, _ = json.JSONDecoder().raw_decode(output[output.index("{"):])
     return data
 

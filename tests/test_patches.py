@@ -65,7 +65,7 @@ def evaluate(folder: Path, env: dict[str, str], name: str) -> object:
     code = (folder / "setup.py").read_text()
     ast.parse(code)
     torch = type(sys)("torch")
-    torch.cuda = type(sys)("torch.cuda")  # a probe would fail loudly: the patch must not reach it
+    torch.cuda = type(sys)("torch.cuda")  # type: ignore[attr-defined]  # a probe would fail loudly: the patch must not reach it
     namespace: dict[str, object] = {}
     saved = sys.modules.get("torch")
     sys.modules["torch"] = torch

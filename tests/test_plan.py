@@ -80,9 +80,16 @@ ARM = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp312", "linux_aarch64")
 WIN = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "win_amd64")
 
 
-def build_env(plan) -> dict[str, str]:
+def option(plan: BuildPlan, key: str) -> str:
+    """One cibuildwheel option of ``plan``: each one farm writes is a string."""
+    value = plan.options[key]
+    assert isinstance(value, str), (key, value)
+    return value
+
+
+def build_env(plan: BuildPlan) -> dict[str, str]:
     """The plan's environment option as cibuildwheel itself evaluates it."""
-    return parse_environment(plan.options["environment"]).as_dictionary({"PATH": "/usr/bin"})
+    return parse_environment(option(plan, "environment")).as_dictionary({"PATH": "/usr/bin"})
 
 
 def test_identifiers() -> None:
@@ -108,14 +115,14 @@ def test_torch_free_x86_plan(config, tmp_path) -> None:
     assert env["FORCE_CUDA"] == "1"
     assert env["MAX_JOBS"] == "3"  # inherited from _defaults.yml's build knobs
     assert env["NVCC_APPEND_FLAGS"] == "--threads 1"
-    assert "torch" not in plan.options["before-build"]
-    assert "nvidia-cuda-nvcc==13.0.88" in plan.options["before-all"]
-    assert plan.options["container-engine"] == "podman"
-    assert plan.options["manylinux-x86_64-image"] == "localhost/img:1"
+    assert "torch" not in option(plan, "before-build")
+    assert "nvidia-cuda-nvcc==13.0.88" in option(plan, "before-all")
+    assert option(plan, "container-engine") == "podman"
+    assert option(plan, "manylinux-x86_64-image") == "localhost/img:1"
     assert "manylinux-aarch64-image" not in plan.options
-    assert plan.options["build-frontend"] == "build; args: --no-isolation"
+    assert option(plan, "build-frontend") == "build; args: --no-isolation"
     for soname in ("libcuda.so.1", "libtorch.so", "libc10.so", "'libcudart.so.*'"):
-        assert f"--exclude {soname}" in plan.options["repair-wheel-command"]
+        assert f"--exclude {soname}" in option(plan, "repair-wheel-command")
 
 
 def test_torch_aarch64_plan(config, tmp_path) -> None:
@@ -125,7 +132,7 @@ def test_torch_aarch64_plan(config, tmp_path) -> None:
     assert plan.package_dir == "lib"
     assert plan.argv[-1] == "lib"
     assert plan.options["archs"] == ["aarch64"]
-    assert plan.options["manylinux-aarch64-image"] == "quay.io/pypa/manylinux_2_28_aarch64"
+    assert option(plan, "manylinux-aarch64-image") == "quay.io/pypa/manylinux_2_28_aarch64"
     assert "manylinux-x86_64-image" not in plan.options
     env = build_env(plan)
     # the aarch64 policy row of _defaults.yml, rendered for torch
@@ -135,7 +142,7 @@ def test_torch_aarch64_plan(config, tmp_path) -> None:
     assert env["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo"
     assert env["TORCHPKG_FAST"] == "1"
     assert plan.torch_version == "2.9.1"
-    before = plan.options["before-build"]
+    before = option(plan, "before-build")
     assert "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130" in before
     assert "psutil" in before
     assert "setuptools" in before
@@ -146,13 +153,13 @@ def test_windows_plan_uses_the_host_toolkit(config, tmp_path) -> None:
         plan_for(config, tmp_path, WIN)
     plan = plan_for(config, tmp_path, WIN, host_cuda_home=Path("C:/farm/toolkit/13.0/cuda"))
     assert plan.identifier == "cp311-win_amd64"
-    assert plan.options["before-all"] == ""
-    assert plan.options["repair-wheel-command"] == ""
+    assert option(plan, "before-all") == ""
+    assert option(plan, "repair-wheel-command") == ""
     assert build_env(plan)["CUDA_HOME"] == "C:/farm/toolkit/13.0/cuda"
     assert build_env(plan)["PATH"] == "C:/farm/toolkit/13.0/cuda/bin;/usr/bin"
     # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
-    assert plan.options["before-build"].startswith('python -m pip install "setuptools>=64" wheel ninja && ')
-    assert "'" not in plan.options["before-build"]
+    assert option(plan, "before-build").startswith('python -m pip install "setuptools>=64" wheel ninja && ')
+    assert "'" not in option(plan, "before-build")
 
 
 def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path) -> None:
@@ -163,7 +170,7 @@ def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tm
     assert options["skip"] == ""
     assert options["build"] == "cp311-manylinux_x86_64"
     assert parse_environment(options["environment"]).as_dictionary({})["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
-    assert options["before-build"] == plan.options["before-build"]
+    assert options["before-build"] == option(plan, "before-build")
 
 
 @pytest.mark.parametrize("cell", [X86, ARM, WIN], ids=lambda c: c.platform)
@@ -211,13 +218,13 @@ def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path) -> 
     recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
     linux = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
-    script = linux.options["before-all"]
+    script = option(linux, "before-all")
     assert script.startswith("set -eu\ndnf install -y epel-release\ndnf install -y sparsehash-devel\n")
     # the toolkit script exits early once stamped: the packages must come before it
     assert script.index("sparsehash-devel") < script.index("exit 0")
     win = plan_build(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
                      options(tmp_path, host_cuda_home=tmp_path / "cuda"))
-    assert "dnf" not in win.options["before-all"]
+    assert "dnf" not in option(win, "before-all")
 
 
 def test_bad_inputs(config, tmp_path) -> None:
@@ -244,10 +251,10 @@ def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(co
     cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
     plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
     assert plan.toolkit.components[-1] == "cuda_nvtx"
-    assert "nvidia-nvtx==13.0.85" in plan.options["before-all"]
+    assert "nvidia-nvtx==13.0.85" in option(plan, "before-all")
     torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
     tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
-    assert "nvidia-cusparse==12.6.3.3" in tplan.options["before-all"]
+    assert "nvidia-cusparse==12.6.3.3" in option(tplan, "before-all")
 
 
 def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> None:
@@ -256,13 +263,13 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> No
         plan_for(config, tmp_path, cell)
     host = tmp_path / "cache/toolkit/12.8/redist-12.8.1-linux-x86_64-0123"
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
-    assert plan.options["before-all"] == ""
-    assert plan.options["container-engine"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    assert option(plan, "before-all") == ""
+    assert option(plan, "container-engine") == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
     # as cibuildwheel itself reads the option (a path with a space stays one argument)
     from cibuildwheel.oci_container import OCIContainerEngineConfig
 
     spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
-    engine = OCIContainerEngineConfig.from_config_string(spaced.options["container-engine"])
+    engine = OCIContainerEngineConfig.from_config_string(option(spaced, "container-engine"))
     assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert plan.toolkit.source == "redist"

@@ -118,8 +118,10 @@ def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def cuda_line_digits(result) -> str:
-    return result.stamped.build_info.cell.cuda.replace(".", "")
+def cuda_line_digits(result: PostbuildResult) -> str:
+    assert result.stamped is not None
+    assert result.stamped.build_info is not None
+    return str(result.stamped.build_info.cell.cuda).replace(".", "")
 
 
 def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path) -> None:

@@ -87,7 +87,7 @@ def _config(release: str, components: list[str]) -> ToolkitConfig:
 def _mirror(served, name: str, replace_files: dict[str, bytes]) -> str:
     root, url = served
     redisttree.mirror_with(root / name, root / "good", replace_files)
-    return url + name + "/"
+    return f"{url}{name}/"
 
 
 def _archive(served, comp: str) -> tuple[str, bytes]:
@@ -229,7 +229,7 @@ def _evil_tree(served, name: str, member: tarfile.TarInfo) -> str:
     doc["cuda_evil"] = {"name": "evil", "license": "x", "version": "1.0", "linux-x86_64": entry}
     (tree / "redistrib_13.0.2.json").unlink()
     (tree / "redistrib_13.0.2.json").write_text(json.dumps(doc))
-    return url + name + "/"
+    return f"{url}{name}/"
 
 
 @pytest.mark.parametrize("kind", ["traversal", "absolute", "link-out"])
@@ -294,7 +294,7 @@ def test_a_pinned_manifest_sha256_is_enforced(served, tmp_path) -> None:
 
 
 def test_the_manifest_parser_reads_nvidias_shape_and_refuses_others() -> None:
-    doc = {"release_date": "2025-10-01", "release_label": "13.0.2", "release_product": "cuda",
+    doc: dict[str, Any] = {"release_date": "2025-10-01", "release_label": "13.0.2", "release_product": "cuda",
            "cuda_nvcc": {"name": "CUDA NVCC", "license": "CUDA Toolkit", "version": "13.0.88",
                          "linux-x86_64": {"relative_path": "cuda_nvcc/linux-x86_64/x-archive.tar.xz",
                                           "sha256": "a" * 64, "md5": "b" * 32, "size": "1234"}}}

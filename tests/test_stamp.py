@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -130,9 +131,9 @@ def test_data_scripts_exec_bits_and_symlinks_survive(source_wheel: Path, tmp_pat
 
 
 def test_build_info_callable_gets_new_paths_and_hashes(source_wheel: Path, tmp_path: Path) -> None:
-    seen = {}
+    seen: dict[str, str] = {}
 
-    def make(relabel: stamp.Relabel, hashes: dict[str, str]) -> buildinfo.BuildInfo:
+    def make(relabel: stamp.Relabel, hashes: Mapping[str, str]) -> buildinfo.BuildInfo:
         seen.update(hashes)
         new = relabel.member(DATA_LIB)
         return dataclasses.replace(provenance_n(), extensions={new: hashes[new]})
@@ -153,7 +154,7 @@ def test_failed_rename_leaves_input_intact_and_no_output(source_wheel: Path, tmp
     def broken_publish(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(stamp.os, "link", broken_publish)  # the step that puts the wheel under its name
+    monkeypatch.setattr(os, "link", broken_publish)  # the step that puts the wheel under its name
     with pytest.raises(OSError, match="No space left"):
         stamp_wheel(source_wheel, out, local="cu128", build_tag=None, build_info=provenance_n(1))
     assert digest(source_wheel) == before
@@ -165,7 +166,7 @@ def test_filesystems_without_hard_links_still_publish_atomically(source_wheel: P
     def no_links(src: object, dst: object) -> None:
         raise OSError(1, "Operation not permitted")  # what FAT and some network mounts answer
 
-    monkeypatch.setattr(stamp.os, "link", no_links)
+    monkeypatch.setattr(os, "link", no_links)
     first = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(1))
     assert first.created
     assert [p.name for p in (tmp_path / "out").iterdir()] == [first.path.name]

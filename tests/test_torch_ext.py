@@ -17,6 +17,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 CP = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 
-def _build(root: Path, cache: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:
+def _build(root: Path, cache: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
     code = main(["build", name, "--root", str(root), "--builder", "native", "--cuda", "13.0", "--torch", TORCH_MINOR,
                  "--python", PY, "--platform", "linux_x86_64", "--cache-dir", str(cache),
                  "--out", str(root / "upload"), "--json"])

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -41,13 +42,14 @@ CHECK = (
 )
 
 
-def installed(python: Path) -> dict[str, object]:
+def installed(python: Path) -> dict[str, Any]:
     proc = subprocess.run([str(python), "-c", CHECK], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    found: dict[str, Any] = json.loads(proc.stdout)
+    return found
 
 
-def _ledger_entry(ledger: Path, filename: str) -> dict[str, object]:
+def _ledger_entry(ledger: Path, filename: str) -> dict[str, Any]:
     index = LedgerIndex.load(ledger)
     rec = index.by_filename(filename)
     assert rec is not None

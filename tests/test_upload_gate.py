@@ -10,6 +10,7 @@ import json
 import shutil
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def _gate(out: Path, ledger: Path | None = None) -> GateResult:
     return run_gate(sorted(out.glob("*.whl")), Vouchers.load(ledger, [out]))
 
 
-def _checks(result) -> dict[str, set[Check]]:  # type: ignore[no-untyped-def]
+def _checks(result) -> dict[str, set[Check]]:
     out: dict[str, set[Check]] = {}
     for r in result.refused:
         out.setdefault(r.wheel, set()).add(r.check)
@@ -202,7 +203,7 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
 
 
 # -- the pure core ----------------------------------------------------------------------------
-INFO = {
+INFO: dict[str, Any] = {
     "schema_version": 1, "package": "demo_ext",
     "dist": "demo_ext", "version": "0.1.0", "build_epoch": 0, "provenance": "asserted",
     "cell": {"cuda": "12.8", "torch": "2.8", "python": "cp311", "platform": "linux_x86_64"},
@@ -219,12 +220,12 @@ NAME = "demo_ext-0.1.0+cu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
 SHA = "a" * 64
 
 
-def _bi(data: dict) -> BuildInfo:
+def _bi(data: dict[str, Any]) -> BuildInfo:
     """The pure core takes the typed object: the test's dict, read as a wheel's file is."""
     return BuildInfo.from_json(data)
 
 
-def _le(data: dict) -> LedgerEntry:
+def _le(data: dict[str, Any]) -> LedgerEntry:
     return LedgerEntry.from_json({"sha256": SHA, "size": 1, "published": [], **data})
 
 
@@ -419,7 +420,7 @@ def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) 
               "runner": "x"}}, "invalid build info: run has key(s) 'runner' this farm does not know"),
 ])
 def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, tmp_path: Path,
-                                                             change: dict, says: str) -> None:
+                                                             change: dict[str, Any], says: str) -> None:
     """A newer farm's file, or one with a key this farm does not know, is not read as if it were
     this farm's: the gate refuses the wheel and names the file."""
     info = {k: v for k, v in json.loads(demo_batch.fragment.read_text()).items() if k not in buildinfo.LEDGER_KEYS}

@@ -31,7 +31,9 @@ def test_build_workflow_runs_every_shard() -> None:
     jobs = build["jobs"]
     shard_jobs = sorted(name for name in jobs if re.fullmatch(r"build-\d+", name))
     matrix_step = next(s for s in jobs["matrix"]["steps"] if s.get("id") == "matrix")
-    max_shards = int(re.search(r"--max-shards (\d+)", matrix_step["run"])[1])
+    max_shards_flag = re.search(r"--max-shards (\d+)", matrix_step["run"])
+    assert max_shards_flag, matrix_step["run"]
+    max_shards = int(max_shards_flag[1])
     # the matrix refuses more shards than there are shard jobs; each shard job reads its own output
     assert len(shard_jobs) == max_shards
     for i in range(max_shards):

@@ -562,7 +562,7 @@ def write_schema(path: Path = SCHEMA_FILE) -> None:
 
 @cache
 def _validator() -> Any:
-    import jsonschema  # type: ignore[import-untyped]  # only validation pays for the import
+    import jsonschema  # only validation pays for the import
 
     return jsonschema.Draft202012Validator(schema())  # made once: every read of a provenance checks
 
