@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,8 +114,9 @@ def test_package_answer_is_remembered_until_its_recipe_changes(tmp_path: Path) -
     assert "PASSED" in out
 
 
-def scope(out: str) -> dict:
-    return json.loads(out)["reports"][0]["scope"]
+def scope(out: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(out)["reports"][0]["scope"]
+    return found
 
 
 def test_a_new_file_anywhere_is_a_miss(tmp_path: Path) -> None:
@@ -228,7 +230,9 @@ def test_a_warm_run_imports_neither_the_rules_nor_the_recipes(tmp_path: Path) ->
     code = (f"import sys\nfrom farm.cli import main\nrc = main({argv!r})\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
     run = [sys.executable, "-c", code]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # coverage's start-up in a measured child imports json, hashlib and dataclasses itself
+    measured = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+    env = {**{k: v for k, v in os.environ.items() if k not in measured}, "PYTHONPATH": str(REPO)}
     cold = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
     assert "farm.lint.rules" in cold.stdout.splitlines()[-1]
     warm = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
