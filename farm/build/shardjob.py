@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,10 @@ class ShardSetup:
     cell: str
     directory: Path  # on this host
     table: Mapping[str, int]
-    digest: str
+    digest: str  # the TU table's
+    spec: str  # the build spec's digest (farm/build/spec.py)
+    # link job: the compile shards' object file -> what it was proven to be made from
+    proofs: Mapping[str, Unit] = field(default_factory=dict)
 
     def environment(self, seen_dir: str, root: str, cuda_home: str) -> list[tuple[str, str]]:
         """What the build needs, as it sees the folder: torch's ninja build runs ``$PYTORCH_NVCC``
@@ -64,17 +68,17 @@ def cell_dir(shard_root: Path, cell_id: str) -> Path:
     return Path(shard_root) / cell_id
 
 
-def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path) -> ShardSetup:
+def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, spec_digest: str) -> ShardSetup:
     """Write the launcher and ``shard.json`` for this job; a compile job starts from an empty
-    share of ``objects/`` (its own files only), a link job checks that every shard is there."""
+    share of ``objects/`` (its own files only), a link job proves every shard's output first."""
     directory = cell_dir(shard_root, cell_id)
     table = shard.assign(shard.tree_tus(source_root), job.count)
     digest = shard.table_digest(table, job.count)
-    setup = ShardSetup(job, cell_id, directory, table, digest)
+    setup = ShardSetup(job, cell_id, directory, table, digest, spec_digest)
     objects = directory / shard.OBJECTS
     objects.mkdir(parents=True, exist_ok=True)
     if job.is_link:
-        check_shards(setup)
+        setup = replace(setup, proofs=prove_shards(setup, source_root))
     else:
         for old in objects.glob(f"{job.index}-*.o"):
             old.unlink()
@@ -88,43 +92,195 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path) ->
     _write(launcher, "#!/usr/bin/env python3\n" + source)
     launcher.chmod(0o755)
     config = {"cell": cell_id, "mode": "link" if job.is_link else "compile", "index": job.index,
-              "count": job.count, "root": str(source_root), "digest": digest, "table": dict(table)}
+              "count": job.count, "root": str(source_root), "digest": digest, "spec": spec_digest,
+              "table": dict(table), "proofs": {name: u.proof() for name, u in setup.proofs.items()}}
     _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
     return setup
 
 
-def _done(setup: ShardSetup, index: int) -> dict[str, Any] | None:
+# ------------------------------------------------------------------------------------------------
+# done-<i>.json: what a compile shard claims, parsed strictly
+# ------------------------------------------------------------------------------------------------
+DONE_VERSION = 2
+MAX_DONE_BYTES = 64 << 20  # a record of 10,000 TUs with long flag lists stays far below
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One TU a compile shard compiled: its object and what it was made from."""
+
+    tu: str  # relative to the source root
+    object: str  # the build's object file name (basename)
+    file: str  # its copy in objects/
+    object_sha256: str
+    source_sha256: str
+    inputs: Mapping[str, str]  # in-tree files the TU includes (nvcc's dependency output) -> sha256
+    flags: tuple[str, ...]  # nvcc's argv less source/output, root as $ROOT
+
+    def proof(self) -> dict[str, Any]:
+        return {"tu": self.tu, "object": self.object, "object_sha256": self.object_sha256,
+                "source_sha256": self.source_sha256, "inputs": dict(self.inputs), "flags": list(self.flags)}
+
+
+@dataclass(frozen=True)
+class DoneRecord:
+    cell: str
+    index: int
+    count: int
+    digest: str  # the TU table's
+    spec: str  # the build spec's
+    units: tuple[Unit, ...]
+    skipped: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": DONE_VERSION, "job": "compile", "cell": self.cell, "index": self.index,
+                "count": self.count, "digest": self.digest, "spec": self.spec,
+                "units": [{**u.proof(), "file": u.file} for u in self.units], "skipped": self.skipped}
+
+
+def _relpath(text: str) -> bool:
+    parts = text.split("/")
+    return bool(text) and not text.startswith("/") and "\\" not in text and all(p not in ("", ".", "..") for p in parts)
+
+
+class _Fields:
+    """Typed access to a done record's fields, each failure a UsageError naming the file and key."""
+
+    def __init__(self, where: Path, index: int, count: int) -> None:
+        self.where, self.index, self.count = where, index, count
+
+    def bad(self, key: str, what: str) -> UsageError:
+        return UsageError(f"{self.where}: compile shard {self.index}/{self.count}'s record is not one farm wrote: "
+                          f"`{key}` {what}",
+                          hint=f"rerun compile shard {self.index}/{self.count} and download its artifact again; "
+                               "never edit a shard's output")
+
+    def obj(self, value: object, key: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.bad(key, f"must be an object, not {type(value).__name__}")
+        return value
+
+    def text(self, data: Mapping[str, Any], key: str, check: Any = None, what: str = "") -> str:
+        value = data.get(key.rpartition(".")[2])
+        if not isinstance(value, str) or (check is not None and not check(value)):
+            raise self.bad(key, f"must be {what or 'a string'}, not {value!r:.80}")
+        return value
+
+    def sha(self, data: Mapping[str, Any], key: str) -> str:
+        return self.text(data, key, _SHA256.fullmatch, "a sha256 (64 lowercase hex digits)")
+
+    def count_of(self, data: Mapping[str, Any], key: str) -> int:
+        value = data.get(key.rpartition(".")[2])
+        if type(value) is not int or value < 0:
+            raise self.bad(key, f"must be a count, not {value!r:.80}")
+        return value
+
+
+def parse_done(data: object, where: Path, index: int, count: int) -> DoneRecord:
+    """A ``done-<i>.json`` as :meth:`DoneRecord.to_json` wrote it; anything else is a UsageError."""
+    f = _Fields(where, index, count)
+    top = f.obj(data, "record")
+    if top.get("version") != DONE_VERSION or top.get("job") != "compile":
+        raise f.bad("version", f"must be {DONE_VERSION} with job 'compile' (this farm's shard record), not "
+                               f"{top.get('version')!r:.20}: a compile job of another farm version made it")
+    units_json = top.get("units")
+    if not isinstance(units_json, list):
+        raise f.bad("units", f"must be a list, not {type(units_json).__name__}")
+    units = []
+    for k, item in enumerate(units_json):
+        key = f"units[{k}]"
+        u = f.obj(item, key)
+        inputs = f.obj(u.get("inputs"), f"{key}.inputs")
+        for rel, digest in inputs.items():
+            if not _relpath(rel) or not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+                raise f.bad(f"{key}.inputs", f"must map paths in the source tree to sha256s ({rel!r:.80})")
+        flags = u.get("flags")
+        if not isinstance(flags, list) or not all(isinstance(x, str) for x in flags):
+            raise f.bad(f"{key}.flags", "must be a list of strings")
+        units.append(Unit(f.text(u, f"{key}.tu", _relpath, "a path inside the source tree"),
+                          f.text(u, f"{key}.object", lambda t: bool(t) and "/" not in t and "\\" not in t,
+                                 "an object file name"),
+                          f.text(u, f"{key}.file"), f.sha(u, f"{key}.object_sha256"),
+                          f.sha(u, f"{key}.source_sha256"), dict(inputs), tuple(flags)))
+    return DoneRecord(f.text(top, "cell"), f.count_of(top, "index"), f.count_of(top, "count"),
+                      f.text(top, "digest"), f.text(top, "spec"), tuple(units), f.count_of(top, "skipped"))
+
+
+def _done(setup: ShardSetup, index: int) -> DoneRecord | None:
     path = setup.directory / shard.OBJECTS / shard.done_name(index)
+    where = f"compile shard {index}/{setup.job.count}"
     try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
+        with path.open("rb") as fh:
+            if not path.is_file() or path.is_symlink():
+                raise UsageError(f"{path}: {where}'s record is not a regular file",
+                                 hint="download that compile job's artifact again")
+            raw = fh.read(MAX_DONE_BYTES + 1)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: unreadable shard record: {exc}",
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read {where}'s record: {exc.strerror or exc}",
                          hint="download that compile job's artifact again, or rerun it") from None
+    if len(raw) > MAX_DONE_BYTES:
+        raise UsageError(f"{path}: {where}'s record is over {MAX_DONE_BYTES >> 20} MiB: not one farm wrote",
+                         hint="download that compile job's artifact again, or rerun it")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{path}: {where}'s record is not JSON: {str(exc)[:200]}",
+                         hint="download that compile job's artifact again, or rerun it") from None
+    return parse_done(data, path, index, setup.job.count)
 
 
-def check_shards(setup: ShardSetup) -> list[dict[str, Any]]:
-    """Every compile shard finished, for this cell, from the same source: else a UsageError
-    naming the shard (before the link job spends time on a build that cannot succeed)."""
-    records = []
+def _refuse(setup: ShardSetup, index: int, what: str) -> UsageError:
     n = setup.job.count
+    return UsageError(f"cell {setup.cell}: compile shard {index}/{n} {what}",
+                      hint=f"rerun `farm build ... --shard {index}/{n}` for this cell from the same commit and "
+                           "settings as the link job, then the link job")
+
+
+def prove_shards(setup: ShardSetup, source_root: Path) -> dict[str, Unit]:
+    """Every compile shard finished, for this cell, spec and TU table, and each object it made is
+    the one it recorded, compiled from what this tree holds: else a UsageError naming the shard
+    and the TU, before the link job spends time on a build that must not be published.
+    Returns object file -> its unit, for the launcher to check each one again as it serves it."""
+    proofs: dict[str, Unit] = {}
+    n = setup.job.count
+    where = setup.directory / shard.OBJECTS
     for i in range(n):
         rec = _done(setup, i)
-        where = setup.directory / shard.OBJECTS
         if rec is None:
             raise UsageError(
                 f"cell {setup.cell}: compile shard {i}/{n} has no output in {where} "
                 f"({shard.done_name(i)} is missing): its job failed, did not run, or its artifact was not downloaded",
                 hint=f"rerun `farm build ... --shard {i}/{n}` for this cell, then the link job")
-        if rec.get("cell") != setup.cell or rec.get("count") != n or rec.get("digest") != setup.digest:
-            raise UsageError(
-                f"cell {setup.cell}: compile shard {i}/{n} was made for another build "
-                f"(cell {rec.get('cell')}, {rec.get('count')} shards, TU table {str(rec.get('digest'))[:12]}; "
-                f"this link job: TU table {setup.digest[:12]}): the jobs built different sources or configs",
-                hint="run every compile job and the link job from the same commit")
-        records.append(rec)
-    return records
+        if rec.cell != setup.cell or rec.count != n or rec.index != i or rec.digest != setup.digest:
+            raise _refuse(setup, i, f"was made for another build (cell {rec.cell}, shard {rec.index}/{rec.count}, "
+                                    f"TU table {rec.digest[:12]}; this link job: TU table {setup.digest[:12]}): "
+                                    "the jobs built different sources or configs")
+        if rec.spec != setup.spec:
+            raise _refuse(setup, i, f"was built from another build spec ({rec.spec[:12]}; this link job's: "
+                                    f"{setup.spec[:12]}): arch list, toolkit, torch, flags or knobs differ")
+        for u in rec.units:
+            owner = setup.table.get(u.tu)
+            owner = shard.stable_owner(u.tu, n) if owner is None else owner
+            if owner != i:
+                raise _refuse(setup, i, f"claims TU {u.tu}, which compile shard {owner}/{n} owns")
+            if u.file != shard.object_name(i, u.tu, u.object) or u.file in proofs:
+                raise _refuse(setup, i, f"records TU {u.tu} under an object name farm did not give it ({u.file!r:.80})")
+            path = where / u.file
+            have = shard.sha256_of(str(path)) if path.is_file() and not path.is_symlink() else None
+            if have != u.object_sha256:
+                raise _refuse(setup, i, f"did not leave the object it recorded for TU {u.tu}: {path} is "
+                                        + ("missing or not a regular file" if have is None else
+                                           f"not the one it compiled (sha256 {have[:12]}, recorded "
+                                           f"{u.object_sha256[:12]})"))
+            if u.tu in setup.table:  # a generated TU is checked when the build has made it
+                differs = shard.verify_unit(u.proof(), str(source_root))
+                if differs:
+                    raise _refuse(setup, i, f"compiled TU {u.tu} from other sources than this tree: {differs}")
+            proofs[u.file] = u
+    return proofs
 
 
 def _log(setup: ShardSetup) -> list[dict[str, Any]]:
@@ -134,12 +290,12 @@ def _log(setup: ShardSetup) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def finish_compile(setup: ShardSetup, build_error: Exception | None) -> dict[str, Any]:
+def finish_compile(setup: ShardSetup, build_error: Exception | None) -> DoneRecord:
     """A compile job's verdict; on success writes ``done-<i>.json`` and returns its record."""
     job = setup.job
     log = _log(setup)
     failed = sorted({r["tu"] for r in log if r["status"] in ("failed", "stub-failed")})
-    compiled = sorted({r["tu"] for r in log if r["status"] == "compiled"})
+    compiled = [r for r in log if r["status"] == "compiled"]
     if build_error is not None:
         what = (f"; nvcc failed on {', '.join(failed)}" if failed else
                 f"; the {len(compiled)} TU(s) of this shard that it reached compiled")
@@ -151,18 +307,31 @@ def finish_compile(setup: ShardSetup, build_error: Exception | None) -> dict[str
             f"cell {setup.cell}: compile shard {job.label}: the build compiled no CUDA TU through farm's nvcc launcher",
             hint="the package's build does not run $PYTORCH_NVCC or $CMAKE_CUDA_COMPILER_LAUNCHER: sharding cannot "
                  "split it; remove `sharding` from the recipe")
-    record = {"job": "compile", "cell": setup.cell, "index": job.index, "count": job.count, "digest": setup.digest,
-              "objects": sorted({r["file"] for r in log if r["status"] == "compiled"}), "tus": compiled,
-              "skipped": len({r["tu"] for r in log if r["status"] == "skipped"})}
+    unhashed = sorted(r["tu"] for r in compiled if not (r.get("object_sha256") and r.get("source_sha256")))
+    if unhashed:
+        raise ToolError(f"cell {setup.cell}: compile shard {job.label}: could not hash the object or source of "
+                        f"{', '.join(unhashed[:5])}", hint="check the build folder's permissions and free disk")
+    units = {r["file"]: Unit(r["tu"], r["object"], r["file"], r["object_sha256"], r["source_sha256"],
+                             r["inputs"], tuple(r["flags"])) for r in compiled}
+    record = DoneRecord(setup.cell, job.index or 0, job.count, setup.digest, setup.spec,
+                        tuple(units[k] for k in sorted(units)),
+                        len({r["tu"] for r in log if r["status"] == "skipped"}))
     _write(setup.directory / shard.OBJECTS / shard.done_name(job.index or 0),
-                      json.dumps(record, indent=1) + "\n")
+           json.dumps(record.to_json(), indent=1) + "\n")
     return record
 
 
 def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, Any]:
-    """The link job's verdict: every object served, every shard's object used."""
+    """The link job's verdict: every object served after its proof held, every shard's object used."""
     log = _log(setup)
     n = setup.job.count
+    refused = sorted({(r["tu"], r["owner"], r["why"]) for r in log if r["status"] == "refused"})
+    if refused:
+        listed = "; ".join(f"TU {tu} of compile shard {owner}/{n}: {why}" for tu, owner, why in refused[:5])
+        raise UsageError(
+            f"cell {setup.cell}: the link build refused {len(refused)} object(s) of the compile shards: {listed}",
+            hint="the compile jobs built something else than the link job (other sources, flags or settings): "
+                 "rerun the named shards from the same commit and settings, then the link job")
     missing = sorted({(r["tu"], r["owner"]) for r in log if r["status"] == "missing"})
     if missing:
         listed = "; ".join(f"{tu} (compile shard {owner}/{n})" for tu, owner in missing[:10])
@@ -174,8 +343,7 @@ def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, A
         raise ToolError(f"cell {setup.cell}: link job: the build failed: {build_error}",
                         hint="read the build log above")
     served = {r["file"] for r in log if r["status"] == "served"}
-    made = {name for rec in check_shards(setup) for name in rec.get("objects", [])}
-    unused = sorted(made - served)
+    unused = sorted(set(setup.proofs) - served)
     if unused:
         raise DefectError(
             f"cell {setup.cell}: the compile shards made {len(unused)} object(s) the link build never used "

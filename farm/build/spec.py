@@ -14,6 +14,7 @@ written as ``build-spec.json`` beside the build (:meth:`BuildSpec.to_json`) and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,13 @@ class BuildSpec:
                       "system_packages": list(k.system_packages),
                       "vendored": list(self.vendored), "compile_jobs": self.compile_jobs},
         }
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the spec's canonical JSON: jobs that must build the same thing (the compile
+        shards and the link job of a cell) compare it."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @classmethod
     def from_json(cls, data: object, *, where: str) -> BuildSpec:
