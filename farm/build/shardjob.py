@@ -20,8 +20,8 @@ the shard that owns it) and on objects the shards made that its build never aske
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
