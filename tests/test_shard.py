@@ -200,7 +200,10 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     shutil.copytree(sharded[0] / "shards", shards)
     evil = _root(tmp_path / "evil")
     changed = tmp_path / "evil" / "src" / "shard_ext" / "csrc" / "ops" / ("fill.cu" if edit == "kernel" else "values.h")
-    changed.write_text(changed.read_text().replace("0.5f", "1e30f"))
+    text = changed.read_text()
+    changed.write_text(text.replace("= SHARD_EXT_FILL_VALUE;", "= 1e30f;") if edit == "kernel" else
+                       text.replace("0.5f", "1e30f"))
+    assert changed.read_text() != text
     build_cell(evil, evil.recipe("shard_ext"), CELL, _settings(tmp_path / "evil", pypi_toolkit, shards, ShardJob(2, 1)))
     config = _root(tmp_path / "main")
     name = "csrc/ops/fill.cu" if edit == "kernel" else "csrc/ops/values.h"

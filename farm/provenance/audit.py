@@ -40,6 +40,7 @@ from farm.provenance.stamp import WheelName
 
 if TYPE_CHECKING:
     from farm.binary.assertion import Expected
+    from farm.binary.madeby import MadeBy
     from farm.model.arch import ArchList
     from farm.model.config import FarmConfig
 
@@ -73,6 +74,8 @@ class WheelFacts:
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
     vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
+    # extension archive path -> the toolkit its device code records (read when asked: the gate)
+    made_by: Mapping[str, MadeBy] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ def _hash_member(wheel: SafeWheel, name: str) -> str:
 
 
 def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
-                cuobjdump: Path | None = None) -> WheelFacts:
+                cuobjdump: Path | None = None, made_by: bool = False) -> WheelFacts:
     """Inspect ``path`` (native reader, or ``both``), hash it and its extensions, read its provenance.
 
     An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
@@ -220,8 +223,9 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     embedded = None
     try:
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
-        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False)  # found sets only
+        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False, made_by=made_by)
         found = {so.path: so.found.canonical() for so in inspection.extensions}
+        made = {so.path: so.made_by for so in inspection.extensions if so.made_by is not None}
         disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
                               if not so.agrees)
         vendored = {so.path: so.found.canonical() for so in inspection.vendored}
@@ -236,7 +240,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     except FarmError as exc:
         return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
     return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
-                      disagreements=disagreements, vendored=vendored)
+                      disagreements=disagreements, vendored=vendored, made_by=made)
 
 
 def _problem(exc: FarmError, path: Path, location: str) -> str:

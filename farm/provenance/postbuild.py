@@ -395,7 +395,8 @@ def context_from_config(
         arch = require_arch_request(config, recipe, cell)
     # the request the build was planned with: the assertion checks exactly what was built
     expected = Expected(arch.archs, per_extension=arch.extensions,
-                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
+                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe),
+                        cuda=cell.cuda)
     context = BuildContext(
         cell=cell,
         expected=expected,

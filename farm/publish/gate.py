@@ -28,6 +28,7 @@ from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, Bundled, Ledge
 from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
 
 if TYPE_CHECKING:
+    from farm.binary.madeby import MadeBy
     from farm.provenance.audit import Derive, Derived
 
 
@@ -192,6 +193,7 @@ def judge(
     config_checked: bool = False,
     disagreements: Iterable[str] = (),
     vendored_now: Mapping[str, str] | None = None,
+    made_by_now: Mapping[str, MadeBy] | None = None,
 ) -> list[Refusal]:
     """Every reason to refuse one wheel, from facts already gathered.
 
@@ -201,6 +203,8 @@ def judge(
     ``config_checked``: the configuration was consulted; ``derived`` is what it resolves for the
     wheel's cell (None: it has no such cell). ``disagreements``: where the two readers differ.
     ``vendored_now``: per bundled library (``*.libs/``), the targets it holds now.
+    ``made_by_now``: per extension with device code, the toolkit that code records, which must be
+    the CUDA line of the wheel's cell (a cu130 build labelled cu128 never enters the cu128 channel).
     """
     def refuse(check: Check, message: str, fix: str) -> Refusal:
         return Refusal(filename, check, message, fix)
@@ -287,6 +291,14 @@ def judge(
         bundled = vendored_difference(info.bundled, vendored_now)
         if bundled:
             out.append(refuse(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), _FIX_REBUILD))
+    line = info.cell.cuda
+    if made_by_now is not None and line is not None:
+        other = [f"{so}: {wrong}" for so, made in sorted(made_by_now.items()) if (wrong := made.against(line))]
+        if other:
+            out.append(refuse(Check.INSPECTION, "the device code was not made by the cell's CUDA toolkit: "
+                              + "; ".join(other),
+                              f"build the wheel with the CUDA {line} toolkit (`farm build ... --cuda {line}`); a "
+                              "wheel is never relabelled for another CUDA line"))
     disagreements = list(disagreements)
     if disagreements:
         out.append(refuse(Check.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(disagreements),
@@ -379,7 +391,7 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
         name = path.name
         # The bytes' sha256, the readers' targets and each extension's sha256 now, and the
         # embedded provenance (schema-checked, so a hostile file cannot crash the judge).
-        facts = wheel_facts(path, reader=reader, cuobjdump=tool)
+        facts = wheel_facts(path, reader=reader, cuobjdump=tool, made_by=True)
         if facts.problem:
             refused.append(Refusal(name, Check.READABLE, f"cannot read the wheel: {_first_line(facts.problem)}",
                                    _FIX_REBUILD))
@@ -388,7 +400,8 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
         derived = derive(facts.embedded) if derive is not None and facts.embedded is not None else None
         problems = judge(name, facts.sha256, facts.embedded, entry, vouchers.sha256_of_name(name), facts.found,
                          facts.extensions, derived=derived, config_checked=derive is not None,
-                         disagreements=facts.disagreements, vendored_now=facts.vendored)
+                         disagreements=facts.disagreements, vendored_now=facts.vendored,
+                         made_by_now=facts.made_by)
         if problems:
             refused.extend(problems)
         else:
