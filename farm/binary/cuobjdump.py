@@ -215,7 +215,8 @@ def dump_made_by(so: Path, tool: Path | None = None, *, timeout: float = DEFAULT
     timer.start()
     cubins: Counter[str] = Counter()
     ptx: Counter[str] = Counter()
-    unread, block, seen, tail = 0, "", False, []
+    unread, block, seen = 0, "", False
+    tail: list[str] = []
     try:
         assert proc.stdout is not None
         for raw in proc.stdout:
