@@ -420,3 +420,25 @@ def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, 
     (refusal,) = _gate(tmp_path).refused
     assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
     assert refusal.message == f"cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: {says}"
+
+
+def test_a_cuda_13_wheel_labelled_cu128_is_refused_by_the_gate(demo_batch: Batch, tmp_path: Path) -> None:
+    """demo_ext built by nvcc 13.0, stamped +cu128 with a provenance that says cell CUDA 12.8 and
+    a fragment that vouches for it (what an older farm's `postbuild --cuda 12.8` wrote): name,
+    provenance and ledger agree, but the device code records CUDA 13.0, so the gate keeps it out
+    of the cu128 channel."""
+    out = tmp_path / "out"
+    info = json.loads(demo_batch.fragment.read_text())
+    for key in ("filename", "sha256", "size", "published"):
+        info.pop(key)
+    info["cell"] = {**info["cell"], "cuda": "12.8"}
+    stamped = stamp_wheel(demo_batch.raw, out, local="cu128", build_tag=None, build_info=BuildInfo.from_json(info))
+    write_fragment({**info, "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size,
+                    "published": []}, out)
+    assert "+cu128" in stamped.filename
+    result = _gate(out)
+    assert not result.ok and _checks(result) == {stamped.filename: {Check.INSPECTION}}
+    (refusal,) = result.refused
+    assert "not made by the cell's CUDA toolkit" in refusal.message
+    assert "made by CUDA 13.0" in refusal.message and "the cell's CUDA line is 12.8" in refusal.message
+    assert "--cuda 12.8" in refusal.fix

@@ -188,6 +188,7 @@ class ExtensionResult:
             "likely_causes": [c.value for c in self.causes],
             "findings": [f.to_json() for f in self.findings],
             "fatbins": len(self.inspection.fatbins),
+            "made_by": None if self.inspection.made_by is None else self.inspection.made_by.to_json(),
         }
 
 
