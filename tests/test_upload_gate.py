@@ -336,9 +336,9 @@ def _forge_arch(so: bytes, new_arch: int) -> bytes:
 def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """A hostile contributor rewrites the fatbin headers to claim sm_90 where sm_80 was built, and
-    writes a provenance (and fragment) that agrees with the forged headers. The native reader
-    alone is fooled; cuobjdump reads the device code itself, and the configuration still asks
-    for 8.0: the gate refuses on both counts."""
+    writes a provenance (and fragment) that agrees with the forged headers. The header reader
+    alone would be fooled, but each cubin's own note repeats its arch: the gate refuses the
+    binary as contradicting itself, with either reader."""
     info = json.loads(demo_batch.fragment.read_text())
     so = next(iter(info["found"]))
     for key in ("filename", "sha256", "size", "published"):
@@ -366,14 +366,16 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
     write_fragment({**info, "extensions": {so: recorded[so]},
                     "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size, "published": []},
                    out)
-    # The forgery is consistent with itself: the old gate (native reader, no config) passed it.
-    assert run_gate([stamped.path], Vouchers.load(None, [out]), reader="native").ok
+    # The forgery is consistent with itself, but not with the cubin inside: its .note.nv.cuinfo
+    # still says sm_80, so even the native reader alone refuses it now (it once passed).
+    alone = run_gate([stamped.path], Vouchers.load(None, [out]), reader="native")
+    assert not alone.ok and "the cubin's .note.nv.cuinfo says sm_80, its fatbin entry sm_90" in alone.refused[0].message
     root = write_farm_root(tmp_path / "farm")  # its recipe asks for 8.0
     assert main(["upload", str(out), "--root", str(root), "--target", "index", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     checks = {r["check"]: r["message"] for r in doc["gate"]["refused"]}
-    assert "the configuration resolves sm_80" in checks["config"]
-    assert "the native reader and cuobjdump disagree" in checks["inspection"]
+    # a binary that contradicts itself is refused as unreadable before its provenance is weighed
+    assert list(checks) == ["readable"] and "says sm_80, its fatbin entry sm_90" in checks["readable"]
     assert doc["gate"]["readers"].startswith("native + cuobjdump")
     assert not (root / "public").exists()
 
