@@ -504,6 +504,13 @@ def test_empty_shard_flag_is_refused_not_an_unsharded_build(tmp_path, capsys) ->
     assert "'' is not I/N" in capsys.readouterr().err
 
 
+def test_compile_flags_leave_out_outputs_and_make_the_root_relative() -> None:
+    args = ["--generate-dependencies-with-compile", "--dependency-output", "/src/build/a.o.d", "-MT", "/src/build/a.o",
+            "-I/src/csrc", "-isystem", "/env/torch/include", "-c", "/src/csrc/a.cu", "-o", "/src/build/a.o", "-O3"]
+    unit = compile_unit(args)
+    assert shard.compile_flags(args, unit, "/src") == ["-I$ROOT/csrc", "-isystem", "/env/torch/include", "-c", "-O3"]
+
+
 def test_depfile_inputs_keep_the_tree_only() -> None:
     text = "build/a.o : csrc/a.cu csrc/my\\ dir/k.h \\\n  /usr/include/stdio.h ../outside.h build/CMakeFiles/x.h\n"
     assert shard.depfile_inputs(text, "/p", "/p") == ["csrc/a.cu", "csrc/my dir/k.h"]

@@ -212,7 +212,7 @@ def compile_flags(args: Sequence[str], unit: CompileUnit, root: str) -> list[str
         name, eq, _ = a.partition("=")
         if a == unit.source or a in _DEP_FLAGS:
             continue
-        if name in ("-o", "--output-file", "-MF", "--dependency-output"):
+        if name in ("-o", "--output-file", "-MF", "--dependency-output", "-MT", "--dependency-target-name"):
             skip = not eq
             continue
         out.append(a.replace(root.rstrip("/") + "/", "$ROOT/") if root else a)
