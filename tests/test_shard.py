@@ -246,6 +246,27 @@ def test_cli_checks_the_shard_against_the_recipe(tmp_path, pypi_toolkit, capsys)
     assert "need 0 <= I < N" in capsys.readouterr().err
 
 
+def test_cli_compile_shard_then_a_forged_record_refused_by_the_link_job(sharded, tmp_path, pypi_toolkit,
+                                                                         capsys) -> None:
+    """Through `farm build`: a compile shard reports its TUs; a link job whose shard record was
+    replaced by a JSON list exits 2 with the shard named and its fix, never a traceback."""
+    _root(tmp_path)
+    shards = tmp_path / "shards"
+    base = ["build", "shard_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+            "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(pypi_toolkit.cuda_home),
+            "--shard-dir", str(shards)]
+    assert main([*base, "--shard", "0/2"]) == 0
+    assert f"{CELL.id}: compile shard 0/2: 2 TU(s) compiled into" in capsys.readouterr().out
+    shutil.copy(sharded[0] / "shards" / CELL.id / "objects" / "done-1.json", shards / CELL.id / "objects")
+    for name in (sharded[0] / "shards" / CELL.id / "objects").glob("1-*.o"):
+        shutil.copy(name, shards / CELL.id / "objects")
+    (shards / CELL.id / "objects" / "done-1.json").write_text("[1, 2]")
+    assert main([*base, "--link"]) == 2
+    err = capsys.readouterr().err
+    assert "compile shard 1/2's record is not one farm wrote: `record` must be an object, not list" in err
+    assert "fix: rerun compile shard 1/2" in err and "Traceback" not in err
+
+
 def test_launcher_is_the_module_itself() -> None:
     """The launcher copied into shard folders runs with the standard library alone."""
     source = Path(shard.__file__).read_text()

@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             if r.shard is not None and r.shard.get("job") == "compile":
                 print(f"{r.cell.id}: compile shard {r.shard['index']}/{r.shard['count']}: "
-                      f"{len(r.shard['tus'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")
+                      f"{len(r.shard['units'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")
             for pb in r.postbuild:
                 if pb.passed and pb.stamped is not None:
                     print(f"{r.cell.id}: asserted wheel: {pb.stamped.path}")
