@@ -196,3 +196,7 @@ def test_a_ptx_whose_text_contradicts_its_header_is_refused(tmp_path: Path) -> N
     so = extension(tmp_path, ptx((9, 0), said="8.7"))
     with pytest.raises(BinaryFormatError, match=r"the PTX says \.version 8\.7, its fatbin entry header ISA 9\.0"):
         read_made_by(so, read_fatbins(so))
+
+
+def test_a_line_that_is_not_x_y_never_matches() -> None:
+    assert "'banana' is not a line (X.Y)" in (MadeBy({"13.0": 1}, {}).against("banana") or "")

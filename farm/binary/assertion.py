@@ -423,7 +423,8 @@ def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = No
     :class:`~farm.errors.WheelError` / :class:`~farm.errors.BinaryFormatError`: never "unverified".
     """
     # stubs change the verdict on an extension (judge), never on a vendored library (judge_vendored)
-    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False,
-                               made_by=expected.cuda is not None)
+    # every cubin is read (its structure checked, its toolkit note taken) whether or not a CUDA
+    # line is expected: a damaged cubin fails the assertion either way
+    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False, made_by=True)
     return assert_inspection(str(wheel), inspection.extensions, expected, vendored=inspection.vendored,
                              tools=inspection.tools)

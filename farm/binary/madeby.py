@@ -38,6 +38,7 @@ _SHT_STRTAB, _SHT_NOTE, _SHT_NOBITS = 3, 7, 8
 _NT_CUINFO = 1000  # .note.nv.cuinfo: u16 note version, u16 sm, u32 toolkit version (major * 10 + minor)
 _NOTE_OWNER = b"NVIDIA Corp\0"
 _PTX_VERSION = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)\s*$", re.MULTILINE)
+_LINE = re.compile(r"\d{1,3}\.\d{1,3}")
 _HINT = "the device code is damaged or forged: rebuild the wheel from source"
 # The PTX ISA major of each CUDA major: ISA 7.x came with CUDA 11, 8.x with 12, 9.x with 13.
 _ISA_MAJOR_OFFSET = 4
@@ -70,6 +71,8 @@ class MadeBy:
 
     def against(self, cuda: str) -> str | None:
         """Why this device code is not the CUDA line ``cuda`` (``"12.8"``), or None when it is."""
+        if not _LINE.fullmatch(cuda):
+            return f"the cell's CUDA line {cuda!r} is not a line (X.Y), so no device code can be shown to match it"
         major = int(cuda.partition(".")[0])
         other = sorted(v for v in self.cubins if v != cuda)
         wrong_isa = sorted(v for v in self.ptx if cuda_major_of_isa(v) != major)
