@@ -384,3 +384,7 @@ def test_a_cuda_13_build_postbuilt_for_another_line_fails_naming_both(
     doc = json.loads(capsys.readouterr().out)
     (ext,) = doc["wheels"][0]["assertion"]["extensions"]
     assert ext["made_by"] == {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}
+    stamped = Path(doc["wheels"][0]["stamped"])
+    info = BuildInfo.from_json(zipfile.ZipFile(stamped).read(
+        next(n for n in zipfile.ZipFile(stamped).namelist() if n.endswith("_build_info.json"))))
+    assert {so: m.to_dict() for so, m in info.made_by.items()} == {ext["path"]: ext["made_by"]}

@@ -263,6 +263,28 @@ def test_judge_ledger_entry_of_another_cell() -> None:
     assert r.check is Check.LEDGER and "differ in recipe_sha256 " in r.message
 
 
+def test_judge_device_code_of_another_cuda_line() -> None:
+    """The cell says 12.8 (so does the name): the toolkit records recorded at postbuild, or read
+    now, say 13.0: refused; records read now that differ from the recorded ones: refused too."""
+    from farm.binary.madeby import MadeBy
+
+    so = next(iter(INFO["found"]))
+    assert INFO["cell"]["cuda"] == "12.8" and "+cu128" in NAME
+    made = {so: {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}}
+    now = {so: MadeBy({"13.0": 2}, {"9.0": 1}, 0)}
+    info = {**INFO, "made_by": made}
+    refusals = judge(NAME, SHA, _bi(info), _le({**info, "filename": NAME}), None, INFO["found"], made_by_now=now)
+    assert {r.check for r in refusals} == {Check.CONSISTENT, Check.INSPECTION}
+    assert all("the cell's CUDA line is 12.8" in r.message for r in refusals)
+    # a 13.0 wheel whose records changed since postbuild
+    cu130 = {**INFO, "cell": {**INFO["cell"], "cuda": "13.0"}, "made_by": made}
+    name = NAME.replace("cu128", "cu130")
+    (r,) = judge(name, SHA, _bi(cu130), _le({**cu130, "filename": name}), None, INFO["found"],
+                 made_by_now={so: MadeBy({"13.0": 1}, {"9.0": 1}, 0)})
+    assert r.check is Check.INSPECTION and "differ from those recorded at postbuild" in r.message
+    assert judge(name, SHA, _bi(cu130), _le({**cu130, "filename": name}), None, INFO["found"], made_by_now=now) == []
+
+
 def test_judge_passed_provenance_whose_found_is_not_its_expected_is_refused() -> None:
     forged = {**INFO, "expected": {"demo_ext/_C.so": "sm_80;sm_90;sm_100;compute_100"}}
     (r,) = judge(NAME, SHA, _bi(forged), _le({**forged, "filename": NAME}), None, INFO["found"])
@@ -427,13 +449,14 @@ def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, 
 def test_a_cuda_13_wheel_labelled_cu128_is_refused_by_the_gate(demo_batch: Batch, tmp_path: Path) -> None:
     """demo_ext built by nvcc 13.0, stamped +cu128 with a provenance that says cell CUDA 12.8 and
     a fragment that vouches for it (what an older farm's `postbuild --cuda 12.8` wrote): name,
-    provenance and ledger agree, but the device code records CUDA 13.0, so the gate keeps it out
-    of the cu128 channel."""
+    provenance and ledger agree (the older farm recorded no toolkit records), but the device code
+    records CUDA 13.0, so the gate keeps it out of the cu128 channel."""
     out = tmp_path / "out"
     info = json.loads(demo_batch.fragment.read_text())
     for key in ("filename", "sha256", "size", "published"):
         info.pop(key)
     info["cell"] = {**info["cell"], "cuda": "12.8"}
+    assert [set(m["cubin"]) for m in info.pop("made_by").values()] == [{"13.0"}]  # what postbuild read
     stamped = stamp_wheel(demo_batch.raw, out, local="cu128", build_tag=None, build_info=BuildInfo.from_json(info))
     write_fragment({**info, "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size,
                     "published": []}, out)

@@ -198,6 +198,7 @@ def stamp_asserted(
             toolchain=context.toolchain,
             extensions={p: hashes[p] for p in per_so},
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
+            made_by={p: so.inspection.made_by.to_json() for p, so in per_so.items() if so.inspection.made_by},
         )
         buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema
         return info

@@ -128,6 +128,14 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     if requested != normalised:
         out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested))}, "
                    f"not the recorded {clip(arch_list.normalised)}")
+    made = info.made_by
+    if isinstance(made, Mapping) and info.cell.cuda is not None:
+        from farm.binary.madeby import MadeBy
+
+        for so, record in sorted(made.items()):
+            wrong = MadeBy(record.cubin, record.ptx_isa, record.unread).against(info.cell.cuda)
+            if wrong:
+                out.append(f"{so}: {wrong}")
     if derived is not None:
         for so, text in sorted((info.expected or {}).items()):
             if derived.expected.for_extension(so)[1] is None and _archs_or_none(text) != normalised:
@@ -292,6 +300,14 @@ def judge(
         bundled = vendored_difference(info.bundled, vendored_now)
         if bundled:
             out.append(refuse(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), _FIX_REBUILD))
+    recorded_made = info.made_by
+    if made_by_now is not None and isinstance(recorded_made, Mapping):
+        moved = sorted(so for so in set(recorded_made) | set(made_by_now)
+                       if (recorded_made[so].to_dict() if so in recorded_made else None)
+                       != (made_by_now[so].to_json() if so in made_by_now else None))
+        if moved:
+            out.append(refuse(Check.INSPECTION, "the toolkit records of the device code differ from those recorded "
+                              f"at postbuild: {', '.join(moved)}", _FIX_REBUILD))
     line = info.cell.cuda
     if made_by_now is not None and line is not None:
         other = [f"{so}: {wrong}" for so, made in sorted(made_by_now.items()) if (wrong := made.against(line))]
