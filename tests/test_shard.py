@@ -474,12 +474,17 @@ def test_forged_shard_outputs_are_refused_before_the_link_build(tmp_path, forger
     assert caught.value.exit_code == 2 and caught.value.hint
 
 
-def test_a_link_as_a_symlink_is_not_a_record(tmp_path) -> None:
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_record_that_is_a_link_or_a_fifo_is_refused(tmp_path, kind) -> None:
+    """A link is never followed; a FIFO is refused at once (reading it would wait forever)."""
     src, shards = _forge_shards(tmp_path)
     done = shards / CELL.id / shard.OBJECTS / shard.done_name(1)
     real = tmp_path / "elsewhere.json"
     done.rename(real)
-    done.symlink_to(real)
+    if kind == "link":
+        done.symlink_to(real)
+    else:
+        os.mkfifo(done)
     with pytest.raises(UsageError, match=r"compile shard 1/2's record is not a regular file"):
         _link(src, shards)
 

@@ -29,7 +29,7 @@ from typing import Any
 from farm.build import shard
 from farm.build.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
-from farm.fsutil import atomic_write
+from farm.fsutil import atomic_write, open_plain
 
 # Where the cell's shard folder appears inside cibuildwheel's container (bind-mounted, read-write).
 CONTAINER_SHARD_DIR = "/opt/farm/shard"
@@ -211,15 +211,15 @@ def _done(setup: ShardSetup, index: int) -> DoneRecord | None:
     path = setup.directory / shard.OBJECTS / shard.done_name(index)
     where = f"compile shard {index}/{setup.job.count}"
     try:
-        with path.open("rb") as fh:
-            if not path.is_file() or path.is_symlink():
-                raise UsageError(f"{path}: {where}'s record is not a regular file",
-                                 hint="download that compile job's artifact again")
+        with open_plain(path) as fh:
             raw = fh.read(MAX_DONE_BYTES + 1)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read {where}'s record: {exc.strerror or exc}",
+    except (ValueError, OSError) as exc:
+        if isinstance(exc, ValueError) or path.is_symlink():
+            raise UsageError(f"{path}: {where}'s record is not a regular file (a link, FIFO or device)",
+                             hint="download that compile job's artifact again") from None
+        raise UsageError(f"{path}: cannot read {where}'s record: {getattr(exc, 'strerror', None) or exc}",
                          hint="download that compile job's artifact again, or rerun it") from None
     if len(raw) > MAX_DONE_BYTES:
         raise UsageError(f"{path}: {where}'s record is over {MAX_DONE_BYTES >> 20} MiB: not one farm wrote",

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 from farm.binary.wheelfile import DEFAULT_LIMITS
 from farm.errors import UsageError
-from farm.fsutil import atomic_write
+from farm.fsutil import atomic_write, open_plain
 
 ARTIFACT_PREFIX = "wheels-"
 FRAGMENT_SUFFIX = ".ledger.json"
@@ -136,13 +136,11 @@ def _not_a_wheel(path: Path, info: os.stat_result) -> str | None:
 def _open_plain(path: Path) -> BinaryIO:
     """``path`` opened for reading, refused unless it is a regular file (never through a link)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        return open_plain(path)
     except OSError as exc:
         raise _refuse_entry(path, f"cannot be opened as a plain file ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _refuse_entry(path, "not a regular file")
-    return os.fdopen(fd, "rb")
+    except ValueError:
+        raise _refuse_entry(path, "not a regular file") from None
 
 
 def _artifact_files(sub: Path) -> list[Path]:
