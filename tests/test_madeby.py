@@ -17,6 +17,8 @@ from farm.binary.inspection import Reader, compare_made_by, inspect_file
 from farm.binary.madeby import MadeBy, cubin_facts, read_made_by
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList
+from tests.cudafix import CudaFixtures
+from tests.cudafix import cuda_fixtures as cuda_fixtures
 
 
 def _elf(sections: list[tuple[str, int, bytes]], *, machine: int = 190) -> bytes:
@@ -200,3 +202,39 @@ def test_a_ptx_whose_text_contradicts_its_header_is_refused(tmp_path: Path) -> N
 
 def test_a_line_that_is_not_x_y_never_matches() -> None:
     assert "'banana' is not a line (X.Y)" in (MadeBy({"13.0": 1}, {}).against("banana") or "")
+
+
+@pytest.mark.parametrize("flip", ["machine", "note arch"])
+def test_a_real_cubin_with_flipped_bytes_that_cuobjdump_lists_is_refused(cuda_fixtures: CudaFixtures,
+                                                                         tmp_path: Path, flip: str) -> None:
+    """nvcc 13.0's own binary (sm_80 + sm_90 raw cubins, compute_90 zstd PTX), bytes of the first
+    raw cubin flipped, fatbin headers intact: its ELF machine (CUDA -> x86-64), or the arch its
+    .note.nv.cuinfo records. cuobjdump lists and dumps it without complaint (rc 0), and so does
+    the header reader; reading the cubin refuses it. (Flips in a section offset or size, or in
+    e_shoff, cuobjdump refuses itself; flips inside machine code no reader can see.)"""
+    import subprocess
+
+    from farm.binary.cuobjdump import find_cuobjdump, list_targets
+    from farm.binary.fatbin import Compression, EntryKind
+
+    so = cuda_fixtures.path("default")
+    made = read_made_by(so, read_fatbins(so))
+    assert made == MadeBy({"13.0": 2}, {"9.0": 1}, 0) and made.against("13.0") is None
+    entry = next(e for f in read_fatbins(so) for e in f.entries
+                 if e.kind is EntryKind.CUBIN and e.compressed is Compression.NONE)
+    data = bytearray(so.read_bytes())
+    payload = bytes(data[entry.payload_offset : entry.payload_offset + entry.payload_size])
+    if flip == "machine":
+        at, message = entry.payload_offset + 0x12, "for ELF machine 62, not CUDA"
+        struct.pack_into("<H", data, at, 62)
+    else:
+        note = payload.index(struct.pack("<III", 12, 8, 1000) + b"NVIDIA Corp\0")
+        at, message = entry.payload_offset + note + 24 + 2, r"\.note\.nv\.cuinfo says sm_75, its fatbin entry sm_80"
+        struct.pack_into("<H", data, at, 75)
+    damaged = tmp_path / so.name
+    damaged.write_bytes(bytes(data))
+    tool = find_cuobjdump(cuda_fixtures.cuda_home)
+    assert len(list_targets(damaged, tool)) == 3 and read_fatbins(damaged)
+    assert subprocess.run([str(tool), "-elf", str(damaged)], capture_output=True).returncode == 0
+    with pytest.raises(BinaryFormatError, match=message):
+        inspect_file(damaged, Reader.NATIVE, made_by=True)
