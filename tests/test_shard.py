@@ -5,6 +5,7 @@ or object stops the link job, naming it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -540,3 +541,19 @@ def test_compile_flags_leave_out_outputs_and_make_the_root_relative() -> None:
 def test_depfile_inputs_keep_the_tree_only() -> None:
     text = "build/a.o : csrc/a.cu csrc/my\\ dir/k.h \\\n  /usr/include/stdio.h ../outside.h build/CMakeFiles/x.h\n"
     assert shard.depfile_inputs(text, "/p", "/p") == ["csrc/a.cu", "csrc/my dir/k.h"]
+
+
+def test_a_header_the_build_generates_is_checked_when_it_exists(tmp_path, capsys) -> None:
+    """A TU of the tree includes a header the build writes (absent before the build): the link job
+    cannot hash it before building, so the launcher does as it serves the object."""
+    src, shards = _forge_shards(tmp_path)
+    gen = src / "build" / "gen" / "config.h"
+    _edit_done(shards, 0, lambda d: {**d, "units": [
+        {**u, "inputs": {"build/gen/config.h": hashlib.sha256(b"#define N 4\n").hexdigest()}} for u in d["units"]]})
+    setup = _link(src, shards)  # proven as far as the tree goes
+    gen.parent.mkdir(parents=True)
+    gen.write_bytes(b"#define N 8\n")  # the link build generated something else
+    assert _serve(setup, src, "csrc/add.cu", _argv("csrc/add.cu")) == 1
+    assert "its sources differ from this tree: build/gen/config.h (sha256" in capsys.readouterr().err
+    gen.write_bytes(b"#define N 4\n")
+    assert _serve(setup, src, "csrc/add.cu", _argv("csrc/add.cu")) == 0

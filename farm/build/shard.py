@@ -9,8 +9,12 @@ translation unit (TU):
 - compile job ``i/N``: a TU that shard ``i`` owns is compiled by the real nvcc and its object is
   kept in the shard folder (``objects/<i>-<key>.o``); any other TU gets an empty host object instead, so
   the build runs to its end fast (its wheel is thrown away);
+- compile job: for each TU it compiles, it records the object's sha256, the source's and those
+  of the in-tree files the TU includes (from nvcc's dependency output), and the command line;
 - link job: every TU's object is served from the shards' outputs, nothing is compiled by nvcc; a
-  missing object stops the build, naming the TU and the shard that should have made it.
+  missing object stops the build, naming the TU and the shard that should have made it, and an
+  object is served only when this build's command line for the TU is the recorded one, the
+  tree's sources hash as recorded, and the copy has the recorded sha256.
 
 Ownership is decided before the build, from the source tree alone: the tree's ``.cu`` files,
 sorted by their path relative to the source root, are dealt round-robin (TU k -> shard k mod N).
@@ -234,17 +238,27 @@ def depfile_inputs(text: str, cwd: str, root: str) -> list[str]:
     return sorted(found)
 
 
-def verify_unit(unit: Mapping[str, object], root: str) -> str | None:
+def verify_unit(unit: Mapping[str, object], root: str, *, missing_ok: bool = False) -> str | None:
     """Recompute a compiled TU's source and in-tree input hashes from the tree at ``root``: None
-    when all agree, else what differs (the first few)."""
+    when all agree, else what differs (the first few). ``missing_ok``: a file not (yet) in the tree
+    is no difference (before the build, a header the build generates is not there)."""
     wanted = {str(unit["tu"]): unit["source_sha256"], **dict(unit.get("inputs") or {})}  # type: ignore[call-overload]
     bad = []
     for rel, digest in sorted(wanted.items()):
         have = sha256_of(os.path.join(root, rel))
-        if have != digest:
+        if have != digest and not (have is None and missing_ok):
             bad.append(f"{rel} ({'missing here' if have is None else f'sha256 {have[:12]} here'}, "
                        f"{str(digest)[:12]} in the shard)")
     return "; ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "") if bad else None
+
+
+def flag_difference(shard: Sequence[str], here: Sequence[str]) -> str:
+    """How two compile command lines differ, briefly: the flags only one has, else the order."""
+    only_shard = [f for f in shard if f not in here]
+    only_here = [f for f in here if f not in shard]
+    if not only_shard and not only_here:
+        return "the same flags in another order"
+    return f"the shard's has {only_shard[:5] or 'nothing more'}, this build's has {only_here[:5] or 'nothing more'}"
 
 
 def done_name(index: int) -> str:
@@ -363,7 +377,7 @@ def _serve(shard_dir: str, label: str, cfg: Mapping[str, object], root: str, rec
         return 1
     problem = None
     if proof["flags"] != flags:
-        problem = f"compiled with other flags: the shard's {proof['flags']}, this build's {flags}"
+        problem = f"compiled with other flags: {flag_difference(proof['flags'], flags)}"
     else:
         problem = verify_unit(proof, root)
         problem = problem and f"its sources differ from this tree: {problem}"

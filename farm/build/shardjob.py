@@ -6,15 +6,18 @@ A cell's shard folder (``--shard-dir``/<cell id>/)::
     bin/farm-nvcc          the launcher (a copy of farm/build/shard.py)
     shard.json             this job: compile shard i of N, or link; the TU -> shard table
     objects/<i>-<key>.o    the objects compile shard i made (the CI artifact of that job)
-    objects/done-<i>.json  compile shard i finished: its TUs, the table it used
+    objects/done-<i>.json  compile shard i finished: the table and build spec it used, and per TU the
+                           sha256 of its object, source and in-tree includes, and its nvcc flags
     log/<job>.jsonl        what the launcher did with each nvcc call of this job
 
 How a compile job ends: it passes when the package's build ran to its end and every TU it owned
 compiled (its wheel, made of empty stand-ins for the other shards' TUs, is thrown away); then it
 writes ``done-<i>.json``. A build failure fails the job, naming the TUs of this shard that failed.
-The link job refuses to start unless every shard's ``done-<i>.json`` is there and was made from the
-same TU table (the same source); afterwards it fails closed on a TU no shard made (naming the TU and
-the shard that owns it) and on objects the shards made that its build never asked for.
+The link job refuses to start unless every shard's ``done-<i>.json`` is there, is a record farm
+writes, was made from the same TU table and build spec, and every object and source it names
+hashes as recorded (:func:`prove_shards`); during the build the launcher checks each object again as
+it serves it (flags, sources, bytes). Afterwards it fails closed on a TU no shard made (naming the
+TU and the shard that owns it) and on objects the shards made that its build never asked for.
 """
 
 from __future__ import annotations
@@ -276,7 +279,7 @@ def prove_shards(setup: ShardSetup, source_root: Path) -> dict[str, Unit]:
                                            f"not the one it compiled (sha256 {have[:12]}, recorded "
                                            f"{u.object_sha256[:12]})"))
             if u.tu in setup.table:  # a generated TU is checked when the build has made it
-                differs = shard.verify_unit(u.proof(), str(source_root))
+                differs = shard.verify_unit(u.proof(), str(source_root), missing_ok=True)
                 if differs:
                     raise _refuse(setup, i, f"compiled TU {u.tu} from other sources than this tree: {differs}")
             proofs[u.file] = u
