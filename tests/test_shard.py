@@ -264,7 +264,7 @@ def test_cli_compile_shard_then_a_forged_record_refused_by_the_link_job(sharded,
     (shards / CELL.id / "objects" / "done-1.json").write_text("[1, 2]")
     assert main([*base, "--link"]) == 2
     err = capsys.readouterr().err
-    assert "compile shard 1/2's record is not one farm wrote: `record` must be an object, not list" in err
+    assert "compile shard 1/2's record is not one farm wrote: record: expected an object, got list" in err
     assert "fix: rerun compile shard 1/2" in err and "Traceback" not in err
 
 
@@ -397,7 +397,8 @@ def _forge_shards(tmp_path: Path) -> tuple[Path, Path]:
             inputs = {"csrc/ops/values.h": sha256_file(src / "csrc/ops/values.h")} if tu.endswith("fill.cu") else {}
             units.append(shardjob.Unit(tu, Path(unit.output).name, file, sha256_file(objects / file),
                                        sha256_file(src / tu), inputs, tuple(shard.compile_flags(args, unit, str(src)))))
-        record = shardjob.DoneRecord(CELL.id, i, 2, shard.table_digest(table, 2), "5" * 64, tuple(units), 2)
+        record = shardjob.DoneRecord(cell=CELL.id, index=i, count=2, digest=shard.table_digest(table, 2),
+                                     spec="5" * 64, units=tuple(units), skipped=2)
         (objects / shard.done_name(i)).write_text(json.dumps(record.to_json(), indent=1))
     return src, shards
 
@@ -446,22 +447,26 @@ FORGERIES = {
                       r"csrc/ops/values\.h \(sha256 \w+ here"),
     "source hash edited": (lambda src, sh: _edit_done(sh, 0, _first_unit("source_sha256", "b" * 64)),
                            r"compile shard 0/2 compiled TU csrc/add\.cu from other sources"),
-    "record is a list": (lambda src, sh: _edit_done(sh, 1, "[1, 2]"), r"`record` must be an object, not list"),
+    "record is a list": (lambda src, sh: _edit_done(sh, 1, "[1, 2]"), r"record is not one farm wrote: record: expected an object, got list"),
     "objects: 5 (an old record)": (lambda src, sh: _edit_done(sh, 1, lambda d: {**d, "version": 1, "objects": 5}),
-                                   r"`version` must be 2 with job 'compile'"),
-    "units: 5": (lambda src, sh: _edit_done(sh, 1, lambda d: {**d, "units": 5}), r"`units` must be a list, not int"),
+                                   r"version: must be 2 with job 'compile'"),
+    "units: 5": (lambda src, sh: _edit_done(sh, 1, lambda d: {**d, "units": 5}), r"units: expected an array, got int"),
     "flags not strings": (lambda src, sh: _edit_done(sh, 0, _first_unit("flags", [1])),
-                          r"`units\[0\]\.flags` must be a list of strings"),
+                          r"units/0/flags/0: expected string, got int"),
     "a TU outside the tree": (lambda src, sh: _edit_done(sh, 0, _first_unit("tu", "../../etc/passwd")),
-                              r"`units\[0\]\.tu` must be a path inside the source tree"),
+                              r"units/0/tu: must be a path inside the source tree"),
     "a TU of another shard": (lambda src, sh: _edit_done(sh, 0, _first_unit("tu", "csrc/scale.cu")),
                               r"compile shard 0/2 claims TU csrc/scale\.cu, which compile shard 1/2 owns"),
     "another spec": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "spec": "6" * 64}),
                      r"compile shard 0/2 was built from another build spec \(666666666666; this link job's: 555555555555\)"),
     "not JSON": (lambda src, sh: _edit_done(sh, 0, "{"), r"compile shard 0/2's record is not JSON"),
     "nested a million deep": (lambda src, sh: _edit_done(sh, 0, "[" * 1_000_000), r"record is not JSON"),
+    "a key farm does not write": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "trusted": True}),
+                                  r"record: holds keys farm does not write \('trusted'\)"),
+    "a negative count": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "skipped": -1}),
+                         r"skipped: must be a count, not -1"),
     "count is a bool": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "skipped": True}),
-                        r"`skipped` must be a count, not True"),
+                        r"skipped: expected .*, got bool"),
 }
 
 

@@ -27,12 +27,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from farm.build import shard
 from farm.build.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
 from farm.fsutil import atomic_write, open_plain
+from farm.provenance.shape import ShapeError, UnknownKeyError, decode, encode
 
 # Where the cell's shard folder appears inside cibuildwheel's container (bind-mounted, read-write).
 CONTAINER_SHARD_DIR = "/opt/farm/shard"
@@ -104,11 +105,13 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, sp
 # ------------------------------------------------------------------------------------------------
 # done-<i>.json: what a compile shard claims, parsed strictly
 # ------------------------------------------------------------------------------------------------
-DONE_VERSION = 2
+DONE_VERSION: Final = 2
 MAX_DONE_BYTES = 64 << 20  # a record of 10,000 TUs with long flag lists stays far below
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+# The record is defined once, here: farm.provenance.shape writes it and reads it back (types,
+# unknown keys); parse_done adds what a type cannot say (hashes, paths inside the tree, counts).
 @dataclass(frozen=True)
 class Unit:
     """One TU a compile shard compiled: its object and what it was made from."""
@@ -122,24 +125,26 @@ class Unit:
     flags: tuple[str, ...]  # nvcc's argv less source/output, root as $ROOT
 
     def proof(self) -> dict[str, Any]:
-        return {"tu": self.tu, "object": self.object, "object_sha256": self.object_sha256,
-                "source_sha256": self.source_sha256, "inputs": dict(self.inputs), "flags": list(self.flags)}
+        """What the launcher checks as it serves the object (``shard.json``'s ``proofs``)."""
+        return dict(encode(self))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DoneRecord:
+    """``done-<i>.json``: compile shard ``index`` of ``count`` finished."""
+
+    version: Literal[2] = DONE_VERSION
+    job: Literal["compile"] = "compile"
     cell: str
     index: int
     count: int
     digest: str  # the TU table's
     spec: str  # the build spec's
     units: tuple[Unit, ...]
-    skipped: int
+    skipped: int  # TUs this shard left to the others
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": DONE_VERSION, "job": "compile", "cell": self.cell, "index": self.index,
-                "count": self.count, "digest": self.digest, "spec": self.spec,
-                "units": [{**u.proof(), "file": u.file} for u in self.units], "skipped": self.skipped}
+        return dict(encode(self))
 
 
 def _relpath(text: str) -> bool:
@@ -147,67 +152,39 @@ def _relpath(text: str) -> bool:
     return bool(text) and not text.startswith("/") and "\\" not in text and all(p not in ("", ".", "..") for p in parts)
 
 
-class _Fields:
-    """Typed access to a done record's fields, each failure a UsageError naming the file and key."""
-
-    def __init__(self, where: Path, index: int, count: int) -> None:
-        self.where, self.index, self.count = where, index, count
-
-    def bad(self, key: str, what: str) -> UsageError:
-        return UsageError(f"{self.where}: compile shard {self.index}/{self.count}'s record is not one farm wrote: "
-                          f"`{key}` {what}",
-                          hint=f"rerun compile shard {self.index}/{self.count} and download its artifact again; "
+def parse_done(data: object, where: Path, index: int, count: int) -> DoneRecord:
+    """A ``done-<i>.json`` as :meth:`DoneRecord.to_json` wrote it; anything else is a UsageError
+    naming the file and the key."""
+    def bad(key: str, what: str) -> UsageError:
+        return UsageError(f"{where}: compile shard {index}/{count}'s record is not one farm wrote: {key}: {what}",
+                          hint=f"rerun compile shard {index}/{count} and download its artifact again; "
                                "never edit a shard's output")
 
-    def obj(self, value: object, key: str) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            raise self.bad(key, f"must be an object, not {type(value).__name__}")
-        return value
-
-    def text(self, data: Mapping[str, Any], key: str, check: Any = None, what: str = "") -> str:
-        value = data.get(key.rpartition(".")[2])
-        if not isinstance(value, str) or (check is not None and not check(value)):
-            raise self.bad(key, f"must be {what or 'a string'}, not {value!r:.80}")
-        return value
-
-    def sha(self, data: Mapping[str, Any], key: str) -> str:
-        return self.text(data, key, _SHA256.fullmatch, "a sha256 (64 lowercase hex digits)")
-
-    def count_of(self, data: Mapping[str, Any], key: str) -> int:
-        value = data.get(key.rpartition(".")[2])
-        if type(value) is not int or value < 0:
-            raise self.bad(key, f"must be a count, not {value!r:.80}")
-        return value
-
-
-def parse_done(data: object, where: Path, index: int, count: int) -> DoneRecord:
-    """A ``done-<i>.json`` as :meth:`DoneRecord.to_json` wrote it; anything else is a UsageError."""
-    f = _Fields(where, index, count)
-    top = f.obj(data, "record")
-    if top.get("version") != DONE_VERSION or top.get("job") != "compile":
-        raise f.bad("version", f"must be {DONE_VERSION} with job 'compile' (this farm's shard record), not "
-                               f"{top.get('version')!r:.20}: a compile job of another farm version made it")
-    units_json = top.get("units")
-    if not isinstance(units_json, list):
-        raise f.bad("units", f"must be a list, not {type(units_json).__name__}")
-    units = []
-    for k, item in enumerate(units_json):
-        key = f"units[{k}]"
-        u = f.obj(item, key)
-        inputs = f.obj(u.get("inputs"), f"{key}.inputs")
-        for rel, digest in inputs.items():
-            if not _relpath(rel) or not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-                raise f.bad(f"{key}.inputs", f"must map paths in the source tree to sha256s ({rel!r:.80})")
-        flags = u.get("flags")
-        if not isinstance(flags, list) or not all(isinstance(x, str) for x in flags):
-            raise f.bad(f"{key}.flags", "must be a list of strings")
-        units.append(Unit(f.text(u, f"{key}.tu", _relpath, "a path inside the source tree"),
-                          f.text(u, f"{key}.object", lambda t: bool(t) and "/" not in t and "\\" not in t,
-                                 "an object file name"),
-                          f.text(u, f"{key}.file"), f.sha(u, f"{key}.object_sha256"),
-                          f.sha(u, f"{key}.source_sha256"), dict(inputs), tuple(flags)))
-    return DoneRecord(f.text(top, "cell"), f.count_of(top, "index"), f.count_of(top, "count"),
-                      f.text(top, "digest"), f.text(top, "spec"), tuple(units), f.count_of(top, "skipped"))
+    if isinstance(data, dict) and (data.get("version"), data.get("job")) != (DONE_VERSION, "compile"):
+        raise bad("version", f"must be {DONE_VERSION} with job 'compile' (this farm's shard record), not "
+                             f"{data.get('version')!r:.20}: a compile job of another farm version made it")
+    try:
+        record: DoneRecord = decode(DoneRecord, data)
+    except UnknownKeyError as exc:
+        raise bad(exc.where or "record", f"holds keys farm does not write ({exc.message})") from None
+    except ShapeError as exc:
+        raise bad(exc.where or "record", exc.message) from None
+    for key in ("index", "count", "skipped"):
+        if getattr(record, key) < 0:
+            raise bad(key, f"must be a count, not {getattr(record, key)}")
+    for k, u in enumerate(record.units):
+        if not _relpath(u.tu):
+            raise bad(f"units/{k}/tu", f"must be a path inside the source tree, not {u.tu!r:.80}")
+        if not u.object or "/" in u.object or "\\" in u.object:
+            raise bad(f"units/{k}/object", f"must be an object file name, not {u.object!r:.80}")
+        for key in ("object_sha256", "source_sha256"):
+            if not _SHA256.fullmatch(getattr(u, key)):
+                raise bad(f"units/{k}/{key}", f"must be a sha256 (64 lowercase hex digits), not "
+                                              f"{getattr(u, key)!r:.80}")
+        for rel, digest in u.inputs.items():
+            if not _relpath(rel) or not _SHA256.fullmatch(digest):
+                raise bad(f"units/{k}/inputs", f"must map paths in the source tree to sha256s ({rel!r:.80})")
+    return record
 
 
 def _done(setup: ShardSetup, index: int) -> DoneRecord | None:
@@ -316,9 +293,9 @@ def finish_compile(setup: ShardSetup, build_error: Exception | None) -> DoneReco
                         f"{', '.join(unhashed[:5])}", hint="check the build folder's permissions and free disk")
     units = {r["file"]: Unit(r["tu"], r["object"], r["file"], r["object_sha256"], r["source_sha256"],
                              r["inputs"], tuple(r["flags"])) for r in compiled}
-    record = DoneRecord(setup.cell, job.index or 0, job.count, setup.digest, setup.spec,
-                        tuple(units[k] for k in sorted(units)),
-                        len({r["tu"] for r in log if r["status"] == "skipped"}))
+    record = DoneRecord(cell=setup.cell, index=job.index or 0, count=job.count, digest=setup.digest,
+                        spec=setup.spec, units=tuple(units[k] for k in sorted(units)),
+                        skipped=len({r["tu"] for r in log if r["status"] == "skipped"}))
     _write(setup.directory / shard.OBJECTS / shard.done_name(job.index or 0),
            json.dumps(record.to_json(), indent=1) + "\n")
     return record
