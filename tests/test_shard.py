@@ -192,21 +192,32 @@ def test_a_shard_built_with_another_arch_list_is_refused_by_the_link_job(sharded
 
 
 @pytest.mark.parametrize("edit", ["kernel", "header"])
-def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, tmp_path, edit) -> None:
-    """The attack: compile shard 1/2 runs on a tree where one kernel (or a header it includes)
-    was changed, same paths, same recipe. The link job, on the original tree, recomputes the
-    source hashes and refuses the shard, naming the TU (or header) and the shard; nothing is
-    linked, asserted or published."""
+def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, tmp_path, monkeypatch, edit) -> None:
+    """The attack: compile shard 1/2 compiles a tree where one kernel (or a header it includes)
+    was changed after farm prepared it, same paths, same recipe and build spec (a hostile build
+    step or a dirty runner: for a git source the spec names the commit, not the files). The link
+    job, on the original tree, recomputes the source hashes and refuses the shard, naming the TU
+    (or header) and the shard; nothing is linked, asserted or published."""
+    from farm.build import builders
+
     shards = tmp_path / "shards"
     shutil.copytree(sharded[0] / "shards", shards)
-    evil = _root(tmp_path / "evil")
-    changed = tmp_path / "evil" / "src" / "shard_ext" / "csrc" / "ops" / ("fill.cu" if edit == "kernel" else "values.h")
-    text = changed.read_text()
-    changed.write_text(text.replace("= SHARD_EXT_FILL_VALUE;", "= 1e30f;") if edit == "kernel" else
-                       text.replace("0.5f", "1e30f"))
-    assert changed.read_text() != text
-    build_cell(evil, evil.recipe("shard_ext"), CELL, _settings(tmp_path / "evil", pypi_toolkit, shards, ShardJob(2, 1)))
+    prepare = builders.prepare_source
+
+    def tampered(*args, **kwargs):
+        src = prepare(*args, **kwargs)
+        changed = src / "csrc" / "ops" / ("fill.cu" if edit == "kernel" else "values.h")
+        text = changed.read_text()
+        changed.write_text(text.replace("= SHARD_EXT_FILL_VALUE;", "= 1e30f;") if edit == "kernel" else
+                           text.replace("0.5f", "1e30f"))
+        assert changed.read_text() != text
+        return src
+
     config = _root(tmp_path / "main")
+    with monkeypatch.context() as m:
+        m.setattr(builders, "prepare_source", tampered)
+        build_cell(config, config.recipe("shard_ext"), CELL, _settings(tmp_path / "evil", pypi_toolkit, shards,
+                                                                     ShardJob(2, 1)))
     name = "csrc/ops/fill.cu" if edit == "kernel" else "csrc/ops/values.h"
     with pytest.raises(UsageError, match=rf"compile shard 1/2 compiled TU csrc/ops/fill.cu from other sources than "
                                          rf"this tree: {name} \(sha256 [0-9a-f]{{12}} here") as caught:
