@@ -1,14 +1,15 @@
-"""``farm upload DIR [--target NAME]``: gate every wheel, publish, merge fragments into the ledger."""
+"""``farm upload DIR [--target NAME]``: gate every wheel, publish each, record each in the ledger;
+the summary lists every wheel's verdict."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from farm.errors import EXIT_DEFECT
 from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
 from farm.provenance.audit import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
@@ -25,7 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
                         help="more folders holding ledger fragments (DIR itself is always searched)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="gate and plan (print gh command lines, files to send); send nothing")
+                        help="gate and plan (each wheel's verdict-to-be; GitHub is only read); send nothing")
+    parser.add_argument("--delete-orphans", action="store_true",
+                        help="delete a release asset under a wheel's name that no ledger entry records and that "
+                             "fails re-assertion, then publish the wheel in its place")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -59,27 +63,31 @@ def report_json(report: UploadReport) -> dict[str, Any]:
             for o in report.outcomes
         ],
         "ledger": {"merged": list(report.merged), "published_records_added": report.recorded},
+        "verdicts": [v.to_json() for v in report.verdicts],
+        "github": [{"target": o.target, "requests": o.requests, "rate_limited": o.rate_limited,
+                    "throttled_s": round(o.throttled_s, 3)} for o in report.outcomes if o.kind == "github"],
     }
 
 
 def render(report: UploadReport) -> str:
-    lines: list[str] = []
-    if not report.gate.ok:
-        lines.append(f"upload refused: {len(report.gate.refused)} problem(s) in the batch; nothing was sent")
-        lines += report.gate.lines()
-        return "\n".join(lines)
+    lines: list[str] = [f"gate: {len(report.gate.passed)} wheel(s) passed, {len(report.gate.refused)} problem(s) "
+                        f"(re-inspected with {report.gate.readers}"
+                        + (", lists re-derived from the configuration)" if report.gate.config_checked else ")")]
+    lines += report.gate.lines()
     if report.refusals:
         lines.append("upload refused by the targets; nothing was sent")
         lines += report.refusals
         return "\n".join(lines)
-    lines.append(f"gate: {len(report.gate.passed)} wheel(s) passed (re-inspected with {report.gate.readers}"
-                 + (", lists re-derived from the configuration)" if report.gate.config_checked else ")"))
     for o in report.outcomes:
         verb = "would send" if report.dry_run else "sent"
-        lines.append(f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there "
-                     f"{len(o.placed) - len(o.sent)}")
-        lines += [f"  $ {c}" for c in o.commands]
+        line = f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there {len(o.placed) - len(o.sent)}"
+        if o.kind == "github":
+            line += f"; {o.requests} API request(s), {o.rate_limited} rate-limit wait(s), throttled {o.throttled_s:.0f} s"
+        lines.append(line)
         lines += [f"  warning: {w}" for w in o.warnings]
+    counts = Counter(v.verdict.value for v in report.verdicts)
+    lines.append("verdicts: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"))
+    lines += [f"  {v.line()}" for v in report.verdicts]
     if not report.dry_run:
         lines.append(f"ledger: {len(report.merged)} entr(ies) merged, {report.recorded} publication(s) recorded")
     return "\n".join(lines)
@@ -91,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
     targets = configured_targets(root, args.target)
     # The gate re-derives every wheel's arch list from this configuration.
     derive = derive_from_config(load_config(root))
-    report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE,
-                    fragment_dirs=args.fragments, dry_run=args.dry_run, derive=derive)
+    report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE, fragment_dirs=args.fragments,
+                    dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
         print(render(report), file=sys.stdout if report.ok else sys.stderr)
-    return 0 if report.ok else EXIT_DEFECT
+    return report.exit_code

@@ -2,7 +2,10 @@
 
 - :mod:`farm.publish.gate`: every wheel checked before anything is sent.
 - :mod:`farm.publish.index`: the static PEP 503 tree and its regeneration from the ledger.
-- :mod:`farm.publish.github`: the pure ``gh`` planner and its runner.
+- :mod:`farm.publish.github`: release tags and the per-wheel decision (pure); :mod:`farm.publish.ghrest`
+  the REST calls, throttled under :mod:`farm.publish.ratelimit`; :mod:`farm.publish.adopt` an
+  unrecorded asset re-asserted.
+- :mod:`farm.publish.ledgerpush`: the ledger committed and pushed, rebased and retried.
 - :mod:`farm.publish.twine`: any PyPI-compatible repository.
 - :mod:`farm.publish.targets`: ``_defaults.yml`` ``publish:`` settings.
 - :mod:`farm.publish.publish`: the order of it all, and the ledger updates.
@@ -11,7 +14,14 @@
 from __future__ import annotations
 
 from farm.publish.gate import Check, GatedWheel, GateResult, Refusal, Vouchers, run_gate
-from farm.publish.publish import TargetOutcome, UploadReport, regenerate_index, upload
+from farm.publish.publish import (
+    TargetOutcome,
+    UploadReport,
+    Verdict,
+    WheelVerdict,
+    regenerate_index,
+    upload,
+)
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
@@ -34,7 +44,9 @@ __all__ = [
     "TargetSettings",
     "TwineSettings",
     "UploadReport",
+    "Verdict",
     "Vouchers",
+    "WheelVerdict",
     "parse_targets",
     "regenerate_index",
     "run_gate",
