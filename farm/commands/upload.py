@@ -82,7 +82,8 @@ def render(report: UploadReport) -> str:
         verb = "would send" if report.dry_run else "sent"
         line = f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there {len(o.placed) - len(o.sent)}"
         if o.kind == "github":
-            line += f"; {o.requests} API request(s), {o.rate_limited} rate-limit wait(s), throttled {o.throttled_s:.0f} s"
+            line += (f"; {o.requests} API request(s), {o.rate_limited} rate-limit wait(s), "
+                     f"throttled {o.throttled_s:.0f} s")
         lines.append(line)
         lines += [f"  warning: {w}" for w in o.warnings]
     counts = Counter(v.verdict.value for v in report.verdicts)
