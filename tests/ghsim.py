@@ -103,6 +103,9 @@ class GitHubSim:
     # Called with (release tag, asset name) once an upload is stored, before it is answered: a
     # test kills the publisher here to crash it between the upload and the ledger record.
     on_upload: Callable[[str, str], None] | None = None
+    # Called with (method, path, status) after each API request is answered: a test acts as
+    # another writer at that moment.
+    after_request: Callable[[str, str, int], None] | None = None
     releases: dict[str, SimRelease] = field(default_factory=dict)
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -214,6 +217,8 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
             finally:
                 with sim._lock:
                     sim.log.append(Request(now, method, path, self._status))
+                if sim.after_request is not None and not path.startswith("/_storage/"):
+                    sim.after_request(method, path, self._status)
 
         def _storage(self, path: str) -> None:
             if self.headers.get("Authorization"):

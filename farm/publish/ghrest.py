@@ -123,6 +123,12 @@ class Client:
     def _send(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
         self.throttle.wait(method)
         self.requests += 1
+        try:
+            return self._exchange(method, url, body, headers)
+        finally:
+            self.throttle.sent(method)
+
+    def _exchange(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
         data: Any = None
         handle = None
         all_headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",

@@ -65,7 +65,8 @@ def github_limits(*, margin: float = 0.9) -> tuple[Limit, ...]:
 
 @dataclass
 class Throttle:
-    """Sliding windows over the requests sent; :meth:`wait` blocks until one more fits them all."""
+    """Sliding windows over the requests sent: :meth:`wait` blocks until one more fits them all,
+    :meth:`sent` counts it."""
 
     limits: tuple[Limit, ...] = field(default_factory=github_limits)
     clock: Clock = field(default_factory=RealClock)
@@ -88,10 +89,14 @@ class Throttle:
         return delay
 
     def wait(self, method: str) -> None:
-        """Wait until a ``method`` request fits, then count it as sent."""
+        """Wait until a ``method`` request fits every window."""
         while (delay := self.delay(method)) > 0:
             self.waited_s += delay
             self.clock.sleep(delay)
+
+    def sent(self, method: str) -> None:
+        """Count a ``method`` request, when its answer came: GitHub counts it on arrival, which is
+        between the two, so counting at the answer keeps this side's windows the later ones."""
         now = self.clock.now()
         content = method.upper() in CONTENT_METHODS
         for limit in self.limits:
