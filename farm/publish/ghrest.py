@@ -276,7 +276,10 @@ def _message(text: str) -> str:
         obj = json.loads(text)
     except ValueError:
         return text
-    return str(obj.get("message", text)) if isinstance(obj, dict) else text
+    if not isinstance(obj, dict):
+        return text
+    details = [str(e.get("message") or e.get("code")) for e in obj.get("errors") or () if isinstance(e, dict)]
+    return str(obj.get("message", text)) + (f" ({'; '.join(details)})" if details else "")
 
 
 def _hint(status: int) -> str | None:
