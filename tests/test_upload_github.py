@@ -130,6 +130,12 @@ def test_throttle_keeps_every_window_under_githubs_numbers() -> None:
     assert throttle.waited_s > 3600  # 600 uploads need more than an hour at 450 an hour
 
 
+def test_concurrent_publishers_share_the_budgets() -> None:
+    assert [limit.count for limit in github_limits()] == [900, 72, 450]
+    assert [limit.count for limit in github_limits(publishers=20)] == [45, 3, 22]
+    assert [limit.count for limit in github_limits(publishers=1000)] == [1, 1, 1]
+
+
 def test_retry_after_reads_githubs_headers() -> None:
     assert retry_after(429, {"Retry-After": "7"}, 0) == 7
     assert retry_after(403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "130"}, 100) == 31

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from farm.errors import UsageError
 from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
 from farm.provenance.audit import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
@@ -30,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delete-orphans", action="store_true",
                         help="delete a release asset under a wheel's name that no ledger entry records and that "
                              "fails re-assertion, then publish the wheel in its place")
+    parser.add_argument("--publishers", type=int, default=1, metavar="N",
+                        help="jobs publishing to GitHub at once with the same token: each keeps to 1/N of "
+                             "GitHub's rate limits (default: 1)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -96,12 +100,15 @@ def render(report: UploadReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
+    if args.publishers < 1:
+        raise UsageError(f"--publishers {args.publishers}: must be at least 1")
     find_wheels(args.dir)  # a wrong folder is said before the configuration is read
     targets = configured_targets(root, args.target)
     # The gate re-derives every wheel's arch list from this configuration.
     derive = derive_from_config(load_config(root))
     report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE, fragment_dirs=args.fragments,
-                    dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive)
+                    dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive,
+                    publishers=args.publishers)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:

@@ -30,7 +30,7 @@ from farm.provenance.ledger import (
 from farm.publish import ghrest, github, index, twine
 from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
-from farm.publish.ratelimit import Clock, RealClock, Throttle
+from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
@@ -242,9 +242,10 @@ ClientFactory = Callable[[GithubSettings], ghrest.Client]
 
 
 def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None, *,
-                  clock: Clock | None = None, throttle: Throttle | None = None) -> ghrest.Client:
+                  clock: Clock | None = None, throttle: Throttle | None = None,
+                  publishers: int = 1) -> ghrest.Client:
     """A REST client for ``settings``' repository, with the token of ``GH_TOKEN`` (else
-    ``GITHUB_TOKEN``) and GitHub's limits as its throttle."""
+    ``GITHUB_TOKEN``) and GitHub's limits as its throttle, shared by ``publishers`` jobs."""
     import os
 
     source = os.environ if env is None else env
@@ -255,7 +256,8 @@ def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None
                              "on that repository (docs/upload.md)")
     clock = clock or RealClock()
     return ghrest.Client(settings.repository, token, api_url=settings.api_url, uploads_url=settings.uploads_url,
-                         throttle=throttle or Throttle(clock=clock), clock=clock)
+                         throttle=throttle or Throttle(github_limits(publishers=publishers), clock=clock),
+                         clock=clock)
 
 
 @dataclass
@@ -414,16 +416,19 @@ def upload(
     github_client: ClientFactory | None = None,
     derive: Derive | None = None,
     reader: str = "auto",
+    publishers: int = 1,
 ) -> UploadReport:
     """Gate, send and record, wheel by wheel. ``github_client`` makes the REST client of a
     GitHub target (default :func:`github_client` with the token of ``env``); ``delete_orphans``
-    deletes an unrecorded asset that fails re-assertion and sends the wheel in its place."""
+    deletes an unrecorded asset that fails re-assertion and sends the wheel in its place;
+    ``publishers``: how many jobs publish at once with the same token (each takes that share of
+    GitHub's limits)."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
     vouchers = Vouchers.load(ledger, dirs)
     gate = run_gate(wheels, vouchers, derive=derive, reader=reader)
-    options = _Options(env, dry_run, delete_orphans, github_client or (lambda s: _default_client(s, env)),
-                       derive, reader)
+    factory = github_client or (lambda s: _default_client(s, env, publishers))
+    options = _Options(env, dry_run, delete_orphans, factory, derive, reader)
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
         return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, options=options)
     with publish_lock(ledger):
@@ -442,8 +447,8 @@ class _Options:
     reader: str
 
 
-def _default_client(settings: GithubSettings, env: Mapping[str, str] | None) -> ghrest.Client:
-    return github_client(settings, env)
+def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
+    return github_client(settings, env, publishers=publishers)
 
 
 def publish_lock(ledger: Path) -> Any:

@@ -54,12 +54,17 @@ class Limit:
     content: bool = False
 
 
-def github_limits(*, margin: float = 0.9) -> tuple[Limit, ...]:
-    """GitHub's documented limits, each budgeted at ``margin`` of its number."""
+def github_limits(*, margin: float = 0.9, publishers: int = 1) -> tuple[Limit, ...]:
+    """GitHub's documented limits, each budgeted at ``margin`` of its number and shared by
+    ``publishers`` jobs publishing at once with one token (GitHub counts per token and
+    repository, not per job; each job throttles only its own requests)."""
+    def share(number: int) -> int:
+        return max(1, int(number * margin) // max(1, publishers))
+
     return (
-        Limit("primary: requests per hour", int(PRIMARY_PER_HOUR * margin), 3600.0),
-        Limit("secondary: content-creating requests per minute", int(CONTENT_PER_MINUTE * margin), 60.0, True),
-        Limit("secondary: content-creating requests per hour", int(CONTENT_PER_HOUR * margin), 3600.0, True),
+        Limit("primary: requests per hour", share(PRIMARY_PER_HOUR), 3600.0),
+        Limit("secondary: content-creating requests per minute", share(CONTENT_PER_MINUTE), 60.0, True),
+        Limit("secondary: content-creating requests per hour", share(CONTENT_PER_HOUR), 3600.0, True),
     )
 
 
