@@ -7,7 +7,6 @@ ledger.jsonl settled by the ledger's record merge."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from farm.errors import LedgerError, ToolError
 from farm.provenance.ledger import LedgerIndex, dumps_entry
 from farm.publish.ledgerpush import commit_and_push, merge_ledgers, pushed_ledger
+from tests.gitremote import append, bare_remote, clone, git
 from tests.ledgermaker import make_entry
 
 
@@ -27,10 +27,6 @@ class NoWait:
         pass
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 def line(**kw: object) -> str:
     return dumps_entry(make_entry(**kw)) + "\n"  # type: ignore[arg-type]
 
@@ -38,26 +34,7 @@ def line(**kw: object) -> str:
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
     """A bare remote whose main branch holds a ledger of one entry."""
-    bare = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
-    seed = clone(bare, tmp_path / "seed")
-    (seed / "ledger.jsonl").write_text(line(python="cp310"))
-    git(seed, "add", "ledger.jsonl")
-    git(seed, "commit", "-qm", "seed")
-    git(seed, "push", "-q", "origin", "HEAD:main")
-    return bare
-
-
-def clone(bare: Path, dest: Path) -> Path:
-    subprocess.run(["git", "clone", "-q", str(bare), str(dest)], check=True, capture_output=True)
-    git(dest, "config", "user.name", "writer")
-    git(dest, "config", "user.email", "writer@example.org")
-    return dest
-
-
-def append(repo: Path, text: str) -> None:
-    with (repo / "ledger.jsonl").open("a") as fh:
-        fh.write(text)
+    return bare_remote(tmp_path / "remote.git", line(python="cp310"))
 
 
 def names(text: bytes) -> list[str]:

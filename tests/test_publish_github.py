@@ -260,3 +260,34 @@ def test_a_full_release_refuses_that_wheel_only(fleet: Fleet, sim: ghsim.GitHubS
     assert "1000 assets" in full.message and "tag" in full.message
     assert len(sim.asset_names("demo_d-0.1.0-cu130-e0")) == ghsim.ASSET_CAP  # nothing sent there
     assert fleet.first["demo_d"].name not in recorded(ledger)
+
+
+def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: ghsim.GitHubSim, tmp_path: Path) -> None:
+    """The ledger lives in a clone of a bare remote; after every upload another writer (another
+    publish job) pushes a record of its own, so each of this run's pushes is first rejected, then
+    rebased (the two appends settled by the ledger's merge) and pushed. Nothing is lost."""
+    from farm.provenance.ledger import dumps_entry
+    from farm.publish.ledgerpush import commit_and_push, pushed_ledger
+    from tests.gitremote import append, bare_remote, clone, git
+    from tests.ledgermaker import make_entry
+
+    remote = bare_remote(tmp_path / "remote.git")
+    ours, theirs = clone(remote, tmp_path / "ours"), clone(remote, tmp_path / "theirs")
+    other: list[str] = []
+
+    def another_writer_pushes(tag: str, name: str) -> None:
+        entry = make_entry(python=f"cp3{len(other) + 20}")
+        other.append(entry["filename"])
+        append(theirs, dumps_entry(entry) + "\n")
+        commit_and_push(theirs, theirs / "ledger.jsonl", f"another writer {len(other)}")
+
+    sim.on_upload = another_writer_pushes
+    out = batch_dir(list(fleet.first.values()), tmp_path / "out")
+    report = run(fleet, sim, out, ours / "ledger.jsonl", push_ledger="origin")
+    assert report.ok and report.push_error is None, report.push_error
+    assert report.pushes == 4  # one commit per wheel
+    assert git(remote, "log", "--format=%s", "main").count("ledger: ") == 4
+    (tmp_path / "pushed.jsonl").write_bytes(pushed_ledger(ours, "ledger.jsonl"))
+    assert recorded(tmp_path / "pushed.jsonl") == published(sim)
+    assert {e["filename"] for _, e in iter_entries(tmp_path / "pushed.jsonl")} >= set(other) and len(other) == 4
+    assert git(ours, "status", "--porcelain", "--untracked-files=no").strip() == ""  # all committed

@@ -34,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--publishers", type=int, default=1, metavar="N",
                         help="jobs publishing to GitHub at once with the same token: each keeps to 1/N of "
                              "GitHub's rate limits (default: 1)")
+    parser.add_argument("--push-ledger", metavar="REMOTE",
+                        help="commit the ledger after each record and push it to this git remote (fetch, rebase "
+                             "and retry when another writer pushed first)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -66,7 +69,8 @@ def report_json(report: UploadReport) -> dict[str, Any]:
              "commands": list(o.commands), "warnings": list(o.warnings)}
             for o in report.outcomes
         ],
-        "ledger": {"merged": list(report.merged), "published_records_added": report.recorded},
+        "ledger": {"merged": list(report.merged), "published_records_added": report.recorded,
+                   "pushes": report.pushes, "push_error": report.push_error},
         "verdicts": [v.to_json() for v in report.verdicts],
         "github": [{"target": o.target, "requests": o.requests, "rate_limited": o.rate_limited,
                     "throttled_s": round(o.throttled_s, 3)} for o in report.outcomes if o.kind == "github"],
@@ -94,7 +98,10 @@ def render(report: UploadReport) -> str:
     lines.append("verdicts: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"))
     lines += [f"  {v.line()}" for v in report.verdicts]
     if not report.dry_run:
-        lines.append(f"ledger: {len(report.merged)} entr(ies) merged, {report.recorded} publication(s) recorded")
+        lines.append(f"ledger: {len(report.merged)} entr(ies) merged, {report.recorded} publication(s) recorded"
+                     + (f", {report.pushes} commit(s) pushed" if report.pushes else ""))
+        if report.push_error:
+            lines.append(f"ledger push failed (the commits stay local; push them again): {report.push_error}")
     return "\n".join(lines)
 
 
@@ -108,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     derive = derive_from_config(load_config(root))
     report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE, fragment_dirs=args.fragments,
                     dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive,
-                    publishers=args.publishers)
+                    publishers=args.publishers, push_ledger=args.push_ledger)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, UsageError
+from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, LedgerError, ToolError, UsageError
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import (
     iter_entries,
@@ -107,14 +107,16 @@ class UploadReport:
     dry_run: bool = False
     refusals: tuple[str, ...] = field(default=())
     verdicts: tuple[WheelVerdict, ...] = ()
+    pushes: int = 0  # ledger commits pushed
+    push_error: str | None = None  # the ledger could not be pushed (its commits stay local)
 
     @property
     def ok(self) -> bool:
-        return self.gate.ok and not self.refusals and all(v.ok for v in self.verdicts)
+        return self.gate.ok and not self.refusals and all(v.ok for v in self.verdicts) and self.push_error is None
 
     @property
     def exit_code(self) -> int:
-        if any(v.verdict is Verdict.FAILED for v in self.verdicts):
+        if any(v.verdict is Verdict.FAILED for v in self.verdicts) or self.push_error is not None:
             return EXIT_ENVIRONMENT
         return EXIT_OK if self.ok else EXIT_DEFECT
 
@@ -283,6 +285,7 @@ class _GithubRun:
     warnings: list[str] = field(default_factory=list)
     recorded: int = 0
     merged: list[str] = field(default_factory=list)
+    on_record: Callable[[str], None] | None = None
 
     def state(self, tag: str, *, refresh: bool = False) -> _Release:
         if refresh or tag not in self.releases:
@@ -302,6 +305,8 @@ class _GithubRun:
         self.merged += _merge_entries(self.ledger, [entry])
         self.recorded += record_published_many(self.ledger, [(entry.filename, entry.sha256, self.settings.name, url)])
         self.placed.append((entry.filename, url))
+        if self.on_record is not None:
+            self.on_record(f"{entry.filename} on {self.settings.name}")
 
     def upload(self, w: GatedWheel, tag: str, url: str) -> WheelVerdict | None:
         """Send ``w``; None when GitHub says the name is taken meanwhile (the caller looks again)."""
@@ -379,8 +384,9 @@ class _GithubRun:
 
 def _github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, ledger: Path,
             client: ghrest.Client, derive: Derive | None, reader: str, delete_orphans: bool,
-            dry_run: bool) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
-    run = _GithubRun(s, client, ledger, derive, reader, delete_orphans, dry_run)
+            dry_run: bool, on_record: Callable[[str], None] | None,
+            ) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
+    run = _GithubRun(s, client, ledger, derive, reader, delete_orphans, dry_run, on_record=on_record)
     verdicts: list[WheelVerdict] = []
     stop: str | None = None
     for w in sorted(batch, key=lambda w: w.filename):
@@ -417,18 +423,20 @@ def upload(
     derive: Derive | None = None,
     reader: str = "auto",
     publishers: int = 1,
+    push_ledger: str | None = None,
 ) -> UploadReport:
     """Gate, send and record, wheel by wheel. ``github_client`` makes the REST client of a
     GitHub target (default :func:`github_client` with the token of ``env``); ``delete_orphans``
     deletes an unrecorded asset that fails re-assertion and sends the wheel in its place;
     ``publishers``: how many jobs publish at once with the same token (each takes that share of
-    GitHub's limits)."""
+    GitHub's limits); ``push_ledger``: a git remote the ledger's repository pushes to after each
+    record (:func:`farm.publish.ledgerpush.commit_and_push`)."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
     vouchers = Vouchers.load(ledger, dirs)
     gate = run_gate(wheels, vouchers, derive=derive, reader=reader)
     factory = github_client or (lambda s: _default_client(s, env, publishers))
-    options = _Options(env, dry_run, delete_orphans, factory, derive, reader)
+    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, push_ledger)
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
         return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, options=options)
     with publish_lock(ledger):
@@ -445,6 +453,7 @@ class _Options:
     factory: ClientFactory
     derive: Derive | None
     reader: str
+    push_ledger: str | None
 
 
 def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
@@ -487,12 +496,13 @@ def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, ledger: Pat
     merged: list[str] = []
     recorded = 0
     sha = {w.filename: w.sha256 for w in batch}
+    pusher = _Pusher(ledger, options.push_ledger) if options.push_ledger and not dry_run else None
     for p in planned:
         s = p.settings
         if isinstance(s, GithubSettings):
             outcome, github_verdicts, added, n = _github(
                 s, batch, vouchers, ledger=ledger, client=options.factory(s), derive=options.derive,
-                reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run)
+                reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run, on_record=pusher)
             outcomes.append(outcome)
             verdicts += github_verdicts
             merged += added
@@ -508,8 +518,44 @@ def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, ledger: Pat
         merged += _merge_batch(ledger, batch)
         recorded += record_published_many(
             ledger, [(filename, sha[filename], outcome.target, url) for filename, url in outcome.placed])
+        if pusher is not None:
+            pusher(f"{len(outcome.placed)} wheel(s) on {outcome.target}")
+    push_error = pusher.finish() if pusher is not None else None
     return UploadReport(gate, tuple(outcomes), tuple(dict.fromkeys(merged)), recorded, dry_run=dry_run,
-                        verdicts=tuple(verdicts))
+                        verdicts=tuple(verdicts), pushes=pusher.pushes if pusher is not None else 0,
+                        push_error=push_error)
+
+
+@dataclass
+class _Pusher:
+    """The ledger committed and pushed after each record (:mod:`farm.publish.ledgerpush`). A
+    push that fails is not tried again until the run's end: the records stay in the local
+    commits meanwhile, and publishing goes on."""
+
+    ledger: Path
+    remote: str
+    pushes: int = 0
+    error: str | None = None
+
+    def __call__(self, what: str) -> None:
+        if self.error is None:
+            self.error = self._push(f"ledger: {what}")
+
+    def _push(self, message: str) -> str | None:
+        from farm.publish.ledgerpush import commit_and_push
+
+        try:
+            result = commit_and_push(self.ledger.parent, self.ledger, message, remote=self.remote)
+        except (ToolError, LedgerError) as exc:
+            return str(exc)
+        self.pushes += result.committed
+        return None
+
+    def finish(self) -> str | None:
+        """A last push (of anything a failed one left behind); its error, if it fails too."""
+        if self.error is not None:
+            self.error = self._push("ledger: records of a publish")
+        return self.error
 
 
 def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),
