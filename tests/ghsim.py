@@ -149,6 +149,18 @@ class GitHubSim:
         return release
 
     # -- limits --------------------------------------------------------------------------------
+    def _headers(self, now: float) -> dict[str, str]:
+        """The ``x-ratelimit-*`` headers GitHub sends with every answer (primary limit)."""
+        with self._lock:
+            hour = [r.at for r in self.log if r.status not in (403, 429) and not r.path.startswith("/_storage/")
+                    and r.at > now - 3600]
+        used = len(hour) + 1
+        reset = (hour[0] if hour else now) + 3600
+        return {"x-ratelimit-limit": str(self.limits.primary_per_hour),
+                "x-ratelimit-remaining": str(max(0, self.limits.primary_per_hour - used)),
+                "x-ratelimit-used": str(used), "x-ratelimit-reset": str(math.ceil(reset)),
+                "x-ratelimit-resource": "core"}
+
     def _limited(self, method: str, now: float) -> tuple[int, dict[str, str]] | None:
         """GitHub's answer when this request is over a limit, else None (and it is counted)."""
         accepted = [r for r in self.log if r.status not in (403, 429) and not r.path.startswith("/_storage/")]
@@ -179,7 +191,7 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                   raw: bytes | None = None) -> None:
             payload = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
             self.send_response(status)
-            for k, v in (headers or {}).items():
+            for k, v in {**getattr(self, "_limit_headers", {}), **(headers or {})}.items():
                 self.send_header(k, v)
             self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
             self.send_header("Content-Length", str(len(payload)))
@@ -207,6 +219,7 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                     return
                 with sim._lock:
                     limited = sim._limited(method, now)
+                self._limit_headers = sim._headers(now)
                 if limited is not None:
                     status, headers = limited
                     message = ("API rate limit exceeded" if "x-ratelimit-reset" in headers

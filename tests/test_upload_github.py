@@ -199,6 +199,18 @@ def test_retries_are_bounded(tmp_path: Path) -> None:
         assert info.value.status == 403 and c.requests == 3
 
 
+def test_githubs_own_count_of_the_budget_is_obeyed_before_a_403() -> None:
+    """Another job spent the token's primary budget: GitHub's x-ratelimit-remaining says 0, and
+    the client waits for x-ratelimit-reset instead of being refused."""
+    limits = ghsim.Limits(primary_per_hour=3)
+    with ghsim.serve(ghsim.GitHubSim(clock=ghsim.ScaledClock(3600.0), limits=limits)) as sim:
+        c = client(sim)
+        for tag in "abcd":
+            assert c.release(tag) is None
+        assert sim.count(status=403) == 0 and c.requests == 4
+        assert c.throttle.waited_s >= 3000  # most of an hour, in GitHub's time
+
+
 def test_the_cap_answer_is_not_mistaken_for_already_there(sim: ghsim.GitHubSim, tmp_path: Path) -> None:
     for i in range(ghsim.ASSET_CAP):
         sim.put_asset("full", f"a{i}.whl", b"x")

@@ -173,6 +173,7 @@ class Client:
                 self.clock.sleep(min(2.0 ** attempt, 60.0))
                 continue
             if answer.status in ok:
+                self._spent(answer.headers)
                 return answer
             text = answer.body[:MAX_ERROR_BODY].decode("utf-8", "replace")
             wait = retry_after(answer.status, answer.headers, self.clock.now(), text)
@@ -190,6 +191,17 @@ class Client:
                 self.rate_limited += 1
             self.clock.sleep(wait)
         raise AssertionError("unreachable")
+
+    def _spent(self, headers: Mapping[str, str]) -> None:
+        """GitHub's own count of the token's primary budget (other jobs spend it too): when it
+        says none is left, wait for its reset before the next request, not after a 403."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        remaining, reset = lower.get("x-ratelimit-remaining", ""), lower.get("x-ratelimit-reset", "")
+        if remaining.strip() == "0" and reset.strip().isdigit():
+            wait = float(reset) - self.clock.now() + 1.0
+            if 0 < wait <= self.max_wait_s:
+                self.throttle.waited_s += wait
+                self.clock.sleep(wait)
 
     # -- the calls ---------------------------------------------------------------------------
     def _repo(self) -> str:

@@ -360,8 +360,13 @@ class _GithubRun:
         name, target = w.filename, self.settings.name
         with tempfile.TemporaryDirectory(prefix="farm-adopt-") as tmp:
             dest = Path(tmp) / name
-            # At most the size GitHub reports (an asset is under 2 GiB): the disk never holds more.
-            self.client.download(have, dest, max_bytes=min(have.size, github.ASSET_MAX_BYTES))
+            try:
+                # At most the size GitHub reports (an asset is under 2 GiB): the disk never holds more.
+                self.client.download(have, dest, max_bytes=min(have.size, github.ASSET_MAX_BYTES))
+            except ghrest.GithubApiError as exc:  # this asset's trouble, not the run's
+                return WheelVerdict(name, target, Verdict.FAILED, url,
+                                    f"cannot download the unrecorded asset under this name to re-assert it: "
+                                    f"{exc.message}; run again, or delete the asset")
             check = reassert(dest, cell=key, ledger=self.ledger, derive=self.derive, reader=self.reader)
         if check.entry is not None:
             self.record(check.entry, url)
