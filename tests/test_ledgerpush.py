@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from farm.errors import LedgerError, ToolError
-from farm.provenance.ledger import LedgerIndex, dumps_entry
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
 from farm.publish.ledgerpush import commit_and_push, merge_ledgers, pushed_ledger
 from tests.gitremote import append, bare_remote, clone, git
 from tests.ledgermaker import make_entry

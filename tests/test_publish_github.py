@@ -266,7 +266,7 @@ def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: gh
     """The ledger lives in a clone of a bare remote; after every upload another writer (another
     publish job) pushes a record of its own, so each of this run's pushes is first rejected, then
     rebased (the two appends settled by the ledger's merge) and pushed. Nothing is lost."""
-    from farm.provenance.ledger import dumps_entry
+    from farm.provenance.ledgerline import dumps_entry
     from farm.publish.ledgerpush import commit_and_push, pushed_ledger
     from tests.gitremote import append, bare_remote, clone, git
     from tests.ledgermaker import make_entry

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError, ToolError
-from farm.provenance.ledger import ExistsKey
+from farm.provenance.ledgerline import ExistsKey
 from farm.publish.ghrest import Client, GithubApiError
 from farm.publish.github import (
     ASSET_CAP,

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from farm.errors import FarmError
 from farm.fsutil import sha256_file
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
-from farm.provenance.ledger import ExistsKey, LedgerIndex
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import ExistsKey
 from farm.publish.gate import Vouchers, run_gate
 
 if TYPE_CHECKING:

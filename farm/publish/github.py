@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from farm.errors import ConfigError
-from farm.provenance.ledger import ExistsKey
+from farm.provenance.ledgerline import ExistsKey
 
 ASSET_CAP = 1000  # GitHub's per-release limit
 ASSET_MAX_BYTES = 2 * 1024**3  # "< 2 GiB" per asset

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import LedgerError, ToolError, clip
-from farm.provenance.ledger import dumps_entry, validate_entry
+from farm.provenance.ledgerline import dumps_entry, validate_entry
 from farm.publish.ratelimit import Clock, RealClock
 
 ATTEMPTS = 8

@@ -21,12 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, LedgerError, ToolError, UsageError
 from farm.provenance.buildinfo import LedgerEntry
-from farm.provenance.ledger import (
-    iter_entries,
-    merge_fragments,
-    record_published_many,
-    write_fragment,
-)
+from farm.provenance.ledger import iter_entries
+from farm.provenance.ledgerwrite import merge_fragments, record_published_many, write_fragment
 from farm.publish import ghrest, github, index, twine
 from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
