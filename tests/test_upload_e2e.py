@@ -226,7 +226,8 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
         assert secret not in captured.out + captured.err
         doc = json.loads(captured.out)
         assert [(t["target"], t["sent"]) for t in doc["targets"]] == [("pypi", [wheel.name]), ("index", [wheel.name])]
-        assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2}
+        assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2, "pushes": 0, "push_error": None}
+        assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [("pypi", "published"), ("index", "published")]
         entry = _ledger_entry(root / "ledger.jsonl", wheel.name)
         assert [p["target"] for p in entry["published"]] == ["pypi", "index"]
 
