@@ -26,8 +26,8 @@ from farm.model.config import load_config
 from farm.provenance.audit import derive_from_config
 from farm.provenance.ledger import iter_entries
 from farm.publish import GithubSettings, UploadReport, Verdict, upload
-from farm.publish.publish import github_client
 from farm.publish.ratelimit import Limit, Throttle, github_limits
+from farm.publish.releases import github_client
 from tests import ghsim
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import builder_wheel

@@ -212,3 +212,33 @@ def pushed_ledger(repo: Path, rel: str, *, remote: str = "origin", branch: str =
     git = _Git(Path(repo), None)
     git.run("fetch", "-q", remote, branch)
     return git.run("show", f"FETCH_HEAD:{rel}").stdout
+
+
+@dataclass
+class LedgerPusher:
+    """The ledger committed and pushed after each record of a publish (called with what was
+    recorded). A push that fails is not tried again until :meth:`finish`: the records stay in
+    local commits meanwhile, and publishing goes on."""
+
+    ledger: Path
+    remote: str
+    pushes: int = 0
+    error: str | None = None
+
+    def __call__(self, what: str) -> None:
+        if self.error is None:
+            self.error = self._push(f"ledger: {what}")
+
+    def _push(self, message: str) -> str | None:
+        try:
+            result = commit_and_push(self.ledger.parent, self.ledger, message, remote=self.remote)
+        except (ToolError, LedgerError) as exc:
+            return str(exc)
+        self.pushes += result.committed
+        return None
+
+    def finish(self) -> str | None:
+        """A last push (of anything a failed one left behind); its error, if it fails too."""
+        if self.error is not None:
+            self.error = self._push("ledger: records of a publish")
+        return self.error
