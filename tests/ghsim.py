@@ -9,7 +9,7 @@ behaviour of the calls farm makes (REST API version 2022-11-28):
   (``POST /uploads/repos/O/R/releases/ID/assets?name=N``, the uploads host), download (``GET
   .../releases/assets/ID`` with ``Accept: application/octet-stream`` answers 302 to a signed
   storage URL, which refuses a request that carries a token, as GitHub's storage does), delete;
-  each asset reports ``digest: sha256:...``;
+  each asset reports ``digest: sha256:...`` (``null`` for one uploaded before GitHub computed digests);
 - 422 ``already_exists`` on a duplicate asset name; 422 past 1,000 assets in one release;
 - 401 without the token;
 - the primary limit (requests per hour per repository; 403 with ``x-ratelimit-remaining: 0`` and
@@ -69,9 +69,11 @@ class SimAsset:
     name: str
     data: bytes
 
+    digest: bool = True  # False: an asset from before GitHub computed digests (``digest: null``)
+
     def to_json(self, repo: str, tag: str) -> dict[str, object]:
         return {"id": self.id, "name": self.name, "size": len(self.data), "state": "uploaded",
-                "digest": "sha256:" + hashlib.sha256(self.data).hexdigest(),
+                "digest": "sha256:" + hashlib.sha256(self.data).hexdigest() if self.digest else None,
                 "content_type": "application/octet-stream",
                 "browser_download_url": f"https://github.com/{repo}/releases/download/{tag}/{self.name}"}
 
@@ -133,11 +135,12 @@ class GitHubSim:
         release = self.releases.get(tag)
         return sorted(release.assets) if release else []
 
-    def put_asset(self, tag: str, name: str, data: bytes) -> None:
-        """Place an asset directly (a state left by an earlier run)."""
+    def put_asset(self, tag: str, name: str, data: bytes, *, digest: bool = True) -> None:
+        """Place an asset directly (a state left by an earlier run); ``digest=False``: one
+        uploaded before GitHub reported digests."""
         with self._lock:
             release = self.releases.get(tag) or self._new_release(tag)
-            release.assets[name] = SimAsset(self._id(), name, data)
+            release.assets[name] = SimAsset(self._id(), name, data, digest)
 
     def _id(self) -> int:
         self._next_id += 1

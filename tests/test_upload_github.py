@@ -86,6 +86,7 @@ SHA, OTHER = "a" * 64, "b" * 64
     (Present(SHA, 10), SHA, 5, Action.PRESENT),
     (Present(OTHER, 10), None, 5, Action.VERIFY),  # an unrecorded earlier build
     (Present(None, 10), None, 5, Action.VERIFY),  # no digest reported: the bytes are read
+    (Present(None, 10), SHA, 5, Action.VERIFY),
     (Present(OTHER, 10), SHA, 5, Action.REFUSE),  # replaced outside farm
     (Present(OTHER, 10, "starter"), None, 5, Action.CLEAR),  # an upload that never finished
     (None, None, ASSET_CAP, Action.REFUSE),

@@ -105,14 +105,21 @@ def decide(sha256: str, size: int, present: Present | None, ledger_sha256: str |
         return Action.UPLOAD, ""
     if present.state != "uploaded":
         return Action.CLEAR, f"an upload that never finished (state {present.state!r})"
-    if present.sha256 == sha256:
+    if present.sha256 is None:  # assets uploaded before GitHub computed digests
+        return Action.VERIFY, "GitHub reports no digest for the asset under this name: its bytes are read"
+    return other_bytes(sha256, present.sha256, ledger_sha256)
+
+
+def other_bytes(sha256: str, other: str, ledger_sha256: str | None) -> tuple[Action, str]:
+    """What to do when the release holds bytes with sha256 ``other`` under the name of a wheel
+    with ``sha256`` (pure; ``ledger_sha256`` as for :func:`decide`)."""
+    if other == sha256:
         return Action.PRESENT, ""
-    if ledger_sha256 is not None and ledger_sha256 == present.sha256:
-        return Action.REFUSE, (f"the release holds the published build (sha256 {present.sha256}) and this is "
+    if ledger_sha256 is not None and ledger_sha256 == other:
+        return Action.REFUSE, (f"the release holds the published build (sha256 {other}) and this is "
                                f"another one ({sha256}); a published name is never reused: bump build_epoch")
     if ledger_sha256 is not None:
-        return Action.REFUSE, (f"the release holds sha256 {present.sha256 or '(not reported)'} under a name the "
-                               f"ledger records with {ledger_sha256}: the asset was replaced outside farm; "
-                               "delete it and publish again")
-    return Action.VERIFY, (f"the release already holds another build under this name (sha256 "
-                           f"{present.sha256 or 'not reported'}) that the ledger does not record")
+        return Action.REFUSE, (f"the release holds sha256 {other} under a name the ledger records with "
+                               f"{ledger_sha256}: the asset was replaced outside farm; delete it and publish again")
+    return Action.VERIFY, (f"the release already holds another build under this name (sha256 {other}) that "
+                           "the ledger does not record")

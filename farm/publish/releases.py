@@ -134,7 +134,7 @@ class _GithubRun:
                 return WheelVerdict(name, target, Verdict.PRESENT, url)
             if action is github.Action.VERIFY:
                 assert have is not None
-                return self.verify(w, have, key, tag, url)
+                return self.verify(w, have, key, tag, url, ledger_sha256)
             if action is github.Action.CLEAR:
                 assert have is not None
                 self.client.delete(have)
@@ -144,17 +144,26 @@ class _GithubRun:
                 return verdict
         return WheelVerdict(name, target, Verdict.FAILED, url, "GitHub says the name is taken but does not list it")
 
-    def verify(self, w: GatedWheel, have: ghrest.RemoteAsset, key: ExistsKey, tag: str, url: str) -> WheelVerdict:
+    def verify(self, w: GatedWheel, have: ghrest.RemoteAsset, key: ExistsKey, tag: str, url: str,
+               ledger_sha256: str | None) -> WheelVerdict:
+        """Read the other bytes under ``w``'s name: the same as ``w`` after all (GitHub gave no
+        digest), an earlier build to adopt, or an orphan."""
         name, target = w.filename, self.settings.name
         with tempfile.TemporaryDirectory(prefix="farm-adopt-") as tmp:
             dest = Path(tmp) / name
             try:
                 # At most the size GitHub reports (an asset is under 2 GiB): the disk never holds more.
-                self.client.download(have, dest, max_bytes=min(have.size, github.ASSET_MAX_BYTES))
+                sha256 = self.client.download(have, dest, max_bytes=min(have.size, github.ASSET_MAX_BYTES))
             except ghrest.GithubApiError as exc:  # this asset's trouble, not the run's
                 return WheelVerdict(name, target, Verdict.FAILED, url,
-                                    f"cannot download the unrecorded asset under this name to re-assert it: "
+                                    f"cannot download the asset under this name to read it: "
                                     f"{exc.message}; run again, or delete the asset")
+            action, why = github.other_bytes(w.sha256, sha256, ledger_sha256)
+            if action is github.Action.PRESENT:
+                self.record(w.entry, url)
+                return WheelVerdict(name, target, Verdict.PRESENT, url)
+            if action is github.Action.REFUSE:
+                return WheelVerdict(name, target, Verdict.REFUSED, url, why)
             check = reassert(dest, cell=key, ledger=self.ledger, derive=self.derive, reader=self.reader)
         if check.entry is not None:
             self.record(check.entry, url)

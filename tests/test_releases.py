@@ -150,6 +150,17 @@ def test_a_duplicate_asset_name_is_already_there(fleet: Fleet, sim: ghsim.GitHub
     assert recorded(ledger) == published(sim)
 
 
+def test_an_asset_without_a_digest_is_read_before_it_is_judged(fleet: Fleet, sim: ghsim.GitHubSim,
+                                                                tmp_path: Path) -> None:
+    wheel = fleet.first["demo_a"]
+    sim.put_asset("demo_a-0.1.0-cu130-e0", wheel.name, wheel.read_bytes(), digest=False)
+    out, ledger = batch_dir([wheel], tmp_path / "out"), tmp_path / "ledger.jsonl"
+    report = run(fleet, sim, out, ledger)
+    assert verdicts(report) == {"demo_a": Verdict.PRESENT}
+    assert any(r.path.startswith("/_storage/") for r in sim.log)  # it was downloaded, not trusted
+    assert recorded(ledger) == published(sim)
+
+
 def test_killed_between_upload_and_record_then_the_rebuild_adopts(fleet: Fleet, sim: ghsim.GitHubSim,
                                                                   tmp_path: Path, cuda_home: Path) -> None:
     """`farm upload` is killed (SIGKILL) right after GitHub stored its second asset, before the
