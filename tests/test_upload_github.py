@@ -69,6 +69,25 @@ def test_assets_per_release_at_the_public_farms_scale() -> None:
     assert assets_per_release(DEFAULT_TAG, [KEY, KEY]) == {"flash_attn-2.8.3-cu128-e2": 1}
 
 
+def test_the_repositorys_grid_fits_under_the_default_tag(tmp_path: Path) -> None:
+    """The repository's own grid (29 (CUDA, torch) rows, Python 3.10-3.15, 3 platforms) with 44
+    recipes, 16,000+ cells an epoch: a release per package fills past 1,000 in the third epoch;
+    the default tag keeps every release near a hundred, whatever the epoch."""
+    from farm.model.config import load_config
+    from farm.provenance.ledger import LedgerIndex
+    from farm.schedule.matrix import compute_matrix
+    from tests.test_waves import scale_root
+
+    matrix = compute_matrix(load_config(scale_root(tmp_path / "farm")), LedgerIndex.empty())
+    cells = [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, epoch)
+             for c in (p.cell for p in matrix.cells) for epoch in range(3)]
+    assert len(cells) > 3 * 14_000
+    assert max(assets_per_release("{package}", [k for k in cells if k.build_epoch < 2]).values()) < ASSET_CAP
+    assert capacity_problems("{package}", cells)  # the third epoch crosses the cap
+    assert max(assets_per_release(DEFAULT_TAG, cells).values()) < 200
+    assert capacity_problems(DEFAULT_TAG, cells) == []
+
+
 def test_tag_formats_are_checked_when_read() -> None:
     check_tag("{package}-{version}-{cu}-torch{torch}-e{epoch}")
     with pytest.raises(ConfigError, match="does not contain"):
