@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from farm.model.config import load_config
-from farm.provenance.audit import derive_from_config
 from farm.provenance.ledger import iter_entries
+from farm.provenance.verdict import derive_from_config
 from farm.publish import GithubSettings, UploadReport, Verdict, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
 from farm.publish.releases import github_client

@@ -26,7 +26,7 @@ from farm.provenance.ledgerline import ExistsKey
 from farm.publish.gate import Vouchers, run_gate
 
 if TYPE_CHECKING:
-    from farm.provenance.audit import Derive
+    from farm.provenance.verdict import Derive
 
 
 @dataclass(frozen=True)

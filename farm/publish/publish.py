@@ -31,7 +31,7 @@ from farm.publish.targets import (
 from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.audit import Derive
+    from farm.provenance.verdict import Derive
 
 PUBLISH_LOCK_SUFFIX = ".publish.lock"
 # Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.

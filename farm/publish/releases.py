@@ -27,7 +27,7 @@ from farm.publish.targets import GithubSettings
 from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.audit import Derive
+    from farm.provenance.verdict import Derive
 
 TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
 ClientFactory = Callable[[GithubSettings], ghrest.Client]
