@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm import jsonread
 from farm.errors import ToolError, clip
 from farm.publish.ratelimit import Clock, RealClock, Throttle, retry_after
 
@@ -78,7 +79,7 @@ class Answer:
 
     def json(self) -> Any:
         try:
-            return json.loads(self.body)
+            return jsonread.loads(self.body)
         except ValueError:
             raise GithubApiError(f"GitHub answered HTTP {self.status} with a body that is not JSON: "
                                  f"{clip(self.body[:200])!r}", status=self.status) from None
@@ -277,7 +278,7 @@ class Client:
 def _already_exists(body: bytes) -> bool:
     """GitHub's 422 for a name taken on the release: ``errors[].code == "already_exists"``."""
     try:
-        obj = json.loads(body)
+        obj = jsonread.loads(body)
         return any(isinstance(e, dict) and e.get("code") == "already_exists" for e in obj.get("errors") or ())
     except (ValueError, AttributeError, TypeError):
         return False
@@ -285,7 +286,7 @@ def _already_exists(body: bytes) -> bool:
 
 def _message(text: str) -> str:
     try:
-        obj = json.loads(text)
+        obj = jsonread.loads(text)
     except ValueError:
         return text
     if not isinstance(obj, dict):

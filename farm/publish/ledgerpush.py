@@ -17,7 +17,6 @@ call pushes it.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import LedgerError, ToolError, clip
-from farm.provenance.ledgerline import dumps_entry, validate_entry
+from farm.provenance.ledgerline import dumps_entry, parse_line, validate_entry
 from farm.publish.ratelimit import Clock, RealClock
 
 ATTEMPTS = 8
@@ -63,10 +62,7 @@ def _entries(text: bytes, where: str) -> list[tuple[str, bytes, dict[str, Any]]]
         if not raw.strip():
             continue
         here = f"{where}:{number}"
-        try:
-            entry = json.loads(raw)
-        except ValueError as exc:
-            raise LedgerError(f"not valid JSON ({exc})", where=here) from None
+        entry = parse_line(raw, here)  # the ledger's own line reader and checks
         rec = validate_entry(entry, here)
         out.append((rec.filename, raw, entry))
     return out
