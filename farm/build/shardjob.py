@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from farm import jsonread
 from farm.build import shard
 from farm.build.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
@@ -205,9 +206,9 @@ def _done(setup: ShardSetup, index: int) -> DoneRecord | None:
         raise UsageError(f"{path}: {where}'s record is over {MAX_DONE_BYTES >> 20} MiB: not one farm wrote",
                          hint="download that compile job's artifact again, or rerun it")
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"{path}: {where}'s record is not JSON: {str(exc)[:200]}",
+        data = jsonread.loads(raw)  # bounded: UTF-8, depth, number sizes
+    except ValueError as exc:
+        raise UsageError(f"{path}: {where}'s record is not JSON farm reads: {str(exc)[:200]}",
                          hint="download that compile job's artifact again, or rerun it") from None
     return parse_done(data, path, index, setup.job.count)
 
