@@ -33,18 +33,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
-    """Distinct arch lists the package's cells resolve to, in first-seen order."""
+def _package_lists(config: FarmConfig, recipe: Recipe) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...]]]:
+    """Distinct arch lists the package's cells resolve to, with the extensions' own lists of the
+    same cells, in first-seen order."""
     from farm.model.cells import declared_cells, recipe_excludes
     from farm.model.spec import arch_request
 
-    lists: dict[str, ArchList] = {}
+    lists: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[ArchList, tuple[tuple[str, ArchList], ...]]] = {}
     for cell in declared_cells(config.defaults, recipe):
         if recipe_excludes(recipe, cell):
             continue
         request = arch_request(config, recipe, cell)
         if request is not None:
-            lists.setdefault(request.archs.canonical(), request.archs)
+            key = (request.archs.canonical(), tuple((g, a.canonical()) for g, a in request.extensions))
+            lists.setdefault(key, (request.archs, request.extensions))
     return list(lists.values())
 
 
@@ -132,7 +134,8 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     config = load_config(root)
     recipe = config.recipe(args.what)
     if args.arch_list:
-        lists = [ArchList.parse(args.arch_list, where="--arch-list")]
+        lists: list[tuple[ArchList, tuple[tuple[str, ArchList], ...]]] = [
+            (ArchList.parse(args.arch_list, where="--arch-list"), ())]
     else:
         lists = _package_lists(config, recipe)
         if not lists:
@@ -143,11 +146,12 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     say = reporter("farm lint", json=args.json)
     tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
     outcomes = []
-    for archs in lists:
-        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
+    for archs, extensions in lists:
+        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}"
+            + "".join(f", {glob} against {own.canonical()}" for glob, own in extensions))
         outcomes.append(LintOutcome(recipe.name, archs.canonical(),
                                     lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
-                                                build_subdir=recipe.build.subdir)))
+                                                build_subdir=recipe.build.subdir, extensions=extensions)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]

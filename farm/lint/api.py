@@ -41,16 +41,17 @@ __all__ = [
 
 
 def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
-              build_subdir: str | None = None) -> LintReport:
-    """Lint the source tree at ``root`` against ``archs``."""
+              build_subdir: str | None = None, extensions: Sequence[tuple[str, ArchList]] = ()) -> LintReport:
+    """Lint the source tree at ``root`` against ``archs`` (and each extension matching a glob of
+    ``extensions`` against its own list)."""
     root = Path(root)
     if not root.is_dir():
         raise SourceError(f"{root} is not a directory", hint="pass a source tree or a package name")
-    return lint_index(TreeIndex(root), archs, ignores, build_subdir=build_subdir)
+    return lint_index(TreeIndex(root), archs, ignores, build_subdir=build_subdir, extensions=extensions)
 
 
 def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
-               build_subdir: str | None = None) -> LintReport:
+               build_subdir: str | None = None, extensions: Sequence[tuple[str, ArchList]] = ()) -> LintReport:
     """:func:`lint_tree` on an index the caller made: ``index.stamps`` then says what the
     answer was made from (``farm lint`` remembers it by them)."""
     root = index.root
@@ -61,7 +62,7 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         raise SourceError(f"build_subdir {build_subdir!r} does not exist in {root}",
                           hint="fix the recipe's build.subdir (or --build-subdir)")
     scope = build_scope(index, build_subdir)
-    findings, libraries = check(index, scope, archs)
+    findings, libraries = check(index, scope, archs, extensions)
     kept, ignored, stale = apply_ignores(findings, ignores)
     summary = {
         "build_root": scope.build_root or ".",
@@ -70,6 +71,7 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "compiled": len(scope.compiled),
         "files_total": scope.files_total,
         "vendored": list(scope.vendored),
+        "extensions": [[glob, own.canonical()] for glob, own in extensions],
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a
         # lint finding (no stub can run), but worth seeing next to the verdict.
@@ -82,7 +84,7 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
 
 def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore], cache_dir: Path, *,
                 build_subdir: str | None = None, prepare: Callable[[], Path] | None = None,
-                variant: str = "") -> LintReport:
+                variant: str = "", extensions: Sequence[tuple[str, ArchList]] = ()) -> LintReport:
     """:func:`lint_tree` on a fetched source, cached by its identity.
 
     ``prepare`` makes the tree that is really built (the source after the recipe's patch script)
@@ -90,12 +92,14 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
     the unpatched source."""
     from farm.lint import cache
 
-    key = cache.cache_key(tree.identity + (f"+{variant}" if variant else ""), LINT_VERSION, archs, ignores,
+    # the extensions' own lists key the answer like the package's list does
+    own = "".join(f"+ext:{glob}={lst.canonical()}" for glob, lst in extensions)
+    key = cache.cache_key(tree.identity + (f"+{variant}" if variant else "") + own, LINT_VERSION, archs, ignores,
                           build_subdir)
     report = cache.load(cache_dir, key)
     if report is None:
         root = prepare() if prepare is not None else tree.root
-        report = lint_tree(root, archs, ignores, build_subdir=build_subdir)
+        report = lint_tree(root, archs, ignores, build_subdir=build_subdir, extensions=extensions)
         cache.store(cache_dir, key, report)
     return report
 

@@ -24,6 +24,7 @@ class Rule(str, enum.Enum):
     FP8 = "fp8"
     EXPLICIT_TARGET = "explicit-target"
     ARCH_OVERRIDE = "arch-override"
+    ARCH_SPECIFIC = "arch-specific"
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,13 @@ from __future__ import annotations
 
 import ast
 import bisect
+import fnmatch
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from farm.lint.compiled import BuildScope, TreeIndex, kind_of_build_file
+from farm.lint import isa
+from farm.lint.compiled import BuildScope, TreeIndex, extension_sources, include_closure, kind_of_build_file
 from farm.lint.lexer import (
     blank_lines,
     line_starts,
@@ -924,8 +926,11 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Seve
 # ------------------------------------------------------------------------------------------------
 # Everything for one tree
 # ------------------------------------------------------------------------------------------------
-def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Finding], list[LibrarySummary]]:
-    runs = device_runs(archs)
+def check(index: TreeIndex, scope: BuildScope, archs: ArchList,
+          extensions: Sequence[tuple[str, ArchList]] = ()) -> tuple[list[Finding], list[LibrarySummary]]:
+    """Every rule on the tree. ``extensions``: the recipe's own lists for extensions matching a
+    glob; the translation units of such an extension (and what they include) are judged against
+    its list, the others against ``archs``."""
     findings: list[Finding] = []
     for rel in scope.build_files:
         findings.extend(build_file_findings(index, rel, archs))
@@ -933,7 +938,8 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
     parsed: dict[str, CFile] = {}
     for rel in sorted(scope.compiled):
         raw = index.text(rel)
-        if may_gate(raw):
+        first_party = scope.library_of(rel) is None
+        if may_gate(raw) or (first_party and (isa.may_use(raw) or ("_ENABLED" in raw and _GUARD_USE.search(raw)))):
             parsed[rel] = parse_c(rel, raw, scope.library_of(rel))
     aliases = collect_aliases(parsed.values())
     if aliases:
@@ -946,6 +952,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
                 # the names as plain substrings first: the alternation is slow to scan a file with
                 if any(name in raw for name in names) and alias_re.search(raw):
                     parsed[rel] = parse_c(rel, raw, None)
+    known_guards(parsed.values(), aliases)
     macros = {name: (value, _define_text(f, line, name)) for f in parsed.values()
               for line, name, value in f.directives.defines if value}
 
@@ -962,22 +969,241 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
                 for branch in chain.branches:
                     seen.update(f"{int(n)}" for n in re.findall(r"__CUDA_ARCH__\s*[<>=!]=?\s*(\d+)", branch.text))
                     seen.update(f"sm_{n}a" for n in re.findall(r"FEAT_SM(\d+)_ALL", branch.text))
-            continue
-        gated: list[tuple[int, int]] = []
-        for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f)]:
-            gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
-            finding = gate_findings(gate, runs, archs, aliases, macros)
-            if finding is not None:
-                findings.append(finding)
-        fp8 = fp8_finding(f, gated, runs, archs)
-        if fp8 is not None:
-            findings.append(fp8)
+    seen_findings: set[tuple[str, str, int, str]] = set()
+    for group in compile_groups(index, scope, archs, extensions):
+        runs = device_runs(group.archs)
+        for rel in sorted(group.files):
+            if rel not in parsed or parsed[rel].library is not None:
+                continue
+            f = parsed[rel]
+            out: list[Finding] = []
+            gated: list[tuple[int, int]] = []
+            for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
+                gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
+                finding = gate_findings(gate, runs, group.archs, aliases, macros)
+                if finding is not None:
+                    out.append(finding)
+            fp8 = fp8_finding(f, gated, runs, group.archs)
+            if fp8 is not None:
+                out.append(fp8)
+            out.extend(arch_specific_findings(f, group, aliases, index, scope))
+            for finding in out:
+                key = (finding.rule, finding.path, finding.line, finding.message)
+                if key not in seen_findings:
+                    seen_findings.add(key)
+                    findings.append(finding)
     summaries = [
         LibrarySummary(lib, counts[0], counts[1], tuple(sorted(thresholds.get(lib, ()), key=_threshold_key)))
         for lib, counts in sorted(libraries.items())
     ]
     findings.sort(key=lambda x: (x.severity is not Severity.ERROR, x.path, x.line, x.rule))
     return findings, summaries
+
+
+# ------------------------------------------------------------------------------------------------
+# Which list each translation unit is compiled for
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompileGroup:
+    """Translation units compiled for one arch list, and every file they include."""
+
+    archs: ArchList
+    label: str  # "the package's list" or "extension sageattention._qattn_sm90 (*_qattn_sm90*)"
+    seeds: tuple[str, ...]
+    files: frozenset[str]
+
+
+def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
+                   extensions: Sequence[tuple[str, ArchList]]) -> list[CompileGroup]:
+    """The translation units by the list they are compiled for: an extension's own list where the
+    recipe declares one for it (matched by the extension's name, as the assertion matches its
+    ``.so``), the package's list for the rest."""
+    if not extensions:
+        return [CompileGroup(archs, "the package's list", scope.seeds, scope.compiled)]
+    by_seed: dict[str, tuple[str, str, ArchList]] = {}
+    for name, sources in extension_sources(index, scope).items():
+        for glob, own in extensions:
+            if fnmatch.fnmatchcase(name, glob) or fnmatch.fnmatchcase(name.replace(".", "/"), glob):
+                for rel in sources:
+                    by_seed.setdefault(rel, (name, glob, own))
+                break
+    groups: dict[tuple[str, str], tuple[ArchList, list[str]]] = {}
+    for seed in scope.seeds:
+        name, glob, own = by_seed.get(seed, ("", "", archs))
+        label = f"extension {name} ({glob})" if name else "the package's list"
+        groups.setdefault((label, own.canonical()), (own, []))[1].append(seed)
+    return [CompileGroup(own, label, tuple(seeds), frozenset(include_closure(index, seeds)))
+            for (label, _), (own, seeds) in groups.items()]
+
+
+# ------------------------------------------------------------------------------------------------
+# Arch-specific instructions
+# ------------------------------------------------------------------------------------------------
+def _context(t: Target) -> ArchContext:
+    return ArchContext(t.cuda_arch, arch_specific=t.variant is Variant.ARCH,
+                       family_specific=t.variant in (Variant.ARCH, Variant.FAMILY))
+
+
+_GUARD_NAME = re.compile(r"(?:CUTE|CUTLASS)_ARCH_\w*ENABLED|SM\d+A?_|_SM\d+|ARCH")
+
+
+def compiled_under(f: CFile, line: int, ctx: ArchContext, aliases: dict[str, Expr]) -> bool:
+    """Whether ``line`` of ``f`` reaches the compiler in the device pass ``ctx``. A condition the
+    lint cannot decide counts as taken (a project option may be on), unless it names an arch
+    guard (a library's ``CUTE_ARCH_..._ENABLED`` the tree does not define): that is a guard."""
+    scope = Scope(ctx, aliases)
+    for chain in f.directives.chains:
+        if chain.line in f.directives.dead or not chain.line < line < chain.end_line:
+            continue
+        for i, branch in enumerate(chain.branches):
+            if not branch.body[0] <= line < branch.body[1]:
+                continue
+            taken = _taken(chain, scope)
+            if taken is None:
+                names = [n for b in chain.branches[:i + 1] if b.cond is not None for n in identifiers(b.cond)]
+                if any(is_arch_symbol(n) or n in aliases or _GUARD_NAME.search(n) for n in names):
+                    return False
+            elif taken != i:
+                return False
+    for gate in constexpr_gates(f, aliases):
+        offset = f.offset_of(line)
+        for i, (start, end) in enumerate(gate.spans[:-1]):
+            if start <= offset < end and _taken(gate.chain, scope) not in (None, i):
+                return False
+    return True
+
+
+def arch_specific_uses(f: CFile) -> list[tuple[int, isa.ArchInstruction]]:
+    """(line, instruction) of every arch-specific instruction in ``f``'s asm statements and of
+    every arch-specific ``cuda::ptx`` wrapper it calls."""
+    uses: list[tuple[int, isa.ArchInstruction]] = []
+    if not isa.may_use(f.raw):
+        return uses
+    for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
+        paren = f.code.find("(", m.end(), m.end() + 40)
+        parsed = _split_args(f.code, paren) if paren != -1 else None
+        if parsed is None:
+            continue
+        _, close = parsed
+        text = f.raw[paren:close]
+        row = isa.instruction_in_asm(text)
+        if row is not None:
+            at = re.search(row.pattern, text)
+            uses.append((f.line_of(paren + (at.start() if at else 0)), row))
+    uses.extend((f.line_of(offset), row) for offset, row in isa.intrinsics_in(f.code))
+    return uses
+
+
+def arch_specific_findings(f: CFile, group: CompileGroup, aliases: dict[str, Expr], index: TreeIndex,
+                           scope: BuildScope) -> list[Finding]:
+    by_row: dict[str, tuple[isa.ArchInstruction, list[int], list[Target]]] = {}
+    for line, row in arch_specific_uses(f):
+        bad = [t for t in group.archs if not row.accepted_by(t) and compiled_under(f, line, _context(t), aliases)]
+        if bad:
+            entry = by_row.setdefault(row.name, (row, [], []))
+            entry[1].append(line)
+            entry[2].extend(t for t in bad if t not in entry[2])
+    out = []
+    for row, lines, bad in by_row.values():
+        units = [s for s in group.seeds if f.rel in include_closure(index, [s])]
+        unit_text = ", ".join(units[:3]) + (f" and {len(units) - 3} more" if len(units) > 3 else "")
+        more = f" (and {len(set(lines)) - 1} more lines in this file)" if len(set(lines)) > 1 else ""
+        line = lines[0]
+        out.append(Finding(
+            Rule.ARCH_SPECIFIC.value, Severity.ERROR, f.rel, line, f.line_text(line),
+            f"{row.name} (PTX ISA {row.ptx}, assembled only for {row.needs}) outside any guard{more}, in "
+            f"{unit_text}, compiled with {group.label} for {', '.join(t.name for t in bad)}: ptxas rejects "
+            f"it there, so the build fails (source: {row.source})",
+            row.versions, group.archs.canonical(),
+            f"compile {unit_text} for {row.needs} targets only (declare the extension's own list under "
+            "extensions, and make the build give it exactly that), or guard the code with "
+            "__CUDA_ARCH_FEAT_SM90_ALL / __CUDA_ARCH_SPECIFIC__ / __CUDA_ARCH_FAMILY_SPECIFIC__",
+        ))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Gates the preprocessor does not see: ``if constexpr`` on the arch, and CUTLASS's guards
+# ------------------------------------------------------------------------------------------------
+_CONSTEXPR_IF = re.compile(r"\bif\s+constexpr\s*\(")
+
+
+def _statement(code: str, at: int) -> tuple[int, int] | None:
+    """The span of the statement or ``{`` block starting at or after ``at``."""
+    while at < len(code) and code[at].isspace():
+        at += 1
+    if at >= len(code):
+        return None
+    if code[at] == "{":
+        depth = 0
+        for i in range(at, min(len(code), at + 400_000)):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                return at, i + 1
+        return None
+    end = code.find(";", at)
+    return (at, end + 1) if end != -1 else None
+
+
+def constexpr_gates(f: CFile, aliases: dict[str, Expr]) -> Iterator[Gate]:
+    """``if constexpr (__CUDA_ARCH__ >= 800) { ... } else { ... }``: a gate like ``#if``, decided per
+    image at compile time (nunchaku writes its kernels so)."""
+    if "constexpr" not in f.code:
+        return
+    for m in _CONSTEXPR_IF.finditer(f.code):
+        parsed = _split_args(f.code, m.end() - 1)
+        if parsed is None:
+            continue
+        _, close = parsed
+        text = " ".join(f.code[m.end():close].split())
+        cond = parse_expr(text)
+        if cond is None:
+            continue
+        line = f.line_of(m.start())
+        chain = Chain([Branch(cond, text, line, (line, line))], line)
+        if not _is_gate(chain, aliases):
+            continue
+        body = _statement(f.code, close + 1)
+        if body is None:
+            continue
+        spans = [body]
+        rest = f.code[body[1]:body[1] + 200]
+        other = re.match(r"\s*else\b(?!\s+if\b)", rest)
+        if other:
+            alternative = _statement(f.code, body[1] + other.end())
+            if alternative is not None:
+                chain.branches.append(Branch(None, "", f.line_of(body[1] + other.end()), (line, line)))
+                spans.append(alternative)
+        spans.append((body[1], body[1]))
+        yield Gate(f, chain, spans, line, f.line_text(line), True, False)
+
+
+_GUARD_USE = re.compile(r"\b(?:CUTE|CUTLASS)_ARCH_(?:MMA_)?SM\d+[AF]?_ENABLED\b")
+_LIBRARY_GUARD = re.compile(r"^(?:CUTE|CUTLASS)_ARCH_(?:MMA_)?SM(\d+)([AF]?)_ENABLED$")
+
+
+def known_guards(files: Iterable[CFile], aliases: dict[str, Expr]) -> None:
+    """CUTLASS's and CuTe's ``..._ARCH_MMA_SM90A_ENABLED`` style guards, when the tree does not
+    hold the CUTLASS that defines them (a submodule left out): ``SM90`` means ``__CUDA_ARCH__ >=
+    900``, ``SM90A`` the arch-specific feature macro, ``SM100F`` the family-specific one."""
+    for f in files:
+        for chain in f.directives.chains:
+            for branch in chain.branches:
+                if branch.cond is None:
+                    continue
+                for name in identifiers(branch.cond):
+                    m = _LIBRARY_GUARD.match(name)
+                    if m is None or name in aliases:
+                        continue
+                    n = int(m[1])
+                    if m[2] == "A":
+                        aliases[name] = ("defined", f"__CUDA_ARCH_FEAT_SM{n}_ALL")
+                    elif m[2] == "F":
+                        family = ("id", "__CUDA_ARCH_FAMILY_SPECIFIC__")
+                        aliases[name] = ("&&", (">=", family, ("num", n * 10)),
+                                         ("<", family, ("num", (n // 10 + 1) * 100)))
+                    else:
+                        aliases[name] = (">=", ("id", "__CUDA_ARCH__"), ("num", n * 10))
 
 
 def _define_text(f: CFile, line: int, name: str) -> str:

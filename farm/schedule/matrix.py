@@ -259,6 +259,10 @@ class PackageMatrix:
         """Distinct arch lists of the cells to build, in first-seen order (one lint each)."""
         return list(dict.fromkeys(p.archs for p in self.to_build))
 
+    def lint_requests(self) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...]]]:
+        """Distinct (list, the extensions' own lists) of the cells to build: one lint each."""
+        return list(dict.fromkeys((p.archs, p.arch.extensions) for p in self.to_build))
+
 
 @dataclass(frozen=True)
 class Matrix:
@@ -662,8 +666,8 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
                                 "access or fill the source cache, or run `farm matrix --no-lint` for the "
                                 "matrix without the lint (it says so; CI always lints)") from None
         _lint_function()  # a broken lint is an environment error, said once
-        for archs in pkg.arch_lists():
-            report = lint_as_built(config, recipe, tree, archs, cache_dir)
+        for archs, extensions in pkg.lint_requests():
+            report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions)
             outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
     return outcomes
 
@@ -703,12 +707,12 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
             recipe = config.recipe(package)
             linted = {o.arch_list for o in own}
             everything = compute_matrix(config, LedgerIndex.empty(), Filters(packages=(package,)), overwrite=True)
-            missing = [a for a in everything.packages[0].arch_lists() if a.canonical() not in linted]
+            missing = [(a, ext) for a, ext in everything.packages[0].lint_requests() if a.canonical() not in linted]
             if missing:
                 tree = fetch(recipe.source, cache_dir, package=recipe.name)
                 _lint_function()
-                for archs in missing:
-                    report = lint_as_built(config, recipe, tree, archs, cache_dir)
+                for archs, extensions in missing:
+                    report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions)
                     candidates &= set(report.stale_ignores)
         confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
     return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))
