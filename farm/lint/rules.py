@@ -87,6 +87,8 @@ _TRAP = re.compile(r"__trap\s*\(|__brkpt\s*\(|\btrap\s*;|\bbrkpt\s*;|__builtin_t
 _NO_WORK = re.compile(r"^(?:printf|fprintf|std::printf|assert|__trap|__brkpt|abort|exit|std::abort|"
                       r"CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|CUTE_GCC_UNREACHABLE|"
                       r"__builtin_trap|__builtin_unreachable|\(void\))\b|^\(void\)|^return$|"
+                      # a helper named for what it does (nunchaku's trap_unsupported_arch())
+                      r"^(?:\w*_)?trap(?:_\w*)?\s*\(|"
                       # returning a constant in place of the computation (``return 0.f;``) is a stub;
                       # returning what a fallback computes (``return slow(x);``) is work
                       r"^return\s*\(?\s*(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFuUlL]*|false|true|"
@@ -590,6 +592,42 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
                    archs.canonical(), fix, tuple(run.label for run in runs_chosen))
 
 
+def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: dict[str, Expr],
+                   macros: dict[str, tuple[str, str]]) -> Finding | None:
+    """A declared arch whose own image takes a branch that does nothing while another branch of the
+    same gate does the work (``if constexpr (__CUDA_ARCH__ >= 800) ... else trap`` with 7.5 listed):
+    the wheel claims the arch, and this code is a stub there. An info: correct only while the
+    package never launches it on that arch, which the lint cannot see."""
+    hit: list[tuple[DeviceRun, str, int]] = []
+    for run in runs:
+        if run.target.number != run.device.number:
+            continue
+        taken = _taken(gate.chain, Scope(run.image, aliases))
+        if taken is None:
+            continue
+        kind, detail = classify(gate, taken, macros)
+        if kind != "stub":
+            continue
+        if any(classify(gate, i, macros)[0] == "real" for i in range(len(gate.chain.branches) + 1) if i != taken):
+            hit.append((run, detail, taken))
+    if not hit:
+        return None
+    run, detail, taken = hit[0]
+    branch_line = gate.chain.branches[taken].line if taken < len(gate.chain.branches) else gate.chain.end_line
+    where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
+    labels = [r.label for r, _, _ in hit]
+    return Finding(
+        Rule.ARCH_GATE.value, Severity.INFO, gate.file.rel, gate.line, gate.snippet,
+        f"declared {', '.join(labels)} {'runs its own image' if len(hit) == 1 else 'run their own images'} "
+        f"({', '.join(r.target.name for r, _, _ in hit)}), where this gate takes {where}, which does nothing "
+        f"({detail}): the wheel claims the arch, and this code is a stub there",
+        (), archs.canonical(),
+        "correct only if the package never launches this code on these arches (its dispatch checks the "
+        "device); otherwise drop them from the list, or lint_ignore rule arch-gate with the reason",
+        tuple(labels),
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # FP8
 # ------------------------------------------------------------------------------------------------
@@ -981,6 +1019,8 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList,
             for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
                 gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
                 finding = gate_findings(gate, runs, group.archs, aliases, macros)
+                if finding is None:
+                    finding = own_image_stub(gate, runs, group.archs, aliases, macros)
                 if finding is not None:
                     out.append(finding)
             fp8 = fp8_finding(f, gated, runs, group.archs)
