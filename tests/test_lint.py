@@ -100,13 +100,29 @@ def test_declarations_gated_at_namespace_scope_are_not_a_trap():
 # ------------------------------------------------------------------------------------------------
 # FP8
 # ------------------------------------------------------------------------------------------------
-def test_fp8_outside_a_gate_needs_8_9():
+def test_fp8_types_outside_a_gate_are_an_info():
+    """__nv_fp8_e4m3 in signatures compiles for every arch (cuda_fp8.h converts in software below 8.9):
+    an info for the 8.9 device that runs sm_86, not an error."""
     report = lint("sage_fp8", "8.0;8.6;9.0+PTX")
-    fp8 = by_rule(report, "fp8")
+    fp8 = by_rule(report, "fp8", Severity.INFO)
     assert {f.path for f in fp8} == {"csrc/qattn/qk_int_sv_f8_cuda_sm89.cu", "csrc/qattn/mma_fp8.cuh"}
-    assert all(f.needs == ("8.9",) for f in fp8)
+    assert all(f.needs == ("8.9",) and "software" in f.message for f in fp8)
     # The e4m3 in mma_fp8.cuh's asm sits inside the >= 890 gate: reported once, on the signature line.
     assert next(f for f in fp8 if f.path.endswith(".cuh")).line == 4
+    assert not by_rule(report, "fp8")
+
+
+def test_an_fp8_instruction_outside_a_gate_is_an_error(tmp_path):
+    """The same e4m3 in an asm statement without the gate is an instruction ptxas rejects below sm_89."""
+    tree = shutil.copytree(DATA / "sage_fp8", tmp_path / "src")
+    (tree / "csrc/qattn/mma_fp8.cuh").write_text(
+        "#pragma once\n__device__ void cvt(unsigned short* d, float a, float b) {\n"
+        '  asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(*d) : "f"(a), "f"(b));\n}\n')
+    report = lint_tree(tree, ArchList.parse("8.0;8.9;9.0"))
+    (error,) = by_rule(report, "fp8")
+    assert error.path == "csrc/qattn/mma_fp8.cuh" and error.line == 3
+    assert "compiled for sm_80" in error.message and "ptxas" in error.message
+    assert not by_rule(lint_tree(tree, ArchList.parse("8.9;9.0")), "fp8")
 
 
 def test_fp8_in_comments_strings_and_if_0_is_not_code():

@@ -22,8 +22,15 @@ read the arch (CUTLASS's ``CUDA_ARCH_FAMILY(1000)``) are followed.
 FP8 outside gates: torch's ``c10::Float8_*`` types and ``ScalarType`` tags are portable host/device
 code, not FP8 instructions, and are not counted.
 
-**FP8.** ``e4m3``/``e5m2`` types and intrinsics (also inside ``asm`` strings) outside any arch gate
-need every claimed device from 8.9 up to run an image of at least 8.9.
+**FP8.** ``e4m3``/``e5m2`` inside an ``asm`` statement outside any arch gate is an FP8 instruction,
+which ptxas assembles only from sm_89: an error wherever the list compiles it for less. FP8 types
+and ``cuda_fp8.h`` conversions elsewhere compile everywhere and convert in software below 8.9: an
+info when a device from 8.9 up runs an image below 8.9.
+
+**Arch-specific instructions** (:mod:`farm.lint.isa`): ``wgmma``, ``setmaxnreg``, ``tcgen05``, the
+block-scaled ``mma`` and the rest that only an ``a``/``f`` target assembles: an error for every
+target the translation unit is compiled for that cannot assemble them, unless a guard keeps the
+code out of that image.
 
 **Explicit targets** (build files): ``sm_XX[a|f]``, ``compute_XX``, ``-gencode arch=..,code=..``,
 ``-arch=``, CMake ``CUDA_ARCHITECTURES`` values: every target the build would emit must be declared.
@@ -631,37 +638,59 @@ def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: 
 # ------------------------------------------------------------------------------------------------
 # FP8
 # ------------------------------------------------------------------------------------------------
-def fp8_finding(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> Finding | None:
-    uses: list[tuple[int, str]] = []
+def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> list[Finding]:
+    """FP8 outside any arch gate. In an ``asm`` statement it is an instruction, which ptxas
+    assembles only from sm_89 ("Feature 'cvt with .e4m3x2/.e5m2x2' requires .target sm_89 or
+    higher"): an error wherever the list compiles it for less. Elsewhere it is a type or a
+    ``cuda_fp8.h`` conversion, which compiles for every arch and converts in software below 8.9:
+    an info when a device from 8.9 up runs such an image."""
+    types: list[tuple[int, str]] = []
     for m in _FP8.finditer(f.code):
         if not _TORCH_FP8.fullmatch(m.group()):
-            uses.append((m.start(), m.group()))
+            types.append((m.start(), m.group()))
+    instructions: list[tuple[int, str]] = []
     for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
         parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
         if parsed:
             _, close = parsed
             for hit in _FP8.finditer(f.raw, m.end(), close):
-                uses.append((hit.start(), hit.group()))
-    uses = [(pos, word) for pos, word in uses if not any(a <= pos < b for a, b in gated)]
-    if not uses:
-        return None
+                instructions.append((hit.start(), hit.group()))
+    out: list[Finding] = []
+    instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
+    low = [t for t in archs if t.number < 89]
+    if instructions and low:
+        instructions.sort()
+        pos, word = instructions[0]
+        line = f.line_of(pos)
+        more = len({f.line_of(p) for p, _ in instructions}) - 1
+        suffix = f" (and {more} more lines in this file)" if more else ""
+        out.append(Finding(
+            Rule.FP8.value, Severity.ERROR, f.rel, line, f.line_text(line),
+            f"FP8 instruction ({word}) in asm outside any arch gate{suffix}, compiled for "
+            f"{', '.join(t.name for t in low)}: ptxas assembles FP8 instructions only for sm_89 and later, "
+            "so the build fails",
+            ("8.9",), archs.canonical(),
+            "gate the asm on __CUDA_ARCH__ >= 890 (with a fallback for the older images), compile this "
+            "translation unit for 8.9 and later only, or lint_ignore rule fp8 with the reason",
+        ))
+    types = [(pos, word) for pos, word in types if not any(a <= pos < b for a, b in gated)]
     short = [run for run in runs if run.device.number >= 89 and run.image.cuda_arch < 890]
-    if not short:
-        return None
-    uses.sort()
-    pos, word = uses[0]
-    line = f.line_of(pos)
-    more = len({f.line_of(p) for p, _ in uses}) - 1
-    labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
-    suffix = f" (and {more} more lines in this file)" if more else ""
-    return Finding(
-        Rule.FP8.value, Severity.ERROR, f.rel, line, f.line_text(line),
-        f"FP8 ({word}) outside any arch gate{suffix}: {', '.join(labels)}, below the 8.9 FP8 needs",
-        ("8.9",), archs.canonical(),
-        "declare 8.9 (FP8 needs sm_89 or later on every device from 8.9 up), gate the FP8 code on "
-        "__CUDA_ARCH__ >= 890 with a real fallback, or lint_ignore rule fp8 with the reason",
-        tuple(run.label for run in short),
-    )
+    if types and short:
+        types.sort()
+        pos, word = types[0]
+        line = f.line_of(pos)
+        more = len({f.line_of(p) for p, _ in types}) - 1
+        labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
+        suffix = f" (and {more} more lines in this file)" if more else ""
+        out.append(Finding(
+            Rule.FP8.value, Severity.INFO, f.rel, line, f.line_text(line),
+            f"FP8 type or conversion ({word}) outside any arch gate{suffix}: {', '.join(labels)}, below 8.9, "
+            "where cuda_fp8.h converts in software: correct, slower than the hardware conversion",
+            ("8.9",), archs.canonical(),
+            "declare 8.9 for the hardware FP8 conversions on every device from 8.9 up",
+            tuple(run.label for run in short),
+        ))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1023,9 +1052,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList,
                     finding = own_image_stub(gate, runs, group.archs, aliases, macros)
                 if finding is not None:
                     out.append(finding)
-            fp8 = fp8_finding(f, gated, runs, group.archs)
-            if fp8 is not None:
-                out.append(fp8)
+            out.extend(fp8_findings(f, gated, runs, group.archs))
             out.extend(arch_specific_findings(f, group, aliases, index, scope))
             for finding in out:
                 key = (finding.rule, finding.path, finding.line, finding.message)
@@ -1058,8 +1085,9 @@ def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
     """The translation units by the list they are compiled for: an extension's own list where the
     recipe declares one for it (matched by the extension's name, as the assertion matches its
     ``.so``), the package's list for the rest."""
+    seeds = device_units(index, scope)
     if not extensions:
-        return [CompileGroup(archs, "the package's list", scope.seeds, scope.compiled)]
+        return [CompileGroup(archs, "the package's list", seeds, frozenset(include_closure(index, seeds)))]
     by_seed: dict[str, tuple[str, str, ArchList]] = {}
     for name, sources in extension_sources(index, scope).items():
         for glob, own in extensions:
@@ -1068,12 +1096,26 @@ def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
                     by_seed.setdefault(rel, (name, glob, own))
                 break
     groups: dict[tuple[str, str], tuple[ArchList, list[str]]] = {}
-    for seed in scope.seeds:
+    for seed in seeds:
         name, glob, own = by_seed.get(seed, ("", "", archs))
         label = f"extension {name} ({glob})" if name else "the package's list"
         groups.setdefault((label, own.canonical()), (own, []))[1].append(seed)
     return [CompileGroup(own, label, tuple(seeds), frozenset(include_closure(index, seeds)))
             for (label, _), (own, seeds) in groups.items()]
+
+
+_NOT_CUDA_DIRS = frozenset({"rocm", "hip", "cpu"})
+_CPP_AS_CUDA = re.compile(r"(?<![\w-])-x\s*cu\b|\bLANGUAGE\s+CUDA\b|--x=cu\b")
+
+
+def device_units(index: TreeIndex, scope: BuildScope) -> tuple[str, ...]:
+    """The translation units nvcc compiles for the device: ``.cu`` files (a ``.cpp`` goes to the host
+    compiler, where ``__CUDA_ARCH__`` is never defined, unless a build file compiles C++ as CUDA
+    with ``-x cu`` or ``LANGUAGE CUDA``), outside ``rocm``/``hip``/``cpu`` directories (a ROCm-only
+    extension's kernels, CPU kernels: never compiled by nvcc in a CUDA build)."""
+    as_cuda = any(_CPP_AS_CUDA.search(index.text(rel)) for rel in scope.build_files)
+    return tuple(rel for rel in scope.seeds
+                 if (as_cuda or rel.endswith(".cu")) and not _NOT_CUDA_DIRS.intersection(rel.split("/")[:-1]))
 
 
 # ------------------------------------------------------------------------------------------------
