@@ -49,11 +49,14 @@ from __future__ import annotations
 
 import ast
 import bisect
+import dataclasses
 import fnmatch
+import posixpath
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from farm.lint import families as fam
 from farm.lint import isa
 from farm.lint.compiled import BuildScope, TreeIndex, extension_sources, include_closure, kind_of_build_file
 from farm.lint.lexer import (
@@ -993,11 +996,13 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Seve
 # ------------------------------------------------------------------------------------------------
 # Everything for one tree
 # ------------------------------------------------------------------------------------------------
-def check(index: TreeIndex, scope: BuildScope, archs: ArchList,
-          extensions: Sequence[tuple[str, ArchList]] = ()) -> tuple[list[Finding], list[LibrarySummary]]:
+def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequence[tuple[str, ArchList]] = (),
+          configured: fam.Configured | None = None) -> tuple[list[Finding], list[LibrarySummary]]:
     """Every rule on the tree. ``extensions``: the recipe's own lists for extensions matching a
-    glob; the translation units of such an extension (and what they include) are judged against
-    its list, the others against ``archs``."""
+    glob; ``configured``: kernel families with their own targets (and the sources the cell does
+    not build). The translation units of such an
+    extension or family (and what they include) are judged against its list, the others against
+    ``archs``."""
     findings: list[Finding] = []
     for rel in scope.build_files:
         findings.extend(build_file_findings(index, rel, archs))
@@ -1037,7 +1042,9 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList,
                     seen.update(f"{int(n)}" for n in re.findall(r"__CUDA_ARCH__\s*[<>=!]=?\s*(\d+)", branch.text))
                     seen.update(f"sm_{n}a" for n in re.findall(r"FEAT_SM(\d+)_ALL", branch.text))
     seen_findings: set[tuple[str, str, int, str]] = set()
-    for group in compile_groups(index, scope, archs, extensions):
+    families = configured.families if configured else ()
+    not_built = configured.not_built if configured else frozenset()
+    for group in compile_groups(index, scope, archs, extensions, families, not_built):
         runs = device_runs(group.archs)
         for rel in sorted(group.files):
             if rel not in parsed or parsed[rel].library is not None:
@@ -1047,6 +1054,8 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList,
             gated: list[tuple[int, int]] = []
             for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
                 gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
+                if not used_in(f, gate.spans[0][0], group, index):
+                    continue
                 finding = gate_findings(gate, runs, group.archs, aliases, macros)
                 if finding is None:
                     finding = own_image_stub(gate, runs, group.archs, aliases, macros)
@@ -1081,27 +1090,61 @@ class CompileGroup:
 
 
 def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
-                   extensions: Sequence[tuple[str, ArchList]]) -> list[CompileGroup]:
-    """The translation units by the list they are compiled for: an extension's own list where the
-    recipe declares one for it (matched by the extension's name, as the assertion matches its
-    ``.so``), the package's list for the rest."""
-    seeds = device_units(index, scope)
-    if not extensions:
+                   extensions: Sequence[tuple[str, ArchList]],
+                   families: Sequence[fam.Family] = (), not_built: frozenset[str] = frozenset()) -> list[CompileGroup]:
+    """The translation units by the list they are compiled for: a kernel family's own targets
+    (:mod:`farm.lint.families`; a unit in several families gets all of their targets, as the
+    flags add up), else an extension's own list where the recipe declares one for it (matched by
+    the extension's name, as the assertion matches its ``.so``), else the package's list."""
+    seeds = tuple(rel for rel in device_units(index, scope) if rel not in not_built)
+    if not extensions and not families:
         return [CompileGroup(archs, "the package's list", seeds, frozenset(include_closure(index, seeds)))]
-    by_seed: dict[str, tuple[str, str, ArchList]] = {}
+    by_seed: dict[str, tuple[str, ArchList]] = {}
     for name, sources in extension_sources(index, scope).items():
         for glob, own in extensions:
             if fnmatch.fnmatchcase(name, glob) or fnmatch.fnmatchcase(name.replace(".", "/"), glob):
                 for rel in sources:
-                    by_seed.setdefault(rel, (name, glob, own))
+                    by_seed.setdefault(rel, (f"extension {name} ({glob})", own))
                 break
+    in_families: dict[str, list[fam.Family]] = {}
+    for family in families:
+        for rel in family.sources:
+            in_families.setdefault(rel, []).append(family)
+    for rel, found in in_families.items():
+        label = "family " + " + ".join(f"{f.name} ({f.where})" for f in found)
+        by_seed[rel] = (label, ArchList.of(t for f in found for t in f.targets))
     groups: dict[tuple[str, str], tuple[ArchList, list[str]]] = {}
     for seed in seeds:
-        name, glob, own = by_seed.get(seed, ("", "", archs))
-        label = f"extension {name} ({glob})" if name else "the package's list"
+        label, own = by_seed.get(seed, ("the package's list", archs))
         groups.setdefault((label, own.canonical()), (own, []))[1].append(seed)
-    return [CompileGroup(own, label, tuple(seeds), frozenset(include_closure(index, seeds)))
-            for (label, _), (own, seeds) in groups.items()]
+    return [CompileGroup(own, label, tuple(units), frozenset(include_closure(index, units)))
+            for (label, _), (own, units) in groups.items()]
+
+
+def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: str) -> fam.Configured:
+    """The families the build's CMake project gives their own targets, configured for this cell
+    (sources outside the tree, such as an external project's, dropped), and the tree's sources
+    it does not build for this cell."""
+    root = posixpath.join(scope.build_root, "CMakeLists.txt") if scope.build_root else "CMakeLists.txt"
+    cmake = [rel for rel in scope.build_files if kind_of_build_file(rel) == "cmake"]
+    if root not in index.fileset or not any(fam.uses_families(index.text(rel)) for rel in cmake):
+        return fam.Configured((), frozenset())
+
+    def read(rel: str) -> str | None:
+        rel = posixpath.normpath(posixpath.join(scope.build_root, rel))
+        return index.text(rel) if rel in index.fileset else None
+
+    def in_tree(path: str) -> str:
+        return posixpath.normpath(posixpath.join(scope.build_root, path))
+
+    configured = fam.derive(read, "CMakeLists.txt", archs, cuda)
+    families = []
+    for family in configured.families:
+        sources = tuple(rel for s in family.sources if (rel := in_tree(s)) in index.fileset)
+        if sources:
+            families.append(dataclasses.replace(family, sources=sources,
+                                                where=posixpath.join(scope.build_root, family.where)))
+    return fam.Configured(tuple(families), frozenset(in_tree(s) for s in configured.not_built))
 
 
 _NOT_CUDA_DIRS = frozenset({"rocm", "hip", "cpu"})
@@ -1116,6 +1159,88 @@ def device_units(index: TreeIndex, scope: BuildScope) -> tuple[str, ...]:
     as_cuda = any(_CPP_AS_CUDA.search(index.text(rel)) for rel in scope.build_files)
     return tuple(rel for rel in scope.seeds
                  if (as_cuda or rel.endswith(".cu")) and not _NOT_CUDA_DIRS.intersection(rel.split("/")[:-1]))
+
+
+_ENTITY = re.compile(r"\b(?:struct|class)\s+(\w+)[^;{}()]*\{|\b(\w+)\s*\([^;{}]*\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
+_BRACES = re.compile(r"[{}]")
+_NOT_NAMES = frozenset({"operator", "if", "for", "while", "switch", "return", "sizeof", "catch", "defined",
+                        "decltype", "alignas", "__attribute__", "__launch_bounds__", "asm", "volatile"})
+
+
+def enclosing_entities(f: CFile, offset: int) -> list[tuple[str, str]]:
+    """The structs, classes and functions whose bodies hold ``offset``, outermost first: each
+    name and the declaration before it (``template <...>``, ``inline __device__ ...``)."""
+    code = _one_branch(f)
+    found: list[tuple[str, str]] = []
+    for m in _ENTITY.finditer(code, 0, offset):
+        name = m[1] or m[2]
+        if name in _NOT_NAMES:
+            continue
+        if _still_open(code, m.end() - 1, offset):
+            start = max(code.rfind(ch, 0, m.start()) for ch in ";{}") + 1
+            found.append((name, code[start:m.start()]))
+    return found
+
+
+def _still_open(code: str, brace: int, offset: int) -> bool:
+    """Whether the ``{`` at ``brace`` is not yet closed at ``offset``."""
+    depth = 0
+    for m in _BRACES.finditer(code, brace, offset):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return False
+    return depth > 0
+
+
+_ONE_BRANCH: dict[int, tuple[CFile, str]] = {}
+
+
+def _one_branch(f: CFile) -> str:
+    """``f.code`` with every branch but the first of each ``#if`` chain blanked, offsets kept:
+    code written twice under ``#if``/``#else`` (``for (...) {`` in each) would unbalance the
+    braces that say which entity holds a line."""
+    held = _ONE_BRANCH.get(id(f))
+    if held is not None and held[0] is f:
+        return held[1]
+    lines = f.code.split("\n")
+    for chain in f.directives.chains:
+        for branch in chain.branches[1:]:
+            for n in range(branch.line, branch.body[1]):
+                if 0 < n <= len(lines):
+                    lines[n - 1] = " " * len(lines[n - 1])
+    code = "\n".join(lines)
+    if len(_ONE_BRANCH) > 64:
+        _ONE_BRANCH.clear()
+    _ONE_BRANCH[id(f)] = (f, code)
+    return code
+
+
+_DEFINITION = re.compile(r"\s*(?:<[^;{}]*>\s*)?(?::[^;{}]*)?\{|\s*\([^;{}]*\)\s*(?:const\s*)?\{")
+_ON_USE = re.compile(r"\btemplate\b|\binline\b|__forceinline__|\bstatic\b|\bconstexpr\b")
+
+
+def used_in(f: CFile, offset: int, group: CompileGroup, index: TreeIndex, depth: int = 0) -> bool:
+    """Whether the code at ``offset`` of a header becomes device code in this group. A template,
+    or an inline or static function, is compiled only where a translation unit uses it: one that
+    nothing else in the group names (vLLM's enable_sm90_or_later in a family that never
+    instantiates it, an inline FP4 helper its includer never calls) is not judged there. The
+    outermost such entity decides (a template struct, not its ``invoke`` method). A translation
+    unit's own code, and any other definition, always counts."""
+    if f.rel in group.seeds:
+        return True
+    entity = next((e for e in enclosing_entities(f, offset) if _ON_USE.search(e[1])), None)
+    if entity is None:
+        return True
+    name = entity[0]
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    for m in word.finditer(f.code):  # a use in the same header counts where its user is used
+        if _DEFINITION.match(f.code, m.end()):
+            continue
+        users = [e for e in enclosing_entities(f, m.start()) if _ON_USE.search(e[1])]
+        if not users or (users[0][0] != name and (depth >= 4 or used_in(f, m.start(), group, index, depth + 1))):
+            return True
+    return any(rel != f.rel and name in (text := index.text(rel)) and word.search(text)
+               for rel in group.files)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1180,6 +1305,8 @@ def arch_specific_findings(f: CFile, group: CompileGroup, aliases: dict[str, Exp
                            scope: BuildScope) -> list[Finding]:
     by_row: dict[str, tuple[isa.ArchInstruction, list[int], list[Target]]] = {}
     for line, row in arch_specific_uses(f):
+        if not used_in(f, f.offset_of(line), group, index):
+            continue
         bad = [t for t in group.archs if not row.accepted_by(t) and compiled_under(f, line, _context(t), aliases)]
         if bad:
             entry = by_row.setdefault(row.name, (row, [], []))

@@ -293,6 +293,9 @@ class Recipe:
     # recipes named by requires_dist placeholders ({version:NAME}, {local:NAME}); filled by load_config
     siblings: Mapping[str, SiblingPin] = field(default_factory=dict)
     vendored: tuple[VendoredLib, ...] = ()  # what bundled libraries must hold (asserted like extensions)
+    # "cmake": the build gives kernel families their own targets per CUDA line (vLLM's
+    # set_gencode_flags_for_srcs); the lint derives them from the CMake files for each cell
+    kernel_families: str = ""
 
     def where(self, line: int | None = None) -> str:
         return f"{self.display}:{line}" if line else self.display
@@ -822,7 +825,7 @@ def _validate(spec: ArchSpec, cuda: str) -> None:
 # ------------------------------------------------------------------------------------------------
 _RECIPE_KEYS = (
     "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
-    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
+    "lint_ignore", "kernel_families", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
     "sharding",
 )
 # More compile jobs than this is a typo, not a plan: each one is a CI job of the 256-job matrix.
@@ -864,6 +867,10 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     extensions = _load_extensions(top, defaults)
     vendored = _load_vendored(top)
     ignores = _load_ignores(top)
+    families = top.get("kernel_families", str, default="")
+    if families not in ("", "cmake"):
+        raise ConfigError(f"kernel_families {families!r} is not known", where=top.where("kernel_families"),
+                          hint="write 'kernel_families: cmake' (families read from the package's CMake files)")
     only = _load_only(top, defaults)
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
@@ -890,7 +897,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
         display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
-        sharding=sharding,
+        sharding=sharding, kernel_families=families,
     )
     return recipe
 

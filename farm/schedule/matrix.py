@@ -259,9 +259,11 @@ class PackageMatrix:
         """Distinct arch lists of the cells to build, in first-seen order (one lint each)."""
         return list(dict.fromkeys(p.archs for p in self.to_build))
 
-    def lint_requests(self) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...]]]:
-        """Distinct (list, the extensions' own lists) of the cells to build: one lint each."""
-        return list(dict.fromkeys((p.archs, p.arch.extensions) for p in self.to_build))
+    def lint_requests(self) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str]]:
+        """Distinct (list, the extensions' own lists, CUDA line) of the cells to build: one lint
+        each (the lint uses the CUDA line only for a recipe with kernel families, and caches by
+        what it uses)."""
+        return list(dict.fromkeys((p.archs, p.arch.extensions, p.cell.cuda) for p in self.to_build))
 
 
 @dataclass(frozen=True)
@@ -666,10 +668,16 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
                                 "access or fill the source cache, or run `farm matrix --no-lint` for the "
                                 "matrix without the lint (it says so; CI always lints)") from None
         _lint_function()  # a broken lint is an environment error, said once
-        for archs, extensions in pkg.lint_requests():
-            report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions)
+        for archs, extensions, cuda in _distinct_lints(recipe, pkg.lint_requests()):
+            report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
             outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
     return outcomes
+
+
+def _distinct_lints(recipe: Recipe, requests: Iterable[tuple[ArchList, tuple[tuple[str, ArchList], ...], str]]
+                    ) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str | None]]:
+    """One lint per distinct request; the CUDA line counts only for a recipe with kernel families."""
+    return list(dict.fromkeys((archs, ext, cuda if recipe.kernel_families else None) for archs, ext, cuda in requests))
 
 
 def _lint_function() -> Any:
@@ -707,12 +715,13 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
             recipe = config.recipe(package)
             linted = {o.arch_list for o in own}
             everything = compute_matrix(config, LedgerIndex.empty(), Filters(packages=(package,)), overwrite=True)
-            missing = [(a, ext) for a, ext in everything.packages[0].lint_requests() if a.canonical() not in linted]
+            missing = [r for r in _distinct_lints(recipe, everything.packages[0].lint_requests())
+                       if r[0].canonical() not in linted]
             if missing:
                 tree = fetch(recipe.source, cache_dir, package=recipe.name)
                 _lint_function()
-                for archs, extensions in missing:
-                    report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions)
+                for archs, extensions, cuda in missing:
+                    report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
                     candidates &= set(report.stale_ignores)
         confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
     return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))
