@@ -170,3 +170,18 @@ __device__ void more_registers() {
     report = lint_tree(_tree(tmp_path, header), ArchList.parse("9.0a;10.0;12.0f"))
     (finding,) = [f for f in report.errors if f.rule == "arch-specific"]
     assert finding.severity is Severity.ERROR and "the package's list for sm_100: ptxas" in finding.message
+
+
+def test_nvcc_agrees_with_the_verdict(nvcc: Path, tmp_path: Path):
+    """The fixture's sm90 unit, compiled by the real nvcc: sm_90a assembles, sm_80 is rejected by
+    ptxas for the reason the lint gives."""
+    unit = DATA / "sage_wgmma" / "csrc" / "qattn" / "qk_int_sv_f8_cuda_sm90.cu"
+    results = {}
+    for target in ("sm_90a", "sm_80"):
+        number = target.removeprefix("sm_")
+        done = subprocess.run([str(nvcc), "-c", str(unit), "-o", str(tmp_path / f"{target}.o"),
+                               f"-gencode=arch=compute_{number},code={target}"],
+                              capture_output=True, text=True, timeout=300)
+        results[target] = (done.returncode, done.stderr)
+    assert results["sm_90a"][0] == 0, results["sm_90a"][1]
+    assert results["sm_80"][0] != 0 and "wgmma" in results["sm_80"][1] and "sm_80" in results["sm_80"][1]
