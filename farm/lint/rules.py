@@ -641,7 +641,8 @@ def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: 
 # ------------------------------------------------------------------------------------------------
 # FP8
 # ------------------------------------------------------------------------------------------------
-def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> list[Finding]:
+def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList,
+                 reach: Reach | None = None) -> list[Finding]:
     """FP8 outside any arch gate. In an ``asm`` statement it is an instruction, which ptxas
     assembles only from sm_89 ("Feature 'cvt with .e4m3x2/.e5m2x2' requires .target sm_89 or
     higher"): an error wherever the list compiles it for less. Elsewhere it is a type or a
@@ -661,6 +662,11 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
     out: list[Finding] = []
     instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
     low = [t for t in archs if t.number < 89]
+    if reach is not None and instructions:
+        # only the images that compile the instruction: its function reached there (the gate
+        # macros, nunchaku's `if constexpr (FP4_AVAILABLE)`)
+        low = [t for t in low if any(
+            used_in(f, pos, dataclasses.replace(reach, ctx=_context(t))) for pos, _ in instructions)]
     if instructions and low:
         instructions.sort()
         pos, word = instructions[0]
@@ -1025,6 +1031,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
                 if any(name in raw for name in names) and alias_re.search(raw):
                     parsed[rel] = parse_c(rel, raw, None)
     known_guards(parsed.values(), aliases)
+    constexpr_flags(parsed.values(), aliases)
     macros = {name: (value, _define_text(f, line, name)) for f in parsed.values()
               for line, name, value in f.directives.defines if value}
 
@@ -1054,15 +1061,15 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
             gated: list[tuple[int, int]] = []
             for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
                 gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
-                if not used_in(f, gate.spans[0][0], group, index):
+                if not used_in(f, gate.spans[0][0], Reach(group, index, parsed, aliases)):
                     continue
                 finding = gate_findings(gate, runs, group.archs, aliases, macros)
                 if finding is None:
                     finding = own_image_stub(gate, runs, group.archs, aliases, macros)
                 if finding is not None:
                     out.append(finding)
-            out.extend(fp8_findings(f, gated, runs, group.archs))
-            out.extend(arch_specific_findings(f, group, aliases, index, scope))
+            out.extend(fp8_findings(f, gated, runs, group.archs, Reach(group, index, parsed, aliases)))
+            out.extend(arch_specific_findings(f, group, aliases, index, parsed))
             for finding in out:
                 key = (finding.rule, finding.path, finding.line, finding.message)
                 if key not in seen_findings:
@@ -1163,7 +1170,7 @@ def device_units(index: TreeIndex, scope: BuildScope) -> tuple[str, ...]:
 
 _ENTITY = re.compile(r"\b(?:struct|class)\s+(\w+)[^;{}()]*\{|\b(\w+)\s*\([^;{}]*\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
 _BRACES = re.compile(r"[{}]")
-_NOT_NAMES = frozenset({"operator", "if", "for", "while", "switch", "return", "sizeof", "catch", "defined",
+_NOT_NAMES = frozenset({"operator", "constexpr", "if", "for", "while", "switch", "return", "sizeof", "catch", "defined",
                         "decltype", "alignas", "__attribute__", "__launch_bounds__", "asm", "volatile"})
 
 
@@ -1219,28 +1226,57 @@ _DEFINITION = re.compile(r"\s*(?:<[^;{}]*>\s*)?(?::[^;{}]*)?\{|\s*\([^;{}]*\)\s*
 _ON_USE = re.compile(r"\btemplate\b|\binline\b|__forceinline__|\bstatic\b|\bconstexpr\b")
 
 
-def used_in(f: CFile, offset: int, group: CompileGroup, index: TreeIndex, depth: int = 0) -> bool:
-    """Whether the code at ``offset`` of a header becomes device code in this group. A template,
-    or an inline or static function, is compiled only where a translation unit uses it: one that
-    nothing else in the group names (vLLM's enable_sm90_or_later in a family that never
-    instantiates it, an inline FP4 helper its includer never calls) is not judged there. The
-    outermost such entity decides (a template struct, not its ``invoke`` method). A translation
-    unit's own code, and any other definition, always counts."""
-    if f.rel in group.seeds:
+@dataclass
+class Reach:
+    """What :func:`used_in` needs to follow uses across a group's files: the parsed files, the
+    arch macros, and the device pass (None: any)."""
+
+    group: CompileGroup
+    index: TreeIndex
+    parsed: dict[str, CFile]
+    aliases: dict[str, Expr]
+    ctx: ArchContext | None = None
+
+    def file(self, rel: str) -> CFile:
+        if rel not in self.parsed:
+            self.parsed[rel] = parse_c(rel, self.index.text(rel), None)
+        return self.parsed[rel]
+
+
+def used_in(f: CFile, offset: int, reach: Reach, depth: int = 0) -> bool:
+    """Whether the code at ``offset`` of a header becomes device code in this group (in the
+    device pass ``reach.ctx``, when given). A template, or an inline or static function, is
+    compiled only where a translation unit uses it: each such entity around ``offset`` (vLLM's
+    enable_sm90_or_later and its ``invoke``; an inline FP4 helper) must be named somewhere the
+    group compiles, outside code the device pass leaves out (nunchaku's ``if constexpr
+    (FP4_AVAILABLE)`` on sm_80). A translation unit's own code, and any other definition, always
+    counts; so does anything past a few levels of calls."""
+    if f.rel in reach.group.seeds or depth > 4:
         return True
-    entity = next((e for e in enclosing_entities(f, offset) if _ON_USE.search(e[1])), None)
-    if entity is None:
-        return True
-    name = entity[0]
+    for name, declaration in enclosing_entities(f, offset):
+        if _ON_USE.search(declaration) and not _entity_used(f, name, reach, depth):
+            return False
+    return True
+
+
+def _entity_used(f: CFile, name: str, reach: Reach, depth: int) -> bool:
     word = re.compile(rf"\b{re.escape(name)}\b")
-    for m in word.finditer(f.code):  # a use in the same header counts where its user is used
-        if _DEFINITION.match(f.code, m.end()):
+    for rel in [f.rel, *sorted(reach.group.files - {f.rel})]:
+        text = f.code if rel == f.rel else reach.index.text(rel)
+        if name not in text or not word.search(text):
             continue
-        users = [e for e in enclosing_entities(f, m.start()) if _ON_USE.search(e[1])]
-        if not users or (users[0][0] != name and (depth >= 4 or used_in(f, m.start(), group, index, depth + 1))):
-            return True
-    return any(rel != f.rel and name in (text := index.text(rel)) and word.search(text)
-               for rel in group.files)
+        g = f if rel == f.rel else reach.file(rel)
+        if g.library is not None:
+            return True  # a library's use: not followed
+        for m in word.finditer(g.code):
+            if _DEFINITION.match(g.code, m.end()):
+                continue
+            if reach.ctx is not None and not compiled_under(g, g.line_of(m.start()), reach.ctx, reach.aliases):
+                continue
+            recursive = g.rel == f.rel and any(n == name for n, _ in enclosing_entities(g, m.start()))
+            if not recursive and used_in(g, m.start(), reach, depth + 1):
+                return True
+    return False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1302,12 +1338,11 @@ def arch_specific_uses(f: CFile) -> list[tuple[int, isa.ArchInstruction]]:
 
 
 def arch_specific_findings(f: CFile, group: CompileGroup, aliases: dict[str, Expr], index: TreeIndex,
-                           scope: BuildScope) -> list[Finding]:
+                           parsed: dict[str, CFile]) -> list[Finding]:
     by_row: dict[str, tuple[isa.ArchInstruction, list[int], list[Target]]] = {}
     for line, row in arch_specific_uses(f):
-        if not used_in(f, f.offset_of(line), group, index):
-            continue
-        bad = [t for t in group.archs if not row.accepted_by(t) and compiled_under(f, line, _context(t), aliases)]
+        bad = [t for t in group.archs if not row.accepted_by(t) and compiled_under(f, line, _context(t), aliases)
+               and used_in(f, f.offset_of(line), Reach(group, index, parsed, aliases, _context(t)))]
         if bad:
             entry = by_row.setdefault(row.name, (row, [], []))
             entry[1].append(line)
@@ -1385,6 +1420,36 @@ def constexpr_gates(f: CFile, aliases: dict[str, Expr]) -> Iterator[Gate]:
                 spans.append(alternative)
         spans.append((body[1], body[1]))
         yield Gate(f, chain, spans, line, f.line_text(line), True, False)
+
+
+_CONSTEXPR_FLAG = re.compile(r"\bconstexpr\s+bool\s+(\w+)\s*=\s*(true|false)\s*;")
+
+
+def constexpr_flags(files: Iterable[CFile], aliases: dict[str, Expr]) -> None:
+    """``static constexpr bool FP4_AVAILABLE = true;`` under ``#if __CUDA_ARCH__ >= 1200`` and
+    ``= false`` under its ``#else`` (nunchaku): a name for the gate's condition, which its
+    ``if constexpr (FP4_AVAILABLE)`` then reads like the ``#if``."""
+    for f in files:
+        if "constexpr" not in f.code:
+            continue
+        for chain in f.directives.chains:
+            if chain.line in f.directives.dead or not _is_gate(chain, aliases):
+                continue
+            values: dict[str, dict[int, bool]] = {}
+            for i, branch in enumerate(chain.branches):
+                start, end = f.offset_of(branch.body[0]), f.offset_of(branch.body[1])
+                for m in _CONSTEXPR_FLAG.finditer(f.code, start, end):
+                    values.setdefault(m[1], {})[i] = m[2] == "true"
+            for name, by_branch in values.items():
+                if name in aliases or len(by_branch) < 2 or not any(by_branch.values()):
+                    continue
+                expr: Expr | None = None
+                for i, value in by_branch.items():
+                    if value:
+                        cond = _branch_condition(chain, i)
+                        expr = cond if expr is None else ("||", expr, cond)
+                if expr is not None:
+                    aliases[name] = expr
 
 
 _GUARD_USE = re.compile(r"\b(?:CUTE|CUTLASS)_ARCH_(?:MMA_)?SM\d+[AF]?_ENABLED\b")
