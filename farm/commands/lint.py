@@ -1,8 +1,10 @@
 """``farm lint PKG|PATH [--arch-list L]``: the arch-gate lint on a recipe's source or a source tree.
 
-For a package, the source is fetched (cached by identity) and linted once per distinct arch list
-its cells resolve to (or against ``--arch-list``), with the recipe's ``lint_ignore`` entries and
-build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any lint error.
+For a package, the source is fetched (cached by identity), the recipe's ``patch_script`` applied
+to a copy, and linted once per distinct arch list its cells resolve to (or against
+``--arch-list``), with the recipe's ``lint_ignore`` entries, build subdirectory, extension lists
+and, for ``kernel_families: cmake``, each CUDA line's kernel families. For a directory,
+``--arch-list`` is required. Exit 1 on any lint error.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[
 def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:
     import dataclasses
 
-    from farm.lint import lint_cached
+    from farm.build.builders import lint_as_built
     from farm.model.arch import ArchList
     from farm.model.config import PathSource, load_config
     from farm.progress import reporter
@@ -157,10 +159,10 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
         say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}"
             + "".join(f", {glob} against {own.canonical()}" for glob, own in extensions)
             + (f", kernel families for CUDA {cuda}" if cuda else ""))
+        # the source as it is built (after the recipe's patch_script), as the matrix lints it
         outcomes.append(LintOutcome(recipe.name, archs.canonical(),
-                                    lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
-                                                build_subdir=recipe.build.subdir, extensions=extensions,
-                                                cuda=cuda)))
+                                    lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions,
+                                                  cuda=cuda)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]
