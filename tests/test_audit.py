@@ -27,7 +27,8 @@ from farm.provenance.audit import (
     wheel_facts,
 )
 from farm.provenance.buildinfo import LedgerEntry
-from farm.provenance.ledger import LedgerIndex, merge_fragments
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerwrite import merge_fragments
 from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
 from tests import loopback
@@ -355,7 +356,7 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
     import os
     import random
 
-    from farm.provenance.ledger import dumps_entry
+    from farm.provenance.ledgerline import dumps_entry
     from tests.ledgermaker import make_entry
 
     site, rng = tmp_path / "site" / "releases", random.Random(7)

@@ -16,7 +16,7 @@ import pytest
 from farm.cli import main
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, name_problems
-from farm.provenance.ledger import merge_fragments, write_fragment
+from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import Check, IndexSettings, upload
 from farm.publish.gate import Vouchers, found_difference, judge, run_gate

@@ -18,7 +18,8 @@ import pytest
 
 from farm.cli import main
 from farm.model.config import load_config
-from farm.provenance.ledger import LedgerIndex, dumps_entry
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import SHARD_SIZE, PlannedCell, compute_matrix, schedule
 from farm.schedule.outcome import decide, read_artifacts
 

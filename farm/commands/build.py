@@ -27,7 +27,8 @@ from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
-from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.schedule.matrix import Filters, compute_matrix, stale_advice
 
 

@@ -35,7 +35,8 @@ from farm.fsutil import sweep_dead_dirs, temp_dir_prefix
 from farm.netutil import download, read_page
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, Bundled, LedgerEntry, Published
-from farm.provenance.ledger import LedgerIndex, merge_fragments, write_fragment
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import WheelName
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from packaging.version import Version
 
 from farm.errors import FarmError, UsageError, WheelError
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
-from farm.provenance import buildinfo
-from farm.provenance.ledger import write_fragment
+from farm.provenance import buildinfo, probe
+from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
     Relabel,
     StampResult,
@@ -50,7 +50,7 @@ class BuildContext:
     build_epoch: int  # effective: _defaults.yml + recipe
     defaults_sha256: str | None
     recipe_sha256: str | None
-    source: buildinfo.Source | None
+    source: buildinfo.SourceRecord | None
     run: buildinfo.Run
     toolchain: buildinfo.Toolchain
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
@@ -298,20 +298,20 @@ def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
 
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
-def _source_of(recipe: Recipe) -> buildinfo.Source:
+def _source_of(recipe: Recipe) -> buildinfo.SourceRecord:
     from farm.model.config import GitSource, PathSource, SdistSource
 
     src = recipe.source
     if isinstance(src, GitSource):
         # A recipe pins a tag or a full commit; a 40-hex ref is the commit itself.
         commit = src.ref if len(src.ref) == 40 and all(c in "0123456789abcdef" for c in src.ref) else None
-        return buildinfo.git_source(src.repo, src.ref, commit)
+        return buildinfo.GitSourceRecord(src.repo, src.ref, commit)
     if isinstance(src, SdistSource):
-        return buildinfo.sdist_source(src.name, src.version, src.sha256)
+        return buildinfo.SdistSourceRecord(src.name, src.version, src.sha256)
     if isinstance(src, PathSource):
         from farm.source.fetch import tree_sha256
 
-        return buildinfo.path_source(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
+        return buildinfo.PathSourceRecord(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
     raise TypeError(f"unknown source {src!r}")
 
 
@@ -330,7 +330,7 @@ def recipe_for_wheel(config: FarmConfig, name: WheelName, package: str | None) -
 
 def cuda_line(cuda_home: Path) -> str:
     """``13.0`` from the toolkit's nvcc."""
-    major, minor, *_ = buildinfo.nvcc_version(cuda_home).split(".")
+    major, minor, *_ = probe.nvcc_version(cuda_home).split(".")
     return f"{major}.{minor}"
 
 
@@ -343,7 +343,7 @@ def context_from_config(
     torch: str | None = None,
     cuda_home: Path | None = None,
     builder: str | None = None,
-    source: buildinfo.Source | Mapping[str, Any] | None = None,
+    source: buildinfo.SourceRecord | Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None,
     python: str | None = None,
@@ -384,7 +384,7 @@ def context_from_config(
                              where=recipe.display, hint="drop --torch, or set links_torch: true in the recipe")
         torch = NO_TORCH
     elif torch is None:
-        installed = buildinfo.installed_torch()
+        installed = probe.installed_torch()
         if installed is None:
             raise UsageError(f"{recipe.name} links torch: which torch was it built against?",
                              where=name.filename, hint="pass --torch M.m")
@@ -404,8 +404,8 @@ def context_from_config(
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,
         source=_source_of(recipe) if source is None else source,
-        run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
+        run=probe.run_from_env(env),
+        toolchain=probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
                                       python=python, torch_built=torch_built),
         requires_dist=requires_dist(recipe, cell),
         pins=torch_pin(recipe, cell),

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from farm.errors import MAX_MESSAGE, FarmError, clip
 from farm.model.arch import ArchList
 from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, Bundled, LedgerEntry, name_problems
-from farm.provenance.ledger import FRAGMENT_SUFFIX, LedgerIndex, read_fragment
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
 
 if TYPE_CHECKING:
     from farm.provenance.audit import Derive, Derived

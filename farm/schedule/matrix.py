@@ -41,7 +41,8 @@ from farm.model.cells import (
 )
 from farm.model.config import FarmConfig, Recipe, Restriction
 from farm.model.spec import ArchRequest, arch_request
-from farm.provenance.ledger import ExistsKey, LedgerIndex
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import ExistsKey
 from farm.schedule.jobs import build_entries
 
 # GitHub Actions runs at most 256 jobs from one matrix.
