@@ -112,3 +112,23 @@ def test_an_unknown_kernel_families_value_is_bad_input(tmp_path, repo_root, caps
     (tmp_path / "src").mkdir()
     assert main(["lint", "vl", "--root", str(tmp_path)]) == 2
     assert "kernel_families 'bazel'" in capsys.readouterr().err
+
+
+def test_farm_lint_reads_the_source_as_built(tmp_path, repo_root, capsys):
+    """A recipe's patch_script runs on a copy before `farm lint PKG` reads it, as before a build:
+    the patch that narrows the sm90 module's flags is what makes the setup.py findings go."""
+    shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
+    shutil.copytree(DATA / "sage_wgmma", tmp_path / "src" / "sw")
+    (tmp_path / "packages" / "patches").mkdir(parents=True)
+    (tmp_path / "packages" / "patches" / "sw.py").write_text(
+        "import pathlib\np = pathlib.Path('setup.py')\n"
+        "p.write_text(p.read_text().replace('NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]',"
+        " 'pass'))\n")
+    (tmp_path / "packages" / "sw.yml").write_text(
+        "name: sw\nversion: '1.0'\nsource: {path: src/sw}\nlinks_torch: true\narch: {list: '9.0a'}\n"
+        "build: {patch_script: packages/patches/sw.py}\n")
+    assert main(["lint", "sw", "--root", str(tmp_path), "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)["reports"]
+    assert report["passed"] and not report["errors"]
+    # the fetched tree itself is untouched
+    assert "arch=compute_{num}" in (tmp_path / "src" / "sw" / "setup.py").read_text()

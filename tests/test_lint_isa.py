@@ -185,3 +185,53 @@ def test_nvcc_agrees_with_the_verdict(nvcc: Path, tmp_path: Path):
         results[target] = (done.returncode, done.stderr)
     assert results["sm_90a"][0] == 0, results["sm_90a"][1]
     assert results["sm_80"][0] != 0 and "wgmma" in results["sm_80"][1] and "sm_80" in results["sm_80"][1]
+
+
+def test_an_inline_helper_nobody_calls_is_not_compiled(tmp_path):
+    """False positive avoided: nvcc emits an inline function or a template of a header only where
+    a unit uses it (vLLM's nvfp4_utils.cuh FP4 helpers in units that never call them)."""
+    header = """#pragma once
+__device__ __forceinline__ void arrive_unused() {
+    asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory");
+}
+"""
+    root = _tree(tmp_path, header)
+    unit = root / "csrc" / "qattn" / "qk_int_sv_f8_cuda_sm90.cu"
+    unit.write_text('#include "../wgmma.cuh"\n__global__ void k(float* out) { out[0] = 1.f; }\n')
+    assert not [f for f in lint_tree(root, ArchList.parse(SAGE_LISTS)).findings if f.rule == "arch-specific"]
+    unit.write_text('#include "../wgmma.cuh"\n__global__ void k(float* out) { arrive_unused(); }\n')
+    assert [f for f in lint_tree(root, ArchList.parse(SAGE_LISTS)).errors if f.rule == "arch-specific"]
+
+
+def test_a_helper_reached_only_under_a_constexpr_arch_flag(tmp_path):
+    """nunchaku's idiom: a class constant set under ``#if __CUDA_ARCH__ >= 1200`` and the FP4 path
+    called under ``if constexpr (FP4_AVAILABLE)``: no image below sm_120 compiles the helper."""
+    header = """#pragma once
+__device__ __forceinline__ unsigned to_fp4(float a, float b) {
+    unsigned r;
+    asm volatile("{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, %1, %2; cvt.u32.u8 %0, t; }" : "=r"(r) : "f"(a), "f"(b));
+    return r;
+}
+struct Gemm {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+    static constexpr bool FP4_AVAILABLE = true;
+#else
+    static constexpr bool FP4_AVAILABLE = false;
+#endif
+    __device__ static void quantize(unsigned* out, float a, float b) {
+        if constexpr (FP4_AVAILABLE) {
+            out[0] = to_fp4(a, b);
+        } else {
+            out[0] = 0;
+        }
+    }
+};
+"""
+    root = _tree(tmp_path, header)
+    unit = root / "csrc" / "qattn" / "qk_int_sv_f8_cuda_sm90.cu"
+    unit.write_text('#include "../wgmma.cuh"\n__global__ void k(unsigned* o) { Gemm::quantize(o, 1.f, 2.f); }\n')
+    assert not [f for f in lint_tree(root, ArchList.parse("8.0;8.9;12.0a")).findings if f.rule == "arch-specific"]
+    # called outside the flag, the same helper is compiled for sm_80 and sm_89 too
+    unit.write_text('#include "../wgmma.cuh"\n__global__ void k(unsigned* o) { o[0] = to_fp4(1.f, 2.f); }\n')
+    (error,) = [f for f in lint_tree(root, ArchList.parse("8.0;8.9;12.0a")).errors if f.rule == "arch-specific"]
+    assert "for sm_80, sm_89:" in error.message
