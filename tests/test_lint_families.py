@@ -132,3 +132,66 @@ def test_farm_lint_reads_the_source_as_built(tmp_path, repo_root, capsys):
     assert report["passed"] and not report["errors"]
     # the fetched tree itself is untouched
     assert "arch=compute_{num}" in (tmp_path / "src" / "sw" / "setup.py").read_text()
+
+
+DECLARED = """name: vd
+version: '1.0'
+source: {path: src/vd}
+links_torch: true
+only:
+  platforms: [linux_x86_64]
+  combinations:
+    - {cuda: '12.9', torch: '2.11'}
+    - {cuda: '13.0', torch: '2.11'}
+kernel_families:
+  hopper_gemm: {sources: ['csrc/hopper/*.cu'], archs: 'HOPPER'}
+  blackwell_attention: {sources: ['csrc/blackwell/*.cu'], archs: '10.0f', cuda: '>=13.0'}
+  hadamard: {sources: [csrc/hadamard.cu], archs: '8.0+PTX;9.0+PTX'}
+lint_ignore:
+  - {rule: arch-override, path: CMakeLists.txt, reason: the families above are what it builds}
+"""
+
+
+def declared_farm(root: Path, repo_root: Path, hopper: str) -> None:
+    shutil.copy(repo_root / "_defaults.yml", root / "_defaults.yml")
+    shutil.copytree(DATA / "vllm_like", root / "src" / "vd")
+    (root / "packages").mkdir()
+    (root / "packages" / "vd.yml").write_text(DECLARED.replace("HOPPER", hopper))
+
+
+def test_a_recipe_can_declare_its_families(tmp_path, repo_root, capsys):
+    """Named source sets whose targets are the cell's list intersected with the family's arches
+    (9.0 asked for builds 9.0a; 10.0f only from CUDA 13.0; +PTX per family)."""
+    declared_farm(tmp_path, repo_root, "9.0a")
+    assert main(["lint", "vd", "--root", str(tmp_path), "--json"]) == 0
+    reports = {r["scope"]["cuda"]: r for r in json.loads(capsys.readouterr().out)["reports"]}
+    table = {cuda: {name: targets for name, _, _, targets, _ in r["scope"]["families"]} for cuda, r in reports.items()}
+    assert table["13.0"] == {"hopper_gemm": "sm_90a", "blackwell_attention": "sm_100f",
+                             "hadamard": "sm_80;compute_80;sm_90;compute_90"}
+    assert "blackwell_attention" not in table["12.9"]
+    assert reports["12.9"]["scope"]["not_built"] == ["csrc/blackwell/attn_res_kernel.cu"]
+
+
+def test_a_declared_family_for_the_wrong_arch_fails(tmp_path, repo_root, capsys):
+    declared_farm(tmp_path, repo_root, "9.0")
+    assert main(["lint", "vd", "--root", str(tmp_path), "--json"]) == 1
+    errors = [e for r in json.loads(capsys.readouterr().out)["reports"] for e in r["errors"]]
+    assert {(e["rule"], e["path"]) for e in errors} == {("arch-specific", "csrc/hopper/wgmma.cuh")}
+    assert "family hopper_gemm (packages/vd.yml:" in errors[0]["message"]
+
+
+@pytest.mark.parametrize(("family", "says"), [
+    ("{sources: [a.cu], archs: '9.0x'}", "9.0x is not an arch"),
+    ("{sources: [], archs: '9.0a'}", "is empty"),
+    ("{sources: [a.cu], archs: '9.0a', cuda: '12.8'}", "is not '>=X.Y'"),
+    ("{sources: [a.cu], archs: '9.0a', arch: '9.0'}", "unknown key"),
+])
+def test_a_bad_family_is_bad_input(tmp_path, repo_root, capsys, family, says):
+    shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "packages" / "vd.yml").write_text(
+        f"name: vd\nversion: '1.0'\nsource: {{path: src}}\nlinks_torch: true\nkernel_families:\n  f: {family}\n")
+    assert main(["lint", "vd", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "packages/vd.yml:" in err

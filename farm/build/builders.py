@@ -187,7 +187,8 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     script = recipe.build.patch_script
     if not script:
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir,
-                           extensions=extensions, cuda=cuda if recipe.kernel_families else None)
+                           extensions=extensions, cuda=cuda if recipe.kernel_families else None,
+                           families=recipe.families)
     path = (config.root / script).resolve()
     if not path.is_file():
         raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
@@ -199,7 +200,7 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
                 tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None))
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir,
                            prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
-                           cuda=cuda if recipe.kernel_families else None)
+                           cuda=cuda if recipe.kernel_families else None, families=recipe.families)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -56,8 +56,12 @@ def _targets(arch: str) -> list[Target]:
     return [sass, sass.with_kind(Kind.PTX)] if m[4] else [sass]
 
 
-def _version(text: str) -> tuple[int, ...]:
+def version_key(text: str) -> tuple[int, ...]:
+    """``12.9`` -> (12, 9): versions compared as CMake's VERSION_LESS does."""
     return tuple(int(p) for p in re.findall(r"\d+", text)[:4]) or (0,)
+
+
+_version = version_key
 
 
 def loose_intersection(src: list[str], tgt: list[str]) -> list[str]:

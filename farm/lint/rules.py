@@ -84,6 +84,10 @@ from farm.lint.report import Finding, LibrarySummary, Rule, Severity
 from farm.model.arch import ArchList, Kind, Target, Variant
 from farm.model.driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from farm.model.config import KernelFamily
+
 _TRIGGERS = ("__CUDA_ARCH", "NV_IF_", "NV_DISPATCH_TARGET")
 _FP8_TAILS = tuple(f"{a}{m}{b}" for a in "45" for m in "mM" for b in "23")  # [eE][45][mM][23] less its [eE]
 _FP8 = re.compile(r"\b\w*(?:e4m3|e5m2)\w*", re.IGNORECASE)
@@ -1126,6 +1130,26 @@ def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
         groups.setdefault((label, own.canonical()), (own, []))[1].append(seed)
     return [CompileGroup(own, label, tuple(units), frozenset(include_closure(index, units)))
             for (label, _), (own, units) in groups.items()]
+
+
+def declared_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: str,
+                      declared: Sequence[KernelFamily]) -> fam.Configured:
+    """The recipe's own families for this cell: each ``archs`` intersected with the cell's list
+    as vLLM's CMake does; a family whose CUDA line is later, or that the list does not ask for,
+    is not built."""
+    cell = sorted({t.version for t in archs}, key=lambda v: fam.version_key(v.rstrip("af")))
+    families: list[fam.Family] = []
+    not_built: set[str] = set()
+    for family in declared:
+        sources = tuple(sorted({rel for pattern in family.sources
+                                for rel in index.glob(posixpath.join(scope.build_root, pattern))
+                                if rel.endswith(".cu")}))
+        resolved = fam.loose_intersection(family.archs.split(";"), cell)
+        if (family.min_cuda and fam.version_key(cuda) < fam.version_key(family.min_cuda)) or not resolved:
+            not_built.update(sources)
+        elif sources:
+            families.append(fam.Family(family.name, family.where, family.archs, tuple(resolved), sources))
+    return fam.Configured(tuple(families), frozenset(not_built))
 
 
 def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: str) -> fam.Configured:
