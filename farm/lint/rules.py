@@ -198,6 +198,7 @@ class CFile:
     _starts: list[int] | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)
     _scope: tuple[list[int], list[bool]] | None = field(default=None, repr=False)
+    _one_branch: str | None = field(default=None, repr=False)
 
     @property
     def starts(self) -> list[int]:
@@ -1053,10 +1054,12 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
                     seen.update(f"{int(n)}" for n in re.findall(r"__CUDA_ARCH__\s*[<>=!]=?\s*(\d+)", branch.text))
                     seen.update(f"sm_{n}a" for n in re.findall(r"FEAT_SM(\d+)_ALL", branch.text))
     seen_findings: set[tuple[str, str, int, str]] = set()
+    others: dict[str, CFile] = {}  # files parsed only to follow a use (shared by every group)
     families = configured.families if configured else ()
     not_built = configured.not_built if configured else frozenset()
     for group in compile_groups(index, scope, archs, extensions, families, not_built):
         runs = device_runs(group.archs)
+        reach = Reach(group, index, scope, parsed, aliases, others=others)
         for rel in sorted(group.files):
             if rel not in parsed or parsed[rel].library is not None:
                 continue
@@ -1065,15 +1068,15 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
             gated: list[tuple[int, int]] = []
             for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
                 gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
-                if not used_in(f, gate.spans[0][0], Reach(group, index, parsed, aliases)):
+                if not used_in(f, gate.spans[0][0], reach):
                     continue
                 finding = gate_findings(gate, runs, group.archs, aliases, macros)
                 if finding is None:
                     finding = own_image_stub(gate, runs, group.archs, aliases, macros)
                 if finding is not None:
                     out.append(finding)
-            out.extend(fp8_findings(f, gated, runs, group.archs, Reach(group, index, parsed, aliases)))
-            out.extend(arch_specific_findings(f, group, aliases, index, parsed))
+            out.extend(fp8_findings(f, gated, runs, group.archs, reach))
+            out.extend(arch_specific_findings(f, reach))
             for finding in out:
                 key = (finding.rule, finding.path, finding.line, finding.message)
                 if key not in seen_findings:
@@ -1223,27 +1226,19 @@ def _still_open(code: str, brace: int, offset: int) -> bool:
     return depth > 0
 
 
-_ONE_BRANCH: dict[int, tuple[CFile, str]] = {}
-
-
 def _one_branch(f: CFile) -> str:
     """``f.code`` with every branch but the first of each ``#if`` chain blanked, offsets kept:
     code written twice under ``#if``/``#else`` (``for (...) {`` in each) would unbalance the
     braces that say which entity holds a line."""
-    held = _ONE_BRANCH.get(id(f))
-    if held is not None and held[0] is f:
-        return held[1]
-    lines = f.code.split("\n")
-    for chain in f.directives.chains:
-        for branch in chain.branches[1:]:
-            for n in range(branch.line, branch.body[1]):
-                if 0 < n <= len(lines):
-                    lines[n - 1] = " " * len(lines[n - 1])
-    code = "\n".join(lines)
-    if len(_ONE_BRANCH) > 64:
-        _ONE_BRANCH.clear()
-    _ONE_BRANCH[id(f)] = (f, code)
-    return code
+    if f._one_branch is None:
+        lines = f.code.split("\n")
+        for chain in f.directives.chains:
+            for branch in chain.branches[1:]:
+                for n in range(branch.line, branch.body[1]):
+                    if 0 < n <= len(lines):
+                        lines[n - 1] = " " * len(lines[n - 1])
+        f._one_branch = "\n".join(lines)
+    return f._one_branch
 
 
 _DEFINITION = re.compile(r"\s*(?:<[^;{}]*>\s*)?(?::[^;{}]*)?\{|\s*\([^;{}]*\)\s*(?:const\s*)?\{")
@@ -1257,14 +1252,18 @@ class Reach:
 
     group: CompileGroup
     index: TreeIndex
-    parsed: dict[str, CFile]
+    scope: BuildScope
+    parsed: dict[str, CFile]  # the files the rules parsed; others are parsed here, kept apart
     aliases: dict[str, Expr]
     ctx: ArchContext | None = None
+    others: dict[str, CFile] = field(default_factory=dict)
 
     def file(self, rel: str) -> CFile:
-        if rel not in self.parsed:
-            self.parsed[rel] = parse_c(rel, self.index.text(rel), None)
-        return self.parsed[rel]
+        if rel in self.parsed:
+            return self.parsed[rel]
+        if rel not in self.others:
+            self.others[rel] = parse_c(rel, self.index.text(rel), self.scope.library_of(rel))
+        return self.others[rel]
 
 
 def used_in(f: CFile, offset: int, reach: Reach, depth: int = 0) -> bool:
@@ -1361,12 +1360,12 @@ def arch_specific_uses(f: CFile) -> list[tuple[int, isa.ArchInstruction]]:
     return uses
 
 
-def arch_specific_findings(f: CFile, group: CompileGroup, aliases: dict[str, Expr], index: TreeIndex,
-                           parsed: dict[str, CFile]) -> list[Finding]:
+def arch_specific_findings(f: CFile, reach: Reach) -> list[Finding]:
+    group, aliases, index = reach.group, reach.aliases, reach.index
     by_row: dict[str, tuple[isa.ArchInstruction, list[int], list[Target]]] = {}
     for line, row in arch_specific_uses(f):
         bad = [t for t in group.archs if not row.accepted_by(t) and compiled_under(f, line, _context(t), aliases)
-               and used_in(f, f.offset_of(line), Reach(group, index, parsed, aliases, _context(t)))]
+               and used_in(f, f.offset_of(line), dataclasses.replace(reach, ctx=_context(t)))]
         if bad:
             entry = by_row.setdefault(row.name, (row, [], []))
             entry[1].append(line)
