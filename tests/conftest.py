@@ -38,7 +38,7 @@ def nvcc(cuda_home: Path) -> Path:
 
 # Fixtures that compile with nvcc, assemble a toolkit or build a wheel: a test that uses one
 # (directly or through another fixture) is in the slow tier, so `-m "not slow"` stays fast.
-SLOW_FIXTURES = frozenset({"cuda_home", "nvcc", "cuda_fixtures", "pypi_toolkit", "demo_batch",
+SLOW_FIXTURES = frozenset({"cuda_home", "nvcc", "cuda_fixtures", "pypi_toolkit", "demo_batch", "doctor_wheel",
                            "served", "redist_toolkit", "windows_tree",
                            "all_cells"})  # waves over the public farm's ~14,000 cells
 

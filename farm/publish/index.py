@@ -11,6 +11,7 @@ Layout of the tree (every path relative to its root)::
     flat/index.html                    every wheel on one page (``pip --find-links``)
     index.html                         the channels
     packages.json                      machine-readable: channels, projects, files
+    compat/...                         which GPUs each wheel runs on (farm.publish.compat)
 
 Torch-free wheels live in their CUDA line's ``cu128/`` channel *and* are listed in every
 ``cu128/torch*/`` channel of the tree, so one ``--index-url`` serves a whole environment.
@@ -53,6 +54,7 @@ from packaging.utils import (
 from farm import __version__
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
+from farm.publish import compat
 from farm.publish.wheelmeta import read_member
 
 FILES = "files"
@@ -347,7 +349,10 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
         )
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
-    return _write(root, pages, old, new)
+    pages.update(compat.pages(files_dir, files.values()))  # beside the PEP 503 pages, never in them
+    report = _write(root, pages, old, new)
+    compat.prune(root, pages)
+    return report
 
 
 @dataclass(frozen=True)
