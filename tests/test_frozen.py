@@ -16,10 +16,10 @@ def test_fields_compare_and_hash_and_cannot_be_set() -> None:
     a, b = Target(9, 0, Variant.ARCH), Target(9, 0, Variant.ARCH, Kind.SASS)
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     assert a != Target(9, 0) and a != (9, 0, Variant.ARCH, Kind.SASS)
-    with pytest.raises(AttributeError, match="Target is frozen: cannot set major"):
-        a.major = 10
-    with pytest.raises(AttributeError, match="frozen"):
-        del a.minor
+    with pytest.raises(AttributeError, match="major"):
+        a.major = 10  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="minor"):
+        del a.minor  # type: ignore[misc]
     assert repr(ArchList.parse("9.0a")) == "ArchList('sm_90a')"
 
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from farm.errors import ArchError
-from farm.frozen import Frozen
-
-TYPE_CHECKING = False  # annotations only: collections.abc is not on `farm inspect`'s start-up path
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
 
 
 class Kind(enum.Enum):
@@ -68,18 +65,14 @@ TORCH_ARCHES: frozenset[tuple[int, int, str]] = frozenset(
 )
 
 
-class Target(Frozen):
+@dataclass(frozen=True, slots=True)
+class Target:
     """One image a fatbin can hold: SASS ``sm_90a`` or PTX ``compute_90``."""
 
-    __match_args__ = ("major", "minor", "variant", "kind")
-    __slots__ = __match_args__
     major: int
     minor: int
-    variant: Variant
-    kind: Kind
-
-    def __init__(self, major: int, minor: int, variant: Variant = Variant.NONE, kind: Kind = Kind.SASS) -> None:
-        self._set(major, minor, variant, kind)
+    variant: Variant = Variant.NONE
+    kind: Kind = Kind.SASS
 
     @property
     def number(self) -> int:
@@ -131,15 +124,11 @@ def _sorted(targets: Iterable[Target]) -> tuple[Target, ...]:
     return tuple(sorted(set(targets), key=Target.sort_key))
 
 
-class ArchList(Frozen):
+@dataclass(frozen=True, slots=True)
+class ArchList:
     """A normalised arch list: a set of targets with one canonical string."""
 
-    __match_args__ = ("targets",)
-    __slots__ = __match_args__
     targets: frozenset[Target]
-
-    def __init__(self, targets: frozenset[Target]) -> None:
-        self._set(targets)
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
