@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
@@ -868,8 +869,6 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
-    if requires:  # imported here: packaging's requirement parser costs a run without any ~25 ms
-        from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
             Requirement(_sample(req, top))

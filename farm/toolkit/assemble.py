@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -26,12 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from farm.errors import ToolError, UsageError
 from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
+from farm.toolkit import redist
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
 
@@ -198,8 +201,6 @@ def _ready_version(home: Path, request: ToolkitRequest, components: Sequence[Com
     ``cuda_nvcc`` version from the manifest stands in, and must be of the requested line.
     """
     nvcc = home / _exe(request, "nvcc")
-    import platform
-
     host = "windows-x86_64" if os.name == "nt" else (
         "linux-sbsa" if platform.machine() in ("aarch64", "arm64") else "linux-x86_64")
     if request.platform == host:
@@ -228,8 +229,6 @@ def ensure_toolkit(
     be empty, missing, or a toolkit this function made; anything else is refused untouched.
     Concurrent calls for one prefix wait on its lock; the second finds the first's toolkit.
     """
-    from filelock import FileLock
-
     prefix = Path(prefix).absolute()
     if prefix.exists() and not prefix.is_dir():
         raise UsageError(f"--prefix {prefix} is a file, not a folder", hint="choose an empty or new --prefix")
@@ -302,8 +301,6 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         components = _pypi_components(staging / "pip-report.json", request)
         manifest_url = manifest_sha = None
     else:
-        from farm.toolkit import redist
-
         result = redist.assemble(request, staging / "cuda", progress=say)
         home, components = "cuda", result.components
         manifest_url, manifest_sha = request.manifest_url, result.manifest_sha256
