@@ -10,10 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from farm.binary.fatbin import ptx_isa
-from farm.binary.inspection import (
-    inspect_file,
-    inspect_wheel,
-)
+from farm.binary.inspection import inspect_file, inspect_wheel
 from farm.model.arch import ArchList, Kind
 from farm.model.driver import (
     DEVICE_EXAMPLES,
