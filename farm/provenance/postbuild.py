@@ -16,19 +16,19 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from farm.binary.assertion import Expected, VendoredRule, assert_wheel
+from farm.binary.assertion import AssertionReport, Expected, VendoredRule, assert_wheel
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError
 from farm.fsutil import atomic_write, read_chunks, sha256_file
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
-from farm.model.config import GitSource, PathSource, SdistSource
+from farm.model.config import FarmConfig, GitSource, PathSource, Recipe, SdistSource
 from farm.model.label import parse_local_label
-from farm.model.spec import require_arch_request
+from farm.model.spec import ArchRequest, require_arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
@@ -39,11 +39,6 @@ from farm.provenance.stamp import (
     stamp_wheel,
 )
 from farm.source.fetch import tree_sha256
-
-if TYPE_CHECKING:
-    from farm.binary.assertion import AssertionReport
-    from farm.model.config import FarmConfig, Recipe
-    from farm.model.spec import ArchRequest
 
 
 @dataclass(frozen=True)
