@@ -14,6 +14,7 @@ import msgspec
 
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
+from farm.model.arch import ArchList
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.actions import (
@@ -116,12 +117,12 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
 
 def cells_json(cells: Sequence[PlannedCell]) -> list[dict[str, Any]]:
     """Each cell's JSON object; an arch list is rendered once per distinct list, not per cell."""
-    canonical: dict[int, str] = {}
+    canonical: dict[ArchList, str] = {}
     out = []
     for p in cells:
-        text = canonical.get(id(p.archs))
+        text = canonical.get(p.archs)
         if text is None:
-            text = canonical[id(p.archs)] = p.archs.canonical()
+            text = canonical[p.archs] = p.archs.canonical()
         out.append(p.as_json(text))
     return out
 
