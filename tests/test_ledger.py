@@ -20,7 +20,6 @@ from farm.provenance.ledgerline import ExistsKey, Provenance, Record, dumps_entr
 from farm.provenance.ledgerwrite import (
     FRAGMENT_SUFFIX,
     merge_fragments,
-    record_published,
     record_published_many,
     write_fragment,
 )
@@ -324,7 +323,7 @@ def test_merge_killed_before_its_rename_leaves_the_ledger_as_it_was(tmp_path: Pa
 
 
 # -- publishing ------------------------------------------------------------------------------
-def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path) -> None:
+def test_record_published_many_rewrites_one_line_and_keeps_the_others(tmp_path: Path) -> None:
     entries = [make_entry(python=py) for py in ("cp310", "cp311", "cp312")]
     ledger = tmp_path / "ledger.jsonl"
     # Lines written by hand (other key order, spaces) must survive byte for byte.
@@ -333,7 +332,7 @@ def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path)
     ledger.chmod(0o664)
     target = entries[1]
 
-    assert record_published(ledger, target["filename"], target["sha256"], "index", "https://x/a.whl")
+    assert record_published_many(ledger, [(target["filename"], target["sha256"], "index", "https://x/a.whl")]) == 1
     lines = ledger.read_text().splitlines()
     assert lines[0] == raw[0] and lines[2] == raw[2]
     assert json.loads(lines[1])["published"] == [{"target": "index", "url": "https://x/a.whl"}]
@@ -342,9 +341,9 @@ def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path)
 
     # Same target/url again: nothing to do.
     before = ledger.read_bytes()
-    assert not record_published(ledger, target["filename"], target["sha256"], "index", "https://x/a.whl")
+    assert record_published_many(ledger, [(target["filename"], target["sha256"], "index", "https://x/a.whl")]) == 0
     assert ledger.read_bytes() == before
-    assert record_published(ledger, target["filename"], target["sha256"], "github", "https://gh/a.whl")
+    assert record_published_many(ledger, [(target["filename"], target["sha256"], "github", "https://gh/a.whl")]) == 1
     assert [p["target"] for p in lines_of(ledger)[1]["published"]] == ["index", "github"]
 
 
@@ -367,9 +366,9 @@ def test_record_published_refuses_unknown_wheel_or_other_sha(tmp_path: Path) -> 
     ledger = write_ledger(tmp_path / "ledger.jsonl", [entry])
     before = ledger.read_bytes()
     with pytest.raises(LedgerError, match="not in the ledger"):
-        record_published(ledger, "other-1.0-py3-none-any.whl", entry["sha256"], "index", "u")
+        record_published_many(ledger, [("other-1.0-py3-none-any.whl", entry["sha256"], "index", "u")])
     with pytest.raises(LedgerError, match=":1: .*recorded with sha256"):
-        record_published(ledger, entry["filename"], "1" * 64, "index", "u")
+        record_published_many(ledger, [(entry["filename"], "1" * 64, "index", "u")])
     assert ledger.read_bytes() == before
 
 

@@ -243,14 +243,6 @@ class ArchList:
                 items.append(f"{base}-virtual")
         return ";".join(items)
 
-    def render_nvcc(self) -> list[str]:
-        """nvcc ``-gencode`` flags, one per target."""
-        flags = []
-        for t in self:
-            virtual = f"compute_{t.number}{t.variant.value}"
-            flags.append(f"-gencode=arch={virtual},code={t.name}")
-        return flags
-
 
 def _parse_item(item: str, where: str | None) -> set[Target]:
     named = NAMED_ARCHES.get(item.lower())

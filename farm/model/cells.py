@@ -176,13 +176,9 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
         yield Cell(recipe.name, recipe.version, cuda, torch, tag, platform)
 
 
-def is_phantom(defaults: Defaults, cell: Cell) -> bool:
-    """A cell upstream PyTorch never shipped (torch-free cells have no torch to be missing)."""
-    return is_phantom_key(defaults, cell.cuda, cell.torch, cell.python_version, cell.platform)
-
-
 def is_phantom_key(defaults: Defaults, cuda: str, torch: str, python: str, platform: str) -> bool:
-    """:func:`is_phantom` on a cell's fields (``python`` as ``3.11``): the one phantom rule."""
+    """A cell upstream PyTorch never shipped, by its fields (``python`` as ``3.11``): the one
+    phantom rule (torch-free cells have no torch to be missing)."""
     return torch != NO_TORCH and (cuda, torch, python, platform) in _phantom_keys(defaults.phantoms)
 
 

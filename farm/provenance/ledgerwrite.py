@@ -148,13 +148,6 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
     return MergeResult(ledger, tuple(added), tuple(already))
 
 
-def record_published(ledger: Path, filename: str, sha256: str, target: str, url: str) -> bool:
-    """Add ``{"target", "url"}`` to the ``published`` list of ``filename``'s entry.
-
-    Returns False when that target/url was already recorded (nothing written)."""
-    return record_published_many(ledger, [(filename, sha256, target, url)]) == 1
-
-
 def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str]]) -> int:
     """Record where each wheel of a batch now lives: ``(filename, sha256, target, url)`` items.
 
