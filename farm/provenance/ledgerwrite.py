@@ -1,7 +1,7 @@
 """Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
 
 Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); the upload job merges
-them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published`). Both
+them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published_many`). Both
 take the same file lock and replace the ledger through a fsynced temp file and a rename, so two
 writers never interleave and a crash never leaves half a line.
 """
