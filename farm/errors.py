@@ -171,7 +171,7 @@ _NO_PERMISSION = {1, 13, 30}  # EPERM, EACCES, EROFS
 
 
 def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmError:
-    """An :class:`OSError` as a message that names the path and the remedy (DESIGN §5).
+    """An :class:`OSError` as a message that names the path and the remedy.
 
     ``path``: the file farm was writing when the error carries no name (a full disk fails a
     ``write()``, which knows no file name)."""

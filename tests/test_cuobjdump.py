@@ -146,7 +146,7 @@ def test_rc_1_on_bad_headers_names_the_header_problem(tool: Path, cuda_fixtures:
 
 
 def test_cuobjdump_alone_skips_unknown_kinds(tool: Path, cuda_fixtures: CudaFixtures) -> None:
-    """FACTS §2: an unknown entry kind is skipped silently (rc 0). This is why every reader mode
+    """An unknown entry kind is skipped silently (rc 0; docs/background.md, "cuobjdump's quirks"). This is why every reader mode
     also checks the headers (tests/test_inspection.py)."""
     listed = list_targets(cuda_fixtures.path("unknown-kind"), tool)
     assert len(listed) == len(ArchList.parse(FIXTURES["default"].holds or "")) - 1

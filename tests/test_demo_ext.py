@@ -1,4 +1,5 @@
-"""examples/demo_ext/cuda_build.py reads TORCH_CUDA_ARCH_LIST the way torch does (FACTS §5)."""
+"""examples/demo_ext/cuda_build.py reads TORCH_CUDA_ARCH_LIST the way torch does (docs/background.md,
+"torch's TORCH_CUDA_ARCH_LIST")."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ import pytest
 from farm.model.arch import ArchList
 from farm.model.driver import Device, ImageKind, pick_image
 
-# FACTS §1's rows and the a/f and PTX-direction rules, as nvcc targets.
+# The rows measured on an H200 and the a/f and PTX-direction rules (docs/background.md, "Which image
+# a GPU runs"), as nvcc targets.
 CONFIGS = [
     "sm_80", "sm_80;compute_80", "sm_86;sm_89", "sm_86;sm_89;compute_89", "sm_90", "sm_90a",
     "sm_100;compute_100", "sm_80;sm_90", "compute_75", "sm_75;sm_86;compute_86", "sm_90;compute_90",

@@ -37,7 +37,8 @@ def test_both_readers_agree_on_every_valid_fixture(cuda_fixtures: CudaFixtures, 
 def test_corrupt_fixtures_fail_closed_in_every_mode(cuda_fixtures: CudaFixtures, name: str, reader: Reader) -> None:
     path = cuda_fixtures.path(name)
     if reader is Reader.NATIVE and name not in CORRUPT_HEADERS:
-        # FACTS §3: the header reader cannot see payload corruption; that is why the
+        # the header reader cannot see payload corruption (docs/background.md, "The fatbin
+        # container"); that is why the
         # assertion also runs cuobjdump
         assert inspect_file(path, reader).found == ArchList.parse(BASE)
         return

@@ -36,7 +36,7 @@ _ITEM = r"(?i)^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<variant>[af]?)(?P<ptx>\+PTX)
 _NAME = r"^(?P<prefix>sm|compute)_(?P<num>\d{2,3})(?P<variant>[af]?)$"
 _SEPARATORS = r"[;\s]+"
 
-# torch's named arches (torch/utils/cpp_extension.py, FACTS §5).
+# torch's named arches (torch/utils/cpp_extension.py; docs/background.md, "torch's TORCH_CUDA_ARCH_LIST").
 NAMED_ARCHES: dict[str, str] = {
     "kepler+tesla": "3.7",
     "kepler": "3.5+PTX",
@@ -55,7 +55,7 @@ NAMED_ARCHES: dict[str, str] = {
 }
 
 # The items torch's TORCH_CUDA_ARCH_LIST accepts, each optionally with ``+PTX``
-# (``supported_arches`` in torch/utils/cpp_extension.py, 2.13; FACTS §5). Anything else, e.g.
+# (``supported_arches`` in torch/utils/cpp_extension.py, 2.13). Anything else, e.g.
 # 8.8 or 10.1 that nvcc builds, makes torch raise "Unknown CUDA arch" mid-build.
 TORCH_ARCHES: frozenset[tuple[int, int, str]] = frozenset(
     {(3, 5, ""), (3, 7, ""), (5, 0, ""), (5, 2, ""), (5, 3, ""), (6, 0, ""), (6, 1, ""), (6, 2, ""),
@@ -303,7 +303,7 @@ def render(archs: ArchList, how: Rendering) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# What each CUDA line's nvcc can build (FACTS §4). Measured: the --gpu-name values of ptxas from
+# What each CUDA line's nvcc can build (docs/background.md, "nvcc"). Measured: the --gpu-name values of ptxas from
 # nvidia-cuda-nvcc-cu12 12.4.131, 12.6.85, 12.8.93, 12.9.86 (those wheels hold no nvcc), and
 # nvcc --dryrun -gencode of 13.0.88 and 13.2.86 (tests/test_arch.py re-checks the suite's nvcc).
 # --------------------------------------------------------------------------------------------

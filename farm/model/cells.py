@@ -228,7 +228,7 @@ class Resolution:
 
 
 def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution | None:
-    """The cell's arch list (DESIGN §4.1): combo override > per-CUDA > package > policy row.
+    """The cell's arch list: combo override > per-CUDA > package > policy row (docs/recipes.md).
 
     The platform's own block (``arch.win_amd64``), then its group's (``arch.aarch64``) are consulted
     first with the same rules, then the package-wide block, then the group's policy row (with its

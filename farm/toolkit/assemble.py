@@ -4,7 +4,7 @@ Two sources make the same layout (bin, include, lib with the ``lib64`` link and 
 links such as ``libcudart.so -> libcudart.so.13``, nvvm): NVIDIA's PyPI wheels (CUDA 13, where they
 are complete; :func:`install_script`) and NVIDIA's redistributable archives (every line and
 platform; :mod:`farm.toolkit.redist`). ``nvcc.profile`` searches ``lib64``, so that link must exist
-(FACTS §4); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it).
+(the PyPI wheels ship ``lib`` only); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it).
 
 :func:`ensure_toolkit` adds what makes a cache safe: a lock per prefix, assembly in a staging
 folder, the ready stamp written only after ``nvcc --version`` reports the requested line, then an
@@ -106,7 +106,7 @@ def install_script(request: ToolkitRequest, prefix: str, *, python: str = "pytho
          f"--no-input --no-compile --upgrade --report {q(prefix + '/pip-report.json')} "
          f"--target {q(prefix + '/site')} {' '.join(q(r) for r in request.pypi)}"),
         f"H={q(home)}",
-        # nvcc.profile searches lib64 for cudart/cudadevrt (FACTS §4).
+        # nvcc.profile searches lib64 for cudart/cudadevrt; the wheels ship lib
         'ln -sfn lib "$H/lib64"',
         _DEV_LINKS_SH,
         f"ln -sfn {q(home.removeprefix(prefix + '/'))} {q(prefix + '/cuda')}",

@@ -24,7 +24,8 @@ class Component:
 
 
 
-# component -> NVIDIA's CUDA 13 PyPI wheel (CUDA 12 wheels add "-cu12"; they hold no nvcc, FACTS §10).
+# component -> NVIDIA's CUDA 13 PyPI wheel (CUDA 12 wheels add "-cu12"; they hold no nvcc: their
+# toolkits come from the redistributable archives, docs/background.md "nvcc").
 PYPI_WHEELS: dict[str, str] = {
     "cuda_nvcc": "nvidia-cuda-nvcc",
     "cuda_crt": "nvidia-cuda-crt",
