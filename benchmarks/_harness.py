@@ -120,16 +120,16 @@ def table(rows: Sequence[Series]) -> str:
     return "\n".join(lines)
 
 
-def installed_farm(cache: Path) -> Path:
-    """The ``farm`` console script of ``cache/venv``, holding this working tree installed as a user
-    installs it (a regular install, not an editable one), refreshed now."""
+def installed_farm(cache: Path, source: Path = REPO) -> Path:
+    """The ``farm`` console script of ``cache/venv``, holding ``source`` (this working tree) installed
+    as a user installs it (a regular install, not an editable one), refreshed now."""
     venv = cache / "venv"
     script = venv / ("Scripts/farm.exe" if os.name == "nt" else "bin/farm")
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # the dependencies as the project declares them now, then the project's current files
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(REPO)],
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(source)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(source)],
                    check=True)
     return script
