@@ -115,25 +115,11 @@ def test_inspect_command_json(cuda_fixtures: CudaFixtures, tmp_path: Path, capsy
     assert file_result["found_targets"] == ["sm_100f", "sm_120f", "compute_120f"]
 
 
-@pytest.mark.parametrize("stubs", [True, False])
-@pytest.mark.parametrize("name", VALID)
-def test_fatbins_json_text_is_json_dumps_byte_for_byte(cuda_fixtures: CudaFixtures, name: str, stubs: bool) -> None:
-    """The compact listing's encoder (distinct entry heads encoded once) writes what json.dumps would."""
-    insp = inspect_file(cuda_fixtures.path(name), stubs=stubs)
-    assert insp.fatbins_json_text() == json.dumps(insp.fatbins_json())
-    # in pieces of any size, the empty list (host-only) included
-    for size in (1, 2, 3):
-        pieces = list(insp.fatbins_json_pieces(size))
-        assert "".join(pieces) == insp.fatbins_json_text()
-        assert len(pieces) == len(insp.fatbins) // size + (len(insp.fatbins) % size > 0) + 1
-
-
 def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
     cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Into a pipe, each file's fatbins are encoded on their own and written into the document as
-    they are: the same document,
-    for several files, a wheel and an error among them."""
+    """Into a pipe the document is compact, on a terminal indented: the same document, for several
+    files, a wheel and an error among them."""
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default")})
     argv = ["inspect", "--json", "--stubs", str(cuda_fixtures.path("rdc")), str(wheel),
             str(cuda_fixtures.path("bad-magic")), str(cuda_fixtures.path("family"))]
