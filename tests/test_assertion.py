@@ -3,6 +3,7 @@ each wrong one naming the probable cause."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def test_readers_disagreeing_fail_the_assertion(cuda_fixtures: CudaFixtures) -> 
     other = inspect_file(cuda_fixtures.path("default"), Reader.BOTH)
     from farm.binary.inspection import compare
 
-    mixed = native.replace(listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
+    mixed = dataclasses.replace(native, listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
     report = assert_inspection("demo.whl", (mixed,), EXPECTED)
     assert not report.passed
     assert [f.cause for f in report.extensions[0].findings] == [Cause.READERS]

@@ -9,6 +9,7 @@ per-extension map and bundled libraries.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def test_host_only_extension_rules(tmp_path: Path) -> None:
 
 
 def test_readers_disagreeing_is_a_finding_of_its_own(tmp_path: Path) -> None:
-    insp = _inspect(tmp_path, [UNIT]).replace(disagreement="cuobjdump lists sm_86 that the headers do not")
+    insp = dataclasses.replace(_inspect(tmp_path, [UNIT]), disagreement="cuobjdump lists sm_86 that the headers do not")
     result = judge(insp, ArchList.parse(BASE))
     assert _codes(result) == [("readers-disagree", Cause.READERS, "")]
 
@@ -143,7 +144,7 @@ def test_bundled_library_rules(tmp_path: Path) -> None:
     assert "host-only" in (problem((VendoredRule("lib*", ArchList(frozenset())),)) or "")
     # the first matching rule wins
     assert problem((VendoredRule("libextra*", None, "x"), VendoredRule("*", ArchList.parse(BASE)))) is None
-    split = bundled.replace(disagreement="cuobjdump differs")
+    split = dataclasses.replace(bundled, disagreement="cuobjdump differs")
     report = assert_inspection("demo.whl", (main,), replace(expected, vendored=(VendoredRule("*", None, "x"),)),
                                vendored=(split,))
     assert not report.passed and "disagree" in (report.vendored_results[0].problem or "")
