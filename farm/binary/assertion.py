@@ -1,4 +1,4 @@
-"""The post-build assertion (DESIGN §4.4): every extension's device code equals what was asked for.
+"""The post-build assertion: every extension's device code equals what was asked for.
 
 Per extension ``.so``: the found set (union over its runnable fatbins) must equal the expected set,
 the two readers must agree (SASS compared without ``f``), every translation unit's fatbin must hold

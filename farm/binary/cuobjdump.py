@@ -1,8 +1,9 @@
-"""cuobjdump, the authority CW-ADR-0013 names: finding it, running it, parsing its listing.
+"""cuobjdump, NVIDIA's own reader and the assertion's second opinion: finding it, running it,
+parsing its listing.
 
-Its quirks (FACTS §2): PTX entries print as ``sm_NN``; SASS loses its ``f``; rc 255 means both
-"no device code" and "broken file"; rc 1 can follow partial output; "No ELF/PTX file found" goes to
-stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
+Its quirks (docs/background.md, "cuobjdump's quirks"): PTX entries print as ``sm_NN``; SASS loses
+its ``f``; rc 255 means both "no device code" and "broken file"; rc 1 can follow partial output;
+"No ELF/PTX file found" goes to stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def list_targets(
 
 
 def variant_free(target: Target) -> Target:
-    """SASS without ``f``, the form cuobjdump prints (FACTS §2); PTX unchanged."""
+    """SASS without ``f``, the form cuobjdump prints (the ``f`` is not in the cubin); PTX unchanged."""
     if target.kind is Kind.SASS and target.variant is Variant.FAMILY:
         return target.without_variant()
     return target

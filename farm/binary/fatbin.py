@@ -2,11 +2,12 @@
 
 A CUDA binary carries its device code in the ELF sections ``.nv_fatbin`` (what the runtime
 registers) and ``__nv_relfatbin`` (relocatable device code kept by ``-rdc`` builds); a Windows
-``.pyd``/``.dll`` carries the same bytes in the PE section ``.nv_fatb`` (names cut to 8 bytes). Each holds
-fatbins back to back, one per translation unit plus any device-link stub; each fatbin holds
-entries (cubin, PTX or LTO-IR) whose headers are never compressed (FACTS §3). Reading only those
-headers with positioned reads keeps memory independent of the file size and takes milliseconds on a
-500 MB library. :mod:`farm.binary.fatbinscan` reads and checks them; this module gives them their models.
+``.pyd``/``.dll`` carries the same bytes in the PE section ``.nv_fatb`` (names cut to 8 bytes). Each
+holds fatbins back to back, one per translation unit plus any device-link stub; each fatbin holds
+entries (cubin, PTX or LTO-IR) whose headers are never compressed (docs/background.md, "The fatbin
+container"). Reading only those headers with positioned reads keeps memory independent of the file
+size and takes milliseconds on a 500 MB library. :mod:`farm.binary.fatbinscan` reads and checks
+them; this module gives them their models.
 """
 
 from __future__ import annotations
@@ -229,8 +230,9 @@ _CONTENT_SECTIONS = (b".text.", b".nv.global", b".nv.constant", b".nv.shared.", 
 def cubin_has_code(cubin: bytes) -> bool:
     """Whether a cubin holds any kernel, device function or device variable.
 
-    The stub an nvcc device link adds is a cubin per link arch without any (FACTS §2); a library TU
-    holding only ``__device__`` data (cuBLASLt has hundreds) is not a stub.
+    The stub an nvcc device link adds is a cubin per link arch without any (docs/background.md,
+    "cuobjdump's quirks"); a library TU holding only ``__device__`` data (cuBLASLt has hundreds) is
+    not a stub.
     """
     if cubin[:4] != b"\x7fELF" or len(cubin) < 64 or cubin[4] != 2:
         return True  # not a cubin we can read: assume content, never call real code a stub

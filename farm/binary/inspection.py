@@ -1,4 +1,4 @@
-"""One normalised answer per ``.so`` from either reader or both (DESIGN §4.3).
+"""One normalised answer per ``.so`` from either reader or both.
 
 The native reader gives the fatbins with their section, entries, variants and compression; cuobjdump
 gives its listing. "Found" is the set of images the runtime can pick from: the union over the
