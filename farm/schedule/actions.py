@@ -10,20 +10,13 @@ from pathlib import Path
 
 from farm.errors import UsageError
 from farm.schedule.jobs import build_entries
-from farm.schedule.matrix import PlannedCell, stale_advice
+from farm.schedule.matrix import stale_advice
 from farm.schedule.waves import Wave, wave_advice
 
 # GitHub Actions runs at most 256 jobs from one matrix.
 SHARD_SIZE = 256
 # GitHub caps a job's outputs at 1 MB in total; writing more would truncate the matrix silently.
 GITHUB_OUTPUT_LIMIT = 1_000_000
-
-
-def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[PlannedCell]]:
-    """Consecutive chunks of at most ``size`` cells; their concatenation is ``cells``."""
-    if size < 1:
-        raise ValueError("shard size must be >= 1")
-    return [list(cells[i:i + size]) for i in range(0, len(cells), size)]
 
 
 def github_outputs(wave: Wave) -> dict[str, str]:
