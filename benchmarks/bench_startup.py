@@ -12,7 +12,8 @@ The user's commands, each by the ``farm`` console script of a regular install (s
 - ``farm doctor --device 9.0 --driver 580.65.06 --json`` in the same light install (no farm wheel
   installed: nothing to validate);
 - ``farm lint demo_ext`` in this repository, its answer remembered (``farm.lint.memo``): the warm
-  run a maintainer gets after the first.
+  run a maintainer gets after the first;
+- ``farm matrix --no-lint`` in this repository (its recipes and ledger): the matrix alone.
 
 The anchor of every share is the command as this tree installs it, and a trick's share is what
 it alone would buy of it: the CPU it saves where it is measured, over the anchor's. Each trick is
@@ -95,11 +96,15 @@ TRICKS = (
           kept=True),
     Trick("the lint's cold path imported only on a miss", "farm lint demo_ext (warm)", "as installed",
           "import the lint's cold path first", kept=True),
+    Trick("the matrix's lint imported only to lint", "farm matrix --no-lint", "as installed",
+          "import the matrix's lint first", kept=True),
 )
 # what a cold `farm lint PKG` imports that a warm one does not
 _LINT_COLD_PATH = ("json", "dataclasses", "pathlib", "farm.lint.api", "farm.lint.rules", "farm.lint.compiled",
                    "farm.model.config", "farm.model.cells", "farm.model.spec", "farm.source.fetch",
                    "farm.schedule.matrixlint", "farm.progress")
+# what `farm matrix` imports to lint the packages it schedules
+_MATRIX_LINT = ("farm.build.builders", "farm.source.fetch", "farm.lint.api")
 
 
 def launchers(farm: Path) -> dict[str, list[str]]:
@@ -113,6 +118,8 @@ def launchers(farm: Path) -> dict[str, list[str]]:
         sources[f"import {module} first"] = _CONSOLE.format(prelude=f"import {module}\n")
     sources["import the lint's cold path first"] = _CONSOLE.format(
         prelude="".join(f"import {module}\n" for module in _LINT_COLD_PATH))
+    sources["import the matrix's lint first"] = _CONSOLE.format(
+        prelude="".join(f"import {module}\n" for module in _MATRIX_LINT))
     out = {"as installed": [str(farm)]}
     for label, source in sources.items():
         script = folder / ("".join(c if c.isalnum() else "_" for c in label) + ".py")
@@ -158,7 +165,8 @@ def main() -> int:
         shutil.rmtree(lint_cache, ignore_errors=True)
         user = {"farm inspect LIB": ["inspect", str(lib)],
                 "farm doctor": ["doctor", "--device", "9.0", "--driver", "580.65.06", "--json"],
-                "farm lint demo_ext (warm)": ["lint", "demo_ext", "--root", str(REPO), "--cache-dir", str(lint_cache)]}
+                "farm lint demo_ext (warm)": ["lint", "demo_ext", "--root", str(REPO), "--cache-dir", str(lint_cache)],
+                "farm matrix --no-lint": ["matrix", "--no-lint", "--root", str(REPO), "--cache-dir", str(lint_cache)]}
         measure([str(farm), *user["farm lint demo_ext (warm)"]])  # the cold run, which remembers its answer
         if not list((lint_cache / "lint").glob("cmd-*")):
             raise SystemExit(f"{farm_label}: farm lint demo_ext remembered no answer: the warm runs would be cold")
