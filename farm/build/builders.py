@@ -19,8 +19,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +30,17 @@ from farm.build.buildenv import BuildEnv
 from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
+from farm.build.spec import SpecOverrides, resolve_spec, write_spec
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
+from farm.fsutil import sha256_file
+from farm.lint import lint_cached
 from farm.model.cells import Cell
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
-from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
+from farm.provenance import buildinfo
+from farm.provenance.postbuild import build_environment, postbuild_wheel
+from farm.source.fetch import fetch
+from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home, toolkit_prefix
+from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
     from farm.build.spec import BuildSpec
@@ -181,11 +189,6 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     ``patch_script`` (cached by the tree's identity and the script's digest). ``prepared``: a
     patched copy the caller already made (``farm build``); otherwise a temporary one is made
     on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale."""
-    import tempfile
-
-    from farm.fsutil import sha256_file
-    from farm.lint import lint_cached
-
     knobs = knobs or recipe.build
     script = knobs.patch_script
     if not script:
@@ -310,6 +313,7 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
     """``environ`` with the plan's environment applied as cibuildwheel applies it in a container:
     the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
     ``$(...)`` mean the same in both builders."""
+    # cibuildwheel is the `build` extra's: imported here, farm's light install runs without it
     from cibuildwheel.environment import EnvironmentParseError, parse_environment
 
     text = render_environment(steps.environment)
@@ -421,9 +425,6 @@ def build_cell(
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    from farm.build.spec import SpecOverrides, resolve_spec, write_spec
-    from farm.source.fetch import fetch
-
     say = _say(log)
     spec = resolve_spec(config, recipe, cell,
                         SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
@@ -445,9 +446,6 @@ def build_cell(
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
-    from farm.toolkit.assemble import toolkit_prefix
-    from farm.toolkit.check import check_toolkit
-
     # the spec carries the toolkit request and torch's index: the options are only where and how
     base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work)
     if settings.cuda_home is not None:
@@ -464,8 +462,6 @@ def build_cell(
     # before the first nvcc: a missing header or library now, not 20 minutes into the build
     check_toolkit(tk.cuda_home, needed, source_root=src, recipe_where=recipe.display,
                   windows=cell.platform.startswith("win"))
-    from dataclasses import replace
-
     options = replace(
         base,
         container_engine=settings.engine,
@@ -524,8 +520,6 @@ def build_cell(
 
 def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
     """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
-    from dataclasses import replace
-
 
     assert plan.native is not None
     home = str(tk.cuda_home)
@@ -553,9 +547,6 @@ def run_postbuild(
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
     the container's exact Python for a cibuildwheel build (None: unknown)."""
-    from farm.provenance import buildinfo
-    from farm.provenance.postbuild import build_environment, postbuild_wheel
-
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
                             python=python, torch_built=torch_built),

@@ -25,6 +25,7 @@ from typing import Any
 
 from farm.binary.assertion import Expected, VendoredRule
 from farm.errors import FarmError, UsageError
+from farm.fsutil import atomic_write
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
@@ -360,8 +361,6 @@ def resolve_spec(
 
 def write_spec(spec: BuildSpec, directory: Path) -> Path:
     """``build-spec.json`` in ``directory``: the build's record of what it was asked to build."""
-    from farm.fsutil import atomic_write
-
     path = Path(directory) / SPEC_FILE
     atomic_write(path, [(json.dumps(spec.to_json(), indent=1, sort_keys=True) + "\n").encode()], durable=False)
     return path
