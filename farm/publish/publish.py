@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from packaging.utils import parse_wheel_filename
 
 from farm.errors import ToolError, UsageError
@@ -219,8 +220,6 @@ def publish_lock(ledger: Path) -> Any:
     """One publish at a time per ledger: planning, sending, the index pages and the ledger merge
     form one transaction. Without it a concurrent upload regenerates the index between another's
     copy and its ledger merge, and sees a wheel "in the index but not in the ledger"."""
-    from filelock import FileLock, Timeout
-
     class _Lock(FileLock):
         def __enter__(self) -> Any:
             try:
