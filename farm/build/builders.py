@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 
-# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (FACTS §7).
+# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
 LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
 
 
