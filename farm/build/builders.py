@@ -33,7 +33,7 @@ from farm.build.shardjob import ShardSetup
 from farm.build.spec import SpecOverrides, resolve_spec, write_spec
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
 from farm.fsutil import sha256_file
-from farm.lint import lint_cached
+from farm.lint.api import lint_cached
 from farm.model.cells import Cell
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.provenance import buildinfo
@@ -44,7 +44,7 @@ from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
     from farm.build.spec import BuildSpec
-    from farm.lint import LintReport
+    from farm.lint.api import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
