@@ -92,6 +92,8 @@ TRICKS = (
     Trick("not importing dataclasses", "farm inspect LIB", "as installed", "import dataclasses first", kept=False),
     Trick("not importing typing", "farm inspect LIB", "as installed", "import typing first", kept=False),
     Trick("not importing json", "farm inspect LIB", "as installed", "import json first", kept=False),
+    Trick("cuobjdump's, the wheel's and zstd's modules imported where used", "farm inspect LIB", "as installed",
+          "import the other readers first", kept=False),
     Trick("jsonschema imported only to validate", "farm doctor", "as installed", "import jsonschema first",
           kept=True),
     Trick("the lint's cold path imported only on a miss", "farm lint demo_ext (warm)", "as installed",
@@ -103,6 +105,9 @@ TRICKS = (
 _LINT_COLD_PATH = ("json", "dataclasses", "pathlib", "farm.lint.api", "farm.lint.rules", "farm.lint.compiled",
                    "farm.model.config", "farm.model.cells", "farm.model.spec", "farm.source.fetch",
                    "farm.schedule.matrixlint", "farm.progress")
+# what `farm inspect LIB` with the native reader does not use: cuobjdump (subprocess), the wheel
+# reader (zipfile), the zstd codec
+_OTHER_READERS = ("farm.binary.cuobjdump", "farm.binary.wheelfile", "zstandard")
 # what `farm matrix` imports to lint the packages it schedules
 _MATRIX_LINT = ("farm.build.builders", "farm.source.fetch", "farm.lint.api")
 
@@ -118,6 +123,8 @@ def launchers(farm: Path) -> dict[str, list[str]]:
         sources[f"import {module} first"] = _CONSOLE.format(prelude=f"import {module}\n")
     sources["import the lint's cold path first"] = _CONSOLE.format(
         prelude="".join(f"import {module}\n" for module in _LINT_COLD_PATH))
+    sources["import the other readers first"] = _CONSOLE.format(
+        prelude="".join(f"import {module}\n" for module in _OTHER_READERS))
     sources["import the matrix's lint first"] = _CONSOLE.format(
         prelude="".join(f"import {module}\n" for module in _MATRIX_LINT))
     out = {"as installed": [str(farm)]}
