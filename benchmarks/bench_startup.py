@@ -100,6 +100,8 @@ TRICKS = (
           "import the lint's cold path first", kept=True),
     Trick("the matrix's lint imported only to lint", "farm matrix --no-lint", "as installed",
           "import the matrix's lint first", kept=True),
+    Trick("gc off while the ledger index and the matrix are built", "farm matrix --no-lint", "as installed",
+          "gc.disable and gc.freeze made no-ops", kept=True),
 )
 # what a cold `farm lint PKG` imports that a warm one does not
 _LINT_COLD_PATH = ("json", "dataclasses", "pathlib", "farm.lint.api", "farm.lint.rules", "farm.lint.compiled",
@@ -123,6 +125,9 @@ def launchers(farm: Path) -> dict[str, list[str]]:
         sources[f"import {module} first"] = _CONSOLE.format(prelude=f"import {module}\n")
     sources["import the lint's cold path first"] = _CONSOLE.format(
         prelude="".join(f"import {module}\n" for module in _LINT_COLD_PATH))
+    # farm's own gc.disable()/gc.freeze() calls undone from outside (the collector stays on)
+    sources["gc.disable and gc.freeze made no-ops"] = _CONSOLE.format(
+        prelude="import gc\ngc.disable = gc.freeze = lambda: None\n")
     sources["import the other readers first"] = _CONSOLE.format(
         prelude="".join(f"import {module}\n" for module in _OTHER_READERS))
     sources["import the matrix's lint first"] = _CONSOLE.format(
