@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -154,12 +153,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = args.cache_dir or config.root / ".cache"
     ledger = (LedgerIndex.empty() if args.overwrite
               else LedgerIndex.load(args.ledger or config.ledger_path, cache_dir=cache_dir))
-    gc.freeze()  # the config and the index live as long as the run: later collections skip them
-    gc.disable()  # the matrix builds tens of thousands of acyclic objects: collections only cost time
-    try:
-        matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
-    finally:
-        gc.enable()
+    matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     # a sharded cell costs its N compile jobs + 1 link job (farm/schedule/jobs.py)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     wave = schedule(matrix, capacity, jobs=cost)

@@ -11,7 +11,6 @@ Writing is :mod:`farm.provenance.ledgerwrite`.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -206,17 +205,11 @@ class LedgerIndex:
             cached = read_cache(cache_dir, path)
             if cached is not None:
                 return cls._of(path, cached)
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # tens of thousands of records that all survive: collections only cost time
-        try:
-            with _open(path) as handle:
-                before = stamp(os.fstat(handle.fileno()))
-                records = _parse(path, handle)
-                unchanged = stamp(os.fstat(handle.fileno())) == before
-            index = cls._of(path, records)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        with _open(path) as handle:
+            before = stamp(os.fstat(handle.fileno()))
+            records = _parse(path, handle)
+            unchanged = stamp(os.fstat(handle.fileno())) == before
+        index = cls._of(path, records)
         if cache_dir is not None and unchanged:
             write_cache(cache_dir, path, before, records)
         return index
