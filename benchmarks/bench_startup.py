@@ -32,7 +32,8 @@ same dispatch:
 tricks went back to plain Python) and measures it the same way, so the whole difference between
 the two is printed too. Each command runs ``--runs`` times, all taking turns; shares use the
 minimum CPU time (user + system) of each series. Exit status 1 when a trick that farm has today
-would buy < 20% alone (it should go), or one it does without would buy >= 20% (it should stay).
+would buy < 20% alone (it should go), or one it does without would buy >= 20% (it should stay),
+unless the share is within 3 points of 20% (borderline: the machine's load moves a share that much).
 
     python benchmarks/bench_startup.py [--runs 15] [--rev LABEL=REV ...] [--cache DIR]
 """
@@ -56,6 +57,9 @@ from bench_fatbin import fetch_library
 from farm.filestamp import RACY_NS
 
 THRESHOLD = 0.20  # a trick is kept where it alone buys at least this share of the command
+# a share this close to THRESHOLD is within what a shared machine's load moves it by between runs:
+# reported as borderline, decided by the code's plainness, not counted as wrong
+BORDER = 0.03
 
 # launchers: the console script's own two lines (pip's script imports re and sys), with a trick
 # applied or undone around them; {prelude} is an import made before farm's
@@ -103,7 +107,7 @@ TRICKS = (
     Trick("the matrix's lint imported only to lint", "farm matrix --no-lint", "as installed",
           "import the matrix's lint first", kept=True),
     Trick("gc off while the ledger index and the matrix are built", "farm matrix --no-lint", "as installed",
-          "gc.disable and gc.freeze made no-ops", kept=True),
+          "gc.disable and gc.freeze made no-ops", kept=False),
 )
 # what a cold `farm lint PKG` imports that a warm one does not
 _LINT_COLD_PATH = ("json", "dataclasses", "pathlib", "farm.lint.api", "farm.lint.rules", "farm.lint.compiled",
@@ -227,11 +231,13 @@ def main() -> int:
     for t in TRICKS:
         anchor = cpu(labels[0], t.command, "as installed")
         share = saved[t.name] / anchor
-        met = (share >= THRESHOLD) == t.kept
+        borderline = abs(share - THRESHOLD) < BORDER
+        met = (share >= THRESHOLD) == t.kept or borderline
         ok &= met
+        verdict = "borderline" if borderline else "right" if met else "WRONG"
         print(f"{t.name}: alone buys {saved[t.name] * 1000:.1f} ms, {share:.1%} of {t.command} "
               f"({anchor * 1000:.1f} ms; kept only at >= {THRESHOLD:.0%}): farm "
-              f"{'keeps it' if t.kept else 'does without'}: {'right' if met else 'WRONG'}")
+              f"{'keeps it' if t.kept else 'does without'}: {verdict}")
     return 0 if ok else 1
 
 
