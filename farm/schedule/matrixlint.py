@@ -22,7 +22,7 @@ class LintOutcome:
 
     package: str
     arch_list: str
-    report: Any  # farm.lint.LintReport: .passed, .errors, .stale_ignores, .render(), .to_json()
+    report: Any  # farm.lint.api.LintReport: .passed, .errors, .stale_ignores, .render(), .to_json()
 
     @property
     def passed(self) -> bool:
