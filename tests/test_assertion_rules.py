@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from farm.binary.assertion import Cause, Expected, VendoredRule, assert_inspection, judge
-from farm.binary.inspection import Reader, SoInspection, inspect_file
+from farm.binary.inspection import Reader, SoInspection, inspect_file, inspect_wheel
 from farm.model.arch import ArchList
 from tests.fatbinmaker import shared_object
 from tests.wheelmaker import make_wheel
@@ -155,8 +155,6 @@ def test_the_wheel_path_reads_the_binaries_it_judges(tmp_path: Path) -> None:
     assert_wheel adds cuobjdump, which the slow tier runs)."""
     so = shared_object(tmp_path / "so" / "x.so", [UNIT, ["sm_80"]])
     wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b"", EXT: so})
-    from farm.binary.inspection import inspect_wheel
-
     insp = inspect_wheel(wheel, Reader.NATIVE)
     report = assert_inspection(str(wheel), insp.extensions, Expected(ArchList.parse(BASE)))
     assert [(f.code, f.cause) for f in report.extensions[0].findings] == [("incomplete-tu", Cause.TU_FLAGS)]

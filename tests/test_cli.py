@@ -3,6 +3,7 @@ command line itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from farm.cli import COMMANDS, main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
 from tests.cudafix import CudaFixtures
+from tests.wheelmaker import make_wheel
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,9 +39,6 @@ def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-    from pathlib import Path
-
     root = Path(__file__).resolve().parent.parent
     assert main(["matrix", "no_such_package", "--root", str(root), "--json"]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
@@ -93,8 +92,6 @@ def test_the_console_script_onto_a_full_disk_fails(cuda_fixtures: CudaFixtures, 
 
 def test_the_console_script_leaves_no_temporary_file(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
     """A wheel's members are extracted to temporary files: they are gone when the command exits."""
-    from tests.wheelmaker import make_wheel
-
     wheel = make_wheel(tmp_path / "in", "demo", "1.0", {"demo/_C.so": cuda_fixtures.path("rdc"),
                                                         "demo.libs/libk.so.1": cuda_fixtures.path("default")})
     scratch = tmp_path / "tmp"

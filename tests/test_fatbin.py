@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from farm.binary.fatbin import (
     EXECUTABLE_SECTION,
@@ -107,8 +108,6 @@ def test_compressed_stub_is_recognised(cuda_fixtures: CudaFixtures, tmp_path: Pa
 def test_zstd_payload_cannot_inflate_past_its_header(tmp_path: Path) -> None:
     """The zstd frame's own content size is not trusted: a payload claiming more than its entry
     header declares (a decompression bomb, or a lying header) is refused, not allocated."""
-    import zstandard
-
     frame = zstandard.ZstdCompressor().compress(bytes(1 << 20))
     path = tmp_path / "payload.bin"
     path.write_bytes(bytes(64) + frame)

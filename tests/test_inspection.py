@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from farm.binary.assertion import Expected, VendoredRule, assert_inspection
 from farm.binary.cuobjdump import list_targets, variant_free
 from farm.binary.fatbin import read_fatbins
 from farm.binary.inspection import Reader, compare, inspect_file, inspect_wheel
 from farm.cli import main
+from farm.commands.inspect import _fatbin_lines
 from farm.errors import BinaryFormatError, ToolError, WheelError
 from farm.model.arch import ArchList
+from farm.table import format_table
 from tests.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
 from tests.wheelmaker import make_wheel
 
@@ -138,9 +141,6 @@ def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
 @pytest.mark.parametrize("name", ["rdc", "nvcc-link-default", "family", "default"])
 def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, name: str) -> None:
     """The listing's table writer (widths from the data, one %-format per row) against the generic one."""
-    from farm.commands.inspect import _fatbin_lines
-    from farm.table import format_table
-
     insp = inspect_file(cuda_fixtures.path(name), stubs=True)
     loaded = {f.offset for f in insp.runnable}
     rows = [(str(i), f.section, hex(f.offset),
@@ -207,8 +207,6 @@ def test_the_assertion_leaves_a_bundled_librarys_stubs_unread_and_judges_the_sam
     """Stubs change the verdict on an extension, never on a bundled library (judged by its found
     set): the assertion does not decompress the library's cubins, and its verdicts are those it
     gives with them read, whatever the recipe expects."""
-    from farm.binary.assertion import Expected, VendoredRule, assert_inspection
-
     lib = "demo.libs/libkern-1a2b3c4d.so.1"
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default"),
                                                  lib: cuda_fixtures.path("nvcc-link-default")})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cibuildwheel.environment import parse_environment
+from cibuildwheel.oci_container import OCIContainerEngineConfig
 
 from farm.build.plan import (
     SONAME_EXCLUDES,
@@ -250,8 +251,6 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
     assert plan.options["before-all"] == ""
     assert plan.options["container-engine"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
     # as cibuildwheel itself reads the option (a path with a space stays one argument)
-    from cibuildwheel.oci_container import OCIContainerEngineConfig
-
     spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
     engine = OCIContainerEngineConfig.from_config_string(spaced.options["container-engine"])
     assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
