@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from farm.binary.fatbin import ptx_isa
 from farm.binary.inspection import inspect_file, inspect_wheel
+from farm.errors import ArchError
 from farm.model.arch import ArchList, Kind
 from farm.model.driver import (
     DEVICE_EXAMPLES,
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 def _device(text: str) -> Device:
     """``--device``: argparse reports a bad value as a usage error (exit 2) only from its own type."""
-    from farm.errors import ArchError
-
     try:
         return Device.parse(text)
     except ArchError as exc:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -578,8 +579,6 @@ def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be an index or download root, or None: http(s) with a host, or file. The
     one rule for each URL in ``_defaults.yml`` (``redist_url``, ``torch_index``) and its flag
     (``--redist-url``, ``$FARM_CUDA_REDIST_URL``, ``--torch-index``, ``farm grid --index``)."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         host = parts.hostname if parts.scheme in ("http", "https") else ""
