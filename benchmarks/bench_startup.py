@@ -29,7 +29,8 @@ same dispatch:
   in it); on a farm that imports X anyway it is noise around 0.
 
 ``--rev LABEL=REV`` also installs a git revision (``--rev tricks=1620ccd``: the code before the
-tricks went back to plain Python) and measures it the same way, so the whole difference between
+tricks went back to plain Python; ``--rev sealed=0673ea8``: the sealed lint answers, verified
+without importing hashlib) and measures it the same way, so the whole difference between
 the two is printed too. Each command runs ``--runs`` times, all taking turns; shares use the
 minimum CPU time (user + system) of each series. Exit status 1 when a trick that farm has today
 would buy < 20% alone (it should go), or one it does without would buy >= 20% (it should stay),
@@ -102,6 +103,8 @@ TRICKS = (
           "import dataclasses, typing, json first", "import those and the other readers first", kept=False),
     Trick("jsonschema imported only to validate", "farm doctor", "as installed", "import jsonschema first",
           kept=True),
+    Trick("the cache seal's hashes without importing hashlib", "farm lint demo_ext (warm)", "as installed",
+          "import hashlib and hmac first", kept=False),
     Trick("the lint's cold path imported only on a miss", "farm lint demo_ext (warm)", "as installed",
           "import the lint's cold path first", kept=True),
     Trick("the matrix's lint imported only to lint", "farm matrix --no-lint", "as installed",
@@ -127,6 +130,7 @@ def launchers(farm: Path) -> dict[str, list[str]]:
     folder.mkdir(exist_ok=True)
     sources = {"as installed (launcher)": _CONSOLE.format(prelude=""),
                "gc off + os._exit": _GC_OFF_OS_EXIT, "gc on + normal exit": _GC_ON_NORMAL_EXIT}
+    sources["import hashlib and hmac first"] = _CONSOLE.format(prelude="import hashlib, hmac\n")
     for module in ("dataclasses", "typing", "json", "jsonschema"):
         sources[f"import {module} first"] = _CONSOLE.format(prelude=f"import {module}\n")
     sources["import the lint's cold path first"] = _CONSOLE.format(
