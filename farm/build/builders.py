@@ -314,7 +314,7 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
     the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
     ``$(...)`` mean the same in both builders."""
     # cibuildwheel is the `build` extra's: imported here, farm's light install runs without it
-    from cibuildwheel.environment import EnvironmentParseError, parse_environment
+    from cibuildwheel.environment import EnvironmentParseError, parse_environment  # noqa: PLC0415
 
     text = render_environment(steps.environment)
     try:

@@ -54,6 +54,6 @@ def run(args: argparse.Namespace) -> int:
     # SPEED: the cold path (the rules, the recipes, the sources) is imported on a miss only. A
     # remembered answer is a few milliseconds of stat calls; importing it would cost five times
     # the whole warm command (benchmarks/bench_startup.py measures it).
-    from farm.commands import lintcold
+    from farm.commands import lintcold  # noqa: PLC0415
 
     return lintcold.lint(args, root, cache_dir, memo, is_dir)
