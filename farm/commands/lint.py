@@ -1,8 +1,10 @@
 """``farm lint PKG|PATH [--arch-list L]``: the arch-gate lint on a recipe's source or a source tree.
 
-For a package, the source is fetched (cached by identity) and linted once per distinct arch list
-its cells resolve to (or against ``--arch-list``), with the recipe's ``lint_ignore`` entries and
-build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any lint error.
+For a package, the source is fetched (cached by identity), the recipe's ``patch_script`` applied
+to a copy, and linted once per distinct arch list its cells resolve to (or against
+``--arch-list``), with the recipe's ``lint_ignore`` entries, build subdirectory, extension lists
+and, for ``kernel_families: cmake``, each CUDA line's kernel families. For a directory,
+``--arch-list`` is required. Exit 1 on any lint error.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", metavar="PKG|PATH", help="a package name from packages/, or a source directory")
     parser.add_argument("--arch-list", metavar="L", help="lint against this list (required for a PATH)")
     parser.add_argument("--build-subdir", metavar="DIR", help="for a PATH: the directory the build runs in")
+    parser.add_argument("--cuda", metavar="X.Y",
+                        help="the CUDA line to derive kernel families for (a CMake build that gives "
+                             "kernel families their own targets, as vLLM's does)")
     parser.add_argument("--root", default=None, help="farm repository root (default: the current directory)")
     parser.add_argument("--cache-dir", help="sources and lint cache (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = _cache_dir(args, root)
     memo = Memo(cache_dir, kind="directory" if is_dir else "package",
                 what=os.path.abspath(args.what) if is_dir else args.what, typed=args.what, arch_list=args.arch_list,
-                build_subdir=args.build_subdir, root=os.path.abspath(root))
+                build_subdir=args.build_subdir, root=os.path.abspath(root), cuda=args.cuda)
     remembered = memo.answer()
     if remembered is not None:
         code, text, as_json = remembered

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 import farm
+from farm.build.builders import lint_as_built
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
-from farm.lint.api import LintReport, lint_cached, lint_index
+from farm.lint.api import LintReport, lint_index
 from farm.lint.compiled import TreeIndex
 from farm.lint.memo import Memo
 from farm.model.arch import ArchList
@@ -22,16 +23,22 @@ from farm.progress import reporter
 from farm.schedule.matrixlint import LintOutcome, stale_ignores
 from farm.source.fetch import fetch
 
+Request = tuple["ArchList", tuple[tuple[str, "ArchList"], ...], "str | None"]
 
-def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
-    """Distinct arch lists the package's cells resolve to, in first-seen order."""
-    lists: dict[str, ArchList] = {}
+
+def _package_lists(config: FarmConfig, recipe: Recipe) -> list[Request]:
+    """Distinct arch lists the package's cells resolve to, with the extensions' own lists of the
+    same cells and, for a package with kernel families, the CUDA line (the families depend on
+    it), in first-seen order."""
+    lists: dict[tuple[str, tuple[tuple[str, str], ...], str | None], Request] = {}
     for cell in declared_cells(config.defaults, recipe):
         if recipe_excludes(recipe, cell):
             continue
         request = arch_request(config, recipe, cell)
         if request is not None:
-            lists.setdefault(request.archs.canonical(), request.archs)
+            cuda = cell.cuda if recipe.kernel_families else None
+            key = (request.archs.canonical(), tuple((g, a.canonical()) for g, a in request.extensions), cuda)
+            lists.setdefault(key, (request.archs, request.extensions, cuda))
     return list(lists.values())
 
 
@@ -58,7 +65,7 @@ def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[
     archs = ArchList.parse(args.arch_list, where="--arch-list")
     index = TreeIndex(target)
     memo.depend_on(index.stamps)  # what the lint lists and reads, stamped as it goes
-    return [(str(target), lint_index(index, archs, build_subdir=args.build_subdir))]
+    return [(str(target), lint_index(index, archs, build_subdir=args.build_subdir, cuda=args.cuda))]
 
 
 def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:
@@ -68,7 +75,7 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     config = load_config(root)
     recipe = config.recipe(args.what)
     if args.arch_list:
-        lists = [ArchList.parse(args.arch_list, where="--arch-list")]
+        lists: list[Request] = [(ArchList.parse(args.arch_list, where="--arch-list"), (), args.cuda)]
     else:
         lists = _package_lists(config, recipe)
         if not lists:
@@ -79,11 +86,14 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     say = reporter("farm lint", json=args.json)
     tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
     outcomes = []
-    for archs in lists:
-        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
+    for archs, extensions, cuda in lists:
+        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}"
+            + "".join(f", {glob} against {own.canonical()}" for glob, own in extensions)
+            + (f", kernel families for CUDA {cuda}" if cuda else ""))
+        # the source as it is built (after the recipe's patch_script), as the matrix lints it
         outcomes.append(LintOutcome(recipe.name, archs.canonical(),
-                                    lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
-                                                build_subdir=recipe.build.subdir)))
+                                    lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions,
+                                                  cuda=cuda)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]
