@@ -89,13 +89,11 @@ def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
 
 def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     """``("torch==2.14.*",)`` for a torch-linked cell: the wheel works only with the torch minor it
-    was built against, whatever upstream's metadata says (``torch>=1.4``). A recipe that lists torch
-    in ``requires_dist`` itself replaces the pin."""
+    was built against, whatever upstream's metadata or the recipe's ``requires_dist`` says (the
+    recipe loader refuses a torch entry there; :func:`~farm.provenance.stamp.set_metadata_version`
+    writes the pins before any other requirement, so none can replace it)."""
     if cell.torch == NO_TORCH or not recipe.links_torch:
         return ()
-    for req in recipe.requires_dist:
-        if re.match(r"^\s*torch\s*(?:[\[<>=!~;@ ]|$)", req, re.I):
-            return ()
     return (f"torch=={cell.torch}.*",)
 
 

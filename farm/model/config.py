@@ -872,10 +872,15 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
-            Requirement(_sample(req, top))
+            parsed = Requirement(_sample(req, top))
         except InvalidRequirement as exc:
             raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
                               where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+        if links_torch and parsed.name.lower() == "torch":
+            # the wheel runs only with the torch minor it was built against: farm writes that pin
+            raise ConfigError(f"requires_dist entry {req!r}: farm pins torch itself (torch==<the cell's minor>.*) "
+                              "for a package that links torch; a torch entry would loosen that pin",
+                              where=top.where("requires_dist"), hint=f"remove {req!r} from requires_dist")
     sharding = _load_sharding(top, defaults)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
