@@ -134,12 +134,21 @@ def _is_commit(ref: str) -> bool:
     return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower())
 
 
-def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
+def _git_key(source: GitSource) -> tuple[str, str]:
     url = source.url if hasattr(source, "url") else source.repo
+    return url, hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
+
+
+def git_pointer(source: GitSource, cache_dir: Path) -> Path:
+    """The cached resolution of ``source``'s ref (``{"url", "ref", "commit"}``), present once fetched."""
+    return Path(cache_dir) / "git" / f"ref-{_git_key(source)[1]}.json"
+
+
+def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
+    url, key = _git_key(source)
     base = cache_dir / "git"
     base.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
-    pointer = base / f"ref-{key}.json"
+    pointer = git_pointer(source, cache_dir)
     with FileLock(str(base / f"{key}.lock")):
         try:
             commit = json.loads(pointer.read_text())["commit"]
