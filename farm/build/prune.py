@@ -222,14 +222,10 @@ def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
 
 
 def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
-    if kind == "toolkit":
-        key = _toolkit_key(folder)
-        if key is None:
-            return None  # no stamp: a half assembly (the toolkit is made afresh anyway)
-        return "a recent cell's toolkit" if key in used.toolkits else None
+    if kind == "toolkit":  # no stamp: a half assembly (the toolkit is made afresh anyway)
+        return "a recent cell's toolkit" if _toolkit_key(folder) in used.toolkits else None
     if kind == "envs":
-        key = _env_key(folder)
-        return "a recent cell's Python and torch" if key is not None and key in used.envs else None
+        return "a recent cell's Python and torch" if _env_key(folder) in used.envs else None
     if kind == "sources":
         name = folder.name.removesuffix("-sub")
         if name in used.commits or name in used.sdists:

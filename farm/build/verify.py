@@ -238,7 +238,7 @@ def run_imports(python: Path, modules: Sequence[str], *, environ: dict[str, str]
     # an import that killed the interpreter (a segfault, os._exit) leaves no line: its error is
     # the interpreter's exit and the last of its stderr
     crashed = f"the interpreter died (rc {proc.returncode}): {clip(proc.stderr.strip()[-500:])}"
-    return [(m, results[m] if m in results else crashed) for m in modules]
+    return [(m, results.get(m, crashed)) for m in modules]
 
 
 def check_wheel(wheel: Path, knobs: VerifyKnobs, *, dist: str, interpreter: Path | str, work: Path,
