@@ -144,6 +144,21 @@ def git_pointer(source: GitSource, cache_dir: Path) -> Path:
     return Path(cache_dir) / "git" / f"ref-{_git_key(source)[1]}.json"
 
 
+def is_cached(source: GitSource | SdistSource | PathSource, cache_dir: Path) -> bool:
+    """Whether :func:`fetch` would find ``source`` in ``cache_dir`` without the network."""
+    cache_dir = Path(cache_dir)
+    if isinstance(source, PathSource):
+        return True
+    if isinstance(source, SdistSource):
+        return _cached(cache_dir / "sdist" / source.sha256.lower()) is not None
+    try:
+        commit = json.loads(git_pointer(source, cache_dir).read_text())["commit"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(commit, str) and _cached(
+        cache_dir / "git" / f"{commit}{'-sub' if source.submodules else ''}") is not None
+
+
 def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
     url, key = _git_key(source)
     base = cache_dir / "git"
@@ -189,18 +204,18 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
 # ------------------------------------------------------------------------------------------------
 # sdist
 # ------------------------------------------------------------------------------------------------
-def _index_url() -> str:
+def index_url() -> str:
     return os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def _find_sdist_url(source: SdistSource, label: str) -> tuple[str, str]:
     """(url, filename) of the sdist the recipe pins, from the index's project page."""
-    page = project_url(_index_url(), source.name)
+    page = project_url(index_url(), source.name)
     try:
         listing = read_page(page)
     except NetworkError as exc:
         if exc.status == 404:
-            raise SourceError(f"{label}: {source.name!r} is not on the index {_index_url()}",
+            raise SourceError(f"{label}: {source.name!r} is not on the index {index_url()}",
                               hint="check the recipe's sdist name") from None
         if exc.status is not None:
             raise SourceError(f"{label}: the index answered HTTP {exc.status} for {page}") from None

@@ -186,6 +186,11 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
     )
 
 
+def cached_toolkit(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
+    """``request``'s toolkit when it is assembled under ``prefix`` already (nothing to download)."""
+    return _cached(Path(prefix).absolute(), request)
+
+
 def toolkit_prefix(root: Path, request: ToolkitRequest) -> Path:
     """Where a build's toolkit lives in the cache: ``<root>/<line>/<source>-<release>-<platform>-<key>``."""
     return Path(root) / request.cuda / request.slug
