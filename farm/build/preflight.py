@@ -123,10 +123,11 @@ def _reachable(host: str, port: int) -> str | None:
 
 
 def _compiler(environ: Mapping[str, str]) -> str | None:
+    path = environ.get("PATH", "")
     cxx = environ.get("CXX")
     if cxx:
-        return shutil.which(cxx.split()[0])
-    return shutil.which("c++") or shutil.which("g++")
+        return shutil.which(cxx.split()[0], path=path)
+    return shutil.which("c++", path=path) or shutil.which("g++", path=path)
 
 
 @dataclass
