@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -54,6 +53,7 @@ from packaging.utils import (
 from farm import __version__
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
+from farm.model.label import NO_TORCH, parse_local_label
 from farm.publish import compat
 from farm.publish.wheelmeta import read_member
 
@@ -61,7 +61,6 @@ FILES = "files"
 PACKAGES_JSON = "packages.json"
 SCHEMA_VERSION = 1
 
-_LABEL = re.compile(r"^(?P<cuda>cu\d+)(?:torch(?P<torch>\d+\.\d+))?$")
 
 # the sha256 the ledger (or a fragment of this batch) records for a file name; None: not recorded
 EntryLookup = Callable[[str], str | None]
@@ -97,7 +96,7 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
         name, version, _, _ = parse_wheel_filename(filename)
     except InvalidWheelFilename as exc:
         raise UsageError(f"not a wheel file name: {exc}", where=filename) from None
-    m = _LABEL.match(version.local or "")
+    label = parse_local_label(version.local)
     requires = None
     meta_sha = None
     if metadata is not None:
@@ -105,7 +104,8 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
         requires = BytesHeaderParser().parsebytes(metadata).get("Requires-Python")
     return IndexFile(
         filename, sha256, size, canonicalize_name(name), str(version),
-        m["cuda"] if m else None, f"torch{m['torch']}" if m and m["torch"] else None,
+        label.cu if label else None,
+        f"torch{label.torch}" if label and label.torch != NO_TORCH else None,
         meta_sha, str(requires).strip() if requires else None, url,
     )
 
