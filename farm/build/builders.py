@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from farm.build import buildenv, shardjob
 from farm.build.buildenv import BuildEnv
+from farm.build.interpreters import Interpreter, find_interpreter, install_managed
 from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
@@ -35,7 +36,8 @@ from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
-    from farm.build.spec import BuildSpec
+    from farm.build.spec import BuildSpec, SpecOverrides
+    from farm.build.verify import ImportCheck
     from farm.lint import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
@@ -64,12 +66,14 @@ class BuildResult:
     postbuild: tuple[PostbuildResult, ...] = field(default=())
     build_env: Path | None = None  # the shared build environment a native build used
     shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
+    imports: tuple[ImportCheck, ...] = ()  # the import check of each asserted wheel (verify.py)
 
     @property
     def passed(self) -> bool:
         if self.shard is not None and self.shard.get("job") == "compile":
             return True  # a compile shard makes objects, not a wheel: its verdict was finish_compile's
-        return bool(self.postbuild) and all(r.passed for r in self.postbuild)
+        return (bool(self.postbuild) and all(r.passed for r in self.postbuild)
+                and all(c.passed for c in self.imports))
 
     @property
     def asserted(self) -> tuple[Path, ...]:
@@ -84,6 +88,7 @@ class BuildResult:
             "postbuild": [r.to_json() for r in self.postbuild],
             "plan": self.plan.to_json(),
             "build_env": str(self.build_env) if self.build_env else None,
+            "imports": [c.to_json() for c in self.imports],
         }
 
 
@@ -320,20 +325,32 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
                           hint="check the recipe's env values (shell syntax)") from None
 
 
+def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
+    """The host's interpreter of the cell's Python (:mod:`farm.build.interpreters`); uv installs a
+    managed one when none is found and uv is here; otherwise a ToolError naming where it looked."""
+    search = find_interpreter(cell.python)
+    if search.interpreter is not None:
+        return search.interpreter
+    uv = buildenv.find_uv()
+    if uv is None:
+        raise ToolError(f"cell {cell.id} needs Python {search.wanted}; none here ({'; '.join(search.looked)})",
+                        hint=f"install Python {search.wanted} (uv python install {search.wanted}, pyenv install "
+                             f"{search.wanted}, or the distribution's python{search.wanted})")
+    _say(log)(f"{cell.id}: uv python install {search.wanted}")
+    return install_managed(cell.python, uv)
+
+
 def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
-               env_root: Path | None = None, built_env: list[BuildEnv] | None = None) -> list[Path]:
-    """Run the plan on this host: the shared build environment (made once per contents, see
-    :mod:`farm.build.buildenv`), plan environment, build, repair. ``built_env`` receives the
-    environment used (its torch goes into the provenance)."""
+               env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
+               interpreter: Interpreter | None = None) -> list[Path]:
+    """Run the plan on this host: the shared build environment of the cell's Python (made once per
+    contents, see :mod:`farm.build.buildenv`), plan environment, build, repair. ``interpreter``:
+    the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
+    environment used (its interpreter and torch go into the provenance)."""
     say = _say(log)
     steps = plan.native
     if steps is None:
         raise UsageError(f"the plan for {plan.cell.id} has no native steps")
-    host = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    if plan.cell.python != host:
-        raise ToolError(f"the native builder runs this interpreter ({host}); "
-                        f"cell {plan.cell.id} needs {plan.cell.python}",
-                        hint="run farm with that Python, or use --builder cibuildwheel")
     if not sys.platform.startswith("linux") or not plan.cell.platform.startswith("linux"):
         raise ToolError(f"the native builder builds Linux cells on Linux; cell {plan.cell.id} is {plan.cell.platform}",
                         hint="use --builder cibuildwheel on a host of that platform")
@@ -356,7 +373,12 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                             hint="read the build log above")
 
     # the plan's before-build steps (build tools, torch, extra_deps) are the environment's contents
-    contents = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps, tools=plan.spec.tools)
+    interpreter = interpreter or cell_interpreter(plan.cell, log=say)
+    if interpreter.tag != plan.cell.python:
+        raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
+    say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
+    contents = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps,
+                                 python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
     benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
                                runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
@@ -404,6 +426,14 @@ class BuildSettings:
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
 
 
+def spec_overrides(settings: BuildSettings) -> SpecOverrides:
+    """What the command line and the environment decide over the config, for :func:`resolve_spec`."""
+    from farm.build.spec import SpecOverrides
+
+    return SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
+                         redist_url=settings.redist_url, env=dict(os.environ))
+
+
 def build_cell(
     config: FarmConfig,
     recipe: Recipe,
@@ -413,22 +443,22 @@ def build_cell(
     arch: ArchRequest | None = None,
     torch_version: str | None = None,
     postbuild: bool = True,
+    interpreter: Interpreter | None = None,
     log: Log | None = None,
 ) -> BuildResult:
-    """Fetch, prepare, plan, build and postbuild one cell.
+    """Fetch, prepare, plan, build and postbuild one cell, then check that each asserted wheel
+    imports in a fresh environment (``verify:``); ``interpreter``: the cell's Python for the
+    native builder, as the preflight found it.
 
     The cell's :class:`~farm.build.spec.BuildSpec` is resolved once, here (``arch`` and
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    from farm.build.spec import SpecOverrides, resolve_spec, write_spec
+    from farm.build.spec import resolve_spec, write_spec
     from farm.source.fetch import fetch
 
     say = _say(log)
-    spec = resolve_spec(config, recipe, cell,
-                        SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
-                                      redist_url=settings.redist_url, env=dict(os.environ)),
-                        arch=arch, torch_version=torch_version)
+    spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
@@ -485,12 +515,12 @@ def build_cell(
     built: list[Path] = []
     torch_built: Mapping[str, Any] | None = None
     env_path: Path | None = None
+    envs: list[BuildEnv] = []
+    env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, tk, setup)
-            envs: list[BuildEnv] = []
-            built = run_native(plan, log=say, built_env=envs,
-                               env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
+            built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter)
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
@@ -510,16 +540,65 @@ def build_cell(
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
     if not postbuild:
         return BuildResult(cell, plan, tuple(built), build_env=env_path)
-    # the Python that built the wheel: this host's for native builds, the container's otherwise
-    python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
+    # the Python that built the wheel: the build environment's for native builds, the container's otherwise
+    python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
+        else container_python(plan)
     results = tuple(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
                       torch_built=torch_built)
         for wheel in built
     )
+    imports = tuple(
+        check for r in results if r.passed and r.stamped is not None
+        for check in [import_check(spec, r.stamped.path, work, env=envs[0] if envs else None, env_root=env_root,
+                                   find_links=Path(settings.out_dir).absolute(), log=say)]
+        if check is not None
+    )
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
-                       shard=None if setup is None else {"job": "link", "count": setup.job.count})
+                       shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports)
+
+
+def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,
+                 find_links: Path, log: Log) -> ImportCheck | None:
+    """The stamped wheel installed in a fresh venv of the cell's Python and imported as the
+    recipe's ``verify:`` says (:mod:`farm.build.verify`). The venv sees the build environment's
+    torch for a torch-linked cell (a cibuildwheel build makes or reuses the same environment on
+    the host); pip finds farm wheels it requires (a sibling's pin) in ``find_links``. A wheel that
+    fails is removed from the output folder with its ledger fragment. None, said in one line, when
+    this host cannot import the cell's platform."""
+    from farm.build import verify
+    from farm.model.cells import NO_TORCH
+    from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
+
+    cell = spec.cell
+    host = f"linux_{os.uname().machine}" if sys.platform.startswith("linux") else None
+    if cell.platform != host:
+        log(f"{cell.id}: import check not run: a {cell.platform} wheel cannot be imported on this host")
+        return None
+    if env is None or env.spec.python.rsplit(".", 1)[0] != spec.python:
+        interpreter = cell_interpreter(cell, log=log)
+        env = None
+        if cell.torch != NO_TORCH:  # torch from the environment a native build of the cell uses
+            contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
+                                         python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
+            env = buildenv.ensure_env(contents, env_root, log=lambda m: log(f"{cell.id}: {m}"),
+                                      runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
+        python_exe = os.path.realpath(interpreter.path)
+    else:
+        python_exe = env.spec.python_exe
+    site = None
+    if cell.torch != NO_TORCH and env is not None:
+        site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
+    check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
+                               visible_site=site, find_links=[find_links], log=lambda m: log(f"{cell.id}: {m}"))
+    for line in check.render().splitlines():
+        log(f"{cell.id}: {line}")
+    if not check.passed:
+        wheel.unlink(missing_ok=True)
+        Path(f"{wheel}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        log(f"{cell.id}: the import check failed: {wheel.name} and its ledger fragment were removed")
+    return check
 
 
 def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:

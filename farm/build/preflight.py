@@ -233,7 +233,7 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
         disk += TOOLKIT_BYTES
     if builder == "native" and interpreter is not None:
         contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
-                                     python_exe=str(interpreter.path), tools=spec.tools)
+                                     python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
         if not (env_root / contents.slug / buildenv.SPEC_FILE).is_file():
             downloads["the build tools"] = pip_index
             if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:

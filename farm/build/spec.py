@@ -27,7 +27,7 @@ from farm.binary.assertion import Expected, VendoredRule
 from farm.errors import FarmError, UsageError
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
-from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.model.config import BuildKnobs, FarmConfig, Recipe, VerifyKnobs
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
@@ -36,8 +36,9 @@ from farm.toolkit.request import ToolkitRequest, request_for
 
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
-# and the components an installed toolkit is checked for joined the spec.
-SPEC_VERSION = 2
+# and the components an installed toolkit is checked for joined the spec. 3: the import check's
+# knobs (verify).
+SPEC_VERSION = 3
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
 
@@ -72,6 +73,7 @@ class BuildSpec:
     required_components: tuple[str, ...] = ()  # what an installed CUDA_HOME must hold (torch's, the recipe's)
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
+    verify: VerifyKnobs = field(default_factory=VerifyKnobs)  # the import check of the built wheel
 
     @property
     def python(self) -> str:
@@ -103,6 +105,7 @@ class BuildSpec:
     def to_json(self) -> dict[str, Any]:
         k = self.knobs
         t = self.toolkit
+        v = self.verify
         return {
             "spec_version": SPEC_VERSION,
             "cell": {"package": self.cell.package, "version": self.cell.version, **self.cell.as_dict()},
@@ -123,6 +126,9 @@ class BuildSpec:
                           "requires_dist": list(self.requires_dist), "pins": list(self.pins),
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
                           "recipe_sha256": self.recipe_sha256},
+            "verify": {"import_name": v.import_name, "extra_imports": list(v.extra_imports),
+                       "no_direct_import": list(v.no_direct_import),
+                       "expect_device_error": v.expect_device_error, "needs_driver": v.needs_driver},
         }
 
     @classmethod
@@ -166,9 +172,13 @@ class BuildSpec:
             recipe_sha256=r.opt_text(p, "postbuild.recipe_sha256"),
             vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
-            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"))
+            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
+            verify=r.verify(top.get("verify"), "verify"))
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
+        if spec.cell.torch != NO_TORCH and f"torch=={spec.cell.torch}.*" not in spec.pins:
+            # the wheel runs only with the torch minor it was built against: no spec loosens that
+            raise r.bad("postbuild.pins", f"a list holding the cell's torch pin (torch=={spec.cell.torch}.*)")
         return spec
 
 
@@ -204,6 +214,16 @@ class _Reader:
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise self.bad(key, "a positive integer" if least == 1 else f"an integer >= {least}")
         return value
+
+    def verify(self, value: object, key: str) -> VerifyKnobs:
+        data = self.obj(value, key)
+        device = data.get("expect_device_error")
+        if not isinstance(device, (bool, str)):
+            raise self.bad(f"{key}.expect_device_error", "true, false or a text")
+        return VerifyKnobs(import_name=self.opt_text(data, f"{key}.import_name"),
+                           extra_imports=self.texts(data, f"{key}.extra_imports"),
+                           no_direct_import=self.texts(data, f"{key}.no_direct_import"),
+                           expect_device_error=device, needs_driver=self.flag(data, f"{key}.needs_driver"))
 
     def flag(self, data: Mapping[str, Any], key: str) -> bool:
         value = data.get(key.rsplit(".", 1)[-1])
@@ -355,6 +375,7 @@ def resolve_spec(
         required_components=(*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
                              *knob.extra_cuda_components),
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
+        verify=recipe.verify,
     )
 
 
