@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import sysconfig
@@ -143,6 +144,11 @@ def test_native_build_of_demo_ext_passes_postbuild(native_demo):
 
     spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
     assert spec == result.plan.spec and spec.arch.archs == ArchList.parse(ARCHS)
+    # the asserted wheel was installed in a fresh venv and imported: the package and its extension
+    (check,) = result.imports
+    assert check.passed and check.wheel == result.asserted[0]
+    assert [(i.module, i.error) for i in check.imports] == [("demo_ext", None), ("demo_ext._C", None)]
+    assert check.python == platform.python_version()
 
 
 def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
@@ -188,6 +194,50 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     assert main(argv) == 2
     assert "from another configuration" in capsys.readouterr().err
     assert wheel.read_bytes() == first
+
+
+def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_toolkit, capsys):
+    """`farm build demo_ext --builder native --python 3.12` from a farm of 3.11 (or the reverse):
+    the build environment, the wheel, its provenance and its import check are that Python's."""
+    from farm.build.interpreters import find_interpreter
+
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+    tag = "cp" + other.replace(".", "")
+    search = find_interpreter(tag)
+    if search.interpreter is None:
+        pytest.skip(f"no Python {other} on this host: {'; '.join(search.looked)}")
+    _demo_root(tmp_path)
+    out = tmp_path / "wheelhouse"
+    assert main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--python", other,
+                 "--root", str(tmp_path), "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out),
+                 "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.startswith(f"demo_ext-0.1.0+cu130-{tag}-{tag}-manylinux_")
+    assert f"py{other}-torchnone-" in result["build_env"]
+    info = BuildInfo.from_json(zipfile.ZipFile(wheel).read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+    assert info.toolchain is not None and info.toolchain.python == search.interpreter.version
+    (check,) = result["imports"]
+    assert check["passed"] and check["python"] == search.interpreter.version
+
+
+def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsys):
+    """demo_ext whose package imports a module it never requires: it compiles and passes the
+    assertion, then the import check in a fresh venv fails: exit 1, the error shown, the wheel
+    and its fragment withdrawn from --out."""
+    _demo_root(tmp_path)
+    init = tmp_path / "examples" / "demo_ext" / "demo_ext" / "__init__.py"
+    init.write_text(init.read_text() + "\nimport farm_test_undeclared_dependency\n")
+    out = tmp_path / "wheelhouse"
+    code = main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(tmp_path),
+                 "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "import demo_ext: FAILED: ModuleNotFoundError: No module named 'farm_test_undeclared_dependency'" in (
+        captured.out)
+    assert "import demo_ext._C: FAILED: ModuleNotFoundError" in captured.out  # its package runs first
+    assert f"FAILED the import check; nothing was written to {out}" in captured.out
+    assert not list(out.glob("*.whl")) and not list(out.glob("*.ledger.json"))
 
 
 def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):

@@ -74,6 +74,18 @@ def test_a_wheel_whose_import_fails_fails_the_check_with_the_error(tmp_path):
     assert [i.module for i in check.imports] == ["badpkg"]
 
 
+def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported(tmp_path):
+    """The package imports its submodule, then fails: importing the submodule next must meet the
+    package's failure again, not the half-loaded module left behind."""
+    wheel = make_wheel(tmp_path / "in", "halfpkg", "1.0",
+                       {"halfpkg/__init__.py": b"from . import sub\nimport not_a_dependency_of_halfpkg\n",
+                        "halfpkg/sub.py": b"VALUE = 1\n"}, tag="py3-none-any")
+    check = check_wheel(wheel, VerifyKnobs(extra_imports=("halfpkg.sub",)), dist="halfpkg",
+                        interpreter=sys.executable, work=tmp_path / "w")
+    assert [(i.module, "not_a_dependency_of_halfpkg" in (i.error or "")) for i in check.failures()] == [
+        ("halfpkg", True), ("halfpkg.sub", True)]
+
+
 def test_a_device_error_the_recipe_expects_passes(tmp_path):
     wheel = make_wheel(tmp_path / "in", "gpuonly", "1.0",
                        {"gpuonly/__init__.py": b"raise RuntimeError('CUDA is not available on this machine')\n"},

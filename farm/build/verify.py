@@ -46,13 +46,18 @@ _DRIVER_ERROR = re.compile(r"libcuda|libnvidia|nvidia driver|cuda driver", re.I)
 IMPORT_TIMEOUT_S = 600  # one interpreter importing every module (torch alone takes seconds)
 PTH_NAME = "zz_farm_build_env.pth"
 
-# Imports each module named on the command line and prints one JSON line per module.
+# Imports each module named on the command line and prints one JSON line per module. What a
+# failed import left in sys.modules (a submodule loaded before its package failed) is dropped, so
+# the next import meets the same failure instead of the half-loaded module.
 _PROBE = """\
 import importlib, json, sys, traceback
 for name in sys.argv[1:]:
+    before = set(sys.modules)
     try:
         importlib.import_module(name)
     except BaseException as exc:
+        for left in set(sys.modules) - before:
+            del sys.modules[left]
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         print(json.dumps({"module": name, "error": last}), flush=True)
     else:

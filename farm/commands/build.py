@@ -80,9 +80,12 @@ def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]
     """A Markdown table for the GitHub Actions step summary: one row per cell."""
     rows = ["| cell | result | wheel |", "|---|---|---|"]
     for r in results:
+        failed_imports = {c.wheel for c in r.imports if not c.passed}
         for pb in r.postbuild:
             wheel = pb.stamped.path.name if pb.stamped else pb.wheel.name
-            rows.append(f"| {r.cell.id} | {'asserted' if pb.passed else 'FAILED the assertion'} | {wheel} |")
+            verdict = ("FAILED the assertion" if not pb.passed else
+                       "FAILED the import check" if pb.stamped and pb.stamped.path in failed_imports else "asserted")
+            rows.append(f"| {r.cell.id} | {verdict} | {wheel} |")
     for cell, exc in errors:
         rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - |")
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
