@@ -44,6 +44,7 @@ def test_a_failure_is_accepted_only_for_the_reason_the_recipe_gives():
     assert not judge("m", libcuda, VerifyKnobs(), driver_present=False).ok
 
 
+@pytest.mark.slow  # a venv and a pip install each
 def test_a_wheel_that_imports_passes_in_a_fresh_environment(tmp_path):
     """Installed by pip into a venv that has nothing else; the module is found there, not here."""
     wheel = make_wheel(tmp_path / "in", "goodpkg", "1.0",
@@ -74,6 +75,7 @@ def test_a_wheel_whose_import_fails_fails_the_check_with_the_error(tmp_path):
     assert [i.module for i in check.imports] == ["badpkg"]
 
 
+@pytest.mark.slow  # a venv and a pip install each
 def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported(tmp_path):
     """The package imports its submodule, then fails: importing the submodule next must meet the
     package's failure again, not the half-loaded module left behind."""
@@ -86,6 +88,7 @@ def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported
         ("halfpkg", True), ("halfpkg.sub", True)]
 
 
+@pytest.mark.slow  # a venv and a pip install each
 def test_a_device_error_the_recipe_expects_passes(tmp_path):
     wheel = make_wheel(tmp_path / "in", "gpuonly", "1.0",
                        {"gpuonly/__init__.py": b"raise RuntimeError('CUDA is not available on this machine')\n"},
@@ -95,6 +98,7 @@ def test_a_device_error_the_recipe_expects_passes(tmp_path):
     assert check.passed and check.imports[0].accepted
 
 
+@pytest.mark.slow  # a venv and a pip install each
 def test_the_build_environment_is_visible_after_the_wheel(tmp_path):
     """A torch-linked package sees the build environment's site-packages (torch there), but its
     own files, installed in the fresh environment, come first."""
@@ -111,6 +115,7 @@ def test_the_build_environment_is_visible_after_the_wheel(tmp_path):
     assert check.passed, check.render()
 
 
+@pytest.mark.slow  # a venv and a pip install each
 def test_a_requirement_pip_cannot_find_is_an_environment_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # only the wheelhouse: nothing is asked of an index
     wheel = make_wheel(tmp_path / "in", "needy", "1.0", {"needy/__init__.py": b""}, tag="py3-none-any",
