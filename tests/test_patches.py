@@ -213,3 +213,82 @@ def test_a_rename_refuses_a_tree_it_does_not_recognise(tmp_path: Path, script: s
     (tmp_path / "setup.py").write_text('setup(name="something_else", packages=["something_else"])\n')
     proc = run(script, tmp_path)
     assert proc.returncode != 0 and "review the patch" in proc.stderr
+
+
+DPVO_SETUP = textwrap.dedent('''\
+    import os.path as osp
+    from setuptools import setup, find_packages
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    ROOT = osp.dirname(osp.abspath(__file__))
+
+    setup(
+        name='dpvo',
+        packages=find_packages(),
+        ext_modules=[
+            CUDAExtension('cuda_ba',
+                sources=['dpvo/fastba/ba.cpp'],
+                include_dirs=[
+                    osp.join(ROOT, 'thirdparty/eigen-3.4.0')]
+                ),
+            CUDAExtension('lietorch_backends',
+                include_dirs=[
+                    osp.join(ROOT, 'dpvo/lietorch/include'),
+                    osp.join(ROOT, 'thirdparty/eigen-3.4.0')],
+                sources=['dpvo/lietorch/src/lietorch.cpp']),
+        ])
+    ''')
+DPVO_KERNEL = '''\
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(fmap1.type(), "corr_forward_kernel", ([&] {
+    if (a.device().type() == torch::DeviceType::CPU) {}
+'''
+
+
+def _dpvo(tmp_path: Path) -> Path:
+    (tmp_path / "dpvo").mkdir(parents=True)
+    (tmp_path / "setup.py").write_text(DPVO_SETUP)
+    (tmp_path / "dpvo" / "altcorr").mkdir()
+    (tmp_path / "dpvo" / "altcorr" / "correlation_kernel.cu").write_text(DPVO_KERNEL)
+    return tmp_path
+
+
+def _eval_eigen(folder: Path, purelib: Path) -> tuple[str, list[object]]:
+    """Run the patched setup.py's head (up to setup()) with sysconfig's purelib pointed at ``purelib``."""
+    head = "\n".join(line for line in (folder / "setup.py").read_text().split("\nsetup(", 1)[0].splitlines()
+                     if not line.startswith("from torch"))  # torch is the build environment's, not here
+    code = ("import sysconfig, json\n_real = sysconfig.get_paths\n"
+            f"sysconfig.get_paths = lambda *a, **k: {{**_real(*a, **k), 'purelib': {str(purelib)!r}}}\n"
+            f"__file__ = {str(folder / 'setup.py')!r}\n" + head + "\nprint(EIGEN)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    return proc.stdout.strip(), [proc.returncode, proc.stderr]
+
+
+def test_dpvo_cuda_takes_eigen_from_the_build_environment(tmp_path: Path) -> None:
+    folder = _dpvo(tmp_path / "src")
+    first = run("dpvo_cuda.py", folder)
+    assert first.returncode == 0, first.stderr
+    setup = (folder / "setup.py").read_text()
+    assert "name='dpvo_cuda'" in setup and "thirdparty/eigen-3.4.0" not in setup
+    assert setup.count("EIGEN]") + setup.count("EIGEN)") >= 2
+    # the include folder is the cmeel-eigen wheel's, in the interpreter that runs the build
+    site = tmp_path / "site"
+    (site / "cmeel.prefix" / "include" / "eigen3" / "Eigen").mkdir(parents=True)
+    (site / "cmeel.prefix" / "include" / "eigen3" / "Eigen" / "Core").write_text("// Eigen\n")
+    found, _ = _eval_eigen(folder, site)
+    assert found == str(site / "cmeel.prefix" / "include" / "eigen3")
+    _, (rc, err) = _eval_eigen(folder, tmp_path / "no-site")
+    assert rc != 0 and "install cmeel-eigen==3.4.0.* first" in str(err)
+    kernel = (folder / "dpvo" / "altcorr" / "correlation_kernel.cu").read_text()
+    assert 'fmap1.scalar_type(), "corr_forward_kernel"' in kernel
+    assert "a.device().type() == torch::DeviceType::CPU" in kernel  # not a dispatch argument
+    snapshot = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    again = run("dpvo_cuda.py", folder)
+    assert again.returncode == 0 and "already" in again.stdout
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == snapshot
+
+
+def test_dpvo_cuda_refuses_a_setup_without_the_eigen_folder(tmp_path: Path) -> None:
+    folder = _dpvo(tmp_path)
+    (folder / "setup.py").write_text(DPVO_SETUP.replace("thirdparty/eigen-3.4.0", "third_party/eigen"))
+    proc = run("dpvo_cuda.py", folder)
+    assert proc.returncode != 0 and "review the patch" in proc.stderr
