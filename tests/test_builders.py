@@ -357,6 +357,51 @@ def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_pa
     assert (copy / "pointnet2_ops_lib" / "setup.py").read_text() == patched
 
 
+def test_a_patch_that_makes_the_build_folder_runs_in_the_root(tmp_path):
+    """nvdiffrec_render's build folder exists only after its patch: the patch runs in the
+    checkout's root, and a patch that does not make the folder is reported, naming both."""
+    script = ("import pathlib\nnew = pathlib.Path('made')\nnew.mkdir()\n"
+              "(new / 'setup.py').write_text(pathlib.Path('pkg/setup.py').read_text())\n")
+    config, src = _patch_root(tmp_path, script, subdir="made")
+    copy = prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+    assert (copy / "made" / "setup.py").is_file() and not (src / "made").exists()
+    (tmp_path / "patches" / "p.py").write_text("print('made nothing')\n")
+    with pytest.raises(ConfigError, match="did not make it"):
+        prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+
+
+def test_the_nvdiffrec_render_patch_makes_a_buildable_package(tmp_path):
+    """packages/patches/nvdiffrec_render.py on a render/ shaped like nvdiffrec's: the package, its
+    setup.py (the seven kernel sources, -DNVDR_TORCH) and ops.py preferring the built extension."""
+    c_src = tmp_path / "render" / "renderutils" / "c_src"
+    c_src.mkdir(parents=True)
+    for name in ("mesh.cu", "loss.cu", "bsdf.cu", "normal.cu", "cubemap.cu", "common.cpp", "torch_bindings.cpp"):
+        (c_src / name).write_text("// kernel\n")
+    (tmp_path / "render" / "renderutils" / "tests").mkdir()
+    (tmp_path / "render" / "renderutils" / "tests" / "test_bsdf.py").write_text("import renderutils\n")
+    (tmp_path / "render" / "util.py").write_text("import numpy as np\n")
+    (tmp_path / "render" / "renderutils" / "__init__.py").write_text("from .ops import xfm_points\n")
+    (tmp_path / "render" / "renderutils" / "ops.py").write_text(
+        "_cached_plugin = None\ndef _get_plugin():\n    global _cached_plugin\n"
+        "    if _cached_plugin is not None:\n        return _cached_plugin\n\n    raise RuntimeError('JIT')\n"
+        "def xfm_points():\n    return _get_plugin()\n")
+    script = REPO / "packages" / "patches" / "nvdiffrec_render.py"
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pkg = tmp_path / "nvdiffrec_render" / "nvdiffrec_render"
+    assert (pkg / "__init__.py").is_file() and (pkg / "util.py").is_file()
+    assert not (pkg / "renderutils" / "tests").exists()
+    setup = (tmp_path / "nvdiffrec_render" / "setup.py").read_text()
+    assert '"nvdiffrec_render.renderutils._C"' in setup and "-DNVDR_TORCH" in setup and "torch_bindings.cpp" in setup
+    # the prebuilt extension is found first: a stand-in _C makes the JIT unnecessary
+    (pkg / "renderutils" / "_C.py").write_text("NAME = 'prebuilt'\n")
+    probe = "import nvdiffrec_render.renderutils as r; print(r.xfm_points().NAME)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=pkg.parent, capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "prebuilt", out.stderr
+    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert again.returncode == 0 and "already made" in again.stdout
+
+
 def test_failing_patch_script_is_reported(tmp_path):
     config, src = _patch_root(tmp_path, "raise SystemExit('pattern not found')\n")
     with pytest.raises(ConfigError, match="pattern not found"):

@@ -148,8 +148,10 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and script.
 
     The patch script (a Python file in the farm repository) runs in the build folder
-    (``build.subdir`` or the root). Patch scripts must be idempotent; the copy is fresh anyway,
-    so the cached checkout is never changed.
+    (``build.subdir`` or the root); when the build folder is what the patch makes (a package
+    upstream never laid out for building, nvdiffrec_render), it runs in the root and the folder
+    must exist afterwards. Patch scripts must be idempotent; the copy is fresh anyway, so the
+    cached checkout is never changed.
     """
     say = _say(log)
     src = Path(work_dir) / "src"
@@ -160,22 +162,28 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     knobs = knobs or recipe.build
     subdir = knobs.subdir
     build_dir = src / subdir if subdir else src
-    if not build_dir.is_dir():
+    script = knobs.patch_script
+    made_by_patch = script is not None and not build_dir.exists()
+    if not build_dir.is_dir() and not made_by_patch:
         raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
                           hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    script = knobs.patch_script
     if script:
         path = (config_root / script).resolve()
         if not path.is_file():
             raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
                               hint=f"add the script under {config_root} or fix the path")
         say(f"{recipe.name}: patching with {script}")
-        proc = subprocess.run([sys.executable, str(path)], cwd=build_dir, capture_output=True, text=True, check=False)
+        proc = subprocess.run([sys.executable, str(path)], cwd=src if made_by_patch else build_dir,
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
         for line in redact(proc.stdout.strip()).splitlines():
             say(f"  {line}")
+        if made_by_patch and not build_dir.is_dir():
+            raise ConfigError(f"build.subdir {subdir!r} is not in the source, and patch_script {script} (run in "
+                              "the source's root, as the folder is missing) did not make it", where=recipe.where(),
+                              hint="fix build.subdir, or make the patch script create that folder")
     return src
 
 
@@ -199,7 +207,8 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     if not path.is_file():
         raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
                           hint=f"add the script under {config.root} or fix the path")
-    digest = sha256_file(path)
+    # the script and the shared helpers beside it (packages/patches/_*.py) it may import
+    digest = ":".join(sha256_file(p) for p in (path, *sorted(path.parent.glob("_*.py"))))
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(

@@ -119,7 +119,7 @@ def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[
 def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:
     import dataclasses
 
-    from farm.lint import lint_cached
+    from farm.build.builders import lint_as_built
     from farm.model.arch import ArchList
     from farm.model.config import PathSource, load_config
     from farm.progress import reporter
@@ -140,14 +140,15 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
                              hint="pass --arch-list, or check the recipe's only: restrictions")
     if isinstance(recipe.source, PathSource):
         memo.depend(recipe.source.path)  # a local tree: its files are the answer's input too
+    if recipe.build.patch_script:  # the source is linted as built: the patch and its helpers are inputs
+        memo.depend(os.path.join(config.root, os.path.dirname(recipe.build.patch_script)), only=".py")
     say = reporter("farm lint", json=args.json)
     tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
     outcomes = []
     for archs in lists:
         say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
         outcomes.append(LintOutcome(recipe.name, archs.canonical(),
-                                    lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
-                                                build_subdir=recipe.build.subdir)))
+                                    lint_as_built(config, recipe, tree, archs, cache_dir)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]
