@@ -325,3 +325,17 @@ def test_requires_dist_cannot_loosen_the_torch_pin(farm_root: Path) -> None:
     # a package that does not link torch may require it like any other project
     write(farm_root, "pkg", GOOD.replace("links_torch: true", "links_torch: false") + "requires_dist: ['torch>=2']\n")
     assert load_config(farm_root).recipe("pkg").requires_dist == ("torch>=2",)
+
+
+def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
+    """A CPU op module beside CUDA ones (kepler_jax's cpu_ops): `none` expects no device code in it,
+    and the build spec carries that through its file."""
+    write(farm_root, "pkg", GOOD + "extensions:\n  '*cpu_ops*': none\n  '*_sm90*': '9.0a'\n")
+    recipe = load_config(farm_root).recipe("pkg")
+    assert [(e.glob, e.spec.archs.canonical()) for e in recipe.extensions] == [("*cpu_ops*", ""), ("*_sm90*", "sm_90a")]
+    from farm.model.spec import ArchRequest
+
+    request = ArchRequest.given(recipe.extensions[1].spec.archs, extensions=tuple(
+        (e.glob, e.spec.archs) for e in recipe.extensions))
+    back = ArchRequest.from_json(request.to_json(), where="t")
+    assert back == request and back.extensions[0] == ("*cpu_ops*", request.extensions[0][1])

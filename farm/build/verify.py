@@ -46,22 +46,27 @@ _DRIVER_ERROR = re.compile(r"libcuda|libnvidia|nvidia driver|cuda driver", re.I)
 IMPORT_TIMEOUT_S = 600  # one interpreter importing every module (torch alone takes seconds)
 PTH_NAME = "zz_farm_build_env.pth"
 
-# Imports each module named on the command line and prints one JSON line per module. What a
-# failed import left in sys.modules (a submodule loaded before its package failed) is dropped, so
-# the next import meets the same failure instead of the half-loaded module.
+# Imports each module named on the command line and prints one JSON line per module. A module
+# whose package failed to import is reported with the package's error, not imported again: what
+# the failed import left in sys.modules (a submodule loaded before the package failed) would
+# otherwise pass for imported, and an extension module cannot be loaded twice in one process.
 _PROBE = """\
 import importlib, json, sys, traceback
+failed = {}
 for name in sys.argv[1:]:
-    before = set(sys.modules)
-    try:
-        importlib.import_module(name)
-    except BaseException as exc:
-        for left in set(sys.modules) - before:
-            del sys.modules[left]
-        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        print(json.dumps({"module": name, "error": last}), flush=True)
+    parts = name.split(".")
+    parent = next((p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if p in failed), None)
+    if parent is not None:
+        error = f"its package {parent} failed to import: {failed[parent]}"
     else:
-        print(json.dumps({"module": name, "error": None}), flush=True)
+        try:
+            importlib.import_module(name)
+            error = None
+        except BaseException as exc:
+            error = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    if error is not None:
+        failed[name] = error
+    print(json.dumps({"module": name, "error": error}), flush=True)
 """
 
 

@@ -1067,7 +1067,7 @@ def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs,
     out = []
     for glob in sec.data:
         if not isinstance(sec.data[glob], YMap):  # one list for every CUDA line
-            spec = _arch_spec(sec, glob)
+            spec = _extension_spec(sec, glob)
             assert spec is not None
             out.append(ExtensionArchs(glob, spec))
             continue
@@ -1078,12 +1078,22 @@ def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs,
         assert bc is not None
         for cuda in bc.data:
             _check_cuda_key(bc, cuda, defaults.cuda_lines, bc.path)
-            spec = _arch_spec(bc, cuda)
+            spec = _extension_spec(bc, cuda)
             assert spec is not None
             _validate(spec, cuda)
             out.append(ExtensionArchs(glob, spec, cuda))
         one.done(("by_cuda",))
     return tuple(out)
+
+
+def _extension_spec(sec: _Section, key: str) -> ArchSpec | None:
+    """An extension's own list, or ``none``: a host-only extension beside CUDA ones (a CPU op
+    module), which must then hold no device code."""
+    value = sec.data.get(key)
+    if isinstance(value, str) and value.strip().lower() == "none":
+        sec.seen.add(key)
+        return ArchSpec(value, ArchList(frozenset()), sec.where(key))
+    return _arch_spec(sec, key)
 
 
 def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
