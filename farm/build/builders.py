@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from farm.build import buildenv, shardjob
 from farm.build.buildenv import BuildEnv
+from farm.build.farmdeps import FarmDep
 from farm.build.interpreters import Interpreter, find_interpreter, install_managed
 from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
 from farm.build.shard import ShardJob
@@ -351,11 +352,12 @@ def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
 
 def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
                env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
-               interpreter: Interpreter | None = None) -> list[Path]:
+               interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = ()) -> list[Path]:
     """Run the plan on this host: the shared build environment of the cell's Python (made once per
     contents, see :mod:`farm.build.buildenv`), plan environment, build, repair. ``interpreter``:
     the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
-    environment used (its interpreter and torch go into the provenance)."""
+    environment used (its interpreter and torch go into the provenance). ``farm_deps``: the farm
+    wheels its extra_deps pin, installed from their files (:mod:`farm.build.farmdeps`)."""
     say = _say(log)
     steps = plan.native
     if steps is None:
@@ -386,7 +388,9 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     if interpreter.tag != plan.cell.python:
         raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
     say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
-    contents = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps,
+    direct = {d.requirement: d.direct_reference for d in farm_deps}
+    contents = buildenv.spec_for(plan.torch_version, plan.torch_index,
+                                 tuple(direct.get(d, d) for d in steps.extra_deps),
                                  python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
     benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
@@ -468,6 +472,17 @@ def build_cell(
 
     say = _say(log)
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
+    # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
+    farm_deps: tuple[FarmDep, ...] = ()
+    if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
+        from farm.build import farmdeps
+
+        if settings.builder is not BuilderKind.NATIVE:
+            raise UsageError(f"cell {cell.id} builds against farm's {', '.join(spec.farm_deps)}: the container "
+                             "does not see farm's wheelhouse", hint="build it with --builder native")
+        farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
+        for dep in farm_deps:
+            say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
@@ -529,7 +544,8 @@ def build_cell(
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, tk, setup)
-            built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter)
+            built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
+                               farm_deps=farm_deps)
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
@@ -555,7 +571,7 @@ def build_cell(
     results = tuple(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
-                      torch_built=torch_built)
+                      torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps))
         for wheel in built
     )
     imports = tuple(
@@ -637,15 +653,17 @@ def run_postbuild(
     source: Mapping[str, Any] | None,
     python: str | None = None,
     torch_built: Mapping[str, Any] | None = None,
+    farm_deps: Sequence[Mapping[str, str]] = (),
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
-    the container's exact Python for a cibuildwheel build (None: unknown)."""
+    the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
+    wheels it was built against."""
     from farm.provenance import buildinfo
     from farm.provenance.postbuild import build_environment, postbuild_wheel
 
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
-                            python=python, torch_built=torch_built),
+                            python=python, torch_built=torch_built, farm_deps=farm_deps),
         source=buildinfo.source_from(source))
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)

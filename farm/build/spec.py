@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from farm.binary.assertion import Expected, VendoredRule
 from farm.errors import FarmError, UsageError
 from farm.model.arch import ArchList, Rendering
-from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
-from farm.model.config import BuildKnobs, FarmConfig, Recipe, VerifyKnobs
+from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
+from farm.model.config import BuildKnobs, FarmConfig, Recipe, VerifyKnobs, requirement_refs
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
@@ -37,7 +37,7 @@ from farm.toolkit.request import ToolkitRequest, request_for
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
 # and the components an installed toolkit is checked for joined the spec. 3: the import check's
-# knobs (verify).
+# knobs (verify) and the farm wheels the build needs (farm_deps).
 SPEC_VERSION = 3
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -74,6 +74,8 @@ class BuildSpec:
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
     verify: VerifyKnobs = field(default_factory=VerifyKnobs)  # the import check of the built wheel
+    # extra_deps that are farm wheels of this cell (cumm==0.7.11+cu128): from farm's wheelhouse
+    farm_deps: tuple[str, ...] = ()
 
     @property
     def python(self) -> str:
@@ -120,6 +122,7 @@ class BuildSpec:
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
                       "system_packages": list(k.system_packages), "compile_jobs": self.compile_jobs,
+                      "farm_deps": list(self.farm_deps),
                       "required_components": list(self.required_components)},
             "postbuild": {"dist": self.dist, "build_epoch": self.build_epoch, "jit": self.jit,
                           "vendored": [rule.to_json() for rule in self.vendored],
@@ -173,7 +176,9 @@ class BuildSpec:
             vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
             compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
-            verify=r.verify(top.get("verify"), "verify"))
+            verify=r.verify(top.get("verify"), "verify"), farm_deps=r.texts(k, "knobs.farm_deps"))
+        if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
+            raise r.bad("knobs.farm_deps", "a list of the spec's extra_deps")
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
         if spec.cell.torch != NO_TORCH and f"torch=={spec.cell.torch}.*" not in spec.pins:
@@ -356,6 +361,8 @@ def resolve_spec(
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     knob = knobs(config, recipe)
+    farm_deps = tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps if requirement_refs(d))
+    knob = replace(knob, extra_deps=tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps))
     return BuildSpec(
         cell=cell,
         arch=arch,
@@ -376,6 +383,7 @@ def resolve_spec(
                              *knob.extra_cuda_components),
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
         verify=recipe.verify,
+        farm_deps=farm_deps,
     )
 
 

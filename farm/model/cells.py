@@ -78,13 +78,25 @@ def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     same cell carries (``cu128torch2.8``, or ``cu128`` when NAME does not link torch), so
     ``cumm=={version:cumm}+{local:cumm}`` pins exactly the farm wheel built beside this one.
     """
+    return tuple(fill_placeholders(recipe, cell, req) for req in recipe.requires_dist)
+
+
+def fill_placeholders(recipe: Recipe, cell: Cell, requirement: str) -> str:
+    """``requirement`` with its ``{version:NAME}`` / ``{local:NAME}`` filled for ``cell`` (a
+    requires_dist entry, or an ``extra_deps`` entry naming a farm wheel as a build dependency)."""
     def fill(match: re.Match[str]) -> str:
         kind, name = match[1].split(":", 1)
         pin = recipe.siblings[name]
         if kind == "version":
             return pin.version
         return local_label(cell.cuda, cell.torch if pin.links_torch else NO_TORCH)
-    return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
+    return _PLACEHOLDER.sub(fill, requirement)
+
+
+def farm_build_deps(recipe: Recipe) -> tuple[str, ...]:
+    """The recipes whose farm wheels the build needs: those an ``extra_deps`` placeholder names."""
+    return tuple(dict.fromkeys(name for dep in recipe.build.extra_deps
+                               for name in (m.split(":", 1)[1] for m in _PLACEHOLDER.findall(dep))))
 
 
 def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
