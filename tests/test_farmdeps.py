@@ -91,6 +91,6 @@ def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(tmp_path, pyp
     # the build environment holds demo_ext's wheel by its bytes: its spec names the file and digest
     env_spec = json.loads((user.build_env / "farm-env.json").read_text())
     assert f"demo_ext @ {demo_wheel.resolve().as_uri()}#sha256={sha256_file(demo_wheel)}" in env_spec["requirements"]
-    # and the wheel imports in a fresh venv (pip installs demo_ext from the wheelhouse: it is not on an index)
+    # and the wheel imports in a fresh venv
     (check,) = user.imports
     assert check.passed
