@@ -602,7 +602,13 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         log(f"{cell.id}: import check not run: a {cell.platform} wheel cannot be imported on this host")
         return None
     if env is None or env.spec.python.rsplit(".", 1)[0] != spec.python:
-        interpreter = cell_interpreter(cell, log=log)
+        # a container build: the host's interpreter of the cell's Python, when it has one
+        search = find_interpreter(cell.python)
+        if search.interpreter is None:
+            log(f"{cell.id}: import check not run: no Python {search.wanted} on this host "
+                f"({'; '.join(search.looked)})")
+            return None
+        interpreter = search.interpreter
         env = None
         if cell.torch != NO_TORCH:  # torch from the environment a native build of the cell uses
             contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
