@@ -644,8 +644,11 @@ def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) 
         for k, v in plan.native.environment
     )
     if shard is not None:  # the launcher as this host sees it, not the container's mount
-        host = dict(shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home))
-        env = tuple((k, host.get(k, v)) for k, v in env)
+        # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
+        # are replaced in place, so its PATH still comes after the toolkit's
+        host = shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home)
+        at = next(i for i, (k, _) in enumerate(env) if k == "FARM_SHARD_DIR")
+        env = (*env[:at], *host, *env[at + len(host):])
     return replace(plan, native=replace(plan.native, environment=env), cuda_home=home)
 
 

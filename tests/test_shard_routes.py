@@ -1,9 +1,13 @@
-"""Compile sharding through CMake's compiler launcher: tests/data/cmake_ext (three .cu TUs in two
-folders, built by CMake through scikit-build-core, nvcc reached as CMAKE_CUDA_COMPILER_LAUNCHER +
-CMAKE_CUDA_COMPILER, the arch list as CUDAARCHS) split over 2 compile jobs with real nvcc; the link
-job's wheel asserts per TU and carries the unsharded build's targets.
+"""Compile sharding by the routes other than torch's $PYTORCH_NVCC, with real nvcc, 2 compile jobs
+and a link job each:
 
-Slow: the build environment installs scikit-build-core and cmake from the package index."""
+- CMake's compiler launcher: tests/data/cmake_ext (three .cu TUs in two folders, built by CMake
+  through scikit-build-core, nvcc reached as CMAKE_CUDA_COMPILER_LAUNCHER + CMAKE_CUDA_COMPILER,
+  the arch list as CUDAARCHS);
+- the PATH shim: tests/data/pathnvcc_ext, whose build runs `nvcc` from PATH itself.
+
+The link job's wheel asserts per TU and carries the unsharded build's targets. Slow: the CMake
+build environment installs scikit-build-core and cmake from the package index."""
 
 from __future__ import annotations
 
@@ -90,3 +94,40 @@ def test_cmake_link_wheel_asserts_and_matches_the_unsharded_build(cmake_sharded,
     assert per_tu == ["sm_80;sm_90"] * 3 == _fatbins(a, tmp_path)
     # and the link job's wheel imports in a fresh venv, as the unsharded one does
     assert [c.passed for c in link.imports] == [True] == [c.passed for c in plain.imports]
+
+
+PATH_CELL = Cell("pathnvcc_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
+PATH_RECIPE = """\
+name: pathnvcc_ext
+version: '1.0.0'
+source:
+  path: src/pathnvcc_ext
+links_torch: false
+sharding: 2
+arch:
+  list: '8.0;9.0'
+"""
+PATH_SO = "pathnvcc_ext/_C.cpython-311-x86_64-linux-gnu.so"
+
+
+def test_a_build_that_runs_nvcc_from_path_is_sharded_through_the_shim(tmp_path_factory, pypi_toolkit, tmp_path):
+    root = tmp_path_factory.mktemp("pathnvcc")
+    config = make_root(root, {"pathnvcc_ext": PATH_RECIPE},
+                       {"src/pathnvcc_ext": REPO / "tests" / "data" / "pathnvcc_ext"})
+    recipe = config.recipe("pathnvcc_ext")
+    shards = root / "shards"
+    plain = build_cell(config, recipe, PATH_CELL, _settings(root / "plain", pypi_toolkit, shards, None))
+    compiled = [build_cell(config, recipe, PATH_CELL, _settings(root / f"c{i}", pypi_toolkit, shards, ShardJob(2, i)))
+                for i in range(2)]
+    link = build_cell(config, recipe, PATH_CELL, _settings(root / "linked", pypi_toolkit, shards, ShardJob(2)))
+    assert all(c.passed for c in compiled)
+    logs = [[json.loads(line) for line in (shards / PATH_CELL.id / "log" / f"{i}-of-2.jsonl").read_text()
+             .splitlines()] for i in range(2)]
+    # every TU reached the launcher in both jobs (through the shim), and was compiled by its owner only
+    assert [sorted(r["tu"] for r in log) for log in logs] == [["csrc/add.cu", "csrc/ops/scale.cu"]] * 2
+    assert sorted(r["tu"] for log in logs for r in log if r["status"] == "compiled") == [
+        "csrc/add.cu", "csrc/ops/scale.cu"]
+    assert plain.passed and link.passed, "\n".join(r.report.render() for r in link.postbuild)
+    with zipfile.ZipFile(link.asserted[0]) as zf:
+        info = json.loads(zf.read("pathnvcc_ext-1.0.0+cu130.dist-info/_build_info.json"))
+    assert info["found"] == info["expected"] == {PATH_SO: "sm_80;sm_90"}
