@@ -252,14 +252,16 @@ def run_imports(python: Path, modules: Sequence[str], *, environ: dict[str, str]
 
 
 def check_wheel(wheel: Path, knobs: VerifyKnobs, *, dist: str, interpreter: Path | str, work: Path,
-                visible_site: Path | None = None, find_links: Sequence[Path] = (),
+                visible_site: Path | None = None, find_links: Sequence[Path] = (), first: Sequence[str] = (),
                 log: Log = lambda m: None) -> ImportCheck:
-    """The import check of ``wheel`` in a fresh environment of ``interpreter`` under ``work``."""
+    """The import check of ``wheel`` in a fresh environment of ``interpreter`` under ``work``.
+    ``first``: modules imported before the wheel's (``torch``: a torch extension module loads
+    only once torch has loaded its libraries, as in every program that uses one)."""
     from farm.binary.wheelfile import SafeWheel
 
     with SafeWheel(wheel) as sw:
         names = sw.names()
-    modules = modules_to_import(names, knobs, dist)
+    modules = tuple(dict.fromkeys((*first, *modules_to_import(names, knobs, dist))))
     env_dir = work / "import-check"
     python = make_fresh_env(interpreter, env_dir, visible_site=visible_site)
     try:
