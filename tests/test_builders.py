@@ -551,3 +551,26 @@ def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys)
     assert "the arch-gate lint fails on the source of pointnet2_like-3.0.0-cu130-notorch-cp311-linux_x86_64 as built" in err
     assert "setup.py" in err and "TORCH_CUDA_ARCH_LIST" in err
     assert not (cache / "toolkit").exists() and not (cache / "envs").exists()
+
+
+def test_cells_this_host_cannot_build_are_skipped_before_any_download(tmp_path, capsys, monkeypatch):
+    """`farm build demo_ext --builder cibuildwheel --engine podman` on a Linux host without podman:
+    every cell is checked first; Windows cells are skipped (cibuildwheel builds them on Windows),
+    Linux cells for the engine; nothing is fetched or assembled, and with nothing left, exit 3."""
+    _demo_root(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-engines-here"))
+    cache = tmp_path / "cache"
+    code = main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
+                 "--python", "3.11", "--root", str(tmp_path), "--cache-dir", str(cache)])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "demo_ext-0.1.0-cu130-notorch-cp311-win_amd64: skipped: this host cannot build it: cibuildwheel builds " \
+           "win_amd64 wheels on Windows; this host is Linux" in err
+    assert "linux_x86_64: skipped: this host cannot build it: the container engine 'podman' is not installed" in err
+    assert "none of the 3 selected cell(s) of demo_ext can be built on this host" in err
+    assert not cache.exists() or not any(cache.rglob("*.json"))  # no toolkit, no source, no environment
+    # the Windows cell named on the command line is refused instead: bad input, exit 2
+    code = main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
+                 "--python", "3.11", "--platform", "win_amd64", "--root", str(tmp_path), "--cache-dir", str(cache)])
+    assert code == 2 and "win_amd64: error: cell demo_ext-0.1.0-cu130-notorch-cp311-win_amd64 cannot be built on " \
+                         "this host" in capsys.readouterr().err
