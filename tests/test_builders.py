@@ -235,7 +235,7 @@ def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsy
     assert code == 1
     assert "import demo_ext: FAILED: ModuleNotFoundError: No module named 'farm_test_undeclared_dependency'" in (
         captured.out)
-    assert "import demo_ext._C: FAILED: ModuleNotFoundError" in captured.out  # its package runs first
+    assert "import demo_ext._C: FAILED: its package demo_ext failed to import: ModuleNotFoundError" in captured.out
     assert f"FAILED the import check; nothing was written to {out}" in captured.out
     assert not list(out.glob("*.whl")) and not list(out.glob("*.ledger.json"))
 
