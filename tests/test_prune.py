@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from farm import cacheseal
 from farm.build.prune import InUse, apply_prune, in_use, plan_prune
 from farm.cli import main
 from farm.model.cells import Cell
@@ -36,7 +37,9 @@ def _toolkit(cache: Path, line: str, release: str, components: list[str], size: 
     folder.mkdir(parents=True)
     request = {"cuda": line, "source": "pypi", "release": release, "platform": "linux-x86_64",
                "components": components}
-    (folder / ".farm-toolkit.json").write_text(json.dumps({"key": "k", "request": request}))
+    # sealed as the assembler seals its ready stamp: an unsealed one is never believed
+    (folder / ".farm-toolkit.json").write_bytes(
+        cacheseal.seal(json.dumps({"key": "k", "request": request}).encode(), f"toolkit-stamp:{folder.name}"))
     (folder / "blob").write_bytes(b"x" * size)
     _age(folder)
     return folder
@@ -70,8 +73,8 @@ def cache(tmp_path: Path) -> Path:
     _env(cache, "3.12.1", None, size=7000)
     _tree(cache / "sources" / "git" / COMMIT_USED)
     _tree(cache / "sources" / "git" / COMMIT_OLD, size=900)
-    (cache / "sources" / "git" / "ref-0123.json").write_text(json.dumps({"url": "u", "ref": "v1",
-                                                                         "commit": COMMIT_OLD}))
+    (cache / "sources" / "git" / "ref-0123.json").write_bytes(cacheseal.seal(
+        json.dumps({"url": "u", "ref": "v1", "commit": COMMIT_OLD}).encode(), "source-ref:ref-0123.json"))
     _tree(cache / "sources" / "sdist" / SDIST_USED)
     cell = Cell("pkg", "1.0", "13.0", "2.8", "cp311", "linux_x86_64")
     _tree(cache / "build" / cell.id, size=50)
@@ -113,8 +116,17 @@ def test_what_recent_cells_use_is_kept_and_the_rest_goes(cache: Path):
     assert not any(p.exists() for p in gone)
     assert not (cache / "sources" / "git" / "ref-0123.json").exists()  # its pointer went with it
     assert all(p.exists() for p in kept)
+    # a stamp this user did not seal names no request: that toolkit is not taken as in use
+    forged = cache / "toolkit" / "13.0" / "pypi-13.0.2-linux-x86_64-forged"
+    forged.mkdir()
+    (forged / ".farm-toolkit.json").write_text(json.dumps({"request": {"source": "pypi", "release": "13.0.2",
+                                                          "platform": "linux-x86_64",
+                                                          "components": ["cuda_nvcc", "cuda_cudart"]}}))
+    _age(forged)
+    assert forged in {i.path for i in plan_prune(cache, used).removed}
     assert not list(cache.rglob(".pruning-*"))
-    assert plan_prune(cache, used).removed == ()  # a second prune finds nothing more
+    forged.rename(forged.with_name("gone"))
+    assert [i.path.name for i in plan_prune(cache, used).removed] == ["gone"]  # nothing else is left
 
 
 def test_a_folder_in_use_or_just_changed_is_kept(cache: Path):

@@ -127,7 +127,7 @@ def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
 
 def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
     """(git commits, sdist sha256s) today's recipes pin: a tag through the fetch's cached pointer."""
-    from farm.source.fetch import git_pointer
+    from farm.source.fetch import git_pointer, pointed_commit
 
     commits, sdists = set(), set()
     for recipe in config.recipes.values():
@@ -135,8 +135,9 @@ def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
         if isinstance(src, SdistSource):
             sdists.add(src.sha256.lower())
         elif isinstance(src, GitSource):
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                commits.add(json.loads(git_pointer(src, sources).read_text())["commit"])
+            commit = pointed_commit(git_pointer(src, sources))
+            if commit is not None:
+                commits.add(commit)
             if len(src.ref) == 40:
                 commits.add(src.ref.lower())
     return commits, sdists
@@ -178,10 +179,10 @@ def _locked(lock: Path) -> bool:
 
 
 def _toolkit_key(folder: Path) -> tuple[str, str, str, frozenset[str]] | None:
-    from farm.toolkit.assemble import STAMP
+    from farm.toolkit.assemble import read_stamp
 
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        req = json.loads((folder / STAMP).read_text())["request"]
+    with contextlib.suppress(KeyError, TypeError):
+        req = (read_stamp(folder) or {})["request"]
         return (req["source"], req["release"], req["platform"], frozenset(req["components"]))
     return None
 
@@ -266,10 +267,11 @@ def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
                                   hint="check the cache folder's permissions") from None
         shutil.rmtree(aside, ignore_errors=True)
         if item.kind == "sources":  # the fetch's pointers to this commit now point at nothing
+            from farm.source.fetch import pointed_commit
+
             for pointer in item.path.parent.glob("ref-*.json"):
-                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                    if json.loads(pointer.read_text())["commit"] == item.path.name.removesuffix("-sub"):
-                        pointer.unlink()
+                if pointed_commit(pointer) == item.path.name.removesuffix("-sub"):
+                    pointer.unlink(missing_ok=True)
         freed += item.size
         if say is not None:
             say(f"removed {item.kind} {item.path} ({item.size} bytes)")

@@ -12,7 +12,6 @@ it is never part of a command line or of output.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from farm import jsonread
 from farm.errors import DefectError, ToolError, redact
 from farm.publish.targets import GithubSettings
 
@@ -147,7 +147,7 @@ def parse_assets(text: str) -> list[Asset]:
         if not line.strip():
             continue
         try:
-            a = json.loads(line)
+            a = jsonread.loads(line)
             digest = a.get("digest") or ""
             out.append(Asset(a["name"], int(a.get("size") or 0),
                              digest.split(":", 1)[1] if digest.startswith("sha256:") else None))
