@@ -397,6 +397,7 @@ class BuildSettings:
     shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
+    pip_cache: Path | None = None  # pip's download cache, mounted into the container (--pip-cache)
 
 
 def build_cell(
@@ -469,6 +470,7 @@ def build_cell(
         images=settings.images,
         host_cuda_home=tk.cuda_home,
         host_toolkit_prefix=tk.prefix,
+        pip_cache=settings.pip_cache,
     )
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell

@@ -16,7 +16,7 @@ from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
-from farm.schedule.jobs import cost, job_counts
+from farm.schedule.jobs import build_entries, cost, job_counts
 from farm.schedule.matrix import (
     SHARD_SIZE,
     SUMMARY_COLUMNS,
@@ -116,6 +116,8 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
         ],
         "cells": cells_json(wave.scheduled),
         "deferred_cells": [p.cell.id for p in wave.deferred],
+        # what each shard's slice job hands its build matrix (`farm slice`)
+        "matrix": dict(zip(("build", "link"), build_entries(wave.scheduled), strict=True)),
     }
 
 
