@@ -21,6 +21,7 @@ from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex, dumps_entry
 from farm.schedule.matrix import SHARD_SIZE, PlannedCell, compute_matrix, schedule
 from farm.schedule.outcome import decide, read_artifacts
+from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 
 from .ledgermaker import make_entry
 
@@ -209,44 +210,54 @@ def test_the_publish_decision_follows_the_cells(tmp_path: Path, built: tuple[int
     assert {c.id for c in outcome.failed} == {CELLS[i][0] for i in range(3) if i not in built}
 
 
-def test_farm_wave_publishes_the_built_cells_and_lists_the_failed(
+def report(folder: Path, shard: str, *verdicts: CellVerdict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"published-{shard}.jsonl").write_text("".join(json.dumps(v.to_json()) + "\n" for v in verdicts))
+
+
+def test_farm_wave_decides_from_the_publish_verdicts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plan_of(CELLS, deferred=5)))
-    folder = tmp_path / "cells"
+    reports = tmp_path / "reports"
     good = CELLS[0][0]
-    artifact(folder, good, "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl",
-             "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json")
-    # a failed cell's job uploaded a half wheelhouse (a log, no wheel): it is not published
-    (folder / f"wheels-{CELLS[2][0]}").mkdir()
-    (folder / f"wheels-{CELLS[2][0]}" / "build.log").write_text("nvcc died")
-    output, summary, report = tmp_path / "out", tmp_path / "summary.md", tmp_path / "wave.json"
+    report(reports / "published-0", "0", CellVerdict(good, "a", PUBLISHED, ("a.whl",)),
+           CellVerdict(CELLS[1][0], "a", REFUSED, ("a2.whl",), "gate: the wheel is not asserted"))
+    # CELLS[2]'s publish job never reported (killed or cancelled): it stays in the queue
+    output, summary, out = tmp_path / "out", tmp_path / "summary.md", tmp_path / "wave.json"
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    rc = main(["wave", "--plan", str(plan), "--artifacts", str(folder), "--dist", str(tmp_path / "dist"),
-               "--report", str(report), "--github-output"])
+    rc = main(["wave", "--plan", str(plan), "--reports", str(reports), "--report", str(out), "--github-output"])
     assert rc == 0
-    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == [
-        "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl",
-        "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json",
-    ]
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     assert outputs == {"publish": "true", "next_wave": "true", "built": "1", "failed": "2", "deferred": "5"}
     text = summary.read_text()
     assert "1 cell(s) built, 2 failed, 5 deferred" in text
-    assert f"| a | 1 | {CELLS[1][0]} |" in text and f"| b | 1 | {CELLS[2][0]} |" in text
-    data = json.loads(report.read_text())
-    assert [c["id"] for c in data["failed_cells"]] == [CELLS[1][0], CELLS[2][0]]
-    assert "failed: " + CELLS[1][0] in capsys.readouterr().out
+    assert f"| {CELLS[1][0]} | refused | gate: the wheel is not asserted |" in text
+    data = json.loads(out.read_text())
+    assert [(c["id"], c["status"]) for c in data["failed_cells"]] == [(CELLS[1][0], "refused"),
+                                                                      (CELLS[2][0], "no verdict")]
+    assert "refused: " + CELLS[1][0] in capsys.readouterr().out
 
 
-def test_farm_wave_refuses_an_artifact_the_plan_did_not_schedule(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_farm_wave_with_no_reports_published_nothing_and_stops(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_of(CELLS, deferred=5)))
+    output = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert main(["wave", "--plan", str(plan), "--reports", str(tmp_path / "none"), "--github-output"]) == 0
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert (outputs["next_wave"], outputs["failed"]) == ("false", "3")
+
+
+def test_farm_wave_refuses_a_verdict_the_plan_did_not_schedule(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plan_of(CELLS[:1], deferred=0)))
-    artifact(tmp_path / "cells", "z-9-cu128-notorch-cp311-linux_x86_64", "z.whl")
-    rc = main(["wave", "--plan", str(plan), "--artifacts", str(tmp_path / "cells"), "--dist", str(tmp_path / "d")])
+    report(tmp_path / "reports", "0", CellVerdict("z-9-cu128-notorch-cp311-linux_x86_64", "z", PUBLISHED, ("z.whl",)))
+    rc = main(["wave", "--plan", str(plan), "--reports", str(tmp_path / "reports")])
     assert rc == 2
     assert "did not schedule" in capsys.readouterr().err
-    assert not (tmp_path / "d").exists()
