@@ -21,6 +21,7 @@ from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex, dumps_entry
 from farm.schedule.matrix import SHARD_SIZE, PlannedCell, compute_matrix, schedule
 from farm.schedule.outcome import decide, read_artifacts
+from farm.schedule.slices import slice_plan
 from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 
 from .ledgermaker import make_entry
@@ -165,7 +166,7 @@ def test_one_wave_through_the_cli_at_scale(tmp_path: Path, all_cells: set[str]) 
     assert totals["scheduled"] + totals["deferred"] == totals["to_build"] == len(all_cells)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     assert outputs["shard_count"] == str(MAX_SHARDS) and outputs["deferred"] == str(totals["deferred"])
-    shard_ids = [e["id"] for i in range(MAX_SHARDS) for e in json.loads(outputs[f"shard_{i}"])]
+    shard_ids = [e["id"] for i in range(MAX_SHARDS) for e in slice_plan(data, str(i))]
     assert shard_ids == [c["id"] for c in data["cells"]]
     assert set(shard_ids) | set(data["deferred_cells"]) == all_cells
     assert f"{totals['deferred']} deferred to the next run" in proc.stdout

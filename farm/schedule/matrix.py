@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean, version_key
 from farm.model.arch import ArchList, render, validate_for_cuda
@@ -43,11 +43,11 @@ from farm.model.config import FarmConfig, Recipe, Restriction
 from farm.model.spec import ArchRequest, arch_request
 from farm.provenance.ledger import ExistsKey, LedgerIndex
 from farm.schedule.jobs import build_entries
+from farm.schedule.slices import SHARD_SIZE, check_outputs
 
-# GitHub Actions runs at most 256 jobs from one matrix.
-SHARD_SIZE = 256
-# GitHub caps a job's outputs at 1 MB in total; writing more would truncate the matrix silently.
-GITHUB_OUTPUT_LIMIT = 1_000_000
+if TYPE_CHECKING:
+    from farm.schedule.cost import RefusedCell
+
 
 RUNNERS: Mapping[str, str] = {
     "linux_x86_64": "ubuntu-24.04",
@@ -433,6 +433,8 @@ class Wave:
     scheduled: tuple[PlannedCell, ...]
     deferred: tuple[PlannedCell, ...]
     capacity: int | None  # jobs one run may start; None: no limit
+    # cells no hosted runner can finish (farm/schedule/cost.py): neither scheduled nor deferred
+    refused: tuple[RefusedCell, ...] = ()
 
     @property
     def cells(self) -> list[PlannedCell]:
@@ -447,8 +449,16 @@ class Wave:
             out[p.cell.package][1] += 1
         return {k: (v[0], v[1]) for k, v in out.items()}
 
+    def refused_by_package(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.refused:
+            out[r.cell.cell.package] = out.get(r.cell.cell.package, 0) + 1
+        return out
+
     def totals(self) -> dict[str, int]:
-        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred)}
+        """``scheduled + deferred + refused == to_build``."""
+        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred),
+                "refused": len(self.refused)}
 
 
 def one_job(cell: PlannedCell) -> int:
@@ -512,39 +522,26 @@ def deferred_error(wave: Wave) -> UsageError:
 
 
 def github_outputs(wave: Wave) -> dict[str, str]:
-    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
-    scheduled), ``deferred`` (cells left for the next run) and ``deferred_by_package`` (a JSON
-    object, packages with deferred cells only), and ``shard_<i>`` (a JSON list of at most 256
-    build entries) for each shard.
+    """The step outputs, counts only: ``shard_count`` (build shards of <= 256 jobs), ``link_count``
+    (link jobs of sharded cells), ``total`` (cells scheduled), ``deferred`` (cells left for the
+    next run) and ``deferred_by_package`` (a JSON object, packages with deferred cells only). The
+    entries themselves are in the plan artifact: each shard's slice job reads its own
+    (farm/schedule/slices.py), so no output grows with the wave.
 
-    Sharded cells (``sharding: N``) are N entries in the build shards and one in ``link``, with
-    ``link_count`` (farm/schedule/jobs.py).
-
-    Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
+    Refuses a wave whose link jobs exceed one matrix, and outputs over GitHub's limit."""
     entries, links = build_entries(wave.scheduled)
-    parts = [entries[i:i + SHARD_SIZE] for i in range(0, len(entries), SHARD_SIZE)]
     if len(links) > SHARD_SIZE:
         raise UsageError(f"the wave has {len(links)} sharded cells: their link jobs exceed one matrix of {SHARD_SIZE}",
                          hint="narrow the matrix (packages, --cuda) or pass a smaller --max-shards")
     out = {
-        "shard_count": str(len(parts)),
-        "shards": json.dumps(list(range(len(parts)))),
+        "shard_count": str(-(-len(entries) // SHARD_SIZE)),
         "total": str(len(wave.scheduled)),
         "deferred": str(len(wave.deferred)),
         "deferred_by_package": json.dumps({k: v[1] for k, v in wave.per_package().items() if v[1]},
                                           separators=(",", ":")),
+        "link_count": str(len(links)),
     }
-    for i, part in enumerate(parts):
-        out[f"shard_{i}"] = json.dumps(part, separators=(",", ":"))
-    out["link_count"] = str(len(links))
-    out["link"] = json.dumps(links, separators=(",", ":"))
-    size = sum(len(k) + len(v) + 2 for k, v in out.items())
-    if size > GITHUB_OUTPUT_LIMIT:
-        raise UsageError(
-            f"the wave ({len(wave.scheduled)} cells) needs {size:,} bytes of job outputs; "
-            f"GitHub keeps at most {GITHUB_OUTPUT_LIMIT:,} and would drop the rest",
-            hint="pass --max-shards (the workflow's shard jobs) so a run takes a wave it can hold",
-        )
+    check_outputs(out, f"the wave ({len(wave.scheduled)} cells)")
     return out
 
 
@@ -552,6 +549,7 @@ def _md_row(cells: Iterable[object]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+MAX_REFUSED_SHOWN = 20
 SUMMARY_COLUMNS = ("declared", "filtered", "recipe", "no_policy", "phantom", "built", "stale", "to_build")
 WAVE_COLUMNS = ("scheduled", "deferred")
 
@@ -562,12 +560,13 @@ def step_summary(wave: Wave, lint_note: str) -> str:
     lines = ["## farm matrix", "", lint_note, ""]
     if matrix.overwrite:
         lines += ["**--overwrite: the ledger was ignored; built wheels are scheduled again.**", ""]
-    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS)
+    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS, *(("refused",) if wave.refused else ()))
     lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in columns))))
     lines.append(_md_row(["---"] * (3 + len(columns))))
-    per_package = wave.per_package()
+    per_package, refused = wave.per_package(), wave.refused_by_package()
     for pkg in matrix.packages:
-        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True))}
+        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True)),
+                  "refused": refused.get(pkg.package, 0)}
         lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
     totals = wave.totals()
     lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))
@@ -576,11 +575,20 @@ def step_summary(wave: Wave, lint_note: str) -> str:
 
 
 def wave_advice(wave: Wave) -> list[str]:
-    """What a run with deferred cells means: nothing is lost, the next run takes them."""
-    if not wave.deferred:
-        return []
-    return [(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
-             "they stay in the queue (not in the ledger) and the next run schedules them")]
+    """What a run with deferred cells means: nothing is lost, the next run takes them; and each
+    refused cell with its reason."""
+    out = []
+    if wave.deferred:
+        out.append(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
+                   "they stay in the queue (not in the ledger) and the next run schedules them")
+    if wave.refused:
+        out.append(f"{len(wave.refused)} cell(s) refused: no hosted runner can finish them (GitHub stops a job "
+                   "at 6 h); they stay out of every wave until their time is recorded lower, or "
+                   "`farm matrix --no-time-limit` (a self-hosted runner):")
+        out += [f"  {r.cell.cell.id}: {r.reason}" for r in wave.refused[:MAX_REFUSED_SHOWN]]
+        if len(wave.refused) > MAX_REFUSED_SHOWN:
+            out.append(f"  and {len(wave.refused) - MAX_REFUSED_SHOWN} more (the plan's refused_cells lists all)")
+    return out
 
 
 def stale_advice(matrix: Matrix) -> list[str]:
