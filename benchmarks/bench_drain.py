@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_matrix import _entry  # noqa: E402 (one synthetic ledger entry, as the matrix benchmark writes it)
+from bench_matrix import _entry
 
 REPO = Path(__file__).resolve().parent.parent
 ANCHOR_RUNNER_HOURS = 22_000

@@ -37,7 +37,7 @@ def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
     from farm.binary.assertion import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
-    from farm.provenance import buildinfo
+    from farm.provenance import buildinfo, probe
     from farm.provenance.postbuild import BuildContext, cuda_line, postbuild_wheel
 
     src = work / "demo_ext"
@@ -52,9 +52,9 @@ def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
     context = BuildContext(
         cell=cell, expected=Expected(ArchList.parse(ARCH)), requested=ARCH, build_epoch=0,
         defaults_sha256=None, recipe_sha256=None,
-        source=buildinfo.path_source("examples/demo_ext", None),
-        run=buildinfo.run_from_env({}),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder="native"),
+        source=buildinfo.PathSourceRecord("examples/demo_ext", None),
+        run=probe.run_from_env({}),
+        toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
     result = postbuild_wheel(raw, out, context, dist="demo_ext")
     assert result.passed and result.stamped and result.fragment, result.to_json()

@@ -1,20 +1,19 @@
-"""_build_info.json: CI detection, toolchain versions from real tools, schema validation, the typed
-object's round trip to the very bytes, and failing closed on foreign files."""
+"""_build_info.json: schema validation, the typed object's round trip to the very bytes (files the
+previous farm wrote included), the schema derived from the one definition, and failing closed on
+foreign files."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
-import platform
-import subprocess
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from farm.errors import LedgerError, ToolError, WheelError
-from farm.provenance import buildinfo
+from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry
 from farm.toolkit.assemble import parse_nvcc_release
 
@@ -35,8 +34,8 @@ def asserted_example() -> BuildInfo:
         tools={"native_reader": "farm 0.1.0", "cuobjdump": "13.2.51"},
         defaults_sha256=SHA,
         recipe_sha256=SHA,
-        run=buildinfo.run_from_env({}),
-        source=buildinfo.git_source("o/r", "v1", "c" * 40),
+        run=probe.run_from_env({}),
+        source=buildinfo.GitSourceRecord("o/r", "v1", "c" * 40),
         # as farms before torch_cuda and toolkit wrote it: the keys stay absent on writing back
         toolchain=buildinfo.Toolchain.from_mapping({"nvcc": "13.0.88", "torch": None, "python": "3.11.7",
                                                     "builder": "native", "cibuildwheel": None}),
@@ -84,8 +83,8 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
     assert old.toolchain is not None and old.toolchain.torch_cuda is ABSENT and old.toolchain.toolkit is ABSENT
     assert old.run is not None and old.run.url is ABSENT
     assert "torch_cuda" not in old.to_dict()["toolchain"] and "url" not in old.to_dict()["run"]
-    new = dataclasses.replace(old, toolchain=buildinfo.toolchain(cuda_home=None, builder="cibuildwheel"),
-                              run=buildinfo.run_from_env({"GITHUB_ACTIONS": "true"}))
+    new = dataclasses.replace(old, toolchain=probe.toolchain(cuda_home=None, builder="cibuildwheel"),
+                              run=probe.run_from_env({"GITHUB_ACTIONS": "true"}))
     assert new.to_dict()["toolchain"]["torch_cuda"] is None and new.to_dict()["toolchain"]["toolkit"] is None
     assert new.to_dict()["run"]["url"] is None
     for info in (old, new):
@@ -95,7 +94,7 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
 def test_toolkit_record_round_trips() -> None:
     toolkit = {"source": "redist", "release": "13.0.2", "manifest_url": "https://x/redistrib_13.0.2.json",
                "manifest_sha256": SHA, "components": [{"name": "cuda_nvcc", "version": "13.0.88", "sha256": SHA}]}
-    chain = buildinfo.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
+    chain = probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
     info = dataclasses.replace(asserted_example(), toolchain=chain)
     assert info.to_dict()["toolchain"]["toolkit"] == toolkit
     back = BuildInfo.from_json(info.to_json())
@@ -198,40 +197,6 @@ def test_from_json_refuses_non_json() -> None:
         BuildInfo.from_json(b"{", where="x")
 
 
-def test_run_from_github_actions_variables() -> None:
-    env = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "o/farm", "GITHUB_SHA": "f" * 40,
-           "GITHUB_RUN_ID": "123", "GITHUB_RUN_ATTEMPT": "2", "GITHUB_SERVER_URL": "https://github.com"}
-    run = buildinfo.run_from_env(env).to_dict()
-    assert run == {"provider": "github", "repository": "o/farm", "commit": "f" * 40, "run_id": "123",
-                   "attempt": "2", "url": "https://github.com/o/farm/actions/runs/123/attempts/2"}
-
-
-def test_run_outside_ci_is_local_and_unknown_ci_is_not_called_local() -> None:
-    assert buildinfo.run_from_env({}).to_dict() == {"provider": "local", "repository": None, "commit": None,
-                                                    "run_id": None, "attempt": None}
-    assert buildinfo.run_from_env({"CI": "true"}).provider == "ci"
-    assert buildinfo.run_from_env({"GITLAB_CI": "true", "CI_PIPELINE_ID": "9"}).run_id == "9"
-
-
-def test_toolchain_asks_the_real_nvcc(cuda_home: Path, nvcc: Path) -> None:
-    reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    info = buildinfo.toolchain(cuda_home=cuda_home, builder="native")
-    assert info.nvcc and f"V{info.nvcc}" in reported
-    assert info.python == platform.python_version()
-    assert info.builder == "native" and info.cibuildwheel is None
-
-
-def test_toolchain_reports_cibuildwheel_only_for_that_builder() -> None:
-    from importlib.metadata import version
-
-    assert buildinfo.toolchain(cuda_home=None, builder="cibuildwheel").cibuildwheel == version("cibuildwheel")
-
-
-def test_missing_nvcc_is_an_environment_error(tmp_path: Path) -> None:
-    with pytest.raises(ToolError, match="no nvcc"):
-        buildinfo.nvcc_version(tmp_path)
-
-
 def test_parse_nvcc_version() -> None:
     text = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 12.8, V12.8.93\n"
     assert parse_nvcc_release(text) == "12.8.93"
@@ -245,3 +210,82 @@ def test_sha256_file(tmp_path: Path) -> None:
     f = tmp_path / "x"
     f.write_bytes(b"a" * (3 << 20))
     assert buildinfo.sha256_file(f) == hashlib.sha256(b"a" * (3 << 20)).hexdigest()
+
+
+# -- files the previous farm wrote, and the schema derived from the definition ----------------
+GOLDEN = Path(__file__).parent / "data" / "provenance"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.build_info.json")))
+def test_files_an_earlier_farm_wrote_read_and_write_back_byte_for_byte(name: str) -> None:
+    """These files were written by farm's previous, hand-written reader/writer (before the record
+    was one definition): old and new keys, absent keys, nulls, every source kind, vendored, non-ASCII."""
+    data = (GOLDEN / name).read_bytes()
+    info = BuildInfo.from_json(data, where=name)
+    assert info.to_json() == data
+    assert BuildInfo.from_json(json.loads(data)) == info
+
+
+def test_ledger_lines_an_earlier_farm_wrote_read_and_write_back_byte_for_byte() -> None:
+    from farm.provenance.ledgerline import dumps_entry
+
+    lines = (GOLDEN / "ledger.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4
+    for number, line in enumerate(lines, 1):
+        entry = LedgerEntry.from_json(line, where=f"ledger.jsonl:{number}")
+        assert dumps_entry(entry) == line
+        assert dumps_entry(json.loads(line)) == line
+
+
+def test_older_files_lack_the_new_optional_keys_and_keep_lacking_them() -> None:
+    info = BuildInfo.from_json((GOLDEN / "asserted-all-keys.build_info.json").read_bytes())
+    assert info.duration_s is ABSENT
+    assert info.toolchain is not None and info.toolchain.compile_cache is ABSENT
+    assert "duration_s" not in info.to_dict() and "compile_cache" not in info.to_dict()["toolchain"]
+
+
+def test_the_committed_schema_is_the_one_derived_from_the_definition() -> None:
+    """Regenerate with: python -c "from farm.provenance.buildinfo import write_schema; write_schema()" """
+    assert buildinfo.SCHEMA_FILE.read_text() == buildinfo.schema_text()
+    assert json.loads(buildinfo.SCHEMA_FILE.read_text()) == buildinfo.schema()
+
+
+@pytest.mark.parametrize("duration", [None, 0, 93, 812.25])
+def test_duration_is_recorded_as_written(duration: float | None) -> None:
+    info = dataclasses.replace(asserted_example(), duration_s=duration)
+    data = info.to_json()
+    assert json.loads(data)["duration_s"] == duration
+    assert list(json.loads(data))[-1] == "duration_s"
+    back = BuildInfo.from_json(data)
+    assert back == info and back.to_json() == data  # an integer stays an integer: the same bytes
+
+
+def test_compile_cache_round_trips_and_null_means_unknown() -> None:
+    counts = {"tool": "sccache", "compiles": 40, "hits": 31, "misses": 9}
+    for value in (counts, None):
+        chain = probe.toolchain(cuda_home=None, builder="native", compile_cache=value)
+        info = dataclasses.replace(asserted_example(), toolchain=chain)
+        assert info.to_dict()["toolchain"]["compile_cache"] == value
+        buildinfo.validate(info.to_dict())
+        assert BuildInfo.from_json(info.to_json()) == info
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(duration_s=-1), "duration_s"),
+        (lambda d: d.update(duration_s="93"), "duration_s"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1}),
+         "toolchain/compile_cache"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": -1, "misses": 0}),
+         "toolchain/compile_cache/hits"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1, "misses": 0,
+                                                        "rate": 1.0}), "toolchain/compile_cache"),
+    ],
+)
+def test_the_new_keys_are_checked(mutate, message: str) -> None:
+    info = copy.deepcopy(asserted_example().to_dict())
+    mutate(info)
+    with pytest.raises(WheelError) as err:
+        BuildInfo.from_json(json.dumps(info), where="w.whl")
+    assert message in str(err.value)

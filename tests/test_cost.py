@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from farm.cli import main
 from farm.model.config import load_config
-from farm.provenance.ledger import LedgerIndex, dumps_entry
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.cost import (
     DEFAULT_JOB_S,
     JOB_LIMIT_S,

@@ -15,18 +15,13 @@ from hypothesis import strategies as st
 
 from farm.errors import EXIT_BAD_INPUT, LedgerError
 from farm.provenance import buildinfo
-from farm.provenance.ledger import (
+from farm.provenance.ledger import LedgerIndex, iter_entries
+from farm.provenance.ledgerline import ExistsKey, Provenance, Record, dumps_entry, validate_entry
+from farm.provenance.ledgerwrite import (
     FRAGMENT_SUFFIX,
-    ExistsKey,
-    LedgerIndex,
-    Provenance,
-    Record,
-    dumps_entry,
-    iter_entries,
     merge_fragments,
     record_published,
     record_published_many,
-    validate_entry,
     write_fragment,
 )
 
@@ -263,7 +258,7 @@ _MERGER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from farm.provenance.ledger import merge_fragments, write_fragment
+    from farm.provenance.ledgerwrite import merge_fragments, write_fragment
     from tests.ledgermaker import make_entry
     ledger, work, start, tag = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
     while not start.exists():
@@ -316,9 +311,9 @@ def test_merge_killed_before_its_rename_leaves_the_ledger_as_it_was(tmp_path: Pa
         import os
         from pathlib import Path
         from farm import fsutil
-        from farm.provenance import ledger
+        from farm.provenance import ledgerwrite
         fsutil.os.replace = lambda a, b: os._exit(9)
-        ledger.merge_fragments(Path({str(ledger)!r}), Path({str(frags)!r}))
+        ledgerwrite.merge_fragments(Path({str(ledger)!r}), Path({str(frags)!r}))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 9, proc.stderr
@@ -396,7 +391,7 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
 ) -> None:
     import orjson
 
-    from farm.provenance.ledger import _fast_record, _validate_full
+    from farm.provenance.ledgerline import _fast_record, _validate_full
 
     entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
     for path, value in mutations:
@@ -429,6 +424,26 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
     assert loaded == full
 
 
+@pytest.mark.parametrize("path", _PATHS, ids="/".join)
+def test_every_single_change_the_fast_path_accepts_the_full_validation_accepts(path: tuple[str, ...]) -> None:
+    """Each field the index decodes, set to each sampled value: the exhaustive single-change
+    counterpart of the property test above (which samples combinations)."""
+    from farm.provenance.ledgerline import _fast_record, _validate_full
+
+    for value in _VALUES:
+        entry = make_entry(published=[{"target": "t", "url": "u"}])
+        holder: Any = entry
+        for key in path[:-1]:
+            holder = holder[key]
+        if value is _DELETE:
+            del holder[path[-1]]
+        else:
+            holder[path[-1]] = copy.deepcopy(value)
+        fast = _fast_record(entry)
+        if fast is not None:
+            assert _validate_full(entry, "x") == fast, (path, value)
+
+
 @pytest.mark.parametrize("size", [1, 7, 64, 1 << 22])
 def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     """The index reads in large chunks; a line split across reads (or longer than one) is whole."""
@@ -450,8 +465,9 @@ def _cache_files(cache: Path) -> list[Path]:
 
 def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache
 
-    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     entries = [make_entry(python=py) for py in ("cp310", "cp311")] + [make_entry(python="cp312", provenance="inferred")]
     path = write_ledger(tmp_path / "ledger.jsonl", entries)
     cache = tmp_path / "cache"
@@ -473,9 +489,9 @@ def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pyt
 def test_index_cache_misses_on_any_change_of_the_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache
 
-    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
     cache = tmp_path / "cache"
     LedgerIndex.load(path, cache_dir=cache)
@@ -509,9 +525,9 @@ def test_a_just_written_ledger_is_not_cached(tmp_path: Path) -> None:
 
 
 def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache
 
-    monkeypatch.setattr(ledger_mod, "_RACY_NS", 0)
+    monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
     cache = tmp_path / "cache"
     expected = LedgerIndex.load(path).records
@@ -524,3 +540,14 @@ def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytes
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert LedgerIndex.load(path, cache_dir=blocker / "cache").records == expected
+
+
+def test_the_index_cache_is_keyed_on_every_module_that_makes_a_record() -> None:
+    """A change to the definition, the line's checks or the indexing makes every cache stale."""
+    from farm.provenance import buildinfo as buildinfo_mod
+    from farm.provenance import ledger as ledger_mod
+    from farm.provenance import ledgercache, ledgerline, shape
+
+    files = {Path(m.__file__ or "").name for m in (shape, buildinfo_mod, ledgerline, ledger_mod)}
+    assert set(ledgercache._RULES) == files
+    assert all((Path(ledgercache.__file__ or "").parent / name).is_file() for name in ledgercache._RULES)

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from farm.cli import main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
 from farm.model.config import load_config
-from farm.provenance.ledger import LedgerIndex, dumps_entry
-from farm.schedule.matrix import SHARD_SIZE, Filters, compute_matrix, shards
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
+from farm.schedule.actions import SHARD_SIZE, shards
+from farm.schedule.matrix import Filters, compute_matrix
 from farm.schedule.slices import slice_plan
 
 from .ledgermaker import make_entry

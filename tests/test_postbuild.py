@@ -20,9 +20,11 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import load_config
 from farm.model.spec import ArchRequest
-from farm.provenance import buildinfo
+from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
-from farm.provenance.ledger import LedgerIndex, dumps_entry, merge_fragments, read_fragment, write_fragment
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
+from farm.provenance.ledgerwrite import merge_fragments, read_fragment, write_fragment
 from farm.provenance.postbuild import (
     BuildContext,
     cell_platform,
@@ -47,9 +49,9 @@ def context(cuda_home: Path, expected: str, *, epoch: int = 0) -> BuildContext:
         build_epoch=epoch,
         defaults_sha256="d" * 64,
         recipe_sha256="e" * 64,
-        source=buildinfo.git_source("example/demo_ext", "v0.1.0", None),
-        run=buildinfo.run_from_env(),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder="native"),
+        source=buildinfo.GitSourceRecord("example/demo_ext", "v0.1.0", None),
+        run=probe.run_from_env(),
+        toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
 
 
@@ -129,7 +131,7 @@ def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert f"V{info['toolchain']['nvcc']}" in reported
     assert info["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
-    assert info["run"] == buildinfo.run_from_env(os.environ).to_dict()
+    assert info["run"] == probe.run_from_env(os.environ).to_dict()
     assert info["build_epoch"] == 2 and info["provenance"] == "asserted"
 
 
@@ -211,7 +213,7 @@ def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) 
     assert ctx.defaults_sha256 == hashlib.sha256((farm_root / "_defaults.yml").read_bytes()).hexdigest()
     assert ctx.recipe_sha256 == hashlib.sha256((farm_root / "packages" / "demo_ext.yml").read_bytes()).hexdigest()
     assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
-    assert ctx.source == buildinfo.GitSource("example/demo_ext", "v0.1.0", None)
+    assert ctx.source == buildinfo.GitSourceRecord("example/demo_ext", "v0.1.0", None)
     assert ctx.run.provider == "github" and ctx.run.run_id == "77"
     assert ctx.requires_dist == ("numpy>=1.24",)  # stamped into the wheel's METADATA
 
@@ -251,7 +253,7 @@ def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stam
         for d in (dirs if i % 3 == 0 else [dirs[i % 2]]):
             write_fragment(entry, d)
     ledger = tmp_path / "ledger.jsonl"
-    code = ("import sys; from pathlib import Path; from farm.provenance.ledger import merge_fragments; "
+    code = ("import sys; from pathlib import Path; from farm.provenance.ledgerwrite import merge_fragments; "
             "merge_fragments(Path(sys.argv[1]), Path(sys.argv[2]))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(ledger), str(d)]) for d in dirs]
     assert [p.wait() for p in procs] == [0, 0]
@@ -269,7 +271,7 @@ def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_whe
     recipe = farm_root / "packages" / "demo_ext.yml"
     recipe.write_text(recipe.read_text().replace("git: {repo: example/demo_ext, ref: v0.1.0}", "path: src/demo_ext"))
     ctx, _ = context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home)
-    assert ctx.source == buildinfo.PathSource("src/demo_ext", tree_sha256(src))
+    assert ctx.source == buildinfo.PathSourceRecord("src/demo_ext", tree_sha256(src))
     with pytest.raises(UsageError, match="does not link torch"):
         context_from_config(load_config(farm_root), raw_wheel, cuda_home=cuda_home, torch="2.8")
 
@@ -347,3 +349,34 @@ def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path
     # a stamped wheel whose list the config no longer resolves is not carried
     write_farm_root(farm_root, {"demo_ext": "8.0;9.0;10.0+PTX"}, build_epoch=3)
     assert main(["postbuild", str(stamped), "--out", str(tmp_path / "dist3"), "--root", str(farm_root)]) != 0
+
+
+def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: Path, raw_wheel: Path,
+                                                                     cuda_home: Path, tmp_path: Path) -> None:
+    """The recipe is edited after the build (its epoch, a vendored rule, jit, requires_dist, the
+    arch list): `farm postbuild --spec` stamps and records what the spec says, not today's recipe."""
+    from farm.build.spec import read_spec, resolve_spec, write_spec
+
+    config = load_config(farm_root)
+    recipe = config.recipe("demo_ext")
+    cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")
+    path = write_spec(resolve_spec(config, recipe, cell), tmp_path / "spec")
+    recipe_file = farm_root / "packages" / "demo_ext.yml"
+    recipe_file.write_text(recipe_file.read_text().replace(BASE, "8.0") + "build_epoch: 4\njit: true\n"
+                           "requires_dist: ['numpy>=1.24']\nvendored:\n  'libextra*.so*': '9.0'\n")
+    today = load_config(farm_root)
+    assert today.effective_epoch(today.recipe("demo_ext")) == 7 != config.effective_epoch(recipe) == 3
+    out = tmp_path / "out"
+    assert main(["postbuild", str(raw_wheel), "--root", str(farm_root), "--cuda-home", str(cuda_home),
+                 "--out", str(out), "--spec", str(path)]) == 0
+    (wheel,) = out.glob("*.whl")
+    assert WheelName.parse(wheel.name).build == "3"  # the spec's epoch, not today's 7
+    dist_info = f"demo_ext-0.1.0+{WheelName.parse(wheel.name).local}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        info = json.loads(zf.read(f"{dist_info}/_build_info.json"))
+        meta = zf.read(f"{dist_info}/METADATA").decode()
+    spec = read_spec(path)
+    assert info["build_epoch"] == 3
+    assert info["recipe_sha256"] == spec.recipe_sha256 != today.recipe("demo_ext").sha256
+    assert info["arch_list"]["requested"] == BASE
+    assert "numpy" not in meta

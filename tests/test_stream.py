@@ -36,7 +36,7 @@ class Store:
 
     def add(self, cell_id: str, size: int) -> None:
         folder = self.root / f"wheels-{cell_id}"
-        make_wheel(folder, "pkg", "1.0", {"pkg/blob.bin": b"\0" * size}, tag=f"cp311-cp311-linux_x86_64")
+        make_wheel(folder, "pkg", "1.0", {"pkg/blob.bin": b"\0" * size}, tag="cp311-cp311-linux_x86_64")
         (folder / "wheel.whl.ledger.json").write_text("{}")
 
     def fetch(self, cell_id: str, dest: Path) -> bool:

@@ -23,7 +23,7 @@ def _epoch_variants(batch: Batch, work: Path) -> list[Path]:
     from farm.binary.assertion import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
-    from farm.provenance import buildinfo
+    from farm.provenance import buildinfo, probe
     from farm.provenance.postbuild import BuildContext, postbuild_wheel
     from tests.publishfix import ARCH
 
@@ -31,7 +31,7 @@ def _epoch_variants(batch: Batch, work: Path) -> list[Path]:
     cell = Cell("demo_ext", "0.1.0", info["cell"]["cuda"], "none", info["cell"]["python"], info["cell"]["platform"])
     base = BuildContext(cell=cell, expected=Expected(ArchList.parse(ARCH)), requested=ARCH, build_epoch=0,
                         defaults_sha256=None, recipe_sha256=None,
-                        source=buildinfo.path_source("examples/demo_ext", None), run=buildinfo.run_from_env({}),
+                        source=buildinfo.PathSourceRecord("examples/demo_ext", None), run=probe.run_from_env({}),
                         toolchain=buildinfo.Toolchain.from_mapping(info["toolchain"]))
     dirs = []
     for epoch in range(1, N + 1):

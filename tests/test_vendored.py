@@ -15,7 +15,7 @@ import pytest
 from farm.cli import main
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo
-from farm.provenance.ledger import write_fragment
+from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import stamp_wheel
 from tests.cudafix import CudaFixtures, cuda_fixtures
 from tests.publishfix import ARCH, Batch, demo_batch, write_farm_root

@@ -18,11 +18,14 @@ import pytest
 
 from farm.cli import main
 from farm.model.config import load_config
-from farm.provenance.ledger import LedgerIndex, dumps_entry
-from farm.schedule.matrix import SHARD_SIZE, PlannedCell, compute_matrix, schedule
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
+from farm.schedule.actions import SHARD_SIZE
+from farm.schedule.matrix import PlannedCell, compute_matrix
 from farm.schedule.outcome import decide, read_artifacts
 from farm.schedule.slices import slice_plan
 from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
+from farm.schedule.waves import schedule
 
 from .ledgermaker import make_entry
 

@@ -375,7 +375,7 @@ def plan_build(
             env_pairs.append(("PIP_CACHE_DIR", host_cache))
     before_build = before_build_commands(cell, knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
-    repair = repair_command(declared=spec.vendored) if in_container else ""
+    repair = repair_command(declared=spec.vendored_globs) if in_container else ""
 
     cibw: dict[str, object] = {
         "build": ident,
@@ -418,7 +418,7 @@ def plan_build(
         environment=tuple(env_pairs),
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
-        repair_command=repair_command(declared=spec.vendored),
+        repair_command=repair_command(declared=spec.vendored_globs),
         extra_deps=knob.extra_deps,
     )
     return BuildPlan(

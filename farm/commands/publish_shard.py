@@ -94,7 +94,7 @@ def commit_and_push(root: Path, message: str, *, attempts: int = PUSH_ATTEMPTS) 
 
 def run(args: argparse.Namespace) -> int:
     from farm.commands.upload import configured_targets, render
-    from farm.provenance.audit import derive_from_config
+    from farm.provenance.verdict import derive_from_config
     from farm.publish import upload
 
     root = args.root.resolve()

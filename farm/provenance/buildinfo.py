@@ -1,26 +1,30 @@
-"""``_build_info.json``: the provenance a wheel carries in its ``.dist-info/``.
+"""``_build_info.json``: the provenance a wheel carries in its ``.dist-info/``, and a ledger line.
 
-The file is plain JSON (``docs/architecture.md`` shows it; the schema is
-``farm/schemas/build_info.schema.json``); in farm it is one frozen :class:`BuildInfo`, read once
-by :meth:`BuildInfo.from_json` (schema-validated; a foreign or newer file fails closed) and
-written by :meth:`BuildInfo.to_json` (the exact bytes earlier farms wrote). This module builds it
-from explicit values and fills the parts that come from the environment (CI run, toolchain
-versions) from real sources. A ledger line (:class:`LedgerEntry`) is the same object plus
-``filename``, ``sha256``, ``size`` and ``published``, made by :meth:`BuildInfo.ledger_entry`.
+The format is defined once, here, as a tree of frozen dataclasses (:class:`BuildInfo` and the
+records it holds; :class:`LedgerEntry` for a ``ledger.jsonl`` line). Everything else is derived
+from that definition by :mod:`farm.provenance.shape`: the JSON schema (:func:`schema`, committed
+as ``farm/schemas/build_info.schema.json``), the validating reader (:meth:`BuildInfo.from_json`:
+schema-checked, and a key this farm does not know fails closed, as it would be lost on writing
+back), the writer (:meth:`BuildInfo.to_json`, the exact bytes earlier farms wrote) and the ledger
+index's fast decoder (:mod:`farm.provenance.ledgerline`). A new key is one field here.
+
+After changing the definition, regenerate the committed schema::
+
+    python -c "from farm.provenance.buildinfo import write_schema; write_schema()"
+
+Probing the environment for these values (the CI run, the toolchain's versions) is
+:mod:`farm.provenance.probe`.
 """
 
 from __future__ import annotations
 
-import enum
 import json
-import os
-import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeVar
 
 from packaging.utils import (
     InvalidWheelFilename,
@@ -29,35 +33,42 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from farm.errors import FarmError, LedgerError, ToolError, WheelError
+from farm.errors import FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
+from farm.model import label
+from farm.provenance.shape import ABSENT as ABSENT  # re-exported: readers test a field against it
+from farm.provenance.shape import (
+    KNOWN,
+    Rule,
+    ShapeError,
+    UnknownKeyError,
+    asserted_schema,
+    decode,
+    encode,
+    fields_of,
+    object_schema,
+)
+from farm.provenance.shape import Absent as Absent
 
-# Reading a ledger imports this module: the toolkit (and the config and YAML behind it),
-# importlib.metadata and importlib.resources are imported where they are used, not here.
-
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 BUILD_INFO_NAME = "_build_info.json"
 ASSERTED: Final = "asserted"
 INFERRED: Final = "inferred"
+SCHEMA_FILE = Path(__file__).parent.parent / "schemas" / "build_info.schema.json"
 
-#: Keys a ledger line adds to the ``_build_info.json`` object.
-LEDGER_KEYS = ("filename", "sha256", "size", "published")
+JSON = dict[str, object]
 _T = TypeVar("_T")
 
-
-# -- the typed object -------------------------------------------------------------------------
-# Parsed once (schema-validated) into frozen objects and carried; written back by one to_json.
-# Each class lists its fields in the file's key order, so to_json gives back the very bytes
-# postbuild wrote. A key that older files may lack (a local run's url, torch_cuda, a toolkit's
-# manifest) is ABSENT when the file lacks it, which is not the same as a recorded null.
-class Absent(enum.Enum):
-    """A key the file does not have (as opposed to one it records as ``null``)."""
-
-    ABSENT = "absent"
-
-
-ABSENT: Final = Absent.ABSENT
-JSON = dict[str, object]
+# -- the value types (their constraints are the schema's) -------------------------------------
+SHA256_PATTERN: Final = "^[0-9a-f]{64}$"
+Sha256 = Annotated[str, Rule(pattern=SHA256_PATTERN)]
+NonEmpty = Annotated[str, Rule(min_length=1)]
+Count = Annotated[int, Rule(minimum=0)]
+ArchsByExtension = Annotated[
+    Mapping[str, str],
+    Rule(description="archive path of each extension .so -> canonical arch list (may be empty for a .so "
+                     "without device code)"),
+]
 
 
 def _frozen(pairs: Mapping[str, _T]) -> Mapping[str, _T]:
@@ -65,203 +76,155 @@ def _frozen(pairs: Mapping[str, _T]) -> Mapping[str, _T]:
     return MappingProxyType(dict(pairs))
 
 
-def _put(out: JSON, key: str, value: object) -> None:
-    if value is not ABSENT:
-        out[key] = value
-
-
-def _only(data: Mapping[str, object], allowed: tuple[str, ...], what: str) -> None:
-    """Fail closed on a key this farm does not know: it would be lost on writing back."""
-    unknown = [k for k in data if k not in allowed]
-    if unknown:
-        raise _Unknown(f"{what} has key(s) {', '.join(map(repr, unknown))} this farm does not know")
-
-
-class _Unknown(Exception):
-    """Raised inside parsing; :meth:`BuildInfo.from_json` turns it into the caller's error."""
-
-
-@dataclass(frozen=True)
-class CellInfo:
-    """The cell a wheel was built for (``None``: unknown, only in inferred provenance)."""
-
-    cuda: str | None
-    torch: str | None
-    python: str | None
-    platform: str | None
+class _Record:
+    """What every record of the format can do: be read from, and written as, its JSON object."""
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, str | None]) -> CellInfo:
-        return cls(data["cuda"], data["torch"], data["python"], data["platform"])
+    def from_mapping(cls, data: Mapping[str, Any]) -> Self:
+        """The record of ``data`` (trusted: made by farm, or already schema-checked)."""
+        return decode(cls, data)  # type: ignore[no-any-return]
 
     def to_dict(self) -> JSON:
-        return {"cuda": self.cuda, "torch": self.torch, "python": self.python, "platform": self.platform}
+        """The JSON object, keys in the file's order."""
+        return encode(self)  # type: ignore[no-any-return]
+
+
+# -- the definition ---------------------------------------------------------------------------
+# Each class lists its fields in the file's key order, so writing gives back the very bytes
+# postbuild wrote. ``| Absent`` (default ABSENT) marks a key older files lack: absent stays
+# absent, which is not the same as a recorded null. ``OPEN_SCHEMA``: the published schema lets
+# other readers take keys a later farm adds; farm itself refuses them (it would lose them).
+@dataclass(frozen=True)
+class CellInfo(_Record):
+    """The cell a wheel was built for (``None``: unknown, only in inferred provenance)."""
+
+    cuda: Annotated[str, Rule(min_length=1, pattern=r"^[0-9]+\.[0-9]+$")] | None
+    torch: Annotated[str, Rule(min_length=1, pattern=r"^([0-9]+\.[0-9]+|none)$")] | None
+    python: NonEmpty | None
+    platform: NonEmpty | None
 
 
 @dataclass(frozen=True)
-class ArchRequest:
+class ArchListRecord(_Record):
     """The arch list as the configuration wrote it, and as farm normalised it."""
 
-    requested: str | None
-    normalised: str | None
-
-    def to_dict(self) -> JSON:
-        return {"requested": self.requested, "normalised": self.normalised}
+    requested: Annotated[str | None, Rule(asserted=KNOWN)]
+    normalised: Annotated[str | None, Rule(asserted=KNOWN)]
 
 
 @dataclass(frozen=True)
-class Assertion:
+class Assertion(_Record):
     """The post-build assertion: its result and the readers that ran (their versions)."""
 
-    result: Literal["passed", "failed"]
+    OPEN_SCHEMA: ClassVar[bool] = True
+    result: Annotated[Literal["passed", "failed"], Rule(asserted="passed")]
     native_reader: str | None
     cuobjdump: str | None
 
-    def to_dict(self) -> JSON:
-        return {"result": self.result, "native_reader": self.native_reader, "cuobjdump": self.cuobjdump}
-
 
 @dataclass(frozen=True)
-class Run:
+class Run(_Record):
     """The CI run that built the wheel (``provider`` ``local`` off CI)."""
 
-    provider: str
+    OPEN_SCHEMA: ClassVar[bool] = True
+    provider: NonEmpty
     repository: str | None = None
     commit: str | None = None
     run_id: str | None = None
     attempt: str | None = None
     url: str | Absent | None = ABSENT
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Run:
-        _only(data, _RUN_KEYS, "run")
-        return cls(data["provider"], data["repository"], data["commit"], data["run_id"], data["attempt"],
-                   data.get("url", ABSENT))
-
-    def to_dict(self) -> JSON:
-        out: JSON = {"provider": self.provider, "repository": self.repository, "commit": self.commit,
-                     "run_id": self.run_id, "attempt": self.attempt}
-        _put(out, "url", self.url)
-        return out
-
-
-_RUN_KEYS = ("provider", "repository", "commit", "run_id", "attempt", "url")
-
 
 @dataclass(frozen=True)
-class GitSource:
+class GitSourceRecord(_Record):
+    """A git checkout the wheel was built from."""
+
+    kind: ClassVar[str] = "git"
     repo: str
     ref: str | None
     commit: str | None
-    kind: ClassVar[str] = "git"
-
-    def to_dict(self) -> JSON:
-        return {"kind": self.kind, "repo": self.repo, "ref": self.ref, "commit": self.commit}
 
 
 @dataclass(frozen=True)
-class SdistSource:
+class SdistSourceRecord(_Record):
+    """An sdist the wheel was built from."""
+
+    kind: ClassVar[str] = "sdist"
     name: str
     version: str | None
-    sha256: str | None
-    kind: ClassVar[str] = "sdist"
-
-    def to_dict(self) -> JSON:
-        return {"kind": self.kind, "name": self.name, "version": self.version, "sha256": self.sha256}
+    sha256: Sha256 | None
 
 
 @dataclass(frozen=True)
-class PathSource:
-    path: str
-    tree_sha256: str | None
+class PathSourceRecord(_Record):
+    """A local tree the wheel was built from."""
+
     kind: ClassVar[str] = "path"
-
-    def to_dict(self) -> JSON:
-        return {"kind": self.kind, "path": self.path, "tree_sha256": self.tree_sha256}
-
-
-Source = GitSource | SdistSource | PathSource
+    path: str
+    tree_sha256: Sha256 | None
 
 
-def source_from(data: Mapping[str, Any] | None) -> Source | None:
-    """A source description (a fetched tree's, or the file's ``source``) as its typed object."""
-    if data is None:
-        return None
-    if data["kind"] == "git":
-        return GitSource(data["repo"], data["ref"], data["commit"])
-    if data["kind"] == "sdist":
-        return SdistSource(data["name"], data["version"], data["sha256"])
-    return PathSource(data["path"], data["tree_sha256"])
+SourceRecord = GitSourceRecord | SdistSourceRecord | PathSourceRecord
 
 
 @dataclass(frozen=True)
-class ToolkitComponent:
+class ToolkitComponent(_Record):
     """One component of the toolkit (``cuda_nvcc``), with its archive's sha256."""
 
-    name: str
-    version: str
-    sha256: str | None
-
-    def to_dict(self) -> JSON:
-        return {"name": self.name, "version": self.version, "sha256": self.sha256}
+    name: Annotated[str, Rule(pattern="^[a-z][a-z0-9_]*$")]
+    version: NonEmpty
+    sha256: Sha256 | None
 
 
-@dataclass(frozen=True)
-class ToolkitRecord:
+@dataclass(frozen=True, kw_only=True)
+class ToolkitRecord(_Record):
     """Which exact CUDA toolkit built the wheel."""
 
+    OPEN_SCHEMA: ClassVar[bool] = True
     source: Literal["redist", "pypi", "installed"]
     release: str | None
     manifest_url: str | Absent | None = ABSENT
-    manifest_sha256: str | Absent | None = ABSENT
+    manifest_sha256: Sha256 | Absent | None = ABSENT
     components: tuple[ToolkitComponent, ...] = ()
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> ToolkitRecord:
-        _only(data, ("source", "release", "manifest_url", "manifest_sha256", "components"), "toolchain.toolkit")
-        return cls(data["source"], data["release"], data.get("manifest_url", ABSENT),
-                   data.get("manifest_sha256", ABSENT),
-                   tuple(ToolkitComponent(c["name"], c["version"], c["sha256"]) for c in data["components"]))
-
-    def to_dict(self) -> JSON:
-        out: JSON = {"source": self.source, "release": self.release}
-        _put(out, "manifest_url", self.manifest_url)
-        _put(out, "manifest_sha256", self.manifest_sha256)
-        out["components"] = [c.to_dict() for c in self.components]
-        return out
 
 
 @dataclass(frozen=True)
-class Toolchain:
+class CompileCache(_Record):
+    """A compiler cache's counts for the build (``ccache``, ``sccache``)."""
+
+    tool: NonEmpty
+    compiles: Count
+    hits: Count
+    misses: Count
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain(_Record):
     """Versions of the tools that made the wheel (``None``: unknown, never guessed)."""
 
+    OPEN_SCHEMA: ClassVar[bool] = True
     nvcc: str | None
     torch: str | None
+    torch_cuda: Annotated[
+        str | Absent | None,
+        Rule(description="the CUDA version of the torch built against (torch.version.cuda)"),
+    ] = ABSENT
     python: str | None
     builder: str | None
     cibuildwheel: str | None
-    torch_cuda: str | Absent | None = ABSENT  # the CUDA line torch was built with
-    toolkit: ToolkitRecord | Absent | None = ABSENT
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Toolchain:
-        _only(data, ("nvcc", "torch", "torch_cuda", "python", "builder", "cibuildwheel", "toolkit"), "toolchain")
-        toolkit = data.get("toolkit", ABSENT)
-        return cls(data["nvcc"], data["torch"], data["python"], data["builder"], data["cibuildwheel"],
-                   data.get("torch_cuda", ABSENT),
-                   ToolkitRecord.from_mapping(toolkit) if isinstance(toolkit, Mapping) else toolkit)
-
-    def to_dict(self) -> JSON:
-        out: JSON = {"nvcc": self.nvcc, "torch": self.torch}
-        _put(out, "torch_cuda", self.torch_cuda)
-        out.update(python=self.python, builder=self.builder, cibuildwheel=self.cibuildwheel)
-        toolkit = self.toolkit
-        _put(out, "toolkit", toolkit.to_dict() if isinstance(toolkit, ToolkitRecord) else toolkit)
-        return out
+    toolkit: Annotated[
+        ToolkitRecord | Absent | None,
+        Rule(description="the CUDA toolkit that built the wheel: its source, NVIDIA release, manifest and "
+                         "components"),
+    ] = ABSENT
+    compile_cache: Annotated[
+        CompileCache | Absent | None,
+        Rule(description="the compiler cache's counts for this build; null: no cache, or not counted"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)
-class Bundled:
+class Bundled(_Record):
     """A bundled library (``*.libs/``): the targets found in it and the recipe's expectation
     (its own list, ``""`` for host-only, or ``None`` with the exemption's reason)."""
 
@@ -269,40 +232,42 @@ class Bundled:
     expected: str | None
     exempt: str | None
 
-    def to_dict(self) -> JSON:
-        return {"found": self.found, "expected": self.expected, "exempt": self.exempt}
 
-
-_TOP_KEYS = ("schema_version", "package", "dist", "version", "cell", "build_epoch", "arch_list", "expected",
-             "found", "assertion", "defaults_sha256", "recipe_sha256", "run", "source", "toolchain",
-             "extensions", "provenance", "vendored")
-
-
-@dataclass(frozen=True)
-class BuildInfo:
+@dataclass(frozen=True, kw_only=True)
+class BuildInfo(_Record):
     """One wheel's ``_build_info.json``, parsed and validated.
 
     ``expected`` / ``found``: archive path of each extension -> canonical arch list;
     ``extensions``: archive path -> sha256. ``None`` where an inferred provenance cannot say."""
 
-    package: str | None
-    dist: str
-    version: str  # public, without the local label
+    OPEN_SCHEMA: ClassVar[bool] = True
+    schema_version: Literal[1] = SCHEMA_VERSION
+    package: Annotated[NonEmpty | None, Rule(asserted=KNOWN)]
+    dist: NonEmpty
+    version: Annotated[NonEmpty, Rule(description="public version, without the local label")]
     cell: CellInfo
-    build_epoch: int | None
-    arch_list: ArchRequest
-    expected: Mapping[str, str] | None
-    found: Mapping[str, str] | None
-    assertion: Assertion | None
-    defaults_sha256: str | None
-    recipe_sha256: str | None
-    run: Run | None
-    source: Source | None
-    toolchain: Toolchain | None
-    extensions: Mapping[str, str] | None
+    build_epoch: Annotated[Count | None, Rule(asserted=KNOWN)]
+    arch_list: ArchListRecord
+    expected: Annotated[ArchsByExtension | None, Rule(asserted=KNOWN)]
+    found: Annotated[ArchsByExtension | None, Rule(asserted=KNOWN)]
+    assertion: Annotated[Assertion | None, Rule(asserted=KNOWN)]
+    defaults_sha256: Sha256 | None
+    recipe_sha256: Sha256 | None
+    run: Annotated[Run | None, Rule(asserted=KNOWN)]
+    source: SourceRecord | None
+    toolchain: Annotated[Toolchain | None, Rule(asserted=KNOWN)]
+    extensions: Annotated[Mapping[str, Sha256] | None, Rule(asserted=KNOWN)]
     provenance: Literal["asserted", "inferred"]
-    vendored: Mapping[str, Bundled] | Absent | None = ABSENT
-    schema_version: int = SCHEMA_VERSION
+    vendored: Annotated[
+        Mapping[str, Bundled] | Absent | None,
+        Rule(description="bundled libraries (*.libs/ members): archive path -> the targets found in it and the "
+                         "recipe's expectation for it (its own list, '' for host-only, or null with the "
+                         "exemption's reason)"),
+    ] = ABSENT
+    duration_s: Annotated[
+        float | Absent | None,
+        Rule(minimum=0, description="wall seconds the build of this cell took; null or absent: unknown"),
+    ] = ABSENT
 
     # -- reading --
     @classmethod
@@ -318,62 +283,9 @@ class BuildInfo:
                         f"{BUILD_INFO_NAME}", where=where,
                         hint="a wheel's provenance never holds the ledger's keys: the file was not written by "
                              "farm postbuild; rebuild the wheel with farm")
-        return cls._from_valid(obj, where=where, error=error)
-
-    @classmethod
-    def _from_valid(cls, obj: Mapping[str, Any], *, where: str | None, error: type[FarmError]) -> BuildInfo:
-        try:
-            _only(obj, _TOP_KEYS + LEDGER_KEYS, BUILD_INFO_NAME)
-            vendored = obj.get("vendored", ABSENT)
-            return cls(
-                package=obj["package"], dist=obj["dist"], version=obj["version"],
-                cell=CellInfo.from_mapping(obj["cell"]), build_epoch=obj["build_epoch"],
-                arch_list=ArchRequest(obj["arch_list"]["requested"], obj["arch_list"]["normalised"]),
-                expected=_frozen(obj["expected"]) if obj["expected"] is not None else None,
-                found=_frozen(obj["found"]) if obj["found"] is not None else None,
-                assertion=_assertion(obj["assertion"]),
-                defaults_sha256=obj["defaults_sha256"], recipe_sha256=obj["recipe_sha256"],
-                run=Run.from_mapping(obj["run"]) if obj["run"] is not None else None,
-                source=source_from(obj["source"]),
-                toolchain=Toolchain.from_mapping(obj["toolchain"]) if obj["toolchain"] is not None else None,
-                extensions=_frozen(obj["extensions"]) if obj["extensions"] is not None else None,
-                provenance=obj["provenance"],
-                vendored=_frozen({p: Bundled(v["found"], v["expected"], v["exempt"]) for p, v in vendored.items()})
-                if isinstance(vendored, Mapping) else vendored,
-                schema_version=obj["schema_version"],
-            )
-        except _Unknown as exc:
-            raise error(f"invalid build info: {exc}", where=where,
-                        hint="it was written by another tool or a newer farm: upgrade farm, or rebuild the "
-                             "wheel with this one") from None
+        return _decode(cls, obj, where=where, error=error)
 
     # -- writing --
-    def to_dict(self) -> JSON:
-        """The JSON object, keys in the file's order."""
-        out: JSON = {
-            "schema_version": self.schema_version,
-            "package": self.package,
-            "dist": self.dist,
-            "version": self.version,
-            "cell": self.cell.to_dict(),
-            "build_epoch": self.build_epoch,
-            "arch_list": self.arch_list.to_dict(),
-            "expected": dict(self.expected) if self.expected is not None else None,
-            "found": dict(self.found) if self.found is not None else None,
-            "assertion": self.assertion.to_dict() if self.assertion is not None else None,
-            "defaults_sha256": self.defaults_sha256,
-            "recipe_sha256": self.recipe_sha256,
-            "run": self.run.to_dict() if self.run is not None else None,
-            "source": self.source.to_dict() if self.source is not None else None,
-            "toolchain": self.toolchain.to_dict() if self.toolchain is not None else None,
-            "extensions": dict(self.extensions) if self.extensions is not None else None,
-            "provenance": self.provenance,
-        }
-        vendored = self.vendored
-        _put(out, "vendored", {p: v.to_dict() for p, v in vendored.items()} if isinstance(vendored, Mapping)
-             else vendored)
-        return out
-
     def to_json(self) -> bytes:
         """The bytes stored in the wheel: the file's key order, indented, one trailing newline."""
         return (json.dumps(self.to_dict(), indent=2) + "\n").encode()
@@ -395,33 +307,25 @@ class BuildInfo:
         return self.vendored if isinstance(self.vendored, Mapping) else {}
 
 
-def _assertion(data: Mapping[str, Any] | None) -> Assertion | None:
-    if data is None:
-        return None
-    _only(data, ("result", "native_reader", "cuobjdump"), "assertion")
-    return Assertion(data["result"], data["native_reader"], data["cuobjdump"])
-
-
 @dataclass(frozen=True)
-class Published:
+class Published(_Record):
     """Where a wheel was published: the target's name and the file's URL there."""
 
+    OPEN_SCHEMA: ClassVar[bool] = True
     target: str
     url: str
-
-    def to_dict(self) -> JSON:
-        return {"target": self.target, "url": self.url}
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One ``ledger.jsonl`` line: a wheel's provenance plus its file name, bytes and publications."""
+    """One ``ledger.jsonl`` line: a wheel's provenance plus its file name, bytes and publications
+    (the fields after ``info`` are the keys a line adds to the ``_build_info.json`` object)."""
 
     info: BuildInfo
-    filename: str
-    sha256: str
-    size: int
-    published: tuple[Published, ...] = ()
+    filename: Annotated[str, Rule(pattern=r"\.whl$", description="ledger entries only")]
+    sha256: Annotated[Sha256, Rule(description="ledger entries only: the wheel file")]
+    size: Annotated[Count, Rule(description="ledger entries only")]
+    published: Annotated[tuple[Published, ...], Rule(description="ledger entries only")] = ()
 
     @classmethod
     def from_json(cls, data: bytes | str | Mapping[str, Any], *, where: str | None = None,
@@ -432,22 +336,49 @@ class LedgerEntry:
         if missing:
             raise error(f"not a ledger entry: no {', '.join(missing)}", where=where,
                         hint="a ledger entry is a _build_info.json plus filename, sha256, size and published")
-        info = BuildInfo._from_valid(obj, where=where, error=error)
-        try:
-            for item in obj["published"]:
-                _only(item, ("target", "url"), "published item")
-        except _Unknown as exc:
-            raise error(f"invalid ledger entry: {exc}", where=where,
-                        hint="it was written by another tool or a newer farm: upgrade farm") from None
-        return cls(info, obj["filename"], obj["sha256"], obj["size"],
-                   tuple(Published(p["target"], p["url"]) for p in obj["published"]))
+        info = _decode(BuildInfo, obj, where=where, error=error, skip=LEDGER_KEYS)
+        entry: LedgerEntry = _decode(cls, obj, where=where, error=error, skip=_BUILD_INFO_KEYS, given={"info": info})
+        return entry
 
     def to_dict(self) -> JSON:
-        return {**self.info.to_dict(), "filename": self.filename, "sha256": self.sha256, "size": self.size,
-                "published": [p.to_dict() for p in self.published]}
+        out = self.info.to_dict()
+        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS)
+        return out
 
     def with_published(self, target: str, url: str) -> LedgerEntry:
         return replace(self, published=(*self.published, Published(target, url)))
+
+
+#: Keys a ledger line adds to the ``_build_info.json`` object.
+LEDGER_KEYS = tuple(name for name, _ in fields_of(LedgerEntry) if name != "info")
+_BUILD_INFO_KEYS = tuple(name for name, _ in fields_of(BuildInfo))
+
+
+def source_from(data: Mapping[str, Any] | None) -> SourceRecord | None:
+    """A source description (a fetched tree's, or the file's ``source``) as its typed object."""
+    if data is None:
+        return None
+    for cls in (GitSourceRecord, SdistSourceRecord, PathSourceRecord):
+        if data["kind"] == cls.kind:
+            return cls.from_mapping(data)
+    raise ValueError(f"unknown source kind {data['kind']!r}")
+
+
+def _decode(cls: type[_T], obj: Mapping[str, Any], *, where: str | None, error: type[FarmError],
+            skip: tuple[str, ...] = (), given: Mapping[str, Any] | None = None) -> _T:
+    """``obj`` (schema-checked) as its typed object; a key the definition lacks is refused."""
+    try:
+        return decode(cls, obj, skip=skip, given=given)  # type: ignore[no-any-return]
+    except UnknownKeyError as exc:
+        what = ".".join(exc.path) or BUILD_INFO_NAME
+        if exc.path[:1] == ("published",):
+            what = "published item"
+        raise error(f"invalid build info: {what} has key(s) {exc.message} this farm does not know", where=where,
+                    hint="it was written by another tool or a newer farm: upgrade farm, or rebuild the "
+                         "wheel with this one") from None
+    except ShapeError as exc:
+        raise error(f"invalid build info at {exc.where or '(top level)'}: {exc.message}", where=where,
+                    hint=f"the provenance must follow farm/schemas/{SCHEMA_FILE.name}") from None
 
 
 def _load(data: bytes | str | Mapping[str, Any], *, where: str | None, error: type[FarmError]) -> Mapping[str, Any]:
@@ -472,114 +403,7 @@ def _load(data: bytes | str | Mapping[str, Any], *, where: str | None, error: ty
     return obj
 
 
-# -- the CI run -------------------------------------------------------------------------------
-def run_from_env(env: Mapping[str, str] | None = None) -> Run:
-    """The CI run that built the wheel, from the provider's own variables, or ``local``."""
-    env = os.environ if env is None else env
-    if env.get("GITHUB_ACTIONS") == "true":
-        repo, run_id = env.get("GITHUB_REPOSITORY"), env.get("GITHUB_RUN_ID")
-        attempt = env.get("GITHUB_RUN_ATTEMPT")
-        server = env.get("GITHUB_SERVER_URL", "https://github.com")
-        url = f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else None
-        if url and attempt:
-            url += f"/attempts/{attempt}"
-        return Run("github", repo, env.get("GITHUB_SHA"), run_id, attempt, url)
-    if env.get("GITLAB_CI") == "true":
-        return Run("gitlab", env.get("CI_PROJECT_PATH"), env.get("CI_COMMIT_SHA"), env.get("CI_PIPELINE_ID"),
-                   None, env.get("CI_JOB_URL"))
-    if env.get("BUILDKITE") == "true":
-        return Run("buildkite", env.get("BUILDKITE_REPO"), env.get("BUILDKITE_COMMIT"),
-                   env.get("BUILDKITE_BUILD_NUMBER"), env.get("BUILDKITE_RETRY_COUNT"),
-                   env.get("BUILDKITE_BUILD_URL"))
-    if env.get("CI", "").lower() in ("true", "1"):
-        # Some CI we do not know: say so rather than claim a local build.
-        return Run("ci")
-    return Run("local")
-
-
-# -- the toolchain ----------------------------------------------------------------------------
-@lru_cache(maxsize=8)
-def nvcc_version(cuda_home: Path) -> str:
-    """The version the ``nvcc`` of ``cuda_home`` reports (the toolkit the build used)."""
-    nvcc = Path(cuda_home) / "bin" / ("nvcc.exe" if os.name == "nt" else "nvcc")
-    if not nvcc.exists():
-        raise ToolError(f"no nvcc at {nvcc}", hint="set CUDA_HOME to the toolkit the wheel was built with")
-    from farm.toolkit.assemble import nvcc_release
-
-    return nvcc_release(nvcc)
-
-
-def _installed_version(dist: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def installed_torch() -> str | None:
-    """The torch installed beside farm (read from its metadata: importing torch takes seconds)."""
-    return _installed_version("torch")
-
-
-def _minor(version: str) -> str:
-    parts = version.split("+", 1)[0].split(".")
-    return ".".join(parts[:2])
-
-
-def toolchain(
-    *,
-    cuda_home: Path | None,
-    builder: str | None,
-    python: str | None = None,
-    torch_minor: str | None = None,
-    toolkit: ToolkitRecord | Mapping[str, Any] | None = None,
-    torch_built: Mapping[str, Any] | None = None,
-) -> Toolchain:
-    """Versions of the tools that made the wheel.
-
-    ``nvcc`` is asked (the one under ``cuda_home``). ``torch`` is the installed torch when its
-    minor is ``torch_minor`` (the cell's), else unknown (``None``): a containerised build's torch
-    is not this interpreter's. ``cibuildwheel`` is the installed one when it was the builder.
-    ``python`` defaults to this interpreter (the native builder's); a containerised build passes
-    its own (``None`` there means unknown, never this host's).
-    """
-    torch = installed_torch() if torch_minor not in (None, "none") else None
-    if torch is not None and _minor(torch) != torch_minor:
-        torch = None
-    torch_cuda = None
-    if torch_built is not None and torch_minor not in (None, "none"):
-        # the builder says which torch the build compiled against (the build environment's)
-        torch, torch_cuda = torch_built.get("version"), torch_built.get("cuda")
-    if isinstance(toolkit, Mapping):  # a Toolkit's record(): which exact toolkit, components and all
-        toolkit = ToolkitRecord.from_mapping(toolkit)
-    return Toolchain(
-        nvcc=nvcc_version(Path(cuda_home)) if cuda_home else None,
-        torch=torch,
-        # a container build's Python is the container's: unknown (None) rather than this host's
-        python=python if builder == "cibuildwheel" else python or platform.python_version(),
-        builder=builder,
-        cibuildwheel=_installed_version("cibuildwheel") if builder == "cibuildwheel" else None,
-        torch_cuda=torch_cuda,  # the CUDA line that torch was built with ("13.0"), None: unknown
-        toolkit=toolkit,
-    )
-
-
-# -- sources ----------------------------------------------------------------------------------
-def git_source(repo: str, ref: str | None, commit: str | None) -> GitSource:
-    return GitSource(repo, ref, commit)
-
-
-def sdist_source(name: str, version: str | None, sha256: str | None) -> SdistSource:
-    return SdistSource(name, version, sha256)
-
-
-def path_source(path: str, tree_sha256: str | None) -> PathSource:
-    return PathSource(path, tree_sha256)
-
-
-# -- the object -------------------------------------------------------------------------------
+# -- making one -------------------------------------------------------------------------------
 def make_build_info(
     *,
     package: str,
@@ -595,22 +419,23 @@ def make_build_info(
     defaults_sha256: str | None,
     recipe_sha256: str | None,
     run: Run,
-    source: Source | None,
+    source: SourceRecord | None,
     toolchain: Toolchain,
     extensions: Mapping[str, str],
     vendored: Mapping[str, Mapping[str, Any]] | None = None,
+    duration_s: float | Absent | None = ABSENT,
 ) -> BuildInfo:
     """An asserted provenance; every value is given, nothing is guessed.
 
     ``vendored``: each bundled library's found targets and expectation (recorded only when the
-    wheel bundles any)."""
+    wheel bundles any). ``duration_s``: the build's wall seconds, when it was measured."""
     return BuildInfo(
         package=package,
         dist=dist,
         version=version,
         cell=CellInfo.from_mapping(cell),
         build_epoch=int(build_epoch),
-        arch_list=ArchRequest(requested, normalised),
+        arch_list=ArchListRecord(requested, normalised),
         expected=_frozen(dict(sorted(expected.items()))),
         found=_frozen(dict(sorted(found.items()))),
         assertion=Assertion("passed", tools.get("native_reader"), tools.get("cuobjdump")),
@@ -623,6 +448,7 @@ def make_build_info(
         provenance=ASSERTED,
         vendored=_frozen({p: Bundled(v["found"], v["expected"], v["exempt"]) for p, v in sorted(vendored.items())})
         if vendored else ABSENT,
+        duration_s=duration_s,
     )
 
 
@@ -639,7 +465,7 @@ def inferred_build_info(
     return BuildInfo(
         package=package, dist=dist, version=version,
         cell=CellInfo(cell.get("cuda"), cell.get("torch"), cell.get("python"), cell.get("platform")),
-        build_epoch=None, arch_list=ArchRequest(None, None), expected=None,
+        build_epoch=None, arch_list=ArchListRecord(None, None), expected=None,
         found=_frozen(dict(sorted(found.items()))), assertion=None, defaults_sha256=None,
         recipe_sha256=None, run=None, source=None, toolchain=None,
         extensions=_frozen(dict(sorted(extensions.items()))), provenance=INFERRED,
@@ -649,9 +475,7 @@ def inferred_build_info(
 # -- the file name a provenance implies (the upload gate and audit both check it) ---------------
 def local_label(cell: CellInfo) -> str:
     """``cu128torch2.8``, or ``cu128`` for a package that does not link torch."""
-    cuda = f"cu{(cell.cuda or '').replace('.', '')}"
-    torch = cell.torch
-    return cuda if torch in (None, "none") else f"{cuda}torch{torch}"
+    return label.local_label(cell.cuda or "", cell.torch or label.NO_TORCH)
 
 
 def _platform_matches(cell_platform: str, wheel_platform: str) -> bool:
@@ -702,16 +526,40 @@ def name_problems(filename: str, info: BuildInfo) -> list[str]:
     return problems
 
 
-# -- validation -------------------------------------------------------------------------------
-@lru_cache(maxsize=1)
+# -- the schema, derived from the definition --------------------------------------------------
+@cache
 def schema() -> dict[str, Any]:
-    from importlib import resources
+    """The JSON schema of ``_build_info.json`` and of a ledger line, derived from the definition
+    (the committed ``farm/schemas/build_info.schema.json`` is this, written by :func:`write_schema`)."""
+    body = object_schema(BuildInfo)
+    ledger = object_schema(LedgerEntry)["properties"]
+    body["properties"].update((k, ledger[k]) for k in LEDGER_KEYS)
+    out: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://farm.invalid/schemas/build_info.schema.json",
+        "title": f"farm _build_info.json (schema version {SCHEMA_VERSION})",
+        "description": "Provenance of one wheel, stored in its .dist-info/_build_info.json. A ledger.jsonl line is "
+                       "the same object plus filename, sha256, size and published. Inferred entries (backfill) have "
+                       "the same keys with unknown values null. Generated from farm/provenance/buildinfo.py.",
+        **body,
+    }
+    promised = asserted_schema(BuildInfo)
+    if promised is not None:
+        out["allOf"] = [{"if": {"properties": {"provenance": {"const": ASSERTED}}}, "then": promised}]
+    return out
 
-    text = resources.files("farm").joinpath("schemas/build_info.schema.json").read_text()
-    return json.loads(text)  # type: ignore[no-any-return,unused-ignore]
+
+def schema_text() -> str:
+    """The committed schema file's text."""
+    return json.dumps(schema(), indent=2) + "\n"
 
 
-@lru_cache(maxsize=1)
+def write_schema(path: Path = SCHEMA_FILE) -> None:
+    """Write the schema derived from the definition to ``path`` (the committed file)."""
+    Path(path).write_text(schema_text())
+
+
+@cache
 def _validator() -> Any:
     import jsonschema  # type: ignore[import-untyped]  # only validation pays for the import
 
@@ -729,7 +577,7 @@ def validate(info: Any, *, where: str | None = None, error: type[FarmError] = Wh
         raise error(
             f"invalid build info at {at}: {first.message}{more}",
             where=where,
-            hint="the provenance must follow farm/schemas/build_info.schema.json",
+            hint=f"the provenance must follow farm/schemas/{SCHEMA_FILE.name}",
         )
 
 

@@ -13,7 +13,6 @@ upload gate looks for it, unless another folder is given.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,9 @@ from packaging.version import Version
 
 from farm.errors import FarmError, UsageError, WheelError
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
-from farm.provenance import buildinfo
-from farm.provenance.ledger import write_fragment
+from farm.model.label import parse_local_label
+from farm.provenance import buildinfo, probe
+from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
     Relabel,
     StampResult,
@@ -50,7 +50,7 @@ class BuildContext:
     build_epoch: int  # effective: _defaults.yml + recipe
     defaults_sha256: str | None
     recipe_sha256: str | None
-    source: buildinfo.Source | None
+    source: buildinfo.SourceRecord | None
     run: buildinfo.Run
     toolchain: buildinfo.Toolchain
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
@@ -284,11 +284,31 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
         embedded = None
     if embedded is not None and embedded.cell.cuda is not None and embedded.cell.torch is not None:
         return embedded.cell.cuda, embedded.cell.torch
-    local = Version(WheelName.parse(Path(wheel).name).version).local or ""
-    m = re.fullmatch(r"cu(\d{2})(\d+)(?:torch(\d+\.\d+))?", local)
-    if m is None:
-        return None
-    return f"{int(m[1])}.{int(m[2])}", m[3] or NO_TORCH
+    label = parse_local_label(Version(WheelName.parse(Path(wheel).name).version).local)
+    return None if label is None else (label.cuda, label.torch)
+
+
+def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None,
+                      env: Mapping[str, str] | None = None,
+                      toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None, python: str | None = None,
+                      torch_built: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What only the build's environment knows, as :class:`BuildContext` fields: the CI run and
+    the toolchain (nvcc under ``cuda_home``, else ``$CUDA_HOME``; the torch the build used)."""
+    env = os.environ if env is None else env
+    if cuda_home is None and env.get("CUDA_HOME"):
+        cuda_home = Path(env["CUDA_HOME"])
+    return {"run": probe.run_from_env(env),
+            "toolchain": probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=cell.torch,
+                                         toolkit=toolkit, python=python, torch_built=torch_built)}
+
+
+def wheel_cell(wheel: Path, cell: Cell) -> Cell:
+    """``cell`` with the Python and platform ``wheel``'s tags say, and the CUDA line and torch its
+    provenance or label say: equal to ``cell`` exactly when the wheel is of that cell."""
+    name = WheelName.parse(Path(wheel).name)
+    own = own_cell(Path(wheel))
+    cuda, torch = own if own is not None else (cell.cuda, cell.torch)
+    return Cell(cell.package, cell.version, cuda, torch, cell_python(name), cell_platform(name))
 
 
 # -- the config glue ------------------------------------------------------------------------------
@@ -298,20 +318,21 @@ def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
 
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
-def _source_of(recipe: Recipe) -> buildinfo.Source:
+def source_of(recipe: Recipe) -> buildinfo.SourceRecord:
+    """The recipe's pinned source as provenance records it (a path source with its tree hash)."""
     from farm.model.config import GitSource, PathSource, SdistSource
 
     src = recipe.source
     if isinstance(src, GitSource):
         # A recipe pins a tag or a full commit; a 40-hex ref is the commit itself.
         commit = src.ref if len(src.ref) == 40 and all(c in "0123456789abcdef" for c in src.ref) else None
-        return buildinfo.git_source(src.repo, src.ref, commit)
+        return buildinfo.GitSourceRecord(src.repo, src.ref, commit)
     if isinstance(src, SdistSource):
-        return buildinfo.sdist_source(src.name, src.version, src.sha256)
+        return buildinfo.SdistSourceRecord(src.name, src.version, src.sha256)
     if isinstance(src, PathSource):
         from farm.source.fetch import tree_sha256
 
-        return buildinfo.path_source(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
+        return buildinfo.PathSourceRecord(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
     raise TypeError(f"unknown source {src!r}")
 
 
@@ -330,7 +351,7 @@ def recipe_for_wheel(config: FarmConfig, name: WheelName, package: str | None) -
 
 def cuda_line(cuda_home: Path) -> str:
     """``13.0`` from the toolkit's nvcc."""
-    major, minor, *_ = buildinfo.nvcc_version(cuda_home).split(".")
+    major, minor, *_ = probe.nvcc_version(cuda_home).split(".")
     return f"{major}.{minor}"
 
 
@@ -343,7 +364,7 @@ def context_from_config(
     torch: str | None = None,
     cuda_home: Path | None = None,
     builder: str | None = None,
-    source: buildinfo.Source | Mapping[str, Any] | None = None,
+    source: buildinfo.SourceRecord | Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None,
     python: str | None = None,
@@ -355,9 +376,12 @@ def context_from_config(
     ``cuda`` defaults to the line of ``cuda_home``'s nvcc; ``torch`` to the installed torch's minor
     (``none`` for recipes that do not link torch). ``source`` defaults to the recipe's pinned
     source (with the tree hash of a path source); a builder that fetched a git or sdist source
-    passes the fetched tree's description, which holds the resolved commit. ``arch``: the arch
-    request of the build spec the wheel was built from (``farm build``, ``farm postbuild --spec``);
-    without one (a wheel built outside farm) the config's request for the wheel's cell is resolved.
+    passes the fetched tree's description, which holds the resolved commit. ``arch``: an arch
+    request the caller decided; without one the config's request for the wheel's cell is resolved.
+
+    This is the context of a wheel built outside farm (or asserted with ``farm assert``): a wheel
+    ``farm build`` made is postbuilt by its build spec instead (``BuildSpec.context``), which
+    carries every decision here, so nothing of today's recipe reaches it.
     """
     from farm.binary.assertion import Expected
     from farm.model.spec import require_arch_request
@@ -384,7 +408,7 @@ def context_from_config(
                              where=recipe.display, hint="drop --torch, or set links_torch: true in the recipe")
         torch = NO_TORCH
     elif torch is None:
-        installed = buildinfo.installed_torch()
+        installed = probe.installed_torch()
         if installed is None:
             raise UsageError(f"{recipe.name} links torch: which torch was it built against?",
                              where=name.filename, hint="pass --torch M.m")
@@ -403,10 +427,9 @@ def context_from_config(
         build_epoch=config.effective_epoch(recipe),
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,
-        source=_source_of(recipe) if source is None else source,
-        run=buildinfo.run_from_env(env),
-        toolchain=buildinfo.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
-                                      python=python, torch_built=torch_built),
+        source=source_of(recipe) if source is None else source,
+        **build_environment(cell, cuda_home=cuda_home, builder=builder, env=env, toolkit=toolkit, python=python,
+                            torch_built=torch_built),
         requires_dist=requires_dist(recipe, cell),
         pins=torch_pin(recipe, cell),
     )

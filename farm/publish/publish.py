@@ -17,12 +17,8 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 
 from farm.errors import ToolError, UsageError
-from farm.provenance.ledger import (
-    iter_entries,
-    merge_fragments,
-    record_published_many,
-    write_fragment,
-)
+from farm.provenance.ledger import iter_entries
+from farm.provenance.ledgerwrite import merge_fragments, record_published_many, write_fragment
 from farm.publish import github, index, twine
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
 from farm.publish.targets import (

@@ -257,7 +257,7 @@ def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCUR
     """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
     the :func:`~farm.schedule.matrix.schedule` of what the previous ones left."""
     from farm.schedule.jobs import cost as jobs_of
-    from farm.schedule.matrix import schedule
+    from farm.schedule.waves import schedule
 
     out = []
     matrix = costed.matrix

@@ -1,7 +1,7 @@
 """What a wave built, what failed, and what the workflow does next.
 
 A wave is one workflow run: the matrix job schedules at most the run's job capacity (see
-:func:`farm.schedule.matrix.schedule`), each cell job uploads its wheelhouse as the artifact
+:func:`farm.schedule.waves.schedule`), each cell job uploads its wheelhouse as the artifact
 ``wheels-<cell id>``, the publish job of each build shard publishes those artifacts one at a time
 (farm/schedule/stream.py, each cell checked by :func:`decide`) and reports a verdict per cell.
 The chain job then decides here, from the reports (:func:`from_reports`), never from the wheels:

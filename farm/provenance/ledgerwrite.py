@@ -1,0 +1,200 @@
+"""Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
+
+Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); the upload job merges
+them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published`). Both
+take the same file lock and replace the ledger through a fsynced temp file and a rename, so two
+writers never interleave and a crash never leaves half a line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from farm.errors import LedgerError
+from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
+from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.ledger import LedgerIndex, numbered_lines
+from farm.provenance.ledgerline import Record, dumps_entry, entry_error, parse_line, validate_entry
+
+FRAGMENT_SUFFIX = ".ledger.json"
+LOCK_SUFFIX = ".lock"
+# A merge waits this long for another writer before failing: CI merges are seconds long.
+LOCK_TIMEOUT_S = 300.0
+
+
+@contextlib.contextmanager
+def _lock(ledger: Path) -> Iterator[None]:
+    with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
+        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")  # a killed writer's temp copy
+        yield
+
+
+def fragment_path(fragments_dir: Path, filename: str) -> Path:
+    return Path(fragments_dir) / f"{filename}{FRAGMENT_SUFFIX}"
+
+
+def read_fragment(path: Path) -> tuple[LedgerEntry, Record]:
+    """A fragment as its typed entry (schema-validated) and its index record."""
+    where = str(path)
+    raw = parse_line(path.read_bytes(), where)
+    rec = validate_entry(raw, where)
+    entry = LedgerEntry.from_json(raw, where=where)
+    if path.name != rec.filename + FRAGMENT_SUFFIX:
+        raise entry_error(where, f"fragment file name does not match its wheel {rec.filename!r}",
+                    hint=f"fragments are named <wheel>{FRAGMENT_SUFFIX}; write them with write_fragment")
+    return entry, rec
+
+
+def write_fragment(entry: LedgerEntry | Mapping[str, Any], fragments_dir: Path) -> Path:
+    """Write ``entry`` as its wheel's fragment (one file per wheel, atomic).
+
+    A plain mapping is read as a :class:`LedgerEntry` first (schema-validated), so no fragment is
+    written that the gate would refuse to read. Writing the same wheel again is a no-op; a
+    fragment for the same filename with another sha256 is refused (the earlier wheel would be
+    lost silently)."""
+    if not isinstance(entry, LedgerEntry):
+        where = f"fragment for {entry.get('filename')!r}"
+        validate_entry(dict(entry), where)  # the ledger's own message for its own keys first
+        entry = LedgerEntry.from_json(entry, where=where)
+    rec = validate_entry(entry.to_dict(), f"fragment for {entry.filename!r}")
+    fragments_dir = Path(fragments_dir)
+    fragments_dir.mkdir(parents=True, exist_ok=True)
+    path = fragment_path(fragments_dir, rec.filename)
+    if path.exists():
+        _, old = read_fragment(path)
+        if old.sha256 != rec.sha256:
+            raise LedgerError(
+                f"a fragment for {rec.filename} already exists with sha256 {old.sha256}, "
+                f"this wheel has {rec.sha256}",
+                where=str(path),
+                hint="a filename is published once: bump build_epoch to rebuild, or remove the stale fragment",
+            )
+    atomic_write(path, [(dumps_entry(entry) + "\n").encode()])
+    return path
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """``added``: filenames appended, in order; ``already``: already in the ledger, same sha256."""
+
+    ledger: Path
+    added: tuple[str, ...]
+    already: tuple[str, ...]
+
+
+def _existing(ledger: Path) -> tuple[dict[str, str], bool]:
+    """filename -> sha256 of every ledger line, validated; and whether the file ends mid-line."""
+    if not ledger.exists():
+        return {}, False
+    index = LedgerIndex.load(ledger)
+    with ledger.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return {}, False
+        handle.seek(-1, os.SEEK_END)
+        needs_newline = handle.read(1) != b"\n"
+    return {r.filename: r.sha256 for r in index.records}, needs_newline
+
+
+def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
+    """Append every fragment under ``fragments_dir`` to ``ledger``, under the ledger's lock.
+
+    Idempotent: a wheel already recorded with the same sha256 is skipped. A wheel recorded with
+    another sha256 refuses the whole merge before anything is written."""
+    ledger = Path(ledger)
+    fragments_dir = Path(fragments_dir)
+    if not fragments_dir.is_dir():
+        raise LedgerError("no fragments directory", where=str(fragments_dir),
+                          hint="pass the directory postbuild wrote fragments to")
+    fragments = [read_fragment(p) for p in sorted(fragments_dir.glob(f"*{FRAGMENT_SUFFIX}"))]
+    with _lock(ledger):
+        known, needs_newline = _existing(ledger)
+        added: list[str] = []
+        already: list[str] = []
+        lines: list[bytes] = []
+        for entry, rec in fragments:
+            sha = known.get(rec.filename)
+            if sha == rec.sha256:
+                already.append(rec.filename)
+                continue
+            if sha is not None:
+                raise LedgerError(
+                    f"{rec.filename} is already in the ledger with sha256 {sha}; the fragment has "
+                    f"{rec.sha256}. Nothing was merged.",
+                    where=str(fragment_path(fragments_dir, rec.filename)),
+                    hint="publishing never overwrites a wheel: bump build_epoch to rebuild under a new name",
+                )
+            known[rec.filename] = rec.sha256
+            added.append(rec.filename)
+            lines.append((dumps_entry(entry) + "\n").encode())
+        if lines:
+            # Old bytes + new lines through a temp file and a rename, not an append: a crash
+            # mid-write would leave half a line, which every later read refuses.
+            def chunks() -> Iterator[bytes]:
+                if ledger.exists():
+                    yield from read_chunks(ledger)
+                    if needs_newline:  # a last line without its newline is complete (it validated)
+                        yield b"\n"
+                yield from lines
+
+            atomic_write(ledger, chunks())
+    return MergeResult(ledger, tuple(added), tuple(already))
+
+
+def record_published(ledger: Path, filename: str, sha256: str, target: str, url: str) -> bool:
+    """Add ``{"target", "url"}`` to the ``published`` list of ``filename``'s entry.
+
+    Returns False when that target/url was already recorded (nothing written)."""
+    return record_published_many(ledger, [(filename, sha256, target, url)]) == 1
+
+
+def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str]]) -> int:
+    """Record where each wheel of a batch now lives: ``(filename, sha256, target, url)`` items.
+
+    One rewrite for the whole batch (a temp file + rename under the lock); every line not
+    changed is copied byte for byte. Every item is checked before anything is written. Returns how
+    many publications were new."""
+    ledger = Path(ledger)
+    items = list(items)
+    if not items:
+        return 0
+    with _lock(ledger):
+        index = LedgerIndex.load(ledger)
+        changed: dict[int, LedgerEntry] = {}
+        added = 0
+        for filename, sha256, target, url in items:
+            rec = index.by_filename(filename)
+            if rec is None:
+                raise LedgerError(f"{filename} is not in the ledger", where=str(ledger),
+                                  hint="merge its fragment first (merge_fragments)")
+            if rec.sha256 != sha256:
+                raise LedgerError(
+                    f"{filename} is recorded with sha256 {rec.sha256}, not {sha256}",
+                    where=f"{ledger}:{rec.line}",
+                    hint="the file being published is not the wheel the ledger describes",
+                )
+            entry = changed.get(rec.line) or index.ledger_entry(rec)
+            if any(p.target == target and p.url == url for p in entry.published):
+                continue
+            changed[rec.line] = entry.with_published(target, url)
+            added += 1
+        if not added:
+            return 0
+        replacements = {line: (dumps_entry(entry) + "\n").encode() for line, entry in changed.items()}
+
+        def chunks() -> Iterator[bytes]:
+            for number, _, raw in numbered_lines(ledger):
+                if number in replacements:
+                    yield replacements[number]
+                else:
+                    yield raw if raw.endswith(b"\n") else raw + b"\n"
+
+        atomic_write(ledger, chunks())
+    return added
