@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -426,6 +427,7 @@ def build_cell(
     from farm.source.fetch import fetch
 
     say = _say(log)
+    started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
     spec = resolve_spec(config, recipe, cell,
                         SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
                                       redist_url=settings.redist_url, env=dict(os.environ)),
@@ -514,10 +516,13 @@ def build_cell(
         return BuildResult(cell, plan, tuple(built), build_env=env_path)
     # the Python that built the wheel: this host's for native builds, the container's otherwise
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
+    # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
+    # so the matrix keeps estimating the cell from its recipe's sharding.
+    duration = None if setup is not None else round(time.monotonic() - started, 1)
     results = tuple(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
-                      torch_built=torch_built)
+                      torch_built=torch_built, duration_s=duration)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
@@ -551,15 +556,17 @@ def run_postbuild(
     source: Mapping[str, Any] | None,
     python: str | None = None,
     torch_built: Mapping[str, Any] | None = None,
+    duration_s: float | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
-    the container's exact Python for a cibuildwheel build (None: unknown)."""
+    the container's exact Python for a cibuildwheel build (None: unknown); ``duration_s``: the
+    cell's build time in seconds (None: not measured)."""
     from farm.provenance import buildinfo
     from farm.provenance.postbuild import build_environment, postbuild_wheel
 
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
                             python=python, torch_built=torch_built),
-        source=buildinfo.source_from(source))
+        source=buildinfo.source_from(source), duration_s=duration_s)
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)
