@@ -125,8 +125,11 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert build["runs-on"] == "${{ matrix.runner }}" and build["timeout-minutes"] == 360
     assert build["steps"][0]["with"]["ref"] == "${{ inputs.commit }}"
     assert any("nox -s build" in s.get("run", "") for s in build["steps"])
-    wheels = next(s for s in build["steps"] if s.get("with", {}).get("name") == "wheels-${{ matrix.id }}")
-    assert wheels["with"]["path"] == "wheelhouse/"
+    # the wheel unzipped under its own name (held once on the publisher's disk), its fragment as wheels-<id>
+    fragment = next(s for s in build["steps"] if s.get("with", {}).get("name") == "wheels-${{ matrix.id }}")
+    assert fragment["with"]["path"] == "wheelhouse/*.ledger.json"
+    wheel = next(s for s in build["steps"] if s.get("with", {}).get("archive") is False)
+    assert wheel["with"]["path"] == "${{ steps.wheel.outputs.path }}" and "name" not in wheel["with"]
     publish = jobs["publish"]
     assert set(publish["needs"]) == {"slice", "build"}
     assert publish["if"].startswith("${{ !cancelled() && needs.slice.result == 'success'")

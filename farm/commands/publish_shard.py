@@ -2,7 +2,7 @@
 one artifact at a time.
 
 The publish job of build shard I runs it after that shard's builds: for each cell it downloads the
-cell's ``wheels-<id>`` artifact (``gh run download``), gates and publishes it (``farm upload``'s
+cell's artifacts (its fragment, then its wheel, through ``gh api``), gates and publishes it (``farm upload``'s
 path, into the checkout's ledger), commits the ledger record and pushes it, then deletes the
 artifact before the next cell (farm/schedule/stream.py). Each cell's verdict is appended to
 ``--report`` as it comes; ``farm wave --reports`` reads the reports to decide the next wave.
@@ -20,14 +20,16 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
+from typing import Any
 
 from farm.commands.slice import read_plan
-from farm.errors import ToolError, redact
+from farm.errors import ToolError, UsageError, redact
 from farm.model.config import LEDGER_FILE, load_config
-from farm.schedule.outcome import ARTIFACT_PREFIX, CellResult
+from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
-from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict, Fetch, publish_shard, shard_cells
+from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
 
 PUSH_ATTEMPTS = 8
 
@@ -47,24 +49,78 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-push", action="store_true", help="record in the ledger file, commit nothing")
 
 
-def gh_fetch(run_id: str, repository: str | None) -> Fetch:
-    """fetch(cell id, folder) through ``gh run download``: one artifact, nothing else."""
-    gh = shutil.which("gh")
-    if gh is None:
-        raise ToolError("`gh` is not on PATH", hint="install the GitHub CLI (https://cli.github.com)")
+class RunArtifacts:
+    """The artifacts of one workflow run through GitHub's REST API (``gh api``): listed once per
+    job (100 a page), then each downloaded by id. A cell's ``wheels-<id>`` artifact is a small zip
+    of its ledger fragment; its wheel is an artifact of its own, uploaded unzipped under the
+    wheel's file name, so the job's disk holds the wheel once, never beside a zip of it."""
 
-    def fetch(cell_id: str, folder: Path) -> bool:
-        argv = [gh, "run", "download", run_id, "--name", f"{ARTIFACT_PREFIX}{cell_id}", "--dir", str(folder)]
-        if repository:
-            argv += ["--repo", repository]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
-        if proc.returncode == 0:
-            return True
-        if "no valid artifacts" in proc.stderr or "no artifact matches" in proc.stderr:
+    def __init__(self, run_id: str, repository: str | None) -> None:
+        if not repository:
+            raise UsageError("--repository (or $GITHUB_REPOSITORY) names the run's repository")
+        self.run_id, self.repository = run_id, repository
+        self._ids: dict[str, int] | None = None
+
+    def _api(self, *args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[Any]:
+        gh = shutil.which("gh")
+        if gh is None:
+            raise ToolError("`gh` is not on PATH", hint="install the GitHub CLI (https://cli.github.com)")
+        proc = subprocess.run([gh, "api", *args], stdout=stdout, stderr=subprocess.PIPE, check=False, timeout=3600)
+        if proc.returncode != 0:
+            raise ToolError(f"`gh api {args[-1]}` exited {proc.returncode}",
+                            hint=redact(proc.stderr.decode("utf-8", "replace").strip()[-300:]))
+        return proc
+
+    def ids(self) -> dict[str, int]:
+        if self._ids is None:
+            proc = self._api("--paginate", "--jq", '.artifacts[] | select(.expired | not) | "\\(.id)\\t\\(.name)"',
+                             f"repos/{self.repository}/actions/runs/{self.run_id}/artifacts?per_page=100")
+            pairs = (line.split("\t", 1) for line in proc.stdout.decode().splitlines() if "\t" in line)
+            self._ids = {name: int(i) for i, name in pairs}
+        return self._ids
+
+    def download(self, name: str, dest: Path) -> bool:
+        """The artifact ``name`` into the file ``dest``; False when the run has none."""
+        artifact = self.ids().get(name)
+        if artifact is None:
             return False
-        raise ToolError(f"`gh run download {run_id} --name {ARTIFACT_PREFIX}{cell_id}` exited {proc.returncode}",
-                        hint=redact(proc.stderr.strip()[-300:]))
-    return fetch
+        with open(dest, "wb") as fh:
+            self._api(f"repos/{self.repository}/actions/artifacts/{artifact}/zip", stdout=fh)
+        return True
+
+    def fetch(self, cell_id: str, folder: Path) -> bool:
+        """A cell's fragment and wheel into ``folder`` (stream.Fetch)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        bundle = folder / "fragment.zip"
+        if not self.download(f"{ARTIFACT_PREFIX}{cell_id}", bundle):
+            return False
+        names = _extract_fragments(bundle, folder)
+        bundle.unlink()
+        for fragment in names:
+            wheel = fragment.removesuffix(FRAGMENT_SUFFIX)
+            if not self.download(wheel, folder / wheel):
+                return False  # the wheel's upload never happened: the cell failed
+        return bool(names)
+
+
+MAX_FRAGMENT_BYTES = 1 << 20
+
+
+def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
+    """The ledger fragments of a cell's small artifact, written flat into ``folder``; anything
+    else in it (a path, a large member, another kind of file) refuses the cell."""
+    try:
+        with zipfile.ZipFile(bundle) as zf:
+            infos = zf.infolist()
+            if len(infos) > 8 or any("/" in i.filename or "\\" in i.filename or not i.filename.endswith(FRAGMENT_SUFFIX)
+                                     or i.file_size > MAX_FRAGMENT_BYTES for i in infos):
+                raise UsageError(f"{bundle.name}: holds something other than ledger fragments",
+                                 hint="a build job uploads its wheel and its fragment, nothing else")
+            for i in infos:
+                (folder / i.filename).write_bytes(zf.read(i))
+            return [i.filename for i in infos]
+    except zipfile.BadZipFile as exc:
+        raise UsageError(f"{bundle.name}: not a zip artifact ({exc})") from None
 
 
 def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -119,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
             fh.flush()
             print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""))
 
-        verdicts = publish_shard(cells, gh_fetch(args.run_id, args.repository), publish, args.scratch,
+        verdicts = publish_shard(cells, RunArtifacts(args.run_id, args.repository).fetch, publish, args.scratch,
                                  on_verdict=note)
     published = sum(v.built for v in verdicts)
     print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published", file=sys.stderr)
