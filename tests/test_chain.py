@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from farm.cli import main
 from farm.errors import UsageError
 from farm.schedule.chain import Inputs, merge, parse_title, title
 
@@ -79,3 +80,9 @@ def render_run_name(inputs: Inputs) -> str:
 def test_build_workflows_run_name_is_the_title(inputs: Inputs) -> None:
     assert render_run_name(inputs) == title(inputs)
     assert parse_title(render_run_name(inputs)) == inputs
+
+
+def test_farm_chain_dry_run_prints_the_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chain", "--ref", "main", "--package", "flash_attn", "--cuda", "12.8", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "dispatch:  build [package=flash_attn] [cuda=12.8] [torch=*]" in out
