@@ -8,13 +8,15 @@ not one, or a shard it does not have.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from farm import jsonread
 from farm.errors import UsageError
 from farm.schedule.slices import LINK, slice_outputs, slice_plan
+
+MAX_PLAN_BYTES = 64 << 20  # the public farm's largest wave plan is a few MB
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -27,13 +29,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def read_plan(path: Path) -> dict[str, Any]:
-    """A plan file as JSON (``farm wave`` and ``farm publish-shard`` read it too)."""
+    """A plan file as JSON, bounded (``farm wave`` and ``farm publish-shard`` read it too): an
+    artifact of the run, so read as untrusted input."""
     try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
+        plan = jsonread.load_file(path, MAX_PLAN_BYTES)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such plan", hint="the matrix job uploads it as the wave-plan artifact") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not a readable JSON plan ({exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not a wave plan farm wrote: {exc}",
+                         hint="pass the plan `farm matrix --plan FILE` wrote") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the plan ({exc.strerror or exc})") from None
     if not isinstance(plan, dict):
         raise UsageError(f"{path}: not a wave plan (a JSON object)")
     return plan
