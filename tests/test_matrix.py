@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -632,3 +633,29 @@ def test_a_package_failing_its_lint_is_withheld_and_the_others_are_scheduled(
     output.unlink()
     assert main(["matrix", "--root", str(root), "--github-output", "--cache-dir", cache]) == 1
     assert not output.exists()
+
+
+def test_a_release_that_would_pass_githubs_asset_cap_is_refused_at_matrix_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release per package (`tag: '{package}'`) holds every epoch's wheels: the ledger's 600 of an
+    older epoch plus the 415 cells a bump queues pass GitHub's 1,000 assets per release."""
+    root = tmp_path / "farm"
+    root.mkdir()
+    shutil.copytree(REPO / "packages", root / "packages")
+    shutil.copytree(REPO / "examples", root / "examples")
+    defaults = (REPO / "_defaults.yml").read_text()
+    assert "tag: '{package}-{version}-{cu}-e{epoch}'" in defaults
+    (root / "_defaults.yml").write_text(defaults.replace("tag: '{package}-{version}-{cu}-e{epoch}'", "tag: '{package}'"))
+    old = [make_entry("cubvh", f"0.0.{i}", filename=f"cubvh-0.0.{i}-cp311-cp311-linux_x86_64.whl") for i in range(600)]
+    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
+    # a local look costs nothing extra and says nothing; the run's plan is checked
+    assert main(["matrix", "--root", str(root), "--no-lint", "cubvh"]) == 0
+    capsys.readouterr()
+    rc = main(["matrix", "--root", str(root), "--no-lint", "cubvh", "--plan", str(tmp_path / "plan.json")])
+    err = capsys.readouterr().err
+    assert rc == EXIT_BAD_INPUT and not (tmp_path / "plan.json").exists()
+    assert "publish target 'github': release cubvh would hold 1015 assets, over GitHub's cap of 1000" in err
+    assert "tag" in err
+    # the default tag (package, version, CUDA line, epoch) keeps each release near a hundred
+    (root / "_defaults.yml").write_text(defaults)
+    assert main(["matrix", "--root", str(root), "--no-lint", "cubvh", "--plan", str(tmp_path / "plan.json")]) == 0

@@ -138,6 +138,9 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert [d["with"] for d in downloads] == [{"name": "wave-plan", "path": "plan"}]
     run = next(s for s in publish["steps"] if "nox -s publish-shard" in s.get("run", ""))
     assert '--shard "$SHARD"' in run["run"] and "--run-id" in run["run"] and "--report" in run["run"]
+    # every publish job of a run shares the token's limits, and pushes each record as it is made
+    shards = sum(1 for n in load("build.yml")["jobs"] if re.fullmatch(r"build-\d+", n)) + 1  # and the link shard
+    assert f"--publishers {shards}" in run["run"] and "--push-ledger origin" in run["run"]
     assert run["env"]["GH_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
     report = publish["steps"][-1]
     assert report["with"]["name"] == "published-${{ inputs.shard }}" and report["if"] == "${{ !cancelled() }}"

@@ -15,8 +15,9 @@ import msgspec
 
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import ExistsKey
 from farm.schedule.actions import (
     SHARD_SIZE,
     SUMMARY_COLUMNS,
@@ -36,7 +37,7 @@ from farm.schedule.cost import (
 )
 from farm.schedule.durations import read_durations
 from farm.schedule.jobs import build_entries, cost, job_counts
-from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice, without_packages
+from farm.schedule.matrix import Filters, Matrix, PlannedCell, compute_matrix, stale_advice, without_packages
 from farm.schedule.matrixlint import (
     LintOutcome,
     confirm_stale_ignores,
@@ -111,6 +112,21 @@ def plan_wave(costed: Costed, capacity: int | None) -> Wave:
     cells no runner can finish set aside (farm/schedule/cost.py)."""
     wave = schedule(costed.matrix, capacity, jobs=cost)
     return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
+
+
+def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:
+    """Each GitHub target's releases that the ledger's cells and this matrix's would take past
+    GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
+    the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
+    from farm.publish.github import capacity_problems
+    from farm.publish.targets import GithubSettings, parse_targets
+
+    targets = parse_targets(config.defaults.publish, root=config.root)
+    keys = [r.key for r in ledger.records if r.key is not None]
+    keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
+             for p in matrix.cells for c in (p.cell,)]
+    return [f"publish target {t.name!r}: {line}" for t in targets.values() if isinstance(t, GithubSettings)
+            for line in capacity_problems(t.tag, keys)]
 
 
 def matrix_json(wave: Wave, lint: dict[str, Any], costs: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -218,6 +234,13 @@ def run(args: argparse.Namespace) -> int:
         raise deferred_error(wave)
     if args.github_output:
         github_outputs(wave)  # refuse an oversized wave before anything
+    if args.github_output or args.plan:
+        # a release that would pass 1,000 assets refuses the upload of every wheel past it: say so now
+        full = release_capacity(config, ledger, matrix)
+        if full:
+            raise UsageError("; ".join(full[:5]) + (f"; and {len(full) - 5} more" if len(full) > 5 else ""),
+                             hint="put more of the cell into the target's `tag` in _defaults.yml (the default "
+                                  "names package, version, CUDA line and epoch), then run the matrix again")
 
     outcomes: list[LintOutcome] = []
     failed: list[LintOutcome] = []

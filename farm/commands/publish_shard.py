@@ -2,10 +2,11 @@
 one artifact at a time.
 
 The publish job of build shard I runs it after that shard's builds: for each cell it downloads the
-cell's artifacts (its fragment, then its wheel, through ``gh api``), gates and publishes it (``farm upload``'s
-path, into the checkout's ledger), commits the ledger record and pushes it, then deletes the
-artifact before the next cell (farm/schedule/stream.py). Each cell's verdict is appended to
-``--report`` as it comes; ``farm wave --reports`` reads the reports to decide the next wave.
+cell's artifacts (its fragment, then its wheel, through ``gh api``), gates and publishes the wheel
+(``farm upload``'s path, into the checkout's ledger; ``--push-ledger``: each record committed and
+pushed, fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
+(farm/schedule/stream.py). Each cell's verdict is appended to ``--report`` as it comes;
+``farm wave --reports`` reads the reports to decide the next wave.
 
 Exit 0 whenever every cell got a verdict (a failed or refused cell is listed, not fatal: it stays
 in the queue); exit 2 for a bad plan or shard.
@@ -19,19 +20,16 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from farm.commands.slice import read_plan
-from farm.errors import ToolError, UsageError, redact
+from farm.errors import EXIT_ENVIRONMENT, ToolError, UsageError, redact
 from farm.model.config import LEDGER_FILE, load_config
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
-from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
-
-PUSH_ATTEMPTS = 8
+from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +44,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",
                         help="append each cell's verdict here (one JSON object a line)")
-    parser.add_argument("--no-push", action="store_true", help="record in the ledger file, commit nothing")
+    parser.add_argument("--publishers", type=int, default=1, metavar="N",
+                        help="publish jobs that may run at once with the same token: each takes 1/N of "
+                             "GitHub's limits (build.yml: its shard jobs plus the link job)")
+    parser.add_argument("--push-ledger", metavar="REMOTE",
+                        help="commit and push the ledger after each record (fetch, rebase and retry on a "
+                             "rejected push); without it the records stay in the checkout's ledger file")
 
 
 class RunArtifacts:
@@ -123,31 +126,6 @@ def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
         raise UsageError(f"{bundle.name}: not a zip artifact ({exc})") from None
 
 
-def _git(root: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, check=False)
-
-
-def commit_and_push(root: Path, message: str, *, attempts: int = PUSH_ATTEMPTS) -> None:
-    """Commit the ledger and push it; a rejected push (another writer was first) rebases on the
-    branch head and tries again (``ledger.jsonl merge=union``: both writers' lines are kept)."""
-    _git(root, "add", LEDGER_FILE)
-    if _git(root, "diff", "--cached", "--quiet").returncode == 0:
-        return
-    proc = _git(root, "commit", "-q", "-m", message)
-    if proc.returncode != 0:
-        raise ToolError(f"git commit of the ledger failed: {proc.stderr.strip()[-300:]}")
-    for attempt in range(attempts):
-        if _git(root, "push", "-q", "origin", "HEAD").returncode == 0:
-            return
-        pull = _git(root, "pull", "-q", "--rebase", "origin", _git(root, "branch", "--show-current").stdout.strip())
-        if pull.returncode != 0:
-            _git(root, "rebase", "--abort")
-            raise ToolError(f"the ledger could not be rebased on the branch head: {pull.stderr.strip()[-300:]}",
-                            hint="a writer changed ledger.jsonl other than by appending; merge it by hand")
-        time.sleep(min(2 ** attempt, 30))
-    raise ToolError(f"the ledger push was rejected {attempts} times", hint="the next wave adopts the uploaded wheels")
-
-
 def run(args: argparse.Namespace) -> int:
     from farm.commands.upload import configured_targets, render
     from farm.provenance.verdict import derive_from_config
@@ -159,14 +137,16 @@ def run(args: argparse.Namespace) -> int:
     derive = derive_from_config(load_config(root))
     ledger = root / LEDGER_FILE
 
+    if args.publishers < 1:
+        raise UsageError(f"--publishers must be >= 1, got {args.publishers}")
+
     def publish(cell: CellResult) -> tuple[str, str]:
-        folder = cell.files[0].parent
-        report = upload(folder, targets, ledger=ledger, derive=derive)
-        if not report.ok:
-            return REFUSED, render(report)
-        if not args.no_push:
-            commit_and_push(root, f"ledger: {cell.id} (run {args.run_id})")
-        return PUBLISHED, ""
+        report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
+                        push_ledger=args.push_ledger)
+        if report.ok:
+            return PUBLISHED, ""
+        # GitHub unreachable or past its limits: retried next wave; anything else is a finding
+        return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)
 
     args.report.parent.mkdir(parents=True, exist_ok=True)
     with open(args.report, "a", encoding="utf-8") as fh:
