@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -125,3 +126,64 @@ def test_a_shard_publishes_cells_and_link_jobs_not_compile_shards() -> None:
     entries = [{"id": "a", "package": "p"}, {"id": "s", "package": "q", "shard": "0/2"},
                {"id": "s", "package": "q", "shard": "1/2"}, {"id": "l", "package": "q", "shard": "link"}]
     assert shard_cells(entries) == [("a", "p"), ("l", "q")]
+
+
+# -- each artifact read as plain files only (the checks of farm.schedule.outcome.read_artifacts) --
+WHEEL = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
+
+
+def hostile(secret: Path, cell: Path, how: str) -> Path:
+    """A cell's artifact at ``cell`` as a hostile or broken build job could leave it after its
+    download (``secret``: a folder outside it)."""
+    if how == "artifact folder":
+        cell.symlink_to(secret)
+        return cell
+    cell.mkdir()
+    if how == "wheel link":
+        (cell / "shadow.whl").symlink_to("/etc/shadow")
+    elif how == "sub folder":
+        (cell / "nested").symlink_to(secret)
+    elif how == "fragment":
+        (cell / "x.whl.ledger.json").symlink_to(secret / "x.whl")
+    elif how == "fifo":
+        os.mkfifo(cell / "x.whl")
+    elif how == "oversized fragment":
+        make_wheel(cell, "a", "1.0+cu128torch2.8", {"a/x.bin": b"x"})
+        with open(cell / (WHEEL + ".ledger.json"), "wb") as fh:
+            fh.truncate(5 << 20)  # sparse: no disk used
+    elif how == "empty wheel":
+        (cell / WHEEL).write_bytes(b"")
+    elif how == "not a zip":
+        (cell / WHEEL).write_bytes(b"<html>not found</html>")
+    return cell
+
+
+@pytest.mark.parametrize(("how", "status", "words"), [
+    ("wheel link", REFUSED, "shadow.whl: a link (to '/etc/shadow')"),
+    ("artifact folder", REFUSED, "a link"),
+    ("sub folder", REFUSED, "a link"),
+    ("fragment", REFUSED, "a link"),
+    ("fifo", REFUSED, "not a regular file"),
+    ("oversized fragment", REFUSED, "5,242,880 bytes, over the 4,194,304"),
+    ("empty wheel", FAILED, "0 bytes: not a built wheel"),
+    ("not a zip", FAILED, "not a zip archive: not a built wheel"),
+])
+def test_a_hostile_or_broken_artifact_is_its_cells_verdict_and_nothing_is_published(
+        tmp_path: Path, how: str, status: str, words: str) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "x.whl").write_bytes(b"PK\x03\x04" + bytes(100))
+    published: list[str] = []
+
+    def fetch(cell_id: str, folder: Path) -> bool:
+        hostile(secret, folder, how)  # what the download left: links and special files as they are
+        return True
+
+    def publish(result: CellResult) -> tuple[str, str]:
+        published.append(result.id)
+        return PUBLISHED, ""
+
+    (verdict,) = publish_shard([("c", "a")], fetch, publish, tmp_path / "scratch")
+    assert (verdict.status, published) == (status, [])
+    assert words in verdict.detail
+    assert list((tmp_path / "scratch").iterdir()) == []

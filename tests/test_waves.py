@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,10 +184,15 @@ def plan_of(cells: list[tuple[str, str]], deferred: int) -> dict[str, Any]:
 
 
 def artifact(folder: Path, cell_id: str, *names: str) -> None:
+    """A cell job's artifact: each ``.whl`` a zip archive, each fragment a small JSON file."""
     d = folder / f"wheels-{cell_id}"
     d.mkdir(parents=True)
     for name in names:
-        (d / name).write_bytes(b"wheel bytes of " + name.encode())
+        if name.endswith(".whl"):
+            with zipfile.ZipFile(d / name, "w") as zf:
+                zf.writestr("pkg/__init__.py", f"# {name}\n")
+        else:
+            (d / name).write_text(json.dumps({"filename": name}))
 
 
 CELLS = [("a-1.0-cu128-torch2.8-cp311-linux_x86_64", "a"), ("a-1.0-cu128-torch2.8-cp312-linux_x86_64", "a"),

@@ -17,12 +17,16 @@ The chain job then decides here, from the reports (:func:`from_reports`), never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+from farm.binary.wheelfile import DEFAULT_LIMITS
 from farm.errors import UsageError
+from farm.fsutil import open_plain
 
 if TYPE_CHECKING:  # stream.py builds on this module
     from farm.schedule.stream import CellVerdict
@@ -116,15 +120,85 @@ def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> 
     return WaveOutcome(tuple(results), deferred)
 
 
-def read_artifacts(folder: Path) -> dict[str, list[Path]]:
+# What an artifact may hold: a wheel no larger than the wheel reader accepts uncompressed, a ledger
+# fragment (one record) far below MAX_FRAGMENT; a zip is at least its end record (22 bytes).
+MAX_WHEEL = DEFAULT_LIMITS.max_total
+MAX_FRAGMENT = 4 << 20
+_ZIP_MIN = 22
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _refuse_entry(path: Path, what: str) -> UsageError:
+    return UsageError(f"{path}: {what}: an artifact holds plain files only",
+                      hint="download the run's artifacts again; never publish from a folder a job could have "
+                           "planted links or devices in")
+
+
+def _not_a_wheel(path: Path, info: os.stat_result) -> str | None:
+    """Why ``path`` (a regular file named .whl) is not a built wheel, or None."""
+    if info.st_size < _ZIP_MIN:
+        return f"{info.st_size} bytes"
+    with _open_plain(path) as fh:
+        if fh.read(4) != _ZIP_MAGIC:
+            return "not a zip archive"
+    return None
+
+
+def _open_plain(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refused unless it is a regular file (never through a link)."""
+    try:
+        return open_plain(path)
+    except OSError as exc:
+        raise _refuse_entry(path, f"cannot be opened as a plain file ({exc.strerror or exc})") from None
+    except ValueError:
+        raise _refuse_entry(path, "not a regular file") from None
+
+
+def _artifact_files(sub: Path) -> list[Path]:
+    """The files of one ``wheels-<id>`` folder, every entry checked without following links:
+    a link, device, FIFO or socket anywhere, or a file over its size limit, is refused."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(sub):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                raise _refuse_entry(path, f"a link (to {os.readlink(path)!r})")
+            if stat.S_ISDIR(info.st_mode):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                raise _refuse_entry(path, "not a regular file (a device, FIFO or socket)")
+            limit = MAX_WHEEL if name.endswith(".whl") else MAX_FRAGMENT if name.endswith(FRAGMENT_SUFFIX) else None
+            if limit is not None and info.st_size > limit:
+                raise _refuse_entry(path, f"{info.st_size:,} bytes, over the {limit:,} a {Path(name).suffix} may be")
+            files.append(path)
+    return sorted(files)
+
+
+def read_artifacts(folder: Path, *, warn: Callable[[str], object] = lambda line: None) -> dict[str, list[Path]]:
     """cell id -> files, from ``folder/wheels-<id>/...`` (download-artifact without merging).
-    A missing folder means no cell job uploaded anything: every cell failed."""
+    A missing folder means no cell job uploaded anything: every cell failed. Links and special
+    files are refused (exit 2); an artifact whose ``.whl`` is empty or not a zip archive did not
+    build a wheel: its cell counts as failed, and ``warn`` says why."""
     out: dict[str, list[Path]] = {}
     if not folder.is_dir():
         return out
     for sub in sorted(folder.iterdir()):
-        if sub.is_dir() and sub.name.startswith(ARTIFACT_PREFIX):
-            out[sub.name[len(ARTIFACT_PREFIX):]] = [p for p in sorted(sub.rglob("*")) if p.is_file()]
+        if not sub.name.startswith(ARTIFACT_PREFIX):
+            continue
+        info = os.lstat(sub)
+        if stat.S_ISLNK(info.st_mode):
+            raise _refuse_entry(sub, f"a link (to {os.readlink(sub)!r})")
+        if not stat.S_ISDIR(info.st_mode):
+            continue
+        files = _artifact_files(sub)
+        broken = [(p, why) for p in files if p.name.endswith(".whl") and (why := _not_a_wheel(p, os.lstat(p)))]
+        cid = sub.name[len(ARTIFACT_PREFIX):]
+        if broken:
+            for path, why in broken:
+                warn(f"{path}: {why}: not a built wheel; cell {cid} counts as failed")
+            continue
+        out[cid] = files
     return out
 
 

@@ -15,7 +15,9 @@ are the shard's report, which ``farm wave --reports`` reads to decide the next w
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,14 +77,28 @@ Fetch = Callable[[str, Path], bool]
 Publish = Callable[[CellResult], tuple[str, str]]
 
 
+def _remove(path: Path) -> None:
+    """``path`` gone, whatever a download left there (a folder, or a link: never followed)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+    """Bytes of the plain files under ``folder`` (links are neither followed nor counted)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            info = os.lstat(os.path.join(dirpath, name))
+            total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    return total
 
 
 def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scratch: Path) -> CellVerdict:
     """Download, read, publish and delete one cell's artifact; every failure is its verdict."""
     folder = scratch / f"{ARTIFACT_PREFIX}{cell_id}"
-    shutil.rmtree(folder, ignore_errors=True)
+    _remove(folder)
     try:
         try:
             found = fetch(cell_id, folder)
@@ -94,13 +110,15 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
         if not found:
             return CellVerdict(cell_id, package, FAILED, detail="no artifact: the build job failed or did not run")
         size = _size(folder)
+        why: list[str] = []
         try:
-            files = tuple(read_artifacts(scratch).get(cell_id, ()))
-        except FarmError as exc:
+            files = tuple(read_artifacts(scratch, warn=why.append).get(cell_id, ()))
+        except FarmError as exc:  # a link, a device, an oversized file: another job's output, not believed
             return CellVerdict(cell_id, package, REFUSED, detail=exc.message, artifact_bytes=size)
         result = CellResult(cell_id, package, tuple(p.name for p in files if p.name.endswith(".whl")), files)
         if not result.built:
-            return CellVerdict(cell_id, package, FAILED, detail="the artifact holds no wheel", artifact_bytes=size)
+            return CellVerdict(cell_id, package, FAILED, detail="; ".join(why) or "the artifact holds no wheel",
+                               artifact_bytes=size)
         try:
             status, detail = publish(result)
         except OSError as exc:
@@ -109,7 +127,7 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
             status, detail = ERROR, f"publish: {exc.message}"
         return CellVerdict(cell_id, package, status, result.wheels, detail, size)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove(folder)
 
 
 def publish_shard(cells: Iterable[tuple[str, str]], fetch: Fetch, publish: Publish, scratch: Path,
