@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.binary.assertion import AssertionReport, Cause, Expected, FamilyTargets, assert_inspection
+from farm.binary.assertion import AssertionReport, Cause, Expected, FamilyTargets, assert_inspection, assert_wheel
 from farm.binary.inspection import Reader, inspect_file
 from farm.model.arch import ArchList
+from tests.cudafix import BASE, CudaFixtures
 from tests.fatbinmaker import shared_object
+from tests.wheelmaker import make_wheel
 
 EXT = "vllm/_C.abi3.so"
 CELL = ArchList.parse("8.0;9.0;10.0+PTX")
@@ -93,3 +95,25 @@ def test_two_families_sharing_a_source_name_fail_closed(tmp_path: Path) -> None:
                     families=(SCALED_MM, other))
     (finding,) = report.extensions[0].findings
     assert finding.code == "family-ambiguous" and "OTHER_ARCHS" in finding.message
+
+
+def _families(k2: str) -> tuple[FamilyTargets, ...]:
+    return (FamilyTargets("BASE_ARCHS", ("csrc/k1.cu",), ArchList.parse(BASE)),
+            FamilyTargets("HOPPER_ARCHS", ("csrc/hopper/k2.cu",), ArchList.parse(k2)))
+
+
+def test_real_nvcc_families_pass_and_a_changed_list_fails(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
+    """k1.cu compiled for 8.0;9.0+PTX and k2.cu for 9.0a alone, linked by g++ into one .so (the
+    shape of a vLLM extension); both readers, the symbol table as the linker left it."""
+    wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b"", EXT: cuda_fixtures.path("families")})
+    right = assert_wheel(wheel, Expected(ArchList.parse(BASE), families=_families("9.0a")))
+    assert right.passed, right.render()
+    # without families the same wheel fails: its TUs differ, as one list per extension expects
+    assert not assert_wheel(wheel, Expected(ArchList.parse(BASE))).passed
+
+    wrong = assert_wheel(wheel, Expected(ArchList.parse(BASE), families=_families("9.0a;10.0a")))
+    assert not wrong.passed
+    (finding,) = wrong.extensions[0].findings
+    assert finding.code == "family-targets" and finding.cause is Cause.FAMILY
+    for needle in (EXT, "TU k2.cu", "HOPPER_ARCHS", "missing sm_100a"):
+        assert needle in finding.message, finding.message
