@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.assertion import Expected, VendoredRule
+from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
 from farm.errors import FarmError, UsageError
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
@@ -39,7 +39,8 @@ from farm.toolkit.request import ToolkitRequest, request_for
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
 # and the components an installed toolkit is checked for joined the spec.
-SPEC_VERSION = 2
+# 3: kernel families (each family's sources and exact targets) joined the spec.
+SPEC_VERSION = 3
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -75,6 +76,7 @@ class BuildSpec:
     required_components: tuple[str, ...] = ()  # what an installed CUDA_HOME must hold (torch's, the recipe's)
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
+    families: tuple[FamilyTargets, ...] = ()  # kernel families and the exact targets of their TUs
 
     @property
     def python(self) -> str:
@@ -92,7 +94,7 @@ class BuildSpec:
         was given, the recipe's per-extension lists and vendored rules as resolved here, and device
         code made by the cell's CUDA line."""
         return Expected(self.arch.archs, per_extension=self.arch.extensions, allow_no_extensions=self.jit,
-                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda)
+                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda, families=self.families)
 
     def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
                 source: buildinfo.SourceRecord | None = None) -> BuildContext:
@@ -126,7 +128,8 @@ class BuildSpec:
                           "vendored": [rule.to_json() for rule in self.vendored],
                           "requires_dist": list(self.requires_dist), "pins": list(self.pins),
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
-                          "recipe_sha256": self.recipe_sha256},
+                          "recipe_sha256": self.recipe_sha256,
+                          "families": [family.to_json() for family in self.families]},
         }
 
     @property
@@ -182,7 +185,8 @@ class BuildSpec:
             recipe_sha256=r.opt_text(p, "postbuild.recipe_sha256"),
             vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
-            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"))
+            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
+            families=r.families(p, "postbuild.families"))
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
         return spec
@@ -256,6 +260,27 @@ class _Reader:
                 text, self.where, f"{at}.archs")
             rules.append(VendoredRule(glob, archs, exempt))
         return tuple(rules)
+
+    def families(self, data: Mapping[str, Any], key: str) -> tuple[FamilyTargets, ...]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        what = "a list of {name, sources, targets} kernel families"
+        if not isinstance(value, list):
+            raise self.bad(key, what)
+        families = []
+        for i, item in enumerate(value):
+            at = f"{key}[{i}]"
+            family = self.obj(item, at)
+            if set(family) != {"name", "sources", "targets"}:
+                raise self.bad(at, what)
+            sources = self.texts(family, f"{at}.sources")
+            if not sources or not all(s.endswith(".cu") for s in sources):
+                raise self.bad(f"{at}.sources", "a non-empty list of .cu paths")
+            text = self.text(family, f"{at}.targets")
+            targets = ArchList(frozenset()) if text == "" else canonical_arch_list(text, self.where, f"{at}.targets")
+            families.append(FamilyTargets(self.text(family, f"{at}.name"), sources, targets))
+        if len({f.name for f in families}) != len(families):
+            raise self.bad(key, "families with distinct names")
+        return tuple(families)
 
     def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
         value = data.get(key.rsplit(".", 1)[-1])
