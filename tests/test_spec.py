@@ -252,3 +252,19 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
         (tmp_path / SPEC_FILE).write_text(json.dumps(data))
         with pytest.raises(UsageError, match="postbuild.families"):
             read_spec(tmp_path / SPEC_FILE)
+
+
+def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project():
+    from farm.build.spec import families_from_lint
+    from farm.lint import lint_tree
+    from farm.model.arch import ArchList
+
+    tree = Path(__file__).parent / "data" / "lint" / "vllm_like"
+    report = lint_tree(tree, ArchList.parse("7.5 8.0 8.6 9.0+PTX 10.0 12.0+PTX"), cuda="13.0")
+    families = {f.name: f for f in families_from_lint(report.scope)}
+    scaled = families["SCALED_MM_ARCHS (CMakeLists.txt:29)"]
+    assert scaled.targets == ArchList.parse("9.0a") and scaled.sources and all(
+        s.endswith(".cu") for s in scaled.sources)
+    assert families["HADACORE_ARCHS (CMakeLists.txt:47)"].targets == ArchList.parse("8.0+PTX;9.0+PTX")
+    with pytest.raises(UsageError, match="differ in length"):
+        families_from_lint({**report.scope, "family_sources": []})

@@ -399,6 +399,20 @@ def resolve_spec(
     )
 
 
+def families_from_lint(scope: Mapping[str, Any]) -> tuple[FamilyTargets, ...]:
+    """The kernel families the lint of the source as built derived for the cell (its scope's
+    family table), as the assertion checks them: named ``NAME (file:line)``, since a CMake project
+    may give one arch variable to several families."""
+    table = scope.get("families") or []
+    sources = scope.get("family_sources") or []
+    if len(table) != len(sources):
+        raise UsageError("the lint report's family table and its family sources differ in length",
+                         hint="re-run the lint with this farm (its cache is keyed by the farm's version)")
+    return tuple(FamilyTargets(f"{name} ({where})", tuple(srcs), ArchList.parse(targets) if targets else
+                               ArchList(frozenset()))
+                 for (name, where, _, targets, _), srcs in zip(table, sources, strict=True))
+
+
 def write_spec(spec: BuildSpec, directory: Path) -> Path:
     """``build-spec.json`` in ``directory``: the build's record of what it was asked to build."""
     from farm.fsutil import atomic_write
