@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -188,6 +189,7 @@ class ExtensionResult:
     found: ArchList
     findings: tuple[Finding, ...]
     inspection: SoInspection
+    families: tuple[str, ...] = ()  # the kernel families with a translation unit in it
 
     @property
     def missing(self) -> ArchList:
@@ -224,6 +226,7 @@ class ExtensionResult:
             "findings": [f.to_json() for f in self.findings],
             "fatbins": len(self.inspection.fatbins),
             "made_by": None if self.inspection.made_by is None else self.inspection.made_by.to_json(),
+            "families": list(self.families),
         }
 
 
@@ -290,6 +293,13 @@ class AssertionReport:
     def passed(self) -> bool:
         return not self.findings and all(e.passed for e in self.extensions) and all(
             v.passed for v in self.vendored_results)
+
+    def families_record(self, member: Callable[[str], str] = str) -> dict[str, dict[str, object]]:
+        """Each kernel family's entry in ``_build_info.json``: its targets, sources and the
+        extensions (their path as ``member`` gives it) holding its TUs."""
+        return {f.name: {"targets": f.targets.canonical(), "sources": list(f.sources),
+                         "extensions": [member(e.path) for e in self.extensions if f.name in e.families]}
+                for f in self.expected.families}
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -457,6 +467,8 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
             "which translation unit belongs to which family cannot be read", Cause.NO_SYMBOLS))
         return ExtensionResult(name, expected, expected_from, base.found, (*base.findings, *findings), inspection)
     rest: list[Fatbin] = []
+    built: list[ArchList] = []  # the targets of each family with a TU in this .so, and of the rest
+    held: dict[str, None] = {}  # the families with a TU in it, in order
     for fatbin in inspection.fatbins:
         unit = sources.get(fatbin.offset)
         owners = by_stem.get(unit, []) if unit is not None and fatbin.section != RELOCATABLE_SECTION else []
@@ -471,6 +483,8 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
                 f"{', '.join(f.name for f in owners)}, whose targets differ", Cause.NO_SYMBOLS))
             continue
         family = owners[0]
+        built.append(family.targets)
+        held.update(dict.fromkeys(f.name for f in owners))
         have = fatbin.targets.targets
         missing, extra = family.targets.targets - have, have - family.targets.targets
         if missing or extra:
@@ -483,14 +497,14 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
                           inspection.stubs_checked, inspection.made_by, sources)
     if any(f.offset not in inspection.stubs for f in runnable(rest)):
         base = judge(others, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-        found = base.found
         findings[:0] = base.findings
+        built.append(expected)
     else:  # every TU is in a family: only the whole-file checks apply to the rest
         base = judge(others, ArchList.of(()), expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-        found = ArchList.of(())
-        expected = found
         findings[:0] = [f for f in base.findings if f.code in ("readers-disagree", "toolkit-mismatch")]
-    return ExtensionResult(name, expected, expected_from, found, tuple(findings), inspection)
+    # recorded for the whole .so: what its TUs together must hold, and what they hold
+    whole = ArchList.of(t for archs in built for t in archs.targets)
+    return ExtensionResult(name, whole, expected_from, inspection.found, tuple(findings), inspection, tuple(held))
 
 
 def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expected: Expected, *,

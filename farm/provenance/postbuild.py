@@ -200,6 +200,7 @@ def stamp_asserted(
             extensions={p: hashes[p] for p in per_so},
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
             made_by={p: so.inspection.made_by.to_json() for p, so in per_so.items() if so.inspection.made_by},
+            families=report.families_record(relabel.member),
         )
         buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema
         return info
