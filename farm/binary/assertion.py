@@ -209,7 +209,7 @@ class ExtensionResult:
 
     def cause_of(self, target: Target) -> Cause | None:
         for f in self.findings:
-            if target in f.targets and f.code in ("missing", "extra", "no-device-code"):
+            if target in f.targets and f.code in ("missing", "extra", "no-device-code", "family-targets"):
                 return f.cause
         return None
 
