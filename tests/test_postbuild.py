@@ -423,7 +423,8 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
 
 
 def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFixtures,  # noqa: F811
-                                                          cuda_home: Path, tmp_path: Path) -> None:
+                                                          cuda_home: Path, tmp_path: Path, farm_root: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A real .so of two kernel families (k1.cu for the base list, k2.cu for 9.0a alone): postbuild
     asserts each family, records them in _build_info.json, and the gate's judge accepts the record;
     with one family's list changed nothing is stamped."""
@@ -453,3 +454,24 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
                              replace(ctx, expected=replace(ctx.expected, families=(k1, wrong))), dist="demo_ext")
     assert not failed.passed and failed.stamped is None and not (tmp_path / "out-wrong").exists()
     assert "kernel family HOPPER_ARCHS" in failed.report.render() and "TU k2.cu" in failed.report.render()
+
+    # postbuilt again, the stamped wheel is carried only with the families it records
+    again = postbuild_wheel(result.stamped.path, tmp_path / "again",
+                            replace(ctx, expected=replace(ctx.expected, families=(k1, k2))), dist="demo_ext")
+    assert again.passed
+    with pytest.raises(UsageError, match="kernel families that are not the ones asserted now"):
+        postbuild_wheel(result.stamped.path, tmp_path / "again2",
+                        replace(ctx, expected=replace(ctx.expected, families=(k1, replace(k2, name="OTHER")))),
+                        dist="demo_ext")
+
+    # `farm assert --spec`: the families the build spec carries
+    from farm.build.spec import resolve_spec, write_spec
+
+    config = load_config(farm_root)
+    cell = context_from_config(config, raw, cuda_home=cuda_home)[0].cell
+    spec = resolve_spec(config, config.recipe("demo_ext"), cell)
+    right = write_spec(replace(spec, families=(k1, k2)), tmp_path / "spec-right")
+    assert main(["assert", str(raw), "--spec", str(right)]) == 0
+    assert main(["assert", str(raw), "--spec", str(write_spec(replace(spec, families=(k1, wrong)),
+                                                              tmp_path / "spec-wrong"))]) == 1
+    assert "kernel family HOPPER_ARCHS" in capsys.readouterr().out

@@ -251,6 +251,9 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
     bundled = {v.path: v.record() for v in report.vendored_results}
     if {p: b.to_dict() for p, b in embedded.bundled.items()} != bundled:
         differ.append("bundled libraries that are not what the wheel holds")
+    families = embedded.families if isinstance(embedded.families, Mapping) else {}
+    if {n: f.to_dict() for n, f in families.items()} != report.families_record():
+        differ.append("kernel families that are not the ones asserted now")
     if not embedded.asserted:
         differ.append("a provenance that is not asserted and passed")
     if differ:
