@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -297,7 +297,8 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
 def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None,
                       env: Mapping[str, str] | None = None,
                       toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None, python: str | None = None,
-                      torch_built: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      torch_built: Mapping[str, Any] | None = None,
+                      farm_deps: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     """What only the build's environment knows, as :class:`BuildContext` fields: the CI run and
     the toolchain (nvcc under ``cuda_home``, else ``$CUDA_HOME``; the torch the build used)."""
     env = os.environ if env is None else env
@@ -305,7 +306,8 @@ def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None
         cuda_home = Path(env["CUDA_HOME"])
     return {"run": probe.run_from_env(env),
             "toolchain": probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=cell.torch,
-                                         toolkit=toolkit, python=python, torch_built=torch_built)}
+                                         toolkit=toolkit, python=python, torch_built=torch_built,
+                                         farm_deps=farm_deps)}
 
 
 def wheel_cell(wheel: Path, cell: Cell) -> Cell:
