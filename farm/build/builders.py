@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -442,6 +443,7 @@ class BuildSettings:
     shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
+    pip_cache: Path | None = None  # pip's download cache, mounted into the container (--pip-cache)
 
 
 def spec_overrides(settings: BuildSettings) -> SpecOverrides:
@@ -476,6 +478,7 @@ def build_cell(
     from farm.source.fetch import fetch
 
     say = _say(log)
+    started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
@@ -535,6 +538,7 @@ def build_cell(
         images=settings.images,
         host_cuda_home=tk.cuda_home,
         host_toolkit_prefix=tk.prefix,
+        pip_cache=settings.pip_cache,
     )
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
@@ -577,10 +581,14 @@ def build_cell(
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
         else container_python(plan)
+    # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
+    # so the matrix keeps estimating the cell from its recipe's sharding.
+    duration = None if setup is not None else round(time.monotonic() - started, 1)
     results = tuple(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
-                      torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps))
+                      torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
+                      duration_s=duration)
         for wheel in built
     )
     imports = tuple(
@@ -674,16 +682,17 @@ def run_postbuild(
     python: str | None = None,
     torch_built: Mapping[str, Any] | None = None,
     farm_deps: Sequence[Mapping[str, str]] = (),
+    duration_s: float | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
     the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
-    wheels it was built against."""
+    wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured)."""
     from farm.provenance import buildinfo
     from farm.provenance.postbuild import build_environment, postbuild_wheel
 
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
                             python=python, torch_built=torch_built, farm_deps=farm_deps),
-        source=buildinfo.source_from(source))
+        source=buildinfo.source_from(source), duration_s=duration_s)
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)
