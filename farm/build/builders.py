@@ -505,6 +505,12 @@ def build_cell(
         raise DefectError(f"the arch-gate lint fails on the source of {cell.id} as built "
                           f"(after its patch_script):\n{report.render()}", where=recipe.display,
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
+    from dataclasses import replace
+
+    from farm.build.spec import families_from_lint
+
+    # the kernel families as this cell's source configures them: the assertion checks each one
+    spec = replace(spec, families=families_from_lint(report.scope))
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
     from farm.toolkit.assemble import toolkit_prefix
@@ -526,8 +532,6 @@ def build_cell(
     # before the first nvcc: a missing header or library now, not 20 minutes into the build
     check_toolkit(tk.cuda_home, needed, source_root=src, recipe_where=recipe.display,
                   windows=cell.platform.startswith("win"))
-    from dataclasses import replace
-
     options = replace(
         base,
         container_engine=settings.engine,
