@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from farm.binary.fatbin import (
     union,
 )
 from farm.binary.madeby import MadeBy, read_made_by
+from farm.binary.tusources import tu_sources
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError
 from farm.model.arch import ArchList, Target
@@ -81,6 +82,9 @@ class SoInspection:
     stubs: frozenset[int] = frozenset()  # offsets of fatbins that are nvcc device-link stubs
     stubs_checked: bool = True  # False: stubs were not looked for (a listing, which no verdict reads)
     made_by: MadeBy | None = None  # the toolkit the device code records (None: not read)
+    # fatbin offset -> the stem of the .cu file its TU was compiled from (None: not read, or no
+    # symbol table to read it from): how kernel families find their TUs
+    sources: Mapping[int, str] | None = None
 
     @property
     def has_device_code(self) -> bool:
@@ -195,7 +199,7 @@ def _resolve_tool(reader: Reader, cuobjdump: Path | None) -> Path | None:
 
 def inspect_file(
     path: Path | str, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
-    label: str | None = None, stubs: bool = True, made_by: bool = False,
+    label: str | None = None, stubs: bool = True, made_by: bool = False, sources: bool = False,
 ) -> SoInspection:
     """Inspect one shared object with the chosen reader(s).
 
@@ -203,6 +207,7 @@ def inspect_file(
     2,000 of them): a listing does not need it; the assertion and ``explain``, whose verdicts
     it changes, keep the default. ``made_by``: also read the toolkit version the device code
     records (every payload is read; with both readers, cuobjdump's ``-elf`` dump must agree).
+    ``sources``: also read which source file each TU's fatbin came from (the symbol table).
     Broken files raise :class:`~farm.errors.BinaryFormatError` in every mode (the header check
     runs in cuobjdump mode too); a missing cuobjdump raises :class:`~farm.errors.ToolError`.
     """
@@ -214,18 +219,23 @@ def inspect_file(
     records = None
     if made_by and fatbins:
         records = read_made_by(path, runnable(fatbins))
+    tus = None
+    if sources and fatbins:
+        tus = tu_sources(path)
     if tool is None:
-        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records)
+        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records,
+                            sources=tus)
 
     listing = tuple(list_targets(Path(path), tool))
     if reader is Reader.CUOBJDUMP:
-        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records)
+        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records,
+                            sources=tus)
     disagreement = compare(fatbins, listing)
     device_bytes = sum(e.payload_size for f in runnable(fatbins) for e in f.entries)
     if records is not None and device_bytes <= DUMP_CROSS_CHECK_MAX:
         other = compare_made_by(records, dump_made_by(Path(path), tool))
         disagreement = "; ".join(d for d in (disagreement, other) if d) or None
-    return SoInspection(name, reader, fatbins, listing, disagreement, found_stubs, stubs, records)
+    return SoInspection(name, reader, fatbins, listing, disagreement, found_stubs, stubs, records, tus)
 
 
 # cuobjdump prints a cubin's toolkit only in its full `-elf` dump of every section, which takes
@@ -257,13 +267,14 @@ def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
 
 
 def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
-                  stubs: bool = True, vendored_stubs: bool | None = None, made_by: bool = False) -> WheelInspection:
+                  stubs: bool = True, vendored_stubs: bool | None = None, made_by: bool = False,
+                  sources: bool = False) -> WheelInspection:
     """Every extension of a wheel (and, listed apart, every vendored library under ``*.libs/``).
 
     ``stubs``: tell device-link stubs apart in the extensions; ``vendored_stubs``: in the vendored
     libraries too (default: as ``stubs``). A vendored library is judged by its found set alone,
     which stubs do not change, and a bundled cuBLAS has 2,000 small cubins to decompress: the
-    assertion leaves them unread."""
+    assertion leaves them unread. ``sources``: read each extension TU's source (kernel families)."""
 
     reader = Reader.parse(reader)
     tools = tools_for(reader, cuobjdump)
@@ -272,12 +283,13 @@ def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump
         def one(name: str, stubs: bool, made_by: bool = False) -> SoInspection:
             with wheel.extracted(name) as tmp:
                 try:
-                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs, made_by=made_by)
+                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs, made_by=made_by,
+                                        sources=made_by and sources)
                 except FarmError as exc:  # name the wheel member, not the temporary file
                     raise type(exc)(exc.message.replace(str(tmp), name), where=f"{path}!{name}",
                                     hint=exc.hint) from None
 
-        # the toolkit records of the extensions only: a bundled library may come from elsewhere
+        # the toolkit records and TU sources of the extensions only: a bundled library may come from elsewhere
         extensions = tuple(one(n, stubs, made_by) for n in sorted(wheel.extension_members()))
         vendored = tuple(one(n, stubs if vendored_stubs is None else vendored_stubs)
                          for n in sorted(wheel.vendored_members()))

@@ -33,7 +33,7 @@ from farm.build.interpreters import Interpreter, find_interpreter, install_manag
 from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
-from farm.build.spec import SpecOverrides, resolve_spec, write_spec
+from farm.build.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
@@ -503,6 +503,9 @@ def build_cell(
         raise DefectError(f"the arch-gate lint fails on the source of {cell.id} as built "
                           f"(after its patch_script):\n{report.render()}", where=recipe.display,
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
+
+    # the kernel families as this cell's source configures them: the assertion checks each one
+    spec = replace(spec, families=families_from_lint(report.scope))
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
     # the spec carries the toolkit request and torch's index: the options are only where and how

@@ -85,6 +85,8 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "cuda": cuda or "",
         # the family table a reviewer checks: name, where, what it intersects, its targets, sources
         "families": [[f.name, f.where, f.supported, f.targets.canonical(), len(f.sources)] for f in derived],
+        # each family's sources, in the table's order: the build spec carries them to the assertion
+        "family_sources": [list(f.sources) for f in derived],
         "not_built": sorted(configured.not_built) if configured else [],
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a

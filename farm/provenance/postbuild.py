@@ -199,6 +199,7 @@ def stamp_asserted(
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
             duration_s=context.duration_s if context.duration_s is not None else buildinfo.ABSENT,
             made_by={p: so.inspection.made_by.to_json() for p, so in per_so.items() if so.inspection.made_by},
+            families=report.families_record(relabel.member),
         )
         buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema
         return info
@@ -245,6 +246,9 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
     bundled = {v.path: v.record() for v in report.vendored_results}
     if {p: b.to_dict() for p, b in embedded.bundled.items()} != bundled:
         differ.append("bundled libraries that are not what the wheel holds")
+    families = embedded.families if isinstance(embedded.families, Mapping) else {}
+    if {n: f.to_dict() for n, f in families.items()} != report.families_record():
+        differ.append("kernel families that are not the ones asserted now")
     if not embedded.asserted:
         differ.append("a provenance that is not asserted and passed")
     if differ:
