@@ -260,7 +260,7 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
 
 def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project():
     from farm.build.spec import families_from_lint
-    from farm.lint import lint_tree
+    from farm.lint.api import lint_tree
     from farm.model.arch import ArchList
 
     tree = Path(__file__).parent / "data" / "lint" / "vllm_like"
