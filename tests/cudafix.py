@@ -242,7 +242,8 @@ def _bad_payload(fx: CudaFixtures, out: Path) -> None:
 
 
 FIXTURES: dict[str, Spec] = {
-    # compression modes (FACTS §4): one TU each, host-linked
+    # compression modes (raw cubins and zstd PTX by default, docs/background.md "nvcc"): one TU each,
+    # host-linked
     "none": Spec(_compressed("none"), BASE),
     "default": Spec(lambda fx, out: fx.gxx_link([_k1(fx)], out), BASE),
     "speed": Spec(_compressed("speed"), BASE),

@@ -16,6 +16,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from farm.binary.assertion import Expected
+from farm.build.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
 from farm.model.arch import ArchList
@@ -38,6 +39,7 @@ from farm.provenance.postbuild import (
 )
 from farm.provenance.stamp import WheelName
 from farm.schedule.durations import read_durations
+from farm.source.fetch import tree_sha256
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
 
@@ -267,8 +269,6 @@ def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stam
 
 
 def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
-    from farm.source.fetch import tree_sha256
-
     src = farm_root / "src" / "demo_ext"
     src.mkdir(parents=True)
     (src / "setup.py").write_text("# demo\n")
@@ -296,9 +296,6 @@ def test_postbuild_asserts_the_build_spec_it_is_given(farm_root: Path, raw_wheel
                                                       tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`farm postbuild --spec build-spec.json`: the spec farm build wrote crosses the process
     boundary intact, and its arch request (not the config's) is what the assertion checks."""
-    from dataclasses import replace
-
-    from farm.build.spec import resolve_spec, write_spec
 
     config = load_config(farm_root)
     recipe = config.recipe("demo_ext")
@@ -398,8 +395,6 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
                                                                      cuda_home: Path, tmp_path: Path) -> None:
     """The recipe is edited after the build (its epoch, a vendored rule, jit, requires_dist, the
     arch list): `farm postbuild --spec` stamps and records what the spec says, not today's recipe."""
-    from farm.build.spec import read_spec, resolve_spec, write_spec
-
     config = load_config(farm_root)
     recipe = config.recipe("demo_ext")
     cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")

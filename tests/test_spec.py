@@ -17,6 +17,7 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
 from farm.model.config import load_config
 from farm.model.spec import ArchRequest, arch_request
+from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
 
@@ -192,8 +193,6 @@ def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path):
 def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_path):
     """The recipe edited after the build (epoch, vendored rules, jit, requires_dist): postbuild's
     context from the written spec is the build's, not today's recipe's."""
-    from farm.provenance import buildinfo, probe
-
     path = write_spec(resolve_spec(config, config.recipe("torchpkg"), TORCH), tmp_path)
     (config.root / "packages" / "torchpkg.yml").write_text(MOVED)
     today = resolve_spec(load_config(config.root), load_config(config.root).recipe("torchpkg"), TORCH)
@@ -261,7 +260,7 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
 
 def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project():
     from farm.build.spec import families_from_lint
-    from farm.lint import lint_tree
+    from farm.lint.api import lint_tree
     from farm.model.arch import ArchList
 
     tree = Path(__file__).parent / "data" / "lint" / "vllm_like"

@@ -27,6 +27,7 @@ from typing import Any
 from farm import jsonread
 from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
 from farm.errors import FarmError, UsageError
+from farm.fsutil import atomic_write
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
 from farm.model.config import (
@@ -453,8 +454,6 @@ def families_from_lint(scope: Mapping[str, Any]) -> tuple[FamilyTargets, ...]:
 
 def write_spec(spec: BuildSpec, directory: Path) -> Path:
     """``build-spec.json`` in ``directory``: the build's record of what it was asked to build."""
-    from farm.fsutil import atomic_write
-
     path = Path(directory) / SPEC_FILE
     atomic_write(path, [(json.dumps(spec.to_json(), indent=1, sort_keys=True) + "\n").encode()], durable=False)
     return path

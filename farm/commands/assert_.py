@@ -17,8 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from farm.binary.assertion import Expected, assert_wheel
+from farm.build.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
+from farm.model.config import load_config
+from farm.provenance.postbuild import context_from_config
 
 
 def _ext_rule(text: str) -> tuple[str, ArchList]:
@@ -69,9 +72,6 @@ def _expected_from_args(args: argparse.Namespace) -> Expected:
 
 
 def _expected_from_cell(args: argparse.Namespace, wheel: Path) -> Expected:
-    from farm.model.config import load_config  # only --cell needs the configuration
-    from farm.provenance.postbuild import context_from_config
-
     context, _ = context_from_config(load_config(args.root), wheel, package=args.package, cuda=args.cuda,
                                      torch=args.torch, cuda_home=args.cuda_home)
     expected = context.expected
@@ -91,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
     if args.spec is not None and args.ext:
         raise UsageError("--ext goes with --arch-list; with --spec the spec's extension lists apply")
     if args.spec is not None:
-        from farm.build.spec import read_spec
-
         fixed: Expected | None = read_spec(args.spec).expected
     else:
         fixed = None if args.cell else _expected_from_args(args)
