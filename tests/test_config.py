@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ArchError, ConfigError, FarmError, UsageError
+from farm.model.cells import Cell, extension_lists, requires_dist, resolve_arch
 from farm.model.config import (
     GitSource,
     PathSource,
@@ -249,7 +250,6 @@ links_torch: %s
 
 @pytest.mark.parametrize("base_links_torch", [True, False])
 def test_requires_dist_pins_a_sibling_wheel_of_the_same_cell(farm_root: Path, base_links_torch: bool) -> None:
-    from farm.model.cells import Cell, requires_dist
     write(farm_root, "base", SIBLING % str(base_links_torch).lower())
     write(farm_root, "pkg", GOOD + "requires_dist: [numpy, 'base=={version:base}+{local:base}']\n")
     for packages in (None, ["pkg"]):  # the sibling is read even when only pkg is loaded
@@ -287,7 +287,6 @@ def test_verify_knobs_load(farm_root: Path) -> None:
 
 
 def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
-    from farm.model.cells import Cell, resolve_arch
     write(farm_root, "pkg", GOOD + textwrap.dedent("""
         arch:
           x86_64:
@@ -308,7 +307,6 @@ def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
 
 
 def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
-    from farm.model.cells import extension_lists
     write(farm_root, "pkg", GOOD + textwrap.dedent("""
         extensions:
           '*_sm90*': '9.0a'
@@ -324,3 +322,31 @@ def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD + "extensions:\n  '*_mxfp8*':\n    by_cuda: {'12.6': 'sm_100'}\n")
     with pytest.raises(ArchError, match="cannot build sm_100"):
         load_config(farm_root)
+
+
+def test_requires_dist_cannot_loosen_the_torch_pin(farm_root: Path) -> None:
+    """A torch-linked wheel runs only with its cell's torch minor: a bare `torch` (cubvh and
+    sageattn3 upstream) would have replaced farm's pin, so the recipe is refused, naming the entry."""
+    write(farm_root, "pkg", GOOD + "requires_dist: [numpy, torch]\n")
+    with pytest.raises(ConfigError, match="farm pins torch itself") as exc:
+        load_config(farm_root)
+    assert exc.value.where
+    assert exc.value.where.startswith("packages/pkg.yml:")
+    # a package that does not link torch may require it like any other project
+    write(farm_root, "pkg", GOOD.replace("links_torch: true", "links_torch: false") + "requires_dist: ['torch>=2']\n")
+    assert load_config(farm_root).recipe("pkg").requires_dist == ("torch>=2",)
+
+
+def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
+    """A CPU op module beside CUDA ones (kepler_jax's cpu_ops): `none` expects no device code in it,
+    and the build spec carries that through its file."""
+    write(farm_root, "pkg", GOOD + "extensions:\n  '*cpu_ops*': none\n  '*_sm90*': '9.0a'\n")
+    recipe = load_config(farm_root).recipe("pkg")
+    assert [(e.glob, e.spec.archs.canonical()) for e in recipe.extensions] == [("*cpu_ops*", ""), ("*_sm90*", "sm_90a")]
+    from farm.model.spec import ArchRequest
+
+    request = ArchRequest.given(recipe.extensions[1].spec.archs, extensions=tuple(
+        (e.glob, e.spec.archs) for e in recipe.extensions))
+    back = ArchRequest.from_json(request.to_json(), where="t")
+    assert back == request
+    assert back.extensions[0] == ("*cpu_ops*", request.extensions[0][1])

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from farm.lint import LintReport, Severity, lint_tree
+from farm.lint.api import LintReport, Severity, lint_tree
 from farm.lint.isa import INSTRUCTIONS, instruction_in_asm
 from farm.model.arch import ArchList, Target
 from farm.model.config import LintIgnore

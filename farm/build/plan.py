@@ -8,14 +8,14 @@ a container (:class:`NativeSteps`).
 Decisions that are easy to get wrong, and why:
 
 - ``--config-file`` is farm's own file, which sets every option: cibuildwheel reads options the
-  environment leaves unset from the package's ``[tool.cibuildwheel]`` (FACTS §7), and an upstream
+  environment leaves unset from the package's ``[tool.cibuildwheel]`` (docs/background.md), and an upstream
   ``test-command`` or ``before-build`` must not change a farm build.
 - the arch list is exported in every rendering (torch, CMake); builds use whichever their build
   system reads. The post-build assertion, not this export, decides whether the wheel is right.
 - no build isolation: torch installed by ``before-build`` is invisible to an isolated build.
 - the repair step excludes the driver, the CUDA runtime libraries and torch's libraries (users get
-  them from their driver / torch install), then refuses a wheel that vendored anything else
-  (CW-ADR-0009): a vendored library would be an unasserted binary.
+  them from their driver / torch install), then refuses a wheel that vendored anything else: a
+  vendored library would be an unasserted binary.
 - cibuildwheel overwrites ``$GITHUB_STEP_SUMMARY``: the plan points it at a file of its own, which
   the builder appends to the real summary afterwards.
 """
@@ -84,7 +84,7 @@ SONAME_EXCLUDES: tuple[str, ...] = (
     "libshm.so",
 )
 
-# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009), except
+# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (an unasserted binary), except
 # the libraries the recipe declares in `vendored` (argv[2:]: globs), which postbuild then asserts.
 _VENDOR_CHECK = (
     "import sys, zipfile, pathlib, fnmatch\n"
@@ -92,13 +92,15 @@ _VENDOR_CHECK = (
     "bad = [(w.name, n) for w in pathlib.Path(sys.argv[1]).glob('*.whl')\n"
     "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs') and not ok(n)]\n"
     "for w, n in bad: print(f'farm: {w} vendors {n}: only the excluded CUDA/torch libraries may be '\n"
-    "                       'linked from outside the wheel (CW-ADR-0009); link it statically or add '\n"
+    "                       'linked from outside the wheel (a vendored library is an unasserted binary); '\n"
+    "                       'link it statically or add '\n"
     "                       'the wheel that provides it to requires_dist, or declare it in the recipe\\'s vendored map', file=sys.stderr)\n"  # noqa: E501
     "sys.exit(1 if bad else 0)\n"
 )
 
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
+CONTAINER_PIP_CACHE = "/opt/farm/pip-cache"
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,9 @@ class PlanOptions:
     redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
     env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
     shard: ShardSetup | None = None  # a compile shard or link job (farm/build/shardjob.py)
+    # pip's download cache on the host (torch, build tools): mounted into the build container at
+    # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
+    pip_cache: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +366,14 @@ def plan_build(
         else:
             env_pairs += options.shard.environment(options.shard.directory.as_posix(),
                                                    Path(source_root).as_posix(), cuda_home)
+    if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
+        host_cache = PurePosixPath(options.pip_cache).as_posix()
+        if in_container:
+            mount = shlex.quote(f"{host_cache}:{CONTAINER_PIP_CACHE}")
+            engine += f" --volume {mount}" if "create_args:" in engine else f"; create_args: --volume {mount}"
+            env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
+        else:
+            env_pairs.append(("PIP_CACHE_DIR", host_cache))
     before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""

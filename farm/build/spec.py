@@ -20,16 +20,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.assertion import Expected, VendoredRule
+from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
 from farm.errors import FarmError, UsageError
+from farm.fsutil import atomic_write
 from farm.model.arch import ArchList, Rendering
-from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
-from farm.model.config import BuildKnobs, FarmConfig, Recipe, release_problem, url_problem
+from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
+from farm.model.config import (
+    BuildKnobs,
+    FarmConfig,
+    Recipe,
+    VerifyKnobs,
+    release_problem,
+    requirement_refs,
+    url_problem,
+)
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
@@ -38,8 +47,10 @@ from farm.toolkit.request import ToolkitRequest, request_for
 
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
-# and the components an installed toolkit is checked for joined the spec.
-SPEC_VERSION = 2
+# and the components an installed toolkit is checked for joined the spec. 3: the import check's
+# knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
+# family's sources and exact targets).
+SPEC_VERSION = 4
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -75,6 +86,10 @@ class BuildSpec:
     required_components: tuple[str, ...] = ()  # what an installed CUDA_HOME must hold (torch's, the recipe's)
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
+    verify: VerifyKnobs = field(default_factory=VerifyKnobs)  # the import check of the built wheel
+    # extra_deps that are farm wheels of this cell (cumm==0.7.11+cu128): from farm's wheelhouse
+    farm_deps: tuple[str, ...] = ()
+    families: tuple[FamilyTargets, ...] = ()  # kernel families and the exact targets of their TUs
 
     @property
     def python(self) -> str:
@@ -92,21 +107,23 @@ class BuildSpec:
         was given, the recipe's per-extension lists and vendored rules as resolved here, and device
         code made by the cell's CUDA line."""
         return Expected(self.arch.archs, per_extension=self.arch.extensions, allow_no_extensions=self.jit,
-                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda)
+                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda, families=self.families)
 
     def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
-                source: buildinfo.SourceRecord | None = None) -> BuildContext:
+                source: buildinfo.SourceRecord | None = None, duration_s: float | None = None) -> BuildContext:
         """Postbuild's context: this spec's decisions, plus what only the build's environment knows
-        (the CI run, the toolchain, and the fetched tree's ``source`` when the build fetched one)."""
+        (the CI run, the toolchain, the fetched tree's ``source`` when the build fetched one, and
+        how long the build took)."""
         return BuildContext(
             cell=self.cell, expected=self.expected, requested=self.arch.requested, build_epoch=self.build_epoch,
             defaults_sha256=self.defaults_sha256, recipe_sha256=self.recipe_sha256,
             source=self.source if source is None else source, run=run, toolchain=toolchain,
-            requires_dist=self.requires_dist, pins=self.pins)
+            requires_dist=self.requires_dist, pins=self.pins, duration_s=duration_s)
 
     def to_json(self) -> dict[str, Any]:
         k = self.knobs
         t = self.toolkit
+        v = self.verify
         return {
             "spec_version": SPEC_VERSION,
             "cell": {"package": self.cell.package, "version": self.cell.version, **self.cell.as_dict()},
@@ -121,12 +138,17 @@ class BuildSpec:
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
                       "system_packages": list(k.system_packages), "compile_jobs": self.compile_jobs,
+                      "farm_deps": list(self.farm_deps),
                       "required_components": list(self.required_components)},
             "postbuild": {"dist": self.dist, "build_epoch": self.build_epoch, "jit": self.jit,
                           "vendored": [rule.to_json() for rule in self.vendored],
                           "requires_dist": list(self.requires_dist), "pins": list(self.pins),
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
-                          "recipe_sha256": self.recipe_sha256},
+                          "recipe_sha256": self.recipe_sha256,
+                          "families": [family.to_json() for family in self.families]},
+            "verify": {"import_name": v.import_name, "extra_imports": list(v.extra_imports),
+                       "no_direct_import": list(v.no_direct_import),
+                       "expect_device_error": v.expect_device_error, "needs_driver": v.needs_driver},
         }
 
     @property
@@ -182,9 +204,16 @@ class BuildSpec:
             recipe_sha256=r.opt_text(p, "postbuild.recipe_sha256"),
             vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
-            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"))
+            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
+            verify=r.verify(top.get("verify"), "verify"), farm_deps=r.texts(k, "knobs.farm_deps"),
+            families=r.families(p, "postbuild.families"))
+        if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
+            raise r.bad("knobs.farm_deps", "a list of the spec's extra_deps")
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
+        if spec.cell.torch != NO_TORCH and f"torch=={spec.cell.torch}.*" not in spec.pins:
+            # the wheel runs only with the torch minor it was built against: no spec loosens that
+            raise r.bad("postbuild.pins", f"a list holding the cell's torch pin (torch=={spec.cell.torch}.*)")
         return spec
 
 
@@ -221,6 +250,16 @@ class _Reader:
             raise self.bad(key, "a positive integer" if least == 1 else f"an integer >= {least}")
         return value
 
+    def verify(self, value: object, key: str) -> VerifyKnobs:
+        data = self.obj(value, key)
+        device = data.get("expect_device_error")
+        if not isinstance(device, (bool, str)):
+            raise self.bad(f"{key}.expect_device_error", "true, false or a text")
+        return VerifyKnobs(import_name=self.opt_text(data, f"{key}.import_name"),
+                           extra_imports=self.texts(data, f"{key}.extra_imports"),
+                           no_direct_import=self.texts(data, f"{key}.no_direct_import"),
+                           expect_device_error=device, needs_driver=self.flag(data, f"{key}.needs_driver"))
+
     def flag(self, data: Mapping[str, Any], key: str) -> bool:
         value = data.get(key.rsplit(".", 1)[-1])
         if not isinstance(value, bool):
@@ -256,6 +295,27 @@ class _Reader:
                 text, self.where, f"{at}.archs")
             rules.append(VendoredRule(glob, archs, exempt))
         return tuple(rules)
+
+    def families(self, data: Mapping[str, Any], key: str) -> tuple[FamilyTargets, ...]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        what = "a list of {name, sources, targets} kernel families"
+        if not isinstance(value, list):
+            raise self.bad(key, what)
+        families = []
+        for i, item in enumerate(value):
+            at = f"{key}[{i}]"
+            family = self.obj(item, at)
+            if set(family) != {"name", "sources", "targets"}:
+                raise self.bad(at, what)
+            sources = self.texts(family, f"{at}.sources")
+            if not sources or not all(s.endswith(".cu") for s in sources):
+                raise self.bad(f"{at}.sources", "a non-empty list of .cu paths")
+            text = self.text(family, f"{at}.targets")
+            targets = ArchList(frozenset()) if text == "" else canonical_arch_list(text, self.where, f"{at}.targets")
+            families.append(FamilyTargets(self.text(family, f"{at}.name"), sources, targets))
+        if len({f.name for f in families}) != len(families):
+            raise self.bad(key, "families with distinct names")
+        return tuple(families)
 
     def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
         value = data.get(key.rsplit(".", 1)[-1])
@@ -352,6 +412,8 @@ def resolve_spec(
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     knob = knobs(config, recipe)
+    farm_deps = tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps if requirement_refs(d))
+    knob = replace(knob, extra_deps=tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps))
     return BuildSpec(
         cell=cell,
         arch=arch,
@@ -371,13 +433,27 @@ def resolve_spec(
         required_components=(*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
                              *knob.extra_cuda_components),
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
+        verify=recipe.verify,
+        farm_deps=farm_deps,
     )
+
+
+def families_from_lint(scope: Mapping[str, Any]) -> tuple[FamilyTargets, ...]:
+    """The kernel families the lint of the source as built derived for the cell (its scope's
+    family table), as the assertion checks them: named ``NAME (file:line)``, since a CMake project
+    may give one arch variable to several families."""
+    table = scope.get("families") or []
+    sources = scope.get("family_sources") or []
+    if len(table) != len(sources):
+        raise UsageError("the lint report's family table and its family sources differ in length",
+                         hint="re-run the lint with this farm (its cache is keyed by the farm's version)")
+    return tuple(FamilyTargets(f"{name} ({where})", tuple(srcs), ArchList.parse(targets) if targets else
+                               ArchList(frozenset()))
+                 for (name, where, _, targets, _), srcs in zip(table, sources, strict=True))
 
 
 def write_spec(spec: BuildSpec, directory: Path) -> Path:
     """``build-spec.json`` in ``directory``: the build's record of what it was asked to build."""
-    from farm.fsutil import atomic_write
-
     path = Path(directory) / SPEC_FILE
     atomic_write(path, [(json.dumps(spec.to_json(), indent=1, sort_keys=True) + "\n").encode()], durable=False)
     return path

@@ -78,24 +78,34 @@ def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     same cell carries (``cu128torch2.8``, or ``cu128`` when NAME does not link torch), so
     ``cumm=={version:cumm}+{local:cumm}`` pins exactly the farm wheel built beside this one.
     """
+    return tuple(fill_placeholders(recipe, cell, req) for req in recipe.requires_dist)
+
+
+def fill_placeholders(recipe: Recipe, cell: Cell, requirement: str) -> str:
+    """``requirement`` with its ``{version:NAME}`` / ``{local:NAME}`` filled for ``cell`` (a
+    requires_dist entry, or an ``extra_deps`` entry naming a farm wheel as a build dependency)."""
     def fill(match: re.Match[str]) -> str:
         kind, name = match[1].split(":", 1)
         pin = recipe.siblings[name]
         if kind == "version":
             return pin.version
         return local_label(cell.cuda, cell.torch if pin.links_torch else NO_TORCH)
-    return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
+    return _PLACEHOLDER.sub(fill, requirement)
+
+
+def farm_build_deps(recipe: Recipe) -> tuple[str, ...]:
+    """The recipes whose farm wheels the build needs: those an ``extra_deps`` placeholder names."""
+    return tuple(dict.fromkeys(name for dep in recipe.build.extra_deps
+                               for name in (m.split(":", 1)[1] for m in _PLACEHOLDER.findall(dep))))
 
 
 def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     """``("torch==2.14.*",)`` for a torch-linked cell: the wheel works only with the torch minor it
-    was built against, whatever upstream's metadata says (``torch>=1.4``). A recipe that lists torch
-    in ``requires_dist`` itself replaces the pin."""
+    was built against, whatever upstream's metadata or the recipe's ``requires_dist`` says (the
+    recipe loader refuses a torch entry there; :func:`~farm.provenance.stamp.set_metadata_version`
+    writes the pins before any other requirement, so none can replace it)."""
     if cell.torch == NO_TORCH or not recipe.links_torch:
         return ()
-    for req in recipe.requires_dist:
-        if re.match(r"^\s*torch\s*(?:[\[<>=!~;@ ]|$)", req, re.IGNORECASE):
-            return ()
     return (f"torch=={cell.torch}.*",)
 
 
@@ -176,13 +186,9 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
         yield Cell(recipe.name, recipe.version, cuda, torch, tag, platform)
 
 
-def is_phantom(defaults: Defaults, cell: Cell) -> bool:
-    """A cell upstream PyTorch never shipped (torch-free cells have no torch to be missing)."""
-    return is_phantom_key(defaults, cell.cuda, cell.torch, cell.python_version, cell.platform)
-
-
 def is_phantom_key(defaults: Defaults, cuda: str, torch: str, python: str, platform: str) -> bool:
-    """:func:`is_phantom` on a cell's fields (``python`` as ``3.11``): the one phantom rule."""
+    """A cell upstream PyTorch never shipped, by its fields (``python`` as ``3.11``): the one
+    phantom rule (torch-free cells have no torch to be missing)."""
     return torch != NO_TORCH and (cuda, torch, python, platform) in _phantom_keys(defaults.phantoms)
 
 
@@ -232,7 +238,7 @@ class Resolution:
 
 
 def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution | None:
-    """The cell's arch list (DESIGN §4.1): combo override > per-CUDA > package > policy row.
+    """The cell's arch list: combo override > per-CUDA > package > policy row (docs/recipes.md).
 
     The platform's own block (``arch.win_amd64``), then its group's (``arch.aarch64``) are consulted
     first with the same rules, then the package-wide block, then the group's policy row (with its

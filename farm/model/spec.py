@@ -62,7 +62,9 @@ class ArchRequest:
         if not isinstance(extensions, list) or not all(
                 isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in extensions):
             raise _bad(where, "arch.extensions", "a list of [glob, arch list] pairs")
-        per_extension = tuple((glob, canonical_arch_list(text, where, f"arch.extensions[{glob!r}]"))
+        # "" is a host-only extension (the recipe's `none`): it must hold no device code
+        per_extension = tuple((glob, ArchList(frozenset()) if text == ""
+                               else canonical_arch_list(text, where, f"arch.extensions[{glob!r}]"))
                               for glob, text in extensions)
         return cls(canonical_arch_list(data["normalised"], where, "arch.normalised"), data["requested"],
                    data["origin"], per_extension, data["where"])
@@ -85,7 +87,7 @@ def canonical_arch_list(text: str, where: str, key: str) -> ArchList:
 
 
 def arch_request(config: FarmConfig, recipe: Recipe, cell: Cell) -> ArchRequest | None:
-    """The cell's arch request (DESIGN §4.1, :func:`~farm.model.cells.resolve_arch`), with the
+    """The cell's arch request (:func:`~farm.model.cells.resolve_arch`'s list), with the
     recipe's per-extension lists of its CUDA line; None where the platform has no policy row for
     the CUDA line (the farm builds no such cell)."""
     resolution = resolve_arch(config, recipe, cell)
