@@ -24,9 +24,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.build import buildenv, shardjob
+from farm.build import buildenv, cclaunch, shardjob
 from farm.build.buildenv import BuildEnv
-from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
+from farm.build.compilecache import RUN_DIR, CompileCache, Counts
+from farm.build.plan import (
+    BIN,
+    LAUNCHER_SCRIPT,
+    BuildPlan,
+    NativeSteps,
+    PlanOptions,
+    compile_cache_environment,
+    plan_build,
+    render_environment,
+)
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
@@ -35,6 +45,7 @@ from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
+    from farm.build.spec import BuildSpec
     from farm.lint import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
@@ -63,6 +74,7 @@ class BuildResult:
     postbuild: tuple[PostbuildResult, ...] = field(default=())
     build_env: Path | None = None  # the shared build environment a native build used
     shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
+    compile_cache: Counts | None = None  # the compiler cache's counts for this build (None: off or unknown)
 
     @property
     def passed(self) -> bool:
@@ -83,6 +95,7 @@ class BuildResult:
             "postbuild": [r.to_json() for r in self.postbuild],
             "plan": self.plan.to_json(),
             "build_env": str(self.build_env) if self.build_env else None,
+            "compile_cache": self.compile_cache.record() if self.compile_cache else None,
         }
 
 
@@ -247,6 +260,13 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
         check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
+    if plan.spec.compile_cache.enabled:  # the container runs farm's launcher script from the mounted run folder
+        run_dir = compile_run_dir(plan)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / cclaunch.STATS).unlink(missing_ok=True)
+        shutil.copyfile(cclaunch.__file__, run_dir / LAUNCHER_SCRIPT)
+        if plan.spec.compile_cache.directory:
+            Path(plan.spec.compile_cache.directory).mkdir(parents=True, exist_ok=True)
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
@@ -316,10 +336,12 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
 
 
 def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
-               env_root: Path | None = None, built_env: list[BuildEnv] | None = None) -> list[Path]:
+               env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
+               cache_counts: list[Counts] | None = None) -> list[Path]:
     """Run the plan on this host: the shared build environment (made once per contents, see
     :mod:`farm.build.buildenv`), plan environment, build, repair. ``built_env`` receives the
-    environment used (its torch goes into the provenance)."""
+    environment used (its torch goes into the provenance); ``cache_counts`` the compiler cache's
+    counts for the build, when it was on and counted."""
     say = _say(log)
     steps = plan.native
     if steps is None:
@@ -362,8 +384,16 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
-    run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist), plan.package_dir],
-        "python -m build --wheel --no-isolation", cwd=plan.cwd)
+    cached = plan.spec.compile_cache.enabled
+    if cached:
+        cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env)
+    try:
+        run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
+             plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
+    finally:  # the server stops whatever the build did; its counts are the build's
+        stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
+    if stats is not None and cache_counts is not None:
+        cache_counts.append(Counts.from_stats(stats))
     built = _wheels(dist)
     if len(built) != 1:
         raise ToolError(f"the build of cell {plan.cell.id} made {len(built)} wheels in {dist}, expected 1")
@@ -397,6 +427,22 @@ class BuildSettings:
     shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
+    compile_cache: CompileCache = field(default_factory=CompileCache.off)  # the spec's (farm build: on, local)
+
+
+def compile_run_dir(plan: BuildPlan) -> Path:
+    """The build's compiler-cache folder on this host: launchers, server socket, counts."""
+    return plan.config_file.parent / RUN_DIR
+
+
+def shared_source_home(work_root: Path, cell: Cell) -> Path:
+    """Where a native build with the compiler cache prepares its source: one folder for every
+    Python of a (package, version, CUDA, torch, platform) row. nvcc derives the names of a unit's
+    internal symbols from its absolute path, so the same kernel file at another path is another
+    object; at the same path, a second Python's build hits on every unit that does not include
+    Python.h. Builds of one row take turns on it (a lock)."""
+    row = f"{cell.package}-{cell.version}-cu{cell.cuda}-torch{cell.torch}-{cell.platform}"
+    return Path(work_root).absolute() / "rows" / row
 
 
 def build_cell(
@@ -416,19 +462,34 @@ def build_cell(
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    from farm.build.spec import SpecOverrides, resolve_spec, write_spec
-    from farm.source.fetch import fetch
+    from farm.build.spec import SpecOverrides, resolve_spec
 
     say = _say(log)
     spec = resolve_spec(config, recipe, cell,
                         SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
-                                      redist_url=settings.redist_url, env=dict(os.environ)),
+                                      redist_url=settings.redist_url, env=dict(os.environ),
+                                      compile_cache=settings.compile_cache),
                         arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
+    home = work
+    if spec.compile_cache.enabled and settings.builder is BuilderKind.NATIVE:
+        home = shared_source_home(settings.work_root, cell)  # cibuildwheel's is /project, always
+        home.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    with FileLock(str(home / ".build.lock")):
+        return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say)
+
+
+def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
+                work: Path, home: Path, *, postbuild: bool, say: Log) -> BuildResult:
+    from farm.build.spec import write_spec
+    from farm.source.fetch import fetch
+
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
-    src = prepare_source(tree.root, recipe, config.root, work, log=say)
+    src = prepare_source(tree.root, recipe, config.root, home, log=say)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
     report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
                            prepared=src)
@@ -482,41 +543,50 @@ def build_cell(
     built: list[Path] = []
     torch_built: Mapping[str, Any] | None = None
     env_path: Path | None = None
+    counts: list[Counts] = []
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, tk, setup)
             envs: list[BuildEnv] = []
-            built = run_native(plan, log=say, built_env=envs,
+            built = run_native(plan, log=say, built_env=envs, cache_counts=counts,
                                env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
-            built = run_cibuildwheel(plan, log=say)
+            try:
+                built = run_cibuildwheel(plan, log=say)
+            finally:
+                counts += container_counts(plan)
             torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
     except ToolError as exc:
         if setup is None:
             raise
         error = exc  # the shard verdict names the TU or the shard; it raises
+    cache_counts = counts[0] if counts else None
+    if cache_counts is not None:
+        say(f"{cell.id}: {cache_counts.line()}")
     if setup is not None:
         if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
             record = shardjob.finish_compile(setup, error)
             say(f"{cell.id}: compile shard {setup.job.label}: {len(record['tus'])} TU(s) compiled "
                 f"into {setup.directory}")
-            return BuildResult(cell, plan, tuple(built), shard=record, build_env=env_path)
+            return BuildResult(cell, plan, tuple(built), shard=record, build_env=env_path,
+                               compile_cache=cache_counts)
         link = shardjob.finish_link(setup, error)
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
     if not postbuild:
-        return BuildResult(cell, plan, tuple(built), build_env=env_path)
+        return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: this host's for native builds, the container's otherwise
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
         run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python, plan=plan,
-                      torch_built=torch_built)
+                      torch_built=torch_built, compile_cache=cache_counts.record() if cache_counts else None)
         for wheel in built
     )
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
-                       shard=None if setup is None else {"job": "link", "count": setup.job.count})
+                       shard=None if setup is None else {"job": "link", "count": setup.job.count},
+                       compile_cache=cache_counts)
 
 
 def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
@@ -530,10 +600,32 @@ def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) 
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment
     )
+    host: dict[str, str] = {}
+    cache_bin = None
+    cache = plan.spec.compile_cache
+    if cache.enabled:  # the launchers and the cache folder as this host sees them
+        run_dir = compile_run_dir(plan).absolute().as_posix()
+        local = cache.directory if cache.backend == "local" else None
+        host.update(compile_cache_environment(plan.spec, run_dir, local))
+        cache_bin = f"{run_dir}/{BIN}"
     if shard is not None:  # the launcher as this host sees it, not the container's mount
-        host = dict(shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home))
-        env = tuple((k, host.get(k, v)) for k, v in env)
+        host.update(shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home, cache_bin))
+    env = tuple((k, host.get(k, v)) for k, v in env)
     return replace(plan, native=replace(plan.native, environment=env), cuda_home=home)
+
+
+def container_counts(plan: BuildPlan) -> list[Counts]:
+    """The counts the container's server left in the mounted run folder (none: off or unknown)."""
+    path = compile_run_dir(plan) / cclaunch.STATS
+    if not plan.spec.compile_cache.enabled or not path.is_file():
+        return []
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [Counts.from_stats(data)] if isinstance(data, dict) else []
 
 
 def run_postbuild(
@@ -549,6 +641,7 @@ def run_postbuild(
     python: str | None = None,
     plan: BuildPlan | None = None,
     torch_built: Mapping[str, Any] | None = None,
+    compile_cache: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
     ``python``: the container's exact Python for a cibuildwheel build (None: unknown). ``plan``:
@@ -560,6 +653,6 @@ def run_postbuild(
         config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
         cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
         arch=plan.arch if plan is not None else None,
-        torch_built=torch_built,
+        torch_built=torch_built, compile_cache=compile_cache,
     )
     return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)

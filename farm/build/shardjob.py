@@ -48,15 +48,21 @@ class ShardSetup:
     table: Mapping[str, int]
     digest: str
 
-    def environment(self, seen_dir: str, root: str, cuda_home: str) -> list[tuple[str, str]]:
+    def environment(self, seen_dir: str, root: str, cuda_home: str,
+                    cache_bin: str | None = None) -> list[tuple[str, str]]:
         """What the build needs, as it sees the folder: torch's ninja build runs ``$PYTORCH_NVCC``
-        (a command: launcher + real nvcc), CMake prepends ``CMAKE_CUDA_COMPILER_LAUNCHER``."""
+        (a command: launcher + real nvcc), CMake prepends ``CMAKE_CUDA_COMPILER_LAUNCHER``.
+        ``cache_bin``: the compiler cache's launchers (:mod:`farm.build.cclaunch`); the shard
+        launcher runs nvcc through them, so what a shard compiles is cached and what the link job
+        serves is never compiled."""
         launcher = f"{seen_dir}/{shard.LAUNCHER}"
+        nvcc = f"{cache_bin}/nvcc" if cache_bin else f"{cuda_home}/bin/nvcc"
+        # CMake runs LAUNCHER;ARGS... NVCC: the shard launcher's "real compiler" is then the cache's
         return [
             ("FARM_SHARD_DIR", seen_dir),
             ("FARM_SHARD_ROOT", root),
-            ("PYTORCH_NVCC", f"{launcher} {cuda_home}/bin/nvcc"),
-            ("CMAKE_CUDA_COMPILER_LAUNCHER", launcher),
+            ("PYTORCH_NVCC", f"{launcher} {nvcc}"),
+            ("CMAKE_CUDA_COMPILER_LAUNCHER", f"{launcher};{cache_bin}/launch" if cache_bin else launcher),
         ]
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm.build.compilecache import CompileCache
 from farm.errors import UsageError
 from farm.model.arch import Rendering
 from farm.model.cells import NO_TORCH, Cell
@@ -41,6 +42,7 @@ class SpecOverrides:
     toolkit_source: str | None = None
     redist_url: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    compile_cache: CompileCache = field(default_factory=CompileCache.off)  # --no-compile-cache, the backend
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class BuildSpec:
     vendored: tuple[str, ...] = ()  # the recipe's declared vendored library globs
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
+    compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
 
     @property
     def python(self) -> str:
@@ -78,6 +81,7 @@ class BuildSpec:
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
                       "system_packages": list(k.system_packages),
                       "vendored": list(self.vendored), "compile_jobs": self.compile_jobs},
+            "compile_cache": self.compile_cache.to_json(),
         }
 
     @classmethod
@@ -106,7 +110,8 @@ class BuildSpec:
             system_packages=r.texts(k, "knobs.system_packages"))
         spec = cls(cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
                    r.opt_text(e, "environment.torch"), r.opt_text(e, "environment.torch_index"), knobs,
-                   r.texts(k, "knobs.vendored"), r.count(k, "knobs.compile_jobs"), r.texts(e, "environment.tools"))
+                   r.texts(k, "knobs.vendored"), r.count(k, "knobs.compile_jobs"), r.texts(e, "environment.tools"),
+                   CompileCache.from_json(top.get("compile_cache"), where=where))
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
         return spec
@@ -249,6 +254,7 @@ def resolve_spec(
         knobs=knob,
         vendored=tuple(v.glob for v in recipe.vendored),
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
+        compile_cache=overrides.compile_cache,
     )
 
 

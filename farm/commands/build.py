@@ -22,6 +22,8 @@ from farm.build.builders import (
     BuildSettings,
     build_cell,
 )
+from farm.build.compilecache import BACKEND_ENV, BACKENDS
+from farm.build.compilecache import resolve as resolve_compile_cache
 from farm.build.shard import ShardJob
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
@@ -67,6 +69,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
     split.add_argument("--link", action="store_true", help="a recipe with `sharding: N`: make the wheel from the "
                        "N compile shards' objects in --shard-dir, then postbuild it")
+    parser.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                        help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
+    parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
+                        help=f"where compiles are cached: local (CACHE/compile-cache), gha (GitHub Actions' cache), "
+                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else local)")
     parser.add_argument("--shard-dir", type=Path, metavar="DIR",
                         help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
@@ -188,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
                      if args.torch_index else None),
         toolkit_source=args.toolkit_source, redist_url=args.redist_url,
         shard_dir=(args.shard_dir or cache / "shards").absolute(),
+        compile_cache=resolve_compile_cache(args.compile_cache, cache / "compile-cache",
+                                            backend=args.compile_cache_backend),
     )
+    print(f"farm build: compiler cache: {settings.compile_cache.describe()}", file=sys.stderr)
     recipe = config.recipe(args.package)
     results: list[BuildResult] = []
     errors: list[tuple[str, FarmError]] = []

@@ -349,6 +349,7 @@ def context_from_config(
     python: str | None = None,
     arch: ArchRequest | None = None,
     torch_built: Mapping[str, Any] | None = None,
+    compile_cache: Mapping[str, Any] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
@@ -358,6 +359,7 @@ def context_from_config(
     passes the fetched tree's description, which holds the resolved commit. ``arch``: the arch
     request of the build spec the wheel was built from (``farm build``, ``farm postbuild --spec``);
     without one (a wheel built outside farm) the config's request for the wheel's cell is resolved.
+    ``compile_cache``: the compiler cache's counts for the build (``toolchain.compile_cache``).
     """
     from farm.binary.assertion import Expected
     from farm.model.spec import require_arch_request
@@ -406,7 +408,8 @@ def context_from_config(
         source=_source_of(recipe) if source is None else source,
         run=probe.run_from_env(env),
         toolchain=probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
-                                      python=python, torch_built=torch_built),
+                                      python=python, torch_built=torch_built,
+                                      compile_cache=compile_cache if compile_cache is not None else buildinfo.ABSENT),
         requires_dist=requires_dist(recipe, cell),
         pins=torch_pin(recipe, cell),
     )
