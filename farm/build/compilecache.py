@@ -17,6 +17,7 @@ The launchers and the server are :mod:`farm.build.cclaunch`'s (it runs inside th
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class CompileCache:
         """The ``SCCACHE_*`` variables of the build's private server, with the folders as the build
         sees them (``cache_dir``: the local cache; ``run_dir``: launchers and socket)."""
         env = [
-            ("SCCACHE_SERVER_UDS", f"{run_dir}/sccache.sock"),  # a private server: concurrent builds stay apart
+            ("SCCACHE_SERVER_UDS", socket_path(run_dir)),  # a private server: concurrent builds stay apart
             ("SCCACHE_DIRECT", "false"),  # keys on the preprocessed text, never on file stamps
             ("SCCACHE_IGNORE_SERVER_IO_ERROR", "1"),  # a lost server: the client compiles uncached
             ("SCCACHE_IDLE_TIMEOUT", "7200"),  # a long link step must not stop the server mid-build
@@ -106,6 +107,15 @@ class CompileCache:
     def secrets(self) -> tuple[str, ...]:
         """The variables a container build must be handed for the backend (never written down)."""
         return SECRET_ENV.get(self.backend, ()) if self.enabled else ()
+
+
+def socket_path(run_dir: str) -> str:
+    """The build's server socket: in its run folder, or in /tmp (named after the folder) where that
+    path is longer than a Unix socket's address may be (108 bytes)."""
+    path = f"{run_dir}/sccache.sock"
+    if len(path.encode()) <= 100:
+        return path
+    return f"/tmp/farm-sccache-{hashlib.sha256(run_dir.encode()).hexdigest()[:16]}.sock"
 
 
 def resolve(enabled: bool, cache_root: Path, environ: Mapping[str, str] | None = None,
