@@ -45,7 +45,7 @@ def _wanted(path: str) -> bool:
 
 def read_tree(source: Path) -> Tree:
     """A folder, or a git repository's HEAD (read with git, no checkout)."""
-    if (source / "objects").is_dir() and (source / "HEAD").is_file() or (source / ".git").exists():
+    if ((source / "objects").is_dir() and (source / "HEAD").is_file()) or (source / ".git").exists():
         listing = subprocess.run(["git", "-C", str(source), "ls-tree", "-r", "--name-only", "HEAD"],
                                  capture_output=True, text=True, check=True).stdout.splitlines()
         paths = [p for p in listing if _wanted(p)]
