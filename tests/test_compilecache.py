@@ -318,3 +318,50 @@ def test_sharded_builds_compile_through_the_cache(tmp_path, pypi_toolkit, monkey
     again = build_cell(config, recipe, SHARD_CELL, settings(ShardJob(2, 0)))
     assert again.compile_cache is not None and again.compile_cache.nvcc_run == 0
     assert sorted(again.shard["tus"]) == sorted(shards[0].shard["tus"])
+
+
+def test_what_the_compiler_sees_is_in_the_key(tmp_path, cuda_home) -> None:
+    """A unit compiled through the launchers: the same call hits; another flag, arch, header,
+    source or toolkit (an nvcc binary with other bytes) is a miss, and nvcc runs."""
+    env = _server_env(tmp_path, tmp_path / "cache")
+    run = tmp_path / "run"
+    state = cclaunch.setup(str(run), str(Path(cuda_home) / "bin" / "nvcc"), env)
+    assert state["cached"] is True
+    sccache = str(state["sccache"])
+    (tmp_path / "k.h").write_text("#define SCALE 2\n")
+    unit = tmp_path / "k.cu"
+    unit.write_text('#include "k.h"\n__global__ void k(int* x) { x[threadIdx.x] *= SCALE; }\n')
+    # another toolkit: the same files, but an nvcc binary with other bytes
+    other = tmp_path / "other-toolkit"
+    for item in Path(cuda_home).iterdir():
+        if item.name != "bin":
+            (other / item.name).parent.mkdir(parents=True, exist_ok=True)
+            (other / item.name).symlink_to(item)
+    (other / "bin").mkdir()
+    for item in (Path(cuda_home) / "bin").iterdir():
+        (other / "bin" / item.name).symlink_to(item)
+    (other / "bin" / "nvcc").unlink()
+    (other / "bin" / "nvcc").write_bytes((Path(cuda_home) / "bin" / "nvcc").read_bytes() + b"\0")
+    (other / "bin" / "nvcc").chmod(0o755)
+
+    def nvcc_run(*flags: str, nvcc: Path = run / "bin" / "nvcc") -> int:
+        cmd = [str(nvcc), "-c", "k.cu", "-o", "k.o", "-I.", *flags]
+        if nvcc != run / "bin" / "nvcc":
+            cmd = [str(run / "bin" / "launch"), *cmd]
+        subprocess.run(cmd, cwd=tmp_path, env=env, check=True)
+        stats = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=env, capture_output=True,
+                               text=True, check=True).stdout
+        subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, check=True)
+        return Counts.from_stats(json.loads(stats)).nvcc_run
+
+    base = ("-O2", "-gencode=arch=compute_80,code=sm_80")
+    assert nvcc_run(*base) > 0
+    assert nvcc_run(*base) == 0  # the same call: served
+    assert nvcc_run("-O3", base[1]) > 0  # flags
+    assert nvcc_run(base[0], "-gencode=arch=compute_90,code=sm_90") > 0  # arch list
+    (tmp_path / "k.h").write_text("#define SCALE 3\n")
+    assert nvcc_run(*base) > 0  # a header (torch's, CUDA's, the package's)
+    unit.write_text('#include "k.h"\n__global__ void k(int* x) { x[threadIdx.x] += SCALE; }\n')
+    assert nvcc_run(*base) > 0  # the source
+    assert nvcc_run(*base, nvcc=other / "bin" / "nvcc") > 0  # the toolkit
+    cclaunch.stats(str(run), env)
