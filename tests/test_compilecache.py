@@ -320,9 +320,10 @@ def test_sharded_builds_compile_through_the_cache(tmp_path, pypi_toolkit, monkey
     assert sorted(again.shard["tus"]) == sorted(shards[0].shard["tus"])
 
 
-def test_what_the_compiler_sees_is_in_the_key(tmp_path, cuda_home) -> None:
+def test_what_the_compiler_sees_is_in_the_key(tmp_path, cuda_home, capfd) -> None:
     """A unit compiled through the launchers: the same call hits; another flag, arch, header,
-    source or toolkit (an nvcc binary with other bytes) is a miss, and nvcc runs."""
+    source or toolkit (an nvcc binary with other bytes) is a miss, and nvcc runs. A PTX-only
+    target (``code=compute_120`` alone, mozilla/sccache#2809's case) compiles and hits, no fallback."""
     env = _server_env(tmp_path, tmp_path / "cache")
     run = tmp_path / "run"
     state = cclaunch.setup(str(run), str(Path(cuda_home) / "bin" / "nvcc"), env)
@@ -364,4 +365,31 @@ def test_what_the_compiler_sees_is_in_the_key(tmp_path, cuda_home) -> None:
     unit.write_text('#include "k.h"\n__global__ void k(int* x) { x[threadIdx.x] += SCALE; }\n')
     assert nvcc_run(*base) > 0  # the source
     assert nvcc_run(*base, nvcc=other / "bin" / "nvcc") > 0  # the toolkit
+    ptx_only = "-gencode=arch=compute_120,code=compute_120"
+    assert nvcc_run(base[0], ptx_only) > 0
+    assert nvcc_run(base[0], ptx_only) == 0
+    assert cclaunch.WARNING not in capfd.readouterr().err  # sccache never failed: no uncached fallback
     cclaunch.stats(str(run), env)
+
+
+def test_a_step_sccache_fails_compiles_again_uncached(tmp_path, capfd) -> None:
+    """mozilla/sccache#2809, simulated: an sccache that serves its server commands but fails a
+    compile with the error upstream reports; the launcher compiles the step uncached, says so once."""
+    real = cclaunch.find_sccache(os.environ)
+    assert real is not None
+    broken = tmp_path / "sccache"
+    broken.write_text(f'#!/bin/sh\ncase "$1" in --*) exec {real} "$@";; esac\n'
+                      'echo \'sccache: error: Missing "cubin" file output\' >&2; exit 2\n')
+    broken.chmod(0o755)
+    env = {**_server_env(tmp_path, tmp_path / "cache"), "FARM_SCCACHE": str(broken)}
+    assert cclaunch.setup(str(tmp_path / "run"), "/nonexistent/nvcc", env)["cached"] is True
+    _cc(tmp_path, env)
+    err = capfd.readouterr().err
+    assert len([line for line in err.splitlines() if line.startswith(cclaunch.WARNING)]) == 1
+    assert "compiling it uncached" in err
+    # a real compile error still fails, reported by the compiler
+    (tmp_path / "bad.c").write_text("int broken( {\n")
+    proc = subprocess.run([str(tmp_path / "run" / "bin" / "gcc"), "-c", "bad.c", "-o", "bad.o"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "error" in proc.stderr
+    cclaunch.stats(str(tmp_path / "run"), env)
