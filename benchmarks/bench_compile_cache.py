@@ -14,7 +14,8 @@ and the rebuild's wall time is printed against the cold build's (goal: <= 0.2x).
 
     python benchmarks/bench_compile_cache.py epoch
 
-Both need ``$CUDA_HOME`` (a CUDA 13.0 toolkit) and keep nvcc to one job (``MAX_JOBS=1``). The
+``pythons`` builds with ``$CUDA_HOME`` (a CUDA 13.0 toolkit); ``epoch`` with the toolkit farm
+assembles for the cell (torch's CUDA components included). Both keep nvcc to one job (``MAX_JOBS=1``). The
 compile steps come from each build's own counts (``<cache>/build/<cell>/compile-cache/stats.json``).
 ``--work DIR`` keeps the farm caches between runs (default: a new temporary folder).
 """
@@ -112,7 +113,7 @@ def epoch(args: argparse.Namespace, work: Path, env: dict[str, str]) -> int:
     cache = work / "cache"
     base = ["build", "torch_ext", "--cuda", "13.0", "--torch", "2.14", "--python",
             f"{sys.version_info.major}.{sys.version_info.minor}", "--platform", "linux_x86_64", "--builder", "native",
-            "--cuda-home", env["CUDA_HOME"], "--torch-index", "pip", "--root", str(root), "--cache-dir", str(cache),
+            "--torch-index", "pip", "--root", str(root), "--cache-dir", str(cache),
             "--out", str(work / "out"), "--overwrite"]
     measure([farm, *base, "--no-compile-cache"], env=env)  # the build environment (torch), made once, untimed
     shutil.rmtree(cache / "compile-cache", ignore_errors=True)
@@ -139,7 +140,7 @@ def main() -> int:
                         help="pythons: a Python interpreter (twice), e.g. $(uv python find 3.12)")
     parser.add_argument("--work", type=Path, help="keep farm's caches here between runs")
     args = parser.parse_args()
-    if not os.environ.get("CUDA_HOME"):
+    if args.scenario == "pythons" and not os.environ.get("CUDA_HOME"):
         raise SystemExit("set CUDA_HOME to a CUDA 13.0 toolkit")
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-compile-cache-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -254,8 +254,12 @@ def test_rebuilds_hit_lists_miss_and_a_poisoned_entry_fails_the_assertion(tmp_pa
     assert cold["toolchain"]["compile_cache"]["hits"] == 0 and cold["toolchain"]["compile_cache"]["misses"] > 0
     capsys.readouterr()
     # the same cell again (an epoch bump, a retried job): no nvcc step runs, the wheel asserts the same
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     assert _build(tmp_path, pypi_toolkit) == 0
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
     assert "nvcc steps: 0 run" in _last_counts(capsys.readouterr().err)
+    assert "| compile cache |" in summary.read_text() and ", 0 nvcc steps run |" in summary.read_text()
     warm = _info(tmp_path)
     assert warm["toolchain"]["compile_cache"]["misses"] == 0 and warm["found"] == cold["found"]
     first = _host_objects(cache_dir)

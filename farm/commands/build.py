@@ -80,13 +80,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]) -> str:
     """A Markdown table for the GitHub Actions step summary: one row per cell."""
-    rows = ["| cell | result | wheel |", "|---|---|---|"]
+    rows = ["| cell | result | wheel | compile cache |", "|---|---|---|---|"]
     for r in results:
+        c = r.compile_cache
+        cache = f"{sum(c.hits.values())}/{c.compiles} hits, {c.nvcc_run} nvcc steps run" if c else "-"
         for pb in r.postbuild:
             wheel = pb.stamped.path.name if pb.stamped else pb.wheel.name
-            rows.append(f"| {r.cell.id} | {'asserted' if pb.passed else 'FAILED the assertion'} | {wheel} |")
+            rows.append(f"| {r.cell.id} | {'asserted' if pb.passed else 'FAILED the assertion'} | {wheel} | {cache} |")
     for cell, exc in errors:
-        rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - |")
+        rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - | - |")
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
 
 
