@@ -154,9 +154,9 @@ def test_sharded_plans_run_the_shard_launcher_over_the_cache_launcher(tmp_path) 
 
 
 # -- the launchers, with the real sccache and host compiler -------------------------------------------
-def _server_env(tmp_path: Path, cache_dir: Path) -> dict[str, str]:
+def _server_env(tmp_path: Path, cache_dir: Path, run: str = "run") -> dict[str, str]:
     cache = CompileCache(True, "local", str(cache_dir))
-    return {**os.environ, **dict(cache.server_environment(cache_dir=str(cache_dir), run_dir=str(tmp_path / "run")))}
+    return {**os.environ, **dict(cache.server_environment(cache_dir=str(cache_dir), run_dir=str(tmp_path / run)))}
 
 
 def _cc(tmp_path: Path, env: dict[str, str], name: str = "t") -> None:
@@ -397,3 +397,27 @@ def test_a_step_sccache_fails_compiles_again_uncached(tmp_path, capfd) -> None:
                           env=env, capture_output=True, text=True, check=False)
     assert proc.returncode != 0 and "error" in proc.stderr
     cclaunch.stats(str(tmp_path / "run"), env)
+
+
+def test_torch_headers_in_another_pythons_environment_hit(tmp_path, cuda_home) -> None:
+    """Two builds of a row, each with its own server and its own environment's site-packages as
+    base directory: a kernel file including the same header from either environment is one key;
+    a header whose contents differ is still a miss."""
+    envs = [tmp_path / f"py3.{n}" / "lib" / f"python3.{n}" / "site-packages" for n in (11, 12)]
+    for site in envs:
+        (site / "torch" / "include").mkdir(parents=True)
+        (site / "torch" / "include" / "k.h").write_text("#define SCALE 2\n")
+    (tmp_path / "k.cu").write_text('#include "k.h"\n__global__ void k(int* x) { x[threadIdx.x] *= SCALE; }\n')
+
+    def build(site: Path, run: str) -> Counts:
+        env = _server_env(tmp_path, tmp_path / "cache", run)
+        cclaunch.setup(str(tmp_path / run), str(Path(cuda_home) / "bin" / "nvcc"), env, basedirs=[str(site)])
+        subprocess.run([str(tmp_path / run / "bin" / "nvcc"), "-c", "k.cu", "-o", f"{run}.o",
+                        f"-I{site}/torch/include", "-gencode=arch=compute_80,code=sm_80"],
+                       cwd=tmp_path, env=env, check=True)
+        return Counts.from_stats(cclaunch.stats(str(tmp_path / run), env) or {})
+
+    assert build(envs[0], "a").nvcc_run > 0
+    assert build(envs[1], "b").nvcc_run == 0
+    (envs[1] / "torch" / "include" / "k.h").write_text("#define SCALE 3\n")
+    assert build(envs[1], "c").nvcc_run > 0

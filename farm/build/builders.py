@@ -385,8 +385,9 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
     cached = plan.spec.compile_cache.enabled
-    if cached:
-        cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env)
+    if cached:  # the build environment's site-packages (torch's headers) as a base directory
+        cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
+                       basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
     try:
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)

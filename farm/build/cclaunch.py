@@ -36,7 +36,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import sysconfig
+from collections.abc import Mapping, Sequence
 
 BIN = "bin"
 STATE = "state.json"  # {"cached": bool, "sccache": path or null, "why": text or null}
@@ -125,16 +126,31 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
                f'exec {_q(launch)} {_q(path)} "$@"\n')
 
 
-def setup(run_dir: str, nvcc: str, environ: Mapping[str, str]) -> dict[str, object]:
-    """Start the server and write the launchers; fall back to uncached ones with one warning."""
+def site_packages() -> list[str]:
+    """This interpreter's site-packages (the build's, where torch and its headers are installed)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
+def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
+          basedirs: Sequence[str] | None = None) -> dict[str, object]:
+    """Start the server and write the launchers; fall back to uncached ones with one warning.
+
+    ``basedirs`` (default: this interpreter's site-packages): folders whose path sccache strips
+    from the preprocessed text before hashing it (``SCCACHE_BASEDIRS``). torch's headers lie in
+    each Python's own environment; stripped, a kernel file that includes them but not Python.h
+    is the same text, hence the same key, for every Python of a row. The headers' contents are
+    still hashed: a different header is still a miss."""
     os.makedirs(run_dir, exist_ok=True)
+    dirs = [d for d in (site_packages() if basedirs is None else basedirs) if os.path.isdir(d)]
+    environ = {**environ, "SCCACHE_BASEDIRS": os.pathsep.join(dirs)} if dirs else dict(environ)
     sccache = find_sccache(environ)
     why = start(sccache, environ)
     cached = why is None
     write_launchers(run_dir, nvcc, sccache if cached else None)
     if not cached:
         print(f"{WARNING}: {why}; this build compiles uncached", file=sys.stderr, flush=True)
-    state: dict[str, object] = {"cached": cached, "sccache": sccache, "why": why}
+    state: dict[str, object] = {"cached": cached, "sccache": sccache, "why": why, "basedirs": dirs}
     with open(os.path.join(run_dir, STATE), "w", encoding="utf-8") as fh:
         json.dump(state, fh)
     return state
