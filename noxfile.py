@@ -58,7 +58,7 @@ def _install(session: nox.Session, *specs: str) -> None:
 
 
 def _farm(session: nox.Session, command: str) -> None:
-    _install(session, "-e", ".")
+    _install(session, "-e", ".[build]")  # the maintainer's tooling; a user's `farm doctor` needs only `.`
     _run_farm(session, command)
 
 
@@ -92,7 +92,7 @@ def build(session: nox.Session) -> None:
 @nox.session
 def postbuild(session: nox.Session) -> None:
     """Assert, relabel, stamp and write ledger fragments for built wheels."""
-    _install(session, "nvidia-cuda-cuobjdump", "-e", ".")  # cuobjdump: the assertion's second reader (DESIGN §4.3)
+    _install(session, "-e", ".[build]")  # cuobjdump (in the build extra): the assertion's second reader
     _run_farm(session, "postbuild")
 
 
@@ -105,7 +105,7 @@ def wave(session: nox.Session) -> None:
 @nox.session
 def upload(session: nox.Session) -> None:
     """Gate, publish, merge ledger fragments."""
-    _install(session, "-e", ".[upload]")
+    _install(session, "-e", ".[build,upload]")
     _run_farm(session, "upload")
 
 
@@ -162,5 +162,5 @@ def lint_code(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy: strict on the core (farm.model, farm.binary, farm.toolkit), checked elsewhere."""
-    session.install("-e", ".", "mypy>=1.13", "types-PyYAML")
+    session.install("-e", ".[build]", "mypy>=1.13", "types-PyYAML")  # builders.py imports cibuildwheel
     session.run("mypy", *session.posargs)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "assert": ("farm.commands.assert_", "the post-build assertion alone: found arches == expected, per extension"),
     "inspect": ("farm.commands.inspect", "per .so (or every .so in a wheel): fatbins and their entries"),
     "explain": ("farm.commands.explain", "per device capability: the image the driver picks, or none"),
+    "doctor": ("farm.commands.doctor", "will the installed CUDA extensions run on this GPU, driver and torch?"),
     "upload": ("farm.commands.upload", "gate every wheel, publish to the targets, merge fragments into the ledger"),
     "index": ("farm.commands.index", "regenerate a static PEP 503 index tree from its files and the ledger"),
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),

@@ -15,22 +15,15 @@ from farm.cli import main
 from farm.errors import LedgerError, WheelError
 from farm.model.config import load_config
 from farm.provenance import buildinfo
-from farm.provenance.audit import (
-    AuditRow,
-    Verdict,
-    WheelFacts,
-    audit,
-    backfill,
-    inferred_cell,
-    judge,
-    today_from_config,
-    wheel_facts,
-)
+from farm.provenance.audit import AuditRow, Verdict, audit, judge
+from farm.provenance.backfill import backfill, inferred_cell
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import merge_fragments
 from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
+from farm.provenance.verdict import today_from_config
+from farm.provenance.wheelfacts import WheelFacts, wheel_facts
 from tests import loopback
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
@@ -326,7 +319,7 @@ def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path)
 def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The caps (2 GiB a wheel, 64 MiB a page) lowered to a few bytes, the same code paths run."""
     import farm.netutil
-    import farm.provenance.audit as audit_module
+    import farm.provenance.crawl as crawl_module
 
     site = tmp_path / "site"
     (site / "simple" / "demo").mkdir(parents=True)
@@ -334,7 +327,7 @@ def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeyp
     (site / "simple" / "demo" / "demo-1.0-py3-none-any.whl").write_bytes(b"x" * 4096)
     server, base = serve_dir(site, tmp_path / "http.log")
     try:
-        monkeypatch.setattr(audit_module, "MAX_WHEEL_BYTES", 1024)
+        monkeypatch.setattr(crawl_module, "MAX_WHEEL_BYTES", 1024)
         (row,) = audit(f"{base}/simple/demo/", LedgerIndex.empty())
         assert row.verdict is Verdict.WHEEL_WRONG
         assert "larger than" in row.reasons[0]
@@ -407,7 +400,7 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
 def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_again(tmp_path: Path) -> None:
     import json as _json
 
-    from farm.provenance.audit import WheelFacts, _newest_by_cell, _superseder
+    from farm.provenance.audit import _newest_by_cell, _superseder
     from tests.ledgermaker import make_entry
 
     so = f"demo_ext/{SO}"

@@ -139,7 +139,7 @@ def test_unwritable_folder_names_the_folder(tmp_path: Path) -> None:
 
 
 def test_a_killed_audits_downloads_are_swept_by_the_next_audit(tmp_path: Path) -> None:
-    from farm.provenance.audit import Scratch, _stream
+    from farm.provenance.crawl import Scratch, _stream
 
     scratch = tmp_path / "scratch"
     dead = scratch / "farm-audit-999999999-abc123"  # no such pid: a killed audit's folder

@@ -16,7 +16,8 @@ from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from farm.schedule.matrix import SHARD_SIZE, Filters, compute_matrix, shards
+from farm.schedule.actions import SHARD_SIZE, shards
+from farm.schedule.matrix import Filters, compute_matrix
 
 from .ledgermaker import make_entry
 

@@ -349,3 +349,34 @@ def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path
     # a stamped wheel whose list the config no longer resolves is not carried
     write_farm_root(farm_root, {"demo_ext": "8.0;9.0;10.0+PTX"}, build_epoch=3)
     assert main(["postbuild", str(stamped), "--out", str(tmp_path / "dist3"), "--root", str(farm_root)]) != 0
+
+
+def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: Path, raw_wheel: Path,
+                                                                     cuda_home: Path, tmp_path: Path) -> None:
+    """The recipe is edited after the build (its epoch, a vendored rule, jit, requires_dist, the
+    arch list): `farm postbuild --spec` stamps and records what the spec says, not today's recipe."""
+    from farm.build.spec import read_spec, resolve_spec, write_spec
+
+    config = load_config(farm_root)
+    recipe = config.recipe("demo_ext")
+    cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")
+    path = write_spec(resolve_spec(config, recipe, cell), tmp_path / "spec")
+    recipe_file = farm_root / "packages" / "demo_ext.yml"
+    recipe_file.write_text(recipe_file.read_text().replace(BASE, "8.0") + "build_epoch: 4\njit: true\n"
+                           "requires_dist: ['numpy>=1.24']\nvendored:\n  'libextra*.so*': '9.0'\n")
+    today = load_config(farm_root)
+    assert today.effective_epoch(today.recipe("demo_ext")) == 7 != config.effective_epoch(recipe) == 3
+    out = tmp_path / "out"
+    assert main(["postbuild", str(raw_wheel), "--root", str(farm_root), "--cuda-home", str(cuda_home),
+                 "--out", str(out), "--spec", str(path)]) == 0
+    (wheel,) = out.glob("*.whl")
+    assert WheelName.parse(wheel.name).build == "3"  # the spec's epoch, not today's 7
+    dist_info = f"demo_ext-0.1.0+{WheelName.parse(wheel.name).local}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        info = json.loads(zf.read(f"{dist_info}/_build_info.json"))
+        meta = zf.read(f"{dist_info}/METADATA").decode()
+    spec = read_spec(path)
+    assert info["build_epoch"] == 3
+    assert info["recipe_sha256"] == spec.recipe_sha256 != today.recipe("demo_ext").sha256
+    assert info["arch_list"]["requested"] == BASE
+    assert "numpy" not in meta

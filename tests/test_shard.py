@@ -250,8 +250,8 @@ def test_matrix_expands_sharded_cells_into_compile_and_link_jobs(tmp_path, capsy
 
 def test_a_wave_counts_every_compile_and_link_job(tmp_path, capsys) -> None:
     """--max-shards 1 is 256 jobs: sharded cells cost N + 1 each and are never split across waves."""
+    from farm.schedule.actions import SHARD_SIZE
     from farm.schedule.jobs import cost
-    from farm.schedule.matrix import SHARD_SIZE
 
     from .test_matrix import farm_matrix, make_tree
 

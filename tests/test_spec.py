@@ -155,3 +155,80 @@ def test_resolve_arch_is_called_in_one_place():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch":
                 callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/spec.py"))], callers
+
+
+MOVED = TORCH_RECIPE + """\
+build_epoch: 4
+jit: true
+requires_dist: [numpy]
+vendored:
+  'libkernels*.so*': '8.0;9.0+PTX'
+  'libgomp*.so*': none
+  'libcublasLt*.so*': {exempt: "NVIDIA's build"}
+"""
+
+
+def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path):
+    """Vendored rules, jit, the epoch, requires_dist and the torch pin travel in the spec file."""
+    (config.root / "packages" / "torchpkg.yml").write_text(MOVED)
+    moved = load_config(config.root)
+    spec = resolve_spec(moved, moved.recipe("torchpkg"), TORCH)
+    assert (spec.dist, spec.build_epoch, spec.jit) == ("torchpkg", moved.effective_epoch(moved.recipe("torchpkg")), True)
+    assert [(r.glob, r.archs.canonical() if r.archs is not None else None, r.exempt) for r in spec.vendored] == [
+        ("libkernels*.so*", "sm_80;sm_90;compute_90", None), ("libgomp*.so*", "", None),
+        ("libcublasLt*.so*", None, "NVIDIA's build")]
+    assert spec.requires_dist == ("numpy",) and spec.pins == ("torch==2.9.*",)
+    assert spec.required_components and spec.recipe_sha256 == moved.recipe("torchpkg").sha256
+    assert spec.expected.allow_no_extensions and spec.expected.vendored == spec.vendored
+    assert read_spec(write_spec(spec, tmp_path)) == spec
+
+
+def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_path):
+    """The recipe edited after the build (epoch, vendored rules, jit, requires_dist): postbuild's
+    context from the written spec is the build's, not today's recipe's."""
+    from farm.provenance import buildinfo, probe
+
+    path = write_spec(resolve_spec(config, config.recipe("torchpkg"), TORCH), tmp_path)
+    (config.root / "packages" / "torchpkg.yml").write_text(MOVED)
+    today = resolve_spec(load_config(config.root), load_config(config.root).recipe("torchpkg"), TORCH)
+    spec = read_spec(path)
+    assert (today.build_epoch, today.jit, len(today.vendored), today.requires_dist) != (
+        spec.build_epoch, spec.jit, len(spec.vendored), spec.requires_dist)
+    unknown = buildinfo.Toolchain(nvcc=None, torch=None, python=None, builder=None, cibuildwheel=None)
+    ctx = spec.context(run=probe.run_from_env({}), toolchain=unknown)
+    assert ctx.build_epoch == spec.build_epoch != today.build_epoch
+    assert not ctx.expected.allow_no_extensions and ctx.expected.vendored == ()
+    assert ctx.requires_dist == () and ctx.pins == ("torch==2.9.*",)
+    assert ctx.recipe_sha256 == spec.recipe_sha256 != today.recipe_sha256
+    assert ctx.cell == TORCH and ctx.expected.default == spec.arch.archs
+
+
+@pytest.mark.parametrize(("version", "says"), [(2, "an older farm"), (4, "a newer farm")])
+def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, says):
+    data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
+    data["spec_version"] = version
+    path = tmp_path / SPEC_FILE
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=f"spec_version {version}: the spec was written by {says}") as info:
+        read_spec(path)
+    assert info.value.where == str(path) and "rebuild the cell" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.pop("postbuild"), "postbuild must be an object"),
+    (lambda d: d["postbuild"].update(build_epoch=-1), "postbuild.build_epoch must be an integer >= 0"),
+    (lambda d: d["postbuild"].update(jit="yes"), "postbuild.jit must be true or false"),
+    (lambda d: d["postbuild"].update(vendored=[{"glob": "x", "archs": "sm_80", "exempt": "y"}]),
+     r"postbuild.vendored\[0\] must be a rule with an arch list or an exemption"),
+    (lambda d: d["postbuild"].update(vendored=[{"glob": "x", "archs": "9.0;8.0", "exempt": None}]),
+     r"postbuild.vendored\[0\].archs"),
+    (lambda d: d["postbuild"].update(source={"kind": "git", "repo": "r"}), "postbuild.source"),
+    (lambda d: d["postbuild"].update(pins="torch"), "postbuild.pins must be a list"),
+])
+def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit, message):
+    data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
+    edit(data)
+    path = tmp_path / SPEC_FILE
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match=message):
+        read_spec(path)

@@ -18,8 +18,9 @@ from farm.provenance import buildinfo
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, name_problems
 from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
+from farm.provenance.verdict import found_difference
 from farm.publish import Check, IndexSettings, upload
-from farm.publish.gate import Vouchers, found_difference, judge, run_gate
+from farm.publish.gate import Vouchers, judge, run_gate
 from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
 

@@ -20,8 +20,10 @@ from farm.cli import main
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from farm.schedule.matrix import SHARD_SIZE, PlannedCell, compute_matrix, schedule
+from farm.schedule.actions import SHARD_SIZE
+from farm.schedule.matrix import PlannedCell, compute_matrix
 from farm.schedule.outcome import decide, read_artifacts
+from farm.schedule.waves import schedule
 
 from .ledgermaker import make_entry
 

@@ -302,3 +302,23 @@ def find_stubs(path: Path | str, fatbins: Iterable[Fatbin]) -> frozenset[int]:
         return frozenset()
     with open(path, "rb") as fh:
         return frozenset(f.offset for f in candidates if is_device_link_stub(path, f, fh=fh))
+
+
+def ptx_isa(path: Path | str, fatbins: Iterable[Fatbin], *, limit: int = 64 << 20) -> str | None:
+    """The PTX ISA (``9.0``) of the newest PTX image among ``fatbins``, from its ``.version``
+    line; ``None`` when there is no PTX or its codec is not available (LZ4)."""
+    import re  # not on `farm inspect`'s start-up path
+
+    version_line = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.MULTILINE)
+    best: tuple[int, int] | None = None
+    entries = [e for f in fatbins for e in f.entries if e.kind is EntryKind.PTX]
+    if not entries:
+        return None
+    with open(path, "rb") as fh:
+        for entry in entries:
+            payload = read_payload(path, entry, limit=limit, fh=fh)
+            m = version_line.search(payload[:4096]) if payload else None
+            if m:
+                version = (int(m[1]), int(m[2]))
+                best = version if best is None or version > best else best
+    return f"{best[0]}.{best[1]}" if best else None

@@ -112,6 +112,13 @@ class SoInspection(Frozen):
         return runnable(self.fatbins)
 
     @property
+    def units(self) -> tuple[ArchList, ...]:
+        """What each translation unit's fatbin holds, a device-link stub left out: its cubins hold
+        no code, so its arches run nothing (the sm_75 of an nvcc link without -gencode)."""
+        units = tuple(f.targets for f in self.runnable if f.offset not in self.stubs)
+        return units or (self.found,)
+
+    @property
     def agrees(self) -> bool:
         return self.disagreement is None
 

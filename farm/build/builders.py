@@ -41,7 +41,7 @@ from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig, Recipe
+from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
@@ -150,8 +150,9 @@ def cibuildwheel_command() -> list[str]:
 # source preparation
 # ------------------------------------------------------------------------------------------------
 def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
-                   log: Log | None = None) -> Path:
+                   log: Log | None = None, knobs: BuildKnobs | None = None) -> Path:
     """A private copy of the checkout with the recipe's ``patch_script`` applied; returns its root.
+    ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and script.
 
     The patch script (a Python file in the farm repository) runs in the build folder
     (``build.subdir`` or the root). Patch scripts must be idempotent; the copy is fresh anyway,
@@ -163,12 +164,13 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
         shutil.rmtree(src)
     shutil.copytree(tree_root, src, symlinks=True,
                     ignore=shutil.ignore_patterns(".git", "__pycache__"))
-    subdir = recipe.build.subdir
+    knobs = knobs or recipe.build
+    subdir = knobs.subdir
     build_dir = src / subdir if subdir else src
     if not build_dir.is_dir():
         raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
                           hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    script = recipe.build.patch_script
+    script = knobs.patch_script
     if script:
         path = (config_root / script).resolve()
         if not path.is_file():
@@ -185,7 +187,8 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
 
 
 def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
-                  prepared: Path | None = None, log: Log | None = None) -> LintReport:
+                  prepared: Path | None = None, log: Log | None = None,
+                  knobs: BuildKnobs | None = None) -> LintReport:
     """The lint of exactly the source that is built: the fetched tree after the recipe's
     ``patch_script`` (cached by the tree's identity and the script's digest). ``prepared``: a
     patched copy the caller already made (``farm build``); otherwise a temporary one is made
@@ -195,9 +198,10 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     from farm.fsutil import sha256_file
     from farm.lint import lint_cached
 
-    script = recipe.build.patch_script
+    knobs = knobs or recipe.build
+    script = knobs.patch_script
     if not script:
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir)
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir)
     path = (config.root / script).resolve()
     if not path.is_file():
         raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
@@ -206,8 +210,8 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None))
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=recipe.build.subdir,
+                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None), knobs=knobs)
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            prepare=prepare, variant=f"patch:{digest}")
 
 
@@ -490,10 +494,10 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
 
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
-    src = prepare_source(tree.root, recipe, config.root, home, log=say)
+    src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
     report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
-                           prepared=src)
+                           prepared=src, knobs=spec.knobs)
     for ignore in report.stale_ignores:  # stale under every list is the matrix's verdict; here, a note
         say(f"{cell.id}: lint_ignore at {ignore.where} matches nothing in the source as built for this arch list")
     if not report.passed:
@@ -502,7 +506,6 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
-    from farm.model.cells import NO_TORCH
     from farm.toolkit.assemble import toolkit_prefix
     from farm.toolkit.check import check_toolkit
 
@@ -514,8 +517,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
             raise UsageError(f"CUDA_HOME {tk.cuda_home} is CUDA {tk.cuda}, cell {cell.id} needs {cell.cuda}",
                              hint="pass the toolkit of the cell's CUDA line, or filter with --cuda")
         # an installed toolkit is checked for what torch's headers and the recipe need
-        needed: tuple[str, ...] = (*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
-                                   *spec.knobs.extra_cuda_components)
+        needed: tuple[str, ...] = spec.required_components
     else:
         request = spec.toolkit
         tk = ensure_toolkit(request, toolkit_prefix(Path(settings.toolkit_root).absolute(), request), progress=say)
@@ -580,8 +582,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     # the Python that built the wheel: this host's for native builds, the container's otherwise
     python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
     results = tuple(
-        run_postbuild(config, recipe, cell, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description, python=python, plan=plan,
+        run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
+                      builder=settings.builder.value, source=tree.description, python=python,
                       torch_built=torch_built, compile_cache=cache_counts.record() if cache_counts else None)
         for wheel in built
     )
@@ -630,9 +632,7 @@ def container_counts(plan: BuildPlan) -> list[Counts]:
 
 
 def run_postbuild(
-    config: FarmConfig,
-    recipe: Recipe,
-    cell: Cell,
+    spec: BuildSpec,
     wheel: Path,
     out_dir: Path,
     *,
@@ -640,20 +640,18 @@ def run_postbuild(
     builder: str,
     source: Mapping[str, Any] | None,
     python: str | None = None,
-    plan: BuildPlan | None = None,
     torch_built: Mapping[str, Any] | None = None,
     compile_cache: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
-    """Assert, stamp and record one built wheel; a failing wheel leaves nothing in ``out_dir``.
-    ``python``: the container's exact Python for a cibuildwheel build (None: unknown). ``plan``:
-    the plan the wheel was built from, whose spec's arch request the assertion checks (not a new
-    resolution)."""
-    from farm.provenance.postbuild import context_from_config, postbuild_wheel
+    """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
+    in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
+    the container's exact Python for a cibuildwheel build (None: unknown)."""
+    from farm.provenance import buildinfo
+    from farm.provenance.postbuild import build_environment, postbuild_wheel
 
-    context, _ = context_from_config(
-        config, wheel, package=recipe.name, cuda=cell.cuda, torch=cell.torch,
-        cuda_home=toolkit.cuda_home, builder=builder, source=source, toolkit=toolkit.record(), python=python,
-        arch=plan.arch if plan is not None else None,
-        torch_built=torch_built, compile_cache=compile_cache,
-    )
-    return postbuild_wheel(wheel, out_dir, context, dist=recipe.dist, cuobjdump=toolkit.cuobjdump)
+    context = spec.context(
+        **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
+                            python=python, torch_built=torch_built,
+                            compile_cache=compile_cache),
+        source=buildinfo.source_from(source))
+    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)

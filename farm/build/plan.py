@@ -383,7 +383,7 @@ def plan_build(
                                                    Path(source_root).as_posix(), cuda_home, cache_bin)
     before_build = before_build_commands(cell, knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
-    repair = repair_command(declared=spec.vendored) if in_container else ""
+    repair = repair_command(declared=spec.vendored_globs) if in_container else ""
     if cached and in_container:
         # the server starts before the build and reports after it, inside the container; a failed
         # install of sccache only means an uncached build (the launchers say so and compile)
@@ -433,7 +433,7 @@ def plan_build(
         environment=tuple(env_pairs),
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
-        repair_command=repair_command(declared=spec.vendored),
+        repair_command=repair_command(declared=spec.vendored_globs),
         extra_deps=knob.extra_deps,
     )
     return BuildPlan(

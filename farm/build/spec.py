@@ -4,8 +4,11 @@
 :class:`BuildSpec`: the arch request (list, as written, origin, per-extension lists), the
 toolkit request (line, release, source, components, pins), the build environment (Python,
 torch and where it comes from, the build tools) and the recipe's knobs over ``_defaults.yml``'s
-(env, nvcc flags, patch script, extra deps, sharding, vendored libraries). The planner renders
-it, the builder runs it and postbuild asserts its arch request: nothing downstream resolves again.
+(env, nvcc flags, patch script, extra deps, sharding) and what postbuild decides by (the project
+name, the effective ``build_epoch``, ``jit``, the vendored-library rules, ``requires_dist`` and the
+torch pin, the recipe's source and the config's hashes). The planner renders it, the builder runs
+it and postbuild asserts and stamps by it (:meth:`BuildSpec.context`): nothing downstream reads
+the recipe again, so a recipe edited after the build does not change what its wheel is held to.
 
 Like cibuildwheel's ``BuildOptions``: resolved once from config and overrides, passed down. It is
 written as ``build-spec.json`` beside the build (:meth:`BuildSpec.to_json`) and read back by
@@ -20,16 +23,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm.binary.assertion import Expected, VendoredRule
 from farm.build.compilecache import CompileCache
-from farm.errors import UsageError
-from farm.model.arch import Rendering
-from farm.model.cells import NO_TORCH, Cell
+from farm.errors import FarmError, UsageError
+from farm.model.arch import ArchList, Rendering
+from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
-from farm.model.spec import ArchRequest, require_arch_request
+from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
+from farm.provenance import buildinfo
+from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
+from farm.provenance.shape import ShapeError
 from farm.toolkit.request import ToolkitRequest, request_for
 
 SPEC_FILE = "build-spec.json"
-SPEC_VERSION = 1
+# 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
+# and the components an installed toolkit is checked for joined the spec.
+# 3: the compiler cache (on/off, backend, folder) joined it.
+SPEC_VERSION = 3
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
 
@@ -53,7 +63,16 @@ class BuildSpec:
     torch_version: str | None  # the full version to install ("2.8.0"); None for torch-free cells
     torch_index: str | None  # where it comes from: a URL or "pip"; None for torch-free cells
     knobs: BuildKnobs  # the recipe's over _defaults.yml's
-    vendored: tuple[str, ...] = ()  # the recipe's declared vendored library globs
+    dist: str  # the project name the wheel must carry
+    build_epoch: int  # effective: _defaults.yml's + the recipe's
+    jit: bool  # kernels compiled at run time: a wheel without an extension is no defect
+    source: buildinfo.SourceRecord  # the recipe's pinned source (a build records the fetched tree's instead)
+    defaults_sha256: str | None  # the configuration the spec was resolved from
+    recipe_sha256: str | None
+    vendored: tuple[VendoredRule, ...] = ()  # the recipe's rules for bundled libraries, first match wins
+    requires_dist: tuple[str, ...] = ()  # added to the wheel's METADATA, placeholders filled
+    pins: tuple[str, ...] = ()  # replace the wheel's own requirement on their project (torch==2.8.*)
+    required_components: tuple[str, ...] = ()  # what an installed CUDA_HOME must hold (torch's, the recipe's)
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
     compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
@@ -62,6 +81,28 @@ class BuildSpec:
     def python(self) -> str:
         """The Python version the build runs (``3.11``)."""
         return self.cell.python_version
+
+    @property
+    def vendored_globs(self) -> tuple[str, ...]:
+        """The declared bundled libraries (what the repair step may bundle)."""
+        return tuple(rule.glob for rule in self.vendored)
+
+    @property
+    def expected(self) -> Expected:
+        """What the wheel's extensions and bundled libraries must hold: the arch request the build
+        was given, the recipe's per-extension lists and vendored rules as resolved here."""
+        return Expected(self.arch.archs, per_extension=self.arch.extensions, allow_no_extensions=self.jit,
+                        cuda_package=True, vendored=self.vendored)
+
+    def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
+                source: buildinfo.SourceRecord | None = None) -> BuildContext:
+        """Postbuild's context: this spec's decisions, plus what only the build's environment knows
+        (the CI run, the toolchain, and the fetched tree's ``source`` when the build fetched one)."""
+        return BuildContext(
+            cell=self.cell, expected=self.expected, requested=self.arch.requested, build_epoch=self.build_epoch,
+            defaults_sha256=self.defaults_sha256, recipe_sha256=self.recipe_sha256,
+            source=self.source if source is None else source, run=run, toolchain=toolchain,
+            requires_dist=self.requires_dist, pins=self.pins)
 
     def to_json(self) -> dict[str, Any]:
         k = self.knobs
@@ -79,8 +120,13 @@ class BuildSpec:
                       "extra_cuda_components": list(k.extra_cuda_components), "nvcc_flags": list(k.nvcc_flags),
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
-                      "system_packages": list(k.system_packages),
-                      "vendored": list(self.vendored), "compile_jobs": self.compile_jobs},
+                      "system_packages": list(k.system_packages), "compile_jobs": self.compile_jobs,
+                      "required_components": list(self.required_components)},
+            "postbuild": {"dist": self.dist, "build_epoch": self.build_epoch, "jit": self.jit,
+                          "vendored": [rule.to_json() for rule in self.vendored],
+                          "requires_dist": list(self.requires_dist), "pins": list(self.pins),
+                          "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
+                          "recipe_sha256": self.recipe_sha256},
             "compile_cache": self.compile_cache.to_json(),
         }
 
@@ -89,7 +135,14 @@ class BuildSpec:
         """The spec :meth:`to_json` wrote; a missing or mistyped field is a :class:`UsageError`."""
         r = _Reader(where)
         top = r.obj(data, "spec")
-        if top.get("spec_version") != SPEC_VERSION:
+        version = top.get("spec_version")
+        if version != SPEC_VERSION:
+            if isinstance(version, int) and not isinstance(version, bool):
+                newer = "a newer" if version > SPEC_VERSION else "an older"
+                raise UsageError(f"spec_version {version}: the spec was written by {newer} farm, this farm reads "
+                                 f"version {SPEC_VERSION}", where=where,
+                                 hint="postbuild with the farm that built the wheel, or rebuild the cell with this "
+                                      "farm (`farm build` writes the spec)")
             raise r.bad("spec_version", f"{SPEC_VERSION} (this farm's)")
         c = r.obj(top.get("cell"), "cell")
         cell = Cell(*(r.text(c, f"cell.{key}") for key in ("package", "version", "cuda", "torch", "python",
@@ -108,10 +161,18 @@ class BuildSpec:
             nvcc_threads=r.opt_count(k, "knobs.nvcc_threads"), env=r.text_map(k, "knobs.env"),
             arch_env=r.renderings(k, "knobs.arch_env"),
             system_packages=r.texts(k, "knobs.system_packages"))
-        spec = cls(cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
-                   r.opt_text(e, "environment.torch"), r.opt_text(e, "environment.torch_index"), knobs,
-                   r.texts(k, "knobs.vendored"), r.count(k, "knobs.compile_jobs"), r.texts(e, "environment.tools"),
-                   CompileCache.from_json(top.get("compile_cache"), where=where))
+        p = r.obj(top.get("postbuild"), "postbuild")
+        spec = cls(
+            cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
+            r.opt_text(e, "environment.torch"), r.opt_text(e, "environment.torch_index"), knobs,
+            dist=r.text(p, "postbuild.dist"), build_epoch=r.count(p, "postbuild.build_epoch", least=0),
+            jit=r.flag(p, "postbuild.jit"), source=r.source(p, "postbuild.source"),
+            defaults_sha256=r.opt_text(p, "postbuild.defaults_sha256"),
+            recipe_sha256=r.opt_text(p, "postbuild.recipe_sha256"),
+            vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
+            pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
+            compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
+            compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where))
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
         return spec
@@ -144,11 +205,47 @@ class _Reader:
             raise self.bad(key, "a string or null")
         return value
 
-    def count(self, data: Mapping[str, Any], key: str) -> int:
+    def count(self, data: Mapping[str, Any], key: str, *, least: int = 1) -> int:
         value = data.get(key.rsplit(".", 1)[-1])
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise self.bad(key, "a positive integer")
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise self.bad(key, "a positive integer" if least == 1 else f"an integer >= {least}")
         return value
+
+    def flag(self, data: Mapping[str, Any], key: str) -> bool:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if not isinstance(value, bool):
+            raise self.bad(key, "true or false")
+        return value
+
+    def source(self, data: Mapping[str, Any], key: str) -> buildinfo.SourceRecord:
+        value = self.obj(data.get(key.rsplit(".", 1)[-1]), key)
+        try:
+            source = buildinfo.source_from(value)
+        except (FarmError, ShapeError, KeyError, TypeError, ValueError):
+            source = None
+        if source is None or source.to_dict() != dict(value):
+            raise self.bad(key, "a source as provenance records it (git, sdist or path)")
+        return source
+
+    def vendored(self, data: Mapping[str, Any], key: str) -> tuple[VendoredRule, ...]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        what = "a list of {glob, archs, exempt} rules"
+        if not isinstance(value, list):
+            raise self.bad(key, what)
+        rules = []
+        for i, item in enumerate(value):
+            at = f"{key}[{i}]"
+            rule = self.obj(item, at)
+            if set(rule) != {"glob", "archs", "exempt"}:
+                raise self.bad(at, what)
+            glob, exempt = self.text(rule, f"{at}.glob"), self.opt_text(rule, f"{at}.exempt")
+            text = self.opt_text(rule, f"{at}.archs")
+            if (text is None) == (exempt is None):
+                raise self.bad(at, "a rule with an arch list or an exemption, not both")
+            archs = None if text is None else ArchList(frozenset()) if text == "" else canonical_arch_list(
+                text, self.where, f"{at}.archs")
+            rules.append(VendoredRule(glob, archs, exempt))
+        return tuple(rules)
 
     def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
         value = data.get(key.rsplit(".", 1)[-1])
@@ -252,7 +349,17 @@ def resolve_spec(
         torch_version=torch_version,
         torch_index=torch_index_for(config, cell, overrides.torch_index) if torch_version is not None else None,
         knobs=knob,
-        vendored=tuple(v.glob for v in recipe.vendored),
+        dist=recipe.dist,
+        build_epoch=config.effective_epoch(recipe),
+        jit=recipe.jit,
+        source=source_of(recipe),
+        defaults_sha256=config.defaults.sha256,
+        recipe_sha256=recipe.sha256,
+        vendored=vendored_rules(recipe),
+        requires_dist=requires_dist(recipe, cell),
+        pins=torch_pin(recipe, cell),
+        required_components=(*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
+                             *knob.extra_cuda_components),
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
         compile_cache=overrides.compile_cache,
     )

@@ -18,17 +18,10 @@ from typing import Any
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import DEFAULTS_FILE, FarmConfig, load_config
 from farm.progress import reporter
-from farm.provenance.audit import (
-    AuditRow,
-    Scratch,
-    Shard,
-    Verdict,
-    audit,
-    fleet_wheels,
-    iter_wheels,
-    today_from_config,
-)
+from farm.provenance.audit import AuditRow, Verdict, audit
+from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.verdict import today_from_config
 from farm.table import format_table
 
 

@@ -17,7 +17,7 @@ from farm.commands.audit import (
     short,
 )
 from farm.errors import EXIT_OK
-from farm.provenance.audit import backfill
+from farm.provenance.backfill import backfill
 from farm.table import format_table
 
 

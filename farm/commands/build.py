@@ -25,7 +25,7 @@ from farm.build.builders import (
 from farm.build.compilecache import BACKEND_ENV, BACKENDS
 from farm.build.compilecache import resolve as resolve_compile_cache
 from farm.build.shard import ShardJob
-from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
@@ -159,7 +159,30 @@ def shard_job(args: argparse.Namespace, recipe: Recipe, cell: Cell) -> ShardJob 
     return job
 
 
+# The build extra (pyproject.toml): what `farm build` runs besides farm itself.
+BUILD_EXTRA = ("cibuildwheel", "pip", "nvidia-cuda-cuobjdump")
+
+
+def require_build_extra(missing_ok: tuple[str, ...] = ()) -> None:
+    """Refuse before planning anything when farm was installed without its build extra (a user's
+    light install for `farm doctor`): name the extra, not a module deep in a traceback."""
+    from importlib import metadata
+
+    missing = []
+    for name in BUILD_EXTRA:
+        if name == "nvidia-cuda-cuobjdump" and sys.platform == "darwin":
+            continue
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    if missing:
+        raise ToolError(f"farm build needs the build tooling; not installed: {', '.join(missing)}",
+                        where=sys.executable, hint="pip install 'farm[build]' (the noxfile's sessions install it)")
+
+
 def run(args: argparse.Namespace) -> int:
+    require_build_extra()
     _native_defaults(args)
     config = load_config(args.root, packages=[args.package])
     filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,

@@ -1,5 +1,6 @@
 """``farm explain ARCH_LIST|PATH [--device X.Y]``: the driver model applied to an arch list, or to
-what a ``.so`` or a wheel really contains (its runnable fatbins, read by the native reader)."""
+what a ``.so`` or a wheel really contains (its runnable fatbins, read by the native reader), with
+the drivers it needs (the CUDA runtime of a farm wheel's cell, the ISA of its PTX)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.model.arch import ArchList
+from farm.model.arch import ArchList, Kind
 from farm.model.driver import (
     DEVICE_EXAMPLES,
     KNOWN_DEVICES,
     Choice,
     Device,
-    ImageKind,
     explain,
-    pick_image,
+    pick_worst,
 )
+from farm.model.drivers import Requirement, requirements, table
 from farm.table import format_table
 
 if TYPE_CHECKING:
@@ -63,21 +64,31 @@ def _is_path(what: str) -> bool:
     return path.suffix in _BINARY_SUFFIXES or ".so." in path.name or ("/" in what and path.exists())
 
 
-_RANK = {ImageKind.NONE: 0, ImageKind.PTX_JIT: 1, ImageKind.SASS: 2}
-
-
-def _units(so: SoInspection) -> list[ArchList]:
-    """What each translation unit's fatbin holds. A device-link stub is left out: its cubins hold
-    no code, so its arches run nothing (the sm_75 of an nvcc link without -gencode)."""
-    units = [f.targets for f in so.runnable if f.offset not in so.stubs]
-    return units or [so.found]
-
-
 def _choices(so: SoInspection, devices: Iterable[Device]) -> list[Choice]:
-    """Per device, the image of the unit that fares worst: the runtime loads each translation
-    unit's fatbin on its own, so one unit without an image fails that unit's kernels."""
-    units = _units(so)
-    return [min((pick_image(u, d) for u in units), key=lambda c: _RANK[c.kind]) for d in devices]
+    """Per device, the image of the unit that fares worst."""
+    units = so.units
+    return [pick_worst(units, d) for d in devices]
+
+
+def _driver_requirements(path: Path, sos: list[SoInspection]) -> list[Requirement]:
+    """The drivers a wheel or .so needs: its CUDA line and nvcc from a farm wheel's provenance;
+    a bare .so's PTX ISA from its PTX (its runtime's line is not recorded in it)."""
+    has_ptx = any(t.kind is Kind.PTX for so in sos for t in so.found)
+    if path.suffix != ".whl":
+        from farm.binary.fatbin import ptx_isa
+
+        isa = next((i for so in sos if (i := ptx_isa(path, so.runnable))), None)
+        return requirements(None, isa, has_ptx=has_ptx)
+    from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo
+    from farm.publish.wheelmeta import read_member
+
+    data = read_member(path, BUILD_INFO_NAME)
+    if data is None:
+        return []
+    info = BuildInfo.from_json(data, where=f"{path}: {BUILD_INFO_NAME}")
+    nvcc = info.toolchain.nvcc if info.toolchain else None
+    return requirements(info.cell.cuda, table().ptx_isa(nvcc) if nvcc else None, has_ptx=has_ptx,
+                        platform=info.cell.platform)
 
 
 def _run_path(args: argparse.Namespace) -> int:
@@ -91,7 +102,7 @@ def _run_path(args: argparse.Namespace) -> int:
     sos = inspect_wheel(path).extensions if path.suffix == ".whl" else (inspect_file(path),)
     out = []
     for so in sos:
-        units = _units(so)
+        units = so.units
         found = ArchList.of(t for u in units for t in u)
         notes = []
         if any(f.offset in so.stubs for f in so.runnable):
@@ -99,13 +110,16 @@ def _run_path(args: argparse.Namespace) -> int:
         if len(set(units)) > 1:
             notes.append("its translation units hold different images: each device shows the unit that fares worst")
         out.append((so, found, _choices(so, devices) if so.has_device_code else [], notes))
+    needs = _driver_requirements(path, [so for so, *_ in out])
     if args.json:
         print(json.dumps({"path": str(path), "extensions": [
             {"path": so.path, "found": found.canonical(), "notes": notes, "devices": choices_json(choices)}
-            for so, found, choices, notes in out]}, indent=2))
+            for so, found, choices, notes in out], "driver": [r.describe() for r in needs]}, indent=2))
         return 0
     if not out:
         print(f"{path}: no extension modules")
+    for r in needs:
+        print(f"needs {r.describe()}; older: {r.error}")
     for so, found, choices, notes in out:
         if not so.has_device_code:
             print(f"{so.path}: no device code (host-only): no GPU runs anything from it")

@@ -123,7 +123,7 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     from farm.model.arch import ArchList
     from farm.model.config import PathSource, load_config
     from farm.progress import reporter
-    from farm.schedule.matrix import LintOutcome, stale_ignores
+    from farm.schedule.matrixlint import LintOutcome, stale_ignores
     from farm.source.fetch import fetch
 
     if args.build_subdir:

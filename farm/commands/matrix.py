@@ -16,29 +16,24 @@ from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
-from farm.schedule.jobs import cost, job_counts
-from farm.schedule.matrix import (
+from farm.schedule.actions import (
     SHARD_SIZE,
     SUMMARY_COLUMNS,
     WAVE_COLUMNS,
-    Filters,
-    LintOutcome,
-    PlannedCell,
-    Wave,
-    compute_matrix,
-    confirm_stale_ignores,
-    deferred_error,
     github_outputs,
-    lint_failures,
-    lint_packages,
-    schedule,
-    stale_advice,
-    stale_ignores,
     step_summary,
-    wave_advice,
-    without_packages,
     write_github_output,
 )
+from farm.schedule.jobs import cost, job_counts
+from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice, without_packages
+from farm.schedule.matrixlint import (
+    LintOutcome,
+    confirm_stale_ignores,
+    lint_failures,
+    lint_packages,
+    stale_ignores,
+)
+from farm.schedule.waves import Wave, deferred_error, schedule, wave_advice
 from farm.table import format_table
 
 NO_LINT_NOTE = (

@@ -4,9 +4,10 @@ Every wheel is asserted first; only when all pass are they stamped into DIR, eac
 fragment beside it. One failed assertion writes nothing at all (exit 1): a build job either
 produces a complete, asserted set or nothing to upload.
 
-``--spec build-spec.json`` (what ``farm build`` writes in a cell's build folder) asserts the arch
-list that build was given, with the spec's cell; without it, the cell's list is resolved from
-the config as the build would have resolved it.
+``--spec build-spec.json`` (what ``farm build`` writes in a cell's build folder) asserts and stamps
+by that spec alone: its cell, arch list, vendored rules, ``jit``, epoch and pins, whatever the
+recipe says today. Without it, the wheel's cell is resolved from the config as the build would
+have resolved it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from typing import TYPE_CHECKING
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import load_config
-from farm.provenance.postbuild import check_wheel, context_from_config, stamp_asserted
+from farm.provenance.postbuild import (
+    BuildContext,
+    build_environment,
+    check_wheel,
+    context_from_config,
+    stamp_asserted,
+    wheel_cell,
+)
 
 if TYPE_CHECKING:
     from farm.build.spec import BuildSpec
@@ -59,20 +67,28 @@ def _spec(args: argparse.Namespace) -> BuildSpec | None:
     return spec
 
 
+def _context(args: argparse.Namespace, spec: BuildSpec, wheel: Path) -> BuildContext:
+    """The wheel's context from its build spec: no configuration is read."""
+    cell = wheel_cell(wheel, spec.cell)
+    if cell != spec.cell:
+        raise UsageError(f"{wheel.name} is a wheel of cell {cell.id}, the build spec is for {spec.cell.id}",
+                         where=str(args.spec), hint="pass the build-spec.json of the build that made the wheel")
+    return spec.context(**build_environment(spec.cell, cuda_home=args.cuda_home, builder=args.builder))
+
+
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.root)
     spec = _spec(args)
+    config = load_config(args.root) if spec is None else None
     checked = []
     for wheel in args.wheels:
-        context, recipe = context_from_config(
-            config, wheel, package=spec.cell.package if spec else args.package,
-            cuda=spec.cell.cuda if spec else args.cuda, torch=spec.cell.torch if spec else args.torch,
-            cuda_home=args.cuda_home, builder=args.builder, arch=spec.arch if spec else None,
-        )
-        if spec is not None and context.cell != spec.cell:
-            raise UsageError(f"{wheel.name} is a wheel of cell {context.cell.id}, the build spec is for {spec.cell.id}",
-                             where=str(args.spec), hint="pass the build-spec.json of the build that made the wheel")
-        report = check_wheel(wheel, context, dist=recipe.dist, cuobjdump=args.cuobjdump)
+        if spec is not None:
+            context, dist = _context(args, spec, wheel), spec.dist
+        else:
+            assert config is not None
+            context, recipe = context_from_config(config, wheel, package=args.package, cuda=args.cuda,
+                                                  torch=args.torch, cuda_home=args.cuda_home, builder=args.builder)
+            dist = recipe.dist
+        report = check_wheel(wheel, context, dist=dist, cuobjdump=args.cuobjdump)
         checked.append((wheel, context, report))
 
     failed = [r for _, _, r in checked if not r.passed]

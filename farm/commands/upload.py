@@ -10,7 +10,7 @@ from typing import Any
 
 from farm.errors import EXIT_DEFECT
 from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
-from farm.provenance.audit import derive_from_config
+from farm.provenance.verdict import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
 from farm.publish.publish import find_wheels
 from farm.publish.targets import EMBEDDED_DEFAULT

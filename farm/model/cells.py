@@ -23,10 +23,10 @@ from farm.model.config import (
     Phantom,
     Recipe,
 )
+from farm.model.label import NO_TORCH as NO_TORCH  # re-exported: a cell without torch
+from farm.model.label import cu_tag, local_label
 
 _PLACEHOLDER = re.compile(r"\{((?:version|local):[^{}]+)\}")
-
-NO_TORCH = "none"
 
 
 @dataclass(frozen=True, order=True)
@@ -40,7 +40,7 @@ class Cell:
 
     @property
     def cu(self) -> str:
-        return "cu" + self.cuda.replace(".", "")
+        return cu_tag(self.cuda)
 
     @property
     def id(self) -> str:
@@ -68,7 +68,7 @@ def python_tag(version: str) -> str:
 
 def local_version(cell: Cell) -> str:
     """The local version label: ``cu128torch2.8``, or ``cu128`` for torch-free packages."""
-    return cell.cu + (f"torch{cell.torch}" if cell.torch != NO_TORCH else "")
+    return local_label(cell.cuda, cell.torch)
 
 
 def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
@@ -83,7 +83,7 @@ def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
         pin = recipe.siblings[name]
         if kind == "version":
             return pin.version
-        return cell.cu + (f"torch{cell.torch}" if pin.links_torch else "")
+        return local_label(cell.cuda, cell.torch if pin.links_torch else NO_TORCH)
     return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
 
 
@@ -178,9 +178,18 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
 
 def is_phantom(defaults: Defaults, cell: Cell) -> bool:
     """A cell upstream PyTorch never shipped (torch-free cells have no torch to be missing)."""
-    if cell.torch == NO_TORCH:
-        return False
-    return Phantom(cell.cuda, cell.torch, cell.python_version, cell.platform) in defaults.phantoms
+    return is_phantom_key(defaults, cell.cuda, cell.torch, cell.python_version, cell.platform)
+
+
+def is_phantom_key(defaults: Defaults, cuda: str, torch: str, python: str, platform: str) -> bool:
+    """:func:`is_phantom` on a cell's fields (``python`` as ``3.11``): the one phantom rule."""
+    return torch != NO_TORCH and (cuda, torch, python, platform) in _phantom_keys(defaults.phantoms)
+
+
+@lru_cache(maxsize=4)
+def _phantom_keys(phantoms: frozenset[Phantom]) -> frozenset[tuple[str, str, str, str]]:
+    """The phantoms as plain tuples, made once per config (the matrix asks once per declared cell)."""
+    return frozenset((p.cuda, p.torch, p.python, p.platform) for p in phantoms)
 
 
 def recipe_excludes(recipe: Recipe, cell: Cell) -> str | None:

@@ -1,6 +1,6 @@
 """The driver model: which image of a fatbin a GPU of compute capability D runs.
 
-For a device D the driver picks, in order (DESIGN §4.2, measured on an H200 in FACTS §1):
+For a device D the driver picks, in order (measured on an H200, driver 580):
 
 1. the highest SASS ``sm_X`` with X's major == D's major and X's minor <= D's
    (``sm_Xa`` only when X == D; ``sm_Xf`` within the family, minor <= D's);
@@ -66,6 +66,22 @@ DEVICE_EXAMPLES: dict[Device, str] = {
 }
 
 
+# The generation each capability belongs to, for pages a user filters by GPU.
+GENERATIONS: dict[Device, str] = {
+    Device(7, 5): "Turing",
+    Device(8, 0): "Ampere",
+    Device(8, 6): "Ampere",
+    Device(8, 7): "Ampere (Orin)",
+    Device(8, 9): "Ada",
+    Device(9, 0): "Hopper",
+    Device(10, 0): "Blackwell",
+    Device(10, 3): "Blackwell Ultra",
+    Device(11, 0): "Blackwell (Thor)",
+    Device(12, 0): "Blackwell (GeForce, RTX PRO)",
+    Device(12, 1): "Blackwell (Spark)",
+}
+
+
 class ImageKind(enum.Enum):
     SASS = "sass"
     PTX_JIT = "ptx-jit"
@@ -127,6 +143,24 @@ def pick_image(targets: Iterable[Target], device: Device) -> Choice:
     return Choice(device, ImageKind.NONE, None)
 
 
+_RANK = {ImageKind.NONE: 0, ImageKind.PTX_JIT: 1, ImageKind.SASS: 2}
+
+
+def pick_worst(units: Iterable[ArchList], device: Device) -> Choice:
+    """The image of the translation unit that fares worst on ``device``: the runtime loads each
+    unit's fatbin on its own, so one unit without an image fails that unit's kernels."""
+    choices = [pick_image(u, device) for u in units]
+    return min(choices, key=lambda c: _RANK[c.kind], default=Choice(device, ImageKind.NONE, None))
+
+
+def stub_risk(choice: Choice) -> bool:
+    """A JIT from PTX below the device: code sees the PTX's ``__CUDA_ARCH__``, so a path gated
+    above it is compiled out and its kernel runs and does nothing (measured: sm_80 PTX on sm_90
+    ran the ``-1`` fallback of a ``>= 900`` gate)."""
+    target = choice.target
+    return choice.kind is ImageKind.PTX_JIT and target is not None and target.number < choice.device.number
+
+
 def explain(archs: ArchList | Iterable[Target], devices: Iterable[Device] = KNOWN_DEVICES) -> list[Choice]:
     """The driver's choice for every device."""
     targets = list(archs)
@@ -134,7 +168,7 @@ def explain(archs: ArchList | Iterable[Target], devices: Iterable[Device] = KNOW
 
 
 def claimed_devices(archs: ArchList, devices: Iterable[Device] = KNOWN_DEVICES) -> list[Device]:
-    """Devices a list claims to support: at or above its lowest arch (DESIGN §4.5)."""
+    """Devices a list claims to support: at or above its lowest arch."""
     lowest = archs.lowest
     if lowest is None:
         return []

@@ -62,9 +62,10 @@ class ArchRequest:
         if not isinstance(extensions, list) or not all(
                 isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in extensions):
             raise _bad(where, "arch.extensions", "a list of [glob, arch list] pairs")
-        return cls(_archs(data["normalised"], where, "arch.normalised"), data["requested"], data["origin"],
-                   tuple((glob, _archs(text, where, f"arch.extensions[{glob!r}]")) for glob, text in extensions),
-                   data["where"])
+        per_extension = tuple((glob, canonical_arch_list(text, where, f"arch.extensions[{glob!r}]"))
+                              for glob, text in extensions)
+        return cls(canonical_arch_list(data["normalised"], where, "arch.normalised"), data["requested"],
+                   data["origin"], per_extension, data["where"])
 
 
 def _bad(where: str, key: str, what: str) -> UsageError:
@@ -72,7 +73,8 @@ def _bad(where: str, key: str, what: str) -> UsageError:
                       hint="write the spec with farm build (it is the build's record), do not edit it")
 
 
-def _archs(text: str, where: str, key: str) -> ArchList:
+def canonical_arch_list(text: str, where: str, key: str) -> ArchList:
+    """A list farm wrote (canonical); anything else is a :class:`UsageError` naming ``key``."""
     try:
         archs = ArchList.parse(text, where=where)
     except ArchError as exc:

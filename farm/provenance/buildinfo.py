@@ -35,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from farm.errors import FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
+from farm.model import label
 from farm.provenance.shape import ABSENT as ABSENT  # re-exported: readers test a field against it
 from farm.provenance.shape import (
     KNOWN,
@@ -474,9 +475,7 @@ def inferred_build_info(
 # -- the file name a provenance implies (the upload gate and audit both check it) ---------------
 def local_label(cell: CellInfo) -> str:
     """``cu128torch2.8``, or ``cu128`` for a package that does not link torch."""
-    cuda = f"cu{(cell.cuda or '').replace('.', '')}"
-    torch = cell.torch
-    return cuda if torch in (None, "none") else f"{cuda}torch{torch}"
+    return label.local_label(cell.cuda or "", cell.torch or label.NO_TORCH)
 
 
 def _platform_matches(cell_platform: str, wheel_platform: str) -> bool:

@@ -13,7 +13,6 @@ upload gate looks for it, unless another folder is given.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from packaging.version import Version
 
 from farm.errors import FarmError, UsageError, WheelError
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
+from farm.model.label import parse_local_label
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
@@ -284,11 +284,34 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
         embedded = None
     if embedded is not None and embedded.cell.cuda is not None and embedded.cell.torch is not None:
         return embedded.cell.cuda, embedded.cell.torch
-    local = Version(WheelName.parse(Path(wheel).name).version).local or ""
-    m = re.fullmatch(r"cu(\d{2})(\d+)(?:torch(\d+\.\d+))?", local)
-    if m is None:
-        return None
-    return f"{int(m[1])}.{int(m[2])}", m[3] or NO_TORCH
+    label = parse_local_label(Version(WheelName.parse(Path(wheel).name).version).local)
+    return None if label is None else (label.cuda, label.torch)
+
+
+def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None,
+                      env: Mapping[str, str] | None = None,
+                      toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None, python: str | None = None,
+                      torch_built: Mapping[str, Any] | None = None,
+                      compile_cache: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What only the build's environment knows, as :class:`BuildContext` fields: the CI run and
+    the toolchain (nvcc under ``cuda_home``, else ``$CUDA_HOME``; the torch the build used; the
+    compiler cache's counts for the build, left out when it did not count them)."""
+    env = os.environ if env is None else env
+    if cuda_home is None and env.get("CUDA_HOME"):
+        cuda_home = Path(env["CUDA_HOME"])
+    return {"run": probe.run_from_env(env),
+            "toolchain": probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=cell.torch,
+                                         toolkit=toolkit, python=python, torch_built=torch_built,
+                                         compile_cache=buildinfo.ABSENT if compile_cache is None else compile_cache)}
+
+
+def wheel_cell(wheel: Path, cell: Cell) -> Cell:
+    """``cell`` with the Python and platform ``wheel``'s tags say, and the CUDA line and torch its
+    provenance or label say: equal to ``cell`` exactly when the wheel is of that cell."""
+    name = WheelName.parse(Path(wheel).name)
+    own = own_cell(Path(wheel))
+    cuda, torch = own if own is not None else (cell.cuda, cell.torch)
+    return Cell(cell.package, cell.version, cuda, torch, cell_python(name), cell_platform(name))
 
 
 # -- the config glue ------------------------------------------------------------------------------
@@ -298,7 +321,8 @@ def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
 
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
-def _source_of(recipe: Recipe) -> buildinfo.SourceRecord:
+def source_of(recipe: Recipe) -> buildinfo.SourceRecord:
+    """The recipe's pinned source as provenance records it (a path source with its tree hash)."""
     from farm.model.config import GitSource, PathSource, SdistSource
 
     src = recipe.source
@@ -349,17 +373,18 @@ def context_from_config(
     python: str | None = None,
     arch: ArchRequest | None = None,
     torch_built: Mapping[str, Any] | None = None,
-    compile_cache: Mapping[str, Any] | None = None,
 ) -> tuple[BuildContext, Recipe]:
     """The build context of ``wheel`` from the farm config, the toolkit and the CI environment.
 
     ``cuda`` defaults to the line of ``cuda_home``'s nvcc; ``torch`` to the installed torch's minor
     (``none`` for recipes that do not link torch). ``source`` defaults to the recipe's pinned
     source (with the tree hash of a path source); a builder that fetched a git or sdist source
-    passes the fetched tree's description, which holds the resolved commit. ``arch``: the arch
-    request of the build spec the wheel was built from (``farm build``, ``farm postbuild --spec``);
-    without one (a wheel built outside farm) the config's request for the wheel's cell is resolved.
-    ``compile_cache``: the compiler cache's counts for the build (``toolchain.compile_cache``).
+    passes the fetched tree's description, which holds the resolved commit. ``arch``: an arch
+    request the caller decided; without one the config's request for the wheel's cell is resolved.
+
+    This is the context of a wheel built outside farm (or asserted with ``farm assert``): a wheel
+    ``farm build`` made is postbuilt by its build spec instead (``BuildSpec.context``), which
+    carries every decision here, so nothing of today's recipe reaches it.
     """
     from farm.binary.assertion import Expected
     from farm.model.spec import require_arch_request
@@ -405,11 +430,9 @@ def context_from_config(
         build_epoch=config.effective_epoch(recipe),
         defaults_sha256=config.defaults.sha256,
         recipe_sha256=recipe.sha256,
-        source=_source_of(recipe) if source is None else source,
-        run=probe.run_from_env(env),
-        toolchain=probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=torch, toolkit=toolkit,
-                                      python=python, torch_built=torch_built,
-                                      compile_cache=compile_cache if compile_cache is not None else buildinfo.ABSENT),
+        source=source_of(recipe) if source is None else source,
+        **build_environment(cell, cuda_home=cuda_home, builder=builder, env=env, toolkit=toolkit, python=python,
+                            torch_built=torch_built),
         requires_dist=requires_dist(recipe, cell),
         pins=torch_pin(recipe, cell),
     )

@@ -11,6 +11,7 @@ Layout of the tree (every path relative to its root)::
     flat/index.html                    every wheel on one page (``pip --find-links``)
     index.html                         the channels
     packages.json                      machine-readable: channels, projects, files
+    compat/...                         which GPUs each wheel runs on (farm.publish.compat)
 
 Torch-free wheels live in their CUDA line's ``cu128/`` channel *and* are listed in every
 ``cu128/torch*/`` channel of the tree, so one ``--index-url`` serves a whole environment.
@@ -35,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -53,13 +53,14 @@ from packaging.utils import (
 from farm import __version__
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
+from farm.model.label import NO_TORCH, parse_local_label
+from farm.publish import compat
 from farm.publish.wheelmeta import read_member
 
 FILES = "files"
 PACKAGES_JSON = "packages.json"
 SCHEMA_VERSION = 1
 
-_LABEL = re.compile(r"^(?P<cuda>cu\d+)(?:torch(?P<torch>\d+\.\d+))?$")
 
 # the sha256 the ledger (or a fragment of this batch) records for a file name; None: not recorded
 EntryLookup = Callable[[str], str | None]
@@ -95,7 +96,7 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
         name, version, _, _ = parse_wheel_filename(filename)
     except InvalidWheelFilename as exc:
         raise UsageError(f"not a wheel file name: {exc}", where=filename) from None
-    m = _LABEL.match(version.local or "")
+    label = parse_local_label(version.local)
     requires = None
     meta_sha = None
     if metadata is not None:
@@ -103,7 +104,8 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
         requires = BytesHeaderParser().parsebytes(metadata).get("Requires-Python")
     return IndexFile(
         filename, sha256, size, canonicalize_name(name), str(version),
-        m["cuda"] if m else None, f"torch{m['torch']}" if m and m["torch"] else None,
+        label.cu if label else None,
+        f"torch{label.torch}" if label and label.torch != NO_TORCH else None,
         meta_sha, str(requires).strip() if requires else None, url,
     )
 
@@ -347,7 +349,10 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
         )
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
-    return _write(root, pages, old, new)
+    pages.update(compat.pages(files_dir, files.values()))  # beside the PEP 503 pages, never in them
+    report = _write(root, pages, old, new)
+    compat.prune(root, pages)
+    return report
 
 
 @dataclass(frozen=True)

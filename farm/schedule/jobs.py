@@ -3,7 +3,7 @@ platform: then it is N compile jobs (``farm build ... --shard I/N``) and one lin
 (``farm build ... --link``) that runs after them and takes their objects (CI artifacts).
 
 Every one of those jobs counts against the run's job capacity (GitHub runs at most 256 jobs from
-one matrix), so :func:`cost` is what :func:`farm.schedule.matrix.schedule` charges per cell and
+one matrix), so :func:`cost` is what :func:`farm.schedule.waves.schedule` charges per cell and
 a wave never holds part of a sharded cell. The link jobs form a matrix of their own, after the
 build matrices (a job cannot wait for some entries of another matrix only).
 """

@@ -12,29 +12,26 @@ The subtraction happens in one visible order, and every declared cell lands in e
                   today: reported with the advice to bump the epoch, never silently rebuilt
 7. ``to build``   the rest, each with its resolved arch list and planned wheel name
 
-:func:`compute_matrix` is pure (config + ledger index in, :class:`Matrix` out). The I/O shell
-(lint in the loop, GitHub Actions output) sits below it.
+:func:`compute_matrix` is pure (config + ledger index in, :class:`Matrix` out).
 
-The cells to build are a work queue. :func:`schedule` takes what one workflow run can start (its
-shard jobs x 256 cells) round-robin across packages and defers the rest; deferred cells stay out
-of the ledger, so the next run schedules them (docs/maintainers.md, "How a bump drains").
+What one run takes of these cells is :mod:`farm.schedule.waves`; the GitHub Actions outputs are
+:mod:`farm.schedule.actions`; the lint of what is scheduled is :mod:`farm.schedule.matrixlint`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from farm.errors import ArchError, SourceError, ToolError, UsageError, did_you_mean, version_key
+from farm.errors import ArchError, UsageError, did_you_mean, version_key
 from farm.model.arch import ArchList, render, validate_for_cuda
 from farm.model.cells import (
     NO_TORCH,
     Cell,
     declared_keys,
     in_python_range,
+    is_phantom_key,
     planned_wheel_name,
     python_tag,
     recipe_excludes_key,
@@ -43,12 +40,6 @@ from farm.model.config import FarmConfig, Recipe, Restriction
 from farm.model.spec import ArchRequest, arch_request
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import ExistsKey
-from farm.schedule.jobs import build_entries
-
-# GitHub Actions runs at most 256 jobs from one matrix.
-SHARD_SIZE = 256
-# GitHub caps a job's outputs at 1 MB in total; writing more would truncate the matrix silently.
-GITHUB_OUTPUT_LIMIT = 1_000_000
 
 RUNNERS: Mapping[str, str] = {
     "linux_x86_64": "ubuntu-24.04",
@@ -309,14 +300,12 @@ def compute_matrix(
     filters = filters or Filters()
     names = filters.packages or tuple(sorted(config.recipes))
     torch_versions = {(row.cuda, row.torch_minor): row.torch for row in config.defaults.grid}
-    # Shared by every package: phantoms (what is_phantom reads) do not depend on the recipe,
-    # policy rows serve them all.
-    phantoms = frozenset((p.cuda, p.torch, p.python, p.platform) for p in config.defaults.phantoms)
+    # Shared by every package: policy rows serve them all.
     specs: dict[tuple[int, str], str] = {}
     parsed: dict[str, ArchList | None] = {}
     packages = tuple(
         _package_matrix(config, config.recipe(name), ledger, filters, overwrite, torch_versions,
-                        phantoms, specs, parsed)
+                        specs, parsed)
         for name in names
     )
     return Matrix(packages, filters, overwrite, config.defaults.build_epoch)
@@ -363,7 +352,6 @@ def _package_matrix(
     filters: Filters,
     overwrite: bool,
     torch_versions: Mapping[tuple[str, str], str],
-    phantoms: frozenset[tuple[str, str, str, str]],
     specs: dict[tuple[int, str], str],
     parsed: dict[str, ArchList | None],
 ) -> PackageMatrix:
@@ -396,7 +384,7 @@ def _package_matrix(
         if found is None:
             no_policy += 1
             continue
-        if torch != NO_TORCH and (cuda, torch, py, platform) in phantoms:
+        if is_phantom_key(defaults, cuda, torch, py, platform):
             phantom += 1
             continue
         request, canonical = found
@@ -420,170 +408,6 @@ def _package_matrix(
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Waves: what one workflow run builds, and what waits for the next
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Wave:
-    """The cells one run schedules (at most its job capacity) and the rest, deferred.
-
-    Deferred cells are not dropped: they are still missing from the ledger, so the next run's
-    matrix has them again. ``scheduled`` keeps the matrix order (package, then grid order)."""
-
-    matrix: Matrix
-    scheduled: tuple[PlannedCell, ...]
-    deferred: tuple[PlannedCell, ...]
-    capacity: int | None  # jobs one run may start; None: no limit
-
-    @property
-    def cells(self) -> list[PlannedCell]:
-        return list(self.scheduled)
-
-    def per_package(self) -> dict[str, tuple[int, int]]:
-        """package -> (scheduled, deferred), for every package of the matrix."""
-        out = {pkg.package: [0, 0] for pkg in self.matrix.packages}
-        for p in self.scheduled:
-            out[p.cell.package][0] += 1
-        for p in self.deferred:
-            out[p.cell.package][1] += 1
-        return {k: (v[0], v[1]) for k, v in out.items()}
-
-    def totals(self) -> dict[str, int]:
-        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred)}
-
-
-def one_job(cell: PlannedCell) -> int:
-    return 1
-
-
-def schedule(
-    matrix: Matrix,
-    capacity: int | None,
-    *,
-    jobs: Callable[[PlannedCell], int] = one_job,
-) -> Wave:
-    """Take cells round-robin across packages until ``capacity`` jobs are used; defer the rest.
-
-    The order is stable and fair: packages in the matrix's order (by name), each package's
-    cells in grid order, one cell of each package per round. So every package with work
-    advances in every wave, and a package whose cells keep failing (they stay in the queue)
-    holds at most its share of a wave, never the whole of it. ``jobs(cell)`` is the number of
-    jobs a cell costs (1; more where a build is split into several jobs); a cell that does not
-    fit in what is left is deferred, and smaller ones after it may still fit."""
-    if capacity is None:
-        return Wave(matrix, tuple(matrix.cells), (), None)
-    if capacity < 0:
-        raise ValueError("capacity must be >= 0")
-    queues = [pkg.to_build for pkg in matrix.packages if pkg.to_build]
-    chosen: set[int] = set()  # id() of the chosen PlannedCells (frozen, compared by identity here)
-    left = capacity
-    depth = max((len(q) for q in queues), default=0)
-    for i in range(depth):
-        if left <= 0:
-            break
-        for q in queues:
-            if i < len(q):
-                cost = jobs(q[i])
-                if cost <= left:
-                    chosen.add(id(q[i]))
-                    left -= cost
-    scheduled = tuple(p for p in matrix.cells if id(p) in chosen)
-    deferred = tuple(p for p in matrix.cells if id(p) not in chosen)
-    return Wave(matrix, scheduled, deferred, capacity)
-
-
-# --------------------------------------------------------------------------------------------
-# Shards and GitHub Actions output (pure renderers + one writer)
-# --------------------------------------------------------------------------------------------
-def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[PlannedCell]]:
-    """Consecutive chunks of at most ``size`` cells; their concatenation is ``cells``."""
-    if size < 1:
-        raise ValueError("shard size must be >= 1")
-    return [list(cells[i:i + size]) for i in range(0, len(cells), size)]
-
-
-def deferred_error(wave: Wave) -> UsageError:
-    """``--fail-on-deferred``: the queue is longer than one run."""
-    n = len(wave.scheduled) + len(wave.deferred)
-    return UsageError(
-        f"the matrix has {n} cells but one run schedules at most {wave.capacity} jobs: "
-        f"{len(wave.deferred)} cell(s) would be deferred to a later run",
-        hint="drop --fail-on-deferred to build in waves, or narrow the matrix (packages, --cuda)",
-    )
-
-
-def github_outputs(wave: Wave) -> dict[str, str]:
-    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
-    scheduled), ``deferred`` (cells left for the next run) and ``deferred_by_package`` (a JSON
-    object, packages with deferred cells only), and ``shard_<i>`` (a JSON list of at most 256
-    build entries) for each shard.
-
-    Sharded cells (``sharding: N``) are N entries in the build shards and one in ``link``, with
-    ``link_count`` (farm/schedule/jobs.py).
-
-    Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
-    entries, links = build_entries(wave.scheduled)
-    parts = [entries[i:i + SHARD_SIZE] for i in range(0, len(entries), SHARD_SIZE)]
-    if len(links) > SHARD_SIZE:
-        raise UsageError(f"the wave has {len(links)} sharded cells: their link jobs exceed one matrix of {SHARD_SIZE}",
-                         hint="narrow the matrix (packages, --cuda) or pass a smaller --max-shards")
-    out = {
-        "shard_count": str(len(parts)),
-        "shards": json.dumps(list(range(len(parts)))),
-        "total": str(len(wave.scheduled)),
-        "deferred": str(len(wave.deferred)),
-        "deferred_by_package": json.dumps({k: v[1] for k, v in wave.per_package().items() if v[1]},
-                                          separators=(",", ":")),
-    }
-    for i, part in enumerate(parts):
-        out[f"shard_{i}"] = json.dumps(part, separators=(",", ":"))
-    out["link_count"] = str(len(links))
-    out["link"] = json.dumps(links, separators=(",", ":"))
-    size = sum(len(k) + len(v) + 2 for k, v in out.items())
-    if size > GITHUB_OUTPUT_LIMIT:
-        raise UsageError(
-            f"the wave ({len(wave.scheduled)} cells) needs {size:,} bytes of job outputs; "
-            f"GitHub keeps at most {GITHUB_OUTPUT_LIMIT:,} and would drop the rest",
-            hint="pass --max-shards (the workflow's shard jobs) so a run takes a wave it can hold",
-        )
-    return out
-
-
-def _md_row(cells: Iterable[object]) -> str:
-    return "| " + " | ".join(str(c) for c in cells) + " |"
-
-
-SUMMARY_COLUMNS = ("declared", "filtered", "recipe", "no_policy", "phantom", "built", "stale", "to_build")
-WAVE_COLUMNS = ("scheduled", "deferred")
-
-
-def step_summary(wave: Wave, lint_note: str) -> str:
-    """A Markdown table for ``$GITHUB_STEP_SUMMARY``."""
-    matrix = wave.matrix
-    lines = ["## farm matrix", "", lint_note, ""]
-    if matrix.overwrite:
-        lines += ["**--overwrite: the ledger was ignored; built wheels are scheduled again.**", ""]
-    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS)
-    lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in columns))))
-    lines.append(_md_row(["---"] * (3 + len(columns))))
-    per_package = wave.per_package()
-    for pkg in matrix.packages:
-        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True))}
-        lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
-    totals = wave.totals()
-    lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))
-    lines += ["", *wave_advice(wave), *stale_advice(matrix)]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def wave_advice(wave: Wave) -> list[str]:
-    """What a run with deferred cells means: nothing is lost, the next run takes them."""
-    if not wave.deferred:
-        return []
-    return [(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
-             "they stay in the queue (not in the ledger) and the next run schedules them")]
-
-
 def stale_advice(matrix: Matrix) -> list[str]:
     """One line per package with stale wheels: the count and what to do."""
     out = []
@@ -601,129 +425,3 @@ def without_packages(matrix: Matrix, packages: Iterable[str]) -> Matrix:
     """``matrix`` less the named packages (their cells are neither scheduled nor deferred)."""
     drop = set(packages)
     return replace(matrix, packages=tuple(p for p in matrix.packages if p.package not in drop))
-
-
-def write_github_output(
-    wave: Wave,
-    output_path: Path,
-    summary_path: Path | None,
-    lint_note: str,
-    *,
-    lint_failed: Sequence[str] = (),
-) -> dict[str, str]:
-    """Append the outputs to ``$GITHUB_OUTPUT`` (all checks first: nothing is written for a
-    wave that would be refused) and the table to ``$GITHUB_STEP_SUMMARY``. ``lint_failed``: the
-    packages withheld because their lint failed (a JSON list; the workflow ends red on any)."""
-    outputs = {**github_outputs(wave), "lint_failed": json.dumps(sorted(lint_failed))}
-    text = "".join(f"{k}={v}\n" for k, v in outputs.items())
-    with open(output_path, "a", encoding="utf-8") as fh:
-        fh.write(text)
-    if summary_path is not None:
-        with open(summary_path, "a", encoding="utf-8") as fh:
-            fh.write(step_summary(wave, lint_note))
-    return outputs
-
-
-# --------------------------------------------------------------------------------------------
-# Lint in the loop (I/O: fetches sources, reads/writes the lint cache)
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LintOutcome:
-    """One lint of one package's source against one of its resolved arch lists."""
-
-    package: str
-    arch_list: str
-    report: Any  # farm.lint.LintReport: .passed, .errors, .stale_ignores, .render(), .to_json()
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.report.passed)
-
-
-def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[LintOutcome]:
-    """Lint every package that has cells to build, once per distinct arch list (cached by the
-    lint), on the source as it is built (after the recipe's patch_script). A source that cannot
-    be fetched is a :class:`SourceError` naming the package."""
-    # Imported here: a matrix run with --no-lint or nothing to build does not pay for the lint.
-    from farm.build.builders import lint_as_built
-    from farm.source.fetch import fetch
-
-    outcomes = []
-    for pkg in matrix.packages:
-        if not pkg.to_build:
-            continue
-        recipe = config.recipe(pkg.package)
-        try:
-            tree = fetch(recipe.source, cache_dir, package=recipe.name)
-        except SourceError as exc:
-            msg = exc.message if recipe.name in exc.message else f"package {recipe.name!r}: {exc.message}"
-            raise SourceError(msg, where=exc.where or recipe.display,
-                              hint=(f"{exc.hint}; " if exc.hint else "")
-                              + "the matrix lints the source of every package it schedules: restore network "
-                                "access or fill the source cache, or run `farm matrix --no-lint` for the "
-                                "matrix without the lint (it says so; CI always lints)") from None
-        _lint_function()  # a broken lint is an environment error, said once
-        for archs in pkg.arch_lists():
-            report = lint_as_built(config, recipe, tree, archs, cache_dir)
-            outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
-    return outcomes
-
-
-def _lint_function() -> Any:
-    try:
-        from farm.lint import lint_cached
-    except ImportError as exc:
-        raise ToolError(f"the arch-gate lint cannot be loaded: {exc}",
-                        hint="reinstall farm; --no-lint skips the lint (and says so)") from None
-    return lint_cached
-
-
-def lint_failures(outcomes: Iterable[LintOutcome]) -> Iterator[LintOutcome]:
-    return (o for o in outcomes if not o.passed)
-
-
-def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], cache_dir: Path) -> list[LintOutcome]:
-    """``outcomes`` with each report's ``stale_ignores`` narrowed to the entries that are stale
-    under **every** arch list the package's cells need, not only the lists this run linted.
-
-    A run filtered by --cuda (or one whose other cells are already built) lints a few of the
-    package's lists; an ignore that matches nothing under them may still be needed under the
-    others. Those lists are linted too (cached), only for packages with a candidate."""
-    import dataclasses
-
-    from farm.build.builders import lint_as_built
-    from farm.source.fetch import fetch
-
-    by_package: dict[str, list[LintOutcome]] = {}
-    for o in outcomes:
-        by_package.setdefault(o.package, []).append(o)
-    confirmed: dict[str, tuple[Any, ...]] = {}
-    for package, own in by_package.items():
-        candidates = set.intersection(*(set(o.report.stale_ignores) for o in own))
-        if candidates:
-            recipe = config.recipe(package)
-            linted = {o.arch_list for o in own}
-            everything = compute_matrix(config, LedgerIndex.empty(), Filters(packages=(package,)), overwrite=True)
-            missing = [a for a in everything.packages[0].arch_lists() if a.canonical() not in linted]
-            if missing:
-                tree = fetch(recipe.source, cache_dir, package=recipe.name)
-                _lint_function()
-                for archs in missing:
-                    report = lint_as_built(config, recipe, tree, archs, cache_dir)
-                    candidates &= set(report.stale_ignores)
-        confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
-    return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))
-            for o in outcomes]
-
-
-def stale_ignores(outcomes: Iterable[LintOutcome]) -> list[tuple[str, Any]]:
-    """(package, ignore) for each lint_ignore that is stale under every arch list its package was
-    linted with: one that matches under some list (a CUDA line's flags) is not stale."""
-    per_package: dict[str, list[set[Any]]] = {}
-    for o in outcomes:
-        per_package.setdefault(o.package, []).append(set(o.report.stale_ignores))
-    out = []
-    for package, sets in per_package.items():
-        for ignore in sorted(set.intersection(*sets), key=lambda i: i.where):
-            out.append((package, ignore))
-    return out

@@ -1,7 +1,7 @@
 """What a wave built, what failed, and what the workflow does next.
 
 A wave is one workflow run: the matrix job schedules at most the run's job capacity (see
-:func:`farm.schedule.matrix.schedule`), each cell job uploads its wheelhouse as the artifact
+:func:`farm.schedule.waves.schedule`), each cell job uploads its wheelhouse as the artifact
 ``wheels-<cell id>``, and the publish job decides here, from the artifacts that came back:
 
 - a cell is **built** when its artifact holds a wheel; otherwise it **failed** (its job failed, was

@@ -1,0 +1,99 @@
+"""An index's compatibility catalogue (``compat/wheels.json``, written with the compatibility
+pages): which wheel of a project runs on a GPU, for the fixes ``farm doctor`` names.
+
+Read from another machine, so believed only as far as it parses: each record is checked field by
+field and a malformed one is left out (its filename named); the whole file is capped in size.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name
+
+from farm.errors import FarmError, UsageError
+from farm.netutil import download
+
+CATALOG = "compat/wheels.json"  # where farm.publish.compat writes it under an index root
+MAX_BYTES = 64 << 20
+_KINDS = ("sass", "ptx-jit", "none")
+
+
+@dataclass(frozen=True)
+class CatalogWheel:
+    filename: str
+    project: str  # PEP 503 normalised
+    version: str
+    channel: str
+    cuda: str
+    torch: str
+    python: str
+    platform: str
+    devices: dict[str, tuple[str, str | None]]  # "9.0" -> (kind, minimum driver shown)
+
+    @classmethod
+    def parse(cls, rec: Any) -> CatalogWheel | None:
+        if not isinstance(rec, dict) or not isinstance(rec.get("devices"), dict):
+            return None
+        fields = [rec.get(k) for k in ("filename", "project", "version", "channel", "cuda", "torch", "python",
+                                       "platform")]
+        if not all(isinstance(f, str) and 0 < len(f) < 300 for f in fields):
+            return None
+        devices = {}
+        for dev, v in rec["devices"].items():
+            if not isinstance(v, dict) or v.get("kind") not in _KINDS or not isinstance(v.get("driver"), str | None):
+                return None
+            devices[str(dev)] = (str(v["kind"]), v.get("driver"))
+        filename, project, version, channel, cuda, torch, python, platform = (str(f) for f in fields)
+        return cls(filename, canonicalize_name(project), version, channel, cuda, torch, python, platform, devices)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    url: str
+    wheels: tuple[CatalogWheel, ...]
+    skipped: int  # malformed records left out
+
+
+def parse(doc: Any, url: str) -> Catalog:
+    if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("wheels"), list):
+        raise UsageError("not a farm compatibility catalogue (schema_version 1)", where=url,
+                         hint="pass the root of a farm index as --index-url (its compat/wheels.json)")
+    parsed = [CatalogWheel.parse(r) for r in doc["wheels"]]
+    wheels = tuple(w for w in parsed if w is not None)
+    return Catalog(url, wheels, len(parsed) - len(wheels))
+
+
+def fetch(index_url: str) -> Catalog:
+    """The catalogue of the index at ``index_url`` (http(s), or a local folder)."""
+    url = f"{index_url.rstrip('/')}/{CATALOG}"
+    local = Path(index_url)
+    if "://" not in index_url and local.is_dir():
+        path = local / CATALOG
+        if not path.is_file() or path.stat().st_size > MAX_BYTES:
+            raise UsageError(f"no {CATALOG} under it (or larger than {MAX_BYTES >> 20} MiB)", where=index_url,
+                             hint="regenerate the index with this farm (farm index DIR)")
+        text = path.read_bytes()
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            dest = Path(tmp) / "wheels.json"
+            download(url, dest, max_bytes=MAX_BYTES, timeout=60)
+            text = dest.read_bytes()
+    try:
+        return parse(json.loads(text), url)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"not JSON: {exc}", where=url) from None
+
+
+def try_fetch(index_url: str | None) -> tuple[Catalog | None, str | None]:
+    """The catalogue, or why there is none (a fix without it still names the channel)."""
+    if not index_url:
+        return None, None
+    try:
+        return fetch(index_url), None
+    except FarmError as exc:
+        return None, f"{exc.message} ({exc.where})" if exc.where else exc.message

@@ -1,0 +1,360 @@
+"""The diagnosis (pure): installed packages x GPUs x driver x torch -> findings, each with its fix.
+
+What fails at run time, predicted before any launch:
+
+- **no image**: no SASS of the device's major at or below it, no PTX at or below it
+  (``cudaErrorNoKernelImageForDevice``);
+- **driver too old**: for the CUDA runtime the wheel was built against (minor version
+  compatibility), or for the PTX the driver would JIT (``cudaErrorUnsupportedPtxVersion``);
+- **torch mismatch**: a farm wheel pins a torch minor and CUDA line; another torch gives
+  ``undefined symbol`` on import, another CUDA major a missing ``libcudart``.
+
+What runs, but not as built for: a **PTX JIT** (a one-time compile on first launch, cached by the
+driver) and, when the PTX is below the device, the **stub risk** (code gated above the PTX's
+``__CUDA_ARCH__`` is compiled out and its kernel silently does nothing).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from farm.doctor.catalog import Catalog, CatalogWheel
+from farm.doctor.environment import Environment, Extension, Package, Torch
+from farm.doctor.machine import Gpu, Machine
+from farm.errors import FarmError
+from farm.model.driver import Choice, ImageKind, pick_worst, stub_risk
+from farm.model.drivers import DriverVersion, Requirement, requirements, table
+
+
+class Severity(str, enum.Enum):
+    FAIL = "fail"  # will fail: the command exits 1
+    WARN = "warn"  # runs, not as built for
+    OK = "ok"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    package: str | None  # "demo_ext 0.1.0"
+    where: str | None  # an extension's path, or None for the package
+    what: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"severity": self.severity.value, "package": self.package, "where": self.where,
+                "what": self.what, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One extension on one GPU."""
+
+    package: str
+    extension: str
+    gpu: Gpu
+    choice: Choice
+    stub_risk: bool
+    ptx_isa: str | None
+    ptx_bytes: int
+
+    def to_json(self) -> dict[str, object]:
+        c = self.choice
+        return {"package": self.package, "extension": self.extension, "gpu": self.gpu.index,
+                "compute_capability": str(self.gpu.device), "kind": c.kind.value,
+                "image": c.target.name if c.target else None, "cuda_arch": c.cuda_arch,
+                "stub_risk": self.stub_risk, "ptx_isa": self.ptx_isa if c.kind is ImageKind.PTX_JIT else None}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    machine: Machine
+    environment: Environment
+    verdicts: tuple[Verdict, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity is Severity.FAIL for f in self.findings)
+
+
+def channel(cuda: str, torch: str | None) -> str:
+    """The index channel of a (CUDA line, torch minor): ``cu128/torch2.8``, ``cu128`` without torch."""
+    cu = "cu" + cuda.replace(".", "")
+    return f"{cu}/torch{torch}" if torch and torch != "none" else cu
+
+
+def install_command(index_url: str | None, chan: str, dist: str, version: str | None = None) -> str:
+    index = (index_url or "<farm index>").rstrip("/")
+    spec = f"{dist}=={version}" if version else dist
+    return f"pip install --force-reinstall --index-url {index}/{chan}/ '{spec}'"
+
+
+_RANK = {"sass": 0, "ptx-jit": 1}
+
+
+def _version_key(text: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
+
+
+@dataclass(frozen=True)
+class Fixes:
+    """Names the wheel to install instead, from the index's catalogue when there is one."""
+
+    machine: Machine
+    env: Environment
+    index_url: str | None
+    catalog: Catalog | None
+
+    def candidates(self, pkg: Package) -> list[CatalogWheel]:
+        if self.catalog is None:
+            return []
+        torch = self.env.torch
+        out = []
+        for w in self.catalog.wheels:
+            if w.project != canonicalize_name(pkg.dist) or w.python not in (self.env.python_tag, "abi3"):
+                continue
+            if w.platform != self.machine.platform:
+                continue
+            if w.torch != "none":
+                if torch is None or w.torch != torch.minor:
+                    continue
+                if torch.cuda and torch.cuda != "cpu" and w.cuda.split(".")[0] != torch.cuda.split(".")[0]:
+                    continue
+            out.append(w)
+        return out
+
+    def runs(self, w: CatalogWheel, gpu: Gpu, *, sass_only: bool = False) -> bool:
+        kind, driver = w.devices.get(str(gpu.device), ("none", None))
+        if kind == "none" or (sass_only and kind != "sass"):
+            return False
+        if self.machine.driver is not None and driver:
+            try:
+                return DriverVersion.parse(driver).branch <= self.machine.driver.branch
+            except FarmError:
+                return False
+        return True
+
+    def best(self, pkg: Package, gpus: tuple[Gpu, ...], *, sass_only: bool = False) -> CatalogWheel | None:
+        """The wheel that runs on every GPU given (SASS first, then the newest version and CUDA)."""
+        fits = [w for w in self.candidates(pkg) if all(self.runs(w, g, sass_only=sass_only) for g in gpus)]
+        if not gpus and self.machine.driver is not None:  # no GPU: the runtime's driver is what can be checked
+            fits = [w for w in self.candidates(pkg) if self.runs_driver(w)]
+
+        def key(w: CatalogWheel) -> tuple[int, Version, Version]:
+            worst = max((_RANK.get(w.devices.get(str(g.device), ("none", None))[0], 2) for g in gpus), default=0)
+            return (-worst, _version_key(w.version), _version_key(w.cuda))
+
+        return max(fits, key=key, default=None)
+
+    def runs_driver(self, w: CatalogWheel) -> bool:
+        need = table().runtime_minimum(w.cuda, w.platform)
+        return need is None or self.machine.driver is None or need.met_by(self.machine.driver)
+
+    def install(self, w: CatalogWheel) -> str:
+        return f"{install_command(self.index_url, w.channel, w.project, w.version)} ({w.filename})"
+
+    def page(self, gpu: Gpu) -> str:
+        return f"{(self.index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={gpu.device}"
+
+
+def _label(pkg: Package) -> str:
+    return f"{pkg.dist} {pkg.version}"
+
+
+def _wheel_cuda(pkg: Package) -> str | None:
+    info = pkg.build_info
+    return info.cell.cuda if info else None
+
+
+def _nvcc_ptx_isa(pkg: Package) -> str | None:
+    """The PTX ISA the wheel's nvcc writes, from provenance (``toolchain.nvcc`` 13.0.88 -> 9.0)."""
+    info = pkg.build_info
+    nvcc = info.toolchain.nvcc if info and info.toolchain else None
+    return table().ptx_isa(nvcc) if nvcc else None
+
+
+def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risky: bool,
+                    driver: DriverVersion | None, fixes: Fixes) -> list[Finding]:
+    label, out = _label(pkg), []
+    found = ext.found.canonical()
+    if choice.kind is ImageKind.NONE:
+        cc = gpu.device
+        other = fixes.best(pkg, (gpu,))
+        out.append(Finding(
+            Severity.FAIL, label, ext.path,
+            f"no kernel image for {gpu}: it holds {found}; the first launch raises "
+            "cudaErrorNoKernelImageForDevice ('no kernel image is available for execution on the device')",
+            fixes.install(other) if other else
+            f"install a build whose targets include sm_{cc.number} (or PTX at or below {cc}): see the index's "
+            f"compatibility page {fixes.page(gpu)}"))
+        return out
+    if choice.kind is ImageKind.SASS:
+        out.append(Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}"))
+        return out
+    isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)
+    cost = (f"the first launch JIT-compiles its {ext.ptx_bytes // 1024 or 1} KiB of PTX, once: the driver caches "
+            "the result in ~/.nv/ComputeCache (CUDA_CACHE_MAXSIZE); the cost grows with the PTX "
+            "(0.2 s for 2 KiB on an H200)")
+    out.append(Finding(Severity.WARN, label, ext.path, f"{gpu}: {choice.describe()}; {cost}"))
+    target = choice.target
+    if risky and target is not None:
+        out.append(Finding(
+            Severity.WARN, label, ext.path,
+            f"stub risk on {gpu}: code compiled from {target.name} sees __CUDA_ARCH__ {target.cuda_arch}, "
+            f"so a path gated at __CUDA_ARCH__ >= {target.cuda_arch + 10}..{gpu.device.number * 10} is compiled out "
+            "and its kernel runs and does nothing",
+            fixes.install(sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
+            f"prefer a build with sm_{gpu.device.number} SASS: {fixes.page(gpu)}"))
+    if driver is not None and isa:
+        need = table().ptx_minimum(isa)
+        if need is not None and not need.met_by(driver):
+            out.append(Finding(
+                Severity.FAIL, label, ext.path,
+                f"{gpu} would JIT PTX ISA {isa}, which driver {driver} cannot read "
+                f"(its JIT reads up to CUDA {table().newest_cuda(driver) or '?'}): {need.error}",
+                f"upgrade the driver to {need.shown} or newer, or "
+                + (fixes.install(sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
+                   f"install a build with sm_{gpu.device.number} SASS")))
+        elif need is None:
+            out.append(Finding(Severity.WARN, label, ext.path,
+                               f"PTX ISA {isa} is newer than farm's driver table: whether driver {driver} reads it "
+                               "is unknown"))
+    return out
+
+
+def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, fixes: Fixes) -> list[Finding]:
+    cuda = _wheel_cuda(pkg)
+    if not cuda:
+        return []
+    need = table().runtime_minimum(cuda, platform)
+    if need is None or need.met_by(driver):
+        return []
+    supported = table().newest_cuda(driver)
+    info = pkg.build_info
+    fix = f"upgrade the driver to {need.shown} or newer"
+    other = fixes.best(pkg, fixes.machine.gpus)
+    if other is not None and other.cuda.split(".")[0] != cuda.split(".")[0]:
+        torch_too = f"install torch for CUDA {other.cuda}, then " if other.torch != "none" else ""
+        fix += f", or {torch_too}{fixes.install(other)}"
+    elif supported and info:
+        torch_minor = info.cell.torch
+        what = pkg.dist if torch_minor in (None, "none") else f"torch and {pkg.dist}"
+        fix += (f", or install {what} for CUDA {supported} or older "
+                f"(a channel such as {channel(supported, torch_minor)})")
+    return [Finding(Severity.FAIL, _label(pkg), None,
+                    f"built for CUDA {cuda}: needs {need.describe()}; driver {driver} is older: {need.error}", fix)]
+
+
+def _for_torch(pkg: Package, torch: Torch, fixes: Fixes) -> str:
+    """The wheel for the installed torch: from the catalogue when there is one, else its channel."""
+    info = pkg.build_info
+    assert info is not None
+    other = fixes.best(pkg, fixes.machine.gpus)
+    if other is not None:
+        return fixes.install(other)
+    if fixes.catalog is not None:
+        return (f"the index has no {pkg.dist} for torch {torch.version} that runs here: "
+                f"install torch {info.cell.torch} for CUDA {info.cell.cuda} instead")
+    if not torch.cuda:
+        return f"install the {pkg.dist} wheel of the channel for torch {torch.minor}"
+    return install_command(fixes.index_url, channel(torch.cuda, torch.minor), pkg.dist, info.version)
+
+
+def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Finding]:
+    info = pkg.build_info
+    if info is None or not info.cell.torch or info.cell.torch == "none":
+        return []
+    pinned, cuda = info.cell.torch, info.cell.cuda
+    label = _label(pkg)
+    want = f"torch {pinned} ({channel(cuda, pinned) if cuda else '?'})"
+    if torch is None:
+        return [Finding(Severity.FAIL, label, None, f"built against {want}, and no torch is installed: "
+                        "importing it fails", f"install torch {pinned} for CUDA {cuda}")]
+    if torch.cuda == "cpu":
+        return [Finding(Severity.FAIL, label, None,
+                        f"built against {want}; torch {torch.version} is a CPU build: importing it fails",
+                        f"install torch {pinned} for CUDA {cuda}, then {pkg.dist} again")]
+    out = []
+    if torch.minor != pinned:
+        fix = _for_torch(pkg, torch, fixes)
+        out.append(Finding(Severity.FAIL, label, None,
+                           f"built against {want}; torch {torch.version} is installed: importing it fails "
+                           "with 'undefined symbol' (torch's C++ ABI changes between minors)", fix))
+    elif cuda and torch.cuda and torch.cuda != cuda:
+        major_differs = torch.cuda.split(".")[0] != cuda.split(".")[0]
+        fix = _for_torch(pkg, torch, fixes)
+        if major_differs:
+            out.append(Finding(Severity.FAIL, label, None,
+                               f"built against {want}; torch {torch.version} is for CUDA {torch.cuda}: "
+                               f"the extension needs the CUDA {cuda.split('.')[0]} runtime torch does not bring", fix))
+        else:
+            out.append(Finding(Severity.WARN, label, None,
+                               f"built against {want}; torch {torch.version} is for CUDA {torch.cuda} "
+                               "(same major: runs under minor version compatibility, not the pinned pair)", fix))
+    elif torch.cuda is None:
+        out.append(Finding(Severity.INFO, label, None,
+                           f"torch {torch.version}: its metadata names no CUDA line; the wheel pins CUDA {cuda}"))
+    return out
+
+
+def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None, catalog: Catalog | None = None,
+             catalog_error: str | None = None) -> Diagnosis:
+    findings: list[Finding] = []
+    verdicts: list[Verdict] = []
+    fixes = Fixes(machine, env, index_url, catalog)
+    if catalog_error:
+        findings.append(Finding(Severity.INFO, None, None, f"the index's catalogue is not readable: {catalog_error}",
+                                "fixes name channels and the compatibility page instead of a wheel"))
+    elif catalog is not None and catalog.skipped:
+        findings.append(Finding(Severity.INFO, None, None,
+                                f"{catalog.skipped} malformed record(s) of {catalog.url} left out"))
+    if not machine.gpus:
+        why = "; ".join(machine.notes) if machine.notes else "none given"
+        findings.append(Finding(Severity.INFO, None, None,
+                                f"no GPU found ({why}): kernel images are not checked; the driver and torch are"))
+    if machine.driver is None:
+        findings.append(Finding(Severity.INFO, None, None, "driver version unknown: driver requirements not checked",
+                                "pass --driver X.Y to check them for a machine"))
+    if not env.packages:
+        findings.append(Finding(Severity.INFO, None, None,
+                                f"no package with farm provenance or CUDA extensions in {env.python}"))
+    for pkg in env.packages:
+        label = _label(pkg)
+        for problem in pkg.problems:
+            findings.append(Finding(Severity.WARN, label, None, problem))
+        for ext in pkg.extensions:
+            if ext.modified:
+                findings.append(Finding(Severity.WARN, label, ext.path,
+                                        "differs from the sha256 its provenance records: judged as installed",
+                                        f"reinstall {pkg.dist}"))
+            for gpu in machine.gpus:
+                choice = pick_worst(ext.units, gpu.device)
+                risky = stub_risk(choice)
+                verdicts.append(Verdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
+                                        ext.ptx_bytes))
+                findings.extend(_image_findings(pkg, ext, gpu, choice, risky, machine.driver, fixes))
+            if not machine.gpus and machine.driver is not None and ext.ptx_bytes:
+                isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)
+                need = table().ptx_minimum(isa) if isa else None
+                if need is not None and not need.met_by(machine.driver):
+                    findings.append(Finding(Severity.WARN, label, ext.path,
+                                            f"its PTX (ISA {isa}) needs {need.describe()}: a GPU that would JIT it "
+                                            f"fails with {need.error}"))
+        if machine.driver is not None:
+            findings.extend(_driver_findings(pkg, machine.driver, machine.platform, fixes))
+        findings.extend(_torch_findings(pkg, env.torch, fixes))
+    return Diagnosis(machine, env, tuple(verdicts), tuple(findings))
+
+
+def requirements_of(pkg: Package, platform: str) -> list[Requirement]:
+    """Every driver requirement of a package (runtime, and PTX when it holds any)."""
+    isa = next((e.ptx_isa for e in pkg.extensions if e.ptx_isa), None) or _nvcc_ptx_isa(pkg)
+    return requirements(_wheel_cuda(pkg), isa, has_ptx=any(e.ptx_bytes for e in pkg.extensions), platform=platform)

@@ -1,0 +1,176 @@
+"""This machine's GPUs and driver, read through the driver's own libraries.
+
+NVML (``libnvidia-ml``) first: it names the driver release (``580.65.06``) and each GPU's compute
+capability without creating a CUDA context. Then ``libcuda`` (capabilities, and the CUDA version
+the driver supports; the release from ``/proc/driver/nvidia/version`` on Linux), then
+``nvidia-smi``. No toolkit, no torch: a user's machine has the driver and nothing else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm.errors import ArchError, UsageError
+from farm.model.driver import Device
+from farm.model.drivers import DriverVersion, table
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    device: Device
+
+    def __str__(self) -> str:
+        return f"GPU {self.index} ({self.name}, {self.device})" if self.name else f"GPU {self.index} ({self.device})"
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The GPUs and driver a diagnosis is for. ``source``: where they were read (``nvml``,
+    ``libcuda``, ``nvidia-smi``, ``given`` for ``--device``/``--driver``); ``notes``: what was
+    tried and failed, for the no-GPU message."""
+
+    gpus: tuple[Gpu, ...]
+    driver: DriverVersion | None
+    source: str
+    platform: str
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "source": self.source, "platform": self.platform,
+            "driver": str(self.driver) if self.driver else None,
+            "driver_cuda": table().newest_cuda(self.driver) if self.driver else None,
+            "gpus": [{"index": g.index, "name": g.name, "compute_capability": str(g.device)} for g in self.gpus],
+            "notes": list(self.notes),
+        }
+
+
+def _platform() -> str:
+    return "win_amd64" if sys.platform == "win32" else f"linux_{os.uname().machine}"
+
+
+def given(devices: list[Device], driver: DriverVersion | None) -> Machine:
+    """Another machine, as ``--device``/``--driver`` describe it."""
+    gpus = tuple(Gpu(i, "", d) for i, d in enumerate(devices))
+    return Machine(gpus, driver, "given", _platform())
+
+
+def _load(names: tuple[str, ...]) -> ctypes.CDLL | None:
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def _nvml() -> tuple[tuple[Gpu, ...], DriverVersion] | str:
+    lib = _load(("nvml.dll",) if sys.platform == "win32" else ("libnvidia-ml.so.1", "libnvidia-ml.so"))
+    if lib is None:
+        return "libnvidia-ml not found"
+    if lib.nvmlInit_v2() != 0:
+        return "nvmlInit failed (no driver loaded?)"
+    try:
+        buf = ctypes.create_string_buffer(96)
+        if lib.nvmlSystemGetDriverVersion(buf, 96) != 0:
+            return "nvmlSystemGetDriverVersion failed"
+        driver = DriverVersion.parse(buf.value.decode(errors="replace"), where="NVML")
+        count = ctypes.c_uint(0)
+        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return "nvmlDeviceGetCount failed"
+        gpus = []
+        for i in range(min(count.value, 64)):
+            handle = ctypes.c_void_p()
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            if lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
+                continue
+            lib.nvmlDeviceGetName(handle, buf, 96)
+            if lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
+                continue
+            gpus.append(Gpu(i, buf.value.decode(errors="replace"), Device(major.value, minor.value)))
+        return tuple(gpus), driver
+    finally:
+        lib.nvmlShutdown()
+
+
+def _proc_driver() -> DriverVersion | None:
+    """The kernel module's release (Linux): ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06 ...``."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(errors="replace")[:4096]
+    except OSError:
+        return None
+    for word in text.split():
+        if word[:1].isdigit() and "." in word:
+            try:
+                return DriverVersion.parse(word)
+            except UsageError:  # any other word: keep looking
+                continue
+    return None
+
+
+def _libcuda() -> tuple[tuple[Gpu, ...], DriverVersion | None] | str:
+    lib = _load(("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so"))
+    if lib is None:
+        return "libcuda not found"
+    if lib.cuInit(0) != 0:
+        return "cuInit failed (no usable GPU or driver)"
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return "cuDeviceGetCount failed"
+    gpus = []
+    buf = ctypes.create_string_buffer(96)
+    for i in range(min(count.value, 64)):
+        dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        if lib.cuDeviceGet(ctypes.byref(dev), i) != 0:
+            continue
+        lib.cuDeviceGetName(buf, 96, dev)
+        lib.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)  # ..._MINOR
+        gpus.append(Gpu(i, buf.value.decode(errors="replace"), Device(major.value, minor.value)))
+    return tuple(gpus), _proc_driver()
+
+
+def _nvidia_smi() -> tuple[tuple[Gpu, ...], DriverVersion] | str:
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"nvidia-smi: {exc}"
+    if proc.returncode != 0:
+        return f"nvidia-smi exited {proc.returncode}"
+    gpus, driver = [], None
+    for line in proc.stdout.splitlines()[:64]:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 4:
+            continue
+        try:
+            gpus.append(Gpu(int(fields[0]), fields[1], Device.parse(fields[2])))
+            driver = DriverVersion.parse(fields[3])
+        except (UsageError, ArchError, ValueError):  # a line nvidia-smi wrote differently: skip it
+            continue
+    if driver is None:
+        return "nvidia-smi printed no GPU"
+    return tuple(gpus), driver
+
+
+def probe() -> Machine:
+    """This machine: NVML, else libcuda, else nvidia-smi; no GPU is an answer, not an error."""
+    notes = []
+    for source, read in (("nvml", _nvml), ("libcuda", _libcuda), ("nvidia-smi", _nvidia_smi)):
+        try:
+            got = read()
+        except (OSError, AttributeError, ValueError) as exc:  # a library without the symbol, a garbled answer
+            got = f"{source}: {exc}"
+        if isinstance(got, str):
+            notes.append(got)
+            continue
+        gpus, driver = got
+        return Machine(gpus, driver, source, _platform(), tuple(notes))
+    return Machine((), None, "none", _platform(), tuple(notes))

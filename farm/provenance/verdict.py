@@ -1,0 +1,376 @@
+"""The one judge of a wheel: its bytes, binaries and provenance against what a caller holds it to.
+
+The upload gate and ``farm audit`` check the same things, so they call the same :func:`judge` with
+their own :class:`Expectation`: the gate (:data:`GATE`) wants the provenance embedded, asserted and
+passed, and a ledger entry or fragment that vouches for these exact bytes under this name; the
+audit (:data:`AUDIT`) takes the ledger's provenance when the wheel has none, judges an inferred
+one on what it records, and reports a moved configuration rather than refusing it.
+
+Each finding names the :class:`Check` it fails, one line for a refusal (``message``, with its
+``fix``) and one reason per subject (``reasons``: an extension, a bundled library, a field), which
+the audit lists. Pure: the facts come in gathered (:mod:`farm.provenance.wheelfacts`), today's
+configuration as a :class:`Derived` or a per-extension map (:func:`derive_from_config`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from farm.binary.assertion import Expected
+from farm.errors import FarmError, clip
+from farm.model.arch import ArchList
+from farm.model.cells import Cell
+from farm.model.config import FarmConfig
+from farm.model.spec import arch_request
+from farm.provenance import buildinfo
+from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, Bundled, LedgerEntry, name_problems
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
+from farm.provenance.postbuild import vendored_rules
+from farm.provenance.wheelfacts import WheelFacts
+
+
+class Check(str, enum.Enum):
+    """What a wheel is checked for (``--json``'s ``check`` of a refusal)."""
+
+    READABLE = "readable"  # the wheel, a binary or the provenance cannot be read
+    STAMPED = "stamped"  # no provenance at all
+    ASSERTED = "asserted"  # the provenance is not an asserted, passed one (or contradicts its pass)
+    NAME = "name"  # the file name is not the cell's
+    CONSISTENT = "consistent"  # requested -> normalised -> expected do not follow
+    CONFIG = "config"  # today's configuration resolves another list
+    LEDGER = "ledger"  # the ledger does not vouch for these bytes under this name
+    INSPECTION = "inspection"  # the binaries differ from what the provenance records
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: Check
+    message: str  # one line: what is wrong
+    fix: str
+    reasons: tuple[str, ...]  # the same, one line per subject
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the configuration resolves today for a provenance's cell."""
+
+    requested: ArchList  # the cell's list (recipe override or policy row)
+    origin: str  # the rule it came from, e.g. "policy x86_64 13.0"
+    expected: Expected  # per extension, with the recipe's per-extension lists and vendored rules
+
+    def today(self, paths: Iterable[str]) -> dict[str, str]:
+        """Today's list for each extension path."""
+        return {p: self.expected.for_extension(p)[0].canonical() for p in paths}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a caller holds a wheel to."""
+
+    embedded: bool  # the provenance must be in the wheel (else the ledger's entry serves)
+    asserted: bool  # only an asserted, passed provenance will do (else an inferred one is judged too)
+    vouched: bool  # a ledger entry or fragment must hold these bytes, under this name, with this provenance
+    derived: Derived | None = None  # today's configuration for the wheel's cell
+    today: Mapping[str, str] | None = None  # today's list per extension (from ``derived`` when None)
+    config_required: bool = False  # the configuration was consulted: a cell it does not know is a finding
+
+
+GATE = Expectation(embedded=True, asserted=True, vouched=True)
+AUDIT = Expectation(embedded=False, asserted=False, vouched=False)
+
+FIX_POSTBUILD = "run `farm postbuild WHEEL --out DIR` on the built wheel and upload its output"
+FIX_REBUILD = "rebuild the cell (`farm build`); a wheel changed after postbuild is never uploaded"
+FIX_CONFIG = ("the configuration moved between build and upload: rebuild the cell with today's config "
+              "(bump build_epoch), or restore the config the wheel was built with")
+_FIX_NAME = ("upload the file postbuild wrote, unrenamed; a wheel of another cell is never relabelled by hand")
+_FIX_BUNDLED = ("declare the bundled library in the recipe's `vendored` map (its arch list, 'none', or "
+                "{exempt: REASON}) and rebuild, or keep it out of the wheel")
+_FIX_READERS = ("the fatbin headers do not describe the device code they hold (a damaged or forged binary): "
+                + FIX_REBUILD)
+
+
+# -- target sets ----------------------------------------------------------------------------------
+def archs_of(text: object) -> frozenset[str] | None:
+    """The targets of a recorded list (empty for ``""``), or None when it does not parse (forged)."""
+    if not isinstance(text, str):
+        return None
+    if not text:
+        return frozenset()
+    try:
+        return frozenset(ArchList.parse(text).names())
+    except FarmError:
+        return None
+
+
+def _same(a: object, b: object) -> bool:
+    """Two recorded lists hold the same targets (compared as sets; unparsable ones as written)."""
+    sa, sb = archs_of(a), archs_of(b)
+    return sa == sb if sa is not None and sb is not None else a == b
+
+
+def found_difference(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """Per extension, how the targets held now differ from the recorded ones (empty: equal)."""
+    out: list[str] = []
+    for so in sorted(set(recorded) | set(now)):
+        if so not in now:
+            out.append(f"{so} is recorded but not in the wheel")
+        elif so not in recorded:
+            out.append(f"{so} is in the wheel but not recorded")
+        elif not _same(recorded[so], now[so]):
+            want, have = archs_of(recorded[so]) or frozenset(), archs_of(now[so]) or frozenset()
+            out.append(f"{so}: missing {';'.join(sorted(want - have)) or '-'}, "
+                       f"extra {';'.join(sorted(have - want)) or '-'}")
+    return out
+
+
+def _held_difference(recorded: Mapping[str, str], now: Mapping[str, str], *, where: str,
+                     says: str) -> list[str]:
+    """The same comparison, one reason per extension naming both lists."""
+    out = []
+    for so in sorted(set(recorded) | set(now)):
+        if so not in now:
+            out.append(f"{so}: in {where} but not in the wheel")
+        elif so not in recorded:
+            out.append(f"{so}: in the wheel but not in {where}")
+        elif not _same(recorded[so], now[so]):
+            out.append(f"{so}: {says} {recorded[so] or '(none)'}, the binary holds {now[so] or '(none)'}")
+    return out
+
+
+def vendored_difference(recorded: Mapping[str, Bundled], now: Mapping[str, str]) -> list[str]:
+    """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
+    out = []
+    for path in sorted(set(recorded) | set(now)):
+        if path not in recorded:
+            out.append(f"{path}: a bundled library (found {now[path] or 'no device code'}) that its provenance "
+                       "does not record: never asserted")
+        elif path not in now:
+            out.append(f"{path}: recorded as a bundled library but not in the wheel")
+        elif archs_of(recorded[path].found) != archs_of(now[path]):
+            out.append(f"{path}: recorded as holding {recorded[path].found or '(none)'}, the bundled library holds "
+                       f"{now[path] or '(none)'}")
+    return out
+
+
+def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
+    """How a provenance contradicts itself: requested -> normalised -> expected per extension.
+
+    ``derived`` tells which extensions have a list of their own (per the recipe); without it
+    only the requested -> normalised link is checked."""
+    arch_list = info.arch_list
+    requested, normalised = archs_of(arch_list.requested), archs_of(arch_list.normalised)
+    if requested is None or normalised is None:
+        return [f"its arch list {clip(arch_list.to_dict())} does not parse"]
+    out: list[str] = []
+    if requested != normalised:
+        out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested))}, "
+                   f"not the recorded {clip(arch_list.normalised)}")
+    if derived is not None:
+        for so, text in sorted((info.expected or {}).items()):
+            if derived.expected.for_extension(so)[1] is None and archs_of(text) != normalised:
+                out.append(f"{so} is expected to hold {clip(text)}, not the requested list (it has no list of its own)")
+    return out
+
+
+def bundled_against_config(recorded: Mapping[str, Bundled], derived: Derived) -> list[str]:
+    """Each bundled library the provenance records, against today's recipe rules for it."""
+    out = []
+    for path, record in sorted(recorded.items()):
+        rule = derived.expected.for_vendored(path)
+        if rule is None:
+            out.append(f"{path}: a bundled library the recipe does not declare")
+        elif rule.archs is not None and archs_of(record.found) != frozenset(rule.archs.names()):
+            out.append(f"{path}: the recipe expects {rule.archs.canonical() or '(host-only)'} of it, it holds "
+                       f"{clip(record.found)}")
+    return out
+
+
+def config_difference(info: BuildInfo, derived: Derived | None, today: Mapping[str, str]) -> list[str]:
+    """How today's configuration differs from what the wheel was built for (empty: it agrees)."""
+    out: list[str] = []
+    if derived is not None and archs_of(info.arch_list.requested) != frozenset(derived.requested.names()):
+        out.append(f"the configuration resolves {derived.requested.canonical()} ({derived.origin}), the wheel was "
+                   f"built for {clip(info.arch_list.requested)}")
+    built = info.expected or {}
+    out += [f"{so}: built for {clip(built.get(so) or '(none)')}, today's policy resolves {today[so] or '(none)'}"
+            for so in sorted(today) if not _same(today[so], built.get(so))]
+    return out
+
+
+# -- the judge ------------------------------------------------------------------------------------
+def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | None,
+          expect: Expectation) -> list[Finding]:
+    """Every rule ``facts`` breaks under ``expect`` (empty: none).
+
+    ``entry``: the ledger entry or fragment with the wheel's sha256 (None: none has it);
+    ``same_name_sha256``: the sha256 the ledger (else a fragment) records for its file name."""
+    name, sha256 = facts.filename, facts.sha256
+    out: list[Finding] = []
+
+    def find(check: Check, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
+        out.append(Finding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
+
+    if facts.problem:
+        find(Check.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
+        return out
+    renamed = same_name_sha256 is not None and same_name_sha256 != sha256
+    if renamed:
+        reason = f"the ledger records sha256 {same_name_sha256} for {name}; this file is {sha256}"
+        if entry is None:
+            find(Check.LEDGER, f"the ledger records {name} with sha256 {same_name_sha256}, this file has {sha256}: "
+                               "it changed after postbuild", FIX_REBUILD, [reason])
+        else:  # this build's fragment vouches for it, but the name is already taken in the ledger
+            find(Check.LEDGER, f"the ledger already records {name} with sha256 {same_name_sha256}; this file "
+                               f"({sha256}) is another build under the same name",
+                 "a published name is never reused: bump build_epoch and rebuild", [reason])
+    info = facts.embedded
+    if info is None and not expect.embedded and entry is not None:
+        info = entry.info
+    if info is None:
+        if not renamed:
+            find(Check.STAMPED, f"no .dist-info/{BUILD_INFO_NAME}: the wheel was never asserted", FIX_POSTBUILD,
+                 [f"no embedded {BUILD_INFO_NAME} and no ledger entry" if not expect.embedded
+                  else f"no embedded {BUILD_INFO_NAME}"])
+        return out
+
+    asserted = info.provenance == buildinfo.ASSERTED
+    result = info.assertion.result if info.assertion is not None else None
+    held_to_assertion = asserted or expect.asserted
+    if (asserted and result != "passed") or (not asserted and expect.asserted):
+        find(Check.ASSERTED, f"provenance is {info.provenance!r} and the assertion {result!r}; only asserted, "
+                             "passed wheels are published",
+             "rebuild with `farm build` so the post-build assertion runs and passes",
+             [f"its provenance says the assertion {result or 'never ran'}" if asserted
+              else f"its provenance is {info.provenance}, not asserted at build time"])
+    elif asserted:
+        # A passed assertion found exactly what was expected: a provenance that says otherwise
+        # was not written by postbuild.
+        unmet = found_difference(info.expected or {}, info.found or {})
+        if unmet:
+            find(Check.ASSERTED, "its provenance says passed, but its recorded expected and found targets differ: "
+                 + "; ".join(unmet), FIX_REBUILD, [f"recorded expected and found differ: {u}" for u in unmet])
+        contradictions = consistency(info, expect.derived)
+        if contradictions:
+            find(Check.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions), FIX_REBUILD,
+                 contradictions)
+        if expect.config_required and expect.derived is None:
+            find(Check.CONFIG, f"the configuration has no arch list for package {clip(info.package)!s} in cell "
+                               f"{clip(info.cell.to_dict())}: its expected list cannot be re-derived",
+                 "upload from the farm repository that built it (--root), with its recipe")
+        today = expect.today
+        if today is None and expect.derived is not None:
+            today = expect.derived.today((info.expected or {}).keys())
+        if today is not None:
+            moved = config_difference(info, expect.derived, today)
+            if moved:
+                find(Check.CONFIG, "; ".join(moved), FIX_CONFIG, moved)
+        if expect.derived is not None:
+            undeclared = bundled_against_config(info.bundled, expect.derived)
+            if undeclared:
+                find(Check.CONFIG, "; ".join(undeclared), _FIX_BUNDLED, undeclared)
+    if held_to_assertion:
+        problems = name_problems(name, info)
+        if problems:
+            find(Check.NAME, "file name does not match its provenance: " + "; ".join(problems), _FIX_NAME,
+                 [f"file name: {p}" for p in problems])
+    if expect.vouched:
+        _vouching(find, facts, info, entry, renamed)
+    if entry is not None and facts.embedded is not None:
+        theirs = _held_difference(entry.info.found or {}, facts.found, where="the ledger", says="the ledger records")
+        if theirs and not expect.vouched:  # the gate's check of the whole entry covers it
+            find(Check.LEDGER, "the ledger's entry records other targets: " + "; ".join(theirs), FIX_REBUILD, theirs)
+    # what the binaries hold now, against what the provenance records
+    recorded = info.found if info.found is not None else info.expected or {}
+    if not _all_same(recorded, facts.found):
+        find(Check.INSPECTION, "re-inspection differs from the recorded targets: "
+             + "; ".join(found_difference(recorded, facts.found)), FIX_REBUILD,
+             _held_difference(recorded, facts.found, where="its provenance",
+                              says="recorded as holding" if info.found is not None else "built to hold"))
+    if held_to_assertion:
+        bundled = vendored_difference(info.bundled, facts.vendored)
+        if bundled:
+            find(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
+    if facts.disagreements:
+        find(Check.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(facts.disagreements),
+             _FIX_READERS, [f"the native reader and cuobjdump disagree on {d}" for d in facts.disagreements])
+    # same targets but other code (an extension swapped after postbuild) shows here
+    hashes = info.extensions or {}
+    swapped = sorted(so for so in set(hashes) & set(facts.extensions) if hashes[so] != facts.extensions[so])
+    if swapped:
+        find(Check.INSPECTION, "extension(s) differ from the sha256 recorded at postbuild: " + ", ".join(swapped),
+             FIX_REBUILD, [f"{so}: recorded with sha256 {hashes[so]}, the file's is {facts.extensions[so]}"
+                           for so in swapped])
+    return out
+
+
+def _all_same(recorded: Mapping[str, str], now: Mapping[str, str]) -> bool:
+    return set(recorded) == set(now) and all(_same(recorded[so], now[so]) for so in recorded)
+
+
+def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, entry: LedgerEntry | None,
+              renamed: bool) -> None:
+    """The gate's ledger rule: an entry or fragment holds these bytes, under this name, with the
+    provenance the wheel embeds."""
+    if entry is None:
+        if not renamed:
+            find(Check.LEDGER, f"no ledger entry or fragment has sha256 {facts.sha256}",
+                 f"upload the fragment postbuild wrote beside the wheel (<wheel>{FRAGMENT_SUFFIX}), or run "
+                 "`farm postbuild` again")
+        return
+    if entry.filename != facts.filename:
+        find(Check.LEDGER, f"sha256 {facts.sha256} is recorded for {entry.filename!r}, not this name",
+             "upload the file under the name postbuild gave it")
+    # The entry is the embedded object plus the ledger's own keys: anything else that differs
+    # means the two were not written by one postbuild.
+    theirs, ours = entry.info.to_dict(), info.to_dict()
+    differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+    if differ:
+        find(Check.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
+                           "(a wheel from another cell?)", FIX_REBUILD)
+
+
+# -- today's configuration ------------------------------------------------------------------------
+# a provenance -> what today's config resolves for its cell, or None when it has no such cell
+Derive = Callable[[BuildInfo], "Derived | None"]
+# today's expected list per extension for a provenance, or None when the config cannot say
+Today = Callable[[BuildInfo, Iterable[str]], Mapping[str, str] | None]
+
+
+def derive_from_config(config: FarmConfig) -> Derive:
+    """The one place that re-derives a wheel's expectation from the configuration.
+
+    Deliberately not the wheel's own build spec: the gate and audit ask whether a built wheel
+    still matches what today's config says (a trust check), so they resolve the cell again,
+    through the same resolver the build used (:func:`farm.model.spec.arch_request`)."""
+
+    def derive(provenance: BuildInfo) -> Derived | None:
+        package, cell = provenance.package, provenance.cell
+        if package is None or package not in config.recipes or cell.cuda is None or cell.torch is None \
+                or cell.python is None or cell.platform is None:
+            return None
+        recipe = config.recipes[package]
+        try:
+            request = arch_request(config, recipe, Cell(package, provenance.version, cell.cuda,
+                                                        cell.torch, cell.python, cell.platform))
+        except (FarmError, KeyError):
+            return None
+        if request is None:
+            return None
+        return Derived(request.archs, request.origin,
+                       Expected(request.archs, per_extension=request.extensions, vendored=vendored_rules(recipe)))
+
+    return derive
+
+
+def today_from_config(config: FarmConfig) -> Today:
+    """Today's expected list per extension for a provenance's cell (what :func:`derive_from_config`
+    derives, per path)."""
+    derive = derive_from_config(config)
+
+    def today(provenance: BuildInfo, paths: Iterable[str]) -> Mapping[str, str] | None:
+        derived = derive(provenance)
+        return None if derived is None else derived.today(paths)
+
+    return today

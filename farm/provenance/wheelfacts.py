@@ -1,0 +1,92 @@
+"""A wheel's facts, read once for the gate and the audit: its bytes' sha256, what each extension
+and bundled library holds, each extension's sha256, and the provenance it embeds.
+
+An unreadable wheel, binary or ``_build_info.json`` becomes :attr:`WheelFacts.problem`: in a sweep
+over thousands of wheels one broken file is a finding, not the end of the sweep.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from farm.binary.inspection import inspect_wheel
+from farm.binary.wheelfile import SafeWheel
+from farm.errors import FarmError, ToolError
+from farm.provenance import buildinfo
+from farm.provenance.buildinfo import BuildInfo
+from farm.provenance.stamp import WheelName
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    """What the file itself says: bytes, extension contents, embedded provenance."""
+
+    filename: str
+    location: str  # path or URL
+    sha256: str
+    size: int
+    found: Mapping[str, str]  # extension archive path -> canonical arch list (native reader)
+    extensions: Mapping[str, str]  # extension archive path -> sha256
+    embedded: BuildInfo | None
+    problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
+    # with both readers: "<member>: <how they differ>" for each extension they disagree on
+    disagreements: tuple[str, ...] = ()
+    vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
+
+
+def _hash_member(wheel: SafeWheel, name: str) -> str:
+    digest = hashlib.sha256()
+    with wheel.zip.open(name) as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
+                cuobjdump: Path | None = None) -> WheelFacts:
+    """Inspect ``path`` (native reader, or ``both``), hash it and its extensions, read its provenance.
+
+    An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
+    thousands of wheels one broken file is a finding, not the end of the sweep.
+    """
+    path = Path(path)
+    location = location or str(path)
+    sha256 = buildinfo.sha256_file(path)
+    size = path.stat().st_size
+    embedded = None
+    try:
+        WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
+        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False)  # found sets only
+        found = {so.path: so.found.canonical() for so in inspection.extensions}
+        disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
+                              if not so.agrees)
+        vendored = {so.path: so.found.canonical() for so in inspection.vendored}
+        with SafeWheel(path) as wheel:
+            extensions = {name: _hash_member(wheel, name) for name in found}
+            dist_info = wheel.dist_info()
+            member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
+            if dist_info and member in wheel.names():
+                embedded = buildinfo.read_embedded(wheel, member, where=f"{location}!{member}")
+    except ToolError:
+        raise  # the environment, not the wheel
+    except FarmError as exc:
+        return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
+    return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
+                      disagreements=disagreements, vendored=vendored)
+
+
+def _problem(exc: FarmError, path: Path, location: str) -> str:
+    """The error with its place inside the wheel (``member: what``); the wheel itself is named
+    beside it already. Its fix follows on a second line."""
+    where = exc.where or ""
+    for wheel in (location, str(path)):
+        if where.startswith(wheel):
+            where = where[len(wheel):].lstrip("!")
+            break
+    text = f"{where}: {exc.message}" if where else exc.message
+    return f"{text}\n  fix: {exc.hint}" if exc.hint else text

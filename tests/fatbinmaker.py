@@ -1,0 +1,89 @@
+"""Small ELF shared objects holding fatbins, written byte by byte in the layout nvcc emits.
+
+The fast tier's counterpart to the nvcc fixtures (tests/cudafix.py): each verdict rule of the
+assertion and the wheel judge gets a binary of exactly the shape the rule is about (a missing or
+extra target, PTX, one translation unit short, an nvcc device-link stub, a relocatable fatbin),
+built in microseconds. The layout is the one the native reader checks: a 64-bit little-endian
+ELF whose ``.nv_fatbin`` / ``__nv_relfatbin`` sections hold fatbins (magic, version 1, header
+size 16, body size), each a run of 64-byte entry headers (kind, header size, payload size,
+arch at 28, flags at 40) followed by their payloads. A cubin payload is itself an ELF: one with a
+``.text.<kernel>`` section holds code; one with no content section is what an nvcc device link
+adds (a stub).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from farm.binary.fatbinscan import EXECUTABLE_SECTION, FATBIN_MAGIC, RELOCATABLE_SECTION
+
+__all__ = ["EXECUTABLE_SECTION", "RELOCATABLE_SECTION", "elf", "fatbin", "shared_object"]
+
+_KIND = {"compute": 1, "sm": 2}
+_FLAG_ARCH_SPECIFIC = 0x100000
+_FLAG_FAMILY = 0x200000
+
+
+def elf(sections: Sequence[tuple[str, bytes]]) -> bytes:
+    """A 64-bit little-endian ELF holding ``sections`` (name, bytes) and its section name table."""
+    names = b"\0.shstrtab\0"
+    offsets = []
+    for name, _ in sections:
+        offsets.append(len(names))
+        names += name.encode() + b"\0"
+    body = bytearray(64)
+    placed = []
+    for data in (names, *(d for _, d in sections)):
+        body += b"\0" * (-len(body) % 16)
+        placed.append((len(body), len(data)))
+        body += data
+    body += b"\0" * (-len(body) % 8)
+    shoff = len(body)
+    table = bytes(64)  # section 0: SHN_UNDEF
+    table += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, *placed[0], 0, 0, 1, 0)  # .shstrtab
+    for name_off, (offset, size) in zip(offsets, placed[1:], strict=True):
+        table += struct.pack("<IIQQQQIIQQ", name_off, 1, 2, 0, offset, size, 0, 0, 16, 0)
+    header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header += struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 2 + len(sections), 1)
+    body[:64] = header
+    return bytes(body) + table
+
+
+def cubin(*, code: bool = True) -> bytes:
+    """A cubin: with a kernel's ``.text`` section, or (``code=False``) an empty one, as a stub holds."""
+    return elf([(".text._Z6kernelv", b"\x00" * 32)] if code else [(".nv.callgraph", b"")])
+
+
+def _entry(name: str, payload: bytes) -> bytes:
+    prefix, _, rest = name.partition("_")
+    variant = rest[-1] if rest[-1] in "af" else ""
+    number = int(rest[:-1] if variant else rest)
+    flags = _FLAG_ARCH_SPECIFIC if variant == "a" else _FLAG_FAMILY if variant == "f" else 0
+    payload += b"\0" * (-len(payload) % 8)
+    return struct.pack("<HHIQ12xI4x4xQ8xQ", _KIND[prefix], 0, 64, len(payload), number, flags, 0) + payload
+
+
+def fatbin(targets: Iterable[str], *, stub: bool = False) -> bytes:
+    """One fatbin (one translation unit) holding ``targets`` (``sm_80``, ``compute_90``, ``sm_90a``).
+    ``stub``: its cubins hold no code, as the fatbin an nvcc device link adds."""
+    body = b"".join(_entry(t, cubin(code=not stub) if t.startswith("sm_") else f"// PTX {t}\n".encode())
+                    for t in targets)
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def shared_object(path: Path, units: Sequence[Sequence[str]] = (), *, stubs: Sequence[Sequence[str]] = (),
+                  relocatable: Sequence[Sequence[str]] = ()) -> Path:
+    """Write an extension ``.so`` at ``path``: one fatbin per translation unit in ``units``, then the
+    device-link ``stubs``, in ``.nv_fatbin``; ``relocatable`` fatbins (``-rdc`` code) in
+    ``__nv_relfatbin``. No units at all: a host-only library."""
+    executable = b"".join(fatbin(u) for u in units) + b"".join(fatbin(s, stub=True) for s in stubs)
+    sections = [(".text", b"\xc3" * 16)]
+    if executable:
+        sections.append((EXECUTABLE_SECTION, executable))
+    if relocatable:
+        sections.append((RELOCATABLE_SECTION, b"".join(fatbin(u) for u in relocatable)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(elf(sections))
+    return path
