@@ -111,7 +111,8 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # uncached; a real compile error is then reported by the compiler itself
         _write(launch, f'#!/bin/sh\n{NESTED}=1; export {NESTED}\n'
                        f'{_q(sccache)} "$@" && exit 0\n'
-                       f'echo "{WARNING}: sccache failed (rc $?) on $1; compiling it uncached" >&2\n'
+                       f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
+                       f'(a compile error shows twice)" >&2\n'
                        f'exec "$@"\n')
     _write(os.path.join(bindir, "nvcc"), f'#!/bin/sh\nexec {_q(launch)} {_q(nvcc)} "$@"\n')
     # the real compilers: never a launcher of this folder, should PATH lead here
