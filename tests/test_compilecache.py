@@ -421,3 +421,32 @@ def test_torch_headers_in_another_pythons_environment_hit(tmp_path, cuda_home) -
     assert build(envs[1], "b").nvcc_run == 0
     (envs[1] / "torch" / "include" / "k.h").write_text("#define SCALE 3\n")
     assert build(envs[1], "c").nvcc_run > 0
+
+
+def test_cibuildwheel_reads_the_cached_container_plan_as_farm_wrote_it(tmp_path, monkeypatch) -> None:
+    """cibuildwheel's own option resolution, from the config file farm writes: the launchers' set-up
+    before the build, the counts before the repair, both folders mounted, the backend's
+    credentials passed by name."""
+    from dataclasses import replace as dc_replace
+
+    from cibuildwheel.oci_container import OCIContainerEngineConfig
+    from cibuildwheel.options import CommandLineArguments, compute_options
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "setup.py").write_text("")
+    plan = _plan(tmp_path, resolve(True, tmp_path / "my cache", {"FARM_COMPILE_CACHE": "local"}))
+    plan.config_file.parent.mkdir(parents=True)
+    plan.config_file.write_text(plan.config_text)
+    args = dc_replace(CommandLineArguments.defaults(), only=plan.identifier, config_file=str(plan.config_file),
+                      package_dir=Path(plan.package_dir), output_dir=plan.output_dir)
+    monkeypatch.chdir(plan.cwd)
+    options = compute_options("linux", args, {"PATH": "/usr/bin", **plan.env}).build_options(plan.identifier)
+    run = compilecache.CONTAINER_RUN_DIR
+    assert options.before_build is not None and f"cclaunch.py setup {run}" in options.before_build
+    assert options.repair_command.startswith(f"python {run}/cclaunch.py stats {run} && auditwheel repair")
+    env = options.environment.as_dictionary(prev_environment={"PATH": "/usr/bin"})
+    assert env["PYTORCH_NVCC"] == f"{run}/bin/nvcc" and env["SCCACHE_DIR"] == compilecache.CONTAINER_CACHE_DIR
+    engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
+    volumes = [engine.create_args[i + 1] for i, a in enumerate(engine.create_args) if a == "--volume"]
+    assert f"{tmp_path}/my cache:{compilecache.CONTAINER_CACHE_DIR}" in volumes
+    assert f"{tmp_path}/w/compile-cache:{run}" in volumes
