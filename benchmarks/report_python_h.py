@@ -2,7 +2,7 @@
 the Pythons of a (CUDA, torch) row; the rest (kernel files that include only c10/ATen/CUDA/CUTLASS
 headers) compile once per row with the compiler cache.
 
-    python benchmarks/report_python_h.py SOURCE... [--json]
+    python benchmarks/report_python_h.py SOURCE... [--pythons 6] [--json]
 
 A SOURCE is a source tree, or a git repository (bare or not: its HEAD is read). For each unit
 (``.cu``, ``.cpp``, ``.cc``, ``.cxx`` outside test, benchmark, example and docs folders), the
@@ -124,13 +124,18 @@ def summary(tree: Tree) -> dict[str, object]:
             "python_cu": sorted(p for p, v in cu.items() if v)[:20]}
 
 
-def render(rows: Iterable[dict[str, object]]) -> str:
-    lines = [f"{'package':28}{'units':>7}{'-> Python.h':>13}{'.cu':>7}{'-> Python.h':>13}{'.cu shared':>12}"]
+def render(rows: Iterable[dict[str, object]], pythons: int) -> str:
+    saved_head = f"saved/{pythons} Py"
+    lines = [f"{'package':28}{'units':>7}{'-> Python.h':>13}{'.cu':>7}{'-> Python.h':>13}{'.cu shared':>12}"
+             f"{saved_head:>13}"]
     for r in rows:
         shared = r["cu_shared_fraction"]
+        saved = "-" if not isinstance(shared, float) else f"{shared * (pythons - 1) / pythons:.1%}"
         lines.append(f"{r['package']!s:28}{r['units']!s:>7}{r['units_python']!s:>13}{r['cu_units']!s:>7}"
-                     f"{r['cu_python']!s:>13}{'-' if shared is None else f'{shared:.1%}':>12}")
-    lines.append("'.cu shared': the kernel files whose objects one build serves to every Python of its row")
+                     f"{r['cu_python']!s:>13}{'-' if shared is None else f'{shared:.1%}':>12}{saved:>13}")
+    lines.append("'.cu shared': the kernel files whose objects one build serves to every Python of its row;")
+    lines.append(f"'saved/{pythons} Py': the share of a row's kernel-file compiles its {pythons} Pythons skip "
+                 "(each file weighted alike)")
     return "\n".join(lines)
 
 
@@ -138,6 +143,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--pythons", type=int, default=6, help="Pythons per (CUDA, torch) row (default: 6)")
     args = parser.parse_args()
     rows = []
     for source in args.sources:
@@ -145,7 +151,7 @@ def main() -> int:
             print(f"report_python_h: {source}: no such folder", file=sys.stderr)
             return 2
         rows.append(summary(read_tree(source)))
-    print(json.dumps(rows, indent=1) if args.json else render(rows))
+    print(json.dumps(rows, indent=1) if args.json else render(rows, max(1, args.pythons)))
     return 0
 
 
