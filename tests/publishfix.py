@@ -166,3 +166,30 @@ def uv_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     uv = Path(sys.executable).with_name("uv")
     return subprocess.run([str(uv), "pip", "install", "--no-config", "--no-cache", "--python", str(python), *args],
                           capture_output=True, text=True, check=False)
+
+
+# -- a fleet of stamped wheels, one package per cell --------------------------------------------
+def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *, arch: str,
+                  run_id: str = "1") -> tuple[Path, dict[str, Path]]:
+    """A farm root whose recipes ask ``arch`` of each package, and for each package a wheel
+    holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``).
+    ``run_id``: the CI run recorded in each provenance; another one makes another build of
+    the same cells (other bytes, the same file names)."""
+    from farm.model.config import load_config
+    from farm.provenance.postbuild import context_from_config, postbuild_wheel
+    from tests.postbuildfix import builder_wheel
+    from tests.postbuildfix import write_farm_root as write_recipes
+
+    root = write_recipes(work / "root", dict.fromkeys(packages, arch))
+    config = load_config(root)
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "farm-wheels/farm", "GITHUB_RUN_ID": run_id,
+           "GITHUB_RUN_ATTEMPT": "1", "GITHUB_SHA": "0" * 40}
+    out = work / f"out-{run_id}"
+    wheels = {}
+    for dist in packages:
+        raw = builder_wheel(work / f"raw-{run_id}", dist, so)
+        context, recipe = context_from_config(config, raw, cuda_home=cuda_home, builder="native", env=env)
+        result = postbuild_wheel(raw, out, context, dist=recipe.dist, fragments_dir=out)
+        assert result.passed and result.stamped, result.report.render()
+        wheels[dist] = result.stamped.path
+    return root, wheels

@@ -439,3 +439,16 @@ def test_a_provenance_from_a_newer_farm_is_wheel_wrong_with_what_to_do(fleet: Fl
     assert row.verdict is Verdict.WHEEL_WRONG
     assert row.reasons[0] == ("demo_newer-1.0+cu130.dist-info/_build_info.json: schema version 3: this farm reads "
                               "version 1\n  fix: it was written by a newer farm: upgrade farm to read it")
+
+
+def test_an_audit_of_nothing_says_so(tmp_path, capsys) -> None:
+    """An empty ledger (or a folder without wheels) is not a clean fleet: a warning on stderr, in
+    --json and in the step summary, never a silent all-clear."""
+    from farm.cli import main
+
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("")
+    assert main(["audit", "--from-ledger", "--ledger", str(ledger), "--root", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "farm audit: warning: audited no wheel" in captured.err
+    assert json.loads(captured.out)["warnings"][0].startswith("audited no wheel")

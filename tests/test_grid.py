@@ -14,7 +14,7 @@ from farm.cli import main
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK
 from farm.model.config import load_defaults
 from farm.netutil import parse_page
-from farm.schedule.grid import propose, shipped
+from farm.schedule.grid import cuda_line, propose, shipped
 from tests import loopback
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,3 +111,108 @@ def test_an_unreachable_index_is_an_environment_error(tmp_path: Path, capsys: py
     code = main(["grid", "--root", str(root), "--cuda", "13.0", "--index", "http://127.0.0.1:9/whl/{cu}"])
     assert code == EXIT_ENVIRONMENT
     assert "cannot read PyTorch's index page http://127.0.0.1:9/whl/cu130/torch/" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- PyPI's shape
+def _metadata(version: str, runtime: str | None) -> bytes:
+    lines = ["Metadata-Version: 2.1", "Name: torch", f"Version: {version}", "Requires-Dist: filelock",
+             "Requires-Dist: typing-extensions>=4.10.0"]
+    if runtime is not None:
+        major = runtime.split(".")[0]
+        marker = '; platform_system == "Linux"'
+        lines += [f"Requires-Dist: nvidia-cuda-nvrtc-cu{major}=={runtime}{marker}",
+                  f"Requires-Dist: nvidia-cuda-runtime-cu{major}=={runtime}{marker}",
+                  f"Requires-Dist: nvidia-cublas-cu{major}==13.1.0.3{marker}"]
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _pypi(root: Path, releases: dict[str, str | None]) -> None:
+    """``/simple/torch/`` as PyPI serves it (PEP 691 JSON with ``core-metadata``, PEP 503 HTML with
+    ``data-core-metadata``) and each wheel's ``.metadata`` beside it under ``/packages/``: torch
+    wheels without a local label, Linux builds requiring the CUDA runtime of ``releases[version]``
+    (None: a CPU build), Windows and macOS builds CPU-only."""
+    files = []
+    for version, runtime in releases.items():
+        for py in PYS:
+            for plat in ("manylinux_2_28_x86_64", "manylinux_2_28_aarch64", "win_amd64", "macosx_11_0_arm64"):
+                name = f"torch-{version}-cp{py}-cp{py}-{plat}.whl"
+                linux = plat.startswith("manylinux")
+                meta = _metadata(version, runtime if linux else None)
+                path = root / "packages" / version / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                (path.parent / f"{name}.metadata").write_bytes(meta)
+                files.append({"filename": name, "url": f"/packages/{version}/{name}", "hashes": {"sha256": "0" * 64},
+                              "core-metadata": {"sha256": "1" * 64}, "data-dist-info-metadata": {"sha256": "1" * 64}})
+    page = root / "simple" / "torch"
+    page.mkdir(parents=True)
+    (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": "torch", "files": files}))
+    (page / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(
+        f'<a href="{f["url"]}#sha256={"0" * 64}" data-core-metadata="sha256={"1" * 64}">{f["filename"]}</a>'
+        for f in files) + "</body></html>")
+
+
+class _Simple(loopback.QuietHandler):
+    """PyPI's content negotiation: JSON for a PEP 691 Accept header, HTML otherwise."""
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/simple/torch/"):
+            wants_json = "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
+            body = (Path(self.directory) / "simple" / "torch" / ("index.json" if wants_json else "index.html")).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json" if wants_json else "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+
+def test_a_pypi_shaped_index_is_read_from_its_wheels_requirements(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """PyPI's torch wheels carry no +cu130 label: the grid used to read none of them and call the
+    grid complete. Their CUDA line comes from the CUDA runtime their metadata requires (a PyPI-shaped
+    index served on 127.0.0.1: unlabelled wheels, PEP 691 JSON, PEP 658 .metadata files)."""
+    _pypi(tmp_path / "pypi", {"2.8.0": "12.8.90", "2.14.1": "13.0.96", "2.15.0": "13.0.96"})
+    (tmp_path / "farm").mkdir()
+    root = _root(tmp_path / "farm")
+    with loopback.serve(tmp_path / "pypi", _Simple) as url:
+        code = main(["grid", "--root", str(root), "--cuda", "13.0", "--index", f"{url}simple/", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == EXIT_DEFECT
+    assert out["rows"] == [{"cuda": "13.0", "torch": "2.15.0", "why": "new",
+                            "python": ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]}]
+    # PyPI ships no CUDA build for Windows: every grid cell there is a phantom of this index
+    assert out["phantoms"] and {p["platform"] for p in out["phantoms"]} == {"win_amd64"}
+    assert out["wheels"] == 2 * 2 * len(PYS)  # 2.14.1 and 2.15.0, x86_64 and aarch64
+
+
+def test_the_html_page_says_which_wheels_have_metadata() -> None:
+    html = ('<a href="/p/torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl" data-core-metadata="sha256=' + "1" * 64
+            + '">torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl</a>'
+            '<a href="/p/torch-2.15.0-cp311-cp311-win_amd64.whl">torch-2.15.0-cp311-cp311-win_amd64.whl</a>')
+    page = parse_page(html.encode(), "text/html", "http://127.0.0.1/simple/torch/")
+    assert [f.metadata for f in page.files] == [True, False]
+
+
+def test_an_index_with_no_wheel_of_the_line_is_an_error_never_complete(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Only CUDA 12.8 builds (and CPU ones) on a PyPI-shaped index: asked for 13.0, farm says it read
+    nothing of the line, and what it read instead; it does not print that the grid is complete."""
+    _pypi(tmp_path / "pypi", {"2.8.0": "12.8.90", "2.9.0": "12.8.93"})
+    (tmp_path / "farm").mkdir()
+    root = _root(tmp_path / "farm")
+    with loopback.serve(tmp_path / "pypi", _Simple) as url:
+        code = main(["grid", "--root", str(root), "--cuda", "13.0", "--index", f"{url}simple/"])
+        captured = capsys.readouterr()
+    assert code == EXIT_ENVIRONMENT
+    assert f"read no CUDA 13.0 torch wheel from {url}simple/torch/" in captured.err
+    assert "requirements name CUDA 12.8" in captured.err and "Traceback" not in captured.err
+    assert "the grid has every" not in captured.out
+
+
+def test_the_cuda_line_comes_from_the_pinned_runtime() -> None:
+    assert cuda_line(["nvidia-cuda-runtime-cu13==13.0.96; platform_system == 'Linux'"]) == "13.0"
+    assert cuda_line(["nvidia-cuda-runtime==13.2.51"]) == "13.2"
+    assert cuda_line(["nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == \"Linux\""]) == "12.4"
+    assert cuda_line(["nvidia-cuda-runtime-cu12==13.0.96"]) is None  # the suffix and the pin disagree
+    assert cuda_line(["filelock", "not a requirement ((("]) is None

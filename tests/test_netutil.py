@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,4 +122,62 @@ def test_download_hashes_caps_and_reports(server: str, tmp_path: Path) -> None:
 def test_a_cut_download_leaves_nothing(server: str, tmp_path: Path) -> None:
     with pytest.raises(NetworkError, match="interrupted after"):
         download(f"{server}/cut", tmp_path / "cut", max_bytes=10 << 20)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trickling_page_ends_at_the_deadline_naming_its_url() -> None:
+    """A server on 127.0.0.1 that sends one byte every 0.2 s, each well within the stall timeout:
+    the overall deadline ends the read, and the error names the URL."""
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            while not stop.wait(0.2):
+                try:
+                    self.wfile.write(b"<")
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with loopback.serve(handler=Trickle) as url:
+        started = time.monotonic()
+        with pytest.raises(NetworkError, match=rf"{url}torch/ did not finish within 1 s"):
+            read_page(f"{url}torch/", timeout=5, deadline=1)
+        elapsed = time.monotonic() - started
+        stop.set()
+    assert elapsed < 2
+
+
+def test_a_server_trickling_its_headers_ends_at_the_deadline(tmp_path: Path) -> None:
+    """The status line itself, a byte every 0.2 s: the deadline covers the headers too (the
+    connection is cut when the time is up), and nothing is left behind."""
+    stop = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx" * 100:
+                if stop.wait(0.2):
+                    return
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with loopback.serve(handler=Trickle) as url:
+        started = time.monotonic()
+        with pytest.raises(NetworkError, match=rf"{url}x.whl did not finish within 1 s"):
+            download(f"{url}x.whl", tmp_path / "x.whl", max_bytes=10, timeout=5, deadline=1)
+        elapsed = time.monotonic() - started
+        stop.set()
+    assert elapsed < 2
     assert list(tmp_path.iterdir()) == []

@@ -78,7 +78,7 @@ def test_git_damaged_ref_pointer_resolves_the_ref_again(upstream, tmp_path):
     (pointer,) = (tmp_path / "git").glob("ref-*.json")
     pointer.write_text('{"commit": ')  # a torn write
     again = fetch(source, tmp_path)
-    assert again.identity == first.identity and json.loads(pointer.read_text())["commit"] == first.identity
+    assert again.identity == first.identity and f'"commit": "{first.identity}"'.encode() in pointer.read_bytes()
 
 
 def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path):
@@ -234,3 +234,17 @@ def test_a_damaged_cache_marker_means_fetch_again(index, tmp_path):
     (tree.root.parent / ".farm-source.json").write_text("{truncated")
     again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")  # from the cached archive
     assert again.identity == sha and (again.root / "setup.py").read_text() == "# demo\n"
+
+
+def test_a_forged_cache_marker_is_never_believed(index, tmp_path):
+    """A restored cache whose marker names another identity or a root elsewhere (a clean tree, so
+    the lint passes): the marker is not sealed with this user's key, so the source is fetched again."""
+    data = _targz({"demo-1.0/setup.py": b"# demo\n"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    elsewhere = tmp_path / "clean"
+    elsewhere.mkdir()
+    marker = tree.root.parent / ".farm-source.json"
+    marker.write_text(json.dumps({"root": str(elsewhere), "identity": "0" * 64, "description": {}}))
+    again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    assert again.identity == sha and again.root != elsewhere and (again.root / "setup.py").exists()

@@ -142,13 +142,20 @@ def test_assembled_toolkit_compiles_and_links_a_shared_object(pypi_toolkit, tmp_
     assert "libcudart" not in needed
 
 
-def test_second_call_is_cached_and_runs_nothing(pypi_toolkit, monkeypatch):
-    def no_tools(*args, **kwargs):
-        raise AssertionError(f"a cached toolkit ran {args[0]!r}")
+def test_second_call_is_cached_and_only_verified(pypi_toolkit, monkeypatch):
+    """A cached toolkit is not assembled again; its stamp is a claim (a restored CI cache), so the
+    tools run once each to prove it: `nvcc --version` (the stamped release) and `cuobjdump --version`."""
+    real_run, ran = subprocess.run, []
 
-    monkeypatch.setattr(subprocess, "run", no_tools)
+    def verify_only(argv, *args, **kwargs):
+        assert list(argv[1:]) == ["--version"], f"a cached toolkit ran {argv!r}"
+        ran.append(Path(argv[0]).name)
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", verify_only)
     again = tk.ensure_toolkit(request_for(TK, "13.0"), pypi_toolkit.prefix)
     assert again == pypi_toolkit
+    assert ran == ["nvcc", "cuobjdump"]
 
 
 def test_an_installed_toolkit_is_checked_not_assembled(pypi_toolkit, tmp_path):

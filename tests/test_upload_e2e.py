@@ -15,9 +15,9 @@ from urllib.parse import quote
 import pytest
 
 from farm.provenance.ledger import LedgerIndex
-from farm.publish import IndexSettings, TwineSettings, upload
-from farm.publish.github import Asset
+from farm.publish import IndexSettings, TwineSettings, Verdict, upload
 from farm.publish.targets import GithubSettings, default_simple_url
+from tests import ghsim
 from tests.publishfix import (
     Batch,
     copy_batch,
@@ -178,26 +178,25 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
         server.stop()
 
 
-def test_github_dry_run_plans_exact_commands(demo_batch: Batch, tmp_path: Path) -> None:
+def test_github_dry_run_reads_and_sends_nothing(demo_batch: Batch, tmp_path: Path) -> None:
+    """Against the loopback GitHub of tests.ghsim (GitHub cannot be reached from here)."""
     out = tmp_path / "out"
     wheel = copy_batch(demo_batch, out)
     ledger = tmp_path / "ledger.jsonl"
-    target = GithubSettings("github", "farm-wheels/farm-wheels")
-    report = upload(out, [target], ledger=ledger, dry_run=True, github_state={"demo_ext": None})
-    assert report.ok
-    (outcome,) = report.outcomes
-    assert outcome.commands == (
-        "gh release create demo_ext --repo farm-wheels/farm-wheels --title demo_ext "
-        "--notes 'Prebuilt CUDA wheels of demo_ext.'",
-        f"gh release upload demo_ext --repo farm-wheels/farm-wheels {out / wheel.name}",
-    )
-    assert not ledger.exists()  # a dry run writes nothing
+    with ghsim.serve(ghsim.GitHubSim()) as sim:
+        target = GithubSettings("github", sim.repo, api_url=sim.base, uploads_url=sim.base + "uploads")
+        env = {"GH_TOKEN": ghsim.TOKEN}
+        report = upload(out, [target], ledger=ledger, dry_run=True, env=env)
+        assert report.ok
+        (verdict,) = report.verdicts
+        assert verdict.verdict is Verdict.WOULD_SEND and verdict.url is not None and wheel.name.split("+")[0] in verdict.url
+        assert not ledger.exists() and sim.count(content=True) == 0  # a dry run writes nothing anywhere
 
-    # The release already holds this exact file: nothing to run.
-    sha = report.gate.passed[0].sha256
-    state = {"demo_ext": [Asset(wheel.name, wheel.stat().st_size, sha)]}
-    again = upload(out, [target], ledger=ledger, dry_run=True, github_state=state)
-    assert again.ok and again.outcomes[0].commands == () and again.outcomes[0].sent == ()
+        # The release already holds this exact file: nothing to send.
+        tag = verdict.url.split("/")[-2]
+        sim.put_asset(tag, wheel.name, wheel.read_bytes())
+        again = upload(out, [target], ledger=ledger, dry_run=True, env=env)
+        assert again.ok and again.verdicts[0].verdict is Verdict.PRESENT and sim.count(content=True) == 0
     shutil.rmtree(out)
 
 
@@ -227,7 +226,8 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
         assert secret not in captured.out + captured.err
         doc = json.loads(captured.out)
         assert [(t["target"], t["sent"]) for t in doc["targets"]] == [("pypi", [wheel.name]), ("index", [wheel.name])]
-        assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2}
+        assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2, "pushes": 0, "push_error": None}
+        assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [("pypi", "published"), ("index", "published")]
         entry = _ledger_entry(root / "ledger.jsonl", wheel.name)
         assert [p["target"] for p in entry["published"]] == ["pypi", "index"]
 

@@ -16,10 +16,11 @@ import pytest
 from farm.cli import main
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, name_problems
+from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.provenance.verdict import found_difference
-from farm.publish import Check, IndexSettings, upload
+from farm.publish import Check, IndexSettings, Verdict, upload
 from farm.publish.gate import Vouchers, judge, run_gate
 from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
@@ -62,7 +63,7 @@ def _restamp(batch: Batch, dest: Path, **changes: object) -> Path:
     return stamped.path
 
 
-def test_byte_flipped_after_postbuild_refuses_the_whole_batch(demo_batch: Batch, tmp_path: Path) -> None:
+def test_byte_flipped_after_postbuild_refuses_that_wheel_only(demo_batch: Batch, tmp_path: Path) -> None:
     out = tmp_path / "out"
     wheel = copy_batch(demo_batch, out)
     good = _restamp(demo_batch, out, build_epoch=1)  # a sound wheel in the same batch
@@ -80,9 +81,12 @@ def test_byte_flipped_after_postbuild_refuses_the_whole_batch(demo_batch: Batch,
 
     index = IndexSettings("index", tmp_path / "index")
     report = upload(out, [index], ledger=tmp_path / "ledger.jsonl")
-    assert not report.ok
-    assert not index.path.exists()  # the sound wheel was not sent either
-    assert not (tmp_path / "ledger.jsonl").exists()
+    assert not report.ok and report.exit_code == 1
+    verdicts = {(v.wheel, v.target): v.verdict for v in report.verdicts}
+    assert verdicts == {(wheel.name, "gate"): Verdict.REFUSED, (good.name, "index"): Verdict.PUBLISHED}
+    # the sound wheel is published and recorded; the flipped one is nowhere
+    assert sorted(p.name for p in (index.path / "files").glob("*.whl")) == [good.name]
+    assert [r.filename for r in LedgerIndex.load(tmp_path / "ledger.jsonl").records] == [good.name]
 
 
 def test_rebuild_under_a_name_the_ledger_holds_is_refused_even_with_its_fragment(demo_batch: Batch,
@@ -171,7 +175,7 @@ def test_cli_refusal_lines_and_exit_code(demo_batch: Batch, tmp_path: Path,
     err = capsys.readouterr().err
     assert rc == 1
     lines = err.strip().splitlines()
-    assert lines[0].startswith("upload refused: 2 problem(s)")
+    assert lines[0].startswith("gate: 0 wheel(s) passed, 2 problem(s)")
     assert any(line.startswith(f"{demo_batch.raw.name}: stamped:") for line in lines)
     assert any(line.startswith(f"{demo_batch.wheel.name}: ledger:") for line in lines)
     assert not (root / "public").exists()

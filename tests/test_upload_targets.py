@@ -9,6 +9,7 @@ import pytest
 
 from farm.errors import ConfigError, UsageError
 from farm.model.config import load_defaults
+from farm.publish.github import DEFAULT_TAG
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
@@ -24,7 +25,7 @@ def test_repository_defaults_parse() -> None:
     defaults = load_defaults(REPO / "_defaults.yml")
     targets = parse_targets(defaults.publish, root=REPO)
     assert isinstance(targets["index"], IndexSettings) and targets["index"].path == REPO / "public" / "index"
-    assert isinstance(targets["github"], GithubSettings) and targets["github"].tag == "{package}"
+    assert isinstance(targets["github"], GithubSettings) and targets["github"].tag == DEFAULT_TAG
     pypi = targets["pypi"]
     assert isinstance(pypi, TwineSettings) and pypi.simple_url == default_simple_url(pypi.repository_url)
     assert defaults.default_target in targets
@@ -44,9 +45,11 @@ def test_simple_url_default() -> None:
     ({"kind": "ftp"}, "unknown publish kind"),
     ({"kind": "index", "path": "x", "colour": "red"}, "unknown key(s) colour"),
     ({"kind": "github", "repository": "not-a-repo"}, "is not owner/name"),
-    ({"kind": "github", "repository": "o/r", "tag": "v1"}, "containing {package}"),
-    ({"kind": "github", "repository": "o/r", "tag": "{package}-{cuda}"},
-     "tag '{package}-{cuda}' is not a format of {package} and {version} (KeyError('cuda'))"),
+    ({"kind": "github", "repository": "o/r", "tag": "v1"}, "does not contain {package}"),
+    ({"kind": "github", "repository": "o/r", "tag": "{package}-{arch}"},
+     "tag '{package}-{arch}' is not a format of package, version, cuda, cu, torch, python, platform, epoch "
+     "(KeyError('arch'))"),
+    ({"kind": "github", "repository": "o/r", "api_url": "ftp://x"}, "api_url must be an http(s) URL"),
     ({"kind": "github", "repository": "o/r", "warn_assets": 5000}, "warn_assets"),
     ({"kind": "twine"}, "repository_url must be a non-empty string"),
 ])

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from farm import jsonread
 from farm.build import shard
 from farm.build.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
@@ -99,15 +100,23 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path) ->
     return setup
 
 
+MAX_DONE_BYTES = 16 << 20  # a shard's record lists its objects: well under a MB
+
+
 def _done(setup: ShardSetup, index: int) -> dict[str, Any] | None:
     path = setup.directory / shard.OBJECTS / shard.done_name(index)
     try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
+        record = jsonread.load_file(path, MAX_DONE_BYTES)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: unreadable shard record: {exc}",
                          hint="download that compile job's artifact again, or rerun it") from None
+    objects = record.get("objects", []) if isinstance(record, dict) else None
+    if not (isinstance(objects, list) and all(isinstance(o, str) for o in objects)):
+        raise UsageError(f"{path}: not a shard record farm wrote (an object with a list of object files)",
+                         hint="download that compile job's artifact again, or rerun it")
+    return record
 
 
 def check_shards(setup: ShardSetup) -> list[dict[str, Any]]:

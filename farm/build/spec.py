@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm import jsonread
 from farm.binary.assertion import Expected, VendoredRule
 from farm.build.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
-from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.model.config import BuildKnobs, FarmConfig, Recipe, release_problem, url_problem
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
@@ -40,6 +41,7 @@ SPEC_FILE = "build-spec.json"
 # and the components an installed toolkit is checked for joined the spec.
 # 3: the compiler cache (on/off, backend, folder) joined it.
 SPEC_VERSION = 3
+MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
 
@@ -136,8 +138,8 @@ class BuildSpec:
         r = _Reader(where)
         top = r.obj(data, "spec")
         version = top.get("spec_version")
-        if version != SPEC_VERSION:
-            if isinstance(version, int) and not isinstance(version, bool):
+        if type(version) is not int or version != SPEC_VERSION:  # `true` equals 1 in Python, not in JSON
+            if type(version) is int:
                 newer = "a newer" if version > SPEC_VERSION else "an older"
                 raise UsageError(f"spec_version {version}: the spec was written by {newer} farm, this farm reads "
                                  f"version {SPEC_VERSION}", where=where,
@@ -152,6 +154,11 @@ class BuildSpec:
             r.text(t, "toolkit.cuda"), r.text(t, "toolkit.source"), r.text(t, "toolkit.release"),
             r.text(t, "toolkit.platform"), r.texts(t, "toolkit.components"), r.text(t, "toolkit.redist_url"),
             r.opt_text(t, "toolkit.manifest_sha256"), r.texts(t, "toolkit.pypi"))
+        # the release and the root name a cache folder and a download: the rules of their config twins
+        for key, problem in (("toolkit.release", release_problem(toolkit.release, toolkit.cuda)),
+                             ("toolkit.redist_url", url_problem(toolkit.redist_url))):
+            if problem:
+                raise UsageError(f"{key} {problem}", where=where, hint=f"pass the {SPEC_FILE} farm build wrote")
         e = r.obj(top.get("environment"), "environment")
         k = r.obj(top.get("knobs"), "knobs")
         knobs = BuildKnobs(
@@ -377,13 +384,16 @@ def write_spec(spec: BuildSpec, directory: Path) -> Path:
 def read_spec(path: Path) -> BuildSpec:
     """The spec at ``path``, validated (a :class:`UsageError` naming the file otherwise)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = jsonread.read_bounded(path, MAX_SPEC_BYTES)
     except OSError as exc:
         raise UsageError(f"cannot read the build spec: {exc.strerror or exc}", where=str(path),
                          hint=f"pass the {SPEC_FILE} farm build wrote in the cell's build folder") from None
-    try:
-        data = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"the build spec is not JSON: {exc}", where=str(path)) from None
+        raise UsageError(f"the build spec is {exc}", where=str(path),
+                         hint=f"pass the {SPEC_FILE} farm build wrote in the cell's build folder") from None
+    try:
+        data = jsonread.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"the build spec is not JSON farm wrote: {exc}", where=str(path)) from None
     return BuildSpec.from_json(data, where=str(path))
 

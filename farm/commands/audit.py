@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -82,12 +83,13 @@ def _progress() -> Callable[[AuditRow], None]:
     return show
 
 
-def _step_summary(rows: list[AuditRow], counts: Counter[str]) -> None:
+def _step_summary(rows: list[AuditRow], counts: Counter[str], warnings: list[str]) -> None:
     """A table in the GitHub Actions step summary (capped well below its 1 MiB limit)."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
-    lines = ["## farm audit", "", " | ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict), "",
+    lines = ["## farm audit", "", *(f"**warning: {w}**" for w in warnings),
+             " | ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict), "",
              "| wheel | verdict | why |", "|---|---|---|"]
     shown = [r for r in rows if r.verdict is not Verdict.OK][:500]
     lines += [f"| {r.filename} | {r.verdict.value} | {short(r.reasons[0]) if r.reasons else ''} |" for r in shown]
@@ -122,13 +124,19 @@ def run(args: argparse.Namespace) -> int:
     rows = audit(wheels, ledger, today_from_config(config) if config is not None else None,
                  progress=_progress() if not args.json else None)
     counts = Counter(r.verdict.value for r in rows)
-    _step_summary(rows, counts)
+    # reading nothing is not a pass: say so wherever the result is read
+    warnings = [] if rows else [f"audited no wheel ({where}" + (f", shard {args.shard}" if args.shard else "")
+                                + "): an empty fleet is not a clean one; check WHERE, --ledger or --shard"]
+    for warning in warnings:
+        print(f"farm audit: warning: {warning}", file=sys.stderr)
+    _step_summary(rows, counts, warnings)
     if args.json:
         print(json.dumps({"where": where, "ledger": str(path) if path.exists() else None,
                           "shard": args.shard,
                           "scratch": {"downloads": scratch.downloads, "peak_bytes": scratch.peak,
                                       "limit_bytes": scratch.cap},
                           "counts": {v.value: counts.get(v.value, 0) for v in Verdict},
+                          "warnings": warnings,
                           "wheels": [r.to_json() for r in rows]}, indent=2))
     else:
         table = [(r.filename, r.verdict.value, r.source or "-", short(r.reasons[0]) if r.reasons else "")

@@ -140,10 +140,10 @@ def _native_defaults(args: argparse.Namespace) -> None:
 
 def shard_job(args: argparse.Namespace, recipe: Recipe, cell: Cell) -> ShardJob | None:
     """``--shard I/N`` / ``--link`` for one cell, checked against the recipe's ``sharding``."""
-    if not args.shard and not args.link:
+    if args.shard is None and not args.link:  # `--shard ""` is a bad shard, not no shard
         return None  # a sharded recipe built in one job: the ordinary build (the same wheel)
     jobs = recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1
-    flag = f"--shard {args.shard}" if args.shard else "--link"
+    flag = f"--shard {args.shard!r}" if args.shard is not None else "--link"
     if jobs < 2:
         raise UsageError(f"{flag}: cell {cell.id} is not sharded ({recipe.display} has no `sharding` "
                          f"for {cell.platform})", hint="build it without --shard/--link")

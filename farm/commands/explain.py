@@ -27,10 +27,20 @@ if TYPE_CHECKING:
     from farm.binary.inspection import SoInspection
 
 
+def _device(text: str) -> Device:
+    """``--device``: argparse reports a bad value as a usage error (exit 2) only from its own type."""
+    from farm.errors import ArchError
+
+    try:
+        return Device.parse(text)
+    except ArchError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", metavar="ARCH_LIST|PATH",
                         help="an arch list such as '8.0;8.6;9.0+PTX', or a .so/.pyd file or wheel to read")
-    parser.add_argument("--device", action="append", type=Device.parse, metavar="X.Y",
+    parser.add_argument("--device", action="append", type=_device, metavar="X.Y",
                         help="only this compute capability (repeatable); default: every known device")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 

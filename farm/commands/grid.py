@@ -4,7 +4,9 @@ Reads the ``torch/`` page of each CUDA line's PyTorch index (``torch_index`` in 
 or ``--index URL`` with ``{cu}`` for the line, e.g. a mirror in PyTorch's layout) and prints the
 grid rows and phantoms ``_defaults.yml`` lacks, ready to paste. Exit 0 when the grid has everything
 upstream ships, 1 when it lags (so a scheduled CI job can open a pull request), 3 when an index
-cannot be read.
+cannot be read or holds no torch wheel of the line (reading nothing is never "complete"). An index
+in PyPI's shape (unlabelled wheels) is read too: each build's CUDA line comes from the CUDA runtime
+its metadata requires.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError, did_you_mean
-from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.model.config import DEFAULTS_FILE, load_defaults, url_problem
 from farm.schedule.grid import Proposals, indexes_for, propose, read_index
 
 
@@ -28,6 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.index is not None and url_problem(args.index.replace("{cu}", "cu130")):
+        raise UsageError(f"--index {url_problem(args.index.replace('{cu}', 'cu130'))}",
+                         hint="e.g. --index https://download.pytorch.org/whl/{cu} or https://pypi.org/simple/")
     defaults = load_defaults(args.root / DEFAULTS_FILE)
     lines = list(args.cuda or defaults.cuda_lines)
     for line in lines:
@@ -44,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"farm grid: reading CUDA {cuda}'s torch wheels from {index}", file=sys.stderr)
         shipped += read_index(index, cuda)
         read.append(cuda)
+    if not read:  # nothing read is not "complete"
+        raise UsageError(f"no index to read for CUDA {', '.join(lines)}: their torch_index is 'pip'",
+                         hint="pass --index URL (PyTorch's per-line index with {cu}, or a PEP 658 index like PyPI's)")
     found = propose(defaults, shipped, read)
     found = Proposals(found.rows, found.phantoms, tuple(notes))
     if args.json:

@@ -1,14 +1,16 @@
-"""``farm upload DIR [--target NAME]``: gate every wheel, publish, merge fragments into the ledger."""
+"""``farm upload DIR [--target NAME]``: gate every wheel, publish each, record each in the ledger;
+the summary lists every wheel's verdict."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from farm.errors import EXIT_DEFECT
+from farm.errors import UsageError
 from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
 from farm.provenance.verdict import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
@@ -25,7 +27,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
                         help="more folders holding ledger fragments (DIR itself is always searched)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="gate and plan (print gh command lines, files to send); send nothing")
+                        help="gate and plan (each wheel's verdict-to-be; GitHub is only read); send nothing")
+    parser.add_argument("--delete-orphans", action="store_true",
+                        help="delete a release asset under a wheel's name that no ledger entry records and that "
+                             "fails re-assertion, then publish the wheel in its place")
+    parser.add_argument("--publishers", type=int, default=1, metavar="N",
+                        help="jobs publishing to GitHub at once with the same token: each keeps to 1/N of "
+                             "GitHub's rate limits (default: 1)")
+    parser.add_argument("--push-ledger", metavar="REMOTE",
+                        help="commit the ledger after each record and push it to this git remote (fetch, rebase "
+                             "and retry when another writer pushed first)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -58,43 +69,55 @@ def report_json(report: UploadReport) -> dict[str, Any]:
              "commands": list(o.commands), "warnings": list(o.warnings)}
             for o in report.outcomes
         ],
-        "ledger": {"merged": list(report.merged), "published_records_added": report.recorded},
+        "ledger": {"merged": list(report.merged), "published_records_added": report.recorded,
+                   "pushes": report.pushes, "push_error": report.push_error},
+        "verdicts": [v.to_json() for v in report.verdicts],
+        "github": [{"target": o.target, "requests": o.requests, "rate_limited": o.rate_limited,
+                    "throttled_s": round(o.throttled_s, 3)} for o in report.outcomes if o.kind == "github"],
     }
 
 
 def render(report: UploadReport) -> str:
-    lines: list[str] = []
-    if not report.gate.ok:
-        lines.append(f"upload refused: {len(report.gate.refused)} problem(s) in the batch; nothing was sent")
-        lines += report.gate.lines()
-        return "\n".join(lines)
+    lines: list[str] = [f"gate: {len(report.gate.passed)} wheel(s) passed, {len(report.gate.refused)} problem(s) "
+                        f"(re-inspected with {report.gate.readers}"
+                        + (", lists re-derived from the configuration)" if report.gate.config_checked else ")")]
+    lines += report.gate.lines()
     if report.refusals:
         lines.append("upload refused by the targets; nothing was sent")
         lines += report.refusals
         return "\n".join(lines)
-    lines.append(f"gate: {len(report.gate.passed)} wheel(s) passed (re-inspected with {report.gate.readers}"
-                 + (", lists re-derived from the configuration)" if report.gate.config_checked else ")"))
     for o in report.outcomes:
         verb = "would send" if report.dry_run else "sent"
-        lines.append(f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there "
-                     f"{len(o.placed) - len(o.sent)}")
-        lines += [f"  $ {c}" for c in o.commands]
+        line = f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there {len(o.placed) - len(o.sent)}"
+        if o.kind == "github":
+            line += (f"; {o.requests} API request(s), {o.rate_limited} rate-limit wait(s), "
+                     f"throttled {o.throttled_s:.0f} s")
+        lines.append(line)
         lines += [f"  warning: {w}" for w in o.warnings]
+    counts = Counter(v.verdict.value for v in report.verdicts)
+    lines.append("verdicts: " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"))
+    lines += [f"  {v.line()}" for v in report.verdicts]
     if not report.dry_run:
-        lines.append(f"ledger: {len(report.merged)} entr(ies) merged, {report.recorded} publication(s) recorded")
+        lines.append(f"ledger: {len(report.merged)} entr(ies) merged, {report.recorded} publication(s) recorded"
+                     + (f", {report.pushes} commit(s) pushed" if report.pushes else ""))
+        if report.push_error:
+            lines.append(f"ledger push failed (the commits stay local; push them again): {report.push_error}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
+    if args.publishers < 1:
+        raise UsageError(f"--publishers {args.publishers}: must be at least 1")
     find_wheels(args.dir)  # a wrong folder is said before the configuration is read
     targets = configured_targets(root, args.target)
     # The gate re-derives every wheel's arch list from this configuration.
     derive = derive_from_config(load_config(root))
-    report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE,
-                    fragment_dirs=args.fragments, dry_run=args.dry_run, derive=derive)
+    report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE, fragment_dirs=args.fragments,
+                    dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive,
+                    publishers=args.publishers, push_ledger=args.push_ledger)
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
         print(render(report), file=sys.stdout if report.ok else sys.stderr)
-    return 0 if report.ok else EXIT_DEFECT
+    return report.exit_code

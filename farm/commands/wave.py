@@ -15,9 +15,12 @@ import json
 import os
 from pathlib import Path
 
+from farm import jsonread
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.schedule.outcome import decide, gather, github_outputs, read_artifacts, summary
+
+MAX_PLAN_BYTES = 64 << 20  # the public farm's largest wave plan is a few MB
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     try:
-        plan = json.loads(args.plan.read_text(encoding="utf-8"))
+        plan = jsonread.load_file(args.plan, MAX_PLAN_BYTES)
     except FileNotFoundError:
         raise UsageError(f"{args.plan}: no such plan", hint="the matrix job uploads it as an artifact") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{args.plan}: not JSON ({exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"{args.plan}: not a matrix plan farm wrote: {exc}",
+                         hint="pass the plan `farm matrix --plan FILE` wrote") from None
     if not isinstance(plan, dict):
         raise UsageError(f"{args.plan}: not a matrix plan (a JSON object)")
     outcome = decide(plan, read_artifacts(args.artifacts))

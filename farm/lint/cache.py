@@ -1,21 +1,27 @@
 """Lint results cached by (source identity, lint version, arch list, ignores, build subdir).
 
 A re-run on the same pinned source reads one small JSON file. Writes go through a temporary
-file and a rename, so a crash never leaves a truncated entry; an unreadable entry is ignored
-and recomputed.
+file and a rename, so a crash never leaves a truncated entry. An entry is sealed
+(:mod:`farm.cacheseal`) for its key: one that does not verify (written by someone else, edited,
+moved under another key), is unreadable or is too large is ignored and recomputed, never an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from farm import cacheseal, jsonread
+from farm.errors import FileSystemError
 from farm.fsutil import atomic_write
 from farm.lint.report import LintReport
 from farm.model.arch import ArchList
 from farm.model.config import LintIgnore
+
+MAX_ENTRY = 64 << 20  # findings of the largest trees are a few MB
 
 
 def cache_key(identity: str, lint_version: str, archs: ArchList, ignores: Sequence[LintIgnore],
@@ -33,12 +39,14 @@ def cache_key(identity: str, lint_version: str, archs: ArchList, ignores: Sequen
 def load(cache_dir: Path, key: str) -> LintReport | None:
     path = Path(cache_dir) / "lint" / f"{key}.json"
     try:
-        return LintReport.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+        payload = cacheseal.unseal(jsonread.read_bounded(path, MAX_ENTRY), f"lint:{key}")
+        return None if payload is None else LintReport.from_json(jsonread.loads(payload))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def store(cache_dir: Path, key: str, report: LintReport) -> None:
     # a cache: atomic (never a torn file), not durable (a lost entry is recomputed)
-    data = json.dumps(report.to_json()).encode()
-    atomic_write(Path(cache_dir) / "lint" / f"{key}.json", [data], durable=False)
+    data = cacheseal.seal(json.dumps(report.to_json()).encode(), f"lint:{key}")
+    with contextlib.suppress(OSError, FileSystemError):  # an unwritable cache costs the next run time, no more
+        atomic_write(Path(cache_dir) / "lint" / f"{key}.json", [data], durable=False)

@@ -13,8 +13,10 @@ each taken before it was read:
 - farm's own code, every module of the package: an upgrade, an edited rule or a bumped rules
   version is a miss, with no digest of the code computed on the warm path.
 
-An entry is written with :mod:`marshal`, as Python writes ``__pycache__``: the same trust (a cache
-folder of the user's), read without importing anything. The answer is given only when every stamp
+An entry is written with :mod:`marshal`, as Python writes ``__pycache__``, and sealed
+(:mod:`farm.cacheseal`) for its file name: CI restores cache folders anyone with write access to a
+branch could have filled, so an entry that does not verify is a miss, and only a verified one is
+unmarshalled (marshal is not safe against crafted input). The answer is given only when every stamp
 still matches. A stamp whose mtime is less than two
 seconds before the command started is not trusted (a second edit could land in the same timestamp
 tick with the same size): such an answer is not remembered.
@@ -30,7 +32,8 @@ from farm.filestamp import RACY_NS
 from farm.lint.stamps import Stamps
 
 __all__ = ["RACY_NS", "Memo"]
-_FORMAT = 2
+_FORMAT = 3
+_MAX_ENTRY = 256 << 20  # an answer's stamps: a few MB for the largest trees
 
 
 class Memo:
@@ -49,9 +52,14 @@ class Memo:
 
     def answer(self) -> tuple[int, str, str] | None:
         """The remembered (exit code, text, JSON text) when every input is as it was."""
+        from farm import cacheseal
+
         try:
             with open(self.path, "rb") as fh:
-                entry = marshal.loads(fh.read())
+                payload = cacheseal.unseal(fh.read(_MAX_ENTRY + 1), self._purpose())
+            if payload is None:
+                return None  # missing, too large, written by someone else, or edited: a miss
+            entry = marshal.loads(payload)
             if entry["command"] != self.command:
                 return None  # another command with the same name
             code, text, as_json = entry["code"], entry["text"], entry["json"]
@@ -63,6 +71,9 @@ class Memo:
         except (OSError, EOFError, ValueError, KeyError, TypeError):  # unreadable or not ours: a miss
             return None
         return code, text, as_json
+
+    def _purpose(self) -> str:
+        return f"lint-answer:{os.path.basename(self.path)}"
 
     def depend(self, path: str | os.PathLike[str], *, only: str | None = None) -> None:
         """Record ``path`` (a file, or a directory with everything below it; with ``only``, the
@@ -84,10 +95,11 @@ class Memo:
         import contextlib
         from pathlib import Path
 
+        from farm import cacheseal
         from farm.fsutil import atomic_write  # a cache: atomic (never torn), not durable
 
-        data = marshal.dumps({"command": self.command, "inputs": [s.to_record() for s in self._inputs],
-                              "code": code, "text": text, "json": as_json})
+        data = cacheseal.seal(marshal.dumps({"command": self.command, "inputs": [s.to_record() for s in self._inputs],
+                                             "code": code, "text": text, "json": as_json}), self._purpose())
         # a read-only cache folder costs the next run time, not this one its answer
         with contextlib.suppress(OSError):
             atomic_write(Path(self.path), [data], durable=False)

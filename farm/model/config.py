@@ -538,7 +538,7 @@ TORCH_INDEX_PIP = "pip"  # pip's own configured indexes (pip.conf, PIP_INDEX_URL
 
 def check_torch_index(value: str, where: str) -> str:
     """A torch source: an http(s)/file URL of a PEP 503 index, or ``pip``."""
-    if value == TORCH_INDEX_PIP or re.match(r"^(https?|file)://\S+$", value):
+    if value == TORCH_INDEX_PIP or url_problem(value.replace("{cu}", "cu130")) is None:
         return value
     raise ConfigError(f"torch index {value!r} is neither a URL nor 'pip'", where=where,
                       hint="give a PEP 503 index URL like https://download.pytorch.org/whl/cu130, "
@@ -560,9 +560,35 @@ def _load_torch_index(top: _Section, cuda_lines: tuple[str, ...], grid: tuple[Gr
     return out
 
 
-_RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+_RELEASE = re.compile(r"\d+\.\d+\.\d+")
 _COMPONENT = re.compile(r"^[a-z][a-z0-9_]*$")
 TOOLKIT_SOURCES = ("redist", "pypi")
+
+
+def release_problem(release: str, cuda: str) -> str | None:
+    """Why ``release`` is not a CUDA ``cuda`` release (``13.0.2`` for ``13.0``), or None: the one
+    rule for the pin in ``_defaults.yml`` and ``--release`` (the release names a cache folder)."""
+    if not _RELEASE.fullmatch(release) or not release.startswith(cuda + "."):
+        return f"{clip(release)!r} is not a CUDA {cuda} release like '{cuda}.1'"
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an index or download root, or None: http(s) with a host, or file. The
+    one rule for each URL in ``_defaults.yml`` (``redist_url``, ``torch_index``) and its flag
+    (``--redist-url``, ``$FARM_CUDA_REDIST_URL``, ``--torch-index``, ``farm grid --index``)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname if parts.scheme in ("http", "https") else ""
+        _port = parts.port  # a port that is not a number raises here
+    except ValueError:
+        host = None
+    if (host is None or parts.scheme not in ("http", "https", "file") or (parts.scheme != "file" and not host)
+            or any(ch.isspace() or ord(ch) < 32 for ch in url)):
+        return f"{clip(url)!r} is not an http(s) URL with a host, nor a file URL"
+    return None
 
 
 def _components(sec: _Section, key: str) -> tuple[str, ...] | None:
@@ -579,9 +605,9 @@ _COMPONENT_HINT = "name components as NVIDIA's redistrib manifest does: libcubla
 
 def _load_toolkit(sec: _Section, cuda_lines: tuple[str, ...]) -> ToolkitConfig:
     url = sec.get("redist_url", str, default=ToolkitConfig.redist_url)
-    if not re.match(r"^(https?|file)://", url):
-        raise ConfigError(f"{sec.key_path('redist_url')} {url!r} is not an http(s) or file URL",
-                          where=sec.where("redist_url"))
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(f"{sec.key_path('redist_url')} {problem}", where=sec.where("redist_url"))
     base = _components(sec, "components") or ()
     torch = _components(sec, "torch_components") or ()
     lines_sec = sec.section("lines", required=True)
@@ -592,9 +618,9 @@ def _load_toolkit(sec: _Section, cuda_lines: tuple[str, ...]) -> ToolkitConfig:
         one = lines_sec.section(cuda)
         assert one is not None
         release = one.get("release", str, required=True, fix=f"quote it: release: '{cuda}.0'")
-        if not _RELEASE.match(release) or not release.startswith(cuda + "."):
-            raise ConfigError(f"{one.key_path('release')} {release!r} is not a CUDA {cuda} release like "
-                              f"'{cuda}.1'", where=one.where("release"))
+        problem = release_problem(release, cuda)
+        if problem:
+            raise ConfigError(f"{one.key_path('release')} {problem}", where=one.where("release"))
         digest = one.get("manifest_sha256", str)
         if digest is not None and not _SHA256.match(digest):
             raise ConfigError(f"{one.key_path('manifest_sha256')} is not a sha256 (64 hex digits)",

@@ -96,16 +96,22 @@ _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _constru
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
+MAX_YAML_BYTES = 8 << 20  # _defaults.yml is ~20 KB, a recipe ~2 KB
+
+
 def load_yaml(path: Path, *, display: str | None = None) -> tuple[Any, bytes]:
     """Load ``path``; return the data and the raw bytes (for hashing)."""
     name = display or str(path)
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_YAML_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError("file not found", where=name,
                           hint=f"run farm in the farm repository (or pass --root); looked for {path}") from None
     except OSError as exc:  # a directory, no permission: still the input, not the environment
         raise ConfigError(f"cannot read the file: {exc.strerror or exc}", where=name) from None
+    if len(raw) > MAX_YAML_BYTES:  # a device or a runaway file, not a recipe
+        raise ConfigError(f"larger than {MAX_YAML_BYTES:,} bytes: not a farm configuration file", where=name)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

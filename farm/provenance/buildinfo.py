@@ -33,6 +33,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from farm import jsonread
 from farm.errors import FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.model import label
@@ -388,9 +389,9 @@ def _load(data: bytes | str | Mapping[str, Any], *, where: str | None, error: ty
             raise error(f"{BUILD_INFO_NAME} is {len(data):,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
                         hint="a real provenance is a few KiB: the file is malformed or hostile")
         try:
-            obj: object = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise error(f"{BUILD_INFO_NAME} is not JSON: {exc}", where=where) from exc
+            obj: object = jsonread.loads(data)  # bounded: depth, numbers, UTF-8 (it comes from a wheel)
+        except ValueError as exc:
+            raise error(f"{BUILD_INFO_NAME} is not JSON farm reads: {exc}", where=where) from None
     else:
         obj = data
     if isinstance(obj, Mapping):

@@ -50,25 +50,41 @@ def _open(path: Path) -> BinaryIO:
         ) from None
 
 
+# A line is one wheel's provenance (at most MAX_BUILD_INFO) plus the ledger's keys: a longer one is
+# refused before it is held in memory whole.
+MAX_LINE = 8 << 20
+
+
+def _too_long(path: Path, number: int) -> LedgerError:
+    return LedgerError(f"line {number} is longer than {MAX_LINE:,} bytes: not a ledger line", where=f"{path}:{number}",
+                       hint="restore ledger.jsonl from git; a line holds one wheel's provenance (a few KiB)")
+
+
 def numbered_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """(line number, byte offset, raw line) for every line, streaming."""
     with _open(path) as handle:
         offset = 0
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE + 1), b""), start=1):
+            if len(raw) > MAX_LINE:
+                raise _too_long(path, number)
             yield number, offset, raw
             offset += len(raw)
 
 
-def _read_lines(handle: BinaryIO, size: int = 1 << 22) -> Iterator[bytes | memoryview]:
+def _read_lines(handle: BinaryIO, path: Path, size: int = 1 << 22) -> Iterator[bytes | memoryview]:
     """The lines of ``handle`` (each with its newline), read 4 MiB at a time and handed out as
     views into the read: no copy per line, and no line-by-line buffering. A line longer than a
-    read is joined once from its pieces (linear, however long)."""
+    read is joined once from its pieces; one longer than :data:`MAX_LINE` is refused."""
     pending: list[bytes] = []
+    lines = 0  # complete lines before this chunk: names a line too long to hold
     while chunk := handle.read(size):
         first = chunk.find(b"\n") + 1
         if not first:
             pending.append(chunk)
+            if len(pending) * size > MAX_LINE:
+                raise _too_long(path, lines + 1)
             continue
+        lines += chunk.count(b"\n")
         start = 0
         if pending:
             pending.append(chunk[:first])
@@ -99,7 +115,7 @@ def _parse(path: Path, handle: BinaryIO) -> list[Record]:
     records: list[Record] = []
     decode, new, asserted = decode_key_fields, _tuple_new, _ASSERTED
     offset = 0
-    for number, raw in enumerate(_read_lines(handle), 1):
+    for number, raw in enumerate(_read_lines(handle, path), 1):
         # Once per line (30,000 at the public farm's scale): decode and build the record, no
         # more. What the types cannot check (the spelling of filenames and sha256s) is checked
         # for all lines at once by _check_spelling.

@@ -3,7 +3,9 @@
 Parsing is most of ``farm matrix``'s time at the public farm's scale (52 MB of JSON). The cache keeps
 the validated records, keyed by the file's stamp (:mod:`farm.filestamp`; farm's own writers replace
 the file, a new inode) and the code that validated them. A ledger written in the last ``RACY_NS`` is
-not cached. The cache is only ever an optimisation: one that cannot be read or written is ignored.
+not cached. The cache is only ever an optimisation: one that cannot be read or written is ignored,
+and one not sealed with this user's key (:mod:`farm.cacheseal`: a CI cache restore may bring back
+anything a branch saved) is never believed: the ledger is parsed instead.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from pathlib import Path
 
 import msgspec
 
+from farm import cacheseal, jsonread
 from farm.errors import FileSystemError
 from farm.filestamp import RACY_NS, Stamp, stamp
 from farm.fsutil import atomic_write
 from farm.provenance.ledgerline import Record
 
 _CACHE_FORMAT = 1
+_MAX_CACHE_BYTES = 1 << 30  # ~250 bytes a record: four million records
 _RULES = ("shape.py", "buildinfo.py", "ledgerline.py", "ledger.py")
 _RACY_NS = RACY_NS  # module-level, so a test can close the window
 
@@ -51,11 +55,14 @@ def read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
     """The cached index of ``path`` when the file and the code are the ones it was made from."""
     try:
         current = stamp(path.stat())
-        raw = _cache_file(cache_dir, path).read_bytes()
+        file = _cache_file(cache_dir, path)
+        raw = cacheseal.unseal(jsonread.read_bounded(file, _MAX_CACHE_BYTES), f"ledger-index:{file.name}")
+        if raw is None:  # written by someone else, or edited: read the ledger
+            return None
         cache = msgspec.msgpack.decode(raw, type=_Cache)
         if cache.format != _CACHE_FORMAT or cache.stamp != current or cache.code != _code_digest():
             return None
-    except (OSError, msgspec.MsgspecError):
+    except (OSError, ValueError, msgspec.MsgspecError):  # unreadable, too large: read the ledger
         return None
     return cache.records
 
@@ -67,5 +74,6 @@ def write_cache(cache_dir: Path, path: Path, read_as: Stamp, records: list[Recor
     # not durable: a cache lost to a crash is rebuilt by the next run
     with contextlib.suppress(OSError, FileSystemError):
         cache = _Cache(_CACHE_FORMAT, _code_digest(), read_as, records)
-        atomic_write(_cache_file(cache_dir, path), [msgspec.msgpack.encode(cache)], durable=False)
+        file = _cache_file(cache_dir, path)
+        atomic_write(file, [cacheseal.seal(msgspec.msgpack.encode(cache), f"ledger-index:{file.name}")], durable=False)
 

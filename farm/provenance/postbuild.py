@@ -13,6 +13,7 @@ upload gate looks for it, unless another folder is given.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from farm.errors import FarmError, UsageError, WheelError
+from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
 from farm.model.label import parse_local_label
 from farm.provenance import buildinfo, probe
@@ -417,6 +418,13 @@ def context_from_config(
                              where=name.filename, hint="pass --torch M.m")
         v = Version(installed)
         torch = f"{v.major}.{v.minor}"
+    # --cuda / --torch name the cell (its id, its label): the config's lines and minors, as written there
+    if cuda not in config.defaults.cuda_lines:
+        raise UsageError(f"unknown CUDA line {clip(cuda)!r}", where=name.filename,
+                         hint=did_you_mean(cuda, config.defaults.cuda_lines)
+                         or f"lines: {', '.join(config.defaults.cuda_lines)}")
+    if torch != NO_TORCH and not re.fullmatch(r"\d+\.\d+", torch):
+        raise UsageError(f"--torch {clip(torch)!r} is not a torch minor like '2.8'", where=name.filename)
     cell = Cell(recipe.name, recipe.version, cuda, torch, cell_python(name), cell_platform(name))
     if arch is None:  # no spec came with the wheel: the one resolver, as the build would have
         arch = require_arch_request(config, recipe, cell)

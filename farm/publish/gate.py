@@ -8,8 +8,8 @@ for the wheel's cell equals the requested one, extension by extension (else the 
 between build and upload); a ledger entry or fragment holds this exact sha256 (and the same file
 name and provenance), and no other under this name; a fresh inspection (both readers when
 cuobjdump is available, and they must agree) finds exactly the recorded targets, in extensions
-with the recorded sha256. One refused wheel refuses the whole batch: a partial upload leaves an
-index that offers some cells and not others, which is worse than none.
+with the recorded sha256. Each wheel is judged alone: the upload publishes the wheels that
+passed and reports the refused ones, so one wheel's problem never stops another's publication.
 
 :func:`farm.provenance.verdict.judge` is the pure core, the same judge ``farm audit`` calls, here
 under the gate's expectation (facts in, refusals out); :func:`run_gate` gathers the facts.

@@ -50,7 +50,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from farm import __version__
+from farm import __version__, jsonread
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
 from farm.model.label import NO_TORCH, parse_local_label
@@ -240,14 +240,17 @@ def _atomic_copy(src: Path, dst: Path, sha256: str) -> None:
     atomic_write(dst, verified(), mode=0o644)
 
 
+MAX_PACKAGES_JSON = 256 << 20  # one line per project and wheel: tens of MB at the farm's scale
+
+
 def read_packages_json(root: Path) -> dict[str, Any]:
     path = Path(root) / PACKAGES_JSON
     if not path.exists():
         return {}
     try:
-        doc = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"not valid JSON: {exc}", where=str(path),
+        doc = jsonread.load_file(path, MAX_PACKAGES_JSON)
+    except ValueError as exc:
+        raise UsageError(f"not JSON farm wrote: {exc}", where=str(path),
                          hint="restore it from the published index; it records what was listed") from None
     return doc if isinstance(doc, dict) else {}
 

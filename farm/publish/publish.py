@@ -1,46 +1,41 @@
-"""``farm upload``: gate, plan every target, send, then record in the ledger.
+"""``farm upload``: gate, publish, record each wheel in the ledger as soon as it is out.
 
-Order matters and is fixed: (1) the gate checks every wheel; (2) every target is planned and
-checked for conflicts (same name, other sha256; asset cap; lost index projects) before anything
-is sent; (3) the targets run; (4) the fragments of the batch are merged into the ledger and each
-entry records where its wheel now lives. A refusal at (1) or (2) sends nothing and writes nothing.
+Order per run: (1) the gate checks every wheel; a refused wheel is left out with its reasons and
+the others go on; (2) the index and twine targets are planned for the wheels that passed
+(conflicts there refuse those targets before anything is sent); (3) the targets run: the
+static index and twine for the batch, GitHub one wheel at a time (:mod:`farm.publish.releases`),
+each target's publications recorded in the ledger as soon as they are out (and, with
+``push_ledger``, committed and pushed). The report holds one verdict per wheel and target.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.utils import parse_wheel_filename
-
-from farm.errors import ToolError, UsageError
+from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, UsageError
 from farm.provenance.ledger import iter_entries
-from farm.provenance.ledgerwrite import merge_fragments, record_published_many, write_fragment
-from farm.publish import github, index, twine
+from farm.provenance.ledgerwrite import record_published_many
+from farm.publish import ghrest, index, twine
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
+from farm.publish.ledgerpush import LedgerPusher
+from farm.publish.releases import ClientFactory, github_client, merge_entries, publish_github
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
     TargetSettings,
     TwineSettings,
 )
+from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
+
+if TYPE_CHECKING:
+    from farm.provenance.verdict import Derive
 
 PUBLISH_LOCK_SUFFIX = ".publish.lock"
 # Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.
 PUBLISH_LOCK_TIMEOUT_S = 3 * 3600.0
-
-
-@dataclass(frozen=True)
-class TargetOutcome:
-    target: str
-    kind: str
-    placed: tuple[tuple[str, str], ...]  # (filename, url) of every wheel of the batch
-    sent: tuple[str, ...]  # filenames actually transferred this run
-    commands: tuple[str, ...] = ()  # gh command lines (github)
-    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,10 +46,19 @@ class UploadReport:
     recorded: int = 0
     dry_run: bool = False
     refusals: tuple[str, ...] = field(default=())
+    verdicts: tuple[WheelVerdict, ...] = ()
+    pushes: int = 0  # ledger commits pushed
+    push_error: str | None = None  # the ledger could not be pushed (its commits stay local)
 
     @property
     def ok(self) -> bool:
-        return self.gate.ok and not self.refusals
+        return self.gate.ok and not self.refusals and all(v.ok for v in self.verdicts) and self.push_error is None
+
+    @property
+    def exit_code(self) -> int:
+        if any(v.verdict is Verdict.FAILED for v in self.verdicts) or self.push_error is not None:
+            return EXIT_ENVIRONMENT
+        return EXIT_OK if self.ok else EXIT_DEFECT
 
 
 def find_wheels(directory: Path) -> list[Path]:
@@ -71,19 +75,9 @@ def find_wheels(directory: Path) -> list[Path]:
 @dataclass
 class _Planned:
     settings: TargetSettings
-    github_plan: github.GithubPlan | None = None
     twine_plan: twine.TwinePlan | None = None
     index_plan: list[index.IndexUpload] | None = None
     refusals: tuple[str, ...] = ()
-
-
-def _github_wheels(settings: GithubSettings, batch: Sequence[GatedWheel]) -> list[github.Wheel]:
-    out = []
-    for w in batch:
-        recorded = any(p.target == settings.name for p in w.entry.published)
-        out.append(github.Wheel(w.path, w.build_info.package or parse_wheel_filename(w.filename)[0],
-                                w.build_info.version, w.sha256, w.size, recorded))
-    return out
 
 
 def _page_url(settings: IndexSettings, filename: str) -> str:
@@ -94,8 +88,7 @@ def _page_url(settings: IndexSettings, filename: str) -> str:
 
 
 def _plan(settings: TargetSettings, batch: Sequence[GatedWheel], vouchers: Vouchers,
-          env: Mapping[str, str] | None, github_state: Mapping[str, Sequence[github.Asset] | None] | None,
-          earlier: Sequence[str]) -> _Planned:
+          env: Mapping[str, str] | None, earlier: Sequence[str]) -> _Planned:
     if isinstance(settings, IndexSettings) and settings.links:
         # The pages link to the copies another target holds: each wheel must be there already
         # or be sent there earlier in this run.
@@ -109,11 +102,7 @@ def _plan(settings: TargetSettings, batch: Sequence[GatedWheel], vouchers: Vouch
                                    base_url=settings.base_url, dry_run=True)
         return _Planned(settings, index_plan=uploads)
     if isinstance(settings, GithubSettings):
-        wheels = _github_wheels(settings, batch)
-        state = github_state if github_state is not None else github.releases_of(settings, wheels, env=env)
-        gh_plan = github.plan(settings, wheels, state)
-        return _Planned(settings, github_plan=gh_plan,
-                        refusals=tuple(f"{settings.name}: {r}" for r in gh_plan.refusals))
+        return _Planned(settings)  # planned and sent wheel by wheel (_github)
     assert isinstance(settings, TwineSettings)
     sendable = [twine.TwineWheel(w.path, w.sha256) for w in batch]
     tw_plan = twine.plan(sendable, twine.existing_for(settings, sendable, env=env))
@@ -145,12 +134,6 @@ def _execute(p: _Planned, batch: Sequence[GatedWheel], ledger: Path, fragment_di
                                    base_url=s.base_url)
         return TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in uploads),
                              tuple(u.filename for u in uploads if u.action == "stored"))
-    if isinstance(s, GithubSettings):
-        assert p.github_plan is not None
-        github.execute(p.github_plan, env=env)
-        sent = tuple(n for n, _ in p.github_plan.uploads if n not in p.github_plan.skipped)
-        return TargetOutcome(s.name, "github", p.github_plan.uploads, sent, tuple(p.github_plan.lines()),
-                             p.github_plan.warnings)
     assert isinstance(s, TwineSettings)
     the_plan, placed = twine.upload(s, [twine.TwineWheel(w.path, w.sha256) for w in batch], env=env)
     return TargetOutcome(s.name, "twine", tuple(placed), tuple(f.name for f in the_plan.upload))
@@ -163,23 +146,20 @@ def _dry_outcome(p: _Planned, batch: Sequence[GatedWheel]) -> TargetOutcome:
     if p.index_plan is not None:
         return TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in p.index_plan),
                              tuple(u.filename for u in p.index_plan if u.action == "stored"))
-    if p.github_plan is not None:
-        return TargetOutcome(s.name, "github", p.github_plan.uploads,
-                             tuple(n for n, _ in p.github_plan.uploads if n not in p.github_plan.skipped),
-                             tuple(p.github_plan.lines()), p.github_plan.warnings)
     assert p.twine_plan is not None
     return TargetOutcome(s.name, "twine", p.twine_plan.present, tuple(f.name for f in p.twine_plan.upload))
 
 
+def _batch_verdicts(outcome: TargetOutcome, *, dry_run: bool) -> list[WheelVerdict]:
+    sent = set(outcome.sent)
+    new = Verdict.WOULD_SEND if dry_run else Verdict.PUBLISHED
+    return [WheelVerdict(name, outcome.target, new if name in sent else Verdict.PRESENT, url)
+            for name, url in outcome.placed]
+
+
 def _merge_batch(ledger: Path, batch: Sequence[GatedWheel]) -> tuple[str, ...]:
     """Merge exactly the fragments of this batch (other fragments in the folder stay pending)."""
-    fresh = [w for w in batch if w.entry_source == "fragment"]
-    if not fresh:
-        return ()
-    with tempfile.TemporaryDirectory(prefix="farm-merge-") as tmp:
-        for w in fresh:
-            write_fragment(w.entry, Path(tmp))
-        return merge_fragments(ledger, Path(tmp)).added
+    return merge_entries(ledger, [w.entry for w in batch if w.entry_source == "fragment"])
 
 
 def ordered(targets: Sequence[TargetSettings]) -> list[TargetSettings]:
@@ -187,6 +167,9 @@ def ordered(targets: Sequence[TargetSettings]) -> list[TargetSettings]:
     return sorted(targets, key=lambda t: isinstance(t, IndexSettings) and t.links is not None)
 
 
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
 def upload(
     wheels_dir: Path,
     targets: Sequence[TargetSettings],
@@ -195,24 +178,46 @@ def upload(
     fragment_dirs: Sequence[Path] = (),
     env: Mapping[str, str] | None = None,
     dry_run: bool = False,
-    github_state: Mapping[str, Sequence[github.Asset] | None] | None = None,
-    **gate_options: Any,
+    delete_orphans: bool = False,
+    github_client: ClientFactory | None = None,
+    derive: Derive | None = None,
+    reader: str = "auto",
+    publishers: int = 1,
+    push_ledger: str | None = None,
 ) -> UploadReport:
-    """Gate, plan, send and record. ``github_state`` replaces reading the releases with ``gh api``
-    (tests, dry runs without network)."""
+    """Gate, send and record, wheel by wheel. ``github_client`` makes the REST client of a
+    GitHub target (default :func:`github_client` with the token of ``env``); ``delete_orphans``
+    deletes an unrecorded asset that fails re-assertion and sends the wheel in its place;
+    ``publishers``: how many jobs publish at once with the same token (each takes that share of
+    GitHub's limits); ``push_ledger``: a git remote the ledger's repository pushes to after each
+    record (:func:`farm.publish.ledgerpush.commit_and_push`)."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
     vouchers = Vouchers.load(ledger, dirs)
-    gate = run_gate(wheels, vouchers, **gate_options)
-    if not gate.ok:
-        return UploadReport(gate, dry_run=dry_run)
+    gate = run_gate(wheels, vouchers, derive=derive, reader=reader)
+    factory = github_client or (lambda s: _default_client(s, env, publishers))
+    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, push_ledger)
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
-        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, env=env,
-                        dry_run=True, github_state=github_state)
+        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, options=options)
     with publish_lock(ledger):
         # Read the ledger again under the lock: another publish may have finished meanwhile.
-        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=Vouchers.load(ledger, dirs), env=env,
-                        dry_run=False, github_state=github_state)
+        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=Vouchers.load(ledger, dirs),
+                        options=options)
+
+
+@dataclass(frozen=True)
+class _Options:
+    env: Mapping[str, str] | None
+    dry_run: bool
+    delete_orphans: bool
+    factory: ClientFactory
+    derive: Derive | None
+    reader: str
+    push_ledger: str | None
+
+
+def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
+    return github_client(settings, env, publishers=publishers)
 
 
 def publish_lock(ledger: Path) -> Any:
@@ -234,31 +239,51 @@ def publish_lock(ledger: Path) -> Any:
 
 
 def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, ledger: Path, dirs: Sequence[Path],
-             vouchers: Vouchers, env: Mapping[str, str] | None, dry_run: bool,
-             github_state: Mapping[str, Sequence[github.Asset] | None] | None) -> UploadReport:
+             vouchers: Vouchers, options: _Options) -> UploadReport:
+    env, dry_run = options.env, options.dry_run
+    verdicts = [WheelVerdict(r.wheel, "gate", Verdict.REFUSED, None, f"{r.check.value}: {r.message}; fix: {r.fix}")
+                for r in gate.refused]
     batch = gate.passed
+    if not batch:
+        return UploadReport(gate, dry_run=dry_run, verdicts=tuple(verdicts))
     targets = ordered(targets)
     names = [t.name for t in targets]
-    planned = [_plan(t, batch, vouchers, env, github_state, names[:i]) for i, t in enumerate(targets)]
+    planned = [_plan(t, batch, vouchers, env, names[:i]) for i, t in enumerate(targets)]
     refusals = [r for p in planned for r in p.refusals]
     if refusals:
-        return UploadReport(gate, dry_run=dry_run, refusals=tuple(refusals))
-    if dry_run:
-        return UploadReport(gate, tuple(_dry_outcome(p, batch) for p in planned), dry_run=True)
+        return UploadReport(gate, dry_run=dry_run, refusals=tuple(refusals), verdicts=tuple(verdicts))
     outcomes: list[TargetOutcome] = []
-    merged: tuple[str, ...] = ()
+    merged: list[str] = []
     recorded = 0
     sha = {w.filename: w.sha256 for w in batch}
-    for i, p in enumerate(planned):
-        outcome = _execute(p, batch, ledger, dirs, env)
+    pusher = LedgerPusher(ledger, options.push_ledger) if options.push_ledger and not dry_run else None
+    for p in planned:
+        s = p.settings
+        if isinstance(s, GithubSettings):
+            outcome, github_verdicts, added, n = publish_github(
+                s, batch, vouchers, ledger=ledger, client=options.factory(s), derive=options.derive,
+                reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run, on_record=pusher)
+            outcomes.append(outcome)
+            verdicts += github_verdicts
+            merged += added
+            recorded += n
+            continue
+        outcome = _dry_outcome(p, batch) if dry_run else _execute(p, batch, ledger, dirs, env)
         outcomes.append(outcome)
+        verdicts += _batch_verdicts(outcome, dry_run=dry_run)
+        if dry_run:
+            continue
         # Record each target as soon as it is done: if a later target fails, the ledger still
         # says where the wheels already are, and a retry (a no-op where they are) completes it.
-        if i == 0:
-            merged = _merge_batch(ledger, batch)
+        merged += _merge_batch(ledger, batch)
         recorded += record_published_many(
             ledger, [(filename, sha[filename], outcome.target, url) for filename, url in outcome.placed])
-    return UploadReport(gate, tuple(outcomes), merged, recorded)
+        if pusher is not None:
+            pusher(f"{len(outcome.placed)} wheel(s) on {outcome.target}")
+    push_error = pusher.finish() if pusher is not None else None
+    return UploadReport(gate, tuple(outcomes), tuple(dict.fromkeys(merged)), recorded, dry_run=dry_run,
+                        verdicts=tuple(verdicts), pushes=pusher.pushes if pusher is not None else 0,
+                        push_error=push_error)
 
 
 def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ConfigError, UsageError
+from farm.publish.ghrest import API_URL, UPLOADS_URL
+from farm.publish.github import DEFAULT_TAG, check_tag
 
 
 class TargetKind(str, enum.Enum):
@@ -44,14 +46,17 @@ class IndexSettings:
 
 @dataclass(frozen=True)
 class GithubSettings:
-    """GitHub Releases through ``gh``: one release per package, tag from ``tag`` (a format string
-    over ``package``)."""
+    """GitHub Releases through the REST API: a release per ``tag`` (a format over the wheel's
+    cell, see :mod:`farm.publish.github`). ``api_url`` / ``uploads_url``: GitHub Enterprise
+    Server's, or a test server's."""
 
     name: str
     repository: str
-    tag: str = "{package}"
+    tag: str = DEFAULT_TAG
     # Warn when a release will hold this many assets; GitHub refuses the 1,001st.
     warn_assets: int = 900
+    api_url: str = API_URL
+    uploads_url: str = UPLOADS_URL
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 _KEYS: Mapping[TargetKind, frozenset[str]] = {
     TargetKind.INDEX: frozenset({"kind", "path", "base_url", "links"}),
-    TargetKind.GITHUB: frozenset({"kind", "repository", "tag", "warn_assets"}),
+    TargetKind.GITHUB: frozenset({"kind", "repository", "tag", "warn_assets", "api_url", "uploads_url"}),
     TargetKind.TWINE: frozenset({"kind", "repository_url", "simple_url", "username_env", "password_env"}),
 }
 
@@ -123,19 +128,23 @@ def parse_target(name: str, options: Mapping[str, Any], *, root: Path, where: st
         repo = need("repository")
         if not _REPO.match(repo):
             raise ConfigError(f"repository {repo!r} is not owner/name", where=here)
-        tag = options.get("tag", "{package}")
-        if not isinstance(tag, str) or "{package}" not in tag:
-            raise ConfigError("tag must be a string containing {package}", where=here,
-                              hint="e.g. '{package}' or '{package}-{version}'")
-        try:  # only {package} and {version} are filled in: anything else fails here, not mid-upload
-            tag.format(package="p", version="1")
-        except (KeyError, IndexError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"tag {tag!r} is not a format of {{package}} and {{version}} ({exc!r})", where=here,
-                              hint="e.g. '{package}' or '{package}-{version}'") from None
+        tag = options.get("tag", DEFAULT_TAG)
+        if not isinstance(tag, str):
+            raise ConfigError("tag must be a string", where=here, hint=f"e.g. {DEFAULT_TAG!r}")
+        try:  # an unknown field fails here, not mid-upload
+            check_tag(tag)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, where=here, hint=exc.hint) from None
         warn = options.get("warn_assets", 900)
         if not isinstance(warn, int) or not 0 < warn <= 1000:
             raise ConfigError("warn_assets must be an integer in 1..1000", where=here)
-        return GithubSettings(name, repo, tag, warn)
+        urls = {}
+        for key, default in (("api_url", API_URL), ("uploads_url", UPLOADS_URL)):
+            value = options.get(key, default)
+            if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+                raise ConfigError(f"{key} must be an http(s) URL", where=here, hint=f"GitHub's is {default}")
+            urls[key] = value.rstrip("/")
+        return GithubSettings(name, repo, tag, warn, **urls)
     url = need("repository_url")
     simple = options.get("simple_url") or default_simple_url(url)
     return TwineSettings(name, url, simple if simple.endswith("/") else simple + "/",

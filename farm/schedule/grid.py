@@ -3,23 +3,33 @@ published wheel index, and what ``_defaults.yml`` lacks (the public farm's "upst
 
 PyTorch publishes one PEP 503 index per CUDA line (``https://download.pytorch.org/whl/cu130``);
 its ``torch/`` page lists every wheel: ``torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl``.
-:func:`parse_page` reads a page into :class:`Shipped` wheels (pure); :func:`read_index` fetches one;
-:func:`propose` compares with the grid: new rows, newer patch releases, Pythons a row lacks, and
-phantoms (cells a row implies that upstream does not ship on a platform).
+PyPI's torch wheels carry no local label (``torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl``):
+their CUDA line shows only in their requirements (``nvidia-cuda-runtime-cu13==13.0.96``), read
+from the core metadata the index serves beside each wheel (PEP 658, ``<wheel>.metadata``).
+
+:func:`shipped` reads a page into :class:`Shipped` wheels (pure, given the CUDA lines of the
+unlabelled wheels); :func:`cuda_line` reads a line from requirements (pure); :func:`read_index`
+fetches a page and the metadata it needs, and refuses to read nothing: a page with no wheel of the
+line is an error that says what it held, never "the grid is complete". :func:`propose` compares
+with the grid: new rows, newer patch releases, Pythons a row lacks, and phantoms (cells a row
+implies that upstream does not ship on a platform).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from farm.errors import NetworkError, SourceError
 from farm.model.config import Defaults, Phantom
-from farm.netutil import IndexPage, read_page
+from farm.netutil import IndexFile, IndexPage, fetch_bytes, read_page
 
 # wheel platform tag suffix -> farm platform
 _PLATFORM_SUFFIX = {"_x86_64": "linux_x86_64", "_aarch64": "linux_aarch64"}
@@ -45,26 +55,87 @@ def _platform(tag: str) -> str | None:
     return None
 
 
-def shipped(page: IndexPage, cuda: str) -> list[Shipped]:
-    """The CUDA ``cuda`` torch wheels a ``torch/`` project page lists. Wheels of another local label
-    (``+cpu``, another ``+cuXYZ``), free-threaded or abi3 builds, and names that do not parse are
-    not cells of this line and are left out."""
+def _torch_wheel(filename: str) -> tuple[Version, frozenset[Tag]] | None:
+    """(version, tags) of a torch release wheel's name, else None (another project, an sdist, a
+    pre-release or dev build, a name that does not parse)."""
+    if not filename.endswith(".whl"):
+        return None
+    try:
+        dist, version, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return None
+    if dist != "torch" or version.is_prerelease or version.is_devrelease:
+        return None
+    return version, tags
+
+
+_RUNTIME = re.compile(r"nvidia-cuda-runtime(?:-cu(\d+))?")
+
+
+def cuda_line(requirements: Iterable[str]) -> str | None:
+    """The CUDA line a torch wheel was built for, from its ``Requires-Dist`` lines: the release
+    its CUDA runtime is pinned to (``nvidia-cuda-runtime-cu13==13.0.96`` -> ``13.0``; the suffix,
+    where there is one, must agree). None: no pinned CUDA runtime (a CPU build)."""
+    for text in requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        m = _RUNTIME.fullmatch(canonicalize_name(req.name))
+        if m is None:
+            continue
+        for spec in req.specifier:
+            if spec.operator in ("==", "===", "~=", ">="):
+                parts = spec.version.split(".")
+                if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and (m[1] in (None, parts[0])):
+                    return f"{parts[0]}.{parts[1]}"
+    return None
+
+
+def requirements(metadata: bytes) -> list[str]:
+    """The ``Requires-Dist`` lines of a core metadata file (``METADATA``, email header format)."""
+    from email.parser import BytesHeaderParser
+    from email.policy import compat32
+
+    message = BytesHeaderParser(policy=compat32).parsebytes(metadata)
+    return [str(value) for value in message.get_all("Requires-Dist") or ()]
+
+
+def unlabelled(page: IndexPage) -> dict[tuple[str, str], IndexFile | None]:
+    """The unlabelled torch wheels of a page (PyPI's), one per (version, farm platform): the one
+    whose metadata tells that build's CUDA line (None where the index serves no metadata)."""
+    out: dict[tuple[str, str], IndexFile | None] = {}
+    for file in page.files:
+        wheel = _torch_wheel(file.filename)
+        if wheel is None or wheel[0].local is not None:
+            continue
+        for tag in wheel[1]:
+            plat = _platform(tag.platform)
+            if plat is not None and out.get((str(wheel[0]), plat)) is None:
+                out[(str(wheel[0]), plat)] = file if file.metadata else None
+    return out
+
+
+def shipped(page: IndexPage, cuda: str, lines: Mapping[tuple[str, str], str | None] | None = None) -> list[Shipped]:
+    """The CUDA ``cuda`` torch wheels a ``torch/`` project page lists: those labelled ``+cuXYZ``
+    for the line, and unlabelled ones whose (version, platform) ``lines`` maps to it. Wheels of
+    another label (``+cpu``, another ``+cuXYZ``), free-threaded or abi3 builds, and names that do
+    not parse are not cells of this line and are left out."""
     cu = "cu" + cuda.replace(".", "")
+    lines = lines or {}
     out = set()
     for file in page.files:
-        if not file.filename.endswith(".whl"):
+        wheel = _torch_wheel(file.filename)
+        if wheel is None:
             continue
-        try:
-            dist, version, _, tags = parse_wheel_filename(file.filename)
-        except InvalidWheelFilename:
-            continue
-        if dist != "torch" or version.local != cu or version.is_prerelease or version.is_devrelease:
-            continue
+        version, tags = wheel
         for tag in tags:
             if not (tag.interpreter.startswith("cp") and tag.abi == tag.interpreter):  # cp313t, abi3: not a cell
                 continue
             plat = _platform(tag.platform)
             if plat is None:
+                continue
+            if version.local != cu and not (version.local is None and lines.get((str(version), plat)) == cuda):
                 continue
             digits = tag.interpreter[2:]
             out.add(Shipped(cuda, Version(version.public), f"{digits[0]}.{digits[1:]}", plat))
@@ -77,8 +148,33 @@ def page_url(index: str, cuda: str) -> str:
     return urljoin(base if base.endswith("/") else base + "/", "torch/")
 
 
+MAX_METADATA = 1 << 20  # torch's METADATA is ~10 KB
+MAX_METADATA_FILES = 400  # PyPI lists ~50 torch releases on 2 Linux platforms
+
+
+def _read_lines(page: IndexPage, *, timeout: float) -> tuple[dict[tuple[str, str], str | None], int]:
+    """The CUDA line of each unlabelled (version, platform), from one wheel's metadata each; and
+    how many had no metadata to read."""
+    lines: dict[tuple[str, str], str | None] = {}
+    unread = 0
+    for key, file in sorted(unlabelled(page).items())[:MAX_METADATA_FILES]:
+        if file is None:
+            unread += 1
+            continue
+        url = file.url + ".metadata"
+        try:
+            body, _final, _type = fetch_bytes(url, max_bytes=MAX_METADATA, timeout=timeout)
+        except NetworkError as exc:
+            raise SourceError(f"cannot read {file.filename}'s metadata at {url} ({exc.message})",
+                              hint="check the network, or pass --index URL of a mirror") from None
+        lines[key] = cuda_line(requirements(body))
+    return lines, unread
+
+
 def read_index(index: str, cuda: str, *, timeout: float = 60) -> list[Shipped]:
-    """Fetch and parse the ``torch/`` page of ``index`` for CUDA line ``cuda``."""
+    """Fetch and parse the ``torch/`` page of ``index`` for CUDA line ``cuda`` (and the metadata of
+    its unlabelled wheels); a page with no wheel of the line is a :class:`SourceError` saying what
+    the page held."""
     url = page_url(index, cuda)
     try:
         page = read_page(url, timeout=timeout)
@@ -87,7 +183,28 @@ def read_index(index: str, cuda: str, *, timeout: float = 60) -> list[Shipped]:
                           hint="check the network, or pass --index URL of a mirror in PyTorch's layout") from None
     except ValueError as exc:
         raise SourceError(f"{url} is not a PEP 503/691 project page: {exc}") from None
-    return shipped(page, cuda)
+    lines, unread = _read_lines(page, timeout=timeout)
+    found = shipped(page, cuda, lines)
+    if not found:
+        raise SourceError(f"read no CUDA {cuda} torch wheel from {url}: {_held(page, lines, unread)}",
+                          hint="an empty answer is not a complete grid: check --index (PyTorch's per-line "
+                               "index, {cu} for the line, or a PEP 658 index such as PyPI's simple API)")
+    return found
+
+
+def _held(page: IndexPage, lines: Mapping[tuple[str, str], str | None], unread: int) -> str:
+    """What a page held, for the message when none of it was a wheel of the line."""
+    wheels = [w for w in (_torch_wheel(f.filename) for f in page.files) if w is not None]
+    labels = sorted({str(v.local) for v, _ in wheels if v.local is not None})
+    flavours = sorted({line or "none (CPU)" for line in lines.values()})
+    parts = [f"{len(page.files)} file(s), {len(wheels)} torch release wheel(s)"]
+    if labels:
+        parts.append(f"labelled {', '.join(labels)}")
+    if lines:
+        parts.append(f"unlabelled builds whose requirements name CUDA {', '.join(flavours)}")
+    if unread:
+        parts.append(f"{unread} unlabelled build(s) without metadata (PEP 658) to tell their CUDA line")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)

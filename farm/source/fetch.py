@@ -38,6 +38,7 @@ from filelock import FileLock
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
+from farm import cacheseal, jsonread
 from farm.errors import NetworkError, SourceError, TooLarge
 from farm.fsutil import atomic_write, sha256_file, walk_files
 from farm.model.config import GitSource, PathSource, SdistSource
@@ -141,10 +142,8 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
     key = hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
     pointer = base / f"ref-{key}.json"
     with FileLock(str(base / f"{key}.lock")):
-        try:
-            commit = json.loads(pointer.read_text())["commit"]
-        except (OSError, ValueError, KeyError, TypeError):
-            commit = None  # never resolved, or a damaged pointer: resolve the ref again
+        # never resolved, damaged or forged: resolve the ref again
+        commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
         if isinstance(commit, str) and _is_commit(commit):
             tree = _cached(base / f"{commit}{'-sub' if source.submodules else ''}")
             if tree is not None:
@@ -172,8 +171,7 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
             description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
             final = base / f"{commit}{'-sub' if source.submodules else ''}"
             tree = _install(work, final, commit, description)
-        atomic_write(pointer, [json.dumps({"url": url, "ref": source.ref, "commit": tree.identity}).encode()],
-                     durable=False)
+        _write_sealed(pointer, {"url": url, "ref": source.ref, "commit": tree.identity}, f"source-ref:{pointer.name}")
         return tree
 
 
@@ -362,13 +360,29 @@ def _unpack_tar(archive: Path, dest: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 # cache
 # ------------------------------------------------------------------------------------------------
-def _cached(final: Path) -> SourceTree | None:
-    marker = final / _COMPLETE
+# The ref pointers and completion markers are sealed (farm.cacheseal): CI may restore this folder
+# from a cache anyone with push access could have filled, and a forged pointer (a tag resolved to
+# another commit) or marker (another identity or root) would lint and build another tree.
+def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
     try:
-        data = json.loads(marker.read_text())
-        return SourceTree(final / data["root"], data["identity"], data["description"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or damaged: fetched afresh, and the install replaces the directory
+        payload = cacheseal.unseal(jsonread.read_bounded(path, 1 << 20), purpose)
+        data = jsonread.loads(payload) if payload is not None else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
+    blob = cacheseal.seal(json.dumps(data).encode(), purpose)
+    atomic_write(path, [blob], durable=False)
+
+
+def _cached(final: Path) -> SourceTree | None:
+    data = _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")
+    root, identity, description = data.get("root"), data.get("identity"), data.get("description")
+    if root != "tree" or not isinstance(identity, str) or not isinstance(description, dict):
+        return None  # absent, damaged or forged: fetched afresh, and the install replaces the directory
+    return SourceTree(final / root, identity, description)
 
 
 def _install(work: Path, final: Path, identity: str, description: dict[str, Any]) -> SourceTree:
@@ -378,7 +392,8 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     os.replace(work, staging / "tree")
-    (staging / _COMPLETE).write_text(json.dumps({"root": "tree", "identity": identity, "description": description}))
+    _write_sealed(staging / _COMPLETE, {"root": "tree", "identity": identity, "description": description},
+                  f"source-tree:{final.name}")
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)

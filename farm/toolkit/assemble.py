@@ -29,6 +29,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from farm import cacheseal, jsonread
 from farm.errors import ToolError, UsageError
 from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
@@ -114,12 +115,24 @@ def install_script(request: ToolkitRequest, prefix: str, *, python: str = "pytho
     return "\n".join(lines) + "\n"
 
 
+def _stamp_purpose(prefix: Path) -> str:
+    return f"toolkit-stamp:{prefix.name}"
+
+
 def _read_stamp(prefix: Path) -> dict[str, Any] | None:
+    """The ready stamp when it is sealed with this user's key (:mod:`farm.cacheseal`): the
+    components and manifest it names go into every wheel's provenance."""
     try:
-        data = json.loads((prefix / STAMP).read_text())
+        payload = cacheseal.unseal(jsonread.read_bounded(prefix / STAMP, 1 << 20), _stamp_purpose(prefix))
+        data = jsonread.loads(payload) if payload is not None else None
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _object(value: object) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (pip's report, read defensively)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, ...]:
@@ -128,13 +141,14 @@ def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, 
                 for c in request.components}
     out = []
     try:
-        data = json.loads(report.read_text())
-    except (OSError, ValueError) as exc:
-        raise ToolError(f"pip wrote no readable installation report at {report}: {exc}") from exc
-    for item in data.get("install", []):
-        meta = item.get("metadata", {})
+        data = jsonread.load_file(report, 64 << 20)
+        items = [item for item in data.get("install", []) if isinstance(item, dict)]
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ToolError(f"pip wrote no readable installation report at {report}: {exc}") from None
+    for item in items:
+        meta = _object(item.get("metadata"))
         name = canonicalize_name(str(meta.get("name", "")))
-        hashes = item.get("download_info", {}).get("archive_info", {}).get("hashes", {})
+        hashes = _object(_object(_object(item.get("download_info")).get("archive_info")).get("hashes"))
         if name in by_wheel:
             out.append(Component(by_wheel[name], str(meta.get("version")), hashes.get("sha256")))
     order = {c: i for i, c in enumerate(request.components)}
@@ -167,23 +181,72 @@ def _exe(request: ToolkitRequest, tool: str) -> str:
     return f"bin/{tool}.exe" if request.platform.startswith("windows") else f"bin/{tool}"
 
 
-def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
-    """The toolkit under ``prefix`` when its stamp names ``request``'s key, else None."""
-    stamp = _read_stamp(prefix)
-    if stamp is None or stamp.get("key") != request.key() or "home" not in stamp:
+def _host_platform() -> str:
+    import platform
+
+    return "windows-x86_64" if os.name == "nt" else (
+        "linux-sbsa" if platform.machine() in ("aarch64", "arm64") else "linux-x86_64")
+
+
+def _stamp_components(value: object) -> tuple[Component, ...] | None:
+    if not isinstance(value, list):
         return None
-    home = (prefix / stamp["home"]).resolve()
+    out = []
+    for item in value:
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("version"), str)
+                and isinstance(item.get("sha256"), (str, type(None)))):
+            return None
+        out.append(Component(item["name"], item["version"], item.get("sha256")))
+    return tuple(out)
+
+
+def _runs(tool: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    try:
+        proc = subprocess.run([str(tool), *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return proc if proc.returncode == 0 else None
+
+
+def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
+    """The toolkit under ``prefix`` when its stamp names ``request``'s key and the toolkit itself
+    bears the stamp out, else None (the caller assembles it again).
+
+    CI restores this cache, and anyone who can push a branch can write one, so the stamp must be
+    sealed with this user's key, and is even then a claim checked on every use: ``home`` lies
+    inside the prefix (links resolved), nvcc and cuobjdump are there and run, and nvcc reports the
+    release the stamp names, of the requested line. A toolkit for another platform cannot run
+    here: its tools must at least be non-empty files and the stamp's release of the requested line."""
+    stamp = _read_stamp(prefix)
+    if stamp is None or stamp.get("key") != request.key():
+        return None
+    rel, claimed = stamp.get("home"), stamp.get("nvcc")
+    components = _stamp_components(stamp.get("components", []))
+    urls = [stamp.get("manifest_url"), stamp.get("manifest_sha256")]
+    if not (isinstance(rel, str) and rel and isinstance(claimed, str) and claimed.startswith(request.cuda + ".")
+            and components is not None and all(isinstance(u, (str, type(None))) for u in urls)):
+        return None
+    try:
+        root = prefix.resolve()
+        home = (prefix / rel).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if home == root or not home.is_relative_to(root):
+        return None
     nvcc, cuobjdump = home / _exe(request, "nvcc"), home / _exe(request, "cuobjdump")
-    for tool in (nvcc, cuobjdump):
-        if not tool.is_file():
-            raise ToolError(f"the cached toolkit has no {tool.name}", where=str(prefix),
-                            hint="remove the prefix and run `farm toolkit` again")
-    return Toolkit(
-        home, nvcc, cuobjdump, str(stamp["nvcc"]), request.cuda, request.source, request.release,
-        stamp.get("manifest_url"), stamp.get("manifest_sha256"),
-        tuple(Component(c["name"], c["version"], c.get("sha256")) for c in stamp.get("components", ())),
-        prefix,
-    )
+    try:
+        if not all(tool.is_file() and tool.stat().st_size > 0 for tool in (nvcc, cuobjdump)):
+            return None
+    except OSError:
+        return None
+    if request.platform == _host_platform():
+        proc = _runs(nvcc, "--version")
+        if proc is None or _NVCC_RELEASE.search(proc.stdout) is None or parse_nvcc_release(proc.stdout) != claimed:
+            return None
+        if _runs(cuobjdump, "--version") is None:
+            return None
+    return Toolkit(home, nvcc, cuobjdump, claimed, request.cuda, request.source, request.release,
+                   urls[0], urls[1], components, prefix)
 
 
 def toolkit_prefix(root: Path, request: ToolkitRequest) -> Path:
@@ -198,11 +261,7 @@ def _ready_version(home: Path, request: ToolkitRequest, components: Sequence[Com
     ``cuda_nvcc`` version from the manifest stands in, and must be of the requested line.
     """
     nvcc = home / _exe(request, "nvcc")
-    import platform
-
-    host = "windows-x86_64" if os.name == "nt" else (
-        "linux-sbsa" if platform.machine() in ("aarch64", "arm64") else "linux-x86_64")
-    if request.platform == host:
+    if request.platform == _host_platform():
         version = nvcc_release(nvcc)
     else:
         if not nvcc.is_file():
@@ -242,7 +301,8 @@ def ensure_toolkit(
         found = _cached(prefix, request)  # another process may have finished meanwhile
         if found is not None:
             return found
-        if prefix.exists() and _read_stamp(prefix) is None and any(prefix.iterdir()):
+        # a stamp, even one not believed, marks a folder farm made: it is assembled again
+        if prefix.exists() and not (prefix / STAMP).exists() and any(prefix.iterdir()):
             raise UsageError(f"{prefix} exists and is not a toolkit farm assembled; refusing to write into it",
                              hint="choose an empty or new --prefix")
         say(f"assembling CUDA {request.cuda} ({request.source} {request.release}, {request.platform}) "
@@ -251,7 +311,8 @@ def ensure_toolkit(
         staging = Path(tempfile.mkdtemp(prefix=temp_dir_prefix(f".{prefix.name}.staging"), dir=prefix.parent))
         try:
             stamp = _assemble(request, staging, python=python or sys.executable, say=say)
-            atomic_write(staging / STAMP, [json.dumps(stamp, indent=2).encode() + b"\n"])
+            atomic_write(staging / STAMP, [cacheseal.seal(json.dumps(stamp, indent=2).encode() + b"\n",
+                                                          _stamp_purpose(prefix))])
             # Every link inside is relative, so the staged tree is valid at its final place.
             if prefix.exists():
                 old = prefix.with_name(f".{prefix.name}.old")
@@ -265,7 +326,10 @@ def ensure_toolkit(
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
         toolkit = _cached(prefix, request)
-        assert toolkit is not None  # just stamped
+        if toolkit is None:
+            raise ToolError(f"the toolkit just assembled in {prefix} does not verify (its nvcc or cuobjdump "
+                            "does not run, or reports another release)", where=str(prefix),
+                            hint="remove the prefix and run `farm toolkit` again; check the pins in _defaults.yml")
         say(f"CUDA {request.cuda} toolkit ready: CUDA_HOME={toolkit.cuda_home}")
         return toolkit
 

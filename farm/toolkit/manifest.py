@@ -8,11 +8,11 @@ beside one object per component (``cuda_nvcc``, ``libcublas``, ...) with ``name`
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from farm import jsonread
 from farm.errors import ToolError, UsageError, did_you_mean
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -75,9 +75,9 @@ def _bad(url: str, why: str) -> ToolError:
 
 def parse_manifest(data: bytes, *, url: str, sha256: str) -> Manifest:
     try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _bad(url, f"not JSON ({exc})") from None
+        doc = jsonread.loads(data)
+    except ValueError as exc:
+        raise _bad(url, f"not JSON farm reads ({exc})") from None
     if not isinstance(doc, dict):
         raise _bad(url, "not a JSON object")
     components: dict[str, ManifestComponent] = {}

@@ -14,10 +14,8 @@ import hashlib
 import os
 import shutil
 import tarfile
-import urllib.error
-import urllib.request
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -30,7 +28,17 @@ from farm.toolkit.manifest import Archive, Manifest, ManifestComponent, parse_ma
 from farm.toolkit.request import ToolkitRequest
 
 MAX_MANIFEST = 16 << 20  # real manifests are ~40 KB; a server sending more is not serving one
-_TIMEOUT = 60
+_TIMEOUT = 60  # seconds a server may stay silent
+MANIFEST_DEADLINE = 120.0  # seconds for the whole manifest
+# NVIDIA's largest archive (libcublas with its static libraries) is about 1 GB; a torch toolkit's
+# components together about 2.5 GB. Checked against the manifest's sizes before downloading.
+MAX_ARCHIVE = 2 << 30
+MAX_DOWNLOAD = 7 << 29  # 3.5 GiB
+# Unpacked, an archive holds at most this many times its own size (binaries compress 2-4x with
+# xz, headers up to ~10x) or UNPACK_FLOOR, whichever is more: a decompression bomb is refused
+# from its members' sizes before anything is written.
+UNPACK_RATIO = 16
+UNPACK_FLOOR = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -39,30 +47,22 @@ class Assembled:
     components: tuple[Component, ...]
 
 
-def _open(url: str):  # type: ignore[no-untyped-def]
-    try:
-        return urllib.request.urlopen(url, timeout=_TIMEOUT)
-    except urllib.error.HTTPError as exc:
-        raise ToolError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ToolError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}",
-                        hint="check the network, or point FARM_CUDA_REDIST_URL at a reachable mirror") from None
-
-
 def fetch_manifest(request: ToolkitRequest) -> Manifest:
     """Download and parse the release's manifest, checked against the pinned sha256 where there is one."""
     url = request.manifest_url
     try:
-        with _open(url) as resp:
-            data = resp.read(MAX_MANIFEST + 1)
-    except ToolError as exc:
-        if "HTTP 404" in exc.message or "No such file" in exc.message:
+        data, _final, _type = netutil.fetch_bytes(url, max_bytes=MAX_MANIFEST, timeout=_TIMEOUT,
+                                                  deadline=MANIFEST_DEADLINE)
+    except TooLarge:
+        raise ToolError(f"{url} is larger than {MAX_MANIFEST >> 20} MB: not a redistrib manifest",
+                        hint="check the redist root (--redist-url / FARM_CUDA_REDIST_URL)") from None
+    except NetworkError as exc:
+        if exc.status == 404 or "No such file" in exc.message:
             raise ToolError(f"no manifest for CUDA release {request.release} at {url}",
                             hint=f"pinned releases: {', '.join(request.pinned)}" if request.pinned
                             else "check --release") from None
-        raise
-    if len(data) > MAX_MANIFEST:
-        raise ToolError(f"{url} is larger than {MAX_MANIFEST >> 20} MB: not a redistrib manifest")
+        raise ToolError(f"cannot fetch the CUDA {request.release} manifest: {exc.message}",
+                        hint="check the network, or point FARM_CUDA_REDIST_URL at a reachable mirror") from None
     digest = hashlib.sha256(data).hexdigest()
     if request.manifest_sha256 and digest != request.manifest_sha256:
         raise ToolError(f"manifest {url} has sha256 {digest}, pinned {request.manifest_sha256}",
@@ -73,7 +73,8 @@ def fetch_manifest(request: ToolkitRequest) -> Manifest:
 def download(url: str, dest: Path, archive: Archive, component: str, *, progress: Say | None = None) -> None:
     """``url`` -> ``dest``, verified against the manifest's size and sha256; nothing is left on failure."""
     try:
-        # A server that sends more than the manifest says never costs unbounded disk.
+        # A server that sends more than the manifest says never costs unbounded disk, nor one that
+        # trickles unbounded time.
         got = netutil.download(url, dest, max_bytes=archive.size, timeout=_TIMEOUT, progress=progress,
                                label=component)
     except TooLarge:
@@ -92,6 +93,22 @@ def download(url: str, dest: Path, archive: Archive, component: str, *, progress
     )
 
 
+def check_budget(chosen: Sequence[tuple[ManifestComponent, Archive]], url: str) -> None:
+    """Refuse, before a byte is downloaded, archives larger than any NVIDIA ships: the sizes come
+    from the manifest, which an unpinned mirror writes as it likes."""
+    for comp, archive in chosen:
+        if archive.size > MAX_ARCHIVE:
+            raise ToolError(f"{comp.key}: {url} lists its archive at {archive.size:,} bytes, more than the "
+                            f"{MAX_ARCHIVE:,} farm downloads for one component; nothing was downloaded",
+                            hint="the mirror is not serving NVIDIA's archives; check --redist-url / "
+                                 "FARM_CUDA_REDIST_URL")
+    total = sum(archive.size for _comp, archive in chosen)
+    if total > MAX_DOWNLOAD:
+        raise ToolError(f"{url}: the requested components add up to {total:,} bytes, more than the "
+                        f"{MAX_DOWNLOAD:,} farm downloads for one toolkit; nothing was downloaded",
+                        hint="request fewer components, or check the mirror (--redist-url / FARM_CUDA_REDIST_URL)")
+
+
 def _check_member(name: str, stem: str, component: str, archive_name: str) -> PurePosixPath:
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or ".." in path.parts or (path.parts and ":" in path.parts[0]):
@@ -103,35 +120,74 @@ def _check_member(name: str, stem: str, component: str, archive_name: str) -> Pu
     return path
 
 
+def _final(path: PurePosixPath, component: str, is_dir: bool) -> PurePosixPath:
+    """Where a member ends up in ``CUDA_HOME`` (:func:`_merge`): its top folder stripped, a file
+    directly under it moved to ``licenses/<component>/``."""
+    rest = path.parts[1:]
+    if len(rest) == 1 and not is_dir:
+        return PurePosixPath("licenses", component, rest[0])
+    return PurePosixPath(*rest) if rest else PurePosixPath(".")
+
+
+def _check_link(m: tarfile.TarInfo, p: PurePosixPath, stem: str, component: str, archive_name: str) -> None:
+    """A link must stay inside ``CUDA_HOME`` where it will live, not only inside the archive: a
+    target that climbs back into the top folder's name (``../../<top>/...``) passes against the
+    archive but leaves ``CUDA_HOME`` once that folder is stripped."""
+    target = PurePosixPath(m.linkname.replace("\\", "/"))
+    if m.issym():
+        inside = not target.is_absolute() and not os.path.normpath(
+            str(_final(p, component, False).parent / target)).startswith("..")
+    else:  # a hard link names another member of the archive
+        resolved = os.path.normpath(str(target))
+        inside = not target.is_absolute() and PurePosixPath(resolved).parts[:1] == (stem,)
+    if not inside:
+        raise ToolError(f"{component}: {archive_name} member {m.name!r} links outside the toolkit "
+                        f"({m.linkname!r})", hint="nothing was unpacked")
+
+
+def _unpack_limit(path: Path) -> int:
+    return max(UNPACK_FLOOR, UNPACK_RATIO * path.stat().st_size)
+
+
+def _bomb(component: str, path: Path, limit: int) -> ToolError:
+    return ToolError(f"{component}: {path.name} unpacks to more than {limit:,} bytes ({UNPACK_RATIO}x its size): "
+                     "not one of NVIDIA's archives", hint="nothing was unpacked; check the mirror")
+
+
 def _unpack(path: Path, archive: Archive, component: str, dest: Path) -> Path:
     """Unpack into ``dest`` after checking every member; returns the top folder."""
     stem = archive.stem
+    limit = _unpack_limit(path)
     if path.name.endswith(".zip"):
-        with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
-                _check_member(info.filename, stem, component, path.name)
-            zf.extractall(dest)
+        try:
+            with zipfile.ZipFile(path) as zf:
+                total = 0
+                for info in zf.infolist():
+                    _check_member(info.filename, stem, component, path.name)
+                    total += info.file_size
+                    if total > limit:
+                        raise _bomb(component, path, limit)
+                zf.extractall(dest)
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+            raise ToolError(f"{component}: {path.name} is not a readable .zip: {exc}") from None
     else:
         try:
             with tarfile.open(path, "r:xz") as tf:
-                members = tf.getmembers()
-                for m in members:
+                members = []
+                total = 0
+                for m in tf:  # each header is checked before the data behind it is decompressed
                     p = _check_member(m.name, stem, component, path.name)
                     if m.issym() or m.islnk():
-                        target = PurePosixPath(m.linkname)
-                        base = p.parent if m.issym() else PurePosixPath()
-                        resolved = os.path.normpath(str(base / target))
-                        if target.is_absolute() or resolved.startswith("..") or \
-                                PurePosixPath(resolved).parts[:1] != (stem,):
-                            raise ToolError(f"{component}: {path.name} member {m.name!r} links outside the "
-                                            f"archive ({m.linkname!r})", hint="nothing was unpacked")
+                        _check_link(m, p, stem, component, path.name)
                     elif not (m.isfile() or m.isdir()):
                         raise ToolError(f"{component}: {path.name} member {m.name!r} is a device or fifo",
                                         hint="nothing was unpacked")
+                    total += m.size
+                    if total > limit:
+                        raise _bomb(component, path, limit)
+                    members.append(m)
                 tf.extractall(dest, members=members, filter="data")
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            if isinstance(exc, ToolError):
-                raise
+        except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
             raise ToolError(f"{component}: {path.name} is not a readable .tar.xz: {exc}") from None
     top = dest / stem
     if not top.is_dir():
@@ -190,6 +246,7 @@ def assemble(
     say = progress or (lambda _msg: None)
     manifest = fetch_manifest(request)
     chosen: tuple[tuple[ManifestComponent, Archive], ...] = manifest.select(request.components, request.platform)
+    check_budget(chosen, manifest.url)
     work = home.parent / ".redist"
     work.mkdir(parents=True, exist_ok=True)
     home.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from farm.errors import ToolError, UsageError, did_you_mean
-from farm.model.config import ToolkitConfig
+from farm.model.config import ToolkitConfig, release_problem, url_problem
 from farm.toolkit import components as comps
 
 SOURCES = ("redist", "pypi")
@@ -117,8 +117,9 @@ def request_for(
         if name not in wanted:
             wanted.append(name)
     rel = release or line.release
-    if not rel.startswith(cuda + "."):
-        raise UsageError(f"release {rel!r} is not a CUDA {cuda} release", hint=f"e.g. --release {line.release}")
+    problem = release_problem(rel, cuda)
+    if problem:
+        raise UsageError(f"--release {problem}", hint=f"e.g. --release {line.release}")
     pins: tuple[str, ...] = ()
     if chosen == "pypi":
         if rel != line.release:
@@ -133,6 +134,10 @@ def request_for(
         pins = tuple(comps.pypi_requirement(c, line.pypi[c], cuda) for c in wanted)
     env = env if env is not None else {}
     root = redist_url or env.get(REDIST_URL_ENV) or config.redist_url
+    problem = url_problem(root)
+    if problem:
+        flag = "--redist-url" if redist_url else f"${REDIST_URL_ENV}" if env.get(REDIST_URL_ENV) else "redist_url"
+        raise UsageError(f"{flag} {problem}", hint="e.g. https://developer.download.nvidia.com/compute/cuda/redist/")
     root = root if root.endswith("/") else root + "/"
     # The pin holds for NVIDIA's root. Another root (a mirror, an air-gapped copy) is trusted as its
     # operator configured it: its manifest's own sha256 is recorded, and every archive is still

@@ -1,0 +1,304 @@
+"""GitHub's Releases REST API: the few calls a publisher needs, throttled and retried.
+
+Every request first waits for :class:`farm.publish.ratelimit.Throttle` (GitHub's primary and
+secondary limits, sliding windows), and an answer of 403/429 that is about a rate limit is
+obeyed (``Retry-After``, else ``x-ratelimit-reset``, else a minute), at most ``max_retries``
+times and never for longer than ``max_wait_s`` at once: a run past that fails with exit 3 and
+the time GitHub asked for, instead of sleeping through a job's time limit. A 5xx answer or a
+dropped connection is retried the same bounded way.
+
+An upload that lands twice (a retried POST whose first try got through) is answered 422
+``already_exists`` by GitHub: :meth:`Client.upload` returns None for it and the caller compares
+digests, as for any asset already there. Downloads follow GitHub's redirect to its storage
+without the token (the storage URL is signed; a token there is refused, and would leak).
+
+The token is a constructor argument, read from the environment by the caller; it is never part
+of a message.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from farm import jsonread
+from farm.errors import ToolError, clip
+from farm.publish.ratelimit import Clock, RealClock, Throttle, retry_after
+
+API_URL = "https://api.github.com"
+UPLOADS_URL = "https://uploads.github.com"
+API_VERSION = "2022-11-28"
+PER_PAGE = 100
+MAX_RETRIES = 6
+# The longest single wait obeyed: a primary-limit reset can be up to an hour away.
+MAX_WAIT_S = 3600.0
+MAX_ERROR_BODY = 64 * 1024
+MAX_JSON_BODY = 16 * 1024 * 1024  # a page of 100 assets is ~100 KB
+TIMEOUT_S = 600.0
+
+
+class GithubApiError(ToolError):
+    """GitHub answered something a publisher cannot go on from (after the bounded retries)."""
+
+    def __init__(self, message: str, *, status: int | None = None, where: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, where=where, hint=hint)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Release:
+    id: int
+    tag: str
+
+
+@dataclass(frozen=True)
+class RemoteAsset:
+    """An asset on a release. ``sha256``: GitHub's digest of its bytes (None when not reported);
+    ``state``: ``uploaded``, or ``starter`` for an upload that never finished."""
+
+    id: int
+    name: str
+    size: int
+    sha256: str | None
+    state: str = "uploaded"
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return jsonread.loads(self.body)
+        except ValueError:
+            raise GithubApiError(f"GitHub answered HTTP {self.status} with a body that is not JSON: "
+                                 f"{clip(self.body[:200])!r}", status=self.status) from None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a redirect is handed back to the caller, which decides what to send on
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _asset(obj: Any) -> RemoteAsset:
+    try:
+        digest = obj.get("digest") or ""
+        return RemoteAsset(int(obj["id"]), str(obj["name"]), int(obj.get("size") or 0),
+                           digest.split(":", 1)[1] if digest.startswith("sha256:") else None,
+                           str(obj.get("state") or "uploaded"))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GithubApiError(f"GitHub listed an asset farm cannot read ({type(exc).__name__}): "
+                             f"{clip(obj)}") from None
+
+
+@dataclass
+class Client:
+    """One repository's releases, through one token."""
+
+    repository: str
+    token: str = field(repr=False)
+    api_url: str = API_URL
+    uploads_url: str = UPLOADS_URL
+    throttle: Throttle = field(default_factory=Throttle)
+    clock: Clock = field(default_factory=RealClock)
+    max_retries: int = MAX_RETRIES
+    max_wait_s: float = MAX_WAIT_S
+    timeout_s: float = TIMEOUT_S
+    requests: int = 0  # requests sent, retries included
+    rate_limited: int = 0  # 403/429 rate-limit answers obeyed
+
+    # -- transport ---------------------------------------------------------------------------
+    def _send(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
+        self.throttle.wait(method)
+        self.requests += 1
+        try:
+            return self._exchange(method, url, body, headers)
+        finally:
+            self.throttle.sent(method)
+
+    def _exchange(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
+        data: Any = None
+        handle = None
+        all_headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
+                       "X-GitHub-Api-Version": API_VERSION, "User-Agent": "farm-publish", **headers}
+        if isinstance(body, Path):
+            handle = body.open("rb")
+            data = handle
+            all_headers["Content-Length"] = str(body.stat().st_size)
+        elif body is not None:
+            data = body
+        request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+        try:
+            with _OPENER.open(request, timeout=self.timeout_s) as response:
+                payload = response.read(MAX_JSON_BODY + 1)
+                if len(payload) > MAX_JSON_BODY:
+                    raise GithubApiError(f"{method} {url}: an answer over {MAX_JSON_BODY >> 20} MiB")
+                return Answer(response.status, dict(response.headers), payload)
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = exc.read(MAX_ERROR_BODY)
+            except (OSError, http.client.HTTPException):
+                payload = b""
+            return Answer(exc.code, dict(exc.headers or {}), payload)
+        finally:
+            if handle is not None:
+                handle.close()
+
+    def request(self, method: str, path_or_url: str, *, body: Path | bytes | None = None,
+                headers: Mapping[str, str] | None = None, ok: tuple[int, ...] = (200,)) -> Answer:
+        """One call, retried while GitHub asks to wait or fails on its side; an answer whose
+        status is in ``ok`` is returned, anything else raises :class:`GithubApiError`."""
+        url = path_or_url if "://" in path_or_url else self.api_url.rstrip("/") + path_or_url
+        shown = f"{method} {url.split('?')[0]}"
+        for attempt in range(self.max_retries + 1):
+            try:
+                answer = self._send(method, url, body, headers or {})
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                if attempt == self.max_retries:
+                    raise GithubApiError(f"{shown}: cannot reach GitHub ({reason}) after {attempt + 1} tries",
+                                         hint="check the network, then run the upload again: it resumes") from None
+                self.clock.sleep(min(2.0 ** attempt, 60.0))
+                continue
+            if answer.status in ok:
+                self._spent(answer.headers)
+                return answer
+            text = answer.body[:MAX_ERROR_BODY].decode("utf-8", "replace")
+            wait = retry_after(answer.status, answer.headers, self.clock.now(), text)
+            if wait is None and answer.status >= 500:
+                wait = min(2.0 ** attempt, 60.0)
+            if wait is None:
+                raise GithubApiError(f"{shown}: HTTP {answer.status}: {clip(_message(text), 300)}",
+                                     status=answer.status, hint=_hint(answer.status))
+            if attempt == self.max_retries or wait > self.max_wait_s:
+                raise GithubApiError(
+                    f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
+                    f"(after {attempt + 1} tries)", status=answer.status,
+                    hint="the token's rate limit is spent: run the upload again later, it resumes where it stopped")
+            if answer.status in (403, 429):
+                self.rate_limited += 1
+            self.clock.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _spent(self, headers: Mapping[str, str]) -> None:
+        """GitHub's own count of the token's primary budget (other jobs spend it too): when it
+        says none is left, wait for its reset before the next request, not after a 403."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        remaining, reset = lower.get("x-ratelimit-remaining", ""), lower.get("x-ratelimit-reset", "")
+        if remaining.strip() == "0" and reset.strip().isdigit():
+            wait = float(reset) - self.clock.now() + 1.0
+            if 0 < wait <= self.max_wait_s:
+                self.throttle.waited_s += wait
+                self.clock.sleep(wait)
+
+    # -- the calls ---------------------------------------------------------------------------
+    def _repo(self) -> str:
+        return f"/repos/{self.repository}"
+
+    def release(self, tag: str) -> Release | None:
+        answer = self.request("GET", f"{self._repo()}/releases/tags/{urllib.parse.quote(tag, safe='')}", ok=(200, 404))
+        if answer.status == 404:
+            return None
+        return Release(int(answer.json()["id"]), tag)
+
+    def create_release(self, tag: str, notes: str) -> Release:
+        """The release ``tag``, created when missing (a concurrent creator's release is used)."""
+        body = json.dumps({"tag_name": tag, "name": tag, "body": notes}).encode()
+        answer = self.request("POST", f"{self._repo()}/releases", body=body,
+                              headers={"Content-Type": "application/json"}, ok=(201, 422))
+        if answer.status == 201:
+            return Release(int(answer.json()["id"]), tag)
+        existing = self.release(tag)  # 422: the tag's release exists already (a concurrent creator)
+        if existing is None:
+            text = _message(answer.body.decode("utf-8", "replace"))
+            raise GithubApiError(f"creating release {tag}: HTTP 422: {clip(text, 300)}", status=422)
+        return existing
+
+    def assets(self, release: Release) -> list[RemoteAsset]:
+        """Every asset of ``release``, every page."""
+        out: list[RemoteAsset] = []
+        page = 1
+        while True:
+            answer = self.request("GET", f"{self._repo()}/releases/{release.id}/assets?per_page={PER_PAGE}&page={page}")
+            items = answer.json()
+            if not isinstance(items, list):
+                raise GithubApiError(f"listing the assets of release {release.tag}: not a list")
+            out.extend(_asset(a) for a in items)
+            if len(items) < PER_PAGE:
+                return out
+            page += 1
+
+    def upload(self, release: Release, path: Path, name: str) -> RemoteAsset | None:
+        """Upload ``path`` as asset ``name``; None when the release already has an asset of
+        that name (GitHub's 422), which the caller then looks at."""
+        url = (f"{self.uploads_url.rstrip('/')}{self._repo()}/releases/{release.id}/assets?"
+               + urllib.parse.urlencode({"name": name}))
+        answer = self.request("POST", url, body=path, headers={"Content-Type": "application/octet-stream"},
+                              ok=(201, 422))
+        if answer.status == 422:
+            if _already_exists(answer.body):
+                return None
+            raise GithubApiError(f"uploading {name} to release {release.tag}: HTTP 422: "
+                                 f"{clip(_message(answer.body.decode('utf-8', 'replace')), 300)}", status=422,
+                                 hint="a release holds at most 1,000 assets: see the target's tag in docs/upload.md")
+        return _asset(answer.json())
+
+    def delete(self, asset: RemoteAsset) -> None:
+        self.request("DELETE", f"{self._repo()}/releases/assets/{asset.id}", ok=(204, 404))
+
+    def download(self, asset: RemoteAsset, dest: Path, *, max_bytes: int) -> str:
+        """The asset's bytes into ``dest`` (at most ``max_bytes``); returns their sha256."""
+        from farm.errors import NetworkError
+        from farm.netutil import download
+
+        answer = self.request("GET", f"{self._repo()}/releases/assets/{asset.id}",
+                              headers={"Accept": "application/octet-stream"}, ok=(302, 301, 307))
+        location = {k.lower(): v for k, v in answer.headers.items()}.get("location")
+        if not location:
+            raise GithubApiError(f"downloading asset {asset.name}: GitHub gave no storage location")
+        try:
+            return download(location, dest, max_bytes=max_bytes, timeout=self.timeout_s).sha256
+        except NetworkError as exc:
+            raise GithubApiError(f"downloading asset {asset.name}: {exc.message}") from None
+
+
+def _already_exists(body: bytes) -> bool:
+    """GitHub's 422 for a name taken on the release: ``errors[].code == "already_exists"``."""
+    try:
+        obj = jsonread.loads(body)
+        return any(isinstance(e, dict) and e.get("code") == "already_exists" for e in obj.get("errors") or ())
+    except (ValueError, AttributeError, TypeError):
+        return False
+
+
+def _message(text: str) -> str:
+    try:
+        obj = jsonread.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(obj, dict):
+        return text
+    details = [str(e.get("message") or e.get("code")) for e in obj.get("errors") or () if isinstance(e, dict)]
+    return str(obj.get("message", text)) + (f" ({'; '.join(details)})" if details else "")
+
+
+def _hint(status: int) -> str | None:
+    if status == 401:
+        return "the token is missing or expired: set GH_TOKEN (see docs/upload.md)"
+    if status in (403, 404):
+        return ("the token cannot write this repository's releases: use a GitHub App installation token or a "
+                "fine-grained token with contents: write on it (see docs/upload.md)")
+    return None

@@ -1,0 +1,130 @@
+"""GitHub's documented REST limits as a client-side throttle (pure, clock injected).
+
+GitHub documents, for a repository's ``GITHUB_TOKEN``, a primary limit of 1,000 requests per
+hour, and for every token secondary limits on content-creating requests (``POST``, ``PATCH``,
+``PUT``, ``DELETE``): 80 per minute and 500 per hour. A publisher that sends faster is answered
+403 or 429 and, if it keeps going, blocked for longer. :class:`Throttle` keeps a sliding window
+per limit and says how long to wait before the next request, so a well-behaved run never meets
+those answers; :func:`retry_after` reads GitHub's own word when one comes anyway.
+
+The budgets sit a little under GitHub's numbers: other steps of the same workflow (checkout,
+artifact and cache actions) spend the same token's budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# GitHub's documented numbers.
+PRIMARY_PER_HOUR = 1000  # GITHUB_TOKEN, per repository
+CONTENT_PER_MINUTE = 80
+CONTENT_PER_HOUR = 500
+CONTENT_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+# Wait this long when GitHub says a secondary limit was hit but names no time ("at least a minute").
+SECONDARY_DEFAULT_WAIT_S = 60.0
+
+
+class Clock(Protocol):
+    """Seconds since the epoch, and a way to wait; tests pass a scaled one."""
+
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most ``count`` requests (content-creating ones only when ``content``) per ``period_s``."""
+
+    name: str
+    count: int
+    period_s: float
+    content: bool = False
+
+
+def github_limits(*, margin: float = 0.9, publishers: int = 1) -> tuple[Limit, ...]:
+    """GitHub's documented limits, each budgeted at ``margin`` of its number and shared by
+    ``publishers`` jobs publishing at once with one token (GitHub counts per token and
+    repository, not per job; each job throttles only its own requests)."""
+    def share(number: int) -> int:
+        return max(1, int(number * margin) // max(1, publishers))
+
+    return (
+        Limit("primary: requests per hour", share(PRIMARY_PER_HOUR), 3600.0),
+        Limit("secondary: content-creating requests per minute", share(CONTENT_PER_MINUTE), 60.0, True),
+        Limit("secondary: content-creating requests per hour", share(CONTENT_PER_HOUR), 3600.0, True),
+    )
+
+
+@dataclass
+class Throttle:
+    """Sliding windows over the requests sent: :meth:`wait` blocks until one more fits them all,
+    :meth:`sent` counts it."""
+
+    limits: tuple[Limit, ...] = field(default_factory=github_limits)
+    clock: Clock = field(default_factory=RealClock)
+    _sent: dict[str, deque[float]] = field(default_factory=dict)
+    waited_s: float = 0.0  # total time spent waiting, for the run's summary
+
+    def delay(self, method: str) -> float:
+        """Seconds until a ``method`` request fits every window (0: now)."""
+        now = self.clock.now()
+        content = method.upper() in CONTENT_METHODS
+        delay = 0.0
+        for limit in self.limits:
+            if limit.content and not content:
+                continue
+            sent = self._sent.setdefault(limit.name, deque())
+            while sent and sent[0] <= now - limit.period_s:
+                sent.popleft()
+            if len(sent) >= limit.count:
+                delay = max(delay, sent[len(sent) - limit.count] + limit.period_s - now)
+        return delay
+
+    def wait(self, method: str) -> None:
+        """Wait until a ``method`` request fits every window."""
+        while (delay := self.delay(method)) > 0:
+            self.waited_s += delay
+            self.clock.sleep(delay)
+
+    def sent(self, method: str) -> None:
+        """Count a ``method`` request, when its answer came: GitHub counts it on arrival, which is
+        between the two, so counting at the answer keeps this side's windows the later ones."""
+        now = self.clock.now()
+        content = method.upper() in CONTENT_METHODS
+        for limit in self.limits:
+            if content or not limit.content:
+                self._sent.setdefault(limit.name, deque()).append(now)
+
+
+def retry_after(status: int, headers: Mapping[str, str], now: float, body: str = "") -> float | None:
+    """Seconds GitHub asks a client to wait after ``status``, or None when the answer is not
+    about a rate limit (a 403 for missing permissions is not retried).
+
+    ``Retry-After`` wins; else ``x-ratelimit-remaining: 0`` with ``x-ratelimit-reset`` (epoch
+    seconds); else a 429, or a 403 that names no other cause, is a secondary limit: a minute."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    if status not in (403, 429):
+        return None
+    value = lower.get("retry-after", "").strip()
+    if value.isdigit():
+        return float(value)
+    if lower.get("x-ratelimit-remaining", "").strip() == "0":
+        reset = lower.get("x-ratelimit-reset", "").strip()
+        if reset.isdigit():
+            return max(0.0, float(reset) - now) + 1.0
+    if status == 429 or "rate limit" in body.lower():
+        return SECONDARY_DEFAULT_WAIT_S
+    return None

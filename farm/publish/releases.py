@@ -1,0 +1,221 @@
+"""GitHub Releases, one wheel at a time: each wheel sent (or found there, adopted, named an
+orphan) and recorded in the ledger before the next is looked at.
+
+A crash therefore leaves at most one asset without a record, which the next run finds under the
+wheel's name and re-asserts (:mod:`farm.publish.adopt`). The decisions are the pure ones of
+:mod:`farm.publish.github`; the calls are :mod:`farm.publish.ghrest`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from farm.errors import ToolError
+from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.ledgerline import ExistsKey
+from farm.provenance.ledgerwrite import merge_fragments, record_published_many, write_fragment
+from farm.publish import ghrest, github
+from farm.publish.adopt import key_of, reassert
+from farm.publish.gate import GatedWheel, Vouchers
+from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits
+from farm.publish.targets import GithubSettings
+from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
+
+if TYPE_CHECKING:
+    from farm.provenance.verdict import Derive
+
+TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
+ClientFactory = Callable[[GithubSettings], ghrest.Client]
+
+
+def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None, *,
+                  clock: Clock | None = None, throttle: Throttle | None = None,
+                  publishers: int = 1) -> ghrest.Client:
+    """A REST client for ``settings``' repository, with the token of ``GH_TOKEN`` (else
+    ``GITHUB_TOKEN``) and GitHub's limits as its throttle, shared by ``publishers`` jobs."""
+    source = os.environ if env is None else env
+    token = next((source[v] for v in TOKEN_VARIABLES if source.get(v)), None)
+    if token is None:
+        raise ToolError(f"publishing to {settings.repository} needs a token in GH_TOKEN or GITHUB_TOKEN",
+                        hint="a GitHub App installation token, or a fine-grained token with contents: write "
+                             "on that repository (docs/upload.md)")
+    clock = clock or RealClock()
+    return ghrest.Client(settings.repository, token, api_url=settings.api_url, uploads_url=settings.uploads_url,
+                         throttle=throttle or Throttle(github_limits(publishers=publishers), clock=clock),
+                         clock=clock)
+
+
+@dataclass
+class _Release:
+    release: ghrest.Release | None
+    assets: dict[str, ghrest.RemoteAsset]
+
+
+@dataclass
+class _GithubRun:
+    """One GitHub target's pass over a batch: releases read once, then kept up to date."""
+
+    settings: GithubSettings
+    client: ghrest.Client
+    ledger: Path
+    derive: Derive | None
+    reader: str
+    delete_orphans: bool
+    dry_run: bool
+    releases: dict[str, _Release] = field(default_factory=dict)
+    sent: list[str] = field(default_factory=list)
+    placed: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    recorded: int = 0
+    merged: list[str] = field(default_factory=list)
+    on_record: Callable[[str], None] | None = None
+
+    def state(self, tag: str, *, refresh: bool = False) -> _Release:
+        if refresh or tag not in self.releases:
+            release = self.client.release(tag)
+            assets = {a.name: a for a in self.client.assets(release)} if release else {}
+            self.releases[tag] = _Release(release, assets)
+        return self.releases[tag]
+
+    def ensure(self, tag: str, package: str) -> ghrest.Release:
+        state = self.state(tag)
+        if state.release is None:
+            state.release = self.client.create_release(tag, f"Prebuilt CUDA wheels of {package}.")
+        return state.release
+
+    def record(self, entry: LedgerEntry, url: str) -> None:
+        """The wheel's entry merged (when new) and its publication recorded, now."""
+        self.merged += merge_entries(self.ledger, [entry])
+        self.recorded += record_published_many(self.ledger, [(entry.filename, entry.sha256, self.settings.name, url)])
+        self.placed.append((entry.filename, url))
+        if self.on_record is not None:
+            self.on_record(f"{entry.filename} on {self.settings.name}")
+
+    def upload(self, w: GatedWheel, tag: str, url: str) -> WheelVerdict | None:
+        """Send ``w``; None when GitHub says the name is taken meanwhile (the caller looks again)."""
+        state = self.state(tag)
+        release = self.ensure(tag, w.build_info.package or w.filename.split("-")[0])
+        got = self.client.upload(release, w.path, w.filename)
+        if got is None:
+            return None
+        state.assets[w.filename] = got
+        if got.sha256 not in (None, w.sha256):
+            return WheelVerdict(w.filename, self.settings.name, Verdict.FAILED, url,
+                                f"GitHub reports sha256 {got.sha256} for the upload, the wheel has {w.sha256}")
+        self.sent.append(w.filename)
+        self.record(w.entry, url)
+        if len(state.assets) >= self.settings.warn_assets:
+            self.warnings.append(f"release {tag} holds {len(state.assets)} of {github.ASSET_CAP} assets")
+        return WheelVerdict(w.filename, self.settings.name, Verdict.PUBLISHED, url)
+
+    def one(self, w: GatedWheel, ledger_sha256: str | None) -> WheelVerdict:
+        name, target = w.filename, self.settings.name
+        key = key_of(w.build_info)
+        assert key is not None, "the gate passes asserted wheels only"
+        tag = github.tag_for(self.settings.tag, key)
+        url = github.asset_url(self.settings.repository, tag, name)
+        for look in range(2):  # a second look after GitHub's 422 "already_exists"
+            state = self.state(tag, refresh=look > 0)
+            have = state.assets.get(name)
+            present = github.Present(have.sha256, have.size, have.state) if have else None
+            action, why = github.decide(w.sha256, w.size, present, ledger_sha256, assets=len(state.assets))
+            if action is github.Action.REFUSE:
+                return WheelVerdict(name, target, Verdict.REFUSED, url, why)
+            if self.dry_run:
+                would = {github.Action.PRESENT: Verdict.PRESENT, github.Action.VERIFY: Verdict.WOULD_VERIFY}
+                return WheelVerdict(name, target, would.get(action, Verdict.WOULD_SEND), url, why)
+            if action is github.Action.PRESENT:
+                self.record(w.entry, url)
+                return WheelVerdict(name, target, Verdict.PRESENT, url)
+            if action is github.Action.VERIFY:
+                assert have is not None
+                return self.verify(w, have, key, tag, url, ledger_sha256)
+            if action is github.Action.CLEAR:
+                assert have is not None
+                self.client.delete(have)
+                del state.assets[name]
+            verdict = self.upload(w, tag, url)
+            if verdict is not None:
+                return verdict
+        return WheelVerdict(name, target, Verdict.FAILED, url, "GitHub says the name is taken but does not list it")
+
+    def verify(self, w: GatedWheel, have: ghrest.RemoteAsset, key: ExistsKey, tag: str, url: str,
+               ledger_sha256: str | None) -> WheelVerdict:
+        """Read the other bytes under ``w``'s name: the same as ``w`` after all (GitHub gave no
+        digest), an earlier build to adopt, or an orphan."""
+        name, target = w.filename, self.settings.name
+        with tempfile.TemporaryDirectory(prefix="farm-adopt-") as tmp:
+            dest = Path(tmp) / name
+            try:
+                # At most the size GitHub reports (an asset is under 2 GiB): the disk never holds more.
+                sha256 = self.client.download(have, dest, max_bytes=min(have.size, github.ASSET_MAX_BYTES))
+            except ghrest.GithubApiError as exc:  # this asset's trouble, not the run's
+                return WheelVerdict(name, target, Verdict.FAILED, url,
+                                    f"cannot download the asset under this name to read it: "
+                                    f"{exc.message}; run again, or delete the asset")
+            action, why = github.other_bytes(w.sha256, sha256, ledger_sha256)
+            if action is github.Action.PRESENT:
+                self.record(w.entry, url)
+                return WheelVerdict(name, target, Verdict.PRESENT, url)
+            if action is github.Action.REFUSE:
+                return WheelVerdict(name, target, Verdict.REFUSED, url, why)
+            check = reassert(dest, cell=key, ledger=self.ledger, derive=self.derive, reader=self.reader)
+        if check.entry is not None:
+            self.record(check.entry, url)
+            return WheelVerdict(name, target, Verdict.ADOPTED, url,
+                                f"an earlier build (sha256 {check.sha256}) was published without a ledger record; "
+                                f"it passed the gate again and is now recorded; this build ({w.sha256}) is not sent")
+        reasons = "; ".join(check.problems)
+        if not self.delete_orphans:
+            return WheelVerdict(name, target, Verdict.ORPHAN, url,
+                                f"the asset under this name (sha256 {check.sha256}) has no ledger record and fails "
+                                f"re-assertion: {reasons}; delete it (farm upload --delete-orphans) and publish again")
+        self.client.delete(have)
+        del self.state(tag).assets[name]
+        verdict = self.upload(w, tag, url)
+        if verdict is None or verdict.verdict is not Verdict.PUBLISHED:
+            return verdict or WheelVerdict(name, target, Verdict.FAILED, url, "the name was taken again meanwhile")
+        return WheelVerdict(name, target, Verdict.REPLACED, url,
+                            f"deleted the orphan asset (sha256 {check.sha256}: {reasons}) and sent this build")
+
+
+def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, ledger: Path,
+            client: ghrest.Client, derive: Derive | None, reader: str, delete_orphans: bool,
+            dry_run: bool, on_record: Callable[[str], None] | None,
+            ) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
+    """Publish ``batch`` to ``s`` in file name order; returns the target's outcome, each wheel's
+    verdict, the entries merged into the ledger and the publications recorded."""
+    run = _GithubRun(s, client, ledger, derive, reader, delete_orphans, dry_run, on_record=on_record)
+    verdicts: list[WheelVerdict] = []
+    stop: str | None = None
+    for w in sorted(batch, key=lambda w: w.filename):
+        if stop is not None:
+            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.FAILED, None, f"not attempted: {stop}"))
+            continue
+        try:
+            recorded = vouchers.ledger.by_filename(w.filename)
+            verdicts.append(run.one(w, recorded.sha256 if recorded is not None else None))
+        except ghrest.GithubApiError as exc:
+            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.FAILED, None, exc.message))
+            if exc.status in (401, 403, 429) or exc.status is None:
+                # the token, its rate limit or the network: every later wheel would fail the same way
+                stop = f"GitHub stopped answering this run ({exc.message})"
+    sent = tuple(run.sent)
+    outcome = TargetOutcome(s.name, "github", tuple(run.placed), sent, (), tuple(dict.fromkeys(run.warnings)),
+                            client.requests, client.rate_limited, client.throttle.waited_s)
+    return outcome, verdicts, tuple(run.merged), run.recorded
+
+
+def merge_entries(ledger: Path, entries: Sequence[LedgerEntry]) -> tuple[str, ...]:
+    """Merge ``entries`` into ``ledger`` (those already there with the same sha256 are skipped)."""
+    if not entries:
+        return ()
+    with tempfile.TemporaryDirectory(prefix="farm-merge-") as tmp:
+        for entry in entries:
+            write_fragment(entry, Path(tmp))
+        return merge_fragments(ledger, Path(tmp)).added

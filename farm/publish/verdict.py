@@ -1,0 +1,59 @@
+"""What became of each wheel on each target: the verdicts a publish reports."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Verdict(str, enum.Enum):
+    """What became of one wheel on one target."""
+
+    PUBLISHED = "published"  # sent by this run
+    PRESENT = "present"  # already there, the same bytes
+    ADOPTED = "adopted"  # an unrecorded earlier build of the cell was there; re-asserted and recorded instead
+    REPLACED = "replaced"  # an orphan under its name was deleted and this wheel sent (--delete-orphans)
+    WOULD_SEND = "would-send"  # a dry run's plan
+    WOULD_VERIFY = "would-verify"  # a dry run: another build is there, to be re-asserted
+    ORPHAN = "orphan"  # an unrecorded asset under its name failed re-assertion: to delete
+    REFUSED = "refused"  # the gate or the target refused this wheel
+    FAILED = "failed"  # the target could not be reached or answered an error (after bounded retries)
+
+
+OK_VERDICTS = frozenset({Verdict.PUBLISHED, Verdict.PRESENT, Verdict.ADOPTED, Verdict.REPLACED,
+                         Verdict.WOULD_SEND, Verdict.WOULD_VERIFY})
+
+
+@dataclass(frozen=True)
+class WheelVerdict:
+    wheel: str
+    target: str  # a target's name, or "gate"
+    verdict: Verdict
+    url: str | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in OK_VERDICTS
+
+    def line(self) -> str:
+        return (f"{self.wheel}: {self.target}: {self.verdict.value}" + (f" {self.url}" if self.url else "")
+                + (f" ({self.message})" if self.message else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"wheel": self.wheel, "target": self.target, "verdict": self.verdict.value, "url": self.url,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class TargetOutcome:
+    target: str
+    kind: str
+    placed: tuple[tuple[str, str], ...]  # (filename, url) of every wheel of the batch
+    sent: tuple[str, ...]  # filenames actually transferred this run
+    commands: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    requests: int = 0  # GitHub API requests sent
+    rate_limited: int = 0  # GitHub rate-limit answers obeyed
+    throttled_s: float = 0.0  # time the client-side throttle waited

@@ -1,0 +1,349 @@
+"""A loopback GitHub Releases API on 127.0.0.1, for the publish tests.
+
+GitHub cannot be reached from the test machine, so this server simulates GitHub's documented
+behaviour of the calls farm makes (REST API version 2022-11-28):
+
+- releases by tag: ``GET /repos/O/R/releases/tags/TAG`` (404 when none), ``POST /repos/O/R/releases``
+  (201; 422 ``already_exists`` for a tag that has one);
+- assets: list (``GET .../releases/ID/assets``, paginated by ``per_page``/``page``), upload
+  (``POST /uploads/repos/O/R/releases/ID/assets?name=N``, the uploads host), download (``GET
+  .../releases/assets/ID`` with ``Accept: application/octet-stream`` answers 302 to a signed
+  storage URL, which refuses a request that carries a token, as GitHub's storage does), delete;
+  each asset reports ``digest: sha256:...`` (``null`` for one uploaded before GitHub computed digests);
+- 422 ``already_exists`` on a duplicate asset name; 422 past 1,000 assets in one release;
+- 401 without the token;
+- the primary limit (requests per hour per repository; 403 with ``x-ratelimit-remaining: 0`` and
+  ``x-ratelimit-reset``) and the secondary limits on content-creating requests (per minute and
+  per hour; 403 or 429 with ``Retry-After``), every answer carrying ``x-ratelimit-*`` headers;
+- every request counted, with its time, so a test can check the busiest hour and minute.
+
+Time is scaled (:class:`ScaledClock`): the server and the client under test share one clock in
+which an hour passes in seconds, so rate limits and ``Retry-After`` waits are exercised for real
+without making the tests slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import math
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+TOKEN = "ghs_loopbacktoken0123456789"
+ASSET_CAP = 1000
+CONTENT = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+
+
+class ScaledClock:
+    """Epoch seconds in which ``scale`` simulated seconds pass per real second."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self._t0 = time.time()
+        self._m0 = time.monotonic()
+
+    def now(self) -> float:
+        return self._t0 + (time.monotonic() - self._m0) * self.scale
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds / self.scale)
+
+
+@dataclass(frozen=True)
+class Limits:
+    primary_per_hour: int = 1000
+    content_per_minute: int = 80
+    content_per_hour: int = 500
+
+
+@dataclass
+class SimAsset:
+    id: int
+    name: str
+    data: bytes
+
+    digest: bool = True  # False: an asset from before GitHub computed digests (``digest: null``)
+
+    def to_json(self, repo: str, tag: str) -> dict[str, object]:
+        return {"id": self.id, "name": self.name, "size": len(self.data), "state": "uploaded",
+                "digest": "sha256:" + hashlib.sha256(self.data).hexdigest() if self.digest else None,
+                "content_type": "application/octet-stream",
+                "browser_download_url": f"https://github.com/{repo}/releases/download/{tag}/{self.name}"}
+
+
+@dataclass
+class SimRelease:
+    id: int
+    tag: str
+    assets: dict[str, SimAsset] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    at: float
+    method: str
+    path: str
+    status: int
+
+
+@dataclass
+class GitHubSim:
+    """The state of the simulated repository ``repo``, and what it was asked."""
+
+    repo: str = "farm-wheels/wheels"
+    clock: ScaledClock = field(default_factory=ScaledClock)
+    limits: Limits = field(default_factory=Limits)
+    token: str = TOKEN
+    secondary_status: int = 403  # GitHub answers a secondary limit with 403 or 429
+    # Called with (release tag, asset name) once an upload is stored, before it is answered: a
+    # test kills the publisher here to crash it between the upload and the ledger record.
+    on_upload: Callable[[str, str], None] | None = None
+    # Called with (method, path, status) after each API request is answered: a test acts as
+    # another writer at that moment.
+    after_request: Callable[[str, str, int], None] | None = None
+    releases: dict[str, SimRelease] = field(default_factory=dict)
+    log: list[Request] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _next_id: int = 1
+    base: str = ""
+
+    # -- counting ------------------------------------------------------------------------------
+    def count(self, *, content: bool | None = None, status: int | None = None) -> int:
+        return sum(1 for r in self.log if (content is None or (r.method in CONTENT) == content)
+                   and (status is None or r.status == status))
+
+    def busiest(self, period_s: float, *, content: bool = False, accepted: bool = True) -> int:
+        """The most requests (content-creating only, with ``content``) in any ``period_s`` window
+        (only those answered without a rate limit, with ``accepted``)."""
+        times = sorted(r.at for r in self.log if (not content or r.method in CONTENT)
+                       and (not accepted or r.status not in (403, 429)))
+        best, j = 0, 0
+        for i, t in enumerate(times):
+            while times[j] <= t - period_s:
+                j += 1
+            best = max(best, i - j + 1)
+        return best
+
+    def asset_names(self, tag: str) -> list[str]:
+        release = self.releases.get(tag)
+        return sorted(release.assets) if release else []
+
+    def put_asset(self, tag: str, name: str, data: bytes, *, digest: bool = True) -> None:
+        """Place an asset directly (a state left by an earlier run); ``digest=False``: one
+        uploaded before GitHub reported digests."""
+        with self._lock:
+            release = self.releases.get(tag) or self._new_release(tag)
+            release.assets[name] = SimAsset(self._id(), name, data, digest)
+
+    def _id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _new_release(self, tag: str) -> SimRelease:
+        release = SimRelease(self._id(), tag)
+        self.releases[tag] = release
+        return release
+
+    # -- limits --------------------------------------------------------------------------------
+    def _headers(self, now: float) -> dict[str, str]:
+        """The ``x-ratelimit-*`` headers GitHub sends with every answer (primary limit)."""
+        with self._lock:
+            hour = [r.at for r in self.log if r.status not in (403, 429) and not r.path.startswith("/_storage/")
+                    and r.at > now - 3600]
+        used = len(hour) + 1
+        reset = (hour[0] if hour else now) + 3600
+        return {"x-ratelimit-limit": str(self.limits.primary_per_hour),
+                "x-ratelimit-remaining": str(max(0, self.limits.primary_per_hour - used)),
+                "x-ratelimit-used": str(used), "x-ratelimit-reset": str(math.ceil(reset)),
+                "x-ratelimit-resource": "core"}
+
+    def _limited(self, method: str, now: float) -> tuple[int, dict[str, str]] | None:
+        """GitHub's answer when this request is over a limit, else None (and it is counted)."""
+        accepted = [r for r in self.log if r.status not in (403, 429) and not r.path.startswith("/_storage/")]
+        hour = [r for r in accepted if r.at > now - 3600]
+        if len(hour) >= self.limits.primary_per_hour:
+            reset = hour[0].at + 3600
+            return 403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(math.ceil(reset))}
+        if method in CONTENT:
+            content_hour = [r for r in hour if r.method in CONTENT]
+            content_minute = [r for r in content_hour if r.at > now - 60]
+            if len(content_minute) >= self.limits.content_per_minute:
+                return self.secondary_status, {"retry-after": str(math.ceil(content_minute[0].at + 60 - now))}
+            if len(content_hour) >= self.limits.content_per_hour:
+                return self.secondary_status, {"retry-after": str(math.ceil(content_hour[0].at + 3600 - now))}
+        return None
+
+
+def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
+    repo_prefix = f"/repos/{sim.repo}"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _send(self, status: int, body: object = None, headers: dict[str, str] | None = None,
+                  raw: bytes | None = None) -> None:
+            payload = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+            self.send_response(status)
+            for k, v in {**getattr(self, "_limit_headers", {}), **(headers or {})}.items():
+                self.send_header(k, v)
+            self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            self._status = status
+
+        def _body(self) -> bytes:
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
+
+        def _handle(self) -> None:
+            method = self.command
+            url = urllib.parse.urlsplit(self.path)
+            path, query = url.path, urllib.parse.parse_qs(url.query)
+            now = sim.clock.now()
+            body = self._body() if method in ("POST", "PUT", "PATCH") else b""
+            self._status = 0
+            try:
+                if path.startswith("/_storage/"):
+                    self._storage(path)
+                    return
+                if self.headers.get("Authorization") != f"Bearer {sim.token}":
+                    self._send(401, {"message": "Bad credentials"})
+                    return
+                with sim._lock:
+                    limited = sim._limited(method, now)
+                self._limit_headers = sim._headers(now)
+                if limited is not None:
+                    status, headers = limited
+                    message = ("API rate limit exceeded" if "x-ratelimit-reset" in headers
+                               else "You have exceeded a secondary rate limit. Please wait a few minutes.")
+                    self._send(status, {"message": message}, headers)
+                    return
+                self._api(method, path, query, body)
+            finally:
+                with sim._lock:
+                    sim.log.append(Request(now, method, path, self._status))
+                if sim.after_request is not None and not path.startswith("/_storage/"):
+                    sim.after_request(method, path, self._status)
+
+        def _storage(self, path: str) -> None:
+            if self.headers.get("Authorization"):
+                # S3 refuses a second authorization mechanism beside the signed URL.
+                self._send(400, raw=b"Only one auth mechanism allowed")
+                return
+            asset_id = int(path.rsplit("/", 1)[1])
+            for release in list(sim.releases.values()):
+                for asset in list(release.assets.values()):
+                    if asset.id == asset_id:
+                        self._send(200, raw=asset.data)
+                        return
+            self._send(404, raw=b"NoSuchKey")
+
+        def _api(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> None:
+            uploads = path.startswith("/uploads/")
+            if uploads:
+                path = path[len("/uploads"):]
+            if not path.startswith(repo_prefix):
+                self._send(404, {"message": "Not Found"})
+                return
+            rest = path[len(repo_prefix):]
+            parts = [urllib.parse.unquote(p) for p in rest.strip("/").split("/")]
+            with sim._lock:
+                if method == "GET" and parts[:2] == ["releases", "tags"] and len(parts) == 3:
+                    release = sim.releases.get(parts[2])
+                    if release is None:
+                        self._send(404, {"message": "Not Found"})
+                    else:
+                        self._send(200, {"id": release.id, "tag_name": release.tag})
+                    return
+                if method == "POST" and parts == ["releases"] and not uploads:
+                    tag = json.loads(body)["tag_name"]
+                    if tag in sim.releases:
+                        self._send(422, {"message": "Validation Failed", "errors": [
+                            {"resource": "Release", "code": "already_exists", "field": "tag_name"}]})
+                        return
+                    release = sim._new_release(tag)
+                    self._send(201, {"id": release.id, "tag_name": tag})
+                    return
+                if len(parts) == 3 and parts[0] == "releases" and parts[2] == "assets":
+                    release = next((r for r in sim.releases.values() if str(r.id) == parts[1]), None)
+                    if release is None:
+                        self._send(404, {"message": "Not Found"})
+                        return
+                    if method == "GET" and not uploads:
+                        per_page = min(int(query.get("per_page", ["30"])[0]), 100)
+                        page = int(query.get("page", ["1"])[0])
+                        items = sorted(release.assets.values(), key=lambda a: a.id)
+                        chunk = items[(page - 1) * per_page:page * per_page]
+                        self._send(200, [a.to_json(sim.repo, release.tag) for a in chunk])
+                        return
+                    if method == "POST" and uploads:
+                        name = query.get("name", [""])[0]
+                        if name in release.assets:
+                            self._send(422, {"message": "Validation Failed", "errors": [
+                                {"resource": "ReleaseAsset", "code": "already_exists", "field": "name"}]})
+                            return
+                        if len(release.assets) >= ASSET_CAP:
+                            self._send(422, {"message": "Validation Failed", "errors": [
+                                {"resource": "ReleaseAsset", "code": "custom", "field": "release",
+                                 "message": f"a release may hold at most {ASSET_CAP} assets"}]})
+                            return
+                        asset = SimAsset(sim._id(), name, body)
+                        release.assets[name] = asset
+                        hook = sim.on_upload
+                        answer = asset.to_json(sim.repo, release.tag)
+                    else:
+                        self._send(404, {"message": "Not Found"})
+                        return
+                elif len(parts) == 3 and parts[:2] == ["releases", "assets"]:
+                    found = [(r, a) for r in sim.releases.values() for a in r.assets.values()
+                             if str(a.id) == parts[2]]
+                    if not found:
+                        self._send(404, {"message": "Not Found"})
+                        return
+                    release, asset = found[0]
+                    if method == "DELETE":
+                        del release.assets[asset.name]
+                        self._send(204)
+                        return
+                    if method == "GET" and self.headers.get("Accept") == "application/octet-stream":
+                        self._send(302, headers={"Location": f"{sim.base}_storage/{asset.id}?X-Amz-Signature=sim"})
+                        return
+                    self._send(200, asset.to_json(sim.repo, release.tag))
+                    return
+                else:
+                    self._send(404, {"message": "Not Found"})
+                    return
+            if hook is not None:  # outside the lock: the hook may kill the client
+                hook(release.tag, asset.name)
+            self._send(201, answer)
+
+        do_GET = do_POST = do_DELETE = do_PATCH = _handle
+
+    return Handler
+
+
+@contextmanager
+def serve(sim: GitHubSim) -> Iterator[GitHubSim]:
+    """Run ``sim`` on 127.0.0.1; ``sim.base`` is its URL (ending in ``/``): the API is at
+    ``sim.base`` and the uploads host at ``sim.base + "uploads"``."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(sim))
+    server.daemon_threads = True
+    sim.base = f"http://127.0.0.1:{server.server_address[1]}/"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield sim
+    finally:
+        server.shutdown()
+        server.server_close()
