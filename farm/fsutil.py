@@ -10,8 +10,10 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from farm.errors import FileSystemError, os_error
 
@@ -65,6 +67,17 @@ def read_chunks(path: Path) -> Iterator[bytes]:
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             yield chunk
+
+
+def open_plain(path: Path) -> BinaryIO:
+    """``path`` opened for reading, only if it is a regular file and not a link: a file another
+    job handed over (an artifact, a shard's output) is never followed elsewhere, and a FIFO never
+    blocks the reader. Raises OSError (ELOOP for a link) or ValueError (not a regular file)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def fsync_dir(directory: Path) -> None:

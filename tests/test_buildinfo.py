@@ -270,9 +270,22 @@ def test_compile_cache_round_trips_and_null_means_unknown() -> None:
         assert BuildInfo.from_json(info.to_json()) == info
 
 
+def test_the_toolkit_the_device_code_records_round_trips() -> None:
+    made = {"demo_ext/_C.so": {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}}
+    info = dataclasses.replace(asserted_example(), made_by={
+        so: buildinfo.MadeByRecord.from_mapping(m) for so, m in made.items()})
+    assert info.to_dict()["made_by"] == made and list(info.to_dict())[-1] == "made_by"
+    back = BuildInfo.from_json(info.to_json())
+    assert back == info and back.to_json() == info.to_json()
+    assert "made_by" not in asserted_example().to_dict()  # absent unless postbuild read it
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
+        (lambda d: d.update(made_by={"a.so": {"cubin": {"13.0": -1}, "ptx_isa": {}, "unread": 0}}), "made_by"),
+        (lambda d: d.update(made_by={"a.so": {"cubin": {}, "ptx_isa": {}}}), "made_by"),
+        (lambda d: d.update(made_by=[1]), "made_by"),
         (lambda d: d.update(duration_s=-1), "duration_s"),
         (lambda d: d.update(duration_s="93"), "duration_s"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1}),

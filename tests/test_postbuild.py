@@ -351,6 +351,45 @@ def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path
     assert main(["postbuild", str(stamped), "--out", str(tmp_path / "dist3"), "--root", str(farm_root)]) != 0
 
 
+def test_a_cuda_13_build_postbuilt_for_another_line_fails_naming_both(
+        farm_root: Path, raw_wheel: Path, cuda_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The wheel's device code was made by nvcc 13.0: `--cuda 12.8`, or a build spec whose cell says
+    12.8, would stamp it +cu128; the assertion reads the toolkit from the cubins' notes and the PTX
+    ISA and fails it, naming both lines; nothing is written."""
+    from dataclasses import replace
+
+    from farm.build.spec import resolve_spec, write_spec
+
+    assert cuda_line(cuda_home) == "13.0"
+    (farm_root / "packages" / "demo_ext.yml").write_text(
+        (farm_root / "packages" / "demo_ext.yml").read_text() + "only:\n  cuda: ['12.8', '13.0']\n")
+    base = ["postbuild", str(raw_wheel), "--root", str(farm_root), "--json"]
+    assert main([*base, "--out", str(tmp_path / "a"), "--cuda", "12.8"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (ext,) = doc["wheels"][0]["assertion"]["extensions"]
+    (finding,) = [f for f in ext["findings"] if f["code"] == "toolkit-mismatch"]
+    assert "cubin(s) made by CUDA 13.0" in finding["message"] and "PTX entry of ISA 9.0" in finding["message"]
+    assert "the cell's CUDA line is 12.8" in finding["message"]
+    assert finding["cause"] == "built by another CUDA toolkit"
+    assert not (tmp_path / "a").exists()
+
+    config = load_config(farm_root)
+    ctx, _ = context_from_config(config, raw_wheel, cuda_home=cuda_home)
+    spec = write_spec(resolve_spec(config, config.recipe("demo_ext"), replace(ctx.cell, cuda="12.8")), tmp_path / "s")
+    assert main([*base, "--out", str(tmp_path / "b"), "--spec", str(spec)]) == 1
+    assert "the cell's CUDA line is 12.8" in capsys.readouterr().out
+    assert not (tmp_path / "b").exists()
+    # the same wheel for its own line passes, and the report says what the binary records
+    assert main([*base, "--out", str(tmp_path / "c"), "--cuda-home", str(cuda_home)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (ext,) = doc["wheels"][0]["assertion"]["extensions"]
+    assert ext["made_by"] == {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}
+    stamped = Path(doc["wheels"][0]["stamped"])
+    info = BuildInfo.from_json(zipfile.ZipFile(stamped).read(
+        next(n for n in zipfile.ZipFile(stamped).namelist() if n.endswith("_build_info.json"))))
+    assert {so: m.to_dict() for so, m in info.made_by.items()} == {ext["path"]: ext["made_by"]}
+
+
 def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: Path, raw_wheel: Path,
                                                                      cuda_home: Path, tmp_path: Path) -> None:
     """The recipe is edited after the build (its epoch, a vendored rule, jit, requires_dist, the

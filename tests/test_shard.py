@@ -5,7 +5,9 @@ or object stops the link job, naming it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -24,7 +26,8 @@ from farm.build.shard import (
     tu_path,
 )
 from farm.cli import main
-from farm.errors import DefectError, UsageError
+from farm.errors import UsageError
+from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 
 from . import buildroot
@@ -133,7 +136,16 @@ def sharded(tmp_path_factory, pypi_toolkit):
 def test_compile_shards_split_the_tus(sharded) -> None:
     root, _, compiled, _ = sharded
     records = [c.shard for c in compiled]
-    assert [r["tus"] for r in records] == [["csrc/add.cu", "csrc/ops/negate.cu"], ["csrc/ops/fill.cu", "csrc/scale.cu"]]
+    assert [sorted(u["tu"] for u in r["units"]) for r in records] == [
+        ["csrc/add.cu", "csrc/ops/negate.cu"], ["csrc/ops/fill.cu", "csrc/scale.cu"]]
+    # each unit carries its object's, its source's and its in-tree includes' sha256, and its flags
+    fill = next(u for u in records[1]["units"] if u["tu"] == "csrc/ops/fill.cu")
+    src = root / "src" / "shard_ext"
+    assert fill["inputs"] == {"csrc/ops/values.h": sha256_file(src / "csrc/ops/values.h")}
+    assert fill["source_sha256"] == sha256_file(src / "csrc/ops/fill.cu")
+    assert fill["object_sha256"] == sha256_file(root / "shards" / CELL.id / "objects" / fill["file"])
+    assert "-gencode=arch=compute_90,code=sm_90" in fill["flags"] and not any("fill.o" in f for f in fill["flags"])
+    assert {r["spec"] for r in records} == {compiled[0].plan.spec.digest}
     assert all(c.passed and not c.postbuild for c in compiled)  # objects, no wheel postbuilt
     objects = root / "shards" / CELL.id / "objects"
     assert sorted(p.name.split("-")[0] for p in objects.glob("*.o")) == ["0", "0", "1", "1"]
@@ -164,24 +176,55 @@ def test_link_wheel_asserts_and_matches_the_unsharded_build(sharded, tmp_path) -
     assert sorted(r["status"] for r in log) == ["served"] * 4
 
 
-def test_a_shard_built_with_another_arch_list_fails_the_assertion(sharded, pypi_toolkit, tmp_path) -> None:
-    """Shard 1 rebuilt from a config that says 8.0 only: the link job's wheel has the cell's union
-    (sm_80, sm_90) but two TUs lack sm_90: the per-TU check fails it."""
+def test_a_shard_built_with_another_arch_list_is_refused_by_the_link_job(sharded, pypi_toolkit, tmp_path) -> None:
+    """Shard 1 rebuilt from a config that says 8.0 only: its build spec differs from the link
+    job's, so the link job refuses it before building (the per-TU check in postbuild would fail
+    the wheel too, but the shard never gets that far)."""
     root = sharded[0]
     shards = tmp_path / "shards"
     shutil.copytree(root / "shards", shards)
     other = _root(tmp_path / "other", arch="8.0")
     build_cell(other, other.recipe("shard_ext"), CELL, _settings(tmp_path / "other", pypi_toolkit, shards, ShardJob(2, 1)))
     config = _root(tmp_path / "main")
-    result = build_cell(config, config.recipe("shard_ext"), CELL,
-                        _settings(tmp_path / "main", pypi_toolkit, shards, ShardJob(2)))
-    assert not result.passed and not result.asserted
-    text = result.postbuild[0].report.render()
-    assert "sm_90" in text
-    report = result.postbuild[0].to_json()["assertion"]
-    (ext,) = report["extensions"]
-    assert ext["found"] == "sm_80;sm_90"  # the union looks right; the per-TU check does not
-    assert not (tmp_path / "main" / "upload").exists() or not any((tmp_path / "main" / "upload").iterdir())
+    with pytest.raises(UsageError, match=r"compile shard 1/2 was built from another build spec"):
+        build_cell(config, config.recipe("shard_ext"), CELL, _settings(tmp_path / "main", pypi_toolkit, shards, ShardJob(2)))
+    assert not (tmp_path / "main" / "upload").exists()
+
+
+@pytest.mark.parametrize("edit", ["kernel", "header"])
+def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, tmp_path, monkeypatch, edit) -> None:
+    """The attack: compile shard 1/2 compiles a tree where one kernel (or a header it includes)
+    was changed after farm prepared it, same paths, same recipe and build spec (a hostile build
+    step or a dirty runner: for a git source the spec names the commit, not the files). The link
+    job, on the original tree, recomputes the source hashes and refuses the shard, naming the TU
+    (or header) and the shard; nothing is linked, asserted or published."""
+    from farm.build import builders
+
+    shards = tmp_path / "shards"
+    shutil.copytree(sharded[0] / "shards", shards)
+    prepare = builders.prepare_source
+
+    def tampered(*args, **kwargs):
+        src = prepare(*args, **kwargs)
+        changed = src / "csrc" / "ops" / ("fill.cu" if edit == "kernel" else "values.h")
+        text = changed.read_text()
+        changed.write_text(text.replace("= SHARD_EXT_FILL_VALUE;", "= 1e30f;") if edit == "kernel" else
+                           text.replace("0.5f", "1e30f"))
+        assert changed.read_text() != text
+        return src
+
+    config = _root(tmp_path / "main")
+    with monkeypatch.context() as m:
+        m.setattr(builders, "prepare_source", tampered)
+        build_cell(config, config.recipe("shard_ext"), CELL, _settings(tmp_path / "evil", pypi_toolkit, shards,
+                                                                     ShardJob(2, 1)))
+    name = "csrc/ops/fill.cu" if edit == "kernel" else "csrc/ops/values.h"
+    with pytest.raises(UsageError, match=rf"compile shard 1/2 compiled TU csrc/ops/fill.cu from other sources than "
+                                         rf"this tree: {name} \(sha256 [0-9a-f]{{12}} here") as caught:
+        build_cell(config, config.recipe("shard_ext"), CELL, _settings(tmp_path / "main", pypi_toolkit, shards, ShardJob(2)))
+    assert "--shard 1/2" in (caught.value.hint or "")
+    assert not (tmp_path / "main" / "upload").exists()
+    assert not (tmp_path / "main" / "work" / CELL.id / "wheelhouse").exists()  # refused before any build
 
 
 def test_link_refuses_a_missing_shard_and_names_it(sharded, pypi_toolkit, tmp_path) -> None:
@@ -197,10 +240,11 @@ def test_link_names_the_tu_and_shard_of_a_missing_object(sharded, pypi_toolkit, 
     shards = tmp_path / "shards"
     shutil.copytree(sharded[0] / "shards", shards)
     done = json.loads((shards / CELL.id / "objects" / "done-1.json").read_text())
-    gone = min(done["objects"])
+    gone = min(u["file"] for u in done["units"])
     (shards / CELL.id / "objects" / gone).unlink()
     config = _root(tmp_path / "r")
-    with pytest.raises(DefectError, match=r"no compile shard made: csrc/\S+\.cu \(compile shard 1/2\)"):
+    with pytest.raises(UsageError, match=r"compile shard 1/2 did not leave the object it recorded for TU csrc/\S+\.cu"
+                                         r": \S+ is missing"):
         build_cell(config, config.recipe("shard_ext"), CELL, _settings(tmp_path / "r", pypi_toolkit, shards, ShardJob(2)))
 
 
@@ -214,12 +258,33 @@ def test_cli_checks_the_shard_against_the_recipe(tmp_path, pypi_toolkit, capsys)
     assert "need 0 <= I < N" in capsys.readouterr().err
 
 
+def test_cli_compile_shard_then_a_forged_record_refused_by_the_link_job(sharded, tmp_path, pypi_toolkit,
+                                                                         capsys) -> None:
+    """Through `farm build`: a compile shard reports its TUs; a link job whose shard record was
+    replaced by a JSON list exits 2 with the shard named and its fix, never a traceback."""
+    _root(tmp_path)
+    shards = tmp_path / "shards"
+    base = ["build", "shard_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+            "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(pypi_toolkit.cuda_home),
+            "--shard-dir", str(shards)]
+    assert main([*base, "--shard", "0/2"]) == 0
+    assert f"{CELL.id}: compile shard 0/2: 2 TU(s) compiled into" in capsys.readouterr().out
+    shutil.copy(sharded[0] / "shards" / CELL.id / "objects" / "done-1.json", shards / CELL.id / "objects")
+    for name in (sharded[0] / "shards" / CELL.id / "objects").glob("1-*.o"):
+        shutil.copy(name, shards / CELL.id / "objects")
+    (shards / CELL.id / "objects" / "done-1.json").write_text("[1, 2]")
+    assert main([*base, "--link"]) == 2
+    err = capsys.readouterr().err
+    assert "compile shard 1/2's record is not one farm wrote: record: expected an object, got list" in err
+    assert "fix: rerun compile shard 1/2" in err and "Traceback" not in err
+
+
 def test_launcher_is_the_module_itself() -> None:
     """The launcher copied into shard folders runs with the standard library alone."""
     source = Path(shard.__file__).read_text()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert imports <= {"__future__", "hashlib", "json", "os", "shutil", "subprocess", "sys", "collections",
-                       "dataclasses", "pathlib"}
+    assert imports <= {"__future__", "contextlib", "hashlib", "json", "os", "re", "shutil", "subprocess", "sys",
+                       "collections", "dataclasses", "pathlib"}
     assert shardjob.CONTAINER_ROOT == "/project"
 
 
@@ -273,7 +338,7 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
 
     config = _root(tmp_path)
     src = tmp_path / "src" / "shard_ext"
-    setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 1), CELL.id, src)
+    setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 1), CELL.id, src, "0" * 64)
     assert setup.table == assign(TUS, 2) and (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
     plan = plan_build(config, config.recipe("shard_ext"), CELL, src,
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=setup))
@@ -309,9 +374,202 @@ def test_sharded_cibuildwheel_build_under_podman(tmp_path, pypi_toolkit) -> None
 
     compiled = [build_cell(config, config.recipe("shard_ext"), CELL, settings(ShardJob(2, i), f"s{i}"))
                 for i in range(2)]
-    assert [c.shard["tus"] for c in compiled] == [["csrc/add.cu", "csrc/ops/negate.cu"],
-                                                  ["csrc/ops/fill.cu", "csrc/scale.cu"]]
+    assert [sorted(u["tu"] for u in c.shard["units"]) for c in compiled] == [
+        ["csrc/add.cu", "csrc/ops/negate.cu"], ["csrc/ops/fill.cu", "csrc/scale.cu"]]
     link = build_cell(config, config.recipe("shard_ext"), CELL, settings(ShardJob(2), "link"))
     assert link.passed, "\n".join(r.report.render() for r in link.postbuild)
     (wheel,) = link.asserted
     assert _found_per_tu(wheel, tmp_path) == ["sm_80;sm_90"] * 4
+
+
+# -- forged shard outputs (fast: objects and records made here, the link job's checks are real) ----
+ARGS = ["-c", "{tu}", "-o", "build/{stem}.o", "-Xcompiler", "-fPIC", "-O2", "-gencode=arch=compute_80,code=sm_80"]
+
+
+def _argv(tu: str) -> list[str]:
+    return [a.format(tu=tu, stem=Path(tu).stem) for a in ARGS]
+
+
+def _forge_shards(tmp_path: Path) -> tuple[Path, Path]:
+    """A source tree and the outputs two compile shards would leave for it, each record true."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "tests" / "data" / "shard_ext", src)
+    shards = tmp_path / "shards"
+    objects = shards / CELL.id / shard.OBJECTS
+    objects.mkdir(parents=True)
+    table = assign(tree_tus(src), 2)
+    for i in range(2):
+        units = []
+        for tu in sorted(t for t, owner in table.items() if owner == i):
+            args = _argv(tu)
+            unit = compile_unit(args)
+            file = shard.object_name(i, tu, unit.output)
+            (objects / file).write_bytes(f"object of {tu}".encode())
+            inputs = {"csrc/ops/values.h": sha256_file(src / "csrc/ops/values.h")} if tu.endswith("fill.cu") else {}
+            units.append(shardjob.Unit(tu, Path(unit.output).name, file, sha256_file(objects / file),
+                                       sha256_file(src / tu), inputs, tuple(shard.compile_flags(args, unit, str(src)))))
+        record = shardjob.DoneRecord(cell=CELL.id, index=i, count=2, digest=shard.table_digest(table, 2),
+                                     spec="5" * 64, units=tuple(units), skipped=2)
+        (objects / shard.done_name(i)).write_text(json.dumps(record.to_json(), indent=1))
+    return src, shards
+
+
+def _link(src: Path, shards: Path) -> shardjob.ShardSetup:
+    return shardjob.prepare(shards, ShardJob(2), CELL.id, src, "5" * 64)
+
+
+def _edit_done(shards: Path, index: int, change) -> None:
+    path = shards / CELL.id / shard.OBJECTS / shard.done_name(index)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(change(data)) if callable(change) else change)
+
+
+def test_true_shard_records_are_proven(tmp_path) -> None:
+    src, shards = _forge_shards(tmp_path)
+    setup = _link(src, shards)
+    assert sorted(u.tu for u in setup.proofs.values()) == TUS
+    config = json.loads((setup.directory / shard.CONFIG).read_text())
+    assert set(config["proofs"]) == set(setup.proofs) and config["spec"] == "5" * 64
+
+
+def _swap_objects(src: Path, shards: Path) -> None:
+    a, b = sorted((shards / CELL.id / shard.OBJECTS).glob("0-*.o"))
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+
+
+def _first_unit(field: str, value):
+    def change(data):
+        data["units"][0][field] = value
+        return data
+    return change
+
+
+FORGERIES = {
+    "objects swapped": (_swap_objects, r"compile shard 0/2 did not leave the object it recorded for TU csrc/add\.cu"
+                                       r": \S+ is not the one it compiled"),
+    "object hash edited": (lambda src, sh: _edit_done(sh, 1, _first_unit("object_sha256", "a" * 64)),
+                           r"compile shard 1/2 did not leave the object it recorded for TU csrc/ops/fill\.cu"),
+    "source edited": (lambda src, sh: (src / "csrc/scale.cu").write_text("// changed\n"),
+                      r"compile shard 1/2 compiled TU csrc/scale\.cu from other sources than this tree: csrc/scale\.cu"),
+    "header edited": (lambda src, sh: (src / "csrc/ops/values.h").write_text("#define SHARD_EXT_FILL_VALUE 2\n"),
+                      r"compile shard 1/2 compiled TU csrc/ops/fill\.cu from other sources than this tree: "
+                      r"csrc/ops/values\.h \(sha256 \w+ here"),
+    "source hash edited": (lambda src, sh: _edit_done(sh, 0, _first_unit("source_sha256", "b" * 64)),
+                           r"compile shard 0/2 compiled TU csrc/add\.cu from other sources"),
+    "record is a list": (lambda src, sh: _edit_done(sh, 1, "[1, 2]"), r"record is not one farm wrote: record: expected an object, got list"),
+    "objects: 5 (an old record)": (lambda src, sh: _edit_done(sh, 1, lambda d: {**d, "version": 1, "objects": 5}),
+                                   r"version: must be 2 with job 'compile'"),
+    "units: 5": (lambda src, sh: _edit_done(sh, 1, lambda d: {**d, "units": 5}), r"units: expected an array, got int"),
+    "flags not strings": (lambda src, sh: _edit_done(sh, 0, _first_unit("flags", [1])),
+                          r"units/0/flags/0: expected string, got int"),
+    "a TU outside the tree": (lambda src, sh: _edit_done(sh, 0, _first_unit("tu", "../../etc/passwd")),
+                              r"units/0/tu: must be a path inside the source tree"),
+    "a TU of another shard": (lambda src, sh: _edit_done(sh, 0, _first_unit("tu", "csrc/scale.cu")),
+                              r"compile shard 0/2 claims TU csrc/scale\.cu, which compile shard 1/2 owns"),
+    "another spec": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "spec": "6" * 64}),
+                     r"compile shard 0/2 was built from another build spec \(666666666666; this link job's: 555555555555\)"),
+    "not JSON": (lambda src, sh: _edit_done(sh, 0, "{"), r"compile shard 0/2's record is not JSON"),
+    "nested a million deep": (lambda src, sh: _edit_done(sh, 0, "[" * 1_000_000), r"record is not JSON"),
+    "a key farm does not write": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "trusted": True}),
+                                  r"record: holds keys farm does not write \('trusted'\)"),
+    "a negative count": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "skipped": -1}),
+                         r"skipped: must be a count, not -1"),
+    "count is a bool": (lambda src, sh: _edit_done(sh, 0, lambda d: {**d, "skipped": True}),
+                        r"skipped: expected .*, got bool"),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_forged_shard_outputs_are_refused_before_the_link_build(tmp_path, forgery) -> None:
+    src, shards = _forge_shards(tmp_path)
+    forge, message = FORGERIES[forgery]
+    forge(src, shards)
+    with pytest.raises(UsageError, match=message) as caught:
+        _link(src, shards)
+    assert caught.value.exit_code == 2 and caught.value.hint
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_record_that_is_a_link_or_a_fifo_is_refused(tmp_path, kind) -> None:
+    """A link is never followed; a FIFO is refused at once (reading it would wait forever)."""
+    src, shards = _forge_shards(tmp_path)
+    done = shards / CELL.id / shard.OBJECTS / shard.done_name(1)
+    real = tmp_path / "elsewhere.json"
+    done.rename(real)
+    if kind == "link":
+        done.symlink_to(real)
+    else:
+        os.mkfifo(done)
+    with pytest.raises(UsageError, match=r"compile shard 1/2's record is not a regular file"):
+        _link(src, shards)
+
+
+def _serve(setup: shardjob.ShardSetup, src: Path, tu: str, args: list[str]) -> int:
+    """The link build's nvcc call for ``tu``, through the real launcher (it never runs nvcc)."""
+    (src / "build").mkdir(exist_ok=True)
+    cwd = Path.cwd()
+    os.chdir(src)
+    try:
+        return shard.launch([str(setup.directory / shard.LAUNCHER), "/bin/false", *args],
+                            {"FARM_SHARD_DIR": str(setup.directory), "FARM_SHARD_ROOT": str(src)})
+    finally:
+        os.chdir(cwd)
+
+
+def test_the_launcher_serves_proven_objects_and_refuses_other_flags(tmp_path, capsys) -> None:
+    src, shards = _forge_shards(tmp_path)
+    setup = _link(src, shards)
+    for tu in TUS[:3]:
+        assert _serve(setup, src, tu, _argv(tu)) == 0
+    assert (src / "build/add.o").read_bytes() == b"object of csrc/add.cu"
+    # the link build compiles scale.cu with another flag than compile shard 1 did
+    assert _serve(setup, src, "csrc/scale.cu", [*_argv("csrc/scale.cu"), "-DFAST=1"]) == 1
+    assert "TU csrc/scale.cu of compile shard 1/2: compiled with other flags" in capsys.readouterr().err
+    assert not (src / "build/scale.o").exists()
+    with pytest.raises(UsageError, match=r"refused 1 object\(s\) of the compile shards: TU csrc/scale\.cu of compile "
+                                         r"shard 1/2: compiled with other flags: .*'-DFAST=1'"):
+        shardjob.finish_link(setup, None)
+
+
+def test_the_launcher_refuses_an_object_changed_after_the_check(tmp_path, capsys) -> None:
+    src, shards = _forge_shards(tmp_path)
+    setup = _link(src, shards)
+    (shards / CELL.id / shard.OBJECTS / next(f for f, u in setup.proofs.items() if u.tu == "csrc/add.cu")).write_bytes(b"x")
+    assert _serve(setup, src, "csrc/add.cu", _argv("csrc/add.cu")) == 1
+    assert "is not the one the shard recorded" in capsys.readouterr().err
+    assert not (src / "build/add.o").exists()
+
+
+def test_empty_shard_flag_is_refused_not_an_unsharded_build(tmp_path, capsys) -> None:
+    assert main(["build", "shard_ext", "--root", str(tmp_path), "--shard", ""]) == 2
+    assert "'' is not I/N" in capsys.readouterr().err
+
+
+def test_compile_flags_leave_out_outputs_and_make_the_root_relative() -> None:
+    args = ["--generate-dependencies-with-compile", "--dependency-output", "/src/build/a.o.d", "-MT", "/src/build/a.o",
+            "-I/src/csrc", "-isystem", "/env/torch/include", "-c", "/src/csrc/a.cu", "-o", "/src/build/a.o", "-O3"]
+    unit = compile_unit(args)
+    assert shard.compile_flags(args, unit, "/src") == ["-I$ROOT/csrc", "-isystem", "/env/torch/include", "-c", "-O3"]
+
+
+def test_depfile_inputs_keep_the_tree_only() -> None:
+    text = "build/a.o : csrc/a.cu csrc/my\\ dir/k.h \\\n  /usr/include/stdio.h ../outside.h build/CMakeFiles/x.h\n"
+    assert shard.depfile_inputs(text, "/p", "/p") == ["csrc/a.cu", "csrc/my dir/k.h"]
+
+
+def test_a_header_the_build_generates_is_checked_when_it_exists(tmp_path, capsys) -> None:
+    """A TU of the tree includes a header the build writes (absent before the build): the link job
+    cannot hash it before building, so the launcher does as it serves the object."""
+    src, shards = _forge_shards(tmp_path)
+    gen = src / "build" / "gen" / "config.h"
+    _edit_done(shards, 0, lambda d: {**d, "units": [
+        {**u, "inputs": {"build/gen/config.h": hashlib.sha256(b"#define N 4\n").hexdigest()}} for u in d["units"]]})
+    setup = _link(src, shards)  # proven as far as the tree goes
+    gen.parent.mkdir(parents=True)
+    gen.write_bytes(b"#define N 8\n")  # the link build generated something else
+    assert _serve(setup, src, "csrc/add.cu", _argv("csrc/add.cu")) == 1
+    assert "its sources differ from this tree: build/gen/config.h (sha256" in capsys.readouterr().err
+    gen.write_bytes(b"#define N 4\n")
+    assert _serve(setup, src, "csrc/add.cu", _argv("csrc/add.cu")) == 0

@@ -268,6 +268,28 @@ def test_judge_ledger_entry_of_another_cell() -> None:
     assert r.check is Check.LEDGER and "differ in recipe_sha256 " in r.message
 
 
+def test_judge_device_code_of_another_cuda_line() -> None:
+    """The cell says 12.8 (so does the name): the toolkit records recorded at postbuild, or read
+    now, say 13.0: refused; records read now that differ from the recorded ones: refused too."""
+    from farm.binary.madeby import MadeBy
+
+    so = next(iter(INFO["found"]))
+    assert INFO["cell"]["cuda"] == "12.8" and "+cu128" in NAME
+    made = {so: {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}}
+    now = {so: MadeBy({"13.0": 2}, {"9.0": 1}, 0)}
+    info = {**INFO, "made_by": made}
+    refusals = judge(NAME, SHA, _bi(info), _le({**info, "filename": NAME}), None, INFO["found"], made_by_now=now)
+    assert {r.check for r in refusals} == {Check.CONSISTENT, Check.INSPECTION}
+    assert all("the cell's CUDA line is 12.8" in r.message for r in refusals)
+    # a 13.0 wheel whose records changed since postbuild
+    cu130 = {**INFO, "cell": {**INFO["cell"], "cuda": "13.0"}, "made_by": made}
+    name = NAME.replace("cu128", "cu130")
+    (r,) = judge(name, SHA, _bi(cu130), _le({**cu130, "filename": name}), None, INFO["found"],
+                 made_by_now={so: MadeBy({"13.0": 1}, {"9.0": 1}, 0)})
+    assert r.check is Check.INSPECTION and "differ from those recorded at postbuild" in r.message
+    assert judge(name, SHA, _bi(cu130), _le({**cu130, "filename": name}), None, INFO["found"], made_by_now=now) == []
+
+
 def test_judge_passed_provenance_whose_found_is_not_its_expected_is_refused() -> None:
     forged = {**INFO, "expected": {"demo_ext/_C.so": "sm_80;sm_90;sm_100;compute_100"}}
     (r,) = judge(NAME, SHA, _bi(forged), _le({**forged, "filename": NAME}), None, INFO["found"])
@@ -341,9 +363,9 @@ def _forge_arch(so: bytes, new_arch: int) -> bytes:
 def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """A hostile contributor rewrites the fatbin headers to claim sm_90 where sm_80 was built, and
-    writes a provenance (and fragment) that agrees with the forged headers. The native reader
-    alone is fooled; cuobjdump reads the device code itself, and the configuration still asks
-    for 8.0: the gate refuses on both counts."""
+    writes a provenance (and fragment) that agrees with the forged headers. The header reader
+    alone would be fooled, but each cubin's own note repeats its arch: the gate refuses the
+    binary as contradicting itself, with either reader."""
     info = json.loads(demo_batch.fragment.read_text())
     so = next(iter(info["found"]))
     for key in ("filename", "sha256", "size", "published"):
@@ -371,14 +393,16 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
     write_fragment({**info, "extensions": {so: recorded[so]},
                     "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size, "published": []},
                    out)
-    # The forgery is consistent with itself: the old gate (native reader, no config) passed it.
-    assert run_gate([stamped.path], Vouchers.load(None, [out]), reader="native").ok
+    # The forgery is consistent with itself, but not with the cubin inside: its .note.nv.cuinfo
+    # still says sm_80, so even the native reader alone refuses it now (it once passed).
+    alone = run_gate([stamped.path], Vouchers.load(None, [out]), reader="native")
+    assert not alone.ok and "the cubin's .note.nv.cuinfo says sm_80, its fatbin entry sm_90" in alone.refused[0].message
     root = write_farm_root(tmp_path / "farm")  # its recipe asks for 8.0
     assert main(["upload", str(out), "--root", str(root), "--target", "index", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     checks = {r["check"]: r["message"] for r in doc["gate"]["refused"]}
-    assert "the configuration resolves sm_80" in checks["config"]
-    assert "the native reader and cuobjdump disagree" in checks["inspection"]
+    # a binary that contradicts itself is refused as unreadable before its provenance is weighed
+    assert list(checks) == ["readable"] and "says sm_80, its fatbin entry sm_90" in checks["readable"]
     assert doc["gate"]["readers"].startswith("native + cuobjdump")
     assert not (root / "public").exists()
 
@@ -425,3 +449,26 @@ def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, 
     (refusal,) = _gate(tmp_path).refused
     assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
     assert refusal.message == f"cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: {says}"
+
+
+def test_a_cuda_13_wheel_labelled_cu128_is_refused_by_the_gate(demo_batch: Batch, tmp_path: Path) -> None:
+    """demo_ext built by nvcc 13.0, stamped +cu128 with a provenance that says cell CUDA 12.8 and
+    a fragment that vouches for it (what an older farm's `postbuild --cuda 12.8` wrote): name,
+    provenance and ledger agree (the older farm recorded no toolkit records), but the device code
+    records CUDA 13.0, so the gate keeps it out of the cu128 channel."""
+    out = tmp_path / "out"
+    info = json.loads(demo_batch.fragment.read_text())
+    for key in ("filename", "sha256", "size", "published"):
+        info.pop(key)
+    info["cell"] = {**info["cell"], "cuda": "12.8"}
+    assert [set(m["cubin"]) for m in info.pop("made_by").values()] == [{"13.0"}]  # what postbuild read
+    stamped = stamp_wheel(demo_batch.raw, out, local="cu128", build_tag=None, build_info=BuildInfo.from_json(info))
+    write_fragment({**info, "filename": stamped.filename, "sha256": stamped.sha256, "size": stamped.size,
+                    "published": []}, out)
+    assert "+cu128" in stamped.filename
+    result = _gate(out)
+    assert not result.ok and _checks(result) == {stamped.filename: {Check.INSPECTION}}
+    (refusal,) = result.refused
+    assert "not made by the cell's CUDA toolkit" in refusal.message
+    assert "made by CUDA 13.0" in refusal.message and "the cell's CUDA line is 12.8" in refusal.message
+    assert "--cuda 12.8" in refusal.fix

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -181,10 +182,15 @@ def plan_of(cells: list[tuple[str, str]], deferred: int) -> dict[str, Any]:
 
 
 def artifact(folder: Path, cell_id: str, *names: str) -> None:
+    """A cell job's artifact: each ``.whl`` a zip archive, each fragment a small JSON file."""
     d = folder / f"wheels-{cell_id}"
     d.mkdir(parents=True)
     for name in names:
-        (d / name).write_bytes(b"wheel bytes of " + name.encode())
+        if name.endswith(".whl"):
+            with zipfile.ZipFile(d / name, "w") as zf:
+                zf.writestr("pkg/__init__.py", f"# {name}\n")
+        else:
+            (d / name).write_text(json.dumps({"filename": name}))
 
 
 CELLS = [("a-1.0-cu128-torch2.8-cp311-linux_x86_64", "a"), ("a-1.0-cu128-torch2.8-cp312-linux_x86_64", "a"),
@@ -253,3 +259,93 @@ def test_farm_wave_refuses_an_artifact_the_plan_did_not_schedule(tmp_path: Path,
     assert rc == 2
     assert "did not schedule" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+# -- reading artifacts safely ----------------------------------------------------------------------
+WHEEL = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
+
+
+def _wave(tmp_path: Path, folder: Path, *extra: str) -> int:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_of(CELLS, deferred=0)))
+    return main(["wave", "--plan", str(plan), "--artifacts", str(folder), "--dist", str(tmp_path / "dist"), *extra])
+
+
+def test_a_link_out_of_an_artifact_is_refused_and_nothing_is_copied(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`wheels-<id>/shadow.whl -> /etc/shadow`: the link is refused before anything is read or copied."""
+    folder = tmp_path / "cells"
+    artifact(folder, CELLS[0][0], WHEEL, WHEEL + ".ledger.json")
+    (folder / f"wheels-{CELLS[1][0]}").mkdir()
+    (folder / f"wheels-{CELLS[1][0]}" / "shadow.whl").symlink_to("/etc/shadow")
+    assert _wave(tmp_path, folder) == 2
+    err = capsys.readouterr().err
+    assert "shadow.whl: a link (to '/etc/shadow')" in err and "plain files only" in err
+    assert not (tmp_path / "dist").exists()
+
+
+@pytest.mark.parametrize("how", ["artifact folder", "sub folder", "fragment", "fifo"])
+def test_links_and_special_files_anywhere_in_an_artifact_are_refused(tmp_path: Path, how: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "cells"
+    artifact(folder, CELLS[0][0], WHEEL)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "x.whl").write_bytes(b"PK\x03\x04" + bytes(100))
+    cell = folder / f"wheels-{CELLS[1][0]}"
+    if how == "artifact folder":
+        cell.symlink_to(secret)
+    elif how == "sub folder":
+        cell.mkdir()
+        (cell / "nested").symlink_to(secret)
+    elif how == "fragment":
+        cell.mkdir()
+        (cell / "x.whl.ledger.json").symlink_to(secret / "x.whl")
+    else:
+        cell.mkdir()
+        os.mkfifo(cell / "x.whl")
+    assert _wave(tmp_path, folder) == 2
+    err = capsys.readouterr().err
+    assert ("a link" in err) if how != "fifo" else ("not a regular file" in err)
+    assert not (tmp_path / "dist").exists()
+
+
+def test_an_empty_or_non_zip_wheel_is_not_a_built_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "cells"
+    artifact(folder, CELLS[0][0], WHEEL)
+    for cid, data in ((CELLS[1][0], b""), (CELLS[2][0], b"<html>not found</html>")):
+        (folder / f"wheels-{cid}").mkdir()
+        (folder / f"wheels-{cid}" / "x-1.0-cp311-cp311-linux_x86_64.whl").write_bytes(data)
+    assert _wave(tmp_path, folder, "--json") == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["built"] == 1 and report["dist"] == [WHEEL]
+    assert {c["id"] for c in report["failed_cells"]} == {CELLS[1][0], CELLS[2][0]}
+    assert f"0 bytes: not a built wheel; cell {CELLS[1][0]} counts as failed" in captured.err
+    assert "not a zip archive: not a built wheel" in captured.err
+
+
+def test_an_oversized_fragment_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "cells"
+    artifact(folder, CELLS[0][0], WHEEL)
+    with open(folder / f"wheels-{CELLS[0][0]}" / (WHEEL + ".ledger.json"), "wb") as fh:
+        fh.truncate(5 << 20)  # sparse: no disk used
+    assert _wave(tmp_path, folder) == 2
+    assert "5,242,880 bytes, over the 4,194,304" in capsys.readouterr().err
+
+
+def test_a_rerun_into_the_same_dist_is_idempotent_and_never_overwrites(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A retried publish job runs `farm wave` again into the same --dist: the same files again are
+    fine; a different file under a name the folder already holds is refused, the old one kept."""
+    folder = tmp_path / "cells"
+    artifact(folder, CELLS[0][0], WHEEL, WHEEL + ".ledger.json")
+    assert _wave(tmp_path, folder) == 0
+    first = {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()}
+    assert _wave(tmp_path, folder) == 0
+    assert {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()} == first
+    (folder / f"wheels-{CELLS[0][0]}" / (WHEEL + ".ledger.json")).write_text('{"filename": "other"}')
+    capsys.readouterr()
+    assert _wave(tmp_path, folder) == 2
+    assert "already exists with other bytes" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()} == first

@@ -1,4 +1,4 @@
-"""The post-build assertion (DESIGN §4.4): every extension's device code equals what was asked for.
+"""The post-build assertion: every extension's device code equals what was asked for.
 
 Per extension ``.so``: the found set (union over its runnable fatbins) must equal the expected set,
 the two readers must agree (SASS compared without ``f``), every translation unit's fatbin must hold
@@ -53,6 +53,7 @@ class Expected:
     cuda_package: bool = True
     default_from: str = "the cell's arch list"  # what the default list is, for the report
     vendored: tuple[VendoredRule, ...] = ()  # bundled libraries: first matching rule wins
+    cuda: str | None = None  # the cell's CUDA line ("13.0"): the toolkit the device code must record
 
     def for_vendored(self, archive_path: str) -> VendoredRule | None:
         return next((r for r in self.vendored if _match(archive_path, r.glob)), None)
@@ -87,6 +88,7 @@ class Cause(str, enum.Enum):
     NO_CUDA = "built without CUDA"
     READERS = "readers disagree"
     NO_EXTENSIONS = "no extension built"
+    TOOLKIT = "built by another CUDA toolkit"
 
 
 _EXPLAIN: dict[Cause, str] = {
@@ -119,6 +121,11 @@ _EXPLAIN: dict[Cause, str] = {
         "time, or a CPU fallback in setup.py)"
     ),
     Cause.READERS: "cuobjdump and the native reader list different entries: the file is suspect",
+    Cause.TOOLKIT: (
+        "the toolkit version the compiler wrote into the device code (each cubin's .note.nv.cuinfo, each "
+        "PTX entry's ISA) is not the cell's CUDA line: the build used another toolkit than the cell's "
+        "(CUDA_HOME, PATH) or the wheel is labelled for another line; build it with the cell's toolkit"
+    ),
     Cause.NO_EXTENSIONS: (
         "the wheel has no extension module: the build fell back to pure Python; if the package "
         "is JIT-only or pure, say so in its recipe"
@@ -181,6 +188,7 @@ class ExtensionResult:
             "likely_causes": [c.value for c in self.causes],
             "findings": [f.to_json() for f in self.findings],
             "fatbins": len(self.inspection.fatbins),
+            "made_by": None if self.inspection.made_by is None else self.inspection.made_by.to_json(),
         }
 
 
@@ -310,13 +318,19 @@ _NVCC_DEFAULT_PAIR = frozenset(ArchList.parse("sm_75;compute_75").targets)
 
 
 def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | None = None,
-          cuda_package: bool = True) -> ExtensionResult:
-    """Findings for one extension (pure: works on an inspection, reads nothing)."""
+          cuda_package: bool = True, cuda: str | None = None) -> ExtensionResult:
+    """Findings for one extension (pure: works on an inspection, reads nothing). ``cuda``: the
+    cell's CUDA line, which the toolkit the device code records must be."""
     found = inspection.found
     findings: list[Finding] = []
     name = inspection.path
     if inspection.disagreement:
         findings.append(Finding("readers-disagree", f"{name}: {inspection.disagreement}", Cause.READERS))
+    if cuda is not None and inspection.has_device_code:
+        made_by = inspection.made_by
+        wrong = ("its toolkit records were not read" if made_by is None else made_by.against(cuda))
+        if wrong:
+            findings.append(Finding("toolkit-mismatch", f"{name}: {wrong}", Cause.TOOLKIT))
     if not inspection.has_device_code:
         if expected and cuda_package:
             findings.append(Finding(
@@ -392,7 +406,8 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
     results = []
     for insp in inspections:
         archs, glob = expected.for_extension(insp.path)
-        results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package))
+        results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package,
+                             cuda=expected.cuda))
     findings: tuple[Finding, ...] = ()
     if not inspections and not expected.allow_no_extensions:
         findings = (Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
@@ -408,6 +423,8 @@ def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = No
     :class:`~farm.errors.WheelError` / :class:`~farm.errors.BinaryFormatError`: never "unverified".
     """
     # stubs change the verdict on an extension (judge), never on a vendored library (judge_vendored)
-    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False)
+    # every cubin is read (its structure checked, its toolkit note taken) whether or not a CUDA
+    # line is expected: a damaged cubin fails the assertion either way
+    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False, made_by=True)
     return assert_inspection(str(wheel), inspection.extensions, expected, vendored=inspection.vendored,
                              tools=inspection.tools)

@@ -1,6 +1,6 @@
 """cuobjdump, the authority CW-ADR-0013 names: finding it, running it, parsing its listing.
 
-Its quirks (FACTS §2): PTX entries print as ``sm_NN``; SASS loses its ``f``; rc 255 means both
+Its quirks, as measured on cuobjdump 13.x: PTX entries print as ``sm_NN``; SASS loses its ``f``; rc 255 means both
 "no device code" and "broken file"; rc 1 can follow partial output; "No ELF/PTX file found" goes to
 stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
 """
@@ -15,10 +15,14 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm.binary.fatbin import EntryKind, read_fatbins
 from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import Kind, Target, Variant
+
+if TYPE_CHECKING:
+    from farm.binary.madeby import MadeBy
 
 DEFAULT_TIMEOUT = 300.0
 _EXE = "cuobjdump.exe" if os.name == "nt" else "cuobjdump"
@@ -179,7 +183,67 @@ def list_targets(
 
 
 def variant_free(target: Target) -> Target:
-    """SASS without ``f``, the form cuobjdump prints (FACTS §2); PTX unchanged."""
+    """SASS without ``f``, the form cuobjdump prints (it drops the f of a SASS target); PTX unchanged."""
     if target.kind is Kind.SASS and target.variant is Variant.FAMILY:
         return target.without_variant()
     return target
+
+
+_ELF_BLOCK = "Fatbin elf code:"
+_PTX_BLOCK = "Fatbin ptx code:"
+_TOOLKIT = re.compile(r"^\d+-bit ELF: .*\btoolkit=(\d+\.\d+)\b")
+_CODE_VERSION = re.compile(r"^code version = \[(\d+),(\d+)\]$")
+
+
+def dump_made_by(so: Path, tool: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> MadeBy:
+    """The toolkit records of ``so``'s device code as ``cuobjdump -elf`` prints them: ``toolkit=X.Y``
+    on each cubin's ELF line, ``code version = [M,m]`` (the PTX ISA) on each PTX entry. Its output
+    (section dumps of every cubin) is read line by line and never held whole."""
+    import threading
+    from collections import Counter
+
+    from farm.binary.madeby import MadeBy
+
+    tool = tool or find_cuobjdump()
+    argv = [str(tool), "-elf", str(so)]
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace")
+    except OSError as exc:
+        raise ToolError(f"cannot run {tool}: {exc.strerror or exc}", hint=_INSTALL_HINT) from None
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    cubins: Counter[str] = Counter()
+    ptx: Counter[str] = Counter()
+    unread, block, seen = 0, "", False
+    tail: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.rstrip("\n")
+            tail = [*tail[-4:], line]
+            if line in (_ELF_BLOCK, _PTX_BLOCK):
+                if block == _ELF_BLOCK and not seen:
+                    unread += 1
+                block, seen = line, False
+            elif block == _ELF_BLOCK and not seen and (m := _TOOLKIT.match(line)):
+                cubins[m[1]] += 1
+                seen = True
+            elif block == _PTX_BLOCK and not seen and (m := _CODE_VERSION.match(line)):
+                ptx[f"{m[1]}.{m[2]}"] += 1
+                seen = True
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if block == _ELF_BLOCK and not seen:
+        unread += 1
+    if rc < 0:
+        raise ToolError(f"cuobjdump -elf did not finish within {timeout:.0f} s (or was killed, rc {rc})", where=str(so),
+                        hint="check the file and the machine's load")
+    if rc not in (0, 255):
+        raise ToolError(f"cuobjdump -elf failed (rc {rc}): {' / '.join(tail)[-300:]}", where=str(so),
+                        hint="the file's fatbin headers were readable: check the file and the cuobjdump installation")
+    return MadeBy(dict(cubins), dict(ptx), unread)

@@ -1,4 +1,4 @@
-"""One normalised answer per ``.so`` from either reader or both (DESIGN §4.3).
+"""One normalised answer per ``.so`` from either reader or both.
 
 The native reader gives the fatbins with their section, entries, variants and compression; cuobjdump
 gives its listing. "Found" is the set of images the runtime can pick from: the union over the
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from farm.binary.cuobjdump import ListedEntry
+    from farm.binary.madeby import MadeBy
     from farm.model.arch import Target
 
 
@@ -79,7 +80,7 @@ class SoInspection(Frozen):
     ``None`` when it did not run.
     """
 
-    __match_args__ = ("path", "reader", "fatbins", "listing", "disagreement", "stubs", "stubs_checked")
+    __match_args__ = ("path", "reader", "fatbins", "listing", "disagreement", "stubs", "stubs_checked", "made_by")
     __slots__ = __match_args__
     path: str
     reader: Reader
@@ -88,11 +89,13 @@ class SoInspection(Frozen):
     disagreement: str | None
     stubs: frozenset[int]  # offsets of fatbins that are nvcc device-link stubs
     stubs_checked: bool  # False: stubs were not looked for (a listing, which no verdict reads)
+    made_by: MadeBy | None  # the toolkit the device code records (None: not read)
 
     def __init__(self, path: str, reader: Reader, fatbins: tuple[Fatbin, ...],
                  listing: tuple[ListedEntry, ...] | None = None, disagreement: str | None = None,
-                 stubs: frozenset[int] = frozenset(), stubs_checked: bool = True) -> None:
-        self._set(path, reader, fatbins, listing, disagreement, stubs, stubs_checked)
+                 stubs: frozenset[int] = frozenset(), stubs_checked: bool = True,
+                 made_by: MadeBy | None = None) -> None:
+        self._set(path, reader, fatbins, listing, disagreement, stubs, stubs_checked, made_by)
 
     @property
     def has_device_code(self) -> bool:
@@ -260,31 +263,60 @@ def _resolve_tool(reader: Reader, cuobjdump: Path | None) -> Path | None:
 
 def inspect_file(
     path: Path | str, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
-    label: str | None = None, stubs: bool = True,
+    label: str | None = None, stubs: bool = True, made_by: bool = False,
 ) -> SoInspection:
     """Inspect one shared object with the chosen reader(s).
 
     ``stubs=False`` skips telling device-link stubs apart (it reads payloads: on libcublasLt,
     2,000 of them): a listing does not need it; the assertion and ``explain``, whose verdicts
-    it changes, keep the default. Broken files raise :class:`~farm.errors.BinaryFormatError` in
-    every mode (the header check runs in cuobjdump mode too); a missing cuobjdump raises
-    :class:`~farm.errors.ToolError`.
+    it changes, keep the default. ``made_by``: also read the toolkit version the device code
+    records (every payload is read; with both readers, cuobjdump's ``-elf`` dump must agree).
+    Broken files raise :class:`~farm.errors.BinaryFormatError` in every mode (the header check
+    runs in cuobjdump mode too); a missing cuobjdump raises :class:`~farm.errors.ToolError`.
     """
     reader = Reader.parse(reader)
     tool = _resolve_tool(reader, cuobjdump)
     fatbins = tuple(read_fatbins(path))
     found_stubs = find_stubs(path, runnable(fatbins)) if stubs else frozenset()
     name = label or os.fspath(path)
+    records = None
+    if made_by and fatbins:
+        from farm.binary.madeby import read_made_by
+
+        records = read_made_by(path, runnable(fatbins))
     if tool is None:
-        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs)
+        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records)
     from pathlib import Path
 
-    from farm.binary.cuobjdump import list_targets
+    from farm.binary.cuobjdump import dump_made_by, list_targets
 
     listing = tuple(list_targets(Path(path), tool))
     if reader is Reader.CUOBJDUMP:
-        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs)
-    return SoInspection(name, reader, fatbins, listing, compare(fatbins, listing), found_stubs, stubs)
+        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records)
+    disagreement = compare(fatbins, listing)
+    device_bytes = sum(e.payload_size for f in runnable(fatbins) for e in f.entries)
+    if records is not None and device_bytes <= DUMP_CROSS_CHECK_MAX:
+        other = compare_made_by(records, dump_made_by(Path(path), tool))
+        disagreement = "; ".join(d for d in (disagreement, other) if d) or None
+    return SoInspection(name, reader, fatbins, listing, disagreement, found_stubs, stubs, records)
+
+
+# cuobjdump prints a cubin's toolkit only in its full `-elf` dump of every section, which takes
+# minutes on a large library (over 300 s for libcusparse's 160 MB here): the toolkit records are
+# cross-checked with it up to this much device code; above it the native reading stands alone,
+# beside cuobjdump's listing of the entries.
+DUMP_CROSS_CHECK_MAX = 8 << 20
+
+
+def compare_made_by(native: MadeBy, dumped: MadeBy) -> str | None:
+    """Where the two readers' toolkit records differ. Every PTX ISA must match; cubins must match
+    where the native reader read them all (it cannot open LZ4 payloads, cuobjdump can)."""
+    cubins_differ = (native.cubins != dumped.cubins if native.unread == 0 else
+                     any(dumped.cubins.get(v, 0) < n for v, n in native.cubins.items()))
+    if native.ptx != dumped.ptx or cubins_differ:
+        return (f"the toolkit records differ: native reader {native.describe()}; cuobjdump -elf "
+                f"{dumped.describe()}")
+    return None
 
 
 def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
@@ -300,7 +332,7 @@ def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
 
 
 def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
-                  stubs: bool = True, vendored_stubs: bool | None = None) -> WheelInspection:
+                  stubs: bool = True, vendored_stubs: bool | None = None, made_by: bool = False) -> WheelInspection:
     """Every extension of a wheel (and, listed apart, every vendored library under ``*.libs/``).
 
     ``stubs``: tell device-link stubs apart in the extensions; ``vendored_stubs``: in the vendored
@@ -315,15 +347,16 @@ def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump
     tools = tools_for(reader, cuobjdump)
     tool = Path(tools.cuobjdump_path) if tools.cuobjdump_path else None
     with SafeWheel(path) as wheel:
-        def one(name: str, stubs: bool) -> SoInspection:
+        def one(name: str, stubs: bool, made_by: bool = False) -> SoInspection:
             with wheel.extracted(name) as tmp:
                 try:
-                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs)
+                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs, made_by=made_by)
                 except FarmError as exc:  # name the wheel member, not the temporary file
                     raise type(exc)(exc.message.replace(str(tmp), name), where=f"{path}!{name}",
                                     hint=exc.hint) from None
 
-        extensions = tuple(one(n, stubs) for n in sorted(wheel.extension_members()))
+        # the toolkit records of the extensions only: a bundled library may come from elsewhere
+        extensions = tuple(one(n, stubs, made_by) for n in sorted(wheel.extension_members()))
         vendored = tuple(one(n, stubs if vendored_stubs is None else vendored_stubs)
                          for n in sorted(wheel.vendored_members()))
     return WheelInspection(str(path), extensions, vendored, tools)

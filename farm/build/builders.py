@@ -536,7 +536,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     )
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
-        setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src)
+        setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)
         say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
             f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
         options = replace(options, shard=setup)
@@ -571,9 +571,9 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     if setup is not None:
         if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
             record = shardjob.finish_compile(setup, error)
-            say(f"{cell.id}: compile shard {setup.job.label}: {len(record['tus'])} TU(s) compiled "
+            say(f"{cell.id}: compile shard {setup.job.label}: {len(record.units)} TU(s) compiled "
                 f"into {setup.directory}")
-            return BuildResult(cell, plan, tuple(built), shard=record, build_env=env_path,
+            return BuildResult(cell, plan, tuple(built), shard=record.to_json(), build_env=env_path,
                                compile_cache=cache_counts)
         link = shardjob.finish_link(setup, error)
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")

@@ -9,8 +9,12 @@ translation unit (TU):
 - compile job ``i/N``: a TU that shard ``i`` owns is compiled by the real nvcc and its object is
   kept in the shard folder (``objects/<i>-<key>.o``); any other TU gets an empty host object instead, so
   the build runs to its end fast (its wheel is thrown away);
+- compile job: for each TU it compiles, it records the object's sha256, the source's and those
+  of the in-tree files the TU includes (from nvcc's dependency output), and the command line;
 - link job: every TU's object is served from the shards' outputs, nothing is compiled by nvcc; a
-  missing object stops the build, naming the TU and the shard that should have made it.
+  missing object stops the build, naming the TU and the shard that should have made it, and an
+  object is served only when this build's command line for the TU is the recorded one, the
+  tree's sources hash as recorded, and the copy has the recorded sha256.
 
 Ownership is decided before the build, from the source tree alone: the tree's ``.cu`` files,
 sorted by their path relative to the source root, are dealt round-robin (TU k -> shard k mod N).
@@ -29,9 +33,11 @@ one shard's objects were built with another arch list.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -181,6 +187,80 @@ def object_name(owner: int, tu: str, output: str) -> str:
     return f"{owner}-{key}.o"
 
 
+def sha256_of(path: str) -> str | None:
+    """The file's sha256 (hex), or None when it is not a readable regular file."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+# Flags that only ask nvcc for a dependency file: not part of what a TU is compiled with.
+_DEP_FLAGS = frozenset({"-MD", "--generate-dependencies-with-compile", "-MMD",
+                        "--generate-nonsystem-dependencies-with-compile"})
+
+
+def compile_flags(args: Sequence[str], unit: CompileUnit, root: str) -> list[str]:
+    """What a TU is compiled with, comparable across machines: the nvcc argv less its source,
+    output and dependency-file arguments, with the source root written ``$ROOT``."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = a.partition("=")
+        if a == unit.source or a in _DEP_FLAGS:
+            continue
+        if name in ("-o", "--output-file", "-MF", "--dependency-output", "-MT", "--dependency-target-name"):
+            skip = not eq
+            continue
+        out.append(a.replace(root.rstrip("/") + "/", "$ROOT/") if root else a)
+    return out
+
+
+def depfile_inputs(text: str, cwd: str, root: str) -> list[str]:
+    """The files a make-style dependency file (nvcc ``-MD -MF``) names that lie inside the source
+    root, as root-relative POSIX paths, sorted. Files outside it (the toolkit's, the system's)
+    are pinned by the build spec, not here."""
+    _, _, deps = text.replace("\\\n", " ").partition(": ")
+    # make escapes a space inside a path as "\ "
+    words = [w.replace("\\ ", " ") for w in re.split(r"(?<!\\)\s+", deps) if w]
+    found = set()
+    for w in words:
+        rel = tu_path(w, root, cwd)
+        if rel is not None:
+            found.add(rel)
+    return sorted(found)
+
+
+def verify_unit(unit: Mapping[str, object], root: str, *, missing_ok: bool = False) -> str | None:
+    """Recompute a compiled TU's source and in-tree input hashes from the tree at ``root``: None
+    when all agree, else what differs (the first few). ``missing_ok``: a file not (yet) in the tree
+    is no difference (before the build, a header the build generates is not there)."""
+    wanted = {str(unit["tu"]): unit["source_sha256"], **dict(unit.get("inputs") or {})}  # type: ignore[call-overload]
+    bad = []
+    for rel, digest in sorted(wanted.items()):
+        have = sha256_of(os.path.join(root, rel))
+        if have != digest and not (have is None and missing_ok):
+            bad.append(f"{rel} ({'missing here' if have is None else f'sha256 {have[:12]} here'}, "
+                       f"{str(digest)[:12]} in the shard)")
+    return "; ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "") if bad else None
+
+
+def flag_difference(shard: Sequence[str], here: Sequence[str]) -> str:
+    """How two compile command lines differ, briefly: the flags only one has, else the order."""
+    only_shard = [f for f in shard if f not in here]
+    only_here = [f for f in here if f not in shard]
+    if not only_shard and not only_here:
+        return "the same flags in another order"
+    return f"the shard's has {only_shard[:5] or 'nothing more'}, this build's has {only_here[:5] or 'nothing more'}"
+
+
 def done_name(index: int) -> str:
     """``objects/done-<i>.json``: compile shard i finished; the link job requires all of them."""
     return f"done-{index}.json"
@@ -249,31 +329,73 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     out = os.path.join(cwd, unit.output)
     record: dict[str, object] = {"tu": tu, "object": os.path.basename(unit.output), "owner": owner,
                                  "file": name}
-    if index is None:  # link: serve from the owner's output
-        stored = os.path.join(shard_dir, OBJECTS, name)
-        if not os.path.isfile(stored):
-            _log(shard_dir, label, {**record, "status": "missing"})
-            print(f"farm-nvcc: error: no object for TU {tu} ({os.path.basename(unit.output)}): compile shard "
-                  f"{owner}/{count} should have made it ({stored})", file=sys.stderr)
-            return 1
-        shutil.copyfile(stored, out)
-        _depfile(unit, cwd)
-        _log(shard_dir, label, {**record, "status": "served"})
-        return 0
+    flags = compile_flags(args, unit, root)
+    if index is None:  # link: serve from the owner's output, only what the shard proved
+        return _serve(shard_dir, label, cfg, root, record, flags, out, unit, cwd, count)
     if owner != int(index):
         rc = _stub(out, args)
         _depfile(unit, cwd)
         _log(shard_dir, label, {**record, "status": "skipped" if rc == 0 else "stub-failed", "rc": rc})
         return rc
-    rc = subprocess.call([real, *args])
+    # nvcc lists the TU's includes when asked: the build's own depfile, or one farm asks for
+    dep = unit.depfile and os.path.join(cwd, unit.depfile)
+    extra = [] if dep else ["-MD", "-MF", out + ".farm.d"]
+    rc = subprocess.call([real, *args, *extra])
     if rc == 0:
         dest = os.path.join(shard_dir, OBJECTS)
         os.makedirs(dest, exist_ok=True)
         tmp = os.path.join(dest, f".{name}.{os.getpid()}.tmp")
         shutil.copyfile(out, tmp)
+        record["object_sha256"] = sha256_of(tmp)
         os.replace(tmp, os.path.join(dest, name))
+        record["source_sha256"] = sha256_of(os.path.join(root, tu))
+        try:
+            with open(dep or out + ".farm.d", encoding="utf-8", errors="surrogateescape") as fh:
+                inputs = depfile_inputs(fh.read(), cwd, root)
+        except OSError:
+            inputs = []
+        if not dep:
+            with contextlib.suppress(OSError):
+                os.unlink(out + ".farm.d")
+        record["inputs"] = {rel: sha256_of(os.path.join(root, rel)) for rel in inputs if rel != tu}
+        record["flags"] = flags
     _log(shard_dir, label, {**record, "status": "compiled" if rc == 0 else "failed", "rc": rc})
     return rc
+
+
+def _serve(shard_dir: str, label: str, cfg: Mapping[str, object], root: str, record: dict[str, object],
+           flags: list[str], out: str, unit: CompileUnit, cwd: str, count: int) -> int:
+    """The link job's nvcc call: copy the owner's object after checking it is what the compile
+    shard compiled, from these sources, with these flags; anything else fails the call."""
+    tu, owner, name = record["tu"], record["owner"], str(record["file"])
+    stored = os.path.join(shard_dir, OBJECTS, name)
+    proof = dict(cfg.get("proofs") or {}).get(name)  # type: ignore[call-overload]
+    if proof is None or not os.path.isfile(stored):
+        _log(shard_dir, label, {**record, "status": "missing"})
+        print(f"farm-nvcc: error: no object for TU {tu} ({os.path.basename(unit.output)}): compile shard "
+              f"{owner}/{count} should have made it ({stored})", file=sys.stderr)
+        return 1
+    problem = None
+    if proof["flags"] != flags:
+        problem = f"compiled with other flags: {flag_difference(proof['flags'], flags)}"
+    else:
+        problem = verify_unit(proof, root)
+        problem = problem and f"its sources differ from this tree: {problem}"
+    tmp = f"{out}.farm.{os.getpid()}.tmp"
+    if problem is None:
+        shutil.copyfile(stored, tmp)
+        if sha256_of(tmp) != proof["object_sha256"]:
+            problem = f"the object {name} is not the one the shard recorded (sha256 differs)"
+    if problem is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _log(shard_dir, label, {**record, "status": "refused", "why": problem})
+        print(f"farm-nvcc: error: TU {tu} of compile shard {owner}/{count}: {problem}", file=sys.stderr)
+        return 1
+    os.replace(tmp, out)
+    _depfile(unit, cwd)
+    _log(shard_dir, label, {**record, "status": "served"})
+    return 0
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ written as ``build-spec.json`` beside the build (:meth:`BuildSpec.to_json`) and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,9 +93,10 @@ class BuildSpec:
     @property
     def expected(self) -> Expected:
         """What the wheel's extensions and bundled libraries must hold: the arch request the build
-        was given, the recipe's per-extension lists and vendored rules as resolved here."""
+        was given, the recipe's per-extension lists and vendored rules as resolved here, and device
+        code made by the cell's CUDA line."""
         return Expected(self.arch.archs, per_extension=self.arch.extensions, allow_no_extensions=self.jit,
-                        cuda_package=True, vendored=self.vendored)
+                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda)
 
     def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
                 source: buildinfo.SourceRecord | None = None) -> BuildContext:
@@ -131,6 +133,13 @@ class BuildSpec:
                           "recipe_sha256": self.recipe_sha256},
             "compile_cache": self.compile_cache.to_json(),
         }
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the spec's canonical JSON: jobs that must build the same thing (the compile
+        shards and the link job of a cell) compare it."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @classmethod
     def from_json(cls, data: object, *, where: str) -> BuildSpec:

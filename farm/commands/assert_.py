@@ -45,7 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cell = parser.add_argument_group("--cell options")
     cell.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     cell.add_argument("--package", help="the recipe (default: the one whose dist is the wheel's)")
-    cell.add_argument("--cuda", metavar="X.Y", help="the CUDA line (default: CUDA_HOME's nvcc)")
+    cell.add_argument("--cuda", metavar="X.Y", help="the CUDA line the device code must come from (with --cell, "
+                                                    "default: the wheel's label, else CUDA_HOME's nvcc)")
     cell.add_argument("--torch", metavar="M.m", help="the torch minor (default: the installed torch)")
     cell.add_argument("--cuda-home", type=Path, default=None, help="the toolkit the build used (default: CUDA_HOME)")
     parser.add_argument("--cuobjdump", type=Path, metavar="PATH", help="this cuobjdump instead of searching for one")
@@ -59,6 +60,7 @@ def _expected_from_args(args: argparse.Namespace) -> Expected:
         allow_no_extensions=args.allow_no_extensions,
         cuda_package=not args.host_only_ok,
         default_from="--arch-list",
+        cuda=args.cuda,  # given: the toolkit the device code records must be this line
     )
 
 

@@ -138,25 +138,34 @@ def _native_defaults(args: argparse.Namespace) -> None:
               file=sys.stderr)
 
 
+def parse_shard(text: str | None) -> ShardJob | None:
+    """``--shard I/N`` read once, before anything is planned: an empty or malformed value is a
+    usage error, never an unsharded build."""
+    if text is None:
+        return None
+    try:
+        return ShardJob.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--shard {exc}", hint="--shard I/N, e.g. --shard 0/4 for the first of 4 compile shards") \
+            from None
+
+
 def shard_job(args: argparse.Namespace, recipe: Recipe, cell: Cell) -> ShardJob | None:
     """``--shard I/N`` / ``--link`` for one cell, checked against the recipe's ``sharding``."""
-    if args.shard is None and not args.link:  # `--shard ""` is a bad shard, not no shard
+    wanted = parse_shard(args.shard)
+    if wanted is None and not args.link:
         return None  # a sharded recipe built in one job: the ordinary build (the same wheel)
     jobs = recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1
-    flag = f"--shard {args.shard!r}" if args.shard is not None else "--link"
+    flag = "--link" if args.link else f"--shard {args.shard}"
     if jobs < 2:
         raise UsageError(f"{flag}: cell {cell.id} is not sharded ({recipe.display} has no `sharding` "
                          f"for {cell.platform})", hint="build it without --shard/--link")
-    if args.link:
+    if wanted is None:
         return ShardJob(jobs)
-    try:
-        job = ShardJob.parse(args.shard)
-    except ValueError as exc:
-        raise UsageError(f"--shard {exc}") from None
-    if job.count != jobs:
+    if wanted.count != jobs:
         raise UsageError(f"--shard {args.shard}: {recipe.display} splits cell {cell.id} into {jobs} compile shards",
                          hint=f"--shard I/{jobs} with 0 <= I < {jobs}")
-    return job
+    return wanted
 
 
 # The build extra (pyproject.toml): what `farm build` runs besides farm itself.
@@ -182,6 +191,7 @@ def require_build_extra(missing_ok: tuple[str, ...] = ()) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    parse_shard(args.shard)
     require_build_extra()
     _native_defaults(args)
     config = load_config(args.root, packages=[args.package])
@@ -267,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             if r.shard is not None and r.shard.get("job") == "compile":
                 print(f"{r.cell.id}: compile shard {r.shard['index']}/{r.shard['count']}: "
-                      f"{len(r.shard['tus'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")
+                      f"{len(r.shard['units'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")
             for pb in r.postbuild:
                 if pb.passed and pb.stamped is not None:
                     print(f"{r.cell.id}: asserted wheel: {pb.stamped.path}")

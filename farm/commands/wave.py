@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from farm import jsonread
@@ -50,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                          hint="pass the plan `farm matrix --plan FILE` wrote") from None
     if not isinstance(plan, dict):
         raise UsageError(f"{args.plan}: not a matrix plan (a JSON object)")
-    outcome = decide(plan, read_artifacts(args.artifacts))
+    outcome = decide(plan, read_artifacts(args.artifacts, warn=lambda line: print(f"farm wave: {line}",
+                                                                                  file=sys.stderr)))
     copied = gather(outcome, args.dist) if args.dist is not None else []
     report = {**outcome.to_json(), "dist": [p.name for p in copied]}
     if args.report is not None:

@@ -234,6 +234,16 @@ class Bundled(_Record):
     exempt: str | None
 
 
+@dataclass(frozen=True)
+class MadeByRecord(_Record):
+    """What one extension's device code records about the toolkit that compiled it."""
+
+    cubin: Annotated[Mapping[str, Count], Rule(description="CUDA version in each cubin's .note.nv.cuinfo -> "
+                                                           "number of cubins")]
+    ptx_isa: Annotated[Mapping[str, Count], Rule(description="PTX ISA version -> number of PTX entries")]
+    unread: Annotated[Count, Rule(description="entries that record no version farm reads (LTO-IR, LZ4 cubins)")]
+
+
 @dataclass(frozen=True, kw_only=True)
 class BuildInfo(_Record):
     """One wheel's ``_build_info.json``, parsed and validated.
@@ -268,6 +278,11 @@ class BuildInfo(_Record):
     duration_s: Annotated[
         float | Absent | None,
         Rule(minimum=0, description="wall seconds the build of this cell took; null or absent: unknown"),
+    ] = ABSENT
+    made_by: Annotated[
+        Mapping[str, MadeByRecord] | Absent | None,
+        Rule(description="archive path of each extension with device code -> the CUDA toolkit its device code "
+                         "records (read from the binary at postbuild; it is the cell's CUDA line)"),
     ] = ABSENT
 
     # -- reading --
@@ -425,11 +440,13 @@ def make_build_info(
     extensions: Mapping[str, str],
     vendored: Mapping[str, Mapping[str, Any]] | None = None,
     duration_s: float | Absent | None = ABSENT,
+    made_by: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> BuildInfo:
     """An asserted provenance; every value is given, nothing is guessed.
 
     ``vendored``: each bundled library's found targets and expectation (recorded only when the
-    wheel bundles any). ``duration_s``: the build's wall seconds, when it was measured."""
+    wheel bundles any). ``duration_s``: the build's wall seconds, when it was measured. ``made_by``:
+    per extension with device code, what it records of its toolkit (the assertion's reading)."""
     return BuildInfo(
         package=package,
         dist=dist,
@@ -450,6 +467,8 @@ def make_build_info(
         vendored=_frozen({p: Bundled(v["found"], v["expected"], v["exempt"]) for p, v in sorted(vendored.items())})
         if vendored else ABSENT,
         duration_s=duration_s,
+        made_by=_frozen({p: MadeByRecord.from_mapping(m) for p, m in sorted(made_by.items())})
+        if made_by is not None else ABSENT,
     )
 
 

@@ -199,6 +199,7 @@ def stamp_asserted(
             toolchain=context.toolchain,
             extensions={p: hashes[p] for p in per_so},
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
+            made_by={p: so.inspection.made_by.to_json() for p, so in per_so.items() if so.inspection.made_by},
         )
         buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema
         return info
@@ -430,7 +431,8 @@ def context_from_config(
         arch = require_arch_request(config, recipe, cell)
     # the request the build was planned with: the assertion checks exactly what was built
     expected = Expected(arch.archs, per_extension=arch.extensions,
-                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe))
+                        allow_no_extensions=recipe.jit, cuda_package=True, vendored=vendored_rules(recipe),
+                        cuda=cell.cuda)
     context = BuildContext(
         cell=cell,
         expected=expected,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from farm.binary.assertion import Expected
+from farm.binary.madeby import MadeBy
 from farm.errors import FarmError, clip
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
@@ -167,6 +168,12 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     if requested != normalised:
         out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested))}, "
                    f"not the recorded {clip(arch_list.normalised)}")
+    made = info.made_by
+    if isinstance(made, Mapping) and info.cell.cuda is not None:
+        for so, record in sorted(made.items()):
+            wrong = MadeBy(record.cubin, record.ptx_isa, record.unread).against(info.cell.cuda)
+            if wrong:
+                out.append(f"{so}: {wrong}")
     if derived is not None:
         for so, text in sorted((info.expected or {}).items()):
             if derived.expected.for_extension(so)[1] is None and archs_of(text) != normalised:
@@ -292,6 +299,8 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         bundled = vendored_difference(info.bundled, facts.vendored)
         if bundled:
             find(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
+    if facts.made_by is not None:
+        _toolkit(find, facts.made_by, info)
     if facts.disagreements:
         find(Check.INSPECTION, "the native reader and cuobjdump disagree: " + "; ".join(facts.disagreements),
              _FIX_READERS, [f"the native reader and cuobjdump disagree on {d}" for d in facts.disagreements])
@@ -303,6 +312,26 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
              FIX_REBUILD, [f"{so}: recorded with sha256 {hashes[so]}, the file's is {facts.extensions[so]}"
                            for so in swapped])
     return out
+
+
+def _toolkit(find: Callable[..., None], now: Mapping[str, MadeBy], info: BuildInfo) -> None:
+    """The toolkit the device code records now: what postbuild recorded, and the cell's CUDA line
+    (a wheel CUDA 13.0 built, labelled and described as cu128, never enters the cu128 channel)."""
+    recorded = info.made_by
+    if isinstance(recorded, Mapping):
+        moved = sorted(so for so in set(recorded) | set(now)
+                       if (recorded[so].to_dict() if so in recorded else None)
+                       != (now[so].to_json() if so in now else None))
+        if moved:
+            find(Check.INSPECTION, "the toolkit records of the device code differ from those recorded at postbuild: "
+                 + ", ".join(moved), FIX_REBUILD)
+    line = info.cell.cuda
+    if line is not None:
+        other = [f"{so}: {wrong}" for so, made in sorted(now.items()) if (wrong := made.against(line))]
+        if other:
+            find(Check.INSPECTION, "the device code was not made by the cell's CUDA toolkit: " + "; ".join(other),
+                 f"build the wheel with the CUDA {line} toolkit (`farm build ... --cuda {line}`); a wheel is never "
+                 "relabelled for another CUDA line", other)
 
 
 def _all_same(recorded: Mapping[str, str], now: Mapping[str, str]) -> bool:

@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm.binary.inspection import inspect_wheel
 from farm.binary.wheelfile import SafeWheel
@@ -18,6 +19,9 @@ from farm.errors import FarmError, ToolError
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo
 from farm.provenance.stamp import WheelName
+
+if TYPE_CHECKING:
+    from farm.binary.madeby import MadeBy
 
 _CHUNK = 1 << 20
 
@@ -37,6 +41,8 @@ class WheelFacts:
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
     vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
+    # extension archive path -> the toolkit its device code records; None: not read (the audit)
+    made_by: Mapping[str, MadeBy] | None = None
 
 
 def _hash_member(wheel: SafeWheel, name: str) -> str:
@@ -48,8 +54,9 @@ def _hash_member(wheel: SafeWheel, name: str) -> str:
 
 
 def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
-                cuobjdump: Path | None = None) -> WheelFacts:
+                cuobjdump: Path | None = None, made_by: bool = False) -> WheelFacts:
     """Inspect ``path`` (native reader, or ``both``), hash it and its extensions, read its provenance.
+    ``made_by``: also read the toolkit each extension's device code records (every payload).
 
     An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
     thousands of wheels one broken file is a finding, not the end of the sweep.
@@ -61,8 +68,10 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     embedded = None
     try:
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
-        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False)  # found sets only
+        inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False, made_by=made_by)
         found = {so.path: so.found.canonical() for so in inspection.extensions}
+        made = ({so.path: so.made_by for so in inspection.extensions if so.made_by is not None}
+                if made_by else None)
         disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
                               if not so.agrees)
         vendored = {so.path: so.found.canonical() for so in inspection.vendored}
@@ -77,7 +86,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     except FarmError as exc:
         return WheelFacts(path.name, location, sha256, size, {}, {}, None, problem=_problem(exc, path, location))
     return WheelFacts(path.name, location, sha256, size, found, extensions, embedded,
-                      disagreements=disagreements, vendored=vendored)
+                      disagreements=disagreements, vendored=vendored, made_by=made)
 
 
 def _problem(exc: FarmError, path: Path, location: str) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump
 from farm.errors import MAX_MESSAGE, ToolError, clip
@@ -29,6 +30,9 @@ from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
 from farm.provenance.verdict import GATE, Check, Derive, Derived, Finding
 from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
+
+if TYPE_CHECKING:
+    from farm.binary.madeby import MadeBy
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ def judge(
     config_checked: bool = False,
     disagreements: Iterable[str] = (),
     vendored_now: Mapping[str, str] | None = None,
+    made_by_now: Mapping[str, MadeBy] | None = None,
 ) -> list[Refusal]:
     """Every reason to refuse one wheel, from facts already gathered.
 
@@ -103,12 +108,13 @@ def judge(
     ``config_checked``: the configuration was consulted; ``derived`` is what it resolves for the
     wheel's cell (None: it has no such cell). ``disagreements``: where the two readers differ.
     ``vendored_now``: per bundled library (``*.libs/``), the targets it holds now (None: the
-    provenance's record of them is taken as read).
+    provenance's record of them is taken as read). ``made_by_now``: per extension with device code,
+    the toolkit that code records (None: not read).
     """
     if vendored_now is None and info is not None:
         vendored_now = {path: record.found for path, record in info.bundled.items()}
     facts = WheelFacts(filename, filename, sha256, 0, found_now, extensions_now or {}, info,
-                       disagreements=tuple(disagreements), vendored=vendored_now or {})
+                       disagreements=tuple(disagreements), vendored=vendored_now or {}, made_by=made_by_now)
     return refusals(facts, entry, same_name_sha256, derived=derived, config_checked=config_checked)
 
 
@@ -187,7 +193,7 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
         name = path.name
         # The bytes' sha256, the readers' targets and each extension's sha256 now, and the
         # embedded provenance (schema-checked, so a hostile file cannot crash the judge).
-        facts = wheel_facts(path, reader=reader, cuobjdump=tool)
+        facts = wheel_facts(path, reader=reader, cuobjdump=tool, made_by=True)
         if facts.problem:
             refused.extend(refusals(facts, None, None))
             continue

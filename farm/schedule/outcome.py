@@ -17,13 +17,16 @@ A wave is one workflow run: the matrix job schedules at most the run's job capac
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Mapping, Sequence
+import os
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from farm.binary.wheelfile import DEFAULT_LIMITS
 from farm.errors import UsageError
+from farm.fsutil import atomic_write, open_plain
 
 ARTIFACT_PREFIX = "wheels-"
 FRAGMENT_SUFFIX = ".ledger.json"
@@ -106,32 +109,125 @@ def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> 
     return WaveOutcome(tuple(results), deferred)
 
 
-def read_artifacts(folder: Path) -> dict[str, list[Path]]:
+# What an artifact may hold: a wheel no larger than the wheel reader accepts uncompressed, a ledger
+# fragment (one record) far below MAX_FRAGMENT; a zip is at least its end record (22 bytes).
+MAX_WHEEL = DEFAULT_LIMITS.max_total
+MAX_FRAGMENT = 4 << 20
+_ZIP_MIN = 22
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _refuse_entry(path: Path, what: str) -> UsageError:
+    return UsageError(f"{path}: {what}: an artifact holds plain files only",
+                      hint="download the run's artifacts again; never publish from a folder a job could have "
+                           "planted links or devices in")
+
+
+def _not_a_wheel(path: Path, info: os.stat_result) -> str | None:
+    """Why ``path`` (a regular file named .whl) is not a built wheel, or None."""
+    if info.st_size < _ZIP_MIN:
+        return f"{info.st_size} bytes"
+    with _open_plain(path) as fh:
+        if fh.read(4) != _ZIP_MAGIC:
+            return "not a zip archive"
+    return None
+
+
+def _open_plain(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refused unless it is a regular file (never through a link)."""
+    try:
+        return open_plain(path)
+    except OSError as exc:
+        raise _refuse_entry(path, f"cannot be opened as a plain file ({exc.strerror or exc})") from None
+    except ValueError:
+        raise _refuse_entry(path, "not a regular file") from None
+
+
+def _artifact_files(sub: Path) -> list[Path]:
+    """The files of one ``wheels-<id>`` folder, every entry checked without following links:
+    a link, device, FIFO or socket anywhere, or a file over its size limit, is refused."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(sub):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                raise _refuse_entry(path, f"a link (to {os.readlink(path)!r})")
+            if stat.S_ISDIR(info.st_mode):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                raise _refuse_entry(path, "not a regular file (a device, FIFO or socket)")
+            limit = MAX_WHEEL if name.endswith(".whl") else MAX_FRAGMENT if name.endswith(FRAGMENT_SUFFIX) else None
+            if limit is not None and info.st_size > limit:
+                raise _refuse_entry(path, f"{info.st_size:,} bytes, over the {limit:,} a {Path(name).suffix} may be")
+            files.append(path)
+    return sorted(files)
+
+
+def read_artifacts(folder: Path, *, warn: Callable[[str], object] = lambda line: None) -> dict[str, list[Path]]:
     """cell id -> files, from ``folder/wheels-<id>/...`` (download-artifact without merging).
-    A missing folder means no cell job uploaded anything: every cell failed."""
+    A missing folder means no cell job uploaded anything: every cell failed. Links and special
+    files are refused (exit 2); an artifact whose ``.whl`` is empty or not a zip archive did not
+    build a wheel: its cell counts as failed, and ``warn`` says why."""
     out: dict[str, list[Path]] = {}
     if not folder.is_dir():
         return out
     for sub in sorted(folder.iterdir()):
-        if sub.is_dir() and sub.name.startswith(ARTIFACT_PREFIX):
-            out[sub.name[len(ARTIFACT_PREFIX):]] = [p for p in sorted(sub.rglob("*")) if p.is_file()]
+        if not sub.name.startswith(ARTIFACT_PREFIX):
+            continue
+        info = os.lstat(sub)
+        if stat.S_ISLNK(info.st_mode):
+            raise _refuse_entry(sub, f"a link (to {os.readlink(sub)!r})")
+        if not stat.S_ISDIR(info.st_mode):
+            continue
+        files = _artifact_files(sub)
+        broken = [(p, why) for p in files if p.name.endswith(".whl") and (why := _not_a_wheel(p, os.lstat(p)))]
+        cid = sub.name[len(ARTIFACT_PREFIX):]
+        if broken:
+            for path, why in broken:
+                warn(f"{path}: {why}: not a built wheel; cell {cid} counts as failed")
+            continue
+        out[cid] = files
     return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    with _open_plain(a) as fa, _open_plain(b) as fb:
+        if os.fstat(fa.fileno()).st_size != os.fstat(fb.fileno()).st_size:
+            return False
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 def gather(outcome: WaveOutcome, dist: Path) -> list[Path]:
     """Copy the built cells' wheels and ledger fragments into ``dist`` (what ``farm upload``
-    takes); the files of failed cells (a partial wheelhouse) stay out."""
+    takes); the files of failed cells (a partial wheelhouse) stay out. A rerun into the same
+    ``dist`` (a retried publish job) is a no-op for files already there with the same bytes; a
+    different file under a name ``dist`` already holds is refused, never overwritten."""
     dist.mkdir(parents=True, exist_ok=True)
     copied = []
+    owners: dict[str, str] = {}
     for cell in outcome.built:
         for src in cell.files:
-            if src.name.endswith((".whl", FRAGMENT_SUFFIX)):
-                dest = dist / src.name
-                if dest.exists():
-                    raise UsageError(f"{src.name} comes from two cells (the second is {cell.id})",
-                                     hint="each cell builds its own wheel names; check the build matrix")
-                shutil.copy2(src, dest)
-                copied.append(dest)
+            if not src.name.endswith((".whl", FRAGMENT_SUFFIX)):
+                continue
+            if owners.setdefault(src.name, cell.id) != cell.id:
+                raise UsageError(f"{src.name} comes from two cells ({owners[src.name]} and {cell.id})",
+                                 hint="each cell builds its own wheel names; check the build matrix")
+            dest = dist / src.name
+            if os.path.lexists(dest):
+                if not _same_file(src, dest):
+                    raise UsageError(f"{dest} already exists with other bytes than {src} (cell {cell.id})",
+                                     hint="a published name is never reused: empty --dist, or find out which "
+                                          "run wrote it")
+            else:
+                with _open_plain(src) as fh:
+                    atomic_write(dest, iter(lambda: fh.read(1 << 20), b""), durable=False)
+            copied.append(dest)
     return copied
 
 
