@@ -144,7 +144,7 @@ def test_sharded_plans_run_the_shard_launcher_over_the_cache_launcher(tmp_path) 
     src = tmp_path / "src"
     (src / "csrc").mkdir(parents=True)
     (src / "csrc" / "a.cu").write_text("")
-    setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 0), CELL.id, src)
+    setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 0), CELL.id, src, "0" * 64)
     plan = _plan(tmp_path, resolve(True, tmp_path / "cc", {}), shard=setup)
     env = dict(plan.native.environment)
     run = compilecache.CONTAINER_RUN_DIR
@@ -299,8 +299,8 @@ def test_an_unwritable_cache_never_fails_a_build(tmp_path, pypi_toolkit, capsys,
 
 
 def test_sharded_builds_compile_through_the_cache(tmp_path, pypi_toolkit, monkeypatch) -> None:
-    """Compile shards 0/2 and 1/2 through the cache, the link job's wheel asserts; shard 0 run
-    again (a retried job) runs no nvcc step."""
+    """Compile shards 0/2 and 1/2 through the cache, the link job's wheel asserts; shard 1 run
+    again (a retried job) runs no nvcc step and records the same objects and included files."""
     monkeypatch.setenv("MAX_JOBS", "1")
     from .test_shard import CELL as SHARD_CELL
     from .test_shard import _root
@@ -319,9 +319,13 @@ def test_sharded_builds_compile_through_the_cache(tmp_path, pypi_toolkit, monkey
     link = build_cell(config, recipe, SHARD_CELL, settings(ShardJob(2)))
     assert link.passed, "\n".join(r.report.render() for r in link.postbuild)
     assert link.compile_cache is not None and link.compile_cache.nvcc_run == 0  # served, never compiled
-    again = build_cell(config, recipe, SHARD_CELL, settings(ShardJob(2, 0)))
+    again = build_cell(config, recipe, SHARD_CELL, settings(ShardJob(2, 1)))  # ops/fill.cu includes values.h
     assert again.compile_cache is not None and again.compile_cache.nvcc_run == 0
-    assert sorted(again.shard["tus"]) == sorted(shards[0].shard["tus"])
+    # served from the cache: the same objects, and the same proof of what they were made from
+    # (sccache writes the dependency file nvcc was asked for on a hit too)
+    first = {u["tu"]: u for u in shards[1].shard["units"]}
+    assert {u["tu"]: u for u in again.shard["units"]} == first
+    assert list(first["csrc/ops/fill.cu"]["inputs"]) == ["csrc/ops/values.h"]
 
 
 def test_what_the_compiler_sees_is_in_the_key(tmp_path, cuda_home, capfd) -> None:
