@@ -14,6 +14,7 @@ import pytest
 
 from farm.cli import main
 from farm.lint.memo import RACY_NS
+from farm.lint.version import RULES_VERSION
 
 DATA = Path(__file__).parent / "data" / "lint"
 GATE = "csrc/qattn/qk_int_sv_f8_cuda_sm89.cu"
@@ -190,13 +191,14 @@ def test_a_changed_rules_version_or_lint_code_is_a_miss(tmp_path: Path) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"), "--json")
     cold = farm(*argv, cwd=tmp_path, package=package)
-    assert cold[2] and json.loads(cold[1])["reports"][0]["lint_version"].startswith("1+")
+    assert cold[2] and json.loads(cold[1])["reports"][0]["lint_version"].startswith(f"{RULES_VERSION}+")
     assert farm(*argv, cwd=tmp_path, package=package) == (cold[0], cold[1], False)
     version = package / "farm" / "lint" / "version.py"
-    version.write_text(version.read_text().replace('RULES_VERSION = "1"', 'RULES_VERSION = "2"'))
+    bumped = str(int(RULES_VERSION) + 1)
+    version.write_text(version.read_text().replace(f'RULES_VERSION = "{RULES_VERSION}"', f'RULES_VERSION = "{bumped}"'))
     code, out, recomputed = farm(*argv, cwd=tmp_path, package=package)
     assert recomputed and code == cold[0]
-    assert json.loads(out)["reports"][0]["lint_version"].startswith("2+")
+    assert json.loads(out)["reports"][0]["lint_version"].startswith(f"{bumped}+")
 
 
 def test_a_warm_run_imports_neither_the_rules_nor_the_recipes(tmp_path: Path) -> None:

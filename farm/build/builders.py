@@ -188,11 +188,13 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
 
 def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
                   prepared: Path | None = None, log: Log | None = None,
-                  knobs: BuildKnobs | None = None) -> LintReport:
+                  knobs: BuildKnobs | None = None, extensions: tuple[tuple[str, ArchList], ...] = (),
+                  cuda: str | None = None) -> LintReport:
     """The lint of exactly the source that is built: the fetched tree after the recipe's
     ``patch_script`` (cached by the tree's identity and the script's digest). ``prepared``: a
     patched copy the caller already made (``farm build``); otherwise a temporary one is made
-    on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale."""
+    on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale.
+    ``cuda``: the cell's CUDA line, used for a recipe with ``kernel_families``."""
     import tempfile
 
     from farm.fsutil import sha256_file
@@ -201,7 +203,9 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     knobs = knobs or recipe.build
     script = knobs.patch_script
     if not script:
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir)
+        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
+                           extensions=extensions, cuda=cuda if recipe.kernel_families else None,
+                           families=recipe.families)
     path = (config.root / script).resolve()
     if not path.is_file():
         raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
@@ -212,7 +216,8 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
             return prepared if prepared is not None else prepare_source(
                 tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None), knobs=knobs)
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           prepare=prepare, variant=f"patch:{digest}")
+                           prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
+                           cuda=cuda if recipe.kernel_families else None, families=recipe.families)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -497,7 +502,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
     report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
-                           prepared=src, knobs=spec.knobs)
+                           prepared=src, knobs=spec.knobs, extensions=spec.arch.extensions, cuda=cell.cuda)
     for ignore in report.stale_ignores:  # stale under every list is the matrix's verdict; here, a note
         say(f"{cell.id}: lint_ignore at {ignore.where} matches nothing in the source as built for this arch list")
     if not report.passed:

@@ -1,8 +1,10 @@
 """``farm lint PKG|PATH [--arch-list L]``: the arch-gate lint on a recipe's source or a source tree.
 
-For a package, the source is fetched (cached by identity) and linted once per distinct arch list
-its cells resolve to (or against ``--arch-list``), with the recipe's ``lint_ignore`` entries and
-build subdirectory. For a directory, ``--arch-list`` is required. Exit 1 on any lint error.
+For a package, the source is fetched (cached by identity), the recipe's ``patch_script`` applied
+to a copy, and linted once per distinct arch list its cells resolve to (or against
+``--arch-list``), with the recipe's ``lint_ignore`` entries, build subdirectory, extension lists
+and, for ``kernel_families: cmake``, each CUDA line's kernel families. For a directory,
+``--arch-list`` is required. Exit 1 on any lint error.
 """
 
 from __future__ import annotations
@@ -28,23 +30,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", metavar="PKG|PATH", help="a package name from packages/, or a source directory")
     parser.add_argument("--arch-list", metavar="L", help="lint against this list (required for a PATH)")
     parser.add_argument("--build-subdir", metavar="DIR", help="for a PATH: the directory the build runs in")
+    parser.add_argument("--cuda", metavar="X.Y",
+                        help="the CUDA line to derive kernel families for (a CMake build that gives "
+                             "kernel families their own targets, as vLLM's does)")
     parser.add_argument("--root", default=None, help="farm repository root (default: the current directory)")
     parser.add_argument("--cache-dir", help="sources and lint cache (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _package_lists(config: FarmConfig, recipe: Recipe) -> list[ArchList]:
-    """Distinct arch lists the package's cells resolve to, in first-seen order."""
+Request = tuple["ArchList", tuple[tuple[str, "ArchList"], ...], "str | None"]
+
+
+def _package_lists(config: FarmConfig, recipe: Recipe) -> list[Request]:
+    """Distinct arch lists the package's cells resolve to, with the extensions' own lists of the
+    same cells and, for a package with kernel families, the CUDA line (the families depend on
+    it), in first-seen order."""
     from farm.model.cells import declared_cells, recipe_excludes
     from farm.model.spec import arch_request
 
-    lists: dict[str, ArchList] = {}
+    lists: dict[tuple[str, tuple[tuple[str, str], ...], str | None], Request] = {}
     for cell in declared_cells(config.defaults, recipe):
         if recipe_excludes(recipe, cell):
             continue
         request = arch_request(config, recipe, cell)
         if request is not None:
-            lists.setdefault(request.archs.canonical(), request.archs)
+            cuda = cell.cuda if recipe.kernel_families else None
+            key = (request.archs.canonical(), tuple((g, a.canonical()) for g, a in request.extensions), cuda)
+            lists.setdefault(key, (request.archs, request.extensions, cuda))
     return list(lists.values())
 
 
@@ -72,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = _cache_dir(args, root)
     memo = Memo(cache_dir, kind="directory" if is_dir else "package",
                 what=os.path.abspath(args.what) if is_dir else args.what, typed=args.what, arch_list=args.arch_list,
-                build_subdir=args.build_subdir, root=os.path.abspath(root))
+                build_subdir=args.build_subdir, root=os.path.abspath(root), cuda=args.cuda)
     remembered = memo.answer()
     if remembered is not None:
         code, text, as_json = remembered
@@ -113,13 +125,13 @@ def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[
     archs = ArchList.parse(args.arch_list, where="--arch-list")
     index = TreeIndex(target)
     memo.depend_on(index.stamps)  # what the lint lists and reads, stamped as it goes
-    return [(str(target), lint_index(index, archs, build_subdir=args.build_subdir))]
+    return [(str(target), lint_index(index, archs, build_subdir=args.build_subdir, cuda=args.cuda))]
 
 
 def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:
     import dataclasses
 
-    from farm.lint import lint_cached
+    from farm.build.builders import lint_as_built
     from farm.model.arch import ArchList
     from farm.model.config import PathSource, load_config
     from farm.progress import reporter
@@ -132,7 +144,7 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     config = load_config(root)
     recipe = config.recipe(args.what)
     if args.arch_list:
-        lists = [ArchList.parse(args.arch_list, where="--arch-list")]
+        lists: list[Request] = [(ArchList.parse(args.arch_list, where="--arch-list"), (), args.cuda)]
     else:
         lists = _package_lists(config, recipe)
         if not lists:
@@ -143,11 +155,14 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     say = reporter("farm lint", json=args.json)
     tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
     outcomes = []
-    for archs in lists:
-        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}")
+    for archs, extensions, cuda in lists:
+        say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}"
+            + "".join(f", {glob} against {own.canonical()}" for glob, own in extensions)
+            + (f", kernel families for CUDA {cuda}" if cuda else ""))
+        # the source as it is built (after the recipe's patch_script), as the matrix lints it
         outcomes.append(LintOutcome(recipe.name, archs.canonical(),
-                                    lint_cached(tree, archs, recipe.lint_ignore, cache_dir,
-                                                build_subdir=recipe.build.subdir)))
+                                    lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions,
+                                                  cuda=cuda)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]

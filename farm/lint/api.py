@@ -16,6 +16,7 @@ from pathlib import Path
 
 from farm.errors import SourceError
 from farm.lint.compiled import BuildScope, TreeIndex, build_scope
+from farm.lint.families import Configured
 from farm.lint.report import (
     Finding,
     LibrarySummary,
@@ -24,14 +25,14 @@ from farm.lint.report import (
     Severity,
     apply_ignores,
 )
-from farm.lint.rules import check
+from farm.lint.rules import check, declared_families, kernel_families
 from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
 from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
 
 TYPE_CHECKING = False  # not typing's: a directory's lint needs neither it, the recipes' model nor the fetcher
 if TYPE_CHECKING:
-    from farm.model.config import GitSource, LintIgnore, PathSource, SdistSource
+    from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource
     from farm.source.fetch import SourceTree
 
 __all__ = [
@@ -41,16 +42,23 @@ __all__ = [
 
 
 def lint_tree(root: Path, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
-              build_subdir: str | None = None) -> LintReport:
-    """Lint the source tree at ``root`` against ``archs``."""
+              build_subdir: str | None = None, extensions: Sequence[tuple[str, ArchList]] = (),
+              cuda: str | None = None, families: Sequence[KernelFamily] = ()) -> LintReport:
+    """Lint the source tree at ``root`` against ``archs`` (and each extension matching a glob of
+    ``extensions`` against its own list). ``cuda``: the cell's CUDA line, given for a package whose
+    CMake project compiles kernel families for their own targets (``kernel_families: cmake``):
+    they are derived for that line and each judged against its targets; ``families``: the
+    recipe's declared families instead (resolved for ``archs`` and ``cuda``)."""
     root = Path(root)
     if not root.is_dir():
         raise SourceError(f"{root} is not a directory", hint="pass a source tree or a package name")
-    return lint_index(TreeIndex(root), archs, ignores, build_subdir=build_subdir)
+    return lint_index(TreeIndex(root), archs, ignores, build_subdir=build_subdir, extensions=extensions, cuda=cuda,
+                      families=families)
 
 
 def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] = (), *,
-               build_subdir: str | None = None) -> LintReport:
+               build_subdir: str | None = None, extensions: Sequence[tuple[str, ArchList]] = (),
+               cuda: str | None = None, families: Sequence[KernelFamily] = ()) -> LintReport:
     """:func:`lint_tree` on an index the caller made: ``index.stamps`` then says what the
     answer was made from (``farm lint`` remembers it by them)."""
     root = index.root
@@ -61,7 +69,12 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         raise SourceError(f"build_subdir {build_subdir!r} does not exist in {root}",
                           hint="fix the recipe's build.subdir (or --build-subdir)")
     scope = build_scope(index, build_subdir)
-    findings, libraries = check(index, scope, archs)
+    if cuda and families:
+        configured: Configured | None = declared_families(index, scope, archs, cuda, families)
+    else:
+        configured = kernel_families(index, scope, archs, cuda) if cuda else None
+    derived = configured.families if configured else ()
+    findings, libraries = check(index, scope, archs, extensions, configured)
     kept, ignored, stale = apply_ignores(findings, ignores)
     summary = {
         "build_root": scope.build_root or ".",
@@ -70,6 +83,11 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "compiled": len(scope.compiled),
         "files_total": scope.files_total,
         "vendored": list(scope.vendored),
+        "extensions": [[glob, own.canonical()] for glob, own in extensions],
+        "cuda": cuda or "",
+        # the family table a reviewer checks: name, where, what it intersects, its targets, sources
+        "families": [[f.name, f.where, f.supported, f.targets.canonical(), len(f.sources)] for f in derived],
+        "not_built": sorted(configured.not_built) if configured else [],
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a
         # lint finding (no stub can run), but worth seeing next to the verdict.
@@ -82,7 +100,8 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
 
 def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore], cache_dir: Path, *,
                 build_subdir: str | None = None, prepare: Callable[[], Path] | None = None,
-                variant: str = "") -> LintReport:
+                variant: str = "", extensions: Sequence[tuple[str, ArchList]] = (),
+                cuda: str | None = None, families: Sequence[KernelFamily] = ()) -> LintReport:
     """:func:`lint_tree` on a fetched source, cached by its identity.
 
     ``prepare`` makes the tree that is really built (the source after the recipe's patch script)
@@ -90,12 +109,16 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
     the unpatched source."""
     from farm.lint import cache
 
-    key = cache.cache_key(tree.identity + (f"+{variant}" if variant else ""), LINT_VERSION, archs, ignores,
+    # the extensions' own lists key the answer like the package's list does
+    own = "".join(f"+ext:{glob}={lst.canonical()}" for glob, lst in extensions) + (f"+cuda:{cuda}" if cuda else "")
+    own += "".join(f"+family:{f.name}={','.join(f.sources)}:{f.archs}:{f.min_cuda or ''}" for f in families)
+    key = cache.cache_key(tree.identity + (f"+{variant}" if variant else "") + own, LINT_VERSION, archs, ignores,
                           build_subdir)
     report = cache.load(cache_dir, key)
     if report is None:
         root = prepare() if prepare is not None else tree.root
-        report = lint_tree(root, archs, ignores, build_subdir=build_subdir)
+        report = lint_tree(root, archs, ignores, build_subdir=build_subdir, extensions=extensions, cuda=cuda,
+                           families=families)
         cache.store(cache_dir, key, report)
     return report
 

@@ -448,6 +448,45 @@ class _Collector:
                 self.resolve(token, base)
 
 
+def extension_sources(index: TreeIndex, scope: BuildScope) -> dict[str, tuple[str, ...]]:
+    """The translation units of each extension a Python build file names:
+    ``CUDAExtension(name="pkg._ext", sources=["csrc/a.cu", ...])`` (any ``*Extension`` call, the
+    name and sources as keywords or the first two arguments). Sources the script computes at run
+    time are not followed: those units keep the package's list."""
+    out: dict[str, set[str]] = {}
+    for rel in scope.build_files:
+        if kind_of_build_file(rel) != "python":
+            continue
+        try:
+            tree = ast.parse(index.text(rel))
+        except SyntaxError:
+            continue
+        folder = _StringCollector()
+        folder.visit(tree)  # the names the script binds to constant paths
+        base = posixpath.dirname(rel)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if not called.endswith("Extension"):
+                continue
+            args = {k.arg: k.value for k in node.keywords if k.arg}
+            name_node = args.get("name", node.args[0] if node.args else None)
+            sources_node = args.get("sources", node.args[1] if len(node.args) > 1 else None)
+            name = folder._fold(name_node) if name_node is not None else None
+            if not name or sources_node is None:
+                continue
+            collector = _Collector(index, scope.build_root, scope.vendored)
+            for sub in ast.walk(sources_node):
+                value = folder._fold(sub) if isinstance(sub, (ast.Constant, ast.JoinedStr, ast.BinOp, ast.Call)) \
+                    else None
+                if value:
+                    collector.resolve(value, base)
+            out.setdefault(name, set()).update(s for s in collector.seeds if s in scope.seeds)
+    return {name: tuple(sorted(seeds)) for name, seeds in out.items() if seeds}
+
+
 def build_scope(index: TreeIndex, build_subdir: str | None = None) -> BuildScope:
     """Decide what is compiled (see the module docstring)."""
     build_root = _join("", build_subdir) if build_subdir else ""

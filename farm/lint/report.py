@@ -24,6 +24,7 @@ class Rule(str, enum.Enum):
     FP8 = "fp8"
     EXPLICIT_TARGET = "explicit-target"
     ARCH_OVERRIDE = "arch-override"
+    ARCH_SPECIFIC = "arch-specific"
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,12 @@ class LintReport:
         if scope:
             lines.append(f"  compiled: {scope.get('compiled', 0)} of {scope.get('files_total', 0)} files "
                          f"({scope.get('how', '')})")
+        if scope.get("families"):
+            lines.append(f"  kernel families (CUDA {scope.get('cuda', '')}), each judged against its own targets:")
+            width = max(len(f"{name} ({where})") for name, where, *_ in scope["families"])
+            for name, where, supported, targets, count in scope["families"]:
+                lines.append(f"    {f'{name} ({where})':{width}}  {supported or '-':38} -> {targets}  "
+                             f"[{count} source{'s' if count != 1 else ''}]")
         if scope.get("no_image"):
             lines.append(f"  note: claimed devices with no image at all: {', '.join(scope['no_image'])} "
                          "(cudaErrorNoKernelImageForDevice; see `farm explain`)")

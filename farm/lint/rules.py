@@ -22,8 +22,15 @@ read the arch (CUTLASS's ``CUDA_ARCH_FAMILY(1000)``) are followed.
 FP8 outside gates: torch's ``c10::Float8_*`` types and ``ScalarType`` tags are portable host/device
 code, not FP8 instructions, and are not counted.
 
-**FP8.** ``e4m3``/``e5m2`` types and intrinsics (also inside ``asm`` strings) outside any arch gate
-need every claimed device from 8.9 up to run an image of at least 8.9.
+**FP8.** ``e4m3``/``e5m2`` inside an ``asm`` statement outside any arch gate is an FP8 instruction,
+which ptxas assembles only from sm_89: an error wherever the list compiles it for less. FP8 types
+and ``cuda_fp8.h`` conversions elsewhere compile everywhere and convert in software below 8.9: an
+info when a device from 8.9 up runs an image below 8.9.
+
+**Arch-specific instructions** (:mod:`farm.lint.isa`): ``wgmma``, ``setmaxnreg``, ``tcgen05``, the
+block-scaled ``mma`` and the rest that only an ``a``/``f`` target assembles: an error for every
+target the translation unit is compiled for that cannot assemble them, unless a guard keeps the
+code out of that image.
 
 **Explicit targets** (build files): ``sm_XX[a|f]``, ``compute_XX``, ``-gencode arch=..,code=..``,
 ``-arch=``, CMake ``CUDA_ARCHITECTURES`` values: every target the build would emit must be declared.
@@ -42,11 +49,16 @@ from __future__ import annotations
 
 import ast
 import bisect
+import dataclasses
+import fnmatch
+import posixpath
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from farm.lint.compiled import BuildScope, TreeIndex, kind_of_build_file
+from farm.lint import families as fam
+from farm.lint import isa
+from farm.lint.compiled import BuildScope, TreeIndex, extension_sources, include_closure, kind_of_build_file
 from farm.lint.lexer import (
     blank_lines,
     line_starts,
@@ -72,6 +84,10 @@ from farm.lint.report import Finding, LibrarySummary, Rule, Severity
 from farm.model.arch import ArchList, Kind, Target, Variant
 from farm.model.driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from farm.model.config import KernelFamily
+
 _TRIGGERS = ("__CUDA_ARCH", "NV_IF_", "NV_DISPATCH_TARGET")
 _FP8_TAILS = tuple(f"{a}{m}{b}" for a in "45" for m in "mM" for b in "23")  # [eE][45][mM][23] less its [eE]
 _FP8 = re.compile(r"\b\w*(?:e4m3|e5m2)\w*", re.IGNORECASE)
@@ -85,6 +101,8 @@ _TRAP = re.compile(r"__trap\s*\(|__brkpt\s*\(|\btrap\s*;|\bbrkpt\s*;|__builtin_t
 _NO_WORK = re.compile(r"^(?:printf|fprintf|std::printf|assert|__trap|__brkpt|abort|exit|std::abort|"
                       r"CUTE_INVALID_CONTROL_PATH|CUTLASS_NOT_IMPLEMENTED|CUTE_GCC_UNREACHABLE|"
                       r"__builtin_trap|__builtin_unreachable|\(void\))\b|^\(void\)|^return$|"
+                      # a helper named for what it does (nunchaku's trap_unsupported_arch())
+                      r"^(?:\w*_)?trap(?:_\w*)?\s*\(|"
                       # returning a constant in place of the computation (``return 0.f;``) is a stub;
                       # returning what a fallback computes (``return slow(x);``) is work
                       r"^return\s*\(?\s*(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFuUlL]*|false|true|"
@@ -180,6 +198,7 @@ class CFile:
     _starts: list[int] | None = field(default=None, repr=False)
     _lines: list[str] | None = field(default=None, repr=False)
     _scope: tuple[list[int], list[bool]] | None = field(default=None, repr=False)
+    _one_branch: str | None = field(default=None, repr=False)
 
     @property
     def starts(self) -> list[int]:
@@ -588,40 +607,104 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
                    archs.canonical(), fix, tuple(run.label for run in runs_chosen))
 
 
+def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: dict[str, Expr],
+                   macros: dict[str, tuple[str, str]]) -> Finding | None:
+    """A declared arch whose own image takes a branch that does nothing while another branch of the
+    same gate does the work (``if constexpr (__CUDA_ARCH__ >= 800) ... else trap`` with 7.5 listed):
+    the wheel claims the arch, and this code is a stub there. An info: correct only while the
+    package never launches it on that arch, which the lint cannot see."""
+    hit: list[tuple[DeviceRun, str, int]] = []
+    for run in runs:
+        if run.target.number != run.device.number:
+            continue
+        taken = _taken(gate.chain, Scope(run.image, aliases))
+        if taken is None:
+            continue
+        kind, detail = classify(gate, taken, macros)
+        if kind != "stub":
+            continue
+        if any(classify(gate, i, macros)[0] == "real" for i in range(len(gate.chain.branches) + 1) if i != taken):
+            hit.append((run, detail, taken))
+    if not hit:
+        return None
+    run, detail, taken = hit[0]
+    branch_line = gate.chain.branches[taken].line if taken < len(gate.chain.branches) else gate.chain.end_line
+    where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
+    labels = [r.label for r, _, _ in hit]
+    return Finding(
+        Rule.ARCH_GATE.value, Severity.INFO, gate.file.rel, gate.line, gate.snippet,
+        f"declared {', '.join(labels)} {'runs its own image' if len(hit) == 1 else 'run their own images'} "
+        f"({', '.join(r.target.name for r, _, _ in hit)}), where this gate takes {where}, which does nothing "
+        f"({detail}): the wheel claims the arch, and this code is a stub there",
+        (), archs.canonical(),
+        "correct only if the package never launches this code on these arches (its dispatch checks the "
+        "device); otherwise drop them from the list, or lint_ignore rule arch-gate with the reason",
+        tuple(labels),
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # FP8
 # ------------------------------------------------------------------------------------------------
-def fp8_finding(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList) -> Finding | None:
-    uses: list[tuple[int, str]] = []
+def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList,
+                 reach: Reach | None = None) -> list[Finding]:
+    """FP8 outside any arch gate. In an ``asm`` statement it is an instruction, which ptxas
+    assembles only from sm_89 ("Feature 'cvt with .e4m3x2/.e5m2x2' requires .target sm_89 or
+    higher"): an error wherever the list compiles it for less. Elsewhere it is a type or a
+    ``cuda_fp8.h`` conversion, which compiles for every arch and converts in software below 8.9:
+    an info when a device from 8.9 up runs such an image."""
+    types: list[tuple[int, str]] = []
     for m in _FP8.finditer(f.code):
         if not _TORCH_FP8.fullmatch(m.group()):
-            uses.append((m.start(), m.group()))
+            types.append((m.start(), m.group()))
+    instructions: list[tuple[int, str]] = []
     for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
         parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
         if parsed:
             _, close = parsed
             for hit in _FP8.finditer(f.raw, m.end(), close):
-                uses.append((hit.start(), hit.group()))
-    uses = [(pos, word) for pos, word in uses if not any(a <= pos < b for a, b in gated)]
-    if not uses:
-        return None
+                instructions.append((hit.start(), hit.group()))
+    out: list[Finding] = []
+    instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
+    low = [t for t in archs if t.number < 89]
+    if reach is not None and instructions:
+        # only the images that compile the instruction: its function reached there (the gate
+        # macros, nunchaku's `if constexpr (FP4_AVAILABLE)`)
+        low = [t for t in low if any(
+            used_in(f, pos, dataclasses.replace(reach, ctx=_context(t))) for pos, _ in instructions)]
+    if instructions and low:
+        instructions.sort()
+        pos, word = instructions[0]
+        line = f.line_of(pos)
+        more = len({f.line_of(p) for p, _ in instructions}) - 1
+        suffix = f" (and {more} more lines in this file)" if more else ""
+        out.append(Finding(
+            Rule.FP8.value, Severity.ERROR, f.rel, line, f.line_text(line),
+            f"FP8 instruction ({word}) in asm outside any arch gate{suffix}, compiled for "
+            f"{', '.join(t.name for t in low)}: ptxas assembles FP8 instructions only for sm_89 and later, "
+            "so the build fails",
+            ("8.9",), archs.canonical(),
+            "gate the asm on __CUDA_ARCH__ >= 890 (with a fallback for the older images), compile this "
+            "translation unit for 8.9 and later only, or lint_ignore rule fp8 with the reason",
+        ))
+    types = [(pos, word) for pos, word in types if not any(a <= pos < b for a, b in gated)]
     short = [run for run in runs if run.device.number >= 89 and run.image.cuda_arch < 890]
-    if not short:
-        return None
-    uses.sort()
-    pos, word = uses[0]
-    line = f.line_of(pos)
-    more = len({f.line_of(p) for p, _ in uses}) - 1
-    labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
-    suffix = f" (and {more} more lines in this file)" if more else ""
-    return Finding(
-        Rule.FP8.value, Severity.ERROR, f.rel, line, f.line_text(line),
-        f"FP8 ({word}) outside any arch gate{suffix}: {', '.join(labels)}, below the 8.9 FP8 needs",
-        ("8.9",), archs.canonical(),
-        "declare 8.9 (FP8 needs sm_89 or later on every device from 8.9 up), gate the FP8 code on "
-        "__CUDA_ARCH__ >= 890 with a real fallback, or lint_ignore rule fp8 with the reason",
-        tuple(run.label for run in short),
-    )
+    if types and short:
+        types.sort()
+        pos, word = types[0]
+        line = f.line_of(pos)
+        more = len({f.line_of(p) for p, _ in types}) - 1
+        labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
+        suffix = f" (and {more} more lines in this file)" if more else ""
+        out.append(Finding(
+            Rule.FP8.value, Severity.INFO, f.rel, line, f.line_text(line),
+            f"FP8 type or conversion ({word}) outside any arch gate{suffix}: {', '.join(labels)}, below 8.9, "
+            "where cuda_fp8.h converts in software: correct, slower than the hardware conversion",
+            ("8.9",), archs.canonical(),
+            "declare 8.9 for the hardware FP8 conversions on every device from 8.9 up",
+            tuple(run.label for run in short),
+        ))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -924,8 +1007,13 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Seve
 # ------------------------------------------------------------------------------------------------
 # Everything for one tree
 # ------------------------------------------------------------------------------------------------
-def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Finding], list[LibrarySummary]]:
-    runs = device_runs(archs)
+def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequence[tuple[str, ArchList]] = (),
+          configured: fam.Configured | None = None) -> tuple[list[Finding], list[LibrarySummary]]:
+    """Every rule on the tree. ``extensions``: the recipe's own lists for extensions matching a
+    glob; ``configured``: kernel families with their own targets (and the sources the cell does
+    not build). The translation units of such an
+    extension or family (and what they include) are judged against its list, the others against
+    ``archs``."""
     findings: list[Finding] = []
     for rel in scope.build_files:
         findings.extend(build_file_findings(index, rel, archs))
@@ -933,7 +1021,8 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
     parsed: dict[str, CFile] = {}
     for rel in sorted(scope.compiled):
         raw = index.text(rel)
-        if may_gate(raw):
+        first_party = scope.library_of(rel) is None
+        if may_gate(raw) or (first_party and (isa.may_use(raw) or ("_ENABLED" in raw and _GUARD_USE.search(raw)))):
             parsed[rel] = parse_c(rel, raw, scope.library_of(rel))
     aliases = collect_aliases(parsed.values())
     if aliases:
@@ -946,6 +1035,8 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
                 # the names as plain substrings first: the alternation is slow to scan a file with
                 if any(name in raw for name in names) and alias_re.search(raw):
                     parsed[rel] = parse_c(rel, raw, None)
+    known_guards(parsed.values(), aliases)
+    constexpr_flags(parsed.values(), aliases)
     macros = {name: (value, _define_text(f, line, name)) for f in parsed.values()
               for line, name, value in f.directives.defines if value}
 
@@ -962,22 +1053,454 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList) -> tuple[list[Fi
                 for branch in chain.branches:
                     seen.update(f"{int(n)}" for n in re.findall(r"__CUDA_ARCH__\s*[<>=!]=?\s*(\d+)", branch.text))
                     seen.update(f"sm_{n}a" for n in re.findall(r"FEAT_SM(\d+)_ALL", branch.text))
-            continue
-        gated: list[tuple[int, int]] = []
-        for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f)]:
-            gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
-            finding = gate_findings(gate, runs, archs, aliases, macros)
-            if finding is not None:
-                findings.append(finding)
-        fp8 = fp8_finding(f, gated, runs, archs)
-        if fp8 is not None:
-            findings.append(fp8)
+    seen_findings: set[tuple[str, str, int, str]] = set()
+    others: dict[str, CFile] = {}  # files parsed only to follow a use (shared by every group)
+    families = configured.families if configured else ()
+    not_built = configured.not_built if configured else frozenset()
+    for group in compile_groups(index, scope, archs, extensions, families, not_built):
+        runs = device_runs(group.archs)
+        reach = Reach(group, index, scope, parsed, aliases, others=others)
+        for rel in sorted(group.files):
+            if rel not in parsed or parsed[rel].library is not None:
+                continue
+            f = parsed[rel]
+            out: list[Finding] = []
+            gated: list[tuple[int, int]] = []
+            for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
+                gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
+                if not used_in(f, gate.spans[0][0], reach):
+                    continue
+                finding = gate_findings(gate, runs, group.archs, aliases, macros)
+                if finding is None:
+                    finding = own_image_stub(gate, runs, group.archs, aliases, macros)
+                if finding is not None:
+                    out.append(finding)
+            out.extend(fp8_findings(f, gated, runs, group.archs, reach))
+            out.extend(arch_specific_findings(f, reach))
+            for finding in out:
+                key = (finding.rule, finding.path, finding.line, finding.message)
+                if key not in seen_findings:
+                    seen_findings.add(key)
+                    findings.append(finding)
     summaries = [
         LibrarySummary(lib, counts[0], counts[1], tuple(sorted(thresholds.get(lib, ()), key=_threshold_key)))
         for lib, counts in sorted(libraries.items())
     ]
     findings.sort(key=lambda x: (x.severity is not Severity.ERROR, x.path, x.line, x.rule))
     return findings, summaries
+
+
+# ------------------------------------------------------------------------------------------------
+# Which list each translation unit is compiled for
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompileGroup:
+    """Translation units compiled for one arch list, and every file they include."""
+
+    archs: ArchList
+    label: str  # "the package's list" or "extension sageattention._qattn_sm90 (*_qattn_sm90*)"
+    seeds: tuple[str, ...]
+    files: frozenset[str]
+
+
+def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
+                   extensions: Sequence[tuple[str, ArchList]],
+                   families: Sequence[fam.Family] = (), not_built: frozenset[str] = frozenset()) -> list[CompileGroup]:
+    """The translation units by the list they are compiled for: a kernel family's own targets
+    (:mod:`farm.lint.families`; a unit in several families gets all of their targets, as the
+    flags add up), else an extension's own list where the recipe declares one for it (matched by
+    the extension's name, as the assertion matches its ``.so``), else the package's list."""
+    seeds = tuple(rel for rel in device_units(index, scope) if rel not in not_built)
+    if not extensions and not families:
+        return [CompileGroup(archs, "the package's list", seeds, frozenset(include_closure(index, seeds)))]
+    by_seed: dict[str, tuple[str, ArchList]] = {}
+    for name, sources in extension_sources(index, scope).items():
+        for glob, own in extensions:
+            if fnmatch.fnmatchcase(name, glob) or fnmatch.fnmatchcase(name.replace(".", "/"), glob):
+                for rel in sources:
+                    by_seed.setdefault(rel, (f"extension {name} ({glob})", own))
+                break
+    in_families: dict[str, list[fam.Family]] = {}
+    for family in families:
+        for rel in family.sources:
+            in_families.setdefault(rel, []).append(family)
+    for rel, found in in_families.items():
+        label = "family " + " + ".join(f"{f.name} ({f.where})" for f in found)
+        by_seed[rel] = (label, ArchList.of(t for f in found for t in f.targets))
+    groups: dict[tuple[str, str], tuple[ArchList, list[str]]] = {}
+    for seed in seeds:
+        label, own = by_seed.get(seed, ("the package's list", archs))
+        groups.setdefault((label, own.canonical()), (own, []))[1].append(seed)
+    return [CompileGroup(own, label, tuple(units), frozenset(include_closure(index, units)))
+            for (label, _), (own, units) in groups.items()]
+
+
+def declared_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: str,
+                      declared: Sequence[KernelFamily]) -> fam.Configured:
+    """The recipe's own families for this cell: each ``archs`` intersected with the cell's list
+    as vLLM's CMake does; a family whose CUDA line is later, or that the list does not ask for,
+    is not built."""
+    cell = sorted({t.version for t in archs}, key=lambda v: fam.version_key(v.rstrip("af")))
+    families: list[fam.Family] = []
+    not_built: set[str] = set()
+    for family in declared:
+        sources = tuple(sorted({rel for pattern in family.sources
+                                for rel in index.glob(posixpath.join(scope.build_root, pattern))
+                                if rel.endswith(".cu")}))
+        resolved = fam.loose_intersection(family.archs.split(";"), cell)
+        if (family.min_cuda and fam.version_key(cuda) < fam.version_key(family.min_cuda)) or not resolved:
+            not_built.update(sources)
+        elif sources:
+            families.append(fam.Family(family.name, family.where, family.archs, tuple(resolved), sources))
+    return fam.Configured(tuple(families), frozenset(not_built))
+
+
+def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: str) -> fam.Configured:
+    """The families the build's CMake project gives their own targets, configured for this cell
+    (sources outside the tree, such as an external project's, dropped), and the tree's sources
+    it does not build for this cell."""
+    root = posixpath.join(scope.build_root, "CMakeLists.txt") if scope.build_root else "CMakeLists.txt"
+    cmake = [rel for rel in scope.build_files if kind_of_build_file(rel) == "cmake"]
+    if root not in index.fileset or not any(fam.uses_families(index.text(rel)) for rel in cmake):
+        return fam.Configured((), frozenset())
+
+    def read(rel: str) -> str | None:
+        rel = posixpath.normpath(posixpath.join(scope.build_root, rel))
+        return index.text(rel) if rel in index.fileset else None
+
+    def in_tree(path: str) -> str:
+        return posixpath.normpath(posixpath.join(scope.build_root, path))
+
+    configured = fam.derive(read, "CMakeLists.txt", archs, cuda)
+    families = []
+    for family in configured.families:
+        sources = tuple(rel for s in family.sources if (rel := in_tree(s)) in index.fileset)
+        if sources:
+            families.append(dataclasses.replace(family, sources=sources,
+                                                where=posixpath.join(scope.build_root, family.where)))
+    return fam.Configured(tuple(families), frozenset(in_tree(s) for s in configured.not_built))
+
+
+_NOT_CUDA_DIRS = frozenset({"rocm", "hip", "cpu"})
+_CPP_AS_CUDA = re.compile(r"(?<![\w-])-x\s*cu\b|\bLANGUAGE\s+CUDA\b|--x=cu\b")
+
+
+def device_units(index: TreeIndex, scope: BuildScope) -> tuple[str, ...]:
+    """The translation units nvcc compiles for the device: ``.cu`` files (a ``.cpp`` goes to the host
+    compiler, where ``__CUDA_ARCH__`` is never defined, unless a build file compiles C++ as CUDA
+    with ``-x cu`` or ``LANGUAGE CUDA``), outside ``rocm``/``hip``/``cpu`` directories (a ROCm-only
+    extension's kernels, CPU kernels: never compiled by nvcc in a CUDA build)."""
+    as_cuda = any(_CPP_AS_CUDA.search(index.text(rel)) for rel in scope.build_files)
+    return tuple(rel for rel in scope.seeds
+                 if (as_cuda or rel.endswith(".cu")) and not _NOT_CUDA_DIRS.intersection(rel.split("/")[:-1]))
+
+
+_ENTITY = re.compile(r"\b(?:struct|class)\s+(\w+)[^;{}()]*\{|\b(\w+)\s*\([^;{}]*\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
+_BRACES = re.compile(r"[{}]")
+_NOT_NAMES = frozenset({"operator", "constexpr", "if", "for", "while", "switch", "return", "sizeof", "catch", "defined",
+                        "decltype", "alignas", "__attribute__", "__launch_bounds__", "asm", "volatile"})
+
+
+def enclosing_entities(f: CFile, offset: int) -> list[tuple[str, str]]:
+    """The structs, classes and functions whose bodies hold ``offset``, outermost first: each
+    name and the declaration before it (``template <...>``, ``inline __device__ ...``)."""
+    code = _one_branch(f)
+    found: list[tuple[str, str]] = []
+    for m in _ENTITY.finditer(code, 0, offset):
+        name = m[1] or m[2]
+        if name in _NOT_NAMES:
+            continue
+        if _still_open(code, m.end() - 1, offset):
+            start = max(code.rfind(ch, 0, m.start()) for ch in ";{}") + 1
+            found.append((name, code[start:m.start()]))
+    return found
+
+
+def _still_open(code: str, brace: int, offset: int) -> bool:
+    """Whether the ``{`` at ``brace`` is not yet closed at ``offset``."""
+    depth = 0
+    for m in _BRACES.finditer(code, brace, offset):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return False
+    return depth > 0
+
+
+def _one_branch(f: CFile) -> str:
+    """``f.code`` with every branch but the first of each ``#if`` chain blanked, offsets kept:
+    code written twice under ``#if``/``#else`` (``for (...) {`` in each) would unbalance the
+    braces that say which entity holds a line."""
+    if f._one_branch is None:
+        lines = f.code.split("\n")
+        for chain in f.directives.chains:
+            for branch in chain.branches[1:]:
+                for n in range(branch.line, branch.body[1]):
+                    if 0 < n <= len(lines):
+                        lines[n - 1] = " " * len(lines[n - 1])
+        f._one_branch = "\n".join(lines)
+    return f._one_branch
+
+
+_DEFINITION = re.compile(r"\s*(?:<[^;{}]*>\s*)?(?::[^;{}]*)?\{|\s*\([^;{}]*\)\s*(?:const\s*)?\{")
+_ON_USE = re.compile(r"\btemplate\b|\binline\b|__forceinline__|\bstatic\b|\bconstexpr\b")
+
+
+@dataclass
+class Reach:
+    """What :func:`used_in` needs to follow uses across a group's files: the parsed files, the
+    arch macros, and the device pass (None: any)."""
+
+    group: CompileGroup
+    index: TreeIndex
+    scope: BuildScope
+    parsed: dict[str, CFile]  # the files the rules parsed; others are parsed here, kept apart
+    aliases: dict[str, Expr]
+    ctx: ArchContext | None = None
+    others: dict[str, CFile] = field(default_factory=dict)
+
+    def file(self, rel: str) -> CFile:
+        if rel in self.parsed:
+            return self.parsed[rel]
+        if rel not in self.others:
+            self.others[rel] = parse_c(rel, self.index.text(rel), self.scope.library_of(rel))
+        return self.others[rel]
+
+
+def used_in(f: CFile, offset: int, reach: Reach, depth: int = 0) -> bool:
+    """Whether the code at ``offset`` of a header becomes device code in this group (in the
+    device pass ``reach.ctx``, when given). A template, or an inline or static function, is
+    compiled only where a translation unit uses it: each such entity around ``offset`` (vLLM's
+    enable_sm90_or_later and its ``invoke``; an inline FP4 helper) must be named somewhere the
+    group compiles, outside code the device pass leaves out (nunchaku's ``if constexpr
+    (FP4_AVAILABLE)`` on sm_80). A translation unit's own code, and any other definition, always
+    counts; so does anything past a few levels of calls."""
+    if f.rel in reach.group.seeds or depth > 4:
+        return True
+    for name, declaration in enclosing_entities(f, offset):
+        if _ON_USE.search(declaration) and not _entity_used(f, name, reach, depth):
+            return False
+    return True
+
+
+def _entity_used(f: CFile, name: str, reach: Reach, depth: int) -> bool:
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    for rel in [f.rel, *sorted(reach.group.files - {f.rel})]:
+        text = f.code if rel == f.rel else reach.index.text(rel)
+        if name not in text or not word.search(text):
+            continue
+        g = f if rel == f.rel else reach.file(rel)
+        if g.library is not None:
+            return True  # a library's use: not followed
+        for m in word.finditer(g.code):
+            if _DEFINITION.match(g.code, m.end()):
+                continue
+            if reach.ctx is not None and not compiled_under(g, g.line_of(m.start()), reach.ctx, reach.aliases):
+                continue
+            recursive = g.rel == f.rel and any(n == name for n, _ in enclosing_entities(g, m.start()))
+            if not recursive and used_in(g, m.start(), reach, depth + 1):
+                return True
+    return False
+
+
+# ------------------------------------------------------------------------------------------------
+# Arch-specific instructions
+# ------------------------------------------------------------------------------------------------
+def _context(t: Target) -> ArchContext:
+    return ArchContext(t.cuda_arch, arch_specific=t.variant is Variant.ARCH,
+                       family_specific=t.variant in (Variant.ARCH, Variant.FAMILY))
+
+
+_GUARD_NAME = re.compile(r"(?:CUTE|CUTLASS)_ARCH_\w*ENABLED|SM\d+A?_|_SM\d+|ARCH")
+
+
+def compiled_under(f: CFile, line: int, ctx: ArchContext, aliases: dict[str, Expr]) -> bool:
+    """Whether ``line`` of ``f`` reaches the compiler in the device pass ``ctx``. A condition the
+    lint cannot decide counts as taken (a project option may be on), unless it names an arch
+    guard (a library's ``CUTE_ARCH_..._ENABLED`` the tree does not define): that is a guard."""
+    scope = Scope(ctx, aliases)
+    for chain in f.directives.chains:
+        if chain.line in f.directives.dead or not chain.line < line < chain.end_line:
+            continue
+        for i, branch in enumerate(chain.branches):
+            if not branch.body[0] <= line < branch.body[1]:
+                continue
+            taken = _taken(chain, scope)
+            if taken is None:
+                names = [n for b in chain.branches[:i + 1] if b.cond is not None for n in identifiers(b.cond)]
+                if any(is_arch_symbol(n) or n in aliases or _GUARD_NAME.search(n) for n in names):
+                    return False
+            elif taken != i:
+                return False
+    for gate in constexpr_gates(f, aliases):
+        offset = f.offset_of(line)
+        for i, (start, end) in enumerate(gate.spans[:-1]):
+            if start <= offset < end and _taken(gate.chain, scope) not in (None, i):
+                return False
+    return True
+
+
+def arch_specific_uses(f: CFile) -> list[tuple[int, isa.ArchInstruction]]:
+    """(line, instruction) of every arch-specific instruction in ``f``'s asm statements and of
+    every arch-specific ``cuda::ptx`` wrapper it calls."""
+    uses: list[tuple[int, isa.ArchInstruction]] = []
+    if not isa.may_use(f.raw):
+        return uses
+    for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
+        paren = f.code.find("(", m.end(), m.end() + 40)
+        parsed = _split_args(f.code, paren) if paren != -1 else None
+        if parsed is None:
+            continue
+        _, close = parsed
+        text = f.raw[paren:close]
+        row = isa.instruction_in_asm(text)
+        if row is not None:
+            at = re.search(row.pattern, text)
+            uses.append((f.line_of(paren + (at.start() if at else 0)), row))
+    uses.extend((f.line_of(offset), row) for offset, row in isa.intrinsics_in(f.code))
+    return uses
+
+
+def arch_specific_findings(f: CFile, reach: Reach) -> list[Finding]:
+    group, aliases, index = reach.group, reach.aliases, reach.index
+    by_row: dict[str, tuple[isa.ArchInstruction, list[int], list[Target]]] = {}
+    for line, row in arch_specific_uses(f):
+        bad = [t for t in group.archs if not row.accepted_by(t) and compiled_under(f, line, _context(t), aliases)
+               and used_in(f, f.offset_of(line), dataclasses.replace(reach, ctx=_context(t)))]
+        if bad:
+            entry = by_row.setdefault(row.name, (row, [], []))
+            entry[1].append(line)
+            entry[2].extend(t for t in bad if t not in entry[2])
+    out = []
+    for row, lines, bad in by_row.values():
+        units = [s for s in group.seeds if f.rel in include_closure(index, [s])]
+        unit_text = ", ".join(units[:3]) + (f" and {len(units) - 3} more" if len(units) > 3 else "")
+        more = f" (and {len(set(lines)) - 1} more lines in this file)" if len(set(lines)) > 1 else ""
+        line = lines[0]
+        out.append(Finding(
+            Rule.ARCH_SPECIFIC.value, Severity.ERROR, f.rel, line, f.line_text(line),
+            f"{row.name} (PTX ISA {row.ptx}, assembled only for {row.needs}) outside any guard{more}, in "
+            f"{unit_text}, compiled with {group.label} for {', '.join(t.name for t in bad)}: ptxas rejects "
+            f"it there, so the build fails (source: {row.source})",
+            row.versions, group.archs.canonical(),
+            f"compile {unit_text} for {row.needs} targets only (declare the extension's own list under "
+            "extensions, and make the build give it exactly that), or guard the code with "
+            "__CUDA_ARCH_FEAT_SM90_ALL / __CUDA_ARCH_SPECIFIC__ / __CUDA_ARCH_FAMILY_SPECIFIC__",
+        ))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Gates the preprocessor does not see: ``if constexpr`` on the arch, and CUTLASS's guards
+# ------------------------------------------------------------------------------------------------
+_CONSTEXPR_IF = re.compile(r"\bif\s+constexpr\s*\(")
+
+
+def _statement(code: str, at: int) -> tuple[int, int] | None:
+    """The span of the statement or ``{`` block starting at or after ``at``."""
+    while at < len(code) and code[at].isspace():
+        at += 1
+    if at >= len(code):
+        return None
+    if code[at] == "{":
+        depth = 0
+        for i in range(at, min(len(code), at + 400_000)):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                return at, i + 1
+        return None
+    end = code.find(";", at)
+    return (at, end + 1) if end != -1 else None
+
+
+def constexpr_gates(f: CFile, aliases: dict[str, Expr]) -> Iterator[Gate]:
+    """``if constexpr (__CUDA_ARCH__ >= 800) { ... } else { ... }``: a gate like ``#if``, decided per
+    image at compile time (nunchaku writes its kernels so)."""
+    if "constexpr" not in f.code:
+        return
+    for m in _CONSTEXPR_IF.finditer(f.code):
+        parsed = _split_args(f.code, m.end() - 1)
+        if parsed is None:
+            continue
+        _, close = parsed
+        text = " ".join(f.code[m.end():close].split())
+        cond = parse_expr(text)
+        if cond is None:
+            continue
+        line = f.line_of(m.start())
+        chain = Chain([Branch(cond, text, line, (line, line))], line)
+        if not _is_gate(chain, aliases):
+            continue
+        body = _statement(f.code, close + 1)
+        if body is None:
+            continue
+        spans = [body]
+        rest = f.code[body[1]:body[1] + 200]
+        other = re.match(r"\s*else\b(?!\s+if\b)", rest)
+        if other:
+            alternative = _statement(f.code, body[1] + other.end())
+            if alternative is not None:
+                chain.branches.append(Branch(None, "", f.line_of(body[1] + other.end()), (line, line)))
+                spans.append(alternative)
+        spans.append((body[1], body[1]))
+        yield Gate(f, chain, spans, line, f.line_text(line), True, False)
+
+
+_CONSTEXPR_FLAG = re.compile(r"\bconstexpr\s+bool\s+(\w+)\s*=\s*(true|false)\s*;")
+
+
+def constexpr_flags(files: Iterable[CFile], aliases: dict[str, Expr]) -> None:
+    """``static constexpr bool FP4_AVAILABLE = true;`` under ``#if __CUDA_ARCH__ >= 1200`` and
+    ``= false`` under its ``#else`` (nunchaku): a name for the gate's condition, which its
+    ``if constexpr (FP4_AVAILABLE)`` then reads like the ``#if``."""
+    for f in files:
+        if "constexpr" not in f.code:
+            continue
+        for chain in f.directives.chains:
+            if chain.line in f.directives.dead or not _is_gate(chain, aliases):
+                continue
+            values: dict[str, dict[int, bool]] = {}
+            for i, branch in enumerate(chain.branches):
+                start, end = f.offset_of(branch.body[0]), f.offset_of(branch.body[1])
+                for m in _CONSTEXPR_FLAG.finditer(f.code, start, end):
+                    values.setdefault(m[1], {})[i] = m[2] == "true"
+            for name, by_branch in values.items():
+                if name in aliases or len(by_branch) < 2 or not any(by_branch.values()):
+                    continue
+                expr: Expr | None = None
+                for i, value in by_branch.items():
+                    if value:
+                        cond = _branch_condition(chain, i)
+                        expr = cond if expr is None else ("||", expr, cond)
+                if expr is not None:
+                    aliases[name] = expr
+
+
+_GUARD_USE = re.compile(r"\b(?:CUTE|CUTLASS)_ARCH_(?:MMA_)?SM\d+[AF]?_ENABLED\b")
+_LIBRARY_GUARD = re.compile(r"^(?:CUTE|CUTLASS)_ARCH_(?:MMA_)?SM(\d+)([AF]?)_ENABLED$")
+
+
+def known_guards(files: Iterable[CFile], aliases: dict[str, Expr]) -> None:
+    """CUTLASS's and CuTe's ``..._ARCH_MMA_SM90A_ENABLED`` style guards, when the tree does not
+    hold the CUTLASS that defines them (a submodule left out): ``SM90`` means ``__CUDA_ARCH__ >=
+    900``, ``SM90A`` the arch-specific feature macro, ``SM100F`` the family-specific one."""
+    for f in files:
+        for chain in f.directives.chains:
+            for branch in chain.branches:
+                if branch.cond is None:
+                    continue
+                for name in identifiers(branch.cond):
+                    m = _LIBRARY_GUARD.match(name)
+                    if m is None or name in aliases:
+                        continue
+                    n = int(m[1])
+                    if m[2] == "A":
+                        aliases[name] = ("defined", f"__CUDA_ARCH_FEAT_SM{n}_ALL")
+                    elif m[2] == "F":
+                        family = ("id", "__CUDA_ARCH_FAMILY_SPECIFIC__")
+                        aliases[name] = ("&&", (">=", family, ("num", n * 10)),
+                                         ("<", family, ("num", (n // 10 + 1) * 100)))
+                    else:
+                        aliases[name] = (">=", ("id", "__CUDA_ARCH__"), ("num", n * 10))
 
 
 def _define_text(f: CFile, line: int, name: str) -> str:

@@ -200,6 +200,20 @@ class LintIgnore:
 
 
 @dataclass(frozen=True)
+class KernelFamily:
+    """Sources a build compiles for their own subset of the cell's list: ``archs`` intersected
+    with the list the way vLLM's ``cuda_archs_loose_intersection`` does (``9.0a`` when 9.0 is
+    asked for, ``12.0f`` for any 12.x, ``+PTX`` keeping that arch's PTX), on CUDA ``min_cuda`` and
+    later only."""
+
+    name: str
+    sources: tuple[str, ...]  # globs relative to the build root
+    archs: str  # as the build writes it: "9.0a;10.0f;12.0f"
+    min_cuda: str | None
+    where: str
+
+
+@dataclass(frozen=True)
 class ExtensionArchs:
     """Extensions matching ``glob`` (archive path or basename) are built for ``spec`` alone."""
 
@@ -293,6 +307,11 @@ class Recipe:
     # recipes named by requires_dist placeholders ({version:NAME}, {local:NAME}); filled by load_config
     siblings: Mapping[str, SiblingPin] = field(default_factory=dict)
     vendored: tuple[VendoredLib, ...] = ()  # what bundled libraries must hold (asserted like extensions)
+    # "cmake": the build gives kernel families their own targets per CUDA line (vLLM's
+    # set_gencode_flags_for_srcs); the lint derives them from the CMake files for each cell.
+    # "declared": the recipe lists them (families).
+    kernel_families: str = ""
+    families: tuple[KernelFamily, ...] = ()
 
     def where(self, line: int | None = None) -> str:
         return f"{self.display}:{line}" if line else self.display
@@ -848,7 +867,7 @@ def _validate(spec: ArchSpec, cuda: str) -> None:
 # ------------------------------------------------------------------------------------------------
 _RECIPE_KEYS = (
     "name", "dist", "version", "source", "links_torch", "jit", "build_epoch", "arch", "extensions",
-    "lint_ignore", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
+    "lint_ignore", "kernel_families", "only", "min_torch", "build", "requires_dist", "verify", "vendored",
     "sharding",
 )
 # More compile jobs than this is a typo, not a plan: each one is a CI job of the 256-job matrix.
@@ -890,6 +909,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     extensions = _load_extensions(top, defaults)
     vendored = _load_vendored(top)
     ignores = _load_ignores(top)
+    families_kind, families = _load_families(top)
     only = _load_only(top, defaults)
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
@@ -916,7 +936,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
         display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
-        sharding=sharding,
+        sharding=sharding, kernel_families=families_kind, families=families,
     )
     return recipe
 
@@ -1132,6 +1152,52 @@ def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
                  else ArchList.parse(text, where=f"{where} ({sec.key_path(glob)})"))
         out.append(VendoredLib(glob, archs, None, where))
     return tuple(out)
+
+
+_FAMILY_ARCH = re.compile(r"\d+\.\d[af]?(\+PTX)?")
+
+
+def _load_families(top: _Section) -> tuple[str, tuple[KernelFamily, ...]]:
+    """``kernel_families: cmake``, or ``{NAME: {sources: [globs], archs: '9.0a;10.0f', cuda: '>=12.8'}}``."""
+    value = top.data.get("kernel_families")
+    top.seen.add("kernel_families")
+    if value is None:
+        return "", ()
+    if isinstance(value, str):
+        if value != "cmake":
+            raise ConfigError(f"kernel_families {value!r} is not known", where=top.where("kernel_families"),
+                              hint="write 'kernel_families: cmake' (families read from the package's CMake files), "
+                                   "or a mapping NAME: {sources, archs, cuda}")
+        return "cmake", ()
+    sec = top.section("kernel_families")
+    assert sec is not None
+    out = []
+    for name in sec.data:
+        one = sec.section(name)
+        if one is None:
+            raise ConfigError(f"{sec.key_path(str(name))} must be a mapping", where=sec.where(str(name)),
+                              hint="give sources: [globs] and archs: '9.0a;10.0f'")
+        sources = one.str_list("sources", required=True) or ()
+        if not sources:
+            raise ConfigError(f"{one.key_path('sources')} is empty", where=one.where("sources"),
+                              hint="list the family's translation units (globs from the build root)")
+        archs = one.get("archs", str, required=True, fix="archs: '9.0a;10.0f;12.0f' (as the build writes them)")
+        items = [a for a in re.split(r"[;\s]+", archs) if a]
+        bad = [a for a in items if not _FAMILY_ARCH.fullmatch(a)]
+        if not items or bad:
+            raise ConfigError(f"{one.key_path('archs')}: {', '.join(bad) or 'empty'} is not an arch like 9.0a, "
+                              "10.0f or 8.0+PTX", where=one.where("archs"), hint="write them as the build does")
+        cuda = one.get("cuda", str)
+        if cuda is not None and not re.fullmatch(r">=\s*\d+\.\d+", cuda):
+            raise ConfigError(f"{one.key_path('cuda')} {cuda!r} is not '>=X.Y'", where=one.where("cuda"),
+                              hint="the first CUDA line that builds the family, e.g. '>=12.8'")
+        one.done(("sources", "archs", "cuda"))
+        out.append(KernelFamily(str(name), tuple(sources), ";".join(items),
+                                cuda.removeprefix(">=").strip() if cuda else None, one.where()))
+    if not out:
+        raise ConfigError("kernel_families is empty", where=top.where("kernel_families"),
+                          hint="declare at least one family, or remove the key")
+    return "declared", tuple(out)
 
 
 def _load_ignores(top: _Section) -> tuple[LintIgnore, ...]:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import SourceError, ToolError
-from farm.model.config import FarmConfig
+from farm.model.arch import ArchList
+from farm.model.config import FarmConfig, Recipe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, Matrix, compute_matrix
 
@@ -52,10 +53,16 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
                                 "access or fill the source cache, or run `farm matrix --no-lint` for the "
                                 "matrix without the lint (it says so; CI always lints)") from None
         _lint_function()  # a broken lint is an environment error, said once
-        for archs in pkg.arch_lists():
-            report = lint_as_built(config, recipe, tree, archs, cache_dir)
+        for archs, extensions, cuda in _distinct_lints(recipe, pkg.lint_requests()):
+            report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
             outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
     return outcomes
+
+
+def _distinct_lints(recipe: Recipe, requests: Iterable[tuple[ArchList, tuple[tuple[str, ArchList], ...], str]]
+                    ) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str | None]]:
+    """One lint per distinct request; the CUDA line counts only for a recipe with kernel families."""
+    return list(dict.fromkeys((archs, ext, cuda if recipe.kernel_families else None) for archs, ext, cuda in requests))
 
 
 def _lint_function() -> Any:
@@ -91,12 +98,13 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
             recipe = config.recipe(package)
             linted = {o.arch_list for o in own}
             everything = compute_matrix(config, LedgerIndex.empty(), Filters(packages=(package,)), overwrite=True)
-            missing = [a for a in everything.packages[0].arch_lists() if a.canonical() not in linted]
+            missing = [r for r in _distinct_lints(recipe, everything.packages[0].lint_requests())
+                       if r[0].canonical() not in linted]
             if missing:
                 tree = fetch(recipe.source, cache_dir, package=recipe.name)
                 _lint_function()
-                for archs in missing:
-                    report = lint_as_built(config, recipe, tree, archs, cache_dir)
+                for archs, extensions, cuda in missing:
+                    report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
                     candidates &= set(report.stale_ignores)
         confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
     return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))
