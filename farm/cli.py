@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "grid": ("farm.commands.grid", "the grid against PyTorch's published wheel index: rows and phantoms to add"),
     "toolkit": ("farm.commands.toolkit", "a verified CUDA_HOME from NVIDIA's redistributable archives or PyPI wheels"),
     "wave": ("farm.commands.wave", "after a run's builds: what built, what failed, publish?, next wave?"),
+    "cache": ("farm.commands.cache", "prune the build caches: toolkits, environments, sources no recent cell uses"),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import sysconfig
@@ -143,6 +144,11 @@ def test_native_build_of_demo_ext_passes_postbuild(native_demo):
 
     spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
     assert spec == result.plan.spec and spec.arch.archs == ArchList.parse(ARCHS)
+    # the asserted wheel was installed in a fresh venv and imported: the package and its extension
+    (check,) = result.imports
+    assert check.passed and check.wheel == result.asserted[0]
+    assert [(i.module, i.error) for i in check.imports] == [("demo_ext", None), ("demo_ext._C", None)]
+    assert check.python == platform.python_version()
 
 
 def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
@@ -188,6 +194,50 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     assert main(argv) == 2
     assert "from another configuration" in capsys.readouterr().err
     assert wheel.read_bytes() == first
+
+
+def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_toolkit, capsys):
+    """`farm build demo_ext --builder native --python 3.12` from a farm of 3.11 (or the reverse):
+    the build environment, the wheel, its provenance and its import check are that Python's."""
+    from farm.build.interpreters import find_interpreter
+
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+    tag = "cp" + other.replace(".", "")
+    search = find_interpreter(tag)
+    if search.interpreter is None:
+        pytest.skip(f"no Python {other} on this host: {'; '.join(search.looked)}")
+    _demo_root(tmp_path)
+    out = tmp_path / "wheelhouse"
+    assert main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--python", other,
+                 "--root", str(tmp_path), "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out),
+                 "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    (wheel,) = out.glob("*.whl")
+    assert wheel.name.startswith(f"demo_ext-0.1.0+cu130-{tag}-{tag}-manylinux_")
+    assert f"py{other}-torchnone-" in result["build_env"]
+    info = BuildInfo.from_json(zipfile.ZipFile(wheel).read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+    assert info.toolchain is not None and info.toolchain.python == search.interpreter.version
+    (check,) = result["imports"]
+    assert check["passed"] and check["python"] == search.interpreter.version
+
+
+def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsys):
+    """demo_ext whose package imports a module it never requires: it compiles and passes the
+    assertion, then the import check in a fresh venv fails: exit 1, the error shown, the wheel
+    and its fragment withdrawn from --out."""
+    _demo_root(tmp_path)
+    init = tmp_path / "examples" / "demo_ext" / "demo_ext" / "__init__.py"
+    init.write_text(init.read_text() + "\nimport farm_test_undeclared_dependency\n")
+    out = tmp_path / "wheelhouse"
+    code = main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(tmp_path),
+                 "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "import demo_ext: FAILED: ModuleNotFoundError: No module named 'farm_test_undeclared_dependency'" in (
+        captured.out)
+    assert "import demo_ext._C: FAILED: its package demo_ext failed to import: ModuleNotFoundError" in captured.out
+    assert f"FAILED the import check; nothing was written to {out}" in captured.out
+    assert not list(out.glob("*.whl")) and not list(out.glob("*.ledger.json"))
 
 
 def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):
@@ -307,6 +357,51 @@ def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_pa
     assert (copy / "pointnet2_ops_lib" / "setup.py").read_text() == patched
 
 
+def test_a_patch_that_makes_the_build_folder_runs_in_the_root(tmp_path):
+    """nvdiffrec_render's build folder exists only after its patch: the patch runs in the
+    checkout's root, and a patch that does not make the folder is reported, naming both."""
+    script = ("import pathlib\nnew = pathlib.Path('made')\nnew.mkdir()\n"
+              "(new / 'setup.py').write_text(pathlib.Path('pkg/setup.py').read_text())\n")
+    config, src = _patch_root(tmp_path, script, subdir="made")
+    copy = prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+    assert (copy / "made" / "setup.py").is_file() and not (src / "made").exists()
+    (tmp_path / "patches" / "p.py").write_text("print('made nothing')\n")
+    with pytest.raises(ConfigError, match="did not make it"):
+        prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
+
+
+def test_the_nvdiffrec_render_patch_makes_a_buildable_package(tmp_path):
+    """packages/patches/nvdiffrec_render.py on a render/ shaped like nvdiffrec's: the package, its
+    setup.py (the seven kernel sources, -DNVDR_TORCH) and ops.py preferring the built extension."""
+    c_src = tmp_path / "render" / "renderutils" / "c_src"
+    c_src.mkdir(parents=True)
+    for name in ("mesh.cu", "loss.cu", "bsdf.cu", "normal.cu", "cubemap.cu", "common.cpp", "torch_bindings.cpp"):
+        (c_src / name).write_text("// kernel\n")
+    (tmp_path / "render" / "renderutils" / "tests").mkdir()
+    (tmp_path / "render" / "renderutils" / "tests" / "test_bsdf.py").write_text("import renderutils\n")
+    (tmp_path / "render" / "util.py").write_text("import numpy as np\n")
+    (tmp_path / "render" / "renderutils" / "__init__.py").write_text("from .ops import xfm_points\n")
+    (tmp_path / "render" / "renderutils" / "ops.py").write_text(
+        "_cached_plugin = None\ndef _get_plugin():\n    global _cached_plugin\n"
+        "    if _cached_plugin is not None:\n        return _cached_plugin\n\n    raise RuntimeError('JIT')\n"
+        "def xfm_points():\n    return _get_plugin()\n")
+    script = REPO / "packages" / "patches" / "nvdiffrec_render.py"
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pkg = tmp_path / "nvdiffrec_render" / "nvdiffrec_render"
+    assert (pkg / "__init__.py").is_file() and (pkg / "util.py").is_file()
+    assert not (pkg / "renderutils" / "tests").exists()
+    setup = (tmp_path / "nvdiffrec_render" / "setup.py").read_text()
+    assert '"nvdiffrec_render.renderutils._C"' in setup and "-DNVDR_TORCH" in setup and "torch_bindings.cpp" in setup
+    # the prebuilt extension is found first: a stand-in _C makes the JIT unnecessary
+    (pkg / "renderutils" / "_C.py").write_text("NAME = 'prebuilt'\n")
+    probe = "import nvdiffrec_render.renderutils as r; print(r.xfm_points().NAME)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=pkg.parent, capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == "prebuilt", out.stderr
+    again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert again.returncode == 0 and "already made" in again.stdout
+
+
 def test_failing_patch_script_is_reported(tmp_path):
     config, src = _patch_root(tmp_path, "raise SystemExit('pattern not found')\n")
     with pytest.raises(ConfigError, match="pattern not found"):
@@ -319,18 +414,24 @@ def test_missing_subdir_is_reported(tmp_path):
         prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
 
 
-def test_native_builder_refuses_cells_it_cannot_build(tmp_path):
+def test_native_builder_refuses_cells_it_cannot_build(tmp_path, monkeypatch):
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
     recipe = config.recipe("demo_ext")
     opts = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", host_cuda_home=Path("/x"))
-    other_python = Cell("demo_ext", "0.1.0", "13.0", "none", "cp313" if sys.version_info[:2] != (3, 13) else "cp312",
-                        "linux_x86_64")
     windows = Cell("demo_ext", "0.1.0", "13.0", "none", f"cp3{sys.version_info.minor}", "win_amd64")
-    for cell, words in ((other_python, "--builder cibuildwheel"), (windows, "--builder cibuildwheel")):
-        plan = plan_build(config, recipe, cell, tmp_path / "examples/demo_ext", opts)
-        with pytest.raises(ToolError, match=words.replace("-", r"\-")):
-            run_native(plan, log=lambda m: None)
+    plan = plan_build(config, recipe, windows, tmp_path / "examples/demo_ext", opts)
+    with pytest.raises(ToolError, match=r"\-\-builder cibuildwheel"):
+        run_native(plan, log=lambda m: None)
+    # another Python is built with that Python: one that is nowhere here is refused, naming where it was looked for
+    no_python = Cell("demo_ext", "0.1.0", "13.0", "none", "cp399", "linux_x86_64")
+    plan = plan_build(config, recipe, no_python, tmp_path / "examples/demo_ext", opts)
+    monkeypatch.setenv("FARM_NO_UV", "1")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    with pytest.raises(ToolError, match="needs Python 3.99; none here") as exc:
+        run_native(plan, log=lambda m: None)
+    assert "PATH: no python3.99" in str(exc.value)
 
 
 def test_native_builds_default_to_this_python_and_platform(capsys):
@@ -450,3 +551,26 @@ def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys)
     assert "the arch-gate lint fails on the source of pointnet2_like-3.0.0-cu130-notorch-cp311-linux_x86_64 as built" in err
     assert "setup.py" in err and "TORCH_CUDA_ARCH_LIST" in err
     assert not (cache / "toolkit").exists() and not (cache / "envs").exists()
+
+
+def test_cells_this_host_cannot_build_are_skipped_before_any_download(tmp_path, capsys, monkeypatch):
+    """`farm build demo_ext --builder cibuildwheel --engine podman` on a Linux host without podman:
+    every cell is checked first; Windows cells are skipped (cibuildwheel builds them on Windows),
+    Linux cells for the engine; nothing is fetched or assembled, and with nothing left, exit 3."""
+    _demo_root(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-engines-here"))
+    cache = tmp_path / "cache"
+    code = main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
+                 "--python", "3.11", "--root", str(tmp_path), "--cache-dir", str(cache)])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "demo_ext-0.1.0-cu130-notorch-cp311-win_amd64: skipped: this host cannot build it: cibuildwheel builds " \
+           "win_amd64 wheels on Windows; this host is Linux" in err
+    assert "linux_x86_64: skipped: this host cannot build it: the container engine 'podman' is not installed" in err
+    assert "none of the 3 selected cell(s) of demo_ext can be built on this host" in err
+    assert not cache.exists() or not any(cache.rglob("*.json"))  # no toolkit, no source, no environment
+    # the Windows cell named on the command line is refused instead: bad input, exit 2
+    code = main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
+                 "--python", "3.11", "--platform", "win_amd64", "--root", str(tmp_path), "--cache-dir", str(cache)])
+    assert code == 2 and "win_amd64: error: cell demo_ext-0.1.0-cu130-notorch-cp311-win_amd64 cannot be built on " \
+                         "this host" in capsys.readouterr().err

@@ -313,3 +313,29 @@ def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD + "extensions:\n  '*_mxfp8*':\n    by_cuda: {'12.6': 'sm_100'}\n")
     with pytest.raises(ArchError, match="cannot build sm_100"):
         load_config(farm_root)
+
+
+def test_requires_dist_cannot_loosen_the_torch_pin(farm_root: Path) -> None:
+    """A torch-linked wheel runs only with its cell's torch minor: a bare `torch` (cubvh and
+    sageattn3 upstream) would have replaced farm's pin, so the recipe is refused, naming the entry."""
+    write(farm_root, "pkg", GOOD + "requires_dist: [numpy, torch]\n")
+    with pytest.raises(ConfigError, match="farm pins torch itself") as exc:
+        load_config(farm_root)
+    assert exc.value.where and exc.value.where.startswith("packages/pkg.yml:")
+    # a package that does not link torch may require it like any other project
+    write(farm_root, "pkg", GOOD.replace("links_torch: true", "links_torch: false") + "requires_dist: ['torch>=2']\n")
+    assert load_config(farm_root).recipe("pkg").requires_dist == ("torch>=2",)
+
+
+def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
+    """A CPU op module beside CUDA ones (kepler_jax's cpu_ops): `none` expects no device code in it,
+    and the build spec carries that through its file."""
+    write(farm_root, "pkg", GOOD + "extensions:\n  '*cpu_ops*': none\n  '*_sm90*': '9.0a'\n")
+    recipe = load_config(farm_root).recipe("pkg")
+    assert [(e.glob, e.spec.archs.canonical()) for e in recipe.extensions] == [("*cpu_ops*", ""), ("*_sm90*", "sm_90a")]
+    from farm.model.spec import ArchRequest
+
+    request = ArchRequest.given(recipe.extensions[1].spec.archs, extensions=tuple(
+        (e.glob, e.spec.archs) for e in recipe.extensions))
+    back = ArchRequest.from_json(request.to_json(), where="t")
+    assert back == request and back.extensions[0] == ("*cpu_ops*", request.extensions[0][1])

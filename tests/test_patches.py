@@ -132,3 +132,163 @@ def test_torchsparse_dispatch_arguments_use_scalar_type(tmp_path: Path) -> None:
     assert again.returncode == 0 and "already patched" in again.stdout and kernel.read_text() == patched
     kernel.write_text("int x;\n")
     assert run("torchsparse.py", tmp_path).returncode != 0
+
+
+# -- the renamed forks: trees shaped like the pinned upstream ones (setup.py, pyproject.toml, package)
+OVOXEL_SETUP = textwrap.dedent('''\
+    from setuptools import setup
+    setup(
+        name="o_voxel",
+        packages=[
+            'o_voxel',
+            'o_voxel.convert',
+        ],
+        ext_modules=[CUDAExtension(name="o_voxel._C", sources=["src/ext.cpp"])],
+    )
+    ''')
+PYPROJECT = '[project]\nname = "{name}"\nversion = "0.0.1"\nauthors = [\n    {{ name = "Jianfeng Xiang" }}\n]\n'
+
+
+def _fork(tmp_path: Path, package: str, setup: str, files: dict[str, str]) -> Path:
+    (tmp_path / "setup.py").write_text(setup)
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT.format(name=package))
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("script", "new"), [("ovoxel_vb.py", "o_voxel_vb"), ("ovoxel_vb_ap.py", "o_voxel_vb_ap")])
+def test_an_ovoxel_fork_is_renamed_package_and_all(tmp_path: Path, script: str, new: str) -> None:
+    _fork(tmp_path, "o_voxel", OVOXEL_SETUP, {
+        "o_voxel/__init__.py": "from . import convert\nfrom o_voxel.convert import mesh\n",
+        "o_voxel/convert/__init__.py": "import o_voxel._C as _C\nNAME = 'o_voxel_helper'\n",
+        "src/ext.cpp": "// o_voxel's bindings: C++ is not touched\n"})
+    first = run(script, tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert not (tmp_path / "o_voxel").exists() and (tmp_path / new / "convert" / "__init__.py").is_file()
+    setup = (tmp_path / "setup.py").read_text()
+    assert f'name="{new}"' in setup and f"'{new}.convert'" in setup and f'name="{new}._C"' in setup
+    assert f'name = "{new}"' in (tmp_path / "pyproject.toml").read_text()
+    assert 'name = "Jianfeng Xiang"' in (tmp_path / "pyproject.toml").read_text()  # not a project name
+    assert f"from {new}.convert import mesh" in (tmp_path / new / "__init__.py").read_text()
+    # a word of its own only: a longer name that merely starts with it is left alone
+    assert f"import {new}._C as _C\nNAME = 'o_voxel_helper'" in (tmp_path / new / "convert" / "__init__.py").read_text()
+    assert (tmp_path / "src" / "ext.cpp").read_text().startswith("// o_voxel's")
+    snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    second = run(script, tmp_path)
+    assert second.returncode == 0 and "already renamed" in second.stdout
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == snapshot
+
+
+def test_flexgemm_vb_renames_its_autotuner_cache_folder_too(tmp_path: Path) -> None:
+    setup = 'from setuptools import setup\nsetup(name="flex_gemm", packages=["flex_gemm", "flex_gemm.ops"])\n'
+    _fork(tmp_path, "flex_gemm", setup, {
+        "flex_gemm/__init__.py": "import os\nCACHE = os.path.expanduser('~/.flex_gemm/autotune_cache.json')\n"})
+    assert run("flexgemm_vb.py", tmp_path).returncode == 0
+    text = (tmp_path / "flex_gemm_vb" / "__init__.py").read_text()
+    assert "'~/.flex_gemm_vb/autotune_cache.json'" in text
+
+
+def test_cumesh_vb_renames_only_the_distribution(tmp_path: Path) -> None:
+    setup = textwrap.dedent('''\
+        setup(
+            name="cumesh",
+            packages=['cumesh'],
+            ext_modules=[CUDAExtension(name="cumesh._C", sources=["src/ext.cpp"])],
+        )
+        ''')
+    _fork(tmp_path, "cumesh", setup, {"cumesh/__init__.py": "from . import _C\n"})
+    assert run("cumesh_vb.py", tmp_path).returncode == 0
+    text = (tmp_path / "setup.py").read_text()
+    assert 'name="cumesh_vb"' in text and "packages=['cumesh']" in text and 'name="cumesh._C"' in text
+    assert 'name = "cumesh_vb"' in (tmp_path / "pyproject.toml").read_text()
+    assert (tmp_path / "cumesh" / "__init__.py").is_file()
+    again = run("cumesh_vb.py", tmp_path)
+    assert again.returncode == 0 and "already renamed" in again.stdout
+
+
+@pytest.mark.parametrize("script", ["cumesh_vb.py", "flexgemm_vb.py", "ovoxel_vb.py", "ovoxel_vb_ap.py"])
+def test_a_rename_refuses_a_tree_it_does_not_recognise(tmp_path: Path, script: str) -> None:
+    (tmp_path / "setup.py").write_text('setup(name="something_else", packages=["something_else"])\n')
+    proc = run(script, tmp_path)
+    assert proc.returncode != 0 and "review the patch" in proc.stderr
+
+
+DPVO_SETUP = textwrap.dedent('''\
+    import os.path as osp
+    from setuptools import setup, find_packages
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    ROOT = osp.dirname(osp.abspath(__file__))
+
+    setup(
+        name='dpvo',
+        packages=find_packages(),
+        ext_modules=[
+            CUDAExtension('cuda_ba',
+                sources=['dpvo/fastba/ba.cpp'],
+                include_dirs=[
+                    osp.join(ROOT, 'thirdparty/eigen-3.4.0')]
+                ),
+            CUDAExtension('lietorch_backends',
+                include_dirs=[
+                    osp.join(ROOT, 'dpvo/lietorch/include'),
+                    osp.join(ROOT, 'thirdparty/eigen-3.4.0')],
+                sources=['dpvo/lietorch/src/lietorch.cpp']),
+        ])
+    ''')
+DPVO_KERNEL = '''\
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(fmap1.type(), "corr_forward_kernel", ([&] {
+    if (a.device().type() == torch::DeviceType::CPU) {}
+'''
+
+
+def _dpvo(tmp_path: Path) -> Path:
+    (tmp_path / "dpvo").mkdir(parents=True)
+    (tmp_path / "setup.py").write_text(DPVO_SETUP)
+    (tmp_path / "dpvo" / "altcorr").mkdir()
+    (tmp_path / "dpvo" / "altcorr" / "correlation_kernel.cu").write_text(DPVO_KERNEL)
+    return tmp_path
+
+
+def _eval_eigen(folder: Path, purelib: Path) -> tuple[str, list[object]]:
+    """Run the patched setup.py's head (up to setup()) with sysconfig's purelib pointed at ``purelib``."""
+    head = "\n".join(line for line in (folder / "setup.py").read_text().split("\nsetup(", 1)[0].splitlines()
+                     if not line.startswith("from torch"))  # torch is the build environment's, not here
+    code = ("import sysconfig, json\n_real = sysconfig.get_paths\n"
+            f"sysconfig.get_paths = lambda *a, **k: {{**_real(*a, **k), 'purelib': {str(purelib)!r}}}\n"
+            f"__file__ = {str(folder / 'setup.py')!r}\n" + head + "\nprint(EIGEN)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    return proc.stdout.strip(), [proc.returncode, proc.stderr]
+
+
+def test_dpvo_cuda_takes_eigen_from_the_build_environment(tmp_path: Path) -> None:
+    folder = _dpvo(tmp_path / "src")
+    first = run("dpvo_cuda.py", folder)
+    assert first.returncode == 0, first.stderr
+    setup = (folder / "setup.py").read_text()
+    assert "name='dpvo_cuda'" in setup and "thirdparty/eigen-3.4.0" not in setup
+    assert setup.count("EIGEN]") + setup.count("EIGEN)") >= 2
+    # the include folder is the cmeel-eigen wheel's, in the interpreter that runs the build
+    site = tmp_path / "site"
+    (site / "cmeel.prefix" / "include" / "eigen3" / "Eigen").mkdir(parents=True)
+    (site / "cmeel.prefix" / "include" / "eigen3" / "Eigen" / "Core").write_text("// Eigen\n")
+    found, _ = _eval_eigen(folder, site)
+    assert found == str(site / "cmeel.prefix" / "include" / "eigen3")
+    _, (rc, err) = _eval_eigen(folder, tmp_path / "no-site")
+    assert rc != 0 and "install cmeel-eigen==3.4.0.* first" in str(err)
+    kernel = (folder / "dpvo" / "altcorr" / "correlation_kernel.cu").read_text()
+    assert 'fmap1.scalar_type(), "corr_forward_kernel"' in kernel
+    assert "a.device().type() == torch::DeviceType::CPU" in kernel  # not a dispatch argument
+    snapshot = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    again = run("dpvo_cuda.py", folder)
+    assert again.returncode == 0 and "already" in again.stdout
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == snapshot
+
+
+def test_dpvo_cuda_refuses_a_setup_without_the_eigen_folder(tmp_path: Path) -> None:
+    folder = _dpvo(tmp_path)
+    (folder / "setup.py").write_text(DPVO_SETUP.replace("thirdparty/eigen-3.4.0", "third_party/eigen"))
+    proc = run("dpvo_cuda.py", folder)
+    assert proc.returncode != 0 and "review the patch" in proc.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from farm.build.plan import PlanOptions, plan_build
-from farm.build.spec import SPEC_FILE, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
+from farm.build.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
 from farm.errors import UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
@@ -100,6 +100,11 @@ def test_every_recipe_of_the_repository_round_trips():
     (lambda d: d["knobs"].update(compile_jobs=0), "knobs.compile_jobs"),
     (lambda d: d["toolkit"].update(components="cuda_nvcc"), "toolkit.components"),
     (lambda d: d.pop("knobs"), "knobs must be an object"),
+    (lambda d: d["verify"].update(expect_device_error=3), "verify.expect_device_error"),
+    (lambda d: d["verify"].update(extra_imports="a.b"), "verify.extra_imports"),
+    # a spec can never drop or loosen the torch pin of a torch-linked cell
+    (lambda d: d["postbuild"].update(pins=[]), "postbuild.pins must be a list holding the cell's torch pin"),
+    (lambda d: d["postbuild"].update(pins=["torch"]), "postbuild.pins"),
 ])
 def test_a_spec_file_not_written_by_farm_is_refused_naming_the_key(config, tmp_path, edit, message):
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
@@ -203,7 +208,7 @@ def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_p
     assert ctx.cell == TORCH and ctx.expected.default == spec.arch.archs
 
 
-@pytest.mark.parametrize(("version", "says"), [(2, "an older farm"), (4, "a newer farm")])
+@pytest.mark.parametrize(("version", "says"), [(2, "an older farm"), (SPEC_VERSION + 1, "a newer farm")])
 def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, says):
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
     data["spec_version"] = version

@@ -99,6 +99,12 @@ def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, 
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert requires == [f"Requires-Dist: torch=={TORCH_MINOR}.*"]
 
+    # farm build's own import check: the stamped wheel in a fresh venv of the cell's Python, torch
+    # visible from the build environment, the package and its extension imported
+    (check,) = result["imports"]
+    assert check["passed"] and [i["module"] for i in check["imports"]] == ["torch", "torch_ext", "torch_ext._C"]
+    assert all(i["error"] is None for i in check["imports"])
+
     # installed into a fresh venv (torch made visible from the build environment rather than a
     # second 5 GB install) and imported; on a machine with a GPU, its kernels run
     env_dir = Path(result["build_env"])

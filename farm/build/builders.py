@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from farm.build import buildenv, cclaunch, shardjob
 from farm.build.buildenv import BuildEnv
 from farm.build.compilecache import RUN_DIR, CompileCache, Counts
+from farm.build.farmdeps import FarmDep
+from farm.build.interpreters import Interpreter, find_interpreter, install_managed
 from farm.build.plan import (
     BIN,
     LAUNCHER_SCRIPT,
@@ -45,7 +47,8 @@ from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
 
 if TYPE_CHECKING:
-    from farm.build.spec import BuildSpec
+    from farm.build.spec import BuildSpec, SpecOverrides
+    from farm.build.verify import ImportCheck
     from farm.lint import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
@@ -74,13 +77,15 @@ class BuildResult:
     postbuild: tuple[PostbuildResult, ...] = field(default=())
     build_env: Path | None = None  # the shared build environment a native build used
     shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
+    imports: tuple[ImportCheck, ...] = ()  # the import check of each asserted wheel (verify.py)
     compile_cache: Counts | None = None  # the compiler cache's counts for this build (None: off or unknown)
 
     @property
     def passed(self) -> bool:
         if self.shard is not None and self.shard.get("job") == "compile":
             return True  # a compile shard makes objects, not a wheel: its verdict was finish_compile's
-        return bool(self.postbuild) and all(r.passed for r in self.postbuild)
+        return (bool(self.postbuild) and all(r.passed for r in self.postbuild)
+                and all(c.passed for c in self.imports))
 
     @property
     def asserted(self) -> tuple[Path, ...]:
@@ -95,6 +100,7 @@ class BuildResult:
             "postbuild": [r.to_json() for r in self.postbuild],
             "plan": self.plan.to_json(),
             "build_env": str(self.build_env) if self.build_env else None,
+            "imports": [c.to_json() for c in self.imports],
             "compile_cache": self.compile_cache.record() if self.compile_cache else None,
         }
 
@@ -155,8 +161,10 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and script.
 
     The patch script (a Python file in the farm repository) runs in the build folder
-    (``build.subdir`` or the root). Patch scripts must be idempotent; the copy is fresh anyway,
-    so the cached checkout is never changed.
+    (``build.subdir`` or the root); when the build folder is what the patch makes (a package
+    upstream never laid out for building, nvdiffrec_render), it runs in the root and the folder
+    must exist afterwards. Patch scripts must be idempotent; the copy is fresh anyway, so the
+    cached checkout is never changed.
     """
     say = _say(log)
     src = Path(work_dir) / "src"
@@ -167,22 +175,28 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     knobs = knobs or recipe.build
     subdir = knobs.subdir
     build_dir = src / subdir if subdir else src
-    if not build_dir.is_dir():
+    script = knobs.patch_script
+    made_by_patch = script is not None and not build_dir.exists()
+    if not build_dir.is_dir() and not made_by_patch:
         raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
                           hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    script = knobs.patch_script
     if script:
         path = (config_root / script).resolve()
         if not path.is_file():
             raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
                               hint=f"add the script under {config_root} or fix the path")
         say(f"{recipe.name}: patching with {script}")
-        proc = subprocess.run([sys.executable, str(path)], cwd=build_dir, capture_output=True, text=True, check=False)
+        proc = subprocess.run([sys.executable, str(path)], cwd=src if made_by_patch else build_dir,
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
         for line in redact(proc.stdout.strip()).splitlines():
             say(f"  {line}")
+        if made_by_patch and not build_dir.is_dir():
+            raise ConfigError(f"build.subdir {subdir!r} is not in the source, and patch_script {script} (run in "
+                              "the source's root, as the folder is missing) did not make it", where=recipe.where(),
+                              hint="fix build.subdir, or make the patch script create that folder")
     return src
 
 
@@ -210,7 +224,8 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     if not path.is_file():
         raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
                           hint=f"add the script under {config.root} or fix the path")
-    digest = sha256_file(path)
+    # the script and the shared helpers beside it (packages/patches/_*.py) it may import
+    digest = ":".join(sha256_file(p) for p in (path, *sorted(path.parent.glob("_*.py"))))
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
@@ -344,22 +359,35 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
                           hint="check the recipe's env values (shell syntax)") from None
 
 
+def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
+    """The host's interpreter of the cell's Python (:mod:`farm.build.interpreters`); uv installs a
+    managed one when none is found and uv is here; otherwise a ToolError naming where it looked."""
+    search = find_interpreter(cell.python)
+    if search.interpreter is not None:
+        return search.interpreter
+    uv = buildenv.find_uv()
+    if uv is None:
+        raise ToolError(f"cell {cell.id} needs Python {search.wanted}; none here ({'; '.join(search.looked)})",
+                        hint=f"install Python {search.wanted} (uv python install {search.wanted}, pyenv install "
+                             f"{search.wanted}, or the distribution's python{search.wanted})")
+    _say(log)(f"{cell.id}: uv python install {search.wanted}")
+    return install_managed(cell.python, uv)
+
+
 def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
                env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
+               interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = (),
                cache_counts: list[Counts] | None = None) -> list[Path]:
-    """Run the plan on this host: the shared build environment (made once per contents, see
-    :mod:`farm.build.buildenv`), plan environment, build, repair. ``built_env`` receives the
-    environment used (its torch goes into the provenance); ``cache_counts`` the compiler cache's
-    counts for the build, when it was on and counted."""
+    """Run the plan on this host: the shared build environment of the cell's Python (made once per
+    contents, see :mod:`farm.build.buildenv`), plan environment, build, repair. ``interpreter``:
+    the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
+    environment used (its interpreter and torch go into the provenance). ``farm_deps``: the farm
+    wheels its extra_deps pin, installed from their files (:mod:`farm.build.farmdeps`). ``cache_counts``
+    receives the compiler cache's counts for the build, when it was on and counted."""
     say = _say(log)
     steps = plan.native
     if steps is None:
         raise UsageError(f"the plan for {plan.cell.id} has no native steps")
-    host = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    if plan.cell.python != host:
-        raise ToolError(f"the native builder runs this interpreter ({host}); "
-                        f"cell {plan.cell.id} needs {plan.cell.python}",
-                        hint="run farm with that Python, or use --builder cibuildwheel")
     if not sys.platform.startswith("linux") or not plan.cell.platform.startswith("linux"):
         raise ToolError(f"the native builder builds Linux cells on Linux; cell {plan.cell.id} is {plan.cell.platform}",
                         hint="use --builder cibuildwheel on a host of that platform")
@@ -382,7 +410,14 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                             hint="read the build log above")
 
     # the plan's before-build steps (build tools, torch, extra_deps) are the environment's contents
-    contents = buildenv.spec_for(plan.torch_version, plan.torch_index, steps.extra_deps, tools=plan.spec.tools)
+    interpreter = interpreter or cell_interpreter(plan.cell, log=say)
+    if interpreter.tag != plan.cell.python:
+        raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
+    say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
+    direct = {d.requirement: d.direct_reference for d in farm_deps}
+    contents = buildenv.spec_for(plan.torch_version, plan.torch_index,
+                                 tuple(direct.get(d, d) for d in steps.extra_deps),
+                                 python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
     benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
                                runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
@@ -455,6 +490,14 @@ def shared_source_home(work_root: Path, cell: Cell) -> Path:
     return Path(work_root).absolute() / "rows" / row
 
 
+def spec_overrides(settings: BuildSettings) -> SpecOverrides:
+    """What the command line and the environment decide over the config, for :func:`resolve_spec`."""
+    from farm.build.spec import SpecOverrides
+
+    return SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
+                         redist_url=settings.redist_url, env=dict(os.environ), compile_cache=settings.compile_cache)
+
+
 def build_cell(
     config: FarmConfig,
     recipe: Recipe,
@@ -464,22 +507,32 @@ def build_cell(
     arch: ArchRequest | None = None,
     torch_version: str | None = None,
     postbuild: bool = True,
+    interpreter: Interpreter | None = None,
     log: Log | None = None,
 ) -> BuildResult:
-    """Fetch, prepare, plan, build and postbuild one cell.
+    """Fetch, prepare, plan, build and postbuild one cell, then check that each asserted wheel
+    imports in a fresh environment (``verify:``); ``interpreter``: the cell's Python for the
+    native builder, as the preflight found it.
 
     The cell's :class:`~farm.build.spec.BuildSpec` is resolved once, here (``arch`` and
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    from farm.build.spec import SpecOverrides, resolve_spec
+    from farm.build.spec import resolve_spec
 
     say = _say(log)
-    spec = resolve_spec(config, recipe, cell,
-                        SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
-                                      redist_url=settings.redist_url, env=dict(os.environ),
-                                      compile_cache=settings.compile_cache),
-                        arch=arch, torch_version=torch_version)
+    spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
+    # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
+    farm_deps: tuple[FarmDep, ...] = ()
+    if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
+        from farm.build import farmdeps
+
+        if settings.builder is not BuilderKind.NATIVE:
+            raise UsageError(f"cell {cell.id} builds against farm's {', '.join(spec.farm_deps)}: the container "
+                             "does not see farm's wheelhouse", hint="build it with --builder native")
+        farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
+        for dep in farm_deps:
+            say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
     home = work
@@ -489,11 +542,13 @@ def build_cell(
     from filelock import FileLock
 
     with FileLock(str(home / ".build.lock")):
-        return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say)
+        return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say,
+                           interpreter=interpreter, farm_deps=farm_deps)
 
 
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
-                work: Path, home: Path, *, postbuild: bool, say: Log) -> BuildResult:
+                work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
+                farm_deps: tuple[FarmDep, ...]) -> BuildResult:
     from farm.build.spec import write_spec
     from farm.source.fetch import fetch
 
@@ -552,12 +607,13 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     torch_built: Mapping[str, Any] | None = None
     env_path: Path | None = None
     counts: list[Counts] = []
+    envs: list[BuildEnv] = []
+    env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, tk, setup)
-            envs: list[BuildEnv] = []
-            built = run_native(plan, log=say, built_env=envs, cache_counts=counts,
-                               env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute())
+            built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
+                               farm_deps=farm_deps, cache_counts=counts)
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
@@ -584,17 +640,75 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
     if not postbuild:
         return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
-    # the Python that built the wheel: this host's for native builds, the container's otherwise
-    python = None if settings.builder is BuilderKind.NATIVE else container_python(plan)
+    # the Python that built the wheel: the build environment's for native builds, the container's otherwise
+    python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
+        else container_python(plan)
     results = tuple(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
-                      torch_built=torch_built, compile_cache=cache_counts.record() if cache_counts else None)
+                      torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
+                      compile_cache=cache_counts.record() if cache_counts else None)
         for wheel in built
     )
+    imports = tuple(
+        check for r in results if r.passed and r.stamped is not None
+        for check in [import_check(spec, r.stamped.path, work, env=envs[0] if envs else None, env_root=env_root,
+                                   find_links=Path(settings.out_dir).absolute(), log=say)]
+        if check is not None
+    )
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
-                       shard=None if setup is None else {"job": "link", "count": setup.job.count},
+                       shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports,
                        compile_cache=cache_counts)
+
+
+def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,
+                 find_links: Path, log: Log) -> ImportCheck | None:
+    """The stamped wheel installed in a fresh venv of the cell's Python and imported as the
+    recipe's ``verify:`` says (:mod:`farm.build.verify`). The venv sees the build environment's
+    torch for a torch-linked cell (a cibuildwheel build makes or reuses the same environment on
+    the host); pip finds farm wheels it requires (a sibling's pin) in ``find_links``. A wheel that
+    fails is removed from the output folder with its ledger fragment. None, said in one line, when
+    this host cannot import the cell's platform."""
+    from farm.build import verify
+    from farm.model.cells import NO_TORCH
+    from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
+
+    cell = spec.cell
+    host = f"linux_{os.uname().machine}" if sys.platform.startswith("linux") else None
+    if cell.platform != host:
+        log(f"{cell.id}: import check not run: a {cell.platform} wheel cannot be imported on this host")
+        return None
+    if env is None or env.spec.python.rsplit(".", 1)[0] != spec.python:
+        # a container build: the host's interpreter of the cell's Python, when it has one
+        search = find_interpreter(cell.python)
+        if search.interpreter is None:
+            log(f"{cell.id}: import check not run: no Python {search.wanted} on this host "
+                f"({'; '.join(search.looked)})")
+            return None
+        interpreter = search.interpreter
+        env = None
+        if cell.torch != NO_TORCH:  # torch from the environment a native build of the cell uses
+            contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
+                                         python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
+            env = buildenv.ensure_env(contents, env_root, log=lambda m: log(f"{cell.id}: {m}"),
+                                      runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
+        python_exe = os.path.realpath(interpreter.path)
+    else:
+        python_exe = env.spec.python_exe
+    site = None
+    if cell.torch != NO_TORCH and env is not None:
+        site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
+    check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
+                               visible_site=site, find_links=[find_links],
+                               first=("torch",) if cell.torch != NO_TORCH else (),
+                               log=lambda m: log(f"{cell.id}: {m}"))
+    for line in check.render().splitlines():
+        log(f"{cell.id}: {line}")
+    if not check.passed:
+        wheel.unlink(missing_ok=True)
+        Path(f"{wheel}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        log(f"{cell.id}: the import check failed: {wheel.name} and its ledger fragment were removed")
+    return check
 
 
 def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
@@ -616,9 +730,13 @@ def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) 
         local = cache.directory if cache.backend == "local" else None
         host.update(compile_cache_environment(plan.spec, run_dir, local))
         cache_bin = f"{run_dir}/{BIN}"
+        env = tuple((k, host.get(k, v)) for k, v in env)
     if shard is not None:  # the launcher as this host sees it, not the container's mount
-        host.update(shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home, cache_bin))
-    env = tuple((k, host.get(k, v)) for k, v in env)
+        # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
+        # are replaced in place, so its PATH still comes after the toolkit's
+        pairs = shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home, cache_bin)
+        at = next(i for i, (k, _) in enumerate(env) if k == "FARM_SHARD_DIR")
+        env = (*env[:at], *pairs, *env[at + len(pairs):])
     return replace(plan, native=replace(plan.native, environment=env), cuda_home=home)
 
 
@@ -646,17 +764,19 @@ def run_postbuild(
     source: Mapping[str, Any] | None,
     python: str | None = None,
     torch_built: Mapping[str, Any] | None = None,
+    farm_deps: Sequence[Mapping[str, str]] = (),
     compile_cache: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
-    the container's exact Python for a cibuildwheel build (None: unknown)."""
+    the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
+    wheels it was built against."""
     from farm.provenance import buildinfo
     from farm.provenance.postbuild import build_environment, postbuild_wheel
 
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
-                            python=python, torch_built=torch_built,
+                            python=python, torch_built=torch_built, farm_deps=farm_deps,
                             compile_cache=compile_cache),
         source=buildinfo.source_from(source))
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)

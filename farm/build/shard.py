@@ -48,6 +48,8 @@ from pathlib import Path, PurePosixPath
 CONFIG = "shard.json"  # the job's settings, written by farm before the build
 OBJECTS = "objects"  # flat, so the compile jobs' CI artifacts merge into one folder without clashes
 LAUNCHER = "bin/farm-nvcc"
+# The PATH shim (shardjob.py writes it): `nvcc` for tools that run it from PATH themselves
+SHIM = "shim/nvcc"
 TU_SUFFIXES = (".cu",)
 # Folders whose .cu files are never the package's TUs: CMake's compiler checks, VCS metadata.
 _SKIP_DIRS = frozenset({".git", "CMakeFiles", "__pycache__"})
@@ -313,6 +315,8 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         return 2
     real, args = argv[1], list(argv[2:])
     shard_dir = environ.get("FARM_SHARD_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
+    if environ.get("FARM_NVCC_REAL") and os.path.realpath(real) == os.path.realpath(os.path.join(shard_dir, SHIM)):
+        real = environ["FARM_NVCC_REAL"]  # the build found the PATH shim as its nvcc (CMake): not twice
     with open(os.path.join(shard_dir, CONFIG), encoding="utf-8") as fh:
         cfg = json.load(fh)
     cwd = os.getcwd()

@@ -40,6 +40,12 @@ from farm.provenance.shape import ShapeError, UnknownKeyError, decode, encode
 CONTAINER_SHARD_DIR = "/opt/farm/shard"
 # cibuildwheel copies the build's working directory (the prepared source root) to /project.
 CONTAINER_ROOT = "/project"
+# The PATH shim (shard.SHIM): a folder holding only `nvcc`, which runs the launcher with the real
+# nvcc. It names no path of this host, so the same file serves the container and the host.
+SHIM_TEXT = """#!/bin/sh
+# farm's compile-sharding shim: a tool that runs `nvcc` from PATH reaches the launcher
+exec "$FARM_SHARD_DIR/bin/farm-nvcc" "$FARM_NVCC_REAL" "$@"
+"""
 
 
 def _write(path: Path, text: str) -> None:
@@ -60,10 +66,12 @@ class ShardSetup:
     def environment(self, seen_dir: str, root: str, cuda_home: str,
                     cache_bin: str | None = None) -> list[tuple[str, str]]:
         """What the build needs, as it sees the folder: torch's ninja build runs ``$PYTORCH_NVCC``
-        (a command: launcher + real nvcc), CMake prepends ``CMAKE_CUDA_COMPILER_LAUNCHER``.
+        (a command: launcher + real nvcc), CMake prepends ``CMAKE_CUDA_COMPILER_LAUNCHER``, and a
+        tool that runs ``nvcc`` from ``PATH`` itself (spconv's ccimport) finds the shim first, which
+        hands the call to the launcher with the real nvcc (``$FARM_NVCC_REAL``).
         ``cache_bin``: the compiler cache's launchers (:mod:`farm.build.cclaunch`); the shard
-        launcher runs nvcc through them, so what a shard compiles is cached and what the link job
-        serves is never compiled."""
+        launcher (and the shim) run nvcc through them, so what a shard compiles is cached and what
+        the link job serves is never compiled."""
         launcher = f"{seen_dir}/{shard.LAUNCHER}"
         nvcc = f"{cache_bin}/nvcc" if cache_bin else f"{cuda_home}/bin/nvcc"
         # CMake runs LAUNCHER;ARGS... NVCC: the shard launcher's "real compiler" is then the cache's
@@ -72,6 +80,8 @@ class ShardSetup:
             ("FARM_SHARD_ROOT", root),
             ("PYTORCH_NVCC", f"{launcher} {nvcc}"),
             ("CMAKE_CUDA_COMPILER_LAUNCHER", f"{launcher};{cache_bin}/launch" if cache_bin else launcher),
+            ("FARM_NVCC_REAL", nvcc),
+            ("PATH", f"{seen_dir}/{shard.SHIM.rsplit('/', 1)[0]}:$PATH"),
         ]
 
 
@@ -102,6 +112,10 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, sp
     source = Path(shard.__file__).read_text(encoding="utf-8")
     _write(launcher, "#!/usr/bin/env python3\n" + source)
     launcher.chmod(0o755)
+    shim = directory / shard.SHIM
+    shim.parent.mkdir(exist_ok=True)
+    _write(shim, SHIM_TEXT)
+    shim.chmod(0o755)
     config = {"cell": cell_id, "mode": "link" if job.is_link else "compile", "index": job.index,
               "count": job.count, "root": str(source_root), "digest": digest, "spec": spec_digest,
               "table": dict(table), "proofs": {name: u.proof() for name, u in setup.proofs.items()}}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,16 @@ from farm.binary.assertion import Expected, VendoredRule
 from farm.build.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.model.arch import ArchList, Rendering
-from farm.model.cells import NO_TORCH, Cell, requires_dist, torch_pin
-from farm.model.config import BuildKnobs, FarmConfig, Recipe, release_problem, url_problem
+from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
+from farm.model.config import (
+    BuildKnobs,
+    FarmConfig,
+    Recipe,
+    VerifyKnobs,
+    release_problem,
+    requirement_refs,
+    url_problem,
+)
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
@@ -39,9 +47,10 @@ from farm.toolkit.request import ToolkitRequest, request_for
 
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
-# and the components an installed toolkit is checked for joined the spec.
-# 3: the compiler cache (on/off, backend, folder) joined it.
-SPEC_VERSION = 3
+# and the components an installed toolkit is checked for joined the spec. 3: the import check's
+# knobs (verify) and the farm wheels the build needs (farm_deps).
+# 4: the compiler cache (on/off, backend, folder) joined it.
+SPEC_VERSION = 4
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -78,6 +87,9 @@ class BuildSpec:
     required_components: tuple[str, ...] = ()  # what an installed CUDA_HOME must hold (torch's, the recipe's)
     compile_jobs: int = 1  # the recipe's `sharding` for the cell's platform
     tools: tuple[str, ...] = BUILD_REQUIREMENTS  # installed before the build, beside torch
+    verify: VerifyKnobs = field(default_factory=VerifyKnobs)  # the import check of the built wheel
+    # extra_deps that are farm wheels of this cell (cumm==0.7.11+cu128): from farm's wheelhouse
+    farm_deps: tuple[str, ...] = ()
     compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
 
     @property
@@ -111,6 +123,7 @@ class BuildSpec:
     def to_json(self) -> dict[str, Any]:
         k = self.knobs
         t = self.toolkit
+        v = self.verify
         return {
             "spec_version": SPEC_VERSION,
             "cell": {"package": self.cell.package, "version": self.cell.version, **self.cell.as_dict()},
@@ -125,12 +138,16 @@ class BuildSpec:
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
                       "system_packages": list(k.system_packages), "compile_jobs": self.compile_jobs,
+                      "farm_deps": list(self.farm_deps),
                       "required_components": list(self.required_components)},
             "postbuild": {"dist": self.dist, "build_epoch": self.build_epoch, "jit": self.jit,
                           "vendored": [rule.to_json() for rule in self.vendored],
                           "requires_dist": list(self.requires_dist), "pins": list(self.pins),
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
                           "recipe_sha256": self.recipe_sha256},
+            "verify": {"import_name": v.import_name, "extra_imports": list(v.extra_imports),
+                       "no_direct_import": list(v.no_direct_import),
+                       "expect_device_error": v.expect_device_error, "needs_driver": v.needs_driver},
             "compile_cache": self.compile_cache.to_json(),
         }
 
@@ -188,9 +205,15 @@ class BuildSpec:
             vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
             compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
+            verify=r.verify(top.get("verify"), "verify"), farm_deps=r.texts(k, "knobs.farm_deps"),
             compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where))
+        if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
+            raise r.bad("knobs.farm_deps", "a list of the spec's extra_deps")
         if r.text(e, "environment.python") != spec.python:
             raise r.bad("environment.python", f"the cell's Python ({spec.python})")
+        if spec.cell.torch != NO_TORCH and f"torch=={spec.cell.torch}.*" not in spec.pins:
+            # the wheel runs only with the torch minor it was built against: no spec loosens that
+            raise r.bad("postbuild.pins", f"a list holding the cell's torch pin (torch=={spec.cell.torch}.*)")
         return spec
 
 
@@ -226,6 +249,16 @@ class _Reader:
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise self.bad(key, "a positive integer" if least == 1 else f"an integer >= {least}")
         return value
+
+    def verify(self, value: object, key: str) -> VerifyKnobs:
+        data = self.obj(value, key)
+        device = data.get("expect_device_error")
+        if not isinstance(device, (bool, str)):
+            raise self.bad(f"{key}.expect_device_error", "true, false or a text")
+        return VerifyKnobs(import_name=self.opt_text(data, f"{key}.import_name"),
+                           extra_imports=self.texts(data, f"{key}.extra_imports"),
+                           no_direct_import=self.texts(data, f"{key}.no_direct_import"),
+                           expect_device_error=device, needs_driver=self.flag(data, f"{key}.needs_driver"))
 
     def flag(self, data: Mapping[str, Any], key: str) -> bool:
         value = data.get(key.rsplit(".", 1)[-1])
@@ -358,6 +391,8 @@ def resolve_spec(
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     knob = knobs(config, recipe)
+    farm_deps = tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps if requirement_refs(d))
+    knob = replace(knob, extra_deps=tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps))
     return BuildSpec(
         cell=cell,
         arch=arch,
@@ -377,6 +412,8 @@ def resolve_spec(
         required_components=(*(config.defaults.toolkit.torch_components if cell.torch != NO_TORCH else ()),
                              *knob.extra_cuda_components),
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
+        verify=recipe.verify,
+        farm_deps=farm_deps,
         compile_cache=overrides.compile_cache,
     )
 

@@ -21,17 +21,22 @@ from farm.build.builders import (
     BuildResult,
     BuildSettings,
     build_cell,
+    check_engine,
+    spec_overrides,
 )
 from farm.build.compilecache import BACKEND_ENV, BACKENDS
 from farm.build.compilecache import resolve as resolve_compile_cache
+from farm.build.interpreters import Interpreter
+from farm.build.preflight import Preflight, needs_of
 from farm.build.shard import ShardJob
+from farm.build.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.schedule.matrix import Filters, compute_matrix, stale_advice
+from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -84,9 +89,12 @@ def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]
     for r in results:
         c = r.compile_cache
         cache = f"{sum(c.hits.values())}/{c.compiles} hits, {c.nvcc_run} nvcc steps run" if c else "-"
+        failed_imports = {c.wheel for c in r.imports if not c.passed}
         for pb in r.postbuild:
             wheel = pb.stamped.path.name if pb.stamped else pb.wheel.name
-            rows.append(f"| {r.cell.id} | {'asserted' if pb.passed else 'FAILED the assertion'} | {wheel} | {cache} |")
+            verdict = ("FAILED the assertion" if not pb.passed else
+                       "FAILED the import check" if pb.stamped and pb.stamped.path in failed_imports else "asserted")
+            rows.append(f"| {r.cell.id} | {verdict} | {wheel} | {cache} |")
     for cell, exc in errors:
         rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - | - |")
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
@@ -125,8 +133,8 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
 
 
 def _native_defaults(args: argparse.Namespace) -> None:
-    """The native builder builds with this interpreter on this host: without --python/--platform
-    it builds this Python's cells for this platform (the only ones it can build)."""
+    """Without --python/--platform the native builder builds this Python's cells for this
+    platform (any other Python of the grid when --python names it)."""
     if args.builder != BuilderKind.NATIVE.value:
         return
     if not args.python:
@@ -190,11 +198,52 @@ def require_build_extra(missing_ok: tuple[str, ...] = ()) -> None:
                         where=sys.executable, hint="pip install 'farm[build]' (the noxfile's sessions install it)")
 
 
+def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]:
+    """The preflight dimensions the user named on the command line (before any default): a cell
+    blocked on one of them is refused (exit 2 or 3), not skipped. Filters on every axis of a cell
+    (CI's one job per cell) name all of them."""
+    named = {dim for dim, given in (("platform", args.platform), ("python", args.python)) if given}
+    if args.cuda and args.python and args.platform and (args.torch or not recipe.links_torch):
+        named |= {"platform", "engine", "python", "compiler", "disk", "network"}
+    return frozenset(named)
+
+
+def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Recipe, settings: BuildSettings,
+                    named: frozenset[str]) -> tuple[list[tuple[PlannedCell, Interpreter | None]],
+                                                    list[tuple[str, FarmError]], list[tuple[str, str]]]:
+    """Each planned cell checked against this host before anything is downloaded: (buildable cells
+    with the interpreter found for them, refused cells, skipped cells with the reason)."""
+    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine)
+    ok: list[tuple[PlannedCell, Interpreter | None]] = []
+    refused: list[tuple[str, FarmError]] = []
+    skipped: list[tuple[str, str]] = []
+    for pc in planned:
+        blocker = pre.check(pc.cell)
+        if blocker is None:
+            spec = resolve_spec(config, recipe, pc.cell, spec_overrides(settings), arch=pc.arch,
+                                torch_version=pc.torch_version)
+            needs = needs_of(spec, recipe.source, builder=settings.builder.value,
+                             source_cache=Path(settings.source_cache), toolkit_root=Path(settings.toolkit_root),
+                             cuda_home=settings.cuda_home,
+                             env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs"),
+                             interpreter=pre.interpreter(pc.cell))
+            blocker = pre.check(pc.cell, downloads=needs.downloads, disk_needed=needs.disk,
+                                cache=Path(settings.work_root).parent)
+        if blocker is None:
+            ok.append((pc, pre.interpreter(pc.cell)))
+        elif blocker.dimension in named:
+            refused.append((pc.cell.id, blocker.error(pc.cell)))
+        else:
+            skipped.append((pc.cell.id, blocker.reason))
+    return ok, refused, skipped
+
+
 def run(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
     require_build_extra()
-    _native_defaults(args)
     config = load_config(args.root, packages=[args.package])
+    named = named_explicitly(args, config.recipe(args.package))
+    _native_defaults(args)
     filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,
                             python=args.python, platform=args.platform)
     ledger = (LedgerIndex.empty() if args.overwrite
@@ -236,10 +285,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"farm build: compiler cache: {settings.compile_cache.describe()}", file=sys.stderr)
     recipe = config.recipe(args.package)
     results: list[BuildResult] = []
-    errors: list[tuple[str, FarmError]] = []
     skipped: list[tuple[str, Path]] = []
     out_dir = settings.out_dir
-    for pc in planned:
+    buildable, errors, cannot = preflight_cells(planned, config, recipe, settings, named)
+    for cell_id, why in cannot:
+        print(f"farm build: {cell_id}: skipped: this host cannot build it: {why}", file=sys.stderr)
+    for cell_id, exc in errors:
+        print(f"farm build: {cell_id}: error: {exc}", file=sys.stderr)
+    if cannot and not buildable and not errors:
+        raise ToolError(f"none of the {len(cannot)} selected cell(s) of {args.package} can be built on this host "
+                        f"(first: {cannot[0][0]}: {cannot[0][1]})",
+                        hint="filter the cells this host can build (--python, --platform), or build on another host")
+    for pc, interpreter in buildable:
         there = already_built(out_dir, config, recipe, pc.cell, pc.archs)
         if there is not None and not args.overwrite:
             done, same = there
@@ -262,13 +319,14 @@ def run(args: argparse.Namespace) -> int:
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,
-                                      torch_version=pc.torch_version))
+                                      torch_version=pc.torch_version, interpreter=interpreter))
         except FarmError as exc:  # one cell's failure does not stop the others
             print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)
             errors.append((pc.cell.id, exc))
     if args.json:
         print(json.dumps({"results": [r.to_json() for r in results],
                           "already_built": [{"cell": c, "wheel": str(w)} for c, w in skipped],
+                          "skipped": [{"cell": c, "reason": why} for c, why in cannot],
                           "errors": [{"cell": c, "error": str(e), "exit_code": e.exit_code} for c, e in errors]},
                          indent=2))
     else:
@@ -278,8 +336,12 @@ def run(args: argparse.Namespace) -> int:
             if r.shard is not None and r.shard.get("job") == "compile":
                 print(f"{r.cell.id}: compile shard {r.shard['index']}/{r.shard['count']}: "
                       f"{len(r.shard['units'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")
+            failed_imports = {c.wheel: c for c in r.imports if not c.passed}
             for pb in r.postbuild:
-                if pb.passed and pb.stamped is not None:
+                if pb.stamped is not None and pb.stamped.path in failed_imports:
+                    print(failed_imports[pb.stamped.path].render())
+                    print(f"{r.cell.id}: FAILED the import check; nothing was written to {settings.out_dir}")
+                elif pb.passed and pb.stamped is not None:
                     print(f"{r.cell.id}: asserted wheel: {pb.stamped.path}")
                 else:
                     print(pb.report.render())

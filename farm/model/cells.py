@@ -78,24 +78,34 @@ def requires_dist(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     same cell carries (``cu128torch2.8``, or ``cu128`` when NAME does not link torch), so
     ``cumm=={version:cumm}+{local:cumm}`` pins exactly the farm wheel built beside this one.
     """
+    return tuple(fill_placeholders(recipe, cell, req) for req in recipe.requires_dist)
+
+
+def fill_placeholders(recipe: Recipe, cell: Cell, requirement: str) -> str:
+    """``requirement`` with its ``{version:NAME}`` / ``{local:NAME}`` filled for ``cell`` (a
+    requires_dist entry, or an ``extra_deps`` entry naming a farm wheel as a build dependency)."""
     def fill(match: re.Match[str]) -> str:
         kind, name = match[1].split(":", 1)
         pin = recipe.siblings[name]
         if kind == "version":
             return pin.version
         return local_label(cell.cuda, cell.torch if pin.links_torch else NO_TORCH)
-    return tuple(_PLACEHOLDER.sub(fill, req) for req in recipe.requires_dist)
+    return _PLACEHOLDER.sub(fill, requirement)
+
+
+def farm_build_deps(recipe: Recipe) -> tuple[str, ...]:
+    """The recipes whose farm wheels the build needs: those an ``extra_deps`` placeholder names."""
+    return tuple(dict.fromkeys(name for dep in recipe.build.extra_deps
+                               for name in (m.split(":", 1)[1] for m in _PLACEHOLDER.findall(dep))))
 
 
 def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     """``("torch==2.14.*",)`` for a torch-linked cell: the wheel works only with the torch minor it
-    was built against, whatever upstream's metadata says (``torch>=1.4``). A recipe that lists torch
-    in ``requires_dist`` itself replaces the pin."""
+    was built against, whatever upstream's metadata or the recipe's ``requires_dist`` says (the
+    recipe loader refuses a torch entry there; :func:`~farm.provenance.stamp.set_metadata_version`
+    writes the pins before any other requirement, so none can replace it)."""
     if cell.torch == NO_TORCH or not recipe.links_torch:
         return ()
-    for req in recipe.requires_dist:
-        if re.match(r"^\s*torch\s*(?:[\[<>=!~;@ ]|$)", req, re.I):
-            return ()
     return (f"torch=={cell.torch}.*",)
 
 

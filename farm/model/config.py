@@ -914,14 +914,26 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
-    if requires:  # imported here: packaging's requirement parser costs a run without any ~25 ms
+    if requires or build.extra_deps:  # imported here: packaging's requirement parser costs a run without any ~25 ms
         from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
-            Requirement(_sample(req, top))
+            parsed = Requirement(_sample(req, top))
         except InvalidRequirement as exc:
             raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
                               where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+        if links_torch and parsed.name.lower() == "torch":
+            # the wheel runs only with the torch minor it was built against: farm writes that pin
+            raise ConfigError(f"requires_dist entry {req!r}: farm pins torch itself (torch==<the cell's minor>.*) "
+                              "for a package that links torch; a torch entry would loosen that pin",
+                              where=top.where("requires_dist"), hint=f"remove {req!r} from requires_dist")
+    for dep in build.extra_deps:  # a farm wheel of the same cell as a build dependency: {version:X}+{local:X}
+        try:
+            Requirement(_sample(dep, top))
+        except InvalidRequirement as exc:
+            raise ConfigError(f"build.extra_deps entry {dep!r} is not a requirement: {exc}",
+                              where=build_sec.where("extra_deps") if build_sec else top.where(),
+                              hint="write it like 'numpy>=1.24' or 'cumm=={version:cumm}+{local:cumm}'") from None
     sharding = _load_sharding(top, defaults)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
@@ -1108,7 +1120,7 @@ def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs,
     out = []
     for glob in sec.data:
         if not isinstance(sec.data[glob], YMap):  # one list for every CUDA line
-            spec = _arch_spec(sec, glob)
+            spec = _extension_spec(sec, glob)
             assert spec is not None
             out.append(ExtensionArchs(glob, spec))
             continue
@@ -1119,12 +1131,22 @@ def _load_extensions(top: _Section, defaults: Defaults) -> tuple[ExtensionArchs,
         assert bc is not None
         for cuda in bc.data:
             _check_cuda_key(bc, cuda, defaults.cuda_lines, bc.path)
-            spec = _arch_spec(bc, cuda)
+            spec = _extension_spec(bc, cuda)
             assert spec is not None
             _validate(spec, cuda)
             out.append(ExtensionArchs(glob, spec, cuda))
         one.done(("by_cuda",))
     return tuple(out)
+
+
+def _extension_spec(sec: _Section, key: str) -> ArchSpec | None:
+    """An extension's own list, or ``none``: a host-only extension beside CUDA ones (a CPU op
+    module), which must then hold no device code."""
+    value = sec.data.get(key)
+    if isinstance(value, str) and value.strip().lower() == "none":
+        sec.seen.add(key)
+        return ArchSpec(value, ArchList(frozenset()), sec.where(key))
+    return _arch_spec(sec, key)
 
 
 def _load_vendored(top: _Section) -> tuple[VendoredLib, ...]:
@@ -1290,15 +1312,16 @@ def load_config(root: Path, *, packages: Iterable[str] | None = None) -> FarmCon
 
 
 def _link_siblings(recipe: Recipe, loaded: Mapping[str, Recipe], defaults: Defaults, root: Path) -> Recipe:
-    """Resolve the recipes that ``recipe``'s requires_dist placeholders name (loading them if needed)."""
+    """Resolve the recipes that ``recipe``'s requires_dist and extra_deps placeholders name
+    (loading them if needed): another recipe's wheel of the same cell, at run time or to build."""
     siblings: dict[str, SiblingPin] = {}
-    for req in recipe.requires_dist:
+    for req in (*recipe.requires_dist, *recipe.build.extra_deps):
         for kind, name in requirement_refs(req):
             if name not in siblings:
                 other = loaded.get(name) or _load_sibling(recipe, req, name, defaults, root)
                 siblings[name] = SiblingPin(other.version, other.links_torch)
             if kind == "local" and siblings[name].links_torch and not recipe.links_torch:
-                raise ConfigError(f"requires_dist entry {req!r}: {name} links torch, {recipe.name} does not",
+                raise ConfigError(f"requirement {req!r}: {name} links torch, {recipe.name} does not",
                                   where=recipe.where(), hint=f"a torch-free wheel cannot pin {name}'s per-torch wheel")
     return replace(recipe, siblings=siblings) if siblings else recipe
 

@@ -62,7 +62,9 @@ class ArchRequest:
         if not isinstance(extensions, list) or not all(
                 isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e) for e in extensions):
             raise _bad(where, "arch.extensions", "a list of [glob, arch list] pairs")
-        per_extension = tuple((glob, canonical_arch_list(text, where, f"arch.extensions[{glob!r}]"))
+        # "" is a host-only extension (the recipe's `none`): it must hold no device code
+        per_extension = tuple((glob, ArchList(frozenset()) if text == ""
+                               else canonical_arch_list(text, where, f"arch.extensions[{glob!r}]"))
                               for glob, text in extensions)
         return cls(canonical_arch_list(data["normalised"], where, "arch.normalised"), data["requested"],
                    data["origin"], per_extension, data["where"])

@@ -199,6 +199,15 @@ class CompileCache(_Record):
     misses: Count
 
 
+@dataclass(frozen=True)
+class FarmDepRecord(_Record):
+    """A farm wheel the build was made against (``build.extra_deps``: spconv against farm's cumm)."""
+
+    requirement: NonEmpty
+    filename: Annotated[str, Rule(pattern=r"\.whl$")]
+    sha256: Sha256
+
+
 @dataclass(frozen=True, kw_only=True)
 class Toolchain(_Record):
     """Versions of the tools that made the wheel (``None``: unknown, never guessed)."""
@@ -221,6 +230,11 @@ class Toolchain(_Record):
     compile_cache: Annotated[
         CompileCache | Absent | None,
         Rule(description="the compiler cache's counts for this build; null: no cache, or not counted"),
+    ] = ABSENT
+    farm_deps: Annotated[
+        tuple[FarmDepRecord, ...] | Absent,
+        Rule(description="farm wheels installed in the build environment to build against (the recipe's "
+                         "extra_deps that pin another recipe's wheel of the same cell)"),
     ] = ABSENT
 
 

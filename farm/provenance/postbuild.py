@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -294,6 +294,7 @@ def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None
                       env: Mapping[str, str] | None = None,
                       toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None, python: str | None = None,
                       torch_built: Mapping[str, Any] | None = None,
+                      farm_deps: Sequence[Mapping[str, str]] = (),
                       compile_cache: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What only the build's environment knows, as :class:`BuildContext` fields: the CI run and
     the toolchain (nvcc under ``cuda_home``, else ``$CUDA_HOME``; the torch the build used; the
@@ -304,6 +305,7 @@ def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None
     return {"run": probe.run_from_env(env),
             "toolchain": probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=cell.torch,
                                          toolkit=toolkit, python=python, torch_built=torch_built,
+                                         farm_deps=farm_deps,
                                          compile_cache=buildinfo.ABSENT if compile_cache is None else compile_cache)}
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from farm.errors import ToolError
-from farm.provenance.buildinfo import CompileCache, Run, Toolchain, ToolkitRecord
+from farm.provenance.buildinfo import CompileCache, FarmDepRecord, Run, Toolchain, ToolkitRecord
 from farm.provenance.shape import ABSENT, Absent
 
 
@@ -81,6 +81,7 @@ def toolchain(
     toolkit: ToolkitRecord | Mapping[str, Any] | None = None,
     torch_built: Mapping[str, Any] | None = None,
     compile_cache: CompileCache | Mapping[str, Any] | Absent | None = ABSENT,
+    farm_deps: Sequence[Mapping[str, str]] = (),
 ) -> Toolchain:
     """Versions of the tools that made the wheel.
 
@@ -90,6 +91,7 @@ def toolchain(
     ``python`` defaults to this interpreter (the native builder's); a containerised build passes
     its own (``None`` there means unknown, never this host's). ``compile_cache``: the compiler
     cache's counts when the build counted them (left out of the file when not given).
+    ``farm_deps``: the farm wheels the build environment held to build against (left out when none).
     """
     torch = installed_torch() if torch_minor not in (None, "none") else None
     if torch is not None and _minor(torch) != torch_minor:
@@ -112,4 +114,5 @@ def toolchain(
         torch_cuda=torch_cuda,  # the CUDA line that torch was built with ("13.0"), None: unknown
         toolkit=toolkit,
         compile_cache=compile_cache,
+        farm_deps=tuple(FarmDepRecord.from_mapping(d) for d in farm_deps) if farm_deps else ABSENT,
     )

@@ -135,12 +135,39 @@ def _is_commit(ref: str) -> bool:
     return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref.lower())
 
 
-def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
+def _git_key(source: GitSource) -> tuple[str, str]:
     url = source.url if hasattr(source, "url") else source.repo
+    return url, hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
+
+
+def git_pointer(source: GitSource, cache_dir: Path) -> Path:
+    """The cached resolution of ``source``'s ref (``{"url", "ref", "commit"}``), present once fetched."""
+    return Path(cache_dir) / "git" / f"ref-{_git_key(source)[1]}.json"
+
+
+def is_cached(source: GitSource | SdistSource | PathSource, cache_dir: Path) -> bool:
+    """Whether :func:`fetch` would find ``source`` in ``cache_dir`` without the network."""
+    cache_dir = Path(cache_dir)
+    if isinstance(source, PathSource):
+        return True
+    if isinstance(source, SdistSource):
+        return _cached(cache_dir / "sdist" / source.sha256.lower()) is not None
+    commit = pointed_commit(git_pointer(source, cache_dir))
+    return commit is not None and _cached(
+        cache_dir / "git" / f"{commit}{'-sub' if source.submodules else ''}") is not None
+
+
+def pointed_commit(pointer: Path) -> str | None:
+    """The commit a ref pointer (:func:`git_pointer`) resolves to, when this user's seal verifies."""
+    commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
+    return commit if isinstance(commit, str) and _is_commit(commit) else None
+
+
+def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
+    url, key = _git_key(source)
     base = cache_dir / "git"
     base.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(f"{url}\0{source.ref}\0{int(source.submodules)}".encode()).hexdigest()[:24]
-    pointer = base / f"ref-{key}.json"
+    pointer = git_pointer(source, cache_dir)
     with FileLock(str(base / f"{key}.lock")):
         # never resolved, damaged or forged: resolve the ref again
         commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
@@ -178,18 +205,18 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
 # ------------------------------------------------------------------------------------------------
 # sdist
 # ------------------------------------------------------------------------------------------------
-def _index_url() -> str:
+def index_url() -> str:
     return os.environ.get("PIP_INDEX_URL", DEFAULT_INDEX).rstrip("/")
 
 
 def _find_sdist_url(source: SdistSource, label: str) -> tuple[str, str]:
     """(url, filename) of the sdist the recipe pins, from the index's project page."""
-    page = project_url(_index_url(), source.name)
+    page = project_url(index_url(), source.name)
     try:
         listing = read_page(page)
     except NetworkError as exc:
         if exc.status == 404:
-            raise SourceError(f"{label}: {source.name!r} is not on the index {_index_url()}",
+            raise SourceError(f"{label}: {source.name!r} is not on the index {index_url()}",
                               hint="check the recipe's sdist name") from None
         if exc.status is not None:
             raise SourceError(f"{label}: the index answered HTTP {exc.status} for {page}") from None

@@ -249,6 +249,16 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
                    urls[0], urls[1], components, prefix)
 
 
+def read_stamp(prefix: Path) -> dict[str, Any] | None:
+    """The ready stamp of the toolkit under ``prefix`` (its request), when its seal verifies."""
+    return _read_stamp(Path(prefix))
+
+
+def cached_toolkit(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
+    """``request``'s toolkit when it is assembled under ``prefix`` already (nothing to download)."""
+    return _cached(Path(prefix).absolute(), request)
+
+
 def toolkit_prefix(root: Path, request: ToolkitRequest) -> Path:
     """Where a build's toolkit lives in the cache: ``<root>/<line>/<source>-<release>-<platform>-<key>``."""
     return Path(root) / request.cuda / request.slug

@@ -1,0 +1,156 @@
+"""The interpreter a native build of a cell runs: any CPython of the grid, from one farm process.
+
+cibuildwheel finds every Python of a row in its container (``/opt/python/cp3XX-cp3XX``); the
+native builder finds them on the host, in this order:
+
+1. the interpreter running farm, when it is the cell's version;
+2. uv's managed interpreters (``uv python find X.Y``, which never downloads);
+3. pyenv's (``$PYENV_ROOT/versions/X.Y.*``, newest first);
+4. ``pythonX.Y`` in each folder of ``PATH`` (a pyenv shim that names no installed version fails
+   its probe and the next folder is tried).
+
+Each candidate is started once and asked its version and whether it has ``venv`` and
+``ensurepip`` (a build environment is a venv of it): a file that merely has the right name is
+never believed. None found: :func:`find_interpreter` returns None and says where it looked;
+with uv present, :func:`install_managed` installs one (``uv python install X.Y``, a download).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from farm.errors import ToolError, clip
+
+_PROBE = ("import platform, sys, importlib.util as u; "
+          "print(platform.python_implementation(), platform.python_version(), "
+          "u.find_spec('venv') is not None and u.find_spec('ensurepip') is not None)")
+PROBE_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    path: Path
+    version: str  # "3.12.1"
+    found_by: str  # "farm" | "uv" | "pyenv" | "PATH"
+
+    @property
+    def tag(self) -> str:
+        """``cp312``."""
+        major, minor = self.version.split(".")[:2]
+        return f"cp{major}{minor}"
+
+
+@dataclass(frozen=True)
+class Search:
+    """What :func:`find_interpreter` found, and each place it looked (for the refusal's message)."""
+
+    wanted: str  # "3.12"
+    interpreter: Interpreter | None
+    looked: tuple[str, ...]
+
+
+def version_of_tag(tag: str) -> str:
+    """``cp312`` -> ``3.12``."""
+    m = re.fullmatch(r"cp(\d)(\d+)", tag)
+    if m is None:
+        raise ValueError(f"{tag!r} is not a CPython tag")
+    return f"{m[1]}.{m[2]}"
+
+
+def probe(path: Path | str, wanted: str) -> tuple[Interpreter | None, str]:
+    """``path`` as an interpreter of version ``wanted`` (``3.12``), or None and why not."""
+    try:
+        proc = subprocess.run([str(path), "-I", "-c", _PROBE], capture_output=True, text=True, check=False,
+                              timeout=PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{path}: does not run ({exc})"
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or len(fields) != 3:
+        return None, f"{path}: does not run ({clip((proc.stderr or proc.stdout).strip()[-200:], 200)})"
+    impl, version, has_venv = fields
+    if impl != "CPython" or ".".join(version.split(".")[:2]) != wanted:
+        return None, f"{path}: is {impl} {version}"
+    if has_venv != "True":
+        return None, f"{path}: has no venv/ensurepip module (on Debian: apt-get install python{wanted}-venv)"
+    return Interpreter(Path(path), version, ""), ""
+
+
+def _candidates(wanted: str, environ: Mapping[str, str], uv: str | None) -> Iterator[tuple[str, str | None]]:
+    """(how it was found, path or None when that route has nothing)."""
+    yield "farm", sys.executable if f"{sys.version_info[0]}.{sys.version_info[1]}" == wanted else None
+    if uv:
+        try:
+            proc = subprocess.run([uv, "python", "find", wanted], capture_output=True,
+                                  text=True, check=False, timeout=PROBE_TIMEOUT_S,
+                                  env={**environ, "UV_PYTHON_DOWNLOADS": "never"})
+            found = proc.stdout.strip() if proc.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            found = None
+        yield "uv", found
+    pyenv_root = environ.get("PYENV_ROOT") or (str(Path.home() / ".pyenv") if shutil.which("pyenv") else None)
+    if pyenv_root:
+        versions = Path(pyenv_root) / "versions"
+        found_any = False
+        for d in sorted(versions.glob(f"{wanted}.*"), key=lambda p: _numbers(p.name), reverse=True):
+            exe = d / "bin" / f"python{wanted}"
+            if exe.is_file():
+                found_any = True
+                yield "pyenv", str(exe)
+        if not found_any:
+            yield "pyenv", None
+    found_any = False
+    for folder in environ.get("PATH", "").split(os.pathsep):
+        exe = Path(folder or ".") / f"python{wanted}"
+        if exe.is_file() and os.access(exe, os.X_OK):
+            found_any = True
+            yield "PATH", str(exe)
+    if not found_any:
+        yield "PATH", None
+
+
+def _numbers(name: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", name))
+
+
+def find_interpreter(tag: str, *, environ: Mapping[str, str] | None = None, uv: str | None = None) -> Search:
+    """The first working CPython of the cell's tag (``cp312``) on this host; never downloads."""
+    environ = os.environ if environ is None else environ
+    wanted = version_of_tag(tag)
+    looked: list[str] = []
+    seen: set[str] = set()
+    for how, path in _candidates(wanted, environ, uv):
+        if path is None:
+            looked.append(f"{how}: no python{wanted}")
+            continue
+        real = os.path.realpath(path)
+        if real in seen:
+            continue
+        seen.add(real)
+        found, why = probe(path, wanted)
+        if found is not None:
+            return Search(wanted, Interpreter(found.path, found.version, how), tuple(looked))
+        looked.append(f"{how}: {why}")
+    return Search(wanted, None, tuple(looked))
+
+
+def install_managed(tag: str, uv: str, *, environ: Mapping[str, str] | None = None) -> Interpreter:
+    """``uv python install X.Y`` (a download from uv's Python builds), then the interpreter uv finds."""
+    wanted = version_of_tag(tag)
+    env = dict(os.environ if environ is None else environ)
+    proc = subprocess.run([uv, "python", "install", wanted], capture_output=True, text=True, check=False,
+                          timeout=1800, env=env)
+    if proc.returncode != 0:
+        raise ToolError(f"uv python install {wanted} failed (rc {proc.returncode}): "
+                        f"{clip((proc.stderr or proc.stdout).strip()[-500:])}",
+                        hint=f"install Python {wanted} another way (pyenv, the distribution's python{wanted})")
+    search = find_interpreter(tag, environ=env, uv=uv)
+    if search.interpreter is None:
+        raise ToolError(f"uv installed Python {wanted} but it does not run: {'; '.join(search.looked)}")
+    return search.interpreter

@@ -1,0 +1,242 @@
+"""What a cell needs of this host, checked before anything is downloaded.
+
+Before ``farm build`` fetches a source, assembles a toolkit or makes a build environment, each
+planned cell is checked against the host:
+
+- **platform**: the native builder builds Linux cells of this machine's architecture on Linux;
+  cibuildwheel builds Linux cells in a container (any host with the engine) and Windows cells
+  only on Windows;
+- **engine**: cibuildwheel's container engine starts containers (Linux cells);
+- **python**: the native builder has an interpreter of the cell's version
+  (:mod:`farm.build.interpreters`);
+- **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``);
+- **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
+- **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
+  the redist root or the package index for the toolkit, the torch index, the source's git host or
+  index. Nothing is checked for what is cached already.
+
+:func:`platform_blocker` is pure; :class:`Preflight` gathers the host's facts once per run. A
+cell this host cannot build is skipped with one line saying why; when the user named it (the
+blocking dimension was a filter on the command line) it is refused instead (exit 2 for what the
+host is, 3 for what it lacks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sys
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from farm.build.interpreters import Interpreter, find_interpreter
+from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
+from farm.model.cells import Cell
+from farm.model.config import GitSource, PathSource, SdistSource
+
+if TYPE_CHECKING:
+    from farm.build.spec import BuildSpec
+
+# What a missing piece takes on disk (measured on Linux x86_64 builds; a margin over each):
+TOOLKIT_BYTES = 4 << 30  # an assembled toolkit with torch's components, archives unpacked
+TORCH_ENV_BYTES = 7 << 30  # a build environment with torch and its CUDA libraries (about 5 GB)
+PLAIN_ENV_BYTES = 512 << 20  # a build environment without torch
+BUILD_BYTES = 2 << 30  # the source's copy, objects and wheels of one cell
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why this host cannot build a cell: the dimension (platform, engine, python, compiler, disk,
+    network), the reason in words, and the exit code when the cell was named explicitly."""
+
+    dimension: str
+    reason: str
+    exit_code: int = EXIT_ENVIRONMENT
+
+    def error(self, cell: Cell) -> FarmError:
+        kind = UsageError if self.exit_code == EXIT_BAD_INPUT else ToolError
+        return kind(f"cell {cell.id} cannot be built on this host: {self.reason}", hint=_HINTS.get(self.dimension))
+
+
+_HINTS = {
+    "platform": "build it on a host of that platform (CI runs each platform on its own runner)",
+    "engine": "start the engine, or use --builder native",
+    "python": "install that Python (uv python install X.Y, pyenv install X.Y, or the distribution's pythonX.Y)",
+    "compiler": "install a C++ compiler (on Debian: apt-get install g++), or set CXX",
+    "disk": "free space in the cache (farm cache prune), or pass --cache-dir on a larger disk",
+    "network": "reach that server (a proxy, a mirror: --redist-url, --torch-index, PIP_INDEX_URL), "
+               "or fill the cache on a host that can",
+}
+
+
+@dataclass(frozen=True)
+class Host:
+    system: str  # sys.platform's family: linux | win32 | darwin
+    machine: str  # x86_64 | aarch64 | AMD64
+
+    @classmethod
+    def this(cls) -> Host:
+        import platform
+
+        return cls(sys.platform, platform.machine())
+
+
+def platform_blocker(cell: Cell, builder: str, host: Host) -> Blocker | None:
+    """Whether ``builder`` can build ``cell``'s platform on ``host`` at all (pure)."""
+    system = "Linux" if host.system.startswith("linux") else "Windows" if host.system == "win32" else host.system
+    if builder == "native":
+        if not (host.system.startswith("linux") and cell.platform.startswith("linux")):
+            return Blocker("platform", f"the native builder builds Linux cells on Linux; the cell is "
+                                       f"{cell.platform}, this host is {system}", EXIT_BAD_INPUT)
+        if not cell.platform.endswith(host.machine):
+            return Blocker("platform", f"the cell is {cell.platform}, this host is {host.machine}", EXIT_BAD_INPUT)
+        return None
+    if cell.platform.startswith("win") and host.system != "win32":
+        return Blocker("platform", f"cibuildwheel builds {cell.platform} wheels on Windows; this host is {system}",
+                       EXIT_BAD_INPUT)
+    return None
+
+
+def url_host(url: str) -> tuple[str, int] | None:
+    """``(host, port)`` a URL is fetched from; None for a local path or file URL."""
+    if url.startswith("git@"):  # git@github.com:o/r.git
+        return url[4:].split(":", 1)[0], 22
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("", "file") or not parts.hostname:
+        return None
+    return parts.hostname, parts.port or {"http": 80, "ssh": 22, "git": 9418}.get(parts.scheme, 443)
+
+
+def _reachable(host: str, port: int) -> str | None:
+    """None when a TCP connection opens; else why not."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return str(exc.strerror or exc)
+
+
+def _compiler(environ: Mapping[str, str]) -> str | None:
+    path = environ.get("PATH", "")
+    cxx = environ.get("CXX")
+    if cxx:
+        return shutil.which(cxx.split()[0], path=path)
+    return shutil.which("c++", path=path) or shutil.which("g++", path=path)
+
+
+@dataclass
+class Preflight:
+    """The host's facts, each found once per ``farm build`` and shared by its cells."""
+
+    builder: str
+    engine: str = "docker"
+    host: Host = field(default_factory=Host.this)
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    check_engine: Callable[[str], object] | None = None  # raises ToolError when the engine cannot run
+    _engine: dict[str, str | None] = field(default_factory=dict)
+    _interpreters: dict[str, Interpreter | str] = field(default_factory=dict)
+    _reach: dict[tuple[str, int], str | None] = field(default_factory=dict)
+
+    def interpreter(self, cell: Cell) -> Interpreter | None:
+        found = self._interpreters.get(cell.python)
+        return found if isinstance(found, Interpreter) else None
+
+    def _python(self, cell: Cell) -> Blocker | None:
+        if cell.python not in self._interpreters:
+            from farm.build.buildenv import find_uv
+
+            search = find_interpreter(cell.python, environ=self.environ, uv=find_uv())
+            self._interpreters[cell.python] = search.interpreter or "; ".join(search.looked)
+        found = self._interpreters[cell.python]
+        if isinstance(found, Interpreter):
+            return None
+        return Blocker("python", f"no Python {cell.python_version} here (looked: {found})", EXIT_BAD_INPUT)
+
+    def _engine_blocker(self) -> Blocker | None:
+        if self.engine not in self._engine:
+            try:
+                if self.check_engine is not None:
+                    self.check_engine(self.engine)
+                self._engine[self.engine] = None
+            except FarmError as exc:
+                self._engine[self.engine] = exc.message
+        why = self._engine[self.engine]
+        return None if why is None else Blocker("engine", why)
+
+    def reach(self, url: str, what: str) -> Blocker | None:
+        where = url_host(url)
+        if where is None:
+            return None
+        if where not in self._reach:
+            self._reach[where] = _reachable(*where)
+        why = self._reach[where]
+        return None if why is None else Blocker(
+            "network", f"{what} comes from {where[0]}:{where[1]}, which does not answer ({why})")
+
+    def check(self, cell: Cell, *, downloads: Mapping[str, str] | None = None, disk_needed: int = 0,
+              cache: Path | None = None) -> Blocker | None:
+        """The first reason this host cannot build ``cell``, or None. ``downloads``: what is not
+        cached yet -> the URL it comes from; ``disk_needed``: bytes the cache must have free."""
+        blocker = platform_blocker(cell, self.builder, self.host)
+        if blocker is None and self.builder == "cibuildwheel" and cell.platform.startswith("linux"):
+            blocker = self._engine_blocker()
+        if blocker is None and self.builder == "native":
+            blocker = self._python(cell)
+            if blocker is None and _compiler(self.environ) is None:
+                blocker = Blocker("compiler", "no C++ compiler ($CXX, c++ or g++) on PATH")
+        if blocker is None and cache is not None and disk_needed:
+            probe = cache
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            with contextlib.suppress(OSError):
+                free = shutil.disk_usage(probe).free
+                if free < disk_needed:
+                    blocker = Blocker("disk", f"{probe} has {free / 1e9:.1f} GB free; the cell needs about "
+                                              f"{disk_needed / 1e9:.1f} GB for what is not cached yet")
+        for what, url in (downloads or {}).items():
+            if blocker is not None:
+                break
+            blocker = self.reach(url, what)
+        return blocker
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a cell's build would fetch (what -> the URL it comes from) and the disk it would take."""
+
+    downloads: Mapping[str, str]
+    disk: int
+
+
+def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, builder: str, source_cache: Path,
+             toolkit_root: Path, cuda_home: Path | None, env_root: Path,
+             interpreter: Interpreter | None) -> Needs:
+    """What is not cached yet for ``spec``'s build, and where it would come from."""
+    from farm.build import buildenv
+    from farm.model.config import TORCH_INDEX_PIP
+    from farm.source.fetch import index_url, is_cached
+    from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
+
+    downloads: dict[str, str] = {}
+    disk = BUILD_BYTES
+    pip_index = index_url()
+    if not is_cached(source, source_cache):
+        downloads["the source"] = source.url if isinstance(source, GitSource) else pip_index
+    if cuda_home is None and cached_toolkit(toolkit_prefix(toolkit_root, spec.toolkit), spec.toolkit) is None:
+        downloads["the CUDA toolkit"] = spec.toolkit.manifest_url if spec.toolkit.source == "redist" else pip_index
+        disk += TOOLKIT_BYTES
+    if builder == "native" and interpreter is not None:
+        contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
+                                     python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
+        if not (env_root / contents.slug / buildenv.SPEC_FILE).is_file():
+            downloads["the build tools"] = pip_index
+            if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
+                downloads["torch"] = spec.torch_index
+            disk += TORCH_ENV_BYTES if spec.torch_version else PLAIN_ENV_BYTES
+    return Needs(downloads, disk)

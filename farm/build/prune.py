@@ -1,0 +1,278 @@
+"""Bounding the build caches: what ``farm cache prune`` removes, and what it keeps.
+
+A build leaves a toolkit per (line, source, release, platform, components) in ``toolkit/``, a
+build environment per (Python, torch, tools) in ``envs/`` (about 5 GB with torch), a source tree
+per pinned commit or sdist in ``sources/``, and a work folder per cell in ``build/``. Nothing else
+removes them. The prune keeps what the next builds need and removes the rest:
+
+- whatever the ledger's recent cells used (the last ``keep_recent`` entries): their source
+  commits and sdists, the toolkits whose source, release, platform and components match their
+  provenance, the environments of their Python and torch, their work folders;
+- the sources today's recipes pin (a git tag's resolved commit, read from the fetch's pointer);
+- anything changed within ``min_age_s`` (a build that is filling it now) or whose lock a running
+  build holds.
+
+:func:`plan_prune` decides (reads only); :func:`apply_prune` removes, each folder renamed aside
+first so that an interrupted prune never leaves a half folder that looks whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from farm.errors import FileSystemError
+from farm.model.cells import Cell
+from farm.model.config import FarmConfig, GitSource, SdistSource
+from farm.toolkit.request import PLATFORMS
+
+KINDS = ("toolkit", "envs", "sources", "build")
+DEFAULT_KEEP_RECENT = 200
+DEFAULT_MIN_AGE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: str  # toolkit | envs | sources | build
+    path: Path
+    size: int
+    keep: str | None  # why it stays; None: removed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path), "bytes": self.size, "keep": self.keep}
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    items: tuple[Item, ...]
+
+    @property
+    def removed(self) -> tuple[Item, ...]:
+        return tuple(i for i in self.items if i.keep is None)
+
+    @property
+    def freed(self) -> int:
+        return sum(i.size for i in self.removed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes_freed": self.freed, "items": [i.to_json() for i in self.items]}
+
+
+@dataclass(frozen=True)
+class InUse:
+    """What the recent cells and today's recipes use: the keys each cache folder is matched on."""
+
+    commits: frozenset[str] = frozenset()
+    sdists: frozenset[str] = frozenset()
+    # (source, release, NVIDIA platform, components)
+    toolkits: frozenset[tuple[str, str, str, frozenset[str]]] = frozenset()
+    envs: frozenset[tuple[str, str | None]] = frozenset()  # ("3.11", "2.8.0" or None)
+    cells: frozenset[str] = frozenset()  # cell ids: the work folders
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# what is in use (pure over parsed ledger entries)
+# ------------------------------------------------------------------------------------------------
+def _public(version: str | None) -> str | None:
+    return None if version is None else version.split("+", 1)[0]
+
+
+def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (), sdists: Iterable[str] = ()) -> InUse:
+    """The keys of what ``entries`` (ledger entries as JSON objects) used, plus the recipes' pins."""
+    nvidia = {ours: theirs for theirs, ours in PLATFORMS.items()}
+    used_commits, used_sdists = set(commits), set(sdists)
+    toolkits: set[tuple[str, str, str, frozenset[str]]] = set()
+    envs: set[tuple[str, str | None]] = set()
+    cells: set[str] = set()
+    for e in entries:
+        source = e.get("source") or {}
+        if source.get("kind") == "git" and source.get("commit"):
+            used_commits.add(source["commit"])
+        if source.get("kind") == "sdist" and source.get("sha256"):
+            used_sdists.add(source["sha256"])
+        cell = e.get("cell") or {}
+        python = str(cell.get("python", ""))
+        toolchain = e.get("toolchain") or {}
+        if python.startswith("cp") and len(python) > 3:
+            torch = _public(toolchain.get("torch")) if cell.get("torch") not in (None, "none") else None
+            envs.add((f"{python[2]}.{python[3:]}", torch))
+        tk = toolchain.get("toolkit") or {}
+        if tk.get("source") in ("redist", "pypi") and tk.get("release") and cell.get("platform") in nvidia:
+            names = frozenset(c["name"] for c in tk.get("components") or () if isinstance(c, Mapping) and "name" in c)
+            toolkits.add((tk["source"], tk["release"], nvidia[cell["platform"]], names))
+        if e.get("package") and e.get("version") and cell:
+            cells.add(Cell(str(e["package"]), str(e["version"]), str(cell.get("cuda")), str(cell.get("torch")),
+                           python, str(cell.get("platform"))).id)
+    return InUse(frozenset(used_commits), frozenset(used_sdists), frozenset(toolkits), frozenset(envs),
+                 frozenset(cells))
+
+
+def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
+    """The last ``keep_recent`` entries of the ledger (its lines are appended in build order)."""
+    from farm.provenance.ledger import iter_entries
+
+    if keep_recent <= 0 or not ledger.is_file():
+        return []
+    entries = [entry for _, entry in iter_entries(ledger)]
+    return entries[-keep_recent:]
+
+
+def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
+    """(git commits, sdist sha256s) today's recipes pin: a tag through the fetch's cached pointer."""
+    from farm.source.fetch import git_pointer, pointed_commit
+
+    commits, sdists = set(), set()
+    for recipe in config.recipes.values():
+        src = recipe.source
+        if isinstance(src, SdistSource):
+            sdists.add(src.sha256.lower())
+        elif isinstance(src, GitSource):
+            commit = pointed_commit(git_pointer(src, sources))
+            if commit is not None:
+                commits.add(commit)
+            if len(src.ref) == 40:
+                commits.add(src.ref.lower())
+    return commits, sdists
+
+
+# ------------------------------------------------------------------------------------------------
+# the cache folders, each with the key it is matched on
+# ------------------------------------------------------------------------------------------------
+def size_of(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):  # removed while we walk: nothing to count
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def _newest_change(path: Path) -> float:
+    """The newest mtime of the folder and its direct entries (a build writing into it touches them)."""
+    newest = path.lstat().st_mtime
+    with contextlib.suppress(OSError), os.scandir(path) as it:
+        for entry in it:
+            with contextlib.suppress(OSError):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    return newest
+
+
+def _locked(lock: Path) -> bool:
+    """Whether a running build holds ``lock`` (farm's file locks: toolkit, environment, source)."""
+    from filelock import FileLock, Timeout
+
+    if not lock.exists():
+        return False
+    try:
+        with FileLock(str(lock), timeout=0):
+            return False
+    except Timeout:
+        return True
+
+
+def _toolkit_key(folder: Path) -> tuple[str, str, str, frozenset[str]] | None:
+    from farm.toolkit.assemble import read_stamp
+
+    with contextlib.suppress(KeyError, TypeError):
+        req = (read_stamp(folder) or {})["request"]
+        return (req["source"], req["release"], req["platform"], frozenset(req["components"]))
+    return None
+
+
+def _env_key(folder: Path) -> tuple[str, str | None] | None:
+    from farm.build.buildenv import SPEC_FILE
+
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        spec = json.loads((folder / SPEC_FILE).read_text())
+        torch = spec["torch"]
+        return (".".join(spec["python"].split(".")[:2]), torch.split("==", 1)[1] if torch else None)
+    return None
+
+
+def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
+    """(kind, folder, its lock file) for every prunable folder under ``cache``."""
+    for line in sorted((cache / "toolkit").glob("*")):
+        if line.is_dir():
+            for folder in sorted(line.iterdir()):
+                if folder.is_dir() and not folder.name.startswith("."):
+                    yield "toolkit", folder, Path(f"{folder}.lock")
+    envs = cache / "envs"
+    if envs.is_dir():
+        for folder in sorted(envs.iterdir()):
+            if folder.is_dir() and not folder.name.startswith("."):
+                yield "envs", folder, envs / f".{folder.name}.lock"
+    for sub in ("git", "sdist"):
+        base = cache / "sources" / sub
+        if base.is_dir():
+            for folder in sorted(base.iterdir()):
+                if folder.is_dir() and not folder.name.startswith("tmp-"):
+                    yield "sources", folder, (base / f"{folder.name}.lock" if sub == "sdist" else None)
+    build = cache / "build"
+    if build.is_dir():
+        for folder in sorted(build.iterdir()):
+            if folder.is_dir():
+                yield "build", folder, None
+
+
+def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
+    if kind == "toolkit":  # no stamp: a half assembly (the toolkit is made afresh anyway)
+        return "a recent cell's toolkit" if _toolkit_key(folder) in used.toolkits else None
+    if kind == "envs":
+        return "a recent cell's Python and torch" if _env_key(folder) in used.envs else None
+    if kind == "sources":
+        name = folder.name.removesuffix("-sub")
+        if name in used.commits or name in used.sdists:
+            return "a recent cell's or a recipe's pinned source"
+        return None
+    return "a recent cell's work folder" if folder.name in used.cells else None
+
+
+def plan_prune(cache: Path, used: InUse, *, kinds: Iterable[str] = KINDS, min_age_s: float = DEFAULT_MIN_AGE_S,
+               now: float | None = None) -> PrunePlan:
+    """Every prunable folder of ``cache`` with why it stays (None: it goes) and its bytes."""
+    now = time.time() if now is None else now
+    wanted = set(kinds)
+    items = []
+    for kind, folder, lock in _candidates(Path(cache)):
+        if kind not in wanted:
+            continue
+        keep = _why_kept(kind, folder, used)
+        if keep is None and lock is not None and _locked(lock):
+            keep = "in use: a running build holds its lock"
+        if keep is None and now - _newest_change(folder) < min_age_s:
+            keep = f"changed within the last {min_age_s:.0f} s"
+        items.append(Item(kind, folder, size_of(folder), keep))
+    return PrunePlan(tuple(items))
+
+
+def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
+    """Remove the plan's folders; returns the bytes freed. Each is renamed aside, then removed."""
+    freed = 0
+    for item in plan.removed:
+        aside = item.path.with_name(f".pruning-{item.path.name}")
+        try:
+            item.path.rename(aside)
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        except OSError as exc:
+            raise FileSystemError(f"cannot remove {item.path}: {exc.strerror or exc}", where=str(item.path),
+                                  hint="check the cache folder's permissions") from None
+        shutil.rmtree(aside, ignore_errors=True)
+        if item.kind == "sources":  # the fetch's pointers to this commit now point at nothing
+            from farm.source.fetch import pointed_commit
+
+            for pointer in item.path.parent.glob("ref-*.json"):
+                if pointed_commit(pointer) == item.path.name.removesuffix("-sub"):
+                    pointer.unlink(missing_ok=True)
+        freed += item.size
+        if say is not None:
+            say(f"removed {item.kind} {item.path} ({item.size} bytes)")
+    return freed

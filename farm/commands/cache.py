@@ -1,0 +1,72 @@
+"""``farm cache prune [--dry-run] [--keep-recent N] [--min-age S] [--kind K]``: bound the build caches.
+
+Removes the toolkits, build environments, source trees and cell work folders under the cache
+(``ROOT/.cache`` or ``--cache-dir``) that neither the ledger's last N cells nor today's recipes
+use, and says how many bytes that freed (``--dry-run``: what it would remove and free, removing
+nothing). What is kept and why: ``farm.build.prune``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from farm.build.prune import (
+    DEFAULT_KEEP_RECENT,
+    DEFAULT_MIN_AGE_S,
+    KINDS,
+    apply_prune,
+    in_use,
+    plan_prune,
+    recent_entries,
+    recipe_pins,
+)
+from farm.errors import EXIT_OK, UsageError
+from farm.model.config import load_config
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["prune"], help="prune: remove what no recent cell or recipe uses")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be removed and freed; remove nothing")
+    parser.add_argument("--keep-recent", type=int, default=DEFAULT_KEEP_RECENT, metavar="N",
+                        help=f"keep what the ledger's last N entries used (default {DEFAULT_KEEP_RECENT})")
+    parser.add_argument("--min-age", type=float, default=DEFAULT_MIN_AGE_S, metavar="SECONDS",
+                        help=f"keep anything changed more recently (default {DEFAULT_MIN_AGE_S:.0f}: a build "
+                             "filling it now)")
+    parser.add_argument("--kind", action="append", choices=KINDS,
+                        help="only these caches (repeatable; default: all)")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--cache-dir", type=Path, help="the cache (default: ROOT/.cache)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.keep_recent < 0 or args.min_age < 0:
+        raise UsageError("--keep-recent and --min-age must not be negative")
+    config = load_config(args.root)
+    cache = (args.cache_dir or config.root / ".cache").absolute()
+    commits, sdists = recipe_pins(config, cache / "sources")
+    used = in_use(recent_entries(config.ledger_path, args.keep_recent), commits=commits, sdists=sdists)
+    plan = plan_prune(cache, used, kinds=args.kind or KINDS, min_age_s=args.min_age)
+    say = None if args.json else (lambda m: print(f"farm cache: {m}", file=sys.stderr))
+    freed = plan.freed if args.dry_run else apply_prune(plan, say=say)
+    if args.json:
+        print(json.dumps({**plan.to_json(), "bytes_freed": freed, "dry_run": args.dry_run}, indent=2))
+        return EXIT_OK
+    for item in plan.items:
+        verb = "keep" if item.keep else ("would remove" if args.dry_run else "removed")
+        why = f" ({item.keep})" if item.keep else ""
+        print(f"{verb:12} {item.kind:8} {_human(item.size):>9}  {item.path}{why}")
+    kept = sum(i.size for i in plan.items if i.keep)
+    print(f"{'would free' if args.dry_run else 'freed'} {_human(freed)} ({freed} bytes) in "
+          f"{len(plan.removed)} folder(s); kept {_human(kept)} in {len(plan.items) - len(plan.removed)}")
+    return EXIT_OK

@@ -1,0 +1,1 @@
+../../../examples/demo_ext/cuda_build.py

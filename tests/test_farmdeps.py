@@ -1,0 +1,96 @@
+"""farm.build.farmdeps: a farm wheel as another package's build dependency. tests/data/dep_user's
+setup.py imports demo_ext while it builds; its recipe names farm's demo_ext wheel of the same cell
+in extra_deps. Real builds (nvcc) of both, one wheelhouse: the second is built against the
+first's exact bytes, and its provenance says so."""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from farm.build.builders import BuilderKind, BuildSettings, build_cell
+from farm.build.farmdeps import resolve
+from farm.errors import UsageError
+from farm.fsutil import sha256_file
+from farm.model.cells import Cell
+
+from . import buildroot
+from .buildroot import DEMO_RECIPE, REPO, make_root
+from .wheelmaker import make_wheel
+
+pypi_toolkit = buildroot.pypi_toolkit
+
+PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
+DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
+USER = Cell("dep_user", "1.0.0", "13.0", "none", PY, "linux_x86_64")
+USER_RECIPE = """\
+name: dep_user
+version: '1.0.0'
+source:
+  path: src/dep_user
+links_torch: false
+arch:
+  list: '8.0'
+build:
+  extra_deps: ['demo_ext=={version:demo_ext}+{local:demo_ext}']
+"""
+
+
+def _root(root: Path):
+    return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0"), "dep_user": USER_RECIPE},
+                     {"examples/demo_ext": REPO / "examples" / "demo_ext",
+                      "src/dep_user": REPO / "tests" / "data" / "dep_user"})
+
+
+def _settings(root: Path, toolkit) -> BuildSettings:
+    return BuildSettings(builder=BuilderKind.NATIVE, out_dir=root / "wheelhouse", work_root=root / "work",
+                         source_cache=root / "sources", cuda_home=toolkit.cuda_home)
+
+
+def test_the_placeholder_pins_the_same_cells_wheel(tmp_path):
+    from farm.build.spec import resolve_spec
+
+    config = _root(tmp_path)
+    spec = resolve_spec(config, config.recipe("dep_user"), USER)
+    assert spec.farm_deps == ("demo_ext==0.1.0+cu130",) and spec.knobs.extra_deps == spec.farm_deps
+
+
+def test_a_missing_or_foreign_wheel_stops_the_build_before_anything_is_fetched(tmp_path):
+    config = _root(tmp_path)
+    with pytest.raises(UsageError, match=r"builds against farm's demo_ext==0.1.0\+cu130, which is not in") as exc:
+        build_cell(config, config.recipe("dep_user"), USER, BuildSettings(
+            builder=BuilderKind.NATIVE, out_dir=tmp_path / "wheelhouse", work_root=tmp_path / "work"))
+    assert "farm build demo_ext" in (exc.value.hint or "") and not (tmp_path / "work").exists()
+    # a wheel of that name that farm did not assert (no provenance) is refused too
+    make_wheel(tmp_path / "wheelhouse", "demo_ext", "0.1.0+cu130", {"demo_ext/__init__.py": b""},
+               tag=f"{PY}-{PY}-manylinux_2_28_x86_64")
+    with pytest.raises(UsageError, match="is not farm's asserted wheel"):
+        resolve(("demo_ext==0.1.0+cu130",), USER, tmp_path / "wheelhouse")
+    # the container cannot see the wheelhouse: the cibuildwheel builder is refused, saying why
+    with pytest.raises(UsageError, match="does not see farm's wheelhouse"):
+        build_cell(config, config.recipe("dep_user"), USER, BuildSettings(out_dir=tmp_path / "wheelhouse"))
+
+
+def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(tmp_path, pypi_toolkit):
+    config = _root(tmp_path)
+    settings = _settings(tmp_path, pypi_toolkit)
+    demo = build_cell(config, config.recipe("demo_ext"), DEMO, settings)
+    assert demo.passed
+    (demo_wheel,) = demo.asserted
+    user = build_cell(config, config.recipe("dep_user"), USER, settings)
+    assert user.passed, "\n".join(r.report.render() for r in user.postbuild)
+    (wheel,) = user.asserted
+    with zipfile.ZipFile(wheel) as zf:
+        info = json.loads(zf.read("dep_user-1.0.0+cu130.dist-info/_build_info.json"))
+    assert info["toolchain"]["farm_deps"] == [{"requirement": "demo_ext==0.1.0+cu130", "filename": demo_wheel.name,
+                                               "sha256": sha256_file(demo_wheel)}]
+    # the build environment holds demo_ext's wheel by its bytes: its spec names the file and digest
+    env_spec = json.loads((user.build_env / "farm-env.json").read_text())
+    assert f"demo_ext @ {demo_wheel.resolve().as_uri()}#sha256={sha256_file(demo_wheel)}" in env_spec["requirements"]
+    # and the wheel imports in a fresh venv
+    (check,) = user.imports
+    assert check.passed

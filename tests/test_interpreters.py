@@ -1,0 +1,76 @@
+"""farm.build.interpreters: every candidate is started and asked, never believed by its name."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from farm.build.interpreters import find_interpreter, probe, version_of_tag
+
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def _script(folder: Path, name: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_tags_and_versions():
+    assert version_of_tag("cp312") == "3.12" and version_of_tag("cp39") == "3.9"
+    with pytest.raises(ValueError):
+        version_of_tag("abi3")
+
+
+def test_probe_asks_the_interpreter_itself():
+    found, _ = probe(sys.executable, HERE)
+    assert found is not None and found.version.startswith(HERE + ".")
+    found, why = probe(sys.executable, "3.99")
+    assert found is None and f"is CPython {sys.version_info.major}.{sys.version_info.minor}" in why
+
+
+def test_a_shim_that_names_no_installed_version_is_passed_over(tmp_path):
+    """pyenv's shims exist for every version it knows and fail for those not selected."""
+    shim = _script(tmp_path / "shims", "python3.99", "echo 'pyenv: python3.99: command not found' >&2; exit 127")
+    liar = _script(tmp_path / "bin", "python3.99", "echo 'CPython 3.11.7 True'")  # says another version
+    env = {"PATH": os.pathsep.join([str(shim.parent), str(liar.parent)]), "PYENV_ROOT": str(tmp_path / "none")}
+    search = find_interpreter("cp399", environ=env)
+    assert search.interpreter is None
+    looked = "\n".join(search.looked)
+    assert f"{shim}: does not run" in looked and "command not found" in looked
+    assert f"{liar}: is CPython 3.11.7" in looked
+    assert "pyenv: no python3.99" in looked
+
+
+def test_pyenv_and_path_interpreters_are_found(tmp_path):
+    """A pyenv layout ($PYENV_ROOT/versions/X.Y.Z/bin/pythonX.Y) and a PATH folder, each holding
+    this interpreter under the name of its version; the running interpreter is tried first."""
+    assert find_interpreter(TAG).interpreter.found_by == "farm"  # type: ignore[union-attr]
+    pyenv_bin = tmp_path / "pyenv" / "versions" / f"{HERE}.99" / "bin"
+    pyenv_bin.mkdir(parents=True)
+    (pyenv_bin / f"python{HERE}").symlink_to(os.path.realpath(sys.executable))
+    from farm.build import interpreters
+
+    candidates = list(interpreters._candidates(HERE, {"PYENV_ROOT": str(tmp_path / "pyenv"), "PATH": ""}, None))
+    assert ("pyenv", str(pyenv_bin / f"python{HERE}")) in candidates
+    path_dir = tmp_path / "bin"
+    path_dir.mkdir()
+    (path_dir / f"python{HERE}").symlink_to(os.path.realpath(sys.executable))
+    candidates = list(interpreters._candidates(HERE, {"PATH": str(path_dir)}, None))
+    assert ("PATH", str(path_dir / f"python{HERE}")) in candidates
+
+
+def test_another_python_of_the_grid_is_found_when_the_host_has_one():
+    """The native builder's reason to exist: a 3.12 (or 3.11) found from a farm of another version."""
+    other = "cp312" if TAG != "cp312" else "cp311"
+    search = find_interpreter(other)
+    if search.interpreter is None:
+        pytest.skip(f"no {other} on this host: {'; '.join(search.looked)}")
+    assert search.interpreter.tag == other
+    assert search.interpreter.found_by in ("uv", "pyenv", "PATH")

@@ -1,0 +1,164 @@
+"""farm.build.prune and ``farm cache prune``: a cache laid out as the builders write it (toolkit
+stamps, environment specs, fetched sources, work folders), a ledger of recent cells, and what the
+prune keeps, removes and reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from farm import cacheseal
+from farm.build.prune import InUse, apply_prune, in_use, plan_prune
+from farm.cli import main
+from farm.model.cells import Cell
+
+from .ledgermaker import make_entry
+
+OLD = time.time() - 10 * 86400
+COMMIT_USED = "a" * 40
+COMMIT_OLD = "b" * 40
+SDIST_USED = "c" * 64
+
+
+def _age(path: Path) -> None:
+    for dirpath, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.utime(os.path.join(dirpath, name), (OLD, OLD), follow_symlinks=False)
+    os.utime(path, (OLD, OLD))
+
+
+def _toolkit(cache: Path, line: str, release: str, components: list[str], size: int = 1000) -> Path:
+    folder = cache / "toolkit" / line / f"pypi-{release}-linux-x86_64-{abs(hash(tuple(components))) % 10**8:08d}"
+    folder.mkdir(parents=True)
+    request = {"cuda": line, "source": "pypi", "release": release, "platform": "linux-x86_64",
+               "components": components}
+    # sealed as the assembler seals its ready stamp: an unsealed one is never believed
+    (folder / ".farm-toolkit.json").write_bytes(
+        cacheseal.seal(json.dumps({"key": "k", "request": request}).encode(), f"toolkit-stamp:{folder.name}"))
+    (folder / "blob").write_bytes(b"x" * size)
+    _age(folder)
+    return folder
+
+
+def _env(cache: Path, python: str, torch: str | None, size: int = 2000) -> Path:
+    folder = cache / "envs" / f"py{python[:4]}-torch{torch or 'none'}-0123456789abcdef"
+    (folder / "lib").mkdir(parents=True)
+    (folder / "farm-env.json").write_text(json.dumps({"python": python, "python_exe": "/usr/bin/python3",
+                                                      "requirements": ["build"],
+                                                      "torch": f"torch=={torch}" if torch else None,
+                                                      "torch_index": None, "layout": 1}))
+    (folder / "lib" / "blob").write_bytes(b"y" * size)
+    _age(folder)
+    return folder
+
+
+def _tree(base: Path, size: int = 300) -> Path:
+    (base / "tree").mkdir(parents=True)
+    (base / "tree" / "setup.py").write_bytes(b"z" * size)
+    _age(base)
+    return base
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    cache = tmp_path / ".cache"
+    _toolkit(cache, "13.0", "13.0.2", ["cuda_nvcc", "cuda_cudart"])
+    _toolkit(cache, "12.8", "12.8.1", ["cuda_nvcc"], size=5000)
+    _env(cache, "3.11.7", "2.8.0")
+    _env(cache, "3.12.1", None, size=7000)
+    _tree(cache / "sources" / "git" / COMMIT_USED)
+    _tree(cache / "sources" / "git" / COMMIT_OLD, size=900)
+    (cache / "sources" / "git" / "ref-0123.json").write_bytes(cacheseal.seal(
+        json.dumps({"url": "u", "ref": "v1", "commit": COMMIT_OLD}).encode(), "source-ref:ref-0123.json"))
+    _tree(cache / "sources" / "sdist" / SDIST_USED)
+    cell = Cell("pkg", "1.0", "13.0", "2.8", "cp311", "linux_x86_64")
+    _tree(cache / "build" / cell.id, size=50)
+    _tree(cache / "build" / Cell("old", "1.0", "12.8", "none", "cp312", "linux_x86_64").id, size=70)
+    return cache
+
+
+def _recent() -> list[dict]:
+    entry = make_entry("pkg", "1.0", cuda="13.0", torch="2.8", python="cp311")
+    entry["source"] = {"kind": "git", "repo": "o/pkg", "ref": "v1", "commit": COMMIT_USED}
+    entry["toolchain"] = {"nvcc": "13.0.88", "torch": "2.8.0+cu130", "python": "3.11.7", "builder": "native",
+                          "cibuildwheel": None,
+                          "toolkit": {"source": "pypi", "release": "13.0.2",
+                                      "components": [{"name": "cuda_cudart", "version": "1", "sha256": None},
+                                                     {"name": "cuda_nvcc", "version": "1", "sha256": None}]}}
+    return [entry]
+
+
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_what_recent_cells_use_is_kept_and_the_rest_goes(cache: Path):
+    used = in_use(_recent(), sdists=[SDIST_USED])
+    plan = plan_prune(cache, used)
+    toolkit_13 = next((cache / "toolkit" / "13.0").iterdir())
+    kept = {i.path for i in plan.items if i.keep}
+    assert kept == {toolkit_13, cache / "envs" / "py3.11-torch2.8.0-0123456789abcdef",
+                    cache / "sources" / "git" / COMMIT_USED, cache / "sources" / "sdist" / SDIST_USED,
+                    cache / "build" / "pkg-1.0-cu130-torch2.8-cp311-linux_x86_64"}
+    # the 12.8 toolkit, the torch-free 3.12 environment, the old commit and the old work folder go
+    gone = {i.path for i in plan.removed}
+    assert gone == {next((cache / "toolkit" / "12.8").iterdir()), cache / "envs" / "py3.12-torchnone-0123456789abcdef",
+                    cache / "sources" / "git" / COMMIT_OLD,
+                    cache / "build" / "old-1.0-cu128-notorch-cp312-linux_x86_64"}
+    expected = sum(_bytes(p) for p in gone)
+    assert plan.freed == expected > 5000 + 7000 + 900
+    assert apply_prune(plan) == expected
+    assert not any(p.exists() for p in gone)
+    assert not (cache / "sources" / "git" / "ref-0123.json").exists()  # its pointer went with it
+    assert all(p.exists() for p in kept)
+    # a stamp this user did not seal names no request: that toolkit is not taken as in use
+    forged = cache / "toolkit" / "13.0" / "pypi-13.0.2-linux-x86_64-forged"
+    forged.mkdir()
+    (forged / ".farm-toolkit.json").write_text(json.dumps({"request": {"source": "pypi", "release": "13.0.2",
+                                                          "platform": "linux-x86_64",
+                                                          "components": ["cuda_nvcc", "cuda_cudart"]}}))
+    _age(forged)
+    assert forged in {i.path for i in plan_prune(cache, used).removed}
+    assert not list(cache.rglob(".pruning-*"))
+    forged.rename(forged.with_name("gone"))
+    assert [i.path.name for i in plan_prune(cache, used).removed] == ["gone"]  # nothing else is left
+
+
+def test_a_folder_in_use_or_just_changed_is_kept(cache: Path):
+    envs = cache / "envs"
+    free = next(p for p in envs.iterdir() if "3.12" in p.name)
+    with FileLock(str(envs / f".{free.name}.lock")):  # a build is making or reusing it now
+        plan = plan_prune(cache, InUse(), kinds=["envs"])
+        assert {i.path.name: i.keep for i in plan.items}[free.name] == "in use: a running build holds its lock"
+    os.utime(free / "lib", None)  # written to a moment ago
+    plan = plan_prune(cache, InUse(), kinds=["envs"])
+    assert "changed within" in ({i.path.name: i.keep for i in plan.items}[free.name] or "")
+    assert {i.kind for i in plan.items} == {"envs"}
+
+
+def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_path: Path, capsys):
+    root = tmp_path
+    from .buildroot import make_root
+
+    make_root(root, {})
+    with (root / "ledger.jsonl").open("w") as out:
+        for entry in _recent():
+            out.write(json.dumps(entry) + "\n")
+    before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
+    assert main(["cache", "prune", "--dry-run", "--root", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dry_run"] and report["bytes_freed"] > 5000 + 7000
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*")) == before
+    assert main(["cache", "prune", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "freed" in out and f"({report['bytes_freed']} bytes)" in out
+    assert not (cache / "sources" / "git" / COMMIT_OLD).exists() and (cache / "sources" / "git" / COMMIT_USED).exists()
+
+
+def test_bad_bounds_are_bad_input(tmp_path: Path):
+    assert main(["cache", "prune", "--keep-recent", "-1", "--root", str(tmp_path)]) == 2

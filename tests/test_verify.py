@@ -1,0 +1,132 @@
+"""farm.build.verify: the import check, on real wheels installed by pip into real fresh venvs.
+
+The wheels here are pure Python or hold a file that is not a loadable extension; the import check
+of a real CUDA build (demo_ext) is in test_builders.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from farm.build.verify import check_wheel, extension_modules, judge, modules_to_import
+from farm.errors import ToolError
+from farm.model.config import VerifyKnobs
+
+from .wheelmaker import make_wheel
+
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+EXT = f"cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
+
+
+def test_what_is_imported_follows_the_recipe():
+    names = ["pkg/__init__.py", f"pkg/_C.{EXT}", f"pkg/ops/_cuda.{EXT}", "pkg.libs/libfoo.so.1",
+             f"pkg/core_cc.{EXT}", "pkg-1.0.dist-info/METADATA", "pkg/_native.abi3.so", "pkg/libplain.so"]
+    assert extension_modules(names) == ("pkg._C", "pkg._native", "pkg.core_cc", "pkg.ops._cuda")
+    knobs = VerifyKnobs(import_name="pkg", extra_imports=("pkg.ops",), no_direct_import=("*core_cc*", "*_cuda.*"))
+    assert modules_to_import(names, knobs, "Pkg-Dist") == ("pkg", "pkg.ops", "pkg._C", "pkg._native")
+    assert modules_to_import([], VerifyKnobs(), "Demo-Ext") == ("demo_ext",)
+
+
+def test_a_failure_is_accepted_only_for_the_reason_the_recipe_gives():
+    device = "RuntimeError: CUDA is not available"
+    assert not judge("m", device, VerifyKnobs(), driver_present=False).ok
+    assert judge("m", device, VerifyKnobs(expect_device_error=True), driver_present=False).ok
+    assert judge("m", device, VerifyKnobs(expect_device_error="CUDA is not available"), driver_present=False).ok
+    assert not judge("m", device, VerifyKnobs(expect_device_error="no GPU"), driver_present=False).ok
+    # a device error is accepted; a missing module is not, whatever the recipe expects of devices
+    assert not judge("m", "ModuleNotFoundError: No module named 'einops'", VerifyKnobs(expect_device_error=True),
+                     driver_present=False).ok
+    libcuda = "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"
+    assert judge("m", libcuda, VerifyKnobs(needs_driver=True), driver_present=False).ok
+    assert not judge("m", libcuda, VerifyKnobs(needs_driver=True), driver_present=True).ok  # the driver is here
+    assert not judge("m", libcuda, VerifyKnobs(), driver_present=False).ok
+
+
+@pytest.mark.slow  # a venv and a pip install each
+def test_a_wheel_that_imports_passes_in_a_fresh_environment(tmp_path):
+    """Installed by pip into a venv that has nothing else; the module is found there, not here."""
+    wheel = make_wheel(tmp_path / "in", "goodpkg", "1.0",
+                       {"goodpkg/__init__.py": b"import json\nVALUE = 42\n",
+                        "goodpkg/sub.py": b"from . import VALUE\n"},
+                       tag="py3-none-any")
+    check = check_wheel(wheel, VerifyKnobs(extra_imports=("goodpkg.sub",)), dist="goodpkg",
+                        interpreter=sys.executable, work=tmp_path / "work")
+    assert check.passed, check.render()
+    assert [i.module for i in check.imports] == ["goodpkg", "goodpkg.sub"]
+    assert not (tmp_path / "work" / "import-check").exists()  # the environment is thrown away
+
+
+def test_a_wheel_whose_import_fails_fails_the_check_with_the_error(tmp_path):
+    """The package imports a module it does not require; its extension file is no loadable library."""
+    wheel = make_wheel(tmp_path / "in", "badpkg", "1.0",
+                       {"badpkg/__init__.py": b"import not_a_dependency_of_badpkg\n",
+                        f"badpkg/_C.{EXT}": b"not an ELF file"}, tag=f"{TAG}-{TAG}-linux_x86_64")
+    check = check_wheel(wheel, VerifyKnobs(), dist="badpkg", interpreter=sys.executable, work=tmp_path / "w")
+    assert not check.passed
+    failed = {i.module: i.error for i in check.failures()}
+    assert "No module named 'not_a_dependency_of_badpkg'" in (failed["badpkg"] or "")
+    assert set(failed) == {"badpkg", "badpkg._C"}
+    assert "FAILED" in check.render()
+    # the extension, loaded by the package itself, is not imported on its own when the recipe says so
+    check = check_wheel(wheel, VerifyKnobs(no_direct_import=("*_C.*",)), dist="badpkg",
+                        interpreter=sys.executable, work=tmp_path / "w")
+    assert [i.module for i in check.imports] == ["badpkg"]
+
+
+@pytest.mark.slow  # a venv and a pip install each
+def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported(tmp_path):
+    """The package imports its submodule, then fails: importing the submodule next must meet the
+    package's failure again, not the half-loaded module left behind."""
+    wheel = make_wheel(tmp_path / "in", "halfpkg", "1.0",
+                       {"halfpkg/__init__.py": b"from . import sub\nimport not_a_dependency_of_halfpkg\n",
+                        "halfpkg/sub.py": b"VALUE = 1\n"}, tag="py3-none-any")
+    check = check_wheel(wheel, VerifyKnobs(extra_imports=("halfpkg.sub",)), dist="halfpkg",
+                        interpreter=sys.executable, work=tmp_path / "w")
+    assert [(i.module, "not_a_dependency_of_halfpkg" in (i.error or "")) for i in check.failures()] == [
+        ("halfpkg", True), ("halfpkg.sub", True)]
+
+
+@pytest.mark.slow  # a venv and a pip install each
+def test_a_device_error_the_recipe_expects_passes(tmp_path):
+    wheel = make_wheel(tmp_path / "in", "gpuonly", "1.0",
+                       {"gpuonly/__init__.py": b"raise RuntimeError('CUDA is not available on this machine')\n"},
+                       tag="py3-none-any")
+    knobs = VerifyKnobs(expect_device_error="CUDA is not available")
+    check = check_wheel(wheel, knobs, dist="gpuonly", interpreter=sys.executable, work=tmp_path / "w")
+    assert check.passed and check.imports[0].accepted
+
+
+@pytest.mark.slow  # a venv and a pip install each
+def test_the_build_environment_is_visible_after_the_wheel(tmp_path):
+    """A torch-linked package sees the build environment's site-packages (torch there), but its
+    own files, installed in the fresh environment, come first."""
+    shared = tmp_path / "buildenv-site"
+    (shared / "fakedep").mkdir(parents=True)
+    (shared / "fakedep" / "__init__.py").write_text("WHERE = 'build env'\n")
+    (shared / "shadowed").mkdir()
+    (shared / "shadowed" / "__init__.py").write_text("raise ImportError('the build env copy was imported')\n")
+    wheel = make_wheel(tmp_path / "in", "shadowed", "1.0",
+                       {"shadowed/__init__.py": b"import fakedep\nassert fakedep.WHERE == 'build env'\n"},
+                       tag="py3-none-any")
+    check = check_wheel(wheel, VerifyKnobs(), dist="shadowed", interpreter=sys.executable, work=tmp_path / "w",
+                        visible_site=shared)
+    assert check.passed, check.render()
+
+
+@pytest.mark.slow  # a venv and a pip install each
+def test_a_requirement_pip_cannot_find_is_an_environment_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # only the wheelhouse: nothing is asked of an index
+    wheel = make_wheel(tmp_path / "in", "needy", "1.0", {"needy/__init__.py": b""}, tag="py3-none-any",
+                       requires=("farm-no-such-requirement==0.0.1",))
+    with pytest.raises(ToolError, match="cannot install needy"):
+        check_wheel(wheel, VerifyKnobs(), dist="needy", interpreter=sys.executable, work=tmp_path / "w",
+                    find_links=[tmp_path / "in"])
+
+
+def test_a_missing_interpreter_is_an_environment_error(tmp_path):
+    wheel = make_wheel(tmp_path / "in", "goodpkg", "1.0", {"goodpkg/__init__.py": b""}, tag="py3-none-any")
+    with pytest.raises(ToolError, match="cannot run the interpreter"):
+        check_wheel(wheel, VerifyKnobs(), dist="goodpkg", interpreter=Path(tmp_path / "python9.9"),
+                    work=tmp_path / "w")
