@@ -9,6 +9,11 @@ share; :meth:`HitRates.factor` turns it into the expected one, assuming compilin
 
     expected = recorded * (1 - COMPILE_SHARE * h_expected) / (1 - COMPILE_SHARE * h_recorded)
 
+The hook for the matrix's cost estimate: read the rates once (``read_hit_rates(ledger)``) and
+multiply each cell's estimated seconds by ``factor(key, recorded=<the estimate is the cell's own
+recorded duration>)`` before its wave is costed; plan sharding and refusals on the unscaled
+estimate (a cache may be cold).
+
 Pure, except :func:`read_hit_rates`, which decodes the few fields it needs from each ledger line.
 A line that does not decode, or counts that make no sense, are skipped: a missing rate is 0
 (every step compiles), the cost of a build without a cache.
