@@ -96,10 +96,29 @@ def postbuild(session: nox.Session) -> None:
     _run_farm(session, "postbuild")
 
 
+@nox.session(name="slice")
+def slice_(session: nox.Session) -> None:
+    """One shard's build entries from the wave's plan."""
+    _farm(session, "slice")
+
+
+@nox.session(name="publish-shard")
+def publish_shard(session: nox.Session) -> None:
+    """Publish one build shard's wheels, one artifact at a time."""
+    _install(session, "-e", ".[upload]")
+    _run_farm(session, "publish-shard")
+
+
 @nox.session
 def wave(session: nox.Session) -> None:
-    """After a run's cell jobs: built and failed cells, publish?, next wave?"""
+    """After a run's publish jobs: published and failed cells, next wave?"""
     _farm(session, "wave")
+
+
+@nox.session
+def chain(session: nox.Session) -> None:
+    """Dispatch the next wave, merged with the run already waiting."""
+    _farm(session, "chain")
 
 
 @nox.session

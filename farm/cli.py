@@ -41,7 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
     "grid": ("farm.commands.grid", "the grid against PyTorch's published wheel index: rows and phantoms to add"),
     "toolkit": ("farm.commands.toolkit", "a verified CUDA_HOME from NVIDIA's redistributable archives or PyPI wheels"),
-    "wave": ("farm.commands.wave", "after a run's builds: what built, what failed, publish?, next wave?"),
+    "slice": ("farm.commands.slice", "one shard's build entries from a wave's plan (the shard jobs' matrix)"),
+    "publish-shard": ("farm.commands.publish_shard", "publish one build shard's wheels, one artifact at a time"),
+    "wave": ("farm.commands.wave", "after a run's publishes: what was published, what failed, next wave?"),
+    "chain": ("farm.commands.chain", "dispatch the next wave, merged with the run already waiting"),
     "cache": ("farm.commands.cache", "prune the build caches: toolkits, environments, sources no recent cell uses"),
 }
 
@@ -73,7 +76,7 @@ class _RawDescriptionFormatter(_Formatter, argparse.RawDescriptionHelpFormatter)
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
+    lines = "\n".join(f"  {name:<14} {text}" for name, (_, text) in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",

@@ -134,6 +134,7 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert {c["name"]: c["version"] for c in toolkit["components"]}["cuda_nvcc"] == "13.0.88"
     assert all(len(c["sha256"]) == 64 for c in toolkit["components"])
     assert info["cell"] == {"cuda": "13.0", "torch": "none", "python": PY, "platform": "linux_x86_64"}
+    assert info["duration_s"] > 0  # the build's own time: the matrix plans the cell's jobs with it
 
 
 def test_native_build_of_demo_ext_passes_postbuild(native_demo):

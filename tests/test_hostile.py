@@ -81,10 +81,11 @@ def test_a_spec_that_never_ends_is_refused_after_a_megabyte(tmp_path: Path, caps
 @pytest.mark.parametrize("content", [DEEP, b'{"cells": [], "totals": {"deferred": Infinity}}',
                                      b'{"cells": [], "totals": {"deferred": ' + b"1" * 100_000 + b"}}",
                                      b"\xff{}"], ids=["deep", "infinity", "digits", "not-utf8"])
-def test_a_hostile_wave_plan_is_bad_input(tmp_path: Path, capsys, content: bytes) -> None:
+@pytest.mark.parametrize("command", [["wave", "--reports", "."], ["slice", "--shard", "0"]], ids=["wave", "slice"])
+def test_a_hostile_wave_plan_is_bad_input(tmp_path: Path, capsys, content: bytes, command: list[str]) -> None:
     plan = tmp_path / "plan.json"
     plan.write_bytes(content)
-    refused(farm(capsys, "wave", "--plan", str(plan), "--artifacts", str(tmp_path)), 2, str(plan))
+    refused(farm(capsys, command[0], "--plan", str(plan), *command[1:]), 2, str(plan))
 
 
 # ------------------------------------------------------------------------------------- toolkit flags

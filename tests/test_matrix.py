@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.actions import SHARD_SIZE, shards
 from farm.schedule.matrix import Filters, compute_matrix
+from farm.schedule.slices import slice_plan
 
 from .ledgermaker import make_entry
 
@@ -313,8 +315,10 @@ def test_600_cells_make_3_shards_and_nothing_is_lost(tmp_path: Path, capsys: pyt
 
     out = read_outputs(output)
     assert out["earlier"] == "kept"  # appended, not overwritten
-    assert out["shard_count"] == "3" and out["total"] == "600" and json.loads(out["shards"]) == [0, 1, 2]
-    parts = [json.loads(out[f"shard_{i}"]) for i in range(3)]
+    assert out["shard_count"] == "3" and out["total"] == "600"
+    # the outputs are counts; each shard's slice job reads its entries from the plan
+    assert not any(k.startswith("shard_") and k != "shard_count" for k in out)
+    parts = [slice_plan(data, str(i)) for i in range(3)]
     assert [len(p) for p in parts] == [256, 256, 88]
     ids = [entry["id"] for part in parts for entry in part]
     assert len(ids) == len(set(ids)) == 600
@@ -348,7 +352,7 @@ def test_more_cells_than_the_workflow_runs_are_deferred_not_refused(
     out = read_outputs(output)
     assert out["shard_count"] == "2" and out["total"] == "512" and out["deferred"] == "88"
     assert json.loads(out["deferred_by_package"]) == {"p1": 22, "p2": 22, "p3": 22, "p4": 22}
-    ids = [e["id"] for i in range(2) for e in json.loads(out[f"shard_{i}"])]
+    ids = [e["id"] for i in range(2) for e in slice_plan(data, str(i))]
     assert ids == [c["id"] for c in data["cells"]]
     text = summary.read_text()
     assert "| p1 | 1.0 | 0 | 150 | 0 | 0 | 0 | 0 | 0 | 0 | 150 | 128 | 22 |" in text
@@ -395,8 +399,8 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
     assert rc == 0 and data["cells"] == []
-    assert read_outputs(output) == {"shard_count": "0", "shards": "[]", "total": "0", "deferred": "0",
-                                    "deferred_by_package": "{}", "link_count": "0", "link": "[]", "lint_failed": "[]"}
+    assert read_outputs(output) == {"shard_count": "0", "total": "0", "deferred": "0",
+                                    "deferred_by_package": "{}", "link_count": "0", "lint_failed": "[]"}
 
 
 @given(st.integers(min_value=0, max_value=1500))
@@ -523,7 +527,13 @@ def test_the_repository_packages_with_the_committed_ledger(capsys: pytest.Captur
     rc, data, _ = farm_matrix(capsys, REPO)
     assert rc == 0
     assert {p["package"] for p in data["packages"]} == {p.stem for p in (REPO / "packages").glob("*.yml")}
-    assert data["totals"]["to_build"] == len(data["cells"]) > 0
+    # without --max-shards every cell is scheduled but those no hosted runner can finish, which are
+    # refused with the reason (the Windows cells of packages that shard their compile on Linux only)
+    totals = data["totals"]
+    assert totals["to_build"] == len(data["cells"]) + len(data["refused_cells"]) > 0
+    assert totals["refused"] == len(data["refused_cells"]) > 0
+    assert {r["id"].rsplit("-", 1)[1] for r in data["refused_cells"]} == {"win_amd64"}
+    assert all("no hosted runner can finish it" in r["reason"] for r in data["refused_cells"])
     for p in data["packages"]:
         assert p["declared"] == sum(p[k] for k in ("filtered", "recipe", "no_policy", "phantom",
                                                    "built", "stale", "to_build"))
@@ -613,13 +623,39 @@ def test_a_package_failing_its_lint_is_withheld_and_the_others_are_scheduled(
     assert "lint: FAILED for alpha" in err
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     assert json.loads(outputs["lint_failed"]) == ["alpha"]
-    scheduled = [e for i in json.loads(outputs["shards"]) for e in json.loads(outputs[f"shard_{i}"])]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    scheduled = [e for i in range(int(outputs["shard_count"])) for e in slice_plan(plan, str(i))]
     assert scheduled and {e["package"] for e in scheduled} == {"beta"}
     assert "withheld" in summary.read_text()
-    plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["lint"]["withheld"] == ["alpha"] and {c["package"] for c in plan["cells"]} == {"beta"}
 
     # Without the flag: the old strictness, nothing scheduled.
     output.unlink()
     assert main(["matrix", "--root", str(root), "--github-output", "--cache-dir", cache]) == 1
     assert not output.exists()
+
+
+def test_a_release_that_would_pass_githubs_asset_cap_is_refused_at_matrix_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release per package (`tag: '{package}'`) holds every epoch's wheels: the ledger's 600 of an
+    older epoch plus the 415 cells a bump queues pass GitHub's 1,000 assets per release."""
+    root = tmp_path / "farm"
+    root.mkdir()
+    shutil.copytree(REPO / "packages", root / "packages")
+    shutil.copytree(REPO / "examples", root / "examples")
+    defaults = (REPO / "_defaults.yml").read_text()
+    assert "tag: '{package}-{version}-{cu}-e{epoch}'" in defaults
+    (root / "_defaults.yml").write_text(defaults.replace("tag: '{package}-{version}-{cu}-e{epoch}'", "tag: '{package}'"))
+    old = [make_entry("cubvh", f"0.0.{i}", filename=f"cubvh-0.0.{i}-cp311-cp311-linux_x86_64.whl") for i in range(600)]
+    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
+    # a local look costs nothing extra and says nothing; the run's plan is checked
+    assert main(["matrix", "--root", str(root), "--no-lint", "cubvh"]) == 0
+    capsys.readouterr()
+    rc = main(["matrix", "--root", str(root), "--no-lint", "cubvh", "--plan", str(tmp_path / "plan.json")])
+    err = capsys.readouterr().err
+    assert rc == EXIT_BAD_INPUT and not (tmp_path / "plan.json").exists()
+    assert "publish target 'github': release cubvh would hold 1015 assets, over GitHub's cap of 1000" in err
+    assert "tag" in err
+    # the default tag (package, version, CUDA line, epoch) keeps each release near a hundred
+    (root / "_defaults.yml").write_text(defaults)
+    assert main(["matrix", "--root", str(root), "--no-lint", "cubvh", "--plan", str(tmp_path / "plan.json")]) == 0

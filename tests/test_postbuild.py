@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,10 @@ from farm.provenance.postbuild import (
     context_from_config,
     cuda_line,
     postbuild_wheel,
+    read_embedded,
 )
 from farm.provenance.stamp import WheelName
+from farm.schedule.durations import read_durations
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
 
@@ -419,3 +422,18 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
     assert info["recipe_sha256"] == spec.recipe_sha256 != today.recipe("demo_ext").sha256
     assert info["arch_list"]["requested"] == BASE
     assert "numpy" not in meta
+
+
+def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel: Path, cuda_home: Path,
+                                                                      tmp_path: Path) -> None:
+    """``farm build`` hands postbuild the cell's build time; the matrix plans jobs with it."""
+    ctx = replace(context(cuda_home, BASE), duration_s=1234.5)
+    result = postbuild_wheel(raw_wheel, tmp_path, ctx, dist="demo_ext")
+    assert result.passed and result.stamped and result.fragment
+    assert json.loads(result.fragment.read_text())["duration_s"] == 1234.5
+    info = read_embedded(result.stamped.path)
+    assert info is not None and info.duration_s == 1234.5
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(result.fragment.read_text().replace("\n", "") + "\n")
+    c = ctx.cell
+    assert read_durations(ledger).cells == {(c.package, c.cuda, c.torch, c.python, c.platform): 1234.5}

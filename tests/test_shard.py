@@ -290,6 +290,8 @@ def test_launcher_is_the_module_itself() -> None:
 
 # -- schedule: compile jobs and link jobs ----------------------------------------------------------
 def test_matrix_expands_sharded_cells_into_compile_and_link_jobs(tmp_path, capsys, monkeypatch) -> None:
+    from farm.schedule.slices import slice_plan
+
     from .test_matrix import farm_matrix, make_tree, read_outputs
 
     root = make_tree(tmp_path, beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
@@ -302,7 +304,7 @@ def test_matrix_expands_sharded_cells_into_compile_and_link_jobs(tmp_path, capsy
     assert linux and windows and all(c["compile_jobs"] == 3 for c in linux)
     assert all("compile_jobs" not in c for c in windows)  # Windows cells build unsharded
     out = read_outputs(output)
-    build, link = json.loads(out["shard_0"]), json.loads(out["link"])
+    build, link = slice_plan(data, "0"), slice_plan(data, "link")
     assert data["jobs"] == {"build": 3 * len(linux) + len(windows), "link": len(linux)} == {
         "build": len(build), "link": int(out["link_count"])}
     cid = linux[0]["id"]

@@ -24,6 +24,8 @@ from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.actions import SHARD_SIZE
 from farm.schedule.matrix import PlannedCell, compute_matrix
 from farm.schedule.outcome import decide, read_artifacts
+from farm.schedule.slices import slice_plan
+from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 from farm.schedule.waves import schedule
 
 from .ledgermaker import make_entry
@@ -168,7 +170,7 @@ def test_one_wave_through_the_cli_at_scale(tmp_path: Path, all_cells: set[str]) 
     assert totals["scheduled"] + totals["deferred"] == totals["to_build"] == len(all_cells)
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     assert outputs["shard_count"] == str(MAX_SHARDS) and outputs["deferred"] == str(totals["deferred"])
-    shard_ids = [e["id"] for i in range(MAX_SHARDS) for e in json.loads(outputs[f"shard_{i}"])]
+    shard_ids = [e["id"] for i in range(MAX_SHARDS) for e in slice_plan(data, str(i))]
     assert shard_ids == [c["id"] for c in data["cells"]]
     assert set(shard_ids) | set(data["deferred_cells"]) == all_cells
     assert f"{totals['deferred']} deferred to the next run" in proc.stdout
@@ -218,134 +220,54 @@ def test_the_publish_decision_follows_the_cells(tmp_path: Path, built: tuple[int
     assert {c.id for c in outcome.failed} == {CELLS[i][0] for i in range(3) if i not in built}
 
 
-def test_farm_wave_publishes_the_built_cells_and_lists_the_failed(
+def report(folder: Path, shard: str, *verdicts: CellVerdict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"published-{shard}.jsonl").write_text("".join(json.dumps(v.to_json()) + "\n" for v in verdicts))
+
+
+def test_farm_wave_decides_from_the_publish_verdicts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plan_of(CELLS, deferred=5)))
-    folder = tmp_path / "cells"
+    reports = tmp_path / "reports"
     good = CELLS[0][0]
-    artifact(folder, good, "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl",
-             "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json")
-    # a failed cell's job uploaded a half wheelhouse (a log, no wheel): it is not published
-    (folder / f"wheels-{CELLS[2][0]}").mkdir()
-    (folder / f"wheels-{CELLS[2][0]}" / "build.log").write_text("nvcc died")
-    output, summary, report = tmp_path / "out", tmp_path / "summary.md", tmp_path / "wave.json"
+    report(reports / "published-0", "0", CellVerdict(good, "a", PUBLISHED, ("a.whl",)),
+           CellVerdict(CELLS[1][0], "a", REFUSED, ("a2.whl",), "gate: the wheel is not asserted"))
+    # CELLS[2]'s publish job never reported (killed or cancelled): it stays in the queue
+    output, summary, out = tmp_path / "out", tmp_path / "summary.md", tmp_path / "wave.json"
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    rc = main(["wave", "--plan", str(plan), "--artifacts", str(folder), "--dist", str(tmp_path / "dist"),
-               "--report", str(report), "--github-output"])
+    rc = main(["wave", "--plan", str(plan), "--reports", str(reports), "--report", str(out), "--github-output"])
     assert rc == 0
-    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == [
-        "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl",
-        "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json",
-    ]
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     assert outputs == {"publish": "true", "next_wave": "true", "built": "1", "failed": "2", "deferred": "5"}
     text = summary.read_text()
     assert "1 cell(s) built, 2 failed, 5 deferred" in text
-    assert f"| a | 1 | {CELLS[1][0]} |" in text and f"| b | 1 | {CELLS[2][0]} |" in text
-    data = json.loads(report.read_text())
-    assert [c["id"] for c in data["failed_cells"]] == [CELLS[1][0], CELLS[2][0]]
-    assert "failed: " + CELLS[1][0] in capsys.readouterr().out
+    assert f"| {CELLS[1][0]} | refused | gate: the wheel is not asserted |" in text
+    data = json.loads(out.read_text())
+    assert [(c["id"], c["status"]) for c in data["failed_cells"]] == [(CELLS[1][0], "refused"),
+                                                                      (CELLS[2][0], "no verdict")]
+    assert "refused: " + CELLS[1][0] in capsys.readouterr().out
 
 
-def test_farm_wave_refuses_an_artifact_the_plan_did_not_schedule(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_farm_wave_with_no_reports_published_nothing_and_stops(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_of(CELLS, deferred=5)))
+    output = tmp_path / "out"
+    monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert main(["wave", "--plan", str(plan), "--reports", str(tmp_path / "none"), "--github-output"]) == 0
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
+    assert (outputs["next_wave"], outputs["failed"]) == ("false", "3")
+
+
+def test_farm_wave_refuses_a_verdict_the_plan_did_not_schedule(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plan_of(CELLS[:1], deferred=0)))
-    artifact(tmp_path / "cells", "z-9-cu128-notorch-cp311-linux_x86_64", "z.whl")
-    rc = main(["wave", "--plan", str(plan), "--artifacts", str(tmp_path / "cells"), "--dist", str(tmp_path / "d")])
+    report(tmp_path / "reports", "0", CellVerdict("z-9-cu128-notorch-cp311-linux_x86_64", "z", PUBLISHED, ("z.whl",)))
+    rc = main(["wave", "--plan", str(plan), "--reports", str(tmp_path / "reports")])
     assert rc == 2
     assert "did not schedule" in capsys.readouterr().err
-    assert not (tmp_path / "d").exists()
-
-
-# -- reading artifacts safely ----------------------------------------------------------------------
-WHEEL = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
-
-
-def _wave(tmp_path: Path, folder: Path, *extra: str) -> int:
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(plan_of(CELLS, deferred=0)))
-    return main(["wave", "--plan", str(plan), "--artifacts", str(folder), "--dist", str(tmp_path / "dist"), *extra])
-
-
-def test_a_link_out_of_an_artifact_is_refused_and_nothing_is_copied(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """`wheels-<id>/shadow.whl -> /etc/shadow`: the link is refused before anything is read or copied."""
-    folder = tmp_path / "cells"
-    artifact(folder, CELLS[0][0], WHEEL, WHEEL + ".ledger.json")
-    (folder / f"wheels-{CELLS[1][0]}").mkdir()
-    (folder / f"wheels-{CELLS[1][0]}" / "shadow.whl").symlink_to("/etc/shadow")
-    assert _wave(tmp_path, folder) == 2
-    err = capsys.readouterr().err
-    assert "shadow.whl: a link (to '/etc/shadow')" in err and "plain files only" in err
-    assert not (tmp_path / "dist").exists()
-
-
-@pytest.mark.parametrize("how", ["artifact folder", "sub folder", "fragment", "fifo"])
-def test_links_and_special_files_anywhere_in_an_artifact_are_refused(tmp_path: Path, how: str,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    folder = tmp_path / "cells"
-    artifact(folder, CELLS[0][0], WHEEL)
-    secret = tmp_path / "secret"
-    secret.mkdir()
-    (secret / "x.whl").write_bytes(b"PK\x03\x04" + bytes(100))
-    cell = folder / f"wheels-{CELLS[1][0]}"
-    if how == "artifact folder":
-        cell.symlink_to(secret)
-    elif how == "sub folder":
-        cell.mkdir()
-        (cell / "nested").symlink_to(secret)
-    elif how == "fragment":
-        cell.mkdir()
-        (cell / "x.whl.ledger.json").symlink_to(secret / "x.whl")
-    else:
-        cell.mkdir()
-        os.mkfifo(cell / "x.whl")
-    assert _wave(tmp_path, folder) == 2
-    err = capsys.readouterr().err
-    assert ("a link" in err) if how != "fifo" else ("not a regular file" in err)
-    assert not (tmp_path / "dist").exists()
-
-
-def test_an_empty_or_non_zip_wheel_is_not_a_built_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    folder = tmp_path / "cells"
-    artifact(folder, CELLS[0][0], WHEEL)
-    for cid, data in ((CELLS[1][0], b""), (CELLS[2][0], b"<html>not found</html>")):
-        (folder / f"wheels-{cid}").mkdir()
-        (folder / f"wheels-{cid}" / "x-1.0-cp311-cp311-linux_x86_64.whl").write_bytes(data)
-    assert _wave(tmp_path, folder, "--json") == 0
-    captured = capsys.readouterr()
-    report = json.loads(captured.out)
-    assert report["built"] == 1 and report["dist"] == [WHEEL]
-    assert {c["id"] for c in report["failed_cells"]} == {CELLS[1][0], CELLS[2][0]}
-    assert f"0 bytes: not a built wheel; cell {CELLS[1][0]} counts as failed" in captured.err
-    assert "not a zip archive: not a built wheel" in captured.err
-
-
-def test_an_oversized_fragment_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    folder = tmp_path / "cells"
-    artifact(folder, CELLS[0][0], WHEEL)
-    with open(folder / f"wheels-{CELLS[0][0]}" / (WHEEL + ".ledger.json"), "wb") as fh:
-        fh.truncate(5 << 20)  # sparse: no disk used
-    assert _wave(tmp_path, folder) == 2
-    assert "5,242,880 bytes, over the 4,194,304" in capsys.readouterr().err
-
-
-def test_a_rerun_into_the_same_dist_is_idempotent_and_never_overwrites(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """A retried publish job runs `farm wave` again into the same --dist: the same files again are
-    fine; a different file under a name the folder already holds is refused, the old one kept."""
-    folder = tmp_path / "cells"
-    artifact(folder, CELLS[0][0], WHEEL, WHEEL + ".ledger.json")
-    assert _wave(tmp_path, folder) == 0
-    first = {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()}
-    assert _wave(tmp_path, folder) == 0
-    assert {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()} == first
-    (folder / f"wheels-{CELLS[0][0]}" / (WHEEL + ".ledger.json")).write_text('{"filename": "other"}')
-    capsys.readouterr()
-    assert _wave(tmp_path, folder) == 2
-    assert "already exists with other bytes" in capsys.readouterr().err
-    assert {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()} == first

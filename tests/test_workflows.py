@@ -1,5 +1,7 @@
 """The GitHub workflows: schema-valid (check-jsonschema's vendored GitHub schema) and consistent
-with the matrix's sharding, so more than 256 cells run as several shards with nothing dropped."""
+with the matrix's sharding (more than 256 cells run as several shards with nothing dropped), with
+publishing where the wheels are (no job holds a wave), a cancel that stops the chain, actions on
+current majors pinned by commit, and no permission a job does not use."""
 
 from __future__ import annotations
 
@@ -7,11 +9,28 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / ".github" / "workflows").glob("*.yml"))
+FOLDER = WORKFLOWS[0].parent
+# The Node 24 majors (Node 20 is gone from the runners); the pins below are these tags' commits.
+CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/upload-artifact": "v7",
+           "actions/download-artifact": "v8", "actions/cache": "v5"}
+
+
+def load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((FOLDER / name).read_text())
+
+
+def steps_of(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(job.get("steps", []))
+
+
+def all_jobs() -> list[tuple[str, str, dict[str, Any]]]:
+    return [(p.name, name, job) for p in WORKFLOWS for name, job in yaml.safe_load(p.read_text())["jobs"].items()]
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -23,55 +42,121 @@ def test_workflow_is_schema_valid(path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_build_workflow_runs_every_shard() -> None:
-    build = yaml.safe_load((WORKFLOWS[0].parent / "build.yml").read_text())
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_actions_are_current_majors_pinned_by_commit(path: Path) -> None:
+    for line in path.read_text().splitlines():
+        m = re.search(r"uses: (actions/[\w-]+)@(\S+)(.*)", line)
+        if m is None:
+            continue
+        action, ref, comment = m[1], m[2], m[3]
+        assert re.fullmatch(r"[0-9a-f]{40}", ref), f"{path.name}: {action}@{ref} is not pinned by commit"
+        tag = re.search(r"#\s*(v\d+)(\.\d+)*", comment)
+        assert tag, f"{path.name}: {action}@{ref} has no tag comment"
+        assert tag[1] == CURRENT[action], f"{path.name}: {action} is {tag[1]}, the current major is {CURRENT[action]}"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_permission_by_default_and_only_granted_per_job(path: Path) -> None:
+    flow = yaml.safe_load(path.read_text())
+    assert flow["permissions"] == {}, f"{path.name}: permissions must default to none"
+    for name, job in flow["jobs"].items():
+        grants = job.get("permissions", {})
+        assert isinstance(grants, dict)
+        assert set(grants.values()) <= {"read", "write"}
+        # a job that checks the code out asks for it
+        if any(s.get("uses", "").startswith("actions/checkout@") for s in job.get("steps", [])):
+            assert grants.get("contents") in ("read", "write"), f"{path.name}:{name}"
+
+
+def test_writes_are_granted_only_where_something_is_published_or_dispatched() -> None:
+    writers = {(f, n): sorted(k for k, v in j.get("permissions", {}).items() if v == "write")
+               for f, n, j in all_jobs() if "write" in j.get("permissions", {}).values()}
+    assert writers == {
+        ("build-shard.yml", "publish"): ["contents"],
+        ("build.yml", "chain"): ["actions"],
+        # the calls of build-shard.yml grant what its publish job uses (a called workflow narrows, never widens)
+        **{("build.yml", f"build-{i}"): ["contents"] for i in range(8)},
+        ("build.yml", "link"): ["contents"],
+    }
+    # the jobs that run the packages' build code get no write and keep no credentials
+    build = load("build-shard.yml")["jobs"]["build"]
+    assert build["permissions"] == {"contents": "read"}
+    checkout = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["persist-credentials"] is False
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_a_cancel_stops_the_chain(path: Path) -> None:
+    """``always()`` runs after a cancel; ``!cancelled()`` does not."""
+    assert "always()" not in path.read_text()
+
+
+def test_build_workflow_passes_only_shard_indices() -> None:
+    build = load("build.yml")
     jobs = build["jobs"]
     shard_jobs = sorted(name for name in jobs if re.fullmatch(r"build-\d+", name))
     matrix_step = next(s for s in jobs["matrix"]["steps"] if s.get("id") == "matrix")
     max_shards = int(re.search(r"--max-shards (\d+)", matrix_step["run"])[1])
-    # the matrix refuses more shards than there are shard jobs; each shard job reads its own output
     assert len(shard_jobs) == max_shards
+    # the matrix job outputs counts, never the entries (those are in the plan artifact)
+    assert set(jobs["matrix"]["outputs"]) == {"commit", "shard_count", "lint_failed", "link_count", "deferred"}
+    upload = next(s for s in jobs["matrix"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "wave-plan" and "--plan wave-plan.json" in matrix_step["run"]
     for i in range(max_shards):
         job = jobs[f"build-{i}"]
         assert job["uses"] == "./.github/workflows/build-shard.yml"
-        assert job["with"]["cells"] == f"${{{{ needs.matrix.outputs.shard_{i} }}}}"
-        assert f"> {i}" in job["if"]
-        assert jobs["matrix"]["outputs"][f"shard_{i}"] == f"${{{{ steps.matrix.outputs.shard_{i} }}}}"
-        # every cell builds the commit the matrix was computed from
+        assert job["with"]["shard"] == str(i)
+        assert job["if"] == f"${{{{ !cancelled() && needs.matrix.outputs.shard_count > {i} }}}}"
         assert job["with"]["commit"] == "${{ needs.matrix.outputs.commit }}"
-    # the matrix and the publish read the ledger at the branch head, where the last publish pushed it
-    for name in ("matrix", "publish"):
-        checkout = next(s for s in jobs[name]["steps"] if s.get("uses", "").startswith("actions/checkout"))
-        assert checkout["with"]["ref"] == "${{ github.ref }}"
-    assert set(jobs["publish"]["needs"]) == {"matrix", *shard_jobs, "link"}
-    assert "--github-output" in matrix_step["run"]
+    assert jobs["link"]["with"]["shard"] == "link" and "link_count > 0" in jobs["link"]["if"]
+    assert set(jobs["link"]["needs"]) == {"matrix", *shard_jobs}
+    # the matrix reads the ledger at the branch head, where the publish jobs push it
+    checkout = next(s for s in jobs["matrix"]["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["ref"] == "${{ github.ref }}"
 
 
-def test_shard_workflow_fans_out_one_job_per_cell() -> None:
-    shard = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())
-    job = shard["jobs"]["build"]
-    assert job["strategy"]["matrix"]["include"] == "${{ fromJSON(inputs.cells) }}"
-    assert job["runs-on"] == "${{ matrix.runner }}"
-    assert job["steps"][0]["with"]["ref"] == "${{ inputs.commit }}"
-    assert any("nox -s build" in step.get("run", "") for step in job["steps"])
+def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() -> None:
+    flow = load("build-shard.yml")
+    jobs = flow["jobs"]
+    slice_step = next(s for s in jobs["slice"]["steps"] if s.get("id") == "slice")
+    assert "nox -s slice -- --plan wave-plan.json --shard \"$SHARD\" --github-output" in slice_step["run"]
+    build = jobs["build"]
+    assert build["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.slice.outputs.cells) }}"
+    assert build["runs-on"] == "${{ matrix.runner }}" and build["timeout-minutes"] == 360
+    assert build["steps"][0]["with"]["ref"] == "${{ inputs.commit }}"
+    assert any("nox -s build" in s.get("run", "") for s in build["steps"])
+    # the wheel unzipped under its own name (held once on the publisher's disk), its fragment as wheels-<id>
+    fragment = next(s for s in build["steps"] if s.get("with", {}).get("name") == "wheels-${{ matrix.id }}")
+    assert fragment["with"]["path"] == "wheelhouse/*.ledger.json"
+    wheel = next(s for s in build["steps"] if s.get("with", {}).get("archive") is False)
+    assert wheel["with"]["path"] == "${{ steps.wheel.outputs.path }}" and "name" not in wheel["with"]
+    publish = jobs["publish"]
+    assert set(publish["needs"]) == {"slice", "build"}
+    assert publish["if"].startswith("${{ !cancelled() && needs.slice.result == 'success'")
+    # no step downloads the shard's wheels at once: only the plan comes through download-artifact
+    downloads = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert [d["with"] for d in downloads] == [{"name": "wave-plan", "path": "plan"}]
+    run = next(s for s in publish["steps"] if "nox -s publish-shard" in s.get("run", ""))
+    assert '--shard "$SHARD"' in run["run"] and "--run-id" in run["run"] and "--report" in run["run"]
+    # every publish job of a run shares the token's limits, and pushes each record as it is made
+    shards = sum(1 for n in load("build.yml")["jobs"] if re.fullmatch(r"build-\d+", n)) + 1  # and the link shard
+    assert f"--publishers {shards}" in run["run"] and "--push-ledger origin" in run["run"]
+    assert run["env"]["GH_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
+    report = publish["steps"][-1]
+    assert report["with"]["name"] == "published-${{ inputs.shard }}" and report["if"] == "${{ !cancelled() }}"
+    # the publish checkout is the branch head (records go on top of the latest ledger) with push rights
+    checkout = publish["steps"][0]
+    assert checkout["with"] == {"ref": "${{ github.ref }}"}
 
 
 def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
     """A cell with `sharding: N`: its compile jobs upload objects, its link job (in the link
-    matrix, after every build shard) downloads them and uploads the wheel as any cell does."""
-    jobs = yaml.safe_load((WORKFLOWS[0].parent / "build.yml").read_text())["jobs"]
-    link = jobs["link"]
-    assert link["uses"] == "./.github/workflows/build-shard.yml"
-    assert link["with"]["cells"] == "${{ needs.matrix.outputs.link }}"
-    assert set(link["needs"]) == {"matrix", *(n for n in jobs if re.fullmatch(r"build-\d+", n))}
-    assert "always()" in link["if"] and "link_count" in link["if"]
-    assert jobs["matrix"]["outputs"]["link"] == "${{ steps.matrix.outputs.link }}"
-    steps = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())["jobs"]["build"]["steps"]
+    shard, after every build shard) downloads them and uploads the wheel as any cell does."""
+    steps = load("build-shard.yml")["jobs"]["build"]["steps"]
     build = next(s for s in steps if "nox -s build" in s.get("run", ""))
     assert "--link --shard-dir shards" in build["run"] and '--shard "$SHARD" --shard-dir shards' in build["run"]
     download = next(s for s in steps if s.get("uses", "").startswith("actions/download-artifact"))
     upload_objects = next(s for s in steps if s.get("name") == "Upload this compile shard's objects")
-    # the compile job's artifact name is the link job's download pattern
     assert download["with"]["pattern"] == "objects-${{ matrix.id }}.shard-*"
     assert upload_objects["with"]["name"] == "objects-${{ matrix.name }}"
     assert download["with"]["path"] == "shards/${{ matrix.id }}/objects"
@@ -79,55 +164,49 @@ def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
     assert steps.index(download) < steps.index(build) < steps.index(upload_objects)
 
 
-def test_build_workflow_runs_in_waves_and_publishes_what_built() -> None:
-    build = yaml.safe_load((WORKFLOWS[0].parent / "build.yml").read_text())
+def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
+    build = load("build.yml")
     jobs = build["jobs"]
     # one wave at a time, never cancelling the one that is publishing
-    assert build["concurrency"]["group"] == "build-${{ github.ref }}"
-    assert build["concurrency"]["cancel-in-progress"] is False
-    matrix_step = next(s for s in jobs["matrix"]["steps"] if s.get("id") == "matrix")
-    assert "--plan wave-plan.json" in matrix_step["run"]
-    assert "--fail-on-deferred" not in matrix_step["run"]  # a long queue is deferred, not an error
-
-    publish = jobs["publish"]
-    # a failed or cancelled shard does not stop the publish: farm wave decides per cell
-    assert "always()" in publish["if"] and "failure" not in publish["if"]
-    steps = publish["steps"]
-    names = [s.get("id") or s.get("name") or s.get("uses") for s in steps]
-    wave = steps[names.index("wave")]
-    assert "nox -s wave --" in wave["run"] and "--github-output" in wave["run"] and "--dist dist" in wave["run"]
-    upload = next(s for s in steps if "nox -s upload" in s.get("run", ""))
-    assert upload["if"] == "${{ steps.wave.outputs.publish == 'true' }}"
-    assert "nox -s upload -- dist" in upload["run"]
-    # the next wave starts after the ledger is pushed, only when this one built and deferred
-    commit = next(i for i, s in enumerate(steps) if "git push" in s.get("run", ""))
-    chain = next(i for i, s in enumerate(steps) if "gh workflow run build.yml" in s.get("run", ""))
-    assert commit < chain and steps[chain]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
-    assert publish["permissions"]["actions"] == "write"
-    # the failed cells are listed (summary + artifact) and the run still says something failed
-    assert any(s.get("with", {}).get("path") == "wave.json" for s in steps)
-    assert steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"
+    assert build["concurrency"] == {"group": "build-${{ github.ref }}", "cancel-in-progress": False}
+    # the run's title carries its inputs: `farm chain` reads the waiting run's back from it
+    for name in ("package", "cuda", "torch", "python", "platform", "target"):
+        assert f"[{name}=${{{{ inputs.{name} ||" in build["run-name"]
+    chain = jobs["chain"]
+    assert set(chain["needs"]) == {"matrix", "link", *(n for n in jobs if re.fullmatch(r"build-\d+", n))}
+    assert chain["if"].startswith("${{ !cancelled() && needs.matrix.result == 'success'")
+    steps = chain["steps"]
+    downloads = [s["with"] for s in steps if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert downloads == [{"name": "wave-plan"}, {"pattern": "published-*", "path": "reports"}]
+    wave = next(s for s in steps if s.get("id") == "wave")
+    assert "nox -s wave -- --plan wave-plan.json --reports reports" in wave["run"]
+    nxt = next(i for i, s in enumerate(steps) if "nox -s chain" in s.get("run", ""))
+    assert steps[nxt]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
+    assert chain["permissions"]["actions"] == "write"
+    assert steps.index(wave) < nxt and steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"
 
 
 def test_cell_jobs_free_disk_and_restore_caches_before_building() -> None:
-    shard = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())
-    steps = shard["jobs"]["build"]["steps"]
+    steps = load("build-shard.yml")["jobs"]["build"]["steps"]
     build = next(i for i, s in enumerate(steps) if "nox -s build" in s.get("run", ""))
     before = steps[:build]
     assert any("rm -rf /usr/share/dotnet" in s.get("run", "") for s in before)
     caches = [s for s in before if s.get("uses", "").startswith("actions/cache@")]
     keys = [c["with"]["key"] for c in caches]
-    assert any("toolkit-" in k and "matrix.cuda" in k and "hashFiles('farm/toolkit/*.py')" in k for k in keys)
-    # every line and platform (12.x and win_amd64 included) gets farm's toolkit, cached by its manifest hash
+    # the toolkit key is the request's key: release, platform and the component set (torch's, the recipe's)
     resolve = next(s for s in before if s.get("id") == "toolkit")
-    assert "toolkit --cuda \"$CUDA\" --platform \"$PLATFORM\" --dry-run --json" in resolve["run"]
-    assert any("steps.toolkit.outputs.hash" in k and "matrix.platform" in k for k in keys)
-    assert any("torch-" in k and "matrix.torch" in k and "matrix.python" in k and "hashFiles('_defaults.yml')" in k
+    assert '--package "$PACKAGE"' in resolve["run"] and "args+=(--torch)" in resolve["run"]
+    assert '["key"]' in resolve["run"]
+    assert any("steps.toolkit.outputs.key" in k and "matrix.platform" in k and "hashFiles('farm/toolkit/*.py')" in k
                for k in keys)
+    # torch is keyed per (platform, CUDA, torch), not per Python, and is the folder the build mounts
+    torch = next(c for c in caches if c["with"]["key"].startswith("torch-"))
+    assert "matrix.python" not in torch["with"]["key"]
+    assert steps[build]["env"]["FARM_PIP_CACHE"].endswith("/" + torch["with"]["path"])
 
 
 def test_audit_workflow_streams_the_fleet_in_shards() -> None:
-    audit = yaml.safe_load((WORKFLOWS[0].parent / "audit.yml").read_text())
+    audit = load("audit.yml")
     job = audit["jobs"]["audit"]
     shards = job["strategy"]["matrix"]["shard"]
     runs = " ".join(s.get("run", "") for s in job["steps"])
@@ -150,3 +229,29 @@ def test_build_jobs_use_the_shared_compiler_cache_configured_in_one_place() -> N
     for path in WORKFLOWS:
         if path.name != "build-shard.yml":
             assert "FARM_COMPILE_CACHE" not in path.read_text(), path.name
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_the_cache_key_never_reaches_package_code(path: Path) -> None:
+    """FARM_CACHE_KEY seals the caches CI restores; a package's build code (the step that runs
+    `nox -s build`) must not be able to read it, or it could seal a forged lint answer or
+    toolkit stamp for later runs. So: no workflow- or job-level key, and none on a build step."""
+    workflow = yaml.safe_load(path.read_text())
+    assert "FARM_CACHE_KEY" not in (workflow.get("env") or {})
+    for name, job in workflow["jobs"].items():
+        builds = any("nox -s build" in str(step.get("run", "")) for step in steps_of(job))
+        if builds:
+            assert "FARM_CACHE_KEY" not in (job.get("env") or {}), name
+        for step in steps_of(job):
+            if "nox -s build" in str(step.get("run", "")):
+                assert "FARM_CACHE_KEY" not in (step.get("env") or {}), (name, step.get("name"))
+                assert "--cuda-home" in step["run"], "the build step takes the toolkit the keyed step verified"
+
+
+def test_the_toolkit_is_verified_with_the_key_before_the_build() -> None:
+    job = load("build-shard.yml")["jobs"]["build"]
+    names = [step.get("name") for step in steps_of(job)]
+    assemble = names.index("Assemble the CUDA toolkit")
+    assert assemble < names.index("Build, assert, stamp")
+    assert names.index("Restore the CUDA toolkit") < assemble
+    assert "FARM_CACHE_KEY" in steps_of(job)[assemble]["env"]

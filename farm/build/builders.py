@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -472,6 +473,7 @@ class BuildSettings:
     shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
+    pip_cache: Path | None = None  # pip's download cache, mounted into the container (--pip-cache)
     compile_cache: CompileCache = field(default_factory=CompileCache.off)  # the spec's (farm build: on, local)
 
 
@@ -521,6 +523,7 @@ def build_cell(
     from farm.build.spec import resolve_spec
 
     say = _say(log)
+    started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
@@ -543,12 +546,12 @@ def build_cell(
 
     with FileLock(str(home / ".build.lock")):
         return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say,
-                           interpreter=interpreter, farm_deps=farm_deps)
+                           interpreter=interpreter, farm_deps=farm_deps, started=started)
 
 
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
                 work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
-                farm_deps: tuple[FarmDep, ...]) -> BuildResult:
+                farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     from farm.build.spec import write_spec
     from farm.source.fetch import fetch
 
@@ -593,6 +596,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         images=settings.images,
         host_cuda_home=tk.cuda_home,
         host_toolkit_prefix=tk.prefix,
+        pip_cache=settings.pip_cache,
     )
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
@@ -643,10 +647,14 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
         else container_python(plan)
+    # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
+    # so the matrix keeps estimating the cell from its recipe's sharding.
+    duration = None if setup is not None else round(time.monotonic() - started, 1)
     results = tuple(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
                       torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
+                      duration_s=duration,
                       compile_cache=cache_counts.record() if cache_counts else None)
         for wheel in built
     )
@@ -765,12 +773,13 @@ def run_postbuild(
     python: str | None = None,
     torch_built: Mapping[str, Any] | None = None,
     farm_deps: Sequence[Mapping[str, str]] = (),
+    duration_s: float | None = None,
     compile_cache: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
     the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
-    wheels it was built against."""
+    wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured)."""
     from farm.provenance import buildinfo
     from farm.provenance.postbuild import build_environment, postbuild_wheel
 
@@ -778,5 +787,5 @@ def run_postbuild(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
                             python=python, torch_built=torch_built, farm_deps=farm_deps,
                             compile_cache=compile_cache),
-        source=buildinfo.source_from(source))
+        source=buildinfo.source_from(source), duration_s=duration_s)
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)

@@ -100,6 +100,7 @@ _VENDOR_CHECK = (
 
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
+CONTAINER_PIP_CACHE = "/opt/farm/pip-cache"
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ class PlanOptions:
     redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
     env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
     shard: ShardSetup | None = None  # a compile shard or link job (farm/build/shardjob.py)
+    # pip's download cache on the host (torch, build tools): mounted into the build container at
+    # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
+    pip_cache: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -381,6 +385,14 @@ def plan_build(
         else:
             env_pairs += options.shard.environment(options.shard.directory.as_posix(),
                                                    Path(source_root).as_posix(), cuda_home, cache_bin)
+    if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
+        host_cache = PurePosixPath(options.pip_cache).as_posix()
+        if in_container:
+            mount = shlex.quote(f"{host_cache}:{CONTAINER_PIP_CACHE}")
+            engine += f" --volume {mount}" if "create_args:" in engine else f"; create_args: --volume {mount}"
+            env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
+        else:
+            env_pairs.append(("PIP_CACHE_DIR", host_cache))
     before_build = before_build_commands(cell, knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""

@@ -111,14 +111,15 @@ class BuildSpec:
                         cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda)
 
     def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
-                source: buildinfo.SourceRecord | None = None) -> BuildContext:
+                source: buildinfo.SourceRecord | None = None, duration_s: float | None = None) -> BuildContext:
         """Postbuild's context: this spec's decisions, plus what only the build's environment knows
-        (the CI run, the toolchain, and the fetched tree's ``source`` when the build fetched one)."""
+        (the CI run, the toolchain, the fetched tree's ``source`` when the build fetched one, and
+        how long the build took)."""
         return BuildContext(
             cell=self.cell, expected=self.expected, requested=self.arch.requested, build_epoch=self.build_epoch,
             defaults_sha256=self.defaults_sha256, recipe_sha256=self.recipe_sha256,
             source=self.source if source is None else source, run=run, toolchain=toolchain,
-            requires_dist=self.requires_dist, pins=self.pins)
+            requires_dist=self.requires_dist, pins=self.pins, duration_s=duration_s)
 
     def to_json(self) -> dict[str, Any]:
         k = self.knobs

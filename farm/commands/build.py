@@ -64,6 +64,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where torch comes from: a PEP 503 index URL ({cu} becomes cu130), or 'pip' for "
                              "pip's own configured indexes (default: $FARM_TORCH_INDEX, else _defaults.yml's "
                              "torch_index of the cell's CUDA line)")
+    parser.add_argument("--pip-cache", type=Path, default=os.environ.get("FARM_PIP_CACHE") or None, metavar="DIR",
+                        help="pip's download cache (torch, build tools) for the build, mounted into the Linux "
+                             "container (default: $FARM_PIP_CACHE; none: pip's own, inside the container)")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), help="asserted wheels go here")
     parser.add_argument("--overwrite", action="store_true", help="build cells the ledger already holds")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
@@ -281,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
         shard_dir=(args.shard_dir or cache / "shards").absolute(),
         compile_cache=resolve_compile_cache(args.compile_cache, cache / "compile-cache",
                                             backend=args.compile_cache_backend),
+        pip_cache=Path(args.pip_cache).absolute() if args.pip_cache else None,
     )
     print(f"farm build: compiler cache: {settings.compile_cache.describe()}", file=sys.stderr)
     recipe = config.recipe(args.package)

@@ -7,6 +7,7 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,9 @@ import msgspec
 
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import ExistsKey
 from farm.schedule.actions import (
     SHARD_SIZE,
     SUMMARY_COLUMNS,
@@ -24,8 +26,19 @@ from farm.schedule.actions import (
     step_summary,
     write_github_output,
 )
-from farm.schedule.jobs import cost, job_counts
-from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice, without_packages
+from farm.schedule.cost import (
+    DEFAULT_CONCURRENCY,
+    Costed,
+    WaveCost,
+    cost_matrix,
+    drain_model,
+    ordered,
+    wave_cost,
+)
+from farm.schedule.durations import read_durations
+from farm.schedule.hitrate import read_hit_rates
+from farm.schedule.jobs import build_entries, cost, job_counts
+from farm.schedule.matrix import Filters, Matrix, PlannedCell, compute_matrix, stale_advice, without_packages
 from farm.schedule.matrixlint import (
     LintOutcome,
     confirm_stale_ignores,
@@ -81,6 +94,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a package whose lint fails is withheld (none of its cells scheduled, listed as "
                              "lint_failed) and the others are scheduled: exit 0; without it a lint failure "
                              "schedules nothing and exits 1")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
+                        help="jobs GitHub runs at once, for the cost estimate (default: "
+                             f"{DEFAULT_CONCURRENCY}, the Free plan; Pro 40, Team 60, Enterprise 500)")
+    parser.add_argument("--no-time-limit", action="store_true",
+                        help="schedule cells whose recorded or estimated time no hosted runner can finish "
+                             "(self-hosted runners without GitHub's 6 h job limit)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--cache-dir", type=Path, help="sources, lint and ledger-index caches (default: ROOT/.cache)")
@@ -89,9 +108,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also write the --json output to FILE (what `farm wave` reads after the builds)")
 
 
-def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
-    """``cells``: the cells this run schedules; ``deferred_cells``: the ids of those left for the
-    next run (``totals.scheduled + totals.deferred == totals.to_build``)."""
+def plan_wave(costed: Costed, capacity: int | None) -> Wave:
+    """The run's wave: chosen round-robin across packages, started longest job first, with the
+    cells no runner can finish set aside (farm/schedule/cost.py)."""
+    wave = schedule(costed.matrix, capacity, jobs=cost)
+    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
+
+
+def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:
+    """Each GitHub target's releases that the ledger's cells and this matrix's would take past
+    GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
+    the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
+    from farm.publish.github import capacity_problems
+    from farm.publish.targets import GithubSettings, parse_targets
+
+    targets = parse_targets(config.defaults.publish, root=config.root)
+    keys = [r.key for r in ledger.records if r.key is not None]
+    keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
+             for p in matrix.cells for c in (p.cell,)]
+    return [f"publish target {t.name!r}: {line}" for t in targets.values() if isinstance(t, GithubSettings)
+            for line in capacity_problems(t.tag, keys)]
+
+
+def matrix_json(wave: Wave, lint: dict[str, Any], costs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``cells``: the cells this run schedules, longest first; ``deferred_cells``: the ids of
+    those left for the next run; ``refused_cells``: those no hosted runner can finish, with the
+    reason (``totals.scheduled + totals.deferred + totals.refused == totals.to_build``)."""
     matrix = wave.matrix
     per_package = wave.per_package()
     return {
@@ -111,7 +153,25 @@ def matrix_json(wave: Wave, lint: dict[str, Any]) -> dict[str, Any]:
         ],
         "cells": cells_json(wave.scheduled),
         "deferred_cells": [p.cell.id for p in wave.deferred],
+        "refused_cells": [r.as_json() for r in wave.refused],
+        "cost": costs or {},
+        # what each shard's slice job hands its build matrix (`farm slice`)
+        "matrix": dict(zip(("build", "link"), build_entries(wave.scheduled), strict=True)),
     }
+
+
+def drain_json(waves: Sequence[WaveCost]) -> dict[str, Any]:
+    """The whole queue, drained in waves as the workflow chains them (nothing failing)."""
+    return {"waves": len(waves), "jobs": sum(w.jobs for w in waves),
+            "runner_hours": round(sum(w.runner_hours for w in waves), 1),
+            "wall_hours": round(sum(w.wall_hours for w in waves), 1),
+            "concurrency": waves[0].concurrency if waves else DEFAULT_CONCURRENCY}
+
+
+def drain_line(waves: Sequence[WaveCost]) -> str:
+    d = drain_json(waves)
+    return (f"the whole queue: {d['waves']} wave(s), {d['jobs']:,} job(s), {d['runner_hours']:,.0f} runner-hours, "
+            f"~{d['wall_hours'] / 24:,.1f} days at {d['concurrency']} concurrent jobs")
 
 
 def cells_json(cells: Sequence[PlannedCell]) -> list[dict[str, Any]]:
@@ -128,11 +188,13 @@ def cells_json(cells: Sequence[PlannedCell]) -> list[dict[str, Any]]:
 
 def render(wave: Wave) -> str:
     columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS) if wave.capacity is not None else SUMMARY_COLUMNS
+    columns = (*columns, *(("refused",) if wave.refused else ()))
     headers = ("package", "version", "epoch", *(c.replace("_", " ") for c in columns))
-    per_package = wave.per_package()
+    per_package, refused = wave.per_package(), wave.refused_by_package()
     rows: list[tuple[object, ...]] = []
     for p in wave.matrix.packages:
-        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True))}
+        counts = {**p.counts(), **dict(zip(WAVE_COLUMNS, per_package[p.package], strict=True)),
+                  "refused": refused.get(p.package, 0)}
         rows.append((p.package, p.version, p.epoch, *(counts[c] for c in columns)))
     totals = wave.totals()
     rows.append(("total", "", "", *(totals[c] for c in columns)))
@@ -159,13 +221,28 @@ def run(args: argparse.Namespace) -> int:
         matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     finally:
         gc.enable()
-    # a sharded cell costs its N compile jobs + 1 link job (farm/schedule/jobs.py)
+    if args.concurrency < 1:
+        raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}",
+                         hint="the jobs your GitHub plan runs at once (Free 20, Pro 40, Team 60)")
+    # each cell's jobs planned by its recorded (or estimated) duration; a sharded cell costs its
+    # N compile jobs + 1 link job (farm/schedule/jobs.py)
+    durations = read_durations(args.ledger or config.ledger_path)
+    sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
+    hit_rates = read_hit_rates(args.ledger or config.ledger_path)  # the compiler cache's, per package
+    costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
-    wave = schedule(matrix, capacity, jobs=cost)
+    wave = plan_wave(costed, capacity)
     if args.fail_on_deferred and wave.deferred:
         raise deferred_error(wave)
     if args.github_output:
         github_outputs(wave)  # refuse an oversized wave before anything
+    if args.github_output or args.plan:
+        # a release that would pass 1,000 assets refuses the upload of every wheel past it: say so now
+        full = release_capacity(config, ledger, matrix)
+        if full:
+            raise UsageError("; ".join(full[:5]) + (f"; and {len(full) - 5} more" if len(full) > 5 else ""),
+                             hint="put more of the cell into the target's `tag` in _defaults.yml (the default "
+                                  "names package, version, CUDA line and epoch), then run the matrix again")
 
     outcomes: list[LintOutcome] = []
     failed: list[LintOutcome] = []
@@ -183,7 +260,9 @@ def run(args: argparse.Namespace) -> int:
             # One package's findings must not stop the farm: its cells wait, the others build.
             withheld = sorted({o.package for o in failed})
             matrix = without_packages(matrix, withheld)
-            wave = schedule(matrix, capacity, jobs=cost)
+            costed = replace(costed, matrix=without_packages(costed.matrix, withheld),
+                             refused=tuple(r for r in costed.refused if r.cell.cell.package not in withheld))
+            wave = replace(plan_wave(costed, capacity), matrix=matrix)
             if args.github_output:
                 github_outputs(wave)
             lint_note += " (withheld: none of their cells is scheduled)"
@@ -191,8 +270,12 @@ def run(args: argparse.Namespace) -> int:
                 "results": [{"package": o.package, "arch_list": o.arch_list, **o.report.to_json()}
                             for o in outcomes]}
 
+    wave = replace(wave, matrix=matrix)  # the buckets of every package, refused cells included
+    this_wave = wave_cost([costed.plan_of(p) for p in wave.scheduled], args.concurrency)
+    drain = drain_model(costed, capacity or max(1, sum(cost(p) for p in costed.matrix.cells)), args.concurrency)
+    costs = {"wave": this_wave.to_json(), "drain": drain_json(drain)}
     if args.json or args.plan:
-        encoded = msgspec.json.encode(matrix_json(wave, lint))
+        encoded = msgspec.json.encode(matrix_json(wave, lint, costs))
         if args.plan and (withheld or not failed):
             atomic_write(args.plan, [encoded, b"\n"])
     if args.json:
@@ -212,6 +295,9 @@ def run(args: argparse.Namespace) -> int:
         deferred = f", {len(wave.deferred)} deferred to the next run" if wave.deferred else ""
         print(f"{len(wave.scheduled)} cell(s) scheduled in {-(-n_build // SHARD_SIZE)} shard(s) "
               f"of <= {SHARD_SIZE}{split}{deferred}")
+        print(f"this wave's {this_wave.line()}")
+        if len(drain) > 1:
+            print(drain_line(drain))
         if not args.no_lint:
             print(lint_note)
         for o in failed:

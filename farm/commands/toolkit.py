@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.model.config import DEFAULTS_FILE, load_config, load_defaults
 from farm.progress import reporter
 from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_name, request_for
 
@@ -34,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--component", action="append", default=[], metavar="NAME",
                         help="another component to add, as the manifest names it (e.g. libcublas; repeatable)")
     parser.add_argument("--torch", action="store_true", help="add the components torch's headers need")
+    parser.add_argument("--package", metavar="PKG",
+                        help="add the components the recipe's build.extra_cuda_components names: the exact "
+                             "toolkit `farm build` assembles for the package's cells (and its cache key)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be assembled; no network, no disk")
     parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -42,8 +45,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     platform = platform_name(args.platform)  # an unknown platform is bad input (exit 2) before anything else
     defaults = load_defaults(args.root / DEFAULTS_FILE)
+    extra = tuple(args.component)
+    if args.package:
+        recipe = load_config(args.root, packages=[args.package]).recipe(args.package)
+        extra += tuple(c for c in recipe.build.extra_cuda_components if c not in extra)
     request = request_for(
-        defaults.toolkit, args.cuda, torch=args.torch, extra=tuple(args.component), source=args.source,
+        defaults.toolkit, args.cuda, torch=args.torch, extra=extra, source=args.source,
         release=args.release, platform=platform, redist_url=args.redist_url, env=os.environ,
     )
     if args.dry_run:

@@ -56,6 +56,7 @@ class BuildContext:
     toolchain: buildinfo.Toolchain
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
     pins: tuple[str, ...] = ()  # replace the wheel's own requirement on their project (torch==2.14.*)
+    duration_s: float | None = None  # the cell's build time (the matrix plans jobs with it); None: unknown
 
     @property
     def build_tag(self) -> str | None:
@@ -199,6 +200,7 @@ def stamp_asserted(
             toolchain=context.toolchain,
             extensions={p: hashes[p] for p in per_so},
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
+            duration_s=context.duration_s if context.duration_s is not None else buildinfo.ABSENT,
             made_by={p: so.inspection.made_by.to_json() for p, so in per_so.items() if so.inspection.made_by},
         )
         buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema

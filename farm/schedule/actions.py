@@ -11,12 +11,8 @@ from pathlib import Path
 from farm.errors import UsageError
 from farm.schedule.jobs import build_entries
 from farm.schedule.matrix import PlannedCell, stale_advice
+from farm.schedule.slices import SHARD_SIZE, check_outputs
 from farm.schedule.waves import Wave, wave_advice
-
-# GitHub Actions runs at most 256 jobs from one matrix.
-SHARD_SIZE = 256
-# GitHub caps a job's outputs at 1 MB in total; writing more would truncate the matrix silently.
-GITHUB_OUTPUT_LIMIT = 1_000_000
 
 
 def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[PlannedCell]]:
@@ -27,39 +23,26 @@ def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[Pl
 
 
 def github_outputs(wave: Wave) -> dict[str, str]:
-    """The step outputs: ``shard_count``, ``shards`` (the indices, a JSON list), ``total`` (cells
-    scheduled), ``deferred`` (cells left for the next run) and ``deferred_by_package`` (a JSON
-    object, packages with deferred cells only), and ``shard_<i>`` (a JSON list of at most 256
-    build entries) for each shard.
+    """The step outputs, counts only: ``shard_count`` (build shards of <= 256 jobs), ``link_count``
+    (link jobs of sharded cells), ``total`` (cells scheduled), ``deferred`` (cells left for the
+    next run) and ``deferred_by_package`` (a JSON object, packages with deferred cells only). The
+    entries themselves are in the plan artifact: each shard's slice job reads its own
+    (farm/schedule/slices.py), so no output grows with the wave.
 
-    Sharded cells (``sharding: N``) are N entries in the build shards and one in ``link``, with
-    ``link_count`` (farm/schedule/jobs.py).
-
-    Refuses (rather than truncates) a wave over GitHub's 1 MB of job outputs."""
+    Refuses a wave whose link jobs exceed one matrix, and outputs over GitHub's limit."""
     entries, links = build_entries(wave.scheduled)
-    parts = [entries[i:i + SHARD_SIZE] for i in range(0, len(entries), SHARD_SIZE)]
     if len(links) > SHARD_SIZE:
         raise UsageError(f"the wave has {len(links)} sharded cells: their link jobs exceed one matrix of {SHARD_SIZE}",
                          hint="narrow the matrix (packages, --cuda) or pass a smaller --max-shards")
     out = {
-        "shard_count": str(len(parts)),
-        "shards": json.dumps(list(range(len(parts)))),
+        "shard_count": str(-(-len(entries) // SHARD_SIZE)),
         "total": str(len(wave.scheduled)),
         "deferred": str(len(wave.deferred)),
         "deferred_by_package": json.dumps({k: v[1] for k, v in wave.per_package().items() if v[1]},
                                           separators=(",", ":")),
+        "link_count": str(len(links)),
     }
-    for i, part in enumerate(parts):
-        out[f"shard_{i}"] = json.dumps(part, separators=(",", ":"))
-    out["link_count"] = str(len(links))
-    out["link"] = json.dumps(links, separators=(",", ":"))
-    size = sum(len(k) + len(v) + 2 for k, v in out.items())
-    if size > GITHUB_OUTPUT_LIMIT:
-        raise UsageError(
-            f"the wave ({len(wave.scheduled)} cells) needs {size:,} bytes of job outputs; "
-            f"GitHub keeps at most {GITHUB_OUTPUT_LIMIT:,} and would drop the rest",
-            hint="pass --max-shards (the workflow's shard jobs) so a run takes a wave it can hold",
-        )
+    check_outputs(out, f"the wave ({len(wave.scheduled)} cells)")
     return out
 
 
@@ -77,12 +60,13 @@ def step_summary(wave: Wave, lint_note: str) -> str:
     lines = ["## farm matrix", "", lint_note, ""]
     if matrix.overwrite:
         lines += ["**--overwrite: the ledger was ignored; built wheels are scheduled again.**", ""]
-    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS)
+    columns = (*SUMMARY_COLUMNS, *WAVE_COLUMNS, *(("refused",) if wave.refused else ()))
     lines.append(_md_row(("package", "version", "epoch", *(c.replace("_", " ") for c in columns))))
     lines.append(_md_row(["---"] * (3 + len(columns))))
-    per_package = wave.per_package()
+    per_package, refused = wave.per_package(), wave.refused_by_package()
     for pkg in matrix.packages:
-        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True))}
+        counts = {**pkg.counts(), **dict(zip(WAVE_COLUMNS, per_package[pkg.package], strict=True)),
+                  "refused": refused.get(pkg.package, 0)}
         lines.append(_md_row((pkg.package, pkg.version, pkg.epoch, *(counts[c] for c in columns))))
     totals = wave.totals()
     lines.append(_md_row(("**total**", "", "", *(f"**{totals[c]}**" for c in columns))))

@@ -2,17 +2,17 @@
 
 A wave is one workflow run: the matrix job schedules at most the run's job capacity (see
 :func:`farm.schedule.waves.schedule`), each cell job uploads its wheelhouse as the artifact
-``wheels-<cell id>``, and the publish job decides here, from the artifacts that came back:
+``wheels-<cell id>``, the publish job of each build shard publishes those artifacts one at a time
+(farm/schedule/stream.py, each cell checked by :func:`decide`) and reports a verdict per cell.
+The chain job then decides here, from the reports (:func:`from_reports`), never from the wheels:
 
-- a cell is **built** when its artifact holds a wheel; otherwise it **failed** (its job failed, was
-  cancelled, or its shard never ran). A failed cell is not in the ledger, so it stays in the queue;
-- the wave **publishes** the wheels of the built cells, whatever failed beside them (the gate
-  still refuses any wheel that is not asserted);
+- a cell is **built** when its wheel was published and recorded; otherwise it **failed** (its job
+  failed or was cancelled, its wheel was refused, its publish broke, or no verdict came back).
+  A failed cell is not in the ledger, so it stays in the queue;
 - the **next wave** starts when this one built something and the matrix deferred cells: a wave
   that built nothing stops the chain, so cells that keep failing never loop forever.
 
-:func:`decide` is pure (the plan and the artifact listing in, a :class:`WaveOutcome` out);
-:func:`read_artifacts` and :func:`gather` are the I/O around it.
+:func:`decide` and :func:`from_reports` are pure; :func:`read_artifacts` is the I/O around them.
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from farm.binary.wheelfile import DEFAULT_LIMITS
 from farm.errors import UsageError
-from farm.fsutil import atomic_write, open_plain
+from farm.fsutil import open_plain
+
+if TYPE_CHECKING:  # stream.py builds on this module
+    from farm.schedule.stream import CellVerdict
 
 ARTIFACT_PREFIX = "wheels-"
 FRAGMENT_SUFFIX = ".ledger.json"
@@ -40,6 +43,8 @@ class CellResult:
     package: str
     wheels: tuple[str, ...]
     files: tuple[Path, ...]  # everything in its artifact: wheels and ledger fragments
+    status: str = ""  # the publish verdict, when the outcome comes from the publish reports
+    detail: str = ""
 
     @property
     def built(self) -> bool:
@@ -79,9 +84,20 @@ class WaveOutcome:
         return {
             "scheduled": len(self.cells), "built": len(self.built), "failed": len(self.failed),
             "deferred": self.deferred, "publish": self.publish, "next_wave": self.next_wave,
-            "failed_cells": [{"id": c.id, "package": c.package} for c in self.failed],
+            "failed_cells": [{"id": c.id, "package": c.package, "status": c.status or "failed", "detail": c.detail}
+                             for c in self.failed],
             "built_cells": [{"id": c.id, "package": c.package, "wheels": list(c.wheels)} for c in self.built],
         }
+
+
+def _plan_cells(plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], int]:
+    try:
+        cells = [(str(c["id"]), str(c["package"])) for c in plan["cells"]]
+        deferred = int(plan["totals"]["deferred"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"not a matrix plan ({exc!r} is missing or malformed)",
+                         hint="pass the JSON `farm matrix --plan FILE` wrote for this run") from None
+    return cells, deferred
 
 
 def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> WaveOutcome:
@@ -89,12 +105,7 @@ def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> 
     the scheduled cells, ``totals.deferred`` the rest) given ``artifacts``: cell id -> the files of
     its ``wheels-<id>`` artifact. An artifact of a cell the plan did not schedule is refused: its
     wheels would be published without the matrix having asked for them."""
-    try:
-        cells = [(str(c["id"]), str(c["package"])) for c in plan["cells"]]
-        deferred = int(plan["totals"]["deferred"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"not a matrix plan ({exc!r} is missing or malformed)",
-                         hint="pass the JSON `farm matrix --json --max-shards N` wrote for this run") from None
+    cells, deferred = _plan_cells(plan)
     ids = {cid for cid, _ in cells}
     strangers = sorted(set(artifacts) - ids)
     if strangers:
@@ -191,44 +202,22 @@ def read_artifacts(folder: Path, *, warn: Callable[[str], object] = lambda line:
     return out
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    with _open_plain(a) as fa, _open_plain(b) as fb:
-        if os.fstat(fa.fileno()).st_size != os.fstat(fb.fileno()).st_size:
-            return False
-        while True:
-            x, y = fa.read(1 << 20), fb.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
-
-
-def gather(outcome: WaveOutcome, dist: Path) -> list[Path]:
-    """Copy the built cells' wheels and ledger fragments into ``dist`` (what ``farm upload``
-    takes); the files of failed cells (a partial wheelhouse) stay out. A rerun into the same
-    ``dist`` (a retried publish job) is a no-op for files already there with the same bytes; a
-    different file under a name ``dist`` already holds is refused, never overwritten."""
-    dist.mkdir(parents=True, exist_ok=True)
-    copied = []
-    owners: dict[str, str] = {}
-    for cell in outcome.built:
-        for src in cell.files:
-            if not src.name.endswith((".whl", FRAGMENT_SUFFIX)):
-                continue
-            if owners.setdefault(src.name, cell.id) != cell.id:
-                raise UsageError(f"{src.name} comes from two cells ({owners[src.name]} and {cell.id})",
-                                 hint="each cell builds its own wheel names; check the build matrix")
-            dest = dist / src.name
-            if os.path.lexists(dest):
-                if not _same_file(src, dest):
-                    raise UsageError(f"{dest} already exists with other bytes than {src} (cell {cell.id})",
-                                     hint="a published name is never reused: empty --dist, or find out which "
-                                          "run wrote it")
-            else:
-                with _open_plain(src) as fh:
-                    atomic_write(dest, iter(lambda: fh.read(1 << 20), b""), durable=False)
-            copied.append(dest)
-    return copied
+def from_reports(plan: Mapping[str, Any], verdicts: Mapping[str, CellVerdict]) -> WaveOutcome:
+    """The outcome of a wave from its publish shards' verdicts (cell id -> verdict): a cell is
+    built when it was published; a cell with no verdict (its publish job died or was cancelled)
+    stays in the queue like a failed one. A verdict for a cell the plan did not schedule is refused."""
+    cells, deferred = _plan_cells(plan)
+    strangers = sorted(set(verdicts) - {cid for cid, _ in cells})
+    if strangers:
+        raise UsageError(f"publish verdict(s) for cells this wave did not schedule: {', '.join(strangers[:5])}"
+                         + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
+                         hint="download only this run's published-* artifacts")
+    out = []
+    for cid, package in cells:
+        v = verdicts.get(cid)
+        out.append(CellResult(cid, package, v.wheels if v is not None and v.built else (), (),
+                              v.status if v is not None else "no verdict", v.detail if v is not None else ""))
+    return WaveOutcome(tuple(out), deferred)
 
 
 def summary(outcome: WaveOutcome) -> str:
@@ -239,7 +228,7 @@ def summary(outcome: WaveOutcome) -> str:
     if outcome.publish:
         lines.append("The built cells' wheels are published; failed cells stay in the queue.")
     else:
-        lines.append("**Nothing was built: nothing is published and no next wave starts.**")
+        lines.append("**Nothing was published: no next wave starts.**")
     if outcome.next_wave:
         lines.append("The next wave starts after this run has recorded the ledger.")
     failed = outcome.failed_by_package()
@@ -248,6 +237,12 @@ def summary(outcome: WaveOutcome) -> str:
         for package, ids in sorted(failed.items()):
             shown = ", ".join(ids[:20]) + (f" and {len(ids) - 20} more" if len(ids) > 20 else "")
             lines.append(f"| {package} | {len(ids)} | {shown} |")
+        why = [c for c in outcome.failed if c.status and c.status != "failed"]
+        if why:  # refused or broken publishes say why; a failed build's log is on its own job
+            lines += ["", "### Not published", "", "| cell | verdict | why |", "|---|---|---|"]
+            for c in why[:200]:
+                first = (c.detail.splitlines() or [""])[0].replace("|", "\\|")[:300]
+                lines.append(f"| {c.id} | {c.status} | {first} |")
     return "\n".join(lines) + "\n"
 
 

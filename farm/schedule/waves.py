@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from farm.errors import UsageError
 from farm.schedule.matrix import Matrix, PlannedCell
+
+if TYPE_CHECKING:  # cost.py plans the cells a wave takes: no import cycle at run time
+    from farm.schedule.cost import RefusedCell
+
+MAX_REFUSED_SHOWN = 20
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,8 @@ class Wave:
     scheduled: tuple[PlannedCell, ...]
     deferred: tuple[PlannedCell, ...]
     capacity: int | None  # jobs one run may start; None: no limit
+    # cells no hosted runner can finish (farm/schedule/cost.py): neither scheduled nor deferred
+    refused: tuple[RefusedCell, ...] = ()
 
     @property
     def cells(self) -> list[PlannedCell]:
@@ -39,8 +47,16 @@ class Wave:
             out[p.cell.package][1] += 1
         return {k: (v[0], v[1]) for k, v in out.items()}
 
+    def refused_by_package(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.refused:
+            out[r.cell.cell.package] = out.get(r.cell.cell.package, 0) + 1
+        return out
+
     def totals(self) -> dict[str, int]:
-        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred)}
+        """``scheduled + deferred + refused == to_build``."""
+        return {**self.matrix.totals(), "scheduled": len(self.scheduled), "deferred": len(self.deferred),
+                "refused": len(self.refused)}
 
 
 def one_job(cell: PlannedCell) -> int:
@@ -94,8 +110,17 @@ def deferred_error(wave: Wave) -> UsageError:
 
 
 def wave_advice(wave: Wave) -> list[str]:
-    """What a run with deferred cells means: nothing is lost, the next run takes them."""
-    if not wave.deferred:
-        return []
-    return [(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
-             "they stay in the queue (not in the ledger) and the next run schedules them")]
+    """What a run with deferred cells means: nothing is lost, the next run takes them; and each
+    refused cell with its reason."""
+    out = []
+    if wave.deferred:
+        out.append(f"{len(wave.deferred)} cell(s) deferred: one run starts at most {wave.capacity} jobs; "
+                   "they stay in the queue (not in the ledger) and the next run schedules them")
+    if wave.refused:
+        out.append(f"{len(wave.refused)} cell(s) refused: no hosted runner can finish them (GitHub stops a job "
+                   "at 6 h); they stay out of every wave until their time is recorded lower, or "
+                   "`farm matrix --no-time-limit` (a self-hosted runner):")
+        out += [f"  {r.cell.cell.id}: {r.reason}" for r in wave.refused[:MAX_REFUSED_SHOWN]]
+        if len(wave.refused) > MAX_REFUSED_SHOWN:
+            out.append(f"  and {len(wave.refused) - MAX_REFUSED_SHOWN} more (the plan's refused_cells lists all)")
+    return out

@@ -1,0 +1,284 @@
+"""What a cell costs to build, what a wave costs, and which cells no hosted runner can finish.
+
+GitHub stops a hosted job at 6 hours. A cell's build time comes from the ledger (``duration_s``,
+the compute seconds of the cell's build, all its jobs together, recorded when it was last built:
+any epoch, any version), else from the recorded cells of the same package and platform (their
+median: CUDA, torch and Python move a build's time far less than the package does), else from
+an estimate: :data:`DEFAULT_JOB_S` per job, times the recipe's ``sharding`` where it declares one
+(a recipe shards because its compile is long), times :data:`PLATFORM_FACTOR` on Windows.
+
+From that, per cell (:func:`plan_cell`):
+
+- a cell whose jobs fit stays as it is;
+- a cell that shards on its platform gets more compile jobs when one would near the limit
+  (:data:`NEAR_LIMIT` of it), so each compile job is back under :data:`TARGET_JOB_S`;
+- a cell that cannot shard on its platform and would near the limit in one job is **refused**,
+  with the reason: no hosted runner can finish it, so it is never scheduled to time out.
+
+:func:`wave_cost` is a wave's bill: jobs, runner-hours, and the wall time at N concurrent jobs
+(GitHub's Free plan runs 20), longest jobs first as the plan orders them. All of it is pure.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
+    from farm.model.config import Sharding
+    from farm.schedule.hitrate import HitRates
+    from farm.schedule.matrix import Matrix, PlannedCell
+
+JOB_LIMIT_S = 6 * 3600  # GitHub stops a hosted job here
+NEAR_LIMIT = 0.8  # a job estimated past this share of the limit is at risk: shard it, or refuse it
+TARGET_JOB_S = 3 * 3600  # what a compile job of a cell sharded by duration aims at
+DEFAULT_JOB_S = 45 * 60  # one build job, when nothing is recorded
+LINK_JOB_S = 15 * 60  # a sharded cell's link job (the link, the assertion, the repair)
+PLATFORM_FACTOR: Mapping[str, float] = {"win_amd64": 1.5}  # MSVC + nvcc on hosted Windows runners
+MAX_COMPILE_JOBS = 64  # a cell never fans out wider than this: its link job waits for all of them
+DEFAULT_CONCURRENCY = 20  # concurrent jobs on GitHub's Free plan (Pro 40, Team 60, Enterprise 500)
+# Release uploads are content-creating requests: GitHub allows 500 an hour to one token.
+UPLOADS_PER_HOUR = 500
+
+# (package, cuda, torch, python tag, platform)
+CellKey = tuple[str, str, str, str, str]
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Recorded build times (seconds): per cell, and the median per (package, platform)."""
+
+    cells: Mapping[CellKey, float]
+    typical: Mapping[tuple[str, str], float]
+
+    @classmethod
+    def of(cls, recorded: Iterable[tuple[CellKey, float]]) -> Durations:
+        """From (cell key, seconds) pairs, oldest first (a later record of a cell wins)."""
+        cells: dict[CellKey, float] = {}
+        for key, seconds in recorded:
+            if seconds > 0:
+                cells[key] = float(seconds)
+        by: dict[tuple[str, str], list[float]] = {}
+        for key, seconds in cells.items():
+            by.setdefault((key[0], key[4]), []).append(seconds)
+        return cls(cells, {k: statistics.median(v) for k, v in by.items()})
+
+    @classmethod
+    def none(cls) -> Durations:
+        return cls({}, {})
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float  # the cell's build, all jobs together
+    source: str  # "recorded" | "package" | "estimate"
+
+
+def estimate(key: CellKey, durations: Durations, sharding: int = 1) -> Estimate:
+    """The cell's build time: recorded, else its package's on that platform, else the default
+    (``sharding``: the recipe's declared compile jobs on any platform: it declares a long build)."""
+    recorded = durations.cells.get(key)
+    if recorded is not None:
+        return Estimate(recorded, "recorded")
+    typical = durations.typical.get((key[0], key[4]))
+    if typical is not None:
+        return Estimate(typical, "package")
+    return Estimate(DEFAULT_JOB_S * max(1, sharding) * PLATFORM_FACTOR.get(key[4], 1.0), "estimate")
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """How a cell is built: ``compile_jobs`` (1: one ordinary job), each job's estimated time,
+    or ``refused`` with the reason."""
+
+    estimate: Estimate
+    compile_jobs: int
+    job_s: float  # one compile job (or the only job)
+    link_s: float  # 0 for an unsharded cell
+    refused: str | None = None
+
+    @property
+    def jobs(self) -> int:
+        return 1 if self.compile_jobs < 2 else self.compile_jobs + 1
+
+    @property
+    def runner_s(self) -> float:
+        return self.job_s * max(1, self.compile_jobs) + self.link_s
+
+
+def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int, shard_platforms: Sequence[str] = ()) -> CellPlan:
+    """``declared_jobs``: the recipe's ``sharding`` for the cell's platform (1: none there);
+    ``shard_platforms``: where the recipe shards at all (farm's nvcc launcher is Linux-only)."""
+    near = NEAR_LIMIT * JOB_LIMIT_S
+    if declared_jobs > 1:
+        n = declared_jobs
+        if est.seconds / n > near:  # the declared split no longer fits: split by duration
+            n = min(MAX_COMPILE_JOBS, math.ceil(est.seconds / TARGET_JOB_S))
+        job = est.seconds / n
+        if job > near:
+            return CellPlan(est, n, job, LINK_JOB_S, refused=(
+                f"{_hours(est.seconds)} of compile ({est.source}) is still {_hours(job)} per job in "
+                f"{n} compile jobs, near GitHub's {_hours(JOB_LIMIT_S)} job limit: build it on a "
+                "self-hosted runner"))
+        return CellPlan(est, n, job, LINK_JOB_S)
+    if est.seconds > near:
+        why = (f"its recipe shards the compile only on {', '.join(shard_platforms)} (farm's nvcc launcher "
+               "is not built for Windows)" if shard_platforms
+               else "its recipe has no `sharding:` to split the compile")
+        return CellPlan(est, 1, est.seconds, 0.0, refused=(
+            f"{_hours(est.seconds)} in one job ({est.source}) nears GitHub's {_hours(JOB_LIMIT_S)} job "
+            f"limit and {why}: no hosted runner can finish it; build it on a self-hosted runner, or "
+            "drop the platform from the recipe"))
+    return CellPlan(est, 1, est.seconds, 0.0)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+# --------------------------------------------------------------------------------------------
+# A wave's bill
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WaveCost:
+    jobs: int
+    runner_hours: float
+    wall_hours: float  # at ``concurrency`` jobs at once, the plan's order, links after the builds
+    concurrency: int
+    uploads: int  # release assets the wave publishes (one per cell)
+    estimated: int  # cells whose time is the default estimate (nothing recorded)
+
+    def line(self) -> str:
+        note = f"; {self.estimated} cell(s) estimated, not recorded" if self.estimated else ""
+        return (f"cost: {self.jobs:,} job(s), {self.runner_hours:,.0f} runner-hours, "
+                f"~{self.wall_hours:,.1f} h ({self.wall_hours / 24:,.1f} days) at {self.concurrency} "
+                f"concurrent jobs; {self.uploads:,} upload(s), >= {self.uploads / UPLOADS_PER_HOUR:.1f} h "
+                f"under GitHub's {UPLOADS_PER_HOUR} uploads/h{note}")
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"jobs": self.jobs, "runner_hours": round(self.runner_hours, 1),
+                "wall_hours": round(self.wall_hours, 1), "concurrency": self.concurrency,
+                "uploads": self.uploads, "estimated_cells": self.estimated}
+
+
+def makespan(durations: Sequence[float], runners: int) -> float:
+    """Wall time of jobs started in order on ``runners`` slots (each job takes the first free one)."""
+    if runners < 1:
+        raise ValueError("runners must be >= 1")
+    slots = [0.0] * min(runners, max(1, len(durations)))
+    for d in durations:
+        start = heapq.heappop(slots)
+        heapq.heappush(slots, start + d)
+    return max(slots)
+
+
+def wave_cost(plans: Sequence[CellPlan], concurrency: int = DEFAULT_CONCURRENCY) -> WaveCost:
+    """The bill of the scheduled cells' plans, in the order the wave starts them: every build
+    and compile job, then the link jobs (the link matrix runs after every build shard)."""
+    builds = [p.job_s for p in plans for _ in range(max(1, p.compile_jobs))]
+    links = [p.link_s for p in plans if p.compile_jobs > 1]
+    wall = makespan(builds, concurrency) + (makespan(links, concurrency) if links else 0.0)
+    wall = max(wall, len(plans) / UPLOADS_PER_HOUR * 3600)
+    return WaveCost(
+        jobs=len(builds) + len(links),
+        runner_hours=sum(p.runner_s for p in plans) / 3600,
+        wall_hours=wall / 3600,
+        concurrency=concurrency,
+        uploads=len(plans),
+        estimated=sum(p.estimate.source == "estimate" for p in plans),
+    )
+
+
+def longest_first(seconds: Sequence[float]) -> list[int]:
+    """Positions in start order: longest job first (a stable sort), so the jobs that decide the
+    wave's wall time get runners first and short ones fill in behind them."""
+    return sorted(range(len(seconds)), key=lambda i: -seconds[i])
+
+
+# --------------------------------------------------------------------------------------------
+# The matrix, costed
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RefusedCell:
+    cell: PlannedCell
+    reason: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"id": self.cell.cell.id, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Costed:
+    """The matrix with each cell's jobs planned by duration: refused cells taken out (with the
+    reason), each package's queue longest first, ``plans`` per kept cell id."""
+
+    matrix: Matrix
+    refused: tuple[RefusedCell, ...]
+    plans: Mapping[str, CellPlan]
+
+    def plan_of(self, cell: PlannedCell) -> CellPlan:
+        return self.plans[cell.cell.id]
+
+
+def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], durations: Durations, *,
+                time_limit: bool = True, hit_rates: HitRates | None = None) -> Costed:
+    """Plan every cell to build (pure). ``sharding``: package -> its recipe's ``sharding``;
+    ``time_limit``: False keeps the cells no hosted runner can finish (a self-hosted run).
+    ``hit_rates``: the compiler cache's recorded hit rates (:mod:`farm.schedule.hitrate`): each
+    planned job's time is scaled by the cell's expected hit share, for ordering and the waves'
+    cost; sharding and refusals are decided on the unscaled estimate (a cache may be cold)."""
+    plans: dict[str, CellPlan] = {}
+    refused: list[RefusedCell] = []
+    packages = []
+    for pkg in matrix.packages:
+        shard = sharding.get(pkg.package)
+        kept: list[tuple[float, PlannedCell]] = []
+        for p in pkg.to_build:
+            c = p.cell
+            key = (c.package, c.cuda, c.torch, c.python, c.platform)
+            est = estimate(key, durations, shard.jobs if shard else 1)
+            plan = plan_cell(key, est, declared_jobs=p.compile_jobs, shard_platforms=shard.platforms if shard else ())
+            if plan.refused and time_limit:
+                refused.append(RefusedCell(p, plan.refused))
+                continue
+            if plan.refused:  # kept anyway: as declared, the time limit is the runner's business
+                plan = CellPlan(est, p.compile_jobs, est.seconds / max(1, p.compile_jobs),
+                                LINK_JOB_S if p.compile_jobs > 1 else 0.0)
+            if plan.compile_jobs != p.compile_jobs:
+                p = replace(p, compile_jobs=plan.compile_jobs)
+            if hit_rates is not None:
+                plan = replace(plan, job_s=plan.job_s * hit_rates.factor(key, recorded=est.source == "recorded"))
+            plans[c.id] = plan
+            kept.append((plan.job_s, p))
+        kept.sort(key=lambda kp: -kp[0])  # stable: grid order among equals
+        packages.append(replace(pkg, to_build=tuple(p for _, p in kept)))
+    return Costed(replace(matrix, packages=tuple(packages)), tuple(refused), plans)
+
+
+def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY) -> list[WaveCost]:
+    """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
+    the :func:`~farm.schedule.matrix.schedule` of what the previous ones left."""
+    from farm.schedule.jobs import cost as jobs_of
+    from farm.schedule.waves import schedule
+
+    out = []
+    matrix = costed.matrix
+    while matrix.cells:
+        wave = schedule(matrix, capacity, jobs=jobs_of)
+        if not wave.scheduled:
+            break  # a cell bigger than a run: schedule() says so to the user
+        out.append(wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency))
+        left = {id(p) for p in wave.deferred}
+        matrix = replace(matrix, packages=tuple(replace(pkg, to_build=tuple(p for p in pkg.to_build if id(p) in left))
+                                                for pkg in matrix.packages))
+    return out
+
+
+def ordered(cells: Sequence[PlannedCell], costed: Costed) -> list[PlannedCell]:
+    """A wave's cells in start order: longest job first."""
+    jobs = [costed.plan_of(p).job_s for p in cells]
+    return [cells[i] for i in longest_first(jobs)]

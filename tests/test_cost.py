@@ -1,0 +1,188 @@
+"""Cells planned by their build time: recorded durations first, long cells first, compile jobs
+added where one would near GitHub's 6 h job limit, cells no hosted runner can finish refused
+with the reason; a wave's bill and the drain of the whole queue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from farm.cli import main
+from farm.model.config import load_config
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
+from farm.schedule.cost import (
+    DEFAULT_JOB_S,
+    JOB_LIMIT_S,
+    LINK_JOB_S,
+    NEAR_LIMIT,
+    TARGET_JOB_S,
+    Durations,
+    Estimate,
+    cost_matrix,
+    drain_model,
+    estimate,
+    longest_first,
+    makespan,
+    plan_cell,
+    wave_cost,
+)
+from farm.schedule.durations import read_durations
+from farm.schedule.matrix import compute_matrix
+
+from .ledgermaker import make_entry
+from .test_matrix import make_tree
+
+LINUX = ("flash_attn", "12.8", "2.8", "cp312", "linux_x86_64")
+WINDOWS = ("flash_attn", "12.8", "2.8", "cp312", "win_amd64")
+
+
+def test_a_recorded_duration_beats_the_packages_which_beats_the_default() -> None:
+    other = ("flash_attn", "12.6", "2.7", "cp311", "linux_x86_64")
+    durations = Durations.of([(LINUX, 3000.0), (other, 1000.0), (other, 2000.0)])  # a later record wins
+    assert estimate(LINUX, durations) == Estimate(3000.0, "recorded")
+    # a cell never built: the median of its package on its platform
+    assert estimate(("flash_attn", "13.0", "2.9", "cp313", "linux_x86_64"), durations) == Estimate(2500.0, "package")
+    # nothing of the package on Windows: the default, times the declared sharding, times Windows' factor
+    assert estimate(WINDOWS, durations, sharding=20) == Estimate(DEFAULT_JOB_S * 20 * 1.5, "estimate")
+    assert estimate(WINDOWS, Durations.of([(WINDOWS, 0.0)])).source == "estimate"  # a zero is no record
+
+
+def test_a_cell_that_fits_is_left_as_declared() -> None:
+    plan = plan_cell(LINUX, Estimate(20 * 3600.0, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
+    assert (plan.compile_jobs, plan.job_s, plan.link_s, plan.refused) == (20, 3600.0, LINK_JOB_S, None)
+    assert plan.jobs == 21 and plan.runner_s == 20 * 3600.0 + LINK_JOB_S
+    plan = plan_cell(LINUX, Estimate(3600.0, "estimate"), declared_jobs=1)
+    assert (plan.compile_jobs, plan.jobs, plan.refused) == (1, 1, None)
+
+
+def test_a_sharded_cell_nearing_the_limit_gets_more_compile_jobs() -> None:
+    seconds = 20 * 0.9 * JOB_LIMIT_S  # 5.4 h per job in the declared 20: too close to 6 h
+    plan = plan_cell(LINUX, Estimate(seconds, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
+    assert plan.refused is None and plan.compile_jobs == -(-int(seconds) // TARGET_JOB_S)
+    assert plan.job_s <= TARGET_JOB_S < NEAR_LIMIT * JOB_LIMIT_S
+
+
+def test_a_cell_no_runner_can_finish_is_refused_with_the_reason() -> None:
+    # Windows: the compile cannot be split there
+    plan = plan_cell(WINDOWS, Estimate(10 * 3600.0, "recorded"), declared_jobs=1, shard_platforms=("linux_x86_64",))
+    assert plan.refused and "10.0 h in one job (recorded)" in plan.refused
+    assert "shards the compile only on linux_x86_64" in plan.refused and "self-hosted" in plan.refused
+    # a recipe without sharding
+    plan = plan_cell(LINUX, Estimate(5 * 3600.0, "package"), declared_jobs=1)
+    assert plan.refused and "no `sharding:`" in plan.refused
+    # just under the margin: scheduled
+    assert plan_cell(LINUX, Estimate(NEAR_LIMIT * JOB_LIMIT_S, "recorded"), declared_jobs=1).refused is None
+
+
+def test_makespan_and_the_order_longest_first() -> None:
+    assert makespan([1, 1, 1, 1, 4], 2) == 6  # the long job last waits for a runner, then runs alone
+    jobs = [1.0, 1.0, 1.0, 1.0, 4.0]
+    assert [jobs[i] for i in longest_first(jobs)] == [4, 1, 1, 1, 1]
+    assert makespan([jobs[i] for i in longest_first(jobs)], 2) == 4  # first: the short ones fill in beside it
+    assert makespan([], 20) == 0
+
+
+@given(st.lists(st.floats(min_value=1, max_value=30_000), max_size=60), st.integers(min_value=1, max_value=25))
+def test_makespan_is_between_its_bounds(jobs: list[float], runners: int) -> None:
+    wall = makespan(jobs, runners)
+    total = sum(jobs)
+    assert wall >= max(jobs, default=0) - 1e-6 and wall >= total / runners - 1e-6
+    assert wall <= total / runners + max(jobs, default=0) + 1e-6
+
+
+def test_a_waves_bill() -> None:
+    plans = [plan_cell(LINUX, Estimate(3600.0, "recorded"), declared_jobs=1) for _ in range(40)]
+    plans.append(plan_cell(LINUX, Estimate(10 * 3600.0, "estimate"), declared_jobs=10,
+                           shard_platforms=("linux_x86_64",)))
+    bill = wave_cost(plans, concurrency=20)
+    assert bill.jobs == 40 + 10 + 1 and bill.uploads == 41 and bill.estimated == 1
+    assert bill.runner_hours == pytest.approx(40 + 10 + LINK_JOB_S / 3600)
+    # 50 one-hour jobs on 20 runners: 3 rounds, then the link job
+    assert bill.wall_hours == pytest.approx(3 + LINK_JOB_S / 3600)
+    assert "51 job(s)" in bill.line() and "at 20 concurrent jobs" in bill.line()
+
+
+def test_the_matrix_is_costed_from_the_ledgers_durations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
+    rc = main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    linux = next(c for c in cells if c["platform"] == "linux_x86_64")
+    windows = next(c for c in cells if c["platform"] == "win_amd64")
+    # beta was built once before (another version): one Linux cell took 20 h, one Windows cell 7 h
+    old = [make_entry("beta", "1.0", cuda=c["cuda"], torch=c["torch"], python=c["python_tag"], platform=c["platform"],
+                      filename=f"beta-1.0-{i}.whl") for i, c in enumerate((linux, windows))]
+    old[0]["duration_s"], old[1]["duration_s"] = 20 * 3600.0, 7 * 3600.0
+    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
+    durations = read_durations(root / "ledger.jsonl")
+    assert durations.cells[(linux["package"], linux["cuda"], linux["torch"], linux["python_tag"], "linux_x86_64")] == 72000
+
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
+    costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, durations)
+    beta = next(p for p in costed.matrix.packages if p.package == "beta")
+    # every Windows cell of beta: 7 h in one job (its package's median there), refused with the reason
+    refused = {r.cell.cell.id for r in costed.refused}
+    assert refused == {p.cell.id for p in matrix.packages[1].to_build if p.cell.platform == "win_amd64"}
+    # every Linux cell: 20 h in 3 declared jobs is 6.7 h each, so 7 jobs of <= 3 h; longest first
+    assert all(p.compile_jobs == 7 for p in beta.to_build if p.cell.platform == "linux_x86_64")
+    assert beta.to_build[0].cell.platform == "linux_x86_64"
+    # the CLI says it: refused cells with the reason, the wave's cost, nothing refused without the limit
+    rc = main(["matrix", "--root", str(root), "--no-lint", "beta", "--max-shards", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "refused: no hosted runner can finish them" in out and "this wave's cost:" in out
+    rc = main(["matrix", "--root", str(root), "--json", "--no-lint", "beta", "--no-time-limit"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"]["refused"] == 0 and len(data["cells"]) == data["totals"]["to_build"]
+
+
+def test_the_drain_model_covers_the_queue_once(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "farm")
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.empty())
+    costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, Durations.none())
+    waves = drain_model(costed, capacity=10, concurrency=4)
+    assert sum(w.uploads for w in waves) == len(costed.matrix.cells)
+    assert len(waves) == -(-len(costed.matrix.cells) // 10)
+    assert sum(w.runner_hours for w in waves) == pytest.approx(sum(p.runner_s for p in costed.plans.values()) / 3600)
+
+
+def test_a_durations_line_that_does_not_decode_is_skipped(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    good = make_entry("a", "1.0")
+    good["duration_s"] = 60.0
+    ledger.write_text('{"duration_s": "x"}\n' + dumps_entry(good) + "\nnot json duration_s\n")
+    assert read_durations(ledger).cells == {("a", "12.8", "2.8", "cp311", "linux_x86_64"): 60.0}
+    assert read_durations(tmp_path / "none.jsonl").cells == {}
+
+
+def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell recorded cold (20 h, no hits) of a package whose builds hit 90% of their compile steps:
+    its jobs are costed at the expected hit share, its split into compile jobs stays the cold one's."""
+    from farm.schedule.hitrate import read_hit_rates
+
+    root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
+    main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
+    cells = [c for c in json.loads(capsys.readouterr().out)["cells"] if c["platform"] == "linux_x86_64"][:3]
+    old = [make_entry("beta", "1.0", cuda=c["cuda"], torch=c["torch"], python=c["python_tag"], platform=c["platform"],
+                      filename=f"beta-1.0-{i}.whl") for i, c in enumerate(cells)]
+    old[0]["duration_s"] = 20 * 3600.0
+    for entry, hits in zip(old, (0, 90, 90), strict=True):
+        entry["toolchain"]["compile_cache"] = {"tool": "sccache", "compiles": 100, "hits": hits, "misses": 100 - hits}
+    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
+    sharding = {n: config.recipe(n).sharding for n in config.recipes}
+    durations, rates = read_durations(root / "ledger.jsonl"), read_hit_rates(root / "ledger.jsonl")
+    cold = cost_matrix(matrix, sharding, durations)
+    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates)
+    first = next(p for p in matrix.packages[1].to_build
+                 if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)
+                 == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
+    a, b = cold.plans[first.cell.id], warm.plans[first.cell.id]
+    assert a.compile_jobs == b.compile_jobs == 7
+    assert b.job_s == pytest.approx(a.job_s * (1 - 0.9 * 0.9))
