@@ -18,7 +18,7 @@ WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / ".github" / "workfl
 FOLDER = WORKFLOWS[0].parent
 # The Node 24 majors (Node 20 is gone from the runners); the pins below are these tags' commits.
 CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/upload-artifact": "v7",
-           "actions/download-artifact": "v8", "actions/cache": "v5"}
+           "actions/download-artifact": "v8", "actions/cache": "v5", "actions/github-script": "v8"}
 
 
 def load(name: str) -> dict[str, Any]:
