@@ -30,7 +30,7 @@ TEST_CUDA = "13.0"
 def _run_farm(session: nox.Session, command: str) -> None:
     """Run ``farm COMMAND`` with the session's arguments. On failure nox itself would exit 1
     whatever farm said; end with farm's own code instead, so 1 (defects), 2 (bad input) and
-    3 (environment) mean the same from a session as from the CLI (DESIGN §6). A failed farm
+    3 (environment) mean the same from a session as from the CLI. A failed farm
     command therefore ends the whole nox run, as CI wants."""
     try:
         session.run("farm", command, *session.posargs)
@@ -174,7 +174,7 @@ def tests_fast(session: nox.Session) -> None:
 @nox.session
 def lint_code(session: nox.Session) -> None:
     """ruff over farm, tests, benchmarks and the noxfile (rules in pyproject.toml)."""
-    session.install("ruff>=0.8")
+    session.install("ruff>=0.12")  # PLC0415 is a stable rule from 0.12
     session.run("ruff", "check", *session.posargs, ".")
 
 

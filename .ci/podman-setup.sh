@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare this host to run cibuildwheel's Linux builds under podman, without docker (FACTS §7):
+# Prepare this host to run cibuildwheel's Linux builds under podman, without docker
+# (why each step is needed: docs/background.md, "cibuildwheel and nox"):
 #   1. Debian's podman + runc + debootstrap;
 #   2. a containers.conf that selects runc and lowers the default ulimits (podman's defaults exceed
 #      the hard limits of some VMs);

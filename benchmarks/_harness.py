@@ -110,26 +110,28 @@ def interleaved(commands: Mapping[str, Sequence[str]], runs: int, *, repeat: Map
 
 
 def table(rows: Sequence[Series]) -> str:
-    head = f"{'':32}{'runs':>5}{'CPU min':>10}{'median':>9}{'wall min':>10}{'median':>9}{'RSS min':>10}{'median':>9}"
+    width = max([32, *(len(s.label) + 1 for s in rows)])
+    head = (f"{'':{width}}{'runs':>5}{'CPU min':>10}{'median':>9}{'wall min':>10}{'median':>9}"
+            f"{'RSS min':>10}{'median':>9}")
     lines = [head]
     for s in rows:
         (c0, c1), (w0, w1), (r0, r1) = s.cpu, s.wall, s.rss
-        lines.append(f"{s.label:32}{len(s.runs):>5}{c0 * 1000:>8.1f}ms{c1 * 1000:>7.1f}ms{w0 * 1000:>8.1f}ms"
+        lines.append(f"{s.label:{width}}{len(s.runs):>5}{c0 * 1000:>8.1f}ms{c1 * 1000:>7.1f}ms{w0 * 1000:>8.1f}ms"
                      f"{w1 * 1000:>7.1f}ms{r0:>8.1f}MB{r1:>7.1f}MB")
     lines.append("(the machine may be shared: compare the mins)")
     return "\n".join(lines)
 
 
-def installed_farm(cache: Path) -> Path:
-    """The ``farm`` console script of ``cache/venv``, holding this working tree installed as a user
-    installs it (a regular install, not an editable one), refreshed now."""
+def installed_farm(cache: Path, source: Path = REPO) -> Path:
+    """The ``farm`` console script of ``cache/venv``, holding ``source`` (this working tree) installed
+    as a user installs it (a regular install, not an editable one), refreshed now."""
     venv = cache / "venv"
     script = venv / ("Scripts/farm.exe" if os.name == "nt" else "bin/farm")
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     # the dependencies as the project declares them now, then the project's current files
-    subprocess.run([str(python), "-m", "pip", "install", "-q", str(REPO)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(REPO)],
+    subprocess.run([str(python), "-m", "pip", "install", "-q", str(source)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(source)],
                    check=True)
     return script

@@ -17,11 +17,8 @@ an entry that is missing. A cache never makes a verdict different and never make
 from __future__ import annotations
 
 import os
-
-# hashlib's blake2b and hmac's compare_digest, imported from where they live: a warm `farm lint`
-# verifies its answer without importing hashlib (OpenSSL's bindings cost it ~20 ms).
-from _blake2 import blake2b
-from _operator import _compare_digest as compare_digest
+from hashlib import blake2b
+from hmac import compare_digest
 
 KEY_ENV = "FARM_CACHE_KEY"
 _MAGIC = b"farm-sealed-1\n"

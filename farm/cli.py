@@ -3,27 +3,23 @@
 Each command lives in ``farm/commands/<name>.py`` with ``configure(parser)`` and
 ``run(args) -> int``; it is imported only when called, so ``farm matrix`` does not pay for the
 wheel or upload code.
-
-A command module may set ``SHORT_LIVED = True``: it runs in bounded time, keeps no reference cycles
-worth collecting, and has closed every file it opened when ``run`` returns. The console script
-(:func:`console`) then runs it without the cyclic garbage collector and leaves without tearing the
-interpreter down: on ``farm inspect`` of a large library those two were a tenth of the command.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from farm import __version__
 from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, clip, os_error, redact
 
-TYPE_CHECKING = False  # annotations only: collections.abc is not on `farm inspect`'s start-up path
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import ModuleType
-    from typing import NoReturn
 
 # name -> (module, one-line help). Only commands whose capability exists are listed.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -49,46 +45,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _terminal_width() -> int:
-    """What argparse's formatter takes from ``shutil.get_terminal_size``, without importing shutil
-    (and zlib, bz2 and lzma with it): argparse makes a formatter for every argument it is given,
-    and that import was a tenth of a remembered ``farm lint``."""
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
-            columns = 0
-    return (columns or 80) - 2
-
-
-class _Formatter(argparse.HelpFormatter):
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: int | None = None) -> None:
-        super().__init__(prog, indent_increment, max_help_position, _terminal_width() if width is None else width)
-
-
-class _RawDescriptionFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
-    pass
-
-
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<14} {text}" for name, (_, text) in COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
         epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
-        formatter_class=_RawDescriptionFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")
     return parser
 
 
-def main(argv: Sequence[str] | None = None, *, _console: bool = False) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:  # no command is a usage error, not a successful run
         _top_parser().print_help(sys.stderr)
@@ -100,44 +70,30 @@ def main(argv: Sequence[str] | None = None, *, _console: bool = False) -> int:
     if name not in COMMANDS:
         _top_parser().error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
     module_name, text = COMMANDS[name]
-    # __import__ with a fromlist returns the command module itself, without importing importlib
-    # (and warnings with it) for one call
-    module = __import__(module_name, fromlist=("run",))
-    short_lived = _console and getattr(module, "SHORT_LIVED", False)
-    if _console and not short_lived:
-        import gc
-
-        gc.enable()  # console() started without it
-    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text, formatter_class=_Formatter)
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text)
     module.configure(parser)
     args = parser.parse_args(rest)
     code = _run(module, name, args)
-    if short_lived:
-        _leave(name, code)
-    return code
+    return _flush(name, code)
 
 
 def console() -> None:
-    """The ``farm`` console script: :func:`main`, with the cyclic garbage collector off until the
-    command is known to need it (module docstring)."""
-    import gc
-
-    gc.disable()
-    sys.exit(main(_console=True))
+    """The ``farm`` console script."""
+    sys.exit(main())
 
 
-def _leave(name: str, code: int) -> NoReturn:
-    """Exit now, after the output is out: a short-lived command has nothing left to close, and
-    freeing its objects one by one would only cost time."""
+def _flush(name: str, code: int) -> int:
+    """The output out before the exit code is final: a reader that left is not an error of ours
+    (see _run), a full disk is, and neither ends in the interpreter's own message at exit."""
     try:
         sys.stdout.flush()
-    except BrokenPipeError:  # the reader left: not an error of ours (see _run)
-        pass
-    except OSError as exc:  # disk full while writing the output: the command did not succeed
+    except BrokenPipeError:
+        _discard_stdout()
+    except OSError as exc:
         code = max(code, _fail(name, os_error(exc, doing="write the output to"), as_json=False))
         _discard_stdout()
-    sys.stderr.flush()
-    os._exit(code)
+    return code
 
 
 def _run(module: ModuleType, name: str, args: argparse.Namespace) -> int:
@@ -166,8 +122,6 @@ def _fail(name: str, exc: FarmError, as_json: bool) -> int:
     reader gets an answer it can parse whatever happened."""
     print(f"farm {name}: error: {exc}", file=sys.stderr)
     if as_json:
-        import json
-
         where = redact(clip(exc.where, MAX_MESSAGE)) if exc.where else None
         try:
             print(json.dumps({"ok": False, "error": {

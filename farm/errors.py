@@ -11,13 +11,11 @@ and maps to one exit code of the command-line contract:
 
 from __future__ import annotations
 
+import difflib
+import errno
 import os
-from functools import cache
-
-TYPE_CHECKING = False  # typing itself imports re and enum: the fatbin scanner's fast path avoids both
-if TYPE_CHECKING:
-    import re
-    from collections.abc import Callable, Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 
 EXIT_OK = 0
 EXIT_DEFECT = 1
@@ -27,15 +25,11 @@ EXIT_ENVIRONMENT = 3
 
 def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """Sorts as versions read: ``12.9`` before ``12.10``, ``cp39`` before ``cp310``."""
-    import re  # only on the error path (see TYPE_CHECKING above)
-
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def _number(text: str) -> tuple[str, tuple[int, ...]] | None:
     """``12.8`` -> ("", (12, 8)); ``cp311`` -> ("cp", (3, 11)); anything else -> None."""
-    import re
-
     m = re.fullmatch(r"([a-z]*)(\d+(?:\.\d+)*)", text)
     if m is None:
         return None
@@ -62,8 +56,6 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
         best = min(numbered, key=lambda o: distance(_number(o)[1]))  # type: ignore[index]
         return f"did you mean {best!r}?"
-    import difflib  # only on the error path
-
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else ""
 
@@ -71,30 +63,23 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 REDACTED = "***"
 
 
-@cache
-def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """Secret variable names (gh's and twine's own, and any *_TOKEN / *_PASSWORD / *_SECRET: CI
-    tokens, a target's own password_env) and credentials in URLs. Compiled on first use: `re`
-    pulls in enum, which the fatbin scanner's fast path does without."""
-    import re
-
-    secret_name = re.compile(r"(?:^|_)(?:TOKEN|PASSWORD|SECRET)$")
-    url_credentials = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
-    return secret_name, url_credentials
+# secret variable names (gh's and twine's own, and any *_TOKEN / *_PASSWORD / *_SECRET: CI tokens,
+# a target's own password_env) and credentials in URLs
+_SECRET_NAME = re.compile(r"(?:^|_)(?:TOKEN|PASSWORD|SECRET)$")
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 
 
 def redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
     """:func:`redact` with the secret values looked up once (for relaying a long log line by line)."""
-    secret_name, url_credentials = _patterns()
     values: set[str] = set()
     for source in (os.environ, env or {}):
-        values.update(v for k, v in source.items() if len(v) >= 4 and secret_name.search(k.upper()))
+        values.update(v for k, v in source.items() if len(v) >= 4 and _SECRET_NAME.search(k.upper()))
     ordered = sorted(values, key=len, reverse=True)  # longest first: a secret may contain another
 
     def apply(text: str) -> str:
         for value in ordered:
             text = text.replace(value, REDACTED)
-        return url_credentials.sub(rf"\g<scheme>{REDACTED}@", text)
+        return _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", text)
 
     return apply
 
@@ -186,12 +171,10 @@ _NO_PERMISSION = {1, 13, 30}  # EPERM, EACCES, EROFS
 
 
 def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmError:
-    """An :class:`OSError` as a message that names the path and the remedy (DESIGN §5).
+    """An :class:`OSError` as a message that names the path and the remedy.
 
     ``path``: the file farm was writing when the error carries no name (a full disk fails a
     ``write()``, which knows no file name)."""
-    import errno as _errno
-
     target = exc.filename if exc.filename is not None else path
     where = str(target) if target is not None else None
     folder = os.path.dirname(where) or "." if where else "the output folder"
@@ -203,7 +186,7 @@ def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmErr
                  "elsewhere (--out, TMPDIR), then run the command again; nothing half-written was kept under its "
                  "final name")
     if code in _NO_PERMISSION:
-        why = "read-only filesystem" if code == _errno.EROFS else "permission denied"
+        why = "read-only filesystem" if code == errno.EROFS else "permission denied"
         return FileSystemError(
             f"{why} (cannot {doing} {where or 'a file'})", where=where,
             hint=f"make {folder} writable for this user (`ls -ld {folder}`), or choose another folder")

@@ -10,7 +10,9 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -97,8 +99,6 @@ def atomic_write(path: Path, chunks: Iterable[bytes], *, mode: int | None = None
 
     ``mode`` defaults to the existing file's mode, else 0644 (mkstemp creates 0600).
     """
-    import tempfile  # writers only: keeps read-only commands' startup lean
-
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
@@ -163,8 +163,6 @@ def temp_dir_prefix(name: str) -> str:
 
 def sweep_dead_dirs(parent: Path, name: str) -> list[Path]:
     """Remove ``parent/<name>-<pid>-*`` work folders whose process is gone (a killed run's)."""
-    import shutil
-
     removed: list[Path] = []
     pattern = re.compile(rf"^{re.escape(name)}-(?P<pid>\d+)-[A-Za-z0-9_]+$")
     try:

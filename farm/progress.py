@@ -29,6 +29,3 @@ def reporter(prefix: str, *, json: bool = False) -> Say:
 
     return say
 
-
-def megabytes(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"

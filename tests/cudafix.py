@@ -162,6 +162,11 @@ def _tu_mismatch(fx: CudaFixtures, out: Path) -> None:
     fx.gxx_link([_k1(fx), fx.nvcc_c("k2.cu", _gencode("8.0"), "k2-sm80.o")], out)
 
 
+def _families(fx: CudaFixtures, out: Path) -> None:
+    """Two kernel families in one .so: k1 for the base list, k2 for 9.0a alone (as vLLM's CMake does)."""
+    fx.gxx_link([_k1(fx), fx.nvcc_c("k2.cu", _gencode("9.0a"), "k2-sm90a.o")], out)
+
+
 def _nvcc_link(fx: CudaFixtures, out: Path) -> None:
     fx.nvcc_link([_k1(fx), fx.nvcc_c("k2.cu", _gencode(BASE), "k2.o")], _gencode(BASE), out)
 
@@ -237,7 +242,8 @@ def _bad_payload(fx: CudaFixtures, out: Path) -> None:
 
 
 FIXTURES: dict[str, Spec] = {
-    # compression modes (FACTS §4): one TU each, host-linked
+    # compression modes (raw cubins and zstd PTX by default, docs/background.md "nvcc"): one TU each,
+    # host-linked
     "none": Spec(_compressed("none"), BASE),
     "default": Spec(lambda fx, out: fx.gxx_link([_k1(fx)], out), BASE),
     "speed": Spec(_compressed("speed"), BASE),
@@ -246,6 +252,7 @@ FIXTURES: dict[str, Spec] = {
     # translation units and links
     "two-tu": Spec(_two_tu, BASE),
     "tu-mismatch": Spec(_tu_mismatch, BASE),  # k2 holds sm_80 only
+    "families": Spec(_families, BASE + ";9.0a"),  # k1: BASE, k2: 9.0a
     "nvcc-link": Spec(_nvcc_link, BASE),  # stub of sm_80 + sm_90 empty cubins
     "nvcc-link-default": Spec(_nvcc_link_default, BASE + ";7.5"),  # stub: nvcc's default sm_75
     # variants and kinds

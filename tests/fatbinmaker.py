@@ -26,8 +26,9 @@ _FLAG_ARCH_SPECIFIC = 0x100000
 _FLAG_FAMILY = 0x200000
 
 
-def elf(sections: Sequence[tuple[str, bytes]]) -> bytes:
-    """A 64-bit little-endian ELF holding ``sections`` (name, bytes) and its section name table."""
+def elf(sections: Sequence[tuple[str, bytes]], *, kinds: dict[str, tuple[int, int, int]] | None = None) -> bytes:
+    """A 64-bit little-endian ELF holding ``sections`` (name, bytes) and its section name table;
+    ``kinds``: section name -> (type, link, entry size) where not PROGBITS (a symbol table)."""
     names = b"\0.shstrtab\0"
     offsets = []
     for name, _ in sections:
@@ -43,8 +44,9 @@ def elf(sections: Sequence[tuple[str, bytes]]) -> bytes:
     shoff = len(body)
     table = bytes(64)  # section 0: SHN_UNDEF
     table += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, *placed[0], 0, 0, 1, 0)  # .shstrtab
-    for name_off, (offset, size) in zip(offsets, placed[1:], strict=True):
-        table += struct.pack("<IIQQQQIIQQ", name_off, 1, 2, 0, offset, size, 0, 0, 16, 0)
+    for (name, _), name_off, (offset, size) in zip(sections, offsets, placed[1:], strict=True):
+        stype, link, entsize = (kinds or {}).get(name, (1, 0, 0))
+        table += struct.pack("<IIQQQQIIQQ", name_off, stype, 2, 0, offset, size, link, 0, 16, entsize)
     header = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
     header += struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 2 + len(sections), 1)
     body[:64] = header
@@ -73,17 +75,38 @@ def fatbin(targets: Iterable[str], *, stub: bool = False) -> bytes:
     return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body
 
 
+def _symbols(stems: Sequence[str], starts: Sequence[int], section: int) -> tuple[bytes, bytes]:
+    """A symbol table as a link of nvcc objects leaves it: per TU, the host object's file symbol
+    (named after the source) and the local ``fatbinData`` at its fatbin."""
+    strings = b"\0"
+    table = bytes(24)  # symbol 0
+    for number, (stem, start) in enumerate(zip(stems, starts, strict=True)):
+        for name, info, shndx, value in ((f"tmpxft_0000{number:04x}_00000000-6_{stem}.cudafe1.cpp", 4, 0xFFF1, 0),
+                                         ("fatbinData", 0, section, start)):
+            table += struct.pack("<IBBHQQ", len(strings), info, 0, shndx, value, 0)
+            strings += name.encode() + b"\0"
+    return table, strings
+
+
 def shared_object(path: Path, units: Sequence[Sequence[str]] = (), *, stubs: Sequence[Sequence[str]] = (),
-                  relocatable: Sequence[Sequence[str]] = ()) -> Path:
+                  relocatable: Sequence[Sequence[str]] = (), sources: Sequence[str] | None = None) -> Path:
     """Write an extension ``.so`` at ``path``: one fatbin per translation unit in ``units``, then the
     device-link ``stubs``, in ``.nv_fatbin``; ``relocatable`` fatbins (``-rdc`` code) in
-    ``__nv_relfatbin``. No units at all: a host-only library."""
-    executable = b"".join(fatbin(u) for u in units) + b"".join(fatbin(s, stub=True) for s in stubs)
+    ``__nv_relfatbin``. No units at all: a host-only library. ``sources``: each unit's ``.cu`` stem,
+    written into a symbol table as nvcc's objects leave it (None: no symbol table, as stripped)."""
+    fatbins = [fatbin(u) for u in units]
+    starts = [sum(map(len, fatbins[:i])) for i in range(len(fatbins))]
+    executable = b"".join(fatbins) + b"".join(fatbin(s, stub=True) for s in stubs)
     sections = [(".text", b"\xc3" * 16)]
     if executable:
         sections.append((EXECUTABLE_SECTION, executable))
     if relocatable:
         sections.append((RELOCATABLE_SECTION, b"".join(fatbin(u) for u in relocatable)))
+    kinds = {}
+    if sources is not None:
+        table, strings = _symbols(sources, starts, 3)  # .nv_fatbin: section 3 (after null, names, .text)
+        sections += [(".symtab", table), (".strtab", strings)]
+        kinds = {".symtab": (2, len(sections) + 1, 24), ".strtab": (3, 0, 0)}  # link: .strtab's index
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(elf(sections))
+    path.write_bytes(elf(sections, kinds=kinds))
     return path

@@ -1,6 +1,6 @@
 """A CUDA redist tree in NVIDIA's layout, made from NVIDIA's real CUDA 13 PyPI wheels, served on 127.0.0.1.
 
-NVIDIA's download site is not reachable from the test machines; its layout is (FACTS §10): one
+NVIDIA's download site is not reachable from the test machines; its layout is: one
 ``redistrib_<release>.json`` per release, and per component and platform one archive
 ``<comp>/<platform>/<comp>-<platform>-<version>-archive.tar.xz`` unpacking to one top folder of
 the same stem with ``bin/ include/ lib/`` (and for CUDA 12's ``cuda_nvcc`` also ``nvvm/`` and

@@ -83,13 +83,6 @@ def test_renderers() -> None:
     archs = ArchList.parse("7.5;8.0;9.0+PTX;9.0a")
     assert archs.render_torch() == "7.5;8.0;9.0+PTX;9.0a"
     assert archs.render_cmake() == "75-real;80-real;90;90a-real"
-    assert archs.render_nvcc() == [
-        "-gencode=arch=compute_75,code=sm_75",
-        "-gencode=arch=compute_80,code=sm_80",
-        "-gencode=arch=compute_90,code=sm_90",
-        "-gencode=arch=compute_90,code=compute_90",
-        "-gencode=arch=compute_90a,code=sm_90a",
-    ]
     assert ArchList.parse("compute_89").render_cmake() == "89-virtual"
 
 
@@ -167,13 +160,6 @@ def test_list_syntax_round_trips_when_expressible(archs: ArchList) -> None:
     assert ArchList.parse(text) == archs
     # separators are interchangeable
     assert ArchList.parse(text.replace(";", " ")) == archs
-
-
-@given(_lists)
-def test_nvcc_flags_one_per_target(archs: ArchList) -> None:
-    flags = archs.render_nvcc()
-    assert len(flags) == len(archs)
-    assert {f.rsplit("code=", 1)[1] for f in flags} == set(archs.names())
 
 
 @given(_lists)

@@ -3,7 +3,9 @@ each wrong one naming the probable cause."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,15 +13,17 @@ import pytest
 from farm.binary.assertion import (
     Cause,
     Expected,
+    VendoredRule,
     assert_inspection,
     assert_wheel,
     judge,
 )
-from farm.binary.inspection import Reader, inspect_file
+from farm.binary.inspection import Reader, compare, inspect_file
 from farm.cli import main
 from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import ArchList
 from tests.cudafix import BASE, CudaFixtures
+from tests.postbuildfix import builder_wheel, write_farm_root
 from tests.wheelmaker import make_wheel
 
 EXT = "demo/_C.cpython-311-x86_64-linux-gnu.so"
@@ -128,9 +132,6 @@ def test_host_only_extensions(cuda_fixtures: CudaFixtures, tmp_path: Path) -> No
 def test_bundled_libraries_are_asserted_against_the_recipe(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
     """A library auditwheel bundled into ``*.libs/`` is a binary users run like the extension: it
     must be declared, and hold its declared list (or be exempt, with a reason)."""
-    from dataclasses import replace
-
-    from farm.binary.assertion import VendoredRule
 
     lib = "demo.libs/libextra-12ab.so.1"
     wheel = _wheel(tmp_path, cuda_fixtures, **{EXT: "two-tu", lib: "sm90a"})  # built for other arches
@@ -161,9 +162,7 @@ def test_readers_disagreeing_fail_the_assertion(cuda_fixtures: CudaFixtures) -> 
     """A disagreement (here: one file's headers against another's listing) is a failure of its own."""
     native = inspect_file(cuda_fixtures.path("two-tu"), Reader.BOTH)
     other = inspect_file(cuda_fixtures.path("default"), Reader.BOTH)
-    from farm.binary.inspection import compare
-
-    mixed = native.replace(listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
+    mixed = dataclasses.replace(native, listing=other.listing, disagreement=compare(native.fatbins, other.listing or ()))
     report = assert_inspection("demo.whl", (mixed,), EXPECTED)
     assert not report.passed
     assert [f.cause for f in report.extensions[0].findings] == [Cause.READERS]
@@ -204,8 +203,6 @@ def test_assert_command(cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pyt
 def test_assert_command_cell_form(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     """``--cell`` resolves the expected list from the farm configuration, as postbuild does."""
-    from tests.postbuildfix import builder_wheel, write_farm_root
-
     wheel = builder_wheel(tmp_path / "w", "demo_ext", cuda_fixtures.path("two-tu"))
     root = write_farm_root(tmp_path / "farm", {"demo_ext": BASE})
     argv = ["assert", str(wheel), "--cell", "--root", str(root), "--cuda-home", str(cuda_home), "--json"]

@@ -9,13 +9,14 @@ per-extension map and bundled libraries.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from farm.binary.assertion import Cause, Expected, VendoredRule, assert_inspection, judge
-from farm.binary.inspection import Reader, SoInspection, inspect_file
+from farm.binary.inspection import Reader, SoInspection, inspect_file, inspect_wheel
 from farm.model.arch import ArchList
 from tests.fatbinmaker import shared_object
 from tests.wheelmaker import make_wheel
@@ -98,7 +99,7 @@ def test_host_only_extension_rules(tmp_path: Path) -> None:
 
 
 def test_readers_disagreeing_is_a_finding_of_its_own(tmp_path: Path) -> None:
-    insp = _inspect(tmp_path, [UNIT]).replace(disagreement="cuobjdump lists sm_86 that the headers do not")
+    insp = dataclasses.replace(_inspect(tmp_path, [UNIT]), disagreement="cuobjdump lists sm_86 that the headers do not")
     result = judge(insp, ArchList.parse(BASE))
     assert _codes(result) == [("readers-disagree", Cause.READERS, "")]
 
@@ -143,7 +144,7 @@ def test_bundled_library_rules(tmp_path: Path) -> None:
     assert "host-only" in (problem((VendoredRule("lib*", ArchList(frozenset())),)) or "")
     # the first matching rule wins
     assert problem((VendoredRule("libextra*", None, "x"), VendoredRule("*", ArchList.parse(BASE)))) is None
-    split = bundled.replace(disagreement="cuobjdump differs")
+    split = dataclasses.replace(bundled, disagreement="cuobjdump differs")
     report = assert_inspection("demo.whl", (main,), replace(expected, vendored=(VendoredRule("*", None, "x"),)),
                                vendored=(split,))
     assert not report.passed and "disagree" in (report.vendored_results[0].problem or "")
@@ -154,8 +155,6 @@ def test_the_wheel_path_reads_the_binaries_it_judges(tmp_path: Path) -> None:
     assert_wheel adds cuobjdump, which the slow tier runs)."""
     so = shared_object(tmp_path / "so" / "x.so", [UNIT, ["sm_80"]])
     wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b"", EXT: so})
-    from farm.binary.inspection import inspect_wheel
-
     insp = inspect_wheel(wheel, Reader.NATIVE)
     report = assert_inspection(str(wheel), insp.extensions, Expected(ArchList.parse(BASE)))
     assert [(f.code, f.cause) for f in report.extensions[0].findings] == [("incomplete-tu", Cause.TU_FLAGS)]

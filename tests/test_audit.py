@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
+import random
 import shutil
 import zipfile
 from collections.abc import Iterator
@@ -11,14 +14,17 @@ from pathlib import Path
 
 import pytest
 
+import farm.netutil
+import farm.provenance.crawl as crawl_module
 from farm.cli import main
 from farm.errors import LedgerError, WheelError
 from farm.model.config import load_config
 from farm.provenance import buildinfo
-from farm.provenance.audit import AuditRow, Verdict, audit, judge
+from farm.provenance.audit import AuditRow, Verdict, _newest_by_cell, _superseder, audit, judge
 from farm.provenance.backfill import backfill, inferred_cell
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments
 from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
@@ -26,6 +32,7 @@ from farm.provenance.verdict import today_from_config
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
 from tests import loopback
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
+from tests.ledgermaker import make_entry
 from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
 from tests.publishfix import serve_dir
 from tests.wheelmaker import make_wheel
@@ -318,9 +325,6 @@ def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path)
 
 def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The caps (2 GiB a wheel, 64 MiB a page) lowered to a few bytes, the same code paths run."""
-    import farm.netutil
-    import farm.provenance.crawl as crawl_module
-
     site = tmp_path / "site"
     (site / "simple" / "demo").mkdir(parents=True)
     (site / "simple" / "demo" / "index.html").write_text('<a href="demo-1.0-py3-none-any.whl">demo</a>')
@@ -345,13 +349,6 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
     """12 published wheels of ~300 KiB (3.6 MiB) audited from the ledger with 1 MiB of scratch:
     each is downloaded, judged and deleted before the next; one of 2 MiB is a finding, never a
     full disk; 4 shards judge each wheel exactly once."""
-    import hashlib
-    import os
-    import random
-
-    from farm.provenance.ledgerline import dumps_entry
-    from tests.ledgermaker import make_entry
-
     site, rng = tmp_path / "site" / "releases", random.Random(7)
     sizes = {f"fleet{i:02d}": 300_000 + 1000 * i for i in range(12)}
     sizes["fleet_huge"] = 2 << 20
@@ -398,18 +395,13 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
 
 
 def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_again(tmp_path: Path) -> None:
-    import json as _json
-
-    from farm.provenance.audit import _newest_by_cell, _superseder
-    from tests.ledgermaker import make_entry
-
     so = f"demo_ext/{SO}"
     old = {**make_entry(build_epoch=0, arch=SO_LIST, published=[{"target": "index", "url": "u0"}]),
            "expected": {so: SO_LIST}, "found": {so: SO_LIST}}
     new = {**make_entry(build_epoch=1, arch="sm_90;compute_90", published=[{"target": "index", "url": "u1"}]),
            "expected": {so: "sm_90;compute_90"}, "found": {so: "sm_90;compute_90"}}
     ledger_path = tmp_path / "ledger.jsonl"
-    ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps(new) + "\n")
+    ledger_path.write_text(json.dumps(old) + "\n" + json.dumps(new) + "\n")
     ledger = LedgerIndex.load(ledger_path)
     today = {so: "sm_90;compute_90"}
     entry = LedgerEntry.from_json(old)
@@ -421,7 +413,7 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     after = judge(facts, entry, today, superseded_by=by)
     assert "bump" not in " ".join(after.reasons) and f"superseded by {new['filename']}" in after.reasons[-1]
     # not yet published: still advise the bump (the rebuild has not reached users)
-    ledger_path.write_text(_json.dumps(old) + "\n" + _json.dumps({**new, "published": []}) + "\n")
+    ledger_path.write_text(json.dumps(old) + "\n" + json.dumps({**new, "published": []}) + "\n")
     ledger = LedgerIndex.load(ledger_path)
     assert _superseder(ledger, _newest_by_cell(ledger), entry.info, today) is None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from farm.errors import LedgerError, ToolError, WheelError
 from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry
+from farm.provenance.ledgerline import dumps_entry
 from farm.toolkit.assemble import parse_nvcc_release
 
 SHA = "ab" * 32
@@ -205,8 +207,6 @@ def test_parse_nvcc_version() -> None:
 
 
 def test_sha256_file(tmp_path: Path) -> None:
-    import hashlib
-
     f = tmp_path / "x"
     f.write_bytes(b"a" * (3 << 20))
     assert buildinfo.sha256_file(f) == hashlib.sha256(b"a" * (3 << 20)).hexdigest()
@@ -227,8 +227,6 @@ def test_files_an_earlier_farm_wrote_read_and_write_back_byte_for_byte(name: str
 
 
 def test_ledger_lines_an_earlier_farm_wrote_read_and_write_back_byte_for_byte() -> None:
-    from farm.provenance.ledgerline import dumps_entry
-
     lines = (GOLDEN / "ledger.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4
     for number, line in enumerate(lines, 1):

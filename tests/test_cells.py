@@ -9,7 +9,7 @@ from farm.model.cells import (
     NO_TORCH,
     Cell,
     declared_cells,
-    is_phantom,
+    is_phantom_key,
     local_version,
     planned_wheel_name,
     recipe_excludes,
@@ -63,13 +63,14 @@ def test_torch_free_packages_collapse_the_torch_axis(config) -> None:
     cells = list(declared_cells(config.defaults, config.recipe("free")))
     assert {c.torch for c in cells} == {NO_TORCH}
     assert len(cells) == len({(c.cuda, c.python, c.platform) for c in cells})
-    assert not is_phantom(config.defaults, cells[0])
+    c = cells[0]
+    assert not is_phantom_key(config.defaults, c.cuda, c.torch, c.python_version, c.platform)
 
 
 def test_phantoms_and_restrictions(config) -> None:
     d = config.defaults
-    assert is_phantom(d, Cell("pkg", "1.0", "12.9", "2.10", "cp312", "win_amd64"))
-    assert not is_phantom(d, Cell("pkg", "1.0", "12.9", "2.10", "cp312", "linux_x86_64"))
+    assert is_phantom_key(d, "12.9", "2.10", "3.12", "win_amd64")
+    assert not is_phantom_key(d, "12.9", "2.10", "3.12", "linux_x86_64")
     recipe = config.recipe("pkg")
     assert recipe_excludes(recipe, Cell("pkg", "1.0", "12.4", "2.5", "cp311", "linux_x86_64")) == "min_torch 2.6"
     assert recipe_excludes(recipe, Cell("pkg", "1.0", "12.4", "2.6", "cp311", "linux_x86_64")) is None

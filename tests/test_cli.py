@@ -1,7 +1,9 @@
-"""The ``farm`` dispatcher: exit codes of DESIGN §6 for the command line itself."""
+"""The ``farm`` dispatcher: the exit codes (0 ok, 1 defects, 2 bad input, 3 environment) for the
+command line itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import pytest
 from farm.cli import COMMANDS, main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
 from tests.cudafix import CudaFixtures
+from tests.wheelmaker import make_wheel
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,9 +39,6 @@ def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-    from pathlib import Path
-
     root = Path(__file__).resolve().parent.parent
     assert main(["matrix", "no_such_package", "--root", str(root), "--json"]) == EXIT_BAD_INPUT
     captured = capsys.readouterr()
@@ -56,11 +56,11 @@ def _console(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]
 
 
 @pytest.mark.parametrize("flags", [[], ["--json"], ["--json", "--stubs"]])
-def test_a_short_lived_command_prints_what_main_prints(
+def test_the_console_script_prints_what_main_prints(
     cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str], flags: list[str]
 ) -> None:
-    """``farm inspect`` leaves without the interpreter's teardown: its output and exit code are
-    those of :func:`main`, a bad file among good ones included."""
+    """The console script's output and exit code are those of :func:`main`, a bad file among good
+    ones included."""
     argv = ["inspect", *flags, str(cuda_fixtures.path("rdc")), str(cuda_fixtures.path("bad-magic"))]
     code = main(argv)
     expected = capsys.readouterr()
@@ -69,7 +69,7 @@ def test_a_short_lived_command_prints_what_main_prints(
     assert code == EXIT_BAD_INPUT
 
 
-def test_a_short_lived_command_into_a_closed_pipe_is_not_an_error(cuda_fixtures: CudaFixtures) -> None:
+def test_the_console_script_into_a_closed_pipe_is_not_an_error(cuda_fixtures: CudaFixtures) -> None:
     """``farm inspect LIB | head -0``: the reader left before the output was written."""
     read, write = os.pipe()
     os.close(read)
@@ -81,7 +81,7 @@ def test_a_short_lived_command_into_a_closed_pipe_is_not_an_error(cuda_fixtures:
 
 
 @pytest.mark.parametrize("flags", [[], ["--json"]])
-def test_a_short_lived_command_onto_a_full_disk_fails(cuda_fixtures: CudaFixtures, flags: list[str]) -> None:
+def test_the_console_script_onto_a_full_disk_fails(cuda_fixtures: CudaFixtures, flags: list[str]) -> None:
     """Whether the output fills the buffer inside the command or is flushed on the way out."""
     with open("/dev/full", "wb") as full:
         for paths in ([cuda_fixtures.path("default")], [cuda_fixtures.path("rdc")] * 200):
@@ -90,24 +90,8 @@ def test_a_short_lived_command_onto_a_full_disk_fails(cuda_fixtures: CudaFixture
             assert b"no space left on the device" in proc.stderr and b"Traceback" not in proc.stderr
 
 
-def test_the_console_gives_a_long_lived_command_the_collector_back(capsys: pytest.CaptureFixture[str]) -> None:
-    """console() starts with the cyclic collector off; `farm matrix` (not SHORT_LIVED) gets it back."""
-    import gc
-
-    gc.disable()
-    try:
-        with pytest.raises(SystemExit):
-            main(["matrix", "--help"], _console=True)
-        assert gc.isenabled()
-    finally:
-        gc.enable()
-    assert "farm matrix" in capsys.readouterr().out
-
-
-def test_a_short_lived_command_leaves_no_temporary_file(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
-    """A wheel's members are extracted to temporary files: the quick exit comes after they are gone."""
-    from tests.wheelmaker import make_wheel
-
+def test_the_console_script_leaves_no_temporary_file(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
+    """A wheel's members are extracted to temporary files: they are gone when the command exits."""
     wheel = make_wheel(tmp_path / "in", "demo", "1.0", {"demo/_C.so": cuda_fixtures.path("rdc"),
                                                         "demo.libs/libk.so.1": cuda_fixtures.path("default")})
     scratch = tmp_path / "tmp"

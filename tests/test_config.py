@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ArchError, ConfigError, FarmError, UsageError
+from farm.model.cells import Cell, extension_lists, requires_dist, resolve_arch
 from farm.model.config import (
     GitSource,
     PathSource,
@@ -243,7 +244,6 @@ links_torch: %s
 
 @pytest.mark.parametrize("base_links_torch", [True, False])
 def test_requires_dist_pins_a_sibling_wheel_of_the_same_cell(farm_root: Path, base_links_torch: bool) -> None:
-    from farm.model.cells import Cell, requires_dist
     write(farm_root, "base", SIBLING % str(base_links_torch).lower())
     write(farm_root, "pkg", GOOD + "requires_dist: [numpy, 'base=={version:base}+{local:base}']\n")
     for packages in (None, ["pkg"]):  # the sibling is read even when only pkg is loaded
@@ -279,7 +279,6 @@ def test_verify_knobs_load(farm_root: Path) -> None:
 
 
 def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
-    from farm.model.cells import Cell, resolve_arch
     write(farm_root, "pkg", GOOD + textwrap.dedent("""
         arch:
           x86_64:
@@ -297,7 +296,6 @@ def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
 
 
 def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
-    from farm.model.cells import extension_lists
     write(farm_root, "pkg", GOOD + textwrap.dedent("""
         extensions:
           '*_sm90*': '9.0a'

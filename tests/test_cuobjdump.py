@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import packaging
 import pytest
+import zstandard
 
 from farm.binary.cuobjdump import (
     cuobjdump_version,
@@ -69,10 +71,15 @@ def test_missing_tool_is_an_environment_error(tmp_path: Path) -> None:
     """An interpreter without the wheel, no PATH, no CUDA_HOME: `farm inspect --reader cuobjdump` exits 3."""
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # farm's own dependencies, and nothing else of this environment (not the cuobjdump wheel)
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for module in (zstandard, packaging):
+        (deps / module.__name__).symlink_to(Path(module.__file__ or "").parent)
     so = tmp_path / "x.so"
     so.write_bytes(b"\x7fELF")
     code = "import sys; from farm.cli import main; sys.exit(main(sys.argv[1:]))"
-    env = _isolated_env(PYTHONPATH=str(REPO))
+    env = _isolated_env(PYTHONPATH=os.pathsep.join([str(REPO), str(deps)]))
     proc = subprocess.run([str(venv / "bin" / "python"), "-c", code, "inspect", "--reader", "cuobjdump", str(so)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert proc.returncode == 3, proc.stderr
@@ -146,7 +153,7 @@ def test_rc_1_on_bad_headers_names_the_header_problem(tool: Path, cuda_fixtures:
 
 
 def test_cuobjdump_alone_skips_unknown_kinds(tool: Path, cuda_fixtures: CudaFixtures) -> None:
-    """FACTS §2: an unknown entry kind is skipped silently (rc 0). This is why every reader mode
+    """An unknown entry kind is skipped silently (rc 0; docs/background.md, "cuobjdump's quirks"). This is why every reader mode
     also checks the headers (tests/test_inspection.py)."""
     listed = list_targets(cuda_fixtures.path("unknown-kind"), tool)
     assert len(listed) == len(ArchList.parse(FIXTURES["default"].holds or "")) - 1

@@ -1,8 +1,10 @@
-"""examples/demo_ext/cuda_build.py reads TORCH_CUDA_ARCH_LIST the way torch does (FACTS §5)."""
+"""examples/demo_ext/cuda_build.py reads TORCH_CUDA_ARCH_LIST the way torch does (docs/background.md,
+"torch's TORCH_CUDA_ARCH_LIST")."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 
@@ -51,8 +53,6 @@ def test_unset_is_an_error_on_a_build_machine(value):
 
 
 def test_setup_py_without_an_arch_list_fails_clearly(tmp_path, cuda_home):
-    import shutil
-
     shutil.copytree(REPO / "examples/demo_ext", tmp_path / "demo", ignore=shutil.ignore_patterns("build"))
     env = {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(cuda_home)}
     proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext"], cwd=tmp_path / "demo", env=env,

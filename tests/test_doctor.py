@@ -7,24 +7,28 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from farm.cli import main
 from farm.doctor.catalog import Catalog
 from farm.doctor.catalog import parse as parse_catalog
 from farm.doctor.diagnose import Severity, channel, diagnose
 from farm.doctor.environment import Environment, Extension, Package, Torch, torch_of
 from farm.doctor.machine import given
+from farm.fsutil import sha256_file
 from farm.model.arch import ArchList
 from farm.model.driver import Device
 from farm.model.drivers import DriverVersion
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
+from farm.publish import compat, index
 
 from .doctorfix import doctor_wheel
 from .ledgermaker import make_entry
-from .publishfix import fresh_venv, pip_install
+from .publishfix import fresh_venv, pip_install, serve_dir
 
 REPO = Path(__file__).resolve().parent.parent
 __all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
@@ -147,8 +151,6 @@ def test_torch_flavour_from_its_metadata(tmp_path: Path) -> None:
 
 
 def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    from farm.cli import main
-
     for bad in (["--driver", "latest"], ["--device", "sm_90"]):
         with pytest.raises(SystemExit) as exc:
             main(["doctor", *bad])
@@ -246,8 +248,6 @@ def test_a_modified_extension_is_reported(venv: Path, tmp_path: Path) -> None:
 
 
 def test_the_build_tooling_is_an_extra() -> None:
-    import tomllib
-
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     base = {r.split(">")[0].split(";")[0].strip() for r in project["dependencies"]}
     assert not base & {"cibuildwheel", "nox", "pip", "nvidia-cuda-cuobjdump"}
@@ -282,8 +282,6 @@ def test_the_light_install_diagnoses_and_refuses_to_build(venv: Path, tmp_path: 
 # -- the fix names a wheel of the index's catalogue --------------------------------------------
 def _catalog(*wheels: tuple[str, str, str]) -> Catalog:
     """A catalogue as farm.publish.compat writes it, for pkg wheels (arch, CUDA, torch)."""
-    from farm.publish import compat, index
-
     recs = []
     for n, (arch, cuda, torch) in enumerate(wheels):
         entry = {k: v for k, v in make_entry("pkg", version=f"1.{n}", cuda=cuda, torch=torch, arch=arch).items()
@@ -331,10 +329,6 @@ def test_an_unreadable_catalogue_is_said_and_fixes_fall_back(venv: Path, tmp_pat
 
 def test_doctor_reads_a_served_index(venv: Path, doctor_wheel: Path, tmp_path: Path) -> None:
     """The catalogue of a static index served on 127.0.0.1, as a user's --index-url is."""
-    from farm.fsutil import sha256_file
-    from farm.publish import index
-
-    from .publishfix import serve_dir
 
     root = tmp_path / "index"
     sha = sha256_file(doctor_wheel)

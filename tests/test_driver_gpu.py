@@ -15,7 +15,8 @@ import pytest
 from farm.model.arch import ArchList
 from farm.model.driver import Device, ImageKind, pick_image
 
-# FACTS §1's rows and the a/f and PTX-direction rules, as nvcc targets.
+# The rows measured on an H200 and the a/f and PTX-direction rules (docs/background.md, "Which image
+# a GPU runs"), as nvcc targets.
 CONFIGS = [
     "sm_80", "sm_80;compute_80", "sm_86;sm_89", "sm_86;sm_89;compute_89", "sm_90", "sm_90a",
     "sm_100;compute_100", "sm_80;sm_90", "compute_75", "sm_75;sm_86;compute_86", "sm_90;compute_90",
@@ -71,7 +72,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
     out = {}
     for i, config in enumerate(CONFIGS):
         exe = work / f"which{i}"
-        subprocess.run([str(nvcc), "-o", str(exe), str(src), *ArchList.parse(config).render_nvcc()],
+        gencode = [f"-gencode=arch=compute_{t.number}{t.variant.value},code={t.name}" for t in ArchList.parse(config)]
+        subprocess.run([str(nvcc), "-o", str(exe), str(src), *gencode],
                        check=True, capture_output=True)
         out[config] = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.strip()
     return out

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from farm.binary.fatbin import (
     EXECUTABLE_SECTION,
@@ -106,22 +108,20 @@ def test_compressed_stub_is_recognised(cuda_fixtures: CudaFixtures, tmp_path: Pa
 def test_zstd_payload_cannot_inflate_past_its_header(tmp_path: Path) -> None:
     """The zstd frame's own content size is not trusted: a payload claiming more than its entry
     header declares (a decompression bomb, or a lying header) is refused, not allocated."""
-    import zstandard
-
     frame = zstandard.ZstdCompressor().compress(bytes(1 << 20))
     path = tmp_path / "payload.bin"
     path.write_bytes(bytes(64) + frame)
     entry = Entry(EntryKind.CUBIN, Target(8, 0), Compression.ZSTD, 0, 64, len(frame), 1 << 20)
     assert read_payload(path, entry) == bytes(1 << 20)
     with pytest.raises(BinaryFormatError, match=r"claims 1048576 bytes; its entry header declares 1024 \(read limit"):
-        read_payload(path, entry.replace(uncompressed_size=1024))
+        read_payload(path, dataclasses.replace(entry, uncompressed_size=1024))
     with pytest.raises(BinaryFormatError, match=r"claims 1048576 bytes; its entry header declares 1048576 \(read limit 4096\)"):
         read_payload(path, entry, limit=4096)
     # a frame that does not say its size is bounded by the header's
     unsized = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(1 << 20))
     path.write_bytes(bytes(64) + unsized)
     with pytest.raises(BinaryFormatError, match="does not decompress"):
-        read_payload(path, entry.replace(payload_size=len(unsized), uncompressed_size=1024))
+        read_payload(path, dataclasses.replace(entry, payload_size=len(unsized), uncompressed_size=1024))
     path.write_bytes(bytes(64) + frame)
     path.write_bytes(bytes(64) + frame[:-8] + bytes(8))
     with pytest.raises(BinaryFormatError, match="does not decompress"):

@@ -14,9 +14,10 @@ import pytest
 
 from farm.binary.cuobjdump import find_cuobjdump, list_targets, variant_free
 from farm.binary.fatbin import read_fatbins, union
-from farm.binary.inspection import inspect_file
+from farm.binary.inspection import inspect_file, inspect_wheel
 from farm.errors import BinaryFormatError, ToolError
 from tests.cudafix import CudaFixtures
+from tests.wheelmaker import make_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 ALIGN = 0x200
@@ -115,9 +116,6 @@ def test_a_real_nvidia_windows_dll_against_its_linux_build(tmp_path_factory: pyt
 
 
 def test_a_windows_wheel_is_inspected_natively(elf: Path, tmp_path: Path) -> None:
-    from farm.binary.inspection import inspect_wheel
-    from tests.wheelmaker import make_wheel
-
     pyd = _pe([(b".text", b"\xc3"), (b".nv_fatb", _fatbin_bytes(elf, tmp_path))])
     wheel = make_wheel(tmp_path / "dist", "demo_ext", "0.1.0", {"demo_ext/_C.cp311-win_amd64.pyd": pyd},
                        tag="cp311-cp311-win_amd64")

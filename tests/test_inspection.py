@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from farm.binary.assertion import Expected, VendoredRule, assert_inspection
 from farm.binary.cuobjdump import list_targets, variant_free
 from farm.binary.fatbin import read_fatbins
 from farm.binary.inspection import Reader, compare, inspect_file, inspect_wheel
 from farm.cli import main
+from farm.commands.inspect import _fatbin_lines
 from farm.errors import BinaryFormatError, ToolError, WheelError
 from farm.model.arch import ArchList
+from farm.table import format_table
 from tests.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
 from tests.wheelmaker import make_wheel
 
@@ -37,7 +40,8 @@ def test_both_readers_agree_on_every_valid_fixture(cuda_fixtures: CudaFixtures, 
 def test_corrupt_fixtures_fail_closed_in_every_mode(cuda_fixtures: CudaFixtures, name: str, reader: Reader) -> None:
     path = cuda_fixtures.path(name)
     if reader is Reader.NATIVE and name not in CORRUPT_HEADERS:
-        # FACTS §3: the header reader cannot see payload corruption; that is why the
+        # the header reader cannot see payload corruption (docs/background.md, "The fatbin
+        # container"); that is why the
         # assertion also runs cuobjdump
         assert inspect_file(path, reader).found == ArchList.parse(BASE)
         return
@@ -114,25 +118,11 @@ def test_inspect_command_json(cuda_fixtures: CudaFixtures, tmp_path: Path, capsy
     assert file_result["found_targets"] == ["sm_100f", "sm_120f", "compute_120f"]
 
 
-@pytest.mark.parametrize("stubs", [True, False])
-@pytest.mark.parametrize("name", VALID)
-def test_fatbins_json_text_is_json_dumps_byte_for_byte(cuda_fixtures: CudaFixtures, name: str, stubs: bool) -> None:
-    """The compact listing's encoder (distinct entry heads encoded once) writes what json.dumps would."""
-    insp = inspect_file(cuda_fixtures.path(name), stubs=stubs)
-    assert insp.fatbins_json_text() == json.dumps(insp.fatbins_json())
-    # in pieces of any size, the empty list (host-only) included
-    for size in (1, 2, 3):
-        pieces = list(insp.fatbins_json_pieces(size))
-        assert "".join(pieces) == insp.fatbins_json_text()
-        assert len(pieces) == len(insp.fatbins) // size + (len(insp.fatbins) % size > 0) + 1
-
-
 def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
     cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Into a pipe, each file's fatbins are encoded on their own and written into the document as
-    they are: the same document,
-    for several files, a wheel and an error among them."""
+    """Into a pipe the document is compact, on a terminal indented: the same document, for several
+    files, a wheel and an error among them."""
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default")})
     argv = ["inspect", "--json", "--stubs", str(cuda_fixtures.path("rdc")), str(wheel),
             str(cuda_fixtures.path("bad-magic")), str(cuda_fixtures.path("family"))]
@@ -151,9 +141,6 @@ def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
 @pytest.mark.parametrize("name", ["rdc", "nvcc-link-default", "family", "default"])
 def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, name: str) -> None:
     """The listing's table writer (widths from the data, one %-format per row) against the generic one."""
-    from farm.commands.inspect import _fatbin_lines
-    from farm.table import format_table
-
     insp = inspect_file(cuda_fixtures.path(name), stubs=True)
     loaded = {f.offset for f in insp.runnable}
     rows = [(str(i), f.section, hex(f.offset),
@@ -220,8 +207,6 @@ def test_the_assertion_leaves_a_bundled_librarys_stubs_unread_and_judges_the_sam
     """Stubs change the verdict on an extension, never on a bundled library (judged by its found
     set): the assertion does not decompress the library's cubins, and its verdicts are those it
     gives with them read, whatever the recipe expects."""
-    from farm.binary.assertion import Expected, VendoredRule, assert_inspection
-
     lib = "demo.libs/libkern-1a2b3c4d.so.1"
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("nvcc-link-default"),
                                                  lib: cuda_fixtures.path("nvcc-link-default")})

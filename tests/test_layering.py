@@ -13,8 +13,8 @@ PACKAGE = Path(farm.__file__).parent
 # Stage order: a stage may import from itself and from stages listed before it.
 STAGES = ["base", "model", "toolkit", "binary", "source", "lint", "provenance", "build", "schedule", "publish",
           "doctor", "commands"]
-BASE_MODULES = {"farm", "farm.cacheseal", "farm.errors", "farm.filestamp", "farm.fsutil", "farm.frozen", "farm.jsonread",
-                "farm.jsontext", "farm.netutil", "farm.progress", "farm.table"}
+BASE_MODULES = {"farm", "farm.cacheseal", "farm.errors", "farm.filestamp", "farm.fsutil", "farm.jsonread",
+                "farm.netutil", "farm.progress", "farm.table"}
 
 
 def _module_name(path: Path) -> str:

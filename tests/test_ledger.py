@@ -1,26 +1,38 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from farm.errors import EXIT_BAD_INPUT, LedgerError
-from farm.provenance import buildinfo
-from farm.provenance.ledger import LedgerIndex, iter_entries
-from farm.provenance.ledgerline import ExistsKey, Provenance, Record, dumps_entry, validate_entry
+from farm.provenance import buildinfo, ledgercache, ledgerline, shape
+from farm.provenance import buildinfo as buildinfo_mod
+from farm.provenance import ledger as ledger_mod
+from farm.provenance.ledger import LedgerIndex, _read_lines, iter_entries
+from farm.provenance.ledgerline import (
+    ExistsKey,
+    Provenance,
+    Record,
+    _fast_record,
+    _validate_full,
+    dumps_entry,
+    validate_entry,
+)
 from farm.provenance.ledgerwrite import (
     FRAGMENT_SUFFIX,
     merge_fragments,
-    record_published,
     record_published_many,
     write_fragment,
 )
@@ -324,7 +336,7 @@ def test_merge_killed_before_its_rename_leaves_the_ledger_as_it_was(tmp_path: Pa
 
 
 # -- publishing ------------------------------------------------------------------------------
-def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path) -> None:
+def test_record_published_many_rewrites_one_line_and_keeps_the_others(tmp_path: Path) -> None:
     entries = [make_entry(python=py) for py in ("cp310", "cp311", "cp312")]
     ledger = tmp_path / "ledger.jsonl"
     # Lines written by hand (other key order, spaces) must survive byte for byte.
@@ -333,7 +345,7 @@ def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path)
     ledger.chmod(0o664)
     target = entries[1]
 
-    assert record_published(ledger, target["filename"], target["sha256"], "index", "https://x/a.whl")
+    assert record_published_many(ledger, [(target["filename"], target["sha256"], "index", "https://x/a.whl")]) == 1
     lines = ledger.read_text().splitlines()
     assert lines[0] == raw[0] and lines[2] == raw[2]
     assert json.loads(lines[1])["published"] == [{"target": "index", "url": "https://x/a.whl"}]
@@ -342,9 +354,9 @@ def test_record_published_rewrites_one_line_and_keeps_the_others(tmp_path: Path)
 
     # Same target/url again: nothing to do.
     before = ledger.read_bytes()
-    assert not record_published(ledger, target["filename"], target["sha256"], "index", "https://x/a.whl")
+    assert record_published_many(ledger, [(target["filename"], target["sha256"], "index", "https://x/a.whl")]) == 0
     assert ledger.read_bytes() == before
-    assert record_published(ledger, target["filename"], target["sha256"], "github", "https://gh/a.whl")
+    assert record_published_many(ledger, [(target["filename"], target["sha256"], "github", "https://gh/a.whl")]) == 1
     assert [p["target"] for p in lines_of(ledger)[1]["published"]] == ["index", "github"]
 
 
@@ -367,9 +379,9 @@ def test_record_published_refuses_unknown_wheel_or_other_sha(tmp_path: Path) -> 
     ledger = write_ledger(tmp_path / "ledger.jsonl", [entry])
     before = ledger.read_bytes()
     with pytest.raises(LedgerError, match="not in the ledger"):
-        record_published(ledger, "other-1.0-py3-none-any.whl", entry["sha256"], "index", "u")
+        record_published_many(ledger, [("other-1.0-py3-none-any.whl", entry["sha256"], "index", "u")])
     with pytest.raises(LedgerError, match=":1: .*recorded with sha256"):
-        record_published(ledger, entry["filename"], "1" * 64, "index", "u")
+        record_published_many(ledger, [(entry["filename"], "1" * 64, "index", "u")])
     assert ledger.read_bytes() == before
 
 
@@ -389,9 +401,6 @@ _PATHS = [("provenance",), ("filename",), ("sha256",), ("size",), ("schema_versi
 def test_fast_validation_accepts_only_what_the_full_validation_accepts(
     mutations: list[tuple[tuple[str, ...], object]], provenance: str
 ) -> None:
-    import orjson
-
-    from farm.provenance.ledgerline import _fast_record, _validate_full
 
     entry = make_entry(provenance=provenance, published=[{"target": "t", "url": "u"}])
     for path, value in mutations:
@@ -428,8 +437,6 @@ def test_fast_validation_accepts_only_what_the_full_validation_accepts(
 def test_every_single_change_the_fast_path_accepts_the_full_validation_accepts(path: tuple[str, ...]) -> None:
     """Each field the index decodes, set to each sampled value: the exhaustive single-change
     counterpart of the property test above (which samples combinations)."""
-    from farm.provenance.ledgerline import _fast_record, _validate_full
-
     for value in _VALUES:
         entry = make_entry(published=[{"target": "t", "url": "u"}])
         holder: Any = entry
@@ -447,9 +454,6 @@ def test_every_single_change_the_fast_path_accepts_the_full_validation_accepts(p
 @pytest.mark.parametrize("size", [1, 7, 64, 1 << 22])
 def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     """The index reads in large chunks; a line split across reads (or longer than one) is whole."""
-    import io
-
-    from farm.provenance.ledger import _read_lines
 
     text = b'{"a":1}\n' + b"x" * 200 + b"\n\n" + b'{"b":"' + b"y" * 100 + b'"}'
     lines = [bytes(line) for line in _read_lines(io.BytesIO(text), size)]
@@ -464,9 +468,6 @@ def _cache_files(cache: Path) -> list[Path]:
 
 
 def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from farm.provenance import ledger as ledger_mod
-    from farm.provenance import ledgercache
-
     monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     entries = [make_entry(python=py) for py in ("cp310", "cp311")] + [make_entry(python="cp312", provenance="inferred")]
     path = write_ledger(tmp_path / "ledger.jsonl", entries)
@@ -487,9 +488,6 @@ def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pyt
 
 
 def test_index_cache_misses_on_any_change_of_the_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import time
-
-    from farm.provenance import ledgercache
 
     monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
@@ -525,8 +523,6 @@ def test_a_just_written_ledger_is_not_cached(tmp_path: Path) -> None:
 
 
 def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from farm.provenance import ledgercache
-
     monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     path = write_ledger(tmp_path / "ledger.jsonl", [make_entry(python="cp310"), make_entry(python="cp311")])
     cache = tmp_path / "cache"
@@ -544,10 +540,6 @@ def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytes
 
 def test_the_index_cache_is_keyed_on_every_module_that_makes_a_record() -> None:
     """A change to the definition, the line's checks or the indexing makes every cache stale."""
-    from farm.provenance import buildinfo as buildinfo_mod
-    from farm.provenance import ledger as ledger_mod
-    from farm.provenance import ledgercache, ledgerline, shape
-
     files = {Path(m.__file__ or "").name for m in (shape, buildinfo_mod, ledgerline, ledger_mod)}
     assert set(ledgercache._RULES) == files
     assert all((Path(ledgercache.__file__ or "").parent / name).is_file() for name in ledgercache._RULES)

@@ -5,6 +5,7 @@ environment error (exit 3) that names the path and the remedy."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -17,6 +18,9 @@ import pytest
 
 from farm.errors import FileSystemError
 from farm.fsutil import atomic_write, sweep_leftovers
+from farm.provenance.buildinfo import inferred_build_info
+from farm.provenance.crawl import Scratch, _stream
+from farm.provenance.stamp import stamp_wheel
 from tests.wheelmaker import make_wheel
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,9 +89,6 @@ def test_disk_full_names_the_path_and_the_remedy_on_a_real_full_filesystem(tmp_p
     wheel = _big_wheel(tmp_path, 4 << 20)
     with _small_filesystem(tmp_path) as mnt:
         out = mnt / "dist"
-        from farm.provenance.buildinfo import inferred_build_info
-        from farm.provenance.stamp import stamp_wheel
-
         info = inferred_build_info(dist="demo", version="1.0", cell={}, found={}, extensions={})
         with pytest.raises(FileSystemError) as exc:
             stamp_wheel(wheel, out, local="cu130", build_tag=None, build_info=info)
@@ -112,8 +113,6 @@ def test_disk_full_through_the_command_line(tmp_path: Path) -> None:
 
 
 def test_disk_full_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import errno
-
     def full(*_: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -139,8 +138,6 @@ def test_unwritable_folder_names_the_folder(tmp_path: Path) -> None:
 
 
 def test_a_killed_audits_downloads_are_swept_by_the_next_audit(tmp_path: Path) -> None:
-    from farm.provenance.crawl import Scratch, _stream
-
     scratch = tmp_path / "scratch"
     dead = scratch / "farm-audit-999999999-abc123"  # no such pid: a killed audit's folder
     dead.mkdir(parents=True)

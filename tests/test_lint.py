@@ -10,7 +10,7 @@ import pytest
 
 from farm.cli import main
 from farm.errors import SourceError
-from farm.lint import LINT_VERSION, LintReport, Severity, lint_cached, lint_tree
+from farm.lint.api import LINT_VERSION, LintReport, Severity, lint_cached, lint_tree
 from farm.model.arch import ArchList
 from farm.model.config import LintIgnore
 from farm.source.fetch import SourceTree

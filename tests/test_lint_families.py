@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from farm.cli import main
-from farm.lint import LintReport, lint_tree
+from farm.lint.api import LintReport, lint_tree
 from farm.lint.families import loose_intersection
 from farm.model.arch import ArchList
 

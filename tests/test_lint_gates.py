@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.lint import LintReport, Severity, lint_tree
+from farm.lint.api import LintReport, Severity, lint_tree
 from farm.model.arch import ArchList
 
 DATA = Path(__file__).parent / "data" / "lint"

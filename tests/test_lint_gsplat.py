@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.lint import lint_cached
+from farm.lint.api import lint_cached
 from farm.model.arch import ArchList
 from farm.model.config import SdistSource
 from farm.source.fetch import SourceTree, fetch

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.lint import Severity, lint_tree
+from farm.lint.api import Severity, lint_tree
 from farm.lint.isa import INSTRUCTIONS, instruction_in_asm
 from farm.model.arch import ArchList, Target
 from farm.model.config import LintIgnore

@@ -9,15 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from farm.cli import main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
 from farm.model.config import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from farm.schedule.actions import SHARD_SIZE, shards
 from farm.schedule.matrix import Filters, compute_matrix
 from farm.schedule.slices import slice_plan
 
@@ -401,15 +398,6 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     assert rc == 0 and data["cells"] == []
     assert read_outputs(output) == {"shard_count": "0", "total": "0", "deferred": "0",
                                     "deferred_by_package": "{}", "link_count": "0", "lint_failed": "[]"}
-
-
-@given(st.integers(min_value=0, max_value=1500))
-def test_shards_partition_the_cells(n: int) -> None:
-    cells = list(range(n))
-    parts = shards(cells)  # type: ignore[arg-type]
-    assert all(1 <= len(p) <= SHARD_SIZE for p in parts)
-    assert [c for p in parts for c in p] == cells
-    assert len(parts) == -(-n // SHARD_SIZE)
 
 
 # -- lint in the loop ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The nox sessions, run for real from a fresh clone (nox has no testing helper: FACTS §6)."""
+"""The nox sessions, run for real from a fresh clone (nox has no testing helper)."""
 
 from __future__ import annotations
 

@@ -10,11 +10,13 @@ import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from wheel.wheelfile import WheelFile
 
 from farm.binary.assertion import Expected
+from farm.build.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
 from farm.model.arch import ArchList
@@ -37,6 +39,7 @@ from farm.provenance.postbuild import (
 )
 from farm.provenance.stamp import WheelName
 from farm.schedule.durations import read_durations
+from farm.source.fetch import tree_sha256
 from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
 from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
 
@@ -266,8 +269,6 @@ def test_two_processes_merging_fragments_at_once_lose_and_duplicate_nothing(stam
 
 
 def test_context_of_a_path_source_records_its_tree_hash(farm_root: Path, raw_wheel: Path, cuda_home: Path) -> None:
-    from farm.source.fetch import tree_sha256
-
     src = farm_root / "src" / "demo_ext"
     src.mkdir(parents=True)
     (src / "setup.py").write_text("# demo\n")
@@ -295,9 +296,6 @@ def test_postbuild_asserts_the_build_spec_it_is_given(farm_root: Path, raw_wheel
                                                       tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`farm postbuild --spec build-spec.json`: the spec farm build wrote crosses the process
     boundary intact, and its arch request (not the config's) is what the assertion checks."""
-    from dataclasses import replace
-
-    from farm.build.spec import resolve_spec, write_spec
 
     config = load_config(farm_root)
     recipe = config.recipe("demo_ext")
@@ -397,8 +395,6 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
                                                                      cuda_home: Path, tmp_path: Path) -> None:
     """The recipe is edited after the build (its epoch, a vendored rule, jit, requires_dist, the
     arch list): `farm postbuild --spec` stamps and records what the spec says, not today's recipe."""
-    from farm.build.spec import read_spec, resolve_spec, write_spec
-
     config = load_config(farm_root)
     recipe = config.recipe("demo_ext")
     cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")
@@ -422,6 +418,61 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
     assert info["recipe_sha256"] == spec.recipe_sha256 != today.recipe("demo_ext").sha256
     assert info["arch_list"]["requested"] == BASE
     assert "numpy" not in meta
+
+
+def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFixtures,  # noqa: F811
+                                                          cuda_home: Path, tmp_path: Path, farm_root: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A real .so of two kernel families (k1.cu for the base list, k2.cu for 9.0a alone): postbuild
+    asserts each family, records them in _build_info.json, and the gate's judge accepts the record;
+    with one family's list changed nothing is stamped."""
+    from dataclasses import replace
+
+    from farm.binary.assertion import FamilyTargets
+    from farm.provenance.verdict import GATE, judge
+    from farm.provenance.wheelfacts import wheel_facts
+
+    raw = builder_wheel(tmp_path / "raw", "demo_ext", cuda_fixtures.path("families"))
+    ctx = context(cuda_home, BASE)
+    k1 = FamilyTargets("BASE_ARCHS", ("csrc/k1.cu",), ArchList.parse(BASE))
+    k2 = FamilyTargets("HOPPER_ARCHS (CMakeLists.txt:9)", ("csrc/k2.cu",), ArchList.parse("9.0a"))
+    result = postbuild_wheel(raw, tmp_path / "out", replace(ctx, expected=replace(ctx.expected, families=(k1, k2))),
+                             dist="demo_ext")
+    assert result.passed and result.stamped is not None, result.report.render()
+    info = result.stamped.build_info
+    member = f"demo_ext/{SO}"
+    assert isinstance(info.families, MappingProxyType)
+    assert {n: (f.targets, f.extensions) for n, f in info.families.items()} == {
+        "BASE_ARCHS": ("sm_80;sm_90;compute_90", (member,)), "HOPPER_ARCHS (CMakeLists.txt:9)": ("sm_90a", (member,))}
+    assert dict(info.expected or {}) == dict(info.found or {}) == {member: "sm_80;sm_90;compute_90;sm_90a"}
+    assert judge(wheel_facts(result.stamped.path), None, None, replace(GATE, vouched=False)) == []
+
+    wrong = replace(k2, targets=ArchList.parse("9.0a;10.0a"))
+    failed = postbuild_wheel(raw, tmp_path / "out-wrong",
+                             replace(ctx, expected=replace(ctx.expected, families=(k1, wrong))), dist="demo_ext")
+    assert not failed.passed and failed.stamped is None and not (tmp_path / "out-wrong").exists()
+    assert "kernel family HOPPER_ARCHS" in failed.report.render() and "TU k2.cu" in failed.report.render()
+
+    # postbuilt again, the stamped wheel is carried only with the families it records
+    again = postbuild_wheel(result.stamped.path, tmp_path / "again",
+                            replace(ctx, expected=replace(ctx.expected, families=(k1, k2))), dist="demo_ext")
+    assert again.passed
+    with pytest.raises(UsageError, match="kernel families that are not the ones asserted now"):
+        postbuild_wheel(result.stamped.path, tmp_path / "again2",
+                        replace(ctx, expected=replace(ctx.expected, families=(k1, replace(k2, name="OTHER")))),
+                        dist="demo_ext")
+
+    # `farm assert --spec`: the families the build spec carries
+    from farm.build.spec import resolve_spec, write_spec
+
+    config = load_config(farm_root)
+    cell = context_from_config(config, raw, cuda_home=cuda_home)[0].cell
+    spec = resolve_spec(config, config.recipe("demo_ext"), cell)
+    right = write_spec(replace(spec, families=(k1, k2)), tmp_path / "spec-right")
+    assert main(["assert", str(raw), "--spec", str(right)]) == 0
+    assert main(["assert", str(raw), "--spec", str(write_spec(replace(spec, families=(k1, wrong)),
+                                                              tmp_path / "spec-wrong"))]) == 1
+    assert "kernel family HOPPER_ARCHS" in capsys.readouterr().out
 
 
 def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel: Path, cuda_home: Path,

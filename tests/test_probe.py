@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -38,8 +39,6 @@ def test_toolchain_asks_the_real_nvcc(cuda_home: Path, nvcc: Path) -> None:
 
 
 def test_toolchain_reports_cibuildwheel_only_for_that_builder() -> None:
-    from importlib.metadata import version
-
     assert probe.toolchain(cuda_home=None, builder="cibuildwheel").cibuildwheel == version("cibuildwheel")
 
 

@@ -14,7 +14,7 @@ from farm.cli import main
 from farm.model.arch import validate_for_cuda
 from farm.model.cells import (
     declared_cells,
-    is_phantom,
+    is_phantom_key,
     planned_wheel_name,
     recipe_excludes,
     requires_dist,
@@ -53,7 +53,7 @@ def test_recipe_loads_and_every_cell_resolves(config: FarmConfig, name: str) -> 
     assert alone.sha256 == recipe.sha256 and alone.siblings == recipe.siblings
     built = 0
     for cell in declared_cells(config.defaults, recipe):
-        if is_phantom(config.defaults, cell) or recipe_excludes(recipe, cell):
+        if is_phantom_key(config.defaults, cell.cuda, cell.torch, cell.python_version, cell.platform) or recipe_excludes(recipe, cell):
             continue
         resolution = resolve_arch(config, recipe, cell)
         if resolution is None:  # no policy row for this (platform group, CUDA line): not built
@@ -75,7 +75,7 @@ def test_recipe_plans_a_build_on_every_line_and_platform(config: FarmConfig, nam
     options = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", host_cuda_home=tmp_path / "cuda")
     seen = set()
     for cell in declared_cells(config.defaults, recipe):
-        if (cell.cuda, cell.platform) in seen or is_phantom(config.defaults, cell) or recipe_excludes(recipe, cell):
+        if (cell.cuda, cell.platform) in seen or is_phantom_key(config.defaults, cell.cuda, cell.torch, cell.python_version, cell.platform) or recipe_excludes(recipe, cell):
             continue
         if resolve_arch(config, recipe, cell) is None:
             continue

@@ -4,6 +4,7 @@ through the planner and the builder to postbuild, and written/read as JSON in on
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
 from farm.model.config import load_config
 from farm.model.spec import ArchRequest, arch_request
+from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
 
@@ -191,8 +193,6 @@ def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path):
 def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_path):
     """The recipe edited after the build (epoch, vendored rules, jit, requires_dist): postbuild's
     context from the written spec is the build's, not today's recipe's."""
-    from farm.provenance import buildinfo, probe
-
     path = write_spec(resolve_spec(config, config.recipe("torchpkg"), TORCH), tmp_path)
     (config.root / "packages" / "torchpkg.yml").write_text(MOVED)
     today = resolve_spec(load_config(config.root), load_config(config.root).recipe("torchpkg"), TORCH)
@@ -208,7 +208,7 @@ def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_p
     assert ctx.cell == TORCH and ctx.expected.default == spec.arch.archs
 
 
-@pytest.mark.parametrize(("version", "says"), [(2, "an older farm"), (SPEC_VERSION + 1, "a newer farm")])
+@pytest.mark.parametrize(("version", "says"), [(SPEC_VERSION - 1, "an older farm"), (SPEC_VERSION + 1, "a newer farm")])
 def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, says):
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
     data["spec_version"] = version
@@ -237,3 +237,38 @@ def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit,
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match=message):
         read_spec(path)
+
+
+def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, tmp_path):
+    from farm.binary.assertion import FamilyTargets
+    from farm.model.arch import ArchList
+
+    base = resolve_spec(config, config.recipe("torchpkg"), TORCH)
+    families = (FamilyTargets("SCALED_MM_ARCHS", ("csrc/scaled_mm_c3x_sm90.cu",), ArchList.parse("9.0a")),
+                FamilyTargets("FP4_ARCHS", ("csrc/nvfp4.cu",), ArchList.of(())))
+    spec = dataclasses.replace(base, families=families)
+    assert read_spec(write_spec(spec, tmp_path)) == spec
+    assert spec.expected.families == families and spec.digest != base.digest
+    for bad in ({"name": "X", "sources": [], "targets": "9.0a"}, {"name": "X", "sources": ["a.cpp"], "targets": ""},
+                {"name": "X", "sources": ["a.cu"], "targets": "9.0q"}, {"name": "X", "sources": ["a.cu"]}):
+        data = spec.to_json()
+        data["postbuild"]["families"] = [bad]
+        (tmp_path / SPEC_FILE).write_text(json.dumps(data))
+        with pytest.raises(UsageError, match="postbuild.families"):
+            read_spec(tmp_path / SPEC_FILE)
+
+
+def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project():
+    from farm.build.spec import families_from_lint
+    from farm.lint.api import lint_tree
+    from farm.model.arch import ArchList
+
+    tree = Path(__file__).parent / "data" / "lint" / "vllm_like"
+    report = lint_tree(tree, ArchList.parse("7.5 8.0 8.6 9.0+PTX 10.0 12.0+PTX"), cuda="13.0")
+    families = {f.name: f for f in families_from_lint(report.scope)}
+    scaled = families["SCALED_MM_ARCHS (CMakeLists.txt:29)"]
+    assert scaled.targets == ArchList.parse("9.0a") and scaled.sources and all(
+        s.endswith(".cu") for s in scaled.sources)
+    assert families["HADACORE_ARCHS (CMakeLists.txt:47)"].targets == ArchList.parse("8.0+PTX;9.0+PTX")
+    with pytest.raises(UsageError, match="differ in length"):
+        families_from_lint({**report.scope, "family_sources": []})

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
@@ -221,8 +224,6 @@ def test_a_failed_install_leaves_no_prefix(tmp_path):
 def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path):
     """A venv made without pip (as uv makes them): the toolkit's wheels cannot be installed, and the
     message says so instead of relaying `No module named pip` as a network problem."""
-    import sys
-
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
@@ -236,9 +237,6 @@ def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path
 def test_farm_depends_on_the_pip_it_runs():
     """`python -m pip` runs from farm's own environment, which uv makes without pip: the build
     extra, which every nox session that builds installs, brings it."""
-    import tomllib
-
-    from packaging.requirements import Requirement
 
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
     assert "pip" in {Requirement(r).name for r in project["optional-dependencies"]["build"]}

@@ -194,3 +194,33 @@ def test_the_configuration_rules() -> None:
     findings = judge(_facts(info, found={SO: "sm_80"}), None, None, replace(AUDIT, today={SO: "sm_90"}))
     assert summarise(facts, None, findings, compared=True).verdict is Verdict.WHEEL_WRONG
 
+
+
+def test_kernel_families_are_understood_by_the_gate_and_the_audit() -> None:
+    """An extension with kernel families is expected to hold their targets beside the list of
+    its other TUs; the record says which family is in which extension, and is checked."""
+    whole = FULL + ";sm_90a"
+    families = {"SCALED_MM_ARCHS (CMakeLists.txt:29)": {
+        "targets": "sm_90a", "sources": ["csrc/scaled_mm_c3x_sm90.cu"], "extensions": [SO]}}
+    info = _info(expected={SO: whole}, found={SO: whole}, families=families)
+    assert BuildInfo.from_json(info.to_json()) == info  # the record round-trips through its schema
+    facts = _facts(info, found={SO: whole})
+    for expect in (GATE, AUDIT, GATE_WITH_CONFIG):
+        assert judge(facts, _entry(info), None, expect) == [], expect
+    assert judge(facts, None, None, replace(AUDIT, today={SO: FULL})) == []
+    # every TU in a family: the expected list is the families' targets alone
+    only = _info(expected={SO: "sm_90a"}, found={SO: "sm_90a"}, families=families)
+    assert judge(_facts(only, found={SO: "sm_90a"}), _entry(only), None, GATE_WITH_CONFIG) == []
+    # a family target the record does not explain, or a family in an extension not recorded
+    forged = _info(expected={SO: whole + ";sm_100a"}, found={SO: whole + ";sm_100a"}, families=families)
+    finding, moved = judge(_facts(forged, found={SO: whole + ";sm_100a"}), _entry(forged), None, GATE_WITH_CONFIG)
+    assert finding.check is Check.CONSISTENT and "with its kernel families' targets" in finding.message
+    assert moved.check is Check.CONFIG and "besides its kernel families' targets" in moved.message
+    elsewhere = _info(expected={SO: whole}, found={SO: whole},
+                      families={"F": {"targets": "sm_90a", "sources": ["a.cu"], "extensions": ["other/_C.so"]}})
+    findings = judge(_facts(elsewhere, found={SO: whole}), _entry(elsewhere), None, GATE_WITH_CONFIG)
+    assert any("other/_C.so is not an extension it records" in f.message for f in findings)
+    # today's policy moved the list of the other TUs: config-moved, named as such
+    findings = judge(facts, None, None, replace(AUDIT, today={SO: "sm_90"}))
+    assert [f.check for f in findings] == [Check.CONFIG]
+    assert "besides its kernel families' targets" in findings[0].message

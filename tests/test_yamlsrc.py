@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError
+from farm.model.config import load_config
 from farm.model.yamlsrc import MAX_ALIASES, load_yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,8 +103,6 @@ def test_duplicate_own_keys_still_refused_next_to_a_merge(tmp_path: Path) -> Non
 
 
 def test_hints_never_print_a_huge_value(tmp_path: Path) -> None:
-    from farm.model.config import load_config
-
     shutil.copy(REPO / "_defaults.yml", tmp_path / "_defaults.yml")
     (tmp_path / "packages").mkdir()
     big = "[" + ",".join(str(i) for i in range(20000)) + "]"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from farm.binary.fatbin import union
+from farm.binary.fatbin import Fatbin, runnable, union
 from farm.binary.fatbinscan import RELOCATABLE_SECTION
 from farm.binary.inspection import Reader, SoInspection, Tools, inspect_wheel
+from farm.binary.tusources import source_stem
 from farm.model.arch import ArchList, Target
 from farm.table import format_table
 
@@ -32,6 +34,23 @@ class VendoredRule:
     def to_json(self) -> dict[str, object]:
         return {"glob": self.glob, "archs": self.archs.canonical() if self.archs is not None else None,
                 "exempt": self.exempt}
+
+
+@dataclass(frozen=True)
+class FamilyTargets:
+    """A kernel family as built for one cell: its ``.cu`` sources (paths from the source root) and
+    the exact targets their translation units must hold (empty: the family is not built)."""
+
+    name: str
+    sources: tuple[str, ...]
+    targets: ArchList
+
+    @property
+    def stems(self) -> frozenset[str]:
+        return frozenset(source_stem(s) for s in self.sources)
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "sources": list(self.sources), "targets": self.targets.canonical()}
 
 
 def _match(archive_path: str, glob: str) -> bool:
@@ -54,6 +73,9 @@ class Expected:
     default_from: str = "the cell's arch list"  # what the default list is, for the report
     vendored: tuple[VendoredRule, ...] = ()  # bundled libraries: first matching rule wins
     cuda: str | None = None  # the cell's CUDA line ("13.0"): the toolkit the device code must record
+    # kernel families: TUs compiled from a family's sources must hold exactly its targets; the
+    # other TUs are judged against the extension's list
+    families: tuple[FamilyTargets, ...] = ()
 
     def for_vendored(self, archive_path: str) -> VendoredRule | None:
         return next((r for r in self.vendored if _match(archive_path, r.glob)), None)
@@ -73,6 +95,7 @@ class Expected:
             "allow_no_extensions": self.allow_no_extensions,
             "cuda_package": self.cuda_package,
             "vendored": [r.to_json() for r in self.vendored],
+            "families": [f.to_json() for f in self.families],
         }
 
 
@@ -89,6 +112,8 @@ class Cause(str, enum.Enum):
     READERS = "readers disagree"
     NO_EXTENSIONS = "no extension built"
     TOOLKIT = "built by another CUDA toolkit"
+    FAMILY = "kernel family built for other targets"
+    NO_SYMBOLS = "translation units cannot be told apart"
 
 
 _EXPLAIN: dict[Cause, str] = {
@@ -126,6 +151,17 @@ _EXPLAIN: dict[Cause, str] = {
         "PTX entry's ISA) is not the cell's CUDA line: the build used another toolkit than the cell's "
         "(CUDA_HOME, PATH) or the wheel is labelled for another line; build it with the cell's toolkit"
     ),
+    Cause.FAMILY: (
+        "a kernel family's translation unit holds other targets than the family's own (its archs "
+        "intersected with the cell's list): the build's per-source gencode flags (CMake "
+        "set_gencode_flags_for_srcs, the family's arch variable) or the recipe's kernel_families differ; "
+        "run `farm lint` on the source to see each family's targets"
+    ),
+    Cause.NO_SYMBOLS: (
+        "kernel families are judged per translation unit, found through each TU's source name in the "
+        ".so's symbol table (nvcc's host object and its fatbinData); the .so was stripped or two families "
+        "share a source file name: do not strip extensions, give the sources distinct names"
+    ),
     Cause.NO_EXTENSIONS: (
         "the wheel has no extension module: the build fell back to pure Python; if the package "
         "is JIT-only or pure, say so in its recipe"
@@ -153,6 +189,7 @@ class ExtensionResult:
     found: ArchList
     findings: tuple[Finding, ...]
     inspection: SoInspection
+    families: tuple[str, ...] = ()  # the kernel families with a translation unit in it
 
     @property
     def missing(self) -> ArchList:
@@ -172,7 +209,7 @@ class ExtensionResult:
 
     def cause_of(self, target: Target) -> Cause | None:
         for f in self.findings:
-            if target in f.targets and f.code in ("missing", "extra", "no-device-code"):
+            if target in f.targets and f.code in ("missing", "extra", "no-device-code", "family-targets"):
                 return f.cause
         return None
 
@@ -189,6 +226,7 @@ class ExtensionResult:
             "findings": [f.to_json() for f in self.findings],
             "fatbins": len(self.inspection.fatbins),
             "made_by": None if self.inspection.made_by is None else self.inspection.made_by.to_json(),
+            "families": list(self.families),
         }
 
 
@@ -255,6 +293,13 @@ class AssertionReport:
     def passed(self) -> bool:
         return not self.findings and all(e.passed for e in self.extensions) and all(
             v.passed for v in self.vendored_results)
+
+    def families_record(self, member: Callable[[str], str] = str) -> dict[str, dict[str, object]]:
+        """Each kernel family's entry in ``_build_info.json``: its targets, sources and the
+        extensions (their path as ``member`` gives it) holding its TUs."""
+        return {f.name: {"targets": f.targets.canonical(), "sources": list(f.sources),
+                         "extensions": [member(e.path) for e in self.extensions if f.name in e.families]}
+                for f in self.expected.families}
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -400,19 +445,93 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
     return ExtensionResult(name, expected, expected_from, found, tuple(findings), inspection)
 
 
+def judge_families(inspection: SoInspection, expected: ArchList, families: tuple[FamilyTargets, ...], *,
+                   expected_from: str | None = None, cuda_package: bool = True,
+                   cuda: str | None = None) -> ExtensionResult:
+    """One extension of a build with kernel families (pure). Each TU's fatbin is matched to its
+    source through the symbol table (:mod:`farm.binary.tusources`): a TU of a family must hold
+    exactly the family's targets; the other TUs are judged by :func:`judge` against ``expected``."""
+    name = inspection.path
+    if not inspection.has_device_code:
+        return judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
+    by_stem: dict[str, list[FamilyTargets]] = {}
+    for family in families:
+        for stem in family.stems:
+            by_stem.setdefault(stem, []).append(family)
+    findings: list[Finding] = []
+    sources = inspection.sources
+    if sources is None:
+        base = judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
+        findings.append(Finding(
+            "no-symbols", f"{name}: kernel families are declared but the .so has no symbol table (stripped): "
+            "which translation unit belongs to which family cannot be read", Cause.NO_SYMBOLS))
+        return ExtensionResult(name, expected, expected_from, base.found, (*base.findings, *findings), inspection)
+    rest: list[Fatbin] = []
+    built: list[ArchList] = []  # the targets of each family with a TU in this .so, and of the rest
+    held: dict[str, None] = {}  # the families with a TU in it, in order
+    for fatbin in inspection.fatbins:
+        unit = sources.get(fatbin.offset)
+        owners = by_stem.get(unit, []) if unit is not None and fatbin.section != RELOCATABLE_SECTION else []
+        if not owners or fatbin.offset in inspection.stubs:
+            rest.append(fatbin)
+            continue
+        holds = fatbin.targets.canonical() or "nothing"
+        where = f"{name}: TU {unit}.cu (fatbin at {fatbin.offset:#x}, holding {holds})"
+        if len({f.targets for f in owners}) > 1:
+            findings.append(Finding(
+                "family-ambiguous", f"{where} matches sources of kernel families "
+                f"{', '.join(f.name for f in owners)}, whose targets differ", Cause.NO_SYMBOLS))
+            continue
+        family = owners[0]
+        built.append(family.targets)
+        held.update(dict.fromkeys(f.name for f in owners))
+        have = fatbin.targets.targets
+        missing, extra = family.targets.targets - have, have - family.targets.targets
+        if missing or extra:
+            findings.append(Finding(
+                "family-targets", f"{where} is in kernel family {family.name}, which must hold exactly "
+                f"{family.targets.canonical() or '(nothing)'}: missing {_names(missing) or '-'}, extra "
+                f"{_names(extra) or '-'}", Cause.FAMILY, tuple(ArchList.of(missing | extra))))
+    # the TUs outside every family, with the whole file's reader and toolkit checks
+    others = SoInspection(name, Reader.NATIVE, tuple(rest), None, inspection.disagreement, inspection.stubs,
+                          inspection.stubs_checked, inspection.made_by, sources)
+    if any(f.offset not in inspection.stubs for f in runnable(rest)):
+        base = judge(others, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
+        findings[:0] = base.findings
+        built.append(expected)
+    else:  # every TU is in a family: only the whole-file checks apply to the rest
+        base = judge(others, ArchList.of(()), expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
+        findings[:0] = [f for f in base.findings if f.code in ("readers-disagree", "toolkit-mismatch")]
+    # recorded for the whole .so: what its TUs together must hold, and what they hold
+    whole = ArchList.of(t for archs in built for t in archs.targets)
+    return ExtensionResult(name, whole, expected_from, inspection.found, tuple(findings), inspection, tuple(held))
+
+
 def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expected: Expected, *,
                       vendored: tuple[SoInspection, ...] = (), tools: Tools | None = None) -> AssertionReport:
     """The assertion over already-inspected extensions (pure)."""
     results = []
     for insp in inspections:
         archs, glob = expected.for_extension(insp.path)
-        results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package,
-                             cuda=expected.cuda))
-    findings: tuple[Finding, ...] = ()
+        if expected.families:
+            results.append(judge_families(insp, archs, expected.families, expected_from=glob,
+                                          cuda_package=expected.cuda_package, cuda=expected.cuda))
+        else:
+            results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package,
+                                 cuda=expected.cuda))
+    findings: list[Finding] = []
     if not inspections and not expected.allow_no_extensions:
-        findings = (Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
-                            Cause.NO_EXTENSIONS),)
-    return AssertionReport(wheel, expected, tuple(results), findings, vendored, tools or Tools(),
+        findings.append(Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
+                                Cause.NO_EXTENSIONS))
+    elif expected.families:  # a family the cell builds must have left a TU in some extension
+        seen = {stem for insp in inspections for stem in (insp.sources or {}).values()}
+        for family in expected.families:
+            if family.targets and not family.stems & seen:
+                findings.append(Finding(
+                    "family-absent", f"{wheel}: kernel family {family.name} ({family.targets.canonical()}) has no "
+                    f"translation unit in any extension (sources {', '.join(family.sources)})",
+                    Cause.FAMILY, tuple(family.targets)))
+    return AssertionReport(wheel, expected, tuple(results), tuple(findings), vendored, tools or Tools(),
                            tuple(judge_vendored(v, expected) for v in vendored))
 
 
@@ -425,6 +544,7 @@ def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = No
     # stubs change the verdict on an extension (judge), never on a vendored library (judge_vendored)
     # every cubin is read (its structure checked, its toolkit note taken) whether or not a CUDA
     # line is expected: a damaged cubin fails the assertion either way
-    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False, made_by=True)
+    inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False, made_by=True,
+                               sources=bool(expected.families))
     return assert_inspection(str(wheel), inspection.extensions, expected, vendored=inspection.vendored,
                              tools=inspection.tools)

@@ -1,8 +1,9 @@
-"""cuobjdump, the authority CW-ADR-0013 names: finding it, running it, parsing its listing.
+"""cuobjdump, NVIDIA's own reader and the assertion's second opinion: finding it, running it,
+parsing its listing.
 
-Its quirks, as measured on cuobjdump 13.x: PTX entries print as ``sm_NN``; SASS loses its ``f``; rc 255 means both
-"no device code" and "broken file"; rc 1 can follow partial output; "No ELF/PTX file found" goes to
-stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
+Its quirks, as measured on cuobjdump 13.x: PTX entries print as ``sm_NN``; SASS loses its ``f``;
+rc 255 means both "no device code" and "broken file"; rc 1 can follow partial output; "No ELF/PTX
+file found" goes to stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
 """
 
 from __future__ import annotations
@@ -13,16 +14,15 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from farm.binary.fatbin import EntryKind, read_fatbins
+from farm.binary.madeby import MadeBy
 from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import Kind, Target, Variant
-
-if TYPE_CHECKING:
-    from farm.binary.madeby import MadeBy
 
 DEFAULT_TIMEOUT = 300.0
 _EXE = "cuobjdump.exe" if os.name == "nt" else "cuobjdump"
@@ -199,10 +199,6 @@ def dump_made_by(so: Path, tool: Path | None = None, *, timeout: float = DEFAULT
     """The toolkit records of ``so``'s device code as ``cuobjdump -elf`` prints them: ``toolkit=X.Y``
     on each cubin's ELF line, ``code version = [M,m]`` (the PTX ISA) on each PTX entry. Its output
     (section dumps of every cubin) is read line by line and never held whole."""
-    import threading
-    from collections import Counter
-
-    from farm.binary.madeby import MadeBy
 
     tool = tool or find_cuobjdump()
     argv = [str(tool), "-elf", str(so)]

@@ -2,24 +2,26 @@
 
 A CUDA binary carries its device code in the ELF sections ``.nv_fatbin`` (what the runtime
 registers) and ``__nv_relfatbin`` (relocatable device code kept by ``-rdc`` builds); a Windows
-``.pyd``/``.dll`` carries the same bytes in the PE section ``.nv_fatb`` (names cut to 8 bytes). Each holds
-fatbins back to back, one per translation unit plus any device-link stub; each fatbin holds
-entries (cubin, PTX or LTO-IR) whose headers are never compressed (FACTS §3). Reading only those
-headers with positioned reads keeps memory independent of the file size and takes milliseconds on a
-500 MB library. :mod:`farm.binary.fatbinscan` reads and checks them; this module gives them their models.
+``.pyd``/``.dll`` carries the same bytes in the PE section ``.nv_fatb`` (names cut to 8 bytes). Each
+holds fatbins back to back, one per translation unit plus any device-link stub; each fatbin holds
+entries (cubin, PTX or LTO-IR) whose headers are never compressed (docs/background.md, "The fatbin
+container"). Reading only those headers with positioned reads keeps memory independent of the file
+size and takes milliseconds on a 500 MB library. :mod:`farm.binary.fatbinscan` reads and checks
+them; this module gives them their models.
 """
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # `python -m farm.binary.fatbin`: the listing needs the scanner alone, not the models
-    from farm.binary.fatbinscan import main
-
-    raise SystemExit(main())
-
-# below the fast path on purpose: the listing starts without the enum and arch models
 import enum
+import re
 import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
 from operator import itemgetter
+from pathlib import Path
+from typing import BinaryIO
+
+import zstandard
 
 from farm import __version__
 from farm.binary import fatbinscan as _scan
@@ -28,17 +30,9 @@ from farm.binary.fatbinscan import (  # noqa: F401 - re-exported: the section na
     FATBIN_MAGIC,
     FATBIN_SECTIONS,
     RELOCATABLE_SECTION,
-    main,
 )
 from farm.errors import BinaryFormatError
-from farm.frozen import Frozen
 from farm.model.arch import ArchList, Kind, Target, Variant
-
-TYPE_CHECKING = False  # typing itself is not imported: `farm inspect` starts without it
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from pathlib import Path
-    from typing import BinaryIO
 
 READER_VERSION = f"farm {__version__}"
 
@@ -57,22 +51,17 @@ class Compression(enum.Enum):
     ZSTD = _scan.ZSTD
 
 
-class Entry(Frozen):
+@dataclass(frozen=True, slots=True)
+class Entry:
     """One image of a fatbin. ``target`` is SASS for cubins, PTX for PTX and LTO-IR."""
 
-    __match_args__ = ("kind", "target", "compressed", "offset", "header_size", "payload_size", "uncompressed_size")
-    __slots__ = __match_args__
     kind: EntryKind
     target: Target
     compressed: Compression
-    offset: int  # file offset of the entry header
-    header_size: int
-    payload_size: int  # as stored (compressed, padded)
-    uncompressed_size: int  # 0 when stored uncompressed
-
-    def __init__(self, kind: EntryKind, target: Target, compressed: Compression, offset: int = 0,
-                 header_size: int = _scan.ENTRY_MIN, payload_size: int = 0, uncompressed_size: int = 0) -> None:
-        self._set(kind, target, compressed, offset, header_size, payload_size, uncompressed_size)
+    offset: int = 0  # file offset of the entry header
+    header_size: int = _scan.ENTRY_MIN
+    payload_size: int = 0  # as stored (compressed, padded)
+    uncompressed_size: int = 0  # 0 when stored uncompressed
 
     @property
     def name(self) -> str:
@@ -213,8 +202,6 @@ def read_payload(path: Path | str, entry: Entry, *, limit: int = 256 << 20, fh: 
     if entry.compressed is Compression.NONE:
         return data
     if entry.compressed is Compression.ZSTD:
-        import zstandard  # only stub detection needs it
-
         cap = min(entry.uncompressed_size, limit)
         try:
             # decompress() allocates whatever size the frame itself claims (max_output_size only
@@ -243,8 +230,9 @@ _CONTENT_SECTIONS = (b".text.", b".nv.global", b".nv.constant", b".nv.shared.", 
 def cubin_has_code(cubin: bytes) -> bool:
     """Whether a cubin holds any kernel, device function or device variable.
 
-    The stub an nvcc device link adds is a cubin per link arch without any (FACTS §2); a library TU
-    holding only ``__device__`` data (cuBLASLt has hundreds) is not a stub.
+    The stub an nvcc device link adds is a cubin per link arch without any (docs/background.md,
+    "cuobjdump's quirks"); a library TU holding only ``__device__`` data (cuBLASLt has hundreds) is
+    not a stub.
     """
     if cubin[:4] != b"\x7fELF" or len(cubin) < 64 or cubin[4] != 2:
         return True  # not a cubin we can read: assume content, never call real code a stub
@@ -307,8 +295,6 @@ def find_stubs(path: Path | str, fatbins: Iterable[Fatbin]) -> frozenset[int]:
 def ptx_isa(path: Path | str, fatbins: Iterable[Fatbin], *, limit: int = 64 << 20) -> str | None:
     """The PTX ISA (``9.0``) of the newest PTX image among ``fatbins``, from its ``.version``
     line; ``None`` when there is no PTX or its codec is not available (LZ4)."""
-    import re  # not on `farm inspect`'s start-up path
-
     version_line = re.compile(rb"^\s*\.version\s+(\d+)\.(\d+)", re.MULTILINE)
     best: tuple[int, int] | None = None
     entries = [e for f in fatbins for e in f.entries if e.kind is EntryKind.PTX]

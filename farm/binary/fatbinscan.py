@@ -1,11 +1,12 @@
 """The header scanner under :mod:`farm.binary.fatbin`: ELF or PE sections -> fatbins -> entry headers.
 
-Standard library only and plain tuples out, so ``python -m farm.binary.fatbin`` (a short-lived process
-that scripts and the benchmark run) starts without the dataclass, enum and arch models that
-:func:`farm.binary.fatbin.read_fatbins` wraps the records in. Every check lives here, once, for both.
+Standard library only and plain tuples out: ``python -m farm.binary.fatbinscan FILE...`` lists the
+entries of any file with no dependency installed. :func:`farm.binary.fatbin.read_fatbins` wraps
+the records in the arch models. Every check lives here, once, for both.
 
 Every inconsistency is an error: cuobjdump silently skips unknown entry kinds and drops the rest
-of a fatbin after an oversized entry (FACTS §2), so this scanner refuses instead.
+of a fatbin after an oversized entry (docs/background.md, "The fatbin container"), so this scanner
+refuses instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import sys
 
 from farm.errors import BinaryFormatError
 
@@ -364,12 +366,10 @@ def scan(path: str | os.PathLike[str]) -> list[RawFatbin]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m farm.binary.fatbin FILE...``: one line per entry, for scripts and the benchmark.
+    """``python -m farm.binary.fatbinscan FILE...``: one line per entry, for scripts.
 
     Columns: file, section, fatbin offset, kind, image name, compression (tab-separated).
     """
-    import sys
-
     code = 0
     for name in sys.argv[1:] if argv is None else argv:
         try:
@@ -389,3 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(head + tail)
         sys.stdout.write("".join(lines))
     return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

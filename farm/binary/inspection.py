@@ -12,8 +12,18 @@ from __future__ import annotations
 import enum
 import os
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from farm.binary import fatbinscan as _scan
+from farm.binary.cuobjdump import (
+    ListedEntry,
+    cuobjdump_version,
+    dump_made_by,
+    find_cuobjdump,
+    list_targets,
+    variant_free,
+)
 from farm.binary.fatbin import (
     READER_VERSION,
     EntryKind,
@@ -23,23 +33,11 @@ from farm.binary.fatbin import (
     runnable,
     union,
 )
+from farm.binary.madeby import MadeBy, read_made_by
+from farm.binary.tusources import tu_sources
+from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError
-from farm.frozen import Frozen
-from farm.model.arch import ArchList
-
-# cuobjdump (subprocess), the wheel reader (zipfile), pathlib and typing are imported where they
-# are used: `farm inspect LIB` with the native reader needs none (its start-up is most of its time)
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
-    from pathlib import Path
-
-    from farm.binary.cuobjdump import ListedEntry
-    from farm.binary.madeby import MadeBy
-    from farm.model.arch import Target
-
-
-_JSON_LITERAL = {True: "true", False: "false", None: "null"}
+from farm.model.arch import ArchList, Target
 
 
 class Reader(str, enum.Enum):
@@ -55,24 +53,20 @@ class Reader(str, enum.Enum):
             raise UsageError(f"unknown reader {value!r}", hint="use native, cuobjdump or both") from None
 
 
-class Tools(Frozen):
+@dataclass(frozen=True, slots=True)
+class Tools:
     """The readers that produced an answer, for provenance."""
 
-    __match_args__ = ("native", "cuobjdump", "cuobjdump_path")
-    __slots__ = __match_args__
-    native: str | None
-    cuobjdump: str | None
-    cuobjdump_path: str | None
-
-    def __init__(self, native: str | None = None, cuobjdump: str | None = None,
-                 cuobjdump_path: str | None = None) -> None:
-        self._set(native, cuobjdump, cuobjdump_path)
+    native: str | None = None
+    cuobjdump: str | None = None
+    cuobjdump_path: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         return {"native_reader": self.native, "cuobjdump": self.cuobjdump}
 
 
-class SoInspection(Frozen):
+@dataclass(frozen=True, slots=True)
+class SoInspection:
     """What one shared object holds.
 
     ``fatbins`` come from the native reader (also in cuobjdump mode, where only their headers are
@@ -80,22 +74,17 @@ class SoInspection(Frozen):
     ``None`` when it did not run.
     """
 
-    __match_args__ = ("path", "reader", "fatbins", "listing", "disagreement", "stubs", "stubs_checked", "made_by")
-    __slots__ = __match_args__
     path: str
     reader: Reader
     fatbins: tuple[Fatbin, ...]
-    listing: tuple[ListedEntry, ...] | None
-    disagreement: str | None
-    stubs: frozenset[int]  # offsets of fatbins that are nvcc device-link stubs
-    stubs_checked: bool  # False: stubs were not looked for (a listing, which no verdict reads)
-    made_by: MadeBy | None  # the toolkit the device code records (None: not read)
-
-    def __init__(self, path: str, reader: Reader, fatbins: tuple[Fatbin, ...],
-                 listing: tuple[ListedEntry, ...] | None = None, disagreement: str | None = None,
-                 stubs: frozenset[int] = frozenset(), stubs_checked: bool = True,
-                 made_by: MadeBy | None = None) -> None:
-        self._set(path, reader, fatbins, listing, disagreement, stubs, stubs_checked, made_by)
+    listing: tuple[ListedEntry, ...] | None = None
+    disagreement: str | None = None
+    stubs: frozenset[int] = frozenset()  # offsets of fatbins that are nvcc device-link stubs
+    stubs_checked: bool = True  # False: stubs were not looked for (a listing, which no verdict reads)
+    made_by: MadeBy | None = None  # the toolkit the device code records (None: not read)
+    # fatbin offset -> the stem of the .cu file its TU was compiled from (None: not read, or no
+    # symbol table to read it from): how kernel families find their TUs
+    sources: Mapping[int, str] | None = None
 
     @property
     def has_device_code(self) -> bool:
@@ -125,9 +114,8 @@ class SoInspection(Frozen):
     def agrees(self) -> bool:
         return self.disagreement is None
 
-    def to_json(self, *, fatbins: object = None) -> dict[str, object]:
-        """The inspection as JSON values; ``fatbins``: what to put in place of the fatbins' list
-        (``farm inspect --json`` puts :meth:`fatbins_json_pieces` there, as :class:`farm.jsontext.Raw`)."""
+    def to_json(self) -> dict[str, object]:
+        """The inspection as JSON values."""
         found = self.found
         out: dict[str, object] = {
             "path": self.path,
@@ -136,7 +124,7 @@ class SoInspection(Frozen):
             "found_targets": found.names(),
         }
         if self.reader is not Reader.CUOBJDUMP:
-            out["fatbins"] = self.fatbins_json() if fatbins is None else fatbins
+            out["fatbins"] = self.fatbins_json()
         if self.listing is not None:
             out["cuobjdump"] = [{"kind": e.kind.value, "target": e.name} for e in self.listing]
         if self.reader is Reader.BOTH:
@@ -162,61 +150,13 @@ class SoInspection(Frozen):
             for f in self.fatbins
         ]
 
-    def fatbins_json_text(self) -> str:
-        """``json.dumps(self.fatbins_json())``, byte for byte, in a third of the time."""
-        return "".join(self.fatbins_json_pieces())
 
-    def fatbins_json_pieces(self, fatbins_per_piece: int = 200) -> Iterator[str]:
-        """The text of :meth:`fatbins_json_text` in pieces of ``fatbins_per_piece`` fatbins.
-
-        A library's 5,700 entries are a few dozen distinct (kind, target, compression) with their
-        own offset and size: each distinct head is encoded once and the numbers are written after
-        it, instead of building and encoding 8,000 dicts. Written out piece by piece, a listing of
-        800 KB is never held whole: each piece (about 80 KB) reuses the memory of the one before,
-        where the whole text cost 600 page faults more.
-        """
-        from farm.jsontext import dumps
-
-        loaded = {f.offset for f in self.runnable}
-        heads: dict[_scan.Decoded, str] = {}
-        sections: dict[str, str] = {}
-        fatbins: list[str] = []
-        separator = "["
-        for f in self.fatbins:
-            entries = []
-            for decoded, offset, _, size, _ in f.raw:
-                head = heads.get(decoded)
-                if head is None:
-                    kind, _, _, compression, name = decoded
-                    head = heads[decoded] = dumps({"kind": kind, "target": name, "compression": compression,
-                                                   "offset": 0})[:-2]  # up to the offset's value
-                entries.append(f'{head}{offset}, "size": {size}}}')
-            section = sections.get(f.section) or sections.setdefault(f.section, dumps(f.section))
-            stub = _JSON_LITERAL[f.offset in self.stubs if self.stubs_checked else None]
-            fatbins.append(f'{{"section": {section}, "offset": {f.offset}, "runnable": '
-                           f'{_JSON_LITERAL[f.offset in loaded]}, "device_link_stub": {stub}, '
-                           f'"entries": [{", ".join(entries)}]}}')
-            if len(fatbins) == fatbins_per_piece:
-                yield separator + ", ".join(fatbins)
-                fatbins.clear()
-                separator = ", "
-        if fatbins:
-            yield separator + ", ".join(fatbins)
-            separator = ", "
-        yield "[]" if separator == "[" else "]"
-
-
-class WheelInspection(Frozen):
-    __match_args__ = ("path", "extensions", "vendored", "tools")
-    __slots__ = __match_args__
+@dataclass(frozen=True, slots=True)
+class WheelInspection:
     path: str
     extensions: tuple[SoInspection, ...]
-    vendored: tuple[SoInspection, ...]
-    tools: Tools
-
-    def __init__(self, path: str, extensions: tuple[SoInspection, ...], vendored: tuple[SoInspection, ...] = (),
-                 tools: Tools | None = None) -> None:
-        self._set(path, extensions, vendored, Tools() if tools is None else tools)
+    vendored: tuple[SoInspection, ...] = ()
+    tools: Tools = Tools()
 
     @property
     def agrees(self) -> bool:
@@ -232,8 +172,6 @@ class WheelInspection(Frozen):
 
 
 def _counts(items: Iterable[tuple[EntryKind, Target]]) -> Counter[tuple[EntryKind, Target]]:
-    from farm.binary.cuobjdump import variant_free
-
     return Counter((kind, variant_free(t)) for kind, t in items)
 
 
@@ -256,14 +194,12 @@ def compare(fatbins: Sequence[Fatbin], listing: Sequence[ListedEntry]) -> str | 
 def _resolve_tool(reader: Reader, cuobjdump: Path | None) -> Path | None:
     if reader is Reader.NATIVE:
         return None
-    from farm.binary.cuobjdump import find_cuobjdump
-
     return cuobjdump or find_cuobjdump()
 
 
 def inspect_file(
     path: Path | str, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
-    label: str | None = None, stubs: bool = True, made_by: bool = False,
+    label: str | None = None, stubs: bool = True, made_by: bool = False, sources: bool = False,
 ) -> SoInspection:
     """Inspect one shared object with the chosen reader(s).
 
@@ -271,6 +207,7 @@ def inspect_file(
     2,000 of them): a listing does not need it; the assertion and ``explain``, whose verdicts
     it changes, keep the default. ``made_by``: also read the toolkit version the device code
     records (every payload is read; with both readers, cuobjdump's ``-elf`` dump must agree).
+    ``sources``: also read which source file each TU's fatbin came from (the symbol table).
     Broken files raise :class:`~farm.errors.BinaryFormatError` in every mode (the header check
     runs in cuobjdump mode too); a missing cuobjdump raises :class:`~farm.errors.ToolError`.
     """
@@ -281,24 +218,24 @@ def inspect_file(
     name = label or os.fspath(path)
     records = None
     if made_by and fatbins:
-        from farm.binary.madeby import read_made_by
-
         records = read_made_by(path, runnable(fatbins))
+    tus = None
+    if sources and fatbins:
+        tus = tu_sources(path)
     if tool is None:
-        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records)
-    from pathlib import Path
-
-    from farm.binary.cuobjdump import dump_made_by, list_targets
+        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records,
+                            sources=tus)
 
     listing = tuple(list_targets(Path(path), tool))
     if reader is Reader.CUOBJDUMP:
-        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records)
+        return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records,
+                            sources=tus)
     disagreement = compare(fatbins, listing)
     device_bytes = sum(e.payload_size for f in runnable(fatbins) for e in f.entries)
     if records is not None and device_bytes <= DUMP_CROSS_CHECK_MAX:
         other = compare_made_by(records, dump_made_by(Path(path), tool))
         disagreement = "; ".join(d for d in (disagreement, other) if d) or None
-    return SoInspection(name, reader, fatbins, listing, disagreement, found_stubs, stubs, records)
+    return SoInspection(name, reader, fatbins, listing, disagreement, found_stubs, stubs, records, tus)
 
 
 # cuobjdump prints a cubin's toolkit only in its full `-elf` dump of every section, which takes
@@ -322,8 +259,6 @@ def compare_made_by(native: MadeBy, dumped: MadeBy) -> str | None:
 def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
     reader = Reader.parse(reader)
     tool = _resolve_tool(reader, cuobjdump)
-    if tool is not None:
-        from farm.binary.cuobjdump import cuobjdump_version
     return Tools(
         native=READER_VERSION if reader is not Reader.CUOBJDUMP else None,
         cuobjdump=cuobjdump_version(tool) if tool else None,
@@ -332,16 +267,14 @@ def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
 
 
 def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
-                  stubs: bool = True, vendored_stubs: bool | None = None, made_by: bool = False) -> WheelInspection:
+                  stubs: bool = True, vendored_stubs: bool | None = None, made_by: bool = False,
+                  sources: bool = False) -> WheelInspection:
     """Every extension of a wheel (and, listed apart, every vendored library under ``*.libs/``).
 
     ``stubs``: tell device-link stubs apart in the extensions; ``vendored_stubs``: in the vendored
     libraries too (default: as ``stubs``). A vendored library is judged by its found set alone,
     which stubs do not change, and a bundled cuBLAS has 2,000 small cubins to decompress: the
-    assertion leaves them unread."""
-    from pathlib import Path
-
-    from farm.binary.wheelfile import SafeWheel
+    assertion leaves them unread. ``sources``: read each extension TU's source (kernel families)."""
 
     reader = Reader.parse(reader)
     tools = tools_for(reader, cuobjdump)
@@ -350,12 +283,13 @@ def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump
         def one(name: str, stubs: bool, made_by: bool = False) -> SoInspection:
             with wheel.extracted(name) as tmp:
                 try:
-                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs, made_by=made_by)
+                    return inspect_file(tmp, reader, cuobjdump=tool, label=name, stubs=stubs, made_by=made_by,
+                                        sources=made_by and sources)
                 except FarmError as exc:  # name the wheel member, not the temporary file
                     raise type(exc)(exc.message.replace(str(tmp), name), where=f"{path}!{name}",
                                     hint=exc.hint) from None
 
-        # the toolkit records of the extensions only: a bundled library may come from elsewhere
+        # the toolkit records and TU sources of the extensions only: a bundled library may come from elsewhere
         extensions = tuple(one(n, stubs, made_by) for n in sorted(wheel.extension_members()))
         vendored = tuple(one(n, stubs if vendored_stubs is None else vendored_stubs)
                          for n in sorted(wheel.vendored_members()))

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock
+
 from farm.build.spec import BUILD_REQUIREMENTS
 from farm.errors import ToolError
 from farm.model.config import TORCH_INDEX_PIP
@@ -164,8 +166,6 @@ def remove_env(path: Path, why: str, say: Log) -> None:
 def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str] | None = None,
                uv: str | None = None, runner: Runner = _plain) -> BuildEnv:
     """The ready environment for ``spec`` under ``root``, made now if there is none."""
-    from filelock import FileLock
-
     root.mkdir(parents=True, exist_ok=True)
     path = root / spec.slug
     with FileLock(str(root / f".{spec.slug}.lock")):  # two builds of one spec make it once

@@ -13,19 +13,23 @@ wheel, so a wheel that reaches the output directory is an asserted, stamped whee
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.build import buildenv, cclaunch, shardjob
+from filelock import FileLock
+
+from farm.build import buildenv, cclaunch, farmdeps, shardjob, verify
 from farm.build.buildenv import BuildEnv
 from farm.build.compilecache import RUN_DIR, CompileCache, Counts
 from farm.build.farmdeps import FarmDep
@@ -42,15 +46,23 @@ from farm.build.plan import (
 )
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
+from farm.build.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
-from farm.model.cells import Cell
+from farm.fsutil import sha256_file
+from farm.lint.api import lint_cached
+from farm.model.cells import NO_TORCH, Cell
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
-from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home
+from farm.provenance import buildinfo
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
+from farm.provenance.postbuild import build_environment, postbuild_wheel
+from farm.source.fetch import fetch
+from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home, toolkit_prefix
+from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
     from farm.build.spec import BuildSpec, SpecOverrides
     from farm.build.verify import ImportCheck
-    from farm.lint import LintReport
+    from farm.lint.api import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
@@ -58,7 +70,7 @@ if TYPE_CHECKING:
 
 Log = Callable[[str], None]
 
-# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (FACTS §7).
+# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
 LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
 
 
@@ -210,11 +222,6 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     patched copy the caller already made (``farm build``); otherwise a temporary one is made
     on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale.
     ``cuda``: the cell's CUDA line, used for a recipe with ``kernel_families``."""
-    import tempfile
-
-    from farm.fsutil import sha256_file
-    from farm.lint import lint_cached
-
     knobs = knobs or recipe.build
     script = knobs.patch_script
     if not script:
@@ -350,7 +357,8 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
     """``environ`` with the plan's environment applied as cibuildwheel applies it in a container:
     the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
     ``$(...)`` mean the same in both builders."""
-    from cibuildwheel.environment import EnvironmentParseError, parse_environment
+    # cibuildwheel is the `build` extra's: imported here, farm's light install runs without it
+    from cibuildwheel.environment import EnvironmentParseError, parse_environment  # noqa: PLC0415
 
     text = render_environment(steps.environment)
     try:
@@ -494,8 +502,6 @@ def shared_source_home(work_root: Path, cell: Cell) -> Path:
 
 def spec_overrides(settings: BuildSettings) -> SpecOverrides:
     """What the command line and the environment decide over the config, for :func:`resolve_spec`."""
-    from farm.build.spec import SpecOverrides
-
     return SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
                          redist_url=settings.redist_url, env=dict(os.environ), compile_cache=settings.compile_cache)
 
@@ -520,16 +526,12 @@ def build_cell(
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    from farm.build.spec import resolve_spec
-
     say = _say(log)
     started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
     if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
-        from farm.build import farmdeps
-
         if settings.builder is not BuilderKind.NATIVE:
             raise UsageError(f"cell {cell.id} builds against farm's {', '.join(spec.farm_deps)}: the container "
                              "does not see farm's wheelhouse", hint="build it with --builder native")
@@ -542,8 +544,6 @@ def build_cell(
     if spec.compile_cache.enabled and settings.builder is BuilderKind.NATIVE:
         home = shared_source_home(settings.work_root, cell)  # cibuildwheel's is /project, always
         home.mkdir(parents=True, exist_ok=True)
-    from filelock import FileLock
-
     with FileLock(str(home / ".build.lock")):
         return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say,
                            interpreter=interpreter, farm_deps=farm_deps, started=started)
@@ -552,9 +552,6 @@ def build_cell(
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
                 work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
                 farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
-    from farm.build.spec import write_spec
-    from farm.source.fetch import fetch
-
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
     src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs)
@@ -567,11 +564,11 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         raise DefectError(f"the arch-gate lint fails on the source of {cell.id} as built "
                           f"(after its patch_script):\n{report.render()}", where=recipe.display,
                           hint="declare the arch, or fix the patch script (farm lint shows the findings)")
+
+    # the kernel families as this cell's source configures them: the assertion checks each one
+    spec = replace(spec, families=families_from_lint(report.scope))
     # The host toolkit: the native build uses it; a container build mounts it read-only, so both
     # build with the archives verified here; postbuild takes its nvcc version and cuobjdump.
-    from farm.toolkit.assemble import toolkit_prefix
-    from farm.toolkit.check import check_toolkit
-
     # the spec carries the toolkit request and torch's index: the options are only where and how
     base = PlanOptions(output_dir=work / "wheelhouse", work_dir=work)
     if settings.cuda_home is not None:
@@ -588,8 +585,6 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     # before the first nvcc: a missing header or library now, not 20 minutes into the build
     check_toolkit(tk.cuda_home, needed, source_root=src, recipe_where=recipe.display,
                   windows=cell.platform.startswith("win"))
-    from dataclasses import replace
-
     options = replace(
         base,
         container_engine=settings.engine,
@@ -677,10 +672,6 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     the host); pip finds farm wheels it requires (a sibling's pin) in ``find_links``. A wheel that
     fails is removed from the output folder with its ledger fragment. None, said in one line, when
     this host cannot import the cell's platform."""
-    from farm.build import verify
-    from farm.model.cells import NO_TORCH
-    from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-
     cell = spec.cell
     host = f"linux_{os.uname().machine}" if sys.platform.startswith("linux") else None
     if cell.platform != host:
@@ -721,8 +712,6 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
 
 def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
     """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
-    from dataclasses import replace
-
 
     assert plan.native is not None
     home = str(tk.cuda_home)
@@ -753,8 +742,6 @@ def container_counts(plan: BuildPlan) -> list[Counts]:
     path = compile_run_dir(plan) / cclaunch.STATS
     if not plan.spec.compile_cache.enabled or not path.is_file():
         return []
-    import json
-
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -780,9 +767,6 @@ def run_postbuild(
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
     the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
     wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured)."""
-    from farm.provenance import buildinfo
-    from farm.provenance.postbuild import build_environment, postbuild_wheel
-
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
                             python=python, torch_built=torch_built, farm_deps=farm_deps,

@@ -25,6 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from farm.errors import FarmError, UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
+from farm.provenance.postbuild import read_embedded
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,6 @@ def _tags_fit(wheel: str, cell: Cell) -> bool:
 
 def resolve(requirements: Sequence[str], cell: Cell, wheelhouse: Path) -> tuple[FarmDep, ...]:
     """The asserted farm wheel in ``wheelhouse`` for each requirement (``name==version+local``)."""
-    from farm.provenance.postbuild import read_embedded
-
     found = []
     for requirement in requirements:
         req = Requirement(requirement)

@@ -8,14 +8,14 @@ a container (:class:`NativeSteps`).
 Decisions that are easy to get wrong, and why:
 
 - ``--config-file`` is farm's own file, which sets every option: cibuildwheel reads options the
-  environment leaves unset from the package's ``[tool.cibuildwheel]`` (FACTS §7), and an upstream
+  environment leaves unset from the package's ``[tool.cibuildwheel]`` (docs/background.md), and an upstream
   ``test-command`` or ``before-build`` must not change a farm build.
 - the arch list is exported in every rendering (torch, CMake); builds use whichever their build
   system reads. The post-build assertion, not this export, decides whether the wheel is right.
 - no build isolation: torch installed by ``before-build`` is invisible to an isolated build.
 - the repair step excludes the driver, the CUDA runtime libraries and torch's libraries (users get
-  them from their driver / torch install), then refuses a wheel that vendored anything else
-  (CW-ADR-0009): a vendored library would be an unasserted binary.
+  them from their driver / torch install), then refuses a wheel that vendored anything else: a
+  vendored library would be an unasserted binary.
 - cibuildwheel overwrites ``$GITHUB_STEP_SUMMARY``: the plan points it at a file of its own, which
   the builder appends to the real summary afterwards.
 """
@@ -85,7 +85,7 @@ SONAME_EXCLUDES: tuple[str, ...] = (
     "libshm.so",
 )
 
-# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (CW-ADR-0009), except
+# Run after auditwheel: a repaired wheel must hold no <dist>.libs/ folder (an unasserted binary), except
 # the libraries the recipe declares in `vendored` (argv[2:]: globs), which postbuild then asserts.
 _VENDOR_CHECK = (
     "import sys, zipfile, pathlib, fnmatch\n"
@@ -93,7 +93,8 @@ _VENDOR_CHECK = (
     "bad = [(w.name, n) for w in pathlib.Path(sys.argv[1]).glob('*.whl')\n"
     "       for n in zipfile.ZipFile(w).namelist() if n.split('/')[0].endswith('.libs') and not ok(n)]\n"
     "for w, n in bad: print(f'farm: {w} vendors {n}: only the excluded CUDA/torch libraries may be '\n"
-    "                       'linked from outside the wheel (CW-ADR-0009); link it statically or add '\n"
+    "                       'linked from outside the wheel (a vendored library is an unasserted binary); '\n"
+    "                       'link it statically or add '\n"
     "                       'the wheel that provides it to requires_dist, or declare it in the recipe\\'s vendored map', file=sys.stderr)\n"  # noqa: E501
     "sys.exit(1 if bad else 0)\n"
 )

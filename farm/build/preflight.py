@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import shutil
 import socket
 import sys
@@ -34,10 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.build import buildenv
+from farm.build.buildenv import find_uv
 from farm.build.interpreters import Interpreter, find_interpreter
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
-from farm.model.config import GitSource, PathSource, SdistSource
+from farm.model.config import TORCH_INDEX_PIP, GitSource, PathSource, SdistSource
+from farm.source.fetch import index_url, is_cached
+from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
 if TYPE_CHECKING:
     from farm.build.spec import BuildSpec
@@ -82,8 +87,6 @@ class Host:
 
     @classmethod
     def this(cls) -> Host:
-        import platform
-
         return cls(sys.platform, platform.machine())
 
 
@@ -149,8 +152,6 @@ class Preflight:
 
     def _python(self, cell: Cell) -> Blocker | None:
         if cell.python not in self._interpreters:
-            from farm.build.buildenv import find_uv
-
             search = find_interpreter(cell.python, environ=self.environ, uv=find_uv())
             self._interpreters[cell.python] = search.interpreter or "; ".join(search.looked)
         found = self._interpreters[cell.python]
@@ -218,11 +219,6 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
              toolkit_root: Path, cuda_home: Path | None, env_root: Path,
              interpreter: Interpreter | None) -> Needs:
     """What is not cached yet for ``spec``'s build, and where it would come from."""
-    from farm.build import buildenv
-    from farm.model.config import TORCH_INDEX_PIP
-    from farm.source.fetch import index_url, is_cached
-    from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
-
     downloads: dict[str, str] = {}
     disk = BUILD_BYTES
     pip_index = index_url()

@@ -28,9 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
+from farm.build.buildenv import SPEC_FILE
 from farm.errors import FileSystemError
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, GitSource, SdistSource
+from farm.provenance.ledger import iter_entries
+from farm.source.fetch import git_pointer, pointed_commit
+from farm.toolkit.assemble import read_stamp
 from farm.toolkit.request import PLATFORMS
 
 KINDS = ("toolkit", "envs", "sources", "build")
@@ -117,8 +123,6 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
 
 def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
     """The last ``keep_recent`` entries of the ledger (its lines are appended in build order)."""
-    from farm.provenance.ledger import iter_entries
-
     if keep_recent <= 0 or not ledger.is_file():
         return []
     entries = [entry for _, entry in iter_entries(ledger)]
@@ -127,8 +131,6 @@ def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
 
 def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
     """(git commits, sdist sha256s) today's recipes pin: a tag through the fetch's cached pointer."""
-    from farm.source.fetch import git_pointer, pointed_commit
-
     commits, sdists = set(), set()
     for recipe in config.recipes.values():
         src = recipe.source
@@ -167,8 +169,6 @@ def _newest_change(path: Path) -> float:
 
 def _locked(lock: Path) -> bool:
     """Whether a running build holds ``lock`` (farm's file locks: toolkit, environment, source)."""
-    from filelock import FileLock, Timeout
-
     if not lock.exists():
         return False
     try:
@@ -179,8 +179,6 @@ def _locked(lock: Path) -> bool:
 
 
 def _toolkit_key(folder: Path) -> tuple[str, str, str, frozenset[str]] | None:
-    from farm.toolkit.assemble import read_stamp
-
     with contextlib.suppress(KeyError, TypeError):
         req = (read_stamp(folder) or {})["request"]
         return (req["source"], req["release"], req["platform"], frozenset(req["components"]))
@@ -188,8 +186,6 @@ def _toolkit_key(folder: Path) -> tuple[str, str, str, frozenset[str]] | None:
 
 
 def _env_key(folder: Path) -> tuple[str, str | None] | None:
-    from farm.build.buildenv import SPEC_FILE
-
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         spec = json.loads((folder / SPEC_FILE).read_text())
         torch = spec["torch"]
@@ -267,8 +263,6 @@ def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
                                   hint="check the cache folder's permissions") from None
         shutil.rmtree(aside, ignore_errors=True)
         if item.kind == "sources":  # the fetch's pointers to this commit now point at nothing
-            from farm.source.fetch import pointed_commit
-
             for pointer in item.path.parent.glob("ref-*.json"):
                 if pointed_commit(pointer) == item.path.name.removesuffix("-sub"):
                     pointer.unlink(missing_ok=True)

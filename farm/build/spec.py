@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.assertion import Expected, VendoredRule
+from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
 from farm.build.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
+from farm.fsutil import atomic_write
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
 from farm.model.config import (
@@ -48,9 +49,10 @@ from farm.toolkit.request import ToolkitRequest, request_for
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
 # and the components an installed toolkit is checked for joined the spec. 3: the import check's
-# knobs (verify) and the farm wheels the build needs (farm_deps).
-# 4: the compiler cache (on/off, backend, folder) joined it.
-SPEC_VERSION = 4
+# knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
+# family's sources and exact targets).
+# 5: the compiler cache (on/off, backend, folder) joined it.
+SPEC_VERSION = 5
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -90,6 +92,7 @@ class BuildSpec:
     verify: VerifyKnobs = field(default_factory=VerifyKnobs)  # the import check of the built wheel
     # extra_deps that are farm wheels of this cell (cumm==0.7.11+cu128): from farm's wheelhouse
     farm_deps: tuple[str, ...] = ()
+    families: tuple[FamilyTargets, ...] = ()  # kernel families and the exact targets of their TUs
     compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
 
     @property
@@ -108,7 +111,7 @@ class BuildSpec:
         was given, the recipe's per-extension lists and vendored rules as resolved here, and device
         code made by the cell's CUDA line."""
         return Expected(self.arch.archs, per_extension=self.arch.extensions, allow_no_extensions=self.jit,
-                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda)
+                        cuda_package=True, vendored=self.vendored, cuda=self.cell.cuda, families=self.families)
 
     def context(self, *, run: buildinfo.Run, toolchain: buildinfo.Toolchain,
                 source: buildinfo.SourceRecord | None = None, duration_s: float | None = None) -> BuildContext:
@@ -145,7 +148,8 @@ class BuildSpec:
                           "vendored": [rule.to_json() for rule in self.vendored],
                           "requires_dist": list(self.requires_dist), "pins": list(self.pins),
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
-                          "recipe_sha256": self.recipe_sha256},
+                          "recipe_sha256": self.recipe_sha256,
+                          "families": [family.to_json() for family in self.families]},
             "verify": {"import_name": v.import_name, "extra_imports": list(v.extra_imports),
                        "no_direct_import": list(v.no_direct_import),
                        "expect_device_error": v.expect_device_error, "needs_driver": v.needs_driver},
@@ -207,6 +211,7 @@ class BuildSpec:
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
             compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
             verify=r.verify(top.get("verify"), "verify"), farm_deps=r.texts(k, "knobs.farm_deps"),
+            families=r.families(p, "postbuild.families"),
             compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where))
         if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
             raise r.bad("knobs.farm_deps", "a list of the spec's extra_deps")
@@ -296,6 +301,27 @@ class _Reader:
                 text, self.where, f"{at}.archs")
             rules.append(VendoredRule(glob, archs, exempt))
         return tuple(rules)
+
+    def families(self, data: Mapping[str, Any], key: str) -> tuple[FamilyTargets, ...]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        what = "a list of {name, sources, targets} kernel families"
+        if not isinstance(value, list):
+            raise self.bad(key, what)
+        families = []
+        for i, item in enumerate(value):
+            at = f"{key}[{i}]"
+            family = self.obj(item, at)
+            if set(family) != {"name", "sources", "targets"}:
+                raise self.bad(at, what)
+            sources = self.texts(family, f"{at}.sources")
+            if not sources or not all(s.endswith(".cu") for s in sources):
+                raise self.bad(f"{at}.sources", "a non-empty list of .cu paths")
+            text = self.text(family, f"{at}.targets")
+            targets = ArchList(frozenset()) if text == "" else canonical_arch_list(text, self.where, f"{at}.targets")
+            families.append(FamilyTargets(self.text(family, f"{at}.name"), sources, targets))
+        if len({f.name for f in families}) != len(families):
+            raise self.bad(key, "families with distinct names")
+        return tuple(families)
 
     def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
         value = data.get(key.rsplit(".", 1)[-1])
@@ -419,10 +445,22 @@ def resolve_spec(
     )
 
 
+def families_from_lint(scope: Mapping[str, Any]) -> tuple[FamilyTargets, ...]:
+    """The kernel families the lint of the source as built derived for the cell (its scope's
+    family table), as the assertion checks them: named ``NAME (file:line)``, since a CMake project
+    may give one arch variable to several families."""
+    table = scope.get("families") or []
+    sources = scope.get("family_sources") or []
+    if len(table) != len(sources):
+        raise UsageError("the lint report's family table and its family sources differ in length",
+                         hint="re-run the lint with this farm (its cache is keyed by the farm's version)")
+    return tuple(FamilyTargets(f"{name} ({where})", tuple(srcs), ArchList.parse(targets) if targets else
+                               ArchList(frozenset()))
+                 for (name, where, _, targets, _), srcs in zip(table, sources, strict=True))
+
+
 def write_spec(spec: BuildSpec, directory: Path) -> Path:
     """``build-spec.json`` in ``directory``: the build's record of what it was asked to build."""
-    from farm.fsutil import atomic_write
-
     path = Path(directory) / SPEC_FILE
     atomic_write(path, [(json.dumps(spec.to_json(), indent=1, sort_keys=True) + "\n").encode()], durable=False)
     return path

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from farm.binary.wheelfile import SafeWheel
 from farm.errors import ToolError, clip
 from farm.model.config import VerifyKnobs
 
@@ -257,8 +258,6 @@ def check_wheel(wheel: Path, knobs: VerifyKnobs, *, dist: str, interpreter: Path
     """The import check of ``wheel`` in a fresh environment of ``interpreter`` under ``work``.
     ``first``: modules imported before the wheel's (``torch``: a torch extension module loads
     only once torch has loaded its libraries, as in every program that uses one)."""
-    from farm.binary.wheelfile import SafeWheel
-
     with SafeWheel(wheel) as sw:
         names = sw.names()
     modules = tuple(dict.fromkeys((*first, *modules_to_import(names, knobs, dist))))

@@ -1,10 +1,11 @@
-"""``farm assert WHEEL... (--arch-list L | --cell)``: the post-build assertion alone, no stamping.
+"""``farm assert WHEEL... (--arch-list L | --cell | --spec FILE)``: the post-build assertion alone, no stamping.
 
 ``--arch-list`` gives the expected list directly (``--ext`` adds per-extension lists); ``--cell``
 resolves it from the farm configuration the way postbuild does: the recipe whose dist is the
 wheel's, the CUDA line and torch minor the wheel itself records (its ``_build_info.json`` or its
 ``+cu130`` / ``+cu128torch2.8`` label), else ``--cuda`` or ``CUDA_HOME`` and ``--torch`` or the
-installed torch, and the recipe's per-extension map.
+installed torch, and the recipe's per-extension map. ``--spec`` takes what the build spec
+``farm build`` wrote decided (its kernel families included), as ``farm postbuild --spec`` does.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from farm.binary.assertion import Expected, assert_wheel
+from farm.build.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
+from farm.model.config import load_config
+from farm.provenance.postbuild import context_from_config
 
 
 def _ext_rule(text: str) -> tuple[str, ArchList]:
@@ -35,6 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--arch-list", metavar="L", help="the expected arch list, e.g. '7.5;8.0;8.6;9.0+PTX'")
     what.add_argument("--cell", action="store_true",
                       help="expect what the farm configuration resolves for each wheel's cell")
+    what.add_argument("--spec", type=Path, metavar="FILE",
+                      help="expect what the build spec (build-spec.json, written by farm build) decided, "
+                           "kernel families included")
     parser.add_argument("--ext", action="append", type=_ext_rule, default=[], metavar="GLOB=L",
                         help="an extension's own list (fnmatch on archive path or basename; 'none' = host-only); "
                              "repeatable, first match wins")
@@ -65,9 +72,6 @@ def _expected_from_args(args: argparse.Namespace) -> Expected:
 
 
 def _expected_from_cell(args: argparse.Namespace, wheel: Path) -> Expected:
-    from farm.model.config import load_config  # only --cell needs the configuration
-    from farm.provenance.postbuild import context_from_config
-
     context, _ = context_from_config(load_config(args.root), wheel, package=args.package, cuda=args.cuda,
                                      torch=args.torch, cuda_home=args.cuda_home)
     expected = context.expected
@@ -84,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cell and args.ext:
         raise UsageError("--ext goes with --arch-list; with --cell the recipe's extension map applies",
                          hint="put per-extension lists in the recipe, or use --arch-list")
-    fixed = None if args.cell else _expected_from_args(args)
+    if args.spec is not None and args.ext:
+        raise UsageError("--ext goes with --arch-list; with --spec the spec's extension lists apply")
+    if args.spec is not None:
+        fixed: Expected | None = read_spec(args.spec).expected
+    else:
+        fixed = None if args.cell else _expected_from_args(args)
     reports = []
     errors: list[tuple[Path, FarmError]] = []  # a corrupt wheel does not hide the verdicts of the others
     for wheel in args.wheels:

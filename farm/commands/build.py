@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 
 from farm.build.builders import (
@@ -36,6 +37,7 @@ from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
+from farm.provenance.postbuild import read_embedded
 from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice
 
 
@@ -107,8 +109,6 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
                   archs: ArchList) -> tuple[Path, bool] | None:
     """The cell's stamped wheel in ``out_dir`` (at this epoch), and whether it was built from this
     configuration (same recipe and _defaults.yml bytes, same list); None when there is none."""
-    from farm.provenance.postbuild import read_embedded
-
     if not out_dir.is_dir():
         return None
     label = f"+{local_version(cell)}"
@@ -186,8 +186,6 @@ BUILD_EXTRA = ("cibuildwheel", "pip", "nvidia-cuda-cuobjdump")
 def require_build_extra(missing_ok: tuple[str, ...] = ()) -> None:
     """Refuse before planning anything when farm was installed without its build extra (a user's
     light install for `farm doctor`): name the extra, not a module deep in a traceback."""
-    from importlib import metadata
-
     missing = []
     for name in BUILD_EXTRA:
         if name == "nvidia-cuda-cuobjdump" and sys.platform == "darwin":

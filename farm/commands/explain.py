@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.binary.fatbin import ptx_isa
+from farm.binary.inspection import inspect_file, inspect_wheel
+from farm.errors import ArchError
 from farm.model.arch import ArchList, Kind
 from farm.model.driver import (
     DEVICE_EXAMPLES,
@@ -19,6 +22,8 @@ from farm.model.driver import (
     pick_worst,
 )
 from farm.model.drivers import Requirement, requirements, table
+from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo
+from farm.publish.wheelmeta import read_member
 from farm.table import format_table
 
 if TYPE_CHECKING:
@@ -29,8 +34,6 @@ if TYPE_CHECKING:
 
 def _device(text: str) -> Device:
     """``--device``: argparse reports a bad value as a usage error (exit 2) only from its own type."""
-    from farm.errors import ArchError
-
     try:
         return Device.parse(text)
     except ArchError as exc:
@@ -85,13 +88,8 @@ def _driver_requirements(path: Path, sos: list[SoInspection]) -> list[Requiremen
     a bare .so's PTX ISA from its PTX (its runtime's line is not recorded in it)."""
     has_ptx = any(t.kind is Kind.PTX for so in sos for t in so.found)
     if path.suffix != ".whl":
-        from farm.binary.fatbin import ptx_isa
-
         isa = next((i for so in sos if (i := ptx_isa(path, so.runnable))), None)
         return requirements(None, isa, has_ptx=has_ptx)
-    from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo
-    from farm.publish.wheelmeta import read_member
-
     data = read_member(path, BUILD_INFO_NAME)
     if data is None:
         return []
@@ -102,11 +100,6 @@ def _driver_requirements(path: Path, sos: list[SoInspection]) -> list[Requiremen
 
 
 def _run_path(args: argparse.Namespace) -> int:
-    from farm.binary.inspection import (  # only PATH needs the readers
-        inspect_file,
-        inspect_wheel,
-    )
-
     path = Path(args.what)
     devices = args.device or KNOWN_DEVICES
     sos = inspect_wheel(path).extensions if path.suffix == ".whl" else (inspect_file(path),)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from itertools import chain, count, islice, repeat
 from operator import attrgetter
+from pathlib import Path
 
 from farm.binary.inspection import (
     Reader,
@@ -17,15 +20,8 @@ from farm.binary.inspection import (
 )
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-
-SHORT_LIVED = True  # bounded, and every file is closed when run() returns (see farm.cli)
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    # plain strings: pathlib is left unimported on the listing's path (a wheel imports it)
     parser.add_argument("paths", nargs="+", metavar="PATH", help="a .so/.pyd file or a wheel")
     parser.add_argument("--reader", choices=[r.value for r in Reader], default=Reader.NATIVE.value,
                         help="native (default, no toolkit needed), cuobjdump, or both (must agree)")
@@ -48,12 +44,12 @@ def _fatbin_lines(insp: SoInspection, indent: str) -> Iterator[str]:
     rendered once, and the rows are one %-format each."""
     fatbins = insp.fatbins
     signatures = list(map(_SIGNATURE, fatbins))
-    rendered: dict[int, str] = {}  # by identity: read_fatbins shares one tuple per distinct list
+    rendered: dict[tuple[object, ...], str] = {}
     for signature in signatures:
-        if id(signature) not in rendered:
-            rendered[id(signature)] = " ".join(name + ("" if compression == "none" else f"({compression})")
-                                               for _, _, _, compression, name in signature)
-    names = list(map(rendered.__getitem__, map(id, signatures)))
+        if signature not in rendered:
+            rendered[signature] = " ".join(name + ("" if compression == "none" else f"({compression})")
+                                           for _, _, _, compression, name in signature)
+    names = list(map(rendered.__getitem__, signatures))
     sections, offsets = list(map(_SECTION, fatbins)), list(map(_OFFSET, fatbins))
     runnable = insp.runnable
     loaded = set(map(_OFFSET, runnable)) if len(runnable) < len(fatbins) else None
@@ -107,20 +103,12 @@ def render_wheel(w: WheelInspection) -> str:
 
 def run(args: argparse.Namespace) -> int:
     reader = Reader(args.reader)
-    tool = None
-    if args.cuobjdump:
-        from pathlib import Path
-
-        tool = Path(args.cuobjdump)
+    tool = Path(args.cuobjdump) if args.cuobjdump else None
     if args.cuobjdump and reader is Reader.NATIVE:  # silently unused, it would look like a cross-check
         raise UsageError("--cuobjdump goes with --reader cuobjdump or --reader both",
                          hint="add --reader both to check the native reader against that cuobjdump")
     results: list[dict[str, object]] = []
-    # indented for a terminal; compact into a pipe or file, where the fatbins of each file are
-    # encoded on their own (SoInspection.fatbins_json_pieces) and written out piece by piece
-    indent = 2 if args.json and sys.stdout.isatty() else None
-    if args.json:
-        from farm.jsontext import Raw, dump
+    indent = 2 if args.json and sys.stdout.isatty() else None  # indented for a terminal, compact into a pipe
     code = EXIT_OK
     for path in args.paths:
         try:
@@ -134,9 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 agrees = w.agrees
             else:
                 s = inspect_file(path, reader, cuobjdump=tool, stubs=args.stubs)
-                if args.json and not indent:
-                    results.append({"kind": "file", **s.to_json(fatbins=Raw(s.fatbins_json_pieces()))})
-                elif args.json:
+                if args.json:
                     results.append({"kind": "file", **s.to_json()})
                 else:
                     _write_lines(_so_lines(s))
@@ -151,12 +137,5 @@ def run(args: argparse.Namespace) -> int:
         if not agrees:
             code = max(code, EXIT_DEFECT)
     if args.json:
-        document = {"reader": reader.value, "results": results}
-        if indent:
-            import json
-
-            print(json.dumps(document, indent=indent))
-        else:  # in pieces: the fatbins' text goes out as it is, not copied into one document first
-            dump(document, sys.stdout.write)
-            sys.stdout.write("\n")
+        print(json.dumps({"reader": reader.value, "results": results}, indent=indent))
     return code

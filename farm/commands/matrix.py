@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -15,9 +14,12 @@ import msgspec
 
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
+from farm.model.arch import ArchList
 from farm.model.config import FarmConfig, load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import ExistsKey
+from farm.publish.github import capacity_problems
+from farm.publish.targets import GithubSettings, parse_targets
 from farm.schedule.actions import (
     SHARD_SIZE,
     SUMMARY_COLUMNS,
@@ -119,9 +121,6 @@ def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) ->
     """Each GitHub target's releases that the ledger's cells and this matrix's would take past
     GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
     the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
-    from farm.publish.github import capacity_problems
-    from farm.publish.targets import GithubSettings, parse_targets
-
     targets = parse_targets(config.defaults.publish, root=config.root)
     keys = [r.key for r in ledger.records if r.key is not None]
     keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
@@ -176,12 +175,12 @@ def drain_line(waves: Sequence[WaveCost]) -> str:
 
 def cells_json(cells: Sequence[PlannedCell]) -> list[dict[str, Any]]:
     """Each cell's JSON object; an arch list is rendered once per distinct list, not per cell."""
-    canonical: dict[int, str] = {}
+    canonical: dict[ArchList, str] = {}
     out = []
     for p in cells:
-        text = canonical.get(id(p.archs))
+        text = canonical.get(p.archs)
         if text is None:
-            text = canonical[id(p.archs)] = p.archs.canonical()
+            text = canonical[p.archs] = p.archs.canonical()
         out.append(p.as_json(text))
     return out
 
@@ -215,12 +214,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = args.cache_dir or config.root / ".cache"
     ledger = (LedgerIndex.empty() if args.overwrite
               else LedgerIndex.load(args.ledger or config.ledger_path, cache_dir=cache_dir))
-    gc.freeze()  # the config and the index live as long as the run: later collections skip them
-    gc.disable()  # the matrix builds tens of thousands of acyclic objects: collections only cost time
-    try:
-        matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
-    finally:
-        gc.enable()
+    matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}",
                          hint="the jobs your GitHub plan runs at once (Free 20, Pro 40, Team 60)")

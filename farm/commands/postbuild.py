@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm.build.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import load_config
 from farm.provenance.postbuild import (
@@ -56,8 +57,6 @@ def _spec(args: argparse.Namespace) -> BuildSpec | None:
     """``--spec``, read and checked against the cell options given with it."""
     if args.spec is None:
         return None
-    from farm.build.spec import read_spec
-
     spec = read_spec(args.spec)
     for flag, given, own in (("--package", args.package, spec.cell.package), ("--cuda", args.cuda, spec.cell.cuda),
                              ("--torch", args.torch, spec.cell.torch)):

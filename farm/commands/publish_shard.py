@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from farm.commands.slice import read_plan
+from farm.commands.upload import configured_targets, render
 from farm.errors import EXIT_ENVIRONMENT, ToolError, UsageError, redact
 from farm.model.config import LEDGER_FILE, load_config
+from farm.provenance.verdict import derive_from_config
+from farm.publish import upload
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
@@ -127,10 +130,6 @@ def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from farm.commands.upload import configured_targets, render
-    from farm.provenance.verdict import derive_from_config
-    from farm.publish import upload
-
     root = args.root.resolve()
     cells = shard_cells(slice_plan(read_plan(args.plan), args.shard))
     targets = configured_targets(root, args.target)

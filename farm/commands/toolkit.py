@@ -17,6 +17,7 @@ from pathlib import Path
 
 from farm.model.config import DEFAULTS_FILE, load_config, load_defaults
 from farm.progress import reporter
+from farm.toolkit.assemble import ensure_toolkit, toolkit_prefix
 from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_name, request_for
 
 
@@ -62,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"CUDA {request.cuda}: {request.source} {request.release} ({request.platform}) from {where}")
             print(f"components: {', '.join(request.components)}")
         return 0
-    from farm.toolkit.assemble import ensure_toolkit, toolkit_prefix
-
     # Without --prefix: the very toolkit `farm build` assembles and reuses for this request.
     prefix = args.prefix or toolkit_prefix((args.root / ".cache" / "toolkit").absolute(), request)
     toolkit = ensure_toolkit(

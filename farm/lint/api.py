@@ -1,4 +1,4 @@
-"""The arch-gate lint's entry points (DESIGN §4.5): sources checked against the declared arch list at matrix time.
+"""The arch-gate lint's entry points: sources checked against the declared arch list at matrix time.
 
 - :func:`lint_tree`: lint a directory against an arch list.
 - :func:`lint_source`: fetch a recipe source (:mod:`farm.source.fetch`) and lint it.
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from farm.errors import SourceError
+from farm.lint import cache
 from farm.lint.compiled import BuildScope, TreeIndex, build_scope
 from farm.lint.families import Configured
 from farm.lint.report import (
@@ -28,12 +29,9 @@ from farm.lint.report import (
 from farm.lint.rules import check, declared_families, kernel_families
 from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
+from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource
 from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
-
-TYPE_CHECKING = False  # not typing's: a directory's lint needs neither it, the recipes' model nor the fetcher
-if TYPE_CHECKING:
-    from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource
-    from farm.source.fetch import SourceTree
+from farm.source.fetch import SourceTree, fetch
 
 __all__ = [
     "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
@@ -87,6 +85,8 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "cuda": cuda or "",
         # the family table a reviewer checks: name, where, what it intersects, its targets, sources
         "families": [[f.name, f.where, f.supported, f.targets.canonical(), len(f.sources)] for f in derived],
+        # each family's sources, in the table's order: the build spec carries them to the assertion
+        "family_sources": [list(f.sources) for f in derived],
         "not_built": sorted(configured.not_built) if configured else [],
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a
@@ -107,8 +107,6 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
     ``prepare`` makes the tree that is really built (the source after the recipe's patch script)
     and is called only on a cache miss; ``variant`` (the patch script's digest) keys it apart from
     the unpatched source."""
-    from farm.lint import cache
-
     # the extensions' own lists key the answer like the package's list does
     own = "".join(f"+ext:{glob}={lst.canonical()}" for glob, lst in extensions) + (f"+cuda:{cuda}" if cuda else "")
     own += "".join(f"+family:{f.name}={','.join(f.sources)}:{f.archs}:{f.min_cuda or ''}" for f in families)
@@ -126,7 +124,5 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
 def lint_source(source: GitSource | SdistSource | PathSource, archs: ArchList, ignores: Sequence[LintIgnore],
                 cache_dir: Path, *, package: str | None = None, build_subdir: str | None = None) -> LintReport:
     """Fetch ``source`` (cached) and lint it (cached)."""
-    from farm.source.fetch import fetch
-
     tree = fetch(source, cache_dir, package=package)
     return lint_cached(tree, archs, ignores, cache_dir, build_subdir=build_subdir)

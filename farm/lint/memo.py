@@ -13,26 +13,30 @@ each taken before it was read:
 - farm's own code, every module of the package: an upgrade, an edited rule or a bumped rules
   version is a miss, with no digest of the code computed on the warm path.
 
-An entry is written with :mod:`marshal`, as Python writes ``__pycache__``, and sealed
-(:mod:`farm.cacheseal`) for its file name: CI restores cache folders anyone with write access to a
-branch could have filled, so an entry that does not verify is a miss, and only a verified one is
-unmarshalled (marshal is not safe against crafted input). The answer is given only when every stamp
-still matches. A stamp whose mtime is less than two
-seconds before the command started is not trusted (a second edit could land in the same timestamp
-tick with the same size): such an answer is not remembered.
+An entry is JSON, sealed (:mod:`farm.cacheseal`) for its file name: CI restores cache folders
+anyone with write access to a branch could have filled, so an entry that does not verify is a
+miss, and a verified one is read by the one bounded JSON reader (:mod:`farm.jsonread`). The answer
+is given only when every stamp still matches. A stamp whose mtime is less than two seconds before
+the command started is not trusted (a second edit could land in the same timestamp tick with the
+same size): such an answer is not remembered.
 """
 
 from __future__ import annotations
 
-import marshal
+import contextlib
+import json
 import os
 import time
+import zlib
+from pathlib import Path
 
+from farm import cacheseal, jsonread
 from farm.filestamp import RACY_NS
+from farm.fsutil import atomic_write
 from farm.lint.stamps import Stamps
 
 __all__ = ["RACY_NS", "Memo"]
-_FORMAT = 3
+_FORMAT = 4
 _MAX_ENTRY = 256 << 20  # an answer's stamps: a few MB for the largest trees
 
 
@@ -41,10 +45,9 @@ class Memo:
     :meth:`depend_on` for each input, then :meth:`remember`, on a cold one."""
 
     def __init__(self, cache_dir: str | os.PathLike[str], **command: str | None) -> None:
-        import zlib  # a name, not a proof: the entry holds its command, compared on every read
-
         self.started = time.time_ns()
-        self.command: dict[str, str | int | None] = {"format": _FORMAT, "marshal": marshal.version, **command}
+        self.command: dict[str, str | int | None] = {"format": _FORMAT, **command}
+        # a name, not a proof: the entry holds its command, compared on every read
         material = repr(sorted(self.command.items())).encode("utf-8", "surrogateescape")
         name = f"{zlib.crc32(material):08x}{zlib.adler32(material):08x}"
         self.path = os.path.join(cache_dir, "lint", f"cmd-{name}.bin")
@@ -52,14 +55,12 @@ class Memo:
 
     def answer(self) -> tuple[int, str, str] | None:
         """The remembered (exit code, text, JSON text) when every input is as it was."""
-        from farm import cacheseal
-
         try:
             with open(self.path, "rb") as fh:
                 payload = cacheseal.unseal(fh.read(_MAX_ENTRY + 1), self._purpose())
             if payload is None:
                 return None  # missing, too large, written by someone else, or edited: a miss
-            entry = marshal.loads(payload)
+            entry = jsonread.loads(payload)
             if entry["command"] != self.command:
                 return None  # another command with the same name
             code, text, as_json = entry["code"], entry["text"], entry["json"]
@@ -68,7 +69,7 @@ class Memo:
             inputs = [Stamps.from_record(item) for item in entry["inputs"]]
             if not inputs or not all(stamps.unchanged() for stamps in inputs):
                 return None
-        except (OSError, EOFError, ValueError, KeyError, TypeError):  # unreadable or not ours: a miss
+        except (OSError, ValueError, KeyError, TypeError):  # unreadable or not ours: a miss
             return None
         return code, text, as_json
 
@@ -92,14 +93,9 @@ class Memo:
             return  # an input with nothing to stat (farm installed without its sources) proves nothing
         if max(s.newest for s in self._inputs) >= self.started - RACY_NS:
             return  # a file too fresh to trust its timestamp: answer again next time
-        import contextlib
-        from pathlib import Path
-
-        from farm import cacheseal
-        from farm.fsutil import atomic_write  # a cache: atomic (never torn), not durable
-
-        data = cacheseal.seal(marshal.dumps({"command": self.command, "inputs": [s.to_record() for s in self._inputs],
-                                             "code": code, "text": text, "json": as_json}), self._purpose())
+        entry = {"command": self.command, "inputs": [s.to_record() for s in self._inputs],
+                 "code": code, "text": text, "json": as_json}
+        data = cacheseal.seal(json.dumps(entry).encode(), self._purpose())
         # a read-only cache folder costs the next run time, not this one its answer
         with contextlib.suppress(OSError):
-            atomic_write(Path(self.path), [data], durable=False)
+            atomic_write(Path(self.path), [data], durable=False)  # a cache: atomic (never torn), not durable

@@ -6,12 +6,9 @@ import enum
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-TYPE_CHECKING = False  # not typing's (a directory's lint imports neither it nor the recipes' model)
-if TYPE_CHECKING:
-    from typing import Any
-
-    from farm.model.config import LintIgnore
+from farm.model.config import LintIgnore
 
 
 class Severity(str, enum.Enum):
@@ -66,8 +63,6 @@ def _ignore_json(ignore: LintIgnore) -> dict[str, str]:
 
 
 def _ignore_from(data: dict[str, str]) -> LintIgnore:
-    from farm.model.config import LintIgnore
-
     return LintIgnore(data["rule"], data["path"], data["reason"], data["where"])
 
 

@@ -1,20 +1,17 @@
 """The state of the files an answer was made from, and whether they are still in that state.
 
 A stamp of a path is :func:`farm.filestamp.stamp` (size, mtime, ctime, inode, device), as the
-ledger's index keys its source. :class:`Stamps` holds the
-stamps of some paths under one root, taken *before* they were read; :meth:`Stamps.unchanged`
-stats them again. Stdlib only, importing nothing else: a warm ``farm lint`` runs this and little more.
+ledger's index keys its source. :class:`Stamps` holds the stamps of some paths under one root,
+taken *before* they were read; :meth:`Stamps.unchanged` stats them again.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from farm.filestamp import WIDTH, stamp
-
-TYPE_CHECKING = False  # not typing's: a warm `farm lint` imports next to nothing
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from farm.fsutil import walk_files
 
 _MISSING = (-1,) * WIDTH  # a path that could not be stat'ed: its absence is part of the state too
 
@@ -49,8 +46,6 @@ class Stamps:
         """Record ``rel``: a file, or a directory with every directory and file below it (the
         lint's own walk: no version-control or tool state, no links to directories entered), each
         directory stat'ed before it is listed; with ``only`` (a name suffix), just the files named so."""
-        from farm.fsutil import walk_files  # recording is the cold path: the warm one never imports fsutil
-
         top = os.path.join(self.root, rel)
         if not os.path.isdir(top):
             self.add_path(rel)

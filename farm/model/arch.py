@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from farm.errors import ArchError
-from farm.frozen import Frozen
-
-TYPE_CHECKING = False  # annotations only: collections.abc is not on `farm inspect`'s start-up path
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
 
 
 class Kind(enum.Enum):
@@ -39,7 +36,7 @@ _ITEM = r"(?i)^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<variant>[af]?)(?P<ptx>\+PTX)
 _NAME = r"^(?P<prefix>sm|compute)_(?P<num>\d{2,3})(?P<variant>[af]?)$"
 _SEPARATORS = r"[;\s]+"
 
-# torch's named arches (torch/utils/cpp_extension.py, FACTS §5).
+# torch's named arches (torch/utils/cpp_extension.py; docs/background.md, "torch's TORCH_CUDA_ARCH_LIST").
 NAMED_ARCHES: dict[str, str] = {
     "kepler+tesla": "3.7",
     "kepler": "3.5+PTX",
@@ -58,7 +55,7 @@ NAMED_ARCHES: dict[str, str] = {
 }
 
 # The items torch's TORCH_CUDA_ARCH_LIST accepts, each optionally with ``+PTX``
-# (``supported_arches`` in torch/utils/cpp_extension.py, 2.13; FACTS §5). Anything else, e.g.
+# (``supported_arches`` in torch/utils/cpp_extension.py, 2.13). Anything else, e.g.
 # 8.8 or 10.1 that nvcc builds, makes torch raise "Unknown CUDA arch" mid-build.
 TORCH_ARCHES: frozenset[tuple[int, int, str]] = frozenset(
     {(3, 5, ""), (3, 7, ""), (5, 0, ""), (5, 2, ""), (5, 3, ""), (6, 0, ""), (6, 1, ""), (6, 2, ""),
@@ -68,18 +65,14 @@ TORCH_ARCHES: frozenset[tuple[int, int, str]] = frozenset(
 )
 
 
-class Target(Frozen):
+@dataclass(frozen=True, slots=True)
+class Target:
     """One image a fatbin can hold: SASS ``sm_90a`` or PTX ``compute_90``."""
 
-    __match_args__ = ("major", "minor", "variant", "kind")
-    __slots__ = __match_args__
     major: int
     minor: int
-    variant: Variant
-    kind: Kind
-
-    def __init__(self, major: int, minor: int, variant: Variant = Variant.NONE, kind: Kind = Kind.SASS) -> None:
-        self._set(major, minor, variant, kind)
+    variant: Variant = Variant.NONE
+    kind: Kind = Kind.SASS
 
     @property
     def number(self) -> int:
@@ -131,15 +124,11 @@ def _sorted(targets: Iterable[Target]) -> tuple[Target, ...]:
     return tuple(sorted(set(targets), key=Target.sort_key))
 
 
-class ArchList(Frozen):
+@dataclass(frozen=True, slots=True)
+class ArchList:
     """A normalised arch list: a set of targets with one canonical string."""
 
-    __match_args__ = ("targets",)
-    __slots__ = __match_args__
     targets: frozenset[Target]
-
-    def __init__(self, targets: frozenset[Target]) -> None:
-        self._set(targets)
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -254,14 +243,6 @@ class ArchList(Frozen):
                 items.append(f"{base}-virtual")
         return ";".join(items)
 
-    def render_nvcc(self) -> list[str]:
-        """nvcc ``-gencode`` flags, one per target."""
-        flags = []
-        for t in self:
-            virtual = f"compute_{t.number}{t.variant.value}"
-            flags.append(f"-gencode=arch={virtual},code={t.name}")
-        return flags
-
 
 def _parse_item(item: str, where: str | None) -> set[Target]:
     named = NAMED_ARCHES.get(item.lower())
@@ -322,7 +303,7 @@ def render(archs: ArchList, how: Rendering) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# What each CUDA line's nvcc can build (FACTS §4). Measured: the --gpu-name values of ptxas from
+# What each CUDA line's nvcc can build (docs/background.md, "nvcc"). Measured: the --gpu-name values of ptxas from
 # nvidia-cuda-nvcc-cu12 12.4.131, 12.6.85, 12.8.93, 12.9.86 (those wheels hold no nvcc), and
 # nvcc --dryrun -gencode of 13.0.88 and 13.2.86 (tests/test_arch.py re-checks the suite's nvcc).
 # --------------------------------------------------------------------------------------------

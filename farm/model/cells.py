@@ -186,13 +186,9 @@ def declared_cells(defaults: Defaults, recipe: Recipe) -> Iterator[Cell]:
         yield Cell(recipe.name, recipe.version, cuda, torch, tag, platform)
 
 
-def is_phantom(defaults: Defaults, cell: Cell) -> bool:
-    """A cell upstream PyTorch never shipped (torch-free cells have no torch to be missing)."""
-    return is_phantom_key(defaults, cell.cuda, cell.torch, cell.python_version, cell.platform)
-
-
 def is_phantom_key(defaults: Defaults, cuda: str, torch: str, python: str, platform: str) -> bool:
-    """:func:`is_phantom` on a cell's fields (``python`` as ``3.11``): the one phantom rule."""
+    """A cell upstream PyTorch never shipped, by its fields (``python`` as ``3.11``): the one
+    phantom rule (torch-free cells have no torch to be missing)."""
     return torch != NO_TORCH and (cuda, torch, python, platform) in _phantom_keys(defaults.phantoms)
 
 
@@ -242,7 +238,7 @@ class Resolution:
 
 
 def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution | None:
-    """The cell's arch list (DESIGN §4.1): combo override > per-CUDA > package > policy row.
+    """The cell's arch list: combo override > per-CUDA > package > policy row (docs/recipes.md).
 
     The platform's own block (``arch.win_amd64``), then its group's (``arch.aarch64``) are consulted
     first with the same rules, then the package-wide block, then the group's policy row (with its

@@ -12,7 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
@@ -596,8 +598,6 @@ def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be an index or download root, or None: http(s) with a host, or file. The
     one rule for each URL in ``_defaults.yml`` (``redist_url``, ``torch_index``) and its flag
     (``--redist-url``, ``$FARM_CUDA_REDIST_URL``, ``--torch-index``, ``farm grid --index``)."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         host = parts.hostname if parts.scheme in ("http", "https") else ""
@@ -914,8 +914,6 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
-    if requires or build.extra_deps:  # imported here: packaging's requirement parser costs a run without any ~25 ms
-        from packaging.requirements import InvalidRequirement, Requirement
     for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
         try:
             parsed = Requirement(_sample(req, top))

@@ -87,7 +87,7 @@ def canonical_arch_list(text: str, where: str, key: str) -> ArchList:
 
 
 def arch_request(config: FarmConfig, recipe: Recipe, cell: Cell) -> ArchRequest | None:
-    """The cell's arch request (DESIGN §4.1, :func:`~farm.model.cells.resolve_arch`), with the
+    """The cell's arch request (:func:`~farm.model.cells.resolve_arch`'s list), with the
     recipe's per-extension lists of its CUDA line; None where the platform has no policy row for
     the CUDA line (the farm builds no such cell)."""
     resolution = resolve_arch(config, recipe, cell)

@@ -249,6 +249,16 @@ class Bundled(_Record):
 
 
 @dataclass(frozen=True)
+class FamilyRecord(_Record):
+    """A kernel family as the cell built it: the exact targets each of its translation units
+    holds, its ``.cu`` sources, and the extensions holding its TUs."""
+
+    targets: str
+    sources: tuple[NonEmpty, ...]
+    extensions: tuple[NonEmpty, ...]
+
+
+@dataclass(frozen=True)
 class MadeByRecord(_Record):
     """What one extension's device code records about the toolkit that compiled it."""
 
@@ -297,6 +307,13 @@ class BuildInfo(_Record):
         Mapping[str, MadeByRecord] | Absent | None,
         Rule(description="archive path of each extension with device code -> the CUDA toolkit its device code "
                          "records (read from the binary at postbuild; it is the cell's CUDA line)"),
+    ] = ABSENT
+    families: Annotated[
+        Mapping[str, FamilyRecord] | Absent | None,
+        Rule(description="kernel families (sources the build compiles for their own targets): name -> the exact "
+                         "targets of each of its translation units, its sources and the extensions holding them; "
+                         "an extension's expected list is then its families' targets plus, for its other "
+                         "translation units, the normalised list"),
     ] = ABSENT
 
     # -- reading --
@@ -455,12 +472,14 @@ def make_build_info(
     vendored: Mapping[str, Mapping[str, Any]] | None = None,
     duration_s: float | Absent | None = ABSENT,
     made_by: Mapping[str, Mapping[str, Any]] | None = None,
+    families: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> BuildInfo:
     """An asserted provenance; every value is given, nothing is guessed.
 
     ``vendored``: each bundled library's found targets and expectation (recorded only when the
     wheel bundles any). ``duration_s``: the build's wall seconds, when it was measured. ``made_by``:
-    per extension with device code, what it records of its toolkit (the assertion's reading)."""
+    per extension with device code, what it records of its toolkit (the assertion's reading).
+    ``families``: the kernel families the assertion judged (recorded only when the cell has any)."""
     return BuildInfo(
         package=package,
         dist=dist,
@@ -483,6 +502,8 @@ def make_build_info(
         duration_s=duration_s,
         made_by=_frozen({p: MadeByRecord.from_mapping(m) for p, m in sorted(made_by.items())})
         if made_by is not None else ABSENT,
+        families=_frozen({n: FamilyRecord(f["targets"], tuple(f["sources"]), tuple(f["extensions"]))
+                          for n, f in sorted(families.items())}) if families else ABSENT,
     )
 
 
@@ -595,7 +616,9 @@ def write_schema(path: Path = SCHEMA_FILE) -> None:
 
 @cache
 def _validator() -> Any:
-    import jsonschema  # type: ignore[import-untyped]  # only validation pays for the import
+    # SPEED: jsonschema imported only to validate. Importing it costs `farm doctor` ~35 ms, over a
+    # fifth of its time when no farm wheel is installed (benchmarks/bench_startup.py measures it).
+    import jsonschema  # type: ignore[import-untyped]  # noqa: PLC0415
 
     return jsonschema.Draft202012Validator(schema())  # made once: every read of a provenance checks
 

@@ -11,7 +11,6 @@ Writing is :mod:`farm.provenance.ledgerwrite`.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -35,9 +34,6 @@ from farm.provenance.ledgerline import (
     parse_line,
     validate_entry,
 )
-
-_tuple_new = tuple.__new__  # the named tuples' own __new__ is a Python function, ~2x slower
-_ASSERTED = Provenance.ASSERTED
 
 
 def _open(path: Path) -> BinaryIO:
@@ -113,20 +109,19 @@ def iter_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 def _parse(path: Path, handle: BinaryIO) -> list[Record]:
     """The validated record of every line of ``handle`` (the ledger at ``path``)."""
     records: list[Record] = []
-    decode, new, asserted = decode_key_fields, _tuple_new, _ASSERTED
     offset = 0
     for number, raw in enumerate(_read_lines(handle, path), 1):
         # Once per line (30,000 at the public farm's scale): decode and build the record, no
         # more. What the types cannot check (the spelling of filenames and sha256s) is checked
         # for all lines at once by _check_spelling.
         try:
-            k = decode(raw)
+            k = decode_key_fields(raw)
         except msgspec.MsgspecError:
             rec = _slow_record(path, raw, number, offset, records)
         else:
             c = k.cell
-            key = new(ExistsKey, (k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch))
-            rec = new(Record, (number, offset, k.filename, k.sha256, asserted, key, k.arch_list.normalised))
+            key = ExistsKey(k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch)
+            rec = Record(number, offset, k.filename, k.sha256, Provenance.ASSERTED, key, k.arch_list.normalised)
         records.append(rec)
         offset += len(raw)
     _check_spelling(path, records)
@@ -226,17 +221,11 @@ class LedgerIndex:
             cached = read_cache(cache_dir, path)
             if cached is not None:
                 return cls._of(path, cached)
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # tens of thousands of records that all survive: collections only cost time
-        try:
-            with _open(path) as handle:
-                before = stamp(os.fstat(handle.fileno()))
-                records = _parse(path, handle)
-                unchanged = stamp(os.fstat(handle.fileno())) == before
-            index = cls._of(path, records)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        with _open(path) as handle:
+            before = stamp(os.fstat(handle.fileno()))
+            records = _parse(path, handle)
+            unchanged = stamp(os.fstat(handle.fileno())) == before
+        index = cls._of(path, records)
         if cache_dir is not None and unchanged:
             write_cache(cache_dir, path, before, records)
         return index

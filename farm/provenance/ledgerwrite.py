@@ -1,7 +1,7 @@
 """Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
 
 Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); the upload job merges
-them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published`). Both
+them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published_many`). Both
 take the same file lock and replace the ledger through a fsynced temp file and a rename, so two
 writers never interleave and a crash never leaves half a line.
 """
@@ -146,13 +146,6 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
 
             atomic_write(ledger, chunks())
     return MergeResult(ledger, tuple(added), tuple(already))
-
-
-def record_published(ledger: Path, filename: str, sha256: str, target: str, url: str) -> bool:
-    """Add ``{"target", "url"}`` to the ``published`` list of ``filename``'s entry.
-
-    Returns False when that target/url was already recorded (nothing written)."""
-    return record_published_many(ledger, [(filename, sha256, target, url)]) == 1
 
 
 def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str]]) -> int:

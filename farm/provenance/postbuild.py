@@ -17,14 +17,19 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from farm.binary.assertion import AssertionReport, Expected, VendoredRule, assert_wheel
+from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
+from farm.fsutil import atomic_write, read_chunks, sha256_file
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
+from farm.model.config import FarmConfig, GitSource, PathSource, Recipe, SdistSource
 from farm.model.label import parse_local_label
+from farm.model.spec import ArchRequest, require_arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
@@ -34,11 +39,7 @@ from farm.provenance.stamp import (
     plan_relabel,
     stamp_wheel,
 )
-
-if TYPE_CHECKING:
-    from farm.binary.assertion import AssertionReport, Expected
-    from farm.model.config import FarmConfig, Recipe
-    from farm.model.spec import ArchRequest
+from farm.source.fetch import tree_sha256
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,6 @@ def check_wheel_matches_cell(name: WheelName, cell: Cell, dist: str) -> None:
 # -- the core -------------------------------------------------------------------------------------
 def check_wheel(wheel: Path, context: BuildContext, *, dist: str, cuobjdump: Path | None = None) -> AssertionReport:
     """The assertion alone: is ``wheel`` the cell's, and does it hold exactly what was asked for?"""
-    from farm.binary.assertion import (
-        assert_wheel,  # the assertion pulls in both readers
-    )
-
     wheel = Path(wheel)
     check_wheel_matches_cell(WheelName.parse(wheel.name), context.cell, dist)
     return assert_wheel(wheel, context.expected, cuobjdump=cuobjdump)
@@ -202,6 +199,7 @@ def stamp_asserted(
             vendored={relabel.member(v.path): v.record() for v in report.vendored_results},
             duration_s=context.duration_s if context.duration_s is not None else buildinfo.ABSENT,
             made_by={p: so.inspection.made_by.to_json() for p, so in per_so.items() if so.inspection.made_by},
+            families=report.families_record(relabel.member),
         )
         buildinfo.validate(info.to_dict(), where=str(wheel))  # what is written follows the schema
         return info
@@ -224,8 +222,6 @@ def stamp_asserted(
 
 def read_embedded(wheel: Path) -> buildinfo.BuildInfo | None:
     """The wheel's own ``_build_info.json`` (None: not stamped)."""
-    from farm.binary.wheelfile import SafeWheel
-
     with SafeWheel(wheel) as zf:
         member = f"{zf.dist_info()}/{buildinfo.BUILD_INFO_NAME}"
         if member not in zf.names():
@@ -235,8 +231,6 @@ def read_embedded(wheel: Path) -> buildinfo.BuildInfo | None:
 
 def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, context: BuildContext,
                    report: AssertionReport, *, fragments_dir: Path | None) -> PostbuildResult:
-    from farm.fsutil import atomic_write, read_chunks, sha256_file
-
     cell = context.cell
     differ = []
     if embedded.cell.to_dict() != cell.as_dict():
@@ -252,6 +246,9 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
     bundled = {v.path: v.record() for v in report.vendored_results}
     if {p: b.to_dict() for p, b in embedded.bundled.items()} != bundled:
         differ.append("bundled libraries that are not what the wheel holds")
+    families = embedded.families if isinstance(embedded.families, Mapping) else {}
+    if {n: f.to_dict() for n, f in families.items()} != report.families_record():
+        differ.append("kernel families that are not the ones asserted now")
     if not embedded.asserted:
         differ.append("a provenance that is not asserted and passed")
     if differ:
@@ -272,8 +269,6 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
     sha, size = sha256_file(dest), dest.stat().st_size
     entry = embedded.ledger_entry(filename=dest.name, sha256=sha, size=size)
     fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else out_dir)
-    from farm.binary.wheelfile import SafeWheel
-
     with SafeWheel(dest) as zf:
         relabel = plan_relabel(dest.name, list(zf.names()), local=local_version(cell), build_tag=context.build_tag)
     return PostbuildResult(wheel, report, StampResult(dest, relabel, sha, size, embedded, {}, created), fragment)
@@ -323,14 +318,10 @@ def wheel_cell(wheel: Path, cell: Cell) -> Cell:
 # -- the config glue ------------------------------------------------------------------------------
 def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
     """The recipe's ``vendored`` map as the assertion's rules."""
-    from farm.binary.assertion import VendoredRule
-
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
 def source_of(recipe: Recipe) -> buildinfo.SourceRecord:
     """The recipe's pinned source as provenance records it (a path source with its tree hash)."""
-    from farm.model.config import GitSource, PathSource, SdistSource
-
     src = recipe.source
     if isinstance(src, GitSource):
         # A recipe pins a tag or a full commit; a 40-hex ref is the commit itself.
@@ -339,8 +330,6 @@ def source_of(recipe: Recipe) -> buildinfo.SourceRecord:
     if isinstance(src, SdistSource):
         return buildinfo.SdistSourceRecord(src.name, src.version, src.sha256)
     if isinstance(src, PathSource):
-        from farm.source.fetch import tree_sha256
-
         return buildinfo.PathSourceRecord(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
     raise TypeError(f"unknown source {src!r}")
 
@@ -392,9 +381,6 @@ def context_from_config(
     ``farm build`` made is postbuilt by its build spec instead (``BuildSpec.context``), which
     carries every decision here, so nothing of today's recipe reaches it.
     """
-    from farm.binary.assertion import Expected
-    from farm.model.spec import require_arch_request
-
     env = os.environ if env is None else env
     if isinstance(source, Mapping):  # a fetched tree's description (the source stage's plain dict)
         source = buildinfo.source_from(source)

@@ -16,6 +16,7 @@ from typing import Any
 from farm.errors import ToolError
 from farm.provenance.buildinfo import CompileCache, FarmDepRecord, Run, Toolchain, ToolkitRecord
 from farm.provenance.shape import ABSENT, Absent
+from farm.toolkit.assemble import nvcc_release
 
 
 # -- the CI run -------------------------------------------------------------------------------
@@ -50,8 +51,6 @@ def nvcc_version(cuda_home: Path) -> str:
     nvcc = Path(cuda_home) / "bin" / ("nvcc.exe" if os.name == "nt" else "nvcc")
     if not nvcc.exists():
         raise ToolError(f"no nvcc at {nvcc}", hint="set CUDA_HOME to the toolkit the wheel was built with")
-    from farm.toolkit.assemble import nvcc_release  # the toolkit's config and YAML: only a build pays
-
     return nvcc_release(nvcc)
 
 

@@ -3,7 +3,7 @@
 The farm name of a wheel carries its cell (``+cu128torch2.8``) and, when the effective epoch is
 above 0, a build tag, so a rebuild never collides with an old asset and installers prefer it.
 pip rejects a wheel whose file name, ``.dist-info`` folder and METADATA ``Version`` disagree
-(FACTS §8), so all three change together; ``_build_info.json`` is added and RECORD regenerated.
+("inconsistent version"), so all three change together; ``_build_info.json`` is added and RECORD regenerated.
 
 Every member is streamed in chunks while it is hashed, so memory does not grow with the wheel.
 The new wheel is written to a temporary file in the output folder and renamed into place only

@@ -155,6 +155,33 @@ def vendored_difference(recorded: Mapping[str, Bundled], now: Mapping[str, str])
     return out
 
 
+def family_targets(info: BuildInfo) -> tuple[dict[str, frozenset[str]], list[str]]:
+    """Per extension, the union of the targets of the kernel families recorded as holding TUs in
+    it, and what in the families' record does not parse or names no recorded extension."""
+    families = info.families if isinstance(info.families, Mapping) else {}
+    held: dict[str, frozenset[str]] = {}
+    wrong: list[str] = []
+    for name, record in sorted(families.items()):
+        targets = archs_of(record.targets)
+        if targets is None:
+            wrong.append(f"kernel family {clip(name)}: its targets {clip(record.targets)} do not parse")
+            continue
+        for so in record.extensions:
+            if so not in (info.expected or {}):
+                wrong.append(f"kernel family {clip(name)}: {clip(so)} is not an extension it records")
+            held[so] = held.get(so, frozenset()) | targets
+    return held, wrong
+
+
+def _fits(text: object, own: frozenset[str] | None, families: frozenset[str] | None) -> bool:
+    """A recorded expected list is the extension's own list, or with kernel families their targets
+    alone (every TU in a family) or with the own list (the other TUs)."""
+    built = archs_of(text)
+    if families is None or own is None or built is None:
+        return built is not None and built == own
+    return built in (families, families | own)
+
+
 def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     """How a provenance contradicts itself: requested -> normalised -> expected per extension.
 
@@ -174,10 +201,13 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
             wrong = MadeBy(record.cubin, record.ptx_isa, record.unread).against(info.cell.cuda)
             if wrong:
                 out.append(f"{so}: {wrong}")
+    held, unread = family_targets(info)
+    out += unread
     if derived is not None:
         for so, text in sorted((info.expected or {}).items()):
-            if derived.expected.for_extension(so)[1] is None and archs_of(text) != normalised:
-                out.append(f"{so} is expected to hold {clip(text)}, not the requested list (it has no list of its own)")
+            if derived.expected.for_extension(so)[1] is None and not _fits(text, normalised, held.get(so)):
+                out.append(f"{so} is expected to hold {clip(text)}, not the requested list (it has no list of its own)"
+                           + (" with its kernel families' targets" if so in held else ""))
     return out
 
 
@@ -201,8 +231,11 @@ def config_difference(info: BuildInfo, derived: Derived | None, today: Mapping[s
         out.append(f"the configuration resolves {derived.requested.canonical()} ({derived.origin}), the wheel was "
                    f"built for {clip(info.arch_list.requested)}")
     built = info.expected or {}
+    held, _ = family_targets(info)  # an extension with kernel families: today's list for its other TUs
     out += [f"{so}: built for {clip(built.get(so) or '(none)')}, today's policy resolves {today[so] or '(none)'}"
-            for so in sorted(today) if not _same(today[so], built.get(so))]
+            + (" (besides its kernel families' targets)" if so in held else "")
+            for so in sorted(today) if not (_fits(built.get(so), archs_of(today[so]), held[so]) if so in held
+                                            else _same(today[so], built.get(so)))]
     return out
 
 

@@ -23,6 +23,7 @@ from farm.fsutil import sha256_file
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import ExistsKey
+from farm.provenance.postbuild import read_embedded
 from farm.publish.gate import Vouchers, run_gate
 
 if TYPE_CHECKING:
@@ -52,8 +53,6 @@ def reassert(path: Path, *, cell: ExistsKey, ledger: Path, derive: Derive | None
              reader: str = "auto") -> Reassertion:
     """Judge the downloaded asset at ``path`` as the gate judges a wheel it is given, with its
     own provenance as its voucher, for the cell ``cell``."""
-    from farm.provenance.postbuild import read_embedded
-
     sha256 = sha256_file(path)
     try:
         info = read_embedded(path)

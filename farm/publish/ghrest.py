@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.errors import ToolError, clip
+from farm.errors import NetworkError, ToolError, clip
+from farm.netutil import download
 from farm.publish.ratelimit import Clock, RealClock, Throttle, retry_after
 
 API_URL = "https://api.github.com"
@@ -261,9 +262,6 @@ class Client:
 
     def download(self, asset: RemoteAsset, dest: Path, *, max_bytes: int) -> str:
         """The asset's bytes into ``dest`` (at most ``max_bytes``); returns their sha256."""
-        from farm.errors import NetworkError
-        from farm.netutil import download
-
         answer = self.request("GET", f"{self._repo()}/releases/assets/{asset.id}",
                               headers={"Accept": "application/octet-stream"}, ok=(302, 301, 307))
         location = {k.lower(): v for k, v in answer.headers.items()}.get("location")

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from filelock import FileLock
 from packaging.utils import (
     InvalidWheelFilename,
     canonicalize_name,
@@ -307,8 +308,6 @@ def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: 
 
 def _locked(root: Path) -> Any:
     """One writer per tree at a time (two upload jobs, or an upload and `farm index`)."""
-    from filelock import FileLock
-
     root.mkdir(parents=True, exist_ok=True)
     return FileLock(str(root / ".lock"), timeout=300)
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock, Timeout
+
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, UsageError
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerwrite import record_published_many
@@ -224,8 +226,6 @@ def publish_lock(ledger: Path) -> Any:
     """One publish at a time per ledger: planning, sending, the index pages and the ledger merge
     form one transaction. Without it a concurrent upload regenerates the index between another's
     copy and its ledger merge, and sees a wheel "in the index but not in the ledger"."""
-    from filelock import FileLock, Timeout
-
     class _Lock(FileLock):
         def __enter__(self) -> Any:
             try:

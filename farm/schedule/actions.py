@@ -10,16 +10,9 @@ from pathlib import Path
 
 from farm.errors import UsageError
 from farm.schedule.jobs import build_entries
-from farm.schedule.matrix import PlannedCell, stale_advice
+from farm.schedule.matrix import stale_advice
 from farm.schedule.slices import SHARD_SIZE, check_outputs
 from farm.schedule.waves import Wave, wave_advice
-
-
-def shards(cells: Sequence[PlannedCell], size: int = SHARD_SIZE) -> list[list[PlannedCell]]:
-    """Consecutive chunks of at most ``size`` cells; their concatenation is ``cells``."""
-    if size < 1:
-        raise ValueError("shard size must be >= 1")
-    return [list(cells[i:i + size]) for i in range(0, len(cells), size)]
 
 
 def github_outputs(wave: Wave) -> dict[str, str]:

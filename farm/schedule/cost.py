@@ -28,6 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from farm.schedule.jobs import cost as jobs_of
+from farm.schedule.waves import schedule
+
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
     from farm.model.config import Sharding
     from farm.schedule.hitrate import HitRates
@@ -262,9 +265,6 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
 def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY) -> list[WaveCost]:
     """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
     the :func:`~farm.schedule.matrix.schedule` of what the previous ones left."""
-    from farm.schedule.jobs import cost as jobs_of
-    from farm.schedule.waves import schedule
-
     out = []
     matrix = costed.matrix
     while matrix.cells:
@@ -272,9 +272,9 @@ def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCUR
         if not wave.scheduled:
             break  # a cell bigger than a run: schedule() says so to the user
         out.append(wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency))
-        left = {id(p) for p in wave.deferred}
-        matrix = replace(matrix, packages=tuple(replace(pkg, to_build=tuple(p for p in pkg.to_build if id(p) in left))
-                                                for pkg in matrix.packages))
+        left = {p.cell.id for p in wave.deferred}
+        matrix = replace(matrix, packages=tuple(
+            replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in left)) for pkg in matrix.packages))
     return out
 
 

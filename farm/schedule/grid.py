@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from email.parser import BytesHeaderParser
+from email.policy import compat32
 from urllib.parse import urljoin
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -94,9 +96,6 @@ def cuda_line(requirements: Iterable[str]) -> str | None:
 
 def requirements(metadata: bytes) -> list[str]:
     """The ``Requires-Dist`` lines of a core metadata file (``METADATA``, email header format)."""
-    from email.parser import BytesHeaderParser
-    from email.policy import compat32
-
     message = BytesHeaderParser(policy=compat32).parsebytes(metadata)
     return [str(value) for value in message.get_all("Requires-Dist") or ()]
 

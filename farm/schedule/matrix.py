@@ -307,7 +307,7 @@ def compute_matrix(
     names = filters.packages or tuple(sorted(config.recipes))
     torch_versions = {(row.cuda, row.torch_minor): row.torch for row in config.defaults.grid}
     # Shared by every package: policy rows serve them all.
-    specs: dict[tuple[int, str], str] = {}
+    specs: dict[tuple[ArchList, str], str] = {}
     parsed: dict[str, ArchList | None] = {}
     packages = tuple(
         _package_matrix(config, config.recipe(name), ledger, filters, overwrite, torch_versions,
@@ -321,14 +321,15 @@ def compute_matrix(
 _Resolved = tuple[ArchRequest, str]
 
 
-def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[int, str], str]) -> _Resolved | None:
+def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell,
+             memo: dict[tuple[ArchList, str], str]) -> _Resolved | None:
     """The cell's arch request, validated for its CUDA line, with its canonical string. ``memo``
-    (list identity, cuda) -> canonical string: a policy row serves every recipe, so it is
-    validated and rendered once per run (the config's lists live as long as the config)."""
+    (list, cuda) -> canonical string: a policy row serves every recipe, so it is validated and
+    rendered once per run."""
     request = arch_request(config, recipe, cell)
     if request is None:
         return None
-    key = (id(request.archs), cell.cuda)
+    key = (request.archs, cell.cuda)
     canonical = memo.get(key)
     if canonical is None:
         try:
@@ -347,7 +348,6 @@ def _resolve(config: FarmConfig, recipe: Recipe, cell: Cell, memo: dict[tuple[in
 
 _NO_FILTERS = Filters()
 _NO_RESTRICTION = Restriction()
-_new_key = tuple.__new__  # ExistsKey's own __new__ is a Python function: ~17,000 calls a run
 _UNRESOLVED: Any = object()
 
 
@@ -358,7 +358,7 @@ def _package_matrix(
     filters: Filters,
     overwrite: bool,
     torch_versions: Mapping[tuple[str, str], str],
-    specs: dict[tuple[int, str], str],
+    specs: dict[tuple[ArchList, str], str],
     parsed: dict[str, ArchList | None],
 ) -> PackageMatrix:
     # The loop runs once per declared cell (~17,000 at the public farm's scale): it works on the
@@ -395,7 +395,7 @@ def _package_matrix(
             continue
         request, canonical = found
         if not overwrite:
-            record = lookup(_new_key(ExistsKey, (name, version, cuda, torch, tag, platform, epoch)))
+            record = lookup(ExistsKey(name, version, cuda, torch, tag, platform, epoch))
             if record is not None:
                 arch = record.arch
                 if arch is None or arch == canonical or _same_archs(arch, canonical, request.archs, parsed):

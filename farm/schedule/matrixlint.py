@@ -23,7 +23,7 @@ class LintOutcome:
 
     package: str
     arch_list: str
-    report: Any  # farm.lint.LintReport: .passed, .errors, .stale_ignores, .render(), .to_json()
+    report: Any  # farm.lint.api.LintReport: .passed, .errors, .stale_ignores, .render(), .to_json()
 
     @property
     def passed(self) -> bool:
@@ -34,10 +34,7 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
     """Lint every package that has cells to build, once per distinct arch list (cached by the
     lint), on the source as it is built (after the recipe's patch_script). A source that cannot
     be fetched is a :class:`SourceError` naming the package."""
-    # Imported here: a matrix run with --no-lint or nothing to build does not pay for the lint.
-    from farm.build.builders import lint_as_built
-    from farm.source.fetch import fetch
-
+    lint_as_built, fetch = _lint_path()
     outcomes = []
     for pkg in matrix.packages:
         if not pkg.to_build:
@@ -52,7 +49,6 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
                               + "the matrix lints the source of every package it schedules: restore network "
                                 "access or fill the source cache, or run `farm matrix --no-lint` for the "
                                 "matrix without the lint (it says so; CI always lints)") from None
-        _lint_function()  # a broken lint is an environment error, said once
         for archs, extensions, cuda in _distinct_lints(recipe, pkg.lint_requests()):
             report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
             outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
@@ -65,13 +61,19 @@ def _distinct_lints(recipe: Recipe, requests: Iterable[tuple[ArchList, tuple[tup
     return list(dict.fromkeys((archs, ext, cuda if recipe.kernel_families else None) for archs, ext, cuda in requests))
 
 
-def _lint_function() -> Any:
+def _lint_path() -> tuple[Any, Any]:
+    """The lint as built and the source fetcher; a broken lint is an environment error.
+
+    SPEED: imported only when the matrix lints. They bring the build stage, the lint's rules and
+    the toolkit's modules, which cost `farm matrix --no-lint` more than its own time
+    (benchmarks/bench_startup.py measures it)."""
     try:
-        from farm.lint import lint_cached
+        from farm.build.builders import lint_as_built  # noqa: PLC0415
+        from farm.source.fetch import fetch  # noqa: PLC0415
     except ImportError as exc:
         raise ToolError(f"the arch-gate lint cannot be loaded: {exc}",
                         hint="reinstall farm; --no-lint skips the lint (and says so)") from None
-    return lint_cached
+    return lint_as_built, fetch
 
 
 def lint_failures(outcomes: Iterable[LintOutcome]) -> Iterator[LintOutcome]:
@@ -85,9 +87,6 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
     A run filtered by --cuda (or one whose other cells are already built) lints a few of the
     package's lists; an ignore that matches nothing under them may still be needed under the
     others. Those lists are linted too (cached), only for packages with a candidate."""
-    from farm.build.builders import lint_as_built
-    from farm.source.fetch import fetch
-
     by_package: dict[str, list[LintOutcome]] = {}
     for o in outcomes:
         by_package.setdefault(o.package, []).append(o)
@@ -101,8 +100,8 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
             missing = [r for r in _distinct_lints(recipe, everything.packages[0].lint_requests())
                        if r[0].canonical() not in linted]
             if missing:
+                lint_as_built, fetch = _lint_path()
                 tree = fetch(recipe.source, cache_dir, package=recipe.name)
-                _lint_function()
                 for archs, extensions, cuda in missing:
                     report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
                     candidates &= set(report.stale_ignores)

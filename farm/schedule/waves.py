@@ -82,7 +82,7 @@ def schedule(
     if capacity < 0:
         raise ValueError("capacity must be >= 0")
     queues = [pkg.to_build for pkg in matrix.packages if pkg.to_build]
-    chosen: set[int] = set()  # id() of the chosen PlannedCells (frozen, compared by identity here)
+    chosen: set[str] = set()  # the chosen cells' ids
     left = capacity
     depth = max((len(q) for q in queues), default=0)
     for i in range(depth):
@@ -92,10 +92,10 @@ def schedule(
             if i < len(q):
                 cost = jobs(q[i])
                 if cost <= left:
-                    chosen.add(id(q[i]))
+                    chosen.add(q[i].cell.id)
                     left -= cost
-    scheduled = tuple(p for p in matrix.cells if id(p) in chosen)
-    deferred = tuple(p for p in matrix.cells if id(p) not in chosen)
+    scheduled = tuple(p for p in matrix.cells if p.cell.id in chosen)
+    deferred = tuple(p for p in matrix.cells if p.cell.id not in chosen)
     return Wave(matrix, scheduled, deferred, capacity)
 
 

@@ -4,7 +4,7 @@ Two sources make the same layout (bin, include, lib with the ``lib64`` link and 
 links such as ``libcudart.so -> libcudart.so.13``, nvvm): NVIDIA's PyPI wheels (CUDA 13, where they
 are complete; :func:`install_script`) and NVIDIA's redistributable archives (every line and
 platform; :mod:`farm.toolkit.redist`). ``nvcc.profile`` searches ``lib64``, so that link must exist
-(FACTS §4); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it).
+(the PyPI wheels ship ``lib`` only); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it).
 
 :func:`ensure_toolkit` adds what makes a cache safe: a lock per prefix, assembly in a staging
 folder, the ready stamp written only after ``nvcc --version`` reports the requested line, then an
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -33,6 +35,7 @@ from farm import cacheseal, jsonread
 from farm.errors import ToolError, UsageError
 from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
+from farm.toolkit import redist
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
 
@@ -104,7 +107,7 @@ def install_script(request: ToolkitRequest, prefix: str, *, python: str = "pytho
          f"--no-input --no-compile --upgrade --report {q(prefix + '/pip-report.json')} "
          f"--target {q(prefix + '/site')} {' '.join(q(r) for r in request.pypi)}"),
         f"H={q(home)}",
-        # nvcc.profile searches lib64 for cudart/cudadevrt (FACTS §4).
+        # nvcc.profile searches lib64 for cudart/cudadevrt; the wheels ship lib
         'ln -sfn lib "$H/lib64"',
         _DEV_LINKS_SH,
         f"ln -sfn {q(home.removeprefix(prefix + '/'))} {q(prefix + '/cuda')}",
@@ -182,8 +185,6 @@ def _exe(request: ToolkitRequest, tool: str) -> str:
 
 
 def _host_platform() -> str:
-    import platform
-
     return "windows-x86_64" if os.name == "nt" else (
         "linux-sbsa" if platform.machine() in ("aarch64", "arm64") else "linux-x86_64")
 
@@ -297,8 +298,6 @@ def ensure_toolkit(
     be empty, missing, or a toolkit this function made; anything else is refused untouched.
     Concurrent calls for one prefix wait on its lock; the second finds the first's toolkit.
     """
-    from filelock import FileLock
-
     prefix = Path(prefix).absolute()
     if prefix.exists() and not prefix.is_dir():
         raise UsageError(f"--prefix {prefix} is a file, not a folder", hint="choose an empty or new --prefix")
@@ -376,8 +375,6 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         components = _pypi_components(staging / "pip-report.json", request)
         manifest_url = manifest_sha = None
     else:
-        from farm.toolkit import redist
-
         result = redist.assemble(request, staging / "cuda", progress=say)
         home, components = "cuda", result.components
         manifest_url, manifest_sha = request.manifest_url, result.manifest_sha256

@@ -8,7 +8,6 @@ whatever the toolkit's source: the PyPI wheel of a component is derived from the
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 
@@ -25,7 +24,8 @@ class Component:
 
 
 
-# component -> NVIDIA's CUDA 13 PyPI wheel (CUDA 12 wheels add "-cu12"; they hold no nvcc, FACTS §10).
+# component -> NVIDIA's CUDA 13 PyPI wheel (CUDA 12 wheels add "-cu12"; they hold no nvcc: their
+# toolkits come from the redistributable archives, docs/background.md "nvcc").
 PYPI_WHEELS: dict[str, str] = {
     "cuda_nvcc": "nvidia-cuda-nvcc",
     "cuda_crt": "nvidia-cuda-crt",
@@ -80,14 +80,6 @@ MARKERS: dict[str, str] = {
     "cuda_cupti": "include/cupti.h",
     "libnvjitlink": "include/nvJitLink.h",
 }
-
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def is_component_name(text: str) -> bool:
-    """A manifest key's shape: ``libcublas``, ``cuda_nvtx`` (not a wheel name like ``nvidia-nvtx``)."""
-    return bool(_NAME.match(text))
-
 
 def component_of_header(include: str) -> str | None:
     """The component that ships ``#include <include>``, or None for a header farm does not know."""

@@ -3,7 +3,7 @@
 The manifest has top-level strings (``release_date``, ``release_label``, ``release_product``)
 beside one object per component (``cuda_nvcc``, ``libcublas``, ...) with ``name``, ``version``,
 ``license`` and one object per platform holding ``relative_path``, ``sha256``, ``md5`` and
-``size`` (FACTS §10). Anything else is refused with the manifest's URL.
+``size``, in every release farm assembles. Anything else is refused with the manifest's URL.
 """
 
 from __future__ import annotations

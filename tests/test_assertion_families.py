@@ -1,0 +1,120 @@
+"""The assertion per kernel family on constructed binaries: each TU of a family must hold exactly
+the family's targets, found through the source names its symbol table keeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from farm.binary.assertion import AssertionReport, Cause, Expected, FamilyTargets, assert_inspection, assert_wheel
+from farm.binary.inspection import Reader, inspect_file
+from farm.model.arch import ArchList
+from tests.cudafix import BASE, CudaFixtures
+from tests.fatbinmaker import shared_object
+from tests.wheelmaker import make_wheel
+
+EXT = "vllm/_C.abi3.so"
+CELL = ArchList.parse("8.0;9.0;10.0+PTX")
+SCALED_MM = FamilyTargets("SCALED_MM_ARCHS", ("csrc/quantization/scaled_mm_c3x_sm90.cu",), ArchList.parse("9.0a"))
+MARLIN = FamilyTargets("MARLIN_ARCHS", ("csrc/marlin/gptq_marlin.cu", "csrc/marlin/awq_marlin.cu"),
+                       ArchList.parse("8.0;9.0"))
+FAMILIES = (SCALED_MM, MARLIN)
+REST = ["sm_80", "sm_90", "sm_100", "compute_100"]
+
+
+def _judge(tmp_path: Path, units: list[list[str]], sources: list[str] | None,
+           families: tuple[FamilyTargets, ...] = FAMILIES) -> AssertionReport:
+    so = shared_object(tmp_path / "x.so", units, sources=sources)
+    insp = inspect_file(so, Reader.NATIVE, label=EXT, sources=True)
+    return assert_inspection("vllm.whl", (insp,), Expected(CELL, families=families))
+
+
+def test_families_on_their_own_targets_pass(tmp_path: Path) -> None:
+    report = _judge(tmp_path, [REST, ["sm_90a"], ["sm_80", "sm_90"], ["sm_80", "sm_90"]],
+                    ["torch_bindings", "scaled_mm_c3x_sm90", "gptq_marlin", "awq_marlin"])
+    assert report.passed, report.render()
+    (ext,) = report.extensions
+    # recorded for the whole .so: the cell's list of the other TUs and each family's own targets
+    assert ext.found == ext.expected == ArchList.parse("8.0;9.0;9.0a;10.0+PTX")
+
+
+def test_a_family_with_an_extra_target_fails_naming_family_so_and_tu(tmp_path: Path) -> None:
+    report = _judge(tmp_path, [REST, ["sm_90a", "sm_100a"], ["sm_80", "sm_90"], ["sm_80", "sm_90"]],
+                    ["torch_bindings", "scaled_mm_c3x_sm90", "gptq_marlin", "awq_marlin"])
+    assert not report.passed
+    (finding,) = report.extensions[0].findings
+    assert (finding.code, finding.cause) == ("family-targets", Cause.FAMILY)
+    assert [t.name for t in finding.targets] == ["sm_100a"]
+    for needle in (EXT, "scaled_mm_c3x_sm90.cu", "SCALED_MM_ARCHS", "extra sm_100a", "missing -"):
+        assert needle in finding.message, finding.message
+    assert "kernel family built for other targets" in report.render()
+
+
+def test_a_family_with_a_missing_target_fails(tmp_path: Path) -> None:
+    # awq_marlin built with the sm_90 of the rest only: the family's sm_80 is missing
+    report = _judge(tmp_path, [REST, ["sm_90a"], ["sm_80", "sm_90"], ["sm_90"]],
+                    ["torch_bindings", "scaled_mm_c3x_sm90", "gptq_marlin", "awq_marlin"])
+    (finding,) = report.extensions[0].findings
+    assert finding.code == "family-targets"
+    assert "awq_marlin.cu" in finding.message and "MARLIN_ARCHS" in finding.message
+    assert "missing sm_80" in finding.message
+
+
+def test_a_tu_outside_the_families_is_judged_against_the_cell_list(tmp_path: Path) -> None:
+    report = _judge(tmp_path, [REST, ["sm_80", "sm_90"], ["sm_90a"]], ["torch_bindings", "cache_kernels",
+                                                                        "scaled_mm_c3x_sm90"])
+    codes = {f.code for f in report.extensions[0].findings}
+    assert codes == {"incomplete-tu"}, report.render()  # cache_kernels lacks 10.0+PTX that its sibling has
+
+
+def test_a_wrong_family_is_not_hidden_by_a_right_union(tmp_path: Path) -> None:
+    # the scaled_mm TU built for the cell's list instead of 9.0a: the file's union looks fine
+    report = _judge(tmp_path, [REST, REST], ["torch_bindings", "scaled_mm_c3x_sm90"],
+                    families=(SCALED_MM,))
+    (finding,) = report.extensions[0].findings
+    assert finding.code == "family-targets" and "missing sm_90a" in finding.message
+
+
+def test_a_family_built_nowhere_fails_at_wheel_level(tmp_path: Path) -> None:
+    report = _judge(tmp_path, [REST], ["torch_bindings"], families=(SCALED_MM,))
+    (finding,) = report.findings
+    assert finding.code == "family-absent" and "SCALED_MM_ARCHS" in finding.message
+    # a family the cell does not build (no targets) need not be there
+    unbuilt = FamilyTargets("FP4_ARCHS", ("csrc/nvfp4.cu",), ArchList.of(()))
+    assert _judge(tmp_path, [REST], ["torch_bindings"], families=(unbuilt,)).passed
+
+
+def test_a_stripped_so_fails_closed(tmp_path: Path) -> None:
+    report = _judge(tmp_path, [REST, ["sm_90a"]], None)
+    codes = {(f.code, f.cause) for f in report.extensions[0].findings}
+    assert ("no-symbols", Cause.NO_SYMBOLS) in codes
+    assert "stripped" in report.render()
+
+
+def test_two_families_sharing_a_source_name_fail_closed(tmp_path: Path) -> None:
+    other = FamilyTargets("OTHER_ARCHS", ("csrc/other/scaled_mm_c3x_sm90.cu",), ArchList.parse("10.0a"))
+    report = _judge(tmp_path, [REST, ["sm_90a"]], ["torch_bindings", "scaled_mm_c3x_sm90"],
+                    families=(SCALED_MM, other))
+    (finding,) = report.extensions[0].findings
+    assert finding.code == "family-ambiguous" and "OTHER_ARCHS" in finding.message
+
+
+def _families(k2: str) -> tuple[FamilyTargets, ...]:
+    return (FamilyTargets("BASE_ARCHS", ("csrc/k1.cu",), ArchList.parse(BASE)),
+            FamilyTargets("HOPPER_ARCHS", ("csrc/hopper/k2.cu",), ArchList.parse(k2)))
+
+
+def test_real_nvcc_families_pass_and_a_changed_list_fails(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
+    """k1.cu compiled for 8.0;9.0+PTX and k2.cu for 9.0a alone, linked by g++ into one .so (the
+    shape of a vLLM extension); both readers, the symbol table as the linker left it."""
+    wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b"", EXT: cuda_fixtures.path("families")})
+    right = assert_wheel(wheel, Expected(ArchList.parse(BASE), families=_families("9.0a")))
+    assert right.passed, right.render()
+    # without families the same wheel fails: its TUs differ, as one list per extension expects
+    assert not assert_wheel(wheel, Expected(ArchList.parse(BASE))).passed
+
+    wrong = assert_wheel(wheel, Expected(ArchList.parse(BASE), families=_families("9.0a;10.0a")))
+    assert not wrong.passed
+    (finding,) = wrong.extensions[0].findings
+    assert finding.code == "family-targets" and finding.cause is Cause.FAMILY
+    for needle in (EXT, "TU k2.cu", "HOPPER_ARCHS", "missing sm_100a"):
+        assert needle in finding.message, finding.message
