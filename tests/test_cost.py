@@ -170,3 +170,31 @@ def test_a_durations_line_that_does_not_decode_is_skipped(tmp_path: Path) -> Non
     ledger.write_text('{"duration_s": "x"}\n' + dumps_entry(good) + "\nnot json duration_s\n")
     assert read_durations(ledger).cells == {("a", "12.8", "2.8", "cp311", "linux_x86_64"): 60.0}
     assert read_durations(tmp_path / "none.jsonl").cells == {}
+
+
+def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell recorded cold (20 h, no hits) of a package whose builds hit 90% of their compile steps:
+    its jobs are costed at the expected hit share, its split into compile jobs stays the cold one's."""
+    from farm.schedule.hitrate import read_hit_rates
+
+    root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
+    main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
+    cells = [c for c in json.loads(capsys.readouterr().out)["cells"] if c["platform"] == "linux_x86_64"][:3]
+    old = [make_entry("beta", "1.0", cuda=c["cuda"], torch=c["torch"], python=c["python_tag"], platform=c["platform"],
+                      filename=f"beta-1.0-{i}.whl") for i, c in enumerate(cells)]
+    old[0]["duration_s"] = 20 * 3600.0
+    for entry, hits in zip(old, (0, 90, 90), strict=True):
+        entry["toolchain"]["compile_cache"] = {"tool": "sccache", "compiles": 100, "hits": hits, "misses": 100 - hits}
+    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
+    sharding = {n: config.recipe(n).sharding for n in config.recipes}
+    durations, rates = read_durations(root / "ledger.jsonl"), read_hit_rates(root / "ledger.jsonl")
+    cold = cost_matrix(matrix, sharding, durations)
+    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates)
+    first = next(p for p in matrix.packages[1].to_build
+                 if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)
+                 == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
+    a, b = cold.plans[first.cell.id], warm.plans[first.cell.id]
+    assert a.compile_jobs == b.compile_jobs == 7
+    assert b.job_s == pytest.approx(a.job_s * (1 - 0.9 * 0.9))

@@ -20,7 +20,7 @@ WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 FOLDER = WORKFLOWS[0].parent
 # The Node 24 majors (Node 20 is gone from the runners); the pins below are these tags' commits.
 CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/upload-artifact": "v7",
-           "actions/download-artifact": "v8", "actions/cache": "v5"}
+           "actions/download-artifact": "v8", "actions/cache": "v5", "actions/github-script": "v8"}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -231,6 +231,23 @@ def test_audit_workflow_streams_the_fleet_in_shards() -> None:
     assert "--max-scratch" in runs
     assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs
     assert shards == list(range(len(shards)))
+
+
+def test_build_jobs_use_the_shared_compiler_cache_configured_in_one_place() -> None:
+    """The backend is chosen once, for every build job (build-shard.yml's job environment); no
+    other workflow sets it."""
+    shard = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())
+    env = shard["jobs"]["build"]["env"]
+    assert env["FARM_COMPILE_CACHE"] == "${{ vars.FARM_COMPILE_CACHE || 'gha' }}"
+    assert env["AWS_SECRET_ACCESS_KEY"].startswith("${{ secrets.")
+    steps = shard["jobs"]["build"]["steps"]
+    expose = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/github-script"))
+    build = next(i for i, s in enumerate(steps) if "nox -s build" in s.get("run", ""))
+    assert expose < build
+    assert "ACTIONS_RUNTIME_TOKEN" in steps[expose]["with"]["script"]
+    for path in WORKFLOWS:
+        if path.name != "build-shard.yml":
+            assert "FARM_COMPILE_CACHE" not in path.read_text(), path.name
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)

