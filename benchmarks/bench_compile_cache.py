@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, Run, measure
 
 sys.path.insert(0, str(REPO))
-from farm.build.compilecache import Counts
+from farm.builder.compilecache import Counts
 
 TORCH_RECIPE = """\
 name: torch_ext

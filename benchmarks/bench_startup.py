@@ -120,7 +120,7 @@ _LINT_COLD_PATH = ("json", "dataclasses", "pathlib", "farm.lint.api", "farm.lint
 # reader (zipfile), the zstd codec
 _OTHER_READERS = ("farm.binary.cuobjdump", "farm.binary.wheelfile", "zstandard")
 # what `farm matrix` imports to lint the packages it schedules
-_MATRIX_LINT = ("farm.build.builders", "farm.source.fetch", "farm.lint.api")
+_MATRIX_LINT = ("farm.builder.builders", "farm.source.fetch", "farm.lint.api")
 
 
 def launchers(farm: Path) -> dict[str, list[str]]:

@@ -1,4 +1,4 @@
-"""farm.build.builders: real builds of demo_ext (native, and cibuildwheel under podman) that pass
+"""farm.builder.builders: real builds of demo_ext (native, and cibuildwheel under podman) that pass
 postbuild, and a pointnet2-like package whose setup.py overrides the arch list and fails it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cibuildwheel.options import BuildOptions
 
-from farm.build.builders import (
+from farm.builder.builders import (
     LOCAL_PODMAN_IMAGE,
     BuilderKind,
     BuildResult,
@@ -26,7 +26,7 @@ from farm.build.builders import (
     prepare_source,
     run_native,
 )
-from farm.build.plan import PlanOptions, plan_build, render_config, render_environment
+from farm.builder.plan import PlanOptions, plan_build, render_config, render_environment
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import ArchList
@@ -147,7 +147,7 @@ def test_native_build_of_demo_ext_passes_postbuild(native_demo) -> None:
     root, result = native_demo
     _check_asserted_demo(root, result, "native")
     # the spec the build was resolved into, written beside it, is the one postbuild asserted
-    from farm.build.spec import SPEC_FILE, read_spec
+    from farm.builder.spec import SPEC_FILE, read_spec
 
     spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
     assert spec == result.plan.spec
@@ -209,7 +209,7 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
 def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_toolkit, capsys) -> None:
     """`farm build demo_ext --builder native --python 3.12` from a farm of 3.11 (or the reverse):
     the build environment, the wheel, its provenance and its import check are that Python's."""
-    from farm.build.interpreters import find_interpreter
+    from farm.builder.interpreters import find_interpreter
 
     other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
     tag = "cp" + other.replace(".", "")
@@ -274,7 +274,7 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo) -> None:
     # the toolkit came from PyPI inside the container
     assert "nvidia-cuda-nvcc==13.0.88" in str(result.plan.options["before-all"])
     # provenance names the container's Python (the image's cp311), not this host's
-    from farm.build.builders import container_python
+    from farm.builder.builders import container_python
 
     (wheel,) = result.asserted
     with zipfile.ZipFile(wheel) as zf:
@@ -486,7 +486,7 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
 
     from cibuildwheel.options import CommandLineArguments, compute_options
 
-    from farm.build.builders import cibuildwheel_environment
+    from farm.builder.builders import cibuildwheel_environment
 
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     (tmp_path / "examples/demo_ext/setup.py").write_text("")
@@ -520,7 +520,7 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
 
     from cibuildwheel.options import CommandLineArguments, compute_options
 
-    from farm.build.builders import native_environment
+    from farm.builder.builders import native_environment
 
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     (tmp_path / "examples/demo_ext/setup.py").write_text("")
@@ -555,7 +555,7 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
 def test_build_output_is_relayed_without_secrets(capfd) -> None:
     """pip echoing an index URL with a token, or a build script printing a password: the log farm
     relays shows neither (stdout stays free for --json)."""
-    from farm.build.builders import run_relayed
+    from farm.builder.builders import run_relayed
 
     env = {**os.environ, "PRIVATE_INDEX_TOKEN": "tok-9f8e7d6c", "PIP_INDEX_URL": "https://ci:pw-1234@pypi.example/simple"}
     proc = run_relayed(["sh", "-c", 'echo "Looking in indexes: $PIP_INDEX_URL"; echo "token=$PRIVATE_INDEX_TOKEN" >&2'],

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 import zstandard
 
-from farm.build import cclaunch, compilecache, shardjob
-from farm.build.builders import BuilderKind, BuildSettings, _native_plan, build_cell
-from farm.build.compilecache import CompileCache, Counts, resolve
-from farm.build.plan import BuildPlan, PlanOptions, plan_build
-from farm.build.shard import ShardJob
-from farm.build.shardjob import ShardSetup
-from farm.build.spec import BuildSpec, SpecOverrides, resolve_spec
+from farm.builder import cclaunch, compilecache, shardjob
+from farm.builder.builders import BuilderKind, BuildSettings, _native_plan, build_cell
+from farm.builder.compilecache import CompileCache, Counts, resolve
+from farm.builder.plan import BuildPlan, PlanOptions, plan_build
+from farm.builder.shard import ShardJob
+from farm.builder.shardjob import ShardSetup
+from farm.builder.spec import BuildSpec, SpecOverrides, resolve_spec
 from farm.cli import main
 from farm.commands import build
 from farm.errors import UsageError

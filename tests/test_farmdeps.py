@@ -1,4 +1,4 @@
-"""farm.build.farmdeps: a farm wheel as another package's build dependency. tests/data/dep_user's
+"""farm.builder.farmdeps: a farm wheel as another package's build dependency. tests/data/dep_user's
 setup.py imports demo_ext while it builds; its recipe names farm's demo_ext wheel of the same cell
 in extra_deps. Real builds (nvcc) of both, one wheelhouse: the second is built against the
 first's exact bytes, and its provenance says so."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.build.builders import BuilderKind, BuildSettings, build_cell
-from farm.build.farmdeps import resolve
+from farm.builder.builders import BuilderKind, BuildSettings, build_cell
+from farm.builder.farmdeps import resolve
 from farm.errors import UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
@@ -53,7 +53,7 @@ def _settings(root: Path, toolkit) -> BuildSettings:
 
 
 def test_the_placeholder_pins_the_same_cells_wheel(tmp_path) -> None:
-    from farm.build.spec import resolve_spec
+    from farm.builder.spec import resolve_spec
 
     config = _root(tmp_path)
     spec = resolve_spec(config, config.recipe("dep_user"), USER)

@@ -1,4 +1,4 @@
-"""farm.build.interpreters: every candidate is started and asked, never believed by its name."""
+"""farm.builder.interpreters: every candidate is started and asked, never believed by its name."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.build.interpreters import find_interpreter, probe, version_of_tag
+from farm.builder.interpreters import find_interpreter, probe, version_of_tag
 
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -59,7 +59,7 @@ def test_pyenv_and_path_interpreters_are_found(tmp_path) -> None:
     pyenv_bin = tmp_path / "pyenv" / "versions" / f"{HERE}.99" / "bin"
     pyenv_bin.mkdir(parents=True)
     (pyenv_bin / f"python{HERE}").symlink_to(os.path.realpath(sys.executable))
-    from farm.build import interpreters
+    from farm.builder import interpreters
 
     candidates = list(interpreters._candidates(HERE, {"PYENV_ROOT": str(tmp_path / "pyenv"), "PATH": ""}, None))
     assert ("pyenv", str(pyenv_bin / f"python{HERE}")) in candidates

@@ -1,4 +1,4 @@
-"""farm.build.plan: cell + recipe + checkout -> cibuildwheel argv, environment and config (pure), checked
+"""farm.builder.plan: cell + recipe + checkout -> cibuildwheel argv, environment and config (pure), checked
 against the real cibuildwheel (identifiers, environment parsing)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from cibuildwheel.environment import parse_environment
 from cibuildwheel.oci_container import OCIContainerEngineConfig
 
-from farm.build.plan import (
+from farm.builder.plan import (
     SONAME_EXCLUDES,
     BuildPlan,
     PlanOptions,

@@ -17,7 +17,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from farm.binary.assertion import Expected
-from farm.build.spec import read_spec, resolve_spec, write_spec
+from farm.builder.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
 from farm.model.arch import ArchList
@@ -379,7 +379,7 @@ def test_a_cuda_13_build_postbuilt_for_another_line_fails_naming_both(
     ISA and fails it, naming both lines; nothing is written."""
     from dataclasses import replace
 
-    from farm.build.spec import resolve_spec, write_spec
+    from farm.builder.spec import resolve_spec, write_spec
 
     assert cuda_line(cuda_home) == "13.0"
     (farm_root / "packages" / "demo_ext.yml").write_text(
@@ -490,7 +490,7 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
                         dist="demo_ext")
 
     # `farm assert --spec`: the families the build spec carries
-    from farm.build.spec import resolve_spec, write_spec
+    from farm.builder.spec import resolve_spec, write_spec
 
     config = load_config(farm_root)
     cell = context_from_config(config, raw, cuda_home=cuda_home)[0].cell

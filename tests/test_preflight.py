@@ -1,4 +1,4 @@
-"""farm.build.preflight: what a cell needs of this host, decided before any download.
+"""farm.builder.preflight: what a cell needs of this host, decided before any download.
 
 Servers are simulated on 127.0.0.1: a listening socket answers, a port nobody listens on does not."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import sys
 
-from farm.build.preflight import Host, Preflight, platform_blocker, url_host
+from farm.builder.preflight import Host, Preflight, platform_blocker, url_host
 from farm.errors import ToolError
 from farm.model.cells import Cell
 

@@ -1,4 +1,4 @@
-"""farm.build.prune and ``farm cache prune``: a cache laid out as the builders write it (toolkit
+"""farm.builder.prune and ``farm cache prune``: a cache laid out as the builders write it (toolkit
 stamps, environment specs, fetched sources, work folders), a ledger of recent cells, and what the
 prune keeps, removes and reports."""
 
@@ -14,7 +14,7 @@ import pytest
 from filelock import FileLock
 
 from farm import cacheseal
-from farm.build.prune import InUse, apply_prune, in_use, plan_prune
+from farm.builder.prune import InUse, apply_prune, in_use, plan_prune
 from farm.cli import main
 from farm.model.cells import Cell
 

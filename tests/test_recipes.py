@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from farm.build.plan import PlanOptions, plan_build
+from farm.builder.plan import PlanOptions, plan_build
 from farm.cli import main
 from farm.model.arch import validate_for_cuda
 from farm.model.cells import (

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from farm.build import shard, shardjob
-from farm.build.builders import BuilderKind, BuildResult, BuildSettings, build_cell
-from farm.build.shard import (
+from farm.builder import shard, shardjob
+from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
+from farm.builder.shard import (
     CompileUnit,
     ShardJob,
     assign,
@@ -207,7 +207,7 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     step or a dirty runner: for a git source the spec names the commit, not the files). The link
     job, on the original tree, recomputes the source hashes and refuses the shard, naming the TU
     (or header) and the shard; nothing is linked, asserted or published."""
-    from farm.build import builders
+    from farm.builder import builders
 
     shards = tmp_path / "shards"
     shutil.copytree(sharded[0] / "shards", shards)
@@ -346,9 +346,9 @@ def test_a_wave_counts_every_compile_and_link_job(tmp_path, capsys) -> None:
 
 def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     """Container plan: the shard folder is mounted and the build sees it there; the native builder
-    swaps in this host's paths (farm/build/builders.py:_native_plan)."""
-    from farm.build.builders import _native_plan
-    from farm.build.plan import PlanOptions, plan_build
+    swaps in this host's paths (farm/builder/builders.py:_native_plan)."""
+    from farm.builder.builders import _native_plan
+    from farm.builder.plan import PlanOptions, plan_build
     from farm.toolkit.assemble import Toolkit
 
     config = _root(tmp_path)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.build.builders import BuilderKind, BuildResult, BuildSettings, build_cell
-from farm.build.shard import ShardJob
+from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
+from farm.builder.shard import ShardJob
 from farm.model.cells import Cell
 from farm.toolkit.assemble import Toolkit
 

@@ -1,4 +1,4 @@
-"""The build spec: a cell resolved once (farm.model.spec, farm.build.spec), carried from the matrix
+"""The build spec: a cell resolved once (farm.model.spec, farm.builder.spec), carried from the matrix
 through the planner and the builder to postbuild, and written/read as JSON in one place."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.build.plan import PlanOptions, plan_build
-from farm.build.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
+from farm.builder.plan import PlanOptions, plan_build
+from farm.builder.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
 from farm.errors import UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
@@ -280,7 +280,7 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
 
 
 def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project() -> None:
-    from farm.build.spec import families_from_lint
+    from farm.builder.spec import families_from_lint
     from farm.lint.api import lint_tree
     from farm.model.arch import ArchList
 

@@ -1,4 +1,4 @@
-"""farm.build.verify: the import check, on real wheels installed by pip into real fresh venvs.
+"""farm.builder.verify: the import check, on real wheels installed by pip into real fresh venvs.
 
 The wheels here are pure Python or hold a file that is not a loadable extension; the import check
 of a real CUDA build (demo_ext) is in test_builders.py."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.build.verify import check_wheel, extension_modules, judge, modules_to_import
+from farm.builder.verify import check_wheel, extension_modules, judge, modules_to_import
 from farm.errors import ToolError
 from farm.model.config import VerifyKnobs
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from farm.binary.assertion import Expected, assert_wheel
-from farm.build.spec import read_spec
+from farm.builder.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList
 from farm.model.config import load_config

@@ -16,7 +16,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from farm.build.builders import (
+from farm.builder.builders import (
     ENGINES,
     BuilderKind,
     BuildResult,
@@ -25,12 +25,12 @@ from farm.build.builders import (
     check_engine,
     spec_overrides,
 )
-from farm.build.compilecache import BACKEND_ENV, BACKENDS
-from farm.build.compilecache import resolve as resolve_compile_cache
-from farm.build.interpreters import Interpreter
-from farm.build.preflight import Preflight, needs_of
-from farm.build.shard import ShardJob
-from farm.build.spec import resolve_spec
+from farm.builder.compilecache import BACKEND_ENV, BACKENDS
+from farm.builder.compilecache import resolve as resolve_compile_cache
+from farm.builder.interpreters import Interpreter
+from farm.builder.preflight import Preflight, needs_of
+from farm.builder.shard import ShardJob
+from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version

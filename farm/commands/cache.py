@@ -3,7 +3,7 @@
 Removes the toolkits, build environments, source trees and cell work folders under the cache
 (``ROOT/.cache`` or ``--cache-dir``) that neither the ledger's last N cells nor today's recipes
 use, and says how many bytes that freed (``--dry-run``: what it would remove and free, removing
-nothing). What is kept and why: ``farm.build.prune``.
+nothing). What is kept and why: ``farm.builder.prune``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from farm.build.prune import (
+from farm.builder.prune import (
     DEFAULT_KEEP_RECENT,
     DEFAULT_MIN_AGE_S,
     KINDS,

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import farm
-from farm.build.builders import lint_as_built
+from farm.builder.builders import lint_as_built
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.lint.api import LintReport, lint_index
 from farm.lint.compiled import TreeIndex

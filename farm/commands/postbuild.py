@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.build.spec import read_spec
+from farm.builder.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.model.config import load_config
 from farm.provenance.postbuild import (
@@ -31,7 +31,7 @@ from farm.provenance.postbuild import (
 )
 
 if TYPE_CHECKING:
-    from farm.build.spec import BuildSpec
+    from farm.builder.spec import BuildSpec
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ audit), the comparison is the point, and it goes through this same function.
 
 The request crosses a process boundary as JSON (:meth:`ArchRequest.to_json` /
 :meth:`ArchRequest.from_json`, validated on read), inside the build spec
-(:mod:`farm.build.spec`).
+(:mod:`farm.builder.spec`).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def _lint_path() -> tuple[Any, Any]:
     the toolkit's modules, which cost `farm matrix --no-lint` more than its own time
     (benchmarks/bench_startup.py measures it)."""
     try:
-        from farm.build.builders import lint_as_built  # noqa: PLC0415
+        from farm.builder.builders import lint_as_built  # noqa: PLC0415
         from farm.source.fetch import fetch  # noqa: PLC0415
     except ImportError as exc:
         raise ToolError(f"the arch-gate lint cannot be loaded: {exc}",

@@ -1,9 +1,9 @@
-"""The farm side of compile sharding (the launcher is :mod:`farm.build.shard`): set up a cell's
+"""The farm side of compile sharding (the launcher is :mod:`farm.builder.shard`): set up a cell's
 shard folder before the build, and decide afterwards whether a compile job or a link job did its part.
 
 A cell's shard folder (``--shard-dir``/<cell id>/)::
 
-    bin/farm-nvcc          the launcher (a copy of farm/build/shard.py)
+    bin/farm-nvcc          the launcher (a copy of farm/builder/shard.py)
     shard.json             this job: compile shard i of N, or link; the TU -> shard table
     objects/<i>-<key>.o    the objects compile shard i made (the CI artifact of that job)
     objects/done-<i>.json  compile shard i finished: the table and build spec it used, and per TU the
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from farm import jsonread
-from farm.build import shard
-from farm.build.shard import ShardJob
+from farm.builder import shard
+from farm.builder.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
 from farm.fsutil import atomic_write, open_plain
 from farm.provenance.shape import ShapeError, UnknownKeyError, decode, encode
@@ -59,7 +59,7 @@ class ShardSetup:
     directory: Path  # on this host
     table: Mapping[str, int]
     digest: str  # the TU table's
-    spec: str  # the build spec's digest (farm/build/spec.py)
+    spec: str  # the build spec's digest (farm/builder/spec.py)
     # link job: the compile shards' object file -> what it was proven to be made from
     proofs: Mapping[str, Unit] = field(default_factory=dict)
 
@@ -69,7 +69,7 @@ class ShardSetup:
         (a command: launcher + real nvcc), CMake prepends ``CMAKE_CUDA_COMPILER_LAUNCHER``, and a
         tool that runs ``nvcc`` from ``PATH`` itself (spconv's ccimport) finds the shim first, which
         hands the call to the launcher with the real nvcc (``$FARM_NVCC_REAL``).
-        ``cache_bin``: the compiler cache's launchers (:mod:`farm.build.cclaunch`); the shard
+        ``cache_bin``: the compiler cache's launchers (:mod:`farm.builder.cclaunch`); the shard
         launcher (and the shim) run nvcc through them, so what a shard compiles is cached and what
         the link job serves is never compiled."""
         launcher = f"{seen_dir}/{shard.LAUNCHER}"

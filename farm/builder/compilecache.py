@@ -12,7 +12,7 @@ torch's and Python's among them); nvcc is split into its cicc (PTX) and ptxas (c
 keyed alike. Its preprocessor cache mode, which trusts file stamps instead of the preprocessed
 text, is turned off. Whatever the cache served, the wheel goes through the same assertion.
 
-The launchers and the server are :mod:`farm.build.cclaunch`'s (it runs inside the build).
+The launchers and the server are :mod:`farm.builder.cclaunch`'s (it runs inside the build).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ NVCC_LABELS = frozenset({"CUDA", "CUDA (Device code)", "PTX", "CUBIN"})
 
 @dataclass(frozen=True)
 class CompileCache:
-    """Whether and where a build caches its compiles; part of the :class:`~farm.build.spec.BuildSpec`."""
+    """Whether and where a build caches its compiles; part of the :class:`~farm.builder.spec.BuildSpec`."""
 
     enabled: bool = False
     backend: str = "local"  # local | gha | s3

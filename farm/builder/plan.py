@@ -30,9 +30,9 @@ from pathlib import Path, PurePosixPath
 
 import tomli_w
 
-from farm.build import compilecache
-from farm.build.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
-from farm.build.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
+from farm.builder import compilecache
+from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
+from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
     BuildSpec,
     SpecOverrides,
@@ -122,7 +122,7 @@ class PlanOptions:
     toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
     redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
     env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
-    shard: ShardSetup | None = None  # a compile shard or link job (farm/build/shardjob.py)
+    shard: ShardSetup | None = None  # a compile shard or link job (farm/builder/shardjob.py)
     # pip's download cache on the host (torch, build tools): mounted into the build container at
     # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
     pip_cache: Path | None = None
@@ -316,7 +316,7 @@ def plan_build(
     """Plan the build of ``cell`` from the prepared checkout ``source_root``.
 
     ``spec``: the cell's build spec as the builder resolved it (carried, not resolved again);
-    without one, :func:`~farm.build.spec.resolve_spec` resolves it here from the config and
+    without one, :func:`~farm.builder.spec.resolve_spec` resolves it here from the config and
     ``options`` (with ``archs``, a given list, in place of the config's).
     """
     if not Path(options.output_dir).is_absolute():
@@ -466,8 +466,8 @@ def plan_build(
     )
 
 
-BIN = "bin"  # the launchers' folder in the compile cache's run folder (farm/build/cclaunch.py)
-LAUNCHER_SCRIPT = "cclaunch.py"  # the copy of farm/build/cclaunch.py in the run folder
+BIN = "bin"  # the launchers' folder in the compile cache's run folder (farm/builder/cclaunch.py)
+LAUNCHER_SCRIPT = "cclaunch.py"  # the copy of farm/builder/cclaunch.py in the run folder
 
 
 def compile_cache_environment(spec: BuildSpec, run_dir: str, cache_dir: str | None) -> list[tuple[str, str]]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from farm.build.spec import BUILD_REQUIREMENTS
+from farm.builder.spec import BUILD_REQUIREMENTS
 from farm.errors import ToolError
 from farm.model.config import TORCH_INDEX_PIP
 
@@ -77,7 +77,7 @@ class EnvSpec:
 def spec_for(torch_version: str | None, torch_index: str | None, extra: Sequence[str] = (),
              python_exe: str | None = None, *, tools: Sequence[str] = BUILD_REQUIREMENTS) -> EnvSpec:
     """The environment a native build of a cell needs, with this (or ``python_exe``'s) interpreter;
-    ``tools``: the build spec's (:attr:`farm.build.spec.BuildSpec.tools`)."""
+    ``tools``: the build spec's (:attr:`farm.builder.spec.BuildSpec.tools`)."""
     exe = python_exe or os.path.realpath(sys.executable)
     version = ".".join(str(v) for v in sys.version_info[:3]) if python_exe is None else _version_of(exe)
     reqs = tuple(dict.fromkeys((*FRONTEND_TOOLS, *tools, *extra)))

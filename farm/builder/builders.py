@@ -1,4 +1,4 @@
-"""Builders: run a :class:`~farm.build.plan.BuildPlan`, then postbuild what it produced.
+"""Builders: run a :class:`~farm.builder.plan.BuildPlan`, then postbuild what it produced.
 
 - ``cibuildwheel``: the plan as is, in a container (docker or podman) for Linux cells.
 - ``native``: the same plan on the host, for hosts that have no container engine: a fresh venv,
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from farm.build import buildenv, cclaunch, farmdeps, shardjob, verify
-from farm.build.buildenv import BuildEnv
-from farm.build.compilecache import RUN_DIR, CompileCache, Counts
-from farm.build.farmdeps import FarmDep
-from farm.build.interpreters import Interpreter, find_interpreter, install_managed
-from farm.build.plan import (
+from farm.builder import buildenv, cclaunch, farmdeps, shardjob, verify
+from farm.builder.buildenv import BuildEnv
+from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
+from farm.builder.farmdeps import FarmDep
+from farm.builder.interpreters import Interpreter, find_interpreter, install_managed
+from farm.builder.plan import (
     BIN,
     LAUNCHER_SCRIPT,
     BuildPlan,
@@ -44,9 +44,9 @@ from farm.build.plan import (
     plan_build,
     render_environment,
 )
-from farm.build.shard import ShardJob
-from farm.build.shardjob import ShardSetup
-from farm.build.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
+from farm.builder.shard import ShardJob
+from farm.builder.shardjob import ShardSetup
+from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
 from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
@@ -60,8 +60,8 @@ from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home, tool
 from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
-    from farm.build.spec import BuildSpec
-    from farm.build.verify import ImportCheck
+    from farm.builder.spec import BuildSpec
+    from farm.builder.verify import ImportCheck
     from farm.lint.api import LintReport
     from farm.model.arch import ArchList
     from farm.model.spec import ArchRequest
@@ -369,7 +369,7 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
 
 
 def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
-    """The host's interpreter of the cell's Python (:mod:`farm.build.interpreters`); uv installs a
+    """The host's interpreter of the cell's Python (:mod:`farm.builder.interpreters`); uv installs a
     managed one when none is found and uv is here; otherwise a ToolError naming where it looked."""
     search = find_interpreter(cell.python)
     if search.interpreter is not None:
@@ -388,10 +388,10 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = (),
                cache_counts: list[Counts] | None = None) -> list[Path]:
     """Run the plan on this host: the shared build environment of the cell's Python (made once per
-    contents, see :mod:`farm.build.buildenv`), plan environment, build, repair. ``interpreter``:
+    contents, see :mod:`farm.builder.buildenv`), plan environment, build, repair. ``interpreter``:
     the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
     environment used (its interpreter and torch go into the provenance). ``farm_deps``: the farm
-    wheels its extra_deps pin, installed from their files (:mod:`farm.build.farmdeps`). ``cache_counts``
+    wheels its extra_deps pin, installed from their files (:mod:`farm.builder.farmdeps`). ``cache_counts``
     receives the compiler cache's counts for the build, when it was on and counted."""
     say = _say(log)
     steps = plan.native
@@ -522,7 +522,7 @@ def build_cell(
     imports in a fresh environment (``verify:``); ``interpreter``: the cell's Python for the
     native builder, as the preflight found it.
 
-    The cell's :class:`~farm.build.spec.BuildSpec` is resolved once, here (``arch`` and
+    The cell's :class:`~farm.builder.spec.BuildSpec` is resolved once, here (``arch`` and
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
@@ -667,7 +667,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
 def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,
                  find_links: Path, log: Log) -> ImportCheck | None:
     """The stamped wheel installed in a fresh venv of the cell's Python and imported as the
-    recipe's ``verify:`` says (:mod:`farm.build.verify`). The venv sees the build environment's
+    recipe's ``verify:`` says (:mod:`farm.builder.verify`). The venv sees the build environment's
     torch for a torch-linked cell (a cibuildwheel build makes or reuses the same environment on
     the host); pip finds farm wheels it requires (a sibling's pin) in ``find_links``. A wheel that
     fails is removed from the output folder with its ledger fragment. None, said in one line, when

@@ -8,7 +8,7 @@ planned cell is checked against the host:
   only on Windows;
 - **engine**: cibuildwheel's container engine starts containers (Linux cells);
 - **python**: the native builder has an interpreter of the cell's version
-  (:mod:`farm.build.interpreters`);
+  (:mod:`farm.builder.interpreters`);
 - **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``);
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.build import buildenv
-from farm.build.buildenv import find_uv
-from farm.build.interpreters import Interpreter, find_interpreter
+from farm.builder import buildenv
+from farm.builder.buildenv import find_uv
+from farm.builder.interpreters import Interpreter, find_interpreter
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, GitSource, PathSource, SdistSource
@@ -45,7 +45,7 @@ from farm.source.fetch import index_url, is_cached
 from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
 if TYPE_CHECKING:
-    from farm.build.spec import BuildSpec
+    from farm.builder.spec import BuildSpec
 
 # What a missing piece takes on disk (measured on Linux x86_64 builds; a margin over each):
 TOOLKIT_BYTES = 4 << 30  # an assembled toolkit with torch's components, archives unpacked

@@ -26,7 +26,7 @@ from typing import Any
 
 from farm import jsonread
 from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
-from farm.build.compilecache import CompileCache
+from farm.builder.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
 from farm.model.arch import ArchList, Rendering

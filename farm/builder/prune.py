@@ -30,7 +30,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from farm.build.buildenv import SPEC_FILE
+from farm.builder.buildenv import SPEC_FILE
 from farm.errors import FileSystemError
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, GitSource, SdistSource
