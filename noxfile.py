@@ -6,6 +6,7 @@
     nox -s tests
     nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads
     nox -s tests_fast                    # the fast tier on every supported Python this machine has
+    nox -s tests_lowest                  # the fast tier on the lowest versions pyproject.toml allows
     nox -s lint_code typecheck           # ruff and mypy
 """
 
@@ -68,7 +69,10 @@ def _toolkit(session: nox.Session, cuda: str) -> str:
         "farm", "toolkit", "--cuda", cuda, "--root", str(ROOT), "--json",
         silent=True,
     )
-    return json.loads(out)["cuda_home"]
+    if not isinstance(out, str):
+        session.error("farm toolkit printed nothing")
+    cuda_home: str = json.loads(out)["cuda_home"]
+    return cuda_home
 
 
 @nox.session
@@ -154,10 +158,12 @@ def explain(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The test suite, with a CUDA toolkit assembled from NVIDIA's PyPI wheels."""
+    """The test suite, with a CUDA toolkit assembled from NVIDIA's PyPI wheels, and the branch
+    coverage of farm/ it reaches (settings in pyproject.toml; farm commands the tests start as
+    processes of their own are measured too)."""
     _install(session, "-e", ".[test]")
     cuda_home = _toolkit(session, TEST_CUDA)
-    session.run("pytest", *session.posargs, env={"CUDA_HOME": cuda_home})
+    session.run("pytest", "--cov", "--cov-report=term", *session.posargs, env={"CUDA_HOME": cuda_home})
 
 
 # The oldest and the newest Python the project supports (requires-python), and those between.
@@ -171,15 +177,24 @@ def tests_fast(session: nox.Session) -> None:
     session.run("pytest", "-m", "not slow", *session.posargs)
 
 
+@nox.session(python=PYTHONS[0], venv_backend="uv")
+def tests_lowest(session: nox.Session) -> None:
+    """The fast tier with every direct dependency at the lowest version pyproject.toml allows, on
+    the oldest supported Python: a lower bound that is too low fails here."""
+    session.install("--resolution", "lowest-direct", "-e", ".[test]")
+    session.run("pytest", "-m", "not slow", *session.posargs)
+
+
 @nox.session
 def lint_code(session: nox.Session) -> None:
     """ruff over farm, tests, benchmarks and the noxfile (rules in pyproject.toml)."""
-    session.install("ruff>=0.12")  # PLC0415 is a stable rule from 0.12
+    session.install("ruff>=0.17")  # the rule codes pyproject.toml names
     session.run("ruff", "check", *session.posargs, ".")
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy: strict on the core (farm.model, farm.binary, farm.toolkit), checked elsewhere."""
-    session.install("-e", ".[build]", "mypy>=1.13", "types-PyYAML")  # builders.py imports cibuildwheel
+    """mypy: strict on farm/, the noxfile and the benchmarks; the tests' bodies checked (pyproject.toml)."""
+    # the test extra: the tests import pytest, hypothesis, wheel and selenium
+    session.install("-e", ".[test]", "mypy>=1.13", "types-PyYAML", "types-jsonschema")
     session.run("mypy", *session.posargs)

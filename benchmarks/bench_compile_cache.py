@@ -46,7 +46,7 @@ links_torch: true
 """
 
 
-def farm_for(interpreter: str, work: Path) -> Path:
+def farm_for(interpreter: str, work: Path) -> str:
     """The ``farm`` script of a venv of ``interpreter`` holding this working tree (a regular install)."""
     version = subprocess.run([interpreter, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -56,7 +56,7 @@ def farm_for(interpreter: str, work: Path) -> Path:
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(REPO)], check=True)
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
                     str(REPO)], check=True)
-    return venv / "bin" / "farm"
+    return str(venv / "bin" / "farm")
 
 
 def counts(cache: Path, python_tag: str) -> Counts | None:
@@ -99,7 +99,7 @@ def pythons(args: argparse.Namespace, work: Path, env: dict[str, str]) -> int:
     return 0
 
 
-def epoch(args: argparse.Namespace, work: Path, env: dict[str, str]) -> int:
+def epoch(args: argparse.Namespace, work: Path, env: dict[str, str]) -> int:  # noqa: ARG001 (a subcommand's signature)
     farm = farm_for(sys.executable, work)
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     root = work / "root"

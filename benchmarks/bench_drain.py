@@ -61,7 +61,7 @@ def main() -> int:
     ledger.write_text("")
     rng = random.Random(7)
     flags = ["--max-shards", str(args.max_shards), "--concurrency", str(args.concurrency)]
-    rows = []
+    rows: list[Any] = []
     model: dict[str, Any] | None = None
     refused = 0
     try:

@@ -248,7 +248,7 @@ print(json.dumps({"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_kb"
 
 def measure(cmd: list[str], stdout: Path) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, peak RSS in MB) of one run of ``cmd`` as a whole process."""
-    exe = cmd[0] if os.path.isabs(cmd[0]) else shutil.which(cmd[0]) or cmd[0]
+    exe = cmd[0] if Path(cmd[0]).is_absolute() else shutil.which(cmd[0]) or cmd[0]
     # As installed: the bytecode is cached (the warm-up run writes it). With PYTHONDONTWRITEBYTECODE
     # set, every run would compile farm's modules from source, which no user's install does.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}

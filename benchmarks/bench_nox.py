@@ -11,7 +11,6 @@ shown apart. Target: the session adds <= 1.5 s to the farm command.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    nox = shutil.which("nox", path=os.path.dirname(sys.executable)) or shutil.which("nox")
+    nox = shutil.which("nox", path=Path(sys.executable).parent) or shutil.which("nox")
     if nox is None:
         print("nox is not installed next to this interpreter nor on PATH", file=sys.stderr)
         return 3

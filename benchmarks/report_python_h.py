@@ -29,7 +29,7 @@ HEADERS = (".h", ".hpp", ".cuh", ".hxx", ".inl", ".inc", ".hh")
 SKIP = frozenset({"test", "tests", "testing", "benchmark", "benchmarks", "bench", "example", "examples", "docs",
                   "doc", ".git", "tools", "scripts"})
 PYTHON = re.compile(r"^(Python\.h|pybind11/.*|torch/extension\.h|torch/python\.h|torch/csrc/.*|torch/torch\.h)$")
-INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
+INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def python_units(tree: Tree) -> dict[str, bool]:
             if near in tree.files:
                 return near
         found = by_suffix.get(name.lstrip("./"))
-        return sorted(found, key=len)[0] if found else None
+        return min(found, key=len) if found else None
 
     def reaches(path: str, stack: frozenset[str]) -> bool:
         if path in memo:
@@ -126,8 +126,8 @@ def summary(tree: Tree) -> dict[str, object]:
 
 def render(rows: Iterable[dict[str, object]], pythons: int) -> str:
     saved_head = f"saved/{pythons} Py"
-    lines = [f"{'package':28}{'units':>7}{'-> Python.h':>13}{'.cu':>7}{'-> Python.h':>13}{'.cu shared':>12}"
-             f"{saved_head:>13}"]
+    lines = [(f"{'package':28}{'units':>7}{'-> Python.h':>13}{'.cu':>7}{'-> Python.h':>13}{'.cu shared':>12}"
+             f"{saved_head:>13}")]
     for r in rows:
         shared = r["cu_shared_fraction"]
         saved = "-" if not isinstance(shared, float) else f"{shared * (pythons - 1) / pythons:.1%}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from hashlib import blake2b
 from hmac import compare_digest
+from pathlib import Path
 
 KEY_ENV = "FARM_CACHE_KEY"
 _MAGIC = b"farm-sealed-1\n"
@@ -29,8 +30,8 @@ _process_key = os.urandom(_KEY_BYTES)
 
 def key_file() -> str:
     """Where the per-user key lives (outside every cache folder farm writes)."""
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(config, "farm", "cache.key")
+    config = os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser()
+    return str(Path(config, "farm", "cache.key"))
 
 
 def _key() -> bytes:
@@ -49,7 +50,7 @@ def _key() -> bytes:
     except OSError:
         return _process_key
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another process made it first: use theirs
         return _key()

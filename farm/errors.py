@@ -16,6 +16,7 @@ import errno
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_DEFECT = 1
@@ -177,7 +178,7 @@ def os_error(exc: OSError, path: object = None, doing: str = "write") -> FarmErr
     ``write()``, which knows no file name)."""
     target = exc.filename if exc.filename is not None else path
     where = str(target) if target is not None else None
-    folder = os.path.dirname(where) or "." if where else "the output folder"
+    folder = str(Path(where).parent) if where else "the output folder"
     code = exc.errno or 0
     if code in _NO_SPACE:
         return FileSystemError(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Self
 
 from packaging.utils import canonicalize_name
 
@@ -124,7 +124,7 @@ def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
             raise ValueError("'files' and 'projects' of a JSON page must be lists")
         for entry in entries:
             if not isinstance(entry, Mapping) or not isinstance(entry.get("url"), str):
-                raise ValueError(f"a file entry without a url: {entry!r}"[:200])
+                raise ValueError(f"a file entry without a url: {entry!r}"[:200])  # noqa: TRY004 (a malformed page)
             url = urllib.parse.urldefrag(urllib.parse.urljoin(page_url, entry["url"])).url
             hashes = entry.get("hashes") or {}
             hashes = hashes if isinstance(hashes, Mapping) else {}
@@ -181,7 +181,7 @@ class _Deadline:
         timer.start()
         self._timers.append(timer)
 
-    def __enter__(self) -> _Deadline:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -225,6 +225,7 @@ def _open(request: urllib.request.Request | str, timeout: float, deadline: _Dead
     try:
         response: http.client.HTTPResponse = deadline.opener().open(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
+        exc.close()  # the error holds the response: its body is unread, its socket still open
         raise NetworkError(f"{url} answered HTTP {exc.code} {exc.reason}", url=url, status=exc.code) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         if deadline.passed():
@@ -325,7 +326,7 @@ def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, de
             if total is not None and size != total:  # read(n) returns short at a hang-up, raising nothing
                 raise NetworkError(f"the download of {url} was interrupted after {size} bytes "
                                    f"(of {total})", url=url)
-        os.replace(part, dest)
+        part.replace(dest)
     finally:
         part.unlink(missing_ok=True)
     return Downloaded(size, digest.hexdigest())

@@ -49,7 +49,8 @@ def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.exec
         toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
     result = postbuild_wheel(raw, out, context, dist="demo_ext")
-    assert result.passed and result.stamped, result.to_json()
+    assert result.passed, result.to_json()
+    assert result.stamped, result.to_json()
     return result.stamped.path
 
 

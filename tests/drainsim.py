@@ -37,7 +37,7 @@ from packaging.utils import parse_wheel_filename
 
 from farm.cli import main
 from farm.provenance.ledgerwrite import write_fragment
-from farm.publish import GithubSettings, upload
+from farm.publish import GithubSettings, ghrest, upload
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.ratelimit import Throttle, github_limits
 from farm.publish.releases import github_client
@@ -308,7 +308,7 @@ class Farm:
         settings = GithubSettings("github", self.sim.repo, api_url=self.sim.base.rstrip("/"),
                                   uploads_url=self.sim.base + "uploads")
 
-        def client(s: GithubSettings):  # type: ignore[no-untyped-def]
+        def client(s: GithubSettings) -> ghrest.Client:
             return github_client(s, {"GH_TOKEN": ghsim.TOKEN}, clock=self.sim.clock,
                                  throttle=Throttle(github_limits(), clock=self.sim.clock))
 

@@ -57,7 +57,9 @@ def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
         toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
     )
     result = postbuild_wheel(raw, out, context, dist="demo_ext")
-    assert result.passed and result.stamped and result.fragment, result.to_json()
+    assert result.passed, result.to_json()
+    assert result.stamped, result.to_json()
+    assert result.fragment, result.to_json()
     return Batch(raw, result.stamped.path, result.fragment)
 
 
@@ -190,6 +192,7 @@ def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *,
         raw = builder_wheel(work / f"raw-{run_id}", dist, so)
         context, recipe = context_from_config(config, raw, cuda_home=cuda_home, builder="native", env=env)
         result = postbuild_wheel(raw, out, context, dist=recipe.dist, fragments_dir=out)
-        assert result.passed and result.stamped, result.report.render()
+        assert result.passed, result.report.render()
+        assert result.stamped, result.report.render()
         wheels[dist] = result.stamped.path
     return root, wheels

@@ -52,7 +52,8 @@ def test_parse_rejects(bad: str) -> None:
 def test_parse_error_names_the_item_and_where() -> None:
     with pytest.raises(ArchError) as err:
         ArchList.parse("8.0;9.x", where="packages/x.yml:4")
-    assert "'9.x'" in str(err.value) and "packages/x.yml:4" in str(err.value)
+    assert "'9.x'" in str(err.value)
+    assert "packages/x.yml:4" in str(err.value)
 
 
 def test_unknown_arches_are_typos() -> None:
@@ -75,7 +76,8 @@ def test_renderings_for_a_packages_own_variable() -> None:
 def test_target_fields() -> None:
     t = Target.from_name("sm_100f")
     assert (t.major, t.minor, t.variant, t.kind) == (10, 0, Variant.FAMILY, Kind.SASS)
-    assert t.cuda_arch == 1000 and t.name == "sm_100f"
+    assert t.cuda_arch == 1000
+    assert t.name == "sm_100f"
     assert Target.from_name("compute_90").kind is Kind.PTX
 
 
@@ -112,10 +114,13 @@ def test_torch_rendering_accepts_every_item_torch_knows() -> None:
 
 
 def test_support_tables() -> None:
-    assert (75, "") in supported_targets("13.0") and (70, "") not in supported_targets("13.0")
-    assert (101, "") in supported_targets("12.8") and (101, "") not in supported_targets("13.0")
+    assert (75, "") in supported_targets("13.0")
+    assert (70, "") not in supported_targets("13.0")
+    assert (101, "") in supported_targets("12.8")
+    assert (101, "") not in supported_targets("13.0")
     assert (110, "") in supported_targets("13.0")
-    assert (100, "f") in supported_targets("12.9") and (100, "f") not in supported_targets("12.8")
+    assert (100, "f") in supported_targets("12.9")
+    assert (100, "f") not in supported_targets("12.8")
     assert unsupported(ArchList.parse("7.0;7.5;10.1"), "13.0") == [Target(7, 0), Target(10, 1)]
 
 
@@ -123,7 +128,10 @@ def test_validate_explains_why() -> None:
     with pytest.raises(ArchError) as err:
         validate_for_cuda(ArchList.parse("7.0;10.1;12.0"), "13.0", where="cell x")
     text = str(err.value)
-    assert "sm_70" in text and "sm_101" in text and "starts at sm_75" in text and "became sm_110" in text
+    assert "sm_70" in text
+    assert "sm_101" in text
+    assert "starts at sm_75" in text
+    assert "became sm_110" in text
     with pytest.raises(ArchError, match="12.9"):
         validate_for_cuda(ArchList.parse("10.0f"), "12.8")
     validate_for_cuda(ArchList.parse("7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX"), "13.0")
@@ -185,7 +193,9 @@ def test_support_table_matches_the_real_nvcc(nvcc, tmp_path) -> None:
     """The table of the toolkit's own CUDA line equals what its nvcc accepts (``--dryrun``
     rejects an unknown -gencode target without compiling anything)."""
     version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
-    line = re.search(r"release (\d+\.\d+)", version)[1]
+    release = re.search(r"release (\d+\.\d+)", version)
+    assert release, version
+    line = release[1]
     src = tmp_path / "k.cu"
     src.write_text("__global__ void k() {}\n")
     accepted = set()

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,8 +48,11 @@ def test_correct_wheels_pass(cuda_fixtures: CudaFixtures, tmp_path: Path, fixtur
     report = assert_wheel(_single(tmp_path, cuda_fixtures, fixture), EXPECTED)
     assert report.passed, report.render()
     (ext,) = report.extensions
-    assert ext.found == ext.expected and not ext.missing and not ext.extra
-    assert report.tools.native and report.tools.cuobjdump
+    assert ext.found == ext.expected
+    assert not ext.missing
+    assert not ext.extra
+    assert report.tools.native
+    assert report.tools.cuobjdump
     assert report.to_json()["result"] == "passed"
 
 
@@ -74,9 +78,12 @@ def test_wrong_wheels_fail_naming_the_cause(cuda_fixtures: CudaFixtures, tmp_pat
     findings = [f for f in ext.findings if f.code == code]
     assert [(f.cause, ArchList.of(f.targets)) for f in findings] == [(cause, ArchList.parse(targets))], report.render()
     text = report.render()
-    assert cause.value in text and EXT in text and "FAILED" in text
-    data = report.to_json()
-    assert data["passed"] is False and cause.value in data["extensions"][0]["likely_causes"]
+    assert cause.value in text
+    assert EXT in text
+    assert "FAILED" in text
+    data: dict[str, Any] = report.to_json()
+    assert data["passed"] is False
+    assert cause.value in data["extensions"][0]["likely_causes"]
 
 
 def test_report_table_has_expected_found_missing_extra(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
@@ -85,7 +92,8 @@ def test_report_table_has_expected_found_missing_extra(cuda_fixtures: CudaFixtur
     for row in ("expected  sm_80;sm_90;compute_90", "found     sm_75;compute_75",
                 "missing   sm_80;sm_90;compute_90", "extra     sm_75;compute_75"):
         assert row in text, text
-    ext = report.to_json()["extensions"][0]
+    data: dict[str, Any] = report.to_json()
+    ext = data["extensions"][0]
     assert (ext["expected"], ext["found"], ext["missing"], ext["extra"]) == (
         "sm_80;sm_90;compute_90", "sm_75;compute_75", "sm_80;sm_90;compute_90", "sm_75;compute_75")
 
@@ -141,19 +149,24 @@ def test_bundled_libraries_are_asserted_against_the_recipe(cuda_fixtures: CudaFi
     other = assert_wheel(wheel, replace(EXPECTED, vendored=(VendoredRule("libextra*", ArchList.parse(BASE)),)))
     assert not other.passed
     (result,) = other.vendored_results
-    assert result.problem is not None and "missing" in result.problem and "extra sm_90a;compute_90a" in result.problem
+    assert result.problem is not None
+    assert "missing" in result.problem
+    assert "extra sm_90a;compute_90a" in result.problem
     own = assert_wheel(wheel, replace(EXPECTED, vendored=(VendoredRule("libextra*", ArchList.parse("9.0a+PTX")),)))
-    assert own.passed and own.vendored_results[0].record() == {
+    assert own.passed
+    assert own.vendored_results[0].record() == {
         "found": "sm_90a;compute_90a", "expected": "sm_90a;compute_90a", "exempt": None}
     exempt = assert_wheel(wheel, replace(EXPECTED, vendored=(VendoredRule(lib, None, "NVIDIA's build"),)))
-    assert exempt.passed and exempt.vendored_results[0].record()["exempt"] == "NVIDIA's build"
+    assert exempt.passed
+    assert exempt.vendored_results[0].record()["exempt"] == "NVIDIA's build"
     assert json.loads(json.dumps(exempt.to_json()))["vendored"][0]["path"] == lib
 
 
 def test_no_extension_at_all(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b""})
     report = assert_wheel(wheel, EXPECTED)
-    assert not report.passed and [f.cause for f in report.findings] == [Cause.NO_EXTENSIONS]
+    assert not report.passed
+    assert [f.cause for f in report.findings] == [Cause.NO_EXTENSIONS]
     assert "contains no extension module" in report.render()
     assert assert_wheel(wheel, Expected(ArchList.parse(BASE), allow_no_extensions=True)).passed
 
@@ -194,8 +207,10 @@ def test_assert_command(cuda_fixtures: CudaFixtures, tmp_path: Path, capsys: pyt
     assert main(["assert", str(good), str(corrupt), str(bad), "--arch-list", BASE, "--json"]) == 2
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert [w["passed"] for w in out["wheels"]] == [True, False] and not out["passed"]
-    assert out["errors"][0]["wheel"] == str(corrupt) and "truncated" in captured.err
+    assert [w["passed"] for w in out["wheels"]] == [True, False]
+    assert not out["passed"]
+    assert out["errors"][0]["wheel"] == str(corrupt)
+    assert "truncated" in captured.err
     assert main(["assert", str(good), "--arch-list", BASE, "--cuobjdump", str(tmp_path / "absent")]) == 3
     assert main(["assert", str(cuda_fixtures.path("default")), "--arch-list", BASE]) == 2
 

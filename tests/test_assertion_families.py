@@ -55,7 +55,8 @@ def test_a_family_with_a_missing_target_fails(tmp_path: Path) -> None:
                     ["torch_bindings", "scaled_mm_c3x_sm90", "gptq_marlin", "awq_marlin"])
     (finding,) = report.extensions[0].findings
     assert finding.code == "family-targets"
-    assert "awq_marlin.cu" in finding.message and "MARLIN_ARCHS" in finding.message
+    assert "awq_marlin.cu" in finding.message
+    assert "MARLIN_ARCHS" in finding.message
     assert "missing sm_80" in finding.message
 
 
@@ -71,13 +72,15 @@ def test_a_wrong_family_is_not_hidden_by_a_right_union(tmp_path: Path) -> None:
     report = _judge(tmp_path, [REST, REST], ["torch_bindings", "scaled_mm_c3x_sm90"],
                     families=(SCALED_MM,))
     (finding,) = report.extensions[0].findings
-    assert finding.code == "family-targets" and "missing sm_90a" in finding.message
+    assert finding.code == "family-targets"
+    assert "missing sm_90a" in finding.message
 
 
 def test_a_family_built_nowhere_fails_at_wheel_level(tmp_path: Path) -> None:
     report = _judge(tmp_path, [REST], ["torch_bindings"], families=(SCALED_MM,))
     (finding,) = report.findings
-    assert finding.code == "family-absent" and "SCALED_MM_ARCHS" in finding.message
+    assert finding.code == "family-absent"
+    assert "SCALED_MM_ARCHS" in finding.message
     # a family the cell does not build (no targets) need not be there
     unbuilt = FamilyTargets("FP4_ARCHS", ("csrc/nvfp4.cu",), ArchList.of(()))
     assert _judge(tmp_path, [REST], ["torch_bindings"], families=(unbuilt,)).passed
@@ -95,7 +98,8 @@ def test_two_families_sharing_a_source_name_fail_closed(tmp_path: Path) -> None:
     report = _judge(tmp_path, [REST, ["sm_90a"]], ["torch_bindings", "scaled_mm_c3x_sm90"],
                     families=(SCALED_MM, other))
     (finding,) = report.extensions[0].findings
-    assert finding.code == "family-ambiguous" and "OTHER_ARCHS" in finding.message
+    assert finding.code == "family-ambiguous"
+    assert "OTHER_ARCHS" in finding.message
 
 
 def _families(k2: str) -> tuple[FamilyTargets, ...]:
@@ -115,6 +119,7 @@ def test_real_nvcc_families_pass_and_a_changed_list_fails(cuda_fixtures: CudaFix
     wrong = assert_wheel(wheel, Expected(ArchList.parse(BASE), families=_families("9.0a;10.0a")))
     assert not wrong.passed
     (finding,) = wrong.extensions[0].findings
-    assert finding.code == "family-targets" and finding.cause is Cause.FAMILY
+    assert finding.code == "family-targets"
+    assert finding.cause is Cause.FAMILY
     for needle in (EXT, "TU k2.cu", "HOPPER_ARCHS", "missing sm_100a"):
         assert needle in finding.message, finding.message

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ UNIT = ["sm_80", "sm_90", "compute_90"]
 EXT = "demo/_C.cpython-311-x86_64-linux-gnu.so"
 
 
-def _inspect(tmp_path: Path, units: list[list[str]], **kw: list[list[str]]) -> SoInspection:
+def _inspect(tmp_path: Path, units: list[list[str]], **kw: Any) -> SoInspection:
     return inspect_file(shared_object(tmp_path / "x.so", units, **kw), Reader.NATIVE, label=EXT)
 
 
@@ -37,7 +38,9 @@ def _codes(result: object) -> list[tuple[str, Cause, str]]:
 
 def test_the_exact_list_passes(tmp_path: Path) -> None:
     result = judge(_inspect(tmp_path, [UNIT, UNIT]), ArchList.parse(BASE))
-    assert result.passed and not result.missing and not result.extra
+    assert result.passed
+    assert not result.missing
+    assert not result.extra
     assert result.found == ArchList.parse(BASE)
 
 
@@ -107,7 +110,8 @@ def test_readers_disagreeing_is_a_finding_of_its_own(tmp_path: Path) -> None:
 def test_no_extension_and_the_jit_exemption(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "demo", "1.0", {"demo/__init__.py": b""})
     report = assert_inspection(wheel.name, (), Expected(ArchList.parse(BASE)))
-    assert not report.passed and [f.cause for f in report.findings] == [Cause.NO_EXTENSIONS]
+    assert not report.passed
+    assert [f.cause for f in report.findings] == [Cause.NO_EXTENSIONS]
     assert assert_inspection(wheel.name, (), Expected(ArchList.parse(BASE), allow_no_extensions=True)).passed
 
 
@@ -147,7 +151,8 @@ def test_bundled_library_rules(tmp_path: Path) -> None:
     split = dataclasses.replace(bundled, disagreement="cuobjdump differs")
     report = assert_inspection("demo.whl", (main,), replace(expected, vendored=(VendoredRule("*", None, "x"),)),
                                vendored=(split,))
-    assert not report.passed and "disagree" in (report.vendored_results[0].problem or "")
+    assert not report.passed
+    assert "disagree" in (report.vendored_results[0].problem or "")
 
 
 def test_the_wheel_path_reads_the_binaries_it_judges(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import shutil
 import zipfile
@@ -71,7 +70,8 @@ def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest
         wheel = builder_wheel(raw, dist, so)
         context, recipe = context_from_config(config, wheel, cuda_home=cuda_home, builder="native")
         result = postbuild_wheel(wheel, pub, context, dist=recipe.dist, fragments_dir=frags)
-        assert result.passed and result.stamped, result.report.render()
+        assert result.passed, result.report.render()
+        assert result.stamped, result.report.render()
         stamped[dist] = result.stamped.path
     ledger = work / "ledger.jsonl"
     merge_fragments(ledger, frags)
@@ -138,7 +138,9 @@ def test_cli_table_json_and_exit_code(fleet: Fleet, tmp_path: Path, capsys: pyte
     assert main(argv) == 1
     captured = capsys.readouterr()
     text = captured.out
-    assert "wheel-wrong" in text and "config-moved" in text and "1 ok, 1 wheel-wrong" in text
+    assert "wheel-wrong" in text
+    assert "config-moved" in text
+    assert "1 ok, 1 wheel-wrong" in text
     assert f"audit: [5] {max(fleet.names.values())}: wheel-wrong" in captured.err
     assert f"| {fleet.names[Verdict.WHEEL_WRONG]} | wheel-wrong |" in summary.read_text()
 
@@ -177,7 +179,9 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     assert ledger.read_bytes().startswith(before), "backfill only appends"
 
     index = LedgerIndex.load(ledger)
-    entry = index.entry(index.by_filename(fleet.names[Verdict.UNLEDGERED]))
+    record = index.by_filename(fleet.names[Verdict.UNLEDGERED])
+    assert record is not None
+    entry = index.entry(record)
     buildinfo.validate(entry)
     assert entry["provenance"] == "inferred"
     assert entry["cell"] == {"cuda": "12.8", "torch": "2.8", "python": TAG.split("-")[0], "platform": "linux_x86_64"}
@@ -197,7 +201,8 @@ def test_unreadable_wheel_is_wheel_wrong_not_a_crash(tmp_path: Path) -> None:
     bad = tmp_path / "demo_bad-1.0-cp311-cp311-linux_x86_64.whl"
     bad.write_bytes(b"not a zip")
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG and "zip" in row.reasons[0]
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert "zip" in row.reasons[0]
 
 
 def test_cli_table_keeps_one_line_per_wheel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,15 +211,18 @@ def test_cli_table_keeps_one_line_per_wheel(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "wheels" / "demo_bad-1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"not a zip")
     assert main(["audit", str(tmp_path / "wheels"), "--root", str(tmp_path)]) == 1
     table = capsys.readouterr().out.split("\n\n", 1)[0].splitlines()
-    assert len(table) == 3 and table[2].startswith("demo_bad-1.0-cp311-cp311-linux_x86_64.whl  wheel-wrong")
+    assert len(table) == 3
+    assert table[2].startswith("demo_bad-1.0-cp311-cp311-linux_x86_64.whl  wheel-wrong")
 
 
 def test_misnamed_wheel_is_wheel_wrong_and_backfill_skips_it(fleet: Fleet, tmp_path: Path) -> None:
     shutil.copy(fleet.pub / fleet.names[Verdict.UNLEDGERED], tmp_path / "renamed.whl")
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG and "'renamed.whl' is not a wheel file name" in row.reasons[0]
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert "'renamed.whl' is not a wheel file name" in row.reasons[0]
     result = backfill(str(tmp_path), tmp_path / "ledger.jsonl")
-    assert result.added == () and result.skipped[0][0] == "renamed.whl"
+    assert result.added == ()
+    assert result.skipped[0][0] == "renamed.whl"
     assert not (tmp_path / "ledger.jsonl").exists()
 
 
@@ -250,7 +258,8 @@ def test_inferred_cell_from_names() -> None:
 
 def test_wheel_facts_reads_embedded_provenance(fleet: Fleet) -> None:
     facts = wheel_facts(fleet.pub / fleet.names[Verdict.OK])
-    assert facts.embedded is not None and facts.embedded.package == "demo_ok"
+    assert facts.embedded is not None
+    assert facts.embedded.package == "demo_ok"
     assert facts.extensions == facts.embedded.extensions
 
 
@@ -261,7 +270,8 @@ def test_invalid_embedded_provenance_is_wheel_wrong(tmp_path: Path) -> None:
     }, tag=TAG)
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
     assert row.verdict is Verdict.WHEEL_WRONG
-    assert "invalid build info" in row.reasons[0] and "_build_info.json" in row.reasons[0]
+    assert "invalid build info" in row.reasons[0]
+    assert "_build_info.json" in row.reasons[0]
 
 
 def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
@@ -275,7 +285,8 @@ def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
     facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
                        {"a/_C.so": "2" * 64}, failed)
     row = judge(facts, None, None)
-    assert row.verdict is Verdict.WHEEL_WRONG and row.reasons == ("its provenance says the assertion failed",)
+    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.reasons == ("its provenance says the assertion failed",)
 
 
 def test_stamped_wheel_renamed_to_another_cell_is_wheel_wrong(fleet: Fleet, tmp_path: Path) -> None:
@@ -380,7 +391,8 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
         rows = {w["filename"]: w for w in out["wheels"]}
         assert len(rows) == 13
         huge = next(r for name, r in rows.items() if name.startswith("fleet_huge"))
-        assert huge["verdict"] == "wheel-wrong" and "scratch space" in huge["reasons"][0]
+        assert huge["verdict"] == "wheel-wrong"
+        assert "scratch space" in huge["reasons"][0]
         assert all(r["verdict"] == "ok" for name, r in rows.items() if not name.startswith("fleet_huge"))
         assert list(scratch.iterdir()) == [], "every download is deleted"
 
@@ -389,7 +401,7 @@ def test_a_fleet_larger_than_the_scratch_space_streams_through_it(
             main([*argv, "--shard", f"{i}/4"])
             seen += [w["filename"] for w in json.loads(capsys.readouterr().out)["wheels"]]
         assert sorted(seen) == sorted(rows), "4 shards judge each wheel exactly once"
-        assert os.listdir(scratch) == []
+        assert list(scratch.iterdir()) == []
     finally:
         server.stop()
 
@@ -407,11 +419,13 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     entry = LedgerEntry.from_json(old)
     facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, entry.info)
     before = judge(facts, entry, today)
-    assert before.verdict is Verdict.CONFIG_MOVED and before.reasons[-1] == "bump build_epoch to rebuild"
+    assert before.verdict is Verdict.CONFIG_MOVED
+    assert before.reasons[-1] == "bump build_epoch to rebuild"
     by = _superseder(ledger, _newest_by_cell(ledger), entry.info, today)
     assert by == new["filename"]
     after = judge(facts, entry, today, superseded_by=by)
-    assert "bump" not in " ".join(after.reasons) and f"superseded by {new['filename']}" in after.reasons[-1]
+    assert "bump" not in " ".join(after.reasons)
+    assert f"superseded by {new['filename']}" in after.reasons[-1]
     # not yet published: still advise the bump (the rebuild has not reached users)
     ledger_path.write_text(json.dumps(old) + "\n" + json.dumps({**new, "published": []}) + "\n")
     ledger = LedgerIndex.load(ledger_path)

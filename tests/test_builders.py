@@ -11,12 +11,15 @@ import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cibuildwheel.options import BuildOptions
 
 from farm.builder.builders import (
     LOCAL_PODMAN_IMAGE,
     BuilderKind,
+    BuildResult,
     BuildSettings,
     build_cell,
     check_engine,
@@ -28,7 +31,9 @@ from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
 from farm.provenance.buildinfo import BuildInfo
+from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
 from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
@@ -53,25 +58,26 @@ lint_ignore:  # the lint in farm build would refuse it first; this test is about
 """
 
 
-def _settings(root: Path, toolkit, **kw) -> BuildSettings:
+def _settings(root: Path, toolkit: Toolkit, **kw: Any) -> BuildSettings:
+    assert toolkit.prefix is not None
     return BuildSettings(out_dir=root / "upload", work_root=root / "work", source_cache=root / "sources",
                          toolkit_root=toolkit.prefix.parents[1], **kw)
 
 
-def _demo_root(root: Path):
+def _demo_root(root: Path) -> FarmConfig:
     return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)},
                      {"examples/demo_ext": REPO / "examples" / "demo_ext"})
 
 
 @pytest.fixture(scope="session")
-def native_demo(tmp_path_factory, pypi_toolkit):
+def native_demo(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> tuple[Path, BuildResult]:
     root = tmp_path_factory.mktemp("native")
     config = _demo_root(root)
     settings = _settings(root, pypi_toolkit, builder=BuilderKind.NATIVE)
     return root, build_cell(config, config.recipe("demo_ext"), CELL, settings)
 
 
-def _cannot_run(reason: str):
+def _cannot_run(reason: str) -> None:
     """Skip on a developer's machine; fail in CI (``CI=true``), which prepares podman with
     .ci/podman-setup.sh: a container test that silently skips there proves nothing."""
     if os.environ.get("CI", "").lower() in ("true", "1"):
@@ -93,7 +99,7 @@ def podman_image() -> str:
 
 
 @pytest.fixture(scope="session")
-def podman_demo(tmp_path_factory, pypi_toolkit):
+def podman_demo(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> tuple[Path, BuildResult]:
     image = podman_image()
     root = tmp_path_factory.mktemp("podman")
     config = _demo_root(root)
@@ -112,7 +118,7 @@ def podman_demo(tmp_path_factory, pypi_toolkit):
             os.environ["GITHUB_STEP_SUMMARY"] = saved
 
 
-def _check_asserted_demo(root: Path, result, builder: str) -> None:
+def _check_asserted_demo(root: Path, result: BuildResult, builder: str) -> None:
     assert result.passed, "\n".join(r.report.render() for r in result.postbuild)
     (wheel,) = result.asserted
     assert wheel.parent == root / "upload"
@@ -137,22 +143,24 @@ def _check_asserted_demo(root: Path, result, builder: str) -> None:
     assert info["duration_s"] > 0  # the build's own time: the matrix plans the cell's jobs with it
 
 
-def test_native_build_of_demo_ext_passes_postbuild(native_demo):
+def test_native_build_of_demo_ext_passes_postbuild(native_demo) -> None:
     root, result = native_demo
     _check_asserted_demo(root, result, "native")
     # the spec the build was resolved into, written beside it, is the one postbuild asserted
     from farm.builder.spec import SPEC_FILE, read_spec
 
     spec = read_spec(root / "work" / CELL.id / SPEC_FILE)
-    assert spec == result.plan.spec and spec.arch.archs == ArchList.parse(ARCHS)
+    assert spec == result.plan.spec
+    assert spec.arch.archs == ArchList.parse(ARCHS)
     # the asserted wheel was installed in a fresh venv and imported: the package and its extension
     (check,) = result.imports
-    assert check.passed and check.wheel == result.asserted[0]
+    assert check.passed
+    assert check.wheel == result.asserted[0]
     assert [(i.module, i.error) for i in check.imports] == [("demo_ext", None), ("demo_ext._C", None)]
     assert check.python == platform.python_version()
 
 
-def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
+def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path) -> None:
     _, result = native_demo
     (wheel,) = result.asserted
     with zipfile.ZipFile(wheel) as zf:
@@ -164,7 +172,7 @@ def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path):
     assert proc.stdout.strip() == "0"
 
 
-def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_path, pypi_toolkit, capsys):
+def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_path, pypi_toolkit, capsys) -> None:
     """README: `nox -s build -- demo_ext --cuda 13.0 --builder native`, run twice in one checkout.
     The second run finds the cell's asserted wheel (same configuration) and exits 0 without a build."""
     _demo_root(tmp_path)
@@ -176,7 +184,8 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     capsys.readouterr()
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "already built" in err and wheel.name in err
+    assert "already built" in err
+    assert wheel.name in err
     assert [p.name for p in (tmp_path / "wheelhouse").glob("*.whl")] == [wheel.name]
     assert wheel.read_bytes() == first
     # ...and postbuild after the quick start (README's everyday flow) carries the wheel to dist/
@@ -197,7 +206,7 @@ def test_the_quick_start_twice_succeeds_and_the_second_run_builds_nothing(tmp_pa
     assert wheel.read_bytes() == first
 
 
-def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_toolkit, capsys):
+def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_toolkit, capsys) -> None:
     """`farm build demo_ext --builder native --python 3.12` from a farm of 3.11 (or the reverse):
     the build environment, the wheel, its provenance and its import check are that Python's."""
     from farm.builder.interpreters import find_interpreter
@@ -217,12 +226,14 @@ def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_
     assert wheel.name.startswith(f"demo_ext-0.1.0+cu130-{tag}-{tag}-manylinux_")
     assert f"py{other}-torchnone-" in result["build_env"]
     info = BuildInfo.from_json(zipfile.ZipFile(wheel).read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
-    assert info.toolchain is not None and info.toolchain.python == search.interpreter.version
+    assert info.toolchain is not None
+    assert info.toolchain.python == search.interpreter.version
     (check,) = result["imports"]
-    assert check["passed"] and check["python"] == search.interpreter.version
+    assert check["passed"]
+    assert check["python"] == search.interpreter.version
 
 
-def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsys):
+def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsys) -> None:
     """demo_ext whose package imports a module it never requires: it compiles and passes the
     assertion, then the import check in a fresh venv fails: exit 1, the error shown, the wheel
     and its fragment withdrawn from --out."""
@@ -238,10 +249,11 @@ def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsy
         captured.out)
     assert "import demo_ext._C: FAILED: its package demo_ext failed to import: ModuleNotFoundError" in captured.out
     assert f"FAILED the import check; nothing was written to {out}" in captured.out
-    assert not list(out.glob("*.whl")) and not list(out.glob("*.ledger.json"))
+    assert not list(out.glob("*.whl"))
+    assert not list(out.glob("*.ledger.json"))
 
 
-def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):
+def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys) -> None:
     """Every selected cell is in the ledger: not an error."""
     config = _demo_root(tmp_path)
     recipe = config.recipe("demo_ext")
@@ -256,11 +268,11 @@ def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys):
     assert "nothing to build" in capsys.readouterr().err
 
 
-def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
+def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo) -> None:
     root, result = podman_demo
     _check_asserted_demo(root, result, "cibuildwheel")
     # the toolkit came from PyPI inside the container
-    assert "nvidia-cuda-nvcc==13.0.88" in result.plan.options["before-all"]
+    assert "nvidia-cuda-nvcc==13.0.88" in str(result.plan.options["before-all"])
     # provenance names the container's Python (the image's cp311), not this host's
     from farm.builder.builders import container_python
 
@@ -268,12 +280,14 @@ def test_cibuildwheel_build_under_podman_passes_postbuild(podman_demo):
     with zipfile.ZipFile(wheel) as zf:
         info = json.loads(zf.read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
     image_python = container_python(result.plan)
-    assert image_python is not None and info["toolchain"]["python"] == image_python
+    assert image_python is not None
+    assert info["toolchain"]["python"] == image_python
     summary = (root / "step-summary.md").read_text()
-    assert summary.startswith("earlier step\n") and f"{PY}-manylinux_x86_64" in summary
+    assert summary.startswith("earlier step\n")
+    assert f"{PY}-manylinux_x86_64" in summary
 
 
-def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolkit, capsys, monkeypatch):
+def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolkit, capsys, monkeypatch) -> None:
     """Through the command line: `farm build` exits 1, names the missing and extra arches, and
     leaves nothing in the upload directory."""
     make_root(tmp_path, {"pointnet2_like": POINTNET2_RECIPE},
@@ -286,7 +300,8 @@ def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolki
                  "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(upload), "--json"])
     assert code == 1
     (result,) = json.loads(capsys.readouterr().out)["results"]
-    assert not result["passed"] and result["wheels"] == []
+    assert not result["passed"]
+    assert result["wheels"] == []
     (ext,) = result["postbuild"][0]["assertion"]["extensions"]
     assert ext["expected"] == "sm_80;sm_86"
     assert ext["found"] == "sm_75;sm_80;compute_80"
@@ -300,21 +315,22 @@ def test_pointnet2_like_setup_override_fails_the_assertion(tmp_path, pypi_toolki
 
 
 # -- engine and source preparation ----------------------------------------------------------------
-def test_missing_engine_names_the_alternatives(tmp_path, monkeypatch):
+def test_missing_engine_names_the_alternatives(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolError) as exc:
         check_engine("podman")
     assert "not installed" in str(exc.value)
-    assert "--engine docker" in str(exc.value) and "--builder native" in str(exc.value)
+    assert "--engine docker" in str(exc.value)
+    assert "--builder native" in str(exc.value)
     assert exc.value.exit_code == 3
 
 
-def test_unknown_engine_is_bad_input():
+def test_unknown_engine_is_bad_input() -> None:
     with pytest.raises(UsageError):
         check_engine("lxc")
 
 
-def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg"):
+def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg") -> tuple[FarmConfig, Path]:
     src = tmp_path / "checkout"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "setup.py").write_text('import os\nos.environ["TORCH_CUDA_ARCH_LIST"] = "3.7"\n')
@@ -327,7 +343,7 @@ def _patch_root(tmp_path: Path, script: str | None, subdir: str = "pkg"):
     return config, src
 
 
-def test_patch_script_runs_on_a_private_copy(tmp_path):
+def test_patch_script_runs_on_a_private_copy(tmp_path) -> None:
     script = ("import pathlib, re\np = pathlib.Path('setup.py')\n"
               "p.write_text(re.sub(r'^os.environ.*$', '', p.read_text(), flags=re.M))\n")
     config, src = _patch_root(tmp_path, script)
@@ -337,7 +353,7 @@ def test_patch_script_runs_on_a_private_copy(tmp_path):
     assert (src / "pkg" / "setup.py").read_text() == before  # the checkout is untouched
 
 
-def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_path):
+def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_path) -> None:
     # packages/patches/pointnet2_ops.py on a setup.py with pointnet2_ops' assignment line
     src = tmp_path / "checkout"
     (src / "pointnet2_ops_lib").mkdir(parents=True)
@@ -352,26 +368,28 @@ def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_pa
     copy = prepare_source(src, config.recipe("pointnet2_ops"), config.root, tmp_path / "work", log=logged.append)
     patched = (copy / "pointnet2_ops_lib" / "setup.py").read_text()
     assert "TORCH_CUDA_ARCH_LIST" not in patched.split('"""', 2)[2]  # the docstring may name it
-    assert patched.count("\n") == setup.count("\n") - 1 and "removed the TORCH_CUDA_ARCH_LIST" in " ".join(logged)
+    assert patched.count("\n") == setup.count("\n") - 1
+    assert "removed the TORCH_CUDA_ARCH_LIST" in " ".join(logged)
     subprocess.run([sys.executable, str(REPO / "packages" / "patches" / "pointnet2_ops.py")],
                    cwd=copy / "pointnet2_ops_lib", check=True, capture_output=True)
     assert (copy / "pointnet2_ops_lib" / "setup.py").read_text() == patched
 
 
-def test_a_patch_that_makes_the_build_folder_runs_in_the_root(tmp_path):
+def test_a_patch_that_makes_the_build_folder_runs_in_the_root(tmp_path) -> None:
     """nvdiffrec_render's build folder exists only after its patch: the patch runs in the
     checkout's root, and a patch that does not make the folder is reported, naming both."""
     script = ("import pathlib\nnew = pathlib.Path('made')\nnew.mkdir()\n"
               "(new / 'setup.py').write_text(pathlib.Path('pkg/setup.py').read_text())\n")
     config, src = _patch_root(tmp_path, script, subdir="made")
     copy = prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
-    assert (copy / "made" / "setup.py").is_file() and not (src / "made").exists()
+    assert (copy / "made" / "setup.py").is_file()
+    assert not (src / "made").exists()
     (tmp_path / "patches" / "p.py").write_text("print('made nothing')\n")
     with pytest.raises(ConfigError, match="did not make it"):
         prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
 
 
-def test_the_nvdiffrec_render_patch_makes_a_buildable_package(tmp_path):
+def test_the_nvdiffrec_render_patch_makes_a_buildable_package(tmp_path) -> None:
     """packages/patches/nvdiffrec_render.py on a render/ shaped like nvdiffrec's: the package, its
     setup.py (the seven kernel sources, -DNVDR_TORCH) and ops.py preferring the built extension."""
     c_src = tmp_path / "render" / "renderutils" / "c_src"
@@ -390,32 +408,36 @@ def test_the_nvdiffrec_render_patch_makes_a_buildable_package(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     pkg = tmp_path / "nvdiffrec_render" / "nvdiffrec_render"
-    assert (pkg / "__init__.py").is_file() and (pkg / "util.py").is_file()
+    assert (pkg / "__init__.py").is_file()
+    assert (pkg / "util.py").is_file()
     assert not (pkg / "renderutils" / "tests").exists()
     setup = (tmp_path / "nvdiffrec_render" / "setup.py").read_text()
-    assert '"nvdiffrec_render.renderutils._C"' in setup and "-DNVDR_TORCH" in setup and "torch_bindings.cpp" in setup
+    assert '"nvdiffrec_render.renderutils._C"' in setup
+    assert "-DNVDR_TORCH" in setup
+    assert "torch_bindings.cpp" in setup
     # the prebuilt extension is found first: a stand-in _C makes the JIT unnecessary
     (pkg / "renderutils" / "_C.py").write_text("NAME = 'prebuilt'\n")
     probe = "import nvdiffrec_render.renderutils as r; print(r.xfm_points().NAME)"
     out = subprocess.run([sys.executable, "-c", probe], cwd=pkg.parent, capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "prebuilt", out.stderr
     again = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, check=False)
-    assert again.returncode == 0 and "already made" in again.stdout
+    assert again.returncode == 0
+    assert "already made" in again.stdout
 
 
-def test_failing_patch_script_is_reported(tmp_path):
+def test_failing_patch_script_is_reported(tmp_path) -> None:
     config, src = _patch_root(tmp_path, "raise SystemExit('pattern not found')\n")
     with pytest.raises(ConfigError, match="pattern not found"):
         prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
 
 
-def test_missing_subdir_is_reported(tmp_path):
+def test_missing_subdir_is_reported(tmp_path) -> None:
     config, src = _patch_root(tmp_path, None, subdir="nope")
     with pytest.raises(ConfigError, match="build.subdir 'nope'"):
         prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
 
 
-def test_native_builder_refuses_cells_it_cannot_build(tmp_path, monkeypatch):
+def test_native_builder_refuses_cells_it_cannot_build(tmp_path, monkeypatch) -> None:
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
     recipe = config.recipe("demo_ext")
@@ -435,7 +457,7 @@ def test_native_builder_refuses_cells_it_cannot_build(tmp_path, monkeypatch):
     assert "PATH: no python3.99" in str(exc.value)
 
 
-def test_native_builds_default_to_this_python_and_platform(capsys):
+def test_native_builds_default_to_this_python_and_platform(capsys) -> None:
     import argparse
 
     from farm.commands.build import _native_defaults, configure
@@ -449,13 +471,15 @@ def test_native_builds_default_to_this_python_and_platform(capsys):
     assert "this Python" in capsys.readouterr().err
     explicit = parser.parse_args(["demo_ext", "--builder", "native", "--python", "3.10", "--platform", "win_amd64"])
     _native_defaults(explicit)
-    assert explicit.python == ["3.10"] and explicit.platform == ["win_amd64"]
+    assert explicit.python == ["3.10"]
+    assert explicit.platform == ["win_amd64"]
     container = parser.parse_args(["demo_ext"])
     _native_defaults(container)
-    assert container.python is None and container.platform is None
+    assert container.python is None
+    assert container.platform is None
 
 
-def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch):
+def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch) -> None:
     """A CIBW_*_LINUX variable in the caller's environment beats the plan's generic CIBW_* one in
     cibuildwheel; the builder drops it. Checked with cibuildwheel's own option resolution."""
     from dataclasses import replace
@@ -477,18 +501,19 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
                    package_dir=Path(plan.package_dir), output_dir=plan.output_dir)
     monkeypatch.chdir(plan.cwd)
 
-    def resolved(env):
+    def resolved(env: dict[str, str]) -> BuildOptions:
         return compute_options("linux", args, env).build_options(plan.identifier)
 
     leaked = resolved({**ambient, **plan.env})
     assert leaked.before_build == "exit 1"  # why the ambient variables must go
     clean = resolved(cibuildwheel_environment(plan, ambient))
-    assert clean.before_build == plan.options["before-build"]
+    assert clean.before_build == str(plan.options["before-build"])
     assert not clean.test_command
+    assert clean.manylinux_images is not None
     assert clean.manylinux_images["x86_64"] == "localhost/mine:1"  # which image to use is the caller's
 
 
-def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch):
+def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch) -> None:
     """One plan, one environment: cibuildwheel (its own option resolution, from the config file
     farm writes) and the native builder give the same variables, quotes, $VAR and $(...) included."""
     from dataclasses import replace
@@ -518,13 +543,16 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
     expected = in_container.environment.as_dictionary(prev_environment=base)
     native = native_environment(steps, base)
     assert native == expected
-    assert native["GREETING"] == 'say "hi" to `them` and \\ back' and native["WITH_SPACE"] == "a b  c"
-    assert native["PATH"].startswith("/opt/x/bin:") and native["PATH"].endswith(":/usr/bin")
+    assert native["GREETING"] == 'say "hi" to `them` and \\ back'
+    assert native["WITH_SPACE"] == "a b  c"
+    assert native["PATH"].startswith("/opt/x/bin:")
+    assert native["PATH"].endswith(":/usr/bin")
     assert native["NESTED"] == '/home/u/say "hi" to `them` and \\ back'
-    assert native["SHELL_OUT"] == "sub" and native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
+    assert native["SHELL_OUT"] == "sub"
+    assert native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 
 
-def test_build_output_is_relayed_without_secrets(capfd):
+def test_build_output_is_relayed_without_secrets(capfd) -> None:
     """pip echoing an index URL with a token, or a build script printing a password: the log farm
     relays shows neither (stdout stays free for --json)."""
     from farm.builder.builders import run_relayed
@@ -535,14 +563,16 @@ def test_build_output_is_relayed_without_secrets(capfd):
     assert proc.returncode == 0
     out, err = capfd.readouterr()
     assert out == ""
-    assert "Looking in indexes: https://***@pypi.example/simple" in err and "token=***" in err
-    assert "tok-9f8e7d6c" not in err and "pw-1234" not in err
+    assert "Looking in indexes: https://***@pypi.example/simple" in err
+    assert "token=***" in err
+    assert "tok-9f8e7d6c" not in err
+    assert "pw-1234" not in err
 
 
-def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys):
+def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys) -> None:
     """Without a lint_ignore, the setup.py override of pointnet2_like is refused by the lint that
     farm build runs on the prepared source: exit 1, before any toolkit or compiler is touched."""
-    recipe = POINTNET2_RECIPE.split("lint_ignore:")[0]
+    recipe = POINTNET2_RECIPE.split("lint_ignore:", maxsplit=1)[0]
     make_root(tmp_path, {"pointnet2_like": recipe}, {"src/pointnet2_like": REPO / "tests" / "data" / "pointnet2_like"})
     cache = tmp_path / "cache"
     code = main(["build", "pointnet2_like", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
@@ -550,11 +580,13 @@ def test_farm_build_lints_the_source_as_built_before_compiling(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 1
     assert "the arch-gate lint fails on the source of pointnet2_like-3.0.0-cu130-notorch-cp311-linux_x86_64 as built" in err
-    assert "setup.py" in err and "TORCH_CUDA_ARCH_LIST" in err
-    assert not (cache / "toolkit").exists() and not (cache / "envs").exists()
+    assert "setup.py" in err
+    assert "TORCH_CUDA_ARCH_LIST" in err
+    assert not (cache / "toolkit").exists()
+    assert not (cache / "envs").exists()
 
 
-def test_cells_this_host_cannot_build_are_skipped_before_any_download(tmp_path, capsys, monkeypatch):
+def test_cells_this_host_cannot_build_are_skipped_before_any_download(tmp_path, capsys, monkeypatch) -> None:
     """`farm build demo_ext --builder cibuildwheel --engine podman` on a Linux host without podman:
     every cell is checked first; Windows cells are skipped (cibuildwheel builds them on Windows),
     Linux cells for the engine; nothing is fetched or assembled, and with nothing left, exit 3."""
@@ -565,13 +597,14 @@ def test_cells_this_host_cannot_build_are_skipped_before_any_download(tmp_path, 
                  "--python", "3.11", "--root", str(tmp_path), "--cache-dir", str(cache)])
     err = capsys.readouterr().err
     assert code == 3
-    assert "demo_ext-0.1.0-cu130-notorch-cp311-win_amd64: skipped: this host cannot build it: cibuildwheel builds " \
-           "win_amd64 wheels on Windows; this host is Linux" in err
+    assert ("demo_ext-0.1.0-cu130-notorch-cp311-win_amd64: skipped: this host cannot build it: cibuildwheel builds "
+            "win_amd64 wheels on Windows; this host is Linux") in err
     assert "linux_x86_64: skipped: this host cannot build it: the container engine 'podman' is not installed" in err
     assert "none of the 3 selected cell(s) of demo_ext can be built on this host" in err
     assert not cache.exists() or not any(cache.rglob("*.json"))  # no toolkit, no source, no environment
     # the Windows cell named on the command line is refused instead: bad input, exit 2
     code = main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
                  "--python", "3.11", "--platform", "win_amd64", "--root", str(tmp_path), "--cache-dir", str(cache)])
-    assert code == 2 and "win_amd64: error: cell demo_ext-0.1.0-cu130-notorch-cp311-win_amd64 cannot be built on " \
-                         "this host" in capsys.readouterr().err
+    assert code == 2
+    assert ("win_amd64: error: cell demo_ext-0.1.0-cu130-notorch-cp311-win_amd64 cannot be built on "
+            "this host") in capsys.readouterr().err

@@ -9,17 +9,24 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 
 from farm.errors import LedgerError, ToolError, WheelError
 from farm.provenance import buildinfo, probe
-from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry
+from farm.provenance.buildinfo import ABSENT, BuildInfo, LedgerEntry, ToolkitRecord
 from farm.provenance.ledgerline import dumps_entry
 from farm.toolkit.assemble import parse_nvcc_release
 
 SHA = "ab" * 32
+
+
+def _tree(info: BuildInfo | LedgerEntry) -> dict[str, Any]:
+    """The provenance as the JSON tree it writes, read as the tests read it."""
+    return info.to_dict()
+
 
 
 def asserted_example() -> BuildInfo:
@@ -82,13 +89,18 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
     """An older file without ``torch_cuda``, ``toolkit`` or a run ``url`` is written back without
     them; one that records them as null keeps the nulls: both round-trip byte for byte."""
     old = asserted_example()
-    assert old.toolchain is not None and old.toolchain.torch_cuda is ABSENT and old.toolchain.toolkit is ABSENT
-    assert old.run is not None and old.run.url is ABSENT
-    assert "torch_cuda" not in old.to_dict()["toolchain"] and "url" not in old.to_dict()["run"]
+    assert old.toolchain is not None
+    assert old.toolchain.torch_cuda is ABSENT
+    assert old.toolchain.toolkit is ABSENT
+    assert old.run is not None
+    assert old.run.url is ABSENT
+    assert "torch_cuda" not in _tree(old)["toolchain"]
+    assert "url" not in _tree(old)["run"]
     new = dataclasses.replace(old, toolchain=probe.toolchain(cuda_home=None, builder="cibuildwheel"),
                               run=probe.run_from_env({"GITHUB_ACTIONS": "true"}))
-    assert new.to_dict()["toolchain"]["torch_cuda"] is None and new.to_dict()["toolchain"]["toolkit"] is None
-    assert new.to_dict()["run"]["url"] is None
+    assert _tree(new)["toolchain"]["torch_cuda"] is None
+    assert _tree(new)["toolchain"]["toolkit"] is None
+    assert _tree(new)["run"]["url"] is None
     for info in (old, new):
         assert BuildInfo.from_json(info.to_json()).to_json() == info.to_json()
 
@@ -98,13 +110,16 @@ def test_toolkit_record_round_trips() -> None:
                "manifest_sha256": SHA, "components": [{"name": "cuda_nvcc", "version": "13.0.88", "sha256": SHA}]}
     chain = probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit)
     info = dataclasses.replace(asserted_example(), toolchain=chain)
-    assert info.to_dict()["toolchain"]["toolkit"] == toolkit
+    assert _tree(info)["toolchain"]["toolkit"] == toolkit
     back = BuildInfo.from_json(info.to_json())
-    assert back == info and back.toolchain.toolkit.components[0].name == "cuda_nvcc"  # type: ignore[union-attr]
+    assert back == info
+    assert back.toolchain is not None
+    assert isinstance(back.toolchain.toolkit, ToolkitRecord)
+    assert back.toolchain.toolkit.components[0].name == "cuda_nvcc"
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
+    ("mutate", "message"),
     [
         (lambda d: d["run"].update(runner="x"), "run has key(s) 'runner' this farm does not know"),
         (lambda d: d["toolchain"].update(ccache="4.9"), "toolchain has key(s) 'ccache'"),
@@ -148,10 +163,11 @@ def test_ledger_entry_is_the_build_info_plus_the_ledger_keys() -> None:
     entry = info.ledger_entry(filename="demo_ext-0.1.0+cu130-2-cp311-cp311-linux_x86_64.whl", sha256=SHA, size=9)
     data = entry.to_dict()
     assert {k: v for k, v in data.items() if k not in buildinfo.LEDGER_KEYS} == info.to_dict()
-    assert data["published"] == [] and data["size"] == 9
+    assert data["published"] == []
+    assert data["size"] == 9
     assert LedgerEntry.from_json(json.dumps(data)) == entry
     published = entry.with_published("gh", "https://x/a.whl")
-    assert published.to_dict()["published"] == [{"target": "gh", "url": "https://x/a.whl"}]
+    assert _tree(published)["published"] == [{"target": "gh", "url": "https://x/a.whl"}]
     assert entry.published == ()  # frozen: with_published makes another
     # a ledger line is not a _build_info.json, nor the other way round
     with pytest.raises(WheelError, match="a ledger entry"):
@@ -161,7 +177,7 @@ def test_ledger_entry_is_the_build_info_plus_the_ledger_keys() -> None:
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
+    ("mutate", "message"),
     [
         (lambda d: d.pop("extensions"), "'extensions' is a required property"),
         (lambda d: d.update(provenance="guessed"), "provenance"),
@@ -189,8 +205,11 @@ def test_inferred_entry_has_every_key_and_nulls_for_the_unknown() -> None:
     )
     buildinfo.validate(info.to_dict())
     assert set(info.to_dict()) == set(asserted_example().to_dict())
-    assert info.provenance == "inferred" and not info.asserted
-    assert info.run is None and info.toolchain is None and info.build_epoch is None
+    assert info.provenance == "inferred"
+    assert not info.asserted
+    assert info.run is None
+    assert info.toolchain is None
+    assert info.build_epoch is None
     assert BuildInfo.from_json(info.to_json()) == info
 
 
@@ -238,8 +257,10 @@ def test_ledger_lines_an_earlier_farm_wrote_read_and_write_back_byte_for_byte() 
 def test_older_files_lack_the_new_optional_keys_and_keep_lacking_them() -> None:
     info = BuildInfo.from_json((GOLDEN / "asserted-all-keys.build_info.json").read_bytes())
     assert info.duration_s is ABSENT
-    assert info.toolchain is not None and info.toolchain.compile_cache is ABSENT
-    assert "duration_s" not in info.to_dict() and "compile_cache" not in info.to_dict()["toolchain"]
+    assert info.toolchain is not None
+    assert info.toolchain.compile_cache is ABSENT
+    assert "duration_s" not in _tree(info)
+    assert "compile_cache" not in _tree(info)["toolchain"]
 
 
 def test_the_committed_schema_is_the_one_derived_from_the_definition() -> None:
@@ -255,7 +276,8 @@ def test_duration_is_recorded_as_written(duration: float | None) -> None:
     assert json.loads(data)["duration_s"] == duration
     assert list(json.loads(data))[-1] == "duration_s"
     back = BuildInfo.from_json(data)
-    assert back == info and back.to_json() == data  # an integer stays an integer: the same bytes
+    assert back == info
+    assert back.to_json() == data
 
 
 def test_compile_cache_round_trips_and_null_means_unknown() -> None:
@@ -263,7 +285,7 @@ def test_compile_cache_round_trips_and_null_means_unknown() -> None:
     for value in (counts, None):
         chain = probe.toolchain(cuda_home=None, builder="native", compile_cache=value)
         info = dataclasses.replace(asserted_example(), toolchain=chain)
-        assert info.to_dict()["toolchain"]["compile_cache"] == value
+        assert _tree(info)["toolchain"]["compile_cache"] == value
         buildinfo.validate(info.to_dict())
         assert BuildInfo.from_json(info.to_json()) == info
 
@@ -272,14 +294,16 @@ def test_the_toolkit_the_device_code_records_round_trips() -> None:
     made = {"demo_ext/_C.so": {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}}
     info = dataclasses.replace(asserted_example(), made_by={
         so: buildinfo.MadeByRecord.from_mapping(m) for so, m in made.items()})
-    assert info.to_dict()["made_by"] == made and list(info.to_dict())[-1] == "made_by"
+    assert info.to_dict()["made_by"] == made
+    assert list(info.to_dict())[-1] == "made_by"
     back = BuildInfo.from_json(info.to_json())
-    assert back == info and back.to_json() == info.to_json()
+    assert back == info
+    assert back.to_json() == info.to_json()
     assert "made_by" not in asserted_example().to_dict()  # absent unless postbuild read it
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
+    ("mutate", "message"),
     [
         (lambda d: d.update(made_by={"a.so": {"cubin": {"13.0": -1}, "ptx_isa": {}, "unread": 0}}), "made_by"),
         (lambda d: d.update(made_by={"a.so": {"cubin": {}, "ptx_isa": {}}}), "made_by"),

@@ -39,7 +39,7 @@ def _aged(tree: Path) -> None:
         os.utime(path, (past, past))
 
 
-def _forge(blob: bytes, change, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _forge(blob: bytes, change, monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """What a forger can write, given a sealed entry: its payload changed, left unsealed (the
     format farm used to write), resealed with a key of their own, or the old tag kept."""
     payload = change(blob[HEAD:] if blob.startswith(b"farm-sealed-1\n") else blob)
@@ -109,7 +109,8 @@ def test_without_a_secret_the_key_file_is_private_and_outside_the_cache(tmp_path
     monkeypatch.delenv(cacheseal.KEY_ENV)
     blob = cacheseal.seal(b"x", "p")
     key = tmp_path / "config" / "farm" / "cache.key"
-    assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size == 32
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert key.stat().st_size == 32
     assert cacheseal.unseal(blob, "p") == b"x"
     key.write_bytes(b"short")  # not a key farm wrote: nothing verifies, nothing fails
     assert cacheseal.unseal(blob, "p") is None
@@ -150,7 +151,9 @@ def test_a_forged_ledger_index_does_not_change_the_matrix(tmp_path: Path, capsys
     _, first, _ = farm_matrix(capsys, root, "--cache-dir", str(cache))
     ledger_from_cells(root, first["cells"])
     rc, built, _ = farm_matrix(capsys, root, "--cache-dir", str(cache))  # writes the index cache
-    assert rc == 0 and built["cells"] == [] and built["totals"]["built"] == len(first["cells"])
+    assert rc == 0
+    assert built["cells"] == []
+    assert built["totals"]["built"] == len(first["cells"])
     (file,) = (cache / "ledger-index").iterdir()
     blob = file.read_bytes()
 

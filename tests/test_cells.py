@@ -8,6 +8,7 @@ import pytest
 from farm.model.cells import (
     NO_TORCH,
     Cell,
+    Resolution,
     declared_cells,
     is_phantom_key,
     local_version,
@@ -15,13 +16,13 @@ from farm.model.cells import (
     recipe_excludes,
     resolve_arch,
 )
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 
 from .buildroot import make_root
 
 
 @pytest.fixture
-def config(tmp_path: Path):
+def config(tmp_path: Path) -> FarmConfig:
     return make_root(tmp_path, {"pkg": textwrap.dedent("""
         name: pkg
         version: '1.0'
@@ -79,8 +80,10 @@ def test_phantoms_and_restrictions(config) -> None:
 def test_resolution_order(config) -> None:
     recipe = config.recipe("pkg")
 
-    def resolved(cuda: str, torch: str, platform: str = "linux_x86_64"):
-        return resolve_arch(config, recipe, Cell("pkg", "1.0", cuda, torch, "cp311", platform))
+    def resolved(cuda: str, torch: str, platform: str = "linux_x86_64") -> Resolution:
+        found = resolve_arch(config, recipe, Cell("pkg", "1.0", cuda, torch, "cp311", platform))
+        assert found is not None, (cuda, torch, platform)
+        return found
 
     assert resolved("12.8", "2.8").archs.canonical() == "sm_75;sm_80;sm_90;compute_90"
     assert "by_combo" in resolved("12.8", "2.8").origin
@@ -90,16 +93,21 @@ def test_resolution_order(config) -> None:
     assert resolved("13.0", "2.9", "linux_aarch64").archs.canonical() == "sm_90;sm_110;compute_110"
     assert resolved("12.8", "2.8", "linux_aarch64").origin == "recipe arch.by_combo['12.8/2.8']"
     # no aarch64 policy row for 12.4: no cell, whatever the recipe says
-    assert resolved("12.4", "2.6", "linux_aarch64") is None
+    assert resolve_arch(config, recipe, Cell("pkg", "1.0", "12.4", "2.6", "cp311", "linux_aarch64")) is None
+
+
+def _known(found: Resolution | None) -> Resolution:
+    assert found is not None
+    return found
 
 
 def test_policy_and_exceptions(config) -> None:
     free = config.recipe("free")
     cell = Cell("free", "2.0", "13.0", NO_TORCH, "cp311", "linux_x86_64")
-    assert resolve_arch(config, free, cell).origin == "policy x86_64 13.0"
+    assert _known(resolve_arch(config, free, cell)).origin == "policy x86_64 13.0"
     torch_cell = Cell("free", "2.0", "12.8", "2.8", "cp311", "linux_x86_64")
-    assert resolve_arch(config, free, torch_cell).origin == "policy exception x86_64 12.8/2.8"
-    assert resolve_arch(config, free, torch_cell).archs.names()[0] == "sm_70"
+    assert _known(resolve_arch(config, free, torch_cell)).origin == "policy exception x86_64 12.8/2.8"
+    assert _known(resolve_arch(config, free, torch_cell)).archs.names()[0] == "sm_70"
 
 
 def test_names(config) -> None:

@@ -35,7 +35,8 @@ def test_help_and_version_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
             main(argv)
         assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in COMMANDS) and "exit codes" in out
+    assert all(name in out for name in COMMANDS)
+    assert "exit codes" in out
 
 
 def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,14 +46,17 @@ def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixtu
     assert "unknown package 'no_such_package'" in captured.err
     doc = json.loads(captured.out)
     assert doc["ok"] is False
-    assert doc["error"]["exit_code"] == EXIT_BAD_INPUT and doc["error"]["command"] == "matrix"
+    assert doc["error"]["exit_code"] == EXIT_BAD_INPUT
+    assert doc["error"]["command"] == "matrix"
     assert "no_such_package" in doc["error"]["message"]
 
 
 def _console(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
     """The console script's path (``python -m farm.cli`` runs :func:`farm.cli.console`)."""
     streams = kwargs or {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-    return subprocess.run([sys.executable, "-m", "farm.cli", *argv], check=False, **streams)  # type: ignore[call-overload]
+    proc: subprocess.CompletedProcess[bytes] = subprocess.run(  # type: ignore[call-overload]
+        [sys.executable, "-m", "farm.cli", *argv], check=False, **streams)
+    return proc
 
 
 @pytest.mark.parametrize("flags", [[], ["--json"], ["--json", "--stubs"]])
@@ -87,7 +91,8 @@ def test_the_console_script_onto_a_full_disk_fails(cuda_fixtures: CudaFixtures, 
         for paths in ([cuda_fixtures.path("default")], [cuda_fixtures.path("rdc")] * 200):
             proc = _console("inspect", *flags, *map(str, paths), stdout=full, stderr=subprocess.PIPE)
             assert proc.returncode == EXIT_ENVIRONMENT
-            assert b"no space left on the device" in proc.stderr and b"Traceback" not in proc.stderr
+            assert b"no space left on the device" in proc.stderr
+            assert b"Traceback" not in proc.stderr
 
 
 def test_the_console_script_leaves_no_temporary_file(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
@@ -99,5 +104,6 @@ def test_the_console_script_leaves_no_temporary_file(cuda_fixtures: CudaFixtures
     for flags in ([], ["--json", "--stubs"]):
         proc = _console("inspect", *flags, str(wheel), env={**os.environ, "TMPDIR": str(scratch)},
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert proc.returncode == 0 and b"demo/_C.so" in proc.stdout
+        assert proc.returncode == 0
+        assert b"demo/_C.so" in proc.stdout
     assert list(scratch.iterdir()) == []

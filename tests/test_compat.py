@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +20,9 @@ from farm.publish import compat, index
 from .doctorfix import doctor_wheel
 from .ledgermaker import make_entry
 from .publishfix import fresh_venv, pip_install, serve_dir
+
+if TYPE_CHECKING:  # selenium is imported where the browser runs, so its absence is a skip
+    from selenium.webdriver.chrome.webdriver import WebDriver
 
 REPO = Path(__file__).resolve().parent.parent
 __all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
@@ -38,11 +42,14 @@ def _wheel(arch: str, *, cuda: str = "12.8", torch: str = "2.8", nvcc: str | Non
 
 def test_record_from_provenance_and_the_driver_model() -> None:
     rec = compat.record(_wheel("sm_80;sm_90a;compute_90"))
-    assert rec["channel"] == "cu128/torch2.8" and rec["driver"] == "525.60.13"
+    assert rec["channel"] == "cu128/torch2.8"
+    assert rec["driver"] == "525.60.13"
     dev = rec["devices"]
     assert dev["7.5"] == {"kind": "none", "image": None, "cuda_arch": None, "stub_risk": False, "driver": None}
-    assert dev["8.6"]["kind"] == "sass" and dev["8.6"]["image"] == "sm_80"
-    assert dev["9.0"]["image"] == "sm_90a" and dev["9.0"]["driver"] == "525.60.13"
+    assert dev["8.6"]["kind"] == "sass"
+    assert dev["8.6"]["image"] == "sm_80"
+    assert dev["9.0"]["image"] == "sm_90a"
+    assert dev["9.0"]["driver"] == "525.60.13"
     # PTX from nvcc 12.8 (ISA 8.7): a GPU that JITs it needs the R570 driver, not just R525
     assert dev["12.0"] == {"kind": "ptx-jit", "image": "compute_90", "cuda_arch": 900, "stub_risk": True,
                            "driver": "570.26"}
@@ -54,13 +61,16 @@ def test_never_from_the_file_name() -> None:
     w = _wheel("sm_90")
     renamed = compat.CompatWheel(index.describe(w.file.filename.replace("cu128", "cu130"), "0" * 64, 1, None), w.info)
     rec = compat.record(renamed)
-    assert rec["cuda"] == "12.8" and rec["driver"] == "525.60.13"
+    assert rec["cuda"] == "12.8"
+    assert rec["driver"] == "525.60.13"
     bare = compat.record(compat.CompatWheel(w.file, None, "no _build_info.json"))
-    assert "devices" not in bare and bare["problem"] == "no _build_info.json"
+    assert "devices" not in bare
+    assert bare["problem"] == "no _build_info.json"
     page = compat.project_page("cu128/torch2.8", "alpha", [bare]).decode()
     assert "no farm provenance (no _build_info.json)" in page
     unknown = compat.record(_wheel(""))  # found: nothing recorded, so no GPU is claimed either way
-    assert "devices" not in unknown and unknown["problem"] == "its provenance records no device code"
+    assert "devices" not in unknown
+    assert unknown["problem"] == "its provenance records no device code"
 
 
 def test_pages_escape_what_provenance_says() -> None:
@@ -70,7 +80,9 @@ def test_pages_escape_what_provenance_says() -> None:
     pages = compat.render([hostile, w])
     find = pages[compat.FIND_PAGE].decode()
     assert find.count("<script") == 2  # the JSON and find.js, nothing injected
-    data = json.loads(re.search(r'<script id="farm-wheels" type="application/json">(.*?)</script>', find, re.S)[1])
+    script = re.search(r'<script id="farm-wheels" type="application/json">(.*?)</script>', find, re.DOTALL)
+    assert script, find
+    data = json.loads(script[1])
     assert data["wheels"][0]["problem"] == "</script><script>alert(1)</script>"
 
 
@@ -81,6 +93,7 @@ def test_index_tree_keeps_pep503_bytes_and_prunes_compat(doctor_wheel: Path, tmp
     stored = index.stored(root, doctor_wheel.name, lambda n: sha)
     for rel, data in index.render([stored]).items():  # what the tree held before compatibility pages
         assert (root / rel).read_bytes() == data, rel
+    assert report is not None
     assert {"compat/find.html", "compat/find.js", "compat/cu130/demo-ext.html"} <= set(report.written)
     assert index.regenerate(root, lambda n: sha).written == ()  # deterministic
     (root / "compat" / "cu129").mkdir()
@@ -89,7 +102,7 @@ def test_index_tree_keeps_pep503_bytes_and_prunes_compat(doctor_wheel: Path, tmp
     assert not (root / "compat" / "cu129").exists()
 
 
-def _browser():
+def _browser() -> WebDriver:
     """Headless Chromium through chromedriver, or the reason it cannot run (a failure under CI)."""
     missing = [tool for tool in ("chromium", "chromedriver") if shutil.which(tool) is None]
     try:
@@ -106,7 +119,7 @@ def _browser():
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
+    options.binary_location = shutil.which("chromium") or "chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,900"):
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
@@ -136,8 +149,10 @@ def test_find_page_in_chromium(doctor_wheel: Path, tmp_path: Path) -> None:
         spec = f"demo-ext=={doctor_wheel.name.split('-')[1]}"
         command = f"pip install --index-url {url}/cu130/ '{spec}'"
         rows, verdict, pip = pick("8.6")
-        assert [r[5] for r in rows] == ["SASS sm_86"] and rows[0][6] == ">= 580"
-        assert pip == command and rows[0][7] == command
+        assert [r[5] for r in rows] == ["SASS sm_86"]
+        assert rows[0][6] == ">= 580"
+        assert pip == command
+        assert rows[0][7] == command
         assert driver.find_element(By.ID, "uv").text == f"uv {command}"
         python = doctor_wheel.name.split("-")[2]
         for select, value in (("cuda", "13.0"), ("torch", "none"), ("python", python), ("platform", "linux_x86_64")):
@@ -146,10 +161,13 @@ def test_find_page_in_chromium(doctor_wheel: Path, tmp_path: Path) -> None:
         driver.save_screenshot(str(ARTIFACTS / "compat-find-8.6.png"))
 
         rows, verdict, _ = pick("9.0")
-        assert [r[5] for r in rows] == ["JIT compute_86 (stub risk)"] and "PTX JIT" in verdict
+        assert [r[5] for r in rows] == ["JIT compute_86 (stub risk)"]
+        assert "PTX JIT" in verdict
 
         rows, verdict, pip = pick("7.5")
-        assert rows == [] and pip == "" and verdict == "No wheel here runs on GPU 7.5 with these filters."
+        assert rows == []
+        assert pip == ""
+        assert verdict == "No wheel here runs on GPU 7.5 with these filters."
         driver.save_screenshot(str(ARTIFACTS / "compat-find-7.5.png"))
 
         driver.get(f"{url}/compat/find.html?gpu=8.9")  # the link farm doctor prints preselects
@@ -160,11 +178,12 @@ def test_find_page_in_chromium(doctor_wheel: Path, tmp_path: Path) -> None:
         assert cells[1:4] == ["none", "SASS sm_80", "SASS sm_86"]
         assert command in [c.text for c in driver.find_elements(By.TAG_NAME, "code")]
         driver.save_screenshot(str(ARTIFACTS / "compat-demo-ext.png"))
-        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and "favicon" not in e["message"]]
+        log = driver.get_log("browser")  # type: ignore[no-untyped-call]
+        errors = [e for e in log if e["level"] == "SEVERE" and "favicon" not in e["message"]]
         assert errors == []
 
-        python = fresh_venv(tmp_path / "venv")  # the command the page shows installs the wheel
-        proc = pip_install(python, "--no-deps", "--index-url", f"{url}/cu130/", spec)
+        venv_python = fresh_venv(tmp_path / "venv")  # the command the page shows installs the wheel
+        proc = pip_install(venv_python, "--no-deps", "--index-url", f"{url}/cu130/", spec)
         assert proc.returncode == 0, proc.stderr
     finally:
         driver.quit()

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -26,13 +27,15 @@ import zstandard
 from farm.builder import cclaunch, compilecache, shardjob
 from farm.builder.builders import BuilderKind, BuildSettings, _native_plan, build_cell
 from farm.builder.compilecache import CompileCache, Counts, resolve
-from farm.builder.plan import PlanOptions, plan_build
+from farm.builder.plan import BuildPlan, PlanOptions, plan_build
 from farm.builder.shard import ShardJob
+from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import BuildSpec, SpecOverrides, resolve_spec
 from farm.cli import main
 from farm.commands import build
 from farm.errors import UsageError
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
@@ -47,7 +50,7 @@ CELL = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
 POLICY_RECIPE = DEMO_RECIPE.split("arch:")[0]
 
 
-def _demo_root(root: Path, arch: str | None = "8.0;9.0+PTX"):
+def _demo_root(root: Path, arch: str | None = "8.0;9.0+PTX") -> FarmConfig:
     return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch=arch) if arch else POLICY_RECIPE},
                      {"examples/demo_ext": REPO / "examples" / "demo_ext"})
 
@@ -89,8 +92,13 @@ def test_no_compile_cache_flag_turns_it_off() -> None:
     assert parser.parse_args(["demo_ext", "--no-compile-cache"]).compile_cache is False
 
 
+def _native_env(plan: BuildPlan) -> dict[str, str]:
+    assert plan.native is not None
+    return dict(plan.native.environment)
+
+
 # -- plans ---------------------------------------------------------------------------------------------
-def _plan(tmp_path: Path, cache: CompileCache, shard=None):
+def _plan(tmp_path: Path, cache: CompileCache, shard: ShardSetup | None = None) -> BuildPlan:
     config = _demo_root(tmp_path)
     recipe = config.recipe("demo_ext")
     spec = resolve_spec(config, recipe, CELL, SpecOverrides(compile_cache=cache))
@@ -101,12 +109,13 @@ def _plan(tmp_path: Path, cache: CompileCache, shard=None):
 def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) -> None:
     cache = resolve(True, tmp_path / "cc", {})
     plan = _plan(tmp_path, cache)
-    env = dict(plan.native.environment)  # the container's view: what cibuildwheel's config holds
+    env = _native_env(plan)  # the container's view: what cibuildwheel's config holds
     run = compilecache.CONTAINER_RUN_DIR
     assert env["PYTORCH_NVCC"] == f"{run}/bin/nvcc"
     assert (env["CC"], env["CXX"]) == (f"{run}/bin/gcc", f"{run}/bin/g++")
     assert {env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] for lang in ("C", "CXX", "CUDA")} == {f"{run}/bin/launch"}
-    assert env["SCCACHE_DIR"] == compilecache.CONTAINER_CACHE_DIR and env["SCCACHE_DIRECT"] == "false"
+    assert env["SCCACHE_DIR"] == compilecache.CONTAINER_CACHE_DIR
+    assert env["SCCACHE_DIRECT"] == "false"
     assert env["SCCACHE_SERVER_UDS"] == f"{run}/sccache.sock"
     deep = "/x" * 60  # a socket's address has room for 108 bytes: a deep work folder gets one in /tmp
     assert compilecache.socket_path(deep).startswith("/tmp/farm-sccache-")
@@ -120,21 +129,27 @@ def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) ->
     # ...and the native builder sees the same launchers at this host's paths
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
-    native = dict(_native_plan(plan, tk).native.environment)
+    native_steps = _native_plan(plan, tk).native
+    assert native_steps is not None
+    native = dict(native_steps.environment)
     host_run = tmp_path / "w" / "compile-cache"
-    assert native["PYTORCH_NVCC"] == f"{host_run}/bin/nvcc" and native["CC"] == f"{host_run}/bin/gcc"
+    assert native["PYTORCH_NVCC"] == f"{host_run}/bin/nvcc"
+    assert native["CC"] == f"{host_run}/bin/gcc"
     assert native["SCCACHE_DIR"] == str(tmp_path / "cc")
     # off: no launcher anywhere
-    off = dict(_plan(tmp_path, CompileCache.off()).native.environment)
+    off = _native_env(_plan(tmp_path, CompileCache.off()))
     assert not {"PYTORCH_NVCC", "CC", "CXX", "SCCACHE_DIR"} & set(off)
 
 
 def test_a_shared_backend_passes_its_credentials_into_the_container_and_never_writes_them(tmp_path) -> None:
     cache = resolve(True, tmp_path, {"FARM_COMPILE_CACHE": "gha"})
     plan = _plan(tmp_path, cache)
-    assert set(plan.options["environment-pass"]) >= {"ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN"}
-    env = dict(plan.native.environment)
-    assert env["SCCACHE_GHA_ENABLED"] == "true" and "SCCACHE_DIR" not in env
+    passed = plan.options["environment-pass"]
+    assert isinstance(passed, list | tuple)
+    assert set(passed) >= {"ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN"}
+    env = _native_env(plan)
+    assert env["SCCACHE_GHA_ENABLED"] == "true"
+    assert "SCCACHE_DIR" not in env
     assert "ACTIONS_RUNTIME_TOKEN=" not in plan.config_text
 
 
@@ -146,7 +161,7 @@ def test_sharded_plans_run_the_shard_launcher_over_the_cache_launcher(tmp_path) 
     (src / "csrc" / "a.cu").write_text("")
     setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 0), CELL.id, src, "0" * 64)
     plan = _plan(tmp_path, resolve(True, tmp_path / "cc", {}), shard=setup)
-    env = dict(plan.native.environment)
+    env = _native_env(plan)
     run = compilecache.CONTAINER_RUN_DIR
     assert env["PYTORCH_NVCC"] == f"/opt/farm/shard/bin/farm-nvcc {run}/bin/nvcc"
     assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == f"/opt/farm/shard/bin/farm-nvcc;{run}/bin/launch"
@@ -175,10 +190,12 @@ def test_launchers_count_a_miss_then_a_hit(tmp_path) -> None:
     counts = Counts.from_stats(cclaunch.stats(str(tmp_path / "run"), env) or {})
     assert (counts.compiles, sum(counts.hits.values()), sum(counts.misses.values())) == (2, 1, 1)
     assert counts.record() == {"tool": "sccache", "compiles": 2, "hits": 1, "misses": 1}
-    assert counts.nvcc_run == 0 and "1 hit(s) (50%)" in counts.line()
+    assert counts.nvcc_run == 0
+    assert "1 hit(s) (50%)" in counts.line()
     # the host compiler launcher names the real compiler and its digest: another compiler, another key
     text = (tmp_path / "run" / "bin" / "gcc").read_text()
-    assert "sha256 " in text and "unknown" not in text
+    assert "sha256 " in text
+    assert "unknown" not in text
 
 
 def test_an_unwritable_cache_compiles_uncached_and_says_so(tmp_path) -> None:
@@ -190,7 +207,8 @@ def test_an_unwritable_cache_compiles_uncached_and_says_so(tmp_path) -> None:
     cclaunch.setup(str(tmp_path / "run"), "/nonexistent/nvcc", env)
     _cc(tmp_path, env)
     counts = Counts.from_stats(cclaunch.stats(str(tmp_path / "run"), env) or {})
-    assert counts.errors >= 1 and "cache error(s)" in counts.line()
+    assert counts.errors >= 1
+    assert "cache error(s)" in counts.line()
 
 
 def test_no_usable_sccache_means_uncached_launchers_and_one_warning(tmp_path, capfd) -> None:
@@ -210,11 +228,12 @@ def _build(root: Path, toolkit, *extra: str) -> int:
                  "--cache-dir", str(root / ".cache"), *extra])
 
 
-def _info(root: Path) -> dict:
+def _info(root: Path) -> dict[str, Any]:
     (wheel,) = (root / "wheelhouse").glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith("_build_info.json"))
-        return json.loads(zf.read(name))
+        info: dict[str, Any] = json.loads(zf.read(name))
+        return info
 
 
 def _last_counts(err: str) -> str:
@@ -251,7 +270,8 @@ def test_rebuilds_hit_lists_miss_and_a_poisoned_entry_fails_the_assertion(tmp_pa
     cold = _info(tmp_path)
     assert cold["assertion"]["result"] == "passed"
     assert {"compute_90", "compute_120"} <= set(cold["arch_list"]["normalised"].split(";"))
-    assert cold["toolchain"]["compile_cache"]["hits"] == 0 and cold["toolchain"]["compile_cache"]["misses"] > 0
+    assert cold["toolchain"]["compile_cache"]["hits"] == 0
+    assert cold["toolchain"]["compile_cache"]["misses"] > 0
     capsys.readouterr()
     # the same cell again (an epoch bump, a retried job): no nvcc step runs, the wheel asserts the same
     summary = tmp_path / "summary.md"
@@ -259,9 +279,11 @@ def test_rebuilds_hit_lists_miss_and_a_poisoned_entry_fails_the_assertion(tmp_pa
     assert _build(tmp_path, pypi_toolkit) == 0
     monkeypatch.delenv("GITHUB_STEP_SUMMARY")
     assert "nvcc steps: 0 run" in _last_counts(capsys.readouterr().err)
-    assert "| compile cache |" in summary.read_text() and ", 0 nvcc steps run |" in summary.read_text()
+    assert "| compile cache |" in summary.read_text()
+    assert ", 0 nvcc steps run |" in summary.read_text()
     warm = _info(tmp_path)
-    assert warm["toolchain"]["compile_cache"]["misses"] == 0 and warm["found"] == cold["found"]
+    assert warm["toolchain"]["compile_cache"]["misses"] == 0
+    assert warm["found"] == cold["found"]
     first = _host_objects(cache_dir)
     assert first
     # another arch list is another key: nvcc runs again
@@ -318,11 +340,15 @@ def test_sharded_builds_compile_through_the_cache(tmp_path, pypi_toolkit, monkey
     assert all(s.compile_cache is not None and s.compile_cache.nvcc_run > 0 for s in shards)
     link = build_cell(config, recipe, SHARD_CELL, settings(ShardJob(2)))
     assert link.passed, "\n".join(r.report.render() for r in link.postbuild)
-    assert link.compile_cache is not None and link.compile_cache.nvcc_run == 0  # served, never compiled
+    assert link.compile_cache is not None
+    assert link.compile_cache.nvcc_run == 0
     again = build_cell(config, recipe, SHARD_CELL, settings(ShardJob(2, 1)))  # ops/fill.cu includes values.h
-    assert again.compile_cache is not None and again.compile_cache.nvcc_run == 0
+    assert again.compile_cache is not None
+    assert again.compile_cache.nvcc_run == 0
     # served from the cache: the same objects, and the same proof of what they were made from
     # (sccache writes the dependency file nvcc was asked for on a hit too)
+    assert shards[1].shard is not None
+    assert again.shard is not None
     first = {u["tu"]: u for u in shards[1].shard["units"]}
     assert {u["tu"]: u for u in again.shard["units"]} == first
     assert list(first["csrc/ops/fill.cu"]["inputs"]) == ["csrc/ops/values.h"]
@@ -399,7 +425,8 @@ def test_a_step_sccache_fails_compiles_again_uncached(tmp_path, capfd) -> None:
     (tmp_path / "bad.c").write_text("int broken( {\n")
     proc = subprocess.run([str(tmp_path / "run" / "bin" / "gcc"), "-c", "bad.c", "-o", "bad.o"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode != 0 and "error" in proc.stderr
+    assert proc.returncode != 0
+    assert "error" in proc.stderr
     cclaunch.stats(str(tmp_path / "run"), env)
 
 
@@ -446,10 +473,12 @@ def test_cibuildwheel_reads_the_cached_container_plan_as_farm_wrote_it(tmp_path,
     monkeypatch.chdir(plan.cwd)
     options = compute_options("linux", args, {"PATH": "/usr/bin", **plan.env}).build_options(plan.identifier)
     run = compilecache.CONTAINER_RUN_DIR
-    assert options.before_build is not None and f"cclaunch.py setup {run}" in options.before_build
+    assert options.before_build is not None
+    assert f"cclaunch.py setup {run}" in options.before_build
     assert options.repair_command.startswith(f"python {run}/cclaunch.py stats {run} && auditwheel repair")
     env = options.environment.as_dictionary(prev_environment={"PATH": "/usr/bin"})
-    assert env["PYTORCH_NVCC"] == f"{run}/bin/nvcc" and env["SCCACHE_DIR"] == compilecache.CONTAINER_CACHE_DIR
+    assert env["PYTORCH_NVCC"] == f"{run}/bin/nvcc"
+    assert env["SCCACHE_DIR"] == compilecache.CONTAINER_CACHE_DIR
     engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
     volumes = [engine.create_args[i + 1] for i, a in enumerate(engine.create_args) if a == "--volume"]
     assert f"{tmp_path}/my cache:{compilecache.CONTAINER_CACHE_DIR}" in volumes

@@ -50,7 +50,9 @@ def test_repository_config_loads() -> None:
     assert len(config.recipes) >= 11
     assert {"flash_attn", "sageattention", "pointnet2_ops", "torch_scatter", "demo_ext"} <= set(config.recipes)
     d = config.defaults
-    assert d.build_epoch == 0 and "13.0" in d.cuda_lines and len(d.grid) == 32
+    assert d.build_epoch == 0
+    assert "13.0" in d.cuda_lines
+    assert len(d.grid) == 32
     assert d.policy.rows["x86_64"]["13.0"].text == "7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX"
     assert "12.4" not in d.policy.rows["aarch64"]
     assert d.default_target in d.publish
@@ -66,7 +68,9 @@ def test_good_recipe_loads(farm_root: Path) -> None:
     recipe = load_config(farm_root).recipe("pkg")
     assert recipe.source == GitSource("owner/pkg", "v1.0", False)
     assert recipe.source.url == "https://github.com/owner/pkg.git"
-    assert recipe.dist == "pkg" and recipe.build_epoch == 0 and len(recipe.sha256) == 64
+    assert recipe.dist == "pkg"
+    assert recipe.build_epoch == 0
+    assert len(recipe.sha256) == 64
 
 
 def test_per_extension_lists(farm_root: Path) -> None:
@@ -79,11 +83,13 @@ def test_per_extension_lists(farm_root: Path) -> None:
 def test_sharding_forms(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD + "sharding: 20\n")
     sharding = load_config(farm_root).recipe("pkg").sharding
-    assert sharding is not None and sharding.jobs == 20
+    assert sharding is not None
+    assert sharding.jobs == 20
     assert (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64"), sharding.jobs_for("win_amd64")) == (20, 20, 1)
     write(farm_root, "pkg", GOOD + "sharding: {jobs: 10, platforms: [linux_x86_64]}\n")
     sharding = load_config(farm_root).recipe("pkg").sharding
-    assert sharding is not None and (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64")) == (10, 1)
+    assert sharding is not None
+    assert (sharding.jobs_for("linux_x86_64"), sharding.jobs_for("linux_aarch64")) == (10, 1)
     write(farm_root, "pkg", GOOD)
     assert load_config(farm_root).recipe("pkg").sharding is None
 
@@ -271,8 +277,10 @@ def test_verify_knobs_load(farm_root: Path) -> None:
           needs_driver: true
         """))
     verify = load_config(farm_root).recipe("pkg").verify
-    assert verify.import_name == "pkg_core" and verify.extra_imports == ("pkg_core.torch",)
-    assert verify.no_direct_import == ("*_cuda.*",) and verify.needs_driver
+    assert verify.import_name == "pkg_core"
+    assert verify.extra_imports == ("pkg_core.torch",)
+    assert verify.no_direct_import == ("*_cuda.*",)
+    assert verify.needs_driver
     assert verify.expect_device_error == "CUDA is not available"
     write(farm_root, "pkg", GOOD + "verify: {expect_device_error: true}\n")
     assert load_config(farm_root).recipe("pkg").verify.expect_device_error is True
@@ -290,9 +298,12 @@ def test_a_platform_block_wins_over_its_group(farm_root: Path) -> None:
     recipe = config.recipe("pkg")
     linux = resolve_arch(config, recipe, Cell("pkg", "1.0", "12.8", "2.8", "cp311", "linux_x86_64"))
     win = resolve_arch(config, recipe, Cell("pkg", "1.0", "12.8", "2.8", "cp311", "win_amd64"))
-    assert linux is not None and win is not None
-    assert linux.archs.canonical() == "sm_80;sm_90;sm_100;sm_120" and linux.origin == "recipe arch.x86_64.by_cuda['12.8']"
-    assert win.archs.canonical() == "sm_80;sm_90;sm_120" and win.origin == "recipe arch.win_amd64.by_cuda['12.8']"
+    assert linux is not None
+    assert win is not None
+    assert linux.archs.canonical() == "sm_80;sm_90;sm_100;sm_120"
+    assert linux.origin == "recipe arch.x86_64.by_cuda['12.8']"
+    assert win.archs.canonical() == "sm_80;sm_90;sm_120"
+    assert win.origin == "recipe arch.win_amd64.by_cuda['12.8']"
 
 
 def test_extension_lists_per_cuda_line(farm_root: Path) -> None:
@@ -319,7 +330,8 @@ def test_requires_dist_cannot_loosen_the_torch_pin(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD + "requires_dist: [numpy, torch]\n")
     with pytest.raises(ConfigError, match="farm pins torch itself") as exc:
         load_config(farm_root)
-    assert exc.value.where and exc.value.where.startswith("packages/pkg.yml:")
+    assert exc.value.where
+    assert exc.value.where.startswith("packages/pkg.yml:")
     # a package that does not link torch may require it like any other project
     write(farm_root, "pkg", GOOD.replace("links_torch: true", "links_torch: false") + "requires_dist: ['torch>=2']\n")
     assert load_config(farm_root).recipe("pkg").requires_dist == ("torch>=2",)
@@ -336,4 +348,5 @@ def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
     request = ArchRequest.given(recipe.extensions[1].spec.archs, extensions=tuple(
         (e.glob, e.spec.archs) for e in recipe.extensions))
     back = ArchRequest.from_json(request.to_json(), where="t")
-    assert back == request and back.extensions[0] == ("*cpu_ops*", request.extensions[0][1])
+    assert back == request
+    assert back.extensions[0] == ("*cpu_ops*", request.extensions[0][1])

@@ -55,7 +55,8 @@ def test_a_recorded_duration_beats_the_packages_which_beats_the_default() -> Non
 def test_a_cell_that_fits_is_left_as_declared() -> None:
     plan = plan_cell(LINUX, Estimate(20 * 3600.0, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
     assert (plan.compile_jobs, plan.job_s, plan.link_s, plan.refused) == (20, 3600.0, LINK_JOB_S, None)
-    assert plan.jobs == 21 and plan.runner_s == 20 * 3600.0 + LINK_JOB_S
+    assert plan.jobs == 21
+    assert plan.runner_s == 20 * 3600.0 + LINK_JOB_S
     plan = plan_cell(LINUX, Estimate(3600.0, "estimate"), declared_jobs=1)
     assert (plan.compile_jobs, plan.jobs, plan.refused) == (1, 1, None)
 
@@ -63,18 +64,22 @@ def test_a_cell_that_fits_is_left_as_declared() -> None:
 def test_a_sharded_cell_nearing_the_limit_gets_more_compile_jobs() -> None:
     seconds = 20 * 0.9 * JOB_LIMIT_S  # 5.4 h per job in the declared 20: too close to 6 h
     plan = plan_cell(LINUX, Estimate(seconds, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
-    assert plan.refused is None and plan.compile_jobs == -(-int(seconds) // TARGET_JOB_S)
+    assert plan.refused is None
+    assert plan.compile_jobs == -(-int(seconds) // TARGET_JOB_S)
     assert plan.job_s <= TARGET_JOB_S < NEAR_LIMIT * JOB_LIMIT_S
 
 
 def test_a_cell_no_runner_can_finish_is_refused_with_the_reason() -> None:
     # Windows: the compile cannot be split there
     plan = plan_cell(WINDOWS, Estimate(10 * 3600.0, "recorded"), declared_jobs=1, shard_platforms=("linux_x86_64",))
-    assert plan.refused and "10.0 h in one job (recorded)" in plan.refused
-    assert "shards the compile only on linux_x86_64" in plan.refused and "self-hosted" in plan.refused
+    assert plan.refused
+    assert "10.0 h in one job (recorded)" in plan.refused
+    assert "shards the compile only on linux_x86_64" in plan.refused
+    assert "self-hosted" in plan.refused
     # a recipe without sharding
     plan = plan_cell(LINUX, Estimate(5 * 3600.0, "package"), declared_jobs=1)
-    assert plan.refused and "no `sharding:`" in plan.refused
+    assert plan.refused
+    assert "no `sharding:`" in plan.refused
     # just under the margin: scheduled
     assert plan_cell(LINUX, Estimate(NEAR_LIMIT * JOB_LIMIT_S, "recorded"), declared_jobs=1).refused is None
 
@@ -91,7 +96,8 @@ def test_makespan_and_the_order_longest_first() -> None:
 def test_makespan_is_between_its_bounds(jobs: list[float], runners: int) -> None:
     wall = makespan(jobs, runners)
     total = sum(jobs)
-    assert wall >= max(jobs, default=0) - 1e-6 and wall >= total / runners - 1e-6
+    assert wall >= max(jobs, default=0) - 1e-6
+    assert wall >= total / runners - 1e-6
     assert wall <= total / runners + max(jobs, default=0) + 1e-6
 
 
@@ -100,11 +106,14 @@ def test_a_waves_bill() -> None:
     plans.append(plan_cell(LINUX, Estimate(10 * 3600.0, "estimate"), declared_jobs=10,
                            shard_platforms=("linux_x86_64",)))
     bill = wave_cost(plans, concurrency=20)
-    assert bill.jobs == 40 + 10 + 1 and bill.uploads == 41 and bill.estimated == 1
+    assert bill.jobs == 40 + 10 + 1
+    assert bill.uploads == 41
+    assert bill.estimated == 1
     assert bill.runner_hours == pytest.approx(40 + 10 + LINK_JOB_S / 3600)
     # 50 one-hour jobs on 20 runners: 3 rounds, then the link job
     assert bill.wall_hours == pytest.approx(3 + LINK_JOB_S / 3600)
-    assert "51 job(s)" in bill.line() and "at 20 concurrent jobs" in bill.line()
+    assert "51 job(s)" in bill.line()
+    assert "at 20 concurrent jobs" in bill.line()
 
 
 def test_the_matrix_is_costed_from_the_ledgers_durations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,10 +143,13 @@ def test_the_matrix_is_costed_from_the_ledgers_durations(tmp_path: Path, capsys:
     # the CLI says it: refused cells with the reason, the wave's cost, nothing refused without the limit
     rc = main(["matrix", "--root", str(root), "--no-lint", "beta", "--max-shards", "1"])
     out = capsys.readouterr().out
-    assert rc == 0 and "refused: no hosted runner can finish them" in out and "this wave's cost:" in out
+    assert rc == 0
+    assert "refused: no hosted runner can finish them" in out
+    assert "this wave's cost:" in out
     rc = main(["matrix", "--root", str(root), "--json", "--no-lint", "beta", "--no-time-limit"])
     data = json.loads(capsys.readouterr().out)
-    assert data["totals"]["refused"] == 0 and len(data["cells"]) == data["totals"]["to_build"]
+    assert data["totals"]["refused"] == 0
+    assert len(data["cells"]) == data["totals"]["to_build"]
 
 
 def test_the_drain_model_covers_the_queue_once(tmp_path: Path) -> None:

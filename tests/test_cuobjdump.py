@@ -32,9 +32,11 @@ def tool() -> Path:
 
 
 def test_found_and_versioned(tool: Path) -> None:
-    assert tool.name.startswith("cuobjdump") and os.access(tool, os.X_OK)
+    assert tool.name.startswith("cuobjdump")
+    assert os.access(tool, os.X_OK)
     version = cuobjdump_version(tool)
-    assert all(part.isdigit() for part in version.split(".")) and version.count(".") == 2
+    assert all(part.isdigit() for part in version.split("."))
+    assert version.count(".") == 2
 
 
 def _isolated_env(**extra: str) -> dict[str, str]:
@@ -83,7 +85,8 @@ def test_missing_tool_is_an_environment_error(tmp_path: Path) -> None:
     proc = subprocess.run([str(venv / "bin" / "python"), "-c", code, "inspect", "--reader", "cuobjdump", str(so)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert proc.returncode == 3, proc.stderr
-    assert "cuobjdump not found" in proc.stderr and "pip install nvidia-cuda-cuobjdump" in proc.stderr
+    assert "cuobjdump not found" in proc.stderr
+    assert "pip install nvidia-cuda-cuobjdump" in proc.stderr
 
 
 def test_tool_that_is_not_executable(tmp_path: Path, cuda_fixtures: CudaFixtures) -> None:

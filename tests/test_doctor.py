@@ -10,6 +10,7 @@ import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from farm.doctor.catalog import Catalog
 from farm.doctor.catalog import parse as parse_catalog
 from farm.doctor.diagnose import Severity, channel, diagnose
 from farm.doctor.environment import Environment, Extension, Package, Torch, torch_of
-from farm.doctor.machine import given
+from farm.doctor.machine import Machine, given
 from farm.fsutil import sha256_file
 from farm.model.arch import ArchList
 from farm.model.driver import Device
@@ -51,7 +52,7 @@ def _env(*packages: Package, torch: Torch | None = None) -> Environment:
     return Environment("python", (), packages, torch)
 
 
-def _machine(*devices: str, driver: str | None = "580.65.06"):
+def _machine(*devices: str, driver: str | None = "580.65.06") -> Machine:
     return given([Device.parse(d) for d in devices], DriverVersion.parse(driver) if driver else None)
 
 
@@ -61,7 +62,10 @@ def _fails(d) -> list[str]:
 
 def test_sass_runs_and_nothing_fails() -> None:
     d = diagnose(_machine("8.6"), _env(_package()))
-    assert not d.failed and d.verdicts[0].choice.target.name == "sm_86"
+    assert not d.failed
+    target = d.verdicts[0].choice.target
+    assert target is not None
+    assert target.name == "sm_86"
 
 
 def test_no_image_fails_with_the_page_to_find_another() -> None:
@@ -69,7 +73,7 @@ def test_no_image_fails_with_the_page_to_find_another() -> None:
     assert d.failed
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
     assert "cudaErrorNoKernelImageForDevice" in fail.what
-    assert fail.fix.endswith("https://wheels.example.org/compat/find.html?gpu=7.5")
+    assert (fail.fix or "").endswith("https://wheels.example.org/compat/find.html?gpu=7.5")
 
 
 def test_jit_warns_of_its_cost_and_the_stub_risk() -> None:
@@ -87,15 +91,19 @@ def test_ptx_newer_than_the_driver_jit_fails_where_sass_would_run() -> None:
     assert not diagnose(_machine("8.6", driver="550.54"), _env(pkg)).failed
     d = diagnose(_machine("9.0", driver="550.54"), _env(pkg))
     (fail,) = _fails(d)
-    assert "PTX ISA 8.7" in fail and "(222)" in fail and "CUDA 12.4" in fail
+    assert "PTX ISA 8.7" in fail
+    assert "(222)" in fail
+    assert "CUDA 12.4" in fail
 
 
 def test_driver_too_old_for_the_runtime() -> None:
     d = diagnose(_machine("8.6", driver="550.54"), _env(_package()))
     (fail,) = _fails(d)
-    assert "CUDA 13.x runtime" in fail and "(35)" in fail
-    fix = next(f.fix for f in d.findings if f.severity is Severity.FAIL)
-    assert "580" in fix and "cu124" in fix
+    assert "CUDA 13.x runtime" in fail
+    assert "(35)" in fail
+    fix = next(f.fix for f in d.findings if f.severity is Severity.FAIL) or ""
+    assert "580" in fix
+    assert "cu124" in fix
 
 
 def test_no_gpu_still_checks_driver_and_torch() -> None:
@@ -118,7 +126,8 @@ def test_torch_not_the_one_the_wheel_pins(torch: Torch | None, severity: Severit
     pkg = _package(cuda="12.8", torch="2.8", nvcc="12.8.93", ptx_isa="8.7")
     d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=torch), index_url="https://w.example/")
     found = [f for f in d.findings if text in f.what]
-    assert found and found[0].severity is severity
+    assert found
+    assert found[0].severity is severity
     if torch is not None and torch.cuda not in (None, "cpu"):
         want = channel(torch.cuda, torch.minor)
         assert found[0].fix == f"pip install --force-reinstall --index-url https://w.example/{want}/ 'pkg==0.1.0'"
@@ -169,7 +178,7 @@ def venv(doctor_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def _doctor(*args: str) -> tuple[int, dict]:
+def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run([sys.executable, "-m", "farm.cli", "doctor", *args, "--json"],
                           capture_output=True, text=True, check=False, cwd=REPO)
     assert proc.returncode in (0, 1), proc.stderr
@@ -189,9 +198,12 @@ def test_doctor_on_an_installed_farm_wheel(venv: Path, device: str, driver: str,
     rc, doc = _doctor("--python", str(venv), "--device", device, "--driver", driver)
     assert rc == code
     (pkg,) = doc["packages"]
-    assert pkg["dist"] == "demo-ext" and pkg["provenance"] == "asserted"  # the name as METADATA has it
+    assert pkg["dist"] == "demo-ext"
+    assert pkg["provenance"] == "asserted"
     (ext,) = pkg["extensions"]
-    assert ext["found"] == "sm_80;sm_86;compute_86" and ext["ptx_isa"] == "9.0" and ext["modified"] is False
+    assert ext["found"] == "sm_80;sm_86;compute_86"
+    assert ext["ptx_isa"] == "9.0"
+    assert ext["modified"] is False
     (verdict,) = doc["verdicts"]
     assert (verdict["kind"], verdict["image"]) == (kind, image)
     assert verdict["stub_risk"] is (kind == "ptx-jit")
@@ -264,8 +276,8 @@ def test_the_light_install_diagnoses_and_refuses_to_build(venv: Path, tmp_path: 
     proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", str(REPO)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    missing = subprocess.run([str(py), "-c", "import importlib.util as u; "
-                              "print([m for m in ('cibuildwheel', 'nox') if u.find_spec(m)])"],
+    missing = subprocess.run([str(py), "-c", ("import importlib.util as u; "
+                              "print([m for m in ('cibuildwheel', 'nox') if u.find_spec(m)])")],
                              capture_output=True, text=True, check=True)
     assert missing.stdout.strip() == "[]"
     farm = light / "bin" / "farm"
@@ -276,7 +288,8 @@ def test_the_light_install_diagnoses_and_refuses_to_build(venv: Path, tmp_path: 
     build = subprocess.run([str(farm), "build", "demo_ext", "--root", str(REPO)], capture_output=True, text=True,
                            check=False, cwd=tmp_path)
     assert build.returncode == 3
-    assert "pip install 'farm[build]'" in build.stderr and "cibuildwheel" in build.stderr
+    assert "pip install 'farm[build]'" in build.stderr
+    assert "cibuildwheel" in build.stderr
 
 
 # -- the fix names a wheel of the index's catalogue --------------------------------------------
@@ -305,7 +318,7 @@ def test_the_fix_names_the_wheel_that_runs() -> None:
                         "(pkg-1.2+cu128-cp311-cp311-linux_x86_64.whl)")
     d = diagnose(_machine("9.0"), env, index_url="https://w.example", catalog=catalog)
     risk = next(f for f in d.findings if "stub risk" in f.what)
-    assert "'pkg==1.1+cu130'" in risk.fix  # SASS sm_90 instead of a JIT below the device
+    assert "'pkg==1.1+cu130'" in (risk.fix or "")  # SASS sm_90 instead of a JIT below the device
 
 
 def test_driver_too_old_names_a_wheel_of_an_older_cuda_line() -> None:
@@ -352,8 +365,10 @@ def test_a_wheel_without_provenance_is_judged_by_inspection(doctor_wheel: Path, 
     assert pip_install(python, "--no-deps", "--no-index", str(raw)).returncode == 0
     rc, doc = _doctor("--python", str(python), "--device", "9.0", "--driver", "570.86")
     (pkg,) = doc["packages"]
-    assert pkg["provenance"] == "inspected" and pkg["cell"] is None
-    assert pkg["extensions"][0]["found"] == "sm_80;sm_86;compute_86" and pkg["extensions"][0]["ptx_isa"] == "9.0"
+    assert pkg["provenance"] == "inspected"
+    assert pkg["cell"] is None
+    assert pkg["extensions"][0]["found"] == "sm_80;sm_86;compute_86"
+    assert pkg["extensions"][0]["ptx_isa"] == "9.0"
     assert pkg["minimum_driver"] == ["driver >= 580.65.06 for PTX ISA 9.0 (CUDA 13.0) to JIT"]
     assert rc == 1  # a 570 driver cannot JIT ISA 9.0 PTX, which is all a 9.0 GPU finds in it
 
@@ -370,4 +385,4 @@ def test_torch_mismatch_names_the_wheel_for_the_installed_torch() -> None:
     d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=Torch("2.7.0+cu126", "12.6")),
                  index_url="https://w.example", catalog=catalog)
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
-    assert fail.fix.startswith("the index has no pkg for torch 2.7.0+cu126 that runs here: install torch 2.8")
+    assert (fail.fix or "").startswith("the index has no pkg for torch 2.7.0+cu126 that runs here: install torch 2.8")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -80,11 +81,12 @@ def drained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Farm, li
         yield farm, runs, sim
 
 
-def matrix_now(farm: Farm) -> dict:
+def matrix_now(farm: Farm) -> dict[str, Any]:
     head = farm.checkout("check")
     out = farm.work / "check.json"
     assert main(["matrix", "--root", str(head), "--no-lint", "--plan", str(out), *FILTERS]) == 0
-    return json.loads(out.read_text())
+    plan: dict[str, Any] = json.loads(out.read_text())
+    return plan
 
 
 def test_the_drain_completes_and_every_cell_is_published_once(drained, capsys) -> None:
@@ -93,7 +95,8 @@ def test_the_drain_completes_and_every_cell_is_published_once(drained, capsys) -
     final = matrix_now(farm)
     capsys.readouterr()
     # nothing left to build but the cells no hosted runner can finish, each with its reason
-    assert final["totals"]["to_build"] == final["totals"]["refused"] > 0 and final["cells"] == []
+    assert final["totals"]["to_build"] == final["totals"]["refused"] > 0
+    assert final["cells"] == []
     ledger = farm.ledger_lines()
     names = [e["filename"] for e in ledger]
     assert len(names) == len(set(names)), "a wheel is recorded twice"
@@ -101,20 +104,24 @@ def test_the_drain_completes_and_every_cell_is_published_once(drained, capsys) -
     published = {e["filename"] for e in ledger if e["published"]}
     assert published == assets == set(names), "the ledger and the releases disagree"
     # each asset was stored once: never replaced, never deleted, never uploaded twice
-    assert set(sim.stored) == assets and set(sim.stored.values()) == {1}
+    assert set(sim.stored) == assets
+    assert set(sim.stored.values()) == {1}
     assert sim.count(status=204) == 0
     scheduled = sum(r.scheduled for r in runs)
-    assert len(assets) >= 3000 and scheduled >= len(assets)
+    assert len(assets) >= 3000
+    assert scheduled >= len(assets)
     assert len(runs) >= 10
 
 
 def test_peak_disk_per_publish_job_is_one_artifact(drained) -> None:
     _, runs, _ = drained
     jobs = [j for r in runs for j in r.jobs]
-    assert jobs and all(j.peak_bytes <= j.largest_bytes for j in jobs)
+    assert jobs
+    assert all(j.peak_bytes <= j.largest_bytes for j in jobs)
     assert max(j.largest_bytes for j in jobs) >= 400 * MB  # flash_attn and vllm wheels went through
     full = next(j for j in jobs if (j.run, j.shard) == (2, "1"))
-    assert full.verdicts.get(ERROR, 0) > 0 and full.peak_bytes == 0  # nothing fit; the cells wait
+    assert full.verdicts.get(ERROR, 0) > 0
+    assert full.peak_bytes == 0
 
 
 def test_requests_stay_under_githubs_limits(drained) -> None:
@@ -136,8 +143,10 @@ def test_the_faults_happened_and_healed(drained) -> None:
     stored = next(r.assets[asset] for r in sim.releases.values() if asset in r.assets)
     assert entry["sha256"] == hashlib.sha256(stored.data).hexdigest()
     # rejected pushes were rebased and retried, the ledger merged by record
-    assert any(p.rebased for p in farm.pushes) and all(p.pushed for p in farm.pushes)
+    assert any(p.rebased for p in farm.pushes)
+    assert all(p.pushed for p in farm.pushes)
     # the cancelled run published only its first shard and started no wave
     cancelled = next(r for r in runs if r.cancelled)
-    assert [j.shard for j in cancelled.jobs] == ["0"] and not cancelled.next_wave
+    assert [j.shard for j in cancelled.jobs] == ["0"]
+    assert not cancelled.next_wave
     assert any(j.verdicts.get(PUBLISHED) for j in cancelled.jobs)

@@ -9,21 +9,27 @@ import pytest
 
 from farm.errors import UsageError
 from farm.model import drivers
-from farm.model.drivers import DriverVersion, minimum_driver, requirements, table
+from farm.model.drivers import DriverVersion, Requirement, minimum_driver, requirements, table
+
+
+def _known(need: Requirement | None) -> Requirement:
+    assert need is not None
+    return need
 
 
 @pytest.mark.parametrize(("cuda", "branch"), [("13.0", 580), ("13.2", 580), ("12.8", 525), ("12.0", 525),
                                              ("11.8", 450)])
 def test_runtime_minimum_per_major(cuda: str, branch: int) -> None:
     need = table().runtime_minimum(cuda)
-    assert need is not None and need.branch == branch
+    assert need is not None
+    assert need.branch == branch
     assert "minor-version-compatibility" in need.source
     assert table().runtime_minimum("10.2") is None
 
 
 def test_windows_numbers_where_nvidia_prints_them() -> None:
-    assert table().runtime_minimum("11.4", "win_amd64").shown == "452.39"
-    assert table().runtime_minimum("11.4", "linux_x86_64").shown == "450.80.02"
+    assert _known(table().runtime_minimum("11.4", "win_amd64")).shown == "452.39"
+    assert _known(table().runtime_minimum("11.4", "linux_x86_64")).shown == "450.80.02"
 
 
 @pytest.mark.parametrize(("cuda", "isa"), [("13.0", "9.0"), ("12.9", "8.8"), ("12.8", "8.7"), ("12.6", "8.5"),
@@ -34,9 +40,11 @@ def test_ptx_isa_per_release(cuda: str, isa: str) -> None:
 
 def test_ptx_needs_the_driver_of_its_toolkit() -> None:
     need = table().ptx_minimum("8.7")
-    assert need is not None and need.branch == 570 and "222" in need.error
-    assert table().ptx_minimum("8.6").branch == 570  # CUDA 12.7 never shipped: the first toolkit writing >= 8.6
-    assert table().ptx_minimum("9.0").shown == "580.65.06"
+    assert need is not None
+    assert need.branch == 570
+    assert "222" in need.error
+    assert _known(table().ptx_minimum("8.6")).branch == 570  # CUDA 12.7 never shipped: the first toolkit writing >= 8.6
+    assert _known(table().ptx_minimum("9.0")).shown == "580.65.06"
     assert table().ptx_minimum("99.0") is None  # newer than the table: unknown, never guessed
 
 
@@ -52,7 +60,8 @@ def test_a_cu128_wheel_on_driver_550_runs_sass_but_cannot_jit() -> None:
     sass = requirements("12.8", None, has_ptx=False)
     jit = requirements("12.8", None, has_ptx=True)
     assert all(r.met_by(driver) for r in sass)
-    assert not minimum_driver(jit).met_by(driver) and minimum_driver(jit).branch == 570
+    assert not _known(minimum_driver(jit)).met_by(driver)
+    assert _known(minimum_driver(jit)).branch == 570
 
 
 def test_driver_version_keeps_its_text() -> None:

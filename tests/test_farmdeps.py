@@ -17,6 +17,7 @@ from farm.builder.farmdeps import resolve
 from farm.errors import UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
 
 from . import buildroot
 from .buildroot import DEMO_RECIPE, REPO, make_root
@@ -40,7 +41,7 @@ build:
 """
 
 
-def _root(root: Path):
+def _root(root: Path) -> FarmConfig:
     return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0"), "dep_user": USER_RECIPE},
                      {"examples/demo_ext": REPO / "examples" / "demo_ext",
                       "src/dep_user": REPO / "tests" / "data" / "dep_user"})
@@ -51,20 +52,22 @@ def _settings(root: Path, toolkit) -> BuildSettings:
                          source_cache=root / "sources", cuda_home=toolkit.cuda_home)
 
 
-def test_the_placeholder_pins_the_same_cells_wheel(tmp_path):
+def test_the_placeholder_pins_the_same_cells_wheel(tmp_path) -> None:
     from farm.builder.spec import resolve_spec
 
     config = _root(tmp_path)
     spec = resolve_spec(config, config.recipe("dep_user"), USER)
-    assert spec.farm_deps == ("demo_ext==0.1.0+cu130",) and spec.knobs.extra_deps == spec.farm_deps
+    assert spec.farm_deps == ("demo_ext==0.1.0+cu130",)
+    assert spec.knobs.extra_deps == spec.farm_deps
 
 
-def test_a_missing_or_foreign_wheel_stops_the_build_before_anything_is_fetched(tmp_path):
+def test_a_missing_or_foreign_wheel_stops_the_build_before_anything_is_fetched(tmp_path) -> None:
     config = _root(tmp_path)
     with pytest.raises(UsageError, match=r"builds against farm's demo_ext==0.1.0\+cu130, which is not in") as exc:
         build_cell(config, config.recipe("dep_user"), USER, BuildSettings(
             builder=BuilderKind.NATIVE, out_dir=tmp_path / "wheelhouse", work_root=tmp_path / "work"))
-    assert "farm build demo_ext" in (exc.value.hint or "") and not (tmp_path / "work").exists()
+    assert "farm build demo_ext" in (exc.value.hint or "")
+    assert not (tmp_path / "work").exists()
     # a wheel of that name that farm did not assert (no provenance) is refused too
     make_wheel(tmp_path / "wheelhouse", "demo_ext", "0.1.0+cu130", {"demo_ext/__init__.py": b""},
                tag=f"{PY}-{PY}-manylinux_2_28_x86_64")
@@ -75,7 +78,7 @@ def test_a_missing_or_foreign_wheel_stops_the_build_before_anything_is_fetched(t
         build_cell(config, config.recipe("dep_user"), USER, BuildSettings(out_dir=tmp_path / "wheelhouse"))
 
 
-def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(tmp_path, pypi_toolkit):
+def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(tmp_path, pypi_toolkit) -> None:
     config = _root(tmp_path)
     settings = _settings(tmp_path, pypi_toolkit)
     demo = build_cell(config, config.recipe("demo_ext"), DEMO, settings)
@@ -89,6 +92,7 @@ def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(tmp_path, pyp
     assert info["toolchain"]["farm_deps"] == [{"requirement": "demo_ext==0.1.0+cu130", "filename": demo_wheel.name,
                                                "sha256": sha256_file(demo_wheel)}]
     # the build environment holds demo_ext's wheel by its bytes: its spec names the file and digest
+    assert user.build_env is not None
     env_spec = json.loads((user.build_env / "farm-env.json").read_text())
     assert f"demo_ext @ {demo_wheel.resolve().as_uri()}#sha256={sha256_file(demo_wheel)}" in env_spec["requirements"]
     # and the wheel imports in a fresh venv

@@ -10,8 +10,6 @@ import pytest
 import zstandard
 
 from farm.binary.fatbin import (
-    EXECUTABLE_SECTION,
-    RELOCATABLE_SECTION,
     Compression,
     Entry,
     EntryKind,
@@ -22,6 +20,7 @@ from farm.binary.fatbin import (
     runnable,
     union,
 )
+from farm.binary.fatbinscan import EXECUTABLE_SECTION, RELOCATABLE_SECTION
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList, Kind, Target, Variant
 from tests.cudafix import BASE, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
@@ -102,7 +101,7 @@ def test_compressed_stub_is_recognised(cuda_fixtures: CudaFixtures, tmp_path: Pa
     fx.nvcc_link([obj], ["-gencode=arch=compute_80,code=sm_80", "-Xfatbin", "-compress-all"], out)
     fatbins = read_fatbins(out)
     assert all(e.compressed is Compression.ZSTD for f in fatbins for e in f.entries)
-    assert sorted(is_device_link_stub(out, f) for f in fatbins) == [False, True]
+    assert sorted(bool(is_device_link_stub(out, f)) for f in fatbins) == [False, True]
 
 
 def test_zstd_payload_cannot_inflate_past_its_header(tmp_path: Path) -> None:
@@ -185,7 +184,8 @@ def test_corrupt_files_fail_closed(cuda_fixtures: CudaFixtures, name: str, messa
     with pytest.raises(BinaryFormatError) as err:
         read_fatbins(path)
     assert message in str(err.value)
-    assert str(path) in str(err.value) and "fix:" in str(err.value)
+    assert str(path) in str(err.value)
+    assert "fix:" in str(err.value)
     assert err.value.exit_code == 2
 
 

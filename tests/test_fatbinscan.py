@@ -64,7 +64,8 @@ def test_every_header_check_fails_closed(
         fatbinscan.scan(path)
     assert message in err.value.message
     assert ".nv_fatbin fatbin 1 at 0x" in err.value.message  # where in the file
-    assert err.value.where == str(path) and err.value.hint
+    assert err.value.where == str(path)
+    assert err.value.hint
 
 
 @pytest.mark.parametrize(("window", "alone", "large"), [(1, 1, 0), (64, 64, 1 << 30), (100, 70, 200), (4095, 100, 64)])
@@ -108,5 +109,7 @@ def test_module_reports_a_corrupt_file_and_goes_on(cuda_fixtures: CudaFixtures) 
     good, bad = cuda_fixtures.path("two-tu"), cuda_fixtures.path("bad-magic")
     proc = _module(str(bad), str(good))
     assert proc.returncode == 2
-    assert f"error: {bad}: .nv_fatbin fatbin 1 at 0x" in proc.stderr and "bad fatbin magic" in proc.stderr
-    assert proc.stdout.splitlines() and all(line.startswith(f"{good}\t") for line in proc.stdout.splitlines())
+    assert f"error: {bad}: .nv_fatbin fatbin 1 at 0x" in proc.stderr
+    assert "bad fatbin magic" in proc.stderr
+    assert proc.stdout.splitlines()
+    assert all(line.startswith(f"{good}\t") for line in proc.stdout.splitlines())

@@ -182,7 +182,8 @@ def test_a_pypi_shaped_index_is_read_from_its_wheels_requirements(tmp_path: Path
     assert out["rows"] == [{"cuda": "13.0", "torch": "2.15.0", "why": "new",
                             "python": ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]}]
     # PyPI ships no CUDA build for Windows: every grid cell there is a phantom of this index
-    assert out["phantoms"] and {p["platform"] for p in out["phantoms"]} == {"win_amd64"}
+    assert out["phantoms"]
+    assert {p["platform"] for p in out["phantoms"]} == {"win_amd64"}
     assert out["wheels"] == 2 * 2 * len(PYS)  # 2.14.1 and 2.15.0, x86_64 and aarch64
 
 
@@ -206,13 +207,14 @@ def test_an_index_with_no_wheel_of_the_line_is_an_error_never_complete(tmp_path:
         captured = capsys.readouterr()
     assert code == EXIT_ENVIRONMENT
     assert f"read no CUDA 13.0 torch wheel from {url}simple/torch/" in captured.err
-    assert "requirements name CUDA 12.8" in captured.err and "Traceback" not in captured.err
+    assert "requirements name CUDA 12.8" in captured.err
+    assert "Traceback" not in captured.err
     assert "the grid has every" not in captured.out
 
 
 def test_the_cuda_line_comes_from_the_pinned_runtime() -> None:
     assert cuda_line(["nvidia-cuda-runtime-cu13==13.0.96; platform_system == 'Linux'"]) == "13.0"
     assert cuda_line(["nvidia-cuda-runtime==13.2.51"]) == "13.2"
-    assert cuda_line(["nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == \"Linux\""]) == "12.4"
+    assert cuda_line(['nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux"']) == "12.4"
     assert cuda_line(["nvidia-cuda-runtime-cu12==13.0.96"]) is None  # the suffix and the pin disagree
     assert cuda_line(["filelock", "not a requirement ((("]) is None

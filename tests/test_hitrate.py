@@ -26,7 +26,8 @@ def test_rates_come_from_the_ledgers_recorded_counts(tmp_path) -> None:
     ledger.write_text(_line("cp311", 100, 0) + _line("cp312", 100, 90) + _line("cp313", 100, 80)
                       + _line("cp310", None, None) + "not json\n")
     rates = read_hit_rates(ledger)
-    assert rates.cells[KEY] == 0.0 and rates.cells[(*KEY[:3], "cp312", KEY[4])] == 0.9
+    assert rates.cells[KEY] == 0.0
+    assert rates.cells[(*KEY[:3], "cp312", KEY[4])] == 0.9
     assert rates.typical[("flash_attn", "linux_x86_64")] == 0.8  # the median of 0, 0.8, 0.9
     assert read_hit_rates(tmp_path / "missing.jsonl") == HitRates.none()
 

@@ -26,7 +26,7 @@ from farm.cli import main
 from farm.model.config import load_defaults
 from farm.toolkit import redist
 from farm.toolkit.assemble import STAMP
-from farm.toolkit.request import request_for
+from farm.toolkit.request import ToolkitRequest, request_for
 from tests import loopback
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,13 +45,14 @@ def farm(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 def refused(result: tuple[int, str], code: int, *words: str) -> None:
     rc, err = result
     assert rc == code, err
-    assert "Traceback" not in err and err.strip()
+    assert "Traceback" not in err
+    assert err.strip()
     for word in words:
         assert word in err, err
 
 
 # ------------------------------------------------------------------------------------------ files
-@pytest.mark.parametrize("content, words", [
+@pytest.mark.parametrize(("content", "words"), [
     (DEEP, ["nest deeper"]),
     (b'{"spec_version": Infinity}', ["Infinity"]),
     (b'{"spec_version": NaN}', ["NaN"]),
@@ -89,7 +90,7 @@ def test_a_hostile_wave_plan_is_bad_input(tmp_path: Path, capsys, content: bytes
 
 
 # ------------------------------------------------------------------------------------- toolkit flags
-@pytest.mark.parametrize("flags, words", [
+@pytest.mark.parametrize(("flags", "words"), [
     (["--release", "13.0.2/../../../../tmp/x"], ["--release", "is not a CUDA 13.0 release"]),
     (["--release", "13.0.banana"], ["13.0.banana"]),
     (["--release", "12.8.1"], ["12.8.1"]),
@@ -107,7 +108,7 @@ def test_a_toolkit_flag_is_checked_like_its_config_twin(tmp_path: Path, capsys, 
 
 
 # --------------------------------------------------------------------------- planted toolkit stamps
-def _request(url: str):  # type: ignore[no-untyped-def]
+def _request(url: str) -> ToolkitRequest:
     return request_for(load_defaults(REPO / "_defaults.yml").toolkit, CUDA, source="redist", redist_url=url)
 
 
@@ -418,7 +419,7 @@ def test_a_ledger_line_that_never_ends_is_refused_naming_it(tmp_path: Path, caps
 
 
 @pytest.mark.parametrize("command", ["postbuild", "assert"])
-@pytest.mark.parametrize("flags, words", [
+@pytest.mark.parametrize(("flags", "words"), [
     (["--cuda", "13.0/../x", "--torch", "none"], ["unknown CUDA line '13.0/../x'"]),
     (["--cuda", "13.1", "--torch", "none"], ["unknown CUDA line '13.1'", "did you mean"]),
 ])

@@ -110,7 +110,9 @@ def test_packages_json(built: Built, tmp_path: Path) -> None:
     assert doc["channels"]["cu128"] == {"beta-pkg": ["Beta_Pkg-2.0+cu128-cp311-cp311-linux_x86_64.whl"]}
     assert set(doc["channels"]["cu128/torch2.8"]) == {"alpha", "beta-pkg"}
     f = doc["files"]["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"]
-    assert f["project"] == "gamma" and f["cuda_label"] == "cu130" and f["torch_label"] == "torch2.9"
+    assert f["project"] == "gamma"
+    assert f["cuda_label"] == "cu130"
+    assert f["torch_label"] == "torch2.9"
     assert f["sha256"] == entries["gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl"].sha256
     assert f["url"] == "files/gamma-1.0%2Bcu130torch2.9-cp311-cp311-linux_x86_64.whl"
 
@@ -136,7 +138,8 @@ def test_lost_project_refused_unless_allowed(built: Built, tmp_path: Path) -> No
     (root / "files" / "gamma-1.0+cu130torch2.9-cp311-cp311-linux_x86_64.whl").unlink()
     with pytest.raises(DefectError) as exc:
         index.regenerate(root, _sha(entries))
-    assert "cu130/torch2.9/gamma" in str(exc.value) and "--allow-drop" in str(exc.value)
+    assert "cu130/torch2.9/gamma" in str(exc.value)
+    assert "--allow-drop" in str(exc.value)
     assert (root / "packages.json").read_bytes() == before
     assert (root / "cu130/torch2.9/gamma/index.html").exists()
 
@@ -240,10 +243,13 @@ def test_pip_and_uv_install_the_highest_build_tag(tmp_path: Path) -> None:
 def test_describe_reads_requires_python() -> None:
     meta = b"Metadata-Version: 2.1\nName: x\nVersion: 1.0+cu128\nRequires-Python: >=3.9\n"
     f = index.describe("x-1.0+cu128-cp311-cp311-linux_x86_64.whl", "0" * 64, 10, meta)
-    assert f.requires_python == ">=3.9" and f.home == "cu128" and f.torch_label is None
+    assert f.requires_python == ">=3.9"
+    assert f.home == "cu128"
+    assert f.torch_label is None
     assert 'data-requires-python="&gt;=3.9"' in index.file_link(f, "../../")
     odd = index.describe("x-1.0-py3-none-any.whl", "0" * 64, 10, None)
-    assert odd.home is None and odd.metadata_sha256 is None
+    assert odd.home is None
+    assert odd.metadata_sha256 is None
     assert "data-core-metadata" not in index.file_link(odd, "../")
 
 
@@ -252,10 +258,12 @@ def test_dry_run_writes_nothing(built: Built, tmp_path: Path) -> None:
     root = tmp_path / "index"
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
     uploads, report = index.publish(root, pairs, _sha(entries), dry_run=True)
-    assert report is None and {u.action for u in uploads} == {"stored"}
+    assert report is None
+    assert {u.action for u in uploads} == {"stored"}
     assert not root.exists()
     _publish(root, wheels, entries)
     (root / "index.html").unlink()
     uploads, report = index.publish(root, pairs, _sha(entries), dry_run=True)
-    assert report is None and {u.action for u in uploads} == {"present"}
+    assert report is None
+    assert {u.action for u in uploads} == {"present"}
     assert not (root / "index.html").exists()

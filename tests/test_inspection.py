@@ -47,7 +47,8 @@ def test_corrupt_fixtures_fail_closed_in_every_mode(cuda_fixtures: CudaFixtures,
         return
     with pytest.raises(BinaryFormatError) as err:
         inspect_file(path, reader)
-    assert str(path) in str(err.value) and "fix:" in str(err.value)
+    assert str(path) in str(err.value)
+    assert "fix:" in str(err.value)
 
 
 def test_disagreement_is_described(cuda_fixtures: CudaFixtures) -> None:
@@ -56,7 +57,10 @@ def test_disagreement_is_described(cuda_fixtures: CudaFixtures) -> None:
     listing = list_targets(cuda_fixtures.path("default"))
     text = compare(fatbins, listing)
     assert text is not None
-    assert "sm_75" in text and "compute_75" in text and "sm_80" in text and "compute_90" in text
+    assert "sm_75" in text
+    assert "compute_75" in text
+    assert "sm_80" in text
+    assert "compute_90" in text
     # per TU counts matter: one TU is not two
     assert compare(read_fatbins(cuda_fixtures.path("default")), list_targets(cuda_fixtures.path("two-tu")))
 
@@ -72,14 +76,17 @@ def test_wheel_with_extensions_and_vendored_libraries(cuda_fixtures: CudaFixture
     assert [e.found.canonical() for e in result.extensions] == ["sm_80;sm_90;compute_90", "sm_90a;compute_90a"]
     assert [v.path for v in result.vendored] == ["demo.libs/libhost-1234.so.1"]
     assert not result.vendored[0].has_device_code
-    assert result.agrees and result.tools.native and result.tools.cuobjdump
+    assert result.agrees
+    assert result.tools.native
+    assert result.tools.cuobjdump
 
 
 def test_corrupt_member_is_named_by_its_archive_path(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, "demo", "1.0", {EXT: cuda_fixtures.path("unknown-kind")})
     with pytest.raises(BinaryFormatError) as err:
         inspect_wheel(wheel)
-    assert f"{wheel}!{EXT}" in str(err.value) and "unknown entry kind 5" in str(err.value)
+    assert f"{wheel}!{EXT}" in str(err.value)
+    assert "unknown entry kind 5" in str(err.value)
     assert "farm-wheel-" not in str(err.value)
 
 
@@ -108,7 +115,8 @@ def test_inspect_command_json(cuda_fixtures: CudaFixtures, tmp_path: Path, capsy
     out = json.loads(capsys.readouterr().out)
     wheel_result, file_result = out["results"]
     (ext,) = wheel_result["extensions"]
-    assert ext["found"] == "sm_75;sm_80;sm_90;compute_90" and ext["readers_agree"]
+    assert ext["found"] == "sm_75;sm_80;sm_90;compute_90"
+    assert ext["readers_agree"]
     assert [f["device_link_stub"] for f in ext["fatbins"]] == [True, False, False]
     # without --stubs a listing does not read payloads: the stub is "not checked", never "not a stub"
     assert main(["inspect", "--json", str(wheel)]) == 0
@@ -131,7 +139,8 @@ def test_inspect_json_into_a_pipe_holds_what_the_indented_one_does(
     monkeypatch.setattr("sys.stdout.isatty", lambda: True)
     assert main(argv) == 2
     indented = capsys.readouterr().out
-    assert "\n  " in indented and compact.count("\n") == 1
+    assert "\n  " in indented
+    assert compact.count("\n") == 1
     assert json.loads(compact) == json.loads(indented)
     results = json.loads(compact)["results"]
     assert [r["kind"] for r in results] == ["file", "wheel", "error", "file"]
@@ -154,12 +163,15 @@ def test_fatbin_table_is_laid_out_as_format_table(cuda_fixtures: CudaFixtures, n
 def test_inspect_command_table_and_exit_codes(cuda_fixtures: CudaFixtures, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(cuda_fixtures.path("rdc"))]) == 0
     out = capsys.readouterr().out
-    assert "__nv_relfatbin" in out and "not loaded" in out and "compute_90(zstd)" in out
+    assert "__nv_relfatbin" in out
+    assert "not loaded" in out
+    assert "compute_90(zstd)" in out
     # a corrupt file among good ones: the good ones are still shown, exit 2
     code = main(["inspect", str(cuda_fixtures.path("bad-magic")), str(cuda_fixtures.path("default"))])
     captured = capsys.readouterr()
     assert code == 2
-    assert "bad fatbin magic" in captured.err and "sm_80;sm_90;compute_90" in captured.out
+    assert "bad fatbin magic" in captured.err
+    assert "sm_80;sm_90;compute_90" in captured.out
     assert main(["inspect", "--reader", "both", str(cuda_fixtures.path("host-only"))]) == 0
     assert "no device code" in capsys.readouterr().out
     # a cuobjdump named without a reader that runs it is a usage error, not a silent no-op
@@ -178,7 +190,8 @@ def test_explain_path_uses_what_the_binary_holds(cuda_fixtures: CudaFixtures, tm
     assert by_device["8.9"]["image"] == "sm_80"  # the compute_90 PTX in __nv_relfatbin never loads
     assert main(["explain", str(cuda_fixtures.path("ptx-only")), "--device", "7.5", "--device", "8.6"]) == 0
     out = capsys.readouterr().out
-    assert "cudaErrorNoKernelImageForDevice" in out and "JIT-compiles compute_80" in out
+    assert "cudaErrorNoKernelImageForDevice" in out
+    assert "JIT-compiles compute_80" in out
     assert main(["explain", "8.0;9.0+PTX", "--device", "9.0"]) == 0  # the ARCH_LIST form still works
     assert "sm_90" in capsys.readouterr().out
     assert main(["explain", str(tmp_path / "absent.so")]) == 2
@@ -190,7 +203,8 @@ def test_explain_path_goes_by_translation_unit(cuda_fixtures: CudaFixtures, caps
     stub = cuda_fixtures.path("nvcc-link-default")
     assert main(["explain", str(stub), "--device", "7.5", "--device", "9.0", "--json"]) == 0
     (ext,) = json.loads(capsys.readouterr().out)["extensions"]
-    assert ext["found"] == "sm_80;sm_90;compute_90" and ext["notes"]
+    assert ext["found"] == "sm_80;sm_90;compute_90"
+    assert ext["notes"]
     assert [(d["device"], d["kind"], d["image"]) for d in ext["devices"]] == [
         ("7.5", "none", None), ("9.0", "sass", "sm_90")]
     mixed = cuda_fixtures.path("tu-mismatch")  # k1: 8.0;9.0+PTX, k2: 8.0
@@ -212,9 +226,11 @@ def test_the_assertion_leaves_a_bundled_librarys_stubs_unread_and_judges_the_sam
                                                  lib: cuda_fixtures.path("nvcc-link-default")})
     read = inspect_wheel(wheel, Reader.NATIVE)
     lean = inspect_wheel(wheel, Reader.NATIVE, vendored_stubs=False)
-    assert read.vendored[0].stubs and read.extensions[0].stubs  # the device link's stub, in both
+    assert read.vendored[0].stubs
+    assert read.extensions[0].stubs
     assert lean.extensions == read.extensions
-    assert not lean.vendored[0].stubs_checked and lean.vendored[0].found == read.vendored[0].found
+    assert not lean.vendored[0].stubs_checked
+    assert lean.vendored[0].found == read.vendored[0].found
     outcomes = set()
     for archs in (BASE, BASE + ";7.5", "9.0"):
         for rule in (VendoredRule("*.so*", ArchList.parse(archs)), VendoredRule("*.so*", None, "NVIDIA's own"), None):

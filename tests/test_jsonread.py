@@ -11,7 +11,7 @@ from farm import jsonread
 from farm.jsonread import JsonInputError
 
 
-@pytest.mark.parametrize("text, why", [
+@pytest.mark.parametrize(("text", "why"), [
     ("[" * 100_000 + "]" * 100_000, "nest deeper than 64"),
     ("[" * 65 + "]" * 65, "nest deeper than 64"),
     ('{"a": NaN}', "NaN"),

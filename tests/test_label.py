@@ -16,7 +16,8 @@ from farm.provenance.buildinfo import local_label as provenance_label
 def test_build_and_parse_are_inverse(cuda: str, torch: str, text: str) -> None:
     assert local_label(cuda, torch) == text
     assert parse_local_label(text) == LocalLabel(cuda, torch)
-    assert str(LocalLabel(cuda, torch)) == text and LocalLabel(cuda, torch).cu == "cu" + cuda.replace(".", "")
+    assert str(LocalLabel(cuda, torch)) == text
+    assert LocalLabel(cuda, torch).cu == "cu" + cuda.replace(".", "")
     cell = Cell("p", "1.0", cuda, torch, "cp311", "linux_x86_64")
     assert local_version(cell) == text  # the stamp's label and the provenance check's are this one
     assert provenance_label(CellInfo(cuda=cuda, torch=torch, python="cp311", platform="linux_x86_64")) == text

@@ -67,12 +67,11 @@ def _graph() -> dict[str, set[str]]:
 
 
 def test_no_import_against_the_layering() -> None:
-    wrong = []
+    wrong: list[str] = []
     for module, imports in _graph().items():
         here = STAGES.index(_stage(module))
-        for imported in imports:
-            if STAGES.index(_stage(imported)) > here:
-                wrong.append(f"{module} ({_stage(module)}) imports {imported} ({_stage(imported)})")
+        wrong.extend(f"{module} ({_stage(module)}) imports {imported} ({_stage(imported)})"
+                     for imported in imports if STAGES.index(_stage(imported)) > here)
     assert not wrong, "imports against the pipeline's layering:\n" + "\n".join(sorted(wrong))
 
 

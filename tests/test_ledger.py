@@ -42,13 +42,13 @@ from .ledgermaker import make_entry
 REPO = Path(__file__).resolve().parent.parent
 
 
-def write_ledger(path: Path, entries: list[dict], *, trailing_newline: bool = True) -> Path:
+def write_ledger(path: Path, entries: list[dict[str, Any]], *, trailing_newline: bool = True) -> Path:
     text = "\n".join(dumps_entry(e) for e in entries)
     path.write_text(text + ("\n" if trailing_newline and entries else ""))
     return path
 
 
-def lines_of(path: Path) -> list[dict]:
+def lines_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -62,7 +62,9 @@ def test_index_lookups_by_key_filename_and_sha(tmp_path: Path) -> None:
     assert len(index) == 4
     key = ExistsKey("demo_ext", "0.1.0", "12.8", "2.8", "cp311", "linux_x86_64", 0)
     rec = index.get(key)
-    assert rec is not None and rec.line == 2 and rec.filename == entries[1]["filename"]
+    assert rec is not None
+    assert rec.line == 2
+    assert rec.filename == entries[1]["filename"]
     assert key in index
     assert key._replace(build_epoch=1) not in index
     assert index.get(key._replace(build_epoch=2)).line == 4  # type: ignore[union-attr]
@@ -92,7 +94,9 @@ def test_inferred_entry_with_unknown_cell_is_indexed_by_name_only(tmp_path: Path
     entry.update(package=None, version=None, cell=None, arch_list=None)
     index = LedgerIndex.load(write_ledger(tmp_path / "l.jsonl", [entry]))
     rec = index.by_filename(entry["filename"])
-    assert rec is not None and rec.key is None and rec.arch is None
+    assert rec is not None
+    assert rec.key is None
+    assert rec.arch is None
 
 
 def test_last_line_without_newline_is_read(tmp_path: Path) -> None:
@@ -221,7 +225,8 @@ def test_merge_appends_new_wheels_and_is_idempotent(tmp_path: Path) -> None:
     assert len(LedgerIndex.load(ledger)) == 3
 
     again = merge_fragments(ledger, frags)
-    assert again.added == () and len(again.already) == 3
+    assert again.added == ()
+    assert len(again.already) == 3
     assert len(ledger.read_text().splitlines()) == 3
 
 
@@ -347,7 +352,8 @@ def test_record_published_many_rewrites_one_line_and_keeps_the_others(tmp_path: 
 
     assert record_published_many(ledger, [(target["filename"], target["sha256"], "index", "https://x/a.whl")]) == 1
     lines = ledger.read_text().splitlines()
-    assert lines[0] == raw[0] and lines[2] == raw[2]
+    assert lines[0] == raw[0]
+    assert lines[2] == raw[2]
     assert json.loads(lines[1])["published"] == [{"target": "index", "url": "https://x/a.whl"}]
     assert oct(ledger.stat().st_mode & 0o777) == oct(0o664)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.jsonl", "ledger.jsonl.lock"]
@@ -456,7 +462,7 @@ def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     """The index reads in large chunks; a line split across reads (or longer than one) is whole."""
 
     text = b'{"a":1}\n' + b"x" * 200 + b"\n\n" + b'{"b":"' + b"y" * 100 + b'"}'
-    lines = [bytes(line) for line in _read_lines(io.BytesIO(text), size)]
+    lines = [bytes(line) for line in _read_lines(io.BytesIO(text), Path("ledger.jsonl"), size)]
     assert lines == text.splitlines(keepends=True)
 
 
@@ -500,7 +506,8 @@ def test_index_cache_misses_on_any_change_of_the_ledger(tmp_path: Path, monkeypa
     new_sha = old_sha[::-1]
     with path.open("r+") as handle:
         handle.write(text.replace(old_sha, new_sha))
-    assert path.read_text() != text and len(path.read_text()) == len(text)
+    assert path.read_text() != text
+    assert len(path.read_text()) == len(text)
     assert LedgerIndex.load(path, cache_dir=cache).by_sha256(new_sha) is not None
     # an appended line
     time.sleep(0.05)

@@ -47,12 +47,16 @@ def test_rejected_push_rebases_and_loses_nothing(remote: Path, tmp_path: Path) -
     append(a, line(python="cp311"))
     append(b, line(python="cp312"))
     first = commit_and_push(b, b / "ledger.jsonl", "ledger: cp312", clock=NoWait())
-    assert first.pushed and first.attempts == 1
+    assert first.pushed
+    assert first.attempts == 1
     # A's push is rejected (B pushed in between); both appended at the end: a conflict git
     # cannot settle, which the ledger's merge does.
     result = commit_and_push(a, a / "ledger.jsonl", "ledger: cp311", clock=NoWait())
-    assert result.committed and result.pushed
-    assert result.attempts == 2 and result.rebased == 1 and result.merged == 1
+    assert result.committed
+    assert result.pushed
+    assert result.attempts == 2
+    assert result.rebased == 1
+    assert result.merged == 1
     text = pushed_ledger(a, "ledger.jsonl")
     assert sorted(names(text)) == sorted(names(line(python=p).encode()) [0] for p in ("cp310", "cp311", "cp312"))
     # The merged file is a valid ledger, and the history is linear (no merge commits).
@@ -83,7 +87,7 @@ def test_concurrent_writers_all_land(remote: Path, tmp_path: Path) -> None:
             for j in range(5):
                 append(repo, line(platform=f"linux_w{i}r{j}"))
                 commit_and_push(repo, repo / "ledger.jsonl", f"ledger: w{i} r{j}", attempts=30, clock=NoWait())
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 (reported below, from the main thread)
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i, repo)) for i, repo in enumerate(writers)]

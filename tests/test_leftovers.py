@@ -68,7 +68,8 @@ def test_a_live_writers_temp_file_is_left_alone(tmp_path: Path) -> None:
     other = tmp_path / ".notes.tmp"  # not a farm temp name
     other.write_bytes(b"")
     assert sweep_leftovers(tmp_path) == [dead]
-    assert mine.exists() and other.exists()
+    assert mine.exists()
+    assert other.exists()
 
 
 @contextlib.contextmanager
@@ -94,8 +95,10 @@ def test_disk_full_names_the_path_and_the_remedy_on_a_real_full_filesystem(tmp_p
             stamp_wheel(wheel, out, local="cu130", build_tag=None, build_info=info)
         assert exc.value.exit_code == 3
         text = str(exc.value)
-        assert "no space left on the device" in text and str(out) in text and "df -h" in text
-        assert not [p for p in out.iterdir()], "nothing half-written is left"
+        assert "no space left on the device" in text
+        assert str(out) in text
+        assert "df -h" in text
+        assert not list(out.iterdir()), "nothing half-written is left"
 
 
 def test_disk_full_through_the_command_line(tmp_path: Path) -> None:
@@ -107,7 +110,8 @@ def test_disk_full_through_the_command_line(tmp_path: Path) -> None:
         proc = subprocess.run([sys.executable, "-m", "farm.cli", "index", str(mnt / "idx"), "--root", str(REPO),
                                "--json"], cwd=tmp_path, capture_output=True, text=True, check=False)
         assert proc.returncode == 3, proc.stderr
-        assert "no space left on the device" in proc.stderr and str(mnt / "idx") in proc.stderr
+        assert "no space left on the device" in proc.stderr
+        assert str(mnt / "idx") in proc.stderr
         assert "Traceback" not in proc.stderr
         assert '"exit_code": 3' in proc.stdout  # --json: the error as an object on stdout too
 
@@ -134,7 +138,8 @@ def test_unwritable_folder_names_the_folder(tmp_path: Path) -> None:
     with _small_filesystem(tmp_path, "size=1m,ro") as locked:  # root writes anywhere but here
         with pytest.raises(FileSystemError, match="read-only filesystem") as exc:
             atomic_write(locked / "x", [b"x"])
-        assert exc.value.exit_code == 3 and f"ls -ld {locked}" in str(exc.value)
+        assert exc.value.exit_code == 3
+        assert f"ls -ld {locked}" in str(exc.value)
 
 
 def test_a_killed_audits_downloads_are_swept_by_the_next_audit(tmp_path: Path) -> None:
@@ -145,4 +150,5 @@ def test_a_killed_audits_downloads_are_swept_by_the_next_audit(tmp_path: Path) -
     live = scratch / f"farm-audit-{os.getpid()}-xyz"  # a running audit's (this process)
     live.mkdir()
     assert list(_stream(iter(()), Scratch(scratch), 1.0, None)) == []
-    assert not dead.exists() and live.exists()
+    assert not dead.exists()
+    assert live.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from farm.lint.compiled import TreeIndex, build_scope, resolve_include
+from farm.lint.compiled import BuildScope, TreeIndex, build_scope, resolve_include
 
 KERNEL = "__global__ void k(float* x) { x[0] = 1.0f; }\n"
 
@@ -18,11 +18,11 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def scope_of(root: Path, subdir: str | None = None):
+def scope_of(root: Path, subdir: str | None = None) -> BuildScope:
     return build_scope(TreeIndex(root), subdir)
 
 
-def test_setup_py_globs_paths_and_rocm_branches(tmp_path):
+def test_setup_py_globs_paths_and_rocm_branches(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": """
             import glob, os
@@ -44,7 +44,7 @@ def test_setup_py_globs_paths_and_rocm_branches(tmp_path):
     assert scope.build_files == ("setup.py",)
 
 
-def test_bare_glob_applies_to_directories_the_build_names(tmp_path):
+def test_bare_glob_applies_to_directories_the_build_names(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": 'import glob, os\nsrc = glob.glob(os.path.join("kernels", "*.cu"))\n',
         "kernels/a.cu": KERNEL, "other/b.cu": KERNEL,
@@ -52,17 +52,18 @@ def test_bare_glob_applies_to_directories_the_build_names(tmp_path):
     assert scope_of(root).seeds == ("kernels/a.cu",)
 
 
-def test_setup_helper_modules_are_build_files(tmp_path):
+def test_setup_helper_modules_are_build_files(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": "from build_utils import sources\n",
         "build_utils.py": 'def sources():\n    return ["csrc/k.cu"]\n',
         "csrc/k.cu": KERNEL,
     })
     scope = scope_of(root)
-    assert scope.build_files == ("setup.py", "build_utils.py") and scope.seeds == ("csrc/k.cu",)
+    assert scope.build_files == ("setup.py", "build_utils.py")
+    assert scope.seeds == ("csrc/k.cu",)
 
 
-def test_cmake_subdirectories_globs_and_vendored_libraries(tmp_path):
+def test_cmake_subdirectories_globs_and_vendored_libraries(tmp_path) -> None:
     root = write(tmp_path, {
         "CMakeLists.txt": """
             project(p LANGUAGES CUDA)
@@ -82,23 +83,24 @@ def test_cmake_subdirectories_globs_and_vendored_libraries(tmp_path):
     assert scope.vendored == ("third_party/lib",)
 
 
-def test_makefile_wildcards(tmp_path):
+def test_makefile_wildcards(tmp_path) -> None:
     root = write(tmp_path, {"Makefile": "SRC := $(wildcard src/*.cu) main.cu\n", "src/a.cu": KERNEL, "main.cu": KERNEL})
     assert set(scope_of(root).seeds) == {"src/a.cu", "main.cu"}
 
 
-def test_fallback_when_no_build_file_names_sources(tmp_path):
+def test_fallback_when_no_build_file_names_sources(tmp_path) -> None:
     root = write(tmp_path, {
         "pyproject.toml": "[project]\nname = 'jit'\n",
         "jit/csrc/k.cu": KERNEL, "examples/e.cu": KERNEL, "benchmarks/b.cu": KERNEL,
         "vendor/lib/include/lib/x.h": "", "vendor/lib/tests/t.cu": KERNEL,
     })
     scope = scope_of(root)
-    assert scope.seeds == ("jit/csrc/k.cu",) and "no build file" in scope.how
+    assert scope.seeds == ("jit/csrc/k.cu",)
+    assert "no build file" in scope.how
     assert scope.vendored == ("vendor/lib",)  # include/ beside its own tests: a project of its own
 
 
-def test_include_graph_and_resolution(tmp_path):
+def test_include_graph_and_resolution(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": 'srcs = ["csrc/k.cu"]\n',
         "csrc/k.cu": '#include "local.h"\n#include <lib/api.h>\n#include <vector>\n' + KERNEL,
@@ -115,16 +117,17 @@ def test_include_graph_and_resolution(tmp_path):
     assert resolve_include(index, "csrc/sub/x.cu", "utils.h") == ["csrc/utils.h"]
 
 
-def test_build_subdir_is_the_build_root(tmp_path):
+def test_build_subdir_is_the_build_root(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": 'srcs = ["top.cu"]\n', "top.cu": KERNEL,
         "python/setup.py": 'srcs = ["csrc/k.cu"]\n', "python/csrc/k.cu": KERNEL,
     })
     scope = scope_of(root, "python")
-    assert scope.build_files == ("python/setup.py",) and scope.seeds == ("python/csrc/k.cu",)
+    assert scope.build_files == ("python/setup.py",)
+    assert scope.seeds == ("python/csrc/k.cu",)
 
 
-def test_paths_joined_from_constants_are_followed(tmp_path):
+def test_paths_joined_from_constants_are_followed(tmp_path) -> None:
     # gsplat's setup.py: the sources are globbed under a directory assembled with os.path.join.
     root = write(tmp_path, {
         "setup.py": """
@@ -145,7 +148,7 @@ def test_paths_joined_from_constants_are_followed(tmp_path):
     assert set(scope_of(root).seeds) == {"pkg/cuda/csrc/a.cu", "pkg/cuda/csrc/b.cu", "pkg/cuda/ext.cpp"}
 
 
-def test_cmake_project_in_a_directory_setup_py_names(tmp_path):
+def test_cmake_project_in_a_directory_setup_py_names(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": 'import subprocess\nsubprocess.check_call(["cmake", "csrc"])\n',
         "csrc/CMakeLists.txt": "file(GLOB S ./src/*.cu)\nadd_library(x ${S})\n",
@@ -153,13 +156,14 @@ def test_cmake_project_in_a_directory_setup_py_names(tmp_path):
         "other/CMakeLists.txt": "add_library(y y.cu)\n", "other/y.cu": KERNEL,
     })
     scope = scope_of(root)
-    assert scope.build_files == ("setup.py", "csrc/CMakeLists.txt") and scope.seeds == ("csrc/src/k.cu",)
+    assert scope.build_files == ("setup.py", "csrc/CMakeLists.txt")
+    assert scope.seeds == ("csrc/src/k.cu",)
     # Without cmake in the Python build, a named directory's CMakeLists.txt is not part of it.
     (root / "setup.py").write_text('srcs = ["csrc/src/k.cu"]\n')
     assert scope_of(root).build_files == ("setup.py",)
 
 
-def test_vendored_by_convention_or_by_include_and_licence(tmp_path):
+def test_vendored_by_convention_or_by_include_and_licence(tmp_path) -> None:
     root = write(tmp_path, {
         "setup.py": 'srcs = ["csrc/k.cu"]\n', "csrc/k.cu": KERNEL,
         "csrc/cutlass/include/cutlass/c.h": "", "csrc/cutlass/LICENSE.txt": "BSD\n",  # sdist: no build file

@@ -32,11 +32,11 @@ def lint(archs: str = POLICY, cuda: str | None = "13.0", tree: Path = DATA / "vl
     ("7.5;8.0;8.7;8.9+PTX", "7.5;8.0;8.6;9.0;10.0;12.0", "7.5;8.0;8.9+PTX"),
     ("7.5;8.0;8.6;8.7;8.9;9.0;10.0;11.0;12.0", "7.5;8.0;8.6;9.0;10.0;12.0", "7.5;8.0;8.6;9.0;10.0;12.0"),
 ])
-def test_loose_intersection_is_vllms(src, tgt, out):
+def test_loose_intersection_is_vllms(src, tgt, out) -> None:
     assert ";".join(loose_intersection(src.split(";"), tgt.split(";"))) == out
 
 
-def test_each_family_gets_its_own_targets_and_the_tree_passes():
+def test_each_family_gets_its_own_targets_and_the_tree_passes() -> None:
     report = lint()
     table = {(name, where): targets for name, where, _, targets, _ in report.scope["families"]}
     assert table == {
@@ -45,11 +45,13 @@ def test_each_family_gets_its_own_targets_and_the_tree_passes():
         ("ATTN_RES_ARCHS", "CMakeLists.txt:39"): "sm_100f",
         ("HADACORE_ARCHS", "CMakeLists.txt:47"): "sm_80;compute_80;sm_90;compute_90",
     }
-    assert report.passed and not report.findings
-    assert "kernel families (CUDA 13.0)" in report.render() and "SCALED_MM_ARCHS (CMakeLists.txt:29)" in report.render()
+    assert report.passed
+    assert not report.findings
+    assert "kernel families (CUDA 13.0)" in report.render()
+    assert "SCALED_MM_ARCHS (CMakeLists.txt:29)" in report.render()
 
 
-def test_the_cuda_line_decides_the_branches():
+def test_the_cuda_line_decides_the_branches() -> None:
     """On 12.9 the tcgen05 kernel is not built at all (its family exists from CUDA 13.0 on)."""
     report = lint(cuda="12.9")
     assert "ATTN_RES_ARCHS" not in {name for name, *_ in report.scope["families"]}
@@ -57,7 +59,7 @@ def test_the_cuda_line_decides_the_branches():
     assert report.passed
 
 
-def test_without_the_families_the_package_list_is_wrong_for_them():
+def test_without_the_families_the_package_list_is_wrong_for_them() -> None:
     """What the families fix: judged against the whole list, wgmma and tcgen05 would be compiled
     for sm_75 ... sm_120, which ptxas rejects."""
     report = lint(cuda=None)
@@ -65,16 +67,17 @@ def test_without_the_families_the_package_list_is_wrong_for_them():
                                                          ("arch-specific", "csrc/blackwell/attn_res_kernel.cu")}
 
 
-def test_a_family_built_for_the_wrong_arch_fails(tmp_path):
+def test_a_family_built_for_the_wrong_arch_fails(tmp_path) -> None:
     tree = shutil.copytree(DATA / "vllm_like", tmp_path / "src")
     cmake = tree / "CMakeLists.txt"
     cmake.write_text(cmake.read_text().replace('"9.0a;"', '"9.0;"'))  # plain sm_90: no wgmma
     (error,) = lint(tree=tree).errors
     assert (error.rule, error.path) == ("arch-specific", "csrc/hopper/wgmma.cuh")
-    assert "family SCALED_MM_ARCHS (CMakeLists.txt:29)" in error.message and "for sm_90:" in error.message
+    assert "family SCALED_MM_ARCHS (CMakeLists.txt:29)" in error.message
+    assert "for sm_90:" in error.message
 
 
-def test_cpu_and_rocm_sources_and_rocm_branches_are_not_cuda():
+def test_cpu_and_rocm_sources_and_rocm_branches_are_not_cuda() -> None:
     """csrc/cpu/quant.cpp (host compiler) and csrc/rocm/attention.cu (a HIP-only list) carry arch
     gates and FP8 that would be findings in CUDA code; the USE_ROCM branch of a CUDA kernel traps."""
     report = lint()
@@ -82,15 +85,17 @@ def test_cpu_and_rocm_sources_and_rocm_branches_are_not_cuda():
     assert not [f for f in report.findings if f.path == "csrc/layernorm_kernels.cu"]
 
 
-def test_farm_lint_shows_the_family_table(tmp_path, capsys):
+def test_farm_lint_shows_the_family_table(tmp_path, capsys) -> None:
     code = main(["lint", str(DATA / "vllm_like"), "--arch-list", POLICY, "--cuda", "13.0",
                  "--cache-dir", str(tmp_path)])
     out = capsys.readouterr().out
-    assert code == 0 and "kernel families (CUDA 13.0)" in out
-    assert "ATTN_RES_ARCHS (CMakeLists.txt:39)" in out and "-> sm_100f" in out
+    assert code == 0
+    assert "kernel families (CUDA 13.0)" in out
+    assert "ATTN_RES_ARCHS (CMakeLists.txt:39)" in out
+    assert "-> sm_100f" in out
 
 
-def test_a_recipe_with_kernel_families_is_linted_per_cuda_line(tmp_path, repo_root, capsys):
+def test_a_recipe_with_kernel_families_is_linted_per_cuda_line(tmp_path, repo_root, capsys) -> None:
     shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
     shutil.copytree(DATA / "vllm_like", tmp_path / "src" / "vl")
     (tmp_path / "packages").mkdir()
@@ -104,7 +109,7 @@ def test_a_recipe_with_kernel_families_is_linted_per_cuda_line(tmp_path, repo_ro
     assert all(r["passed"] and r["scope"]["families"] for r in reports)
 
 
-def test_an_unknown_kernel_families_value_is_bad_input(tmp_path, repo_root, capsys):
+def test_an_unknown_kernel_families_value_is_bad_input(tmp_path, repo_root, capsys) -> None:
     shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
     (tmp_path / "packages").mkdir()
     (tmp_path / "packages" / "vl.yml").write_text(
@@ -114,7 +119,7 @@ def test_an_unknown_kernel_families_value_is_bad_input(tmp_path, repo_root, caps
     assert "kernel_families 'bazel'" in capsys.readouterr().err
 
 
-def test_farm_lint_reads_the_source_as_built(tmp_path, repo_root, capsys):
+def test_farm_lint_reads_the_source_as_built(tmp_path, repo_root, capsys) -> None:
     """A recipe's patch_script runs on a copy before `farm lint PKG` reads it, as before a build:
     the patch that narrows the sm90 module's flags is what makes the setup.py findings go."""
     shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
@@ -129,7 +134,8 @@ def test_farm_lint_reads_the_source_as_built(tmp_path, repo_root, capsys):
         "build: {patch_script: packages/patches/sw.py}\n")
     assert main(["lint", "sw", "--root", str(tmp_path), "--json"]) == 0
     (report,) = json.loads(capsys.readouterr().out)["reports"]
-    assert report["passed"] and not report["errors"]
+    assert report["passed"]
+    assert not report["errors"]
     # the fetched tree itself is untouched
     assert "arch=compute_{num}" in (tmp_path / "src" / "sw" / "setup.py").read_text()
 
@@ -159,7 +165,7 @@ def declared_farm(root: Path, repo_root: Path, hopper: str) -> None:
     (root / "packages" / "vd.yml").write_text(DECLARED.replace("HOPPER", hopper))
 
 
-def test_a_recipe_can_declare_its_families(tmp_path, repo_root, capsys):
+def test_a_recipe_can_declare_its_families(tmp_path, repo_root, capsys) -> None:
     """Named source sets whose targets are the cell's list intersected with the family's arches
     (9.0 asked for builds 9.0a; 10.0f only from CUDA 13.0; +PTX per family)."""
     declared_farm(tmp_path, repo_root, "9.0a")
@@ -172,7 +178,7 @@ def test_a_recipe_can_declare_its_families(tmp_path, repo_root, capsys):
     assert reports["12.9"]["scope"]["not_built"] == ["csrc/blackwell/attn_res_kernel.cu"]
 
 
-def test_a_declared_family_for_the_wrong_arch_fails(tmp_path, repo_root, capsys):
+def test_a_declared_family_for_the_wrong_arch_fails(tmp_path, repo_root, capsys) -> None:
     declared_farm(tmp_path, repo_root, "9.0")
     assert main(["lint", "vd", "--root", str(tmp_path), "--json"]) == 1
     errors = [e for r in json.loads(capsys.readouterr().out)["reports"] for e in r["errors"]]
@@ -186,7 +192,7 @@ def test_a_declared_family_for_the_wrong_arch_fails(tmp_path, repo_root, capsys)
     ("{sources: [a.cu], archs: '9.0a', cuda: '12.8'}", "is not '>=X.Y'"),
     ("{sources: [a.cu], archs: '9.0a', arch: '9.0'}", "unknown key"),
 ])
-def test_a_bad_family_is_bad_input(tmp_path, repo_root, capsys, family, says):
+def test_a_bad_family_is_bad_input(tmp_path, repo_root, capsys, family, says) -> None:
     shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
     (tmp_path / "packages").mkdir()
     (tmp_path / "src").mkdir()
@@ -194,4 +200,5 @@ def test_a_bad_family_is_bad_input(tmp_path, repo_root, capsys, family, says):
         f"name: vd\nversion: '1.0'\nsource: {{path: src}}\nlinks_torch: true\nkernel_families:\n  f: {family}\n")
     assert main(["lint", "vd", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert says in err and "packages/vd.yml:" in err
+    assert says in err
+    assert "packages/vd.yml:" in err

@@ -23,11 +23,12 @@ def gsplat(repo_root: Path) -> SourceTree:
     return fetch(GSPLAT, repo_root / ".cache", package="gsplat")
 
 
-def test_gsplat_kernels_are_read_and_lint_clean(gsplat, tmp_path):
+def test_gsplat_kernels_are_read_and_lint_clean(gsplat, tmp_path) -> None:
     report = lint_cached(gsplat, ArchList.parse("7.5;8.0;8.6;9.0+PTX;10.0;12.0+PTX"), (), tmp_path)
     kernels = sorted(p.relative_to(gsplat.root).as_posix() for p in (gsplat.root / "gsplat/cuda/csrc").glob("*.cu"))
     assert len(kernels) == 20
     assert report.scope["translation_units"] == 29  # the 20 kernels, 8 host .cpp files, ext.cpp
     assert report.scope["vendored"] == ["gsplat/cuda/csrc/third_party/glm"]
     # Its only arch gates are commented out (`// #if __CUDA_ARCH__ >= 700`): nothing to find.
-    assert report.passed and not report.findings
+    assert report.passed
+    assert not report.findings

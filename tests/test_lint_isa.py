@@ -7,10 +7,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from farm.lint.api import Severity, lint_tree
+from farm.lint.api import LintReport, Severity, lint_tree
 from farm.lint.isa import INSTRUCTIONS, instruction_in_asm
 from farm.model.arch import ArchList, Target
 from farm.model.config import LintIgnore
@@ -49,19 +50,20 @@ ret;
 """
 
 
-def lint(name: str, archs: str, ignores: tuple[LintIgnore, ...] = (), **kw):
+def lint(name: str, archs: str, ignores: tuple[LintIgnore, ...] = (), **kw: Any) -> LintReport:
     return lint_tree(DATA / name, ArchList.parse(archs), ignores, **kw)
 
 
-def test_every_asm_row_has_a_sample_it_recognises():
+def test_every_asm_row_has_a_sample_it_recognises() -> None:
     rows = [row for row in INSTRUCTIONS if not row.intrinsic]
     assert {row.name for row in rows} == set(SAMPLES)
     for row in rows:
         assert instruction_in_asm(SAMPLES[row.name]) is row
-        assert row.ptx and row.source.startswith(("NVIDIA PTX ISA", "CCCL"))
+        assert row.ptx
+        assert row.source.startswith(("NVIDIA PTX ISA", "CCCL"))
 
 
-def test_the_table_is_what_ptxas_assembles(cuda_home: Path, tmp_path: Path):
+def test_the_table_is_what_ptxas_assembles(cuda_home: Path, tmp_path: Path) -> None:
     """Each row's targets, against the real ptxas of the CUDA 13.0 toolkit: it assembles the
     sample exactly for the targets the row accepts."""
     ptxas = cuda_home / "bin" / "ptxas"
@@ -73,24 +75,26 @@ def test_the_table_is_what_ptxas_assembles(cuda_home: Path, tmp_path: Path):
             src = tmp_path / f"{target}.ptx"
             src.write_text(PTX.format(target=target, instruction=SAMPLES[row.name]))
             done = subprocess.run([str(ptxas), f"-arch={target}", str(src), "-o", str(tmp_path / "k.cubin")],
-                                  capture_output=True, text=True, timeout=120)
+                                  capture_output=True, text=True, timeout=120, check=False)
             if (done.returncode == 0) != row.accepted_by(Target.from_name(target)):
                 wrong.append((row.name, target, done.returncode, done.stderr.strip()[:200]))
     assert not wrong
 
 
-def test_sageattention_like_wgmma_compiled_for_every_arch_fails():
+def test_sageattention_like_wgmma_compiled_for_every_arch_fails() -> None:
     report = lint("sage_wgmma", SAGE_LISTS)
     (finding,) = [f for f in report.errors if f.rule == "arch-specific"]
     assert (finding.path, finding.line) == ("csrc/wgmma.cuh", 7)
-    assert "wgmma" in finding.message and "PTX ISA 8.0" in finding.message
+    assert "wgmma" in finding.message
+    assert "PTX ISA 8.0" in finding.message
     assert "csrc/qattn/qk_int_sv_f8_cuda_sm90.cu" in finding.message
-    assert "sm_80, sm_86, sm_89, sm_120" in finding.message and "sm_90a," not in finding.message
+    assert "sm_80, sm_86, sm_89, sm_120" in finding.message
+    assert "sm_90a," not in finding.message
     assert "and 3 more lines" in finding.message
     assert finding.needs == ("9.0a",)
 
 
-def test_an_fp8_ignore_does_not_hide_it():
+def test_an_fp8_ignore_does_not_hide_it() -> None:
     """The recipe's old ``fp8 csrc/*`` entry was about FP8 conversions under __CUDA_ARCH__ >= 890;
     it silences FP8 findings only, never the arch-specific one in the same directory."""
     ignore = LintIgnore("fp8", "csrc/*", "FP8 conversions are compiled only for __CUDA_ARCH__ >= 890", "here")
@@ -99,7 +103,7 @@ def test_an_fp8_ignore_does_not_hide_it():
     assert all(f.rule == "fp8" for f, _ in report.ignored)
 
 
-def test_its_own_list_for_the_sm90_module_passes():
+def test_its_own_list_for_the_sm90_module_passes() -> None:
     report = lint("sage_wgmma", SAGE_LISTS, extensions=SM90_ONLY)
     assert not [f for f in report.findings if f.rule == "arch-specific"]
     assert report.scope["extensions"] == [["*_qattn_sm90*", "sm_90a"]]
@@ -107,7 +111,7 @@ def test_its_own_list_for_the_sm90_module_passes():
     assert {f.rule for f in report.errors} == {"arch-override"}
 
 
-def test_an_own_list_without_9_0a_still_fails():
+def test_an_own_list_without_9_0a_still_fails() -> None:
     report = lint("sage_wgmma", SAGE_LISTS, extensions=(("*_qattn_sm90*", ArchList.parse("9.0")),))
     (finding,) = [f for f in report.errors if f.rule == "arch-specific"]
     assert "extension sage_wgmma._qattn_sm90 (*_qattn_sm90*)" in finding.message
@@ -122,7 +126,7 @@ def _tree(tmp_path: Path, header: str) -> Path:
 
 @pytest.mark.parametrize("guard", ["defined(__CUDA_ARCH_FEAT_SM90_ALL)", "defined(__CUDA_ARCH_SPECIFIC__)",
                                    "__CUDA_ARCH_SPECIFIC__ == 900", "defined(CUTLASS_ARCH_MMA_SM90A_ENABLED)"])
-def test_a_feature_guard_makes_it_safe(tmp_path, guard):
+def test_a_feature_guard_makes_it_safe(tmp_path, guard) -> None:
     header = f"""#pragma once
 __device__ void arrive() {{
 #if {guard}
@@ -134,7 +138,7 @@ __device__ void arrive() {{
     assert not [f for f in report.findings if f.rule == "arch-specific"]
 
 
-def test_an_arch_number_guard_is_not_enough(tmp_path):
+def test_an_arch_number_guard_is_not_enough(tmp_path) -> None:
     """``__CUDA_ARCH__ >= 900`` is true for sm_120 too (and for plain sm_90): ptxas still rejects it."""
     header = """#pragma once
 __device__ void arrive() {
@@ -145,10 +149,12 @@ __device__ void arrive() {
 """
     report = lint_tree(_tree(tmp_path, header), ArchList.parse(SAGE_LISTS))
     (finding,) = [f for f in report.errors if f.rule == "arch-specific"]
-    assert finding.line == 4 and "sm_120" in finding.message and "sm_80" not in finding.message
+    assert finding.line == 4
+    assert "sm_120" in finding.message
+    assert "sm_80" not in finding.message
 
 
-def test_the_word_outside_asm_is_not_an_instruction(tmp_path):
+def test_the_word_outside_asm_is_not_an_instruction(tmp_path) -> None:
     """False positives: the mnemonic in a comment, a log string or a function name is no PTX."""
     header = """#pragma once
 // wgmma.fence.sync.aligned is Hopper's; this file only wraps it on sm_90a (see wgmma_sm90.cuh)
@@ -160,7 +166,7 @@ __device__ void wgmma_arrive_note(const char** msg) {
     assert not [f for f in report.findings if f.rule == "arch-specific"]
 
 
-def test_a_cccl_wrapper_is_judged_like_the_asm(tmp_path):
+def test_a_cccl_wrapper_is_judged_like_the_asm(tmp_path) -> None:
     header = """#pragma once
 #include <cuda/ptx>
 __device__ void more_registers() {
@@ -169,10 +175,11 @@ __device__ void more_registers() {
 """
     report = lint_tree(_tree(tmp_path, header), ArchList.parse("9.0a;10.0;12.0f"))
     (finding,) = [f for f in report.errors if f.rule == "arch-specific"]
-    assert finding.severity is Severity.ERROR and "the package's list for sm_100: ptxas" in finding.message
+    assert finding.severity is Severity.ERROR
+    assert "the package's list for sm_100: ptxas" in finding.message
 
 
-def test_nvcc_agrees_with_the_verdict(nvcc: Path, tmp_path: Path):
+def test_nvcc_agrees_with_the_verdict(nvcc: Path, tmp_path: Path) -> None:
     """The fixture's sm90 unit, compiled by the real nvcc: sm_90a assembles, sm_80 is rejected by
     ptxas for the reason the lint gives."""
     unit = DATA / "sage_wgmma" / "csrc" / "qattn" / "qk_int_sv_f8_cuda_sm90.cu"
@@ -181,13 +188,15 @@ def test_nvcc_agrees_with_the_verdict(nvcc: Path, tmp_path: Path):
         number = target.removeprefix("sm_")
         done = subprocess.run([str(nvcc), "-c", str(unit), "-o", str(tmp_path / f"{target}.o"),
                                f"-gencode=arch=compute_{number},code={target}"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, check=False)
         results[target] = (done.returncode, done.stderr)
     assert results["sm_90a"][0] == 0, results["sm_90a"][1]
-    assert results["sm_80"][0] != 0 and "wgmma" in results["sm_80"][1] and "sm_80" in results["sm_80"][1]
+    assert results["sm_80"][0] != 0
+    assert "wgmma" in results["sm_80"][1]
+    assert "sm_80" in results["sm_80"][1]
 
 
-def test_an_inline_helper_nobody_calls_is_not_compiled(tmp_path):
+def test_an_inline_helper_nobody_calls_is_not_compiled(tmp_path) -> None:
     """False positive avoided: nvcc emits an inline function or a template of a header only where
     a unit uses it (vLLM's nvfp4_utils.cuh FP4 helpers in units that never call them)."""
     header = """#pragma once
@@ -203,7 +212,7 @@ __device__ __forceinline__ void arrive_unused() {
     assert [f for f in lint_tree(root, ArchList.parse(SAGE_LISTS)).errors if f.rule == "arch-specific"]
 
 
-def test_a_helper_reached_only_under_a_constexpr_arch_flag(tmp_path):
+def test_a_helper_reached_only_under_a_constexpr_arch_flag(tmp_path) -> None:
     """nunchaku's idiom: a class constant set under ``#if __CUDA_ARCH__ >= 1200`` and the FP4 path
     called under ``if constexpr (FP4_AVAILABLE)``: no image below sm_120 compiles the helper."""
     header = """#pragma once

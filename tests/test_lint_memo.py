@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,9 @@ def test_directory_answer_is_remembered_and_an_edit_of_one_file_invalidates_it(t
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"))
     cold = farm(*argv, cwd=tmp_path)
-    assert cold[0] == 1 and cold[2] and f"{GATE}:7" in cold[1]
+    assert cold[0] == 1
+    assert cold[2]
+    assert f"{GATE}:7" in cold[1]
     warm = farm(*argv, cwd=tmp_path)
     assert warm == (cold[0], cold[1], False)  # the same answer, without the rules
 
@@ -78,7 +81,9 @@ def test_added_and_removed_files_invalidate_it(tmp_path: Path) -> None:
     assert not farm(*argv, cwd=tmp_path)[2]
     (src / GATE).unlink()
     code, out, recomputed = farm(*argv, cwd=tmp_path)
-    assert recomputed and code == 0 and json.loads(out)["passed"] is True
+    assert recomputed
+    assert code == 0
+    assert json.loads(out)["passed"] is True
 
 
 def test_files_too_fresh_to_trust_are_not_remembered(tmp_path: Path, capsys) -> None:
@@ -100,27 +105,33 @@ def test_package_answer_is_remembered_until_its_recipe_changes(tmp_path: Path) -
                       "arch:\n  list: '8.0;8.6;9.0+PTX'\n")
     aged(root)
     cold = farm("lint", "sage", "--root", str(root), cwd=root)
-    assert cold[0] == 1 and cold[2]
+    assert cold[0] == 1
+    assert cold[2]
     assert farm("lint", "sage", "--root", str(root), cwd=root) == (cold[0], cold[1], False)
     recipe.write_text(recipe.read_text().replace("'8.0;8.6;9.0+PTX'", "'8.0;8.6;8.9;9.0+PTX'"))
     code, out, recomputed = farm("lint", "sage", "--root", str(root), cwd=root)
-    assert recomputed and code == 0 and "PASSED" in out
+    assert recomputed
+    assert code == 0
+    assert "PASSED" in out
 
 
-def scope(out: str) -> dict:
-    return json.loads(out)["reports"][0]["scope"]
+def scope(out: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(out)["reports"][0]["scope"]
+    return found
 
 
 def test_a_new_file_anywhere_is_a_miss(tmp_path: Path) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"), "--json")
     cold = farm(*argv, cwd=tmp_path)
-    assert cold[2] and not farm(*argv, cwd=tmp_path)[2]
+    assert cold[2]
+    assert not farm(*argv, cwd=tmp_path)[2]
     # a header nothing includes, in a new directory two levels down: the lint counts it
     (src / "csrc" / "qattn" / "extra").mkdir()
     (src / "csrc" / "qattn" / "extra" / "unused.h").write_text("// not included\n")
     code, out, recomputed = farm(*argv, cwd=tmp_path)
-    assert recomputed and code == cold[0]
+    assert recomputed
+    assert code == cold[0]
     assert scope(out)["files_total"] == scope(cold[1])["files_total"] + 1
 
     aged(src)
@@ -128,17 +139,21 @@ def test_a_new_file_anywhere_is_a_miss(tmp_path: Path) -> None:
     assert not farm(*argv, cwd=tmp_path)[2]
     (src / "csrc" / "qattn" / "extra" / "more.h").write_text("// in a directory that is new since the first run\n")
     code, out, recomputed = farm(*argv, cwd=tmp_path)
-    assert recomputed and scope(out)["files_total"] == scope(cold[1])["files_total"] + 2
+    assert recomputed
+    assert scope(out)["files_total"] == scope(cold[1])["files_total"] + 2
 
 
 def test_a_renamed_file_is_a_miss(tmp_path: Path) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"))
     cold = farm(*argv, cwd=tmp_path)
-    assert cold[0] == 1 and not farm(*argv, cwd=tmp_path)[2]
+    assert cold[0] == 1
+    assert not farm(*argv, cwd=tmp_path)[2]
     (src / GATE).rename(src / GATE.replace(".cu", ".cu.orig"))  # no longer a translation unit
     code, out, recomputed = farm(*argv, cwd=tmp_path)
-    assert recomputed and code == 0 and f"{GATE}:7" not in out  # its header is not compiled either
+    assert recomputed
+    assert code == 0
+    assert f"{GATE}:7" not in out
 
 
 def test_an_edit_that_keeps_the_mtime_is_a_miss(tmp_path: Path) -> None:
@@ -151,9 +166,12 @@ def test_an_edit_that_keeps_the_mtime_is_a_miss(tmp_path: Path) -> None:
     before = gate.stat()
     gate.write_text(gate.read_text().replace(">= 890", ">= 800"))
     os.utime(gate, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert gate.stat().st_mtime_ns == before.st_mtime_ns and gate.stat().st_size == before.st_size
+    assert gate.stat().st_mtime_ns == before.st_mtime_ns
+    assert gate.stat().st_size == before.st_size
     _, out, recomputed = farm(*argv, cwd=tmp_path)
-    assert recomputed and out != cold[1] and f"{GATE}:7" not in out
+    assert recomputed
+    assert out != cold[1]
+    assert f"{GATE}:7" not in out
 
 
 def test_a_file_the_lint_never_reads_does_not_change_the_answer(tmp_path: Path) -> None:
@@ -168,7 +186,8 @@ def test_a_file_the_lint_never_reads_does_not_change_the_answer(tmp_path: Path) 
     (src / "docs" / "notes.md").write_text("sm_80 and sm_89, see __CUDA_ARCH__\n")
     assert farm(*argv, cwd=tmp_path) == (cold[0], cold[1], False)
     fresh = farm("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "fresh"), cwd=tmp_path)
-    assert fresh[:2] == cold[:2] and fresh[2]
+    assert fresh[:2] == cold[:2]
+    assert fresh[2]
 
 
 def test_another_arch_list_is_another_answer(tmp_path: Path) -> None:
@@ -176,7 +195,9 @@ def test_another_arch_list_is_another_answer(tmp_path: Path) -> None:
     cache = str(tmp_path / "cache")
     failing = farm("lint", str(src), "--arch-list", LIST, "--cache-dir", cache, cwd=tmp_path)
     passing = farm("lint", str(src), "--arch-list", "8.0;8.6;8.9;9.0+PTX", "--cache-dir", cache, cwd=tmp_path)
-    assert failing[0] == 1 and passing[0] == 0 and passing[2]  # not the other list's answer
+    assert failing[0] == 1
+    assert passing[0] == 0
+    assert passing[2]
     assert farm("lint", str(src), "--arch-list", LIST, "--cache-dir", cache, cwd=tmp_path) == (1, failing[1], False)
     assert farm("lint", str(src), "--arch-list", "8.0;8.6;8.9;9.0+PTX", "--cache-dir", cache,
                 cwd=tmp_path) == (0, passing[1], False)
@@ -191,13 +212,15 @@ def test_a_changed_rules_version_or_lint_code_is_a_miss(tmp_path: Path) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"), "--json")
     cold = farm(*argv, cwd=tmp_path, package=package)
-    assert cold[2] and json.loads(cold[1])["reports"][0]["lint_version"].startswith(f"{RULES_VERSION}+")
+    assert cold[2]
+    assert json.loads(cold[1])["reports"][0]["lint_version"].startswith(f"{RULES_VERSION}+")
     assert farm(*argv, cwd=tmp_path, package=package) == (cold[0], cold[1], False)
     version = package / "farm" / "lint" / "version.py"
     bumped = str(int(RULES_VERSION) + 1)
     version.write_text(version.read_text().replace(f'RULES_VERSION = "{RULES_VERSION}"', f'RULES_VERSION = "{bumped}"'))
     code, out, recomputed = farm(*argv, cwd=tmp_path, package=package)
-    assert recomputed and code == cold[0]
+    assert recomputed
+    assert code == cold[0]
     assert json.loads(out)["reports"][0]["lint_version"].startswith(f"{bumped}+")
 
 
@@ -210,7 +233,9 @@ def test_a_warm_run_imports_neither_the_rules_nor_the_recipes(tmp_path: Path) ->
     code = (f"import sys\nfrom farm.cli import main\nrc = main({argv!r})\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")
     run = [sys.executable, "-c", code]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # coverage's start-up in a measured child imports json, hashlib and dataclasses itself
+    measured = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+    env = {**{k: v for k, v in os.environ.items() if k not in measured}, "PYTHONPATH": str(REPO)}
     cold = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
     assert "farm.lint.rules" in cold.stdout.splitlines()[-1]
     warm = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
@@ -223,7 +248,8 @@ def test_an_unreadable_or_foreign_entry_is_a_miss(tmp_path: Path) -> None:
     cold = farm(*argv, cwd=tmp_path)
     (entry,) = (tmp_path / "cache" / "lint").glob("cmd-*")
     data = entry.read_bytes()
-    assert LIST.encode() in data and LIST.encode().lower() != LIST.encode()  # the entry of another command
+    assert LIST.encode() in data
+    assert LIST.encode().lower() != LIST.encode()
     for broken in (b"", data[: len(data) // 2], b"\x00" * 64, data.replace(LIST.encode(), LIST.encode().lower())):
         entry.write_bytes(broken)
         assert farm(*argv, cwd=tmp_path) == (cold[0], cold[1], True)  # recomputed, and stored again

@@ -7,24 +7,30 @@ import re
 import pytest
 
 from farm.lint.lexer import strip_c, strip_directive_comments, strip_hash_comments, strip_python_comments
-from farm.lint.preproc import ArchContext, Scope, directive_lines, evaluate, parse_expr, scan_directives
+from farm.lint.preproc import ArchContext, Expr, Scope, directive_lines, evaluate, parse_expr, scan_directives
 from farm.lint.rules import may_gate
 
 
-def test_strip_c_blanks_comments_and_literals_and_keeps_positions():
+def test_strip_c_blanks_comments_and_literals_and_keeps_positions() -> None:
     src = ('int a; // e4m3 "x"\n/* e5m2\n still */ const char* s = "e4m3 \\" q"; char c = \'"\';\n'
            'auto r = R"d(e4m3 ")d"; int b; // cont \\\n e4m3\nint z;\n')
     out = strip_c(src)
-    assert len(out) == len(src) and out.count("\n") == src.count("\n")
-    assert "e4m3" not in out and "e5m2" not in out
-    assert 'const char* s = "' in out and "int b;" in out and "int z;" in out
+    assert len(out) == len(src)
+    assert out.count("\n") == src.count("\n")
+    assert "e4m3" not in out
+    assert "e5m2" not in out
+    assert 'const char* s = "' in out
+    assert "int b;" in out
+    assert "int z;" in out
 
 
-def test_strip_hash_and_python_comments_keep_strings():
+def test_strip_hash_and_python_comments_keep_strings() -> None:
     src = 'set(X "a#b") # sm_90a\n'
     assert strip_hash_comments(src) == 'set(X "a#b")' + " " * 9 + "\n"
     out = strip_python_comments('flags = ["-gencode"]  # arch=compute_90a,code=sm_90a\ns = "#not a comment"\n')
-    assert "sm_90a" not in out and '"-gencode"' in out and '"#not a comment"' in out
+    assert "sm_90a" not in out
+    assert '"-gencode"' in out
+    assert '"#not a comment"' in out
 
 
 @pytest.mark.parametrize(
@@ -45,37 +51,44 @@ def test_strip_hash_and_python_comments_keep_strings():
         ("0x10 > 010", ArchContext(800), 1),
     ],
 )
-def test_conditions_evaluate_with_three_values(text, ctx, expected):
+def test_conditions_evaluate_with_three_values(text, ctx, expected) -> None:
     expr = parse_expr(text)
     assert expr is not None
     assert evaluate(expr, Scope(ctx)) == expected
 
 
-def test_derived_feature_macros_evaluate_through_their_definition():
-    aliases = {"HAS_FP8": parse_expr("__CUDA_ARCH__ >= 890")}
-    assert evaluate(parse_expr("defined(HAS_FP8)"), Scope(ArchContext(890), aliases)) == 1
-    assert evaluate(parse_expr("defined(HAS_FP8)"), Scope(ArchContext(860), aliases)) == 0
-    loop = {"A": parse_expr("defined(B)"), "B": parse_expr("defined(A)")}
-    assert evaluate(parse_expr("defined(A)"), Scope(ArchContext(800), loop)) is None
+def _expr(text: str) -> Expr:
+    parsed = parse_expr(text)
+    assert parsed is not None, text
+    return parsed
 
 
-def test_unparseable_condition_is_none():
+def test_derived_feature_macros_evaluate_through_their_definition() -> None:
+    aliases = {"HAS_FP8": _expr("__CUDA_ARCH__ >= 890")}
+    assert evaluate(_expr("defined(HAS_FP8)"), Scope(ArchContext(890), aliases)) == 1
+    assert evaluate(_expr("defined(HAS_FP8)"), Scope(ArchContext(860), aliases)) == 0
+    loop = {"A": _expr("defined(B)"), "B": _expr("defined(A)")}
+    assert evaluate(_expr("defined(A)"), Scope(ArchContext(800), loop)) is None
+
+
+def test_unparseable_condition_is_none() -> None:
     assert parse_expr("__CUDA_ARCH__ >= ") is None
 
 
-def test_directive_structure_and_dead_blocks():
+def test_directive_structure_and_dead_blocks() -> None:
     code = strip_c(
         "#if 0\nint dead;\n#endif\n"
         "#if 1\nint live;\n#else\nint dead2;\n#endif\n"
         "#if defined(__CUDA_ARCH__) && \\\n    __CUDA_ARCH__ >= 800\nA\n#elif __CUDA_ARCH__ >= 700\nB\n#else\nC\n#endif\n"
-        "#define FEATURE 1 // comment\n#include \"x.h\"\n"
+        '#define FEATURE 1 // comment\n#include "x.h"\n'
     )
     d = scan_directives(code)
     assert d.dead == {2, 7}
     gate = d.chains[2]
     assert [b.line for b in gate.branches] == [9, 12, 14]
     assert [b.body for b in gate.branches] == [(11, 12), (13, 14), (15, 16)]  # after the continuation
-    assert gate.end_line == 16 and gate.has_else()
+    assert gate.end_line == 16
+    assert gate.has_else()
     assert {9, 10, 12, 14, 16} <= d.directive_lines
     assert d.defines == [(17, "FEATURE", "1")]
     assert [line for line, _ in d.includes] == [18]
@@ -92,7 +105,7 @@ EDGES = [
 
 
 @pytest.mark.parametrize("text", EDGES)
-def test_directive_scans_mean_what_the_multiline_patterns_say(text):
+def test_directive_scans_mean_what_the_multiline_patterns_say(text) -> None:
     blank = lambda m: re.sub(r"//[^\n]*|/\*.*?\*/", lambda c: " " * len(c.group()), m.group())  # noqa: E731
     assert strip_directive_comments(text) == re.sub(r"(?m)^[ \t]*#[^\n]*", blank, text)
     words = [(m.start(), m[1]) for m in re.finditer(r"(?m)^[ \t]*#[ \t]*(\w+)([^\n]*)", text)]
@@ -101,5 +114,5 @@ def test_directive_scans_mean_what_the_multiline_patterns_say(text):
 
 @pytest.mark.parametrize("text", ["__CUDA_ARCH__", "x NV_IF_TARGET(", "NV_DISPATCH_TARGET", "float_e4m3_t", "E5M2",
                                   "xe5m2", "4m3 at the start", "e4m2", "E4m3", "5M2", "e", "", "NV_IF", "__CUDA_ARC"])
-def test_may_gate_is_the_trigger_pattern(text):
+def test_may_gate_is_the_trigger_pattern(text) -> None:
     assert may_gate(text) == bool(re.search(r"__CUDA_ARCH|NV_IF_|NV_DISPATCH_TARGET|[eE][45][mM][23]", text))

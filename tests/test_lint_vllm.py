@@ -25,7 +25,7 @@ def vllm(repo_root: Path) -> SourceTree:
 
 
 @pytest.mark.parametrize("cuda", ["12.9", "13.0"])
-def test_vllm_lints_clean_family_by_family(vllm, tmp_path, cuda):
+def test_vllm_lints_clean_family_by_family(vllm, tmp_path, cuda) -> None:
     report = lint_cached(vllm, ArchList.parse(POLICY), (), tmp_path, cuda=cuda)
     assert report.passed, report.render()
     families = {(name, where): targets for name, where, _, targets, _ in report.scope["families"]}
@@ -41,7 +41,7 @@ def test_vllm_lints_clean_family_by_family(vllm, tmp_path, cuda):
     assert not [f for f in report.findings if "/cpu/" in f.path or "/rocm/" in f.path]
 
 
-def test_without_families_the_arch_specific_kernels_fail(vllm, tmp_path):
+def test_without_families_the_arch_specific_kernels_fail(vllm, tmp_path) -> None:
     """Judged against the whole list (the recipe without kernel_families), the tcgen05 kernel and
     the FP4 helpers would be compiled for sm_75 ... sm_120: the real problem, not noise."""
     report = lint_cached(vllm, ArchList.parse(POLICY), (), tmp_path)

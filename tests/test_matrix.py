@@ -105,7 +105,8 @@ def test_buckets_follow_the_visible_order_and_add_up(tmp_path: Path, capsys: pyt
         "declared": 15, "filtered": 0, "recipe": 0, "no_policy": 3, "phantom": 1,
         "built": 0, "stale": 0, "to_build": 11}
     # beta links no torch: the torch axis collapses, and phantoms (torch gaps) do not apply.
-    assert pkgs["beta"]["declared"] == 15 and pkgs["beta"]["phantom"] == 0
+    assert pkgs["beta"]["declared"] == 15
+    assert pkgs["beta"]["phantom"] == 0
     assert pkgs["beta"]["to_build"] == 12
     for p in data["packages"]:
         assert p["declared"] == sum(p[k] for k in ("filtered", "recipe", "no_policy", "phantom",
@@ -114,11 +115,13 @@ def test_buckets_follow_the_visible_order_and_add_up(tmp_path: Path, capsys: pyt
     assert len(cells) == len(data["cells"]) == 23
     a = cells["alpha-1.0-cu128-torch2.8-cp311-linux_x86_64"]
     assert a["wheel"] == "alpha-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl"
-    assert a["torch_version"] == "2.8.0" and a["arch_list"] == "sm_75;sm_80;sm_90;compute_90"
+    assert a["torch_version"] == "2.8.0"
+    assert a["arch_list"] == "sm_75;sm_80;sm_90;compute_90"
     assert a["arch_origin"] == "policy x86_64 12.8"
     b = cells["beta-2.0-cu130-notorch-cp312-linux_aarch64"]
     assert b["wheel"] == "beta-2.0+cu130-cp312-cp312-linux_aarch64.whl"
-    assert b["torch"] == "none" and b["torch_version"] is None
+    assert b["torch"] == "none"
+    assert b["torch_version"] is None
     assert b["arch_list"] == "sm_80;sm_90;compute_90"
     assert "alpha-1.0-cu130-torch2.9-cp311-linux_aarch64" not in cells  # the phantom
 
@@ -128,7 +131,8 @@ def test_recipe_restrictions_are_their_own_bucket(tmp_path: Path, capsys: pytest
     _, data, _ = farm_matrix(capsys, root)
     alpha = by_package(data)["alpha"]
     assert alpha["recipe"] == 9  # every 12.8/2.8 cell, before the no-policy check sees them
-    assert alpha["no_policy"] == 0 and alpha["to_build"] == 5
+    assert alpha["no_policy"] == 0
+    assert alpha["to_build"] == 5
 
 
 def test_no_policy_row_means_no_cells_whatever_the_recipe_says(tmp_path: Path,
@@ -137,7 +141,9 @@ def test_no_policy_row_means_no_cells_whatever_the_recipe_says(tmp_path: Path,
                                      "'13.0': '9.0+PTX'}}}\n")
     _, data, _ = farm_matrix(capsys, root, "alpha", "--platform", "linux_aarch64")
     alpha = by_package(data)["alpha"]
-    assert alpha["no_policy"] == 3 and alpha["phantom"] == 1 and alpha["to_build"] == 1
+    assert alpha["no_policy"] == 3
+    assert alpha["phantom"] == 1
+    assert alpha["to_build"] == 1
     # The platform block outranks the package-wide list where the policy has a row.
     assert data["cells"][0]["arch_list"] == "sm_90;compute_90"
     assert data["cells"][0]["arch_origin"] == "recipe arch.aarch64.by_cuda['13.0']"
@@ -152,7 +158,9 @@ def test_built_cells_are_not_scheduled_until_the_epoch_moves(tmp_path: Path,
     ledger_from_cells(root, first["cells"], epoch=0)
 
     rc, built, _ = farm_matrix(capsys, root)
-    assert rc == 0 and built["cells"] == [] and built["totals"]["built"] == n
+    assert rc == 0
+    assert built["cells"] == []
+    assert built["totals"]["built"] == n
 
     # A defaults-level epoch bump reschedules every cell, with build tag 1 in its wheel name.
     make_tree(root, epoch=1)
@@ -177,7 +185,8 @@ def test_inferred_entries_count_as_epoch_0(tmp_path: Path, capsys: pytest.Captur
     _, first, _ = farm_matrix(capsys, root, "beta")
     ledger_from_cells(root, first["cells"], epoch=0, provenance="inferred")
     _, data, _ = farm_matrix(capsys, root, "beta")
-    assert data["cells"] == [] and data["totals"]["built"] == 12
+    assert data["cells"] == []
+    assert data["totals"]["built"] == 12
     make_tree(root, epoch=1)
     _, data, _ = farm_matrix(capsys, root, "beta")
     assert len(data["cells"]) == 12
@@ -195,12 +204,15 @@ def test_an_arch_override_change_reports_stale_cells_and_does_not_schedule_them(
     assert rc == 0
     alpha = by_package(data)["alpha"]
     # x86 cells moved; the aarch64 cells resolve to the same list as before (policy row 13.0).
-    assert alpha["stale"] == 10 and alpha["built"] == 1 and alpha["to_build"] == 0
+    assert alpha["stale"] == 10
+    assert alpha["built"] == 1
+    assert alpha["to_build"] == 0
     assert data["cells"] == []
     stale = alpha["stale_cells"][0]
     assert stale["built_with"] == "sm_75;sm_80;sm_90;compute_90"
     assert stale["config_now"] == "sm_80;sm_90;compute_90"
-    assert stale["wheel"].startswith("alpha-1.0+") and stale["ledger_line"] >= 1
+    assert stale["wheel"].startswith("alpha-1.0+")
+    assert stale["ledger_line"] >= 1
 
     rc = main(["matrix", "--root", str(root), "--no-lint"])
     out = capsys.readouterr().out
@@ -212,7 +224,9 @@ def test_an_arch_override_change_reports_stale_cells_and_does_not_schedule_them(
     rc = main(["build", "alpha", "--root", str(root), "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err
     assert rc == 0
-    assert "nothing to build" in err and "10 built with another arch list: stale" in err and "bump build_epoch" in err
+    assert "nothing to build" in err
+    assert "10 built with another arch list: stale" in err
+    assert "bump build_epoch" in err
     assert not (tmp_path / "cache").exists()
 
 
@@ -221,7 +235,8 @@ def test_overwrite_ignores_the_ledger(tmp_path: Path, capsys: pytest.CaptureFixt
     _, first, _ = farm_matrix(capsys, root)
     ledger_from_cells(root, first["cells"], epoch=0)
     _, data, _ = farm_matrix(capsys, root, "--overwrite")
-    assert data["overwrite"] is True and len(data["cells"]) == len(first["cells"])
+    assert data["overwrite"] is True
+    assert len(data["cells"]) == len(first["cells"])
     main(["matrix", "--root", str(root), "--no-lint", "--overwrite"])
     assert "--overwrite: the ledger was ignored" in capsys.readouterr().out
 
@@ -233,7 +248,8 @@ def test_a_malformed_ledger_line_is_exit_2_naming_the_line(tmp_path: Path) -> No
     proc = subprocess.run([sys.executable, "-m", "farm.cli", "matrix", "--root", str(root), "--no-lint"],
                           capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == EXIT_BAD_INPUT
-    assert "ledger.jsonl:3" in proc.stderr and "not valid JSON" in proc.stderr
+    assert "ledger.jsonl:3" in proc.stderr
+    assert "not valid JSON" in proc.stderr
     assert proc.stdout == ""
 
 
@@ -266,7 +282,9 @@ def test_filters_narrow_and_normalise(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_an_unknown_filter_value_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             args: list[str], message: str) -> None:
     rc, data, err = farm_matrix(capsys, make_tree(tmp_path), *args)
-    assert rc == EXIT_BAD_INPUT and data["ok"] is False and data["error"]["exit_code"] == EXIT_BAD_INPUT
+    assert rc == EXIT_BAD_INPUT
+    assert data["ok"] is False
+    assert data["error"]["exit_code"] == EXIT_BAD_INPUT
     assert message in err
 
 
@@ -308,11 +326,14 @@ def test_600_cells_make_3_shards_and_nothing_is_lost(tmp_path: Path, capsys: pyt
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     rc, data, _ = farm_matrix(capsys, root, "--github-output")
-    assert rc == 0 and len(data["cells"]) == 600 and data["shard_count"] == 3
+    assert rc == 0
+    assert len(data["cells"]) == 600
+    assert data["shard_count"] == 3
 
     out = read_outputs(output)
     assert out["earlier"] == "kept"  # appended, not overwritten
-    assert out["shard_count"] == "3" and out["total"] == "600"
+    assert out["shard_count"] == "3"
+    assert out["total"] == "600"
     # the outputs are counts; each shard's slice job reads its entries from the plan
     assert not any(k.startswith("shard_") and k != "shard_count" for k in out)
     parts = [slice_plan(data, str(i)) for i in range(3)]
@@ -338,16 +359,22 @@ def test_more_cells_than_the_workflow_runs_are_deferred_not_refused(
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "2")
     assert rc == 0
     totals = data["totals"]
-    assert totals["to_build"] == 600 and totals["scheduled"] == 512 and totals["deferred"] == 88
-    assert len(data["cells"]) == 512 and len(data["deferred_cells"]) == 88 and data["shard_count"] == 2
+    assert totals["to_build"] == 600
+    assert totals["scheduled"] == 512
+    assert totals["deferred"] == 88
+    assert len(data["cells"]) == 512
+    assert len(data["deferred_cells"]) == 88
+    assert data["shard_count"] == 2
     scheduled = {c["id"] for c in data["cells"]}
     assert not scheduled & set(data["deferred_cells"])
     # round-robin across the 4 packages of 150 cells: each gets 128 of the 512
     by_package = {p["package"]: (p["scheduled"], p["deferred"]) for p in data["packages"]}
-    assert by_package == {name: (128, 22) for name in ("p1", "p2", "p3", "p4")}
+    assert by_package == dict.fromkeys(("p1", "p2", "p3", "p4"), (128, 22))
 
     out = read_outputs(output)
-    assert out["shard_count"] == "2" and out["total"] == "512" and out["deferred"] == "88"
+    assert out["shard_count"] == "2"
+    assert out["total"] == "512"
+    assert out["deferred"] == "88"
     assert json.loads(out["deferred_by_package"]) == {"p1": 22, "p2": 22, "p3": 22, "p4": 22}
     ids = [e["id"] for i in range(2) for e in slice_plan(data, str(i))]
     assert ids == [c["id"] for c in data["cells"]]
@@ -357,11 +384,14 @@ def test_more_cells_than_the_workflow_runs_are_deferred_not_refused(
 
     # the same inputs give the same wave
     _, again, _ = farm_matrix(capsys, root, "--max-shards", "2")
-    assert again["cells"] == data["cells"] and again["deferred_cells"] == data["deferred_cells"]
+    assert again["cells"] == data["cells"]
+    assert again["deferred_cells"] == data["deferred_cells"]
     # the table says it too
     assert main(["matrix", "--root", str(root), "--no-lint", "--max-shards", "2"]) == 0
     table = capsys.readouterr().out
-    assert "scheduled" in table and "deferred" in table and "88 deferred to the next run" in table
+    assert "scheduled" in table
+    assert "deferred" in table
+    assert "88 deferred to the next run" in table
 
 
 def test_fail_on_deferred_keeps_the_old_strictness_and_writes_nothing(
@@ -372,18 +402,23 @@ def test_fail_on_deferred_keeps_the_old_strictness_and_writes_nothing(
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     rc, data, err = farm_matrix(capsys, root, "--github-output", "--max-shards", "2", "--fail-on-deferred")
-    assert rc == EXIT_BAD_INPUT and data["ok"] is False and "cells" not in data
-    assert "600 cells" in err and "88 cell(s) would be deferred" in err
+    assert rc == EXIT_BAD_INPUT
+    assert data["ok"] is False
+    assert "cells" not in data
+    assert "600 cells" in err
+    assert "88 cell(s) would be deferred" in err
     assert not output.exists()
     rc, data, _ = farm_matrix(capsys, root, "--max-shards", "3", "--fail-on-deferred")
-    assert rc == 0 and data["totals"]["deferred"] == 0
+    assert rc == 0
+    assert data["totals"]["deferred"] == 0
 
 
 def test_github_output_needs_the_variable(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)
     rc, _, err = farm_matrix(capsys, make_tree(tmp_path), "--github-output")
-    assert rc == EXIT_BAD_INPUT and "$GITHUB_OUTPUT" in err
+    assert rc == EXIT_BAD_INPUT
+    assert "$GITHUB_OUTPUT" in err
 
 
 def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -395,7 +430,8 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     rc, data, _ = farm_matrix(capsys, root, "--github-output", "--max-shards", "1")
-    assert rc == 0 and data["cells"] == []
+    assert rc == 0
+    assert data["cells"] == []
     assert read_outputs(output) == {"shard_count": "0", "total": "0", "deferred": "0",
                                     "deferred_by_package": "{}", "link_count": "0", "lint_failed": "[]"}
 
@@ -407,7 +443,9 @@ def test_no_lint_is_said_loudly(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("!! LINT SKIPPED (--no-lint)")
     rc, data, err = farm_matrix(capsys, root)
-    assert rc == 0 and data["lint"]["ran"] is False and "LINT SKIPPED" in err
+    assert rc == 0
+    assert data["lint"]["ran"] is False
+    assert "LINT SKIPPED" in err
 
 
 def test_an_unfetchable_source_is_exit_3_naming_the_package(tmp_path: Path,
@@ -419,8 +457,10 @@ def test_an_unfetchable_source_is_exit_3_naming_the_package(tmp_path: Path,
     rc = main(["matrix", "--root", str(root), "alpha", "--cache-dir", str(tmp_path / "cache")])
     out, err = capsys.readouterr()
     assert rc == EXIT_ENVIRONMENT
-    assert "alpha" in err and out == ""
-    assert "--no-lint" in err and "without the lint" in err
+    assert "alpha" in err
+    assert out == ""
+    assert "--no-lint" in err
+    assert "without the lint" in err
 
 
 def test_nothing_to_build_needs_no_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -431,7 +471,9 @@ def test_nothing_to_build_needs_no_source(tmp_path: Path, capsys: pytest.Capture
         "name: alpha\nversion: '1.0'\nsource: {git: {repo: 'file:///nonexistent', ref: v1.0}}\nlinks_torch: true\n")
     assert main(["matrix", "--root", str(root), "alpha", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["lint"]["ran"] is True and data["lint"]["results"] == [] and data["cells"] == []
+    assert data["lint"]["ran"] is True
+    assert data["lint"]["results"] == []
+    assert data["cells"] == []
 
 
 CLEAN_SETUP = """\
@@ -469,7 +511,8 @@ def test_lint_runs_once_per_distinct_arch_list(tmp_path: Path, capsys: pytest.Ca
     cache = tmp_path / "cache"
     assert main(["matrix", "--root", str(root), "alpha", "--json", "--cache-dir", str(cache)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["lint"]["ran"] is True and data["lint"]["passed"] is True
+    assert data["lint"]["ran"] is True
+    assert data["lint"]["passed"] is True
     # alpha's cells to build resolve to 3 lists: x86 12.8, x86 13.0, aarch64 13.0.
     assert sorted(r["arch_list"] for r in data["lint"]["results"]) == sorted({c["arch_list"] for c in data["cells"]})
     assert len(data["lint"]["results"]) == 3
@@ -491,14 +534,17 @@ def test_lint_errors_fail_the_matrix_with_the_findings(tmp_path: Path, capsys: p
     rc = main(["matrix", "--root", str(root), "alpha", "--github-output", "--cache-dir", str(tmp_path / "cache")])
     out, err = capsys.readouterr()
     assert rc == 1
-    assert "lint: FAILED for alpha" in out and "setup.py:2" in out and "arch-override" in out
+    assert "lint: FAILED for alpha" in out
+    assert "setup.py:2" in out
+    assert "arch-override" in out
     assert "lint: FAILED for alpha" in err
     assert not output.exists()  # a failed lint publishes no matrix
     assert "**lint: FAILED for alpha**: no cells were scheduled" in summary.read_text()
 
     rc = main(["matrix", "--root", str(root), "alpha", "--json", "--cache-dir", str(tmp_path / "cache")])
     data = json.loads(capsys.readouterr().out)
-    assert rc == 1 and data["lint"]["passed"] is False
+    assert rc == 1
+    assert data["lint"]["passed"] is False
     assert {e["rule"] for r in data["lint"]["results"] for e in r["errors"]} == {"arch-override"}
 
 
@@ -537,7 +583,8 @@ def test_a_list_the_packages_own_variable_cannot_carry_is_exit_2_naming_the_cell
     assert "SASS arches only" in err
     make_tree(tmp_path, beta="arch:\n  list: '8.0;9.0'\nbuild:\n  arch_env: {BETA_ARCHS: versions}\n")
     rc, data, _ = farm_matrix(capsys, tmp_path, "beta")
-    assert rc == 0 and data["packages"][0]["to_build"] > 0
+    assert rc == 0
+    assert data["packages"][0]["to_build"] > 0
 
 
 SM120_SETUP = """\
@@ -576,7 +623,8 @@ def test_a_filter_never_calls_an_ignore_stale_that_filtered_out_cells_need(
     cache = tmp_path / "cache"
     assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--cache-dir", str(cache)]) == 0
     out = capsys.readouterr().out
-    assert "lint: passed" in out and "remove it" not in out
+    assert "lint: passed" in out
+    assert "remove it" not in out
     assert main(["matrix", "--root", str(root), "alpha", "--cuda", "13.0", "--platform", "linux_x86_64", "--json", "--cache-dir", str(cache)]) == 0
     data = json.loads(capsys.readouterr().out)
     assert all(r["stale_ignores"] == [] for r in data["lint"]["results"])
@@ -593,7 +641,8 @@ def test_version_hints_are_by_value_and_in_version_order(tmp_path: Path, capsys:
     assert "did you mean '2.10'?" in err
     assert "known: 2.1, 2.2, 2.3, 2.4, 2.5, 2.6, 2.7, 2.8, 2.9, 2.10, none" in err
     rc, _, err = farm_matrix(capsys, big_tree(tmp_path / "b"), "--python", "3.15")
-    assert "did you mean 'cp314'?" in err and "known: cp310, cp311, cp312, cp313, cp314" in err
+    assert "did you mean 'cp314'?" in err
+    assert "known: cp310, cp311, cp312, cp313, cp314" in err
 
 
 def test_a_package_failing_its_lint_is_withheld_and_the_others_are_scheduled(
@@ -607,15 +656,18 @@ def test_a_package_failing_its_lint_is_withheld_and_the_others_are_scheduled(
                "--plan", str(tmp_path / "plan.json")])
     out, err = capsys.readouterr()
     assert rc == 0
-    assert "lint: FAILED for alpha (withheld" in out and "setup.py:2" in out
+    assert "lint: FAILED for alpha (withheld" in out
+    assert "setup.py:2" in out
     assert "lint: FAILED for alpha" in err
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines())
     assert json.loads(outputs["lint_failed"]) == ["alpha"]
     plan = json.loads((tmp_path / "plan.json").read_text())
     scheduled = [e for i in range(int(outputs["shard_count"])) for e in slice_plan(plan, str(i))]
-    assert scheduled and {e["package"] for e in scheduled} == {"beta"}
+    assert scheduled
+    assert {e["package"] for e in scheduled} == {"beta"}
     assert "withheld" in summary.read_text()
-    assert plan["lint"]["withheld"] == ["alpha"] and {c["package"] for c in plan["cells"]} == {"beta"}
+    assert plan["lint"]["withheld"] == ["alpha"]
+    assert {c["package"] for c in plan["cells"]} == {"beta"}
 
     # Without the flag: the old strictness, nothing scheduled.
     output.unlink()
@@ -641,7 +693,8 @@ def test_a_release_that_would_pass_githubs_asset_cap_is_refused_at_matrix_time(
     capsys.readouterr()
     rc = main(["matrix", "--root", str(root), "--no-lint", "cubvh", "--plan", str(tmp_path / "plan.json")])
     err = capsys.readouterr().err
-    assert rc == EXIT_BAD_INPUT and not (tmp_path / "plan.json").exists()
+    assert rc == EXIT_BAD_INPUT
+    assert not (tmp_path / "plan.json").exists()
     assert "publish target 'github': release cubvh would hold 1015 assets, over GitHub's cap of 1000" in err
     assert "tag" in err
     # the default tag (package, version, CUDA line, epoch) keeps each release near a hundred

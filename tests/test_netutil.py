@@ -43,7 +43,7 @@ def test_an_html_page_and_a_json_page_read_the_same() -> None:
 
 
 def test_json_that_is_not_pep_691_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not an object"):
         parse_page(b"[1, 2]", "application/json", "http://x/")
     with pytest.raises(ValueError, match="without a url"):
         parse_page(b'{"files": [{"filename": "a.whl"}]}', "application/vnd.pypi.simple.v1+json", "http://x/")
@@ -112,7 +112,8 @@ def test_download_hashes_caps_and_reports(server: str, tmp_path: Path) -> None:
     got = download(f"{server}/blob", tmp_path / "blob", max_bytes=len(BLOB), progress=lines.append)
     assert (got.size, got.sha256) == (len(BLOB), hashlib.sha256(BLOB).hexdigest())
     assert (tmp_path / "blob").read_bytes() == BLOB
-    assert lines[0] == f"blob: downloading {server}/blob (1.0 MB)" and lines[-1] == "blob: 1.0 MB of 1.0 MB"
+    assert lines[0] == f"blob: downloading {server}/blob (1.0 MB)"
+    assert lines[-1] == "blob: 1.0 MB of 1.0 MB"
     with pytest.raises(TooLarge) as info:
         download(f"{server}/blob", tmp_path / "small", max_bytes=1000)
     assert info.value.cap == 1000

@@ -27,7 +27,8 @@ def test_session_installs_once_runs_current_code_and_reinstalls_when_the_project
     clone = tmp_path / "farm"
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
     first = nox(clone, "8.0")
-    assert INSTALL in first and "no image" in first
+    assert INSTALL in first
+    assert "no image" in first
     # farm runs `python -m pip` itself (a toolkit's wheels, torch): the session's venv has pip,
     # also where uv made it (nox's backend wherever uv is installed, as in the test environment)
     (python,) = (clone / ".nox").glob("explain*/bin/python")
@@ -37,10 +38,12 @@ def test_session_installs_once_runs_current_code_and_reinstalls_when_the_project
     explain = clone / "farm" / "commands" / "explain.py"
     explain.write_text(explain.read_text() + '\nprint("EDITED-IN-THE-CHECKOUT")\n')
     second = nox(clone, "8.0")
-    assert INSTALL not in second and "EDITED-IN-THE-CHECKOUT" in second
+    assert INSTALL not in second
+    assert "EDITED-IN-THE-CHECKOUT" in second
 
     # what an install reads changed: installed again
     pyproject = clone / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + "\n# changed\n")
     third = nox(clone, "8.0")
-    assert INSTALL in third and "EDITED-IN-THE-CHECKOUT" in third
+    assert INSTALL in third
+    assert "EDITED-IN-THE-CHECKOUT" in third

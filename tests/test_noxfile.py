@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,9 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dest
 
 
-def farm_json(output: str) -> dict:
+def farm_json(output: str) -> dict[str, Any]:
     """The JSON document a farm command printed; nox merges the command's stderr into stdout."""
+    data: dict[str, Any]
     data, _ = json.JSONDecoder().raw_decode(output[output.index("{"):])
     return data
 
@@ -74,5 +76,6 @@ def test_explain_session(clone: Path) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     devices = {d["device"]: d for d in farm_json(result.stdout)["devices"]}
     assert devices["8.9"]["image"] == "sm_86"
-    assert devices["10.0"]["image"] == "compute_90" and devices["10.0"]["kind"] == "ptx-jit"
+    assert devices["10.0"]["image"] == "compute_90"
+    assert devices["10.0"]["kind"] == "ptx-jit"
     assert devices["7.5"]["image"] is None

@@ -13,7 +13,7 @@ import pytest
 
 PATCHES = Path(__file__).resolve().parent.parent / "packages" / "patches"
 
-FUSED_SSIM = textwrap.dedent('''\
+FUSED_SSIM = textwrap.dedent("""\
     import torch
     fallback_archs = [
         "-gencode=arch=compute_75,code=sm_75",
@@ -24,9 +24,9 @@ FUSED_SSIM = textwrap.dedent('''\
         nvcc_args.append("-arch=sm_90")
     else:
         nvcc_args.extend(fallback_archs)
-    ''')
+    """)
 
-SAGEATTN3 = textwrap.dedent('''\
+SAGEATTN3 = textwrap.dedent("""\
     import os
     import torch
     if True:
@@ -38,21 +38,21 @@ SAGEATTN3 = textwrap.dedent('''\
         else:
             raise RuntimeError("Unsupported GPU")
         FLAGS = cc_flag
-    ''')
+    """)
 
-RASTERIZER = textwrap.dedent('''\
+RASTERIZER = textwrap.dedent("""\
     NAME = dict(
         version="0.1",
         name="custom_rasterizer",
     )["name"]
-    ''')
+    """)
 
-MMCV = textwrap.dedent('''\
+MMCV = textwrap.dedent("""\
     import os
     NAME = dict(
         name='mmcv' if os.getenv('MMCV_WITH_OPS', '0') == '0' else 'mmcv-full',
     )["name"]
-    ''')
+    """)
 
 
 def run(script: str, folder: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -65,7 +65,7 @@ def evaluate(folder: Path, env: dict[str, str], name: str) -> object:
     code = (folder / "setup.py").read_text()
     ast.parse(code)
     torch = type(sys)("torch")
-    torch.cuda = type(sys)("torch.cuda")  # a probe would fail loudly: the patch must not reach it
+    torch.cuda = type(sys)("torch.cuda")  # type: ignore[attr-defined]  # a probe would fail loudly: the patch must not reach it
     namespace: dict[str, object] = {}
     saved = sys.modules.get("torch")
     sys.modules["torch"] = torch
@@ -73,7 +73,7 @@ def evaluate(folder: Path, env: dict[str, str], name: str) -> object:
         with pytest.MonkeyPatch.context() as mp:
             for key, value in env.items():
                 mp.setenv(key, value)
-            exec(compile(code, "setup.py", "exec"), namespace)
+            exec(compile(code, "setup.py", "exec"), namespace)  # noqa: S102 (runs the patched setup.py as pip would)
     finally:
         if saved is None:
             sys.modules.pop("torch", None)
@@ -98,7 +98,8 @@ def test_patch_applies_once_and_does_what_it_says(
     patched = (tmp_path / "setup.py").read_text()
     assert patched != text
     second = run(script, tmp_path)
-    assert second.returncode == 0 and "already patched" in second.stdout
+    assert second.returncode == 0
+    assert "already patched" in second.stdout
     assert (tmp_path / "setup.py").read_text() == patched
     assert evaluate(tmp_path, env, name) == expected
 
@@ -114,7 +115,8 @@ def test_sageattn3_without_a_blackwell_arch_still_refuses(tmp_path: Path) -> Non
 def test_patch_refuses_a_setup_py_it_does_not_recognise(tmp_path: Path, script: str) -> None:
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='other')\n")
     proc = run(script, tmp_path)
-    assert proc.returncode != 0 and "review the patch" in proc.stderr
+    assert proc.returncode != 0
+    assert "review the patch" in proc.stderr
     assert (tmp_path / "setup.py").read_text() == "from setuptools import setup\nsetup(name='other')\n"
 
 
@@ -129,13 +131,15 @@ def test_torchsparse_dispatch_arguments_use_scalar_type(tmp_path: Path) -> None:
     assert 'inputs.scalar_type(), "voxelize_forward_cuda"' in patched
     assert "inputs.type().is_cuda()" in patched  # only the dispatch position is rewritten
     again = run("torchsparse.py", tmp_path)
-    assert again.returncode == 0 and "already patched" in again.stdout and kernel.read_text() == patched
+    assert again.returncode == 0
+    assert "already patched" in again.stdout
+    assert kernel.read_text() == patched
     kernel.write_text("int x;\n")
     assert run("torchsparse.py", tmp_path).returncode != 0
 
 
 # -- the renamed forks: trees shaped like the pinned upstream ones (setup.py, pyproject.toml, package)
-OVOXEL_SETUP = textwrap.dedent('''\
+OVOXEL_SETUP = textwrap.dedent("""\
     from setuptools import setup
     setup(
         name="o_voxel",
@@ -145,7 +149,7 @@ OVOXEL_SETUP = textwrap.dedent('''\
         ],
         ext_modules=[CUDAExtension(name="o_voxel._C", sources=["src/ext.cpp"])],
     )
-    ''')
+    """)
 PYPROJECT = '[project]\nname = "{name}"\nversion = "0.0.1"\nauthors = [\n    {{ name = "Jianfeng Xiang" }}\n]\n'
 
 
@@ -166,9 +170,12 @@ def test_an_ovoxel_fork_is_renamed_package_and_all(tmp_path: Path, script: str, 
         "src/ext.cpp": "// o_voxel's bindings: C++ is not touched\n"})
     first = run(script, tmp_path)
     assert first.returncode == 0, first.stderr
-    assert not (tmp_path / "o_voxel").exists() and (tmp_path / new / "convert" / "__init__.py").is_file()
+    assert not (tmp_path / "o_voxel").exists()
+    assert (tmp_path / new / "convert" / "__init__.py").is_file()
     setup = (tmp_path / "setup.py").read_text()
-    assert f'name="{new}"' in setup and f"'{new}.convert'" in setup and f'name="{new}._C"' in setup
+    assert f'name="{new}"' in setup
+    assert f"'{new}.convert'" in setup
+    assert f'name="{new}._C"' in setup
     assert f'name = "{new}"' in (tmp_path / "pyproject.toml").read_text()
     assert 'name = "Jianfeng Xiang"' in (tmp_path / "pyproject.toml").read_text()  # not a project name
     assert f"from {new}.convert import mesh" in (tmp_path / new / "__init__.py").read_text()
@@ -177,7 +184,8 @@ def test_an_ovoxel_fork_is_renamed_package_and_all(tmp_path: Path, script: str, 
     assert (tmp_path / "src" / "ext.cpp").read_text().startswith("// o_voxel's")
     snapshot = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     second = run(script, tmp_path)
-    assert second.returncode == 0 and "already renamed" in second.stdout
+    assert second.returncode == 0
+    assert "already renamed" in second.stdout
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == snapshot
 
 
@@ -191,31 +199,35 @@ def test_flexgemm_vb_renames_its_autotuner_cache_folder_too(tmp_path: Path) -> N
 
 
 def test_cumesh_vb_renames_only_the_distribution(tmp_path: Path) -> None:
-    setup = textwrap.dedent('''\
+    setup = textwrap.dedent("""\
         setup(
             name="cumesh",
             packages=['cumesh'],
             ext_modules=[CUDAExtension(name="cumesh._C", sources=["src/ext.cpp"])],
         )
-        ''')
+        """)
     _fork(tmp_path, "cumesh", setup, {"cumesh/__init__.py": "from . import _C\n"})
     assert run("cumesh_vb.py", tmp_path).returncode == 0
     text = (tmp_path / "setup.py").read_text()
-    assert 'name="cumesh_vb"' in text and "packages=['cumesh']" in text and 'name="cumesh._C"' in text
+    assert 'name="cumesh_vb"' in text
+    assert "packages=['cumesh']" in text
+    assert 'name="cumesh._C"' in text
     assert 'name = "cumesh_vb"' in (tmp_path / "pyproject.toml").read_text()
     assert (tmp_path / "cumesh" / "__init__.py").is_file()
     again = run("cumesh_vb.py", tmp_path)
-    assert again.returncode == 0 and "already renamed" in again.stdout
+    assert again.returncode == 0
+    assert "already renamed" in again.stdout
 
 
 @pytest.mark.parametrize("script", ["cumesh_vb.py", "flexgemm_vb.py", "ovoxel_vb.py", "ovoxel_vb_ap.py"])
 def test_a_rename_refuses_a_tree_it_does_not_recognise(tmp_path: Path, script: str) -> None:
     (tmp_path / "setup.py").write_text('setup(name="something_else", packages=["something_else"])\n')
     proc = run(script, tmp_path)
-    assert proc.returncode != 0 and "review the patch" in proc.stderr
+    assert proc.returncode != 0
+    assert "review the patch" in proc.stderr
 
 
-DPVO_SETUP = textwrap.dedent('''\
+DPVO_SETUP = textwrap.dedent("""\
     import os.path as osp
     from setuptools import setup, find_packages
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
@@ -237,11 +249,11 @@ DPVO_SETUP = textwrap.dedent('''\
                     osp.join(ROOT, 'thirdparty/eigen-3.4.0')],
                 sources=['dpvo/lietorch/src/lietorch.cpp']),
         ])
-    ''')
-DPVO_KERNEL = '''\
+    """)
+DPVO_KERNEL = """\
   AT_DISPATCH_FLOATING_TYPES_AND_HALF(fmap1.type(), "corr_forward_kernel", ([&] {
     if (a.device().type() == torch::DeviceType::CPU) {}
-'''
+"""
 
 
 def _dpvo(tmp_path: Path) -> Path:
@@ -268,7 +280,8 @@ def test_dpvo_cuda_takes_eigen_from_the_build_environment(tmp_path: Path) -> Non
     first = run("dpvo_cuda.py", folder)
     assert first.returncode == 0, first.stderr
     setup = (folder / "setup.py").read_text()
-    assert "name='dpvo_cuda'" in setup and "thirdparty/eigen-3.4.0" not in setup
+    assert "name='dpvo_cuda'" in setup
+    assert "thirdparty/eigen-3.4.0" not in setup
     assert setup.count("EIGEN]") + setup.count("EIGEN)") >= 2
     # the include folder is the cmeel-eigen wheel's, in the interpreter that runs the build
     site = tmp_path / "site"
@@ -277,13 +290,15 @@ def test_dpvo_cuda_takes_eigen_from_the_build_environment(tmp_path: Path) -> Non
     found, _ = _eval_eigen(folder, site)
     assert found == str(site / "cmeel.prefix" / "include" / "eigen3")
     _, (rc, err) = _eval_eigen(folder, tmp_path / "no-site")
-    assert rc != 0 and "install cmeel-eigen==3.4.0.* first" in str(err)
+    assert rc != 0
+    assert "install cmeel-eigen==3.4.0.* first" in str(err)
     kernel = (folder / "dpvo" / "altcorr" / "correlation_kernel.cu").read_text()
     assert 'fmap1.scalar_type(), "corr_forward_kernel"' in kernel
     assert "a.device().type() == torch::DeviceType::CPU" in kernel  # not a dispatch argument
     snapshot = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     again = run("dpvo_cuda.py", folder)
-    assert again.returncode == 0 and "already" in again.stdout
+    assert again.returncode == 0
+    assert "already" in again.stdout
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == snapshot
 
 
@@ -291,4 +306,5 @@ def test_dpvo_cuda_refuses_a_setup_without_the_eigen_folder(tmp_path: Path) -> N
     folder = _dpvo(tmp_path)
     (folder / "setup.py").write_text(DPVO_SETUP.replace("thirdparty/eigen-3.4.0", "third_party/eigen"))
     proc = run("dpvo_cuda.py", folder)
-    assert proc.returncode != 0 and "review the patch" in proc.stderr
+    assert proc.returncode != 0
+    assert "review the patch" in proc.stderr

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cibuildwheel.environment import parse_environment
@@ -15,6 +16,7 @@ from cibuildwheel.oci_container import OCIContainerEngineConfig
 
 from farm.builder.plan import (
     SONAME_EXCLUDES,
+    BuildPlan,
     PlanOptions,
     identifier,
     plan_build,
@@ -23,6 +25,7 @@ from farm.builder.plan import (
 from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
 
 from .buildroot import DEMO_RECIPE, make_root
 from .wheelmaker import make_wheel
@@ -54,8 +57,8 @@ before-build = "exit 1"
 """
 
 
-@pytest.fixture()
-def config(tmp_path):
+@pytest.fixture
+def config(tmp_path: Path) -> FarmConfig:
     for d in ("examples/demo_ext", "src/torchpkg/lib"):
         (tmp_path / d).mkdir(parents=True)
     (tmp_path / "src/torchpkg/lib/pyproject.toml").write_text(UPSTREAM_PYPROJECT)
@@ -63,11 +66,11 @@ def config(tmp_path):
     return make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch="8.0;9.0+PTX"), "torchpkg": TORCH_RECIPE})
 
 
-def options(tmp_path: Path, **kw) -> PlanOptions:
+def options(tmp_path: Path, **kw: Any) -> PlanOptions:
     return PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", **kw)
 
 
-def plan_for(config, tmp_path, cell, **kw):
+def plan_for(config: FarmConfig, tmp_path: Path, cell: Cell, **kw: Any) -> BuildPlan:
     recipe = config.recipe(cell.package)
     checkout = tmp_path / ("examples/demo_ext" if cell.package == "demo_ext" else "src/torchpkg")
     return plan_build(config, recipe, cell, checkout, options(tmp_path, **kw))
@@ -78,12 +81,19 @@ ARM = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp312", "linux_aarch64")
 WIN = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "win_amd64")
 
 
-def build_env(plan) -> dict[str, str]:
+def option(plan: BuildPlan, key: str) -> str:
+    """One cibuildwheel option of ``plan``: each one farm writes is a string."""
+    value = plan.options[key]
+    assert isinstance(value, str), (key, value)
+    return value
+
+
+def build_env(plan: BuildPlan) -> dict[str, str]:
     """The plan's environment option as cibuildwheel itself evaluates it."""
-    return parse_environment(plan.options["environment"]).as_dictionary({"PATH": "/usr/bin"})
+    return parse_environment(option(plan, "environment")).as_dictionary({"PATH": "/usr/bin"})
 
 
-def test_identifiers():
+def test_identifiers() -> None:
     assert identifier(X86) == "cp311-manylinux_x86_64"
     assert identifier(ARM) == "cp312-manylinux_aarch64"
     assert identifier(WIN) == "cp311-win_amd64"
@@ -91,7 +101,7 @@ def test_identifiers():
         identifier(Cell("x", "1", "13.0", "none", "cp311", "macosx_arm64"))
 
 
-def test_torch_free_x86_plan(config, tmp_path):
+def test_torch_free_x86_plan(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86, container_engine="podman",
                     images={"x86_64": "localhost/img:1", "aarch64": "localhost/arm:1"})
     assert plan.argv == ("cibuildwheel", "--only", "cp311-manylinux_x86_64",
@@ -106,23 +116,24 @@ def test_torch_free_x86_plan(config, tmp_path):
     assert env["FORCE_CUDA"] == "1"
     assert env["MAX_JOBS"] == "3"  # inherited from _defaults.yml's build knobs
     assert env["NVCC_APPEND_FLAGS"] == "--threads 1"
-    assert "torch" not in plan.options["before-build"]
-    assert "nvidia-cuda-nvcc==13.0.88" in plan.options["before-all"]
-    assert plan.options["container-engine"] == "podman"
-    assert plan.options["manylinux-x86_64-image"] == "localhost/img:1"
+    assert "torch" not in option(plan, "before-build")
+    assert "nvidia-cuda-nvcc==13.0.88" in option(plan, "before-all")
+    assert option(plan, "container-engine") == "podman"
+    assert option(plan, "manylinux-x86_64-image") == "localhost/img:1"
     assert "manylinux-aarch64-image" not in plan.options
-    assert plan.options["build-frontend"] == "build; args: --no-isolation"
+    assert option(plan, "build-frontend") == "build; args: --no-isolation"
     for soname in ("libcuda.so.1", "libtorch.so", "libc10.so", "'libcudart.so.*'"):
-        assert f"--exclude {soname}" in plan.options["repair-wheel-command"]
+        assert f"--exclude {soname}" in option(plan, "repair-wheel-command")
 
 
-def test_torch_aarch64_plan(config, tmp_path):
+def test_torch_aarch64_plan(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, ARM, images={"x86_64": "localhost/img:1",
                                                    "aarch64": "quay.io/pypa/manylinux_2_28_aarch64"})
     assert plan.identifier == "cp312-manylinux_aarch64"
-    assert plan.package_dir == "lib" and plan.argv[-1] == "lib"
+    assert plan.package_dir == "lib"
+    assert plan.argv[-1] == "lib"
     assert plan.options["archs"] == ["aarch64"]
-    assert plan.options["manylinux-aarch64-image"] == "quay.io/pypa/manylinux_2_28_aarch64"
+    assert option(plan, "manylinux-aarch64-image") == "quay.io/pypa/manylinux_2_28_aarch64"
     assert "manylinux-x86_64-image" not in plan.options
     env = build_env(plan)
     # the aarch64 policy row of _defaults.yml, rendered for torch
@@ -132,35 +143,39 @@ def test_torch_aarch64_plan(config, tmp_path):
     assert env["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo"
     assert env["TORCHPKG_FAST"] == "1"
     assert plan.torch_version == "2.9.1"
-    before = plan.options["before-build"]
+    before = option(plan, "before-build")
     assert "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130" in before
-    assert "psutil" in before and "setuptools" in before
+    assert "psutil" in before
+    assert "setuptools" in before
 
 
-def test_windows_plan_uses_the_host_toolkit(config, tmp_path):
+def test_windows_plan_uses_the_host_toolkit(config, tmp_path) -> None:
     with pytest.raises(UsageError, match="needs its toolkit"):
         plan_for(config, tmp_path, WIN)
     plan = plan_for(config, tmp_path, WIN, host_cuda_home=Path("C:/farm/toolkit/13.0/cuda"))
     assert plan.identifier == "cp311-win_amd64"
-    assert plan.options["before-all"] == "" and plan.options["repair-wheel-command"] == ""
+    assert option(plan, "before-all") == ""
+    assert option(plan, "repair-wheel-command") == ""
     assert build_env(plan)["CUDA_HOME"] == "C:/farm/toolkit/13.0/cuda"
     assert build_env(plan)["PATH"] == "C:/farm/toolkit/13.0/cuda/bin;/usr/bin"
     # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
-    assert plan.options["before-build"].startswith('python -m pip install "setuptools>=64" wheel ninja && ')
-    assert "'" not in plan.options["before-build"]
+    assert option(plan, "before-build").startswith('python -m pip install "setuptools>=64" wheel ninja && ')
+    assert "'" not in option(plan, "before-build")
 
 
-def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path):
+def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86)
     options = tomllib.loads(plan.config_text)["tool"]["cibuildwheel"]
-    assert options["test-command"] == "" and options["before-test"] == "" and options["skip"] == ""
+    assert options["test-command"] == ""
+    assert options["before-test"] == ""
+    assert options["skip"] == ""
     assert options["build"] == "cp311-manylinux_x86_64"
     assert parse_environment(options["environment"]).as_dictionary({})["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
-    assert options["before-build"] == plan.options["before-build"]
+    assert options["before-build"] == option(plan, "before-build")
 
 
 @pytest.mark.parametrize("cell", [X86, ARM, WIN], ids=lambda c: c.platform)
-def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_path, cell):
+def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_path, cell) -> None:
     # The checkout's own [tool.cibuildwheel] says skip = "*": with farm's config file it is not read.
     plan = plan_for(config, tmp_path, cell, host_cuda_home=Path("/opt/cuda"))
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
@@ -173,12 +188,12 @@ def test_real_cibuildwheel_prints_exactly_the_planned_identifier(config, tmp_pat
     assert proc.stdout.split() == [plan.identifier]
 
 
-def test_step_summary_is_redirected_into_the_work_dir(config, tmp_path):
+def test_step_summary_is_redirected_into_the_work_dir(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86)
     assert plan.env["GITHUB_STEP_SUMMARY"] == str(tmp_path / "work/cibuildwheel-summary.md")
 
 
-def test_family_targets_are_rendered_for_cmake_only(config, tmp_path):
+def test_family_targets_are_rendered_for_cmake_only(config, tmp_path) -> None:
     recipe = config.recipe("demo_ext")
     plan = plan_build(config, recipe, X86, tmp_path / "examples/demo_ext", options(tmp_path),
                       archs=ArchList.parse("9.0;10.0f"))
@@ -187,7 +202,7 @@ def test_family_targets_are_rendered_for_cmake_only(config, tmp_path):
     assert env["CUDAARCHS"] == "90-real;100f-real"
 
 
-def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path):
+def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path) -> None:
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  arch_env: {TORCHPKG_ARCHS: versions, TORCHPKG_SMS: numbers}\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
@@ -199,21 +214,21 @@ def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path)
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a;10.0a;12.0"
 
 
-def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path):
+def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path) -> None:
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
     linux = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
-    script = linux.options["before-all"]
+    script = option(linux, "before-all")
     assert script.startswith("set -eu\ndnf install -y epel-release\ndnf install -y sparsehash-devel\n")
     # the toolkit script exits early once stamped: the packages must come before it
     assert script.index("sparsehash-devel") < script.index("exit 0")
     win = plan_build(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
                      options(tmp_path, host_cuda_home=tmp_path / "cuda"))
-    assert "dnf" not in win.options["before-all"]
+    assert "dnf" not in option(win, "before-all")
 
 
-def test_bad_inputs(config, tmp_path):
+def test_bad_inputs(config, tmp_path) -> None:
     recipe = config.recipe("demo_ext")
     with pytest.raises(UsageError, match="absolute"):
         plan_build(config, recipe, X86, tmp_path, PlanOptions(output_dir=Path("out"), work_dir=tmp_path))
@@ -221,7 +236,7 @@ def test_bad_inputs(config, tmp_path):
         plan_build(config, config.recipe("torchpkg"), X86, tmp_path, options(tmp_path))
 
 
-def test_cuda_components_are_manifest_names(tmp_path):
+def test_cuda_components_are_manifest_names(tmp_path) -> None:
     (tmp_path / "examples/demo_ext").mkdir(parents=True)
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: nvidia-nvtx==13.0.85\n"
     # refused when the recipe loads, before any plan: with the file and line
@@ -230,36 +245,38 @@ def test_cuda_components_are_manifest_names(tmp_path):
     assert "packages/demo_ext.yml:9" in str(err.value)
 
 
-def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(config, tmp_path):
+def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(config, tmp_path) -> None:
     for d in ("examples/demo_ext", "src/torchpkg/lib"):
         (tmp_path / "r" / d).mkdir(parents=True, exist_ok=True)
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: [cuda_nvtx]\n"
     cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
     plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
-    assert plan.toolkit.components[-1] == "cuda_nvtx" and "nvidia-nvtx==13.0.85" in plan.options["before-all"]
+    assert plan.toolkit.components[-1] == "cuda_nvtx"
+    assert "nvidia-nvtx==13.0.85" in option(plan, "before-all")
     torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
     tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
-    assert "nvidia-cusparse==12.6.3.3" in tplan.options["before-all"]
+    assert "nvidia-cusparse==12.6.3.3" in option(tplan, "before-all")
 
 
-def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path):
+def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> None:
     cell = Cell("demo_ext", "0.1.0", "12.8", "none", "cp311", "linux_x86_64")
     with pytest.raises(UsageError, match="mounts the host's"):
         plan_for(config, tmp_path, cell)
     host = tmp_path / "cache/toolkit/12.8/redist-12.8.1-linux-x86_64-0123"
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
-    assert plan.options["before-all"] == ""
-    assert plan.options["container-engine"] == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    assert option(plan, "before-all") == ""
+    assert option(plan, "container-engine") == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
     # as cibuildwheel itself reads the option (a path with a space stays one argument)
     spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
-    engine = OCIContainerEngineConfig.from_config_string(spaced.options["container-engine"])
+    engine = OCIContainerEngineConfig.from_config_string(option(spaced, "container-engine"))
     assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
-    assert plan.toolkit.source == "redist" and plan.toolkit.release == "12.8.1"
+    assert plan.toolkit.source == "redist"
+    assert plan.toolkit.release == "12.8.1"
 
 
 @pytest.mark.parametrize("vendored", [False, True])
-def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
+def test_repair_command_refuses_vendored_libraries(tmp_path, vendored) -> None:
     files = {"demo_ext/_C.so": b"\x7fELF"}
     if vendored:
         files["demo_ext.libs/libgomp-a34b3233.so.1"] = b"\x7fELF"
@@ -273,12 +290,12 @@ def test_repair_command_refuses_vendored_libraries(tmp_path, vendored):
         assert "a vendored library is an unasserted binary" in proc.stderr
 
 
-def test_excludes_cover_driver_runtime_and_torch():
+def test_excludes_cover_driver_runtime_and_torch() -> None:
     for name in ("libcuda.so.1", "libcudart.so.*", "libtorch_cuda.so", "libc10_cuda.so"):
         assert name in SONAME_EXCLUDES
 
 
-def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path):
+def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path) -> None:
     files = {"demo_ext/_C.so": b"\x7fELF", "demo_ext.libs/libgomp-a34b3233.so.1": b"\x7fELF"}
     dest = tmp_path / "repaired"
     make_wheel(dest, "demo_ext", "0.1.0", files)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +31,7 @@ from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments, read_fragment, write_fragment
 from farm.provenance.postbuild import (
     BuildContext,
+    PostbuildResult,
     cell_platform,
     check_wheel_matches_cell,
     context_from_config,
@@ -72,7 +74,7 @@ def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module")
-def stamped(raw_wheel: Path, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory):
+def stamped(raw_wheel: Path, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> PostbuildResult:
     out = tmp_path_factory.mktemp("out")
     result = postbuild_wheel(raw_wheel, out, context(cuda_home, BASE, epoch=2), dist="demo_ext")
     assert result.passed, result.report.render()
@@ -86,7 +88,8 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
     entry = json.loads(stamped.fragment.read_text())
     assert entry["filename"] == wheel.name
     assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
-    assert entry["size"] == wheel.stat().st_size and entry["published"] == []
+    assert entry["size"] == wheel.stat().st_size
+    assert entry["published"] == []
     buildinfo.validate(entry)
     with zipfile.ZipFile(wheel) as zf:
         embedded = json.loads(zf.read(f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"))
@@ -115,13 +118,17 @@ def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, 
     out = stamped.stamped.path.parent
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     again = postbuild_wheel(raw_wheel, out, context(cuda_home, BASE, epoch=2), dist="demo_ext")
-    assert again.stamped is not None and not again.stamped.created
-    assert again.stamped.sha256 == stamped.stamped.sha256 and again.fragment == stamped.fragment
+    assert again.stamped is not None
+    assert not again.stamped.created
+    assert again.stamped.sha256 == stamped.stamped.sha256
+    assert again.fragment == stamped.fragment
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def cuda_line_digits(result) -> str:
-    return result.stamped.build_info.cell.cuda.replace(".", "")
+def cuda_line_digits(result: PostbuildResult) -> str:
+    assert result.stamped is not None
+    assert result.stamped.build_info is not None
+    return str(result.stamped.build_info.cell.cuda).replace(".", "")
 
 
 def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path) -> None:
@@ -133,12 +140,14 @@ def test_build_info_comes_from_real_sources(stamped, cuda_home: Path, nvcc: Path
     assert info["found"] == {so: "sm_80;sm_90;compute_90"} == info["expected"]
     assert info["arch_list"] == {"requested": BASE, "normalised": "sm_80;sm_90;compute_90"}
     assert info["assertion"]["result"] == "passed"
-    assert info["assertion"]["cuobjdump"] == stamped.report.tools.cuobjdump and info["assertion"]["cuobjdump"]
+    assert info["assertion"]["cuobjdump"] == stamped.report.tools.cuobjdump
+    assert info["assertion"]["cuobjdump"]
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert f"V{info['toolchain']['nvcc']}" in reported
     assert info["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
     assert info["run"] == probe.run_from_env(os.environ).to_dict()
-    assert info["build_epoch"] == 2 and info["provenance"] == "asserted"
+    assert info["build_epoch"] == 2
+    assert info["provenance"] == "asserted"
 
 
 def test_record_verifies_and_input_is_untouched(stamped, raw_wheel: Path) -> None:
@@ -174,7 +183,9 @@ def test_stamped_wheel_installs_and_build_info_reads_back_at_runtime(stamped, tm
 def test_failed_assertion_writes_nothing(raw_wheel: Path, cuda_home: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = postbuild_wheel(raw_wheel, out, context(cuda_home, "8.0;8.6;9.0+PTX"), dist="demo_ext")
-    assert not result.passed and result.stamped is None and result.fragment is None
+    assert not result.passed
+    assert result.stamped is None
+    assert result.fragment is None
     assert "sm_86" in result.report.render()
     assert not out.exists() or list(out.iterdir()) == []
 
@@ -215,12 +226,15 @@ def test_context_from_config(farm_root: Path, raw_wheel: Path, cuda_home: Path) 
                                            "GITHUB_SHA": "a" * 40, "GITHUB_RUN_ID": "77", "GITHUB_RUN_ATTEMPT": "1"})
     assert recipe.name == "demo_ext"
     assert ctx.cell == Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", PY, "linux_x86_64")
-    assert ctx.build_epoch == 3 and ctx.build_tag == "3"
+    assert ctx.build_epoch == 3
+    assert ctx.build_tag == "3"
     assert ctx.defaults_sha256 == hashlib.sha256((farm_root / "_defaults.yml").read_bytes()).hexdigest()
     assert ctx.recipe_sha256 == hashlib.sha256((farm_root / "packages" / "demo_ext.yml").read_bytes()).hexdigest()
-    assert ctx.requested == BASE and ctx.expected.default == ArchList.parse(BASE)
+    assert ctx.requested == BASE
+    assert ctx.expected.default == ArchList.parse(BASE)
     assert ctx.source == buildinfo.GitSourceRecord("example/demo_ext", "v0.1.0", None)
-    assert ctx.run.provider == "github" and ctx.run.run_id == "77"
+    assert ctx.run.provider == "github"
+    assert ctx.run.run_id == "77"
     assert ctx.requires_dist == ("numpy>=1.24",)  # stamped into the wheel's METADATA
 
 
@@ -231,9 +245,11 @@ def test_cli_postbuild_then_failed_batch_writes_nothing(farm_root: Path, raw_whe
             "--cuda-home", str(cuda_home), "--json"]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["passed"] and len(report["wheels"]) == 1
+    assert report["passed"]
+    assert len(report["wheels"]) == 1
     stamped = Path(report["wheels"][0]["stamped"])
-    assert stamped.parent == out and "-3-" in stamped.name
+    assert stamped.parent == out
+    assert "-3-" in stamped.name
     assert sorted(p.name for p in out.iterdir()) == sorted([stamped.name, stamped.name + ".ledger.json"])
 
     write_farm_root(farm_root, {"demo_ext": "8.0;9.0;10.0+PTX"})  # the build missed 10.0
@@ -243,7 +259,8 @@ def test_cli_postbuild_then_failed_batch_writes_nothing(farm_root: Path, raw_whe
     assert main(["postbuild", str(raw_wheel), "--out", str(out2), "--root", str(farm_root),
                  "--cuda-home", str(cuda_home)]) == 1
     captured = capsys.readouterr()
-    assert "sm_100" in captured.out and "nothing was written" in captured.err
+    assert "sm_100" in captured.out
+    assert "nothing was written" in captured.err
     assert not out2.exists() or list(out2.iterdir()) == []
 
 
@@ -304,14 +321,16 @@ def test_postbuild_asserts_the_build_spec_it_is_given(farm_root: Path, raw_wheel
     base = ["postbuild", str(raw_wheel), "--root", str(farm_root), "--cuda-home", str(cuda_home), "--json"]
     assert main([*base, "--out", str(tmp_path / "out-a"), "--spec", str(as_configured)]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["passed"] and doc["wheels"][0]["stamped"]
+    assert doc["passed"]
+    assert doc["wheels"][0]["stamped"]
 
     # a build given another list than the config's: its wheel fails the spec's assertion
     other = write_spec(resolve_spec(config, recipe, ctx.cell, arch=ArchRequest.given(ArchList.parse("8.0;9.0"))),
                        tmp_path / "b")
     assert main([*base, "--out", str(tmp_path / "out-b"), "--spec", str(other)]) == 1
     doc = json.loads(capsys.readouterr().out)
-    assert not doc["passed"] and not (tmp_path / "out-b").exists()
+    assert not doc["passed"]
+    assert not (tmp_path / "out-b").exists()
 
     # a spec of another cell, or a flag that contradicts it: bad input, nothing written
     wrong = write_spec(resolve_spec(config, recipe, replace(ctx.cell, python="cp312")), tmp_path / "c")
@@ -338,7 +357,8 @@ def test_postbuild_of_a_wheel_build_already_postbuilt_carries_it(farm_root: Path
     for _ in range(2):  # and again: a no-op
         assert main(["postbuild", str(stamped), "--out", str(dist), "--root", str(farm_root), "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
-        assert doc["passed"] and doc["wheels"][0]["sha256"] == hashlib.sha256(stamped.read_bytes()).hexdigest()
+        assert doc["passed"]
+        assert doc["wheels"][0]["sha256"] == hashlib.sha256(stamped.read_bytes()).hexdigest()
     assert (dist / stamped.name).read_bytes() == stamped.read_bytes()
     assert json.loads((dist / (stamped.name + ".ledger.json")).read_text())["filename"] == stamped.name
     # `farm assert --cell` reads the stamped wheel's own cell too
@@ -369,7 +389,8 @@ def test_a_cuda_13_build_postbuilt_for_another_line_fails_naming_both(
     doc = json.loads(capsys.readouterr().out)
     (ext,) = doc["wheels"][0]["assertion"]["extensions"]
     (finding,) = [f for f in ext["findings"] if f["code"] == "toolkit-mismatch"]
-    assert "cubin(s) made by CUDA 13.0" in finding["message"] and "PTX entry of ISA 9.0" in finding["message"]
+    assert "cubin(s) made by CUDA 13.0" in finding["message"]
+    assert "PTX entry of ISA 9.0" in finding["message"]
     assert "the cell's CUDA line is 12.8" in finding["message"]
     assert finding["cause"] == "built by another CUDA toolkit"
     assert not (tmp_path / "a").exists()
@@ -388,6 +409,7 @@ def test_a_cuda_13_build_postbuilt_for_another_line_fails_naming_both(
     stamped = Path(doc["wheels"][0]["stamped"])
     info = BuildInfo.from_json(zipfile.ZipFile(stamped).read(
         next(n for n in zipfile.ZipFile(stamped).namelist() if n.endswith("_build_info.json"))))
+    assert isinstance(info.made_by, Mapping)
     assert {so: m.to_dict() for so, m in info.made_by.items()} == {ext["path"]: ext["made_by"]}
 
 
@@ -438,8 +460,10 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     k2 = FamilyTargets("HOPPER_ARCHS (CMakeLists.txt:9)", ("csrc/k2.cu",), ArchList.parse("9.0a"))
     result = postbuild_wheel(raw, tmp_path / "out", replace(ctx, expected=replace(ctx.expected, families=(k1, k2))),
                              dist="demo_ext")
-    assert result.passed and result.stamped is not None, result.report.render()
+    assert result.passed, result.report.render()
+    assert result.stamped is not None, result.report.render()
     info = result.stamped.build_info
+    assert info is not None
     member = f"demo_ext/{SO}"
     assert isinstance(info.families, MappingProxyType)
     assert {n: (f.targets, f.extensions) for n, f in info.families.items()} == {
@@ -450,8 +474,11 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     wrong = replace(k2, targets=ArchList.parse("9.0a;10.0a"))
     failed = postbuild_wheel(raw, tmp_path / "out-wrong",
                              replace(ctx, expected=replace(ctx.expected, families=(k1, wrong))), dist="demo_ext")
-    assert not failed.passed and failed.stamped is None and not (tmp_path / "out-wrong").exists()
-    assert "kernel family HOPPER_ARCHS" in failed.report.render() and "TU k2.cu" in failed.report.render()
+    assert not failed.passed
+    assert failed.stamped is None
+    assert not (tmp_path / "out-wrong").exists()
+    assert "kernel family HOPPER_ARCHS" in failed.report.render()
+    assert "TU k2.cu" in failed.report.render()
 
     # postbuilt again, the stamped wheel is carried only with the families it records
     again = postbuild_wheel(result.stamped.path, tmp_path / "again",
@@ -480,10 +507,13 @@ def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel
     """``farm build`` hands postbuild the cell's build time; the matrix plans jobs with it."""
     ctx = replace(context(cuda_home, BASE), duration_s=1234.5)
     result = postbuild_wheel(raw_wheel, tmp_path, ctx, dist="demo_ext")
-    assert result.passed and result.stamped and result.fragment
+    assert result.passed
+    assert result.stamped
+    assert result.fragment
     assert json.loads(result.fragment.read_text())["duration_s"] == 1234.5
     info = read_embedded(result.stamped.path)
-    assert info is not None and info.duration_s == 1234.5
+    assert info is not None
+    assert info.duration_s == 1234.5
     ledger = tmp_path / "ledger.jsonl"
     ledger.write_text(result.fragment.read_text().replace("\n", "") + "\n")
     c = ctx.cell

@@ -33,9 +33,11 @@ def test_run_outside_ci_is_local_and_unknown_ci_is_not_called_local() -> None:
 def test_toolchain_asks_the_real_nvcc(cuda_home: Path, nvcc: Path) -> None:
     reported = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     info = probe.toolchain(cuda_home=cuda_home, builder="native")
-    assert info.nvcc and f"V{info.nvcc}" in reported
+    assert info.nvcc
+    assert f"V{info.nvcc}" in reported
     assert info.python == platform.python_version()
-    assert info.builder == "native" and info.cibuildwheel is None
+    assert info.builder == "native"
+    assert info.cibuildwheel is None
 
 
 def test_toolchain_reports_cibuildwheel_only_for_that_builder() -> None:

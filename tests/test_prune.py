@@ -8,6 +8,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from filelock import FileLock
@@ -82,7 +83,7 @@ def cache(tmp_path: Path) -> Path:
     return cache
 
 
-def _recent() -> list[dict]:
+def _recent() -> list[dict[str, Any]]:
     entry = make_entry("pkg", "1.0", cuda="13.0", torch="2.8", python="cp311")
     entry["source"] = {"kind": "git", "repo": "o/pkg", "ref": "v1", "commit": COMMIT_USED}
     entry["toolchain"] = {"nvcc": "13.0.88", "torch": "2.8.0+cu130", "python": "3.11.7", "builder": "native",
@@ -97,7 +98,7 @@ def _bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def test_what_recent_cells_use_is_kept_and_the_rest_goes(cache: Path):
+def test_what_recent_cells_use_is_kept_and_the_rest_goes(cache: Path) -> None:
     used = in_use(_recent(), sdists=[SDIST_USED])
     plan = plan_prune(cache, used)
     toolkit_13 = next((cache / "toolkit" / "13.0").iterdir())
@@ -129,7 +130,7 @@ def test_what_recent_cells_use_is_kept_and_the_rest_goes(cache: Path):
     assert [i.path.name for i in plan_prune(cache, used).removed] == ["gone"]  # nothing else is left
 
 
-def test_a_folder_in_use_or_just_changed_is_kept(cache: Path):
+def test_a_folder_in_use_or_just_changed_is_kept(cache: Path) -> None:
     envs = cache / "envs"
     free = next(p for p in envs.iterdir() if "3.12" in p.name)
     with FileLock(str(envs / f".{free.name}.lock")):  # a build is making or reusing it now
@@ -141,7 +142,7 @@ def test_a_folder_in_use_or_just_changed_is_kept(cache: Path):
     assert {i.kind for i in plan.items} == {"envs"}
 
 
-def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_path: Path, capsys):
+def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_path: Path, capsys) -> None:
     root = tmp_path
     from .buildroot import make_root
 
@@ -152,13 +153,16 @@ def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_p
     before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
     assert main(["cache", "prune", "--dry-run", "--root", str(root), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["dry_run"] and report["bytes_freed"] > 5000 + 7000
+    assert report["dry_run"]
+    assert report["bytes_freed"] > 5000 + 7000
     assert sorted(p.relative_to(cache) for p in cache.rglob("*")) == before
     assert main(["cache", "prune", "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "freed" in out and f"({report['bytes_freed']} bytes)" in out
-    assert not (cache / "sources" / "git" / COMMIT_OLD).exists() and (cache / "sources" / "git" / COMMIT_USED).exists()
+    assert "freed" in out
+    assert f"({report['bytes_freed']} bytes)" in out
+    assert not (cache / "sources" / "git" / COMMIT_OLD).exists()
+    assert (cache / "sources" / "git" / COMMIT_USED).exists()
 
 
-def test_bad_bounds_are_bad_input(tmp_path: Path):
+def test_bad_bounds_are_bad_input(tmp_path: Path) -> None:
     assert main(["cache", "prune", "--keep-recent", "-1", "--root", str(tmp_path)]) == 2

@@ -13,8 +13,10 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +40,7 @@ CUDA13 = ["cuda_nvcc", "cuda_crt", "libnvvm", "cuda_cudart", "cuda_cccl", "cuda_
 
 
 @pytest.fixture(scope="session")
-def served(tmp_path_factory):
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """(root folder, base URL): the redist trees under root, served on 127.0.0.1 for the session."""
     root = tmp_path_factory.mktemp("redist")
     wheels = redisttree.download_wheels(tmp_path_factory.mktemp("wheels"))
@@ -61,7 +63,7 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def redist_toolkit(served, tmp_path_factory):
+def redist_toolkit(served: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     """``farm toolkit --source redist`` from the served tree: (its --json, prefix)."""
     _, url = served
     prefix = tmp_path_factory.mktemp("tk") / "13.0"
@@ -85,7 +87,7 @@ def _config(release: str, components: list[str]) -> ToolkitConfig:
 def _mirror(served, name: str, replace_files: dict[str, bytes]) -> str:
     root, url = served
     redisttree.mirror_with(root / name, root / "good", replace_files)
-    return url + name + "/"
+    return f"{url}{name}/"
 
 
 def _archive(served, comp: str) -> tuple[str, bytes]:
@@ -102,11 +104,13 @@ def _nothing_usable(prefix: Path) -> None:
 
 
 # -- a CUDA_HOME from the archives ----------------------------------------------------------------
-def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, served):
+def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, served) -> None:
     data, _prefix = redist_toolkit
     _, url = served
     home = Path(data["cuda_home"])
-    assert data["source"] == "redist" and data["release"] == "13.0.2" and data["version"] == "13.0.88"
+    assert data["source"] == "redist"
+    assert data["release"] == "13.0.2"
+    assert data["version"] == "13.0.88"
     assert data["manifest_url"] == url + "good/redistrib_13.0.2.json"
     manifest = (served[0] / "good" / "redistrib_13.0.2.json").read_bytes()
     assert data["manifest_sha256"] == hashlib.sha256(manifest).hexdigest()
@@ -118,12 +122,13 @@ def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, serve
     version = subprocess.run([str(home / "bin/nvcc"), "--version"], capture_output=True, text=True, check=True)
     assert "release 13.0," in version.stdout
     assert (home / "lib64").resolve() == (home / "lib").resolve()
-    assert os.readlink(home / "lib" / "libcudart.so") == "libcudart.so.13"  # the dev link -lcudart needs
-    assert (home / "nvvm" / "bin" / "cicc").is_file() and (home / "include" / "crt" / "host_defines.h").is_file()
+    assert (home / "lib" / "libcudart.so").readlink() == Path("libcudart.so.13")  # the dev link -lcudart needs
+    assert (home / "nvvm" / "bin" / "cicc").is_file()
+    assert (home / "include" / "crt" / "host_defines.h").is_file()
     assert (home / "licenses" / "cuda_nvcc" / "LICENSE").is_file()  # top-level files do not collide
 
 
-def test_its_nvcc_compiles_and_links(redist_toolkit, tmp_path):
+def test_its_nvcc_compiles_and_links(redist_toolkit, tmp_path) -> None:
     data, _ = redist_toolkit
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
@@ -134,15 +139,16 @@ def test_its_nvcc_compiles_and_links(redist_toolkit, tmp_path):
     assert "sm_80" in listing.stdout
 
 
-def test_a_second_call_is_cached_and_needs_no_network(redist_toolkit):
+def test_a_second_call_is_cached_and_needs_no_network(redist_toolkit) -> None:
     data, prefix = redist_toolkit
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2",
                 "--redist-url", "http://127.0.0.1:9/gone/", "--prefix", str(prefix), "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == data and "assembling" not in out.stderr
+    assert json.loads(out.stdout) == data
+    assert "assembling" not in out.stderr
 
 
-def test_the_cuda12_layout_nvvm_and_crt_inside_cuda_nvcc(served, tmp_path):
+def test_the_cuda12_layout_nvvm_and_crt_inside_cuda_nvcc(served, tmp_path) -> None:
     _, url = served
     request = request_for(_config("13.0.1", ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"]), "13.0",
                           redist_url=url + "legacy/")
@@ -155,7 +161,7 @@ def test_the_cuda12_layout_nvvm_and_crt_inside_cuda_nvcc(served, tmp_path):
                     str(tmp_path / "k.o")], check=True, capture_output=True, text=True)
 
 
-def test_two_concurrent_calls_assemble_once(served, tmp_path):
+def test_two_concurrent_calls_assemble_once(served, tmp_path) -> None:
     _, url = served
     prefix = tmp_path / "tk"
     argv = ["toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--redist-url", url + "good/",
@@ -173,7 +179,7 @@ def test_two_concurrent_calls_assemble_once(served, tmp_path):
 
 
 # -- what is refused, and leaves nothing usable --------------------------------------------------
-def test_one_flipped_byte_exits_3_naming_component_url_and_both_hashes(served, tmp_path):
+def test_one_flipped_byte_exits_3_naming_component_url_and_both_hashes(served, tmp_path) -> None:
     rel, data = _archive(served, "cuda_cudart")
     flipped = bytearray(data)
     flipped[len(flipped) // 2] ^= 0x01
@@ -182,12 +188,14 @@ def test_one_flipped_byte_exits_3_naming_component_url_and_both_hashes(served, t
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--redist-url", url,
                 "--prefix", str(prefix))
     assert out.returncode == 3, out.stderr
-    assert "cuda_cudart" in out.stderr and url + rel in out.stderr
-    assert hashlib.sha256(bytes(flipped)).hexdigest() in out.stderr and hashlib.sha256(data).hexdigest() in out.stderr
+    assert "cuda_cudart" in out.stderr
+    assert url + rel in out.stderr
+    assert hashlib.sha256(bytes(flipped)).hexdigest() in out.stderr
+    assert hashlib.sha256(data).hexdigest() in out.stderr
     _nothing_usable(prefix)
 
 
-def test_a_truncated_archive_is_refused(served, tmp_path):
+def test_a_truncated_archive_is_refused(served, tmp_path) -> None:
     rel, data = _archive(served, "cuda_cccl")
     url = _mirror(served, "truncated", {rel: data[: len(data) - 4096]})
     prefix = tmp_path / "tk"
@@ -197,7 +205,7 @@ def test_a_truncated_archive_is_refused(served, tmp_path):
     _nothing_usable(prefix)
 
 
-def test_an_interrupted_download_is_never_used(served, tmp_path):
+def test_an_interrupted_download_is_never_used(served, tmp_path) -> None:
     rel, _ = _archive(served, "cuda_nvcc")
     redisttree.CUT.add(f"/good/{rel}")
     prefix = tmp_path / "tk"
@@ -221,11 +229,11 @@ def _evil_tree(served, name: str, member: tarfile.TarInfo) -> str:
     doc["cuda_evil"] = {"name": "evil", "license": "x", "version": "1.0", "linux-x86_64": entry}
     (tree / "redistrib_13.0.2.json").unlink()
     (tree / "redistrib_13.0.2.json").write_text(json.dumps(doc))
-    return url + name + "/"
+    return f"{url}{name}/"
 
 
 @pytest.mark.parametrize("kind", ["traversal", "absolute", "link-out"])
-def test_an_unsafe_member_is_refused_before_anything_is_unpacked(served, tmp_path, kind):
+def test_an_unsafe_member_is_refused_before_anything_is_unpacked(served, tmp_path, kind) -> None:
     stem = "cuda_evil-linux-x86_64-1.0-archive"
     if kind == "traversal":
         member = tarfile.TarInfo(f"{stem}/../../../../evil.txt")
@@ -245,44 +253,48 @@ def test_an_unsafe_member_is_refused_before_anything_is_unpacked(served, tmp_pat
     assert not (tmp_path / "evil.txt").exists()
 
 
-def test_an_unknown_component_lists_the_manifest_keys_with_did_you_mean(served, tmp_path):
+def test_an_unknown_component_lists_the_manifest_keys_with_did_you_mean(served, tmp_path) -> None:
     _, url = served
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--redist-url",
                 url + "good/", "--prefix", str(tmp_path / "tk"), "--component", "cuda_nvtxx")
     assert out.returncode == 2
-    assert "did you mean 'cuda_nvtx'" in out.stderr and "cuda_cccl, cuda_crt, cuda_cudart" in out.stderr
+    assert "did you mean 'cuda_nvtx'" in out.stderr
+    assert "cuda_cccl, cuda_crt, cuda_cudart" in out.stderr
     assert not (tmp_path / "tk").exists()
 
 
-def test_a_missing_release_lists_the_pinned_ones(served, tmp_path):
+def test_a_missing_release_lists_the_pinned_ones(served, tmp_path) -> None:
     _, url = served
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.9", "--redist-url",
                 url + "good/", "--prefix", str(tmp_path / "tk"))
     assert out.returncode == 3
-    assert "redistrib_13.0.9.json" in out.stderr and "12.8: 12.8.1" in out.stderr
+    assert "redistrib_13.0.9.json" in out.stderr
+    assert "12.8: 12.8.1" in out.stderr
 
 
-def test_a_manifest_that_is_not_json_or_lacks_the_platform(served, tmp_path):
+def test_a_manifest_that_is_not_json_or_lacks_the_platform(served, tmp_path) -> None:
     url = _mirror(served, "notjson", {"redistrib_13.0.2.json": b"<html>not found</html>"})
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--redist-url", url,
                 "--prefix", str(tmp_path / "tk"))
-    assert out.returncode == 3 and f"{url}redistrib_13.0.2.json is not a CUDA redistrib manifest" in out.stderr
+    assert out.returncode == 3
+    assert f"{url}redistrib_13.0.2.json is not a CUDA redistrib manifest" in out.stderr
     _, good = served
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--redist-url",
                 good + "good/", "--prefix", str(tmp_path / "tk"), "--platform", "windows-x86_64")
-    assert out.returncode == 3 and "has no windows-x86_64 archive of cuda_nvcc" in out.stderr
+    assert out.returncode == 3
+    assert "has no windows-x86_64 archive of cuda_nvcc" in out.stderr
     assert not (tmp_path / "tk").exists()
 
 
-def test_a_pinned_manifest_sha256_is_enforced(served, tmp_path):
+def test_a_pinned_manifest_sha256_is_enforced(served, tmp_path) -> None:
     request = request_for(_config("13.0.2", CUDA13), "13.0", redist_url=served[1] + "good/")
     with pytest.raises(ToolError, match="pinned " + "0" * 64):
         ensure_toolkit(replace(request, manifest_sha256="0" * 64), tmp_path / "tk")
     assert not (tmp_path / "tk").exists()
 
 
-def test_the_manifest_parser_reads_nvidias_shape_and_refuses_others():
-    doc = {"release_date": "2025-10-01", "release_label": "13.0.2", "release_product": "cuda",
+def test_the_manifest_parser_reads_nvidias_shape_and_refuses_others() -> None:
+    doc: dict[str, Any] = {"release_date": "2025-10-01", "release_label": "13.0.2", "release_product": "cuda",
            "cuda_nvcc": {"name": "CUDA NVCC", "license": "CUDA Toolkit", "version": "13.0.88",
                          "linux-x86_64": {"relative_path": "cuda_nvcc/linux-x86_64/x-archive.tar.xz",
                                           "sha256": "a" * 64, "md5": "b" * 32, "size": "1234"}}}
@@ -296,7 +308,7 @@ def test_the_manifest_parser_reads_nvidias_shape_and_refuses_others():
 
 # -- a real build with the redist toolkit -----------------------------------------------------------
 def test_farm_build_with_the_redist_toolkit_writes_an_asserted_wheel_naming_its_components(served, tmp_path,
-                                                                                           capsys, monkeypatch):
+                                                                                           capsys, monkeypatch) -> None:
     _, url = served
     root = tmp_path / "farm"
     make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0")},
@@ -311,9 +323,11 @@ def test_farm_build_with_the_redist_toolkit_writes_an_asserted_wheel_naming_its_
         raw = zf.read(next(n for n in zf.namelist() if n.endswith("_build_info.json")))
     info = json.loads(raw)
     assert BuildInfo.from_json(raw).to_json() == raw  # the toolkit record reads and writes back byte for byte
-    assert info["assertion"]["result"] == "passed" and info["provenance"] == "asserted"
+    assert info["assertion"]["result"] == "passed"
+    assert info["provenance"] == "asserted"
     toolkit = info["toolchain"]["toolkit"]
-    assert toolkit["source"] == "redist" and toolkit["release"] == "13.0.2"
+    assert toolkit["source"] == "redist"
+    assert toolkit["release"] == "13.0.2"
     assert toolkit["manifest_url"] == url + "good/redistrib_13.0.2.json"
     doc = json.loads((served[0] / "good" / "redistrib_13.0.2.json").read_text())
     assert {c["name"]: c["sha256"] for c in toolkit["components"]} == {
@@ -324,7 +338,7 @@ def test_farm_build_with_the_redist_toolkit_writes_an_asserted_wheel_naming_its_
 
 # -- Windows: .zip archives, lib/x64, assembled on any host -------------------------------------------
 @pytest.fixture(scope="session")
-def windows_tree(served, tmp_path_factory):
+def windows_tree(served: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> str:
     root, url = served
     wheels = redisttree.download_wheels(tmp_path_factory.mktemp("winwheels"), windows=True)
     redisttree.build_tree(root / "win", {c: w for c, w in wheels.items() if c != "cuda_nvtx"},
@@ -332,20 +346,23 @@ def windows_tree(served, tmp_path_factory):
     return url + "win/"
 
 
-def test_a_windows_toolkit_from_zip_archives(windows_tree, tmp_path):
+def test_a_windows_toolkit_from_zip_archives(windows_tree, tmp_path) -> None:
     prefix = tmp_path / "tk"
     out = _farm("toolkit", "--cuda", "13.0", "--source", "redist", "--release", "13.0.2", "--platform", "win_amd64",
                 "--redist-url", windows_tree, "--prefix", str(prefix), "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     home = Path(data["cuda_home"])
-    assert data["nvcc"].endswith("bin/nvcc.exe") and (home / "bin" / "cuobjdump.exe").is_file()
-    assert (home / "lib" / "x64" / "cudart.lib").is_file() and not (home / "lib64").exists()
+    assert data["nvcc"].endswith("bin/nvcc.exe")
+    assert (home / "bin" / "cuobjdump.exe").is_file()
+    assert (home / "lib" / "x64" / "cudart.lib").is_file()
+    assert not (home / "lib64").exists()
     # nvcc.exe cannot run here: the manifest's cuda_nvcc version stands in, and is of the line
-    assert data["version"] == "13.0.88" and [c["name"] for c in data["components"]] == CUDA13
+    assert data["version"] == "13.0.88"
+    assert [c["name"] for c in data["components"]] == CUDA13
 
 
-def test_a_zip_member_outside_its_top_folder_is_refused(served, tmp_path):
+def test_a_zip_member_outside_its_top_folder_is_refused(served, tmp_path) -> None:
     root, url = served
     tree = root / "evil-zip"
     entry = redisttree.pack(tree, "cuda_evil", "1.0", [("include/evil.h", None, b"//\n")],

@@ -25,7 +25,7 @@ import pytest
 from farm.model.config import load_config
 from farm.provenance.ledger import iter_entries
 from farm.provenance.verdict import derive_from_config
-from farm.publish import GithubSettings, UploadReport, Verdict, upload
+from farm.publish import GithubSettings, UploadReport, Verdict, ghrest, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
 from farm.publish.releases import github_client
 from tests import ghsim
@@ -50,7 +50,8 @@ def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest
     root, first = stamped_fleet(work, so, cuda_home, PACKAGES, arch=BASE, run_id="1")
     _, rebuilt = stamped_fleet(work, so, cuda_home, PACKAGES, arch=BASE, run_id="2")
     for p in PACKAGES:
-        assert first[p].name == rebuilt[p].name and first[p].read_bytes() != rebuilt[p].read_bytes()
+        assert first[p].name == rebuilt[p].name
+        assert first[p].read_bytes() != rebuilt[p].read_bytes()
     return Fleet(root, first, rebuilt)
 
 
@@ -75,7 +76,7 @@ def settings(sim: ghsim.GitHubSim) -> GithubSettings:
 
 def run(fleet: Fleet, sim: ghsim.GitHubSim, wheels_dir: Path, ledger: Path, *,
         limits: tuple[Limit, ...] | None = None, **options: object) -> UploadReport:
-    def client(s: GithubSettings):  # type: ignore[no-untyped-def]
+    def client(s: GithubSettings) -> ghrest.Client:
         throttle = Throttle(limits or github_limits(), clock=sim.clock)
         return github_client(s, {"GH_TOKEN": ghsim.TOKEN}, clock=sim.clock, throttle=throttle)
 
@@ -104,17 +105,20 @@ def test_each_wheel_is_published_and_recorded_and_a_rerun_sends_nothing(fleet: F
                                                                        tmp_path: Path) -> None:
     out, ledger = batch_dir(list(fleet.first.values()), tmp_path / "out"), tmp_path / "ledger.jsonl"
     report = run(fleet, sim, out, ledger)
-    assert report.ok and report.exit_code == 0, [v.line() for v in report.verdicts]
+    assert report.ok, [v.line() for v in report.verdicts]
+    assert report.exit_code == 0, [v.line() for v in report.verdicts]
     assert set(verdicts(report).values()) == {Verdict.PUBLISHED}
     # a release per package, version, CUDA line and epoch
     assert sorted(sim.releases) == [f"{p}-0.1.0-cu130-e0" for p in PACKAGES]
-    assert recorded(ledger) == published(sim) and len(published(sim)) == 4
+    assert recorded(ledger) == published(sim)
+    assert len(published(sim)) == 4
     (entry,) = [e for _, e in iter_entries(ledger) if e["package"] == "demo_a"]
     assert entry["published"] == [{"target": "github", "url": "https://github.com/farm-wheels/wheels/releases/"
                                    f"download/demo_a-0.1.0-cu130-e0/{fleet.first['demo_a'].name.replace('+', '%2B')}"}]
     uploads = sim.count(content=True)
     again = run(fleet, sim, out, ledger)
-    assert again.ok and set(verdicts(again).values()) == {Verdict.PRESENT}
+    assert again.ok
+    assert set(verdicts(again).values()) == {Verdict.PRESENT}
     assert sim.count(content=True) == uploads  # nothing created or sent
     assert again.recorded == 0
 
@@ -129,7 +133,8 @@ def test_one_refused_wheel_does_not_stop_the_others(fleet: Fleet, sim: ghsim.Git
     assert set(got.values()) == {Verdict.PUBLISHED}
     assert report.exit_code == 1
     (refused,) = [v for v in report.verdicts if v.verdict is Verdict.REFUSED]
-    assert refused.target == "gate" and "stamped" in refused.message
+    assert refused.target == "gate"
+    assert "stamped" in refused.message
 
 
 def test_a_duplicate_asset_name_is_already_there(fleet: Fleet, sim: ghsim.GitHubSim, tmp_path: Path) -> None:
@@ -192,7 +197,8 @@ def test_killed_between_upload_and_record_then_the_rebuild_adopts(fleet: Fleet, 
     proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL
     sim.on_upload = None
-    assert len(published(sim)) == 2 and len(recorded(ledger)) == 1  # one asset without a record
+    assert len(published(sim)) == 2
+    assert len(recorded(ledger)) == 1
     orphaned = next(n for n in published(sim) if n not in recorded(ledger))
 
     # The next wave: the cells the ledger does not hold are rebuilt (another run id, so other
@@ -200,14 +206,15 @@ def test_killed_between_upload_and_record_then_the_rebuild_adopts(fleet: Fleet, 
     todo = [w for w in fleet.rebuilt.values() if w.name not in recorded(ledger)]
     assert len(todo) == 3
     out2 = batch_dir(todo, tmp_path / "out2")
-    done = subprocess.run(argv[:4] + [str(out2)] + argv[5:], env=env, capture_output=True, timeout=300)
+    done = subprocess.run(argv[:4] + [str(out2)] + argv[5:], env=env, capture_output=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr.decode()
     report = json.loads(done.stdout)
     by = {v["wheel"]: v["verdict"] for v in report["verdicts"]}
     assert by.pop(orphaned) == "adopted"
     assert set(by.values()) == {"published"}
     # Every asset recorded, every record published, with the same bytes: nothing twice.
-    assert recorded(ledger) == published(sim) and len(published(sim)) == 4
+    assert recorded(ledger) == published(sim)
+    assert len(published(sim)) == 4
     assert published(sim)[orphaned] == fleet_sha(fleet.first, orphaned)
 
 
@@ -225,13 +232,17 @@ def test_an_asset_that_fails_reassertion_is_an_orphan_then_replaced(fleet: Fleet
     out, ledger = batch_dir(list(fleet.first.values()), tmp_path / "out"), tmp_path / "ledger.jsonl"
     report = run(fleet, sim, out, ledger)
     got = verdicts(report)
-    assert got.pop("demo_c") is Verdict.ORPHAN and set(got.values()) == {Verdict.PUBLISHED}
+    assert got.pop("demo_c") is Verdict.ORPHAN
+    assert set(got.values()) == {Verdict.PUBLISHED}
     (orphan,) = [v for v in report.verdicts if v.verdict is Verdict.ORPHAN]
-    assert "--delete-orphans" in orphan.message and report.exit_code == 1
+    assert "--delete-orphans" in orphan.message
+    assert report.exit_code == 1
     assert wheel.name not in recorded(ledger)
     again = run(fleet, sim, out, ledger, delete_orphans=True)
-    assert verdicts(again)["demo_c"] is Verdict.REPLACED and again.ok
-    assert recorded(ledger) == published(sim) and len(published(sim)) == 4
+    assert verdicts(again)["demo_c"] is Verdict.REPLACED
+    assert again.ok
+    assert recorded(ledger) == published(sim)
+    assert len(published(sim)) == 4
 
 
 def test_rate_limited_mid_batch_waits_as_told_and_finishes(fleet: Fleet, tmp_path: Path) -> None:
@@ -243,9 +254,11 @@ def test_rate_limited_mid_batch_waits_as_told_and_finishes(fleet: Fleet, tmp_pat
         report = run(fleet, sim, out, ledger, limits=(Limit("generous", 10_000, 60.0, True),))
         assert report.ok, [v.line() for v in report.verdicts]
         (outcome,) = report.outcomes
-        assert outcome.rate_limited >= 1 and sim.count(status=403) == outcome.rate_limited
+        assert outcome.rate_limited >= 1
+        assert sim.count(status=403) == outcome.rate_limited
         assert sim.busiest(60.0, content=True) <= 3
-        assert recorded(ledger) == published(sim) and len(published(sim)) == 4
+        assert recorded(ledger) == published(sim)
+        assert len(published(sim)) == 4
 
 
 def test_throttled_under_the_limits_no_rate_limit_answer_comes(fleet: Fleet, tmp_path: Path) -> None:
@@ -257,7 +270,8 @@ def test_throttled_under_the_limits_no_rate_limit_answer_comes(fleet: Fleet, tmp
         assert report.ok
         assert sim.count(status=403) == sim.count(status=429) == 0
         assert report.outcomes[0].throttled_s > 0  # it had to wait: 8 content-creating requests at 3 a minute
-        assert sim.busiest(60.0, content=True) <= 3 and sim.busiest(3600.0) <= 40
+        assert sim.busiest(60.0, content=True) <= 3
+        assert sim.busiest(3600.0) <= 40
 
 
 def test_a_full_release_refuses_that_wheel_only(fleet: Fleet, sim: ghsim.GitHubSim, tmp_path: Path) -> None:
@@ -266,9 +280,11 @@ def test_a_full_release_refuses_that_wheel_only(fleet: Fleet, sim: ghsim.GitHubS
     out, ledger = batch_dir(list(fleet.first.values()), tmp_path / "out"), tmp_path / "ledger.jsonl"
     report = run(fleet, sim, out, ledger)
     got = verdicts(report)
-    assert got.pop("demo_d") is Verdict.REFUSED and set(got.values()) == {Verdict.PUBLISHED}
+    assert got.pop("demo_d") is Verdict.REFUSED
+    assert set(got.values()) == {Verdict.PUBLISHED}
     (full,) = [v for v in report.verdicts if v.verdict is Verdict.REFUSED]
-    assert "1000 assets" in full.message and "tag" in full.message
+    assert "1000 assets" in full.message
+    assert "tag" in full.message
     assert len(sim.asset_names("demo_d-0.1.0-cu130-e0")) == ghsim.ASSET_CAP  # nothing sent there
     assert fleet.first["demo_d"].name not in recorded(ledger)
 
@@ -295,10 +311,12 @@ def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: gh
     sim.on_upload = another_writer_pushes
     out = batch_dir(list(fleet.first.values()), tmp_path / "out")
     report = run(fleet, sim, out, ours / "ledger.jsonl", push_ledger="origin")
-    assert report.ok and report.push_error is None, report.push_error
+    assert report.ok, report.push_error
+    assert report.push_error is None, report.push_error
     assert report.pushes == 4  # one commit per wheel
     assert git(remote, "log", "--format=%s", "main").count("ledger: ") == 4
     (tmp_path / "pushed.jsonl").write_bytes(pushed_ledger(ours, "ledger.jsonl"))
     assert recorded(tmp_path / "pushed.jsonl") == published(sim)
-    assert {e["filename"] for _, e in iter_entries(tmp_path / "pushed.jsonl")} >= set(other) and len(other) == 4
+    assert {e["filename"] for _, e in iter_entries(tmp_path / "pushed.jsonl")} >= set(other)
+    assert len(other) == 4
     assert git(ours, "status", "--porcelain", "--untracked-files=no").strip() == ""  # all committed

@@ -11,7 +11,8 @@ from pathlib import Path
 from .buildroot import REPO
 
 _spec = importlib.util.spec_from_file_location("report_python_h", REPO / "benchmarks" / "report_python_h.py")
-assert _spec is not None and _spec.loader is not None
+assert _spec is not None
+assert _spec.loader is not None
 report = importlib.util.module_from_spec(_spec)
 sys.modules["report_python_h"] = report  # its dataclasses look their module up
 _spec.loader.exec_module(report)
@@ -38,7 +39,8 @@ def test_units_reaching_python_h_through_the_trees_headers(tmp_path) -> None:
     assert report.python_units(tree) == {"csrc/api.cu": True, "csrc/kernels/fwd.cu": False, "csrc/module.cpp": True}
     row = report.summary(tree)
     assert (row["cu_units"], row["cu_python"], row["cu_shared_fraction"]) == (2, 1, 0.5)
-    assert "50.0%" in report.render([row], 6) and "41.7%" in report.render([row], 6)
+    assert "50.0%" in report.render([row], 6)
+    assert "41.7%" in report.render([row], 6)
 
 
 def test_a_git_repository_is_read_at_its_head(tmp_path) -> None:

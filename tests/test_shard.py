@@ -10,12 +10,14 @@ import json
 import os
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from farm.builder import shard, shardjob
-from farm.builder.builders import BuilderKind, BuildSettings, build_cell
+from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.builder.shard import (
     CompileUnit,
     ShardJob,
@@ -29,6 +31,8 @@ from farm.cli import main
 from farm.errors import UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
+from farm.model.config import FarmConfig
+from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
 from .buildroot import REPO, make_root
@@ -53,10 +57,12 @@ SO = "shard_ext/_C.cpython-311-x86_64-linux-gnu.so"
 
 # -- pure ------------------------------------------------------------------------------------------
 def test_shard_job_parse() -> None:
-    assert ShardJob.parse("3/20") == ShardJob(20, 3) and ShardJob.parse("0/2").label == "0/2"
-    assert ShardJob(4).is_link and ShardJob(4).label == "link"
+    assert ShardJob.parse("3/20") == ShardJob(20, 3)
+    assert ShardJob.parse("0/2").label == "0/2"
+    assert ShardJob(4).is_link
+    assert ShardJob(4).label == "link"
     for bad in ("3", "20/20", "0/1", "a/2", "-1/2"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="is not I/N|need 0 <= I < N"):
             ShardJob.parse(bad)
 
 
@@ -99,7 +105,7 @@ def test_tu_path_is_relative_to_the_source_root() -> None:
 
 
 # -- real builds -----------------------------------------------------------------------------------
-def _root(root: Path, arch: str = ARCHS):
+def _root(root: Path, arch: str = ARCHS) -> FarmConfig:
     return make_root(root, {"shard_ext": RECIPE.format(arch=arch)},
                      {"src/shard_ext": REPO / "tests" / "data" / "shard_ext"})
 
@@ -120,7 +126,8 @@ def _found_per_tu(wheel: Path, tmp: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def sharded(tmp_path_factory, pypi_toolkit):
+def sharded(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit,
+            ) -> tuple[Path, BuildResult, list[BuildResult], BuildResult]:
     """The unsharded build, then compile shards 0/2 and 1/2 and the link job, in one farm root."""
     root = tmp_path_factory.mktemp("shard")
     config = _root(root)
@@ -144,7 +151,8 @@ def test_compile_shards_split_the_tus(sharded) -> None:
     assert fill["inputs"] == {"csrc/ops/values.h": sha256_file(src / "csrc/ops/values.h")}
     assert fill["source_sha256"] == sha256_file(src / "csrc/ops/fill.cu")
     assert fill["object_sha256"] == sha256_file(root / "shards" / CELL.id / "objects" / fill["file"])
-    assert "-gencode=arch=compute_90,code=sm_90" in fill["flags"] and not any("fill.o" in f for f in fill["flags"])
+    assert "-gencode=arch=compute_90,code=sm_90" in fill["flags"]
+    assert not any("fill.o" in f for f in fill["flags"])
     assert {r["spec"] for r in records} == {compiled[0].plan.spec.digest}
     assert all(c.passed and not c.postbuild for c in compiled)  # objects, no wheel postbuilt
     objects = root / "shards" / CELL.id / "objects"
@@ -171,7 +179,8 @@ def test_link_wheel_asserts_and_matches_the_unsharded_build(sharded, tmp_path) -
     assert ib["assertion"]["result"] == "passed"
     # four TUs, each fatbin with both targets, in both wheels
     per_tu = _found_per_tu(b, tmp_path)
-    assert len(per_tu) == 4 and per_tu == _found_per_tu(a, tmp_path)
+    assert len(per_tu) == 4
+    assert per_tu == _found_per_tu(a, tmp_path)
     log = [json.loads(x) for x in (sharded[0] / "shards" / CELL.id / "log" / "link.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in log) == ["served"] * 4
 
@@ -204,7 +213,7 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     shutil.copytree(sharded[0] / "shards", shards)
     prepare = builders.prepare_source
 
-    def tampered(*args, **kwargs):
+    def tampered(*args: Any, **kwargs: Any) -> Path:
         src = prepare(*args, **kwargs)
         changed = src / "csrc" / "ops" / ("fill.cu" if edit == "kernel" else "values.h")
         text = changed.read_text()
@@ -276,7 +285,8 @@ def test_cli_compile_shard_then_a_forged_record_refused_by_the_link_job(sharded,
     assert main([*base, "--link"]) == 2
     err = capsys.readouterr().err
     assert "compile shard 1/2's record is not one farm wrote: record: expected an object, got list" in err
-    assert "fix: rerun compile shard 1/2" in err and "Traceback" not in err
+    assert "fix: rerun compile shard 1/2" in err
+    assert "Traceback" not in err
 
 
 def test_launcher_is_the_module_itself() -> None:
@@ -301,7 +311,9 @@ def test_matrix_expands_sharded_cells_into_compile_and_link_jobs(tmp_path, capsy
     assert rc == 0
     linux = [c for c in data["cells"] if c["platform"] == "linux_x86_64"]
     windows = [c for c in data["cells"] if c["platform"] == "win_amd64"]
-    assert linux and windows and all(c["compile_jobs"] == 3 for c in linux)
+    assert linux
+    assert windows
+    assert all(c["compile_jobs"] == 3 for c in linux)
     assert all("compile_jobs" not in c for c in windows)  # Windows cells build unsharded
     out = read_outputs(output)
     build, link = slice_plan(data, "0"), slice_plan(data, "link")
@@ -317,14 +329,15 @@ def test_matrix_expands_sharded_cells_into_compile_and_link_jobs(tmp_path, capsy
 
 def test_a_wave_counts_every_compile_and_link_job(tmp_path, capsys) -> None:
     """--max-shards 1 is 256 jobs: sharded cells cost N + 1 each and are never split across waves."""
-    from farm.schedule.actions import SHARD_SIZE
     from farm.schedule.jobs import cost
+    from farm.schedule.slices import SHARD_SIZE
 
     from .test_matrix import farm_matrix, make_tree
 
     root = make_tree(tmp_path, alpha="sharding: 60\n")
     rc, data, _ = farm_matrix(capsys, root, "alpha", "--platform", "linux_x86_64", "--max-shards", "1")
-    assert rc == 0 and data["deferred_cells"]
+    assert rc == 0
+    assert data["deferred_cells"]
     n = len(data["cells"])
     assert data["jobs"] == {"build": 60 * n, "link": n}
     assert 61 * n <= SHARD_SIZE < 61 * (n + 1)  # as many whole sharded cells as fit, the rest deferred
@@ -341,19 +354,26 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     config = _root(tmp_path)
     src = tmp_path / "src" / "shard_ext"
     setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 1), CELL.id, src, "0" * 64)
-    assert setup.table == assign(TUS, 2) and (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
+    assert setup.table == assign(TUS, 2)
+    assert (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
     plan = plan_build(config, config.recipe("shard_ext"), CELL, src,
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=setup))
+    assert plan.native is not None
     env = dict(plan.native.environment)
-    assert env["FARM_SHARD_DIR"] == "/opt/farm/shard" and env["FARM_SHARD_ROOT"] == "/project"
+    assert env["FARM_SHARD_DIR"] == "/opt/farm/shard"
+    assert env["FARM_SHARD_ROOT"] == "/project"
     assert env["PYTORCH_NVCC"] == "/opt/farm/shard/bin/farm-nvcc /opt/farm/toolkit/cuda/bin/nvcc"
     assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/farm/shard/bin/farm-nvcc"
     assert f"--volume {setup.directory}:/opt/farm/shard" in str(plan.options["container-engine"])
-    assert "PYTORCH_NVCC" in str(plan.options["environment"]) and "FARM_SHARD_DIR" in plan.config_text
+    assert "PYTORCH_NVCC" in str(plan.options["environment"])
+    assert "FARM_SHARD_DIR" in plan.config_text
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
-    native = dict(_native_plan(plan, tk, setup).native.environment)
-    assert native["FARM_SHARD_DIR"] == str(setup.directory) and native["FARM_SHARD_ROOT"] == str(src)
+    native_steps = _native_plan(plan, tk, setup).native
+    assert native_steps is not None
+    native = dict(native_steps.environment)
+    assert native["FARM_SHARD_DIR"] == str(setup.directory)
+    assert native["FARM_SHARD_ROOT"] == str(src)
     assert native["PYTORCH_NVCC"] == f"{setup.directory}/bin/farm-nvcc {home}/bin/nvcc"
     config_json = json.loads((setup.directory / "shard.json").read_text())
     assert (config_json["mode"], config_json["index"], config_json["count"]) == ("compile", 1, 2)
@@ -376,7 +396,7 @@ def test_sharded_cibuildwheel_build_under_podman(tmp_path, pypi_toolkit) -> None
 
     compiled = [build_cell(config, config.recipe("shard_ext"), CELL, settings(ShardJob(2, i), f"s{i}"))
                 for i in range(2)]
-    assert [sorted(u["tu"] for u in c.shard["units"]) for c in compiled] == [
+    assert [sorted(u["tu"] for u in c.shard["units"]) if c.shard else None for c in compiled] == [
         ["csrc/add.cu", "csrc/ops/negate.cu"], ["csrc/ops/fill.cu", "csrc/scale.cu"]]
     link = build_cell(config, config.recipe("shard_ext"), CELL, settings(ShardJob(2), "link"))
     assert link.passed, "\n".join(r.report.render() for r in link.postbuild)
@@ -405,6 +425,7 @@ def _forge_shards(tmp_path: Path) -> tuple[Path, Path]:
         for tu in sorted(t for t, owner in table.items() if owner == i):
             args = _argv(tu)
             unit = compile_unit(args)
+            assert unit is not None
             file = shard.object_name(i, tu, unit.output)
             (objects / file).write_bytes(f"object of {tu}".encode())
             inputs = {"csrc/ops/values.h": sha256_file(src / "csrc/ops/values.h")} if tu.endswith("fill.cu") else {}
@@ -431,7 +452,8 @@ def test_true_shard_records_are_proven(tmp_path) -> None:
     setup = _link(src, shards)
     assert sorted(u.tu for u in setup.proofs.values()) == TUS
     config = json.loads((setup.directory / shard.CONFIG).read_text())
-    assert set(config["proofs"]) == set(setup.proofs) and config["spec"] == "5" * 64
+    assert set(config["proofs"]) == set(setup.proofs)
+    assert config["spec"] == "5" * 64
 
 
 def _swap_objects(src: Path, shards: Path) -> None:
@@ -441,23 +463,23 @@ def _swap_objects(src: Path, shards: Path) -> None:
     b.write_bytes(data_a)
 
 
-def _first_unit(field: str, value):
-    def change(data):
+def _first_unit(field: str, value: object) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def change(data: dict[str, Any]) -> dict[str, Any]:
         data["units"][0][field] = value
         return data
     return change
 
 
 FORGERIES = {
-    "objects swapped": (_swap_objects, r"compile shard 0/2 did not leave the object it recorded for TU csrc/add\.cu"
-                                       r": \S+ is not the one it compiled"),
+    "objects swapped": (_swap_objects, (r"compile shard 0/2 did not leave the object it recorded for TU csrc/add\.cu"
+                                       r": \S+ is not the one it compiled")),
     "object hash edited": (lambda src, sh: _edit_done(sh, 1, _first_unit("object_sha256", "a" * 64)),
                            r"compile shard 1/2 did not leave the object it recorded for TU csrc/ops/fill\.cu"),
     "source edited": (lambda src, sh: (src / "csrc/scale.cu").write_text("// changed\n"),
                       r"compile shard 1/2 compiled TU csrc/scale\.cu from other sources than this tree: csrc/scale\.cu"),
     "header edited": (lambda src, sh: (src / "csrc/ops/values.h").write_text("#define SHARD_EXT_FILL_VALUE 2\n"),
-                      r"compile shard 1/2 compiled TU csrc/ops/fill\.cu from other sources than this tree: "
-                      r"csrc/ops/values\.h \(sha256 \w+ here"),
+                      (r"compile shard 1/2 compiled TU csrc/ops/fill\.cu from other sources than this tree: "
+                      r"csrc/ops/values\.h \(sha256 \w+ here")),
     "source hash edited": (lambda src, sh: _edit_done(sh, 0, _first_unit("source_sha256", "b" * 64)),
                            r"compile shard 0/2 compiled TU csrc/add\.cu from other sources"),
     "record is a list": (lambda src, sh: _edit_done(sh, 1, "[1, 2]"), r"record is not one farm wrote: record: expected an object, got list"),
@@ -490,7 +512,8 @@ def test_forged_shard_outputs_are_refused_before_the_link_build(tmp_path, forger
     forge(src, shards)
     with pytest.raises(UsageError, match=message) as caught:
         _link(src, shards)
-    assert caught.value.exit_code == 2 and caught.value.hint
+    assert caught.value.exit_code == 2
+    assert caught.value.hint
 
 
 @pytest.mark.parametrize("kind", ["link", "fifo"])
@@ -553,6 +576,7 @@ def test_compile_flags_leave_out_outputs_and_make_the_root_relative() -> None:
     args = ["--generate-dependencies-with-compile", "--dependency-output", "/src/build/a.o.d", "-MT", "/src/build/a.o",
             "-I/src/csrc", "-isystem", "/env/torch/include", "-c", "/src/csrc/a.cu", "-o", "/src/build/a.o", "-O3"]
     unit = compile_unit(args)
+    assert unit is not None
     assert shard.compile_flags(args, unit, "/src") == ["-I$ROOT/csrc", "-isystem", "/env/torch/include", "-c", "-O3"]
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from farm.builder.builders import BuilderKind, BuildSettings, build_cell
+from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.builder.shard import ShardJob
 from farm.model.cells import Cell
+from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
 from .buildroot import REPO, make_root
@@ -58,7 +59,7 @@ def _fatbins(wheel: Path, tmp: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cmake_sharded(tmp_path_factory, pypi_toolkit):
+def cmake_sharded(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> tuple[Path, BuildResult, list[BuildResult], BuildResult]:
     root = tmp_path_factory.mktemp("cmake")
     config = make_root(root, {"cmake_ext": RECIPE}, {"src/cmake_ext": REPO / "tests" / "data" / "cmake_ext"})
     recipe = config.recipe("cmake_ext")
@@ -78,7 +79,8 @@ def test_cmake_compile_shards_each_compile_their_own_tus(cmake_sharded) -> None:
              .splitlines()] for i in range(2)]
     compiled_tus = [sorted(r["tu"] for r in log if r["status"] == "compiled") for log in logs]
     assert sorted(compiled_tus[0] + compiled_tus[1]) == ["csrc/add.cu", "csrc/kernels/fill.cu", "csrc/scale.cu"]
-    assert all(compiled_tus) and not set(compiled_tus[0]) & set(compiled_tus[1])
+    assert all(compiled_tus)
+    assert not set(compiled_tus[0]) & set(compiled_tus[1])
 
 
 def test_cmake_link_wheel_asserts_and_matches_the_unsharded_build(cmake_sharded, tmp_path) -> None:
@@ -110,7 +112,7 @@ arch:
 PATH_SO = "pathnvcc_ext/_C.cpython-311-x86_64-linux-gnu.so"
 
 
-def test_a_build_that_runs_nvcc_from_path_is_sharded_through_the_shim(tmp_path_factory, pypi_toolkit, tmp_path):
+def test_a_build_that_runs_nvcc_from_path_is_sharded_through_the_shim(tmp_path_factory, pypi_toolkit, tmp_path) -> None:
     root = tmp_path_factory.mktemp("pathnvcc")
     config = make_root(root, {"pathnvcc_ext": PATH_RECIPE},
                        {"src/pathnvcc_ext": REPO / "tests" / "data" / "pathnvcc_ext"})
@@ -127,7 +129,8 @@ def test_a_build_that_runs_nvcc_from_path_is_sharded_through_the_shim(tmp_path_f
     assert [sorted(r["tu"] for r in log) for log in logs] == [["csrc/add.cu", "csrc/ops/scale.cu"]] * 2
     assert sorted(r["tu"] for log in logs for r in log if r["status"] == "compiled") == [
         "csrc/add.cu", "csrc/ops/scale.cu"]
-    assert plain.passed and link.passed, "\n".join(r.report.render() for r in link.postbuild)
+    assert plain.passed, "\n".join(r.report.render() for r in plain.postbuild)
+    assert link.passed, "\n".join(r.report.render() for r in link.postbuild)
     with zipfile.ZipFile(link.asserted[0]) as zf:
         info = json.loads(zf.read("pathnvcc_ext-1.0.0+cu130.dist-info/_build_info.json"))
     assert info["found"] == info["expected"] == {PATH_SO: "sm_80;sm_90"}

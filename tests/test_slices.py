@@ -53,7 +53,8 @@ def test_the_shards_cover_the_build_entries_in_order() -> None:
     assert [e for s in slices for e in s] == plan["matrix"]["build"]
     assert slice_plan(plan, "link") == plan["matrix"]["link"]
     out = slice_outputs(slices[0])
-    assert json.loads(out["cells"]) == slices[0] and out["count"] == str(SHARD_SIZE)
+    assert json.loads(out["cells"]) == slices[0]
+    assert out["count"] == str(SHARD_SIZE)
 
 
 @pytest.mark.parametrize(("shard", "message"), [("3", "has 3 shard"), ("-1", "has 3 shard"), ("x", "shard index")])
@@ -80,7 +81,8 @@ def test_farm_slice_writes_the_shards_entries(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("GITHUB_OUTPUT", str(out))
     assert main(["slice", "--plan", str(plan), "--shard", "1", "--github-output"]) == 0
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
-    assert outputs["count"] == "1" and json.loads(outputs["cells"]) == [entry(SHARD_SIZE)]
+    assert outputs["count"] == "1"
+    assert json.loads(outputs["cells"]) == [entry(SHARD_SIZE)]
 
 
 def test_farm_slice_refuses_what_is_not_a_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

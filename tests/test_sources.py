@@ -50,7 +50,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | Path]:
     return {"url": repo.as_uri(), "tagged": tagged, "head": _git(repo, "rev-parse", "HEAD")}
 
 
-def test_git_tag_is_fetched_and_resolved_to_its_commit(upstream, tmp_path):
+def test_git_tag_is_fetched_and_resolved_to_its_commit(upstream, tmp_path) -> None:
     tree = fetch(GitSource(str(upstream["url"]), "v1.0"), tmp_path, package="demo")
     assert tree.identity == upstream["tagged"]
     assert (tree.root / "setup.py").read_text() == "# v1\n"
@@ -58,56 +58,61 @@ def test_git_tag_is_fetched_and_resolved_to_its_commit(upstream, tmp_path):
     assert tree.description == {"kind": "git", "repo": upstream["url"], "ref": "v1.0", "commit": upstream["tagged"]}
 
 
-def test_git_submodules_when_asked(upstream, tmp_path):
+def test_git_submodules_when_asked(upstream, tmp_path) -> None:
     tree = fetch(GitSource(str(upstream["url"]), "v1.0", submodules=True), tmp_path)
     assert (tree.root / "third_party" / "sub" / "vendored.h").is_file()
 
 
-def test_git_commit_pin_and_cache_reuse(upstream, tmp_path):
+def test_git_commit_pin_and_cache_reuse(upstream, tmp_path) -> None:
     source = GitSource(str(upstream["url"]), str(upstream["head"]))
     first = fetch(source, tmp_path)
     assert first.identity == upstream["head"]
     (first.root / "marker").write_text("kept")  # a second fetch reuses the cached tree
     second = fetch(source, tmp_path)
-    assert second.root == first.root and (second.root / "marker").exists()
+    assert second.root == first.root
+    assert (second.root / "marker").exists()
 
 
-def test_git_damaged_ref_pointer_resolves_the_ref_again(upstream, tmp_path):
+def test_git_damaged_ref_pointer_resolves_the_ref_again(upstream, tmp_path) -> None:
     source = GitSource(str(upstream["url"]), "v1.0")
     first = fetch(source, tmp_path)
     (pointer,) = (tmp_path / "git").glob("ref-*.json")
     pointer.write_text('{"commit": ')  # a torn write
     again = fetch(source, tmp_path)
-    assert again.identity == first.identity and f'"commit": "{first.identity}"'.encode() in pointer.read_bytes()
+    assert again.identity == first.identity
+    assert f'"commit": "{first.identity}"'.encode() in pointer.read_bytes()
 
 
-def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path):
+def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path) -> None:
     missing = (tmp_path / "nowhere").as_uri()
     with pytest.raises(SourceError) as info:
         fetch(GitSource(missing, "v1.0"), tmp_path / "cache", package="pointnet2_ops")
     text = str(info.value)
-    assert "pointnet2_ops" in text and missing in text and "v1.0" in text
+    assert "pointnet2_ops" in text
+    assert missing in text
+    assert "v1.0" in text
     assert info.value.exit_code == 3
     assert not list((tmp_path / "cache" / "git").glob("*/tree"))  # nothing that looks fetched
 
 
-def test_git_missing_ref_is_a_source_error(upstream, tmp_path):
+def test_git_missing_ref_is_a_source_error(upstream, tmp_path) -> None:
     with pytest.raises(SourceError, match="v9.9"):
         fetch(GitSource(str(upstream["url"]), "v9.9"), tmp_path, package="demo")
 
 
-def test_path_source_identity_is_a_content_hash(tmp_path):
+def test_path_source_identity_is_a_content_hash(tmp_path) -> None:
     src = tmp_path / "src"
     (src / "csrc").mkdir(parents=True)
     (src / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
     tree = fetch(PathSource(src, "src"), tmp_path / "cache")
-    assert tree.root == src and tree.identity == tree_sha256(src)
+    assert tree.root == src
+    assert tree.identity == tree_sha256(src)
     assert tree.description == {"kind": "path", "path": "src", "tree_sha256": tree.identity}
     (src / "csrc" / "k.cu").write_text("__global__ void k() { }\n")
     assert fetch(PathSource(src, "src"), tmp_path / "cache").identity != tree.identity
 
 
-def test_path_source_missing_is_an_error(tmp_path):
+def test_path_source_missing_is_an_error(tmp_path) -> None:
     with pytest.raises(SourceError, match="not a directory"):
         fetch(PathSource(tmp_path / "absent", "absent"), tmp_path, package="demo")
 
@@ -130,7 +135,7 @@ def _targz(members: dict[str, bytes], links: dict[str, str] | None = None) -> by
     return buf.getvalue()
 
 
-@pytest.fixture()
+@pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A static PEP 503 index served by http.server; files put under it are downloadable."""
     root = tmp_path / "index"
@@ -151,19 +156,20 @@ def _publish(index_root: Path, project: str, filename: str, data: bytes, *, list
     return sha
 
 
-def test_sdist_download_verify_unpack(index, tmp_path):
+def test_sdist_download_verify_unpack(index, tmp_path) -> None:
     data = _targz({"demo_ext-1.0/setup.py": b"# demo\n", "demo_ext-1.0/csrc/k.cu": b"__global__ void k(){}\n"})
     sha = _publish(index, "demo-ext", "demo_ext-1.0.tar.gz", data)
     tree = fetch(SdistSource("demo_ext", "1.0", sha), tmp_path / "cache", package="demo_ext")
     assert tree.identity == sha
-    assert (tree.root / "csrc" / "k.cu").is_file() and (tree.root / "setup.py").is_file()  # the sdist's top dir
+    assert (tree.root / "csrc" / "k.cu").is_file()
+    assert (tree.root / "setup.py").is_file()
     assert tree.description == {"kind": "sdist", "name": "demo_ext", "version": "1.0", "sha256": sha}
     # Cached: the index can go away.
     (index / "files" / "demo_ext-1.0.tar.gz").unlink()
     assert fetch(SdistSource("demo_ext", "1.0", sha), tmp_path / "cache").root == tree.root
 
 
-def test_sdist_pin_mismatch_is_refused_and_nothing_cached(index, tmp_path):
+def test_sdist_pin_mismatch_is_refused_and_nothing_cached(index, tmp_path) -> None:
     data = _targz({"demo_ext-1.0/setup.py": b"# demo\n"})
     _publish(index, "demo-ext", "demo_ext-1.0.tar.gz", data)
     wrong = "0" * 64
@@ -173,7 +179,7 @@ def test_sdist_pin_mismatch_is_refused_and_nothing_cached(index, tmp_path):
     assert not [p for p in (tmp_path / "cache" / "sdist").iterdir() if not p.name.endswith(".lock")]
 
 
-def test_sdist_whose_bytes_differ_from_the_index_hash_is_refused(index, tmp_path):
+def test_sdist_whose_bytes_differ_from_the_index_hash_is_refused(index, tmp_path) -> None:
     data = _targz({"demo_ext-1.0/setup.py": b"# demo\n"})
     pinned = "1" * 64  # the index claims this hash, the bytes have another
     _publish(index, "demo-ext", "demo_ext-1.0.tar.gz", data, listed_sha=pinned)
@@ -182,7 +188,7 @@ def test_sdist_whose_bytes_differ_from_the_index_hash_is_refused(index, tmp_path
     assert not [p for p in (tmp_path / "cache" / "sdist").iterdir() if not p.name.endswith(".lock")]
 
 
-def test_sdist_unknown_project_and_bad_pin(index, tmp_path):
+def test_sdist_unknown_project_and_bad_pin(index, tmp_path) -> None:
     with pytest.raises(SourceError, match="not on the index"):
         fetch(SdistSource("nothing-here", "1.0", "2" * 64), tmp_path)
     with pytest.raises(SourceError, match="not a sha256"):
@@ -198,7 +204,7 @@ def test_sdist_unknown_project_and_bad_pin(index, tmp_path):
         ({"demo-1.0/setup.py": b"x"}, {"demo-1.0/abs": "/etc/passwd"}),
     ],
 )
-def test_unpack_refuses_escapes(tmp_path, members, links):
+def test_unpack_refuses_escapes(tmp_path, members, links) -> None:
     archive = tmp_path / "demo-1.0.tar.gz"
     archive.write_bytes(_targz(members, links))
     dest = tmp_path / "out"
@@ -208,7 +214,7 @@ def test_unpack_refuses_escapes(tmp_path, members, links):
     assert not (tmp_path / "evil.txt").exists()
 
 
-def test_unsafe_sdist_through_fetch_caches_nothing(index, tmp_path):
+def test_unsafe_sdist_through_fetch_caches_nothing(index, tmp_path) -> None:
     data = _targz({"demo-1.0/setup.py": b"x"}, {"demo-1.0/escape": "../../../../etc/passwd"})
     sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
     with pytest.raises(SourceError, match="leaves the tree"):
@@ -217,7 +223,7 @@ def test_unsafe_sdist_through_fetch_caches_nothing(index, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["demo-1.0.zip", "demo-1.0.tar.gz"])
-def test_unpack_of_a_corrupt_or_truncated_archive_is_a_source_error(tmp_path, name):
+def test_unpack_of_a_corrupt_or_truncated_archive_is_a_source_error(tmp_path, name) -> None:
     archive = tmp_path / name
     whole = _targz({"demo-1.0/setup.py": bytes(range(256)) * 400})
     archive.write_bytes(b"not a zip" if name.endswith(".zip") else whole[: len(whole) // 2])
@@ -227,16 +233,17 @@ def test_unpack_of_a_corrupt_or_truncated_archive_is_a_source_error(tmp_path, na
         unpack(archive, dest)
 
 
-def test_a_damaged_cache_marker_means_fetch_again(index, tmp_path):
+def test_a_damaged_cache_marker_means_fetch_again(index, tmp_path) -> None:
     data = _targz({"demo-1.0/setup.py": b"# demo\n"})
     sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
     tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
     (tree.root.parent / ".farm-source.json").write_text("{truncated")
     again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")  # from the cached archive
-    assert again.identity == sha and (again.root / "setup.py").read_text() == "# demo\n"
+    assert again.identity == sha
+    assert (again.root / "setup.py").read_text() == "# demo\n"
 
 
-def test_a_forged_cache_marker_is_never_believed(index, tmp_path):
+def test_a_forged_cache_marker_is_never_believed(index, tmp_path) -> None:
     """A restored cache whose marker names another identity or a root elsewhere (a clean tree, so
     the lint passes): the marker is not sealed with this user's key, so the source is fetched again."""
     data = _targz({"demo-1.0/setup.py": b"# demo\n"})
@@ -247,4 +254,6 @@ def test_a_forged_cache_marker_is_never_believed(index, tmp_path):
     marker = tree.root.parent / ".farm-source.json"
     marker.write_text(json.dumps({"root": str(elsewhere), "identity": "0" * 64, "description": {}}))
     again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
-    assert again.identity == sha and again.root != elsewhere and (again.root / "setup.py").exists()
+    assert again.identity == sha
+    assert again.root != elsewhere
+    assert (again.root / "setup.py").exists()

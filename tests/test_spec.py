@@ -15,7 +15,7 @@ from farm.builder.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides,
 from farm.errors import UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 from farm.model.spec import ArchRequest, arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
@@ -46,28 +46,36 @@ X86 = Cell("demo_ext", "0.1.0", "13.0", "none", "cp311", "linux_x86_64")
 TORCH = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
 
 
-@pytest.fixture()
-def config(tmp_path):
+@pytest.fixture
+def config(tmp_path: Path) -> FarmConfig:
     for d in ("examples/demo_ext", "src/torchpkg"):
         (tmp_path / d).mkdir(parents=True)
     return make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch="8.0;9.0+PTX"), "torchpkg": TORCH_RECIPE})
 
 
-def test_resolve_spec_holds_every_decision_of_the_build(config):
+def test_resolve_spec_holds_every_decision_of_the_build(config) -> None:
     spec = resolve_spec(config, config.recipe("torchpkg"), TORCH, SpecOverrides(torch_index="pip"))
     assert spec.arch == arch_request(config, config.recipe("torchpkg"), TORCH)
-    assert spec.arch.requested == "8.0;9.0a;12.0+PTX" and spec.arch.origin == "recipe arch.by_cuda['13.0']"
+    assert spec.arch.requested == "8.0;9.0a;12.0+PTX"
+    assert spec.arch.origin == "recipe arch.by_cuda['13.0']"
     assert spec.arch.extensions == (("*_sm90*", ArchList.parse("9.0a")),)
     assert spec.arch.where  # the recipe file and line the list was written at
-    assert spec.torch_version is not None and spec.torch_version.startswith("2.9.") and spec.torch_index == "pip"
-    assert spec.toolkit.cuda == "13.0" and spec.toolkit.components[-1] != ""
-    assert spec.knobs.env["TORCHPKG_FAST"] == "1" and spec.knobs.extra_deps == ("psutil",)
-    assert spec.compile_jobs == 3 and spec.python == "3.11"
+    assert spec.torch_version is not None
+    assert spec.torch_version.startswith("2.9.")
+    assert spec.torch_index == "pip"
+    assert spec.toolkit.cuda == "13.0"
+    assert spec.toolkit.components[-1] != ""
+    assert spec.knobs.env["TORCHPKG_FAST"] == "1"
+    assert spec.knobs.extra_deps == ("psutil",)
+    assert spec.compile_jobs == 3
+    assert spec.python == "3.11"
     free = resolve_spec(config, config.recipe("demo_ext"), X86)
-    assert free.torch_version is None and free.torch_index is None and free.compile_jobs == 1
+    assert free.torch_version is None
+    assert free.torch_index is None
+    assert free.compile_jobs == 1
 
 
-def test_the_spec_round_trips_through_its_file(config, tmp_path):
+def test_the_spec_round_trips_through_its_file(config, tmp_path) -> None:
     spec = resolve_spec(config, config.recipe("torchpkg"), TORCH)
     path = write_spec(spec, tmp_path)
     assert path == tmp_path / SPEC_FILE
@@ -76,7 +84,7 @@ def test_the_spec_round_trips_through_its_file(config, tmp_path):
         spec.cell = X86  # type: ignore[misc]
 
 
-def test_every_recipe_of_the_repository_round_trips():
+def test_every_recipe_of_the_repository_round_trips() -> None:
     config = load_config(REPO)
     seen = 0
     for recipe in config.recipes.values():
@@ -108,17 +116,18 @@ def test_every_recipe_of_the_repository_round_trips():
     (lambda d: d["postbuild"].update(pins=[]), "postbuild.pins must be a list holding the cell's torch pin"),
     (lambda d: d["postbuild"].update(pins=["torch"]), "postbuild.pins"),
 ])
-def test_a_spec_file_not_written_by_farm_is_refused_naming_the_key(config, tmp_path, edit, message):
+def test_a_spec_file_not_written_by_farm_is_refused_naming_the_key(config, tmp_path, edit, message) -> None:
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
     edit(data)
     path = tmp_path / SPEC_FILE
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match=message) as info:
         read_spec(path)
-    assert info.value.where == str(path) and info.value.exit_code == 2
+    assert info.value.where == str(path)
+    assert info.value.exit_code == 2
 
 
-def test_an_unreadable_spec_is_bad_input(tmp_path):
+def test_an_unreadable_spec_is_bad_input(tmp_path) -> None:
     with pytest.raises(UsageError, match="cannot read the build spec"):
         read_spec(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{")
@@ -126,7 +135,7 @@ def test_an_unreadable_spec_is_bad_input(tmp_path):
         read_spec(tmp_path / "bad.json")
 
 
-def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path):
+def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path) -> None:
     """The builder resolves once and hands the spec down: a spec whose list differs from what the
     config says today is what the plan exports and what postbuild will assert."""
     recipe = config.recipe("torchpkg")
@@ -134,16 +143,19 @@ def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path):
     spec = resolve_spec(config, recipe, TORCH, arch=given)
     plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=spec)
-    assert plan.spec is spec and plan.arch is given and plan.arch_origin == "matrix"
+    assert plan.spec is spec
+    assert plan.arch is given
+    assert plan.arch_origin == "matrix"
     env = dict(plan.native.environment) if plan.native else {}
-    assert env["TORCH_CUDA_ARCH_LIST"] == "8.6;10.0" and env["TORCHPKG_ARCHS"] == "86-real;100-real"
+    assert env["TORCH_CUDA_ARCH_LIST"] == "8.6;10.0"
+    assert env["TORCHPKG_ARCHS"] == "86-real;100-real"
     assert plan.to_json()["spec"] == spec.to_json()
     with pytest.raises(UsageError, match="the build spec is for cell"):
         plan_build(config, config.recipe("demo_ext"), X86, tmp_path, PlanOptions(output_dir=tmp_path / "o",
                                                                                  work_dir=tmp_path / "w"), spec=spec)
 
 
-def test_the_matrix_hands_the_build_its_resolution(config):
+def test_the_matrix_hands_the_build_its_resolution(config) -> None:
     matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=["torchpkg"]))
     planned = next(p for p in matrix.cells if p.cell == TORCH)
     assert planned.arch == arch_request(config, config.recipe("torchpkg"), TORCH)
@@ -153,14 +165,15 @@ def test_the_matrix_hands_the_build_its_resolution(config):
     assert resolve_spec(config, config.recipe("torchpkg"), TORCH, arch=planned.arch).arch is planned.arch
 
 
-def test_resolve_arch_is_called_in_one_place():
+def test_resolve_arch_is_called_in_one_place() -> None:
     """Every stage receives the spec (or its arch request); the rule itself runs behind
     farm.model.spec.arch_request only, which the trust checks (gate, audit) call too."""
-    callers = []
-    for path in sorted((REPO / "farm").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch":
-                callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    callers = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in sorted((REPO / "farm").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch"
+    ]
     assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/spec.py"))], callers
 
 
@@ -175,7 +188,7 @@ vendored:
 """
 
 
-def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path):
+def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path) -> None:
     """Vendored rules, jit, the epoch, requires_dist and the torch pin travel in the spec file."""
     (config.root / "packages" / "torchpkg.yml").write_text(MOVED)
     moved = load_config(config.root)
@@ -184,13 +197,16 @@ def test_the_spec_carries_every_decision_postbuild_needs(config, tmp_path):
     assert [(r.glob, r.archs.canonical() if r.archs is not None else None, r.exempt) for r in spec.vendored] == [
         ("libkernels*.so*", "sm_80;sm_90;compute_90", None), ("libgomp*.so*", "", None),
         ("libcublasLt*.so*", None, "NVIDIA's build")]
-    assert spec.requires_dist == ("numpy",) and spec.pins == ("torch==2.9.*",)
-    assert spec.required_components and spec.recipe_sha256 == moved.recipe("torchpkg").sha256
-    assert spec.expected.allow_no_extensions and spec.expected.vendored == spec.vendored
+    assert spec.requires_dist == ("numpy",)
+    assert spec.pins == ("torch==2.9.*",)
+    assert spec.required_components
+    assert spec.recipe_sha256 == moved.recipe("torchpkg").sha256
+    assert spec.expected.allow_no_extensions
+    assert spec.expected.vendored == spec.vendored
     assert read_spec(write_spec(spec, tmp_path)) == spec
 
 
-def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_path):
+def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_path) -> None:
     """The recipe edited after the build (epoch, vendored rules, jit, requires_dist): postbuild's
     context from the written spec is the build's, not today's recipe's."""
     path = write_spec(resolve_spec(config, config.recipe("torchpkg"), TORCH), tmp_path)
@@ -202,21 +218,25 @@ def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_p
     unknown = buildinfo.Toolchain(nvcc=None, torch=None, python=None, builder=None, cibuildwheel=None)
     ctx = spec.context(run=probe.run_from_env({}), toolchain=unknown)
     assert ctx.build_epoch == spec.build_epoch != today.build_epoch
-    assert not ctx.expected.allow_no_extensions and ctx.expected.vendored == ()
-    assert ctx.requires_dist == () and ctx.pins == ("torch==2.9.*",)
+    assert not ctx.expected.allow_no_extensions
+    assert ctx.expected.vendored == ()
+    assert ctx.requires_dist == ()
+    assert ctx.pins == ("torch==2.9.*",)
     assert ctx.recipe_sha256 == spec.recipe_sha256 != today.recipe_sha256
-    assert ctx.cell == TORCH and ctx.expected.default == spec.arch.archs
+    assert ctx.cell == TORCH
+    assert ctx.expected.default == spec.arch.archs
 
 
 @pytest.mark.parametrize(("version", "says"), [(SPEC_VERSION - 1, "an older farm"), (SPEC_VERSION + 1, "a newer farm")])
-def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, says):
+def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, says) -> None:
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
     data["spec_version"] = version
     path = tmp_path / SPEC_FILE
     path.write_text(json.dumps(data))
     with pytest.raises(UsageError, match=f"spec_version {version}: the spec was written by {says}") as info:
         read_spec(path)
-    assert info.value.where == str(path) and "rebuild the cell" in (info.value.hint or "")
+    assert info.value.where == str(path)
+    assert "rebuild the cell" in (info.value.hint or "")
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -230,7 +250,7 @@ def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, 
     (lambda d: d["postbuild"].update(source={"kind": "git", "repo": "r"}), "postbuild.source"),
     (lambda d: d["postbuild"].update(pins="torch"), "postbuild.pins must be a list"),
 ])
-def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit, message):
+def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit, message) -> None:
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
     edit(data)
     path = tmp_path / SPEC_FILE
@@ -239,7 +259,7 @@ def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit,
         read_spec(path)
 
 
-def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, tmp_path):
+def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, tmp_path) -> None:
     from farm.binary.assertion import FamilyTargets
     from farm.model.arch import ArchList
 
@@ -248,7 +268,8 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
                 FamilyTargets("FP4_ARCHS", ("csrc/nvfp4.cu",), ArchList.of(())))
     spec = dataclasses.replace(base, families=families)
     assert read_spec(write_spec(spec, tmp_path)) == spec
-    assert spec.expected.families == families and spec.digest != base.digest
+    assert spec.expected.families == families
+    assert spec.digest != base.digest
     for bad in ({"name": "X", "sources": [], "targets": "9.0a"}, {"name": "X", "sources": ["a.cpp"], "targets": ""},
                 {"name": "X", "sources": ["a.cu"], "targets": "9.0q"}, {"name": "X", "sources": ["a.cu"]}):
         data = spec.to_json()
@@ -258,7 +279,7 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
             read_spec(tmp_path / SPEC_FILE)
 
 
-def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project():
+def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project() -> None:
     from farm.builder.spec import families_from_lint
     from farm.lint.api import lint_tree
     from farm.model.arch import ArchList
@@ -267,7 +288,9 @@ def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project():
     report = lint_tree(tree, ArchList.parse("7.5 8.0 8.6 9.0+PTX 10.0 12.0+PTX"), cuda="13.0")
     families = {f.name: f for f in families_from_lint(report.scope)}
     scaled = families["SCALED_MM_ARCHS (CMakeLists.txt:29)"]
-    assert scaled.targets == ArchList.parse("9.0a") and scaled.sources and all(
+    assert scaled.targets == ArchList.parse("9.0a")
+    assert scaled.sources
+    assert all(
         s.endswith(".cu") for s in scaled.sources)
     assert families["HADACORE_ARCHS (CMakeLists.txt:47)"].targets == ArchList.parse("8.0+PTX;9.0+PTX")
     with pytest.raises(UsageError, match="differ in length"):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,8 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
 
     assert result.filename == "demo_ext-0.1.0+cu128torch2.8-3-cp311-cp311-linux_x86_64.whl"
     assert result.path.parent == tmp_path / "out"
-    assert result.sha256 == digest(result.path) and result.size == result.path.stat().st_size
+    assert result.sha256 == digest(result.path)
+    assert result.size == result.path.stat().st_size
     assert digest(source_wheel) == before, "the input must never be modified"
 
     di = "demo_ext-0.1.0+cu128torch2.8.dist-info"
@@ -97,7 +99,8 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
         wheel_meta = zf.read(f"{di}/WHEEL").decode()
         assert zf.read(f"{di}/_build_info.json") == provenance.to_json()
     assert "Version: 0.1.0+cu128torch2.8\n" in metadata
-    assert "Build: 3\n" in wheel_meta and "Tag: cp311-cp311-linux_x86_64" in wheel_meta
+    assert "Build: 3\n" in wheel_meta
+    assert "Tag: cp311-cp311-linux_x86_64" in wheel_meta
 
 
 def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Path) -> None:
@@ -120,16 +123,17 @@ def test_data_scripts_exec_bits_and_symlinks_survive(source_wheel: Path, tmp_pat
     assert stat.S_IMODE(script.external_attr >> 16) == 0o755
     assert "demo_ext-0.1.0+cu128torch2.8.data/platlib/demo_ext_native.so" in names
     link = names[LINK]
-    assert stat.S_ISLNK(link.external_attr >> 16) and link.create_system == 3
+    assert stat.S_ISLNK(link.external_attr >> 16)
+    assert link.create_system == 3
     with zipfile.ZipFile(result.path) as zf:
         assert zf.read(link) == b"libdemo.so.1"
     assert stat.S_IMODE(names["demo_ext/__init__.py"].external_attr >> 16) == 0o644
 
 
 def test_build_info_callable_gets_new_paths_and_hashes(source_wheel: Path, tmp_path: Path) -> None:
-    seen = {}
+    seen: dict[str, str] = {}
 
-    def make(relabel: stamp.Relabel, hashes: dict[str, str]) -> buildinfo.BuildInfo:
+    def make(relabel: stamp.Relabel, hashes: Mapping[str, str]) -> buildinfo.BuildInfo:
         seen.update(hashes)
         new = relabel.member(DATA_LIB)
         return dataclasses.replace(provenance_n(), extensions={new: hashes[new]})
@@ -150,7 +154,7 @@ def test_failed_rename_leaves_input_intact_and_no_output(source_wheel: Path, tmp
     def broken_publish(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(stamp.os, "link", broken_publish)  # the step that puts the wheel under its name
+    monkeypatch.setattr(os, "link", broken_publish)  # the step that puts the wheel under its name
     with pytest.raises(OSError, match="No space left"):
         stamp_wheel(source_wheel, out, local="cu128", build_tag=None, build_info=provenance_n(1))
     assert digest(source_wheel) == before
@@ -162,11 +166,13 @@ def test_filesystems_without_hard_links_still_publish_atomically(source_wheel: P
     def no_links(src: object, dst: object) -> None:
         raise OSError(1, "Operation not permitted")  # what FAT and some network mounts answer
 
-    monkeypatch.setattr(stamp.os, "link", no_links)
+    monkeypatch.setattr(os, "link", no_links)
     first = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(1))
-    assert first.created and [p.name for p in (tmp_path / "out").iterdir()] == [first.path.name]
+    assert first.created
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [first.path.name]
     again = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(1))
-    assert not again.created and again.sha256 == first.sha256
+    assert not again.created
+    assert again.sha256 == first.sha256
     with pytest.raises(UsageError, match="already exists with other content"):
         stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None, build_info=provenance_n(2))
 
@@ -309,7 +315,8 @@ def test_stamping_again_is_a_no_op_and_other_bytes_are_refused(source_wheel: Pat
     out = tmp_path / "out"
     first = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info=provenance_n(1))
     again = stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info=provenance_n(1))
-    assert first.created and not again.created
+    assert first.created
+    assert not again.created
     assert again.sha256 == first.sha256 == digest(first.path)
     with pytest.raises(UsageError, match="already exists with other content"):
         stamp_wheel(source_wheel, out, local="cu128", build_tag="1", build_info=provenance_n(2))
@@ -345,7 +352,7 @@ def test_encrypted_or_unreadable_compression_is_refused(source_wheel: Path, tmp_
 
 def test_stamped_file_is_world_readable(source_wheel: Path, tmp_path: Path) -> None:
     result = stamp_wheel(source_wheel, tmp_path / "out", local="cu128", build_tag=None)
-    assert stat.S_IMODE(os.stat(result.path).st_mode) == 0o644
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o644
 
 
 def _compressed_bytes(path: Path, name: str) -> bytes:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -34,33 +35,37 @@ DEFAULTS = load_defaults(buildroot.REPO / "_defaults.yml")
 TK = DEFAULTS.toolkit
 
 
-def test_every_configured_line_has_a_pinned_toolkit():
+def test_every_configured_line_has_a_pinned_toolkit() -> None:
     assert set(TK.lines) == set(DEFAULTS.cuda_lines)
     for cuda, line in TK.lines.items():
-        assert cuda in KNOWN_CUDA_LINES and line.release.startswith(cuda + ".")
+        assert cuda in KNOWN_CUDA_LINES
+        assert line.release.startswith(cuda + ".")
         assert {"cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"} <= set(line.components)
         if cuda.startswith("13."):  # CUDA 13 splits the compiler's front end and crt out of cuda_nvcc
             assert {"cuda_crt", "libnvvm"} <= set(line.components)
         if line.source == "pypi":
             assert set(line.components) | set(TK.torch_components) <= set(line.pypi) <= set(PYPI_WHEELS)
-    assert TK.lines["12.8"].release == "12.8.1" and TK.lines["13.0"].release == "13.0.2"
+    assert TK.lines["12.8"].release == "12.8.1"
+    assert TK.lines["13.0"].release == "13.0.2"
     assert TK.lines["12.8"].manifest_sha256 == "249e28a83008d711d5f72880541c8be6253f6d61608461de4fcb715554a6cf17"
     assert {"libcublas", "libcusparse", "libcusolver", "libcurand", "libcufft", "cuda_nvtx"} <= set(TK.torch_components)
 
 
-def test_a_torch_cell_gets_the_components_torch_headers_need_and_the_recipe_its_extra():
+def test_a_torch_cell_gets_the_components_torch_headers_need_and_the_recipe_its_extra() -> None:
     plain = request_for(TK, "13.0")
     torch = request_for(TK, "13.0", torch=True)
     assert "libcusparse" not in plain.components
     assert set(TK.torch_components) <= set(torch.components)
-    assert "nvidia-cusparse==12.6.3.3" in torch.pypi and "nvidia-cuda-nvcc==13.0.88" in torch.pypi
+    assert "nvidia-cusparse==12.6.3.3" in torch.pypi
+    assert "nvidia-cuda-nvcc==13.0.88" in torch.pypi
     assert plain.key() != torch.key()
     redist = request_for(TK, "12.8", torch=True, extra=("cuda_nvrtc",))
-    assert redist.source == "redist" and redist.components[-1] == "cuda_nvrtc"
+    assert redist.source == "redist"
+    assert redist.components[-1] == "cuda_nvrtc"
     assert redist.manifest_url == "https://developer.download.nvidia.com/compute/cuda/redist/redistrib_12.8.1.json"
 
 
-def test_request_bad_inputs():
+def test_request_bad_inputs() -> None:
     with pytest.raises(UsageError, match="no toolkit is pinned for CUDA '11.8'") as err:
         request_for(TK, "11.8")
     assert "12.8 (12.8.1)" in str(err.value)
@@ -78,48 +83,53 @@ def test_request_bad_inputs():
         request_for(TK, "13.0", release="12.8.1")
 
 
-def test_windows_cells_of_a_pypi_line_use_the_archives():
+def test_windows_cells_of_a_pypi_line_use_the_archives() -> None:
     win = request_for(TK, "13.0", platform="win_amd64")
     assert (win.source, win.platform, win.pypi) == ("redist", "windows-x86_64", ())
 
 
-def test_a_mirror_is_recorded_not_held_to_nvidias_manifest_pin():
+def test_a_mirror_is_recorded_not_held_to_nvidias_manifest_pin() -> None:
     pinned = request_for(TK, "12.8")
     mirror = request_for(TK, "12.8", env={"FARM_CUDA_REDIST_URL": "http://127.0.0.1:9/mirror"})
-    assert mirror.redist_url == "http://127.0.0.1:9/mirror/" and mirror.manifest_sha256 is None
-    assert pinned.manifest_sha256 is not None and mirror.key() != pinned.key()
+    assert mirror.redist_url == "http://127.0.0.1:9/mirror/"
+    assert mirror.manifest_sha256 is None
+    assert pinned.manifest_sha256 is not None
+    assert mirror.key() != pinned.key()
     flag = request_for(TK, "12.8", redist_url="http://other/", env={"FARM_CUDA_REDIST_URL": "http://env/"})
     assert flag.redist_url == "http://other/"
 
 
-def test_the_install_script_checks_nvcc_before_the_stamp_and_makes_the_dev_links():
+def test_the_install_script_checks_nvcc_before_the_stamp_and_makes_the_dev_links() -> None:
     request = request_for(TK, "13.0", torch=True)
     script = tk.install_script(request, "/opt/farm/toolkit", python="/opt/python/cp311-cp311/bin/python")
     assert script.startswith("set -eu\n")
     assert "/opt/python/cp311-cp311/bin/python -m pip install --no-deps" in script
     assert "nvidia-cublas==13.1.0.3" in script
-    assert 'ln -sfn lib "$H/lib64"' in script and 'ln -s "$n" "$d"' in script
+    assert 'ln -sfn lib "$H/lib64"' in script
+    assert 'ln -s "$n" "$d"' in script
     lines = script.splitlines()
     assert request.key() in lines[1]  # a second run is a no-op
-    assert "--version | grep -q 'release 13.0,'" in lines[-2] and tk.STAMP in lines[-1]
+    assert "--version | grep -q 'release 13.0,'" in lines[-2]
+    assert tk.STAMP in lines[-1]
 
 
-def test_dry_run_prints_the_pinned_release_without_network(capsys, monkeypatch):
+def test_dry_run_prints_the_pinned_release_without_network(capsys, monkeypatch) -> None:
     monkeypatch.chdir(buildroot.REPO)
     assert main(["toolkit", "--cuda", "12.8", "--dry-run", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["release"] == "12.8.1" and data["source"] == "redist"
+    assert data["release"] == "12.8.1"
+    assert data["source"] == "redist"
     assert data["manifest_url"].endswith("/compute/cuda/redist/redistrib_12.8.1.json")
     assert data["components"] == ["cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"]
 
 
-def test_an_unknown_platform_exits_2(capsys, monkeypatch):
+def test_an_unknown_platform_exits_2(capsys, monkeypatch) -> None:
     monkeypatch.chdir(buildroot.REPO)
     assert main(["toolkit", "--cuda", "12.8", "--dry-run", "--platform", "macos-arm64"]) == 2
     assert "unknown platform 'macos-arm64'" in capsys.readouterr().err
 
 
-def test_assembled_toolkit_reports_its_release(pypi_toolkit):
+def test_assembled_toolkit_reports_its_release(pypi_toolkit) -> None:
     assert pypi_toolkit.version == "13.0.88"
     # the development link -lcudart needs, made where the wheel ships only libcudart.so.13
     assert (pypi_toolkit.cuda_home / "lib64" / "libcudart.so").resolve().name == "libcudart.so.13"
@@ -128,7 +138,7 @@ def test_assembled_toolkit_reports_its_release(pypi_toolkit):
     assert (pypi_toolkit.cuda_home / "lib64").resolve() == (pypi_toolkit.cuda_home / "lib").resolve()
 
 
-def test_assembled_toolkit_compiles_and_links_a_shared_object(pypi_toolkit, tmp_path):
+def test_assembled_toolkit_compiles_and_links_a_shared_object(pypi_toolkit, tmp_path) -> None:
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
     so = tmp_path / "libk.so"
@@ -145,12 +155,12 @@ def test_assembled_toolkit_compiles_and_links_a_shared_object(pypi_toolkit, tmp_
     assert "libcudart" not in needed
 
 
-def test_second_call_is_cached_and_only_verified(pypi_toolkit, monkeypatch):
+def test_second_call_is_cached_and_only_verified(pypi_toolkit, monkeypatch) -> None:
     """A cached toolkit is not assembled again; its stamp is a claim (a restored CI cache), so the
     tools run once each to prove it: `nvcc --version` (the stamped release) and `cuobjdump --version`."""
     real_run, ran = subprocess.run, []
 
-    def verify_only(argv, *args, **kwargs):
+    def verify_only(argv: list[str], *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         assert list(argv[1:]) == ["--version"], f"a cached toolkit ran {argv!r}"
         ran.append(Path(argv[0]).name)
         return real_run(argv, *args, **kwargs)
@@ -161,14 +171,14 @@ def test_second_call_is_cached_and_only_verified(pypi_toolkit, monkeypatch):
     assert ran == ["nvcc", "cuobjdump"]
 
 
-def test_an_installed_toolkit_is_checked_not_assembled(pypi_toolkit, tmp_path):
+def test_an_installed_toolkit_is_checked_not_assembled(pypi_toolkit, tmp_path) -> None:
     found = tk.toolkit_at_home(pypi_toolkit.cuda_home)
     assert (found.version, found.cuda, found.nvcc) == ("13.0.88", "13.0", pypi_toolkit.nvcc)
     with pytest.raises(ToolError, match="no bin/nvcc"):
         tk.toolkit_at_home(tmp_path)
 
 
-def test_cli_prints_cuda_home_and_json(pypi_toolkit, capsys, monkeypatch):
+def test_cli_prints_cuda_home_and_json(pypi_toolkit, capsys, monkeypatch) -> None:
     monkeypatch.chdir(buildroot.REPO)
     prefix = pypi_toolkit.prefix
     assert main(["toolkit", "--cuda", "13.0", "--prefix", str(prefix)]) == 0
@@ -181,10 +191,11 @@ def test_cli_prints_cuda_home_and_json(pypi_toolkit, capsys, monkeypatch):
     # each component with the version and sha256 of the wheel pip installed (pip's report)
     by_name = {c["name"]: c for c in data["components"]}
     assert list(by_name) == ["cuda_nvcc", "cuda_crt", "libnvvm", "cuda_cudart", "cuda_cccl", "cuda_cuobjdump"]
-    assert by_name["cuda_cudart"]["version"] == "13.0.96" and len(by_name["cuda_cudart"]["sha256"]) == 64
+    assert by_name["cuda_cudart"]["version"] == "13.0.96"
+    assert len(by_name["cuda_cudart"]["sha256"]) == 64
 
 
-def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys, monkeypatch):
+def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(buildroot.REPO)
     prefix = tmp_path / "mine"
     prefix.mkdir()
@@ -194,14 +205,14 @@ def test_a_foreign_prefix_is_refused_untouched(tmp_path, capsys, monkeypatch):
     assert [p.name for p in prefix.iterdir()] == ["notes.txt"]
 
 
-def test_an_unknown_component_is_bad_input_with_did_you_mean(tmp_path, capsys, monkeypatch):
+def test_an_unknown_component_is_bad_input_with_did_you_mean(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(buildroot.REPO)
     assert main(["toolkit", "--cuda", "13.0", "--prefix", str(tmp_path / "tk"), "--component", "cuda_nvtxx"]) == 2
     assert "did you mean 'cuda_nvtx'" in capsys.readouterr().err
     assert not (tmp_path / "tk").exists()
 
 
-def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys, monkeypatch):
+def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(buildroot.REPO)
     prefix = tmp_path / "afile"
     prefix.write_text("keep me")
@@ -210,7 +221,7 @@ def test_a_file_as_prefix_is_bad_input_and_untouched(tmp_path, capsys, monkeypat
     assert prefix.read_text() == "keep me"
 
 
-def test_a_failed_install_leaves_no_prefix(tmp_path):
+def test_a_failed_install_leaves_no_prefix(tmp_path) -> None:
     prefix = tmp_path / "tk"
     broken_python = tmp_path / "python-whose-pip-fails"  # `import pip` works, `-m pip install` fails
     broken_python.write_text('#!/bin/sh\n[ "$1" = -c ] && exit 0\necho "ERROR: no matching distribution" >&2\nexit 1\n')
@@ -221,7 +232,7 @@ def test_a_failed_install_leaves_no_prefix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["python-whose-pip-fails"]
 
 
-def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path):
+def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path) -> None:
     """A venv made without pip (as uv makes them): the toolkit's wheels cannot be installed, and the
     message says so instead of relaying `No module named pip` as a network problem."""
     venv = tmp_path / "venv"
@@ -230,11 +241,12 @@ def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path
     prefix = tmp_path / "tk"
     with pytest.raises(ToolError) as err:
         tk.ensure_toolkit(request_for(TK, "13.0"), prefix, python=python)
-    assert f"{python} has no pip" in err.value.message and "ensurepip" in (err.value.hint or "")
+    assert f"{python} has no pip" in err.value.message
+    assert "ensurepip" in (err.value.hint or "")
     assert not prefix.exists()
 
 
-def test_farm_depends_on_the_pip_it_runs():
+def test_farm_depends_on_the_pip_it_runs() -> None:
     """`python -m pip` runs from farm's own environment, which uv makes without pip: the build
     extra, which every nox session that builds installs, brings it."""
 
@@ -242,7 +254,7 @@ def test_farm_depends_on_the_pip_it_runs():
     assert "pip" in {Requirement(r).name for r in project["optional-dependencies"]["build"]}
 
 
-def test_a_shared_cudart_link_works_through_the_dev_link(pypi_toolkit, tmp_path):
+def test_a_shared_cudart_link_works_through_the_dev_link(pypi_toolkit, tmp_path) -> None:
     src = tmp_path / "k.cu"
     src.write_text(KERNEL)
     so = tmp_path / "libk.so"
@@ -254,10 +266,10 @@ def test_a_shared_cudart_link_works_through_the_dev_link(pypi_toolkit, tmp_path)
 
 
 # -- the pre-compile check ------------------------------------------------------------------------
-def test_the_check_names_the_missing_header_where_it_is_included_and_the_component(pypi_toolkit, tmp_path):
+def test_the_check_names_the_missing_header_where_it_is_included_and_the_component(pypi_toolkit, tmp_path) -> None:
     (tmp_path / "csrc").mkdir()
     (tmp_path / "csrc" / "ops.cu").write_text("#include <cuda_runtime.h>\n#include <thrust/sort.h>\n"
-                                              "\n  #  include <cusparse.h>\n#include \"local.h\"\n")
+                                              '\n  #  include <cusparse.h>\n#include "local.h"\n')
     (tmp_path / "csrc" / "local.h").write_text("#include <curand_kernel.h>\n")
     with pytest.raises(ConfigError) as err:
         check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path,
@@ -266,16 +278,17 @@ def test_the_check_names_the_missing_header_where_it_is_included_and_the_compone
     assert "libcusparse: <cusparse.h> at csrc/ops.cu:4" in text
     assert "libcurand: <curand_kernel.h> at csrc/local.h:1" in text
     assert "add to build.extra_cuda_components: libcurand libcusparse" in text
-    assert err.value.exit_code == 2 and text.startswith("packages/x.yml")
+    assert err.value.exit_code == 2
+    assert text.startswith("packages/x.yml")
 
 
-def test_the_check_passes_what_the_toolkit_has_and_skips_a_vendored_copy(pypi_toolkit, tmp_path):
-    (tmp_path / "ops.cu").write_text("#include <cuda_runtime.h>\n#include <cub/cub.cuh>\n#include \"nvrtc.h\"\n")
+def test_the_check_passes_what_the_toolkit_has_and_skips_a_vendored_copy(pypi_toolkit, tmp_path) -> None:
+    (tmp_path / "ops.cu").write_text('#include <cuda_runtime.h>\n#include <cub/cub.cuh>\n#include "nvrtc.h"\n')
     (tmp_path / "nvrtc.h").write_text("// the project's own\n")
     check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path)
 
 
-def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path):
+def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path) -> None:
     home = tmp_path / "cuda"
     (home / "lib").mkdir(parents=True)
     (home / "lib" / "libcudart.so.13").write_bytes(b"")
@@ -283,7 +296,7 @@ def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path):
         check_toolkit(home, ())
 
 
-def test_the_check_refuses_a_toolkit_missing_its_own_component(pypi_toolkit):
+def test_the_check_refuses_a_toolkit_missing_its_own_component(pypi_toolkit) -> None:
     with pytest.raises(ToolError, match=r"libcusparse \(include/cusparse.h\)"):
         check_toolkit(pypi_toolkit.cuda_home, ("cuda_nvcc", "libcusparse"))
 
@@ -310,7 +323,7 @@ extern "C" int probe() {
 
 
 @pytest.mark.slow
-def test_a_torch_cells_toolkit_compiles_and_links_what_torchs_headers_include(tmp_path_factory, tmp_path):
+def test_a_torch_cells_toolkit_compiles_and_links_what_torchs_headers_include(tmp_path_factory, tmp_path) -> None:
     request = request_for(TK, "13.0", torch=True)
     toolkit = tk.ensure_toolkit(request, tk.toolkit_prefix(tmp_path_factory.mktemp("torchtk"), request))
     assert [c.name for c in toolkit.components][-6:] == list(TK.torch_components)

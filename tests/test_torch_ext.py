@@ -17,6 +17,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 CP = f"cp{sys.version_info.major}{sys.version_info.minor}"
 
 
-def _build(root: Path, cache: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:
+def _build(root: Path, cache: Path, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
     code = main(["build", name, "--root", str(root), "--builder", "native", "--cuda", "13.0", "--torch", TORCH_MINOR,
                  "--python", PY, "--platform", "linux_x86_64", "--cache-dir", str(cache),
                  "--out", str(root / "upload"), "--json"])
@@ -74,13 +75,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root, Path(kept) if kept else tmp_path_factory.mktemp("torchcache")
 
 
-def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, monkeypatch, tmp_path):
+def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, monkeypatch, tmp_path) -> None:
     root, cache = built
     monkeypatch.setenv("FARM_TORCH_INDEX", "pip")  # pip's own configuration: mirrors, caches, constraints
     code, out, err = _build(root, cache, "torch_ext", capsys)
     assert code == 0, err[-4000:]
     (result,) = out["results"]
-    assert result["plan"]["torch_index"] == "pip" and result["plan"]["torch_version"].startswith(TORCH_MINOR + ".")
+    assert result["plan"]["torch_index"] == "pip"
+    assert result["plan"]["torch_version"].startswith(TORCH_MINOR + ".")
     (wheel,) = map(Path, result["wheels"])
     assert wheel.name.startswith(f"torch_ext-0.1.0+cu130torch{TORCH_MINOR}-{CP}-{CP}-manylinux_")
     dist_info = f"torch_ext-0.1.0+cu130torch{TORCH_MINOR}.dist-info"
@@ -93,7 +95,8 @@ def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, 
     assert info["found"] == info["expected"] == {so: "sm_80"}
     assert info["assertion"]["result"] == "passed"
     # the torch it was compiled against: the build environment's, version and CUDA
-    assert info["toolchain"]["torch"].startswith(TORCH_MINOR + ".") and info["toolchain"]["torch_cuda"] == "13.0"
+    assert info["toolchain"]["torch"].startswith(TORCH_MINOR + ".")
+    assert info["toolchain"]["torch_cuda"] == "13.0"
     assert info["cell"]["torch"] == TORCH_MINOR
     # upstream's install_requires (torch>=2.0) is replaced by the cell's torch
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
@@ -102,7 +105,8 @@ def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, 
     # farm build's own import check: the stamped wheel in a fresh venv of the cell's Python, torch
     # visible from the build environment, the package and its extension imported
     (check,) = result["imports"]
-    assert check["passed"] and [i["module"] for i in check["imports"]] == ["torch", "torch_ext", "torch_ext._C"]
+    assert check["passed"]
+    assert [i["module"] for i in check["imports"]] == ["torch", "torch_ext", "torch_ext._C"]
     assert all(i["error"] is None for i in check["imports"])
 
     # installed into a fresh venv (torch made visible from the build environment rather than a
@@ -130,17 +134,19 @@ def test_a_torch_extension_is_built_asserted_stamped_and_imports(built, capsys, 
     assert f"imported {TORCH_MINOR}." in proc.stdout
 
 
-def test_the_override_twin_is_refused_and_reuses_the_build_environment(built, capsys, monkeypatch):
+def test_the_override_twin_is_refused_and_reuses_the_build_environment(built, capsys, monkeypatch) -> None:
     root, cache = built
     monkeypatch.setenv("FARM_TORCH_INDEX", "pip")
     envs_before = sorted(p.name for p in (cache / "envs").iterdir() if not p.name.startswith("."))
     code, out, err = _build(root, cache, "torch_ext_override", capsys)
     assert code == 1, err[-4000:]
     # the same (torch, CUDA, Python): the environment of the first build, not a reinstall
-    assert "reusing build environment py" in err and "installing torch==" not in err
+    assert "reusing build environment py" in err
+    assert "installing torch==" not in err
     assert sorted(p.name for p in (cache / "envs").iterdir() if not p.name.startswith(".")) == envs_before
     (result,) = out["results"]
-    assert not result["passed"] and result["wheels"] == []
+    assert not result["passed"]
+    assert result["wheels"] == []
     (ext,) = result["postbuild"][0]["assertion"]["extensions"]
     assert (ext["expected"], ext["found"], ext["missing"], ext["extra"]) == ("sm_80", "sm_75", "sm_80", "sm_75")
     # sm_75 alone is a build's own list (nvcc's default is sm_75 + compute_75): the override is named first

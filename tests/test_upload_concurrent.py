@@ -37,7 +37,8 @@ def _epoch_variants(batch: Batch, work: Path) -> list[Path]:
     for epoch in range(1, N + 1):
         out = work / f"out{epoch}"
         result = postbuild_wheel(batch.raw, out, replace(base, build_epoch=epoch), dist="demo_ext")
-        assert result.passed and result.fragment
+        assert result.passed
+        assert result.fragment
         dirs.append(out)
     return dirs
 
@@ -58,4 +59,5 @@ def test_concurrent_uploads_of_different_wheels_all_publish(demo_batch: Batch, t
     assert all(ledger.by_filename(n) is not None for n in names)
     listed = json.loads((root / "public" / "index" / "packages.json").read_text())["files"]
     assert sorted(listed) == names
-    assert not list((root / "public" / "index").rglob("*.tmp")) and not list(root.glob(".*.tmp"))
+    assert not list((root / "public" / "index").rglob("*.tmp"))
+    assert not list(root.glob(".*.tmp"))

@@ -10,10 +10,12 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 
+from farm.errors import FarmError
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, Verdict, upload
 from farm.publish.targets import GithubSettings, default_simple_url
@@ -40,13 +42,14 @@ CHECK = (
 )
 
 
-def installed(python: Path) -> dict[str, object]:
+def installed(python: Path) -> dict[str, Any]:
     proc = subprocess.run([str(python), "-c", CHECK], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    found: dict[str, Any] = json.loads(proc.stdout)
+    return found
 
 
-def _ledger_entry(ledger: Path, filename: str) -> dict[str, object]:
+def _ledger_entry(ledger: Path, filename: str) -> dict[str, Any]:
     index = LedgerIndex.load(ledger)
     rec = index.by_filename(filename)
     assert rec is not None
@@ -118,19 +121,23 @@ def test_pypiserver_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
         assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
         entry = _ledger_entry(ledger, wheel.name)
         (published,) = entry["published"]
-        assert published["target"] == "pypi" and published["url"].startswith(f"{base}/")
+        assert published["target"] == "pypi"
+        assert published["url"].startswith(f"{base}/")
         assert secret not in json.dumps(entry)
 
         python = fresh_venv(tmp_path / "venv")
         proc = pip_install(python, "--index-url", f"{base}/simple/", "demo_ext")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         got = installed(python)
-        assert got["version"] == "0.1.0+cu130" and got["provenance"] == "asserted"
+        assert got["version"] == "0.1.0+cu130"
+        assert got["provenance"] == "asserted"
 
         # Re-upload: found in the simple API with the same sha256, so twine is not even run.
         before = ledger.read_bytes()
         again = upload(out, [target], ledger=ledger, env=env)
-        assert again.ok and again.outcomes[0].sent == () and again.recorded == 0
+        assert again.ok
+        assert again.outcomes[0].sent == ()
+        assert again.recorded == 0
         assert ledger.read_bytes() == before
     finally:
         server.stop()
@@ -153,7 +160,7 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
     (index_target.path / "files").mkdir(parents=True)
     _other_bytes(wheel, index_target.path / "files" / wheel.name)
     squatter = (index_target.path / "files" / wheel.name).read_bytes()
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(FarmError) as exc:
         upload(out, [index_target], ledger=ledger)
     assert "never overwritten" in str(exc.value) or "sha256" in str(exc.value)
     assert (index_target.path / "files" / wheel.name).read_bytes() == squatter
@@ -189,14 +196,19 @@ def test_github_dry_run_reads_and_sends_nothing(demo_batch: Batch, tmp_path: Pat
         report = upload(out, [target], ledger=ledger, dry_run=True, env=env)
         assert report.ok
         (verdict,) = report.verdicts
-        assert verdict.verdict is Verdict.WOULD_SEND and verdict.url is not None and wheel.name.split("+")[0] in verdict.url
-        assert not ledger.exists() and sim.count(content=True) == 0  # a dry run writes nothing anywhere
+        assert verdict.verdict is Verdict.WOULD_SEND
+        assert verdict.url is not None
+        assert wheel.name.split("+")[0] in verdict.url
+        assert not ledger.exists()
+        assert sim.count(content=True) == 0
 
         # The release already holds this exact file: nothing to send.
         tag = verdict.url.split("/")[-2]
         sim.put_asset(tag, wheel.name, wheel.read_bytes())
         again = upload(out, [target], ledger=ledger, dry_run=True, env=env)
-        assert again.ok and again.verdicts[0].verdict is Verdict.PRESENT and sim.count(content=True) == 0
+        assert again.ok
+        assert again.verdicts[0].verdict is Verdict.PRESENT
+        assert sim.count(content=True) == 0
     shutil.rmtree(out)
 
 
@@ -254,9 +266,10 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         linked = IndexSettings("pages", tmp_path / "pages", links="pypi")
 
         alone = upload(out, [linked], ledger=ledger, env=env)
-        assert not alone.ok and not ledger.exists()
-        assert alone.refusals == (f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
-                                  "run with --target pypi --target pages",)
+        assert not alone.ok
+        assert not ledger.exists()
+        assert alone.refusals == ((f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
+                                  "run with --target pypi --target pages"),)
 
         report = upload(out, [linked, pypi], ledger=ledger, env=env)  # run order: pypi, then pages
         assert report.ok, report.refusals
@@ -264,7 +277,8 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         assert not (linked.path / "files").exists()
         page = (linked.path / "cu130" / "demo-ext" / "index.html").read_text()
         sha = report.gate.passed[0].sha256
-        assert f'href="{pypi_base}/packages/' in page and f"#sha256={sha}" in page
+        assert f'href="{pypi_base}/packages/' in page
+        assert f"#sha256={sha}" in page
         entry = _ledger_entry(ledger, wheel.name)
         assert [(p["target"], p["url"]) for p in entry["published"]][1] == ("pages", "cu130/demo-ext/")
 
@@ -278,7 +292,9 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
             server.stop()
 
         again = upload(out, [linked, pypi], ledger=ledger, env=env)
-        assert again.ok and [o.sent for o in again.outcomes] == [(), ()] and again.recorded == 0
+        assert again.ok
+        assert [o.sent for o in again.outcomes] == [(), ()]
+        assert again.recorded == 0
 
         # `farm index DIR --links pypi` rebuilds the pages from the ledger alone.
         from farm.cli import main

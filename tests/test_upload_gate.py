@@ -10,6 +10,7 @@ import json
 import shutil
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,18 +22,18 @@ from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.provenance.verdict import found_difference
 from farm.publish import Check, IndexSettings, Verdict, upload
-from farm.publish.gate import Vouchers, judge, run_gate
+from farm.publish.gate import GateResult, Vouchers, judge, run_gate
 from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
 from tests.wheelmaker import make_wheel
 
 __all__ = ["demo_batch"]
 
 
-def _gate(out: Path, ledger: Path | None = None):  # type: ignore[no-untyped-def]
+def _gate(out: Path, ledger: Path | None = None) -> GateResult:
     return run_gate(sorted(out.glob("*.whl")), Vouchers.load(ledger, [out]))
 
 
-def _checks(result) -> dict[str, set[Check]]:  # type: ignore[no-untyped-def]
+def _checks(result) -> dict[str, set[Check]]:
     out: dict[str, set[Check]] = {}
     for r in result.refused:
         out.setdefault(r.wheel, set()).add(r.check)
@@ -81,7 +82,8 @@ def test_byte_flipped_after_postbuild_refuses_that_wheel_only(demo_batch: Batch,
 
     index = IndexSettings("index", tmp_path / "index")
     report = upload(out, [index], ledger=tmp_path / "ledger.jsonl")
-    assert not report.ok and report.exit_code == 1
+    assert not report.ok
+    assert report.exit_code == 1
     verdicts = {(v.wheel, v.target): v.verdict for v in report.verdicts}
     assert verdicts == {(wheel.name, "gate"): Verdict.REFUSED, (good.name, "index"): Verdict.PUBLISHED}
     # the sound wheel is published and recorded; the flipped one is nowhere
@@ -182,7 +184,8 @@ def test_cli_refusal_lines_and_exit_code(demo_batch: Batch, tmp_path: Path,
 
     rc = main(["upload", str(out), "--root", str(root), "--target", "index", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 1 and doc["ok"] is False
+    assert rc == 1
+    assert doc["ok"] is False
     assert {r["check"] for r in doc["gate"]["refused"]} == {"stamped", "ledger"}
 
 
@@ -205,7 +208,7 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
 
 
 # -- the pure core ----------------------------------------------------------------------------
-INFO = {
+INFO: dict[str, Any] = {
     "schema_version": 1, "package": "demo_ext",
     "dist": "demo_ext", "version": "0.1.0", "build_epoch": 0, "provenance": "asserted",
     "cell": {"cuda": "12.8", "torch": "2.8", "python": "cp311", "platform": "linux_x86_64"},
@@ -222,12 +225,12 @@ NAME = "demo_ext-0.1.0+cu128torch2.8-cp311-cp311-manylinux_2_28_x86_64.whl"
 SHA = "a" * 64
 
 
-def _bi(data: dict) -> BuildInfo:
+def _bi(data: dict[str, Any]) -> BuildInfo:
     """The pure core takes the typed object: the test's dict, read as a wheel's file is."""
     return BuildInfo.from_json(data)
 
 
-def _le(data: dict) -> LedgerEntry:
+def _le(data: dict[str, Any]) -> LedgerEntry:
     return LedgerEntry.from_json({"sha256": SHA, "size": 1, "published": [], **data})
 
 
@@ -261,11 +264,13 @@ def test_judge_inferred_and_failed_are_refused() -> None:
 def test_judge_ledger_entry_of_another_cell() -> None:
     entry = {**INFO, "filename": NAME, "cell": {**INFO["cell"], "torch": "2.7"}}
     (r,) = judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"])
-    assert r.check is Check.LEDGER and "cell" in r.message
+    assert r.check is Check.LEDGER
+    assert "cell" in r.message
     # Every provenance field counts, not only the cell's; the ledger's own keys do not.
     entry = {**INFO, "filename": NAME, "published": [{"target": "i", "url": "u"}], "recipe_sha256": "b" * 64}
     (r,) = judge(NAME, SHA, _bi(INFO), _le(entry), None, INFO["found"])
-    assert r.check is Check.LEDGER and "differ in recipe_sha256 " in r.message
+    assert r.check is Check.LEDGER
+    assert "differ in recipe_sha256 " in r.message
 
 
 def test_judge_device_code_of_another_cuda_line() -> None:
@@ -274,7 +279,8 @@ def test_judge_device_code_of_another_cuda_line() -> None:
     from farm.binary.madeby import MadeBy
 
     so = next(iter(INFO["found"]))
-    assert INFO["cell"]["cuda"] == "12.8" and "+cu128" in NAME
+    assert INFO["cell"]["cuda"] == "12.8"
+    assert "+cu128" in NAME
     made = {so: {"cubin": {"13.0": 2}, "ptx_isa": {"9.0": 1}, "unread": 0}}
     now = {so: MadeBy({"13.0": 2}, {"9.0": 1}, 0)}
     info = {**INFO, "made_by": made}
@@ -286,7 +292,8 @@ def test_judge_device_code_of_another_cuda_line() -> None:
     name = NAME.replace("cu128", "cu130")
     (r,) = judge(name, SHA, _bi(cu130), _le({**cu130, "filename": name}), None, INFO["found"],
                  made_by_now={so: MadeBy({"13.0": 1}, {"9.0": 1}, 0)})
-    assert r.check is Check.INSPECTION and "differ from those recorded at postbuild" in r.message
+    assert r.check is Check.INSPECTION
+    assert "differ from those recorded at postbuild" in r.message
     assert judge(name, SHA, _bi(cu130), _le({**cu130, "filename": name}), None, INFO["found"], made_by_now=now) == []
 
 
@@ -306,7 +313,8 @@ def test_malformed_embedded_provenance_is_refused_not_a_crash(demo_batch: Batch,
         "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, "assertion": "passed"}).encode(),
     })
     (refusal,) = _gate(tmp_path).refused
-    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.wheel == wheel.name
+    assert refusal.check is Check.READABLE
     assert refusal.message.startswith(
         "cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: invalid build info at assertion")
     assert "\n" not in refusal.line()  # one line per offending wheel
@@ -331,7 +339,8 @@ def test_cli_bad_input_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["upload", str(tmp_path), "--root", str(tmp_path)]) == 2  # no wheels
     assert main(["index", str(tmp_path), "--root", str(tmp_path)]) == 2  # not an index tree
     err = capsys.readouterr().err
-    assert "no wheels to upload" in err and "not an index tree" in err
+    assert "no wheels to upload" in err
+    assert "not an index tree" in err
 
 
 def test_cli_dry_run_sends_nothing(demo_batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -340,7 +349,8 @@ def test_cli_dry_run_sends_nothing(demo_batch: Batch, tmp_path: Path, capsys: py
     copy_batch(demo_batch, out)
     assert main(["upload", str(out), "--root", str(root), "--dry-run"]) == 0
     assert "index (index): would send 1, already there 0" in capsys.readouterr().out
-    assert not (root / "public").exists() and not (root / "ledger.jsonl").exists()
+    assert not (root / "public").exists()
+    assert not (root / "ledger.jsonl").exists()
 
 
 def _forge_arch(so: bytes, new_arch: int) -> bytes:
@@ -378,7 +388,8 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
     forged = _forge_arch(dict(members)[so], 90)
     digest = base64.urlsafe_b64encode(hashlib.sha256(forged).digest()).rstrip(b"=").decode()
     with zipfile.ZipFile(forged_raw, "w", zipfile.ZIP_DEFLATED) as zout:
-        for name, data in members:
+        for name, original in members:
+            data = original
             if name == so:
                 data = forged
             elif name.endswith("/RECORD"):  # a RECORD that agrees with the forged file
@@ -396,13 +407,15 @@ def test_forged_header_with_consistent_provenance_is_refused(demo_batch: Batch, 
     # The forgery is consistent with itself, but not with the cubin inside: its .note.nv.cuinfo
     # still says sm_80, so even the native reader alone refuses it now (it once passed).
     alone = run_gate([stamped.path], Vouchers.load(None, [out]), reader="native")
-    assert not alone.ok and "the cubin's .note.nv.cuinfo says sm_80, its fatbin entry sm_90" in alone.refused[0].message
+    assert not alone.ok
+    assert "the cubin's .note.nv.cuinfo says sm_80, its fatbin entry sm_90" in alone.refused[0].message
     root = write_farm_root(tmp_path / "farm")  # its recipe asks for 8.0
     assert main(["upload", str(out), "--root", str(root), "--target", "index", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     checks = {r["check"]: r["message"] for r in doc["gate"]["refused"]}
     # a binary that contradicts itself is refused as unreadable before its provenance is weighed
-    assert list(checks) == ["readable"] and "says sm_80, its fatbin entry sm_90" in checks["readable"]
+    assert list(checks) == ["readable"]
+    assert "says sm_80, its fatbin entry sm_90" in checks["readable"]
     assert doc["gate"]["readers"].startswith("native + cuobjdump")
     assert not (root / "public").exists()
 
@@ -421,7 +434,8 @@ def test_judge_provenance_that_contradicts_itself_is_refused() -> None:
     assert "requested 8.0 normalises to sm_80" in refusal.message
     info = {**INFO, "arch_list": {"requested": "not an arch list", "normalised": "sm_80"}}
     (refusal,) = judge(NAME, SHA, _bi(info), _le({**info, "filename": NAME, "sha256": SHA}), None, INFO["found"])
-    assert refusal.check is Check.CONSISTENT and "does not parse" in refusal.message
+    assert refusal.check is Check.CONSISTENT
+    assert "does not parse" in refusal.message
 
 
 def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
@@ -429,16 +443,17 @@ def test_an_oversized_provenance_is_refused_before_it_is_parsed(tmp_path: Path) 
     make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {"demo_ext/__init__.py": b"",
                                                      "demo_ext-0.1.0+cu130.dist-info/_build_info.json": big})
     (refusal,) = _gate(tmp_path).refused
-    assert refusal.check is Check.READABLE and "at most" in refusal.message
+    assert refusal.check is Check.READABLE
+    assert "at most" in refusal.message
 
 
-@pytest.mark.parametrize("change, says", [
+@pytest.mark.parametrize(("change", "says"), [
     ({"schema_version": 2}, "schema version 2: this farm reads version 1"),
     ({"run": {"provider": "local", "repository": None, "commit": None, "run_id": None, "attempt": None,
               "runner": "x"}}, "invalid build info: run has key(s) 'runner' this farm does not know"),
 ])
 def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, tmp_path: Path,
-                                                             change: dict, says: str) -> None:
+                                                             change: dict[str, Any], says: str) -> None:
     """A newer farm's file, or one with a key this farm does not know, is not read as if it were
     this farm's: the gate refuses the wheel and names the file."""
     info = {k: v for k, v in json.loads(demo_batch.fragment.read_text()).items() if k not in buildinfo.LEDGER_KEYS}
@@ -447,7 +462,8 @@ def test_a_provenance_this_farm_cannot_write_back_is_refused(demo_batch: Batch, 
         "demo_ext-0.1.0+cu130.dist-info/_build_info.json": json.dumps({**info, **change}).encode(),
     })
     (refusal,) = _gate(tmp_path).refused
-    assert refusal.wheel == wheel.name and refusal.check is Check.READABLE
+    assert refusal.wheel == wheel.name
+    assert refusal.check is Check.READABLE
     assert refusal.message == f"cannot read the wheel: demo_ext-0.1.0+cu130.dist-info/_build_info.json: {says}"
 
 
@@ -467,8 +483,10 @@ def test_a_cuda_13_wheel_labelled_cu128_is_refused_by_the_gate(demo_batch: Batch
                     "published": []}, out)
     assert "+cu128" in stamped.filename
     result = _gate(out)
-    assert not result.ok and _checks(result) == {stamped.filename: {Check.INSPECTION}}
+    assert not result.ok
+    assert _checks(result) == {stamped.filename: {Check.INSPECTION}}
     (refusal,) = result.refused
     assert "not made by the cell's CUDA toolkit" in refusal.message
-    assert "made by CUDA 13.0" in refusal.message and "the cell's CUDA line is 12.8" in refusal.message
+    assert "made by CUDA 13.0" in refusal.message
+    assert "the cell's CUDA line is 12.8" in refusal.message
     assert "--cuda 12.8" in refusal.fix

@@ -60,10 +60,11 @@ def test_assets_per_release_at_the_public_farms_scale() -> None:
     per_package = assets_per_release("{package}", three_epochs)
     assert per_package == {"flash_attn": 1350}
     assert capacity_problems("{package}", three_epochs) == [
-        f"release flash_attn would hold 1350 assets, over GitHub's cap of {ASSET_CAP}: put more of the cell in "
-        f"the target's tag (default {DEFAULT_TAG!r})"]
+        (f"release flash_attn would hold 1350 assets, over GitHub's cap of {ASSET_CAP}: put more of the cell in "
+        f"the target's tag (default {DEFAULT_TAG!r})")]
     by_default = assets_per_release(DEFAULT_TAG, grid(epochs=range(50)))
-    assert max(by_default.values()) == 75 and len(by_default) == 6 * 50  # however many epochs
+    assert max(by_default.values()) == 75
+    assert len(by_default) == 6 * 50
     assert capacity_problems(DEFAULT_TAG, grid(epochs=range(50))) == []
     # A cell counted twice (the ledger's and the matrix's view of it) is one asset.
     assert assets_per_release(DEFAULT_TAG, [KEY, KEY]) == {"flash_attn-2.8.3-cu128-e2": 1}
@@ -116,7 +117,8 @@ def test_decide(present: Present | None, ledger: str | None, assets: int, action
 
 def test_oversized_asset_refused() -> None:
     action, why = decide(SHA, 2 * 1024**3, None, None, assets=0)
-    assert action is Action.REFUSE and "2 GiB" in why
+    assert action is Action.REFUSE
+    assert "2 GiB" in why
 
 
 class FakeClock:
@@ -183,10 +185,12 @@ def test_client_round_trip(sim: ghsim.GitHubSim, tmp_path: Path) -> None:
     wheel = tmp_path / "a-1.0-py3-none-any.whl"
     wheel.write_bytes(b"wheel bytes")
     asset = c.upload(release, wheel, wheel.name)
-    assert asset is not None and asset.sha256 == hashlib.sha256(b"wheel bytes").hexdigest()
+    assert asset is not None
+    assert asset.sha256 == hashlib.sha256(b"wheel bytes").hexdigest()
     assert c.upload(release, wheel, wheel.name) is None  # 422 already_exists
     sha = c.download(asset, tmp_path / "back.whl", max_bytes=asset.size)  # via signed storage, no token sent
-    assert sha == asset.sha256 and (tmp_path / "back.whl").read_bytes() == b"wheel bytes"
+    assert sha == asset.sha256
+    assert (tmp_path / "back.whl").read_bytes() == b"wheel bytes"
     c.delete(asset)
     assert c.assets(release) == []
 
@@ -196,15 +200,19 @@ def test_listing_is_paginated(sim: ghsim.GitHubSim) -> None:
         sim.put_asset("big", f"a{i}.whl", b"x")
     c = client(sim)
     release = c.release("big")
-    assert release is not None and len(c.assets(release)) == 250
+    assert release is not None
+    assert len(c.assets(release)) == 250
     assert c.requests == 1 + 3
 
 
 def test_a_bad_token_is_an_environment_error_that_never_shows_the_token(sim: ghsim.GitHubSim) -> None:
     with pytest.raises(GithubApiError) as info:
         client(sim, token="ghp_wrongtoken123").release("t")
-    assert info.value.status == 401 and "GH_TOKEN" in str(info.value) and "ghp_wrong" not in str(info.value)
-    assert isinstance(info.value, ToolError) and info.value.exit_code == 3
+    assert info.value.status == 401
+    assert "GH_TOKEN" in str(info.value)
+    assert "ghp_wrong" not in str(info.value)
+    assert isinstance(info.value, ToolError)
+    assert info.value.exit_code == 3
 
 
 def test_retries_are_bounded(tmp_path: Path) -> None:
@@ -216,7 +224,8 @@ def test_retries_are_bounded(tmp_path: Path) -> None:
         c.release("b")
         with pytest.raises(GithubApiError, match="asks to wait") as info:
             c.release("c")
-        assert info.value.status == 403 and c.requests == 3
+        assert info.value.status == 403
+        assert c.requests == 3
 
 
 def test_githubs_own_count_of_the_budget_is_obeyed_before_a_403() -> None:
@@ -227,7 +236,8 @@ def test_githubs_own_count_of_the_budget_is_obeyed_before_a_403() -> None:
         c = client(sim)
         for tag in "abcd":
             assert c.release(tag) is None
-        assert sim.count(status=403) == 0 and c.requests == 4
+        assert sim.count(status=403) == 0
+        assert c.requests == 4
         assert c.throttle.waited_s >= 3000  # most of an hour, in GitHub's time
 
 

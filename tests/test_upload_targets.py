@@ -24,10 +24,13 @@ from tests.publishfix import REPO
 def test_repository_defaults_parse() -> None:
     defaults = load_defaults(REPO / "_defaults.yml")
     targets = parse_targets(defaults.publish, root=REPO)
-    assert isinstance(targets["index"], IndexSettings) and targets["index"].path == REPO / "public" / "index"
-    assert isinstance(targets["github"], GithubSettings) and targets["github"].tag == DEFAULT_TAG
+    assert isinstance(targets["index"], IndexSettings)
+    assert targets["index"].path == REPO / "public" / "index"
+    assert isinstance(targets["github"], GithubSettings)
+    assert targets["github"].tag == DEFAULT_TAG
     pypi = targets["pypi"]
-    assert isinstance(pypi, TwineSettings) and pypi.simple_url == default_simple_url(pypi.repository_url)
+    assert isinstance(pypi, TwineSettings)
+    assert pypi.simple_url == default_simple_url(pypi.repository_url)
     assert defaults.default_target in targets
 
 
@@ -47,8 +50,8 @@ def test_simple_url_default() -> None:
     ({"kind": "github", "repository": "not-a-repo"}, "is not owner/name"),
     ({"kind": "github", "repository": "o/r", "tag": "v1"}, "does not contain {package}"),
     ({"kind": "github", "repository": "o/r", "tag": "{package}-{arch}"},
-     "tag '{package}-{arch}' is not a format of package, version, cuda, cu, torch, python, platform, epoch "
-     "(KeyError('arch'))"),
+     ("tag '{package}-{arch}' is not a format of package, version, cuda, cu, torch, python, platform, epoch "
+     "(KeyError('arch'))")),
     ({"kind": "github", "repository": "o/r", "api_url": "ftp://x"}, "api_url must be an http(s) URL"),
     ({"kind": "github", "repository": "o/r", "warn_assets": 5000}, "warn_assets"),
     ({"kind": "twine"}, "repository_url must be a non-empty string"),

@@ -26,11 +26,15 @@ def test_plan_skips_same_and_refuses_other_hash() -> None:
     w = TwineWheel(Path("/out") / NAME, "a" * 64)
     assert plan([w], {}).upload == (w.path,)
     same = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", "a" * 64)}})
-    assert same.ok and same.upload == () and same.present == ((NAME, "u"),)
+    assert same.ok
+    assert same.upload == ()
+    assert same.present == ((NAME, "u"),)
     other = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", "c" * 64)}})
-    assert not other.ok and "never replaced" in other.refusals[0]
+    assert not other.ok
+    assert "never replaced" in other.refusals[0]
     unknown = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", None)}})
-    assert not unknown.ok and "declares no sha256" in unknown.refusals[0]
+    assert not unknown.ok
+    assert "declares no sha256" in unknown.refusals[0]
 
 
 def test_command_carries_no_credentials() -> None:

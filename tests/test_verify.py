@@ -20,7 +20,7 @@ TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 EXT = f"cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
 
 
-def test_what_is_imported_follows_the_recipe():
+def test_what_is_imported_follows_the_recipe() -> None:
     names = ["pkg/__init__.py", f"pkg/_C.{EXT}", f"pkg/ops/_cuda.{EXT}", "pkg.libs/libfoo.so.1",
              f"pkg/core_cc.{EXT}", "pkg-1.0.dist-info/METADATA", "pkg/_native.abi3.so", "pkg/libplain.so"]
     assert extension_modules(names) == ("pkg._C", "pkg._native", "pkg.core_cc", "pkg.ops._cuda")
@@ -29,7 +29,7 @@ def test_what_is_imported_follows_the_recipe():
     assert modules_to_import([], VerifyKnobs(), "Demo-Ext") == ("demo_ext",)
 
 
-def test_a_failure_is_accepted_only_for_the_reason_the_recipe_gives():
+def test_a_failure_is_accepted_only_for_the_reason_the_recipe_gives() -> None:
     device = "RuntimeError: CUDA is not available"
     assert not judge("m", device, VerifyKnobs(), driver_present=False).ok
     assert judge("m", device, VerifyKnobs(expect_device_error=True), driver_present=False).ok
@@ -45,7 +45,7 @@ def test_a_failure_is_accepted_only_for_the_reason_the_recipe_gives():
 
 
 @pytest.mark.slow  # a venv and a pip install each
-def test_a_wheel_that_imports_passes_in_a_fresh_environment(tmp_path):
+def test_a_wheel_that_imports_passes_in_a_fresh_environment(tmp_path) -> None:
     """Installed by pip into a venv that has nothing else; the module is found there, not here."""
     wheel = make_wheel(tmp_path / "in", "goodpkg", "1.0",
                        {"goodpkg/__init__.py": b"import json\nVALUE = 42\n",
@@ -58,7 +58,7 @@ def test_a_wheel_that_imports_passes_in_a_fresh_environment(tmp_path):
     assert not (tmp_path / "work" / "import-check").exists()  # the environment is thrown away
 
 
-def test_a_wheel_whose_import_fails_fails_the_check_with_the_error(tmp_path):
+def test_a_wheel_whose_import_fails_fails_the_check_with_the_error(tmp_path) -> None:
     """The package imports a module it does not require; its extension file is no loadable library."""
     wheel = make_wheel(tmp_path / "in", "badpkg", "1.0",
                        {"badpkg/__init__.py": b"import not_a_dependency_of_badpkg\n",
@@ -76,7 +76,7 @@ def test_a_wheel_whose_import_fails_fails_the_check_with_the_error(tmp_path):
 
 
 @pytest.mark.slow  # a venv and a pip install each
-def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported(tmp_path):
+def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported(tmp_path) -> None:
     """The package imports its submodule, then fails: importing the submodule next must meet the
     package's failure again, not the half-loaded module left behind."""
     wheel = make_wheel(tmp_path / "in", "halfpkg", "1.0",
@@ -89,17 +89,18 @@ def test_a_submodule_loaded_before_its_package_failed_is_not_counted_as_imported
 
 
 @pytest.mark.slow  # a venv and a pip install each
-def test_a_device_error_the_recipe_expects_passes(tmp_path):
+def test_a_device_error_the_recipe_expects_passes(tmp_path) -> None:
     wheel = make_wheel(tmp_path / "in", "gpuonly", "1.0",
                        {"gpuonly/__init__.py": b"raise RuntimeError('CUDA is not available on this machine')\n"},
                        tag="py3-none-any")
     knobs = VerifyKnobs(expect_device_error="CUDA is not available")
     check = check_wheel(wheel, knobs, dist="gpuonly", interpreter=sys.executable, work=tmp_path / "w")
-    assert check.passed and check.imports[0].accepted
+    assert check.passed
+    assert check.imports[0].accepted
 
 
 @pytest.mark.slow  # a venv and a pip install each
-def test_the_build_environment_is_visible_after_the_wheel(tmp_path):
+def test_the_build_environment_is_visible_after_the_wheel(tmp_path) -> None:
     """A torch-linked package sees the build environment's site-packages (torch there), but its
     own files, installed in the fresh environment, come first."""
     shared = tmp_path / "buildenv-site"
@@ -116,7 +117,7 @@ def test_the_build_environment_is_visible_after_the_wheel(tmp_path):
 
 
 @pytest.mark.slow  # a venv and a pip install each
-def test_a_requirement_pip_cannot_find_is_an_environment_error(tmp_path, monkeypatch):
+def test_a_requirement_pip_cannot_find_is_an_environment_error(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # only the wheelhouse: nothing is asked of an index
     wheel = make_wheel(tmp_path / "in", "needy", "1.0", {"needy/__init__.py": b""}, tag="py3-none-any",
                        requires=("farm-no-such-requirement==0.0.1",))
@@ -125,7 +126,7 @@ def test_a_requirement_pip_cannot_find_is_an_environment_error(tmp_path, monkeyp
                     find_links=[tmp_path / "in"])
 
 
-def test_a_missing_interpreter_is_an_environment_error(tmp_path):
+def test_a_missing_interpreter_is_an_environment_error(tmp_path) -> None:
     wheel = make_wheel(tmp_path / "in", "goodpkg", "1.0", {"goodpkg/__init__.py": b""}, tag="py3-none-any")
     with pytest.raises(ToolError, match="cannot run the interpreter"):
         check_wheel(wheel, VerifyKnobs(), dist="goodpkg", interpreter=Path(tmp_path / "python9.9"),

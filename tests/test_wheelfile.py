@@ -58,9 +58,13 @@ def test_members_vendored_apart_and_read(tmp_path: Path) -> None:
 
 
 def test_name_helpers() -> None:
-    assert is_shared_object("a/b.so") and is_shared_object("a/b.pyd") and is_shared_object("x.libs/libz.so.1")
-    assert not is_shared_object("a/b.py") and not is_shared_object("a/so.txt")
-    assert is_vendored("demo.libs/libz.so.1") and is_vendored("pkg/nested.libs/libz.so")
+    assert is_shared_object("a/b.so")
+    assert is_shared_object("a/b.pyd")
+    assert is_shared_object("x.libs/libz.so.1")
+    assert not is_shared_object("a/b.py")
+    assert not is_shared_object("a/so.txt")
+    assert is_vendored("demo.libs/libz.so.1")
+    assert is_vendored("pkg/nested.libs/libz.so")
     assert not is_vendored("demo/libs/libz.so")
 
 

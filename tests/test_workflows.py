@@ -8,13 +8,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-WORKFLOWS = sorted((Path(__file__).resolve().parent.parent / ".github" / "workflows").glob("*.yml"))
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 FOLDER = WORKFLOWS[0].parent
 # The Node 24 majors (Node 20 is gone from the runners); the pins below are these tags' commits.
 CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/upload-artifact": "v7",
@@ -22,7 +24,8 @@ CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/uplo
 
 
 def load(name: str) -> dict[str, Any]:
-    return yaml.safe_load((FOLDER / name).read_text())
+    doc: dict[str, Any] = yaml.safe_load((FOLDER / name).read_text())
+    return doc
 
 
 def steps_of(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,19 +99,23 @@ def test_build_workflow_passes_only_shard_indices() -> None:
     jobs = build["jobs"]
     shard_jobs = sorted(name for name in jobs if re.fullmatch(r"build-\d+", name))
     matrix_step = next(s for s in jobs["matrix"]["steps"] if s.get("id") == "matrix")
-    max_shards = int(re.search(r"--max-shards (\d+)", matrix_step["run"])[1])
+    max_shards_flag = re.search(r"--max-shards (\d+)", matrix_step["run"])
+    assert max_shards_flag, matrix_step["run"]
+    max_shards = int(max_shards_flag[1])
     assert len(shard_jobs) == max_shards
     # the matrix job outputs counts, never the entries (those are in the plan artifact)
     assert set(jobs["matrix"]["outputs"]) == {"commit", "shard_count", "lint_failed", "link_count", "deferred"}
     upload = next(s for s in jobs["matrix"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
-    assert upload["with"]["name"] == "wave-plan" and "--plan wave-plan.json" in matrix_step["run"]
+    assert upload["with"]["name"] == "wave-plan"
+    assert "--plan wave-plan.json" in matrix_step["run"]
     for i in range(max_shards):
         job = jobs[f"build-{i}"]
         assert job["uses"] == "./.github/workflows/build-shard.yml"
         assert job["with"]["shard"] == str(i)
         assert job["if"] == f"${{{{ !cancelled() && needs.matrix.outputs.shard_count > {i} }}}}"
         assert job["with"]["commit"] == "${{ needs.matrix.outputs.commit }}"
-    assert jobs["link"]["with"]["shard"] == "link" and "link_count > 0" in jobs["link"]["if"]
+    assert jobs["link"]["with"]["shard"] == "link"
+    assert "link_count > 0" in jobs["link"]["if"]
     assert set(jobs["link"]["needs"]) == {"matrix", *shard_jobs}
     # the matrix reads the ledger at the branch head, where the publish jobs push it
     checkout = next(s for s in jobs["matrix"]["steps"] if s.get("uses", "").startswith("actions/checkout@"))
@@ -119,17 +126,19 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     flow = load("build-shard.yml")
     jobs = flow["jobs"]
     slice_step = next(s for s in jobs["slice"]["steps"] if s.get("id") == "slice")
-    assert "nox -s slice -- --plan wave-plan.json --shard \"$SHARD\" --github-output" in slice_step["run"]
+    assert 'nox -s slice -- --plan wave-plan.json --shard "$SHARD" --github-output' in slice_step["run"]
     build = jobs["build"]
     assert build["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.slice.outputs.cells) }}"
-    assert build["runs-on"] == "${{ matrix.runner }}" and build["timeout-minutes"] == 360
+    assert build["runs-on"] == "${{ matrix.runner }}"
+    assert build["timeout-minutes"] == 360
     assert build["steps"][0]["with"]["ref"] == "${{ inputs.commit }}"
     assert any("nox -s build" in s.get("run", "") for s in build["steps"])
     # the wheel unzipped under its own name (held once on the publisher's disk), its fragment as wheels-<id>
     fragment = next(s for s in build["steps"] if s.get("with", {}).get("name") == "wheels-${{ matrix.id }}")
     assert fragment["with"]["path"] == "wheelhouse/*.ledger.json"
     wheel = next(s for s in build["steps"] if s.get("with", {}).get("archive") is False)
-    assert wheel["with"]["path"] == "${{ steps.wheel.outputs.path }}" and "name" not in wheel["with"]
+    assert wheel["with"]["path"] == "${{ steps.wheel.outputs.path }}"
+    assert "name" not in wheel["with"]
     publish = jobs["publish"]
     assert set(publish["needs"]) == {"slice", "build"}
     assert publish["if"].startswith("${{ !cancelled() && needs.slice.result == 'success'")
@@ -137,13 +146,17 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     downloads = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
     assert [d["with"] for d in downloads] == [{"name": "wave-plan", "path": "plan"}]
     run = next(s for s in publish["steps"] if "nox -s publish-shard" in s.get("run", ""))
-    assert '--shard "$SHARD"' in run["run"] and "--run-id" in run["run"] and "--report" in run["run"]
+    assert '--shard "$SHARD"' in run["run"]
+    assert "--run-id" in run["run"]
+    assert "--report" in run["run"]
     # every publish job of a run shares the token's limits, and pushes each record as it is made
     shards = sum(1 for n in load("build.yml")["jobs"] if re.fullmatch(r"build-\d+", n)) + 1  # and the link shard
-    assert f"--publishers {shards}" in run["run"] and "--push-ledger origin" in run["run"]
+    assert f"--publishers {shards}" in run["run"]
+    assert "--push-ledger origin" in run["run"]
     assert run["env"]["GH_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
     report = publish["steps"][-1]
-    assert report["with"]["name"] == "published-${{ inputs.shard }}" and report["if"] == "${{ !cancelled() }}"
+    assert report["with"]["name"] == "published-${{ inputs.shard }}"
+    assert report["if"] == "${{ !cancelled() }}"
     # the publish checkout is the branch head (records go on top of the latest ledger) with push rights
     checkout = publish["steps"][0]
     assert checkout["with"] == {"ref": "${{ github.ref }}"}
@@ -154,7 +167,8 @@ def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
     shard, after every build shard) downloads them and uploads the wheel as any cell does."""
     steps = load("build-shard.yml")["jobs"]["build"]["steps"]
     build = next(s for s in steps if "nox -s build" in s.get("run", ""))
-    assert "--link --shard-dir shards" in build["run"] and '--shard "$SHARD" --shard-dir shards' in build["run"]
+    assert "--link --shard-dir shards" in build["run"]
+    assert '--shard "$SHARD" --shard-dir shards' in build["run"]
     download = next(s for s in steps if s.get("uses", "").startswith("actions/download-artifact"))
     upload_objects = next(s for s in steps if s.get("name") == "Upload this compile shard's objects")
     assert download["with"]["pattern"] == "objects-${{ matrix.id }}.shard-*"
@@ -183,7 +197,8 @@ def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     nxt = next(i for i, s in enumerate(steps) if "nox -s chain" in s.get("run", ""))
     assert steps[nxt]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
     assert chain["permissions"]["actions"] == "write"
-    assert steps.index(wave) < nxt and steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"
+    assert steps.index(wave) < nxt
+    assert steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"
 
 
 def test_cell_jobs_free_disk_and_restore_caches_before_building() -> None:
@@ -195,7 +210,8 @@ def test_cell_jobs_free_disk_and_restore_caches_before_building() -> None:
     keys = [c["with"]["key"] for c in caches]
     # the toolkit key is the request's key: release, platform and the component set (torch's, the recipe's)
     resolve = next(s for s in before if s.get("id") == "toolkit")
-    assert '--package "$PACKAGE"' in resolve["run"] and "args+=(--torch)" in resolve["run"]
+    assert '--package "$PACKAGE"' in resolve["run"]
+    assert "args+=(--torch)" in resolve["run"]
     assert '["key"]' in resolve["run"]
     assert any("steps.toolkit.outputs.key" in k and "matrix.platform" in k and "hashFiles('farm/toolkit/*.py')" in k
                for k in keys)
@@ -211,8 +227,10 @@ def test_audit_workflow_streams_the_fleet_in_shards() -> None:
     shards = job["strategy"]["matrix"]["shard"]
     runs = " ".join(s.get("run", "") for s in job["steps"])
     assert "gh release download" not in runs, "no step downloads the whole fleet"
-    assert "--from-ledger" in runs and "--max-scratch" in runs
-    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs and shards == list(range(len(shards)))
+    assert "--from-ledger" in runs
+    assert "--max-scratch" in runs
+    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in runs
+    assert shards == list(range(len(shards)))
 
 
 def test_build_jobs_use_the_shared_compiler_cache_configured_in_one_place() -> None:
@@ -225,7 +243,8 @@ def test_build_jobs_use_the_shared_compiler_cache_configured_in_one_place() -> N
     steps = shard["jobs"]["build"]["steps"]
     expose = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/github-script"))
     build = next(i for i, s in enumerate(steps) if "nox -s build" in s.get("run", ""))
-    assert expose < build and "ACTIONS_RUNTIME_TOKEN" in steps[expose]["with"]["script"]
+    assert expose < build
+    assert "ACTIONS_RUNTIME_TOKEN" in steps[expose]["with"]["script"]
     for path in WORKFLOWS:
         if path.name != "build-shard.yml":
             assert "FARM_COMPILE_CACHE" not in path.read_text(), path.name
@@ -255,3 +274,15 @@ def test_the_toolkit_is_verified_with_the_key_before_the_build() -> None:
     assert assemble < names.index("Build, assert, stamp")
     assert names.index("Restore the CUDA toolkit") < assemble
     assert "FARM_CACHE_KEY" in steps_of(job)[assemble]["env"]
+
+
+def test_tests_workflow_runs_the_oldest_and_newest_supported_python() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    oldest = re.fullmatch(r">=(3\.\d+)", project["requires-python"].split("#")[0].strip())
+    assert oldest, project["requires-python"]
+    pythons = re.search(r"^PYTHONS = \[(.*)\]$", (REPO / "noxfile.py").read_text(), re.MULTILINE)
+    assert pythons, "noxfile.py names PYTHONS"
+    newest = max(re.findall(r'"(3\.\d+)"', pythons[1]), key=lambda v: int(v.split(".")[1]))
+    jobs = load("tests.yml")["jobs"]
+    assert jobs["tests"]["strategy"]["matrix"]["python"] == [oldest[1], newest]
+    assert any("nox -s tests_lowest" in s.get("run", "") for s in jobs["lowest"]["steps"])

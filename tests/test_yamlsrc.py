@@ -24,8 +24,7 @@ def bomb(levels: int = 9, width: int = 9) -> str:
     9 x 9, i.e. 9**9 = 387 million strings when expanded)."""
     lines = ["name: pkg", "version: '1.0'", "source:", "  git: {repo: owner/pkg, ref: v1.0}", "links_torch: false",
              "lol: &a0 [" + ",".join(['"lol"'] * width) + "]"]
-    for i in range(1, levels + 1):
-        lines.append(f"l{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]")
+    lines += [f"l{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels + 1)]
     lines += ["build:", "  env:", f"    X: *a{levels}"]
     return "\n".join(lines) + "\n"
 
@@ -46,7 +45,8 @@ def test_alias_bomb_is_refused_by_the_command_in_bounded_time_memory_and_output(
     peak_kib = int(proc.stderr.rstrip().rsplit("\n", 1)[-1])  # Linux: KiB
     proc.stderr = proc.stderr.rstrip().rsplit("\n", 1)[0]
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "packages/pkg.yml:" in proc.stderr and "aliases expand to more than" in proc.stderr
+    assert "packages/pkg.yml:" in proc.stderr
+    assert "aliases expand to more than" in proc.stderr
     assert len(proc.stdout) + len(proc.stderr) < 2000
     # The unbounded run took minutes and 8 GB; the refusal is a parse of 600 bytes.
     assert elapsed < 20, elapsed
@@ -58,7 +58,8 @@ def test_alias_line_is_where_the_bound_is_crossed(tmp_path: Path) -> None:
     path.write_text(bomb())
     with pytest.raises(ConfigError) as exc:
         load_yaml(path)
-    assert exc.value.where is not None and exc.value.where.startswith(f"{path}:")
+    assert exc.value.where is not None
+    assert exc.value.where.startswith(f"{path}:")
     assert int(exc.value.where.rsplit(":", 1)[1]) > 6  # an alias line, not the top of the file
 
 
@@ -91,7 +92,8 @@ def test_small_aliases_and_merge_keys_load_as_yaml_defines_them(tmp_path: Path) 
     data, _ = load_yaml(path)
     # explicit keys override merged ones; among merged maps the first wins
     assert data["top"] == {"x": 1, "y": 3, "z": 30}
-    assert data["top"].line_of("y") == 9 and data["top"].line_of("x") == 8
+    assert data["top"].line_of("y") == 9
+    assert data["top"].line_of("x") == 8
     assert data["list"] == [{"x": 1, "y": 2}] * 2
 
 

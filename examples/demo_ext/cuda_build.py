@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension
 from setuptools.command.build_ext import build_ext
@@ -97,7 +98,7 @@ def cuda_home() -> Path:
 class CUDAExtension(Extension):
     """An extension whose ``.cu`` sources go through nvcc; ``nvcc_flags`` are the user's flags."""
 
-    def __init__(self, name: str, sources: list[str], *, nvcc_flags: list[str] | None = None, **kwargs):
+    def __init__(self, name: str, sources: list[str], *, nvcc_flags: list[str] | None = None, **kwargs: Any) -> None:
         home = cuda_home()
         kwargs.setdefault("language", "c++")
         kwargs.setdefault("libraries", []).extend(["cudart_static", "rt", "pthread", "dl"])

@@ -2,8 +2,9 @@
 
 import os
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_build import BuildExtension, CUDAExtension
 from setuptools import setup

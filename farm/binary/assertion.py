@@ -525,12 +525,11 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
                                 Cause.NO_EXTENSIONS))
     elif expected.families:  # a family the cell builds must have left a TU in some extension
         seen = {stem for insp in inspections for stem in (insp.sources or {}).values()}
-        for family in expected.families:
-            if family.targets and not family.stems & seen:
-                findings.append(Finding(
-                    "family-absent", f"{wheel}: kernel family {family.name} ({family.targets.canonical()}) has no "
-                    f"translation unit in any extension (sources {', '.join(family.sources)})",
-                    Cause.FAMILY, tuple(family.targets)))
+        findings.extend(Finding(
+            "family-absent", f"{wheel}: kernel family {family.name} ({family.targets.canonical()}) has no "
+            f"translation unit in any extension (sources {', '.join(family.sources)})",
+            Cause.FAMILY, tuple(family.targets))
+            for family in expected.families if family.targets and not family.stems & seen)
     return AssertionReport(wheel, expected, tuple(results), tuple(findings), vendored, tools or Tools(),
                            tuple(judge_vendored(v, expected) for v in vendored))
 

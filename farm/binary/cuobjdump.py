@@ -234,6 +234,8 @@ def dump_made_by(so: Path, tool: Path | None = None, *, timeout: float = DEFAULT
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:  # read to the end or abandoned: the pipe is ours to close
+            proc.stdout.close()
     if block == _ELF_BLOCK and not seen:
         unread += 1
     if rc < 0:

@@ -34,7 +34,7 @@ def stem_of(file_symbol: str) -> str | None:
 def source_stem(path: str) -> str:
     """What a source path leaves in the binary: its basename without the ``.cu`` suffix."""
     base = os.path.basename(path)
-    return base[:-3] if base.endswith(".cu") else base
+    return base.removesuffix(".cu")
 
 
 def tu_sources(path: str | os.PathLike[str]) -> dict[int, str] | None:

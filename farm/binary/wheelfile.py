@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import Self
 
 from farm.errors import WheelError
 
@@ -73,7 +74,7 @@ class SafeWheel:
         self._infos: dict[str, zipfile.ZipInfo] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
-    def __enter__(self) -> SafeWheel:
+    def __enter__(self) -> Self:
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError:

@@ -149,7 +149,7 @@ def _size(path: Path) -> int:
     for dirpath, _, files in os.walk(path):
         for f in files:
             with contextlib.suppress(OSError):  # removed while we walk: nothing to count
-                total += os.lstat(os.path.join(dirpath, f)).st_size
+                total += (Path(dirpath) / f).lstat().st_size
     return total
 
 

@@ -60,7 +60,7 @@ from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home, tool
 from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
-    from farm.builder.spec import BuildSpec, SpecOverrides
+    from farm.builder.spec import BuildSpec
     from farm.builder.verify import ImportCheck
     from farm.lint.api import LintReport
     from farm.model.arch import ArchList
@@ -237,7 +237,7 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda m: None), knobs=knobs)
+                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs)
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
                            cuda=cuda if recipe.kernel_families else None, families=recipe.families)

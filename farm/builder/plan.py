@@ -232,7 +232,7 @@ def arch_environment(archs: ArchList) -> dict[str, str]:
 
 
 def _environment(
-    cell: Cell, archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
+    archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
 ) -> list[tuple[str, str]]:
     sep = ";" if windows else ":"
     env: list[tuple[str, str]] = [
@@ -288,7 +288,7 @@ def _quoter(windows: bool) -> Callable[[str], str]:
 
 
 def before_build_commands(
-    cell: Cell, knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
+    knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
     tools: tuple[str, ...] = BUILD_REQUIREMENTS,
 ) -> list[str]:
     q = _quoter(windows)
@@ -358,7 +358,7 @@ def plan_build(
         cuda_home = PurePosixPath(options.host_cuda_home).as_posix()
         before_all = ""
 
-    env_pairs = _environment(cell, archs, knob, cuda_home, windows=cibw_platform == "windows")
+    env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows")
     cache = spec.compile_cache
     cached = cache.enabled and cibw_platform == "linux"  # the launchers are sh scripts: Linux builds
     host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
@@ -394,7 +394,7 @@ def plan_build(
             env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
         else:
             env_pairs.append(("PIP_CACHE_DIR", host_cache))
-    before_build = before_build_commands(cell, knob, torch_version, spec.torch_index or "",
+    before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
                                          windows=cibw_platform == "windows", tools=spec.tools)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
     if cached and in_container:

@@ -42,8 +42,8 @@ Log = Callable[[str], None]
 # An extension module file: name.cpython-311-x86_64-linux-gnu.so, name.abi3.so, name.cp311-win_amd64.pyd
 _EXTENSION = re.compile(r"(?P<name>[A-Za-z_]\w*)\.(?:cpython-[^./]+\.so|abi3\.so|[^./]*\.pyd|pyd)$")
 # what a "device error" says when `expect_device_error: true` accepts any
-_DEVICE_ERROR = re.compile(r"cuda|gpu|device|driver|libcuda|nvml", re.I)
-_DRIVER_ERROR = re.compile(r"libcuda|libnvidia|nvidia driver|cuda driver", re.I)
+_DEVICE_ERROR = re.compile(r"cuda|gpu|device|driver|libcuda|nvml", re.IGNORECASE)
+_DRIVER_ERROR = re.compile(r"libcuda|libnvidia|nvidia driver|cuda driver", re.IGNORECASE)
 IMPORT_TIMEOUT_S = 600  # one interpreter importing every module (torch alone takes seconds)
 PTH_NAME = "zz_farm_build_env.pth"
 
@@ -254,7 +254,7 @@ def run_imports(python: Path, modules: Sequence[str], *, environ: dict[str, str]
 
 def check_wheel(wheel: Path, knobs: VerifyKnobs, *, dist: str, interpreter: Path | str, work: Path,
                 visible_site: Path | None = None, find_links: Sequence[Path] = (), first: Sequence[str] = (),
-                log: Log = lambda m: None) -> ImportCheck:
+                log: Log = lambda _: None) -> ImportCheck:
     """The import check of ``wheel`` in a fresh environment of ``interpreter`` under ``work``.
     ``first``: modules imported before the wheel's (``torch``: a torch extension module loads
     only once torch has loaded its libraries, as in every program that uses one)."""

@@ -50,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-only-ok", action="store_true",
                         help="not a CUDA package: extensions without device code pass")
     cell = parser.add_argument_group("--cell options")
-    cell.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    cell.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     cell.add_argument("--package", help="the recipe (default: the one whose dist is the wheel's)")
     cell.add_argument("--cuda", metavar="X.Y", help="the CUDA line the device code must come from (with --cell, "
                                                     "default: the wheel's label, else CUDA_HOME's nvcc)")

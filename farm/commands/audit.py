@@ -67,7 +67,8 @@ def resolve_where(where: str | None, config: FarmConfig | None) -> str:
 
 
 def ledger_path(args: argparse.Namespace) -> Path:
-    return args.ledger or args.root / "ledger.jsonl"
+    ledger: Path = args.ledger or args.root / "ledger.jsonl"
+    return ledger
 
 
 def _progress() -> Callable[[AuditRow], None]:

@@ -71,7 +71,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "container (default: $FARM_PIP_CACHE; none: pip's own, inside the container)")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), help="asserted wheels go here")
     parser.add_argument("--overwrite", action="store_true", help="build cells the ledger already holds")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--cache-dir", type=Path, help="sources, toolkits, build folders (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     split = parser.add_mutually_exclusive_group()
@@ -183,7 +183,7 @@ def shard_job(args: argparse.Namespace, recipe: Recipe, cell: Cell) -> ShardJob 
 BUILD_EXTRA = ("cibuildwheel", "pip", "nvidia-cuda-cuobjdump")
 
 
-def require_build_extra(missing_ok: tuple[str, ...] = ()) -> None:
+def require_build_extra() -> None:
     """Refuse before planning anything when farm was installed without its build extra (a user's
     light install for `farm doctor`): name the extra, not a module deep in a traceback."""
     missing = []

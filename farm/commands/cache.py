@@ -37,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "filling it now)")
     parser.add_argument("--kind", action="append", choices=KINDS,
                         help="only these caches (repeatable; default: all)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--cache-dir", type=Path, help="the cache (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 

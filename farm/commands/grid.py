@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda", action="append", metavar="V", help="only this CUDA line (repeatable)")
     parser.add_argument("--index", metavar="URL",
                         help="read this index instead of the lines' torch_index ({cu} becomes cu130)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -12,7 +12,7 @@ from farm.publish import IndexSettings, parse_targets, regenerate_index
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, metavar="DIR", help="the index tree (holds files/ and packages.json)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
                         help="folders holding ledger fragments not merged yet")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import chain, count, islice, repeat
@@ -113,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         try:
             # only the output asked for is built: either one takes milliseconds for a large library
-            if os.path.splitext(path)[1] == ".whl":
+            if path.endswith(".whl"):
                 w = inspect_wheel(path, reader, cuobjdump=tool, stubs=args.stubs)
                 if args.json:
                     results.append({"kind": "wheel", **w.to_json()})

@@ -21,7 +21,6 @@ from farm.provenance.ledgerline import ExistsKey
 from farm.publish.github import capacity_problems
 from farm.publish.targets import GithubSettings, parse_targets
 from farm.schedule.actions import (
-    SHARD_SIZE,
     SUMMARY_COLUMNS,
     WAVE_COLUMNS,
     github_outputs,
@@ -48,6 +47,7 @@ from farm.schedule.matrixlint import (
     lint_packages,
     stale_ignores,
 )
+from farm.schedule.slices import SHARD_SIZE
 from farm.schedule.waves import Wave, deferred_error, schedule, wave_advice
 from farm.table import format_table
 
@@ -102,7 +102,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-time-limit", action="store_true",
                         help="schedule cells whose recorded or estimated time no hosted runner can finish "
                              "(self-hosted runners without GitHub's 6 h job limit)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--cache-dir", type=Path, help="sources, lint and ledger-index caches (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

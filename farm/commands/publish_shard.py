@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", default=os.environ.get("GITHUB_REPOSITORY"),
                         help="owner/name of the run (default: $GITHUB_REPOSITORY)")
     parser.add_argument("--target", action="append", metavar="NAME", help="publish target(s) of _defaults.yml")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository checkout (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository checkout (default: .)")
     parser.add_argument("--scratch", type=Path, default=Path("scratch"),
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",

@@ -39,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="add the components the recipe's build.extra_cuda_components names: the exact "
                              "toolkit `farm build` assembles for the package's cells (and its cache key)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be assembled; no network, no disk")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

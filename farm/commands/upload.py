@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, metavar="DIR", help="the folder postbuild wrote (wheels + fragments)")
     parser.add_argument("--target", action="append", metavar="NAME",
                         help="a publish target of _defaults.yml (repeatable; default: default_target)")
-    parser.add_argument("--root", type=Path, default=Path("."), help="the farm repository (default: .)")
+    parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
     parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
                         help="more folders holding ledger fragments (DIR itself is always searched)")

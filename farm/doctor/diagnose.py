@@ -328,8 +328,7 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
                                 f"no package with farm provenance or CUDA extensions in {env.python}"))
     for pkg in env.packages:
         label = _label(pkg)
-        for problem in pkg.problems:
-            findings.append(Finding(Severity.WARN, label, None, problem))
+        findings.extend(Finding(Severity.WARN, label, None, problem) for problem in pkg.problems)
         for ext in pkg.extensions:
             if ext.modified:
                 findings.append(Finding(Severity.WARN, label, ext.path,

@@ -417,9 +417,9 @@ class _Collector:
                     self.cmake(candidate)
         for token in _CMAKE_TOKEN.findall(_CMAKE_VARS.sub("", text)):
             if "${" in token:
-                token = token.rsplit("}", 1)[-1].lstrip("/")
-                if token.endswith(SOURCE_EXTS):
-                    self.seeds.update(p for p in self.index.by_suffix(token, self.build_root)
+                tail = token.rsplit("}", 1)[-1].lstrip("/")
+                if tail.endswith(SOURCE_EXTS):
+                    self.seeds.update(p for p in self.index.by_suffix(tail, self.build_root)
                                       if p.endswith(SOURCE_EXTS))
                 continue
             self.resolve(token, base)

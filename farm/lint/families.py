@@ -153,14 +153,14 @@ def _strip_comments(text: str) -> str:
     """``#`` comments blanked (not inside quotes), lines kept."""
     out = []
     for line in text.split("\n"):
-        quoted = False
+        quoted, end = False, len(line)
         for i, ch in enumerate(line):
             if ch == '"':
                 quoted = not quoted
             elif ch == "#" and not quoted:
-                line = line[:i]
+                end = i
                 break
-        out.append(line)
+        out.append(line[:end])
     return "\n".join(out)
 
 
@@ -402,7 +402,7 @@ class _Configure:
         archs = [v for t, _ in arch_args for v in self.expand(t).split(";") if v]
         names = re.findall(r"\$\{(\w+)\}", " ".join(t for t, _ in arch_args))
         name = names[0] if names else "(literal)"
-        if ptx and archs and _version(max(archs, key=lambda a: _version(a))) >= _version(ptx):
+        if ptx and archs and _version(max(archs, key=_version)) >= _version(ptx):
             archs.append(f"{ptx}+PTX")
         sources = tuple(s for s in srcs if s.endswith(".cu"))
         if sources and archs:

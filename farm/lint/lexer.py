@@ -77,7 +77,7 @@ _HASH_COMMENT = re.compile(r"""("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')|#[^\n]*
 
 def strip_hash_comments(text: str) -> str:
     """CMake, Makefile and TOML text with ``#`` comments blanked; strings (and what they hold) kept."""
-    return _HASH_COMMENT.sub(lambda m: m.group(1) if m.group(1) else _blank(m.group()), text)
+    return _HASH_COMMENT.sub(lambda m: m.group(1) or _blank(m.group()), text)
 
 
 def strip_python_comments(text: str) -> str:

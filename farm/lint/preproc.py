@@ -14,10 +14,11 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from farm.lint.lexer import first_on_line
 
-Expr = tuple  # ("num", n) | ("id", name) | ("defined", name) | ("call", name, arg) | (op, a[, b[, c]])
+Expr = tuple[Any, ...]  # ("num", n) | ("id", name) | ("defined", name) | ("call", name, arg) | (op, a[, b[, c]])
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>0[xX][0-9a-fA-F]+|\d+)[uUlL]*|(?P<id>[A-Za-z_]\w*)"
@@ -158,7 +159,8 @@ Lookup = Callable[[str], "int | object | None"]
 def evaluate(expr: Expr, lookup: Lookup) -> int | None:
     tag = expr[0]
     if tag == "num":
-        return expr[1]
+        number: int = expr[1]
+        return number
     if tag == "id":
         value = lookup(expr[1])
         return 0 if value is UNDEFINED else value  # type: ignore[return-value]
@@ -378,8 +380,8 @@ def scan_directives(code: str) -> Directives:
     functions: list[tuple[int, str, tuple[str, ...], str]] = []
     lines_seen: set[int] = set()
     n_lines = code.count("\n") + 1
-    for number, last, word, rest in directive_lines(code):
-        rest = rest.strip()
+    for number, last, word, raw_rest in directive_lines(code):
+        rest = raw_rest.strip()
         if last == number:
             lines_seen.add(number)
         else:
@@ -438,7 +440,7 @@ def _branch(word: str, rest: str, number: int, last: int) -> Branch:
     if word == "else":
         return Branch(None, "#else", number, body)
     if word in ("ifdef", "elifdef", "ifndef", "elifndef"):
-        name = rest.split()[0] if rest.split() else ""
+        name = rest.split(maxsplit=1)[0] if rest.split() else ""
         cond: Expr | None = ("defined", name)
         if word.endswith("ndef"):
             cond = ("u!", cond)

@@ -153,13 +153,11 @@ class LintReport:
                 lines.append(f"      ignored by {ignore.where}: {ignore.reason}")
         if self.stale_ignores:
             lines.append(f"\nstale lint_ignore entries ({len(self.stale_ignores)}): they match no finding, remove them")
-            for ignore in self.stale_ignores:
-                lines.append(f"  {ignore.where}: rule {ignore.rule}, path {ignore.path}")
+            lines.extend(f"  {ignore.where}: rule {ignore.rule}, path {ignore.path}" for ignore in self.stale_ignores)
         if self.libraries:
             lines.append("\nvendored libraries (gated code there becomes device code only where the package uses it):")
-            for lib in self.libraries:
-                lines.append(f"  {lib.path}: {lib.gates} arch gates in {lib.headers} included headers "
-                             f"(thresholds {', '.join(lib.thresholds) or '-'})")
+            lines.extend(f"  {lib.path}: {lib.gates} arch gates in {lib.headers} included headers "
+                         f"(thresholds {', '.join(lib.thresholds) or '-'})" for lib in self.libraries)
         verdict = "PASSED" if self.passed else "FAILED"
         lines.append(f"\n{verdict}: {len(self.errors)} errors, {len(self.infos)} infos, "
                      f"{len(self.ignored)} ignored, {len(self.stale_ignores)} stale ignores")

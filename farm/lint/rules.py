@@ -219,7 +219,7 @@ class CFile:
     def in_function(self, line: int) -> bool:
         """Whether ``line`` lies inside a function body (braces tracked on the stripped code)."""
         if self._scope is None:
-            self._scope = _brace_states(self.code, self.directives.directive_lines, self.starts)
+            self._scope = _brace_states(self.code, self.directives.directive_lines)
         positions, states = self._scope
         i = bisect.bisect_right(positions, self.offset_of(line)) - 1
         return states[i] if i >= 0 else False
@@ -237,7 +237,7 @@ def parse_c(rel: str, raw: str, library: str | None) -> CFile:
 _BRACE = re.compile(r"[{};]")
 
 
-def _brace_states(code: str, directive_lines: set[int], starts: list[int]) -> tuple[list[int], list[bool]]:
+def _brace_states(code: str, directive_lines: set[int]) -> tuple[list[int], list[bool]]:
     """Offsets where the in-function state changes, and the state from each offset on."""
     if directive_lines:
         lines = code.split("\n")
@@ -650,17 +650,13 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
     higher"): an error wherever the list compiles it for less. Elsewhere it is a type or a
     ``cuda_fp8.h`` conversion, which compiles for every arch and converts in software below 8.9:
     an info when a device from 8.9 up runs such an image."""
-    types: list[tuple[int, str]] = []
-    for m in _FP8.finditer(f.code):
-        if not _TORCH_FP8.fullmatch(m.group()):
-            types.append((m.start(), m.group()))
+    types = [(m.start(), m.group()) for m in _FP8.finditer(f.code) if not _TORCH_FP8.fullmatch(m.group())]
     instructions: list[tuple[int, str]] = []
     for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
         parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
         if parsed:
             _, close = parsed
-            for hit in _FP8.finditer(f.raw, m.end(), close):
-                instructions.append((hit.start(), hit.group()))
+            instructions.extend((hit.start(), hit.group()) for hit in _FP8.finditer(f.raw, m.end(), close))
     out: list[Finding] = []
     instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
     low = [t for t in archs if t.number < 89]
@@ -881,7 +877,7 @@ def python_events(text: str) -> list[tuple[int, str, str]] | None:
                 return  # a docstring or a bare string: documentation
             self.generic_visit(node)
 
-        def visit_Raise(self, node: ast.Raise) -> None:
+        def visit_Raise(self, node: ast.Raise) -> None:  # noqa: ARG002 (the visitor's signature)
             return
 
         def visit_Assert(self, node: ast.Assert) -> None:
@@ -948,8 +944,8 @@ def _merge(findings: list[Finding], index: TreeIndex, rel: str, kind: str, archs
     for f in findings:
         groups.setdefault((f.rule, f.message, f.needs), []).append(f)
     merged = []
-    for (rule, message, _), items in groups.items():
-        first = items[0]
+    for (rule, found, _), items in groups.items():
+        first, message = items[0], found
         if rule == Rule.ARCH_OVERRIDE.value and first.severity is Severity.ERROR:
             message += _what_it_builds(index, rel, kind, [f.line for f in items], archs)
         if len(items) > 1:

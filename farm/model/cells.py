@@ -216,7 +216,7 @@ def recipe_excludes_key(recipe: Recipe, cuda: str, torch: str, python: str, plat
         for combo in only.combinations:
             if combo.cuda != cuda:
                 continue
-            if combo.torch is not None and torch != NO_TORCH and combo.torch != torch:
+            if combo.torch is not None and torch not in (NO_TORCH, combo.torch):
                 continue
             if combo.pythons is not None and python not in combo.pythons:
                 continue
@@ -251,10 +251,9 @@ def resolve_arch(config: FarmConfig, recipe: Recipe, cell: Cell) -> Resolution |
     row = policy.rows.get(group, {}).get(cell.cuda)
     if row is None:
         return None
-    blocks = []
-    for key in (cell.platform, group):  # arch.win_amd64 before arch.x86_64
-        if key in recipe.arch_by_platform:
-            blocks.append((f"arch.{key}", recipe.arch_by_platform[key]))
+    blocks = [(f"arch.{key}", recipe.arch_by_platform[key])
+              for key in (cell.platform, group)  # arch.win_amd64 before arch.x86_64
+              if key in recipe.arch_by_platform]
     blocks.append(("arch", recipe.arch))
     for prefix, rules in blocks:
         spec = rules.by_combo.get((cell.cuda, cell.torch))

@@ -932,7 +932,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
             raise ConfigError(f"build.extra_deps entry {dep!r} is not a requirement: {exc}",
                               where=build_sec.where("extra_deps") if build_sec else top.where(),
                               hint="write it like 'numpy>=1.24' or 'cumm=={version:cumm}+{local:cumm}'") from None
-    sharding = _load_sharding(top, defaults)
+    sharding = _load_sharding(top)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
     top.done(_RECIPE_KEYS)
@@ -951,7 +951,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     return recipe
 
 
-def _load_sharding(top: _Section, defaults: Defaults) -> Sharding | None:
+def _load_sharding(top: _Section) -> Sharding | None:
     """``sharding: 20`` or ``sharding: {jobs: 10, platforms: [linux_x86_64, linux_aarch64]}``."""
     if "sharding" not in top.data:
         return None

@@ -618,7 +618,7 @@ def write_schema(path: Path = SCHEMA_FILE) -> None:
 def _validator() -> Any:
     # SPEED: jsonschema imported only to validate. Importing it costs `farm doctor` ~35 ms, over a
     # fifth of its time when no farm wheel is installed (benchmarks/bench_startup.py measures it).
-    import jsonschema  # type: ignore[import-untyped]  # noqa: PLC0415
+    import jsonschema  # noqa: PLC0415
 
     return jsonschema.Draft202012Validator(schema())  # made once: every read of a provenance checks
 

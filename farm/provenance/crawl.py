@@ -50,9 +50,7 @@ def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list
         for file in listing.files:
             if PurePosixPath(urllib.parse.urlsplit(file.url).path).name.endswith(".whl"):
                 wheels.setdefault(file.url, file.sha256)
-        for sub in listing.pages:
-            if sub.startswith(base) and depth < max_depth:
-                pending.append((sub, depth + 1))
+        pending.extend((sub, depth + 1) for sub in listing.pages if sub.startswith(base) and depth < max_depth)
     return sorted(wheels.items())
 
 
@@ -103,7 +101,7 @@ class Shard:
     def takes(self, sha256: str | None, name: str) -> bool:
         if self.count == 1:
             return True
-        key = sha256 if sha256 else hashlib.sha256(name.encode()).hexdigest()
+        key = sha256 or hashlib.sha256(name.encode()).hexdigest()
         return int(key[:12], 16) % self.count == self.index
 
 

@@ -38,7 +38,7 @@ class _Cache(msgspec.Struct, array_like=True):
 
 
 def _cache_file(cache_dir: Path, path: Path) -> Path:
-    name = hashlib.sha256(os.fsencode(os.path.abspath(path))).hexdigest()[:32]
+    name = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:32]
     return Path(cache_dir) / "ledger-index" / f"{name}.msgpack"
 
 

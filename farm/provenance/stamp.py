@@ -417,7 +417,7 @@ def stamp_wheel(
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
-            os.chmod(tmp, 0o644)
+            tmp.chmod(0o644)
             # The rewrite is deterministic: stamping the same wheel again in the same build
             # makes the same bytes, and is a no-op. Other bytes under that name are refused.
             # A hard link publishes without clobbering, atomically, even against a parallel stamp.
@@ -435,7 +435,7 @@ def stamp_wheel(
                     tmp.unlink()
                     _same_or_refuse(final, digest)
                     return StampResult(final, relabel, digest, size, info_obj, hashes, created=False)
-                os.replace(tmp, final)
+                tmp.replace(final)
             else:
                 tmp.unlink()
             fsync_dir(out_dir)

@@ -14,7 +14,8 @@
 
 from __future__ import annotations
 
-from farm.publish.gate import Check, GatedWheel, GateResult, Refusal, Vouchers, run_gate
+from farm.provenance.verdict import Check
+from farm.publish.gate import GatedWheel, GateResult, Refusal, Vouchers, run_gate
 from farm.publish.publish import UploadReport, regenerate_index, upload
 from farm.publish.targets import (
     GithubSettings,

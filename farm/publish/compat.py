@@ -124,7 +124,7 @@ c.textContent=c.dataset.tool+' install --index-url '+root+c.dataset.channel+'/ \
 
 
 def _head(title: str) -> str:
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n")
 
 

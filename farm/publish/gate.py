@@ -204,7 +204,8 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
         if problems:
             refused.extend(problems)
         else:
-            assert entry is not None and facts.embedded is not None
+            assert entry is not None
+            assert facts.embedded is not None
             passed.append(GatedWheel(path, name, facts.sha256, facts.size, facts.embedded, entry, source))
     return GateResult(tuple(passed), tuple(refused), readers, derive is not None)
 

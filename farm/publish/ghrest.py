@@ -153,6 +153,8 @@ class Client:
                 payload = exc.read(MAX_ERROR_BODY)
             except (OSError, http.client.HTTPException):
                 payload = b""
+            finally:
+                exc.close()  # the error holds the response and its socket
             return Answer(exc.code, dict(exc.headers or {}), payload)
         finally:
             if handle is not None:

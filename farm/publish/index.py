@@ -205,7 +205,7 @@ def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
     return pages
 
 
-def listed(doc: Mapping[str, Any]) -> set[tuple[str, str]]:
+def listed(doc: object) -> set[tuple[str, str]]:
     """(channel, project) pairs a packages.json lists."""
     chans = doc.get("channels") if isinstance(doc, Mapping) else None
     if not isinstance(chans, Mapping):

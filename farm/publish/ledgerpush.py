@@ -127,7 +127,8 @@ class _Git:
 
 
 def _pause(attempt: int) -> float:
-    return min(PAUSE_S * 2 ** attempt, MAX_PAUSE_S) * random.uniform(0.5, 1.0)
+    pause: float = min(PAUSE_S * 2 ** attempt, MAX_PAUSE_S) * random.uniform(0.5, 1.0)
+    return pause
 
 
 def commit_and_push(repo: Path, ledger: Path, message: str, *, remote: str = "origin", branch: str | None = None,

@@ -164,7 +164,7 @@ def parse_targets(publish: Mapping[str, Any] | None, *, root: Path,
             opts = getattr(options, "options", None)
             if kind is None or not isinstance(opts, Mapping):
                 raise ConfigError(f"publish.{name} must be a mapping", where=where)
-            options = {"kind": getattr(kind, "value", kind), **{k: v for k, v in opts.items() if k != "kind"}}
+            options = {"kind": getattr(kind, "value", kind), **{k: v for k, v in opts.items() if k != "kind"}}  # noqa: PLW2901 (the object form read as the mapping form)
         out[str(name)] = parse_target(str(name), options, root=root, where=where)
     for t in out.values():
         if isinstance(t, IndexSettings) and t.links is not None:

@@ -113,7 +113,8 @@ class CellPlan:
         return self.job_s * max(1, self.compile_jobs) + self.link_s
 
 
-def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int, shard_platforms: Sequence[str] = ()) -> CellPlan:
+def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG001 (key: the caller's record)
+              shard_platforms: Sequence[str] = ()) -> CellPlan:
     """``declared_jobs``: the recipe's ``sharding`` for the cell's platform (1: none there);
     ``shard_platforms``: where the recipe shards at all (farm's nvcc launcher is Linux-only)."""
     near = NEAR_LIMIT * JOB_LIMIT_S
@@ -240,8 +241,8 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     for pkg in matrix.packages:
         shard = sharding.get(pkg.package)
         kept: list[tuple[float, PlannedCell]] = []
-        for p in pkg.to_build:
-            c = p.cell
+        for planned in pkg.to_build:
+            p, c = planned, planned.cell
             key = (c.package, c.cuda, c.torch, c.python, c.platform)
             est = estimate(key, durations, shard.jobs if shard else 1)
             plan = plan_cell(key, est, declared_jobs=p.compile_jobs, shard_platforms=shard.platforms if shard else ())

@@ -416,15 +416,12 @@ def _package_matrix(
 
 def stale_advice(matrix: Matrix) -> list[str]:
     """One line per package with stale wheels: the count and what to do."""
-    out = []
-    for pkg in matrix.packages:
-        if pkg.stale:
-            out.append(
-                f"config moved: {pkg.package} has {len(pkg.stale)} wheel(s) built at epoch {pkg.epoch} "
-                f"with another arch list than the config resolves now; bump build_epoch "
-                f"({pkg.recipe_display} or _defaults.yml) to rebuild them"
-            )
-    return out
+    return [
+        f"config moved: {pkg.package} has {len(pkg.stale)} wheel(s) built at epoch {pkg.epoch} "
+        f"with another arch list than the config resolves now; bump build_epoch "
+        f"({pkg.recipe_display} or _defaults.yml) to rebuild them"
+        for pkg in matrix.packages if pkg.stale
+    ]
 
 
 def without_packages(matrix: Matrix, packages: Iterable[str]) -> Matrix:

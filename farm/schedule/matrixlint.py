@@ -116,8 +116,5 @@ def stale_ignores(outcomes: Iterable[LintOutcome]) -> list[tuple[str, Any]]:
     per_package: dict[str, list[set[Any]]] = {}
     for o in outcomes:
         per_package.setdefault(o.package, []).append(set(o.report.stale_ignores))
-    out = []
-    for package, sets in per_package.items():
-        for ignore in sorted(set.intersection(*sets), key=lambda i: i.where):
-            out.append((package, ignore))
-    return out
+    return [(package, ignore) for package, sets in per_package.items()
+            for ignore in sorted(set.intersection(*sets), key=lambda i: i.where)]

@@ -163,7 +163,7 @@ def _artifact_files(sub: Path) -> list[Path]:
             path = Path(dirpath) / name
             info = os.lstat(path)
             if stat.S_ISLNK(info.st_mode):
-                raise _refuse_entry(path, f"a link (to {os.readlink(path)!r})")
+                raise _refuse_entry(path, f"a link (to {str(path.readlink())!r})")
             if stat.S_ISDIR(info.st_mode):
                 continue
             if not stat.S_ISREG(info.st_mode):
@@ -175,7 +175,7 @@ def _artifact_files(sub: Path) -> list[Path]:
     return sorted(files)
 
 
-def read_artifacts(folder: Path, *, warn: Callable[[str], object] = lambda line: None) -> dict[str, list[Path]]:
+def read_artifacts(folder: Path, *, warn: Callable[[str], object] = lambda _: None) -> dict[str, list[Path]]:
     """cell id -> files, from ``folder/wheels-<id>/...`` (download-artifact without merging).
     A missing folder means no cell job uploaded anything: every cell failed. Links and special
     files are refused (exit 2); an artifact whose ``.whl`` is empty or not a zip archive did not
@@ -188,7 +188,7 @@ def read_artifacts(folder: Path, *, warn: Callable[[str], object] = lambda line:
             continue
         info = os.lstat(sub)
         if stat.S_ISLNK(info.st_mode):
-            raise _refuse_entry(sub, f"a link (to {os.readlink(sub)!r})")
+            raise _refuse_entry(sub, f"a link (to {str(sub.readlink())!r})")
         if not stat.S_ISDIR(info.st_mode):
             continue
         files = _artifact_files(sub)

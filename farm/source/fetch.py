@@ -95,7 +95,7 @@ def tree_sha256(root: Path) -> str:
         rel = path.relative_to(root).as_posix()
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
-            entry = f"L {rel}\0{os.readlink(path)}\n"
+            entry = f"L {rel}\0{path.readlink()}\n"
         else:
             entry = f"{'X' if st.st_mode & 0o111 else 'F'} {rel}\0{sha256_file(path)}\n"
         digest.update(entry.encode("utf-8", "surrogateescape"))
@@ -284,7 +284,7 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> 
                     raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
                                       hint="nothing was cached; verify the file and update the pin")
                 archive = base / f"{sha}-{filename}"
-                os.replace(part, archive)
+                part.replace(archive)
             elif sha256_file(archive) != sha:
                 archive.unlink()
                 raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
@@ -292,7 +292,7 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> 
             work = Path(tmp) / "tree"
             work.mkdir()
             unpack(archive, work)
-            entries = [p for p in work.iterdir()]
+            entries = list(work.iterdir())
             # An sdist holds one top directory; the tree root is that directory.
             inner = entries[0] if len(entries) == 1 and entries[0].is_dir() else work
             description = {"kind": "sdist", "name": source.name, "version": source.version, "sha256": sha}
@@ -418,10 +418,10 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    os.replace(work, staging / "tree")
+    work.replace(staging / "tree")
     _write_sealed(staging / _COMPLETE, {"root": "tree", "identity": identity, "description": description},
                   f"source-tree:{final.name}")
     if final.exists():
         shutil.rmtree(final)
-    os.replace(staging, final)
+    staging.replace(final)
     return SourceTree(final / "tree", identity, description)

@@ -18,7 +18,7 @@ from pathlib import Path
 from farm.errors import ConfigError, ToolError
 from farm.toolkit import components as comps
 
-_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
 _SOURCES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl")
 _SKIP_DIRS = {".git", ".hg", "build", "dist", "__pycache__", ".tox", ".nox", ".venv", "node_modules"}
 MAX_FILE = 4 << 20  # larger "sources" are generated data, not headers a person includes

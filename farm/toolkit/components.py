@@ -93,6 +93,6 @@ def component_of_header(include: str) -> str | None:
 def pypi_requirement(component: str, version: str, cuda: str) -> str:
     """``nvidia-cublas==13.1.0.3``: the wheel of ``component`` for CUDA line ``cuda``."""
     wheel = PYPI_WHEELS[component]
-    if cuda.split(".")[0] == "12":
+    if cuda.split(".", maxsplit=1)[0] == "12":
         wheel += "-cu12"
     return f"{wheel}=={version}"

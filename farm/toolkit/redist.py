@@ -209,14 +209,14 @@ def _merge(top: Path, home: Path, component: str, owners: dict[str, str]) -> Non
                 src, rel = Path(dirpath) / name, rel_dir / name
                 dst = home / rel
                 if dst.exists() or dst.is_symlink():
-                    same = (src.is_symlink() and dst.is_symlink() and os.readlink(src) == os.readlink(dst)) or (
+                    same = (src.is_symlink() and dst.is_symlink() and src.readlink() == dst.readlink()) or (
                         src.is_file() and dst.is_file() and not src.is_symlink()
                         and sha256_file(src) == sha256_file(dst))
                     if not same:
                         raise ToolError(f"{component} and {owners.get(str(rel), '?')} both ship {rel}, differently",
                                         hint="drop one of them from the components")
                     continue
-                os.replace(src, dst)
+                src.replace(dst)
                 owners[str(rel)] = component
 
 

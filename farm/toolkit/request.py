@@ -108,7 +108,7 @@ def request_for(
             raise UsageError(f"the PyPI toolkit is assembled for Linux only, not {platform}",
                              hint="use --source redist (NVIDIA's archives cover every platform)")
         chosen = "redist"  # the line's default, where its wheels cannot serve
-    if chosen == "pypi" and cuda.split(".")[0] == "12":
+    if chosen == "pypi" and cuda.split(".", maxsplit=1)[0] == "12":
         raise ToolError(f"CUDA {cuda} cannot be assembled from PyPI: NVIDIA's CUDA 12 wheels ship no nvcc "
                         "(nvidia-cuda-nvcc-cu12 holds ptxas only) and no libcudart_static.a",
                         hint="use --source redist")

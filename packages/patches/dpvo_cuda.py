@@ -20,13 +20,13 @@ from _rename import rename_distribution
 
 OLD_INCLUDE = "osp.join(ROOT, 'thirdparty/eigen-3.4.0')"
 ANCHOR = "ROOT = osp.dirname(osp.abspath(__file__))\n"
-EIGEN = '''
+EIGEN = """
 # farm: Eigen 3.4.0's headers from the cmeel-eigen wheel in the build environment (build.extra_deps)
 import sysconfig
 EIGEN = osp.join(sysconfig.get_paths()["purelib"], "cmeel.prefix", "include", "eigen3")
 if not osp.isfile(osp.join(EIGEN, "Eigen", "Core")):
     raise SystemExit(f"dpvo_cuda: no Eigen headers at {EIGEN}: install cmeel-eigen==3.4.0.* first")
-'''
+"""
 
 rename_distribution("dpvo", "dpvo_cuda", "dpvo_cuda")
 

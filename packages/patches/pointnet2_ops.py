@@ -8,7 +8,7 @@ import re
 
 setup = pathlib.Path("setup.py")
 text = setup.read_text()
-patched = re.sub(r'^[ \t]*os\.environ\["TORCH_CUDA_ARCH_LIST"\]\s*=.*$\n?', "", text, flags=re.M)
+patched = re.sub(r'^[ \t]*os\.environ\["TORCH_CUDA_ARCH_LIST"\]\s*=.*$\n?', "", text, flags=re.MULTILINE)
 if patched != text:
     setup.write_text(patched)
     print("pointnet2_ops: removed the TORCH_CUDA_ARCH_LIST assignment from setup.py")
