@@ -51,7 +51,9 @@ def test_concurrent_uploads_of_different_wheels_all_publish(demo_batch: Batch, t
     procs = [subprocess.Popen([sys.executable, "-m", "farm.cli", "upload", str(d), "--root", str(root),
                                "--target", "index"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for d in dirs]
-    results = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+    # communicate() reads both pipes to the end and closes them (no leaked file objects)
+    outputs = [p.communicate(timeout=600) for p in procs]
+    results = [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
     assert [rc for rc, _, _ in results] == [0] * N, [err for _, _, err in results]
     names = sorted(next(d.glob("*.whl")).name for d in dirs)
     ledger = LedgerIndex.load(root / "ledger.jsonl")
