@@ -26,13 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
+from farm.schedule.cost import CellKey
+from farm.schedule.durations import recorded_builds
 
 COMPILE_SHARE = 0.9  # of a CUDA extension's build, the compiling (nvcc nearly all of it)
-
-# (package, cuda, torch, python tag, platform)
-CellKey = tuple[str, str, str, str, str]
-
 
 @dataclass(frozen=True)
 class HitRates:
@@ -68,46 +65,7 @@ class HitRates:
         return (1 - COMPILE_SHARE * self.expected(key)) / (1 - COMPILE_SHARE * before)
 
 
-class _Counts(msgspec.Struct):
-    compiles: int
-    hits: int
-
-
-class _Toolchain(msgspec.Struct):
-    compile_cache: _Counts | None = None
-
-
-class _Cell(msgspec.Struct):
-    cuda: str
-    torch: str
-    python: str
-    platform: str
-
-
-class _Line(msgspec.Struct):
-    package: str
-    cell: _Cell
-    toolchain: _Toolchain | None = None
-
-
-_decode = msgspec.json.Decoder(_Line).decode
-
-
 def read_hit_rates(ledger: Path) -> HitRates:
     """Every recorded compile-cache count of ``ledger`` (none when the file is missing)."""
-    if not Path(ledger).is_file():
-        return HitRates.none()
-    found: list[tuple[CellKey, int, int]] = []
-    with open(ledger, "rb") as handle:
-        for line in handle:
-            if b'"compile_cache"' not in line:
-                continue
-            try:
-                e = _decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            counts = e.toolchain.compile_cache if e.toolchain else None
-            if counts is not None:
-                key = (e.package, e.cell.cuda, e.cell.torch, e.cell.python, e.cell.platform)
-                found.append((key, counts.compiles, counts.hits))
-    return HitRates.of(found)
+    return HitRates.of((key, *counts) for key, _, counts in recorded_builds(Path(ledger), b'"compile_cache"')
+                       if counts is not None)
