@@ -36,7 +36,9 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 
 from farm.cli import main
-from farm.provenance.ledgerwrite import write_fragment
+from farm.provenance.ledgerbook import LedgerBook
+from farm.provenance.ledgerline import dumps_entry
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.publish import GithubSettings, ghrest, upload
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.ratelimit import Throttle, github_limits
@@ -275,7 +277,8 @@ class Farm:
         assert wheel.name == cell["wheel"], (wheel.name, cell["wheel"])
         data = wheel.read_bytes()
         entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-        write_fragment(entry, dest)
+        # the build job's fragment, in the ledger's line format (farm's publisher validates it)
+        (dest / f"{wheel.name}{FRAGMENT_SUFFIX}").write_text(dumps_entry(entry) + "\n")
         self.nominal[cell["id"]] = NOMINAL_MB.get(cell["package"], DEFAULT_MB) * MB
 
     # -- publish jobs (farm's own code) --------------------------------------------------------
@@ -316,14 +319,16 @@ class Farm:
         if n in self.faults.rate_burst and shard == "0":
             self._burst()
         pending = [0]
+        book = LedgerBook.open(ledger)  # the job reads its checkout's ledger once
 
         def publish(cell: CellResult) -> tuple[str, str]:
-            before = ledger.read_bytes()
-            report = upload(cell.files[0].parent, [settings], ledger=ledger, github_client=client, reader="native")
+            before = ledger.stat().st_size
+            report = upload(cell.files[0].parent, [settings], ledger=ledger, github_client=client, reader="native",
+                            book=book)
             if self.sim.killed is not None:
                 # the process died after GitHub stored the asset, before the ledger record: what it
-                # wrote after that moment never happened
-                ledger.write_bytes(before)
+                # wrote after that moment (the record it appended) never happened
+                os.truncate(ledger, before)
                 self.killed.append((n, shard, self.sim.killed))
                 self.sim.killed = None
                 raise JobKilled(cell.id)

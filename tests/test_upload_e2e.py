@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 import pytest
 
-from farm.errors import FarmError
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, Verdict, upload
 from farm.publish.targets import GithubSettings, default_simple_url
@@ -116,7 +115,7 @@ def test_pypiserver_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
     try:
         target = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
         report = upload(out, [target], ledger=ledger, env=env)
-        assert report.ok, (report.gate.lines(), report.refusals)
+        assert report.ok, [v.line() for v in report.verdicts]
         assert report.outcomes[0].sent == (wheel.name,)
         assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
         entry = _ledger_entry(ledger, wheel.name)
@@ -160,9 +159,12 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
     (index_target.path / "files").mkdir(parents=True)
     _other_bytes(wheel, index_target.path / "files" / wheel.name)
     squatter = (index_target.path / "files" / wheel.name).read_bytes()
-    with pytest.raises(FarmError) as exc:
-        upload(out, [index_target], ledger=ledger)
-    assert "never overwritten" in str(exc.value) or "sha256" in str(exc.value)
+    refused = upload(out, [index_target], ledger=ledger)
+    assert not refused.ok
+    (verdict,) = refused.verdicts
+    assert (verdict.target, verdict.verdict) == ("index", Verdict.REFUSED)
+    assert "never overwritten" in verdict.message
+    assert "the index holds sha256" in verdict.message
     assert (index_target.path / "files" / wheel.name).read_bytes() == squatter
     assert not (index_target.path / "packages.json").exists()
     assert not ledger.exists()
@@ -177,8 +179,8 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
         target = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
         report = upload(out, [target], ledger=ledger, env={"TWINE_USERNAME": "u", "TWINE_PASSWORD": "p"})
         assert not report.ok
-        (line,) = report.refusals
-        assert line.startswith(f"pypi: {wheel.name}: the repository holds sha256")
+        (verdict,) = report.verdicts
+        assert verdict.line().startswith(f"{wheel.name}: pypi: refused (the repository holds sha256")
         assert (packages / wheel.name).read_bytes() == squatter
         assert not ledger.exists()
     finally:
@@ -268,11 +270,12 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         alone = upload(out, [linked], ledger=ledger, env=env)
         assert not alone.ok
         assert not ledger.exists()
-        assert alone.refusals == ((f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
-                                  "run with --target pypi --target pages"),)
+        assert [(v.target, v.verdict, v.message) for v in alone.verdicts] == [
+            ("pages", Verdict.REFUSED, ("not published to 'pypi', which this index links to; "
+                                       "run with --target pypi --target pages"))]
 
         report = upload(out, [linked, pypi], ledger=ledger, env=env)  # run order: pypi, then pages
-        assert report.ok, report.refusals
+        assert report.ok, [v.line() for v in report.verdicts]
         assert [o.target for o in report.outcomes] == ["pypi", "pages"]
         assert not (linked.path / "files").exists()
         page = (linked.path / "cu130" / "demo-ext" / "index.html").read_text()

@@ -3,13 +3,14 @@ one artifact at a time.
 
 The publish job of build shard I runs it after that shard's builds: for each cell it downloads the
 cell's artifacts (its fragment, then its wheel, through ``gh api``), gates and publishes the wheel
-(``farm upload``'s path, into the checkout's ledger; ``--push-ledger``: each record committed and
-pushed, fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
+(``farm upload``'s path, into the checkout's ledger, read once and each record appended;
+``--push-ledger``: the records committed and pushed at most once a minute and at the end,
+fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
 (farm/schedule/stream.py). Each cell's verdict is appended to ``--report`` as it comes;
 ``farm wave --reports`` reads the reports to decide the next wave.
 
 Exit 0 whenever every cell got a verdict (a failed or refused cell is listed, not fatal: it stays
-in the queue); exit 2 for a bad plan or shard.
+in the queue); exit 2 for a bad plan or shard; exit 3 when the ledger's last push fails.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ from farm.commands.slice import read_plan
 from farm.commands.upload import configured_targets, render
 from farm.errors import EXIT_ENVIRONMENT, ToolError, UsageError, redact
 from farm.model.config import LEDGER_FILE, load_config
+from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.verdict import derive_from_config
 from farm.publish import upload
+from farm.publish.ledgerpush import LedgerPusher
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
+
+PUSH_EVERY_S = 60.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,8 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="publish jobs that may run at once with the same token: each takes 1/N of "
                              "GitHub's limits (build.yml: its shard jobs plus the link job)")
     parser.add_argument("--push-ledger", metavar="REMOTE",
-                        help="commit and push the ledger after each record (fetch, rebase and retry on a "
-                             "rejected push); without it the records stay in the checkout's ledger file")
+                        help="commit and push the ledger as records are made (at most once a minute, and at the "
+                             "end; fetch, rebase and retry on a rejected push); without it the records stay in "
+                             "the checkout's ledger file")
 
 
 class RunArtifacts:
@@ -139,9 +145,14 @@ def run(args: argparse.Namespace) -> int:
     if args.publishers < 1:
         raise UsageError(f"--publishers must be >= 1, got {args.publishers}")
 
+    # The ledger is read once for the shard and each record appended (farm/provenance/ledgerbook.py);
+    # commits and pushes are batched (at most one a minute, and one at the end).
+    book = LedgerBook.open(ledger)
+    pusher = LedgerPusher(ledger, args.push_ledger, every_s=PUSH_EVERY_S) if args.push_ledger else None
+
     def publish(cell: CellResult) -> tuple[str, str]:
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
-                        push_ledger=args.push_ledger)
+                        book=book, pusher=pusher)
         if report.ok:
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
@@ -156,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
 
         verdicts = publish_shard(cells, RunArtifacts(args.run_id, args.repository).fetch, publish, args.scratch,
                                  on_verdict=note)
+    if pusher is not None and pusher.finish() is not None:
+        print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     published = sum(v.built for v in verdicts)
     print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published", file=sys.stderr)
     return 0

@@ -30,7 +30,7 @@ LOCK_TIMEOUT_S = 300.0
 
 
 @contextlib.contextmanager
-def _lock(ledger: Path) -> Iterator[None]:
+def ledger_lock(ledger: Path) -> Iterator[None]:
     with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
         sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")  # a killed writer's temp copy
         yield
@@ -114,7 +114,7 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
         raise LedgerError("no fragments directory", where=str(fragments_dir),
                           hint="pass the directory postbuild wrote fragments to")
     fragments = [read_fragment(p) for p in sorted(fragments_dir.glob(f"*{FRAGMENT_SUFFIX}"))]
-    with _lock(ledger):
+    with ledger_lock(ledger):
         known, needs_newline = _existing(ledger)
         added: list[str] = []
         already: list[str] = []
@@ -158,7 +158,7 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
     items = list(items)
     if not items:
         return 0
-    with _lock(ledger):
+    with ledger_lock(ledger):
         index = LedgerIndex.load(ledger)
         changed: dict[int, LedgerEntry] = {}
         added = 0
