@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import json
 import math
@@ -33,12 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import parse_wheel_filename
-
 from farm.cli import main
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.ledgerline import dumps_entry
-from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.publish import GithubSettings, ghrest, upload
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.ratelimit import Throttle, github_limits
@@ -49,7 +44,7 @@ from farm.schedule.slices import LINK, slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
 from tests import ghsim
 from tests.ledgermaker import make_entry
-from tests.wheelmaker import make_wheel
+from tests.wheelmaker import stamped_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1 << 20
@@ -260,25 +255,10 @@ class Farm:
             self._wheel(n, cells[cid], store / f"wheels-{cid}")
 
     def _wheel(self, n: int, cell: dict[str, Any], dest: Path) -> None:
-        name, version, build, tags = parse_wheel_filename(cell["wheel"])
-        tag = next(iter(tags))
         entry = make_entry(cell["package"], cell["version"], cuda=cell["cuda"], torch=cell["torch"],
                            python=cell["python_tag"], platform=cell["platform"], build_epoch=cell["build_epoch"],
                            arch=cell["arch_list"], filename=cell["wheel"])
-        entry["dist"] = name.replace("-", "_")
-        entry["run"] = {"provider": "github", "repository": "farm-wheels/farm", "commit": "0" * 40,
-                        "run_id": str(n), "attempt": "1"}
-        info = {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")}
-        dist_info = f"{entry['dist']}-{version}.dist-info"
-        wheel = make_wheel(dest, entry["dist"], str(version), {
-            f"{entry['dist']}/__init__.py": b"",
-            f"{dist_info}/_build_info.json": json.dumps(info, indent=1).encode(),
-        }, tag=f"{tag.interpreter}-{tag.abi}-{tag.platform}", build=str(build[0]) if build else None)
-        assert wheel.name == cell["wheel"], (wheel.name, cell["wheel"])
-        data = wheel.read_bytes()
-        entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-        # the build job's fragment, in the ledger's line format (farm's publisher validates it)
-        (dest / f"{wheel.name}{FRAGMENT_SUFFIX}").write_text(dumps_entry(entry) + "\n")
+        stamped_wheel(dest, entry, run_id=str(n))
         self.nominal[cell["id"]] = NOMINAL_MB.get(cell["package"], DEFAULT_MB) * MB
 
     # -- publish jobs (farm's own code) --------------------------------------------------------

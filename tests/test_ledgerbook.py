@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -81,7 +80,7 @@ def test_a_file_changed_by_another_writer_is_read_again(tmp_path: Path) -> None:
     theirs = entry("cp312").with_published("github", URL)
     tmp = tmp_path / "rebased"
     write(tmp, entry("cp310"), theirs)
-    os.replace(tmp, ledger)
+    tmp.replace(ledger)
     assert book.record(entry("cp312"), "github", URL).published is False
     assert book.reloads == 1
     assert len(LedgerIndex.load(ledger)) == 2

@@ -19,6 +19,7 @@ from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, Verdict, upload
 from farm.publish.targets import GithubSettings, default_simple_url
 from tests import ghsim
+from tests.ledgermaker import make_entry
 from tests.publishfix import (
     Batch,
     copy_batch,
@@ -30,6 +31,7 @@ from tests.publishfix import (
     uv_install,
     write_farm_root,
 )
+from tests.wheelmaker import stamped_wheel
 
 __all__ = ["demo_batch"]  # the session fixture, shared with the other upload tests
 
@@ -308,3 +310,36 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         assert (linked.path / "cu130" / "demo-ext" / "index.html").read_text() == page
     finally:
         pypi_server.stop()
+
+
+def test_one_wheels_refusal_never_stops_anothers(tmp_path: Path) -> None:
+    """Twine and an index linking to its copies, wheel by wheel (a real pypiserver on 127.0.0.1):
+    the wheel whose name the repository already holds with other bytes is refused there and on the
+    pages that link to it; the other wheel is sent, listed and recorded; the summary has both."""
+    out = tmp_path / "out"
+    squatted, good = (stamped_wheel(out, make_entry(python=py)) for py in ("cp311", "cp312"))
+    ledger = tmp_path / "ledger.jsonl"
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    _other_bytes(squatted, packages / squatted.name)
+    squatter = (packages / squatted.name).read_bytes()
+    server, base = pypiserver(packages, tmp_path / "pypiserver.log")
+    env = {"TWINE_USERNAME": "u", "TWINE_PASSWORD": "p", "PATH": os.environ["PATH"]}
+    try:
+        pypi = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
+        pages = IndexSettings("pages", tmp_path / "pages", links="pypi")
+        report = upload(out, [pages, pypi], ledger=ledger, env=env, reader="native")
+    finally:
+        server.stop()
+    assert not report.ok
+    assert report.exit_code == 1
+    assert {(v.wheel, v.target): v.verdict for v in report.verdicts} == {
+        (squatted.name, "pypi"): Verdict.REFUSED, (good.name, "pypi"): Verdict.PUBLISHED,
+        (squatted.name, "pages"): Verdict.REFUSED, (good.name, "pages"): Verdict.PUBLISHED}
+    assert (packages / squatted.name).read_bytes() == squatter
+    assert (packages / good.name).read_bytes() == good.read_bytes()
+    assert LedgerIndex.load(ledger).by_filename(squatted.name) is None
+    assert [p["target"] for p in _ledger_entry(ledger, good.name)["published"]] == ["pypi", "pages"]
+    page = (tmp_path / "pages" / "cu128" / "torch2.8" / "demo-ext" / "index.html").read_text()
+    assert good.name in page
+    assert squatted.name not in page
