@@ -137,6 +137,8 @@ class JobStats:
     peak_bytes: int  # nominal bytes the job's scratch held at most
     largest_bytes: int  # its largest artifact (nominal)
     verdicts: dict[str, int]
+    ledger_reads: int = 0  # times the job read its ledger whole (once, and once after each push that rebased)
+    pushes: int = 0
 
 
 @dataclass
@@ -298,7 +300,7 @@ class Farm:
         self.sim.kill_armed = (n, shard) in self.faults.kill_after_upload
         if n in self.faults.rate_burst and shard == "0":
             self._burst()
-        pending = [0]
+        pending, pushed = [0], [0]
         book = LedgerBook.open(ledger)  # the job reads its checkout's ledger once
 
         def publish(cell: CellResult) -> tuple[str, str]:
@@ -320,6 +322,7 @@ class Farm:
             if pending[0] >= self.push_every:
                 self._push(n, shard, clone)
                 pending[0] = 0
+                pushed[0] += 1
             return PUBLISHED, ""
 
         report_path = reports / f"published-{shard}.jsonl"
@@ -338,9 +341,9 @@ class Farm:
                 killed = False
         if killed:  # the runner is gone: its unpushed commits and its report with it
             report_path.unlink()
-            return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts)
+            return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts, book.reloads + 1, pushed[0])
         self._push(n, shard, clone)
-        return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts)
+        return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts, book.reloads + 1, pushed[0] + 1)
 
     def _push(self, n: int, shard: str, clone: Path) -> None:
         if (n, shard) in self.faults.maintainer_push:

@@ -124,6 +124,15 @@ def test_peak_disk_per_publish_job_is_one_artifact(drained) -> None:
     assert full.peak_bytes == 0
 
 
+def test_each_publish_job_reads_its_ledger_once(drained) -> None:
+    """Records are appended: a job reads its ledger whole once, and again only after a push
+    whose rebase rewrote the file (never once per wheel)."""
+    _, runs, _ = drained
+    jobs = [j for r in runs for j in r.jobs]
+    assert all(1 <= j.ledger_reads <= 1 + j.pushes for j in jobs)
+    assert sum(j.cells for j in jobs) > 10 * sum(j.ledger_reads for j in jobs)
+
+
 def test_requests_stay_under_githubs_limits(drained) -> None:
     _, _, sim = drained
     assert sim.busiest(3600) <= 1000

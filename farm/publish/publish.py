@@ -209,7 +209,7 @@ def upload(
     its open ``book`` of ``ledger`` (read once, records appended) and its ``pusher``."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
-    book = book or LedgerBook.open(ledger)
+    book = LedgerBook.open(ledger) if book is None else book
     if book.path != Path(ledger):
         raise UsageError(f"the open ledger is {book.path}, not {ledger}")
     vouchers = Vouchers.of(book, dirs)
