@@ -94,6 +94,18 @@ class Sim(ghsim.GitHubSim):
             self._content_hour.append(now)
             self._content_minute.append(now)
 
+    def _headers(self, now: float) -> dict[str, str]:
+        """GitHub's ``x-ratelimit-*`` headers from the hour's window (the request being answered
+        is in it), not from a scan of the whole log."""
+        with self._lock:
+            while self._hour and self._hour[0] <= now - 3600:
+                self._hour.popleft()
+            used, oldest = len(self._hour), (self._hour[0] if self._hour else now)
+        return {"x-ratelimit-limit": str(self.limits.primary_per_hour),
+                "x-ratelimit-remaining": str(max(0, self.limits.primary_per_hour - used)),
+                "x-ratelimit-used": str(used), "x-ratelimit-reset": str(math.ceil(oldest + 3600)),
+                "x-ratelimit-resource": "core"}
+
     def _limited(self, method: str, now: float) -> tuple[int, dict[str, str]] | None:
         for window, period in ((self._hour, 3600), (self._content_hour, 3600), (self._content_minute, 60)):
             while window and window[0] <= now - period:
@@ -150,6 +162,7 @@ class RunResult:
     next_wave: bool
     cancelled: bool
     jobs: list[JobStats]
+    to_build: int = 0  # the queue this run's plan started from (built cells taken out)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -232,7 +245,7 @@ class Farm:
         for i, shard in enumerate(shards):
             if cancel_after is not None and i >= cancel_after:
                 return RunResult(n, len(plan["cells"]), len(plan["refused_cells"]), len(plan["deferred_cells"]),
-                                 False, True, jobs)
+                                 False, True, jobs, plan["totals"]["to_build"])
             entries = slice_plan(plan, shard)
             self._build(n, entries, cells, store, failed)
             clone = clones.get(shard) or self.checkout(f"run-{n}-publish-{shard}")
@@ -242,7 +255,7 @@ class Farm:
         wave = dict(line.split("=", 1) for line in (run_dir / "wave.out").read_text().splitlines())
         shutil.rmtree(run_dir / "artifacts", ignore_errors=True)
         return RunResult(n, len(plan["cells"]), len(plan["refused_cells"]), len(plan["deferred_cells"]),
-                         wave["next_wave"] == "true", False, jobs)
+                         wave["next_wave"] == "true", False, jobs, plan["totals"]["to_build"])
 
     # -- build jobs (simulated) ----------------------------------------------------------------
     def _build(self, n: int, entries: list[dict[str, Any]], cells: dict[str, Any], store: Path,
