@@ -133,7 +133,7 @@ class Faults:
     """What goes wrong, by (run number, shard)."""
 
     fail_build: Callable[[int, str], bool] = lambda run, cell: False
-    small_disk: set[tuple[int, str]] = field(default_factory=set)  # a publish job whose disk fills
+    small_disk: set[tuple[int, str]] = field(default_factory=set)  # a publish job whose disk is full (10 MB free)
     kill_after_upload: set[tuple[int, str]] = field(default_factory=set)  # killed between upload and record
     push_race: set[int] = field(default_factory=set)  # runs whose publish jobs all start from one head
     maintainer_push: set[tuple[int, str]] = field(default_factory=set)  # someone pushes during that job
@@ -280,7 +280,7 @@ class Farm:
     def _publish(self, n: int, shard: str, entries: list[dict[str, Any]], store: Path, reports: Path,
                  clone: Path) -> JobStats:
         ledger = clone / "ledger.jsonl"
-        quota = (RUNNER_FREE - JOB_OVERHEAD) if (n, shard) not in self.faults.small_disk else 100 * MB
+        quota = (RUNNER_FREE - JOB_OVERHEAD) if (n, shard) not in self.faults.small_disk else 10 * MB
         held: dict[str, int] = {}  # scratch folder -> nominal bytes, while it exists
         peak = largest = 0
         scratch = self.work / "scratch" / f"{n}-{shard}"
