@@ -51,8 +51,8 @@ SPEC_FILE = "build-spec.json"
 # and the components an installed toolkit is checked for joined the spec. 3: the import check's
 # knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
 # family's sources and exact targets).
-# 5: the compiler cache (on/off, backend, folder) joined it.
-SPEC_VERSION = 5
+# 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script.
+SPEC_VERSION = 6
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -137,7 +137,8 @@ class BuildSpec:
                         "manifest_sha256": t.manifest_sha256, "pypi": list(t.pypi)},
             "environment": {"python": self.python, "torch": self.torch_version, "torch_index": self.torch_index,
                             "tools": list(self.tools)},
-            "knobs": {"subdir": k.subdir, "patch_script": k.patch_script, "extra_deps": list(k.extra_deps),
+            "knobs": {"subdir": k.subdir, "patch_script": k.patch_script,
+                      "platform_patch_script": dict(k.platform_patch_script), "extra_deps": list(k.extra_deps),
                       "extra_cuda_components": list(k.extra_cuda_components), "nvcc_flags": list(k.nvcc_flags),
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
@@ -194,6 +195,7 @@ class BuildSpec:
         k = r.obj(top.get("knobs"), "knobs")
         knobs = BuildKnobs(
             subdir=r.opt_text(k, "knobs.subdir"), patch_script=r.opt_text(k, "knobs.patch_script"),
+            platform_patch_script=r.text_map(k, "knobs.platform_patch_script"),
             extra_deps=r.texts(k, "knobs.extra_deps"), extra_cuda_components=r.texts(k, "knobs.extra_cuda_components"),
             nvcc_flags=r.texts(k, "knobs.nvcc_flags"), max_jobs=r.opt_count(k, "knobs.max_jobs"),
             nvcc_threads=r.opt_count(k, "knobs.nvcc_threads"), env=r.text_map(k, "knobs.env"),
@@ -357,6 +359,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
     return BuildKnobs(
         subdir=own.subdir,
         patch_script=own.patch_script,
+        platform_patch_script=own.platform_patch_script,
         extra_deps=own.extra_deps or base.extra_deps,
         extra_cuda_components=own.extra_cuda_components or base.extra_cuda_components,
         nvcc_flags=own.nvcc_flags or base.nvcc_flags,

@@ -112,6 +112,9 @@ class PublishTarget:
 class BuildKnobs:
     subdir: str | None = None
     patch_script: str | None = None
+    # platform -> a second script for that platform's cells only, run after patch_script (the MSVC
+    # fixes of win_amd64 cells): the other platforms build the tree they always built
+    platform_patch_script: Mapping[str, str] = field(default_factory=dict)
     extra_deps: tuple[str, ...] = ()
     extra_cuda_components: tuple[str, ...] = ()
     nvcc_flags: tuple[str, ...] = ()
@@ -122,6 +125,11 @@ class BuildKnobs:
     arch_env: Mapping[str, Rendering] = field(default_factory=dict)
     # dnf packages installed, in order, in the Linux build container before the build
     system_packages: tuple[str, ...] = ()
+
+    def patch_scripts(self, platform: str | None) -> tuple[str, ...]:
+        """The scripts a cell of ``platform`` is patched with, in order (None: the common one only)."""
+        own = self.platform_patch_script.get(platform) if platform else None
+        return tuple(s for s in (self.patch_script, own) if s)
 
 
 @dataclass(frozen=True)
@@ -786,6 +794,7 @@ def _load_build(sec: _Section) -> BuildKnobs:
     knobs = BuildKnobs(
         subdir=sec.get("subdir", str),
         patch_script=sec.get("patch_script", str),
+        platform_patch_script=_load_platform_patches(sec),
         extra_deps=sec.words("extra_deps"),
         extra_cuda_components=sec.words("extra_cuda_components"),
         nvcc_flags=sec.words("nvcc_flags"),
@@ -832,9 +841,30 @@ def _load_build(sec: _Section) -> BuildKnobs:
         if key in knobs.env:
             raise ConfigError(f"{key} is in both {sec.key_path('env')} and {sec.key_path('arch_env')}",
                               where=sec.where("arch_env"), hint="keep it in arch_env: it follows the cell's list")
-    sec.done(("subdir", "patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
+    sec.done(("subdir", "patch_script", "platform_patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
               "max_jobs", "nvcc_threads", "env", "arch_env", "system_packages"))
     return knobs
+
+
+def _load_platform_patches(sec: _Section) -> dict[str, str]:
+    """``platform_patch_script: {win_amd64: packages/patches/x_msvc.py}``: a platform farm builds,
+    a script path inside the repository (a Python file, as patch_script)."""
+    raw = sec.get("platform_patch_script", dict, default={})
+    out = {}
+    for plat, script in raw.items():
+        where = f"{sec.file}:{raw.line_of(plat)}" if isinstance(raw, YMap) else sec.where("platform_patch_script")
+        if plat not in PLATFORMS:
+            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat}: unknown platform", where=where,
+                              hint=did_you_mean(str(plat), PLATFORMS) or f"one of {', '.join(PLATFORMS)}")
+        if not isinstance(script, str) or not script.endswith(".py"):
+            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat} must be the path of a Python "
+                              f"script, got {_describe(script)}", where=where,
+                              hint="e.g. packages/patches/NAME_msvc.py (relative to the repository)")
+        if script.startswith("/") or ".." in Path(script).parts:
+            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat} must stay inside the repository",
+                              where=where, hint="a path relative to the repository, e.g. packages/patches/x.py")
+        out[plat] = script
+    return out
 
 
 def _load_arch_env(sec: _Section) -> dict[str, Rendering]:
