@@ -55,11 +55,11 @@ def edit(path: str, label: str, edits: list[tuple[str, str] | tuple[str, str, in
     new = text
     for anchor, replacement, *times in edits:
         expected = times[0] if times else 1
-        count = new.count(anchor)
+        count = new.count(anchor)  # lines are reported in the file as it is on disk (unchanged)
         if count == 0:
-            sys.exit(_missing(label, path, new, anchor))
+            sys.exit(_missing(label, path, text, anchor))
         if count != expected:
-            lines = ",".join(str(_line_of(new, i)) for i in _indexes(new, anchor))
+            lines = ",".join(str(_line_of(text, i)) for i in _indexes(text, anchor))
             sys.exit(f"{label}: {path}:{lines}: {anchor.strip()!r} appears {count} time(s), the patch expects "
                      f"{expected}; review the patch")
         new = new.replace(anchor, replacement)
