@@ -158,6 +158,8 @@ MALFORMED = {
                                     "must be the path of a Python script", 7),
     "platform-patch-outside": (GOOD + "build:\n  platform_patch_script: {win_amd64: ../x.py}\n",
                                "must stay inside the repository", 7),
+    "msvc-toolset-year": (GOOD + "build:\n  msvc_toolset: '2022'\n", "is not a Visual C++ toolset version", 7),
+    "msvc-toolset-number": (GOOD + "build:\n  msvc_toolset: 14.44\n", "quote it: msvc_toolset: '14.44'", 7),
     "platform-patch-not-a-mapping": (GOOD + "build:\n  platform_patch_script: p/x.py\n", "must be a mapping", 7),
     "combo-on-torch-free": (
         GOOD.replace("links_torch: true", "links_torch: false") + "arch:\n  by_combo:\n    '13.0/2.9': '8.0'\n",

@@ -188,6 +188,23 @@ def test_a_windows_plan_carries_its_msvc_setup(config, tmp_path) -> None:
     assert linux.to_json()["msvc"] is None
 
 
+def test_a_toolset_the_cuda_line_does_not_know_gets_allow_unsupported_compiler(tmp_path) -> None:
+    """`build.msvc_toolset: '14.50'` (Visual Studio 2026): CUDA 12.8's host_config.h stops below
+    _MSC_VER 1950, so nvcc is told to accept it; CUDA 13.2's knows it."""
+    (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
+    recipe = TORCH_RECIPE.replace("  max_jobs: 2\n", "  max_jobs: 2\n  msvc_toolset: '14.50'\n")
+    config = make_root(tmp_path, {"torchpkg": recipe})
+    home = Path("C:/farm/toolkit/cuda")
+    old_line = plan_for(config, tmp_path, Cell("torchpkg", "1.2.0", "12.8", "2.9", "cp311", "win_amd64"),
+                        host_cuda_home=home)
+    assert build_env(old_line)["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo -allow-unsupported-compiler"
+    assert "-vcvars_ver=14.50" in str(old_line.to_json()["msvc"])
+    new_line = plan_for(config, tmp_path, Cell("torchpkg", "1.2.0", "13.2", "2.13", "cp311", "win_amd64"),
+                        host_cuda_home=home)
+    assert "-allow-unsupported-compiler" not in build_env(new_line)["NVCC_APPEND_FLAGS"]
+    assert old_line.spec.to_json()["knobs"]["msvc_toolset"] == "14.50"
+
+
 def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path) -> None:
     plan = plan_for(config, tmp_path, X86)
     options = tomllib.loads(plan.config_text)["tool"]["cibuildwheel"]

@@ -39,6 +39,7 @@ class Toolset:
 
 
 # The toolset of the Windows runners' Visual Studio 2022 (17.14); every CUDA line of the grid knows it.
+# `build.msvc_toolset` (_defaults.yml or a recipe) names another.
 DEFAULT_TOOLSET = Toolset("14.44")
 
 # The C++ standard torch's BuildExtension compiles with (cl /std:c++NN, nvcc -std=c++NN) where the

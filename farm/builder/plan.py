@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import tomli_w
 
 from farm.builder import compilecache
-from farm.builder.msvc import MsvcSetup, msvc_setup
+from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
@@ -365,7 +365,8 @@ def plan_build(
         cuda_home = PurePosixPath(options.host_cuda_home).as_posix()
         before_all = ""
 
-    msvc = msvc_setup(cell.cuda, torch_version) if cibw_platform == "windows" else None
+    toolset = Toolset(knob.msvc_toolset) if knob.msvc_toolset else DEFAULT_TOOLSET
+    msvc = msvc_setup(cell.cuda, torch_version, toolset) if cibw_platform == "windows" else None
     env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows", msvc=msvc)
     cache = spec.compile_cache
     cached = cache.enabled and cibw_platform == "linux"  # the launchers are sh scripts: Linux builds

@@ -51,7 +51,7 @@ SPEC_FILE = "build-spec.json"
 # and the components an installed toolkit is checked for joined the spec. 3: the import check's
 # knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
 # family's sources and exact targets).
-# 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script.
+# 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script and the MSVC toolset.
 SPEC_VERSION = 6
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
@@ -142,7 +142,8 @@ class BuildSpec:
                       "extra_cuda_components": list(k.extra_cuda_components), "nvcc_flags": list(k.nvcc_flags),
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
-                      "system_packages": list(k.system_packages), "compile_jobs": self.compile_jobs,
+                      "system_packages": list(k.system_packages), "msvc_toolset": k.msvc_toolset,
+                      "compile_jobs": self.compile_jobs,
                       "farm_deps": list(self.farm_deps),
                       "required_components": list(self.required_components)},
             "postbuild": {"dist": self.dist, "build_epoch": self.build_epoch, "jit": self.jit,
@@ -200,7 +201,7 @@ class BuildSpec:
             nvcc_flags=r.texts(k, "knobs.nvcc_flags"), max_jobs=r.opt_count(k, "knobs.max_jobs"),
             nvcc_threads=r.opt_count(k, "knobs.nvcc_threads"), env=r.text_map(k, "knobs.env"),
             arch_env=r.renderings(k, "knobs.arch_env"),
-            system_packages=r.texts(k, "knobs.system_packages"))
+            system_packages=r.texts(k, "knobs.system_packages"), msvc_toolset=r.opt_text(k, "knobs.msvc_toolset"))
         p = r.obj(top.get("postbuild"), "postbuild")
         spec = cls(
             cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
@@ -368,6 +369,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         env={**base.env, **own.env},
         arch_env={**base.arch_env, **own.arch_env},
         system_packages=own.system_packages or base.system_packages,
+        msvc_toolset=own.msvc_toolset or base.msvc_toolset,
     )
 
 

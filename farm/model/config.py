@@ -40,6 +40,7 @@ _PY_VERSION = re.compile(r"^3\.\d{1,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SYSTEM_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_MSVC_TOOLSET = re.compile(r"^14\.[0-9]{2}$")  # vcvarsall's -vcvars_ver: 14.44 is Visual Studio 2022 17.14
 # requires_dist placeholders: another recipe's version, and the local label its wheel of the same cell carries
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _REF = re.compile(r"^(version|local):([A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -125,6 +126,8 @@ class BuildKnobs:
     arch_env: Mapping[str, Rendering] = field(default_factory=dict)
     # dnf packages installed, in order, in the Linux build container before the build
     system_packages: tuple[str, ...] = ()
+    # the Visual C++ toolset of win_amd64 builds (vcvarsall -vcvars_ver); None: farm's default
+    msvc_toolset: str | None = None
 
     def patch_scripts(self, platform: str | None) -> tuple[str, ...]:
         """The scripts a cell of ``platform`` is patched with, in order (None: the common one only)."""
@@ -803,7 +806,11 @@ def _load_build(sec: _Section) -> BuildKnobs:
         env=dict(sec.get("env", dict, default={})),
         arch_env=_load_arch_env(sec),
         system_packages=sec.words("system_packages"),
+        msvc_toolset=sec.get("msvc_toolset", str, fix="quote it: msvc_toolset: '14.44'"),
     )
+    if knobs.msvc_toolset is not None and not _MSVC_TOOLSET.match(knobs.msvc_toolset):
+        raise ConfigError(f"{sec.key_path('msvc_toolset')} {knobs.msvc_toolset!r} is not a Visual C++ toolset version",
+                          where=sec.where("msvc_toolset"), hint="as vcvarsall's -vcvars_ver takes it, e.g. '14.44'")
     for pkg in knobs.system_packages:
         if not _SYSTEM_PACKAGE.match(pkg):
             raise ConfigError(f"{sec.key_path('system_packages')} entry {pkg!r} is not a package name",
@@ -842,7 +849,7 @@ def _load_build(sec: _Section) -> BuildKnobs:
             raise ConfigError(f"{key} is in both {sec.key_path('env')} and {sec.key_path('arch_env')}",
                               where=sec.where("arch_env"), hint="keep it in arch_env: it follows the cell's list")
     sec.done(("subdir", "patch_script", "platform_patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
-              "max_jobs", "nvcc_threads", "env", "arch_env", "system_packages"))
+              "max_jobs", "nvcc_threads", "env", "arch_env", "system_packages", "msvc_toolset"))
     return knobs
 
 
