@@ -46,6 +46,7 @@ def flags(folder: Path, names: list[str], *, torch: str, windows: bool, setup: s
         sys.modules["torch"] = torch
         os.name = {"nt" if windows else "posix"!r}
         platform.system = lambda: {"Windows" if windows else "Linux"!r}
+        sys.platform = {"win32" if windows else "linux"!r}
         """)
     code = prelude + (folder / setup).read_text() + f"\nprint(json.dumps({{n: globals()[n] for n in {names!r}}}))\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=folder)
@@ -314,6 +315,26 @@ def test_sageattn3_gives_both_extensions_msvc_flags(tmp_path: Path) -> None:
     assert "appears 1 time(s), the patch expects 2" in refuses("sageattn3_msvc.py", src, "setup.py:8")
 
 
+NATTEN = """\
+import sys
+IS_WINDOWS = sys.platform == "win32"
+cmake_args = ["-DNATTEN_IS_WINDOWS=1"]
+if IS_WINDOWS:
+                cmake_args.append("-G Ninja")
+                cmake_args.append("-DCMAKE_BUILD_TYPE=Release")
+"""
+
+
+@pytest.mark.parametrize(("torch", "windows", "extra"), [
+    ("2.13.0", True, ["-G Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCXX_STD=20"]),
+    ("2.10.0", True, ["-G Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCXX_STD=17"]),
+    ("2.13.0", False, [])])
+def test_natten_tells_its_cmake_the_standard(tmp_path: Path, torch: str, windows: bool, extra: list[str]) -> None:
+    src = tree(tmp_path, {"setup.py": NATTEN})
+    applies_once("natten_msvc.py", src)
+    assert flags(src, ["cmake_args"], torch=torch, windows=windows) == {"cmake_args": ["-DNATTEN_IS_WINDOWS=1", *extra]}
+
+
 # -- o_voxel (TRELLIS.2's o-voxel/ and the two forks) -----------------------------------------------
 OVOXEL = """\
 import os
@@ -367,7 +388,7 @@ def test_ovoxel_refuses_a_svo_it_does_not_recognise(tmp_path: Path) -> None:
     assert "farm" not in (src / "src" / "io" / "svo.cpp").read_text()  # all or nothing per file
 
 
-@pytest.mark.parametrize("script", ["cubvh_msvc.py", "cumesh_msvc.py", "drtk_msvc.py", "gsplat_msvc.py",
+@pytest.mark.parametrize("script", ["cubvh_msvc.py", "cumesh_msvc.py", "drtk_msvc.py", "gsplat_msvc.py", "natten_msvc.py",
                                     "ovoxel_msvc.py", "pytorch3d_msvc.py", "sageattention_msvc.py",
                                     "sageattn3_msvc.py", "fused_ssim_msvc.py"])
 def test_a_windows_patch_refuses_a_tree_without_its_file(tmp_path: Path, script: str) -> None:
