@@ -1,5 +1,8 @@
-"""farm's Windows patches (packages/patches/*_msvc.py, a recipe's ``platform_patch_script`` for
-win_amd64 cells), on trees that reproduce the exact lines of each pinned upstream file they edit.
+"""farm's patches for MSVC and for the C++ standard torch's headers need, on trees that reproduce
+the exact lines of each pinned upstream file they edit. Windows-only ones (``*_msvc.py``) are a
+recipe's ``platform_patch_script`` for win_amd64 cells; the others run on every cell and keep the
+Linux build as upstream wrote it except where torch needs C++20 (torch 2.14's ATen.h refuses
+C++17; torch 2.13's headers need C++20 under MSVC).
 
 Each one: the anchored lines change as the patch says, a second run changes nothing, and a tree
 whose anchor moved is refused with ``file:line`` of the nearest line and nothing written. What a
@@ -38,12 +41,17 @@ def snapshot(folder: Path) -> dict[Path, bytes]:
 
 
 def flags(folder: Path, names: list[str], *, torch: str, windows: bool, setup: str = "setup.py") -> dict[str, object]:
-    """The patched setup.py's globals ``names`` (JSON), run as on Windows or Linux with torch ``torch``."""
+    """The patched setup.py's globals ``names`` (JSON), run as on Windows or Linux with a stand-in
+    torch: its ``__version__`` and the names setup.py imports from torch.utils.cpp_extension."""
     prelude = textwrap.dedent(f"""\
         import json, os, platform, sys, types
         torch = types.ModuleType("torch")
         torch.__version__ = {torch!r}
-        sys.modules["torch"] = torch
+        torch.utils = types.ModuleType("torch.utils")
+        torch.utils.cpp_extension = types.ModuleType("torch.utils.cpp_extension")
+        torch.utils.cpp_extension.BuildExtension = torch.utils.cpp_extension.CUDAExtension = object
+        sys.modules.update({{"torch": torch, "torch.utils": torch.utils,
+                            "torch.utils.cpp_extension": torch.utils.cpp_extension}})
         os.name = {"nt" if windows else "posix"!r}
         platform.system = lambda: {"Windows" if windows else "Linux"!r}
         sys.platform = {"win32" if windows else "linux"!r}
@@ -125,9 +133,11 @@ def test_fused_ssim_refuses_a_unit_without_the_torch_include(tmp_path: Path) -> 
 
 # -- drtk: /MT and /GR- ----------------------------------------------------------------------------
 DRTK = """\
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 debug = False
 cxx_args = {
-    "linux": ["-std=c++17", "-Wall"],
+        "linux": ["-std=c++17", "-Wall"]
+    ,
     "win32": (
             ["/MT", "/GR-", "/EHsc", '/D "NOMINMAX"']
             + (
@@ -142,12 +152,14 @@ cxx_args = {
 
 def test_drtk_builds_with_torchs_runtime_and_rtti(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": DRTK})
-    applies_once("drtk_msvc.py", src)
+    applies_once("drtk.py", src)
     got = flags(src, ["cxx_args"], torch="2.8.0", windows=True)["cxx_args"]
     assert got == {"linux": ["-std=c++17", "-Wall"],
                    "win32": ["/EHsc", '/D "NOMINMAX"', "/O2", "/fp:fast", "/GL", '/D "NDEBUG"']}
+    # torch 2.14's ATen.h refuses C++17 on every compiler
+    assert flags(src, ["cxx_args"], torch="2.14.1", windows=False)["cxx_args"]["linux"] == ["-std=c++20", "-Wall"]  # type: ignore[index]
     (src / "setup.py").write_text(DRTK.replace('["/MT", "/GR-", "/EHsc"', '["/MD", "/EHsc"'))
-    refuses("drtk_msvc.py", src, "setup.py:5")
+    refuses("drtk.py", src, "setup.py:7")
 
 
 # -- the C++ standard: C++20 on Windows with torch >= 2.13 -------------------------------------------
@@ -163,10 +175,11 @@ if IS_WINDOWS:
 
 
 @pytest.mark.parametrize(("torch", "windows", "std"), [
-    ("2.13.0+cu130", True, 20), ("2.14.1", True, 20), ("2.12.1+cu126", True, 17), ("2.14.1", False, 17)])
+    ("2.13.0+cu130", True, 20), ("2.14.1", True, 20), ("2.12.1+cu126", True, 17), ("2.14.1", False, 20),
+    ("2.13.0", False, 17)])
 def test_cubvh_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str, windows: bool, std: int) -> None:
     src = tree(tmp_path, {"setup.py": CUBVH})
-    applies_once("cubvh_msvc.py", src)
+    applies_once("cubvh.py", src)
     got = flags(src, ["cpp_standard", "base_nvcc_flags"], torch=torch, windows=windows)
     assert got["cpp_standard"] == std
     assert f"-std=c++{std}" in got["base_nvcc_flags"]  # type: ignore[operator]
@@ -174,7 +187,7 @@ def test_cubvh_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str, w
 
 def test_cubvh_refuses_another_standard_line(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": CUBVH.replace("cpp_standard = 17", "cpp_standard = 20")})
-    refuses("cubvh_msvc.py", src, "setup.py:3")
+    refuses("cubvh.py", src, "setup.py:3")
 
 
 CUMESH = """\
@@ -202,41 +215,56 @@ else:
         "-O3",
         "-std=c++17"
     ]
+    nvcc_flags += [
+        "-O3",
+        "-std=c++17"
+    ]
 """
 
 
 def test_cumesh_raises_its_msvc_standard_with_torch_2_13(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": CUMESH})
-    applies_once("cumesh_msvc.py", src)
+    applies_once("cumesh.py", src)
     new = flags(src, ["cxx_flags", "nvcc_flags"], torch="2.13.0", windows=True)
     assert new == {"cxx_flags": ["/O2", "/std:c++20", "/EHsc"],
                    "nvcc_flags": ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "--extended-lambda",
                                   "-Xcompiler=/std:c++20"]}
     old = flags(src, ["cxx_flags", "nvcc_flags"], torch="2.11.0", windows=True)
     assert old["cxx_flags"] == ["/O2", "/std:c++17", "/EHsc"]
-    assert flags(src, ["cxx_flags"], torch="2.14.1", windows=False) == {"cxx_flags": ["-O3", "-std=c++17"]}
+    assert flags(src, ["cxx_flags", "nvcc_flags"], torch="2.13.0", windows=False) == {
+        "cxx_flags": ["-O3", "-std=c++17"], "nvcc_flags": ["-O3", "-std=c++17"]}
+    assert flags(src, ["cxx_flags", "nvcc_flags"], torch="2.14.1", windows=False) == {
+        "cxx_flags": ["-O3", "-std=c++20"], "nvcc_flags": ["-O3", "-std=c++20"]}
 
 
 def test_cumesh_refuses_a_setup_without_its_windows_branch(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": CUMESH.replace('        "/std:c++17",\n', '        "/std:c++20",\n')})
-    refuses("cumesh_msvc.py", src, "setup.py:10")
+    refuses("cumesh.py", src, "setup.py:10")
 
 
 PYTORCH3D = """\
 import os
 def get_extensions():
     extra_compile_args = {"cxx": ["-std=c++17"]}
+    if True:
+        nvcc_args = ["-DCUDA_HAS_FP16=1"]
+        if os.name != "nt":
+            nvcc_args.append("-std=c++17")
+        extra_compile_args["nvcc"] = nvcc_args
     return extra_compile_args
 ARGS = get_extensions()
 """
 
 
-@pytest.mark.parametrize(("torch", "windows", "cxx"), [
-    ("2.10.0", True, ["/std:c++17"]), ("2.13.0", True, ["/std:c++20"]), ("2.13.0", False, ["-std=c++17"])])
-def test_pytorch3d_spells_its_standard_for_msvc(tmp_path: Path, torch: str, windows: bool, cxx: list[str]) -> None:
+@pytest.mark.parametrize(("torch", "windows", "cxx", "nvcc"), [
+    ("2.10.0", True, ["/std:c++17"], []), ("2.13.0", True, ["/std:c++20"], []),
+    ("2.13.0", False, ["-std=c++17"], ["-std=c++17"]), ("2.14.1", False, ["-std=c++20"], ["-std=c++20"])])
+def test_pytorch3d_spells_its_standard_for_msvc(tmp_path: Path, torch: str, windows: bool, cxx: list[str],
+                                               nvcc: list[str]) -> None:
     src = tree(tmp_path, {"setup.py": PYTORCH3D})
-    applies_once("pytorch3d_msvc.py", src)
-    assert flags(src, ["ARGS"], torch=torch, windows=windows) == {"ARGS": {"cxx": cxx}}
+    applies_once("pytorch3d.py", src)
+    assert flags(src, ["ARGS"], torch=torch, windows=windows) == {
+        "ARGS": {"cxx": cxx, "nvcc": ["-DCUDA_HAS_FP16=1", *nvcc]}}
 
 
 GSPLAT = """\
@@ -255,13 +283,15 @@ ARGS = get_extensions()
 
 def test_gsplat_optimises_with_msvcs_flag(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": GSPLAT})
-    applies_once("gsplat_msvc.py", src)
+    applies_once("gsplat.py", src)
     assert flags(src, ["ARGS"], torch="2.14.1", windows=True) == {
         "ARGS": {"cxx": ["/O2"], "nvcc": ["-O3", "--use_fast_math", "-std=c++20"]}}
     assert flags(src, ["ARGS"], torch="2.14.1", windows=False) == {
+        "ARGS": {"cxx": ["-O3", "-Wno-sign-compare"], "nvcc": ["-O3", "--use_fast_math", "-std=c++20"]}}
+    assert flags(src, ["ARGS"], torch="2.13.0", windows=False) == {
         "ARGS": {"cxx": ["-O3", "-Wno-sign-compare"], "nvcc": ["-O3", "--use_fast_math", "-std=c++17"]}}
     (src / "setup.py").write_text(GSPLAT.replace('"--use_fast_math", "-std=c++17"', '"-std=c++17"'))
-    refuses("gsplat_msvc.py", src, "setup.py:7")
+    refuses("gsplat.py", src, "setup.py:7")
 
 
 SAGEATTENTION = """\
@@ -281,7 +311,7 @@ if True:
 
 def test_sageattention_gives_msvc_its_own_flags(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": SAGEATTENTION})
-    applies_once("sageattention_msvc.py", src)
+    applies_once("sageattention_flags.py", src)
     assert flags(src, ["CXX_FLAGS", "NVCC_FLAGS"], torch="2.9.1", windows=True) == {
         "CXX_FLAGS": ["/O2", "/openmp", "/std:c++17", "/DENABLE_BF16"],
         "NVCC_FLAGS": ["-O3", "-std=c++17", "--use_fast_math"]}
@@ -289,6 +319,9 @@ def test_sageattention_gives_msvc_its_own_flags(tmp_path: Path) -> None:
         "NVCC_FLAGS": ["-O3", "-std=c++20", "--use_fast_math"]}
     assert flags(src, ["CXX_FLAGS"], torch="2.13.0", windows=False) == {
         "CXX_FLAGS": ["-g", "-O3", "-fopenmp", "-lgomp", "-std=c++17", "-DENABLE_BF16"]}
+    assert flags(src, ["CXX_FLAGS", "NVCC_FLAGS"], torch="2.14.1", windows=False) == {
+        "CXX_FLAGS": ["-g", "-O3", "-fopenmp", "-lgomp", "-std=c++20", "-DENABLE_BF16"],
+        "NVCC_FLAGS": ["-O3", "-std=c++20", "--use_fast_math"]}
 
 
 SAGEATTN3 = """\
@@ -319,19 +352,21 @@ NATTEN = """\
 import sys
 IS_WINDOWS = sys.platform == "win32"
 cmake_args = ["-DNATTEN_IS_WINDOWS=1"]
-if IS_WINDOWS:
+if True:
+            if IS_WINDOWS:
+                python_path = sys.executable
                 cmake_args.append("-G Ninja")
                 cmake_args.append("-DCMAKE_BUILD_TYPE=Release")
 """
 
 
 @pytest.mark.parametrize(("torch", "windows", "extra"), [
-    ("2.13.0", True, ["-G Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCXX_STD=20"]),
-    ("2.10.0", True, ["-G Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DCXX_STD=17"]),
-    ("2.13.0", False, [])])
+    ("2.13.0", True, ["-DCXX_STD=20", "-G Ninja", "-DCMAKE_BUILD_TYPE=Release"]),
+    ("2.10.0", True, ["-DCXX_STD=17", "-G Ninja", "-DCMAKE_BUILD_TYPE=Release"]),
+    ("2.13.0", False, ["-DCXX_STD=17"]), ("2.14.1", False, ["-DCXX_STD=20"])])
 def test_natten_tells_its_cmake_the_standard(tmp_path: Path, torch: str, windows: bool, extra: list[str]) -> None:
     src = tree(tmp_path, {"setup.py": NATTEN})
-    applies_once("natten_msvc.py", src)
+    applies_once("natten.py", src)
     assert flags(src, ["cmake_args"], torch=torch, windows=windows) == {"cmake_args": ["-DNATTEN_IS_WINDOWS=1", *extra]}
 
 
@@ -357,7 +392,7 @@ SVO_FORK = SVO_UPSTREAM.replace("{svo.size()}", "{(int64_t)svo.size()}").replace
 
 def test_ovoxel_upstream_gets_msvc_flags_and_no_narrowing(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": OVOXEL.format(std=17), "src/io/svo.cpp": SVO_UPSTREAM})
-    patched = applies_once("ovoxel_msvc.py", src)
+    patched = applies_once("ovoxel.py", src)
     svo = patched[src / "src" / "io" / "svo.cpp"].decode()
     assert "{static_cast<int64_t>(svo.size())}" in svo
     assert "{static_cast<int64_t>(codes.size())}" in svo
@@ -365,12 +400,14 @@ def test_ovoxel_upstream_gets_msvc_flags_and_no_narrowing(tmp_path: Path) -> Non
         "cxx": ["/O2", "/std:c++20"], "nvcc": ["-O3", "-std=c++20"]}}}
     assert flags(src, ["ARGS"], torch="2.13.0", windows=False) == {"ARGS": {"extra_compile_args": {
         "cxx": ["-O3", "-std=c++17"], "nvcc": ["-O3", "-std=c++17"]}}}
+    assert flags(src, ["ARGS"], torch="2.14.1", windows=False) == {"ARGS": {"extra_compile_args": {
+        "cxx": ["-O3", "-std=c++20"], "nvcc": ["-O3", "-std=c++20"]}}}
 
 
 def test_an_ovoxel_fork_keeps_its_own_standard_and_casts(tmp_path: Path) -> None:
     """visualbruno's fork builds as C++20 and casts its sizes already."""
     src = tree(tmp_path, {"setup.py": OVOXEL.format(std=20), "src/io/svo.cpp": SVO_FORK})
-    first = run("ovoxel_msvc.py", src)
+    first = run("ovoxel.py", src)
     assert first.returncode == 0, first.stderr
     assert "casts its sizes already" in first.stdout
     assert (src / "src" / "io" / "svo.cpp").read_text() == SVO_FORK
@@ -381,17 +418,17 @@ def test_an_ovoxel_fork_keeps_its_own_standard_and_casts(tmp_path: Path) -> None
 def test_ovoxel_refuses_a_svo_it_does_not_recognise(tmp_path: Path) -> None:
     src = tree(tmp_path, {"setup.py": OVOXEL.format(std=17),
                           "src/io/svo.cpp": SVO_UPSTREAM.replace("{codes.size()}", "{int(codes.size())}")})
-    proc = run("ovoxel_msvc.py", src)
+    proc = run("ovoxel.py", src)
     assert proc.returncode != 0
     assert "src/io/svo.cpp:2:" in proc.stderr
     assert (src / "src" / "io" / "svo.cpp").read_text().startswith(SVO_UPSTREAM[:40])
     assert "farm" not in (src / "src" / "io" / "svo.cpp").read_text()  # all or nothing per file
 
 
-@pytest.mark.parametrize("script", ["cubvh_msvc.py", "cumesh_msvc.py", "drtk_msvc.py", "gsplat_msvc.py", "natten_msvc.py",
-                                    "ovoxel_msvc.py", "pytorch3d_msvc.py", "sageattention_msvc.py",
+@pytest.mark.parametrize("script", ["cubvh.py", "cumesh.py", "drtk.py", "gsplat.py", "natten.py",
+                                    "ovoxel.py", "pytorch3d.py", "sageattention_flags.py",
                                     "sageattn3_msvc.py", "fused_ssim_msvc.py"])
-def test_a_windows_patch_refuses_a_tree_without_its_file(tmp_path: Path, script: str) -> None:
+def test_a_patch_refuses_a_tree_without_its_file(tmp_path: Path, script: str) -> None:
     proc = run(script, tmp_path)
     assert proc.returncode != 0
     assert ":1: no such file" in proc.stderr

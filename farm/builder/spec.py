@@ -137,7 +137,7 @@ class BuildSpec:
                         "manifest_sha256": t.manifest_sha256, "pypi": list(t.pypi)},
             "environment": {"python": self.python, "torch": self.torch_version, "torch_index": self.torch_index,
                             "tools": list(self.tools)},
-            "knobs": {"subdir": k.subdir, "patch_script": k.patch_script,
+            "knobs": {"subdir": k.subdir, "patch_script": list(k.patch_script),
                       "platform_patch_script": dict(k.platform_patch_script), "extra_deps": list(k.extra_deps),
                       "extra_cuda_components": list(k.extra_cuda_components), "nvcc_flags": list(k.nvcc_flags),
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
@@ -195,7 +195,7 @@ class BuildSpec:
         e = r.obj(top.get("environment"), "environment")
         k = r.obj(top.get("knobs"), "knobs")
         knobs = BuildKnobs(
-            subdir=r.opt_text(k, "knobs.subdir"), patch_script=r.opt_text(k, "knobs.patch_script"),
+            subdir=r.opt_text(k, "knobs.subdir"), patch_script=r.texts(k, "knobs.patch_script"),
             platform_patch_script=r.text_map(k, "knobs.platform_patch_script"),
             extra_deps=r.texts(k, "knobs.extra_deps"), extra_cuda_components=r.texts(k, "knobs.extra_cuda_components"),
             nvcc_flags=r.texts(k, "knobs.nvcc_flags"), max_jobs=r.opt_count(k, "knobs.max_jobs"),

@@ -112,7 +112,7 @@ class PublishTarget:
 @dataclass(frozen=True)
 class BuildKnobs:
     subdir: str | None = None
-    patch_script: str | None = None
+    patch_script: tuple[str, ...] = ()  # run in order on every cell's source
     # platform -> a second script for that platform's cells only, run after patch_script (the MSVC
     # fixes of win_amd64 cells): the other platforms build the tree they always built
     platform_patch_script: Mapping[str, str] = field(default_factory=dict)
@@ -132,7 +132,7 @@ class BuildKnobs:
     def patch_scripts(self, platform: str | None) -> tuple[str, ...]:
         """The scripts a cell of ``platform`` is patched with, in order (None: the common one only)."""
         own = self.platform_patch_script.get(platform) if platform else None
-        return tuple(s for s in (self.patch_script, own) if s)
+        return (*self.patch_script, *((own,) if own else ()))
 
 
 @dataclass(frozen=True)
@@ -796,7 +796,7 @@ def _load_publish(top: _Section) -> dict[str, PublishTarget]:
 def _load_build(sec: _Section) -> BuildKnobs:
     knobs = BuildKnobs(
         subdir=sec.get("subdir", str),
-        patch_script=sec.get("patch_script", str),
+        patch_script=_load_patch_scripts(sec),
         platform_patch_script=_load_platform_patches(sec),
         extra_deps=sec.words("extra_deps"),
         extra_cuda_components=sec.words("extra_cuda_components"),
@@ -853,6 +853,27 @@ def _load_build(sec: _Section) -> BuildKnobs:
     return knobs
 
 
+def _script_problem(script: object) -> str | None:
+    """Why ``script`` is not a patch script's path (a Python file inside the repository), or None."""
+    if not isinstance(script, str) or not script.endswith(".py"):
+        return f"must be the path of a Python script, got {_describe(script)}"
+    if script.startswith("/") or ".." in Path(script).parts:
+        return "must stay inside the repository"
+    return None
+
+
+def _load_patch_scripts(sec: _Section) -> tuple[str, ...]:
+    """``patch_script: packages/patches/x.py``, or a list of them run in order."""
+    scripts = sec.words("patch_script")
+    for script in scripts:
+        problem = _script_problem(script)
+        if problem:
+            raise ConfigError(f"{sec.key_path('patch_script')} entry {script!r} {problem}",
+                              where=sec.where("patch_script"),
+                              hint="a path relative to the repository, e.g. packages/patches/x.py")
+    return scripts
+
+
 def _load_platform_patches(sec: _Section) -> dict[str, str]:
     """``platform_patch_script: {win_amd64: packages/patches/x_msvc.py}``: a platform farm builds,
     a script path inside the repository (a Python file, as patch_script)."""
@@ -863,13 +884,10 @@ def _load_platform_patches(sec: _Section) -> dict[str, str]:
         if plat not in PLATFORMS:
             raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat}: unknown platform", where=where,
                               hint=did_you_mean(str(plat), PLATFORMS) or f"one of {', '.join(PLATFORMS)}")
-        if not isinstance(script, str) or not script.endswith(".py"):
-            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat} must be the path of a Python "
-                              f"script, got {_describe(script)}", where=where,
-                              hint="e.g. packages/patches/NAME_msvc.py (relative to the repository)")
-        if script.startswith("/") or ".." in Path(script).parts:
-            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat} must stay inside the repository",
-                              where=where, hint="a path relative to the repository, e.g. packages/patches/x.py")
+        problem = _script_problem(script)
+        if problem:
+            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat} {problem}", where=where,
+                              hint="a path relative to the repository, e.g. packages/patches/NAME_msvc.py")
         out[plat] = script
     return out
 

@@ -7,10 +7,13 @@ holds ``marker`` (a comment the replacements carry) is patched: a second run cha
 file without an anchor stops the build with ``file:line`` of the line nearest to what the anchor
 expected, so the maintainer sees what upstream changed. Run from the folder the paths are relative to.
 
-``std_block(own)``: Python source for setup.py defining ``_FARM_STD``, the C++ standard a Windows build
-compiles with: the package's own, raised to C++20 where torch (2.13 and later) compiles extensions
-as C++20, which its headers need under MSVC. Elsewhere it is the package's own, so a setup.py that
-uses it builds exactly as before off Windows.
+``std_block(own)``: Python source for setup.py defining ``_FARM_STD``, the C++ standard the build
+compiles with: the package's own, raised to C++20 where torch's headers need it. torch 2.13's
+headers use C++20 constructs MSVC refuses under C++17 (GCC and Clang accept them with a warning),
+and from torch 2.14 ATen.h stops any compiler below C++20 ("#error C++20 or later compatible
+compiler is required to use ATen"); torch's own extension builder picks C++20 from 2.13 on, but
+only where a package passes no standard of its own. So: 20 with torch >= 2.14 everywhere, and
+with torch 2.13 on Windows; the package's own otherwise (its build unchanged).
 """
 
 from __future__ import annotations
@@ -73,12 +76,13 @@ def edit(path: str, label: str, edits: list[tuple[str, str] | tuple[str, str, in
 def std_block(own: int, indent: str = "") -> str:
     """setup.py source defining ``_FARM_STD`` (see the module's docstring)."""
     lines = [
-        "# farm: the C++ standard: the package's own; on Windows C++20 where torch >= 2.13 needs it (MSVC)",
+        "# farm: the C++ standard: the package's own, C++20 where torch's headers need it",
+        "# (torch >= 2.14; torch 2.13 under MSVC)",
         "import os as _farm_os",
         "import torch as _farm_torch",
         f"_FARM_STD = {own}",
-        ('if _farm_os.name == "nt" and tuple(int(v) for v in _farm_torch.__version__.split("+")[0].split(".")[:2]) '
-         ">= (2, 13):"),
+        '_farm_torch_minor = tuple(int(v) for v in _farm_torch.__version__.split("+")[0].split(".")[:2])',
+        'if _farm_torch_minor >= (2, 14) or (_farm_os.name == "nt" and _farm_torch_minor >= (2, 13)):',
         "    _FARM_STD = max(_FARM_STD, 20)",
     ]
     return "".join(f"{indent}{line}\n" for line in lines)

@@ -1,15 +1,15 @@
-"""O-Voxel (TRELLIS.2's o-voxel/ and its forks) on Windows: MSVC flags for its C++ files.
+"""O-Voxel (TRELLIS.2's o-voxel/ and its forks): MSVC flags, and C++20 where torch's headers need it.
 
 Its setup.py gives the C++ files GCC's ``-O3 -std=c++NN`` (17 upstream, 20 in visualbruno's fork),
-which cl ignores (warning D9002), and nvcc ``-std=c++NN``. On Windows the C++ files get
-``/O2 /std:c++MM`` and nvcc ``-std=c++MM``, MM being ``_FARM_STD``: the package's NN, 20 with
-torch >= 2.13 (which compiles extensions as C++20, and whose headers need it under MSVC; nvcc keeps
-the last ``-std`` it is given). Elsewhere upstream's flags.
+which cl ignores (warning D9002), and nvcc ``-std=c++NN``. The standard becomes ``_FARM_STD``
+(``_edit.std_block``: the package's NN, 20 where torch needs it: torch 2.14's ATen.h refuses
+C++17, torch 2.13's headers too under MSVC, and nvcc keeps the last ``-std`` it is given); on
+Windows the C++ files get MSVC's ``/O2 /std:c++MM``.
 
 Upstream's src/io/svo.cpp also shapes two tensors with ``{vec.size()}``: a ``size_t`` narrowed to
 ``int64_t`` in a braced list, which GCC accepts and MSVC refuses (C2398). Those become
 ``static_cast<int64_t>(...)``; the forks cast already (``(int64_t)``), and are left as they are.
-Run in o-voxel/, after the fork's rename patch; idempotent (win_amd64 cells: ``platform_patch_script``).
+Run in o-voxel/, after the fork's rename patch; idempotent.
 """
 
 import re
@@ -28,8 +28,8 @@ NVCC = f'                "nvcc": ["-O3","-std=c++{own}"] + cc_flag,\n'
 
 edit("setup.py", "o_voxel", [
     ("import os\n", "import os\n" + std_block(own)),
-    (CXX, (f'                "cxx": ["/O2", f"/std:c++{{_FARM_STD}}"] if os.name == "nt" else ["-O3", "-std=c++{own}"],'
-           f"  {MARK}\n")),
+    (CXX, ('                "cxx": ["/O2", f"/std:c++{_FARM_STD}"] if os.name == "nt" '
+           f'else ["-O3", f"-std=c++{{_FARM_STD}}"],  {MARK}\n')),
     (NVCC, f'                "nvcc": ["-O3", f"-std=c++{{_FARM_STD}}"] + cc_flag,  {MARK}\n'),
 ], MARK)
 

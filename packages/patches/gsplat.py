@@ -1,11 +1,11 @@
-"""gsplat on Windows: MSVC's optimisation flag, and C++20 where torch's headers need it.
+"""gsplat: MSVC's optimisation flag, and C++20 where torch's headers need it.
 
 Its setup.py gives every C++ file GCC's ``-O3``, which cl ignores (warning D9002: the host code is
-built unoptimised), and nvcc ``-std=c++17`` on every platform; torch 2.13 and later compile
-extensions as C++20, which their headers need under MSVC, and nvcc keeps the last ``-std`` it is
-given, the package's. On Windows the C++ files get ``/O2`` and nvcc ``-std=c++NN`` with NN
-``_FARM_STD`` (17; 20 with torch >= 2.13); elsewhere the flags are upstream's. Run in the sdist's
-root; idempotent (win_amd64 cells: ``platform_patch_script``).
+built unoptimised): on Windows they get ``/O2``. It gives nvcc ``-std=c++17`` on every platform,
+which torch 2.14's ATen.h refuses (and torch 2.13's headers under MSVC; nvcc keeps the last
+``-std`` it is given, the package's): it becomes ``_FARM_STD`` (``_edit.std_block``: 17 as
+before, 20 where torch needs it). Its C++ files pass no standard, so torch's applies. Run in the
+sdist's root; idempotent.
 """
 
 import sys
