@@ -50,9 +50,24 @@ RASTERIZER = textwrap.dedent("""\
 
 MMCV = textwrap.dedent("""\
     import os
+    import platform
     NAME = dict(
         name='mmcv' if os.getenv('MMCV_WITH_OPS', '0') == '0' else 'mmcv-full',
     )["name"]
+    def get_extensions():
+        if True:
+            extra_compile_args = {'cxx': []}
+            if platform.system() != 'Windows':
+                if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                    extra_compile_args['cxx'] = ['-std=c++14']
+                else:
+                    extra_compile_args['cxx'] = ['-std=c++17']
+            else:
+                if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                    extra_compile_args['cxx'] = ['/std:c++14']
+                else:
+                    extra_compile_args['cxx'] = ['/std:c++17']
+        return extra_compile_args
     """)
 
 

@@ -256,15 +256,15 @@ ARGS = get_extensions()
 """
 
 
-@pytest.mark.parametrize(("torch", "windows", "cxx", "nvcc"), [
+@pytest.mark.parametrize(("torch", "windows", "cxx", "nvcc_std"), [
     ("2.10.0", True, ["/std:c++17"], []), ("2.13.0", True, ["/std:c++20"], []),
     ("2.13.0", False, ["-std=c++17"], ["-std=c++17"]), ("2.14.1", False, ["-std=c++20"], ["-std=c++20"])])
 def test_pytorch3d_spells_its_standard_for_msvc(tmp_path: Path, torch: str, windows: bool, cxx: list[str],
-                                               nvcc: list[str]) -> None:
+                                               nvcc_std: list[str]) -> None:
     src = tree(tmp_path, {"setup.py": PYTORCH3D})
     applies_once("pytorch3d.py", src)
     assert flags(src, ["ARGS"], torch=torch, windows=windows) == {
-        "ARGS": {"cxx": cxx, "nvcc": ["-DCUDA_HAS_FP16=1", *nvcc]}}
+        "ARGS": {"cxx": cxx, "nvcc": ["-DCUDA_HAS_FP16=1", *nvcc_std]}}
 
 
 GSPLAT = """\
@@ -368,6 +368,41 @@ def test_natten_tells_its_cmake_the_standard(tmp_path: Path, torch: str, windows
     src = tree(tmp_path, {"setup.py": NATTEN})
     applies_once("natten.py", src)
     assert flags(src, ["cmake_args"], torch=torch, windows=windows) == {"cmake_args": ["-DNATTEN_IS_WINDOWS=1", *extra]}
+
+
+MMCV = """\
+import os
+import platform
+from packaging.version import parse as parse_version
+import torch
+NAME = dict(
+    name='mmcv' if os.getenv('MMCV_WITH_OPS', '0') == '0' else 'mmcv-full',
+)["name"]
+def get_extensions():
+    if True:
+        extra_compile_args = {'cxx': []}
+        if platform.system() != 'Windows':
+            if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                extra_compile_args['cxx'] = ['-std=c++14']
+            else:
+                extra_compile_args['cxx'] = ['-std=c++17']
+        else:
+            if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                extra_compile_args['cxx'] = ['/std:c++14']
+            else:
+                extra_compile_args['cxx'] = ['/std:c++17']
+    return extra_compile_args
+ARGS = get_extensions()
+"""
+
+
+@pytest.mark.parametrize(("torch", "windows", "cxx"), [
+    ("2.12.1", False, ["-std=c++17"]), ("2.14.1", False, ["-std=c++20"]), ("2.12.1", True, ["/std:c++17"]),
+    ("2.13.0", True, ["/std:c++20"])])
+def test_mmcv_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str, windows: bool, cxx: list[str]) -> None:
+    src = tree(tmp_path, {"setup.py": MMCV})
+    applies_once("mmcv.py", src)
+    assert flags(src, ["NAME", "ARGS"], torch=torch, windows=windows) == {"NAME": "mmcv", "ARGS": {"cxx": cxx}}
 
 
 # -- o_voxel (TRELLIS.2's o-voxel/ and the two forks) -----------------------------------------------
