@@ -405,6 +405,40 @@ def test_mmcv_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str, wi
     assert flags(src, ["NAME", "ARGS"], torch=torch, windows=windows) == {"NAME": "mmcv", "ARGS": {"cxx": cxx}}
 
 
+FLEXGEMM = """\
+import os
+import platform
+cc_flag = ["--use_fast_math"]
+cxx11_abi = "1"
+if platform.system() == "Windows":
+    extra_compile_args = {
+        "cxx": ["/O2", "/std:c++17", "/EHsc", "/openmp", "/permissive-", "/Zc:__cplusplus"],
+        "nvcc": ["-O3", "-std=c++17", "-Xcompiler=/std:c++17", "-Xcompiler=/EHsc", "-Xcompiler=/permissive-", \
+"-Xcompiler=/Zc:__cplusplus"] + cc_flag,
+    }
+else:
+    extra_compile_args = {
+        "cxx": ["-O3", "-std=c++17", "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}"],
+        "nvcc": ["-O3", "-std=c++17"] + cc_flag,
+    }
+""".replace("\\\n", "")
+
+
+@pytest.mark.parametrize(("torch", "windows", "std"), [("2.13.0", True, 20), ("2.12.1", True, 17),
+                                                       ("2.13.0", False, 17), ("2.14.1", False, 20)])
+def test_flexgemm_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str, windows: bool, std: int) -> None:
+    src = tree(tmp_path, {"setup.py": FLEXGEMM})
+    applies_once("flexgemm.py", src)
+    args = flags(src, ["extra_compile_args"], torch=torch, windows=windows)["extra_compile_args"]
+    assert isinstance(args, dict)
+    if windows:
+        assert args["cxx"] == ["/O2", f"/std:c++{std}", "/EHsc", "/openmp", "/permissive-", "/Zc:__cplusplus"]
+        assert args["nvcc"][:3] == ["-O3", f"-std=c++{std}", f"-Xcompiler=/std:c++{std}"]
+    else:
+        assert args == {"cxx": ["-O3", f"-std=c++{std}", "-fopenmp", "-D_GLIBCXX_USE_CXX11_ABI=1"],
+                        "nvcc": ["-O3", f"-std=c++{std}", "--use_fast_math"]}
+
+
 # -- o_voxel (TRELLIS.2's o-voxel/ and the two forks) -----------------------------------------------
 OVOXEL = """\
 import os
@@ -460,7 +494,7 @@ def test_ovoxel_refuses_a_svo_it_does_not_recognise(tmp_path: Path) -> None:
     assert "farm" not in (src / "src" / "io" / "svo.cpp").read_text()  # all or nothing per file
 
 
-@pytest.mark.parametrize("script", ["cubvh.py", "cumesh.py", "drtk.py", "gsplat.py", "natten.py",
+@pytest.mark.parametrize("script", ["cubvh.py", "cumesh.py", "drtk.py", "flexgemm.py", "gsplat.py", "natten.py",
                                     "ovoxel.py", "pytorch3d.py", "sageattention_flags.py",
                                     "sageattn3_msvc.py", "fused_ssim_msvc.py"])
 def test_a_patch_refuses_a_tree_without_its_file(tmp_path: Path, script: str) -> None:
