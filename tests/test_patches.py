@@ -363,12 +363,29 @@ def test_nunchaku_keeps_the_version_as_released(tmp_path: Path) -> None:
 PYG_LIB_CMAKE = textwrap.dedent("""\
     cmake_minimum_required(VERSION 3.18)
     project(pyg)
+    set(CMAKE_CXX_STANDARD 17)
+    message(STATUS "pyg C++ standard: ${CMAKE_CXX_STANDARD}")
     option(WITH_CUDA "Enable CUDA support" OFF)
     add_library(${PROJECT_NAME} SHARED pyg.cpp)
 
     find_package(Torch REQUIRED)
     message("-- TORCH_LIBRARIES: ${TORCH_LIBRARIES}")
     target_link_libraries(${PROJECT_NAME} PRIVATE ${TORCH_LIBRARIES})
+    """)
+
+PYG_LIB_SETUP = textwrap.dedent("""\
+    import os
+    import torch
+    def build_extension(extdir="/x"):
+        if True:
+            WITH_CUDA = True
+
+            cmake_args = [
+                '-DBUILD_TEST=OFF',
+                '-DBUILD_BENCHMARK=OFF',
+                f'-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}',
+            ]
+        return cmake_args
     """)
 
 # torch 2.4-2.6's Caffe2/public/cuda.cmake, reduced to the lines that fail on CUDA >= 12.5: its
@@ -382,7 +399,7 @@ TORCH_CONFIG = textwrap.dedent("""\
     """)
 
 
-def _configure(folder: Path, cuda_home: Path) -> subprocess.CompletedProcess[str]:
+def _configure(folder: Path, cuda_home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (folder / "pyg.cpp").write_text("int pyg() { return 0; }\n")
     (folder / "torch").mkdir(exist_ok=True)
     (folder / "torch" / "TorchConfig.cmake").write_text(TORCH_CONFIG)
@@ -390,7 +407,7 @@ def _configure(folder: Path, cuda_home: Path) -> subprocess.CompletedProcess[str
     (folder / "nvtx3.cmake").write_text("add_library(CUDA::nvtx3 INTERFACE IMPORTED)\n")
     return subprocess.run(["cmake", "-S", str(folder), "-B", str(folder / "build"), "-DWITH_CUDA=ON",
                            f"-DTorch_DIR={folder / 'torch'}", f"-DCUDAToolkit_ROOT={cuda_home}",
-                           f"-DCMAKE_PROJECT_INCLUDE={folder / 'nvtx3.cmake'}"],
+                           f"-DCMAKE_PROJECT_INCLUDE={folder / 'nvtx3.cmake'}", *args],
                           capture_output=True, text=True, check=False)
 
 
@@ -398,6 +415,7 @@ def test_pyg_lib_gives_torchs_cmake_config_its_nvtx_target(tmp_path: Path, cuda_
     """CMake configures pyg-lib's CMakeLists.txt against a torch config that links CUDA::nvToolsExt:
     the generate step fails without the patch and succeeds with it."""
     (tmp_path / "CMakeLists.txt").write_text(PYG_LIB_CMAKE)
+    (tmp_path / "setup.py").write_text(PYG_LIB_SETUP)
     broken = _configure(tmp_path, cuda_home)
     assert broken.returncode != 0
     assert "CUDA::nvToolsExt" in broken.stderr
@@ -408,7 +426,12 @@ def test_pyg_lib_gives_torchs_cmake_config_its_nvtx_target(tmp_path: Path, cuda_
     assert patched.index("add_library(CUDA::nvToolsExt INTERFACE IMPORTED)") < patched.index("find_package(Torch")
     fixed = _configure(tmp_path, cuda_home)
     assert fixed.returncode == 0, fixed.stderr
-    assert "already patched" in run("pyg_lib.py", tmp_path).stdout
+    assert "pyg C++ standard: 17" in fixed.stdout  # a CMake run without setup.py's standard: upstream's
+    shutil.rmtree(tmp_path / "build")
+    raised = _configure(tmp_path, cuda_home, "-DFARM_CXX_STANDARD=20")
+    assert "pyg C++ standard: 20" in raised.stdout, raised.stderr
+    again = run("pyg_lib.py", tmp_path)
+    assert again.stdout.count("already patched") == 3, again.stdout  # both CMakeLists edits and setup.py
     assert (tmp_path / "CMakeLists.txt").read_text() == patched
 
 
@@ -417,5 +440,19 @@ def test_pyg_lib_refuses_a_cmakelists_without_find_package_torch(tmp_path: Path)
     (tmp_path / "CMakeLists.txt").write_text(moved)
     proc = run("pyg_lib.py", tmp_path)
     assert proc.returncode != 0
-    assert "CMakeLists.txt:6:" in proc.stderr
+    assert "CMakeLists.txt:8:" in proc.stderr
     assert (tmp_path / "CMakeLists.txt").read_text() == moved
+
+
+@pytest.mark.parametrize(("torch", "std"), [("2.13.0", 17), ("2.14.1", 20)])
+def test_pyg_lib_passes_cmake_the_standard_torch_needs(tmp_path: Path, torch: str, std: int) -> None:
+    (tmp_path / "CMakeLists.txt").write_text(PYG_LIB_CMAKE)
+    (tmp_path / "setup.py").write_text(PYG_LIB_SETUP)
+    assert run("pyg_lib.py", tmp_path).returncode == 0
+    code = ("import sys, types\ntorch = types.ModuleType('torch')\n"
+            f"torch.__version__ = {torch!r}\n"
+            "torch.utils = types.SimpleNamespace(cmake_prefix_path='/t')\nsys.modules['torch'] = torch\n"
+            + (tmp_path / "setup.py").read_text() + "\nprint(build_extension())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert f"'-DFARM_CXX_STANDARD={std}'" in proc.stdout
