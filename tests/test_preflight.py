@@ -7,12 +7,23 @@ from __future__ import annotations
 import socket
 import sys
 
-from farm.builder.preflight import Host, Preflight, platform_blocker, url_host
+from farm.builder.images import ImageFacts
+from farm.builder.preflight import Host, Preflight, container_blocker, platform_blocker, url_host
 from farm.errors import ToolError
 from farm.model.cells import Cell
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 LINUX = Host("linux", "x86_64")
+IMAGE = "localhost/farm-manylinux:bookworm-1"
+# what the probe of .ci/podman-setup.sh's image answers (tests/test_images.py asks the real one)
+LOCAL = ImageFacts(IMAGE, "sha256:39d0", "linux", "x86_64", {"cp311": "3.11.2"}, "/usr/bin/c++",
+                   ("/opt/python/cp39-cp39 runs Python 3.11.2",))
+
+
+def _container_pre(**kw: object) -> Preflight:
+    """A cibuildwheel preflight whose image is LOCAL, on a host without emulation."""
+    return Preflight("cibuildwheel", host=LINUX, check_engine=lambda name: None, images={"x86_64": IMAGE},
+                     emulation=dict, probe=lambda engine, ref, cache: (LOCAL, ""), **kw)  # type: ignore[arg-type]
 
 
 def _cell(platform: str = "linux_x86_64", python: str = PY) -> Cell:
@@ -87,7 +98,7 @@ def test_a_server_that_does_not_answer_blocks_before_the_download(tmp_path) -> N
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             down = s.getsockname()[1]  # bound, never listening: connections are refused
-        pre = Preflight("cibuildwheel", host=LINUX, check_engine=lambda name: None)
+        pre = _container_pre()
         assert pre.check(_cell(), downloads={"the CUDA toolkit": f"http://127.0.0.1:{up}/redist/"}) is None
         blocked = pre.check(_cell(), downloads={"the source": f"http://127.0.0.1:{down}/o/r.git"})
     assert blocked is not None
@@ -96,9 +107,80 @@ def test_a_server_that_does_not_answer_blocks_before_the_download(tmp_path) -> N
 
 
 def test_too_little_disk_blocks(tmp_path) -> None:
-    pre = Preflight("cibuildwheel", host=LINUX, check_engine=lambda name: None)
+    pre = _container_pre()
     assert pre.check(_cell(), disk_needed=1, cache=tmp_path / "not" / "made" / "yet") is None
     blocked = pre.check(_cell(), disk_needed=1 << 62, cache=tmp_path)
     assert blocked is not None
     assert blocked.dimension == "disk"
     assert "GB free" in blocked.reason
+
+
+def test_the_image_decides_which_python_a_container_cell_can_build() -> None:
+    """cibuildwheel builds a cell with the image's /opt/python/<tag>-<tag>: the local image has
+    cp311 only (its cp39-cp39 runs 3.11), so cp310 is refused with what the image has."""
+    assert container_blocker(_cell(python="cp311"), LINUX, {}, IMAGE, LOCAL, None) is None
+    cp310 = container_blocker(_cell(python="cp310"), LINUX, {}, IMAGE, LOCAL, None)
+    assert cp310 is not None
+    assert (cp310.dimension, cp310.exit_code) == ("python", 2)
+    assert cp310.reason == (f"the image {IMAGE} has no Python 3.10 (/opt/python/cp310-cp310 is not there; it has "
+                            "cp311 (3.11.2); /opt/python/cp39-cp39 runs Python 3.11.2)")
+    bare = ImageFacts(IMAGE, "sha256:1", "linux", "x86_64", {"cp311": "3.11.2"}, None)
+    no_cxx = container_blocker(_cell(), LINUX, {}, IMAGE, bare, None)
+    assert no_cxx is not None
+    assert no_cxx.dimension == "compiler"
+    arm_image = ImageFacts(IMAGE, "sha256:2", "linux", "aarch64", {"cp311": "3.11.2"}, "/usr/bin/c++")
+    wrong = container_blocker(_cell(), LINUX, {}, IMAGE, arm_image, None)
+    assert wrong is not None
+    assert wrong.reason == f"the image {IMAGE} is linux/aarch64; the cell needs linux/x86_64"
+
+
+def test_another_architecture_needs_an_emulator_a_container_can_use() -> None:
+    """An aarch64 cell on an x86_64 host runs only under a binfmt_misc handler for aarch64 ELF
+    binaries with the F flag; without binfmt_misc, or with a handler lacking F, it is refused
+    (exit 2 when named) before its image is even looked for."""
+    arm = _cell("linux_aarch64")
+    unmounted = container_blocker(arm, LINUX, None, "quay.io/pypa/manylinux_2_28_aarch64", None, None)
+    assert unmounted is not None
+    assert (unmounted.dimension, unmounted.exit_code) == ("platform", 2)
+    assert unmounted.reason.startswith("a aarch64 container on this x86_64 host needs emulation, and binfmt_misc "
+                                       "is not mounted; register QEMU's aarch64 emulator (as root: podman run")
+    none = container_blocker(arm, LINUX, {}, None, None, None)
+    assert none is not None
+    assert "no binfmt_misc handler runs aarch64 binaries" in none.reason
+    no_f = container_blocker(arm, LINUX, {"aarch64": False}, None, None, None)
+    assert no_f is not None
+    assert "lacks the F flag" in no_f.reason
+    # emulated: then the image decides (cibuildwheel's own, from a registry that must answer)
+    ok = container_blocker(arm, LINUX, {"aarch64": True}, "quay.io/pypa/manylinux_2_28_aarch64", None, None)
+    assert ok is None
+    offline = container_blocker(arm, LINUX, {"aarch64": True}, "quay.io/pypa/manylinux_2_28_aarch64", None,
+                                "Name or service not known")
+    assert offline is not None
+    assert (offline.dimension, offline.exit_code) == ("image", 3)
+    assert offline.reason == ("the image quay.io/pypa/manylinux_2_28_aarch64 is not here, and its registry quay.io "
+                              "does not answer (Name or service not known)")
+    # a native aarch64 host needs no emulation
+    assert container_blocker(arm, Host("linux", "aarch64"), None, "quay.io/x", None, None) is None
+    local = container_blocker(_cell(), LINUX, {}, "localhost/gone:1", None, None)
+    assert local is not None
+    assert local.reason == "the image localhost/gone:1 is not here, and a localhost/ image is never pulled"
+
+
+def test_each_image_is_probed_once_per_run() -> None:
+    asked: list[str] = []
+
+    def probe(engine: str, reference: str, cache: object) -> tuple[ImageFacts | None, str]:
+        asked.append(f"{engine} {reference}")
+        return LOCAL, ""
+
+    pre = Preflight("cibuildwheel", engine="podman", host=LINUX, check_engine=lambda name: None,
+                    images={"x86_64": IMAGE}, emulation=dict, probe=probe)
+    assert pre.check(_cell(python="cp311")) is None
+    blocked = pre.check(_cell(python="cp310"))
+    assert blocked is not None
+    assert blocked.dimension == "python"
+    arm = pre.check(_cell("linux_aarch64"))  # no emulation: its image is never asked for
+    assert arm is not None
+    assert arm.dimension == "platform"
+    assert asked == [f"podman {IMAGE}"]
+    assert pre.image(_cell()) == LOCAL

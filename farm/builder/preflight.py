@@ -7,18 +7,24 @@ planned cell is checked against the host:
   cibuildwheel builds Linux cells in a container (any host with the engine) and Windows cells
   only on Windows;
 - **engine**: cibuildwheel's container engine starts containers (Linux cells);
+- **emulation**: a Linux cell of another architecture than the host's needs a binfmt_misc
+  handler a container can use (:func:`farm.builder.images.emulation_blocker`);
+- **image**: the cell's manylinux image is here (and of the cell's architecture), or its
+  registry answers; a local image is asked once per image ID for its interpreters and compiler
+  (:mod:`farm.builder.images`): the cell's ``/opt/python/<tag>-<tag>`` must run that Python;
 - **python**: the native builder has an interpreter of the cell's version
-  (:mod:`farm.builder.interpreters`);
-- **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``);
+  (:mod:`farm.builder.interpreters`); cibuildwheel's image has it;
+- **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``); so does the image;
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
   the redist root or the package index for the toolkit, the torch index, the source's git host or
   index. Nothing is checked for what is cached already.
 
-:func:`platform_blocker` is pure; :class:`Preflight` gathers the host's facts once per run. A
-cell this host cannot build is skipped with one line saying why; when the user named it (the
-blocking dimension was a filter on the command line) it is refused instead (exit 2 for what the
-host is, 3 for what it lacks).
+:func:`platform_blocker` and :func:`container_blocker` are pure; :class:`Preflight` gathers the
+host's facts once per run (each image once, its probe cached per image ID). A cell this host
+cannot build is skipped with one line saying why; when the user named it (the blocking
+dimension was a filter on the command line) it is refused instead (exit 2 for what the host is,
+3 for what it lacks).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from farm.builder import buildenv
 from farm.builder.buildenv import find_uv
+from farm.builder.images import ImageFacts, emulated_machines, emulation_blocker, image_for, probe_image, registry_of
 from farm.builder.interpreters import Interpreter, find_interpreter
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
@@ -72,6 +79,8 @@ class Blocker:
 _HINTS = {
     "platform": "build it on a host of that platform (CI runs each platform on its own runner)",
     "engine": "start the engine, or use --builder native",
+    "image": "make the image (the local one: bash .ci/podman-setup.sh), pull it where its registry answers "
+             "(podman pull IMAGE), or name another with --image / --image-aarch64",
     "python": "install that Python (uv python install X.Y, pyenv install X.Y, or the distribution's pythonX.Y)",
     "compiler": "install a C++ compiler (on Debian: apt-get install g++), or set CXX",
     "disk": "free space in the cache (farm cache prune), or pass --cache-dir on a larger disk",
@@ -103,6 +112,41 @@ def platform_blocker(cell: Cell, builder: str, host: Host) -> Blocker | None:
     if cell.platform.startswith("win") and host.system != "win32":
         return Blocker("platform", f"cibuildwheel builds {cell.platform} wheels on Windows; this host is {system}",
                        EXIT_BAD_INPUT)
+    return None
+
+
+def container_blocker(cell: Cell, host: Host, handlers: Mapping[str, bool] | None, reference: str | None,
+                      facts: ImageFacts | None, registry_down: str | None) -> Blocker | None:
+    """Whether cibuildwheel's container can build the Linux ``cell`` on ``host`` (pure).
+    ``handlers``: the host's binfmt_misc handlers (ELF machine -> usable by a container; None: not
+    mounted); ``reference``: the cell's image (None: cibuildwheel names none); ``facts``: the
+    image's, when it is here; ``registry_down``: why its registry does not answer (None: it does,
+    or the image is here)."""
+    machine = cell.platform.removeprefix("linux_")
+    emulation = emulation_blocker(machine, host.machine, handlers)
+    if emulation is not None:
+        return Blocker("platform", emulation, EXIT_BAD_INPUT)
+    if reference is None:
+        return Blocker("image", f"no manylinux image is named for {machine} and cibuildwheel names none")
+    if facts is None:
+        registry = registry_of(reference)
+        if registry is None:
+            return Blocker("image", f"the image {reference} is not here, and a localhost/ image is never pulled")
+        if registry_down is not None:
+            return Blocker("image", f"the image {reference} is not here, and its registry {registry} does not "
+                                    f"answer ({registry_down})")
+        return None  # pulled by the build; its interpreters are known once it is here
+    if facts.os != "linux" or facts.machine != machine:
+        return Blocker("image", f"the image {reference} is {facts.os}/{facts.machine}; the cell needs linux/{machine}",
+                       EXIT_BAD_INPUT)
+    if cell.python not in facts.pythons:
+        has = ", ".join(f"{t} ({v})" for t, v in sorted(facts.pythons.items())) or "none"
+        notes = "".join(f"; {n}" for n in facts.notes)
+        return Blocker("python", f"the image {reference} has no Python {cell.python_version} "
+                                 f"(/opt/python/{cell.python}-{cell.python} is not there; it has {has}{notes})",
+                       EXIT_BAD_INPUT)
+    if facts.compiler is None:
+        return Blocker("compiler", f"the image {reference} has no C++ compiler (c++ or g++)")
     return None
 
 
@@ -142,9 +186,44 @@ class Preflight:
     host: Host = field(default_factory=Host.this)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     check_engine: Callable[[str], object] | None = None  # raises ToolError when the engine cannot run
+    images: Mapping[str, str] = field(default_factory=dict)  # arch -> the manylinux image the plan names
+    cache: Path | None = None  # where an image's probe is cached (per image ID)
+    # the host's binfmt_misc handlers and an image's facts (the engine asked); replaceable in tests
+    emulation: Callable[[], Mapping[str, bool] | None] = emulated_machines
+    probe: Callable[[str, str, Path | None], tuple[ImageFacts | None, str]] = probe_image
     _engine: dict[str, str | None] = field(default_factory=dict)
     _interpreters: dict[str, Interpreter | str] = field(default_factory=dict)
     _reach: dict[tuple[str, int], str | None] = field(default_factory=dict)
+    _handlers: list[Mapping[str, bool] | None] = field(default_factory=list)
+    _images: dict[str, tuple[ImageFacts | None, str]] = field(default_factory=dict)
+
+    def image(self, cell: Cell) -> ImageFacts | None:
+        """The cell's image as the preflight found it (None: not here, or not a container cell)."""
+        reference = image_for(cell.platform.removeprefix("linux_"), self.images, self.environ)
+        return self._images.get(reference, (None, ""))[0] if reference else None
+
+    def _container(self, cell: Cell) -> Blocker | None:
+        if not self._handlers:
+            self._handlers.append(self.emulation())
+        handlers = self._handlers[0]
+        machine = cell.platform.removeprefix("linux_")
+        reference = image_for(machine, self.images, self.environ)
+        facts = None
+        down = None
+        if reference is not None and emulation_blocker(machine, self.host.machine, handlers) is None:
+            if reference not in self._images:
+                self._images[reference] = self.probe(self.engine, reference, self.cache)
+            facts, why = self._images[reference]
+            if why:
+                return Blocker("image", why)
+            registry = registry_of(reference)
+            if facts is None and registry is not None:
+                host, _, port = registry.partition(":")
+                where = (host, int(port) if port.isdigit() else 443)
+                if where not in self._reach:
+                    self._reach[where] = _reachable(*where)
+                down = self._reach[where]
+        return container_blocker(cell, self.host, handlers, reference, facts, down)
 
     def interpreter(self, cell: Cell) -> Interpreter | None:
         found = self._interpreters.get(cell.python)
@@ -187,6 +266,8 @@ class Preflight:
         blocker = platform_blocker(cell, self.builder, self.host)
         if blocker is None and self.builder == "cibuildwheel" and cell.platform.startswith("linux"):
             blocker = self._engine_blocker()
+            if blocker is None:
+                blocker = self._container(cell)
         if blocker is None and self.builder == "native":
             blocker = self._python(cell)
             if blocker is None and _compiler(self.environ) is None:

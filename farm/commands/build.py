@@ -214,7 +214,8 @@ def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Reci
                                                     list[tuple[str, FarmError]], list[tuple[str, str]]]:
     """Each planned cell checked against this host before anything is downloaded: (buildable cells
     with the interpreter found for them, refused cells, skipped cells with the reason)."""
-    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine)
+    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine,
+                    images=settings.images, cache=Path(settings.work_root).parent)
     ok: list[tuple[PlannedCell, Interpreter | None]] = []
     refused: list[tuple[str, FarmError]] = []
     skipped: list[tuple[str, str]] = []
