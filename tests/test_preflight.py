@@ -4,10 +4,14 @@ Servers are simulated on 127.0.0.1: a listening socket answers, a port nobody li
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
+from pathlib import Path
 
-from farm.builder.images import ImageFacts
+import pytest
+
+from farm.builder.images import ImageFacts, emulated_machines
 from farm.builder.preflight import Host, Preflight, container_blocker, platform_blocker, url_host
 from farm.errors import ToolError
 from farm.model.cells import Cell
@@ -142,8 +146,9 @@ def test_another_architecture_needs_an_emulator_a_container_can_use() -> None:
     unmounted = container_blocker(arm, LINUX, None, "quay.io/pypa/manylinux_2_28_aarch64", None, None)
     assert unmounted is not None
     assert (unmounted.dimension, unmounted.exit_code) == ("platform", 2)
-    assert unmounted.reason.startswith("a aarch64 container on this x86_64 host needs emulation, and binfmt_misc "
-                                       "is not mounted; register QEMU's aarch64 emulator (as root: podman run")
+    assert unmounted.reason.startswith("running aarch64 containers on this x86_64 host needs emulation, and "
+                                       "binfmt_misc is not mounted; register QEMU's aarch64 emulator (as root: podman "
+                                       "run")
     none = container_blocker(arm, LINUX, {}, None, None, None)
     assert none is not None
     assert "no binfmt_misc handler runs aarch64 binaries" in none.reason
@@ -184,3 +189,65 @@ def test_each_image_is_probed_once_per_run() -> None:
     assert arm.dimension == "platform"
     assert asked == [f"podman {IMAGE}"]
     assert pre.image(_cell()) == LOCAL
+
+
+def _farm_build(tmp_path: Path, cache: Path, *extra: str) -> int:
+    from farm.cli import main
+
+    from .test_builders import _demo_root
+
+    _demo_root(tmp_path)
+    return main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
+                 "--root", str(tmp_path), "--cache-dir", str(cache), "--out", str(tmp_path / "out"), *extra])
+
+
+@pytest.mark.slow
+def test_named_cells_the_image_or_host_cannot_build_are_refused_before_any_download(tmp_path, capsys) -> None:
+    """The real podman and image: `--python 3.10` (the image has no cp310) and `--platform
+    linux_aarch64` (no emulator on this host) are refused, exit 2, before a source, toolkit or
+    environment is fetched; the image's probe is cached under its ID."""
+    from .test_builders import podman_image
+
+    image = podman_image()
+    cache = tmp_path / "cache"
+    code = _farm_build(tmp_path, cache, "--image", image, "--python", "3.10", "--platform", "linux_x86_64")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert (f"demo_ext-0.1.0-cu130-notorch-cp310-linux_x86_64: error: cell demo_ext-0.1.0-cu130-notorch-cp310-"
+            f"linux_x86_64 cannot be built on this host: the image {image} has no Python 3.10") in err
+    assert [p.parent.name for p in cache.rglob("*.json")] == ["images"]  # the probe's answer, nothing fetched
+    if emulated_machines() is None or not emulated_machines().get("aarch64"):  # type: ignore[union-attr]
+        code = _farm_build(tmp_path, cache, "--image", image, "--python", "3.11", "--platform", "linux_aarch64")
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert ("linux_aarch64 cannot be built on this host: running aarch64 containers on this x86_64 host "
+                "needs emulation") in err
+    assert [p.parent.name for p in cache.rglob("*.json")] == ["images"]
+
+
+@pytest.mark.slow
+def test_farm_build_builds_what_this_host_can_and_skips_the_rest_in_one_line_each(tmp_path, capsys,
+                                                                                  pypi_toolkit) -> None:
+    """`farm build demo_ext --builder cibuildwheel --engine podman --cuda 13.0` with the local image:
+    the cp311 Linux wheel is built and asserted; every other cell is skipped with one line saying
+    why (the image's Pythons, emulation, Windows), and the exit is the built cell's: 0."""
+    from .buildroot import cache_dir_of
+    from .test_builders import podman_image
+
+    image = podman_image()
+    code = _farm_build(tmp_path, cache_dir_of(pypi_toolkit), "--image", image, "--json")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    ((result,),) = [report["results"]]
+    assert result["cell"] == "demo_ext-0.1.0-cu130-notorch-cp311-linux_x86_64"
+    assert result["passed"]
+    skipped = {s["cell"]: s["reason"] for s in report["skipped"]}
+    assert skipped["demo_ext-0.1.0-cu130-notorch-cp310-linux_x86_64"].startswith(
+        f"the image {image} has no Python 3.10")
+    assert skipped["demo_ext-0.1.0-cu130-notorch-cp311-linux_aarch64"].startswith("running aarch64 containers on this")
+    assert skipped["demo_ext-0.1.0-cu130-notorch-cp311-win_amd64"].startswith("cibuildwheel builds win_amd64")
+    assert len(skipped) == 17  # 6 Pythons x 3 platforms, less the one built
+    assert report["errors"] == []
+    lines = [line for line in captured.err.splitlines() if ": skipped: this host cannot build it: " in line]
+    assert len(lines) == 17

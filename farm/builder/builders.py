@@ -54,6 +54,7 @@ from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.provenance import buildinfo
+from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
 from farm.source.fetch import fetch
@@ -529,10 +530,8 @@ def build_cell(
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
     if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
-        if settings.builder is not BuilderKind.NATIVE:
-            raise UsageError(f"cell {cell.id} builds against farm's {', '.join(spec.farm_deps)}: the container "
-                             "does not see farm's wheelhouse", hint="build it with --builder native")
-        farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
+        ledger = LedgerIndex.load(config.ledger_path) if config.ledger_path.is_file() else None
+        farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute(), ledger=ledger)
         for dep in farm_deps:
             say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
     work = (Path(settings.work_root) / cell.id).absolute()
@@ -590,6 +589,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         host_toolkit_prefix=tk.prefix,
         pip_cache=settings.pip_cache,
     )
+    if farm_deps and settings.builder is BuilderKind.CIBUILDWHEEL:  # the container gets verified copies
+        options = replace(options, farm_deps=farm_deps, farm_deps_dir=farmdeps.stage(farm_deps, work / "farm-deps"))
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
         setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)

@@ -184,12 +184,13 @@ def emulation_blocker(machine: str, host_machine: str, handlers: Mapping[str, bo
            "or apt-get install qemu-user-static), or build on a "
            f"{machine} host")
     if handlers is None:
-        return f"a {machine} container on this {host} host needs emulation, and binfmt_misc is not mounted; {fix}"
+        return (f"running {machine} containers on this {host} host needs emulation, and binfmt_misc is not "
+                f"mounted; {fix}")
     if machine not in handlers:
-        return (f"a {machine} container on this {host} host needs emulation: no binfmt_misc handler runs "
+        return (f"running {machine} containers on this {host} host needs emulation: no binfmt_misc handler runs "
                 f"{machine} binaries; {fix}")
     if not handlers[machine]:
-        return (f"a {machine} container on this {host} host needs emulation: the binfmt_misc handler for "
+        return (f"running {machine} containers on this {host} host needs emulation: the binfmt_misc handler for "
                 f"{machine} is disabled or lacks the F flag (containers cannot open it); {fix}")
     return None
 
