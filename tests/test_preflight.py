@@ -16,6 +16,10 @@ from farm.builder.preflight import Host, Preflight, container_blocker, platform_
 from farm.errors import ToolError
 from farm.model.cells import Cell
 
+from . import buildroot
+
+pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 LINUX = Host("linux", "x86_64")
 IMAGE = "localhost/farm-manylinux:bookworm-1"
