@@ -137,6 +137,33 @@ def test_the_container_gets_checked_copies(tmp_path) -> None:
     assert [p.name for p in stage(deps, folder).iterdir()] == [wheel.name]  # emptied first
 
 
+def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path) -> None:
+    """The container plan: the staged folder mounted read-only (as cibuildwheel reads its
+    container-engine option) and before-build installing the direct reference to the mounted copy;
+    a Windows build (on its host) installs the wheel's own path."""
+    from cibuildwheel.oci_container import OCIContainerEngineConfig
+
+    from farm.builder.farmdeps import FarmDep
+    from farm.builder.plan import PlanOptions, plan_build
+
+    config = _root(tmp_path)
+    staged = tmp_path / "work dir" / "farm-deps"
+    dep = FarmDep("demo_ext==0.1.0+cu130", tmp_path / "wheelhouse" / f"demo_ext-0.1.0+cu130-{PY}-{PY}-x.whl", "ab" * 32)
+    opts = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", container_engine="podman",
+                       farm_deps=(dep,), farm_deps_dir=staged)
+    plan = plan_build(config, config.recipe("dep_user"), USER, tmp_path, opts)
+    engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
+    assert engine.create_args == ("--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro")
+    assert str(plan.options["before-build"]).endswith(
+        f"python -m pip install 'demo_ext @ file://{CONTAINER_FARM_DEPS}/{dep.wheel.name}#sha256={'ab' * 32}'")
+    win = Cell("dep_user", "1.0.0", "13.0", "none", PY, "win_amd64")
+    wplan = plan_build(config, config.recipe("dep_user"), win, tmp_path,
+                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", host_cuda_home=tmp_path,
+                                   farm_deps=(dep,)))
+    assert dep.direct_reference in str(wplan.options["before-build"])
+    assert "create_args" not in str(wplan.options["container-engine"])
+
+
 @pytest.fixture(scope="session")
 def demo_dep(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> Path:
     """farm's demo_ext wheel of DEMO's cell, built once (native, nvcc) with its ledger fragment."""
