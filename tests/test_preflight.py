@@ -132,6 +132,7 @@ def test_the_image_decides_which_python_a_container_cell_can_build() -> None:
     assert (cp310.dimension, cp310.exit_code) == ("python", 2)
     assert cp310.reason == (f"the image {IMAGE} has no Python 3.10 (/opt/python/cp310-cp310 is not there; it has "
                             "cp311 (3.11.2); /opt/python/cp39-cp39 runs Python 3.11.2)")
+    assert "--image" in (cp310.error(_cell(python="cp310")).hint or "")
     bare = ImageFacts(IMAGE, "sha256:1", "linux", "x86_64", {"cp311": "3.11.2"}, None)
     no_cxx = container_blocker(_cell(), LINUX, {}, IMAGE, bare, None)
     assert no_cxx is not None

@@ -181,7 +181,7 @@ def emulation_blocker(machine: str, host_machine: str, handlers: Mapping[str, bo
         return None
     fix = (f"register QEMU's {machine} emulator (as root: podman run --rm --privileged "
            f"docker.io/tonistiigi/binfmt --install {'arm64' if machine == 'aarch64' else machine}, "
-           "or apt-get install qemu-user-static), or build on a "
+           "or apt-get install qemu-user-static), or build on an "
            f"{machine} host")
     if handlers is None:
         return (f"running {machine} containers on this {host} host needs emulation, and binfmt_misc is not "

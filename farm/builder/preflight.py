@@ -70,10 +70,12 @@ class Blocker:
     dimension: str
     reason: str
     exit_code: int = EXIT_ENVIRONMENT
+    hint: str | None = None  # the fix, where the dimension's usual one does not fit
 
     def error(self, cell: Cell) -> FarmError:
         kind = UsageError if self.exit_code == EXIT_BAD_INPUT else ToolError
-        return kind(f"cell {cell.id} cannot be built on this host: {self.reason}", hint=_HINTS.get(self.dimension))
+        return kind(f"cell {cell.id} cannot be built on this host: {self.reason}",
+                    hint=self.hint or _HINTS.get(self.dimension))
 
 
 _HINTS = {
@@ -144,9 +146,11 @@ def container_blocker(cell: Cell, host: Host, handlers: Mapping[str, bool] | Non
         notes = "".join(f"; {n}" for n in facts.notes)
         return Blocker("python", f"the image {reference} has no Python {cell.python_version} "
                                  f"(/opt/python/{cell.python}-{cell.python} is not there; it has {has}{notes})",
-                       EXIT_BAD_INPUT)
+                       EXIT_BAD_INPUT, hint=f"name an image that has it (--image), or build it with --builder "
+                                            f"native and a Python {cell.python_version} on this host")
     if facts.compiler is None:
-        return Blocker("compiler", f"the image {reference} has no C++ compiler (c++ or g++)")
+        return Blocker("compiler", f"the image {reference} has no C++ compiler (c++ or g++)",
+                       hint="name an image that has one (--image); manylinux images do")
     return None
 
 
