@@ -14,7 +14,7 @@ the image's ``/opt/python/<tag>-<tag>/bin/python``. Before a cell is fetched, pl
   opened at registration, so it works inside a container whose file system lacks it): QEMU's
   user-mode emulator, as ``tonistiigi/binfmt`` or ``qemu-user-static`` register it
   (:func:`emulated_machines`);
-- **interpreters and compiler**: one throwaway container (no network, bounded) runs each
+- **interpreters and compiler**: one throwaway container (never pulled, no network, bounded) runs each
   ``/opt/python/*/bin/python`` and ``c++``/``g++`` (:func:`probe_image`). A directory is
   believed only for the version its interpreter reports: a ``cp39-cp39`` that links to 3.11
   holds no Python 3.9.
@@ -285,8 +285,8 @@ def probe_image(engine: str, reference: str, cache_dir: Path | None) -> tuple[Im
         facts = _cached(path, purpose, reference)
         if facts is not None and facts.id == image_id:
             return facts, ""
-    rc, out = _run([engine, "run", "--rm", "--network", "none", reference, "/bin/sh", "-c", _PROBE_SCRIPT],
-                   PROBE_TIMEOUT_S)
+    rc, out = _run([engine, "run", "--rm", "--pull", "never", "--network", "none", reference,
+                    "/bin/sh", "-c", _PROBE_SCRIPT], PROBE_TIMEOUT_S)
     facts = facts_from(reference, line, out) if rc == 0 else None
     if facts is None:
         return None, f"{engine} run {reference} gave no answer (rc {rc}: {out.strip()[-300:]})"

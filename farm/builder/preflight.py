@@ -201,11 +201,6 @@ class Preflight:
     _handlers: list[Mapping[str, bool] | None] = field(default_factory=list)
     _images: dict[str, tuple[ImageFacts | None, str]] = field(default_factory=dict)
 
-    def image(self, cell: Cell) -> ImageFacts | None:
-        """The cell's image as the preflight found it (None: not here, or not a container cell)."""
-        reference = image_for(cell.platform.removeprefix("linux_"), self.images, self.environ)
-        return self._images.get(reference, (None, ""))[0] if reference else None
-
     def _container(self, cell: Cell) -> Blocker | None:
         if not self._handlers:
             self._handlers.append(self.emulation())
@@ -223,10 +218,7 @@ class Preflight:
             registry = registry_of(reference)
             if facts is None and registry is not None:
                 host, _, port = registry.partition(":")
-                where = (host, int(port) if port.isdigit() else 443)
-                if where not in self._reach:
-                    self._reach[where] = _reachable(*where)
-                down = self._reach[where]
+                down = self._answer((host, int(port) if port.isdigit() else 443))
         return container_blocker(cell, self.host, handlers, reference, facts, down)
 
     def interpreter(self, cell: Cell) -> Interpreter | None:
@@ -253,13 +245,17 @@ class Preflight:
         why = self._engine[self.engine]
         return None if why is None else Blocker("engine", why)
 
+    def _answer(self, where: tuple[str, int]) -> str | None:
+        """Why ``(host, port)`` does not answer (None: it does), asked once per run."""
+        if where not in self._reach:
+            self._reach[where] = _reachable(*where)
+        return self._reach[where]
+
     def reach(self, url: str, what: str) -> Blocker | None:
         where = url_host(url)
         if where is None:
             return None
-        if where not in self._reach:
-            self._reach[where] = _reachable(*where)
-        why = self._reach[where]
+        why = self._answer(where)
         return None if why is None else Blocker(
             "network", f"{what} comes from {where[0]}:{where[1]}, which does not answer ({why})")
 
