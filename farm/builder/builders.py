@@ -48,13 +48,12 @@ from farm.builder.plan import (
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
-from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
+from farm.errors import ConfigError, DefectError, ToolError, UsageError, WheelError, redact, redactor
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.provenance import buildinfo
-from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
 from farm.source.fetch import fetch
@@ -530,8 +529,7 @@ def build_cell(
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
     if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
-        ledger = LedgerIndex.load(config.ledger_path) if config.ledger_path.is_file() else None
-        farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute(), ledger=ledger)
+        farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
         for dep in farm_deps:
             say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
     work = (Path(settings.work_root) / cell.id).absolute()
@@ -590,7 +588,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         pip_cache=settings.pip_cache,
     )
     if farm_deps and settings.builder is BuilderKind.CIBUILDWHEEL:  # the container gets verified copies
-        options = replace(options, farm_deps=farm_deps, farm_deps_dir=farmdeps.stage(farm_deps, work / "farm-deps"))
+        options = replace(options, farm_deps=farm_deps, farm_deps_dir=stage_farm_deps(farm_deps, work / "farm-deps"))
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
         setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)
@@ -660,6 +658,22 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
                        shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports,
                        compile_cache=cache_counts)
+
+
+def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
+    """Copies of the resolved farm wheels in ``folder`` (emptied first) for a build container to
+    mount read-only, each copy's sha256 checked against the resolved one: the container is given
+    exactly the bytes that were verified, and nothing else of the wheelhouse."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for dep in deps:
+        copy = folder / dep.wheel.name
+        shutil.copyfile(dep.wheel, copy)
+        if sha256_file(copy) != dep.sha256:
+            raise WheelError(f"{dep.wheel.name} changed while it was copied for the build container",
+                             where=str(dep.wheel), hint="rebuild it with farm build, then build again")
+    return folder
 
 
 def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,

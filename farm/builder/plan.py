@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import tomli_w
 
 from farm.builder import compilecache
-from farm.builder.farmdeps import CONTAINER_FARM_DEPS, FarmDep
+from farm.builder.farmdeps import FarmDep
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
@@ -103,6 +103,7 @@ _VENDOR_CHECK = (
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
 CONTAINER_PIP_CACHE = "/opt/farm/pip-cache"
+CONTAINER_FARM_DEPS = "/opt/farm/farm-deps"  # the farm wheels a cell builds against, mounted read-only
 
 
 @dataclass(frozen=True)
@@ -405,9 +406,10 @@ def plan_build(
     if options.farm_deps and in_container:  # the verified copies, mounted read-only
         if options.farm_deps_dir is None:
             raise UsageError(f"cell {cell.id} builds against farm wheels: the plan needs the folder of their copies",
-                             hint="pass farm_deps_dir (farm.builder.farmdeps.stage)")
+                             hint="pass farm_deps_dir (farm.builder.builders.stage_farm_deps)")
         add_volume(options.farm_deps_dir.as_posix(), f"{CONTAINER_FARM_DEPS}:ro")
-        direct = {d.requirement: d.container_reference for d in options.farm_deps}
+        direct = {d.requirement: d.reference_at(f"file://{CONTAINER_FARM_DEPS}/{d.wheel.name}")
+                  for d in options.farm_deps}
     elif options.farm_deps:  # cibuildwheel on a Windows host builds there: the wheels' own paths
         direct = {d.requirement: d.direct_reference for d in options.farm_deps}
     before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
