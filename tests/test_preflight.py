@@ -208,8 +208,9 @@ def _farm_build(tmp_path: Path, cache: Path, *extra: str) -> int:
 @pytest.mark.slow
 def test_named_cells_the_image_or_host_cannot_build_are_refused_before_any_download(tmp_path, capsys) -> None:
     """The real podman and image: `--python 3.10` (the image has no cp310) and `--platform
-    linux_aarch64` (no emulator on this host) are refused, exit 2, before a source, toolkit or
-    environment is fetched; the image's probe is cached under its ID."""
+    linux_aarch64` (no emulator on this host) are refused, exit 2, and a named cell whose image is
+    gone, exit 3, before a source, toolkit or environment is fetched; the image's probe is cached
+    under its ID."""
     from .test_builders import podman_image
 
     image = podman_image()
@@ -226,6 +227,12 @@ def test_named_cells_the_image_or_host_cannot_build_are_refused_before_any_downl
         assert code == 2, err
         assert ("linux_aarch64 cannot be built on this host: running aarch64 containers on this x86_64 host "
                 "needs emulation") in err
+    # every axis named (a CI job's one cell) and its image gone: refused, exit 3 (what the host lacks)
+    code = _farm_build(tmp_path, cache, "--image", "localhost/farm-no-such-image:0", "--python", "3.11",
+                       "--platform", "linux_x86_64")
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "the image localhost/farm-no-such-image:0 is not here, and a localhost/ image is never pulled" in err
     assert [p.parent.name for p in cache.rglob("*.json")] == ["images"]
 
 

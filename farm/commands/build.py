@@ -205,7 +205,7 @@ def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]
     (CI's one job per cell) name all of them."""
     named = {dim for dim, given in (("platform", args.platform), ("python", args.python)) if given}
     if args.cuda and args.python and args.platform and (args.torch or not recipe.links_torch):
-        named |= {"platform", "engine", "python", "compiler", "disk", "network"}
+        named |= {"platform", "engine", "image", "python", "compiler", "disk", "network"}
     return frozenset(named)
 
 
