@@ -6,6 +6,8 @@ itself runs the real podman on .ci/podman-setup.sh's image (slow)."""
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -125,3 +127,16 @@ def test_the_real_image_is_probed_once_per_image_id_and_the_cache_is_sealed(tmp_
     blocked.write_text("")
     assert probe_image("podman", image, blocked) == (facts, "")
 
+
+
+def test_an_engine_call_is_bounded_in_time_and_output() -> None:
+    """A hostile image (or a hung engine) costs at most the timeout and OUTPUT_CAP bytes of memory."""
+    from farm.builder.images import OUTPUT_CAP, _run
+
+    rc, out = _run([sys.executable, "-c", "import sys; sys.stdout.write('x' * 20_000_000)"], 60)
+    assert rc == 0
+    assert len(out) == OUTPUT_CAP
+    started = time.monotonic()
+    assert _run([sys.executable, "-c", "import time; time.sleep(60)"], 1) == (-1, "no answer within 1 s")
+    assert time.monotonic() - started < 30
+    assert _run(["/nonexistent/engine"], 5)[0] == -1

@@ -32,6 +32,7 @@ import contextlib
 import json
 import re
 import subprocess
+import threading
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -230,19 +231,38 @@ def emulated_machines(binfmt: Path = BINFMT_DIR) -> dict[str, bool] | None:
     return found
 
 
-def _run(argv: list[str], timeout: float) -> tuple[int, str]:
-    """An engine call, bounded in time and in what is kept of its output."""
+def _run(argv: list[str], timeout: float, *, stderr: bool = True) -> tuple[int, str]:
+    """An engine call, bounded: killed after ``timeout`` seconds, its output (with stderr, unless
+    ``stderr`` is false) read in chunks of which only the first :data:`OUTPUT_CAP` bytes are kept."""
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return -1, str(exc)
-    return proc.returncode, (proc.stdout[:OUTPUT_CAP] or proc.stderr[-2000:]).decode("utf-8", "replace")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL)
+    except OSError as exc:
+        return -1, str(exc.strerror or exc)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    kept = bytearray()
+    try:
+        assert proc.stdout is not None
+        for chunk in iter(lambda: proc.stdout.read(1 << 16), b""):  # type: ignore[union-attr]
+            kept += chunk[:max(0, OUTPUT_CAP - len(kept))]
+        rc = proc.wait()
+    finally:
+        timed_out = not timer.is_alive()
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    text = kept.decode("utf-8", "replace")
+    return (-1, f"no answer within {timeout:.0f} s") if timed_out else (rc, text)
 
 
 def inspect_local(engine: str, reference: str) -> str | None:
     """The ``image inspect`` line (ID, OS, architecture), or None when the image is not here."""
     rc, out = _run([engine, "image", "inspect", "--format", "{{.Id}} {{.Os}} {{.Architecture}}", reference],
-                   INSPECT_TIMEOUT_S)
+                   INSPECT_TIMEOUT_S, stderr=False)  # a warning on stderr is not the answer
     line = out.strip().splitlines()[:1]
     if rc != 0 or not line or len(line[0].split()) != 3:
         return None
