@@ -5,6 +5,7 @@ Servers are simulated on 127.0.0.1: a listening socket answers, a port nobody li
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -262,3 +263,45 @@ def test_farm_build_builds_what_this_host_can_and_skips_the_rest_in_one_line_eac
     assert report["errors"] == []
     lines = [line for line in captured.err.splitlines() if ": skipped: this host cannot build it: " in line]
     assert len(lines) == 17
+
+
+def test_a_python_uv_would_install_is_a_download_whose_server_must_answer(tmp_path) -> None:
+    """No Python 3.13 here, but uv (the real one, beside farm) offers one: the cell is not refused
+    for its Python; the server uv would download it from must answer. uv's mirror setting points
+    that download at 127.0.0.1 (uv's documented UV_PYTHON_INSTALL_MIRROR), a port that listens,
+    then one that refuses."""
+    from farm.builder.buildenv import find_uv
+    from farm.builder.interpreters import managed_download
+
+    uv, cxx = find_uv(), shutil.which("c++") or shutil.which("g++")
+    if uv is None or cxx is None:
+        pytest.skip("uv or a C++ compiler is not installed here")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = listening.getsockname()[1]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            down = s.getsockname()[1]
+        base = {"PATH": str(tmp_path), "PYENV_ROOT": str(tmp_path), "UV_PYTHON_INSTALL_DIR": str(tmp_path / "uv"),
+                "HOME": str(tmp_path)}
+        ok = Preflight("native", host=LINUX, uv=uv, environ={**base, "CXX": cxx,
+                                                             "UV_PYTHON_INSTALL_MIRROR": f"http://127.0.0.1:{up}/pbs"})
+        assert ok.check(_cell(python="cp313")) is None
+        url = managed_download("cp313", uv, environ={**base, "UV_PYTHON_INSTALL_MIRROR": f"http://127.0.0.1:{up}/pbs"})
+        assert url is not None
+        assert url.startswith(f"http://127.0.0.1:{up}/pbs/")
+        assert ok.interpreter(_cell(python="cp313")) is None  # the build installs it (uv python install 3.13)
+        off = Preflight("native", host=LINUX, uv=uv, environ={**base, "CXX": cxx,
+                                                              "UV_PYTHON_INSTALL_MIRROR": f"http://127.0.0.1:{down}/pbs"})
+        blocked = off.check(_cell(python="cp313"))
+    assert blocked is not None
+    assert blocked.dimension == "network"
+    assert blocked.reason.startswith(f"Python 3.13 (uv python install) comes from 127.0.0.1:{down}, which does not answer")
+    # a version uv does not offer stays refused, saying so
+    none = Preflight("native", host=LINUX, uv=uv, environ=base).check(_cell(python="cp399"))
+    assert none is not None
+    assert none.reason.endswith("uv offers no download of it)")
+    nouv = Preflight("native", host=LINUX, uv=None, environ=base).check(_cell(python="cp399"))
+    assert nouv is not None
+    assert nouv.reason.endswith("uv, which could install one, is not here)")

@@ -13,7 +13,8 @@ planned cell is checked against the host:
   registry answers; a local image is asked once per image ID for its interpreters and compiler
   (:mod:`farm.builder.images`): the cell's ``/opt/python/<tag>-<tag>`` must run that Python;
 - **python**: the native builder has an interpreter of the cell's version
-  (:mod:`farm.builder.interpreters`); cibuildwheel's image has it;
+  (:mod:`farm.builder.interpreters`), or uv offers one to install (then its download server must
+  answer); cibuildwheel's image has it;
 - **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``); so does the image;
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING
 from farm.builder import buildenv
 from farm.builder.buildenv import find_uv
 from farm.builder.images import ImageFacts, emulated_machines, emulation_blocker, image_for, probe_image, registry_of
-from farm.builder.interpreters import Interpreter, find_interpreter
+from farm.builder.interpreters import Interpreter, find_interpreter, managed_download
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, GitSource, PathSource, SdistSource
@@ -59,6 +60,7 @@ TOOLKIT_BYTES = 4 << 30  # an assembled toolkit with torch's components, archive
 TORCH_ENV_BYTES = 7 << 30  # a build environment with torch and its CUDA libraries (about 5 GB)
 PLAIN_ENV_BYTES = 512 << 20  # a build environment without torch
 BUILD_BYTES = 2 << 30  # the source's copy, objects and wheels of one cell
+MANAGED_PYTHON_BYTES = 256 << 20  # a Python uv installs (about 100 MB unpacked)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -196,7 +198,9 @@ class Preflight:
     emulation: Callable[[], Mapping[str, bool] | None] = emulated_machines
     probe: Callable[[str, str, Path | None], tuple[ImageFacts | None, str]] = probe_image
     _engine: dict[str, str | None] = field(default_factory=dict)
+    uv: str | None = field(default_factory=find_uv)  # installs a cell's Python that is not here
     _interpreters: dict[str, Interpreter | str] = field(default_factory=dict)
+    _managed: dict[str, str | None] = field(default_factory=dict)  # tag -> where uv would download it
     _reach: dict[tuple[str, int], str | None] = field(default_factory=dict)
     _handlers: list[Mapping[str, bool] | None] = field(default_factory=list)
     _images: dict[str, tuple[ImageFacts | None, str]] = field(default_factory=dict)
@@ -227,12 +231,23 @@ class Preflight:
 
     def _python(self, cell: Cell) -> Blocker | None:
         if cell.python not in self._interpreters:
-            search = find_interpreter(cell.python, environ=self.environ, uv=find_uv())
+            search = find_interpreter(cell.python, environ=self.environ, uv=self.uv)
             self._interpreters[cell.python] = search.interpreter or "; ".join(search.looked)
         found = self._interpreters[cell.python]
         if isinstance(found, Interpreter):
             return None
-        return Blocker("python", f"no Python {cell.python_version} here (looked: {found})", EXIT_BAD_INPUT)
+        if self.managed(cell) is not None:
+            return None  # uv installs it: a download, checked with the others
+        uv = "uv offers no download of it" if self.uv else "uv, which could install one, is not here"
+        return Blocker("python", f"no Python {cell.python_version} here (looked: {found}; {uv})", EXIT_BAD_INPUT)
+
+    def managed(self, cell: Cell) -> str | None:
+        """Where uv would download the cell's Python from, when none is here (asked once per tag)."""
+        if self.uv is None or isinstance(self._interpreters.get(cell.python), Interpreter):
+            return None
+        if cell.python not in self._managed:
+            self._managed[cell.python] = managed_download(cell.python, self.uv, environ=self.environ)
+        return self._managed[cell.python]
 
     def _engine_blocker(self) -> Blocker | None:
         if self.engine not in self._engine:
@@ -281,7 +296,11 @@ class Preflight:
                 if free < disk_needed:
                     blocker = Blocker("disk", f"{probe} has {free / 1e9:.1f} GB free; the cell needs about "
                                               f"{disk_needed / 1e9:.1f} GB for what is not cached yet")
-        for what, url in (downloads or {}).items():
+        downloads = dict(downloads or {})
+        managed = self.managed(cell) if self.builder == "native" and blocker is None else None
+        if managed is not None:
+            downloads[f"Python {cell.python_version} (uv python install)"] = managed
+        for what, url in downloads.items():
             if blocker is not None:
                 break
             blocker = self.reach(url, what)
@@ -308,7 +327,12 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     if cuda_home is None and cached_toolkit(toolkit_prefix(toolkit_root, spec.toolkit), spec.toolkit) is None:
         downloads["the CUDA toolkit"] = spec.toolkit.manifest_url if spec.toolkit.source == "redist" else pip_index
         disk += TOOLKIT_BYTES
-    if builder == "native" and interpreter is not None:
+    if builder == "native" and interpreter is None:  # uv installs the Python first; its environment is new
+        downloads["the build tools"] = pip_index
+        if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
+            downloads["torch"] = spec.torch_index
+        disk += MANAGED_PYTHON_BYTES + (TORCH_ENV_BYTES if spec.torch_version else PLAIN_ENV_BYTES)
+    elif builder == "native" and interpreter is not None:
         contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
                                      python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
         if not (env_root / contents.slug / buildenv.SPEC_FILE).is_file():
