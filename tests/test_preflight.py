@@ -64,6 +64,18 @@ def test_url_hosts() -> None:
     assert url_host("file:///srv/mirror") is None
 
 
+def test_a_windows_cell_needs_msvc(tmp_path) -> None:
+    """On a Windows host, cibuildwheel builds win_amd64 with MSVC: neither cl.exe on PATH nor a
+    vswhere under %ProgramFiles(x86)% blocks the cell, naming the workload to install."""
+    pre = Preflight("cibuildwheel", host=Host("win32", "AMD64"),
+                    environ={"PATH": str(tmp_path), "ProgramFiles(x86)": str(tmp_path)})
+    blocked = pre.check(_cell("win_amd64"))
+    assert blocked is not None
+    assert blocked.dimension == "compiler"
+    assert blocked.reason.startswith("no MSVC C++ toolset (cl.exe on PATH")
+    assert "Microsoft.VisualStudio.Component.VC.Tools.x86.x64" in (blocked.error(_cell("win_amd64")).hint or "")
+
+
 def test_an_engine_that_cannot_start_blocks_linux_cells_once(tmp_path) -> None:
     calls = []
 

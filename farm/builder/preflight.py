@@ -16,6 +16,7 @@ planned cell is checked against the host:
   (:mod:`farm.builder.interpreters`), or uv offers one to install (then its download server must
   answer); cibuildwheel's image has it;
 - **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``); so does the image;
+  a Windows cell has MSVC (``cl.exe`` on PATH, or Visual Studio's C++ tools as vswhere finds them);
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
   the redist root or the package index for the toolkit, the torch index, the source's git host or
@@ -35,6 +36,7 @@ import os
 import platform
 import shutil
 import socket
+import subprocess
 import sys
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -183,6 +185,29 @@ def _compiler(environ: Mapping[str, str]) -> str | None:
     return shutil.which("c++", path=path) or shutil.which("g++", path=path)
 
 
+VSWHERE = Path("Microsoft Visual Studio", "Installer", "vswhere.exe")  # under %ProgramFiles(x86)%
+MSVC_COMPONENT = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
+
+
+def _msvc(environ: Mapping[str, str]) -> str | None:
+    """cl.exe on PATH (a developer prompt), else the newest Visual Studio with the C++ x64 tools
+    as vswhere (the installer's locator, where setuptools looks too) reports it; None: neither."""
+    cl = shutil.which("cl.exe", path=environ.get("PATH", ""))
+    if cl:
+        return cl
+    root = environ.get("ProgramFiles(x86)")
+    vswhere = Path(root) / VSWHERE if root else None
+    if vswhere is None or not vswhere.is_file():
+        return None
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        proc = subprocess.run([str(vswhere), "-latest", "-products", "*", "-requires", MSVC_COMPONENT,
+                               "-property", "installationPath"], capture_output=True, text=True,
+                              timeout=30, check=False)
+        found = proc.stdout.strip().splitlines()[:1]
+        return found[0] if proc.returncode == 0 and found else None
+    return None
+
+
 @dataclass
 class Preflight:
     """The host's facts, each found once per ``farm build`` and shared by its cells."""
@@ -283,6 +308,12 @@ class Preflight:
             blocker = self._engine_blocker()
             if blocker is None:
                 blocker = self._container(cell)
+        if blocker is None and self.builder == "cibuildwheel" and cell.platform.startswith("win") \
+                and _msvc(self.environ) is None:
+            blocker = Blocker("compiler", "no MSVC C++ toolset (cl.exe on PATH, or a Visual Studio with the C++ "
+                                          "x64 tools that vswhere finds)",
+                              hint="install Visual Studio Build Tools with the C++ workload "
+                                   f"({MSVC_COMPONENT}), or run from a developer prompt")
         if blocker is None and self.builder == "native":
             blocker = self._python(cell)
             if blocker is None and _compiler(self.environ) is None:
