@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from farm.builder.builders import developer_environment
 from farm.builder.msvc import DEFAULT_TOOLSET, MSC_VER_CEILING, Toolset, msvc_setup, parse_set_output
-from farm.errors import UsageError
+from farm.errors import ToolError, UsageError
 
 
 def test_a_toolset_is_its_msc_ver() -> None:
@@ -66,3 +68,12 @@ def test_the_ceiling_is_the_toolkits_own(cuda_home: Path) -> None:
     check = re.search(r"_MSC_VER < (\d+) \|\| _MSC_VER >= (\d+)", text)
     assert check is not None
     assert MSC_VER_CEILING[line[1]] == int(check[2])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the Linux host's answer")
+def test_the_developer_environment_needs_a_windows_host() -> None:
+    """A win_amd64 cell is planned anywhere, built only where Visual Studio runs: exit 3, saying so."""
+    with pytest.raises(ToolError, match="built on a Windows host with Visual Studio") as err:
+        developer_environment(msvc_setup("13.0", "2.14.1"))
+    assert err.value.exit_code == 3
+    assert "farm build --plan" in str(err.value)

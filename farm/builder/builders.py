@@ -608,8 +608,9 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
               arch: ArchRequest | None = None, torch_version: str | None = None, log: Log | None = None) -> CellPlan:
     """The cell's build up to its plan: the source fetched and patched for the cell's platform
     (in CACHE/build/plan/CELL), the spec and the plan, with the toolkit where farm would assemble
-    it. Nothing is compiled and no toolkit is downloaded, so any cell of the grid (a Windows cell on
-    a Linux host too) can be planned."""
+    it and the farm wheels it builds against from the wheelhouse. Nothing is compiled and no
+    toolkit is downloaded, so any cell of the grid (a Windows cell on a Linux host too) can be
+    planned."""
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / "plan" / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
@@ -622,6 +623,9 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
     options = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, container_engine=settings.engine,
                           images=settings.images, host_cuda_home=Path(home), host_toolkit_prefix=prefix,
                           pip_cache=settings.pip_cache)
+    if spec.farm_deps:  # the farm wheels it builds against, as the build would take them (missing: an error)
+        deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
+        options = replace(options, farm_deps=deps, farm_deps_dir=stage_farm_deps(deps, work / "farm-deps"))
     plan = plan_build(config, recipe, cell, src, options, spec=spec)
     scripts = spec.knobs.patch_scripts(cell.platform)
     return CellPlan(plan, scripts, tuple(line.strip() for line in printed))
