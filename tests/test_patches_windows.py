@@ -439,6 +439,44 @@ def test_flexgemm_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str
                         "nvcc": ["-O3", f"-std=c++{std}", "--use_fast_math"]}
 
 
+# custom_rasterizer's kernels as the repository has them: data_ptr<long>() reads, long* pointers
+RASTER_FIRST = '#include "rasterizer.h"\n'
+RASTERIZER = {
+    "lib/custom_rasterizer_kernel/grid_neighbor.cpp": RASTER_FIRST + "#include <fstream>\n" + "".join(
+        f"        long* nptr{i} = grid_neighbors[i].data_ptr<long>();\n" for i in range(6))
+        + "        dptr = grid_oddcorners[i].data_ptr<long>();\n" * 2,
+    "lib/custom_rasterizer_kernel/rasterizer.cpp": RASTER_FIRST
+        + "    auto z_min = torch::ones({height, width}, INT64_options) * (long)maxint;\n"
+        + "        (INT64*)z_min.data_ptr<long>(), width, height);\n" * 3,
+    "lib/custom_rasterizer_kernel/rasterizer_gpu.cu": RASTER_FIRST
+        + "            (INT64*)z_min.data_ptr<long>(), occlusion_truncation);\n" * 3,
+}
+
+
+def test_custom_rasterizer_reads_int64_tensors_as_int64_t(tmp_path: Path) -> None:
+    src = tree(tmp_path, RASTERIZER)
+    patched = applies_once("custom_rasterizer_hy3d2_msvc.py", src)
+    for name, upstream in RASTERIZER.items():
+        text = patched[src / name].decode()
+        assert "data_ptr<long>" not in text
+        assert "long* " not in text
+        assert text.count("data_ptr<int64_t>()") == upstream.count("data_ptr<long>()")
+    assert "* (long)maxint" in patched[src / "lib/custom_rasterizer_kernel/rasterizer.cpp"].decode()  # a scalar
+
+
+def test_custom_rasterizer_refuses_kernels_with_other_counts(tmp_path: Path) -> None:
+    """The counts are exact: a tree with one more read than the patch knows is refused, whole."""
+    files = dict(RASTERIZER)
+    files["lib/custom_rasterizer_kernel/rasterizer.cpp"] += "        x = t.data_ptr<long>();\n"
+    src = tree(tmp_path, files)
+    run("custom_rasterizer_hy3d2_msvc.py", src)  # grid_neighbor.cpp is patched; rasterizer.cpp refused
+    proc = run("custom_rasterizer_hy3d2_msvc.py", src)
+    assert proc.returncode != 0
+    assert "rasterizer.cpp:3,4,5,6:" in proc.stderr
+    assert "appears 4 time(s), the patch expects 3" in proc.stderr
+    assert "farm" not in (src / "lib/custom_rasterizer_kernel/rasterizer.cpp").read_text()
+
+
 # -- o_voxel (TRELLIS.2's o-voxel/ and the two forks) -----------------------------------------------
 OVOXEL = """\
 import os
