@@ -4,7 +4,6 @@ keeps one pending run per group and a newer one replaces it, so the merge must c
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import parse_wheel_filename
+
+from farm.provenance.ledgerwrite import write_fragment
+from tests.ledgermaker import make_entry
 
 
 def _record_hash(data: bytes) -> str:
@@ -52,3 +59,29 @@ def make_wheel(
         record_lines.append(f"{dist_info}/RECORD,,")
         zf.writestr(f"{dist_info}/RECORD", "\n".join(record_lines) + "\n")
     return path
+
+
+def make_cell_wheel(cell: Mapping[str, Any], dest: Path, *, run_id: str,
+                    repository: str = "farm-wheels/farm") -> Path:
+    """What a build job leaves for one cell of a plan (``farm matrix --plan``'s ``cells``): its
+    wheel, named as planned and carrying the cell's provenance (no compiled code), and the wheel's
+    ledger fragment beside it, in ``dest``."""
+    name, version, build, tags = parse_wheel_filename(str(cell["wheel"]))
+    tag = next(iter(tags))
+    entry = make_entry(cell["package"], cell["version"], cuda=cell["cuda"], torch=cell["torch"],
+                       python=cell["python_tag"], platform=cell["platform"], build_epoch=cell["build_epoch"],
+                       arch=cell["arch_list"], filename=cell["wheel"])
+    entry["dist"] = name.replace("-", "_")
+    entry["run"] = {"provider": "github", "repository": repository, "commit": "0" * 40, "run_id": run_id,
+                    "attempt": "1"}
+    info = {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")}
+    dist_info = f"{entry['dist']}-{version}.dist-info"
+    wheel = make_wheel(dest, entry["dist"], str(version), {
+        f"{entry['dist']}/__init__.py": b"",
+        f"{dist_info}/_build_info.json": json.dumps(info, indent=1).encode(),
+    }, tag=f"{tag.interpreter}-{tag.abi}-{tag.platform}", build=str(build[0]) if build else None)
+    assert wheel.name == cell["wheel"], (wheel.name, cell["wheel"])
+    data = wheel.read_bytes()
+    entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    write_fragment(entry, dest)
+    return wheel
