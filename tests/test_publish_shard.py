@@ -24,7 +24,8 @@ from farm.commands.publish_shard import MAX_BUNDLE_BYTES, MAX_FRAGMENT_BYTES, _e
 from farm.errors import UsageError
 from farm.publish import ghrest
 from tests import ghsim
-from tests.wheelmaker import make_cell_wheel
+from tests.ledgermaker import make_entry
+from tests.wheelmaker import stamped_wheel
 
 NAME = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json"
 
@@ -160,7 +161,10 @@ def wave(tmp_path: Path) -> Iterator[Run]:
 def build(wave: Run, cell: dict[str, Any]) -> Path:
     """The build job's artifacts of ``cell``: its wheel unzipped under its name, its fragment zipped."""
     out = wave.work / "built" / cell["id"]
-    wheel = make_cell_wheel(cell, out, run_id=str(wave.run_id))
+    entry = make_entry(cell["package"], cell["version"], cuda=cell["cuda"], torch=cell["torch"],
+                       python=cell["python_tag"], platform=cell["platform"], build_epoch=cell["build_epoch"],
+                       arch=cell["arch_list"], filename=cell["wheel"])
+    wheel = stamped_wheel(out, entry, run_id=str(wave.run_id))
     wave.sim.add_artifact(wave.run_id, wheel.name, wheel.read_bytes())
     fragment = next(out.glob("*.ledger.json"))
     wave.sim.add_artifact(wave.run_id, f"wheels-{cell['id']}", zipped({fragment.name: fragment.read_bytes()}))

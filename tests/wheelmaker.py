@@ -12,8 +12,8 @@ from typing import Any
 
 from packaging.utils import parse_wheel_filename
 
-from farm.provenance.ledgerwrite import write_fragment
-from tests.ledgermaker import make_entry
+from farm.provenance.ledgerline import dumps_entry
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 
 
 def _record_hash(data: bytes) -> str:
@@ -61,27 +61,24 @@ def make_wheel(
     return path
 
 
-def make_cell_wheel(cell: Mapping[str, Any], dest: Path, *, run_id: str,
-                    repository: str = "farm-wheels/farm") -> Path:
-    """What a build job leaves for one cell of a plan (``farm matrix --plan``'s ``cells``): its
-    wheel, named as planned and carrying the cell's provenance (no compiled code), and the wheel's
-    ledger fragment beside it, in ``dest``."""
-    name, version, build, tags = parse_wheel_filename(str(cell["wheel"]))
+def stamped_wheel(dest: Path, entry: dict[str, Any], *, run_id: str = "1") -> Path:
+    """The wheel ``entry`` (a ledger entry, tests/ledgermaker.py) names, carrying that provenance
+    as its ``_build_info.json`` (no CUDA code), and its ledger fragment beside it, as a build job
+    leaves them; ``entry`` gets the wheel's sha256 and size."""
+    name, version, build, tags = parse_wheel_filename(entry["filename"])
     tag = next(iter(tags))
-    entry = make_entry(cell["package"], cell["version"], cuda=cell["cuda"], torch=cell["torch"],
-                       python=cell["python_tag"], platform=cell["platform"], build_epoch=cell["build_epoch"],
-                       arch=cell["arch_list"], filename=cell["wheel"])
     entry["dist"] = name.replace("-", "_")
-    entry["run"] = {"provider": "github", "repository": repository, "commit": "0" * 40, "run_id": run_id,
-                    "attempt": "1"}
+    entry["run"] = {"provider": "github", "repository": "farm-wheels/farm", "commit": "0" * 40,
+                    "run_id": run_id, "attempt": "1"}
     info = {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")}
     dist_info = f"{entry['dist']}-{version}.dist-info"
     wheel = make_wheel(dest, entry["dist"], str(version), {
         f"{entry['dist']}/__init__.py": b"",
         f"{dist_info}/_build_info.json": json.dumps(info, indent=1).encode(),
     }, tag=f"{tag.interpreter}-{tag.abi}-{tag.platform}", build=str(build[0]) if build else None)
-    assert wheel.name == cell["wheel"], (wheel.name, cell["wheel"])
+    assert wheel.name == entry["filename"], (wheel.name, entry["filename"])
     data = wheel.read_bytes()
     entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-    write_fragment(entry, dest)
+    # the build job's fragment, in the ledger's line format (farm's publisher validates it)
+    (dest / f"{wheel.name}{FRAGMENT_SUFFIX}").write_text(dumps_entry(entry) + "\n")
     return wheel
