@@ -14,6 +14,7 @@ import yaml
 
 from farm.cli import main
 from farm.errors import UsageError
+from farm.publish import ghrest
 from farm.schedule.chain import Inputs, merge, parse_title, title
 from tests import ghsim
 
@@ -195,3 +196,19 @@ def test_chain_names_an_unknown_workflow(github: ghsim.GitHubSim) -> None:
     assert "HTTP 404" in proc.stderr
     assert "workflow_dispatch" in proc.stderr  # the hint
     assert "Traceback" not in proc.stderr
+
+
+def test_a_dispatch_past_the_secondary_limit_waits_as_github_asks() -> None:
+    """GitHub answers a content-creating request past its per-minute limit with 403 and
+    Retry-After (scaled time: a minute passes in a tenth of a second); the dispatch waits, then lands."""
+    sim = ghsim.GitHubSim(repo="farm-wheels/farm", workflows={"build.yml": build_workflow()},
+                          clock=ghsim.ScaledClock(600.0), limits=ghsim.Limits(content_per_minute=1))
+    with ghsim.serve(sim):
+        client = ghrest.actions_client(sim.repo, {"GITHUB_API_URL": sim.base.rstrip("/"), "GH_TOKEN": ghsim.TOKEN},
+                                       clock=sim.clock)
+        sim.add_run("build.yml", "main", "in_progress")
+        client.dispatch("build.yml", "main", {"package": "a"})
+        client.dispatch("build.yml", "main", {"package": "b"})
+    assert sim.count(status=403) == 1
+    assert client.rate_limited == 1
+    assert [inputs_of(r).package for r in waiting(sim)] == ["b"]  # the newer pending run replaced the older
