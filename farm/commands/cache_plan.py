@@ -25,6 +25,7 @@ from pathlib import Path
 
 from farm.builder.spec import knobs
 from farm.errors import UsageError
+from farm.fsutil import atomic_write
 from farm.model.cells import NO_TORCH
 from farm.model.config import FarmConfig, load_config
 from farm.provenance.ledger import LedgerIndex
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         env: Mapping[str, str] = os.environ
         sizes = measure(config, args.index or env.get("PIP_INDEX_URL") or PYPI_SIMPLE,
                         today=datetime.now(UTC).date().isoformat(), env=env)
-        args.sizes.write_text(json.dumps(sizes.to_json(), indent=1) + "\n", encoding="utf-8")
+        atomic_write(args.sizes, [(json.dumps(sizes.to_json(), indent=1) + "\n").encode()])
         print(f"wrote {args.sizes}: {len(sizes.torch)} torch wheel(s), {len(sizes.toolkit)} toolkit component(s), "
               f"{len(sizes.not_measured)} not measured", file=sys.stderr)
     else:
