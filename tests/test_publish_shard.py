@@ -269,3 +269,15 @@ def test_artifact_download_is_capped_and_expired_is_410(wave: Run, tmp_path: Pat
     with pytest.raises(ghrest.GithubApiError, match="410") as info:
         client.download_artifact(ghrest.Artifact(gone.id, "old", 1, False), tmp_path / "old", max_bytes=10)
     assert info.value.status == 410
+
+
+def test_a_listing_that_fails_fails_the_shards_cells_at_once(wave: Run) -> None:
+    for cell in wave.cells[:3]:
+        build(wave, cell)
+    wave.run_id = 999_999  # a run GitHub does not know: 404
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert {v["status"] for v in report.values()} == {"error"}
+    assert all("HTTP 404" in v["detail"] for v in report.values())
+    assert len([r for r in wave.sim.log if "/artifacts" in r.path]) == 1  # asked once, not once a cell

@@ -69,11 +69,21 @@ class RunArtifacts:
     def __init__(self, client: ghrest.Client, run_id: str) -> None:
         self.client, self.run_id = client, run_id
         self._listing: dict[str, ghrest.Artifact] | None = None
+        self._failed: ghrest.GithubApiError | None = None
 
     def listing(self) -> dict[str, ghrest.Artifact]:
-        """name -> artifact; of two under one name (a re-run's attempt), the newer."""
+        """name -> artifact; of two under one name (a re-run's attempt), the newer. A listing that
+        failed (after the client's bounded retries) fails every later cell at once, with the
+        same message: a shard of 256 cells never retries it 256 times."""
+        if self._failed is not None:
+            raise self._failed
         if self._listing is None:
-            self._listing = {a.name: a for a in sorted(self.client.artifacts(self.run_id), key=lambda a: a.id)}
+            try:
+                artifacts = self.client.artifacts(self.run_id)
+            except ghrest.GithubApiError as exc:
+                self._failed = exc
+                raise
+            self._listing = {a.name: a for a in sorted(artifacts, key=lambda a: a.id)}
         return self._listing
 
     def download(self, name: str, dest: Path, *, max_bytes: int) -> bool:
