@@ -226,11 +226,9 @@ def upload(
         # Under the lock the book is brought up to date: another publish may have finished meanwhile.
         book.refresh()
         report = _publish(gate, targets, book=book, vouchers=vouchers, options=options)
-    if own_pusher:
-        assert pusher is not None
-        report = replace(report, pushes=pusher.pushes, push_error=pusher.finish())
-    elif pusher is not None:
-        report = replace(report, pushes=pusher.pushes, push_error=pusher.error)
+    if pusher is not None:
+        error = pusher.finish() if own_pusher else pusher.error  # a shared pusher is finished by its job
+        report = replace(report, pushes=pusher.pushes, push_error=error)
     return report
 
 
