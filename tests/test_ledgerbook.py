@@ -126,3 +126,18 @@ def test_the_records_of_many_wheels_cost_one_read(tmp_path: Path) -> None:
     assert len(index) == len(book) == 45
     assert [r.filename for r in index.records[5:]] == names
     assert all(json.loads(line)["published"] for line in ledger.read_text().splitlines()[5:])
+
+
+def test_a_targets_batch_is_appended_and_its_changed_lines_rewritten_once(tmp_path: Path) -> None:
+    old = [entry(p).with_published("github", URL + p) for p in ("cp310", "cp311")]
+    ledger = write(tmp_path / "ledger.jsonl", *old)
+    book = LedgerBook.open(ledger)
+    new = entry("cp312")
+    got = book.record_many([(e, "index", f"files/{e.filename}") for e in (*old, new)])
+    assert [(g.added, g.published) for g in got] == [(False, True), (False, True), (True, True)]
+    assert book.reloads == 1  # the one rewrite, read back
+    lines = [e for _, e in iter_entries(ledger)]
+    assert [[p["target"] for p in e["published"]] for e in lines] == [["github", "index"], ["github", "index"],
+                                                                      ["index"]]
+    assert [g.published for g in book.record_many([(e, "index", f"files/{e.filename}") for e in (*old, new)])] == [
+        False, False, False]

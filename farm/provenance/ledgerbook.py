@@ -21,6 +21,7 @@ described is found unrecorded and re-asserted by the next publish (:mod:`farm.pu
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,23 +79,36 @@ class LedgerBook:
         """Record that ``entry``'s wheel is published on ``target`` at ``url``: a new wheel's line
         appended (O(1)); an already recorded wheel's line gains the publication (a rewrite).
         The same file name with another sha256 is a :class:`LedgerError`, nothing written."""
+        (got,) = self.record_many([(entry, target, url)])
+        return got
+
+    def record_many(self, items: Sequence[tuple[LedgerEntry, str, str]]) -> list[Recorded]:
+        """:meth:`record` for each ``(entry, target, url)`` of a target's batch, with one rewrite
+        for all the lines that change (the new wheels are appended one by one)."""
+        out: list[Recorded] = []
+        changes: list[tuple[str, str, str, str]] = []
         with ledger_lock(self.path):
             self._fresh()
-            rec = self.by_filename(entry.filename)
-            if rec is None:
-                placed = any(p.target == target and p.url == url for p in entry.published)
-                self._append(entry if placed else entry.with_published(target, url))
-                return Recorded(True, True)
-            if rec.sha256 != entry.sha256:
-                raise LedgerError(f"{entry.filename} is recorded with sha256 {rec.sha256}, not {entry.sha256}",
-                                  where=f"{self.path}:{rec.line}",
-                                  hint="the file being published is not the wheel the ledger describes")
-            if any(p.target == target and p.url == url for p in self.ledger_entry(rec).published):
-                return Recorded(False, False)
-        # Another target of a wheel already recorded: its line changes, the file is rewritten.
-        record_published_many(self.path, [(entry.filename, entry.sha256, target, url)])
-        self._reload()
-        return Recorded(False, True)
+            for entry, target, url in items:
+                rec = self.by_filename(entry.filename)
+                if rec is None:
+                    placed = any(p.target == target and p.url == url for p in entry.published)
+                    self._append(entry if placed else entry.with_published(target, url))
+                    out.append(Recorded(True, True))
+                    continue
+                if rec.sha256 != entry.sha256:
+                    raise LedgerError(f"{entry.filename} is recorded with sha256 {rec.sha256}, not {entry.sha256}",
+                                      where=f"{self.path}:{rec.line}",
+                                      hint="the file being published is not the wheel the ledger describes")
+                new = not any(p.target == target and p.url == url for p in self.ledger_entry(rec).published)
+                if new:
+                    changes.append((entry.filename, entry.sha256, target, url))
+                out.append(Recorded(False, new))
+        if changes:
+            # Another target of wheels already recorded: their lines change, the file is rewritten once.
+            record_published_many(self.path, changes)
+            self._reload()
+        return out
 
     def refresh(self) -> None:
         """Read the file again when anyone but this book changed it since."""

@@ -296,8 +296,8 @@ def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, book: Ledge
             outcome, target_verdicts = done.outcome, done.verdicts
             # Recorded as soon as the target is done: if a later target fails, the ledger still
             # says where the wheels already are, and a retry (a no-op where they are) completes it.
-            for w, url in done.record:
-                got = book.record(w.entry, s.name, url)
+            for (w, _), got in zip(done.record, book.record_many([(w.entry, s.name, url) for w, url in done.record]),
+                                   strict=True):
                 merged += [w.filename] if got.added else []
                 recorded += got.published
             if pusher is not None and done.record:
