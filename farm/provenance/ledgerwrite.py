@@ -1,9 +1,11 @@
 """Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
 
-Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); the upload job merges
-them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published_many`). Both
-take the same file lock and replace the ledger through a fsynced temp file and a rename, so two
-writers never interleave and a crash never leaves half a line.
+Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); backfill and the
+tests merge them (:func:`merge_fragments`), and :func:`record_published_many` records where wheels
+already in the ledger went. Both take the ledger's lock (:func:`ledger_lock`) and replace the ledger
+through a fsynced temp file and a rename, so two writers never interleave and a crash never
+leaves half a line. A publish records its wheels through :mod:`farm.provenance.ledgerbook`, which
+appends a new wheel's line under the same lock instead of rewriting the file.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ LOCK_TIMEOUT_S = 300.0
 
 @contextlib.contextmanager
 def ledger_lock(ledger: Path) -> Iterator[None]:
+    """The lock every writer of ``ledger`` holds (a killed writer's temp copy is swept here)."""
     with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
-        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")  # a killed writer's temp copy
+        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")
         yield
 
 
