@@ -7,14 +7,14 @@ wheel, ~0.3 s a wheel on the public farm's ledger. Now a publish reads the ledge
 each new wheel's line (farm/provenance/ledgerbook.py).
 
 Measured: ``farm upload DIR --target github`` as a whole process, as a maintainer types it,
-publishing ``--wheels`` wheels (default 60: under GitHub's 80 content-creating requests a minute,
-so the client's throttle never waits) of the repository's real cells to a loopback GitHub
-(tests/ghsim.py: GitHub cannot be reached from here) with the repository's configuration and a
-ledger of ``--lines`` lines (default 16,000, ~26 MB: an epoch of the public farm). Each run gets a
-fresh copy of the ledger and an empty GitHub. Each farm also publishes a 1-wheel folder, so the
-cost of one more wheel is (t_N - t_1) / (N - 1), taken on the process's CPU time: its wall time
-also holds the client's throttle, which keeps a release creation and an upload per wheel under
-GitHub's 80 content-creating requests a minute, the same wait for both farms. Printed: the
+publishing ``--wheels`` wheels of the repository's real cells (its recipes as of the anchor,
+which both farms read) to a loopback GitHub (tests/ghsim.py: GitHub cannot be reached from here)
+with the repository's configuration and a ledger of ``--lines`` lines (default 16,000, ~26 MB: an
+epoch of the public farm). Each run gets a fresh copy of the ledger and an empty GitHub. Each farm
+also publishes a 1-wheel folder, so the cost of one more wheel is (t_N - t_1) / (N - 1), taken
+on the process's CPU time: its wall time also holds the client's throttle, which keeps a release
+creation and an upload per wheel under GitHub's 80 content-creating requests a minute, the same
+wait for both farms. Printed: the
 series, the per-wheel cost of each farm, and the ratio anchor / this tree (goal: >= 5x).
 
 Usage: python benchmarks/bench_publish_ledger.py [--wheels 60] [--lines 16000] [--runs 3] [--anchor REF]
@@ -46,12 +46,13 @@ from tests.wheelmaker import stamped_wheel
 ANCHOR = "5e0f196"  # the ledger rewritten twice per wheel
 
 
-def make_root(where: Path) -> Path:
+def make_root(where: Path, recipes: Path) -> Path:
+    """A farm repository with the recipes of ``recipes`` (the anchor's: both farms read them)."""
     root = where / "root"
     root.mkdir()
-    shutil.copy(REPO / "_defaults.yml", root / "_defaults.yml")
-    shutil.copytree(REPO / "packages", root / "packages")
-    shutil.copytree(REPO / "examples", root / "examples")
+    shutil.copy(recipes / "_defaults.yml", root / "_defaults.yml")
+    shutil.copytree(recipes / "packages", root / "packages")
+    shutil.copytree(recipes / "examples", root / "examples")
     (root / "ledger.jsonl").write_text("")
     return root
 
@@ -114,7 +115,7 @@ def main() -> int:
         venvs = REPO / ".cache" / "bench-publish"  # kept: installing both farms takes minutes
         farms = {"this tree": installed_farm(venvs / "this"), f"anchor {args.anchor}": installed_farm(
             venvs / "anchor", anchor_src)}
-        root = make_root(work)
+        root = make_root(work, anchor_src)
         cells = plan_cells(farms["this tree"], root, work)
         chosen = cells[:: max(1, len(cells) // args.wheels)][: args.wheels]
         many = wheels_of(chosen, work / "many")
