@@ -553,6 +553,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
                 work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
                 farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
+                             vendor=recipe.vendor,
                              progress=say)
     src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
