@@ -73,9 +73,8 @@ def _entry(url: str, sha: str, path: str = "csrc/third_party/glm", subdir: str |
 
 
 def _leftovers(cache: Path) -> list[Path]:
-    """Trees and archives left in the cache (lock files aside)."""
-    return [p for p in cache.rglob("*") if p.name == "tree" or (p.parent.name == "vendor" and p.is_file()
-                                                                 and not p.name.endswith(".lock"))]
+    """Trees and archives left in the cache (lock files and empty folders aside)."""
+    return [p for p in cache.rglob("*") if p.name == "tree" or (p.parent.parent.name == "vendor" and p.is_file())]
 
 
 def test_an_archive_is_verified_placed_described_and_cached(upstream, files, tmp_path) -> None:
@@ -217,7 +216,7 @@ def test_a_damaged_cached_archive_is_hashed_again_and_fetched_afresh(upstream, f
     fetch(upstream, cache, vendor=vendor)
     for marker in (cache / "vendored").glob("*/.farm-source.json"):
         marker.unlink()  # the composed tree is gone: it is made again from the cached archive
-    (archive,) = (p for p in (cache / "vendor").iterdir() if p.name.startswith(f"{sha}-"))
+    (archive,) = (cache / "vendor" / sha).iterdir()
     archive.write_bytes(_tar({"glm-1.0.1/glm/glm.hpp": b"#error replaced\n"}))  # a restored cache's other bytes
     tree = fetch(upstream, cache, vendor=vendor)
     assert (tree.root / "csrc/third_party/glm/glm/glm.hpp").read_bytes() == GLM["glm-1.0.1/glm/glm.hpp"]

@@ -440,11 +440,16 @@ def vendor_description(entry: VendorSource) -> dict[str, Any]:
             "sha256": origin.sha256, "subdir": entry.subdir}
 
 
-def _vendored_key(base: SourceTree, vendor: tuple[VendorSource, ...]) -> str:
-    """The composed tree's identity: the base tree's and every entry's, in the recipe's order."""
-    text = json.dumps({"base": base.identity, "vendor": [vendor_description(e) for e in vendor]},
-                      sort_keys=True, separators=(",", ":"))
+def vendored_key(base_identity: str, vendor: list[dict[str, Any]]) -> str:
+    """A composed tree's identity (and cache folder): the base tree's identity (commit, sdist
+    sha256, path tree hash) and every entry's description, in the recipe's order. The prune
+    computes it from a ledger entry's ``source`` alike."""
+    text = json.dumps({"base": base_identity, "vendor": vendor}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _vendored_key(base: SourceTree, vendor: tuple[VendorSource, ...]) -> str:
+    return vendored_key(base.identity, [vendor_description(e) for e in vendor])
 
 
 def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: Path, label: str,
@@ -476,10 +481,11 @@ def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> P
     only when its bytes still have the pinned sha256."""
     origin = entry.origin
     sha = origin.sha256
+    folder = store / sha  # one folder per archive: the prune removes folders
     store.mkdir(parents=True, exist_ok=True)
     where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
     with FileLock(str(store / f"{sha}.lock")):
-        cached = _find_archive(store, sha)
+        cached = next((p for p in folder.iterdir() if p.is_file()), None) if folder.is_dir() else None
         if cached is not None:
             if sha256_file(cached) == sha:
                 return cached
@@ -502,7 +508,8 @@ def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> P
             if got != sha:
                 raise SourceError(f"{where}: {filename} has sha256 {got}, the recipe pins {sha}",
                                   hint="nothing was unpacked or cached; verify the file and update the pin")
-            archive = store / f"{sha}-{filename}"
+            folder.mkdir(exist_ok=True)
+            archive = folder / part.name
             part.replace(archive)
         return archive
 
