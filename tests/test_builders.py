@@ -651,9 +651,9 @@ def test_a_header_from_a_vendored_archive_builds_into_an_asserted_wheel(tmp_path
     setup.write_text(setup.read_text().replace('include_dirs=["csrc"]', 'include_dirs=["csrc", "csrc/inc"]'))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        info = tarfile.TarInfo("demo-headers-1.0/include/demo_ext.h")
-        info.size = len(header)
-        tf.addfile(info, io.BytesIO(header))
+        member = tarfile.TarInfo("demo-headers-1.0/include/demo_ext.h")
+        member.size = len(header)
+        tf.addfile(member, io.BytesIO(header))
     served = tmp_path / "served"
     served.mkdir()
     (served / "demo-headers-1.0.tar.gz").write_bytes(buf.getvalue())
