@@ -288,6 +288,25 @@ def test_the_check_passes_what_the_toolkit_has_and_skips_a_vendored_copy(pypi_to
     check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path)
 
 
+def test_the_check_leaves_out_test_programs(tmp_path) -> None:
+    """flash_attn's sdist carries CUTLASS's unit tests, whose NVRTC test includes <nvrtc.h>: no
+    wheel build compiles them, so a toolkit without NVRTC passes; the same include in the
+    package's own sources is still refused."""
+    home = tmp_path / "cuda"
+    (home / "include").mkdir(parents=True)
+    (home / "lib64").mkdir()
+    (home / "lib64" / "libcudart.so").write_bytes(b"")
+    src = tmp_path / "src"
+    (src / "csrc" / "cutlass" / "test" / "unit" / "nvrtc").mkdir(parents=True)
+    (src / "csrc" / "cutlass" / "test" / "unit" / "nvrtc" / "testbed.h").write_text("#include <nvrtc.h>\n")
+    (src / "tests").mkdir()
+    (src / "tests" / "t.cu").write_text("#include <cusparse.h>\n")
+    check_toolkit(home, (), source_root=src)
+    (src / "csrc" / "ops.cu").write_text("#include <nvrtc.h>\n")
+    with pytest.raises(ConfigError, match=r"cuda_nvrtc: <nvrtc.h> at csrc/ops.cu:1"):
+        check_toolkit(home, (), source_root=src)
+
+
 def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path) -> None:
     home = tmp_path / "cuda"
     (home / "lib").mkdir(parents=True)
