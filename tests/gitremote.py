@@ -34,6 +34,13 @@ def bare_remote(where: Path, ledger: str = "") -> Path:
     return where
 
 
+def pushed_ledger(repo: Path, rel: str) -> bytes:
+    """The file at ``rel`` as the remote's ``main`` of the clone ``repo`` has it now."""
+    git(repo, "fetch", "-q", "origin", "main")
+    return subprocess.run(["git", "-C", str(repo), "show", f"FETCH_HEAD:{rel}"], check=True,
+                          capture_output=True).stdout
+
+
 def append(repo: Path, text: str) -> None:
     with (repo / "ledger.jsonl").open("a") as fh:
         fh.write(text)
