@@ -14,7 +14,11 @@ A :class:`SourceTree` is a directory on disk plus the identity the lint and the 
 - ``path``: the directory as is; identity is a hash over its files (names, exec bits, contents).
 
 Everything lands under ``cache_dir`` in a temporary directory first and is renamed into place
-when complete, so an interrupted fetch never leaves a tree that looks fetched.
+when complete, so an interrupted fetch never leaves a tree that looks fetched. The cache may come
+back from elsewhere (an Actions cache, an earlier job): a tree is used only while its sealed
+marker verifies and every entry a build copies still hashes to the digest recorded at its install
+(:func:`content_digest`); otherwise it is fetched again. A git fetch is stopped at
+:data:`GIT_DEADLINE` or once it holds :data:`GIT_MAX_BYTES`, since git bounds neither.
 """
 
 from __future__ import annotations
