@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from farm.errors import SourceError
 from farm.model.config import GitSource, PathSource, SdistSource
+from farm.source import fetch as fetch_module
 from farm.source.fetch import content_digest, fetch, tree_sha256, unpack
 from tests import loopback
 
@@ -102,6 +104,23 @@ def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path
 def test_git_missing_ref_is_a_source_error(upstream, tmp_path) -> None:
     with pytest.raises(SourceError, match="v9.9"):
         fetch(GitSource(str(upstream["url"]), "v9.9"), tmp_path, package="demo")
+
+
+def test_a_git_that_keeps_writing_is_stopped_at_the_cap_with_its_children(tmp_path, monkeypatch) -> None:
+    """A git run that never ends on its own, writing some 6 MB/s into its folder (a shell alias
+    stands for a server that streams a pack forever): stopped once the folder passes the cap, its
+    whole process group killed, so nothing writes on afterwards."""
+    monkeypatch.setattr(fetch_module, "GIT_MAX_BYTES", 1 << 20)
+    writer = "!while :; do head -c 65536 /dev/zero; sleep 0.01; done > blob"
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="passed 1 MiB of git data and checkout") as info:
+        fetch_module._git(["-c", f"alias.fill={writer}", "fill"], tmp_path, "package 'big'",
+                          "git fetch of git://example.invalid/big at v1", time.monotonic() + 60)
+    assert time.monotonic() - started < 10
+    assert "package 'big': git fetch of git://example.invalid/big at v1" in str(info.value)
+    size = (tmp_path / "blob").stat().st_size
+    time.sleep(0.3)
+    assert (tmp_path / "blob").stat().st_size == size  # the shell and its loop are gone too
 
 
 def test_path_source_identity_is_a_content_hash(tmp_path) -> None:
