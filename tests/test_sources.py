@@ -336,6 +336,23 @@ def test_a_restored_tree_with_a_forged_entry_is_fetched_again(index, tmp_path, f
         "csrc", "csrc/k.cu", "setup.py"]
 
 
+def test_a_tree_replaced_by_a_link_to_a_copy_is_fetched_again(index, tmp_path) -> None:
+    """The same files behind a link: the link's target could change after the check."""
+    data = _targz({"demo-1.0/setup.py": b"# demo\n"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    for moved in ("tree", "entry"):  # the tree folder, or the cache entry holding it and its marker
+        tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+        path = tree.root if moved == "tree" else tree.root.parent
+        elsewhere = tmp_path / f"elsewhere-{moved}"
+        path.rename(elsewhere)
+        path.symlink_to(elsewhere)
+        again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+        assert not again.root.is_symlink()
+        assert not again.root.parent.is_symlink()
+        assert (again.root / "setup.py").read_bytes() == b"# demo\n"
+        assert (elsewhere / ("setup.py" if moved == "tree" else "tree/setup.py")).is_file()  # never followed
+
+
 def test_a_tree_holding_a_fifo_is_never_believed(index, tmp_path) -> None:
     data = _targz({"demo-1.0/setup.py": b"# demo\n"})
     sha = _publish(index, "demo", "demo-1.0.tar.gz", data)

@@ -523,8 +523,9 @@ def _cached(final: Path) -> SourceTree | None:
     if root != "tree" or not isinstance(identity, str) or not isinstance(description, dict):
         return None  # absent, damaged or forged
     # The seal vouches for the marker, not for the files beside it: a restored cache could hold a
-    # file changed after the install, and the build would compile it under this identity.
-    content = content_digest(final / root)
+    # file changed after the install, and the build would compile it under this identity. A link
+    # in place of the folder would point the build at files that can change after this check.
+    content = None if final.is_symlink() or (final / root).is_symlink() else content_digest(final / root)
     if content is None or data.get("content") != content:
         return None
     return SourceTree(final / root, identity, description)
@@ -540,7 +541,9 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     marker = {"root": "tree", "identity": identity, "description": description,
               "content": content_digest(staging / "tree")}
     _write_sealed(staging / _COMPLETE, marker, f"source-tree:{final.name}")
-    if final.exists():
+    if final.is_symlink():  # a restored cache's, never followed
+        final.unlink()
+    elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
     return SourceTree(final / "tree", identity, description)
