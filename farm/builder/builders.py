@@ -33,6 +33,7 @@ from farm.builder import buildenv, cclaunch, farmdeps, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
 from farm.builder.farmdeps import FarmDep
+from farm.builder.images import image_for, probe_image
 from farm.builder.interpreters import Interpreter, find_interpreter, install_managed
 from farm.builder.plan import (
     BIN,
@@ -47,7 +48,7 @@ from farm.builder.plan import (
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
-from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
+from farm.errors import ConfigError, DefectError, ToolError, UsageError, WheelError, redact, redactor
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
@@ -329,28 +330,24 @@ def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path |
     return subprocess.CompletedProcess(cmd, proc.returncode)
 
 
-def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
-    """The exact Python version cibuildwheel built with: the image's ``/opt/python/<tag>-<tag>``
-    interpreter, asked in a throwaway container (about a second). None when the image is not
-    named here (cibuildwheel's own default) or the engine cannot say: provenance records
-    "unknown" rather than this host's Python."""
+def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, *,
+                     cache_dir: Path | None = None) -> str | None:
+    """The exact Python version cibuildwheel built with: the version the image's
+    ``/opt/python/<tag>-<tag>`` interpreter reports, from the image's probe
+    (:func:`farm.builder.images.probe_image`, cached per image ID in ``cache_dir``). None when the
+    image is not here or the engine cannot say: provenance records "unknown" rather than this
+    host's Python."""
     if not plan.cell.platform.startswith("linux"):
         return None
     environ = os.environ if environ is None else environ
     engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
     arch = plan.cell.platform.removeprefix("linux_")
-    image = plan.options.get(f"manylinux-{arch}-image") or environ.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
-    tag = plan.identifier.split("-", 1)[0]
-    if not image or not tag.startswith("cp") or shutil.which(engine) is None:
+    named = plan.options.get(f"manylinux-{arch}-image")
+    image = image_for(arch, {arch: str(named)} if named else {}, environ)
+    if not image or shutil.which(engine) is None:
         return None
-    code = "import platform; print(platform.python_version())"
-    try:
-        proc = subprocess.run([engine, "run", "--rm", str(image), f"/opt/python/{tag}-{tag}/bin/python", "-c", code],
-                              capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    version = proc.stdout.strip()
-    return version if proc.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*", version) else None
+    facts, _ = probe_image(engine, image, cache_dir)
+    return facts.pythons.get(plan.cell.python) if facts is not None else None
 
 
 def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[str, str]:
@@ -532,9 +529,6 @@ def build_cell(
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
     if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
-        if settings.builder is not BuilderKind.NATIVE:
-            raise UsageError(f"cell {cell.id} builds against farm's {', '.join(spec.farm_deps)}: the container "
-                             "does not see farm's wheelhouse", hint="build it with --builder native")
         farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
         for dep in farm_deps:
             say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
@@ -593,6 +587,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         host_toolkit_prefix=tk.prefix,
         pip_cache=settings.pip_cache,
     )
+    if farm_deps and settings.builder is BuilderKind.CIBUILDWHEEL:  # the container gets verified copies
+        options = replace(options, farm_deps=farm_deps, farm_deps_dir=stage_farm_deps(farm_deps, work / "farm-deps"))
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
         setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)
@@ -641,7 +637,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
-        else container_python(plan)
+        else container_python(plan, cache_dir=Path(settings.work_root).absolute().parent)
     # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
     # so the matrix keeps estimating the cell from its recipe's sharding.
     duration = None if setup is not None else round(time.monotonic() - started, 1)
@@ -662,6 +658,22 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
                        shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports,
                        compile_cache=cache_counts)
+
+
+def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
+    """Copies of the resolved farm wheels in ``folder`` (emptied first) for a build container to
+    mount read-only, each copy's sha256 checked against the resolved one: the container is given
+    exactly the bytes that were verified, and nothing else of the wheelhouse."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for dep in deps:
+        copy = folder / dep.wheel.name
+        shutil.copyfile(dep.wheel, copy)
+        if sha256_file(copy) != dep.sha256:
+            raise WheelError(f"{dep.wheel.name} changed while it was copied for the build container",
+                             where=str(dep.wheel), hint="rebuild it with farm build, then build again")
+    return folder
 
 
 def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,

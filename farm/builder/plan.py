@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 import tomli_w
 
 from farm.builder import compilecache
+from farm.builder.farmdeps import FarmDep
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
@@ -102,6 +103,7 @@ _VENDOR_CHECK = (
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
 CONTAINER_PIP_CACHE = "/opt/farm/pip-cache"
+CONTAINER_FARM_DEPS = "/opt/farm/farm-deps"  # the farm wheels a cell builds against, mounted read-only
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,10 @@ class PlanOptions:
     # pip's download cache on the host (torch, build tools): mounted into the build container at
     # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
     pip_cache: Path | None = None
+    # The farm wheels the cell builds against (farm/builder/farmdeps.py), verified, and the host
+    # folder of their copies the build container mounts read-only at CONTAINER_FARM_DEPS.
+    farm_deps: tuple[FarmDep, ...] = ()
+    farm_deps_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -289,8 +295,10 @@ def _quoter(windows: bool) -> Callable[[str], str]:
 
 def before_build_commands(
     knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
-    tools: tuple[str, ...] = BUILD_REQUIREMENTS,
+    tools: tuple[str, ...] = BUILD_REQUIREMENTS, direct: Mapping[str, str] | None = None,
 ) -> list[str]:
+    """The build's dependencies, in order: the tools, torch, the recipe's extra_deps (``direct``:
+    a farm wheel's requirement -> its direct reference as the build sees it)."""
     q = _quoter(windows)
     cmds = [f"python -m pip install {' '.join(q(r) for r in tools)}"]
     if torch_version is not None:
@@ -299,7 +307,7 @@ def before_build_commands(
         source = "" if torch_index == TORCH_INDEX_PIP else f" --index-url {q(torch_index)}"
         cmds.append(f"python -m pip install {q('torch==' + torch_version)}{source}")
     if knob.extra_deps:
-        cmds.append("python -m pip install " + " ".join(q(d) for d in knob.extra_deps))
+        cmds.append("python -m pip install " + " ".join(q((direct or {}).get(d, d)) for d in knob.extra_deps))
     return cmds
 
 
@@ -394,8 +402,18 @@ def plan_build(
             env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
         else:
             env_pairs.append(("PIP_CACHE_DIR", host_cache))
+    direct: dict[str, str] = {}
+    if options.farm_deps and in_container:  # the verified copies, mounted read-only
+        if options.farm_deps_dir is None:
+            raise UsageError(f"cell {cell.id} builds against farm wheels: the plan needs the folder of their copies",
+                             hint="pass farm_deps_dir (farm.builder.builders.stage_farm_deps)")
+        add_volume(options.farm_deps_dir.as_posix(), f"{CONTAINER_FARM_DEPS}:ro")
+        direct = {d.requirement: d.reference_at(f"file://{CONTAINER_FARM_DEPS}/{d.wheel.name}")
+                  for d in options.farm_deps}
+    elif options.farm_deps:  # cibuildwheel on a Windows host builds there: the wheels' own paths
+        direct = {d.requirement: d.direct_reference for d in options.farm_deps}
     before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
-                                         windows=cibw_platform == "windows", tools=spec.tools)
+                                         windows=cibw_platform == "windows", tools=spec.tools, direct=direct)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
     if cached and in_container:
         # the server starts before the build and reports after it, inside the container; a failed

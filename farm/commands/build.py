@@ -205,7 +205,7 @@ def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]
     (CI's one job per cell) name all of them."""
     named = {dim for dim, given in (("platform", args.platform), ("python", args.python)) if given}
     if args.cuda and args.python and args.platform and (args.torch or not recipe.links_torch):
-        named |= {"platform", "engine", "python", "compiler", "disk", "network"}
+        named |= {"platform", "engine", "image", "python", "compiler", "disk", "network"}
     return frozenset(named)
 
 
@@ -214,7 +214,8 @@ def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Reci
                                                     list[tuple[str, FarmError]], list[tuple[str, str]]]:
     """Each planned cell checked against this host before anything is downloaded: (buildable cells
     with the interpreter found for them, refused cells, skipped cells with the reason)."""
-    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine)
+    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine,
+                    images=settings.images, cache=Path(settings.work_root).parent)
     ok: list[tuple[PlannedCell, Interpreter | None]] = []
     refused: list[tuple[str, FarmError]] = []
     skipped: list[tuple[str, str]] = []
