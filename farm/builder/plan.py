@@ -32,6 +32,7 @@ import tomli_w
 
 from farm.builder import compilecache
 from farm.builder.farmdeps import FarmDep
+from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
@@ -160,6 +161,7 @@ class BuildPlan:
     options: Mapping[str, object] = field(default_factory=dict)  # the cibuildwheel options
     native: NativeSteps | None = None
     cuda_home: str = ""  # CUDA_HOME as the build sees it
+    msvc: MsvcSetup | None = None  # a win_amd64 cell: the toolset, its developer environment, its flags
 
     # The spec's fields under the names the plan has always had.
     @property
@@ -212,6 +214,7 @@ class BuildPlan:
             "torch_index": self.torch_index,
             "toolkit": self.toolkit.to_json(),
             "spec": self.spec.to_json(),
+            "msvc": self.msvc.to_json() if self.msvc else None,
         }
 
 
@@ -238,7 +241,7 @@ def arch_environment(archs: ArchList) -> dict[str, str]:
 
 
 def _environment(
-    archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
+    archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False, msvc: MsvcSetup | None = None,
 ) -> list[tuple[str, str]]:
     sep = ";" if windows else ":"
     env: list[tuple[str, str]] = [
@@ -254,8 +257,12 @@ def _environment(
     if knob.nvcc_threads is not None:
         nvcc += ["--threads", str(knob.nvcc_threads)]
     nvcc += list(knob.nvcc_flags)
+    if msvc is not None:
+        nvcc += [f for f in msvc.nvcc_flags if f not in nvcc]
     if nvcc:
         env.append(("NVCC_APPEND_FLAGS", " ".join(nvcc)))
+    if msvc is not None:
+        env += list(msvc.environment)
     env += sorted(knob.env.items())
     # packages that read the list from a variable of their own (NATTEN_CUDA_ARCH, ...)
     env += sorted((name, render(archs, how)) for name, how in knob.arch_env.items())
@@ -366,7 +373,9 @@ def plan_build(
         cuda_home = PurePosixPath(options.host_cuda_home).as_posix()
         before_all = ""
 
-    env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows")
+    toolset = Toolset(knob.msvc_toolset) if knob.msvc_toolset else DEFAULT_TOOLSET
+    msvc = msvc_setup(cell.cuda, torch_version, toolset) if cibw_platform == "windows" else None
+    env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows", msvc=msvc)
     cache = spec.compile_cache
     cached = cache.enabled and cibw_platform == "linux"  # the launchers are sh scripts: Linux builds
     host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
@@ -481,6 +490,7 @@ def plan_build(
         options=cibw,
         native=native,
         cuda_home=cuda_home,
+        msvc=msvc,
     )
 
 
