@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "publish-shard": ("farm.commands.publish_shard", "publish one build shard's wheels, one artifact at a time"),
     "wave": ("farm.commands.wave", "after a run's publishes: what was published, what failed, next wave?"),
     "chain": ("farm.commands.chain", "dispatch the next wave, merged with the run already waiting"),
+    "cache-plan": ("farm.commands.cache_plan", "the Actions cache plan: each cache key's measured size against 10 GB"),
     "cache": ("farm.commands.cache", "prune the build caches: toolkits, environments, sources no recent cell uses"),
 }
 

@@ -52,6 +52,7 @@ class IndexFile:
     url: str
     sha256: str | None
     metadata: bool = False
+    size: int | None = None  # PEP 700's ``size`` (JSON pages only)
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,9 @@ def _sha256(value: object) -> str | None:
     return text if _SHA256.fullmatch(text) else None
 
 
-def _file(url: str, filename: str, sha256: str | None, metadata: bool = False) -> IndexFile:
+def _file(url: str, filename: str, sha256: str | None, metadata: bool = False, size: int | None = None) -> IndexFile:
     return IndexFile(filename or urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name),
-                     url, sha256, metadata)
+                     url, sha256, metadata, size)
 
 
 def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
@@ -129,7 +130,9 @@ def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
             hashes = entry.get("hashes") or {}
             hashes = hashes if isinstance(hashes, Mapping) else {}
             metadata = _has_metadata(entry.get("core-metadata", entry.get("dist-info-metadata")))
-            files.append(_file(url, str(entry.get("filename", "")), _sha256(hashes.get("sha256")), metadata))
+            size = entry.get("size")
+            files.append(_file(url, str(entry.get("filename", "")), _sha256(hashes.get("sha256")), metadata,
+                               size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None))
         for project in projects:  # a root page
             name = project.get("name") if isinstance(project, Mapping) else None
             if isinstance(name, str) and name:

@@ -1,4 +1,4 @@
-"""A loopback GitHub Releases API on 127.0.0.1, for the publish tests.
+"""A loopback GitHub REST API (Releases and Actions) on 127.0.0.1, for the publish and chain tests.
 
 GitHub cannot be reached from the test machine, so this server simulates GitHub's documented
 behaviour of the calls farm makes (REST API version 2022-11-28):
@@ -11,6 +11,19 @@ behaviour of the calls farm makes (REST API version 2022-11-28):
   storage URL, which refuses a request that carries a token, as GitHub's storage does), delete;
   each asset reports ``digest: sha256:...`` (``null`` for one uploaded before GitHub computed digests);
 - 422 ``already_exists`` on a duplicate asset name; 422 past 1,000 assets in one release;
+- a workflow run's artifacts: list (``GET /repos/O/R/actions/runs/ID/artifacts``, ``{"total_count",
+  "artifacts"}`` paginated by ``per_page`` (at most 100) / ``page``, expired ones listed with
+  ``expired: true``), download (``GET .../actions/artifacts/ID/zip`` answers 302 to a signed
+  storage URL that expires after a minute and refuses a token; 410 Gone for an expired artifact,
+  404 for an unknown one); an artifact uploaded unarchived is served as the file itself;
+- a workflow's runs (``GET .../actions/workflows/FILE/runs?branch=&status=``, newest first,
+  ``{"total_count", "workflow_runs"}`` paginated; ``status`` matches a run's status or conclusion)
+  and ``workflow_dispatch`` (``POST .../actions/workflows/FILE/dispatches`` with ``ref`` and
+  ``inputs``: 204 and no body; 404 for a workflow without the trigger, 422 for an input it does not
+  declare or more than 25). The new run is titled by the workflow's ``run-name`` (its
+  ``${{ inputs.X || 'default' }}`` terms rendered) and joins its concurrency group (one per
+  workflow and branch): ``pending`` while another run of the group is queued or in progress, and a
+  pending run it finds there is cancelled, as GitHub keeps one pending run per group;
 - 401 without the token;
 - the primary limit (requests per hour per repository; 403 with ``x-ratelimit-remaining: 0`` and
   ``x-ratelimit-reset``) and the secondary limits on content-creating requests (per minute and
@@ -28,6 +41,7 @@ import hashlib
 import http.server
 import json
 import math
+import re
 import threading
 import time
 import urllib.parse
@@ -85,6 +99,56 @@ class SimRelease:
     assets: dict[str, SimAsset] = field(default_factory=dict)
 
 
+@dataclass
+class SimArtifact:
+    id: int
+    run_id: int
+    name: str
+    data: bytes
+    expired: bool = False
+
+    def to_json(self, repo: str, base: str) -> dict[str, object]:
+        api = f"{base}repos/{repo}/actions/artifacts/{self.id}"
+        return {"id": self.id, "node_id": f"MDg6QXJ0aWZhY3Q{self.id}", "name": self.name,
+                "size_in_bytes": len(self.data), "url": api, "archive_download_url": f"{api}/zip",
+                "expired": self.expired, "workflow_run": {"id": self.run_id}}
+
+
+@dataclass(frozen=True)
+class SimWorkflow:
+    """A workflow file with a ``workflow_dispatch`` trigger: its ``run-name`` and declared inputs."""
+
+    run_name: str
+    inputs: tuple[str, ...]
+
+
+@dataclass
+class SimRun:
+    id: int
+    workflow: str
+    branch: str
+    status: str  # requested, queued, pending, waiting, in_progress, completed
+    title: str
+    inputs: dict[str, str] = field(default_factory=dict)
+    conclusion: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "name": self.workflow, "display_title": self.title, "status": self.status,
+                "conclusion": self.conclusion, "head_branch": self.branch, "event": "workflow_dispatch",
+                "path": f".github/workflows/{self.workflow}"}
+
+
+MAX_DISPATCH_INPUTS = 25
+STORAGE_URL_TTL_S = 60.0
+_RUN_NAME_TERM = re.compile(r"\$\{\{\s*inputs\.(\w+)\s*\|\|\s*'([^']*)'\s*\}\}")
+
+
+def render_run_name(template: str, inputs: dict[str, str]) -> str:
+    """A ``run-name`` of ``${{ inputs.X || 'default' }}`` terms as GitHub renders it: X when
+    non-empty, else the default."""
+    return _RUN_NAME_TERM.sub(lambda m: inputs.get(m[1]) or m[2], template)
+
+
 @dataclass(frozen=True)
 class Request:
     at: float
@@ -109,6 +173,9 @@ class GitHubSim:
     # another writer at that moment.
     after_request: Callable[[str, str, int], None] | None = None
     releases: dict[str, SimRelease] = field(default_factory=dict)
+    workflows: dict[str, SimWorkflow] = field(default_factory=dict)
+    runs: dict[int, SimRun] = field(default_factory=dict)
+    artifacts: dict[int, SimArtifact] = field(default_factory=dict)
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _next_id: int = 1
@@ -141,6 +208,36 @@ class GitHubSim:
         with self._lock:
             release = self.releases.get(tag) or self._new_release(tag)
             release.assets[name] = SimAsset(self._id(), name, data, digest)
+
+    def add_run(self, workflow: str, branch: str, status: str, inputs: dict[str, str] | None = None,
+                *, title: str | None = None) -> SimRun:
+        """A run of ``workflow`` (started by a test: a schedule, another dispatch)."""
+        with self._lock:
+            flow = self.workflows.get(workflow)
+            given = dict(inputs or {})
+            name = title if title is not None else render_run_name(flow.run_name, given) if flow else workflow
+            run = SimRun(self._id(), workflow, branch, status, name, given)
+            self.runs[run.id] = run
+            return run
+
+    def add_artifact(self, run_id: int, name: str, data: bytes, *, expired: bool = False) -> SimArtifact:
+        """An artifact of run ``run_id`` (as actions/upload-artifact leaves one)."""
+        with self._lock:
+            artifact = SimArtifact(self._id(), run_id, name, data, expired)
+            self.artifacts[artifact.id] = artifact
+            return artifact
+
+    def _dispatch(self, workflow: str, ref: str, inputs: dict[str, str]) -> SimRun:
+        """A dispatched run joins its concurrency group (under the lock)."""
+        group = [r for r in self.runs.values() if r.workflow == workflow and r.branch == ref]
+        busy = any(r.status in ("queued", "in_progress") for r in group)
+        for r in group:
+            if r.status == "pending":
+                r.status, r.conclusion = "completed", "cancelled"
+        run = SimRun(self._id(), workflow, ref, "pending" if busy else "queued",
+                     render_run_name(self.workflows[workflow].run_name, inputs), dict(inputs))
+        self.runs[run.id] = run
+        return run
 
     def _id(self) -> int:
         self._next_id += 1
@@ -210,6 +307,7 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
             method = self.command
             url = urllib.parse.urlsplit(self.path)
             path, query = url.path, urllib.parse.parse_qs(url.query)
+            self._query = query
             now = sim.clock.now()
             body = self._body() if method in ("POST", "PUT", "PATCH") else b""
             self._status = 0
@@ -242,6 +340,17 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(400, raw=b"Only one auth mechanism allowed")
                 return
             asset_id = int(path.rsplit("/", 1)[1])
+            if path.startswith("/_storage/artifacts/"):
+                expires = float((self._query.get("se") or ["0"])[0])
+                if sim.clock.now() > expires:
+                    self._send(403, raw=b"AuthenticationFailed: signed expiry time has passed")
+                    return
+                artifact = sim.artifacts.get(asset_id)
+                if artifact is None or artifact.expired:
+                    self._send(404, raw=b"BlobNotFound")
+                else:
+                    self._send(200, raw=artifact.data)
+                return
             for release in list(sim.releases.values()):
                 for asset in list(release.assets.values()):
                     if asset.id == asset_id:
@@ -258,6 +367,10 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                 return
             rest = path[len(repo_prefix):]
             parts = [urllib.parse.unquote(p) for p in rest.strip("/").split("/")]
+            if parts[0] == "actions" and not uploads:
+                with sim._lock:
+                    self._actions(method, parts[1:], query, body)
+                return
             with sim._lock:
                 if method == "GET" and parts[:2] == ["releases", "tags"] and len(parts) == 3:
                     release = sim.releases.get(parts[2])
@@ -327,6 +440,62 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
             if hook is not None:  # outside the lock: the hook may kill the client
                 hook(release.tag, asset.name)
             self._send(201, answer)
+
+        def _actions(self, method: str, parts: list[str], query: dict[str, list[str]], body: bytes) -> None:
+            """GitHub's Actions endpoints (under the sim's lock)."""
+            per_page = max(1, min(int(query.get("per_page", ["30"])[0]), 100))
+            page = max(1, int(query.get("page", ["1"])[0]))
+
+            def listing(key: str, items: list[dict[str, object]]) -> None:
+                self._send(200, {"total_count": len(items), key: items[(page - 1) * per_page:page * per_page]})
+
+            if method == "GET" and len(parts) == 3 and parts[0] == "runs" and parts[2] == "artifacts":
+                run_id = int(parts[1]) if parts[1].isdigit() else -1
+                if run_id not in sim.runs:
+                    self._send(404, {"message": "Not Found"})
+                    return
+                held = sorted((a for a in sim.artifacts.values() if a.run_id == run_id), key=lambda a: a.id)
+                listing("artifacts", [a.to_json(sim.repo, sim.base) for a in held])
+                return
+            if method == "GET" and len(parts) == 3 and parts[0] == "artifacts" and parts[2] == "zip":
+                artifact = sim.artifacts.get(int(parts[1])) if parts[1].isdigit() else None
+                if artifact is None:
+                    self._send(404, {"message": "Not Found"})
+                elif artifact.expired:
+                    self._send(410, {"message": "Artifact has expired"})
+                else:
+                    expires = math.ceil(sim.clock.now() + STORAGE_URL_TTL_S)
+                    self._send(302, headers={"Location": f"{sim.base}_storage/artifacts/{artifact.id}"
+                                                         f"?sig=sim&se={expires}"})
+                return
+            if len(parts) == 3 and parts[0] == "workflows":
+                flow = sim.workflows.get(parts[1])
+                if flow is None:
+                    self._send(404, {"message": "Not Found"})
+                    return
+                if method == "GET" and parts[2] == "runs":
+                    branch, status = query.get("branch", [None])[0], query.get("status", [None])[0]
+                    runs = sorted((r for r in sim.runs.values() if r.workflow == parts[1]
+                                   and (branch is None or r.branch == branch)
+                                   and (status is None or status in (r.status, r.conclusion))),
+                                  key=lambda r: -r.id)
+                    listing("workflow_runs", [r.to_json() for r in runs])
+                    return
+                if method == "POST" and parts[2] == "dispatches":
+                    request = json.loads(body or b"{}")
+                    ref, inputs = request.get("ref"), request.get("inputs") or {}
+                    unexpected = sorted(set(inputs) - set(flow.inputs))
+                    if not ref:
+                        self._send(422, {"message": "Invalid request.\n\n\"ref\" wasn't supplied."})
+                    elif unexpected:
+                        self._send(422, {"message": f"Unexpected inputs provided: {unexpected}"})
+                    elif len(inputs) > MAX_DISPATCH_INPUTS:
+                        self._send(422, {"message": f"you may only define up to {MAX_DISPATCH_INPUTS} inputs"})
+                    else:
+                        sim._dispatch(parts[1], str(ref), {k: str(v) for k, v in inputs.items()})
+                        self._send(204)
+                    return
+            self._send(404, {"message": "Not Found"})
 
         do_GET = do_POST = do_DELETE = do_PATCH = _handle
 

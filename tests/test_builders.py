@@ -31,7 +31,7 @@ from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig
+from farm.model.config import FarmConfig, load_config
 from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
 
@@ -351,6 +351,32 @@ def test_patch_script_runs_on_a_private_copy(tmp_path) -> None:
     copy = prepare_source(src, config.recipe("p"), config.root, tmp_path / "work", log=lambda m: None)
     assert "TORCH_CUDA_ARCH_LIST" not in (copy / "pkg" / "setup.py").read_text()
     assert (src / "pkg" / "setup.py").read_text() == before  # the checkout is untouched
+
+
+def test_a_platform_patch_runs_after_the_common_one_for_its_cells(tmp_path) -> None:
+    """``platform_patch_script``: win_amd64 cells get both scripts, in order; others the common one."""
+    common = "import pathlib\np = pathlib.Path('setup.py')\np.write_text(p.read_text() + '# common\\n')\n"
+    config, src = _patch_root(tmp_path, common)
+    (tmp_path / "patches" / "msvc.py").write_text(
+        "import pathlib\np = pathlib.Path('setup.py')\nassert p.read_text().endswith('# common\\n')\n"
+        "p.write_text(p.read_text() + '# msvc\\n')\nprint('msvc flags')\n")
+    recipe_file = tmp_path / "packages" / "p.yml"
+    recipe_file.write_text(recipe_file.read_text() + "  platform_patch_script: {win_amd64: patches/msvc.py}\n")
+    config = load_config(tmp_path)
+    logged: list[str] = []
+    win = prepare_source(src, config.recipe("p"), config.root, tmp_path / "win", log=logged.append,
+                         platform="win_amd64")
+    assert (win / "pkg" / "setup.py").read_text().endswith("# common\n# msvc\n")
+    assert [m for m in logged if "patching with" in m] == ["p: patching with patches/p.py",
+                                                          "p: patching with patches/msvc.py"]
+    assert "  msvc flags" in logged
+    linux = prepare_source(src, config.recipe("p"), config.root, tmp_path / "linux", log=lambda m: None,
+                           platform="linux_x86_64")
+    assert (linux / "pkg" / "setup.py").read_text().endswith("# common\n")
+    (tmp_path / "patches" / "msvc.py").unlink()
+    with pytest.raises(ConfigError, match="patch_script 'patches/msvc.py' does not exist"):
+        prepare_source(src, config.recipe("p"), config.root, tmp_path / "win", log=lambda m: None,
+                       platform="win_amd64")
 
 
 def test_the_pointnet2_ops_patch_removes_the_assignment_and_is_idempotent(tmp_path) -> None:

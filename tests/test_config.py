@@ -152,6 +152,17 @@ MALFORMED = {
     "requires-no-such-recipe": (GOOD + "requires_dist: ['cumm=={version:cumm}']\n", "names 'cumm', which has no recipe", None),
     "system-package-bad-name": (GOOD + "build:\n  system_packages: ['a;rm -rf /']\n", "is not a package name", 7),
     "arch-block-unknown-platform": (GOOD + "arch:\n  win64:\n    list: '8.0'\n", "did you mean 'win_amd64'", 7),
+    "platform-patch-unknown-platform": (GOOD + "build:\n  platform_patch_script:\n    win64: p/x.py\n",
+                                        "did you mean 'win_amd64'", 8),
+    "platform-patch-not-a-script": (GOOD + "build:\n  platform_patch_script: {win_amd64: [p/x.py]}\n",
+                                    "must be the path of a Python script", 7),
+    "platform-patch-outside": (GOOD + "build:\n  platform_patch_script: {win_amd64: ../x.py}\n",
+                               "must stay inside the repository", 7),
+    "msvc-toolset-year": (GOOD + "build:\n  msvc_toolset: '2022'\n", "is not a Visual C++ toolset version", 7),
+    "msvc-toolset-number": (GOOD + "build:\n  msvc_toolset: 14.44\n", "quote it: msvc_toolset: '14.44'", 7),
+    "patch-script-not-python": (GOOD + "build:\n  patch_script: [p/x.py, p/notes.txt]\n",
+                                "entry 'p/notes.txt' must be the path of a Python script", 7),
+    "platform-patch-not-a-mapping": (GOOD + "build:\n  platform_patch_script: p/x.py\n", "must be a mapping", 7),
     "combo-on-torch-free": (
         GOOD.replace("links_torch: true", "links_torch: false") + "arch:\n  by_combo:\n    '13.0/2.9': '8.0'\n",
         "links_torch: false", 8),
@@ -350,3 +361,14 @@ def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
     back = ArchRequest.from_json(request.to_json(), where="t")
     assert back == request
     assert back.extensions[0] == ("*cpu_ops*", request.extensions[0][1])
+
+
+def test_a_platform_patch_runs_after_the_common_one_on_its_platform_only(farm_root: Path) -> None:
+    write(farm_root, "pkg", GOOD + "build:\n  patch_script: [p/rename.py, p/common.py]\n"
+                                   "  platform_patch_script: {win_amd64: p/msvc.py}\n")
+    knobs = load_config(farm_root).recipe("pkg").build
+    assert knobs.patch_scripts("win_amd64") == ("p/rename.py", "p/common.py", "p/msvc.py")
+    assert knobs.patch_scripts("linux_x86_64") == ("p/rename.py", "p/common.py")
+    assert knobs.patch_scripts(None) == ("p/rename.py", "p/common.py")
+    write(farm_root, "pkg", GOOD + "build:\n  patch_script: p/one.py\n")
+    assert load_config(farm_root).recipe("pkg").build.patch_scripts("win_amd64") == ("p/one.py",)

@@ -202,3 +202,23 @@ def test_a_bad_family_is_bad_input(tmp_path, repo_root, capsys, family, says) ->
     err = capsys.readouterr().err
     assert says in err
     assert "packages/vd.yml:" in err
+
+
+def test_farm_lint_reads_each_platforms_source_as_built(tmp_path, repo_root, capsys) -> None:
+    """A `platform_patch_script` changes only its platform's tree, and `farm lint PKG` lints that
+    tree for that platform's cells: here the win_amd64 patch is the one that narrows the flags, so
+    the Windows lint passes and the one of the other platforms (the same list) does not."""
+    shutil.copy(repo_root / "_defaults.yml", tmp_path / "_defaults.yml")
+    shutil.copytree(DATA / "sage_wgmma", tmp_path / "src" / "sw")
+    (tmp_path / "packages" / "patches").mkdir(parents=True)
+    (tmp_path / "packages" / "patches" / "sw_win.py").write_text(
+        "import pathlib\np = pathlib.Path('setup.py')\n"
+        "p.write_text(p.read_text().replace('NVCC_FLAGS += [\"-gencode\", f\"arch=compute_{num},code=sm_{num}\"]',"
+        " 'pass'))\n")
+    (tmp_path / "packages" / "sw.yml").write_text(
+        "name: sw\nversion: '1.0'\nsource: {path: src/sw}\nlinks_torch: true\narch: {list: '9.0a'}\n"
+        "build: {platform_patch_script: {win_amd64: packages/patches/sw_win.py}}\n")
+    assert main(["lint", "sw", "--root", str(tmp_path), "--json"]) == 1
+    reports = json.loads(capsys.readouterr().out)["reports"]
+    assert [r["passed"] for r in reports] == [False, True]  # Linux first (first seen), then win_amd64
+    assert len({json.dumps(r["scope"], sort_keys=True) for r in reports}) == 1  # the same list, two trees

@@ -4,6 +4,7 @@ shaped like the upstream one, is idempotent, and refuses a setup.py it no longer
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -49,9 +50,24 @@ RASTERIZER = textwrap.dedent("""\
 
 MMCV = textwrap.dedent("""\
     import os
+    import platform
     NAME = dict(
         name='mmcv' if os.getenv('MMCV_WITH_OPS', '0') == '0' else 'mmcv-full',
     )["name"]
+    def get_extensions():
+        if True:
+            extra_compile_args = {'cxx': []}
+            if platform.system() != 'Windows':
+                if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                    extra_compile_args['cxx'] = ['-std=c++14']
+                else:
+                    extra_compile_args['cxx'] = ['-std=c++17']
+            else:
+                if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                    extra_compile_args['cxx'] = ['/std:c++14']
+                else:
+                    extra_compile_args['cxx'] = ['/std:c++17']
+        return extra_compile_args
     """)
 
 
@@ -308,6 +324,138 @@ def test_dpvo_cuda_refuses_a_setup_without_the_eigen_folder(tmp_path: Path) -> N
     proc = run("dpvo_cuda.py", folder)
     assert proc.returncode != 0
     assert "review the patch" in proc.stderr
+
+
+NUNCHAKU = textwrap.dedent("""\
+    if True:
+        version = "1.2.1"
+        torch_major_minor_version = "2.8"
+        cuda_version = "12.8"
+        if "dev" in version:
+            version = version + "20260101"
+        # Version format: 1.2.0+cu12.4torch2.4
+        version = f"{version}+cu{cuda_version}torch{torch_major_minor_version}"
+
+        ROOT_DIR = "."
+    """)
+
+
+def test_nunchaku_keeps_the_version_as_released(tmp_path: Path) -> None:
+    """Its setup.py appends +cuXX.YtorchM.m itself; farm's stamp writes the cell's label."""
+    (tmp_path / "setup.py").write_text(NUNCHAKU)
+    first = run("nunchaku.py", tmp_path)
+    assert first.returncode == 0, first.stderr
+    patched = (tmp_path / "setup.py").read_text()
+    namespace: dict[str, object] = {}
+    exec(compile(patched, "setup.py", "exec"), namespace)  # noqa: S102 (the patched setup.py's own lines)
+    assert namespace["version"] == "1.2.1"
+    assert patched.count("\n") == NUNCHAKU.count("\n") - 1  # the two lines became the one comment
+    again = run("nunchaku.py", tmp_path)
+    assert "already patched" in again.stdout
+    assert (tmp_path / "setup.py").read_text() == patched
+    (tmp_path / "setup.py").write_text(NUNCHAKU.replace("torch{torch_major_minor_version}", "pt{torch_major_minor_version}"))
+    proc = run("nunchaku.py", tmp_path)
+    assert proc.returncode != 0
+    assert "setup.py:7:" in proc.stderr  # the comment line matches; the assignment below it moved
+    assert "review the patch" in proc.stderr
+
+
+PYG_LIB_CMAKE = textwrap.dedent("""\
+    cmake_minimum_required(VERSION 3.18)
+    project(pyg)
+    set(CMAKE_CXX_STANDARD 17)
+    message(STATUS "pyg C++ standard: ${CMAKE_CXX_STANDARD}")
+    option(WITH_CUDA "Enable CUDA support" OFF)
+    add_library(${PROJECT_NAME} SHARED pyg.cpp)
+
+    find_package(Torch REQUIRED)
+    message("-- TORCH_LIBRARIES: ${TORCH_LIBRARIES}")
+    target_link_libraries(${PROJECT_NAME} PRIVATE ${TORCH_LIBRARIES})
+    """)
+
+PYG_LIB_SETUP = textwrap.dedent("""\
+    import os
+    import torch
+    def build_extension(extdir="/x"):
+        if True:
+            WITH_CUDA = True
+
+            cmake_args = [
+                '-DBUILD_TEST=OFF',
+                '-DBUILD_BENCHMARK=OFF',
+                f'-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}',
+            ]
+        return cmake_args
+    """)
+
+# torch 2.4-2.6's Caffe2/public/cuda.cmake, reduced to the lines that fail on CUDA >= 12.5: its
+# nvtoolsext target links CUDA::nvToolsExt, which CMake's FindCUDAToolkit defines only where the
+# toolkit ships NVTX 2 (CUDA::nvtx3, the header-only NVTX 3, is there instead).
+TORCH_CONFIG = textwrap.dedent("""\
+    add_library(torch::nvtoolsext INTERFACE IMPORTED)
+    set_property(TARGET torch::nvtoolsext PROPERTY INTERFACE_LINK_LIBRARIES CUDA::nvToolsExt)
+    set(TORCH_LIBRARIES torch::nvtoolsext)
+    set(Torch_FOUND TRUE)
+    """)
+
+
+def _configure(folder: Path, cuda_home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (folder / "pyg.cpp").write_text("int pyg() { return 0; }\n")
+    (folder / "torch").mkdir(exist_ok=True)
+    (folder / "torch" / "TorchConfig.cmake").write_text(TORCH_CONFIG)
+    # CUDA::nvtx3 as FindCUDAToolkit defines it for a toolkit with nvtx3/ headers (CUDA >= 12.5)
+    (folder / "nvtx3.cmake").write_text("add_library(CUDA::nvtx3 INTERFACE IMPORTED)\n")
+    return subprocess.run(["cmake", "-S", str(folder), "-B", str(folder / "build"), "-DWITH_CUDA=ON",
+                           f"-DTorch_DIR={folder / 'torch'}", f"-DCUDAToolkit_ROOT={cuda_home}",
+                           f"-DCMAKE_PROJECT_INCLUDE={folder / 'nvtx3.cmake'}", *args],
+                          capture_output=True, text=True, check=False)
+
+
+def test_pyg_lib_gives_torchs_cmake_config_its_nvtx_target(tmp_path: Path, cuda_home: Path) -> None:
+    """CMake configures pyg-lib's CMakeLists.txt against a torch config that links CUDA::nvToolsExt:
+    the generate step fails without the patch and succeeds with it."""
+    (tmp_path / "CMakeLists.txt").write_text(PYG_LIB_CMAKE)
+    (tmp_path / "setup.py").write_text(PYG_LIB_SETUP)
+    broken = _configure(tmp_path, cuda_home)
+    assert broken.returncode != 0
+    assert "CUDA::nvToolsExt" in broken.stderr
+    shutil.rmtree(tmp_path / "build")
+    first = run("pyg_lib.py", tmp_path)
+    assert first.returncode == 0, first.stderr
+    patched = (tmp_path / "CMakeLists.txt").read_text()
+    assert patched.index("add_library(CUDA::nvToolsExt INTERFACE IMPORTED)") < patched.index("find_package(Torch")
+    fixed = _configure(tmp_path, cuda_home)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "pyg C++ standard: 17" in fixed.stdout  # a CMake run without setup.py's standard: upstream's
+    shutil.rmtree(tmp_path / "build")
+    raised = _configure(tmp_path, cuda_home, "-DFARM_CXX_STANDARD=20")
+    assert "pyg C++ standard: 20" in raised.stdout, raised.stderr
+    again = run("pyg_lib.py", tmp_path)
+    assert again.stdout.count("already patched") == 3, again.stdout  # both CMakeLists edits and setup.py
+    assert (tmp_path / "CMakeLists.txt").read_text() == patched
+
+
+def test_pyg_lib_refuses_a_cmakelists_without_find_package_torch(tmp_path: Path) -> None:
+    moved = PYG_LIB_CMAKE.replace("find_package(Torch REQUIRED)", "find_package(Torch)")
+    (tmp_path / "CMakeLists.txt").write_text(moved)
+    proc = run("pyg_lib.py", tmp_path)
+    assert proc.returncode != 0
+    assert "CMakeLists.txt:8:" in proc.stderr
+    assert (tmp_path / "CMakeLists.txt").read_text() == moved
+
+
+@pytest.mark.parametrize(("torch", "std"), [("2.13.0", 17), ("2.14.1", 20)])
+def test_pyg_lib_passes_cmake_the_standard_torch_needs(tmp_path: Path, torch: str, std: int) -> None:
+    (tmp_path / "CMakeLists.txt").write_text(PYG_LIB_CMAKE)
+    (tmp_path / "setup.py").write_text(PYG_LIB_SETUP)
+    assert run("pyg_lib.py", tmp_path).returncode == 0
+    code = ("import sys, types\ntorch = types.ModuleType('torch')\n"
+            f"torch.__version__ = {torch!r}\n"
+            "torch.utils = types.SimpleNamespace(cmake_prefix_path='/t')\nsys.modules['torch'] = torch\n"
+            + (tmp_path / "setup.py").read_text() + "\nprint(build_extension())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert f"'-DFARM_CXX_STANDARD={std}'" in proc.stdout
 
 
 CUMM_COMMON = textwrap.dedent("""\

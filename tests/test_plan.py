@@ -3,6 +3,7 @@ against the real cibuildwheel (identifiers, environment parsing)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,12 +23,13 @@ from farm.builder.plan import (
     plan_build,
     repair_command,
 )
+from farm.cli import main
 from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 
-from .buildroot import DEMO_RECIPE, make_root
+from .buildroot import DEMO_RECIPE, REPO, make_root
 from .wheelmaker import make_wheel
 
 TORCH_RECIPE = """\
@@ -161,6 +163,46 @@ def test_windows_plan_uses_the_host_toolkit(config, tmp_path) -> None:
     # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
     assert option(plan, "before-build").startswith('python -m pip install "setuptools>=64" wheel ninja && ')
     assert "'" not in option(plan, "before-build")
+
+
+def test_a_windows_plan_carries_its_msvc_setup(config, tmp_path) -> None:
+    """A win_amd64 cell: DISTUTILS_USE_SDK in the build's environment, the developer environment's
+    step (vswhere, vcvarsall with the toolset) and torch's C++ standard in the plan; no MSVC
+    anything in a Linux cell's."""
+    plan = plan_for(config, tmp_path, WIN, host_cuda_home=Path("C:/farm/toolkit/13.0/cuda"))
+    env = build_env(plan)
+    assert env["DISTUTILS_USE_SDK"] == "1"
+    assert "-allow-unsupported-compiler" not in env["NVCC_APPEND_FLAGS"]  # CUDA 13.0 knows MSVC 14.44
+    assert plan.msvc is not None
+    msvc = plan.to_json()["msvc"]
+    assert isinstance(msvc, dict)
+    assert msvc["toolset"] == "14.44"
+    assert msvc["msc_ver"] == 1944
+    assert msvc["msc_ceiling"] == 1950
+    assert msvc["cxx_std"] == "c++17"  # torch 2.9
+    assert 'vcvarsall.bat" x64 -vcvars_ver=14.44 && set' in str(msvc["vcvars"])
+    assert "vswhere.exe" in str(msvc["vswhere"])
+    linux = plan_for(config, tmp_path, ARM)
+    assert linux.msvc is None
+    assert "DISTUTILS_USE_SDK" not in build_env(linux)
+    assert linux.to_json()["msvc"] is None
+
+
+def test_a_toolset_the_cuda_line_does_not_know_gets_allow_unsupported_compiler(tmp_path) -> None:
+    """`build.msvc_toolset: '14.50'` (Visual Studio 2026): CUDA 12.8's host_config.h stops below
+    _MSC_VER 1950, so nvcc is told to accept it; CUDA 13.2's knows it."""
+    (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
+    recipe = TORCH_RECIPE.replace("  max_jobs: 2\n", "  max_jobs: 2\n  msvc_toolset: '14.50'\n")
+    config = make_root(tmp_path, {"torchpkg": recipe})
+    home = Path("C:/farm/toolkit/cuda")
+    old_line = plan_for(config, tmp_path, Cell("torchpkg", "1.2.0", "12.8", "2.9", "cp311", "win_amd64"),
+                        host_cuda_home=home)
+    assert build_env(old_line)["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo -allow-unsupported-compiler"
+    assert "-vcvars_ver=14.50" in str(old_line.to_json()["msvc"])
+    new_line = plan_for(config, tmp_path, Cell("torchpkg", "1.2.0", "13.2", "2.13", "cp311", "win_amd64"),
+                        host_cuda_home=home)
+    assert "-allow-unsupported-compiler" not in build_env(new_line)["NVCC_APPEND_FLAGS"]
+    assert old_line.spec.to_json()["knobs"]["msvc_toolset"] == "14.50"
 
 
 def test_config_file_sets_every_option_so_upstream_config_cannot_leak(config, tmp_path) -> None:
@@ -314,3 +356,89 @@ def test_repair_command_lets_the_recipes_declared_libraries_through(tmp_path) ->
     check = repair_command(sys.executable, declared=("libgomp*",)).split(" && ", 1)[1].replace("{dest_dir}", str(dest))
     proc = subprocess.run(check, shell=True, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr  # postbuild asserts it against the recipe's list
+
+
+FUSED_SSIM_TREE = {
+    "setup.py": ("import torch\nfallback_archs = [\n    '-gencode=arch=compute_75,code=sm_75',\n]\n"
+                 "nvcc_args = ['-O3']\nif torch.cuda.is_available():\n    nvcc_args.append('-arch=sm_90')\n"
+                 "else:\n    nvcc_args.extend(fallback_archs)\n"),
+    "ssim.cu": "#include <torch/extension.h>\n#include <cooperative_groups.h>\n__global__ void k() {}\n",
+    "ext.cpp": '#include <torch/extension.h>\n#include "ssim.h"\n',
+}
+
+
+def _fused_ssim_root(tmp_path: Path) -> Path:
+    """The fused_ssim recipe as committed, its source a local tree with the lines its patches edit."""
+    root = tmp_path / "root"
+    for name, text in FUSED_SSIM_TREE.items():
+        (root / "checkout" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "checkout" / name).write_text(text)
+    recipe = (REPO / "packages" / "fused_ssim.yml").read_text()
+    recipe = recipe.replace("git: {repo: rahul-goel/fused-ssim, ref: 328dc9836f513d00c4b5bc38fe30478b4435cbb5}",
+                            "path: checkout")
+    make_root(root, {"fused_ssim": recipe}, {"packages/patches": REPO / "packages" / "patches"})
+    return root
+
+
+def test_farm_build_plan_shows_a_windows_cells_msvc_build_on_a_linux_host(tmp_path, capsys) -> None:
+    """`farm build PKG --platform win_amd64 --plan`: the source patched for Windows (the common
+    patch, then the MSVC one), the MSVC environment, the flags and the cibuildwheel call; nothing is
+    compiled or downloaded, on a host that could not build the cell."""
+    root = _fused_ssim_root(tmp_path)
+    cache = tmp_path / "cache"
+    args = ["build", "fused_ssim", "--platform", "win_amd64", "--cuda", "13.0", "--torch", "2.13", "--python", "3.12",
+            "--plan", "--root", str(root), "--cache-dir", str(cache)]
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["errors"] == []
+    (plan,) = data["plans"]
+    assert plan["cell"] == "fused_ssim-0.0.0-cu130-torch2.13-cp312-win_amd64"
+    assert plan["patches"] == ["packages/patches/fused_ssim.py", "packages/patches/fused_ssim_msvc.py"]
+    assert "fused_ssim: ssim.cu: 1 edit(s)" in plan["patch_output"]
+    src = Path(plan["cwd"])
+    assert "#undef small" in (src / "ssim.cu").read_text()
+    assert "fallback_archs = []" in (src / "setup.py").read_text()
+    msvc = plan["msvc"]
+    assert msvc["cxx_std"] == "c++20"  # torch 2.13
+    assert msvc["cl_std_flag"] == "/std:c++20"
+    assert msvc["nvcc_flags"] == []
+    assert msvc["environment"] == {"DISTUTILS_USE_SDK": "1"}
+    assert "-vcvars_ver=14.44" in msvc["vcvars"]
+    assert plan["env"] == {"GITHUB_STEP_SUMMARY": str(cache / "build" / "plan" / plan["cell"] / "cibuildwheel-summary.md")}
+    assert plan["argv"][:3] == ["cibuildwheel", "--only", "cp312-win_amd64"]
+    assert plan["spec"]["knobs"]["platform_patch_script"] == {"win_amd64": "packages/patches/fused_ssim_msvc.py"}
+    assert not (cache / "toolkit").exists()  # planned where it would go, never downloaded
+    # the text a maintainer reads
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "patch: packages/patches/fused_ssim_msvc.py" in text
+    assert "env DISTUTILS_USE_SDK=1" in text
+    assert 'vcvarsall.bat" x64 -vcvars_ver=14.44' in text
+    assert "/std:c++20 (cl), -std=c++20 (nvcc)" in text
+
+
+def test_farm_build_plan_of_a_linux_cell_applies_the_common_patch_only(tmp_path, capsys) -> None:
+    root = _fused_ssim_root(tmp_path)
+    assert main(["build", "fused_ssim", "--platform", "linux_x86_64", "--cuda", "13.0", "--torch", "2.14",
+                 "--python", "3.12", "--plan", "--json", "--root", str(root), "--cache-dir", str(tmp_path / "c")]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["patches"] == ["packages/patches/fused_ssim.py"]
+    assert plan["msvc"] is None
+    assert "#undef small" not in (Path(plan["cwd"]) / "ssim.cu").read_text()
+
+
+def test_farm_build_plan_names_a_patch_that_no_longer_applies(tmp_path, capsys) -> None:
+    root = _fused_ssim_root(tmp_path)
+    (root / "checkout" / "ext.cpp").write_text("#include <torch/python.h>\n")
+    code = main(["build", "fused_ssim", "--platform", "win_amd64", "--cuda", "13.0", "--torch", "2.13",
+                 "--python", "3.12", "--plan", "--root", str(root), "--cache-dir", str(tmp_path / "c")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "fused_ssim_msvc.py failed" in err
+    assert "ext.cpp:1:" in err
+
+
+def test_farm_build_plan_is_not_a_shard(tmp_path, capsys) -> None:
+    root = _fused_ssim_root(tmp_path)
+    assert main(["build", "fused_ssim", "--plan", "--link", "--root", str(root)]) == 2
+    assert "--plan shows the whole build" in capsys.readouterr().err

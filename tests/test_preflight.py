@@ -4,15 +4,35 @@ Servers are simulated on 127.0.0.1: a listening socket answers, a port nobody li
 
 from __future__ import annotations
 
+import json
+import shutil
 import socket
 import sys
+from pathlib import Path
 
-from farm.builder.preflight import Host, Preflight, platform_blocker, url_host
+import pytest
+
+from farm.builder.images import ImageFacts, emulated_machines
+from farm.builder.preflight import Host, Preflight, container_blocker, platform_blocker, url_host
 from farm.errors import ToolError
 from farm.model.cells import Cell
 
+from . import buildroot
+
+pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 LINUX = Host("linux", "x86_64")
+IMAGE = "localhost/farm-manylinux:bookworm-1"
+# what the probe of .ci/podman-setup.sh's image answers (tests/test_images.py asks the real one)
+LOCAL = ImageFacts(IMAGE, "sha256:39d0", "linux", "x86_64", {"cp311": "3.11.2"}, "/usr/bin/c++",
+                   ("/opt/python/cp39-cp39 runs Python 3.11.2",))
+
+
+def _container_pre(**kw: object) -> Preflight:
+    """A cibuildwheel preflight whose image is LOCAL, on a host without emulation."""
+    return Preflight("cibuildwheel", host=LINUX, check_engine=lambda name: None, images={"x86_64": IMAGE},
+                     emulation=dict, probe=lambda engine, ref, cache: (LOCAL, ""), **kw)  # type: ignore[arg-type]
 
 
 def _cell(platform: str = "linux_x86_64", python: str = PY) -> Cell:
@@ -42,6 +62,18 @@ def test_url_hosts() -> None:
     assert url_host("git@github.com:o/r.git") == ("github.com", 22)
     assert url_host("/srv/mirror") is None
     assert url_host("file:///srv/mirror") is None
+
+
+def test_a_windows_cell_needs_msvc(tmp_path) -> None:
+    """On a Windows host, cibuildwheel builds win_amd64 with MSVC: neither cl.exe on PATH nor a
+    vswhere under %ProgramFiles(x86)% blocks the cell, naming the workload to install."""
+    pre = Preflight("cibuildwheel", host=Host("win32", "AMD64"),
+                    environ={"PATH": str(tmp_path), "ProgramFiles(x86)": str(tmp_path)})
+    blocked = pre.check(_cell("win_amd64"))
+    assert blocked is not None
+    assert blocked.dimension == "compiler"
+    assert blocked.reason.startswith("no MSVC C++ toolset (cl.exe on PATH")
+    assert "Microsoft.VisualStudio.Component.VC.Tools.x86.x64" in (blocked.error(_cell("win_amd64")).hint or "")
 
 
 def test_an_engine_that_cannot_start_blocks_linux_cells_once(tmp_path) -> None:
@@ -87,7 +119,7 @@ def test_a_server_that_does_not_answer_blocks_before_the_download(tmp_path) -> N
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             down = s.getsockname()[1]  # bound, never listening: connections are refused
-        pre = Preflight("cibuildwheel", host=LINUX, check_engine=lambda name: None)
+        pre = _container_pre()
         assert pre.check(_cell(), downloads={"the CUDA toolkit": f"http://127.0.0.1:{up}/redist/"}) is None
         blocked = pre.check(_cell(), downloads={"the source": f"http://127.0.0.1:{down}/o/r.git"})
     assert blocked is not None
@@ -96,9 +128,192 @@ def test_a_server_that_does_not_answer_blocks_before_the_download(tmp_path) -> N
 
 
 def test_too_little_disk_blocks(tmp_path) -> None:
-    pre = Preflight("cibuildwheel", host=LINUX, check_engine=lambda name: None)
+    pre = _container_pre()
     assert pre.check(_cell(), disk_needed=1, cache=tmp_path / "not" / "made" / "yet") is None
     blocked = pre.check(_cell(), disk_needed=1 << 62, cache=tmp_path)
     assert blocked is not None
     assert blocked.dimension == "disk"
     assert "GB free" in blocked.reason
+
+
+def test_the_image_decides_which_python_a_container_cell_can_build() -> None:
+    """cibuildwheel builds a cell with the image's /opt/python/<tag>-<tag>: the local image has
+    cp311 only (its cp39-cp39 runs 3.11), so cp310 is refused with what the image has."""
+    assert container_blocker(_cell(python="cp311"), LINUX, {}, IMAGE, LOCAL, None) is None
+    cp310 = container_blocker(_cell(python="cp310"), LINUX, {}, IMAGE, LOCAL, None)
+    assert cp310 is not None
+    assert (cp310.dimension, cp310.exit_code) == ("python", 2)
+    assert cp310.reason == (f"the image {IMAGE} has no Python 3.10 (/opt/python/cp310-cp310 is not there; it has "
+                            "cp311 (3.11.2); /opt/python/cp39-cp39 runs Python 3.11.2)")
+    assert "--image" in (cp310.error(_cell(python="cp310")).hint or "")
+    bare = ImageFacts(IMAGE, "sha256:1", "linux", "x86_64", {"cp311": "3.11.2"}, None)
+    no_cxx = container_blocker(_cell(), LINUX, {}, IMAGE, bare, None)
+    assert no_cxx is not None
+    assert no_cxx.dimension == "compiler"
+    arm_image = ImageFacts(IMAGE, "sha256:2", "linux", "aarch64", {"cp311": "3.11.2"}, "/usr/bin/c++")
+    wrong = container_blocker(_cell(), LINUX, {}, IMAGE, arm_image, None)
+    assert wrong is not None
+    assert wrong.reason == f"the image {IMAGE} is linux/aarch64; the cell needs linux/x86_64"
+
+
+def test_another_architecture_needs_an_emulator_a_container_can_use() -> None:
+    """An aarch64 cell on an x86_64 host runs only under a binfmt_misc handler for aarch64 ELF
+    binaries with the F flag; without binfmt_misc, or with a handler lacking F, it is refused
+    (exit 2 when named) before its image is even looked for."""
+    arm = _cell("linux_aarch64")
+    unmounted = container_blocker(arm, LINUX, None, "quay.io/pypa/manylinux_2_28_aarch64", None, None)
+    assert unmounted is not None
+    assert (unmounted.dimension, unmounted.exit_code) == ("platform", 2)
+    assert unmounted.reason.startswith("running aarch64 containers on this x86_64 host needs emulation, and "
+                                       "binfmt_misc is not mounted; register QEMU's aarch64 emulator (as root: podman "
+                                       "run")
+    none = container_blocker(arm, LINUX, {}, None, None, None)
+    assert none is not None
+    assert "no binfmt_misc handler runs aarch64 binaries" in none.reason
+    no_f = container_blocker(arm, LINUX, {"aarch64": False}, None, None, None)
+    assert no_f is not None
+    assert "lacks the F flag" in no_f.reason
+    # emulated: then the image decides (cibuildwheel's own, from a registry that must answer)
+    ok = container_blocker(arm, LINUX, {"aarch64": True}, "quay.io/pypa/manylinux_2_28_aarch64", None, None)
+    assert ok is None
+    offline = container_blocker(arm, LINUX, {"aarch64": True}, "quay.io/pypa/manylinux_2_28_aarch64", None,
+                                "Name or service not known")
+    assert offline is not None
+    assert (offline.dimension, offline.exit_code) == ("image", 3)
+    assert offline.reason == ("the image quay.io/pypa/manylinux_2_28_aarch64 is not here, and its registry quay.io "
+                              "does not answer (Name or service not known)")
+    # a native aarch64 host needs no emulation
+    assert container_blocker(arm, Host("linux", "aarch64"), None, "quay.io/x", None, None) is None
+    local = container_blocker(_cell(), LINUX, {}, "localhost/gone:1", None, None)
+    assert local is not None
+    assert local.reason == "the image localhost/gone:1 is not here, and a localhost/ image is never pulled"
+
+
+def test_each_image_is_probed_once_per_run() -> None:
+    asked: list[str] = []
+
+    def probe(engine: str, reference: str, cache: object) -> tuple[ImageFacts | None, str]:
+        asked.append(f"{engine} {reference}")
+        return LOCAL, ""
+
+    pre = Preflight("cibuildwheel", engine="podman", host=LINUX, check_engine=lambda name: None,
+                    images={"x86_64": IMAGE}, emulation=dict, probe=probe)
+    assert pre.check(_cell(python="cp311")) is None
+    blocked = pre.check(_cell(python="cp310"))
+    assert blocked is not None
+    assert blocked.dimension == "python"
+    arm = pre.check(_cell("linux_aarch64"))  # no emulation: its image is never asked for
+    assert arm is not None
+    assert arm.dimension == "platform"
+    assert asked == [f"podman {IMAGE}"]
+
+
+def _farm_build(tmp_path: Path, cache: Path, *extra: str) -> int:
+    from farm.cli import main
+
+    from .test_builders import _demo_root
+
+    _demo_root(tmp_path)
+    return main(["build", "demo_ext", "--builder", "cibuildwheel", "--engine", "podman", "--cuda", "13.0",
+                 "--root", str(tmp_path), "--cache-dir", str(cache), "--out", str(tmp_path / "out"), *extra])
+
+
+@pytest.mark.slow
+def test_named_cells_the_image_or_host_cannot_build_are_refused_before_any_download(tmp_path, capsys) -> None:
+    """The real podman and image: `--python 3.10` (the image has no cp310) and `--platform
+    linux_aarch64` (no emulator on this host) are refused, exit 2, and a named cell whose image is
+    gone, exit 3, before a source, toolkit or environment is fetched; the image's probe is cached
+    under its ID."""
+    from .test_builders import podman_image
+
+    image = podman_image()
+    cache = tmp_path / "cache"
+    code = _farm_build(tmp_path, cache, "--image", image, "--python", "3.10", "--platform", "linux_x86_64")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert (f"demo_ext-0.1.0-cu130-notorch-cp310-linux_x86_64: error: cell demo_ext-0.1.0-cu130-notorch-cp310-"
+            f"linux_x86_64 cannot be built on this host: the image {image} has no Python 3.10") in err
+    assert [p.parent.name for p in cache.rglob("*.json")] == ["images"]  # the probe's answer, nothing fetched
+    if emulated_machines() is None or not emulated_machines().get("aarch64"):  # type: ignore[union-attr]
+        code = _farm_build(tmp_path, cache, "--image", image, "--python", "3.11", "--platform", "linux_aarch64")
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert ("linux_aarch64 cannot be built on this host: running aarch64 containers on this x86_64 host "
+                "needs emulation") in err
+    # every axis named (a CI job's one cell) and its image gone: refused, exit 3 (what the host lacks)
+    code = _farm_build(tmp_path, cache, "--image", "localhost/farm-no-such-image:0", "--python", "3.11",
+                       "--platform", "linux_x86_64")
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "the image localhost/farm-no-such-image:0 is not here, and a localhost/ image is never pulled" in err
+    assert [p.parent.name for p in cache.rglob("*.json")] == ["images"]
+
+
+@pytest.mark.slow
+def test_farm_build_builds_what_this_host_can_and_skips_the_rest_in_one_line_each(tmp_path, capsys,
+                                                                                  pypi_toolkit) -> None:
+    """`farm build demo_ext --builder cibuildwheel --engine podman --cuda 13.0` with the local image:
+    the cp311 Linux wheel is built and asserted; every other cell is skipped with one line saying
+    why (the image's Pythons, emulation, Windows), and the exit is the built cell's: 0."""
+    from .buildroot import cache_dir_of
+    from .test_builders import podman_image
+
+    image = podman_image()
+    code = _farm_build(tmp_path, cache_dir_of(pypi_toolkit), "--image", image, "--json")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    ((result,),) = [report["results"]]
+    assert result["cell"] == "demo_ext-0.1.0-cu130-notorch-cp311-linux_x86_64"
+    assert result["passed"]
+    skipped = {s["cell"]: s["reason"] for s in report["skipped"]}
+    assert skipped["demo_ext-0.1.0-cu130-notorch-cp310-linux_x86_64"].startswith(
+        f"the image {image} has no Python 3.10")
+    assert skipped["demo_ext-0.1.0-cu130-notorch-cp311-linux_aarch64"].startswith("running aarch64 containers on this")
+    assert skipped["demo_ext-0.1.0-cu130-notorch-cp311-win_amd64"].startswith("cibuildwheel builds win_amd64")
+    assert len(skipped) == 17  # 6 Pythons x 3 platforms, less the one built
+    assert report["errors"] == []
+    lines = [line for line in captured.err.splitlines() if ": skipped: this host cannot build it: " in line]
+    assert len(lines) == 17
+
+
+def test_a_python_uv_would_install_is_a_download_whose_server_must_answer(tmp_path) -> None:
+    """No Python 3.13 here, but uv (the real one, beside farm) offers one: the cell is not refused
+    for its Python; the server uv would download it from must answer. uv's mirror setting points
+    that download at 127.0.0.1 (uv's documented UV_PYTHON_INSTALL_MIRROR), a port that listens,
+    then one that refuses."""
+    from farm.builder.buildenv import find_uv
+    from farm.builder.interpreters import managed_download
+
+    uv, cxx = find_uv(), shutil.which("c++") or shutil.which("g++")
+    if uv is None or cxx is None:
+        pytest.skip("uv or a C++ compiler is not installed here")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = listening.getsockname()[1]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            down = s.getsockname()[1]
+        base = {"PATH": str(tmp_path), "PYENV_ROOT": str(tmp_path), "UV_PYTHON_INSTALL_DIR": str(tmp_path / "uv"),
+                "HOME": str(tmp_path)}
+        ok = Preflight("native", host=LINUX, uv=uv, environ={**base, "CXX": cxx,
+                                                             "UV_PYTHON_INSTALL_MIRROR": f"http://127.0.0.1:{up}/pbs"})
+        assert ok.check(_cell(python="cp313")) is None
+        url = managed_download("cp313", uv, environ={**base, "UV_PYTHON_INSTALL_MIRROR": f"http://127.0.0.1:{up}/pbs"})
+        assert url is not None
+        assert url.startswith(f"http://127.0.0.1:{up}/pbs/")
+        assert ok.interpreter(_cell(python="cp313")) is None  # the build installs it (uv python install 3.13)
+        off = Preflight("native", host=LINUX, uv=uv, environ={**base, "CXX": cxx,
+                                                              "UV_PYTHON_INSTALL_MIRROR": f"http://127.0.0.1:{down}/pbs"})
+        blocked = off.check(_cell(python="cp313"))
+    assert blocked is not None
+    assert blocked.dimension == "network"
+    assert blocked.reason.startswith(f"Python 3.13 (uv python install) comes from 127.0.0.1:{down}, which does not answer")
+    # a version uv does not offer stays refused, saying so
+    none = Preflight("native", host=LINUX, uv=uv, environ=base).check(_cell(python="cp399"))
+    assert none is not None
+    assert none.reason.endswith("uv offers no download of it)")
+    nouv = Preflight("native", host=LINUX, uv=None, environ=base).check(_cell(python="cp399"))
+    assert nouv is not None
+    assert nouv.reason.endswith("uv, which could install one, is not here)")

@@ -1,15 +1,31 @@
-"""``farm publish-shard``'s reading of a cell's small artifact: ledger fragments only, flat, small;
-anything else refuses the cell (an artifact is another job's output: checked, not believed)."""
+"""``farm publish-shard``: a cell's small artifact read as ledger fragments only, flat, small
+(anything else refuses the cell: an artifact is another job's output, checked, not believed); and
+a shard published end to end from a run's artifacts on the loopback GitHub."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from farm.commands.publish_shard import MAX_FRAGMENT_BYTES, _extract_fragments
+from farm.cli import main
+from farm.commands.publish_shard import MAX_BUNDLE_BYTES, MAX_FRAGMENT_BYTES, _extract_fragments
 from farm.errors import UsageError
+from farm.publish import ghrest
+from tests import ghsim
+from tests.ledgermaker import make_entry
+from tests.wheelmaker import stamped_wheel
 
 NAME = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json"
 
@@ -47,3 +63,221 @@ def test_not_a_zip_refuses_the_cell(tmp_path: Path) -> None:
     (tmp_path / "b.zip").write_bytes(b"not a zip")
     with pytest.raises(UsageError, match="not a zip"):
         _extract_fragments(tmp_path / "b.zip", tmp_path)
+
+
+# -- `farm publish-shard` against the loopback GitHub ----------------------------------------------------
+# GitHub cannot be reached from the test machine: tests/ghsim.py simulates its documented Actions and
+# Releases endpoints on 127.0.0.1 (a run's artifacts listed 100 a page, each downloaded through a 302 to
+# a signed storage URL that refuses a token, 410 for an expired one; release assets with 422 on a
+# duplicate name). The branch is a bare git remote. `farm publish-shard` runs as its own process, as
+# build-shard.yml's publish job runs it, with the environment Actions gives it.
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("torch_scatter", "torch_cluster")
+
+
+def git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"git {' '.join(args)}: {proc.stderr}"
+    return proc.stdout
+
+
+@dataclass
+class Run:
+    sim: ghsim.GitHubSim
+    root: Path  # the publish job's checkout
+    remote: Path
+    plan: Path
+    run_id: int
+    cells: list[dict[str, Any]]
+    work: Path
+
+    def publish(self, shard: str = "0", *extra: str, token: str | None = ghsim.TOKEN) -> subprocess.CompletedProcess[str]:
+        """The publish job's command (one publisher: build.yml's ``--publishers 9`` would keep
+        this job to 8 content-creating requests a minute, in real time here)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN")}
+        env.update(GITHUB_API_URL=self.sim.base.rstrip("/"), GITHUB_REPOSITORY=self.sim.repo,
+                   GIT_AUTHOR_NAME="farm-bot", GIT_AUTHOR_EMAIL="bot@example.invalid",
+                   GIT_COMMITTER_NAME="farm-bot", GIT_COMMITTER_EMAIL="bot@example.invalid")
+        if token is not None:
+            env["GH_TOKEN"] = token
+        return subprocess.run(
+            [sys.executable, "-m", "farm.cli", "publish-shard", "--plan", str(self.plan), "--shard", shard,
+             "--run-id", str(self.run_id), "--root", str(self.root), "--target", "github",
+             "--push-ledger", "origin", "--scratch", str(self.work / "scratch"),
+             "--report", str(self.work / f"published-{shard}.jsonl"), *extra],
+            env=env, capture_output=True, text=True, check=False, timeout=300)
+
+    def report(self, shard: str = "0") -> dict[str, dict[str, Any]]:
+        lines = (self.work / f"published-{shard}.jsonl").read_text().splitlines()
+        return {v["id"]: v for v in map(json.loads, lines)}
+
+    def remote_ledger(self) -> list[dict[str, Any]]:
+        text = git(self.work, "--git-dir", str(self.remote), "show", "main:ledger.jsonl")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def zipped(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def wave(tmp_path: Path) -> Iterator[Run]:
+    sim = ghsim.GitHubSim(repo="farm-wheels/farm")  # the releases of the repository the run is in
+    with ghsim.serve(sim):
+        seed = tmp_path / "seed"
+        seed.mkdir()
+        defaults = (REPO / "_defaults.yml").read_text()
+        line = "    repository: farm-wheels/farm-wheels   # token from GH_TOKEN (docs/upload.md)\n"
+        assert line in defaults
+        defaults = defaults.replace(line, f"    repository: {sim.repo}\n    api_url: {sim.base.rstrip('/')}\n"
+                                          f"    uploads_url: {sim.base}uploads\n")
+        (seed / "_defaults.yml").write_text(defaults)
+        shutil.copytree(REPO / "packages", seed / "packages")
+        shutil.copytree(REPO / "examples", seed / "examples")
+        (seed / "ledger.jsonl").write_text("")
+        remote = tmp_path / "remote.git"
+        git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+        git(seed, "init", "-q", "-b", "main")
+        git(seed, "add", "-A")
+        git(seed, "-c", "user.name=m", "-c", "user.email=m@example.invalid", "commit", "-q", "-m", "recipes")
+        git(seed, "remote", "add", "origin", str(remote))
+        git(seed, "push", "-q", "origin", "main")
+        root = tmp_path / "checkout"
+        git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(root))
+        plan = tmp_path / "wave-plan.json"
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["matrix", *PACKAGES, "--root", str(root), "--no-lint", "--cuda", "12.8", "--torch", "2.8",
+                         "--platform", "linux_x86_64", "--max-shards", "8", "--plan", str(plan)]) == 0
+        cells = json.loads(plan.read_text())["cells"]
+        run = sim.add_run("build.yml", "main", "in_progress")
+        yield Run(sim, root, remote, plan, run.id, cells, tmp_path)
+
+
+def build(wave: Run, cell: dict[str, Any]) -> Path:
+    """The build job's artifacts of ``cell``: its wheel unzipped under its name, its fragment zipped."""
+    out = wave.work / "built" / cell["id"]
+    entry = make_entry(cell["package"], cell["version"], cuda=cell["cuda"], torch=cell["torch"],
+                       python=cell["python_tag"], platform=cell["platform"], build_epoch=cell["build_epoch"],
+                       arch=cell["arch_list"], filename=cell["wheel"])
+    wheel = stamped_wheel(out, entry, run_id=str(wave.run_id))
+    wave.sim.add_artifact(wave.run_id, wheel.name, wheel.read_bytes())
+    fragment = next(out.glob("*.ledger.json"))
+    wave.sim.add_artifact(wave.run_id, f"wheels-{cell['id']}", zipped({fragment.name: fragment.read_bytes()}))
+    return wheel
+
+
+def test_a_shard_is_published_from_the_runs_artifacts(wave: Run) -> None:
+    cells = wave.cells
+    assert len(cells) >= 6
+    built = {c["id"]: build(wave, c) for c in cells[:-1]}  # the last cell's build failed: no artifact
+    # a compile shard's objects and the plan: artifacts enough for a second page of the listing
+    for i in range(120):
+        wave.sim.add_artifact(wave.run_id, f"objects-x-{i}", b"o")
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert {k: v["status"] for k, v in report.items()} == {
+        **dict.fromkeys(built, "published"), cells[-1]["id"]: "failed"}
+    assert sorted(a for tag in wave.sim.releases for a in wave.sim.asset_names(tag)) == sorted(
+        w.name for w in built.values())
+    # what each wheel's asset holds is the artifact's bytes
+    for wheel in built.values():
+        [asset] = [a for r in wave.sim.releases.values() for a in r.assets.values() if a.name == wheel.name]
+        assert asset.data == wheel.read_bytes()
+    # the ledger on the branch records every published wheel, with where it went
+    ledger = {e["filename"]: e for e in wave.remote_ledger()}
+    assert set(ledger) == {w.name for w in built.values()}
+    assert all(e["published"][0]["target"] == "github" for e in ledger.values())
+    # the listing was read once, in pages of 100; each artifact through a redirect to storage
+    listings = [r for r in wave.sim.log if r.path.endswith(f"/runs/{wave.run_id}/artifacts")]
+    assert len(listings) == 2
+    downloads = [r for r in wave.sim.log if r.path.startswith("/_storage/artifacts/")]
+    assert len(downloads) == 2 * len(built)
+    assert all(r.status == 200 for r in downloads)
+    assert not list((wave.work / "scratch").iterdir())  # each cell's download deleted after it
+
+    # run again (a re-run of the job): every wheel is found on its release, nothing is sent twice
+    uploads = wave.sim.count(content=True)
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert wave.sim.count(content=True) == uploads
+
+
+def test_an_expired_or_hostile_artifact_is_that_cells_verdict(wave: Run) -> None:
+    good, expired, hostile, oversized, notwheel = wave.cells[:5]
+    build(wave, good)
+    build(wave, expired)
+    for a in wave.sim.artifacts.values():
+        if a.name == expired["wheel"]:
+            a.expired = True  # past its retention between the build and the publish
+    # a fragment artifact carrying a path out of the scratch folder
+    wave.sim.add_artifact(wave.run_id, f"wheels-{hostile['id']}",
+                          zipped({"../" + hostile["wheel"] + ".ledger.json": b"{}"}))
+    # a fragment artifact over the cap: refused before a byte is downloaded
+    wave.sim.add_artifact(wave.run_id, f"wheels-{oversized['id']}", b"x" * (MAX_BUNDLE_BYTES + 1))
+    # a "wheel" that is not a zip
+    build(wave, notwheel)
+    for a in wave.sim.artifacts.values():
+        if a.name == notwheel["wheel"]:
+            a.data = b"not a zip at all"
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert report[good["id"]]["status"] == "published"
+    assert report[expired["id"]]["status"] == "error"
+    assert "expired" in report[expired["id"]]["detail"]
+    assert report[hostile["id"]]["status"] == "error"
+    assert "other than ledger fragments" in report[hostile["id"]]["detail"]
+    assert report[oversized["id"]]["status"] == "error"
+    assert "more than" in report[oversized["id"]]["detail"]
+    assert report[notwheel["id"]]["status"] == "error"
+    assert "not a wheel" in report[notwheel["id"]]["detail"]
+    assert [r for r in wave.sim.log if r.path == f"/_storage/artifacts/{oversized['id']}"] == []
+    assert wave.sim.asset_names(next(iter(wave.sim.releases))) == [good["wheel"]]
+    assert "Traceback" not in proc.stderr
+
+
+def test_publish_shard_without_a_token_says_so(wave: Run) -> None:
+    proc = wave.publish(token=None)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "GH_TOKEN or GITHUB_TOKEN" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert wave.sim.log == []
+
+
+def test_artifact_download_is_capped_and_expired_is_410(wave: Run, tmp_path: Path) -> None:
+    client = ghrest.actions_client(wave.sim.repo, {"GITHUB_API_URL": wave.sim.base.rstrip("/"),
+                                                   "GITHUB_TOKEN": ghsim.TOKEN})
+    wave.sim.add_artifact(wave.run_id, "big", b"y" * 5000)
+    gone = wave.sim.add_artifact(wave.run_id, "old", b"z", expired=True)
+    listed = {a.name: a for a in client.artifacts(str(wave.run_id))}
+    assert listed["old"].expired
+    assert client.download_artifact(listed["big"], tmp_path / "big", max_bytes=5000)
+    assert (tmp_path / "big").read_bytes() == b"y" * 5000
+    with pytest.raises(ghrest.GithubApiError, match="more than"):
+        client.download_artifact(listed["big"], tmp_path / "big2", max_bytes=4999)
+    # listed smaller than it is (a size GitHub misreports): the stream itself stops at the cap
+    lying = ghrest.Artifact(listed["big"].id, "big", 10, False)
+    with pytest.raises(ghrest.GithubApiError, match="4,999"):
+        client.download_artifact(lying, tmp_path / "big3", max_bytes=4999)
+    assert not (tmp_path / "big3").exists()
+    with pytest.raises(ghrest.GithubApiError, match="410") as info:
+        client.download_artifact(ghrest.Artifact(gone.id, "old", 1, False), tmp_path / "old", max_bytes=10)
+    assert info.value.status == 410
+
+
+def test_a_listing_that_fails_fails_the_shards_cells_at_once(wave: Run) -> None:
+    for cell in wave.cells[:3]:
+        build(wave, cell)
+    wave.run_id = 999_999  # a run GitHub does not know: 404
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert {v["status"] for v in report.values()} == {"error"}
+    assert all("HTTP 404" in v["detail"] for v in report.values())
+    assert len([r for r in wave.sim.log if "/artifacts" in r.path]) == 1  # asked once, not once a cell

@@ -20,7 +20,7 @@ from farm.model.cells import (
     requires_dist,
     resolve_arch,
 )
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import PLATFORMS, FarmConfig, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -128,3 +128,15 @@ def test_matrix_lists_every_package_with_over_10000_cells(
     assert by_name["vllm"]["to_build"] == 10
     assert {c["platform"] for c in out["cells"] if c["package"] == "gsplat_maskgaussian"} == {
         "linux_x86_64", "win_amd64"}
+
+
+def test_every_patch_script_exists_and_belongs_to_a_recipe() -> None:
+    """The scripts recipes name (common and per platform) are files of packages/patches/, and
+    every script there but the shared helpers (``_*.py``) is some recipe's."""
+    config = load_config(REPO)
+    named = {script for recipe in config.recipes.values() for plat in PLATFORMS
+             for script in recipe.build.patch_scripts(plat)}
+    assert all((REPO / script).is_file() for script in named), sorted(s for s in named if not (REPO / s).is_file())
+    on_disk = {f"packages/patches/{p.name}" for p in (REPO / "packages" / "patches").glob("*.py")
+               if not p.name.startswith("_")}
+    assert on_disk == named

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import parse_wheel_filename
+
+from farm.provenance.ledgerline import dumps_entry
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 
 
 def _record_hash(data: bytes) -> str:
@@ -52,3 +59,26 @@ def make_wheel(
         record_lines.append(f"{dist_info}/RECORD,,")
         zf.writestr(f"{dist_info}/RECORD", "\n".join(record_lines) + "\n")
     return path
+
+
+def stamped_wheel(dest: Path, entry: dict[str, Any], *, run_id: str = "1") -> Path:
+    """The wheel ``entry`` (a ledger entry, tests/ledgermaker.py) names, carrying that provenance
+    as its ``_build_info.json`` (no CUDA code), and its ledger fragment beside it, as a build job
+    leaves them; ``entry`` gets the wheel's sha256 and size."""
+    name, version, build, tags = parse_wheel_filename(entry["filename"])
+    tag = next(iter(tags))
+    entry["dist"] = name.replace("-", "_")
+    entry["run"] = {"provider": "github", "repository": "farm-wheels/farm", "commit": "0" * 40,
+                    "run_id": run_id, "attempt": "1"}
+    info = {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")}
+    dist_info = f"{entry['dist']}-{version}.dist-info"
+    wheel = make_wheel(dest, entry["dist"], str(version), {
+        f"{entry['dist']}/__init__.py": b"",
+        f"{dist_info}/_build_info.json": json.dumps(info, indent=1).encode(),
+    }, tag=f"{tag.interpreter}-{tag.abi}-{tag.platform}", build=str(build[0]) if build else None)
+    assert wheel.name == entry["filename"], (wheel.name, entry["filename"])
+    data = wheel.read_bytes()
+    entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    # the build job's fragment, in the ledger's line format (farm's publisher validates it)
+    (dest / f"{wheel.name}{FRAGMENT_SUFFIX}").write_text(dumps_entry(entry) + "\n")
+    return wheel

@@ -33,7 +33,9 @@ from farm.builder import buildenv, cclaunch, farmdeps, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
 from farm.builder.farmdeps import FarmDep
+from farm.builder.images import image_for, probe_image
 from farm.builder.interpreters import Interpreter, find_interpreter, install_managed
+from farm.builder.msvc import VSWHERE, MsvcSetup, parse_set_output
 from farm.builder.plan import (
     BIN,
     LAUNCHER_SCRIPT,
@@ -47,7 +49,7 @@ from farm.builder.plan import (
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
-from farm.errors import ConfigError, DefectError, ToolError, UsageError, redact, redactor
+from farm.errors import ConfigError, DefectError, ToolError, UsageError, WheelError, redact, redactor
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
@@ -56,7 +58,7 @@ from farm.provenance import buildinfo
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
 from farm.source.fetch import fetch
-from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_at_home, toolkit_prefix
+from farm.toolkit.assemble import Toolkit, ensure_toolkit, home_in_prefix, toolkit_at_home, toolkit_prefix
 from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
@@ -169,14 +171,15 @@ def cibuildwheel_command() -> list[str]:
 # source preparation
 # ------------------------------------------------------------------------------------------------
 def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
-                   log: Log | None = None, knobs: BuildKnobs | None = None) -> Path:
-    """A private copy of the checkout with the recipe's ``patch_script`` applied; returns its root.
-    ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and script.
+                   log: Log | None = None, knobs: BuildKnobs | None = None, platform: str | None = None) -> Path:
+    """A private copy of the checkout with the recipe's patch scripts applied; returns its root.
+    ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and scripts.
+    ``platform``: the cell's, whose ``platform_patch_script`` (if any) runs after ``patch_script``.
 
-    The patch script (a Python file in the farm repository) runs in the build folder
-    (``build.subdir`` or the root); when the build folder is what the patch makes (a package
-    upstream never laid out for building, nvdiffrec_render), it runs in the root and the folder
-    must exist afterwards. Patch scripts must be idempotent; the copy is fresh anyway, so the
+    A patch script (a Python file in the farm repository) runs in the build folder
+    (``build.subdir`` or the root); when the build folder is what the first patch makes (a package
+    upstream never laid out for building, nvdiffrec_render), that one runs in the root and the
+    folder must exist afterwards. Patch scripts must be idempotent; the copy is fresh anyway, so the
     cached checkout is never changed.
     """
     say = _say(log)
@@ -188,56 +191,62 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     knobs = knobs or recipe.build
     subdir = knobs.subdir
     build_dir = src / subdir if subdir else src
-    script = knobs.patch_script
-    made_by_patch = script is not None and not build_dir.exists()
+    scripts = knobs.patch_scripts(platform)
+    made_by_patch = bool(scripts) and not build_dir.exists()
     if not build_dir.is_dir() and not made_by_patch:
         raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
                           hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    if script:
-        path = (config_root / script).resolve()
-        if not path.is_file():
-            raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
-                              hint=f"add the script under {config_root} or fix the path")
+    for script in scripts:
+        path = patch_path(config_root, recipe, script)
         say(f"{recipe.name}: patching with {script}")
-        proc = subprocess.run([sys.executable, str(path)], cwd=src if made_by_patch else build_dir,
+        in_root = made_by_patch and not build_dir.is_dir()
+        proc = subprocess.run([sys.executable, str(path)], cwd=src if in_root else build_dir,
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
                               f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
         for line in redact(proc.stdout.strip()).splitlines():
             say(f"  {line}")
-        if made_by_patch and not build_dir.is_dir():
+        if in_root and not build_dir.is_dir():
             raise ConfigError(f"build.subdir {subdir!r} is not in the source, and patch_script {script} (run in "
                               "the source's root, as the folder is missing) did not make it", where=recipe.where(),
                               hint="fix build.subdir, or make the patch script create that folder")
     return src
 
 
+def patch_path(config_root: Path, recipe: Recipe, script: str) -> Path:
+    """A recipe's patch script as a file of the farm repository; a missing one is a config error."""
+    path = (config_root / script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
+                          hint=f"add the script under {config_root} or fix the path")
+    return path
+
+
 def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
                   prepared: Path | None = None, log: Log | None = None,
                   knobs: BuildKnobs | None = None, extensions: tuple[tuple[str, ArchList], ...] = (),
-                  cuda: str | None = None) -> LintReport:
-    """The lint of exactly the source that is built: the fetched tree after the recipe's
-    ``patch_script`` (cached by the tree's identity and the script's digest). ``prepared``: a
-    patched copy the caller already made (``farm build``); otherwise a temporary one is made
+                  cuda: str | None = None, platform: str | None = None) -> LintReport:
+    """The lint of exactly the source that is built: the fetched tree after the recipe's patch
+    scripts for ``platform`` (cached by the tree's identity and the scripts' digests). ``prepared``:
+    a patched copy the caller already made (``farm build``); otherwise a temporary one is made
     on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale.
     ``cuda``: the cell's CUDA line, used for a recipe with ``kernel_families``."""
     knobs = knobs or recipe.build
-    script = knobs.patch_script
-    if not script:
+    scripts = knobs.patch_scripts(platform)
+    if not scripts:
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            extensions=extensions, cuda=cuda if recipe.kernel_families else None,
                            families=recipe.families)
-    path = (config.root / script).resolve()
-    if not path.is_file():
-        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
-                          hint=f"add the script under {config.root} or fix the path")
-    # the script and the shared helpers beside it (packages/patches/_*.py) it may import
-    digest = ":".join(sha256_file(p) for p in (path, *sorted(path.parent.glob("_*.py"))))
+    paths = [patch_path(config.root, recipe, script) for script in scripts]
+    # the scripts and the shared helpers beside them (packages/patches/_*.py) they may import
+    helpers = sorted({h for path in paths for h in path.parent.glob("_*.py")})
+    digest = ":".join(sha256_file(p) for p in (*paths, *helpers))
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs)
+                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs,
+                platform=platform)
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
                            cuda=cuda if recipe.kernel_families else None, families=recipe.families)
@@ -283,6 +292,30 @@ def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dic
     return {**{k: v for k, v in environ.items() if keep(k)}, **plan.env}
 
 
+def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[str, str]:
+    """Visual Studio's developer environment for the plan's toolset (vswhere, then vcvarsall),
+    plus the plan's MSVC variables; a missing Visual Studio or toolset is an environment error."""
+    if sys.platform != "win32":
+        raise ToolError("a win_amd64 cell is built on a Windows host with Visual Studio",
+                        hint="build it on Windows (CI's windows runner), or see the plan with farm build --plan")
+    found = subprocess.run(f'cmd /d /s /c "{VSWHERE}"', capture_output=True, text=True, check=False)
+    lines = found.stdout.strip().splitlines() if found.returncode == 0 else []
+    if not lines:
+        raise ToolError("no Visual Studio with the C++ x64 build tools on this host (vswhere found none)",
+                        hint=f"install Visual Studio 2022 (or its Build Tools) with the MSVC "
+                             f"{setup.toolset.version} toolset")
+    step = setup.vcvars.replace("%VS%", lines[-1])
+    _say(log)(f"MSVC: {step}")
+    proc = subprocess.run(f'cmd /d /s /c "{step}"', capture_output=True, text=True, check=False)
+    env = parse_set_output(proc.stdout)
+    if proc.returncode != 0 or "VSCMD_ARG_TGT_ARCH" not in env:
+        raise ToolError(f"vcvarsall.bat x64 -vcvars_ver={setup.toolset.version} did not set up the developer "
+                        f"environment (rc {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-800:]}",
+                        where=lines[-1], hint=f"install the MSVC {setup.toolset.version} toolset "
+                                              "(Visual Studio Installer, individual components)")
+    return {**env, **dict(setup.environment)}
+
+
 def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
                      environ: Mapping[str, str] | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
@@ -290,6 +323,8 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     environ = dict(os.environ if environ is None else environ)
     if plan.cell.platform.startswith("linux"):
         check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
+    if plan.msvc is not None:  # cibuildwheel builds Windows wheels on the host, in this environment
+        environ.update(developer_environment(plan.msvc, log=say))
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
     if plan.spec.compile_cache.enabled:  # the container runs farm's launcher script from the mounted run folder
@@ -329,28 +364,24 @@ def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path |
     return subprocess.CompletedProcess(cmd, proc.returncode)
 
 
-def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None) -> str | None:
-    """The exact Python version cibuildwheel built with: the image's ``/opt/python/<tag>-<tag>``
-    interpreter, asked in a throwaway container (about a second). None when the image is not
-    named here (cibuildwheel's own default) or the engine cannot say: provenance records
-    "unknown" rather than this host's Python."""
+def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, *,
+                     cache_dir: Path | None = None) -> str | None:
+    """The exact Python version cibuildwheel built with: the version the image's
+    ``/opt/python/<tag>-<tag>`` interpreter reports, from the image's probe
+    (:func:`farm.builder.images.probe_image`, cached per image ID in ``cache_dir``). None when the
+    image is not here or the engine cannot say: provenance records "unknown" rather than this
+    host's Python."""
     if not plan.cell.platform.startswith("linux"):
         return None
     environ = os.environ if environ is None else environ
     engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
     arch = plan.cell.platform.removeprefix("linux_")
-    image = plan.options.get(f"manylinux-{arch}-image") or environ.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
-    tag = plan.identifier.split("-", 1)[0]
-    if not image or not tag.startswith("cp") or shutil.which(engine) is None:
+    named = plan.options.get(f"manylinux-{arch}-image")
+    image = image_for(arch, {arch: str(named)} if named else {}, environ)
+    if not image or shutil.which(engine) is None:
         return None
-    code = "import platform; print(platform.python_version())"
-    try:
-        proc = subprocess.run([engine, "run", "--rm", str(image), f"/opt/python/{tag}-{tag}/bin/python", "-c", code],
-                              capture_output=True, text=True, timeout=300, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    version = proc.stdout.strip()
-    return version if proc.returncode == 0 and re.fullmatch(r"\d+\.\d+\.\d+\S*", version) else None
+    facts, _ = probe_image(engine, image, cache_dir)
+    return facts.pythons.get(plan.cell.python) if facts is not None else None
 
 
 def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[str, str]:
@@ -532,9 +563,6 @@ def build_cell(
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
     farm_deps: tuple[FarmDep, ...] = ()
     if spec.farm_deps:  # another recipe's wheel of this cell, from farm's wheelhouse, bytes pinned
-        if settings.builder is not BuilderKind.NATIVE:
-            raise UsageError(f"cell {cell.id} builds against farm's {', '.join(spec.farm_deps)}: the container "
-                             "does not see farm's wheelhouse", hint="build it with --builder native")
         farm_deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
         for dep in farm_deps:
             say(f"{cell.id}: building against farm's {dep.wheel.name} (sha256 {dep.sha256[:12]}...)")
@@ -549,15 +577,70 @@ def build_cell(
                            interpreter=interpreter, farm_deps=farm_deps, started=started)
 
 
+@dataclass(frozen=True)
+class CellPlan:
+    """What ``farm build --plan`` shows of one cell: its plan, and the patches as they applied."""
+
+    plan: BuildPlan
+    patches: tuple[str, ...]  # the recipe's scripts for the cell's platform, in the order they ran
+    patch_output: tuple[str, ...]  # what they printed
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.plan.to_json(), "patches": list(self.patches), "patch_output": list(self.patch_output)}
+
+    def render(self) -> str:
+        plan, native = self.plan, self.plan.native
+        lines = [f"{plan.cell.id}: the build as planned (nothing is downloaded or compiled)",
+                 f"  arch list: {plan.archs.canonical()} ({plan.arch_origin})",
+                 f"  source: {plan.cwd} (build folder {plan.package_dir})"]
+        lines += [f"  patch: {s}" for s in self.patches] or ["  patch: none"]
+        lines += [f"    {line}" for line in self.patch_output]
+        if plan.msvc is not None:
+            lines += [f"  {line}" for line in plan.msvc.render()]
+        lines.append(f"  CUDA_HOME: {plan.cuda_home}")
+        lines += [f"  env {k}={v}" for k, v in (native.environment if native else ())]
+        lines += [f"  before-build: {step}" for step in (native.before_build if native else ())]
+        lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
+        return "\n".join(lines)
+
+
+def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, *,
+              arch: ArchRequest | None = None, torch_version: str | None = None, log: Log | None = None) -> CellPlan:
+    """The cell's build up to its plan: the source fetched and patched for the cell's platform
+    (in CACHE/build/plan/CELL), the spec and the plan, with the toolkit where farm would assemble
+    it and the farm wheels it builds against from the wheelhouse. Nothing is compiled and no
+    toolkit is downloaded, so any cell of the grid (a Windows cell on a Linux host too) can be
+    planned."""
+    spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
+    work = (Path(settings.work_root) / "plan" / cell.id).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=_say(log))
+    printed: list[str] = []
+    src = prepare_source(tree.root, recipe, config.root, work, log=printed.append, knobs=spec.knobs,
+                         platform=cell.platform)
+    prefix = toolkit_prefix(Path(settings.toolkit_root).absolute(), spec.toolkit)
+    home = settings.cuda_home or prefix / home_in_prefix(spec.toolkit)
+    options = PlanOptions(output_dir=work / "wheelhouse", work_dir=work, container_engine=settings.engine,
+                          images=settings.images, host_cuda_home=Path(home), host_toolkit_prefix=prefix,
+                          pip_cache=settings.pip_cache)
+    if spec.farm_deps:  # the farm wheels it builds against, as the build would take them (missing: an error)
+        deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
+        options = replace(options, farm_deps=deps, farm_deps_dir=stage_farm_deps(deps, work / "farm-deps"))
+    plan = plan_build(config, recipe, cell, src, options, spec=spec)
+    scripts = spec.knobs.patch_scripts(cell.platform)
+    return CellPlan(plan, scripts, tuple(line.strip() for line in printed))
+
+
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
                 work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
                 farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              progress=say)
-    src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs)
+    src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs, platform=cell.platform)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here
     report = lint_as_built(config, recipe, tree, spec.arch.archs, Path(settings.source_cache).absolute(),
-                           prepared=src, knobs=spec.knobs, extensions=spec.arch.extensions, cuda=cell.cuda)
+                           prepared=src, knobs=spec.knobs, extensions=spec.arch.extensions, cuda=cell.cuda,
+                           platform=cell.platform)
     for ignore in report.stale_ignores:  # stale under every list is the matrix's verdict; here, a note
         say(f"{cell.id}: lint_ignore at {ignore.where} matches nothing in the source as built for this arch list")
     if not report.passed:
@@ -593,6 +676,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         host_toolkit_prefix=tk.prefix,
         pip_cache=settings.pip_cache,
     )
+    if farm_deps and settings.builder is BuilderKind.CIBUILDWHEEL:  # the container gets verified copies
+        options = replace(options, farm_deps=farm_deps, farm_deps_dir=stage_farm_deps(farm_deps, work / "farm-deps"))
     setup = None
     if settings.shard is not None:  # one compile shard or the link job of a sharded cell
         setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)
@@ -641,7 +726,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
-        else container_python(plan)
+        else container_python(plan, cache_dir=Path(settings.work_root).absolute().parent)
     # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
     # so the matrix keeps estimating the cell from its recipe's sharding.
     duration = None if setup is not None else round(time.monotonic() - started, 1)
@@ -662,6 +747,22 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
                        shard=None if setup is None else {"job": "link", "count": setup.job.count}, imports=imports,
                        compile_cache=cache_counts)
+
+
+def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
+    """Copies of the resolved farm wheels in ``folder`` (emptied first) for a build container to
+    mount read-only, each copy's sha256 checked against the resolved one: the container is given
+    exactly the bytes that were verified, and nothing else of the wheelhouse."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for dep in deps:
+        copy = folder / dep.wheel.name
+        shutil.copyfile(dep.wheel, copy)
+        if sha256_file(copy) != dep.sha256:
+            raise WheelError(f"{dep.wheel.name} changed while it was copied for the build container",
+                             where=str(dep.wheel), hint="rebuild it with farm build, then build again")
+    return folder
 
 
 def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,

@@ -11,11 +11,16 @@ judged as the upload gate judges it (:func:`farm.provenance.verdict.judge`): the
 postbuild wrote beside it must hold these very bytes (sha256) under this name with the provenance
 the wheel embeds, the assertion must have passed, and the binaries must be the ones the provenance
 records. A wheel that is missing, not farm's, or changed since postbuild stops the build before
-anything is installed. The
-requirement is then installed as a direct reference with the wheel's sha256
-(``cumm @ file:///.../cumm-...whl#sha256=...``): the build environment's identity changes with
-the wheel's bytes, pip checks them, and the wheel's name and sha256 go into the provenance
+anything is installed. The requirement is then installed as a direct reference with the wheel's
+sha256 (``cumm @ file:///.../cumm-...whl#sha256=...``): the build environment's identity changes
+with the wheel's bytes, pip checks them, and the wheel's name and sha256 go into the provenance
 (``toolchain.farm_deps``).
+
+Both builders take the same resolved wheels. The native builder installs them from the
+wheelhouse; a cibuildwheel container build gets checked copies in a folder of its own, mounted
+read-only (``farm.builder.builders.stage_farm_deps``, ``farm.builder.plan.CONTAINER_FARM_DEPS``),
+and ``before-build`` installs each by :meth:`FarmDep.reference_at` the mounted copy, its sha256
+pinned, so pip inside the container checks the bytes once more.
 """
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ class FarmDep:
     @property
     def direct_reference(self) -> str:
         """What the build environment installs: the wheel itself, its bytes pinned."""
-        name = Requirement(self.requirement).name
-        return f"{name} @ {self.wheel.resolve().as_uri()}#sha256={self.sha256}"
+        return self.reference_at(self.wheel.resolve().as_uri())
+
+    def reference_at(self, url: str) -> str:
+        """The direct reference to this wheel's bytes at ``url`` (a container's copy of it)."""
+        return f"{Requirement(self.requirement).name} @ {url}#sha256={self.sha256}"
 
     def record(self) -> dict[str, str]:
         return {"requirement": self.requirement, "filename": self.wheel.name, "sha256": self.sha256}

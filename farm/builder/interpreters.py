@@ -12,7 +12,9 @@ native builder finds them on the host, in this order:
 Each candidate is started once and asked its version and whether it has ``venv`` and
 ``ensurepip`` (a build environment is a venv of it): a file that merely has the right name is
 never believed. None found: :func:`find_interpreter` returns None and says where it looked;
-with uv present, :func:`install_managed` installs one (``uv python install X.Y``, a download).
+with uv present, :func:`install_managed` installs one (``uv python install X.Y``, a download),
+and :func:`managed_download` says beforehand, from uv's own list and without the network, the URL
+that download comes from (the preflight checks that its server answers).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from farm import jsonread
 from farm.errors import ToolError, clip
 
 _PROBE = ("import platform, sys, importlib.util as u; "
@@ -138,6 +141,26 @@ def find_interpreter(tag: str, *, environ: Mapping[str, str] | None = None, uv: 
             return Search(wanted, Interpreter(found.path, found.version, how), tuple(looked))
         looked.append(f"{how}: {why}")
     return Search(wanted, None, tuple(looked))
+
+
+def managed_download(tag: str, uv: str, *, environ: Mapping[str, str] | None = None) -> str | None:
+    """The URL ``uv python install X.Y`` downloads this host's CPython of the cell's tag from
+    (``uv python list X.Y --only-downloads``: uv's built-in list, its mirror settings applied, no
+    network); None when uv offers none."""
+    wanted = version_of_tag(tag)
+    try:
+        proc = subprocess.run([uv, "python", "list", wanted, "--only-downloads", "--output-format", "json"],
+                              capture_output=True, check=False, timeout=PROBE_TIMEOUT_S,
+                              env=dict(os.environ if environ is None else environ))
+        entries = jsonread.loads(proc.stdout[:1 << 20]) if proc.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    for entry in entries if isinstance(entries, list) else []:
+        if (isinstance(entry, dict) and entry.get("implementation") == "cpython"
+                and entry.get("variant") == "default" and isinstance(entry.get("url"), str)
+                and str(entry.get("version", "")).startswith(f"{wanted}.")):
+            return str(entry["url"])
+    return None
 
 
 def install_managed(tag: str, uv: str, *, environ: Mapping[str, str] | None = None) -> Interpreter:

@@ -31,6 +31,8 @@ from pathlib import Path, PurePosixPath
 import tomli_w
 
 from farm.builder import compilecache
+from farm.builder.farmdeps import FarmDep
+from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
 from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
     BUILD_REQUIREMENTS,
@@ -105,6 +107,7 @@ _VENDOR_CHECK = (
 CONTAINER_TOOLKIT_PREFIX = "/opt/farm/toolkit"
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
 CONTAINER_PIP_CACHE = "/opt/farm/pip-cache"
+CONTAINER_FARM_DEPS = "/opt/farm/farm-deps"  # the farm wheels a cell builds against, mounted read-only
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,10 @@ class PlanOptions:
     # pip's download cache on the host (torch, build tools): mounted into the build container at
     # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
     pip_cache: Path | None = None
+    # The farm wheels the cell builds against (farm/builder/farmdeps.py), verified, and the host
+    # folder of their copies the build container mounts read-only at CONTAINER_FARM_DEPS.
+    farm_deps: tuple[FarmDep, ...] = ()
+    farm_deps_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ class BuildPlan:
     options: Mapping[str, object] = field(default_factory=dict)  # the cibuildwheel options
     native: NativeSteps | None = None
     cuda_home: str = ""  # CUDA_HOME as the build sees it
+    msvc: MsvcSetup | None = None  # a win_amd64 cell: the toolset, its developer environment, its flags
 
     # The spec's fields under the names the plan has always had.
     @property
@@ -209,6 +217,7 @@ class BuildPlan:
             "torch_index": self.torch_index,
             "toolkit": self.toolkit.to_json(),
             "spec": self.spec.to_json(),
+            "msvc": self.msvc.to_json() if self.msvc else None,
         }
 
 
@@ -235,7 +244,7 @@ def arch_environment(archs: ArchList) -> dict[str, str]:
 
 
 def _environment(
-    archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False
+    archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False, msvc: MsvcSetup | None = None,
 ) -> list[tuple[str, str]]:
     sep = ";" if windows else ":"
     env: list[tuple[str, str]] = [
@@ -252,8 +261,12 @@ def _environment(
         nvcc += ["--threads", str(knob.nvcc_threads)]
     # {gencode}: the cell's list as -gencode flags, for builds that give some TUs no arch flags
     nvcc += [f for flag in knob.nvcc_flags for f in (archs.render_nvcc() if flag == GENCODE else (flag,))]
+    if msvc is not None:
+        nvcc += [f for f in msvc.nvcc_flags if f not in nvcc]
     if nvcc:
         env.append(("NVCC_APPEND_FLAGS", " ".join(nvcc)))
+    if msvc is not None:
+        env += list(msvc.environment)
     env += sorted(knob.env.items())
     # packages that read the list from a variable of their own (NATTEN_CUDA_ARCH, ...)
     env += sorted((name, render(archs, how)) for name, how in knob.arch_env.items())
@@ -293,8 +306,10 @@ def _quoter(windows: bool) -> Callable[[str], str]:
 
 def before_build_commands(
     knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
-    tools: tuple[str, ...] = BUILD_REQUIREMENTS,
+    tools: tuple[str, ...] = BUILD_REQUIREMENTS, direct: Mapping[str, str] | None = None,
 ) -> list[str]:
+    """The build's dependencies, in order: the tools, torch, the recipe's extra_deps (``direct``:
+    a farm wheel's requirement -> its direct reference as the build sees it)."""
     q = _quoter(windows)
     cmds = [f"python -m pip install {' '.join(q(r) for r in tools)}"]
     if torch_version is not None:
@@ -303,7 +318,7 @@ def before_build_commands(
         source = "" if torch_index == TORCH_INDEX_PIP else f" --index-url {q(torch_index)}"
         cmds.append(f"python -m pip install {q('torch==' + torch_version)}{source}")
     if knob.extra_deps:
-        cmds.append("python -m pip install " + " ".join(q(d) for d in knob.extra_deps))
+        cmds.append("python -m pip install " + " ".join(q((direct or {}).get(d, d)) for d in knob.extra_deps))
     return cmds
 
 
@@ -362,7 +377,9 @@ def plan_build(
         cuda_home = PurePosixPath(options.host_cuda_home).as_posix()
         before_all = ""
 
-    env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows")
+    toolset = Toolset(knob.msvc_toolset) if knob.msvc_toolset else DEFAULT_TOOLSET
+    msvc = msvc_setup(cell.cuda, torch_version, toolset) if cibw_platform == "windows" else None
+    env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows", msvc=msvc)
     cache = spec.compile_cache
     cached = cache.enabled and cibw_platform == "linux"  # the launchers are sh scripts: Linux builds
     host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
@@ -398,8 +415,18 @@ def plan_build(
             env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
         else:
             env_pairs.append(("PIP_CACHE_DIR", host_cache))
+    direct: dict[str, str] = {}
+    if options.farm_deps and in_container:  # the verified copies, mounted read-only
+        if options.farm_deps_dir is None:
+            raise UsageError(f"cell {cell.id} builds against farm wheels: the plan needs the folder of their copies",
+                             hint="pass farm_deps_dir (farm.builder.builders.stage_farm_deps)")
+        add_volume(options.farm_deps_dir.as_posix(), f"{CONTAINER_FARM_DEPS}:ro")
+        direct = {d.requirement: d.reference_at(f"file://{CONTAINER_FARM_DEPS}/{d.wheel.name}")
+                  for d in options.farm_deps}
+    elif options.farm_deps:  # cibuildwheel on a Windows host builds there: the wheels' own paths
+        direct = {d.requirement: d.direct_reference for d in options.farm_deps}
     before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
-                                         windows=cibw_platform == "windows", tools=spec.tools)
+                                         windows=cibw_platform == "windows", tools=spec.tools, direct=direct)
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
     if cached and in_container:
         # the server starts before the build and reports after it, inside the container; a failed
@@ -467,6 +494,7 @@ def plan_build(
         options=cibw,
         native=native,
         cuda_home=cuda_home,
+        msvc=msvc,
     )
 
 

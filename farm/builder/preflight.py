@@ -7,18 +7,26 @@ planned cell is checked against the host:
   cibuildwheel builds Linux cells in a container (any host with the engine) and Windows cells
   only on Windows;
 - **engine**: cibuildwheel's container engine starts containers (Linux cells);
+- **emulation**: a Linux cell of another architecture than the host's needs a binfmt_misc
+  handler a container can use (:func:`farm.builder.images.emulation_blocker`);
+- **image**: the cell's manylinux image is here (and of the cell's architecture), or its
+  registry answers; a local image is asked once per image ID for its interpreters and compiler
+  (:mod:`farm.builder.images`): the cell's ``/opt/python/<tag>-<tag>`` must run that Python;
 - **python**: the native builder has an interpreter of the cell's version
-  (:mod:`farm.builder.interpreters`);
-- **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``);
+  (:mod:`farm.builder.interpreters`), or uv offers one to install (then its download server must
+  answer); cibuildwheel's image has it;
+- **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``); so does the image;
+  a Windows cell has MSVC (``cl.exe`` on PATH, or Visual Studio's C++ tools as vswhere finds them);
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
   the redist root or the package index for the toolkit, the torch index, the source's git host or
   index. Nothing is checked for what is cached already.
 
-:func:`platform_blocker` is pure; :class:`Preflight` gathers the host's facts once per run. A
-cell this host cannot build is skipped with one line saying why; when the user named it (the
-blocking dimension was a filter on the command line) it is refused instead (exit 2 for what the
-host is, 3 for what it lacks).
+:func:`platform_blocker` and :func:`container_blocker` are pure; :class:`Preflight` gathers the
+host's facts once per run (each image once, its probe cached per image ID). A cell this host
+cannot build is skipped with one line saying why; when the user named it (the blocking
+dimension was a filter on the command line) it is refused instead (exit 2 for what the host is,
+3 for what it lacks).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import os
 import platform
 import shutil
 import socket
+import subprocess
 import sys
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -37,7 +46,8 @@ from typing import TYPE_CHECKING
 
 from farm.builder import buildenv
 from farm.builder.buildenv import find_uv
-from farm.builder.interpreters import Interpreter, find_interpreter
+from farm.builder.images import ImageFacts, emulated_machines, emulation_blocker, image_for, probe_image, registry_of
+from farm.builder.interpreters import Interpreter, find_interpreter, managed_download
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, GitSource, PathSource, SdistSource
@@ -52,6 +62,7 @@ TOOLKIT_BYTES = 4 << 30  # an assembled toolkit with torch's components, archive
 TORCH_ENV_BYTES = 7 << 30  # a build environment with torch and its CUDA libraries (about 5 GB)
 PLAIN_ENV_BYTES = 512 << 20  # a build environment without torch
 BUILD_BYTES = 2 << 30  # the source's copy, objects and wheels of one cell
+MANAGED_PYTHON_BYTES = 256 << 20  # a Python uv installs (about 100 MB unpacked)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -63,15 +74,19 @@ class Blocker:
     dimension: str
     reason: str
     exit_code: int = EXIT_ENVIRONMENT
+    hint: str | None = None  # the fix, where the dimension's usual one does not fit
 
     def error(self, cell: Cell) -> FarmError:
         kind = UsageError if self.exit_code == EXIT_BAD_INPUT else ToolError
-        return kind(f"cell {cell.id} cannot be built on this host: {self.reason}", hint=_HINTS.get(self.dimension))
+        return kind(f"cell {cell.id} cannot be built on this host: {self.reason}",
+                    hint=self.hint or _HINTS.get(self.dimension))
 
 
 _HINTS = {
     "platform": "build it on a host of that platform (CI runs each platform on its own runner)",
     "engine": "start the engine, or use --builder native",
+    "image": "make the image (the local one: bash .ci/podman-setup.sh), pull it where its registry answers "
+             "(podman pull IMAGE), or name another with --image / --image-aarch64",
     "python": "install that Python (uv python install X.Y, pyenv install X.Y, or the distribution's pythonX.Y)",
     "compiler": "install a C++ compiler (on Debian: apt-get install g++), or set CXX",
     "disk": "free space in the cache (farm cache prune), or pass --cache-dir on a larger disk",
@@ -106,6 +121,43 @@ def platform_blocker(cell: Cell, builder: str, host: Host) -> Blocker | None:
     return None
 
 
+def container_blocker(cell: Cell, host: Host, handlers: Mapping[str, bool] | None, reference: str | None,
+                      facts: ImageFacts | None, registry_down: str | None) -> Blocker | None:
+    """Whether cibuildwheel's container can build the Linux ``cell`` on ``host`` (pure).
+    ``handlers``: the host's binfmt_misc handlers (ELF machine -> usable by a container; None: not
+    mounted); ``reference``: the cell's image (None: cibuildwheel names none); ``facts``: the
+    image's, when it is here; ``registry_down``: why its registry does not answer (None: it does,
+    or the image is here)."""
+    machine = cell.platform.removeprefix("linux_")
+    emulation = emulation_blocker(machine, host.machine, handlers)
+    if emulation is not None:
+        return Blocker("platform", emulation, EXIT_BAD_INPUT)
+    if reference is None:
+        return Blocker("image", f"no manylinux image is named for {machine} and cibuildwheel names none")
+    if facts is None:
+        registry = registry_of(reference)
+        if registry is None:
+            return Blocker("image", f"the image {reference} is not here, and a localhost/ image is never pulled")
+        if registry_down is not None:
+            return Blocker("image", f"the image {reference} is not here, and its registry {registry} does not "
+                                    f"answer ({registry_down})")
+        return None  # pulled by the build; its interpreters are known once it is here
+    if facts.os != "linux" or facts.machine != machine:
+        return Blocker("image", f"the image {reference} is {facts.os}/{facts.machine}; the cell needs linux/{machine}",
+                       EXIT_BAD_INPUT)
+    if cell.python not in facts.pythons:
+        has = ", ".join(f"{t} ({v})" for t, v in sorted(facts.pythons.items())) or "none"
+        notes = "".join(f"; {n}" for n in facts.notes)
+        return Blocker("python", f"the image {reference} has no Python {cell.python_version} "
+                                 f"(/opt/python/{cell.python}-{cell.python} is not there; it has {has}{notes})",
+                       EXIT_BAD_INPUT, hint=f"name an image that has it (--image), or build it with --builder "
+                                            f"native and a Python {cell.python_version} on this host")
+    if facts.compiler is None:
+        return Blocker("compiler", f"the image {reference} has no C++ compiler (c++ or g++)",
+                       hint="name an image that has one (--image); manylinux images do")
+    return None
+
+
 def url_host(url: str) -> tuple[str, int] | None:
     """``(host, port)`` a URL is fetched from; None for a local path or file URL."""
     if url.startswith("git@"):  # git@github.com:o/r.git
@@ -133,6 +185,29 @@ def _compiler(environ: Mapping[str, str]) -> str | None:
     return shutil.which("c++", path=path) or shutil.which("g++", path=path)
 
 
+VSWHERE = Path("Microsoft Visual Studio", "Installer", "vswhere.exe")  # under %ProgramFiles(x86)%
+MSVC_COMPONENT = "Microsoft.VisualStudio.Component.VC.Tools.x86.x64"
+
+
+def _msvc(environ: Mapping[str, str]) -> str | None:
+    """cl.exe on PATH (a developer prompt), else the newest Visual Studio with the C++ x64 tools
+    as vswhere (the installer's locator, where setuptools looks too) reports it; None: neither."""
+    cl = shutil.which("cl.exe", path=environ.get("PATH", ""))
+    if cl:
+        return cl
+    root = environ.get("ProgramFiles(x86)")
+    vswhere = Path(root) / VSWHERE if root else None
+    if vswhere is None or not vswhere.is_file():
+        return None
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        proc = subprocess.run([str(vswhere), "-latest", "-products", "*", "-requires", MSVC_COMPONENT,
+                               "-property", "installationPath"], capture_output=True, text=True,
+                              timeout=30, check=False)
+        found = proc.stdout.strip().splitlines()[:1]
+        return found[0] if proc.returncode == 0 and found else None
+    return None
+
+
 @dataclass
 class Preflight:
     """The host's facts, each found once per ``farm build`` and shared by its cells."""
@@ -142,9 +217,38 @@ class Preflight:
     host: Host = field(default_factory=Host.this)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     check_engine: Callable[[str], object] | None = None  # raises ToolError when the engine cannot run
+    images: Mapping[str, str] = field(default_factory=dict)  # arch -> the manylinux image the plan names
+    cache: Path | None = None  # where an image's probe is cached (per image ID)
+    # the host's binfmt_misc handlers and an image's facts (the engine asked); replaceable in tests
+    emulation: Callable[[], Mapping[str, bool] | None] = emulated_machines
+    probe: Callable[[str, str, Path | None], tuple[ImageFacts | None, str]] = probe_image
     _engine: dict[str, str | None] = field(default_factory=dict)
+    uv: str | None = field(default_factory=find_uv)  # installs a cell's Python that is not here
     _interpreters: dict[str, Interpreter | str] = field(default_factory=dict)
+    _managed: dict[str, str | None] = field(default_factory=dict)  # tag -> where uv would download it
     _reach: dict[tuple[str, int], str | None] = field(default_factory=dict)
+    _handlers: list[Mapping[str, bool] | None] = field(default_factory=list)
+    _images: dict[str, tuple[ImageFacts | None, str]] = field(default_factory=dict)
+
+    def _container(self, cell: Cell) -> Blocker | None:
+        if not self._handlers:
+            self._handlers.append(self.emulation())
+        handlers = self._handlers[0]
+        machine = cell.platform.removeprefix("linux_")
+        reference = image_for(machine, self.images, self.environ)
+        facts = None
+        down = None
+        if reference is not None and emulation_blocker(machine, self.host.machine, handlers) is None:
+            if reference not in self._images:
+                self._images[reference] = self.probe(self.engine, reference, self.cache)
+            facts, why = self._images[reference]
+            if why:
+                return Blocker("image", why)
+            registry = registry_of(reference)
+            if facts is None and registry is not None:
+                host, _, port = registry.partition(":")
+                down = self._answer((host, int(port) if port.isdigit() else 443))
+        return container_blocker(cell, self.host, handlers, reference, facts, down)
 
     def interpreter(self, cell: Cell) -> Interpreter | None:
         found = self._interpreters.get(cell.python)
@@ -152,12 +256,23 @@ class Preflight:
 
     def _python(self, cell: Cell) -> Blocker | None:
         if cell.python not in self._interpreters:
-            search = find_interpreter(cell.python, environ=self.environ, uv=find_uv())
+            search = find_interpreter(cell.python, environ=self.environ, uv=self.uv)
             self._interpreters[cell.python] = search.interpreter or "; ".join(search.looked)
         found = self._interpreters[cell.python]
         if isinstance(found, Interpreter):
             return None
-        return Blocker("python", f"no Python {cell.python_version} here (looked: {found})", EXIT_BAD_INPUT)
+        if self.managed(cell) is not None:
+            return None  # uv installs it: a download, checked with the others
+        uv = "uv offers no download of it" if self.uv else "uv, which could install one, is not here"
+        return Blocker("python", f"no Python {cell.python_version} here (looked: {found}; {uv})", EXIT_BAD_INPUT)
+
+    def managed(self, cell: Cell) -> str | None:
+        """Where uv would download the cell's Python from, when none is here (asked once per tag)."""
+        if self.uv is None or isinstance(self._interpreters.get(cell.python), Interpreter):
+            return None
+        if cell.python not in self._managed:
+            self._managed[cell.python] = managed_download(cell.python, self.uv, environ=self.environ)
+        return self._managed[cell.python]
 
     def _engine_blocker(self) -> Blocker | None:
         if self.engine not in self._engine:
@@ -170,13 +285,17 @@ class Preflight:
         why = self._engine[self.engine]
         return None if why is None else Blocker("engine", why)
 
+    def _answer(self, where: tuple[str, int]) -> str | None:
+        """Why ``(host, port)`` does not answer (None: it does), asked once per run."""
+        if where not in self._reach:
+            self._reach[where] = _reachable(*where)
+        return self._reach[where]
+
     def reach(self, url: str, what: str) -> Blocker | None:
         where = url_host(url)
         if where is None:
             return None
-        if where not in self._reach:
-            self._reach[where] = _reachable(*where)
-        why = self._reach[where]
+        why = self._answer(where)
         return None if why is None else Blocker(
             "network", f"{what} comes from {where[0]}:{where[1]}, which does not answer ({why})")
 
@@ -187,6 +306,14 @@ class Preflight:
         blocker = platform_blocker(cell, self.builder, self.host)
         if blocker is None and self.builder == "cibuildwheel" and cell.platform.startswith("linux"):
             blocker = self._engine_blocker()
+            if blocker is None:
+                blocker = self._container(cell)
+        if blocker is None and self.builder == "cibuildwheel" and cell.platform.startswith("win") \
+                and _msvc(self.environ) is None:
+            blocker = Blocker("compiler", "no MSVC C++ toolset (cl.exe on PATH, or a Visual Studio with the C++ "
+                                          "x64 tools that vswhere finds)",
+                              hint="install Visual Studio Build Tools with the C++ workload "
+                                   f"({MSVC_COMPONENT}), or run from a developer prompt")
         if blocker is None and self.builder == "native":
             blocker = self._python(cell)
             if blocker is None and _compiler(self.environ) is None:
@@ -200,7 +327,11 @@ class Preflight:
                 if free < disk_needed:
                     blocker = Blocker("disk", f"{probe} has {free / 1e9:.1f} GB free; the cell needs about "
                                               f"{disk_needed / 1e9:.1f} GB for what is not cached yet")
-        for what, url in (downloads or {}).items():
+        downloads = dict(downloads or {})
+        managed = self.managed(cell) if self.builder == "native" and blocker is None else None
+        if managed is not None:
+            downloads[f"Python {cell.python_version} (uv python install)"] = managed
+        for what, url in downloads.items():
             if blocker is not None:
                 break
             blocker = self.reach(url, what)
@@ -227,7 +358,12 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     if cuda_home is None and cached_toolkit(toolkit_prefix(toolkit_root, spec.toolkit), spec.toolkit) is None:
         downloads["the CUDA toolkit"] = spec.toolkit.manifest_url if spec.toolkit.source == "redist" else pip_index
         disk += TOOLKIT_BYTES
-    if builder == "native" and interpreter is not None:
+    if builder == "native" and interpreter is None:  # uv installs the Python first; its environment is new
+        downloads["the build tools"] = pip_index
+        if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
+            downloads["torch"] = spec.torch_index
+        disk += MANAGED_PYTHON_BYTES + (TORCH_ENV_BYTES if spec.torch_version else PLAIN_ENV_BYTES)
+    elif builder == "native" and interpreter is not None:
         contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
                                      python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
         if not (env_root / contents.slug / buildenv.SPEC_FILE).is_file():

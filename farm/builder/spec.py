@@ -51,8 +51,8 @@ SPEC_FILE = "build-spec.json"
 # and the components an installed toolkit is checked for joined the spec. 3: the import check's
 # knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
 # family's sources and exact targets).
-# 5: the compiler cache (on/off, backend, folder) joined it.
-SPEC_VERSION = 5
+# 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script and the MSVC toolset.
+SPEC_VERSION = 6
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -137,11 +137,13 @@ class BuildSpec:
                         "manifest_sha256": t.manifest_sha256, "pypi": list(t.pypi)},
             "environment": {"python": self.python, "torch": self.torch_version, "torch_index": self.torch_index,
                             "tools": list(self.tools)},
-            "knobs": {"subdir": k.subdir, "patch_script": k.patch_script, "extra_deps": list(k.extra_deps),
+            "knobs": {"subdir": k.subdir, "patch_script": list(k.patch_script),
+                      "platform_patch_script": dict(k.platform_patch_script), "extra_deps": list(k.extra_deps),
                       "extra_cuda_components": list(k.extra_cuda_components), "nvcc_flags": list(k.nvcc_flags),
                       "max_jobs": k.max_jobs, "nvcc_threads": k.nvcc_threads, "env": dict(k.env),
                       "arch_env": {name: how.value for name, how in k.arch_env.items()},
-                      "system_packages": list(k.system_packages), "compile_jobs": self.compile_jobs,
+                      "system_packages": list(k.system_packages), "msvc_toolset": k.msvc_toolset,
+                      "compile_jobs": self.compile_jobs,
                       "farm_deps": list(self.farm_deps),
                       "required_components": list(self.required_components)},
             "postbuild": {"dist": self.dist, "build_epoch": self.build_epoch, "jit": self.jit,
@@ -193,12 +195,13 @@ class BuildSpec:
         e = r.obj(top.get("environment"), "environment")
         k = r.obj(top.get("knobs"), "knobs")
         knobs = BuildKnobs(
-            subdir=r.opt_text(k, "knobs.subdir"), patch_script=r.opt_text(k, "knobs.patch_script"),
+            subdir=r.opt_text(k, "knobs.subdir"), patch_script=r.texts(k, "knobs.patch_script"),
+            platform_patch_script=r.text_map(k, "knobs.platform_patch_script"),
             extra_deps=r.texts(k, "knobs.extra_deps"), extra_cuda_components=r.texts(k, "knobs.extra_cuda_components"),
             nvcc_flags=r.texts(k, "knobs.nvcc_flags"), max_jobs=r.opt_count(k, "knobs.max_jobs"),
             nvcc_threads=r.opt_count(k, "knobs.nvcc_threads"), env=r.text_map(k, "knobs.env"),
             arch_env=r.renderings(k, "knobs.arch_env"),
-            system_packages=r.texts(k, "knobs.system_packages"))
+            system_packages=r.texts(k, "knobs.system_packages"), msvc_toolset=r.opt_text(k, "knobs.msvc_toolset"))
         p = r.obj(top.get("postbuild"), "postbuild")
         spec = cls(
             cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
@@ -357,6 +360,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
     return BuildKnobs(
         subdir=own.subdir,
         patch_script=own.patch_script,
+        platform_patch_script=own.platform_patch_script,
         extra_deps=own.extra_deps or base.extra_deps,
         extra_cuda_components=own.extra_cuda_components or base.extra_cuda_components,
         nvcc_flags=own.nvcc_flags or base.nvcc_flags,
@@ -365,6 +369,7 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
         env={**base.env, **own.env},
         arch_env={**base.arch_env, **own.arch_env},
         system_packages=own.system_packages or base.system_packages,
+        msvc_toolset=own.msvc_toolset or base.msvc_toolset,
     )
 
 

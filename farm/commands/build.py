@@ -21,8 +21,10 @@ from farm.builder.builders import (
     BuilderKind,
     BuildResult,
     BuildSettings,
+    CellPlan,
     build_cell,
     check_engine,
+    plan_cell,
     spec_overrides,
 )
 from farm.builder.compilecache import BACKEND_ENV, BACKENDS
@@ -74,6 +76,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--cache-dir", type=Path, help="sources, toolkits, build folders (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--plan", action="store_true",
+                        help="show each selected cell's build as planned (source patched for its platform, the "
+                             "environment, the MSVC set-up of a win_amd64 cell, the cibuildwheel call) and stop: "
+                             "nothing is compiled or downloaded but the source, on any host")
     split = parser.add_mutually_exclusive_group()
     split.add_argument("--shard", metavar="I/N", help="a recipe with `sharding: N`: compile only shard I of N "
                        "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
@@ -205,7 +211,7 @@ def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]
     (CI's one job per cell) name all of them."""
     named = {dim for dim, given in (("platform", args.platform), ("python", args.python)) if given}
     if args.cuda and args.python and args.platform and (args.torch or not recipe.links_torch):
-        named |= {"platform", "engine", "python", "compiler", "disk", "network"}
+        named |= {"platform", "engine", "image", "python", "compiler", "disk", "network"}
     return frozenset(named)
 
 
@@ -214,7 +220,8 @@ def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Reci
                                                     list[tuple[str, FarmError]], list[tuple[str, str]]]:
     """Each planned cell checked against this host before anything is downloaded: (buildable cells
     with the interpreter found for them, refused cells, skipped cells with the reason)."""
-    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine)
+    pre = Preflight(settings.builder.value, engine=settings.engine, check_engine=check_engine,
+                    images=settings.images, cache=Path(settings.work_root).parent)
     ok: list[tuple[PlannedCell, Interpreter | None]] = []
     refused: list[tuple[str, FarmError]] = []
     skipped: list[tuple[str, str]] = []
@@ -239,17 +246,43 @@ def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Reci
     return ok, refused, skipped
 
 
+def show_plans(args: argparse.Namespace, config: FarmConfig, recipe: Recipe, planned: list[PlannedCell],
+               settings: BuildSettings) -> int:
+    """``--plan``: each cell planned, shown, and nothing built (no preflight: a cell this host
+    cannot build is planned all the same). A cell that cannot be planned is an error of its own."""
+    plans: list[CellPlan] = []
+    errors: list[tuple[str, FarmError]] = []
+    for pc in planned:
+        try:
+            plans.append(plan_cell(config, recipe, pc.cell, settings, arch=pc.arch, torch_version=pc.torch_version,
+                                   log=lambda m: print(f"farm build: {m}", file=sys.stderr)))
+        except FarmError as exc:
+            print(f"farm build: {pc.cell.id}: error: {exc}", file=sys.stderr)
+            errors.append((pc.cell.id, exc))
+    if args.json:
+        print(json.dumps({"plans": [p.to_json() for p in plans],
+                          "errors": [{"cell": c, "error": str(e), "exit_code": e.exit_code} for c, e in errors]},
+                         indent=2))
+    else:
+        print("\n\n".join(p.render() for p in plans))
+    return max((e.exit_code for _, e in errors), default=EXIT_OK)
+
+
 def run(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
+    if args.plan and (args.shard or args.link):
+        raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
+                         hint="drop --shard/--link to see the plan")
     require_build_extra()
     config = load_config(args.root, packages=[args.package])
     named = named_explicitly(args, config.recipe(args.package))
     _native_defaults(args)
     filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,
                             python=args.python, platform=args.platform)
-    ledger = (LedgerIndex.empty() if args.overwrite
+    whole = args.overwrite or args.plan  # a plan shows a built cell too
+    ledger = (LedgerIndex.empty() if whole
               else LedgerIndex.load(config.ledger_path, cache_dir=args.cache_dir or config.root / ".cache"))
-    matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    matrix = compute_matrix(config, ledger, filters, overwrite=whole)
     planned = matrix.cells
     if not planned and matrix.totals()["built"]:
         # Everything these filters select is built already: a rerun is not an error.
@@ -284,8 +317,10 @@ def run(args: argparse.Namespace) -> int:
                                             backend=args.compile_cache_backend),
         pip_cache=Path(args.pip_cache).absolute() if args.pip_cache else None,
     )
-    print(f"farm build: compiler cache: {settings.compile_cache.describe()}", file=sys.stderr)
     recipe = config.recipe(args.package)
+    if args.plan:
+        return show_plans(args, config, recipe, planned, settings)
+    print(f"farm build: compiler cache: {settings.compile_cache.describe()}", file=sys.stderr)
     results: list[BuildResult] = []
     skipped: list[tuple[str, Path]] = []
     out_dir = settings.out_dir

@@ -1,22 +1,24 @@
 """``farm chain [--package ...] --ref REF``: start the next wave without losing a waiting run's cells.
 
-The last job of a wave runs it when cells are deferred. It reads the run already waiting in the
-concurrency group (``gh run list``: its title carries its inputs), merges both runs' inputs
-(farm/schedule/chain.py) and dispatches build.yml with the merge, which replaces the waiting run
-with one that covers both. ``--dry-run`` prints the merge and dispatches nothing.
+The last job of a wave runs it when cells are deferred. It lists the runs of the wave workflow
+that wait to start on the branch (GitHub's REST API at ``GITHUB_API_URL``, the token of
+``GH_TOKEN``/``GITHUB_TOKEN``: each waiting status in turn, a run's title carries its inputs),
+merges their inputs with this wave's (farm/schedule/chain.py) and dispatches the workflow with
+the merge (``workflow_dispatch``), which replaces the waiting run with one that covers them all.
+``--dry-run`` prints the merge and reads and dispatches nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-import subprocess
+import os
 from dataclasses import fields
 
-from farm.errors import ToolError, redact
+from farm.publish import ghrest
 from farm.schedule.chain import Inputs, merge, parse_title, title
 
+# A run that has not started: held by the concurrency group (pending), waiting for a runner or an
+# environment's approval, or just created.
 WAITING = ("pending", "queued", "waiting", "requested")
 
 
@@ -25,39 +27,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{f.name}", default=f.default, help=f"this wave's {f.name} input")
     parser.add_argument("--ref", required=True, help="the branch the waves run on")
     parser.add_argument("--workflow", default="build.yml", help="the wave workflow (default: build.yml)")
-    parser.add_argument("--dry-run", action="store_true", help="print the merged inputs; dispatch nothing")
+    parser.add_argument("--repository", default=os.environ.get("GITHUB_REPOSITORY"),
+                        help="owner/name the workflow runs in (default: $GITHUB_REPOSITORY)")
+    parser.add_argument("--dry-run", action="store_true", help="print the merged inputs; read and dispatch nothing")
 
 
-def _gh(*argv: str) -> str:
-    gh = shutil.which("gh")
-    if gh is None:
-        raise ToolError("`gh` is not on PATH", hint="install the GitHub CLI (https://cli.github.com)")
-    proc = subprocess.run([gh, *argv], capture_output=True, text=True, check=False, timeout=300)
-    if proc.returncode != 0:
-        raise ToolError(f"`gh {' '.join(argv[:3])}` exited {proc.returncode}", hint=redact(proc.stderr.strip()[-300:]))
-    return proc.stdout
-
-
-def waiting_inputs(workflow: str, ref: str) -> Inputs | None:
-    """The inputs of the newest run of ``workflow`` on ``ref`` that waits to start, if any."""
-    runs = json.loads(_gh("run", "list", "--workflow", workflow, "--branch", ref, "--limit", "50",
-                          "--json", "status,displayTitle,databaseId") or "[]")
-    waiting = sorted((r for r in runs if r.get("status") in WAITING), key=lambda r: r.get("databaseId", 0))
-    if not waiting:
-        return None
-    found = parse_title(str(waiting[-1].get("displayTitle", "")))
-    return found if found is not None else Inputs()  # an unknown title: assume the widest
+def waiting_inputs(client: ghrest.Client, workflow: str, ref: str) -> list[Inputs]:
+    """The inputs of every run of ``workflow`` on ``ref`` that waits to start, oldest first (a
+    title farm did not write, such as a scheduled run's, is the widest: unfiltered)."""
+    runs = {r.id: r for status in WAITING for r in client.workflow_runs(workflow, branch=ref, status=status)}
+    out = []
+    for r in sorted(runs.values(), key=lambda r: r.id):
+        found = parse_title(r.title)
+        out.append(found if found is not None else Inputs())
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     mine = Inputs(**{f.name: getattr(args, f.name) for f in fields(Inputs)})
-    pending = None if args.dry_run else waiting_inputs(args.workflow, args.ref)
-    merged = merge(mine, pending)
     print(f"this wave: {title(mine)}")
-    if pending is not None:
+    if args.dry_run:
+        print(f"dispatch:  {title(mine)}")
+        return 0
+    client = ghrest.actions_client(args.repository, os.environ)
+    merged = mine
+    for pending in waiting_inputs(client, args.workflow, args.ref):
         print(f"waiting:   {title(pending)}")
+        merged = merge(merged, pending)
     print(f"dispatch:  {title(merged)}")
-    if not args.dry_run:
-        flags = [x for f in fields(Inputs) for x in ("-f", f"{f.name}={getattr(merged, f.name)}")]
-        _gh("workflow", "run", args.workflow, "--ref", args.ref, *flags)
+    client.dispatch(args.workflow, args.ref, {f.name: getattr(merged, f.name) for f in fields(Inputs)})
+    print(f"dispatched {args.workflow} on {args.ref}")
     return 0

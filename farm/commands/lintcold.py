@@ -23,22 +23,25 @@ from farm.progress import reporter
 from farm.schedule.matrixlint import LintOutcome, stale_ignores
 from farm.source.fetch import fetch
 
-Request = tuple["ArchList", tuple[tuple[str, "ArchList"], ...], "str | None"]
+Request = tuple["ArchList", tuple[tuple[str, "ArchList"], ...], "str | None", "str | None"]
 
 
 def _package_lists(config: FarmConfig, recipe: Recipe) -> list[Request]:
     """Distinct arch lists the package's cells resolve to, with the extensions' own lists of the
-    same cells and, for a package with kernel families, the CUDA line (the families depend on
-    it), in first-seen order."""
-    lists: dict[tuple[str, tuple[tuple[str, str], ...], str | None], Request] = {}
+    same cells, for a package with kernel families the CUDA line (the families depend on it), and
+    the platform of cells that have a ``platform_patch_script`` (their source as built differs),
+    in first-seen order."""
+    lists: dict[tuple[str, tuple[tuple[str, str], ...], str | None, str | None], Request] = {}
     for cell in declared_cells(config.defaults, recipe):
         if recipe_excludes(recipe, cell):
             continue
         request = arch_request(config, recipe, cell)
         if request is not None:
             cuda = cell.cuda if recipe.kernel_families else None
-            key = (request.archs.canonical(), tuple((g, a.canonical()) for g, a in request.extensions), cuda)
-            lists.setdefault(key, (request.archs, request.extensions, cuda))
+            platform = cell.platform if cell.platform in recipe.build.platform_patch_script else None
+            key = (request.archs.canonical(), tuple((g, a.canonical()) for g, a in request.extensions), cuda,
+                   platform)
+            lists.setdefault(key, (request.archs, request.extensions, cuda, platform))
     return list(lists.values())
 
 
@@ -75,7 +78,7 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     config = load_config(root)
     recipe = config.recipe(args.what)
     if args.arch_list:
-        lists: list[Request] = [(ArchList.parse(args.arch_list, where="--arch-list"), (), args.cuda)]
+        lists: list[Request] = [(ArchList.parse(args.arch_list, where="--arch-list"), (), args.cuda, None)]
     else:
         lists = _package_lists(config, recipe)
         if not lists:
@@ -86,14 +89,15 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     say = reporter("farm lint", json=args.json)
     tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
     outcomes = []
-    for archs, extensions, cuda in lists:
+    for archs, extensions, cuda, platform in lists:
         say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}"
             + "".join(f", {glob} against {own.canonical()}" for glob, own in extensions)
-            + (f", kernel families for CUDA {cuda}" if cuda else ""))
-        # the source as it is built (after the recipe's patch_script), as the matrix lints it
+            + (f", kernel families for CUDA {cuda}" if cuda else "")
+            + (f", as patched for {platform}" if platform else ""))
+        # the source as it is built (after the recipe's patch scripts), as the matrix lints it
         outcomes.append(LintOutcome(recipe.name, archs.canonical(),
                                     lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions,
-                                                  cuda=cuda)))
+                                                  cuda=cuda, platform=platform)))
     # An entry that matches under one list (a CUDA line's flags) is not stale under another.
     stale = tuple(ignore for _, ignore in stale_ignores(outcomes))
     return [(recipe.name, dataclasses.replace(o.report, stale_ignores=stale)) for o in outcomes]

@@ -2,7 +2,9 @@
 one artifact at a time.
 
 The publish job of build shard I runs it after that shard's builds: for each cell it downloads the
-cell's artifacts (its fragment, then its wheel, through ``gh api``), gates and publishes the wheel
+cell's artifacts (its fragment, then its wheel, through GitHub's REST API at ``GITHUB_API_URL``
+with the token of ``GH_TOKEN``/``GITHUB_TOKEN``: :mod:`farm.publish.ghrest`, throttled with the
+job's uploads under one share of GitHub's limits), gates and publishes the wheel
 (``farm upload``'s path, into the checkout's ledger; ``--push-ledger``: each record committed and
 pushed, fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
 (farm/schedule/stream.py). Each cell's verdict is appended to ``--report`` as it comes;
@@ -17,22 +19,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
 
 from farm.commands.slice import read_plan
-from farm.commands.upload import configured_targets, render
-from farm.errors import EXIT_ENVIRONMENT, ToolError, UsageError, redact
+from farm.commands.upload import check_publishers, configured_targets, publish_options, render
+from farm.errors import EXIT_ENVIRONMENT, UsageError
 from farm.model.config import LEDGER_FILE, load_config
 from farm.provenance.verdict import derive_from_config
-from farm.publish import upload
+from farm.publish import ghrest, upload
+from farm.publish.github import ASSET_MAX_BYTES
+from farm.publish.releases import github_client
+from farm.publish.targets import GithubSettings
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
+
+# A cell's fragment artifact: a zip of at most 8 fragments of at most 1 MiB each.
+MAX_FRAGMENT_BYTES = 1 << 20
+MAX_BUNDLE_BYTES = 9 * MAX_FRAGMENT_BYTES
+# A wheel GitHub can publish is under 2 GiB: a larger artifact is refused before a byte is written.
+MAX_WHEEL_BYTES = ASSET_MAX_BYTES
+MAX_WHEEL_MEMBERS = 200_000
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,69 +56,76 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",
                         help="append each cell's verdict here (one JSON object a line)")
-    parser.add_argument("--publishers", type=int, default=1, metavar="N",
-                        help="publish jobs that may run at once with the same token: each takes 1/N of "
-                             "GitHub's limits (build.yml: its shard jobs plus the link job)")
-    parser.add_argument("--push-ledger", metavar="REMOTE",
-                        help="commit and push the ledger after each record (fetch, rebase and retry on a "
-                             "rejected push); without it the records stay in the checkout's ledger file")
+    publish_options(parser)
 
 
 class RunArtifacts:
-    """The artifacts of one workflow run through GitHub's REST API (``gh api``): listed once per
-    job (100 a page), then each downloaded by id. A cell's ``wheels-<id>`` artifact is a small zip
-    of its ledger fragment; its wheel is an artifact of its own, uploaded unzipped under the
-    wheel's file name, so the job's disk holds the wheel once, never beside a zip of it."""
+    """The artifacts of one workflow run through GitHub's REST API: listed once per job (100 a
+    page), then each downloaded by id, streamed to disk under a cap. A cell's ``wheels-<id>``
+    artifact is a small zip of its ledger fragment; its wheel is an artifact of its own, uploaded
+    unzipped under the wheel's file name, so the job's disk holds the wheel once, never beside a
+    zip of it."""
 
-    def __init__(self, run_id: str, repository: str | None) -> None:
-        if not repository:
-            raise UsageError("--repository (or $GITHUB_REPOSITORY) names the run's repository")
-        self.run_id, self.repository = run_id, repository
-        self._ids: dict[str, int] | None = None
+    def __init__(self, client: ghrest.Client, run_id: str) -> None:
+        self.client, self.run_id = client, run_id
+        self._listing: dict[str, ghrest.Artifact] | None = None
+        self._failed: ghrest.GithubApiError | None = None
 
-    def _api(self, *args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[Any]:
-        gh = shutil.which("gh")
-        if gh is None:
-            raise ToolError("`gh` is not on PATH", hint="install the GitHub CLI (https://cli.github.com)")
-        proc = subprocess.run([gh, "api", *args], stdout=stdout, stderr=subprocess.PIPE, check=False, timeout=3600)
-        if proc.returncode != 0:
-            raise ToolError(f"`gh api {args[-1]}` exited {proc.returncode}",
-                            hint=redact(proc.stderr.decode("utf-8", "replace").strip()[-300:]))
-        return proc
+    def listing(self) -> dict[str, ghrest.Artifact]:
+        """name -> artifact; of two under one name (a re-run's attempt), the newer. A listing that
+        failed (after the client's bounded retries) fails every later cell at once, with the
+        same message: a shard of 256 cells never retries it 256 times."""
+        if self._failed is not None:
+            raise self._failed
+        if self._listing is None:
+            try:
+                artifacts = self.client.artifacts(self.run_id)
+            except ghrest.GithubApiError as exc:
+                self._failed = exc
+                raise
+            self._listing = {a.name: a for a in sorted(artifacts, key=lambda a: a.id)}
+        return self._listing
 
-    def ids(self) -> dict[str, int]:
-        if self._ids is None:
-            proc = self._api("--paginate", "--jq", '.artifacts[] | select(.expired | not) | "\\(.id)\\t\\(.name)"',
-                             f"repos/{self.repository}/actions/runs/{self.run_id}/artifacts?per_page=100")
-            pairs = (line.split("\t", 1) for line in proc.stdout.decode().splitlines() if "\t" in line)
-            self._ids = {name: int(i) for i, name in pairs}
-        return self._ids
-
-    def download(self, name: str, dest: Path) -> bool:
-        """The artifact ``name`` into the file ``dest``; False when the run has none."""
-        artifact = self.ids().get(name)
+    def download(self, name: str, dest: Path, *, max_bytes: int) -> bool:
+        """The artifact ``name`` into the file ``dest`` (at most ``max_bytes``); False when the
+        run has none."""
+        artifact = self.listing().get(name)
         if artifact is None:
             return False
-        with open(dest, "wb") as fh:
-            self._api(f"repos/{self.repository}/actions/artifacts/{artifact}/zip", stdout=fh)
+        if artifact.expired:
+            raise ghrest.GithubApiError(f"artifact {name} of run {self.run_id} has expired",
+                                        hint="the run's artifacts are past their retention; the next run builds "
+                                             "the cell again")
+        self.client.download_artifact(artifact, dest, max_bytes=max_bytes)
         return True
 
     def fetch(self, cell_id: str, folder: Path) -> bool:
         """A cell's fragment and wheel into ``folder`` (stream.Fetch)."""
         folder.mkdir(parents=True, exist_ok=True)
         bundle = folder / "fragment.zip"
-        if not self.download(f"{ARTIFACT_PREFIX}{cell_id}", bundle):
+        if not self.download(f"{ARTIFACT_PREFIX}{cell_id}", bundle, max_bytes=MAX_BUNDLE_BYTES):
             return False
         names = _extract_fragments(bundle, folder)
         bundle.unlink()
         for fragment in names:
             wheel = fragment.removesuffix(FRAGMENT_SUFFIX)
-            if not self.download(wheel, folder / wheel):
+            if not self.download(wheel, folder / wheel, max_bytes=MAX_WHEEL_BYTES):
                 return False  # the wheel's upload never happened: the cell failed
+            _check_wheel_zip(folder / wheel)
         return bool(names)
 
 
-MAX_FRAGMENT_BYTES = 1 << 20
+def _check_wheel_zip(path: Path) -> None:
+    """A downloaded wheel opens as a zip with a bounded member list (the gate then reads it
+    whole); anything else is said before any of it is used."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            count = len(zf.infolist())
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UsageError(f"{path.name}: the downloaded artifact is not a wheel (zip) ({exc})",
+                         hint="a build job uploads its wheel unzipped (archive: false), named after it") from None
+    if count > MAX_WHEEL_MEMBERS:
+        raise UsageError(f"{path.name}: {count} members, more than {MAX_WHEEL_MEMBERS}")
 
 
 def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
@@ -131,17 +147,20 @@ def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
+    check_publishers(args.publishers)
     cells = shard_cells(slice_plan(read_plan(args.plan), args.shard))
     targets = configured_targets(root, args.target)
     derive = derive_from_config(load_config(root))
     ledger = root / LEDGER_FILE
+    actions = ghrest.actions_client(args.repository, os.environ, publishers=args.publishers)
 
-    if args.publishers < 1:
-        raise UsageError(f"--publishers must be >= 1, got {args.publishers}")
+    def releases(settings: GithubSettings) -> ghrest.Client:
+        # one throttle for the job's downloads and uploads: together they keep to its share
+        return github_client(settings, throttle=actions.throttle, clock=actions.clock)
 
     def publish(cell: CellResult) -> tuple[str, str]:
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
-                        push_ledger=args.push_ledger)
+                        push_ledger=args.push_ledger, github_client=releases)
         if report.ok:
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
@@ -154,8 +173,9 @@ def run(args: argparse.Namespace) -> int:
             fh.flush()
             print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""))
 
-        verdicts = publish_shard(cells, RunArtifacts(args.run_id, args.repository).fetch, publish, args.scratch,
+        verdicts = publish_shard(cells, RunArtifacts(actions, args.run_id).fetch, publish, args.scratch,
                                  on_verdict=note)
     published = sum(v.built for v in verdicts)
-    print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published", file=sys.stderr)
+    print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published; "
+          f"{actions.requests} artifact request(s)", file=sys.stderr)
     return 0

@@ -31,13 +31,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delete-orphans", action="store_true",
                         help="delete a release asset under a wheel's name that no ledger entry records and that "
                              "fails re-assertion, then publish the wheel in its place")
+    publish_options(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def publish_options(parser: argparse.ArgumentParser) -> None:
+    """``--publishers`` and ``--push-ledger``: how a publishing command shares GitHub's limits and
+    the ledger's branch with the other jobs publishing at once (``farm upload``, ``farm publish-shard``)."""
     parser.add_argument("--publishers", type=int, default=1, metavar="N",
                         help="jobs publishing to GitHub at once with the same token: each keeps to 1/N of "
-                             "GitHub's rate limits (default: 1)")
+                             "GitHub's rate limits (default: 1; build.yml: its 8 shard jobs and the link job)")
     parser.add_argument("--push-ledger", metavar="REMOTE",
                         help="commit the ledger after each record and push it to this git remote (fetch, rebase "
-                             "and retry when another writer pushed first)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+                             "and retry when another writer pushed first); without it the records stay in the "
+                             "checkout's ledger file")
+
+
+def check_publishers(publishers: int) -> None:
+    if publishers < 1:
+        raise UsageError(f"--publishers {publishers}: must be at least 1")
 
 
 def configured_targets(root: Path, names: list[str] | None) -> list[TargetSettings]:
@@ -107,8 +119,7 @@ def render(report: UploadReport) -> str:
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
-    if args.publishers < 1:
-        raise UsageError(f"--publishers {args.publishers}: must be at least 1")
+    check_publishers(args.publishers)
     find_wheels(args.dir)  # a wrong folder is said before the configuration is read
     targets = configured_targets(root, args.target)
     # The gate re-derives every wheel's arch list from this configuration.

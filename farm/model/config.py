@@ -40,6 +40,7 @@ _PY_VERSION = re.compile(r"^3\.\d{1,2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SYSTEM_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_MSVC_TOOLSET = re.compile(r"^14\.[0-9]{2}$")  # vcvarsall's -vcvars_ver: 14.44 is Visual Studio 2022 17.14
 # requires_dist placeholders: another recipe's version, and the local label its wheel of the same cell carries
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _REF = re.compile(r"^(version|local):([A-Za-z0-9][A-Za-z0-9._-]*)$")
@@ -111,7 +112,10 @@ class PublishTarget:
 @dataclass(frozen=True)
 class BuildKnobs:
     subdir: str | None = None
-    patch_script: str | None = None
+    patch_script: tuple[str, ...] = ()  # run in order on every cell's source
+    # platform -> a second script for that platform's cells only, run after patch_script (the MSVC
+    # fixes of win_amd64 cells): the other platforms build the tree they always built
+    platform_patch_script: Mapping[str, str] = field(default_factory=dict)
     extra_deps: tuple[str, ...] = ()
     extra_cuda_components: tuple[str, ...] = ()
     nvcc_flags: tuple[str, ...] = ()
@@ -122,6 +126,13 @@ class BuildKnobs:
     arch_env: Mapping[str, Rendering] = field(default_factory=dict)
     # dnf packages installed, in order, in the Linux build container before the build
     system_packages: tuple[str, ...] = ()
+    # the Visual C++ toolset of win_amd64 builds (vcvarsall -vcvars_ver); None: farm's default
+    msvc_toolset: str | None = None
+
+    def patch_scripts(self, platform: str | None) -> tuple[str, ...]:
+        """The scripts a cell of ``platform`` is patched with, in order (None: the common one only)."""
+        own = self.platform_patch_script.get(platform) if platform else None
+        return (*self.patch_script, *((own,) if own else ()))
 
 
 @dataclass(frozen=True)
@@ -785,7 +796,8 @@ def _load_publish(top: _Section) -> dict[str, PublishTarget]:
 def _load_build(sec: _Section) -> BuildKnobs:
     knobs = BuildKnobs(
         subdir=sec.get("subdir", str),
-        patch_script=sec.get("patch_script", str),
+        patch_script=_load_patch_scripts(sec),
+        platform_patch_script=_load_platform_patches(sec),
         extra_deps=sec.words("extra_deps"),
         extra_cuda_components=sec.words("extra_cuda_components"),
         nvcc_flags=sec.words("nvcc_flags"),
@@ -794,7 +806,11 @@ def _load_build(sec: _Section) -> BuildKnobs:
         env=dict(sec.get("env", dict, default={})),
         arch_env=_load_arch_env(sec),
         system_packages=sec.words("system_packages"),
+        msvc_toolset=sec.get("msvc_toolset", str, fix="quote it: msvc_toolset: '14.44'"),
     )
+    if knobs.msvc_toolset is not None and not _MSVC_TOOLSET.match(knobs.msvc_toolset):
+        raise ConfigError(f"{sec.key_path('msvc_toolset')} {knobs.msvc_toolset!r} is not a Visual C++ toolset version",
+                          where=sec.where("msvc_toolset"), hint="as vcvarsall's -vcvars_ver takes it, e.g. '14.44'")
     for pkg in knobs.system_packages:
         if not _SYSTEM_PACKAGE.match(pkg):
             raise ConfigError(f"{sec.key_path('system_packages')} entry {pkg!r} is not a package name",
@@ -832,9 +848,48 @@ def _load_build(sec: _Section) -> BuildKnobs:
         if key in knobs.env:
             raise ConfigError(f"{key} is in both {sec.key_path('env')} and {sec.key_path('arch_env')}",
                               where=sec.where("arch_env"), hint="keep it in arch_env: it follows the cell's list")
-    sec.done(("subdir", "patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
-              "max_jobs", "nvcc_threads", "env", "arch_env", "system_packages"))
+    sec.done(("subdir", "patch_script", "platform_patch_script", "extra_deps", "extra_cuda_components", "nvcc_flags",
+              "max_jobs", "nvcc_threads", "env", "arch_env", "system_packages", "msvc_toolset"))
     return knobs
+
+
+def _script_problem(script: object) -> str | None:
+    """Why ``script`` is not a patch script's path (a Python file inside the repository), or None."""
+    if not isinstance(script, str) or not script.endswith(".py"):
+        return f"must be the path of a Python script, got {_describe(script)}"
+    if script.startswith("/") or ".." in Path(script).parts:
+        return "must stay inside the repository"
+    return None
+
+
+def _load_patch_scripts(sec: _Section) -> tuple[str, ...]:
+    """``patch_script: packages/patches/x.py``, or a list of them run in order."""
+    scripts = sec.words("patch_script")
+    for script in scripts:
+        problem = _script_problem(script)
+        if problem:
+            raise ConfigError(f"{sec.key_path('patch_script')} entry {script!r} {problem}",
+                              where=sec.where("patch_script"),
+                              hint="a path relative to the repository, e.g. packages/patches/x.py")
+    return scripts
+
+
+def _load_platform_patches(sec: _Section) -> dict[str, str]:
+    """``platform_patch_script: {win_amd64: packages/patches/x_msvc.py}``: a platform farm builds,
+    a script path inside the repository (a Python file, as patch_script)."""
+    raw = sec.get("platform_patch_script", dict, default={})
+    out = {}
+    for plat, script in raw.items():
+        where = f"{sec.file}:{raw.line_of(plat)}" if isinstance(raw, YMap) else sec.where("platform_patch_script")
+        if plat not in PLATFORMS:
+            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat}: unknown platform", where=where,
+                              hint=did_you_mean(str(plat), PLATFORMS) or f"one of {', '.join(PLATFORMS)}")
+        problem = _script_problem(script)
+        if problem:
+            raise ConfigError(f"{sec.key_path('platform_patch_script')}.{plat} {problem}", where=where,
+                              hint="a path relative to the repository, e.g. packages/patches/NAME_msvc.py")
+        out[plat] = script
+    return out
 
 
 def _load_arch_env(sec: _Section) -> dict[str, Rendering]:

@@ -1,4 +1,6 @@
-"""GitHub's Releases REST API: the few calls a publisher needs, throttled and retried.
+"""GitHub's REST API: the few calls farm needs, throttled and retried. A release's assets (list,
+upload, download, delete); a workflow run's artifacts (list, download); a workflow's runs by
+status, and a ``workflow_dispatch`` of it.
 
 Every request first waits for :class:`farm.publish.ratelimit.Throttle` (GitHub's primary and
 secondary limits, sliding windows), and an answer of 403/429 that is about a rate limit is
@@ -12,8 +14,13 @@ An upload that lands twice (a retried POST whose first try got through) is answe
 digests, as for any asset already there. Downloads follow GitHub's redirect to its storage
 without the token (the storage URL is signed; a token there is refused, and would leak).
 
-The token is a constructor argument, read from the environment by the caller; it is never part
-of a message.
+An artifact is downloaded the same way: GitHub answers ``.../artifacts/ID/zip`` with a redirect
+to a signed storage URL valid for a minute, followed without the token, the bytes streamed to
+disk under a cap; an artifact past its retention is answered 410 Gone.
+
+The token is a constructor argument, read from the environment by the caller (:func:`env_token`:
+``GH_TOKEN``, else ``GITHUB_TOKEN``); it is never part of a message. Inside Actions the API's URL
+is ``GITHUB_API_URL`` (GitHub Enterprise Server has its own), which :func:`actions_client` reads.
 """
 
 from __future__ import annotations
@@ -29,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.errors import NetworkError, ToolError, clip
+from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import download
-from farm.publish.ratelimit import Clock, RealClock, Throttle, retry_after
+from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
 
 API_URL = "https://api.github.com"
+TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
 UPLOADS_URL = "https://uploads.github.com"
 API_VERSION = "2022-11-28"
 PER_PAGE = 100
@@ -42,6 +50,12 @@ MAX_RETRIES = 6
 MAX_WAIT_S = 3600.0
 MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_BODY = 16 * 1024 * 1024  # a page of 100 assets is ~100 KB
+# A run of build.yml holds ~2 artifacts a cell of <= 256 cells a shard; a concurrency group's waiting runs, a few.
+MAX_ARTIFACT_PAGES = 50
+MAX_RUN_PAGES = 5
+ACTIONS_READ = "the job's token needs `actions: read` on the run's repository (its permissions: block)"
+ACTIONS_WRITE = ("the job's token needs `actions: write` to read a workflow's runs and dispatch it, and the "
+                 "workflow must exist on the ref with a workflow_dispatch trigger")
 TIMEOUT_S = 600.0
 
 
@@ -70,6 +84,26 @@ class RemoteAsset:
     size: int
     sha256: str | None
     state: str = "uploaded"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An artifact of a workflow run (``expired``: past its retention, no longer downloadable)."""
+
+    id: int
+    name: str
+    size: int
+    expired: bool
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """A run of a workflow: its id, status (``queued``, ``pending``, ``in_progress``, ...) and
+    title (the workflow's ``run-name`` as rendered for it)."""
+
+    id: int
+    status: str
+    title: str
 
 
 @dataclass
@@ -105,9 +139,35 @@ def _asset(obj: Any) -> RemoteAsset:
                              f"{clip(obj)}") from None
 
 
+def _artifact(obj: Any) -> Artifact:
+    try:
+        return Artifact(int(obj["id"]), str(obj["name"]), int(obj.get("size_in_bytes") or 0), bool(obj.get("expired")))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GithubApiError(f"GitHub listed an artifact farm cannot read ({type(exc).__name__}): "
+                             f"{clip(obj)}") from None
+
+
+def _run(obj: Any) -> WorkflowRun:
+    try:
+        return WorkflowRun(int(obj["id"]), str(obj["status"]), str(obj.get("display_title") or ""))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GithubApiError(f"GitHub listed a workflow run farm cannot read ({type(exc).__name__}): "
+                             f"{clip(obj)}") from None
+
+
+def _page(answer: Answer, key: str, what: str) -> tuple[list[Any], int]:
+    """The items under ``key`` of a listing page and its ``total_count``."""
+    obj = answer.json()
+    items = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(items, list):
+        raise GithubApiError(f"listing {what}: GitHub's answer has no {key!r} list")
+    total = obj.get("total_count")
+    return items, total if isinstance(total, int) else -1
+
+
 @dataclass
 class Client:
-    """One repository's releases, through one token."""
+    """One repository through one token: its releases and its workflows' runs."""
 
     repository: str
     token: str = field(repr=False)
@@ -161,9 +221,11 @@ class Client:
                 handle.close()
 
     def request(self, method: str, path_or_url: str, *, body: Path | bytes | None = None,
-                headers: Mapping[str, str] | None = None, ok: tuple[int, ...] = (200,)) -> Answer:
+                headers: Mapping[str, str] | None = None, ok: tuple[int, ...] = (200,),
+                hint: str | None = None) -> Answer:
         """One call, retried while GitHub asks to wait or fails on its side; an answer whose
-        status is in ``ok`` is returned, anything else raises :class:`GithubApiError`."""
+        status is in ``ok`` is returned, anything else raises :class:`GithubApiError` (with
+        ``hint`` for a 403 or 404, the call's permission)."""
         url = path_or_url if "://" in path_or_url else self.api_url.rstrip("/") + path_or_url
         shown = f"{method} {url.split('?')[0]}"
         for attempt in range(self.max_retries + 1):
@@ -185,7 +247,8 @@ class Client:
                 wait = min(2.0 ** attempt, 60.0)
             if wait is None:
                 raise GithubApiError(f"{shown}: HTTP {answer.status}: {clip(_message(text), 300)}",
-                                     status=answer.status, hint=_hint(answer.status))
+                                     status=answer.status,
+                                     hint=hint if hint and answer.status in (403, 404) else _hint(answer.status))
             if attempt == self.max_retries or wait > self.max_wait_s:
                 raise GithubApiError(
                     f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
@@ -273,6 +336,83 @@ class Client:
             return download(location, dest, max_bytes=max_bytes, timeout=self.timeout_s).sha256
         except NetworkError as exc:
             raise GithubApiError(f"downloading asset {asset.name}: {exc.message}") from None
+
+    # -- Actions ---------------------------------------------------------------------------------
+    def _pages(self, path: str, key: str, what: str, *, max_pages: int, hint: str) -> list[Any]:
+        """Every item of a paginated Actions listing (``{"total_count": N, key: [...]}``), at
+        most ``max_pages`` pages of :data:`PER_PAGE`."""
+        out: list[Any] = []
+        sep = "&" if "?" in path else "?"
+        for page in range(1, max_pages + 1):
+            answer = self.request("GET", f"{path}{sep}per_page={PER_PAGE}&page={page}", hint=hint)
+            items, total = _page(answer, key, what)
+            out.extend(items)
+            if len(items) < PER_PAGE or (total >= 0 and len(out) >= total):
+                return out
+        raise GithubApiError(f"listing {what}: more than {max_pages * PER_PAGE} entries",
+                             hint="a build shard's run holds at most a few hundred artifacts; look at the run")
+
+    def artifacts(self, run_id: str) -> list[Artifact]:
+        """Every artifact of the workflow run ``run_id`` (expired ones included, marked)."""
+        path = f"{self._repo()}/actions/runs/{urllib.parse.quote(run_id, safe='')}/artifacts"
+        return [_artifact(a) for a in self._pages(path, "artifacts", f"the artifacts of run {run_id}",
+                                                  max_pages=MAX_ARTIFACT_PAGES, hint=ACTIONS_READ)]
+
+    def download_artifact(self, artifact: Artifact, dest: Path, *, max_bytes: int) -> str:
+        """The artifact's bytes (a zip, or the file itself for one uploaded unarchived) into
+        ``dest``, at most ``max_bytes``; returns their sha256. A :class:`GithubApiError` with
+        status 410 when the artifact has expired."""
+        if artifact.size > max_bytes:
+            raise GithubApiError(f"artifact {artifact.name}: {artifact.size:,} bytes, more than the {max_bytes:,} "
+                                 "allowed", hint="a wheel artifact is one wheel; a fragment artifact a few KB")
+        answer = self.request("GET", f"{self._repo()}/actions/artifacts/{artifact.id}/zip",
+                              ok=(302, 301, 307, 410), hint=ACTIONS_READ)
+        if answer.status == 410:
+            raise GithubApiError(f"artifact {artifact.name} (id {artifact.id}) has expired: HTTP 410 Gone",
+                                 status=410, hint="the run's artifacts are past their retention; the next run "
+                                                  "builds the cell again")
+        location = {k.lower(): v for k, v in answer.headers.items()}.get("location")
+        if not location:
+            raise GithubApiError(f"downloading artifact {artifact.name}: GitHub gave no storage location")
+        try:
+            return download(location, dest, max_bytes=max_bytes, timeout=self.timeout_s).sha256
+        except NetworkError as exc:
+            raise GithubApiError(f"downloading artifact {artifact.name}: {exc.message}") from None
+
+    def workflow_runs(self, workflow: str, *, branch: str, status: str) -> list[WorkflowRun]:
+        """The runs of ``workflow`` (its file name or id) on ``branch`` whose status is
+        ``status``, newest first (GitHub's order)."""
+        query = urllib.parse.urlencode({"branch": branch, "status": status})
+        path = f"{self._repo()}/actions/workflows/{urllib.parse.quote(workflow, safe='')}/runs?{query}"
+        return [_run(r) for r in self._pages(path, "workflow_runs", f"the {status} runs of {workflow}",
+                                             max_pages=MAX_RUN_PAGES, hint=ACTIONS_WRITE)]
+
+    def dispatch(self, workflow: str, ref: str, inputs: Mapping[str, str]) -> None:
+        """Start ``workflow`` on ``ref`` with ``inputs`` (``workflow_dispatch``; GitHub answers 204)."""
+        body = json.dumps({"ref": ref, "inputs": dict(inputs)}).encode()
+        self.request("POST", f"{self._repo()}/actions/workflows/{urllib.parse.quote(workflow, safe='')}/dispatches",
+                     body=body, headers={"Content-Type": "application/json"}, ok=(204, 200), hint=ACTIONS_WRITE)
+
+
+def env_token(env: Mapping[str, str]) -> str | None:
+    """The token of ``GH_TOKEN``, else ``GITHUB_TOKEN`` (None when neither is set)."""
+    return next((env[v] for v in TOKEN_VARIABLES if env.get(v)), None)
+
+
+def actions_client(repository: str | None, env: Mapping[str, str], *, publishers: int = 1,
+                   clock: Clock | None = None) -> Client:
+    """A client for the repository a workflow runs in: ``GITHUB_API_URL`` (as Actions sets it;
+    api.github.com when unset), the token of :func:`env_token`, GitHub's limits shared by
+    ``publishers`` jobs."""
+    if not repository:
+        raise UsageError("--repository (or $GITHUB_REPOSITORY) names the workflow's repository")
+    token = env_token(env)
+    if token is None:
+        raise ToolError(f"reading {repository}'s workflow runs needs a token in GH_TOKEN or GITHUB_TOKEN",
+                        hint="pass the job's token: `GH_TOKEN: ${{ secrets.GITHUB_TOKEN }}` (docs/ci.md)")
+    clock = clock or RealClock()
+    return Client(repository, token, api_url=env.get("GITHUB_API_URL") or API_URL,
+                  throttle=Throttle(github_limits(publishers=publishers), clock=clock), clock=clock)
 
 
 def _already_exists(body: bytes) -> bool:

@@ -29,7 +29,6 @@ from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
 if TYPE_CHECKING:
     from farm.provenance.verdict import Derive
 
-TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
 ClientFactory = Callable[[GithubSettings], ghrest.Client]
 
 
@@ -38,8 +37,7 @@ def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None
                   publishers: int = 1) -> ghrest.Client:
     """A REST client for ``settings``' repository, with the token of ``GH_TOKEN`` (else
     ``GITHUB_TOKEN``) and GitHub's limits as its throttle, shared by ``publishers`` jobs."""
-    source = os.environ if env is None else env
-    token = next((source[v] for v in TOKEN_VARIABLES if source.get(v)), None)
+    token = ghrest.env_token(os.environ if env is None else env)
     if token is None:
         raise ToolError(f"publishing to {settings.repository} needs a token in GH_TOKEN or GITHUB_TOKEN",
                         hint="a GitHub App installation token, or a fine-grained token with contents: write "

@@ -47,7 +47,8 @@ class Shipped:
     platform: str  # farm's: linux_x86_64 | linux_aarch64 | win_amd64
 
 
-def _platform(tag: str) -> str | None:
+def farm_platform(tag: str) -> str | None:
+    """farm's platform of a wheel's platform tag (``manylinux_2_28_x86_64`` -> ``linux_x86_64``), else None."""
     if tag == "win_amd64":
         return "win_amd64"
     if tag.startswith(("manylinux", "linux")):
@@ -109,7 +110,7 @@ def unlabelled(page: IndexPage) -> dict[tuple[str, str], IndexFile | None]:
         if wheel is None or wheel[0].local is not None:
             continue
         for tag in wheel[1]:
-            plat = _platform(tag.platform)
+            plat = farm_platform(tag.platform)
             if plat is not None and out.get((str(wheel[0]), plat)) is None:
                 out[(str(wheel[0]), plat)] = file if file.metadata else None
     return out
@@ -131,7 +132,7 @@ def shipped(page: IndexPage, cuda: str, lines: Mapping[tuple[str, str], str | No
         for tag in tags:
             if not (tag.interpreter.startswith("cp") and tag.abi == tag.interpreter):  # cp313t, abi3: not a cell
                 continue
-            plat = _platform(tag.platform)
+            plat = farm_platform(tag.platform)
             if plat is None:
                 continue
             if version.local != cu and not (version.local is None and lines.get((str(version), plat)) == cuda):

@@ -251,11 +251,11 @@ class PackageMatrix:
         """Distinct arch lists of the cells to build, in first-seen order (one lint each)."""
         return list(dict.fromkeys(p.archs for p in self.to_build))
 
-    def lint_requests(self) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str]]:
-        """Distinct (list, the extensions' own lists, CUDA line) of the cells to build: one lint
-        each (the lint uses the CUDA line only for a recipe with kernel families, and caches by
-        what it uses)."""
-        return list(dict.fromkeys((p.archs, p.arch.extensions, p.cell.cuda) for p in self.to_build))
+    def lint_requests(self) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str, str]]:
+        """Distinct (list, the extensions' own lists, CUDA line, platform) of the cells to build: one
+        lint each (the lint uses the CUDA line only for a recipe with kernel families, the platform
+        only for one with a platform patch script, and caches by what it uses)."""
+        return list(dict.fromkeys((p.archs, p.arch.extensions, p.cell.cuda, p.cell.platform) for p in self.to_build))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ class LintOutcome:
 
 def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[LintOutcome]:
     """Lint every package that has cells to build, once per distinct arch list (cached by the
-    lint), on the source as it is built (after the recipe's patch_script). A source that cannot
+    lint), on the source as it is built (after the recipe's patch scripts). A source that cannot
     be fetched is a :class:`SourceError` naming the package."""
     lint_as_built, fetch = _lint_path()
     outcomes = []
@@ -49,16 +49,21 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
                               + "the matrix lints the source of every package it schedules: restore network "
                                 "access or fill the source cache, or run `farm matrix --no-lint` for the "
                                 "matrix without the lint (it says so; CI always lints)") from None
-        for archs, extensions, cuda in _distinct_lints(recipe, pkg.lint_requests()):
-            report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
+        for archs, extensions, cuda, platform in _distinct_lints(recipe, pkg.lint_requests()):
+            report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda,
+                                   platform=platform)
             outcomes.append(LintOutcome(recipe.name, archs.canonical(), report))
     return outcomes
 
 
-def _distinct_lints(recipe: Recipe, requests: Iterable[tuple[ArchList, tuple[tuple[str, ArchList], ...], str]]
-                    ) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str | None]]:
-    """One lint per distinct request; the CUDA line counts only for a recipe with kernel families."""
-    return list(dict.fromkeys((archs, ext, cuda if recipe.kernel_families else None) for archs, ext, cuda in requests))
+def _distinct_lints(recipe: Recipe, requests: Iterable[tuple[ArchList, tuple[tuple[str, ArchList], ...], str, str]]
+                    ) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str | None, str | None]]:
+    """One lint per distinct request; the CUDA line counts only for a recipe with kernel families,
+    the platform only for one that patches that platform's source of its own."""
+    return list(dict.fromkeys(
+        (archs, ext, cuda if recipe.kernel_families else None,
+         platform if platform in recipe.build.platform_patch_script else None)
+        for archs, ext, cuda, platform in requests))
 
 
 def _lint_path() -> tuple[Any, Any]:
@@ -102,8 +107,9 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
             if missing:
                 lint_as_built, fetch = _lint_path()
                 tree = fetch(recipe.source, cache_dir, package=recipe.name)
-                for archs, extensions, cuda in missing:
-                    report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda)
+                for archs, extensions, cuda, platform in missing:
+                    report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda,
+                                           platform=platform)
                     candidates &= set(report.stale_ignores)
         confirmed[package] = tuple(sorted(candidates, key=lambda i: i.where))
     return [dataclasses.replace(o, report=dataclasses.replace(o.report, stale_ignores=confirmed[o.package]))

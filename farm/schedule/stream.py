@@ -7,8 +7,8 @@ publisher (gate, upload, ledger record) and deletes the folder before the next c
 disk peaks at its largest artifact plus the checkout, whatever the size of the wave; and one
 cell's refusal, a full disk or a failed download is that cell's verdict, never the shard's.
 
-:func:`publish_shard` is the loop, with the download and the publish passed in (``gh run
-download`` and ``farm upload`` in CI, the loopback GitHub in the drain simulation). Its verdicts
+:func:`publish_shard` is the loop, with the download and the publish passed in (GitHub's REST
+API and ``farm upload`` in CI, the loopback GitHub in the drain simulation). Its verdicts
 are the shard's report, which ``farm wave --reports`` reads to decide the next wave.
 """
 

@@ -372,12 +372,12 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
                 + (proc.stderr or proc.stdout).strip()[-3000:],
                 hint="check that pip can reach PyPI (proxy, certificates) and that the pins exist",
             )
-        home = f"site/nvidia/cu{request.cuda.split('.')[0]}"
+        home = home_in_prefix(request)
         components = _pypi_components(staging / "pip-report.json", request)
         manifest_url = manifest_sha = None
     else:
         result = redist.assemble(request, staging / "cuda", progress=say)
-        home, components = "cuda", result.components
+        home, components = home_in_prefix(request), result.components
         manifest_url, manifest_sha = request.manifest_url, result.manifest_sha256
     version = _ready_version((staging / home).resolve(), request, components)
     return {
@@ -385,6 +385,11 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         "request": request.to_json(), "manifest_url": manifest_url, "manifest_sha256": manifest_sha,
         "components": [c.to_json() for c in components],
     }
+
+
+def home_in_prefix(request: ToolkitRequest) -> str:
+    """Where CUDA_HOME lies in an assembled toolkit's prefix: the archives' tree, or the wheels' site."""
+    return f"site/nvidia/cu{request.cuda.split('.')[0]}" if request.source == "pypi" else "cuda"
 
 
 def toolkit_at_home(cuda_home: Path) -> Toolkit:
