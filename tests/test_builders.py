@@ -3,12 +3,15 @@ postbuild, and a pointnet2-like package whose setup.py overrides the arch list a
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import platform
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,7 @@ from farm.model.config import FarmConfig, load_config
 from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
 
-from . import buildroot
+from . import buildroot, loopback
 from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
 
 pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
@@ -634,3 +637,42 @@ def test_cells_this_host_cannot_build_are_skipped_before_any_download(tmp_path, 
     assert code == 2
     assert ("win_amd64: error: cell demo_ext-0.1.0-cu130-notorch-cp311-win_amd64 cannot be built on "
             "this host") in capsys.readouterr().err
+
+
+def test_a_header_from_a_vendored_archive_builds_into_an_asserted_wheel(tmp_path, pypi_toolkit, capsys) -> None:
+    """demo_ext without its header, which a source.vendor archive served on 127.0.0.1 supplies (as
+    a stripped submodule's library would be): the build compiles against the placed header, the
+    wheel is asserted, and its provenance and build spec record the archive."""
+    _demo_root(tmp_path)
+    tree = tmp_path / "examples" / "demo_ext"
+    header = (tree / "csrc" / "demo_ext.h").read_bytes()
+    (tree / "csrc" / "demo_ext.h").unlink()
+    setup = tree / "setup.py"
+    setup.write_text(setup.read_text().replace('include_dirs=["csrc"]', 'include_dirs=["csrc", "csrc/inc"]'))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        member = tarfile.TarInfo("demo-headers-1.0/include/demo_ext.h")
+        member.size = len(header)
+        tf.addfile(member, io.BytesIO(header))
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "demo-headers-1.0.tar.gz").write_bytes(buf.getvalue())
+    sha = hashlib.sha256(buf.getvalue()).hexdigest()
+    out = tmp_path / "wheelhouse"
+    with loopback.serve(served) as base:
+        vendor = {"kind": "archive", "path": "csrc/inc", "url": f"{base}demo-headers-1.0.tar.gz", "sha256": sha,
+                  "subdir": "include"}
+        recipe = tmp_path / "packages" / "demo_ext.yml"
+        recipe.write_text(recipe.read_text().replace("  path: examples/demo_ext\n", (
+            "  path: examples/demo_ext\n  vendor:\n    - path: csrc/inc\n"
+            f"      archive: {{url: '{vendor['url']}', sha256: {sha}}}\n      subdir: include\n")))
+        assert main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(tmp_path),
+                     "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out)]) == 0
+    (wheel,) = out.glob("*.whl")
+    info = BuildInfo.from_json(zipfile.ZipFile(wheel).read("demo_ext-0.1.0+cu130.dist-info/_build_info.json"))
+    assert info.asserted
+    assert info.source is not None
+    assert info.source.to_dict()["vendor"] == [vendor]
+    spec = json.loads((cache_dir_of(pypi_toolkit) / "build" / CELL.id / "build-spec.json").read_text())
+    assert spec["postbuild"]["source"]["vendor"] == [vendor]
+    assert not (tree / "csrc" / "inc").exists()  # placed in the cached copy, never in the recipe's folder

@@ -302,9 +302,31 @@ def test_the_toolkit_the_device_code_records_round_trips() -> None:
     assert "made_by" not in asserted_example().to_dict()  # absent unless postbuild read it
 
 
+GLM = {"kind": "archive", "path": "gsplat/cuda/csrc/third_party/glm",
+       "url": "https://deb.debian.org/debian/pool/main/g/glm/glm_1.0.1+ds.orig.tar.xz", "sha256": SHA, "subdir": None}
+
+
+def test_the_vendored_trees_of_the_source_round_trip() -> None:
+    source = {"kind": "git", "repo": "o/r", "ref": "v1", "commit": "c" * 40,
+              "vendor": [GLM, {"kind": "sdist", "path": "third_party/eigen", "name": "cmeel-eigen",
+                               "version": "3.4.0", "sha256": SHA, "subdir": "cmeel.prefix/include"}]}
+    info = dataclasses.replace(asserted_example(), source=buildinfo.source_from(source))
+    assert info.to_dict()["source"] == source
+    back = BuildInfo.from_json(info.to_json())
+    assert back == info
+    assert back.to_json() == info.to_json()
+    plain = asserted_example().to_dict()["source"]
+    assert isinstance(plain, dict)
+    assert "vendor" not in plain  # absent unless the recipe vendors
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
+        (lambda d: d["source"].update(vendor=[{**GLM, "sha256": "abc"}]), "source"),
+        (lambda d: d["source"].update(vendor=[{**GLM, "kind": "git"}]), "source"),
+        (lambda d: d["source"].update(vendor=[{k: v for k, v in GLM.items() if k != "subdir"}]), "source"),
+        (lambda d: d["source"].update(vendor=GLM), "source"),
         (lambda d: d.update(made_by={"a.so": {"cubin": {"13.0": -1}, "ptx_isa": {}, "unread": 0}}), "made_by"),
         (lambda d: d.update(made_by={"a.so": {"cubin": {}, "ptx_isa": {}}}), "made_by"),
         (lambda d: d.update(made_by=[1]), "made_by"),

@@ -11,9 +11,11 @@ import pytest
 from farm.errors import ArchError, ConfigError, FarmError, UsageError
 from farm.model.cells import Cell, extension_lists, requires_dist, resolve_arch
 from farm.model.config import (
+    ArchiveOrigin,
     GitSource,
     PathSource,
     SdistSource,
+    VendorSource,
     load_config,
     load_defaults,
 )
@@ -42,6 +44,18 @@ version: '1.0'
 source:
   git: {repo: owner/pkg, ref: v1.0}
 links_torch: true
+"""
+
+
+VENDORED = f"""
+name: pkg
+version: '1.0'
+links_torch: true
+source:
+  git: {{repo: owner/pkg, ref: v1.0}}
+  vendor:
+    - path: third_party/glm
+      archive: {{url: 'https://example.org/glm-1.0.1.tar.xz', sha256: {SHA}}}
 """
 
 
@@ -152,6 +166,26 @@ MALFORMED = {
     "requires-no-such-recipe": (GOOD + "requires_dist: ['cumm=={version:cumm}']\n", "names 'cumm', which has no recipe", None),
     "system-package-bad-name": (GOOD + "build:\n  system_packages: ['a;rm -rf /']\n", "is not a package name", 7),
     "arch-block-unknown-platform": (GOOD + "arch:\n  win64:\n    list: '8.0'\n", "did you mean 'win_amd64'", 7),
+    "vendor-path-escapes": (VENDORED.replace("path: third_party/glm", "path: ../glm"),
+                            "source.vendor[0].path '../glm' is not a folder inside the source", 7),
+    "vendor-path-absolute": (VENDORED.replace("path: third_party/glm", "path: /usr/include/glm"),
+                             "'/usr/include/glm' is not a folder inside the source", 7),
+    "vendor-path-git": (VENDORED.replace("path: third_party/glm", "path: .git/hooks"), "'.git/hooks' is not a folder", 7),
+    "vendor-subdir-escapes": (VENDORED + "      subdir: ../../etc\n",
+                              "source.vendor[0].subdir '../../etc' is not a folder inside the archive", 9),
+    "vendor-two-origins": (VENDORED + "      sdist: {name: PyGLM, version: '2.8.3', sha256: " + SHA + "}\n",
+                           "source.vendor[0] must have exactly one of 'archive', 'sdist' (found archive, sdist)", 7),
+    "vendor-no-origin": (VENDORED.replace("      archive: {url: 'https://example.org/glm-1.0.1.tar.xz', sha256: "
+                                          + SHA + "}\n", ""), "must have exactly one of 'archive', 'sdist'\n", 7),
+    "vendor-bad-sha": (VENDORED.replace("sha256: " + SHA, "sha256: abc"),
+                       "source.vendor[0].archive.sha256 must be 64 lowercase hex digits", 8),
+    "vendor-not-an-archive": (VENDORED.replace("glm-1.0.1.tar.xz", "glm.html"), "does not name an archive", 8),
+    "vendor-bad-url": (VENDORED.replace("https://example.org/", "ftp://example.org/"), "not an http(s) URL", 8),
+    "vendor-overlap": (VENDORED + "    - {path: third_party/glm/glm, archive: {url: 'https://example.org/b.zip', "
+                       "sha256: " + SHA + "}}\n", "overlaps 'third_party/glm' (packages/pkg.yml:7)", 9),
+    "vendor-unknown-key": (VENDORED + "      strip: 1\n", "unknown key 'source.vendor[0].strip'", 9),
+    "vendor-not-a-list": (GOOD.replace("ref: v1.0}\n", "ref: v1.0}\n  vendor: {path: a}\n"),
+                          "'source.vendor' must be a list", 5),
     "platform-patch-unknown-platform": (GOOD + "build:\n  platform_patch_script:\n    win64: p/x.py\n",
                                         "did you mean 'win_amd64'", 8),
     "platform-patch-not-a-script": (GOOD + "build:\n  platform_patch_script: {win_amd64: [p/x.py]}\n",
@@ -191,6 +225,20 @@ def test_malformed_messages_are_distinct(farm_root: Path) -> None:
             load_config(farm_root)
         seen.add(str(err.value))
     assert len(seen) == len(MALFORMED)
+
+
+def test_vendored_trees_load_in_the_recipes_order(farm_root: Path) -> None:
+    write(farm_root, "pkg", VENDORED + f"""    - path: third_party/eigen
+      sdist: {{name: cmeel-eigen, version: '3.4.0', sha256: {SHA}}}
+      subdir: cmeel.prefix/include
+""")
+    glm, eigen = load_config(farm_root).recipe("pkg").vendor
+    assert glm == VendorSource("third_party/glm", ArchiveOrigin("https://example.org/glm-1.0.1.tar.xz", SHA), None,
+                               "packages/pkg.yml:7")
+    assert eigen.origin == SdistSource("cmeel-eigen", "3.4.0", SHA)
+    assert eigen.subdir == "cmeel.prefix/include"
+    write(farm_root, "pkg", GOOD)
+    assert load_config(farm_root).recipe("pkg").vendor == ()
 
 
 def test_path_source_must_exist(farm_root: Path) -> None:

@@ -4,20 +4,25 @@ Servers are simulated on 127.0.0.1: a listening socket answers, a port nobody li
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import shutil
 import socket
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from farm.builder.images import ImageFacts, emulated_machines
-from farm.builder.preflight import Host, Preflight, container_blocker, platform_blocker, url_host
+from farm.builder.preflight import Host, Preflight, container_blocker, needs_of, platform_blocker, url_host
+from farm.builder.spec import resolve_spec
 from farm.errors import ToolError
 from farm.model.cells import Cell
+from farm.source.fetch import fetch
 
-from . import buildroot
+from . import buildroot, loopback
 
 pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
 
@@ -317,3 +322,33 @@ def test_a_python_uv_would_install_is_a_download_whose_server_must_answer(tmp_pa
     nouv = Preflight("native", host=LINUX, uv=None, environ=base).check(_cell(python="cp399"))
     assert nouv is not None
     assert nouv.reason.endswith("uv, which could install one, is not here)")
+
+
+def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> None:
+    """The recipe's source.vendor archive (served on 127.0.0.1) is named among the cell's downloads
+    until the composed tree is cached, then not."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo("glm-1.0.1/glm/glm.hpp")
+        tf.addfile(info, io.BytesIO(b""))
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "glm.tar.gz").write_bytes(buf.getvalue())
+    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
+    with loopback.serve(served) as base:
+        recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
+            "  path: examples/demo_ext\n",
+            f"  path: examples/demo_ext\n  vendor:\n    - path: third_party/glm\n      archive: {{url: '{base}glm.tar.gz', "
+            f"sha256: {hashlib.sha256(buf.getvalue()).hexdigest()}}}\n")
+        config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
+        demo = config.recipe("demo_ext")
+        spec = resolve_spec(config, demo, _cell())
+
+        def downloads() -> dict[str, str]:
+            return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                                 toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                                 interpreter=None, vendor=demo.vendor).downloads)
+
+        assert downloads() == {"the vendored third_party/glm": f"{base}glm.tar.gz"}
+        fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
+    assert downloads() == {}

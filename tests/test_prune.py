@@ -4,8 +4,11 @@ prune keeps, removes and reports."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,10 @@ from farm import cacheseal
 from farm.builder.prune import InUse, apply_prune, in_use, plan_prune
 from farm.cli import main
 from farm.model.cells import Cell
+from farm.source.fetch import fetch, vendored_key
 
+from . import loopback
+from .buildroot import DEMO_RECIPE, make_root
 from .ledgermaker import make_entry
 
 OLD = time.time() - 10 * 86400
@@ -144,8 +150,6 @@ def test_a_folder_in_use_or_just_changed_is_kept(cache: Path) -> None:
 
 def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_path: Path, capsys) -> None:
     root = tmp_path
-    from .buildroot import make_root
-
     make_root(root, {})
     with (root / "ledger.jsonl").open("w") as out:
         for entry in _recent():
@@ -166,3 +170,63 @@ def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_p
 
 def test_bad_bounds_are_bad_input(tmp_path: Path) -> None:
     assert main(["cache", "prune", "--keep-recent", "-1", "--root", str(tmp_path)]) == 2
+
+
+def test_vendored_trees_and_archives_are_kept_by_the_sources_that_use_them(cache: Path) -> None:
+    """A composed tree (source.vendor) is kept when a recent cell's provenance or a recipe names
+    its base and entries (keyed as the fetch keys it), its archive when its sha256 is used."""
+    glm = {"kind": "archive", "path": "third_party/glm", "url": "https://example.org/glm.tar.xz",
+           "sha256": "d" * 64, "subdir": None}
+    used_key = vendored_key(COMMIT_USED, [glm])
+    for folder in (used_key, vendored_key(COMMIT_USED, [{**glm, "sha256": "e" * 64}])):
+        _tree(cache / "sources" / "vendored" / folder)
+    for sha in ("d" * 64, "e" * 64):
+        (cache / "sources" / "vendor" / sha).mkdir(parents=True)
+        (cache / "sources" / "vendor" / sha / "glm.tar.xz").write_bytes(b"a" * 100)
+        _age(cache / "sources" / "vendor" / sha)
+    recent = _recent()
+    recent[0]["source"]["vendor"] = [glm]
+    plan = plan_prune(cache, in_use(recent), kinds=["sources"])
+    kept = {i.path for i in plan.items if i.keep}
+    assert cache / "sources" / "vendored" / used_key in kept
+    assert cache / "sources" / "vendor" / ("d" * 64) in kept
+    gone = {i.path.relative_to(cache / "sources").as_posix() for i in plan.removed}
+    assert gone == {f"git/{COMMIT_OLD}", f"sdist/{SDIST_USED}", f"vendored/{vendored_key(COMMIT_USED, [{**glm, 'sha256': 'e' * 64}])}",
+                    f"vendor/{'e' * 64}"}
+    # a recipe's pins keep them too, without any ledger entry
+    plan = plan_prune(cache, in_use([], vendored=[used_key], archives=["d" * 64]), kinds=["sources"])
+    assert {cache / "sources" / "vendored" / used_key, cache / "sources" / "vendor" / ("d" * 64)} <= {
+        i.path for i in plan.items if i.keep}
+
+
+def test_farm_cache_prune_keeps_what_todays_recipe_vendors(tmp_path: Path) -> None:
+    """A recipe with source.vendor (its archive served on 127.0.0.1), fetched as a build fetches
+    it: the prune keeps the composed tree and the archive; once the recipe pins another archive,
+    both go."""
+    served = tmp_path / "served"
+    served.mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        tf.addfile(tarfile.TarInfo("glm-1.0.1/glm/glm.hpp"), io.BytesIO(b""))
+    (served / "glm.tar.gz").write_bytes(buf.getvalue())
+    sha = hashlib.sha256(buf.getvalue()).hexdigest()
+    root = tmp_path / "root"
+    (root / "examples" / "demo_ext").mkdir(parents=True)
+
+    def recipe(pin: str) -> str:
+        return DEMO_RECIPE.format(arch="8.0").replace(
+            "  path: examples/demo_ext\n", "  path: examples/demo_ext\n  vendor:\n    - path: third_party/glm\n"
+            f"      archive: {{url: '{base}glm.tar.gz', sha256: {pin}}}\n")
+
+    with loopback.serve(served) as base:
+        config = make_root(root, {"demo_ext": recipe(sha)})
+        demo = config.recipe("demo_ext")
+        tree = fetch(demo.source, root / ".cache" / "sources", vendor=demo.vendor)
+    args = ["cache", "prune", "--root", str(root), "--kind", "sources", "--min-age", "0"]
+    assert main(args) == 0
+    assert tree.root.is_dir()
+    assert (root / ".cache" / "sources" / "vendor" / sha).is_dir()
+    (root / "packages" / "demo_ext.yml").write_text(recipe("f" * 64))
+    assert main(args) == 0
+    assert not tree.root.exists()
+    assert not (root / ".cache" / "sources" / "vendor" / sha).exists()

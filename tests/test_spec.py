@@ -295,3 +295,26 @@ def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project() -
     assert families["HADACORE_ARCHS (CMakeLists.txt:47)"].targets == ArchList.parse("8.0+PTX;9.0+PTX")
     with pytest.raises(UsageError, match="differ in length"):
         families_from_lint({**report.scope, "family_sources": []})
+
+
+def test_the_vendored_trees_are_part_of_the_spec_and_its_digest(config, tmp_path) -> None:
+    """``source.vendor`` travels in the spec's source (and so in provenance), and another pinned
+    archive is another build: the digest the compile shards and link job compare differs."""
+    def spec_with(sha: str) -> BuildSpec:
+        text = TORCH_RECIPE.replace("  path: src/torchpkg\n", "  path: src/torchpkg\n  vendor:\n"
+                                    "    - path: third_party/glm\n"
+                                    f"      archive: {{url: 'https://example.org/glm-1.0.1.tar.xz', sha256: {sha}}}\n")
+        (config.root / "packages" / "torchpkg.yml").write_text(text)
+        moved = load_config(config.root)
+        return resolve_spec(moved, moved.recipe("torchpkg"), TORCH)
+
+    plain = resolve_spec(config, config.recipe("torchpkg"), TORCH)
+    assert "vendor" not in plain.source.to_dict()  # a recipe without vendor writes the bytes it always wrote
+    one, two = spec_with("a" * 64), spec_with("b" * 64)
+    assert one.source.to_dict()["vendor"] == [{"kind": "archive", "path": "third_party/glm",
+                                               "url": "https://example.org/glm-1.0.1.tar.xz", "sha256": "a" * 64,
+                                               "subdir": None}]
+    assert read_spec(write_spec(one, tmp_path)) == one
+    assert dataclasses.replace(one, recipe_sha256=two.recipe_sha256).digest != two.digest
+    assert dataclasses.replace(one, source=two.source).digest == dataclasses.replace(
+        two, recipe_sha256=one.recipe_sha256).digest

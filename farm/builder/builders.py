@@ -614,7 +614,8 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / "plan" / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=_say(log))
+    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=_say(log),
+                 vendor=recipe.vendor)
     printed: list[str] = []
     src = prepare_source(tree.root, recipe, config.root, work, log=printed.append, knobs=spec.knobs,
                          platform=cell.platform)
@@ -635,6 +636,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
                 work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
                 farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
+                             vendor=recipe.vendor,
                              progress=say)
     src = prepare_source(tree.root, recipe, config.root, home, log=say, knobs=spec.knobs, platform=cell.platform)
     # the lint again, on exactly what is compiled: a patch that stopped matching shows here

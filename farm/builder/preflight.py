@@ -50,7 +50,7 @@ from farm.builder.images import ImageFacts, emulated_machines, emulation_blocker
 from farm.builder.interpreters import Interpreter, find_interpreter, managed_download
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
-from farm.model.config import TORCH_INDEX_PIP, GitSource, PathSource, SdistSource
+from farm.model.config import TORCH_INDEX_PIP, ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.source.fetch import index_url, is_cached
 from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
@@ -348,13 +348,17 @@ class Needs:
 
 def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, builder: str, source_cache: Path,
              toolkit_root: Path, cuda_home: Path | None, env_root: Path,
-             interpreter: Interpreter | None) -> Needs:
+             interpreter: Interpreter | None, vendor: tuple[VendorSource, ...] = ()) -> Needs:
     """What is not cached yet for ``spec``'s build, and where it would come from."""
     downloads: dict[str, str] = {}
     disk = BUILD_BYTES
     pip_index = index_url()
     if not is_cached(source, source_cache):
         downloads["the source"] = source.url if isinstance(source, GitSource) else pip_index
+    if vendor and not is_cached(source, source_cache, vendor):
+        for entry in vendor:
+            origin = entry.origin
+            downloads[f"the vendored {entry.path}"] = origin.url if isinstance(origin, ArchiveOrigin) else pip_index
     if cuda_home is None and cached_toolkit(toolkit_prefix(toolkit_root, spec.toolkit), spec.toolkit) is None:
         downloads["the CUDA toolkit"] = spec.toolkit.manifest_url if spec.toolkit.source == "redist" else pip_index
         disk += TOOLKIT_BYTES

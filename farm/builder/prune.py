@@ -8,7 +8,9 @@ removes them. The prune keeps what the next builds need and removes the rest:
 - whatever the ledger's recent cells used (the last ``keep_recent`` entries): their source
   commits and sdists, the toolkits whose source, release, platform and components match their
   provenance, the environments of their Python and torch, their work folders;
-- the sources today's recipes pin (a git tag's resolved commit, read from the fetch's pointer);
+- the sources today's recipes pin (a git tag's resolved commit, read from the fetch's pointer),
+  with the trees and archives their ``source.vendor`` places (the composed tree keyed as the fetch
+  keys it);
 - anything changed within ``min_age_s`` (a build that is filling it now) or whose lock a running
   build holds.
 
@@ -35,7 +37,7 @@ from farm.errors import FileSystemError
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, GitSource, SdistSource
 from farm.provenance.ledger import iter_entries
-from farm.source.fetch import git_pointer, pointed_commit
+from farm.source.fetch import git_pointer, pointed_commit, tree_sha256, vendor_description, vendored_key
 from farm.toolkit.assemble import read_stamp
 from farm.toolkit.request import PLATFORMS
 
@@ -81,6 +83,8 @@ class InUse:
     toolkits: frozenset[tuple[str, str, str, frozenset[str]]] = frozenset()
     envs: frozenset[tuple[str, str | None]] = frozenset()  # ("3.11", "2.8.0" or None)
     cells: frozenset[str] = frozenset()  # cell ids: the work folders
+    vendored: frozenset[str] = frozenset()  # composed trees (source.vendor): fetch.vendored_key
+    archives: frozenset[str] = frozenset()  # the vendored archives' sha256s
     notes: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -91,10 +95,12 @@ def _public(version: str | None) -> str | None:
     return None if version is None else version.split("+", 1)[0]
 
 
-def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (), sdists: Iterable[str] = ()) -> InUse:
+def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (), sdists: Iterable[str] = (),
+           vendored: Iterable[str] = (), archives: Iterable[str] = ()) -> InUse:
     """The keys of what ``entries`` (ledger entries as JSON objects) used, plus the recipes' pins."""
     nvidia = {ours: theirs for theirs, ours in PLATFORMS.items()}
     used_commits, used_sdists = set(commits), set(sdists)
+    used_vendored, used_archives = set(vendored), set(archives)
     toolkits: set[tuple[str, str, str, frozenset[str]]] = set()
     envs: set[tuple[str, str | None]] = set()
     cells: set[str] = set()
@@ -104,6 +110,11 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
             used_commits.add(source["commit"])
         if source.get("kind") == "sdist" and source.get("sha256"):
             used_sdists.add(source["sha256"])
+        vendor = source.get("vendor")
+        identity = source.get("commit") or source.get("sha256") or source.get("tree_sha256")
+        if isinstance(vendor, list) and isinstance(identity, str):
+            used_vendored.add(vendored_key(identity, vendor))
+            used_archives.update(v["sha256"] for v in vendor if isinstance(v, Mapping) and "sha256" in v)
         cell = e.get("cell") or {}
         python = str(cell.get("python", ""))
         toolchain = e.get("toolchain") or {}
@@ -118,7 +129,7 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
             cells.add(Cell(str(e["package"]), str(e["version"]), str(cell.get("cuda")), str(cell.get("torch")),
                            python, str(cell.get("platform"))).id)
     return InUse(frozenset(used_commits), frozenset(used_sdists), frozenset(toolkits), frozenset(envs),
-                 frozenset(cells))
+                 frozenset(cells), frozenset(used_vendored), frozenset(used_archives))
 
 
 def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
@@ -127,6 +138,28 @@ def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
         return []
     entries = [entry for _, entry in iter_entries(ledger)]
     return entries[-keep_recent:]
+
+
+def recipe_vendored(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
+    """(composed-tree keys, archive sha256s) of today's recipes' ``source.vendor``: a tree's key
+    needs its base's identity, so a git tag counts once the fetch's pointer resolved it."""
+    keys: set[str] = set()
+    archives: set[str] = set()
+    for recipe in config.recipes.values():
+        if not recipe.vendor:
+            continue
+        archives.update(entry.origin.sha256 for entry in recipe.vendor)
+        src = recipe.source
+        identity: str | None
+        if isinstance(src, SdistSource):
+            identity = src.sha256.lower()
+        elif isinstance(src, GitSource):
+            identity = pointed_commit(git_pointer(src, sources)) or (src.ref.lower() if len(src.ref) == 40 else None)
+        else:
+            identity = tree_sha256(src.path) if src.path.is_dir() else None
+        if identity is not None:
+            keys.add(vendored_key(identity, [vendor_description(entry) for entry in recipe.vendor]))
+    return keys, archives
 
 
 def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
@@ -205,12 +238,12 @@ def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
         for folder in sorted(envs.iterdir()):
             if folder.is_dir() and not folder.name.startswith("."):
                 yield "envs", folder, envs / f".{folder.name}.lock"
-    for sub in ("git", "sdist"):
+    for sub in ("git", "sdist", "vendored", "vendor"):
         base = cache / "sources" / sub
         if base.is_dir():
             for folder in sorted(base.iterdir()):
                 if folder.is_dir() and not folder.name.startswith("tmp-"):
-                    yield "sources", folder, (base / f"{folder.name}.lock" if sub == "sdist" else None)
+                    yield "sources", folder, (base / f"{folder.name}.lock" if sub != "git" else None)
     build = cache / "build"
     if build.is_dir():
         for folder in sorted(build.iterdir()):
@@ -223,6 +256,10 @@ def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
         return "a recent cell's toolkit" if _toolkit_key(folder) in used.toolkits else None
     if kind == "envs":
         return "a recent cell's Python and torch" if _env_key(folder) in used.envs else None
+    if kind == "sources" and folder.parent.name == "vendored":
+        return "a recent cell's or a recipe's source with its vendored trees" if folder.name in used.vendored else None
+    if kind == "sources" and folder.parent.name == "vendor":
+        return "a recent cell's or a recipe's vendored archive" if folder.name in used.archives else None
     if kind == "sources":
         name = folder.name.removesuffix("-sub")
         if name in used.commits or name in used.sdists:

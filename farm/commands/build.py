@@ -234,7 +234,7 @@ def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Reci
                              source_cache=Path(settings.source_cache), toolkit_root=Path(settings.toolkit_root),
                              cuda_home=settings.cuda_home,
                              env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs"),
-                             interpreter=pre.interpreter(pc.cell))
+                             interpreter=pre.interpreter(pc.cell), vendor=recipe.vendor)
             blocker = pre.check(pc.cell, downloads=needs.downloads, disk_needed=needs.disk,
                                 cache=Path(settings.work_root).parent)
         if blocker is None:

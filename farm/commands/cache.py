@@ -22,6 +22,7 @@ from farm.builder.prune import (
     plan_prune,
     recent_entries,
     recipe_pins,
+    recipe_vendored,
 )
 from farm.errors import EXIT_OK, UsageError
 from farm.model.config import load_config
@@ -55,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.root)
     cache = (args.cache_dir or config.root / ".cache").absolute()
     commits, sdists = recipe_pins(config, cache / "sources")
-    used = in_use(recent_entries(config.ledger_path, args.keep_recent), commits=commits, sdists=sdists)
+    vendored, archives = recipe_vendored(config, cache / "sources")
+    used = in_use(recent_entries(config.ledger_path, args.keep_recent), commits=commits, sdists=sdists,
+                  vendored=vendored, archives=archives)
     plan = plan_prune(cache, used, kinds=args.kind or KINDS, min_age_s=args.min_age)
     say = None if args.json else (lambda m: print(f"farm cache: {m}", file=sys.stderr))
     freed = plan.freed if args.dry_run else apply_prune(plan, say=say)

@@ -87,7 +87,7 @@ def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: M
     if isinstance(recipe.source, PathSource):
         memo.depend(recipe.source.path)  # a local tree: its files are the answer's input too
     say = reporter("farm lint", json=args.json)
-    tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say)
+    tree = fetch(recipe.source, cache_dir, package=recipe.name, progress=say, vendor=recipe.vendor)
     outcomes = []
     for archs, extensions, cuda, platform in lists:
         say(f"{recipe.name}: linting {tree.root} against {archs.canonical()}"

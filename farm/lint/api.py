@@ -29,7 +29,7 @@ from farm.lint.report import (
 from farm.lint.rules import check, declared_families, kernel_families
 from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
-from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource
+from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource, VendorSource
 from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
 from farm.source.fetch import SourceTree, fetch
 
@@ -122,7 +122,8 @@ def lint_cached(tree: SourceTree, archs: ArchList, ignores: Sequence[LintIgnore]
 
 
 def lint_source(source: GitSource | SdistSource | PathSource, archs: ArchList, ignores: Sequence[LintIgnore],
-                cache_dir: Path, *, package: str | None = None, build_subdir: str | None = None) -> LintReport:
-    """Fetch ``source`` (cached) and lint it (cached)."""
-    tree = fetch(source, cache_dir, package=package)
+                cache_dir: Path, *, package: str | None = None, build_subdir: str | None = None,
+                vendor: tuple[VendorSource, ...] = ()) -> LintReport:
+    """Fetch ``source`` with the recipe's ``vendor`` trees placed (cached) and lint it (cached)."""
+    tree = fetch(source, cache_dir, package=package, vendor=vendor)
     return lint_cached(tree, archs, ignores, cache_dir, build_subdir=build_subdir)

@@ -34,6 +34,8 @@ SPLIT_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "win_amd64")
 PUBLISH_KINDS = ("index", "github", "twine")
 FLOATING_REFS = frozenset({"main", "master", "head", "develop", "dev", "trunk", "latest", "nightly"})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# archives source.vendor unpacks (farm.source.fetch.unpack reads them)
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar", ".zip")
 _CUDA_LINE = re.compile(r"^\d{2}\.\d$")
 _TORCH_MINOR = re.compile(r"^\d+\.\d+$")
 _PY_VERSION = re.compile(r"^3\.\d{1,2}$")
@@ -205,6 +207,27 @@ Source = GitSource | SdistSource | PathSource
 
 
 @dataclass(frozen=True)
+class ArchiveOrigin:
+    """An archive at a URL, pinned by its sha256 (a release tarball, a distribution's orig tarball)."""
+
+    url: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class VendorSource:
+    """A tree placed into the recipe's source before anything reads it: what upstream keeps in a
+    git submodule that the fetch does not carry (gsplat's GLM). ``path``: where, relative to the
+    source root; ``origin``: the pinned archive or sdist (sha256 verified before unpacking);
+    ``subdir``: the folder of the unpacked archive placed there (default: its one top folder)."""
+
+    path: str
+    origin: ArchiveOrigin | SdistSource
+    subdir: str | None
+    where: str
+
+
+@dataclass(frozen=True)
 class LintIgnore:
     rule: str
     path: str  # glob, relative to the source root
@@ -325,6 +348,7 @@ class Recipe:
     # "declared": the recipe lists them (families).
     kernel_families: str = ""
     families: tuple[KernelFamily, ...] = ()
+    vendor: tuple[VendorSource, ...] = ()  # trees placed into the source (source.vendor)
 
     def where(self, line: int | None = None) -> str:
         return f"{self.display}:{line}" if line else self.display
@@ -943,6 +967,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     src_sec = top.section("source", required=True)
     assert src_sec is not None
     source = _load_source(src_sec, root)
+    vendor = _load_vendor(src_sec)
     version = top.get("version", str, fix="quote it: version: '1.2.3'",
                       default=source.version if isinstance(source, SdistSource) else None)
     if version is None:
@@ -1001,7 +1026,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
         display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
-        sharding=sharding, kernel_families=families_kind, families=families,
+        sharding=sharding, kernel_families=families_kind, families=families, vendor=vendor,
     )
     return recipe
 
@@ -1076,7 +1101,7 @@ def _display(path: Path, root: Path) -> str:
 def _load_source(sec: _Section, root: Path) -> Source:
     kinds = [k for k in ("git", "sdist", "path") if k in sec.data]
     if len(kinds) != 1:
-        sec.done(("git", "sdist", "path"))
+        sec.done(("git", "sdist", "path", "vendor"))
         raise ConfigError(
             "source must have exactly one of 'git', 'sdist', 'path'"
             + (f" (found {', '.join(kinds)})" if kinds else ""),
@@ -1085,14 +1110,14 @@ def _load_source(sec: _Section, root: Path) -> Source:
     kind = kinds[0]
     if kind == "path":
         rel = sec.get("path", str)
-        sec.done(("path",))
+        sec.done(("path", "vendor"))
         target = (root / rel).resolve()
         if not target.is_dir():
             raise ConfigError(f"source.path {rel!r} is not a directory", where=sec.where("path"),
                               hint="give a folder relative to the repository root")
         return PathSource(target, rel)
     sub = sec.section(kind)
-    sec.done((kind,))
+    sec.done((kind, "vendor"))
     assert sub is not None
     if kind == "git":
         repo = sub.get("repo", str, required=True)
@@ -1116,6 +1141,75 @@ def _load_source(sec: _Section, root: Path) -> Source:
         raise ConfigError("source.sdist.sha256 must be 64 lowercase hex digits", where=sub.where("sha256"))
     sub.done(("name", "version", "sha256"))
     return SdistSource(name, version, sha)
+
+
+def _relative_path(sec: _Section, key: str, what: str, example: str, *, required: bool = True) -> str | None:
+    """A folder relative to a tree's root, as written (``a/b``): no absolute path, ``..``, ``.``
+    part, backslash or ``.git``; None when absent and not required."""
+    value = sec.get(key, str, required=required, fix=f"e.g. {key}: {example}")
+    if value is None:
+        return None
+    parts = value.split("/")
+    if (not value or value.startswith("/") or "\\" in value or ":" in parts[0]
+            or any(part in ("", ".", "..", ".git") for part in parts)):
+        raise ConfigError(f"{sec.key_path(key)} {clip(value)!r} is not a folder inside {what}",
+                          where=sec.where(key),
+                          hint=f"write a relative path with '/' and no '..', '.' or empty parts, e.g. {example}")
+    return str(value)
+
+
+def _load_vendor(src: _Section) -> tuple[VendorSource, ...]:
+    """``source.vendor``: trees placed into the source at a path, each from a pinned archive."""
+    items = src.get("vendor", list, default=YList())
+    out: list[VendorSource] = []
+    for i, item in enumerate(items):
+        sec = _Section(item, src.file, f"source.vendor[{i}]", items.line_of(i))
+        path = _relative_path(sec, "path", "the source", "third_party/glm")
+        assert path is not None
+        kinds = [k for k in ("archive", "sdist") if k in sec.data]
+        if len(kinds) != 1:
+            sec.done(("path", "archive", "sdist", "subdir"))
+            raise ConfigError(
+                f"{sec.path} must have exactly one of 'archive', 'sdist'"
+                + (f" (found {', '.join(kinds)})" if kinds else ""), where=sec.where(),
+                hint="e.g. archive: {url: https://host/glm-1.0.1.tar.xz, sha256: <64 hex>}")
+        sub = sec.section(kinds[0])
+        assert sub is not None
+        origin: ArchiveOrigin | SdistSource
+        if kinds[0] == "archive":
+            url = sub.get("url", str, required=True, fix="the archive's URL (http, https or file)")
+            problem = url_problem(url)
+            if problem:
+                raise ConfigError(f"{sub.key_path('url')}: {problem}", where=sub.where("url"),
+                                  hint="give the archive's http(s) URL")
+            if not url.lower().split("?")[0].endswith(_ARCHIVE_SUFFIXES):
+                raise ConfigError(f"{sub.key_path('url')} {clip(url)!r} does not name an archive farm unpacks",
+                                  where=sub.where("url"), hint=f"one of {', '.join(_ARCHIVE_SUFFIXES)}")
+            sha = _pinned_sha256(sub)
+            sub.done(("url", "sha256"))
+            origin = ArchiveOrigin(url, sha)
+        else:
+            name = sub.get("name", str, required=True)
+            version = sub.get("version", str, required=True, fix="quote it: version: '1.2.3'")
+            sha = _pinned_sha256(sub)
+            sub.done(("name", "version", "sha256"))
+            origin = SdistSource(name, version, sha)
+        subdir = _relative_path(sec, "subdir", "the archive", "glm-1.0.1", required=False)
+        sec.done(("path", kinds[0], "subdir"))
+        for earlier in out:  # one tree per place: nested or equal paths would overwrite each other
+            a, b = earlier.path + "/", path + "/"
+            if a.startswith(b) or b.startswith(a):
+                raise ConfigError(f"{sec.path}.path {path!r} overlaps {earlier.path!r} ({earlier.where})",
+                                  where=sec.where("path"), hint="give each vendored tree its own folder")
+        out.append(VendorSource(path, origin, subdir, sec.where()))
+    return tuple(out)
+
+
+def _pinned_sha256(sec: _Section) -> str:
+    sha = sec.get("sha256", str, required=True, fix="add the file's sha256 (sha256sum FILE)")
+    if not _SHA256.match(sha):
+        raise ConfigError(f"{sec.key_path('sha256')} must be 64 lowercase hex digits", where=sec.where("sha256"))
+    return str(sha)
 
 
 def _load_rules(sec: _Section, defaults: Defaults) -> ArchRules:

@@ -137,6 +137,37 @@ class Run(_Record):
 
 
 @dataclass(frozen=True)
+class ArchiveVendorRecord(_Record):
+    """A tree placed into the source from an archive at a URL (the recipe's ``source.vendor``)."""
+
+    kind: ClassVar[str] = "archive"
+    path: Annotated[NonEmpty, Rule(description="where the tree was placed, relative to the source root")]
+    url: NonEmpty
+    sha256: Annotated[Sha256, Rule(description="the archive, verified before it was unpacked")]
+    subdir: Annotated[str | None, Rule(description="the archive's folder placed (null: its one top folder)")]
+
+
+@dataclass(frozen=True)
+class SdistVendorRecord(_Record):
+    """A tree placed into the source from an sdist of the package index (``source.vendor``)."""
+
+    kind: ClassVar[str] = "sdist"
+    path: Annotated[NonEmpty, Rule(description="where the tree was placed, relative to the source root")]
+    name: NonEmpty
+    version: NonEmpty
+    sha256: Annotated[Sha256, Rule(description="the sdist, verified before it was unpacked")]
+    subdir: Annotated[str | None, Rule(description="the sdist's folder placed (null: its one top folder)")]
+
+
+VendorRecord = ArchiveVendorRecord | SdistVendorRecord
+Vendor = Annotated[
+    tuple[VendorRecord, ...] | Absent,
+    Rule(description="trees placed into the source before it was built (what upstream keeps in a git "
+                     "submodule), in the recipe's order"),
+]
+
+
+@dataclass(frozen=True)
 class GitSourceRecord(_Record):
     """A git checkout the wheel was built from."""
 
@@ -144,6 +175,7 @@ class GitSourceRecord(_Record):
     repo: str
     ref: str | None
     commit: str | None
+    vendor: Vendor = ABSENT
 
 
 @dataclass(frozen=True)
@@ -154,6 +186,7 @@ class SdistSourceRecord(_Record):
     name: str
     version: str | None
     sha256: Sha256 | None
+    vendor: Vendor = ABSENT
 
 
 @dataclass(frozen=True)
@@ -163,6 +196,7 @@ class PathSourceRecord(_Record):
     kind: ClassVar[str] = "path"
     path: str
     tree_sha256: Sha256 | None
+    vendor: Vendor = ABSENT
 
 
 SourceRecord = GitSourceRecord | SdistSourceRecord | PathSourceRecord

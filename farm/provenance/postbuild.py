@@ -39,7 +39,7 @@ from farm.provenance.stamp import (
     plan_relabel,
     stamp_wheel,
 )
-from farm.source.fetch import tree_sha256
+from farm.source.fetch import tree_sha256, vendor_description
 
 
 @dataclass(frozen=True)
@@ -321,17 +321,26 @@ def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
     return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
 def source_of(recipe: Recipe) -> buildinfo.SourceRecord:
-    """The recipe's pinned source as provenance records it (a path source with its tree hash)."""
+    """The recipe's pinned source as provenance records it (a path source with its tree hash),
+    with the trees its ``source.vendor`` places into it."""
     src = recipe.source
+    record: buildinfo.SourceRecord
     if isinstance(src, GitSource):
         # A recipe pins a tag or a full commit; a 40-hex ref is the commit itself.
         commit = src.ref if len(src.ref) == 40 and all(c in "0123456789abcdef" for c in src.ref) else None
-        return buildinfo.GitSourceRecord(src.repo, src.ref, commit)
-    if isinstance(src, SdistSource):
-        return buildinfo.SdistSourceRecord(src.name, src.version, src.sha256)
-    if isinstance(src, PathSource):
-        return buildinfo.PathSourceRecord(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
-    raise TypeError(f"unknown source {src!r}")
+        record = buildinfo.GitSourceRecord(src.repo, src.ref, commit)
+    elif isinstance(src, SdistSource):
+        record = buildinfo.SdistSourceRecord(src.name, src.version, src.sha256)
+    elif isinstance(src, PathSource):
+        record = buildinfo.PathSourceRecord(src.display, tree_sha256(src.path) if src.path.is_dir() else None)
+    else:
+        raise TypeError(f"unknown source {src!r}")
+    if not recipe.vendor:
+        return record
+    vendor = [vendor_description(entry) for entry in recipe.vendor]
+    with_vendor = buildinfo.source_from({**record.to_dict(), "vendor": vendor})
+    assert with_vendor is not None
+    return with_vendor
 
 
 def recipe_for_wheel(config: FarmConfig, name: WheelName, package: str | None) -> Recipe:

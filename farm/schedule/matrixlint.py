@@ -41,7 +41,7 @@ def lint_packages(config: FarmConfig, matrix: Matrix, cache_dir: Path) -> list[L
             continue
         recipe = config.recipe(pkg.package)
         try:
-            tree = fetch(recipe.source, cache_dir, package=recipe.name)
+            tree = fetch(recipe.source, cache_dir, package=recipe.name, vendor=recipe.vendor)
         except SourceError as exc:
             msg = exc.message if recipe.name in exc.message else f"package {recipe.name!r}: {exc.message}"
             raise SourceError(msg, where=exc.where or recipe.display,
@@ -106,7 +106,7 @@ def confirm_stale_ignores(config: FarmConfig, outcomes: Sequence[LintOutcome], c
                        if r[0].canonical() not in linted]
             if missing:
                 lint_as_built, fetch = _lint_path()
-                tree = fetch(recipe.source, cache_dir, package=recipe.name)
+                tree = fetch(recipe.source, cache_dir, package=recipe.name, vendor=recipe.vendor)
                 for archs, extensions, cuda, platform in missing:
                     report = lint_as_built(config, recipe, tree, archs, cache_dir, extensions=extensions, cuda=cuda,
                                            platform=platform)

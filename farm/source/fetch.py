@@ -13,6 +13,14 @@ A :class:`SourceTree` is a directory on disk plus the identity the lint and the 
   the sha256.
 - ``path``: the directory as is; identity is a hash over its files (names, exec bits, contents).
 
+A recipe's ``source.vendor`` entries (what upstream keeps in a git submodule the fetch does not
+carry) are placed into a copy of that tree: each archive (a URL or an sdist of the index, pinned by
+sha256) is verified before it is unpacked, bounded in size, unpacked refusing absolute paths,
+``..`` and links that leave the folder taken from it, and placed at its path, which must be
+absent or an empty folder (a submodule's placeholder) and reached through no link. The composed
+tree is cached by the base tree's identity and the entries; its identity is a hash of both, and
+its description (the provenance ``source``) lists the entries under ``vendor``.
+
 Everything lands under ``cache_dir`` in a temporary directory first and is renamed into place
 when complete, so an interrupted fetch never leaves a tree that looks fetched.
 """
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import stat
@@ -41,7 +50,7 @@ from packaging.version import InvalidVersion, Version
 from farm import cacheseal, jsonread
 from farm.errors import NetworkError, SourceError, TooLarge
 from farm.fsutil import atomic_write, sha256_file, walk_files
-from farm.model.config import GitSource, PathSource, SdistSource
+from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.netutil import download, project_url, read_page
 from farm.progress import Say
 
@@ -49,6 +58,10 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 _COMPLETE = ".farm-source.json"  # marker written last: its presence means the tree is whole
 _CHUNK = 1 << 20
 MAX_SDIST_BYTES = 2 << 30  # no sdist farm builds comes near; a server streaming forever stops here
+# A vendored tree is a library's headers or sources (GLM: 3 MB packed, 6 MB unpacked): far below these.
+MAX_VENDOR_BYTES = 256 << 20
+MAX_VENDOR_UNPACKED = 1 << 30
+MAX_VENDOR_MEMBERS = 100_000
 
 
 @dataclass(frozen=True)
@@ -65,18 +78,21 @@ class SourceTree:
 
 
 def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, package: str | None = None,
-          progress: Say | None = None) -> SourceTree:
-    """Fetch ``source`` into ``cache_dir`` (or reuse what is there) and return its tree.
-    ``progress`` hears of each network step (a clone, a download); a cached tree says nothing."""
+          progress: Say | None = None, vendor: tuple[VendorSource, ...] = ()) -> SourceTree:
+    """Fetch ``source`` into ``cache_dir`` (or reuse what is there) and return its tree, with the
+    recipe's ``vendor`` entries placed into it. ``progress`` hears of each network step (a clone,
+    a download); a cached tree says nothing."""
     label = f"package {package!r}" if package else "the source"
     say = progress or (lambda _message: None)
     if isinstance(source, GitSource):
-        return _fetch_git(source, Path(cache_dir), label, say)
-    if isinstance(source, SdistSource):
-        return _fetch_sdist(source, Path(cache_dir), label, say)
-    if isinstance(source, PathSource):
-        return _fetch_path(source, label)
-    raise SourceError(f"{label}: unknown source kind {type(source).__name__}")
+        base = _fetch_git(source, Path(cache_dir), label, say)
+    elif isinstance(source, SdistSource):
+        base = _fetch_sdist(source, Path(cache_dir), label, say)
+    elif isinstance(source, PathSource):
+        base = _fetch_path(source, label)
+    else:
+        raise SourceError(f"{label}: unknown source kind {type(source).__name__}")
+    return _with_vendor(base, vendor, Path(cache_dir), label, say) if vendor else base
 
 
 # ------------------------------------------------------------------------------------------------
@@ -145,16 +161,24 @@ def git_pointer(source: GitSource, cache_dir: Path) -> Path:
     return Path(cache_dir) / "git" / f"ref-{_git_key(source)[1]}.json"
 
 
-def is_cached(source: GitSource | SdistSource | PathSource, cache_dir: Path) -> bool:
-    """Whether :func:`fetch` would find ``source`` in ``cache_dir`` without the network."""
+def is_cached(source: GitSource | SdistSource | PathSource, cache_dir: Path,
+              vendor: tuple[VendorSource, ...] = ()) -> bool:
+    """Whether :func:`fetch` would find ``source`` (with ``vendor`` placed) in ``cache_dir``
+    without the network."""
     cache_dir = Path(cache_dir)
-    if isinstance(source, PathSource):
-        return True
+    if not vendor:
+        if isinstance(source, PathSource):
+            return True
+        return _cached_base(source, cache_dir) is not None
+    base = _fetch_path(source, "the source") if isinstance(source, PathSource) else _cached_base(source, cache_dir)
+    return base is not None and _cached(cache_dir / "vendored" / _vendored_key(base, vendor)) is not None
+
+
+def _cached_base(source: GitSource | SdistSource, cache_dir: Path) -> SourceTree | None:
     if isinstance(source, SdistSource):
-        return _cached(cache_dir / "sdist" / source.sha256.lower()) is not None
+        return _cached(cache_dir / "sdist" / source.sha256.lower())
     commit = pointed_commit(git_pointer(source, cache_dir))
-    return commit is not None and _cached(
-        cache_dir / "git" / f"{commit}{'-sub' if source.submodules else ''}") is not None
+    return None if commit is None else _cached(cache_dir / "git" / f"{commit}{'-sub' if source.submodules else ''}")
 
 
 def pointed_commit(pointer: Path) -> str | None:
@@ -322,25 +346,39 @@ def _inside(base: Path, target: Path) -> bool:
     return True
 
 
-def unpack(archive: Path, dest: Path) -> None:
-    """Unpack a .tar.gz/.tar.bz2/.zip sdist into ``dest``, refusing anything that leaves ``dest``."""
+def unpack(archive: Path, dest: Path, *, max_bytes: int | None = None, max_members: int | None = None) -> None:
+    """Unpack a .tar(.gz/.bz2/.xz)/.zip archive into ``dest``, refusing anything that leaves
+    ``dest``; ``max_bytes``/``max_members``: refused before anything is written when the members'
+    declared sizes sum beyond, or there are more members."""
     name = archive.name.lower()
+    bounds = (max_bytes, max_members)
     if name.endswith(".zip"):
         try:
-            _unpack_zip(archive, dest)
+            _unpack_zip(archive, dest, bounds)
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
             raise SourceError(f"{archive.name}: not a readable zip archive: {exc}",
                               hint="the file is corrupt; nothing was cached") from None
         return
     try:
-        _unpack_tar(archive, dest)
-    except (EOFError, zlib.error) as exc:  # a truncated or corrupt compressed stream
+        _unpack_tar(archive, dest, bounds)
+    except (EOFError, zlib.error, lzma.LZMAError) as exc:  # a truncated or corrupt compressed stream
         raise SourceError(f"{archive.name}: not a readable archive: {exc}",
                           hint="the file is corrupt; nothing was cached") from None
 
 
-def _unpack_zip(archive: Path, dest: Path) -> None:
+def _check_bounds(archive: Path, sizes: list[int], bounds: tuple[int | None, int | None]) -> None:
+    max_bytes, max_members = bounds
+    if max_members is not None and len(sizes) > max_members:
+        raise SourceError(f"{archive.name}: more than {max_members:,} members",
+                          hint="not the archive of a library's sources; nothing was unpacked")
+    if max_bytes is not None and sum(sizes) > max_bytes:
+        raise SourceError(f"{archive.name}: unpacks to {sum(sizes):,} bytes, more than {max_bytes:,}",
+                          hint="not the archive of a library's sources; nothing was unpacked")
+
+
+def _unpack_zip(archive: Path, dest: Path, bounds: tuple[int | None, int | None] = (None, None)) -> None:
     with zipfile.ZipFile(archive) as zf:
+        _check_bounds(archive, [info.file_size for info in zf.infolist()], bounds)
         for info in zf.infolist():
             rel = _check_member(info.filename, archive)
             if stat.S_ISLNK(info.external_attr >> 16):
@@ -359,13 +397,18 @@ def _unpack_zip(archive: Path, dest: Path) -> None:
                 out.chmod(0o755)
 
 
-def _unpack_tar(archive: Path, dest: Path) -> None:
+def _unpack_tar(archive: Path, dest: Path, bounds: tuple[int | None, int | None] = (None, None)) -> None:
     try:
         tf = tarfile.open(archive, "r:*")  # noqa: SIM115 - closed by the with below; open errors differ
     except tarfile.TarError as exc:
         raise SourceError(f"{archive.name}: not a readable archive: {exc}") from None
     with tf:
-        members = tf.getmembers()
+        members = []
+        for member in tf:  # counted as read: a member bomb stops at the bound, not at its end
+            members.append(member)
+            if bounds[1] is not None and len(members) > bounds[1]:
+                break
+        _check_bounds(archive, [m.size for m in members], bounds)
         for member in members:
             rel = _check_member(member.name, archive)
             if member.isdev() or member.isfifo():
@@ -382,6 +425,143 @@ def _unpack_tar(archive: Path, dest: Path) -> None:
             tf.extractall(dest, members=members)
         except tarfile.TarError as exc:
             raise SourceError(f"{archive.name}: refused while unpacking: {exc}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# vendored trees (source.vendor)
+# ------------------------------------------------------------------------------------------------
+def vendor_description(entry: VendorSource) -> dict[str, Any]:
+    """One vendored tree as provenance records it (the ``vendor`` list of the ``source`` object)."""
+    origin = entry.origin
+    if isinstance(origin, ArchiveOrigin):
+        return {"kind": "archive", "path": entry.path, "url": origin.url, "sha256": origin.sha256,
+                "subdir": entry.subdir}
+    return {"kind": "sdist", "path": entry.path, "name": origin.name, "version": origin.version,
+            "sha256": origin.sha256, "subdir": entry.subdir}
+
+
+def vendored_key(base_identity: str, vendor: list[dict[str, Any]]) -> str:
+    """A composed tree's identity (and cache folder): the base tree's identity (commit, sdist
+    sha256, path tree hash) and every entry's description, in the recipe's order. The prune
+    computes it from a ledger entry's ``source`` alike."""
+    text = json.dumps({"base": base_identity, "vendor": vendor}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _vendored_key(base: SourceTree, vendor: tuple[VendorSource, ...]) -> str:
+    return vendored_key(base.identity, [vendor_description(e) for e in vendor])
+
+
+def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: Path, label: str,
+                 say: Say) -> SourceTree:
+    key = _vendored_key(base, vendor)
+    folder = cache_dir / "vendored"
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / key
+    with FileLock(str(folder / f"{key}.lock")):
+        tree = _cached(final)
+        if tree is not None:
+            return tree
+        with tempfile.TemporaryDirectory(dir=folder, prefix="tmp-") as tmp:
+            work = Path(tmp) / "tree"
+            shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            for entry in vendor:
+                archive = _vendor_archive(entry, cache_dir / "vendor", label, say)
+                scratch = Path(tmp) / "unpacked"
+                scratch.mkdir()
+                unpack(archive, scratch, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
+                _place(entry, scratch, work, archive.name, label)
+                shutil.rmtree(scratch)
+            description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
+            return _install(work, final, key, description)
+
+
+def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> Path:
+    """The entry's archive, downloaded once and re-hashed on every use: a cached file is believed
+    only when its bytes still have the pinned sha256."""
+    origin = entry.origin
+    sha = origin.sha256
+    folder = store / sha  # one folder per archive: the prune removes folders
+    store.mkdir(parents=True, exist_ok=True)
+    where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
+    with FileLock(str(store / f"{sha}.lock")):
+        cached = next((p for p in folder.iterdir() if p.is_file()), None) if folder.is_dir() else None
+        if cached is not None:
+            if sha256_file(cached) == sha:
+                return cached
+            cached.unlink()  # damaged or replaced: fetched afresh below
+        if isinstance(origin, ArchiveOrigin):
+            url = origin.url
+            filename = PurePosixPath(url.split("?")[0]).name
+        else:
+            url, filename = _find_sdist_url(origin, where)
+        with tempfile.TemporaryDirectory(dir=store, prefix="tmp-") as tmp:
+            part = Path(tmp) / filename
+            try:
+                got = download(url, part, max_bytes=MAX_VENDOR_BYTES, progress=say, label=where).sha256
+            except TooLarge:
+                raise SourceError(f"{where}: {url} is larger than {MAX_VENDOR_BYTES >> 20} MiB",
+                                  hint="a vendored tree is a library's sources; check the URL") from None
+            except NetworkError as exc:
+                raise SourceError(f"{where}: downloading {url} failed: {exc.message}",
+                                  hint="check the network, or that the URL still serves the pinned file") from None
+            if got != sha:
+                raise SourceError(f"{where}: {filename} has sha256 {got}, the recipe pins {sha}",
+                                  hint="nothing was unpacked or cached; verify the file and update the pin")
+            folder.mkdir(exist_ok=True)
+            archive = folder / part.name
+            part.replace(archive)
+        return archive
+
+
+def _place(entry: VendorSource, unpacked: Path, tree: Path, archive: str, label: str) -> None:
+    """Move the entry's folder of the unpacked archive to its path in ``tree``."""
+    where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
+    entries = list(unpacked.iterdir())
+    # like an sdist, an archive of one top folder is that folder
+    root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else unpacked
+    taken = root.joinpath(*entry.subdir.split("/")) if entry.subdir else root
+    if not _real_dir_below(root, taken):
+        names = ", ".join(sorted(p.name for p in root.iterdir())[:8])
+        raise SourceError(f"{where}: {archive} has no folder {entry.subdir!r} (it holds {names})",
+                          hint="fix subdir to a folder of the archive, relative to its one top folder")
+    for link in (p for p in taken.rglob("*") if p.is_symlink()):
+        target = link.readlink()
+        resolved = PurePosixPath(os.path.normpath(link.parent / target))
+        if target.is_absolute() or not resolved.is_relative_to(taken.as_posix()):
+            rel = link.relative_to(taken).as_posix()
+            raise SourceError(f"{where}: {archive}: link {rel!r} -> {target!r} leaves the vendored folder",
+                              hint="vendor a folder whose links stay inside it; nothing was cached")
+    dest = tree
+    parts = entry.path.split("/")
+    for part in parts[:-1]:  # never placed through a link of the upstream tree
+        dest = dest / part
+        if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+            raise SourceError(f"{where}: {dest.relative_to(tree).as_posix()!r} is a link or a file in the source",
+                              hint="vendor into a real folder of the source")
+    dest = tree.joinpath(*parts)
+    if dest.is_symlink() or dest.is_file():
+        raise SourceError(f"{where}: the source already has a file or link at {entry.path!r}",
+                          hint="vendor into a path that is absent or an empty folder")
+    if dest.is_dir():
+        held = sorted(p.name for p in dest.iterdir())
+        if held:
+            raise SourceError(f"{where}: the source already has {len(held)} entries at {entry.path!r} "
+                              f"({', '.join(held[:5])}); the vendored tree would overwrite upstream files",
+                              hint="vendor into a path that is absent or an empty folder (a submodule's placeholder)")
+        dest.rmdir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    taken.replace(dest)
+
+
+def _real_dir_below(root: Path, folder: Path) -> bool:
+    """``folder`` is a directory reached from ``root`` through no link."""
+    here = root
+    for part in folder.relative_to(root).parts:
+        here = here / part
+        if here.is_symlink():
+            return False
+    return folder.is_dir()
 
 
 # ------------------------------------------------------------------------------------------------
