@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import json
 import math
@@ -33,10 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import parse_wheel_filename
-
 from farm.cli import main
-from farm.provenance.ledgerwrite import write_fragment
+from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import GithubSettings, ghrest, upload
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.ratelimit import Throttle, github_limits
@@ -47,7 +44,7 @@ from farm.schedule.slices import LINK, slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
 from tests import ghsim
 from tests.ledgermaker import make_entry
-from tests.wheelmaker import make_wheel
+from tests.wheelmaker import stamped_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1 << 20
@@ -97,6 +94,18 @@ class Sim(ghsim.GitHubSim):
             self._content_hour.append(now)
             self._content_minute.append(now)
 
+    def _headers(self, now: float) -> dict[str, str]:
+        """GitHub's ``x-ratelimit-*`` headers from the hour's window (the request being answered
+        is in it), not from a scan of the whole log."""
+        with self._lock:
+            while self._hour and self._hour[0] <= now - 3600:
+                self._hour.popleft()
+            used, oldest = len(self._hour), (self._hour[0] if self._hour else now)
+        return {"x-ratelimit-limit": str(self.limits.primary_per_hour),
+                "x-ratelimit-remaining": str(max(0, self.limits.primary_per_hour - used)),
+                "x-ratelimit-used": str(used), "x-ratelimit-reset": str(math.ceil(oldest + 3600)),
+                "x-ratelimit-resource": "core"}
+
     def _limited(self, method: str, now: float) -> tuple[int, dict[str, str]] | None:
         for window, period in ((self._hour, 3600), (self._content_hour, 3600), (self._content_minute, 60)):
             while window and window[0] <= now - period:
@@ -124,7 +133,7 @@ class Faults:
     """What goes wrong, by (run number, shard)."""
 
     fail_build: Callable[[int, str], bool] = lambda run, cell: False
-    small_disk: set[tuple[int, str]] = field(default_factory=set)  # a publish job whose disk fills
+    small_disk: set[tuple[int, str]] = field(default_factory=set)  # a publish job whose disk is full (10 MB free)
     kill_after_upload: set[tuple[int, str]] = field(default_factory=set)  # killed between upload and record
     push_race: set[int] = field(default_factory=set)  # runs whose publish jobs all start from one head
     maintainer_push: set[tuple[int, str]] = field(default_factory=set)  # someone pushes during that job
@@ -140,6 +149,8 @@ class JobStats:
     peak_bytes: int  # nominal bytes the job's scratch held at most
     largest_bytes: int  # its largest artifact (nominal)
     verdicts: dict[str, int]
+    ledger_reads: int = 0  # times the job read its ledger whole (once, and once after each push that rebased)
+    pushes: int = 0
 
 
 @dataclass
@@ -151,6 +162,7 @@ class RunResult:
     next_wave: bool
     cancelled: bool
     jobs: list[JobStats]
+    to_build: int = 0  # the queue this run's plan started from (built cells taken out)
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -233,7 +245,7 @@ class Farm:
         for i, shard in enumerate(shards):
             if cancel_after is not None and i >= cancel_after:
                 return RunResult(n, len(plan["cells"]), len(plan["refused_cells"]), len(plan["deferred_cells"]),
-                                 False, True, jobs)
+                                 False, True, jobs, plan["totals"]["to_build"])
             entries = slice_plan(plan, shard)
             self._build(n, entries, cells, store, failed)
             clone = clones.get(shard) or self.checkout(f"run-{n}-publish-{shard}")
@@ -243,7 +255,7 @@ class Farm:
         wave = dict(line.split("=", 1) for line in (run_dir / "wave.out").read_text().splitlines())
         shutil.rmtree(run_dir / "artifacts", ignore_errors=True)
         return RunResult(n, len(plan["cells"]), len(plan["refused_cells"]), len(plan["deferred_cells"]),
-                         wave["next_wave"] == "true", False, jobs)
+                         wave["next_wave"] == "true", False, jobs, plan["totals"]["to_build"])
 
     # -- build jobs (simulated) ----------------------------------------------------------------
     def _build(self, n: int, entries: list[dict[str, Any]], cells: dict[str, Any], store: Path,
@@ -258,31 +270,17 @@ class Farm:
             self._wheel(n, cells[cid], store / f"wheels-{cid}")
 
     def _wheel(self, n: int, cell: dict[str, Any], dest: Path) -> None:
-        name, version, build, tags = parse_wheel_filename(cell["wheel"])
-        tag = next(iter(tags))
         entry = make_entry(cell["package"], cell["version"], cuda=cell["cuda"], torch=cell["torch"],
                            python=cell["python_tag"], platform=cell["platform"], build_epoch=cell["build_epoch"],
                            arch=cell["arch_list"], filename=cell["wheel"])
-        entry["dist"] = name.replace("-", "_")
-        entry["run"] = {"provider": "github", "repository": "farm-wheels/farm", "commit": "0" * 40,
-                        "run_id": str(n), "attempt": "1"}
-        info = {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")}
-        dist_info = f"{entry['dist']}-{version}.dist-info"
-        wheel = make_wheel(dest, entry["dist"], str(version), {
-            f"{entry['dist']}/__init__.py": b"",
-            f"{dist_info}/_build_info.json": json.dumps(info, indent=1).encode(),
-        }, tag=f"{tag.interpreter}-{tag.abi}-{tag.platform}", build=str(build[0]) if build else None)
-        assert wheel.name == cell["wheel"], (wheel.name, cell["wheel"])
-        data = wheel.read_bytes()
-        entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-        write_fragment(entry, dest)
+        stamped_wheel(dest, entry, run_id=str(n))
         self.nominal[cell["id"]] = NOMINAL_MB.get(cell["package"], DEFAULT_MB) * MB
 
     # -- publish jobs (farm's own code) --------------------------------------------------------
     def _publish(self, n: int, shard: str, entries: list[dict[str, Any]], store: Path, reports: Path,
                  clone: Path) -> JobStats:
         ledger = clone / "ledger.jsonl"
-        quota = (RUNNER_FREE - JOB_OVERHEAD) if (n, shard) not in self.faults.small_disk else 100 * MB
+        quota = (RUNNER_FREE - JOB_OVERHEAD) if (n, shard) not in self.faults.small_disk else 10 * MB
         held: dict[str, int] = {}  # scratch folder -> nominal bytes, while it exists
         peak = largest = 0
         scratch = self.work / "scratch" / f"{n}-{shard}"
@@ -315,15 +313,17 @@ class Farm:
         self.sim.kill_armed = (n, shard) in self.faults.kill_after_upload
         if n in self.faults.rate_burst and shard == "0":
             self._burst()
-        pending = [0]
+        pending, pushed = [0], [0]
+        book = LedgerBook.open(ledger)  # the job reads its checkout's ledger once
 
         def publish(cell: CellResult) -> tuple[str, str]:
-            before = ledger.read_bytes()
-            report = upload(cell.files[0].parent, [settings], ledger=ledger, github_client=client, reader="native")
+            before = ledger.stat().st_size
+            report = upload(cell.files[0].parent, [settings], ledger=ledger, github_client=client, reader="native",
+                            book=book)
             if self.sim.killed is not None:
                 # the process died after GitHub stored the asset, before the ledger record: what it
-                # wrote after that moment never happened
-                ledger.write_bytes(before)
+                # wrote after that moment (the record it appended) never happened
+                os.truncate(ledger, before)
                 self.killed.append((n, shard, self.sim.killed))
                 self.sim.killed = None
                 raise JobKilled(cell.id)
@@ -335,6 +335,7 @@ class Farm:
             if pending[0] >= self.push_every:
                 self._push(n, shard, clone)
                 pending[0] = 0
+                pushed[0] += 1
             return PUBLISHED, ""
 
         report_path = reports / f"published-{shard}.jsonl"
@@ -353,9 +354,9 @@ class Farm:
                 killed = False
         if killed:  # the runner is gone: its unpushed commits and its report with it
             report_path.unlink()
-            return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts)
+            return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts, book.reloads + 1, pushed[0])
         self._push(n, shard, clone)
-        return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts)
+        return JobStats(n, shard, len(shard_cells(entries)), peak, largest, counts, book.reloads + 1, pushed[0] + 1)
 
     def _push(self, n: int, shard: str, clone: Path) -> None:
         if (n, shard) in self.faults.maintainer_push:

@@ -179,6 +179,7 @@ class GitHubSim:
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _next_id: int = 1
+    _by_id: dict[str, SimRelease] = field(default_factory=dict)  # str(id) -> release, as the URLs name it
     base: str = ""
 
     # -- counting ------------------------------------------------------------------------------
@@ -246,6 +247,7 @@ class GitHubSim:
     def _new_release(self, tag: str) -> SimRelease:
         release = SimRelease(self._id(), tag)
         self.releases[tag] = release
+        self._by_id[str(release.id)] = release
         return release
 
     # -- limits --------------------------------------------------------------------------------
@@ -389,7 +391,7 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                     self._send(201, {"id": release.id, "tag_name": tag})
                     return
                 if len(parts) == 3 and parts[0] == "releases" and parts[2] == "assets":
-                    release = next((r for r in sim.releases.values() if str(r.id) == parts[1]), None)
+                    release = sim._by_id.get(parts[1])
                     if release is None:
                         self._send(404, {"message": "Not Found"})
                         return

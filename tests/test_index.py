@@ -267,3 +267,23 @@ def test_dry_run_writes_nothing(built: Built, tmp_path: Path) -> None:
     assert report is None
     assert {u.action for u in uploads} == {"present"}
     assert not (root / "index.html").exists()
+
+
+def test_publish_each_refuses_one_wheel_and_stores_the_others(built: Built, tmp_path: Path) -> None:
+    """Per wheel: another file under one wheel's name refuses that wheel alone; the others are
+    stored and the tree regenerated once."""
+    wheels, entries = built
+    root = tmp_path / "index"
+    _publish(root, wheels[:1], entries)
+    rebuilt = make_wheel(tmp_path / "rebuilt", "alpha", "1.0+cu128torch2.8", {"alpha/__init__.py": b"# other\n"})
+    assert rebuilt.name == wheels[0].name
+    batch = [rebuilt, *wheels[1:]]
+    done = index.publish_each(root, [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in batch], _sha(entries))
+    ((name, why),) = done.refused
+    assert name == rebuilt.name
+    assert why.startswith(f"{rebuilt.name}: the index holds sha256 {entries[rebuilt.name].sha256}")
+    assert sorted(u.filename for u in done.uploads) == sorted(w.name for w in wheels[1:])
+    assert {u.action for u in done.uploads} == {"stored"}
+    assert done.report is not None
+    assert done.report.files == len(wheels)
+    assert (root / "files" / wheels[0].name).read_bytes() == wheels[0].read_bytes()  # never replaced

@@ -15,7 +15,7 @@ import pytest
 from farm.errors import LedgerError, ToolError
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from farm.publish.ledgerpush import commit_and_push, merge_ledgers
+from farm.publish.ledgerpush import LedgerPusher, commit_and_push, merge_ledgers
 from tests.gitremote import append, bare_remote, clone, git, pushed_ledger
 from tests.ledgermaker import make_entry
 
@@ -135,3 +135,41 @@ def test_merge_is_keyed_and_keeps_unchanged_lines() -> None:
     other["run"] = {**other["run"], "run_id": "9"}
     with pytest.raises(LedgerError, match="different provenance"):
         merge_ledgers(one.encode(), (dumps_entry(other) + "\n").encode())
+
+
+class Ticking:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def test_a_publish_shards_pusher_batches_its_records_and_loses_none(remote: Path, tmp_path: Path) -> None:
+    """At most one commit and push per ``every_s``; the records between wait in the ledger file,
+    and ``finish`` pushes them, rebased over another writer's push."""
+    a, b = clone(remote, tmp_path / "a"), clone(remote, tmp_path / "b")
+    clock = Ticking()
+    pusher = LedgerPusher(a / "ledger.jsonl", "origin", every_s=60.0, clock=clock)
+    pythons = ("cp311", "cp312", "cp313")
+    for python in pythons:
+        append(a, line(python=python))
+        pusher(python)
+        clock.t += 10
+    assert pusher.pushes == 1  # the first record; the other two wait for the minute
+    assert len(names(pushed_ledger(a, "ledger.jsonl"))) == 2
+    append(b, line(python="cp39"))
+    assert commit_and_push(b, b / "ledger.jsonl", "ledger: cp39", clock=NoWait()).pushed
+    assert pusher.finish() is None
+    assert pusher.pushes == 2
+    assert sorted(names(pushed_ledger(a, "ledger.jsonl"))) == sorted(
+        names(b"".join(line(python=p).encode() for p in ("cp310", "cp39", *pythons))))
+    clock.t += 60
+    append(a, line(python="cp38"))
+    pusher("cp38")  # a minute later: pushed at once
+    assert pusher.pushes == 3

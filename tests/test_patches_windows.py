@@ -294,6 +294,36 @@ def test_gsplat_optimises_with_msvcs_flag(tmp_path: Path) -> None:
     refuses("gsplat.py", src, "setup.py:7")
 
 
+FLASH_ATTN = """\
+import os, sys
+def get_extensions():
+    nvcc_flags = [
+    "-O3",
+    "-std=c++17",
+    "--use_fast_math",
+    ]
+
+    compiler_c17_flag=["-O3", "-std=c++17"]
+    # Add Windows-specific flags
+    if sys.platform == "win32" and os.getenv('DISTUTILS_USE_SDK') == '1':
+        nvcc_flags.extend(["-Xcompiler", "/Zc:__cplusplus"])
+        compiler_c17_flag=["-O2", "/std:c++17", "/Zc:__cplusplus"]
+    return {"cxx": compiler_c17_flag, "nvcc": nvcc_flags}
+ARGS = get_extensions()
+"""
+
+
+def test_flash_attn_compiles_at_the_standard_torch_needs(tmp_path: Path) -> None:
+    src = tree(tmp_path, {"setup.py": FLASH_ATTN})
+    applies_once("flash_attn.py", src)
+    assert flags(src, ["ARGS"], torch="2.14.1", windows=False) == {
+        "ARGS": {"cxx": ["-O3", "-std=c++20"], "nvcc": ["-O3", "-std=c++20", "--use_fast_math"]}}
+    assert flags(src, ["ARGS"], torch="2.13.0", windows=False) == {
+        "ARGS": {"cxx": ["-O3", "-std=c++17"], "nvcc": ["-O3", "-std=c++17", "--use_fast_math"]}}
+    (src / "setup.py").write_text(FLASH_ATTN.replace('compiler_c17_flag=["-O3", "-std=c++17"]', 'cxx=["-O3"]'))
+    refuses("flash_attn.py", src, "setup.py:13")
+
+
 SAGEATTENTION = """\
 import os
 if True:
@@ -532,7 +562,8 @@ def test_ovoxel_refuses_a_svo_it_does_not_recognise(tmp_path: Path) -> None:
     assert "farm" not in (src / "src" / "io" / "svo.cpp").read_text()  # all or nothing per file
 
 
-@pytest.mark.parametrize("script", ["cubvh.py", "cumesh.py", "drtk.py", "flexgemm.py", "gsplat.py", "natten.py",
+@pytest.mark.parametrize("script", ["cubvh.py", "cumesh.py", "drtk.py", "flash_attn.py", "flexgemm.py", "gsplat.py",
+                                    "natten.py",
                                     "ovoxel.py", "pytorch3d.py", "sageattention_flags.py",
                                     "sageattn3_msvc.py", "fused_ssim_msvc.py"])
 def test_a_patch_refuses_a_tree_without_its_file(tmp_path: Path, script: str) -> None:

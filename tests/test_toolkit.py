@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -288,6 +289,25 @@ def test_the_check_passes_what_the_toolkit_has_and_skips_a_vendored_copy(pypi_to
     check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path)
 
 
+def test_the_check_leaves_out_test_programs(tmp_path) -> None:
+    """flash_attn's sdist carries CUTLASS's unit tests, whose NVRTC test includes <nvrtc.h>: no
+    wheel build compiles them, so a toolkit without NVRTC passes; the same include in the
+    package's own sources is still refused."""
+    home = tmp_path / "cuda"
+    (home / "include").mkdir(parents=True)
+    (home / "lib64").mkdir()
+    (home / "lib64" / "libcudart.so").write_bytes(b"")
+    src = tmp_path / "src"
+    (src / "csrc" / "cutlass" / "test" / "unit" / "nvrtc").mkdir(parents=True)
+    (src / "csrc" / "cutlass" / "test" / "unit" / "nvrtc" / "testbed.h").write_text("#include <nvrtc.h>\n")
+    (src / "tests").mkdir()
+    (src / "tests" / "t.cu").write_text("#include <cusparse.h>\n")
+    check_toolkit(home, (), source_root=src)
+    (src / "csrc" / "ops.cu").write_text("#include <nvrtc.h>\n")
+    with pytest.raises(ConfigError, match=r"cuda_nvrtc: <nvrtc.h> at csrc/ops.cu:1"):
+        check_toolkit(home, (), source_root=src)
+
+
 def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path) -> None:
     home = tmp_path / "cuda"
     (home / "lib").mkdir(parents=True)
@@ -337,3 +357,19 @@ def test_a_torch_cells_toolkit_compiles_and_links_what_torchs_headers_include(tm
     needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     for lib in ("libcublas.so.13", "libcusparse.so.12", "libcusolver.so.12", "libcufft.so.12"):
         assert lib in needed  # linked through the development links farm made
+
+
+def test_the_dev_links_name_the_shortest_versioned_library(tmp_path) -> None:
+    """libX.so -> libX.so.N where the wheel ships it; a library shipped only as libX.so.N.M
+    (nvidia-cuda-nvrtc's libnvrtc-builtins.so.13.0) gets its link too; an existing one is kept."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libcudart.so.13", "libcudart.so.13.0.96", "libnvrtc-builtins.so.13.0", "libnvrtc.so.13",
+                 "libkept.so.2", "libkept.so"):
+        (lib / name).write_text(name)
+    subprocess.run(["sh", "-c", tk._DEV_LINKS_SH], env={"H": str(tmp_path), "PATH": os.environ["PATH"]},
+                   check=True)
+    links = {p.name: str(p.readlink()) for p in lib.iterdir() if p.is_symlink()}
+    assert links == {"libcudart.so": "libcudart.so.13", "libnvrtc-builtins.so": "libnvrtc-builtins.so.13.0",
+                     "libnvrtc.so": "libnvrtc.so.13"}
+    assert (lib / "libkept.so").read_text() == "libkept.so"

@@ -15,11 +15,11 @@ from urllib.parse import quote
 
 import pytest
 
-from farm.errors import FarmError
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, Verdict, upload
 from farm.publish.targets import GithubSettings, default_simple_url
 from tests import ghsim
+from tests.ledgermaker import make_entry
 from tests.publishfix import (
     Batch,
     copy_batch,
@@ -31,6 +31,7 @@ from tests.publishfix import (
     uv_install,
     write_farm_root,
 )
+from tests.wheelmaker import stamped_wheel
 
 __all__ = ["demo_batch"]  # the session fixture, shared with the other upload tests
 
@@ -116,7 +117,7 @@ def test_pypiserver_round_trip(demo_batch: Batch, tmp_path: Path) -> None:
     try:
         target = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
         report = upload(out, [target], ledger=ledger, env=env)
-        assert report.ok, (report.gate.lines(), report.refusals)
+        assert report.ok, [v.line() for v in report.verdicts]
         assert report.outcomes[0].sent == (wheel.name,)
         assert (packages / wheel.name).read_bytes() == wheel.read_bytes()
         entry = _ledger_entry(ledger, wheel.name)
@@ -160,9 +161,12 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
     (index_target.path / "files").mkdir(parents=True)
     _other_bytes(wheel, index_target.path / "files" / wheel.name)
     squatter = (index_target.path / "files" / wheel.name).read_bytes()
-    with pytest.raises(FarmError) as exc:
-        upload(out, [index_target], ledger=ledger)
-    assert "never overwritten" in str(exc.value) or "sha256" in str(exc.value)
+    refused = upload(out, [index_target], ledger=ledger)
+    assert not refused.ok
+    (verdict,) = refused.verdicts
+    assert (verdict.target, verdict.verdict) == ("index", Verdict.REFUSED)
+    assert "never overwritten" in verdict.message
+    assert "the index holds sha256" in verdict.message
     assert (index_target.path / "files" / wheel.name).read_bytes() == squatter
     assert not (index_target.path / "packages.json").exists()
     assert not ledger.exists()
@@ -177,8 +181,8 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
         target = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
         report = upload(out, [target], ledger=ledger, env={"TWINE_USERNAME": "u", "TWINE_PASSWORD": "p"})
         assert not report.ok
-        (line,) = report.refusals
-        assert line.startswith(f"pypi: {wheel.name}: the repository holds sha256")
+        (verdict,) = report.verdicts
+        assert verdict.line().startswith(f"{wheel.name}: pypi: refused (the repository holds sha256")
         assert (packages / wheel.name).read_bytes() == squatter
         assert not ledger.exists()
     finally:
@@ -268,11 +272,12 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         alone = upload(out, [linked], ledger=ledger, env=env)
         assert not alone.ok
         assert not ledger.exists()
-        assert alone.refusals == ((f"pages: {wheel.name} is not published to 'pypi', which this index links to; "
-                                  "run with --target pypi --target pages"),)
+        assert [(v.target, v.verdict, v.message) for v in alone.verdicts] == [
+            ("pages", Verdict.REFUSED, ("not published to 'pypi', which this index links to; "
+                                       "run with --target pypi --target pages"))]
 
         report = upload(out, [linked, pypi], ledger=ledger, env=env)  # run order: pypi, then pages
-        assert report.ok, report.refusals
+        assert report.ok, [v.line() for v in report.verdicts]
         assert [o.target for o in report.outcomes] == ["pypi", "pages"]
         assert not (linked.path / "files").exists()
         page = (linked.path / "cu130" / "demo-ext" / "index.html").read_text()
@@ -305,3 +310,36 @@ def test_index_linking_to_another_targets_copies(demo_batch: Batch, tmp_path: Pa
         assert (linked.path / "cu130" / "demo-ext" / "index.html").read_text() == page
     finally:
         pypi_server.stop()
+
+
+def test_one_wheels_refusal_never_stops_anothers(tmp_path: Path) -> None:
+    """Twine and an index linking to its copies, wheel by wheel (a real pypiserver on 127.0.0.1):
+    the wheel whose name the repository already holds with other bytes is refused there and on the
+    pages that link to it; the other wheel is sent, listed and recorded; the summary has both."""
+    out = tmp_path / "out"
+    squatted, good = (stamped_wheel(out, make_entry(python=py)) for py in ("cp311", "cp312"))
+    ledger = tmp_path / "ledger.jsonl"
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    _other_bytes(squatted, packages / squatted.name)
+    squatter = (packages / squatted.name).read_bytes()
+    server, base = pypiserver(packages, tmp_path / "pypiserver.log")
+    env = {"TWINE_USERNAME": "u", "TWINE_PASSWORD": "p", "PATH": os.environ["PATH"]}
+    try:
+        pypi = TwineSettings("pypi", f"{base}/", default_simple_url(f"{base}/"))
+        pages = IndexSettings("pages", tmp_path / "pages", links="pypi")
+        report = upload(out, [pages, pypi], ledger=ledger, env=env, reader="native")
+    finally:
+        server.stop()
+    assert not report.ok
+    assert report.exit_code == 1
+    assert {(v.wheel, v.target): v.verdict for v in report.verdicts} == {
+        (squatted.name, "pypi"): Verdict.REFUSED, (good.name, "pypi"): Verdict.PUBLISHED,
+        (squatted.name, "pages"): Verdict.REFUSED, (good.name, "pages"): Verdict.PUBLISHED}
+    assert (packages / squatted.name).read_bytes() == squatter
+    assert (packages / good.name).read_bytes() == good.read_bytes()
+    assert LedgerIndex.load(ledger).by_filename(squatted.name) is None
+    assert [p["target"] for p in _ledger_entry(ledger, good.name)["published"]] == ["pypi", "pages"]
+    page = (tmp_path / "pages" / "cu128" / "torch2.8" / "demo-ext" / "index.html").read_text()
+    assert good.name in page
+    assert squatted.name not in page

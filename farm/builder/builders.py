@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from farm.builder import buildenv, cclaunch, farmdeps, shardjob, verify
+from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, shardjob, verify
 from farm.builder.buildenv import BuildEnv
+from farm.builder.buildprobe import ProbeReport
 from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
 from farm.builder.farmdeps import FarmDep
 from farm.builder.images import image_for, probe_image
@@ -94,11 +95,14 @@ class BuildResult:
     shard: Mapping[str, Any] | None = None  # a compile shard's or link job's record (shardjob.py)
     imports: tuple[ImportCheck, ...] = ()  # the import check of each asserted wheel (verify.py)
     compile_cache: Counts | None = None  # the compiler cache's counts for this build (None: off or unknown)
+    probe: ProbeReport | None = None  # farm build --probe: each extension's first TU, judged; no wheel
 
     @property
     def passed(self) -> bool:
         if self.shard is not None and self.shard.get("job") == "compile":
             return True  # a compile shard makes objects, not a wheel: its verdict was finish_compile's
+        if self.probe is not None:
+            return self.probe.passed  # a probe's objects, judged per TU; no wheel
         return (bool(self.postbuild) and all(r.passed for r in self.postbuild)
                 and all(c.passed for c in self.imports))
 
@@ -117,6 +121,7 @@ class BuildResult:
             "build_env": str(self.build_env) if self.build_env else None,
             "imports": [c.to_json() for c in self.imports],
             "compile_cache": self.compile_cache.record() if self.compile_cache else None,
+            "probe": self.probe.to_json() if self.probe else None,
         }
 
 
@@ -510,6 +515,7 @@ class BuildSettings:
     env_root: Path | None = None  # shared build environments (native builder); None: beside work_root
     shard: ShardJob | None = None  # build one compile shard (i/N) or the link job of a sharded cell
     shard_dir: Path = Path(".cache/shards")  # per-cell shard folders: objects handed from compile to link
+    probe: bool = False  # compile only the first TU of each extension and judge it; no wheel (buildprobe.py)
     toolkit_source: str | None = None  # redist | pypi: overrides the line's pin (--toolkit-source)
     redist_url: str | None = None  # the redist root; None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
     pip_cache: Path | None = None  # pip's download cache, mounted into the container (--pip-cache)
@@ -686,6 +692,11 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
             f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
         options = replace(options, shard=setup)
+    elif settings.probe:  # the first TU of each extension, through the same launcher
+        setup = shardjob.prepare_probe(Path(settings.shard_dir).absolute() / "probe", cell.id, src, spec.digest)
+        say(f"{cell.id}: PROBE: the first TU of each extension is compiled and checked, the others are "
+            f"stand-ins; no wheel ({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
+        options = replace(options, shard=setup)
     plan = plan_build(config, recipe, cell, src, options, spec=spec)
     write_spec(spec, work)
     error: ToolError | None = None
@@ -715,6 +726,13 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     cache_counts = counts[0] if counts else None
     if cache_counts is not None:
         say(f"{cell.id}: {cache_counts.line()}")
+    if setup is not None and setup.job.probe:
+        # stand-ins inside: never a wheel (the raw one in dist/, the repaired one in the output folder)
+        buildprobe.discard(built, (plan.config_file.parent / "dist", base.output_dir))
+        probed = buildprobe.finish_probe(setup, error, spec.expected, tk.cuobjdump)
+        say(f"{cell.id}: PROBE {'passed' if probed.passed else 'FAILED'}: {len(probed.units)} extension(s)' first "
+            f"TU checked, {probed.stand_ins} stand-in(s), {round(time.monotonic() - started, 1)} s")
+        return BuildResult(cell, plan, (), build_env=env_path, compile_cache=cache_counts, probe=probed)
     if setup is not None:
         if not setup.job.is_link:  # its wheel holds stand-ins for the other shards' TUs: never postbuilt
             record = shardjob.finish_compile(setup, error)

@@ -24,6 +24,11 @@ where a hash leaves some shards twice the work of others. A TU the tree does not
 during the build) falls back to a stable hash of its path. Both are pure functions of the source,
 so every job of a cell agrees without talking to the others.
 
+A probe (``farm build --probe``, :mod:`farm.builder.buildprobe`) uses the same launcher for a
+build too long for the host: the first TU of each extension (each ``TORCH_EXTENSION_NAME``, else
+each distinct set of nvcc flags) is compiled by the real nvcc with the build's own flags and kept;
+every other TU gets the empty stand-in. Its wheel is thrown away.
+
 The launcher is this file, copied into the shard folder and run by the build's own Python: it
 imports nothing but the standard library, and also runs inside cibuildwheel's container.
 The wheel the link job makes is the package's ordinary build with its nvcc outputs taken from the
@@ -60,10 +65,11 @@ _SKIP_DIRS = frozenset({".git", "CMakeFiles", "__pycache__"})
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ShardJob:
-    """``--shard i/N`` (compile shard i of N, 0-based) or ``--link`` (index None)."""
+    """``--shard i/N`` (compile shard i of N, 0-based), ``--link`` (index None), or a probe."""
 
     count: int
     index: int | None = None
+    probe: bool = False  # ``farm build --probe``: the first TU of each extension, no wheel
 
     @property
     def is_link(self) -> bool:
@@ -71,6 +77,8 @@ class ShardJob:
 
     @property
     def label(self) -> str:
+        if self.probe:
+            return PROBE_LABEL
         return "link" if self.index is None else f"{self.index}/{self.count}"
 
     @classmethod
@@ -263,6 +271,37 @@ def flag_difference(shard: Sequence[str], here: Sequence[str]) -> str:
     return f"the shard's has {only_shard[:5] or 'nothing more'}, this build's has {only_here[:5] or 'nothing more'}"
 
 
+# A probe (``farm build --probe``): the first TU of each extension is compiled, the rest are stand-ins.
+PROBE_LABEL = "probe"
+CLAIMS = "claims"  # probe: one file per extension whose first TU a build call has taken
+_EXTENSION_NAME = re.compile(r"-DTORCH_EXTENSION_NAME=(?P<name>[A-Za-z0-9_.]+)")
+
+
+def extension_key(flags: Sequence[str]) -> str:
+    """Which extension an nvcc call compiles for: torch's build names it in every TU's flags
+    (``-DTORCH_EXTENSION_NAME=_C``); a build that does not (CMake, a plain setuptools build) is
+    told apart by its flags, as each extension, or each target, compiles with its own."""
+    for i, flag in enumerate(flags):
+        text = f"-D{flags[i + 1]}" if flag == "-D" and i + 1 < len(flags) else flag
+        m = _EXTENSION_NAME.fullmatch(text)
+        if m:
+            return m["name"]
+    digest = hashlib.sha256(json.dumps(list(flags)).encode()).hexdigest()[:12]
+    return f"flags-{digest}"
+
+
+def _claim(shard_dir: str, extension: str) -> bool:
+    """True for the first nvcc call of an extension, across the build's parallel calls (O_EXCL)."""
+    folder = os.path.join(shard_dir, CLAIMS)
+    os.makedirs(folder, exist_ok=True)
+    key = hashlib.sha256(extension.encode()).hexdigest()[:32]
+    try:
+        os.close(os.open(os.path.join(folder, key), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
 def done_name(index: int) -> str:
     """``objects/done-<i>.json``: compile shard i finished; the link job requires all of them."""
     return f"done-{index}.json"
@@ -325,22 +364,42 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     tu = tu_path(unit.source, root, cwd) if unit else None
     if unit is None or tu is None:
         return subprocess.call([real, *args])
+    out = os.path.join(cwd, unit.output)
+    flags = compile_flags(args, unit, root)
+    record: dict[str, object]
+    if cfg["mode"] == "probe":  # the first TU of each extension compiles, the others are stand-ins
+        extension = extension_key(flags)
+        record = {"tu": tu, "object": os.path.basename(unit.output), "owner": 0,
+                                     "file": object_name(0, tu, unit.output), "extension": extension}
+        if not _claim(shard_dir, extension):
+            return _stand_in(shard_dir, PROBE_LABEL, record, out, unit, cwd, args)
+        return _compile(shard_dir, PROBE_LABEL, record, real, args, flags, out, unit, cwd, root)
     count, index = int(cfg["count"]), cfg["index"]
     owner = cfg["table"].get(tu)
     owner = stable_owner(tu, count) if owner is None else int(owner)
     name = object_name(owner, tu, unit.output)
     label = "link" if index is None else f"{index}/{count}"
-    out = os.path.join(cwd, unit.output)
-    record: dict[str, object] = {"tu": tu, "object": os.path.basename(unit.output), "owner": owner,
-                                 "file": name}
-    flags = compile_flags(args, unit, root)
+    record = {"tu": tu, "object": os.path.basename(unit.output), "owner": owner, "file": name}
     if index is None:  # link: serve from the owner's output, only what the shard proved
         return _serve(shard_dir, label, cfg, root, record, flags, out, unit, cwd, count)
     if owner != int(index):
-        rc = _stub(out, args)
-        _depfile(unit, cwd)
-        _log(shard_dir, label, {**record, "status": "skipped" if rc == 0 else "stub-failed", "rc": rc})
-        return rc
+        return _stand_in(shard_dir, label, record, out, unit, cwd, args)
+    return _compile(shard_dir, label, record, real, args, flags, out, unit, cwd, root)
+
+
+def _stand_in(shard_dir: str, label: str, record: dict[str, object], out: str, unit: CompileUnit, cwd: str,
+              args: Sequence[str]) -> int:
+    """A TU this job leaves to another: an empty host object in its place, logged."""
+    rc = _stub(out, args)
+    _depfile(unit, cwd)
+    _log(shard_dir, label, {**record, "status": "skipped" if rc == 0 else "stub-failed", "rc": rc})
+    return rc
+
+
+def _compile(shard_dir: str, label: str, record: dict[str, object], real: str, args: Sequence[str],
+             flags: list[str], out: str, unit: CompileUnit, cwd: str, root: str) -> int:
+    """The real nvcc on a TU this job owns; its object is kept in ``objects/`` with its hashes."""
+    name, tu = str(record["file"]), str(record["tu"])
     # nvcc lists the TU's includes when asked: the build's own depfile, or one farm asks for
     dep = unit.depfile and os.path.join(cwd, unit.depfile)
     extra = [] if dep else ["-MD", "-MF", out + ".farm.d"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -89,6 +90,22 @@ def cell_dir(shard_root: Path, cell_id: str) -> Path:
     return Path(shard_root) / cell_id
 
 
+def _install_launcher(directory: Path, label: str) -> None:
+    """The launcher, the PATH shim and an empty log for the job ``label`` in ``directory``."""
+    log = directory / "log" / shard.log_name(label)
+    log.parent.mkdir(parents=True, exist_ok=True)  # here, not by the launcher: in a container that would be root's
+    log.unlink(missing_ok=True)
+    launcher = directory / shard.LAUNCHER
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    source = Path(shard.__file__).read_text(encoding="utf-8")
+    _write(launcher, "#!/usr/bin/env python3\n" + source)
+    launcher.chmod(0o755)
+    shim = directory / shard.SHIM
+    shim.parent.mkdir(exist_ok=True)
+    _write(shim, SHIM_TEXT)
+    shim.chmod(0o755)
+
+
 def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, spec_digest: str) -> ShardSetup:
     """Write the launcher and ``shard.json`` for this job; a compile job starts from an empty
     share of ``objects/`` (its own files only), a link job proves every shard's output first."""
@@ -104,21 +121,29 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, sp
         for old in objects.glob(f"{job.index}-*.o"):
             old.unlink()
         (objects / shard.done_name(job.index or 0)).unlink(missing_ok=True)
-    log = directory / "log" / shard.log_name(job.label)
-    log.parent.mkdir(exist_ok=True)  # here, not by the launcher: in a container that would be root's
-    log.unlink(missing_ok=True)
-    launcher = directory / shard.LAUNCHER
-    launcher.parent.mkdir(parents=True, exist_ok=True)
-    source = Path(shard.__file__).read_text(encoding="utf-8")
-    _write(launcher, "#!/usr/bin/env python3\n" + source)
-    launcher.chmod(0o755)
-    shim = directory / shard.SHIM
-    shim.parent.mkdir(exist_ok=True)
-    _write(shim, SHIM_TEXT)
-    shim.chmod(0o755)
+    _install_launcher(directory, job.label)
     config = {"cell": cell_id, "mode": "link" if job.is_link else "compile", "index": job.index,
               "count": job.count, "root": str(source_root), "digest": digest, "spec": spec_digest,
               "table": dict(table), "proofs": {name: u.proof() for name, u in setup.proofs.items()}}
+    _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
+    return setup
+
+
+def prepare_probe(probe_root: Path, cell_id: str, source_root: Path, spec_digest: str) -> ShardSetup:
+    """A probe's folder (``<probe_root>/<cell id>/``), emptied: the launcher and a ``shard.json``
+    in probe mode. It shares nothing with a sharded build's folders: a probe's objects are never
+    a compile shard's."""
+    directory = cell_dir(probe_root, cell_id)
+    for old in (directory / shard.OBJECTS, directory / shard.CLAIMS):
+        if old.is_dir():
+            shutil.rmtree(old)
+    (directory / shard.OBJECTS).mkdir(parents=True)
+    table = shard.assign(shard.tree_tus(source_root), 1)
+    setup = ShardSetup(ShardJob(1, 0, probe=True), cell_id, directory, table, shard.table_digest(table, 1),
+                       spec_digest)
+    _install_launcher(directory, shard.PROBE_LABEL)
+    config = {"cell": cell_id, "mode": "probe", "index": 0, "count": 1, "root": str(source_root),
+              "digest": setup.digest, "spec": spec_digest, "table": dict(table), "proofs": {}}
     _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
     return setup
 
@@ -284,7 +309,8 @@ def prove_shards(setup: ShardSetup, source_root: Path) -> dict[str, Unit]:
     return proofs
 
 
-def _log(setup: ShardSetup) -> list[dict[str, Any]]:
+def read_log(setup: ShardSetup) -> list[dict[str, Any]]:
+    """What the launcher did with each nvcc call of this job, one record per call."""
     path = setup.directory / "log" / shard.log_name(setup.job.label)
     if not path.exists():
         return []
@@ -294,7 +320,7 @@ def _log(setup: ShardSetup) -> list[dict[str, Any]]:
 def finish_compile(setup: ShardSetup, build_error: Exception | None) -> DoneRecord:
     """A compile job's verdict; on success writes ``done-<i>.json`` and returns its record."""
     job = setup.job
-    log = _log(setup)
+    log = read_log(setup)
     failed = sorted({r["tu"] for r in log if r["status"] in ("failed", "stub-failed")})
     compiled = [r for r in log if r["status"] == "compiled"]
     if build_error is not None:
@@ -324,7 +350,7 @@ def finish_compile(setup: ShardSetup, build_error: Exception | None) -> DoneReco
 
 def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, Any]:
     """The link job's verdict: every object served after its proof held, every shard's object used."""
-    log = _log(setup)
+    log = read_log(setup)
     n = setup.job.count
     refused = sorted({(r["tu"], r["owner"], r["why"]) for r in log if r["status"] == "refused"})
     if refused:

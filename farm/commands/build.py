@@ -85,6 +85,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
     split.add_argument("--link", action="store_true", help="a recipe with `sharding: N`: make the wheel from the "
                        "N compile shards' objects in --shard-dir, then postbuild it")
+    split.add_argument("--probe", action="store_true", help="prove a cell's wiring without building it whole: "
+                       "the real chain, with only the first TU of each extension compiled and checked against the "
+                       "cell's list; no wheel, no ledger entry (docs/probe.md)")
     parser.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                         help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
     parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
@@ -101,6 +104,8 @@ def step_summary(results: list[BuildResult], errors: list[tuple[str, FarmError]]
         c = r.compile_cache
         cache = f"{sum(c.hits.values())}/{c.compiles} hits, {c.nvcc_run} nvcc steps run" if c else "-"
         failed_imports = {c.wheel for c in r.imports if not c.passed}
+        if r.probe is not None:
+            rows.append(f"| {r.cell.id} | probe {'passed' if r.probe.passed else 'FAILED'} | (no wheel) | {cache} |")
         for pb in r.postbuild:
             wheel = pb.stamped.path.name if pb.stamped else pb.wheel.name
             verdict = ("FAILED the assertion" if not pb.passed else
@@ -279,7 +284,8 @@ def run(args: argparse.Namespace) -> int:
     _native_defaults(args)
     filters = Filters.parse(config, packages=[args.package], cuda=args.cuda, torch=args.torch,
                             python=args.python, platform=args.platform)
-    whole = args.overwrite or args.plan  # a plan shows a built cell too
+    # a plan shows a built cell too; a probe makes no wheel, so it runs whether the ledger holds the cell or not
+    whole = args.overwrite or args.plan or args.probe
     ledger = (LedgerIndex.empty() if whole
               else LedgerIndex.load(config.ledger_path, cache_dir=args.cache_dir or config.root / ".cache"))
     matrix = compute_matrix(config, ledger, filters, overwrite=whole)
@@ -316,6 +322,7 @@ def run(args: argparse.Namespace) -> int:
         compile_cache=resolve_compile_cache(args.compile_cache, cache / "compile-cache",
                                             backend=args.compile_cache_backend),
         pip_cache=Path(args.pip_cache).absolute() if args.pip_cache else None,
+        probe=args.probe,
     )
     recipe = config.recipe(args.package)
     if args.plan:
@@ -334,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
                         f"(first: {cannot[0][0]}: {cannot[0][1]})",
                         hint="filter the cells this host can build (--python, --platform), or build on another host")
     for pc, interpreter in buildable:
-        there = already_built(out_dir, config, recipe, pc.cell, pc.archs)
+        there = None if args.probe else already_built(out_dir, config, recipe, pc.cell, pc.archs)
         if there is not None and not args.overwrite:
             done, same = there
             if not same:  # refused before a build whose stamp would collide with it
@@ -370,6 +377,8 @@ def run(args: argparse.Namespace) -> int:
         for cell_id, wheel in skipped:
             print(f"{cell_id}: asserted wheel: {wheel}")
         for r in results:
+            if r.probe is not None:
+                print(r.probe.render())
             if r.shard is not None and r.shard.get("job") == "compile":
                 print(f"{r.cell.id}: compile shard {r.shard['index']}/{r.shard['count']}: "
                       f"{len(r.shard['units'])} TU(s) compiled into {settings.shard_dir / r.cell.id}")

@@ -5,13 +5,14 @@ The publish job of build shard I runs it after that shard's builds: for each cel
 cell's artifacts (its fragment, then its wheel, through GitHub's REST API at ``GITHUB_API_URL``
 with the token of ``GH_TOKEN``/``GITHUB_TOKEN``: :mod:`farm.publish.ghrest`, throttled with the
 job's uploads under one share of GitHub's limits), gates and publishes the wheel
-(``farm upload``'s path, into the checkout's ledger; ``--push-ledger``: each record committed and
-pushed, fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
+(``farm upload``'s path, into the checkout's ledger, read once and each record appended;
+``--push-ledger``: the records committed and pushed at most once a minute and at the end,
+fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
 (farm/schedule/stream.py). Each cell's verdict is appended to ``--report`` as it comes;
 ``farm wave --reports`` reads the reports to decide the next wave.
 
 Exit 0 whenever every cell got a verdict (a failed or refused cell is listed, not fatal: it stays
-in the queue); exit 2 for a bad plan or shard.
+in the queue); exit 2 for a bad plan or shard; exit 3 when the ledger's last push fails.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from farm.commands.slice import read_plan
 from farm.commands.upload import check_publishers, configured_targets, publish_options, render
 from farm.errors import EXIT_ENVIRONMENT, UsageError
 from farm.model.config import LEDGER_FILE, load_config
+from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.verdict import derive_from_config
 from farm.publish import ghrest, upload
 from farm.publish.github import ASSET_MAX_BYTES
+from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.releases import github_client
 from farm.publish.targets import GithubSettings
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
@@ -42,6 +45,8 @@ MAX_BUNDLE_BYTES = 9 * MAX_FRAGMENT_BYTES
 # A wheel GitHub can publish is under 2 GiB: a larger artifact is refused before a byte is written.
 MAX_WHEEL_BYTES = ASSET_MAX_BYTES
 MAX_WHEEL_MEMBERS = 200_000
+# A shard's records are committed and pushed at most this often (a commit hashes the whole ledger).
+PUSH_EVERY_S = 60.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -158,9 +163,14 @@ def run(args: argparse.Namespace) -> int:
         # one throttle for the job's downloads and uploads: together they keep to its share
         return github_client(settings, throttle=actions.throttle, clock=actions.clock)
 
+    # The ledger is read once for the shard and each record appended (farm/provenance/ledgerbook.py);
+    # commits and pushes are batched (at most one a minute, and one at the end).
+    book = LedgerBook.open(ledger)
+    pusher = LedgerPusher(ledger, args.push_ledger, every_s=PUSH_EVERY_S) if args.push_ledger else None
+
     def publish(cell: CellResult) -> tuple[str, str]:
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
-                        push_ledger=args.push_ledger, github_client=releases)
+                        book=book, pusher=pusher, github_client=releases)
         if report.ok:
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
@@ -175,6 +185,9 @@ def run(args: argparse.Namespace) -> int:
 
         verdicts = publish_shard(cells, RunArtifacts(actions, args.run_id).fetch, publish, args.scratch,
                                  on_verdict=note)
+    if pusher is not None and pusher.finish() is not None:
+        print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     published = sum(v.built for v in verdicts)
     print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published; "
           f"{actions.requests} artifact request(s)", file=sys.stderr)

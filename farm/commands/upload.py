@@ -16,6 +16,7 @@ from farm.provenance.verdict import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
 from farm.publish.publish import find_wheels
 from farm.publish.targets import EMBEDDED_DEFAULT
+from farm.publish.verdict import Verdict
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +43,10 @@ def publish_options(parser: argparse.ArgumentParser) -> None:
                         help="jobs publishing to GitHub at once with the same token: each keeps to 1/N of "
                              "GitHub's rate limits (default: 1; build.yml: its 8 shard jobs and the link job)")
     parser.add_argument("--push-ledger", metavar="REMOTE",
-                        help="commit the ledger after each record and push it to this git remote (fetch, rebase "
-                             "and retry when another writer pushed first); without it the records stay in the "
-                             "checkout's ledger file")
+                        help="commit the ledger and push it to this git remote as records are made (farm upload: "
+                             "after each record; farm publish-shard: at most once a minute and at the end; fetch, "
+                             "rebase and retry when another writer pushed first); without it the records stay in "
+                             "the checkout's ledger file")
 
 
 def check_publishers(publishers: int) -> None:
@@ -74,7 +76,7 @@ def report_json(report: UploadReport) -> dict[str, Any]:
         "gate": {"passed": [w.filename for w in report.gate.passed],
                  "refused": [r.to_json() for r in report.gate.refused],
                  "readers": report.gate.readers, "config_checked": report.gate.config_checked},
-        "refusals": list(report.refusals),
+        "refusals": [v.line() for v in report.verdicts if v.verdict is Verdict.REFUSED and v.target != "gate"],
         "targets": [
             {"target": o.target, "kind": o.kind, "sent": list(o.sent),
              "placed": [{"filename": f, "url": u} for f, u in o.placed],
@@ -94,10 +96,6 @@ def render(report: UploadReport) -> str:
                         f"(re-inspected with {report.gate.readers}"
                         + (", lists re-derived from the configuration)" if report.gate.config_checked else ")")]
     lines += report.gate.lines()
-    if report.refusals:
-        lines.append("upload refused by the targets; nothing was sent")
-        lines += report.refusals
-        return "\n".join(lines)
     for o in report.outcomes:
         verb = "would send" if report.dry_run else "sent"
         line = f"{o.target} ({o.kind}): {verb} {len(o.sent)}, already there {len(o.placed) - len(o.sent)}"

@@ -1,9 +1,11 @@
 """Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
 
-Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); the upload job merges
-them (:func:`merge_fragments`) and records where each wheel went (:func:`record_published_many`). Both
-take the same file lock and replace the ledger through a fsynced temp file and a rename, so two
-writers never interleave and a crash never leaves half a line.
+Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); backfill and the
+tests merge them (:func:`merge_fragments`), and :func:`record_published_many` records where wheels
+already in the ledger went. Both take the ledger's lock (:func:`ledger_lock`) and replace the ledger
+through a fsynced temp file and a rename, so two writers never interleave and a crash never
+leaves half a line. A publish records its wheels through :mod:`farm.provenance.ledgerbook`, which
+appends a new wheel's line under the same lock instead of rewriting the file.
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ LOCK_TIMEOUT_S = 300.0
 
 
 @contextlib.contextmanager
-def _lock(ledger: Path) -> Iterator[None]:
+def ledger_lock(ledger: Path) -> Iterator[None]:
+    """The lock every writer of ``ledger`` holds (a killed writer's temp copy is swept here)."""
     with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
-        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")  # a killed writer's temp copy
+        sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")
         yield
 
 
@@ -114,7 +117,7 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
         raise LedgerError("no fragments directory", where=str(fragments_dir),
                           hint="pass the directory postbuild wrote fragments to")
     fragments = [read_fragment(p) for p in sorted(fragments_dir.glob(f"*{FRAGMENT_SUFFIX}"))]
-    with _lock(ledger):
+    with ledger_lock(ledger):
         known, needs_newline = _existing(ledger)
         added: list[str] = []
         already: list[str] = []
@@ -158,7 +161,7 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
     items = list(items)
     if not items:
         return 0
-    with _lock(ledger):
+    with ledger_lock(ledger):
         index = LedgerIndex.load(ledger)
         changed: dict[int, LedgerEntry] = {}
         added = 0

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from farm.errors import FarmError
 from farm.fsutil import sha256_file
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
-from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
 from farm.provenance.postbuild import read_embedded
 from farm.publish.gate import Vouchers, run_gate
@@ -49,10 +49,10 @@ def key_of(info: BuildInfo) -> ExistsKey | None:
                      info.build_epoch)  # type: ignore[arg-type]
 
 
-def reassert(path: Path, *, cell: ExistsKey, ledger: Path, derive: Derive | None,
+def reassert(path: Path, *, cell: ExistsKey, ledger: LedgerBook, derive: Derive | None,
              reader: str = "auto") -> Reassertion:
     """Judge the downloaded asset at ``path`` as the gate judges a wheel it is given, with its
-    own provenance as its voucher, for the cell ``cell``."""
+    own provenance as its voucher, for the cell ``cell`` (``ledger``: the publish's open ledger)."""
     sha256 = sha256_file(path)
     try:
         info = read_embedded(path)
@@ -64,7 +64,6 @@ def reassert(path: Path, *, cell: ExistsKey, ledger: Path, derive: Derive | None
     problems: list[str] = []
     if key_of(info) != cell:
         problems.append(f"its provenance describes {key_of(info)}, not the cell being published ({cell})")
-    index = LedgerIndex.load(ledger) if ledger.exists() else LedgerIndex.empty()
-    gate = run_gate([path], Vouchers(index, {sha256: entry}), derive=derive, reader=reader)
+    gate = run_gate([path], Vouchers(ledger, {sha256: entry}), derive=derive, reader=reader)
     problems += gate.lines()
     return Reassertion(path.name, sha256, None if problems else entry, tuple(problems))

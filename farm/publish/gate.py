@@ -26,6 +26,7 @@ from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump
 from farm.errors import MAX_MESSAGE, ToolError, clip
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
 from farm.provenance.verdict import GATE, Check, Derive, Derived, Finding
 from farm.provenance.verdict import judge as judge_wheel
@@ -131,20 +132,21 @@ def refusals(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str
 class Vouchers:
     """Where the gate looks for a wheel's ledger entry: the committed ledger and new fragments."""
 
-    ledger: LedgerIndex
+    ledger: LedgerIndex | LedgerBook  # a publish reads through its open book (farm.provenance.ledgerbook)
     fragments: Mapping[str, LedgerEntry]  # sha256 -> entry
 
     @classmethod
     def load(cls, ledger_path: Path | None, fragment_dirs: Iterable[Path]) -> Vouchers:
         exists = ledger_path is not None and ledger_path.exists()
         index = LedgerIndex.load(ledger_path) if exists else LedgerIndex.empty()  # type: ignore[arg-type]
-        fragments: dict[str, LedgerEntry] = {}
-        for directory in fragment_dirs:
-            if directory.is_dir():
-                for frag in sorted(directory.glob(f"*{FRAGMENT_SUFFIX}")):
-                    entry, rec = read_fragment(frag)
-                    fragments.setdefault(rec.sha256, entry)
-        return cls(index, fragments)
+        return cls(index, read_fragments(fragment_dirs))
+
+    @classmethod
+    def of(cls, book: LedgerBook, fragment_dirs: Iterable[Path]) -> Vouchers:
+        """The vouchers of a publish that holds the ledger open: the book is brought up to date
+        (read again if anyone else changed the file), never re-read whole otherwise."""
+        book.refresh()
+        return cls(book, read_fragments(fragment_dirs))
 
     def by_sha256(self, sha256: str) -> tuple[LedgerEntry | None, str]:
         """The entry with this sha256 and where it came from: the ledger first (it holds what
@@ -162,6 +164,17 @@ class Vouchers:
         if rec is not None:
             return rec.sha256
         return next((e.sha256 for e in self.fragments.values() if e.filename == filename), None)
+
+
+def read_fragments(fragment_dirs: Iterable[Path]) -> dict[str, LedgerEntry]:
+    """sha256 -> entry of every ledger fragment in ``fragment_dirs`` (the first of a sha256 wins)."""
+    fragments: dict[str, LedgerEntry] = {}
+    for directory in fragment_dirs:
+        if directory.is_dir():
+            for frag in sorted(directory.glob(f"*{FRAGMENT_SUFFIX}")):
+                entry, rec = read_fragment(frag)
+                fragments.setdefault(rec.sha256, entry)
+    return fragments
 
 
 def gate_readers(reader: str = "auto") -> tuple[str, Path | None, str]:

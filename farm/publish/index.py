@@ -382,17 +382,24 @@ def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup,
         out, plan = _check_new(root, list(wheels), lookup, base_url)
         if dry_run:
             return out, None
-        sweep_leftovers(root / FILES)  # copies a killed upload left behind (never served: hidden names)
-        for path, sha, metadata in plan:
-            # .metadata first: a page never links a wheel whose metadata is missing.
-            meta = root / FILES / (path.name + ".metadata")
-            _atomic_write(meta, metadata)
-            try:
-                _atomic_copy(path, root / FILES / path.name, sha)
-            except BaseException:
-                meta.unlink(missing_ok=True)
-                raise
+        _store(root, plan)
         return out, _regenerate(root, lookup)
+
+
+def _classify(root: Path, path: Path, sha: str, base_url: str | None
+              ) -> tuple[IndexUpload | None, tuple[Path, str, bytes] | None, str | None]:
+    """One wheel: already stored (the same bytes), to store (with its METADATA), or refused
+    (another file under its name, or no METADATA) with the reason."""
+    dst = root / FILES / path.name
+    if dst.exists():
+        have = sha256_file(dst)
+        if have != sha:
+            return None, None, f"{path.name}: the index holds sha256 {have}, this wheel has {sha}"
+        return IndexUpload(path.name, url_of(path.name, base_url), "present"), None, None
+    metadata = read_member(path, "METADATA")
+    if metadata is None:
+        return None, None, f"{path.name}: no .dist-info/METADATA"
+    return IndexUpload(path.name, url_of(path.name, base_url), "stored"), (path, sha, metadata), None
 
 
 def _check_new(root: Path, wheels: list[tuple[Path, str]], lookup: EntryLookup,
@@ -401,27 +408,87 @@ def _check_new(root: Path, wheels: list[tuple[Path, str]], lookup: EntryLookup,
     conflicts: list[str] = []
     plan: list[tuple[Path, str, bytes]] = []
     out: list[IndexUpload] = []
-    new_files: list[IndexFile] = []
     for path, sha in wheels:
-        dst = root / FILES / path.name
-        if dst.exists():
-            have = sha256_file(dst)
-            if have != sha:
-                conflicts.append(f"{path.name}: the index holds sha256 {have}, this wheel has {sha}")
-                continue
-            out.append(IndexUpload(path.name, url_of(path.name, base_url), "present"))
+        upload, store, refusal = _classify(root, path, sha, base_url)
+        if refusal is not None:
+            conflicts.append(refusal)
             continue
-        metadata = read_member(path, "METADATA")
-        if metadata is None:
-            conflicts.append(f"{path.name}: no .dist-info/METADATA")
-            continue
-        plan.append((path, sha, metadata))
-        new_files.append(describe(path.name, sha, path.stat().st_size, metadata))
-        out.append(IndexUpload(path.name, url_of(path.name, base_url), "stored"))
+        assert upload is not None
+        out.append(upload)
+        if store is not None:
+            plan.append(store)
     if conflicts:
         raise DefectError(
             "refused, nothing stored: " + "; ".join(conflicts), where=str(root),
             hint="a published file name is never overwritten: bump build_epoch to rebuild under a new name",
         )
-    _regenerate(root, lookup, add=new_files)  # raises before anything is copied
+    _check_pages(root, lookup, plan)
     return out, plan
+
+
+def _check_pages(root: Path, lookup: EntryLookup, plan: list[tuple[Path, str, bytes]]) -> None:
+    """The tree's pages with ``plan``'s wheels added, computed and checked: raises before
+    anything is copied."""
+    new_files = [describe(path.name, sha, path.stat().st_size, metadata) for path, sha, metadata in plan]
+    _regenerate(root, lookup, add=new_files)
+
+
+def _store(root: Path, plan: list[tuple[Path, str, bytes]]) -> None:
+    sweep_leftovers(root / FILES)  # copies a killed upload left behind (never served: hidden names)
+    for path, sha, metadata in plan:
+        # .metadata first: a page never links a wheel whose metadata is missing.
+        meta = root / FILES / (path.name + ".metadata")
+        _atomic_write(meta, metadata)
+        try:
+            _atomic_copy(path, root / FILES / path.name, sha)
+        except BaseException:
+            meta.unlink(missing_ok=True)
+            raise
+
+
+@dataclass(frozen=True)
+class IndexBatch:
+    """What one publish did to the tree, wheel by wheel: ``uploads`` stored or already there,
+    ``refused``: (file name, reason) of each wheel the tree cannot take."""
+
+    uploads: tuple[IndexUpload, ...]
+    refused: tuple[tuple[str, str], ...]
+    report: IndexReport | None
+
+
+def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup, *,
+                 base_url: str | None = None, dry_run: bool = False) -> IndexBatch:
+    """Store each of ``(path, sha256)`` wheels that the tree can take, refuse each that it
+    cannot (another file under its name, no METADATA) with its reason, and regenerate the tree
+    once. One wheel's refusal never stops another's; a regeneration that would lose a project
+    (the tree's own state, not a wheel's) raises before anything is stored."""
+    root = Path(root)
+    wheels = list(wheels)
+
+    def classify() -> tuple[list[IndexUpload], list[tuple[Path, str, bytes]], list[tuple[str, str]]]:
+        out: list[IndexUpload] = []
+        plan: list[tuple[Path, str, bytes]] = []
+        refused: list[tuple[str, str]] = []
+        for path, sha in wheels:
+            upload, store, refusal = _classify(root, path, sha, base_url)
+            if refusal is not None:
+                refused.append((path.name, refusal))
+                continue
+            assert upload is not None
+            out.append(upload)
+            if store is not None:
+                plan.append(store)
+        return out, plan, refused
+
+    if dry_run and not root.exists():
+        out, _, refused = classify()
+        return IndexBatch(tuple(out), tuple(refused), None)
+    with _locked(root):
+        out, plan, refused = classify()
+        if not plan:  # nothing to store: the tree is left as it is
+            return IndexBatch(tuple(out), tuple(refused), None)
+        _check_pages(root, lookup, plan)
+        if dry_run:
+            return IndexBatch(tuple(out), tuple(refused), None)
+        _store(root, plan)
+        return IndexBatch(tuple(out), tuple(refused), _regenerate(root, lookup))

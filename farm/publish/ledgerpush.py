@@ -21,7 +21,7 @@ import os
 import random
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -206,29 +206,45 @@ def _normalise(git: _Git, rel: str) -> None:
 
 @dataclass
 class LedgerPusher:
-    """The ledger committed and pushed after each record of a publish (called with what was
-    recorded). A push that fails is not tried again until :meth:`finish`: the records stay in
-    local commits meanwhile, and publishing goes on."""
+    """The ledger committed and pushed as a publish records wheels (called with what was
+    recorded). A commit hashes the whole ledger file, so a job that records thousands of wheels
+    commits at most once per ``every_s`` seconds: the records between stay in the ledger file
+    meanwhile, and :meth:`finish` commits and pushes the rest. A job killed in between loses at
+    most those records, and their assets are found unrecorded and re-asserted by the next
+    publish (farm/publish/adopt.py). A push that fails is not tried again until :meth:`finish`:
+    the records stay in local commits meanwhile, and publishing goes on."""
 
     ledger: Path
     remote: str
+    every_s: float = 0.0
+    clock: Clock = field(default_factory=RealClock)
     pushes: int = 0
     error: str | None = None
+    _last: float | None = None
+    _pending: list[str] = field(default_factory=list)
 
     def __call__(self, what: str) -> None:
-        if self.error is None:
-            self.error = self._push(f"ledger: {what}")
+        self._pending.append(what)
+        now = self.clock.now()
+        if self.error is None and (self._last is None or now - self._last >= self.every_s):
+            self._last = now
+            self.error = self._push(self._message())
+
+    def _message(self) -> str:
+        what, self._pending = self._pending, []
+        return f"ledger: {what[0]}" if len(what) == 1 else f"ledger: {len(what)} records ({what[0]}, ...)"
 
     def _push(self, message: str) -> str | None:
         try:
-            result = commit_and_push(self.ledger.parent, self.ledger, message, remote=self.remote)
+            result = commit_and_push(self.ledger.parent, self.ledger, message, remote=self.remote, clock=self.clock)
         except (ToolError, LedgerError) as exc:
             return str(exc)
         self.pushes += result.committed
         return None
 
     def finish(self) -> str | None:
-        """A last push (of anything a failed one left behind); its error, if it fails too."""
-        if self.error is not None:
-            self.error = self._push("ledger: records of a publish")
+        """A last commit and push (of the records since the last one, and of anything a failed
+        push left behind); its error, if it fails too."""
+        if self.error is not None or self._pending:
+            self.error = self._push(self._message() if self._pending else "ledger: records of a publish")
         return self.error

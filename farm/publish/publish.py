@@ -1,29 +1,32 @@
 """``farm upload``: gate, publish, record each wheel in the ledger as soon as it is out.
 
 Order per run: (1) the gate checks every wheel; a refused wheel is left out with its reasons and
-the others go on; (2) the index and twine targets are planned for the wheels that passed
-(conflicts there refuse those targets before anything is sent); (3) the targets run: the
-static index and twine for the batch, GitHub one wheel at a time (:mod:`farm.publish.releases`),
-each target's publications recorded in the ledger as soon as they are out (and, with
-``push_ledger``, committed and pushed). The report holds one verdict per wheel and target.
+the others go on; (2) the targets run in turn, each wheel on its own: GitHub one wheel at a
+time (:mod:`farm.publish.releases`), the static index storing each wheel it can take
+(:func:`farm.publish.index.publish_each`), twine sending each wheel by its own run
+(:func:`farm.publish.twine.upload_each`). A wheel refused or failed on a target is that wheel's
+verdict there and never stops another wheel. Each placement is recorded in the ledger as soon as
+it is made, through the publish's open :class:`~farm.provenance.ledgerbook.LedgerBook` (one
+appended line per new wheel), and with ``push_ledger`` committed and pushed. The report holds
+one verdict per wheel and target.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, UsageError
+from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, DefectError, LedgerError, ToolError, UsageError
 from farm.provenance.ledger import iter_entries
-from farm.provenance.ledgerwrite import record_published_many
+from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index, twine
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import ClientFactory, github_client, merge_entries, publish_github
+from farm.publish.releases import ClientFactory, github_client, publish_github
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
@@ -47,14 +50,13 @@ class UploadReport:
     merged: tuple[str, ...] = ()
     recorded: int = 0
     dry_run: bool = False
-    refusals: tuple[str, ...] = field(default=())
     verdicts: tuple[WheelVerdict, ...] = ()
     pushes: int = 0  # ledger commits pushed
     push_error: str | None = None  # the ledger could not be pushed (its commits stay local)
 
     @property
     def ok(self) -> bool:
-        return self.gate.ok and not self.refusals and all(v.ok for v in self.verdicts) and self.push_error is None
+        return self.gate.ok and all(v.ok for v in self.verdicts) and self.push_error is None
 
     @property
     def exit_code(self) -> int:
@@ -74,14 +76,6 @@ def find_wheels(directory: Path) -> list[Path]:
     return wheels
 
 
-@dataclass
-class _Planned:
-    settings: TargetSettings
-    twine_plan: twine.TwinePlan | None = None
-    index_plan: list[index.IndexUpload] | None = None
-    refusals: tuple[str, ...] = ()
-
-
 def _page_url(settings: IndexSettings, filename: str) -> str:
     """Where a linked index lists a wheel: its project page in the wheel's channel."""
     f = index.describe(filename, "0" * 64, 0, None)
@@ -89,79 +83,96 @@ def _page_url(settings: IndexSettings, filename: str) -> str:
     return f"{settings.base_url}/{rel}" if settings.base_url else rel
 
 
-def _plan(settings: TargetSettings, batch: Sequence[GatedWheel], vouchers: Vouchers,
-          env: Mapping[str, str] | None, earlier: Sequence[str]) -> _Planned:
-    if isinstance(settings, IndexSettings) and settings.links:
-        # The pages link to the copies another target holds: each wheel must be there already
-        # or be sent there earlier in this run.
-        missing = [w.filename for w in batch if settings.links not in earlier
-                   and not any(p.target == settings.links for p in w.entry.published)]
-        return _Planned(settings, refusals=tuple(
-            f"{settings.name}: {name} is not published to {settings.links!r}, which this index links to; "
-            f"run with --target {settings.links} --target {settings.name}" for name in missing))
-    if isinstance(settings, IndexSettings):
-        uploads, _ = index.publish(settings.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
-                                   base_url=settings.base_url, dry_run=True)
-        return _Planned(settings, index_plan=uploads)
-    if isinstance(settings, GithubSettings):
-        return _Planned(settings)  # planned and sent wheel by wheel (_github)
-    assert isinstance(settings, TwineSettings)
-    sendable = [twine.TwineWheel(w.path, w.sha256) for w in batch]
-    tw_plan = twine.plan(sendable, twine.existing_for(settings, sendable, env=env))
-    return _Planned(settings, twine_plan=tw_plan, refusals=tuple(f"{settings.name}: {r}" for r in tw_plan.refusals))
+@dataclass(frozen=True)
+class _Done:
+    """One target's pass over a batch: its outcome, a verdict per wheel, and the (wheel, url)
+    pairs to record in the ledger."""
+
+    outcome: TargetOutcome
+    verdicts: tuple[WheelVerdict, ...]
+    record: tuple[tuple[GatedWheel, str], ...]
 
 
-def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], ledger: Path,
-                  fragment_dirs: Sequence[Path], *, dry_run: bool) -> TargetOutcome:
-    placed = tuple((w.filename, _page_url(s, w.filename)) for w in batch)
-    if dry_run:
-        return TargetOutcome(s.name, "index", placed, ())
-    vouchers = Vouchers.load(ledger, fragment_dirs)
+def _published_to(book: LedgerBook, w: GatedWheel, target: str) -> bool:
+    rec = book.by_filename(w.filename)
+    return rec is not None and rec.sha256 == w.sha256 and any(
+        p.target == target for p in book.ledger_entry(rec).published)
+
+
+def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, vouchers: Vouchers,
+                  placed_earlier: Mapping[str, set[str]], *, dry_run: bool) -> _Done:
+    """The pages link to the copies another target holds: each wheel must be there already or
+    have been placed there earlier in this run; one that is not is refused on its own."""
     assert s.links is not None
+    earlier = placed_earlier.get(s.links, set())
+    ok: list[GatedWheel] = []
+    verdicts: list[WheelVerdict] = []
+    for w in batch:
+        if w.filename in earlier or _published_to(book, w, s.links):
+            ok.append(w)
+        else:
+            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.REFUSED, None,
+                                         f"not published to {s.links!r}, which this index links to; "
+                                         f"run with --target {s.links} --target {s.name}"))
+    placed = tuple((w.filename, _page_url(s, w.filename)) for w in ok)
+    if dry_run or not ok:
+        verdicts += [WheelVerdict(name, s.name, Verdict.WOULD_SEND, url) for name, url in placed]
+        return _Done(TargetOutcome(s.name, "index", placed, ()), tuple(verdicts), ())
+    book.refresh()
     before = index.read_packages_json(s.path).get("files") or {}
-    remote = index.linked((e for _, e in iter_entries(ledger)), s.links)
+    remote = index.linked((e for _, e in iter_entries(book.path)), s.links)
     index.regenerate(s.path, vouchers.sha256_of_name, remote=remote, create=True)
-    return TargetOutcome(s.name, "index", placed, tuple(w.filename for w in batch if w.filename not in before))
+    sent = tuple(w.filename for w in ok if w.filename not in before)
+    verdicts += [WheelVerdict(name, s.name, Verdict.PUBLISHED if name in sent else Verdict.PRESENT, url)
+                 for name, url in placed]
+    record = tuple((w, url) for w, (_, url) in zip(ok, placed, strict=True))
+    return _Done(TargetOutcome(s.name, "index", placed, sent), tuple(verdicts), record)
 
 
-def _execute(p: _Planned, batch: Sequence[GatedWheel], ledger: Path, fragment_dirs: Sequence[Path],
-             env: Mapping[str, str] | None) -> TargetOutcome:
-    s = p.settings
-    if isinstance(s, IndexSettings) and s.links:
-        return _linked_index(s, batch, ledger, fragment_dirs, dry_run=False)
-    if isinstance(s, IndexSettings):
-        # Read the ledger afresh: an earlier target of this run has rewritten it.
-        vouchers = Vouchers.load(ledger, fragment_dirs)
-        uploads, _ = index.publish(s.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
-                                   base_url=s.base_url)
-        return TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in uploads),
-                             tuple(u.filename for u in uploads if u.action == "stored"))
-    assert isinstance(s, TwineSettings)
-    the_plan, placed = twine.upload(s, [twine.TwineWheel(w.path, w.sha256) for w in batch], env=env)
-    return TargetOutcome(s.name, "twine", tuple(placed), tuple(f.name for f in the_plan.upload))
-
-
-def _dry_outcome(p: _Planned, batch: Sequence[GatedWheel]) -> TargetOutcome:
-    s = p.settings
-    if isinstance(s, IndexSettings) and s.links:
-        return _linked_index(s, batch, Path(), (), dry_run=True)
-    if p.index_plan is not None:
-        return TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in p.index_plan),
-                             tuple(u.filename for u in p.index_plan if u.action == "stored"))
-    assert p.twine_plan is not None
-    return TargetOutcome(s.name, "twine", p.twine_plan.present, tuple(f.name for f in p.twine_plan.upload))
-
-
-def _batch_verdicts(outcome: TargetOutcome, *, dry_run: bool) -> list[WheelVerdict]:
-    sent = set(outcome.sent)
+def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, vouchers: Vouchers, *,
+                  dry_run: bool) -> _Done:
+    book.refresh()
+    try:
+        done = index.publish_each(s.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
+                                  base_url=s.base_url, dry_run=dry_run)
+    except (DefectError, LedgerError) as exc:  # the tree's own state: no wheel can be added to it
+        why = f"the index tree cannot take new wheels: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
+        return _Done(TargetOutcome(s.name, "index", (), ()),
+                     tuple(WheelVerdict(w.filename, s.name, Verdict.REFUSED, None, why) for w in batch), ())
+    by_name = {w.filename: w for w in batch}
+    verdicts = [WheelVerdict(name, s.name, Verdict.REFUSED, None, f"{why}; a published file name is never "
+                             "overwritten: bump build_epoch to rebuild under a new name")
+                for name, why in done.refused]
     new = Verdict.WOULD_SEND if dry_run else Verdict.PUBLISHED
-    return [WheelVerdict(name, outcome.target, new if name in sent else Verdict.PRESENT, url)
-            for name, url in outcome.placed]
+    verdicts += [WheelVerdict(u.filename, s.name, new if u.action == "stored" else Verdict.PRESENT, u.url)
+                 for u in done.uploads]
+    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads),
+                            tuple(u.filename for u in done.uploads if u.action == "stored"))
+    record = () if dry_run else tuple((by_name[u.filename], u.url) for u in done.uploads)
+    return _Done(outcome, tuple(verdicts), record)
 
 
-def _merge_batch(ledger: Path, batch: Sequence[GatedWheel]) -> tuple[str, ...]:
-    """Merge exactly the fragments of this batch (other fragments in the folder stay pending)."""
-    return merge_entries(ledger, [w.entry for w in batch if w.entry_source == "fragment"])
+def _twine(s: TwineSettings, batch: Sequence[GatedWheel], env: Mapping[str, str] | None, *, dry_run: bool) -> _Done:
+    sendable = [twine.TwineWheel(w.path, w.sha256) for w in batch]
+    by_name = {w.filename: w for w in batch}
+    if dry_run:
+        plan = twine.plan(sendable, twine.existing_for(s, sendable, env=env))
+        verdicts = [WheelVerdict(name, s.name, Verdict.REFUSED, None, why) for name, why in plan.refused]
+        verdicts += [WheelVerdict(name, s.name, Verdict.PRESENT, url) for name, url in plan.present]
+        verdicts += [WheelVerdict(p.name, s.name, Verdict.WOULD_SEND, None) for p in plan.upload]
+        return _Done(TargetOutcome(s.name, "twine", plan.present, tuple(p.name for p in plan.upload)),
+                     tuple(verdicts), ())
+    _, results = twine.upload_each(s, sendable, env=env)
+    verdicts = []
+    for r in results:
+        if r.url is not None:
+            verdicts.append(WheelVerdict(r.filename, s.name, Verdict.PUBLISHED if r.sent else Verdict.PRESENT, r.url))
+        else:
+            verdicts.append(WheelVerdict(r.filename, s.name, Verdict.REFUSED if r.refused else Verdict.FAILED,
+                                         None, r.problem))
+    placed = tuple((r.filename, r.url) for r in results if r.url is not None)
+    return _Done(TargetOutcome(s.name, "twine", placed, tuple(r.filename for r in results if r.sent and r.url)),
+                 tuple(verdicts), tuple((by_name[name], url) for name, url in placed))
 
 
 def ordered(targets: Sequence[TargetSettings]) -> list[TargetSettings]:
@@ -186,25 +197,39 @@ def upload(
     reader: str = "auto",
     publishers: int = 1,
     push_ledger: str | None = None,
+    book: LedgerBook | None = None,
+    pusher: LedgerPusher | None = None,
 ) -> UploadReport:
     """Gate, send and record, wheel by wheel. ``github_client`` makes the REST client of a
     GitHub target (default :func:`github_client` with the token of ``env``); ``delete_orphans``
     deletes an unrecorded asset that fails re-assertion and sends the wheel in its place;
     ``publishers``: how many jobs publish at once with the same token (each takes that share of
-    GitHub's limits); ``push_ledger``: a git remote the ledger's repository pushes to after each
-    record (:func:`farm.publish.ledgerpush.commit_and_push`)."""
+    GitHub's limits); ``push_ledger``: a git remote the ledger's repository is pushed to
+    (:class:`farm.publish.ledgerpush.LedgerPusher`). A job that publishes many batches passes
+    its open ``book`` of ``ledger`` (read once, records appended) and its ``pusher``."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
-    vouchers = Vouchers.load(ledger, dirs)
+    book = LedgerBook.open(ledger) if book is None else book
+    if book.path != Path(ledger):
+        raise UsageError(f"the open ledger is {book.path}, not {ledger}")
+    vouchers = Vouchers.of(book, dirs)
     gate = run_gate(wheels, vouchers, derive=derive, reader=reader)
     factory = github_client or (lambda s: _default_client(s, env, publishers))
-    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, push_ledger)
+    own_pusher = pusher is None and push_ledger is not None and not dry_run
+    if own_pusher:
+        assert push_ledger is not None
+        pusher = LedgerPusher(Path(ledger), push_ledger)
+    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, None if dry_run else pusher)
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
-        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=vouchers, options=options)
+        return _publish(gate, targets, book=book, vouchers=vouchers, options=options)
     with publish_lock(ledger):
-        # Read the ledger again under the lock: another publish may have finished meanwhile.
-        return _publish(gate, targets, ledger=ledger, dirs=dirs, vouchers=Vouchers.load(ledger, dirs),
-                        options=options)
+        # Under the lock the book is brought up to date: another publish may have finished meanwhile.
+        book.refresh()
+        report = _publish(gate, targets, book=book, vouchers=vouchers, options=options)
+    if pusher is not None:
+        error = pusher.finish() if own_pusher else pusher.error  # a shared pusher is finished by its job
+        report = replace(report, pushes=pusher.pushes, push_error=error)
+    return report
 
 
 @dataclass(frozen=True)
@@ -215,7 +240,7 @@ class _Options:
     factory: ClientFactory
     derive: Derive | None
     reader: str
-    push_ledger: str | None
+    pusher: LedgerPusher | None
 
 
 def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
@@ -238,52 +263,50 @@ def publish_lock(ledger: Path) -> Any:
     return _Lock(f"{ledger}{PUBLISH_LOCK_SUFFIX}", timeout=PUBLISH_LOCK_TIMEOUT_S)
 
 
-def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, ledger: Path, dirs: Sequence[Path],
-             vouchers: Vouchers, options: _Options) -> UploadReport:
-    env, dry_run = options.env, options.dry_run
+def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, book: LedgerBook, vouchers: Vouchers,
+             options: _Options) -> UploadReport:
+    """Each target in turn, each wheel on its own: a wheel refused or failed on a target is
+    that wheel's verdict there; the others go on. Each placement is recorded as it is made."""
+    env, dry_run, pusher = options.env, options.dry_run, options.pusher
     verdicts = [WheelVerdict(r.wheel, "gate", Verdict.REFUSED, None, f"{r.check.value}: {r.message}; fix: {r.fix}")
                 for r in gate.refused]
     batch = gate.passed
     if not batch:
         return UploadReport(gate, dry_run=dry_run, verdicts=tuple(verdicts))
-    targets = ordered(targets)
-    names = [t.name for t in targets]
-    planned = [_plan(t, batch, vouchers, env, names[:i]) for i, t in enumerate(targets)]
-    refusals = [r for p in planned for r in p.refusals]
-    if refusals:
-        return UploadReport(gate, dry_run=dry_run, refusals=tuple(refusals), verdicts=tuple(verdicts))
     outcomes: list[TargetOutcome] = []
     merged: list[str] = []
     recorded = 0
-    sha = {w.filename: w.sha256 for w in batch}
-    pusher = LedgerPusher(ledger, options.push_ledger) if options.push_ledger and not dry_run else None
-    for p in planned:
-        s = p.settings
+    placed_on: dict[str, set[str]] = {}
+    for s in ordered(targets):
         if isinstance(s, GithubSettings):
             outcome, github_verdicts, added, n = publish_github(
-                s, batch, vouchers, ledger=ledger, client=options.factory(s), derive=options.derive,
+                s, batch, vouchers, book=book, client=options.factory(s), derive=options.derive,
                 reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run, on_record=pusher)
-            outcomes.append(outcome)
-            verdicts += github_verdicts
+            target_verdicts: Sequence[WheelVerdict] = github_verdicts
             merged += added
             recorded += n
-            continue
-        outcome = _dry_outcome(p, batch) if dry_run else _execute(p, batch, ledger, dirs, env)
+        else:
+            if isinstance(s, IndexSettings) and s.links:
+                done = _linked_index(s, batch, book, vouchers, placed_on, dry_run=dry_run)
+            elif isinstance(s, IndexSettings):
+                done = _stored_index(s, batch, book, vouchers, dry_run=dry_run)
+            else:
+                assert isinstance(s, TwineSettings)
+                done = _twine(s, batch, env, dry_run=dry_run)
+            outcome, target_verdicts = done.outcome, done.verdicts
+            # Recorded as soon as the target is done: if a later target fails, the ledger still
+            # says where the wheels already are, and a retry (a no-op where they are) completes it.
+            for (w, _), got in zip(done.record, book.record_many([(w.entry, s.name, url) for w, url in done.record]),
+                                   strict=True):
+                merged += [w.filename] if got.added else []
+                recorded += got.published
+            if pusher is not None and done.record:
+                pusher(f"{len(done.record)} wheel(s) on {s.name}")
         outcomes.append(outcome)
-        verdicts += _batch_verdicts(outcome, dry_run=dry_run)
-        if dry_run:
-            continue
-        # Record each target as soon as it is done: if a later target fails, the ledger still
-        # says where the wheels already are, and a retry (a no-op where they are) completes it.
-        merged += _merge_batch(ledger, batch)
-        recorded += record_published_many(
-            ledger, [(filename, sha[filename], outcome.target, url) for filename, url in outcome.placed])
-        if pusher is not None:
-            pusher(f"{len(outcome.placed)} wheel(s) on {outcome.target}")
-    push_error = pusher.finish() if pusher is not None else None
+        verdicts += target_verdicts
+        placed_on[s.name] = {v.wheel for v in target_verdicts if v.ok}
     return UploadReport(gate, tuple(outcomes), tuple(dict.fromkeys(merged)), recorded, dry_run=dry_run,
-                        verdicts=tuple(verdicts), pushes=pusher.pushes if pusher is not None else 0,
-                        push_error=push_error)
+                        verdicts=tuple(verdicts))
 
 
 def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from farm.errors import ToolError
 from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
-from farm.provenance.ledgerwrite import merge_fragments, record_published_many, write_fragment
 from farm.publish import ghrest, github
 from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, Vouchers
@@ -60,7 +60,7 @@ class _GithubRun:
 
     settings: GithubSettings
     client: ghrest.Client
-    ledger: Path
+    book: LedgerBook
     derive: Derive | None
     reader: str
     delete_orphans: bool
@@ -87,9 +87,11 @@ class _GithubRun:
         return state.release
 
     def record(self, entry: LedgerEntry, url: str) -> None:
-        """The wheel's entry merged (when new) and its publication recorded, now."""
-        self.merged += merge_entries(self.ledger, [entry])
-        self.recorded += record_published_many(self.ledger, [(entry.filename, entry.sha256, self.settings.name, url)])
+        """The wheel's entry and its publication recorded, now (one appended line for a new wheel)."""
+        got = self.book.record(entry, self.settings.name, url)
+        if got.added:
+            self.merged.append(entry.filename)
+        self.recorded += got.published
         self.placed.append((entry.filename, url))
         if self.on_record is not None:
             self.on_record(f"{entry.filename} on {self.settings.name}")
@@ -162,7 +164,7 @@ class _GithubRun:
                 return WheelVerdict(name, target, Verdict.PRESENT, url)
             if action is github.Action.REFUSE:
                 return WheelVerdict(name, target, Verdict.REFUSED, url, why)
-            check = reassert(dest, cell=key, ledger=self.ledger, derive=self.derive, reader=self.reader)
+            check = reassert(dest, cell=key, ledger=self.book, derive=self.derive, reader=self.reader)
         if check.entry is not None:
             self.record(check.entry, url)
             return WheelVerdict(name, target, Verdict.ADOPTED, url,
@@ -182,13 +184,13 @@ class _GithubRun:
                             f"deleted the orphan asset (sha256 {check.sha256}: {reasons}) and sent this build")
 
 
-def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, ledger: Path,
+def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, book: LedgerBook,
             client: ghrest.Client, derive: Derive | None, reader: str, delete_orphans: bool,
             dry_run: bool, on_record: Callable[[str], None] | None,
             ) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
     """Publish ``batch`` to ``s`` in file name order; returns the target's outcome, each wheel's
     verdict, the entries merged into the ledger and the publications recorded."""
-    run = _GithubRun(s, client, ledger, derive, reader, delete_orphans, dry_run, on_record=on_record)
+    run = _GithubRun(s, client, book, derive, reader, delete_orphans, dry_run, on_record=on_record)
     verdicts: list[WheelVerdict] = []
     stop: str | None = None
     for w in sorted(batch, key=lambda w: w.filename):
@@ -207,13 +209,3 @@ def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vou
     outcome = TargetOutcome(s.name, "github", tuple(run.placed), sent, (), tuple(dict.fromkeys(run.warnings)),
                             client.requests, client.rate_limited, client.throttle.waited_s)
     return outcome, verdicts, tuple(run.merged), run.recorded
-
-
-def merge_entries(ledger: Path, entries: Sequence[LedgerEntry]) -> tuple[str, ...]:
-    """Merge ``entries`` into ``ledger`` (those already there with the same sha256 are skipped)."""
-    if not entries:
-        return ()
-    with tempfile.TemporaryDirectory(prefix="farm-merge-") as tmp:
-        for entry in entries:
-            write_fragment(entry, Path(tmp))
-        return merge_fragments(ledger, Path(tmp)).added

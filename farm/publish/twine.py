@@ -2,9 +2,10 @@
 
 twine refuses ``--skip-existing`` off PyPI, so the files already there are looked up first in
 the repository's simple API (PEP 691 JSON when offered, PEP 503 HTML otherwise): a file of the
-same name and sha256 is skipped (a re-upload is a no-op), one with another sha256 refuses the
-whole batch before anything is sent. After the upload the simple API is read again: every file
-must be listed with its sha256, or the upload is reported failed.
+same name and sha256 is skipped (a re-upload is a no-op), one with another sha256 is refused.
+Each wheel is sent by its own twine run (:func:`upload_each`): twine stops at its first failed
+file, and one wheel's refusal must never stop another's. After the uploads the simple API is
+read again: a wheel is placed only where it is listed with its sha256.
 
 Credentials come from the environment variables the target names (``TWINE_USERNAME`` /
 ``TWINE_PASSWORD`` by default); they are passed to twine through its environment, never on a
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from farm.errors import DefectError, NetworkError, ToolError, redact
+from farm.errors import NetworkError, ToolError, redact
 from farm.netutil import IndexFile, project_url, read_page
 from farm.publish.targets import TwineSettings
 
@@ -71,18 +72,22 @@ class TwineWheel:
 class TwinePlan:
     upload: tuple[Path, ...]
     present: tuple[tuple[str, str], ...]  # (filename, url) already there with the same sha256
-    refusals: tuple[str, ...]
+    refused: tuple[tuple[str, str], ...]  # (filename, why) of each wheel the repository cannot take
+
+    @property
+    def refusals(self) -> tuple[str, ...]:
+        return tuple(f"{name}: {why}" for name, why in self.refused)
 
     @property
     def ok(self) -> bool:
-        return not self.refusals
+        return not self.refused
 
 
 def plan(wheels: Sequence[TwineWheel], existing: Mapping[str, Mapping[str, Listed]]) -> TwinePlan:
     """Which wheels to send (pure). ``existing``: project -> filename -> Listed."""
     upload: list[Path] = []
     present: list[tuple[str, str]] = []
-    refusals: list[str] = []
+    refused: list[tuple[str, str]] = []
     for w in sorted(wheels, key=lambda w: w.path.name):
         project = canonicalize_name(parse_wheel_filename(w.path.name)[0])
         have = existing.get(project, {}).get(w.path.name)
@@ -91,12 +96,12 @@ def plan(wheels: Sequence[TwineWheel], existing: Mapping[str, Mapping[str, Liste
         elif have.sha256 == w.sha256:
             present.append((w.path.name, have.url))
         elif have.sha256 is None:
-            refusals.append(f"{w.path.name}: already in the repository and its page declares no sha256 "
-                            "to compare; verify it by hand")
+            refused.append((w.path.name, ("already in the repository and its page declares no sha256 "
+                                         "to compare; verify it by hand")))
         else:
-            refusals.append(f"{w.path.name}: the repository holds sha256 {have.sha256}, this wheel has "
-                            f"{w.sha256}; a published file is never replaced")
-    return TwinePlan(tuple(upload), tuple(present), tuple(refusals))
+            refused.append((w.path.name, (f"the repository holds sha256 {have.sha256}, this wheel has "
+                                         f"{w.sha256}; a published file is never replaced")))
+    return TwinePlan(tuple(upload), tuple(present), tuple(refused))
 
 
 def existing_for(settings: TwineSettings, wheels: Iterable[TwineWheel], *,
@@ -111,43 +116,68 @@ def command(settings: TwineSettings, files: Sequence[Path]) -> list[str]:
             "--repository-url", settings.repository_url, *(str(f) for f in files)]
 
 
-def upload(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
-           env: Mapping[str, str] | None = None) -> tuple[TwinePlan, list[tuple[str, str]]]:
-    """Check, send what is missing, verify. Returns the plan and (filename, url) of every wheel."""
+@dataclass(frozen=True)
+class TwineResult:
+    """One wheel's end: ``url`` where the repository lists it with its sha256 (None: not
+    placed, ``problem`` says why; ``refused``: a defect, another file under its name)."""
+
+    filename: str
+    url: str | None
+    sent: bool = False
+    problem: str = ""
+    refused: bool = False
+
+
+def _send(settings: TwineSettings, path: Path, env: Mapping[str, str]) -> str | None:
+    """One twine run for one file; its failure in words (None: twine succeeded)."""
+    child = dict(env)
+    # twine reads TWINE_USERNAME / TWINE_PASSWORD; map the target's own variable names.
+    for src, dst in ((settings.username_env, "TWINE_USERNAME"), (settings.password_env, "TWINE_PASSWORD")):
+        if env.get(src):
+            child[dst] = env[src]
+    try:
+        proc = subprocess.run(command(settings, [path]), capture_output=True, text=True,
+                              env=child, check=False, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolError(f"cannot run twine: {exc}") from None
+    if proc.returncode == 0:
+        return None
+    if "No module named twine" in proc.stderr:
+        raise ToolError("twine is not installed", hint="pip install 'farm[upload]'")
+    tail = redact((proc.stdout + proc.stderr).strip(), child).splitlines()[-5:]
+    return f"twine upload to {settings.repository_url} exited {proc.returncode}" + (
+        f": {' | '.join(tail)}" if tail else "")
+
+
+def upload_each(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
+                env: Mapping[str, str] | None = None) -> tuple[TwinePlan, list[TwineResult]]:
+    """Check, send each missing wheel on its own, verify. Returns the plan and one result per
+    wheel. The repository unreachable, or twine missing, raises :class:`ToolError` (every wheel
+    would fail alike); a wheel twine fails to send is that wheel's result."""
     env = dict(os.environ if env is None else env)
     the_plan = plan(wheels, existing_for(settings, wheels, env=env))
-    if not the_plan.ok:
-        raise DefectError("refused, nothing sent: " + "; ".join(the_plan.refusals),
-                          where=f"publish.{settings.name}",
-                          hint="a published file name is never overwritten: bump build_epoch to rebuild")
-    if the_plan.upload:
-        child = dict(env)
-        # twine reads TWINE_USERNAME / TWINE_PASSWORD; map the target's own variable names.
-        for src, dst in ((settings.username_env, "TWINE_USERNAME"), (settings.password_env, "TWINE_PASSWORD")):
-            if env.get(src):
-                child[dst] = env[src]
-        try:
-            proc = subprocess.run(command(settings, the_plan.upload), capture_output=True, text=True,
-                                  env=child, check=False, timeout=3600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ToolError(f"cannot run twine: {exc}") from None
-        if proc.returncode != 0:
-            tail = redact((proc.stdout + proc.stderr).strip(), child).splitlines()[-5:]
-            if "No module named twine" in proc.stderr:
-                raise ToolError("twine is not installed", hint="pip install 'farm[upload]'")
-            raise ToolError(f"twine upload to {settings.repository_url} exited {proc.returncode}",
-                            hint=" | ".join(tail) or None)
+    problems = dict(the_plan.refused)
+    failed: dict[str, str] = {}
+    for path in the_plan.upload:
+        why = _send(settings, path, env)
+        if why is not None:
+            failed[path.name] = why
+    sent = {p.name for p in the_plan.upload} - set(failed)
     after = existing_for(settings, wheels, env=env)
-    placed: list[tuple[str, str]] = []
-    missing: list[str] = []
-    for w in wheels:
-        project = canonicalize_name(parse_wheel_filename(w.path.name)[0])
-        have = after.get(project, {}).get(w.path.name)
+    results: list[TwineResult] = []
+    for w in sorted(wheels, key=lambda w: w.path.name):
+        name = w.path.name
+        if name in problems:
+            results.append(TwineResult(name, None, problem=problems[name], refused=True))
+            continue
+        if name in failed:
+            results.append(TwineResult(name, None, problem=failed[name]))
+            continue
+        project = canonicalize_name(parse_wheel_filename(name)[0])
+        have = after.get(project, {}).get(name)
         if have is None or have.sha256 not in (w.sha256, None):
-            missing.append(w.path.name)
+            results.append(TwineResult(name, None, name in sent, "after the upload the repository does not list "
+                                       "it with its sha256; nothing was recorded in the ledger"))
         else:
-            placed.append((w.path.name, have.url))
-    if missing:
-        raise ToolError(f"after the upload the repository does not list {', '.join(missing)} with its sha256",
-                        where=settings.simple_url, hint="check the repository; nothing was recorded in the ledger")
-    return the_plan, placed
+            results.append(TwineResult(name, have.url, name in sent))
+    return the_plan, results

@@ -1,0 +1,180 @@
+"""The ledger held open by one publishing process: each wheel's record appended in O(1).
+
+A publish job records thousands of wheels one at a time into a ledger of tens of thousands of
+lines. Rewriting the file per wheel (:mod:`farm.provenance.ledgerwrite`) costs the whole ledger
+each time; a :class:`LedgerBook` reads and validates the ledger once, then records a wheel not yet
+in it by appending its one line (the entry with its publication), under the ledger's file lock,
+fsynced. The file stays the format every reader knows: one line per wheel, keyed by file name.
+
+What the book believes is only what it read and checked itself: before each record it compares
+the file's stamp (:mod:`farm.filestamp`) with the one it left; a file changed by anyone else (a
+rebase of the ledger commit, another writer) is read and validated again. A record for a wheel
+already in the ledger (a second target of the same wheel) changes that wheel's line, which is
+the rewrite of :func:`~farm.provenance.ledgerwrite.record_published_many`; in a publish job that
+is the rare case, a wheel reaching its first target is the common one.
+
+A process killed in the middle of an append leaves an incomplete last line, which every reader
+refuses with its line number: the record is lost, never half-believed, and the asset it
+described is found unrecorded and re-asserted by the next publish (:mod:`farm.publish.adopt`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from farm.errors import LedgerError
+from farm.filestamp import Stamp, stamp
+from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerline import Record, dumps_entry, validate_entry
+from farm.provenance.ledgerwrite import ledger_lock, record_published_many
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """``added``: the wheel's line was new; ``published``: its publication was new."""
+
+    added: bool
+    published: bool
+
+
+@dataclass
+class LedgerBook:
+    """The ledger at ``path`` as this process last read and wrote it."""
+
+    path: Path
+    index: LedgerIndex
+    seen: Stamp | None  # the file's stamp after this book's last read or write (None: no file)
+    added: dict[str, Record] = field(default_factory=dict)  # lines appended since ``index`` was read
+    _by_sha256: dict[str, Record] = field(default_factory=dict)
+    reloads: int = 0  # times the file had changed under the book and was read again
+
+    @classmethod
+    def open(cls, path: Path) -> LedgerBook:
+        """The ledger at ``path`` read and validated (an absent file is an empty ledger)."""
+        path = Path(path)
+        index, seen = _load(path)
+        return cls(path, index, seen)
+
+    # -- reading (the gate's vouchers read through these) --------------------------------------
+    def by_filename(self, filename: str) -> Record | None:
+        return self.added.get(filename) or self.index.by_filename(filename)
+
+    def by_sha256(self, sha256: str) -> Record | None:
+        return self.index.by_sha256(sha256) or self._by_sha256.get(sha256)
+
+    def ledger_entry(self, record: Record) -> LedgerEntry:
+        """The full entry of ``record``, read again from its line and validated."""
+        return self.index.ledger_entry(record)
+
+    def __len__(self) -> int:
+        return len(self.index) + len(self.added)
+
+    # -- writing ----------------------------------------------------------------------------------
+    def record(self, entry: LedgerEntry, target: str, url: str) -> Recorded:
+        """Record that ``entry``'s wheel is published on ``target`` at ``url``: a new wheel's line
+        appended (O(1)); an already recorded wheel's line gains the publication (a rewrite).
+        The same file name with another sha256 is a :class:`LedgerError`, nothing written."""
+        (got,) = self.record_many([(entry, target, url)])
+        return got
+
+    def record_many(self, items: Sequence[tuple[LedgerEntry, str, str]]) -> list[Recorded]:
+        """:meth:`record` for each ``(entry, target, url)`` of a target's batch, with one rewrite
+        for all the lines that change (the new wheels are appended one by one)."""
+        out: list[Recorded] = []
+        changes: list[tuple[str, str, str, str]] = []
+        with ledger_lock(self.path):
+            self._fresh()
+            for entry, target, url in items:
+                rec = self.by_filename(entry.filename)
+                if rec is None:
+                    placed = any(p.target == target and p.url == url for p in entry.published)
+                    self._append(entry if placed else entry.with_published(target, url))
+                    out.append(Recorded(True, True))
+                    continue
+                if rec.sha256 != entry.sha256:
+                    raise LedgerError(f"{entry.filename} is recorded with sha256 {rec.sha256}, not {entry.sha256}",
+                                      where=f"{self.path}:{rec.line}",
+                                      hint="the file being published is not the wheel the ledger describes")
+                new = not any(p.target == target and p.url == url for p in self.ledger_entry(rec).published)
+                if new:
+                    changes.append((entry.filename, entry.sha256, target, url))
+                out.append(Recorded(False, new))
+        if changes:
+            # Another target of wheels already recorded: their lines change, the file is rewritten once.
+            record_published_many(self.path, changes)
+            self._reload()
+        return out
+
+    def refresh(self) -> None:
+        """Read the file again when anyone but this book changed it since."""
+        with ledger_lock(self.path):
+            self._fresh()
+
+    def _fresh(self) -> None:
+        if _stamp(self.path) != self.seen:
+            self._reload()
+
+    def _reload(self) -> None:
+        self.index, self.seen = _load(self.path)
+        self.added.clear()
+        self._by_sha256.clear()
+        self.reloads += 1
+
+    def _append(self, entry: LedgerEntry) -> None:
+        line = dumps_entry(entry).encode() + b"\n"
+        where = f"{self.path}: the record of {entry.filename}"
+        rec = validate_entry(entry.to_dict(), where)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            offset = os.lseek(fd, 0, os.SEEK_END)
+            if offset and _last_byte(self.path, offset) != b"\n":
+                # the last line is complete (it was validated) but has no newline of its own
+                os.write(fd, b"\n")
+                offset += 1
+            _write_all(fd, line)
+            os.fsync(fd)
+            seen = stamp(os.fstat(fd))
+        finally:
+            os.close(fd)
+        number = len(self) + 1
+        rec = rec._replace(line=number, offset=offset)
+        self.added[rec.filename] = rec
+        self._by_sha256.setdefault(rec.sha256, rec)
+        self.seen = seen
+
+
+def _stamp(path: Path) -> Stamp | None:
+    try:
+        return stamp(path.stat())
+    except FileNotFoundError:
+        return None
+
+
+def _load(path: Path) -> tuple[LedgerIndex, Stamp | None]:
+    """The index and the stamp it was read at (read until the two agree: a writer between the
+    stamp and the read would otherwise go unnoticed)."""
+    while True:
+        before = _stamp(path)
+        index = LedgerIndex.load(path) if before is not None else LedgerIndex.empty()
+        if _stamp(path) == before:
+            if index.path is None:
+                index = LedgerIndex(path, (), {}, {}, {})
+            return index, before
+
+
+def _last_byte(path: Path, size: int) -> bytes:
+    with path.open("rb") as fh:
+        fh.seek(size - 1)
+        return fh.read(1)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view: Any = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

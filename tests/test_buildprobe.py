@@ -1,0 +1,151 @@
+"""``farm build --probe``: the first TU of each extension compiled by the real nvcc with the
+build's own flags, then read by both readers and judged against the cell's list; no wheel, no
+ledger entry. The real probes build a two-extension variant of the sharding tests' package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from farm.binary.assertion import Expected, FamilyTargets
+from farm.builder import shard
+from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
+from farm.builder.buildprobe import _expected_for
+from farm.builder.shard import extension_key
+from farm.cli import main
+from farm.model.arch import ArchList
+from farm.model.cells import Cell
+from farm.model.config import FarmConfig
+from farm.toolkit.assemble import Toolkit
+
+from . import buildroot
+from .buildroot import REPO, make_root
+
+pypi_toolkit = buildroot.pypi_toolkit
+
+CELL = Cell("probe_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
+RECIPE = """\
+name: probe_ext
+version: '1.0.0'
+source:
+  path: src/probe_ext
+links_torch: false
+arch:
+  list: '8.0;9.0'
+{extra}"""
+# Two extensions, named as torch's build names them in every nvcc call; `_ops` may add its own flags.
+SETUP = """\
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_build import BuildExtension, CUDAExtension
+from setuptools import setup
+setup(
+    ext_modules=[
+        CUDAExtension("shard_ext._C", ["csrc/module.cpp", "csrc/add.cu", "csrc/scale.cu"],
+                      nvcc_flags=["-DTORCH_EXTENSION_NAME=_C"]),
+        CUDAExtension("shard_ext._ops", ["csrc/ops/fill.cu", "csrc/ops/negate.cu"],
+                      nvcc_flags=["-DTORCH_EXTENSION_NAME=_ops", *{ops_flags!r}]),
+    ],
+    cmdclass={{"build_ext": BuildExtension}},
+)
+"""
+OWN_LIST = ["-gencode=arch=compute_80,code=sm_80"]  # a build that replaces the cell's list with its own
+# a wrong review: the lint is told the override is safe, so only the objects can tell
+IGNORED = """\
+lint_ignore:
+  - rule: arch-override
+    path: setup.py
+    reason: reviewed wrongly on purpose
+"""
+
+
+def _root(root: Path, ops_flags: list[str], extra: str = "") -> FarmConfig:
+    config = make_root(root, {"probe_ext": RECIPE.format(extra=extra)},
+                       {"src/probe_ext": REPO / "tests" / "data" / "shard_ext"})
+    (root / "src" / "probe_ext" / "setup.py").write_text(SETUP.format(ops_flags=ops_flags))
+    return config
+
+
+def _probe(root: Path, toolkit: Toolkit, ops_flags: list[str], extra: str = "") -> BuildResult:
+    config = _root(root, ops_flags, extra)
+    settings = BuildSettings(builder=BuilderKind.NATIVE, out_dir=root / "upload", work_root=root / "work",
+                             source_cache=root / "sources", cuda_home=toolkit.cuda_home, shard_dir=root / "shards",
+                             probe=True)
+    return build_cell(config, config.recipe("probe_ext"), CELL, settings)
+
+
+# -- pure ------------------------------------------------------------------------------------------
+def test_the_extension_is_torchs_name_else_the_flags() -> None:
+    assert extension_key(["-O2", "-DTORCH_EXTENSION_NAME=_C", "-c"]) == "_C"
+    assert extension_key(["-D", "TORCH_EXTENSION_NAME=ops.x", "-O2"]) == "ops.x"
+    plain, other = extension_key(["-O2", "-DA=1"]), extension_key(["-O2", "-DA=2"])
+    assert plain.startswith("flags-")
+    assert plain != other
+    assert plain == extension_key(["-O2", "-DA=1"])
+
+
+def test_a_tu_is_judged_by_its_family_then_its_extensions_list_then_the_cells() -> None:
+    cell, own, fam = ArchList.parse("8.0;9.0"), ArchList.parse("9.0a"), ArchList.parse("12.0")
+    expected = Expected(cell, per_extension=(("*_qattn_sm90*", own),),
+                        families=(FamilyTargets("fp4", ("csrc/fp4/gemm.cu",), fam),))
+    assert _expected_for(expected, "_C", "csrc/a.cu") == (cell, "the cell's list")
+    assert _expected_for(expected, "_qattn_sm90", "csrc/a.cu") == (own, "extensions: '*_qattn_sm90*'")
+    assert _expected_for(expected, "_C", "csrc/fp4/gemm.cu") == (fam, "kernel family fp4")
+
+
+# -- real probes (nvcc) ----------------------------------------------------------------------------
+def test_a_probe_compiles_the_first_tu_of_each_extension_and_makes_no_wheel(tmp_path, pypi_toolkit) -> None:
+    result = _probe(tmp_path, pypi_toolkit, [])
+    probe = result.probe
+    assert probe is not None
+    assert probe.passed
+    assert result.passed
+    assert sorted(u.extension for u in probe.units) == ["_C", "_ops"]
+    assert probe.stand_ins == 2  # one of each extension's two TUs
+    for unit in probe.units:
+        assert unit.tu in {"csrc/add.cu", "csrc/scale.cu"} if unit.extension == "_C" else \
+            unit.tu in {"csrc/ops/fill.cu", "csrc/ops/negate.cu"}
+        assert unit.found.canonical() == unit.expected.canonical() == "sm_80;sm_90"
+    # nothing a publisher could pick up: no wheel anywhere, no ledger fragment, the ledger untouched
+    assert result.built == ()
+    assert result.postbuild == ()
+    assert not list(tmp_path.rglob("*.whl"))
+    assert not (tmp_path / "upload").exists()
+    assert (tmp_path / "ledger.jsonl").read_text() == ""
+    log = (tmp_path / "shards" / "probe" / CELL.id / "log" / "probe.jsonl").read_text()
+    assert log.count('"status":"compiled"') == 2
+    assert log.count('"status":"skipped"') == 2
+
+
+def test_a_probe_fails_an_extension_that_drops_the_cells_list_and_names_it(tmp_path, pypi_toolkit, capsys) -> None:
+    _root(tmp_path, OWN_LIST, IGNORED)
+    argv = ["build", "probe_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+            "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(pypi_toolkit.cuda_home),
+            "--out", str(tmp_path / "upload"), "--probe", "--no-compile-cache"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert f"{CELL.id}: PROBE (no wheel, nothing published)" in out
+    assert "  _C: csrc/" in out
+    assert "expected sm_80;sm_90 (the cell's list): ok" in out
+    assert "  _ops: csrc/ops/" in out
+    assert "found sm_80, expected sm_80;sm_90 (the cell's list): FAILED" in out
+    assert "lacks requested sm_90" in out
+    assert not list(tmp_path.rglob("*.whl"))
+    # the recipe declares that extension's own list: probed again (nothing kept from the first
+    # probe: its claims and objects are cleared), the extension then passes
+    _root(tmp_path, OWN_LIST, IGNORED + "extensions:\n  '*_ops*': '8.0'\n")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "found sm_80, expected sm_80 (extensions: '*_ops*'): ok" in out
+    assert len(list((tmp_path / ".cache" / "shards" / "probe" / CELL.id / shard.OBJECTS).glob("*.o"))) == 2
+
+
+@pytest.mark.parametrize("flag", ["--shard", "--link"])
+def test_probe_excludes_shard_and_link(tmp_path, capsys, flag) -> None:
+    _root(tmp_path, [])
+    extra = [flag, "0/2"] if flag == "--shard" else [flag]
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "probe_ext", "--root", str(tmp_path), "--probe", *extra])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
