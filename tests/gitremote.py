@@ -1,8 +1,13 @@
-"""A git remote on disk for the ledger tests: a bare repository and clones that write to it."""
+"""Git remotes for the tests: a bare repository on disk and clones that write to it (the ledger
+tests), and ``git daemon`` serving a folder of repositories on 127.0.0.1 (the source fetch)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -29,6 +34,38 @@ def bare_remote(where: Path, ledger: str = "") -> Path:
     return where
 
 
+def pushed_ledger(repo: Path, rel: str) -> bytes:
+    """The file at ``rel`` as the remote's ``main`` of the clone ``repo`` has it now."""
+    git(repo, "fetch", "-q", "origin", "main")
+    return subprocess.run(["git", "-C", str(repo), "show", f"FETCH_HEAD:{rel}"], check=True,
+                          capture_output=True).stdout
+
+
 def append(repo: Path, text: str) -> None:
     with (repo / "ledger.jsonl").open("a") as fh:
         fh.write(text)
+
+
+@contextmanager
+def daemon(base: Path) -> Iterator[str]:
+    """``git daemon`` serving every repository under ``base`` on 127.0.0.1 (git:// protocol);
+    yields the base URL, ending in ``/``. The daemon stops when the block ends."""
+    with socket.socket() as probe:  # a free port for the daemon to listen on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(["git", "daemon", "--export-all", "--reuseaddr", "--informative-errors",
+                             f"--base-path={base}", "--listen=127.0.0.1", f"--port={port}", str(base)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):  # listening within seconds
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"git daemon exited with {proc.returncode}") from None
+                time.sleep(0.05)
+        yield f"git://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

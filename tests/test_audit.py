@@ -79,10 +79,10 @@ def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest
     # wheel-wrong: the extension was replaced after stamping (an sm_90a-only build)
     wrong = retamper(stamped["demo_wrong"], cuda_fixtures.path("sm90a"), work / "tampered")
     shutil.move(str(wrong), str(stamped["demo_wrong"]))
-    # unledgered: a wheel nobody recorded
-    unledgered = builder_wheel(pub, "demo_unknown", so, version="0.1.0+cu128torch2.8")
+    # unledgered: a wheel nobody recorded (labelled for the CUDA line whose nvcc made its binary)
+    unledgered = builder_wheel(pub, "demo_unknown", so, version="0.1.0+cu130torch2.8")
     # inferred: recorded by an earlier backfill of that one file
-    inferred = builder_wheel(work / "old", "demo_old", so, version="2.0+cu126")
+    inferred = builder_wheel(work / "old", "demo_old", so, version="2.0+cu130")
     backfill(str(inferred), ledger)
     shutil.copy(inferred, pub / inferred.name)
 
@@ -184,7 +184,7 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     entry = index.entry(record)
     buildinfo.validate(entry)
     assert entry["provenance"] == "inferred"
-    assert entry["cell"] == {"cuda": "12.8", "torch": "2.8", "python": TAG.split("-")[0], "platform": "linux_x86_64"}
+    assert entry["cell"] == {"cuda": "13.0", "torch": "2.8", "python": TAG.split("-")[0], "platform": "linux_x86_64"}
     assert entry["found"] == {f"demo_unknown/{SO}": SO_LIST}
     for unknown in ("package", "build_epoch", "expected", "assertion", "defaults_sha256", "recipe_sha256",
                     "run", "source", "toolchain"):
@@ -195,6 +195,22 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     assert rows[fleet.names[Verdict.UNLEDGERED]].verdict is Verdict.INFERRED
     # a second backfill adds nothing
     assert backfill(str(fleet.pub), ledger).added == ()
+
+
+def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,  # noqa: F811
+                                                                                 tmp_path: Path) -> None:
+    """A published wheel labelled ``+cu126`` whose cubins CUDA 13.0 made, backfilled (the ledger's
+    inferred cell says 12.6, as its name does, and its targets match): the audit reads the toolkit
+    version the device code records and calls it wrong, naming both versions."""
+    so = cuda_fixtures.path("default")  # compiled by this test session's nvcc, CUDA 13.0
+    wheel = builder_wheel(tmp_path / "pub", "demo_relabelled", so, version="2.0+cu126")
+    ledger = tmp_path / "ledger.jsonl"
+    backfill(str(wheel), ledger)
+    (row,) = audit(str(wheel), LedgerIndex.load(ledger))
+    assert row.verdict is Verdict.WHEEL_WRONG, row
+    (reason,) = row.reasons
+    assert "made by CUDA 13.0" in reason
+    assert "the cell's CUDA line is 12.6" in reason
 
 
 def test_unreadable_wheel_is_wheel_wrong_not_a_crash(tmp_path: Path) -> None:

@@ -483,3 +483,33 @@ def test_cibuildwheel_reads_the_cached_container_plan_as_farm_wrote_it(tmp_path,
     volumes = [engine.create_args[i + 1] for i, a in enumerate(engine.create_args) if a == "--volume"]
     assert f"{tmp_path}/my cache:{compilecache.CONTAINER_CACHE_DIR}" in volumes
     assert f"{tmp_path}/w/compile-cache:{run}" in volumes
+
+
+def test_podman_rebuild_hits_the_cache_and_asserts_the_same_wheel(tmp_path, pypi_toolkit, capsys,
+                                                                  monkeypatch) -> None:
+    """The cibuildwheel route in podman's container with the compiler cache on (its folder mounted
+    into the container): the first build compiles every step (misses), the second runs no nvcc
+    step (hits), and both wheels pass the assertion with the same targets and extension bytes."""
+    from .test_builders import podman_image
+
+    image = podman_image()
+    monkeypatch.setenv("MAX_JOBS", "1")
+    _demo_root(tmp_path)
+    args = ["--builder", "cibuildwheel", "--engine", "podman", "--image", image, "--platform", "linux_x86_64",
+            "--python", f"{sys.version_info.major}.{sys.version_info.minor}"]
+    assert _build(tmp_path, pypi_toolkit, *args) == 0
+    cold = _info(tmp_path)
+    assert cold["assertion"]["result"] == "passed"
+    assert cold["toolchain"]["builder"] == "cibuildwheel"
+    assert cold["toolchain"]["compile_cache"]["hits"] == 0
+    assert cold["toolchain"]["compile_cache"]["misses"] > 0
+    assert "nvcc steps: 0 run" not in _last_counts(capsys.readouterr().err)
+    assert any((tmp_path / ".cache" / "compile-cache").rglob("*"))  # the entries landed on the host
+    assert _build(tmp_path, pypi_toolkit, *args) == 0
+    assert "nvcc steps: 0 run" in _last_counts(capsys.readouterr().err)
+    warm = _info(tmp_path)
+    assert warm["toolchain"]["compile_cache"]["misses"] == 0
+    assert warm["toolchain"]["compile_cache"]["hits"] > 0
+    assert warm["assertion"]["result"] == "passed"
+    assert (warm["found"], warm["expected"], warm["extensions"]) == (cold["found"], cold["expected"],
+                                                                     cold["extensions"])

@@ -6,18 +6,21 @@ first's exact bytes, and its provenance says so."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from farm.builder.builders import BuilderKind, BuildSettings, build_cell
+from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.builder.farmdeps import resolve
 from farm.errors import UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
+from farm.provenance.ledgerwrite import fragment_path
 
 from . import buildroot
 from .buildroot import DEMO_RECIPE, REPO, make_root
@@ -78,23 +81,70 @@ def test_a_missing_or_foreign_wheel_stops_the_build_before_anything_is_fetched(t
         build_cell(config, config.recipe("dep_user"), USER, BuildSettings(out_dir=tmp_path / "wheelhouse"))
 
 
-def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(tmp_path, pypi_toolkit) -> None:
-    config = _root(tmp_path)
-    settings = _settings(tmp_path, pypi_toolkit)
+@dataclass(frozen=True)
+class Built:
+    root: Path
+    demo: BuildResult
+    user: BuildResult
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit) -> Built:
+    """demo_ext, then dep_user against it, built once into one wheelhouse (real nvcc builds)."""
+    root = tmp_path_factory.mktemp("farmdeps")
+    config = _root(root)
+    settings = _settings(root, pypi_toolkit)
     demo = build_cell(config, config.recipe("demo_ext"), DEMO, settings)
     assert demo.passed
-    (demo_wheel,) = demo.asserted
     user = build_cell(config, config.recipe("dep_user"), USER, settings)
     assert user.passed, "\n".join(r.report.render() for r in user.postbuild)
-    (wheel,) = user.asserted
+    return Built(root, demo, user)
+
+
+def test_a_package_builds_against_farms_own_wheel_of_the_same_cell(built: Built) -> None:
+    (demo_wheel,) = built.demo.asserted
+    (wheel,) = built.user.asserted
     with zipfile.ZipFile(wheel) as zf:
         info = json.loads(zf.read("dep_user-1.0.0+cu130.dist-info/_build_info.json"))
     assert info["toolchain"]["farm_deps"] == [{"requirement": "demo_ext==0.1.0+cu130", "filename": demo_wheel.name,
                                                "sha256": sha256_file(demo_wheel)}]
     # the build environment holds demo_ext's wheel by its bytes: its spec names the file and digest
-    assert user.build_env is not None
-    env_spec = json.loads((user.build_env / "farm-env.json").read_text())
+    assert built.user.build_env is not None
+    env_spec = json.loads((built.user.build_env / "farm-env.json").read_text())
     assert f"demo_ext @ {demo_wheel.resolve().as_uri()}#sha256={sha256_file(demo_wheel)}" in env_spec["requirements"]
     # and the wheel imports in a fresh venv
-    (check,) = user.imports
+    (check,) = built.user.imports
     assert check.passed
+
+
+def _copy(wheel: Path, into: Path, *, fragment: bool = True) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copy(wheel, into / wheel.name)
+    if fragment:
+        shutil.copy(fragment_path(wheel.parent, wheel.name), fragment_path(into, wheel.name))
+    return into / wheel.name
+
+
+def test_a_wheelhouse_wheel_is_used_only_when_its_fragment_vouches_for_its_bytes(built: Built, tmp_path) -> None:
+    """A wheelhouse is a folder that crossed a job boundary: the dependency is judged as the upload
+    gate judges a wheel before a byte of it is installed."""
+    (demo_wheel,) = built.demo.asserted
+    (dep,) = resolve(("demo_ext==0.1.0+cu130",), USER, demo_wheel.parent)
+    assert dep.sha256 == sha256_file(demo_wheel)
+    # no fragment beside it: nothing vouches for the bytes
+    bare = _copy(demo_wheel, tmp_path / "bare", fragment=False)
+    with pytest.raises(UsageError, match="has no ledger fragment beside it") as exc:
+        resolve(("demo_ext==0.1.0+cu130",), USER, bare.parent)
+    assert exc.value.where == str(bare)
+    # the same name, other bytes (a member added after postbuild): its fragment holds another sha256
+    changed = _copy(demo_wheel, tmp_path / "changed")
+    with zipfile.ZipFile(changed, "a") as zf:
+        zf.writestr("demo_ext/extra.py", "x = 1\n")
+    with pytest.raises(UsageError, match="is not the wheel farm asserted: the ledger records") as exc:
+        resolve(("demo_ext==0.1.0+cu130",), USER, changed.parent)
+    assert sha256_file(demo_wheel) in exc.value.message
+    # a fragment that is not one
+    broken = _copy(demo_wheel, tmp_path / "broken")
+    fragment_path(broken.parent, broken.name).write_text("{not json")
+    with pytest.raises(UsageError, match="is not a readable ledger fragment"):
+        resolve(("demo_ext==0.1.0+cu130",), USER, broken.parent)

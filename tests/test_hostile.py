@@ -8,10 +8,13 @@ could do (NVIDIA's own layout: ``redistrib_X.Y.Z.json`` beside ``<comp>/<platfor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import io
 import json
+import os
+import socket
 import tarfile
 import threading
 import time
@@ -24,10 +27,12 @@ import pytest
 from farm import cacheseal, netutil
 from farm.cli import main
 from farm.model.config import load_defaults
+from farm.source import fetch
 from farm.toolkit import redist
 from farm.toolkit.assemble import STAMP
 from farm.toolkit.request import ToolkitRequest, request_for
-from tests import loopback
+from tests import gitremote, loopback
+from tests.buildroot import make_root
 
 REPO = Path(__file__).resolve().parent.parent
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -321,6 +326,70 @@ def test_a_trickling_archive_server_ends_at_the_deadline(tmp_path: Path, capsys,
         elapsed = time.monotonic() - started
         stop.set()
     assert elapsed < 4
+
+
+# ------------------------------------------------------------------------------------- git source
+GIT_RECIPE = """\
+name: big
+version: '1.0'
+source:
+  git: {{repo: '{url}', ref: v1}}
+links_torch: false
+arch:
+  list: '8.0'
+"""
+
+
+def _lint_git(capsys, tmp_path: Path, url: str) -> tuple[int, str]:
+    make_root(tmp_path / "farm", {"big": GIT_RECIPE.format(url=url)})
+    return farm(capsys, "lint", "big", "--root", str(tmp_path / "farm"), "--cache-dir", str(tmp_path / "cache"))
+
+
+def test_a_git_source_larger_than_the_cap_is_stopped_and_nothing_cached(tmp_path: Path, capsys,
+                                                                       monkeypatch) -> None:
+    """``git daemon`` on 127.0.0.1 serves a repository of 3 MiB (random bytes: the pack is as large);
+    with the cap at 1 MiB the fetch is stopped, naming the repository, the ref and what to do."""
+    repo = tmp_path / "served" / "big"
+    repo.mkdir(parents=True)
+    gitremote.git(repo, "init", "-q", "-b", "main")
+    (repo / "setup.py").write_text("# big\n")
+    (repo / "blob.bin").write_bytes(os.urandom(3 << 20))
+    gitremote.git(repo, "add", ".")
+    gitremote.git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "v1")
+    gitremote.git(repo, "tag", "v1")
+    monkeypatch.setattr(fetch, "GIT_MAX_BYTES", 1 << 20)
+    with gitremote.daemon(tmp_path / "served") as base:
+        refused(_lint_git(capsys, tmp_path, f"{base}big"), 3, "package 'big'", f"{base}big at v1",
+                "passed 1 MiB", "nothing was cached", "check the recipe's repo and ref")
+        git = tmp_path / "cache" / "git"
+        assert not [p.name for p in git.iterdir() if not p.name.endswith(".lock")]  # no tree, no ref pointer
+        monkeypatch.setattr(fetch, "GIT_MAX_BYTES", 8 << 20)  # the same repository under a cap it fits
+        assert _lint_git(capsys, tmp_path, f"{base}big")[0] == 0
+
+
+def test_a_git_server_that_never_answers_ends_at_the_deadline(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A git:// server on 127.0.0.1 that accepts the connection and never sends a byte (git has no
+    timeout of its own): the fetch ends at farm's deadline (2 s here, 30 minutes in use)."""
+    monkeypatch.setattr(fetch, "GIT_DEADLINE", 2.0)
+    held: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        port = server.getsockname()[1]
+
+        def accept() -> None:
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        started = time.monotonic()
+        refused(_lint_git(capsys, tmp_path, f"git://127.0.0.1:{port}/big"), 3, "package 'big'",
+                f"git://127.0.0.1:{port}/big at v1", "did not finish within 2 s", "nothing was cached")
+        elapsed = time.monotonic() - started
+        thread.join(timeout=10)
+        for conn in held:
+            conn.close()
+    assert elapsed < 6
 
 
 # ------------------------------------------------------------------------------------------- lint

@@ -15,8 +15,8 @@ import pytest
 from farm.errors import LedgerError, ToolError
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from farm.publish.ledgerpush import LedgerPusher, commit_and_push, merge_ledgers, pushed_ledger
-from tests.gitremote import append, bare_remote, clone, git
+from farm.publish.ledgerpush import LedgerPusher, commit_and_push, merge_ledgers
+from tests.gitremote import append, bare_remote, clone, git, pushed_ledger
 from tests.ledgermaker import make_entry
 
 

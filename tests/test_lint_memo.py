@@ -227,8 +227,8 @@ def test_a_changed_rules_version_or_lint_code_is_a_miss(tmp_path: Path) -> None:
 def test_a_warm_run_imports_neither_the_rules_nor_the_recipes(tmp_path: Path) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ["lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache")]
-    # the cold path (farm.commands.lintcold), imported on a miss only
-    heavy = ["farm.commands.lintcold", "farm.lint.rules", "farm.lint.compiled", "farm.lint.version",
+    # the cold path (farm.schedule.packagelint), imported on a miss only
+    heavy = ["farm.schedule.packagelint", "farm.lint.rules", "farm.lint.compiled", "farm.lint.version",
              "farm.model.config", "farm.source.fetch", "yaml"]
     code = (f"import sys\nfrom farm.cli import main\nrc = main({argv!r})\n"
             f"print([m for m in {heavy!r} if m in sys.modules])")

@@ -456,3 +456,67 @@ def test_pyg_lib_passes_cmake_the_standard_torch_needs(tmp_path: Path, torch: st
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert f"'-DFARM_CXX_STANDARD={std}'" in proc.stdout
+
+
+CUMM_COMMON = textwrap.dedent("""\
+    import os
+    import subprocess
+    from pathlib import Path
+
+    def cuda_include_lib():
+        try:
+            nvcc_path = subprocess.check_output(["which", "nvcc"]).decode("utf-8").strip()
+            lib = Path(nvcc_path).parent.parent / "lib"
+            include = Path(nvcc_path).parent.parent / "targets/x86_64-linux/include"
+            if lib.exists() and include.exists():
+                return [include], lib
+        except Exception:
+            pass
+        linux_cuda_root = Path("/usr/local/cuda")
+        return [linux_cuda_root / "include"], linux_cuda_root / "lib64"
+    """)
+CUMM_SETUP = textwrap.dedent("""\
+    import os
+    from pathlib import Path
+    cudadevrt = Path("/usr/local/cuda/lib64/libcudadevrt.a")
+    """)
+
+
+def _cumm(folder: Path) -> Path:
+    (folder / "cumm").mkdir(parents=True)
+    (folder / "cumm" / "common.py").write_text(CUMM_COMMON)
+    (folder / "setup.py").write_text(CUMM_SETUP)
+    return folder
+
+
+def test_cumm_takes_the_cells_toolkit_from_cuda_home(tmp_path: Path) -> None:
+    """farm's toolkit (nvcc on PATH, lib/ beside it, no targets/ folder) must win over the host's
+    /usr/local/cuda, in cumm's compile flags and in the libcudadevrt.a setup.py copies."""
+    folder = _cumm(tmp_path / "src")
+    first = run("cumm.py", folder)
+    assert first.returncode == 0, first.stderr
+    home = tmp_path / "toolkit"
+    (home / "bin").mkdir(parents=True)
+    (home / "lib").mkdir()
+    (home / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (home / "bin" / "nvcc").chmod(0o755)
+    env = {"PATH": f"{home / 'bin'}:/usr/bin:/bin", "CUDA_HOME": str(home)}
+    code = (f"import sys; sys.path.insert(0, {str(folder)!r}); from cumm.common import cuda_include_lib; "
+            "print(cuda_include_lib())")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert found.stdout.strip() == f"([{(home / 'include')!r}], {(home / 'lib64')!r})"
+    assert evaluate(folder, {"CUDA_HOME": str(home)}, "cudadevrt") == home / "lib64" / "libcudadevrt.a"
+    snapshot = {p: p.read_bytes() for p in folder.rglob("*.py")}
+    again = run("cumm.py", folder)
+    assert again.returncode == 0
+    assert again.stdout.count("already patched") == 2
+    assert {p: p.read_bytes() for p in folder.rglob("*.py")} == snapshot
+
+
+def test_cumm_refuses_a_common_py_it_does_not_recognise(tmp_path: Path) -> None:
+    folder = _cumm(tmp_path)
+    (folder / "cumm" / "common.py").write_text(CUMM_COMMON.replace('"/usr/local/cuda"', '"/opt/cuda"'))
+    proc = run("cumm.py", folder)
+    assert proc.returncode != 0
+    assert "review the patch" in proc.stderr
+    assert (folder / "setup.py").read_text() == CUMM_SETUP

@@ -256,6 +256,18 @@ def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path)
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0a;10.0a;12.0"
 
 
+def test_gencode_in_nvcc_flags_gives_every_nvcc_call_the_cells_list(tmp_path) -> None:
+    """spconv's generated ConvParams TUs reach nvcc with no arch flags (nvcc's default sm_75 +
+    compute_75 would fail the per-TU check): {gencode} appends the cell's list to every call."""
+    (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
+    config = make_root(tmp_path, {"torchpkg": TORCH_RECIPE.replace("['-lineinfo']", "['{gencode}', '-lineinfo']")})
+    plan = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path),
+                      archs=ArchList.parse("8.0 9.0a 12.0+PTX"))
+    assert build_env(plan)["NVCC_APPEND_FLAGS"] == (
+        "--threads 2 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a "
+        "-gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_120,code=compute_120 -lineinfo")
+
+
 def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path) -> None:
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"

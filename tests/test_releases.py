@@ -294,8 +294,8 @@ def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: gh
     publish job) pushes a record of its own, so each of this run's pushes is first rejected, then
     rebased (the two appends settled by the ledger's merge) and pushed. Nothing is lost."""
     from farm.provenance.ledgerline import dumps_entry
-    from farm.publish.ledgerpush import commit_and_push, pushed_ledger
-    from tests.gitremote import append, bare_remote, clone, git
+    from farm.publish.ledgerpush import commit_and_push
+    from tests.gitremote import append, bare_remote, clone, git, pushed_ledger
     from tests.ledgermaker import make_entry
 
     remote = bare_remote(tmp_path / "remote.git")

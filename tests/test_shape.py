@@ -108,6 +108,16 @@ def test_a_projection_decodes_the_picked_fields_only() -> None:
             msgspec.json.decode(json.dumps(bad), type=fast)
 
 
+def test_a_projection_with_missing_decodes_only_absent_capable_fields_as_none() -> None:
+    fast = projection(Tree, "TreeNote", {"size": ..., "note": ...}, missing=True)
+    decoded: Any = msgspec.json.decode(json.dumps(SAMPLE), type=fast)
+    assert (decoded.size, decoded.note) == (3, None)  # note may be left out: None
+    noted: Any = msgspec.json.decode(json.dumps({**SAMPLE, "note": "n"}), type=fast)
+    assert noted.note == "n"
+    with pytest.raises(msgspec.ValidationError, match="size"):  # size may not: still required
+        msgspec.json.decode(json.dumps({"note": "n"}), type=fast)
+
+
 def test_a_field_added_to_the_definition_reaches_schema_decoder_writer_and_index() -> None:
     """The one place a new key is written: a field. Here a subclass of the real definition adds
     one, and the schema, the decoder, the writer and a projection all know it."""

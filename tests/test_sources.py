@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import pytest
 
 from farm.errors import SourceError
 from farm.model.config import GitSource, PathSource, SdistSource
-from farm.source.fetch import fetch, tree_sha256, unpack
+from farm.source import fetch as fetch_module
+from farm.source.fetch import content_digest, fetch, tree_sha256, unpack
 from tests import loopback
 
 
@@ -67,10 +70,13 @@ def test_git_commit_pin_and_cache_reuse(upstream, tmp_path) -> None:
     source = GitSource(str(upstream["url"]), str(upstream["head"]))
     first = fetch(source, tmp_path)
     assert first.identity == upstream["head"]
-    (first.root / "marker").write_text("kept")  # a second fetch reuses the cached tree
-    second = fetch(source, tmp_path)
-    assert second.root == first.root
-    assert (second.root / "marker").exists()
+    heard: list[str] = []
+    second = fetch(source, tmp_path, progress=heard.append)  # from the cache: no network step
+    assert (second.root, heard) == (first.root, [])
+    (first.root / "setup.py").write_text("# forged\n")  # a file changed after the install
+    third = fetch(source, tmp_path, progress=heard.append)
+    assert heard == [f"the source: fetching {upstream['url']} at {upstream['head']}"]
+    assert (third.root / "setup.py").read_text() == "# v2\n"
 
 
 def test_git_damaged_ref_pointer_resolves_the_ref_again(upstream, tmp_path) -> None:
@@ -98,6 +104,23 @@ def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path
 def test_git_missing_ref_is_a_source_error(upstream, tmp_path) -> None:
     with pytest.raises(SourceError, match="v9.9"):
         fetch(GitSource(str(upstream["url"]), "v9.9"), tmp_path, package="demo")
+
+
+def test_a_git_that_keeps_writing_is_stopped_at_the_cap_with_its_children(tmp_path, monkeypatch) -> None:
+    """A git run that never ends on its own, writing some 6 MB/s into its folder (a shell alias
+    stands for a server that streams a pack forever): stopped once the folder passes the cap, its
+    whole process group killed, so nothing writes on afterwards."""
+    monkeypatch.setattr(fetch_module, "GIT_MAX_BYTES", 1 << 20)
+    writer = "!while :; do head -c 65536 /dev/zero; sleep 0.01; done > blob"
+    started = time.monotonic()
+    with pytest.raises(SourceError, match="passed 1 MiB of git data and checkout") as info:
+        fetch_module._git(["-c", f"alias.fill={writer}", "fill"], tmp_path, "package 'big'",
+                          "git fetch of git://example.invalid/big at v1", time.monotonic() + 60)
+    assert time.monotonic() - started < 10
+    assert "package 'big': git fetch of git://example.invalid/big at v1" in str(info.value)
+    size = (tmp_path / "blob").stat().st_size
+    time.sleep(0.3)
+    assert (tmp_path / "blob").stat().st_size == size  # the shell and its loop are gone too
 
 
 def test_path_source_identity_is_a_content_hash(tmp_path) -> None:
@@ -257,3 +280,84 @@ def test_a_forged_cache_marker_is_never_believed(index, tmp_path) -> None:
     assert again.identity == sha
     assert again.root != elsewhere
     assert (again.root / "setup.py").exists()
+
+
+def _forge_file(root: Path) -> None:
+    (root / "setup.py").write_bytes(b"# forged\n")
+
+
+def _forge_added(root: Path) -> None:
+    (root / "csrc" / "extra.cu").write_text("__global__ void planted() {}\n")
+
+
+def _forge_removed(root: Path) -> None:
+    (root / "csrc" / "k.cu").unlink()
+
+
+def _forge_exec(root: Path) -> None:
+    (root / "setup.py").chmod(0o755)
+
+
+def _forge_dir_link(root: Path, elsewhere: Path) -> None:
+    (root / "csrc" / "more").symlink_to(elsewhere)  # a link to a folder: the build copies it
+
+
+def _forge_tool_folder(root: Path) -> None:
+    (root / ".tox").mkdir()
+    (root / ".tox" / "hook.py").write_text("import os\n")
+
+
+def _forge_empty_dir(root: Path) -> None:
+    (root / "csrc" / "empty").mkdir()
+
+
+@pytest.mark.parametrize("forge", [_forge_file, _forge_added, _forge_removed, _forge_exec, _forge_dir_link,
+                                   _forge_tool_folder, _forge_empty_dir],
+                         ids=["changed", "added", "removed", "exec-bit", "dir-link", "tool-folder", "empty-dir"])
+def test_a_restored_tree_with_a_forged_entry_is_fetched_again(index, tmp_path, forge) -> None:
+    """A source cache restored from elsewhere (an Actions cache, an earlier job) whose sealed marker
+    is genuine but whose files changed since the install: the tree is unpacked again from the
+    pinned archive, never built as it is."""
+    data = _targz({"demo-1.0/setup.py": b"# demo\n", "demo-1.0/csrc/k.cu": b"__global__ void k(){}\n"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    clean = content_digest(tree.root)
+    if forge is _forge_dir_link:
+        (tmp_path / "outside").mkdir()
+        forge(tree.root, tmp_path / "outside")
+    else:
+        forge(tree.root)
+    assert content_digest(tree.root) != clean
+    again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    assert again.root == tree.root
+    assert content_digest(again.root) == clean
+    assert (again.root / "setup.py").read_bytes() == b"# demo\n"
+    assert sorted(p.relative_to(again.root).as_posix() for p in again.root.rglob("*")) == [
+        "csrc", "csrc/k.cu", "setup.py"]
+
+
+def test_a_tree_replaced_by_a_link_to_a_copy_is_fetched_again(index, tmp_path) -> None:
+    """The same files behind a link: the link's target could change after the check."""
+    data = _targz({"demo-1.0/setup.py": b"# demo\n"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    for moved in ("tree", "entry"):  # the tree folder, or the cache entry holding it and its marker
+        tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+        path = tree.root if moved == "tree" else tree.root.parent
+        elsewhere = tmp_path / f"elsewhere-{moved}"
+        path.rename(elsewhere)
+        path.symlink_to(elsewhere)
+        again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+        assert not again.root.is_symlink()
+        assert not again.root.parent.is_symlink()
+        assert (again.root / "setup.py").read_bytes() == b"# demo\n"
+        assert (elsewhere / ("setup.py" if moved == "tree" else "tree/setup.py")).is_file()  # never followed
+
+
+def test_a_tree_holding_a_fifo_is_never_believed(index, tmp_path) -> None:
+    data = _targz({"demo-1.0/setup.py": b"# demo\n"})
+    sha = _publish(index, "demo", "demo-1.0.tar.gz", data)
+    tree = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    os.mkfifo(tree.root / "pipe")  # a build that copied it would hang reading it
+    assert content_digest(tree.root) is None
+    again = fetch(SdistSource("demo", "1.0", sha), tmp_path / "cache")
+    assert not (again.root / "pipe").exists()

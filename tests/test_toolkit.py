@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -356,3 +357,19 @@ def test_a_torch_cells_toolkit_compiles_and_links_what_torchs_headers_include(tm
     needed = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
     for lib in ("libcublas.so.13", "libcusparse.so.12", "libcusolver.so.12", "libcufft.so.12"):
         assert lib in needed  # linked through the development links farm made
+
+
+def test_the_dev_links_name_the_shortest_versioned_library(tmp_path) -> None:
+    """libX.so -> libX.so.N where the wheel ships it; a library shipped only as libX.so.N.M
+    (nvidia-cuda-nvrtc's libnvrtc-builtins.so.13.0) gets its link too; an existing one is kept."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libcudart.so.13", "libcudart.so.13.0.96", "libnvrtc-builtins.so.13.0", "libnvrtc.so.13",
+                 "libkept.so.2", "libkept.so"):
+        (lib / name).write_text(name)
+    subprocess.run(["sh", "-c", tk._DEV_LINKS_SH], env={"H": str(tmp_path), "PATH": os.environ["PATH"]},
+                   check=True)
+    links = {p.name: str(p.readlink()) for p in lib.iterdir() if p.is_symlink()}
+    assert links == {"libcudart.so": "libcudart.so.13", "libnvrtc-builtins.so": "libnvrtc-builtins.so.13.0",
+                     "libnvrtc.so": "libnvrtc.so.13"}
+    assert (lib / "libkept.so").read_text() == "libkept.so"

@@ -270,4 +270,6 @@ def test_farm_wave_refuses_a_verdict_the_plan_did_not_schedule(tmp_path: Path,
     report(tmp_path / "reports", "0", CellVerdict("z-9-cu128-notorch-cp311-linux_x86_64", "z", PUBLISHED, ("z.whl",)))
     rc = main(["wave", "--plan", str(plan), "--reports", str(tmp_path / "reports")])
     assert rc == 2
-    assert "did not schedule" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "publish verdict(s) for cells this wave did not schedule: z-9-cu128-notorch-cp311-linux_x86_64" in err
+    assert "download only this run's published-* artifacts" in err

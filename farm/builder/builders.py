@@ -58,7 +58,7 @@ from farm.model.config import BuildKnobs, FarmConfig, Recipe
 from farm.provenance import buildinfo
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
-from farm.source.fetch import fetch
+from farm.source.fetch import COPY_IGNORED, fetch
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, home_in_prefix, toolkit_at_home, toolkit_prefix
 from farm.toolkit.check import check_toolkit
 
@@ -192,7 +192,7 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     if src.exists():
         shutil.rmtree(src)
     shutil.copytree(tree_root, src, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "__pycache__"))
+                    ignore=shutil.ignore_patterns(*COPY_IGNORED))
     knobs = knobs or recipe.build
     subdir = knobs.subdir
     build_dir = src / subdir if subdir else src

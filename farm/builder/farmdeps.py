@@ -6,10 +6,14 @@ farm wheel of the same cell, which only farm's wheelhouse (or index) has. Before
 environment is made, :func:`resolve` finds that wheel in the wheelhouse (``farm build --out``):
 the project and exact version, a tag this cell's interpreter and platform install, and
 provenance saying farm asserted it for this very cell (CUDA line, torch, Python, platform). A
-wheel that is missing or not farm's stops the build before anything is installed. The
-requirement is then installed as a direct reference with the wheel's sha256
-(``cumm @ file:///.../cumm-...whl#sha256=...``): the build environment's identity changes with
-the wheel's bytes, pip checks them, and the wheel's name and sha256 go into the provenance
+wheelhouse crosses job boundaries (a CI artifact, a folder on a shared disk), so the wheel is then
+judged as the upload gate judges it (:func:`farm.provenance.verdict.judge`): the ledger fragment
+postbuild wrote beside it must hold these very bytes (sha256) under this name with the provenance
+the wheel embeds, the assertion must have passed, and the binaries must be the ones the provenance
+records. A wheel that is missing, not farm's, or changed since postbuild stops the build before
+anything is installed. The requirement is then installed as a direct reference with the wheel's
+sha256 (``cumm @ file:///.../cumm-...whl#sha256=...``): the build environment's identity changes
+with the wheel's bytes, pip checks them, and the wheel's name and sha256 go into the provenance
 (``toolchain.farm_deps``).
 
 Both builders take the same resolved wheels. The native builder installs them from the
@@ -28,10 +32,13 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from farm.errors import FarmError, UsageError
-from farm.fsutil import sha256_file
-from farm.model.cells import Cell
+from farm.errors import FarmError, UsageError, clip
+from farm.model.cells import NO_TORCH, Cell
+from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.ledgerwrite import fragment_path, read_fragment
 from farm.provenance.postbuild import read_embedded
+from farm.provenance.verdict import GATE, judge
+from farm.provenance.wheelfacts import wheel_facts
 
 
 @dataclass(frozen=True)
@@ -85,10 +92,34 @@ def resolve(requirements: Sequence[str], cell: Cell, wheelhouse: Path) -> tuple[
         except FarmError as exc:
             raise UsageError(f"{wheel.name} has unreadable provenance: {exc.message}", where=str(wheel)) from None
         own = {"cuda": cell.cuda, "python": cell.python, "platform": cell.platform}
+        if info is not None and info.cell.torch != NO_TORCH:  # a torch-linked dependency: the cell's torch too
+            own["torch"] = cell.torch
         if info is None or info.provenance != "asserted" or any(
                 getattr(info.cell, key) != value for key, value in own.items()):
-            raise UsageError(f"{wheel.name} is not farm's asserted wheel for cell {cell.id}'s CUDA line, Python "
-                             "and platform", where=str(wheel),
+            raise UsageError(f"{wheel.name} is not farm's asserted wheel for cell {cell.id}'s "
+                             f"{', '.join(own)}", where=str(wheel),
                              hint=f"rebuild it with farm build {req.name} (its _build_info.json must say so)")
-        found.append(FarmDep(requirement, wheel, sha256_file(wheel)))
+        found.append(FarmDep(requirement, wheel, _vouched_sha256(wheel, req.name)))
     return tuple(found)
+
+
+def _vouched_sha256(wheel: Path, name: str) -> str:
+    """The wheel's sha256, once the gate's rules hold for it against the fragment beside it."""
+    rebuild = f"rebuild it with farm build {name} into the same --out"
+    fragment = fragment_path(wheel.parent, wheel.name)
+    if not fragment.is_file():
+        raise UsageError(f"{wheel.name} has no ledger fragment beside it ({fragment.name}): nothing vouches for "
+                         "its bytes", where=str(wheel), hint=rebuild)
+    try:
+        entry, record = read_fragment(fragment)
+    except FarmError as exc:
+        raise UsageError(f"{fragment.name} is not a readable ledger fragment: {exc.message}",
+                         where=str(fragment), hint=rebuild) from None
+    facts = wheel_facts(wheel)
+    vouching: LedgerEntry | None = entry if record.sha256 == facts.sha256 else None
+    findings = judge(facts, vouching, record.sha256, GATE)
+    if findings:
+        raise UsageError(f"{wheel.name} is not the wheel farm asserted: "
+                         + "; ".join(clip(f.message, 300) for f in findings), where=str(wheel),
+                         hint=findings[0].fix if len(findings) == 1 else rebuild)
+    return facts.sha256

@@ -61,6 +61,9 @@ _PLATFORMS: dict[str, tuple[str, str, str]] = {
 
 # Libraries a CUDA/torch extension links but must not carry: the driver, NVIDIA's runtime
 # libraries (from the user's driver, torch or nvidia-* wheels) and torch's own libraries.
+# In build.nvcc_flags: the cell's arch list as nvcc -gencode flags (docs/recipes.md)
+GENCODE = "{gencode}"
+
 SONAME_EXCLUDES: tuple[str, ...] = (
     "libcuda.so.1",
     "libcudart.so.*",
@@ -256,7 +259,8 @@ def _environment(
     nvcc = []
     if knob.nvcc_threads is not None:
         nvcc += ["--threads", str(knob.nvcc_threads)]
-    nvcc += list(knob.nvcc_flags)
+    # {gencode}: the cell's list as -gencode flags, for builds that give some TUs no arch flags
+    nvcc += [f for flag in knob.nvcc_flags for f in (archs.render_nvcc() if flag == GENCODE else (flag,))]
     if msvc is not None:
         nvcc += [f for f in msvc.nvcc_flags if f not in nvcc]
     if nvcc:

@@ -95,9 +95,6 @@ class ImportCheck:
     def passed(self) -> bool:
         return all(i.ok for i in self.imports)
 
-    def failures(self) -> tuple[ModuleImport, ...]:
-        return tuple(i for i in self.imports if not i.ok)
-
     def render(self) -> str:
         lines = [f"import check of {self.wheel.name} (Python {self.python}, a fresh environment):"]
         for i in self.imports:

@@ -52,13 +52,13 @@ def run(args: argparse.Namespace) -> int:
                 what=os.path.abspath(args.what) if is_dir else args.what, typed=args.what, arch_list=args.arch_list,
                 build_subdir=args.build_subdir, root=os.path.abspath(root), cuda=args.cuda)
     remembered = memo.answer()
-    if remembered is not None:
-        code, text, as_json = remembered
-        print(as_json if args.json else text)
-        return code
-    # SPEED: the cold path (the rules, the recipes, the sources) is imported on a miss only. A
-    # remembered answer is a few milliseconds of stat calls; importing it would cost five times
-    # the whole warm command (benchmarks/bench_startup.py measures it).
-    from farm.commands import lintcold  # noqa: PLC0415
+    if remembered is None:
+        # SPEED: the cold path (the rules, the recipes, the sources) is imported on a miss only. A
+        # remembered answer is a few milliseconds of stat calls; importing it would cost five times
+        # the whole warm command (benchmarks/bench_startup.py measures it).
+        from farm.schedule import packagelint  # noqa: PLC0415
 
-    return lintcold.lint(args, root, cache_dir, memo, is_dir)
+        remembered = packagelint.lint(args, root, cache_dir, memo, is_dir)
+    code, text, as_json = remembered
+    print(as_json if args.json else text)
+    return code

@@ -36,8 +36,8 @@ from farm.schedule.cost import (
     ordered,
     wave_cost,
 )
-from farm.schedule.durations import read_durations
-from farm.schedule.hitrate import read_hit_rates
+from farm.schedule.durations import durations_of, recorded_builds
+from farm.schedule.hitrate import hit_rates_of
 from farm.schedule.jobs import build_entries, cost, job_counts
 from farm.schedule.matrix import Filters, Matrix, PlannedCell, compute_matrix, stale_advice, without_packages
 from farm.schedule.matrixlint import (
@@ -220,9 +220,10 @@ def run(args: argparse.Namespace) -> int:
                          hint="the jobs your GitHub plan runs at once (Free 20, Pro 40, Team 60)")
     # each cell's jobs planned by its recorded (or estimated) duration; a sharded cell costs its
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
-    durations = read_durations(args.ledger or config.ledger_path)
+    recorded = list(recorded_builds(args.ledger or config.ledger_path))  # one read for both
+    durations = durations_of(recorded)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
-    hit_rates = read_hit_rates(args.ledger or config.ledger_path)  # the compiler cache's, per package
+    hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
     costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     wave = plan_wave(costed, capacity)

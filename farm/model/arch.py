@@ -243,6 +243,11 @@ class ArchList:
                 items.append(f"{base}-virtual")
         return ";".join(items)
 
+    def render_nvcc(self) -> tuple[str, ...]:
+        """nvcc's flags for the list, one ``-gencode`` per target: ``-gencode=arch=compute_80,code=sm_80``,
+        a PTX target as ``code=compute_90``."""
+        return tuple(f"-gencode=arch=compute_{t.number}{t.variant.value},code={t.name}" for t in _sorted(self.targets))
+
 
 def _parse_item(item: str, where: str | None) -> set[Target]:
     named = NAMED_ARCHES.get(item.lower())

@@ -93,12 +93,6 @@ def fill_placeholders(recipe: Recipe, cell: Cell, requirement: str) -> str:
     return _PLACEHOLDER.sub(fill, requirement)
 
 
-def farm_build_deps(recipe: Recipe) -> tuple[str, ...]:
-    """The recipes whose farm wheels the build needs: those an ``extra_deps`` placeholder names."""
-    return tuple(dict.fromkeys(name for dep in recipe.build.extra_deps
-                               for name in (m.split(":", 1)[1] for m in _PLACEHOLDER.findall(dep))))
-
-
 def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     """``("torch==2.14.*",)`` for a torch-linked cell: the wheel works only with the torch minor it
     was built against, whatever upstream's metadata or the recipe's ``requires_dist`` says (the

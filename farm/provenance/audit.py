@@ -93,7 +93,9 @@ def summarise(facts: WheelFacts, ledger_entry: LedgerEntry | None, findings: Ite
 
 
 def located_facts(located: Located) -> WheelFacts:
-    facts = wheel_facts(located.path, location=located.location)
+    """The wheel's facts, its device code's toolkit records among them: a wheel labelled for one
+    CUDA line whose binaries another toolkit made is wrong whatever its provenance says."""
+    facts = wheel_facts(located.path, location=located.location, made_by=True)
     if located.problem:
         return WheelFacts(facts.filename, facts.location, facts.sha256, facts.size, facts.found,
                           facts.extensions, facts.embedded, problem=located.problem)

@@ -285,27 +285,31 @@ def encode(value: object) -> Any:
 
 # -- a fast decoder of a few fields -----------------------------------------------------------
 def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any], *,
-               nulls: bool | Collection[str] = False) -> type[msgspec.Struct]:
+               nulls: bool | Collection[str] = False, missing: bool = False) -> type[msgspec.Struct]:
     """A msgspec type that decodes only the fields of ``cls`` (of one object made of several
     dataclasses' fields, when a tuple) named in ``pick``, with their
     definition's type made non-null (the rest of the object is skipped, never built).
 
     ``pick[field]`` is ``...`` (the definition's type), a mapping (a projection of that field's
     dataclass) or a type that narrows the definition's (``Literal["asserted"]``). Patterns are left
-    to the caller: a regular expression per value costs more than decoding the whole line."""
+    to the caller: a regular expression per value costs more than decoding the whole line.
+
+    ``missing``: a field its definition allows to be left out (``Absent``), here and in the picked
+    fields' projections, decodes as None when the object leaves it out."""
     own = {n: t for c in (cls if isinstance(cls, tuple) else (cls,)) for n, t in fields_of(c)}
-    spec: list[tuple[str, Any]] = []
+    spec: list[tuple[str, Any] | tuple[str, Any, None]] = []
     for field, how in pick.items():
         t = own[field]
         null = nulls is True or (not isinstance(nulls, bool) and field in nulls)
         if isinstance(how, Mapping):
-            sub: Any = projection(t.base, f"{name}_{field}", how, nulls=null)
-            spec.append((field, sub | None if null else sub))
+            sub: Any = projection(t.base, f"{name}_{field}", how, nulls=null, missing=missing)
+            typ = sub | None if null else sub
         elif how is ...:
-            spec.append((field, _msgspec_type(t, nulls=null)))
+            typ = _msgspec_type(t, nulls=null)
         else:
-            spec.append((field, _msgspec_type(_split(how), nulls=null)))
-    return msgspec.defstruct(name, spec)
+            typ = _msgspec_type(_split(how), nulls=null)
+        spec.append((field, typ | None, None) if missing and t.absent else (field, typ))
+    return msgspec.defstruct(name, spec, kw_only=True)  # fields with a default may come first
 
 
 def _msgspec_type(t: _Type, *, nulls: bool = False) -> Any:

@@ -204,13 +204,6 @@ def _normalise(git: _Git, rel: str) -> None:
         git.run("commit", "-q", "-m", "ledger: one record per file name after a rebase", "--", rel)
 
 
-def pushed_ledger(repo: Path, rel: str, *, remote: str = "origin", branch: str = "main") -> bytes:
-    """The ledger at ``rel`` (relative to the work tree) as the remote branch has it."""
-    git = _Git(Path(repo), None)
-    git.run("fetch", "-q", remote, branch)
-    return git.run("show", f"FETCH_HEAD:{rel}").stdout
-
-
 @dataclass
 class LedgerPusher:
     """The ledger committed and pushed as a publish records wheels (called with what was

@@ -2,57 +2,44 @@
 
 Each ledger entry may carry ``duration_s`` (the compute seconds its cell's build took) and its
 compiler cache's counts (:mod:`farm.schedule.hitrate` reads those). Only the few fields the plan
-needs are decoded from each line (msgspec ignores the rest), so the matrix pays a fraction of a
-full read of the ledger. A line that does not decode, or a duration that is not a positive number,
-is skipped: the ledger's own reader judges its lines, and a missing duration only means the cell
-is estimated.
+needs are decoded from each line (a projection of the record's one definition; msgspec skips the
+rest), so the matrix pays a fraction of a full read of the ledger, once for both. A line that does
+not decode, or a duration that is not a positive number, is skipped: the ledger's own reader judges
+its lines, and a missing duration only means the cell is estimated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from farm.provenance.buildinfo import BuildInfo, LedgerEntry
+from farm.provenance.shape import projection
 from farm.schedule.cost import CellKey, Durations
 
-
-class _Cell(msgspec.Struct):
-    cuda: str
-    torch: str
-    python: str
-    platform: str
-
-
-class _Counts(msgspec.Struct):
-    compiles: int
-    hits: int
+# the fields a build's cost is planned by, decoded from the record's one definition
+BuildCost: Any = projection((BuildInfo, LedgerEntry), "BuildCost", {
+    "package": ...,
+    "cell": {"cuda": ..., "torch": ..., "python": ..., "platform": ...},
+    "duration_s": ...,
+    "toolchain": {"compile_cache": ...},
+}, missing=True)
+_decode = msgspec.json.Decoder(BuildCost).decode
 
 
-class _Toolchain(msgspec.Struct):
-    compile_cache: _Counts | None = None
-
-
-class _Line(msgspec.Struct):
-    package: str
-    cell: _Cell
-    duration_s: float | None = None
-    toolchain: _Toolchain | None = None
-
-
-_decode = msgspec.json.Decoder(_Line).decode
-
-
-def recorded_builds(ledger: Path, marker: bytes) -> Iterator[tuple[CellKey, float | None, tuple[int, int] | None]]:
-    """Per ledger line holding ``marker`` (a key's quoted name, to skip the rest undecoded): its
-    cell key, its build duration and its compiler cache's (compile steps, hits), each None when
-    unrecorded. Lines that do not decode are skipped (module docstring); none when the file is missing."""
+def recorded_builds(ledger: Path) -> Iterator[tuple[CellKey, float | None, tuple[int, int] | None]]:
+    """Per ledger line that records a duration or compiler-cache counts: its cell key, its build
+    duration and its compiler cache's (compile steps, hits), each None when unrecorded. Other
+    lines are skipped undecoded, as are lines that do not decode (module docstring); none when the
+    file is missing."""
     if not ledger.is_file():
         return
     with open(ledger, "rb") as handle:
         for line in handle:
-            if marker not in line:
+            if b'"duration_s"' not in line and b'"compile_cache"' not in line:
                 continue
             try:
                 e = _decode(line)
@@ -63,7 +50,11 @@ def recorded_builds(ledger: Path, marker: bytes) -> Iterator[tuple[CellKey, floa
                    None if counts is None else (counts.compiles, counts.hits))
 
 
+def durations_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]]) -> Durations:
+    """The positive durations among ``recorded`` (:func:`recorded_builds`)."""
+    return Durations.of((key, duration) for key, duration, _ in recorded if duration is not None and duration > 0)
+
+
 def read_durations(ledger: Path) -> Durations:
     """Every recorded duration of ``ledger`` (none when the file is missing)."""
-    return Durations.of((key, duration) for key, duration, _ in recorded_builds(ledger, b'"duration_s"')
-                        if duration is not None and duration > 0)
+    return durations_of(recorded_builds(ledger))

@@ -65,7 +65,11 @@ class HitRates:
         return (1 - COMPILE_SHARE * self.expected(key)) / (1 - COMPILE_SHARE * before)
 
 
+def hit_rates_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]]) -> HitRates:
+    """The compile-cache counts among ``recorded`` (:func:`farm.schedule.durations.recorded_builds`)."""
+    return HitRates.of((key, *counts) for key, _, counts in recorded if counts is not None)
+
+
 def read_hit_rates(ledger: Path) -> HitRates:
     """Every recorded compile-cache count of ``ledger`` (none when the file is missing)."""
-    return HitRates.of((key, *counts) for key, _, counts in recorded_builds(Path(ledger), b'"compile_cache"')
-                       if counts is not None)
+    return hit_rates_of(recorded_builds(Path(ledger)))

@@ -247,10 +247,6 @@ class PackageMatrix:
             "stale": len(self.stale), "to_build": len(self.to_build),
         }
 
-    def arch_lists(self) -> list[ArchList]:
-        """Distinct arch lists of the cells to build, in first-seen order (one lint each)."""
-        return list(dict.fromkeys(p.archs for p in self.to_build))
-
     def lint_requests(self) -> list[tuple[ArchList, tuple[tuple[str, ArchList], ...], str, str]]:
         """Distinct (list, the extensions' own lists, CUDA line, platform) of the cells to build: one
         lint each (the lint uses the CUDA line only for a recipe with kernel families, the platform

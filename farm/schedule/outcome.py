@@ -100,6 +100,14 @@ def _plan_cells(plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], int]:
     return cells, deferred
 
 
+def _refuse_strangers(strangers: Sequence[str], what: str, artifacts: str) -> None:
+    """Refuse ``what`` for cells the wave did not schedule (``strangers``: their ids)."""
+    if strangers:
+        raise UsageError(f"{what} for cells this wave did not schedule: {', '.join(strangers[:5])}"
+                         + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
+                         hint=f"download only this run's {artifacts} artifacts")
+
+
 def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> WaveOutcome:
     """The outcome of a wave whose matrix JSON is ``plan`` (``farm matrix --json``: ``cells`` are
     the scheduled cells, ``totals.deferred`` the rest) given ``artifacts``: cell id -> the files of
@@ -107,11 +115,7 @@ def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> 
     wheels would be published without the matrix having asked for them."""
     cells, deferred = _plan_cells(plan)
     ids = {cid for cid, _ in cells}
-    strangers = sorted(set(artifacts) - ids)
-    if strangers:
-        raise UsageError(f"artifact(s) for cells this wave did not schedule: {', '.join(strangers[:5])}"
-                         + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
-                         hint="download only this run's wheels-* artifacts")
+    _refuse_strangers(sorted(set(artifacts) - ids), "artifact(s)", "wheels-*")
     results = []
     for cid, package in cells:
         files = tuple(sorted(artifacts.get(cid, ())))
@@ -207,11 +211,7 @@ def from_reports(plan: Mapping[str, Any], verdicts: Mapping[str, CellVerdict]) -
     built when it was published; a cell with no verdict (its publish job died or was cancelled)
     stays in the queue like a failed one. A verdict for a cell the plan did not schedule is refused."""
     cells, deferred = _plan_cells(plan)
-    strangers = sorted(set(verdicts) - {cid for cid, _ in cells})
-    if strangers:
-        raise UsageError(f"publish verdict(s) for cells this wave did not schedule: {', '.join(strangers[:5])}"
-                         + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
-                         hint="download only this run's published-* artifacts")
+    _refuse_strangers(sorted(set(verdicts) - {cid for cid, _ in cells}), "publish verdict(s)", "published-*")
     out = []
     for cid, package in cells:
         v = verdicts.get(cid)

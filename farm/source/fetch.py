@@ -22,26 +22,33 @@ tree is cached by the base tree's identity and the entries; its identity is a ha
 its description (the provenance ``source``) lists the entries under ``vendor``.
 
 Everything lands under ``cache_dir`` in a temporary directory first and is renamed into place
-when complete, so an interrupted fetch never leaves a tree that looks fetched.
+when complete, so an interrupted fetch never leaves a tree that looks fetched. The cache may come
+back from elsewhere (an Actions cache, an earlier job): a tree is used only while its sealed
+marker verifies and every entry a build copies still hashes to the digest recorded at its install
+(:func:`content_digest`); otherwise it is fetched again. A git fetch is stopped at
+:data:`GIT_DEADLINE` or once it holds :data:`GIT_MAX_BYTES`, since git bounds neither.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import lzma
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tarfile
 import tempfile
+import time
 import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from filelock import FileLock
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
@@ -58,6 +65,11 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 _COMPLETE = ".farm-source.json"  # marker written last: its presence means the tree is whole
 _CHUNK = 1 << 20
 MAX_SDIST_BYTES = 2 << 30  # no sdist farm builds comes near; a server streaming forever stops here
+# One git source's fetch: its git data and checkout, submodules included, and every git command of
+# it together. A package's source is far below (flash-attention with CUTLASS: 223 MB checked out).
+GIT_MAX_BYTES = 4 << 30
+GIT_DEADLINE = 1800.0
+_POLL = 0.25  # seconds between two looks at a running git
 # A vendored tree is a library's headers or sources (GLM: 3 MB packed, 6 MB unpacked): far below these.
 MAX_VENDOR_BYTES = 256 << 20
 MAX_VENDOR_UNPACKED = 1 << 30
@@ -131,20 +143,79 @@ def _fetch_path(source: PathSource, label: str) -> SourceTree:
 # ------------------------------------------------------------------------------------------------
 # git
 # ------------------------------------------------------------------------------------------------
-def _git(args: list[str], cwd: Path, label: str, what: str) -> str:
+def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> str:
+    """Run git in ``cwd``, stopped (its whole process group) at ``deadline`` (a ``time.monotonic``
+    value) or once ``cwd`` holds more than :data:`GIT_MAX_BYTES`: git itself bounds neither, and a
+    wrong repository or a server that never stops sending would otherwise cost unbounded time and
+    disk. Output goes to files, of which only the tail is read."""
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true")
-    try:
-        proc = subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=1800, check=False)
-    except FileNotFoundError:
-        raise SourceError(f"{label}: git is not installed", hint="install git to fetch git sources") from None
-    except subprocess.TimeoutExpired:
-        raise SourceError(f"{label}: {what} timed out") from None
-    if proc.returncode != 0:
-        detail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SourceError(f"{label}: {what} failed: {detail}",
-                          hint="check that the repository is reachable and the ref exists (a tag or a full commit)")
-    return proc.stdout
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        except FileNotFoundError:
+            raise SourceError(f"{label}: git is not installed", hint="install git to fetch git sources") from None
+        stopped = _watch(proc, cwd, deadline)
+        if stopped is None and _disk_bytes(cwd) > GIT_MAX_BYTES:  # finished between two looks
+            stopped = "bytes"
+        if stopped == "time":
+            raise SourceError(f"{label}: {what} did not finish within {GIT_DEADLINE:.0f} s (farm's limit on "
+                              "fetching one git source); stopped, nothing was cached",
+                              hint="check the network and that the repository answers, then run again")
+        if stopped == "bytes":
+            raise SourceError(f"{label}: {what} passed {GIT_MAX_BYTES >> 20} MiB of git data and checkout "
+                              "(farm's limit on one git source); stopped, nothing was cached",
+                              hint="check the recipe's repo and ref: a package's source is far smaller (for a "
+                                   "repository that really is this large, raise farm.source.fetch.GIT_MAX_BYTES)")
+        if proc.returncode != 0:
+            detail = (_tail(err).strip().splitlines() or ["(no output)"])[-1]
+            raise SourceError(f"{label}: {what} failed: {detail}",
+                              hint="check that the repository is reachable and the ref exists (a tag or a full commit)")
+        out.seek(0)
+        return out.read(1 << 20).decode("utf-8", "replace")
+
+
+def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str | None:
+    """Wait for ``proc``; kill its process group and say why ("time", "bytes") when it passes a bound."""
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(_POLL, deadline - time.monotonic())))
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        why = "time" if time.monotonic() >= deadline else "bytes" if _disk_bytes(folder) > GIT_MAX_BYTES else None
+        if why is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return why
+
+
+def _disk_bytes(folder: Path) -> int:
+    """What ``folder`` holds: every file's size, each entry counted at least 512 bytes (a tree of a
+    million empty files costs disk too)."""
+    total = 0
+    pending = [str(folder)]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += max(st.st_size, 512)
+                    if stat.S_ISDIR(st.st_mode):
+                        pending.append(entry.path)
+        except OSError:  # a temporary folder git removed meanwhile
+            continue
+    return total
+
+
+def _tail(file: IO[bytes], size: int = 4096) -> str:
+    file.seek(0, os.SEEK_END)
+    file.seek(max(0, file.tell() - size))
+    return file.read().decode("utf-8", "replace")
 
 
 def _is_commit(ref: str) -> bool:
@@ -202,23 +273,25 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
         with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
             work = Path(tmp) / "tree"
             work.mkdir()
+            deadline = time.monotonic() + GIT_DEADLINE  # every git command of this fetch together
             where = f"{url} at {source.ref}"
             say(f"{label}: fetching {where}")
-            _git(["init", "-q"], work, label, "git init")
-            _git(["remote", "add", "origin", url], work, label, f"adding remote {url}")
+            _git(["init", "-q"], work, label, "git init", deadline)
+            _git(["remote", "add", "origin", url], work, label, f"adding remote {url}", deadline)
             try:
-                _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}")
+                _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}",
+                     deadline)
             except SourceError:
                 if not _is_commit(source.ref):
                     raise
                 # Servers that refuse a bare commit in "want" still serve it from a full fetch.
-                _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}")
+                _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}", deadline)
             _git(["checkout", "-q", "--detach", "FETCH_HEAD" if not _is_commit(source.ref) else source.ref],
-                 work, label, f"checking out {where}")
-            commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse").strip()
+                 work, label, f"checking out {where}", deadline)
+            commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse", deadline).strip()
             if source.submodules:
                 _git(["submodule", "update", "--init", "--recursive", "--depth", "1"], work, label,
-                     f"fetching the submodules of {where}")
+                     f"fetching the submodules of {where}", deadline)
             description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
             final = base / f"{commit}{'-sub' if source.submodules else ''}"
             tree = _install(work, final, commit, description)
@@ -567,6 +640,44 @@ def _real_dir_below(root: Path, folder: Path) -> bool:
 # ------------------------------------------------------------------------------------------------
 # cache
 # ------------------------------------------------------------------------------------------------
+# What a build copies of a tree (builders.prepare_source leaves these names out) and so what a
+# tree taken from the cache is checked for.
+COPY_IGNORED = (".git", "__pycache__")
+
+
+def content_digest(root: Path) -> str | None:
+    """sha256 over every entry under ``root`` a build copies: each directory, file (bytes and exec
+    bit) and link (its target) by relative name; None when the tree holds anything else (a fifo,
+    a device) or cannot be read. Unlike :func:`tree_sha256` (a path source's identity) it covers
+    empty directories, links to directories and tool folders (``.tox``, ``.venv``): a build
+    copies them too."""
+    digest = hashlib.sha256()
+    pending = [root]
+    try:
+        while pending:
+            folder = pending.pop()
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+            for entry in entries:
+                if entry.name in COPY_IGNORED:
+                    continue
+                rel = Path(entry.path).relative_to(root).as_posix()
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    line = f"L {rel}\0{Path(entry.path).readlink()}"
+                elif stat.S_ISDIR(mode):
+                    line = f"D {rel}"
+                    pending.append(Path(entry.path))
+                elif stat.S_ISREG(mode):
+                    line = f"{'X' if mode & 0o111 else 'F'} {rel}\0{sha256_file(Path(entry.path))}"
+                else:
+                    return None
+                digest.update(line.encode("utf-8", "surrogateescape") + b"\n")
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
 # The ref pointers and completion markers are sealed (farm.cacheseal): CI may restore this folder
 # from a cache anyone with push access could have filled, and a forged pointer (a tag resolved to
 # another commit) or marker (another identity or root) would lint and build another tree.
@@ -585,10 +696,18 @@ def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
 
 
 def _cached(final: Path) -> SourceTree | None:
+    """The tree installed at ``final``, when its sealed marker verifies and every file still has
+    the bytes it was installed with; otherwise None (fetched afresh, the install replaces it)."""
     data = _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")
     root, identity, description = data.get("root"), data.get("identity"), data.get("description")
     if root != "tree" or not isinstance(identity, str) or not isinstance(description, dict):
-        return None  # absent, damaged or forged: fetched afresh, and the install replaces the directory
+        return None  # absent, damaged or forged
+    # The seal vouches for the marker, not for the files beside it: a restored cache could hold a
+    # file changed after the install, and the build would compile it under this identity. A link
+    # in place of the folder would point the build at files that can change after this check.
+    content = None if final.is_symlink() or (final / root).is_symlink() else content_digest(final / root)
+    if content is None or data.get("content") != content:
+        return None
     return SourceTree(final / root, identity, description)
 
 
@@ -599,9 +718,12 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     work.replace(staging / "tree")
-    _write_sealed(staging / _COMPLETE, {"root": "tree", "identity": identity, "description": description},
-                  f"source-tree:{final.name}")
-    if final.exists():
+    marker = {"root": "tree", "identity": identity, "description": description,
+              "content": content_digest(staging / "tree")}
+    _write_sealed(staging / _COMPLETE, marker, f"source-tree:{final.name}")
+    if final.is_symlink():  # a restored cache's, never followed
+        final.unlink()
+    elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
     return SourceTree(final / "tree", identity, description)

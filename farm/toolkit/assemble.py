@@ -78,10 +78,11 @@ class Toolkit:
 
 
 # Shell: the development links the linker needs (libX.so -> libX.so.N), where an archive or wheel
-# ships only the versioned name. The same rule as farm.toolkit.layout.dev_links.
+# ships only the versioned name. The glob is sorted, so libX.so.N wins over libX.so.N.M; a library
+# shipped only as libX.so.N.M (nvrtc's libnvrtc-builtins.so.13.0, which cumm links with
+# -lnvrtc-builtins) gets its link too, as an installed toolkit has it.
 _DEV_LINKS_SH = (
-    'for f in "$H"/lib/lib*.so.*; do [ -e "$f" ] || continue; n=${f##*/}; '
-    'case "$n" in *.so.*.*) continue;; esac; d="${f%.so.*}.so"; '
+    'for f in "$H"/lib/lib*.so.*; do [ -e "$f" ] || continue; n=${f##*/}; d="${f%.so.*}.so"; '
     '[ -e "$d" ] || [ -L "$d" ] || ln -s "$n" "$d"; done'
 )
 

@@ -1,5 +1,8 @@
-"""The cold path of ``farm lint`` (:mod:`farm.commands.lint`): lint, and remember the answer by
-what it was made from (:mod:`farm.lint.memo`)."""
+"""The cold path of ``farm lint`` (:mod:`farm.commands.lint`): a package's source linted once per
+distinct arch list its cells resolve to (as the matrix lints it, :mod:`farm.schedule.matrixlint`),
+or a directory against one list, and the answer remembered by what it was made from
+(:mod:`farm.lint.memo`). It lives in this stage, not in ``farm/lint/``, because it lints the
+source as built (:func:`farm.builder.builders.lint_as_built`) and over the package's cells."""
 
 from __future__ import annotations
 
@@ -45,8 +48,9 @@ def _package_lists(config: FarmConfig, recipe: Recipe) -> list[Request]:
     return list(lists.values())
 
 
-def lint(args: argparse.Namespace, root: str, cache_dir: str, memo: Memo, is_dir: bool) -> int:
-    """The cold path: lint, and remember the answer by what it was made from."""
+def lint(args: argparse.Namespace, root: str, cache_dir: str, memo: Memo, is_dir: bool) -> tuple[int, str, str]:
+    """The cold path: lint, and remember the answer by what it was made from; the exit code, the
+    text and the JSON answer."""
     memo.depend(os.path.dirname(farm.__file__), only=".py")  # farm's own code, rules version included
     if is_dir:
         reports = _lint_directory(args, Path(args.what), memo)
@@ -60,8 +64,7 @@ def lint(args: argparse.Namespace, root: str, cache_dir: str, memo: Memo, is_dir
     as_json = json.dumps({"passed": not failed, "reports": [r.to_json() | {"target": name} for name, r in reports]},
                          indent=2)
     memo.remember(code, text, as_json)
-    print(as_json if args.json else text)
-    return code
+    return code, text, as_json
 
 
 def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[tuple[str, LintReport]]:
