@@ -42,6 +42,27 @@ arch:
   list: '{arch}'
 """
 
+# tests/data/dep_user: a package whose setup.py imports demo_ext, built against farm's demo_ext wheel
+DEP_USER_RECIPE = """\
+name: dep_user
+version: '1.0.0'
+source:
+  path: src/dep_user
+links_torch: false
+arch:
+  list: '8.0'
+build:
+  extra_deps: ['demo_ext=={version:demo_ext}+{local:demo_ext}']
+"""
+
+
+def dep_user_root(root: Path) -> FarmConfig:
+    """A farm root with demo_ext (8.0) and dep_user, which build-depends on demo_ext's wheel."""
+    return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0"), "dep_user": DEP_USER_RECIPE},
+                     {"examples/demo_ext": REPO / "examples" / "demo_ext",
+                      "src/dep_user": REPO / "tests" / "data" / "dep_user"})
+
+
 
 @pytest.fixture(scope="session")
 def pypi_toolkit(tmp_path_factory: pytest.TempPathFactory) -> Toolkit:

@@ -19,11 +19,10 @@ from farm.builder.farmdeps import resolve
 from farm.errors import UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig
 from farm.provenance.ledgerwrite import fragment_path
 
 from . import buildroot
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from .buildroot import dep_user_root
 from .wheelmaker import make_wheel
 
 pypi_toolkit = buildroot.pypi_toolkit
@@ -31,23 +30,6 @@ pypi_toolkit = buildroot.pypi_toolkit
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
 USER = Cell("dep_user", "1.0.0", "13.0", "none", PY, "linux_x86_64")
-USER_RECIPE = """\
-name: dep_user
-version: '1.0.0'
-source:
-  path: src/dep_user
-links_torch: false
-arch:
-  list: '8.0'
-build:
-  extra_deps: ['demo_ext=={version:demo_ext}+{local:demo_ext}']
-"""
-
-
-def _root(root: Path) -> FarmConfig:
-    return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0"), "dep_user": USER_RECIPE},
-                     {"examples/demo_ext": REPO / "examples" / "demo_ext",
-                      "src/dep_user": REPO / "tests" / "data" / "dep_user"})
 
 
 def _settings(root: Path, toolkit) -> BuildSettings:
@@ -58,14 +40,14 @@ def _settings(root: Path, toolkit) -> BuildSettings:
 def test_the_placeholder_pins_the_same_cells_wheel(tmp_path) -> None:
     from farm.builder.spec import resolve_spec
 
-    config = _root(tmp_path)
+    config = dep_user_root(tmp_path)
     spec = resolve_spec(config, config.recipe("dep_user"), USER)
     assert spec.farm_deps == ("demo_ext==0.1.0+cu130",)
     assert spec.knobs.extra_deps == spec.farm_deps
 
 
 def test_a_missing_or_foreign_wheel_stops_the_build_before_anything_is_fetched(tmp_path) -> None:
-    config = _root(tmp_path)
+    config = dep_user_root(tmp_path)
     with pytest.raises(UsageError, match=r"builds against farm's demo_ext==0.1.0\+cu130, which is not in") as exc:
         build_cell(config, config.recipe("dep_user"), USER, BuildSettings(
             builder=BuilderKind.NATIVE, out_dir=tmp_path / "wheelhouse", work_root=tmp_path / "work"))
@@ -92,7 +74,7 @@ class Built:
 def built(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit) -> Built:
     """demo_ext, then dep_user against it, built once into one wheelhouse (real nvcc builds)."""
     root = tmp_path_factory.mktemp("farmdeps")
-    config = _root(root)
+    config = dep_user_root(root)
     settings = _settings(root, pypi_toolkit)
     demo = build_cell(config, config.recipe("demo_ext"), DEMO, settings)
     assert demo.passed

@@ -22,35 +22,17 @@ from farm.builder.plan import CONTAINER_FARM_DEPS, PlanOptions, plan_build
 from farm.errors import WheelError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from .buildroot import dep_user_root
 
 pypi_toolkit = buildroot.pypi_toolkit
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
 USER = Cell("dep_user", "1.0.0", "13.0", "none", PY, "linux_x86_64")
-USER_RECIPE = """\
-name: dep_user
-version: '1.0.0'
-source:
-  path: src/dep_user
-links_torch: false
-arch:
-  list: '8.0'
-build:
-  extra_deps: ['demo_ext=={version:demo_ext}+{local:demo_ext}']
-"""
-
-
-def _root(root: Path) -> FarmConfig:
-    return make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0"), "dep_user": USER_RECIPE},
-                     {"examples/demo_ext": REPO / "examples" / "demo_ext",
-                      "src/dep_user": REPO / "tests" / "data" / "dep_user"})
 
 
 def _dep(tmp_path: Path) -> FarmDep:
@@ -65,7 +47,7 @@ def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path
     container-engine option, a path with a space stays one argument) and before-build installing
     the direct reference to the mounted copy; a Windows build (on its host) installs the wheel's
     own path."""
-    config = _root(tmp_path)
+    config = dep_user_root(tmp_path)
     dep = _dep(tmp_path)
     staged = tmp_path / "work dir" / "farm-deps"
     opts = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", container_engine="podman",
@@ -101,7 +83,7 @@ def test_the_container_gets_checked_copies_and_nothing_else(tmp_path) -> None:
 def demo_dep(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit) -> Path:
     """farm's demo_ext wheel of DEMO's cell, built once (native, nvcc) with its ledger fragment."""
     root = tmp_path_factory.mktemp("demo-dep")
-    config = _root(root)
+    config = dep_user_root(root)
     demo = build_cell(config, config.recipe("demo_ext"), DEMO, BuildSettings(
         builder=BuilderKind.NATIVE, out_dir=root / "wheelhouse", work_root=root / "work",
         source_cache=root / "sources", cuda_home=pypi_toolkit.cuda_home))
@@ -118,7 +100,7 @@ def test_cibuildwheel_builds_against_farms_own_wheel_in_the_container(tmp_path, 
     from .test_builders import podman_image
 
     image = podman_image()
-    config = _root(tmp_path)
+    config = dep_user_root(tmp_path)
     assert pypi_toolkit.prefix is not None
     settings = BuildSettings(engine="podman", images={"x86_64": image}, out_dir=tmp_path / "wheelhouse",
                              work_root=tmp_path / "work", source_cache=tmp_path / "sources",
