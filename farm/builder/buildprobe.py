@@ -110,8 +110,7 @@ def finish_probe(setup: ShardSetup, build_error: Exception | None, expected: Exp
     """The probe's verdict from the launcher's log: every extension's first TU compiled, read and
     judged. A build that failed, or compiled no TU through the launcher, raises (naming the TUs)."""
     log = shardjob.read_log(setup)
-    failed = sorted({r["tu"] for r in log if r["status"] in ("failed", "stub-failed")})
-    compiled = [r for r in log if r["status"] == "compiled"]
+    failed, compiled = shardjob.split_log(log)
     if build_error is not None:
         what = (f"nvcc failed on {', '.join(failed)}" if failed else
                 f"after {len(compiled)} probed TU(s) compiled ({', '.join(r['tu'] for r in compiled[:5])})")

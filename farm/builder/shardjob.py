@@ -317,12 +317,17 @@ def read_log(setup: ShardSetup) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def split_log(log: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The launcher log's failed TUs (sorted, once each) and its compiled entries, in log order."""
+    failed = sorted({r["tu"] for r in log if r["status"] in ("failed", "stub-failed")})
+    return failed, [r for r in log if r["status"] == "compiled"]
+
+
 def finish_compile(setup: ShardSetup, build_error: Exception | None) -> DoneRecord:
     """A compile job's verdict; on success writes ``done-<i>.json`` and returns its record."""
     job = setup.job
     log = read_log(setup)
-    failed = sorted({r["tu"] for r in log if r["status"] in ("failed", "stub-failed")})
-    compiled = [r for r in log if r["status"] == "compiled"]
+    failed, compiled = split_log(log)
     if build_error is not None:
         what = (f"; nvcc failed on {', '.join(failed)}" if failed else
                 f"; the {len(compiled)} TU(s) of this shard that it reached compiled")
