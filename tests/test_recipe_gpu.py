@@ -4,11 +4,12 @@ plain-torch reference computed on the CPU, and the loaded extension shown to hol
 
 Point ``FARM_GPU_WHEELHOUSE`` at a folder of wheels from ``farm build`` (one cell: the cell's
 torch and Python must be this interpreter's); each test installs its package's wheel with pip
-(``--no-deps --target``, torch is the interpreter's own) and runs the kernels in a child process
-with ``CUDA_DISABLE_PTX_JIT=1``, so a kernel that launches at all ran from a cubin for this GPU,
-never from PTX compiled by the driver. The extension's ``.so`` is then read with both of farm's
-readers and must give the device an SASS image in every translation unit, and
-``cuobjdump -sass`` must show the kernels that ran compiled for the device's arch.
+(``--no-deps --target``, torch is the interpreter's own) and runs the kernels in a child process,
+with ``CUDA_DISABLE_PTX_JIT=1`` and ``CUDA_CACHE_DISABLE=1`` asking the driver neither to compile
+PTX nor to reuse an earlier compile. Which image ran is then shown from the binary: the
+extension's ``.so`` is read with both of farm's readers, every translation unit must give the
+device an SASS image (farm's driver model: the driver loads a unit's cubin for its own arch before
+any PTX), and ``cuobjdump -sass`` must show the kernels that ran compiled for the device's arch.
 
 Skipped, with the reason, without torch, a CUDA device or ``FARM_GPU_WHEELHOUSE``; a package
 whose wheel the folder lacks is skipped on its own. ``-s`` prints the errors measured::
@@ -88,8 +89,9 @@ def _run_kernels(wheelhouse: Path, dist: str, work: Path, script: str, inputs: d
     torch.save(inputs, work / "in.pt")
     program = "import sys, torch\ninp = torch.load(sys.argv[1])\nout = {}\n" + textwrap.dedent(script) + (
         "\ntorch.cuda.synchronize()\ntorch.save(out, sys.argv[2])\n")
+    # asks the driver for no JIT of PTX, and no JIT result from its cache standing in for one
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-               CUDA_DISABLE_PTX_JIT="1")
+               CUDA_DISABLE_PTX_JIT="1", CUDA_CACHE_DISABLE="1")
     done = subprocess.run([sys.executable, "-c", program, str(work / "in.pt"), str(work / "out.pt")],
                           capture_output=True, text=True, env=env, cwd=work, timeout=600, check=False)
     assert done.returncode == 0, f"{wheel.name}: the kernels failed on the GPU:\n{done.stdout}\n{done.stderr}"

@@ -52,6 +52,7 @@ from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, 
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.source.fetch import index_url, is_cached
+from farm.source.giturl import as_fetched
 from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
 if TYPE_CHECKING:
@@ -354,7 +355,8 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     disk = BUILD_BYTES
     pip_index = index_url()
     if not is_cached(source, source_cache):
-        downloads["the source"] = source.url if isinstance(source, GitSource) else pip_index
+        # git's own url.<base>.insteadOf rewriting applies to the fetch, so to the host it reaches
+        downloads["the source"] = as_fetched(source.url) if isinstance(source, GitSource) else pip_index
     if vendor and not is_cached(source, source_cache, vendor):
         for entry in vendor:
             origin = entry.origin
