@@ -5,8 +5,10 @@ plain-torch reference computed on the CPU, and the loaded extension shown to hol
 Point ``FARM_GPU_WHEELHOUSE`` at a folder of wheels from ``farm build`` (one cell: the cell's
 torch and Python must be this interpreter's); each test installs its package's wheel with pip
 (``--no-deps --target``, torch is the interpreter's own) and runs the kernels in a child process,
-with ``CUDA_DISABLE_PTX_JIT=1`` and ``CUDA_CACHE_DISABLE=1`` asking the driver neither to compile
-PTX nor to reuse an earlier compile. Which image ran is then shown from the binary: the
+with ``CUDA_DISABLE_PTX_JIT=1`` and ``CUDA_CACHE_DISABLE=1``: the driver neither compiles PTX nor
+reuses an earlier compile (the first alone still takes a cached one; measured on an H200, where a
+PTX-only kernel then fails with cudaErrorJitCompilationDisabled), so a kernel that launches ran
+from a cubin. Which cubin is shown from the binary: the
 extension's ``.so`` is read with both of farm's readers, every translation unit must give the
 device an SASS image (farm's driver model: the driver loads a unit's cubin for its own arch before
 any PTX), and ``cuobjdump -sass`` must show the kernels that ran compiled for the device's arch.
