@@ -51,7 +51,7 @@ from farm.builder.interpreters import Interpreter, find_interpreter, managed_dow
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
-from farm.source.fetch import index_url, is_cached
+from farm.source.fetch import git_fetch_url, index_url, is_cached
 from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
 if TYPE_CHECKING:
@@ -354,7 +354,8 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     disk = BUILD_BYTES
     pip_index = index_url()
     if not is_cached(source, source_cache):
-        downloads["the source"] = source.url if isinstance(source, GitSource) else pip_index
+        # git fetches from where the user's git config redirects the URL (a mirror), not the URL itself
+        downloads["the source"] = git_fetch_url(source.url) if isinstance(source, GitSource) else pip_index
     if vendor and not is_cached(source, source_cache, vendor):
         for entry in vendor:
             origin = entry.origin

@@ -175,6 +175,21 @@ def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> 
         return out.read(1 << 20).decode("utf-8", "replace")
 
 
+def git_fetch_url(url: str) -> str:
+    """The URL git really fetches ``url`` from: ``url.<base>.insteadOf`` in the user's and the
+    system's git config applied (a mirror, a local clone), as ``git remote add`` in
+    :func:`_fetch_git` applies it. ``git ls-remote --get-url`` only expands, it talks to no server.
+    ``url`` unchanged when git is absent or does not answer (the fetch then says why)."""
+    try:
+        proc = subprocess.run(["git", "ls-remote", "--get-url", url], cwd=tempfile.gettempdir(),
+                              env=dict(os.environ, GIT_TERMINAL_PROMPT="0"), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return url
+    expanded = proc.stdout.strip()
+    return expanded if proc.returncode == 0 and expanded else url
+
+
 def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str | None:
     """Wait for ``proc``; kill its process group and say why ("time", "bytes") when it passes a bound."""
     while True:
