@@ -390,7 +390,8 @@ def test_a_git_source_redirected_by_the_git_config_is_checked_where_git_fetches_
     config.write_text("")
     assert source_url() == dead
     blocked = _container_pre().check(_cell(), downloads={"the source": source_url()})
-    assert blocked is not None and f"127.0.0.1:{down}, which does not answer" in blocked.reason
+    assert blocked is not None
+    assert f"127.0.0.1:{down}, which does not answer" in blocked.reason
     with gitremote.daemon(served) as base:
         config.write_text(f'[url "{base}o/r.git"]\n\tinsteadOf = {dead}\n')
         assert source_url() == f"{base}o/r.git"
