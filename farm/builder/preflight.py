@@ -19,8 +19,9 @@ planned cell is checked against the host:
   a Windows cell has MSVC (``cl.exe`` on PATH, or Visual Studio's C++ tools as vswhere finds them);
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
-  the redist root or the package index for the toolkit, the torch index, the source's git host or
-  index. Nothing is checked for what is cached already.
+  the redist root or the package index for the toolkit, the torch index, the source's git host
+  (after git's own ``url.<base>.insteadOf`` rewrites, as git will fetch it) or index. Nothing is
+  checked for what is cached already.
 
 :func:`platform_blocker` and :func:`container_blocker` are pure; :class:`Preflight` gathers the
 host's facts once per run (each image once, its probe cached per image ID). A cell this host
@@ -51,7 +52,7 @@ from farm.builder.interpreters import Interpreter, find_interpreter, managed_dow
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
-from farm.source.fetch import index_url, is_cached
+from farm.source.fetch import git_fetch_url, index_url, is_cached
 from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
 if TYPE_CHECKING:
@@ -354,7 +355,8 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     disk = BUILD_BYTES
     pip_index = index_url()
     if not is_cached(source, source_cache):
-        downloads["the source"] = source.url if isinstance(source, GitSource) else pip_index
+        # git fetches through the user's URL rewrites: a mirror or local clone is what must answer
+        downloads["the source"] = git_fetch_url(source.url) if isinstance(source, GitSource) else pip_index
     if vendor and not is_cached(source, source_cache, vendor):
         for entry in vendor:
             origin = entry.origin
