@@ -175,6 +175,19 @@ def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> 
         return out.read(1 << 20).decode("utf-8", "replace")
 
 
+def git_fetch_url(url: str) -> str:
+    """The URL git really fetches ``url`` from: the user's ``url.<base>.insteadOf`` rewrites applied
+    (a mirror, a local clone), as ``git ls-remote --get-url`` reports them without connecting.
+    ``url`` itself where git is not here or does not answer."""
+    try:
+        proc = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return url
+    rewritten = proc.stdout.strip()
+    return rewritten if proc.returncode == 0 and rewritten and "\n" not in rewritten else url
+
+
 def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str | None:
     """Wait for ``proc``; kill its process group and say why ("time", "bytes") when it passes a bound."""
     while True:
