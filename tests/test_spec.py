@@ -354,3 +354,22 @@ def test_a_runtime_library_the_line_cannot_give_is_refused_naming_the_recipe(tmp
         resolve_spec(config, config.recipe("demo_ext"), dataclasses.replace(X86, cuda="12.8"))
     assert info.value.where == "packages/demo_ext.yml"
     assert info.value.exit_code == 2
+
+
+def test_a_smaller_max_jobs_in_the_environment_wins_over_the_recipes(config, tmp_path) -> None:
+    """The recipe says max_jobs: 2; a maintainer's MAX_JOBS=1 on a small host stays 1 in the
+    build's environment, a larger one does not raise the recipe's bound."""
+    recipe = config.recipe("torchpkg")
+    assert resolve_spec(config, recipe, TORCH).knobs.max_jobs == 2
+    for env, jobs in (({"MAX_JOBS": "1"}, 1), ({"MAX_JOBS": " 8 "}, 2), ({"MAX_JOBS": ""}, 2)):
+        spec = resolve_spec(config, recipe, TORCH, SpecOverrides(env=env))
+        assert spec.knobs.max_jobs == jobs, env
+    small = resolve_spec(config, recipe, TORCH, SpecOverrides(env={"MAX_JOBS": "1"}))
+    plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=small)
+    assert plan.native is not None
+    assert dict(plan.native.environment)["MAX_JOBS"] == "1"
+    for bad in ("0", "two", "-1", "1e3"):
+        with pytest.raises(UsageError, match="MAX_JOBS") as info:
+            resolve_spec(config, recipe, TORCH, SpecOverrides(env={"MAX_JOBS": bad}))
+        assert info.value.exit_code == 2

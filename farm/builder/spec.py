@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -61,7 +62,8 @@ BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 @dataclass(frozen=True)
 class SpecOverrides:
     """What the command line and the environment decide over the config (``--torch-index``,
-    ``--toolkit-source``, ``--redist-url``; ``env`` is where ``$FARM_CUDA_REDIST_URL`` is read)."""
+    ``--toolkit-source``, ``--redist-url``; ``env`` is where ``$FARM_CUDA_REDIST_URL`` and a
+    smaller ``$MAX_JOBS`` are read)."""
 
     torch_index: str | None = None
     toolkit_source: str | None = None
@@ -373,6 +375,18 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
     )
 
 
+def bounded_jobs(max_jobs: int | None, env: Mapping[str, str]) -> int | None:
+    """The recipe's (or ``_defaults.yml``'s) ``max_jobs``, unless the environment's ``MAX_JOBS`` is
+    smaller: a maintainer's bound on this host's parallel compiles is never raised by a recipe."""
+    text = env.get("MAX_JOBS", "").strip()
+    if not text:
+        return max_jobs
+    if not re.fullmatch(r"[0-9]{1,6}", text) or int(text) < 1:
+        raise UsageError(f"MAX_JOBS={text!r} in the environment is not a positive whole number",
+                         hint="set MAX_JOBS=2 (the most parallel compiles on this host), or unset it")
+    return int(text) if max_jobs is None else min(max_jobs, int(text))
+
+
 def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
     """The full torch version the grid pins for the cell (``2.8.0``); None for torch-free cells."""
     if cell.torch == NO_TORCH:
@@ -423,6 +437,7 @@ def resolve_spec(
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     knob = knobs(config, recipe)
+    knob = replace(knob, max_jobs=bounded_jobs(knob.max_jobs, overrides.env))
     farm_deps = tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps if requirement_refs(d))
     knob = replace(knob, extra_deps=tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps))
     return BuildSpec(
