@@ -55,7 +55,7 @@ from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from farm import cacheseal, jsonread
-from farm.errors import NetworkError, SourceError, TooLarge
+from farm.errors import ConfigError, NetworkError, SourceError, TooLarge
 from farm.fsutil import atomic_write, sha256_file, walk_files
 from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.netutil import download, project_url, read_page
@@ -588,15 +588,19 @@ def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> P
 
 
 def _place(entry: VendorSource, unpacked: Path, tree: Path, archive: str, label: str) -> None:
-    """Move the entry's folder of the unpacked archive to its path in ``tree``."""
+    """Move the entry's folder of the unpacked archive to its path in ``tree``. A ``subdir`` the
+    archive lacks or a ``path`` the pinned source holds already is the recipe's error (exit 2,
+    naming its line); an archive whose links leave the folder is the source's (exit 3)."""
     where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
+    entry_at = f"{label}: source.vendor {entry.path!r}"
     entries = list(unpacked.iterdir())
     # like an sdist, an archive of one top folder is that folder
     root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else unpacked
     taken = root.joinpath(*entry.subdir.split("/")) if entry.subdir else root
     if not _real_dir_below(root, taken):
         names = ", ".join(sorted(p.name for p in root.iterdir())[:8])
-        raise SourceError(f"{where}: {archive} has no folder {entry.subdir!r} (it holds {names})",
+        raise ConfigError(f"{entry_at}: {archive} has no folder {entry.subdir!r} (it holds {names})",
+                          where=entry.where,
                           hint="fix subdir to a folder of the archive, relative to its one top folder")
     for link in (p for p in taken.rglob("*") if p.is_symlink()):
         target = link.readlink()
@@ -610,17 +614,18 @@ def _place(entry: VendorSource, unpacked: Path, tree: Path, archive: str, label:
     for part in parts[:-1]:  # never placed through a link of the upstream tree
         dest = dest / part
         if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-            raise SourceError(f"{where}: {dest.relative_to(tree).as_posix()!r} is a link or a file in the source",
-                              hint="vendor into a real folder of the source")
+            raise ConfigError(f"{entry_at}: {dest.relative_to(tree).as_posix()!r} is a link or a file in the source",
+                              where=entry.where, hint="vendor into a real folder of the source")
     dest = tree.joinpath(*parts)
     if dest.is_symlink() or dest.is_file():
-        raise SourceError(f"{where}: the source already has a file or link at {entry.path!r}",
-                          hint="vendor into a path that is absent or an empty folder")
+        raise ConfigError(f"{entry_at}: the source already has a file or link at {entry.path!r}",
+                          where=entry.where, hint="vendor into a path that is absent or an empty folder")
     if dest.is_dir():
         held = sorted(p.name for p in dest.iterdir())
         if held:
-            raise SourceError(f"{where}: the source already has {len(held)} entries at {entry.path!r} "
+            raise ConfigError(f"{entry_at}: the source already has {len(held)} entries at {entry.path!r} "
                               f"({', '.join(held[:5])}); the vendored tree would overwrite upstream files",
+                              where=entry.where,
                               hint="vendor into a path that is absent or an empty folder (a submodule's placeholder)")
         dest.rmdir()
     dest.parent.mkdir(parents=True, exist_ok=True)
