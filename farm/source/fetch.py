@@ -45,7 +45,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -261,42 +261,41 @@ def pointed_commit(pointer: Path) -> str | None:
 def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
     url, key = _git_key(source)
     base = cache_dir / "git"
-    base.mkdir(parents=True, exist_ok=True)
     pointer = git_pointer(source, cache_dir)
-    with FileLock(str(base / f"{key}.lock")):
-        # never resolved, damaged or forged: resolve the ref again
+    suffix = "-sub" if source.submodules else ""
+
+    def cached() -> SourceTree | None:  # never resolved, damaged or forged: the ref is resolved again
         commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
-        if isinstance(commit, str) and _is_commit(commit):
-            tree = _cached(base / f"{commit}{'-sub' if source.submodules else ''}")
-            if tree is not None:
-                return tree
-        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
-            work = Path(tmp) / "tree"
-            work.mkdir()
-            deadline = time.monotonic() + GIT_DEADLINE  # every git command of this fetch together
-            where = f"{url} at {source.ref}"
-            say(f"{label}: fetching {where}")
-            _git(["init", "-q"], work, label, "git init", deadline)
-            _git(["remote", "add", "origin", url], work, label, f"adding remote {url}", deadline)
-            try:
-                _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}",
-                     deadline)
-            except SourceError:
-                if not _is_commit(source.ref):
-                    raise
-                # Servers that refuse a bare commit in "want" still serve it from a full fetch.
-                _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}", deadline)
-            _git(["checkout", "-q", "--detach", "FETCH_HEAD" if not _is_commit(source.ref) else source.ref],
-                 work, label, f"checking out {where}", deadline)
-            commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse", deadline).strip()
-            if source.submodules:
-                _git(["submodule", "update", "--init", "--recursive", "--depth", "1"], work, label,
-                     f"fetching the submodules of {where}", deadline)
-            description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
-            final = base / f"{commit}{'-sub' if source.submodules else ''}"
-            tree = _install(work, final, commit, description)
+        return _cached(base / f"{commit}{suffix}") if isinstance(commit, str) and _is_commit(commit) else None
+
+    def make(scratch: Path) -> SourceTree:
+        work = scratch / "tree"
+        work.mkdir()
+        deadline = time.monotonic() + GIT_DEADLINE  # every git command of this fetch together
+        where = f"{url} at {source.ref}"
+        say(f"{label}: fetching {where}")
+        _git(["init", "-q"], work, label, "git init", deadline)
+        _git(["remote", "add", "origin", url], work, label, f"adding remote {url}", deadline)
+        try:
+            _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}",
+                 deadline)
+        except SourceError:
+            if not _is_commit(source.ref):
+                raise
+            # Servers that refuse a bare commit in "want" still serve it from a full fetch.
+            _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}", deadline)
+        _git(["checkout", "-q", "--detach", "FETCH_HEAD" if not _is_commit(source.ref) else source.ref],
+             work, label, f"checking out {where}", deadline)
+        commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse", deadline).strip()
+        if source.submodules:
+            _git(["submodule", "update", "--init", "--recursive", "--depth", "1"], work, label,
+                 f"fetching the submodules of {where}", deadline)
+        description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
+        tree = _install(work, base / f"{commit}{suffix}", commit, description)
         _write_sealed(pointer, {"url": url, "ref": source.ref, "commit": tree.identity}, f"source-ref:{pointer.name}")
         return tree
+
+    return _locked_entry(base, key, cached, make)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -365,35 +364,33 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> 
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
         raise SourceError(f"{label}: {source.sha256!r} is not a sha256", hint="pin the sdist by its 64-hex sha256")
     base = cache_dir / "sdist"
-    base.mkdir(parents=True, exist_ok=True)
     final = base / sha
-    with FileLock(str(base / f"{sha}.lock")):
-        tree = _cached(final)
-        if tree is not None:
-            return tree
-        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
-            archive = _find_archive(base, sha)
-            if archive is None:
-                url, filename = _find_sdist_url(source, label)
-                part = Path(tmp) / filename
-                got = _download(url, part, label, say)
-                if got != sha:
-                    raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
-                                      hint="nothing was cached; verify the file and update the pin")
-                archive = base / f"{sha}-{filename}"
-                part.replace(archive)
-            elif sha256_file(archive) != sha:
-                archive.unlink()
-                raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
-                                  hint="run again to download it afresh")
-            work = Path(tmp) / "tree"
-            work.mkdir()
-            unpack(archive, work)
-            entries = list(work.iterdir())
-            # An sdist holds one top directory; the tree root is that directory.
-            inner = entries[0] if len(entries) == 1 and entries[0].is_dir() else work
-            description = {"kind": "sdist", "name": source.name, "version": source.version, "sha256": sha}
-            return _install(inner, final, sha, description)
+
+    def make(scratch: Path) -> SourceTree:
+        archive = _find_archive(base, sha)
+        if archive is None:
+            url, filename = _find_sdist_url(source, label)
+            part = scratch / filename
+            got = _download(url, part, label, say)
+            if got != sha:
+                raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
+                                  hint="nothing was cached; verify the file and update the pin")
+            archive = base / f"{sha}-{filename}"
+            part.replace(archive)
+        elif sha256_file(archive) != sha:
+            archive.unlink()
+            raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
+                              hint="run again to download it afresh")
+        work = scratch / "tree"
+        work.mkdir()
+        unpack(archive, work)
+        entries = list(work.iterdir())
+        # An sdist holds one top directory; the tree root is that directory.
+        inner = entries[0] if len(entries) == 1 and entries[0].is_dir() else work
+        description = {"kind": "sdist", "name": source.name, "version": source.version, "sha256": sha}
+        return _install(inner, final, sha, description)
+
+    return _locked_entry(base, sha, lambda: _cached(final), make)
 
 
 def _find_archive(base: Path, sha: str) -> Path | None:
@@ -529,24 +526,22 @@ def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: 
                  say: Say) -> SourceTree:
     key = _vendored_key(base, vendor)
     folder = cache_dir / "vendored"
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / key
-    with FileLock(str(folder / f"{key}.lock")):
-        tree = _cached(final)
-        if tree is not None:
-            return tree
-        with tempfile.TemporaryDirectory(dir=folder, prefix="tmp-") as tmp:
-            work = Path(tmp) / "tree"
-            shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-            for entry in vendor:
-                archive = _vendor_archive(entry, cache_dir / "vendor", label, say)
-                scratch = Path(tmp) / "unpacked"
-                scratch.mkdir()
-                unpack(archive, scratch, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
-                _place(entry, scratch, work, archive.name, label)
-                shutil.rmtree(scratch)
-            description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
-            return _install(work, final, key, description)
+
+    def make(scratch: Path) -> SourceTree:
+        work = scratch / "tree"
+        shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        for entry in vendor:
+            archive = _vendor_archive(entry, cache_dir / "vendor", label, say)
+            unpacked = scratch / "unpacked"
+            unpacked.mkdir()
+            unpack(archive, unpacked, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
+            _place(entry, unpacked, work, archive.name, label)
+            shutil.rmtree(unpacked)
+        description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
+        return _install(work, final, key, description)
+
+    return _locked_entry(folder, key, lambda: _cached(final), make)
 
 
 def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> Path:
@@ -698,6 +693,21 @@ def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
 def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
     blob = cacheseal.seal(json.dumps(data).encode(), purpose)
     atomic_write(path, [blob], durable=False)
+
+
+def _locked_entry(base: Path, key: str, cached: Callable[[], SourceTree | None],
+                  make: Callable[[Path], SourceTree]) -> SourceTree:
+    """One cache entry under ``base``, made at most once at a time: under the lock
+    ``base/<key>.lock``, the cached tree when it verifies (``cached``), otherwise the one ``make``
+    fetches and installs, given a scratch folder under ``base`` (the install is a rename on one
+    file system) that is removed afterwards, whatever happened."""
+    base.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(base / f"{key}.lock")):
+        tree = cached()
+        if tree is not None:
+            return tree
+        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
+            return make(Path(tmp))
 
 
 def _cached(final: Path) -> SourceTree | None:
