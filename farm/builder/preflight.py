@@ -389,7 +389,7 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     elif builder == "native" and interpreter is not None:
         contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
                                      python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
-        if not (env_root / contents.slug / buildenv.SPEC_FILE).is_file():
+        if buildenv.reuse_problem(contents, Path(env_root).absolute() / contents.slug) is not None:
             downloads["the build tools"] = pip_index
             if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
                 downloads["torch"] = spec.torch_index
