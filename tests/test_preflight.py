@@ -9,7 +9,6 @@ import io
 import json
 import shutil
 import socket
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from farm.errors import ToolError
 from farm.model.cells import Cell
 from farm.source.fetch import fetch
 
-from . import buildroot, gitremote, loopback
+from . import buildroot, loopback
 
 pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
 
@@ -325,6 +324,39 @@ def test_a_python_uv_would_install_is_a_download_whose_server_must_answer(tmp_pa
     assert nouv.reason.endswith("uv, which could install one, is not here)")
 
 
+def test_a_git_source_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> None:
+    """A recipe's GitHub repo rewritten by the user's ``url.<base>.insteadOf`` to a local clone is
+    no network download: git fetches the clone, so an unreachable GitHub does not block the cell;
+    without the rewrite the same cell is refused (the host does not answer)."""
+    with socket.socket() as closed:  # a port nobody listens on stands for GitHub out of reach
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = f"http://127.0.0.1:{port}/o/demo.git"
+    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
+    recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
+        "  path: examples/demo_ext\n", f"  git: {{repo: '{down}', ref: v1.0}}\n")
+    config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
+    demo = config.recipe("demo_ext")
+    spec = resolve_spec(config, demo, _cell())
+    config_file = tmp_path / "gitconfig"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config_file))
+
+    def blocker() -> str | None:
+        needs = needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                         toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                         interpreter=None)
+        found = Preflight("native", host=LINUX).check(_cell(), downloads=needs.downloads)
+        return None if found is None else found.reason
+
+    config_file.write_text("")
+    reason = blocker()
+    assert reason is not None
+    assert f"the source comes from 127.0.0.1:{port}, which does not answer" in reason
+    clone = tmp_path / "mirror" / "demo.git"
+    config_file.write_text(f'[url "{clone}"]\n\tinsteadOf = {down}\n')
+    assert blocker() is None
+
+
 def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> None:
     """The recipe's source.vendor archive (served on 127.0.0.1) is named among the cell's downloads
     until the composed tree is cached, then not."""
@@ -353,49 +385,3 @@ def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> No
         assert downloads() == {"the vendored third_party/glm": f"{base}glm.tar.gz"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
     assert downloads() == {}
-
-
-def test_a_git_source_redirected_by_the_git_config_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> None:
-    """The recipe's git URL names a server that does not answer (a port on 127.0.0.1 nobody listens
-    on), and the user's git config rewrites it (``url.<base>.insteadOf``) to a git daemon on
-    127.0.0.1 serving the repository, as a mirror does: the preflight asks the daemon, where git
-    fetches from, not the dead URL; without the rewrite the cell is blocked before any download."""
-    served = tmp_path / "served"
-    work = tmp_path / "work"
-    work.mkdir()
-    gitremote.git(work, "init", "-q")
-    (work / "README").write_text("x\n")
-    gitremote.git(work, "add", "README")
-    gitremote.git(work, "-c", "user.name=w", "-c", "user.email=w@example.org", "commit", "-qm", "one")
-    commit = gitremote.git(work, "rev-parse", "HEAD").strip()
-    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(served / "o" / "r.git")], check=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        down = s.getsockname()[1]
-    dead = f"http://127.0.0.1:{down}/o/r.git"
-    config = tmp_path / "gitconfig"
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
-        "  path: examples/demo_ext\n", f"  git: {{repo: '{dead}', ref: {commit}}}\n")
-    farm = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
-    demo = farm.recipe("demo_ext")
-    spec = resolve_spec(farm, demo, _cell())
-
-    def source_url() -> str:
-        return needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
-                        toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
-                        interpreter=None).downloads["the source"]
-
-    config.write_text("")
-    assert source_url() == dead
-    blocked = _container_pre().check(_cell(), downloads={"the source": source_url()})
-    assert blocked is not None
-    assert f"127.0.0.1:{down}, which does not answer" in blocked.reason
-    with gitremote.daemon(served) as base:
-        config.write_text(f'[url "{base}o/r.git"]\n\tinsteadOf = {dead}\n')
-        assert source_url() == f"{base}o/r.git"
-        assert _container_pre().check(_cell(), downloads={"the source": source_url()}) is None
-        tree = fetch(demo.source, tmp_path / "sources")  # git fetches from there too
-    assert tree.identity == commit
-    assert (tree.root / "README").read_text() == "x\n"
