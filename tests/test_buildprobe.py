@@ -167,7 +167,8 @@ def test_probe_excludes_shard_and_link(tmp_path, capsys, flag) -> None:
 
 
 # Two CMake targets, as a CMake package builds its modules: `_C` takes the cell's list (CUDAARCHS),
-# `_ops` its own (CUDA_ARCHITECTURES 90), which the recipe declares under `extensions:`.
+# `_ops` its own (CUDA_ARCHITECTURES 90-real: sm_90 alone), which the recipe declares under
+# `extensions:` and the lint is told about.
 CMAKE_RECIPE = """\
 name: cmake_ext
 version: '1.0.0'
@@ -178,6 +179,10 @@ arch:
   list: '8.0;9.0'
 extensions:
   '*_ops*': '9.0'
+lint_ignore:
+  - rule: arch-override
+    path: CMakeLists.txt
+    reason: the _ops target builds sm_90 alone, declared under extensions
 build:
   extra_deps: [scikit-build-core, cmake]
 """
@@ -187,7 +192,7 @@ project(${SKBUILD_PROJECT_NAME} LANGUAGES CXX CUDA)
 find_package(Python REQUIRED COMPONENTS Interpreter Development.Module)
 Python_add_library(_C MODULE WITH_SOABI csrc/module.cpp csrc/add.cu csrc/scale.cu)
 Python_add_library(_ops MODULE WITH_SOABI csrc/kernels/fill.cu)
-set_target_properties(_ops PROPERTIES CUDA_ARCHITECTURES 90)
+set_target_properties(_ops PROPERTIES CUDA_ARCHITECTURES 90-real)
 install(TARGETS _C _ops LIBRARY DESTINATION cmake_ext)
 """
 
