@@ -200,9 +200,9 @@ def test_launchers_count_a_miss_then_a_hit(tmp_path) -> None:
 
 
 def test_a_compiler_found_in_the_launchers_folder_is_cached_once_and_never_hangs(tmp_path) -> None:
-    """CMake can take the cache's own ``nvcc`` as its CUDA compiler (natten's probe: found through
-    the shard shim) and still prefix ``launch``: sccache then runs a compiler that is itself
-    ``launch`` + sccache. That inner client waited on the server whose job slots the outer
+    """CMake looks for nvcc beside the C++ compiler first, so with ``$CXX`` the cache's g++ its
+    CUDA compiler is the cache's own ``nvcc``, still prefixed by ``launch`` (natten): sccache then
+    runs a compiler that is itself ``launch`` + sccache. That inner client waited on the server whose job slots the outer
     compiles held, and the build hung (CMake's CUDA ABI check, two parallel compiles). Beneath a
     cached compile ``launch`` runs the compiler directly: one lookup per step, as for gcc/g++.
     Here the cache's ``nvcc`` stands on the host C compiler (sccache treats it as one), and

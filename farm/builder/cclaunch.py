@@ -109,10 +109,11 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # sccache failing where the compiler would not (mozilla/sccache#2809: a PTX-only target's
         # ptxas check, "Missing cubin file output") must not fail the build: the step runs again,
         # uncached; a real compile error is then reported by the compiler itself
-        # Beneath a cached compile (sccache runs the compiler it was given, and that compiler is
-        # this folder's nvcc: CMake found it as its CUDA compiler and still runs it through the
-        # launcher), the compiler runs directly: a second sccache client would wait on the server
-        # whose every job slot holds the first, and the build would hang.
+        # Beneath a cached compile the compiler runs directly. CMake looks for nvcc beside the
+        # C++ compiler first ($CXX, this folder's g++), so its CUDA compiler is this folder's nvcc,
+        # which it still runs through `launch`: sccache then ran a compiler that is sccache again,
+        # whose client waited on the server whose every job slot held the outer compiles (natten's
+        # CMake hung in its CUDA ABI check).
         _write(launch, f'#!/bin/sh\nif [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
                        f'{NESTED}=1; export {NESTED}\n'
                        f'{_q(sccache)} "$@" && exit 0\n'
