@@ -9,7 +9,6 @@ import io
 import json
 import shutil
 import socket
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -325,6 +324,39 @@ def test_a_python_uv_would_install_is_a_download_whose_server_must_answer(tmp_pa
     assert nouv.reason.endswith("uv, which could install one, is not here)")
 
 
+def test_a_git_source_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> None:
+    """A recipe's GitHub repo rewritten by the user's ``url.<base>.insteadOf`` to a local clone is
+    no network download: git fetches the clone, so an unreachable GitHub does not block the cell;
+    without the rewrite the same cell is refused (the host does not answer)."""
+    with socket.socket() as closed:  # a port nobody listens on stands for GitHub out of reach
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = f"http://127.0.0.1:{port}/o/demo.git"
+    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
+    recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
+        "  path: examples/demo_ext\n", f"  git: {{repo: '{down}', ref: v1.0}}\n")
+    config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
+    demo = config.recipe("demo_ext")
+    spec = resolve_spec(config, demo, _cell())
+    config_file = tmp_path / "gitconfig"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config_file))
+
+    def blocker() -> str | None:
+        needs = needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                         toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                         interpreter=None)
+        found = Preflight("native", host=LINUX).check(_cell(), downloads=needs.downloads)
+        return None if found is None else found.reason
+
+    config_file.write_text("")
+    reason = blocker()
+    assert reason is not None
+    assert f"the source comes from 127.0.0.1:{port}, which does not answer" in reason
+    clone = tmp_path / "mirror" / "demo.git"
+    config_file.write_text(f'[url "{clone}"]\n\tinsteadOf = {down}\n')
+    assert blocker() is None
+
+
 def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> None:
     """The recipe's source.vendor archive (served on 127.0.0.1) is named among the cell's downloads
     until the composed tree is cached, then not."""
@@ -353,38 +385,3 @@ def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> No
         assert downloads() == {"the vendored third_party/glm": f"{base}glm.tar.gz"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
     assert downloads() == {}
-
-
-def test_the_source_is_asked_of_the_host_git_fetches_from(tmp_path, monkeypatch) -> None:
-    """A recipe naming a GitHub repository on a host whose git redirects GitHub with
-    ``url.<base>.insteadOf`` (to a local clone, a mirror): the preflight asks the host git will
-    reach, so a local clone needs no network, and a mirror that does not answer is named."""
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
-        "  path: examples/demo_ext\n", f"  git: {{repo: o/demo, ref: {'a' * 40}}}\n")
-    config_root = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
-    demo = config_root.recipe("demo_ext")
-    spec = resolve_spec(config_root, demo, _cell())
-
-    def source_url() -> str:
-        return needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
-                        toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
-                        interpreter=None).downloads["the source"]
-
-    assert source_url() == "https://github.com/o/demo.git"
-    clone = tmp_path / "mirror"
-    subprocess.run(["git", "config", "--global", f"url.{clone}/.insteadOf", "https://github.com/"], check=True)
-    assert source_url() == f"{clone}/o/demo.git"
-    assert _container_pre().reach(source_url(), "the source") is None  # a local path: no network
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        down = s.getsockname()[1]  # bound, never listening: connections are refused
-    subprocess.run(["git", "config", "--global", f"url.http://127.0.0.1:{down}/.insteadOf", "https://github.com/o/"],
-                   check=True)
-    assert source_url() == f"http://127.0.0.1:{down}/demo.git"  # the longer prefix wins, as in git
-    blocked = _container_pre().reach(source_url(), "the source")
-    assert blocked is not None
-    assert f"the source comes from 127.0.0.1:{down}, which does not answer" in blocked.reason
