@@ -1,0 +1,422 @@
+"""Recipe wheels built by farm, run on a real NVIDIA GPU: each package's kernels against a
+plain-torch reference computed on the CPU, and the loaded extension shown to hold machine code
+(SASS) for the GPU it ran on.
+
+Point ``FARM_GPU_WHEELHOUSE`` at a folder of wheels from ``farm build`` (one cell: the cell's
+torch and Python must be this interpreter's); each test installs its package's wheel with pip
+(``--no-deps --target``, torch is the interpreter's own) and runs the kernels in a child process,
+with ``CUDA_DISABLE_PTX_JIT=1`` and ``CUDA_CACHE_DISABLE=1``: the driver neither compiles PTX nor
+reuses an earlier compile (the first alone still takes a cached one; measured on an H200, where a
+PTX-only kernel then fails with cudaErrorJitCompilationDisabled), so a kernel that launches ran
+from a cubin. Which cubin is shown from the binary: the
+extension's ``.so`` is read with both of farm's readers, every translation unit must give the
+device an SASS image (farm's driver model: the driver loads a unit's cubin for its own arch before
+any PTX), and ``cuobjdump -sass`` must show the kernels that ran compiled for the device's arch.
+
+Skipped, with the reason, without torch, a CUDA device or ``FARM_GPU_WHEELHOUSE``; a package
+whose wheel the folder lacks is skipped on its own. ``-s`` prints the errors measured::
+
+    FARM_GPU_WHEELHOUSE=wheelhouse pytest tests/test_recipe_gpu.py -s
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.tags import sys_tags
+from packaging.utils import parse_wheel_filename
+
+from farm.binary.cuobjdump import find_cuobjdump
+from farm.binary.inspection import Reader, inspect_file
+from farm.model.driver import Device, ImageKind, pick_worst
+from farm.model.label import parse_local_label
+
+pytestmark = pytest.mark.slow  # pip installs and GPU kernels
+
+WHEELHOUSE_ENV = "FARM_GPU_WHEELHOUSE"
+
+torch = pytest.importorskip("torch")
+F = pytest.importorskip("torch.nn.functional")
+
+
+@pytest.fixture(scope="module")
+def wheelhouse() -> Path:
+    given = os.environ.get(WHEELHOUSE_ENV)
+    if not given:
+        pytest.skip(f"{WHEELHOUSE_ENV} is not set (a folder of farm-built wheels for this interpreter)")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device here (torch.cuda.is_available() is False)")
+    path = Path(given)
+    if not path.is_dir():
+        pytest.fail(f"{WHEELHOUSE_ENV}={given}: no such folder")
+    return path
+
+
+@pytest.fixture(scope="module")
+def device() -> Device:
+    major, minor = torch.cuda.get_device_capability(0)
+    return Device(major, minor)
+
+
+def _wheel_for(wheelhouse: Path, dist: str) -> Path:
+    """The folder's wheel of ``dist`` that this interpreter installs; skip when there is none,
+    fail when it names another torch (its extension would not load against this one)."""
+    tags = set(sys_tags())
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, version, _build, wheel_tags = parse_wheel_filename(wheel.name)
+        if name != dist.replace("_", "-") or not tags & wheel_tags:
+            continue
+        label = parse_local_label(version.local)
+        running = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+        if label is None or label.torch != running:
+            pytest.fail(f"{wheel}: built for torch {label.torch if label else '?'}, this interpreter has "
+                        f"torch {torch.__version__}: point {WHEELHOUSE_ENV} at the wheels of this torch's cell")
+        return wheel
+    pytest.skip(f"{wheelhouse} holds no {dist} wheel for this interpreter")
+
+
+def _run_kernels(wheelhouse: Path, dist: str, work: Path, script: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Install ``dist``'s wheel under ``work`` and run ``script`` there on ``inputs`` (CPU tensors,
+    moved to the GPU by the script); the script's ``out`` dict comes back, on the CPU."""
+    wheel = _wheel_for(wheelhouse, dist)
+    site = work / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
+                    "--target", str(site), str(wheel)], check=True, capture_output=True, text=True)
+    torch.save(inputs, work / "in.pt")
+    program = "import sys, torch\ninp = torch.load(sys.argv[1])\nout = {}\n" + textwrap.dedent(script) + (
+        "\ntorch.cuda.synchronize()\ntorch.save(out, sys.argv[2])\n")
+    # asks the driver for no JIT of PTX, and no JIT result from its cache standing in for one
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+               CUDA_DISABLE_PTX_JIT="1", CUDA_CACHE_DISABLE="1")
+    done = subprocess.run([sys.executable, "-c", program, str(work / "in.pt"), str(work / "out.pt")],
+                          capture_output=True, text=True, env=env, cwd=work, timeout=600, check=False)
+    assert done.returncode == 0, f"{wheel.name}: the kernels failed on the GPU:\n{done.stdout}\n{done.stderr}"
+    out: dict[str, Any] = torch.load(work / "out.pt")
+    return out
+
+
+def _assert_sass(so: str, device: Device, kernels: list[str]) -> None:
+    """Every TU of ``so`` gives ``device`` an SASS image (both readers agreeing on what is there),
+    and cuobjdump's disassembly for the device's arch holds each kernel in ``kernels``."""
+    inspection = inspect_file(so, Reader.BOTH)
+    assert inspection.agrees, f"{so}: the readers disagree: {inspection.disagreement}"
+    worst = pick_worst(inspection.units, device)
+    assert worst.kind is ImageKind.SASS, f"{so}: {worst.describe()} (found {inspection.found})"
+    assert worst.target is not None, worst.describe()
+    assert worst.target.number == device.number, worst.describe()
+    arch = f"sm_{device.number}"
+    sass = subprocess.run([str(find_cuobjdump()), "-sass", "-arch", arch, so], capture_output=True, text=True,
+                          check=True, timeout=300).stdout
+    functions = [line for line in sass.splitlines() if line.strip().startswith("Function :")]
+    for kernel in kernels:
+        assert any(kernel in f for f in functions), f"{so}: no {arch} SASS for {kernel}"
+    print(f"{Path(so).name}: every TU's image for {device} is {worst.target}; {arch} SASS of "
+          f"{len(functions)} functions, {', '.join(kernels)} among them; found {inspection.found}")
+
+
+def _report(what: str, error: float, bound: float) -> None:
+    print(f"{what}: max abs error {error:.3g} (bound {bound:g})")
+    assert error <= bound, f"{what}: max abs error {error} over {bound}"
+
+
+def _max_err(got: Any, want: Any) -> float:
+    return float((got.double() - want.double()).abs().max())
+
+
+# fused_ssim ---------------------------------------------------------------------------------
+
+C1, C2 = 0.01 ** 2, 0.03 ** 2
+
+
+def _ssim_map(x: Any, y: Any) -> Any:
+    """SSIM with an 11x11 Gaussian window (sigma 1.5), zero padding: the definition fused_ssim implements."""
+    taps = torch.exp(-((torch.arange(11, dtype=x.dtype) - 5) ** 2) / (2 * 1.5 ** 2))
+    taps = taps / taps.sum()
+    channels = x.shape[1]
+    window = (taps[:, None] * taps[None, :]).expand(channels, 1, 11, 11)
+
+    def blur(t: Any) -> Any:
+        return F.conv2d(t, window, padding=5, groups=channels)
+
+    mu_x, mu_y = blur(x), blur(y)
+    var_x = blur(x * x) - mu_x * mu_x
+    var_y = blur(y * y) - mu_y * mu_y
+    cov = blur(x * y) - mu_x * mu_y
+    return ((2 * mu_x * mu_y + C1) * (2 * cov + C2)) / ((mu_x ** 2 + mu_y ** 2 + C1) * (var_x + var_y + C2))
+
+
+FUSED_SSIM = """
+import fused_ssim, fused_ssim_cuda
+img1 = inp["img1"].cuda().requires_grad_()
+img2 = inp["img2"].cuda()
+value = fused_ssim.fused_ssim(img1, img2)
+value.backward()
+out["mean"], out["grad"] = value.detach().cpu(), img1.grad.cpu()
+out["map"] = fused_ssim_cuda.fusedssim(inp["C1"], inp["C2"], img1.detach(), img2, False)[0].cpu()
+out["so"] = fused_ssim_cuda.__file__
+"""
+
+
+def test_fused_ssim_matches_torch_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(0)
+    img1 = torch.rand(2, 3, 97, 131, generator=gen)
+    img2 = (img1 + 0.2 * torch.rand(2, 3, 97, 131, generator=gen)).clamp(0, 1)  # similar, not equal
+    out = _run_kernels(wheelhouse, "fused_ssim", tmp_path, FUSED_SSIM, {"img1": img1, "img2": img2, "C1": C1, "C2": C2})
+
+    x = img1.double().requires_grad_()
+    ref_map = _ssim_map(x, img2.double())
+    ref_map.mean().backward()
+    _report("fused_ssim map", _max_err(out["map"], ref_map.detach()), 1e-4)
+    _report("fused_ssim mean", _max_err(out["mean"], ref_map.mean().detach()), 1e-5)
+    assert x.grad is not None
+    scale = float(x.grad.abs().max())
+    _report("fused_ssim grad (relative to its largest)", _max_err(out["grad"], x.grad) / scale, 1e-3)
+    _assert_sass(out["so"], device, ["fusedssimCUDA", "fusedssim_backwardCUDA"])
+
+
+# simple_knn ---------------------------------------------------------------------------------
+
+SIMPLE_KNN = """
+from simple_knn import _C
+out["dist"] = _C.distCUDA2(inp["points"].cuda()).cpu()
+out["so"] = _C.__file__
+"""
+
+
+def test_simple_knn_matches_brute_force_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(1)
+    points = torch.rand(3000, 3, generator=gen) * 4 - 2  # three of its 1024-point boxes
+    out = _run_kernels(wheelhouse, "simple_knn", tmp_path, SIMPLE_KNN, {"points": points})
+
+    p = points.double()
+    d = torch.cdist(p, p)
+    d.fill_diagonal_(float("inf"))
+    ref = d.topk(3, dim=1, largest=False).values.pow(2).mean(dim=1)  # mean squared distance to 3 nearest
+    assert out["dist"].shape == ref.shape
+    _report("simple_knn distCUDA2 (relative)", float(((out["dist"].double() - ref) / ref).abs().max()), 1e-4)
+    _assert_sass(out["so"], device, ["boxMeanDist", "boxMinMax"])
+
+
+# pointnet2_ops ------------------------------------------------------------------------------
+
+POINTNET2 = """
+from pointnet2_ops import _ext, pointnet2_utils as u
+xyz = inp["xyz"].cuda()
+fps = u.furthest_point_sample(xyz, inp["npoint"])
+centers = u.gather_operation(xyz.transpose(1, 2).contiguous(), fps).transpose(1, 2).contiguous()
+out["fps"], out["centers"] = fps.cpu(), centers.cpu()
+out["ball"] = u.ball_query(inp["radius"], inp["nsample"], xyz, centers).cpu()
+dist, idx = u.three_nn(xyz, centers)
+out["nn_dist"], out["nn_idx"] = dist.cpu(), idx.cpu()
+features = inp["features"].cuda().requires_grad_()
+gathered = u.gather_operation(features, inp["gather_idx"].cuda())
+gathered.backward(inp["gather_grad"].cuda())
+out["gathered"], out["gather_back"] = gathered.detach().cpu(), features.grad.cpu()
+out["grouped"] = u.grouping_operation(features.detach(), inp["group_idx"].cuda()).cpu()
+out["interp"] = u.three_interpolate(inp["known_features"].cuda(), inp["interp_idx"].cuda(),
+                                    inp["interp_weight"].cuda()).cpu()
+out["so"] = _ext.__file__
+"""
+
+
+def _fps(xyz: Any, npoint: int) -> Any:
+    """Furthest point sampling as the kernel defines it: start at point 0, points within 1e-3 of
+    the origin (squared norm) never picked, float32 squared distances."""
+    picks = torch.zeros(xyz.shape[0], npoint, dtype=torch.int32)
+    for b, cloud in enumerate(xyz):
+        far = torch.full((cloud.shape[0],), 1e10)
+        usable = (cloud * cloud).sum(1) > 1e-3
+        old = 0
+        for j in range(1, npoint):
+            far = torch.minimum(far, ((cloud - cloud[old]) ** 2).sum(1))
+            old = int(torch.where(usable, far, -1.0).argmax())
+            picks[b, j] = old
+    return picks
+
+
+def _ball_query(xyz: Any, centers: Any, radius: float, nsample: int) -> Any:
+    """The first ``nsample`` points (in index order) strictly inside ``radius`` of each centre,
+    the list padded with the first one."""
+    out = torch.zeros(*centers.shape[:2], nsample, dtype=torch.int32)
+    limit = torch.tensor(radius, dtype=torch.float32) ** 2  # the kernel squares the float32 radius
+    for b in range(xyz.shape[0]):
+        inside = ((centers[b][:, None, :] - xyz[b][None, :, :]) ** 2).sum(-1) < limit
+        for j, row in enumerate(inside):
+            hits = row.nonzero().flatten()[:nsample]
+            out[b, j] = hits[0]
+            out[b, j, :len(hits)] = hits
+    return out
+
+
+def test_pointnet2_ops_match_torch_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(2)
+    b, n, npoint, channels, nsample, radius = 2, 1024, 64, 5, 16, 0.2
+    xyz = torch.rand(b, n, 3, generator=gen) + 0.05  # away from the origin, which FPS never picks
+    inputs = {
+        "xyz": xyz, "npoint": npoint, "radius": radius, "nsample": nsample,
+        "features": torch.rand(b, channels, n, generator=gen),
+        "gather_idx": torch.randint(0, n, (b, npoint), generator=gen, dtype=torch.int32),
+        "gather_grad": torch.rand(b, channels, npoint, generator=gen),
+        "group_idx": torch.randint(0, n, (b, npoint, nsample), generator=gen, dtype=torch.int32),
+        "known_features": torch.rand(b, channels, npoint, generator=gen),
+        "interp_idx": torch.randint(0, npoint, (b, n, 3), generator=gen, dtype=torch.int32),
+        "interp_weight": torch.rand(b, n, 3, generator=gen),
+    }
+    out = _run_kernels(wheelhouse, "pointnet2_ops", tmp_path, POINTNET2, inputs)
+
+    fps = _fps(xyz, npoint)
+    assert torch.equal(out["fps"], fps), "furthest_point_sample picked other points than the reference"
+    centers = torch.stack([xyz[i, fps[i].long()] for i in range(b)])
+    _report("pointnet2_ops gather_operation (the FPS centres)", _max_err(out["centers"], centers), 0.0)
+    ball = _ball_query(xyz, centers, radius, nsample)
+    assert torch.equal(out["ball"], ball), "ball_query returned other indices than the reference"
+
+    d = torch.cdist(xyz.double(), centers.double())
+    near = d.topk(3, dim=2, largest=False)
+    assert torch.equal(out["nn_idx"].long(), near.indices), "three_nn found other neighbours than the reference"
+    _report("pointnet2_ops three_nn distances", _max_err(out["nn_dist"], near.values), 1e-5)
+
+    feats, gidx = inputs["features"], inputs["gather_idx"].long()
+    want = torch.gather(feats, 2, gidx[:, None, :].expand(-1, channels, -1))
+    _report("pointnet2_ops gather_operation", _max_err(out["gathered"], want), 0.0)
+    back = torch.zeros_like(feats, dtype=torch.float64).scatter_add_(
+        2, gidx[:, None, :].expand(-1, channels, -1), inputs["gather_grad"].double())
+    _report("pointnet2_ops gather_operation backward", _max_err(out["gather_back"], back), 1e-5)
+    grp = inputs["group_idx"].long()
+    want = torch.gather(feats, 2, grp.reshape(b, 1, -1).expand(-1, channels, -1)).reshape(b, channels, npoint, nsample)
+    _report("pointnet2_ops grouping_operation", _max_err(out["grouped"], want), 0.0)
+    kf, iidx, w = inputs["known_features"].double(), inputs["interp_idx"].long(), inputs["interp_weight"].double()
+    picked = torch.gather(kf, 2, iidx.reshape(b, 1, -1).expand(-1, channels, -1)).reshape(b, channels, n, 3)
+    _report("pointnet2_ops three_interpolate", _max_err(out["interp"], (picked * w[:, None]).sum(-1)), 1e-5)
+    _assert_sass(out["so"], device, ["furthest_point_sampling_kernel", "query_ball_point_kernel",
+                                     "three_nn_kernel", "gather_points_kernel"])
+
+
+# diff_gaussian_rasterization ----------------------------------------------------------------
+
+GAUSSIANS = """
+import diff_gaussian_rasterization as dgr
+from diff_gaussian_rasterization import _C
+cam = inp["camera"]
+settings = dgr.GaussianRasterizationSettings(
+    image_height=cam["height"], image_width=cam["width"], tanfovx=cam["tanfovx"], tanfovy=cam["tanfovy"],
+    bg=inp["background"].cuda(), scale_modifier=1.0, viewmatrix=torch.eye(4).cuda(),
+    projmatrix=inp["projmatrix"].cuda(), sh_degree=0, campos=torch.zeros(3).cuda(), prefiltered=False,
+    debug=False)
+means = inp["means"].cuda()
+color, radii, depth, alpha = dgr.GaussianRasterizer(settings)(
+    means3D=means, means2D=torch.zeros_like(means), opacities=inp["opacities"].cuda(),
+    colors_precomp=inp["colors"].cuda(), scales=inp["scales"].cuda(), rotations=inp["rotations"].cuda())
+out.update(color=color.cpu(), radii=radii.cpu(), depth=depth.cpu(), alpha=alpha.cpu(), so=_C.__file__)
+"""
+
+TILE = 16  # the rasterizer's tile edge, in pixels
+
+
+def _rotation(q: Any) -> Any:
+    """Rotation matrices of unit quaternions (w, x, y, z)."""
+    w, x, y, z = q.unbind(-1)
+    return torch.stack([
+        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
+        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
+        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
+    ], -1).reshape(*q.shape[:-1], 3, 3)
+
+
+def _splat(inp: dict[str, Any]) -> dict[str, Any]:
+    """3D Gaussian splatting seen from the origin along +z (the view matrix the identity), as the
+    rasterizer defines it: EWA projection with its 0.3-pixel low-pass, a 3-sigma radius, the tiles
+    that radius touches, front-to-back blending (alpha capped at 0.99, below 1/255 skipped, a pixel
+    done once its transmittance would fall under 1e-4); float64."""
+    cam = inp["camera"]
+    height, width, tanx, tany = cam["height"], cam["width"], cam["tanfovx"], cam["tanfovy"]
+    means, scales = inp["means"].double(), inp["scales"].double()
+    opac, colors = inp["opacities"].double().flatten(), inp["colors"].double()
+    fx, fy = width / (2 * tanx), height / (2 * tany)
+    x, y, z = means.unbind(1)
+    tx = (x / z).clamp(-1.3 * tanx, 1.3 * tanx) * z
+    ty = (y / z).clamp(-1.3 * tany, 1.3 * tany) * z
+    zero = torch.zeros_like(z)
+    jac = torch.stack([torch.stack([fx / z, zero, -fx * tx / z ** 2], 1),
+                       torch.stack([zero, fy / z, -fy * ty / z ** 2], 1)], 1)
+    rot = _rotation(inp["rotations"].double())
+    sigma = rot @ torch.diag_embed(scales ** 2) @ rot.transpose(1, 2)
+    cov = jac @ sigma @ jac.transpose(1, 2) + 0.3 * torch.eye(2, dtype=torch.float64)
+    a, b, c = cov[:, 0, 0], cov[:, 0, 1], cov[:, 1, 1]
+    det = a * c - b * b
+    conic = torch.stack([c / det, -b / det, a / det], 1)
+    mid = (a + c) / 2
+    radius = torch.ceil(3 * torch.sqrt(mid + torch.sqrt(torch.clamp(mid * mid - det, min=0.1))))
+    px = ((x / (tanx * z) + 1) * width - 1) / 2
+    py = ((y / (tany * z) + 1) * height - 1) / 2
+    grid = ((width + TILE - 1) // TILE, (height + TILE - 1) // TILE)
+
+    def tiles(p: float, r: float, n: int) -> tuple[int, int]:
+        return (min(n, max(0, int((p - r) / TILE))), min(n, max(0, int((p + r + TILE - 1) / TILE))))
+
+    rows, cols = torch.meshgrid(torch.arange(height, dtype=torch.float64), torch.arange(width, dtype=torch.float64),
+                                indexing="ij")
+    color = torch.zeros(3, height, width, dtype=torch.float64)
+    depth = torch.zeros(height, width, dtype=torch.float64)
+    weight = torch.zeros(height, width, dtype=torch.float64)
+    trans = torch.ones(height, width, dtype=torch.float64)
+    done = torch.zeros(height, width, dtype=torch.bool)
+    radii = torch.zeros(len(z), dtype=torch.int32)
+    for i in sorted(range(len(z)), key=lambda k: float(z[k])):
+        if z[i] <= 0.2:
+            continue
+        (x0, x1), (y0, y1) = tiles(float(px[i]), float(radius[i]), grid[0]), tiles(float(py[i]), float(radius[i]), grid[1])
+        if (x1 - x0) * (y1 - y0) == 0:
+            continue
+        radii[i] = int(radius[i])
+        covered = torch.zeros(height, width, dtype=torch.bool)
+        covered[y0 * TILE:y1 * TILE, x0 * TILE:x1 * TILE] = True
+        dx, dy = px[i] - cols, py[i] - rows
+        power = -0.5 * (conic[i, 0] * dx * dx + conic[i, 2] * dy * dy) - conic[i, 1] * dx * dy
+        alpha = torch.clamp(opac[i] * torch.exp(power), max=0.99)
+        live = covered & ~done & (power <= 0) & (alpha >= 1 / 255)
+        after = trans * (1 - alpha)
+        done |= live & (after < 1e-4)
+        blend = live & (after >= 1e-4)
+        contribution = torch.where(blend, alpha * trans, 0.0)
+        color += colors[i][:, None, None] * contribution
+        depth += z[i] * contribution
+        weight += contribution
+        trans = torch.where(blend, after, trans)
+    color += trans * inp["background"].double()[:, None, None]
+    return {"color": color, "depth": depth[None], "alpha": weight[None], "radii": radii}
+
+
+def test_diff_gaussian_rasterization_matches_torch_on_the_gpu(wheelhouse: Path, device: Device,
+                                                              tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(3)
+    n, height, width, tan = 40, 70, 90, 0.6  # the image not a whole number of tiles
+    means = torch.stack([(torch.rand(n, generator=gen) - 0.5) * 3, (torch.rand(n, generator=gen) - 0.5) * 2.4,
+                         2 + 4 * torch.rand(n, generator=gen)], 1)
+    quats = torch.randn(n, 4, generator=gen)
+    near, far = 0.01, 100.0
+    proj = torch.zeros(4, 4)  # row-vector convention: [x y z 1] @ proj
+    proj[0, 0], proj[1, 1] = 1 / tan, 1 / tan
+    proj[2, 2], proj[3, 2], proj[2, 3] = far / (far - near), -far * near / (far - near), 1.0
+    inputs = {
+        "camera": {"height": height, "width": width, "tanfovx": tan, "tanfovy": tan},
+        "means": means, "scales": 0.02 + 0.15 * torch.rand(n, 3, generator=gen),
+        "rotations": quats / quats.norm(dim=1, keepdim=True),
+        "opacities": 0.2 + 0.8 * torch.rand(n, 1, generator=gen), "colors": torch.rand(n, 3, generator=gen),
+        "background": torch.tensor([0.1, 0.2, 0.3]), "projmatrix": proj,
+    }
+    out = _run_kernels(wheelhouse, "diff_gaussian_rasterization", tmp_path, GAUSSIANS, inputs)
+
+    want = _splat(inputs)
+    assert torch.equal(out["radii"], want["radii"]), "the screen-space radii differ from the reference"
+    assert int((want["radii"] > 0).sum()) > n // 2, "the scene put most Gaussians out of view"
+    _report("diff_gaussian_rasterization color", _max_err(out["color"], want["color"]), 1e-4)
+    _report("diff_gaussian_rasterization alpha", _max_err(out["alpha"], want["alpha"]), 1e-4)
+    _report("diff_gaussian_rasterization depth", _max_err(out["depth"], want["depth"]), 1e-3)
+    _assert_sass(out["so"], device, ["renderCUDA", "preprocessCUDA"])
