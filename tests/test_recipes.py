@@ -10,6 +10,8 @@ import pytest
 from packaging.requirements import Requirement
 
 from farm.builder.plan import PlanOptions, plan_build
+from farm.builder.spec import resolve_spec
+from farm.builder.verify import modules_to_import
 from farm.cli import main
 from farm.model.arch import validate_for_cuda
 from farm.model.cells import (
@@ -140,6 +142,25 @@ def test_every_patch_script_exists_and_belongs_to_a_recipe() -> None:
     on_disk = {f"packages/patches/{p.name}" for p in (REPO / "packages" / "patches").glob("*.py")
                if not p.name.startswith("_")}
     assert on_disk == named
+
+
+def test_nvdiffrast_is_asserted_as_an_ahead_of_time_build(config: FarmConfig) -> None:
+    """nvdiffrast 0.4.0's setup.py compiles the extension ``_nvdiffrast_c`` (5 CUDA sources) that
+    nvdiffrast/torch/ops.py imports; only 0.3.x compiled at run time. So a wheel without an
+    extension is a defect, ninja is no run-time requirement, and the import check reaches the
+    extension through the package as users do."""
+    recipe = config.recipe("nvdiffrast")
+    assert recipe.version == "0.4.0"
+    assert not recipe.jit
+    cell = next(c for c in declared_cells(config.defaults, recipe) if c.cuda == "13.0" and c.torch == "2.14"
+                and c.platform == "linux_x86_64")
+    spec = resolve_spec(config, recipe, cell)
+    assert not spec.expected.allow_no_extensions
+    assert str(spec.expected.default) == "sm_75;sm_80;sm_86;sm_90;compute_90;sm_100;sm_120;compute_120"
+    assert not any(Requirement(r).name == "ninja" for r in requires_dist(recipe, cell))
+    wheel_files = ["nvdiffrast/torch/ops.py", "_nvdiffrast_c.cpython-311-x86_64-linux-gnu.so"]
+    assert modules_to_import(wheel_files, recipe.verify, recipe.dist) == (
+        "nvdiffrast", "nvdiffrast.torch", "_nvdiffrast_c")
 
 
 # What a package's build imports before any of its own code is compiled, found at its pin by a
