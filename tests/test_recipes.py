@@ -169,10 +169,12 @@ def test_ovoxel_recipes_carry_what_their_build_needs(config: FarmConfig, name: s
     easydict, numpy, plyfile, tqdm, trimesh, zstandard", the first build of ovoxel_vb_ap): every
     requirement but the toolchain farm provides itself is the recipe's `extra_deps`. The C++ files
     include <Eigen/Dense> from the submodule o-voxel/third_party/eigen, so the pin is fetched with
-    its submodules."""
+    its submodules. ``import o_voxel`` imports PIL (o_voxel/convert/volumetic_attr.py, at every pin),
+    which the pyproject's dependencies miss: the wheel's requires_dist adds pillow."""
     recipe = config.recipe(name)
     wanted = {Requirement(r).name for r in tomllib.loads(OVOXEL_BUILD_SYSTEM)["build-system"]["requires"]}
     given = {Requirement(r).name for r in recipe.build.extra_deps}
     assert wanted - {"setuptools", "wheel", "torch"} <= given
     assert isinstance(recipe.source, GitSource)
     assert recipe.source.submodules
+    assert "pillow" in recipe.requires_dist
