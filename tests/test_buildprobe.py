@@ -141,6 +141,25 @@ def test_a_probe_fails_an_extension_that_drops_the_cells_list_and_names_it(tmp_p
     assert len(list((tmp_path / ".cache" / "shards" / "probe" / CELL.id / shard.OBJECTS).glob("*.o"))) == 2
 
 
+def test_a_build_that_stops_before_nvcc_is_named_so_with_its_own_error_once(tmp_path, pypi_toolkit, capsys) -> None:
+    """A setup.py that imports a module the build environment lacks (as torchsparse's did with
+    numpy) fails before any TU reaches the launcher: the probe says so, gives the build's error
+    once, and points at the recipe's build dependencies, not at the stand-ins."""
+    _root(tmp_path, [])
+    setup = tmp_path / "src" / "probe_ext" / "setup.py"
+    setup.write_text("import farm_absent_build_module\n" + setup.read_text())
+    argv = ["build", "probe_ext", "--root", str(tmp_path), "--builder", "native", "--cuda", "13.0",
+            "--python", "3.11", "--platform", "linux_x86_64", "--cuda-home", str(pypi_toolkit.cuda_home),
+            "--out", str(tmp_path / "upload"), "--probe", "--no-compile-cache"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "No module named 'farm_absent_build_module'" in err
+    assert "probe: the build failed, before any CUDA TU reached farm's nvcc launcher: python -m build" in err
+    assert err.count("  fix: ") == 1
+    assert "a build dependency the recipe's extra_deps lacks" in err
+    assert "empty stand-ins" not in err  # the hint of a failure after nvcc
+
+
 @pytest.mark.parametrize("flag", ["--shard", "--link"])
 def test_probe_excludes_shard_and_link(tmp_path, capsys, flag) -> None:
     _root(tmp_path, [])

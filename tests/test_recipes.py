@@ -178,3 +178,25 @@ def test_ovoxel_recipes_carry_what_their_build_needs(config: FarmConfig, name: s
     assert isinstance(recipe.source, GitSource)
     assert recipe.source.submodules
     assert "pillow" in recipe.requires_dist
+
+
+# What a package's build imports before any of its own code is compiled, found at its pin by a
+# probe that failed on it: farm builds without isolation, so the recipe's extra_deps must bring it.
+# module -> the requirement that provides it (pkg_resources: setuptools before 81, which removed it)
+BUILD_IMPORTS = {
+    "torchsparse": ("numpy", "tqdm"),  # setup.py:10 imports the package: torchsparse/utils/tune.py:7, :10
+    "mmcv": ("pkg_resources",),  # setup.py:6
+    "drtk": ("pkg_resources",),  # setup.py:11
+    "cubvh": ("pybind11",),  # pyproject.toml's build-system requires
+}
+PROVIDERS = {"pkg_resources": ("setuptools", "81")}
+
+
+@pytest.mark.parametrize("name", sorted(BUILD_IMPORTS))
+def test_the_build_environment_brings_what_the_build_imports(config: FarmConfig, name: str) -> None:
+    deps = {Requirement(d).name: Requirement(d) for d in config.recipe(name).build.extra_deps}
+    for module in BUILD_IMPORTS[name]:
+        project, without = PROVIDERS.get(module, (module, ""))
+        assert project in deps, f"{name}: its build imports {module}; extra_deps lacks {project}"
+        if without:
+            assert without not in deps[project].specifier, f"{name}: {deps[project]} allows {project} {without}"

@@ -44,6 +44,11 @@ PYPI_WHEELS: dict[str, str] = {
     "libnvjitlink": "nvidia-nvjitlink",
 }
 
+# The components whose wheels hold shared libraries a built extension loads at import (a recipe's
+# verify.runtime_libs); the others are the compiler's (nvcc, headers, tools).
+RUNTIME_LIBRARIES: tuple[str, ...] = ("cuda_cudart", "cuda_nvrtc", "cuda_cupti", "cuda_nvtx", "libcublas",
+                                      "libcusparse", "libcusolver", "libcurand", "libcufft", "libnvjitlink")
+
 # Headers a source may include, by the component that ships them. A directory entry ("thrust/")
 # matches every header below it. CCCL's live under include/cccl/ in CUDA 13 (nvcc adds that path).
 HEADERS: dict[str, tuple[str, ...]] = {
