@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -526,6 +527,45 @@ def test_an_ovoxel_fork_keeps_its_own_standard_and_casts(tmp_path: Path) -> None
     assert (src / "src" / "io" / "svo.cpp").read_text() == SVO_FORK
     assert flags(src, ["ARGS"], torch="2.10.0", windows=True) == {"ARGS": {"extra_compile_args": {
         "cxx": ["/O2", "/std:c++20"], "nvcc": ["-O3", "-std=c++20"]}}}
+
+
+# o-voxel/pyproject.toml's dependencies at microsoft/TRELLIS.2 5565d240 (the forks' end at easydict)
+OVOXEL_DEPS = """\
+dependencies = [
+    "torch",
+    "numpy",
+    "easydict",
+    "cumesh @ git+https://github.com/JeffreyXiang/CuMesh.git",
+    "flex_gemm @ git+https://github.com/JeffreyXiang/FlexGEMM.git",
+]
+"""
+
+
+def test_ovoxel_upstream_drops_its_git_url_dependencies(tmp_path: Path) -> None:
+    """A wheel naming a direct URL cannot go to PyPI; the recipe's requires_dist pins farm's own
+    cumesh and flex_gemm wheels instead. The forks' pyproject is left as it is."""
+    src = tree(tmp_path / "up", {"setup.py": OVOXEL.format(std=17), "src/io/svo.cpp": SVO_UPSTREAM,
+                                 "pyproject.toml": "[project]\n" + OVOXEL_DEPS})
+    patched = applies_once("ovoxel.py", src)
+    project = tomllib.loads(patched[src / "pyproject.toml"].decode())["project"]
+    assert project["dependencies"] == ["torch", "numpy", "easydict"]
+    fork_deps = '[project]\ndependencies = [\n    "torch",\n    "numpy",\n    "easydict"\n]\n'
+    fork = tree(tmp_path / "fork", {"setup.py": OVOXEL.format(std=20), "src/io/svo.cpp": SVO_FORK,
+                                    "pyproject.toml": fork_deps})
+    proc = run("ovoxel.py", fork)
+    assert proc.returncode == 0, proc.stderr
+    assert "names no git-URL dependency" in proc.stdout
+    assert (fork / "pyproject.toml").read_text() == fork_deps
+
+
+def test_ovoxel_refuses_a_git_url_dependency_it_does_not_know(tmp_path: Path) -> None:
+    deps = OVOXEL_DEPS.replace("CuMesh.git", "CuMesh.git@v2")
+    src = tree(tmp_path, {"setup.py": OVOXEL.format(std=17), "src/io/svo.cpp": SVO_UPSTREAM,
+                          "pyproject.toml": "[project]\n" + deps})
+    proc = run("ovoxel.py", src)
+    assert proc.returncode != 0
+    assert "pyproject.toml:6:" in proc.stderr, proc.stderr
+    assert (src / "pyproject.toml").read_text() == "[project]\n" + deps  # all or nothing per file
 
 
 def test_ovoxel_refuses_a_svo_it_does_not_recognise(tmp_path: Path) -> None:

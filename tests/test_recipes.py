@@ -4,6 +4,7 @@ lists the public farm's 44 packages (plus the demo) with more than 10,000 cells.
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from farm.model.cells import (
     requires_dist,
     resolve_arch,
 )
-from farm.model.config import PLATFORMS, FarmConfig, load_config
+from farm.model.config import PLATFORMS, FarmConfig, GitSource, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -161,6 +162,43 @@ def test_nvdiffrast_is_asserted_as_an_ahead_of_time_build(config: FarmConfig) ->
     wheel_files = ["nvdiffrast/torch/ops.py", "_nvdiffrast_c.cpython-311-x86_64-linux-gnu.so"]
     assert modules_to_import(wheel_files, recipe.verify, recipe.dist) == (
         "nvdiffrast", "nvdiffrast.torch", "_nvdiffrast_c")
+
+
+# o-voxel's pyproject.toml at each of the three pins (microsoft/TRELLIS.2 5565d240,
+# visualbruno/TRELLIS.2 65d1e13b, PozzettiAndrea/Trellis.2.drtk 200ba8cb): the same table.
+OVOXEL_BUILD_SYSTEM = """\
+[build-system]
+requires = [
+    "setuptools>=64",
+    "wheel",
+    "torch",
+    "numpy",
+    "plyfile",
+    "trimesh",
+    "tqdm",
+    "zstandard",
+    "easydict"
+]
+build-backend = "setuptools.build_meta"
+"""
+
+
+@pytest.mark.parametrize("name", ["ovoxel", "ovoxel_vb", "ovoxel_vb_ap"])
+def test_ovoxel_recipes_carry_what_their_build_needs(config: FarmConfig, name: str) -> None:
+    """farm builds without isolation (`python -m build --no-isolation`), which refuses to start
+    while a build requirement is missing from the build environment ("ERROR Unmet dependencies ...
+    easydict, numpy, plyfile, tqdm, trimesh, zstandard", the first build of ovoxel_vb_ap): every
+    requirement but the toolchain farm provides itself is the recipe's `extra_deps`. The C++ files
+    include <Eigen/Dense> from the submodule o-voxel/third_party/eigen, so the pin is fetched with
+    its submodules. ``import o_voxel`` imports PIL (o_voxel/convert/volumetic_attr.py, at every pin),
+    which the pyproject's dependencies miss: the wheel's requires_dist adds pillow."""
+    recipe = config.recipe(name)
+    wanted = {Requirement(r).name for r in tomllib.loads(OVOXEL_BUILD_SYSTEM)["build-system"]["requires"]}
+    given = {Requirement(r).name for r in recipe.build.extra_deps}
+    assert wanted - {"setuptools", "wheel", "torch"} <= given
+    assert isinstance(recipe.source, GitSource)
+    assert recipe.source.submodules
+    assert "pillow" in recipe.requires_dist
 
 
 # What a package's build imports before any of its own code is compiled, found at its pin by a

@@ -9,6 +9,11 @@ Windows the C++ files get MSVC's ``/O2 /std:c++MM``.
 Upstream's src/io/svo.cpp also shapes two tensors with ``{vec.size()}``: a ``size_t`` narrowed to
 ``int64_t`` in a braced list, which GCC accepts and MSVC refuses (C2398). Those become
 ``static_cast<int64_t>(...)``; the forks cast already (``(int64_t)``), and are left as they are.
+
+Upstream's pyproject.toml lists cumesh and flex_gemm as git URLs (``cumesh @ git+https://...``):
+a wheel whose metadata names a direct URL cannot be uploaded to PyPI, and pip would build them
+from GitHub's newest commit. They are dropped; the recipe's requires_dist pins farm's own wheels of
+the same cell instead. The forks list no such dependency.
 Run in o-voxel/, after the fork's rename patch; idempotent.
 """
 
@@ -44,3 +49,14 @@ else:
         ("torch::from_blob(codes.data(), {codes.size()}, torch::kInt32).clone();\n",
          f"torch::from_blob(codes.data(), {{static_cast<int64_t>(codes.size())}}, torch::kInt32).clone();  {NARROW}\n"),
     ], NARROW)
+
+GIT_DEPS = ('    "cumesh @ git+https://github.com/JeffreyXiang/CuMesh.git",\n'
+            '    "flex_gemm @ git+https://github.com/JeffreyXiang/FlexGEMM.git",\n')
+DEPS = "# farm: cumesh and flex_gemm are the recipe's requires_dist (farm's wheels of the cell)"
+pyproject = Path("pyproject.toml").read_text(encoding="utf-8") if Path("pyproject.toml").is_file() else ""
+if "@ git+" not in pyproject and DEPS not in pyproject:
+    print("o_voxel: pyproject.toml names no git-URL dependency")
+else:
+    edit("pyproject.toml", "o_voxel", [
+        (GIT_DEPS, f"    {DEPS}\n"),
+    ], DEPS)
