@@ -9,8 +9,8 @@ removes them. The prune keeps what the next builds need and removes the rest:
   commits and sdists, the toolkits whose source, release, platform and components match their
   provenance, the environments of their Python and torch, their work folders;
 - the sources today's recipes pin (a git tag's resolved commit, read from the fetch's pointer),
-  with the trees and archives their ``source.vendor`` places (the composed tree keyed as the fetch
-  keys it);
+  with the trees, archives and git checkouts their ``source.vendor`` places (the composed tree
+  keyed as the fetch keys it);
 - anything changed within ``min_age_s`` (a build that is filling it now) or whose lock a running
   build holds.
 
@@ -115,6 +115,9 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
         if isinstance(vendor, list) and isinstance(identity, str):
             used_vendored.add(vendored_key(identity, vendor))
             used_archives.update(v["sha256"] for v in vendor if isinstance(v, Mapping) and "sha256" in v)
+            # a git entry's checkout is cached as a git source of that commit
+            used_commits.update(v["commit"] for v in vendor if isinstance(v, Mapping) and v.get("kind") == "git"
+                                and isinstance(v.get("commit"), str))
         cell = e.get("cell") or {}
         python = str(cell.get("python", ""))
         toolchain = e.get("toolchain") or {}
@@ -148,7 +151,7 @@ def recipe_vendored(config: FarmConfig, sources: Path) -> tuple[set[str], set[st
     for recipe in config.recipes.values():
         if not recipe.vendor:
             continue
-        archives.update(entry.origin.sha256 for entry in recipe.vendor)
+        archives.update(entry.origin.sha256 for entry in recipe.vendor if not isinstance(entry.origin, GitSource))
         src = recipe.source
         identity: str | None
         if isinstance(src, SdistSource):
@@ -175,6 +178,8 @@ def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
                 commits.add(commit)
             if len(src.ref) == 40:
                 commits.add(src.ref.lower())
+        # a vendored repository's checkout is cached as a git source of its pinned commit
+        commits.update(entry.origin.ref for entry in recipe.vendor if isinstance(entry.origin, GitSource))
     return commits, sdists
 
 
