@@ -3,6 +3,7 @@
 
     nox -s matrix -- [PKG...] [--cuda 12.8] [--github-output]
     nox -s build -- demo_ext --cuda 13.0 --python 3.11 --builder native
+    nox -s cache-plan -- --json
     nox -s tests
     nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads
     nox -s tests_fast                    # the fast tier on every supported Python this machine has
@@ -148,6 +149,12 @@ def backfill(session: nox.Session) -> None:
 def index(session: nox.Session) -> None:
     """Regenerate the static PEP 503 index from the ledger."""
     _farm(session, "index")
+
+
+@nox.session(name="cache-plan")
+def cache_plan(session: nox.Session) -> None:
+    """The Actions cache plan: each cache key's size against the repository's 10 GB."""
+    _farm(session, "cache-plan")
 
 
 @nox.session

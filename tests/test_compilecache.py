@@ -15,6 +15,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -196,6 +197,36 @@ def test_launchers_count_a_miss_then_a_hit(tmp_path) -> None:
     text = (tmp_path / "run" / "bin" / "gcc").read_text()
     assert "sha256 " in text
     assert "unknown" not in text
+
+
+def test_a_compiler_found_in_the_launchers_folder_is_cached_once_and_never_hangs(tmp_path) -> None:
+    """CMake looks for nvcc beside the C++ compiler first, so with ``$CXX`` the cache's g++ its
+    CUDA compiler is the cache's own ``nvcc``, still prefixed by ``launch`` (natten): sccache then
+    runs a compiler that is itself ``launch`` + sccache. That inner client waited on the server whose job slots the outer
+    compiles held, and the build hung (CMake's CUDA ABI check, two parallel compiles). Beneath a
+    cached compile ``launch`` runs the compiler directly: one lookup per step, as for gcc/g++.
+    Here the cache's ``nvcc`` stands on the host C compiler (sccache treats it as one), and
+    parallel compiles through ``launch <bin>/nvcc`` finish, each counted once."""
+    env = _server_env(tmp_path, tmp_path / "cache")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc is not None
+    state = cclaunch.setup(str(tmp_path / "run"), cc, env)
+    assert state["cached"] is True
+    bindir = tmp_path / "run" / "bin"
+    procs = []
+    try:
+        for i in range(4):  # more than the server's job slots on a small host
+            (tmp_path / f"k{i}.c").write_text(f"int k{i}(int x) {{ return x + {i}; }}\n")
+            procs.append(subprocess.Popen([str(bindir / "launch"), str(bindir / "nvcc"), "-c", f"k{i}.c", "-o",
+                                           f"k{i}.o"], cwd=tmp_path, env=env))
+        assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    finally:
+        for p in procs:
+            p.kill()
+        stats = cclaunch.stats(str(tmp_path / "run"), env)  # stops the server
+    counts = Counts.from_stats(stats or {})
+    assert counts.compiles == 4
+    assert all((tmp_path / f"k{i}.o").stat().st_size > 0 for i in range(4))
 
 
 def test_an_unwritable_cache_compiles_uncached_and_says_so(tmp_path) -> None:

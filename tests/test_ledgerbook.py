@@ -67,9 +67,30 @@ def test_a_second_target_changes_the_wheels_own_line(tmp_path: Path) -> None:
     book = LedgerBook.open(ledger)
     got = book.record(wheel, "index", "files/x.whl")
     assert (got.added, got.published) == (False, True)
+    assert book.flush() == 1
     lines = [e for _, e in iter_entries(ledger)]
     assert len(lines) == 2
     assert [p["target"] for p in lines[1]["published"]] == ["github", "index"]
+
+
+def test_second_targets_of_recorded_wheels_are_written_in_one_rewrite(tmp_path: Path) -> None:
+    """Wheels the ledger holds, each reaching another target: the file is untouched until the
+    flush, then rewritten once for all of them; a publication recorded twice is held once."""
+    wheels = [entry(py) for py in ("cp310", "cp311", "cp312")]
+    ledger = write(tmp_path / "ledger.jsonl", *(w.with_published("github", URL) for w in wheels))
+    before = ledger.read_bytes()
+    book = LedgerBook.open(ledger)
+    for w in wheels:
+        assert book.record(w, "mirror", f"https://mirror.example/{w.filename}").published
+    assert not book.record(wheels[0], "mirror", f"https://mirror.example/{wheels[0].filename}").published
+    assert ledger.read_bytes() == before  # held, not yet written
+    assert len(book.pending) == 3
+    assert book.flush() == 3
+    assert book.rewrites == 1
+    assert [[p["target"] for p in e["published"]] for _, e in iter_entries(ledger)] == [["github", "mirror"]] * 3
+    assert book.flush() == 0  # nothing held: nothing written
+    assert book.rewrites == 1
+    assert not book.record(wheels[1], "mirror", f"https://mirror.example/{wheels[1].filename}").published
 
 
 def test_a_file_changed_by_another_writer_is_read_again(tmp_path: Path) -> None:

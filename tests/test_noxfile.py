@@ -79,3 +79,13 @@ def test_explain_session(clone: Path) -> None:
     assert devices["10.0"]["image"] == "compute_90"
     assert devices["10.0"]["kind"] == "ptx-jit"
     assert devices["7.5"]["image"] is None
+
+
+def test_cache_plan_session(clone: Path) -> None:
+    """The session is `farm cache-plan` with its arguments: the committed size table, read offline."""
+    result = nox(clone, "cache-plan", "--json")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    plan = farm_json(result.stdout)
+    assert plan["limit_bytes"] == 10_000_000_000
+    assert plan["rows"]
+    assert plan["total_bytes"] == sum(row["total_bytes"] for row in plan["rows"])

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .setuptrees import MMCV
+
 PATCHES = Path(__file__).resolve().parent.parent / "packages" / "patches"
 
 FUSED_SSIM = textwrap.dedent("""\
@@ -60,29 +62,6 @@ RASTERIZER = textwrap.dedent("""\
         name="custom_rasterizer",
     )["name"]
     """)
-
-MMCV = textwrap.dedent("""\
-    import os
-    import platform
-    NAME = dict(
-        name='mmcv' if os.getenv('MMCV_WITH_OPS', '0') == '0' else 'mmcv-full',
-    )["name"]
-    def get_extensions():
-        if True:
-            extra_compile_args = {'cxx': []}
-            if platform.system() != 'Windows':
-                if parse_version(torch.__version__) <= parse_version('1.12.1'):
-                    extra_compile_args['cxx'] = ['-std=c++14']
-                else:
-                    extra_compile_args['cxx'] = ['-std=c++17']
-            else:
-                if parse_version(torch.__version__) <= parse_version('1.12.1'):
-                    extra_compile_args['cxx'] = ['/std:c++14']
-                else:
-                    extra_compile_args['cxx'] = ['/std:c++17']
-        return extra_compile_args
-    """)
-
 
 def run(script: str, folder: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(PATCHES / script)], cwd=folder, capture_output=True, text=True,

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from .setuptrees import MMCV
+
 PATCHES = Path(__file__).resolve().parent.parent / "packages" / "patches"
 
 
@@ -400,37 +402,11 @@ def test_natten_tells_its_cmake_the_standard(tmp_path: Path, torch: str, windows
     assert flags(src, ["cmake_args"], torch=torch, windows=windows) == {"cmake_args": ["-DNATTEN_IS_WINDOWS=1", *extra]}
 
 
-MMCV = """\
-import os
-import platform
-from packaging.version import parse as parse_version
-import torch
-NAME = dict(
-    name='mmcv' if os.getenv('MMCV_WITH_OPS', '0') == '0' else 'mmcv-full',
-)["name"]
-def get_extensions():
-    if True:
-        extra_compile_args = {'cxx': []}
-        if platform.system() != 'Windows':
-            if parse_version(torch.__version__) <= parse_version('1.12.1'):
-                extra_compile_args['cxx'] = ['-std=c++14']
-            else:
-                extra_compile_args['cxx'] = ['-std=c++17']
-        else:
-            if parse_version(torch.__version__) <= parse_version('1.12.1'):
-                extra_compile_args['cxx'] = ['/std:c++14']
-            else:
-                extra_compile_args['cxx'] = ['/std:c++17']
-    return extra_compile_args
-ARGS = get_extensions()
-"""
-
-
 @pytest.mark.parametrize(("torch", "windows", "cxx"), [
     ("2.12.1", False, ["-std=c++17"]), ("2.14.1", False, ["-std=c++20"]), ("2.12.1", True, ["/std:c++17"]),
     ("2.13.0", True, ["/std:c++20"])])
 def test_mmcv_compiles_cpp20_where_torch_needs_it(tmp_path: Path, torch: str, windows: bool, cxx: list[str]) -> None:
-    src = tree(tmp_path, {"setup.py": MMCV})
+    src = tree(tmp_path, {"setup.py": MMCV + "ARGS = get_extensions()\n"})
     applies_once("mmcv.py", src)
     assert flags(src, ["NAME", "ARGS"], torch=torch, windows=windows) == {"NAME": "mmcv", "ARGS": {"cxx": cxx}}
 

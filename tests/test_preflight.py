@@ -324,6 +324,39 @@ def test_a_python_uv_would_install_is_a_download_whose_server_must_answer(tmp_pa
     assert nouv.reason.endswith("uv, which could install one, is not here)")
 
 
+def test_a_git_source_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> None:
+    """A recipe's GitHub repo rewritten by the user's ``url.<base>.insteadOf`` to a local clone is
+    no network download: git fetches the clone, so an unreachable GitHub does not block the cell;
+    without the rewrite the same cell is refused (the host does not answer)."""
+    with socket.socket() as closed:  # a port nobody listens on stands for GitHub out of reach
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = f"http://127.0.0.1:{port}/o/demo.git"
+    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
+    recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
+        "  path: examples/demo_ext\n", f"  git: {{repo: '{down}', ref: v1.0}}\n")
+    config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
+    demo = config.recipe("demo_ext")
+    spec = resolve_spec(config, demo, _cell())
+    config_file = tmp_path / "gitconfig"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config_file))
+
+    def blocker() -> str | None:
+        needs = needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                         toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                         interpreter=None)
+        found = Preflight("native", host=LINUX).check(_cell(), downloads=needs.downloads)
+        return None if found is None else found.reason
+
+    config_file.write_text("")
+    reason = blocker()
+    assert reason is not None
+    assert f"the source comes from 127.0.0.1:{port}, which does not answer" in reason
+    clone = tmp_path / "mirror" / "demo.git"
+    config_file.write_text(f'[url "{clone}"]\n\tinsteadOf = {down}\n')
+    assert blocker() is None
+
+
 def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> None:
     """The recipe's source.vendor archive (served on 127.0.0.1) is named among the cell's downloads
     until the composed tree is cached, then not."""

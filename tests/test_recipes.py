@@ -140,3 +140,25 @@ def test_every_patch_script_exists_and_belongs_to_a_recipe() -> None:
     on_disk = {f"packages/patches/{p.name}" for p in (REPO / "packages" / "patches").glob("*.py")
                if not p.name.startswith("_")}
     assert on_disk == named
+
+
+# What a package's build imports before any of its own code is compiled, found at its pin by a
+# probe that failed on it: farm builds without isolation, so the recipe's extra_deps must bring it.
+# module -> the requirement that provides it (pkg_resources: setuptools before 81, which removed it)
+BUILD_IMPORTS = {
+    "torchsparse": ("numpy", "tqdm"),  # setup.py:10 imports the package: torchsparse/utils/tune.py:7, :10
+    "mmcv": ("pkg_resources",),  # setup.py:6
+    "drtk": ("pkg_resources",),  # setup.py:11
+    "cubvh": ("pybind11",),  # pyproject.toml's build-system requires
+}
+PROVIDERS = {"pkg_resources": ("setuptools", "81")}
+
+
+@pytest.mark.parametrize("name", sorted(BUILD_IMPORTS))
+def test_the_build_environment_brings_what_the_build_imports(config: FarmConfig, name: str) -> None:
+    deps = {Requirement(d).name: Requirement(d) for d in config.recipe(name).build.extra_deps}
+    for module in BUILD_IMPORTS[name]:
+        project, without = PROVIDERS.get(module, (module, ""))
+        assert project in deps, f"{name}: its build imports {module}; extra_deps lacks {project}"
+        if without:
+            assert without not in deps[project].specifier, f"{name}: {deps[project]} allows {project} {without}"

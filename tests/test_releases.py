@@ -24,6 +24,7 @@ import pytest
 
 from farm.model.config import load_config
 from farm.provenance.ledger import iter_entries
+from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.verdict import derive_from_config
 from farm.publish import GithubSettings, UploadReport, Verdict, ghrest, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
@@ -320,3 +321,27 @@ def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: gh
     assert {e["filename"] for _, e in iter_entries(tmp_path / "pushed.jsonl")} >= set(other)
     assert len(other) == 4
     assert git(ours, "status", "--porcelain", "--untracked-files=no").strip() == ""  # all committed
+
+
+def test_a_second_github_target_records_its_wheels_in_one_ledger_rewrite(fleet: Fleet, sim: ghsim.GitHubSim,
+                                                                         tmp_path: Path) -> None:
+    """Every wheel of a batch already in the ledger reaches a second GitHub target (here the same
+    simulated repository under another target name, so each asset is found there with the
+    ledger's sha256): each is recorded, and the ledger is rewritten once for the pass, not once
+    per wheel."""
+    out, ledger = batch_dir(list(fleet.first.values()), tmp_path / "out"), tmp_path / "ledger.jsonl"
+    assert run(fleet, sim, out, ledger).ok
+    book = LedgerBook.open(ledger)
+    mirror = GithubSettings("mirror", sim.repo, api_url=sim.base.rstrip("/"), uploads_url=sim.base + "uploads")
+
+    def client(s: GithubSettings) -> ghrest.Client:
+        return github_client(s, {"GH_TOKEN": ghsim.TOKEN}, clock=sim.clock,
+                             throttle=Throttle(github_limits(), clock=sim.clock))
+
+    report = upload(out, [mirror], ledger=ledger, github_client=client, reader="native", book=book,
+                    derive=derive_from_config(load_config(fleet.root)))
+    assert report.ok, [v.line() for v in report.verdicts]
+    assert set(verdicts(report).values()) == {Verdict.PRESENT}
+    assert report.recorded == len(PACKAGES)
+    assert book.rewrites == 1
+    assert [[p["target"] for p in e["published"]] for _, e in iter_entries(ledger)] == [["github", "mirror"]] * 4

@@ -165,6 +165,27 @@ def test_a_literal_takes_only_its_own_values_and_types() -> None:
     assert err.value.where == "schema_version"
 
 
+@dataclass(frozen=True)
+class Knob:
+    expect: bool | str
+
+
+def test_a_union_of_plain_types_takes_each_by_its_own_type() -> None:
+    """``true`` or a text (a recipe's expect_device_error); a number is neither, even where Python
+    would compare it equal to ``true``."""
+    assert object_schema(Knob)["properties"]["expect"] == {"type": ["boolean", "string"]}
+    for good in (True, "CUDA is not available"):
+        assert decode(Knob, {"expect": good}) == Knob(good)
+        assert encode(Knob(good)) == {"expect": good}
+        jsonschema.validate({"expect": good}, object_schema(Knob))
+    value: object
+    for value, says in ((1, "expected boolean or string"), (1.0, "expected boolean or string"),
+                        ([], "expected boolean or string"), (None, "null where a value is required")):
+        with pytest.raises(ShapeError, match=says) as err:
+            decode(Knob, {"expect": value})
+        assert err.value.where == "expect"
+
+
 def test_an_annotation_the_reader_does_not_know_is_a_clear_error() -> None:
     @dataclass(frozen=True)
     class Odd:

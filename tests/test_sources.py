@@ -89,6 +89,19 @@ def test_git_damaged_ref_pointer_resolves_the_ref_again(upstream, tmp_path) -> N
     assert f'"commit": "{first.identity}"'.encode() in pointer.read_bytes()
 
 
+def test_git_url_rewrites_of_the_user_are_what_git_fetches(upstream, tmp_path, monkeypatch) -> None:
+    """A ``url.<base>.insteadOf`` in the user's git config (a mirror of an unreachable host) is
+    reported by git_fetch_url as what git fetches, and fetch() really fetches the pin through it."""
+    config = tmp_path / "gitconfig"
+    repo = str(upstream["url"]).removeprefix("file://")
+    config.write_text(f'[url "{repo}"]\n\tinsteadOf = https://unreachable.invalid/o/repo\n')
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    assert fetch_module.git_fetch_url("https://unreachable.invalid/o/repo") == repo
+    assert fetch_module.git_fetch_url("https://unreachable.invalid/o/other") == "https://unreachable.invalid/o/other"
+    tree = fetch(GitSource("https://unreachable.invalid/o/repo", "v1.0"), tmp_path / "cache")
+    assert tree.identity == upstream["tagged"]
+
+
 def test_git_unreachable_repo_is_a_source_error_naming_package_and_repo(tmp_path) -> None:
     missing = (tmp_path / "nowhere").as_uri()
     with pytest.raises(SourceError) as info:

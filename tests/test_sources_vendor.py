@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.errors import SourceError
+from farm.errors import ConfigError, SourceError
 from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource, load_config
 from farm.provenance import buildinfo
 from farm.source import fetch as fetchmod
@@ -180,8 +180,6 @@ def test_an_archive_unpacking_beyond_the_bound_is_refused(upstream, files, tmp_p
         # inside the archive, but outside the folder placed: it would point into the package's tree
         ({"glm-1.0.1/glm/a.h": b"x", "glm-1.0.1/LICENSE": b"x"}, {"glm-1.0.1/glm/up": "../LICENSE"}, "glm",
          "leaves the vendored folder"),
-        ({"glm-1.0.1/glm/a.h": b"x"}, None, "include", "has no folder 'include'"),
-        ({"glm-1.0.1/glm/a.h": b"x"}, {"glm-1.0.1/inc": "glm"}, "inc", "has no folder 'inc'"),  # a link is no folder
     ],
 )
 def test_an_archive_that_would_leave_its_folder_is_refused(upstream, files, tmp_path, members, links, subdir,
@@ -194,6 +192,22 @@ def test_an_archive_that_would_leave_its_folder_is_refused(upstream, files, tmp_
     assert not list((tmp_path / "c" / "vendored").glob("*/tree"))
 
 
+@pytest.mark.parametrize(
+    ("links", "subdir"),
+    [(None, "include"), ({"glm-1.0.1/inc": "glm"}, "inc")],  # a link is no folder
+)
+def test_a_subdir_the_archive_lacks_is_the_recipes_error(upstream, files, tmp_path, links, subdir) -> None:
+    """The pinned archive is fine; the recipe names a folder it does not hold: bad input (exit 2),
+    naming the recipe's line, nothing cached."""
+    url, sha = _put(files, "glm.tar.gz", _tar({"glm-1.0.1/glm/a.h": b"x"}, links))
+    entry = _entry(url, sha, path="csrc/third_party/glm/glm", subdir=subdir)
+    with pytest.raises(ConfigError, match=f"has no folder '{subdir}' \\(it holds glm") as err:
+        fetch(upstream, tmp_path / "c", vendor=(entry,))
+    assert err.value.exit_code == 2
+    assert err.value.where == entry.where
+    assert not list((tmp_path / "c" / "vendored").glob("*/tree"))
+
+
 def test_links_inside_the_folder_are_kept(upstream, files, tmp_path) -> None:
     url, sha = _put(files, "glm.tar.gz", _tar(GLM, {"glm-1.0.1/glm/alias.hpp": "glm.hpp"}))
     tree = fetch(upstream, tmp_path / "c", vendor=(_entry(url, sha),))
@@ -202,10 +216,11 @@ def test_links_inside_the_folder_are_kept(upstream, files, tmp_path) -> None:
 
 def test_a_path_holding_upstream_files_is_never_overwritten(upstream, files, tmp_path) -> None:
     url, sha = _put(files, "glm.tar.gz", _tar(GLM))
-    with pytest.raises(SourceError, match=r"already has 2 entries at 'csrc' \(k.cu, third_party\).*overwrite upstream files"):
+    with pytest.raises(ConfigError, match=r"already has 2 entries at 'csrc' \(k.cu, third_party\).*overwrite upstream files"):
         fetch(upstream, tmp_path / "c", vendor=(_entry(url, sha, path="csrc"),))
-    with pytest.raises(SourceError, match="already has a file or link at 'setup.py'"):
+    with pytest.raises(ConfigError, match="already has a file or link at 'setup.py'") as err:
         fetch(upstream, tmp_path / "c", vendor=(_entry(url, sha, path="setup.py"),))
+    assert err.value.exit_code == 2
 
 
 def test_a_path_through_a_link_of_the_source_is_refused(upstream, files, tmp_path) -> None:
@@ -213,7 +228,7 @@ def test_a_path_through_a_link_of_the_source_is_refused(upstream, files, tmp_pat
     outside.mkdir()
     (upstream.path / "third").symlink_to(outside)
     url, sha = _put(files, "glm.tar.gz", _tar(GLM))
-    with pytest.raises(SourceError, match="'third' is a link or a file in the source"):
+    with pytest.raises(ConfigError, match="'third' is a link or a file in the source"):
         fetch(upstream, tmp_path / "c", vendor=(_entry(url, sha, path="third/glm"),))
     assert list(outside.iterdir()) == []
 

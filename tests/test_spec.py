@@ -12,7 +12,7 @@ import pytest
 
 from farm.builder.plan import PlanOptions, plan_build
 from farm.builder.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
-from farm.errors import UsageError
+from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
 from farm.model.config import FarmConfig, load_config
@@ -112,6 +112,9 @@ def test_every_recipe_of_the_repository_round_trips() -> None:
     (lambda d: d.pop("knobs"), "knobs must be an object"),
     (lambda d: d["verify"].update(expect_device_error=3), "verify.expect_device_error"),
     (lambda d: d["verify"].update(extra_imports="a.b"), "verify.extra_imports"),
+    (lambda d: d["verify"].pop("runtime_libs"), "verify.runtime_libs"),
+    (lambda d: d["verify"].update(runtime_wheels="nvidia-cuda-nvrtc"), "verify.runtime_wheels"),
+    (lambda d: d["verify"].update(surprise=True), "verify"),
     # a spec can never drop or loosen the torch pin of a torch-linked cell
     (lambda d: d["postbuild"].update(pins=[]), "postbuild.pins must be a list holding the cell's torch pin"),
     (lambda d: d["postbuild"].update(pins=["torch"]), "postbuild.pins"),
@@ -318,3 +321,55 @@ def test_the_vendored_trees_are_part_of_the_spec_and_its_digest(config, tmp_path
     assert dataclasses.replace(one, recipe_sha256=two.recipe_sha256).digest != two.digest
     assert dataclasses.replace(one, source=two.source).digest == dataclasses.replace(
         two, recipe_sha256=one.recipe_sha256).digest
+
+
+def test_the_import_checks_runtime_libraries_resolve_to_the_lines_pinned_wheels(tmp_path) -> None:
+    """verify.runtime_libs names components; the spec holds NVIDIA's wheels of the cell's line,
+    pinned as _defaults.yml pins them (CUDA 12's named -cu12), and they travel in the spec file."""
+    for d in ("examples/demo_ext", "src/torchpkg"):
+        (tmp_path / d).mkdir(parents=True)
+    demo = DEMO_RECIPE.format(arch="8.0;9.0+PTX") + "verify:\n  runtime_libs: [cuda_cudart, cuda_nvrtc]\n"
+    config = make_root(tmp_path, {"demo_ext": demo})
+    spec = resolve_spec(config, config.recipe("demo_ext"), X86)
+    line = config.defaults.toolkit.lines["13.0"]
+    assert spec.verify.runtime_libs == ("cuda_cudart", "cuda_nvrtc")
+    assert spec.runtime_wheels == (f"nvidia-cuda-runtime=={line.pypi['cuda_cudart']}",
+                                   f"nvidia-cuda-nvrtc=={line.pypi['cuda_nvrtc']}")
+    assert read_spec(write_spec(spec, tmp_path)) == spec
+    cu12 = resolve_spec(config, config.recipe("demo_ext"), dataclasses.replace(X86, cuda="12.8"))
+    assert cu12.runtime_wheels == tuple(f"nvidia-cuda-{w}-cu12=={config.defaults.toolkit.lines['12.8'].pypi[c]}"
+                                        for w, c in (("runtime", "cuda_cudart"), ("nvrtc", "cuda_nvrtc")))
+
+
+@pytest.mark.parametrize(("libs", "message"), [
+    ("[cuda_nvcc]", "'cuda_nvcc' is no CUDA runtime library"),
+    ("[libcudart]", "did you mean|runtime libraries"),
+    ("[libcufft]", "CUDA 12.8 pins no PyPI wheel for it"),
+])
+def test_a_runtime_library_the_line_cannot_give_is_refused_naming_the_recipe(tmp_path, libs, message) -> None:
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    demo = DEMO_RECIPE.format(arch="8.0;9.0+PTX") + f"verify:\n  runtime_libs: {libs}\n"
+    config = make_root(tmp_path, {"demo_ext": demo})
+    with pytest.raises(ConfigError, match=message) as info:
+        resolve_spec(config, config.recipe("demo_ext"), dataclasses.replace(X86, cuda="12.8"))
+    assert info.value.where == "packages/demo_ext.yml"
+    assert info.value.exit_code == 2
+
+
+def test_a_smaller_max_jobs_in_the_environment_wins_over_the_recipes(config, tmp_path) -> None:
+    """The recipe says max_jobs: 2; a maintainer's MAX_JOBS=1 on a small host stays 1 in the
+    build's environment, a larger one does not raise the recipe's bound."""
+    recipe = config.recipe("torchpkg")
+    assert resolve_spec(config, recipe, TORCH).knobs.max_jobs == 2
+    for env, jobs in (({"MAX_JOBS": "1"}, 1), ({"MAX_JOBS": " 8 "}, 2), ({"MAX_JOBS": ""}, 2)):
+        spec = resolve_spec(config, recipe, TORCH, SpecOverrides(env=env))
+        assert spec.knobs.max_jobs == jobs, env
+    small = resolve_spec(config, recipe, TORCH, SpecOverrides(env={"MAX_JOBS": "1"}))
+    plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=small)
+    assert plan.native is not None
+    assert dict(plan.native.environment)["MAX_JOBS"] == "1"
+    for bad in ("0", "two", "-1", "1e3"):
+        with pytest.raises(UsageError, match="MAX_JOBS") as info:
+            resolve_spec(config, recipe, TORCH, SpecOverrides(env={"MAX_JOBS": bad}))
+        assert info.value.exit_code == 2

@@ -289,10 +289,11 @@ def test_the_check_passes_what_the_toolkit_has_and_skips_a_vendored_copy(pypi_to
     check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path)
 
 
-def test_the_check_leaves_out_test_programs(tmp_path) -> None:
-    """flash_attn's sdist carries CUTLASS's unit tests, whose NVRTC test includes <nvrtc.h>: no
-    wheel build compiles them, so a toolkit without NVRTC passes; the same include in the
-    package's own sources is still refused."""
+def test_the_check_leaves_out_test_and_example_programs(tmp_path) -> None:
+    """flash_attn's sdist carries CUTLASS's unit tests, whose NVRTC test includes <nvrtc.h>, and
+    NATTEN's CUTLASS submodule its examples, one of which includes <cuda_profiler_api.h>: no wheel
+    build compiles them, so a toolkit without NVRTC or the profiler API passes; the same include in
+    the package's own sources is still refused."""
     home = tmp_path / "cuda"
     (home / "include").mkdir(parents=True)
     (home / "lib64").mkdir()
@@ -302,10 +303,23 @@ def test_the_check_leaves_out_test_programs(tmp_path) -> None:
     (src / "csrc" / "cutlass" / "test" / "unit" / "nvrtc" / "testbed.h").write_text("#include <nvrtc.h>\n")
     (src / "tests").mkdir()
     (src / "tests" / "t.cu").write_text("#include <cusparse.h>\n")
+    gqa = src / "third_party" / "cutlass" / "examples" / "93_blackwell_low_latency_gqa"
+    gqa.mkdir(parents=True)
+    (gqa / "tgv_gqa.cu").write_text("#include <cuda_runtime.h>\n#include <cuda_profiler_api.h>\n")
     check_toolkit(home, (), source_root=src)
     (src / "csrc" / "ops.cu").write_text("#include <nvrtc.h>\n")
     with pytest.raises(ConfigError, match=r"cuda_nvrtc: <nvrtc.h> at csrc/ops.cu:1"):
         check_toolkit(home, (), source_root=src)
+
+
+def test_the_profiler_api_is_its_own_component_not_cudarts(pypi_toolkit, tmp_path) -> None:
+    """NVIDIA ships <cuda_profiler_api.h> as the cuda_profiler_api component (its own archive, its
+    own wheel): the assembled toolkit's cudart lacks it, and the check names the component that has it."""
+    assert not (pypi_toolkit.cuda_home / "include" / "cuda_profiler_api.h").exists()
+    (tmp_path / "ops.cu").write_text("#include <cuda_runtime.h>\n#include <cuda_profiler_api.h>\n")
+    with pytest.raises(ConfigError, match=r"cuda_profiler_api: <cuda_profiler_api.h> at ops.cu:2(.|\n)*"
+                                          r"add to build.extra_cuda_components: cuda_profiler_api"):
+        check_toolkit(pypi_toolkit.cuda_home, request_for(TK, "13.0").components, source_root=tmp_path)
 
 
 def test_the_check_refuses_a_toolkit_without_the_cudart_dev_link(tmp_path) -> None:

@@ -5,12 +5,13 @@ of a real CUDA build (demo_ext) is in test_builders.py."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from farm.builder.verify import check_wheel, extension_modules, judge, modules_to_import
+from farm.builder.verify import ImportCheck, check_wheel, extension_modules, judge, modules_to_import
 from farm.errors import ToolError
 from farm.model.config import VerifyKnobs
 
@@ -42,6 +43,21 @@ def test_a_failure_is_accepted_only_for_the_reason_the_recipe_gives() -> None:
     assert judge("m", libcuda, VerifyKnobs(needs_driver=True), driver_present=False).ok
     assert not judge("m", libcuda, VerifyKnobs(needs_driver=True), driver_present=True).ok  # the driver is here
     assert not judge("m", libcuda, VerifyKnobs(), driver_present=False).ok
+
+
+def test_a_missing_library_is_no_device_error_whatever_the_recipe_expects() -> None:
+    """A runtime library the loader cannot find is verify.runtime_libs's, not expect_device_error's,
+    even where its name holds "cuda" or the recipe's text."""
+    for lib in ("libnvrtc.so.13", "libcudart.so.13"):
+        error = f"ImportError: {lib}: cannot open shared object file: No such file or directory"
+        for knobs in (VerifyKnobs(expect_device_error=True), VerifyKnobs(expect_device_error=lib),
+                      VerifyKnobs(expect_device_error="libnvrtc.so"), VerifyKnobs(needs_driver=True)):
+            outcome = judge("pkg.core_cc", error, knobs, driver_present=False)
+            assert not outcome.ok, (lib, knobs)
+            assert "verify.runtime_libs" in (outcome.hint or "")
+    check = ImportCheck(Path("pkg.whl"), "3.11.7", (judge("pkg.core_cc", error, VerifyKnobs(), driver_present=False),))
+    assert "FAILED" in check.render()
+    assert "is no device error" in check.render()
 
 
 @pytest.mark.slow  # a venv and a pip install each
@@ -131,3 +147,64 @@ def test_a_missing_interpreter_is_an_environment_error(tmp_path) -> None:
     with pytest.raises(ToolError, match="cannot run the interpreter"):
         check_wheel(wheel, VerifyKnobs(), dist="goodpkg", interpreter=Path(tmp_path / "python9.9"),
                     work=tmp_path / "w")
+
+
+_RUNTIME_EXT = """
+#include <Python.h>
+int nvrtcVersion(int *major, int *minor);  /* nvrtc.h's, an nvrtcResult (an enum) returned */
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_rt", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__rt(void) {
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != 0) {  /* answers without a GPU or a driver */
+        PyErr_SetString(PyExc_RuntimeError, "nvrtcVersion failed");
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&def);
+    if (m) PyModule_AddIntConstant(m, "nvrtc_major", major);
+    return m;
+}
+"""
+
+
+@pytest.mark.slow  # pip downloads NVIDIA's nvrtc wheel (about 90 MB) and installs it into a fresh venv
+def test_a_runtime_library_named_in_runtime_libs_is_installed_for_the_check(tmp_path) -> None:
+    """An extension linked against NVRTC (libnvrtc.so.13, as cumm's core_cc is), built with the
+    host compiler against the library from the line's pinned nvidia-cuda-nvrtc wheel: in a fresh
+    environment its import fails on the missing library, which expect_device_error does not
+    excuse; with the same wheel installed beside it by pip (runtime_libs), it imports."""
+    import sysconfig
+    import zipfile
+
+    from farm.model.config import load_config
+    from farm.toolkit.request import runtime_wheels
+
+    from .buildroot import REPO
+
+    toolkit = load_config(REPO).defaults.toolkit
+    wheels = runtime_wheels(toolkit, "13.0", ("cuda_nvrtc",), where="test")
+    assert wheels == (f"nvidia-cuda-nvrtc=={toolkit.lines['13.0'].pypi['cuda_nvrtc']}",)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                    "-d", str(tmp_path / "dl"), *wheels], check=True)
+    (nvrtc_wheel,) = (tmp_path / "dl").glob("*.whl")
+    lib = tmp_path / "link" / "libnvrtc.so.13"
+    lib.parent.mkdir()
+    lib.write_bytes(zipfile.ZipFile(nvrtc_wheel).read("nvidia/cu13/lib/libnvrtc.so.13"))
+    src = tmp_path / "rt.c"
+    src.write_text(_RUNTIME_EXT)
+    ext = tmp_path / f"_rt.{EXT}"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(ext), str(src), f"-I{sysconfig.get_paths()['include']}",
+                    f"-L{lib.parent}", "-l:libnvrtc.so.13"], check=True)
+    wheel = make_wheel(tmp_path / "in", "rtpkg", "1.0", {"rtpkg/__init__.py": b"", f"rtpkg/_rt.{EXT}": ext},
+                       tag=f"{TAG}-{TAG}-linux_x86_64")
+
+    bare = check_wheel(wheel, VerifyKnobs(expect_device_error=True), dist="rtpkg", interpreter=sys.executable,
+                       work=tmp_path / "w")
+    (failed,) = [i for i in bare.imports if not i.ok]
+    assert failed.module == "rtpkg._rt"
+    assert "libnvrtc.so.13: cannot open shared object file" in (failed.error or "")
+    assert "verify.runtime_libs" in (failed.hint or "")
+
+    check = check_wheel(wheel, VerifyKnobs(runtime_libs=("cuda_nvrtc",)), dist="rtpkg", interpreter=sys.executable,
+                        work=tmp_path / "w", runtime=wheels)
+    assert check.passed, check.render()
+    assert [(i.module, i.error) for i in check.imports] == [("rtpkg", None), ("rtpkg._rt", None)]

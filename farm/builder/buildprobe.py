@@ -112,11 +112,19 @@ def finish_probe(setup: ShardSetup, build_error: Exception | None, expected: Exp
     log = shardjob.read_log(setup)
     failed, compiled = shardjob.split_log(log)
     if build_error is not None:
-        what = (f"nvcc failed on {', '.join(failed)}" if failed else
-                f"after {len(compiled)} probed TU(s) compiled ({', '.join(r['tu'] for r in compiled[:5])})")
-        raise ToolError(f"cell {setup.cell}: probe: the build failed, {what}: {build_error}",
-                        hint="read the build log above: a failure after the probed TUs may come from a step that "
-                             "cannot take the empty stand-ins (then only a full build can prove the cell)")
+        # the build's own error without its hint: the probe's hint says what its stage means
+        detail = build_error.message if isinstance(build_error, FarmError) else str(build_error)
+        if failed:
+            what, hint = f"nvcc failed on {', '.join(failed)}", "read the build log above"
+        elif compiled:
+            what = f"after {len(compiled)} probed TU(s) compiled ({', '.join(r['tu'] for r in compiled[:5])})"
+            hint = ("read the build log above: a failure after the probed TUs may come from a step that cannot "
+                    "take the empty stand-ins (then only a full build can prove the cell)")
+        else:
+            what = "before any CUDA TU reached farm's nvcc launcher"
+            hint = ("read the build log above: the package's build stopped before nvcc, as a full build would "
+                    "(a build dependency the recipe's extra_deps lacks, the package's own checks, a host file)")
+        raise ToolError(f"cell {setup.cell}: probe: the build failed, {what}: {detail}", hint=hint)
     if not compiled:
         raise DefectError(
             f"cell {setup.cell}: probe: the build compiled no CUDA TU through farm's nvcc launcher",

@@ -7,7 +7,7 @@ writes the launchers into ``RUN_DIR/bin``:
 
 - ``launch``: ``sccache "$@"``, and the compiler alone when sccache fails (one warning line; a
   compile error then comes from the compiler); ``CMAKE_<LANG>_COMPILER_LAUNCHER`` and the others
-  run through it;
+  run through it. Beneath a cached compile it runs the compiler alone: one cache lookup per step;
 - ``nvcc``: the real nvcc through ``launch`` (``PYTORCH_NVCC`` names it, or farm's shard
   launcher does);
 - ``gcc`` / ``g++``: the real host compiler through ``launch`` (``CC`` / ``CXX``). torch's
@@ -109,7 +109,13 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # sccache failing where the compiler would not (mozilla/sccache#2809: a PTX-only target's
         # ptxas check, "Missing cubin file output") must not fail the build: the step runs again,
         # uncached; a real compile error is then reported by the compiler itself
-        _write(launch, f'#!/bin/sh\n{NESTED}=1; export {NESTED}\n'
+        # Beneath a cached compile the compiler runs directly. CMake looks for nvcc beside the
+        # C++ compiler first ($CXX, this folder's g++), so its CUDA compiler is this folder's nvcc,
+        # which it still runs through `launch`: sccache then ran a compiler that is sccache again,
+        # whose client waited on the server whose every job slot held the outer compiles (natten's
+        # CMake hung in its CUDA ABI check).
+        _write(launch, f'#!/bin/sh\nif [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
+                       f'{NESTED}=1; export {NESTED}\n'
                        f'{_q(sccache)} "$@" && exit 0\n'
                        f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
                        f'(a compile error shows twice)" >&2\n'

@@ -31,6 +31,7 @@ import configparser
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import threading
 import tomllib
@@ -271,6 +272,24 @@ def inspect_local(engine: str, reference: str) -> str | None:
 
 def _cache_path(cache_dir: Path, engine: str, image_id: str) -> Path:
     return cache_dir / "images" / f"{engine}-{image_id.removeprefix('sha256:')[:64]}.json"
+
+
+_PROBE_FILE = re.compile(r"(?P<engine>docker|podman)-(?P<id>[0-9a-f]{12,64})\.json")
+
+
+def held_probes(cache_dir: Path) -> frozenset[str]:
+    """The probe files under ``cache_dir/images`` whose image the engine that probed it still holds
+    (asked by ID, never pulled); what ``farm cache prune`` keeps. A probe of an image the host no
+    longer has, of an engine that is not here, or not named as farm names them is not held."""
+    held = set()
+    for path in sorted((cache_dir / "images").glob("*.json")):
+        match = _PROBE_FILE.fullmatch(path.name)
+        if match is None or shutil.which(match["engine"]) is None:
+            continue
+        line = inspect_local(match["engine"], match["id"])
+        if line is not None and line.split()[0].removeprefix("sha256:").startswith(match["id"]):
+            held.add(path.name)
+    return frozenset(held)
 
 
 def _cached(path: Path, purpose: str, reference: str) -> ImageFacts | None:

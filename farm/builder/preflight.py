@@ -16,11 +16,14 @@ planned cell is checked against the host:
   (:mod:`farm.builder.interpreters`), or uv offers one to install (then its download server must
   answer); cibuildwheel's image has it;
 - **compiler**: the native builder has a C++ compiler (``$CXX``, ``c++``, ``g++``); so does the image;
+- **system**: the native builder's host has the recipe's ``system_packages`` installed (the
+  container installs them; on this host they are checked, never installed: :mod:`farm.builder.syspkgs`);
   a Windows cell has MSVC (``cl.exe`` on PATH, or Visual Studio's C++ tools as vswhere finds them);
 - **disk**: the cache has room for what is not cached yet (a toolkit, a build environment, the build);
 - **network**: each server a missing piece comes from answers (a TCP connection, a few seconds):
-  the redist root or the package index for the toolkit, the torch index, the source's git host or
-  index. Nothing is checked for what is cached already.
+  the redist root or the package index for the toolkit, the torch index, the source's git host
+  (after git's own ``url.<base>.insteadOf`` rewrites, as git will fetch it) or index. Nothing is
+  checked for what is cached already.
 
 :func:`platform_blocker` and :func:`container_blocker` are pure; :class:`Preflight` gathers the
 host's facts once per run (each image once, its probe cached per image ID). A cell this host
@@ -39,19 +42,19 @@ import socket
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm.builder import buildenv
+from farm.builder import buildenv, syspkgs
 from farm.builder.buildenv import find_uv
 from farm.builder.images import ImageFacts, emulated_machines, emulation_blocker, image_for, probe_image, registry_of
 from farm.builder.interpreters import Interpreter, find_interpreter, managed_download
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
-from farm.source.fetch import index_url, is_cached
+from farm.source.fetch import git_fetch_url, index_url, is_cached
 from farm.toolkit.assemble import cached_toolkit, toolkit_prefix
 
 if TYPE_CHECKING:
@@ -89,6 +92,7 @@ _HINTS = {
              "(podman pull IMAGE), or name another with --image / --image-aarch64",
     "python": "install that Python (uv python install X.Y, pyenv install X.Y, or the distribution's pythonX.Y)",
     "compiler": "install a C++ compiler (on Debian: apt-get install g++), or set CXX",
+    "system": "install the recipe's system packages on this host, or build in the container (--builder cibuildwheel)",
     "disk": "free space in the cache (farm cache prune), or pass --cache-dir on a larger disk",
     "network": "reach that server (a proxy, a mirror: --redist-url, --torch-index, PIP_INDEX_URL), "
                "or fill the cache on a host that can",
@@ -229,6 +233,10 @@ class Preflight:
     _reach: dict[tuple[str, int], str | None] = field(default_factory=dict)
     _handlers: list[Mapping[str, bool] | None] = field(default_factory=list)
     _images: dict[str, tuple[ImageFacts | None, str]] = field(default_factory=dict)
+    # the host's package database (apt, dnf, None) and what it lacks; replaceable in tests
+    manager: Callable[[], str | None] = syspkgs.host_manager
+    missing: Callable[[Sequence[str], str], Sequence[str]] = syspkgs.missing_packages
+    _system: dict[tuple[str, ...], tuple[str, str] | None] = field(default_factory=dict)
 
     def _container(self, cell: Cell) -> Blocker | None:
         if not self._handlers:
@@ -299,10 +307,18 @@ class Preflight:
         return None if why is None else Blocker(
             "network", f"{what} comes from {where[0]}:{where[1]}, which does not answer ({why})")
 
+    def _packages(self, names: tuple[str, ...]) -> Blocker | None:
+        """The recipe's system packages (dnf names) on this host, asked once per list."""
+        if names not in self._system:
+            self._system[names] = syspkgs.blocker_reason(names, self.manager(), self.missing)
+        found = self._system[names]
+        return None if found is None else Blocker("system", found[0], hint=found[1])
+
     def check(self, cell: Cell, *, downloads: Mapping[str, str] | None = None, disk_needed: int = 0,
-              cache: Path | None = None) -> Blocker | None:
+              cache: Path | None = None, system_packages: tuple[str, ...] = ()) -> Blocker | None:
         """The first reason this host cannot build ``cell``, or None. ``downloads``: what is not
-        cached yet -> the URL it comes from; ``disk_needed``: bytes the cache must have free."""
+        cached yet -> the URL it comes from; ``disk_needed``: bytes the cache must have free;
+        ``system_packages``: the recipe's (dnf names), checked on the native builder's host."""
         blocker = platform_blocker(cell, self.builder, self.host)
         if blocker is None and self.builder == "cibuildwheel" and cell.platform.startswith("linux"):
             blocker = self._engine_blocker()
@@ -318,6 +334,8 @@ class Preflight:
             blocker = self._python(cell)
             if blocker is None and _compiler(self.environ) is None:
                 blocker = Blocker("compiler", "no C++ compiler ($CXX, c++ or g++) on PATH")
+            if blocker is None and system_packages:
+                blocker = self._packages(system_packages)
         if blocker is None and cache is not None and disk_needed:
             probe = cache
             while not probe.exists() and probe != probe.parent:
@@ -354,7 +372,8 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     disk = BUILD_BYTES
     pip_index = index_url()
     if not is_cached(source, source_cache):
-        downloads["the source"] = source.url if isinstance(source, GitSource) else pip_index
+        # git fetches through the user's URL rewrites: a mirror or local clone is what must answer
+        downloads["the source"] = git_fetch_url(source.url) if isinstance(source, GitSource) else pip_index
     if vendor and not is_cached(source, source_cache, vendor):
         for entry in vendor:
             origin = entry.origin
@@ -371,7 +390,7 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     elif builder == "native" and interpreter is not None:
         contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
                                      python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
-        if not (env_root / contents.slug / buildenv.SPEC_FILE).is_file():
+        if buildenv.reuse_problem(contents, Path(env_root).absolute() / contents.slug) is not None:
             downloads["the build tools"] = pip_index
             if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
                 downloads["torch"] = spec.torch_index

@@ -2,8 +2,9 @@
 
 A build leaves a toolkit per (line, source, release, platform, components) in ``toolkit/``, a
 build environment per (Python, torch, tools) in ``envs/`` (about 5 GB with torch), a source tree
-per pinned commit or sdist in ``sources/``, and a work folder per cell in ``build/``. Nothing else
-removes them. The prune keeps what the next builds need and removes the rest:
+per pinned commit or sdist in ``sources/``, a work folder per cell in ``build/``, and a probe of
+each container image's interpreters and compiler in ``images/`` (per engine and image ID). Nothing
+else removes them. The prune keeps what the next builds need and removes the rest:
 
 - whatever the ledger's recent cells used (the last ``keep_recent`` entries): their source
   commits and sdists, the toolkits whose source, release, platform and components match their
@@ -11,6 +12,8 @@ removes them. The prune keeps what the next builds need and removes the rest:
 - the sources today's recipes pin (a git tag's resolved commit, read from the fetch's pointer),
   with the trees, archives and git checkouts their ``source.vendor`` places (the composed tree
   keyed as the fetch keys it);
+- the probes of the images the host's engine still holds (an image removed from the host is never
+  probed by that ID again; the command asks the engines, :func:`farm.builder.images.held_probes`);
 - anything changed within ``min_age_s`` (a build that is filling it now) or whose lock a running
   build holds.
 
@@ -41,14 +44,14 @@ from farm.source.fetch import git_pointer, pointed_commit, tree_sha256, vendor_d
 from farm.toolkit.assemble import read_stamp
 from farm.toolkit.request import PLATFORMS
 
-KINDS = ("toolkit", "envs", "sources", "build")
+KINDS = ("toolkit", "envs", "sources", "build", "images")
 DEFAULT_KEEP_RECENT = 200
 DEFAULT_MIN_AGE_S = 3600.0
 
 
 @dataclass(frozen=True)
 class Item:
-    kind: str  # toolkit | envs | sources | build
+    kind: str  # toolkit | envs | sources | build | images (a probe file; the others are folders)
     path: Path
     size: int
     keep: str | None  # why it stays; None: removed
@@ -85,6 +88,7 @@ class InUse:
     cells: frozenset[str] = frozenset()  # cell ids: the work folders
     vendored: frozenset[str] = frozenset()  # composed trees (source.vendor): fetch.vendored_key
     archives: frozenset[str] = frozenset()  # the vendored archives' sha256s
+    images: frozenset[str] = frozenset()  # image probes (file names) whose image the host still holds
     notes: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -96,8 +100,9 @@ def _public(version: str | None) -> str | None:
 
 
 def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (), sdists: Iterable[str] = (),
-           vendored: Iterable[str] = (), archives: Iterable[str] = ()) -> InUse:
-    """The keys of what ``entries`` (ledger entries as JSON objects) used, plus the recipes' pins."""
+           vendored: Iterable[str] = (), archives: Iterable[str] = (), images: Iterable[str] = ()) -> InUse:
+    """The keys of what ``entries`` (ledger entries as JSON objects) used, plus the recipes' pins
+    and the image probes whose image the host holds."""
     nvidia = {ours: theirs for theirs, ours in PLATFORMS.items()}
     used_commits, used_sdists = set(commits), set(sdists)
     used_vendored, used_archives = set(vendored), set(archives)
@@ -132,7 +137,7 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
             cells.add(Cell(str(e["package"]), str(e["version"]), str(cell.get("cuda")), str(cell.get("torch")),
                            python, str(cell.get("platform"))).id)
     return InUse(frozenset(used_commits), frozenset(used_sdists), frozenset(toolkits), frozenset(envs),
-                 frozenset(cells), frozenset(used_vendored), frozenset(used_archives))
+                 frozenset(cells), frozenset(used_vendored), frozenset(used_archives), frozenset(images))
 
 
 def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
@@ -187,6 +192,8 @@ def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
 # the cache folders, each with the key it is matched on
 # ------------------------------------------------------------------------------------------------
 def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.lstat().st_size
     total = 0
     for dirpath, _, files in os.walk(path):
         for f in files:
@@ -254,6 +261,9 @@ def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
         for folder in sorted(build.iterdir()):
             if folder.is_dir():
                 yield "build", folder, None
+    for probe in sorted((cache / "images").glob("*.json")):
+        if probe.is_file() and not probe.is_symlink():
+            yield "images", probe, None
 
 
 def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
@@ -265,6 +275,8 @@ def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
         return "a recent cell's or a recipe's source with its vendored trees" if folder.name in used.vendored else None
     if kind == "sources" and folder.parent.name == "vendor":
         return "a recent cell's or a recipe's vendored archive" if folder.name in used.archives else None
+    if kind == "images":
+        return "an image this host's engine holds" if folder.name in used.images else None
     if kind == "sources":
         name = folder.name.removesuffix("-sub")
         if name in used.commits or name in used.sdists:
@@ -303,7 +315,10 @@ def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
         except OSError as exc:
             raise FileSystemError(f"cannot remove {item.path}: {exc.strerror or exc}", where=str(item.path),
                                   hint="check the cache folder's permissions") from None
-        shutil.rmtree(aside, ignore_errors=True)
+        if aside.is_dir():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:  # an image probe
+            aside.unlink(missing_ok=True)
         if item.kind == "sources":  # the fetch's pointers to this commit now point at nothing
             for pointer in item.path.parent.glob("ref-*.json"):
                 if pointed_commit(pointer) == item.path.name.removesuffix("-sub"):

@@ -275,19 +275,43 @@ def flag_difference(shard: Sequence[str], here: Sequence[str]) -> str:
 PROBE_LABEL = "probe"
 CLAIMS = "claims"  # probe: one file per extension whose first TU a build call has taken
 _EXTENSION_NAME = re.compile(r"-DTORCH_EXTENSION_NAME=(?P<name>[A-Za-z0-9_.]+)")
+# CMake's object path: <build dir>[/<subdir>]/CMakeFiles/<target>.dir/<source>.o
+_CMAKE_OBJECT = re.compile(r"(?:^|/)CMakeFiles/(?P<target>[^/]+)\.dir/")
 
 
-def extension_key(flags: Sequence[str]) -> str:
-    """Which extension an nvcc call compiles for: torch's build names it in every TU's flags
-    (``-DTORCH_EXTENSION_NAME=_C``); a build that does not (CMake, a plain setuptools build) is
-    told apart by its flags, as each extension, or each target, compiles with its own."""
+def _torch_name(flags: Sequence[str]) -> str | None:
     for i, flag in enumerate(flags):
         text = f"-D{flags[i + 1]}" if flag == "-D" and i + 1 < len(flags) else flag
         m = _EXTENSION_NAME.fullmatch(text)
         if m:
             return m["name"]
-    digest = hashlib.sha256(json.dumps(list(flags)).encode()).hexdigest()[:12]
-    return f"flags-{digest}"
+    return None
+
+
+def extension_key(flags: Sequence[str], output: str = "") -> str:
+    """Which extension an nvcc call compiles for: torch's build names it in every TU's flags
+    (``-DTORCH_EXTENSION_NAME=_C``); CMake names the target in the object's path
+    (``CMakeFiles/<target>.dir/...``), the name a recipe's ``extensions:`` glob matches; any
+    other build (a plain setuptools one) is told apart by its flags."""
+    name = _torch_name(flags)
+    if name is not None:
+        return name
+    target = _CMAKE_OBJECT.search(output.replace("\\", "/"))
+    return target["target"] if target else f"flags-{_flags_digest(flags)}"
+
+
+def claim_key(flags: Sequence[str], output: str = "") -> str:
+    """What a probe compiles once: a torch extension's first TU (torch gives all its TUs the same
+    flags); else the first TU of each distinct set of flags of a target, as CMake lets a source
+    carry its own (``set_source_files_properties``: another arch list, a kernel family's)."""
+    extension = extension_key(flags, output)
+    if _torch_name(flags) is not None or extension.startswith("flags-"):
+        return extension
+    return f"{extension}/{_flags_digest(flags)}"
+
+
+def _flags_digest(flags: Sequence[str]) -> str:
+    return hashlib.sha256(json.dumps(list(flags)).encode()).hexdigest()[:12]
 
 
 def _claim(shard_dir: str, extension: str) -> bool:
@@ -368,10 +392,10 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     flags = compile_flags(args, unit, root)
     record: dict[str, object]
     if cfg["mode"] == "probe":  # the first TU of each extension compiles, the others are stand-ins
-        extension = extension_key(flags)
+        extension = extension_key(flags, unit.output)
         record = {"tu": tu, "object": os.path.basename(unit.output), "owner": 0,
-                                     "file": object_name(0, tu, unit.output), "extension": extension}
-        if not _claim(shard_dir, extension):
+                  "file": object_name(0, tu, unit.output), "extension": extension}
+        if not _claim(shard_dir, claim_key(flags, unit.output)):
             return _stand_in(shard_dir, PROBE_LABEL, record, out, unit, cwd, args)
         return _compile(shard_dir, PROBE_LABEL, record, real, args, flags, out, unit, cwd, root)
     count, index = int(cfg["count"]), cfg["index"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,10 +42,10 @@ from farm.model.config import (
     url_problem,
 )
 from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
-from farm.provenance import buildinfo
+from farm.provenance import buildinfo, shape
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
 from farm.provenance.shape import ShapeError
-from farm.toolkit.request import ToolkitRequest, request_for
+from farm.toolkit.request import ToolkitRequest, request_for, runtime_wheels
 
 SPEC_FILE = "build-spec.json"
 # 2: postbuild's decisions (dist, epoch, jit, vendored rules, requires_dist, pins, source, hashes)
@@ -52,7 +53,8 @@ SPEC_FILE = "build-spec.json"
 # knobs (verify) and the farm wheels the build needs (farm_deps). 4: kernel families (each
 # family's sources and exact targets).
 # 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script and the MSVC toolset.
-SPEC_VERSION = 6
+# 7: the import check's runtime libraries (verify.runtime_libs and the wheels they resolve to).
+SPEC_VERSION = 7
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -60,7 +62,8 @@ BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 @dataclass(frozen=True)
 class SpecOverrides:
     """What the command line and the environment decide over the config (``--torch-index``,
-    ``--toolkit-source``, ``--redist-url``; ``env`` is where ``$FARM_CUDA_REDIST_URL`` is read)."""
+    ``--toolkit-source``, ``--redist-url``; ``env`` is where ``$FARM_CUDA_REDIST_URL`` and a
+    smaller ``$MAX_JOBS`` are read)."""
 
     torch_index: str | None = None
     toolkit_source: str | None = None
@@ -94,6 +97,8 @@ class BuildSpec:
     farm_deps: tuple[str, ...] = ()
     families: tuple[FamilyTargets, ...] = ()  # kernel families and the exact targets of their TUs
     compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
+    # NVIDIA's wheels of verify.runtime_libs for the cell's CUDA line, pinned: the import check installs them
+    runtime_wheels: tuple[str, ...] = ()
 
     @property
     def python(self) -> str:
@@ -127,7 +132,6 @@ class BuildSpec:
     def to_json(self) -> dict[str, Any]:
         k = self.knobs
         t = self.toolkit
-        v = self.verify
         return {
             "spec_version": SPEC_VERSION,
             "cell": {"package": self.cell.package, "version": self.cell.version, **self.cell.as_dict()},
@@ -152,9 +156,7 @@ class BuildSpec:
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
                           "recipe_sha256": self.recipe_sha256,
                           "families": [family.to_json() for family in self.families]},
-            "verify": {"import_name": v.import_name, "extra_imports": list(v.extra_imports),
-                       "no_direct_import": list(v.no_direct_import),
-                       "expect_device_error": v.expect_device_error, "needs_driver": v.needs_driver},
+            "verify": {**shape.encode(self.verify), "runtime_wheels": list(self.runtime_wheels)},
             "compile_cache": self.compile_cache.to_json(),
         }
 
@@ -203,6 +205,7 @@ class BuildSpec:
             arch_env=r.renderings(k, "knobs.arch_env"),
             system_packages=r.texts(k, "knobs.system_packages"), msvc_toolset=r.opt_text(k, "knobs.msvc_toolset"))
         p = r.obj(top.get("postbuild"), "postbuild")
+        v = r.obj(top.get("verify"), "verify")
         spec = cls(
             cell, ArchRequest.from_json(top.get("arch"), where=where), toolkit,
             r.opt_text(e, "environment.torch"), r.opt_text(e, "environment.torch_index"), knobs,
@@ -213,7 +216,8 @@ class BuildSpec:
             vendored=r.vendored(p, "postbuild.vendored"), requires_dist=r.texts(p, "postbuild.requires_dist"),
             pins=r.texts(p, "postbuild.pins"), required_components=r.texts(k, "knobs.required_components"),
             compile_jobs=r.count(k, "knobs.compile_jobs"), tools=r.texts(e, "environment.tools"),
-            verify=r.verify(top.get("verify"), "verify"), farm_deps=r.texts(k, "knobs.farm_deps"),
+            verify=r.verify(v, "verify"), runtime_wheels=r.texts(v, "verify.runtime_wheels"),
+            farm_deps=r.texts(k, "knobs.farm_deps"),
             families=r.families(p, "postbuild.families"),
             compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where))
         if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
@@ -259,15 +263,13 @@ class _Reader:
             raise self.bad(key, "a positive integer" if least == 1 else f"an integer >= {least}")
         return value
 
-    def verify(self, value: object, key: str) -> VerifyKnobs:
-        data = self.obj(value, key)
-        device = data.get("expect_device_error")
-        if not isinstance(device, (bool, str)):
-            raise self.bad(f"{key}.expect_device_error", "true, false or a text")
-        return VerifyKnobs(import_name=self.opt_text(data, f"{key}.import_name"),
-                           extra_imports=self.texts(data, f"{key}.extra_imports"),
-                           no_direct_import=self.texts(data, f"{key}.no_direct_import"),
-                           expect_device_error=device, needs_driver=self.flag(data, f"{key}.needs_driver"))
+    def verify(self, data: Mapping[str, Any], key: str) -> VerifyKnobs:
+        """The recipe's ``verify:`` knobs, read by their one definition (:class:`VerifyKnobs`)."""
+        try:
+            knobs: VerifyKnobs = shape.decode(VerifyKnobs, data, (key,), skip=("runtime_wheels",))
+        except ShapeError as exc:
+            raise self.bad(exc.where.replace("/", "."), f"as the recipe's verify: knobs are ({exc.message})") from None
+        return knobs
 
     def flag(self, data: Mapping[str, Any], key: str) -> bool:
         value = data.get(key.rsplit(".", 1)[-1])
@@ -373,6 +375,18 @@ def knobs(config: FarmConfig, recipe: Recipe) -> BuildKnobs:
     )
 
 
+def bounded_jobs(max_jobs: int | None, env: Mapping[str, str]) -> int | None:
+    """The recipe's (or ``_defaults.yml``'s) ``max_jobs``, unless the environment's ``MAX_JOBS`` is
+    smaller: a maintainer's bound on this host's parallel compiles is never raised by a recipe."""
+    text = env.get("MAX_JOBS", "").strip()
+    if not text:
+        return max_jobs
+    if not re.fullmatch(r"[0-9]{1,6}", text) or int(text) < 1:
+        raise UsageError(f"MAX_JOBS={text!r} in the environment is not a positive whole number",
+                         hint="set MAX_JOBS=2 (the most parallel compiles on this host), or unset it")
+    return int(text) if max_jobs is None else min(max_jobs, int(text))
+
+
 def torch_version_for(config: FarmConfig, cell: Cell) -> str | None:
     """The full torch version the grid pins for the cell (``2.8.0``); None for torch-free cells."""
     if cell.torch == NO_TORCH:
@@ -423,6 +437,7 @@ def resolve_spec(
     if torch_version is None:
         torch_version = torch_version_for(config, cell)
     knob = knobs(config, recipe)
+    knob = replace(knob, max_jobs=bounded_jobs(knob.max_jobs, overrides.env))
     farm_deps = tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps if requirement_refs(d))
     knob = replace(knob, extra_deps=tuple(fill_placeholders(recipe, cell, d) for d in knob.extra_deps))
     return BuildSpec(
@@ -447,6 +462,8 @@ def resolve_spec(
         verify=recipe.verify,
         farm_deps=farm_deps,
         compile_cache=overrides.compile_cache,
+        runtime_wheels=runtime_wheels(config.defaults.toolkit, cell.cuda, recipe.verify.runtime_libs,
+                                      where=recipe.where()),
     )
 
 

@@ -15,11 +15,16 @@ distribution's name as a module), ``verify.extra_imports``, and every Python ext
 the wheel on its own, except those matching ``verify.no_direct_import``. A failing import is
 accepted only when the recipe says why: ``expect_device_error`` (the import fails without a GPU:
 any device error, or one containing the given text) or ``needs_driver`` on a host without the
-NVIDIA driver (an error that names libcuda).
+NVIDIA driver (an error that names libcuda). A shared library the loader cannot find is never a
+device error: a CUDA runtime library the import loads (libcudart, libnvrtc, ...) is named in
+``verify.runtime_libs``, and NVIDIA's wheels of the cell's CUDA line are installed into the fresh
+environment with the wheel, their library folders on the loader's path, as a user without torch
+installs them beside the package.
 """
 
 from __future__ import annotations
 
+import csv
 import ctypes
 import fnmatch
 import json
@@ -33,6 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import ToolError, clip
 from farm.model.config import VerifyKnobs
@@ -43,7 +51,11 @@ Log = Callable[[str], None]
 _EXTENSION = re.compile(r"(?P<name>[A-Za-z_]\w*)\.(?:cpython-[^./]+\.so|abi3\.so|[^./]*\.pyd|pyd)$")
 # what a "device error" says when `expect_device_error: true` accepts any
 _DEVICE_ERROR = re.compile(r"cuda|gpu|device|driver|libcuda|nvml", re.IGNORECASE)
-_DRIVER_ERROR = re.compile(r"libcuda|libnvidia|nvidia driver|cuda driver", re.IGNORECASE)
+# the driver's libraries: libcuda.so.1 (not libcudart, the runtime), libnvidia-*
+_DRIVER_ERROR = re.compile(r"libcuda(?![a-z_])|libnvidia|nvidia driver|cuda driver", re.IGNORECASE)
+# the loader found no such library: ImportError: libnvrtc.so.13: cannot open shared object file
+_MISSING_LIBRARY = re.compile(r"(?P<lib>[\w.+-]+\.so[\w.]*): cannot open shared object file")
+_SHARED_LIBRARY = re.compile(r"\.so(\.\d+)*$")
 IMPORT_TIMEOUT_S = 600  # one interpreter importing every module (torch alone takes seconds)
 PTH_NAME = "zz_farm_build_env.pth"
 
@@ -76,6 +88,7 @@ class ModuleImport:
     module: str
     error: str | None  # the exception's last line; None when the import worked
     accepted: str | None = None  # why a failure is no defect (the recipe's verify says so)
+    hint: str | None = None  # what to do about a failure
 
     @property
     def ok(self) -> bool:
@@ -103,7 +116,7 @@ class ImportCheck:
             elif i.accepted:
                 lines.append(f"  import {i.module}: {i.error} (accepted: {i.accepted})")
             else:
-                lines.append(f"  import {i.module}: FAILED: {i.error}")
+                lines.append(f"  import {i.module}: FAILED: {i.error}" + (f" ({i.hint})" if i.hint else ""))
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, object]:
@@ -145,16 +158,22 @@ def modules_to_import(names: Sequence[str], knobs: VerifyKnobs, dist: str) -> tu
 
 
 def judge(module: str, error: str | None, knobs: VerifyKnobs, *, driver_present: bool) -> ModuleImport:
-    """One import's outcome under the recipe's ``verify:`` knobs."""
+    """One import's outcome under the recipe's ``verify:`` knobs. A library the loader cannot find
+    is no device error, whatever ``expect_device_error`` says: only the driver's, under
+    ``needs_driver`` on a host without it."""
     if error is None:
         return ModuleImport(module, None)
+    missing = _MISSING_LIBRARY.search(error)
     expected = knobs.expect_device_error
-    if isinstance(expected, str) and expected in error:
+    if missing is None and isinstance(expected, str) and expected in error:
         return ModuleImport(module, error, f"verify.expect_device_error: the error contains {expected!r}")
-    if expected is True and _DEVICE_ERROR.search(error):
+    if missing is None and expected is True and _DEVICE_ERROR.search(error):
         return ModuleImport(module, error, "verify.expect_device_error: a device error without a GPU")
     if knobs.needs_driver and not driver_present and _DRIVER_ERROR.search(error):
         return ModuleImport(module, error, "verify.needs_driver: this host has no NVIDIA driver")
+    if missing is not None and not _DRIVER_ERROR.search(missing["lib"]):
+        return ModuleImport(module, error, hint=f"{missing['lib']} is no device error: a CUDA runtime library "
+                                                "the import loads is named in verify.runtime_libs (cuda_nvrtc, ...)")
     return ModuleImport(module, error)
 
 
@@ -206,13 +225,15 @@ def make_fresh_env(interpreter: Path | str, directory: Path, *, visible_site: Pa
     return python
 
 
-def install_wheel(python: Path, wheel: Path, *, find_links: Sequence[Path] = (), log: Log) -> None:
-    """The wheel and its requirements into the environment of ``python``, by farm's pip. A
-    requirement the environment already sees (torch through the build environment) is kept; a
-    farm wheel a requirement pins (``cumm==0.7.11+cu128``) comes from ``find_links``."""
+def install_wheel(python: Path, wheel: Path, *, find_links: Sequence[Path] = (), runtime: Sequence[str] = (),
+                  log: Log) -> None:
+    """The wheel and its requirements into the environment of ``python``, by farm's pip, with the
+    ``runtime`` wheels (``nvidia-cuda-nvrtc==13.0.88``). A requirement the environment already
+    sees (torch through the build environment) is kept; a farm wheel a requirement pins
+    (``cumm==0.7.11+cu128``) comes from ``find_links``."""
     cmd = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--disable-pip-version-check",
-           "--no-compile", *(a for d in find_links for a in ("--find-links", str(d))), str(wheel)]
-    log(f"installing {wheel.name} into a fresh environment")
+           "--no-compile", *(a for d in find_links for a in ("--find-links", str(d))), str(wheel), *runtime]
+    log(f"installing {' '.join((wheel.name, *runtime))} into a fresh environment")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
     if proc.returncode != 0:
         raise ToolError(f"pip cannot install {wheel.name} into a fresh environment for its import check "
@@ -220,6 +241,30 @@ def install_wheel(python: Path, wheel: Path, *, find_links: Sequence[Path] = (),
                         where=str(wheel),
                         hint="a requirement of the wheel cannot be found: check the index, or the "
                              "recipe's requires_dist")
+
+
+def library_dirs(sites: Sequence[Path], requirements: Sequence[str]) -> tuple[Path, ...]:
+    """The folders holding the shared libraries of the installed ``requirements``, as their
+    RECORDs list them (``nvidia/cu13/lib``; ``nvidia/cuda_nvrtc/lib`` for CUDA 12's wheels), in
+    the first of ``sites`` that has each (the fresh environment's, then the build environment's
+    that pip saw as installed)."""
+    wanted = {canonicalize_name(Requirement(r).name) for r in requirements}
+    found: dict[Path, None] = {}
+    for site in sites:
+        for info in sorted(site.glob("*.dist-info")):
+            name = canonicalize_name(info.name.split("-", 1)[0])
+            if name not in wanted:
+                continue
+            wanted.discard(name)
+            with open(info / "RECORD", newline="", encoding="utf-8") as fh:
+                for row in csv.reader(fh):
+                    if row and _SHARED_LIBRARY.search(row[0]):
+                        found[(site / row[0]).resolve().parent] = None
+    if wanted:
+        raise ToolError(f"pip installed {', '.join(sorted(wanted))}, but no environment of the import check "
+                        f"records it ({', '.join(map(str, sites))})",
+                        hint="read pip's output above; the import check's environment is made anew each time")
+    return tuple(found)
 
 
 def run_imports(python: Path, modules: Sequence[str], *, environ: dict[str, str] | None = None) -> list[
@@ -251,20 +296,27 @@ def run_imports(python: Path, modules: Sequence[str], *, environ: dict[str, str]
 
 def check_wheel(wheel: Path, knobs: VerifyKnobs, *, dist: str, interpreter: Path | str, work: Path,
                 visible_site: Path | None = None, find_links: Sequence[Path] = (), first: Sequence[str] = (),
-                log: Log = lambda _: None) -> ImportCheck:
+                runtime: Sequence[str] = (), log: Log = lambda _: None) -> ImportCheck:
     """The import check of ``wheel`` in a fresh environment of ``interpreter`` under ``work``.
     ``first``: modules imported before the wheel's (``torch``: a torch extension module loads
-    only once torch has loaded its libraries, as in every program that uses one)."""
+    only once torch has loaded its libraries, as in every program that uses one). ``runtime``:
+    NVIDIA's wheels of the CUDA libraries the import loads (the spec's ``runtime_wheels``),
+    installed beside the wheel, their library folders first on ``LD_LIBRARY_PATH``."""
     with SafeWheel(wheel) as sw:
         names = sw.names()
     modules = tuple(dict.fromkeys((*first, *modules_to_import(names, knobs, dist))))
     env_dir = work / "import-check"
     python = make_fresh_env(interpreter, env_dir, visible_site=visible_site)
     try:
-        install_wheel(python, wheel, find_links=find_links, log=log)
+        install_wheel(python, wheel, find_links=find_links, runtime=runtime, log=log)
+        environ = dict(os.environ)
+        sites = [_site_packages(python), *([visible_site] if visible_site is not None else [])]
+        dirs = [str(d) for d in library_dirs(sites, runtime)] if runtime else []
+        if dirs:
+            environ["LD_LIBRARY_PATH"] = os.pathsep.join([*dirs, *filter(None, [environ.get("LD_LIBRARY_PATH")])])
         log(f"importing {', '.join(modules)}")
         driver = driver_present()
-        outcome = run_imports(python, modules)
+        outcome = run_imports(python, modules, environ=environ)
         return ImportCheck(wheel, _version(python),
                            tuple(judge(m, e, knobs, driver_present=driver) for m, e in outcome))
     finally:

@@ -216,7 +216,7 @@ def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]
     (CI's one job per cell) name all of them."""
     named = {dim for dim, given in (("platform", args.platform), ("python", args.python)) if given}
     if args.cuda and args.python and args.platform and (args.torch or not recipe.links_torch):
-        named |= {"platform", "engine", "image", "python", "compiler", "disk", "network"}
+        named |= {"platform", "engine", "image", "python", "compiler", "system", "disk", "network"}
     return frozenset(named)
 
 
@@ -241,7 +241,8 @@ def preflight_cells(planned: list[PlannedCell], config: FarmConfig, recipe: Reci
                              env_root=Path(settings.env_root or Path(settings.work_root).parent / "envs"),
                              interpreter=pre.interpreter(pc.cell), vendor=recipe.vendor)
             blocker = pre.check(pc.cell, downloads=needs.downloads, disk_needed=needs.disk,
-                                cache=Path(settings.work_root).parent)
+                                cache=Path(settings.work_root).parent,
+                                system_packages=spec.knobs.system_packages)
         if blocker is None:
             ok.append((pc, pre.interpreter(pc.cell)))
         elif blocker.dimension in named:

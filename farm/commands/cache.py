@@ -2,8 +2,9 @@
 
 Removes the toolkits, build environments, source trees and cell work folders under the cache
 (``ROOT/.cache`` or ``--cache-dir``) that neither the ledger's last N cells nor today's recipes
-use, and says how many bytes that freed (``--dry-run``: what it would remove and free, removing
-nothing). What is kept and why: ``farm.builder.prune``.
+use, and the container image probes of images the host no longer holds, and says how many bytes
+that freed (``--dry-run``: what it would remove and free, removing nothing). What is kept and
+why: ``farm.builder.prune``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from farm.builder.images import held_probes
 from farm.builder.prune import (
     DEFAULT_KEEP_RECENT,
     DEFAULT_MIN_AGE_S,
@@ -57,9 +59,11 @@ def run(args: argparse.Namespace) -> int:
     cache = (args.cache_dir or config.root / ".cache").absolute()
     commits, sdists = recipe_pins(config, cache / "sources")
     vendored, archives = recipe_vendored(config, cache / "sources")
+    kinds = args.kind or KINDS
+    images = held_probes(cache) if "images" in kinds else frozenset()  # asks the engines: only when pruned
     used = in_use(recent_entries(config.ledger_path, args.keep_recent), commits=commits, sdists=sdists,
-                  vendored=vendored, archives=archives)
-    plan = plan_prune(cache, used, kinds=args.kind or KINDS, min_age_s=args.min_age)
+                  vendored=vendored, archives=archives, images=images)
+    plan = plan_prune(cache, used, kinds=kinds, min_age_s=args.min_age)
     say = None if args.json else (lambda m: print(f"farm cache: {m}", file=sys.stderr))
     freed = plan.freed if args.dry_run else apply_prune(plan, say=say)
     if args.json:
@@ -71,5 +75,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{verb:12} {item.kind:8} {_human(item.size):>9}  {item.path}{why}")
     kept = sum(i.size for i in plan.items if i.keep)
     print(f"{'would free' if args.dry_run else 'freed'} {_human(freed)} ({freed} bytes) in "
-          f"{len(plan.removed)} folder(s); kept {_human(kept)} in {len(plan.items) - len(plan.removed)}")
+          f"{len(plan.removed)} entries; kept {_human(kept)} in {len(plan.items) - len(plan.removed)}")
     return EXIT_OK

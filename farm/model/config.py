@@ -312,6 +312,9 @@ class VerifyKnobs:
     # the import fails without a GPU: True (any device error), or text the error must contain
     expect_device_error: bool | str = False
     needs_driver: bool = False  # the import needs libcuda (the NVIDIA driver) present
+    # CUDA components (cuda_nvrtc, ...) whose libraries the import loads: NVIDIA's PyPI wheels of the
+    # cell's CUDA line are installed into the check's environment (a user installs them beside the wheel)
+    runtime_libs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1085,12 +1088,14 @@ def _load_verify(sec: _Section) -> VerifyKnobs:
         no_direct_import=sec.words("no_direct_import"),
         expect_device_error=device,
         needs_driver=sec.get("needs_driver", bool, default=False),
+        runtime_libs=_components(sec, "runtime_libs") or (),
     )
     for name in (knobs.import_name, *knobs.extra_imports):
         if name is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
             raise ConfigError(f"verify: {name!r} is not a module name", where=sec.where(),
                               hint="a dotted Python module name, e.g. spconv.pytorch")
-    sec.done(("import_name", "extra_imports", "no_direct_import", "expect_device_error", "needs_driver"))
+    sec.done(("import_name", "extra_imports", "no_direct_import", "expect_device_error", "needs_driver",
+              "runtime_libs"))
     return knobs
 
 

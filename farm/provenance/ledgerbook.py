@@ -9,9 +9,12 @@ fsynced. The file stays the format every reader knows: one line per wheel, keyed
 What the book believes is only what it read and checked itself: before each record it compares
 the file's stamp (:mod:`farm.filestamp`) with the one it left; a file changed by anyone else (a
 rebase of the ledger commit, another writer) is read and validated again. A record for a wheel
-already in the ledger (a second target of the same wheel) changes that wheel's line, which is
-the rewrite of :func:`~farm.provenance.ledgerwrite.record_published_many`; in a publish job that
-is the rare case, a wheel reaching its first target is the common one.
+already in the ledger (a second target of the same wheel) changes that wheel's line, which is a
+rewrite of the file (:func:`~farm.provenance.ledgerwrite.record_published_many`): the book holds
+those publications and writes them all in one rewrite at :meth:`LedgerBook.flush` (the end of a
+target's pass), not one rewrite per wheel. A process that dies before the flush loses only
+publications of wheels the ledger already vouches for: the next publish finds each such asset
+under its name with the recorded sha256 and records it then (``PRESENT``), nothing re-sent.
 
 A process killed in the middle of an append leaves an incomplete last line, which every reader
 refuses with its line number: the record is lost, never half-believed, and the asset it
@@ -52,6 +55,9 @@ class LedgerBook:
     added: dict[str, Record] = field(default_factory=dict)  # lines appended since ``index`` was read
     _by_sha256: dict[str, Record] = field(default_factory=dict)
     reloads: int = 0  # times the file had changed under the book and was read again
+    # publications of wheels already in the ledger, written at flush(): (filename, sha256, target, url)
+    pending: list[tuple[str, str, str, str]] = field(default_factory=list)
+    rewrites: int = 0  # times the file was rewritten for pending publications
 
     @classmethod
     def open(cls, path: Path) -> LedgerBook:
@@ -77,38 +83,48 @@ class LedgerBook:
     # -- writing ----------------------------------------------------------------------------------
     def record(self, entry: LedgerEntry, target: str, url: str) -> Recorded:
         """Record that ``entry``'s wheel is published on ``target`` at ``url``: a new wheel's line
-        appended (O(1)); an already recorded wheel's line gains the publication (a rewrite).
+        appended now (O(1)); an already recorded wheel's new publication held until :meth:`flush`.
         The same file name with another sha256 is a :class:`LedgerError`, nothing written."""
-        (got,) = self.record_many([(entry, target, url)])
-        return got
-
-    def record_many(self, items: Sequence[tuple[LedgerEntry, str, str]]) -> list[Recorded]:
-        """:meth:`record` for each ``(entry, target, url)`` of a target's batch, with one rewrite
-        for all the lines that change (the new wheels are appended one by one)."""
-        out: list[Recorded] = []
-        changes: list[tuple[str, str, str, str]] = []
         with ledger_lock(self.path):
             self._fresh()
-            for entry, target, url in items:
-                rec = self.by_filename(entry.filename)
-                if rec is None:
-                    placed = any(p.target == target and p.url == url for p in entry.published)
-                    self._append(entry if placed else entry.with_published(target, url))
-                    out.append(Recorded(True, True))
-                    continue
-                if rec.sha256 != entry.sha256:
-                    raise LedgerError(f"{entry.filename} is recorded with sha256 {rec.sha256}, not {entry.sha256}",
-                                      where=f"{self.path}:{rec.line}",
-                                      hint="the file being published is not the wheel the ledger describes")
-                new = not any(p.target == target and p.url == url for p in self.ledger_entry(rec).published)
-                if new:
-                    changes.append((entry.filename, entry.sha256, target, url))
-                out.append(Recorded(False, new))
-        if changes:
-            # Another target of wheels already recorded: their lines change, the file is rewritten once.
-            record_published_many(self.path, changes)
-            self._reload()
+            return self._record(entry, target, url)
+
+    def record_many(self, items: Sequence[tuple[LedgerEntry, str, str]]) -> list[Recorded]:
+        """:meth:`record` for each ``(entry, target, url)`` of a target's batch, then :meth:`flush`:
+        the new wheels appended one by one, the lines that change rewritten once."""
+        with ledger_lock(self.path):
+            self._fresh()
+            out = [self._record(entry, target, url) for entry, target, url in items]
+        self.flush()
         return out
+
+    def flush(self) -> int:
+        """Write the held publications in one rewrite (none: nothing written); how many were new."""
+        if not self.pending:
+            return 0
+        pending, self.pending = self.pending, []
+        added = record_published_many(self.path, pending)
+        self.rewrites += 1
+        with ledger_lock(self.path):
+            self._reload()
+        return added
+
+    def _record(self, entry: LedgerEntry, target: str, url: str) -> Recorded:
+        rec = self.by_filename(entry.filename)
+        if rec is None:
+            placed = any(p.target == target and p.url == url for p in entry.published)
+            self._append(entry if placed else entry.with_published(target, url))
+            return Recorded(True, True)
+        if rec.sha256 != entry.sha256:
+            raise LedgerError(f"{entry.filename} is recorded with sha256 {rec.sha256}, not {entry.sha256}",
+                              where=f"{self.path}:{rec.line}",
+                              hint="the file being published is not the wheel the ledger describes")
+        change = (entry.filename, entry.sha256, target, url)
+        new = change not in self.pending and not any(
+            p.target == target and p.url == url for p in self.ledger_entry(rec).published)
+        if new:
+            self.pending.append(change)
+        return Recorded(False, new)
 
     def refresh(self) -> None:
         """Read the file again when anyone but this book changed it since."""

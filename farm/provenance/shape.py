@@ -13,9 +13,10 @@ whether older files may lack it (``| Absent``, default :data:`ABSENT`), and its 
 - :func:`projection` - a msgspec type for a few fields only (the ledger index's fast decoder).
 
 So a new field is one line in the definition. Supported annotations: ``str``, ``int``, ``float``
-(also takes an integer, kept as written), ``bool``, ``Literal[...]``, ``Mapping[str, X]`` (read
-into a read-only mapping), ``tuple[X, ...]``, a dataclass, a union of dataclasses told apart by
-their ``kind`` class variable, each with ``| None`` and ``| Absent``.
+(also takes an integer, kept as written), ``bool``, a union of those (``bool | str``, told apart by
+the value's type), ``Literal[...]``, ``Mapping[str, X]`` (read into a read-only mapping),
+``tuple[X, ...]``, a dataclass, a union of dataclasses told apart by their ``kind`` class
+variable, each with ``| None`` and ``| Absent``.
 """
 
 from __future__ import annotations
@@ -135,7 +136,14 @@ def _is_open(cls: type) -> bool:
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
+def _scalars(base: object) -> bool:
+    """Whether ``base`` is a union of plain JSON types (``bool | str``), told apart by the value's type."""
+    return isinstance(base, tuple) and all(member in _JSON_TYPES for member in base)
+
+
 def _value_schema(base: Any) -> dict[str, Any]:
+    if _scalars(base):
+        return {"type": [_JSON_TYPES[member] for member in base]}
     if isinstance(base, tuple):  # a union of dataclasses, told apart by kind
         return {"oneOf": [_value_schema(member) for member in base]}
     if dataclasses.is_dataclass(base):
@@ -235,6 +243,10 @@ def _decode_value(t: _Type, value: object, path: tuple[str, ...]) -> Any:
             raise ShapeError(path, "null where a value is required")
         return None
     base = t.base
+    if _scalars(base):  # JSON's true is no integer: the value's own type must be a member
+        if type(value) not in base and not (float in base and type(value) is int):
+            raise ShapeError(path, f"expected {' or '.join(_JSON_TYPES[m] for m in base)}, got {type(value).__name__}")
+        return value
     if isinstance(base, tuple):
         kind = value.get("kind") if isinstance(value, Mapping) else None
         for member in base:

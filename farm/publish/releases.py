@@ -2,8 +2,11 @@
 orphan) and recorded in the ledger before the next is looked at.
 
 A crash therefore leaves at most one asset without a record, which the next run finds under the
-wheel's name and re-asserts (:mod:`farm.publish.adopt`). The decisions are the pure ones of
-:mod:`farm.publish.github`; the calls are :mod:`farm.publish.ghrest`'s.
+wheel's name and re-asserts (:mod:`farm.publish.adopt`). A wheel the ledger already holds (this is
+its second target) is different: its line changes, and the book writes all such publications of
+the pass in one rewrite at its end; a crash before that loses only records the next run makes
+again, finding each asset with the ledger's sha256 (``PRESENT``). The decisions are the pure ones
+of :mod:`farm.publish.github`; the calls are :mod:`farm.publish.ghrest`'s.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ class _GithubRun:
         return state.release
 
     def record(self, entry: LedgerEntry, url: str) -> None:
-        """The wheel's entry and its publication recorded, now (one appended line for a new wheel)."""
+        """The wheel's entry and its publication recorded: a new wheel's line appended now; a
+        recorded wheel's publication at the end of the pass (:meth:`LedgerBook.flush`)."""
         got = self.book.record(entry, self.settings.name, url)
         if got.added:
             self.merged.append(entry.filename)
@@ -192,20 +196,29 @@ def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vou
     verdict, the entries merged into the ledger and the publications recorded."""
     run = _GithubRun(s, client, book, derive, reader, delete_orphans, dry_run, on_record=on_record)
     verdicts: list[WheelVerdict] = []
+    try:
+        _pass(run, sorted(batch, key=lambda w: w.filename), vouchers, verdicts)
+    finally:  # the publications held for recorded wheels are written, whatever stopped the pass
+        book.flush()
+    outcome = TargetOutcome(s.name, "github", tuple(run.placed), tuple(run.sent), (),
+                            tuple(dict.fromkeys(run.warnings)), client.requests, client.rate_limited,
+                            client.throttle.waited_s)
+    return outcome, verdicts, tuple(run.merged), run.recorded
+
+
+def _pass(run: _GithubRun, batch: Sequence[GatedWheel], vouchers: Vouchers, verdicts: list[WheelVerdict]) -> None:
+    """Each wheel of ``batch`` in turn, its verdict appended; after GitHub stops answering (the
+    token, its rate limit, the network), the rest are not attempted."""
     stop: str | None = None
-    for w in sorted(batch, key=lambda w: w.filename):
+    for w in batch:
         if stop is not None:
-            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.FAILED, None, f"not attempted: {stop}"))
+            verdicts.append(WheelVerdict(w.filename, run.settings.name, Verdict.FAILED, None, f"not attempted: {stop}"))
             continue
         try:
             recorded = vouchers.ledger.by_filename(w.filename)
             verdicts.append(run.one(w, recorded.sha256 if recorded is not None else None))
         except ghrest.GithubApiError as exc:
-            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.FAILED, None, exc.message))
+            verdicts.append(WheelVerdict(w.filename, run.settings.name, Verdict.FAILED, None, exc.message))
             if exc.status in (401, 403, 429) or exc.status is None:
                 # the token, its rate limit or the network: every later wheel would fail the same way
                 stop = f"GitHub stopped answering this run ({exc.message})"
-    sent = tuple(run.sent)
-    outcome = TargetOutcome(s.name, "github", tuple(run.placed), sent, (), tuple(dict.fromkeys(run.warnings)),
-                            client.requests, client.rate_limited, client.throttle.waited_s)
-    return outcome, verdicts, tuple(run.merged), run.recorded

@@ -47,7 +47,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -57,7 +57,7 @@ from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from farm import cacheseal, jsonread
-from farm.errors import NetworkError, SourceError, TooLarge
+from farm.errors import ConfigError, NetworkError, SourceError, TooLarge
 from farm.fsutil import atomic_write, sha256_file, walk_files
 from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.netutil import download, project_url, read_page
@@ -177,6 +177,19 @@ def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> 
         return out.read(1 << 20).decode("utf-8", "replace")
 
 
+def git_fetch_url(url: str) -> str:
+    """The URL git really fetches ``url`` from: the user's ``url.<base>.insteadOf`` rewrites applied
+    (a mirror, a local clone), as ``git ls-remote --get-url`` reports them without connecting.
+    ``url`` itself where git is not here or does not answer."""
+    try:
+        proc = subprocess.run(["git", "ls-remote", "--get-url", url], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return url
+    rewritten = proc.stdout.strip()
+    return rewritten if proc.returncode == 0 and rewritten and "\n" not in rewritten else url
+
+
 def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str | None:
     """Wait for ``proc``; kill its process group and say why ("time", "bytes") when it passes a bound."""
     while True:
@@ -263,42 +276,41 @@ def pointed_commit(pointer: Path) -> str | None:
 def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
     url, key = _git_key(source)
     base = cache_dir / "git"
-    base.mkdir(parents=True, exist_ok=True)
     pointer = git_pointer(source, cache_dir)
-    with FileLock(str(base / f"{key}.lock")):
-        # never resolved, damaged or forged: resolve the ref again
+    suffix = "-sub" if source.submodules else ""
+
+    def cached() -> SourceTree | None:  # never resolved, damaged or forged: the ref is resolved again
         commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
-        if isinstance(commit, str) and _is_commit(commit):
-            tree = _cached(base / f"{commit}{'-sub' if source.submodules else ''}")
-            if tree is not None:
-                return tree
-        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
-            work = Path(tmp) / "tree"
-            work.mkdir()
-            deadline = time.monotonic() + GIT_DEADLINE  # every git command of this fetch together
-            where = f"{url} at {source.ref}"
-            say(f"{label}: fetching {where}")
-            _git(["init", "-q"], work, label, "git init", deadline)
-            _git(["remote", "add", "origin", url], work, label, f"adding remote {url}", deadline)
-            try:
-                _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}",
-                     deadline)
-            except SourceError:
-                if not _is_commit(source.ref):
-                    raise
-                # Servers that refuse a bare commit in "want" still serve it from a full fetch.
-                _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}", deadline)
-            _git(["checkout", "-q", "--detach", "FETCH_HEAD" if not _is_commit(source.ref) else source.ref],
-                 work, label, f"checking out {where}", deadline)
-            commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse", deadline).strip()
-            if source.submodules:
-                _git(["submodule", "update", "--init", "--recursive", "--depth", "1"], work, label,
-                     f"fetching the submodules of {where}", deadline)
-            description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
-            final = base / f"{commit}{'-sub' if source.submodules else ''}"
-            tree = _install(work, final, commit, description)
+        return _cached(base / f"{commit}{suffix}") if isinstance(commit, str) and _is_commit(commit) else None
+
+    def make(scratch: Path) -> SourceTree:
+        work = scratch / "tree"
+        work.mkdir()
+        deadline = time.monotonic() + GIT_DEADLINE  # every git command of this fetch together
+        where = f"{url} at {source.ref}"
+        say(f"{label}: fetching {where}")
+        _git(["init", "-q"], work, label, "git init", deadline)
+        _git(["remote", "add", "origin", url], work, label, f"adding remote {url}", deadline)
+        try:
+            _git(["fetch", "-q", "--depth", "1", "origin", source.ref], work, label, f"git fetch of {where}",
+                 deadline)
+        except SourceError:
+            if not _is_commit(source.ref):
+                raise
+            # Servers that refuse a bare commit in "want" still serve it from a full fetch.
+            _git(["fetch", "-q", "origin"], work, label, f"git fetch of {url}", deadline)
+        _git(["checkout", "-q", "--detach", "FETCH_HEAD" if not _is_commit(source.ref) else source.ref],
+             work, label, f"checking out {where}", deadline)
+        commit = _git(["rev-parse", "HEAD"], work, label, "git rev-parse", deadline).strip()
+        if source.submodules:
+            _git(["submodule", "update", "--init", "--recursive", "--depth", "1"], work, label,
+                 f"fetching the submodules of {where}", deadline)
+        description = {"kind": "git", "repo": source.repo, "ref": source.ref, "commit": commit}
+        tree = _install(work, base / f"{commit}{suffix}", commit, description)
         _write_sealed(pointer, {"url": url, "ref": source.ref, "commit": tree.identity}, f"source-ref:{pointer.name}")
         return tree
+
+    return _locked_entry(base, key, cached, make)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -367,35 +379,33 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> 
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
         raise SourceError(f"{label}: {source.sha256!r} is not a sha256", hint="pin the sdist by its 64-hex sha256")
     base = cache_dir / "sdist"
-    base.mkdir(parents=True, exist_ok=True)
     final = base / sha
-    with FileLock(str(base / f"{sha}.lock")):
-        tree = _cached(final)
-        if tree is not None:
-            return tree
-        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
-            archive = _find_archive(base, sha)
-            if archive is None:
-                url, filename = _find_sdist_url(source, label)
-                part = Path(tmp) / filename
-                got = _download(url, part, label, say)
-                if got != sha:
-                    raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
-                                      hint="nothing was cached; verify the file and update the pin")
-                archive = base / f"{sha}-{filename}"
-                part.replace(archive)
-            elif sha256_file(archive) != sha:
-                archive.unlink()
-                raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
-                                  hint="run again to download it afresh")
-            work = Path(tmp) / "tree"
-            work.mkdir()
-            unpack(archive, work)
-            entries = list(work.iterdir())
-            # An sdist holds one top directory; the tree root is that directory.
-            inner = entries[0] if len(entries) == 1 and entries[0].is_dir() else work
-            description = {"kind": "sdist", "name": source.name, "version": source.version, "sha256": sha}
-            return _install(inner, final, sha, description)
+
+    def make(scratch: Path) -> SourceTree:
+        archive = _find_archive(base, sha)
+        if archive is None:
+            url, filename = _find_sdist_url(source, label)
+            part = scratch / filename
+            got = _download(url, part, label, say)
+            if got != sha:
+                raise SourceError(f"{label}: {filename} has sha256 {got}, the recipe pins {sha}",
+                                  hint="nothing was cached; verify the file and update the pin")
+            archive = base / f"{sha}-{filename}"
+            part.replace(archive)
+        elif sha256_file(archive) != sha:
+            archive.unlink()
+            raise SourceError(f"{label}: the cached archive for {sha} was corrupt and has been removed",
+                              hint="run again to download it afresh")
+        work = scratch / "tree"
+        work.mkdir()
+        unpack(archive, work)
+        entries = list(work.iterdir())
+        # An sdist holds one top directory; the tree root is that directory.
+        inner = entries[0] if len(entries) == 1 and entries[0].is_dir() else work
+        description = {"kind": "sdist", "name": source.name, "version": source.version, "sha256": sha}
+        return _install(inner, final, sha, description)
+
+    return _locked_entry(base, sha, lambda: _cached(final), make)
 
 
 def _find_archive(base: Path, sha: str) -> Path | None:
@@ -533,30 +543,28 @@ def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: 
                  say: Say) -> SourceTree:
     key = _vendored_key(base, vendor)
     folder = cache_dir / "vendored"
-    folder.mkdir(parents=True, exist_ok=True)
     final = folder / key
-    with FileLock(str(folder / f"{key}.lock")):
-        tree = _cached(final)
-        if tree is not None:
-            return tree
-        with tempfile.TemporaryDirectory(dir=folder, prefix="tmp-") as tmp:
-            work = Path(tmp) / "tree"
-            shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-            for entry in vendor:
-                scratch = Path(tmp) / "unpacked"
-                if isinstance(entry.origin, GitSource):
-                    checkout = _vendor_checkout(entry, entry.origin, cache_dir, label, say)
-                    shutil.copytree(checkout.root, scratch, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-                    _place(entry, scratch, work, f"{entry.origin.repo} at {entry.origin.ref}", label)
-                else:
-                    archive = _vendor_archive(entry, entry.origin, cache_dir / "vendor", label, say)
-                    scratch.mkdir()
-                    unpack(archive, scratch, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
-                    _place(entry, _archive_root(scratch), work, archive.name, label)
-                if scratch.exists():  # gone when the whole of it was placed
-                    shutil.rmtree(scratch)
-            description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
-            return _install(work, final, key, description)
+
+    def make(scratch: Path) -> SourceTree:
+        work = scratch / "tree"
+        shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        for entry in vendor:
+            unpacked = scratch / "unpacked"
+            if isinstance(entry.origin, GitSource):
+                checkout = _vendor_checkout(entry, entry.origin, cache_dir, label, say)
+                shutil.copytree(checkout.root, unpacked, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+                _place(entry, unpacked, work, f"{entry.origin.repo} at {entry.origin.ref}", label)
+            else:
+                archive = _vendor_archive(entry, entry.origin, cache_dir / "vendor", label, say)
+                unpacked.mkdir()
+                unpack(archive, unpacked, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
+                _place(entry, _archive_root(unpacked), work, archive.name, label)
+            if unpacked.exists():  # gone when the whole of it was placed
+                shutil.rmtree(unpacked)
+        description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
+        return _install(work, final, key, description)
+
+    return _locked_entry(folder, key, lambda: _cached(final), make)
 
 
 def _vendor_checkout(entry: VendorSource, origin: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
@@ -615,12 +623,16 @@ def _archive_root(unpacked: Path) -> Path:
 
 def _place(entry: VendorSource, root: Path, tree: Path, archive: str, label: str) -> None:
     """Move the entry's folder of ``root`` (an unpacked archive's top, a checkout) to its path in
-    ``tree``; ``archive`` names where ``root`` came from."""
+    ``tree``; ``archive`` names where ``root`` came from. A ``subdir`` it lacks or a ``path`` the
+    pinned source holds already is the recipe's error (exit 2, naming its line); links that leave
+    the folder are the source's (exit 3)."""
     where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
+    entry_at = f"{label}: source.vendor {entry.path!r}"
     taken = root.joinpath(*entry.subdir.split("/")) if entry.subdir else root
     if not _real_dir_below(root, taken):
         names = ", ".join(sorted(p.name for p in root.iterdir())[:8])
-        raise SourceError(f"{where}: {archive} has no folder {entry.subdir!r} (it holds {names})",
+        raise ConfigError(f"{entry_at}: {archive} has no folder {entry.subdir!r} (it holds {names})",
+                          where=entry.where,
                           hint="fix subdir to a folder of the archive (relative to its one top folder) or of "
                                "the repository")
     for link in (p for p in taken.rglob("*") if p.is_symlink()):
@@ -635,17 +647,18 @@ def _place(entry: VendorSource, root: Path, tree: Path, archive: str, label: str
     for part in parts[:-1]:  # never placed through a link of the upstream tree
         dest = dest / part
         if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-            raise SourceError(f"{where}: {dest.relative_to(tree).as_posix()!r} is a link or a file in the source",
-                              hint="vendor into a real folder of the source")
+            raise ConfigError(f"{entry_at}: {dest.relative_to(tree).as_posix()!r} is a link or a file in the source",
+                              where=entry.where, hint="vendor into a real folder of the source")
     dest = tree.joinpath(*parts)
     if dest.is_symlink() or dest.is_file():
-        raise SourceError(f"{where}: the source already has a file or link at {entry.path!r}",
-                          hint="vendor into a path that is absent or an empty folder")
+        raise ConfigError(f"{entry_at}: the source already has a file or link at {entry.path!r}",
+                          where=entry.where, hint="vendor into a path that is absent or an empty folder")
     if dest.is_dir():
         held = sorted(p.name for p in dest.iterdir())
         if held:
-            raise SourceError(f"{where}: the source already has {len(held)} entries at {entry.path!r} "
+            raise ConfigError(f"{entry_at}: the source already has {len(held)} entries at {entry.path!r} "
                               f"({', '.join(held[:5])}); the vendored tree would overwrite upstream files",
+                              where=entry.where,
                               hint="vendor into a path that is absent or an empty folder (a submodule's placeholder)")
         dest.rmdir()
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -718,6 +731,21 @@ def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
 def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
     blob = cacheseal.seal(json.dumps(data).encode(), purpose)
     atomic_write(path, [blob], durable=False)
+
+
+def _locked_entry(base: Path, key: str, cached: Callable[[], SourceTree | None],
+                  make: Callable[[Path], SourceTree]) -> SourceTree:
+    """One cache entry under ``base``, made at most once at a time: under the lock
+    ``base/<key>.lock``, the cached tree when it verifies (``cached``), otherwise the one ``make``
+    fetches and installs, given a scratch folder under ``base`` (the install is a rename on one
+    file system) that is removed afterwards, whatever happened."""
+    base.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(base / f"{key}.lock")):
+        tree = cached()
+        if tree is not None:
+            return tree
+        with tempfile.TemporaryDirectory(dir=base, prefix="tmp-") as tmp:
+            return make(Path(tmp))
 
 
 def _cached(final: Path) -> SourceTree | None:

@@ -21,11 +21,12 @@ from farm.toolkit import components as comps
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.MULTILINE)
 _SOURCES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl")
 _SKIP_DIRS = {".git", ".hg", "build", "dist", "__pycache__", ".tox", ".nox", ".venv", "node_modules",
-              # test programs, the project's or a vendored library's (flash_attn's sdist carries
-              # CUTLASS's unit tests, which include <nvrtc.h>): built by their own test targets,
-              # never by a wheel's build; a wheel's TU that did include one would still fail at
-              # its compile, naming the header
-              "test", "tests", "unittest", "unittests"}
+              # test and example programs, the project's or a vendored library's (flash_attn's
+              # sdist carries CUTLASS's unit tests, which include <nvrtc.h>; NATTEN's and torchao's
+              # CUTLASS submodule its examples, one of which includes <cuda_profiler_api.h>): built
+              # by their own targets, never by a wheel's build; a wheel's TU that did include one
+              # would still fail at its compile, naming the header
+              "test", "tests", "unittest", "unittests", "example", "examples"}
 MAX_FILE = 4 << 20  # larger "sources" are generated data, not headers a person includes
 
 

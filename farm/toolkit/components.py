@@ -36,6 +36,7 @@ PYPI_WHEELS: dict[str, str] = {
     "cuda_nvrtc": "nvidia-cuda-nvrtc",
     "cuda_cupti": "nvidia-cuda-cupti",
     "cuda_nvtx": "nvidia-nvtx",
+    "cuda_profiler_api": "nvidia-cuda-profiler-api",
     "libcublas": "nvidia-cublas",
     "libcusparse": "nvidia-cusparse",
     "libcusolver": "nvidia-cusolver",
@@ -44,11 +45,16 @@ PYPI_WHEELS: dict[str, str] = {
     "libnvjitlink": "nvidia-nvjitlink",
 }
 
+# The components whose wheels hold shared libraries a built extension loads at import (a recipe's
+# verify.runtime_libs); the others are the compiler's (nvcc, headers, tools).
+RUNTIME_LIBRARIES: tuple[str, ...] = ("cuda_cudart", "cuda_nvrtc", "cuda_cupti", "cuda_nvtx", "libcublas",
+                                      "libcusparse", "libcusolver", "libcurand", "libcufft", "libnvjitlink")
+
 # Headers a source may include, by the component that ships them. A directory entry ("thrust/")
 # matches every header below it. CCCL's live under include/cccl/ in CUDA 13 (nvcc adds that path).
 HEADERS: dict[str, tuple[str, ...]] = {
     "cuda_cudart": ("cuda_runtime.h", "cuda_runtime_api.h", "cuda.h", "cuda_fp16.h", "cuda_bf16.h",
-                    "cuda_fp8.h", "cooperative_groups.h", "cooperative_groups/", "cuda_profiler_api.h",
+                    "cuda_fp8.h", "cooperative_groups.h", "cooperative_groups/",
                     "device_launch_parameters.h", "mma.h", "cuda_pipeline.h", "cuComplex.h"),
     "cuda_cccl": ("thrust/", "cub/", "cuda/", "nv/"),
     "libcublas": ("cublas_v2.h", "cublas.h", "cublasLt.h", "cublas_api.h", "cublasXt.h"),
@@ -57,6 +63,8 @@ HEADERS: dict[str, tuple[str, ...]] = {
     "libcurand": ("curand.h", "curand_kernel.h", "curand_philox4x32_x.h"),
     "libcufft": ("cufft.h", "cufftXt.h"),
     "cuda_nvtx": ("nvtx3/", "nvToolsExt.h"),
+    # its own component in NVIDIA's manifests and wheels, not cudart's (whose wheel lacks it)
+    "cuda_profiler_api": ("cuda_profiler_api.h", "cudaProfiler.h"),
     "cuda_nvrtc": ("nvrtc.h",),
     "cuda_cupti": ("cupti.h",),
     "libnvjitlink": ("nvJitLink.h",),
@@ -76,6 +84,7 @@ MARKERS: dict[str, str] = {
     "libcurand": "include/curand.h",
     "libcufft": "include/cufft.h",
     "cuda_nvtx": "include/nvtx3/nvToolsExt.h",
+    "cuda_profiler_api": "include/cuda_profiler_api.h",
     "cuda_nvrtc": "include/nvrtc.h",
     "cuda_cupti": "include/cupti.h",
     "libnvjitlink": "include/nvJitLink.h",

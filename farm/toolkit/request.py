@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from farm.errors import ToolError, UsageError, did_you_mean
+from farm.errors import ConfigError, ToolError, UsageError, did_you_mean
 from farm.model.config import ToolkitConfig, release_problem, url_problem
 from farm.toolkit import components as comps
 
@@ -146,3 +146,23 @@ def request_for(
     digest = line.manifest_sha256 if rel == line.release and root == default_root else None
     every_line = tuple(f"{c}: {p.release}" for c, p in config.lines.items())
     return ToolkitRequest(cuda, chosen, rel, platform, tuple(wanted), root, digest, pins, every_line)
+
+
+def runtime_wheels(config: ToolkitConfig, cuda: str, components: Sequence[str], *, where: str) -> tuple[str, ...]:
+    """NVIDIA's PyPI wheels of ``components`` for CUDA line ``cuda``, pinned as the line's ``pypi``
+    map pins them (``nvidia-cuda-nvrtc==13.0.88``, ``nvidia-cuda-nvrtc-cu12==12.8.93``): what a
+    recipe's ``verify.runtime_libs`` installs into the import check's environment. ``where``: the
+    recipe, for the error of a component that is no runtime library or that the line does not pin."""
+    line = config.lines.get(cuda)
+    out = []
+    for name in components:
+        if name not in comps.RUNTIME_LIBRARIES:
+            raise ConfigError(f"verify.runtime_libs entry {name!r} is no CUDA runtime library", where=where,
+                              hint=did_you_mean(name, comps.RUNTIME_LIBRARIES)
+                              or f"runtime libraries: {', '.join(comps.RUNTIME_LIBRARIES)}")
+        if line is None or name not in line.pypi:
+            raise ConfigError(f"verify.runtime_libs names {name}, and CUDA {cuda} pins no PyPI wheel for it",
+                              where=where, hint=f"pin its wheel's version under toolkit.lines.'{cuda}'.pypi in "
+                                                f"_defaults.yml (the version of {name} in the line's release)")
+        out.append(comps.pypi_requirement(name, line.pypi[name], cuda))
+    return tuple(out)
