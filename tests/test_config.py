@@ -59,6 +59,12 @@ source:
 """
 
 
+COMMIT = "f3fde58372d33e9a5650ba7b80fc48b3b49d40c8"
+GIT_VENDORED = VENDORED.replace(
+    f"archive: {{url: 'https://example.org/glm-1.0.1.tar.xz', sha256: {SHA}}}",
+    f"git: {{repo: NVIDIA/cutlass, ref: {COMMIT}}}").replace("third_party/glm", "csrc/cutlass")
+
+
 def test_repository_config_loads() -> None:
     config = load_config(REPO)
     assert len(config.recipes) >= 11
@@ -174,9 +180,9 @@ MALFORMED = {
     "vendor-subdir-escapes": (VENDORED + "      subdir: ../../etc\n",
                               "source.vendor[0].subdir '../../etc' is not a folder inside the archive", 9),
     "vendor-two-origins": (VENDORED + "      sdist: {name: PyGLM, version: '2.8.3', sha256: " + SHA + "}\n",
-                           "source.vendor[0] must have exactly one of 'archive', 'sdist' (found archive, sdist)", 7),
+                           "source.vendor[0] must have exactly one of 'archive', 'sdist', 'git' (found archive, sdist)", 7),
     "vendor-no-origin": (VENDORED.replace("      archive: {url: 'https://example.org/glm-1.0.1.tar.xz', sha256: "
-                                          + SHA + "}\n", ""), "must have exactly one of 'archive', 'sdist'\n", 7),
+                                          + SHA + "}\n", ""), "must have exactly one of 'archive', 'sdist', 'git'\n", 7),
     "vendor-bad-sha": (VENDORED.replace("sha256: " + SHA, "sha256: abc"),
                        "source.vendor[0].archive.sha256 must be 64 lowercase hex digits", 8),
     "vendor-not-an-archive": (VENDORED.replace("glm-1.0.1.tar.xz", "glm.html"), "does not name an archive", 8),
@@ -184,6 +190,13 @@ MALFORMED = {
     "vendor-overlap": (VENDORED + "    - {path: third_party/glm/glm, archive: {url: 'https://example.org/b.zip', "
                        "sha256: " + SHA + "}}\n", "overlaps 'third_party/glm' (packages/pkg.yml:7)", 9),
     "vendor-unknown-key": (VENDORED + "      strip: 1\n", "unknown key 'source.vendor[0].strip'", 9),
+    "vendor-git-tag": (GIT_VENDORED.replace(COMMIT, "v4.2.1"),
+                       "source.vendor[0].git.ref 'v4.2.1' is not a full commit (40 lowercase hex digits)", 8),
+    "vendor-git-short-commit": (GIT_VENDORED.replace(COMMIT, COMMIT[:12]), "is not a full commit", 8),
+    "vendor-git-bad-repo": (GIT_VENDORED.replace("NVIDIA/cutlass", "cutlass"),
+                            "source.vendor[0].git.repo 'cutlass' is neither a GitHub owner/name nor a git URL", 8),
+    "vendor-git-submodules": (GIT_VENDORED.replace("}\n", ", submodules: true}\n"),
+                              "unknown key 'source.vendor[0].git.submodules'", 8),
     "vendor-not-a-list": (GOOD.replace("ref: v1.0}\n", "ref: v1.0}\n  vendor: {path: a}\n"),
                           "'source.vendor' must be a list", 5),
     "platform-patch-unknown-platform": (GOOD + "build:\n  platform_patch_script:\n    win64: p/x.py\n",
@@ -239,6 +252,14 @@ def test_vendored_trees_load_in_the_recipes_order(farm_root: Path) -> None:
     assert eigen.subdir == "cmeel.prefix/include"
     write(farm_root, "pkg", GOOD)
     assert load_config(farm_root).recipe("pkg").vendor == ()
+
+
+def test_a_vendored_git_tree_loads_with_its_commit(farm_root: Path) -> None:
+    write(farm_root, "pkg", GIT_VENDORED + "      subdir: include\n")
+    (entry,) = load_config(farm_root).recipe("pkg").vendor
+    assert entry == VendorSource("csrc/cutlass", GitSource("NVIDIA/cutlass", COMMIT), "include", "packages/pkg.yml:7")
+    assert isinstance(entry.origin, GitSource)
+    assert entry.origin.url == "https://github.com/NVIDIA/cutlass.git"
 
 
 def test_path_source_must_exist(farm_root: Path) -> None:

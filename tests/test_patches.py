@@ -4,10 +4,12 @@ shaped like the upstream one, is idempotent, and refuses a setup.py it no longer
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,10 @@ FUSED_SSIM = textwrap.dedent("""\
 
 SAGEATTN3 = textwrap.dedent("""\
     import os
+    import subprocess
+    from pathlib import Path
     import torch
+    this_dir = os.path.dirname(os.path.abspath(__file__))
     if True:
         cc_flag = []
         cc_major, cc_minor = torch.cuda.get_device_capability()
@@ -41,6 +46,14 @@ SAGEATTN3 = textwrap.dedent("""\
         else:
             raise RuntimeError("Unsupported GPU")
         FLAGS = cc_flag
+        repo_dir = Path(this_dir)
+        cutlass_dir = repo_dir / "csrc" / "cutlass"
+        (repo_dir / "csrc").mkdir(parents=True, exist_ok=True)
+        if not cutlass_dir.exists():
+            subprocess.run(
+                ["git", "clone", "--depth", "1", "https://github.com/NVIDIA/cutlass.git", str(cutlass_dir)],
+                check=True
+            )
     """)
 
 RASTERIZER = textwrap.dedent("""\
@@ -61,7 +74,7 @@ def evaluate(folder: Path, env: dict[str, str], name: str) -> object:
     ast.parse(code)
     torch = type(sys)("torch")
     torch.cuda = type(sys)("torch.cuda")  # type: ignore[attr-defined]  # a probe would fail loudly: the patch must not reach it
-    namespace: dict[str, object] = {}
+    namespace: dict[str, object] = {"__file__": str(folder / "setup.py")}
     saved = sys.modules.get("torch")
     sys.modules["torch"] = torch
     try:
@@ -79,8 +92,6 @@ def evaluate(folder: Path, env: dict[str, str], name: str) -> object:
 
 @pytest.mark.parametrize(("script", "text", "env", "name", "expected"), [
     ("fused_ssim.py", FUSED_SSIM, {}, "nvcc_args", ["-O3"]),
-    ("sageattn3.py", SAGEATTN3, {"TORCH_CUDA_ARCH_LIST": "10.0a;12.0a"}, "FLAGS",
-     ["-gencode", "arch=compute_100a,code=sm_100a", "-gencode", "arch=compute_120a,code=sm_120a"]),
     ("mmcv.py", MMCV, {"MMCV_WITH_OPS": "1"}, "NAME", "mmcv"),
     ("custom_rasterizer_hy3d2.py", RASTERIZER, {}, "NAME", "custom_rasterizer_hy3d2"),
 ])
@@ -97,6 +108,93 @@ def test_patch_applies_once_and_does_what_it_says(
     assert "already patched" in second.stdout
     assert (tmp_path / "setup.py").read_text() == patched
     assert evaluate(tmp_path, env, name) == expected
+
+
+def _recording_git(folder: Path) -> dict[str, str]:
+    """An environment whose ``git`` records its arguments in ``folder/git-called`` (and clones
+    nothing): what the setup.py would run shows there."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$@" >> {folder / "git-called"}\n')
+    (bin_dir / "git").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_sageattn3_builds_the_lists_targets_with_the_placed_cutlass_and_never_clones(tmp_path: Path) -> None:
+    src, tools = tmp_path / "src", tmp_path / "tools"
+    src.mkdir()
+    tools.mkdir()
+    env = {**_recording_git(tools), "TORCH_CUDA_ARCH_LIST": "10.0a;12.0a"}
+    # upstream's, on a machine with a Blackwell GPU: clones CUTLASS's default branch during the build
+    (src / "setup.py").write_text(SAGEATTN3.replace("cc_major, cc_minor = torch.cuda.get_device_capability()",
+                                                    "cc_major, cc_minor = 10, 0"))
+    evaluate(src, env, "FLAGS")
+    assert "clone --depth 1 https://github.com/NVIDIA/cutlass.git" in (tools / "git-called").read_text()
+    (tools / "git-called").unlink()
+
+    (src / "setup.py").write_text(SAGEATTN3)
+    first = run("sageattn3.py", src)
+    assert first.returncode == 0, first.stderr
+    patched = (src / "setup.py").read_text()
+    second = run("sageattn3.py", src)
+    assert second.returncode == 0
+    assert "already patched" in second.stdout
+    assert (src / "setup.py").read_text() == patched
+    with pytest.raises(RuntimeError, match=r"csrc/cutlass holds no CUTLASS: the recipe places it .*source.vendor"):
+        evaluate(src, env, "FLAGS")  # nothing placed: stops, and clones nothing
+    header = src / "csrc" / "cutlass" / "include" / "cutlass" / "cutlass.h"
+    header.parent.mkdir(parents=True)
+    header.write_text("// CUTLASS at the recipe's commit\n")
+    assert evaluate(src, env, "FLAGS") == ["-gencode", "arch=compute_100a,code=sm_100a",
+                                           "-gencode", "arch=compute_120a,code=sm_120a"]
+    assert not (tools / "git-called").exists()
+
+
+@pytest.mark.parametrize(("drop", "message"), [
+    ("    cc_major, cc_minor = torch.cuda.get_device_capability()\n", "no longer has the GPU probe"),
+    ("            check=True\n", "setup.py:18: expected 'if not cutlass_dir.exists():'"),
+])
+def test_sageattn3_refuses_a_setup_py_with_either_block_changed_and_writes_nothing(
+        tmp_path: Path, drop: str, message: str) -> None:
+    text = SAGEATTN3.replace(drop, "", 1)
+    (tmp_path / "setup.py").write_text(text)
+    proc = run("sageattn3.py", tmp_path)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "review the patch" in proc.stderr
+    assert (tmp_path / "setup.py").read_text() == text
+
+
+SAGEATTENTION_PYPROJECT = textwrap.dedent("""\
+    [build-system]
+    requires = [
+      "setuptools>=62,<75",
+      "wheel>=0.38,<0.44",
+      "packaging>=21,<24",
+    ]
+    build-backend = "setuptools.build_meta"
+    """)
+
+
+def test_sageattention_build_requirements_lose_only_their_upper_bounds(tmp_path: Path) -> None:
+    """torch 2.14.1 requires setuptools>=77.0.3: with upstream's setuptools<75 no build environment
+    passes build's dependency check; the patched list is met by one that holds torch."""
+    (tmp_path / "pyproject.toml").write_text(SAGEATTENTION_PYPROJECT)
+    first = run("sageattention_pyproject.py", tmp_path)
+    assert first.returncode == 0, first.stderr
+    patched = (tmp_path / "pyproject.toml").read_text()
+    assert tomllib.loads(patched)["build-system"] == {
+        "requires": ["setuptools>=62", "wheel>=0.38", "packaging>=21"], "build-backend": "setuptools.build_meta"}
+    again = run("sageattention_pyproject.py", tmp_path)
+    assert again.returncode == 0
+    assert "already patched" in again.stdout
+    assert (tmp_path / "pyproject.toml").read_text() == patched
+    moved = SAGEATTENTION_PYPROJECT.replace("<75", "<80")  # upstream changed its bound: review first
+    (tmp_path / "pyproject.toml").write_text(moved)
+    proc = run("sageattention_pyproject.py", tmp_path)
+    assert proc.returncode != 0
+    assert "pyproject.toml:3: expected" in proc.stderr
+    assert (tmp_path / "pyproject.toml").read_text() == moved
 
 
 def test_sageattn3_without_a_blackwell_arch_still_refuses(tmp_path: Path) -> None:

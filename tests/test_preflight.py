@@ -22,7 +22,7 @@ from farm.errors import ToolError
 from farm.model.cells import Cell
 from farm.source.fetch import fetch
 
-from . import buildroot, loopback
+from . import buildroot, gitremote, loopback
 
 pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
 
@@ -383,5 +383,34 @@ def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> No
                                  interpreter=None, vendor=demo.vendor).downloads)
 
         assert downloads() == {"the vendored third_party/glm": f"{base}glm.tar.gz"}
+        fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
+    assert downloads() == {}
+
+
+def test_a_vendored_git_tree_not_cached_is_a_download_from_its_repository(tmp_path) -> None:
+    """A source.vendor git entry (``git daemon`` on 127.0.0.1) is named with its repository's URL
+    until the composed tree is cached, then not."""
+    repo = tmp_path / "served" / "lib"
+    repo.mkdir(parents=True)
+    gitremote.git(repo, "init", "-q", "-b", "main")
+    (repo / "lib.h").write_text("//\n")
+    gitremote.git(repo, "add", ".")
+    gitremote.git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "c")
+    commit = gitremote.git(repo, "rev-parse", "HEAD").strip()
+    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
+    with gitremote.daemon(tmp_path / "served") as base:
+        recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
+            "  path: examples/demo_ext\n", "  path: examples/demo_ext\n  vendor:\n"
+            f"    - {{path: third_party/lib, git: {{repo: '{base}lib', ref: {commit}}}}}\n")
+        config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
+        demo = config.recipe("demo_ext")
+        spec = resolve_spec(config, demo, _cell())
+
+        def downloads() -> dict[str, str]:
+            return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                                 toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                                 interpreter=None, vendor=demo.vendor).downloads)
+
+        assert downloads() == {"the vendored third_party/lib": f"{base}lib"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
     assert downloads() == {}

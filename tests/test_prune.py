@@ -22,7 +22,7 @@ from farm.cli import main
 from farm.model.cells import Cell
 from farm.source.fetch import fetch, vendored_key
 
-from . import loopback
+from . import gitremote, loopback
 from .buildroot import DEMO_RECIPE, make_root
 from .ledgermaker import make_entry
 
@@ -230,6 +230,48 @@ def test_farm_cache_prune_keeps_what_todays_recipe_vendors(tmp_path: Path) -> No
     assert main(args) == 0
     assert not tree.root.exists()
     assert not (root / ".cache" / "sources" / "vendor" / sha).exists()
+
+
+def test_a_vendored_git_checkout_is_kept_by_the_cell_and_the_recipe_that_pin_it(tmp_path: Path) -> None:
+    """A recipe whose source.vendor is a git commit (``git daemon`` on 127.0.0.1), fetched as a
+    build fetches it: the checkout (cached as a git source of that commit) and the composed tree
+    stay while the recipe pins it, and while a recent cell's provenance names it; neither, it goes."""
+    served = tmp_path / "served" / "lib"
+    served.mkdir(parents=True)
+    gitremote.git(served, "init", "-q", "-b", "main")
+    (served / "lib.h").write_text("//\n")
+    gitremote.git(served, "add", ".")
+    gitremote.git(served, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "c")
+    commit = gitremote.git(served, "rev-parse", "HEAD").strip()
+    root = tmp_path / "root"
+    (root / "examples" / "demo_ext").mkdir(parents=True)
+
+    def recipe(vendor: bool) -> str:
+        body = DEMO_RECIPE.format(arch="8.0")
+        return body.replace("  path: examples/demo_ext\n", "  path: examples/demo_ext\n  vendor:\n"
+                            f"    - {{path: third_party/lib, git: {{repo: '{base}lib', ref: {commit}}}}}\n") if vendor else body
+
+    with gitremote.daemon(tmp_path / "served") as base:
+        config = make_root(root, {"demo_ext": recipe(True)})
+        demo = config.recipe("demo_ext")
+        tree = fetch(demo.source, root / ".cache" / "sources", vendor=demo.vendor)
+    checkout = root / ".cache" / "sources" / "git" / commit
+    assert (checkout / "tree" / "lib.h").is_file()
+    assert (tree.root / "third_party" / "lib" / "lib.h").is_file()
+    args = ["cache", "prune", "--root", str(root), "--kind", "sources", "--min-age", "0"]
+    assert main(args) == 0
+    assert checkout.is_dir()
+    assert tree.root.is_dir()
+    # the recipe no longer vendors it, a recent cell's provenance still does: the checkout stays
+    (root / "packages" / "demo_ext.yml").write_text(recipe(False))
+    entry = {"source": {"kind": "path", "path": "examples/demo_ext", "tree_sha256": "d" * 64,
+                        "vendor": [{"kind": "git", "path": "third_party/lib", "repo": "x", "commit": commit,
+                                    "subdir": None}]}}
+    plan = plan_prune(root / ".cache", in_use([entry]), kinds=["sources"], min_age_s=0)
+    assert checkout in {i.path for i in plan.items if i.keep}
+    assert main(args) == 0
+    assert not checkout.exists()
+    assert not tree.root.exists()
 
 
 def test_image_probes_are_kept_while_the_host_holds_their_image(cache: Path, tmp_path: Path, capsys) -> None:

@@ -1,6 +1,8 @@
 """farm.source.fetch, ``source.vendor``: trees placed into a recipe's source from pinned archives
 served on 127.0.0.1 (a URL, or an sdist of a PEP 503 index), verified before unpacking, bounded,
-refused when they would leave their folder or overwrite upstream files, cached and re-checked."""
+refused when they would leave their folder or overwrite upstream files, cached and re-checked; and
+from a git repository at a commit, served by ``git daemon`` on 127.0.0.1 as GitHub serves a
+repository to git (the pinned commit fetched, checked out, placed without its ``.git``)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError, SourceError
-from farm.model.config import ArchiveOrigin, PathSource, SdistSource, VendorSource, load_config
+from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource, load_config
 from farm.provenance import buildinfo
 from farm.source import fetch as fetchmod
 from farm.source.fetch import fetch, is_cached
-from tests import loopback
+from tests import gitremote, loopback
 
 GLM_HEADER = b"#define GLM_VERSION_MAJOR 1\n#define GLM_VERSION_MINOR 0\n#define GLM_VERSION_PATCH 1\n"
 
@@ -116,6 +118,13 @@ def test_subdir_takes_one_folder_of_the_archive(upstream, files, tmp_path) -> No
     tree = fetch(upstream, tmp_path / "c", vendor=(_entry(url, sha, path="csrc/third_party/glm/glm", subdir="glm"),))
     assert (tree.root / "csrc/third_party/glm/glm/detail/setup.hpp").is_file()
     assert not (tree.root / "csrc/third_party/glm/copying.txt").exists()
+
+
+def test_an_archive_of_several_top_folders_is_placed_whole(upstream, files, tmp_path) -> None:
+    url, sha = _put(files, "flat.tar.gz", _tar({"glm/glm.hpp": b"//\n", "doc/readme.txt": b"x\n"}))
+    tree = fetch(upstream, tmp_path / "c", vendor=(_entry(url, sha),))
+    assert (tree.root / "csrc/third_party/glm/glm/glm.hpp").is_file()
+    assert (tree.root / "csrc/third_party/glm/doc/readme.txt").is_file()
 
 
 def test_a_pin_mismatch_is_refused_before_unpacking_and_caches_nothing(upstream, files, tmp_path) -> None:
@@ -277,6 +286,89 @@ def test_a_corrupt_xz_archive_is_a_source_error(tmp_path) -> None:
     (tmp_path / "out").mkdir()
     with pytest.raises(SourceError, match="not a readable"):
         fetchmod.unpack(archive, tmp_path / "out")
+
+
+# ------------------------------------------------------------------------------------------------
+# a git repository at a commit (what a build script would otherwise clone: sageattn3's CUTLASS)
+# ------------------------------------------------------------------------------------------------
+def _commit(repo: Path, files: dict[str, str], links: dict[str, str] | None = None) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    for name, target in (links or {}).items():
+        (repo / name).symlink_to(target)
+    gitremote.git(repo, "add", "-A")
+    gitremote.git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "c")
+    return gitremote.git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def cutlass(tmp_path: Path) -> tuple[Path, str, str]:
+    """A repository under ``served/`` with two commits (the pinned one and a later one on its branch);
+    yields (folder, first commit, second commit)."""
+    repo = tmp_path / "served" / "cutlass"
+    repo.mkdir(parents=True)
+    gitremote.git(repo, "init", "-q", "-b", "main")
+    first = _commit(repo, {"include/cutlass/cutlass.h": "// v1\n", "tools/util/include/u.h": "//\n",
+                           "README.md": "cutlass\n"})
+    second = _commit(repo, {"include/cutlass/cutlass.h": "// v2\n"})
+    return repo, first, second
+
+
+def _git_entry(url: str, commit: str, path: str = "csrc/cutlass", subdir: str | None = None) -> VendorSource:
+    return VendorSource(path, GitSource(url, commit), subdir, "packages/pkg.yml:7")
+
+
+def test_a_git_commit_is_placed_without_its_git_folder_described_and_cached(upstream, cutlass, tmp_path) -> None:
+    _, first, second = cutlass
+    cache = tmp_path / "cache"
+    with gitremote.daemon(tmp_path / "served") as base:
+        vendor = (_git_entry(f"{base}cutlass", first),)
+        assert not is_cached(upstream, cache, vendor)
+        tree = fetch(upstream, cache, package="pkg", vendor=vendor)
+        later = fetch(upstream, cache, package="pkg", vendor=(_git_entry(f"{base}cutlass", second),))
+    placed = tree.root / "csrc" / "cutlass"
+    assert (placed / "include" / "cutlass" / "cutlass.h").read_text() == "// v1\n"  # the pin, not the branch's head
+    assert (later.root / "csrc" / "cutlass" / "include" / "cutlass" / "cutlass.h").read_text() == "// v2\n"
+    assert later.identity != tree.identity
+    assert not (placed / ".git").exists()
+    assert (tree.root / "csrc" / "k.cu").is_file()
+    assert tree.description["vendor"] == [
+        {"kind": "git", "path": "csrc/cutlass", "repo": f"{base}cutlass", "commit": first, "subdir": None}]
+    record = buildinfo.source_from(tree.description)  # provenance reads exactly this
+    assert record is not None
+    assert record.to_dict() == tree.description
+    assert is_cached(upstream, cache, vendor)
+    assert fetch(upstream, cache, vendor=vendor).root == tree.root  # the daemon has stopped: cached
+
+
+def test_a_git_subdir_takes_one_folder_of_the_checkout(upstream, cutlass, tmp_path) -> None:
+    _, first, _ = cutlass
+    with gitremote.daemon(tmp_path / "served") as base:
+        tree = fetch(upstream, tmp_path / "c", vendor=(_git_entry(f"{base}cutlass", first, subdir="include"),))
+    assert (tree.root / "csrc/cutlass/cutlass/cutlass.h").is_file()
+    assert not (tree.root / "csrc/cutlass/README.md").exists()
+
+
+def test_a_commit_the_repository_lacks_is_refused_and_nothing_placed(upstream, cutlass, tmp_path) -> None:
+    cache = tmp_path / "cache"
+    with gitremote.daemon(tmp_path / "served") as base, pytest.raises(SourceError) as err:
+        fetch(upstream, cache, package="pkg", vendor=(_git_entry(f"{base}cutlass", "0" * 40),))
+    text = str(err.value)
+    for part in ("package 'pkg'", "source.vendor 'csrc/cutlass'", "packages/pkg.yml:7", f"{base}cutlass", "failed"):
+        assert part in text
+    assert err.value.exit_code == 3
+    assert not list((cache / "vendored").glob("*/tree"))
+
+
+def test_a_git_link_leaving_the_placed_folder_is_refused(upstream, tmp_path) -> None:
+    repo = tmp_path / "served" / "evil"
+    repo.mkdir(parents=True)
+    gitremote.git(repo, "init", "-q", "-b", "main")
+    commit = _commit(repo, {"include/a.h": "//\n"}, {"include/up": "../../../setup.py"})
+    with gitremote.daemon(tmp_path / "served") as base, pytest.raises(SourceError, match="leaves the vendored folder"):
+        fetch(upstream, tmp_path / "c", vendor=(_git_entry(f"{base}evil", commit),))
+    assert not list((tmp_path / "c" / "vendored").glob("*/tree"))
 
 
 # ------------------------------------------------------------------------------------------------

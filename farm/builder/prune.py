@@ -10,8 +10,8 @@ else removes them. The prune keeps what the next builds need and removes the res
   commits and sdists, the toolkits whose source, release, platform and components match their
   provenance, the environments of their Python and torch, their work folders;
 - the sources today's recipes pin (a git tag's resolved commit, read from the fetch's pointer),
-  with the trees and archives their ``source.vendor`` places (the composed tree keyed as the fetch
-  keys it);
+  with the trees, archives and git checkouts their ``source.vendor`` places (the composed tree
+  keyed as the fetch keys it);
 - the probes of the images the host's engine still holds (an image removed from the host is never
   probed by that ID again; the command asks the engines, :func:`farm.builder.images.held_probes`);
 - anything changed within ``min_age_s`` (a build that is filling it now) or whose lock a running
@@ -120,6 +120,9 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
         if isinstance(vendor, list) and isinstance(identity, str):
             used_vendored.add(vendored_key(identity, vendor))
             used_archives.update(v["sha256"] for v in vendor if isinstance(v, Mapping) and "sha256" in v)
+            # a git entry's checkout is cached as a git source of that commit
+            used_commits.update(v["commit"] for v in vendor if isinstance(v, Mapping) and v.get("kind") == "git"
+                                and isinstance(v.get("commit"), str))
         cell = e.get("cell") or {}
         python = str(cell.get("python", ""))
         toolchain = e.get("toolchain") or {}
@@ -153,7 +156,7 @@ def recipe_vendored(config: FarmConfig, sources: Path) -> tuple[set[str], set[st
     for recipe in config.recipes.values():
         if not recipe.vendor:
             continue
-        archives.update(entry.origin.sha256 for entry in recipe.vendor)
+        archives.update(entry.origin.sha256 for entry in recipe.vendor if not isinstance(entry.origin, GitSource))
         src = recipe.source
         identity: str | None
         if isinstance(src, SdistSource):
@@ -180,6 +183,8 @@ def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
                 commits.add(commit)
             if len(src.ref) == 40:
                 commits.add(src.ref.lower())
+        # a vendored repository's checkout is cached as a git source of its pinned commit
+        commits.update(entry.origin.ref for entry in recipe.vendor if isinstance(entry.origin, GitSource))
     return commits, sdists
 
 

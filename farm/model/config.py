@@ -34,6 +34,7 @@ SPLIT_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "win_amd64")
 PUBLISH_KINDS = ("index", "github", "twine")
 FLOATING_REFS = frozenset({"main", "master", "head", "develop", "dev", "trunk", "latest", "nightly"})
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # archives source.vendor unpacks (farm.source.fetch.unpack reads them)
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar", ".zip")
 _CUDA_LINE = re.compile(r"^\d{2}\.\d$")
@@ -217,12 +218,14 @@ class ArchiveOrigin:
 @dataclass(frozen=True)
 class VendorSource:
     """A tree placed into the recipe's source before anything reads it: what upstream keeps in a
-    git submodule that the fetch does not carry (gsplat's GLM). ``path``: where, relative to the
-    source root; ``origin``: the pinned archive or sdist (sha256 verified before unpacking);
-    ``subdir``: the folder of the unpacked archive placed there (default: its one top folder)."""
+    git submodule that the fetch does not carry (gsplat's GLM), or clones while it builds
+    (sageattn3's CUTLASS). ``path``: where, relative to the source root; ``origin``: the pinned
+    archive or sdist (sha256 verified before unpacking), or a git repository at a full commit
+    (git checks every object's hash as it fetches); ``subdir``: the folder placed there (default:
+    an archive's one top folder, a repository's whole checkout)."""
 
     path: str
-    origin: ArchiveOrigin | SdistSource
+    origin: ArchiveOrigin | SdistSource | GitSource
     subdir: str | None
     where: str
 
@@ -1125,11 +1128,7 @@ def _load_source(sec: _Section, root: Path) -> Source:
     sec.done((kind, "vendor"))
     assert sub is not None
     if kind == "git":
-        repo = sub.get("repo", str, required=True)
-        is_url = "://" in repo or repo.startswith(("git@", "/"))
-        if not is_url and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
-            raise ConfigError(f"source.git.repo {repo!r} is neither a GitHub owner/name nor a git URL",
-                              where=sub.where("repo"), hint="e.g. repo: Dao-AILab/flash-attention")
+        repo = _git_repo(sub)
         ref = sub.get("ref", str, required=True, fix="pin a tag or a commit: ref: v1.2.3")
         if ref.lower() in FLOATING_REFS or ref.startswith("refs/heads/") or ref.lower().startswith("origin/"):
             raise ConfigError(
@@ -1148,6 +1147,16 @@ def _load_source(sec: _Section, root: Path) -> Source:
     return SdistSource(name, version, sha)
 
 
+def _git_repo(sub: _Section) -> str:
+    """A git section's ``repo``: a GitHub owner/name or a git URL (a local path included)."""
+    repo = sub.get("repo", str, required=True)
+    is_url = "://" in repo or repo.startswith(("git@", "/"))
+    if not is_url and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise ConfigError(f"{sub.key_path('repo')} {clip(repo)!r} is neither a GitHub owner/name nor a git URL",
+                          where=sub.where("repo"), hint="e.g. repo: Dao-AILab/flash-attention")
+    return str(repo)
+
+
 def _relative_path(sec: _Section, key: str, what: str, example: str, *, required: bool = True) -> str | None:
     """A folder relative to a tree's root, as written (``a/b``): no absolute path, ``..``, ``.``
     part, backslash or ``.git``; None when absent and not required."""
@@ -1164,24 +1173,36 @@ def _relative_path(sec: _Section, key: str, what: str, example: str, *, required
 
 
 def _load_vendor(src: _Section) -> tuple[VendorSource, ...]:
-    """``source.vendor``: trees placed into the source at a path, each from a pinned archive."""
+    """``source.vendor``: trees placed into the source at a path, each from a pinned archive, sdist
+    or git commit."""
     items = src.get("vendor", list, default=YList())
     out: list[VendorSource] = []
     for i, item in enumerate(items):
         sec = _Section(item, src.file, f"source.vendor[{i}]", items.line_of(i))
         path = _relative_path(sec, "path", "the source", "third_party/glm")
         assert path is not None
-        kinds = [k for k in ("archive", "sdist") if k in sec.data]
+        kinds = [k for k in ("archive", "sdist", "git") if k in sec.data]
         if len(kinds) != 1:
-            sec.done(("path", "archive", "sdist", "subdir"))
+            sec.done(("path", "archive", "sdist", "git", "subdir"))
             raise ConfigError(
-                f"{sec.path} must have exactly one of 'archive', 'sdist'"
+                f"{sec.path} must have exactly one of 'archive', 'sdist', 'git'"
                 + (f" (found {', '.join(kinds)})" if kinds else ""), where=sec.where(),
                 hint="e.g. archive: {url: https://host/glm-1.0.1.tar.xz, sha256: <64 hex>}")
         sub = sec.section(kinds[0])
         assert sub is not None
-        origin: ArchiveOrigin | SdistSource
-        if kinds[0] == "archive":
+        origin: ArchiveOrigin | SdistSource | GitSource
+        if kinds[0] == "git":
+            repo = _git_repo(sub)
+            ref = sub.get("ref", str, required=True, fix="the full commit: ref: <40 hex> (git rev-parse TAG^{commit})")
+            if not _COMMIT.match(ref):
+                raise ConfigError(
+                    f"{sub.key_path('ref')} {clip(ref)!r} is not a full commit (40 lowercase hex digits)",
+                    where=sub.where("ref"),
+                    hint="a vendored git tree is pinned by its commit, which git checks as it fetches (a tag or "
+                         "branch can move); write the tag in a comment: git rev-parse TAG^{commit}")
+            sub.done(("repo", "ref"))
+            origin = GitSource(repo, ref)
+        elif kinds[0] == "archive":
             url = sub.get("url", str, required=True, fix="the archive's URL (http, https or file)")
             problem = url_problem(url)
             if problem:

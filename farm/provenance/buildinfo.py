@@ -159,7 +159,19 @@ class SdistVendorRecord(_Record):
     subdir: Annotated[str | None, Rule(description="the sdist's folder placed (null: its one top folder)")]
 
 
-VendorRecord = ArchiveVendorRecord | SdistVendorRecord
+@dataclass(frozen=True)
+class GitVendorRecord(_Record):
+    """A tree placed into the source from a git repository at a commit (``source.vendor``)."""
+
+    kind: ClassVar[str] = "git"
+    path: Annotated[NonEmpty, Rule(description="where the tree was placed, relative to the source root")]
+    repo: NonEmpty
+    commit: Annotated[str, Rule(pattern="^[0-9a-f]{40}$",
+                                description="the commit checked out, every object's hash checked by git")]
+    subdir: Annotated[str | None, Rule(description="the repository's folder placed (null: the whole checkout)")]
+
+
+VendorRecord = ArchiveVendorRecord | SdistVendorRecord | GitVendorRecord
 Vendor = Annotated[
     tuple[VendorRecord, ...] | Absent,
     Rule(description="trees placed into the source before it was built (what upstream keeps in a git "

@@ -14,9 +14,11 @@ A :class:`SourceTree` is a directory on disk plus the identity the lint and the 
 - ``path``: the directory as is; identity is a hash over its files (names, exec bits, contents).
 
 A recipe's ``source.vendor`` entries (what upstream keeps in a git submodule the fetch does not
-carry) are placed into a copy of that tree: each archive (a URL or an sdist of the index, pinned by
-sha256) is verified before it is unpacked, bounded in size, unpacked refusing absolute paths,
-``..`` and links that leave the folder taken from it, and placed at its path, which must be
+carry, or clones while it builds) are placed into a copy of that tree: each archive (a URL or an
+sdist of the index, pinned by sha256) is verified before it is unpacked, bounded in size, unpacked
+refusing absolute paths, ``..`` and links that leave the folder taken from it; a git entry is
+fetched as a git source is, at its full commit (git checks each object's hash; the checkout must
+be that commit), and copied without its ``.git``. Each is placed at its path, which must be
 absent or an empty folder (a submodule's placeholder) and reached through no link. The composed
 tree is cached by the base tree's identity and the entries; its identity is a hash of both, and
 its description (the provenance ``source``) lists the entries under ``vendor``.
@@ -516,6 +518,8 @@ def _unpack_tar(archive: Path, dest: Path, bounds: tuple[int | None, int | None]
 def vendor_description(entry: VendorSource) -> dict[str, Any]:
     """One vendored tree as provenance records it (the ``vendor`` list of the ``source`` object)."""
     origin = entry.origin
+    if isinstance(origin, GitSource):
+        return {"kind": "git", "path": entry.path, "repo": origin.repo, "commit": origin.ref, "subdir": entry.subdir}
     if isinstance(origin, ArchiveOrigin):
         return {"kind": "archive", "path": entry.path, "url": origin.url, "sha256": origin.sha256,
                 "subdir": entry.subdir}
@@ -545,22 +549,38 @@ def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: 
         work = scratch / "tree"
         shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
         for entry in vendor:
-            archive = _vendor_archive(entry, cache_dir / "vendor", label, say)
             unpacked = scratch / "unpacked"
-            unpacked.mkdir()
-            unpack(archive, unpacked, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
-            _place(entry, unpacked, work, archive.name, label)
-            shutil.rmtree(unpacked)
+            if isinstance(entry.origin, GitSource):
+                checkout = _vendor_checkout(entry, entry.origin, cache_dir, label, say)
+                shutil.copytree(checkout.root, unpacked, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+                _place(entry, unpacked, work, f"{entry.origin.repo} at {entry.origin.ref}", label)
+            else:
+                archive = _vendor_archive(entry, entry.origin, cache_dir / "vendor", label, say)
+                unpacked.mkdir()
+                unpack(archive, unpacked, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
+                _place(entry, _archive_root(unpacked), work, archive.name, label)
+            if unpacked.exists():  # gone when the whole of it was placed
+                shutil.rmtree(unpacked)
         description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
         return _install(work, final, key, description)
 
     return _locked_entry(folder, key, lambda: _cached(final), make)
 
 
-def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> Path:
-    """The entry's archive, downloaded once and re-hashed on every use: a cached file is believed
-    only when its bytes still have the pinned sha256."""
-    origin = entry.origin
+def _vendor_checkout(entry: VendorSource, origin: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
+    """The entry's repository checked out at its commit, fetched (and cached) as a git source is."""
+    where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
+    checkout = _fetch_git(origin, cache_dir, where, say)
+    if checkout.identity != origin.ref:  # a ref that is a commit checks out as itself: anything else is refused
+        raise SourceError(f"{where}: {origin.url} checked out {checkout.identity}, the recipe pins {origin.ref}",
+                          hint="nothing was placed; check the repository and the pinned commit")
+    return checkout
+
+
+def _vendor_archive(entry: VendorSource, origin: ArchiveOrigin | SdistSource, store: Path, label: str,
+                    say: Say) -> Path:
+    """The entry's archive (``origin``), downloaded once and re-hashed on every use: a cached file
+    is believed only when its bytes still have the pinned sha256."""
     sha = origin.sha256
     folder = store / sha  # one folder per archive: the prune removes folders
     store.mkdir(parents=True, exist_ok=True)
@@ -595,21 +615,26 @@ def _vendor_archive(entry: VendorSource, store: Path, label: str, say: Say) -> P
         return archive
 
 
-def _place(entry: VendorSource, unpacked: Path, tree: Path, archive: str, label: str) -> None:
-    """Move the entry's folder of the unpacked archive to its path in ``tree``. A ``subdir`` the
-    archive lacks or a ``path`` the pinned source holds already is the recipe's error (exit 2,
-    naming its line); an archive whose links leave the folder is the source's (exit 3)."""
+def _archive_root(unpacked: Path) -> Path:
+    """Like an sdist, an archive of one top folder is that folder; else the archive's root."""
+    entries = list(unpacked.iterdir())
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else unpacked
+
+
+def _place(entry: VendorSource, root: Path, tree: Path, archive: str, label: str) -> None:
+    """Move the entry's folder of ``root`` (an unpacked archive's top, a checkout) to its path in
+    ``tree``; ``archive`` names where ``root`` came from. A ``subdir`` it lacks or a ``path`` the
+    pinned source holds already is the recipe's error (exit 2, naming its line); links that leave
+    the folder are the source's (exit 3)."""
     where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
     entry_at = f"{label}: source.vendor {entry.path!r}"
-    entries = list(unpacked.iterdir())
-    # like an sdist, an archive of one top folder is that folder
-    root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else unpacked
     taken = root.joinpath(*entry.subdir.split("/")) if entry.subdir else root
     if not _real_dir_below(root, taken):
         names = ", ".join(sorted(p.name for p in root.iterdir())[:8])
         raise ConfigError(f"{entry_at}: {archive} has no folder {entry.subdir!r} (it holds {names})",
                           where=entry.where,
-                          hint="fix subdir to a folder of the archive, relative to its one top folder")
+                          hint="fix subdir to a folder of the archive (relative to its one top folder) or of "
+                               "the repository")
     for link in (p for p in taken.rglob("*") if p.is_symlink()):
         target = link.readlink()
         resolved = PurePosixPath(os.path.normpath(link.parent / target))
