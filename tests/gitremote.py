@@ -34,6 +34,17 @@ def bare_remote(where: Path, ledger: str = "") -> Path:
     return where
 
 
+def one_commit_repo(repo: Path, files: dict[str, str]) -> str:
+    """A repository at ``repo`` whose ``main`` is one commit holding ``files``; its commit id."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        (repo / rel).write_text(text)
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "c")
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
 def pushed_ledger(repo: Path, rel: str) -> bytes:
     """The file at ``rel`` as the remote's ``main`` of the clone ``repo`` has it now."""
     git(repo, "fetch", "-q", "origin", "main")

@@ -357,6 +357,13 @@ def test_a_git_source_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> 
     assert blocker() is None
 
 
+def _vendor_downloads(spec, demo, tmp_path: Path) -> dict[str, str]:
+    """What the cibuildwheel route of ``demo``'s cell would still download, its vendored trees included."""
+    return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                         toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                         interpreter=None, vendor=demo.vendor).downloads)
+
+
 def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> None:
     """The recipe's source.vendor archive (served on 127.0.0.1) is named among the cell's downloads
     until the composed tree is cached, then not."""
@@ -378,9 +385,7 @@ def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> No
         spec = resolve_spec(config, demo, _cell())
 
         def downloads() -> dict[str, str]:
-            return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
-                                 toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
-                                 interpreter=None, vendor=demo.vendor).downloads)
+            return _vendor_downloads(spec, demo, tmp_path)
 
         assert downloads() == {"the vendored third_party/glm": f"{base}glm.tar.gz"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
@@ -390,13 +395,7 @@ def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> No
 def test_a_vendored_git_tree_not_cached_is_a_download_from_its_repository(tmp_path) -> None:
     """A source.vendor git entry (``git daemon`` on 127.0.0.1) is named with its repository's URL
     until the composed tree is cached, then not."""
-    repo = tmp_path / "served" / "lib"
-    repo.mkdir(parents=True)
-    gitremote.git(repo, "init", "-q", "-b", "main")
-    (repo / "lib.h").write_text("//\n")
-    gitremote.git(repo, "add", ".")
-    gitremote.git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "c")
-    commit = gitremote.git(repo, "rev-parse", "HEAD").strip()
+    commit = gitremote.one_commit_repo(tmp_path / "served" / "lib", {"lib.h": "//\n"})
     (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
     with gitremote.daemon(tmp_path / "served") as base:
         recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
@@ -407,9 +406,7 @@ def test_a_vendored_git_tree_not_cached_is_a_download_from_its_repository(tmp_pa
         spec = resolve_spec(config, demo, _cell())
 
         def downloads() -> dict[str, str]:
-            return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
-                                 toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
-                                 interpreter=None, vendor=demo.vendor).downloads)
+            return _vendor_downloads(spec, demo, tmp_path)
 
         assert downloads() == {"the vendored third_party/lib": f"{base}lib"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)

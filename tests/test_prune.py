@@ -236,13 +236,7 @@ def test_a_vendored_git_checkout_is_kept_by_the_cell_and_the_recipe_that_pin_it(
     """A recipe whose source.vendor is a git commit (``git daemon`` on 127.0.0.1), fetched as a
     build fetches it: the checkout (cached as a git source of that commit) and the composed tree
     stay while the recipe pins it, and while a recent cell's provenance names it; neither, it goes."""
-    served = tmp_path / "served" / "lib"
-    served.mkdir(parents=True)
-    gitremote.git(served, "init", "-q", "-b", "main")
-    (served / "lib.h").write_text("//\n")
-    gitremote.git(served, "add", ".")
-    gitremote.git(served, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "c")
-    commit = gitremote.git(served, "rev-parse", "HEAD").strip()
+    commit = gitremote.one_commit_repo(tmp_path / "served" / "lib", {"lib.h": "//\n"})
     root = tmp_path / "root"
     (root / "examples" / "demo_ext").mkdir(parents=True)
 
