@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, shardjob, verify
+from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
 from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
@@ -50,7 +50,17 @@ from farm.builder.plan import (
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
-from farm.errors import ConfigError, DefectError, ToolError, UsageError, WheelError, redact, redactor
+from farm.errors import (
+    ConfigError,
+    DefectError,
+    Interrupted,
+    ToolError,
+    UsageError,
+    WheelError,
+    clip,
+    redact,
+    redactor,
+)
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
@@ -354,18 +364,27 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
 
 
 def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
-                shell: bool = False) -> subprocess.CompletedProcess[bytes]:
+                shell: bool = False, label: str | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
     line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
     environment (an index URL with a token that pip echoes, a password a script prints).
-    stderr keeps farm's stdout for its own (``--json``) output."""
+    stderr keeps farm's stdout for its own (``--json``) output.
+
+    The step runs in a session of its own (:mod:`farm.builder.procs`): when farm is interrupted
+    or fails while it runs, the step and every process beneath it are stopped before the
+    exception goes on."""
     scrub = redactor(env)
-    with subprocess.Popen(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT) as proc:
+    with procs.start(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
-            sys.stderr.flush()
+        try:
+            for raw in proc.stdout:
+                sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
+                sys.stderr.flush()
+        except BaseException as exc:
+            what = label or clip(cmd if isinstance(cmd, str) else shlex.join(cmd), 120)
+            procs.stop_step(proc, f"`{what}`", exc)
+            raise
     return subprocess.CompletedProcess(cmd, proc.returncode)
 
 
@@ -449,7 +468,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), **kw)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), label=what, **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -474,14 +493,25 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
     cached = plan.spec.compile_cache.enabled
-    if cached:  # the build environment's site-packages (torch's headers) as a base directory
-        cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
-                       basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
+    state: dict[str, object] = {}
     try:
+        if cached:  # the build environment's site-packages (torch's headers) as a base directory
+            state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
+                                   basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
-    finally:  # the server stops whatever the build did; its counts are the build's
-        stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
+    except Interrupted as exc:  # the private server goes with the build, and the compiles it ran
+        if isinstance(state.get("sccache"), str):
+            stopped = procs.stop_sccache_server(str(state["sccache"]), env)
+            if stopped:
+                exc.stopped.append(stopped)
+        raise
+    except BaseException:  # a failed build: the server stops all the same
+        if cached:
+            cclaunch.stats(str(compile_run_dir(plan)), env)
+        raise
+    # the server stops whatever the build did; its counts are the build's
+    stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
     if stats is not None and cache_counts is not None:
         cache_counts.append(Counts.from_stats(stats))
     built = _wheels(dist)

@@ -3,7 +3,8 @@
 Builds the matrix's cells for PKG (cells the ledger already holds at the current epoch are
 skipped unless ``--overwrite``). Every wheel goes through postbuild: only wheels that pass the
 assertion reach ``--out``, stamped, with their ledger fragments. Exit 1 when a wheel fails the
-assertion, 3 when a build cannot run.
+assertion, 3 when a build cannot run; 130 / 143 when SIGINT / SIGTERM stopped it (the build's
+processes and its compiler cache's server are stopped first, and one line names them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
+from farm.builder import procs
 from farm.builder.builders import (
     ENGINES,
     BuilderKind,
@@ -275,6 +277,13 @@ def show_plans(args: argparse.Namespace, config: FarmConfig, recipe: Recipe, pla
 
 
 def run(args: argparse.Namespace) -> int:
+    """SIGINT and SIGTERM (a CI runner cancelling the job) stop the build's processes and its
+    compiler cache's server before farm exits 130 / 143 (:mod:`farm.builder.procs`)."""
+    with procs.interruptible():
+        return _build(args)
+
+
+def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
