@@ -47,6 +47,7 @@ from farm.builder.plan import (
     plan_build,
     render_environment,
 )
+from farm.builder.preflight import Host, platform_blocker
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
@@ -614,28 +615,79 @@ def build_cell(
 
 
 @dataclass(frozen=True)
+class NativeRun:
+    """What the native builder runs for a planned cell (``farm build --plan --builder native``):
+    the host's interpreter, the shared build environment it makes or reuses, the environment,
+    the build command and the repair, exactly as :func:`run_native` takes them from the plan."""
+
+    interpreter: Interpreter | None
+    interpreter_note: str  # how it was found, or why there is none (and what the build does then)
+    env: buildenv.EnvSpec | None  # None: no interpreter here yet (uv installs one first)
+    env_path: Path | None
+    env_ready: bool  # a finished environment of these contents is there: the build reuses it
+    build: tuple[str, ...]  # python -m build ..., run in the plan's cwd
+    repair: str  # auditwheel repair + the vendoring check ({wheel}/{dest_dir} as the build fills them)
+    compile_cache: str  # the compiler cache as this build uses it
+
+    def to_json(self) -> dict[str, object]:
+        return {"interpreter": {"path": str(self.interpreter.path), "version": self.interpreter.version,
+                                "found_by": self.interpreter.found_by} if self.interpreter else None,
+                "interpreter_note": self.interpreter_note,
+                "build_env": {"path": str(self.env_path) if self.env_path else None, "ready": self.env_ready,
+                              "contents": self.env.to_json() if self.env else None},
+                "build": list(self.build), "repair": self.repair, "compile_cache": self.compile_cache}
+
+
+@dataclass(frozen=True)
 class CellPlan:
-    """What ``farm build --plan`` shows of one cell: its plan, and the patches as they applied."""
+    """What ``farm build --plan`` shows of one cell: its plan, and the patches as they applied;
+    with ``native``, what the native builder runs instead of cibuildwheel."""
 
     plan: BuildPlan
     patches: tuple[str, ...]  # the recipe's scripts for the cell's platform, in the order they ran
     patch_output: tuple[str, ...]  # what they printed
+    native: NativeRun | None = None  # --builder native
+    refused: str | None = None  # why the chosen builder cannot build the cell on this host
 
     def to_json(self) -> dict[str, object]:
-        return {**self.plan.to_json(), "patches": list(self.patches), "patch_output": list(self.patch_output)}
+        return {**self.plan.to_json(), "builder": "native" if self.native or self.refused else "cibuildwheel",
+                "patches": list(self.patches), "patch_output": list(self.patch_output),
+                "native": self.native.to_json() if self.native else None, "refused": self.refused}
 
     def render(self) -> str:
-        plan, native = self.plan, self.plan.native
-        lines = [f"{plan.cell.id}: the build as planned (nothing is downloaded or compiled)",
+        plan, steps = self.plan, self.plan.native
+        builder = "the native builder" if self.native or self.refused else "cibuildwheel"
+        lines = [f"{plan.cell.id}: the build as planned for {builder} (nothing is downloaded or compiled)",
                  f"  arch list: {plan.archs.canonical()} ({plan.arch_origin})",
                  f"  source: {plan.cwd} (build folder {plan.package_dir})"]
         lines += [f"  patch: {s}" for s in self.patches] or ["  patch: none"]
         lines += [f"    {line}" for line in self.patch_output]
+        if self.refused:
+            lines.append(f"  native builder: cannot build this cell on this host: {self.refused}")
+            return "\n".join(lines)
         if plan.msvc is not None:
             lines += [f"  {line}" for line in plan.msvc.render()]
         lines.append(f"  CUDA_HOME: {plan.cuda_home}")
-        lines += [f"  env {k}={v}" for k, v in (native.environment if native else ())]
-        lines += [f"  before-build: {step}" for step in (native.before_build if native else ())]
+        if self.native is not None:
+            run = self.native
+            lines.append(f"  interpreter: {run.interpreter_note}")
+            if run.env is not None:
+                state = "reused: it is there" if run.env_ready else "made by the build"
+                lines.append(f"  build environment: {run.env_path} ({state})")
+                lines += [f"    install: {r}" for r in run.env.requirements]
+                if run.env.torch:
+                    index = run.env.torch_index
+                    where = "pip's configured index" if index in (None, "pip") else index
+                    lines.append(f"    install: {run.env.torch} from {where}")
+            else:
+                lines.append("  build environment: made by the build, from the interpreter uv installs")
+        lines += [f"  env {k}={v}" for k, v in (steps.environment if steps else ())]
+        if self.native is not None:
+            lines.append(f"  compile cache: {self.native.compile_cache}")
+            lines.append(f"  build: {shlex.join(self.native.build)} (in {plan.cwd})")
+            lines.append(f"  repair: {self.native.repair}")
+            return "\n".join(lines)
+        lines += [f"  before-build: {step}" for step in (steps.before_build if steps else ())]
         lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
         return "\n".join(lines)
 
@@ -665,7 +717,49 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
         options = replace(options, farm_deps=deps, farm_deps_dir=stage_farm_deps(deps, work / "farm-deps"))
     plan = plan_build(config, recipe, cell, src, options, spec=spec)
     scripts = spec.knobs.patch_scripts(cell.platform)
-    return CellPlan(plan, scripts, tuple(line.strip() for line in printed))
+    patched = tuple(line.strip() for line in printed)
+    if settings.builder is not BuilderKind.NATIVE:
+        return CellPlan(plan, scripts, patched)
+    blocker = platform_blocker(cell, BuilderKind.NATIVE.value, Host.this())
+    if blocker is not None:
+        return CellPlan(plan, scripts, patched, refused=blocker.reason)
+    plan = _native_plan(plan, str(home))
+    env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
+    return CellPlan(plan, scripts, patched, native=native_run(plan, env_root, options.farm_deps))
+
+
+def native_run(plan: BuildPlan, env_root: Path, farm_deps: Sequence[FarmDep] = ()) -> NativeRun:
+    """What :func:`run_native` will run for ``plan`` on this host, found as it finds it (the
+    interpreter is probed; nothing is installed or made)."""
+    assert plan.native is not None
+    search = find_interpreter(plan.cell.python)
+    interpreter = search.interpreter
+    env = path = None
+    ready = False
+    if interpreter is not None:
+        note = f"Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})"
+        direct = {d.requirement: d.direct_reference for d in farm_deps}
+        env = buildenv.spec_for(plan.torch_version, plan.torch_index,
+                                tuple(direct.get(d, d) for d in plan.native.extra_deps),
+                                python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
+        path = env_root / env.slug
+        ready = (path / buildenv.SPEC_FILE).is_file() and buildenv.reuse_problem(env, path) is None
+    elif buildenv.find_uv() is not None:
+        note = f"none here ({'; '.join(search.looked)}): the build runs uv python install {search.wanted} first"
+    else:
+        note = f"none here ({'; '.join(search.looked)}): the build is refused"
+    python = str(path / "bin" / "python") if path else "python"
+    dist = plan.config_file.parent / "dist"
+    build = (python, "-m", "build", *plan.native.build_args, "--outdir", str(dist), plan.package_dir)
+    cache = plan.spec.compile_cache
+    cached = cache.describe()
+    if cache.enabled:
+        socket = dict(plan.native.environment).get("SCCACHE_SERVER_UDS")
+        cached += (f": a private sccache server on {socket} for this build, stopped after it; "
+                   f"launchers in {compile_run_dir(plan) / BIN}")
+    repair = plan.native.repair_command.replace("{dest_dir}", shlex.quote(str(plan.output_dir)))
+    return NativeRun(interpreter, note, env, path, ready, build, repair.replace("{wheel}", f"{dist}/<wheel>"),
+                     cached)
 
 
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
@@ -738,7 +832,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
     try:
         if settings.builder is BuilderKind.NATIVE:
-            plan = _native_plan(plan, tk, setup)
+            plan = _native_plan(plan, str(tk.cuda_home), setup)
             built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
                                farm_deps=farm_deps, cache_counts=counts)
             torch_built = envs[0].torch_record() if envs else None
@@ -861,11 +955,10 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     return check
 
 
-def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
-    """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
+def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) -> BuildPlan:
+    """The native build uses the host toolkit (``home``): rewrite CUDA_HOME/PATH of the container plan."""
 
     assert plan.native is not None
-    home = str(tk.cuda_home)
     env = tuple(
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment
