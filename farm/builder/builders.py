@@ -47,7 +47,7 @@ from farm.builder.plan import (
     plan_build,
     render_environment,
 )
-from farm.builder.preflight import Host, platform_blocker
+from farm.builder.preflight import Host, platform_blocker, python_blocker
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
@@ -426,15 +426,14 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
 
 def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
     """The host's interpreter of the cell's Python (:mod:`farm.builder.interpreters`); uv installs a
-    managed one when none is found and uv is here; otherwise a ToolError naming where it looked."""
+    managed one when none is found and uv is here; otherwise the preflight's refusal
+    (:func:`~farm.builder.preflight.python_blocker`) naming where it looked."""
     search = find_interpreter(cell.python)
     if search.interpreter is not None:
         return search.interpreter
     uv = buildenv.find_uv()
-    if uv is None:
-        raise ToolError(f"cell {cell.id} needs Python {search.wanted}; none here ({'; '.join(search.looked)})",
-                        hint=f"install Python {search.wanted} (uv python install {search.wanted}, pyenv install "
-                             f"{search.wanted}, or the distribution's python{search.wanted})")
+    if uv is None:  # the preflight's refusal, word for word and with its exit code
+        raise python_blocker(search, uv=False).error(cell)
     _say(log)(f"{cell.id}: uv python install {search.wanted}")
     return install_managed(cell.python, uv)
 
@@ -926,8 +925,7 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         # a container build: the host's interpreter of the cell's Python, when it has one
         search = find_interpreter(cell.python)
         if search.interpreter is None:
-            log(f"{cell.id}: import check not run: no Python {search.wanted} on this host "
-                f"({'; '.join(search.looked)})")
+            log(f"{cell.id}: import check not run: {search.missing()}")
             return None
         interpreter = search.interpreter
         env = None
