@@ -51,7 +51,8 @@ def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
-        epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
+        epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure, "
+               "130/143 interrupted by SIGINT/SIGTERM",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
