@@ -501,10 +501,10 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
     except Interrupted as exc:  # the private server goes with the build, and the compiles it ran
-        if isinstance(state.get("sccache"), str):
-            stopped = procs.stop_sccache_server(str(state["sccache"]), env)
-            if stopped:
-                exc.stopped.append(stopped)
+        sccache = state.get("sccache") or (cclaunch.find_sccache(env) if cached else None)
+        stopped = procs.stop_sccache_server(sccache, env) if isinstance(sccache, str) else None
+        if stopped:
+            exc.stopped.append(stopped)
         raise
     except BaseException:  # a failed build: the server stops all the same
         if cached:
