@@ -80,8 +80,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plan", action="store_true",
                         help="show each selected cell's build as planned (source patched for its platform, the "
-                             "environment, the MSVC set-up of a win_amd64 cell, the cibuildwheel call) and stop: "
-                             "nothing is compiled or downloaded but the source, on any host")
+                             "environment, the MSVC set-up of a win_amd64 cell, the cibuildwheel call; with "
+                             "--builder native the interpreter, build environment and build command the native "
+                             "builder runs) and stop: nothing is compiled or downloaded but the source, on any host")
     split = parser.add_mutually_exclusive_group()
     split.add_argument("--shard", metavar="I/N", help="a recipe with `sharding: N`: compile only shard I of N "
                        "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
