@@ -13,7 +13,9 @@ short grace, then SIGKILL), the native builder stops its sccache server
 (:func:`stop_sccache_server`), and the command exits 128 + the signal's number (130, 143) with
 one line naming what was stopped.
 
-Sessions are read from ``/proc`` (Linux); elsewhere only the step's own process group is signalled.
+Sessions are read from ``/proc`` (Linux); elsewhere on POSIX only the step's own process group
+is signalled, and on Windows (cibuildwheel's win_amd64 builds) ``taskkill /T /F`` ends the
+step's process tree.
 """
 
 from __future__ import annotations
@@ -105,7 +107,12 @@ def start(cmd: Sequence[str] | str, **popen: object) -> subprocess.Popen[bytes]:
 def stop_step(proc: subprocess.Popen[bytes], what: str, exc: BaseException) -> None:
     """A build step that an exception left running, stopped with everything beneath it; an
     :class:`Interrupted` learns what was stopped."""
-    count = stop_session(proc.pid)
+    if os.name == "nt":  # no sessions: the step's process tree, as Windows knows it
+        count = int(proc.poll() is None)
+        with contextlib.suppress(OSError):
+            subprocess.run(["taskkill", "/T", "/F", "/PID", str(proc.pid)], capture_output=True, check=False)
+    else:
+        count = stop_session(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=GRACE_S)
     if isinstance(exc, Interrupted) and count:
