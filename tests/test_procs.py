@@ -17,6 +17,7 @@ import pytest
 from farm.builder import procs
 from farm.builder.builders import run_relayed
 from farm.builder.compilecache import socket_path
+from farm.builder.plan import container_label
 from farm.errors import Interrupted
 from tests.buildroot import make_root
 
@@ -73,6 +74,16 @@ def test_an_interrupted_step_is_stopped_with_everything_beneath_it(tmp_path) -> 
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
 
 
+def _stop(farm: subprocess.Popen[str]) -> None:
+    """A check that failed before the signal: farm is asked to stop what it started, as a user would."""
+    if farm.poll() is None:
+        farm.terminate()
+        try:
+            farm.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            farm.kill()
+
+
 SLEEPER_RECIPE = """\
 name: sleeper
 version: '0.1.0'
@@ -93,10 +104,21 @@ from setuptools import setup
 if "bdist_wheel" in sys.argv:
     children = [subprocess.Popen(["sleep", "600"]),
                 subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"])]
-    Path(os.environ["SLEEPER_MARKER"]).write_text(f"{os.getpid()} {os.getsid(0)}")
+    if os.environ.get("SLEEPER_MARKER"):  # a native build (a container's environment is the plan's)
+        Path(os.environ["SLEEPER_MARKER"]).write_text(f"{os.getpid()} {os.getsid(0)}")
+    print("sleeper: building", flush=True)
     time.sleep(600)
 setup(name="sleeper", version="0.1.0", py_modules=[])
 """
+
+
+def _sleeper_root(tmp_path: Path) -> Path:
+    src = tmp_path / "sleeper"
+    src.mkdir()
+    (src / "setup.py").write_text(SLEEPER_SETUP)
+    root = tmp_path / "root"
+    make_root(root, {"sleeper": SLEEPER_RECIPE}, {"src/sleeper": src})
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +133,7 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
     whose setup.py runs forever gets SIGTERM (CI cancelling the job) or SIGINT: farm exits
     128 + the signal, says in one line what it stopped, and no process of the build's session
     nor the sccache server of its socket survives."""
-    src = tmp_path / "sleeper"
-    src.mkdir()
-    (src / "setup.py").write_text(SLEEPER_SETUP)
-    root = tmp_path / "root"
-    make_root(root, {"sleeper": SLEEPER_RECIPE}, {"src/sleeper": src})
+    root = _sleeper_root(tmp_path)
     marker = tmp_path / "marker"
     env = {**os.environ, "SLEEPER_MARKER": str(marker)}
     farm = subprocess.Popen(
@@ -138,8 +156,7 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
         farm.send_signal(sig)
         _, err = farm.communicate(timeout=120)
     finally:
-        if farm.poll() is None:
-            farm.kill()
+        _stop(farm)
     assert farm.returncode == code, err[-3000:]
     assert procs.session_members(sid) == []
     assert procs.sccache_server(socket) is None
@@ -149,3 +166,53 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
     assert last.startswith(f"farm build: interrupted by {sig.name}: stopped `python -m build --wheel --no-isolation` "
                            f"({len(members)} process(es)); the compiler cache's sccache server"), err[-3000:]
     assert not list((tmp_path / "out").glob("*.whl"))
+
+
+def test_an_interrupted_cibuildwheel_build_removes_its_container(tmp_path, cuda_home) -> None:
+    """`farm build --engine podman` of the same never-ending setup.py, in cibuildwheel's container,
+    gets SIGTERM: cibuildwheel's own clean-up does not run then, so farm removes the container it
+    made (found by the label naming the build's work folder) and says so; exit 143."""
+    from .test_builders import podman_image
+
+    image = podman_image()
+    root = _sleeper_root(tmp_path)
+    cache = tmp_path / "cache"
+    cell = f"sleeper-0.1.0-cu130-notorch-cp{sys.version_info[0]}{sys.version_info[1]}-linux_x86_64"
+    label = container_label(cache / "build" / cell)
+
+    def containers() -> list[str]:
+        return subprocess.run(["podman", "ps", "--all", "--quiet", "--filter", f"label={label}"],
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    farm = subprocess.Popen(
+        [sys.executable, "-m", "farm.cli", "build", "sleeper", "--engine", "podman", "--image", image,
+         "--cuda", "13.0", "--python", f"{sys.version_info[0]}.{sys.version_info[1]}", "--platform", "linux_x86_64",
+         "--root", str(root), "--cache-dir", str(cache), "--cuda-home", str(cuda_home), "--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    building = threading.Event()
+
+    def read() -> None:
+        assert farm.stderr is not None
+        for line in farm.stderr:
+            lines.append(line)
+            if line.startswith("sleeper: building"):
+                building.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert building.wait(900), "".join(lines[-40:])
+        (container,) = containers()
+        farm.send_signal(signal.SIGTERM)
+        farm.wait(timeout=300)
+    finally:
+        _stop(farm)
+        reader.join(timeout=30)
+        assert farm.stderr is not None
+        farm.stderr.close()
+    assert farm.returncode == 143, "".join(lines[-40:])
+    assert containers() == []
+    last = lines[-1].strip()
+    assert last.startswith("farm build: interrupted by SIGTERM: stopped `cibuildwheel --only cp"), last
+    assert last.endswith(f"; its build container (podman rm --force {container})"), last

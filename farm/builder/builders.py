@@ -44,6 +44,7 @@ from farm.builder.plan import (
     NativeSteps,
     PlanOptions,
     compile_cache_environment,
+    container_label,
     plan_build,
     render_environment,
 )
@@ -353,7 +354,16 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ))
+    try:
+        proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ),
+                           label=f"cibuildwheel --only {plan.identifier}")
+    except Interrupted as exc:  # its container outlives it: cibuildwheel's clean-up did not run
+        if plan.cell.platform.startswith("linux"):
+            engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+            removed = remove_containers(engine, container_label(plan.config_file.parent))
+            if removed:
+                exc.stopped.append(f"its build container ({engine} rm --force {' '.join(removed)})")
+        raise
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -362,6 +372,20 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+def remove_containers(engine: str, label: str) -> list[str]:
+    """Remove (``rm --force``) the containers carrying ``label``; their IDs. A build's label names
+    its work folder, so another build's container is never touched."""
+    try:
+        found = subprocess.run([engine, "ps", "--all", "--quiet", "--filter", f"label={label}"],
+                               capture_output=True, text=True, timeout=60, check=False)
+        ids = found.stdout.split() if found.returncode == 0 else []
+        if ids:
+            subprocess.run([engine, "rm", "--force", "--volumes", *ids], capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return ids
 
 
 def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
