@@ -240,5 +240,6 @@ class Interrupted(BaseException):
 
     def line(self) -> str:
         name = signal.Signals(self.signum).name
-        what = "; ".join(self.stopped) if self.stopped else "nothing else was running"
-        return f"interrupted by {name}: stopped {what}"
+        if not self.stopped:
+            return f"interrupted by {name} (no build process was running)"
+        return f"interrupted by {name}: stopped {'; '.join(self.stopped)}"
