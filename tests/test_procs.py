@@ -72,6 +72,8 @@ def test_an_interrupted_step_is_stopped_with_everything_beneath_it(tmp_path) -> 
     assert caught.value.stopped == ["`the stubborn step` (3 process(es))"]
     assert caught.value.line() == "interrupted by SIGINT: stopped `the stubborn step` (3 process(es))"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    idle = Interrupted(signal.SIGTERM)
+    assert (idle.exit_code, idle.line()) == (143, "interrupted by SIGTERM (no build process was running)")
 
 
 def _stop(farm: subprocess.Popen[str]) -> None:
