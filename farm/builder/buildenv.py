@@ -170,6 +170,13 @@ def _human(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def _shared_line(path: Path, report: envshare.ShareReport, siblings: int) -> str:
+    line = (f"build environment {path.name}: {_human(report.saved)} saved, {report.files} files hard-linked to "
+            f"{siblings} ready environment{'s' if siblings > 1 else ''} of the same Python and torch "
+            f"({_human(report.already)} already links, {report.seconds:.0f} s)")
+    return line + (f"; stopped early, the rest stays copied: {report.stopped}" if report.stopped else "")
+
+
 def remove_env(path: Path, why: str, say: Log) -> None:
     """Remove a build environment, saying which, how much and why, in one line."""
     held = tree_bytes(path)
@@ -290,7 +297,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
             _make(spec, path, uv, log, dict(os.environ if environ is None else environ), runner)
             siblings = ready_siblings(spec, root, path)
             if siblings:  # before the marker: an interrupted share leaves an unready folder
-                log(envshare.share(path, siblings).line(path.name, len(siblings)))
+                log(_shared_line(path, envshare.share(path, siblings), len(siblings)))
         except BaseException:
             if path.exists():
                 shutil.rmtree(path, ignore_errors=True)

@@ -228,13 +228,6 @@ class ShareReport:
     seconds: float
     stopped: str | None = None  # why linking stopped early (the rest stays copied)
 
-    def line(self, env: str, siblings: int) -> str:
-        gb = 1e9
-        text = (f"build environment {env}: {self.saved / gb:.2f} GB saved, {self.files} files hard-linked to "
-                f"{siblings} ready environment{'s' if siblings != 1 else ''} of the same Python and torch "
-                f"({self.already / gb:.2f} GB were already links, {self.seconds:.0f} s)")
-        return text + (f"; stopped: {self.stopped}" if self.stopped else "")
-
 
 def share(env: Path, siblings: Sequence[Path]) -> ShareReport:
     """Hard-link ``env``'s files to the same files of ``siblings`` (ready environments of its
