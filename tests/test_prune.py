@@ -178,7 +178,7 @@ def test_a_file_hard_linked_by_several_environments_is_freed_only_with_its_last_
 
     assert main(["cache", "prune", "--kind", "envs", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"(frees {(own + 3000) / 1000:.1f} kB: the rest is hard-linked from what stays)" in out
+    assert f"(frees {(own + 3000) / 1000:.1f} kB: the rest is shared by hard links with other folders)" in out
     assert f"freed {(2 * own + 3000) / 1000:.1f} kB ({2 * own + 3000} bytes) in 2 entries" in out
     assert not any(folder.exists() for folder in old)
     assert (kept / "lib" / "torch.so").stat().st_nlink == 1

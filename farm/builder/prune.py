@@ -64,8 +64,9 @@ class Item:
     size: int  # the bytes its files hold, each file once however many hard links it has
     keep: str | None  # why it stays; None: removed
     # what removing it frees, with the plan's other removals: a file hard-linked from something that
-    # stays (another environment, uv's cache) is freed only when its last link goes
-    frees: int = 0
+    # stays (another environment, uv's cache) is freed only when its last link goes, and one whose
+    # links all go is counted at the first removed folder that holds it
+    frees: int
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.path), "bytes": self.size, "bytes_freed": self.frees,
@@ -76,7 +77,6 @@ class Item:
 class PrunePlan:
     items: tuple[Item, ...]
     kept: int = 0  # the bytes the kept items hold, each file once
-
 
     @property
     def removed(self) -> tuple[Item, ...]:
@@ -358,7 +358,7 @@ def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
                     pointer.unlink(missing_ok=True)
         freed += item.frees
         if say is not None:
-            shared = f", {item.frees} of them freed (the rest is hard-linked from what stays)" \
+            shared = f", {item.frees} of them freed (the rest is shared by hard links with other folders)" \
                 if item.frees != item.size else ""
             say(f"removed {item.kind} {item.path} ({item.size} bytes{shared})")
     return freed

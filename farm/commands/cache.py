@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         verb = "keep" if item.keep else ("would remove" if args.dry_run else "removed")
         why = f" ({item.keep})" if item.keep else ""
         if not item.keep and item.frees != item.size:
-            why = f" (frees {_human(item.frees)}: the rest is hard-linked from what stays)"
+            why = f" (frees {_human(item.frees)}: the rest is shared by hard links with other folders)"
         print(f"{verb:12} {item.kind:8} {_human(item.size):>9}  {item.path}{why}")
     kept = plan.kept
     print(f"{'would free' if args.dry_run else 'freed'} {_human(freed)} ({freed} bytes) in "
