@@ -162,6 +162,8 @@ def test_only_ready_siblings_of_the_same_python_and_torch_are_linked_to(tmp_path
     unready = _pip_venv(root / EnvSpec(PY, EXE, ("tinypkg", "a")).slug, wh1, ready=False)  # interrupted install
     broken = _pip_venv(root / EnvSpec(PY, EXE, ("tinypkg", "b")).slug, wh1, ready=False)
     (broken / SPEC_FILE).write_text("{")
+    odd = _pip_venv(root / EnvSpec(PY, EXE, ("tinypkg", "c")).slug, wh1, ready=False)
+    (odd / SPEC_FILE).write_text(json.dumps({**SPEC.to_json(), "requirements": [1], "path": str(odd)}))
     torch_spec = EnvSpec(PY, EXE, ("tinypkg",), "torch==2.8.0", "pip")
     other_torch = _pip_venv(root / torch_spec.slug, wh1, spec=torch_spec)
     misnamed = _pip_venv(root / "py-renamed", wh1)  # a ready marker in a folder not named for it
@@ -173,7 +175,7 @@ def test_only_ready_siblings_of_the_same_python_and_torch_are_linked_to(tmp_path
     envshare.share(new, ready_siblings(new_spec, root, new))
     data = new / SITE / "tinypkg" / "data.bin"
     assert _inode(data) == _inode(ready / SITE / "tinypkg" / "data.bin")
-    for other in (unready, broken, other_torch, misnamed):
+    for other in (unready, broken, odd, other_torch, misnamed):
         assert (other / SITE / "tinypkg" / "data.bin").stat().st_nlink == 1
 
     # a sibling whose marker is fine but whose scripts run another folder's interpreter is not ready
