@@ -13,7 +13,8 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -80,6 +81,53 @@ def open_plain(path: Path) -> BinaryIO:
         os.close(fd)
         raise ValueError("not a regular file")
     return os.fdopen(fd, "rb")
+
+
+# -- bytes held, with hard links ----------------------------------------------------------------
+Inode = tuple[int, int]  # (st_dev, st_ino): one file, however many names it has
+
+
+@dataclass(frozen=True)
+class TreeBytes:
+    """The regular files under a folder, each file counted once however many hard links it has.
+    A file's bytes are freed only when its last link goes, so what removing the folder frees is
+    its single-link files plus the linked ones whose every link is inside it."""
+
+    single: int  # bytes of the files with one link
+    linked: Mapping[Inode, tuple[int, int, int]]  # the others: (bytes, links anywhere, links here)
+
+    @property
+    def held(self) -> int:
+        return self.single + sum(size for size, _, _ in self.linked.values())
+
+    @property
+    def only_here(self) -> int:
+        return self.single + sum(size for size, nlink, here in self.linked.values() if here >= nlink)
+
+
+def tree_bytes(path: Path) -> TreeBytes:
+    """:class:`TreeBytes` of ``path`` (a folder, or one file); symbolic links are neither followed
+    nor counted, and a file removed while we walk is left out."""
+    single = 0
+    linked: dict[Inode, tuple[int, int, int]] = {}
+    if path.is_symlink() or not path.is_dir():
+        files: Iterable[str] = [str(path)]
+    else:
+        files = (os.path.join(top, name) for top, _, names in os.walk(path) for name in names)
+    for name in files:
+        try:
+            info = os.lstat(name)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        if info.st_nlink <= 1:
+            single += info.st_size
+            continue
+        key = (info.st_dev, info.st_ino)
+        size, nlink, here = linked.get(key, (info.st_size, info.st_nlink, 0))
+        linked[key] = (size, nlink, here + 1)
+    return TreeBytes(single, linked)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -260,7 +260,10 @@ FIXTURES: dict[str, Spec] = {
     "family": Spec(_single("k1.cu", _gencode("10.0f;12.0f+PTX"), "k1-family.o"), "10.0f;12.0f+PTX"),
     "ptx-only": Spec(_single("k1.cu", _gencode("ptx:8.0"), "k1-ptx.o"), "compute_80"),
     "nvcc-default": Spec(_single("k1.cu", [], "k1-nvcc-default.o"), "7.5+PTX"),
-    "rdc": Spec(_rdc, "8.0;9.0"),  # the device link keeps SASS only; compute_90 stays in __nv_relfatbin
+    "rdc": Spec(_rdc, "8.0;9.0"),
+    # line information changes how cuobjdump names the entries (no ``.<n>`` index)
+    "lineinfo": Spec(_single("k1.cu", [*_gencode(BASE), "-lineinfo"], "k1-lineinfo.o"), BASE),
+    "device-debug": Spec(_single("k1.cu", [*_gencode(BASE), "-G"], "k1-debug.o"), BASE),  # the device link keeps SASS only; compute_90 stays in __nv_relfatbin
     # no device code
     "host-only": Spec(_host_only, None),
     # corrupt

@@ -4,7 +4,7 @@ reads the compiler flags as on Windows and Linux)."""
 
 from __future__ import annotations
 
-# mmcv 1.7.2's setup.py: the distribution name switch and the C++ standard of its C++ files
+# mmcv 1.7.2's setup.py: the distribution name switch and the C++ standard of its C++ and CUDA files
 MMCV = """\
 import os
 import platform
@@ -26,5 +26,11 @@ def get_extensions():
                 extra_compile_args['cxx'] = ['/std:c++14']
             else:
                 extra_compile_args['cxx'] = ['/std:c++17']
+        extra_compile_args['nvcc'] = []
+        if 'nvcc' in extra_compile_args and platform.system() != 'Windows':
+            if parse_version(torch.__version__) <= parse_version('1.12.1'):
+                extra_compile_args['nvcc'] += ['-std=c++14']
+            else:
+                extra_compile_args['nvcc'] += ['-std=c++17']
     return extra_compile_args
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.builder.buildenv import SPEC_FILE, EnvSpec, ensure_env, reuse_problem, script_interpreter
+from farm.builder.buildenv import SPEC_FILE, EnvSpec, ensure_env, remove_env, reuse_problem, script_interpreter
 
 SPEC = EnvSpec(".".join(map(str, sys.version_info[:3])), os.path.realpath(sys.executable), ("auditwheel",))
 
@@ -98,3 +98,18 @@ def test_an_environment_whose_interpreter_is_gone_is_not_reused(tmp_path) -> Non
         (path / "bin" / name).unlink(missing_ok=True)
     (path / "bin" / "python").symlink_to(tmp_path / "removed-python3")
     assert "does not resolve" in (reuse_problem(SPEC, path) or "")
+
+
+def test_removing_an_environment_says_what_it_shares_with_others(tmp_path) -> None:
+    """A file hard-linked from another environment stays on disk when one of them goes."""
+    one, other = tmp_path / "one", tmp_path / "other"
+    for folder in (one, other):
+        folder.mkdir()
+    (one / "own.so").write_bytes(b"o" * 3_000_000)
+    (other / "torch.so").write_bytes(b"t" * 2_000_000)
+    os.link(other / "torch.so", one / "torch.so")
+    said: list[str] = []
+    remove_env(one, "not used", said.append)
+    assert said == [f"removing build environment {one} (5 MB, 2 MB of it shared with other environments): not used"]
+    assert not one.exists()
+    assert (other / "torch.so").stat().st_nlink == 1

@@ -168,6 +168,10 @@ def test_parse_listing_is_anchored_and_strict() -> None:
     entries = parse_listing(out, where="x")
     assert [(e.kind, e.name, e.index) for e in entries] == [
         (EntryKind.CUBIN, "sm_80", 1), (EntryKind.PTX, "compute_90a", 1)]
+    # nvcc -lineinfo / -G: no index, the source's name (nvdiffrast 0.4.0 builds with -lineinfo)
+    lineinfo = parse_listing("ELF file    1: antialias.sm_100.cubin\nPTX file    2: antialias.sm_120.ptx\n", where="x")
+    assert [(e.kind, e.name, e.index) for e in lineinfo] == [
+        (EntryKind.CUBIN, "sm_100", 1), (EntryKind.PTX, "compute_120", 2)]
     with pytest.raises(ToolError, match="unexpected cuobjdump output line 1"):
         parse_listing("Fatbin elf code:\n", where="x")
     with pytest.raises(ToolError, match="unexpected"):

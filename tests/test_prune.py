@@ -148,6 +148,43 @@ def test_a_folder_in_use_or_just_changed_is_kept(cache: Path) -> None:
     assert {i.kind for i in plan.items} == {"envs"}
 
 
+def test_a_file_hard_linked_by_several_environments_is_freed_only_with_its_last_link(tmp_path: Path,
+                                                                                     capsys) -> None:
+    """Build environments of one torch share its files by hard links (farm.builder.envshare): a
+    file counts once, and removing environments frees only the files no kept one links."""
+    cache = tmp_path / ".cache"
+    kept = _env(cache, "3.11.7", "2.8.0")  # the recent cell's
+    old = [_env(cache, "3.11.7", "2.7.0"), _env(cache, "3.11.7", "2.7.1")]
+    (kept / "lib" / "torch.so").write_bytes(b"t" * 5000)
+    (old[0] / "lib" / "old.so").write_bytes(b"o" * 3000)
+    for folder in old:
+        os.link(kept / "lib" / "torch.so", folder / "lib" / "torch.so")
+        if folder != old[0]:
+            os.link(old[0] / "lib" / "old.so", folder / "lib" / "old.so")
+    for folder in (kept, *old):
+        _age(folder)
+    make_root(tmp_path, {})
+    (tmp_path / "ledger.jsonl").write_text("".join(json.dumps(e) + "\n" for e in _recent()))
+
+    own = _bytes(kept) - 5000  # each environment's marker and blob: single links
+    assert own == _bytes(old[0]) - 8000 == _bytes(old[1]) - 8000
+
+    plan = plan_prune(cache, in_use(_recent()), kinds=["envs"])
+    assert [i.path for i in plan.removed] == old
+    assert [i.size for i in plan.removed] == [own + 5000 + 3000] * 2  # what each holds
+    assert [i.frees for i in plan.removed] == [own + 3000, own]  # old.so once; torch.so stays with `kept`
+    assert plan.freed == 2 * own + 3000
+    assert plan.kept == own + 5000
+
+    assert main(["cache", "prune", "--kind", "envs", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"(frees {(own + 3000) / 1000:.1f} kB: the rest is shared by hard links with other folders)" in out
+    assert f"freed {(2 * own + 3000) / 1000:.1f} kB ({2 * own + 3000} bytes) in 2 entries" in out
+    assert not any(folder.exists() for folder in old)
+    assert (kept / "lib" / "torch.so").stat().st_nlink == 1
+    assert (kept / "lib" / "torch.so").read_bytes() == b"t" * 5000
+
+
 def test_farm_cache_prune_dry_run_reports_and_removes_nothing(cache: Path, tmp_path: Path, capsys) -> None:
     root = tmp_path
     make_root(root, {})

@@ -28,7 +28,9 @@ DEFAULT_TIMEOUT = 300.0
 _EXE = "cuobjdump.exe" if os.name == "nt" else "cuobjdump"
 # Where NVIDIA's PyPI wheels put the binary: nvidia-cuda-cuobjdump (13.x) and its -cu12 sibling.
 _WHEEL_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin")
-_LINE = re.compile(r"^(ELF|PTX) file\s+(\d+): .*\.(\d+)\.(sm_\d+[af]?)\.(cubin|ptx)$")
+# ``<name>.<n>.sm_90.cubin``; nvcc leaves out ``.<n>`` (and names the source, not the object) when
+# it keeps line information (-lineinfo, -G): ``antialias.sm_90.cubin``
+_LINE = re.compile(r"^(ELF|PTX) file\s+(\d+): .*?(?:\.\d+)?\.(sm_\d+[af]?)\.(cubin|ptx)$")
 _NOISE = re.compile(r"^(\s*|cuobjdump info\s*:.*No (ELF|PTX) file found.*)$")
 _VERSION = re.compile(r"V(\d+\.\d+\.\d+)")
 _INSTALL_HINT = (
@@ -115,9 +117,9 @@ def parse_listing(stdout: str, *, where: str) -> list[ListedEntry]:
             raise ToolError(f"unexpected cuobjdump output line {number}: {line!r}", where=where,
                             hint="farm does not know this cuobjdump's format; report it with `cuobjdump --version`")
         is_ptx = m[1] == "PTX"
-        if is_ptx != (m[5] == "ptx"):
+        if is_ptx != (m[4] == "ptx"):
             raise ToolError(f"unexpected cuobjdump output line {number}: {line!r}", where=where)
-        sass = Target.from_name(m[4])
+        sass = Target.from_name(m[3])
         if is_ptx:
             target = Target(sass.major, sass.minor, sass.variant, Kind.PTX)
             entries.append(ListedEntry(EntryKind.PTX, target, int(m[2])))

@@ -20,11 +20,15 @@ uv creates the venv and installs when it is present (seconds from its cache); ot
 ``python -m venv`` and pip. torch from ``pip`` (pip's own configured indexes: pip.conf, mirrors,
 find-links, constraints) is installed with pip, which alone reads that configuration; torch from a
 URL takes only torch's requirements from that index (``--index-url``), as PyTorch documents.
+
+uv links what it installs from its cache; pip copies. So a new environment's files that are the
+same as a ready sibling's (same Python, same torch from the same source) become hard links to the
+sibling's before the marker is written (:mod:`farm.builder.envshare`): ten environments of one
+torch hold it about once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -38,8 +42,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from farm.builder import envshare
 from farm.builder.spec import BUILD_REQUIREMENTS
 from farm.errors import ToolError
+from farm.fsutil import tree_bytes
 from farm.model.config import TORCH_INDEX_PIP
 
 Log = Callable[[str], None]
@@ -160,22 +166,23 @@ def installed_torch(venv: Path) -> dict[str, str | None] | None:
     return None
 
 
-def _size(path: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            with contextlib.suppress(OSError):  # removed while we walk: nothing to count
-                total += (Path(dirpath) / f).lstat().st_size
-    return total
-
-
 def _human(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def _shared_line(path: Path, report: envshare.ShareReport, siblings: int) -> str:
+    line = (f"build environment {path.name}: {_human(report.saved)} saved, {report.files} files hard-linked to "
+            f"{siblings} ready environment{'s' if siblings > 1 else ''} of the same Python and torch "
+            f"({_human(report.already)} already links, {report.seconds:.0f} s)")
+    return line + (f"; stopped early, the rest stays copied: {report.stopped}" if report.stopped else "")
+
+
 def remove_env(path: Path, why: str, say: Log) -> None:
     """Remove a build environment, saying which, how much and why, in one line."""
-    say(f"removing build environment {path} ({_human(_size(path))}): {why}")
+    held = tree_bytes(path)
+    shared = held.held - held.only_here  # hard-linked with other environments: stays on disk
+    size = _human(held.held) + (f", {_human(shared)} of it shared with other environments" if shared else "")
+    say(f"removing build environment {path} ({size}): {why}")
     shutil.rmtree(path)
 
 
@@ -234,6 +241,40 @@ def reuse_problem(spec: EnvSpec, path: Path) -> str | None:
     return None
 
 
+def _recorded_spec(record: object) -> EnvSpec | None:
+    """The :class:`EnvSpec` a marker records, or None when it records none."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        spec = EnvSpec(record["python"], record["python_exe"], tuple(record["requirements"]), record["torch"],
+                       record["torch_index"])
+    except (KeyError, TypeError):
+        return None
+    fields = (spec.python, spec.python_exe, spec.torch or "", spec.torch_index or "", *spec.requirements)
+    return spec if all(isinstance(v, str) for v in fields) else None
+
+
+def ready_siblings(spec: EnvSpec, root: Path, path: Path) -> list[Path]:
+    """The ready environments under ``root`` other than ``path`` with ``spec``'s Python version and
+    the same torch from the same source: each a real folder named for the contents its marker
+    records, reusable as it stands (:func:`reuse_problem`)."""
+    found = []
+    for folder in sorted(root.iterdir()):
+        if folder == path or folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
+            continue
+        try:
+            record = json.loads((folder / SPEC_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        theirs = _recorded_spec(record)
+        if (theirs is None or (theirs.python, theirs.torch, theirs.torch_index) != (spec.python, spec.torch,
+                                                                                   spec.torch_index)
+                or theirs.slug != folder.name or reuse_problem(theirs, folder) is not None):
+            continue
+        found.append(folder)
+    return found
+
+
 def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str] | None = None,
                uv: str | None = None, runner: Runner = _plain) -> BuildEnv:
     """The ready environment for ``spec`` under ``root``, made now if there is none or the one
@@ -254,6 +295,9 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
         uv = uv if uv is not None else find_uv()
         try:
             _make(spec, path, uv, log, dict(os.environ if environ is None else environ), runner)
+            siblings = ready_siblings(spec, root, path)
+            if siblings:  # before the marker: an interrupted share leaves an unready folder
+                log(_shared_line(path, envshare.share(path, siblings), len(siblings)))
         except BaseException:
             if path.exists():
                 shutil.rmtree(path, ignore_errors=True)

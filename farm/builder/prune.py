@@ -19,6 +19,12 @@ else removes them. The prune keeps what the next builds need and removes the res
 
 :func:`plan_prune` decides (reads only); :func:`apply_prune` removes, each folder renamed aside
 first so that an interrupted prune never leaves a half folder that looks whole.
+
+Sizes count each file once, by inode: build environments share torch's files by hard links
+(:mod:`farm.builder.envshare`), and a file's bytes are freed only when its last link goes. So an
+item's ``size`` is what its files hold and ``frees`` what removing it (with the plan's other
+removals) gives back; removing one of ten environments of one torch frees little, removing all ten
+frees that torch once.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,7 @@ from filelock import FileLock, Timeout
 
 from farm.builder.buildenv import SPEC_FILE
 from farm.errors import FileSystemError
+from farm.fsutil import Inode, TreeBytes, tree_bytes
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, GitSource, SdistSource
 from farm.provenance.ledger import iter_entries
@@ -53,16 +61,22 @@ DEFAULT_MIN_AGE_S = 3600.0
 class Item:
     kind: str  # toolkit | envs | sources | build | images (a probe file; the others are folders)
     path: Path
-    size: int
+    size: int  # the bytes its files hold, each file once however many hard links it has
     keep: str | None  # why it stays; None: removed
+    # what removing it frees, with the plan's other removals: a file hard-linked from something that
+    # stays (another environment, uv's cache) is freed only when its last link goes, and one whose
+    # links all go is counted at the first removed folder that holds it
+    frees: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": str(self.path), "bytes": self.size, "keep": self.keep}
+        return {"kind": self.kind, "path": str(self.path), "bytes": self.size, "bytes_freed": self.frees,
+                "keep": self.keep}
 
 
 @dataclass(frozen=True)
 class PrunePlan:
     items: tuple[Item, ...]
+    kept: int = 0  # the bytes the kept items hold, each file once
 
     @property
     def removed(self) -> tuple[Item, ...]:
@@ -70,10 +84,10 @@ class PrunePlan:
 
     @property
     def freed(self) -> int:
-        return sum(i.size for i in self.removed)
+        return sum(i.frees for i in self.removed)
 
     def to_json(self) -> dict[str, Any]:
-        return {"bytes_freed": self.freed, "items": [i.to_json() for i in self.items]}
+        return {"bytes_freed": self.freed, "bytes_kept": self.kept, "items": [i.to_json() for i in self.items]}
 
 
 @dataclass(frozen=True)
@@ -191,17 +205,6 @@ def recipe_pins(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:
 # ------------------------------------------------------------------------------------------------
 # the cache folders, each with the key it is matched on
 # ------------------------------------------------------------------------------------------------
-def size_of(path: Path) -> int:
-    if path.is_file():
-        return path.lstat().st_size
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            with contextlib.suppress(OSError):  # removed while we walk: nothing to count
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-    return total
-
-
 def _newest_change(path: Path) -> float:
     """The newest mtime of the folder and its direct entries (a build writing into it touches them)."""
     newest = path.lstat().st_mtime
@@ -290,7 +293,7 @@ def plan_prune(cache: Path, used: InUse, *, kinds: Iterable[str] = KINDS, min_ag
     """Every prunable folder of ``cache`` with why it stays (None: it goes) and its bytes."""
     now = time.time() if now is None else now
     wanted = set(kinds)
-    items = []
+    found: list[tuple[str, Path, str | None, TreeBytes]] = []
     for kind, folder, lock in _candidates(Path(cache)):
         if kind not in wanted:
             continue
@@ -299,12 +302,42 @@ def plan_prune(cache: Path, used: InUse, *, kinds: Iterable[str] = KINDS, min_ag
             keep = "in use: a running build holds its lock"
         if keep is None and now - _newest_change(folder) < min_age_s:
             keep = f"changed within the last {min_age_s:.0f} s"
-        items.append(Item(kind, folder, size_of(folder), keep))
-    return PrunePlan(tuple(items))
+        found.append((kind, folder, keep, tree_bytes(folder)))
+    frees, kept = _account(found)
+    return PrunePlan(tuple(Item(kind, folder, held.held, keep, freed)
+                           for (kind, folder, keep, held), freed in zip(found, frees, strict=True)), kept)
+
+
+def _account(found: Sequence[tuple[str, Path, str | None, TreeBytes]]) -> tuple[list[int], int]:
+    """Per folder, the bytes removing the plan's removed folders frees: its single-link files, and
+    each hard-linked file whose every link is in a removed folder (counted once, at the first);
+    and the bytes the kept folders hold, each file once."""
+    removed_links: Counter[Inode] = Counter()
+    for _, _, keep, held in found:
+        if keep is None:
+            removed_links.update({inode: here for inode, (_, _, here) in held.linked.items()})
+    counted: set[Inode] = set()
+    kept_linked: dict[Inode, int] = {}
+    frees = []
+    kept = 0
+    for _, _, keep, held in found:
+        total = 0
+        if keep is None:
+            total = held.single
+            for inode, (size, nlink, _) in held.linked.items():
+                if removed_links[inode] >= nlink and inode not in counted:
+                    counted.add(inode)
+                    total += size
+        else:
+            kept += held.single
+            kept_linked.update((inode, size) for inode, (size, _, _) in held.linked.items())
+        frees.append(total)
+    return frees, kept + sum(kept_linked.values())
 
 
 def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
-    """Remove the plan's folders; returns the bytes freed. Each is renamed aside, then removed."""
+    """Remove the plan's folders; returns the bytes freed (:attr:`Item.frees`). Each is renamed
+    aside, then removed."""
     freed = 0
     for item in plan.removed:
         aside = item.path.with_name(f".pruning-{item.path.name}")
@@ -323,7 +356,9 @@ def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
             for pointer in item.path.parent.glob("ref-*.json"):
                 if pointed_commit(pointer) == item.path.name.removesuffix("-sub"):
                     pointer.unlink(missing_ok=True)
-        freed += item.size
+        freed += item.frees
         if say is not None:
-            say(f"removed {item.kind} {item.path} ({item.size} bytes)")
+            shared = f", {item.frees} of them freed (the rest is shared by hard links with other folders)" \
+                if item.frees != item.size else ""
+            say(f"removed {item.kind} {item.path} ({item.size} bytes{shared})")
     return freed

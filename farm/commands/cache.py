@@ -3,8 +3,9 @@
 Removes the toolkits, build environments, source trees and cell work folders under the cache
 (``ROOT/.cache`` or ``--cache-dir``) that neither the ledger's last N cells nor today's recipes
 use, and the container image probes of images the host no longer holds, and says how many bytes
-that freed (``--dry-run``: what it would remove and free, removing nothing). What is kept and
-why: ``farm.builder.prune``.
+that freed (``--dry-run``: what it would remove and free, removing nothing). A file hard-linked
+from several folders (build environments sharing torch) counts once, and is freed only when the
+prune removes every folder that links it. What is kept and why: ``farm.builder.prune``.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
     for item in plan.items:
         verb = "keep" if item.keep else ("would remove" if args.dry_run else "removed")
         why = f" ({item.keep})" if item.keep else ""
+        if not item.keep and item.frees != item.size:
+            why = f" (frees {_human(item.frees)}: the rest is shared by hard links with other folders)"
         print(f"{verb:12} {item.kind:8} {_human(item.size):>9}  {item.path}{why}")
-    kept = sum(i.size for i in plan.items if i.keep)
+    kept = plan.kept
     print(f"{'would free' if args.dry_run else 'freed'} {_human(freed)} ({freed} bytes) in "
           f"{len(plan.removed)} entries; kept {_human(kept)} in {len(plan.items) - len(plan.removed)}")
     return EXIT_OK

@@ -7,7 +7,9 @@ files as C++20 where torch's headers need it.
 - for torch > 1.12.1 it gives the C++ files `-std=c++17` (`/std:c++17` on Windows), so torch's own
   standard never applies: torch 2.14's ATen.h refuses C++17 on every compiler, and torch 2.13's
   headers need C++20 under MSVC. Both become `_FARM_STD` (`_edit.std_block`: 17 as before, 20
-  where torch needs it); nvcc gets no standard from mmcv, so torch's applies there.
+  where torch needs it). Its CUDA files get `-std=c++17` from a second block of the same function
+  (nvcc, not Windows), which becomes `_FARM_STD` too: torch appends its own standard only when none
+  is given, and nvcc keeps the last `-std` it sees.
 
 Run in the checkout's root; idempotent.
 """
@@ -46,4 +48,8 @@ STD_OLD = """        if platform.system() != 'Windows':
 STD_NEW = (std_block(17, indent="        ")
            + STD_OLD.replace("['-std=c++17']", "[f'-std=c++{_FARM_STD}']  " + STD_MARK)
                     .replace("['/std:c++17']", "[f'/std:c++{_FARM_STD}']  " + STD_MARK))
-edit("setup.py", "mmcv", [(STD_OLD, STD_NEW)], STD_MARK)
+NVCC_OLD = """            else:
+                extra_compile_args['nvcc'] += ['-std=c++17']
+"""
+NVCC_NEW = NVCC_OLD.replace("['-std=c++17']", "[f'-std=c++{_FARM_STD}']  " + STD_MARK)
+edit("setup.py", "mmcv", [(STD_OLD, STD_NEW), (NVCC_OLD, NVCC_NEW)], STD_MARK)
