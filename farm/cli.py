@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from farm import __version__
-from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, clip, os_error, redact
+from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, Interrupted, clip, os_error, redact
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,7 +51,8 @@ def _top_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
-        epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure",
+        epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure, "
+               "130/143 interrupted by SIGINT/SIGTERM",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
@@ -103,6 +104,9 @@ def _run(module: ModuleType, name: str, args: argparse.Namespace) -> int:
         return int(module.run(args))
     except FarmError as exc:
         return _fail(name, exc, as_json)
+    except Interrupted as exc:  # a command that stops what it started (farm build) says what it stopped
+        print(f"farm {name}: {exc.line()}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"farm {name}: interrupted", file=sys.stderr)
         return 130

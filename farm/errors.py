@@ -15,6 +15,7 @@ import difflib
 import errno
 import os
 import re
+import signal
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -220,3 +221,25 @@ class TooLarge(NetworkError):
     def __init__(self, message: str, *, url: str, cap: int) -> None:
         super().__init__(message, url=url)
         self.cap = cap
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived while a command ran (``farm.builder.procs.interruptible``). Not a
+    :class:`FarmError`: no per-cell handler may swallow it. Whatever was running for the command
+    is stopped on the way out and named in :attr:`stopped`; the command exits 128 + the signal's
+    number (130 for SIGINT, 143 for SIGTERM), as a shell reports a process the signal ended."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.stopped: list[str] = []
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def line(self) -> str:
+        name = signal.Signals(self.signum).name
+        if not self.stopped:
+            return f"interrupted by {name} (no build process was running)"
+        return f"interrupted by {name}: stopped {'; '.join(self.stopped)}"

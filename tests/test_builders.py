@@ -481,9 +481,10 @@ def test_native_builder_refuses_cells_it_cannot_build(tmp_path, monkeypatch) -> 
     monkeypatch.setenv("FARM_NO_UV", "1")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
-    with pytest.raises(ToolError, match="needs Python 3.99; none here") as exc:
+    with pytest.raises(UsageError, match="cannot be built on this host: no Python 3.99 here") as exc:
         run_native(plan, log=lambda m: None)
     assert "PATH: no python3.99" in str(exc.value)
+    assert exc.value.exit_code == 2  # what the host is, as the preflight refuses it
 
 
 def test_native_builds_default_to_this_python_and_platform(capsys) -> None:

@@ -130,7 +130,7 @@ def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) ->
     # ...and the native builder sees the same launchers at this host's paths
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
-    native_steps = _native_plan(plan, tk).native
+    native_steps = _native_plan(plan, str(tk.cuda_home)).native
     assert native_steps is not None
     native = dict(native_steps.environment)
     host_run = tmp_path / "w" / "compile-cache"

@@ -5,6 +5,7 @@ pip), for GPUs and drivers this machine lacks through --device/--driver."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -18,7 +19,16 @@ from farm.cli import main
 from farm.doctor.catalog import Catalog
 from farm.doctor.catalog import parse as parse_catalog
 from farm.doctor.diagnose import Severity, channel, diagnose
-from farm.doctor.environment import Environment, Extension, Package, Torch, torch_of
+from farm.doctor.environment import (
+    VERSION_PY_MAX,
+    Environment,
+    Extension,
+    Package,
+    Torch,
+    scan,
+    torch_of,
+    version_py_cuda,
+)
 from farm.doctor.machine import Machine, given
 from farm.fsutil import sha256_file
 from farm.model.arch import ArchList
@@ -157,6 +167,42 @@ def test_torch_flavour_from_its_metadata(tmp_path: Path) -> None:
     cu13 = _torch_dist(tmp_path / "d", "2.11.0", "Requires-Dist: nvidia-cuda-runtime==13.0.96; extra == 'x'\n")
     assert torch_of(cu13).cuda == "13.0"
     assert torch_of(_torch_dist(tmp_path / "e", "2.9.1")).cuda is None
+
+
+PYPI_TORCH = Path(__file__).parent / "data" / "pypi_torch_2.11.0"
+
+
+def test_pypi_torch_without_a_label_takes_its_cuda_line_from_version_py(tmp_path: Path) -> None:
+    """PyPI's Linux torch 2.11.0: version `2.11.0` with no `+cu130`, its CUDA wheels pinned through
+    `cuda-toolkit[...]==13.0.2` (no nvidia-cuda-runtime pin), and `torch/version.py` saying
+    `cuda: Optional[str] = '13.0'`. The fixture is that wheel's METADATA headers and version.py
+    as shipped. doctor reads the file as text: a version.py that would fail on import is read all
+    the same, and nothing of torch is imported."""
+    env = scan(paths=(str(PYPI_TORCH),))
+    assert env.torch == Torch("2.11.0", "13.0")
+    # the same file with a line that raises when run: still read, never run
+    site = tmp_path / "site"
+    shutil.copytree(PYPI_TORCH, site)
+    version_py = site / "torch" / "version.py"
+    version_py.write_text("raise SystemExit('imported')\n" + version_py.read_text())
+    assert scan(paths=(str(site),)).torch == Torch("2.11.0", "13.0")
+    # a CPU build records `cuda = None`; a file that says nothing leaves it unknown
+    version_py.write_text("cuda: Optional[str] = None\n")
+    assert scan(paths=(str(site),)).torch == Torch("2.11.0", "cpu")
+    version_py.write_text("cuda = compute()\n")
+    assert scan(paths=(str(site),)).torch == Torch("2.11.0", None)
+    version_py.write_text("x" * (VERSION_PY_MAX + 1))  # not the few lines torch writes: not believed
+    assert scan(paths=(str(site),)).torch == Torch("2.11.0", None)
+    assert version_py_cuda("cuda = '12.8'\n") == "12.8"
+    assert version_py_cuda("cuda = '13.0' +\n") is None  # not Python: unknown
+
+
+def test_farm_doctor_reports_the_cuda_line_of_pypis_torch(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`farm doctor --python PY` of an environment holding PyPI's torch 2.11.0 (unlabelled)."""
+    monkeypatch.setenv("PYTHONPATH", str(PYPI_TORCH))
+    assert main(["doctor", "--python", sys.executable, "--device", "9.0", "--driver", "580.65.06"]) == 0
+    assert "torch 2.11.0 (CUDA 13.0)" in capsys.readouterr().out
 
 
 def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ from cibuildwheel.oci_container import OCIContainerEngineConfig
 
 from farm.builder.builders import BuilderKind, BuildSettings, build_cell, stage_farm_deps
 from farm.builder.farmdeps import FarmDep
-from farm.builder.plan import CONTAINER_FARM_DEPS, PlanOptions, plan_build
+from farm.builder.plan import CONTAINER_FARM_DEPS, PlanOptions, container_label, plan_build
 from farm.errors import WheelError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
@@ -54,7 +54,8 @@ def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path
                        farm_deps=(dep,), farm_deps_dir=staged)
     plan = plan_build(config, config.recipe("dep_user"), USER, tmp_path, opts)
     engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
-    assert engine.create_args == ("--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro")
+    assert engine.create_args == ("--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro",
+                                  "--label", container_label(tmp_path / "work"))
     assert str(plan.options["before-build"]).endswith(
         f"python -m pip install 'demo_ext @ file://{CONTAINER_FARM_DEPS}/{dep.wheel.name}#sha256={dep.sha256}'")
     win = Cell("dep_user", "1.0.0", "13.0", "none", PY, "win_amd64")

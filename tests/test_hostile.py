@@ -14,6 +14,7 @@ import http.server
 import io
 import json
 import os
+import signal
 import socket
 import tarfile
 import threading
@@ -390,6 +391,38 @@ def test_a_git_server_that_never_answers_ends_at_the_deadline(tmp_path: Path, ca
         for conn in held:
             conn.close()
     assert elapsed < 6
+
+
+def test_an_interrupted_git_fetch_stops_git(tmp_path: Path, capsys) -> None:
+    """SIGINT (Ctrl-C) while git waits on a server that never answers (127.0.0.1, as above, far
+    from the deadline): farm exits 130 and no git process of the fetch is left running."""
+    held: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(30)
+        port = server.getsockname()[1]
+
+        def accept_then_interrupt() -> None:
+            with contextlib.suppress(OSError):
+                held.append(server.accept()[0])  # git is connected and waiting
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        thread = threading.Thread(target=accept_then_interrupt, daemon=True)
+        thread.start()
+        code, err = _lint_git(capsys, tmp_path, f"git://127.0.0.1:{port}/big")
+        thread.join(timeout=10)
+        for conn in held:
+            conn.close()
+    assert held  # git had connected when the signal came
+    assert code == 130
+    assert "interrupted" in err
+    url = f"127.0.0.1:{port}".encode()
+    left = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if url in (entry / "cmdline").read_bytes() and (entry / "stat").read_text().split(") ")[1][0] not in "ZX":
+                left.append(entry.name)
+    assert left == []
 
 
 # ------------------------------------------------------------------------------------------- lint

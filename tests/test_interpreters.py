@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.builder.interpreters import find_interpreter, probe, version_of_tag
+from farm.builder.interpreters import PROBE_TIMEOUT_S, find_interpreter, probe, version_of_tag
 
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -78,3 +78,21 @@ def test_another_python_of_the_grid_is_found_when_the_host_has_one() -> None:
         pytest.skip(f"no {other} on this host: {'; '.join(search.looked)}")
     assert search.interpreter.tag == other
     assert search.interpreter.found_by in ("uv", "pyenv", "PATH")
+
+
+def test_a_probe_that_times_out_is_said_as_such_not_as_a_missing_python(tmp_path) -> None:
+    """An interpreter too slow to answer (a loaded host) is not "no Python": the search records
+    the timeout and its message says so. The default timeout leaves room for a loaded host."""
+    slow = _script(tmp_path / "bin", "python3.99", "sleep 30; echo 'CPython 3.99.0 True'")
+    search = find_interpreter("cp399", environ={"PATH": str(slow.parent), "PYENV_ROOT": str(tmp_path / "none")},
+                              timeout=0.5)
+    assert search.interpreter is None
+    assert search.timed_out == (str(slow),)
+    assert f"PATH: {slow}: did not answer its probe within 0.5 s" in search.looked
+    assert search.missing().startswith(f"Python 3.99 did not answer its probe within {PROBE_TIMEOUT_S} s ({slow}; ")
+    assert "no Python" not in search.missing()
+    assert PROBE_TIMEOUT_S >= 120
+    # nothing at all is the plain refusal
+    none = find_interpreter("cp399", environ={"PATH": str(tmp_path / "empty"), "PYENV_ROOT": str(tmp_path / "none")})
+    assert none.timed_out == ()
+    assert none.missing().startswith("no Python 3.99 here (looked: ")

@@ -19,6 +19,7 @@ from farm.builder.plan import (
     SONAME_EXCLUDES,
     BuildPlan,
     PlanOptions,
+    container_label,
     identifier,
     plan_build,
     repair_command,
@@ -120,7 +121,8 @@ def test_torch_free_x86_plan(config, tmp_path) -> None:
     assert env["NVCC_APPEND_FLAGS"] == "--threads 1"
     assert "torch" not in option(plan, "before-build")
     assert "nvidia-cuda-nvcc==13.0.88" in option(plan, "before-all")
-    assert option(plan, "container-engine") == "podman"
+    # the build's container carries its work folder's label (removed by farm when the build is interrupted)
+    assert option(plan, "container-engine") == f"podman; create_args: --label {container_label(tmp_path / 'work')}"
     assert option(plan, "manylinux-x86_64-image") == "localhost/img:1"
     assert "manylinux-aarch64-image" not in plan.options
     assert option(plan, "build-frontend") == "build; args: --no-isolation"
@@ -319,11 +321,13 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> No
     host = tmp_path / "cache/toolkit/12.8/redist-12.8.1-linux-x86_64-0123"
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
     assert option(plan, "before-all") == ""
-    assert option(plan, "container-engine") == f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro"
+    assert option(plan, "container-engine") == (f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro "
+                                                f"--label {container_label(tmp_path / 'work')}")
     # as cibuildwheel itself reads the option (a path with a space stays one argument)
     spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
     engine = OCIContainerEngineConfig.from_config_string(option(spaced, "container-engine"))
-    assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro"))
+    assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro",
+                                                            "--label", container_label(tmp_path / "work")))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert plan.toolkit.source == "redist"
     assert plan.toolkit.release == "12.8.1"
@@ -442,3 +446,52 @@ def test_farm_build_plan_is_not_a_shard(tmp_path, capsys) -> None:
     root = _fused_ssim_root(tmp_path)
     assert main(["build", "fused_ssim", "--plan", "--link", "--root", str(root)]) == 2
     assert "--plan shows the whole build" in capsys.readouterr().err
+
+
+def test_farm_build_plan_with_the_native_builder_shows_what_the_native_builder_runs(tmp_path, capsys) -> None:
+    """`farm build PKG --plan --builder native`: this host's interpreter of the cell's Python, the
+    shared build environment (its folder and contents: build tools, torch and its index), the
+    environment with the host's CUDA_HOME and compiler-cache launchers, `python -m build` and the
+    repair: what run_native takes from the plan, not cibuildwheel's call."""
+    root = _fused_ssim_root(tmp_path)
+    cache = tmp_path / "cache"
+    args = ["build", "fused_ssim", "--builder", "native", "--cuda", "13.0", "--torch", "2.14", "--plan",
+            "--root", str(root), "--cache-dir", str(cache)]
+    assert main([*args, "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)["plans"]
+    assert plan["builder"] == "native"
+    assert plan["refused"] is None
+    native = plan["native"]
+    assert native["interpreter"]["version"].startswith(f"{sys.version_info[0]}.{sys.version_info[1]}.")
+    contents = native["build_env"]["contents"]
+    assert contents["torch"].startswith("torch==2.14.")
+    assert {"build", "auditwheel", "ninja"} <= set(contents["requirements"])
+    env_path = Path(native["build_env"]["path"])
+    assert env_path.parent == cache / "envs"
+    assert native["build_env"]["ready"] is False  # made by the build; nothing was made by the plan
+    assert not env_path.exists()
+    assert native["build"][:4] == [str(env_path / "bin" / "python"), "-m", "build", "--wheel"]
+    assert "--no-isolation" in native["build"]
+    assert native["repair"].startswith("auditwheel repair ")
+    assert plan["cuda_home"].startswith(str(cache / "toolkit" / "13.0" / ""))  # where farm would assemble it
+    assert not (cache / "toolkit").exists()  # planned where it would go, never downloaded
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "the build as planned for the native builder" in text
+    assert f"interpreter: Python {native['interpreter']['version']}" in text
+    assert f"build environment: {env_path} (made by the build)" in text
+    assert f"  env CUDA_HOME={plan['cuda_home']}\n" in text  # the host's toolkit, not the container's mount
+    assert "/opt/farm/" not in text
+    assert f"build: {env_path}/bin/python -m build --wheel --no-isolation" in text
+    assert "repair: auditwheel repair" in text
+    assert "cibuildwheel" not in text
+
+
+def test_farm_build_plan_with_the_native_builder_says_why_it_cannot_build_a_cell(tmp_path, capsys) -> None:
+    root = _fused_ssim_root(tmp_path)
+    assert main(["build", "fused_ssim", "--builder", "native", "--platform", "win_amd64", "--cuda", "13.0",
+                 "--torch", "2.13", "--python", "3.12", "--plan", "--root", str(root),
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    text = capsys.readouterr().out
+    assert "native builder: cannot build this cell on this host: the native builder builds Linux cells" in text
+    assert "cibuildwheel" not in text

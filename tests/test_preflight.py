@@ -18,7 +18,7 @@ import pytest
 from farm.builder.images import ImageFacts, emulated_machines
 from farm.builder.preflight import Host, Preflight, container_blocker, needs_of, platform_blocker, url_host
 from farm.builder.spec import resolve_spec
-from farm.errors import ToolError
+from farm.errors import FarmError, ToolError
 from farm.model.cells import Cell
 from farm.source.fetch import fetch
 
@@ -411,3 +411,35 @@ def test_a_vendored_git_tree_not_cached_is_a_download_from_its_repository(tmp_pa
         assert downloads() == {"the vendored third_party/lib": f"{base}lib"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
     assert downloads() == {}
+
+
+def test_the_preflight_and_the_native_builder_refuse_a_missing_python_alike(tmp_path, monkeypatch) -> None:
+    """A cell whose Python this host lacks: the preflight's refusal (the cell named explicitly) and
+    the native builder's (reached without the preflight) are one message and one exit code, 2:
+    what the host is. A probe that timed out is the environment's, 3, and says it timed out."""
+    from farm.builder.builders import cell_interpreter
+    from farm.builder.interpreters import find_interpreter
+    from farm.builder.preflight import python_blocker
+
+    empty = tmp_path / "empty"
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "none"))
+    monkeypatch.setenv("FARM_NO_UV", "1")
+    cell = _cell(python="cp399")
+    blocker = Preflight("native", host=LINUX, uv=None).check(cell)
+    assert blocker is not None
+    refused = blocker.error(cell)
+    with pytest.raises(FarmError) as built:
+        cell_interpreter(cell)
+    assert str(built.value) == str(refused)
+    assert built.value.exit_code == refused.exit_code == 2
+    assert f"cell {cell.id} cannot be built on this host: no Python 3.99 here (looked: " in str(refused)
+    # too slow to answer: said so, exit 3
+    slow = empty / "python3.99"
+    empty.mkdir()
+    slow.write_text("#!/bin/sh\nexec /bin/sleep 30\n")
+    slow.chmod(0o755)
+    late = python_blocker(find_interpreter("cp399", timeout=0.5), uv=False)
+    assert late.exit_code == 3
+    assert late.reason.startswith("Python 3.99 did not answer its probe within 120 s")
+    assert "no Python" not in late.reason

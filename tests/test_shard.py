@@ -369,7 +369,7 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     assert "FARM_SHARD_DIR" in plan.config_text
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
-    native_steps = _native_plan(plan, tk, setup).native
+    native_steps = _native_plan(plan, str(tk.cuda_home), setup).native
     assert native_steps is not None
     native = dict(native_steps.environment)
     assert native["FARM_SHARD_DIR"] == str(setup.directory)

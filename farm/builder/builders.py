@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
-from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, shardjob, verify
+from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
 from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
@@ -44,13 +44,25 @@ from farm.builder.plan import (
     NativeSteps,
     PlanOptions,
     compile_cache_environment,
+    container_label,
     plan_build,
     render_environment,
 )
+from farm.builder.preflight import Host, platform_blocker, python_blocker
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
-from farm.errors import ConfigError, DefectError, ToolError, UsageError, WheelError, redact, redactor
+from farm.errors import (
+    ConfigError,
+    DefectError,
+    Interrupted,
+    ToolError,
+    UsageError,
+    WheelError,
+    clip,
+    redact,
+    redactor,
+)
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
@@ -342,7 +354,16 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ))
+    try:
+        proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ),
+                           label=f"cibuildwheel --only {plan.identifier}")
+    except Interrupted as exc:  # its container outlives it: cibuildwheel's clean-up did not run
+        if plan.cell.platform.startswith("linux"):
+            engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+            removed = remove_containers(engine, container_label(plan.config_file.parent))
+            if removed:
+                exc.stopped.append(f"its build container ({engine} rm --force {' '.join(removed)})")
+        raise
     _append_summary(plan, environ)
     if proc.returncode != 0:
         raise ToolError(f"cibuildwheel failed for cell {plan.cell.id} (rc {proc.returncode})",
@@ -353,19 +374,42 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     return made
 
 
+def remove_containers(engine: str, label: str) -> list[str]:
+    """Remove (``rm --force``) the containers carrying ``label``; their IDs. A build's label names
+    its work folder, so another build's container is never touched."""
+    try:
+        found = subprocess.run([engine, "ps", "--all", "--quiet", "--filter", f"label={label}"],
+                               capture_output=True, text=True, timeout=60, check=False)
+        ids = found.stdout.split() if found.returncode == 0 else []
+        if ids:
+            subprocess.run([engine, "rm", "--force", "--volumes", *ids], capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return ids
+
+
 def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
-                shell: bool = False) -> subprocess.CompletedProcess[bytes]:
+                shell: bool = False, label: str | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
     line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
     environment (an index URL with a token that pip echoes, a password a script prints).
-    stderr keeps farm's stdout for its own (``--json``) output."""
+    stderr keeps farm's stdout for its own (``--json``) output.
+
+    The step runs in a session of its own (:mod:`farm.builder.procs`): when farm is interrupted
+    or fails while it runs, the step and every process beneath it are stopped before the
+    exception goes on."""
     scrub = redactor(env)
-    with subprocess.Popen(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT) as proc:
+    with procs.start(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
-            sys.stderr.flush()
+        try:
+            for raw in proc.stdout:
+                sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
+                sys.stderr.flush()
+        except BaseException as exc:
+            what = label or clip(cmd if isinstance(cmd, str) else shlex.join(cmd), 120)
+            procs.stop_step(proc, f"`{what}`", exc)
+            raise
     return subprocess.CompletedProcess(cmd, proc.returncode)
 
 
@@ -406,15 +450,14 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
 
 def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
     """The host's interpreter of the cell's Python (:mod:`farm.builder.interpreters`); uv installs a
-    managed one when none is found and uv is here; otherwise a ToolError naming where it looked."""
+    managed one when none is found and uv is here; otherwise the preflight's refusal
+    (:func:`~farm.builder.preflight.python_blocker`) naming where it looked."""
     search = find_interpreter(cell.python)
     if search.interpreter is not None:
         return search.interpreter
     uv = buildenv.find_uv()
-    if uv is None:
-        raise ToolError(f"cell {cell.id} needs Python {search.wanted}; none here ({'; '.join(search.looked)})",
-                        hint=f"install Python {search.wanted} (uv python install {search.wanted}, pyenv install "
-                             f"{search.wanted}, or the distribution's python{search.wanted})")
+    if uv is None:  # the preflight's refusal, word for word and with its exit code
+        raise python_blocker(search, uv=False).error(cell)
     _say(log)(f"{cell.id}: uv python install {search.wanted}")
     return install_managed(cell.python, uv)
 
@@ -449,7 +492,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), **kw)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), label=what, **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -474,14 +517,25 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
     cached = plan.spec.compile_cache.enabled
-    if cached:  # the build environment's site-packages (torch's headers) as a base directory
-        cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
-                       basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
+    state: dict[str, object] = {}
     try:
+        if cached:  # the build environment's site-packages (torch's headers) as a base directory
+            state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
+                                   basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
-    finally:  # the server stops whatever the build did; its counts are the build's
-        stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
+    except Interrupted as exc:  # the private server goes with the build, and the compiles it ran
+        sccache = state.get("sccache") or (cclaunch.find_sccache(env) if cached else None)
+        stopped = procs.stop_sccache_server(sccache, env) if isinstance(sccache, str) else None
+        if stopped:
+            exc.stopped.append(stopped)
+        raise
+    except BaseException:  # a failed build: the server stops all the same
+        if cached:
+            cclaunch.stats(str(compile_run_dir(plan)), env)
+        raise
+    # the server stops whatever the build did; its counts are the build's
+    stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
     if stats is not None and cache_counts is not None:
         cache_counts.append(Counts.from_stats(stats))
     built = _wheels(dist)
@@ -584,28 +638,79 @@ def build_cell(
 
 
 @dataclass(frozen=True)
+class NativeRun:
+    """What the native builder runs for a planned cell (``farm build --plan --builder native``):
+    the host's interpreter, the shared build environment it makes or reuses, the environment,
+    the build command and the repair, exactly as :func:`run_native` takes them from the plan."""
+
+    interpreter: Interpreter | None
+    interpreter_note: str  # how it was found, or why there is none (and what the build does then)
+    env: buildenv.EnvSpec | None  # None: no interpreter here yet (uv installs one first)
+    env_path: Path | None
+    env_ready: bool  # a finished environment of these contents is there: the build reuses it
+    build: tuple[str, ...]  # python -m build ..., run in the plan's cwd
+    repair: str  # auditwheel repair + the vendoring check ({wheel}/{dest_dir} as the build fills them)
+    compile_cache: str  # the compiler cache as this build uses it
+
+    def to_json(self) -> dict[str, object]:
+        return {"interpreter": {"path": str(self.interpreter.path), "version": self.interpreter.version,
+                                "found_by": self.interpreter.found_by} if self.interpreter else None,
+                "interpreter_note": self.interpreter_note,
+                "build_env": {"path": str(self.env_path) if self.env_path else None, "ready": self.env_ready,
+                              "contents": self.env.to_json() if self.env else None},
+                "build": list(self.build), "repair": self.repair, "compile_cache": self.compile_cache}
+
+
+@dataclass(frozen=True)
 class CellPlan:
-    """What ``farm build --plan`` shows of one cell: its plan, and the patches as they applied."""
+    """What ``farm build --plan`` shows of one cell: its plan, and the patches as they applied;
+    with ``native``, what the native builder runs instead of cibuildwheel."""
 
     plan: BuildPlan
     patches: tuple[str, ...]  # the recipe's scripts for the cell's platform, in the order they ran
     patch_output: tuple[str, ...]  # what they printed
+    native: NativeRun | None = None  # --builder native
+    refused: str | None = None  # why the chosen builder cannot build the cell on this host
 
     def to_json(self) -> dict[str, object]:
-        return {**self.plan.to_json(), "patches": list(self.patches), "patch_output": list(self.patch_output)}
+        return {**self.plan.to_json(), "builder": "native" if self.native or self.refused else "cibuildwheel",
+                "patches": list(self.patches), "patch_output": list(self.patch_output),
+                "native": self.native.to_json() if self.native else None, "refused": self.refused}
 
     def render(self) -> str:
-        plan, native = self.plan, self.plan.native
-        lines = [f"{plan.cell.id}: the build as planned (nothing is downloaded or compiled)",
+        plan, steps = self.plan, self.plan.native
+        builder = "the native builder" if self.native or self.refused else "cibuildwheel"
+        lines = [f"{plan.cell.id}: the build as planned for {builder} (nothing is downloaded or compiled)",
                  f"  arch list: {plan.archs.canonical()} ({plan.arch_origin})",
                  f"  source: {plan.cwd} (build folder {plan.package_dir})"]
         lines += [f"  patch: {s}" for s in self.patches] or ["  patch: none"]
         lines += [f"    {line}" for line in self.patch_output]
+        if self.refused:
+            lines.append(f"  native builder: cannot build this cell on this host: {self.refused}")
+            return "\n".join(lines)
         if plan.msvc is not None:
             lines += [f"  {line}" for line in plan.msvc.render()]
         lines.append(f"  CUDA_HOME: {plan.cuda_home}")
-        lines += [f"  env {k}={v}" for k, v in (native.environment if native else ())]
-        lines += [f"  before-build: {step}" for step in (native.before_build if native else ())]
+        if self.native is not None:
+            run = self.native
+            lines.append(f"  interpreter: {run.interpreter_note}")
+            if run.env is not None:
+                state = "reused: it is there" if run.env_ready else "made by the build"
+                lines.append(f"  build environment: {run.env_path} ({state})")
+                lines += [f"    install: {r}" for r in run.env.requirements]
+                if run.env.torch:
+                    index = run.env.torch_index
+                    where = "pip's configured index" if index in (None, "pip") else index
+                    lines.append(f"    install: {run.env.torch} from {where}")
+            else:
+                lines.append("  build environment: made by the build, from the interpreter uv installs")
+        lines += [f"  env {k}={v}" for k, v in (steps.environment if steps else ())]
+        if self.native is not None:
+            lines.append(f"  compile cache: {self.native.compile_cache}")
+            lines.append(f"  build: {shlex.join(self.native.build)} (in {plan.cwd})")
+            lines.append(f"  repair: {self.native.repair}")
+            return "\n".join(lines)
+        lines += [f"  before-build: {step}" for step in (steps.before_build if steps else ())]
         lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
         return "\n".join(lines)
 
@@ -635,7 +740,49 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
         options = replace(options, farm_deps=deps, farm_deps_dir=stage_farm_deps(deps, work / "farm-deps"))
     plan = plan_build(config, recipe, cell, src, options, spec=spec)
     scripts = spec.knobs.patch_scripts(cell.platform)
-    return CellPlan(plan, scripts, tuple(line.strip() for line in printed))
+    patched = tuple(line.strip() for line in printed)
+    if settings.builder is not BuilderKind.NATIVE:
+        return CellPlan(plan, scripts, patched)
+    blocker = platform_blocker(cell, BuilderKind.NATIVE.value, Host.this())
+    if blocker is not None:
+        return CellPlan(plan, scripts, patched, refused=blocker.reason)
+    plan = _native_plan(plan, str(home))
+    env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
+    return CellPlan(plan, scripts, patched, native=native_run(plan, env_root, options.farm_deps))
+
+
+def native_run(plan: BuildPlan, env_root: Path, farm_deps: Sequence[FarmDep] = ()) -> NativeRun:
+    """What :func:`run_native` will run for ``plan`` on this host, found as it finds it (the
+    interpreter is probed; nothing is installed or made)."""
+    assert plan.native is not None
+    search = find_interpreter(plan.cell.python)
+    interpreter = search.interpreter
+    env = path = None
+    ready = False
+    if interpreter is not None:
+        note = f"Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})"
+        direct = {d.requirement: d.direct_reference for d in farm_deps}
+        env = buildenv.spec_for(plan.torch_version, plan.torch_index,
+                                tuple(direct.get(d, d) for d in plan.native.extra_deps),
+                                python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
+        path = env_root / env.slug
+        ready = (path / buildenv.SPEC_FILE).is_file() and buildenv.reuse_problem(env, path) is None
+    elif buildenv.find_uv() is not None:
+        note = f"none here ({'; '.join(search.looked)}): the build runs uv python install {search.wanted} first"
+    else:
+        note = f"none here ({'; '.join(search.looked)}): the build is refused"
+    python = str(path / "bin" / "python") if path else "python"
+    dist = plan.config_file.parent / "dist"
+    build = (python, "-m", "build", *plan.native.build_args, "--outdir", str(dist), plan.package_dir)
+    cache = plan.spec.compile_cache
+    cached = cache.describe()
+    if cache.enabled:
+        socket = dict(plan.native.environment).get("SCCACHE_SERVER_UDS")
+        cached += (f": a private sccache server on {socket} for this build, stopped after it; "
+                   f"launchers in {compile_run_dir(plan) / BIN}")
+    repair = plan.native.repair_command.replace("{dest_dir}", shlex.quote(str(plan.output_dir)))
+    return NativeRun(interpreter, note, env, path, ready, build, repair.replace("{wheel}", f"{dist}/<wheel>"),
+                     cached)
 
 
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
@@ -708,7 +855,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     env_root = Path(settings.env_root or Path(settings.work_root).parent / "envs").absolute()
     try:
         if settings.builder is BuilderKind.NATIVE:
-            plan = _native_plan(plan, tk, setup)
+            plan = _native_plan(plan, str(tk.cuda_home), setup)
             built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
                                farm_deps=farm_deps, cache_counts=counts)
             torch_built = envs[0].torch_record() if envs else None
@@ -802,8 +949,7 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         # a container build: the host's interpreter of the cell's Python, when it has one
         search = find_interpreter(cell.python)
         if search.interpreter is None:
-            log(f"{cell.id}: import check not run: no Python {search.wanted} on this host "
-                f"({'; '.join(search.looked)})")
+            log(f"{cell.id}: import check not run: {search.missing()}")
             return None
         interpreter = search.interpreter
         env = None
@@ -831,11 +977,10 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     return check
 
 
-def _native_plan(plan: BuildPlan, tk: Toolkit, shard: ShardSetup | None = None) -> BuildPlan:
-    """The native build uses the host toolkit: rewrite CUDA_HOME/PATH of the container plan."""
+def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) -> BuildPlan:
+    """The native build uses the host toolkit (``home``): rewrite CUDA_HOME/PATH of the container plan."""
 
     assert plan.native is not None
-    home = str(tk.cuda_home)
     env = tuple(
         (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
         for k, v in plan.native.environment

@@ -34,7 +34,12 @@ from farm.errors import ToolError, clip
 _PROBE = ("import platform, sys, importlib.util as u; "
           "print(platform.python_implementation(), platform.python_version(), "
           "u.find_spec('venv') is not None and u.find_spec('ensurepip') is not None)")
-PROBE_TIMEOUT_S = 30
+# An interpreter's start on a host whose load is many times its cores (a CI runner's neighbours, a
+# build farm's busy host) has been seen to take well over 30 s: a slow answer is not a missing Python.
+PROBE_TIMEOUT_S = 120
+
+
+TIMED_OUT = "did not answer its probe within"
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,16 @@ class Search:
     wanted: str  # "3.12"
     interpreter: Interpreter | None
     looked: tuple[str, ...]
+    timed_out: tuple[str, ...] = ()  # candidates that did not answer their probe in time (a loaded host)
+
+    def missing(self, note: str | None = None) -> str:
+        """Why there is none, for the refusal (``note``: what uv can do about it): a probe that
+        timed out is said as such (the host is too busy to answer), not as a missing Python."""
+        looked = "; ".join((*self.looked, note) if note else self.looked)
+        if self.timed_out:
+            return (f"Python {self.wanted} did not answer its probe within {PROBE_TIMEOUT_S} s "
+                    f"({', '.join(self.timed_out)}; the host is loaded?) (looked: {looked})")
+        return f"no Python {self.wanted} here (looked: {looked})"
 
 
 def version_of_tag(tag: str) -> str:
@@ -67,12 +82,15 @@ def version_of_tag(tag: str) -> str:
     return f"{m[1]}.{m[2]}"
 
 
-def probe(path: Path | str, wanted: str) -> tuple[Interpreter | None, str]:
-    """``path`` as an interpreter of version ``wanted`` (``3.12``), or None and why not."""
+def probe(path: Path | str, wanted: str, *, timeout: float = PROBE_TIMEOUT_S) -> tuple[Interpreter | None, str]:
+    """``path`` as an interpreter of version ``wanted`` (``3.12``), or None and why not (a
+    timeout says :data:`TIMED_OUT`)."""
     try:
         proc = subprocess.run([str(path), "-I", "-c", _PROBE], capture_output=True, text=True, check=False,
-                              timeout=PROBE_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"{path}: {TIMED_OUT} {timeout:g} s"
+    except OSError as exc:
         return None, f"{path}: does not run ({exc})"
     fields = proc.stdout.split()
     if proc.returncode != 0 or len(fields) != 3:
@@ -122,11 +140,14 @@ def _numbers(name: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", name))
 
 
-def find_interpreter(tag: str, *, environ: Mapping[str, str] | None = None, uv: str | None = None) -> Search:
-    """The first working CPython of the cell's tag (``cp312``) on this host; never downloads."""
+def find_interpreter(tag: str, *, environ: Mapping[str, str] | None = None, uv: str | None = None,
+                     timeout: float = PROBE_TIMEOUT_S) -> Search:
+    """The first working CPython of the cell's tag (``cp312``) on this host; never downloads.
+    ``timeout``: each candidate's probe, in seconds."""
     environ = os.environ if environ is None else environ
     wanted = version_of_tag(tag)
     looked: list[str] = []
+    slow: list[str] = []
     seen: set[str] = set()
     for how, path in _candidates(wanted, environ, uv):
         if path is None:
@@ -136,11 +157,13 @@ def find_interpreter(tag: str, *, environ: Mapping[str, str] | None = None, uv: 
         if real in seen:
             continue
         seen.add(real)
-        found, why = probe(path, wanted)
+        found, why = probe(path, wanted, timeout=timeout)
         if found is not None:
             return Search(wanted, Interpreter(found.path, found.version, how), tuple(looked))
         looked.append(f"{how}: {why}")
-    return Search(wanted, None, tuple(looked))
+        if TIMED_OUT in why:
+            slow.append(str(path))
+    return Search(wanted, None, tuple(looked), tuple(slow))
 
 
 def managed_download(tag: str, uv: str, *, environ: Mapping[str, str] | None = None) -> str | None:

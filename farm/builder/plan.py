@@ -23,6 +23,7 @@ Decisions that are easy to get wrong, and why:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -222,6 +223,14 @@ class BuildPlan:
 
 
 # ------------------------------------------------------------------------------------------------
+def container_label(work_dir: Path) -> str:
+    """The label on a build's container (``farm.work=`` a digest of the cell's work folder, which
+    one build holds at a time): how farm finds the container cibuildwheel made for this build, to
+    remove it when the build is interrupted (cibuildwheel's own clean-up does not run then)."""
+    digest = hashlib.sha256(Path(work_dir).absolute().as_posix().encode()).hexdigest()[:16]
+    return f"farm.work={digest}"
+
+
 def identifier(cell: Cell) -> str:
     """cibuildwheel's build identifier for a cell: ``cp311-manylinux_x86_64``."""
     try:
@@ -348,6 +357,7 @@ def plan_build(
         raise UsageError(f"the build spec is for cell {spec.cell.id}, not {cell.id} of {recipe.name!r}")
     archs, torch_version, knob, request = spec.arch.archs, spec.torch_version, spec.knobs, spec.toolkit
     ident = identifier(cell)
+    label = container_label(Path(options.work_dir))
     cibw_platform, _, cibw_arch = _PLATFORMS[cell.platform]
     in_container = cibw_platform == "linux"
     engine = options.container_engine
@@ -454,7 +464,8 @@ def plan_build(
         "test-requires": [],
         "test-extras": [],
         "test-sources": [],
-        "container-engine": engine,
+        "container-engine": (f"{engine} --label {label}" if "create_args:" in engine
+                             else f"{engine}; create_args: --label {label}") if in_container else engine,
     }
     image = options.images.get(cibw_arch) if in_container else None
     if image:

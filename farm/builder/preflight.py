@@ -29,7 +29,8 @@ planned cell is checked against the host:
 host's facts once per run (each image once, its probe cached per image ID). A cell this host
 cannot build is skipped with one line saying why; when the user named it (the blocking
 dimension was a filter on the command line) it is refused instead (exit 2 for what the host is,
-3 for what it lacks).
+3 for what it lacks). A missing interpreter is refused with :func:`python_blocker`'s words and exit
+code by the preflight and by the native builder alike.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING
 from farm.builder import buildenv, syspkgs
 from farm.builder.buildenv import find_uv
 from farm.builder.images import ImageFacts, emulated_machines, emulation_blocker, image_for, probe_image, registry_of
-from farm.builder.interpreters import Interpreter, find_interpreter, managed_download
+from farm.builder.interpreters import Interpreter, Search, find_interpreter, managed_download
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT, FarmError, ToolError, UsageError
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
@@ -162,6 +163,19 @@ def container_blocker(cell: Cell, host: Host, handlers: Mapping[str, bool] | Non
     return None
 
 
+def python_blocker(search: Search, *, uv: bool) -> Blocker:
+    """The native builder's host has no interpreter of the cell's Python (``search`` found none,
+    and uv offers none to install): what the host is, exit 2 when the cell was named. A probe
+    that timed out is said as such and is the environment's (exit 3): the Python is there, the
+    host too busy to answer; the build may be run again."""
+    note = "uv offers no download of it" if uv else "uv, which could install one, is not here"
+    if search.timed_out:
+        return Blocker("python", search.missing(note), EXIT_ENVIRONMENT,
+                       hint="run the build again when the host is less loaded, or name an interpreter that "
+                            "answers (PATH, uv, pyenv)")
+    return Blocker("python", search.missing(note), EXIT_BAD_INPUT)
+
+
 def url_host(url: str) -> tuple[str, int] | None:
     """``(host, port)`` a URL is fetched from; None for a local path or file URL."""
     if url.startswith("git@"):  # git@github.com:o/r.git
@@ -228,7 +242,7 @@ class Preflight:
     probe: Callable[[str, str, Path | None], tuple[ImageFacts | None, str]] = probe_image
     _engine: dict[str, str | None] = field(default_factory=dict)
     uv: str | None = field(default_factory=find_uv)  # installs a cell's Python that is not here
-    _interpreters: dict[str, Interpreter | str] = field(default_factory=dict)
+    _interpreters: dict[str, Search] = field(default_factory=dict)  # tag -> what find_interpreter found
     _managed: dict[str, str | None] = field(default_factory=dict)  # tag -> where uv would download it
     _reach: dict[tuple[str, int], str | None] = field(default_factory=dict)
     _handlers: list[Mapping[str, bool] | None] = field(default_factory=list)
@@ -260,23 +274,21 @@ class Preflight:
 
     def interpreter(self, cell: Cell) -> Interpreter | None:
         found = self._interpreters.get(cell.python)
-        return found if isinstance(found, Interpreter) else None
+        return found.interpreter if found is not None else None
 
     def _python(self, cell: Cell) -> Blocker | None:
         if cell.python not in self._interpreters:
-            search = find_interpreter(cell.python, environ=self.environ, uv=self.uv)
-            self._interpreters[cell.python] = search.interpreter or "; ".join(search.looked)
+            self._interpreters[cell.python] = find_interpreter(cell.python, environ=self.environ, uv=self.uv)
         found = self._interpreters[cell.python]
-        if isinstance(found, Interpreter):
+        if found.interpreter is not None:
             return None
         if self.managed(cell) is not None:
             return None  # uv installs it: a download, checked with the others
-        uv = "uv offers no download of it" if self.uv else "uv, which could install one, is not here"
-        return Blocker("python", f"no Python {cell.python_version} here (looked: {found}; {uv})", EXIT_BAD_INPUT)
+        return python_blocker(found, uv=self.uv is not None)
 
     def managed(self, cell: Cell) -> str | None:
         """Where uv would download the cell's Python from, when none is here (asked once per tag)."""
-        if self.uv is None or isinstance(self._interpreters.get(cell.python), Interpreter):
+        if self.uv is None or self.interpreter(cell) is not None:
             return None
         if cell.python not in self._managed:
             self._managed[cell.python] = managed_download(cell.python, self.uv, environ=self.environ)

@@ -3,7 +3,8 @@
 Builds the matrix's cells for PKG (cells the ledger already holds at the current epoch are
 skipped unless ``--overwrite``). Every wheel goes through postbuild: only wheels that pass the
 assertion reach ``--out``, stamped, with their ledger fragments. Exit 1 when a wheel fails the
-assertion, 3 when a build cannot run.
+assertion, 3 when a build cannot run; 130 / 143 when SIGINT / SIGTERM stopped it (the build's
+processes and its compiler cache's server are stopped first, and one line names them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
+from farm.builder import procs
 from farm.builder.builders import (
     ENGINES,
     BuilderKind,
@@ -78,8 +80,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plan", action="store_true",
                         help="show each selected cell's build as planned (source patched for its platform, the "
-                             "environment, the MSVC set-up of a win_amd64 cell, the cibuildwheel call) and stop: "
-                             "nothing is compiled or downloaded but the source, on any host")
+                             "environment, the MSVC set-up of a win_amd64 cell, the cibuildwheel call; with "
+                             "--builder native the interpreter, build environment and build command the native "
+                             "builder runs) and stop: nothing is compiled or downloaded but the source, on any host")
     split = parser.add_mutually_exclusive_group()
     split.add_argument("--shard", metavar="I/N", help="a recipe with `sharding: N`: compile only shard I of N "
                        "(0-based) into --shard-dir; no wheel (docs/sharding.md)")
@@ -275,6 +278,13 @@ def show_plans(args: argparse.Namespace, config: FarmConfig, recipe: Recipe, pla
 
 
 def run(args: argparse.Namespace) -> int:
+    """SIGINT and SIGTERM (a CI runner cancelling the job) stop the build's processes and its
+    compiler cache's server before farm exits 130 / 143 (:mod:`farm.builder.procs`)."""
+    with procs.interruptible():
+        return _build(args)
+
+
+def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",

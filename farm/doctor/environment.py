@@ -3,12 +3,13 @@
 Every distribution with farm provenance (``_build_info.json`` in its ``.dist-info``) and every
 other one whose extension modules hold device code, each extension read by farm's native fatbin
 reader (per translation unit, the PTX ISA from its ``.version`` line). torch's version and CUDA
-flavour come from its metadata: importing torch would load the CUDA runtime, which is what a
-broken environment fails at.
+flavour come from its metadata and the text of its ``torch/version.py`` (parsed, never run):
+importing torch would load the CUDA runtime, which is what a broken environment fails at.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -28,6 +29,8 @@ BUILD_INFO = "_build_info.json"
 # extension modules, not the shared libraries beside them (libcublas is not an extension, and
 # reading every nvidia-* library would take minutes)
 _EXTENSION = re.compile(r"(\.(cpython-[^/.]+|abi3|cp\d+[^/.]*)\.so|\.pyd)$")
+VERSION_PY = "torch/version.py"  # torch's build facts, as its setup wrote them
+VERSION_PY_MAX = 64 * 1024
 _RUNTIME_REQ = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?\s*[=~><!]*=\s*(\d+)\.(\d+)")
 
 
@@ -97,7 +100,46 @@ def python_paths(python: str) -> tuple[tuple[str, ...], str]:
     return tuple(str(p) for p in paths if p), str(tag)
 
 
+def version_py_cuda(text: str) -> str | None:
+    """The ``cuda`` line of torch's ``torch/version.py`` (``cuda: Optional[str] = '13.0'``), read
+    as Python's syntax tree, never run: ``"13.0"``, ``"cpu"`` when it is ``None`` (a build without
+    CUDA), None when the file does not say."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "cuda" and isinstance(value, ast.Constant):
+            if value.value is None:
+                return "cpu"
+            if isinstance(value.value, str) and re.fullmatch(r"\d+\.\d+", value.value):
+                return value.value
+    return None
+
+
+def _version_py(dist: metadata.Distribution) -> str | None:
+    """The CUDA line the installed torch's ``torch/version.py`` records (see :func:`version_py_cuda`)."""
+    path = Path(str(dist.locate_file(VERSION_PY)))
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(VERSION_PY_MAX + 1)
+    except OSError:
+        return None
+    if len(raw) > VERSION_PY_MAX:  # not the few lines torch writes: not believed
+        return None
+    return version_py_cuda(raw.decode("utf-8", "replace"))
+
+
 def torch_of(dist: metadata.Distribution) -> Torch:
+    """torch's version and CUDA line: from the local label (``+cu130``), else from the
+    ``cuda`` line of its ``torch/version.py`` (PyPI's Linux wheels have no label), else from
+    an exact pin on NVIDIA's CUDA runtime wheel in its metadata."""
     version = dist.version
     local = version.partition("+")[2]
     m = re.fullmatch(r"cu(\d+)(\d)", local)
@@ -105,6 +147,9 @@ def torch_of(dist: metadata.Distribution) -> Torch:
         return Torch(version, f"{m[1]}.{m[2]}")
     if local in ("cpu", "cxx11.abi") or local.startswith("rocm"):
         return Torch(version, "cpu" if local != "cxx11.abi" else None)
+    recorded = _version_py(dist)
+    if recorded is not None:
+        return Torch(version, recorded)
     for req in dist.requires or ():
         r = _RUNTIME_REQ.match(req.replace(" ", "").replace("(", ""))
         if r:  # PyPI's default build: its runtime comes from NVIDIA's wheels, pinned exactly

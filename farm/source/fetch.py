@@ -198,6 +198,11 @@ def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str 
             return None
         except subprocess.TimeoutExpired:
             pass
+        except BaseException:  # farm interrupted (SIGINT, SIGTERM): git goes with it, then the interruption
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
         why = "time" if time.monotonic() >= deadline else "bytes" if _disk_bytes(folder) > GIT_MAX_BYTES else None
         if why is not None:
             with contextlib.suppress(ProcessLookupError):
