@@ -108,6 +108,14 @@ def clip(text: object, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
+def pip_failure(output: str, limit: int = 600) -> str:
+    """What pip said went wrong, clipped: its ``ERROR:`` lines when it printed any (they name the
+    requirement it could not find), else the whole output. pip prints its warnings first (an
+    ignored find-links location, a deprecation), so clipping the whole output can keep only them."""
+    errors = [line.strip() for line in output.splitlines() if line.lstrip().startswith("ERROR:")]
+    return clip(" / ".join(errors) if errors else output.strip(), limit)
+
+
 class FarmError(Exception):
     """Base of every error farm raises on purpose."""
 

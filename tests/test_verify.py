@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from farm.builder.verify import ImportCheck, check_wheel, extension_modules, judge, modules_to_import
-from farm.errors import ToolError
+from farm.errors import ToolError, pip_failure
 from farm.model.config import VerifyKnobs
 
 from .wheelmaker import make_wheel
@@ -134,12 +134,27 @@ def test_the_build_environment_is_visible_after_the_wheel(tmp_path) -> None:
 
 @pytest.mark.slow  # a venv and a pip install each
 def test_a_requirement_pip_cannot_find_is_an_environment_error(tmp_path, monkeypatch) -> None:
+    """The message names the requirement, though pip first prints a warning per configured location
+    it ignores (as on a host whose pip.conf names find-links folders that are not there)."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # only the wheelhouse: nothing is asked of an index
+    monkeypatch.setenv("PIP_FIND_LINKS", " ".join(str(tmp_path / f"gone{i}") for i in range(8)))
     wheel = make_wheel(tmp_path / "in", "needy", "1.0", {"needy/__init__.py": b""}, tag="py3-none-any",
                        requires=("farm-no-such-requirement==0.0.1",))
-    with pytest.raises(ToolError, match="cannot install needy"):
+    with pytest.raises(ToolError, match="cannot install needy") as err:
         check_wheel(wheel, VerifyKnobs(), dist="needy", interpreter=sys.executable, work=tmp_path / "w",
                     find_links=[tmp_path / "in"])
+    assert "farm-no-such-requirement" in str(err.value)
+    assert "gone0" not in str(err.value)
+
+
+def test_pip_failure_keeps_what_pip_calls_an_error() -> None:
+    out = ("WARNING: Location 'file:///x/' is ignored: it is neither a file nor a directory.\n" * 20
+           + "ERROR: Could not find a version that satisfies the requirement cumesh==0.0.1\n"
+           + "ERROR: No matching distribution found for cumesh==0.0.1\n")
+    assert pip_failure(out) == ("ERROR: Could not find a version that satisfies the requirement cumesh==0.0.1 / "
+                                "ERROR: No matching distribution found for cumesh==0.0.1")
+    assert pip_failure("WARNING: only a warning\n") == "WARNING: only a warning"
+    assert pip_failure("x" * 5000).endswith("(4,400 more characters)")
 
 
 def test_a_missing_interpreter_is_an_environment_error(tmp_path) -> None:

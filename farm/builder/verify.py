@@ -42,7 +42,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from farm.binary.wheelfile import SafeWheel
-from farm.errors import ToolError, clip
+from farm.errors import ToolError, clip, pip_failure
 from farm.model.config import VerifyKnobs
 
 Log = Callable[[str], None]
@@ -237,7 +237,7 @@ def install_wheel(python: Path, wheel: Path, *, find_links: Sequence[Path] = (),
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
     if proc.returncode != 0:
         raise ToolError(f"pip cannot install {wheel.name} into a fresh environment for its import check "
-                        f"(rc {proc.returncode}): {clip((proc.stderr or proc.stdout).strip())}",
+                        f"(rc {proc.returncode}): {pip_failure(proc.stderr or proc.stdout)}",
                         where=str(wheel),
                         hint="a requirement of the wheel cannot be found: check the index, or the "
                              "recipe's requires_dist")
