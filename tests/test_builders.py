@@ -256,6 +256,26 @@ def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsy
     assert not list(out.glob("*.ledger.json"))
 
 
+def test_a_wheel_whose_requirement_cannot_be_installed_is_withdrawn(tmp_path, pypi_toolkit, capsys,
+                                                                   monkeypatch) -> None:
+    """The import check cannot even run: pip cannot find a requirement of the wheel (a farm package
+    this host never built, say). The assertion passed, but the cell is not checked: exit 3, pip's
+    error shown, and neither the wheel nor its ledger fragment left in --out for an upload to take."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing is asked of an index
+    _demo_root(tmp_path)
+    recipe = tmp_path / "packages" / "demo_ext.yml"
+    recipe.write_text(recipe.read_text() + "requires_dist: [farm-test-no-such-requirement==0.0.1]\n")
+    out = tmp_path / "wheelhouse"
+    code = main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(tmp_path),
+                 "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "farm-test-no-such-requirement" in captured.out + captured.err
+    assert "the import check could not run" in captured.out + captured.err
+    assert not list(out.glob("*.whl"))
+    assert not list(out.glob("*.ledger.json"))
+
+
 def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys) -> None:
     """Every selected cell is in the ledger: not an error."""
     config = _demo_root(tmp_path)

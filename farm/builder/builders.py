@@ -55,6 +55,7 @@ from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, w
 from farm.errors import (
     ConfigError,
     DefectError,
+    FarmError,
     Interrupted,
     ToolError,
     UsageError,
@@ -964,17 +965,26 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     site = None
     if cell.torch != NO_TORCH and env is not None:
         site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
-    check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
-                               visible_site=site, find_links=[find_links],
-                               first=("torch",) if cell.torch != NO_TORCH else (), runtime=spec.runtime_wheels,
-                               log=lambda m: log(f"{cell.id}: {m}"))
+    try:
+        check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
+                                   visible_site=site, find_links=[find_links],
+                                   first=("torch",) if cell.torch != NO_TORCH else (), runtime=spec.runtime_wheels,
+                                   log=lambda m: log(f"{cell.id}: {m}"))
+    except FarmError:  # the check could not run (pip cannot install a requirement): not a checked wheel
+        _withdraw(wheel, f"{cell.id}: the import check could not run", log)
+        raise
     for line in check.render().splitlines():
         log(f"{cell.id}: {line}")
     if not check.passed:
-        wheel.unlink(missing_ok=True)
-        Path(f"{wheel}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
-        log(f"{cell.id}: the import check failed: {wheel.name} and its ledger fragment were removed")
+        _withdraw(wheel, f"{cell.id}: the import check failed", log)
     return check
+
+
+def _withdraw(wheel: Path, why: str, log: Log) -> None:
+    """A wheel and its ledger fragment out of the output folder, where nothing may publish them."""
+    wheel.unlink(missing_ok=True)
+    Path(f"{wheel}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+    log(f"{why}: {wheel.name} and its ledger fragment were removed")
 
 
 def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) -> BuildPlan:
