@@ -236,6 +236,14 @@ def test_the_native_builder_builds_another_python_from_this_farm(tmp_path, pypi_
     assert check["python"] == search.interpreter.version
 
 
+def _build_demo_native(root: Path, toolkit: Toolkit) -> tuple[int, Path]:
+    """`farm build demo_ext --builder native` of the root's demo_ext: its exit code and --out."""
+    out = root / "wheelhouse"
+    code = main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(root),
+                 "--cache-dir", str(cache_dir_of(toolkit)), "--out", str(out)])
+    return code, out
+
+
 def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsys) -> None:
     """demo_ext whose package imports a module it never requires: it compiles and passes the
     assertion, then the import check in a fresh venv fails: exit 1, the error shown, the wheel
@@ -243,9 +251,7 @@ def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsy
     _demo_root(tmp_path)
     init = tmp_path / "examples" / "demo_ext" / "demo_ext" / "__init__.py"
     init.write_text(init.read_text() + "\nimport farm_test_undeclared_dependency\n")
-    out = tmp_path / "wheelhouse"
-    code = main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(tmp_path),
-                 "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out)])
+    code, out = _build_demo_native(tmp_path, pypi_toolkit)
     captured = capsys.readouterr()
     assert code == 1
     assert "import demo_ext: FAILED: ModuleNotFoundError: No module named 'farm_test_undeclared_dependency'" in (
@@ -265,9 +271,7 @@ def test_a_wheel_whose_requirement_cannot_be_installed_is_withdrawn(tmp_path, py
     _demo_root(tmp_path)
     recipe = tmp_path / "packages" / "demo_ext.yml"
     recipe.write_text(recipe.read_text() + "requires_dist: [farm-test-no-such-requirement==0.0.1]\n")
-    out = tmp_path / "wheelhouse"
-    code = main(["build", "demo_ext", "--cuda", "13.0", "--builder", "native", "--root", str(tmp_path),
-                 "--cache-dir", str(cache_dir_of(pypi_toolkit)), "--out", str(out)])
+    code, out = _build_demo_native(tmp_path, pypi_toolkit)
     captured = capsys.readouterr()
     assert code == 3
     assert "farm-test-no-such-requirement" in captured.out + captured.err
