@@ -11,6 +11,7 @@ import shutil
 import socket
 import sys
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from farm.builder.preflight import Host, Preflight, container_blocker, needs_of,
 from farm.builder.spec import resolve_spec
 from farm.errors import FarmError, ToolError
 from farm.model.cells import Cell
+from farm.model.config import Recipe
 from farm.source.fetch import fetch
 
 from . import buildroot, gitremote, loopback
@@ -357,11 +359,23 @@ def test_a_git_source_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> 
     assert blocker() is None
 
 
-def _vendor_downloads(spec, demo, tmp_path: Path) -> dict[str, str]:
-    """What the cibuildwheel route of ``demo``'s cell would still download, its vendored trees included."""
-    return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
-                         toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
-                         interpreter=None, vendor=demo.vendor).downloads)
+def _vendoring_demo(tmp_path: Path, vendor_yaml: str) -> tuple[Callable[[], dict[str, str]], Recipe]:
+    """demo_ext with ``vendor_yaml`` as its ``source.vendor`` list, in a root under ``tmp_path``:
+    the question "what would the cibuildwheel route of its cell still download, its vendored trees
+    included" (asked again after a fetch), and the recipe."""
+    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
+    recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
+        "  path: examples/demo_ext\n", "  path: examples/demo_ext\n  vendor:\n" + vendor_yaml)
+    config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
+    demo = config.recipe("demo_ext")
+    spec = resolve_spec(config, demo, _cell())
+
+    def downloads() -> dict[str, str]:
+        return dict(needs_of(spec, demo.source, builder="cibuildwheel", source_cache=tmp_path / "sources",
+                             toolkit_root=tmp_path / "tk", cuda_home=tmp_path, env_root=tmp_path / "envs",
+                             interpreter=None, vendor=demo.vendor).downloads)
+
+    return downloads, demo
 
 
 def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> None:
@@ -374,19 +388,10 @@ def test_a_vendored_tree_not_cached_is_a_download_of_its_archive(tmp_path) -> No
     served = tmp_path / "served"
     served.mkdir()
     (served / "glm.tar.gz").write_bytes(buf.getvalue())
-    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
     with loopback.serve(served) as base:
-        recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
-            "  path: examples/demo_ext\n",
-            f"  path: examples/demo_ext\n  vendor:\n    - path: third_party/glm\n      archive: {{url: '{base}glm.tar.gz', "
-            f"sha256: {hashlib.sha256(buf.getvalue()).hexdigest()}}}\n")
-        config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
-        demo = config.recipe("demo_ext")
-        spec = resolve_spec(config, demo, _cell())
-
-        def downloads() -> dict[str, str]:
-            return _vendor_downloads(spec, demo, tmp_path)
-
+        downloads, demo = _vendoring_demo(
+            tmp_path, f"    - path: third_party/glm\n      archive: {{url: '{base}glm.tar.gz', "
+                      f"sha256: {hashlib.sha256(buf.getvalue()).hexdigest()}}}\n")
         assert downloads() == {"the vendored third_party/glm": f"{base}glm.tar.gz"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
     assert downloads() == {}
@@ -396,18 +401,9 @@ def test_a_vendored_git_tree_not_cached_is_a_download_from_its_repository(tmp_pa
     """A source.vendor git entry (``git daemon`` on 127.0.0.1) is named with its repository's URL
     until the composed tree is cached, then not."""
     commit = gitremote.one_commit_repo(tmp_path / "served" / "lib", {"lib.h": "//\n"})
-    (tmp_path / "root" / "examples" / "demo_ext").mkdir(parents=True)
     with gitremote.daemon(tmp_path / "served") as base:
-        recipe = buildroot.DEMO_RECIPE.format(arch="8.0").replace(
-            "  path: examples/demo_ext\n", "  path: examples/demo_ext\n  vendor:\n"
-            f"    - {{path: third_party/lib, git: {{repo: '{base}lib', ref: {commit}}}}}\n")
-        config = buildroot.make_root(tmp_path / "root", {"demo_ext": recipe})
-        demo = config.recipe("demo_ext")
-        spec = resolve_spec(config, demo, _cell())
-
-        def downloads() -> dict[str, str]:
-            return _vendor_downloads(spec, demo, tmp_path)
-
+        downloads, demo = _vendoring_demo(
+            tmp_path, f"    - {{path: third_party/lib, git: {{repo: '{base}lib', ref: {commit}}}}}\n")
         assert downloads() == {"the vendored third_party/lib": f"{base}lib"}
         fetch(demo.source, tmp_path / "sources", vendor=demo.vendor)
     assert downloads() == {}
