@@ -199,16 +199,19 @@ def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str 
         except subprocess.TimeoutExpired:
             pass
         except BaseException:  # farm interrupted (SIGINT, SIGTERM): git goes with it, then the interruption
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_group(proc)
             raise
         why = "time" if time.monotonic() >= deadline else "bytes" if _disk_bytes(folder) > GIT_MAX_BYTES else None
         if why is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_group(proc)
             return why
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """``proc`` and every process of its group (git's helpers) killed, and ``proc`` reaped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _disk_bytes(folder: Path) -> int:
