@@ -3,6 +3,7 @@
 Fast: the decision (``--no-compile-cache``, backends) and how plans route the compilers through
 the launchers, sharded or not, in a container or on this host; the launchers with the real
 sccache and the host compiler (hit, miss, a cache that cannot be written, no usable sccache).
+With nvcc: what the key holds, a call sccache cannot cache (reported with its reason).
 Slow: real ``farm build`` runs of demo_ext with nvcc and the farm's own CUDA 13.0 list (two
 ``+PTX`` targets, where sccache's ptxas step failed upstream, mozilla/sccache#2809): a rebuild
 runs no nvcc step, another list is a miss, a poisoned cache entry is caught by the assertion, an
@@ -257,28 +258,6 @@ def test_a_deep_run_folders_socket_in_tmp_is_removed_when_the_session_ends(tmp_p
     assert not os.path.lexists(sock)
 
 
-def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:
-    env = _server_env(tmp_path, tmp_path / "cache")
-    sock = env[cclaunch.SOCKET_ENV]
-    sccache = cclaunch.find_sccache(env)
-    assert sccache is not None
-    (tmp_path / "run").mkdir()  # its error log's folder
-    assert cclaunch.start(sccache, env) is None
-    try:
-        assert cclaunch.remove_socket(sock, wait=0.3) is False  # the server answers on it
-        assert Path(sock).is_socket()
-        subprocess.run([sccache, "--show-stats"], env=env, capture_output=True, check=True)  # still serving
-    finally:
-        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=True)
-    assert Path(sock).is_socket()  # sccache's own stop leaves it
-    assert cclaunch.remove_socket(sock) is True
-    assert not os.path.lexists(sock)
-    plain = tmp_path / "not-a-socket"
-    plain.write_text("data")
-    assert cclaunch.remove_socket(str(plain)) is False  # only ever a socket
-    assert plain.read_text() == "data"
-
-
 def test_no_usable_sccache_means_uncached_launchers_and_one_warning(tmp_path, capfd) -> None:
     env = {**_server_env(tmp_path, tmp_path / "cache"), "FARM_SCCACHE": str(tmp_path / "no-sccache")}
     state = cclaunch.setup(str(tmp_path / "run"), "/nonexistent/nvcc", env)
@@ -500,6 +479,26 @@ def test_a_step_sccache_fails_compiles_again_uncached(tmp_path, capfd) -> None:
     assert proc.returncode != 0
     assert "error" in proc.stderr
     cclaunch.stats(str(tmp_path / "run"), env)
+
+
+def test_a_call_sccache_cannot_cache_is_reported_with_its_reason(tmp_path, cuda_home) -> None:
+    """A compile sccache refuses (here nvcc's ``-time``, which it cannot cache) runs uncached and
+    is in neither the hit nor the miss count; the build's line says how many and why, instead of
+    a silent "nvcc steps: 0 run" (gsplat's 20 kernel files once, sccache's "multiple input files")."""
+    env = _server_env(tmp_path, tmp_path / "cache")
+    run = tmp_path / "run"
+    assert cclaunch.setup(str(run), str(Path(cuda_home) / "bin" / "nvcc"), env)["cached"] is True
+    (tmp_path / "k.cu").write_text("__global__ void k(int* x) { x[threadIdx.x] *= 2; }\n")
+    for name in ("a", "b"):
+        subprocess.run([str(run / "bin" / "nvcc"), "-c", "k.cu", "-o", f"{name}.o", "-time", f"{name}.csv",
+                        "-gencode=arch=compute_80,code=sm_80"], cwd=tmp_path, env=env, check=True)
+        assert (tmp_path / f"{name}.o").stat().st_size > 0
+        assert (tmp_path / f"{name}.csv").exists()  # the call ran, as asked
+    counts = Counts.from_stats(cclaunch.stats(str(run), env) or {})
+    assert (counts.compiles, counts.nvcc_run, counts.nvcc_cached) == (0, 0, 0)
+    assert counts.not_cacheable == {"-time": 2}
+    assert counts.line().endswith("; 2 compiler call(s) not cacheable, run uncached and not counted above "
+                                  "(-time: 2)")
 
 
 def test_torch_headers_in_another_pythons_environment_hit(tmp_path, cuda_home) -> None:

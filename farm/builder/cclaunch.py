@@ -7,7 +7,9 @@ writes the launchers into ``RUN_DIR/bin``:
 
 - ``launch``: ``sccache "$@"``, and the compiler alone when sccache fails (one warning line; a
   compile error then comes from the compiler); ``CMAKE_<LANG>_COMPILER_LAUNCHER`` and the others
-  run through it. Beneath a cached compile it runs the compiler alone: one cache lookup per step;
+  run through it. Beneath a cached compile it runs the compiler alone: one cache lookup per step.
+  An nvcc call's ``-opt value`` for an option sccache does not know (:data:`NVCC_JOINED`) it
+  passes as ``-opt=value``, which nvcc reads alike and sccache can cache;
 - ``nvcc``: the real nvcc through ``launch`` (``PYTORCH_NVCC`` names it, or farm's shard
   launcher does);
 - ``gcc`` / ``g++``: the real host compiler through ``launch`` (``CC`` / ``CXX``). torch's
@@ -48,6 +50,13 @@ STATS = "stats.json"  # sccache --show-stats --stats-format json, after the buil
 SOCKET_ENV = "SCCACHE_SERVER_UDS"  # the server's socket, as farm planned it (compilecache.socket_path)
 NESTED = "FARM_CC_NESTED"  # set beneath a cached compile: the host compiler runs uncached there
 WARNING = "farm: warning: compiler cache"
+# nvcc options that take a value and that sccache's argument table (0.16.0) lacks. Given as two
+# items (gsplat's ``-diag-suppress 20012,186``), sccache takes the value for a second input file
+# and refuses the whole call ("multiple input files"): it runs uncached. nvcc reads ``-opt value``
+# and ``-opt=value`` alike (byte-identical objects, tests/test_cclaunch.py), so ``launch`` joins them.
+NVCC_JOINED = ("diag-error", "diag-suppress", "diag-warn", "std", "ftz", "prec-div", "prec-sqrt", "fmad",
+               "split-compile", "ftemplate-depth", "ftemplate-backtrace-limit", "brief-diagnostics",
+               "brief-diag", "jump-table-density", "jtd", "frandom-seed")
 
 
 def _sha256(path: str) -> str:
@@ -134,6 +143,29 @@ def remove_socket(path: str, *, wait: float = 5.0) -> bool:
     return True
 
 
+def _join_nvcc_values() -> str:
+    """Shell lines that rewrite an nvcc call's ``-opt value`` into ``-opt=value`` for
+    :data:`NVCC_JOINED`; the value of ``-Xcompiler`` and the other pass-through options is left alone."""
+    names = "|".join(f"-{n}|--{n}" for n in NVCC_JOINED)
+    return ('case ${1##*/} in nvcc)\n'
+            '  held=; raw=\n'
+            '  for a do\n'
+            '    shift\n'
+            '    if [ -n "$raw" ]; then raw=; set -- "$@" "$a"; continue; fi\n'
+            '    if [ -n "$held" ]; then\n'
+            '      case $a in -*) set -- "$@" "$held";; *) set -- "$@" "$held=$a"; held=; continue;; esac\n'
+            '      held=\n'
+            '    fi\n'
+            f'    case $a in\n      {names}) held=$a;;\n'
+            '      -X*=*|--*-options=*) set -- "$@" "$a";;\n'
+            '      -X*|--*-options) raw=1; set -- "$@" "$a";;\n'
+            '      *) set -- "$@" "$a";;\n'
+            '    esac\n'
+            '  done\n'
+            '  if [ -n "$held" ]; then set -- "$@" "$held"; fi;;\n'
+            'esac\n')
+
+
 def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | None = None,
                     cxx: str | None = None) -> None:
     """The launchers of the module docstring; ``sccache`` None: they run the compilers uncached."""
@@ -153,6 +185,7 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # CMake hung in its CUDA ABI check).
         _write(launch, f'#!/bin/sh\nif [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
                        f'{NESTED}=1; export {NESTED}\n'
+                       f'{_join_nvcc_values()}'
                        f'{_q(sccache)} "$@" && exit 0\n'
                        f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
                        f'(a compile error shows twice)" >&2\n'

@@ -168,6 +168,9 @@ class Counts:
     hits: Mapping[str, int]  # per language label (C/C++, CUDA, PTX, CUBIN, ...)
     misses: Mapping[str, int]
     errors: int  # cache read/write errors and timeouts: compiled uncached, never failed
+    # compiler calls sccache refused to cache, per its reason (``multiple input files``: an argument
+    # its table lacks took the next one for a second input); they ran uncached, in neither count above
+    not_cacheable: Mapping[str, int]
 
     @classmethod
     def from_stats(cls, data: Mapping[str, Any]) -> Counts:
@@ -181,7 +184,10 @@ class Counts:
 
         errors = sum(int(s.get(k, 0) or 0) for k in ("cache_read_errors", "cache_write_errors", "cache_timeouts"))
         errors += sum(counts("cache_errors").values())
-        return cls(counts("cache_hits"), counts("cache_misses"), errors)
+        raw = s.get("not_cached")
+        raw = raw if isinstance(raw, Mapping) else {}
+        refused = {str(k): v for k, v in raw.items() if isinstance(v, int) and v > 0}
+        return cls(counts("cache_hits"), counts("cache_misses"), errors, refused)
 
     @property
     def compiles(self) -> int:
@@ -207,6 +213,10 @@ class Counts:
         rate = f"{hits / self.compiles:.0%}" if self.compiles else "-"
         text = (f"compile cache ({TOOL}): {self.compiles} compile step(s), {hits} hit(s) ({rate}), "
                 f"{sum(self.misses.values())} miss(es); nvcc steps: {self.nvcc_run} run, {self.nvcc_cached} cached")
+        if self.not_cacheable:
+            why = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.not_cacheable.items()))
+            text += (f"; {sum(self.not_cacheable.values())} compiler call(s) not cacheable, run uncached and not "
+                     f"counted above ({why})")
         if self.errors:
             text += f"; {self.errors} cache error(s) (read-only or full cache?): those steps compiled uncached"
         return text

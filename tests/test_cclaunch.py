@@ -1,0 +1,194 @@
+"""The compiler cache's launchers (:mod:`farm.builder.cclaunch`): how ``launch`` hands an nvcc call
+to sccache.
+
+sccache's argument table lacks some nvcc options that take a value; given as two items (gsplat's
+``-diag-suppress 20012,186``), sccache took the value for a second input file and ran the whole
+call uncached ("multiple input files"), outside the hit and miss counts. ``launch`` joins those
+into ``-opt=value``. Fast: the rewrite itself, through the real shell script. Slow (real nvcc,
+real sccache): gsplat's command line, as torch's ninja file gives it, is cached and compiles the
+object an uncached nvcc does; every joined option compiles the same joined or apart. And the
+server's socket file, which sccache leaves behind, removed once no server answers on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+from farm.builder import cclaunch
+from farm.builder.compilecache import CompileCache, Counts
+
+UNIT = '#include "k.h"\n__global__ void k(float* x, unsigned n) { if (n >= 0) x[threadIdx.x] = __expf(x[n]) * SCALE; }\n'
+# a value for every option of cclaunch.NVCC_JOINED, each as nvcc spells it (some in the long form)
+VALUES = {"-diag-error": "177", "-diag-suppress": "186", "--diag-warn": "20012", "--std": "c++17", "-ftz": "true",
+          "-prec-div": "false", "--prec-sqrt": "false", "-fmad": "false", "-split-compile": "0",
+          "-ftemplate-depth": "500", "--ftemplate-backtrace-limit": "5", "--brief-diagnostics": "true",
+          "-brief-diag": "true", "--jump-table-density": "50", "-jtd": "50", "-frandom-seed": "7"}
+# torch's cpp_extension (2.14) for gsplat 1.5.3 with farm's patch: its ninja file's cuda_compile rule
+GSPLAT = ["--generate-dependencies-with-compile", "--dependency-output", "k.o.d", "-I.", "-c", "k.cu",
+          "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "--expt-relaxed-constexpr",
+          "--compiler-options", "-fPIC", "-O3", "--use_fast_math", "-std=c++20", "--expt-relaxed-constexpr",
+          "-diag-suppress", "20012,186", "-DTORCH_EXTENSION_NAME=csrc", "-gencode=arch=compute_90,code=sm_90"]
+
+
+def _server_env(tmp_path: Path) -> dict[str, str]:
+    cache = CompileCache(True, "local", str(tmp_path / "cache"))
+    return {**os.environ, **dict(cache.server_environment(cache_dir=str(tmp_path / "cache"),
+                                                           run_dir=str(tmp_path / "run")))}
+
+
+def _counts(sccache: str, env: dict[str, str]) -> Counts:
+    """The server's counts since the last call, then zeroed."""
+    out = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, check=True)
+    return Counts.from_stats(json.loads(out))
+
+
+def _same_object(a: Path, b: Path) -> bool:
+    """Two nvcc objects hold the same code: every section but the symbol and string tables is
+    byte-identical, and so are the symbols but the one naming nvcc's host temp file (its name
+    carries nvcc's pid: two uncached runs differ there too; sccache names it ``x_0``)."""
+    def sections(path: Path) -> dict[str, bytes]:
+        data = path.read_bytes()
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        size, count, names = struct.unpack_from("<HHH", data, 0x3A)
+        heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * size) for i in range(count)]
+        base = heads[names][4]
+        def name(off: int) -> str:
+            return data[base + off:data.index(b"\0", base + off)].decode()
+        return {name(h[0]): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]] for h in heads}  # 8: NOBITS
+
+    def symbols(path: Path) -> list[str]:
+        out = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True, check=True).stdout
+        return [" ".join(line.split()[1:]) for line in out.splitlines() if " FILE " not in line]
+
+    sa, sb = sections(a), sections(b)
+    body = [n for n in sa if n not in (".symtab", ".strtab")]
+    return sa.keys() == sb.keys() and all(sa[n] == sb[n] for n in body) and symbols(a) == symbols(b)
+
+
+def _masked(path: Path) -> bytes:
+    return re.sub(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}", b"tmpxft", path.read_bytes())
+
+
+def test_launch_joins_the_values_sccache_would_take_for_inputs(tmp_path) -> None:
+    """The real ``launch`` script, over an ``sccache`` that writes the arguments it was given."""
+    seen = tmp_path / "argv"
+    recorder = tmp_path / "sccache"
+    recorder.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\n')
+    recorder.chmod(0o755)
+    cclaunch.write_launchers(str(tmp_path / "run"), "/opt/cuda/bin/nvcc", str(recorder))
+    launch = str(tmp_path / "run" / "bin" / "launch")
+    env = {k: v for k, v in os.environ.items() if k != cclaunch.NESTED}
+
+    def given(*argv: str) -> list[str]:
+        subprocess.run([launch, *argv], env=env, check=True)
+        lines: list[str] = seen.read_text().splitlines()
+        return lines
+
+    args = ["-c", "k.cu", "-o", "k o.o", "-diag-suppress", "20012,186", "--std", "c++17", "-ftz=true",
+            "-Xcompiler", "-std", "-fmad", "--compiler-options", "-diag-warn", "-O3", "-diag-warn"]
+    assert given("/opt/cuda/bin/nvcc", *args) == [
+        "/opt/cuda/bin/nvcc", "-c", "k.cu", "-o", "k o.o", "-diag-suppress=20012,186", "--std=c++17", "-ftz=true",
+        "-Xcompiler", "-std",  # another tool's option, passed as given
+        "-fmad",  # no value follows: left as it was, nvcc says what is wrong
+        "--compiler-options", "-diag-warn", "-O3", "-diag-warn"]
+    # the host compiler's arguments are never touched
+    assert given("/usr/bin/g++", "-std", "c++17", "-c", "a.cc") == ["/usr/bin/g++", "-std", "c++17", "-c", "a.cc"]
+    # beneath a cached compile the compiler runs directly, as before
+    out = subprocess.run([launch, "printf", "%s,", "-std", "c++17"], env={**env, cclaunch.NESTED: "1"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "-std,c++17,"
+
+
+def test_gsplat_command_line_is_cached_and_compiles_what_nvcc_does(tmp_path, cuda_home) -> None:
+    """gsplat's kernel files, through the launchers as its ninja file runs them: before the join,
+    sccache refused every one ("multiple input files") and the build's line said "nvcc steps: 0
+    run". Now the first compile is a miss, the second a hit, the warning stays suppressed, and the
+    object is the one an uncached nvcc makes of the package's own command line."""
+    nvcc = str(cuda_home / "bin" / "nvcc")
+    env = _server_env(tmp_path)
+    state = cclaunch.setup(str(tmp_path / "run"), nvcc, env)
+    assert state["cached"] is True
+    sccache = str(state["sccache"])
+    (tmp_path / "k.h").write_text("#define SCALE 2.0f\n")
+    (tmp_path / "k.cu").write_text(UNIT)
+    bindir = tmp_path / "run" / "bin"
+    ccbin = ["-ccbin", str(bindir / "gcc")]
+    try:
+        compiles = [subprocess.run([str(bindir / "nvcc"), *GSPLAT, "-o", f"{name}.o", *ccbin], cwd=tmp_path,
+                                   env=env, capture_output=True, text=True, check=True)
+                    for name in ("cold", "warm")]
+        counts = _counts(sccache, env)
+    finally:
+        cclaunch.stats(str(tmp_path / "run"), env)
+    assert counts.not_cacheable == {}
+    assert counts.nvcc_run > 0
+    assert counts.nvcc_cached == counts.nvcc_run
+    assert all("#186-D" not in c.stderr for c in compiles)  # the diagnostics option reached nvcc
+    plain = subprocess.run([nvcc, *GSPLAT, "-o", "plain.o", "-ccbin", "gcc"], cwd=tmp_path, capture_output=True,
+                           text=True, check=True)
+    assert "#186-D" not in plain.stderr
+    unsuppressed = [a for a in GSPLAT if a not in ("-diag-suppress", "20012,186")]
+    loud = subprocess.run([nvcc, *unsuppressed, "-o", "loud.o"], cwd=tmp_path, capture_output=True, text=True,
+                          check=True)
+    assert "#186-D" in loud.stderr  # the unit does warn without it
+    assert _same_object(tmp_path / "plain.o", tmp_path / "cold.o")
+    assert (tmp_path / "cold.o").read_bytes() == (tmp_path / "warm.o").read_bytes()
+
+
+def test_every_joined_option_compiles_the_same_joined_or_apart(tmp_path, cuda_home) -> None:
+    """nvcc reads ``-opt value`` and ``-opt=value`` alike for each option ``launch`` joins: the
+    uncached objects are byte-identical (but for the temp file name nvcc draws per run); through
+    the launchers, the call with every option apart is cached."""
+    assert {name.lstrip("-") for name in VALUES} == set(cclaunch.NVCC_JOINED)
+    nvcc = str(cuda_home / "bin" / "nvcc")
+    (tmp_path / "k.h").write_text("#define SCALE 2.0f\n")
+    (tmp_path / "k.cu").write_text(UNIT)
+    base = ["-I.", "-c", "k.cu", "-gencode=arch=compute_90,code=sm_90"]
+    apart = [item for name, value in VALUES.items() for item in (name, value)]
+    joined = [f"{name}={value}" for name, value in VALUES.items()]
+    for out, opts in (("apart.o", apart), ("joined.o", joined)):
+        subprocess.run([nvcc, *base, "-o", out, *opts], cwd=tmp_path, check=True)
+    assert _masked(tmp_path / "apart.o") == _masked(tmp_path / "joined.o")
+
+    env = _server_env(tmp_path)
+    state = cclaunch.setup(str(tmp_path / "run"), nvcc, env)
+    try:
+        subprocess.run([str(tmp_path / "run" / "bin" / "nvcc"), *base, "-o", "cached.o", *apart], cwd=tmp_path,
+                       env=env, check=True)
+        counts = _counts(str(state["sccache"]), env)
+    finally:
+        cclaunch.stats(str(tmp_path / "run"), env)
+    assert counts.not_cacheable == {}
+    assert counts.nvcc_run > 0
+    assert _same_object(tmp_path / "apart.o", tmp_path / "cached.o")
+
+
+def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:
+    """The server's socket file outlives ``sccache --stop-server``; ``remove_socket`` removes it
+    then, and never while a server answers on it, nor a path that is no socket."""
+    env = _server_env(tmp_path)
+    sock = env[cclaunch.SOCKET_ENV]
+    sccache = cclaunch.find_sccache(env)
+    assert sccache is not None
+    (tmp_path / "run").mkdir()  # its error log's folder
+    assert cclaunch.start(sccache, env) is None
+    try:
+        assert cclaunch.remove_socket(sock, wait=0.3) is False  # the server answers on it
+        assert Path(sock).is_socket()
+        subprocess.run([sccache, "--show-stats"], env=env, capture_output=True, check=True)  # still serving
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=True)
+    assert Path(sock).is_socket()  # sccache's own stop leaves it
+    assert cclaunch.remove_socket(sock) is True
+    assert not os.path.lexists(sock)
+    plain = tmp_path / "not-a-socket"
+    plain.write_text("data")
+    assert cclaunch.remove_socket(str(plain)) is False  # only ever a socket
+    assert plain.read_text() == "data"
