@@ -244,16 +244,31 @@ def _build_demo_native(root: Path, toolkit: Toolkit) -> tuple[int, Path]:
     return code, out
 
 
+def _assertion_logged_before(err: str, later: str) -> None:
+    """The build log shows the passed assertion of demo_ext's extension (its expected and found
+    targets, per extension), before ``later``: what the assertion found survives a withdrawn wheel."""
+    so = f"demo_ext/_C{sysconfig.get_config_var('EXT_SUFFIX')}"
+    archs = ArchList.parse(ARCHS).canonical()
+    prefix = f"farm build: {CELL.id}: "
+    verdict = err.index(f"{prefix}{so}: ok (expected from the cell's arch list)\n")
+    rows = err[verdict:].splitlines()[1:7]
+    assert f"{prefix}expected  {archs}" in rows
+    assert f"{prefix}found     {archs}" in rows
+    assert f"{prefix}missing   -" in rows
+    assert verdict < err.index(later)
+
+
 def test_a_wheel_whose_import_fails_fails_the_cell(tmp_path, pypi_toolkit, capsys) -> None:
     """demo_ext whose package imports a module it never requires: it compiles and passes the
     assertion, then the import check in a fresh venv fails: exit 1, the error shown, the wheel
-    and its fragment withdrawn from --out."""
+    and its fragment withdrawn from --out; the log has what the assertion found, before the check."""
     _demo_root(tmp_path)
     init = tmp_path / "examples" / "demo_ext" / "demo_ext" / "__init__.py"
     init.write_text(init.read_text() + "\nimport farm_test_undeclared_dependency\n")
     code, out = _build_demo_native(tmp_path, pypi_toolkit)
     captured = capsys.readouterr()
     assert code == 1
+    _assertion_logged_before(captured.err, f"farm build: {CELL.id}: import check of ")
     assert "import demo_ext: FAILED: ModuleNotFoundError: No module named 'farm_test_undeclared_dependency'" in (
         captured.out)
     assert "import demo_ext._C: FAILED: its package demo_ext failed to import: ModuleNotFoundError" in captured.out
@@ -274,6 +289,7 @@ def test_a_wheel_whose_requirement_cannot_be_installed_is_withdrawn(tmp_path, py
     code, out = _build_demo_native(tmp_path, pypi_toolkit)
     captured = capsys.readouterr()
     assert code == 3
+    _assertion_logged_before(captured.err, "the import check could not run")
     assert "farm-test-no-such-requirement" in captured.out + captured.err
     assert "the import check could not run" in captured.out + captured.err
     assert not list(out.glob("*.whl"))

@@ -6,7 +6,8 @@ sccache's argument table lacks some nvcc options that take a value; given as two
 call uncached ("multiple input files"), outside the hit and miss counts. ``launch`` joins those
 into ``-opt=value``. Fast: the rewrite itself, through the real shell script. Slow (real nvcc,
 real sccache): gsplat's command line, as torch's ninja file gives it, is cached and compiles the
-object an uncached nvcc does; every joined option compiles the same joined or apart.
+object an uncached nvcc does; every joined option compiles the same joined or apart. And the
+server's socket file, which sccache leaves behind, removed once no server answers on it.
 """
 
 from __future__ import annotations
@@ -167,3 +168,27 @@ def test_every_joined_option_compiles_the_same_joined_or_apart(tmp_path, cuda_ho
     assert counts.not_cacheable == {}
     assert counts.nvcc_run > 0
     assert _same_object(tmp_path / "apart.o", tmp_path / "cached.o")
+
+
+def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:
+    """The server's socket file outlives ``sccache --stop-server``; ``remove_socket`` removes it
+    then, and never while a server answers on it, nor a path that is no socket."""
+    env = _server_env(tmp_path)
+    sock = env[cclaunch.SOCKET_ENV]
+    sccache = cclaunch.find_sccache(env)
+    assert sccache is not None
+    (tmp_path / "run").mkdir()  # its error log's folder
+    assert cclaunch.start(sccache, env) is None
+    try:
+        assert cclaunch.remove_socket(sock, wait=0.3) is False  # the server answers on it
+        assert Path(sock).is_socket()
+        subprocess.run([sccache, "--show-stats"], env=env, capture_output=True, check=True)  # still serving
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=True)
+    assert Path(sock).is_socket()  # sccache's own stop leaves it
+    assert cclaunch.remove_socket(sock) is True
+    assert not os.path.lexists(sock)
+    plain = tmp_path / "not-a-socket"
+    plain.write_text("data")
+    assert cclaunch.remove_socket(str(plain)) is False  # only ever a socket
+    assert plain.read_text() == "data"

@@ -243,6 +243,21 @@ def test_an_unwritable_cache_compiles_uncached_and_says_so(tmp_path) -> None:
     assert "cache error(s)" in counts.line()
 
 
+def test_a_deep_run_folders_socket_in_tmp_is_removed_when_the_session_ends(tmp_path) -> None:
+    """A run folder too deep for a socket's address gets its server's socket in /tmp; sccache
+    leaves the file when it stops, so the session's end removes it (they piled up on a build host)."""
+    run = "deep/" + "d" * 100
+    env = _server_env(tmp_path, tmp_path / "cache", run)
+    sock = env[cclaunch.SOCKET_ENV]
+    assert sock.startswith("/tmp/farm-sccache-")
+    assert cclaunch.setup(str(tmp_path / run), "/nonexistent/nvcc", env)["cached"] is True
+    assert Path(sock).is_socket()
+    (tmp_path / f"{run}/t.c").write_text("int twice(int x) { return 2 * x; }\n")
+    subprocess.run([str(tmp_path / run / "bin" / "gcc"), "-c", "t.c"], cwd=tmp_path / run, env=env, check=True)
+    assert Counts.from_stats(cclaunch.stats(str(tmp_path / run), env) or {}).compiles == 1
+    assert not os.path.lexists(sock)
+
+
 def test_no_usable_sccache_means_uncached_launchers_and_one_warning(tmp_path, capfd) -> None:
     env = {**_server_env(tmp_path, tmp_path / "cache"), "FARM_SCCACHE": str(tmp_path / "no-sccache")}
     state = cclaunch.setup(str(tmp_path / "run"), "/nonexistent/nvcc", env)
@@ -350,6 +365,10 @@ def test_an_unwritable_cache_never_fails_a_build(tmp_path, pypi_toolkit, capsys,
     line = _last_counts(capsys.readouterr().err)
     assert "cache error(s)" in line
     assert _info(tmp_path)["assertion"]["result"] == "passed"
+    # the build's server stopped, and its socket (in /tmp, for this deep a work folder) went with it
+    (run,) = (tmp_path / ".cache" / "build").glob("*/compile-cache")
+    assert (run / cclaunch.STATE).is_file()
+    assert not os.path.lexists(compilecache.socket_path(str(run)))
 
 
 def test_sharded_builds_compile_through_the_cache(tmp_path, pypi_toolkit, monkeypatch) -> None:

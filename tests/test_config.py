@@ -157,6 +157,17 @@ MALFORMED = {
         GOOD + "only:\n  combinations:\n    - {cuda: '13.0', torch: '2.9', python: ['3.15']}\n",
         "selects Python 3.15 with CUDA 13.0", 8),
     "bad-requirement": (GOOD + "requires_dist: ['numpy>=>1']\n", "requires_dist entry 'numpy>=>1' is not a requirement", 6),
+    "requires-duplicate": (GOOD + "requires_dist:\n  - numpy>=1.24\n  - Numpy<3\n",
+                           ("requires_dist entry 'Numpy<3' repeats project 'numpy' of entry 'numpy>=1.24' "
+                            "(packages/pkg.yml:7)"), 8),
+    "requires-duplicate-marker": (GOOD + "requires_dist:\n  - tqdm\n  - \"zope_interface; python_version < '3.12'\"\n"
+                                  "  - \"Zope.Interface>=5; python_version<'3.12'\"\n",
+                                  ("repeats project 'zope-interface' of entry \"zope_interface; python_version < '3.12'\" "
+                                   '(packages/pkg.yml:8) under the same marker (python_version < "3.12")'), 9),
+    "extra-deps-duplicate": (GOOD + "build:\n  extra_deps: [pccm>=0.4.16, numpy, PCCM]\n",
+                             "build.extra_deps entry 'PCCM' repeats project 'pccm' of entry 'pccm>=0.4.16'", 7),
+    "extra-deps-duplicate-words": (GOOD + "build:\n  extra_deps: cmake ninja cmake\n",
+                                   "build.extra_deps entry 'cmake' repeats project 'cmake' of entry 'cmake'", 7),
     "bad-git-repo": (GOOD.replace("repo: owner/pkg", "repo: pkg"), "neither a GitHub owner/name nor a git URL", 4),
     "arch-env-unknown-rendering": (GOOD + "build:\n  arch_env: {PKG_ARCHS: cmak}\n", "did you mean 'cmake'", 7),
     "arch-env-shadows-farm": (GOOD + "build:\n  arch_env: {TORCH_CUDA_ARCH_LIST: torch}\n", "is set by farm", 7),
@@ -415,6 +426,17 @@ def test_requires_dist_cannot_loosen_the_torch_pin(farm_root: Path) -> None:
     # a package that does not link torch may require it like any other project
     write(farm_root, "pkg", GOOD.replace("links_torch: true", "links_torch: false") + "requires_dist: ['torch>=2']\n")
     assert load_config(farm_root).recipe("pkg").requires_dist == ("torch>=2",)
+
+
+def test_one_project_under_different_markers_is_no_duplicate(farm_root: Path) -> None:
+    """A project may be required once per marker (a version per Python, say); and one list's
+    entry does not clash with the other list's (a build dependency the wheel also needs)."""
+    write(farm_root, "pkg", GOOD + "requires_dist:\n  - \"numpy<2; python_version < '3.12'\"\n"
+          "  - \"numpy>=2; python_version >= '3.12'\"\n  - scipy\n"
+          "build:\n  extra_deps: [numpy, scipy]\n")
+    recipe = load_config(farm_root).recipe("pkg")
+    assert len(recipe.requires_dist) == 3
+    assert recipe.build.extra_deps == ("numpy", "scipy")
 
 
 def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:

@@ -186,13 +186,20 @@ def test_pypi_torch_without_a_label_takes_its_cuda_line_from_version_py(tmp_path
     version_py = site / "torch" / "version.py"
     version_py.write_text("raise SystemExit('imported')\n" + version_py.read_text())
     assert scan(paths=(str(site),)).torch == Torch("2.11.0", "13.0")
-    # a CPU build records `cuda = None`; a file that says nothing leaves it unknown
+    # a CPU build records `cuda = None`
     version_py.write_text("cuda: Optional[str] = None\n")
     assert scan(paths=(str(site),)).torch == Torch("2.11.0", "cpu")
-    version_py.write_text("cuda = compute()\n")
-    assert scan(paths=(str(site),)).torch == Torch("2.11.0", None)
-    version_py.write_text("x" * (VERSION_PY_MAX + 1))  # not the few lines torch writes: not believed
-    assert scan(paths=(str(site),)).torch == Torch("2.11.0", None)
+    # a file that says nothing, or is not believed: the metadata's `cuda-toolkit[...]==13.0.2` pin
+    # says it; without that pin the line is unknown
+    meta = site / "torch-2.11.0.dist-info" / "METADATA"
+    pinned = meta.read_text()
+    for text in ("cuda = compute()\n", "x" * (VERSION_PY_MAX + 1)):  # the second: not the few lines torch writes
+        version_py.write_text(text)
+        meta.write_text(pinned)
+        assert scan(paths=(str(site),)).torch == Torch("2.11.0", "13.0")
+        meta.write_text("".join(line for line in pinned.splitlines(keepends=True)
+                                if not line.startswith("Requires-Dist: cuda-toolkit")))
+        assert scan(paths=(str(site),)).torch == Torch("2.11.0", None)
     assert version_py_cuda("cuda = '12.8'\n") == "12.8"
     assert version_py_cuda("cuda = '13.0' +\n") is None  # not Python: unknown
 

@@ -14,11 +14,15 @@ from farm.cli import main
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK
 from farm.model.config import load_defaults
 from farm.netutil import parse_page
-from farm.schedule.grid import cuda_line, propose, shipped
+from farm.schedule.grid import propose, shipped
 from tests import loopback
 
 REPO = Path(__file__).resolve().parent.parent
 PYS = ("310", "311", "312", "313", "314", "315")
+# the Requires-Dist of PyPI's torch 2.8.0, 2.9.0, 2.11.0 and 2.14.1 (Linux x86_64), as the index serves them
+REAL_REQUIRES: dict[str, list[str]] = json.loads(
+    (REPO / "tests" / "data" / "pypi_torch_requires.json").read_text())["requires_dist"]
+CPU_REQUIRES = ["filelock", "typing-extensions>=4.10.0"]
 
 
 def _wheel(version: str, cu: str, py: str, plat: str) -> str:
@@ -114,30 +118,24 @@ def test_an_unreachable_index_is_an_environment_error(tmp_path: Path, capsys: py
 
 
 # --------------------------------------------------------------------------- PyPI's shape
-def _metadata(version: str, runtime: str | None) -> bytes:
-    lines = ["Metadata-Version: 2.1", "Name: torch", f"Version: {version}", "Requires-Dist: filelock",
-             "Requires-Dist: typing-extensions>=4.10.0"]
-    if runtime is not None:
-        major = runtime.split(".")[0]
-        marker = '; platform_system == "Linux"'
-        lines += [f"Requires-Dist: nvidia-cuda-nvrtc-cu{major}=={runtime}{marker}",
-                  f"Requires-Dist: nvidia-cuda-runtime-cu{major}=={runtime}{marker}",
-                  f"Requires-Dist: nvidia-cublas-cu{major}==13.1.0.3{marker}"]
+def _metadata(version: str, requires: list[str]) -> bytes:
+    lines = ["Metadata-Version: 2.1", "Name: torch", f"Version: {version}",
+             *(f"Requires-Dist: {req}" for req in requires)]
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def _pypi(root: Path, releases: dict[str, str | None]) -> None:
+def _pypi(root: Path, releases: dict[str, list[str]], pythons: dict[str, tuple[str, ...]] | None = None) -> None:
     """``/simple/torch/`` as PyPI serves it (PEP 691 JSON with ``core-metadata``, PEP 503 HTML with
     ``data-core-metadata``) and each wheel's ``.metadata`` beside it under ``/packages/``: torch
-    wheels without a local label, Linux builds requiring the CUDA runtime of ``releases[version]``
-    (None: a CPU build), Windows and macOS builds CPU-only."""
+    wheels without a local label, for ``pythons[version]`` (default: all of PYS), Linux builds with
+    the requirements ``releases[version]``, Windows and macOS builds CPU-only."""
     files = []
-    for version, runtime in releases.items():
-        for py in PYS:
+    for version, requires in releases.items():
+        for py in (pythons or {}).get(version, PYS):
             for plat in ("manylinux_2_28_x86_64", "manylinux_2_28_aarch64", "win_amd64", "macosx_11_0_arm64"):
                 name = f"torch-{version}-cp{py}-cp{py}-{plat}.whl"
                 linux = plat.startswith("manylinux")
-                meta = _metadata(version, runtime if linux else None)
+                meta = _metadata(version, requires if linux else CPU_REQUIRES)
                 path = root / "packages" / version / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 (path.parent / f"{name}.metadata").write_bytes(meta)
@@ -170,9 +168,14 @@ class _Simple(loopback.QuietHandler):
 def test_a_pypi_shaped_index_is_read_from_its_wheels_requirements(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """PyPI's torch wheels carry no +cu130 label: the grid used to read none of them and call the
-    grid complete. Their CUDA line comes from the CUDA runtime their metadata requires (a PyPI-shaped
-    index served on 127.0.0.1: unlabelled wheels, PEP 691 JSON, PEP 658 .metadata files)."""
-    _pypi(tmp_path / "pypi", {"2.8.0": "12.8.90", "2.14.1": "13.0.96", "2.15.0": "13.0.96"})
+    grid complete. Their CUDA line comes from the CUDA release their metadata pins: the runtime's
+    wheel up to torch 2.10 (2.8.0 here: CUDA 12.8), the `cuda-toolkit[...]` meta-package from 2.11
+    on (2.11.0 and 2.14.1 here: CUDA 13.0, with no runtime pin at all). A PyPI-shaped index served
+    on 127.0.0.1 (unlabelled wheels, PEP 691 JSON, PEP 658 .metadata files) with the releases' real
+    requirements; 2.15.0 stands for a future release that declares as 2.14.1 does."""
+    _pypi(tmp_path / "pypi", {"2.8.0": REAL_REQUIRES["2.8.0"], "2.11.0": REAL_REQUIRES["2.11.0"],
+                              "2.14.1": REAL_REQUIRES["2.14.1"], "2.15.0": REAL_REQUIRES["2.14.1"]},
+          pythons={"2.8.0": PYS[:4], "2.11.0": PYS[:5]})
     (tmp_path / "farm").mkdir()
     root = _root(tmp_path / "farm")
     with loopback.serve(tmp_path / "pypi", _Simple) as url:
@@ -184,7 +187,7 @@ def test_a_pypi_shaped_index_is_read_from_its_wheels_requirements(tmp_path: Path
     # PyPI ships no CUDA build for Windows: every grid cell there is a phantom of this index
     assert out["phantoms"]
     assert {p["platform"] for p in out["phantoms"]} == {"win_amd64"}
-    assert out["wheels"] == 2 * 2 * len(PYS)  # 2.14.1 and 2.15.0, x86_64 and aarch64
+    assert out["wheels"] == 2 * (5 + 6 + 6)  # 2.11.0, 2.14.1 and 2.15.0 on x86_64 and aarch64; 2.8.0 is 12.8
 
 
 def test_the_html_page_says_which_wheels_have_metadata() -> None:
@@ -199,7 +202,7 @@ def test_an_index_with_no_wheel_of_the_line_is_an_error_never_complete(tmp_path:
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Only CUDA 12.8 builds (and CPU ones) on a PyPI-shaped index: asked for 13.0, farm says it read
     nothing of the line, and what it read instead; it does not print that the grid is complete."""
-    _pypi(tmp_path / "pypi", {"2.8.0": "12.8.90", "2.9.0": "12.8.93"})
+    _pypi(tmp_path / "pypi", {"2.8.0": REAL_REQUIRES["2.8.0"], "2.9.0": REAL_REQUIRES["2.9.0"]})
     (tmp_path / "farm").mkdir()
     root = _root(tmp_path / "farm")
     with loopback.serve(tmp_path / "pypi", _Simple) as url:
@@ -210,11 +213,3 @@ def test_an_index_with_no_wheel_of_the_line_is_an_error_never_complete(tmp_path:
     assert "requirements name CUDA 12.8" in captured.err
     assert "Traceback" not in captured.err
     assert "the grid has every" not in captured.out
-
-
-def test_the_cuda_line_comes_from_the_pinned_runtime() -> None:
-    assert cuda_line(["nvidia-cuda-runtime-cu13==13.0.96; platform_system == 'Linux'"]) == "13.0"
-    assert cuda_line(["nvidia-cuda-runtime==13.2.51"]) == "13.2"
-    assert cuda_line(['nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux"']) == "12.4"
-    assert cuda_line(["nvidia-cuda-runtime-cu12==13.0.96"]) is None  # the suffix and the pin disagree
-    assert cuda_line(["filelock", "not a requirement ((("]) is None

@@ -134,7 +134,7 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
     """A real `farm build --builder native` (its compiler cache on: a private sccache server)
     whose setup.py runs forever gets SIGTERM (CI cancelling the job) or SIGINT: farm exits
     128 + the signal, says in one line what it stopped, and no process of the build's session
-    nor the sccache server of its socket survives."""
+    nor the sccache server of its socket survives, nor its socket file."""
     root = _sleeper_root(tmp_path)
     marker = tmp_path / "marker"
     env = {**os.environ, "SLEEPER_MARKER": str(marker)}
@@ -163,6 +163,7 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
     assert procs.session_members(sid) == []
     assert procs.sccache_server(socket) is None
     assert not procs.alive(server)
+    assert not os.path.lexists(socket)  # sccache leaves its socket file: farm removed it
     last = err.strip().splitlines()[-1]
     # (a compile the server was still running would be counted after its name)
     assert last.startswith(f"farm build: interrupted by {sig.name}: stopped `python -m build --wheel --no-isolation` "

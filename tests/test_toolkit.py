@@ -19,7 +19,7 @@ from farm.model.arch import KNOWN_CUDA_LINES
 from farm.model.config import load_defaults
 from farm.toolkit import assemble as tk
 from farm.toolkit.check import check_toolkit
-from farm.toolkit.components import PYPI_WHEELS
+from farm.toolkit.components import PYPI_WHEELS, cuda_line
 from farm.toolkit.request import request_for
 
 from . import buildroot
@@ -64,6 +64,24 @@ def test_a_torch_cell_gets_the_components_torch_headers_need_and_the_recipe_its_
     assert redist.source == "redist"
     assert redist.components[-1] == "cuda_nvrtc"
     assert redist.manifest_url == "https://developer.download.nvidia.com/compute/cuda/redist/redistrib_12.8.1.json"
+
+
+def test_the_cuda_line_of_a_torch_build_comes_from_its_pinned_runtime_or_toolkit() -> None:
+    """The real Requires-Dist of PyPI's torch (Linux x86_64): up to 2.10 it pins the runtime's wheel
+    (``nvidia-cuda-runtime-cu12==12.8.90``); from 2.11 on NVIDIA's meta-package
+    (``cuda-toolkit[cublas,cudart,...]==13.0.2``), and no runtime wheel at all."""
+    real = json.loads((Path(__file__).parent / "data" / "pypi_torch_requires.json").read_text())["requires_dist"]
+    assert {version: cuda_line(requires) for version, requires in real.items()} == {
+        "2.8.0": "12.8", "2.9.0": "12.8", "2.11.0": "13.0", "2.14.1": "13.0"}
+    assert not [r for r in real["2.11.0"] if r.startswith("nvidia-cuda-runtime")]
+    assert cuda_line(["nvidia-cuda-runtime-cu13==13.0.96; platform_system == 'Linux'"]) == "13.0"
+    assert cuda_line(["nvidia-cuda-runtime==13.2.51"]) == "13.2"
+    assert cuda_line(['nvidia-cuda-runtime-cu12 (==12.4.127) ; platform_system == "Linux"']) == "12.4"
+    assert cuda_line(["nvidia-cuda-runtime-cu12==13.0.96"]) is None  # the suffix and the pin disagree
+    assert cuda_line(["Cuda_Toolkit[cudart]==13.2.0"]) == "13.2"  # the name as packaging canonicalises it
+    assert cuda_line(["cuda-toolkit[cudart]<14"]) is None  # no release pinned
+    assert cuda_line(['cuda-bindings<14,>=13.0.3; platform_system == "Linux"']) is None  # the bindings' range
+    assert cuda_line(["filelock", "not a requirement ((("]) is None
 
 
 def test_request_bad_inputs() -> None:

@@ -76,6 +76,7 @@ from farm.toolkit.assemble import Toolkit, ensure_toolkit, home_in_prefix, toolk
 from farm.toolkit.check import check_toolkit
 
 if TYPE_CHECKING:
+    from farm.binary.assertion import AssertionReport
     from farm.builder.spec import BuildSpec
     from farm.builder.verify import ImportCheck
     from farm.lint.api import LintReport
@@ -909,7 +910,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     imports = tuple(
         check for r in results if r.passed and r.stamped is not None
         for check in [import_check(spec, r.stamped.path, work, env=envs[0] if envs else None, env_root=env_root,
-                                   find_links=Path(settings.out_dir).absolute(), log=say)]
+                                   find_links=Path(settings.out_dir).absolute(), log=say, assertion=r.report)]
         if check is not None
     )
     return BuildResult(cell, plan, tuple(built), results, build_env=env_path,
@@ -934,13 +935,14 @@ def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
 
 
 def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | None, env_root: Path,
-                 find_links: Path, log: Log) -> ImportCheck | None:
+                 find_links: Path, log: Log, assertion: AssertionReport) -> ImportCheck | None:
     """The stamped wheel installed in a fresh venv of the cell's Python and imported as the
     recipe's ``verify:`` says (:mod:`farm.builder.verify`). The venv sees the build environment's
     torch for a torch-linked cell (a cibuildwheel build makes or reuses the same environment on
     the host); pip finds farm wheels it requires (a sibling's pin) in ``find_links``. A wheel that
-    fails is removed from the output folder with its ledger fragment. None, said in one line, when
-    this host cannot import the cell's platform."""
+    fails is removed from the output folder with its ledger fragment; so ``assertion``, the wheel's
+    passed assertion, is logged first, extension by extension: the log keeps what it found. None,
+    said in one line, when this host cannot import the cell's platform."""
     cell = spec.cell
     host = f"linux_{os.uname().machine}" if sys.platform.startswith("linux") else None
     if cell.platform != host:
@@ -965,6 +967,9 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     site = None
     if cell.torch != NO_TORCH and env is not None:
         site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
+    for line in assertion.render().splitlines():
+        if line:
+            log(f"{cell.id}: {line}")
     try:
         check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
                                    visible_site=site, find_links=[find_links],

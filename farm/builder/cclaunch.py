@@ -27,7 +27,7 @@ read and write errors during the build (a read-only or full cache) are sccache's
 it compiles and counts the error, which :func:`stats` returns.
 
 ``python cclaunch.py stats RUN_DIR`` (after the build) writes the server's counts to
-``RUN_DIR/stats.json`` and stops the server.
+``RUN_DIR/stats.json``, stops the server and removes its socket file (sccache leaves it behind).
 """
 
 from __future__ import annotations
@@ -36,14 +36,18 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Mapping, Sequence
 
 BIN = "bin"
 STATE = "state.json"  # {"cached": bool, "sccache": path or null, "why": text or null}
 STATS = "stats.json"  # sccache --show-stats --stats-format json, after the build
+SOCKET_ENV = "SCCACHE_SERVER_UDS"  # the server's socket, as farm planned it (compilecache.socket_path)
 NESTED = "FARM_CC_NESTED"  # set beneath a cached compile: the host compiler runs uncached there
 WARNING = "farm: warning: compiler cache"
 # nvcc options that take a value and that sccache's argument table (0.16.0) lacks. Given as two
@@ -104,6 +108,39 @@ def start(sccache: str | None, environ: Mapping[str, str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"sccache cannot run: {exc}"
     return None
+
+
+def remove_socket(path: str, *, wait: float = 5.0) -> bool:
+    """Remove the socket file a stopped sccache server left behind: sccache does not, and one
+    named in /tmp (a deep run folder's) stays there for good. A path that is no socket, or one a
+    live server still listens on (given ``wait`` seconds to go), is left alone. Whether it was
+    removed."""
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    deadline = time.monotonic() + wait
+    while True:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)  # accepted: a server still listens on it
+        except ConnectionRefusedError:
+            break  # nobody listens: the stopped server's file
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def _join_nvcc_values() -> str:
@@ -198,7 +235,7 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
 
 def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
     """The server's counts for this build (also written to ``RUN_DIR/stats.json``); None when
-    the build ran uncached or sccache cannot say. Stops the server."""
+    the build ran uncached or sccache cannot say. Stops the server and removes its socket file."""
     try:
         with open(os.path.join(run_dir, STATE), encoding="utf-8") as fh:
             state = json.load(fh)
@@ -215,6 +252,8 @@ def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
         data = json.loads(proc.stdout) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
         data = None
+    if env.get(SOCKET_ENV):
+        remove_socket(env[SOCKET_ENV])
     if not isinstance(data, dict):
         print(f"{WARNING}: sccache did not report its counts; this build's hits are unknown", file=sys.stderr)
         return None

@@ -9,8 +9,8 @@ daemonizes), and the compiles it runs for the build live in that one.
 When ``farm build`` is interrupted (SIGINT, or SIGTERM as a CI runner cancelling a job sends it),
 :func:`interruptible` turns the signal into :class:`~farm.errors.Interrupted`; on its way out,
 the step that was running stops its session (:func:`stop_session`: SIGTERM to every member, a
-short grace, then SIGKILL), the native builder stops its sccache server
-(:func:`stop_sccache_server`), and the command exits 128 + the signal's number (130, 143) with
+short grace, then SIGKILL), the native builder stops its sccache server and removes its socket
+file (:func:`stop_sccache_server`), and the command exits 128 + the signal's number (130, 143) with
 one line naming what was stopped.
 
 Sessions are read from ``/proc`` (Linux); elsewhere on POSIX only the step's own process group
@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from farm.builder.cclaunch import SOCKET_ENV, remove_socket
 from farm.errors import Interrupted
 
 GRACE_S = 5.0  # between SIGTERM and SIGKILL: enough for a compiler to remove its temporary files
@@ -135,20 +136,23 @@ def sccache_server(socket: str) -> int | None:
 
 def stop_sccache_server(sccache: str, environ: Mapping[str, str]) -> str | None:
     """Stop the build's private sccache server (``sccache --stop-server`` with the build's
-    ``SCCACHE_*`` environment, then whatever is left of its session: the compiles it ran).
-    Returns what was stopped, or None when no server was running."""
-    socket = environ.get("SCCACHE_SERVER_UDS", "")
+    ``SCCACHE_*`` environment, then whatever is left of its session: the compiles it ran), and
+    remove the socket file it leaves. Returns what was stopped, or None when no server was running."""
+    socket = environ.get(SOCKET_ENV, "")
     server = sccache_server(socket) if socket else None
     stat = _stat(server) if server is not None else None
     sid = stat[1] if stat is not None else None
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         subprocess.run([sccache, "--stop-server"], env=dict(environ), capture_output=True, timeout=30, check=False)
     if sid is None or server is None:
+        if socket:
+            remove_socket(socket)  # a server that died before: its file, nobody listening
         return None
     deadline = time.monotonic() + GRACE_S  # the server exits a moment after it answered
     while alive(server) and time.monotonic() < deadline:
         time.sleep(0.05)
     left = stop_session(sid)  # compiles the server was running, or a server that did not answer
+    remove_socket(socket)
     return "the compiler cache's sccache server" + (f" (and {left} process(es) of its session)" if left else "")
 
 

@@ -24,6 +24,7 @@ from farm.errors import FarmError, ToolError, UsageError
 from farm.fsutil import sha256_file
 from farm.model.arch import ArchList
 from farm.provenance.buildinfo import BuildInfo
+from farm.toolkit.components import cuda_line
 
 BUILD_INFO = "_build_info.json"
 # extension modules, not the shared libraries beside them (libcublas is not an extension, and
@@ -31,7 +32,6 @@ BUILD_INFO = "_build_info.json"
 _EXTENSION = re.compile(r"(\.(cpython-[^/.]+|abi3|cp\d+[^/.]*)\.so|\.pyd)$")
 VERSION_PY = "torch/version.py"  # torch's build facts, as its setup wrote them
 VERSION_PY_MAX = 64 * 1024
-_RUNTIME_REQ = re.compile(r"^nvidia-cuda-runtime(?:-cu(\d+))?\s*[=~><!]*=\s*(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _version_py(dist: metadata.Distribution) -> str | None:
 def torch_of(dist: metadata.Distribution) -> Torch:
     """torch's version and CUDA line: from the local label (``+cu130``), else from the
     ``cuda`` line of its ``torch/version.py`` (PyPI's Linux wheels have no label), else from
-    an exact pin on NVIDIA's CUDA runtime wheel in its metadata."""
+    its metadata's pin on NVIDIA's CUDA runtime wheel or ``cuda-toolkit`` meta-package."""
     version = dist.version
     local = version.partition("+")[2]
     m = re.fullmatch(r"cu(\d+)(\d)", local)
@@ -150,11 +150,8 @@ def torch_of(dist: metadata.Distribution) -> Torch:
     recorded = _version_py(dist)
     if recorded is not None:
         return Torch(version, recorded)
-    for req in dist.requires or ():
-        r = _RUNTIME_REQ.match(req.replace(" ", "").replace("(", ""))
-        if r:  # PyPI's default build: its runtime comes from NVIDIA's wheels, pinned exactly
-            return Torch(version, f"{r[2]}.{r[3]}")
-    return Torch(version, None)
+    # PyPI's default build: its runtime comes from NVIDIA's wheels, pinned exactly
+    return Torch(version, cuda_line(dist.requires or ()))
 
 
 def _extension(site: Path, rel: str, recorded: str | None) -> Extension | None:

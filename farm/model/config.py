@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
@@ -1000,24 +1001,17 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build_sec = top.section("build")
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
-    for req in requires:  # written into the wheel's METADATA: must be a PEP 508 requirement
-        try:
-            parsed = Requirement(_sample(req, top))
-        except InvalidRequirement as exc:
-            raise ConfigError(f"requires_dist entry {req!r} is not a requirement: {exc}",
-                              where=top.where("requires_dist"), hint="write it like 'numpy>=1.24'") from None
+    # written into the wheel's METADATA: each must be a PEP 508 requirement
+    required = _requirements(top, "requires_dist", requires, top, "write it like 'numpy>=1.24'")
+    for req, parsed in zip(requires, required, strict=True):
         if links_torch and parsed.name.lower() == "torch":
             # the wheel runs only with the torch minor it was built against: farm writes that pin
             raise ConfigError(f"requires_dist entry {req!r}: farm pins torch itself (torch==<the cell's minor>.*) "
                               "for a package that links torch; a torch entry would loosen that pin",
                               where=top.where("requires_dist"), hint=f"remove {req!r} from requires_dist")
-    for dep in build.extra_deps:  # a farm wheel of the same cell as a build dependency: {version:X}+{local:X}
-        try:
-            Requirement(_sample(dep, top))
-        except InvalidRequirement as exc:
-            raise ConfigError(f"build.extra_deps entry {dep!r} is not a requirement: {exc}",
-                              where=build_sec.where("extra_deps") if build_sec else top.where(),
-                              hint="write it like 'numpy>=1.24' or 'cumm=={version:cumm}+{local:cumm}'") from None
+    if build_sec:  # a farm wheel of the same cell as a build dependency: {version:X}+{local:X}
+        _requirements(build_sec, "extra_deps", build.extra_deps, top,
+                      "write it like 'numpy>=1.24' or 'cumm=={version:cumm}+{local:cumm}'")
     sharding = _load_sharding(top)
     verify_sec = top.section("verify")
     verify = _load_verify(verify_sec) if verify_sec else VerifyKnobs()
@@ -1059,6 +1053,34 @@ def _load_sharding(top: _Section) -> Sharding | None:
         raise ConfigError(f"sharding: {jobs} compile jobs; it must be between 2 and {MAX_SHARD_JOBS}", where=where,
                           hint="remove the key for an ordinary (unsharded) build")
     return Sharding(jobs, tuple(platforms) if platforms else SHARD_PLATFORMS)
+def _requirements(sec: _Section, key: str, entries: tuple[str, ...], top: _Section,
+                  hint: str) -> list[Requirement]:
+    """The entries of a requirement list (``requires_dist``, ``build.extra_deps``), parsed with
+    their placeholders sampled. An entry that is no requirement is refused, and so is one that
+    names an earlier entry's project (canonical name) under the same marker: pip would take
+    both, and which specifier the recipe meant is for its author to say."""
+    value = sec.data.get(key)
+    parsed: list[Requirement] = []
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for i, entry in enumerate(entries):
+        where = f"{sec.file}:{value.line_of(i)}" if isinstance(value, YList) else sec.where(key)
+        try:
+            req = Requirement(_sample(entry, top))
+        except InvalidRequirement as exc:
+            raise ConfigError(f"{sec.key_path(key)} entry {entry!r} is not a requirement: {exc}",
+                              where=sec.where(key), hint=hint) from None
+        ident = (canonicalize_name(req.name), str(req.marker or ""))
+        if ident in seen:
+            first, first_where = seen[ident]
+            marker = f" under the same marker ({req.marker})" if req.marker else ""
+            raise ConfigError(f"{sec.key_path(key)} entry {entry!r} repeats project {ident[0]!r} of entry "
+                              f"{first!r} ({first_where}){marker}", where=where,
+                              hint="keep one entry, with every version specifier it needs")
+        seen[ident] = (entry, where)
+        parsed.append(req)
+    return parsed
+
+
 def requirement_refs(requirement: str) -> list[tuple[str, str]]:
     """The ``(kind, recipe)`` placeholders of a requires_dist entry: ``{version:cumm}`` -> ``("version", "cumm")``."""
     return [(m[1], m[2]) for m in (_REF.match(p) for p in _PLACEHOLDER.findall(requirement)) if m]

@@ -36,7 +36,7 @@ from farm.errors import NetworkError
 from farm.model.config import FarmConfig
 from farm.netutil import IndexFile, IndexPage, fetch_bytes, project_url, read_page
 from farm.schedule.cacheplan import CacheSizes, ComponentSize, TorchSize
-from farm.schedule.grid import cuda_line, farm_platform
+from farm.schedule.grid import farm_platform
 from farm.toolkit import components as comps
 from farm.toolkit.manifest import parse_manifest
 from farm.toolkit.request import platform_name, request_for
@@ -227,7 +227,7 @@ def measure_torch(index: Index, platform: str, torch: str, missing: list[str]) -
     except NetworkError as exc:
         missing.append(f"{where}: {exc.message}")
         return None
-    return TorchSize(platform, torch, cuda_line(sizes), wheel.filename, wheel.size + sum(sizes.values()), sizes)
+    return TorchSize(platform, torch, comps.cuda_line(sizes), wheel.filename, wheel.size + sum(sizes.values()), sizes)
 
 
 def measure_toolkit(config: FarmConfig, index: Index, missing: list[str],

@@ -4,11 +4,13 @@ published wheel index, and what ``_defaults.yml`` lacks (the public farm's "upst
 PyTorch publishes one PEP 503 index per CUDA line (``https://download.pytorch.org/whl/cu130``);
 its ``torch/`` page lists every wheel: ``torch-2.14.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl``.
 PyPI's torch wheels carry no local label (``torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl``):
-their CUDA line shows only in their requirements (``nvidia-cuda-runtime-cu13==13.0.96``), read
-from the core metadata the index serves beside each wheel (PEP 658, ``<wheel>.metadata``).
+their CUDA line shows only in their requirements (``nvidia-cuda-runtime-cu12==12.8.90`` up to torch
+2.10, ``cuda-toolkit[cudart,...]==13.0.2`` from 2.11 on), read from the core metadata the index
+serves beside each wheel (PEP 658, ``<wheel>.metadata``).
 
 :func:`shipped` reads a page into :class:`Shipped` wheels (pure, given the CUDA lines of the
-unlabelled wheels); :func:`cuda_line` reads a line from requirements (pure); :func:`read_index`
+unlabelled wheels); :func:`~farm.toolkit.components.cuda_line` reads a line from requirements
+(pure); :func:`read_index`
 fetches a page and the metadata it needs, and refuses to read nothing: a page with no wheel of the
 line is an error that says what it held, never "the grid is complete". :func:`propose` compares
 with the grid: new rows, newer patch releases, Pythons a row lacks, and phantoms (cells a row
@@ -17,21 +19,20 @@ implies that upstream does not ship on a platform).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.parser import BytesHeaderParser
 from email.policy import compat32
 from urllib.parse import urljoin
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from farm.errors import NetworkError, SourceError
 from farm.model.config import Defaults, Phantom
 from farm.netutil import IndexFile, IndexPage, fetch_bytes, read_page
+from farm.toolkit.components import cuda_line
 
 # wheel platform tag suffix -> farm platform
 _PLATFORM_SUFFIX = {"_x86_64": "linux_x86_64", "_aarch64": "linux_aarch64"}
@@ -70,29 +71,6 @@ def _torch_wheel(filename: str) -> tuple[Version, frozenset[Tag]] | None:
     if dist != "torch" or version.is_prerelease or version.is_devrelease:
         return None
     return version, tags
-
-
-_RUNTIME = re.compile(r"nvidia-cuda-runtime(?:-cu(\d+))?")
-
-
-def cuda_line(requirements: Iterable[str]) -> str | None:
-    """The CUDA line a torch wheel was built for, from its ``Requires-Dist`` lines: the release
-    its CUDA runtime is pinned to (``nvidia-cuda-runtime-cu13==13.0.96`` -> ``13.0``; the suffix,
-    where there is one, must agree). None: no pinned CUDA runtime (a CPU build)."""
-    for text in requirements:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        m = _RUNTIME.fullmatch(canonicalize_name(req.name))
-        if m is None:
-            continue
-        for spec in req.specifier:
-            if spec.operator in ("==", "===", "~=", ">="):
-                parts = spec.version.split(".")
-                if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and (m[1] in (None, parts[0])):
-                    return f"{parts[0]}.{parts[1]}"
-    return None
 
 
 def requirements(metadata: bytes) -> list[str]:

@@ -4,11 +4,17 @@ A component is named as in NVIDIA's ``redistrib_X.Y.Z.json`` (``cuda_nvcc``, ``l
 whatever the toolkit's source: the PyPI wheel of a component is derived from the name
 (:data:`PYPI_WHEELS`). The header and library tables let the pre-compile check
 (:mod:`farm.toolkit.check`) say which component a missing ``#include`` or ``-l`` needs.
+:func:`cuda_line` reads the CUDA line a torch build pins NVIDIA's wheels to.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 
 @dataclass(frozen=True)
@@ -105,3 +111,32 @@ def pypi_requirement(component: str, version: str, cuda: str) -> str:
     if cuda.split(".", maxsplit=1)[0] == "12":
         wheel += "-cu12"
     return f"{wheel}=={version}"
+
+
+# NVIDIA's meta-package of one CUDA release's wheels (its extras name the components); its version
+# is the release. PyPI's torch pins it from 2.11 on (``cuda-toolkit[cublas,cudart,...]==13.0.2``).
+TOOLKIT_META = "cuda-toolkit"
+_RUNTIME = re.compile(rf"{PYPI_WHEELS['cuda_cudart']}(?:-cu(\d+))?")
+
+
+def cuda_line(requirements: Iterable[str]) -> str | None:
+    """The CUDA line a torch wheel was built for, from its ``Requires-Dist`` lines: the release its
+    CUDA runtime is pinned to, through the runtime's wheel (``nvidia-cuda-runtime-cu12==12.8.90``
+    -> ``12.8``; the suffix, where there is one, must agree) or the toolkit meta-package
+    (``cuda-toolkit[cudart,...]==13.0.2`` -> ``13.0``). None: no pinned CUDA (a CPU build)."""
+    for text in requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        m = _RUNTIME.fullmatch(name)
+        if m is None and name != TOOLKIT_META:
+            continue
+        for spec in req.specifier:
+            if spec.operator in ("==", "===", "~=", ">="):
+                parts = spec.version.split(".")
+                if (len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit()
+                        and (m is None or m[1] in (None, parts[0]))):
+                    return f"{parts[0]}.{parts[1]}"
+    return None
