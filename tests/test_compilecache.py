@@ -258,6 +258,27 @@ def test_a_deep_run_folders_socket_in_tmp_is_removed_when_the_session_ends(tmp_p
     assert not os.path.lexists(sock)
 
 
+def test_a_server_the_build_cannot_use_is_stopped_at_once(tmp_path) -> None:
+    """The real sccache starts its server, then ``--zero-stats`` fails (a wrapper around the real
+    binary fails that one call): the build runs uncached, so its server must not idle on until
+    sccache's own timeout, nor leave its socket file."""
+    real = cclaunch.find_sccache({**os.environ})
+    assert real is not None
+    wrapper = tmp_path / "sccache"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = --zero-stats ]; then echo "zero failed" >&2; exit 7; fi\n'
+                       f'exec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    run = "deep/" + "d" * 100  # its socket in /tmp, where a left-behind file would stay
+    env = _server_env(tmp_path, tmp_path / "cache", run)
+    sock = env[cclaunch.SOCKET_ENV]
+    (tmp_path / run).mkdir(parents=True)  # setup makes it, and the server's log goes there
+    why = cclaunch.start(str(wrapper), env)
+    assert why is not None
+    assert "--zero-stats failed (rc 7): zero failed" in why
+    # removed only once nothing answered on it: the server was stopped, not just its file deleted
+    assert not os.path.lexists(sock)
+
+
 def test_no_usable_sccache_means_uncached_launchers_and_one_warning(tmp_path, capfd) -> None:
     env = {**_server_env(tmp_path, tmp_path / "cache"), "FARM_SCCACHE": str(tmp_path / "no-sccache")}
     state = cclaunch.setup(str(tmp_path / "run"), "/nonexistent/nvcc", env)

@@ -32,6 +32,7 @@ it compiles and counts the error, which :func:`stats` returns.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -104,10 +105,21 @@ def start(sccache: str | None, environ: Mapping[str, str]) -> str | None:
         zero = subprocess.run([sccache, "--zero-stats"], env=env, capture_output=True, text=True, timeout=60,
                               check=False)
         if zero.returncode != 0:
+            _stop(sccache, env)
             return f"sccache --zero-stats failed (rc {zero.returncode}): {(zero.stderr or zero.stdout).strip()[-300:]}"
     except (OSError, subprocess.TimeoutExpired) as exc:
+        _stop(sccache, env)
         return f"sccache cannot run: {exc}"
     return None
+
+
+def _stop(sccache: str, env: Mapping[str, str]) -> None:
+    """Stop a server the build will not use (it runs uncached): otherwise it would idle until
+    sccache's own timeout, its socket file left behind."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run([sccache, "--stop-server"], env=dict(env), capture_output=True, timeout=60, check=False)
+    if env.get(SOCKET_ENV):
+        remove_socket(env[SOCKET_ENV])
 
 
 def remove_socket(path: str, *, wait: float = 5.0) -> bool:
@@ -248,12 +260,10 @@ def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
     try:
         proc = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=env, capture_output=True,
                               text=True, timeout=120, check=False)
-        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, timeout=60, check=False)
         data = json.loads(proc.stdout) if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
         data = None
-    if env.get(SOCKET_ENV):
-        remove_socket(env[SOCKET_ENV])
+    _stop(sccache, env)  # whether or not it answered
     if not isinstance(data, dict):
         print(f"{WARNING}: sccache did not report its counts; this build's hits are unknown", file=sys.stderr)
         return None
