@@ -138,6 +138,7 @@ def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) ->
     assert native["PYTORCH_NVCC"] == f"{host_run}/bin/nvcc"
     assert native["CC"] == f"{host_run}/bin/gcc"
     assert native["SCCACHE_DIR"] == str(tmp_path / "cc")
+    assert native["LIBRARY_PATH"] == f"{home}/lib64/stubs"  # the host toolkit's libcuda stub
     # off: no launcher anywhere
     off = _native_env(_plan(tmp_path, CompileCache.off()))
     assert not {"PYTORCH_NVCC", "CC", "CXX", "SCCACHE_DIR"} & set(off)

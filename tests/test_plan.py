@@ -117,6 +117,9 @@ def test_torch_free_x86_plan(config, tmp_path) -> None:
     assert env["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert env["PATH"] == "/opt/farm/toolkit/cuda/bin:/usr/bin"
     assert env["FORCE_CUDA"] == "1"
+    # the toolkit's libcuda stub for -lcuda, at link time only: never where a library is loaded from
+    assert env["LIBRARY_PATH"] == "/opt/farm/toolkit/cuda/lib64/stubs"
+    assert "LD_LIBRARY_PATH" not in env
     assert env["MAX_JOBS"] == "3"  # inherited from _defaults.yml's build knobs
     assert env["NVCC_APPEND_FLAGS"] == "--threads 1"
     assert "torch" not in option(plan, "before-build")
@@ -162,6 +165,7 @@ def test_windows_plan_uses_the_host_toolkit(config, tmp_path) -> None:
     assert option(plan, "repair-wheel-command") == ""
     assert build_env(plan)["CUDA_HOME"] == "C:/farm/toolkit/13.0/cuda"
     assert build_env(plan)["PATH"] == "C:/farm/toolkit/13.0/cuda/bin;/usr/bin"
+    assert "LIBRARY_PATH" not in build_env(plan)  # MSVC links cuda.lib from the toolkit's lib/x64
     # cmd.exe: no single quotes, and '>' quoted so it is not a redirection
     assert option(plan, "before-build").startswith('python -m pip install "setuptools>=64" wheel ninja && ')
     assert "'" not in option(plan, "before-build")

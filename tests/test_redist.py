@@ -123,6 +123,9 @@ def test_assembles_a_cuda_home_whose_nvcc_reports_the_line(redist_toolkit, serve
     assert "release 13.0," in version.stdout
     assert (home / "lib64").resolve() == (home / "lib").resolve()
     assert (home / "lib" / "libcudart.so").readlink() == Path("libcudart.so.13")  # the dev link -lcudart needs
+    # these archives (repacked wheels) ship no driver stub: farm makes the one -lcuda needs
+    assert "libcuda.so.1" in subprocess.run(["readelf", "-d", str(home / "lib64/stubs/libcuda.so")],
+                                            capture_output=True, text=True, check=True).stdout
     assert (home / "nvvm" / "bin" / "cicc").is_file()
     assert (home / "include" / "crt" / "host_defines.h").is_file()
     assert (home / "licenses" / "cuda_nvcc" / "LICENSE").is_file()  # top-level files do not collide

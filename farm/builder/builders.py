@@ -516,7 +516,10 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     venv = benv.path
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    caller_lib = env.get("LIBRARY_PATH")
     env = native_environment(steps, env)
+    if caller_lib and env.get("LIBRARY_PATH") not in (None, caller_lib):  # the toolkit's stubs, then the caller's
+        env["LIBRARY_PATH"] = f"{env['LIBRARY_PATH']}{os.pathsep}{caller_lib}"
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
     cached = plan.spec.compile_cache.enabled
     state: dict[str, object] = {}
@@ -993,13 +996,12 @@ def _withdraw(wheel: Path, why: str, log: Log) -> None:
 
 
 def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) -> BuildPlan:
-    """The native build uses the host toolkit (``home``): rewrite CUDA_HOME/PATH of the container plan."""
+    """The native build uses the host toolkit (``home``): rewrite CUDA_HOME/PATH/LIBRARY_PATH of the container plan."""
 
     assert plan.native is not None
-    env = tuple(
-        (k, home if k in ("CUDA_HOME", "CUDA_PATH") else f"{home}/bin:$PATH" if k == "PATH" else v)
-        for k, v in plan.native.environment
-    )
+    host_home = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH",
+                 "LIBRARY_PATH": f"{home}/lib64/stubs"}
+    env = tuple((k, host_home.get(k, v)) for k, v in plan.native.environment)
     host: dict[str, str] = {}
     cache_bin = None
     cache = plan.spec.compile_cache

@@ -262,6 +262,8 @@ def _environment(
         ("PATH", f"{cuda_home}/bin{sep}$PATH"),
         ("FORCE_CUDA", "1"),
     ]
+    if not windows:  # the driver stub for -lcuda, as NVIDIA's devel images set it; link time only
+        env.append(("LIBRARY_PATH", f"{cuda_home}/lib64/stubs"))
     env += sorted(arch_environment(archs).items())
     if knob.max_jobs is not None:
         env.append(("MAX_JOBS", str(knob.max_jobs)))

@@ -4,7 +4,8 @@ Two sources make the same layout (bin, include, lib with the ``lib64`` link and 
 links such as ``libcudart.so -> libcudart.so.13``, nvvm): NVIDIA's PyPI wheels (CUDA 13, where they
 are complete; :func:`install_script`) and NVIDIA's redistributable archives (every line and
 platform; :mod:`farm.toolkit.redist`). ``nvcc.profile`` searches ``lib64``, so that link must exist
-(the PyPI wheels ship ``lib`` only); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it).
+(the PyPI wheels ship ``lib`` only); the linker needs ``libcudart.so`` for ``-lcudart`` (torch extensions link it),
+and ``lib/stubs/libcuda.so`` for ``-lcuda`` (:mod:`farm.toolkit.cudastub`; link time only).
 
 :func:`ensure_toolkit` adds what makes a cache safe: a lock per prefix, assembly in a staging
 folder, the ready stamp written only after ``nvcc --version`` reports the requested line, then an
@@ -33,9 +34,9 @@ from packaging.utils import canonicalize_name
 
 from farm import cacheseal, jsonread
 from farm.errors import ToolError, UsageError
-from farm.fsutil import atomic_write, sweep_dead_dirs, temp_dir_prefix
+from farm.fsutil import atomic_write, sha256_file, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
-from farm.toolkit import redist
+from farm.toolkit import cudastub, redist
 from farm.toolkit.components import Component
 from farm.toolkit.request import ToolkitRequest
 
@@ -111,6 +112,8 @@ def install_script(request: ToolkitRequest, prefix: str, *, python: str = "pytho
         # nvcc.profile searches lib64 for cudart/cudadevrt; the wheels ship lib
         'ln -sfn lib "$H/lib64"',
         _DEV_LINKS_SH,
+        # the link-time libcuda stub, made from the wheels' cuda.h by the same code as on the host
+        f"{q(python)} - \"$H\" <<'FARM_CUDASTUB'\n{Path(cudastub.__file__).read_text(encoding='utf-8')}FARM_CUDASTUB",
         f"ln -sfn {q(home.removeprefix(prefix + '/'))} {q(prefix + '/cuda')}",
         # ready only when nvcc runs and reports the requested line
         f'"$H/bin/nvcc" --version | grep -q {q(f"release {request.cuda},")}',
@@ -234,6 +237,9 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
     except (OSError, RuntimeError, ValueError):
         return None
     if home == root or not home.is_relative_to(root):
+        return None
+    stub = stamp.get("libcuda_stub")
+    if stub is not None and not (isinstance(stub, str) and (home / cudastub.STUB).is_file()):
         return None
     nvcc, cuobjdump = home / _exe(request, "nvcc"), home / _exe(request, "cuobjdump")
     try:
@@ -379,11 +385,21 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         result = redist.assemble(request, staging / "cuda", progress=say)
         home, components = home_in_prefix(request), result.components
         manifest_url, manifest_sha = request.manifest_url, result.manifest_sha256
+        # the host's compiler builds only the host's stub; MSVC links the archives' lib/x64/cuda.lib
+        if request.platform == _host_platform() and not request.platform.startswith("windows"):
+            try:
+                cudastub.build_stub(staging / home)
+            except (cudastub.StubError, OSError) as exc:
+                raise ToolError(f"cannot make the toolkit's link-time libcuda stub: {exc}",
+                                where=str(staging / home), hint="install a C compiler (gcc)") from None
     version = _ready_version((staging / home).resolve(), request, components)
+    stub = staging / home / cudastub.STUB
     return {
         "key": request.key(), "cuda": request.cuda, "home": home, "nvcc": version,
         "request": request.to_json(), "manifest_url": manifest_url, "manifest_sha256": manifest_sha,
         "components": [c.to_json() for c in components],
+        # generated or NVIDIA's own; link time only (never on LD_LIBRARY_PATH, never in a wheel)
+        "libcuda_stub": sha256_file(stub) if stub.is_file() else None,
     }
 
 

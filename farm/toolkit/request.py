@@ -26,7 +26,7 @@ PLATFORMS: dict[str, str] = {
 }
 REDIST_URL_ENV = "FARM_CUDA_REDIST_URL"
 # Bump when the assembled layout changes, so cached toolkits are rebuilt.
-LAYOUT_VERSION = 3  # 3: libX.so for a library shipped only as libX.so.N.M
+LAYOUT_VERSION = 4  # 3: libX.so for a library shipped only as libX.so.N.M; 4: lib/stubs/libcuda.so
 
 
 @dataclass(frozen=True)
