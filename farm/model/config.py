@@ -1053,6 +1053,8 @@ def _load_sharding(top: _Section) -> Sharding | None:
         raise ConfigError(f"sharding: {jobs} compile jobs; it must be between 2 and {MAX_SHARD_JOBS}", where=where,
                           hint="remove the key for an ordinary (unsharded) build")
     return Sharding(jobs, tuple(platforms) if platforms else SHARD_PLATFORMS)
+
+
 def _requirements(sec: _Section, key: str, entries: tuple[str, ...], top: _Section,
                   hint: str) -> list[Requirement]:
     """The entries of a requirement list (``requires_dist``, ``build.extra_deps``), parsed with
