@@ -622,6 +622,28 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
     assert native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 
 
+def test_the_native_environment_puts_the_callers_library_path_after_the_toolkit_stubs(tmp_path) -> None:
+    """The host's link folders stay searched, after the toolkit's libcuda stub; no caller's
+    LIBRARY_PATH (or an empty one) leaves the stubs alone, with no empty entry."""
+    from farm.builder.builders import native_environment
+
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    (tmp_path / "examples/demo_ext/setup.py").write_text("")
+    config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
+    plan = plan_build(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
+    assert plan.native is not None
+    stubs = dict(plan.native.environment)["LIBRARY_PATH"]
+    assert stubs.endswith("/lib64/stubs")
+    base = {"PATH": "/usr/bin", "HOME": "/home/u"}
+    joined = native_environment(plan.native, {**base, "LIBRARY_PATH": "/opt/host/lib:/usr/local/lib"})
+    assert joined["LIBRARY_PATH"] == f"{stubs}:/opt/host/lib:/usr/local/lib"
+    assert native_environment(plan.native, base)["LIBRARY_PATH"] == stubs
+    assert native_environment(plan.native, {**base, "LIBRARY_PATH": ""})["LIBRARY_PATH"] == stubs
+    # the caller's own stubs folder is not written twice
+    assert native_environment(plan.native, {**base, "LIBRARY_PATH": stubs})["LIBRARY_PATH"] == stubs
+
+
 def test_build_output_is_relayed_without_secrets(capfd) -> None:
     """pip echoing an index URL with a token, or a build script printing a password: the log farm
     relays shows neither (stdout stays free for --json)."""
