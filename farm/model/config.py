@@ -1070,7 +1070,7 @@ def _requirements(sec: _Section, key: str, entries: tuple[str, ...], top: _Secti
             req = Requirement(_sample(entry, top))
         except InvalidRequirement as exc:
             raise ConfigError(f"{sec.key_path(key)} entry {entry!r} is not a requirement: {exc}",
-                              where=sec.where(key), hint=hint) from None
+                              where=where, hint=hint) from None
         ident = (canonicalize_name(req.name), str(req.marker or ""))
         if ident in seen:
             first, first_where = seen[ident]
