@@ -409,6 +409,24 @@ def test_a_vendored_git_tree_not_cached_is_a_download_from_its_repository(tmp_pa
     assert downloads() == {}
 
 
+def test_a_vendored_git_tree_is_checked_where_git_fetches_it(tmp_path, monkeypatch) -> None:
+    """A source.vendor git entry whose repository the user's ``url.<base>.insteadOf`` rewrites to a
+    local clone is named with the clone, what git fetches, not with the unreachable URL the recipe
+    says (the vendored CUTLASS of sageattn3 through a mirror of GitHub)."""
+    with socket.socket() as closed:  # a port nobody listens on stands for GitHub out of reach
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}/o/lib.git"
+    config_file = tmp_path / "gitconfig"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config_file))
+    config_file.write_text("")
+    pin = "a" * 40  # never fetched: the question is only where from
+    downloads, _ = _vendoring_demo(tmp_path, f"    - {{path: third_party/lib, git: {{repo: '{down}', ref: {pin}}}}}\n")
+    assert downloads() == {"the vendored third_party/lib": down}
+    clone = tmp_path / "mirror" / "lib.git"
+    config_file.write_text(f'[url "{clone}"]\n\tinsteadOf = {down}\n')
+    assert downloads() == {"the vendored third_party/lib": str(clone)}
+
+
 def test_the_preflight_and_the_native_builder_refuse_a_missing_python_alike(tmp_path, monkeypatch) -> None:
     """A cell whose Python this host lacks: the preflight's refusal (the cell named explicitly) and
     the native builder's (reached without the preflight) are one message and one exit code, 2:

@@ -389,7 +389,8 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     if vendor and not is_cached(source, source_cache, vendor):
         for entry in vendor:
             origin = entry.origin
-            downloads[f"the vendored {entry.path}"] = (origin.url if isinstance(origin, (ArchiveOrigin, GitSource))
+            downloads[f"the vendored {entry.path}"] = (git_fetch_url(origin.url) if isinstance(origin, GitSource)
+                                                       else origin.url if isinstance(origin, ArchiveOrigin)
                                                        else pip_index)
     if cuda_home is None and cached_toolkit(toolkit_prefix(toolkit_root, spec.toolkit), spec.toolkit) is None:
         downloads["the CUDA toolkit"] = spec.toolkit.manifest_url if spec.toolkit.source == "redist" else pip_index
