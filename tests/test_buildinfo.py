@@ -281,13 +281,19 @@ def test_duration_is_recorded_as_written(duration: float | None) -> None:
 
 
 def test_compile_cache_round_trips_and_null_means_unknown() -> None:
-    counts = {"tool": "sccache", "compiles": 40, "hits": 31, "misses": 9}
-    for value in (counts, None):
+    older = {"tool": "sccache", "compiles": 40, "hits": 31, "misses": 9}  # before calls refused were recorded
+    counts = {**older, "not_cacheable": {"-time": 2, "multiple input files": 20}}
+    for value in (counts, {**older, "not_cacheable": {}}, older, None):
         chain = probe.toolchain(cuda_home=None, builder="native", compile_cache=value)
         info = dataclasses.replace(asserted_example(), toolchain=chain)
         assert _tree(info)["toolchain"]["compile_cache"] == value
         buildinfo.validate(info.to_dict())
         assert BuildInfo.from_json(info.to_json()) == info
+    read = BuildInfo.from_json(dataclasses.replace(asserted_example(), toolchain=probe.toolchain(
+        cuda_home=None, builder="native", compile_cache=older)).to_json())
+    assert read.toolchain is not None
+    assert read.toolchain.compile_cache is not None
+    assert read.toolchain.compile_cache.not_cacheable is ABSENT  # not counted, which is not "none refused"
 
 
 def test_the_toolkit_the_device_code_records_round_trips() -> None:
@@ -338,6 +344,11 @@ def test_the_vendored_trees_of_the_source_round_trip() -> None:
          "toolchain/compile_cache/hits"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1, "misses": 0,
                                                         "rate": 1.0}), "toolchain/compile_cache"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "sccache", "compiles": 1, "hits": 1, "misses": 0,
+                                                        "not_cacheable": {"-time": -1}}),
+         "toolchain/compile_cache/not_cacheable"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "sccache", "compiles": 1, "hits": 1, "misses": 0,
+                                                        "not_cacheable": 3}), "toolchain/compile_cache/not_cacheable"),
     ],
 )
 def test_the_new_keys_are_checked(mutate, message: str) -> None:

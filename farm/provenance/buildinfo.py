@@ -243,6 +243,12 @@ class CompileCache(_Record):
     compiles: Count
     hits: Count
     misses: Count
+    not_cacheable: Annotated[
+        Mapping[str, Count] | Absent,
+        Rule(description="compiler calls the cache refused, per its reason (sccache's: 'multiple input files'); "
+                         "they ran uncached and are in none of the counts above. {}: none refused; absent: not "
+                         "counted (a farm before this key)"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)
