@@ -116,6 +116,22 @@ def test_toolkit_record_round_trips() -> None:
     assert back.toolchain is not None
     assert isinstance(back.toolchain.toolkit, ToolkitRecord)
     assert back.toolchain.toolkit.components[0].name == "cuda_nvcc"
+    assert back.toolchain.toolkit.libcuda_stub is ABSENT  # a farm before the stub: absent, written back so
+
+
+@pytest.mark.parametrize("stub", [SHA, None])
+def test_the_toolkits_libcuda_stub_round_trips(stub: str | None) -> None:
+    """The link-time stub's sha256 (from the toolkit's ready stamp), or null where the toolkit has none."""
+    toolkit = {"source": "pypi", "release": "13.0.2", "manifest_url": None, "manifest_sha256": None,
+               "components": [], "libcuda_stub": stub}
+    info = dataclasses.replace(asserted_example(),
+                               toolchain=probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit))
+    assert _tree(info)["toolchain"]["toolkit"] == toolkit
+    back = BuildInfo.from_json(info.to_json())
+    assert back == info
+    assert back.toolchain is not None
+    assert isinstance(back.toolchain.toolkit, ToolkitRecord)
+    assert back.toolchain.toolkit.libcuda_stub == stub
 
 
 @pytest.mark.parametrize(
@@ -338,6 +354,9 @@ def test_the_vendored_trees_of_the_source_round_trip() -> None:
         (lambda d: d.update(made_by=[1]), "made_by"),
         (lambda d: d.update(duration_s=-1), "duration_s"),
         (lambda d: d.update(duration_s="93"), "duration_s"),
+        (lambda d: d["toolchain"].update(toolkit={"source": "pypi", "release": "13.0.2", "components": [],
+                                                  "libcuda_stub": "abc"}),
+         "toolchain/toolkit/libcuda_stub"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1}),
          "toolchain/compile_cache"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": -1, "misses": 0}),

@@ -12,6 +12,8 @@ import pytest
 
 from farm.builder.plan import SONAME_EXCLUDES
 from farm.fsutil import sha256_file
+from farm.provenance import probe
+from farm.provenance.buildinfo import ToolkitRecord
 from farm.toolkit import assemble as tk
 from farm.toolkit import cudastub
 
@@ -118,6 +120,11 @@ def test_the_pypi_toolkit_carries_the_stub_on_the_link_path(pypi_toolkit: tk.Too
     stamp = tk.read_stamp(pypi_toolkit.prefix)
     assert stamp is not None
     assert stamp["libcuda_stub"] == sha256_file(stubs / "libcuda.so")
+    # the wheel's provenance records it from the stamp; an installed toolkit's stubs are not farm's
+    chain = probe.toolchain(cuda_home=None, builder="native", toolkit=pypi_toolkit.record())
+    assert isinstance(chain.toolkit, ToolkitRecord)
+    assert chain.toolkit.libcuda_stub == stamp["libcuda_stub"]
+    assert tk.toolkit_at_home(pypi_toolkit.cuda_home).record()["libcuda_stub"] is None
     env = {**os.environ, "LIBRARY_PATH": str(stubs)}
     lib = _link_user(pypi_toolkit.cuda_home / "include", tmp_path, env=env)
     _assert_needs_the_driver_only_by_name(lib)
