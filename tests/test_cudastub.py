@@ -61,6 +61,16 @@ def test_a_header_without_driver_functions_is_refused_and_a_toolkit_without_cuda
     assert not (tmp_path / "lib").exists()
 
 
+def test_without_a_c_compiler_the_install_scripts_step_says_what_to_do(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda.h").write_text(HEADER)
+    monkeypatch.setenv("PATH", str(tmp_path / "include"))  # no cc, no gcc
+    assert cudastub.main([str(tmp_path)]) == 1
+    assert capsys.readouterr().err == ("farm: cannot make the link-time libcuda stub: no C compiler (cc or gcc) on "
+                                       "PATH; install gcc\n")
+    assert not (tmp_path / cudastub.STUB).exists()
+
+
 def test_a_stub_the_toolkit_ships_is_left_alone(tmp_path) -> None:
     shipped = tmp_path / cudastub.STUB  # NVIDIA's, from the cuda_cudart archive
     shipped.parent.mkdir(parents=True)

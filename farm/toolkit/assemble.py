@@ -376,6 +376,10 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         _require_pip(python)
         proc = subprocess.run(["sh", "-c", install_script(request, str(staging), python=python)],
                               capture_output=True, text=True, check=False)
+        stub_failed = proc.stderr.rfind(f"farm: {cudastub.FAILED}: ")
+        if proc.returncode != 0 and stub_failed >= 0:  # the wheels are in: pip is not what went wrong
+            raise ToolError(proc.stderr[stub_failed:].removeprefix("farm: ").strip(),
+                            where=str(staging / home_in_prefix(request)))
         if proc.returncode != 0:
             raise ToolError(
                 f"installing CUDA {request.cuda}'s wheels failed (rc {proc.returncode}):\n"
@@ -394,8 +398,7 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
             try:
                 cudastub.build_stub(staging / home)
             except (cudastub.StubError, OSError) as exc:
-                raise ToolError(f"cannot make the toolkit's link-time libcuda stub: {exc}",
-                                where=str(staging / home), hint="install a C compiler (gcc)") from None
+                raise ToolError(cudastub.failure(exc), where=str(staging / home)) from None
     version = _ready_version((staging / home).resolve(), request, components)
     stub = staging / home / cudastub.STUB
     return {
