@@ -122,8 +122,8 @@ def test_toolkit_record_round_trips() -> None:
 @pytest.mark.parametrize("stub", [SHA, None])
 def test_the_toolkits_libcuda_stub_round_trips(stub: str | None) -> None:
     """The link-time stub's sha256 (from the toolkit's ready stamp), or null where the toolkit has none."""
-    toolkit = {"source": "pypi", "release": "13.0.2", "manifest_url": None, "manifest_sha256": None,
-               "components": [], "libcuda_stub": stub}
+    toolkit: dict[str, Any] = {"source": "pypi", "release": "13.0.2", "manifest_url": None, "manifest_sha256": None,
+                               "components": [], "libcuda_stub": stub}
     info = dataclasses.replace(asserted_example(),
                                toolchain=probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit))
     assert _tree(info)["toolchain"]["toolkit"] == toolkit
@@ -308,7 +308,7 @@ def test_compile_cache_round_trips_and_null_means_unknown() -> None:
     read = BuildInfo.from_json(dataclasses.replace(asserted_example(), toolchain=probe.toolchain(
         cuda_home=None, builder="native", compile_cache=older)).to_json())
     assert read.toolchain is not None
-    assert read.toolchain.compile_cache is not None
+    assert isinstance(read.toolchain.compile_cache, buildinfo.CompileCache)
     assert read.toolchain.compile_cache.not_cacheable is ABSENT  # not counted, which is not "none refused"
 
 

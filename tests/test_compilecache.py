@@ -39,7 +39,7 @@ from farm.commands import build
 from farm.errors import UsageError
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
-from farm.provenance import postbuild
+from farm.provenance import buildinfo, postbuild
 from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
 
@@ -533,7 +533,7 @@ def test_a_call_sccache_cannot_cache_is_reported_with_its_reason(tmp_path, cuda_
         CELL, cuda_home=None, builder="native", env={}, compile_cache=record)).to_json()
     back = BuildInfo.from_json(written, where="_build_info.json")
     assert back.toolchain is not None
-    assert back.toolchain.compile_cache is not None
+    assert isinstance(back.toolchain.compile_cache, buildinfo.CompileCache)
     assert back.toolchain.compile_cache.not_cacheable == {"-time": 2}
 
 
