@@ -29,7 +29,7 @@ from farm.builder.builders import (
     prepare_source,
     run_native,
 )
-from farm.builder.plan import PlanOptions, plan_build, render_config, render_environment
+from farm.builder.plan import BuildPlan, PlanOptions, plan_build, render_config, render_environment
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.model.arch import ArchList
@@ -549,6 +549,15 @@ def test_native_builds_default_to_this_python_and_platform(capsys) -> None:
     assert container.platform is None
 
 
+def _demo_plan(root: Path) -> BuildPlan:
+    """demo_ext's plan for CELL, its source an empty setup.py: nothing here builds it."""
+    (root / "examples/demo_ext").mkdir(parents=True)
+    (root / "examples/demo_ext/setup.py").write_text("")
+    config = make_root(root, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
+    return plan_build(config, config.recipe("demo_ext"), CELL, root / "examples/demo_ext",
+                      PlanOptions(output_dir=root / "out", work_dir=root / "w"))
+
+
 def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch) -> None:
     """A CIBW_*_LINUX variable in the caller's environment beats the plan's generic CIBW_* one in
     cibuildwheel; the builder drops it. Checked with cibuildwheel's own option resolution."""
@@ -558,11 +567,7 @@ def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monke
 
     from farm.builder.builders import cibuildwheel_environment
 
-    (tmp_path / "examples/demo_ext").mkdir(parents=True)
-    (tmp_path / "examples/demo_ext/setup.py").write_text("")
-    config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
-    plan = plan_build(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
-                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
+    plan = _demo_plan(tmp_path)
     plan.config_file.parent.mkdir(parents=True)
     plan.config_file.write_text(plan.config_text)
     ambient = {"PATH": "/usr/bin", "CIBW_BEFORE_BUILD_LINUX": "exit 1", "CIBW_TEST_COMMAND_LINUX": "false",
@@ -592,11 +597,7 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
 
     from farm.builder.builders import native_environment
 
-    (tmp_path / "examples/demo_ext").mkdir(parents=True)
-    (tmp_path / "examples/demo_ext/setup.py").write_text("")
-    config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
-    plan = plan_build(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
-                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
+    plan = _demo_plan(tmp_path)
     assert plan.native is not None
     tricky = (("GREETING", 'say "hi" to `them` and \\ back'), ("WITH_SPACE", "a b  c"),
               ("PATH", "/opt/x/bin:$PATH"), ("NESTED", "${HOME}/$GREETING"), ("SHELL_OUT", "$(echo sub)"))
@@ -620,6 +621,24 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
     assert native["NESTED"] == '/home/u/say "hi" to `them` and \\ back'
     assert native["SHELL_OUT"] == "sub"
     assert native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
+
+
+def test_the_native_environment_puts_the_callers_library_path_after_the_toolkit_stubs(tmp_path) -> None:
+    """The host's link folders stay searched, after the toolkit's libcuda stub; no caller's
+    LIBRARY_PATH (or an empty one) leaves the stubs alone, with no empty entry."""
+    from farm.builder.builders import native_environment
+
+    plan = _demo_plan(tmp_path)
+    assert plan.native is not None
+    stubs = dict(plan.native.environment)["LIBRARY_PATH"]
+    assert stubs.endswith("/lib64/stubs")
+    base = {"PATH": "/usr/bin", "HOME": "/home/u"}
+    joined = native_environment(plan.native, {**base, "LIBRARY_PATH": "/opt/host/lib:/usr/local/lib"})
+    assert joined["LIBRARY_PATH"] == f"{stubs}:/opt/host/lib:/usr/local/lib"
+    assert native_environment(plan.native, base)["LIBRARY_PATH"] == stubs
+    assert native_environment(plan.native, {**base, "LIBRARY_PATH": ""})["LIBRARY_PATH"] == stubs
+    # the caller's own stubs folder is not written twice
+    assert native_environment(plan.native, {**base, "LIBRARY_PATH": stubs})["LIBRARY_PATH"] == stubs
 
 
 def test_build_output_is_relayed_without_secrets(capfd) -> None:

@@ -156,7 +156,10 @@ MALFORMED = {
     "only-combination-python-not-in-grid": (
         GOOD + "only:\n  combinations:\n    - {cuda: '13.0', torch: '2.9', python: ['3.15']}\n",
         "selects Python 3.15 with CUDA 13.0", 8),
-    "bad-requirement": (GOOD + "requires_dist: ['numpy>=>1']\n", "requires_dist entry 'numpy>=>1' is not a requirement", 6),
+    "bad-requirement": (GOOD + "requires_dist:\n  - numpy\n  - numpy>=>1\n",
+                        "requires_dist entry 'numpy>=>1' is not a requirement", 8),
+    "bad-extra-dep": (GOOD + "build:\n  extra_deps:\n    - ninja\n    - 'cumm=={version:cumm}+'\n",
+                      "build.extra_deps entry 'cumm=={version:cumm}+' is not a requirement", 9),
     "requires-duplicate": (GOOD + "requires_dist:\n  - numpy>=1.24\n  - Numpy<3\n",
                            ("requires_dist entry 'Numpy<3' repeats project 'numpy' of entry 'numpy>=1.24' "
                             "(packages/pkg.yml:7)"), 8),
@@ -179,7 +182,10 @@ MALFORMED = {
     "verify-bad-device-error": (GOOD + "verify:\n  expect_device_error: 3\n", "must be true or the text", 7),
     "verify-bad-module": (GOOD + "verify:\n  import_name: llama-cpp\n", "is not a module name", 7),
     "verify-unknown-key": (GOOD + "verify:\n  skip_arch: yes\n", "unknown key 'verify.skip_arch'", 7),
-    "requires-unknown-placeholder": (GOOD + "requires_dist: ['cumm=={VER:cumm}']\n", "unknown placeholder '{VER:cumm}'", 6),
+    "requires-unknown-placeholder": (GOOD + "requires_dist:\n  - numpy\n  - cumm=={VER:cumm}\n",
+                                     "requires_dist entry 'cumm=={VER:cumm}': unknown placeholder '{VER:cumm}'", 8),
+    "extra-deps-unknown-placeholder": (GOOD + "build:\n  extra_deps: [ninja, 'cumm=={versoin:cumm}']\n",
+                                       "build.extra_deps entry 'cumm=={versoin:cumm}': unknown placeholder", 7),
     "requires-no-such-recipe": (GOOD + "requires_dist: ['cumm=={version:cumm}']\n", "names 'cumm', which has no recipe", None),
     "system-package-bad-name": (GOOD + "build:\n  system_packages: ['a;rm -rf /']\n", "is not a package name", 7),
     "arch-block-unknown-platform": (GOOD + "arch:\n  win64:\n    list: '8.0'\n", "did you mean 'win_amd64'", 7),
@@ -237,7 +243,8 @@ def test_malformed_recipe(farm_root: Path, case: str) -> None:
     assert message in text
     assert "packages/pkg.yml" in text
     if line is not None:
-        assert f"packages/pkg.yml:{line}" in text
+        # that line exactly (not 8 for 80); the key may follow it: "packages/pkg.yml:7 (arch.list)"
+        assert (err.value.where or "").split(" ")[0] == f"packages/pkg.yml:{line}"
     assert err.value.exit_code == 2
 
 

@@ -72,6 +72,25 @@ def test_one_artifact_at_a_time(tmp_path: Path) -> None:
     assert list(scratch.iterdir()) == [], "the last artifact was not deleted"
 
 
+def test_artifact_bytes_count_a_hard_linked_file_once(tmp_path: Path) -> None:
+    """What the artifact held on disk: a file with two names under the folder is counted once."""
+    store = Store(tmp_path / "artifacts")
+    store.add("c", 1000)
+    store.scratch = tmp_path / "scratch"
+    held: list[int] = []
+
+    def fetch(cell_id: str, dest: Path) -> bool:
+        store.fetch(cell_id, dest)
+        (wheel,) = dest.glob("*.whl")
+        os.link(wheel, dest / "build.log")  # a second name for the wheel's bytes
+        held.append(sum(p.stat().st_size for p in dest.iterdir() if p.name != "build.log"))
+        return True
+
+    (verdict,) = publish_shard([("c", "pkg")], fetch, lambda cell: (PUBLISHED, ""), store.scratch)
+    assert verdict.status == PUBLISHED
+    assert verdict.artifact_bytes == held[0]
+
+
 def test_a_failure_is_the_cells_verdict_only(tmp_path: Path) -> None:
     store = Store(tmp_path / "artifacts")
     for cid in ("full", "refused", "broken", "empty", "ok"):

@@ -438,16 +438,22 @@ def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, 
 def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with the plan's environment applied as cibuildwheel applies it in a container:
     the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
-    ``$(...)`` mean the same in both builders."""
+    ``$(...)`` mean the same in both builders. One addition a host needs and a container does
+    not: the caller's ``LIBRARY_PATH`` follows the toolkit's ``lib64/stubs`` the plan sets, so the
+    host's own link folders are still searched, after the stub."""
     # cibuildwheel is the `build` extra's: imported here, farm's light install runs without it
     from cibuildwheel.environment import EnvironmentParseError, parse_environment  # noqa: PLC0415
 
     text = render_environment(steps.environment)
     try:
-        return parse_environment(text).as_dictionary(prev_environment=environ)
+        env = parse_environment(text).as_dictionary(prev_environment=environ)
     except EnvironmentParseError as exc:
         raise ConfigError(f"the build environment does not parse as cibuildwheel's: {exc}",
                           hint="check the recipe's env values (shell syntax)") from None
+    caller_lib = environ.get("LIBRARY_PATH")
+    if caller_lib and env.get("LIBRARY_PATH") not in (None, caller_lib):  # the toolkit's stubs, then the caller's
+        env["LIBRARY_PATH"] = f"{env['LIBRARY_PATH']}{os.pathsep}{caller_lib}"
+    return env
 
 
 def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
@@ -516,10 +522,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     venv = benv.path
     env["VIRTUAL_ENV"] = str(venv)
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    caller_lib = env.get("LIBRARY_PATH")
     env = native_environment(steps, env)
-    if caller_lib and env.get("LIBRARY_PATH") not in (None, caller_lib):  # the toolkit's stubs, then the caller's
-        env["LIBRARY_PATH"] = f"{env['LIBRARY_PATH']}{os.pathsep}{caller_lib}"
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
     cached = plan.spec.compile_cache.enabled
     state: dict[str, object] = {}

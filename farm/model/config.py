@@ -1002,7 +1002,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
     build = _load_build(build_sec) if build_sec else BuildKnobs()
     requires = top.words("requires_dist")
     # written into the wheel's METADATA: each must be a PEP 508 requirement
-    required = _requirements(top, "requires_dist", requires, top, "write it like 'numpy>=1.24'")
+    required = _requirements(top, "requires_dist", requires, "write it like 'numpy>=1.24'")
     for req, parsed in zip(requires, required, strict=True):
         if links_torch and parsed.name.lower() == "torch":
             # the wheel runs only with the torch minor it was built against: farm writes that pin
@@ -1010,7 +1010,7 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
                               "for a package that links torch; a torch entry would loosen that pin",
                               where=top.where("requires_dist"), hint=f"remove {req!r} from requires_dist")
     if build_sec:  # a farm wheel of the same cell as a build dependency: {version:X}+{local:X}
-        _requirements(build_sec, "extra_deps", build.extra_deps, top,
+        _requirements(build_sec, "extra_deps", build.extra_deps,
                       "write it like 'numpy>=1.24' or 'cumm=={version:cumm}+{local:cumm}'")
     sharding = _load_sharding(top)
     verify_sec = top.section("verify")
@@ -1055,8 +1055,7 @@ def _load_sharding(top: _Section) -> Sharding | None:
     return Sharding(jobs, tuple(platforms) if platforms else SHARD_PLATFORMS)
 
 
-def _requirements(sec: _Section, key: str, entries: tuple[str, ...], top: _Section,
-                  hint: str) -> list[Requirement]:
+def _requirements(sec: _Section, key: str, entries: tuple[str, ...], hint: str) -> list[Requirement]:
     """The entries of a requirement list (``requires_dist``, ``build.extra_deps``), parsed with
     their placeholders sampled. An entry that is no requirement is refused, and so is one that
     names an earlier entry's project (canonical name) under the same marker: pip would take
@@ -1067,10 +1066,10 @@ def _requirements(sec: _Section, key: str, entries: tuple[str, ...], top: _Secti
     for i, entry in enumerate(entries):
         where = f"{sec.file}:{value.line_of(i)}" if isinstance(value, YList) else sec.where(key)
         try:
-            req = Requirement(_sample(entry, top))
+            req = Requirement(_sample(entry, f"{sec.key_path(key)} entry", where))
         except InvalidRequirement as exc:
             raise ConfigError(f"{sec.key_path(key)} entry {entry!r} is not a requirement: {exc}",
-                              where=sec.where(key), hint=hint) from None
+                              where=where, hint=hint) from None
         ident = (canonicalize_name(req.name), str(req.marker or ""))
         if ident in seen:
             first, first_where = seen[ident]
@@ -1088,13 +1087,12 @@ def requirement_refs(requirement: str) -> list[tuple[str, str]]:
     return [(m[1], m[2]) for m in (_REF.match(p) for p in _PLACEHOLDER.findall(requirement)) if m]
 
 
-def _sample(requirement: str, top: _Section) -> str:
+def _sample(requirement: str, what: str, where: str) -> str:
     """The entry with its placeholders filled with sample values, to check it is a requirement."""
     def fill(match: re.Match[str]) -> str:
         ref = _REF.match(match[1])
         if ref is None:
-            raise ConfigError(f"requires_dist entry {requirement!r}: unknown placeholder {match[0]!r}",
-                              where=top.where("requires_dist"),
+            raise ConfigError(f"{what} {requirement!r}: unknown placeholder {match[0]!r}", where=where,
                               hint="placeholders are {version:NAME} and {local:NAME}, NAME a recipe in packages/")
         return "0" if ref[1] == "version" else "cu128"
     return _PLACEHOLDER.sub(fill, requirement)

@@ -329,13 +329,17 @@ class Client:
         """The asset's bytes into ``dest`` (at most ``max_bytes``); returns their sha256."""
         answer = self.request("GET", f"{self._repo()}/releases/assets/{asset.id}",
                               headers={"Accept": "application/octet-stream"}, ok=(302, 301, 307))
+        return self._follow(answer, dest, max_bytes=max_bytes, what=f"asset {asset.name}")
+
+    def _follow(self, answer: Answer, dest: Path, *, max_bytes: int, what: str) -> str:
+        """The bytes at the storage location a redirect ``answer`` names, into ``dest``; their sha256."""
         location = {k.lower(): v for k, v in answer.headers.items()}.get("location")
         if not location:
-            raise GithubApiError(f"downloading asset {asset.name}: GitHub gave no storage location")
+            raise GithubApiError(f"downloading {what}: GitHub gave no storage location")
         try:
             return download(location, dest, max_bytes=max_bytes, timeout=self.timeout_s).sha256
         except NetworkError as exc:
-            raise GithubApiError(f"downloading asset {asset.name}: {exc.message}") from None
+            raise GithubApiError(f"downloading {what}: {exc.message}") from None
 
     # -- Actions ---------------------------------------------------------------------------------
     def _pages(self, path: str, key: str, what: str, *, max_pages: int, hint: str) -> list[Any]:
@@ -371,13 +375,7 @@ class Client:
             raise GithubApiError(f"artifact {artifact.name} (id {artifact.id}) has expired: HTTP 410 Gone",
                                  status=410, hint="the run's artifacts are past their retention; the next run "
                                                   "builds the cell again")
-        location = {k.lower(): v for k, v in answer.headers.items()}.get("location")
-        if not location:
-            raise GithubApiError(f"downloading artifact {artifact.name}: GitHub gave no storage location")
-        try:
-            return download(location, dest, max_bytes=max_bytes, timeout=self.timeout_s).sha256
-        except NetworkError as exc:
-            raise GithubApiError(f"downloading artifact {artifact.name}: {exc.message}") from None
+        return self._follow(answer, dest, max_bytes=max_bytes, what=f"artifact {artifact.name}")
 
     def workflow_runs(self, workflow: str, *, branch: str, status: str) -> list[WorkflowRun]:
         """The runs of ``workflow`` (its file name or id) on ``branch`` whose status is

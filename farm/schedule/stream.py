@@ -15,15 +15,14 @@ are the shard's report, which ``farm wave --reports`` reads to decide the next w
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError, UsageError
+from farm.fsutil import tree_bytes
 from farm.schedule.outcome import ARTIFACT_PREFIX, CellResult, read_artifacts
 
 # What a cell ended as. Only "published" takes it out of the queue (its ledger record exists).
@@ -85,16 +84,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _size(folder: Path) -> int:
-    """Bytes of the plain files under ``folder`` (links are neither followed nor counted)."""
-    total = 0
-    for dirpath, _, filenames in os.walk(folder):
-        for name in filenames:
-            info = os.lstat(os.path.join(dirpath, name))
-            total += info.st_size if stat.S_ISREG(info.st_mode) else 0
-    return total
-
-
 def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scratch: Path) -> CellVerdict:
     """Download, read, publish and delete one cell's artifact; every failure is its verdict."""
     folder = scratch / f"{ARTIFACT_PREFIX}{cell_id}"
@@ -104,12 +93,13 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
             found = fetch(cell_id, folder)
         except OSError as exc:  # ENOSPC, a broken download: this cell waits for the next wave
             return CellVerdict(cell_id, package, ERROR, detail=f"download: {exc.strerror or exc}",
-                               artifact_bytes=_size(folder))
+                               artifact_bytes=tree_bytes(folder).held)
         except FarmError as exc:
-            return CellVerdict(cell_id, package, ERROR, detail=f"download: {exc.message}", artifact_bytes=_size(folder))
+            return CellVerdict(cell_id, package, ERROR, detail=f"download: {exc.message}",
+                               artifact_bytes=tree_bytes(folder).held)
         if not found:
             return CellVerdict(cell_id, package, FAILED, detail="no artifact: the build job failed or did not run")
-        size = _size(folder)
+        size = tree_bytes(folder).held
         why: list[str] = []
         try:
             files = tuple(read_artifacts(scratch, warn=why.append).get(cell_id, ()))
