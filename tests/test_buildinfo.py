@@ -116,6 +116,22 @@ def test_toolkit_record_round_trips() -> None:
     assert back.toolchain is not None
     assert isinstance(back.toolchain.toolkit, ToolkitRecord)
     assert back.toolchain.toolkit.components[0].name == "cuda_nvcc"
+    assert back.toolchain.toolkit.libcuda_stub is ABSENT  # a farm before the stub: absent, written back so
+
+
+@pytest.mark.parametrize("stub", [SHA, None])
+def test_the_toolkits_libcuda_stub_round_trips(stub: str | None) -> None:
+    """The link-time stub's sha256 (from the toolkit's ready stamp), or null where the toolkit has none."""
+    toolkit: dict[str, Any] = {"source": "pypi", "release": "13.0.2", "manifest_url": None, "manifest_sha256": None,
+                               "components": [], "libcuda_stub": stub}
+    info = dataclasses.replace(asserted_example(),
+                               toolchain=probe.toolchain(cuda_home=None, builder="native", toolkit=toolkit))
+    assert _tree(info)["toolchain"]["toolkit"] == toolkit
+    back = BuildInfo.from_json(info.to_json())
+    assert back == info
+    assert back.toolchain is not None
+    assert isinstance(back.toolchain.toolkit, ToolkitRecord)
+    assert back.toolchain.toolkit.libcuda_stub == stub
 
 
 @pytest.mark.parametrize(
@@ -281,13 +297,19 @@ def test_duration_is_recorded_as_written(duration: float | None) -> None:
 
 
 def test_compile_cache_round_trips_and_null_means_unknown() -> None:
-    counts = {"tool": "sccache", "compiles": 40, "hits": 31, "misses": 9}
-    for value in (counts, None):
+    older = {"tool": "sccache", "compiles": 40, "hits": 31, "misses": 9}  # before calls refused were recorded
+    counts = {**older, "not_cacheable": {"-time": 2, "multiple input files": 20}}
+    for value in (counts, {**older, "not_cacheable": {}}, older, None):
         chain = probe.toolchain(cuda_home=None, builder="native", compile_cache=value)
         info = dataclasses.replace(asserted_example(), toolchain=chain)
         assert _tree(info)["toolchain"]["compile_cache"] == value
         buildinfo.validate(info.to_dict())
         assert BuildInfo.from_json(info.to_json()) == info
+    read = BuildInfo.from_json(dataclasses.replace(asserted_example(), toolchain=probe.toolchain(
+        cuda_home=None, builder="native", compile_cache=older)).to_json())
+    assert read.toolchain is not None
+    assert isinstance(read.toolchain.compile_cache, buildinfo.CompileCache)
+    assert read.toolchain.compile_cache.not_cacheable is ABSENT  # not counted, which is not "none refused"
 
 
 def test_the_toolkit_the_device_code_records_round_trips() -> None:
@@ -332,12 +354,20 @@ def test_the_vendored_trees_of_the_source_round_trip() -> None:
         (lambda d: d.update(made_by=[1]), "made_by"),
         (lambda d: d.update(duration_s=-1), "duration_s"),
         (lambda d: d.update(duration_s="93"), "duration_s"),
+        (lambda d: d["toolchain"].update(toolkit={"source": "pypi", "release": "13.0.2", "components": [],
+                                                  "libcuda_stub": "abc"}),
+         "toolchain/toolkit/libcuda_stub"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1}),
          "toolchain/compile_cache"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": -1, "misses": 0}),
          "toolchain/compile_cache/hits"),
         (lambda d: d["toolchain"].update(compile_cache={"tool": "ccache", "compiles": 1, "hits": 1, "misses": 0,
                                                         "rate": 1.0}), "toolchain/compile_cache"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "sccache", "compiles": 1, "hits": 1, "misses": 0,
+                                                        "not_cacheable": {"-time": -1}}),
+         "toolchain/compile_cache/not_cacheable"),
+        (lambda d: d["toolchain"].update(compile_cache={"tool": "sccache", "compiles": 1, "hits": 1, "misses": 0,
+                                                        "not_cacheable": 3}), "toolchain/compile_cache/not_cacheable"),
     ],
 )
 def test_the_new_keys_are_checked(mutate, message: str) -> None:

@@ -27,7 +27,11 @@ UNIT = '#include "k.h"\n__global__ void k(float* x, unsigned n) { if (n >= 0) x[
 VALUES = {"-diag-error": "177", "-diag-suppress": "186", "--diag-warn": "20012", "--std": "c++17", "-ftz": "true",
           "-prec-div": "false", "--prec-sqrt": "false", "-fmad": "false", "-split-compile": "0",
           "-ftemplate-depth": "500", "--ftemplate-backtrace-limit": "5", "--brief-diagnostics": "true",
-          "-brief-diag": "true", "--jump-table-density": "50", "-jtd": "50", "-frandom-seed": "7"}
+          "-brief-diag": "true", "--jump-table-density": "50", "-jtd": "50", "-frandom-seed": "7",
+          "--Ofast-compile": "mid", "-Ofc": "mid", "-dopt": "on", "-split-compile-extended": "0",
+          "-sanitize": "memcheck", "--optimization-info": "inline", "-device-stack-protector": "true",
+          "-static-global-template-stub": "true", "--device-entity-has-hidden-visibility": "true",
+          "-compress-mode": "size"}
 # torch's cpp_extension (2.14) for gsplat 1.5.3 with farm's patch: its ninja file's cuda_compile rule
 GSPLAT = ["--generate-dependencies-with-compile", "--dependency-output", "k.o.d", "-I.", "-c", "k.cu",
           "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "--expt-relaxed-constexpr",
@@ -98,6 +102,12 @@ def test_launch_joins_the_values_sccache_would_take_for_inputs(tmp_path) -> None
         "-Xcompiler", "-std",  # another tool's option, passed as given
         "-fmad",  # no value follows: left as it was, nvcc says what is wrong
         "--compiler-options", "-diag-warn", "-O3", "-diag-warn"]
+    # sccache reads `-opt-info...` and `-optimization-info...` as its -o with a glued value: joined, it
+    # would name the output; apart, the call is refused and runs uncached
+    assert given("/opt/cuda/bin/nvcc", "-c", "k.cu", "--optimization-info", "inline", "-optimization-info", "inline",
+                 "-opt-info", "inline", "-Ofc", "max") == [
+        "/opt/cuda/bin/nvcc", "-c", "k.cu", "--optimization-info=inline", "-optimization-info", "inline",
+        "-opt-info", "inline", "-Ofc=max"]
     # the host compiler's arguments are never touched
     assert given("/usr/bin/g++", "-std", "c++17", "-c", "a.cc") == ["/usr/bin/g++", "-std", "c++17", "-c", "a.cc"]
     # beneath a cached compile the compiler runs directly, as before
@@ -145,7 +155,7 @@ def test_gsplat_command_line_is_cached_and_compiles_what_nvcc_does(tmp_path, cud
 def test_every_joined_option_compiles_the_same_joined_or_apart(tmp_path, cuda_home) -> None:
     """nvcc reads ``-opt value`` and ``-opt=value`` alike for each option ``launch`` joins: the
     uncached objects are byte-identical (but for the temp file name nvcc draws per run); through
-    the launchers, the call with every option apart is cached."""
+    the launchers, the call with every option apart is a miss, then a hit."""
     assert {name.lstrip("-") for name in VALUES} == set(cclaunch.NVCC_JOINED)
     nvcc = str(cuda_home / "bin" / "nvcc")
     (tmp_path / "k.h").write_text("#define SCALE 2.0f\n")
@@ -160,14 +170,19 @@ def test_every_joined_option_compiles_the_same_joined_or_apart(tmp_path, cuda_ho
     env = _server_env(tmp_path)
     state = cclaunch.setup(str(tmp_path / "run"), nvcc, env)
     try:
-        subprocess.run([str(tmp_path / "run" / "bin" / "nvcc"), *base, "-o", "cached.o", *apart], cwd=tmp_path,
-                       env=env, check=True)
-        counts = _counts(str(state["sccache"]), env)
+        counts = []
+        for out in ("cold.o", "warm.o"):
+            subprocess.run([str(tmp_path / "run" / "bin" / "nvcc"), *base, "-o", out, *apart], cwd=tmp_path,
+                           env=env, check=True)
+            counts.append(_counts(str(state["sccache"]), env))
     finally:
         cclaunch.stats(str(tmp_path / "run"), env)
-    assert counts.not_cacheable == {}
-    assert counts.nvcc_run > 0
-    assert _same_object(tmp_path / "apart.o", tmp_path / "cached.o")
+    cold, warm = counts
+    assert cold.not_cacheable == warm.not_cacheable == {}
+    assert cold.nvcc_run > 0
+    assert (cold.nvcc_cached, warm.nvcc_run, warm.nvcc_cached) == (0, 0, cold.nvcc_run)  # a miss, then hits
+    assert _same_object(tmp_path / "apart.o", tmp_path / "cold.o")
+    assert (tmp_path / "cold.o").read_bytes() == (tmp_path / "warm.o").read_bytes()
 
 
 def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:

@@ -13,6 +13,7 @@ unwritable cache compiles uncached; and a sharded build whose shards compile thr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -38,6 +39,8 @@ from farm.commands import build
 from farm.errors import UsageError
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
+from farm.provenance import buildinfo, postbuild
+from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
 
 from . import buildroot
@@ -192,7 +195,7 @@ def test_launchers_count_a_miss_then_a_hit(tmp_path) -> None:
     _cc(tmp_path, env, "b")  # the same text, another file name and object: a hit
     counts = Counts.from_stats(cclaunch.stats(str(tmp_path / "run"), env) or {})
     assert (counts.compiles, sum(counts.hits.values()), sum(counts.misses.values())) == (2, 1, 1)
-    assert counts.record() == {"tool": "sccache", "compiles": 2, "hits": 1, "misses": 1}
+    assert counts.record() == {"tool": "sccache", "compiles": 2, "hits": 1, "misses": 1, "not_cacheable": {}}
     assert counts.nvcc_run == 0
     assert "1 hit(s) (50%)" in counts.line()
     # the host compiler launcher names the real compiler and its digest: another compiler, another key
@@ -521,6 +524,17 @@ def test_a_call_sccache_cannot_cache_is_reported_with_its_reason(tmp_path, cuda_
     assert counts.not_cacheable == {"-time": 2}
     assert counts.line().endswith("; 2 compiler call(s) not cacheable, run uncached and not counted above "
                                   "(-time: 2)")
+    # the wheel's provenance keeps them too, as the build writes it and a reader reads it back
+    from .test_buildinfo import asserted_example
+
+    record = counts.record()
+    assert record == {"tool": "sccache", "compiles": 0, "hits": 0, "misses": 0, "not_cacheable": {"-time": 2}}
+    written = dataclasses.replace(asserted_example(), **postbuild.build_environment(
+        CELL, cuda_home=None, builder="native", env={}, compile_cache=record)).to_json()
+    back = BuildInfo.from_json(written, where="_build_info.json")
+    assert back.toolchain is not None
+    assert isinstance(back.toolchain.compile_cache, buildinfo.CompileCache)
+    assert back.toolchain.compile_cache.not_cacheable == {"-time": 2}
 
 
 def test_torch_headers_in_another_pythons_environment_hit(tmp_path, cuda_home) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from farm.builder.plan import SONAME_EXCLUDES
 from farm.fsutil import sha256_file
+from farm.provenance import probe
+from farm.provenance.buildinfo import ToolkitRecord
 from farm.toolkit import assemble as tk
 from farm.toolkit import cudastub
 
@@ -57,6 +59,16 @@ def test_a_header_without_driver_functions_is_refused_and_a_toolkit_without_cuda
         cudastub.stub_source("#define CUDA_VERSION 13000\n")
     assert cudastub.build_stub(tmp_path) is None
     assert not (tmp_path / "lib").exists()
+
+
+def test_without_a_c_compiler_the_install_scripts_step_says_what_to_do(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda.h").write_text(HEADER)
+    monkeypatch.setenv("PATH", str(tmp_path / "include"))  # no cc, no gcc
+    assert cudastub.main([str(tmp_path)]) == 1
+    assert capsys.readouterr().err == ("farm: cannot make the link-time libcuda stub: no C compiler (cc or gcc) on "
+                                       "PATH; install gcc\n")
+    assert not (tmp_path / cudastub.STUB).exists()
 
 
 def test_a_stub_the_toolkit_ships_is_left_alone(tmp_path) -> None:
@@ -118,6 +130,11 @@ def test_the_pypi_toolkit_carries_the_stub_on_the_link_path(pypi_toolkit: tk.Too
     stamp = tk.read_stamp(pypi_toolkit.prefix)
     assert stamp is not None
     assert stamp["libcuda_stub"] == sha256_file(stubs / "libcuda.so")
+    # the wheel's provenance records it from the stamp; an installed toolkit's stubs are not farm's
+    chain = probe.toolchain(cuda_home=None, builder="native", toolkit=pypi_toolkit.record())
+    assert isinstance(chain.toolkit, ToolkitRecord)
+    assert chain.toolkit.libcuda_stub == stamp["libcuda_stub"]
+    assert tk.toolkit_at_home(pypi_toolkit.cuda_home).record()["libcuda_stub"] is None
     env = {**os.environ, "LIBRARY_PATH": str(stubs)}
     lib = _link_user(pypi_toolkit.cuda_home / "include", tmp_path, env=env)
     _assert_needs_the_driver_only_by_name(lib)

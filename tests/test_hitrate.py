@@ -13,17 +13,19 @@ from .ledgermaker import make_entry
 KEY = ("flash_attn", "12.8", "2.8", "cp311", "linux_x86_64")
 
 
-def _line(python: str, compiles: int | None, hits: int | None) -> str:
+def _line(python: str, compiles: int | None, hits: int | None, refused: dict[str, int] | None = None) -> str:
     entry = make_entry("flash_attn", python=python)
     if compiles is not None:
         entry["toolchain"]["compile_cache"] = {"tool": "sccache", "compiles": compiles, "hits": hits,
                                                "misses": compiles - (hits or 0)}
+    if refused is not None:  # a farm that records the calls sccache refused; older lines lack the key
+        entry["toolchain"]["compile_cache"]["not_cacheable"] = refused
     return json.dumps(entry) + "\n"
 
 
 def test_rates_come_from_the_ledgers_recorded_counts(tmp_path) -> None:
     ledger = tmp_path / "ledger.jsonl"
-    ledger.write_text(_line("cp311", 100, 0) + _line("cp312", 100, 90) + _line("cp313", 100, 80)
+    ledger.write_text(_line("cp311", 100, 0) + _line("cp312", 100, 90) + _line("cp313", 100, 80, {"multiple input files": 20})
                       + _line("cp310", None, None) + "not json\n")
     rates = read_hit_rates(ledger)
     assert rates.cells[KEY] == 0.0

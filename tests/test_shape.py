@@ -118,6 +118,29 @@ def test_a_projection_with_missing_decodes_only_absent_capable_fields_as_none() 
         msgspec.json.decode(json.dumps({"note": "n"}), type=fast)
 
 
+@dataclass(frozen=True)
+class Counts:
+    steps: int
+    refused: Mapping[str, int] | Absent = ABSENT  # a key added later
+
+
+@dataclass(frozen=True)
+class Holder:
+    counts: Counts
+
+
+def test_missing_reaches_the_absent_keys_of_a_whole_record_picked() -> None:
+    """A record picked whole (``...``) gets a key its definition adds later: older lines lack it."""
+    fast = projection(Holder, "HolderCounts", {"counts": ...}, missing=True)
+    older: Any = msgspec.json.decode(json.dumps({"counts": {"steps": 3}}), type=fast)
+    assert (older.counts.steps, older.counts.refused) == (3, None)
+    newer: Any = msgspec.json.decode(json.dumps({"counts": {"steps": 3, "refused": {"x": 1}}}), type=fast)
+    assert newer.counts.refused == {"x": 1}
+    strict = projection(Holder, "HolderCountsStrict", {"counts": ...})
+    with pytest.raises(msgspec.ValidationError, match="refused"):
+        msgspec.json.decode(json.dumps({"counts": {"steps": 3}}), type=strict)
+
+
 def test_a_field_added_to_the_definition_reaches_schema_decoder_writer_and_index() -> None:
     """The one place a new key is written: a field. Here a subclass of the real definition adds
     one, and the schema, the decoder, the writer and a projection all know it."""

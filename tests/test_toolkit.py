@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -249,6 +250,26 @@ def test_a_failed_install_leaves_no_prefix(tmp_path) -> None:
         tk.ensure_toolkit(request_for(TK, "13.0"), prefix, python=str(broken_python))
     assert not prefix.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["python-whose-pip-fails"]
+
+
+@pytest.mark.slow  # pip installs NVIDIA's wheels, as for every PyPI toolkit
+def test_no_c_compiler_for_the_stub_is_named_and_not_taken_for_pip(tmp_path, monkeypatch) -> None:
+    """The wheels install, then the link-time libcuda stub cannot be compiled: the error says that
+    and what to do, and nothing of reaching PyPI; nothing is left in the prefix."""
+    tools = tmp_path / "bin"  # what the install script runs, and no C compiler
+    tools.mkdir()
+    for name in ("sh", "ln", "grep", "mkdir"):
+        found = shutil.which(name)
+        assert found is not None
+        (tools / name).symlink_to(found)
+    monkeypatch.setenv("PATH", str(tools))
+    prefix = tmp_path / "tk"
+    with pytest.raises(ToolError) as err:
+        tk.ensure_toolkit(request_for(TK, "13.0"), prefix)
+    assert err.value.message == "cannot make the link-time libcuda stub: no C compiler (cc or gcc) on PATH; install gcc"
+    assert err.value.hint is None
+    assert "pip" not in str(err.value)
+    assert not prefix.exists()
 
 
 def test_an_environment_without_pip_is_named_before_anything_is_written(tmp_path) -> None:

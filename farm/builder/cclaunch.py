@@ -55,9 +55,13 @@ WARNING = "farm: warning: compiler cache"
 # items (gsplat's ``-diag-suppress 20012,186``), sccache takes the value for a second input file
 # and refuses the whole call ("multiple input files"): it runs uncached. nvcc reads ``-opt value``
 # and ``-opt=value`` alike (byte-identical objects, tests/test_cclaunch.py), so ``launch`` joins them.
+# Left apart (refused, so run uncached, never cached wrong): nvcc 13.0's link, run and path options,
+# and the one-dash spellings sccache reads as its ``-o`` (output) with a glued value (``-opt-info``).
 NVCC_JOINED = ("diag-error", "diag-suppress", "diag-warn", "std", "ftz", "prec-div", "prec-sqrt", "fmad",
                "split-compile", "ftemplate-depth", "ftemplate-backtrace-limit", "brief-diagnostics",
-               "brief-diag", "jump-table-density", "jtd", "frandom-seed")
+               "brief-diag", "jump-table-density", "jtd", "frandom-seed", "Ofast-compile", "Ofc", "dopt",
+               "split-compile-extended", "sanitize", "optimization-info", "device-stack-protector",
+               "static-global-template-stub", "device-entity-has-hidden-visibility", "compress-mode")
 
 
 def _sha256(path: str) -> str:
@@ -158,7 +162,8 @@ def remove_socket(path: str, *, wait: float = 5.0) -> bool:
 def _join_nvcc_values() -> str:
     """Shell lines that rewrite an nvcc call's ``-opt value`` into ``-opt=value`` for
     :data:`NVCC_JOINED`; the value of ``-Xcompiler`` and the other pass-through options is left alone."""
-    names = "|".join(f"-{n}|--{n}" for n in NVCC_JOINED)
+    # `-optimization-info=...` would be sccache's -o: a name starting with o is joined with two dashes only
+    names = "|".join(f"--{n}" if n.startswith("o") else f"-{n}|--{n}" for n in NVCC_JOINED)
     return ('case ${1##*/} in nvcc)\n'
             '  held=; raw=\n'
             '  for a do\n'

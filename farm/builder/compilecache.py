@@ -205,7 +205,7 @@ class Counts:
     def record(self) -> dict[str, Any]:
         """``toolchain.compile_cache`` of ``_build_info.json``."""
         return {"tool": TOOL, "compiles": self.compiles, "hits": sum(self.hits.values()),
-                "misses": sum(self.misses.values())}
+                "misses": sum(self.misses.values()), "not_cacheable": dict(sorted(self.not_cacheable.items()))}
 
     def line(self) -> str:
         """The build log's line."""

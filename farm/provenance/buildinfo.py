@@ -233,6 +233,12 @@ class ToolkitRecord(_Record):
     manifest_url: str | Absent | None = ABSENT
     manifest_sha256: Sha256 | Absent | None = ABSENT
     components: tuple[ToolkitComponent, ...] = ()
+    libcuda_stub: Annotated[
+        Sha256 | Absent | None,
+        Rule(description="sha256 of the toolkit's link-time lib/stubs/libcuda.so (made from its cuda.h, or NVIDIA's "
+                         "own from the archives), as its ready stamp records it; null: none (an installed toolkit, "
+                         "a Windows one); absent: a farm before this key"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,12 @@ class CompileCache(_Record):
     compiles: Count
     hits: Count
     misses: Count
+    not_cacheable: Annotated[
+        Mapping[str, Count] | Absent,
+        Rule(description="compiler calls the cache refused, per its reason (sccache's: 'multiple input files'); "
+                         "they ran uncached and are in none of the counts above. {}: none refused; absent: not "
+                         "counted (a farm before this key)"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)

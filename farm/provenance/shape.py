@@ -317,19 +317,20 @@ def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any],
             sub: Any = projection(t.base, f"{name}_{field}", how, nulls=null, missing=missing)
             typ = sub | None if null else sub
         elif how is ...:
-            typ = _msgspec_type(t, nulls=null)
+            typ = _msgspec_type(t, nulls=null, missing=missing)
         else:
-            typ = _msgspec_type(_split(how), nulls=null)
+            typ = _msgspec_type(_split(how), nulls=null, missing=missing)
         spec.append((field, typ | None, None) if missing and t.absent else (field, typ))
     return msgspec.defstruct(name, spec, kw_only=True)  # fields with a default may come first
 
 
-def _msgspec_type(t: _Type, *, nulls: bool = False) -> Any:
+def _msgspec_type(t: _Type, *, nulls: bool = False, missing: bool = False) -> Any:
     base = t.base
-    if dataclasses.is_dataclass(base) and isinstance(base, type):
-        base = projection(base, base.__name__, {n: ... for n, _ in fields_of(base)}, nulls=nulls)
+    if dataclasses.is_dataclass(base) and isinstance(base, type):  # a whole record: its absent keys too
+        base = projection(base, base.__name__, {n: ... for n, _ in fields_of(base)}, nulls=nulls, missing=missing)
     elif typing.get_origin(base) is tuple:
-        base = list[_msgspec_type(_split(typing.get_args(base)[0]), nulls=nulls)]  # type: ignore[misc]
+        item = _msgspec_type(_split(typing.get_args(base)[0]), nulls=nulls, missing=missing)
+        base = list[item]  # type: ignore[valid-type]
     metas = [msgspec.Meta(min_length=r.min_length) for r in t.rules if r.min_length is not None]
     metas += [msgspec.Meta(ge=r.minimum) for r in t.rules if r.minimum is not None]
     out = Annotated.__class_getitem__((base, *metas)) if metas else base  # type: ignore[attr-defined]

@@ -58,6 +58,7 @@ class Toolkit:
     manifest_sha256: str | None = None
     components: tuple[Component, ...] = ()
     prefix: Path | None = None  # the cache folder it was assembled in (None: installed)
+    libcuda_stub: str | None = None  # sha256 of lib/stubs/libcuda.so, as the ready stamp has it (None: none)
 
     def record(self) -> dict[str, object]:
         """What ``_build_info.json`` and the ledger keep: which exact toolkit built the wheel."""
@@ -65,6 +66,7 @@ class Toolkit:
             "source": self.source, "release": self.release,
             "manifest_url": self.manifest_url, "manifest_sha256": self.manifest_sha256,
             "components": [c.to_json() for c in self.components],
+            "libcuda_stub": self.libcuda_stub,
         }
 
     def to_json(self) -> dict[str, object]:
@@ -163,6 +165,7 @@ def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, 
 
 
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def parse_nvcc_release(text: str) -> str:
@@ -239,7 +242,8 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
     if home == root or not home.is_relative_to(root):
         return None
     stub = stamp.get("libcuda_stub")
-    if stub is not None and not (isinstance(stub, str) and (home / cudastub.STUB).is_file()):
+    if stub is not None and not (isinstance(stub, str) and _SHA256.fullmatch(stub)
+                                 and (home / cudastub.STUB).is_file()):
         return None
     nvcc, cuobjdump = home / _exe(request, "nvcc"), home / _exe(request, "cuobjdump")
     try:
@@ -254,7 +258,7 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
         if _runs(cuobjdump, "--version") is None:
             return None
     return Toolkit(home, nvcc, cuobjdump, claimed, request.cuda, request.source, request.release,
-                   urls[0], urls[1], components, prefix)
+                   urls[0], urls[1], components, prefix, stub)
 
 
 def read_stamp(prefix: Path) -> dict[str, Any] | None:
@@ -372,6 +376,10 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         _require_pip(python)
         proc = subprocess.run(["sh", "-c", install_script(request, str(staging), python=python)],
                               capture_output=True, text=True, check=False)
+        stub_failed = proc.stderr.rfind(f"farm: {cudastub.FAILED}: ")
+        if proc.returncode != 0 and stub_failed >= 0:  # the wheels are in: pip is not what went wrong
+            raise ToolError(proc.stderr[stub_failed:].removeprefix("farm: ").strip(),
+                            where=str(staging / home_in_prefix(request)))
         if proc.returncode != 0:
             raise ToolError(
                 f"installing CUDA {request.cuda}'s wheels failed (rc {proc.returncode}):\n"
@@ -390,8 +398,7 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
             try:
                 cudastub.build_stub(staging / home)
             except (cudastub.StubError, OSError) as exc:
-                raise ToolError(f"cannot make the toolkit's link-time libcuda stub: {exc}",
-                                where=str(staging / home), hint="install a C compiler (gcc)") from None
+                raise ToolError(cudastub.failure(exc), where=str(staging / home)) from None
     version = _ready_version((staging / home).resolve(), request, components)
     stub = staging / home / cudastub.STUB
     return {

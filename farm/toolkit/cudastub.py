@@ -23,6 +23,7 @@ from pathlib import Path
 STUB = "lib/stubs/libcuda.so"  # lib64 -> lib, so lib64/stubs too: where torch's -L and CMake look
 SONAME = "libcuda.so.1"
 CUDA_ERROR_STUB_LIBRARY = 34
+FAILED = "cannot make the link-time libcuda stub"  # how a failure begins, here and in the install script's output
 
 _DECLARED = re.compile(r"\bCUresult\s+CUDAAPI\s+(cu\w+)\s*\(")
 _RENAMED = re.compile(r"^\s*#\s*define\s+cu\w+\s+(cu\w+)\s*$", re.MULTILINE)  # cuMemAlloc -> cuMemAlloc_v2
@@ -57,7 +58,7 @@ def compiler() -> str:
     """The host C compiler: ``cc``, else ``gcc``."""
     found = shutil.which("cc") or shutil.which("gcc")
     if found is None:
-        raise StubError("no C compiler (cc or gcc) on PATH to build the link-time libcuda stub; install gcc")
+        raise StubError("no C compiler (cc or gcc) on PATH; install gcc")
     return found
 
 
@@ -84,12 +85,17 @@ def build_stub(home: Path) -> Path | None:
     return stub
 
 
+def failure(exc: StubError | OSError) -> str:
+    """What went wrong making the stub, and what to do where that is known."""
+    return f"{FAILED}: {exc}"
+
+
 def main(argv: list[str]) -> int:
     """``python cudastub.py CUDA_HOME``: the install script's step."""
     try:
         build_stub(Path(argv[0]))
     except (StubError, OSError) as exc:
-        print(f"farm: {exc}", file=sys.stderr)
+        print(f"farm: {failure(exc)}", file=sys.stderr)
         return 1
     return 0
 
