@@ -8,6 +8,10 @@ into ``-opt=value``. Fast: the rewrite itself, through the real shell script. Sl
 real sccache): gsplat's command line, as torch's ninja file gives it, is cached and compiles the
 object an uncached nvcc does; every joined option compiles the same joined or apart. And the
 server's socket file, which sccache leaves behind, removed once no server answers on it.
+
+sccache 0.16.0 reads nvcc's ``-optf``, ``-odir``, ``-opt-info`` and ``-objtemp`` as its ``-o``: bare,
+it serves one options file's object for another (slow, reproduced); ``launch`` runs such a call
+uncached and ``stats`` counts it among the not cacheable.
 """
 
 from __future__ import annotations
@@ -37,6 +41,17 @@ GSPLAT = ["--generate-dependencies-with-compile", "--dependency-output", "k.o.d"
           "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "--expt-relaxed-constexpr",
           "--compiler-options", "-fPIC", "-O3", "--use_fast_math", "-std=c++20", "--expt-relaxed-constexpr",
           "-diag-suppress", "20012,186", "-DTORCH_EXTENSION_NAME=csrc", "-gencode=arch=compute_90,code=sm_90"]
+
+
+# a kernel whose scale an options file sets (nvcc's -optf), 1.0 without one
+OPTF_UNIT = "#ifndef SCALE\n#define SCALE 1.0f\n#endif\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n"
+OPTF_BASE = ["-c", "k.cu", "-gencode=arch=compute_90,code=sm_90"]
+
+
+def _optf_sources(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(OPTF_UNIT)
+    (tmp_path / "a.txt").write_text("-DSCALE=2.0f\n")
+    (tmp_path / "b.txt").write_text("-DSCALE=3.0f\n")
 
 
 def _server_env(tmp_path: Path) -> dict[str, str]:
@@ -102,18 +117,59 @@ def test_launch_joins_the_values_sccache_would_take_for_inputs(tmp_path) -> None
         "-Xcompiler", "-std",  # another tool's option, passed as given
         "-fmad",  # no value follows: left as it was, nvcc says what is wrong
         "--compiler-options", "-diag-warn", "-O3", "-diag-warn"]
-    # sccache reads `-opt-info...` and `-optimization-info...` as its -o with a glued value: joined, it
-    # would name the output; apart, the call is refused and runs uncached
+    # sccache reads `-optimization-info...` as its -o with a glued value: joined, it would name the output
     assert given("/opt/cuda/bin/nvcc", "-c", "k.cu", "--optimization-info", "inline", "-optimization-info", "inline",
-                 "-opt-info", "inline", "-Ofc", "max") == [
-        "/opt/cuda/bin/nvcc", "-c", "k.cu", "--optimization-info=inline", "-optimization-info", "inline",
-        "-opt-info", "inline", "-Ofc=max"]
+                 "-Ofc", "max") == [
+        "/opt/cuda/bin/nvcc", "-c", "k.cu", "--optimization-info=inline", "-optimization-info", "inline", "-Ofc=max"]
+    # sccache reads nvcc's -optf, -odir, -opt-info, -objtemp and -o=FILE as its -o: such a call never reaches
+    # sccache; nvcc runs it as given (the other options still joined) and the launcher writes the option down
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    ran = tmp_path / "nvcc-argv"
+    nvcc.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {ran}\n')
+    nvcc.chmod(0o755)
+    for misread in ("-optf=o.txt", "-optf", "-odir=d", "-odir", "-opt-info=inline", "-opt-info", "-objtemp", "-o=k.o"):
+        seen.unlink(missing_ok=True)
+        subprocess.run([launch, str(nvcc), "-c", "k.cu", misread, "-std", "c++17"], env=env, check=True)
+        assert not seen.exists()
+        assert ran.read_text().splitlines() == ["-c", "k.cu", misread, "-std=c++17"]
+    uncached = tmp_path / "run" / cclaunch.UNCACHED
+    assert uncached.read_text().splitlines() == ["-optf", "-optf", "-odir", "-odir", "-opt-info", "-opt-info",
+                                                 "-objtemp", "-o="]
+    # another tool's value, the long spellings and -optix-ir are sccache's to read, as before
+    assert given(str(nvcc), "-c", "k.cu", "-Xcompiler", "-odir", "--options-file", "o.txt", "--output-directory",
+                 "d", "-optix-ir") == [str(nvcc), "-c", "k.cu", "-Xcompiler", "-odir", "--options-file", "o.txt",
+                                       "--output-directory", "d", "-optix-ir"]
+    assert len(uncached.read_text().splitlines()) == 8
     # the host compiler's arguments are never touched
     assert given("/usr/bin/g++", "-std", "c++17", "-c", "a.cc") == ["/usr/bin/g++", "-std", "c++17", "-c", "a.cc"]
     # beneath a cached compile the compiler runs directly, as before
     out = subprocess.run([launch, "printf", "%s,", "-std", "c++17"], env={**env, cclaunch.NESTED: "1"},
                          capture_output=True, text=True, check=True).stdout
     assert out == "-std,c++17,"
+
+
+def test_the_calls_launch_ran_past_sccache_are_counted_as_not_cacheable(tmp_path) -> None:
+    """``stats`` adds the launcher's own refusals to sccache's ``not_cached``, which the build's line and
+    ``_build_info.json`` report; a new build's setup forgets the last one's."""
+    run = tmp_path / "run"
+    fake = tmp_path / "sccache"  # answers --show-stats as sccache 0.16.0 does, with one refusal of its own
+    fake.write_text('#!/bin/sh\ncase "$1" in --show-stats) echo \'{"stats": {"cache_hits": {"counts": {"CUDA": 1}}, '
+                    '"cache_misses": {"counts": {}}, "not_cached": {"multiple input files": 1}}}\';; esac\n')
+    fake.chmod(0o755)
+    run.mkdir()
+    (run / cclaunch.STATE).write_text(json.dumps({"cached": True, "sccache": str(fake)}))
+    (run / cclaunch.UNCACHED).write_text("-optf\n-odir\n-optf\n")
+    counts = Counts.from_stats(cclaunch.stats(str(run), dict(os.environ)) or {})
+    reason = cclaunch.MISREAD_REASON
+    assert counts.not_cacheable == {"multiple input files": 1, f"{reason}: -optf": 2, f"{reason}: -odir": 1}
+    assert counts.record()["not_cacheable"] == dict(sorted(counts.not_cacheable.items()))
+    assert (f"4 compiler call(s) not cacheable, run uncached and not counted above (multiple input files: 1, "
+            f"{reason}: -odir: 1, {reason}: -optf: 2)") in counts.line()
+    assert json.loads((run / cclaunch.STATS).read_text())["stats"]["not_cached"] == counts.not_cacheable
+    assert cclaunch.launcher_refusals(str(tmp_path / "nowhere")) == {}
+    cclaunch.setup(str(run), "/opt/cuda/bin/nvcc", {"FARM_SCCACHE": str(tmp_path / "absent")}, basedirs=[])
+    assert not (run / cclaunch.UNCACHED).exists()
 
 
 def test_gsplat_command_line_is_cached_and_compiles_what_nvcc_does(tmp_path, cuda_home) -> None:
@@ -183,6 +239,80 @@ def test_every_joined_option_compiles_the_same_joined_or_apart(tmp_path, cuda_ho
     assert (cold.nvcc_cached, warm.nvcc_run, warm.nvcc_cached) == (0, 0, cold.nvcc_run)  # a miss, then hits
     assert _same_object(tmp_path / "apart.o", tmp_path / "cold.o")
     assert (tmp_path / "cold.o").read_bytes() == (tmp_path / "warm.o").read_bytes()
+
+
+def test_nvcc_misread_is_every_one_dash_o_option_sccache_does_not_list(nvcc) -> None:
+    """sccache 0.16.0's gcc table reads any one-dash item starting with ``-o`` as its ``-o`` but for the
+    spellings its tables list (``-o`` itself, ``-optix-ir``): NVCC_MISREAD is the rest of nvcc's own."""
+    out = subprocess.run([str(nvcc), "--help"], capture_output=True, text=True, check=True).stdout
+    short = set(re.findall(r"^--\S+.*\((-o[^)\s]*)\)\s*$", out, re.MULTILINE))
+    assert {"-o", "-optix-ir"} <= short
+    assert {f"-{n}" for n in cclaunch.NVCC_MISREAD if not n.endswith("=")} == short - {"-o", "-optix-ir"}
+
+
+def test_bare_sccache_serves_one_options_file_for_another(tmp_path, nvcc) -> None:
+    """Why ``launch`` runs nvcc's -optf, -odir, -opt-info, -objtemp past sccache 0.16.0: it reads them as
+    its -o. Before the real -o, ``-optf=b.txt`` is gone from the key and from the compile: the call is a
+    hit on ``-optf=a.txt``'s object, which is what nvcc makes with no options file at all. After it, the
+    object goes to a file named after the option (``dir=d``), not where the build asked."""
+    _optf_sources(tmp_path)
+    env = _server_env(tmp_path)
+    sccache = cclaunch.find_sccache(env)
+    assert sccache is not None
+    (tmp_path / "run").mkdir()
+    assert cclaunch.start(sccache, env) is None
+    try:
+        counts = []
+        for name in ("a", "b"):
+            subprocess.run([sccache, str(nvcc), *OPTF_BASE, f"-optf={name}.txt", "-o", f"{name}.o"], cwd=tmp_path,
+                           env=env, check=True)
+            counts.append(_counts(sccache, env))
+        subprocess.run([sccache, str(nvcc), *OPTF_BASE, "-o", "c.o", "-odir=d"], cwd=tmp_path, env=env, check=True)
+        # its -t (threads, left out of the key) is no prefix match for -target-dir: the value reaches nvcc
+        target = subprocess.run([sccache, str(nvcc), *OPTF_BASE, "-o", "t.o", "-target-dir=bogus"], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, check=False)
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
+        cclaunch.remove_socket(env[cclaunch.SOCKET_ENV])
+    first, second = counts
+    assert first.not_cacheable == second.not_cacheable == {}
+    assert first.nvcc_run > 0
+    assert (second.nvcc_run, second.nvcc_cached) == (0, first.nvcc_run)  # the wrong hit
+    assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes()
+    for name, opts in (("plain-b", ["-optf=b.txt"]), ("plain-none", [])):
+        subprocess.run([str(nvcc), *OPTF_BASE, *opts, "-o", f"{name}.o"], cwd=tmp_path, check=True)
+    assert not _same_object(tmp_path / "plain-b.o", tmp_path / "b.o")
+    assert _same_object(tmp_path / "plain-none.o", tmp_path / "b.o")  # compiled without the options file
+    assert not (tmp_path / "c.o").exists()
+    assert (tmp_path / "dir=d").is_file()
+    assert target.returncode != 0
+    assert "Invalid target directory: bogus" in target.stderr
+
+
+def test_launch_compiles_an_optf_call_uncached_and_counts_it(tmp_path, nvcc) -> None:
+    """Through farm's launchers each ``-optf`` call is a fresh compile, the object nvcc makes of the same
+    arguments; the build's counts name the calls under farm's reason."""
+    _optf_sources(tmp_path)
+    env = _server_env(tmp_path)
+    run = tmp_path / "run"
+    assert cclaunch.setup(str(run), str(nvcc), env)["cached"] is True
+    try:
+        for name in ("a", "b"):
+            subprocess.run([str(run / "bin" / "nvcc"), *OPTF_BASE, f"-optf={name}.txt", "-o", f"{name}.o"],
+                           cwd=tmp_path, env=env, check=True)
+            subprocess.run([str(nvcc), *OPTF_BASE, f"-optf={name}.txt", "-o", f"plain-{name}.o"], cwd=tmp_path,
+                           check=True)
+    finally:
+        stats = cclaunch.stats(str(run), env)
+    assert stats is not None
+    counts = Counts.from_stats(stats)
+    assert counts.not_cacheable == {f"{cclaunch.MISREAD_REASON}: -optf": 2}
+    assert counts.compiles == 0  # sccache never saw them
+    assert (f"2 compiler call(s) not cacheable, run uncached and not counted above ({cclaunch.MISREAD_REASON}: "
+            "-optf: 2)") in counts.line()
+    assert _same_object(tmp_path / "plain-a.o", tmp_path / "a.o")
+    assert _same_object(tmp_path / "plain-b.o", tmp_path / "b.o")
+    assert not _same_object(tmp_path / "a.o", tmp_path / "b.o")
 
 
 def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:

@@ -9,7 +9,8 @@ writes the launchers into ``RUN_DIR/bin``:
   compile error then comes from the compiler); ``CMAKE_<LANG>_COMPILER_LAUNCHER`` and the others
   run through it. Beneath a cached compile it runs the compiler alone: one cache lookup per step.
   An nvcc call's ``-opt value`` for an option sccache does not know (:data:`NVCC_JOINED`) it
-  passes as ``-opt=value``, which nvcc reads alike and sccache can cache;
+  passes as ``-opt=value``, which nvcc reads alike and sccache can cache. An nvcc call with an
+  option sccache reads as its output (:data:`NVCC_MISREAD`) it runs uncached, and counts it;
 - ``nvcc``: the real nvcc through ``launch`` (``PYTORCH_NVCC`` names it, or farm's shard
   launcher does);
 - ``gcc`` / ``g++``: the real host compiler through ``launch`` (``CC`` / ``CXX``). torch's
@@ -27,7 +28,8 @@ read and write errors during the build (a read-only or full cache) are sccache's
 it compiles and counts the error, which :func:`stats` returns.
 
 ``python cclaunch.py stats RUN_DIR`` (after the build) writes the server's counts to
-``RUN_DIR/stats.json``, stops the server and removes its socket file (sccache leaves it behind).
+``RUN_DIR/stats.json`` (with the calls ``launch`` ran past sccache among the not cacheable), stops
+the server and removes its socket file (sccache leaves it behind).
 """
 
 from __future__ import annotations
@@ -55,13 +57,22 @@ WARNING = "farm: warning: compiler cache"
 # items (gsplat's ``-diag-suppress 20012,186``), sccache takes the value for a second input file
 # and refuses the whole call ("multiple input files"): it runs uncached. nvcc reads ``-opt value``
 # and ``-opt=value`` alike (byte-identical objects, tests/test_cclaunch.py), so ``launch`` joins them.
-# Left apart (refused, so run uncached, never cached wrong): nvcc 13.0's link, run and path options,
-# and the one-dash spellings sccache reads as its ``-o`` (output) with a glued value (``-opt-info``).
+# Left apart (refused, so run uncached, never cached wrong): nvcc 13.0's link, run and path options;
+# never joined: a one-dash spelling sccache reads as its ``-o`` with a glued value (NVCC_MISREAD).
 NVCC_JOINED = ("diag-error", "diag-suppress", "diag-warn", "std", "ftz", "prec-div", "prec-sqrt", "fmad",
                "split-compile", "ftemplate-depth", "ftemplate-backtrace-limit", "brief-diagnostics",
                "brief-diag", "jump-table-density", "jtd", "frandom-seed", "Ofast-compile", "Ofc", "dopt",
                "split-compile-extended", "sanitize", "optimization-info", "device-stack-protector",
                "static-global-template-stub", "device-entity-has-hidden-visibility", "compress-mode")
+# nvcc 13.0's one-dash options that sccache 0.16.0 reads as its output: gcc's table matches ``-o`` by
+# prefix, so ``-optf=FILE`` is output ``ptf=FILE`` (``o=``: ``-o=FILE``, output ``=FILE``). Before the
+# real ``-o`` the option is gone from the key and from the compile sccache runs (two options files,
+# one object: a wrong hit); after it, the object is written to ``ptf=FILE``, not where the build looks.
+# Given apart (``-optf FILE``), sccache refuses the call. ``launch`` runs every nvcc call that has one
+# uncached and writes its name to :data:`UNCACHED`; :func:`stats` counts them among the not cacheable.
+NVCC_MISREAD = ("o=", "odir", "optf", "opt-info", "objtemp")
+UNCACHED = "uncached.txt"  # one line per nvcc call ``launch`` ran past sccache: the option (NVCC_MISREAD)
+MISREAD_REASON = "nvcc option sccache 0.16.0 reads as its output"
 
 
 def _sha256(path: str) -> str:
@@ -159,13 +170,16 @@ def remove_socket(path: str, *, wait: float = 5.0) -> bool:
     return True
 
 
-def _join_nvcc_values() -> str:
+def _nvcc_arguments(uncached: str) -> str:
     """Shell lines that rewrite an nvcc call's ``-opt value`` into ``-opt=value`` for
-    :data:`NVCC_JOINED`; the value of ``-Xcompiler`` and the other pass-through options is left alone."""
+    :data:`NVCC_JOINED`; the value of ``-Xcompiler`` and the other pass-through options is left alone.
+    A call with an option of :data:`NVCC_MISREAD` runs uncached, its name appended to ``uncached``."""
     # `-optimization-info=...` would be sccache's -o: a name starting with o is joined with two dashes only
     names = "|".join(f"--{n}" if n.startswith("o") else f"-{n}|--{n}" for n in NVCC_JOINED)
+    spelt = {n: f"-{n}*" if n.endswith("=") else f"-{n}|-{n}=*" for n in NVCC_MISREAD}  # o=: -o=FILE
+    misread = "".join(f'      {p}) misread=-{n}; set -- "$@" "$a";;\n' for n, p in spelt.items())
     return ('case ${1##*/} in nvcc)\n'
-            '  held=; raw=\n'
+            '  held=; raw=; misread=\n'
             '  for a do\n'
             '    shift\n'
             '    if [ -n "$raw" ]; then raw=; set -- "$@" "$a"; continue; fi\n'
@@ -176,10 +190,12 @@ def _join_nvcc_values() -> str:
             f'    case $a in\n      {names}) held=$a;;\n'
             '      -X*=*|--*-options=*) set -- "$@" "$a";;\n'
             '      -X*|--*-options) raw=1; set -- "$@" "$a";;\n'
+            f'{misread}'
             '      *) set -- "$@" "$a";;\n'
             '    esac\n'
             '  done\n'
-            '  if [ -n "$held" ]; then set -- "$@" "$held"; fi;;\n'
+            '  if [ -n "$held" ]; then set -- "$@" "$held"; fi\n'
+            f'  if [ -n "$misread" ]; then printf "%s\\n" "$misread" >> {_q(uncached)} 2>/dev/null; exec "$@"; fi;;\n'
             'esac\n')
 
 
@@ -202,7 +218,7 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # CMake hung in its CUDA ABI check).
         _write(launch, f'#!/bin/sh\nif [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
                        f'{NESTED}=1; export {NESTED}\n'
-                       f'{_join_nvcc_values()}'
+                       f'{_nvcc_arguments(os.path.join(run_dir, UNCACHED))}'
                        f'{_q(sccache)} "$@" && exit 0\n'
                        f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
                        f'(a compile error shows twice)" >&2\n'
@@ -236,6 +252,8 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
     is the same text, hence the same key, for every Python of a row. The headers' contents are
     still hashed: a different header is still a miss."""
     os.makedirs(run_dir, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):  # an earlier build's, as its server's counts are zeroed
+        os.unlink(os.path.join(run_dir, UNCACHED))
     dirs = [d for d in (site_packages() if basedirs is None else basedirs) if os.path.isdir(d)]
     environ = {**environ, "SCCACHE_BASEDIRS": os.pathsep.join(dirs)} if dirs else dict(environ)
     sccache = find_sccache(environ)
@@ -250,9 +268,22 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
     return state
 
 
+def launcher_refusals(run_dir: str) -> dict[str, int]:
+    """The nvcc calls ``launch`` ran past sccache in this build (:data:`NVCC_MISREAD`), per reason."""
+    counts: dict[str, int] = {}
+    with contextlib.suppress(OSError), open(os.path.join(run_dir, UNCACHED), encoding="utf-8",
+                                            errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                reason = f"{MISREAD_REASON}: {line.strip()}"
+                counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
 def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
-    """The server's counts for this build (also written to ``RUN_DIR/stats.json``); None when
-    the build ran uncached or sccache cannot say. Stops the server and removes its socket file."""
+    """The server's counts for this build (also written to ``RUN_DIR/stats.json``), the calls
+    ``launch`` ran past sccache added to its ``not_cached``; None when the build ran uncached or
+    sccache cannot say. Stops the server and removes its socket file."""
     try:
         with open(os.path.join(run_dir, STATE), encoding="utf-8") as fh:
             state = json.load(fh)
@@ -272,6 +303,13 @@ def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
     if not isinstance(data, dict):
         print(f"{WARNING}: sccache did not report its counts; this build's hits are unknown", file=sys.stderr)
         return None
+    refused = launcher_refusals(run_dir)
+    if refused:  # the server never saw these calls: farm's own reasons, beside sccache's
+        counts = data.setdefault("stats", {})
+        not_cached = counts.setdefault("not_cached", {}) if isinstance(counts, dict) else None
+        if isinstance(not_cached, dict):
+            for reason, n in refused.items():
+                not_cached[reason] = int(not_cached.get(reason, 0) or 0) + n
     with open(os.path.join(run_dir, STATS), "w", encoding="utf-8") as fh:
         json.dump(data, fh)
     return data

@@ -169,7 +169,8 @@ class Counts:
     misses: Mapping[str, int]
     errors: int  # cache read/write errors and timeouts: compiled uncached, never failed
     # compiler calls sccache refused to cache, per its reason (``multiple input files``: an argument
-    # its table lacks took the next one for a second input); they ran uncached, in neither count above
+    # its table lacks took the next one for a second input), and those the launcher kept from it
+    # (cclaunch.MISREAD_REASON); they ran uncached, in neither count above
     not_cacheable: Mapping[str, int]
 
     @classmethod

@@ -251,7 +251,8 @@ class CompileCache(_Record):
     misses: Count
     not_cacheable: Annotated[
         Mapping[str, Count] | Absent,
-        Rule(description="compiler calls the cache refused, per its reason (sccache's: 'multiple input files'); "
+        Rule(description="compiler calls the cache refused, per its reason (sccache's: 'multiple input files'; "
+                         "farm's: 'nvcc option sccache 0.16.0 reads as its output: -optf'); "
                          "they ran uncached and are in none of the counts above. {}: none refused; absent: not "
                          "counted (a farm before this key)"),
     ] = ABSENT
