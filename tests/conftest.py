@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 # the compiled CUDA fixtures (`cuda_fixtures`), shared by every module of the session
 pytest_plugins = ("tests.cudafix",)
+
+
+@pytest.fixture
+def terminal_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler for the test, as in a terminal: a test run started in the
+    background by a non-interactive shell inherits SIGINT ignored, and a test's SIGINT would then
+    do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

@@ -393,6 +393,7 @@ def test_a_git_server_that_never_answers_ends_at_the_deadline(tmp_path: Path, ca
     assert elapsed < 6
 
 
+@pytest.mark.usefixtures("terminal_sigint")
 def test_an_interrupted_git_fetch_stops_git(tmp_path: Path, capsys) -> None:
     """SIGINT (Ctrl-C) while git waits on a server that never answers (127.0.0.1, as above, far
     from the deadline): farm exits 130 and no git process of the fetch is left running."""

@@ -53,6 +53,7 @@ def test_stop_session_ends_every_member_even_one_that_ignores_sigterm(tmp_path) 
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.usefixtures("terminal_sigint")
 def test_an_interrupted_step_is_stopped_with_everything_beneath_it(tmp_path) -> None:
     """SIGINT to farm (in the main thread, as a terminal's Ctrl-C) while run_relayed runs a step:
     Interrupted names the step, and nothing of the step's session is left."""
