@@ -77,7 +77,27 @@ def native_demo(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit)
     root = tmp_path_factory.mktemp("native")
     config = _demo_root(root)
     settings = _settings(root, pypi_toolkit, builder=BuilderKind.NATIVE)
-    return root, build_cell(config, config.recipe("demo_ext"), CELL, settings)
+    # a maintainer's shell with flags nvcc and gcc refuse: the build passes only if they are left out
+    saved = {k: os.environ.get(k) for k in HOSTILE_SHELL}
+    os.environ.update(HOSTILE_SHELL)
+    lines: list[str] = []
+
+    def log(msg: str) -> None:
+        lines.append(msg)
+        print(f"farm build: {msg}", file=sys.stderr)
+
+    try:
+        return root, build_cell(config, config.recipe("demo_ext"), CELL, settings, log=log)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        (root / "farm-build.log").write_text("\n".join(lines) + "\n")
+
+
+HOSTILE_SHELL = {"NVCC_PREPEND_FLAGS": "--this-is-not-an-option", "CFLAGS": "-fthis-is-not-a-flag"}
 
 
 def _cannot_run(reason: str) -> None:
@@ -161,6 +181,18 @@ def test_native_build_of_demo_ext_passes_postbuild(native_demo) -> None:
     assert check.wheel == result.asserted[0]
     assert [(i.module, i.error) for i in check.imports] == [("demo_ext", None), ("demo_ext._C", None)]
     assert check.python == platform.python_version()
+
+
+def test_the_callers_compiler_flags_do_not_reach_a_native_build(native_demo) -> None:
+    """native_demo builds in a shell whose NVCC_PREPEND_FLAGS and CFLAGS nvcc and gcc refuse: the
+    build passed (above), so neither reached a compile, and the log named both, without values."""
+    root, result = native_demo
+    assert result.asserted
+    log = (root / "farm-build.log").read_text()
+    (line,) = [s for s in log.splitlines() if "not passed to the build" in s]
+    assert line == (f"{CELL.id}: not passed to the build: CFLAGS, NVCC_PREPEND_FLAGS "
+                    "(a native build takes its flags from the recipe, as the container does)")
+    assert not any(v in log for v in HOSTILE_SHELL.values())
 
 
 def test_asserted_demo_ext_imports_without_a_gpu(native_demo, tmp_path) -> None:
@@ -639,6 +671,44 @@ def test_the_native_environment_puts_the_callers_library_path_after_the_toolkit_
     assert native_environment(plan.native, {**base, "LIBRARY_PATH": ""})["LIBRARY_PATH"] == stubs
     # the caller's own stubs folder is not written twice
     assert native_environment(plan.native, {**base, "LIBRARY_PATH": stubs})["LIBRARY_PATH"] == stubs
+
+
+def test_the_native_environment_leaves_out_the_callers_compiler_variables(tmp_path) -> None:
+    """A container never sees the caller's shell; neither does a native build see its compiler and
+    flag variables: those the plan sets are the plan's (the recipe's CFLAGS evaluated without the
+    caller's, the compiler cache's CC/CXX), the rest are left out and named; farm's own pass."""
+    from dataclasses import replace
+
+    from farm.builder import compilecache
+    from farm.builder.builders import native_environment, withheld
+
+    plan = _demo_plan(tmp_path)
+    assert plan.native is not None
+    steps = replace(plan.native, environment=(*plan.native.environment, ("CFLAGS", "-O2 $CFLAGS"),
+                                              *compilecache.build_environment("/run/bin")))
+    farm_needs = {"PATH": "/usr/bin", "HOME": "/home/u", "TMPDIR": "/tmp/u", "HTTPS_PROXY": "http://proxy:3128",
+                  "PIP_INDEX_URL": "https://mirror.example/simple", "SCCACHE_DIR": "/cache/sccache"}
+    shell = {"CFLAGS": "-g", "CC": "clang", "CXX": "clang++", "CXXFLAGS": "-O0", "LDFLAGS": "-L/opt/x",
+             "NVCC_PREPEND_FLAGS": "-G", "NVCC_APPEND_FLAGS": "-lineinfo", "NVCC_CCBIN": "/usr/bin/gcc-9",
+             "CUDAFLAGS": "-G", "CMAKE_ARGS": "-DCMAKE_BUILD_TYPE=Debug", "CUDA_HOME": "/usr/local/cuda",
+             "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", "PYTORCH_NVCC": "/opt/other/nvcc"}
+    env = native_environment(steps, {**farm_needs, **shell})
+    dropped = withheld(steps, {**farm_needs, **shell})
+    assert dropped == ["CMAKE_ARGS", "CUDAFLAGS", "CXXFLAGS", "LDFLAGS", "NVCC_CCBIN", "NVCC_PREPEND_FLAGS"]
+    assert not set(dropped) & set(env)
+    planned = dict(steps.environment)
+    assert env["CFLAGS"] == "-O2 "  # the recipe's, its $CFLAGS empty as in a container
+    assert (env["CC"], env["CXX"]) == ("/run/bin/gcc", "/run/bin/g++")
+    assert env["NVCC_APPEND_FLAGS"] == planned["NVCC_APPEND_FLAGS"] == "--threads 1"
+    assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/run/bin/launch"
+    assert env["PYTORCH_NVCC"] == "/run/bin/nvcc"
+    assert env["CUDA_HOME"] == planned["CUDA_HOME"]
+    assert env["PATH"] == f"{planned['CUDA_HOME']}/bin:/usr/bin"
+    assert {k: env[k] for k in farm_needs if k != "PATH"} == {k: v for k, v in farm_needs.items() if k != "PATH"}
+    # without the compiler cache the caller's CC/CXX are left out too: the PATH's gcc, as in a container
+    assert withheld(plan.native, shell) == sorted(set(shell) - {"CUDA_HOME", "NVCC_APPEND_FLAGS"})
+    bare = native_environment(plan.native, {**farm_needs, **shell})
+    assert not {"CC", "CXX", "CFLAGS", "PYTORCH_NVCC", "CMAKE_CUDA_COMPILER_LAUNCHER"} & set(bare)
 
 
 def test_build_output_is_relayed_without_secrets(capfd) -> None:

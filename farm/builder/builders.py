@@ -67,7 +67,7 @@ from farm.errors import (
 from farm.fsutil import sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
-from farm.model.config import BuildKnobs, FarmConfig, Recipe
+from farm.model.config import COMPILER_ENV, BuildKnobs, FarmConfig, Recipe
 from farm.provenance import buildinfo
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
@@ -438,15 +438,18 @@ def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, 
 def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with the plan's environment applied as cibuildwheel applies it in a container:
     the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
-    ``$(...)`` mean the same in both builders. One addition a host needs and a container does
-    not: the caller's ``LIBRARY_PATH`` follows the toolkit's ``lib64/stubs`` the plan sets, so the
-    host's own link folders are still searched, after the stub."""
+    ``$(...)`` mean the same in both builders. The caller's compiler variables
+    (:data:`~farm.model.config.COMPILER_ENV`) are left out first, as a container never sees
+    them: the build's come from the plan alone (:func:`withheld` names those dropped). One addition
+    a host needs and a container does not: the caller's ``LIBRARY_PATH`` follows the toolkit's
+    ``lib64/stubs`` the plan sets, so the host's own link folders are still searched, after the stub."""
     # cibuildwheel is the `build` extra's: imported here, farm's light install runs without it
     from cibuildwheel.environment import EnvironmentParseError, parse_environment  # noqa: PLC0415
 
     text = render_environment(steps.environment)
+    base = {k: v for k, v in environ.items() if k not in COMPILER_ENV}
     try:
-        env = parse_environment(text).as_dictionary(prev_environment=environ)
+        env = parse_environment(text).as_dictionary(prev_environment=base)
     except EnvironmentParseError as exc:
         raise ConfigError(f"the build environment does not parse as cibuildwheel's: {exc}",
                           hint="check the recipe's env values (shell syntax)") from None
@@ -454,6 +457,13 @@ def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[s
     if caller_lib and env.get("LIBRARY_PATH") not in (None, caller_lib):  # the toolkit's stubs, then the caller's
         env["LIBRARY_PATH"] = f"{env['LIBRARY_PATH']}{os.pathsep}{caller_lib}"
     return env
+
+
+def withheld(steps: NativeSteps, environ: Mapping[str, str]) -> list[str]:
+    """The caller's compiler variables that :func:`native_environment` does not pass to the build:
+    those of :data:`~farm.model.config.COMPILER_ENV` set in ``environ`` that the plan does not set."""
+    planned = {name for name, _ in steps.environment}
+    return sorted(k for k in environ if k in COMPILER_ENV and k not in planned)
 
 
 def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
@@ -510,6 +520,11 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     if interpreter.tag != plan.cell.python:
         raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
     say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
+    dropped = withheld(steps, env)
+    if dropped:  # nor to the build environment's installs: an sdist there would build with them
+        say(f"{plan.cell.id}: not passed to the build: {', '.join(dropped)} "
+            "(a native build takes its flags from the recipe, as the container does)")
+        env = {k: v for k, v in env.items() if k not in dropped}
     direct = {d.requirement: d.direct_reference for d in farm_deps}
     contents = buildenv.spec_for(plan.torch_version, plan.torch_index,
                                  tuple(direct.get(d, d) for d in steps.extra_deps),

@@ -53,6 +53,24 @@ FARM_ENV = frozenset({
     "CUDA_HOME", "CUDA_PATH", "PATH", "FORCE_CUDA", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",
     "CMAKE_CUDA_ARCHITECTURES", "MAX_JOBS", "NVCC_APPEND_FLAGS",
 })
+# Variables that change what a build compiles or links: setuptools' compiler (its sysconfig
+# customization), torch's cpp_extension, CMake (its documented environment variables, and
+# scikit-build-core's), nvcc. A native build takes them from its plan alone, as cibuildwheel's
+# container does: the caller's value of one the plan does not set is not passed to the build. Those
+# farm sets above are among them; a recipe's build.env may set the others. MAX_JOBS and PATH are
+# not: the one caps parallelism, the other finds the tools.
+COMPILER_ENV = (FARM_ENV - {"MAX_JOBS", "PATH"}) | frozenset({
+    # setuptools (distutils' unix compiler) and torch's cpp_extension (CC is nvcc's -ccbin there)
+    "CC", "CXX", "CPP", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "LDCXXSHARED",
+    "AR", "ARFLAGS", "RANLIB", "PYTORCH_NVCC", "CUDA_INC_PATH", "CUDNN_HOME", "CUDNN_PATH",
+    # CMake: compilers, their flags, launchers, build type, toolchain; scikit-build-core's and the
+    # CMAKE_ARGS that it and many setup.py files pass on
+    "CUDACXX", "CUDAHOSTCXX", "CUDAFLAGS", "CMAKE_BUILD_TYPE", "CMAKE_TOOLCHAIN_FILE", "CMAKE_ARGS",
+    *(f"CMAKE_{lang}_{role}_LAUNCHER" for lang in ("C", "CXX", "CUDA") for role in ("COMPILER", "LINKER")),
+    "SKBUILD_CMAKE_ARGS", "SKBUILD_CMAKE_DEFINE", "SKBUILD_CMAKE_BUILD_TYPE",
+    # nvcc's own
+    "NVCC_PREPEND_FLAGS", "NVCC_CCBIN",
+})
 
 
 # ------------------------------------------------------------------------------------------------
