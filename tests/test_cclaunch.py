@@ -268,9 +268,6 @@ def test_bare_sccache_serves_one_options_file_for_another(tmp_path, nvcc) -> Non
                            env=env, check=True)
             counts.append(_counts(sccache, env))
         subprocess.run([sccache, str(nvcc), *OPTF_BASE, "-o", "c.o", "-odir=d"], cwd=tmp_path, env=env, check=True)
-        # its -t (threads, left out of the key) is no prefix match for -target-dir: the value reaches nvcc
-        target = subprocess.run([sccache, str(nvcc), *OPTF_BASE, "-o", "t.o", "-target-dir=bogus"], cwd=tmp_path,
-                                env=env, capture_output=True, text=True, check=False)
     finally:
         subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
         cclaunch.remove_socket(env[cclaunch.SOCKET_ENV])
@@ -285,8 +282,6 @@ def test_bare_sccache_serves_one_options_file_for_another(tmp_path, nvcc) -> Non
     assert _same_object(tmp_path / "plain-none.o", tmp_path / "b.o")  # compiled without the options file
     assert not (tmp_path / "c.o").exists()
     assert (tmp_path / "dir=d").is_file()
-    assert target.returncode != 0
-    assert "Invalid target directory: bogus" in target.stderr
 
 
 def test_launch_compiles_an_optf_call_uncached_and_counts_it(tmp_path, nvcc) -> None:
