@@ -57,6 +57,9 @@ def walk_files(root: str | os.PathLike[str],
         stack.extend(os.path.join(top, d) for d in sorted(dirs, reverse=True))
 
 
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a sha256 as sha256_file writes it (use fullmatch)
+
+
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file, read in chunks (memory does not grow with the file)."""
     digest = hashlib.sha256()

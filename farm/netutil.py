@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import http.client
 import os
-import re
 import socket
 import threading
 import time
@@ -29,6 +28,7 @@ from packaging.utils import canonicalize_name
 
 from farm import jsonread
 from farm.errors import NetworkError, TooLarge
+from farm.fsutil import SHA256_HEX
 from farm.progress import Say
 
 # PEP 691: JSON preferred, HTML accepted (a static PEP 503 tree serves text/html).
@@ -40,7 +40,6 @@ MAX_PAGE_BYTES = 64 << 20
 DEADLINE = 300.0
 MIN_RATE = 1 << 20  # bytes per second
 CHUNK = 1 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def _has_metadata(value: object) -> bool:
 
 def _sha256(value: object) -> str | None:
     text = str(value).lower() if value else ""
-    return text if _SHA256.fullmatch(text) else None
+    return text if SHA256_HEX.fullmatch(text) else None
 
 
 def _file(url: str, filename: str, sha256: str | None, metadata: bool = False, size: int | None = None) -> IndexFile:

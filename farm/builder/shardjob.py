@@ -23,7 +23,6 @@ TU and the shard that owns it) and on objects the shards made that its build nev
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,7 @@ from farm import jsonread
 from farm.builder import shard
 from farm.builder.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
-from farm.fsutil import atomic_write, open_plain
+from farm.fsutil import SHA256_HEX, atomic_write, open_plain
 from farm.provenance.shape import ShapeError, UnknownKeyError, decode, encode
 
 # Where the cell's shard folder appears inside cibuildwheel's container (bind-mounted, read-write).
@@ -153,7 +152,6 @@ def prepare_probe(probe_root: Path, cell_id: str, source_root: Path, spec_digest
 # ------------------------------------------------------------------------------------------------
 DONE_VERSION: Final = 2
 MAX_DONE_BYTES = 64 << 20  # a record of 10,000 TUs with long flag lists stays far below
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # The record is defined once, here: farm.provenance.shape writes it and reads it back (types,
@@ -224,11 +222,11 @@ def parse_done(data: object, where: Path, index: int, count: int) -> DoneRecord:
         if not u.object or "/" in u.object or "\\" in u.object:
             raise bad(f"units/{k}/object", f"must be an object file name, not {u.object!r:.80}")
         for key in ("object_sha256", "source_sha256"):
-            if not _SHA256.fullmatch(getattr(u, key)):
+            if not SHA256_HEX.fullmatch(getattr(u, key)):
                 raise bad(f"units/{k}/{key}", f"must be a sha256 (64 lowercase hex digits), not "
                                               f"{getattr(u, key)!r:.80}")
         for rel, digest in u.inputs.items():
-            if not _relpath(rel) or not _SHA256.fullmatch(digest):
+            if not _relpath(rel) or not SHA256_HEX.fullmatch(digest):
                 raise bad(f"units/{k}/inputs", f"must map paths in the source tree to sha256s ({rel!r:.80})")
     return record
 

@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 
 from farm import cacheseal, jsonread
 from farm.errors import ToolError, UsageError
-from farm.fsutil import atomic_write, sha256_file, sweep_dead_dirs, temp_dir_prefix
+from farm.fsutil import SHA256_HEX, atomic_write, sha256_file, sweep_dead_dirs, temp_dir_prefix
 from farm.toolkit import components as comps
 from farm.toolkit import cudastub, redist
 from farm.toolkit.components import Component
@@ -165,7 +165,6 @@ def _pypi_components(report: Path, request: ToolkitRequest) -> tuple[Component, 
 
 
 _NVCC_RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def parse_nvcc_release(text: str) -> str:
@@ -242,7 +241,7 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
     if home == root or not home.is_relative_to(root):
         return None
     stub = stamp.get("libcuda_stub")
-    if stub is not None and not (isinstance(stub, str) and _SHA256.fullmatch(stub)
+    if stub is not None and not (isinstance(stub, str) and SHA256_HEX.fullmatch(stub)
                                  and (home / cudastub.STUB).is_file()):
         return None
     nvcc, cuobjdump = home / _exe(request, "nvcc"), home / _exe(request, "cuobjdump")
