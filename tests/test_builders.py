@@ -77,9 +77,13 @@ def native_demo(tmp_path_factory: pytest.TempPathFactory, pypi_toolkit: Toolkit)
     root = tmp_path_factory.mktemp("native")
     config = _demo_root(root)
     settings = _settings(root, pypi_toolkit, builder=BuilderKind.NATIVE)
-    # a maintainer's shell with flags nvcc and gcc refuse: the build passes only if they are left out
-    saved = {k: os.environ.get(k) for k in HOSTILE_SHELL}
-    os.environ.update(HOSTILE_SHELL)
+    # a maintainer's shell with flags nvcc and gcc refuse, and a header search path whose stddef.h
+    # stops any compile that includes it: the build passes only if they are left out
+    hostile = {**HOSTILE_SHELL, "CPATH": str(root / "hostile-include")}
+    (root / "hostile-include").mkdir()
+    (root / "hostile-include" / "stddef.h").write_text("#error the caller's CPATH reached the build\n")
+    saved = {k: os.environ.get(k) for k in hostile}
+    os.environ.update(hostile)
     lines: list[str] = []
 
     def log(msg: str) -> None:
@@ -184,13 +188,14 @@ def test_native_build_of_demo_ext_passes_postbuild(native_demo) -> None:
 
 
 def test_the_callers_compiler_flags_do_not_reach_a_native_build(native_demo) -> None:
-    """native_demo builds in a shell whose NVCC_PREPEND_FLAGS and CFLAGS nvcc and gcc refuse: the
-    build passed (above), so neither reached a compile, and the log named both, without values."""
+    """native_demo builds in a shell whose NVCC_PREPEND_FLAGS and CFLAGS nvcc and gcc refuse, and
+    whose CPATH holds a stddef.h that is an #error: the build passed (above), so none reached a
+    compile, and the log named them, without values."""
     root, result = native_demo
     assert result.asserted
     log = (root / "farm-build.log").read_text()
     (line,) = [s for s in log.splitlines() if "not passed to the build" in s]
-    assert line == (f"{CELL.id}: not passed to the build: CFLAGS, NVCC_PREPEND_FLAGS "
+    assert line == (f"{CELL.id}: not passed to the build: CFLAGS, CPATH, NVCC_PREPEND_FLAGS "
                     "(a native build takes its flags from the recipe, as the container does)")
     assert not any(v in log for v in HOSTILE_SHELL.values())
 
@@ -655,22 +660,18 @@ def test_both_builders_evaluate_the_plan_environment_alike(tmp_path, monkeypatch
     assert native["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX"
 
 
-def test_the_native_environment_puts_the_callers_library_path_after_the_toolkit_stubs(tmp_path) -> None:
-    """The host's link folders stay searched, after the toolkit's libcuda stub; no caller's
-    LIBRARY_PATH (or an empty one) leaves the stubs alone, with no empty entry."""
-    from farm.builder.builders import native_environment
+def test_the_native_environment_links_against_the_plans_library_path_alone(tmp_path) -> None:
+    """The plan's LIBRARY_PATH is the toolkit's libcuda stub folder; the caller's is not appended
+    (a container never sees it, and gcc searches the host's own link folders without it)."""
+    from farm.builder.builders import native_environment, passed_on, withheld
 
     plan = _demo_plan(tmp_path)
     assert plan.native is not None
     stubs = dict(plan.native.environment)["LIBRARY_PATH"]
     assert stubs.endswith("/lib64/stubs")
-    base = {"PATH": "/usr/bin", "HOME": "/home/u"}
-    joined = native_environment(plan.native, {**base, "LIBRARY_PATH": "/opt/host/lib:/usr/local/lib"})
-    assert joined["LIBRARY_PATH"] == f"{stubs}:/opt/host/lib:/usr/local/lib"
-    assert native_environment(plan.native, base)["LIBRARY_PATH"] == stubs
-    assert native_environment(plan.native, {**base, "LIBRARY_PATH": ""})["LIBRARY_PATH"] == stubs
-    # the caller's own stubs folder is not written twice
-    assert native_environment(plan.native, {**base, "LIBRARY_PATH": stubs})["LIBRARY_PATH"] == stubs
+    caller = {"PATH": "/usr/bin", "HOME": "/home/u", "LIBRARY_PATH": "/opt/host/lib:/usr/local/lib"}
+    assert native_environment(plan.native, passed_on(caller))["LIBRARY_PATH"] == stubs
+    assert withheld(plan.native.environment, caller) == []  # the plan sets its own: nothing to name
 
 
 def test_the_native_environment_leaves_out_the_callers_compiler_variables(tmp_path) -> None:
@@ -680,7 +681,7 @@ def test_the_native_environment_leaves_out_the_callers_compiler_variables(tmp_pa
     from dataclasses import replace
 
     from farm.builder import compilecache
-    from farm.builder.builders import native_environment, withheld
+    from farm.builder.builders import native_environment, passed_on, withheld
 
     plan = _demo_plan(tmp_path)
     assert plan.native is not None
@@ -692,8 +693,8 @@ def test_the_native_environment_leaves_out_the_callers_compiler_variables(tmp_pa
              "NVCC_PREPEND_FLAGS": "-G", "NVCC_APPEND_FLAGS": "-lineinfo", "NVCC_CCBIN": "/usr/bin/gcc-9",
              "CUDAFLAGS": "-G", "CMAKE_ARGS": "-DCMAKE_BUILD_TYPE=Debug", "CUDA_HOME": "/usr/local/cuda",
              "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", "PYTORCH_NVCC": "/opt/other/nvcc"}
-    env = native_environment(steps, {**farm_needs, **shell})
-    dropped = withheld(steps, {**farm_needs, **shell})
+    env = native_environment(steps, passed_on({**farm_needs, **shell}))
+    dropped = withheld(steps.environment, {**farm_needs, **shell})
     assert dropped == ["CMAKE_ARGS", "CUDAFLAGS", "CXXFLAGS", "LDFLAGS", "NVCC_CCBIN", "NVCC_PREPEND_FLAGS"]
     assert not set(dropped) & set(env)
     planned = dict(steps.environment)
@@ -706,9 +707,72 @@ def test_the_native_environment_leaves_out_the_callers_compiler_variables(tmp_pa
     assert env["PATH"] == f"{planned['CUDA_HOME']}/bin:/usr/bin"
     assert {k: env[k] for k in farm_needs if k != "PATH"} == {k: v for k, v in farm_needs.items() if k != "PATH"}
     # without the compiler cache the caller's CC/CXX are left out too: the PATH's gcc, as in a container
-    assert withheld(plan.native, shell) == sorted(set(shell) - {"CUDA_HOME", "NVCC_APPEND_FLAGS"})
-    bare = native_environment(plan.native, {**farm_needs, **shell})
+    assert withheld(plan.native.environment, shell) == sorted(set(shell) - {"CUDA_HOME", "NVCC_APPEND_FLAGS"})
+    bare = native_environment(plan.native, passed_on({**farm_needs, **shell}))
     assert not {"CC", "CXX", "CFLAGS", "PYTORCH_NVCC", "CMAKE_CUDA_COMPILER_LAUNCHER"} & set(bare)
+
+
+# search paths and platform overrides: they change what is compiled and linked, or the wheel's tag
+AMBIENT_PATHS = {"CPATH": "/opt/host/include", "C_INCLUDE_PATH": "/opt/c/include",
+                 "CPLUS_INCLUDE_PATH": "/opt/cxx/include", "CMAKE_PREFIX_PATH": "/opt/prefix",
+                 "CMAKE_INCLUDE_PATH": "/opt/cmake/include", "CMAKE_LIBRARY_PATH": "/opt/cmake/lib",
+                 "LIBRARY_PATH": "/opt/host/lib", "_PYTHON_HOST_PLATFORM": "linux-aarch64",
+                 "_PYTHON_SYSCONFIGDATA_NAME": "_sysconfigdata__linux_aarch64-linux-gnu", "ARCHFLAGS": "-arch arm64"}
+
+
+def test_a_recipes_env_reaches_the_build_and_the_callers_search_paths_do_not(tmp_path) -> None:
+    """build.env may set what the caller's shell may not: the recipe's CFLAGS, CPATH and
+    CMAKE_PREFIX_PATH reach the build (evaluated without the caller's values, as in a container);
+    the caller's search paths and platform overrides are left out, and those the recipe does not
+    set are named."""
+    from farm.builder.builders import native_environment, passed_on, withheld
+
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    (tmp_path / "examples/demo_ext/setup.py").write_text("")
+    recipe = DEMO_RECIPE.format(arch=ARCHS) + (
+        "build:\n  env: {CFLAGS: '-O3 -fno-plt $CFLAGS', CPATH: /opt/recipe/include,"
+        " CMAKE_PREFIX_PATH: '/opt/recipe:$CMAKE_PREFIX_PATH', LIBRARY_PATH: '$LIBRARY_PATH:/opt/recipe/lib'}\n")
+    config = make_root(tmp_path, {"demo_ext": recipe})
+    plan = plan_build(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
+    assert plan.native is not None
+    caller = {"PATH": "/usr/bin", "HOME": "/home/u", "CFLAGS": "-g", **AMBIENT_PATHS}
+    env = native_environment(plan.native, passed_on(caller))
+    assert env["CFLAGS"] == "-O3 -fno-plt "
+    assert env["CPATH"] == "/opt/recipe/include"
+    assert env["CMAKE_PREFIX_PATH"] == "/opt/recipe:"
+    assert env["LIBRARY_PATH"] == f"{plan.cuda_home}/lib64/stubs:/opt/recipe/lib"  # after the toolkit's stubs
+    planned = {"CPATH", "CMAKE_PREFIX_PATH", "LIBRARY_PATH"}  # the recipe's and the toolkit's stubs
+    assert not (set(AMBIENT_PATHS) - planned) & set(env)
+    assert withheld(plan.native.environment, caller) == sorted(set(AMBIENT_PATHS) - planned)
+
+
+def test_a_windows_build_on_the_host_gets_no_compiler_variables_from_the_caller(tmp_path) -> None:
+    """cibuildwheel builds a win_amd64 cell on the host, in the environment farm starts it with:
+    the caller's compiler variables, search paths and MSVC's CL/LINK are left out of it and named
+    in the log line a native build writes; a Linux cell's container sees none of them anyway, and
+    cibuildwheel itself gets the caller's environment."""
+    from farm.builder.builders import cibuildwheel_environment, say_withheld
+
+    (tmp_path / "examples/demo_ext").mkdir(parents=True)
+    (tmp_path / "examples/demo_ext/setup.py").write_text("")
+    config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
+    windows = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "win_amd64")
+    plan = plan_build(config, config.recipe("demo_ext"), windows, tmp_path / "examples/demo_ext",
+                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", host_cuda_home=Path("/x")))
+    assert plan.msvc is not None
+    shell = {"CFLAGS": "-g", "NVCC_PREPEND_FLAGS": "-G", "CL": "/Od", "_LINK_": "/DEBUG", "CPATH": "C:/inc"}
+    ambient = {"PATH": "C:/Windows", "INCLUDE": "C:/VC/include", "LIB": "C:/VC/lib", "TEMP": "C:/tmp", **shell}
+    env = cibuildwheel_environment(plan, ambient)
+    assert not set(shell) & set(env)
+    assert {k: env[k] for k in ("PATH", "INCLUDE", "LIB", "TEMP")} == {k: ambient[k] for k in ("PATH", "INCLUDE", "LIB", "TEMP")}
+    assert env["GITHUB_STEP_SUMMARY"] == str(plan.step_summary)
+    logged: list[str] = []
+    say_withheld(plan, ambient, logged.append)
+    assert logged == [(f"{windows.id}: not passed to the build: CFLAGS, CL, CPATH, NVCC_PREPEND_FLAGS, _LINK_ "
+                       "(a native build takes its flags from the recipe, as the container does)")]
+    linux = _demo_plan(tmp_path / "linux")
+    assert cibuildwheel_environment(linux, ambient) == {**ambient, **linux.env}
 
 
 def test_build_output_is_relayed_without_secrets(capfd) -> None:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -300,15 +300,23 @@ def _append_summary(plan: BuildPlan, environ: Mapping[str, str]) -> None:
 _AMBIENT_CIBW = re.compile(r"CIBW_(?:(?:MANY|MUSL)LINUX_(\w+)_IMAGE|DEBUG_\w+|CACHE_PATH)")
 
 
+def _on_host(plan: BuildPlan) -> bool:
+    """Whether cibuildwheel builds the cell on this host (win_amd64) rather than in a container."""
+    return not plan.cell.platform.startswith("linux")
+
+
 def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment cibuildwheel runs with: the caller's, minus its cibuildwheel options, plus the plan's."""
+    """The environment cibuildwheel runs with: the caller's, minus its cibuildwheel options, plus the
+    plan's. A win_amd64 build runs on the host in this environment (cibuildwheel applies the plan's
+    over it), so it is :func:`passed_on`'s there, as for a native build; a container sees none of it."""
     def keep(name: str) -> bool:
         if not name.startswith("CIBW_"):
             return True
         m = _AMBIENT_CIBW.fullmatch(name)
         return m is not None and not (m[1] and f"{name[5:9].lower()}linux-{m[1].lower()}-image" in plan.options)
 
-    return {**{k: v for k, v in environ.items() if keep(k)}, **plan.env}
+    base = passed_on(environ) if _on_host(plan) else environ
+    return {**{k: v for k, v in base.items() if keep(k)}, **plan.env}
 
 
 def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[str, str]:
@@ -344,6 +352,8 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
         check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
     if plan.msvc is not None:  # cibuildwheel builds Windows wheels on the host, in this environment
         environ.update(developer_environment(plan.msvc, log=say))
+    if _on_host(plan):  # cibuildwheel_environment leaves them out
+        say_withheld(plan, environ, say)
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
     if plan.spec.compile_cache.enabled:  # the container runs farm's launcher script from the mounted run folder
@@ -435,35 +445,42 @@ def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, 
     return facts.pythons.get(plan.cell.python) if facts is not None else None
 
 
+def passed_on(environ: Mapping[str, str]) -> dict[str, str]:
+    """The caller's ``environ`` as a build on the host starts from: without the variables of
+    :data:`~farm.model.config.COMPILER_ENV`, which a container never sees, so the build takes its
+    compilers, flags and search paths from the plan alone (the plan's values are applied over this)."""
+    return {k: v for k, v in environ.items() if k not in COMPILER_ENV}
+
+
+def withheld(environment: Iterable[tuple[str, str]], environ: Mapping[str, str]) -> list[str]:
+    """The variables :func:`passed_on` leaves out of the caller's ``environ`` that the plan's
+    ``environment`` does not set itself: those the build goes without, which the log names."""
+    planned = {name for name, _ in environment}
+    return sorted(k for k in environ if k in COMPILER_ENV and k not in planned)
+
+
+def say_withheld(plan: BuildPlan, environ: Mapping[str, str], say: Log) -> None:
+    """One line naming :func:`withheld`'s variables (never their values), when there are any."""
+    dropped = withheld(plan.native.environment if plan.native else (), environ)
+    if dropped:
+        say(f"{plan.cell.id}: not passed to the build: {', '.join(dropped)} "
+            "(a native build takes its flags from the recipe, as the container does)")
+
+
 def native_environment(steps: NativeSteps, environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with the plan's environment applied as cibuildwheel applies it in a container:
-    the same string, evaluated by cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and
-    ``$(...)`` mean the same in both builders. The caller's compiler variables
-    (:data:`~farm.model.config.COMPILER_ENV`) are left out first, as a container never sees
-    them: the build's come from the plan alone (:func:`withheld` names those dropped). One addition
-    a host needs and a container does not: the caller's ``LIBRARY_PATH`` follows the toolkit's
-    ``lib64/stubs`` the plan sets, so the host's own link folders are still searched, after the stub."""
+    """``environ`` (:func:`passed_on`'s, then the build environment's ``PATH``) with the plan's
+    environment applied as cibuildwheel applies it in a container: the same string, evaluated by
+    cibuildwheel's own parser (bashlex), so ``$VAR``, quotes and ``$(...)`` mean the same in both
+    builders, and a ``$CFLAGS`` in the plan is empty in both."""
     # cibuildwheel is the `build` extra's: imported here, farm's light install runs without it
     from cibuildwheel.environment import EnvironmentParseError, parse_environment  # noqa: PLC0415
 
     text = render_environment(steps.environment)
-    base = {k: v for k, v in environ.items() if k not in COMPILER_ENV}
     try:
-        env = parse_environment(text).as_dictionary(prev_environment=base)
+        return parse_environment(text).as_dictionary(prev_environment=environ)
     except EnvironmentParseError as exc:
         raise ConfigError(f"the build environment does not parse as cibuildwheel's: {exc}",
                           hint="check the recipe's env values (shell syntax)") from None
-    caller_lib = environ.get("LIBRARY_PATH")
-    if caller_lib and env.get("LIBRARY_PATH") not in (None, caller_lib):  # the toolkit's stubs, then the caller's
-        env["LIBRARY_PATH"] = f"{env['LIBRARY_PATH']}{os.pathsep}{caller_lib}"
-    return env
-
-
-def withheld(steps: NativeSteps, environ: Mapping[str, str]) -> list[str]:
-    """The caller's compiler variables that :func:`native_environment` does not pass to the build:
-    those of :data:`~farm.model.config.COMPILER_ENV` set in ``environ`` that the plan does not set."""
-    planned = {name for name, _ in steps.environment}
-    return sorted(k for k in environ if k in COMPILER_ENV and k not in planned)
 
 
 def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
@@ -505,7 +522,11 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     dist = work / "dist"
     if dist.exists():
         shutil.rmtree(dist)
-    env = dict(os.environ if environ is None else environ)
+    caller = os.environ if environ is None else environ
+    # read once: neither the build environment's installs (an sdist there would build with them)
+    # nor the build see the caller's compiler variables
+    say_withheld(plan, caller, say)
+    env = passed_on(caller)
     env.pop("PYTHONPATH", None)
 
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
@@ -520,11 +541,6 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     if interpreter.tag != plan.cell.python:
         raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
     say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
-    dropped = withheld(steps, env)
-    if dropped:  # nor to the build environment's installs: an sdist there would build with them
-        say(f"{plan.cell.id}: not passed to the build: {', '.join(dropped)} "
-            "(a native build takes its flags from the recipe, as the container does)")
-        env = {k: v for k, v in env.items() if k not in dropped}
     direct = {d.requirement: d.direct_reference for d in farm_deps}
     contents = buildenv.spec_for(plan.torch_version, plan.torch_index,
                                  tuple(direct.get(d, d) for d in steps.extra_deps),

@@ -53,12 +53,13 @@ FARM_ENV = frozenset({
     "CUDA_HOME", "CUDA_PATH", "PATH", "FORCE_CUDA", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",
     "CMAKE_CUDA_ARCHITECTURES", "MAX_JOBS", "NVCC_APPEND_FLAGS",
 })
-# Variables that change what a build compiles or links: setuptools' compiler (its sysconfig
-# customization), torch's cpp_extension, CMake (its documented environment variables, and
-# scikit-build-core's), nvcc. A native build takes them from its plan alone, as cibuildwheel's
-# container does: the caller's value of one the plan does not set is not passed to the build. Those
-# farm sets above are among them; a recipe's build.env may set the others. MAX_JOBS and PATH are
-# not: the one caps parallelism, the other finds the tools.
+# Variables that change what a build compiles or links, or the tag it gives the wheel:
+# setuptools' compiler (its sysconfig customization), torch's cpp_extension, CMake (its documented
+# environment variables, and scikit-build-core's), nvcc, the compilers' search paths. A build on
+# the host (native, and cibuildwheel's win_amd64 builds) takes them from its plan alone, as
+# cibuildwheel's container does: the caller's values are not passed to the build. Those farm sets
+# above are among them; a recipe's build.env may set the others. MAX_JOBS and PATH are not: the
+# one caps parallelism, the other finds the tools.
 COMPILER_ENV = (FARM_ENV - {"MAX_JOBS", "PATH"}) | frozenset({
     # setuptools (distutils' unix compiler) and torch's cpp_extension (CC is nvcc's -ccbin there)
     "CC", "CXX", "CPP", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "LDCXXSHARED",
@@ -70,6 +71,15 @@ COMPILER_ENV = (FARM_ENV - {"MAX_JOBS", "PATH"}) | frozenset({
     "SKBUILD_CMAKE_ARGS", "SKBUILD_CMAKE_DEFINE", "SKBUILD_CMAKE_BUILD_TYPE",
     # nvcc's own
     "NVCC_PREPEND_FLAGS", "NVCC_CCBIN",
+    # MSVC's: cl.exe and link.exe add these to every command line
+    "CL", "_CL_", "LINK", "_LINK_",
+    # search paths: gcc's headers and link folders (the plan's LIBRARY_PATH is the toolkit's
+    # stubs), CMake's find_package/find_path/find_library
+    "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH",
+    "CMAKE_PREFIX_PATH", "CMAKE_INCLUDE_PATH", "CMAKE_LIBRARY_PATH",
+    # platform overrides: sysconfig's platform and build-time variables (the wheel's tag, the
+    # compiler and flags setuptools reads from them), macOS's -arch flags
+    "_PYTHON_HOST_PLATFORM", "_PYTHON_SYSCONFIGDATA_NAME", "ARCHFLAGS",
 })
 
 
