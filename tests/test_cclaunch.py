@@ -11,7 +11,9 @@ server's socket file, which sccache leaves behind, removed once no server answer
 
 sccache 0.16.0 reads nvcc's ``-optf``, ``-odir``, ``-opt-info`` and ``-objtemp`` as its ``-o``: bare,
 it serves one options file's object for another (slow, reproduced); ``launch`` runs such a call
-uncached and ``stats`` counts it among the not cacheable.
+uncached and ``stats`` counts it among the not cacheable, as it does one with such an option in
+NVCC_PREPEND_FLAGS or NVCC_APPEND_FLAGS, which sccache reads as arguments too. nvcc's -target-dir it
+leaves to sccache, which keys the headers the folder selects (slow, reproduced).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import re
 import struct
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from farm.builder import cclaunch
@@ -149,6 +152,63 @@ def test_launch_joins_the_values_sccache_would_take_for_inputs(tmp_path) -> None
     assert out == "-std,c++17,"
 
 
+def _route(tmp_path: Path) -> Callable[..., str | None]:
+    """The real ``launch`` script's decision on an nvcc call (``-c k.cu`` and the given arguments, the
+    keyword arguments its environment): None where it hands the call to sccache, else the line it counts
+    the call under. Over an sccache and an nvcc that only say they ran: no toolkit needed."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    ran = tmp_path / "ran"
+    for name in ("sccache", "nvcc"):
+        (bindir / name).write_text(f"#!/bin/sh\necho {name} > {ran}\n")
+        (bindir / name).chmod(0o755)
+    cclaunch.write_launchers(str(tmp_path / "run"), str(bindir / "nvcc"), str(bindir / "sccache"))
+    uncached = tmp_path / "run" / cclaunch.UNCACHED
+    base = {k: v for k, v in os.environ.items() if k != cclaunch.NESTED and k not in cclaunch.NVCC_FLAGS_ENV}
+
+    def route(*argv: str, **environ: str) -> str | None:
+        uncached.unlink(missing_ok=True)
+        subprocess.run([str(tmp_path / "run" / "bin" / "launch"), str(bindir / "nvcc"), "-c", "k.cu", *argv],
+                       env={**base, **environ}, cwd=tmp_path, check=True)
+        lines = uncached.read_text().splitlines() if uncached.exists() else []
+        assert len(lines) <= 1
+        assert ran.read_text().strip() == ("nvcc" if lines else "sccache")
+        return lines[0] if lines else None
+
+    return route
+
+
+def test_a_misread_option_in_nvccs_flag_variables_runs_the_call_uncached(tmp_path) -> None:
+    """sccache 0.16.0 reads NVCC_PREPEND_FLAGS and NVCC_APPEND_FLAGS as the call's arguments: an option of
+    NVCC_MISREAD there is its -o as on the command line, so the call runs uncached, counted under the
+    option and the variable. nvcc splits them at whitespace, sccache as a shell would (a quoted word)."""
+    route = _route(tmp_path)
+    (tmp_path / "-optf=a.txt").write_text("")  # a word of theirs is matched, never expanded as a file name
+    for var in cclaunch.NVCC_FLAGS_ENV:
+        for value, option in (("-optf=a.txt", "-optf"), ("-O3  -odir d", "-odir"), ("\t-objtemp\n", "-objtemp"),
+                              ("-Xptxas -v -opt-info=inline", "-opt-info"), ("-o=k.o", "-o="),
+                              ("'-optf=a b.txt'", "-optf"), ('"-optf=a.txt"', "-optf")):
+            assert route(**{var: value}) == f"{option} in {var}", (var, value)
+        for value in ("-O3 -optix-ir", "--options-file=o.txt --output-directory d", "-t 2 --threads 2", "-*", "", " "):
+            assert route(**{var: value}) is None, (var, value)
+    assert route("-optf=b.txt", NVCC_APPEND_FLAGS="-O3") == "-optf"  # the call's own, as before
+    route(NVCC_APPEND_FLAGS="-O3 -optf=b.txt")
+    assert cclaunch.launcher_refusals(str(tmp_path / "run")) == {
+        f"{cclaunch.MISREAD_REASON}: -optf in NVCC_APPEND_FLAGS": 1}
+
+
+def test_target_dir_and_threads_are_sccaches_to_read(tmp_path) -> None:
+    """nvcc's -target-dir / --target-directory (its only spellings) and -t / --threads reach sccache,
+    given or in the flag variables: sccache 0.16.0 passes -target-dir on to nvcc and keys the headers it
+    selects (test_sccache_keys_the_headers_target_dir_selects), -t only sets nvcc's thread count."""
+    route = _route(tmp_path)
+    for argv in (["-target-dir=alt"], ["-target-dir", "alt"], ["--target-directory=alt"], ["--target-directory", "alt"],
+                 ["-t", "2"], ["-t2"], ["-t=2"], ["--threads", "2"], ["--threads=2"], ["-time", "t.csv"]):
+        assert route(*argv) is None, argv
+        for var in cclaunch.NVCC_FLAGS_ENV:
+            assert route(**{var: " ".join(argv)}) is None, (var, argv)
+
+
 def test_the_calls_launch_ran_past_sccache_are_counted_as_not_cacheable(tmp_path) -> None:
     """``stats`` adds the launcher's own refusals to sccache's ``not_cached``, which the build's line and
     ``_build_info.json`` report; a new build's setup forgets the last one's."""
@@ -267,21 +327,90 @@ def test_bare_sccache_serves_one_options_file_for_another(tmp_path, nvcc) -> Non
             subprocess.run([sccache, str(nvcc), *OPTF_BASE, f"-optf={name}.txt", "-o", f"{name}.o"], cwd=tmp_path,
                            env=env, check=True)
             counts.append(_counts(sccache, env))
+        # sccache reads NVCC_PREPEND_FLAGS as arguments before the call's own: the same wrong hit
+        subprocess.run([sccache, str(nvcc), *OPTF_BASE, "-o", "e.o"], cwd=tmp_path,
+                       env={**env, "NVCC_PREPEND_FLAGS": "-optf=b.txt"}, check=True)
+        counts.append(_counts(sccache, env))
         subprocess.run([sccache, str(nvcc), *OPTF_BASE, "-o", "c.o", "-odir=d"], cwd=tmp_path, env=env, check=True)
     finally:
         subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
         cclaunch.remove_socket(env[cclaunch.SOCKET_ENV])
-    first, second = counts
-    assert first.not_cacheable == second.not_cacheable == {}
+    first, second, flags = counts
+    assert first.not_cacheable == second.not_cacheable == flags.not_cacheable == {}
     assert first.nvcc_run > 0
-    assert (second.nvcc_run, second.nvcc_cached) == (0, first.nvcc_run)  # the wrong hit
-    assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes()
+    assert (second.nvcc_run, second.nvcc_cached) == (flags.nvcc_run, flags.nvcc_cached) == (0, first.nvcc_run)
+    assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes() == (tmp_path / "e.o").read_bytes()
     for name, opts in (("plain-b", ["-optf=b.txt"]), ("plain-none", [])):
         subprocess.run([str(nvcc), *OPTF_BASE, *opts, "-o", f"{name}.o"], cwd=tmp_path, check=True)
     assert not _same_object(tmp_path / "plain-b.o", tmp_path / "b.o")
     assert _same_object(tmp_path / "plain-none.o", tmp_path / "b.o")  # compiled without the options file
     assert not (tmp_path / "c.o").exists()
     assert (tmp_path / "dir=d").is_file()
+
+
+def _two_target_toolkit(cuda_home: Path, root: Path) -> tuple[Path, str]:
+    """The toolkit again, with a second target folder ``alt`` beside nvcc's default (its name returned):
+    both hold every header of the toolkit's, and ``farm_probe.h``, whose SCALE differs (2 and 3). nvcc is
+    copied (its nvcc.profile finds the toolkit beside the executable), the rest linked."""
+    dry = subprocess.run([str(cuda_home / "bin" / "nvcc"), "-c", "k.cu", "--dryrun"], capture_output=True, text=True,
+                         check=True).stderr
+    default = re.search(r"_TARGET_DIR_=targets/(\S+)", dry)
+    assert default is not None, "this toolkit's nvcc.profile names no target folder"
+    (root / "bin").mkdir(parents=True)
+    for entry in cuda_home.iterdir():
+        if entry.name not in ("bin", "targets"):
+            (root / entry.name).symlink_to(entry)
+    for entry in (cuda_home / "bin").iterdir():
+        if entry.name in ("nvcc", "nvcc.profile"):
+            (root / "bin" / entry.name).write_bytes(entry.read_bytes())
+            (root / "bin" / entry.name).chmod(0o755)
+        else:
+            (root / "bin" / entry.name).symlink_to(entry)
+    for name, scale in ((default[1], "2.0f"), ("alt", "3.0f")):
+        include = root / "targets" / name / "include"
+        include.mkdir(parents=True)
+        for entry in (cuda_home / "include").iterdir():
+            (include / entry.name).symlink_to(entry)
+        (include / "farm_probe.h").write_text(f"#define SCALE {scale}\n")
+        (root / "targets" / name / "lib").symlink_to(cuda_home / "lib")
+    return root / "bin" / "nvcc", default[1]
+
+
+def test_sccache_keys_the_headers_target_dir_selects(tmp_path, cuda_home) -> None:
+    """Why ``launch`` leaves nvcc's -target-dir to sccache 0.16.0: it passes the option on to every nvcc
+    it runs, and the folder's headers are in the preprocessed text it hashes. Another folder's header is
+    a miss and compiles that folder's object; the long spelling, or the option in NVCC_PREPEND_FLAGS,
+    selecting the same folder is a hit on it, and naming the default folder a hit on the plain call."""
+    nvcc, default = _two_target_toolkit(cuda_home, tmp_path / "cuda")
+    (tmp_path / "k.cu").write_text("#include <farm_probe.h>\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n")
+    env = _server_env(tmp_path)
+    sccache = cclaunch.find_sccache(env)
+    assert sccache is not None
+    (tmp_path / "run").mkdir()
+    assert cclaunch.start(sccache, env) is None
+    calls = {"plain": ([], {}), "alt": (["-target-dir=alt"], {}), "long": (["--target-directory=alt"], {}),
+             "flags": ([], {"NVCC_PREPEND_FLAGS": "-target-dir=alt"}), "default": ([f"-target-dir={default}"], {})}
+    try:
+        counts = {}
+        for name, (opts, flags) in calls.items():
+            subprocess.run([sccache, str(nvcc), *OPTF_BASE, *opts, "-o", f"{name}.o"], cwd=tmp_path,
+                           env={**env, **flags}, check=True)
+            counts[name] = _counts(sccache, env)
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True, check=False)
+        cclaunch.remove_socket(env[cclaunch.SOCKET_ENV])
+    assert all(c.not_cacheable == {} for c in counts.values())
+    assert counts["plain"].nvcc_run > 0
+    assert counts["alt"].nvcc_run == counts["plain"].nvcc_run  # a miss: another folder's header
+    for name in ("long", "flags", "default"):
+        assert (counts[name].nvcc_run, counts[name].nvcc_cached) == (0, counts["plain"].nvcc_run), name
+    for name, opts in (("plain-none", []), ("plain-alt", ["-target-dir=alt"])):
+        subprocess.run([str(nvcc), *OPTF_BASE, *opts, "-o", f"{name}.o"], cwd=tmp_path, check=True)
+    assert not _same_object(tmp_path / "plain-none.o", tmp_path / "plain-alt.o")  # the header does change it
+    assert _same_object(tmp_path / "plain-none.o", tmp_path / "plain.o")
+    for name in ("alt", "long", "flags"):
+        assert _same_object(tmp_path / "plain-alt.o", tmp_path / f"{name}.o"), name
+    assert _same_object(tmp_path / "plain-none.o", tmp_path / "default.o")
 
 
 def test_launch_compiles_an_optf_call_uncached_and_counts_it(tmp_path, nvcc) -> None:

@@ -10,7 +10,8 @@ writes the launchers into ``RUN_DIR/bin``:
   run through it. Beneath a cached compile it runs the compiler alone: one cache lookup per step.
   An nvcc call's ``-opt value`` for an option sccache does not know (:data:`NVCC_JOINED`) it
   passes as ``-opt=value``, which nvcc reads alike and sccache can cache. An nvcc call with an
-  option sccache reads as its output (:data:`NVCC_MISREAD`) it runs uncached, and counts it;
+  option sccache reads as its output (:data:`NVCC_MISREAD`), given or in :data:`NVCC_FLAGS_ENV`, it
+  runs uncached, and counts it;
 - ``nvcc``: the real nvcc through ``launch`` (``PYTORCH_NVCC`` names it, or farm's shard
   launcher does);
 - ``gcc`` / ``g++``: the real host compiler through ``launch`` (``CC`` / ``CXX``). torch's
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 BIN = "bin"
@@ -71,7 +73,10 @@ NVCC_JOINED = ("diag-error", "diag-suppress", "diag-warn", "std", "ftz", "prec-d
 # Given apart (``-optf FILE``), sccache refuses the call. ``launch`` runs every nvcc call that has one
 # uncached and writes its name to :data:`UNCACHED`; :func:`stats` counts them among the not cacheable.
 NVCC_MISREAD = ("o=", "odir", "optf", "opt-info", "objtemp")
-UNCACHED = "uncached.txt"  # one line per nvcc call ``launch`` ran past sccache: the option (NVCC_MISREAD)
+# nvcc adds their words to every call's own; sccache 0.16.0 parses them as the call's arguments (and runs
+# nvcc with what it parsed, without them), so one of NVCC_MISREAD there is misread as on the command line
+NVCC_FLAGS_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+UNCACHED = "uncached.txt"  # one line per nvcc call ``launch`` ran past sccache: the option, and the variable it was in
 MISREAD_REASON = "nvcc option sccache 0.16.0 reads as its output"
 
 
@@ -173,13 +178,21 @@ def remove_socket(path: str, *, wait: float = 5.0) -> bool:
 def _nvcc_arguments(uncached: str) -> str:
     """Shell lines that rewrite an nvcc call's ``-opt value`` into ``-opt=value`` for
     :data:`NVCC_JOINED`; the value of ``-Xcompiler`` and the other pass-through options is left alone.
-    A call with an option of :data:`NVCC_MISREAD` runs uncached, its name appended to ``uncached``."""
+    A call with an option of :data:`NVCC_MISREAD`, given or in :data:`NVCC_FLAGS_ENV`, runs uncached,
+    its name (and the variable's) appended to ``uncached``."""
     # `-optimization-info=...` would be sccache's -o: a name starting with o is joined with two dashes only
     names = "|".join(f"--{n}" if n.startswith("o") else f"-{n}|--{n}" for n in NVCC_JOINED)
     spelt = {n: f"-{n}*" if n.endswith("=") else f"-{n}|-{n}=*" for n in NVCC_MISREAD}  # o=: -o=FILE
-    misread = "".join(f'      {p}) misread=-{n}; set -- "$@" "$a";;\n' for n, p in spelt.items())
+    misread = "".join(f"    {p}) misread=-{n}$2;;\n" for n, p in spelt.items())
+    # nvcc splits the variables at whitespace, sccache as a shell would: a quoted word counts too (`set -f`:
+    # a word is matched, never expanded into file names). A value after -Xcompiler there counts as well:
+    # uncached, never cached wrong.
+    flags = "".join(f'  for a in ${{{v}-}}; do w=${{a#[\\"\\\']}}; _farm_misread "$w" " in {v}"; done\n'
+                    for v in NVCC_FLAGS_ENV)
     return ('case ${1##*/} in nvcc)\n'
             '  held=; raw=; misread=\n'
+            f'  _farm_misread() {{ case $1 in\n{misread}  esac; }}\n'
+            f'  set -f\n{flags}  set +f\n'
             '  for a do\n'
             '    shift\n'
             '    if [ -n "$raw" ]; then raw=; set -- "$@" "$a"; continue; fi\n'
@@ -190,8 +203,7 @@ def _nvcc_arguments(uncached: str) -> str:
             f'    case $a in\n      {names}) held=$a;;\n'
             '      -X*=*|--*-options=*) set -- "$@" "$a";;\n'
             '      -X*|--*-options) raw=1; set -- "$@" "$a";;\n'
-            f'{misread}'
-            '      *) set -- "$@" "$a";;\n'
+            '      *) _farm_misread "$a"; set -- "$@" "$a";;\n'
             '    esac\n'
             '  done\n'
             '  if [ -n "$held" ]; then set -- "$@" "$held"; fi\n'
@@ -270,14 +282,11 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
 
 def launcher_refusals(run_dir: str) -> dict[str, int]:
     """The nvcc calls ``launch`` ran past sccache in this build (:data:`NVCC_MISREAD`), per reason."""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     with contextlib.suppress(OSError), open(os.path.join(run_dir, UNCACHED), encoding="utf-8",
                                             errors="replace") as fh:
-        for line in fh:
-            if line.strip():
-                reason = f"{MISREAD_REASON}: {line.strip()}"
-                counts[reason] = counts.get(reason, 0) + 1
-    return counts
+        counts.update(f"{MISREAD_REASON}: {line.strip()}" for line in fh if line.strip())
+    return dict(counts)
 
 
 def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
