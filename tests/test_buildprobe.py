@@ -109,6 +109,18 @@ def test_a_tu_is_judged_by_its_family_then_its_extensions_list_then_the_cells() 
     assert _expected_for(expected, "_C", "csrc/fp4/gemm.cu") == (fam, "kernel family fp4")
 
 
+def test_a_generated_tu_is_judged_by_its_familys_glob_and_a_shared_one_by_all_its_families() -> None:
+    cell = ArchList.parse("8.0;9.0;10.0;12.0")
+    expected = Expected(cell, families=(
+        FamilyTargets("MACHETE_ARCHS", (), ArchList.parse("9.0a"), ("csrc/machete/generated/*.cu",)),
+        FamilyTargets("FP4_SM120_ARCHS", ("csrc/fp4/quant.cu",), ArchList.parse("12.0f")),
+        FamilyTargets("FP4_SM100_ARCHS", ("csrc/fp4/quant.cu",), ArchList.parse("10.0f"))))
+    assert _expected_for(expected, "_C", "csrc/machete/generated/machete_mm_impl_part1.cu") == (
+        ArchList.parse("9.0a"), "kernel family MACHETE_ARCHS")
+    assert _expected_for(expected, "_C", "csrc/fp4/quant.cu") == (
+        ArchList.parse("10.0f;12.0f"), "kernel family FP4_SM120_ARCHS + FP4_SM100_ARCHS")
+
+
 # -- real probes (nvcc) ----------------------------------------------------------------------------
 def test_a_probe_compiles_the_first_tu_of_each_extension_and_makes_no_wheel(tmp_path, pypi_toolkit) -> None:
     result = _probe(tmp_path, pypi_toolkit, [])

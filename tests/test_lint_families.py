@@ -77,6 +77,69 @@ def test_a_family_built_for_the_wrong_arch_fails(tmp_path) -> None:
     assert "for sm_90:" in error.message
 
 
+# vLLM's Machete and Marlin kernels: a script writes them at configure time and file(GLOB) collects
+# them, so the files are not in the tree the lint reads (Marlin's sm90 file here is, as a generator
+# run before the lint would leave it: a file of the tree the glob matches is the family's)
+GENERATED = """
+cuda_archs_loose_intersection(MACHETE_ARCHS "9.0a" "${CUDA_ARCHS}")
+if(MACHETE_ARCHS)
+  file(GLOB_RECURSE MACHETE_GEN_SOURCES CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/csrc/machete/generated/*.cu")
+  set_gencode_flags_for_srcs(
+    SRCS "${MACHETE_GEN_SOURCES}"
+    CUDA_ARCHS "${MACHETE_ARCHS}")
+endif()
+cuda_archs_loose_intersection(MARLIN_ARCHS "9.0a" "${CUDA_ARCHS}")
+file(GLOB MARLIN_SRC "csrc/marlin/sm90_kernel_*.cu")
+set_gencode_flags_for_srcs(SRCS "${MARLIN_SRC}" CUDA_ARCHS "${MARLIN_ARCHS}")
+"""
+
+
+def generated_tree(tmp_path: Path, marlin: str = "9.0a") -> Path:
+    tree = shutil.copytree(DATA / "vllm_like", tmp_path / "src")
+    cmake = tree / "CMakeLists.txt"
+    cmake.write_text(cmake.read_text() + GENERATED.replace('MARLIN_ARCHS "9.0a"', f'MARLIN_ARCHS "{marlin}"'))
+    (tree / "csrc" / "marlin").mkdir()
+    (tree / "csrc" / "marlin" / "sm90_kernel_e4m3.cu").write_text(
+        '#include "../hopper/wgmma.cuh"\n__global__ void k() { warpgroup_arrive(); }\n')
+    return tree
+
+
+def test_a_globbed_family_keeps_its_glob_for_the_files_the_build_generates(tmp_path) -> None:
+    report = lint(tree=generated_tree(tmp_path))
+    rows = {name: (where, targets, count) for name, where, _, targets, count in report.scope["families"]}
+    patterns = dict(zip([name for name, *_ in report.scope["families"]], report.scope["family_patterns"],
+                        strict=True))
+    assert rows["MACHETE_ARCHS"] == ("CMakeLists.txt:60", "sm_90a", 0)
+    # GLOB_RECURSE from the source dir: the file name in every folder below
+    assert patterns["MACHETE_ARCHS"] == ["csrc/machete/generated/**/*.cu"]
+    # the file that exists is the family's
+    assert rows["MARLIN_ARCHS"] == ("CMakeLists.txt:66", "sm_90a", 1)
+    assert patterns["MARLIN_ARCHS"] == ["csrc/marlin/sm90_kernel_*.cu"]
+    (info,) = [f for f in report.findings if f.rule == "generated-sources"]
+    assert (info.severity.value, info.location) == ("info", "CMakeLists.txt:60")
+    assert "csrc/machete/generated/**/*.cu, which matches no file in the tree" in info.message
+    assert "generated at build time" in info.message
+    assert report.passed
+    assert "[0 sources, glob csrc/machete/generated/**/*.cu]" in report.render()
+
+
+def test_a_globbed_file_in_the_tree_is_judged_against_its_family(tmp_path) -> None:
+    """The sm90 file's wgmma is right for its family's sm_90a and an error for a plain sm_90 one."""
+    assert lint(tree=generated_tree(tmp_path / "a")).passed
+    (error,) = lint(tree=generated_tree(tmp_path / "b", marlin="9.0")).errors
+    assert (error.rule, error.path) == ("arch-specific", "csrc/hopper/wgmma.cuh")
+    assert "family MARLIN_ARCHS (CMakeLists.txt:66)" in error.message
+
+
+def test_a_glob_in_a_branch_not_taken_is_not_built(tmp_path) -> None:
+    tree = generated_tree(tmp_path)
+    (tree / "csrc" / "machete" / "generated").mkdir(parents=True)
+    (tree / "csrc" / "machete" / "generated" / "machete_mm.cu").write_text("__global__ void k() {}\n")
+    report = lint("7.5;8.0;8.6", tree=tree)  # no 9.0: no Machete
+    assert "MACHETE_ARCHS" not in {name for name, *_ in report.scope["families"]}
+    assert "csrc/machete/generated/machete_mm.cu" in report.scope["not_built"]
+
+
 def test_cpu_and_rocm_sources_and_rocm_branches_are_not_cuda() -> None:
     """csrc/cpu/quant.cpp (host compiler) and csrc/rocm/attention.cu (a HIP-only list) carry arch
     gates and FP8 that would be findings in CUDA code; the USE_ROCM branch of a CUDA kernel traps."""

@@ -39,6 +39,17 @@ def test_vllm_lints_clean_family_by_family(vllm, tmp_path, cuda) -> None:
     assert (kimi in report.scope["not_built"]) == (cuda == "12.9")
     # no CPU-only or ROCm-only source is judged as CUDA
     assert not [f for f in report.findings if "/cpu/" in f.path or "/rocm/" in f.path]
+    # Machete and Marlin kernels are written at configure time and globbed: each family keeps its
+    # glob, which matches nothing in the sdist (an info), for the assertion to name their TUs by
+    globs = {(name, where): (targets, tuple(patterns)) for (name, where, _, targets, _), patterns
+             in zip(report.scope["families"], report.scope["family_patterns"], strict=True)}
+    assert globs[("MACHETE_ARCHS", "CMakeLists.txt:538")] == (
+        "sm_90a", ("csrc/libtorch_stable/quantization/machete/generated/*.cu",))
+    marlin = "sm_80;compute_80;sm_120f" if cuda == "13.0" else "sm_80;compute_80;sm_120a"
+    assert globs[("MARLIN_ARCHS", "CMakeLists.txt:645")] == (
+        marlin, ("csrc/libtorch_stable/quantization/marlin/sm80_kernel_*_float16.cu",))
+    generated = {f.location for f in report.infos if f.rule == "generated-sources"}
+    assert {"CMakeLists.txt:538", "CMakeLists.txt:645", "CMakeLists.txt:1297"} <= generated
 
 
 def test_without_families_the_arch_specific_kernels_fail(vllm, tmp_path) -> None:

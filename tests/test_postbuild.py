@@ -470,6 +470,19 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
         "BASE_ARCHS": ("sm_80;sm_90;compute_90", (member,)), "HOPPER_ARCHS (CMakeLists.txt:9)": ("sm_90a", (member,))}
     assert dict(info.expected or {}) == dict(info.found or {}) == {member: "sm_80;sm_90;compute_90;sm_90a"}
     assert judge(wheel_facts(result.stamped.path), None, None, replace(GATE, vouched=False)) == []
+    assert info.families["BASE_ARCHS"].patterns is buildinfo.ABSENT  # a family without globs reads as before
+
+    # k2.cu as a file the build generated, named by its family's glob: recorded with the glob
+    generated = FamilyTargets("GEN_ARCHS", (), ArchList.parse("9.0a"), ("csrc/generated/*.cu",))
+    globbed = postbuild_wheel(raw, tmp_path / "out-glob",
+                              replace(ctx, expected=replace(ctx.expected, families=(k1, generated))), dist="demo_ext")
+    assert globbed.passed, globbed.report.render()
+    assert globbed.stamped is not None
+    assert globbed.stamped.build_info is not None
+    assert isinstance(globbed.stamped.build_info.families, MappingProxyType)
+    record = globbed.stamped.build_info.families["GEN_ARCHS"]
+    assert (record.sources, record.patterns, record.extensions) == ((), ("csrc/generated/*.cu",), (member,))
+    assert judge(wheel_facts(globbed.stamped.path), None, None, replace(GATE, vouched=False)) == []
 
     wrong = replace(k2, targets=ArchList.parse("9.0a;10.0a"))
     failed = postbuild_wheel(raw, tmp_path / "out-wrong",

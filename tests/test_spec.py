@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -268,13 +269,19 @@ def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, 
 
     base = resolve_spec(config, config.recipe("torchpkg"), TORCH)
     families = (FamilyTargets("SCALED_MM_ARCHS", ("csrc/scaled_mm_c3x_sm90.cu",), ArchList.parse("9.0a")),
-                FamilyTargets("FP4_ARCHS", ("csrc/nvfp4.cu",), ArchList.of(())))
+                FamilyTargets("FP4_ARCHS", ("csrc/nvfp4.cu",), ArchList.of(())),
+                FamilyTargets("MACHETE_ARCHS", (), ArchList.parse("9.0a"), ("csrc/machete/generated/*.cu",)))
     spec = dataclasses.replace(base, families=families)
     assert read_spec(write_spec(spec, tmp_path)) == spec
     assert spec.expected.families == families
     assert spec.digest != base.digest
-    for bad in ({"name": "X", "sources": [], "targets": "9.0a"}, {"name": "X", "sources": ["a.cpp"], "targets": ""},
-                {"name": "X", "sources": ["a.cu"], "targets": "9.0q"}, {"name": "X", "sources": ["a.cu"]}):
+    for bad in ({"name": "X", "sources": [], "patterns": [], "targets": "9.0a"},
+                {"name": "X", "sources": ["a.cpp"], "patterns": [], "targets": ""},
+                {"name": "X", "sources": ["a.cu"], "patterns": [], "targets": "9.0q"},
+                {"name": "X", "sources": ["a.cu"], "patterns": []},
+                {"name": "X", "sources": ["a.cu"], "targets": "9.0a"},  # a spec before patterns
+                {"name": "X", "sources": [], "patterns": ["gen/a.cu"], "targets": "9.0a"},  # not a glob
+                {"name": "X", "sources": [], "patterns": ["gen/*.cpp"], "targets": "9.0a"}):
         data = spec.to_json()
         data["postbuild"]["families"] = [bad]
         (tmp_path / SPEC_FILE).write_text(json.dumps(data))
@@ -298,6 +305,24 @@ def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project() -
     assert families["HADACORE_ARCHS (CMakeLists.txt:47)"].targets == ArchList.parse("8.0+PTX;9.0+PTX")
     with pytest.raises(UsageError, match="differ in length"):
         families_from_lint({**report.scope, "family_sources": []})
+    with pytest.raises(UsageError, match="differ in length"):
+        families_from_lint({**report.scope, "family_patterns": []})
+
+
+def test_the_spec_takes_a_familys_glob_of_generated_sources_from_the_lint(tmp_path) -> None:
+    from farm.binary.assertion import FamilyTargets
+    from farm.builder.spec import families_from_lint
+    from farm.lint.api import lint_tree
+
+    tree = shutil.copytree(Path(__file__).parent / "data" / "lint" / "vllm_like", tmp_path / "src")
+    cmake = tree / "CMakeLists.txt"
+    cmake.write_text(cmake.read_text() + 'cuda_archs_loose_intersection(MACHETE_ARCHS "9.0a" "${CUDA_ARCHS}")\n'
+                     'file(GLOB MACHETE_SRC "csrc/machete/generated/*.cu")\n'
+                     'set_gencode_flags_for_srcs(SRCS "${MACHETE_SRC}" CUDA_ARCHS "${MACHETE_ARCHS}")\n')
+    report = lint_tree(tree, ArchList.parse("7.5 8.0 8.6 9.0+PTX 10.0 12.0+PTX"), cuda="13.0")
+    families = {f.name: f for f in families_from_lint(report.scope)}
+    assert families["MACHETE_ARCHS (CMakeLists.txt:58)"] == FamilyTargets(
+        "MACHETE_ARCHS (CMakeLists.txt:58)", (), ArchList.parse("9.0a"), ("csrc/machete/generated/*.cu",))
 
 
 def test_the_vendored_trees_are_part_of_the_spec_and_its_digest(config, tmp_path) -> None:

@@ -38,19 +38,47 @@ class VendoredRule:
 
 @dataclass(frozen=True)
 class FamilyTargets:
-    """A kernel family as built for one cell: its ``.cu`` sources (paths from the source root) and
-    the exact targets their translation units must hold (empty: the family is not built)."""
+    """A kernel family as built for one cell: its ``.cu`` sources (paths from the source root),
+    the globs of the sources the build generates (``file(GLOB)`` in its SRCS, from the source
+    root), and the exact targets their translation units must hold (empty: the family is not built)."""
 
     name: str
     sources: tuple[str, ...]
     targets: ArchList
+    patterns: tuple[str, ...] = ()
 
     @property
     def stems(self) -> frozenset[str]:
         return frozenset(source_stem(s) for s in self.sources)
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "sources": list(self.sources), "targets": self.targets.canonical()}
+        return {"name": self.name, "sources": list(self.sources), "patterns": list(self.patterns),
+                "targets": self.targets.canonical()}
+
+
+def unit_owners(unit: str, families: tuple[FamilyTargets, ...], *,
+                globs: bool = True) -> list[tuple[str, ArchList, tuple[str, ...]]]:
+    """The sources a TU with this source stem can come from: (source or glob, its targets, the
+    families naming it). One source in several families gets all of their targets, as CMake's
+    flags add up. The binary names a TU by its file name only, so a family's own file of that
+    name wins over a glob, and a glob that spells out part of the name (vLLM's
+    ``sm80_kernel_*_float16.cu``) over one that names any file (a folder's ``*.cu``); several
+    left with different targets cannot be told apart. ``globs`` False: own files only."""
+    named: dict[str, list[FamilyTargets]] = {}
+    for family in families:
+        for path in family.sources:
+            if source_stem(path) == unit:
+                named.setdefault(path, []).append(family)
+    if not named and globs:
+        matched: dict[str, list[FamilyTargets]] = {}
+        for family in families:
+            for pattern in family.patterns:
+                if fnmatch.fnmatchcase(unit, source_stem(pattern)):
+                    matched.setdefault(pattern, []).append(family)
+        spelled = {p: found for p, found in matched.items() if source_stem(p).strip("*")}
+        named = spelled or matched
+    return [(key, ArchList.of(t for f in found for t in f.targets.targets), tuple(f.name for f in found))
+            for key, found in named.items()]
 
 
 def _match(archive_path: str, glob: str) -> bool:
@@ -298,7 +326,9 @@ class AssertionReport:
         """Each kernel family's entry in ``_build_info.json``: its targets, sources and the
         extensions (their path as ``member`` gives it) holding its TUs."""
         return {f.name: {"targets": f.targets.canonical(), "sources": list(f.sources),
-                         "extensions": [member(e.path) for e in self.extensions if f.name in e.families]}
+                         "extensions": [member(e.path) for e in self.extensions if f.name in e.families],
+                         # only where it has globs: a record without them reads as before
+                         **({"patterns": list(f.patterns)} if f.patterns else {})}
                 for f in self.expected.families}
 
     def to_json(self) -> dict[str, object]:
@@ -454,10 +484,6 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
     name = inspection.path
     if not inspection.has_device_code:
         return judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-    by_stem: dict[str, list[FamilyTargets]] = {}
-    for family in families:
-        for stem in family.stems:
-            by_stem.setdefault(stem, []).append(family)
     findings: list[Finding] = []
     sources = inspection.sources
     if sources is None:
@@ -466,31 +492,37 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
             "no-symbols", f"{name}: kernel families are declared but the .so has no symbol table (stripped): "
             "which translation unit belongs to which family cannot be read", Cause.NO_SYMBOLS))
         return ExtensionResult(name, expected, expected_from, base.found, (*base.findings, *findings), inspection)
+    # a family's globs name TUs only in an extension holding a family's own source (the CMake
+    # target the families build into): another's TUs (an external project's flash-attn) no glob
+    # names, however broad (Machete's folder ``*.cu``)
+    own = {stem for family in families for stem in family.stems}
+    globs = not own.isdisjoint(sources.values())
     rest: list[Fatbin] = []
     built: list[ArchList] = []  # the targets of each family with a TU in this .so, and of the rest
     held: dict[str, None] = {}  # the families with a TU in it, in order
     for fatbin in inspection.fatbins:
         unit = sources.get(fatbin.offset)
-        owners = by_stem.get(unit, []) if unit is not None and fatbin.section != RELOCATABLE_SECTION else []
+        owners = (unit_owners(unit, families, globs=globs)
+                  if unit is not None and fatbin.section != RELOCATABLE_SECTION else [])
         if not owners or fatbin.offset in inspection.stubs:
             rest.append(fatbin)
             continue
         holds = fatbin.targets.canonical() or "nothing"
         where = f"{name}: TU {unit}.cu (fatbin at {fatbin.offset:#x}, holding {holds})"
-        if len({f.targets for f in owners}) > 1:
+        if len({targets for _, targets, _ in owners}) > 1:
             findings.append(Finding(
-                "family-ambiguous", f"{where} matches sources of kernel families "
-                f"{', '.join(f.name for f in owners)}, whose targets differ", Cause.NO_SYMBOLS))
+                "family-ambiguous", f"{where} matches sources of kernel families whose targets differ: "
+                + "; ".join(f"{key} of {', '.join(names)}" for key, _, names in owners), Cause.NO_SYMBOLS))
             continue
-        family = owners[0]
-        built.append(family.targets)
-        held.update(dict.fromkeys(f.name for f in owners))
+        key, targets, names = owners[0]
+        built.append(targets)
+        held.update(dict.fromkeys(n for _, _, found in owners for n in found))
         have = fatbin.targets.targets
-        missing, extra = family.targets.targets - have, have - family.targets.targets
+        missing, extra = targets.targets - have, have - targets.targets
         if missing or extra:
             findings.append(Finding(
-                "family-targets", f"{where} is in kernel family {family.name}, which must hold exactly "
-                f"{family.targets.canonical() or '(nothing)'}: missing {_names(missing) or '-'}, extra "
+                "family-targets", f"{where} is in kernel family {' + '.join(names)} ({key}), which must hold "
+                f"exactly {targets.canonical() or '(nothing)'}: missing {_names(missing) or '-'}, extra "
                 f"{_names(extra) or '-'}", Cause.FAMILY, tuple(ArchList.of(missing | extra))))
     # the TUs outside every family, with the whole file's reader and toolkit checks
     others = SoInspection(name, Reader.NATIVE, tuple(rest), None, inspection.disagreement, inspection.stubs,
@@ -525,11 +557,13 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
                                 Cause.NO_EXTENSIONS))
     elif expected.families:  # a family the cell builds must have left a TU in some extension
         seen = {stem for insp in inspections for stem in (insp.sources or {}).values()}
+        # a glob's TUs count where they were judged as the family's: a folder's ``*.cu`` names any TU
+        held = {n for result in results for n in result.families}
         findings.extend(Finding(
             "family-absent", f"{wheel}: kernel family {family.name} ({family.targets.canonical()}) has no "
-            f"translation unit in any extension (sources {', '.join(family.sources)})",
+            f"translation unit in any extension (sources {', '.join((*family.sources, *family.patterns))})",
             Cause.FAMILY, tuple(family.targets))
-            for family in expected.families if family.targets and not family.stems & seen)
+            for family in expected.families if family.targets and family.name not in held and not family.stems & seen)
     return AssertionReport(wheel, expected, tuple(results), tuple(findings), vendored, tools or Tools(),
                            tuple(judge_vendored(v, expected) for v in vendored))
 

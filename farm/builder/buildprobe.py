@@ -80,9 +80,13 @@ class ProbeReport:
 def _expected_for(expected: Expected, extension: str, tu: str) -> tuple[ArchList, str]:
     """The list a TU of ``extension`` must hold: its kernel family's, the recipe's glob for the
     extension (matched against the extension's name, as a wheel's member would be), else the cell's."""
-    for family in expected.families:
-        if tu in family.sources:
-            return family.targets, f"kernel family {family.name}"
+    # a source in several families gets all of their targets, as CMake's flags add up; a generated
+    # one is matched by its family's glob
+    owners = [f for f in expected.families
+              if tu in f.sources or any(fnmatch.fnmatchcase(tu, p) for p in f.patterns)]
+    if owners:
+        return (ArchList.of(t for f in owners for t in f.targets.targets),
+                f"kernel family {' + '.join(f.name for f in owners)}")
     for glob, archs in expected.per_extension:
         if fnmatch.fnmatchcase(extension, glob) or fnmatch.fnmatchcase(f"{extension}.so", glob):
             return archs, f"extensions: {glob!r}"

@@ -30,6 +30,7 @@ from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
 from farm.builder.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
+from farm.lint.families import is_pattern
 from farm.model.arch import ArchList, Rendering
 from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
 from farm.model.config import (
@@ -54,7 +55,8 @@ SPEC_FILE = "build-spec.json"
 # family's sources and exact targets).
 # 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script and the MSVC toolset.
 # 7: the import check's runtime libraries (verify.runtime_libs and the wheels they resolve to).
-SPEC_VERSION = 7
+# 8: a kernel family's globs of the sources the build generates (postbuild.families[].patterns).
+SPEC_VERSION = 8
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -309,21 +311,26 @@ class _Reader:
 
     def families(self, data: Mapping[str, Any], key: str) -> tuple[FamilyTargets, ...]:
         value = data.get(key.rsplit(".", 1)[-1])
-        what = "a list of {name, sources, targets} kernel families"
+        what = "a list of {name, sources, patterns, targets} kernel families"
         if not isinstance(value, list):
             raise self.bad(key, what)
         families = []
         for i, item in enumerate(value):
             at = f"{key}[{i}]"
             family = self.obj(item, at)
-            if set(family) != {"name", "sources", "targets"}:
+            if set(family) != {"name", "sources", "patterns", "targets"}:
                 raise self.bad(at, what)
             sources = self.texts(family, f"{at}.sources")
-            if not sources or not all(s.endswith(".cu") for s in sources):
-                raise self.bad(f"{at}.sources", "a non-empty list of .cu paths")
+            patterns = self.texts(family, f"{at}.patterns")
+            if not all(s.endswith(".cu") for s in sources):
+                raise self.bad(f"{at}.sources", "a list of .cu paths")
+            if not all(p.endswith(".cu") and is_pattern(p) for p in patterns):
+                raise self.bad(f"{at}.patterns", "a list of globs of .cu paths")
+            if not sources and not patterns:
+                raise self.bad(at, "a family with sources or patterns")
             text = self.text(family, f"{at}.targets")
             targets = ArchList(frozenset()) if text == "" else canonical_arch_list(text, self.where, f"{at}.targets")
-            families.append(FamilyTargets(self.text(family, f"{at}.name"), sources, targets))
+            families.append(FamilyTargets(self.text(family, f"{at}.name"), sources, targets, patterns))
         if len({f.name for f in families}) != len(families):
             raise self.bad(key, "families with distinct names")
         return tuple(families)
@@ -473,12 +480,13 @@ def families_from_lint(scope: Mapping[str, Any]) -> tuple[FamilyTargets, ...]:
     may give one arch variable to several families."""
     table = scope.get("families") or []
     sources = scope.get("family_sources") or []
-    if len(table) != len(sources):
-        raise UsageError("the lint report's family table and its family sources differ in length",
-                         hint="re-run the lint with this farm (its cache is keyed by the farm's version)")
+    patterns = scope.get("family_patterns") or []
+    if not len(table) == len(sources) == len(patterns):
+        raise UsageError("the lint report's family table, its family sources and its family patterns differ "
+                         "in length", hint="re-run the lint with this farm (its cache is keyed by the farm's version)")
     return tuple(FamilyTargets(f"{name} ({where})", tuple(srcs), ArchList.parse(targets) if targets else
-                               ArchList(frozenset()))
-                 for (name, where, _, targets, _), srcs in zip(table, sources, strict=True))
+                               ArchList(frozenset()), tuple(globs))
+                 for (name, where, _, targets, _), srcs, globs in zip(table, sources, patterns, strict=True))
 
 
 def write_spec(spec: BuildSpec, directory: Path) -> Path:

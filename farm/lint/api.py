@@ -87,6 +87,8 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "families": [[f.name, f.where, f.supported, f.targets.canonical(), len(f.sources)] for f in derived],
         # each family's sources, in the table's order: the build spec carries them to the assertion
         "family_sources": [list(f.sources) for f in derived],
+        # and each family's globs (file(GLOB) in its SRCS), for the files the build generates
+        "family_patterns": [list(f.patterns) for f in derived],
         "not_built": sorted(configured.not_built) if configured else [],
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.fsutil import walk_files
+from farm.lint.families import is_pattern
 from farm.lint.lexer import first_on_line, strip_hash_comments
 from farm.lint.stamps import Stamps
 
@@ -66,7 +67,6 @@ VENDOR_PARENTS = frozenset({"third_party", "third-party", "thirdparty", "3rdpart
                             "extern", "vendor", "vendored", "submodules"})
 _LICENSE = re.compile(r"^(licen[cs]e|copying)", re.IGNORECASE)
 _INCLUDE = re.compile(r'#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]')  # first on its line (first_on_line)
-_GLOB_CHARS = re.compile(r"[*?\[]")
 _CMAKE_TOKEN = re.compile(r'[^\s()"]+')
 _CMAKE_VARS = re.compile(r"\$\{(CMAKE_CURRENT_SOURCE_DIR|CMAKE_CURRENT_LIST_DIR|PROJECT_SOURCE_DIR|"
                          r"CMAKE_SOURCE_DIR|CMAKE_HOME_DIRECTORY)\}/?")
@@ -371,7 +371,7 @@ class _Collector:
         token = token.strip().removeprefix("./")
         if not token or len(token) > 300:
             return
-        if _GLOB_CHARS.search(token):
+        if is_pattern(token):
             if not token.lower().endswith(CODE_EXTS) and not token.endswith("*"):
                 return
             if "/" not in token:

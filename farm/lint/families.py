@@ -10,9 +10,14 @@ is the list without ``+PTX``, intersected with ``CUDA_SUPPORTED_ARCHS``. Which b
 
 This reads those CMake files as CMake would for one cell (its list and CUDA line), far enough to
 know each family: ``set``/``list(APPEND|REMOVE_ITEM)``, ``if``/``elseif``/``else`` on versions,
-strings and defined variables, ``include`` of the tree's own ``.cmake`` files, and the two helper
-calls. Function and macro bodies and loops are not run; a variable the reader does not know is
-undefined (false), like an unset option. Pure: text in, families out.
+strings and defined variables, ``include`` of the tree's own ``.cmake`` files, ``file(GLOB)``
+and ``file(GLOB_RECURSE)``, and the two helper calls. Function and macro bodies and loops are not
+run; a variable the reader does not know is undefined (false), like an unset option. Pure: text
+in, families out.
+
+A glob is kept as its pattern (from the CMake source dir, ``**/`` for a recursive one), not as
+the files it matches: vLLM writes its Machete and Marlin kernels at configure time and globs
+them, so the files the build compiles need not be in the tree that is read.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class Family:
     supported: str  # what was intersected, as written: "9.0a;" (empty for CUDA_ARCHS)
     archs: tuple[str, ...]  # what it resolved to for the cell: ("9.0a",), ("8.0+PTX", "12.0f")
     sources: tuple[str, ...]  # paths from the source root
+    # globs from the source root (file(GLOB) in SRCS): files the build may write before it compiles
+    patterns: tuple[str, ...] = ()
 
     @property
     def targets(self) -> ArchList:
@@ -62,6 +69,15 @@ def version_key(text: str) -> tuple[int, ...]:
 
 
 _version = version_key
+
+_GLOB_CHARS = frozenset("*?[")
+# variables a glob is written from that name the source dir: the reader leaves them empty
+_SOURCE_DIRS = ("${CMAKE_CURRENT_SOURCE_DIR}/", "${CMAKE_SOURCE_DIR}/", "${PROJECT_SOURCE_DIR}/")
+
+
+def is_pattern(path: str) -> bool:
+    """Whether a path is a glob (a family's ``file(GLOB)`` source, a build file's ``csrc/*.cu``)."""
+    return not _GLOB_CHARS.isdisjoint(path)
 
 
 def loose_intersection(src: list[str], tgt: list[str]) -> list[str]:
@@ -333,7 +349,8 @@ class _Configure:
                 stack.pop()
                 continue
             if not active:
-                self.inactive.update(self.expand(t) for t, _ in args if t.endswith(".cu"))
+                self.inactive.update(self.globs(args) if _is_glob(name, args) else
+                                     (self.expand(t) for t, _ in args if t.endswith(".cu")))
                 if name in ("function", "macro", "foreach", "while"):
                     skip.append(name)
                 continue
@@ -374,6 +391,10 @@ class _Configure:
             tgt = [v for v in self.expand(args[2][0]).split(";") if v]
             self.vars[out] = ";".join(loose_intersection(src, tgt))
             self.vars[f"farm-supported:{out}"] = args[1][0]
+        elif _is_glob(name, args):  # VAR holds the globs themselves
+            patterns = self.globs(args)
+            self.active.update(patterns)
+            self.vars[self.expand(args[1][0])] = ";".join(patterns)
         elif name == "set_gencode_flags_for_srcs":
             self.gencode(args, where)
         elif name == "include" and values:
@@ -383,6 +404,29 @@ class _Configure:
                 if candidate.endswith(".cmake") and self.read(candidate) is not None:
                     self.run(candidate)
                     break
+
+    def globs(self, args: list[tuple[str, bool]]) -> list[str]:
+        """The globs of ``file(GLOB[_RECURSE] VAR [LIST_DIRECTORIES b] [RELATIVE dir]
+        [CONFIGURE_DEPENDS] globs...)``, from the source dir (a glob outside it is dropped)."""
+        recurse = args[0][0] == "GLOB_RECURSE"
+        patterns: list[str] = []
+        rest = iter(args[2:])
+        for text, quoted in rest:
+            if not quoted and text in ("LIST_DIRECTORIES", "RELATIVE"):  # RELATIVE: taken as the source dir
+                next(rest, None)
+                continue
+            if not quoted and text in ("CONFIGURE_DEPENDS", "FOLLOW_SYMLINKS"):
+                continue
+            source_dir = text.startswith(_SOURCE_DIRS)
+            for value in (self.expand(text).split(";") if not quoted else [self.expand(text)]):
+                path = value.lstrip("/") if source_dir else value
+                if not path or path.startswith("/") or (path := posixpath.normpath(path)).startswith("../"):
+                    continue
+                if recurse:  # CMake's GLOB_RECURSE matches the file name in every folder below
+                    head, tail = posixpath.split(path)
+                    path = posixpath.join(head, "**", tail) if head else posixpath.join("**", tail)
+                patterns.append(path)
+        return patterns
 
     def gencode(self, args: list[tuple[str, bool]], where: str) -> None:
         keyword = ""
@@ -404,10 +448,16 @@ class _Configure:
         name = names[0] if names else "(literal)"
         if ptx and archs and _version(max(archs, key=_version)) >= _version(ptx):
             archs.append(f"{ptx}+PTX")
-        sources = tuple(s for s in srcs if s.endswith(".cu"))
-        if sources and archs:
+        units = [s for s in srcs if s.endswith(".cu")]
+        sources = tuple(s for s in units if not is_pattern(s))
+        patterns = tuple(dict.fromkeys(s for s in units if is_pattern(s)))
+        if (sources or patterns) and archs:
             self.families.append(Family(name, where, self.vars.get(f"farm-supported:{name}", ""), tuple(archs),
-                                        sources))
+                                        sources, patterns))
+
+
+def _is_glob(name: str, args: list[tuple[str, bool]]) -> bool:
+    return name == "file" and len(args) >= 3 and args[0][0] in ("GLOB", "GLOB_RECURSE")
 
 
 def uses_families(text: str) -> bool:

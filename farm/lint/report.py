@@ -22,6 +22,7 @@ class Rule(str, enum.Enum):
     EXPLICIT_TARGET = "explicit-target"
     ARCH_OVERRIDE = "arch-override"
     ARCH_SPECIFIC = "arch-specific"
+    GENERATED = "generated-sources"  # a kernel family's glob that matches no file: written by the build
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,11 @@ class LintReport:
         if scope.get("families"):
             lines.append(f"  kernel families (CUDA {scope.get('cuda', '')}), each judged against its own targets:")
             width = max(len(f"{name} ({where})") for name, where, *_ in scope["families"])
-            for name, where, supported, targets, count in scope["families"]:
+            patterns = scope.get("family_patterns") or [[] for _ in scope["families"]]
+            for (name, where, supported, targets, count), globs in zip(scope["families"], patterns, strict=True):
                 lines.append(f"    {f'{name} ({where})':{width}}  {supported or '-':38} -> {targets}  "
-                             f"[{count} source{'s' if count != 1 else ''}]")
+                             f"[{count} source{'s' if count != 1 else ''}"
+                             + "".join(f", glob {glob}" for glob in globs) + "]")
         if scope.get("no_image"):
             lines.append(f"  note: claimed devices with no image at all: {', '.join(scope['no_image'])} "
                          "(cudaErrorNoKernelImageForDevice; see `farm explain`)")

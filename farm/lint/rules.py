@@ -1010,6 +1010,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
     findings: list[Finding] = []
     for rel in scope.build_files:
         findings.extend(build_file_findings(index, rel, archs))
+    findings.extend(generated_findings(index, configured.families if configured else (), archs))
 
     parsed: dict[str, CFile] = {}
     for rel in sorted(scope.compiled):
@@ -1128,6 +1129,27 @@ def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
             for (label, _), (own, units) in groups.items()]
 
 
+def generated_findings(index: TreeIndex, families: Sequence[fam.Family], archs: ArchList) -> list[Finding]:
+    """An info per family glob that matches no file in the tree: its files are written by the
+    build (vLLM's Machete and Marlin generators), so they are not linted, and the assertion
+    judges the translation units whose names match the glob against the family's targets."""
+    out = []
+    for family in families:
+        path, _, line = family.where.rpartition(":")
+        for pattern in family.patterns:
+            if any(rel.endswith(".cu") for rel in index.glob(pattern)):
+                continue
+            out.append(Finding(
+                Rule.GENERATED.value, Severity.INFO, path, int(line) if line.isdigit() else 0, f"file(GLOB) {pattern}",
+                f"kernel family {family.name} compiles the files of {pattern}, which matches no file in the "
+                f"tree: they are generated at build time, so they are not linted; the post-build assertion "
+                f"judges the translation units named by it against the family's targets "
+                f"({family.targets.canonical() or 'none'})",
+                (), archs.canonical(),
+                "nothing, if the build writes these files before it compiles them; otherwise fix the glob"))
+    return out
+
+
 def declared_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: str,
                       declared: Sequence[KernelFamily]) -> fam.Configured:
     """The recipe's own families for this cell: each ``archs`` intersected with the cell's list
@@ -1164,14 +1186,25 @@ def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: 
     def in_tree(path: str) -> str:
         return posixpath.normpath(posixpath.join(scope.build_root, path))
 
+    def files(path: str) -> list[str]:
+        """The tree's files a source names: itself, or what its glob matches now."""
+        if fam.is_pattern(path):
+            return [rel for rel in index.glob(in_tree(path)) if rel.endswith(".cu")]
+        return [rel] if (rel := in_tree(path)) in index.fileset else []
+
     configured = fam.derive(read, "CMakeLists.txt", archs, cuda)
     families = []
     for family in configured.families:
-        sources = tuple(rel for s in family.sources if (rel := in_tree(s)) in index.fileset)
-        if sources:
-            families.append(dataclasses.replace(family, sources=sources,
+        # a glob's files in the tree are linted as the family's; the glob itself goes on, for
+        # the files the build writes before it compiles them
+        sources = tuple(dict.fromkeys(rel for s in (*family.sources, *family.patterns) for rel in files(s)))
+        patterns = tuple(in_tree(p) for p in family.patterns)
+        if sources or patterns:
+            families.append(dataclasses.replace(family, sources=sources, patterns=patterns,
                                                 where=posixpath.join(scope.build_root, family.where)))
-    return fam.Configured(tuple(families), frozenset(in_tree(s) for s in configured.not_built))
+    not_built = frozenset(rel for s in configured.not_built
+                          for rel in (files(s) if fam.is_pattern(s) else [in_tree(s)]))
+    return fam.Configured(tuple(families), not_built)
 
 
 _NOT_CUDA_DIRS = frozenset({"rocm", "hip", "cpu"})

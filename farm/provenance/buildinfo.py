@@ -310,11 +310,17 @@ class Bundled(_Record):
 @dataclass(frozen=True)
 class FamilyRecord(_Record):
     """A kernel family as the cell built it: the exact targets each of its translation units
-    holds, its ``.cu`` sources, and the extensions holding its TUs."""
+    holds, its ``.cu`` sources, the extensions holding its TUs, and the globs of the sources the
+    build generated (absent: none)."""
 
     targets: str
     sources: tuple[NonEmpty, ...]
     extensions: tuple[NonEmpty, ...]
+    patterns: Annotated[
+        tuple[NonEmpty, ...] | Absent,
+        Rule(description="globs (from the source root) of the family's sources the build generates "
+                         "(file(GLOB) in its SRCS); its translation units named by one are the family's"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)
@@ -561,7 +567,8 @@ def make_build_info(
         duration_s=duration_s,
         made_by=_frozen({p: MadeByRecord.from_mapping(m) for p, m in sorted(made_by.items())})
         if made_by is not None else ABSENT,
-        families=_frozen({n: FamilyRecord(f["targets"], tuple(f["sources"]), tuple(f["extensions"]))
+        families=_frozen({n: FamilyRecord(f["targets"], tuple(f["sources"]), tuple(f["extensions"]),
+                                          tuple(f["patterns"]) if "patterns" in f else ABSENT)
                           for n, f in sorted(families.items())}) if families else ABSENT,
     )
 
