@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import struct
 import subprocess
@@ -352,10 +353,9 @@ def _two_target_toolkit(cuda_home: Path, root: Path) -> tuple[Path, str]:
     """The toolkit again, with a second target folder ``alt`` beside nvcc's default (its name returned):
     both hold every header of the toolkit's, and ``farm_probe.h``, whose SCALE differs (2 and 3). nvcc is
     copied (its nvcc.profile finds the toolkit beside the executable), the rest linked."""
-    dry = subprocess.run([str(cuda_home / "bin" / "nvcc"), "-c", "k.cu", "--dryrun"], capture_output=True, text=True,
-                         check=True).stderr
-    default = re.search(r"_TARGET_DIR_=targets/(\S+)", dry)
-    assert default is not None, "this toolkit's nvcc.profile names no target folder"
+    # an installed CUDA names its folder (targets/x86_64-linux); nvcc from PyPI's wheels, which have no
+    # targets/, leaves _TARGET_DIR_ empty and takes the folder of that name once the copy has one
+    default = _target_dir(cuda_home / "bin" / "nvcc") or _HOST_TARGET.get(platform.machine(), "x86_64-linux")
     (root / "bin").mkdir(parents=True)
     for entry in cuda_home.iterdir():
         if entry.name not in ("bin", "targets"):
@@ -366,14 +366,25 @@ def _two_target_toolkit(cuda_home: Path, root: Path) -> tuple[Path, str]:
             (root / "bin" / entry.name).chmod(0o755)
         else:
             (root / "bin" / entry.name).symlink_to(entry)
-    for name, scale in ((default[1], "2.0f"), ("alt", "3.0f")):
+    for name, scale in ((default, "2.0f"), ("alt", "3.0f")):
         include = root / "targets" / name / "include"
         include.mkdir(parents=True)
         for entry in (cuda_home / "include").iterdir():
             (include / entry.name).symlink_to(entry)
         (include / "farm_probe.h").write_text(f"#define SCALE {scale}\n")
         (root / "targets" / name / "lib").symlink_to(cuda_home / "lib")
-    return root / "bin" / "nvcc", default[1]
+    assert _target_dir(root / "bin" / "nvcc") == default, "nvcc does not take the copy's target folder"
+    return root / "bin" / "nvcc", default
+
+
+_HOST_TARGET = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}  # nvcc's own name for each host's folder
+
+
+def _target_dir(nvcc: Path) -> str:
+    """The target folder this nvcc uses by default (``_TARGET_DIR_`` of its dry run), or ""."""
+    dry = subprocess.run([str(nvcc), "-c", "k.cu", "--dryrun"], capture_output=True, text=True, check=True).stderr
+    found = re.search(r"_TARGET_DIR_=targets/(\S+)", dry)
+    return found[1] if found else ""
 
 
 def test_sccache_keys_the_headers_target_dir_selects(tmp_path, cuda_home) -> None:
