@@ -192,19 +192,20 @@ def git_fetch_url(url: str) -> str:
 
 def _watch(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> str | None:
     """Wait for ``proc``; kill its process group and say why ("time", "bytes") when it passes a bound."""
-    while True:
-        try:
-            proc.wait(timeout=max(0.0, min(_POLL, deadline - time.monotonic())))
-            return None
-        except subprocess.TimeoutExpired:
-            pass
-        except BaseException:  # farm interrupted (SIGINT, SIGTERM): git goes with it, then the interruption
-            _kill_group(proc)
-            raise
-        why = "time" if time.monotonic() >= deadline else "bytes" if _disk_bytes(folder) > GIT_MAX_BYTES else None
-        if why is not None:
-            _kill_group(proc)
-            return why
+    try:
+        while True:
+            try:
+                proc.wait(timeout=max(0.0, min(_POLL, deadline - time.monotonic())))
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+            why = "time" if time.monotonic() >= deadline else "bytes" if _disk_bytes(folder) > GIT_MAX_BYTES else None
+            if why is not None:
+                _kill_group(proc)
+                return why
+    except BaseException:  # farm interrupted (SIGINT, SIGTERM), waiting or counting: git goes with it
+        _kill_group(proc)
+        raise
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -220,18 +221,21 @@ def _disk_bytes(folder: Path) -> int:
     total = 0
     pending = [str(folder)]
     while pending:
+        # listdir, not scandir: an interruption here (Ctrl-C while git runs) leaves no open iterator
+        where = pending.pop()
         try:
-            with os.scandir(pending.pop()) as listing:
-                for entry in listing:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    total += max(st.st_size, 512)
-                    if stat.S_ISDIR(st.st_mode):
-                        pending.append(entry.path)
+            names = os.listdir(where)  # noqa: PTH208 (a list: nothing left open if interrupted)
         except OSError:  # a temporary folder git removed meanwhile
             continue
+        for name in names:
+            path = os.path.join(where, name)  # noqa: PTH118 (str paths, as listdir gives them)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            total += max(st.st_size, 512)
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(path)
     return total
 
 
