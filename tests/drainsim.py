@@ -8,9 +8,13 @@ repository's branch by a bare git remote that other writers push to, a hosted ru
 quota per publish job. What runs is the real thing: ``farm matrix`` plans each run (sharding,
 costs, refusals), ``farm slice`` hands each shard its entries, the publish job of each shard is
 :func:`farm.schedule.stream.publish_shard` streaming one artifact at a time into ``farm upload``'s
-path (gate, GitHub REST client with its throttle, adoption of unrecorded assets, ledger records)
+path (gate, GitHub REST client with its throttle, the releases each job has read kept for the
+whole job, adoption of unrecorded assets, ledger records)
 and :func:`farm.publish.ledgerpush.commit_and_push`, and ``farm wave`` reads the verdicts and says
-whether the chain goes on. Only the build jobs are simulated: a cell's wheel is written with
+whether the chain goes on. The artifacts are handed to each publish job from local folders: in CI
+they come from the run's artifact service, which is not the REST API (tests/test_publish_shard.py
+runs that path), so the REST requests counted here are all a publish job sends. Only the build
+jobs are simulated: a cell's wheel is written with
 :mod:`tests.wheelmaker` (a valid wheel carrying the cell's provenance, no CUDA code), its size in
 the disk model taken from :data:`NOMINAL_MB` (the real wheels' order of size).
 """
@@ -37,7 +41,7 @@ from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import GithubSettings, ghrest, upload
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.releases import github_client
+from farm.publish.releases import ReleaseCache, github_client
 from farm.publish.verdict import Verdict
 from farm.schedule.outcome import CellResult
 from farm.schedule.slices import LINK, slice_plan
@@ -306,9 +310,14 @@ class Farm:
         settings = GithubSettings("github", self.sim.repo, api_url=self.sim.base.rstrip("/"),
                                   uploads_url=self.sim.base + "uploads")
 
+        clients: dict[str, ghrest.Client] = {}
+        caches: dict[str, ReleaseCache] = {}  # what the job has read of the releases, as farm publish-shard keeps it
+
         def client(s: GithubSettings) -> ghrest.Client:
-            return github_client(s, {"GH_TOKEN": ghsim.TOKEN}, clock=self.sim.clock,
-                                 throttle=Throttle(github_limits(), clock=self.sim.clock))
+            if s.name not in clients:
+                clients[s.name] = github_client(s, {"GH_TOKEN": ghsim.TOKEN}, clock=self.sim.clock,
+                                                throttle=Throttle(github_limits(), clock=self.sim.clock))
+            return clients[s.name]
 
         self.sim.kill_armed = (n, shard) in self.faults.kill_after_upload
         if n in self.faults.rate_burst and shard == "0":
@@ -319,7 +328,7 @@ class Farm:
         def publish(cell: CellResult) -> tuple[str, str]:
             before = ledger.stat().st_size
             report = upload(cell.files[0].parent, [settings], ledger=ledger, github_client=client, reader="native",
-                            book=book)
+                            book=book, release_caches=caches)
             if self.sim.killed is not None:
                 # the process died after GitHub stored the asset, before the ledger record: what it
                 # wrote after that moment (the record it appended) never happened

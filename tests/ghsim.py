@@ -24,6 +24,14 @@ behaviour of the calls farm makes (REST API version 2022-11-28):
   ``${{ inputs.X || 'default' }}`` terms rendered) and joins its concurrency group (one per
   workflow and branch): ``pending`` while another run of the group is queued or in progress, and a
   pending run it finds there is cancelled, as GitHub keeps one pending run per group;
+- a run's artifact service, as ``actions/download-artifact`` reaches it inside the run
+  (``ACTIONS_RESULTS_URL`` = ``sim.base + "results/"``, Twirp JSON): ``ListArtifacts`` (the run's
+  live artifacts, each with ``database_id``, ``size`` and a ``sha256:`` digest; ``name_filter`` and
+  ``id_filter``) and ``GetSignedArtifactURL`` (a storage URL valid for a minute; twirp
+  ``not_found`` for a name the run lacks), authorised by a runtime token the sim issued for that run
+  (:meth:`GitHubSim.runtime_token`, a JWT whose ``scp`` claim names the run). These requests are
+  logged but are not REST requests: GitHub's REST limits do not count them, and the service's own
+  limits are not documented (not modelled);
 - 401 without the token;
 - the primary limit (requests per hour per repository; 403 with ``x-ratelimit-remaining: 0`` and
   ``x-ratelimit-reset``) and the secondary limits on content-creating requests (per minute and
@@ -37,6 +45,7 @@ without making the tests slow.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
@@ -143,6 +152,14 @@ STORAGE_URL_TTL_S = 60.0
 _RUN_NAME_TERM = re.compile(r"\$\{\{\s*inputs\.(\w+)\s*\|\|\s*'([^']*)'\s*\}\}")
 
 
+ARTIFACT_SERVICE = "/results/twirp/github.actions.results.api.v1.ArtifactService/"
+
+
+def _backend(run_id: int) -> str:
+    """A run's backend id, as the artifact service names it (opaque to its clients)."""
+    return f"{run_id:08x}-5e1f-4b0c-9a7d-{run_id:012x}"
+
+
 def render_run_name(template: str, inputs: dict[str, str]) -> str:
     """A ``run-name`` of ``${{ inputs.X || 'default' }}`` terms as GitHub renders it: X when
     non-empty, else the default."""
@@ -155,6 +172,12 @@ class Request:
     method: str
     path: str
     status: int
+
+    @property
+    def rest(self) -> bool:
+        """A request of GitHub's REST API (counted against its limits): not the storage behind a
+        signed URL, not the run's artifact service."""
+        return not self.path.startswith(("/_storage/", "/results/"))
 
 
 @dataclass
@@ -176,6 +199,7 @@ class GitHubSim:
     workflows: dict[str, SimWorkflow] = field(default_factory=dict)
     runs: dict[int, SimRun] = field(default_factory=dict)
     artifacts: dict[int, SimArtifact] = field(default_factory=dict)
+    runtime_tokens: dict[str, int] = field(default_factory=dict)  # issued runtime token -> its run
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _next_id: int = 1
@@ -221,6 +245,17 @@ class GitHubSim:
             self.runs[run.id] = run
             return run
 
+    def runtime_token(self, run_id: int) -> str:
+        """The runtime token Actions gives a job of run ``run_id`` (``ACTIONS_RUNTIME_TOKEN``): a
+        JWT whose ``scp`` claim carries ``Actions.Results:<run backend id>:<job backend id>``."""
+        def part(obj: dict[str, object]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+        scope = f"Actions.GenericRead:{run_id} Actions.Results:{_backend(run_id)}:job-{len(self.runtime_tokens)}"
+        token = f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'scp': scope})}.c2ln"
+        self.runtime_tokens[token] = run_id
+        return token
+
     def add_artifact(self, run_id: int, name: str, data: bytes, *, expired: bool = False) -> SimArtifact:
         """An artifact of run ``run_id`` (as actions/upload-artifact leaves one)."""
         with self._lock:
@@ -254,8 +289,7 @@ class GitHubSim:
     def _headers(self, now: float) -> dict[str, str]:
         """The ``x-ratelimit-*`` headers GitHub sends with every answer (primary limit)."""
         with self._lock:
-            hour = [r.at for r in self.log if r.status not in (403, 429) and not r.path.startswith("/_storage/")
-                    and r.at > now - 3600]
+            hour = [r.at for r in self.log if r.status not in (403, 429) and r.rest and r.at > now - 3600]
         used = len(hour) + 1
         reset = (hour[0] if hour else now) + 3600
         return {"x-ratelimit-limit": str(self.limits.primary_per_hour),
@@ -265,7 +299,7 @@ class GitHubSim:
 
     def _limited(self, method: str, now: float) -> tuple[int, dict[str, str]] | None:
         """GitHub's answer when this request is over a limit, else None (and it is counted)."""
-        accepted = [r for r in self.log if r.status not in (403, 429) and not r.path.startswith("/_storage/")]
+        accepted = [r for r in self.log if r.status not in (403, 429) and r.rest]
         hour = [r for r in accepted if r.at > now - 3600]
         if len(hour) >= self.limits.primary_per_hour:
             reset = hour[0].at + 3600
@@ -317,6 +351,10 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                 if path.startswith("/_storage/"):
                     self._storage(path)
                     return
+                if path.startswith(ARTIFACT_SERVICE):
+                    with sim._lock:
+                        self._artifact_service(path[len(ARTIFACT_SERVICE):], body)
+                    return
                 if self.headers.get("Authorization") != f"Bearer {sim.token}":
                     self._send(401, {"message": "Bad credentials"})
                     return
@@ -333,7 +371,7 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
             finally:
                 with sim._lock:
                     sim.log.append(Request(now, method, path, self._status))
-                if sim.after_request is not None and not path.startswith("/_storage/"):
+                if sim.after_request is not None and Request(now, method, path, 0).rest:
                     sim.after_request(method, path, self._status)
 
         def _storage(self, path: str) -> None:
@@ -359,6 +397,40 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                         self._send(200, raw=asset.data)
                         return
             self._send(404, raw=b"NoSuchKey")
+
+        def _artifact_service(self, method: str, body: bytes) -> None:
+            """The run's artifact service (Twirp JSON; under the sim's lock)."""
+            run_id = sim.runtime_tokens.get(self.headers.get("Authorization", "").removeprefix("Bearer "))
+            try:
+                request = json.loads(body or b"{}")
+            except ValueError:
+                request = None
+            if run_id is None:
+                self._send(401, {"code": "unauthenticated", "msg": "invalid runtime token"})
+                return
+            if not isinstance(request, dict) or request.get("workflow_run_backend_id") != _backend(run_id):
+                self._send(403, {"code": "permission_denied", "msg": "the token does not name this run"})
+                return
+            live = sorted((a for a in sim.artifacts.values() if a.run_id == run_id and not a.expired),
+                          key=lambda a: a.id)
+            if method == "ListArtifacts":
+                name, ident = request.get("name_filter"), request.get("id_filter")
+                chosen = [a for a in live if (name is None or a.name == name) and (ident is None or str(a.id) == str(ident))]
+                self._send(200, {"artifacts": [
+                    {"workflow_run_backend_id": _backend(run_id), "workflow_job_run_backend_id": "job",
+                     "database_id": str(a.id), "name": a.name, "size": str(len(a.data)),
+                     "created_at": "2026-12-06T00:00:00Z",
+                     "digest": "sha256:" + hashlib.sha256(a.data).hexdigest()} for a in chosen]})
+                return
+            if method == "GetSignedArtifactURL":
+                found = [a for a in live if a.name == request.get("name")]
+                if not found:
+                    self._send(404, {"code": "not_found", "msg": "artifact not found"})
+                    return
+                expires = math.ceil(sim.clock.now() + STORAGE_URL_TTL_S)
+                self._send(200, {"signed_url": f"{sim.base}_storage/artifacts/{found[-1].id}?sig=sim&se={expires}"})
+                return
+            self._send(404, {"code": "bad_route", "msg": f"no handler for {method}"})
 
         def _api(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> None:
             uploads = path.startswith("/uploads/")

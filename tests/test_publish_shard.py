@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from farm.cli import main
 from farm.commands.publish_shard import MAX_BUNDLE_BYTES, MAX_FRAGMENT_BYTES, _extract_fragments
 from farm.errors import UsageError
 from farm.publish import ghrest
+from farm.publish.budget import request_plan
 from tests import ghsim
 from tests.ledgermaker import make_entry
 from tests.wheelmaker import stamped_wheel
@@ -92,10 +94,16 @@ class Run:
     cells: list[dict[str, Any]]
     work: Path
 
-    def publish(self, shard: str = "0", *extra: str, token: str | None = ghsim.TOKEN) -> subprocess.CompletedProcess[str]:
-        """The publish job's command (one publisher: build.yml's ``--publishers 9`` would keep
-        this job to 8 content-creating requests a minute, in real time here)."""
-        env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN")}
+    def publish(self, shard: str = "0", *extra: str, token: str | None = ghsim.TOKEN, service: bool = False,
+                ) -> subprocess.CompletedProcess[str]:
+        """The publish job's command (one publisher: a share of the token would keep this job to
+        a few content-creating requests a minute, in real time here). ``service``: in the run,
+        with its runtime token, as build-shard.yml's publish job (the artifact service)."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_RESULTS_URL")}
+        if service:
+            env.update(ACTIONS_RUNTIME_TOKEN=self.sim.runtime_token(self.run_id),
+                       ACTIONS_RESULTS_URL=self.sim.base + "results/", GITHUB_RUN_ID=str(self.run_id))
         env.update(GITHUB_API_URL=self.sim.base.rstrip("/"), GITHUB_REPOSITORY=self.sim.repo,
                    GIT_AUTHOR_NAME="farm-bot", GIT_AUTHOR_EMAIL="bot@example.invalid",
                    GIT_COMMITTER_NAME="farm-bot", GIT_COMMITTER_EMAIL="bot@example.invalid")
@@ -103,7 +111,7 @@ class Run:
             env["GH_TOKEN"] = token
         return subprocess.run(
             [sys.executable, "-m", "farm.cli", "publish-shard", "--plan", str(self.plan), "--shard", shard,
-             "--run-id", str(self.run_id), "--root", str(self.root), "--target", "github",
+             "--run-id", str(self.run_id), "--root", str(self.root), "--target", "github", "--publishers", "1",
              "--push-ledger", "origin", "--scratch", str(self.work / "scratch"),
              "--report", str(self.work / f"published-{shard}.jsonl"), *extra],
             env=env, capture_output=True, text=True, check=False, timeout=300)
@@ -281,3 +289,74 @@ def test_a_listing_that_fails_fails_the_shards_cells_at_once(wave: Run) -> None:
     assert {v["status"] for v in report.values()} == {"error"}
     assert all("HTTP 404" in v["detail"] for v in report.values())
     assert len([r for r in wave.sim.log if "/artifacts" in r.path]) == 1  # asked once, not once a cell
+
+
+def rest_requests(sim: ghsim.GitHubSim) -> int:
+    return sum(r.rest for r in sim.log)
+
+
+def test_in_its_run_a_shard_costs_at_most_1_2_rest_requests_per_asset(wave: Run) -> None:
+    """Inside the run that built them, the cells' artifacts come from the run's artifact service
+    (the job's runtime token): no REST request. The job reads each release once and keeps it
+    current; each asset costs its upload."""
+    built = {c["id"]: build(wave, c) for c in wave.cells}
+    proc = wave.publish(service=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {v["status"] for v in wave.report().values()} == {"published"}
+    assets = sum(len(r.assets) for r in wave.sim.releases.values())
+    assert assets == len(built) >= 6
+    # exactly the job's plan: an upload per asset, a release created per tag (none recorded yet);
+    # at a shard's scale (256 cells, ~30 releases) that is under 1.2 per asset (tests/test_drain.py)
+    tags = [tag for tag, release in wave.sim.releases.items() for _ in release.assets]
+    plan = request_plan(tags, known=())
+    assert (plan.uploads, plan.creates) == (assets, len(wave.sim.releases))
+    assert rest_requests(wave.sim) == plan.requests
+    assert not [r for r in wave.sim.log if "/actions/" in r.path]  # no REST listing, no REST download
+    service = [r for r in wave.sim.log if r.path.startswith(ghsim.ARTIFACT_SERVICE)]
+    assert len(service) == 1 + 2 * len(built)  # one listing, one signed URL per artifact
+    assert "REST request(s) (1." in proc.stderr or "REST request(s) (0." in proc.stderr, proc.stderr
+
+
+def test_a_job_out_of_time_hands_its_cells_on_and_the_rest_job_publishes_them(wave: Run) -> None:
+    """A job that started long ago stops before its deadline: nothing is lost, nothing is
+    rebuilt; the run's `rest` publish job publishes what it handed on."""
+    built = {c["id"]: build(wave, c) for c in wave.cells}
+    started = time.time() - (360 - 16) * 60  # 16 of its 360 minutes left, 15 kept for the last push:
+    # a minute, not the two a cell is expected to take before one is timed
+    proc = wave.publish("0", "--job-started", str(started), service=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    handed = [k for k, v in report.items() if v["status"] == "handed-on"]
+    assert handed == list(built), report
+    assert all("deadline" in report[k]["detail"] for k in handed)
+    assert f"{len(handed)} handed on" in proc.stderr
+    reports = wave.work / "reports"
+    reports.mkdir()
+    shutil.copy(wave.work / "published-0.jsonl", reports / "published-0.jsonl")
+    proc = wave.publish("rest", "--reports", str(reports), service=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(wave.report("rest")) == set(handed)
+    assert {v["status"] for v in wave.report("rest").values()} == {"published"}
+    assert {e["filename"] for e in wave.remote_ledger()} == {w.name for w in built.values()}
+    # read together, every cell is published: none goes back to the queue
+    from farm.schedule.stream import read_reports
+    best = read_reports([reports / "published-0.jsonl", wave.work / "published-rest.jsonl"])
+    assert {v.status for v in best.values()} == {"published"}
+
+
+def test_a_retry_after_of_3000_s_hands_the_rest_on_at_once(wave: Run) -> None:
+    """Another client spends the token's hour of content-creating requests: GitHub answers each
+    upload 403 with ``Retry-After`` near an hour. Obeying it six times is five hours of the job;
+    past its cap on rate-limit waits the job hands the rest on and ends in seconds."""
+    for cell in wave.cells[:3]:
+        build(wave, cell)
+    wave.sim.limits = ghsim.Limits(content_per_hour=1)
+    wave.sim.log.append(ghsim.Request(wave.sim.clock.now(), "POST", "/elsewhere", 201))
+    began = time.monotonic()
+    proc = wave.publish(service=True)
+    assert time.monotonic() - began < 120
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert {report[c["id"]]["status"] for c in wave.cells[:3]} == {"handed-on"}
+    assert "cap" in report[wave.cells[0]["id"]]["detail"]
+    assert wave.sim.count(status=403) == 1  # asked once; the 3,600 s it named were not waited

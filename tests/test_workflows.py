@@ -77,6 +77,7 @@ def test_writes_are_granted_only_where_something_is_published_or_dispatched() ->
     assert writers == {
         ("build-shard.yml", "publish"): ["contents"],
         ("build.yml", "chain"): ["actions"],
+        ("build.yml", "publish-rest"): ["contents"],
         # the calls of build-shard.yml grant what its publish job uses (a called workflow narrows, never widens)
         **{("build.yml", f"build-{i}"): ["contents"] for i in range(8)},
         ("build.yml", "link"): ["contents"],
@@ -149,9 +150,16 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert '--shard "$SHARD"' in run["run"]
     assert "--run-id" in run["run"]
     assert "--report" in run["run"]
-    # every publish job of a run shares the token's limits, and pushes each record as it is made
-    shards = sum(1 for n in load("build.yml")["jobs"] if re.fullmatch(r"build-\d+", n)) + 1  # and the link shard
-    assert f"--publishers {shards}" in run["run"]
+    # the publish jobs share the token's limits by the plan's cells; each knows when it started,
+    # takes this run's artifacts from the artifact service, and pushes each record as it is made
+    assert "--publishers" not in run["run"]
+    assert '--job-started "$FARM_JOB_STARTED"' in run["run"]
+    clock = next(i for i, s in enumerate(publish["steps"]) if "FARM_JOB_STARTED=$(date +%s)" in s.get("run", ""))
+    assert clock <= 1
+    expose = next(s for s in publish["steps"] if s.get("uses", "").startswith("actions/github-script@"))
+    assert "ACTIONS_RUNTIME_TOKEN" in expose["with"]["script"]
+    assert "setSecret" in expose["with"]["script"]
+    assert publish["steps"].index(expose) < publish["steps"].index(run)
     assert "--push-ledger origin" in run["run"]
     assert run["env"]["GH_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
     report = publish["steps"][-1]
@@ -187,7 +195,18 @@ def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     for name in ("package", "cuda", "torch", "python", "platform", "target"):
         assert f"[{name}=${{{{ inputs.{name} ||" in build["run-name"]
     chain = jobs["chain"]
-    assert set(chain["needs"]) == {"matrix", "link", *(n for n in jobs if re.fullmatch(r"build-\d+", n))}
+    shard_jobs = {n for n in jobs if re.fullmatch(r"build-\d+", n)}
+    assert set(chain["needs"]) == {"matrix", "link", "publish-rest", *shard_jobs}
+    # the cells the publish jobs handed on, published after all of them, before the verdicts are read
+    rest = jobs["publish-rest"]
+    assert set(rest["needs"]) == {"matrix", "link", *shard_jobs}
+    assert rest["if"].startswith("${{ !cancelled() && needs.matrix.result == 'success'")
+    run = next(s for s in rest["steps"] if "nox -s publish-shard" in s.get("run", ""))
+    assert "--shard rest --reports reports" in run["run"]
+    assert '--job-started "$FARM_JOB_STARTED"' in run["run"]
+    rest_downloads = [s["with"] for s in rest["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert {"pattern": "published-*", "path": "reports"} in rest_downloads
+    assert rest["steps"][-1]["with"]["name"] == "published-rest"
     assert chain["if"].startswith("${{ !cancelled() && needs.matrix.result == 'success'")
     steps = chain["steps"]
     downloads = [s["with"] for s in steps if s.get("uses", "").startswith("actions/download-artifact@")]

@@ -1,24 +1,32 @@
-"""``farm publish-shard --plan FILE --shard I|link --run-id ID``: publish one build shard's wheels,
-one artifact at a time.
+"""``farm publish-shard --plan FILE --shard I|link|rest --run-id ID``: publish one build shard's
+wheels, one artifact at a time, inside the job's clock.
 
 The publish job of build shard I runs it after that shard's builds: for each cell it downloads the
-cell's artifacts (its fragment, then its wheel, through GitHub's REST API at ``GITHUB_API_URL``
-with the token of ``GH_TOKEN``/``GITHUB_TOKEN``: :mod:`farm.publish.ghrest`, throttled with the
-job's uploads under one share of GitHub's limits), gates and publishes the wheel
-(``farm upload``'s path, into the checkout's ledger, read once and each record appended;
-``--push-ledger``: the records committed and pushed at most once a minute and at the end,
-fetch-rebase-retry on a rejection), then deletes the artifacts before the next cell
-(farm/schedule/stream.py). Each cell's verdict is appended to ``--report`` as it comes;
-``farm wave --reports`` reads the reports to decide the next wave.
+cell's artifacts (its fragment, then its wheel: from the run's artifact service with the job's
+runtime token, which costs no REST request, else through GitHub's REST API at ``GITHUB_API_URL``:
+:mod:`farm.publish.artifacts`), gates and publishes the wheel (``farm upload``'s path with the
+token of ``GH_TOKEN``/``GITHUB_TOKEN``, the releases it has read kept for the whole job; into the
+checkout's ledger, read once and each record appended; ``--push-ledger``: the records committed
+and pushed at most once a minute and at the end, fetch-rebase-retry on a rejection), then deletes
+the artifacts before the next cell (farm/schedule/stream.py). Each cell's verdict is appended to
+``--report`` as it comes; ``farm wave --reports`` reads the reports to decide the next wave.
 
-Exit 0 whenever every cell got a verdict (a failed or refused cell is listed, not fatal: it stays
-in the queue); exit 2 for a bad plan or shard; exit 3 when the ledger's last push fails.
+The job takes a share of the token's limits in proportion to its cells among the wave's build
+shards (the link shard and ``rest`` publish alone: the whole token), unless ``--publishers N``
+says 1/N. It knows its deadline (``--job-started`` plus ``--job-limit`` less ``--reserve``) and
+stops before it, or once GitHub's rate-limit answers have cost it ``--max-rate-limit-wait`` in
+all: the cells it has not published are reported ``handed-on`` and ``--shard rest`` (the run's
+``publish-rest`` job, with the reports in ``--reports``) publishes them (farm/publish/budget.py).
+
+Exit 0 whenever every cell got a verdict (a failed, refused or handed-on cell is listed, not
+fatal); exit 2 for a bad plan or shard; exit 3 when the ledger's last push fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import zipfile
@@ -31,13 +39,29 @@ from farm.model.config import LEDGER_FILE, load_config
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.verdict import derive_from_config
 from farm.publish import ghrest, upload
+from farm.publish.artifacts import Source, run_artifacts
+from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, RESERVE_S, JobClock, next_cell_fits, publish_shares
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import github_client
+from farm.publish.ratelimit import RealClock, Throttle, github_limits
+from farm.publish.releases import ReleaseCache, github_client
 from farm.publish.targets import GithubSettings
+from farm.schedule.cost import JOB_LIMIT_S
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
-from farm.schedule.slices import slice_plan
-from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
+from farm.schedule.slices import LINK, slice_plan
+from farm.schedule.stream import (
+    ERROR,
+    HANDED_ON,
+    PUBLISHED,
+    REFUSED,
+    REPORT_PREFIX,
+    CellVerdict,
+    handed_on,
+    publish_jobs,
+    publish_shard,
+    read_reports,
+    shard_cells,
+)
 
 # A cell's fragment artifact: a zip of at most 8 fragments of at most 1 MiB each.
 MAX_FRAGMENT_BYTES = 1 << 20
@@ -47,11 +71,16 @@ MAX_WHEEL_BYTES = ASSET_MAX_BYTES
 MAX_WHEEL_MEMBERS = 200_000
 # A shard's records are committed and pushed at most this often (a commit hashes the whole ledger).
 PUSH_EVERY_S = 60.0
+REST = "rest"  # the run's last publish job: every cell the others handed on
+FIRST_CELL_S = 60.0  # what a job expects its first cell to take, before it has timed one
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", type=Path, required=True, metavar="FILE", help="the plan of this run")
-    parser.add_argument("--shard", required=True, metavar="I", help="the build shard (0, 1, ...) or 'link'")
+    parser.add_argument("--shard", required=True, metavar="I",
+                        help="the build shard (0, 1, ...), 'link', or 'rest': the cells the run's other publish "
+                             "jobs handed on (their reports in --reports)")
+    parser.add_argument("--reports", type=Path, metavar="DIR", help="with --shard rest: the run's publish reports")
     parser.add_argument("--run-id", required=True, help="the workflow run whose artifacts to publish")
     parser.add_argument("--repository", default=os.environ.get("GITHUB_REPOSITORY"),
                         help="owner/name of the run (default: $GITHUB_REPOSITORY)")
@@ -61,18 +90,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",
                         help="append each cell's verdict here (one JSON object a line)")
+    parser.add_argument("--job-started", type=float, metavar="EPOCH",
+                        help="when this job started, in epoch seconds (default: now)")
+    parser.add_argument("--job-limit", type=float, default=JOB_LIMIT_S / 60, metavar="MIN",
+                        help=f"when GitHub stops the job, in minutes after it started (default {JOB_LIMIT_S // 60})")
+    parser.add_argument("--reserve", type=float, default=RESERVE_S / 60, metavar="MIN",
+                        help="minutes kept for the last ledger push and the report: the job stops publishing "
+                             f"this long before its limit (default {RESERVE_S // 60})")
+    parser.add_argument("--max-rate-limit-wait", type=float, default=MAX_RATE_LIMIT_WAIT_S / 60, metavar="MIN",
+                        help="minutes the job may wait in all on GitHub's rate-limit answers before it hands the "
+                             f"rest on (default {MAX_RATE_LIMIT_WAIT_S // 60})")
     publish_options(parser)
+    parser.set_defaults(publishers=None)  # default: a share of the token by the plan's cells
 
 
 class RunArtifacts:
-    """The artifacts of one workflow run through GitHub's REST API: listed once per job (100 a
-    page), then each downloaded by id, streamed to disk under a cap. A cell's ``wheels-<id>``
-    artifact is a small zip of its ledger fragment; its wheel is an artifact of its own, uploaded
-    unzipped under the wheel's file name, so the job's disk holds the wheel once, never beside a
-    zip of it."""
+    """The artifacts of one workflow run: listed once per job, then each downloaded by name,
+    streamed to disk under a cap. A cell's ``wheels-<id>`` artifact is a small zip of its ledger
+    fragment; its wheel is an artifact of its own, uploaded unzipped under the wheel's file name,
+    so the job's disk holds the wheel once, never beside a zip of it."""
 
-    def __init__(self, client: ghrest.Client, run_id: str) -> None:
-        self.client, self.run_id = client, run_id
+    def __init__(self, source: Source, run_id: str) -> None:
+        self.source, self.run_id = source, run_id
         self._listing: dict[str, ghrest.Artifact] | None = None
         self._failed: ghrest.GithubApiError | None = None
 
@@ -84,7 +123,7 @@ class RunArtifacts:
             raise self._failed
         if self._listing is None:
             try:
-                artifacts = self.client.artifacts(self.run_id)
+                artifacts = self.source.artifacts(self.run_id)
             except ghrest.GithubApiError as exc:
                 self._failed = exc
                 raise
@@ -101,7 +140,7 @@ class RunArtifacts:
             raise ghrest.GithubApiError(f"artifact {name} of run {self.run_id} has expired",
                                         hint="the run's artifacts are past their retention; the next run builds "
                                              "the cell again")
-        self.client.download_artifact(artifact, dest, max_bytes=max_bytes)
+        self.source.download_artifact(artifact, dest, max_bytes=max_bytes)
         return True
 
     def fetch(self, cell_id: str, folder: Path) -> bool:
@@ -150,18 +189,58 @@ def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
         raise UsageError(f"{bundle.name}: not a zip artifact ({exc})") from None
 
 
+def _minutes(value: float, flag: str) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{flag} {value}: a finite number of minutes, at least 0")
+    return value * 60
+
+
+def _cells_and_share(args: argparse.Namespace) -> tuple[list[tuple[str, str]], float]:
+    """The cells this job publishes, and its share of the token's limits."""
+    plan = read_plan(args.plan)
+    if args.shard == REST:
+        if args.reports is None or not args.reports.is_dir():
+            raise UsageError("--shard rest publishes what the run's publish jobs handed on: pass their reports "
+                             "folder as --reports")
+        scheduled = {str(c["id"]) for c in plan["cells"]}
+        reports = sorted(p for p in args.reports.rglob(f"{REPORT_PREFIX}*.jsonl") if p.is_file())
+        cells = [c for c in handed_on(read_reports(reports)) if c[0] in scheduled]
+        share = 1.0  # after every other publish job of the run: alone
+    else:
+        cells = shard_cells(slice_plan(plan, args.shard))
+        jobs = publish_jobs(plan)
+        share = 1.0 if args.shard == LINK else publish_shares({k: v for k, v in jobs.items() if k != LINK}).get(
+            args.shard, 0.0)  # the link shard publishes after every build shard: alone
+    if args.publishers is not None:
+        check_publishers(args.publishers)
+        share = 1.0 / args.publishers
+    return cells, share if share > 0 else 1.0
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
-    check_publishers(args.publishers)
-    cells = shard_cells(slice_plan(read_plan(args.plan), args.shard))
+    limit_s = _minutes(args.job_limit, "--job-limit")
+    reserve_s = _minutes(args.reserve, "--reserve")
+    cap_s = _minutes(args.max_rate_limit_wait, "--max-rate-limit-wait")
+    if args.job_started is not None and not math.isfinite(args.job_started):
+        raise UsageError(f"--job-started {args.job_started}: epoch seconds")
+    cells, share = _cells_and_share(args)
     targets = configured_targets(root, args.target)
     derive = derive_from_config(load_config(root))
     ledger = root / LEDGER_FILE
-    actions = ghrest.actions_client(args.repository, os.environ, publishers=args.publishers)
+    clock = RealClock()
+    job = JobClock(args.job_started if args.job_started is not None else clock.now(), limit_s, reserve_s)
+    # one throttle, one budget for every REST call of the job: downloads, lookups and uploads
+    throttle = Throttle(github_limits(share=share), clock=clock, budget=job.budget(cap_s))
+    actions = ghrest.actions_client(args.repository, os.environ, clock=clock, throttle=throttle)
+    artifacts = run_artifacts(os.environ, actions, args.run_id, budget=throttle.budget)
+    clients: dict[str, ghrest.Client] = {}
+    caches: dict[str, ReleaseCache] = {}  # what the job has read of each target's releases
 
     def releases(settings: GithubSettings) -> ghrest.Client:
-        # one throttle for the job's downloads and uploads: together they keep to its share
-        return github_client(settings, throttle=actions.throttle, clock=actions.clock)
+        if settings.name not in clients:
+            clients[settings.name] = github_client(settings, throttle=throttle, clock=clock)
+        return clients[settings.name]
 
     # The ledger is read once for the shard and each record appended (farm/provenance/ledgerbook.py);
     # commits and pushes are batched (at most one a minute, and one at the end).
@@ -169,12 +248,26 @@ def run(args: argparse.Namespace) -> int:
     pusher = LedgerPusher(ledger, args.push_ledger, every_s=PUSH_EVERY_S) if args.push_ledger else None
 
     def publish(cell: CellResult) -> tuple[str, str]:
-        report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
-                        book=book, pusher=pusher, github_client=releases)
+        report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, book=book, pusher=pusher,
+                        github_client=releases, release_caches=caches)
         if report.ok:
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
         return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)
+
+    timing = {"last": clock.now(), "slowest": 0.0, "first": True}
+
+    def stop() -> str | None:
+        """Why the job stops before the next cell: its clock has no room for it."""
+        now = clock.now()
+        if not timing["first"]:
+            timing["slowest"] = max(timing["slowest"], now - timing["last"])
+        timing["first"], timing["last"] = False, now
+        slowest = timing["slowest"] or FIRST_CELL_S
+        if next_cell_fits(job.left(now), slowest, throttle.delay("POST")):
+            return None
+        return (f"{max(0.0, job.left(now)) / 60:.0f} min left before this job's deadline, its slowest cell took "
+                f"{slowest:.0f} s: handed to the run's next publish job")
 
     args.report.parent.mkdir(parents=True, exist_ok=True)
     with open(args.report, "a", encoding="utf-8") as fh:
@@ -183,12 +276,18 @@ def run(args: argparse.Namespace) -> int:
             fh.flush()
             print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""))
 
-        verdicts = publish_shard(cells, RunArtifacts(actions, args.run_id).fetch, publish, args.scratch,
-                                 on_verdict=note)
+        verdicts = publish_shard(cells, RunArtifacts(artifacts, args.run_id).fetch, publish, args.scratch,
+                                 on_verdict=note, stop=stop)
     if pusher is not None and pusher.finish() is not None:
         print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     published = sum(v.built for v in verdicts)
-    print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published; "
-          f"{actions.requests} artifact request(s)", file=sys.stderr)
+    rest = actions.requests + sum(c.requests for c in clients.values())
+    per = f" ({rest / published:.2f} per published cell)" if published else ""
+    waited = throttle.budget.rate_limit_waited_s
+    print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published, "
+          f"{sum(v.status == HANDED_ON for v in verdicts)} handed on; {rest} REST request(s){per}, "
+          f"{artifacts.requests if artifacts is not actions else 0} artifact-service request(s); "
+          f"{throttle.waited_s:.0f} s waited ({waited:.0f} s on GitHub's rate-limit answers); "
+          f"{share:.0%} of the token's limits", file=sys.stderr)
     return 0

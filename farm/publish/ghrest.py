@@ -96,6 +96,7 @@ class Artifact:
     name: str
     size: int
     expired: bool
+    sha256: str | None = None  # the digest GitHub lists for its bytes, when it lists one
 
 
 @dataclass(frozen=True)
@@ -399,10 +400,10 @@ def env_token(env: Mapping[str, str]) -> str | None:
 
 
 def actions_client(repository: str | None, env: Mapping[str, str], *, publishers: int = 1,
-                   clock: Clock | None = None) -> Client:
+                   clock: Clock | None = None, throttle: Throttle | None = None) -> Client:
     """A client for the repository a workflow runs in: ``GITHUB_API_URL`` (as Actions sets it;
     api.github.com when unset), the token of :func:`env_token`, GitHub's limits shared by
-    ``publishers`` jobs."""
+    ``publishers`` jobs (or ``throttle``, a job's own, shared with its other clients)."""
     if not repository:
         raise UsageError("--repository (or $GITHUB_REPOSITORY) names the workflow's repository")
     token = env_token(env)
@@ -411,7 +412,7 @@ def actions_client(repository: str | None, env: Mapping[str, str], *, publishers
                         hint="pass the job's token: `GH_TOKEN: ${{ secrets.GITHUB_TOKEN }}` (docs/ci.md)")
     clock = clock or RealClock()
     return Client(repository, token, api_url=env.get("GITHUB_API_URL") or API_URL,
-                  throttle=Throttle(github_limits(publishers=publishers), clock=clock), clock=clock)
+                  throttle=throttle or Throttle(github_limits(publishers=publishers), clock=clock), clock=clock)
 
 
 def _already_exists(body: bytes) -> bool:

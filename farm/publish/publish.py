@@ -26,7 +26,7 @@ from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index, twine
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import ClientFactory, github_client, publish_github
+from farm.publish.releases import ClientFactory, ReleaseCache, github_client, publish_github
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
@@ -199,6 +199,7 @@ def upload(
     push_ledger: str | None = None,
     book: LedgerBook | None = None,
     pusher: LedgerPusher | None = None,
+    release_caches: dict[str, ReleaseCache] | None = None,
 ) -> UploadReport:
     """Gate, send and record, wheel by wheel. ``github_client`` makes the REST client of a
     GitHub target (default :func:`github_client` with the token of ``env``); ``delete_orphans``
@@ -206,7 +207,8 @@ def upload(
     ``publishers``: how many jobs publish at once with the same token (each takes that share of
     GitHub's limits); ``push_ledger``: a git remote the ledger's repository is pushed to
     (:class:`farm.publish.ledgerpush.LedgerPusher`). A job that publishes many batches passes
-    its open ``book`` of ``ledger`` (read once, records appended) and its ``pusher``."""
+    its open ``book`` of ``ledger`` (read once, records appended), its ``pusher``, and its
+    ``release_caches`` (target name -> what it has read of that target's releases)."""
     wheels = find_wheels(wheels_dir)
     dirs = [Path(wheels_dir), *fragment_dirs]
     book = LedgerBook.open(ledger) if book is None else book
@@ -219,7 +221,8 @@ def upload(
     if own_pusher:
         assert push_ledger is not None
         pusher = LedgerPusher(Path(ledger), push_ledger)
-    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, None if dry_run else pusher)
+    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, None if dry_run else pusher,
+                       {} if release_caches is None else release_caches)
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
         return _publish(gate, targets, book=book, vouchers=vouchers, options=options)
     with publish_lock(ledger):
@@ -241,6 +244,7 @@ class _Options:
     derive: Derive | None
     reader: str
     pusher: LedgerPusher | None
+    caches: dict[str, ReleaseCache]
 
 
 def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
@@ -281,7 +285,8 @@ def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, book: Ledge
         if isinstance(s, GithubSettings):
             outcome, github_verdicts, added, n = publish_github(
                 s, batch, vouchers, book=book, client=options.factory(s), derive=options.derive,
-                reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run, on_record=pusher)
+                reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run, on_record=pusher,
+                cache=options.caches.setdefault(s.name, ReleaseCache()))
             target_verdicts: Sequence[WheelVerdict] = github_verdicts
             merged += added
             recorded += n

@@ -7,6 +7,16 @@ its second target) is different: its line changes, and the book writes all such 
 the pass in one rewrite at its end; a crash before that loses only records the next run makes
 again, finding each asset with the ledger's sha256 (``PRESENT``). The decisions are the pure ones
 of :mod:`farm.publish.github`; the calls are :mod:`farm.publish.ghrest`'s.
+
+A job that publishes many wheels keeps what it has read of each release in a :class:`ReleaseCache`
+across its batches, kept current by its own uploads and deletes, so it asks GitHub about a
+release once (farm/publish/budget.py counts the requests). It does not list a release's assets
+before sending a wheel the ledger does not record: it uploads, and only GitHub's 422 for a name
+already taken makes it list them and decide (an earlier build to adopt, the same bytes, an upload
+that never finished). A wheel the ledger records is looked for in the listing first (a re-run
+finds its assets there and sends nothing). A release the job has not seen is looked up by tag
+where the ledger records wheels under that tag, and created at once where it records none (a
+release another job created meanwhile answers 422 and is then looked up).
 """
 
 from __future__ import annotations
@@ -53,8 +63,26 @@ def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None
 
 @dataclass
 class _Release:
+    """A release as this job knows it: ``assets`` are all of them when ``listed``, else only those
+    this job placed there itself."""
+
     release: ghrest.Release | None
     assets: dict[str, ghrest.RemoteAsset]
+    listed: bool = False
+
+
+@dataclass
+class ReleaseCache:
+    """What one publishing job has read of a target's releases (tag -> release), and the tags
+    its ledger records wheels under (the hint for looking a release up or creating it)."""
+
+    releases: dict[str, _Release] = field(default_factory=dict)
+    recorded_tags: frozenset[str] | None = None
+
+
+def recorded_tags(book: LedgerBook, tag: str) -> frozenset[str]:
+    """The release tags (format ``tag``) of every cell the ledger records."""
+    return frozenset(github.tag_for(tag, rec.key) for rec in book.index.records if rec.key is not None)
 
 
 @dataclass
@@ -68,7 +96,7 @@ class _GithubRun:
     reader: str
     delete_orphans: bool
     dry_run: bool
-    releases: dict[str, _Release] = field(default_factory=dict)
+    cache: ReleaseCache = field(default_factory=ReleaseCache)
     sent: list[str] = field(default_factory=list)
     placed: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -76,18 +104,36 @@ class _GithubRun:
     merged: list[str] = field(default_factory=list)
     on_record: Callable[[str], None] | None = None
 
-    def state(self, tag: str, *, refresh: bool = False) -> _Release:
-        if refresh or tag not in self.releases:
+    def state(self, tag: str, *, listed: bool = False, fresh: bool = False) -> _Release:
+        """The release ``tag`` as far as this job knows it (``listed``: with every asset; ``fresh``:
+        listed again, after GitHub said a name is taken that the job's listing lacks)."""
+        known = self.cache.releases.get(tag)
+        if known is None:
             release = self.client.release(tag)
-            assets = {a.name: a for a in self.client.assets(release)} if release else {}
-            self.releases[tag] = _Release(release, assets)
-        return self.releases[tag]
+            known = self.cache.releases[tag] = _Release(release, {}, listed=release is None)
+        if fresh and known.release is not None:
+            known.listed = False
+        if listed and not known.listed:
+            assert known.release is not None
+            known.assets = {a.name: a for a in self.client.assets(known.release)}
+            known.listed = True
+        return known
 
     def ensure(self, tag: str, package: str) -> ghrest.Release:
-        state = self.state(tag)
-        if state.release is None:
-            state.release = self.client.create_release(tag, f"Prebuilt CUDA wheels of {package}.")
-        return state.release
+        """The release ``tag``, created when there is none: at once, without a lookup, for a tag
+        the ledger records no wheel under (one request either way, as a rule)."""
+        known = self.cache.releases.get(tag)
+        if known is None:
+            if self.cache.recorded_tags is None:
+                self.cache.recorded_tags = recorded_tags(self.book, self.settings.tag)
+            if tag in self.cache.recorded_tags:
+                known = self.state(tag)
+            else:
+                release = self.client.create_release(tag, f"Prebuilt CUDA wheels of {package}.")
+                known = self.cache.releases[tag] = _Release(release, {}, listed=False)
+        if known.release is None:
+            known.release = self.client.create_release(tag, f"Prebuilt CUDA wheels of {package}.")
+        return known.release
 
     def record(self, entry: LedgerEntry, url: str) -> None:
         """The wheel's entry and its publication recorded: a new wheel's line appended now; a
@@ -101,9 +147,9 @@ class _GithubRun:
             self.on_record(f"{entry.filename} on {self.settings.name}")
 
     def upload(self, w: GatedWheel, tag: str, url: str) -> WheelVerdict | None:
-        """Send ``w``; None when GitHub says the name is taken meanwhile (the caller looks again)."""
-        state = self.state(tag)
+        """Send ``w``; None when GitHub says the name is taken (the caller lists and looks)."""
         release = self.ensure(tag, w.build_info.package or w.filename.split("-")[0])
+        state = self.cache.releases[tag]
         got = self.client.upload(release, w.path, w.filename)
         if got is None:
             return None
@@ -123,11 +169,17 @@ class _GithubRun:
         assert key is not None, "the gate passes asserted wheels only"
         tag = github.tag_for(self.settings.tag, key)
         url = github.asset_url(self.settings.repository, tag, name)
-        for look in range(2):  # a second look after GitHub's 422 "already_exists"
-            state = self.state(tag, refresh=look > 0)
-            have = state.assets.get(name)
+        for look in range(2):  # a second look, at every asset, after GitHub's 422 "already_exists"
+            state = self.cache.releases.get(tag)
+            # listed first where an asset is expected (the ledger records the wheel), else only
+            # after GitHub's 422 says the name is taken
+            if look or self.dry_run or ledger_sha256 is not None or (state is not None and state.release is None):
+                state = self.state(tag, listed=True, fresh=look > 0)
+            have = state.assets.get(name) if state else None
             present = github.Present(have.sha256, have.size, have.state) if have else None
-            action, why = github.decide(w.sha256, w.size, present, ledger_sha256, assets=len(state.assets))
+            # an unlisted release's count is GitHub's to check: its 422 past the cap refuses the upload
+            action, why = github.decide(w.sha256, w.size, present, ledger_sha256,
+                                        assets=len(state.assets) if state and state.listed else 0)
             if action is github.Action.REFUSE:
                 return WheelVerdict(name, target, Verdict.REFUSED, url, why)
             if self.dry_run:
@@ -140,7 +192,7 @@ class _GithubRun:
                 assert have is not None
                 return self.verify(w, have, key, tag, url, ledger_sha256)
             if action is github.Action.CLEAR:
-                assert have is not None
+                assert have is not None and state is not None
                 self.client.delete(have)
                 del state.assets[name]
             verdict = self.upload(w, tag, url)
@@ -180,7 +232,7 @@ class _GithubRun:
                                 f"the asset under this name (sha256 {check.sha256}) has no ledger record and fails "
                                 f"re-assertion: {reasons}; delete it (farm upload --delete-orphans) and publish again")
         self.client.delete(have)
-        del self.state(tag).assets[name]
+        del self.cache.releases[tag].assets[name]
         verdict = self.upload(w, tag, url)
         if verdict is None or verdict.verdict is not Verdict.PUBLISHED:
             return verdict or WheelVerdict(name, target, Verdict.FAILED, url, "the name was taken again meanwhile")
@@ -190,11 +242,13 @@ class _GithubRun:
 
 def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, book: LedgerBook,
             client: ghrest.Client, derive: Derive | None, reader: str, delete_orphans: bool,
-            dry_run: bool, on_record: Callable[[str], None] | None,
+            dry_run: bool, on_record: Callable[[str], None] | None, cache: ReleaseCache | None = None,
             ) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
     """Publish ``batch`` to ``s`` in file name order; returns the target's outcome, each wheel's
-    verdict, the entries merged into the ledger and the publications recorded."""
-    run = _GithubRun(s, client, book, derive, reader, delete_orphans, dry_run, on_record=on_record)
+    verdict, the entries merged into the ledger and the publications recorded. ``cache``: what
+    the job read of the target's releases in its earlier batches (kept current here)."""
+    run = _GithubRun(s, client, book, derive, reader, delete_orphans, dry_run, on_record=on_record,
+                     cache=cache if cache is not None else ReleaseCache())
     verdicts: list[WheelVerdict] = []
     try:
         _pass(run, sorted(batch, key=lambda w: w.filename), vouchers, verdicts)

@@ -10,6 +10,12 @@ cell's refusal, a full disk or a failed download is that cell's verdict, never t
 :func:`publish_shard` is the loop, with the download and the publish passed in (GitHub's REST
 API and ``farm upload`` in CI, the loopback GitHub in the drain simulation). Its verdicts
 are the shard's report, which ``farm wave --reports`` reads to decide the next wave.
+
+A job stops before its clock does (farm/publish/budget.py): asked before each cell, ``stop``
+says when there is no room for another, and a wait that would pass the deadline raises
+:class:`~farm.errors.OutOfTime` inside a cell. Either way that cell and every one after it are
+``handed-on``: built, not published, left to the run's next publish job (``--shard rest``,
+which publishes :func:`handed_on` of the reports), never to a rebuild.
 """
 
 from __future__ import annotations
@@ -21,16 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.errors import FarmError, UsageError
+from farm.errors import FarmError, OutOfTime, UsageError
 from farm.fsutil import tree_bytes
 from farm.schedule.outcome import ARTIFACT_PREFIX, CellResult, read_artifacts
+from farm.schedule.slices import LINK, shard_count, slice_plan
 
 # What a cell ended as. Only "published" takes it out of the queue (its ledger record exists).
 PUBLISHED = "published"
 FAILED = "failed"  # no artifact: the build failed, was cancelled or never ran
 REFUSED = "refused"  # the gate or a target refused its wheel: a defect to look at
 ERROR = "error"  # the download or the publish broke (disk full, network, limits): retried next wave
-STATUSES = (PUBLISHED, FAILED, REFUSED, ERROR)
+HANDED_ON = "handed-on"  # built, not published before the job's deadline: the next publish job's
+STATUSES = (PUBLISHED, FAILED, REFUSED, ERROR, HANDED_ON)
 REPORT_PREFIX = "published-"
 
 
@@ -91,6 +99,8 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
     try:
         try:
             found = fetch(cell_id, folder)
+        except OutOfTime:
+            raise
         except OSError as exc:  # ENOSPC, a broken download: this cell waits for the next wave
             return CellVerdict(cell_id, package, ERROR, detail=f"download: {exc.strerror or exc}",
                                artifact_bytes=tree_bytes(folder).held)
@@ -111,6 +121,8 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
                                artifact_bytes=size)
         try:
             status, detail = publish(result)
+        except OutOfTime:
+            raise
         except OSError as exc:
             status, detail = ERROR, f"publish: {exc.strerror or exc}"
         except FarmError as exc:
@@ -121,13 +133,28 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
 
 
 def publish_shard(cells: Iterable[tuple[str, str]], fetch: Fetch, publish: Publish, scratch: Path,
-                  *, on_verdict: Callable[[CellVerdict], None] | None = None) -> list[CellVerdict]:
+                  *, on_verdict: Callable[[CellVerdict], None] | None = None,
+                  stop: Callable[[], str | None] | None = None) -> list[CellVerdict]:
     """:func:`publish_cell` for each (id, package), in order; ``on_verdict`` sees each as it comes
-    (the command appends it to the report at once: a killed job loses at most the cell in hand)."""
+    (the command appends it to the report at once: a killed job loses at most the cell in hand).
+    ``stop``, asked before each cell, says why the job stops now (None: go on); from there, and
+    from a cell whose wait ran out of time, every cell is handed on."""
     scratch.mkdir(parents=True, exist_ok=True)
+    todo = list(cells)
     out = []
-    for cell_id, package in cells:
-        verdict = publish_cell(cell_id, package, fetch, publish, scratch)
+    for i, (cell_id, package) in enumerate(todo):
+        why = stop() if stop is not None else None
+        if why is None:
+            try:
+                verdict = publish_cell(cell_id, package, fetch, publish, scratch)
+            except OutOfTime as exc:
+                why = exc.message
+        if why is not None:
+            out += [CellVerdict(c, p, HANDED_ON, detail=why) for c, p in todo[i:]]
+            if on_verdict is not None:
+                for v in out[i:]:
+                    on_verdict(v)
+            break
         out.append(verdict)
         if on_verdict is not None:
             on_verdict(verdict)
@@ -136,8 +163,9 @@ def publish_shard(cells: Iterable[tuple[str, str]], fetch: Fetch, publish: Publi
 
 def read_reports(paths: Iterable[Path]) -> dict[str, CellVerdict]:
     """cell id -> verdict, from report files (one JSON object a line). A cell reported twice keeps
-    its best verdict (a publish job retried by a re-run reports it again)."""
-    rank = {s: i for i, s in enumerate((PUBLISHED, REFUSED, ERROR, FAILED))}
+    its best verdict (a publish job retried by a re-run reports it again; a later job's verdict
+    on a cell handed on to it replaces ``handed-on``)."""
+    rank = {s: i for i, s in enumerate((PUBLISHED, REFUSED, ERROR, FAILED, HANDED_ON))}
     out: dict[str, CellVerdict] = {}
     for path in paths:
         try:
@@ -168,3 +196,18 @@ def shard_cells(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
             continue
         seen.setdefault(str(e["id"]), str(e["package"]))
     return list(seen.items())
+
+
+def handed_on(verdicts: Mapping[str, CellVerdict]) -> list[tuple[str, str]]:
+    """The cells whose best verdict is ``handed-on`` (:func:`read_reports`), as (id, package) in
+    the reports' order: the run's last publish job publishes them."""
+    return [(v.id, v.package) for v in verdicts.values() if v.status == HANDED_ON]
+
+
+def publish_jobs(plan: Mapping[str, Any]) -> dict[str, int]:
+    """The publish jobs of a wave's plan (build shards ``0``, ``1``, ... and ``link``) and the
+    cells each publishes."""
+    shards = [str(i) for i in range(shard_count(plan))]
+    out = {s: len(shard_cells(slice_plan(plan, s))) for s in shards}
+    link = len(shard_cells(slice_plan(plan, LINK)))
+    return {**out, LINK: link} if link else out
