@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from farm.cli import main
+from farm.provenance.ledger import raw_lines
 from farm.provenance.ledgerbook import LedgerBook
+from farm.provenance.ledgerfiles import segments
 from farm.publish import GithubSettings, ghrest, upload
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.ratelimit import Throttle, github_limits
@@ -198,7 +200,7 @@ class Farm:
         shutil.copy(REPO / "_defaults.yml", seed / "_defaults.yml")
         shutil.copytree(REPO / "packages", seed / "packages")
         shutil.copytree(REPO / "examples", seed / "examples")
-        (seed / "ledger.jsonl").write_text("")
+        shutil.copytree(REPO / "ledger", seed / "ledger")  # the repository's ledger folder, empty
         (seed / "README.md").write_text("the farm\n")
         git(work, "init", "-q", "--bare", "-b", "main", str(self.remote))
         git(seed, "init", "-q", "-b", "main")
@@ -283,7 +285,7 @@ class Farm:
     # -- publish jobs (farm's own code) --------------------------------------------------------
     def _publish(self, n: int, shard: str, entries: list[dict[str, Any]], store: Path, reports: Path,
                  clone: Path) -> JobStats:
-        ledger = clone / "ledger.jsonl"
+        ledger = clone / "ledger"
         quota = (RUNNER_FREE - JOB_OVERHEAD) if (n, shard) not in self.faults.small_disk else 10 * MB
         held: dict[str, int] = {}  # scratch folder -> nominal bytes, while it exists
         peak = largest = 0
@@ -326,13 +328,17 @@ class Farm:
         book = LedgerBook.open(ledger)  # the job reads its checkout's ledger once
 
         def publish(cell: CellResult) -> tuple[str, str]:
-            before = ledger.stat().st_size
+            before = {name: path.stat().st_size for name, path in segments(ledger)}
             report = upload(cell.files[0].parent, [settings], ledger=ledger, github_client=client, reader="native",
                             book=book, release_caches=caches)
             if self.sim.killed is not None:
                 # the process died after GitHub stored the asset, before the ledger record: what it
                 # wrote after that moment (the record it appended) never happened
-                os.truncate(ledger, before)
+                for name, path in segments(ledger):
+                    if name in before:
+                        os.truncate(path, before[name])
+                    else:
+                        path.unlink()
                 self.killed.append((n, shard, self.sim.killed))
                 self.sim.killed = None
                 raise JobKilled(cell.id)
@@ -370,7 +376,7 @@ class Farm:
     def _push(self, n: int, shard: str, clone: Path) -> None:
         if (n, shard) in self.faults.maintainer_push:
             self.maintainer_commit(f"maintainer edit during run {n} shard {shard}")
-        self.pushes.append(commit_and_push(clone, clone / "ledger.jsonl", f"ledger: run {n} shard {shard}",
+        self.pushes.append(commit_and_push(clone, clone / "ledger", f"ledger: run {n} shard {shard}",
                                            clock=self.sim.clock))
 
     def _burst(self) -> None:
@@ -380,7 +386,12 @@ class Farm:
 
     def ledger_lines(self) -> list[dict[str, Any]]:
         head = self.checkout("final")
-        return [json.loads(line) for line in (head / "ledger.jsonl").read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in raw_lines(head / "ledger") if line.strip()]
+
+    def ledger_files(self) -> dict[str, int]:
+        """Each file of the ledger at the branch head and its bytes."""
+        head = self.checkout("files")
+        return {name: path.stat().st_size for name, path in segments(head / "ledger")}
 
 
 @contextmanager

@@ -130,7 +130,7 @@ def test_a_reencoded_ledger_index_with_a_valid_stamp_is_not_believed(tmp_path: P
 
     def fewer(payload: bytes) -> bytes:
         decoded = msgspec.msgpack.decode(payload, type=ledger_mod._Cache)
-        return msgspec.msgpack.encode(ledger_mod._Cache(decoded.format, decoded.code, decoded.stamp,
+        return msgspec.msgpack.encode(ledger_mod._Cache(decoded.format, decoded.code, decoded.stamps,
                                                         decoded.records[:1]))
 
     for forged in _forge(blob, fewer, monkeypatch):
@@ -159,7 +159,7 @@ def test_a_forged_ledger_index_does_not_change_the_matrix(tmp_path: Path, capsys
 
     def forget(payload: bytes) -> bytes:
         decoded = msgspec.msgpack.decode(payload, type=ledger_mod._Cache)
-        return msgspec.msgpack.encode(ledger_mod._Cache(decoded.format, decoded.code, decoded.stamp, []))
+        return msgspec.msgpack.encode(ledger_mod._Cache(decoded.format, decoded.code, decoded.stamps, []))
 
     for forged in _forge(blob, forget, monkeypatch):
         file.write_bytes(forged)

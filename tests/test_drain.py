@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from farm.cli import main
+from farm.provenance.ledgerfiles import segment_of
 from farm.schedule.stream import ERROR, PUBLISHED
 from tests import ghsim
 from tests.drainsim import MB, Farm, Faults, RunResult, Sim
@@ -115,6 +116,16 @@ def test_the_drain_completes_and_every_cell_is_published_once(drained, capsys) -
     assert len(assets) + final["totals"]["refused"] == runs[0].to_build > 16_000
     assert sum(r.scheduled for r in runs) >= len(assets)
     assert len(runs) >= 15
+
+
+def test_the_ledger_is_one_file_per_package_and_epoch(drained) -> None:
+    farm, _, _ = drained
+    files = farm.ledger_files()
+    packages = {(e["package"], e["build_epoch"]) for e in farm.ledger_lines()}
+    assert sorted(files) == sorted(segment_of(p, epoch) for p, epoch in packages)
+    largest = max(files.values())
+    print(f"the ledger: {len(files)} files, {sum(files.values()) / MB:.1f} MB, the largest {largest / MB:.2f} MB")
+    assert largest < 50 * MB
 
 
 def test_peak_disk_per_publish_job_is_one_artifact(drained) -> None:

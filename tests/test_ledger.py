@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from farm.errors import EXIT_BAD_INPUT, LedgerError
-from farm.provenance import buildinfo, ledgercache, ledgerline, shape
+from farm.provenance import buildinfo, ledgercache, ledgerfiles, ledgerline, shape
 from farm.provenance import buildinfo as buildinfo_mod
 from farm.provenance import ledger as ledger_mod
 from farm.provenance.ledger import LedgerIndex, _read_lines, iter_entries
@@ -169,7 +169,7 @@ def test_same_filename_twice_is_an_error_naming_both_lines(tmp_path: Path) -> No
 
 
 def test_missing_ledger_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(LedgerError, match="no ledger file"):
+    with pytest.raises(LedgerError, match="no ledger here"):
         LedgerIndex.load(tmp_path / "absent.jsonl")
 
 
@@ -547,6 +547,6 @@ def test_a_bad_or_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytes
 
 def test_the_index_cache_is_keyed_on_every_module_that_makes_a_record() -> None:
     """A change to the definition, the line's checks or the indexing makes every cache stale."""
-    files = {Path(m.__file__ or "").name for m in (shape, buildinfo_mod, ledgerline, ledger_mod)}
+    files = {Path(m.__file__ or "").name for m in (shape, buildinfo_mod, ledgerline, ledger_mod, ledgerfiles)}
     assert set(ledgercache._RULES) == files
     assert all((Path(ledgercache.__file__ or "").parent / name).is_file() for name in ledgercache._RULES)

@@ -173,3 +173,55 @@ def test_a_publish_shards_pusher_batches_its_records_and_loses_none(remote: Path
     append(a, line(python="cp38"))
     pusher("cp38")  # a minute later: pushed at once
     assert pusher.pushes == 3
+
+
+def test_githubs_refusal_of_a_large_file_is_named_with_its_fix_not_retried(remote: Path, tmp_path: Path) -> None:
+    """GitHub's pre-receive refusal of a file over 100 MB (GH001), as GitHub words it."""
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'remote: error: GH001: Large files detected. You may want to try Git Large "
+                    "File Storage.' >&2\necho 'remote: error: File ledger.jsonl is 104.12 MB; this exceeds GitHub'"
+                    "'s file size limit of 100.00 MB' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    a = clone(remote, tmp_path / "a")
+    append(a, line(python="cp311"))
+    with pytest.raises(ToolError, match="GH001") as info:
+        commit_and_push(a, a / "ledger.jsonl", "ledger: a", clock=NoWait())
+    message = str(info.value)
+    assert "over 100 MB" in message
+    assert "no retry" in message
+    assert "farm ledger migrate" in message  # the fix
+    assert git(remote, "log", "--oneline", "main").count("\n") == 1  # one try: the seed alone
+
+
+def _seed_folder(tmp_path: Path) -> Path:
+    """A bare remote whose main holds a ledger folder with one record."""
+    where = tmp_path / "remote-folder.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(where))
+    seed = clone(where, tmp_path / "seed-folder")
+    (seed / "ledger" / "demo_ext").mkdir(parents=True)
+    (seed / "ledger" / "README.md").write_text("the ledger\n")
+    (seed / "ledger" / "demo_ext" / "e0.jsonl").write_text(line(python="cp310"))
+    git(seed, "add", "ledger")
+    git(seed, "commit", "-qm", "seed")
+    git(seed, "push", "-q", "origin", "HEAD:main")
+    return where
+
+
+def test_a_ledger_folder_rebases_segment_by_segment(tmp_path: Path) -> None:
+    """Two writers add records to the same segment and both create a new one (another epoch):
+    each conflicting file is merged by record; nothing is lost."""
+    remote = _seed_folder(tmp_path)
+    a, b = clone(remote, tmp_path / "a"), clone(remote, tmp_path / "b")
+    for repo, py in ((a, "cp311"), (b, "cp312")):
+        with (repo / "ledger" / "demo_ext" / "e0.jsonl").open("a") as fh:
+            fh.write(line(python=py))
+        (repo / "ledger" / "demo_ext" / "e1.jsonl").write_text(line(python=py, build_epoch=1))
+    assert commit_and_push(b, b / "ledger", "ledger: b", clock=NoWait()).pushed
+    result = commit_and_push(a, a / "ledger", "ledger: a", clock=NoWait())
+    assert result.pushed
+    assert result.merged == 2  # e0 (both appended) and e1 (both created)
+    git(a, "fetch", "-q", "origin", "main")
+    git(a, "checkout", "-q", "FETCH_HEAD")
+    index = LedgerIndex.load(a / "ledger")
+    assert len(index) == 5
+    assert {r.segment for r in index.records} == {"demo_ext/e0.jsonl", "demo_ext/e1.jsonl"}

@@ -121,7 +121,9 @@ class Run:
         return {v["id"]: v for v in map(json.loads, lines)}
 
     def remote_ledger(self) -> list[dict[str, Any]]:
-        text = git(self.work, "--git-dir", str(self.remote), "show", "main:ledger.jsonl")
+        files = git(self.work, "--git-dir", str(self.remote), "ls-tree", "-r", "--name-only", "main", "ledger")
+        text = "".join(git(self.work, "--git-dir", str(self.remote), "show", f"main:{name}")
+                       for name in files.split() if name.endswith(".jsonl"))
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -147,7 +149,7 @@ def wave(tmp_path: Path) -> Iterator[Run]:
         (seed / "_defaults.yml").write_text(defaults)
         shutil.copytree(REPO / "packages", seed / "packages")
         shutil.copytree(REPO / "examples", seed / "examples")
-        (seed / "ledger.jsonl").write_text("")
+        shutil.copytree(REPO / "ledger", seed / "ledger")  # the repository's ledger folder, empty
         remote = tmp_path / "remote.git"
         git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
         git(seed, "init", "-q", "-b", "main")

@@ -48,6 +48,7 @@ from farm.fsutil import Inode, TreeBytes, tree_bytes
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig, GitSource, SdistSource
 from farm.provenance.ledger import iter_entries
+from farm.provenance.ledgerfiles import SEGMENT_SUFFIX, segments
 from farm.source.fetch import git_pointer, pointed_commit, tree_sha256, vendor_description, vendored_key
 from farm.toolkit.assemble import read_stamp
 from farm.toolkit.request import PLATFORMS
@@ -155,11 +156,18 @@ def in_use(entries: Iterable[Mapping[str, Any]], *, commits: Iterable[str] = (),
 
 
 def recent_entries(ledger: Path, keep_recent: int) -> list[dict[str, Any]]:
-    """The last ``keep_recent`` entries of the ledger (its lines are appended in build order)."""
-    if keep_recent <= 0 or not ledger.is_file():
+    """The last ``keep_recent`` entries of each package's newest epoch in the ledger (a file's
+    lines are appended in build order); of the one file of a single-file ledger."""
+    if keep_recent <= 0 or not ledger.exists():
         return []
-    entries = [entry for _, entry in iter_entries(ledger)]
-    return entries[-keep_recent:]
+    newest: dict[str, tuple[int, Path]] = {}
+    for name, file in segments(ledger):
+        package, _, rest = name.partition("/e")
+        epoch = int(rest.removesuffix(SEGMENT_SUFFIX)) if rest else 0
+        if package not in newest or epoch > newest[package][0]:
+            newest[package] = (epoch, file)
+    return [entry for _, file in sorted(newest.values(), key=lambda ef: str(ef[1]))
+            for entry in [e for _, e in iter_entries(file)][-keep_recent:]]
 
 
 def recipe_vendored(config: FarmConfig, sources: Path) -> tuple[set[str], set[str]]:

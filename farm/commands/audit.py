@@ -22,6 +22,7 @@ from farm.progress import reporter
 from farm.provenance.audit import AuditRow, Verdict, audit
 from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.verdict import today_from_config
 from farm.table import format_table
 
@@ -31,7 +32,8 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("where", nargs="?", metavar="WHERE",
                         help="a folder of wheels, a .whl, or an index URL (default: the static index target)")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the farm repository (default: .)")
-    parser.add_argument("--ledger", type=Path, default=None, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--ledger", type=Path, default=None,
+                        help="the ledger folder, or a single-file ledger (default: ROOT/ledger)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -67,7 +69,7 @@ def resolve_where(where: str | None, config: FarmConfig | None) -> str:
 
 
 def ledger_path(args: argparse.Namespace) -> Path:
-    ledger: Path = args.ledger or args.root / "ledger.jsonl"
+    ledger: Path = args.ledger or ledger_location(args.root)
     return ledger
 
 

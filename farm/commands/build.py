@@ -41,6 +41,7 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import read_embedded
 from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice
@@ -300,7 +301,7 @@ def _build(args: argparse.Namespace) -> int:
     # a plan shows a built cell too; a probe makes no wheel, so it runs whether the ledger holds the cell or not
     whole = args.overwrite or args.plan or args.probe
     ledger = (LedgerIndex.empty() if whole
-              else LedgerIndex.load(config.ledger_path, cache_dir=args.cache_dir or config.root / ".cache"))
+              else LedgerIndex.load(ledger_location(config.root), cache_dir=args.cache_dir or config.root / ".cache"))
     matrix = compute_matrix(config, ledger, filters, overwrite=whole)
     planned = matrix.cells
     if not planned and matrix.totals()["built"]:

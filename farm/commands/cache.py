@@ -29,6 +29,7 @@ from farm.builder.prune import (
 )
 from farm.errors import EXIT_OK, UsageError
 from farm.model.config import load_config
+from farm.provenance.ledgerfiles import ledger_location
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     vendored, archives = recipe_vendored(config, cache / "sources")
     kinds = args.kind or KINDS
     images = held_probes(cache) if "images" in kinds else frozenset()  # asks the engines: only when pruned
-    used = in_use(recent_entries(config.ledger_path, args.keep_recent), commits=commits, sdists=sdists,
+    used = in_use(recent_entries(ledger_location(config.root), args.keep_recent), commits=commits, sdists=sdists,
                   vendored=vendored, archives=archives, images=images)
     plan = plan_prune(cache, used, kinds=kinds, min_age_s=args.min_age)
     say = None if args.json else (lambda m: print(f"farm cache: {m}", file=sys.stderr))

@@ -6,14 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
+from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.provenance.ledgerfiles import ledger_location
 from farm.publish import IndexSettings, parse_targets, regenerate_index
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, metavar="DIR", help="the index tree (holds files/ and packages.json)")
     parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
-    parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--ledger", type=Path, help="the ledger folder, or a single-file ledger (default: ROOT/ledger)")
     parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
                         help="folders holding ledger fragments not merged yet")
     parser.add_argument("--links", metavar="TARGET",
@@ -38,7 +39,7 @@ def configured_links(root: Path, tree: Path) -> str | None:
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     links = args.links or configured_links(root, args.dir)
-    report = regenerate_index(args.dir, ledger=args.ledger or root / LEDGER_FILE,
+    report = regenerate_index(args.dir, ledger=args.ledger or ledger_location(root),
                               fragment_dirs=args.fragments, allow_drop=args.allow_drop, links=links)
     if args.json:
         print(json.dumps({"root": str(report.root), "files": report.files, "channels": list(report.channels),

@@ -17,6 +17,7 @@ from farm.fsutil import atomic_write
 from farm.model.arch import ArchList
 from farm.model.config import FarmConfig, load_config
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.github import capacity_problems
 from farm.publish.targets import GithubSettings, parse_targets
@@ -103,7 +104,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="schedule cells whose recorded or estimated time no hosted runner can finish "
                              "(self-hosted runners without GitHub's 6 h job limit)")
     parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
-    parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--ledger", type=Path, help="the ledger folder, or a single-file ledger (default: ROOT/ledger)")
     parser.add_argument("--cache-dir", type=Path, help="sources, lint and ledger-index caches (default: ROOT/.cache)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plan", type=Path, metavar="FILE",
@@ -213,14 +214,14 @@ def run(args: argparse.Namespace) -> int:
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     cache_dir = args.cache_dir or config.root / ".cache"
     ledger = (LedgerIndex.empty() if args.overwrite
-              else LedgerIndex.load(args.ledger or config.ledger_path, cache_dir=cache_dir))
+              else LedgerIndex.load(args.ledger or ledger_location(config.root), cache_dir=cache_dir))
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}",
                          hint="the jobs your GitHub plan runs at once (Free 20, Pro 40, Team 60)")
     # each cell's jobs planned by its recorded (or estimated) duration; a sharded cell costs its
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
-    recorded = list(recorded_builds(args.ledger or config.ledger_path))  # one read for both
+    recorded = list(recorded_builds(args.ledger or ledger_location(config.root)))  # one read for both
     durations = durations_of(recorded)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
     hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package

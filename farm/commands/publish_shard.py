@@ -35,8 +35,9 @@ from pathlib import Path
 from farm.commands.slice import read_plan
 from farm.commands.upload import check_publishers, configured_targets, publish_options, render
 from farm.errors import EXIT_ENVIRONMENT, UsageError
-from farm.model.config import LEDGER_FILE, load_config
+from farm.model.config import load_config
 from farm.provenance.ledgerbook import LedgerBook
+from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.verdict import derive_from_config
 from farm.publish import ghrest, upload
 from farm.publish.artifacts import Source, run_artifacts
@@ -227,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     cells, share = _cells_and_share(args)
     targets = configured_targets(root, args.target)
     derive = derive_from_config(load_config(root))
-    ledger = root / LEDGER_FILE
+    ledger = ledger_location(root)
     clock = RealClock()
     job = JobClock(args.job_started if args.job_started is not None else clock.now(), limit_s, reserve_s)
     # one throttle, one budget for every REST call of the job: downloads, lookups and uploads

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import UsageError
-from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
+from farm.model.config import DEFAULTS_FILE, load_config, load_defaults
+from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.verdict import derive_from_config
 from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
 from farm.publish.publish import find_wheels
@@ -24,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", action="append", metavar="NAME",
                         help="a publish target of _defaults.yml (repeatable; default: default_target)")
     parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
-    parser.add_argument("--ledger", type=Path, help="the ledger (default: ROOT/ledger.jsonl)")
+    parser.add_argument("--ledger", type=Path, help="the ledger folder, or a single-file ledger (default: ROOT/ledger)")
     parser.add_argument("--fragments", type=Path, action="append", default=[], metavar="DIR",
                         help="more folders holding ledger fragments (DIR itself is always searched)")
     parser.add_argument("--dry-run", action="store_true",
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     targets = configured_targets(root, args.target)
     # The gate re-derives every wheel's arch list from this configuration.
     derive = derive_from_config(load_config(root))
-    report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE, fragment_dirs=args.fragments,
+    report = upload(args.dir, targets, ledger=args.ledger or ledger_location(root), fragment_dirs=args.fragments,
                     dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive,
                     publishers=args.publishers, push_ledger=args.push_ledger)
     if args.json:

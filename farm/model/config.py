@@ -24,7 +24,8 @@ from farm.model.yamlsrc import YList, YMap, load_yaml
 
 DEFAULTS_FILE = "_defaults.yml"
 PACKAGES_DIR = "packages"
-LEDGER_FILE = "ledger.jsonl"
+LEDGER_DIR = "ledger"  # the ledger: one file per package and epoch (farm/provenance/ledgerfiles.py)
+LEDGER_FILE = "ledger.jsonl"  # a ledger from before the folder, read until `farm ledger migrate`
 
 PLATFORMS: tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The arch policy has one table for x86_64 (Linux and Windows) and one for aarch64.
@@ -394,10 +395,6 @@ class FarmConfig:
     root: Path
     defaults: Defaults
     recipes: Mapping[str, Recipe]
-
-    @property
-    def ledger_path(self) -> Path:
-        return self.root / LEDGER_FILE
 
     def recipe(self, name: str) -> Recipe:
         try:

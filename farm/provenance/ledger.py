@@ -1,7 +1,9 @@
-"""``ledger.jsonl``: the committed provenance ledger, one JSON object per published wheel, read.
+"""The committed provenance ledger, one JSON object per published wheel, read.
 
-Reading streams the file and validates every line (:mod:`farm.provenance.ledgerline`): a malformed
-line is a :class:`LedgerError` naming its line number, never skipped (a skipped line would make a
+The ledger is a folder of segments, one file per package and build epoch, or a single
+``ledger.jsonl`` of before (farm/provenance/ledgerfiles.py says which files, in what order).
+Reading streams each file and validates every line (:mod:`farm.provenance.ledgerline`): a malformed
+line is a :class:`LedgerError` naming its file and line number, never skipped (a skipped line would make a
 built wheel look unbuilt, or hide a conflicting one). What the matrix, postbuild and upload need is
 kept in a compact :class:`LedgerIndex` (exists-key, filename and sha256 lookups in O(1)); full
 entries are re-read on demand from their byte offset, so memory stays flat for a ledger of tens of
@@ -23,6 +25,7 @@ from farm.errors import LedgerError
 from farm.filestamp import stamp
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledgercache import read_cache, write_cache
+from farm.provenance.ledgerfiles import file_of, segments
 from farm.provenance.ledgerline import (
     SHA256_HEX,
     ExistsKey,
@@ -97,17 +100,32 @@ def _read_lines(handle: BinaryIO, path: Path, size: int = 1 << 22) -> Iterator[b
 
 
 def iter_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every entry of the ledger at ``path`` with its line number, each validated."""
-    for number, _, raw in numbered_lines(path):
-        where = f"{path}:{number}"
-        entry = parse_line(raw, where)
-        validate_entry(entry, where)
-        yield number, entry
+    """Every entry of the ledger at ``path`` (a folder or a single file) with its line number in
+    its file, each validated."""
+    for _, file in segments(path):
+        for number, _, raw in numbered_lines(file):
+            where = f"{file}:{number}"
+            entry = parse_line(raw, where)
+            validate_entry(entry, where)
+            yield number, entry
+
+
+def raw_lines(path: Path) -> Iterator[bytes]:
+    """Every line of every file of the ledger at ``path``, unparsed (none when there is no
+    ledger): for readers that decode a few fields of each line themselves."""
+    try:
+        files = segments(path)
+    except LedgerError:
+        return
+    for _, file in files:
+        with file.open("rb") as handle:
+            yield from handle
 
 
 
-def _parse(path: Path, handle: BinaryIO) -> list[Record]:
-    """The validated record of every line of ``handle`` (the ledger at ``path``)."""
+def _parse(path: Path, handle: BinaryIO, segment: str = "") -> list[Record]:
+    """The validated record of every line of ``handle`` (the ledger file at ``path``, the
+    ledger's ``segment``)."""
     records: list[Record] = []
     offset = 0
     for number, raw in enumerate(_read_lines(handle, path), 1):
@@ -117,11 +135,12 @@ def _parse(path: Path, handle: BinaryIO) -> list[Record]:
         try:
             k = decode_key_fields(raw)
         except msgspec.MsgspecError:
-            rec = _slow_record(path, raw, number, offset, records)
+            rec = _slow_record(path, raw, number, offset, records)._replace(segment=segment)
         else:
             c = k.cell
             key = ExistsKey(k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch)
-            rec = Record(number, offset, k.filename, k.sha256, Provenance.ASSERTED, key, k.arch_list.normalised)
+            rec = Record(number, offset, k.filename, k.sha256, Provenance.ASSERTED, key, k.arch_list.normalised,
+                         segment)
         records.append(rec)
         offset += len(raw)
     _check_spelling(path, records)
@@ -174,9 +193,11 @@ def _raise_duplicate(path: Path, records: list[Record]) -> None:
         prior = seen.setdefault(rec.filename, rec)
         if prior is not rec:
             what = "another sha256" if prior.sha256 != rec.sha256 else "the same sha256 again"
-            raise entry_error(f"{path}:{rec.line}",
-                        f"{rec.filename} is already recorded at line {prior.line}, with {what}",
-                        hint=f"keep one of lines {prior.line} and {rec.line}; a filename is published once")
+            there = (f"line {prior.line}" if prior.segment == rec.segment
+                     else f"{file_of(path, prior.segment)}:{prior.line}")
+            raise entry_error(f"{file_of(path, rec.segment)}:{rec.line}",
+                        f"{rec.filename} is already recorded at {there}, with {what}",
+                        hint=f"keep one of {there} and line {rec.line}; a filename is published once")
 
 
 def _by_key(records: list[Record]) -> dict[ExistsKey, Record]:
@@ -211,23 +232,31 @@ class LedgerIndex:
 
     @classmethod
     def load(cls, path: Path, *, cache_dir: Path | None = None) -> LedgerIndex:
-        """Read and validate every line of ``path``; raise :class:`LedgerError` on the first bad
-        one, or on one wheel recorded twice.
+        """Read and validate every line of the ledger at ``path`` (a folder of segments, or a
+        single file); raise :class:`LedgerError` on the first bad one, or on one wheel recorded
+        twice.
 
-        With ``cache_dir``, the index of a ledger file that has not changed since it was last
-        read comes from the cache there (see :func:`_read_cache`); a changed file is read again."""
+        With ``cache_dir``, the index of a ledger none of whose files has changed since it was
+        last read comes from the cache there (:mod:`farm.provenance.ledgercache`); else every
+        file is read again."""
         path = Path(path)
+        files = segments(path)
         if cache_dir is not None:
-            cached = read_cache(cache_dir, path)
+            cached = read_cache(cache_dir, path, files)
             if cached is not None:
                 return cls._of(path, cached)
-        with _open(path) as handle:
-            before = stamp(os.fstat(handle.fileno()))
-            records = _parse(path, handle)
-            unchanged = stamp(os.fstat(handle.fileno())) == before
+        records: list[Record] = []
+        seen = []
+        unchanged = True
+        for name, file in files:
+            with _open(file) as handle:
+                before = stamp(os.fstat(handle.fileno()))
+                records += _parse(file, handle, name)
+                unchanged = unchanged and stamp(os.fstat(handle.fileno())) == before
+            seen.append((name, before))
         index = cls._of(path, records)
         if cache_dir is not None and unchanged:
-            write_cache(cache_dir, path, before, records)
+            write_cache(cache_dir, path, tuple(seen), records)
         return index
 
     @classmethod
@@ -259,14 +288,19 @@ class LedgerIndex:
                 self._by_sha256.setdefault(rec.sha256, rec)
         return self._by_sha256.get(sha256)
 
-    def entry(self, record: Record) -> dict[str, Any]:
-        """The full entry of ``record``, re-read from its line."""
+    def file(self, record: Record) -> Path:
+        """The file that holds ``record``'s line."""
         if self.path is None:
             raise LedgerError(f"{record.filename}: this index has no file to read from")
-        with self.path.open("rb") as handle:
+        return file_of(self.path, record.segment)
+
+    def entry(self, record: Record) -> dict[str, Any]:
+        """The full entry of ``record``, re-read from its line."""
+        file = self.file(record)
+        with file.open("rb") as handle:
             handle.seek(record.offset)
             raw = handle.readline()
-        where = f"{self.path}:{record.line}"
+        where = f"{file}:{record.line}"
         entry = parse_line(raw, where)
         if validate_entry(entry, where).filename != record.filename:
             raise LedgerError("the ledger changed since it was indexed", where=where,
@@ -275,5 +309,5 @@ class LedgerIndex:
 
     def ledger_entry(self, record: Record) -> LedgerEntry:
         """The full entry of ``record`` as its typed, schema-validated object."""
-        return LedgerEntry.from_json(self.entry(record), where=f"{self.path}:{record.line}")
+        return LedgerEntry.from_json(self.entry(record), where=f"{self.file(record)}:{record.line}")
 

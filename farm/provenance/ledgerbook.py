@@ -1,14 +1,16 @@
 """The ledger held open by one publishing process: each wheel's record appended in O(1).
 
 A publish job records thousands of wheels one at a time into a ledger of tens of thousands of
-lines. Rewriting the file per wheel (:mod:`farm.provenance.ledgerwrite`) costs the whole ledger
+lines. Rewriting a file per wheel (:mod:`farm.provenance.ledgerwrite`) costs the whole file
 each time; a :class:`LedgerBook` reads and validates the ledger once, then records a wheel not yet
-in it by appending its one line (the entry with its publication), under the ledger's file lock,
-fsynced. The file stays the format every reader knows: one line per wheel, keyed by file name.
+in it by appending its one line (the entry with its publication) to its segment (the file of its
+package and epoch: farm/provenance/ledgerfiles.py), under the ledger's file lock, fsynced. The
+files stay the format every reader knows: one line per wheel, keyed by file name.
 
 What the book believes is only what it read and checked itself: before each record it compares
-the file's stamp (:mod:`farm.filestamp`) with the one it left; a file changed by anyone else (a
-rebase of the ledger commit, another writer) is read and validated again. A record for a wheel
+the stamps of the ledger's files (:mod:`farm.filestamp`) with the ones it left; a file changed by
+anyone else (a rebase of the ledger commit, another writer) makes it read and validate the
+ledger again. A record for a wheel
 already in the ledger (a second target of the same wheel) changes that wheel's line, which is a
 rewrite of the file (:func:`~farm.provenance.ledgerwrite.record_published_many`): the book holds
 those publications and writes them all in one rewrite at :meth:`LedgerBook.flush` (the end of a
@@ -33,6 +35,7 @@ from farm.errors import LedgerError
 from farm.filestamp import Stamp, stamp
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerfiles import segment_file, segment_for, stamps
 from farm.provenance.ledgerline import Record, dumps_entry, validate_entry
 from farm.provenance.ledgerwrite import ledger_lock, record_published_many
 
@@ -51,13 +54,22 @@ class LedgerBook:
 
     path: Path
     index: LedgerIndex
-    seen: Stamp | None  # the file's stamp after this book's last read or write (None: no file)
+    seen: dict[str, Stamp] | None  # the files' stamps after this book's last read or write (None: no ledger)
     added: dict[str, Record] = field(default_factory=dict)  # lines appended since ``index`` was read
     _by_sha256: dict[str, Record] = field(default_factory=dict)
     reloads: int = 0  # times the file had changed under the book and was read again
     # publications of wheels already in the ledger, written at flush(): (filename, sha256, target, url)
     pending: list[tuple[str, str, str, str]] = field(default_factory=list)
     rewrites: int = 0  # times the file was rewritten for pending publications
+    _lines: dict[str, int] = field(default_factory=dict)  # lines per segment
+
+    def __post_init__(self) -> None:
+        self._count()
+
+    def _count(self) -> None:
+        self._lines = {}
+        for rec in self.index.records:
+            self._lines[rec.segment] = self._lines.get(rec.segment, 0) + 1
 
     @classmethod
     def open(cls, path: Path) -> LedgerBook:
@@ -132,24 +144,27 @@ class LedgerBook:
             self._fresh()
 
     def _fresh(self) -> None:
-        if _stamp(self.path) != self.seen:
+        if stamps(self.path) != self.seen:
             self._reload()
 
     def _reload(self) -> None:
         self.index, self.seen = _load(self.path)
         self.added.clear()
         self._by_sha256.clear()
+        self._count()
         self.reloads += 1
 
     def _append(self, entry: LedgerEntry) -> None:
         line = dumps_entry(entry).encode() + b"\n"
         where = f"{self.path}: the record of {entry.filename}"
-        rec = validate_entry(entry.to_dict(), where)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        data = entry.to_dict()
+        rec = validate_entry(data, where)
+        segment, file = segment_file(self.path, *segment_for(data))
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             offset = os.lseek(fd, 0, os.SEEK_END)
-            if offset and _last_byte(self.path, offset) != b"\n":
+            if offset and _last_byte(file, offset) != b"\n":
                 # the last line is complete (it was validated) but has no newline of its own
                 os.write(fd, b"\n")
                 offset += 1
@@ -158,27 +173,20 @@ class LedgerBook:
             seen = stamp(os.fstat(fd))
         finally:
             os.close(fd)
-        number = len(self) + 1
-        rec = rec._replace(line=number, offset=offset)
+        number = self._lines[segment] = self._lines.get(segment, 0) + 1
+        rec = rec._replace(line=number, offset=offset, segment=segment)
         self.added[rec.filename] = rec
         self._by_sha256.setdefault(rec.sha256, rec)
-        self.seen = seen
+        self.seen = {**(self.seen or {}), segment: seen}
 
 
-def _stamp(path: Path) -> Stamp | None:
-    try:
-        return stamp(path.stat())
-    except FileNotFoundError:
-        return None
-
-
-def _load(path: Path) -> tuple[LedgerIndex, Stamp | None]:
-    """The index and the stamp it was read at (read until the two agree: a writer between the
-    stamp and the read would otherwise go unnoticed)."""
+def _load(path: Path) -> tuple[LedgerIndex, dict[str, Stamp] | None]:
+    """The index and the stamps it was read at (read until the two agree: a writer between the
+    stamps and the read would otherwise go unnoticed)."""
     while True:
-        before = _stamp(path)
+        before = stamps(path)
         index = LedgerIndex.load(path) if before is not None else LedgerIndex.empty()
-        if _stamp(path) == before:
+        if stamps(path) == before:
             if index.path is None:
                 index = LedgerIndex(path, (), {}, {}, {})
             return index, before

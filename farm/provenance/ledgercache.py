@@ -1,11 +1,12 @@
 """The ledger index's cache: a ledger that has not changed is not parsed again.
 
 Parsing is most of ``farm matrix``'s time at the public farm's scale (52 MB of JSON). The cache keeps
-the validated records, keyed by the file's stamp (:mod:`farm.filestamp`; farm's own writers replace
-the file, a new inode) and the code that validated them. A ledger written in the last ``RACY_NS`` is
-not cached. The cache is only ever an optimisation: one that cannot be read or written is ignored,
-and one not sealed with this user's key (:mod:`farm.cacheseal`: a CI cache restore may bring back
-anything a branch saved) is never believed: the ledger is parsed instead.
+the validated records, keyed by the stamp of each of the ledger's files (:mod:`farm.filestamp`;
+farm's own writers replace a file, a new inode; a new segment is a new key) and the code that
+validated them. A ledger written in the last ``RACY_NS`` is not cached. The cache is only ever an
+optimisation: one that cannot be read or written is ignored, and one not sealed with this user's
+key (:mod:`farm.cacheseal`: a CI cache restore may bring back anything a branch saved) is never
+believed: the ledger is parsed instead.
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ from farm.filestamp import RACY_NS, Stamp, stamp
 from farm.fsutil import atomic_write
 from farm.provenance.ledgerline import Record
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2
 _MAX_CACHE_BYTES = 1 << 30  # ~250 bytes a record: four million records
-_RULES = ("shape.py", "buildinfo.py", "ledgerline.py", "ledger.py")
+_RULES = ("shape.py", "buildinfo.py", "ledgerline.py", "ledger.py", "ledgerfiles.py")
+Stamps = tuple[tuple[str, Stamp], ...]  # (segment, its stamp) for each file of a ledger
 _RACY_NS = RACY_NS  # module-level, so a test can close the window
 
 
 class _Cache(msgspec.Struct, array_like=True):
     format: int
     code: str  # _code_digest()
-    stamp: Stamp
+    stamps: Stamps
     records: list[Record]
 
 
@@ -51,25 +53,27 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
-    """The cached index of ``path`` when the file and the code are the ones it was made from."""
+def read_cache(cache_dir: Path, path: Path, files: list[tuple[str, Path]]) -> list[Record] | None:
+    """The cached index of the ledger at ``path`` (its ``files``: farm.provenance.ledgerfiles)
+    when every file and the code are the ones it was made from."""
     try:
-        current = stamp(path.stat())
+        current = tuple((name, stamp(file.stat())) for name, file in files)
         file = _cache_file(cache_dir, path)
         raw = cacheseal.unseal(jsonread.read_bounded(file, _MAX_CACHE_BYTES), f"ledger-index:{file.name}")
         if raw is None:  # written by someone else, or edited: read the ledger
             return None
         cache = msgspec.msgpack.decode(raw, type=_Cache)
-        if cache.format != _CACHE_FORMAT or cache.stamp != current or cache.code != _code_digest():
+        if cache.format != _CACHE_FORMAT or cache.stamps != current or cache.code != _code_digest():
             return None
     except (OSError, ValueError, msgspec.MsgspecError):  # unreadable, too large: read the ledger
         return None
     return cache.records
 
 
-def write_cache(cache_dir: Path, path: Path, read_as: Stamp, records: list[Record]) -> None:
-    """Keep ``records``, the index of ``path`` as it was when stamped ``read_as``."""
-    if time.time_ns() - max(read_as[1], read_as[2]) < _RACY_NS:
+def write_cache(cache_dir: Path, path: Path, read_as: Stamps, records: list[Record]) -> None:
+    """Keep ``records``, the index of the ledger at ``path`` as it was when its files were
+    stamped ``read_as``."""
+    if any(time.time_ns() - max(s[1], s[2]) < _RACY_NS for _, s in read_as):
         return
     # not durable: a cache lost to a crash is rebuilt by the next run
     with contextlib.suppress(OSError, FileSystemError):

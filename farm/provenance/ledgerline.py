@@ -46,7 +46,8 @@ class ExistsKey(NamedTuple):
 
 
 class Record(NamedTuple):
-    """What the index keeps of one ledger line (the full entry is re-read from ``offset``)."""
+    """What the index keeps of one ledger line (the full entry is re-read from ``offset`` of its
+    ``segment``: farm/provenance/ledgerfiles.py; "" for a single-file ledger)."""
 
     line: int
     offset: int
@@ -55,6 +56,7 @@ class Record(NamedTuple):
     provenance: Provenance
     key: ExistsKey | None
     arch: str | None  # the normalised arch list it was built with; None when unknown (inferred)
+    segment: str = ""
 
 
 

@@ -1,11 +1,12 @@
-"""Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
+"""Writing the ledger: fragments, the locked merge, and where each wheel was published.
 
 Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); backfill and the
 tests merge them (:func:`merge_fragments`), and :func:`record_published_many` records where wheels
-already in the ledger went. Both take the ledger's lock (:func:`ledger_lock`) and replace the ledger
-through a fsynced temp file and a rename, so two writers never interleave and a crash never
-leaves half a line. A publish records its wheels through :mod:`farm.provenance.ledgerbook`, which
-appends a new wheel's line under the same lock instead of rewriting the file.
+already in the ledger went. Both take the ledger's lock (:func:`ledger_lock`) and replace each
+file they change (a record's segment: farm/provenance/ledgerfiles.py) through a fsynced temp file
+and a rename, so two writers never interleave and a crash never leaves half a line. A publish
+records its wheels through :mod:`farm.provenance.ledgerbook`, which appends a new wheel's line
+under the same lock instead of rewriting the file.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from farm.errors import LedgerError
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex, numbered_lines
+from farm.provenance.ledgerfiles import README, file_of, segment_file, segment_for, segment_of, segments
 from farm.provenance.ledgerline import Record, dumps_entry, entry_error, parse_line, validate_entry
 
 FRAGMENT_SUFFIX = ".ledger.json"
@@ -33,9 +35,14 @@ LOCK_TIMEOUT_S = 300.0
 
 @contextlib.contextmanager
 def ledger_lock(ledger: Path) -> Iterator[None]:
-    """The lock every writer of ``ledger`` holds (a killed writer's temp copy is swept here)."""
+    """The lock every writer of ``ledger`` (a folder, or a single file) holds; a killed writer's
+    temp copy is swept here."""
     with FileLock(str(ledger) + LOCK_SUFFIX, timeout=LOCK_TIMEOUT_S):
         sweep_leftovers(ledger.parent, prefix=f".{ledger.name}.")
+        if ledger.is_dir():
+            for folder in ledger.iterdir():
+                if folder.is_dir() and not folder.is_symlink():
+                    sweep_leftovers(folder)
         yield
 
 
@@ -92,18 +99,38 @@ class MergeResult:
     already: tuple[str, ...]
 
 
-def _existing(ledger: Path) -> tuple[dict[str, str], bool]:
-    """filename -> sha256 of every ledger line, validated; and whether the file ends mid-line."""
+def _existing(ledger: Path) -> dict[str, str]:
+    """filename -> sha256 of every ledger line, validated."""
     if not ledger.exists():
-        return {}, False
-    index = LedgerIndex.load(ledger)
-    with ledger.open("rb") as handle:
+        return {}
+    return {r.filename: r.sha256 for r in LedgerIndex.load(ledger).records}
+
+
+def _ends_mid_line(file: Path) -> bool:
+    """Whether ``file`` has a last line without its newline."""
+    if not file.is_file():
+        return False
+    with file.open("rb") as handle:
         handle.seek(0, os.SEEK_END)
         if handle.tell() == 0:
-            return {}, False
+            return False
         handle.seek(-1, os.SEEK_END)
-        needs_newline = handle.read(1) != b"\n"
-    return {r.filename: r.sha256 for r in index.records}, needs_newline
+        return handle.read(1) != b"\n"
+
+
+def _extend(file: Path, lines: list[bytes]) -> None:
+    """``file``'s bytes and then ``lines``, through a temp file and a rename, not an append: a
+    crash mid-write would leave half a line, which every later read refuses."""
+    needs_newline = _ends_mid_line(file)
+
+    def chunks() -> Iterator[bytes]:
+        if file.exists():
+            yield from read_chunks(file)
+            if needs_newline:  # a last line without its newline is complete (it validated)
+                yield b"\n"
+        yield from lines
+
+    atomic_write(file, chunks())
 
 
 def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
@@ -118,10 +145,10 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
                           hint="pass the directory postbuild wrote fragments to")
     fragments = [read_fragment(p) for p in sorted(fragments_dir.glob(f"*{FRAGMENT_SUFFIX}"))]
     with ledger_lock(ledger):
-        known, needs_newline = _existing(ledger)
+        known = _existing(ledger)
         added: list[str] = []
         already: list[str] = []
-        lines: list[bytes] = []
+        lines: dict[Path, list[bytes]] = {}  # segment file -> its new lines
         for entry, rec in fragments:
             sha = known.get(rec.filename)
             if sha == rec.sha256:
@@ -136,18 +163,10 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
                 )
             known[rec.filename] = rec.sha256
             added.append(rec.filename)
-            lines.append((dumps_entry(entry) + "\n").encode())
-        if lines:
-            # Old bytes + new lines through a temp file and a rename, not an append: a crash
-            # mid-write would leave half a line, which every later read refuses.
-            def chunks() -> Iterator[bytes]:
-                if ledger.exists():
-                    yield from read_chunks(ledger)
-                    if needs_newline:  # a last line without its newline is complete (it validated)
-                        yield b"\n"
-                yield from lines
-
-            atomic_write(ledger, chunks())
+            _, file = segment_file(ledger, *segment_for(entry.to_dict()))
+            lines.setdefault(file, []).append((dumps_entry(entry) + "\n").encode())
+        for file, new in lines.items():
+            _extend(file, new)
     return MergeResult(ledger, tuple(added), tuple(already))
 
 
@@ -163,7 +182,7 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
         return 0
     with ledger_lock(ledger):
         index = LedgerIndex.load(ledger)
-        changed: dict[int, LedgerEntry] = {}
+        changed: dict[tuple[str, int], LedgerEntry] = {}  # (segment, line) -> its new entry
         added = 0
         for filename, sha256, target, url in items:
             rec = index.by_filename(filename)
@@ -176,21 +195,74 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
                     where=f"{ledger}:{rec.line}",
                     hint="the file being published is not the wheel the ledger describes",
                 )
-            entry = changed.get(rec.line) or index.ledger_entry(rec)
+            entry = changed.get((rec.segment, rec.line)) or index.ledger_entry(rec)
             if any(p.target == target and p.url == url for p in entry.published):
                 continue
-            changed[rec.line] = entry.with_published(target, url)
+            changed[(rec.segment, rec.line)] = entry.with_published(target, url)
             added += 1
-        if not added:
-            return 0
-        replacements = {line: (dumps_entry(entry) + "\n").encode() for line, entry in changed.items()}
-
-        def chunks() -> Iterator[bytes]:
-            for number, _, raw in numbered_lines(ledger):
-                if number in replacements:
-                    yield replacements[number]
-                else:
-                    yield raw if raw.endswith(b"\n") else raw + b"\n"
-
-        atomic_write(ledger, chunks())
+        by_segment: dict[str, dict[int, bytes]] = {}
+        for (segment, line), entry in changed.items():
+            by_segment.setdefault(segment, {})[line] = (dumps_entry(entry) + "\n").encode()
+        for segment, replacements in by_segment.items():
+            _rewrite(file_of(ledger, segment), replacements)
     return added
+
+
+def _rewrite(file: Path, replacements: dict[int, bytes]) -> None:
+    """``file`` with the lines numbered in ``replacements`` replaced, every other line copied
+    byte for byte (one rewrite: a temp file and a rename)."""
+    def chunks() -> Iterator[bytes]:
+        for number, _, raw in numbered_lines(file):
+            if number in replacements:
+                yield replacements[number]
+            else:
+                yield raw if raw.endswith(b"\n") else raw + b"\n"
+
+    atomic_write(file, chunks())
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A single-file ledger moved into a folder: ``records`` lines into ``files`` (segment ->
+    its records)."""
+
+    records: int
+    files: dict[str, int]
+
+
+README_TEXT = """# The ledger
+
+One JSON line per published wheel: its provenance (the wheel's `_build_info.json`), file name,
+sha256, size and where it was published. One file per package and build epoch,
+`<package>/e<epoch>.jsonl`, so no file outgrows what git and GitHub hold (docs/upload.md).
+farm writes these files; read them with `farm audit`, `farm matrix` or any JSON-lines reader.
+"""
+
+
+def migrate(single: Path, folder: Path) -> Migration:
+    """Move every record of the single-file ledger ``single`` into the segments of the ledger
+    folder ``folder`` (which holds none yet): each line byte for byte, in its order. The
+    folder is read back and compared line for line before ``single`` is removed; on any
+    difference nothing is removed."""
+    index = LedgerIndex.load(single)  # every line validated; no wheel recorded twice
+    if folder.exists() and segments(folder):
+        raise LedgerError(f"{folder} already holds records", where=str(folder),
+                          hint=f"merge the two ledgers by hand (`cat` the records of {single.name} into their "
+                               "segments), then remove it")
+    with ledger_lock(single), ledger_lock(folder):
+        lines: dict[str, list[bytes]] = {}
+        for number, _, raw in numbered_lines(single):
+            entry = parse_line(raw, f"{single}:{number}")
+            lines.setdefault(segment_of(*segment_for(entry)), []).append(raw if raw.endswith(b"\n") else raw + b"\n")
+        for name, chunk in lines.items():
+            atomic_write(folder / name, chunk)
+        if not (folder / README).exists():
+            atomic_write(folder / README, [README_TEXT.encode()])
+        moved = LedgerIndex.load(folder)
+        before = sorted(raw.rstrip(b"\n") for _, _, raw in numbered_lines(single))
+        after = sorted(raw.rstrip(b"\n") for _, file in segments(folder) for _, _, raw in numbered_lines(file))
+        if before != after or len(moved) != len(index):
+            raise LedgerError(f"the folder does not hold exactly the {len(index)} records of {single.name}; "
+                              "it was kept", where=str(folder), hint="remove the folder's new files and run again")
+        single.unlink()
+    return Migration(len(index), {name: len(chunk) for name, chunk in lines.items()})

@@ -2,17 +2,18 @@
 
 Publishing runs for hours while maintainers and other publish jobs push to the same branch. A
 plain ``git push`` is then rejected and the records it carried are lost. :func:`commit_and_push`
-commits the ledger, pushes, and on a rejection fetches, rebases its commits onto the remote
-branch and pushes again, a bounded number of times with a growing pause. Where both sides
-changed ``ledger.jsonl``, git's line merge is not asked: :func:`merge_ledgers` merges the two
-versions by record (keyed by file name; an entry's ``published`` list is the union of both),
-because the ledger only ever grows: entries are added and publications recorded, never removed.
-Two different builds under one file name are a real conflict and stop the push with both
-sha256s named, and the local commit kept.
+commits the ledger (its folder of segments, or a single file), pushes, and on a rejection
+fetches, rebases its commits onto the remote branch and pushes again, a bounded number of times
+with a growing pause. Where both sides changed a ledger file, git's line merge is not asked:
+:func:`merge_ledgers` merges the two versions by record (keyed by file name; an entry's
+``published`` list is the union of both), because the ledger only ever grows: entries are added
+and publications recorded, never removed. Two different builds under one file name are a real
+conflict and stop the push with both sha256s named, and the local commit kept.
 
-A rejection that is not about the remote having moved (branch protection, a hook, permissions)
-is not retried; nothing is lost either way: the commit stays in the local branch, and the next
-call pushes it.
+A rejection that is not about the remote having moved is not retried: a retry cannot fix it.
+Those GitHub names (:data:`REFUSALS`: a file over 100 MB, GH001; a protected branch, GH006; a
+ruleset or push protection, GH013; permissions) are said with their fix; nothing is lost either
+way: the commit stays in the local branch, and the next call pushes it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import LedgerError, ToolError, clip
+from farm.provenance.ledgerfiles import SEGMENT_SUFFIX
 from farm.provenance.ledgerline import dumps_entry, parse_line, validate_entry
 from farm.publish.ratelimit import Clock, RealClock
 
@@ -35,6 +37,24 @@ MAX_PAUSE_S = 60.0
 GIT_TIMEOUT_S = 600.0
 # git's words for "the remote has commits you do not have"
 _BEHIND = ("non-fast-forward", "fetch first", "[rejected]", "stale info", "cannot lock ref")
+# What GitHub says when it refuses a push that no retry will make it take, and the fix.
+REFUSALS = (
+    ("GH001", "GitHub refuses a pushed file over 100 MB (GH001: large files)",
+     ("the ledger is one file per package and epoch (`farm ledger migrate` moves a single ledger.jsonl "
+      "there); find the large file with `git diff --stat origin/HEAD` and keep it out of the commit")),
+    ("GH006", "the branch is protected (GH006)",
+     ("let the publish job's token push to it (a ruleset bypass for the GitHub Actions app), or publish to "
+      "an unprotected branch")),
+    ("GH013", "a repository rule or push protection refused the push (GH013)",
+     "read the rule GitHub names above and let the job's token bypass it, or fix what it found"),
+    ("GH007", "the commit's author e-mail is private (GH007)",
+     "set the job's git identity to a noreply address (build.yml's publish step does)"),
+    ("Permission to", "the token may not push here", "give the job `contents: write` (docs/ci.md)"),
+    ("The requested URL returned error: 403", "the token may not push here",
+     "give the job `contents: write` (docs/ci.md)"),
+    ("shallow update not allowed", "the checkout is shallow and the remote refuses it",
+     "check out with `fetch-depth: 0`, or fetch the branch whole before pushing"),
+)
 _IDENTITY = {"GIT_AUTHOR_NAME": "farm", "GIT_AUTHOR_EMAIL": "farm@localhost",
              "GIT_COMMITTER_NAME": "farm", "GIT_COMMITTER_EMAIL": "farm@localhost"}
 
@@ -152,10 +172,12 @@ def commit_and_push(repo: Path, ledger: Path, message: str, *, remote: str = "or
         if push.returncode == 0:
             return PushResult(committed, True, attempt, attempt - 1, merged)
         said = (push.stdout + push.stderr).decode("utf-8", "replace")
-        if not any(word in said for word in _BEHIND):
-            raise ToolError(f"git push to {remote} {branch} was refused: {clip(said.strip(), 500)}",
-                            where=str(repo), hint="the ledger commit is kept locally; fix the cause (branch "
-                            "protection, permissions) and run the push again")
+        known = next(((what, fix) for code, what, fix in REFUSALS if code in said), None)
+        if known is not None or not any(word in said for word in _BEHIND):
+            what, fix = known or ("git push was refused", ("fix the cause git names above (branch protection, a "
+                                                           "hook, permissions) and run the push again"))
+            raise ToolError(f"git push to {remote} {branch}: {what}, which no retry changes: {clip(said.strip(), 500)}",
+                            where=str(repo), hint=f"{fix}; the ledger commit is kept locally")
         git.run("fetch", "-q", remote, branch)
         merged += _rebase(git, rel)
         if attempt < attempts:
@@ -164,30 +186,37 @@ def commit_and_push(repo: Path, ledger: Path, message: str, *, remote: str = "or
                     "first", where=str(repo), hint="the ledger commit is kept locally and rebased; run the push again")
 
 
+def _in_ledger(path: str, rel: str) -> bool:
+    """Whether ``path`` (relative to the repository) is the ledger ``rel`` or a file of its folder."""
+    return path == rel or path.startswith(rel.rstrip("/") + "/")
+
+
 def _rebase(git: _Git, rel: str) -> int:
-    """Replay the local commits onto ``FETCH_HEAD``, settling every conflict in ``rel`` with
-    :func:`merge_ledgers`; returns how many conflicts that was."""
+    """Replay the local commits onto ``FETCH_HEAD``, settling every conflict in the ledger's
+    files with :func:`merge_ledgers`; returns how many conflicts that was."""
     merged = 0
     proc = git.run("rebase", "-q", "FETCH_HEAD", check=False)
     while proc.returncode != 0:
         conflicted = [p for p in git.out("diff", "--name-only", "--diff-filter=U").splitlines() if p]
-        if not conflicted or set(conflicted) != {rel}:
+        if not conflicted or not all(_in_ledger(p, rel) for p in conflicted):
             git.run("rebase", "--abort", check=False)
             stopped = ", ".join(conflicted) or "an error"
             raise ToolError(f"rebasing the ledger commit onto the remote stopped on {stopped}: "
                             f"{clip(proc.stderr.decode('utf-8', 'replace').strip(), 300)}", where=str(git.repo),
                             hint="only the ledger is merged automatically; rebase by hand")
-        # During a rebase, stage 2 is the remote side (with the commits replayed so far), stage 3 ours.
-        upstream = git.run("show", f":2:{rel}").stdout
-        replayed = git.run("show", f":3:{rel}").stdout
-        try:
-            text = merge_ledgers(upstream, replayed, where=rel)
-        except LedgerError:
-            git.run("rebase", "--abort", check=False)
-            raise
-        (git.repo / rel).write_bytes(text)
-        git.run("add", "--", rel)
-        merged += 1
+        for path in conflicted:
+            # During a rebase, stage 2 is the remote side (with the commits replayed so far), stage 3 ours.
+            # A segment both sides created has no common ancestor (stage 1); both stages are there.
+            upstream = git.run("show", f":2:{path}").stdout
+            replayed = git.run("show", f":3:{path}").stdout
+            try:
+                text = merge_ledgers(upstream, replayed, where=path)
+            except LedgerError:
+                git.run("rebase", "--abort", check=False)
+                raise
+            (git.repo / path).write_bytes(text)
+            git.run("add", "--", path)
+            merged += 1
         proc = git.run("rebase", "--continue", check=False)
     _normalise(git, rel)
     return merged
@@ -195,13 +224,18 @@ def _rebase(git: _Git, rel: str) -> int:
 
 def _normalise(git: _Git, rel: str) -> None:
     """git's own line merge (where it saw no conflict) can repeat a record that both sides
-    added at different places: merged with itself, each file name is kept once."""
-    path = git.repo / rel
-    text = path.read_bytes() if path.exists() else b""
-    once = merge_ledgers(text, b"", where=rel)
-    if once != text:
-        path.write_bytes(once)
-        git.run("commit", "-q", "-m", "ledger: one record per file name after a rebase", "--", rel)
+    added at different places: merged with itself, each file name is kept once per file."""
+    root = git.repo / rel
+    files = [root] if root.is_file() else sorted(p for p in root.rglob(f"*{SEGMENT_SUFFIX}") if p.is_file())
+    changed = []
+    for path in files:
+        text = path.read_bytes()
+        once = merge_ledgers(text, b"", where=str(path.relative_to(git.repo)))
+        if once != text:
+            path.write_bytes(once)
+            changed.append(str(path.relative_to(git.repo)))
+    if changed:
+        git.run("commit", "-q", "-m", "ledger: one record per file name after a rebase", "--", *changed)
 
 
 @dataclass

@@ -192,7 +192,8 @@ class _GithubRun:
                 assert have is not None
                 return self.verify(w, have, key, tag, url, ledger_sha256)
             if action is github.Action.CLEAR:
-                assert have is not None and state is not None
+                assert have is not None
+                assert state is not None
                 self.client.delete(have)
                 del state.assets[name]
             verdict = self.upload(w, tag, url)

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
+from farm.provenance.ledger import raw_lines
 from farm.provenance.shape import projection
 from farm.schedule.cost import CellKey, Durations
 
@@ -33,21 +34,18 @@ _decode = msgspec.json.Decoder(BuildCost).decode
 def recorded_builds(ledger: Path) -> Iterator[tuple[CellKey, float | None, tuple[int, int] | None]]:
     """Per ledger line that records a duration or compiler-cache counts: its cell key, its build
     duration and its compiler cache's (compile steps, hits), each None when unrecorded. Other
-    lines are skipped undecoded, as are lines that do not decode (module docstring); none when the
-    file is missing."""
-    if not ledger.is_file():
-        return
-    with open(ledger, "rb") as handle:
-        for line in handle:
-            if b'"duration_s"' not in line and b'"compile_cache"' not in line:
-                continue
-            try:
-                e = _decode(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            counts = e.toolchain.compile_cache if e.toolchain else None
-            yield ((e.package, e.cell.cuda, e.cell.torch, e.cell.python, e.cell.platform), e.duration_s,
-                   None if counts is None else (counts.compiles, counts.hits))
+    lines are skipped undecoded, as are lines that do not decode (module docstring); none when
+    there is no ledger."""
+    for line in raw_lines(ledger):
+        if b'"duration_s"' not in line and b'"compile_cache"' not in line:
+            continue
+        try:
+            e = _decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        counts = e.toolchain.compile_cache if e.toolchain else None
+        yield ((e.package, e.cell.cuda, e.cell.torch, e.cell.python, e.cell.platform), e.duration_s,
+               None if counts is None else (counts.compiles, counts.hits))
 
 
 def durations_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]]) -> Durations:
