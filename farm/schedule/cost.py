@@ -4,8 +4,10 @@ GitHub stops a hosted job at 6 hours. A cell's build time comes from the ledger 
 the compute seconds of the cell's build, all its jobs together, recorded when it was last built:
 any epoch, any version), else from the recorded cells of the same package and platform (their
 median: CUDA, torch and Python move a build's time far less than the package does), else from
-an estimate: :data:`DEFAULT_JOB_S` per job, times the recipe's ``sharding`` where it declares one
-(a recipe shards because its compile is long), times :data:`PLATFORM_FACTOR` on Windows.
+the recipe's build measured on the repository's build host (``recipe_times.json``, scaled to a
+hosted runner: :mod:`farm.schedule.recipetimes`), else from an estimate: :data:`DEFAULT_JOB_S`
+per job, times the recipe's ``sharding`` where it declares one (a recipe shards because its
+compile is long). The last two are times :data:`PLATFORM_FACTOR` on Windows.
 
 From that, per cell (:func:`plan_cell`):
 
@@ -25,7 +27,7 @@ import heapq
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from farm.schedule.jobs import cost as jobs_of
@@ -53,13 +55,15 @@ CellKey = tuple[str, str, str, str, str]
 
 @dataclass(frozen=True)
 class Durations:
-    """Recorded build times (seconds): per cell, and the median per (package, platform)."""
+    """Recorded build times (seconds): per cell, and the median per (package, platform); and the
+    ``measured`` build of each recipe on a hosted runner (package -> seconds: recipetimes)."""
 
     cells: Mapping[CellKey, float]
     typical: Mapping[tuple[str, str], float]
+    measured: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, recorded: Iterable[tuple[CellKey, float]]) -> Durations:
+    def of(cls, recorded: Iterable[tuple[CellKey, float]], measured: Mapping[str, float] | None = None) -> Durations:
         """From (cell key, seconds) pairs, oldest first (a later record of a cell wins)."""
         cells: dict[CellKey, float] = {}
         for key, seconds in recorded:
@@ -68,7 +72,7 @@ class Durations:
         by: dict[tuple[str, str], list[float]] = {}
         for key, seconds in cells.items():
             by.setdefault((key[0], key[4]), []).append(seconds)
-        return cls(cells, {k: statistics.median(v) for k, v in by.items()})
+        return cls(cells, {k: statistics.median(v) for k, v in by.items()}, dict(measured or {}))
 
     @classmethod
     def none(cls) -> Durations:
@@ -78,18 +82,22 @@ class Durations:
 @dataclass(frozen=True)
 class Estimate:
     seconds: float  # the cell's build, all jobs together
-    source: str  # "recorded" | "package" | "estimate"
+    source: str  # "recorded" | "package" | "measured" | "estimate"
 
 
 def estimate(key: CellKey, durations: Durations, sharding: int = 1) -> Estimate:
-    """The cell's build time: recorded, else its package's on that platform, else the default
-    (``sharding``: the recipe's declared compile jobs on any platform: it declares a long build)."""
+    """The cell's build time: recorded, else its package's on that platform, else its recipe's
+    measured build, else the default (``sharding``: the recipe's declared compile jobs on any
+    platform: it declares a long build)."""
     recorded = durations.cells.get(key)
     if recorded is not None:
         return Estimate(recorded, "recorded")
     typical = durations.typical.get((key[0], key[4]))
     if typical is not None:
         return Estimate(typical, "package")
+    measured = durations.measured.get(key[0])
+    if measured is not None:
+        return Estimate(measured * PLATFORM_FACTOR.get(key[4], 1.0), "measured")
     return Estimate(DEFAULT_JOB_S * max(1, sharding) * PLATFORM_FACTOR.get(key[4], 1.0), "estimate")
 
 
