@@ -16,6 +16,8 @@ behaviour of the calls farm makes (REST API version 2022-11-28):
   ``expired: true``), download (``GET .../actions/artifacts/ID/zip`` answers 302 to a signed
   storage URL that expires after a minute and refuses a token; 410 Gone for an expired artifact,
   404 for an unknown one); an artifact uploaded unarchived is served as the file itself;
+- a run's jobs (``GET .../actions/runs/ID/jobs``, ``{"total_count", "jobs"}`` paginated, each with
+  its ``name``, ``conclusion`` and ``started_at``/``completed_at``);
 - a workflow's runs (``GET .../actions/workflows/FILE/runs?branch=&status=``, newest first,
   ``{"total_count", "workflow_runs"}`` paginated; ``status`` matches a run's status or conclusion)
   and ``workflow_dispatch`` (``POST .../actions/workflows/FILE/dispatches`` with ``ref`` and
@@ -200,6 +202,7 @@ class GitHubSim:
     runs: dict[int, SimRun] = field(default_factory=dict)
     artifacts: dict[int, SimArtifact] = field(default_factory=dict)
     runtime_tokens: dict[str, int] = field(default_factory=dict)  # issued runtime token -> its run
+    jobs: dict[int, list[dict[str, object]]] = field(default_factory=dict)  # run -> its jobs, as GitHub lists them
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _next_id: int = 1
@@ -255,6 +258,19 @@ class GitHubSim:
         token = f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'scp': scope})}.c2ln"
         self.runtime_tokens[token] = run_id
         return token
+
+    def add_job(self, run_id: int, name: str, conclusion: str | None, minutes: float) -> None:
+        """A job of run ``run_id`` that ran ``minutes`` and ended ``conclusion``."""
+        end = 1_765_000_000 + 86400
+        start = end - round(minutes * 60)
+
+        def iso(t: int) -> str:
+            return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+        with self._lock:
+            self.jobs.setdefault(run_id, []).append({
+                "id": self._id(), "run_id": run_id, "name": name, "status": "completed", "conclusion": conclusion,
+                "started_at": iso(start), "completed_at": iso(end)})
 
     def add_artifact(self, run_id: int, name: str, data: bytes, *, expired: bool = False) -> SimArtifact:
         """An artifact of run ``run_id`` (as actions/upload-artifact leaves one)."""
@@ -530,6 +546,13 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                     return
                 held = sorted((a for a in sim.artifacts.values() if a.run_id == run_id), key=lambda a: a.id)
                 listing("artifacts", [a.to_json(sim.repo, sim.base) for a in held])
+                return
+            if method == "GET" and len(parts) == 3 and parts[0] == "runs" and parts[2] == "jobs":
+                run_id = int(parts[1]) if parts[1].isdigit() else -1
+                if run_id not in sim.runs:
+                    self._send(404, {"message": "Not Found"})
+                    return
+                listing("jobs", list(sim.jobs.get(run_id, [])))
                 return
             if method == "GET" and len(parts) == 3 and parts[0] == "artifacts" and parts[2] == "zip":
                 artifact = sim.artifacts.get(int(parts[1])) if parts[1].isdigit() else None

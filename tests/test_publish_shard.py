@@ -362,3 +362,44 @@ def test_a_retry_after_of_3000_s_hands_the_rest_on_at_once(wave: Run) -> None:
     assert {report[c["id"]]["status"] for c in wave.cells[:3]} == {"handed-on"}
     assert "cap" in report[wave.cells[0]["id"]]["detail"]
     assert wave.sim.count(status=403) == 1  # asked once; the 3,600 s it named were not waited
+
+
+def test_a_cell_killed_or_failed_is_recorded_and_the_next_plan_shards_or_refuses_it(wave: Run, capsys) -> None:
+    """The run's last publish job reads GitHub's account of the run's jobs: a cell killed at the
+    6 h limit and a cell whose build failed are recorded with the time they ran; a cancelled one
+    is not. The next plan refuses both with the reason (these recipes cannot shard), never
+    schedules them unchanged; `--retry-failed` schedules the failed one again."""
+    good, killed, failed, cancelled = wave.cells[:4]
+    build(wave, good)
+    wave.sim.add_job(wave.run_id, f"build-0 / {good['id']}", "success", 20)
+    wave.sim.add_job(wave.run_id, f"build-0 / {killed['id']}", "cancelled", 360)
+    wave.sim.add_job(wave.run_id, f"build-0 / {failed['id']}", "failure", 12)
+    wave.sim.add_job(wave.run_id, f"build-0 / {cancelled['id']}", "cancelled", 3)
+    assert wave.publish(service=True).returncode == 0
+    reports = wave.work / "reports"
+    reports.mkdir()
+    shutil.copy(wave.work / "published-0.jsonl", reports / "published-0.jsonl")
+    proc = wave.publish("rest", "--reports", str(reports), service=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 cell(s) recorded as attempts" in proc.stderr
+    head = wave.work / "head"
+    git(wave.work, "clone", "-q", "-b", "main", str(wave.remote), str(head))
+    records = [json.loads(line) for path in sorted((head / "ledger").glob("*/attempts.jsonl"))
+               for line in path.read_text().splitlines()]
+    assert {(r["cell"], r["outcome"], r["elapsed_s"]) for r in records} == {
+        (killed["id"], "killed", 360 * 60.0), (failed["id"], "failed", 12 * 60.0)}
+    plan = wave.work / "next.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["matrix", *PACKAGES, "--root", str(head), "--no-lint", "--cuda", "12.8", "--torch", "2.8",
+                     "--platform", "linux_x86_64", "--plan", str(plan)]) == 0
+    nxt = json.loads(plan.read_text())
+    refused = {r["id"]: r["reason"] for r in nxt["refused_cells"]}
+    assert "killed at GitHub's job limit after 6.0 h" in refused[killed["id"]]
+    assert "its build failed in run" in refused[failed["id"]]
+    scheduled = {c["id"] for c in nxt["cells"]}
+    assert cancelled["id"] in scheduled
+    assert good["id"] not in scheduled
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["matrix", *PACKAGES, "--root", str(head), "--no-lint", "--cuda", "12.8", "--torch", "2.8",
+                     "--platform", "linux_x86_64", "--plan", str(plan), "--retry-failed"]) == 0
+    assert failed["id"] in {c["id"] for c in json.loads(plan.read_text())["cells"]}

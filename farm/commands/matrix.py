@@ -28,6 +28,8 @@ from farm.schedule.actions import (
     step_summary,
     write_github_output,
 )
+from farm.schedule.attempts import Attempt
+from farm.schedule.attempts import read as read_attempts
 from farm.schedule.cost import (
     DEFAULT_CONCURRENCY,
     Costed,
@@ -100,6 +102,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                         help="jobs GitHub runs at once, for the cost estimate (default: "
                              f"{DEFAULT_CONCURRENCY}, the Free plan; Pro 40, Team 60, Enterprise 500)")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="schedule the cells whose last build failed (with an unchanged recipe) again: a "
+                             "failure that was the runner's, not the recipe's")
+    parser.add_argument("--warm", action="store_true",
+                        help="plan for a warm compiler cache: shard and refuse by the warm time (the recorded hit "
+                             "rates, or every compile step a hit where none is recorded)")
     parser.add_argument("--no-time-limit", action="store_true",
                         help="schedule cells whose recorded or estimated time no hosted runner can finish "
                              "(self-hosted runners without GitHub's 6 h job limit)")
@@ -225,7 +233,15 @@ def run(args: argparse.Namespace) -> int:
     durations = durations_of(recorded)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
     hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
-    costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates)
+    ledger_dir = args.ledger or ledger_location(config.root)
+
+    def unchanged(attempt: Attempt) -> bool:
+        """A failed build's recipe and defaults are today's: it would fail the same way."""
+        return not args.retry_failed and (attempt.recipe_sha256, attempt.defaults_sha256) == (
+            config.recipe(attempt.package).sha256, config.defaults.sha256)
+
+    costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates,
+                         attempts=read_attempts(ledger_dir), unchanged=unchanged, warm=args.warm)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     wave = plan_wave(costed, capacity)
     if args.fail_on_deferred and wave.deferred:

@@ -17,6 +17,9 @@ says 1/N. It knows its deadline (``--job-started`` plus ``--job-limit`` less ``-
 stops before it, or once GitHub's rate-limit answers have cost it ``--max-rate-limit-wait`` in
 all: the cells it has not published are reported ``handed-on`` and ``--shard rest`` (the run's
 ``publish-rest`` job, with the reports in ``--reports``) publishes them (farm/publish/budget.py).
+That last job also records each cell of the wave that ended without a wheel, killed at the job
+limit or failed, with the time its jobs ran, as GitHub's listing of the run's jobs says, into the
+ledger's attempts (farm/schedule/attempts.py): the next plan shards or refuses it.
 
 Exit 0 whenever every cell got a verdict (a failed, refused or handed-on cell is listed, not
 fatal); exit 2 for a bad plan or shard; exit 3 when the ledger's last push fails.
@@ -30,12 +33,14 @@ import math
 import os
 import sys
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from farm.commands.slice import read_plan
 from farm.commands.upload import check_publishers, configured_targets, publish_options, render
 from farm.errors import EXIT_ENVIRONMENT, UsageError
-from farm.model.config import load_config
+from farm.model.config import FarmConfig, load_config
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.verdict import derive_from_config
@@ -47,11 +52,14 @@ from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.ratelimit import RealClock, Throttle, github_limits
 from farm.publish.releases import ReleaseCache, github_client
 from farm.publish.targets import GithubSettings
+from farm.schedule.attempts import Attempt, classify, jobs_of
+from farm.schedule.attempts import append as append_attempts
 from farm.schedule.cost import JOB_LIMIT_S
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import LINK, slice_plan
 from farm.schedule.stream import (
     ERROR,
+    FAILED,
     HANDED_ON,
     PUBLISHED,
     REFUSED,
@@ -196,16 +204,18 @@ def _minutes(value: float, flag: str) -> float:
     return value * 60
 
 
-def _cells_and_share(args: argparse.Namespace) -> tuple[list[tuple[str, str]], float]:
+def _reports(args: argparse.Namespace) -> list[Path]:
+    if args.reports is None or not args.reports.is_dir():
+        raise UsageError("--shard rest publishes what the run's publish jobs handed on: pass their reports "
+                         "folder as --reports")
+    return sorted(p for p in args.reports.rglob(f"{REPORT_PREFIX}*.jsonl") if p.is_file())
+
+
+def _cells_and_share(args: argparse.Namespace, plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], float]:
     """The cells this job publishes, and its share of the token's limits."""
-    plan = read_plan(args.plan)
     if args.shard == REST:
-        if args.reports is None or not args.reports.is_dir():
-            raise UsageError("--shard rest publishes what the run's publish jobs handed on: pass their reports "
-                             "folder as --reports")
         scheduled = {str(c["id"]) for c in plan["cells"]}
-        reports = sorted(p for p in args.reports.rglob(f"{REPORT_PREFIX}*.jsonl") if p.is_file())
-        cells = [c for c in handed_on(read_reports(reports)) if c[0] in scheduled]
+        cells = [c for c in handed_on(read_reports(_reports(args))) if c[0] in scheduled]
         share = 1.0  # after every other publish job of the run: alone
     else:
         cells = shard_cells(slice_plan(plan, args.shard))
@@ -225,9 +235,11 @@ def run(args: argparse.Namespace) -> int:
     cap_s = _minutes(args.max_rate_limit_wait, "--max-rate-limit-wait")
     if args.job_started is not None and not math.isfinite(args.job_started):
         raise UsageError(f"--job-started {args.job_started}: epoch seconds")
-    cells, share = _cells_and_share(args)
+    plan = read_plan(args.plan)
+    cells, share = _cells_and_share(args, plan)
     targets = configured_targets(root, args.target)
-    derive = derive_from_config(load_config(root))
+    config = load_config(root)
+    derive = derive_from_config(config)
     ledger = ledger_location(root)
     clock = RealClock()
     job = JobClock(args.job_started if args.job_started is not None else clock.now(), limit_s, reserve_s)
@@ -279,6 +291,9 @@ def run(args: argparse.Namespace) -> int:
 
         verdicts = publish_shard(cells, RunArtifacts(artifacts, args.run_id).fetch, publish, args.scratch,
                                  on_verdict=note, stop=stop)
+    if args.shard == REST:
+        _record_attempts(plan, read_reports([*_reports(args), args.report]), actions, args.run_id, ledger, config,
+                         limit_s, pusher)
     if pusher is not None and pusher.finish() is not None:
         print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
         return EXIT_ENVIRONMENT
@@ -292,3 +307,38 @@ def run(args: argparse.Namespace) -> int:
           f"{throttle.waited_s:.0f} s waited ({waited:.0f} s on GitHub's rate-limit answers); "
           f"{share:.0%} of the token's limits", file=sys.stderr)
     return 0
+
+
+def _record_attempts(plan: Mapping[str, Any], verdicts: Mapping[str, CellVerdict], actions: ghrest.Client,
+                     run_id: str, ledger: Path, config: FarmConfig, limit_s: float,
+                     pusher: LedgerPusher | None) -> None:
+    """Each cell of the wave that ended without a wheel, killed or failed as GitHub's listing of
+    the run's jobs says, recorded in the ledger's attempts (once per wave: this is its last job)."""
+    failed = [v for v in verdicts.values() if v.status == FAILED]
+    if not failed:
+        return
+    cells = {str(c["id"]): c for c in plan["cells"]}
+    try:
+        jobs = actions.run_jobs(run_id)
+    except ghrest.GithubApiError as exc:  # the wave is published; only the lesson is lost
+        print(f"the run's jobs could not be read, no attempt recorded: {exc}", file=sys.stderr)
+        return
+    found = []
+    for v in failed:
+        cell = cells.get(v.id)
+        said = classify(jobs_of(v.id, jobs), limit_s=limit_s) if cell is not None else None
+        if cell is None or said is None:
+            continue
+        outcome, job, count = said
+        recipe = config.recipes.get(str(cell["package"]))
+        found.append(Attempt(v.id, str(cell["package"]), (str(cell["package"]), str(cell["cuda"]), str(cell["torch"]),
+                                                          str(cell["python_tag"]), str(cell["platform"])),
+                             int(cell["build_epoch"]), outcome, job.elapsed_s or 0.0, count, run_id, job.name,
+                             recipe.sha256 if recipe else None, config.defaults.sha256))
+    if found:
+        append_attempts(ledger, found)
+        print(f"{len(found)} cell(s) recorded as attempts: "
+              + ", ".join(f"{a.cell} {a.outcome} after {a.elapsed_s / 60:.0f} min" for a in found[:10]),
+              file=sys.stderr)
+        if pusher is not None:
+            pusher(f"{len(found)} attempt(s) of run {run_id}")

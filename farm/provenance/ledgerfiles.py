@@ -39,6 +39,7 @@ from farm.filestamp import Stamp, stamp
 from farm.model.config import LEDGER_DIR, LEDGER_FILE
 
 README = "README.md"  # the folder's own note (and what keeps an empty ledger in git)
+ATTEMPTS_FILE = "attempts.jsonl"  # a package's builds that ended without a wheel (farm/schedule/attempts.py)
 SEGMENT_SUFFIX = ".jsonl"
 # GitHub warns about a pushed file over 50 MB and refuses one over 100 MB (GH001).
 GITHUB_WARN_BYTES = 50 * 1024 * 1024
@@ -125,7 +126,7 @@ def segments(ledger: Path) -> list[tuple[str, Path]]:
             raise _refuse(path, "not a package folder")
         for file in sorted(path.iterdir()):
             name = file.name
-            if name.startswith(".") and name.endswith((".tmp", ".part")):
+            if (name.startswith(".") and name.endswith((".tmp", ".part"))) or name == ATTEMPTS_FILE:
                 continue
             if not stat.S_ISREG(os.lstat(file).st_mode) or not is_segment(f"{top}/{name}"):
                 raise _refuse(file, "not a plain file named e<epoch>.jsonl")

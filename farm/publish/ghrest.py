@@ -27,6 +27,7 @@ is ``GITHUB_API_URL`` (GitHub Enterprise Server has its own), which :func:`actio
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
 import urllib.error
@@ -41,6 +42,7 @@ from farm import jsonread
 from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import download
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
+from farm.schedule.attempts import Job
 
 API_URL = "https://api.github.com"
 TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
@@ -55,6 +57,7 @@ MAX_JSON_BODY = 16 * 1024 * 1024  # a page of 100 assets is ~100 KB
 # A run of build.yml holds ~2 artifacts a cell of <= 256 cells a shard; a concurrency group's waiting runs, a few.
 MAX_ARTIFACT_PAGES = 50
 MAX_RUN_PAGES = 5
+MAX_JOB_PAGES = 30  # a wave's jobs: <= 8 x 256 builds, <= 256 links, and the run's own
 ACTIONS_READ = "the job's token needs `actions: read` on the run's repository (its permissions: block)"
 ACTIONS_WRITE = ("the job's token needs `actions: write` to read a workflow's runs and dispatch it, and the "
                  "workflow must exist on the ref with a workflow_dispatch trigger")
@@ -156,6 +159,23 @@ def _run(obj: Any) -> WorkflowRun:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise GithubApiError(f"GitHub listed a workflow run farm cannot read ({type(exc).__name__}): "
                              f"{clip(obj)}") from None
+
+
+def _seconds(text: Any) -> float | None:
+    """Epoch seconds of GitHub's ISO 8601 time (``2026-12-06T01:02:03Z``); None for none."""
+    if not isinstance(text, str) or not text:
+        return None
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+def _job(obj: Any) -> Job:
+    try:
+        started, completed = _seconds(obj.get("started_at")), _seconds(obj.get("completed_at"))
+        conclusion = obj.get("conclusion")
+        return Job(str(obj["name"]), str(conclusion) if conclusion is not None else None,
+                   completed - started if started is not None and completed is not None else None)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise GithubApiError(f"GitHub listed a job farm cannot read ({type(exc).__name__}): {clip(obj)}") from None
 
 
 def _page(answer: Answer, key: str, what: str) -> tuple[list[Any], int]:
@@ -378,6 +398,12 @@ class Client:
                                  status=410, hint="the run's artifacts are past their retention; the next run "
                                                   "builds the cell again")
         return self._follow(answer, dest, max_bytes=max_bytes, what=f"artifact {artifact.name}")
+
+    def run_jobs(self, run_id: str) -> list[Job]:
+        """The jobs of the workflow run ``run_id`` (their latest attempt): name, conclusion, time."""
+        path = f"{self._repo()}/actions/runs/{urllib.parse.quote(run_id, safe='')}/jobs?filter=latest"
+        return [_job(j) for j in self._pages(path, "jobs", f"the jobs of run {run_id}", max_pages=MAX_JOB_PAGES,
+                                             hint=ACTIONS_READ)]
 
     def workflow_runs(self, workflow: str, *, branch: str, status: str) -> list[WorkflowRun]:
         """The runs of ``workflow`` (its file name or id) on ``branch`` whose status is

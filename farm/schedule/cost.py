@@ -9,6 +9,12 @@ hosted runner: :mod:`farm.schedule.recipetimes`), else from an estimate: :data:`
 per job, times the recipe's ``sharding`` where it declares one (a recipe shards because its
 compile is long). The last two are times :data:`PLATFORM_FACTOR` on Windows.
 
+A cell whose last build was killed at the limit is planned at least :data:`KILLED_MARGIN` times
+what its jobs ran; one whose build failed is refused while its recipe and ``_defaults.yml`` are
+unchanged (farm/schedule/attempts.py). A warm plan (``warm``: the compiler cache holds what the
+recorded hit rates say, or everything where none is recorded) shards and refuses by the warm
+time.
+
 From that, per cell (:func:`plan_cell`):
 
 - a cell whose jobs fit stays as it is;
@@ -26,10 +32,11 @@ from __future__ import annotations
 import heapq
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from farm.schedule.attempts import FAILED, KILLED, KILLED_MARGIN, Attempt, Attempts
 from farm.schedule.jobs import cost as jobs_of
 from farm.schedule.waves import schedule
 
@@ -82,7 +89,8 @@ class Durations:
 @dataclass(frozen=True)
 class Estimate:
     seconds: float  # the cell's build, all jobs together
-    source: str  # "recorded" | "package" | "measured" | "estimate"
+    source: str  # "recorded" | "package" | "measured" | "estimate" | "killed"
+    why: str = ""  # said in a refusal instead of the source, where there is more to say
 
 
 def estimate(key: CellKey, durations: Durations, sharding: int = 1) -> Estimate:
@@ -133,7 +141,7 @@ def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG00
         job = est.seconds / n
         if job > near:
             return CellPlan(est, n, job, LINK_JOB_S, refused=(
-                f"{_hours(est.seconds)} of compile ({est.source}) is still {_hours(job)} per job in "
+                f"{_hours(est.seconds)} of compile ({est.why or est.source}) is still {_hours(job)} per job in "
                 f"{n} compile jobs, near GitHub's {_hours(JOB_LIMIT_S)} job limit: build it on a "
                 "self-hosted runner"))
         return CellPlan(est, n, job, LINK_JOB_S)
@@ -142,7 +150,7 @@ def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG00
                "is not built for Windows)" if shard_platforms
                else "its recipe has no `sharding:` to split the compile")
         return CellPlan(est, 1, est.seconds, 0.0, refused=(
-            f"{_hours(est.seconds)} in one job ({est.source}) nears GitHub's {_hours(JOB_LIMIT_S)} job "
+            f"{_hours(est.seconds)} in one job ({est.why or est.source}) nears GitHub's {_hours(JOB_LIMIT_S)} job "
             f"limit and {why}: no hosted runner can finish it; build it on a self-hosted runner, or "
             "drop the platform from the recipe"))
     return CellPlan(est, 1, est.seconds, 0.0)
@@ -236,13 +244,25 @@ class Costed:
         return self.plans[cell.cell.id]
 
 
+def killed(est: Estimate, attempt: Attempt) -> Estimate:
+    """A cell's estimate after its build was killed at the job limit: at least
+    :data:`KILLED_MARGIN` times what its jobs ran."""
+    seconds = max(est.seconds, attempt.elapsed_s * attempt.jobs * KILLED_MARGIN)
+    return Estimate(seconds, "killed", f"killed at GitHub's job limit after {_hours(attempt.elapsed_s)} in "
+                                       f"{attempt.jobs} job(s) of run {attempt.run} ({attempt.job})")
+
+
 def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], durations: Durations, *,
-                time_limit: bool = True, hit_rates: HitRates | None = None) -> Costed:
+                time_limit: bool = True, hit_rates: HitRates | None = None, attempts: Attempts | None = None,
+                unchanged: Callable[[Attempt], bool] | None = None, warm: bool = False) -> Costed:
     """Plan every cell to build (pure). ``sharding``: package -> its recipe's ``sharding``;
     ``time_limit``: False keeps the cells no hosted runner can finish (a self-hosted run).
     ``hit_rates``: the compiler cache's recorded hit rates (:mod:`farm.schedule.hitrate`): each
     planned job's time is scaled by the cell's expected hit share, for ordering and the waves'
-    cost; sharding and refusals are decided on the unscaled estimate (a cache may be cold)."""
+    cost; sharding and refusals are decided on the unscaled estimate (a cache may be cold),
+    unless the plan is ``warm``. ``attempts``: the builds that ended without a wheel, by (cell
+    key, epoch); ``unchanged(attempt)``: whether a failed one's recipe and defaults are today's
+    (None: refuse no failed cell)."""
     plans: dict[str, CellPlan] = {}
     refused: list[RefusedCell] = []
     packages = []
@@ -253,6 +273,17 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
             p, c = planned, planned.cell
             key = (c.package, c.cuda, c.torch, c.python, c.platform)
             est = estimate(key, durations, shard.jobs if shard else 1)
+            attempt = attempts.get((key, p.epoch)) if attempts else None
+            if attempt is not None and attempt.outcome == FAILED and unchanged is not None and unchanged(attempt):
+                refused.append(RefusedCell(p, (
+                    f"its build failed in run {attempt.run} after {attempt.elapsed_s / 60:.0f} min ({attempt.job}): "
+                    "fix the recipe (any change to it or to _defaults.yml schedules it again), or `farm matrix "
+                    "--retry-failed` where the runner failed it")))
+                continue
+            if attempt is not None and attempt.outcome == KILLED:
+                est = killed(est, attempt)
+            elif warm and hit_rates is not None:
+                est = replace(est, seconds=est.seconds * hit_rates.warm_factor(key, recorded=est.source == "recorded"))
             plan = plan_cell(key, est, declared_jobs=p.compile_jobs, shard_platforms=shard.platforms if shard else ())
             if plan.refused and time_limit:
                 refused.append(RefusedCell(p, plan.refused))
@@ -262,7 +293,7 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                                 LINK_JOB_S if p.compile_jobs > 1 else 0.0)
             if plan.compile_jobs != p.compile_jobs:
                 p = replace(p, compile_jobs=plan.compile_jobs)
-            if hit_rates is not None:
+            if hit_rates is not None and not warm and est.source != "killed":
                 plan = replace(plan, job_s=plan.job_s * hit_rates.factor(key, recorded=est.source == "recorded"))
             plans[c.id] = plan
             kept.append((plan.job_s, p))

@@ -65,6 +65,15 @@ class HitRates:
         return (1 - COMPILE_SHARE * self.expected(key)) / (1 - COMPILE_SHARE * before)
 
 
+    def warm_factor(self, key: CellKey, *, recorded: bool = True) -> float:
+        """:meth:`factor` for a warm cache: the package's recorded hit share where there is one,
+        else every compile step a hit."""
+        if (key[0], key[4]) in self.typical:
+            return self.factor(key, recorded=recorded)
+        before = self.cells.get(key, 0.0) if recorded else 0.0
+        return (1 - COMPILE_SHARE) / (1 - COMPILE_SHARE * before)
+
+
 def hit_rates_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]]) -> HitRates:
     """The compile-cache counts among ``recorded`` (:func:`farm.schedule.durations.recorded_builds`)."""
     return HitRates.of((key, *counts) for key, _, counts in recorded if counts is not None)
