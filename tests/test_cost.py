@@ -198,3 +198,49 @@ def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys:
     a, b = cold.plans[first.cell.id], warm.plans[first.cell.id]
     assert a.compile_jobs == b.compile_jobs == 7
     assert b.job_s == pytest.approx(a.job_s * (1 - 0.9 * 0.9))
+
+
+def test_a_wave_is_sized_so_its_artifacts_outlive_it(tmp_path: Path) -> None:
+    """Cells of four hours each on one runner: the wave takes as many as end, with its last
+    publish job, inside the artifacts' retention, and no more."""
+    from farm.schedule.cost import PUBLISH_TAIL_S, fit_retention
+
+    root = make_tree(tmp_path / "farm")
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.empty())
+    hours4 = Durations.of([], dict.fromkeys(config.recipes, 4 * 3600.0))
+    costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, hours4)
+    cells = len(costed.matrix.cells)
+    assert cells > 12
+    cap = fit_retention(costed, cells, 1, retention_days=2)
+    assert cap == (2 * 86400 - PUBLISH_TAIL_S) // (4 * 3600)  # 10 cells: 40 h, and 6 h to publish the last
+    assert fit_retention(costed, cells, 1, retention_days=90) == cells
+    waves = drain_model(costed, cells, 1, retention_days=2)
+    assert all(w.wall_hours * 3600 + PUBLISH_TAIL_S <= 2 * 86400 for w in waves)
+    assert sum(w.uploads for w in waves) == cells
+
+
+def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The cell of the test above, planned warm: 20 h cold at the package's 90% hit share is
+    3.8 h, which its recipe's 3 declared compile jobs hold; cold, it needs 7."""
+    from farm.schedule.hitrate import read_hit_rates
+
+    root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
+    main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
+    cells = [c for c in json.loads(capsys.readouterr().out)["cells"] if c["platform"] == "linux_x86_64"][:3]
+    old = [make_entry("beta", "1.0", cuda=c["cuda"], torch=c["torch"], python=c["python_tag"], platform=c["platform"],
+                      filename=f"beta-1.0-{i}.whl") for i, c in enumerate(cells)]
+    old[0]["duration_s"] = 20 * 3600.0
+    for entry, hits in zip(old, (0, 90, 90), strict=True):
+        entry["toolchain"]["compile_cache"] = {"tool": "sccache", "compiles": 100, "hits": hits, "misses": 100 - hits}
+    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
+    sharding = {n: config.recipe(n).sharding for n in config.recipes}
+    durations, rates = read_durations(root / "ledger.jsonl"), read_hit_rates(root / "ledger.jsonl")
+    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True)
+    first = next(p for p in matrix.packages[1].to_build
+                 if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)
+                 == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
+    assert warm.plans[first.cell.id].compile_jobs == 3
+    assert warm.plans[first.cell.id].estimate.seconds == pytest.approx(20 * 3600 * (1 - 0.9 * 0.9))

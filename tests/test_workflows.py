@@ -170,6 +170,18 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert checkout["with"] == {"ref": "${{ github.ref }}"}
 
 
+def test_a_waves_artifacts_are_kept_as_long_as_the_plan_sizes_waves_for() -> None:
+    """The matrix sizes each wave so that it ends, published, inside the artifacts' retention: the
+    workflows keep every artifact a wave's publish and link jobs read that long."""
+    step = next(s for s in load("build.yml")["jobs"]["matrix"]["steps"] if s.get("id") == "matrix")
+    days = re.search(r"--artifact-retention-days (\d+)", step["run"])
+    assert days, step["run"]
+    steps = load("build-shard.yml")["jobs"]["build"]["steps"]
+    kept = [s["with"]["retention-days"] for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert kept
+    assert set(kept) == {int(days[1])}
+
+
 def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
     """A cell with `sharding: N`: its compile jobs upload objects, its link job (in the link
     shard, after every build shard) downloads them and uploads the wheel as any cell does."""

@@ -31,11 +31,13 @@ from farm.schedule.actions import (
 from farm.schedule.attempts import Attempt
 from farm.schedule.attempts import read as read_attempts
 from farm.schedule.cost import (
+    ARTIFACT_RETENTION_DAYS,
     DEFAULT_CONCURRENCY,
     Costed,
     WaveCost,
     cost_matrix,
     drain_model,
+    fit_retention,
     ordered,
     wave_cost,
 )
@@ -102,6 +104,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                         help="jobs GitHub runs at once, for the cost estimate (default: "
                              f"{DEFAULT_CONCURRENCY}, the Free plan; Pro 40, Team 60, Enterprise 500)")
+    parser.add_argument("--artifact-retention-days", type=float, default=ARTIFACT_RETENTION_DAYS, metavar="D",
+                        help="how long the workflows keep a wave's artifacts (retention-days): a wave is sized so "
+                             "that its bill and its last publish job end inside it "
+                             f"(default {ARTIFACT_RETENTION_DAYS})")
     parser.add_argument("--retry-failed", action="store_true",
                         help="schedule the cells whose last build failed (with an unchanged recipe) again: a "
                              "failure that was the runner's, not the recipe's")
@@ -221,19 +227,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     cache_dir = args.cache_dir or config.root / ".cache"
-    ledger = (LedgerIndex.empty() if args.overwrite
-              else LedgerIndex.load(args.ledger or ledger_location(config.root), cache_dir=cache_dir))
+    ledger_path = args.ledger or ledger_location(config.root)
+    ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(ledger_path, cache_dir=cache_dir)
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    if not 1 <= args.artifact_retention_days <= 90:
+        raise UsageError(f"--artifact-retention-days {args.artifact_retention_days}: GitHub keeps artifacts 1 "
+                         "to 90 days")
     if args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1, got {args.concurrency}",
                          hint="the jobs your GitHub plan runs at once (Free 20, Pro 40, Team 60)")
     # each cell's jobs planned by its recorded (or estimated) duration; a sharded cell costs its
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
-    recorded = list(recorded_builds(args.ledger or ledger_location(config.root)))  # one read for both
+    recorded = list(recorded_builds(ledger_path))  # one read for both
     durations = durations_of(recorded)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
     hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
-    ledger_dir = args.ledger or ledger_location(config.root)
 
     def unchanged(attempt: Attempt) -> bool:
         """A failed build's recipe and defaults are today's: it would fail the same way."""
@@ -241,8 +249,10 @@ def run(args: argparse.Namespace) -> int:
             config.recipe(attempt.package).sha256, config.defaults.sha256)
 
     costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates,
-                         attempts=read_attempts(ledger_dir), unchanged=unchanged, warm=args.warm)
-    capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
+                         attempts=read_attempts(ledger_path), unchanged=unchanged, warm=args.warm)
+    full = capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
+    if capacity is not None:  # a wave whose artifacts would expire before it is published is made smaller
+        capacity = fit_retention(costed, capacity, args.concurrency, retention_days=args.artifact_retention_days)
     wave = plan_wave(costed, capacity)
     if args.fail_on_deferred and wave.deferred:
         raise deferred_error(wave)
@@ -284,8 +294,10 @@ def run(args: argparse.Namespace) -> int:
 
     wave = replace(wave, matrix=matrix)  # the buckets of every package, refused cells included
     this_wave = wave_cost([costed.plan_of(p) for p in wave.scheduled], args.concurrency)
-    drain = drain_model(costed, capacity or max(1, sum(cost(p) for p in costed.matrix.cells)), args.concurrency)
-    costs = {"wave": this_wave.to_json(), "drain": drain_json(drain)}
+    drain = drain_model(costed, capacity or max(1, sum(cost(p) for p in costed.matrix.cells)), args.concurrency,
+                        retention_days=args.artifact_retention_days if capacity is not None else None)
+    retention = {"days": args.artifact_retention_days, "capacity": capacity, "reduced_from": full}
+    costs = {"wave": this_wave.to_json(), "drain": drain_json(drain), "retention": retention}
     if args.json or args.plan:
         encoded = msgspec.json.encode(matrix_json(wave, lint, costs))
         if args.plan and (withheld or not failed):
@@ -308,6 +320,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(wave.scheduled)} cell(s) scheduled in {-(-n_build // SHARD_SIZE)} shard(s) "
               f"of <= {SHARD_SIZE}{split}{deferred}")
         print(f"this wave's {this_wave.line()}")
+        if capacity != full:
+            print(f"the wave takes {capacity} of {full} jobs: with more, its artifacts (kept "
+                  f"{args.artifact_retention_days:g} days) would expire before its last publish job ends")
         if len(drain) > 1:
             print(drain_line(drain))
         if not args.no_lint:

@@ -24,7 +24,10 @@ From that, per cell (:func:`plan_cell`):
   with the reason: no hosted runner can finish it, so it is never scheduled to time out.
 
 :func:`wave_cost` is a wave's bill: jobs, runner-hours, and the wall time at N concurrent jobs
-(GitHub's Free plan runs 20), longest jobs first as the plan orders them. All of it is pure.
+(GitHub's Free plan runs 20), longest jobs first as the plan orders them. A wave's artifacts (its
+wheels, its compile shards' objects) must outlive it and its last publish job
+(:data:`PUBLISH_TAIL_S`): :func:`fit_retention` takes fewer cells into a wave whose bill would
+pass the artifacts' retention. All of it is pure.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from farm.schedule.attempts import FAILED, KILLED, KILLED_MARGIN, Attempt, Attempts
 from farm.schedule.jobs import cost as jobs_of
-from farm.schedule.waves import schedule
+from farm.schedule.waves import Wave, schedule
 
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
     from farm.model.config import Sharding
@@ -55,6 +58,10 @@ MAX_COMPILE_JOBS = 64  # a cell never fans out wider than this: its link job wai
 DEFAULT_CONCURRENCY = 20  # concurrent jobs on GitHub's Free plan (Pro 40, Team 60, Enterprise 500)
 # Release uploads are content-creating requests: GitHub allows 500 an hour to one token.
 UPLOADS_PER_HOUR = 500
+# The workflows keep a wave's artifacts this long (build-shard.yml's retention-days; GitHub: 1-90).
+ARTIFACT_RETENTION_DAYS = 7
+# After a wave's last build, its artifacts are still read by its last publish job (at most a job).
+PUBLISH_TAIL_S = JOB_LIMIT_S
 
 # (package, cuda, torch, python tag, platform)
 CellKey = tuple[str, str, str, str, str]
@@ -302,13 +309,42 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     return Costed(replace(matrix, packages=tuple(packages)), tuple(refused), plans)
 
 
-def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY) -> list[WaveCost]:
+def _bill(costed: Costed, matrix: Matrix, capacity: int, concurrency: int) -> tuple[Wave, WaveCost]:
+    wave = schedule(matrix, capacity, jobs=jobs_of)
+    return wave, wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency)
+
+
+def fit_retention(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY, *,
+                  retention_days: float = ARTIFACT_RETENTION_DAYS, matrix: Matrix | None = None) -> int:
+    """The most jobs a wave of ``matrix`` (default: the costed one) may take so that its bill at
+    ``concurrency``, plus its last publish job, ends inside the artifacts' retention:
+    ``capacity`` when the full wave does, else fewer (never below one cell's jobs)."""
+    matrix = matrix or costed.matrix
+    limit_h = retention_days * 24 - PUBLISH_TAIL_S / 3600
+
+    def fits(cap: int) -> bool:
+        return _bill(costed, matrix, cap, concurrency)[1].wall_hours <= limit_h
+
+    if capacity < 1 or fits(capacity):
+        return capacity
+    lo, hi = 1, capacity - 1  # the largest that fits: wall time grows with the jobs taken
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY, *,
+                retention_days: float | None = None) -> list[WaveCost]:
     """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
-    the :func:`~farm.schedule.matrix.schedule` of what the previous ones left."""
+    the :func:`~farm.schedule.matrix.schedule` of what the previous ones left, sized to the
+    artifacts' ``retention_days`` where given (:func:`fit_retention`)."""
     out = []
     matrix = costed.matrix
     while matrix.cells:
-        wave = schedule(matrix, capacity, jobs=jobs_of)
+        cap = capacity if retention_days is None else fit_retention(costed, capacity, concurrency,
+                                                                    retention_days=retention_days, matrix=matrix)
+        wave = schedule(matrix, cap, jobs=jobs_of)
         if not wave.scheduled:
             break  # a cell bigger than a run: schedule() says so to the user
         out.append(wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency))
