@@ -29,12 +29,12 @@ from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
 from farm.provenance.verdict import today_from_config
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
-from tests import loopback
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.ledgermaker import make_entry
-from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
-from tests.publishfix import serve_dir
-from tests.wheelmaker import make_wheel
+from tests.support import loopback
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import SO, TAG, builder_wheel, write_farm_root
+from tests.support.publishfix import serve_dir
+from tests.support.wheelmaker import make_wheel
 
 SO_LIST = "sm_80;sm_90;compute_90"
 
@@ -59,7 +59,7 @@ def retamper(stamped: Path, so: Path, dest_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:  # noqa: F811
+def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     work = tmp_path_factory.mktemp("fleet")
     so = cuda_fixtures.path("default")  # sm_80, sm_90, compute_90
     root_then = write_farm_root(work / "then", {"demo_ok": BASE, "demo_moved": BASE, "demo_wrong": BASE})
@@ -197,7 +197,7 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     assert backfill(str(fleet.pub), ledger).added == ()
 
 
-def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,  # noqa: F811
+def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,
                                                                                  tmp_path: Path) -> None:
     """A published wheel labelled ``+cu126`` whose cubins CUDA 13.0 made, backfilled (the ledger's
     inferred cell says 12.6, as its name does, and its targets match): the audit reads the toolkit

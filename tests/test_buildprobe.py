@@ -18,11 +18,7 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import REPO, make_root
 
 CELL = Cell("probe_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
 RECIPE = """\

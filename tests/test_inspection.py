@@ -17,8 +17,8 @@ from farm.commands.inspect import _fatbin_lines
 from farm.errors import BinaryFormatError, ToolError, WheelError
 from farm.model.arch import ArchList
 from farm.table import format_table
-from tests.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
+from tests.support.wheelmaker import make_wheel
 
 EXT = "demo/_C.cpython-311-x86_64-linux-gnu.so"
 

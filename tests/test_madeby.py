@@ -17,8 +17,7 @@ from farm.binary.inspection import Reader, compare_made_by, inspect_file
 from farm.binary.madeby import MadeBy, cubin_facts, read_made_by
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList
-from tests.cudafix import CudaFixtures
-from tests.cudafix import cuda_fixtures as cuda_fixtures
+from tests.support.cudafix import CudaFixtures
 
 
 def _elf(sections: list[tuple[str, int, bytes]], *, machine: int = 190) -> bytes:

@@ -21,8 +21,7 @@ from farm.model.spec import ArchRequest, arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
-
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 TORCH_RECIPE = """\
 name: torchpkg

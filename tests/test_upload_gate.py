@@ -23,10 +23,9 @@ from farm.provenance.stamp import stamp_wheel
 from farm.provenance.verdict import found_difference
 from farm.publish import Check, IndexSettings, Verdict, upload
 from farm.publish.gate import GateResult, Vouchers, judge, run_gate
-from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
-from tests.wheelmaker import make_wheel
-
-__all__ = ["demo_batch"]
+from tests.support.postbuildfix import Batch
+from tests.support.publishfix import copy_batch, write_farm_root
+from tests.support.wheelmaker import make_wheel
 
 
 def _gate(out: Path, ledger: Path | None = None) -> GateResult:

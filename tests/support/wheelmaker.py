@@ -62,7 +62,7 @@ def make_wheel(
 
 
 def stamped_wheel(dest: Path, entry: dict[str, Any], *, run_id: str = "1") -> Path:
-    """The wheel ``entry`` (a ledger entry, tests/ledgermaker.py) names, carrying that provenance
+    """The wheel ``entry`` (a ledger entry, tests/support/ledgermaker.py) names, carrying that provenance
     as its ``_build_info.json`` (no CUDA code), and its ledger fragment beside it, as a build job
     leaves them; ``entry`` gets the wheel's sha256 and size."""
     name, version, build, tags = parse_wheel_filename(entry["filename"])

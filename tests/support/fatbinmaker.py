@@ -1,6 +1,6 @@
 """Small ELF shared objects holding fatbins, written byte by byte in the layout nvcc emits.
 
-The fast tier's counterpart to the nvcc fixtures (tests/cudafix.py): each verdict rule of the
+The fast tier's counterpart to the nvcc fixtures (tests/support/cudafix.py): each verdict rule of the
 assertion and the wheel judge gets a binary of exactly the shape the rule is about (a missing or
 extra target, PTX, one translation unit short, an nvcc device-link stub, a relocatable fatbin),
 built in microseconds. The layout is the one the native reader checks: a 64-bit little-endian
