@@ -11,14 +11,8 @@ from typing import Any
 
 import pytest
 
-from farm.binary.assertion import (
-    Cause,
-    Expected,
-    VendoredRule,
-    assert_inspection,
-    assert_wheel,
-    judge,
-)
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import Cause, assert_inspection, assert_wheel, judge
 from farm.binary.inspection import Reader, compare, inspect_file
 from farm.cli import main
 from farm.errors import BinaryFormatError, ToolError

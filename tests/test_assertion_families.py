@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.binary.assertion import AssertionReport, Cause, Expected, FamilyTargets, assert_inspection, assert_wheel
+from farm.binary.archrule import Expected, FamilyTargets
+from farm.binary.assertion import AssertionReport, Cause, assert_inspection, assert_wheel
 from farm.binary.inspection import Reader, inspect_file
 from farm.model.arch import ArchList
 from tests.support.cudafix import BASE, CudaFixtures

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from farm.binary.assertion import Cause, Expected, VendoredRule, assert_inspection, judge
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import Cause, assert_inspection, judge
 from farm.binary.inspection import Reader, SoInspection, inspect_file, inspect_wheel
 from farm.model.arch import ArchList
 from tests.support.fatbinmaker import shared_object

@@ -17,6 +17,7 @@ import farm.netutil
 import farm.provenance.crawl as crawl_module
 from farm.cli import main
 from farm.errors import LedgerError, WheelError
+from farm.model.arch import ArchList
 from farm.model.config import load_config
 from farm.provenance import buildinfo
 from farm.provenance.audit import AuditRow, Verdict, _newest_by_cell, _superseder, audit, judge
@@ -256,7 +257,7 @@ def test_corrupt_compressed_member_is_wheel_wrong_not_a_crash(tmp_path: Path) ->
 
 
 def test_judge_inferred_that_no_longer_matches_is_wheel_wrong() -> None:
-    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": ArchList.parse("sm_80")},
                        {"a/_C.so": "2" * 64}, None)
     info = buildinfo.inferred_build_info(dist="a", version="1.0", cell={}, found={"a/_C.so": "sm_80;sm_90"},
                                          extensions={"a/_C.so": "2" * 64})
@@ -298,7 +299,7 @@ def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
                                             "platform": "linux_x86_64"}),
         provenance="asserted", build_epoch=0, expected={"a/_C.so": "sm_80;sm_90"},
         assertion=buildinfo.Assertion("failed", None, None), extensions=None)
-    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": ArchList.parse("sm_80")},
                        {"a/_C.so": "2" * 64}, failed)
     row = judge(facts, None, None)
     assert row.verdict is Verdict.WHEEL_WRONG
@@ -431,9 +432,9 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     ledger_path = tmp_path / "ledger.jsonl"
     ledger_path.write_text(json.dumps(old) + "\n" + json.dumps(new) + "\n")
     ledger = LedgerIndex.load(ledger_path)
-    today = {so: "sm_90;compute_90"}
+    today = {so: ArchList.parse("sm_90;compute_90")}
     entry = LedgerEntry.from_json(old)
-    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, entry.info)
+    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: ArchList.parse(SO_LIST)}, {}, entry.info)
     before = judge(facts, entry, today)
     assert before.verdict is Verdict.CONFIG_MOVED
     assert before.reasons[-1] == "bump build_epoch to rebuild"

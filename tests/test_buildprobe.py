@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.binary.assertion import Expected, FamilyTargets
+from farm.binary.archrule import Expected, FamilyTargets
 from farm.builder import shard
 from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.builder.buildprobe import _expected_for

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.binary.assertion import Expected, VendoredRule, assert_inspection
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import assert_inspection
 from farm.binary.cuobjdump import list_targets, variant_free
 from farm.binary.fatbin import read_fatbins
 from farm.binary.inspection import Reader, compare, inspect_file, inspect_wheel

@@ -16,7 +16,7 @@ from types import MappingProxyType
 import pytest
 from wheel.wheelfile import WheelFile
 
-from farm.binary.assertion import Expected
+from farm.binary.archrule import Expected
 from farm.builder.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
@@ -450,7 +450,7 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     with one family's list changed nothing is stamped."""
     from dataclasses import replace
 
-    from farm.binary.assertion import FamilyTargets
+    from farm.binary.archrule import FamilyTargets
     from farm.provenance.verdict import GATE, judge
     from farm.provenance.wheelfacts import wheel_facts
 

@@ -19,7 +19,7 @@ N = 8
 def _epoch_variants(batch: Batch, work: Path) -> list[Path]:
     """N distinct stamped wheels of one build: the same raw wheel postbuilt at epochs 1..N
     (the build tag makes distinct file names and exists-keys)."""
-    from farm.binary.assertion import Expected
+    from farm.binary.archrule import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
     from farm.provenance import buildinfo, probe

@@ -76,7 +76,7 @@ def python_tag(python: str) -> str:
 def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.executable) -> Batch:
     """demo_ext built for ``arch`` with ``python`` (which needs setuptools), asserted and stamped
     by postbuild, with its ledger fragment."""
-    from farm.binary.assertion import Expected
+    from farm.binary.archrule import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
     from farm.provenance import buildinfo, probe
