@@ -39,6 +39,7 @@ from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from farm import DISTRIBUTION
 from farm.errors import DefectError, FarmError, ToolError
 from farm.fsutil import fsync_dir, sha256_file, sweep_leftovers, temp_prefix, writing
 from farm.provenance import stamp
@@ -66,7 +67,7 @@ def require() -> None:
     except ImportError:
         raise ToolError(
             "the wheel-variant channel needs variantlib, which is not installed",
-            hint="install the upload extra (pip install 'farm[upload]'), or set variants: false on the index target",
+            hint=f"pip install '{DISTRIBUTION}[upload]', or set variants: false on the index target",
         ) from None
 
 
