@@ -149,7 +149,8 @@ def backfill(session: nox.Session) -> None:
 @nox.session
 def index(session: nox.Session) -> None:
     """Regenerate the static PEP 503 index from the ledger."""
-    _farm(session, "index")
+    _install(session, "-e", ".[build,upload]")  # the wheel-variant channel's metadata needs variantlib
+    _run_farm(session, "index")
 
 
 @nox.session(name="cache-plan")
