@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cache-plan": ("farm.commands.cache_plan", "the Actions cache plan: each cache key's measured size against 10 GB"),
     "cache": ("farm.commands.cache", "prune the build caches: toolkits, environments, sources no recent cell uses"),
     "ledger": ("farm.commands.ledger", "the ledger's files: migrate a single ledger.jsonl into ledger/, check sizes"),
+    "simulate": ("farm.commands.simulate", "an epoch bump drained on a simulated GitHub: days, waste, limits, goals"),
 }
 
 

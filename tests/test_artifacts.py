@@ -11,7 +11,7 @@ import pytest
 from farm.errors import ToolError
 from farm.publish import ghrest
 from farm.publish.artifacts import ArtifactService, run_artifacts, runtime_ids
-from tests import ghsim
+from tests.support import ghsim
 
 
 def token(claims: object) -> str:

@@ -5,6 +5,7 @@ with the reason; a wave's bill and the drain of the whole queue."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,8 @@ from farm.schedule.cost import (
 )
 from farm.schedule.durations import read_durations
 from farm.schedule.matrix import compute_matrix
+from tests.support.ledgermaker import make_entry
 
-from .ledgermaker import make_entry
 from .test_matrix import make_tree
 
 LINUX = ("flash_attn", "12.8", "2.8", "cp312", "linux_x86_64")
@@ -208,7 +209,8 @@ def test_a_wave_is_sized_so_its_artifacts_outlive_it(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "farm")
     config = load_config(root)
     matrix = compute_matrix(config, LedgerIndex.empty())
-    hours4 = Durations.of([], dict.fromkeys(config.recipes, 4 * 3600.0))
+    hours4 = replace(Durations.none(), typical={(n, p): 4 * 3600.0 for n in config.recipes  # each package's record
+                                                 for p in ("linux_x86_64", "linux_aarch64", "win_amd64")})
     costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, hours4)
     cells = len(costed.matrix.cells)
     assert cells > 12
@@ -244,3 +246,20 @@ def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.Capt
                  == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
     assert warm.plans[first.cell.id].compile_jobs == 3
     assert warm.plans[first.cell.id].estimate.seconds == pytest.approx(20 * 3600 * (1 - 0.9 * 0.9))
+
+
+def test_the_plan_starts_from_a_recipes_measured_time() -> None:
+    """Where the ledger records nothing of a package, its recipe's build measured on the
+    reference host (for the cell's targets), times the factor to a hosted runner."""
+    from farm.schedule.recipetimes import RecipeTimes
+
+    times = RecipeTimes.load()
+    durations = Durations(cells={}, typical={}, measured=times, runner_factor=0.5)
+    key = ("gsplat", "12.8", "2.8", "cp311", "linux_x86_64")
+    est = estimate(key, durations, targets=8)
+    assert est.source == "measured"
+    assert est.seconds == pytest.approx((times.seconds("gsplat", 8) or 0) * 0.5)
+    assert estimate(key, durations, targets=4).seconds == pytest.approx(est.seconds / 2)  # half the targets
+    assert estimate(("no_such", *key[1:]), durations).source == "estimate"
+    recorded = Durations.of([(("gsplat", "12.8", "2.8", "cp310", "linux_x86_64"), 700.0)])
+    assert estimate(key, replace(recorded, measured=times), targets=8).source == "package"

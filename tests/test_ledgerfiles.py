@@ -14,7 +14,7 @@ from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import is_segment, ledger_location, segment_of, segment_sizes, segments
 from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments, migrate, record_published_many, write_fragment
-from tests.ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 
 def test_a_record_goes_to_its_package_and_epoch() -> None:

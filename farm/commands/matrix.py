@@ -33,12 +33,11 @@ from farm.schedule.attempts import read as read_attempts
 from farm.schedule.cost import (
     ARTIFACT_RETENTION_DAYS,
     DEFAULT_CONCURRENCY,
-    Costed,
     WaveCost,
     cost_matrix,
     drain_model,
     fit_retention,
-    ordered,
+    plan_wave,
     wave_cost,
 )
 from farm.schedule.durations import durations_of, recorded_builds
@@ -52,8 +51,10 @@ from farm.schedule.matrixlint import (
     lint_packages,
     stale_ignores,
 )
+from farm.schedule.recipetimes import RecipeTimes
 from farm.schedule.slices import SHARD_SIZE
-from farm.schedule.waves import Wave, deferred_error, schedule, wave_advice
+from farm.schedule.waves import Wave, deferred_error, wave_advice
+from farm.simulate.inputs import Inputs
 from farm.table import format_table
 
 NO_LINT_NOTE = (
@@ -123,13 +124,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plan", type=Path, metavar="FILE",
                         help="also write the --json output to FILE (what `farm wave` reads after the builds)")
-
-
-def plan_wave(costed: Costed, capacity: int | None) -> Wave:
-    """The run's wave: chosen round-robin across packages, started longest job first, with the
-    cells no runner can finish set aside (farm/schedule/cost.py)."""
-    wave = schedule(costed.matrix, capacity, jobs=cost)
-    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
 
 
 def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:
@@ -239,7 +233,10 @@ def run(args: argparse.Namespace) -> int:
     # each cell's jobs planned by its recorded (or estimated) duration; a sharded cell costs its
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
     recorded = list(recorded_builds(ledger_path))  # one read for both
-    durations = durations_of(recorded)
+    # where the ledger has nothing of a package: its recipe's build measured on the reference host,
+    # scaled to a hosted runner by the factor the drain simulation states (farm/simulate/inputs.json)
+    durations = replace(durations_of(recorded), measured=RecipeTimes.load(),
+                        runner_factor=Inputs.load().v.runner_factor)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
     hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
 

@@ -4,8 +4,9 @@ GitHub stops a hosted job at 6 hours. A cell's build time comes from the ledger 
 the compute seconds of the cell's build, all its jobs together, recorded when it was last built:
 any epoch, any version), else from the recorded cells of the same package and platform (their
 median: CUDA, torch and Python move a build's time far less than the package does), else from
-the recipe's build measured on the repository's build host (``recipe_times.json``, scaled to a
-hosted runner: :mod:`farm.schedule.recipetimes`), else from an estimate: :data:`DEFAULT_JOB_S`
+the recipe's build measured on the repository's build host (``recipe_times.json``:
+:mod:`farm.schedule.recipetimes`, for the cell's number of targets, times the factor from that
+host to a hosted runner), else from an estimate: :data:`DEFAULT_JOB_S`
 per job, times the recipe's ``sharding`` where it declares one (a recipe shards because its
 compile is long). The last two are times :data:`PLATFORM_FACTOR` on Windows.
 
@@ -36,11 +37,12 @@ import heapq
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from farm.schedule.attempts import FAILED, KILLED, KILLED_MARGIN, Attempt, Attempts
 from farm.schedule.jobs import cost as jobs_of
+from farm.schedule.recipetimes import RecipeTimes
 from farm.schedule.waves import Wave, schedule
 
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
@@ -70,14 +72,15 @@ CellKey = tuple[str, str, str, str, str]
 @dataclass(frozen=True)
 class Durations:
     """Recorded build times (seconds): per cell, and the median per (package, platform); and the
-    ``measured`` build of each recipe on a hosted runner (package -> seconds: recipetimes)."""
+    recipes' builds ``measured`` on the reference host, times ``runner_factor`` on a hosted runner."""
 
     cells: Mapping[CellKey, float]
     typical: Mapping[tuple[str, str], float]
-    measured: Mapping[str, float] = field(default_factory=dict)
+    measured: RecipeTimes | None = None
+    runner_factor: float = 1.0
 
     @classmethod
-    def of(cls, recorded: Iterable[tuple[CellKey, float]], measured: Mapping[str, float] | None = None) -> Durations:
+    def of(cls, recorded: Iterable[tuple[CellKey, float]]) -> Durations:
         """From (cell key, seconds) pairs, oldest first (a later record of a cell wins)."""
         cells: dict[CellKey, float] = {}
         for key, seconds in recorded:
@@ -86,7 +89,7 @@ class Durations:
         by: dict[tuple[str, str], list[float]] = {}
         for key, seconds in cells.items():
             by.setdefault((key[0], key[4]), []).append(seconds)
-        return cls(cells, {k: statistics.median(v) for k, v in by.items()}, dict(measured or {}))
+        return cls(cells, {k: statistics.median(v) for k, v in by.items()})
 
     @classmethod
     def none(cls) -> Durations:
@@ -100,19 +103,19 @@ class Estimate:
     why: str = ""  # said in a refusal instead of the source, where there is more to say
 
 
-def estimate(key: CellKey, durations: Durations, sharding: int = 1) -> Estimate:
+def estimate(key: CellKey, durations: Durations, sharding: int = 1, targets: int = 0) -> Estimate:
     """The cell's build time: recorded, else its package's on that platform, else its recipe's
-    measured build, else the default (``sharding``: the recipe's declared compile jobs on any
-    platform: it declares a long build)."""
+    measured build (for an arch list of ``targets`` targets), else the default (``sharding``: the
+    recipe's declared compile jobs on any platform: it declares a long build)."""
     recorded = durations.cells.get(key)
     if recorded is not None:
         return Estimate(recorded, "recorded")
     typical = durations.typical.get((key[0], key[4]))
     if typical is not None:
         return Estimate(typical, "package")
-    measured = durations.measured.get(key[0])
+    measured = durations.measured.seconds(key[0], targets) if durations.measured is not None else None
     if measured is not None:
-        return Estimate(measured * PLATFORM_FACTOR.get(key[4], 1.0), "measured")
+        return Estimate(measured * durations.runner_factor * PLATFORM_FACTOR.get(key[4], 1.0), "measured")
     return Estimate(DEFAULT_JOB_S * max(1, sharding) * PLATFORM_FACTOR.get(key[4], 1.0), "estimate")
 
 
@@ -279,7 +282,7 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
         for planned in pkg.to_build:
             p, c = planned, planned.cell
             key = (c.package, c.cuda, c.torch, c.python, c.platform)
-            est = estimate(key, durations, shard.jobs if shard else 1)
+            est = estimate(key, durations, shard.jobs if shard else 1, len(p.archs))
             attempt = attempts.get((key, p.epoch)) if attempts else None
             if attempt is not None and attempt.outcome == FAILED and unchanged is not None and unchanged(attempt):
                 refused.append(RefusedCell(p, (
@@ -309,9 +312,11 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     return Costed(replace(matrix, packages=tuple(packages)), tuple(refused), plans)
 
 
-def _bill(costed: Costed, matrix: Matrix, capacity: int, concurrency: int) -> tuple[Wave, WaveCost]:
-    wave = schedule(matrix, capacity, jobs=jobs_of)
-    return wave, wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency)
+def plan_wave(costed: Costed, capacity: int | None) -> Wave:
+    """The run's wave: chosen round-robin across packages, started longest job first, with the
+    cells no runner can finish set aside."""
+    wave = schedule(costed.matrix, capacity, jobs=jobs_of)
+    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
 
 
 def fit_retention(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY, *,
@@ -319,11 +324,12 @@ def fit_retention(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONC
     """The most jobs a wave of ``matrix`` (default: the costed one) may take so that its bill at
     ``concurrency``, plus its last publish job, ends inside the artifacts' retention:
     ``capacity`` when the full wave does, else fewer (never below one cell's jobs)."""
-    matrix = matrix or costed.matrix
+    costed = replace(costed, matrix=matrix or costed.matrix)
     limit_h = retention_days * 24 - PUBLISH_TAIL_S / 3600
 
     def fits(cap: int) -> bool:
-        return _bill(costed, matrix, cap, concurrency)[1].wall_hours <= limit_h
+        wave = plan_wave(costed, cap)
+        return wave_cost([costed.plan_of(p) for p in wave.scheduled], concurrency).wall_hours <= limit_h
 
     if capacity < 1 or fits(capacity):
         return capacity
@@ -337,17 +343,17 @@ def fit_retention(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONC
 def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY, *,
                 retention_days: float | None = None) -> list[WaveCost]:
     """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
-    the :func:`~farm.schedule.matrix.schedule` of what the previous ones left, sized to the
-    artifacts' ``retention_days`` where given (:func:`fit_retention`)."""
+    the :func:`plan_wave` of what the previous ones left, sized to the artifacts'
+    ``retention_days`` where given (:func:`fit_retention`)."""
     out = []
     matrix = costed.matrix
     while matrix.cells:
         cap = capacity if retention_days is None else fit_retention(costed, capacity, concurrency,
                                                                     retention_days=retention_days, matrix=matrix)
-        wave = schedule(matrix, cap, jobs=jobs_of)
+        wave = plan_wave(replace(costed, matrix=matrix), cap)
         if not wave.scheduled:
             break  # a cell bigger than a run: schedule() says so to the user
-        out.append(wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency))
+        out.append(wave_cost([costed.plan_of(p) for p in wave.scheduled], concurrency))
         left = {p.cell.id for p in wave.deferred}
         matrix = replace(matrix, packages=tuple(
             replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in left)) for pkg in matrix.packages))

@@ -20,7 +20,6 @@ from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import raw_lines
 from farm.provenance.shape import projection
 from farm.schedule.cost import CellKey, Durations
-from farm.schedule.recipetimes import recipe_times
 
 # the fields a build's cost is planned by, decoded from the record's one definition
 BuildCost: Any = projection((BuildInfo, LedgerEntry), "BuildCost", {
@@ -50,10 +49,8 @@ def recorded_builds(ledger: Path) -> Iterator[tuple[CellKey, float | None, tuple
 
 
 def durations_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]]) -> Durations:
-    """The positive durations among ``recorded`` (:func:`recorded_builds`), and each recipe's
-    measured build (:mod:`farm.schedule.recipetimes`) for the packages the ledger has none of."""
-    return Durations.of(((key, duration) for key, duration, _ in recorded if duration is not None and duration > 0),
-                        recipe_times().cold)
+    """The positive durations among ``recorded`` (:func:`recorded_builds`)."""
+    return Durations.of((key, duration) for key, duration, _ in recorded if duration is not None and duration > 0)
 
 
 def read_durations(ledger: Path) -> Durations:

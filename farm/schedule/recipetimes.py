@@ -1,60 +1,73 @@
-"""The measured build time of each recipe the repository carries (``recipe_times.json``), as the
-planner's start where the ledger records nothing of a package.
+"""Each recipe's cold build time as measured on the reference host (``recipe_times.json``).
 
-Each recipe that was built whole on the repository's build host has its wall seconds there
-(docs/recipe-status.md), cold (every compile step run) and, where measured, warm (every step a
-compiler-cache hit), with the host they were measured on. A hosted runner is not that host:
-:data:`runner_factor` scales them, an estimate with its basis beside it in the file. Pure, but
-for reading the file (shipped with farm, read once).
+A row is one cell's whole ``farm build`` (the build environment, the compile, repair, assertion,
+stamp and import check) on the host ``docs/recipe-status.md`` was recorded on, with its basis:
+``measured`` (a whole build), ``probe`` (the first translation unit's time times the package's
+units, ``farm build --probe``) or ``estimate`` (neither: a fork of a measured recipe, or a guess
+with its reason). nvcc compiles every unit once per target, so a cell whose arch list has another
+number of targets than the measured cell's is scaled by it (:meth:`RecipeTimes.seconds`).
 """
 
 from __future__ import annotations
 
-import functools
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm import jsonread
-from farm.errors import ConfigError
+from farm.errors import UsageError
+from farm.jsonread import JsonInputError, load_file
 
 DATA = Path(__file__).with_name("recipe_times.json")
+BASES = ("measured", "probe", "estimate")
+
+
+@dataclass(frozen=True)
+class RecipeTime:
+    seconds: float  # one cell's cold build on the reference host
+    targets: int | None  # the measured cell's targets; None: not scaled by the cell's list
+    basis: str  # measured | probe | estimate
+    note: str
 
 
 @dataclass(frozen=True)
 class RecipeTimes:
-    """Seconds per recipe on a hosted runner: ``cold`` (the median measured cold build, scaled)
-    and ``warm`` (measured with every compile step from the cache, scaled), and the basis."""
+    host: str
+    measured_on: str
+    recipes: Mapping[str, RecipeTime]
 
-    cold: Mapping[str, float]
-    warm: Mapping[str, float]
-    runner_factor: float
-    basis: str
+    def seconds(self, package: str, targets: int) -> float | None:
+        """A cell's cold build on the reference host for an arch list of ``targets`` targets, or
+        None when the table has no row for the recipe."""
+        row = self.recipes.get(package)
+        if row is None:
+            return None
+        if row.targets is None or targets < 1:
+            return row.seconds
+        return row.seconds * targets / row.targets
 
     @classmethod
-    def none(cls) -> RecipeTimes:
-        return cls({}, {}, 1.0, "")
-
-    @classmethod
-    def of(cls, data: Any) -> RecipeTimes:
-        """From the file's object; anything malformed is a :class:`ConfigError` naming it."""
+    def from_json(cls, data: Any, where: str) -> RecipeTimes:
         try:
-            factor = float(data["runner_factor"])
-            recipes = data["recipes"]
-            cold = {name: statistics.median(float(s) for s in r["cold_s"]) * factor
-                    for name, r in recipes.items() if r["cold_s"]}
-            warm = {name: float(r["warm_s"]) * factor for name, r in recipes.items() if r.get("warm_s") is not None}
-            basis = f"{data['host']}; runner factor {factor}: {data['runner_factor_basis']}"
+            recipes = {}
+            for name, row in data["recipes"].items():
+                seconds, targets, basis = row["seconds"], row["targets"], row["basis"]
+                if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds <= 0:
+                    raise ValueError(f"{name}: seconds must be a positive number")
+                if targets is not None and (not isinstance(targets, int) or targets < 1):
+                    raise ValueError(f"{name}: targets must be a positive integer or null")
+                if basis not in BASES:
+                    raise ValueError(f"{name}: basis must be one of {', '.join(BASES)}")
+                recipes[str(name)] = RecipeTime(float(seconds), targets, basis, str(row.get("note", "")))
+            return cls(str(data["host"]), str(data["measured_on"]), recipes)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"{DATA.name}: not the recipe times farm reads ({exc!r})", where=str(DATA)) from None
-        if not 0 < factor <= 10 or any(not 0 < s < 30 * 86400 for s in (*cold.values(), *warm.values())):
-            raise ConfigError(f"{DATA.name}: a time or the runner factor is out of range", where=str(DATA))
-        return cls(cold, warm, factor, basis)
+            raise UsageError(f"{where}: not a recipe time table ({type(exc).__name__}: {exc})",
+                             hint='each recipe: {"seconds", "targets", "basis", "note"}') from None
 
-
-@functools.cache
-def recipe_times() -> RecipeTimes:
-    """The repository's measured recipe times (read once)."""
-    return RecipeTimes.of(jsonread.loads(DATA.read_bytes()))
+    @classmethod
+    def load(cls, path: Path = DATA) -> RecipeTimes:
+        try:
+            data = load_file(path)
+        except (OSError, JsonInputError) as exc:
+            raise UsageError(f"{path}: cannot read the recipe time table ({exc})") from None
+        return cls.from_json(data, str(path))
