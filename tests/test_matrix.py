@@ -561,11 +561,15 @@ def test_the_repository_packages_with_the_committed_ledger(capsys: pytest.Captur
     assert rc == 0
     assert {p["package"] for p in data["packages"]} == {p.stem for p in (REPO / "packages").glob("*.yml")}
     # without --max-shards every cell is scheduled but those no hosted runner can finish, which are
-    # refused with the reason (the Windows cells of packages that shard their compile on Linux only)
+    # refused with the reason: the Windows cells of packages that shard their compile on Linux only,
+    # and vllm, whose measured compile (its probe, recipe_times.json) is hours past the limit and
+    # which has no sharding
     totals = data["totals"]
     assert totals["to_build"] == len(data["cells"]) + len(data["refused_cells"]) > 0
     assert totals["refused"] == len(data["refused_cells"]) > 0
-    assert {r["id"].rsplit("-", 1)[1] for r in data["refused_cells"]} == {"win_amd64"}
+    assert {r["id"].rsplit("-", 1)[1] for r in data["refused_cells"] if not r["id"].startswith("vllm-")} == {
+        "win_amd64"}
+    assert any(r["id"].startswith("vllm-") and "(measured)" in r["reason"] for r in data["refused_cells"])
     assert all("no hosted runner can finish it" in r["reason"] for r in data["refused_cells"])
     for p in data["packages"]:
         assert p["declared"] == sum(p[k] for k in ("filtered", "recipe", "no_policy", "phantom",

@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
     costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates,
                          attempts=read_attempts(ledger_path), unchanged=unchanged, warm=args.warm)
-    full = capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
+    most = capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     if capacity is not None:  # a wave whose artifacts would expire before it is published is made smaller
         capacity = fit_retention(costed, capacity, args.concurrency, retention_days=args.artifact_retention_days)
     wave = plan_wave(costed, capacity)
@@ -293,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
     this_wave = wave_cost([costed.plan_of(p) for p in wave.scheduled], args.concurrency)
     drain = drain_model(costed, capacity or max(1, sum(cost(p) for p in costed.matrix.cells)), args.concurrency,
                         retention_days=args.artifact_retention_days if capacity is not None else None)
-    retention = {"days": args.artifact_retention_days, "capacity": capacity, "reduced_from": full}
+    retention = {"days": args.artifact_retention_days, "capacity": capacity, "reduced_from": most}
     costs = {"wave": this_wave.to_json(), "drain": drain_json(drain), "retention": retention}
     if args.json or args.plan:
         encoded = msgspec.json.encode(matrix_json(wave, lint, costs))
@@ -317,8 +317,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(wave.scheduled)} cell(s) scheduled in {-(-n_build // SHARD_SIZE)} shard(s) "
               f"of <= {SHARD_SIZE}{split}{deferred}")
         print(f"this wave's {this_wave.line()}")
-        if capacity != full:
-            print(f"the wave takes {capacity} of {full} jobs: with more, its artifacts (kept "
+        if capacity != most:
+            print(f"the wave takes {capacity} of {most} jobs: with more, its artifacts (kept "
                   f"{args.artifact_retention_days:g} days) would expire before its last publish job ends")
         if len(drain) > 1:
             print(drain_line(drain))
