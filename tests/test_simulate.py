@@ -29,7 +29,7 @@ from farm.schedule.cacheplan import CacheSizes
 from farm.schedule.matrix import Filters, compute_matrix
 from farm.schedule.recipetimes import RecipeTimes
 from farm.simulate.drain import Drain, Scenario, cell_requests, simulate
-from farm.simulate.github import CACHE_IDLE_S, GIT_REFUSE_BYTES, ActionsCache, Rest, expired
+from farm.simulate.github import CACHE_IDLE_S, GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import Inputs
 from farm.simulate.workflow import read_workflows
 
@@ -208,17 +208,16 @@ def test_a_ledger_file_per_package_and_epoch_stays_under_githubs_limit() -> None
     assert huge.results[0].rebuilt["ledger refused"] > 0
 
 
-def test_a_cell_longer_than_a_job_is_retried_until_the_horizon() -> None:
-    """vllm has no sharding and nothing recorded: the planner gives it 45 minutes; it needs hours
-    more than GitHub's 6, and what it compiled does not survive to the next run (in the Actions
-    cache the whole grid's toolkits and torches evict it; here its objects are made larger than the
-    cache). Every run schedules it again, and GitHub kills it again."""
+def test_a_cell_longer_than_a_job_is_refused_not_retried() -> None:
+    """vllm has no sharding and nothing recorded: the planner starts from its measured probe (hours
+    past GitHub's 6) and refuses its cells with the reason, instead of planning the 45-minute
+    guess and having GitHub kill it every run."""
     sim = drain("vllm", compile_cache="gha", horizon_days=4, values={"compile_objects_mb": 100_000})
     [bump] = sim.results
-    assert bump.published == 0
-    assert bump.lost == bump.cells == 10
-    assert bump.timeouts >= 30  # ten cells, every run, one a night
-    assert bump.wasted_hours["timeout"] >= 30 * 6
+    assert bump.cells == 0
+    assert bump.refused == 10
+    assert bump.timeouts == 0
+    assert not bump.wasted_hours.get("timeout")
 
 
 def test_farm_simulate_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,25 +241,25 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # -- the whole grid ------------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize(("runners", "bumps"), [(20, 1), (60, 3)])
-def test_the_whole_grid_drains_today_only_by_building_much_of_it_twice(runners: int, bumps: int) -> None:
-    """Today's farm on the repository's grid (16,390 cells): every publish job of a full shard is
-    killed at 6 h, about half of each wave's cells are built again, artifacts of the longest waves
-    expire, and the third bump's ledger passes GitHub's 100 MiB: its pushes are refused and the
-    drain stops for good. ``pytest -s`` prints the numbers (docs/ci.md)."""
+def test_the_whole_grid_drains_with_nothing_rebuilt_because_publishing_ran_out_of_time(runners: int, bumps: int) -> None:
+    """The repository's grid (16,390 cells) as farm now publishes and records it: each publish job
+    takes a share of the token by its cells and sends about one request a cell, so none is killed
+    at 6 h and no cell is built again because publishing ran out of time; the ledger is a file per
+    package and epoch, so three bumps drain. ``pytest -s`` prints the numbers (docs/ci.md)."""
     sim = drain(runners=runners, epochs=bumps, horizon_days=60 if bumps == 1 else 30)
     for r in sim.results:
         print(f"{runners} runners, bump {r.epoch}: {r.days:.1f} days, {r.runs} runs, {r.runner_hours:,.0f} runner-h, "
               f"{sum(r.wasted_hours.values()):,.0f} wasted ({dict(r.wasted_hours)}), {r.published} published, "
               f"rebuilt {dict(r.rebuilt)}, {r.lost} lost, {r.refused} refused, {r.publish_jobs_killed} publish jobs "
-              f"killed; the planner billed {r.planned_days:.1f} days, {r.planned_runner_hours:,.0f} runner-h")
-    first, last = sim.results[0], sim.results[-1]
+              f"killed; the planner billed {r.planned_days:.1f} days, {r.planned_runner_hours:,.0f} runner-h; "
+              f"{sim.requests / max(1, sum(b.published for b in sim.results)):.2f} requests per asset, the ledger's largest file "
+              f"{sim.ledger.largest_file() / 2**20:.1f} MiB")
+    first = sim.results[0]
     assert first.cells + first.refused == 16_390
-    assert first.drained
-    assert first.publish_jobs_killed > 50
-    assert first.rebuilt["publish killed"] > first.cells / 2
-    assert first.rebuilt["artifact expired"] > 0
-    assert first.days > first.planned_days
-    if bumps == 3:
-        assert last.rebuilt["ledger refused"] > 0
-        assert not last.drained
-        assert sim.ledger.largest_file() > GIT_REFUSE_BYTES - 256 * sim.inputs.v.ledger_record_bytes
+    for r in sim.results:
+        assert r.drained
+        assert r.lost == 0
+        assert r.publish_jobs_killed == 0
+        assert r.rebuilt["publish killed"] == 0
+        assert r.rebuilt["ledger refused"] == 0
+    assert sim.ledger.largest_file() < GIT_WARN_BYTES

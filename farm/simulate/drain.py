@@ -39,7 +39,16 @@ from farm.publish.github import tag_for
 from farm.publish.ratelimit import Throttle, github_limits
 from farm.publish.targets import GithubSettings, parse_targets
 from farm.schedule.cacheplan import CacheSizes, CellKeys, toolkit_size, torch_size
-from farm.schedule.cost import DEFAULT_JOB_S, CellKey, Costed, Durations, cost_matrix, drain_model, plan_wave
+from farm.schedule.cost import (
+    DEFAULT_JOB_S,
+    CellKey,
+    Costed,
+    Durations,
+    cost_matrix,
+    drain_model,
+    fit_retention,
+    plan_wave,
+)
 from farm.schedule.hitrate import HitRates
 from farm.schedule.jobs import build_entries
 from farm.schedule.matrix import Matrix, PlannedCell
@@ -357,11 +366,16 @@ class Drain:
         left = replace(self.matrix, packages=tuple(
             replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in queued))
             for pkg in self.matrix.packages))
-        return cost_matrix(left, self.sharding, Durations.of(self.ledger.durations),
-                           hit_rates=HitRates.of(self.ledger.counts))
+        # as farm matrix plans: the recorded durations, else the recipes' measured builds on a runner
+        durations = replace(Durations.of(self.ledger.durations), measured=self.times,
+                            runner_factor=self.v.runner_factor)
+        return cost_matrix(left, self.sharding, durations, hit_rates=HitRates.of(self.ledger.counts))
 
-    def _capacity(self) -> int:
-        return self.wf.max_shards * SHARD_SIZE
+    def _capacity(self, costed: Costed | None = None) -> int:
+        """The run's jobs, as farm matrix sizes a wave: at most the shards', and no more than end,
+        published, inside the artifacts' retention at the matrix's default concurrency."""
+        return fit_retention(costed or self._costed(), self.wf.max_shards * SHARD_SIZE,
+                             retention_days=min(self.wf.wheel_days, self.wf.objects_days))
 
     # -- one epoch bump ------------------------------------------------------------------------
     def bump(self, warm: bool) -> EpochResult:
@@ -373,7 +387,8 @@ class Drain:
         self._runner_s, self._wasted, self._rebuilt = 0.0, defaultdict(float), Counter()
         self._timeouts = self._publish_killed = 0
         self._done, self._last_publish = False, start
-        bill = drain_model(self._costed(), self._capacity(), self.scenario.runners)
+        bill = drain_model(self._costed(), self.wf.max_shards * SHARD_SIZE, self.scenario.runners,
+                           retention_days=min(self.wf.wheel_days, self.wf.objects_days))
         horizon = start + self.scenario.horizon_days * DAY
         self._start_run(start)
         while not self._done and not self.loop.idle() and self.loop.now < horizon:
@@ -416,7 +431,8 @@ class Drain:
         self.loop.at(when, lambda: self.runners.submit([matrix]))
 
     def _planned(self, run: Run) -> None:
-        wave = plan_wave(self._costed(), self._capacity())
+        costed = self._costed()
+        wave = plan_wave(costed, self._capacity(costed))
         if not wave.scheduled:
             self._done = True  # only what no hosted runner can finish is left
             return
