@@ -170,6 +170,11 @@ class ToolError(FarmError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class Stalled(ToolError):
+    """A build step made no progress (no output, next to no CPU in its processes) for longer than
+    farm's limit, and was stopped with everything beneath it (``farm.builder.procs``)."""
+
+
 class FileSystemError(FarmError):
     """The disk is full, or a path is not writable (or readable) for this user."""
 

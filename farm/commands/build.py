@@ -286,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
+    procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
                          hint="drop --shard/--link to see the plan")
