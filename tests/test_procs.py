@@ -5,6 +5,7 @@ and SIGTERM and exits 130 / 143. Real processes throughout, read back from /proc
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,6 +170,33 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
     # (a compile the server was still running would be counted after its name)
     assert last.startswith(f"farm build: interrupted by {sig.name}: stopped `python -m build --wheel --no-isolation` "
                            f"({len(members)} process(es)); the compiler cache's sccache server"), err[-3000:]
+    assert not list((tmp_path / "out").glob("*.whl"))
+
+
+def test_a_farm_build_that_makes_no_progress_fails_its_cell_and_leaves_nothing_running(tmp_path, cuda_home,
+                                                                                      sleeper_cache) -> None:
+    """The never-ending setup.py prints once, then sleeps with its children: `farm build` stops it
+    once FARM_STALL_TIMEOUT passes, with its private sccache server, and fails the cell (exit 3)
+    with a message naming the step, the cell and what to do."""
+    root = _sleeper_root(tmp_path)
+    marker = tmp_path / "marker"
+    env = {**os.environ, "SLEEPER_MARKER": str(marker), procs.STALL_ENV: "20"}
+    farm = subprocess.run(
+        [sys.executable, "-m", "farm.cli", "build", "sleeper", "--builder", "native", "--cuda", "13.0",
+         "--root", str(root), "--cache-dir", str(sleeper_cache), "--cuda-home", str(cuda_home),
+         "--out", str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert farm.returncode == 3, farm.stderr[-3000:]
+    _, sid = map(int, marker.read_text().split())
+    assert procs.session_members(sid) == []
+    (run_dir,) = (sleeper_cache / "build").glob("sleeper-*/compile-cache")
+    socket = socket_path(str(run_dir))
+    assert procs.sccache_server(socket) is None
+    assert not os.path.lexists(socket)
+    assert re.search(r"sleeper-0\.1\.0-cu130-notorch-cp3\d+-linux_x86_64: `python -m build --wheel --no-isolation` "
+                     r"made no progress: no output, no process started or ended, and its \d+ process\(es\) used "
+                     r"\d+\.\d s of CPU for 20 s; farm stopped it", farm.stderr), farm.stderr[-3000:]
+    assert "--no-compile-cache" in farm.stderr
     assert not list((tmp_path / "out").glob("*.whl"))
 
 
