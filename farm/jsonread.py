@@ -2,11 +2,12 @@
 plan, a manifest, a shard's done file, a cache entry, a toolkit stamp, an index page.
 
 Whatever the file, reading it costs bounded time and memory: only a regular file is read (a FIFO
-or ``/dev/zero`` given as a spec is refused before a byte is read), at most ``cap`` bytes of it, the text must be UTF-8, no
-value nests deeper than :data:`MAX_DEPTH`, numbers have at most :data:`MAX_DIGITS` characters and
-``NaN`` / ``Infinity`` (which Python's ``json`` accepts, and no file farm reads contains) are
-refused. Every refusal is a :class:`JsonInputError`, a ``ValueError`` with a message a caller puts
-into its own error family (a spec is bad input, a manifest an unusable mirror, a cache a miss).
+or ``/dev/zero`` given as a spec is refused before a byte is read), at most ``cap`` bytes of it; the
+text must be UTF-8, no value nests deeper than :data:`MAX_DEPTH`, numbers have at most
+:data:`MAX_DIGITS` characters and ``NaN`` / ``Infinity`` (which Python's ``json`` accepts, and no
+file farm reads contains) are refused. Every refusal is a :class:`JsonInputError`, a ``ValueError``
+with a message a caller puts into its own error family (a spec is bad input, a manifest an
+unusable mirror, a cache a miss).
 """
 
 from __future__ import annotations

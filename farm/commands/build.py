@@ -36,6 +36,7 @@ from farm.builder.preflight import Preflight, needs_of
 from farm.builder.shard import ShardJob
 from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
+from farm.fsutil import mark_cache
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
@@ -322,6 +323,7 @@ def _build(args: argparse.Namespace) -> int:
                          hint=advice[0] if advice else
                          "check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
     cache = (args.cache_dir or config.root / ".cache").absolute()
+    mark_cache(cache)
     settings = BuildSettings(
         builder=BuilderKind(args.builder), engine=args.engine,
         images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
