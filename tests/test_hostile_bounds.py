@@ -17,8 +17,8 @@ from farm.model.config import PathSource
 from farm.schedule.stream import PUBLISHED, CellVerdict
 from farm.source.fetch import fetch
 from tests.support import loopback
-from tests.test_hostile import DEEP, farm, refused
 from tests.support.buildroot import make_root
+from tests.test_hostile import DEEP, farm, refused
 from tests.test_waves import CELLS, plan_of
 
 REPO = Path(__file__).resolve().parent.parent
