@@ -325,7 +325,6 @@ def _build(args: argparse.Namespace) -> int:
                          hint=advice[0] if advice else
                          "check the filters with `farm matrix`, or pass --overwrite to rebuild built cells")
     cache = (args.cache_dir or config.root / ".cache").absolute()
-    mark_cache(cache)
     settings = BuildSettings(
         builder=BuilderKind(args.builder), engine=args.engine,
         images={arch: image for arch, image in (("x86_64", args.image), ("aarch64", args.image_aarch64)) if image},
@@ -376,6 +375,7 @@ def _build(args: argparse.Namespace) -> int:
         if there is not None:  # --overwrite: the cell's old wheel and fragment make way
             there[0].unlink()
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        mark_cache(cache)  # what farm cache prune takes for a farm cache, once a build writes to it
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,
