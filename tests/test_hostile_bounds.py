@@ -5,15 +5,20 @@ changed (:func:`untouched`)."""
 from __future__ import annotations
 
 import contextlib
+import http.server
+import io
 import json
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 from farm.cli import main
 from farm.model.config import PathSource
+from farm.publish.ghrest import Client, GithubApiError, Release, RemoteAsset
 from farm.schedule.stream import PUBLISHED, CellVerdict
 from farm.source.fetch import fetch
 from tests.support import loopback
@@ -180,3 +185,184 @@ def test_a_linked_vendor_archive_folder_is_replaced_never_followed(tmp_path: Pat
     assert (tree.root / "csrc/third_party/glm/glm/glm.hpp").is_file()
     assert not (cache / "vendor" / sha).is_symlink()
     assert [p.name for p in (cache / "vendor" / sha).iterdir()] == ["glm.tar.gz"]
+
+
+# ------------------------------------------------------------------------------ the GitHub client
+# GitHub cannot be reached from here: a server on 127.0.0.1 answers as GitHub's REST API does in
+# form (status, headers, JSON) but with what a broken proxy, a hostile GitHub Enterprise Server or a
+# man in the middle could send. Left out: TLS (the client's https handling is urllib's).
+class Hostile(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with ``answer(path)``: (status, headers, body, seconds between bytes)."""
+
+    answer: ClassVar[Callable[[str], tuple[int, dict[str, str], bytes, float]]]
+
+    def do_GET(self) -> None:
+        status, headers, body, pause = type(self).answer(self.path)
+        self.send_response(status)
+        for key, value in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        try:
+            for i in range(0, len(body), 1 if pause else len(body) or 1):
+                self.wfile.write(body[i:i + (1 if pause else len(body))])
+                self.wfile.flush()
+                time.sleep(pause)
+        except OSError:  # the client hung up (its deadline)
+            pass
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def hostile_github(answer: Callable[[str], tuple[int, dict[str, str], bytes, float]]) -> Iterator[Client]:
+    handler = type("Handler", (Hostile,), {"answer": staticmethod(answer)})
+    with loopback.serve(handler=handler) as base:
+        yield Client("o/r", "t0ken", api_url=base.rstrip("/"), uploads_url=base + "uploads", max_retries=1,
+                     deadline_s=3.0)
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b"[1, 2]", "GitHub answered release v1 with [1, 2], not an object"),
+    (b"{}", "GitHub answered release v1 with id = null, not a number >= 0"),
+    (b'{"id": "abc"}', 'GitHub answered release v1 with id = "abc", not a number >= 0'),
+    (b'{"id": -3}', "GitHub answered release v1 with id = -3, not a number >= 0"),
+    (b'{"id": ' + b"9" * 100_000 + b"}", "number of 100,000 characters"),
+    (DEEP, "nest deeper"),
+], ids=["list", "empty", "id-text", "id-negative", "digits", "deep"])
+def test_a_release_answer_outside_githubs_schema_is_refused(body: bytes, words: str) -> None:
+    with hostile_github(lambda _path: (200, {}, body, 0.0)) as client, pytest.raises(GithubApiError) as caught:
+        client.release("v1")
+    assert words in str(caught.value)
+
+
+def test_an_asset_listing_that_never_ends_stops_at_githubs_limit() -> None:
+    """A release holds at most 1,000 assets: a listing whose every page is full is cut after 11 pages."""
+    page = json.dumps([{"id": i, "name": f"a{i}.whl", "size": 1} for i in range(100)]).encode()
+    with hostile_github(lambda _path: (200, {}, page, 0.0)) as client, pytest.raises(GithubApiError) as caught:
+        client.assets(Release(7, "v1"))
+    assert "more than 11 pages of 100, where a release holds at most 1,000 assets" in str(caught.value)
+    assert client.requests == 11
+    assert caught.value.exit_code == 3
+
+
+def test_an_answer_trickled_a_byte_at_a_time_ends_at_the_requests_deadline() -> None:
+    started = time.monotonic()
+    with hostile_github(lambda _path: (200, {}, b'{"id": 1234567890}', 0.5)) as client, \
+            pytest.raises(GithubApiError, match=r"did not finish within 3 s \(a stalled or trickling server\)"):
+        client.release("v1")
+    assert time.monotonic() - started < 20  # one deadline, not one per retry
+
+
+@pytest.mark.parametrize("location", ["file:///etc/passwd", "http://example.invalid/storage/x", "ftp://h/x"])
+def test_a_download_redirected_elsewhere_than_https_is_refused(tmp_path: Path, location: str) -> None:
+    with hostile_github(lambda _path: (302, {"Location": location}, b"", 0.0)) as client, \
+            pytest.raises(GithubApiError, match="only an https location"):
+        client.download(RemoteAsset(1, "a.whl", 10, None), tmp_path / "a.whl", max_bytes=100)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("url", ["::::", "ftp://api.github.com", "http://api.github.com", "https://"])
+def test_an_api_url_that_is_not_githubs_is_bad_input(tmp_path: Path, capsys, monkeypatch, url: str) -> None:
+    """`GITHUB_API_URL=::::` was a traceback; plain http to another machine would send the token in clear."""
+    plan = tmp_path / "plan.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["matrix", "torch_scatter", "--root", str(REPO), "--no-lint", "--cuda", "12.8", "--torch", "2.8",
+                     "--platform", "linux_x86_64", "--max-shards", "8", "--plan", str(plan)]) == 0
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GITHUB_API_URL", url)
+    monkeypatch.setenv("GH_TOKEN", "t0ken")
+    with untouched(tmp_path):
+        refused(farm(capsys, "publish-shard", "--plan", str(plan), "--shard", "0", "--run-id", "1",
+                     "--repository", "o/r", "--report", str(tmp_path / "r.jsonl"), "--root", str(REPO)), 2,
+                "is not an https URL of GitHub's API")
+
+
+# ------------------------------------------------------------------------------------- farm doctor
+def _python_of(tmp_path: Path, site: Path) -> Path:
+    """An interpreter that answers doctor's one question (sys.path and tag) with ``site``."""
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho '[[\"{site}\"], \"cp311\"]'\n")
+    python.chmod(0o755)
+    return python
+
+
+def _dist(site: Path, name: str, files: dict[str, bytes | str]) -> Path:
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    for rel, content in files.items():
+        if isinstance(content, str) and content.startswith("->"):
+            (info / rel).symlink_to(content[2:])
+        else:
+            (info / rel).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return info
+
+
+def test_doctor_reads_an_environments_files_bounded_and_only_inside_it(tmp_path: Path, capsys) -> None:
+    """An installed distribution's files are anyone's: a _build_info.json made a link to /dev/zero
+    (read until memory ran out), one that is not UTF-8, a METADATA that is not UTF-8 (tracebacks), a
+    RECORD naming files outside the environment (doctor printed their first bytes)."""
+    outside = tmp_path / "secret.so"
+    outside.write_text("the first bytes of a file outside the environment")
+    site = tmp_path / "site"
+    meta = "Metadata-Version: 2.1\nName: {}\nVersion: 1.0\n"
+    _dist(site, "zero", {"METADATA": meta.format("zero"), "_build_info.json": "->/dev/zero", "RECORD": ""})
+    _dist(site, "latin", {"METADATA": meta.format("latin"), "_build_info.json": b'{"x": "\xe9"}', "RECORD": ""})
+    _dist(site, "garbled", {"METADATA": b"Name: \xff\xfe\n", "RECORD": ""})
+    escape = f"../{outside.name},,\n{outside},,\n../../../../..{outside}.cpython-311-x86_64-linux-gnu.so,,\n"
+    _dist(site, "escape", {"METADATA": meta.format("escape"), "RECORD": escape,
+                           "_build_info.json": json.dumps({"extensions": {"../secret.so": "0" * 64}})})
+    python = _python_of(tmp_path, site)
+    with untouched(tmp_path):
+        rc = main(["doctor", "--python", str(python), "--device", "9.0", "--driver", "580.65.06"])
+        out, err = capsys.readouterr()
+    assert rc in (0, 1), err
+    assert "Traceback" not in out + err
+    assert "the first bytes" not in out + err
+    assert "_build_info.json unreadable" in out, out
+    assert "not a regular file" in out, out
+    assert "not UTF-8" in out, out
+    assert "unreadable: " in out, out  # the garbled METADATA: listed as unreadable, the rest still checked
+
+
+def test_doctor_stops_reading_a_python_or_nvidia_smi_that_prints_without_end(tmp_path: Path, capsys,
+                                                                             monkeypatch) -> None:
+    """A --python whose answer is 2 GB, an nvidia-smi printing 3 GB: read up to a megabyte, then stopped."""
+    endless = tmp_path / "endless"
+    endless.write_text("#!/bin/sh\nexec yes '[[\"/x\"], \"cp311\"]'\n")
+    endless.chmod(0o755)
+    started = time.monotonic()
+    with untouched(tmp_path):
+        refused(farm(capsys, "doctor", "--python", str(endless), "--device", "9.0", "--driver", "580.65.06"), 2,
+                "printed more than 1 MiB where an interpreter prints its sys.path")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "nvidia-smi").symlink_to(endless)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr("farm.doctor.machine._nvml", lambda: "nvml: none here")
+    monkeypatch.setattr("farm.doctor.machine._libcuda", lambda: "libcuda: none here")
+    python = _python_of(tmp_path, tmp_path / "site")
+    with untouched(tmp_path):
+        rc = main(["doctor", "--python", str(python), "--json"])
+        out, err = capsys.readouterr()
+    assert rc in (0, 1), err
+    assert "nvidia-smi printed more than 1 MiB: not read further" in out, out
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (DEEP, "nest deeper"), (b'{"schema_version": ' + b"1" * 100_000 + b"}", "number of 100,000 characters"),
+    (b"\xff{}", "not UTF-8")], ids=["deep", "digits", "not-utf8"])
+def test_a_hostile_compatibility_catalogue_is_said_not_believed(tmp_path: Path, capsys, content: bytes,
+                                                                words: str) -> None:
+    index = tmp_path / "index"
+    (index / "compat").mkdir(parents=True)
+    (index / "compat" / "wheels.json").write_bytes(content)
+    python = _python_of(tmp_path, tmp_path / "site")
+    with untouched(tmp_path):
+        rc = main(["doctor", "--python", str(python), "--device", "9.0",
+                   "--driver", "580.65.06", "--index-url", str(index)])
+        out, err = capsys.readouterr()
+    assert rc in (0, 1), err
+    assert "Traceback" not in out + err
+    assert words in out + err, out + err
