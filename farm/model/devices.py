@@ -33,19 +33,19 @@ _NAMES: dict[tuple[int, int], tuple[str, str]] = {
     (6, 2): ("Pascal", "Jetson TX2"),
     (7, 0): ("Volta", "V100, Titan V"),
     (7, 2): ("Volta", "Jetson AGX Xavier, Xavier NX"),
-    (7, 5): ("Turing", "T4, RTX 20xx, GTX 16xx"),
-    (8, 0): ("Ampere", "A100, A30"),
-    (8, 6): ("Ampere", "RTX 30xx, A10, A40"),
+    (7, 5): ("Turing", "T4, RTX 20xx"),
+    (8, 0): ("Ampere", "A100"),
+    (8, 6): ("Ampere", "RTX 30xx, A10"),
     (8, 7): ("Ampere", "Jetson Orin"),
     (8, 8): ("Ampere", ""),  # nvcc 13 targets sm_88; no product farm can name
     (8, 9): ("Ada", "RTX 40xx, L4, L40S"),
-    (9, 0): ("Hopper", "H100, H200, GH200"),
+    (9, 0): ("Hopper", "H100, H200"),
     (10, 0): ("Blackwell", "B200, GB200"),
     (10, 1): ("Blackwell", "Jetson Thor under CUDA 12.8 and 12.9"),
-    (10, 3): ("Blackwell Ultra", "B300, GB300"),
+    (10, 3): ("Blackwell Ultra", "B300"),
     (11, 0): ("Blackwell", "Jetson Thor"),
     (12, 0): ("Blackwell", "RTX 50xx, RTX PRO 6000"),
-    (12, 1): ("Blackwell", "DGX Spark, GB10"),
+    (12, 1): ("Blackwell", "DGX Spark"),
 }
 
 
