@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from farm.cli import COMMANDS, main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
-from tests.cudafix import CudaFixtures
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import CudaFixtures
+from tests.support.wheelmaker import make_wheel
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,8 +52,8 @@ def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixtu
     assert "no_such_package" in doc["error"]["message"]
 
 
-def _one_json_error(out: str, command: str | None, code: int) -> dict[str, object]:
-    doc = json.loads(out)  # the whole of stdout: one object, nothing before or after it
+def _one_json_error(out: str, command: str | None, code: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(out)  # the whole of stdout: one object, nothing before or after it
     assert doc["ok"] is False
     assert doc["error"]["command"] == command
     assert doc["error"]["exit_code"] == code
@@ -74,7 +75,7 @@ def test_every_command_takes_json(name: str, capsys: pytest.CaptureFixture[str])
         captured = capsys.readouterr()
         assert captured.err.startswith("usage: farm "), captured.err
         doc = _one_json_error(captured.out, name, EXIT_BAD_INPUT)
-        message = str(doc["error"]["message"])  # type: ignore[index]
+        message = str(doc["error"]["message"])
         assert "--no-such-option" in message or "required" in message, message  # argparse names the first
 
 

@@ -22,17 +22,14 @@ from farm.fsutil import sha256_file
 from farm.model.install import FIND_PAGE, commands
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish import compat, index
-
-from .cudafix import BASE, CudaFixtures, cuda_fixtures
-from .doctorfix import doctor_wheel
-from .ledgermaker import make_entry
-from .publishfix import fresh_venv, pip_install, serve_dir, stamped_fleet, uv_install
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.ledgermaker import make_entry
+from tests.support.publishfix import fresh_venv, pip_install, serve_dir, stamped_fleet, uv_install
 
 if TYPE_CHECKING:  # selenium is imported where the browser runs, so its absence is a skip
     from selenium.webdriver.chrome.webdriver import WebDriver
 
 REPO = Path(__file__).resolve().parent.parent
-__all__ = ["cuda_fixtures", "doctor_wheel"]  # fixtures
 ARTIFACTS = Path(os.environ.get("FARM_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
 PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True}
 
