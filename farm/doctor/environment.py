@@ -57,6 +57,7 @@ class Package:
     build_info: BuildInfo | None  # farm provenance; None: found by inspection
     extensions: tuple[Extension, ...]
     problems: tuple[str, ...] = ()  # what could not be read, with where
+    index_url: str | None = None  # the farm index it was installed from by URL (direct_url.json)
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,22 @@ def _inside(rel: str) -> bool:
     return bool(rel) and not path.is_absolute() and ".." not in path.parts and "\\" not in rel
 
 
+DIRECT_URL = "direct_url.json"  # PEP 610: where an installer got a wheel it was given by URL
+DIRECT_URL_MAX = 64 * 1024
+
+
+def farm_index_of(dist: metadata.Distribution) -> str | None:
+    """The root of the farm index a wheel was installed from, when the installer recorded its
+    URL (``<root>/files/<wheel>``, as the compatibility pages' commands give it); None otherwise."""
+    try:
+        raw = _read_meta(dist, DIRECT_URL)
+        url = jsonread.loads(raw).get("url") if raw is not None and len(raw) <= DIRECT_URL_MAX else None
+    except (UsageError, ValueError, AttributeError):
+        return None
+    m = re.fullmatch(r"(https?://[^\s\"'#?$`]+/)files/[^/\s\"'#?$`]+\.whl", url) if isinstance(url, str) else None
+    return m[1] if m else None
+
+
 def _unreadable(dist: metadata.Distribution, exc: Exception) -> Package:
     where = str(getattr(dist, "_path", "?"))
     return Package(Path(where).name, "?", where, None, (), (f"unreadable: {clip(exc, 160)}",))
@@ -237,7 +254,7 @@ def _package(dist: metadata.Distribution, name: str) -> Package | None:
             extensions.append(ext)
     if info is None and not extensions and not problems:
         return None  # host-only extensions: not a CUDA package
-    return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems))
+    return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems), farm_index_of(dist))
 
 
 def scan(paths: tuple[str, ...] | None = None, python: str | None = None, python_tag: str | None = None) -> Environment:
