@@ -96,7 +96,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
     parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
                         help=f"where compiles are cached: local (CACHE/compile-cache), gha (GitHub Actions' cache), "
-                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else local)")
+                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else s3 where "
+                             "$SCCACHE_BUCKET is set, else gha in a GitHub job that hands its cache to the build, "
+                             "else local)")
     parser.add_argument("--shard-dir", type=Path, metavar="DIR",
                         help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
