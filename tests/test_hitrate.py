@@ -8,8 +8,7 @@ import pytest
 
 from farm.schedule.hitrate import HitRates, fixed_seconds, read_hit_rates
 from farm.schedule.recipetimes import recipe_times
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 KEY = ("flash_attn", "12.8", "2.8", "cp311", "linux_x86_64")
 HIT_COST = recipe_times().value("hit_cost")
