@@ -17,8 +17,8 @@ import farm.netutil
 import farm.provenance.crawl as crawl_module
 from farm.cli import main
 from farm.errors import LedgerError, WheelError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
-from farm.model.config import load_config
 from farm.provenance import buildinfo
 from farm.provenance.audit import AuditRow, Verdict, _newest_by_cell, _superseder, audit, judge
 from farm.provenance.backfill import backfill, inferred_cell

@@ -9,16 +9,10 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ArchError, ConfigError, FarmError, UsageError
+from farm.load.defaults import load_defaults
+from farm.load.recipes import load_config
 from farm.model.cells import Cell, extension_lists, requires_dist, resolve_arch
-from farm.model.config import (
-    ArchiveOrigin,
-    GitSource,
-    PathSource,
-    SdistSource,
-    VendorSource,
-    load_config,
-    load_defaults,
-)
+from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"

@@ -20,9 +20,9 @@ from farm.binary.archrule import Expected
 from farm.builder.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
-from farm.model.config import load_config
 from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.verdict import derive_from_config

@@ -14,9 +14,10 @@ import pytest
 from farm.builder.plan import PlanOptions, plan_build
 from farm.builder.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
 from farm.errors import ConfigError, UsageError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, declared_cells, recipe_excludes
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import FarmConfig
 from farm.model.spec import ArchRequest, arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex

@@ -17,7 +17,8 @@ import pytest
 
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, Verdict, upload
-from farm.publish.targets import GithubSettings, default_simple_url
+from farm.publish.releases import GithubSettings
+from farm.publish.twine import default_simple_url
 from tests.support import ghsim
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch

@@ -74,7 +74,7 @@ def test_the_repositorys_grid_fits_under_the_default_tag(tmp_path: Path) -> None
     """The repository's own grid (29 (CUDA, torch) rows, Python 3.10-3.15, 3 platforms) with 44
     recipes, 16,000+ cells an epoch: a release per package fills past 1,000 in the third epoch;
     the default tag keeps every release near a hundred, whatever the epoch."""
-    from farm.model.config import load_config
+    from farm.load.recipes import load_config
     from farm.provenance.ledger import LedgerIndex
     from farm.schedule.matrix import compute_matrix
     from tests.test_waves import scale_root

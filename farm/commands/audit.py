@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
-from farm.model.config import DEFAULTS_FILE, FarmConfig, load_config
+from farm.load.recipes import load_config
+from farm.model.config import DEFAULTS_FILE, FarmConfig
 from farm.progress import reporter
 from farm.provenance.audit import AuditRow, Verdict, audit
 from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.verdict import today_from_config
+from farm.publish.index import IndexSettings
 from farm.table import format_table
 
 
@@ -60,8 +62,8 @@ def resolve_where(where: str | None, config: FarmConfig | None) -> str:
         return where
     if config is not None:
         for target in config.defaults.publish.values():
-            if target.kind == "index" and target.options.get("path"):
-                return str(config.root / str(target.options["path"]))
+            if isinstance(target, IndexSettings):
+                return str(target.path)
     raise UsageError("no WHERE given and no static index target configured",
                      hint="pass a folder of wheels or an index URL")
 

@@ -37,9 +37,11 @@ from farm.builder.preflight import Preflight, needs_of
 from farm.builder.shard import ShardJob
 from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
+from farm.load.defaults import check_torch_index
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
-from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
+from farm.model.config import FarmConfig, Recipe
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import read_embedded

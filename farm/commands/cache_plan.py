@@ -26,8 +26,9 @@ from pathlib import Path
 from farm.builder.spec import knobs
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
+from farm.load.recipes import load_config
 from farm.model.cells import NO_TORCH
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import FarmConfig
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.cacheplan import DATA, CachePlan, CacheSizes, ToolkitKey, TorchKey, cache_plan
 from farm.schedule.cachesizes import measure

@@ -12,13 +12,14 @@ of :mod:`farm.publish.github`; the calls are :mod:`farm.publish.ghrest`'s.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.errors import ToolError
+from farm.errors import ConfigError, ToolError
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
@@ -26,11 +27,65 @@ from farm.publish import ghrest, github
 from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, Vouchers
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits
-from farm.publish.targets import GithubSettings
-from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
+from farm.publish.verdict import Placed, Run, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
     from farm.provenance.verdict import Derive
+
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class GithubSettings:
+    """GitHub Releases through the REST API: a release per ``tag`` (a format over the wheel's
+    cell, see :mod:`farm.publish.github`). ``api_url`` / ``uploads_url``: GitHub Enterprise
+    Server's, or a test server's."""
+
+    kind: ClassVar[str] = "github"
+    name: str
+    repository: str
+    tag: str = github.DEFAULT_TAG
+    # Warn when a release will hold this many assets; GitHub refuses the 1,001st.
+    warn_assets: int = 900
+    api_url: str = ghrest.API_URL
+    uploads_url: str = ghrest.UPLOADS_URL
+
+    @property
+    def after(self) -> str | None:
+        return None
+
+    @classmethod
+    def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)
+              where: str) -> GithubSettings:
+        repo = options.get("repository")
+        if not isinstance(repo, str) or not repo:
+            raise ConfigError("repository must be a non-empty string", where=where)
+        if not _REPO.match(repo):
+            raise ConfigError(f"repository {repo!r} is not owner/name", where=where)
+        tag = options.get("tag", github.DEFAULT_TAG)
+        if not isinstance(tag, str):
+            raise ConfigError("tag must be a string", where=where, hint=f"e.g. {github.DEFAULT_TAG!r}")
+        try:  # an unknown field fails here, not mid-upload
+            github.check_tag(tag)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, where=where, hint=exc.hint) from None
+        warn = options.get("warn_assets", 900)
+        if not isinstance(warn, int) or not 0 < warn <= 1000:
+            raise ConfigError("warn_assets must be an integer in 1..1000", where=where)
+        urls = {}
+        for key, default in (("api_url", ghrest.API_URL), ("uploads_url", ghrest.UPLOADS_URL)):
+            value = options.get(key, default)
+            if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+                raise ConfigError(f"{key} must be an http(s) URL", where=where, hint=f"GitHub's is {default}")
+            urls[key] = value.rstrip("/")
+        return cls(name, repo, tag, warn, **urls)
+
+    def publish(self, batch: Sequence[GatedWheel], run: Run) -> Placed:
+        outcome, verdicts, merged, recorded = publish_github(
+            self, batch, run.vouchers, book=run.book, client=run.github_client(self), derive=run.derive,
+            reader=run.reader, delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher)
+        return Placed(outcome, tuple(verdicts), merged=merged, recorded=recorded)
+
 
 ClientFactory = Callable[[GithubSettings], ghrest.Client]
 

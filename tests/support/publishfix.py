@@ -137,7 +137,7 @@ def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *,
     holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``).
     ``run_id``: the CI run recorded in each provenance; another one makes another build of
     the same cells (other bytes, the same file names)."""
-    from farm.model.config import load_config
+    from farm.load.recipes import load_config
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
     from tests.support.postbuildfix import builder_wheel
     from tests.support.postbuildfix import write_farm_root as write_recipes
