@@ -446,7 +446,7 @@ def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD + "extensions:\n  '*cpu_ops*': none\n  '*_sm90*': '9.0a'\n")
     recipe = load_config(farm_root).recipe("pkg")
     assert [(e.glob, e.spec.archs.canonical()) for e in recipe.extensions] == [("*cpu_ops*", ""), ("*_sm90*", "sm_90a")]
-    from farm.model.spec import ArchRequest
+    from farm.model.archrequest import ArchRequest
 
     request = ArchRequest.given(recipe.extensions[1].spec.archs, extensions=tuple(
         (e.glob, e.spec.archs) for e in recipe.extensions))

@@ -22,8 +22,8 @@ from farm.cli import main
 from farm.errors import UsageError, WheelError
 from farm.load.recipes import load_config
 from farm.model.arch import ArchList
+from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
-from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
@@ -451,7 +451,7 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     from dataclasses import replace
 
     from farm.binary.archrule import FamilyTargets
-    from farm.provenance.verdict import GATE, judge
+    from farm.provenance.judge import GATE, judge
     from farm.provenance.wheelfacts import wheel_facts
 
     raw = builder_wheel(tmp_path / "raw", "demo_ext", cuda_fixtures.path("families"))

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from farm.load.recipes import load_config
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.verdict import derive_from_config
 from farm.publish import GithubSettings, UploadReport, Verdict, ghrest, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
 from farm.publish.releases import github_client

@@ -21,7 +21,7 @@ from farm.publish.index import IndexSettings
 from farm.publish.releases import GithubSettings
 from farm.publish.targets import KINDS, parse_targets, select
 from farm.publish.twine import TwineSettings, default_simple_url
-from farm.publish.verdict import Placed, Run, TargetOutcome, Verdict, WheelVerdict
+from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 from tests.support.ledgermaker import make_entry
 from tests.support.publishfix import REPO
 from tests.support.wheelmaker import stamped_wheel
@@ -105,7 +105,7 @@ class DropSettings:
             raise ConfigError("folder must be a string", where=where)
         return cls(name, root / options["folder"])
 
-    def publish(self, batch: Sequence[GatedWheel], run: Run) -> Placed:
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         placed = tuple((w, (self.folder / w.filename).as_uri()) for w in batch)
         if not run.dry_run:
             self.folder.mkdir(parents=True, exist_ok=True)

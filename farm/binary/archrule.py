@@ -2,7 +2,7 @@
 
 One relation, asked at three places with their own expectations: the post-build assertion
 (:mod:`farm.binary.assertion`) holds the binaries to the cell's :class:`Expected`; the upload gate
-and ``farm audit`` (:mod:`farm.provenance.verdict`) hold a provenance's recorded lists to each
+and ``farm audit`` (:mod:`farm.provenance.judge`) hold a provenance's recorded lists to each
 other and to what today's configuration expects. An extension built from kernel families must
 hold their targets, plus its own list for its translation units outside every family
 (:func:`expected_list`); what it holds differs from that by the targets it lacks and the ones it

@@ -32,6 +32,7 @@ from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
 from farm.lint.families import is_pattern
 from farm.model.arch import ArchList, Rendering
+from farm.model.archrequest import ArchRequest, canonical_arch_list, require_arch_request
 from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
 from farm.model.config import (
     BuildKnobs,
@@ -42,7 +43,6 @@ from farm.model.config import (
     requirement_refs,
     url_problem,
 )
-from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo, shape
 from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
 from farm.provenance.shape import ShapeError

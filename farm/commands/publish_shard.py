@@ -29,8 +29,8 @@ from farm.commands.upload import check_publishers, configured_targets, publish_o
 from farm.errors import EXIT_ENVIRONMENT, UsageError
 from farm.load.recipes import load_config
 from farm.model.config import LEDGER_FILE
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.verdict import derive_from_config
 from farm.publish import ghrest, upload
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher

@@ -13,8 +13,8 @@ from typing import Any
 from farm.errors import UsageError
 from farm.load.recipes import load_config
 from farm.model.config import LEDGER_FILE, FarmConfig
-from farm.provenance.verdict import derive_from_config
-from farm.publish import Target, UploadReport, select, upload
+from farm.provenance.judge import derive_from_config
+from farm.publish import PublishTarget, UploadReport, select, upload
 from farm.publish.publish import find_wheels
 from farm.publish.verdict import Verdict
 
@@ -54,7 +54,7 @@ def check_publishers(publishers: int) -> None:
         raise UsageError(f"--publishers {publishers}: must be at least 1")
 
 
-def configured_targets(config: FarmConfig, names: list[str] | None) -> list[Target]:
+def configured_targets(config: FarmConfig, names: list[str] | None) -> list[PublishTarget]:
     """The targets to publish to: ``--target`` names, else ``default_target``, else all."""
     default = config.defaults.default_target
     return select(config.defaults.publish, names or ([default] if default else None))

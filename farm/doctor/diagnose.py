@@ -51,7 +51,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GpuVerdict:
     """One extension on one GPU."""
 
     package: str
@@ -74,7 +74,7 @@ class Verdict:
 class Diagnosis:
     machine: Machine
     environment: Environment
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[GpuVerdict, ...]
     findings: tuple[Finding, ...]
 
     @property
@@ -308,7 +308,7 @@ def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Fin
 def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None, catalog: Catalog | None = None,
              catalog_error: str | None = None) -> Diagnosis:
     findings: list[Finding] = []
-    verdicts: list[Verdict] = []
+    verdicts: list[GpuVerdict] = []
     fixes = Fixes(machine, env, index_url, catalog)
     if catalog_error:
         findings.append(Finding(Severity.INFO, None, None, f"the index's catalogue is not readable: {catalog_error}",
@@ -337,8 +337,8 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
             for gpu in machine.gpus:
                 choice = pick_worst(ext.units, gpu.device)
                 risky = stub_risk(choice)
-                verdicts.append(Verdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
-                                        ext.ptx_bytes))
+                verdicts.append(GpuVerdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
+                                           ext.ptx_bytes))
                 findings.extend(_image_findings(pkg, ext, gpu, choice, risky, machine.driver, fixes))
             if not machine.gpus and machine.driver is not None and ext.ptx_bytes:
                 isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)

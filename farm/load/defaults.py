@@ -42,7 +42,7 @@ from farm.model.config import (
     url_problem,
 )
 from farm.model.yamlsrc import YList, load_yaml
-from farm.publish.targets import Target, parse_targets
+from farm.publish.targets import PublishTarget, parse_targets
 
 _PY_VERSION = re.compile(r"^3\.\d{1,2}$")
 
@@ -294,7 +294,7 @@ def _load_policy(top: Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow,
     return ArchPolicy(rows, exceptions)
 
 
-def _load_publish(top: Section, root: Path, display: str) -> dict[str, Target]:
+def _load_publish(top: Section, root: Path, display: str) -> dict[str, PublishTarget]:
     """Each target's settings, parsed once, by its kind's class (the embedded default when there
     is no ``publish:`` mapping)."""
     sec = top.section("publish")

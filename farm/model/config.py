@@ -22,7 +22,7 @@ from farm.errors import UsageError, clip, did_you_mean
 from farm.model.arch import ArchList, Rendering
 
 if TYPE_CHECKING:
-    from farm.publish.targets import Target
+    from farm.publish.targets import PublishTarget
 
 DEFAULTS_FILE = "_defaults.yml"
 PACKAGES_DIR = "packages"
@@ -180,7 +180,7 @@ class Defaults:
     grid: tuple[GridRow, ...]
     phantoms: frozenset[Phantom]
     policy: ArchPolicy
-    publish: Mapping[str, Target]  # parsed by their kind's class (farm.publish.targets)
+    publish: Mapping[str, PublishTarget]  # parsed by their kind's class (farm.publish.targets)
     default_target: str | None
     build: BuildKnobs
     toolkit: ToolkitConfig = field(default_factory=ToolkitConfig)

@@ -243,7 +243,7 @@ class ToolkitRecord(_Record):
 
 
 @dataclass(frozen=True)
-class CompileCache(_Record):
+class CompileCacheRecord(_Record):
     """A compiler cache's counts for the build (``ccache``, ``sccache``)."""
 
     tool: NonEmpty
@@ -288,7 +288,7 @@ class Toolchain(_Record):
                          "components"),
     ] = ABSENT
     compile_cache: Annotated[
-        CompileCache | Absent | None,
+        CompileCacheRecord | Absent | None,
         Rule(description="the compiler cache's counts for this build; null: no cache, or not counted"),
     ] = ABSENT
     farm_deps: Annotated[

@@ -27,10 +27,10 @@ from farm.binary.assertion import AssertionReport, assert_wheel
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.fsutil import atomic_write, read_chunks, sha256_file
+from farm.model.archrequest import ArchRequest, require_arch_request
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
 from farm.model.config import FarmConfig, GitSource, PathSource, Recipe, SdistSource
 from farm.model.label import parse_local_label
-from farm.model.spec import ArchRequest, require_arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (

@@ -14,12 +14,12 @@
 
 from __future__ import annotations
 
-from farm.provenance.verdict import Check
+from farm.provenance.judge import Check
 from farm.publish.gate import GatedWheel, GateResult, Refusal, Vouchers, run_gate
 from farm.publish.index import IndexSettings
 from farm.publish.publish import UploadReport, regenerate_index, upload
 from farm.publish.releases import GithubSettings
-from farm.publish.targets import Target, parse_targets, select
+from farm.publish.targets import PublishTarget, parse_targets, select
 from farm.publish.twine import TwineSettings
 from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
 
@@ -29,8 +29,8 @@ __all__ = [
     "GatedWheel",
     "GithubSettings",
     "IndexSettings",
+    "PublishTarget",
     "Refusal",
-    "Target",
     "TargetOutcome",
     "TwineSettings",
     "UploadReport",

@@ -27,7 +27,7 @@ from farm.provenance.postbuild import read_embedded
 from farm.publish.gate import Vouchers, run_gate
 
 if TYPE_CHECKING:
-    from farm.provenance.verdict import Derive
+    from farm.provenance.judge import Derive
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
 from farm.model.label import NO_TORCH, parse_local_label
 from farm.provenance.ledger import iter_entries
 from farm.publish import compat
-from farm.publish.verdict import Placed, Run, TargetOutcome, Verdict, WheelVerdict
+from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 from farm.publish.wheelmeta import read_member
 
 if TYPE_CHECKING:
@@ -531,7 +531,7 @@ class IndexSettings:
             raise ConfigError("links must name another publish target (github or twine)", where=where)
         return cls(name, root / path, base_url.rstrip("/") if base_url else None, links)
 
-    def publish(self, batch: Sequence[GatedWheel], run: Run) -> Placed:
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         return _linked_index(self, batch, run) if self.links else _stored_index(self, batch, run)
 
 
@@ -548,7 +548,7 @@ def _published_to(book: LedgerBook, w: GatedWheel, target: str) -> bool:
         p.target == target for p in book.ledger_entry(rec).published)
 
 
-def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], run: Run) -> Placed:
+def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
     """The pages link to the copies another target holds: each wheel must be there already or
     have been placed there earlier in this run; one that is not is refused on its own."""
     assert s.links is not None
@@ -578,7 +578,7 @@ def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], run: Run) -> Pl
     return Placed(TargetOutcome(s.name, "index", placed, sent), tuple(verdicts), record)
 
 
-def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], run: Run) -> Placed:
+def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
     dry_run = run.dry_run
     run.book.refresh()
     try:

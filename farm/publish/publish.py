@@ -27,11 +27,11 @@ from farm.publish import ghrest, index
 from farm.publish.gate import GateResult, Vouchers, run_gate
 from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.releases import ClientFactory, GithubSettings, github_client
-from farm.publish.targets import Target, ordered
-from farm.publish.verdict import Run, TargetOutcome, Verdict, WheelVerdict
+from farm.publish.targets import PublishTarget, ordered
+from farm.publish.verdict import PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.verdict import Derive
+    from farm.provenance.judge import Derive
 
 PUBLISH_LOCK_SUFFIX = ".publish.lock"
 # Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.
@@ -76,7 +76,7 @@ def find_wheels(directory: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 def upload(
     wheels_dir: Path,
-    targets: Sequence[Target],
+    targets: Sequence[PublishTarget],
     *,
     ledger: Path,
     fragment_dirs: Sequence[Path] = (),
@@ -110,7 +110,8 @@ def upload(
     if own_pusher:
         assert push_ledger is not None
         pusher = LedgerPusher(Path(ledger), push_ledger)
-    run = Run(book, vouchers, env, dry_run, delete_orphans, factory, derive, reader, None if dry_run else pusher, {})
+    run = PublishRun(book, vouchers, env, dry_run, delete_orphans, factory, derive, reader,
+                     None if dry_run else pusher, {})
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
         return _publish(gate, targets, run)
     with publish_lock(ledger):
@@ -143,7 +144,7 @@ def publish_lock(ledger: Path) -> Any:
     return _Lock(f"{ledger}{PUBLISH_LOCK_SUFFIX}", timeout=PUBLISH_LOCK_TIMEOUT_S)
 
 
-def _publish(gate: GateResult, targets: Sequence[Target], run: Run) -> UploadReport:
+def _publish(gate: GateResult, targets: Sequence[PublishTarget], run: PublishRun) -> UploadReport:
     """Each target in turn, each wheel on its own: a wheel refused or failed on a target is
     that wheel's verdict there; the others go on. Each placement is recorded as it is made."""
     verdicts = [WheelVerdict(r.wheel, "gate", Verdict.REFUSED, None, f"{r.check.value}: {r.message}; fix: {r.fix}")

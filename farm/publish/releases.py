@@ -27,10 +27,10 @@ from farm.publish import ghrest, github
 from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, Vouchers
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits
-from farm.publish.verdict import Placed, Run, TargetOutcome, Verdict, WheelVerdict
+from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.verdict import Derive
+    from farm.provenance.judge import Derive
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -80,7 +80,7 @@ class GithubSettings:
             urls[key] = value.rstrip("/")
         return cls(name, repo, tag, warn, **urls)
 
-    def publish(self, batch: Sequence[GatedWheel], run: Run) -> Placed:
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         outcome, verdicts, merged, recorded = publish_github(
             self, batch, run.vouchers, book=run.book, client=run.github_client(self), derive=run.derive,
             reader=run.reader, delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher)
@@ -108,7 +108,7 @@ def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None
 
 @dataclass
 class _Release:
-    release: ghrest.Release | None
+    release: ghrest.GithubRelease | None
     assets: dict[str, ghrest.RemoteAsset]
 
 
@@ -138,7 +138,7 @@ class _GithubRun:
             self.releases[tag] = _Release(release, assets)
         return self.releases[tag]
 
-    def ensure(self, tag: str, package: str) -> ghrest.Release:
+    def ensure(self, tag: str, package: str) -> ghrest.GithubRelease:
         state = self.state(tag)
         if state.release is None:
             state.release = self.client.create_release(tag, f"Prebuilt CUDA wheels of {package}.")

@@ -9,7 +9,7 @@
                simple_url: https://pypi.org/simple/}
 
 A kind is one class, in the module that publishes to it: frozen settings that parse their own
-options (once, when the configuration is loaded) and publish a batch (:class:`Target`).
+options (once, when the configuration is loaded) and publish a batch (:class:`PublishTarget`).
 :data:`KINDS` is the registry, as cibuildwheel's platform modules are: a new target is its
 module plus one line there. Without a ``publish:`` mapping the embedded default is one ``index``
 target at ``dist/index``. Credentials are never settings: they come from the environment
@@ -28,10 +28,10 @@ from farm.publish.gate import GatedWheel
 from farm.publish.index import IndexSettings
 from farm.publish.releases import GithubSettings
 from farm.publish.twine import TwineSettings
-from farm.publish.verdict import Placed, Run
+from farm.publish.verdict import Placed, PublishRun
 
 
-class Target(Protocol):
+class PublishTarget(Protocol):
     """One configured target: its settings, and how it publishes a batch of gated wheels."""
 
     kind: ClassVar[str]
@@ -49,17 +49,17 @@ class Target(Protocol):
         """The settings of ``options`` (``kind`` taken out); a missing or unknown key is a
         :class:`~farm.errors.ConfigError` naming ``where``."""
 
-    def publish(self, batch: Sequence[GatedWheel], run: Run) -> Placed:
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         """Each wheel of ``batch`` on this target, one verdict each: a wheel refused or failed
         here never stops another."""
 
 
-_REGISTERED: tuple[type[Target], ...] = (
+_REGISTERED: tuple[type[PublishTarget], ...] = (
     IndexSettings,
     GithubSettings,
     TwineSettings,
 )
-KINDS: Mapping[str, type[Target]] = {target.kind: target for target in _REGISTERED}
+KINDS: Mapping[str, type[PublishTarget]] = {target.kind: target for target in _REGISTERED}
 
 EMBEDDED_DEFAULT: Mapping[str, Mapping[str, Any]] = {
     "index": {"kind": "index", "path": "dist/index", "base_url": None},
@@ -67,9 +67,9 @@ EMBEDDED_DEFAULT: Mapping[str, Mapping[str, Any]] = {
 
 
 def parse_targets(publish: Mapping[str, Any] | None, *, root: Path,
-                  where: str = "_defaults.yml") -> dict[str, Target]:
+                  where: str = "_defaults.yml") -> dict[str, PublishTarget]:
     """Every configured target by name (the embedded default when ``publish`` is empty)."""
-    out: dict[str, Target] = {}
+    out: dict[str, PublishTarget] = {}
     for name, options in (publish or EMBEDDED_DEFAULT).items():
         here = f"{where}: publish.{name}"
         if not isinstance(options, Mapping):
@@ -93,7 +93,7 @@ def parse_targets(publish: Mapping[str, Any] | None, *, root: Path,
     return out
 
 
-def select(targets: Mapping[str, Target], names: list[str] | None) -> list[Target]:
+def select(targets: Mapping[str, PublishTarget], names: list[str] | None) -> list[PublishTarget]:
     """The targets ``--target`` asks for (all configured ones when none is named)."""
     if not names:
         return list(targets.values())
@@ -104,6 +104,6 @@ def select(targets: Mapping[str, Target], names: list[str] | None) -> list[Targe
     return [targets[n] for n in dict.fromkeys(names)]
 
 
-def ordered(targets: Sequence[Target]) -> list[Target]:
+def ordered(targets: Sequence[PublishTarget]) -> list[PublishTarget]:
     """Targets in run order: one that publishes after another (an index linking to its copies) last."""
     return sorted(targets, key=lambda t: t.after is not None)

@@ -27,8 +27,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from farm import DISTRIBUTION
 from farm.errors import ConfigError, NetworkError, ToolError, redact
-from farm.netutil import IndexFile, project_url, read_page
-from farm.publish.verdict import Placed, Run, TargetOutcome, Verdict, WheelVerdict
+from farm.netutil import LinkedFile, project_url, read_page
+from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
     from farm.publish.gate import GatedWheel
@@ -60,7 +60,7 @@ class TwineSettings:
         return cls(name, url, simple if simple.endswith("/") else simple + "/",
                    options.get("username_env", "TWINE_USERNAME"), options.get("password_env", "TWINE_PASSWORD"))
 
-    def publish(self, batch: Sequence[GatedWheel], run: Run) -> Placed:
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         return _publish(self, batch, run)
 
 
@@ -70,7 +70,7 @@ def default_simple_url(repository_url: str) -> str:
     return base + "/simple/"
 
 # A file the repository lists: absolute URL and the sha256 its link declares (or None).
-Listed = IndexFile
+Listed = LinkedFile
 
 
 def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -224,7 +224,7 @@ def upload_each(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
     return the_plan, results
 
 
-def _publish(s: TwineSettings, batch: Sequence[GatedWheel], run: Run) -> Placed:
+def _publish(s: TwineSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
     env = run.env
     sendable = [TwineWheel(w.path, w.sha256) for w in batch]
     by_name = {w.filename: w for w in batch}

@@ -1,5 +1,5 @@
 """What became of each wheel on each target: the verdicts a publish reports, and what each
-target's pass over a batch is given (:class:`Run`) and gives back (:class:`Placed`)."""
+target's pass over a batch is given (:class:`PublishRun`) and gives back (:class:`Placed`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from farm.provenance.judge import Derive
     from farm.provenance.ledgerbook import LedgerBook
-    from farm.provenance.verdict import Derive
     from farm.publish.gate import GatedWheel, Vouchers
     from farm.publish.ghrest import Client
     from farm.publish.ledgerpush import LedgerPusher
@@ -70,7 +70,7 @@ class TargetOutcome:
 
 
 @dataclass(frozen=True)
-class Run:
+class PublishRun:
     """What a target's pass over a batch is given: the publish's open ledger book, the vouchers
     its gate read, and the run's options."""
 

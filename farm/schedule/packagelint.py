@@ -20,9 +20,9 @@ from farm.lint.api import LintReport, lint_index
 from farm.lint.compiled import TreeIndex
 from farm.lint.memo import Memo
 from farm.model.arch import ArchList
+from farm.model.archrequest import arch_request
 from farm.model.cells import declared_cells, recipe_excludes
 from farm.model.config import FarmConfig, PathSource, Recipe
-from farm.model.spec import arch_request
 from farm.progress import reporter
 from farm.schedule.matrixlint import LintOutcome, stale_ignores
 from farm.source.fetch import fetch
