@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +62,6 @@ def batch_dir(wheels: list[Path], dest: Path) -> Path:
         shutil.copy2(w, dest)
         shutil.copy2(w.with_name(w.name + ".ledger.json"), dest)
     return dest
-
-
-@pytest.fixture
-def sim() -> Iterator[ghsim.GitHubSim]:
-    with ghsim.serve(ghsim.GitHubSim(clock=ghsim.ScaledClock(600.0))) as s:
-        yield s
 
 
 def settings(sim: ghsim.GitHubSim) -> GithubSettings:

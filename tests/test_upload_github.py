@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -164,12 +163,6 @@ def test_retry_after_reads_githubs_headers() -> None:
     assert retry_after(403, {}, 0, '{"message": "You have exceeded a secondary rate limit"}') == 60
     assert retry_after(403, {}, 0, '{"message": "Resource not accessible by integration"}') is None
     assert retry_after(500, {"Retry-After": "1"}, 0) is None
-
-
-@pytest.fixture
-def sim() -> Iterator[ghsim.GitHubSim]:
-    with ghsim.serve(ghsim.GitHubSim(clock=ghsim.ScaledClock(600.0))) as s:
-        yield s
 
 
 def client(sim: ghsim.GitHubSim, token: str = ghsim.TOKEN, **kw: object) -> Client:
