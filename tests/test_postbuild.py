@@ -37,7 +37,6 @@ from farm.provenance.postbuild import (
     context_from_config,
     cuda_line,
     postbuild_wheel,
-    read_embedded,
 )
 from farm.provenance.stamp import WheelName
 from farm.schedule.durations import read_durations
@@ -524,7 +523,7 @@ def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel
     assert result.stamped
     assert result.fragment
     assert json.loads(result.fragment.read_text())["duration_s"] == 1234.5
-    info = read_embedded(result.stamped.path)
+    info = buildinfo.read_wheel(result.stamped.path)
     assert info is not None
     assert info.duration_s == 1234.5
     ledger = tmp_path / "ledger.jsonl"

@@ -20,13 +20,15 @@ from farm.cli import main
 from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, decode_list, name_problems
-from farm.provenance.judge import Derived, found_difference
+from farm.provenance.judge import Check, Derived, found_difference
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.provenance.wheelfacts import WheelFacts
-from farm.publish import Check, IndexSettings, Verdict, upload
 from farm.publish.gate import GateResult, Refusal, Vouchers, refusals, run_gate
+from farm.publish.index import IndexSettings
+from farm.publish.publish import upload
+from farm.publish.verdict import Verdict
 from tests.support.fatbinmaker import noted_extension, ptx, sass
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch

@@ -14,10 +14,10 @@ import pytest
 
 from farm.errors import ConfigError, UsageError
 from farm.load.defaults import load_defaults
-from farm.publish import upload
 from farm.publish.gate import GatedWheel
 from farm.publish.github import DEFAULT_TAG
 from farm.publish.index import IndexSettings
+from farm.publish.publish import upload
 from farm.publish.releases import GithubSettings
 from farm.publish.targets import KINDS, parse_targets, select
 from farm.publish.twine import TwineSettings, default_simple_url

@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 
 from farm.binary.tusources import source_stem
 from farm.model.arch import ArchList
+from farm.model.config import Recipe
 
 NONE = ArchList(frozenset())
 
@@ -84,6 +85,11 @@ class FamilyTargets:
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "sources": list(self.sources), "patterns": list(self.patterns),
                 "targets": self.targets.canonical()}
+
+
+def vendored_rules(recipe: Recipe) -> tuple[VendoredRule, ...]:
+    """The recipe's ``vendored`` map as the assertion's rules."""
+    return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
 
 def unit_owners(unit: str, families: tuple[FamilyTargets, ...], *,

@@ -34,10 +34,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from farm.errors import FarmError, UsageError, clip
 from farm.model.cells import NO_TORCH, Cell
-from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.buildinfo import LedgerEntry, read_wheel
 from farm.provenance.judge import GATE, judge
 from farm.provenance.ledgerwrite import fragment_path, read_fragment
-from farm.provenance.postbuild import read_embedded
 from farm.provenance.wheelfacts import wheel_facts
 
 
@@ -88,7 +87,7 @@ def resolve(requirements: Sequence[str], cell: Cell, wheelhouse: Path) -> tuple[
                                   f"--cuda/--torch/--python/--platform and --out {wheelhouse})")
         wheel = candidates[-1]
         try:
-            info = read_embedded(wheel)
+            info = read_wheel(wheel)
         except FarmError as exc:
             raise UsageError(f"{wheel.name} has unreadable provenance: {exc.message}", where=str(wheel)) from None
         own = {"cuda": cell.cuda, "python": cell.python, "platform": cell.platform}

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.archrule import Expected, FamilyTargets, VendoredRule
+from farm.binary.archrule import Expected, FamilyTargets, VendoredRule, vendored_rules
 from farm.builder.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
@@ -44,7 +44,7 @@ from farm.model.config import (
     url_problem,
 )
 from farm.provenance import buildinfo, shape
-from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
+from farm.provenance.postbuild import BuildContext, source_of
 from farm.provenance.shape import ShapeError
 from farm.toolkit.request import ToolkitRequest, request_for, runtime_wheels
 

@@ -42,9 +42,9 @@ from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
 from farm.model.config import FarmConfig, Recipe
+from farm.provenance.buildinfo import read_wheel
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.provenance.postbuild import read_embedded
 from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice
 
 
@@ -135,7 +135,7 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
         if label not in wheel.name:
             continue
         try:
-            info = read_embedded(wheel)
+            info = read_wheel(wheel)
         except FarmError:
             continue
         if not (info and info.package == recipe.name and info.cell.to_dict() == cell.as_dict()

@@ -31,9 +31,10 @@ from farm.load.recipes import load_config
 from farm.model.config import LEDGER_FILE
 from farm.provenance.judge import derive_from_config
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import ghrest, upload
+from farm.publish import ghrest
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
+from farm.publish.publish import upload
 from farm.publish.releases import GithubSettings, github_client
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan

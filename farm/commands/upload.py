@@ -14,8 +14,8 @@ from farm.errors import UsageError
 from farm.load.recipes import load_config
 from farm.model.config import LEDGER_FILE, FarmConfig
 from farm.provenance.judge import derive_from_config
-from farm.publish import PublishTarget, UploadReport, select, upload
-from farm.publish.publish import find_wheels
+from farm.publish.publish import UploadReport, find_wheels, upload
+from farm.publish.targets import PublishTarget, select
 from farm.publish.verdict import Verdict
 
 

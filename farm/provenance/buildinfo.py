@@ -34,6 +34,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from farm import jsonread
+from farm.binary.wheelfile import SafeWheel
 from farm.errors import ArchError, FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.model import label
@@ -749,11 +750,22 @@ def validate(info: Any, *, where: str | None = None, error: type[FarmError] = Wh
 MAX_BUILD_INFO = 4 << 20
 
 
-def read_embedded(wheel: Any, member: str, *, where: str) -> BuildInfo:
-    """``member`` of an open :class:`~farm.binary.wheelfile.SafeWheel`, size-checked before it is
-    read, parsed and validated."""
+def read_embedded(wheel: SafeWheel, *, where: str) -> BuildInfo | None:
+    """The ``_build_info.json`` of an open wheel (None: it has none), size-checked before it is
+    read, parsed and validated; ``where`` names the wheel in messages."""
+    dist_info = wheel.dist_info()
+    member = f"{dist_info}/{BUILD_INFO_NAME}"
+    if not dist_info or member not in wheel.names():
+        return None
+    where = f"{where}!{member}"
     size = wheel.zip.getinfo(member).file_size
     if size > MAX_BUILD_INFO:
         raise WheelError(f"{BUILD_INFO_NAME} is {size:,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
                          hint="a real provenance is a few KiB: the wheel is malformed or hostile")
     return BuildInfo.from_json(wheel.read(member), where=where)
+
+
+def read_wheel(wheel: Path) -> BuildInfo | None:
+    """The ``_build_info.json`` of the wheel at ``wheel`` (None: not stamped)."""
+    with SafeWheel(wheel) as zf:
+        return read_embedded(zf, where=str(wheel))

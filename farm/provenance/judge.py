@@ -18,7 +18,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from farm.binary.archrule import NONE, Expected, difference, fits
+from farm.binary.archrule import NONE, Expected, difference, fits, vendored_rules
 from farm.binary.madeby import MadeBy
 from farm.errors import FarmError, clip
 from farm.model.arch import ArchList
@@ -28,7 +28,6 @@ from farm.model.config import FarmConfig
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, LedgerEntry, Recorded, name_problems
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.provenance.postbuild import vendored_rules
 from farm.provenance.wheelfacts import WheelFacts
 
 

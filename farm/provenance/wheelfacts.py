@@ -78,10 +78,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
         vendored = {so.path: so.found for so in inspection.vendored}
         with SafeWheel(path) as wheel:
             extensions = {name: _hash_member(wheel, name) for name in found}
-            dist_info = wheel.dist_info()
-            member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
-            if dist_info and member in wheel.names():
-                embedded = buildinfo.read_embedded(wheel, member, where=f"{location}!{member}")
+            embedded = buildinfo.read_embedded(wheel, where=location)
     except ToolError:
         raise  # the environment, not the wheel
     except FarmError as exc:

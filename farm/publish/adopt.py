@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 
 from farm.errors import FarmError
 from farm.fsutil import sha256_file
-from farm.provenance.buildinfo import BuildInfo, LedgerEntry
+from farm.provenance.buildinfo import BuildInfo, LedgerEntry, read_wheel
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
-from farm.provenance.postbuild import read_embedded
 from farm.publish.gate import Vouchers, run_gate
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ def reassert(path: Path, *, cell: ExistsKey, ledger: LedgerBook, derive: Derive 
     own provenance as its voucher, for the cell ``cell`` (``ledger``: the publish's open ledger)."""
     sha256 = sha256_file(path)
     try:
-        info = read_embedded(path)
+        info = read_wheel(path)
     except FarmError as exc:
         return Reassertion(path.name, sha256, None, (f"cannot read its provenance: {exc.message}",))
     if info is None:
