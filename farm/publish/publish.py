@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock, Timeout
 
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, UsageError
+from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index
@@ -110,8 +111,11 @@ def upload(
     if own_pusher:
         assert push_ledger is not None
         pusher = LedgerPusher(Path(ledger), push_ledger)
-    run = PublishRun(book, vouchers, env, dry_run, delete_orphans, factory, derive, reader,
-                     None if dry_run else pusher, {})
+
+    def regate(path: Path, entry: LedgerEntry) -> list[str]:
+        return run_gate([path], Vouchers(book, {entry.sha256: entry}), derive=derive, reader=reader).lines()
+
+    run = PublishRun(book, vouchers, env, dry_run, delete_orphans, factory, regate, None if dry_run else pusher, {})
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
         return _publish(gate, targets, run)
     with publish_lock(ledger):

@@ -24,13 +24,12 @@ from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish import ghrest, github
-from farm.publish.adopt import key_of, reassert
-from farm.publish.gate import GatedWheel, Vouchers
+from farm.publish.adopt import Regate, key_of, reassert
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits
 from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.judge import Derive
+    from farm.publish.gate import GatedWheel, Vouchers
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -82,8 +81,8 @@ class GithubSettings:
 
     def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         outcome, verdicts, merged, recorded = publish_github(
-            self, batch, run.vouchers, book=run.book, client=run.github_client(self), derive=run.derive,
-            reader=run.reader, delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher)
+            self, batch, run.vouchers, book=run.book, client=run.github_client(self), gate=run.gate,
+            delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher)
         return Placed(outcome, tuple(verdicts), merged=merged, recorded=recorded)
 
 
@@ -119,8 +118,7 @@ class _GithubRun:
     settings: GithubSettings
     client: ghrest.Client
     book: LedgerBook
-    derive: Derive | None
-    reader: str
+    gate: Regate  # an unrecorded asset under a wheel's name is re-asserted by it
     delete_orphans: bool
     dry_run: bool
     releases: dict[str, _Release] = field(default_factory=dict)
@@ -223,7 +221,7 @@ class _GithubRun:
                 return WheelVerdict(name, target, Verdict.PRESENT, url)
             if action is github.Action.REFUSE:
                 return WheelVerdict(name, target, Verdict.REFUSED, url, why)
-            check = reassert(dest, cell=key, ledger=self.book, derive=self.derive, reader=self.reader)
+            check = reassert(dest, cell=key, gate=self.gate)
         if check.entry is not None:
             self.record(check.entry, url)
             return WheelVerdict(name, target, Verdict.ADOPTED, url,
@@ -244,12 +242,12 @@ class _GithubRun:
 
 
 def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, book: LedgerBook,
-            client: ghrest.Client, derive: Derive | None, reader: str, delete_orphans: bool,
+            client: ghrest.Client, gate: Regate, delete_orphans: bool,
             dry_run: bool, on_record: Callable[[str], None] | None,
             ) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
     """Publish ``batch`` to ``s`` in file name order; returns the target's outcome, each wheel's
     verdict, the entries merged into the ledger and the publications recorded."""
-    run = _GithubRun(s, client, book, derive, reader, delete_orphans, dry_run, on_record=on_record)
+    run = _GithubRun(s, client, book, gate, delete_orphans, dry_run, on_record=on_record)
     verdicts: list[WheelVerdict] = []
     try:
         _pass(run, sorted(batch, key=lambda w: w.filename), vouchers, verdicts)

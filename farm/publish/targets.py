@@ -21,14 +21,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from farm.errors import ConfigError, UsageError, did_you_mean
-from farm.publish.gate import GatedWheel
 from farm.publish.index import IndexSettings
 from farm.publish.releases import GithubSettings
 from farm.publish.twine import TwineSettings
 from farm.publish.verdict import Placed, PublishRun
+
+if TYPE_CHECKING:
+    from farm.publish.gate import GatedWheel
 
 
 class PublishTarget(Protocol):

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from farm.provenance.judge import Derive
     from farm.provenance.ledgerbook import LedgerBook
+    from farm.publish.adopt import Regate
     from farm.publish.gate import GatedWheel, Vouchers
     from farm.publish.ghrest import Client
     from farm.publish.ledgerpush import LedgerPusher
@@ -80,8 +80,7 @@ class PublishRun:
     dry_run: bool
     delete_orphans: bool
     github_client: Callable[[GithubSettings], Client]
-    derive: Derive | None
-    reader: str
+    gate: Regate  # the batch's gate, for a wheel found another way (an unrecorded asset re-asserted)
     pusher: LedgerPusher | None
     placed_on: Mapping[str, set[str]]  # target name -> the wheels placed there earlier in this run
 
