@@ -52,7 +52,7 @@ from packaging.utils import (
 )
 
 from farm import __version__, jsonread
-from farm.errors import ConfigError, DefectError, LedgerError, UsageError
+from farm.errors import ConfigError, DefectError, FarmError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
 from farm.model.label import NO_TORCH, parse_local_label
 from farm.provenance.ledger import iter_entries
@@ -152,7 +152,7 @@ def channels(files: Iterable[IndexFile]) -> dict[str, dict[str, list[IndexFile]]
             for ch, projects in sorted(out.items())}
 
 
-def _page(title: str, links: Iterable[str]) -> bytes:
+def page(title: str, links: Iterable[str]) -> bytes:
     body = "\n".join(f"    {link}<br>" for link in links)
     return (
         "<!DOCTYPE html>\n<html>\n  <head>\n"
@@ -198,14 +198,14 @@ def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
     pages: dict[str, bytes] = {}
     for channel, projects in by_channel.items():
         depth = channel.count("/") + 1
-        pages[f"{channel}/index.html"] = _page(
+        pages[f"{channel}/index.html"] = page(
             f"Simple index ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
         for project, pfiles in projects.items():
             up = "../" * (depth + 1)
-            pages[f"{channel}/{project}/index.html"] = _page(
+            pages[f"{channel}/{project}/index.html"] = page(
                 f"Links for {project}", (file_link(f, up) for f in pfiles))
-    pages["flat/index.html"] = _page("All wheels", (file_link(f, "../") for f in files))
-    pages["index.html"] = _page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
+    pages["flat/index.html"] = page("All wheels", (file_link(f, "../") for f in files))
+    pages["index.html"] = page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
     doc = packages_json(files, by_channel)
     pages[PACKAGES_JSON] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     return pages
@@ -287,7 +287,7 @@ class IndexReport:
     removed: tuple[str, ...]
 
 
-def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
+def write_pages(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
     written = []
     for folder in {(root / rel).parent for rel in pages}:  # pages a killed regeneration left half-written
         sweep_leftovers(folder)
@@ -312,7 +312,7 @@ def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: 
     return IndexReport(root, len(new.get("files", {})), tuple(new.get("channels", {})), tuple(written), tuple(removed))
 
 
-def _locked(root: Path) -> Any:
+def locked(root: Path) -> Any:
     """One writer per tree at a time (two upload jobs, or an upload and `farm index`)."""
     root.mkdir(parents=True, exist_ok=True)
     return FileLock(str(root / ".lock"), timeout=300)
@@ -329,7 +329,7 @@ def regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (
     if not create and not (root / FILES).is_dir() and not (root / PACKAGES_JSON).exists():
         raise UsageError("not an index tree (no files/ and no packages.json)", where=str(root),
                          hint="pass the folder a publish target of kind index writes to")
-    with _locked(root):
+    with locked(root):
         return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote)
 
 
@@ -358,7 +358,7 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
     pages.update(compat.pages(files_dir, files.values()))  # beside the PEP 503 pages, never in them
-    report = _write(root, pages, old, new)
+    report = write_pages(root, pages, old, new)
     compat.prune(root, pages)
     return report
 
@@ -370,8 +370,8 @@ class IndexUpload:
     action: str  # "stored" or "present" (same name, same sha256 already there: a no-op)
 
 
-def url_of(filename: str, base_url: str | None) -> str:
-    rel = f"{FILES}/{quote(filename)}"
+def url_of(filename: str, base_url: str | None, folder: str = FILES) -> str:
+    rel = f"{folder}/{quote(filename)}"
     return f"{base_url.rstrip('/')}/{rel}" if base_url else rel
 
 
@@ -384,7 +384,7 @@ def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup,
     root = Path(root)
     if dry_run and not root.exists():
         return _check_new(root, list(wheels), lookup, base_url)[0], None
-    with _locked(root):
+    with locked(root):
         out, plan = _check_new(root, list(wheels), lookup, base_url)
         if dry_run:
             return out, None
@@ -489,7 +489,7 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
     if dry_run and not root.exists():
         out, _, refused = classify()
         return IndexBatch(tuple(out), tuple(refused), None)
-    with _locked(root):
+    with locked(root):
         out, plan, refused = classify()
         if not plan:  # nothing to store: the tree is left as it is
             return IndexBatch(tuple(out), tuple(refused), None)
@@ -506,13 +506,15 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
 class IndexSettings:
     """A static PEP 503 tree. ``base_url`` is where the tree is served (recorded in the ledger);
     without it the ledger records paths relative to the tree's root. ``links``: another target
-    (github, twine) whose copies the pages link to, instead of storing the wheels in the tree."""
+    (github, twine) whose copies the pages link to, instead of storing the wheels in the tree.
+    ``variants``: also the wheel-variant channel under ``variants/`` (:mod:`farm.publish.variantchannel`)."""
 
     kind: ClassVar[str] = "index"
     name: str
     path: Path
     base_url: str | None = None
     links: str | None = None
+    variants: bool = False
 
     @property
     def after(self) -> str | None:
@@ -529,7 +531,13 @@ class IndexSettings:
         links = options.get("links")
         if links is not None and (not isinstance(links, str) or links == name):
             raise ConfigError("links must name another publish target (github or twine)", where=where)
-        return cls(name, root / path, base_url.rstrip("/") if base_url else None, links)
+        variants = options.get("variants", False)
+        if not isinstance(variants, bool):
+            raise ConfigError("variants must be true or false", where=where)
+        if variants and links is not None:
+            raise ConfigError("variants needs the wheels stored in the tree, and links lists them elsewhere",
+                              where=where, hint="turn the channel on for an index that stores its wheels")
+        return cls(name, root / path, base_url.rstrip("/") if base_url else None, links, variants)
 
     def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         return _linked_index(self, batch, run) if self.links else _stored_index(self, batch, run)
@@ -595,7 +603,31 @@ def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun
     new = Verdict.WOULD_SEND if dry_run else Verdict.PUBLISHED
     verdicts += [WheelVerdict(u.filename, s.name, new if u.action == "stored" else Verdict.PRESENT, u.url)
                  for u in done.uploads]
-    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads),
-                            tuple(u.filename for u in done.uploads if u.action == "stored"))
+    sent = tuple(u.filename for u in done.uploads if u.action == "stored")
+    warnings: tuple[str, ...] = ()
+    if s.variants and done.report is not None:
+        more, warnings = _variant_verdicts(s, sent, run)
+        verdicts += more
+    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads), sent,
+                            warnings=warnings)
     record = () if dry_run else tuple((by_name[u.filename], u.url) for u in done.uploads)
     return Placed(outcome, tuple(verdicts), record)
+
+
+def _variant_verdicts(s: IndexSettings, stored: Sequence[str], run: PublishRun) -> tuple[list[WheelVerdict],
+                                                                                          tuple[str, ...]]:
+    """The wheel-variant channel made again after the tree took ``stored``: a verdict per stored
+    wheel with a variant on ``<target>/variants``, and a warning per stored wheel without one."""
+    from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+    target = f"{s.name}/{variantchannel.DIR}"
+    try:
+        report = variantchannel.regenerate(s.path, run.vouchers.sha256_of_name)
+    except FarmError as exc:
+        why = f"the wheel-variant channel was not made: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
+        return [WheelVerdict(name, target, Verdict.FAILED, None, why) for name in stored], ()
+    made = [(name, v) for name in stored if (v := report.made.get(name)) is not None]
+    folder = variantchannel.FOLDER
+    verdicts = [WheelVerdict(name, target, Verdict.PUBLISHED, url_of(v.filename, s.base_url, folder),
+                             v.describe()) for name, v in made]
+    return verdicts, tuple(f"{name}: no wheel variant: {why}" for name, why in report.left_out if name in stored)

@@ -26,6 +26,7 @@ from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index
 from farm.publish.gate import GateResult, Vouchers, run_gate
+from farm.publish.index import IndexSettings
 from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.releases import ClientFactory, GithubSettings, github_client
 from farm.publish.targets import PublishTarget, ordered
@@ -33,6 +34,7 @@ from farm.publish.verdict import PublishRun, TargetOutcome, Verdict, WheelVerdic
 
 if TYPE_CHECKING:
     from farm.provenance.judge import Derive
+    from farm.publish.variantchannel import VariantReport
 
 PUBLISH_LOCK_SUFFIX = ".publish.lock"
 # Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.
@@ -100,6 +102,10 @@ def upload(
     (:class:`farm.publish.ledgerpush.LedgerPusher`). A job that publishes many batches passes
     its open ``book`` of ``ledger`` (read once, records appended) and its ``pusher``."""
     wheels = find_wheels(wheels_dir)
+    if not dry_run and any(isinstance(t, IndexSettings) and t.variants for t in targets):
+        from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+        variantchannel.require()  # before anything is published
     dirs = [Path(wheels_dir), *fragment_dirs]
     book = LedgerBook.open(ledger) if book is None else book
     if book.path != Path(ledger):
@@ -186,6 +192,16 @@ def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] 
     (``links``: also every ledger entry published to that target, linked to its URL there)."""
     with publish_lock(ledger):
         return _regenerate_index(root, ledger=ledger, fragment_dirs=fragment_dirs, allow_drop=allow_drop, links=links)
+
+
+def regenerate_variants(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),
+                        allow_drop: Sequence[str] = ()) -> VariantReport:
+    """The wheel-variant channel of the tree at ``root``, from its files and the ledger."""
+    from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+    with publish_lock(ledger):
+        vouchers = Vouchers.load(ledger, fragment_dirs)
+        return variantchannel.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop)
 
 
 def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path], allow_drop: Sequence[str],

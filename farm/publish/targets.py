@@ -3,7 +3,7 @@
 ``publish:`` maps a target name to its settings; ``kind`` picks the implementation::
 
     publish:
-      index:  {kind: index, path: dist/index, base_url: null}
+      index:  {kind: index, path: dist/index, base_url: null, variants: true}
       github: {kind: github, repository: owner/name}
       pypi:   {kind: twine, repository_url: https://upload.pypi.org/legacy/,
                simple_url: https://pypi.org/simple/}

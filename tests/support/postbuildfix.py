@@ -73,9 +73,10 @@ def python_tag(python: str) -> str:
 
 
 @functools.cache  # one build per arch list and Python, whichever test module asks first
-def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.executable) -> Batch:
+def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.executable, *,
+                  build_epoch: int = 0) -> Batch:
     """demo_ext built for ``arch`` with ``python`` (which needs setuptools), asserted and stamped
-    by postbuild, with its ledger fragment."""
+    by postbuild with ``build_epoch``, with its ledger fragment."""
     from farm.binary.archrule import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
@@ -93,7 +94,7 @@ def build_stamped(work: Path, cuda_home: Path, arch: str, python: str = sys.exec
     (raw,) = raw_dir.glob("demo_ext-*.whl")
     cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", python_tag(python), "linux_x86_64")
     context = BuildContext(
-        cell=cell, expected=Expected(ArchList.parse(arch)), requested=arch, build_epoch=0,
+        cell=cell, expected=Expected(ArchList.parse(arch)), requested=arch, build_epoch=build_epoch,
         defaults_sha256=None, recipe_sha256=None,
         source=buildinfo.PathSourceRecord("examples/demo_ext", None),
         run=probe.run_from_env({}),
