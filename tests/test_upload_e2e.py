@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from farm.provenance.ledger import LedgerIndex
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.publish import upload
 from farm.publish.releases import GithubSettings
 from farm.publish.twine import TwineSettings, default_simple_url

@@ -26,7 +26,7 @@ from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.provenance.wheelfacts import WheelFacts
 from farm.publish.gate import GateResult, Refusal, Vouchers, refusals, run_gate
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.publish import upload
 from farm.publish.verdict import Verdict
 from tests.support.fatbinmaker import noted_extension, ptx, sass

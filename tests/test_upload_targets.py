@@ -16,7 +16,7 @@ from farm.errors import ConfigError, UsageError
 from farm.load.defaults import load_defaults
 from farm.publish.gate import GatedWheel
 from farm.publish.github import DEFAULT_TAG
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.publish import upload
 from farm.publish.releases import GithubSettings
 from farm.publish.targets import KINDS, parse_targets, select

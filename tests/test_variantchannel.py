@@ -20,7 +20,7 @@ import pytest
 from farm.errors import ConfigError, DefectError, ToolError
 from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS
 from farm.publish import index, variantchannel
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.publish import upload
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch, build_stamped

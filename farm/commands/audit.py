@@ -24,7 +24,7 @@ from farm.provenance.audit import AuditRow, AuditVerdict, audit
 from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
 from farm.provenance.judge import today_from_config
 from farm.provenance.ledger import LedgerIndex
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.table import format_table
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from farm.load.defaults import load_defaults
 from farm.model.config import DEFAULTS_FILE, LEDGER_FILE
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.publish import regenerate_index, regenerate_variants
 
 

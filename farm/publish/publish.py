@@ -26,7 +26,7 @@ from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index
 from farm.publish.gate import GateResult, Vouchers, run_gate
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.releases import ClientFactory, GithubSettings, github_client
 from farm.publish.targets import PublishTarget, ordered

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from farm.errors import ConfigError, UsageError, did_you_mean
-from farm.publish.index import IndexSettings
+from farm.publish.indextarget import IndexSettings
 from farm.publish.releases import GithubSettings
 from farm.publish.twine import TwineSettings
 from farm.publish.verdict import Placed, PublishRun
