@@ -291,3 +291,27 @@ def test_uv_installs_the_variant_the_gpu_and_driver_run(two_builds: tuple[Batch,
     finally:
         server.stop()
         decoy.stop()
+
+
+def test_what_the_tree_holds_is_never_read_through(tmp_path: Path) -> None:
+    """A variant file replaced by a link (to a FIFO that would block a reader, or to a file
+    elsewhere) is replaced, not read; a channel folder that is a link is refused."""
+    a = _wheel(tmp_path / "w", "alpha", "sm_80")
+    root, ledger = _tree(tmp_path, [a])
+    v = variantchannel.regenerate(root, ledger.get).made[a.name]
+    path = root / "variants/files" / v.filename
+    outside = tmp_path / "outside"
+    outside.write_bytes(path.read_bytes())
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (fifo, outside):
+        path.unlink()
+        path.symlink_to(target)
+        assert f"files/{v.filename}" in variantchannel.regenerate(root, ledger.get).written
+        assert not path.is_symlink()
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == v.sha256
+    files = root / "variants/files"
+    files.rename(tmp_path / "elsewhere")
+    files.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DefectError, match="variants/files is a symbolic link"):
+        variantchannel.regenerate(root, ledger.get)
