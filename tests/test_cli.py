@@ -13,8 +13,8 @@ import pytest
 
 from farm.cli import COMMANDS, main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
-from tests.cudafix import CudaFixtures
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import CudaFixtures
+from tests.support.wheelmaker import make_wheel
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,16 +16,13 @@ import pytest
 from farm.fsutil import sha256_file
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish import compat, index
-
-from .doctorfix import doctor_wheel
-from .ledgermaker import make_entry
-from .publishfix import fresh_venv, pip_install, serve_dir
+from tests.support.ledgermaker import make_entry
+from tests.support.publishfix import fresh_venv, pip_install, serve_dir
 
 if TYPE_CHECKING:  # selenium is imported where the browser runs, so its absence is a skip
     from selenium.webdriver.chrome.webdriver import WebDriver
 
 REPO = Path(__file__).resolve().parent.parent
-__all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
 ARTIFACTS = Path(os.environ.get("FARM_TEST_ARTIFACTS", REPO / "build" / "test-artifacts"))
 
 

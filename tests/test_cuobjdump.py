@@ -21,7 +21,7 @@ from farm.binary.cuobjdump import (
 from farm.binary.fatbin import EntryKind
 from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import ArchList, Kind, Target, Variant
-from tests.cudafix import FIXTURES, CudaFixtures
+from tests.support.cudafix import FIXTURES, CudaFixtures
 
 REPO = Path(__file__).resolve().parent.parent
 

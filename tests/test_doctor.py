@@ -35,13 +35,10 @@ from farm.model.driver import Device
 from farm.model.drivers import DriverVersion
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish import compat, index
-
-from .doctorfix import doctor_wheel
-from .ledgermaker import make_entry
-from .publishfix import fresh_venv, pip_install, serve_dir
+from tests.support.ledgermaker import make_entry
+from tests.support.publishfix import fresh_venv, pip_install, serve_dir
 
 REPO = Path(__file__).resolve().parent.parent
-__all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
 SO = "pkg/_C.cpython-311-x86_64-linux-gnu.so"
 
 

@@ -17,8 +17,8 @@ from farm.errors import DefectError, LedgerError
 from farm.provenance.buildinfo import LedgerEntry, inferred_build_info
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import index
-from tests.ledgermaker import make_entry
-from tests.wheelmaker import make_wheel
+from tests.support.ledgermaker import make_entry
+from tests.support.wheelmaker import make_wheel
 
 Built = tuple[list[Path], dict[str, LedgerEntry]]
 

@@ -21,8 +21,7 @@ from farm.model.spec import ArchRequest, arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
-
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 TORCH_RECIPE = """\
 name: torchpkg
@@ -264,7 +263,7 @@ def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit,
 
 
 def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, tmp_path) -> None:
-    from farm.binary.assertion import FamilyTargets
+    from farm.binary.archrule import FamilyTargets
     from farm.model.arch import ArchList
 
     base = resolve_spec(config, config.recipe("torchpkg"), TORCH)
@@ -310,7 +309,7 @@ def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project() -
 
 
 def test_the_spec_takes_a_familys_glob_of_generated_sources_from_the_lint(tmp_path) -> None:
-    from farm.binary.assertion import FamilyTargets
+    from farm.binary.archrule import FamilyTargets
     from farm.builder.spec import families_from_lint
     from farm.lint.api import lint_tree
 

@@ -21,10 +21,9 @@ from farm.provenance import stamp
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish import variantchannel
 from farm.publish.variants import MAJORS, LeftOut, VariantProps, admitted, properties, sm_arch_values
-
-from .ledgermaker import make_entry
-from .publishfix import fresh_venv, serve_dir
-from .wheelmaker import make_wheel
+from tests.support.ledgermaker import make_entry
+from tests.support.publishfix import fresh_venv, serve_dir
+from tests.support.wheelmaker import make_wheel
 
 
 def _info(*found: str, cuda: str = "13.0", nvcc: str | None = "13.0.88", **changes: Any) -> BuildInfo:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
+from farm.binary.archrule import Expected, FamilyTargets, VendoredRule
 from farm.builder.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write

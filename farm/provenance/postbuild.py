@@ -22,7 +22,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from farm.binary.assertion import AssertionReport, Expected, VendoredRule, assert_wheel
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import AssertionReport, assert_wheel
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.fsutil import atomic_write, read_chunks, sha256_file

@@ -76,7 +76,10 @@ def record(w: CompatWheel) -> dict[str, Any]:
     if info is None:
         return rec
     cell = info.cell
-    units = [ArchList.parse(v) for v in (info.found or {}).values() if v]
+    if any(not isinstance(archs, ArchList) for archs in info.archs.found.values()):
+        rec["problem"] = "its provenance records an arch list that does not parse"
+        return rec
+    units = [archs for archs in info.archs.found.values() if isinstance(archs, ArchList) and archs]
     if not units:  # an inferred record that could not say, or no device code: no verdict to show
         rec["problem"] = "its provenance records no device code"
         return rec

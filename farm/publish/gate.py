@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump
 from farm.errors import MAX_MESSAGE, ToolError, clip
@@ -31,9 +30,6 @@ from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
 from farm.provenance.verdict import GATE, Check, Derive, Derived, Finding
 from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
-
-if TYPE_CHECKING:
-    from farm.binary.madeby import MadeBy
 
 
 @dataclass(frozen=True)
@@ -86,39 +82,6 @@ class GateResult:
 # --------------------------------------------------------------------------------------------
 # Pure core: the one judge of a wheel (farm.provenance.verdict) under the gate's expectation
 # --------------------------------------------------------------------------------------------
-def judge(
-    filename: str,
-    sha256: str,
-    info: BuildInfo | None,
-    entry: LedgerEntry | None,
-    same_name_sha256: str | None,
-    found_now: Mapping[str, str],
-    extensions_now: Mapping[str, str] | None = None,
-    *,
-    derived: Derived | None = None,
-    config_checked: bool = False,
-    disagreements: Iterable[str] = (),
-    vendored_now: Mapping[str, str] | None = None,
-    made_by_now: Mapping[str, MadeBy] | None = None,
-) -> list[Refusal]:
-    """Every reason to refuse one wheel, from facts already gathered.
-
-    ``entry``: the ledger entry or fragment with this sha256 (None: none has it).
-    ``same_name_sha256``: the sha256 the ledger (else a fragment) records for this file name, if any.
-    ``found_now`` / ``extensions_now``: per extension, the targets and the sha256 the wheel holds now.
-    ``config_checked``: the configuration was consulted; ``derived`` is what it resolves for the
-    wheel's cell (None: it has no such cell). ``disagreements``: where the two readers differ.
-    ``vendored_now``: per bundled library (``*.libs/``), the targets it holds now (None: the
-    provenance's record of them is taken as read). ``made_by_now``: per extension with device code,
-    the toolkit that code records (None: not read).
-    """
-    if vendored_now is None and info is not None:
-        vendored_now = {path: record.found for path, record in info.bundled.items()}
-    facts = WheelFacts(filename, filename, sha256, 0, found_now, extensions_now or {}, info,
-                       disagreements=tuple(disagreements), vendored=vendored_now or {}, made_by=made_by_now)
-    return refusals(facts, entry, same_name_sha256, derived=derived, config_checked=config_checked)
-
-
 def refusals(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | None, *,
              derived: Derived | None = None, config_checked: bool = False) -> list[Refusal]:
     expect = replace(GATE, derived=derived, config_required=config_checked)
