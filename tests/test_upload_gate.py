@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from farm.binary.archrule import Expected
+from farm.binary.cuobjdump import PINNED, cuobjdump_version
 from farm.binary.madeby import MadeBy
 from farm.cli import main
+from farm.errors import ToolError
 from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, decode_list, name_problems, split_variant_label
@@ -26,7 +28,7 @@ from farm.provenance.stamp import stamp_wheel
 from farm.provenance.verdict import Derived, found_difference
 from farm.provenance.wheelfacts import WheelFacts
 from farm.publish import Check, IndexSettings, Verdict, upload
-from farm.publish.gate import GateResult, Refusal, Vouchers, refusals, run_gate
+from farm.publish.gate import GateReaders, GateResult, Refusal, Vouchers, refusals, run_gate
 from tests.support.fatbinmaker import noted_extension, ptx, sass
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch
@@ -555,3 +557,22 @@ def test_a_cuda_13_wheel_labelled_cu128_is_refused_by_the_gate(demo_batch: Batch
     assert "made by CUDA 13.0" in refusal.message
     assert "the cell's CUDA line is 12.8" in refusal.message
     assert "--cuda 12.8" in refusal.fix
+
+
+def test_the_gate_runs_the_cuobjdump_a_wheel_records_and_no_other() -> None:
+    """A wheel is re-inspected by cuobjdump of the version its assertion ran: found once per
+    version; a version not installed here stops the gate (exit 3) naming it, never another run."""
+    readers = GateReaders("auto")
+    kind, tool = readers.of(PINNED)
+    assert kind == "both"
+    assert tool is not None
+    assert cuobjdump_version(tool) == PINNED
+    assert readers.of(None) == ("native", None)  # no cuobjdump recorded: nothing of it to compare
+    assert readers.describe() == f"native, native + cuobjdump {PINNED}"
+    with pytest.raises(ToolError, match=r"no cuobjdump 13\.0\.1 here") as info:
+        readers.of("13.0.1")
+    assert info.value.exit_code == 3
+    assert "pip install nvidia-cuda-cuobjdump==13.0.1" in (info.value.hint or "")
+    assert GateReaders("native").of(PINNED) == ("native", None)
+    with pytest.raises(ToolError, match="records no cuobjdump version"):
+        GateReaders("both").of(None)
