@@ -19,6 +19,7 @@ Probing the environment for these values (the CI run, the toolchain's versions) 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
@@ -658,10 +659,27 @@ def _public(version: Any) -> str | None:
         return None
 
 
+_VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
+
+
+def split_variant_label(filename: str) -> tuple[str, str | None]:
+    """A wheel file name without its PEP 825 variant label, and the label (None: not a variant).
+
+    ``{dist}-{version}(-{build})?-{python}-{abi}-{platform}(-{label})?.whl``: seven parts carry
+    both; of six, the third is a build tag when it starts with a digit (a Python tag never does),
+    else the last is a label."""
+    parts = filename.removesuffix(".whl").split("-")
+    if filename.endswith(".whl") and (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())) \
+            and _VARIANT_LABEL.fullmatch(parts[-1]):
+        return "-".join(parts[:-1]) + ".whl", parts[-1]
+    return filename, None
+
+
 def name_problems(filename: str, info: BuildInfo) -> list[str]:
-    """Where the file name disagrees with the cell its provenance describes (empty: agrees)."""
+    """Where the file name disagrees with the cell its provenance describes (empty: agrees); a
+    wheel variant's label (PEP 825) names no part of the cell."""
     try:
-        name, version, build, tags = parse_wheel_filename(filename)
+        name, version, build, tags = parse_wheel_filename(split_variant_label(filename)[0])
     except InvalidWheelFilename as exc:
         return [f"not a valid wheel file name ({exc})"]
     cell = info.cell

@@ -16,7 +16,7 @@ from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, Whe
 
 if TYPE_CHECKING:
     from farm.provenance.ledgerbook import LedgerBook
-    from farm.publish.gate import GatedWheel
+    from farm.publish.gate import GatedWheel, Vouchers
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun
     sent = tuple(u.filename for u in done.uploads if u.action == "stored")
     warnings: tuple[str, ...] = ()
     if s.variants and done.report is not None:
-        more, warnings = _variant_verdicts(s, sent, run)
+        more, warnings = _variant_verdicts(s, sent, run.vouchers)
         verdicts += more
     outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads), sent,
                             warnings=warnings)
@@ -131,15 +131,15 @@ def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun
     return Placed(outcome, tuple(verdicts), record)
 
 
-def _variant_verdicts(s: IndexSettings, stored: Sequence[str], run: PublishRun) -> tuple[list[WheelVerdict],
-                                                                                          tuple[str, ...]]:
+def _variant_verdicts(s: IndexSettings, stored: Sequence[str],
+                      vouchers: Vouchers) -> tuple[list[WheelVerdict], tuple[str, ...]]:
     """The wheel-variant channel made again after the tree took ``stored``: a verdict per stored
     wheel with a variant on ``<target>/variants``, and a warning per stored wheel without one."""
     from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
 
     target = f"{s.name}/{variantchannel.DIR}"
     try:
-        report = variantchannel.regenerate(s.path, run.vouchers.sha256_of_name)
+        report = variantchannel.regenerate(s.path, vouchers.sha256_of_name)
     except FarmError as exc:
         why = f"the wheel-variant channel was not made: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
         return [WheelVerdict(name, target, Verdict.FAILED, None, why) for name in stored], ()
