@@ -535,7 +535,7 @@ def test_a_call_sccache_cannot_cache_is_reported_with_its_reason(tmp_path, cuda_
         CELL, cuda_home=None, builder="native", env={}, compile_cache=record)).to_json()
     back = BuildInfo.from_json(written, where="_build_info.json")
     assert back.toolchain is not None
-    assert isinstance(back.toolchain.compile_cache, buildinfo.CompileCache)
+    assert isinstance(back.toolchain.compile_cache, buildinfo.CompileCacheRecord)
     assert back.toolchain.compile_cache.not_cacheable == {"-time": 2}
 
 

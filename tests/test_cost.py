@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from farm.cli import main
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.cost import (

@@ -22,7 +22,7 @@ import pytest
 
 from farm.cli import main
 from farm.errors import UsageError
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.cacheplan import DATA as SIZES
 from farm.schedule.cacheplan import CacheSizes

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.jsonread import JsonInputError, load_file
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.cacheplan import DATA as SIZES
 from farm.schedule.cacheplan import CacheSizes

@@ -35,7 +35,7 @@ from farm.provenance.ledgerline import ExistsKey
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.targets import GithubSettings, parse_targets
+from farm.publish.releases import GithubSettings
 from farm.schedule.cacheplan import CacheSizes, CellKeys, toolkit_size, torch_size
 from farm.schedule.cost import DEFAULT_JOB_S, CellKey, Costed, Durations, cost_matrix, drain_model, plan_wave
 from farm.schedule.hitrate import HitRates
@@ -292,7 +292,7 @@ class Drain:
         self.times, self.wf, self.sizes, self.scenario = times, workflow, sizes, scenario
         self.sharding: dict[str, Sharding | None] = {p.package: config.recipe(p.package).sharding
                                                      for p in matrix.packages}
-        targets = [t for t in parse_targets(config.defaults.publish, root=config.root).values()
+        targets = [t for t in config.defaults.publish.values()
                    if isinstance(t, GithubSettings)]
         self.tag = targets[0].tag if targets else None
         self.planned = {p.cell.id: p for p in matrix.cells}
