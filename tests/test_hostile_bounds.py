@@ -18,7 +18,7 @@ import pytest
 
 from farm.cli import main
 from farm.model.config import PathSource
-from farm.publish.ghrest import Client, GithubApiError, Release, RemoteAsset
+from farm.publish.ghrest import Client, GithubApiError, GithubRelease, RemoteAsset
 from farm.schedule.stream import PUBLISHED, CellVerdict
 from farm.source.fetch import fetch
 from tests.support import loopback
@@ -240,7 +240,7 @@ def test_an_asset_listing_that_never_ends_stops_at_githubs_limit() -> None:
     """A release holds at most 1,000 assets: a listing whose every page is full is cut after 11 pages."""
     page = json.dumps([{"id": i, "name": f"a{i}.whl", "size": 1} for i in range(100)]).encode()
     with hostile_github(lambda _path: (200, {}, page, 0.0)) as client, pytest.raises(GithubApiError) as caught:
-        client.assets(Release(7, "v1"))
+        client.assets(GithubRelease(7, "v1"))
     assert "more than 11 pages of 100, where a release holds at most 1,000 assets" in str(caught.value)
     assert client.requests == 11
     assert caught.value.exit_code == 3

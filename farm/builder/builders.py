@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from farm.builder.verify import ImportCheck
     from farm.lint.api import LintReport
     from farm.model.arch import ArchList
-    from farm.model.spec import ArchRequest
+    from farm.model.archrequest import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
 
@@ -1174,4 +1174,4 @@ def run_postbuild(
                             python=python, torch_built=torch_built, farm_deps=farm_deps,
                             compile_cache=compile_cache),
         source=buildinfo.source_from(source), duration_s=duration_s)
-    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)
+    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist)  # the spec's cuobjdump, not the toolkit's

@@ -30,7 +30,7 @@ from farm.builder.prune import (
 )
 from farm.errors import EXIT_OK, UsageError
 from farm.fsutil import CACHE_TAG, is_farm_cache
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -73,7 +73,7 @@ class GithubApiError(ToolError):
 
 
 @dataclass(frozen=True)
-class Release:
+class GithubRelease:
     id: int
     tag: str
 
@@ -167,8 +167,8 @@ def _run(obj: Any) -> WorkflowRun:
     return WorkflowRun(f["id"], f["status"], f.get("display_title") or "")
 
 
-def _release(obj: Any, tag: str) -> Release:
-    return Release(_fields(obj, f"release {tag}", id=(int, True))["id"], tag)
+def _release(obj: Any, tag: str) -> GithubRelease:
+    return GithubRelease(_fields(obj, f"release {tag}", id=(int, True))["id"], tag)
 
 
 def check_url(url: str, what: str) -> str:
@@ -320,13 +320,13 @@ class Client:
     def _repo(self) -> str:
         return f"/repos/{self.repository}"
 
-    def release(self, tag: str) -> Release | None:
+    def release(self, tag: str) -> GithubRelease | None:
         answer = self.request("GET", f"{self._repo()}/releases/tags/{urllib.parse.quote(tag, safe='')}", ok=(200, 404))
         if answer.status == 404:
             return None
         return _release(answer.json(), tag)
 
-    def create_release(self, tag: str, notes: str) -> Release:
+    def create_release(self, tag: str, notes: str) -> GithubRelease:
         """The release ``tag``, created when missing (a concurrent creator's release is used)."""
         body = json.dumps({"tag_name": tag, "name": tag, "body": notes}).encode()
         answer = self.request("POST", f"{self._repo()}/releases", body=body,
@@ -339,7 +339,7 @@ class Client:
             raise GithubApiError(f"creating release {tag}: HTTP 422: {clip(text, 300)}", status=422)
         return existing
 
-    def assets(self, release: Release) -> list[RemoteAsset]:
+    def assets(self, release: GithubRelease) -> list[RemoteAsset]:
         """Every asset of ``release``, every page."""
         out: list[RemoteAsset] = []
         for page in range(1, MAX_ASSET_PAGES + 1):
@@ -354,7 +354,7 @@ class Client:
                              f"{PER_PAGE}, where a release holds at most {MAX_RELEASE_ASSETS:,} assets",
                              hint="GitHub's listing did not end: look at the release, then run the upload again")
 
-    def upload(self, release: Release, path: Path, name: str) -> RemoteAsset | None:
+    def upload(self, release: GithubRelease, path: Path, name: str) -> RemoteAsset | None:
         """Upload ``path`` as asset ``name``; None when the release already has an asset of
         that name (GitHub's 422), which the caller then looks at."""
         url = (f"{self.uploads_url.rstrip('/')}{self._repo()}/releases/{release.id}/assets?"

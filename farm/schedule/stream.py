@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, clip
 from farm.fsutil import tree_bytes
 from farm.model.cells import Cell
-from farm.provenance.buildinfo import BUILD_INFO_NAME, name_problems, read_embedded
+from farm.provenance.buildinfo import BUILD_INFO_NAME, name_problems, read_wheel
 from farm.schedule.outcome import ARTIFACT_PREFIX, CellResult, read_artifacts
 
 # What a cell ended as. Only "published" takes it out of the queue (its ledger record exists).
@@ -133,14 +132,11 @@ def not_the_cells(cell_id: str, wheel: Path) -> str | None:
     version, local label, tags) must agree with that provenance. A build job's artifact is
     another job's output: a cp312 cell's artifact holding the cp311 wheel publishes nothing."""
     try:
-        with SafeWheel(wheel) as open_wheel:
-            dist_info = open_wheel.dist_info()
-            member = f"{dist_info}/{BUILD_INFO_NAME}"
-            if not dist_info or member not in open_wheel.names():
-                return f"{wheel.name} holds no {BUILD_INFO_NAME}: not a wheel farm built for cell {cell_id}"
-            info = read_embedded(open_wheel, member, where=f"{wheel.name}!{member}")
+        info = read_wheel(wheel)
     except FarmError as exc:
         return f"{wheel.name}: {exc.message}"
+    if info is None:
+        return f"{wheel.name} holds no {BUILD_INFO_NAME}: not a wheel farm built for cell {cell_id}"
     c = info.cell
     built_for = (Cell(info.package, info.version, c.cuda, c.torch, c.python, c.platform).id
                  if info.package and c.cuda and c.torch and c.python and c.platform else "an unknown cell")
