@@ -6,9 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from farm.model.config import DEFAULTS_FILE, load_defaults
+from farm.load.defaults import load_defaults
+from farm.model.config import DEFAULTS_FILE
 from farm.provenance.ledgerfiles import ledger_location
-from farm.publish import IndexSettings, parse_targets, regenerate_index, regenerate_variants
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import regenerate_index, regenerate_variants
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +32,7 @@ def configured(root: Path, tree: Path) -> IndexSettings | None:
     path = root / DEFAULTS_FILE
     if not path.exists():
         return None
-    for target in parse_targets(load_defaults(path).publish, root=root, where=path.name).values():
+    for target in load_defaults(path).publish.values():
         if isinstance(target, IndexSettings) and target.path.resolve() == tree.resolve():
             return target
     return None

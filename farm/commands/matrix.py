@@ -12,15 +12,17 @@ from typing import Any
 
 import msgspec
 
+from farm.builder.compilecache import backend_for
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import FarmConfig
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.github import capacity_problems
-from farm.publish.targets import GithubSettings, parse_targets
+from farm.publish.releases import GithubSettings
 from farm.schedule.actions import (
     SUMMARY_COLUMNS,
     WAVE_COLUMNS,
@@ -51,10 +53,9 @@ from farm.schedule.matrixlint import (
     lint_packages,
     stale_ignores,
 )
-from farm.schedule.recipetimes import RecipeTimes
+from farm.schedule.recipetimes import recipe_times
 from farm.schedule.slices import SHARD_SIZE
 from farm.schedule.waves import Wave, deferred_error, wave_advice
-from farm.simulate.inputs import Inputs
 from farm.table import format_table
 
 NO_LINT_NOTE = (
@@ -130,11 +131,11 @@ def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) ->
     """Each GitHub target's releases that the ledger's cells and this matrix's would take past
     GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
     the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
-    targets = parse_targets(config.defaults.publish, root=config.root)
     keys = [r.key for r in ledger.records if r.key is not None]
     keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
              for p in matrix.cells for c in (p.cell,)]
-    return [f"publish target {t.name!r}: {line}" for t in targets.values() if isinstance(t, GithubSettings)
+    return [f"publish target {t.name!r}: {line}" for t in config.defaults.publish.values()
+            if isinstance(t, GithubSettings)
             for line in capacity_problems(t.tag, keys)]
 
 
@@ -234,11 +235,12 @@ def run(args: argparse.Namespace) -> int:
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
     recorded = list(recorded_builds(ledger_path))  # one read for both
     # where the ledger has nothing of a package: its recipe's build measured on the reference host,
-    # scaled to a hosted runner by the factor the drain simulation states (farm/simulate/inputs.json)
-    durations = replace(durations_of(recorded), measured=RecipeTimes.load(),
-                        runner_factor=Inputs.load().v.runner_factor)
+    # scaled to a hosted runner by the factor the table states
+    times = recipe_times()
+    durations = replace(durations_of(recorded), measured=times, runner_factor=times.runner_factor.value)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
-    hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
+    # the compiler cache's, per package; all of a recorded cell where the cache keeps its steps
+    hit_rates = hit_rates_of(recorded, retained=backend_for(os.environ) != "gha")
 
     def unchanged(attempt: Attempt) -> bool:
         """A failed build's recipe and defaults are today's: it would fail the same way."""

@@ -40,18 +40,19 @@ from typing import Any
 from farm.commands.slice import read_plan
 from farm.commands.upload import check_publishers, configured_targets, publish_options, render
 from farm.errors import EXIT_ENVIRONMENT, UsageError
-from farm.model.config import FarmConfig, load_config
+from farm.load.recipes import load_config
+from farm.model.config import FarmConfig
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import ledger_location
-from farm.provenance.verdict import derive_from_config
-from farm.publish import ghrest, upload
+from farm.publish import ghrest
 from farm.publish.artifacts import Source, run_artifacts
 from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, RESERVE_S, JobClock, next_cell_fits, publish_shares
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
+from farm.publish.publish import upload
 from farm.publish.ratelimit import RealClock, Throttle, github_limits
-from farm.publish.releases import ReleaseCache, github_client
-from farm.publish.targets import GithubSettings
+from farm.publish.releases import GithubSettings, ReleaseCache, github_client
 from farm.schedule.attempts import Attempt, classify, jobs_of
 from farm.schedule.attempts import append as append_attempts
 from farm.schedule.cost import JOB_LIMIT_S
@@ -66,6 +67,7 @@ from farm.schedule.stream import (
     REPORT_PREFIX,
     CellVerdict,
     handed_on,
+    not_the_cells,
     publish_jobs,
     publish_shard,
     read_reports,
@@ -109,6 +111,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rate-limit-wait", type=float, default=MAX_RATE_LIMIT_WAIT_S / 60, metavar="MIN",
                         help="minutes the job may wait in all on GitHub's rate-limit answers before it hands the "
                              f"rest on (default {MAX_RATE_LIMIT_WAIT_S // 60})")
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output: one object at the end (the verdicts go to stderr as they come)")
     publish_options(parser)
     parser.set_defaults(publishers=None)  # default: a share of the token by the plan's cells
 
@@ -237,8 +241,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--job-started {args.job_started}: epoch seconds")
     plan = read_plan(args.plan)
     cells, share = _cells_and_share(args, plan)
-    targets = configured_targets(root, args.target)
     config = load_config(root)
+    targets = configured_targets(config, args.target)
     derive = derive_from_config(config)
     ledger = ledger_location(root)
     clock = RealClock()
@@ -261,6 +265,9 @@ def run(args: argparse.Namespace) -> int:
     pusher = LedgerPusher(ledger, args.push_ledger, every_s=PUSH_EVERY_S) if args.push_ledger else None
 
     def publish(cell: CellResult) -> tuple[str, str]:
+        foreign = [why for why in (not_the_cells(cell.id, f) for f in cell.files if f.name.endswith(".whl")) if why]
+        if foreign:
+            return REFUSED, "; ".join(foreign)
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, book=book, pusher=pusher,
                         github_client=releases, release_caches=caches)
         if report.ok:
@@ -287,25 +294,32 @@ def run(args: argparse.Namespace) -> int:
         def note(v: CellVerdict) -> None:
             fh.write(json.dumps(v.to_json()) + "\n")
             fh.flush()
-            print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""))
+            print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""),
+                  file=sys.stderr if args.json else sys.stdout)
 
         verdicts = publish_shard(cells, RunArtifacts(artifacts, args.run_id).fetch, publish, args.scratch,
                                  on_verdict=note, stop=stop)
     if args.shard == REST:
         _record_attempts(plan, read_reports([*_reports(args), args.report]), actions, args.run_id, ledger, config,
                          limit_s, pusher)
-    if pusher is not None and pusher.finish() is not None:
-        print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+    push_failed = pusher is not None and pusher.finish() is not None
     published = sum(v.built for v in verdicts)
     rest = actions.requests + sum(c.requests for c in clients.values())
+    service = artifacts.requests if artifacts is not actions else 0
+    if args.json:
+        print(json.dumps({"shard": args.shard, "published": published, "verdicts": [v.to_json() for v in verdicts],
+                          "rest_requests": rest, "artifact_service_requests": service,
+                          "handed_on": sum(v.status == HANDED_ON for v in verdicts),
+                          "ledger_push_error": str(pusher.error) if push_failed and pusher else None}, indent=2))
+    if push_failed and pusher is not None:
+        print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     per = f" ({rest / published:.2f} per published cell)" if published else ""
     waited = throttle.budget.rate_limit_waited_s
     print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published, "
           f"{sum(v.status == HANDED_ON for v in verdicts)} handed on; {rest} REST request(s){per}, "
-          f"{artifacts.requests if artifacts is not actions else 0} artifact-service request(s); "
-          f"{throttle.waited_s:.0f} s waited ({waited:.0f} s on GitHub's rate-limit answers); "
-          f"{share:.0%} of the token's limits", file=sys.stderr)
+          f"{service} artifact-service request(s); {throttle.waited_s:.0f} s waited ({waited:.0f} s on GitHub's "
+          f"rate-limit answers); {share:.0%} of the token's limits", file=sys.stderr)
     return 0
 
 

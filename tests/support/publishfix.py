@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -132,17 +133,21 @@ def uv_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 # -- a fleet of stamped wheels, one package per cell --------------------------------------------
 def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *, arch: str,
-                  run_id: str = "1") -> tuple[Path, dict[str, Path]]:
+                  run_id: str = "1", recipe_lines: Mapping[str, str] | None = None) -> tuple[Path, dict[str, Path]]:
     """A farm root whose recipes ask ``arch`` of each package, and for each package a wheel
-    holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``).
-    ``run_id``: the CI run recorded in each provenance; another one makes another build of
-    the same cells (other bytes, the same file names)."""
-    from farm.model.config import load_config
+    holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``), in the
+    order given. ``run_id``: the CI run recorded in each provenance; another one makes another
+    build of the same cells (other bytes, the same file names). ``recipe_lines``: YAML appended
+    to a package's recipe (``requires_dist: [...]``)."""
+    from farm.load.recipes import load_config
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
     from tests.support.postbuildfix import builder_wheel
     from tests.support.postbuildfix import write_farm_root as write_recipes
 
     root = write_recipes(work / "root", dict.fromkeys(packages, arch))
+    for dist, lines in (recipe_lines or {}).items():
+        with (root / "packages" / f"{dist}.yml").open("a") as yml:
+            yml.write(lines)
     config = load_config(root)
     env = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "farm-wheels/farm", "GITHUB_RUN_ID": run_id,
            "GITHUB_RUN_ATTEMPT": "1", "GITHUB_SHA": "0" * 40}
