@@ -37,6 +37,7 @@ from farm.builder.preflight import Preflight, needs_of
 from farm.builder.shard import ShardJob
 from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
+from farm.fsutil import mark_cache
 from farm.load.defaults import check_torch_index
 from farm.load.recipes import load_config
 from farm.model.arch import ArchList
@@ -98,7 +99,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
     parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
                         help=f"where compiles are cached: local (CACHE/compile-cache), gha (GitHub Actions' cache), "
-                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else local)")
+                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else s3 where "
+                             "$SCCACHE_BUCKET is set, else gha in a GitHub job that hands its cache to the build, "
+                             "else local)")
     parser.add_argument("--shard-dir", type=Path, metavar="DIR",
                         help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
@@ -290,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
+    procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
                          hint="drop --shard/--link to see the plan")
@@ -375,6 +379,7 @@ def _build(args: argparse.Namespace) -> int:
         if there is not None:  # --overwrite: the cell's old wheel and fragment make way
             there[0].unlink()
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        mark_cache(cache)  # what farm cache prune takes for a farm cache, once a build writes to it
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from farm.builder.compilecache import backend_for
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.load.recipes import load_config
@@ -216,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
     recorded = list(recorded_builds(args.ledger or config.ledger_path))  # one read for both
     durations = durations_of(recorded)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
-    hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
+    # the compiler cache's, per package; all of a recorded cell where the cache keeps its steps
+    hit_rates = hit_rates_of(recorded, retained=backend_for(os.environ) != "gha")
     costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     wave = plan_wave(costed, capacity)

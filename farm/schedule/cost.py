@@ -16,7 +16,8 @@ From that, per cell (:func:`plan_cell`):
   with the reason: no hosted runner can finish it, so it is never scheduled to time out.
 
 :func:`wave_cost` is a wave's bill: jobs, runner-hours, and the wall time at N concurrent jobs
-(GitHub's Free plan runs 20), longest jobs first as the plan orders them. All of it is pure.
+(GitHub's Free plan runs 20), longest jobs first as the plan orders them, each job with the set-up
+every hosted job pays before ``farm build`` (``recipe_times.json``). All of it is pure.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from farm.schedule.jobs import cost as jobs_of
+from farm.schedule.recipetimes import recipe_times
 from farm.schedule.waves import Wave, schedule
 
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
@@ -110,7 +112,9 @@ class CellJobs:
 
     @property
     def runner_s(self) -> float:
-        return self.job_s * max(1, self.compile_jobs) + self.link_s
+        """Every job of the cell on its runner, each with its set-up."""
+        link = self.link_s + job_setup_s() if self.jobs > 1 else 0.0
+        return (self.job_s + job_setup_s()) * max(1, self.compile_jobs) + link
 
 
 def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG001 (key: the caller's record)
@@ -169,6 +173,11 @@ class WaveCost:
                 "uploads": self.uploads, "estimated_cells": self.estimated}
 
 
+def job_setup_s() -> float:
+    """What every hosted job spends before ``farm build`` starts (recipe_times.json: an estimate)."""
+    return recipe_times().value("job_setup_s")
+
+
 def makespan(durations: Sequence[float], runners: int) -> float:
     """Wall time of jobs started in order on ``runners`` slots (each job takes the first free one)."""
     if runners < 1:
@@ -183,8 +192,9 @@ def makespan(durations: Sequence[float], runners: int) -> float:
 def wave_cost(plans: Sequence[CellJobs], concurrency: int = DEFAULT_CONCURRENCY) -> WaveCost:
     """The bill of the scheduled cells' plans, in the order the wave starts them: every build
     and compile job, then the link jobs (the link matrix runs after every build shard)."""
-    builds = [p.job_s for p in plans for _ in range(max(1, p.compile_jobs))]
-    links = [p.link_s for p in plans if p.compile_jobs > 1]
+    setup = job_setup_s()
+    builds = [p.job_s + setup for p in plans for _ in range(max(1, p.compile_jobs))]
+    links = [p.link_s + setup for p in plans if p.compile_jobs > 1]
     wall = makespan(builds, concurrency) + (makespan(links, concurrency) if links else 0.0)
     wall = max(wall, len(plans) / UPLOADS_PER_HOUR * 3600)
     return WaveCost(
@@ -254,8 +264,9 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                                 LINK_JOB_S if p.compile_jobs > 1 else 0.0)
             if plan.compile_jobs != p.compile_jobs:
                 p = replace(p, compile_jobs=plan.compile_jobs)
-            if hit_rates is not None:
-                plan = replace(plan, job_s=plan.job_s * hit_rates.factor(key, recorded=est.source == "recorded"))
+            if hit_rates is not None:  # a compile shard's job is all compile; a whole cell's has its fixed part
+                plan = replace(plan, job_s=hit_rates.seconds(key, plan.job_s, recorded=est.source == "recorded",
+                                                             fixed=0.0 if plan.compile_jobs > 1 else None))
             plans[c.id] = plan
             kept.append((plan.job_s, p))
         kept.sort(key=lambda kp: -kp[0])  # stable: grid order among equals
