@@ -4,6 +4,7 @@
     nox -s matrix -- [PKG...] [--cuda 12.8] [--github-output]
     nox -s build -- demo_ext --cuda 13.0 --python 3.11 --builder native
     nox -s cache-plan -- --json
+    nox -s simulate -- --runners 60 [--epochs 3] [--warm] [--json]
     nox -s tests
     nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads
     nox -s tests_fast                    # the fast tier on every supported Python this machine has
@@ -148,13 +149,20 @@ def backfill(session: nox.Session) -> None:
 @nox.session
 def index(session: nox.Session) -> None:
     """Regenerate the static PEP 503 index from the ledger."""
-    _farm(session, "index")
+    _install(session, "-e", ".[build,upload]")  # the wheel-variant channel's metadata needs variantlib
+    _run_farm(session, "index")
 
 
 @nox.session(name="cache-plan")
 def cache_plan(session: nox.Session) -> None:
     """The Actions cache plan: each cache key's size against the repository's 10 GB."""
     _farm(session, "cache-plan")
+
+
+@nox.session
+def simulate(session: nox.Session) -> None:
+    """An epoch bump drained on a simulated GitHub: days, runner-hours, work redone, limits, goals."""
+    _farm(session, "simulate")
 
 
 @nox.session

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chain": ("farm.commands.chain", "dispatch the next wave, merged with the run already waiting"),
     "cache-plan": ("farm.commands.cache_plan", "the Actions cache plan: each cache key's measured size against 10 GB"),
     "cache": ("farm.commands.cache", "prune the build caches: toolkits, environments, sources no recent cell uses"),
+    "simulate": ("farm.commands.simulate", "an epoch bump drained on a simulated GitHub: days, waste, limits, goals"),
 }
 
 

@@ -170,6 +170,11 @@ class ToolError(FarmError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class OutOfTime(ToolError):
+    """A job's clock, or what it may spend waiting on a rate limit, is used up: what it has not
+    done is handed on to the next job (never waited for past the job's limit)."""
+
+
 class FileSystemError(FarmError):
     """The disk is full, or a path is not writable (or readable) for this user."""
 

@@ -32,8 +32,9 @@ class Batch:
 
 
 @functools.cache
-def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
-    """Build demo_ext for one arch, run postbuild on it; returns the wheels and the fragment."""
+def build_stamped_demo(work: Path, cuda_home: Path, arch: str = ARCH, build_epoch: int = 0) -> Batch:
+    """Build demo_ext for ``arch`` (one arch unless told), run postbuild on it with ``build_epoch``;
+    returns the wheels and the fragment."""
     from farm.binary.assertion import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
@@ -43,14 +44,14 @@ def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
     src = work / "demo_ext"
     shutil.copytree(REPO / "examples" / "demo_ext", src)
     raw_dir, out = work / "raw", work / "out"
-    env = {**os.environ, "CUDA_HOME": str(cuda_home), "TORCH_CUDA_ARCH_LIST": ARCH, "MAX_JOBS": "2"}
+    env = {**os.environ, "CUDA_HOME": str(cuda_home), "TORCH_CUDA_ARCH_LIST": arch, "MAX_JOBS": "2"}
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                     "--no-cache-dir", "-q", "-w", str(raw_dir), str(src)], check=True, env=env)
     (raw,) = raw_dir.glob("demo_ext-*.whl")
     python = f"cp{sys.version_info.major}{sys.version_info.minor}"
     cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", python, "linux_x86_64")
     context = BuildContext(
-        cell=cell, expected=Expected(ArchList.parse(ARCH)), requested=ARCH, build_epoch=0,
+        cell=cell, expected=Expected(ArchList.parse(arch)), requested=arch, build_epoch=build_epoch,
         defaults_sha256=None, recipe_sha256=None,
         source=buildinfo.PathSourceRecord("examples/demo_ext", None),
         run=probe.run_from_env({}),

@@ -8,7 +8,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -310,39 +309,6 @@ def test_a_modified_extension_is_reported(venv: Path, tmp_path: Path) -> None:
         assert any("differs from the sha256" in f["what"] for f in doc["findings"])
     finally:
         so.write_bytes(original)
-
-
-def test_the_build_tooling_is_an_extra() -> None:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    base = {r.split(">")[0].split(";")[0].strip() for r in project["dependencies"]}
-    assert not base & {"cibuildwheel", "nox", "pip", "nvidia-cuda-cuobjdump"}
-    assert "farm[build]" in project["optional-dependencies"]["test"]
-
-
-@pytest.mark.slow
-def test_the_light_install_diagnoses_and_refuses_to_build(venv: Path, tmp_path: Path) -> None:
-    """farm installed without extras (pip's configured index supplies the base dependencies):
-    doctor runs, cibuildwheel and nox are absent, and `farm build` names the extra it needs."""
-    light = tmp_path / "light"
-    subprocess.run([sys.executable, "-m", "venv", str(light)], check=True)
-    py = light / "bin" / "python"
-    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", str(REPO)],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    missing = subprocess.run([str(py), "-c", ("import importlib.util as u; "
-                              "print([m for m in ('cibuildwheel', 'nox') if u.find_spec(m)])")],
-                             capture_output=True, text=True, check=True)
-    assert missing.stdout.strip() == "[]"
-    farm = light / "bin" / "farm"
-    doctor = subprocess.run([str(farm), "doctor", "--python", str(venv), "--device", "8.6", "--driver", "580.65.06",
-                             "--json"], capture_output=True, text=True, check=False, cwd=tmp_path)
-    assert doctor.returncode == 0, doctor.stderr
-    assert json.loads(doctor.stdout)["verdicts"][0]["image"] == "sm_86"
-    build = subprocess.run([str(farm), "build", "demo_ext", "--root", str(REPO)], capture_output=True, text=True,
-                           check=False, cwd=tmp_path)
-    assert build.returncode == 3
-    assert "pip install 'farm[build]'" in build.stderr
-    assert "cibuildwheel" in build.stderr
 
 
 # -- the fix names a wheel of the index's catalogue --------------------------------------------

@@ -281,3 +281,24 @@ def test_a_listing_that_fails_fails_the_shards_cells_at_once(wave: Run) -> None:
     assert {v["status"] for v in report.values()} == {"error"}
     assert all("HTTP 404" in v["detail"] for v in report.values())
     assert len([r for r in wave.sim.log if "/artifacts" in r.path]) == 1  # asked once, not once a cell
+
+
+def test_the_drain_simulation_asks_what_the_publish_job_asks(wave: Run) -> None:
+    """farm simulate's publish jobs send, per cell, the REST calls this command sends: the
+    simulation's bill of requests is the real job's (farm/simulate/drain.py:cell_requests)."""
+    from farm.simulate.drain import cell_requests
+    cells = wave.cells[:5]
+    for c in cells:
+        build(wave, c)
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    api = [r for r in wave.sim.log if not r.path.startswith("/_storage/")]
+    listing = [r for r in api if r.path.endswith(f"/runs/{wave.run_id}/artifacts")]
+    releases: dict[tuple[str, ...], int] = {}
+    expected: list[str] = []
+    for c in cells:  # one release per package, version, CUDA line and epoch (the default tag)
+        tag = (c["package"], c["version"], c["cuda"], str(c["build_epoch"]))
+        expected += cell_requests(tag in releases, releases.get(tag, 0))
+        releases[tag] = releases.get(tag, 0) + 1
+    assert len(listing) == 1
+    assert sorted(r.method for r in api if r not in listing) == sorted(expected)

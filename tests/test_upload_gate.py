@@ -197,14 +197,20 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
     assert main(["upload", str(out), "--root", str(root)]) == 0  # default_target: index
     text = capsys.readouterr().out
     assert "index (index): sent 1" in text
+    # the repository's _defaults.yml has the index's wheel-variant channel on
+    assert f"{wheel.name}: index/variants: published variants/files/" in text
+    assert "sm_arch 80_real; a driver of CUDA 13.0 or newer" in text
     tree = root / "public" / "index"
     assert (tree / "files" / wheel.name).exists()
     page = (tree / "cu130" / "demo-ext" / "index.html").read_bytes()
     (tree / "cu130" / "demo-ext" / "index.html").unlink()
+    (tree / "variants" / "cu130" / "demo-ext" / "index.html").unlink()
     assert main(["index", str(tree), "--root", str(root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["written"] == ["cu130/demo-ext/index.html"]
     assert (tree / "cu130" / "demo-ext" / "index.html").read_bytes() == page
+    assert doc["variants"]["written"] == ["cu130/demo-ext/index.html"]
+    assert list(doc["variants"]["wheels"]) == [wheel.name]
 
 
 # -- the pure core ----------------------------------------------------------------------------

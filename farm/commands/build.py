@@ -17,6 +17,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
+from farm import DISTRIBUTION
 from farm.builder import procs
 from farm.builder.builders import (
     ENGINES,
@@ -210,7 +211,8 @@ def require_build_extra() -> None:
             missing.append(name)
     if missing:
         raise ToolError(f"farm build needs the build tooling; not installed: {', '.join(missing)}",
-                        where=sys.executable, hint="pip install 'farm[build]' (the noxfile's sessions install it)")
+                        where=sys.executable,
+                        hint=f"pip install '{DISTRIBUTION}[build]' (the noxfile's sessions install it)")
 
 
 def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]:

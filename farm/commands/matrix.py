@@ -29,11 +29,10 @@ from farm.schedule.actions import (
 )
 from farm.schedule.cost import (
     DEFAULT_CONCURRENCY,
-    Costed,
     WaveCost,
     cost_matrix,
     drain_model,
-    ordered,
+    plan_wave,
     wave_cost,
 )
 from farm.schedule.durations import durations_of, recorded_builds
@@ -48,7 +47,7 @@ from farm.schedule.matrixlint import (
     stale_ignores,
 )
 from farm.schedule.slices import SHARD_SIZE
-from farm.schedule.waves import Wave, deferred_error, schedule, wave_advice
+from farm.schedule.waves import Wave, deferred_error, wave_advice
 from farm.table import format_table
 
 NO_LINT_NOTE = (
@@ -108,13 +107,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plan", type=Path, metavar="FILE",
                         help="also write the --json output to FILE (what `farm wave` reads after the builds)")
-
-
-def plan_wave(costed: Costed, capacity: int | None) -> Wave:
-    """The run's wave: chosen round-robin across packages, started longest job first, with the
-    cells no runner can finish set aside (farm/schedule/cost.py)."""
-    wave = schedule(costed.matrix, capacity, jobs=cost)
-    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
 
 
 def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from farm.provenance.verdict import Check
 from farm.publish.gate import GatedWheel, GateResult, Refusal, Vouchers, run_gate
-from farm.publish.publish import UploadReport, regenerate_index, upload
+from farm.publish.publish import UploadReport, regenerate_index, regenerate_variants, upload
 from farm.publish.targets import (
     GithubSettings,
     IndexSettings,
@@ -45,6 +45,7 @@ __all__ = [
     "WheelVerdict",
     "parse_targets",
     "regenerate_index",
+    "regenerate_variants",
     "run_gate",
     "select",
     "upload",

@@ -7,7 +7,9 @@ secondary limits, sliding windows), and an answer of 403/429 that is about a rat
 obeyed (``Retry-After``, else ``x-ratelimit-reset``, else a minute), at most ``max_retries``
 times and never for longer than ``max_wait_s`` at once: a run past that fails with exit 3 and
 the time GitHub asked for, instead of sleeping through a job's time limit. A 5xx answer or a
-dropped connection is retried the same bounded way.
+dropped connection is retried the same bounded way. Every wait is held to the throttle's
+:class:`~farm.publish.ratelimit.WaitBudget` (a publish job's deadline and its cap on rate-limit
+waits), which raises :class:`~farm.errors.OutOfTime` rather than sleep past them.
 
 An upload that lands twice (a retried POST whose first try got through) is answered 422
 ``already_exists`` by GitHub: :meth:`Client.upload` returns None for it and the caller compares
@@ -236,7 +238,7 @@ class Client:
                 if attempt == self.max_retries:
                     raise GithubApiError(f"{shown}: cannot reach GitHub ({reason}) after {attempt + 1} tries",
                                          hint="check the network, then run the upload again: it resumes") from None
-                self.clock.sleep(min(2.0 ** attempt, 60.0))
+                self.throttle.pause(min(2.0 ** attempt, 60.0), rate_limit=False, what=f"{shown}: a retry")
                 continue
             if answer.status in ok:
                 self._spent(answer.headers)
@@ -254,9 +256,9 @@ class Client:
                     f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
                     f"(after {attempt + 1} tries)", status=answer.status,
                     hint="the token's rate limit is spent: run the upload again later, it resumes where it stopped")
-            if answer.status in (403, 429):
-                self.rate_limited += 1
-            self.clock.sleep(wait)
+            limited = answer.status in (403, 429)
+            self.rate_limited += limited
+            self.throttle.pause(wait, rate_limit=limited, what=f"{shown}: HTTP {answer.status}")
         raise AssertionError("unreachable")
 
     def _spent(self, headers: Mapping[str, str]) -> None:
@@ -267,8 +269,7 @@ class Client:
         if remaining.strip() == "0" and reset.strip().isdigit():
             wait = float(reset) - self.clock.now() + 1.0
             if 0 < wait <= self.max_wait_s:
-                self.throttle.waited_s += wait
-                self.clock.sleep(wait)
+                self.throttle.pause(wait, rate_limit=True, what="the token's primary limit is spent")
 
     # -- the calls ---------------------------------------------------------------------------
     def _repo(self) -> str:

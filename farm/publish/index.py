@@ -146,7 +146,7 @@ def channels(files: Iterable[IndexFile]) -> dict[str, dict[str, list[IndexFile]]
             for ch, projects in sorted(out.items())}
 
 
-def _page(title: str, links: Iterable[str]) -> bytes:
+def page(title: str, links: Iterable[str]) -> bytes:
     body = "\n".join(f"    {link}<br>" for link in links)
     return (
         "<!DOCTYPE html>\n<html>\n  <head>\n"
@@ -192,14 +192,14 @@ def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
     pages: dict[str, bytes] = {}
     for channel, projects in by_channel.items():
         depth = channel.count("/") + 1
-        pages[f"{channel}/index.html"] = _page(
+        pages[f"{channel}/index.html"] = page(
             f"Simple index ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
         for project, pfiles in projects.items():
             up = "../" * (depth + 1)
-            pages[f"{channel}/{project}/index.html"] = _page(
+            pages[f"{channel}/{project}/index.html"] = page(
                 f"Links for {project}", (file_link(f, up) for f in pfiles))
-    pages["flat/index.html"] = _page("All wheels", (file_link(f, "../") for f in files))
-    pages["index.html"] = _page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
+    pages["flat/index.html"] = page("All wheels", (file_link(f, "../") for f in files))
+    pages["index.html"] = page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
     doc = packages_json(files, by_channel)
     pages[PACKAGES_JSON] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     return pages
@@ -281,7 +281,7 @@ class IndexReport:
     removed: tuple[str, ...]
 
 
-def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
+def write_pages(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
     written = []
     for folder in {(root / rel).parent for rel in pages}:  # pages a killed regeneration left half-written
         sweep_leftovers(folder)
@@ -306,7 +306,7 @@ def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: 
     return IndexReport(root, len(new.get("files", {})), tuple(new.get("channels", {})), tuple(written), tuple(removed))
 
 
-def _locked(root: Path) -> Any:
+def locked(root: Path) -> Any:
     """One writer per tree at a time (two upload jobs, or an upload and `farm index`)."""
     root.mkdir(parents=True, exist_ok=True)
     return FileLock(str(root / ".lock"), timeout=300)
@@ -323,7 +323,7 @@ def regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (
     if not create and not (root / FILES).is_dir() and not (root / PACKAGES_JSON).exists():
         raise UsageError("not an index tree (no files/ and no packages.json)", where=str(root),
                          hint="pass the folder a publish target of kind index writes to")
-    with _locked(root):
+    with locked(root):
         return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote)
 
 
@@ -352,7 +352,7 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
     pages.update(compat.pages(files_dir, files.values()))  # beside the PEP 503 pages, never in them
-    report = _write(root, pages, old, new)
+    report = write_pages(root, pages, old, new)
     compat.prune(root, pages)
     return report
 
@@ -364,8 +364,8 @@ class IndexUpload:
     action: str  # "stored" or "present" (same name, same sha256 already there: a no-op)
 
 
-def url_of(filename: str, base_url: str | None) -> str:
-    rel = f"{FILES}/{quote(filename)}"
+def url_of(filename: str, base_url: str | None, folder: str = FILES) -> str:
+    rel = f"{folder}/{quote(filename)}"
     return f"{base_url.rstrip('/')}/{rel}" if base_url else rel
 
 
@@ -378,7 +378,7 @@ def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup,
     root = Path(root)
     if dry_run and not root.exists():
         return _check_new(root, list(wheels), lookup, base_url)[0], None
-    with _locked(root):
+    with locked(root):
         out, plan = _check_new(root, list(wheels), lookup, base_url)
         if dry_run:
             return out, None
@@ -483,7 +483,7 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
     if dry_run and not root.exists():
         out, _, refused = classify()
         return IndexBatch(tuple(out), tuple(refused), None)
-    with _locked(root):
+    with locked(root):
         out, plan, refused = classify()
         if not plan:  # nothing to store: the tree is left as it is
             return IndexBatch(tuple(out), tuple(refused), None)

@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, DefectError, LedgerError, ToolError, UsageError
+from farm.errors import (
+    EXIT_DEFECT,
+    EXIT_ENVIRONMENT,
+    EXIT_OK,
+    DefectError,
+    FarmError,
+    LedgerError,
+    ToolError,
+    UsageError,
+)
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index, twine
@@ -37,6 +46,7 @@ from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
     from farm.provenance.verdict import Derive
+    from farm.publish.variantchannel import VariantReport
 
 PUBLISH_LOCK_SUFFIX = ".publish.lock"
 # Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.
@@ -129,6 +139,25 @@ def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBoo
     return _Done(TargetOutcome(s.name, "index", placed, sent), tuple(verdicts), record)
 
 
+def _variant_verdicts(s: IndexSettings, stored: Sequence[str],
+                      vouchers: Vouchers) -> tuple[list[WheelVerdict], tuple[str, ...]]:
+    """The wheel-variant channel made again after the tree took ``stored``: a verdict per stored
+    wheel with a variant on ``<target>/variants``, and a warning per stored wheel without one."""
+    from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+    target = f"{s.name}/{variantchannel.DIR}"
+    try:
+        report = variantchannel.regenerate(s.path, vouchers.sha256_of_name)
+    except FarmError as exc:
+        why = f"the wheel-variant channel was not made: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
+        return [WheelVerdict(name, target, Verdict.FAILED, None, why) for name in stored], ()
+    made = [(name, v) for name in stored if (v := report.made.get(name)) is not None]
+    folder = variantchannel.FOLDER
+    verdicts = [WheelVerdict(name, target, Verdict.PUBLISHED, index.url_of(v.filename, s.base_url, folder),
+                             v.describe()) for name, v in made]
+    return verdicts, tuple(f"{name}: no wheel variant: {why}" for name, why in report.left_out if name in stored)
+
+
 def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, vouchers: Vouchers, *,
                   dry_run: bool) -> _Done:
     book.refresh()
@@ -146,8 +175,13 @@ def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBoo
     new = Verdict.WOULD_SEND if dry_run else Verdict.PUBLISHED
     verdicts += [WheelVerdict(u.filename, s.name, new if u.action == "stored" else Verdict.PRESENT, u.url)
                  for u in done.uploads]
-    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads),
-                            tuple(u.filename for u in done.uploads if u.action == "stored"))
+    sent = tuple(u.filename for u in done.uploads if u.action == "stored")
+    warnings: tuple[str, ...] = ()
+    if s.variants and done.report is not None:
+        more, warnings = _variant_verdicts(s, sent, vouchers)
+        verdicts += more
+    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads), sent,
+                            warnings=warnings)
     record = () if dry_run else tuple((by_name[u.filename], u.url) for u in done.uploads)
     return _Done(outcome, tuple(verdicts), record)
 
@@ -208,6 +242,10 @@ def upload(
     (:class:`farm.publish.ledgerpush.LedgerPusher`). A job that publishes many batches passes
     its open ``book`` of ``ledger`` (read once, records appended) and its ``pusher``."""
     wheels = find_wheels(wheels_dir)
+    if not dry_run and any(isinstance(t, IndexSettings) and t.variants for t in targets):
+        from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+        variantchannel.require()  # before anything is published
     dirs = [Path(wheels_dir), *fragment_dirs]
     book = LedgerBook.open(ledger) if book is None else book
     if book.path != Path(ledger):
@@ -315,6 +353,16 @@ def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] 
     (``links``: also every ledger entry published to that target, linked to its URL there)."""
     with publish_lock(ledger):
         return _regenerate_index(root, ledger=ledger, fragment_dirs=fragment_dirs, allow_drop=allow_drop, links=links)
+
+
+def regenerate_variants(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),
+                        allow_drop: Sequence[str] = ()) -> VariantReport:
+    """The wheel-variant channel of the tree at ``root``, from its files and the ledger."""
+    from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+    with publish_lock(ledger):
+        vouchers = Vouchers.load(ledger, fragment_dirs)
+        return variantchannel.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop)
 
 
 def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path], allow_drop: Sequence[str],

@@ -3,7 +3,7 @@
 ``publish:`` maps a target name to its settings; ``kind`` picks the implementation::
 
     publish:
-      index:  {kind: index, path: dist/index, base_url: null}
+      index:  {kind: index, path: dist/index, base_url: null, variants: true}
       github: {kind: github, repository: owner/name}
       pypi:   {kind: twine, repository_url: https://upload.pypi.org/legacy/,
                simple_url: https://pypi.org/simple/}
@@ -36,12 +36,14 @@ class TargetKind(str, enum.Enum):
 class IndexSettings:
     """A static PEP 503 tree. ``base_url`` is where the tree is served (recorded in the ledger);
     without it the ledger records paths relative to the tree's root. ``links``: another target
-    (github, twine) whose copies the pages link to, instead of storing the wheels in the tree."""
+    (github, twine) whose copies the pages link to, instead of storing the wheels in the tree.
+    ``variants``: also the wheel-variant channel under ``variants/`` (:mod:`farm.publish.variantchannel`)."""
 
     name: str
     path: Path
     base_url: str | None = None
     links: str | None = None
+    variants: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ EMBEDDED_DEFAULT: Mapping[str, Mapping[str, Any]] = {
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 _KEYS: Mapping[TargetKind, frozenset[str]] = {
-    TargetKind.INDEX: frozenset({"kind", "path", "base_url", "links"}),
+    TargetKind.INDEX: frozenset({"kind", "path", "base_url", "links", "variants"}),
     TargetKind.GITHUB: frozenset({"kind", "repository", "tag", "warn_assets", "api_url", "uploads_url"}),
     TargetKind.TWINE: frozenset({"kind", "repository_url", "simple_url", "username_env", "password_env"}),
 }
@@ -122,8 +124,14 @@ def parse_target(name: str, options: Mapping[str, Any], *, root: Path, where: st
         links = options.get("links")
         if links is not None and (not isinstance(links, str) or links == name):
             raise ConfigError("links must name another publish target (github or twine)", where=here)
+        variants = options.get("variants", False)
+        if not isinstance(variants, bool):
+            raise ConfigError("variants must be true or false", where=here)
+        if variants and links is not None:
+            raise ConfigError("variants needs the wheels stored in the tree, and links lists them elsewhere",
+                              where=here, hint="turn the channel on for an index that stores its wheels")
         return IndexSettings(name, path if path.is_absolute() else root / path,
-                             base_url.rstrip("/") if base_url else None, links)
+                             base_url.rstrip("/") if base_url else None, links, variants)
     if kind is TargetKind.GITHUB:
         repo = need("repository")
         if not _REPO.match(repo):

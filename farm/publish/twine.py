@@ -24,6 +24,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from farm import DISTRIBUTION
 from farm.errors import NetworkError, ToolError, redact
 from farm.netutil import IndexFile, project_url, read_page
 from farm.publish.targets import TwineSettings
@@ -143,7 +144,7 @@ def _send(settings: TwineSettings, path: Path, env: Mapping[str, str]) -> str | 
     if proc.returncode == 0:
         return None
     if "No module named twine" in proc.stderr:
-        raise ToolError("twine is not installed", hint="pip install 'farm[upload]'")
+        raise ToolError("twine is not installed", hint=f"pip install '{DISTRIBUTION}[upload]'")
     tail = redact((proc.stdout + proc.stderr).strip(), child).splitlines()[-5:]
     return f"twine upload to {settings.repository_url} exited {proc.returncode}" + (
         f": {' | '.join(tail)}" if tail else "")

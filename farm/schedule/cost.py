@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from farm.schedule.jobs import cost as jobs_of
-from farm.schedule.waves import schedule
+from farm.schedule.waves import Wave, schedule
 
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
     from farm.model.config import Sharding
@@ -263,16 +263,23 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     return Costed(replace(matrix, packages=tuple(packages)), tuple(refused), plans)
 
 
+def plan_wave(costed: Costed, capacity: int | None) -> Wave:
+    """The run's wave: chosen round-robin across packages, started longest job first, with the
+    cells no runner can finish set aside."""
+    wave = schedule(costed.matrix, capacity, jobs=jobs_of)
+    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
+
+
 def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY) -> list[WaveCost]:
     """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
-    the :func:`~farm.schedule.matrix.schedule` of what the previous ones left."""
+    the :func:`plan_wave` of what the previous ones left."""
     out = []
     matrix = costed.matrix
     while matrix.cells:
-        wave = schedule(matrix, capacity, jobs=jobs_of)
+        wave = plan_wave(replace(costed, matrix=matrix), capacity)
         if not wave.scheduled:
             break  # a cell bigger than a run: schedule() says so to the user
-        out.append(wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency))
+        out.append(wave_cost([costed.plan_of(p) for p in wave.scheduled], concurrency))
         left = {p.cell.id for p in wave.deferred}
         matrix = replace(matrix, packages=tuple(
             replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in left)) for pkg in matrix.packages))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from farm import DISTRIBUTION
 from farm.errors import SourceError, ToolError
 from farm.model.arch import ArchList
 from farm.model.config import FarmConfig, Recipe
@@ -77,7 +78,7 @@ def _lint_path() -> tuple[Any, Any]:
         from farm.source.fetch import fetch  # noqa: PLC0415
     except ImportError as exc:
         raise ToolError(f"the arch-gate lint cannot be loaded: {exc}",
-                        hint="reinstall farm; --no-lint skips the lint (and says so)") from None
+                        hint=f"reinstall {DISTRIBUTION}; --no-lint skips the lint (and says so)") from None
     return lint_as_built, fetch
 
 
