@@ -30,9 +30,12 @@ from farm.errors import (
     ToolError,
     UsageError,
 )
+from farm.fsutil import sha256_file
+from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import ghrest, index, twine
+from farm.publish import github, ghrest, index, twine
+from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
 from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.releases import ClientFactory, github_client, publish_github
@@ -95,12 +98,14 @@ def _page_url(settings: IndexSettings, filename: str) -> str:
 
 @dataclass(frozen=True)
 class _Done:
-    """One target's pass over a batch: its outcome, a verdict per wheel, and the (wheel, url)
-    pairs to record in the ledger."""
+    """One target's pass over a batch: its outcome, a verdict per wheel, the (wheel, url) pairs
+    to record in the ledger, and what the pass recorded itself (an adopted file: before the pages
+    that list it are made) as (file name, line added, publication added)."""
 
     outcome: TargetOutcome
     verdicts: tuple[WheelVerdict, ...]
     record: tuple[tuple[GatedWheel, str], ...]
+    recorded: tuple[tuple[str, bool, bool], ...] = ()
 
 
 def _published_to(book: LedgerBook, w: GatedWheel, target: str) -> bool:
@@ -158,20 +163,66 @@ def _variant_verdicts(s: IndexSettings, stored: Sequence[str],
     return verdicts, tuple(f"{name}: no wheel variant: {why}" for name, why in report.left_out if name in stored)
 
 
+def _unrecorded(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, options: _Options
+                ) -> tuple[list[GatedWheel], list[WheelVerdict], list[tuple[LedgerEntry, str]]]:
+    """The wheels whose name the tree holds with other bytes that the ledger does not record (a
+    publish stopped between storing a file and recording it): that file re-asserted and adopted
+    (recorded; this build is not stored), or named an orphan, as on GitHub (farm.publish.adopt).
+    Returns the wheels left to publish, the verdicts and the entries to record."""
+    rest: list[GatedWheel] = []
+    verdicts: list[WheelVerdict] = []
+    adopt: list[tuple[LedgerEntry, str]] = []
+    for w in batch:
+        stored = s.path / index.FILES / w.filename
+        if not stored.is_file():
+            rest.append(w)
+            continue
+        recorded = book.by_filename(w.filename)
+        action, why = github.other_bytes(w.sha256, sha256_file(stored), recorded.sha256 if recorded else None,
+                                         holder="the index")
+        key = key_of(w.build_info)
+        if action is not github.Action.VERIFY or key is None:
+            rest.append(w)  # the same file, or a refusal: publish_each says so
+            continue
+        url = index.url_of(w.filename, s.base_url)
+        if options.dry_run:
+            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.WOULD_VERIFY, url, why))
+            continue
+        check = reassert(stored, cell=key, ledger=book, derive=options.derive, reader=options.reader)
+        if check.entry is not None:
+            adopt.append((check.entry, url))
+            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.ADOPTED, url, (
+                f"an earlier build (sha256 {check.sha256}) was stored without a ledger record; it passed the gate "
+                f"again and is now recorded; this build ({w.sha256}) is not stored")))
+        else:
+            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.ORPHAN, url, (
+                f"the file under this name (sha256 {check.sha256}) has no ledger record and fails re-assertion: "
+                f"{'; '.join(check.problems)}; delete {stored} and publish again")))
+    return rest, verdicts, adopt
+
+
 def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, vouchers: Vouchers, *,
-                  dry_run: bool) -> _Done:
+                  options: _Options) -> _Done:
+    dry_run = options.dry_run
     book.refresh()
+    batch, adopted_verdicts, adopt = _unrecorded(s, batch, book, options)
+    # recorded before the pages are made, which list a file the ledger vouches for
+    recorded = tuple((e.filename, got.added, got.published)
+                     for (e, _), got in zip(adopt, book.record_many([(e, s.name, url) for e, url in adopt]),
+                                            strict=True))
     try:
         done = index.publish_each(s.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
                                   base_url=s.base_url, dry_run=dry_run)
+        if adopt and done.report is None:  # nothing else stored: the adopted files' pages all the same
+            index.regenerate(s.path, vouchers.sha256_of_name)
     except (DefectError, LedgerError) as exc:  # the tree's own state: no wheel can be added to it
         why = f"the index tree cannot take new wheels: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
         return _Done(TargetOutcome(s.name, "index", (), ()),
                      tuple(WheelVerdict(w.filename, s.name, Verdict.REFUSED, None, why) for w in batch), ())
     by_name = {w.filename: w for w in batch}
-    verdicts = [WheelVerdict(name, s.name, Verdict.REFUSED, None, f"{why}; a published file name is never "
-                             "overwritten: bump build_epoch to rebuild under a new name")
-                for name, why in done.refused]
+    verdicts = adopted_verdicts + [
+        WheelVerdict(name, s.name, Verdict.REFUSED, None, f"{why}; a published file name is never overwritten: "
+                     "bump build_epoch to rebuild under a new name") for name, why in done.refused]
     new = Verdict.WOULD_SEND if dry_run else Verdict.PUBLISHED
     verdicts += [WheelVerdict(u.filename, s.name, new if u.action == "stored" else Verdict.PRESENT, u.url)
                  for u in done.uploads]
@@ -180,10 +231,10 @@ def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBoo
     if s.variants and done.report is not None:
         more, warnings = _variant_verdicts(s, sent, vouchers)
         verdicts += more
-    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads), sent,
-                            warnings=warnings)
+    placed = tuple((u.filename, u.url) for u in done.uploads) + tuple((e.filename, url) for e, url in adopt)
+    outcome = TargetOutcome(s.name, "index", placed, sent, warnings=warnings)
     record = () if dry_run else tuple((by_name[u.filename], u.url) for u in done.uploads)
-    return _Done(outcome, tuple(verdicts), record)
+    return _Done(outcome, tuple(verdicts), record, recorded)
 
 
 def _twine(s: TwineSettings, batch: Sequence[GatedWheel], env: Mapping[str, str] | None, *, dry_run: bool) -> _Done:
@@ -327,11 +378,13 @@ def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, book: Ledge
             if isinstance(s, IndexSettings) and s.links:
                 done = _linked_index(s, batch, book, vouchers, placed_on, dry_run=dry_run)
             elif isinstance(s, IndexSettings):
-                done = _stored_index(s, batch, book, vouchers, dry_run=dry_run)
+                done = _stored_index(s, batch, book, vouchers, options=options)
             else:
                 assert isinstance(s, TwineSettings)
                 done = _twine(s, batch, env, dry_run=dry_run)
             outcome, target_verdicts = done.outcome, done.verdicts
+            merged += [name for name, added, _ in done.recorded if added]
+            recorded += sum(published for _, _, published in done.recorded)
             # Recorded as soon as the target is done: if a later target fails, the ledger still
             # says where the wheels already are, and a retry (a no-op where they are) completes it.
             for (w, _), got in zip(done.record, book.record_many([(w.entry, s.name, url) for w, url in done.record]),
