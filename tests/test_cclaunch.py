@@ -23,7 +23,6 @@ import os
 import platform
 import re
 import shutil
-import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -74,28 +73,18 @@ def _counts(sccache: str, env: dict[str, str]) -> Counts:
 
 
 def _same_object(a: Path, b: Path) -> bool:
-    """Two nvcc objects hold the same code: every section but the symbol and string tables is
-    byte-identical, and so are the symbols but those naming nvcc's host temp file (its name
-    carries nvcc's pid: two runs of nvcc alone differ there too; farm's launchers name it
-    ``k.cudafe1.cpp``): the file symbol, and gcc's static constructor named after it."""
-    def sections(path: Path) -> dict[str, bytes]:
-        data = path.read_bytes()
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        size, count, names = struct.unpack_from("<HHH", data, 0x3A)
-        heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * size) for i in range(count)]
-        base = heads[names][4]
-        def name(off: int) -> str:
-            return data[base + off:data.index(b"\0", base + off)].decode()
-        return {name(h[0]): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]] for h in heads}  # 8: NOBITS
+    """Two nvcc objects hold the same code: byte for byte, once each host object is named as
+    farm's launchers name it (nvcc names it after its process id, which differs between any two
+    runs of nvcc alone; sccache names it ``x_0``): copies are compared, the files stay as they are."""
+    def named(path: Path) -> bytes:
+        copy = path.with_name(f"{path.name}.named")
+        shutil.copyfile(path, copy)
+        assert cclaunch.name_host_object(str(copy), "k.cu", shutil.which("objcopy")) is None
+        data = copy.read_bytes()
+        copy.unlink()
+        return data
 
-    def symbols(path: Path) -> list[str]:
-        out = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True, check=True).stdout
-        return [re.sub(r"_GLOBAL__sub_I_\S+", "_GLOBAL__sub_I_<file>", " ".join(line.split()[1:]))
-                for line in out.splitlines() if " FILE " not in line]
-
-    sa, sb = sections(a), sections(b)
-    body = [n for n in sa if n not in (".symtab", ".strtab")]
-    return sa.keys() == sb.keys() and all(sa[n] == sb[n] for n in body) and symbols(a) == symbols(b)
+    return named(a) == named(b)
 
 
 def _masked(path: Path) -> bytes:

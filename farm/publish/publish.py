@@ -34,7 +34,7 @@ from farm.fsutil import sha256_file
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import github, ghrest, index, twine
+from farm.publish import ghrest, github, index, twine
 from farm.publish.adopt import key_of, reassert
 from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
 from farm.publish.ledgerpush import LedgerPusher
