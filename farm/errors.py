@@ -23,6 +23,7 @@ EXIT_OK = 0
 EXIT_DEFECT = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
+EXIT_CANNOT_TELL = 4  # farm doctor: nothing found to fail, but no GPU or no driver to check against
 
 
 def version_key(text: str) -> tuple[tuple[int, int | str], ...]:

@@ -18,7 +18,7 @@ settings.load_profile("farm")
 REPO = Path(__file__).resolve().parent.parent
 
 # the compiled CUDA fixtures (`cuda_fixtures`), shared by every module of the session
-pytest_plugins = ("tests.cudafix",)
+pytest_plugins = ("tests.support.cudafix", "tests.support.buildroot", "tests.support.doctorfix", "tests.support.publishfix")
 
 
 @pytest.fixture

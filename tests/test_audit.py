@@ -17,6 +17,7 @@ import farm.netutil
 import farm.provenance.crawl as crawl_module
 from farm.cli import main
 from farm.errors import LedgerError, WheelError
+from farm.model.arch import ArchList
 from farm.model.config import load_config
 from farm.provenance import buildinfo
 from farm.provenance.audit import AuditRow, Verdict, _newest_by_cell, _superseder, audit, judge
@@ -29,12 +30,12 @@ from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
 from farm.provenance.verdict import today_from_config
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
-from tests import loopback
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.ledgermaker import make_entry
-from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
-from tests.publishfix import serve_dir
-from tests.wheelmaker import make_wheel
+from tests.support import loopback
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import SO, TAG, builder_wheel, write_farm_root
+from tests.support.publishfix import serve_dir
+from tests.support.wheelmaker import make_wheel
 
 SO_LIST = "sm_80;sm_90;compute_90"
 
@@ -59,7 +60,7 @@ def retamper(stamped: Path, so: Path, dest_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:  # noqa: F811
+def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     work = tmp_path_factory.mktemp("fleet")
     so = cuda_fixtures.path("default")  # sm_80, sm_90, compute_90
     root_then = write_farm_root(work / "then", {"demo_ok": BASE, "demo_moved": BASE, "demo_wrong": BASE})
@@ -197,7 +198,7 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     assert backfill(str(fleet.pub), ledger).added == ()
 
 
-def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,  # noqa: F811
+def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,
                                                                                  tmp_path: Path) -> None:
     """A published wheel labelled ``+cu126`` whose cubins CUDA 13.0 made, backfilled (the ledger's
     inferred cell says 12.6, as its name does, and its targets match): the audit reads the toolkit
@@ -256,7 +257,7 @@ def test_corrupt_compressed_member_is_wheel_wrong_not_a_crash(tmp_path: Path) ->
 
 
 def test_judge_inferred_that_no_longer_matches_is_wheel_wrong() -> None:
-    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": ArchList.parse("sm_80")},
                        {"a/_C.so": "2" * 64}, None)
     info = buildinfo.inferred_build_info(dist="a", version="1.0", cell={}, found={"a/_C.so": "sm_80;sm_90"},
                                          extensions={"a/_C.so": "2" * 64})
@@ -298,7 +299,7 @@ def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
                                             "platform": "linux_x86_64"}),
         provenance="asserted", build_epoch=0, expected={"a/_C.so": "sm_80;sm_90"},
         assertion=buildinfo.Assertion("failed", None, None), extensions=None)
-    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": ArchList.parse("sm_80")},
                        {"a/_C.so": "2" * 64}, failed)
     row = judge(facts, None, None)
     assert row.verdict is Verdict.WHEEL_WRONG
@@ -431,9 +432,9 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     ledger_path = tmp_path / "ledger.jsonl"
     ledger_path.write_text(json.dumps(old) + "\n" + json.dumps(new) + "\n")
     ledger = LedgerIndex.load(ledger_path)
-    today = {so: "sm_90;compute_90"}
+    today = {so: ArchList.parse("sm_90;compute_90")}
     entry = LedgerEntry.from_json(old)
-    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, entry.info)
+    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: ArchList.parse(SO_LIST)}, {}, entry.info)
     before = judge(facts, entry, today)
     assert before.verdict is Verdict.CONFIG_MOVED
     assert before.reasons[-1] == "bump build_epoch to rebuild"

@@ -37,11 +37,8 @@ from farm.model.cells import Cell
 from farm.model.config import FarmConfig, load_config
 from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot, loopback
-from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+from tests.support import loopback
+from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
 
 # the running interpreter's tag: the native builder builds for the Python that runs it
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -340,7 +337,7 @@ def test_nothing_to_build_is_exit_0_with_a_message(tmp_path, capsys) -> None:
     """Every selected cell is in the ledger: not an error."""
     config = _demo_root(tmp_path)
     recipe = config.recipe("demo_ext")
-    from .ledgermaker import make_entry
+    from tests.support.ledgermaker import make_entry
 
     python = f"cp{sys.version_info.major}{sys.version_info.minor}"
     info = make_entry(cuda="13.0", torch="none", python=python, build_epoch=config.effective_epoch(recipe),

@@ -42,9 +42,9 @@ from farm.schedule.cacheplan import (
     torch_size,
 )
 from farm.schedule.cachesizes import Index, measure_toolkit, measure_torch
-from tests import loopback
-from tests.redisttree import write_manifest
-from tests.wheelmaker import make_wheel
+from tests.support import loopback
+from tests.support.redisttree import write_manifest
+from tests.support.wheelmaker import make_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ from farm.lint.report import LintReport
 from farm.provenance import ledgercache as ledger_mod
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from tests.ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "lint"

@@ -17,8 +17,7 @@ from farm.model.cells import (
     resolve_arch,
 )
 from farm.model.config import FarmConfig, load_config
-
-from .buildroot import make_root
+from tests.support.buildroot import make_root
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from farm.cli import main
 from farm.errors import UsageError
 from farm.publish import ghrest
 from farm.schedule.chain import Inputs, merge, parse_title, title
-from tests import ghsim
+from tests.support import ghsim
 
 NIGHTLY = Inputs()
 FLASH = Inputs(package="flash_attn", cuda="12.8")
@@ -93,7 +93,7 @@ def test_farm_chain_dry_run_prints_the_dispatch(capsys: pytest.CaptureFixture[st
 
 
 # -- `farm chain` against the loopback GitHub ---------------------------------------------------------
-# GitHub cannot be reached from the test machine: tests/ghsim.py simulates its documented Actions
+# GitHub cannot be reached from the test machine: tests/support/ghsim.py simulates its documented Actions
 # endpoints on 127.0.0.1 (runs listed by workflow, branch and status; workflow_dispatch answered 204;
 # a concurrency group keeping one pending run). `farm chain` runs as its own process, as in build.yml.
 

@@ -43,11 +43,7 @@ from farm.provenance import buildinfo, postbuild
 from farm.provenance.buildinfo import BuildInfo
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import DEMO_RECIPE, REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 CELL = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")

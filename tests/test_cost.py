@@ -33,8 +33,8 @@ from farm.schedule.cost import (
 )
 from farm.schedule.durations import read_durations
 from farm.schedule.matrix import compute_matrix
+from tests.support.ledgermaker import make_entry
 
-from .ledgermaker import make_entry
 from .test_matrix import make_tree
 
 LINUX = ("flash_attn", "12.8", "2.8", "cp312", "linux_x86_64")

@@ -13,12 +13,9 @@ from pathlib import Path
 import pytest
 
 from farm import DISTRIBUTION, __version__
-
-from .doctorfix import doctor_wheel
-from .publishfix import fresh_venv, pip_install
+from tests.support.publishfix import fresh_venv, pip_install
 
 REPO = Path(__file__).resolve().parent.parent
-__all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 

@@ -24,11 +24,7 @@ from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import dep_user_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import dep_user_root
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from farm.schedule.hitrate import COMPILE_SHARE, HitRates, read_hit_rates
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 KEY = ("flash_attn", "12.8", "2.8", "cp311", "linux_x86_64")
 

@@ -32,8 +32,8 @@ from farm.source import fetch
 from farm.toolkit import redist
 from farm.toolkit.assemble import STAMP
 from farm.toolkit.request import ToolkitRequest, request_for
-from tests import gitremote, loopback
-from tests.buildroot import make_root
+from tests.support import gitremote, loopback
+from tests.support.buildroot import make_root
 
 REPO = Path(__file__).resolve().parent.parent
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -501,7 +501,7 @@ def test_an_empty_or_malformed_shard_is_bad_input_not_a_full_build(tmp_path: Pat
 def test_a_wheel_with_hostile_provenance_is_refused_by_the_gate(tmp_path: Path, capsys, provenance: bytes) -> None:
     """A wheel's ``_build_info.json`` crosses a job boundary: the gate refuses the wheel (exit 1,
     `upload refused`, the command-line contract for the gate's verdict) naming it, never a traceback."""
-    from tests.wheelmaker import make_wheel
+    from tests.support.wheelmaker import make_wheel
 
     wheel = make_wheel(tmp_path / "dist", "demo", "1.0", {
         "demo/__init__.py": b"", "demo-1.0.dist-info/_build_info.json": provenance})
@@ -518,7 +518,7 @@ def test_a_wheel_with_hostile_provenance_is_refused_by_the_gate(tmp_path: Path, 
 def test_a_ledger_line_that_never_ends_is_refused_naming_it(tmp_path: Path, capsys, command: str) -> None:
     """A 20 MB line (no newline) on line 2: refused after the cap, never held whole."""
     from farm.provenance.ledgerline import dumps_entry
-    from tests.ledgermaker import make_entry
+    from tests.support.ledgermaker import make_entry
     from tests.test_matrix import make_tree
 
     root = make_tree(tmp_path / "farm")

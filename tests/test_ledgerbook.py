@@ -12,8 +12,7 @@ from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex, iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import dumps_entry
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 URL = "https://github.com/o/r/releases/download/t/"
 

@@ -17,8 +17,7 @@ from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import Filters, compute_matrix
 from farm.schedule.slices import slice_plan
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 

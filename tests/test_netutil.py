@@ -15,7 +15,7 @@ import pytest
 
 from farm.errors import NetworkError, TooLarge
 from farm.netutil import ACCEPT, IndexFile, download, parse_page, project_url, read_page
-from tests import loopback
+from tests.support import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 HTML = (f'<html><body><a href="../../packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl'

@@ -29,9 +29,8 @@ from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
-
-from .buildroot import DEMO_RECIPE, REPO, make_root
-from .wheelmaker import make_wheel
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.wheelmaker import make_wheel
 
 TORCH_RECIPE = """\
 name: torchpkg

@@ -16,7 +16,7 @@ from types import MappingProxyType
 import pytest
 from wheel.wheelfile import WheelFile
 
-from farm.binary.assertion import Expected
+from farm.binary.archrule import Expected
 from farm.builder.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
@@ -42,8 +42,8 @@ from farm.provenance.postbuild import (
 from farm.provenance.stamp import WheelName
 from farm.schedule.durations import read_durations
 from farm.source.fetch import tree_sha256
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
 
 SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
 
@@ -64,7 +64,7 @@ def context(cuda_home: Path, expected: str, *, epoch: int = 0) -> BuildContext:
 
 
 @pytest.fixture(scope="module")
-def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The builder's wheel: real extension (sm_80, sm_90, compute_90), a script, an executable."""
     out = tmp_path_factory.mktemp("raw")
     return builder_wheel(out, "demo_ext", cuda_fixtures.path("default"), extra={
@@ -444,7 +444,7 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
     assert "numpy" not in meta
 
 
-def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFixtures,  # noqa: F811
+def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFixtures,
                                                           cuda_home: Path, tmp_path: Path, farm_root: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A real .so of two kernel families (k1.cu for the base list, k2.cu for 9.0a alone): postbuild
@@ -452,7 +452,7 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     with one family's list changed nothing is stamped."""
     from dataclasses import replace
 
-    from farm.binary.assertion import FamilyTargets
+    from farm.binary.archrule import FamilyTargets
     from farm.provenance.verdict import GATE, judge
     from farm.provenance.wheelfacts import wheel_facts
 

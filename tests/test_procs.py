@@ -19,7 +19,7 @@ from farm.builder.builders import run_relayed
 from farm.builder.compilecache import socket_path
 from farm.builder.plan import container_label
 from farm.errors import Interrupted
-from tests.buildroot import make_root
+from tests.support.buildroot import make_root
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="sessions are read from /proc")
 

@@ -23,9 +23,9 @@ from farm.cli import main
 from farm.commands.publish_shard import MAX_BUNDLE_BYTES, MAX_FRAGMENT_BYTES, _extract_fragments
 from farm.errors import UsageError
 from farm.publish import ghrest
-from tests import ghsim
-from tests.ledgermaker import make_entry
-from tests.wheelmaker import stamped_wheel
+from tests.support import ghsim
+from tests.support.ledgermaker import make_entry
+from tests.support.wheelmaker import stamped_wheel
 
 NAME = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json"
 
@@ -66,7 +66,7 @@ def test_not_a_zip_refuses_the_cell(tmp_path: Path) -> None:
 
 
 # -- `farm publish-shard` against the loopback GitHub ----------------------------------------------------
-# GitHub cannot be reached from the test machine: tests/ghsim.py simulates its documented Actions and
+# GitHub cannot be reached from the test machine: tests/support/ghsim.py simulates its documented Actions and
 # Releases endpoints on 127.0.0.1 (a run's artifacts listed 100 a page, each downloaded through a 302 to
 # a signed storage URL that refuses a token, 410 for an expired one; release assets with 422 on a
 # duplicate name). The branch is a bare git remote. `farm publish-shard` runs as its own process, as

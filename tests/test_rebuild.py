@@ -21,14 +21,12 @@ import pytest
 from farm.cli import main
 from farm.provenance.ledgerline import dumps_entry
 
-from . import buildroot
-from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
-from .ledgermaker import make_entry
-from .loopback import serve
-from .wheelmaker import make_wheel, stamped_wheel
+from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
+from tests.support.ledgermaker import make_entry
+from tests.support.loopback import serve
+from tests.support.wheelmaker import make_wheel, stamped_wheel
 
 DEMO = DEMO_RECIPE.format(arch="8.0")
-pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
 
 
 def _demo_root(root: Path) -> Path:

@@ -1,7 +1,7 @@
 """Publishing real stamped wheels to GitHub Releases, one wheel at a time.
 
 GitHub cannot be reached from here, so its documented behaviour is simulated on 127.0.0.1 by
-:mod:`tests.ghsim` (422 on a duplicate asset name, the 1,000-asset cap, 403/429 with
+:mod:`tests.support.ghsim` (422 on a duplicate asset name, the 1,000-asset cap, 403/429 with
 Retry-After under the rate limits, redirects to signed storage), in scaled time. The wheels
 are real: an nvcc-built extension, asserted and stamped by the real postbuild; the gate
 re-inspects each one, and an asset found without a ledger record is downloaded and re-asserted.
@@ -29,10 +29,10 @@ from farm.provenance.verdict import derive_from_config
 from farm.publish import GithubSettings, UploadReport, Verdict, ghrest, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
 from farm.publish.releases import github_client
-from tests import ghsim
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.postbuildfix import builder_wheel
-from tests.publishfix import stamped_fleet
+from tests.support import ghsim
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.postbuildfix import builder_wheel
+from tests.support.publishfix import stamped_fleet
 
 PACKAGES = ["demo_a", "demo_b", "demo_c", "demo_d"]
 
@@ -45,7 +45,7 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:  # noqa: F811
+def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     work = tmp_path_factory.mktemp("ghfleet")
     so = cuda_fixtures.path("default")
     root, first = stamped_fleet(work, so, cuda_home, PACKAGES, arch=BASE, run_id="1")
@@ -125,7 +125,7 @@ def test_each_wheel_is_published_and_recorded_and_a_rerun_sends_nothing(fleet: F
 
 
 def test_one_refused_wheel_does_not_stop_the_others(fleet: Fleet, sim: ghsim.GitHubSim, tmp_path: Path,
-                                                    cuda_fixtures: CudaFixtures) -> None:  # noqa: F811
+                                                    cuda_fixtures: CudaFixtures) -> None:
     out = batch_dir(list(fleet.first.values()), tmp_path / "out")
     builder_wheel(out, "demo_e", cuda_fixtures.path("default"), version="0.1.0+cu130")  # never stamped
     report = run(fleet, sim, out, tmp_path / "ledger.jsonl")
@@ -296,8 +296,8 @@ def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: gh
     rebased (the two appends settled by the ledger's merge) and pushed. Nothing is lost."""
     from farm.provenance.ledgerline import dumps_entry
     from farm.publish.ledgerpush import commit_and_push
-    from tests.gitremote import append, bare_remote, clone, git, pushed_ledger
-    from tests.ledgermaker import make_entry
+    from tests.support.gitremote import append, bare_remote, clone, git, pushed_ledger
+    from tests.support.ledgermaker import make_entry
 
     remote = bare_remote(tmp_path / "remote.git")
     ours, theirs = clone(remote, tmp_path / "ours"), clone(remote, tmp_path / "theirs")

@@ -25,11 +25,9 @@ from farm.binary.wheeldiff import compare_wheels
 from farm.cli import main
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 
-from . import buildroot
-from .buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
 
 pytestmark = pytest.mark.slow
-pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 TORCH_RECIPE = """\

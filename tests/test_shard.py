@@ -33,11 +33,7 @@ from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import REPO, make_root
 
 CELL = Cell("shard_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
 TUS = ["csrc/add.cu", "csrc/ops/fill.cu", "csrc/ops/negate.cu", "csrc/scale.cu"]

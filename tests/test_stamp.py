@@ -25,8 +25,8 @@ from farm.provenance.stamp import (
     set_wheel_build,
     stamp_wheel,
 )
-from tests.postbuildfix import PY
-from tests.wheelmaker import make_wheel
+from tests.support.postbuildfix import PY
+from tests.support.wheelmaker import make_wheel
 
 SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
 DATA_LIB = "demo_ext-0.1.0.data/platlib/demo_ext_native.so"

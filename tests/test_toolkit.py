@@ -22,10 +22,7 @@ from farm.toolkit import assemble as tk
 from farm.toolkit.check import check_toolkit
 from farm.toolkit.components import PYPI_WHEELS, cuda_line
 from farm.toolkit.request import request_for
-
-from . import buildroot
-
-pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+from tests.support import buildroot
 
 KERNEL = r"""
 #include <cuda_runtime.h>

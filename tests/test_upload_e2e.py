@@ -18,12 +18,11 @@ import pytest
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import IndexSettings, TwineSettings, Verdict, upload
 from farm.publish.targets import GithubSettings, default_simple_url
-from tests import ghsim
-from tests.ledgermaker import make_entry
-from tests.publishfix import (
-    Batch,
+from tests.support import ghsim
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import Batch
+from tests.support.publishfix import (
     copy_batch,
-    demo_batch,
     fresh_venv,
     pip_install,
     pypiserver,
@@ -31,9 +30,7 @@ from tests.publishfix import (
     uv_install,
     write_farm_root,
 )
-from tests.wheelmaker import stamped_wheel
-
-__all__ = ["demo_batch"]  # the session fixture, shared with the other upload tests
+from tests.support.wheelmaker import stamped_wheel
 
 CHECK = (
     "import importlib.metadata as m, json, demo_ext\n"
@@ -190,7 +187,7 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
 
 
 def test_github_dry_run_reads_and_sends_nothing(demo_batch: Batch, tmp_path: Path) -> None:
-    """Against the loopback GitHub of tests.ghsim (GitHub cannot be reached from here)."""
+    """Against the loopback GitHub of tests.support.ghsim (GitHub cannot be reached from here)."""
     out = tmp_path / "out"
     wheel = copy_batch(demo_batch, out)
     ledger = tmp_path / "ledger.jsonl"
@@ -220,7 +217,7 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
     demo_batch: Batch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     from farm.cli import main
-    from tests.publishfix import REPO
+    from tests.support.publishfix import REPO
 
     packages = tmp_path / "packages"
     packages.mkdir()

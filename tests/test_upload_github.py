@@ -1,5 +1,5 @@
 """GitHub Releases: release tags and their capacity, the per-wheel decision, the throttle, and
-the REST client against the loopback GitHub of :mod:`tests.ghsim` (GitHub itself cannot be
+the REST client against the loopback GitHub of :mod:`tests.support.ghsim` (GitHub itself cannot be
 reached from here; the simulator follows its documented answers)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from farm.publish.ratelimit import (
     github_limits,
     retry_after,
 )
-from tests import ghsim
+from tests.support import ghsim
 
 KEY = ExistsKey("flash_attn", "2.8.3", "12.8", "2.8", "cp311", "manylinux_2_28_x86_64", 2)
 

@@ -18,7 +18,7 @@ from farm.publish.targets import (
     parse_targets,
     select,
 )
-from tests.publishfix import REPO
+from tests.support.publishfix import REPO
 
 
 def test_repository_defaults_parse() -> None:

@@ -17,7 +17,7 @@ from farm.publish.twine import (
     listed_files,
     plan,
 )
-from tests import loopback
+from tests.support import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 

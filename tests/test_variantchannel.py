@@ -21,9 +21,10 @@ from farm.errors import ConfigError, DefectError, ToolError
 from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS
 from farm.publish import index, upload, variantchannel
 from farm.publish.targets import IndexSettings, parse_target
-from tests.ledgermaker import make_entry
-from tests.publishfix import Batch, build_stamped_demo, copy_batch, fresh_venv, pip_install, pypiserver, serve_dir
-from tests.wheelmaker import make_wheel
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import Batch, build_stamped
+from tests.support.publishfix import copy_batch, fresh_venv, pip_install, pypiserver, serve_dir
+from tests.support.wheelmaker import make_wheel
 
 Ledger = dict[str, str]  # file name -> sha256
 
@@ -207,8 +208,8 @@ def two_builds(tmp_path_factory: pytest.TempPathFactory, cuda_home: Path) -> tup
     """demo_ext built, asserted and stamped twice for one cell: sm_90 SASS alone (epoch 0), then
     sm_80 SASS with compute_80 PTX (epoch 1, so another file name)."""
     base = tmp_path_factory.getbasetemp()
-    return (build_stamped_demo(base / "demo-ext-sm90", cuda_home, "9.0", 0),
-            build_stamped_demo(base / "demo-ext-sm80-ptx", cuda_home, "8.0+PTX", 1))
+    return (build_stamped(base / "demo-ext-sm90", cuda_home, "9.0"),
+            build_stamped(base / "demo-ext-sm80-ptx", cuda_home, "8.0+PTX", build_epoch=1))
 
 
 def _uv(python: Path, *indexes: str, sm: str | None, driver: str | None,

@@ -13,8 +13,7 @@ from farm.model.arch import ArchList
 from farm.model.driver import Device, ImageKind, pick_worst
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish.variants import MAJORS, LeftOut, VariantProps, admitted, properties, sm_arch_values
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 
 def _info(*found: str, cuda: str = "13.0", nvcc: str | None = "13.0.88", **changes: Any) -> BuildInfo:

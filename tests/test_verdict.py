@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from farm.binary.assertion import Expected, VendoredRule
+from farm.binary.archrule import Expected, VendoredRule
 from farm.model.arch import ArchList
 from farm.provenance.audit import Verdict, summarise
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry
@@ -41,9 +41,15 @@ def _info(**changes: Any) -> BuildInfo:
     return BuildInfo.from_json({**INFO, **changes})
 
 
+def _archs(texts: dict[str, str]) -> dict[str, ArchList]:
+    return {path: ArchList.parse(text) if text else ArchList.of(()) for path, text in texts.items()}
+
+
 def _facts(info: BuildInfo | None = None, **changes: Any) -> WheelFacts:
-    base = WheelFacts(NAME, NAME, SHA, 1, {SO: FULL}, {SO: "b" * 64}, info, vendored={LIB: "sm_90"})
-    return replace(base, **changes)
+    """The facts of a wheel holding what ``info`` records (``found`` and ``vendored`` changed as text)."""
+    base = WheelFacts(NAME, NAME, SHA, 1, _archs({SO: FULL}), {SO: "b" * 64}, info, vendored=_archs({LIB: "sm_90"}))
+    texts: dict[str, Any] = {k: _archs(v) for k, v in changes.items() if k in ("found", "vendored")}
+    return replace(base, **{**changes, **texts})
 
 
 def _entry(info: BuildInfo, filename: str = NAME) -> LedgerEntry:
@@ -202,12 +208,12 @@ def test_the_configuration_rules() -> None:
     assert finding.check is Check.CONFIG
     assert "the recipe expects sm_80 of it, it holds sm_90" in finding.message
     # the audit's per-extension map: config-moved, with the advice
-    findings = judge(facts, None, None, replace(AUDIT, today={SO: "sm_90"}))
+    findings = judge(facts, None, None, replace(AUDIT, today=_archs({SO: "sm_90"})))
     row = summarise(facts, None, findings, compared=True)
     assert row.verdict is Verdict.CONFIG_MOVED
     assert row.reasons == (f"{SO}: built for {FULL}, today's policy resolves sm_90", "bump build_epoch to rebuild")
     # a wheel wrong in itself is wheel-wrong, whatever the config says
-    findings = judge(_facts(info, found={SO: "sm_80"}), None, None, replace(AUDIT, today={SO: "sm_90"}))
+    findings = judge(_facts(info, found={SO: "sm_80"}), None, None, replace(AUDIT, today=_archs({SO: "sm_90"})))
     assert summarise(facts, None, findings, compared=True).verdict is Verdict.WHEEL_WRONG
 
 
@@ -223,7 +229,7 @@ def test_kernel_families_are_understood_by_the_gate_and_the_audit() -> None:
     facts = _facts(info, found={SO: whole})
     for expect in (GATE, AUDIT, GATE_WITH_CONFIG):
         assert judge(facts, _entry(info), None, expect) == [], expect
-    assert judge(facts, None, None, replace(AUDIT, today={SO: FULL})) == []
+    assert judge(facts, None, None, replace(AUDIT, today=_archs({SO: FULL}))) == []
     # every TU in a family: the expected list is the families' targets alone
     only = _info(expected={SO: "sm_90a"}, found={SO: "sm_90a"}, families=families)
     assert judge(_facts(only, found={SO: "sm_90a"}), _entry(only), None, GATE_WITH_CONFIG) == []
@@ -239,6 +245,6 @@ def test_kernel_families_are_understood_by_the_gate_and_the_audit() -> None:
     findings = judge(_facts(elsewhere, found={SO: whole}), _entry(elsewhere), None, GATE_WITH_CONFIG)
     assert any("other/_C.so is not an extension it records" in f.message for f in findings)
     # today's policy moved the list of the other TUs: config-moved, named as such
-    findings = judge(facts, None, None, replace(AUDIT, today={SO: "sm_90"}))
+    findings = judge(facts, None, None, replace(AUDIT, today=_archs({SO: "sm_90"})))
     assert [f.check for f in findings] == [Check.CONFIG]
     assert "besides its kernel families' targets" in findings[0].message

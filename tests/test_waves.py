@@ -26,8 +26,7 @@ from farm.schedule.outcome import decide, read_artifacts
 from farm.schedule.slices import SHARD_SIZE, slice_plan
 from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 from farm.schedule.waves import schedule
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_SHARDS = 8

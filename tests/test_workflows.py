@@ -1,11 +1,14 @@
 """The GitHub workflows: schema-valid (check-jsonschema's vendored GitHub schema) and consistent
 with the matrix's sharding (more than 256 cells run as several shards with nothing dropped), with
 publishing where the wheels are (no job holds a wave), a cancel that stops the chain, actions on
-current majors pinned by commit, and no permission a job does not use."""
+current majors pinned by commit, no permission a job does not use, and nothing zizmor (offline) or
+actionlint with shellcheck finds."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -43,6 +46,67 @@ def test_workflow_is_schema_valid(path: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _linter(name: str) -> Path:
+    """A workflow linter the test extra installs beside this interpreter (pinned there, so its
+    verdict moves only when the pin does)."""
+    path = Path(sys.executable).with_name(name)
+    if not path.exists():
+        reason = f"{name} is not installed here: pip install -e '.[test]'"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"under CI the workflow linters must run: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+def _zizmor(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(_linter("zizmor")), "--offline", "--no-progress", "--format", "plain",
+                           *sorted(str(p) for p in folder.glob("*.yml"))],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+
+
+def _actionlint(folder: Path) -> subprocess.CompletedProcess[str]:
+    """actionlint over a folder's workflows, with the shellcheck beside it for every `run:`."""
+    shellcheck = _linter("shellcheck")
+    return subprocess.run([str(_linter("actionlint")), "-shellcheck", str(shellcheck), "-pyflakes", "",
+                           *sorted(str(p) for p in folder.glob("*.yml"))],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+
+
+def test_zizmor_finds_nothing() -> None:
+    """zizmor's offline audits (its default persona); a finding kept on purpose is suppressed in
+    the workflow with its reason (`# zizmor: ignore[audit] why`)."""
+    proc = _zizmor(FOLDER)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No findings to report" in proc.stdout + proc.stderr
+
+
+def test_actionlint_with_shellcheck_finds_nothing() -> None:
+    proc = _actionlint(FOLDER)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+
+
+def test_the_linters_find_what_they_are_run_for(tmp_path: Path) -> None:
+    """The same runs over a copy of build.yml with the flaws they were added for put back: an
+    expression in a `run:` script, `secrets: inherit`, a word-split variable."""
+    text = (FOLDER / "build.yml").read_text()
+    bad = text.replace('--ref "$REF"', '--ref "${{ github.ref_name }}"', 1)
+    bad = bad.replace('read -ra args <<< "$PACKAGES"', "args=($PACKAGES)", 1)
+    bad = re.sub(r"    secrets:  #[^\n]*\n(      [A-Z_]+: [^\n]*\n)+", "    secrets: inherit\n", bad, count=1)
+    assert bad.count("secrets: inherit") == 1
+    assert "args=($PACKAGES)" in bad
+    assert 'github.ref_name }}"' in bad
+    (tmp_path / "build.yml").write_text(bad)
+    shutil.copy(FOLDER / "build-shard.yml", tmp_path / "build-shard.yml")
+    zizmor = _zizmor(tmp_path)
+    assert zizmor.returncode != 0
+    assert "template-injection" in zizmor.stdout
+    assert "secrets-inherit" in zizmor.stdout
+    actionlint = _actionlint(tmp_path)
+    assert actionlint.returncode != 0
+    assert "SC2206" in actionlint.stdout
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -110,7 +174,8 @@ def test_build_workflow_passes_only_shard_indices() -> None:
     assert "--plan wave-plan.json" in matrix_step["run"]
     for i in range(max_shards):
         job = jobs[f"build-{i}"]
-        assert job["uses"] == "./.github/workflows/build-shard.yml"
+        assert job["uses"] == "$/.github/workflows/build-shard.yml"  # GitHub's self-repository form
+        assert set(job["secrets"]) == {"FARM_CACHE_KEY", "SCCACHE_AWS_ACCESS_KEY_ID", "SCCACHE_AWS_SECRET_ACCESS_KEY"}
         assert job["with"]["shard"] == str(i)
         assert job["if"] == f"${{{{ !cancelled() && needs.matrix.outputs.shard_count > {i} }}}}"
         assert job["with"]["commit"] == "${{ needs.matrix.outputs.commit }}"
@@ -157,9 +222,11 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     report = publish["steps"][-1]
     assert report["with"]["name"] == "published-${{ inputs.shard }}"
     assert report["if"] == "${{ !cancelled() }}"
-    # the publish checkout is the branch head (records go on top of the latest ledger) with push rights
+    # the publish checkout is the branch head (records go on top of the latest ledger); the token
+    # that pushes is in the publish step's environment only, never in the checkout's .git/config
     checkout = publish["steps"][0]
-    assert checkout["with"] == {"ref": "${{ github.ref }}"}
+    assert checkout["with"] == {"ref": "${{ github.ref }}", "persist-credentials": False}
+    assert 'GIT_CONFIG_KEY_0="http.https://github.com/.extraheader"' in run["run"]
 
 
 def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:

@@ -1090,4 +1090,4 @@ def run_postbuild(
                             python=python, torch_built=torch_built, farm_deps=farm_deps,
                             compile_cache=compile_cache),
         source=buildinfo.source_from(source), duration_s=duration_s)
-    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)
+    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist)  # the spec's cuobjdump, not the toolkit's

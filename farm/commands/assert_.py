@@ -16,7 +16,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from farm.binary.assertion import Expected, assert_wheel
+from farm.binary.archrule import Expected
+from farm.binary.assertion import assert_wheel
 from farm.builder.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
 from farm.model.arch import ArchList

@@ -11,6 +11,7 @@ the merge (``workflow_dispatch``), which replaces the waiting run with one that 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import fields
 
@@ -30,6 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", default=os.environ.get("GITHUB_REPOSITORY"),
                         help="owner/name the workflow runs in (default: $GITHUB_REPOSITORY)")
     parser.add_argument("--dry-run", action="store_true", help="print the merged inputs; read and dispatch nothing")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def waiting_inputs(client: ghrest.Client, workflow: str, ref: str) -> list[Inputs]:
@@ -44,17 +46,21 @@ def waiting_inputs(client: ghrest.Client, workflow: str, ref: str) -> list[Input
 
 
 def run(args: argparse.Namespace) -> int:
+    say = (lambda _: None) if args.json else print  # --json: one object at the end instead
     mine = Inputs(**{f.name: getattr(args, f.name) for f in fields(Inputs)})
-    print(f"this wave: {title(mine)}")
-    if args.dry_run:
-        print(f"dispatch:  {title(mine)}")
-        return 0
-    client = ghrest.actions_client(args.repository, os.environ)
-    merged = mine
-    for pending in waiting_inputs(client, args.workflow, args.ref):
-        print(f"waiting:   {title(pending)}")
-        merged = merge(merged, pending)
-    print(f"dispatch:  {title(merged)}")
-    client.dispatch(args.workflow, args.ref, {f.name: getattr(merged, f.name) for f in fields(Inputs)})
-    print(f"dispatched {args.workflow} on {args.ref}")
+    say(f"this wave: {title(mine)}")
+    merged, waiting = mine, []
+    if not args.dry_run:
+        client = ghrest.actions_client(args.repository, os.environ)
+        for pending in waiting_inputs(client, args.workflow, args.ref):
+            say(f"waiting:   {title(pending)}")
+            waiting.append(title(pending))
+            merged = merge(merged, pending)
+    say(f"dispatch:  {title(merged)}")
+    if not args.dry_run:
+        client.dispatch(args.workflow, args.ref, {f.name: getattr(merged, f.name) for f in fields(Inputs)})
+        say(f"dispatched {args.workflow} on {args.ref}")
+    if args.json:
+        print(json.dumps({"this_wave": title(mine), "waiting": waiting, "dispatch": title(merged),
+                          "dispatched": not args.dry_run, "workflow": args.workflow, "ref": args.ref}, indent=2))
     return 0

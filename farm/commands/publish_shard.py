@@ -61,6 +61,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",
                         help="append each cell's verdict here (one JSON object a line)")
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output: one object at the end (the verdicts go to stderr as they come)")
     publish_options(parser)
 
 
@@ -181,14 +183,20 @@ def run(args: argparse.Namespace) -> int:
         def note(v: CellVerdict) -> None:
             fh.write(json.dumps(v.to_json()) + "\n")
             fh.flush()
-            print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""))
+            print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""),
+                  file=sys.stderr if args.json else sys.stdout)
 
         verdicts = publish_shard(cells, RunArtifacts(actions, args.run_id).fetch, publish, args.scratch,
                                  on_verdict=note)
-    if pusher is not None and pusher.finish() is not None:
+    push_failed = pusher is not None and pusher.finish() is not None
+    published = sum(v.built for v in verdicts)
+    if args.json:
+        print(json.dumps({"shard": args.shard, "published": published, "verdicts": [v.to_json() for v in verdicts],
+                          "artifact_requests": actions.requests,
+                          "ledger_push_error": str(pusher.error) if push_failed and pusher else None}, indent=2))
+    if push_failed and pusher is not None:
         print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
         return EXIT_ENVIRONMENT
-    published = sum(v.built for v in verdicts)
     print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published; "
           f"{actions.requests} artifact request(s)", file=sys.stderr)
     return 0

@@ -55,6 +55,7 @@ class Package:
     build_info: BuildInfo | None  # farm provenance; None: found by inspection
     extensions: tuple[Extension, ...]
     problems: tuple[str, ...] = ()  # what could not be read, with where
+    index_url: str | None = None  # the farm index it was installed from by URL (direct_url.json)
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,24 @@ def _extension(site: Path, rel: str, recorded: str | None) -> Extension | None:
     return Extension(rel, so.units, ptx_isa(path, runnable), ptx, modified)
 
 
+DIRECT_URL = "direct_url.json"  # PEP 610: where an installer got a wheel it was given by URL
+DIRECT_URL_MAX = 64 * 1024
+
+
+def farm_index_of(dist: metadata.Distribution) -> str | None:
+    """The root of the farm index a wheel was installed from, when the installer recorded its
+    URL (``<root>/files/<wheel>``, as the compatibility pages' commands give it); None otherwise."""
+    text = dist.read_text(DIRECT_URL)
+    if text is None or len(text) > DIRECT_URL_MAX:
+        return None
+    try:
+        url = json.loads(text).get("url")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    m = re.fullmatch(r"(https?://[^\s\"'#?$`]+/)files/[^/\s\"'#?$`]+\.whl", url) if isinstance(url, str) else None
+    return m[1] if m else None
+
+
 def _package(dist: metadata.Distribution) -> Package | None:
     name = dist.metadata["Name"] or "?"
     site = Path(str(dist.locate_file("")))
@@ -199,7 +218,7 @@ def _package(dist: metadata.Distribution) -> Package | None:
             extensions.append(ext)
     if info is None and not extensions and not problems:
         return None  # host-only extensions: not a CUDA package
-    return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems))
+    return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems), farm_index_of(dist))
 
 
 def scan(paths: tuple[str, ...] | None = None, python: str | None = None, python_tag: str | None = None) -> Environment:

@@ -30,7 +30,8 @@ from farm.lint.rules import check, declared_families, kernel_families
 from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
 from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource, VendorSource
-from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
+from farm.model.devices import products
+from farm.model.driver import claimed_devices, pick_image
 from farm.source.fetch import SourceTree, fetch
 
 __all__ = [
@@ -93,7 +94,7 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a
         # lint finding (no stub can run), but worth seeing next to the verdict.
-        "no_image": [f"{d} ({DEVICE_EXAMPLES.get(d, '')})" for d in claimed_devices(archs)
+        "no_image": [f"{d} ({products(d)})" for d in claimed_devices(archs)
                      if pick_image(archs, d).target is None],
     }
     return LintReport(str(root), archs.canonical(), tuple(kept), tuple(ignored), tuple(stale), summary,

@@ -83,7 +83,8 @@ from farm.lint.preproc import (
 from farm.lint.report import Finding, LibrarySummary, Rule, Severity
 from farm.model.arch import ArchList, Kind, Target, Variant
 from farm.model.config import KernelFamily
-from farm.model.driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
+from farm.model.devices import products
+from farm.model.driver import Device, claimed_devices, pick_image
 
 _TRIGGERS = ("__CUDA_ARCH", "NV_IF_", "NV_DISPATCH_TARGET")
 _FP8_TAILS = tuple(f"{a}{m}{b}" for a in "45" for m in "mM" for b in "23")  # [eE][45][mM][23] less its [eE]
@@ -136,7 +137,7 @@ class DeviceRun:
 
     @property
     def label(self) -> str:
-        examples = DEVICE_EXAMPLES.get(self.device)
+        examples = products(self.device)
         return f"{self.device} ({examples})" if examples else str(self.device)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.crawl import Located, iter_wheels
@@ -44,14 +45,15 @@ class AuditRow:
     verdict: Verdict
     source: str | None  # where the provenance came from: embedded | ledger | None
     reasons: tuple[str, ...]
-    found: Mapping[str, str] = field(default_factory=dict)
+    found: Mapping[str, ArchList] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"filename": self.filename, "location": self.location, "verdict": self.verdict.value,
-                "provenance_source": self.source, "reasons": list(self.reasons), "found": dict(self.found)}
+                "provenance_source": self.source, "reasons": list(self.reasons),
+                "found": {so: archs.canonical() for so, archs in self.found.items()}}
 
 
-def judge(facts: WheelFacts, ledger_entry: LedgerEntry | None, today: Mapping[str, str] | None,
+def judge(facts: WheelFacts, ledger_entry: LedgerEntry | None, today: Mapping[str, ArchList] | None,
           *, ledger_sha256_for_name: str | None = None, superseded_by: str | None = None) -> AuditRow:
     """The verdict for one wheel from its facts, its ledger entry and today's expected lists.
 
@@ -126,7 +128,7 @@ def audit(where: str | Iterable[Located], ledger: LedgerIndex, today: Today | No
         superseded_by = None
         if today is not None and provenance is not None and provenance.provenance == buildinfo.ASSERTED:
             today_map = today(provenance, facts.found)
-            if today_map is not None and today_map != dict(provenance.expected or {}):
+            if today_map is not None and today_map != provenance.archs.expected:
                 if newest is None:
                     newest = _newest_by_cell(ledger)
                 superseded_by = _superseder(ledger, newest, provenance, today_map)
@@ -148,7 +150,7 @@ def _newest_by_cell(ledger: LedgerIndex) -> dict[tuple[Any, ...], Any]:
 
 
 def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], provenance: BuildInfo,
-                today_map: Mapping[str, str]) -> str | None:
+                today_map: Mapping[str, ArchList]) -> str | None:
     """The file name of a published, later-epoch wheel of the same cell built with today's lists."""
     cell = provenance.cell
     key = (provenance.package, provenance.version, cell.cuda, cell.torch, cell.python, cell.platform)
@@ -156,6 +158,6 @@ def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], prov
     if rec is None or provenance.build_epoch is None or rec.key[-1] <= provenance.build_epoch:
         return None
     entry = ledger.ledger_entry(rec)
-    if not entry.published or dict(entry.info.expected or {}) != dict(today_map):
+    if not entry.published or entry.info.archs.expected != dict(today_map):
         return None
     return str(rec.filename)

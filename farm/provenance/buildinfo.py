@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeVar
@@ -34,9 +34,10 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from farm import jsonread
-from farm.errors import FarmError, LedgerError, WheelError
+from farm.errors import ArchError, FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.model import label
+from farm.model.arch import ArchList
 from farm.provenance.shape import ABSENT as ABSENT  # re-exported: readers test a field against it
 from farm.provenance.shape import (
     KNOWN,
@@ -431,6 +432,46 @@ class BuildInfo(_Record):
     def bundled(self) -> Mapping[str, Bundled]:
         """The bundled libraries recorded (empty when none, or not recorded)."""
         return self.vendored if isinstance(self.vendored, Mapping) else {}
+
+    @cached_property
+    def archs(self) -> RecordedArchs:
+        """Every arch list it records, decoded once, on first use (as packaging's ``Metadata``
+        decodes ``RawMetadata``): a reader compares targets, never strings."""
+        families = self.families if isinstance(self.families, Mapping) else {}
+        return RecordedArchs(
+            decode_list(self.arch_list.requested), decode_list(self.arch_list.normalised),
+            {so: decode_list(text) for so, text in (self.expected or {}).items()},
+            {so: decode_list(text) for so, text in (self.found or {}).items()},
+            {path: decode_list(record.found) for path, record in self.bundled.items()},
+            {name: decode_list(record.targets) for name, record in families.items()})
+
+
+# A recorded arch list decoded: its targets, or the text as written where it does not parse (a
+# forged record, then equal only to the same text); None where the record holds null.
+Recorded = ArchList | str | None
+
+
+def decode_list(text: str | None) -> Recorded:
+    """A recorded list's targets (none for ``""``: an extension without device code)."""
+    if text is None or text == "":
+        return None if text is None else ArchList(frozenset())
+    try:
+        return ArchList.parse(text)
+    except ArchError:
+        return text
+
+
+@dataclass(frozen=True)
+class RecordedArchs:
+    """The arch lists of a :class:`BuildInfo`, decoded (:func:`decode_list`); a map is empty where
+    the record holds null."""
+
+    requested: Recorded
+    normalised: Recorded
+    expected: Mapping[str, Recorded]  # per extension
+    found: Mapping[str, Recorded]  # per extension
+    bundled: Mapping[str, Recorded]  # the targets found in each bundled library
+    families: Mapping[str, Recorded]  # each kernel family's targets
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from farm.binary.assertion import AssertionReport, Expected, VendoredRule, assert_wheel
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import AssertionReport, assert_wheel
+from farm.binary.cuobjdump import PINNED, pinned_cuobjdump
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.fsutil import atomic_write, read_chunks, sha256_file
@@ -58,6 +60,7 @@ class BuildContext:
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
     pins: tuple[str, ...] = ()  # replace the wheel's own requirement on their project (torch==2.14.*)
     duration_s: float | None = None  # the cell's build time (the matrix plans jobs with it); None: unknown
+    cuobjdump: str = PINNED  # the cuobjdump version the assertion runs (the build spec's)
 
     @property
     def build_tag(self) -> str | None:
@@ -130,10 +133,11 @@ def check_wheel_matches_cell(name: WheelName, cell: Cell, dist: str) -> None:
 
 # -- the core -------------------------------------------------------------------------------------
 def check_wheel(wheel: Path, context: BuildContext, *, dist: str, cuobjdump: Path | None = None) -> AssertionReport:
-    """The assertion alone: is ``wheel`` the cell's, and does it hold exactly what was asked for?"""
+    """The assertion alone: is ``wheel`` the cell's, and does it hold exactly what was asked for?
+    Its cuobjdump is the context's version (``cuobjdump``, when given, must be that version)."""
     wheel = Path(wheel)
     check_wheel_matches_cell(WheelName.parse(wheel.name), context.cell, dist)
-    return assert_wheel(wheel, context.expected, cuobjdump=cuobjdump)
+    return assert_wheel(wheel, context.expected, cuobjdump=pinned_cuobjdump(context.cuobjdump, cuobjdump))
 
 
 def postbuild_wheel(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from farm.binary.inspection import inspect_wheel
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, ToolError
+from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo
 from farm.provenance.stamp import WheelName
@@ -31,13 +32,13 @@ class WheelFacts:
     location: str  # path or URL
     sha256: str
     size: int
-    found: Mapping[str, str]  # extension archive path -> canonical arch list (native reader)
+    found: Mapping[str, ArchList]  # extension archive path -> its targets (native reader)
     extensions: Mapping[str, str]  # extension archive path -> sha256
     embedded: BuildInfo | None
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
-    vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
+    vendored: Mapping[str, ArchList] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
     # extension archive path -> the toolkit its device code records; None: not read (the audit)
     made_by: Mapping[str, MadeBy] | None = None
 
@@ -58,12 +59,12 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     try:
         WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
         inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False, made_by=made_by)
-        found = {so.path: so.found.canonical() for so in inspection.extensions}
+        found = {so.path: so.found for so in inspection.extensions}
         made = ({so.path: so.made_by for so in inspection.extensions if so.made_by is not None}
                 if made_by else None)
         disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
                               if not so.agrees)
-        vendored = {so.path: so.found.canonical() for so in inspection.vendored}
+        vendored = {so.path: so.found for so in inspection.vendored}
         with SafeWheel(path) as wheel:
             extensions = {name: wheel.sha256(name) for name in found}
             dist_info = wheel.dist_info()

@@ -54,6 +54,7 @@ from packaging.utils import (
 from farm import __version__, jsonread
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
+from farm.model.install import FIND_PAGE
 from farm.model.label import NO_TORCH, parse_local_label
 from farm.publish import compat
 from farm.publish.wheelmeta import read_member
@@ -82,6 +83,11 @@ class IndexFile:
     requires_python: str | None
     # Where the wheel lives when the tree does not store it (a GitHub release asset); None: files/.
     url: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where pages link the wheel: its URL, or its path under the tree's root."""
+        return self.url or f"{FILES}/{quote(self.filename)}"
 
     @property
     def home(self) -> str | None:
@@ -146,11 +152,11 @@ def channels(files: Iterable[IndexFile]) -> dict[str, dict[str, list[IndexFile]]
             for ch, projects in sorted(out.items())}
 
 
-def page(title: str, links: Iterable[str]) -> bytes:
+def page(title: str, links: Iterable[str], *, head: str = "") -> bytes:
     body = "\n".join(f"    {link}<br>" for link in links)
     return (
         "<!DOCTYPE html>\n<html>\n  <head>\n"
-        '    <meta name="pypi:repository-version" content="1.1">\n'
+        f'    <meta name="pypi:repository-version" content="1.1">\n{head}'
         f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n"
         f"    <h1>{html.escape(title)}</h1>\n{body}\n  </body>\n</html>\n"
     ).encode()
@@ -179,7 +185,7 @@ def packages_json(files: Iterable[IndexFile],
         },
         "files": {
             f.filename: {k: v for k, v in asdict(f).items() if k != "filename"}
-            | {"url": f.url or f"{FILES}/{quote(f.filename)}"}
+            | {"url": f.location}
             for f in sorted(files, key=lambda f: f.filename)
         },
     }
@@ -199,7 +205,9 @@ def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
             pages[f"{channel}/{project}/index.html"] = page(
                 f"Links for {project}", (file_link(f, up) for f in pfiles))
     pages["flat/index.html"] = page("All wheels", (file_link(f, "../") for f in files))
-    pages["index.html"] = page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
+    pages["index.html"] = page("Channels", [*(f'<a href="{ch}/">{ch}</a>' for ch in by_channel),
+                                            f'<a href="{FIND_PAGE}">Find a wheel for your GPU</a>'],
+                               head='    <meta name="viewport" content="width=device-width, initial-scale=1">\n')
     doc = packages_json(files, by_channel)
     pages[PACKAGES_JSON] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     return pages
