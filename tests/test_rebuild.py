@@ -20,7 +20,6 @@ import pytest
 
 from farm.cli import main
 from farm.provenance.ledgerline import dumps_entry
-
 from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
 from tests.support.ledgermaker import make_entry
 from tests.support.loopback import serve

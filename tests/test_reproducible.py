@@ -24,7 +24,6 @@ import pytest
 from farm.binary.wheeldiff import compare_wheels
 from farm.cli import main
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-
 from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
 
 pytestmark = pytest.mark.slow
