@@ -43,7 +43,7 @@ CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
-class IndexFile:
+class LinkedFile:
     """One file a project page links: its name, absolute URL (no fragment), sha256 if given, and
     whether the index serves its core metadata at ``url + ".metadata"`` (PEP 658 / PEP 714)."""
 
@@ -59,7 +59,7 @@ class IndexPage:
     """A simple-API page: the files it links, and the pages below it (a root's project pages)."""
 
     url: str
-    files: tuple[IndexFile, ...]
+    files: tuple[LinkedFile, ...]
     pages: tuple[str, ...]
 
 
@@ -105,14 +105,14 @@ def _sha256(value: object) -> str | None:
     return text if SHA256_HEX.fullmatch(text) else None
 
 
-def _file(url: str, filename: str, sha256: str | None, metadata: bool = False, size: int | None = None) -> IndexFile:
-    return IndexFile(filename or urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name),
-                     url, sha256, metadata, size)
+def _file(url: str, filename: str, sha256: str | None, metadata: bool = False, size: int | None = None) -> LinkedFile:
+    return LinkedFile(filename or urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name),
+                      url, sha256, metadata, size)
 
 
 def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
     """The files and sub-pages of one page (pure). ValueError when JSON is not PEP 691's shape."""
-    files: list[IndexFile] = []
+    files: list[LinkedFile] = []
     pages: list[str] = []
     looks_json = "json" in content_type or (not content_type and body.lstrip()[:1] == b"{")
     if looks_json:

@@ -17,8 +17,10 @@ settings.load_profile("farm")
 
 REPO = Path(__file__).resolve().parent.parent
 
-# the compiled CUDA fixtures (`cuda_fixtures`), shared by every module of the session
-pytest_plugins = ("tests.support.cudafix", "tests.support.buildroot", "tests.support.doctorfix", "tests.support.publishfix")
+# the fixtures the test modules share, each defined once: the compiled CUDA fixtures, the PyPI
+# toolkit, the stamped demo_ext wheels, the simulated GitHub
+pytest_plugins = ("tests.support.cudafix", "tests.support.buildroot", "tests.support.doctorfix", "tests.support.publishfix",
+                  "tests.support.ghsim")
 
 
 @pytest.fixture

@@ -32,9 +32,10 @@ from farm.builder.builders import (
 from farm.builder.plan import BuildPlan, PlanOptions, plan_build, render_config, render_environment
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import FarmConfig
 from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
 from tests.support import loopback

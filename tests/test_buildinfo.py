@@ -325,7 +325,7 @@ def test_compile_cache_round_trips_and_null_means_unknown() -> None:
     read = BuildInfo.from_json(dataclasses.replace(asserted_example(), toolchain=probe.toolchain(
         cuda_home=None, builder="native", compile_cache=older)).to_json())
     assert read.toolchain is not None
-    assert isinstance(read.toolchain.compile_cache, buildinfo.CompileCache)
+    assert isinstance(read.toolchain.compile_cache, buildinfo.CompileCacheRecord)
     assert read.toolchain.compile_cache.not_cacheable is ABSENT  # not counted, which is not "none refused"
 
 

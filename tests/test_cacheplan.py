@@ -26,7 +26,8 @@ from packaging.utils import parse_wheel_filename
 
 from farm.cli import main
 from farm.errors import UsageError
-from farm.model.config import ToolkitConfig, ToolkitLine, load_config
+from farm.load.recipes import load_config
+from farm.model.config import ToolkitConfig, ToolkitLine
 from farm.schedule.cacheplan import (
     CACHE_LIMIT_BYTES,
     DATA,

@@ -27,7 +27,7 @@ import pytest
 
 from farm import cacheseal, netutil
 from farm.cli import main
-from farm.model.config import load_defaults
+from farm.load.defaults import load_defaults
 from farm.source import fetch
 from farm.toolkit import redist
 from farm.toolkit.assemble import STAMP

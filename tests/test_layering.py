@@ -12,7 +12,7 @@ PACKAGE = Path(farm.__file__).parent
 
 # Stage order: a stage may import from itself and from stages listed before it.
 STAGES = ["base", "model", "toolkit", "binary", "source", "lint", "provenance", "builder", "schedule", "publish",
-          "simulate", "doctor", "commands"]
+          "simulate", "load", "doctor", "commands"]
 BASE_MODULES = {"farm", "farm.cacheseal", "farm.errors", "farm.filestamp", "farm.fsutil", "farm.jsonread",
                 "farm.netutil", "farm.progress", "farm.table"}
 

@@ -12,7 +12,7 @@ import pytest
 
 from farm.cli import main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import Filters, compute_matrix

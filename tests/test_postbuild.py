@@ -20,10 +20,10 @@ from farm.binary.archrule import Expected
 from farm.builder.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
+from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
-from farm.model.config import load_config
-from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
@@ -37,7 +37,6 @@ from farm.provenance.postbuild import (
     context_from_config,
     cuda_line,
     postbuild_wheel,
-    read_embedded,
 )
 from farm.provenance.stamp import WheelName
 from farm.schedule.durations import read_durations
@@ -453,7 +452,7 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     from dataclasses import replace
 
     from farm.binary.archrule import FamilyTargets
-    from farm.provenance.verdict import GATE, judge
+    from farm.provenance.judge import GATE, judge
     from farm.provenance.wheelfacts import wheel_facts
 
     raw = builder_wheel(tmp_path / "raw", "demo_ext", cuda_fixtures.path("families"))
@@ -526,7 +525,7 @@ def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel
     assert result.stamped
     assert result.fragment
     assert json.loads(result.fragment.read_text())["duration_s"] == 1234.5
-    info = read_embedded(result.stamped.path)
+    info = buildinfo.read_wheel(result.stamped.path)
     assert info is not None
     assert info.duration_s is buildinfo.ABSENT  # one build's record: the ledger's, not the wheel's
     ledger = tmp_path / "ledger.jsonl"

@@ -16,19 +16,20 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from farm.model.config import load_config
+from farm.load.recipes import load_config
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.verdict import derive_from_config
-from farm.publish import GithubSettings, UploadReport, Verdict, ghrest, upload
+from farm.publish import ghrest
+from farm.publish.publish import UploadReport, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
-from farm.publish.releases import github_client
+from farm.publish.releases import GithubSettings, github_client
+from farm.publish.verdict import Verdict
 from tests.support import ghsim
 from tests.support.cudafix import BASE, CudaFixtures
 from tests.support.postbuildfix import builder_wheel
@@ -63,12 +64,6 @@ def batch_dir(wheels: list[Path], dest: Path) -> Path:
         shutil.copy2(w, dest)
         shutil.copy2(w.with_name(w.name + ".ledger.json"), dest)
     return dest
-
-
-@pytest.fixture
-def sim() -> Iterator[ghsim.GitHubSim]:
-    with ghsim.serve(ghsim.GitHubSim(clock=ghsim.ScaledClock(600.0))) as s:
-        yield s
 
 
 def settings(sim: ghsim.GitHubSim) -> GithubSettings:

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError, SourceError
-from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource, load_config
+from farm.load.recipes import load_config
+from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.provenance import buildinfo
 from farm.source import fetch as fetchmod
 from farm.source.fetch import fetch, is_cached

@@ -1,4 +1,4 @@
-"""The build spec: a cell resolved once (farm.model.spec, farm.builder.spec), carried from the matrix
+"""The build spec: a cell resolved once (farm.model.archrequest, farm.builder.spec), carried from the matrix
 through the planner and the builder to postbuild, and written/read as JSON in one place."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from farm.binary.cuobjdump import PINNED
 from farm.builder.plan import PlanOptions, plan_build
 from farm.builder.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
 from farm.errors import ConfigError, UsageError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
+from farm.model.archrequest import ArchRequest, arch_request
 from farm.model.cells import Cell, declared_cells, recipe_excludes
-from farm.model.config import FarmConfig, load_config
-from farm.model.spec import ArchRequest, arch_request
+from farm.model.config import FarmConfig
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
@@ -171,14 +172,14 @@ def test_the_matrix_hands_the_build_its_resolution(config) -> None:
 
 def test_resolve_arch_is_called_in_one_place() -> None:
     """Every stage receives the spec (or its arch request); the rule itself runs behind
-    farm.model.spec.arch_request only, which the trust checks (gate, audit) call too."""
+    farm.model.archrequest.arch_request only, which the trust checks (gate, audit) call too."""
     callers = [
         f"{path.relative_to(REPO)}:{node.lineno}"
         for path in sorted((REPO / "farm").rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text(), str(path)))
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch"
     ]
-    assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/spec.py"))], callers
+    assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/archrequest.py"))], callers
 
 
 MOVED = TORCH_RECIPE + """\

@@ -16,8 +16,8 @@ from packaging.requirements import Requirement
 
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
+from farm.load.defaults import load_defaults
 from farm.model.arch import KNOWN_CUDA_LINES
-from farm.model.config import load_defaults
 from farm.toolkit import assemble as tk
 from farm.toolkit.check import check_toolkit
 from farm.toolkit.components import PYPI_WHEELS, cuda_line

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from farm.cli import main
-from farm.model.config import load_defaults
+from farm.load.defaults import load_defaults
 from farm.provenance.buildinfo import BuildInfo
 from tests.support.buildroot import REPO, make_root
 

@@ -16,8 +16,11 @@ from urllib.parse import quote
 import pytest
 
 from farm.provenance.ledger import LedgerIndex
-from farm.publish import IndexSettings, TwineSettings, Verdict, upload
-from farm.publish.targets import GithubSettings, default_simple_url
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import upload
+from farm.publish.releases import GithubSettings
+from farm.publish.twine import TwineSettings, default_simple_url
+from farm.publish.verdict import Verdict
 from tests.support import ghsim
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch

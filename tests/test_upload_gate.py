@@ -21,14 +21,16 @@ from farm.cli import main
 from farm.errors import ToolError
 from farm.model.arch import ArchList
 from farm.provenance import buildinfo
-from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, decode_list, name_problems
+from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, decode_list, name_problems, split_variant_label
+from farm.provenance.judge import Check, Derived, found_difference
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
-from farm.provenance.verdict import Derived, found_difference
 from farm.provenance.wheelfacts import WheelFacts
-from farm.publish import Check, IndexSettings, Verdict, upload
 from farm.publish.gate import GateReaders, GateResult, Refusal, Vouchers, refusals, run_gate
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import upload
+from farm.publish.verdict import Verdict
 from tests.support.fatbinmaker import noted_extension, ptx, sass
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch
@@ -218,6 +220,10 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
     assert (tree / "cu130" / "demo-ext" / "index.html").read_bytes() == page
     assert doc["variants"]["written"] == ["cu130/demo-ext/index.html"]
     assert list(doc["variants"]["wheels"]) == [wheel.name]
+    # the audit judges a variant wheel as any wheel: its binaries against its own provenance
+    assert main(["audit", str(tree), "--root", str(root), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["wheels"]
+    assert sorted((r["filename"] == wheel.name, r["verdict"]) for r in rows) == [(False, "ok"), (True, "ok")]
 
 
 # -- the pure core ----------------------------------------------------------------------------
@@ -268,6 +274,22 @@ def test_name_problems() -> None:
     # A version is compared as PEP 440 reads it, not as spelled ("0.1.0" is "00.1.0").
     assert name_problems(NAME, _bi({**INFO, "version": "00.1.0"})) == []
     assert name_problems(NAME, _bi({**INFO, "version": "0.1.1"})) == ["version 0.1.0 but provenance says '0.1.1'"]
+    # a wheel variant's label (PEP 825) names no part of the cell; the build tag is still read
+    assert name_problems(NAME.replace(".whl", "-0e224db9.whl"), _bi(INFO)) == []
+    assert name_problems(NAME.replace("-cp311-cp311", "-2-cp311-cp311").replace(".whl", "-a1.whl"), _bi(INFO)) == [
+        "build tag 2 but build_epoch is 0"]
+
+
+def test_split_variant_label() -> None:
+    assert split_variant_label("a-1.0-cp311-cp311-linux_x86_64.whl") == ("a-1.0-cp311-cp311-linux_x86_64.whl", None)
+    assert split_variant_label("a-1.0-1-cp311-cp311-linux_x86_64.whl") == ("a-1.0-1-cp311-cp311-linux_x86_64.whl", None)
+    assert split_variant_label("a-1.0-cp311-cp311-linux_x86_64-0e224db9.whl") == (
+        "a-1.0-cp311-cp311-linux_x86_64.whl", "0e224db9")
+    assert split_variant_label("a-1.0-1-cp311-cp311-linux_x86_64-null.whl") == (
+        "a-1.0-1-cp311-cp311-linux_x86_64.whl", "null")
+    # not a label: upper case, too long, a seventh part that is no label
+    assert split_variant_label("a-1.0-1-cp311-cp311-linux_x86_64-ABC.whl")[1] is None
+    assert split_variant_label("a-1.0-cp311-cp311-linux_x86_64-" + "x" * 17 + ".whl")[1] is None
 
 
 def test_judge_inferred_and_failed_are_refused() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from farm.errors import ToolError
-from farm.publish.targets import TwineSettings
 from farm.publish.twine import (
     Listed,
+    TwineSettings,
     TwineWheel,
     command,
     listed_files,

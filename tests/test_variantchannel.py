@@ -18,9 +18,13 @@ from typing import Any
 import pytest
 
 from farm.errors import ConfigError, DefectError, ToolError
-from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS
-from farm.publish import index, upload, variantchannel
-from farm.publish.targets import IndexSettings, parse_target
+from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, LedgerEntry
+from farm.provenance.ledger import LedgerIndex
+from farm.publish import index, variantchannel
+from farm.publish.gate import Vouchers
+from farm.publish.indextarget import IndexSettings, _variant_verdicts
+from farm.publish.publish import upload
+from farm.publish.verdict import Verdict
 from tests.support.ledgermaker import make_entry
 from tests.support.postbuildfix import Batch, build_stamped
 from tests.support.publishfix import copy_batch, fresh_venv, pip_install, pypiserver, serve_dir
@@ -173,9 +177,7 @@ def test_a_wheel_the_ledger_does_not_vouch_for_stops_it(tmp_path: Path) -> None:
 
 def test_settings(tmp_path: Path) -> None:
     def parse(**options: Any) -> IndexSettings:
-        got = parse_target("index", {"kind": "index", "path": "public/index", **options}, root=tmp_path)
-        assert isinstance(got, IndexSettings)
-        return got
+        return IndexSettings.parse("index", {"path": "public/index", **options}, root=tmp_path, where="t")
 
     assert parse().variants is False
     assert parse(variants=True).variants is True
@@ -292,3 +294,51 @@ def test_uv_installs_the_variant_the_gpu_and_driver_run(two_builds: tuple[Batch,
     finally:
         server.stop()
         decoy.stop()
+
+
+def test_what_the_tree_holds_is_never_read_through(tmp_path: Path) -> None:
+    """A variant file replaced by a link (to a FIFO that would block a reader, or to a file
+    elsewhere) is replaced, not read; a channel folder that is a link is refused."""
+    a = _wheel(tmp_path / "w", "alpha", "sm_80")
+    root, ledger = _tree(tmp_path, [a])
+    v = variantchannel.regenerate(root, ledger.get).made[a.name]
+    path = root / "variants/files" / v.filename
+    outside = tmp_path / "outside"
+    outside.write_bytes(path.read_bytes())
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in (fifo, outside):
+        path.unlink()
+        path.symlink_to(target)
+        assert f"files/{v.filename}" in variantchannel.regenerate(root, ledger.get).written
+        assert not path.is_symlink()
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == v.sha256
+    files = root / "variants/files"
+    files.rename(tmp_path / "elsewhere")
+    files.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DefectError, match="variants/files is a symbolic link"):
+        variantchannel.regenerate(root, ledger.get)
+
+
+def test_a_channel_that_cannot_be_made_fails_the_new_wheels_there(tmp_path: Path) -> None:
+    """The upload's step after the tree took its wheels: a channel that cannot be made is a
+    `failed` verdict per new wheel on `<target>/variants` (exit 3), the wheels' own verdicts stand."""
+    a = _wheel(tmp_path / "w", "alpha", "sm_80")
+    root, _ = _tree(tmp_path, [a])
+    target = IndexSettings("index", root, variants=True)
+    verdicts, warnings = _variant_verdicts(target, [a.name], Vouchers.load(None, []))  # the ledger vouches for nothing
+    (v,) = verdicts
+    assert (v.wheel, v.target, v.verdict) == (a.name, "index/variants", Verdict.FAILED)
+    assert "the wheel-variant channel was not made: files/alpha" in v.message
+    assert warnings == ()
+    b = _wheel(tmp_path / "w", "beta", "sm_90a")
+    root, ledger = _tree(tmp_path / "two", [a, b])
+    fragments = {sha: LedgerEntry.from_json(make_entry(name.split("-")[0], "1.0", cuda="13.0", torch="none",
+                                                       filename=name, sha256=sha)) for name, sha in ledger.items()}
+    good, warnings = _variant_verdicts(IndexSettings("index", root, variants=True), [a.name, b.name],
+                                       Vouchers(LedgerIndex.empty(), fragments))
+    assert [(v.wheel, v.verdict) for v in good] == [(a.name, Verdict.PUBLISHED)]
+    assert good[0].url is not None
+    assert good[0].url.startswith("variants/files/alpha-1.0%2Bcu130-cp311-cp311-linux_x86_64-")
+    why = "no sm_arch value of NVIDIA's provider names only GPUs its targets (sm_90a) run on"
+    assert warnings == (f"{b.name}: no wheel variant: {why}",)

@@ -3,6 +3,12 @@ names runs the wheel, the driver bound of the CUDA line (and of its PTX where a 
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,9 +17,13 @@ from hypothesis import strategies as st
 
 from farm.model.arch import ArchList
 from farm.model.driver import Device, ImageKind, pick_worst
+from farm.provenance import stamp
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
+from farm.publish import variantchannel
 from farm.publish.variants import MAJORS, LeftOut, VariantProps, admitted, properties, sm_arch_values
 from tests.support.ledgermaker import make_entry
+from tests.support.publishfix import fresh_venv, serve_dir
+from tests.support.wheelmaker import make_wheel
 
 
 def _info(*found: str, cuda: str = "13.0", nvcc: str | None = "13.0.88", **changes: Any) -> BuildInfo:
@@ -117,3 +127,50 @@ def test_the_policy_lists_get_a_variant(found: str) -> None:
     p = _props(found)
     assert p.sm_arch[0] == f"{found.split(';', maxsplit=1)[0][3:]}_real"
     assert p.sm_arch[-1] in {"120_virtual", "120_real"}
+
+
+# -- how uv 0.13.9's built-in NVIDIA provider matches values, which this module relies on -------
+PROBES = [  # (sm_arch value, lower bound, GPU, driver's CUDA version)
+    ("90_real", "12.0", "9.0", "13.0"), ("90_real", "12.0", "8.9", "13.0"), ("90_real", "12.0", "10.0", "13.0"),
+    ("86_real", "12.0", "8.9", "13.0"), ("86_real", "12.0", "8.6", "13.0"), ("86_real", "12.0", "8.0", "13.0"),
+    ("80_virtual", "12.0", "8.9", "13.0"), ("80_virtual", "12.0", "9.0", "13.0"),
+    ("100_virtual", "12.0", "10.3", "13.0"),
+    ("90a_real", "12.0", "9.0", "13.0"), ("100f_real", "12.0", "10.0", "13.0"),  # no such values: never matched
+    ("90_real", "13.0", "9.0", "12.9"), ("90_real", "13.0", "9.0", "13.0"),
+]
+
+
+@pytest.mark.slow  # thirteen uv processes
+def test_the_provider_matches_as_this_module_says(tmp_path: Path) -> None:
+    """Each probe is a package with one variant wheel of one sm_arch value and one lower bound,
+    installed by uv 0.13.9 with the GPU and driver NVIDIA's provider detects forced: it installs
+    exactly where :func:`admitted` and the bound say."""
+    tree = tmp_path / "simple"
+    for i, (value, bound, _, _) in enumerate(PROBES):
+        name = f"probe{i}"
+        label, vjson = variantchannel.dist_info(VariantProps((value,), bound))
+        base = make_wheel(tmp_path / "base", name, "1.0", {f"{name}/__init__.py": b""}, tag="py3-none-any")
+        folder = tree / name
+        folder.mkdir(parents=True)
+        with (folder / f"{name}-1.0-py3-none-any-{label}.whl").open("wb") as fh:
+            stamp.add_to_dist_info(base, fh, "variant.json", vjson)
+        (folder / f"{name}-1.0-variants.json").write_bytes(variantchannel.versions_json([vjson]))
+        (folder / "index.html").write_text("".join(
+            f'<a href="{p.name}#sha256={hashlib.sha256(p.read_bytes()).hexdigest()}">{p.name}</a>\n'
+            for p in sorted(folder.iterdir())))
+    server, url = serve_dir(tmp_path, tmp_path / "http.log")
+    python = fresh_venv(tmp_path / "venv")
+    uv = Path(sys.executable).with_name("uv")
+    try:
+        for i, (value, bound, gpu, driver) in enumerate(PROBES):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("NV_VARIANT_PROVIDER_", "UV_"))}
+            env |= {"NV_VARIANT_PROVIDER_FORCE_SM_ARCH": gpu, "NV_VARIANT_PROVIDER_FORCE_CUDA_DRIVER_VERSION": driver}
+            proc = subprocess.run([str(uv), "pip", "install", "--no-config", "--no-cache", "--python", str(python),
+                                   "--preview-features", "wheel-variants", "--index-url", f"{url}/simple/",
+                                   f"probe{i}"], capture_output=True, text=True, env=env, check=False)
+            device = Device.parse(gpu)
+            matches = re.fullmatch(r"\d+_(real|virtual)", value) is not None and device in admitted(value)
+            want = matches and tuple(map(int, driver.split("."))) >= tuple(map(int, bound.split(".")))
+            assert (proc.returncode == 0) == want, (value, bound, gpu, driver, proc.stderr)
+    finally:
+        server.stop()

@@ -189,7 +189,7 @@ def test_a_runtime_library_named_in_runtime_libs_is_installed_for_the_check(tmp_
     import sysconfig
     import zipfile
 
-    from farm.model.config import load_config
+    from farm.load.recipes import load_config
     from farm.toolkit.request import runtime_wheels
     from tests.support.buildroot import REPO
 

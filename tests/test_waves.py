@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from farm.cli import main
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import PlannedCell, compute_matrix

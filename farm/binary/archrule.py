@@ -2,7 +2,7 @@
 
 One relation, asked at three places with their own expectations: the post-build assertion
 (:mod:`farm.binary.assertion`) holds the binaries to the cell's :class:`Expected`; the upload gate
-and ``farm audit`` (:mod:`farm.provenance.verdict`) hold a provenance's recorded lists to each
+and ``farm audit`` (:mod:`farm.provenance.judge`) hold a provenance's recorded lists to each
 other and to what today's configuration expects. An extension built from kernel families must
 hold their targets, plus its own list for its translation units outside every family
 (:func:`expected_list`); what it holds differs from that by the targets it lacks and the ones it
@@ -17,6 +17,7 @@ from pathlib import PurePosixPath
 
 from farm.binary.tusources import source_stem
 from farm.model.arch import ArchList
+from farm.model.config import Recipe
 
 NONE = ArchList(frozenset())
 
@@ -84,6 +85,11 @@ class FamilyTargets:
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "sources": list(self.sources), "patterns": list(self.patterns),
                 "targets": self.targets.canonical()}
+
+
+def vendored_rules(recipe: Recipe) -> tuple[VendoredRule, ...]:
+    """The recipe's ``vendored`` map as the assertion's rules."""
+    return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
 
 
 def unit_owners(unit: str, families: tuple[FamilyTargets, ...], *,

@@ -92,7 +92,7 @@ _EXPLAIN: dict[Cause, str] = {
 
 
 @dataclass(frozen=True)
-class Finding:
+class AssertionFinding:
     code: str  # missing | extra | no-device-code | incomplete-tu | readers-disagree | no-extensions
     message: str
     cause: Cause
@@ -109,7 +109,7 @@ class ExtensionResult:
     expected: ArchList
     expected_from: str | None  # the per-extension glob, or None for the default list
     found: ArchList
-    findings: tuple[Finding, ...]
+    findings: tuple[AssertionFinding, ...]
     inspection: SoInspection
     families: tuple[str, ...] = ()  # the kernel families with a translation unit in it
 
@@ -205,7 +205,7 @@ class AssertionReport:
     wheel: str
     expected: Expected
     extensions: tuple[ExtensionResult, ...]
-    findings: tuple[Finding, ...] = ()  # wheel-level (no extension at all)
+    findings: tuple[AssertionFinding, ...] = ()  # wheel-level (no extension at all)
     vendored: tuple[SoInspection, ...] = ()
     tools: Tools = field(default_factory=Tools)
     vendored_results: tuple[VendoredResult, ...] = ()
@@ -290,18 +290,18 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
     """Findings for one extension (pure: works on an inspection, reads nothing). ``cuda``: the
     cell's CUDA line, which the toolkit the device code records must be."""
     found = inspection.found
-    findings: list[Finding] = []
+    findings: list[AssertionFinding] = []
     name = inspection.path
     if inspection.disagreement:
-        findings.append(Finding("readers-disagree", f"{name}: {inspection.disagreement}", Cause.READERS))
+        findings.append(AssertionFinding("readers-disagree", f"{name}: {inspection.disagreement}", Cause.READERS))
     if cuda is not None and inspection.has_device_code:
         made_by = inspection.made_by
         wrong = ("its toolkit records were not read" if made_by is None else made_by.against(cuda))
         if wrong:
-            findings.append(Finding("toolkit-mismatch", f"{name}: {wrong}", Cause.TOOLKIT))
+            findings.append(AssertionFinding("toolkit-mismatch", f"{name}: {wrong}", Cause.TOOLKIT))
     if not inspection.has_device_code:
         if expected and cuda_package:
-            findings.append(Finding(
+            findings.append(AssertionFinding(
                 "no-device-code",
                 f"{name} has no device code at all, expected {expected.canonical()}",
                 Cause.NO_CUDA, tuple(expected),
@@ -332,8 +332,8 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
         note = ""
         if cause is Cause.DEVICE_LINK_STUB and any(_is_nvcc_default(t) for t in targets):
             note = " (sm_75 is nvcc's default: the link step got no -gencode)"
-        findings.append(Finding("extra", f"{name} holds unrequested {_names(targets)}{note}", cause,
-                                tuple(ArchList.of(targets))))
+        findings.append(AssertionFinding("extra", f"{name} holds unrequested {_names(targets)}{note}", cause,
+                                         tuple(ArchList.of(targets))))
 
     # missing: dropped by -rdc's device link, by the build's own list, or by the recipe's map
     dropped: dict[Cause, set[Target]] = {}
@@ -351,15 +351,15 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
             cause = Cause.RECIPE_OVERRIDE
         dropped.setdefault(cause, set()).add(t)
     for cause, targets in dropped.items():
-        findings.append(Finding("missing", f"{name} lacks requested {_names(targets)}", cause,
-                                tuple(ArchList.of(targets))))
+        findings.append(AssertionFinding("missing", f"{name} lacks requested {_names(targets)}", cause,
+                                         tuple(ArchList.of(targets))))
 
     # per translation unit: each fatbin must hold what its siblings hold
     if len(units) > 1:
         for index, fatbin in enumerate(units, 1):
             lacks = in_units - fatbin.targets.targets
             if lacks:
-                findings.append(Finding(
+                findings.append(AssertionFinding(
                     "incomplete-tu",
                     f"{name}: fatbin {index} of {len(units)} ({fatbin.section} at {fatbin.offset:#x}, "
                     f"holding {fatbin.targets.canonical()}) lacks {_names(lacks)} that its siblings have",
@@ -377,11 +377,11 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
     name = inspection.path
     if not inspection.has_device_code:
         return judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-    findings: list[Finding] = []
+    findings: list[AssertionFinding] = []
     sources = inspection.sources
     if sources is None:
         base = judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-        findings.append(Finding(
+        findings.append(AssertionFinding(
             "no-symbols", f"{name}: kernel families are declared but the .so has no symbol table (stripped): "
             "which translation unit belongs to which family cannot be read", Cause.NO_SYMBOLS))
         return ExtensionResult(name, expected, expected_from, base.found, (*base.findings, *findings), inspection)
@@ -403,7 +403,7 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
         holds = fatbin.targets.canonical() or "nothing"
         where = f"{name}: TU {unit}.cu (fatbin at {fatbin.offset:#x}, holding {holds})"
         if len({targets for _, targets, _ in owners}) > 1:
-            findings.append(Finding(
+            findings.append(AssertionFinding(
                 "family-ambiguous", f"{where} matches sources of kernel families whose targets differ: "
                 + "; ".join(f"{key} of {', '.join(names)}" for key, _, names in owners), Cause.NO_SYMBOLS))
             continue
@@ -412,7 +412,7 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
         held.update(dict.fromkeys(n for _, _, found in owners for n in found))
         differs = difference(targets, fatbin.targets)
         if differs:
-            findings.append(Finding(
+            findings.append(AssertionFinding(
                 "family-targets", f"{where} is in kernel family {' + '.join(names)} ({key}), which must hold "
                 f"exactly {targets.canonical() or '(nothing)'}: missing {differs.missing.canonical() or '-'}, extra "
                 f"{differs.extra.canonical() or '-'}", Cause.FAMILY, tuple(differs.missing | differs.extra)))
@@ -443,15 +443,15 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
         else:
             results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package,
                                  cuda=expected.cuda))
-    findings: list[Finding] = []
+    findings: list[AssertionFinding] = []
     if not inspections and not expected.allow_no_extensions:
-        findings.append(Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
-                                Cause.NO_EXTENSIONS))
+        findings.append(AssertionFinding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
+                                         Cause.NO_EXTENSIONS))
     elif expected.families:  # a family the cell builds must have left a TU in some extension
         seen = {stem for insp in inspections for stem in (insp.sources or {}).values()}
         # a glob's TUs count where they were judged as the family's: a folder's ``*.cu`` names any TU
         held = {n for result in results for n in result.families}
-        findings.extend(Finding(
+        findings.extend(AssertionFinding(
             "family-absent", f"{wheel}: kernel family {family.name} ({family.targets.canonical()}) has no "
             f"translation unit in any extension (sources {', '.join((*family.sources, *family.patterns))})",
             Cause.FAMILY, tuple(family.targets))

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from farm.builder.verify import ImportCheck
     from farm.lint.api import LintReport
     from farm.model.arch import ArchList
-    from farm.model.spec import ArchRequest
+    from farm.model.archrequest import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
 

@@ -47,9 +47,9 @@ from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported,
 )
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
+from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
-from farm.model.spec import ArchRequest
 from farm.toolkit import assemble as toolkit
 from farm.toolkit.request import ToolkitRequest
 

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.archrule import Expected, FamilyTargets, VendoredRule
+from farm.binary.archrule import Expected, FamilyTargets, VendoredRule, vendored_rules
 from farm.binary.cuobjdump import PINNED
 from farm.builder.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
 from farm.lint.families import is_pattern
 from farm.model.arch import ArchList, Rendering
+from farm.model.archrequest import ArchRequest, canonical_arch_list, require_arch_request
 from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
 from farm.model.config import (
     BuildKnobs,
@@ -43,9 +44,8 @@ from farm.model.config import (
     requirement_refs,
     url_problem,
 )
-from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo, shape
-from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
+from farm.provenance.postbuild import BuildContext, source_of
 from farm.provenance.shape import ShapeError
 from farm.toolkit.request import ToolkitRequest, request_for, runtime_wheels
 

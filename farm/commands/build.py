@@ -37,12 +37,14 @@ from farm.builder.preflight import Preflight, needs_of
 from farm.builder.shard import ShardJob
 from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
+from farm.load.defaults import check_torch_index
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
-from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
+from farm.model.config import FarmConfig, Recipe
+from farm.provenance.buildinfo import read_wheel
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.provenance.postbuild import read_embedded
 from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice
 
 
@@ -96,7 +98,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
     parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
                         help=f"where compiles are cached: local (CACHE/compile-cache), gha (GitHub Actions' cache), "
-                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else local)")
+                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else s3 where "
+                             "$SCCACHE_BUCKET is set, else gha in a GitHub job that hands its cache to the build, "
+                             "else local)")
     parser.add_argument("--shard-dir", type=Path, metavar="DIR",
                         help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
@@ -133,7 +137,7 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
         if label not in wheel.name:
             continue
         try:
-            info = read_embedded(wheel)
+            info = read_wheel(wheel)
         except FarmError:
             continue
         if not (info and info.package == recipe.name and info.cell.to_dict() == cell.as_dict()

@@ -28,7 +28,7 @@ from farm.builder.prune import (
     recipe_vendored,
 )
 from farm.errors import EXIT_OK, UsageError
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

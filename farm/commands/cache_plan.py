@@ -25,7 +25,8 @@ from pathlib import Path
 
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
-from farm.model.config import FarmConfig, load_config
+from farm.load.recipes import load_config
+from farm.model.config import FarmConfig
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.cacheplan import DATA, CachePlan, CacheSizes, CellKeys, ToolkitKey, TorchKey, cache_plan
 from farm.schedule.cachesizes import measure

@@ -6,8 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
-from farm.publish import IndexSettings, parse_targets, regenerate_index, regenerate_variants
+from farm.load.defaults import load_defaults
+from farm.model.config import DEFAULTS_FILE, LEDGER_FILE
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import regenerate_index, regenerate_variants
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +31,7 @@ def configured(root: Path, tree: Path) -> IndexSettings | None:
     path = root / DEFAULTS_FILE
     if not path.exists():
         return None
-    for target in parse_targets(load_defaults(path).publish, root=root, where=path.name).values():
+    for target in load_defaults(path).publish.values():
         if isinstance(target, IndexSettings) and target.path.resolve() == tree.resolve():
             return target
     return None

@@ -27,14 +27,15 @@ from pathlib import Path
 from farm.commands.slice import read_plan
 from farm.commands.upload import check_publishers, configured_targets, publish_options, render
 from farm.errors import EXIT_ENVIRONMENT, UsageError
-from farm.model.config import LEDGER_FILE, load_config
+from farm.load.recipes import load_config
+from farm.model.config import LEDGER_FILE
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.verdict import derive_from_config
-from farm.publish import ghrest, upload
+from farm.publish import ghrest
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import github_client
-from farm.publish.targets import GithubSettings
+from farm.publish.publish import upload
+from farm.publish.releases import GithubSettings, github_client
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
@@ -156,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     check_publishers(args.publishers)
     cells = shard_cells(slice_plan(read_plan(args.plan), args.shard))
-    targets = configured_targets(root, args.target)
-    derive = derive_from_config(load_config(root))
+    config = load_config(root)
+    targets = configured_targets(config, args.target)
+    derive = derive_from_config(config)
     ledger = root / LEDGER_FILE
     actions = ghrest.actions_client(args.repository, os.environ, publishers=args.publishers)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.jsonread import JsonInputError, load_file
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.cacheplan import DATA as SIZES
 from farm.schedule.cacheplan import CacheSizes
@@ -38,7 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--horizon-days", type=float, default=60.0, metavar="D",
                         help="a bump not drained after D days leaves its queue as lost cells (default 60)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="replace one input of the table (e.g. runner_factor=0.4); repeatable")
+                        help="replace one input of the table (e.g. queue_s=120); repeatable")
+    parser.add_argument("--runner-factor", type=float, metavar="F",
+                        help="a hosted runner's seconds for one of the reference host's compile (default: "
+                             "farm/schedule/recipe_times.json's)")
     parser.add_argument("--inputs", type=Path, default=INPUTS, help="the inputs table (default: farm's own)")
     parser.add_argument("--root", type=Path, default=Path(), help="the farm repository (default: .)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
@@ -51,13 +54,14 @@ def _values(pairs: list[str]) -> dict[str, float]:
         try:
             out[name.strip()] = float(value)
         except ValueError:
-            raise UsageError(f"--set {pair!r}: NAME=NUMBER", hint="e.g. --set runner_factor=0.4") from None
+            raise UsageError(f"--set {pair!r}: NAME=NUMBER", hint="e.g. --set queue_s=120") from None
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.runners < 1 or args.epochs < 1 or args.horizon_days <= 0:
-        raise UsageError("--runners and --epochs must be >= 1, --horizon-days > 0")
+    if args.runners < 1 or args.epochs < 1 or args.horizon_days <= 0 or (args.runner_factor is not None
+                                                                        and args.runner_factor <= 0):
+        raise UsageError("--runners and --epochs must be >= 1, --horizon-days and --runner-factor > 0")
     root = args.root.resolve()
     config = load_config(root, packages=args.packages or None)
     matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=args.packages))
@@ -67,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, JsonInputError) as exc:
         raise UsageError(f"{SIZES}: cannot read the size table ({exc})") from None
     scenario = Scenario(args.runners, args.epochs, args.warm, args.compile_cache, args.horizon_days)
-    drain = simulate(config, matrix, inputs, RecipeTimes.load(), read_workflows(root), sizes, scenario)
+    times = RecipeTimes.load()
+    if args.runner_factor is not None:
+        times = times.with_runner_factor(args.runner_factor)
+    drain = simulate(config, matrix, inputs, times, read_workflows(root), sizes, scenario)
     print(json.dumps(to_json(drain)) if args.json else render(drain))
     return EXIT_DEFECT if any(g.met is False for g in goals(drain)) else EXIT_OK

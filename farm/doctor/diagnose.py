@@ -54,7 +54,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GpuVerdict:
     """One extension on one GPU."""
 
     package: str
@@ -77,7 +77,7 @@ class Verdict:
 class Diagnosis:
     machine: Machine
     environment: Environment
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[GpuVerdict, ...]
     findings: tuple[Finding, ...]
     unchecked: tuple[str, ...] = ()  # what decides whether it runs and was not known here
 
@@ -351,7 +351,7 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
     catalogue of each index, by root without the trailing ``/``; ``catalog_errors``: why an
     index's could not be read."""
     findings: list[Finding] = []
-    verdicts: list[Verdict] = []
+    verdicts: list[GpuVerdict] = []
     unchecked: list[str] = []
     catalogs = {url.rstrip("/"): c for url, c in (catalogs or {}).items()}
     fixes = Fixes(machine, env, index_url, catalogs)
@@ -384,8 +384,8 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
             for gpu in machine.gpus:
                 choice = pick_worst(ext.units, gpu.device)
                 risky = stub_risk(choice)
-                verdicts.append(Verdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
-                                        ext.ptx_bytes))
+                verdicts.append(GpuVerdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
+                                           ext.ptx_bytes))
                 tied = _tie_finding(pkg, ext, gpu, fixes)
                 findings.extend([tied] if tied else
                                 _image_findings(pkg, ext, gpu, choice, risky, machine.driver, fixes))

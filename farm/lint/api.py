@@ -19,11 +19,11 @@ from farm.lint import cache
 from farm.lint.compiled import BuildScope, TreeIndex, build_scope
 from farm.lint.families import Configured
 from farm.lint.report import (
-    Finding,
     LibrarySummary,
+    LintFinding,
     LintReport,
-    Rule,
-    Severity,
+    LintRule,
+    LintSeverity,
     apply_ignores,
 )
 from farm.lint.rules import check, declared_families, kernel_families
@@ -35,8 +35,17 @@ from farm.model.driver import claimed_devices, pick_image
 from farm.source.fetch import SourceTree, fetch
 
 __all__ = [
-    "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
-    "lint_cached", "lint_index", "lint_source", "lint_tree",
+    "LINT_VERSION",
+    "BuildScope",
+    "LibrarySummary",
+    "LintFinding",
+    "LintReport",
+    "LintRule",
+    "LintSeverity",
+    "lint_cached",
+    "lint_index",
+    "lint_source",
+    "lint_tree",
 ]
 
 

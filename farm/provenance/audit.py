@@ -1,7 +1,7 @@
 """``farm audit``: published wheels judged against their **own** provenance.
 
 A wheel's provenance is its embedded ``_build_info.json``, else its ledger entry (by sha256, then
-by file name). The one judge (:func:`farm.provenance.verdict.judge`, under :data:`AUDIT`) finds
+by file name). The one judge (:func:`farm.provenance.judge.judge`, under :data:`AUDIT`) finds
 what is wrong; the audit sums its findings up in one verdict per wheel:
 
 - ``ok``: the binary holds what its provenance says it was built for, and today's policy agrees;
@@ -24,13 +24,13 @@ from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.crawl import Located, iter_wheels
+from farm.provenance.judge import AUDIT, Check, Today, WheelFinding
+from farm.provenance.judge import judge as judge_wheel
 from farm.provenance.ledger import LedgerIndex
-from farm.provenance.verdict import AUDIT, Check, Finding, Today
-from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
 
 
-class Verdict(str, enum.Enum):
+class AuditVerdict(str, enum.Enum):
     OK = "ok"
     WHEEL_WRONG = "wheel-wrong"
     CONFIG_MOVED = "config-moved"
@@ -42,7 +42,7 @@ class Verdict(str, enum.Enum):
 class AuditRow:
     filename: str
     location: str
-    verdict: Verdict
+    verdict: AuditVerdict
     source: str | None  # where the provenance came from: embedded | ledger | None
     reasons: tuple[str, ...]
     found: Mapping[str, ArchList] = field(default_factory=dict)
@@ -63,35 +63,35 @@ def judge(facts: WheelFacts, ledger_entry: LedgerEntry | None, today: Mapping[st
     return summarise(facts, ledger_entry, findings, compared=today is not None, superseded_by=superseded_by)
 
 
-def summarise(facts: WheelFacts, ledger_entry: LedgerEntry | None, findings: Iterable[Finding], *,
+def summarise(facts: WheelFacts, ledger_entry: LedgerEntry | None, findings: Iterable[WheelFinding], *,
               compared: bool, superseded_by: str | None = None) -> AuditRow:
     """The audit's verdict on the judge's findings: anything wrong with the wheel first, then no
     provenance, an inferred one, a moved configuration."""
 
-    def row(verdict: Verdict, source: str | None, reasons: Iterable[str]) -> AuditRow:
+    def row(verdict: AuditVerdict, source: str | None, reasons: Iterable[str]) -> AuditRow:
         return AuditRow(facts.filename, facts.location, verdict, source, tuple(reasons), facts.found)
 
     findings = list(findings)
     if facts.problem:
-        return row(Verdict.WHEEL_WRONG, None, [r for f in findings for r in f.reasons])
+        return row(AuditVerdict.WHEEL_WRONG, None, [r for f in findings for r in f.reasons])
     provenance = facts.embedded if facts.embedded is not None else (
         ledger_entry.info if ledger_entry is not None else None)
     source = "embedded" if facts.embedded is not None else "ledger"
     wrong = [f for f in findings if f.check not in (Check.CONFIG, Check.STAMPED)]
     if wrong:
-        return row(Verdict.WHEEL_WRONG, source, [r for f in wrong for r in f.reasons])
+        return row(AuditVerdict.WHEEL_WRONG, source, [r for f in wrong for r in f.reasons])
     if provenance is None:
-        return row(Verdict.UNLEDGERED, None, [r for f in findings for r in f.reasons])
+        return row(AuditVerdict.UNLEDGERED, None, [r for f in findings for r in f.reasons])
     if provenance.provenance == buildinfo.INFERRED:
-        return row(Verdict.INFERRED, source, ["provenance was inferred by backfill, not asserted at build time"])
+        return row(AuditVerdict.INFERRED, source, ["provenance was inferred by backfill, not asserted at build time"])
     moved = [r for f in findings if f.check is Check.CONFIG for r in f.reasons]
     if moved:
         advice = (f"superseded by {superseded_by}, published with today's lists: nothing to rebuild"
                   if superseded_by else "bump build_epoch to rebuild")
-        return row(Verdict.CONFIG_MOVED, source, [*moved, advice])
+        return row(AuditVerdict.CONFIG_MOVED, source, [*moved, advice])
     if not compared:
-        return row(Verdict.OK, source, ["not compared with today's policy (no config for this cell)"])
-    return row(Verdict.OK, source, [])
+        return row(AuditVerdict.OK, source, ["not compared with today's policy (no config for this cell)"])
+    return row(AuditVerdict.OK, source, [])
 
 
 def located_facts(located: Located) -> WheelFacts:

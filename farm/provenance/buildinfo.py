@@ -19,6 +19,7 @@ Probing the environment for these values (the CI run, the toolchain's versions) 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache, cached_property
@@ -34,6 +35,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from farm import jsonread
+from farm.binary.wheelfile import SafeWheel
 from farm.errors import ArchError, FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.model import label
@@ -243,7 +245,7 @@ class ToolkitRecord(_Record):
 
 
 @dataclass(frozen=True)
-class CompileCache(_Record):
+class CompileCacheRecord(_Record):
     """A compiler cache's counts for the build (``ccache``, ``sccache``)."""
 
     tool: NonEmpty
@@ -288,7 +290,7 @@ class Toolchain(_Record):
                          "components"),
     ] = ABSENT
     compile_cache: Annotated[
-        CompileCache | Absent | None,
+        CompileCacheRecord | Absent | None,
         Rule(description="the compiler cache's counts for this build; null: no cache, or not counted"),
     ] = ABSENT
     farm_deps: Annotated[
@@ -671,10 +673,27 @@ def _public(version: Any) -> str | None:
         return None
 
 
+_VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
+
+
+def split_variant_label(filename: str) -> tuple[str, str | None]:
+    """A wheel file name without its PEP 825 variant label, and the label (None: not a variant).
+
+    ``{dist}-{version}(-{build})?-{python}-{abi}-{platform}(-{label})?.whl``: seven parts carry
+    both; of six, the third is a build tag when it starts with a digit (a Python tag never does),
+    else the last is a label."""
+    parts = filename.removesuffix(".whl").split("-")
+    if filename.endswith(".whl") and (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())) \
+            and _VARIANT_LABEL.fullmatch(parts[-1]):
+        return "-".join(parts[:-1]) + ".whl", parts[-1]
+    return filename, None
+
+
 def name_problems(filename: str, info: BuildInfo) -> list[str]:
-    """Where the file name disagrees with the cell its provenance describes (empty: agrees)."""
+    """Where the file name disagrees with the cell its provenance describes (empty: agrees); a
+    wheel variant's label (PEP 825) names no part of the cell."""
     try:
-        name, version, build, tags = parse_wheel_filename(filename)
+        name, version, build, tags = parse_wheel_filename(split_variant_label(filename)[0])
     except InvalidWheelFilename as exc:
         return [f"not a valid wheel file name ({exc})"]
     cell = info.cell
@@ -763,11 +782,22 @@ def validate(info: Any, *, where: str | None = None, error: type[FarmError] = Wh
 MAX_BUILD_INFO = 4 << 20
 
 
-def read_embedded(wheel: Any, member: str, *, where: str) -> BuildInfo:
-    """``member`` of an open :class:`~farm.binary.wheelfile.SafeWheel`, size-checked before it is
-    read, parsed and validated."""
+def read_embedded(wheel: SafeWheel, *, where: str) -> BuildInfo | None:
+    """The ``_build_info.json`` of an open wheel (None: it has none), size-checked before it is
+    read, parsed and validated; ``where`` names the wheel in messages."""
+    dist_info = wheel.dist_info()
+    member = f"{dist_info}/{BUILD_INFO_NAME}"
+    if not dist_info or member not in wheel.names():
+        return None
+    where = f"{where}!{member}"
     size = wheel.zip.getinfo(member).file_size
     if size > MAX_BUILD_INFO:
         raise WheelError(f"{BUILD_INFO_NAME} is {size:,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
                          hint="a real provenance is a few KiB: the wheel is malformed or hostile")
     return BuildInfo.from_json(wheel.read(member), where=where)
+
+
+def read_wheel(wheel: Path) -> BuildInfo | None:
+    """The ``_build_info.json`` of the wheel at ``wheel`` (None: not stamped)."""
+    with SafeWheel(wheel) as zf:
+        return read_embedded(zf, where=str(wheel))

@@ -57,7 +57,8 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     size = path.stat().st_size
     embedded = None
     try:
-        WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
+        # a file pip would not take as a wheel is a finding too (a variant wheel's label apart)
+        WheelName.parse(buildinfo.split_variant_label(path.name)[0])
         inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False, made_by=made_by)
         found = {so.path: so.found for so in inspection.extensions}
         made = ({so.path: so.made_by for so in inspection.extensions if so.made_by is not None}
@@ -67,10 +68,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
         vendored = {so.path: so.found for so in inspection.vendored}
         with SafeWheel(path) as wheel:
             extensions = {name: wheel.sha256(name) for name in found}
-            dist_info = wheel.dist_info()
-            member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
-            if dist_info and member in wheel.names():
-                embedded = buildinfo.read_embedded(wheel, member, where=f"{location}!{member}")
+            embedded = buildinfo.read_embedded(wheel, where=location)
     except ToolError:
         raise  # the environment, not the wheel
     except FarmError as exc:

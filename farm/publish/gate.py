@@ -13,7 +13,7 @@ assertion ran), never another: without it here the gate refuses to run (exit 3) 
 install. Each wheel is judged alone: the upload publishes the wheels that
 passed and reports the refused ones, so one wheel's problem never stops another's publication.
 
-:func:`farm.provenance.verdict.judge` is the pure core, the same judge ``farm audit`` calls, here
+:func:`farm.provenance.judge.judge` is the pure core, the same judge ``farm audit`` calls, here
 under the gate's expectation (facts in, refusals out); :func:`run_gate` gathers the facts.
 """
 
@@ -26,11 +26,11 @@ from pathlib import Path
 from farm.binary.cuobjdump import find_cuobjdump
 from farm.errors import MAX_MESSAGE, FarmError, ToolError, clip
 from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, LedgerEntry
+from farm.provenance.judge import GATE, Check, Derive, Derived, WheelFinding
+from farm.provenance.judge import judge as judge_wheel
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
-from farm.provenance.verdict import GATE, Check, Derive, Derived, Finding
-from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
 from farm.publish.wheelmeta import read_member
 
@@ -43,7 +43,7 @@ class Refusal:
     fix: str
 
     @classmethod
-    def of(cls, wheel: str, finding: Finding) -> Refusal:
+    def of(cls, wheel: str, finding: WheelFinding) -> Refusal:
         return cls(wheel, finding.check, finding.message, finding.fix)
 
     def line(self) -> str:
@@ -83,7 +83,7 @@ class GateResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Pure core: the one judge of a wheel (farm.provenance.verdict) under the gate's expectation
+# Pure core: the one judge of a wheel (farm.provenance.judge) under the gate's expectation
 # --------------------------------------------------------------------------------------------
 def refusals(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | None, *,
              derived: Derived | None = None, config_checked: bool = False) -> list[Refusal]:
@@ -184,7 +184,7 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
              reader: str = "auto") -> GateResult:
     """Check every wheel; nothing is sent by the caller unless ``result.ok``.
 
-    ``derive``: today's expectation for a provenance's cell (:func:`farm.provenance.verdict.derive_from_config`);
+    ``derive``: today's expectation for a provenance's cell (:func:`farm.provenance.judge.derive_from_config`);
     the command always passes it. ``reader``: ``auto`` (both readers when cuobjdump is found),
     ``both`` or ``native``."""
     readers = GateReaders(reader)

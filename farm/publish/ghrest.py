@@ -71,7 +71,7 @@ class GithubApiError(ToolError):
 
 
 @dataclass(frozen=True)
-class Release:
+class GithubRelease:
     id: int
     tag: str
 
@@ -275,26 +275,26 @@ class Client:
     def _repo(self) -> str:
         return f"/repos/{self.repository}"
 
-    def release(self, tag: str) -> Release | None:
+    def release(self, tag: str) -> GithubRelease | None:
         answer = self.request("GET", f"{self._repo()}/releases/tags/{urllib.parse.quote(tag, safe='')}", ok=(200, 404))
         if answer.status == 404:
             return None
-        return Release(int(answer.json()["id"]), tag)
+        return GithubRelease(int(answer.json()["id"]), tag)
 
-    def create_release(self, tag: str, notes: str) -> Release:
+    def create_release(self, tag: str, notes: str) -> GithubRelease:
         """The release ``tag``, created when missing (a concurrent creator's release is used)."""
         body = json.dumps({"tag_name": tag, "name": tag, "body": notes}).encode()
         answer = self.request("POST", f"{self._repo()}/releases", body=body,
                               headers={"Content-Type": "application/json"}, ok=(201, 422))
         if answer.status == 201:
-            return Release(int(answer.json()["id"]), tag)
+            return GithubRelease(int(answer.json()["id"]), tag)
         existing = self.release(tag)  # 422: the tag's release exists already (a concurrent creator)
         if existing is None:
             text = _message(answer.body.decode("utf-8", "replace"))
             raise GithubApiError(f"creating release {tag}: HTTP 422: {clip(text, 300)}", status=422)
         return existing
 
-    def assets(self, release: Release) -> list[RemoteAsset]:
+    def assets(self, release: GithubRelease) -> list[RemoteAsset]:
         """Every asset of ``release``, every page."""
         out: list[RemoteAsset] = []
         page = 1
@@ -308,7 +308,7 @@ class Client:
                 return out
             page += 1
 
-    def upload(self, release: Release, path: Path, name: str) -> RemoteAsset | None:
+    def upload(self, release: GithubRelease, path: Path, name: str) -> RemoteAsset | None:
         """Upload ``path`` as asset ``name``; None when the release already has an asset of
         that name (GitHub's 422), which the caller then looks at."""
         url = (f"{self.uploads_url.rstrip('/')}{self._repo()}/releases/{release.id}/assets?"

@@ -41,7 +41,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from farm import DISTRIBUTION
 from farm.errors import DefectError, FarmError, ToolError
-from farm.fsutil import fsync_dir, sha256_file, sweep_leftovers, temp_prefix, writing
+from farm.fsutil import fsync_dir, open_plain, sha256_file, sweep_leftovers, temp_prefix, writing
 from farm.provenance import stamp
 from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo
 from farm.publish import index
@@ -188,10 +188,25 @@ def make(root: Path, f: index.IndexFile) -> Variant | LeftOut:
     return Variant(f, label, props, vjson, metadata, sink.digest.hexdigest(), sink.size)
 
 
+def _holds(dst: Path, v: Variant) -> bool:
+    """``dst`` is a plain file with ``v``'s bytes (a link, a FIFO or another size is not: it is
+    replaced, never read through)."""
+    try:
+        with open_plain(dst) as fh:
+            if os.fstat(fh.fileno()).st_size != v.size:
+                return False
+            digest = hashlib.sha256()
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    except (OSError, ValueError):
+        return False
+    return digest.hexdigest() == v.sha256
+
+
 def _store(root: Path, v: Variant) -> bool:
     """Write ``v`` under ``variants/files/`` unless the file there has its bytes; True: written."""
     dst = root / DIR / index.FILES / v.filename
-    if dst.exists() and sha256_file(dst) == v.sha256:
+    if _holds(dst, v):
         return False
     with writing(dst):
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -290,6 +305,10 @@ def _regenerate(root: Path, lookup: index.EntryLookup, allow_drop: Iterable[str]
         else:
             variants.append(got)
     out = root / DIR
+    for folder in (out, out / index.FILES):
+        if folder.is_symlink():
+            raise DefectError(f"{folder.relative_to(root)} is a symbolic link: the channel is written only into "
+                              "the tree's own folders", where=str(root), hint=f"remove {folder} and run it again")
     pages = render(variants)
     old = index.read_packages_json(out)
     new: Mapping[str, Any] = json.loads(pages[index.PACKAGES_JSON])

@@ -35,7 +35,7 @@ from farm.provenance.ledgerline import ExistsKey
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.targets import GithubSettings, parse_targets
+from farm.publish.releases import GithubSettings
 from farm.schedule.cacheplan import CacheSizes, CellKeys, toolkit_size, torch_size
 from farm.schedule.cost import DEFAULT_JOB_S, CellKey, Costed, Durations, cost_matrix, drain_model, plan_wave
 from farm.schedule.hitrate import HitRates
@@ -250,6 +250,7 @@ class EpochResult:
     drained: bool
     runs: int
     runner_hours: float
+    runner_hours_by_kind: dict[str, float]  # build (build, compile and link jobs), publish, other
     wasted_hours: dict[str, float]
     cells: int  # to build after the planner's refusals
     refused: int
@@ -291,7 +292,7 @@ class Drain:
         self.times, self.wf, self.sizes, self.scenario = times, workflow, sizes, scenario
         self.sharding: dict[str, Sharding | None] = {p.package: config.recipe(p.package).sharding
                                                      for p in matrix.packages}
-        targets = [t for t in parse_targets(config.defaults.publish, root=config.root).values()
+        targets = [t for t in config.defaults.publish.values()
                    if isinstance(t, GithubSettings)]
         self.tag = targets[0].tag if targets else None
         self.planned = {p.cell.id: p for p in matrix.cells}
@@ -309,6 +310,7 @@ class Drain:
         self.results: list[EpochResult] = []
         self._epoch, self._done, self._last_publish = 0, False, 0.0
         self._runner_s = 0.0
+        self._by_kind: defaultdict[str, float] = defaultdict(float)
         self._wasted: defaultdict[str, float] = defaultdict(float)
         self._rebuilt: Counter[str] = Counter()
         self._timeouts = self._publish_killed = 0
@@ -321,7 +323,7 @@ class Drain:
             c = p.cell
             host = self.times.seconds(c.package, len(p.archs))
             if host is not None:
-                compile_s, basis = host * self.v.runner_factor, self.times.recipes[c.package].basis
+                compile_s, basis = host * self.times.runner_factor.value, self.times.recipes[c.package].basis
             else:  # unmeasured: what the planner guesses, a default job per declared compile job
                 shard = self.sharding.get(c.package)
                 compile_s, basis = DEFAULT_JOB_S * (shard.jobs if shard else 1), "estimate"
@@ -336,6 +338,8 @@ class Drain:
 
     def _count_runner(self, job: Job, seconds: float) -> None:
         self._runner_s += seconds
+        kind = "build" if job.kind in ("build", "compile", "link") else "publish" if job.kind == "publish" else "other"
+        self._by_kind[kind] += seconds
         if job.killed:
             self._timeouts += 1
             if job.kind == "publish":
@@ -352,7 +356,7 @@ class Drain:
             replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in queued))
             for pkg in self.matrix.packages))
         return cost_matrix(left, self.sharding, Durations.of(self.ledger.durations),
-                           hit_rates=HitRates.of(self.ledger.counts))
+                           hit_rates=HitRates.of(self.ledger.counts, retained=self.scenario.compile_cache == "s3"))
 
     def _capacity(self) -> int:
         return self.wf.max_shards * SHARD_SIZE
@@ -365,6 +369,7 @@ class Drain:
         start = self.loop.now
         self.cells = {cid: CellState(self.planned[cid], t, cached=self._carried(cid)) for cid, t in self.truths.items()}
         self._runner_s, self._wasted, self._rebuilt = 0.0, defaultdict(float), Counter()
+        self._by_kind = defaultdict(float)
         self._timeouts = self._publish_killed = 0
         self._done, self._last_publish = False, start
         bill = drain_model(self._costed(), self._capacity(), self.scenario.runners)
@@ -384,6 +389,7 @@ class Drain:
         result = EpochResult(
             epoch=self._epoch, warm=warm, days=(self._last_publish - start) / DAY, drained=not queued,
             runs=sum(1 for r in self.runs if r.epoch == self._epoch), runner_hours=self._runner_s / 3600,
+            runner_hours_by_kind={k: v / 3600 for k, v in self._by_kind.items()},
             wasted_hours={k: v / 3600 for k, v in self._wasted.items()}, cells=len(self.cells) - len(refused),
             refused=len(refused), published=sum(s.published for s in self.cells.values()),
             rebuilt=Counter(self._rebuilt), lost=len(queued), timeouts=self._timeouts,
@@ -488,11 +494,11 @@ class Drain:
         """One build job: ``part`` is "" (a whole cell), "I/N" (a compile shard) or "link"."""
         v, t, cid = self.v, state.truth, state.planned.cell.id
         saves: list[tuple[str, int]] = []
-        yield v.setup_s
-        yield self._restore(t.toolkit, t.toolkit_bytes, saves) + v.toolkit_assemble_s
+        yield self.times.value("job_setup_s")
+        yield self._restore(t.toolkit, t.toolkit_bytes, saves)  # its unpacking is part of the set-up
         build_s = 0.0
         if t.torch is not None:
-            build_s = self._restore(t.torch, t.torch_bytes, saves) + v.torch_install_s
+            build_s = self._restore(t.torch, t.torch_bytes, saves) + self.times.value("torch_install_s")
             yield build_s
         if part == "link":
             ready = run.objects.get(cid, [])
@@ -508,7 +514,7 @@ class Drain:
         else:
             parts = int(part.split("/")[1]) if part else 1
             held = min(1.0, state.cached)
-            compile_s = t.compile_s / parts * ((1 - held) + held * v.hit_cost)
+            compile_s = t.compile_s / parts * ((1 - held) + held * self.times.value("hit_cost"))
             if _hash_fraction(self._epoch, run.number, cid, part) < v.failure_rate:
                 job.ok = False
                 yield compile_s * _hash_fraction("at", self._epoch, run.number, cid, part)
@@ -522,7 +528,7 @@ class Drain:
         if part and part != "link":
             yield v.compile_objects_mb / v.upload_mb_s
         else:
-            post = v.post_s if t.linked else v.post_notorch_s
+            post = self.times.build_fixed_s(t.linked) - (self.times.value("torch_install_s") if t.linked else 0.0)
             build_s += post
             yield post + t.wheel_bytes / MB / v.upload_mb_s
         for key, size in saves:  # actions/cache saves what it missed, after the job's steps

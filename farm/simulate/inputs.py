@@ -2,7 +2,8 @@
 
 A value is ``measured`` (on the reference host, or from farm's own runs) or an ``estimate`` with
 its reason; ``farm simulate`` prints the table, so every number it reports says what it rests on.
-The per-recipe build times are :mod:`farm.schedule.recipetimes`'s.
+What a build itself costs (each recipe's time, the runner factor, the fixed part of a build,
+what a cached compile step costs) is :mod:`farm.schedule.recipetimes`'s, which the planner reads too.
 """
 
 from __future__ import annotations
@@ -31,19 +32,12 @@ class Input:
 class Values:
     """The numbers (``inputs.json`` says what each is and what it rests on)."""
 
-    runner_factor: float
     windows_factor: float
     queue_s: float
-    setup_s: float
     publish_setup_s: float
     matrix_s: float
     slice_s: float
     chain_s: float
-    torch_install_s: float
-    toolkit_assemble_s: float
-    post_s: float
-    post_notorch_s: float
-    hit_cost: float
     download_mb_s: float
     upload_mb_s: float
     cache_mb_s: float

@@ -91,6 +91,7 @@ def to_json(drain: Drain) -> dict[str, Any]:
         "goals": [{"goal": g.what, "met": g.met, "value": g.value} for g in goals(drain)],
         "bumps": [{"epoch": r.epoch, "warm": r.warm, "reported": r in bumps, "days": round(r.days, 2),
                    "drained": r.drained, "runs": r.runs, "runner_hours": round(r.runner_hours, 1),
+                   "runner_hours_by_kind": {k: round(v, 1) for k, v in sorted(r.runner_hours_by_kind.items())},
                    "wasted_runner_hours": round(sum(r.wasted_hours.values()), 1), "cells": r.cells,
                    "published": r.published, "refused": r.refused, "lost": r.lost,
                    "rebuilt": sum(r.rebuilt.values()), "jobs_killed": r.timeouts,

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from farm.model.config import FarmConfig, load_config, load_defaults
+from farm.load.defaults import load_defaults
+from farm.load.recipes import load_config
+from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_prefix
 from farm.toolkit.request import request_for
 

@@ -34,10 +34,11 @@ from typing import Any
 
 from farm.cli import main
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import GithubSettings, ghrest, upload
+from farm.publish import ghrest
 from farm.publish.ledgerpush import commit_and_push
+from farm.publish.publish import upload
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.releases import github_client
+from farm.publish.releases import GithubSettings, github_client
 from farm.publish.verdict import Verdict
 from farm.schedule.outcome import CellResult
 from farm.schedule.slices import LINK, slice_plan

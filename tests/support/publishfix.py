@@ -140,7 +140,7 @@ def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *,
     build of the same cells that is not reproducible (a file of the wheel names the run, as a
     package's own build stamp would): other bytes, the same file names. ``recipe_lines``: YAML
     appended to a package's recipe (``requires_dist: [...]``)."""
-    from farm.model.config import load_config
+    from farm.load.recipes import load_config
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
     from tests.support.postbuildfix import builder_wheel
     from tests.support.postbuildfix import write_farm_root as write_recipes

@@ -18,17 +18,16 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from farm.binary.archrule import NONE, Expected, difference, fits
+from farm.binary.archrule import NONE, Expected, difference, fits, vendored_rules
 from farm.binary.madeby import MadeBy
 from farm.errors import FarmError, clip
 from farm.model.arch import ArchList
+from farm.model.archrequest import arch_request
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
-from farm.model.spec import arch_request
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, LedgerEntry, Recorded, name_problems
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.provenance.postbuild import vendored_rules
 from farm.provenance.wheelfacts import WheelFacts
 
 
@@ -46,7 +45,7 @@ class Check(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Finding:
+class WheelFinding:
     check: Check
     message: str  # one line: what is wrong
     fix: str
@@ -228,16 +227,16 @@ def config_difference(info: BuildInfo, derived: Derived | None, today: Mapping[s
 
 # -- the judge ------------------------------------------------------------------------------------
 def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | None,
-          expect: Expectation) -> list[Finding]:
+          expect: Expectation) -> list[WheelFinding]:
     """Every rule ``facts`` breaks under ``expect`` (empty: none).
 
     ``entry``: the ledger entry or fragment with the wheel's sha256 (None: none has it);
     ``same_name_sha256``: the sha256 the ledger (else a fragment) records for its file name."""
     name, sha256 = facts.filename, facts.sha256
-    out: list[Finding] = []
+    out: list[WheelFinding] = []
 
     def find(check: Check, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
-        out.append(Finding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
+        out.append(WheelFinding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
 
     if facts.problem:
         find(Check.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
@@ -391,7 +390,7 @@ def derive_from_config(config: FarmConfig) -> Derive:
 
     Deliberately not the wheel's own build spec: the gate and audit ask whether a built wheel
     still matches what today's config says (a trust check), so they resolve the cell again,
-    through the same resolver the build used (:func:`farm.model.spec.arch_request`)."""
+    through the same resolver the build used (:func:`farm.model.archrequest.arch_request`)."""
 
     def derive(provenance: BuildInfo) -> Derived | None:
         package, cell = provenance.package, provenance.cell
