@@ -27,13 +27,13 @@ from farm.builder.compilecache import resolve as resolve_compile_cache
 from farm.commands.build import preflight_cells, require_build_extra
 from farm.errors import EXIT_DEFECT, EXIT_OK, NetworkError, TooLarge, ToolError, UsageError, WheelError
 from farm.fsutil import sha256_file
+from farm.load.recipes import load_config
 from farm.model.cells import Cell
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import FarmConfig
 from farm.netutil import download, project_url, read_page
-from farm.provenance.buildinfo import BuildInfo, Run
+from farm.provenance.buildinfo import BuildInfo, Run, read_wheel
 from farm.provenance.crawl import MAX_WHEEL_BYTES
 from farm.provenance.ledger import LedgerIndex
-from farm.provenance.postbuild import read_embedded
 from farm.publish.index import describe
 from farm.schedule.matrix import Filters, compute_matrix
 
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     root = args.root.absolute()
     cache = (args.cache_dir or root / ".cache").absolute()
     wheel = obtain(args, cache / "rebuild" / "downloads")
-    info = read_embedded(wheel)
+    info = read_wheel(wheel)
     if info is None or not info.asserted or info.package is None:
         raise UsageError("the wheel carries no asserted farm provenance: nothing says how it was built",
                          where=str(wheel), hint="farm rebuilds wheels farm built (their _build_info.json)")
