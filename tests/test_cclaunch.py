@@ -27,8 +27,12 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from farm.builder import cclaunch
+import pytest
+
+from farm.builder import cclaunch, procs
+from farm.builder.builders import run_relayed
 from farm.builder.compilecache import CompileCache, Counts
+from farm.errors import Stalled
 
 UNIT = '#include "k.h"\n__global__ void k(float* x, unsigned n) { if (n >= 0) x[threadIdx.x] = __expf(x[n]) * SCALE; }\n'
 # a value for every option of cclaunch.NVCC_JOINED, each as nvcc spells it (some in the long form)
@@ -602,3 +606,96 @@ def test_a_unit_is_the_same_object_cached_warm_uncached_and_in_another_folder(tm
                              check=True).stdout
     assert " k.cudafe1.cpp" in symbols
     assert "_GLOBAL__sub_I_k.cudafe1.cpp" in symbols
+
+
+# ------------------------------------------------------------------------------------------------
+# nested calls under a starved server
+# ------------------------------------------------------------------------------------------------
+# sccache 0.16.0's server gives every process it starts (a compile, a preprocessor run, nvcc's
+# steps, a compiler's detection) one of its job slots, available_parallelism() of them, held
+# until the process ends. A launcher started by the server that called sccache again would wait
+# for a slot while holding one: with every slot so held, nothing ends. FARM_CC_NESTED tells the
+# launchers they run beneath it only while every program in between passes the environment on;
+# a host compiler wrapper that passes on only the variables it knows (the search path and the
+# compiler cache's own settings, below) loses it.
+CLEAN_ENV_WRAPPER = ('#!/bin/sh\nexec env -i PATH="$PATH" HOME="$HOME" SCCACHE_SERVER_UDS="$SCCACHE_SERVER_UDS" '
+                     'SCCACHE_DIR="$SCCACHE_DIR" {compiler} "$@"\n')
+
+
+def _one_slot_server(tmp_path: Path, nvcc: str = "/nonexistent/nvcc") -> tuple[dict[str, str], Path]:
+    """The launchers and a private server with one job slot (started with this process bound to one
+    CPU; sccache counts the CPUs it may run on), and a host compiler wrapper that runs farm's
+    ``gcc`` launcher with only the variables it knows. The build's environment and the launchers' folder."""
+    env = {k: v for k, v in _server_env(tmp_path).items() if k != cclaunch.NESTED}
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        state = cclaunch.setup(str(tmp_path / "run"), nvcc, env)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert state["cached"] is True
+    bindir = tmp_path / "run" / "bin"
+    wrapper = tmp_path / "cc-clean"
+    wrapper.write_text(CLEAN_ENV_WRAPPER.format(compiler=bindir / "gcc"))
+    wrapper.chmod(0o755)
+    for i in range(3):
+        (tmp_path / f"u{i}.c").write_text(f"int u{i}(int x) {{ return x * {i + 2}; }}\n")
+    return env, bindir
+
+
+def _compile_three(tmp_path: Path, env: dict[str, str], bindir: Path, *, label: str) -> None:
+    """Three compiles at once (ninja -j 3) through ``launch`` and the wrapper, as
+    one build step under farm's watchdog; the server's compiles count as the step's work."""
+    units = " ".join(f"{bindir / 'launch'} {tmp_path / 'cc-clean'} -c u{i}.c -o u{i}.o &" for i in range(3))
+    proc = run_relayed(["sh", "-c", f"{units} wait"], env={**env, procs.STALL_ENV: "6"}, cwd=tmp_path, label=label,
+                       cell="nested-0.1-cu130-cp311-linux_x86_64", sessions=lambda: procs.sccache_session(env))
+    assert proc.returncode == 0
+
+
+def test_nested_calls_under_a_starved_server_run_the_compiler_directly(tmp_path, monkeypatch) -> None:
+    """Beneath the server the launchers run the compiler themselves, found by their ancestry, whatever
+    the environment says: three compiles on a one-slot server finish. The same launchers without
+    that check (the variable alone, as before) wait on themselves: the watchdog stops the step."""
+    monkeypatch.setattr(procs, "POLL_S", 0.5)
+    env, bindir = _one_slot_server(tmp_path)
+    sccache = str(cclaunch.find_sccache(env))
+    try:
+        _compile_three(tmp_path, env, bindir, label="three compiles")
+        counts = _counts(sccache, env)
+        assert sum(counts.misses.values()) == 3  # the three outer compiles; no nested request reached it
+        assert all((tmp_path / f"u{i}.o").is_file() for i in range(3))
+        for name in ("launch", "gcc"):  # the launchers as they were: the variable alone
+            script = bindir / name
+            script.write_text(script.read_text().replace(" || _farm_beneath", ""))
+        for i in range(3):  # other units: compiled, not served from the cache
+            (tmp_path / f"u{i}.c").write_text(f"int u{i}(int x) {{ return x - {i}; }}\n")
+        with pytest.raises(Stalled, match=r"`three nested compiles` made no progress: no output, no process started "
+                                          r"or ended, and its \d+ process\(es\) used 0\.\d s of CPU for 6 s"):
+            _compile_three(tmp_path, env, bindir, label="three nested compiles")
+    finally:
+        procs.stop_sccache_server(sccache, env)
+    assert procs.sccache_session(env) == []
+
+
+def test_nvcc_calls_whose_host_compiler_loses_the_variable_finish_on_a_starved_server(tmp_path, nvcc) -> None:
+    """The same through real nvcc, as the package's ninja file runs it: nvcc's host compiler
+    (``-ccbin``) is the wrapper, so sccache's server runs farm's ``gcc`` launcher for nvcc's
+    preprocessing and host steps without the variable. Three units at once, one slot: done, each
+    nvcc step compiled once, and the objects hold the code."""
+    env, bindir = _one_slot_server(tmp_path, str(nvcc))
+    sccache = str(cclaunch.find_sccache(env))
+    for i in range(3):
+        (tmp_path / f"k{i}.cu").write_text(f"__global__ void k{i}(float* x) {{ x[threadIdx.x] *= {i + 2}.0f; }}\n")
+    units = " ".join(f"{bindir / 'nvcc'} -c k{i}.cu -o k{i}.o -gencode=arch=compute_90,code=sm_90 "
+                     f"-ccbin {tmp_path / 'cc-clean'} &" for i in range(3))
+    try:
+        run_relayed(["sh", "-c", f"{units} wait"], env=env, cwd=tmp_path, label="three nvcc calls",
+                    sessions=lambda: procs.sccache_session(env))
+        counts = _counts(sccache, env)
+    finally:
+        procs.stop_sccache_server(sccache, env)
+    assert counts.nvcc_run >= 3 * 3  # per unit: cudafe++, cicc, ptxas (and the host step, labelled CUDA)
+    assert counts.nvcc_cached == 0
+    for i in range(3):
+        symbols = subprocess.run(["nm", str(tmp_path / f"k{i}.o")], capture_output=True, text=True, check=True).stdout
+        assert f"k{i}Pf" in symbols

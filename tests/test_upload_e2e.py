@@ -243,7 +243,9 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
         doc = json.loads(captured.out)
         assert [(t["target"], t["sent"]) for t in doc["targets"]] == [("pypi", [wheel.name]), ("index", [wheel.name])]
         assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2, "pushes": 0, "push_error": None}
-        assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [("pypi", "published"), ("index", "published")]
+        # the repository's index target has the wheel-variant channel on: the wheel's variant is published too
+        assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [
+            ("pypi", "published"), ("index", "published"), ("index/variants", "published")]
         entry = _ledger_entry(root / "ledger.jsonl", wheel.name)
         assert [p["target"] for p in entry["published"]] == ["pypi", "index"]
 

@@ -12,6 +12,7 @@ wheel, so a wheel that reaches the output directory is an asserted, stamped whee
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -58,6 +60,7 @@ from farm.errors import (
     DefectError,
     FarmError,
     Interrupted,
+    Stalled,
     ToolError,
     UsageError,
     WheelError,
@@ -367,14 +370,17 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    in_container = plan.cell.platform.startswith("linux")
     try:
         proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ),
-                           label=f"cibuildwheel --only {plan.identifier}")
-    except Interrupted as exc:  # its container outlives it: cibuildwheel's clean-up did not run
-        if plan.cell.platform.startswith("linux"):
-            engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+                           label=f"cibuildwheel --only {plan.identifier}", cell=plan.cell.id,
+                           cpu=ContainerCpu(engine, container_label(plan.config_file.parent)) if in_container
+                           else lambda: None)
+    except (Interrupted, Stalled) as exc:  # its container outlives it: cibuildwheel's clean-up did not run
+        if in_container:
             removed = remove_containers(engine, container_label(plan.config_file.parent))
-            if removed:
+            if removed and isinstance(exc, Interrupted):
                 exc.stopped.append(f"its build container ({engine} rm --force {' '.join(removed)})")
         raise
     _append_summary(plan, environ)
@@ -385,6 +391,50 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+class ContainerCpu:
+    """The CPU seconds used in the build container labelled ``label`` (its cgroup's ``cpu.stat``,
+    cgroup v2): a container build's compiles run outside the step's own processes, so the step's
+    watchdog counts them from here. None until the container is found, or where it cannot be read."""
+
+    LOOK_S = 30.0  # how often the engine is asked for the container until it is found
+
+    def __init__(self, engine: str, label: str) -> None:
+        self.engine, self.label = engine, label
+        self._stat: Path | None = None
+        self._next = 0.0
+
+    def __call__(self) -> float | None:
+        if self._stat is None and time.monotonic() >= self._next:
+            self._next = time.monotonic() + self.LOOK_S
+            self._stat = self._find()
+        if self._stat is None:
+            return None
+        try:
+            for line in self._stat.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def _find(self) -> Path | None:
+        try:
+            found = subprocess.run([self.engine, "ps", "--quiet", "--filter", f"label={self.label}"],
+                                   capture_output=True, text=True, timeout=30, check=False)
+            ids = found.stdout.split()[:1] if found.returncode == 0 else []
+            pid = subprocess.run([self.engine, "inspect", "--format", "{{.State.Pid}}", *ids], capture_output=True,
+                                 text=True, timeout=30, check=False).stdout.strip() if ids else ""
+            group = (procs.PROC / pid / "cgroup").read_text() if pid.isdigit() else ""
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        for line in group.splitlines():  # cgroup v2: "0::/path"
+            if line.startswith("0::"):
+                stat = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "cpu.stat"
+                return stat if stat.is_file() else None
+        return None
 
 
 def remove_containers(engine: str, label: str) -> list[str]:
@@ -402,7 +452,9 @@ def remove_containers(engine: str, label: str) -> list[str]:
 
 
 def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
-                shell: bool = False, label: str | None = None) -> subprocess.CompletedProcess[bytes]:
+                shell: bool = False, label: str | None = None, cell: str | None = None,
+                sessions: Callable[[], Iterable[int]] = tuple,
+                cpu: Callable[[], float | None] = lambda: None) -> subprocess.CompletedProcess[bytes]:
     """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
     line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
     environment (an index URL with a token that pip echoes, a password a script prints).
@@ -410,20 +462,49 @@ def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path |
 
     The step runs in a session of its own (:mod:`farm.builder.procs`): when farm is interrupted
     or fails while it runs, the step and every process beneath it are stopped before the
-    exception goes on."""
+    exception goes on. A step that makes no progress for ``$FARM_STALL_TIMEOUT`` seconds is
+    stopped so, and :class:`~farm.errors.Stalled` names it and ``cell``; ``sessions`` and ``cpu``:
+    where else its work runs (its compiler cache server's session, its build container)."""
     scrub = redactor(env)
+    what = label or clip(cmd if isinstance(cmd, str) else shlex.join(cmd), 120)
+    limit = procs.stall_limit(env)
     with procs.start(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
                      stderr=subprocess.STDOUT) as proc:
-        assert proc.stdout is not None
-        try:
-            for raw in proc.stdout:
+        out = proc.stdout
+        assert out is not None
+        watch = procs.Watchdog(limit, lambda: (proc.pid, *sessions()), cpu)
+
+        def relay() -> None:
+            for raw in out:
+                watch.output()
                 sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
                 sys.stderr.flush()
+
+        relayer = threading.Thread(target=relay, name=f"relay {what}", daemon=True)
+        relayer.start()
+        try:
+            while True:  # until its output ends and the step has exited
+                if relayer.is_alive():
+                    relayer.join(timeout=procs.POLL_S)
+                else:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=procs.POLL_S)
+                if not relayer.is_alive() and proc.poll() is not None:
+                    break
+                stalled = watch.stalled()
+                if stalled is not None:
+                    raise Stalled(f"`{what}` made no progress: {stalled}; farm stopped it",
+                                  where=cell, hint=STALL_HINT)
         except BaseException as exc:
-            what = label or clip(cmd if isinstance(cmd, str) else shlex.join(cmd), 120)
             procs.stop_step(proc, f"`{what}`", exc)
             raise
     return subprocess.CompletedProcess(cmd, proc.returncode)
+
+
+STALL_HINT = (f"a build that waits on itself stops so (a compiler cache whose compiles wait on each other, a "
+              f"lock, a prompt for input): read the end of the build log above, and run the cell again with "
+              f"--no-compile-cache to rule the compiler cache out; a step that really works that long without "
+              f"output or CPU needs a higher ${procs.STALL_ENV} (seconds; 0: no limit)")
 
 
 def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, *,
@@ -530,9 +611,12 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env = passed_on(caller)
     env.pop("PYTHONPATH", None)
 
+    server: list[int] = []  # the compiler cache server's session: its compiles are the build's work too
+
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), label=what, **kw)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), label=what, cell=plan.cell.id,
+                           sessions=lambda: server, **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -548,7 +632,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                                  python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
     benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
-                               runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
+                               runner=lambda cmd, e: run_relayed(cmd, env=e, cell=plan.cell.id).returncode)
     if built_env is not None:
         built_env.append(benv)
     venv = benv.path
@@ -564,12 +648,14 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
                                basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))],
                                cached=cached)
+        if cached:
+            server.extend(procs.sccache_session(env))
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
-    except Interrupted as exc:  # the private server goes with the build, and the compiles it ran
+    except (Interrupted, Stalled) as exc:  # the private server goes with the build, and the compiles it ran
         sccache = state.get("sccache") or (cclaunch.find_sccache(env) if cached else None)
         stopped = procs.stop_sccache_server(sccache, env) if isinstance(sccache, str) else None
-        if stopped:
+        if stopped and isinstance(exc, Interrupted):
             exc.stopped.append(stopped)
         raise
     except BaseException:  # a failed build: the server stops all the same

@@ -19,6 +19,12 @@ writes the launchers into ``RUN_DIR/bin``:
   ``-ccbin``: each must be one executable, not ``"sccache gcc"``. Called beneath a cached compile
   (nvcc running its host compiler) they run the real compiler directly: one cache lookup per step.
 
+"Beneath a cached compile" is :data:`NESTED` in the environment, or an ancestor process named
+sccache (``_farm_beneath``): sccache's server holds one of its job slots (as many as its CPUs) for
+each process it runs, so a launcher there that called sccache again would wait on a slot its parent
+holds, and with every slot so held the build would hang. The ancestry holds where a program in
+between starts the compiler in another environment, which the variable does not.
+
 sccache keys an entry on the compiler it runs; for the host-compiler steps inside nvcc that is the
 ``gcc`` launcher, so the launcher's text names the real compiler and its sha256: another host
 compiler is another launcher, hence a miss.
@@ -184,6 +190,27 @@ def remove_socket(path: str, *, wait: float = 5.0) -> bool:
     except OSError:
         return False
     return True
+
+
+def _beneath(sccache: str | None) -> str:
+    """A shell function ``_farm_beneath``: whether an ancestor of the calling shell is ``sccache`` (the
+    build's server, or a client compiling by itself), read from ``/proc``. The variable :data:`NESTED`
+    says so too, but only while every program between sccache and the launcher passes its environment
+    on; a host compiler wrapper that starts the compiler in a clean environment (``env -i``) loses
+    it. Walked up to 64 parents; without ``/proc`` (or without sccache) it says no."""
+    if sccache is None:
+        return "_farm_beneath() { return 1; }\n"
+    comm = os.path.basename(sccache)[:15]  # the kernel's name of the process: the file's, cut at 15 bytes
+    return ('_farm_beneath() {\n'
+            '  p=$PPID; n=0\n'
+            '  while [ "$p" -gt 1 ] && [ "$n" -lt 64 ]; do\n'
+            '    read -r s 2>/dev/null < "/proc/$p/stat" || return 1\n'
+            '    c=${s#*(}; c=${c%) *}\n'  # the name between the first "(" and the last ") "
+            f'    if [ "$c" = {_q(comm)} ]; then return 0; fi\n'
+            '    set -- ${s##*) }; p=$2; n=$((n + 1))\n'  # the fields after the name: state, parent, ...
+            '  done\n'
+            '  return 1\n'
+            '}\n')
 
 
 def _nvcc_arguments(uncached: str, cached_nvcc: str, uncached_nvcc: str) -> str:
@@ -415,7 +442,8 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # which it still runs through `launch`: sccache then ran a compiler that is sccache again,
         # whose client waited on the server whose every job slot held the outer compiles (natten's
         # CMake hung in its CUDA ABI check).
-        _write(launch, f'#!/bin/sh\nif [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
+        _write(launch, f'#!/bin/sh\n{_beneath(sccache)}'
+                       f'if [ -n "${{{NESTED}:-}}" ] || _farm_beneath; then exec "$@"; fi\n'
                        f'{NESTED}=1; export {NESTED}\n{host}'
                        f'{_nvcc_arguments(os.path.join(run_dir, UNCACHED), cached_nvcc, uncached_nvcc)}'
                        f'{_q(sccache)} "$@" && exit 0\n'
@@ -427,8 +455,8 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         path = shutil.which(real, path=search) or shutil.which("cc" if name == "gcc" else "c++", path=search) or real
         ident = _sha256(path) if os.path.isfile(path) else "unknown"
         _write(os.path.join(bindir, name),
-               f"#!/bin/sh\n# farm: {path} (sha256 {ident})\n"
-               f'if [ -n "${{{NESTED}:-}}" ]; then exec {_q(path)} "$@"; fi\n'
+               f"#!/bin/sh\n# farm: {path} (sha256 {ident})\n{_beneath(sccache)}"
+               f'if [ -n "${{{NESTED}:-}}" ] || _farm_beneath; then exec {_q(path)} "$@"; fi\n'
                f'exec {_q(launch)} {_q(path)} "$@"\n')
 
 

@@ -38,7 +38,7 @@ from farm.publish.publish import upload
 from farm.publish.releases import GithubSettings, github_client
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
-from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
+from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, not_the_cells, publish_shard, shard_cells
 
 # A cell's fragment artifact: a zip of at most 8 fragments of at most 1 MiB each.
 MAX_FRAGMENT_BYTES = 1 << 20
@@ -173,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
     pusher = LedgerPusher(ledger, args.push_ledger, every_s=PUSH_EVERY_S) if args.push_ledger else None
 
     def publish(cell: CellResult) -> tuple[str, str]:
+        foreign = [why for why in (not_the_cells(cell.id, f) for f in cell.files if f.name.endswith(".whl")) if why]
+        if foreign:
+            return REFUSED, "; ".join(foreign)
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
                         book=book, pusher=pusher, github_client=releases)
         if report.ok:

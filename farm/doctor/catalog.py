@@ -7,7 +7,6 @@ field and a malformed one is left out (its filename named); the whole file is ca
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from dataclasses import dataclass
@@ -16,7 +15,8 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from farm.errors import FarmError, UsageError
+from farm import jsonread
+from farm.errors import FarmError, UsageError, clip
 from farm.model.install import CATALOG, CATALOG_VERSION
 from farm.netutil import download
 
@@ -104,19 +104,21 @@ def fetch(index_url: str) -> Catalog:
     local = Path(index_url)
     if "://" not in index_url and local.is_dir():
         path = local / CATALOG
-        if not path.is_file() or path.stat().st_size > MAX_BYTES:
-            raise UsageError(f"no {CATALOG} under it (or larger than {MAX_BYTES >> 20} MiB)", where=index_url,
-                             hint="regenerate the index with this farm (farm index DIR)")
-        text = path.read_bytes()
+        try:
+            text = jsonread.read_bounded(path, MAX_BYTES)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"no readable {CATALOG} under it ({clip(exc, 120)})", where=index_url,
+                             hint="regenerate the index with this farm (farm index DIR)") from None
     else:
         with tempfile.TemporaryDirectory() as tmp:
             dest = Path(tmp) / "wheels.json"
             download(url, dest, max_bytes=MAX_BYTES, timeout=60)
             text = dest.read_bytes()
     try:
-        return parse(json.loads(text), url)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"not JSON: {exc}", where=url) from None
+        doc = jsonread.loads(text)
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deep, a number of 100,000 digits
+        raise UsageError(f"not a JSON file farm wrote: {clip(exc, 200)}", where=url) from None
+    return parse(doc, url)
 
 
 def try_fetch(index_url: str | None) -> tuple[Catalog | None, str | None]:

@@ -598,11 +598,13 @@ def _vendor_archive(entry: VendorSource, origin: ArchiveOrigin | SdistSource, st
     store.mkdir(parents=True, exist_ok=True)
     where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
     with FileLock(str(store / f"{sha}.lock")):
-        cached = next((p for p in folder.iterdir() if p.is_file()), None) if folder.is_dir() else None
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()  # not farm's (a link is removed, never followed): made afresh below
+        cached = next((p for p in folder.iterdir() if p.is_file() or p.is_symlink()), None) if folder.is_dir() else None
         if cached is not None:
-            if sha256_file(cached) == sha:
+            if not cached.is_symlink() and sha256_file(cached) == sha:
                 return cached
-            cached.unlink()  # damaged or replaced: fetched afresh below
+            cached.unlink()  # damaged, replaced or a link (removed, never followed): fetched afresh below
         if isinstance(origin, ArchiveOrigin):
             url = origin.url
             filename = PurePosixPath(url.split("?")[0]).name
