@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from farm import jsonread
 from farm.errors import NetworkError, ToolError, clip
 from farm.netutil import download
-from farm.publish.ghrest import Artifact, Client, GithubApiError
+from farm.publish.ghrest import Artifact, Client, GithubApiError, NoRedirect
 from farm.publish.ratelimit import Clock, RealClock, WaitBudget
 
 SERVICE = "github.actions.results.api.v1.ArtifactService"
@@ -41,12 +41,7 @@ RETRIES = 4
 TIMEOUT_S = 120.0
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # the service answers; it never sends a client elsewhere
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
+_OPENER = urllib.request.build_opener(NoRedirect)  # the service answers; it never sends a client elsewhere
 
 
 class Source(Protocol):

@@ -42,7 +42,7 @@ from farm import jsonread
 from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import DEADLINE, Deadline, deadline_for, download, read_body
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
-from farm.schedule.attempts import Job
+from farm.schedule.attempts import RunJob
 
 API_URL = "https://api.github.com"
 TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
@@ -128,7 +128,7 @@ class Answer:
                                  f"({clip(exc, 120)}): {clip(self.body[:80])!r}", status=self.status) from None
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
+class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None  # a redirect is handed back to the caller, which decides what to send on
 
@@ -201,11 +201,11 @@ def _seconds(text: Any) -> float | None:
     return dt.datetime.fromisoformat(text).timestamp()
 
 
-def _job(obj: Any) -> Job:
+def _job(obj: Any) -> RunJob:
     try:
         started, completed = _seconds(obj.get("started_at")), _seconds(obj.get("completed_at"))
         conclusion = obj.get("conclusion")
-        return Job(str(obj["name"]), str(conclusion) if conclusion is not None else None,
+        return RunJob(str(obj["name"]), str(conclusion) if conclusion is not None else None,
                    completed - started if started is not None and completed is not None else None)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise GithubApiError(f"GitHub listed a job farm cannot read ({type(exc).__name__}): {clip(obj)}") from None
@@ -267,7 +267,7 @@ class Client:
         size = int(all_headers.get("Content-Length") or 0)
         limit = Deadline(shown, max(self.deadline_s, deadline_for(size)) if size else self.deadline_s)
         try:
-            with limit, limit.opener(_NoRedirect()).open(request, timeout=self.timeout_s) as response:
+            with limit, limit.opener(NoRedirect()).open(request, timeout=self.timeout_s) as response:
                 payload = b"".join(read_body(response, shown, limit, MAX_JSON_BODY))
                 return Answer(response.status, dict(response.headers), payload)
         except NetworkError as exc:  # past the cap or the deadline (a trickling answer): not retried
@@ -451,7 +451,7 @@ class Client:
                                                   "builds the cell again")
         return self._follow(answer, dest, max_bytes=max_bytes, what=f"artifact {artifact.name}")
 
-    def run_jobs(self, run_id: str) -> list[Job]:
+    def run_jobs(self, run_id: str) -> list[RunJob]:
         """The jobs of the workflow run ``run_id`` (their latest attempt): name, conclusion, time."""
         path = f"{self._repo()}/actions/runs/{urllib.parse.quote(run_id, safe='')}/jobs?filter=latest"
         return [_job(j) for j in self._pages(path, "jobs", f"the jobs of run {run_id}", max_pages=MAX_JOB_PAGES,

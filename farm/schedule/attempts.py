@@ -93,7 +93,7 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Job:
+class RunJob:
     """A job of a workflow run as GitHub reports it (``elapsed_s`` None: not finished)."""
 
     name: str
@@ -101,7 +101,7 @@ class Job:
     elapsed_s: float | None
 
 
-def jobs_of(cell_id: str, jobs: Iterable[Job]) -> list[Job]:
+def jobs_of(cell_id: str, jobs: Iterable[RunJob]) -> list[RunJob]:
     """The jobs a cell ran as: named after its id (``<id>``, ``<id>.shard-I-of-N``, ``<id>.link``),
     in a called workflow behind its caller's name (``build-0 / <id>``)."""
     out = []
@@ -112,7 +112,7 @@ def jobs_of(cell_id: str, jobs: Iterable[Job]) -> list[Job]:
     return out
 
 
-def classify(jobs: Sequence[Job], *, limit_s: float) -> tuple[str, Job, int] | None:
+def classify(jobs: Sequence[RunJob], *, limit_s: float) -> tuple[str, RunJob, int] | None:
     """(outcome, the job that says so, the jobs the cell ran as) for a cell without a wheel, or
     None when its jobs say neither (a cancelled run, a job that never ran)."""
     done = [j for j in jobs if j.elapsed_s is not None]
