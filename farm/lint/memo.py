@@ -31,6 +31,7 @@ import zlib
 from pathlib import Path
 
 from farm import cacheseal, jsonread
+from farm.errors import FileSystemError
 from farm.filestamp import RACY_NS
 from farm.fsutil import atomic_write
 from farm.lint.stamps import Stamps
@@ -56,8 +57,7 @@ class Memo:
     def answer(self) -> tuple[int, str, str] | None:
         """The remembered (exit code, text, JSON text) when every input is as it was."""
         try:
-            with open(self.path, "rb") as fh:
-                payload = cacheseal.unseal(fh.read(_MAX_ENTRY + 1), self._purpose())
+            payload = cacheseal.unseal(jsonread.read_bounded(self.path, _MAX_ENTRY), self._purpose())  # no FIFO
             if payload is None:
                 return None  # missing, too large, written by someone else, or edited: a miss
             entry = jsonread.loads(payload)
@@ -97,5 +97,5 @@ class Memo:
                  "code": code, "text": text, "json": as_json}
         data = cacheseal.seal(json.dumps(entry).encode(), self._purpose())
         # a read-only cache folder costs the next run time, not this one its answer
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, FileSystemError):
             atomic_write(Path(self.path), [data], durable=False)  # a cache: atomic (never torn), not durable
