@@ -15,9 +15,12 @@ Package code never holds a key that still verifies: a build step's environment n
 ``$FARM_CACHE_KEY`` (and a build that runs package code on this host refuses to start while farm's
 own environment has it: ``/proc/PID/environ`` is readable to the same user), and a key file that
 package code could have read, as this user on this host, is replaced by a new key as soon as that
-code has run (:func:`retiring`): anything it sealed with the old one never verifies again. What is
-left: a farm command running on the same host at the same time as such a build believes what the
-build sealed until the build's step ends; a container build's package code sees neither.
+code has run (:func:`retiring`): anything it sealed with the old one never verifies again. The
+entries this process itself read verified or wrote (:func:`read`, :func:`write`) are sealed again
+with the new key from what it holds in memory, when the file still holds the bytes it knew; the
+rest are recomputed when next needed, which costs time only. What is left: a farm command running
+on the same host at the same time as such a build believes what the build sealed until the build's
+step ends; a container build's package code sees neither.
 
 :func:`unseal` answers ``None`` for anything that does not verify: the caller recomputes, as for
 an entry that is missing. A cache never makes a verdict different and never makes a command fail.
@@ -33,7 +36,9 @@ from hashlib import blake2b
 from hmac import compare_digest
 from pathlib import Path
 
-from farm.errors import UsageError
+from farm import jsonread
+from farm.errors import FileSystemError, UsageError
+from farm.fsutil import atomic_write
 
 KEY_ENV = "FARM_CACHE_KEY"
 KEY_FILE_ENV = "FARM_KEY_FILE"  # where the per-user key lives instead (a self-hosted runner's, a test run's)
@@ -81,6 +86,37 @@ def _key() -> bytes:
     return key
 
 
+# What this process read verified or wrote, by path: (purpose, payload, the file's bytes then).
+_known: dict[str, tuple[str, bytes, bytes]] = {}
+
+
+def read(path: str | os.PathLike[str], purpose: str, cap: int) -> bytes | None:
+    """The payload of the sealed file at ``path`` (at most ``cap`` bytes, a regular file), or None
+    when it does not verify; ``OSError`` / ``ValueError`` when it cannot be read."""
+    blob = jsonread.read_bounded(path, cap)
+    payload = unseal(blob, purpose)
+    if payload is not None:
+        _known[str(Path(path).absolute())] = (purpose, payload, blob)
+    return payload
+
+
+def write(path: Path, payload: bytes, purpose: str) -> None:
+    """``payload`` sealed into ``path`` (atomic, not durable: a lost entry is recomputed)."""
+    blob = seal(payload, purpose)
+    atomic_write(path, [blob], durable=False)
+    _known[str(Path(path).absolute())] = (purpose, payload, blob)
+
+
+def _reseal_known() -> None:
+    for path, (purpose, payload, blob) in list(_known.items()):
+        try:
+            if jsonread.read_bounded(path, len(blob)) != blob:
+                raise ValueError(path)  # changed since: not resealed, it fails and is recomputed
+            write(Path(path), payload, purpose)
+        except (OSError, ValueError, FileSystemError):
+            _known.pop(path, None)
+
+
 def retire_key() -> None:
     """Replace the key file with a new key (the old one's entries are recomputed when next read):
     package code ran on this host as this user and could have read it. Nothing to do under
@@ -97,6 +133,7 @@ def retire_key() -> None:
         Path(tmp).replace(path)  # a link planted at the path is replaced, never written through
     with contextlib.suppress(OSError):
         Path(tmp).unlink()
+    _reseal_known()
 
 
 @contextlib.contextmanager

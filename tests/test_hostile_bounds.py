@@ -382,12 +382,18 @@ def test_the_key_package_code_could_read_is_retired_when_it_has_run(tmp_path: Pa
     monkeypatch.setenv(cacheseal.KEY_FILE_ENV, str(key))
     monkeypatch.delenv(cacheseal.KEY_ENV, raising=False)
     sealed = cacheseal.seal(b"an answer", "lint:k")
+    kept, changed = tmp_path / "kept.json", tmp_path / "changed.json"
+    cacheseal.write(kept, b"what this process wrote", "lint:kept")
+    cacheseal.write(changed, b"what this process wrote", "lint:changed")
     with cacheseal.retiring():
         stolen = key.read_bytes()  # what the package's setup.py could read
         forged = cacheseal.seal(b"a forged answer", "lint:k")
+        changed.write_bytes(cacheseal.seal(b"a forged answer", "lint:changed"))  # with the key it read
     assert key.read_bytes() != stolen
     assert cacheseal.unseal(forged, "lint:k") is None
-    assert cacheseal.unseal(sealed, "lint:k") is None  # the honest entry is recomputed: time, not a verdict
+    assert cacheseal.unseal(sealed, "lint:k") is None  # an entry farm never read here: recomputed, time only
+    assert cacheseal.read(kept, "lint:kept", 1 << 20) == b"what this process wrote"  # sealed again, from memory
+    assert cacheseal.read(changed, "lint:changed", 1 << 20) is None  # changed meanwhile: never sealed again
     assert key.stat().st_mode & 0o777 == 0o600
     elsewhere = tmp_path / "known.key"
     elsewhere.write_bytes(b"k" * 32)  # a key the planter knows
