@@ -21,6 +21,7 @@ import pytest
 from farm import cacheseal
 from farm.cli import main
 from farm.errors import LedgerError
+from farm.fsutil import remove
 from farm.model.config import PathSource
 from farm.publish.ghrest import Client, GithubApiError, GithubRelease, RemoteAsset
 from farm.schedule.stream import PUBLISHED, CellVerdict
@@ -504,3 +505,28 @@ def test_a_key_a_native_builds_package_code_read_seals_nothing_after_it(tmp_path
     assert Path(cacheseal.key_file()).read_bytes() != stolen
     forged = cacheseal._MAGIC + cacheseal._tag(stolen, "lint:any", b"{}") + b"{}"
     assert cacheseal.unseal(forged, "lint:any") is None
+
+
+@pytest.mark.parametrize("kind", ["link-to-folder", "link-to-file", "folder", "file", "absent"])
+def test_a_cleanup_removes_what_is_there_never_what_a_link_names(tmp_path: Path, kind: str) -> None:
+    """fsutil.remove, which every cleanup of farm's folders goes through (a build's source copy and
+    dist folder, a publish's scratch folder, a probe's objects): a link there is removed, its target
+    never touched (shutil.rmtree refused a link with a traceback; a followed one emptied the target)."""
+    victim = tmp_path / "V"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("mine")
+    path = tmp_path / "farms" / "src"
+    path.parent.mkdir()
+    if kind == "link-to-folder":
+        path.symlink_to(victim, target_is_directory=True)
+    elif kind == "link-to-file":
+        path.symlink_to(victim / "precious.txt")
+    elif kind == "folder":
+        (path / "sub").mkdir(parents=True)
+        (path / "sub" / "back").symlink_to(victim, target_is_directory=True)
+    elif kind == "file":
+        path.write_text("x")
+    with untouched(victim):
+        remove(path)
+    assert not path.exists()
+    assert not path.is_symlink()

@@ -68,7 +68,7 @@ from farm.errors import (
     redact,
     redactor,
 )
-from farm.fsutil import sha256_file
+from farm.fsutil import remove, sha256_file
 from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
 from farm.model.config import COMPILER_ENV, BuildKnobs, FarmConfig, Recipe
@@ -207,8 +207,7 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     """
     say = _say(log)
     src = Path(work_dir) / "src"
-    if src.exists():
-        shutil.rmtree(src)
+    remove(src)
     shutil.copytree(tree_root, src, symlinks=True,
                     ignore=shutil.ignore_patterns(*COPY_IGNORED))
     knobs = knobs or recipe.build
@@ -602,8 +601,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                         hint="build it on a host of that architecture, or under emulation with cibuildwheel")
     work = plan.config_file.parent
     dist = work / "dist"
-    if dist.exists():
-        shutil.rmtree(dist)
+    remove(dist)
     caller = os.environ if environ is None else environ
     # read once: neither the build environment's installs (an sdist there would build with them)
     # nor the build see the caller's compiler variables
@@ -1049,8 +1047,7 @@ def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
     """Copies of the resolved farm wheels in ``folder`` (emptied first) for a build container to
     mount read-only, each copy's sha256 checked against the resolved one: the container is given
     exactly the bytes that were verified, and nothing else of the wheelhouse."""
-    if folder.exists():
-        shutil.rmtree(folder)
+    remove(folder)
     folder.mkdir(parents=True)
     for dep in deps:
         copy = folder / dep.wheel.name
