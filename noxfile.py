@@ -4,6 +4,7 @@
     nox -s matrix -- [PKG...] [--cuda 12.8] [--github-output]
     nox -s build -- demo_ext --cuda 13.0 --python 3.11 --builder native
     nox -s cache-plan -- --json
+    nox -s rebuild -- WHEEL --index https://wheels.example/   # the same file again, or what differs
     nox -s simulate -- --runners 60 [--epochs 3] [--warm] [--json]
     nox -s tests
     nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads
@@ -138,6 +139,12 @@ def upload(session: nox.Session) -> None:
 def audit(session: nox.Session) -> None:
     """Sweep published wheels against their own provenance."""
     _farm(session, "audit")
+
+
+@nox.session
+def rebuild(session: nox.Session) -> None:
+    """Build a published wheel's cell again from its provenance and compare the files."""
+    _farm(session, "rebuild")
 
 
 @nox.session

@@ -22,7 +22,7 @@ import json
 import os
 import platform
 import re
-import struct
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -77,26 +77,18 @@ def _counts(sccache: str, env: dict[str, str]) -> Counts:
 
 
 def _same_object(a: Path, b: Path) -> bool:
-    """Two nvcc objects hold the same code: every section but the symbol and string tables is
-    byte-identical, and so are the symbols but the one naming nvcc's host temp file (its name
-    carries nvcc's pid: two uncached runs differ there too; sccache names it ``x_0``)."""
-    def sections(path: Path) -> dict[str, bytes]:
-        data = path.read_bytes()
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        size, count, names = struct.unpack_from("<HHH", data, 0x3A)
-        heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * size) for i in range(count)]
-        base = heads[names][4]
-        def name(off: int) -> str:
-            return data[base + off:data.index(b"\0", base + off)].decode()
-        return {name(h[0]): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]] for h in heads}  # 8: NOBITS
+    """Two nvcc objects hold the same code: byte for byte, once each host object is named as
+    farm's launchers name it (nvcc names it after its process id, which differs between any two
+    runs of nvcc alone; sccache names it ``x_0``): copies are compared, the files stay as they are."""
+    def named(path: Path) -> bytes:
+        copy = path.with_name(f"{path.name}.named")
+        shutil.copyfile(path, copy)
+        assert cclaunch.name_host_object(str(copy), "k.cu", shutil.which("objcopy")) is None
+        data = copy.read_bytes()
+        copy.unlink()
+        return data
 
-    def symbols(path: Path) -> list[str]:
-        out = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True, check=True).stdout
-        return [" ".join(line.split()[1:]) for line in out.splitlines() if " FILE " not in line]
-
-    sa, sb = sections(a), sections(b)
-    body = [n for n in sa if n not in (".symtab", ".strtab")]
-    return sa.keys() == sb.keys() and all(sa[n] == sb[n] for n in body) and symbols(a) == symbols(b)
+    return named(a) == named(b)
 
 
 def _masked(path: Path) -> bytes:
@@ -476,6 +468,144 @@ def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:
     plain.write_text("data")
     assert cclaunch.remove_socket(str(plain)) is False  # only ever a socket
     assert plain.read_text() == "data"
+
+
+# -- reproducible compiles ----------------------------------------------------------------------------
+def test_the_prefix_map_reads_back_what_farm_writes_and_the_last_pair_wins(tmp_path) -> None:
+    pairs = [(str(tmp_path / "a:b=c%d"), "/farm/src"), ("/opt/cuda", "/farm/cuda")]
+    text = cclaunch.encode_prefix_map(pairs)
+    assert text.count(":") == 1  # the reproducible-builds encoding: `:` `=` `%` inside a path are escaped
+    assert cclaunch.decode_prefix_map(text) == pairs
+    assert cclaunch.decode_prefix_map("broken:/farm/src") == []  # a malformed pair is left out
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    linked = cclaunch.decode_prefix_map(cclaunch.encode_prefix_map([(str(tmp_path / "link"), "/farm/src")]))
+    assert linked == [(str(tmp_path / "link"), "/farm/src"), (str(real), "/farm/src")]  # also as nvcc sees it
+    nested = [("/w", "/outer"), ("/w/src", "/farm/src")]
+    assert cclaunch.map_path("/w/src/k.cu", nested) == "/farm/src/k.cu"
+    assert cclaunch.map_path("/w/x/k.cu", nested) == "/outer/x/k.cu"
+    assert cclaunch.map_path("/w2/k.cu", nested) is None  # a prefix of the name, not of the folder
+    assert cclaunch.host_flags(nested) == ["-ffile-prefix-map=/w=/outer", "-ffile-prefix-map=/w/src=/farm/src"]
+
+
+def test_an_nvcc_call_gets_the_map_and_its_units_path_as_the_map_writes_it(tmp_path, monkeypatch) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text(UNIT)
+    monkeypatch.chdir(tmp_path)
+    pairs = [(str(tmp_path), "/farm/src"), ("/a,b", "/farm/env")]
+    argv = ["nvcc", "-c", "csrc/k.cu", "-o", "k.o", "-include", "csrc/k.cu", "-I", "csrc"]
+    assert cclaunch.nvcc_unit(argv) == "csrc/k.cu"  # the value of -include is no unit
+    assert cclaunch.nvcc_flags(argv, pairs) == [
+        "-Xcompiler", f"-ffile-prefix-map={tmp_path}=/farm/src",  # `-Xcompiler` splits at commas: /a,b is not passed
+        "-Xcudafe", "--orig_src_path_name=/farm/src/csrc/k.cu"]
+    assert cclaunch.nvcc_flags(["nvcc", "-c", "csrc/k.cu", "csrc/k.cu"], pairs)[-2:] != ["-Xcudafe"]  # two units
+
+
+def _host_object(tmp_path: Path, name: str) -> Path:
+    """What nvcc's host compile makes of a unit: the real gcc on a file of nvcc's (or sccache's)
+    name, with a static constructor, which gcc names after the file (``_GLOBAL__sub_I_<file>``)
+    where the unit defines no global symbol first (nvcc's host files)."""
+    folder = tmp_path / name.replace(".", "_")
+    folder.mkdir()
+    (folder / name).write_text("struct S { S(); };\nstatic S s;\n")
+    subprocess.run(["gcc", "-c", "-O2", "-x", "c++", name, "-o", "k.o"], cwd=folder, check=True)
+    return folder / "k.o"
+
+
+def test_the_host_object_gets_one_name_whoever_compiled_it(tmp_path) -> None:
+    """nvcc names its host file after its process (``tmpxft_<pid>_...``), sccache ``x_0``: renamed
+    (objcopy) to ``<stem>.cudafe1.cpp``, the objects are the same bytes."""
+    objcopy = shutil.which("objcopy")
+    names = ["tmpxft_00004953_00000000-6_k.compute_90.cudafe1.cpp", "tmpxft_0000abcd_00000000-6_k.compute_90.cudafe1.cpp",
+             "x_0.cudafe1.cpp"]
+    objects = [_host_object(tmp_path, n) for n in names]
+    assert len({o.read_bytes() for o in objects}) == 3
+    renames = cclaunch.host_object_renames(str(objects[2]), "csrc/k.cu")
+    assert renames == {"x_0.cudafe1.cpp": "k.cudafe1.cpp", "_GLOBAL__sub_I_x_0.cudafe1.cpp": "_GLOBAL__sub_I_k.cudafe1.cpp"}
+    for obj in objects:
+        assert cclaunch.name_host_object(str(obj), "csrc/k.cu", objcopy) is None
+    assert len({o.read_bytes() for o in objects}) == 1
+    assert cclaunch.host_object_renames(str(objects[0]), "csrc/k.cu") == {}  # named once: nothing to do
+    # without the unit, nvcc's own name gives the stem
+    (tmp_path / "again").mkdir()
+    other = _host_object(tmp_path / "again", names[0])
+    assert cclaunch.host_object_renames(str(other), None)[names[0]] == "k.cudafe1.cpp"
+    # no objcopy: the compile fails and says why (an unnamed object would differ from every other build)
+    assert cclaunch.name_host_object(str(other), None, None) == cclaunch.OBJCOPY_MISSING
+
+
+def test_uncached_launchers_map_the_host_compilers_and_run_nvcc_through_farm(tmp_path) -> None:
+    """With the compiler cache off the launchers are written all the same: the host compiler's
+    call gets the map, nvcc's goes through :func:`cclaunch.run_nvcc` (which adds it, too)."""
+    bindir = tmp_path / "real"
+    bindir.mkdir()
+    for tool in ("gcc", "nvcc"):
+        (bindir / tool).write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path / tool}.argv\n')
+        (bindir / tool).chmod(0o755)
+    pairs = [(str(tmp_path / "src"), "/farm/src")]
+    environ = {**os.environ, cclaunch.PREFIX_MAP_ENV: cclaunch.encode_prefix_map(pairs)}
+    environ.pop(cclaunch.NESTED, None)
+    state = cclaunch.setup(str(tmp_path / "run"), str(bindir / "nvcc"), environ, basedirs=[], cached=False)
+    assert (state["cached"], state["sccache"], state["why"]) == (False, None, "off")
+    subprocess.run([str(tmp_path / "run" / "bin" / "launch"), str(bindir / "gcc"), "-c", "a.c"], env=environ,
+                   check=True)
+    assert (tmp_path / "gcc.argv").read_text().split() == ["-c", "a.c", f"-ffile-prefix-map={tmp_path / 'src'}=/farm/src"]
+    subprocess.run([str(tmp_path / "run" / "bin" / "nvcc"), "-c", "k.cu"], env=environ, check=True)
+    assert (tmp_path / "nvcc.argv").read_text().split() == [
+        "-c", "k.cu", "-Xcompiler", f"-ffile-prefix-map={tmp_path / 'src'}=/farm/src"]
+    assert cclaunch.stats(str(tmp_path / "run"), environ) is None  # no server, no counts
+
+
+# a unit whose object names its folder unless the map is applied: an anonymous namespace (nvcc names it
+# after the unit's path), __FILE__, and a static constructor (gcc names it after nvcc's host file)
+PLACED_UNIT = """#include <string>
+namespace { __device__ float twice(float x) { return 2.0f * x; } }
+__global__ void k(float* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }
+static const std::string name = "k";
+const char* here() { return __FILE__; }
+"""
+
+
+def test_a_unit_is_the_same_object_cached_warm_uncached_and_in_another_folder(tmp_path, cuda_home) -> None:
+    """The same unit in two folders, compiled by absolute path as torch's ninja file does, through
+    the launchers: cached (a miss, then a hit) in one folder, uncached in the other, and with nvcc
+    alone (no launcher) for contrast. The launchers' three objects are one file; nvcc's own differs."""
+    nvcc = str(cuda_home / "bin" / "nvcc")
+    flags = ["-O2", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
+    objects: dict[str, Path] = {}
+    for name, cached in (("one", True), ("two", False)):
+        src = tmp_path / name / "src"
+        src.mkdir(parents=True)
+        (src / "k.cu").write_text(PLACED_UNIT)
+        env = {**_server_env(tmp_path / name), cclaunch.PREFIX_MAP_ENV: cclaunch.encode_prefix_map([(str(src), "/farm/src")])}
+        env.pop(cclaunch.NESTED, None)
+        run = tmp_path / name / "run"
+        state = cclaunch.setup(str(run), nvcc, env, basedirs=[], cached=cached)
+        assert state["cached"] is cached
+        try:
+            for attempt in (("cold", "warm") if cached else ("uncached",)):
+                out = tmp_path / name / f"{attempt}.o"
+                subprocess.run([str(run / "bin" / "nvcc"), "-c", str(src / "k.cu"), "-o", str(out), *flags,
+                                "-ccbin", str(run / "bin" / "gcc")], cwd=src, env=env, check=True)
+                objects[attempt] = out
+            counts = _counts(str(state["sccache"]), env) if cached else None
+        finally:
+            cclaunch.stats(str(run), env)
+        if counts is not None:
+            assert counts.nvcc_cached > 0  # the warm compile was served
+    plain = tmp_path / "plain.o"
+    subprocess.run([nvcc, "-c", str(tmp_path / "one" / "src" / "k.cu"), "-o", str(plain), *flags], check=True)
+    cold = objects["cold"].read_bytes()
+    assert cold == objects["warm"].read_bytes() == objects["uncached"].read_bytes()
+    assert b"/farm/src/k.cu" in cold
+    assert str(tmp_path).encode() not in cold
+    assert plain.read_bytes() != cold
+    assert str(tmp_path).encode() in plain.read_bytes()
+    symbols = subprocess.run(["readelf", "-sW", str(objects["cold"])], capture_output=True, text=True,
+                             check=True).stdout
+    assert " k.cudafe1.cpp" in symbols
+    assert "_GLOBAL__sub_I_k.cudafe1.cpp" in symbols
 
 
 # ------------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from farm.builder.plan import (
     container_label,
     plan_build,
     render_environment,
+    reproducible_environment,
 )
 from farm.builder.preflight import Host, platform_blocker, python_blocker
 from farm.builder.shard import ShardJob
@@ -359,7 +360,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
         say_withheld(plan, environ, say)
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
-    if plan.spec.compile_cache.enabled:  # the container runs farm's launcher script from the mounted run folder
+    if plan.cell.platform.startswith("linux"):  # the container runs farm's launcher script from the mounted run folder
         run_dir = compile_run_dir(plan)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / cclaunch.STATS).unlink(missing_ok=True)
@@ -638,12 +639,15 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
+    env.update(reproducible_environment(plan.cwd.as_posix(), plan.cuda_home, venv.as_posix()))
     cached = plan.spec.compile_cache.enabled
     state: dict[str, object] = {}
     try:
-        if cached:  # the build environment's site-packages (torch's headers) as a base directory
-            state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
-                                   basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
+        # the launchers, cached or not; the build environment's site-packages (torch's headers) as a base directory
+        state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
+                               basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))],
+                               cached=cached)
+        if cached:
             server.extend(procs.sccache_session(env))
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
@@ -1124,15 +1128,13 @@ def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) ->
     host_home = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH",
                  "LIBRARY_PATH": f"{home}/lib64/stubs"}
     env = tuple((k, host_home.get(k, v)) for k, v in plan.native.environment)
-    host: dict[str, str] = {}
-    cache_bin = None
     cache = plan.spec.compile_cache
-    if cache.enabled:  # the launchers and the cache folder as this host sees them
-        run_dir = compile_run_dir(plan).absolute().as_posix()
-        local = cache.directory if cache.backend == "local" else None
-        host.update(compile_cache_environment(plan.spec, run_dir, local))
-        cache_bin = f"{run_dir}/{BIN}"
-        env = tuple((k, host.get(k, v)) for k, v in env)
+    # the launchers, the cache folder and the build's folders as this host sees them
+    run_dir = compile_run_dir(plan).absolute().as_posix()
+    host = dict(compile_cache_environment(plan.spec, run_dir, cache.directory if cache.backend == "local" else None))
+    host.update(reproducible_environment(plan.cwd.as_posix(), home))
+    cache_bin = f"{run_dir}/{BIN}"
+    env = tuple((k, host.get(k, v)) for k, v in env)
     if shard is not None:  # the launcher as this host sees it, not the container's mount
         # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
         # are replaced in place, so its PATH still comes after the toolkit's

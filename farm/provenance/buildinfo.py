@@ -356,7 +356,11 @@ class BuildInfo(_Record):
     assertion: Annotated[Assertion | None, Rule(asserted=KNOWN)]
     defaults_sha256: Sha256 | None
     recipe_sha256: Sha256 | None
-    run: Annotated[Run | None, Rule(asserted=KNOWN)]
+    run: Annotated[
+        Run | Absent | None,
+        Rule(description="the CI run that built the wheel; a ledger entry's, absent from a wheel farm stamps "
+                         "(a rebuild in another run is the same file)"),
+    ] = ABSENT
     source: SourceRecord | None
     toolchain: Annotated[Toolchain | None, Rule(asserted=KNOWN)]
     extensions: Annotated[Mapping[str, Sha256] | None, Rule(asserted=KNOWN)]
@@ -369,7 +373,8 @@ class BuildInfo(_Record):
     ] = ABSENT
     duration_s: Annotated[
         float | Absent | None,
-        Rule(minimum=0, description="wall seconds the build of this cell took; null or absent: unknown"),
+        Rule(minimum=0, description="wall seconds the build of this cell took (a ledger entry's); null or absent: "
+                                    "unknown"),
     ] = ABSENT
     made_by: Annotated[
         Mapping[str, MadeByRecord] | Absent | None,
@@ -409,6 +414,15 @@ class BuildInfo(_Record):
                      published: tuple[Published, ...] = ()) -> LedgerEntry:
         """The ledger line of the wheel this provenance describes (the one place entries are made)."""
         return LedgerEntry(self, filename, sha256, size, published)
+
+    def for_wheel(self) -> BuildInfo:
+        """What the wheel embeds: all but the record of the one build that made it (``run``,
+        ``duration_s``, ``toolchain.compile_cache``), which the ledger keeps. A wheel's bytes are
+        then what its inputs make, and a rebuild of the cell is the same file (docs/reproducible.md)."""
+        toolchain = self.toolchain
+        if toolchain is not None and not isinstance(toolchain.compile_cache, Absent):
+            toolchain = replace(toolchain, compile_cache=ABSENT)
+        return replace(self, run=ABSENT, duration_s=ABSENT, toolchain=toolchain)
 
     # -- what readers ask --
     @property

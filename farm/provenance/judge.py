@@ -368,9 +368,10 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
     if entry.filename != facts.filename:
         find(Check.LEDGER, f"sha256 {facts.sha256} is recorded for {entry.filename!r}, not this name",
              "upload the file under the name postbuild gave it")
-    # The entry is the embedded object plus the ledger's own keys: anything else that differs
-    # means the two were not written by one postbuild.
-    theirs, ours = entry.info.to_dict(), info.to_dict()
+    # The entry is the embedded object plus the ledger's own keys and the record of the build that
+    # made it (which a wheel does not embed): anything else that differs means the two were not
+    # written by one postbuild.
+    theirs, ours = entry.info.for_wheel().to_dict(), info.for_wheel().to_dict()
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
     if differ:
         find(Check.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
