@@ -26,10 +26,10 @@ from farm.builder.builders import (
     BuildSettings,
     build_cell,
     check_engine,
-    prepare_source,
     run_native,
 )
 from farm.builder.plan import BuildPlan, PlanOptions, plan_build, render_config, render_environment
+from farm.builder.prepare import prepare_source
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
 from farm.load.recipes import load_config

@@ -4,6 +4,7 @@ stage or from stages above it, and no import cycle exists between modules."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import farm
@@ -62,6 +63,7 @@ def _imports(path: Path, module: str) -> set[str]:
     return found
 
 
+@functools.cache  # both tests read every module's imports once
 def _graph() -> dict[str, set[str]]:
     return {_module_name(p): _imports(p, _module_name(p)) for p in sorted(PACKAGE.rglob("*.py"))}
 

@@ -204,10 +204,10 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     job, on the original tree, recomputes the source hashes and refuses the shard, naming the TU
     (or header) and the shard; nothing is linked, asserted or published."""
     from farm.builder import builders
+    from farm.builder.prepare import prepare_source as prepare
 
     shards = tmp_path / "shards"
     shutil.copytree(sharded[0] / "shards", shards)
-    prepare = builders.prepare_source
 
     def tampered(*args: Any, **kwargs: Any) -> Path:
         src = prepare(*args, **kwargs)

@@ -21,7 +21,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,6 +52,7 @@ from farm.builder.plan import (
     reproducible_environment,
 )
 from farm.builder.preflight import Host, platform_blocker, python_blocker
+from farm.builder.prepare import Log, build_log, lint_as_built, prepare_source
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
@@ -66,17 +66,15 @@ from farm.errors import (
     UsageError,
     WheelError,
     clip,
-    redact,
     redactor,
 )
 from farm.fsutil import remove, sha256_file
-from farm.lint.api import lint_cached
 from farm.model.cells import NO_TORCH, Cell
-from farm.model.config import COMPILER_ENV, BuildKnobs, FarmConfig, Recipe
+from farm.model.config import COMPILER_ENV, FarmConfig, Recipe
 from farm.provenance import buildinfo
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
-from farm.source.fetch import COPY_IGNORED, fetch
+from farm.source.fetch import fetch
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, home_in_prefix, toolkit_at_home, toolkit_prefix
 from farm.toolkit.check import check_toolkit
 
@@ -84,13 +82,10 @@ if TYPE_CHECKING:
     from farm.binary.assertion import AssertionReport
     from farm.builder.spec import BuildSpec
     from farm.builder.verify import ImportCheck
-    from farm.lint.api import LintReport
-    from farm.model.arch import ArchList
     from farm.model.archrequest import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
 
-Log = Callable[[str], None]
 
 # The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
 LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
@@ -144,10 +139,6 @@ class BuildResult:
         }
 
 
-def _say(log: Log | None) -> Log:
-    return log or (lambda msg: print(f"farm build: {msg}", file=sys.stderr, flush=True))
-
-
 # ------------------------------------------------------------------------------------------------
 # tools
 # ------------------------------------------------------------------------------------------------
@@ -189,90 +180,6 @@ def cibuildwheel_command() -> list[str]:
     if found:
         return [found]
     raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
-
-
-# ------------------------------------------------------------------------------------------------
-# source preparation
-# ------------------------------------------------------------------------------------------------
-def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
-                   log: Log | None = None, knobs: BuildKnobs | None = None, platform: str | None = None) -> Path:
-    """A private copy of the checkout with the recipe's patch scripts applied; returns its root.
-    ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and scripts.
-    ``platform``: the cell's, whose ``platform_patch_script`` (if any) runs after ``patch_script``.
-
-    A patch script (a Python file in the farm repository) runs in the build folder
-    (``build.subdir`` or the root); when the build folder is what the first patch makes (a package
-    upstream never laid out for building, nvdiffrec_render), that one runs in the root and the
-    folder must exist afterwards. Patch scripts must be idempotent; the copy is fresh anyway, so the
-    cached checkout is never changed.
-    """
-    say = _say(log)
-    src = Path(work_dir) / "src"
-    remove(src)
-    shutil.copytree(tree_root, src, symlinks=True,
-                    ignore=shutil.ignore_patterns(*COPY_IGNORED))
-    knobs = knobs or recipe.build
-    subdir = knobs.subdir
-    build_dir = src / subdir if subdir else src
-    scripts = knobs.patch_scripts(platform)
-    made_by_patch = bool(scripts) and not build_dir.exists()
-    if not build_dir.is_dir() and not made_by_patch:
-        raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
-                          hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    for script in scripts:
-        path = patch_path(config_root, recipe, script)
-        say(f"{recipe.name}: patching with {script}")
-        in_root = made_by_patch and not build_dir.is_dir()
-        proc = subprocess.run([sys.executable, str(path)], cwd=src if in_root else build_dir,
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
-                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
-        for line in redact(proc.stdout.strip()).splitlines():
-            say(f"  {line}")
-        if in_root and not build_dir.is_dir():
-            raise ConfigError(f"build.subdir {subdir!r} is not in the source, and patch_script {script} (run in "
-                              "the source's root, as the folder is missing) did not make it", where=recipe.where(),
-                              hint="fix build.subdir, or make the patch script create that folder")
-    return src
-
-
-def patch_path(config_root: Path, recipe: Recipe, script: str) -> Path:
-    """A recipe's patch script as a file of the farm repository; a missing one is a config error."""
-    path = (config_root / script).resolve()
-    if not path.is_file():
-        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
-                          hint=f"add the script under {config_root} or fix the path")
-    return path
-
-
-def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
-                  prepared: Path | None = None, log: Log | None = None,
-                  knobs: BuildKnobs | None = None, extensions: tuple[tuple[str, ArchList], ...] = (),
-                  cuda: str | None = None, platform: str | None = None) -> LintReport:
-    """The lint of exactly the source that is built: the fetched tree after the recipe's patch
-    scripts for ``platform`` (cached by the tree's identity and the scripts' digests). ``prepared``:
-    a patched copy the caller already made (``farm build``); otherwise a temporary one is made
-    on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale.
-    ``cuda``: the cell's CUDA line, used for a recipe with ``kernel_families``."""
-    knobs = knobs or recipe.build
-    scripts = knobs.patch_scripts(platform)
-    if not scripts:
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           extensions=extensions, cuda=cuda if recipe.kernel_families else None,
-                           families=recipe.families)
-    paths = [patch_path(config.root, recipe, script) for script in scripts]
-    # the scripts and the shared helpers beside them (packages/patches/_*.py) they may import
-    helpers = sorted({h for path in paths for h in path.parent.glob("_*.py")})
-    digest = ":".join(sha256_file(p) for p in (*paths, *helpers))
-    with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
-        def prepare() -> Path:
-            return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs,
-                platform=platform)
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
-                           cuda=cuda if recipe.kernel_families else None, families=recipe.families)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -336,7 +243,7 @@ def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[s
                         hint=f"install Visual Studio 2022 (or its Build Tools) with the MSVC "
                              f"{setup.toolset.version} toolset")
     step = setup.vcvars.replace("%VS%", lines[-1])
-    _say(log)(f"MSVC: {step}")
+    build_log(log)(f"MSVC: {step}")
     proc = subprocess.run(f'cmd /d /s /c "{step}"', capture_output=True, text=True, check=False)
     env = parse_set_output(proc.stdout)
     if proc.returncode != 0 or "VSCMD_ARG_TGT_ARCH" not in env:
@@ -350,7 +257,7 @@ def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[s
 def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
                      environ: Mapping[str, str] | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
-    say = _say(log)
+    say = build_log(log)
     environ = dict(os.environ if environ is None else environ)
     if plan.cell.platform.startswith("linux"):
         check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
@@ -575,7 +482,7 @@ def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
     uv = buildenv.find_uv()
     if uv is None:  # the preflight's refusal, word for word and with its exit code
         raise python_blocker(search, uv=False).error(cell)
-    _say(log)(f"{cell.id}: uv python install {search.wanted}")
+    build_log(log)(f"{cell.id}: uv python install {search.wanted}")
     return install_managed(cell.python, uv)
 
 
@@ -589,7 +496,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     environment used (its interpreter and torch go into the provenance). ``farm_deps``: the farm
     wheels its extra_deps pin, installed from their files (:mod:`farm.builder.farmdeps`). ``cache_counts``
     receives the compiler cache's counts for the build, when it was on and counted."""
-    say = _say(log)
+    say = build_log(log)
     steps = plan.native
     if steps is None:
         raise UsageError(f"the plan for {plan.cell.id} has no native steps")
@@ -744,7 +651,7 @@ def build_cell(
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    say = _say(log)
+    say = build_log(log)
     # before anything is fetched: the package's code runs here (its build, or its wheel's import check)
     cacheseal.refuse_env_key(os.environ, f"the package code of {cell.id} (its build or its import check)")
     started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
@@ -854,7 +761,7 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / "plan" / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=_say(log),
+    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=build_log(log),
                  vendor=recipe.vendor)
     printed: list[str] = []
     src = prepare_source(tree.root, recipe, config.root, work, log=printed.append, knobs=spec.knobs,

@@ -381,8 +381,6 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
 # -- today's configuration ------------------------------------------------------------------------
 # a provenance -> what today's config resolves for its cell, or None when it has no such cell
 Derive = Callable[[BuildInfo], "Derived | None"]
-# today's expected list per extension for a provenance, or None when the config cannot say
-Today = Callable[[BuildInfo, Iterable[str]], Mapping[str, ArchList] | None]
 
 
 def derive_from_config(config: FarmConfig) -> Derive:
@@ -409,15 +407,3 @@ def derive_from_config(config: FarmConfig) -> Derive:
                        Expected(request.archs, per_extension=request.extensions, vendored=vendored_rules(recipe)))
 
     return derive
-
-
-def today_from_config(config: FarmConfig) -> Today:
-    """Today's expected list per extension for a provenance's cell (what :func:`derive_from_config`
-    derives, per path)."""
-    derive = derive_from_config(config)
-
-    def today(provenance: BuildInfo, paths: Iterable[str]) -> Mapping[str, ArchList] | None:
-        derived = derive(provenance)
-        return None if derived is None else derived.today(paths)
-
-    return today

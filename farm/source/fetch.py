@@ -692,7 +692,7 @@ def _real_dir_below(root: Path, folder: Path) -> bool:
 # ------------------------------------------------------------------------------------------------
 # cache
 # ------------------------------------------------------------------------------------------------
-# What a build copies of a tree (builders.prepare_source leaves these names out) and so what a
+# What a build copies of a tree (farm.builder.prepare.prepare_source leaves these names out) and so what a
 # tree taken from the cache is checked for.
 COPY_IGNORED = (".git", "__pycache__")
 
