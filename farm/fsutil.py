@@ -86,6 +86,17 @@ def open_plain(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def remove(path: Path) -> None:
+    """``path`` gone, whatever is there: a link or a file unlinked (what a link names is never
+    touched), a folder removed with everything in it (the links inside are removed, not followed).
+    Every cleanup of a folder farm owns goes through this: one left a link there by a build, or a
+    user, never empties the folder it points to."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
 # -- bytes held, with hard links ----------------------------------------------------------------
 Inode = tuple[int, int]  # (st_dev, st_ino): one file, however many names it has
 

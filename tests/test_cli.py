@@ -94,6 +94,7 @@ def _bad_input(name: str, tmp: Path) -> list[str]:
         "cache-plan": ["--root", missing], "cache": ["prune", "--root", missing],
         "simulate": ["--runners", "4", "--root", missing], "ledger": ["migrate", "--root", missing],
         "rebuild": [str(tmp / "x.whl"), "--root", missing],
+        "attestation": ["check", str(tmp / "x.whl"), "--repository", "o/r"],
     }[name]
 
 

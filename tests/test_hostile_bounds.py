@@ -9,6 +9,8 @@ import http.server
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,13 +18,16 @@ from typing import ClassVar
 
 import pytest
 
+from farm import cacheseal
 from farm.cli import main
+from farm.errors import LedgerError
+from farm.fsutil import remove
 from farm.model.config import PathSource
 from farm.publish.ghrest import Client, GithubApiError, GithubRelease, RemoteAsset
 from farm.schedule.stream import PUBLISHED, CellVerdict
 from farm.source.fetch import fetch
 from tests.support import loopback
-from tests.support.buildroot import make_root
+from tests.support.buildroot import DEMO_RECIPE, make_root
 from tests.test_hostile import DEEP, farm, refused
 from tests.test_waves import CELLS, plan_of
 
@@ -366,3 +371,162 @@ def test_a_hostile_compatibility_catalogue_is_said_not_believed(tmp_path: Path, 
     assert rc in (0, 1), err
     assert "Traceback" not in out + err
     assert words in out + err, out + err
+
+
+# ---------------------------------------------------------------------------- the cache key
+def test_the_key_package_code_could_read_is_retired_when_it_has_run(tmp_path: Path, monkeypatch) -> None:
+    """A native build's package code runs as this user and can read the key file: once it has run
+    (cacheseal.retiring), the file holds a new key, so an entry it sealed with the old one (a lint
+    answer with its findings emptied, say) never verifies. A link or a FIFO planted at the key's
+    path is never read through, and the new key replaces the link itself."""
+    key = tmp_path / "config" / "cache.key"
+    monkeypatch.setenv(cacheseal.KEY_FILE_ENV, str(key))
+    monkeypatch.delenv(cacheseal.KEY_ENV, raising=False)
+    sealed = cacheseal.seal(b"an answer", "lint:k")
+    kept, changed = tmp_path / "kept.json", tmp_path / "changed.json"
+    cacheseal.write(kept, b"what this process wrote", "lint:kept")
+    cacheseal.write(changed, b"what this process wrote", "lint:changed")
+    with cacheseal.retiring():
+        stolen = key.read_bytes()  # what the package's setup.py could read
+        forged = cacheseal.seal(b"a forged answer", "lint:k")
+        changed.write_bytes(cacheseal.seal(b"a forged answer", "lint:changed"))  # with the key it read
+    assert key.read_bytes() != stolen
+    assert cacheseal.unseal(forged, "lint:k") is None
+    assert cacheseal.unseal(sealed, "lint:k") is None  # an entry farm never read here: recomputed, time only
+    assert cacheseal.read(kept, "lint:kept", 1 << 20) == b"what this process wrote"  # sealed again, from memory
+    assert cacheseal.read(changed, "lint:changed", 1 << 20) is None  # changed meanwhile: never sealed again
+    assert key.stat().st_mode & 0o777 == 0o600
+    elsewhere = tmp_path / "known.key"
+    elsewhere.write_bytes(b"k" * 32)  # a key the planter knows
+    key.unlink()
+    key.symlink_to(elsewhere)
+    planted = cacheseal._MAGIC + cacheseal._tag(b"k" * 32, "p", b"x") + b"x"  # sealed with the planted key
+    assert cacheseal.unseal(planted, "p") is None  # a key read through a link is not farm's
+    cacheseal.retire_key()
+    assert not key.is_symlink()
+    assert elsewhere.read_bytes() == b"k" * 32
+    key.unlink()
+    os.mkfifo(key)
+    started = time.monotonic()
+    assert cacheseal.unseal(cacheseal.seal(b"x", "p"), "p") == b"x"  # this process's own key: no hang
+    assert time.monotonic() - started < 5
+
+
+def test_a_build_that_runs_package_code_here_refuses_the_key_in_farms_environment(tmp_path: Path, capsys,
+                                                                                 monkeypatch) -> None:
+    """`FARM_CACHE_KEY` in farm's own environment is readable to a native build's setup.py
+    (/proc/PID/environ): the build is refused before anything is fetched; a build step's
+    environment never carries it."""
+    from farm.builder.builders import passed_on
+
+    monkeypatch.setenv(cacheseal.KEY_ENV, "s3cret")
+    assert cacheseal.KEY_ENV not in passed_on(dict(os.environ))
+    root = tmp_path / "root"
+    make_root(root, {"demo_ext": DEMO_RECIPE.format(arch="8.0")}, {"examples/demo_ext": REPO / "examples/demo_ext"})
+    with untouched(tmp_path):
+        refused(farm(capsys, "build", "demo_ext", "--builder", "native", "--cuda", "13.0", "--root", str(root),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")), 2,
+                "$FARM_CACHE_KEY is set, and the package code of demo_ext", "unset FARM_CACHE_KEY")
+
+
+# ------------------------------------------------------------------------------- the ledger
+def test_a_torn_last_ledger_line_is_removed_by_the_next_publish(tmp_path: Path, capsys) -> None:
+    """A publish killed mid-append left half a line: every later publish refused the ledger until
+    the line was removed by hand. The next book removes it (saying so); the lines before stay."""
+    from farm.provenance.ledgerbook import LedgerBook
+    from tests.support.ledgermaker import make_entry
+
+    ledger = tmp_path / "ledger.jsonl"
+    whole = json.dumps(make_entry("a", "1.0")) + "\n"
+    ledger.write_text(whole + json.dumps(make_entry("b", "1.0"))[:57])
+    book = LedgerBook.open(ledger)
+    assert len(book) == 1
+    assert ledger.read_text() == whole
+    assert "removed an incomplete last line" in capsys.readouterr().err
+    # a complete last line without its newline is a record, and a bad line in the middle still stops the reader
+    ledger.write_text(whole + json.dumps(make_entry("b", "1.0")))
+    assert len(LedgerBook.open(ledger)) == 2
+    ledger.write_text(whole + "{torn\n" + whole.replace('"a"', '"c"'))
+    with pytest.raises(LedgerError):
+        LedgerBook.open(ledger)
+
+
+def test_an_immutable_lint_cache_costs_time_never_the_answer(tmp_path: Path, capsys) -> None:
+    """`chattr +i` on the lint cache folder made `farm lint` exit 3; a cache is never a failure."""
+    cache = tmp_path / "cache"
+    (cache / "lint").mkdir(parents=True)
+    if subprocess.run(["chattr", "+i", str(cache / "lint")], capture_output=True, check=False).returncode != 0:
+        pytest.skip("this filesystem has no immutable attribute")
+    try:
+        tree = REPO / "examples" / "demo_ext"
+        rc, err = farm(capsys, "lint", str(tree), "--arch-list", "8.0", "--cache-dir", str(cache))
+    finally:
+        subprocess.run(["chattr", "-i", str(cache / "lint")], check=True)
+    assert rc == 0, err
+    assert "Traceback" not in err
+
+
+THIEF_RECIPE = """\
+name: thief
+version: '0.1.0'
+source:
+  path: src/thief
+links_torch: false
+arch:
+  list: '8.0'
+"""
+# setup.py of a package that reads farm's key file, as its code can on this host, and leaves a copy
+THIEF_SETUP = """\
+import os, shutil
+from setuptools import setup
+if os.environ.get("THIEF_LOOT"):
+    shutil.copyfile(os.environ["FARM_KEY_FILE"], os.environ["THIEF_LOOT"])
+setup(name="thief", version="0.1.0", py_modules=[])
+"""
+
+
+def test_a_key_a_native_builds_package_code_read_seals_nothing_after_it(tmp_path: Path, cuda_home: Path) -> None:
+    """The real `farm build --builder native` of a package whose setup.py copies the key file: the
+    copy seals nothing farm believes once the build's step has ended (a lint answer with its
+    findings emptied, resealed with it, was believed before)."""
+    src = tmp_path / "thief"
+    src.mkdir()
+    (src / "setup.py").write_text(THIEF_SETUP)
+    root = tmp_path / "root"
+    make_root(root, {"thief": THIEF_RECIPE}, {"src/thief": src})
+    loot = tmp_path / "loot"
+    cacheseal.seal(b"x", "p")  # the key file exists before the build, as on a maintainer's host
+    subprocess.run([sys.executable, "-m", "farm.cli", "build", "thief", "--builder", "native", "--cuda", "13.0",
+                    "--root", str(root), "--cache-dir", str(tmp_path / "cache"), "--cuda-home", str(cuda_home),
+                    "--out", str(tmp_path / "out")], env={**os.environ, "THIEF_LOOT": str(loot)},
+                   capture_output=True, text=True, timeout=1800, check=False)
+    stolen = loot.read_bytes()
+    assert len(stolen) == 32
+    assert Path(cacheseal.key_file()).read_bytes() != stolen
+    forged = cacheseal._MAGIC + cacheseal._tag(stolen, "lint:any", b"{}") + b"{}"
+    assert cacheseal.unseal(forged, "lint:any") is None
+
+
+@pytest.mark.parametrize("kind", ["link-to-folder", "link-to-file", "folder", "file", "absent"])
+def test_a_cleanup_removes_what_is_there_never_what_a_link_names(tmp_path: Path, kind: str) -> None:
+    """fsutil.remove, which every cleanup of farm's folders goes through (a build's source copy and
+    dist folder, a publish's scratch folder, a probe's objects): a link there is removed, its target
+    never touched (shutil.rmtree refused a link with a traceback; a followed one emptied the target)."""
+    victim = tmp_path / "V"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("mine")
+    path = tmp_path / "farms" / "src"
+    path.parent.mkdir()
+    if kind == "link-to-folder":
+        path.symlink_to(victim, target_is_directory=True)
+    elif kind == "link-to-file":
+        path.symlink_to(victim / "precious.txt")
+    elif kind == "folder":
+        (path / "sub").mkdir(parents=True)
+        (path / "sub" / "back").symlink_to(victim, target_is_directory=True)
+    elif kind == "file":
+        path.write_text("x")
+    with untouched(victim):
+        remove(path)
+    assert not path.exists()
+    assert not path.is_symlink()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
+from farm import cacheseal
 from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
@@ -67,7 +68,7 @@ from farm.errors import (
     clip,
     redactor,
 )
-from farm.fsutil import sha256_file
+from farm.fsutil import remove, sha256_file
 from farm.model.cells import NO_TORCH, Cell
 from farm.model.config import COMPILER_ENV, FarmConfig, Recipe
 from farm.provenance import buildinfo
@@ -226,7 +227,7 @@ def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dic
         return m is not None and not (m[1] and f"{name[5:9].lower()}linux-{m[1].lower()}-image" in plan.options)
 
     base = passed_on(environ) if _on_host(plan) else environ
-    return {**{k: v for k, v in base.items() if keep(k)}, **plan.env}
+    return {**{k: v for k, v in base.items() if keep(k) and k != cacheseal.KEY_ENV}, **plan.env}
 
 
 def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[str, str]:
@@ -437,7 +438,7 @@ def passed_on(environ: Mapping[str, str]) -> dict[str, str]:
     """The caller's ``environ`` as a build on the host starts from: without the variables of
     :data:`~farm.model.config.COMPILER_ENV`, which a container never sees, so the build takes its
     compilers, flags and search paths from the plan alone (the plan's values are applied over this)."""
-    return {k: v for k, v in environ.items() if k not in COMPILER_ENV}
+    return {k: v for k, v in environ.items() if k not in COMPILER_ENV and k != cacheseal.KEY_ENV}
 
 
 def withheld(environment: Iterable[tuple[str, str]], environ: Mapping[str, str]) -> list[str]:
@@ -508,8 +509,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                         hint="build it on a host of that architecture, or under emulation with cibuildwheel")
     work = plan.config_file.parent
     dist = work / "dist"
-    if dist.exists():
-        shutil.rmtree(dist)
+    remove(dist)
     caller = os.environ if environ is None else environ
     # read once: neither the build environment's installs (an sdist there would build with them)
     # nor the build see the caller's compiler variables
@@ -652,6 +652,8 @@ def build_cell(
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
     say = build_log(log)
+    # before anything is fetched: the package's code runs here (its build, or its wheel's import check)
+    cacheseal.refuse_env_key(os.environ, f"the package code of {cell.id} (its build or its import check)")
     started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
@@ -890,13 +892,15 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, str(tk.cuda_home), setup)
-            built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
-                               farm_deps=farm_deps, cache_counts=counts)
+            with cacheseal.retiring():  # the package's code ran here, as this user
+                built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
+                                   farm_deps=farm_deps, cache_counts=counts)
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
             try:
-                built = run_cibuildwheel(plan, log=say)
+                with cacheseal.retiring() if _on_host(plan) else contextlib.nullcontext():
+                    built = run_cibuildwheel(plan, log=say)
             finally:
                 counts += container_counts(plan)
             torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
@@ -954,8 +958,7 @@ def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
     """Copies of the resolved farm wheels in ``folder`` (emptied first) for a build container to
     mount read-only, each copy's sha256 checked against the resolved one: the container is given
     exactly the bytes that were verified, and nothing else of the wheelhouse."""
-    if folder.exists():
-        shutil.rmtree(folder)
+    remove(folder)
     folder.mkdir(parents=True)
     for dep in deps:
         copy = folder / dep.wheel.name
@@ -1003,10 +1006,11 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         if line:
             log(f"{cell.id}: {line}")
     try:
-        check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
-                                   visible_site=site, find_links=[find_links],
-                                   first=("torch",) if cell.torch != NO_TORCH else (), runtime=spec.runtime_wheels,
-                                   log=lambda m: log(f"{cell.id}: {m}"))
+        with cacheseal.retiring():  # importing the wheel runs its code here, as this user
+            check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
+                                       visible_site=site, find_links=[find_links],
+                                       first=("torch",) if cell.torch != NO_TORCH else (),
+                                       runtime=spec.runtime_wheels, log=lambda m: log(f"{cell.id}: {m}"))
     except FarmError:  # the check could not run (pip cannot install a requirement): not a checked wheel
         _withdraw(wheel, f"{cell.id}: the import check could not run", log)
         raise

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from farm.errors import ConfigError, redact
-from farm.fsutil import sha256_file
+from farm.fsutil import remove, sha256_file
 from farm.lint.api import LintReport, lint_cached
 from farm.model.arch import ArchList
 from farm.model.config import BuildKnobs, FarmConfig, Recipe
@@ -41,8 +41,7 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     """
     say = build_log(log)
     src = Path(work_dir) / "src"
-    if src.exists():
-        shutil.rmtree(src)
+    remove(src)  # a link left there is removed, never what it names
     shutil.copytree(tree_root, src, symlinks=True,
                     ignore=shutil.ignore_patterns(*COPY_IGNORED))
     knobs = knobs or recipe.build

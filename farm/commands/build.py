@@ -17,7 +17,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from farm import DISTRIBUTION
+from farm import DISTRIBUTION, cacheseal
 from farm.builder import procs
 from farm.builder.builders import (
     ENGINES,
@@ -295,6 +295,8 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
     procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
+    if not args.plan:  # the package's code will run here (its build, its wheel's import check)
+        cacheseal.refuse_env_key(os.environ, f"the package code of {args.package} (its build or its import check)")
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
                          hint="drop --shard/--link to see the plan")

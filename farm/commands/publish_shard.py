@@ -33,7 +33,7 @@ import math
 import os
 import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +47,14 @@ from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import ledger_location
 from farm.publish import ghrest
 from farm.publish.artifacts import Source, run_artifacts
+from farm.publish.attestation import subject_lines
 from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, RESERVE_S, JobClock, next_cell_fits, publish_shares
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.publish import upload
+from farm.publish.publish import UploadReport, upload
 from farm.publish.ratelimit import RealClock, Throttle, github_limits
 from farm.publish.releases import GithubSettings, ReleaseCache, github_client
+from farm.publish.verdict import Verdict
 from farm.schedule.attempts import Attempt, classify, jobs_of
 from farm.schedule.attempts import append as append_attempts
 from farm.schedule.cost import JOB_LIMIT_S
@@ -111,6 +113,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-rate-limit-wait", type=float, default=MAX_RATE_LIMIT_WAIT_S / 60, metavar="MIN",
                         help="minutes the job may wait in all on GitHub's rate-limit answers before it hands the "
                              f"rest on (default {MAX_RATE_LIMIT_WAIT_S // 60})")
+    parser.add_argument("--subjects", type=Path, metavar="FILE",
+                        help="append each published wheel and its _build_info.json here (sha256  name), the "
+                             "subjects GitHub's attestation action signs (docs/attestations.md)")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output: one object at the end (the verdicts go to stderr as they come)")
     publish_options(parser)
@@ -232,6 +237,17 @@ def _cells_and_share(args: argparse.Namespace, plan: Mapping[str, Any]) -> tuple
     return cells, share if share > 0 else 1.0
 
 
+def note_subjects(path: Path, report: UploadReport, files: Sequence[Path]) -> None:
+    """The attestation's subjects for each wheel this publish placed on every target as these very
+    bytes (published, or already there): an adopted earlier build is another file, not attested here."""
+    placed = {v.wheel for v in report.verdicts if v.verdict in (Verdict.PUBLISHED, Verdict.PRESENT)}
+    refused = {v.wheel for v in report.verdicts if v.verdict not in (Verdict.PUBLISHED, Verdict.PRESENT)}
+    with open(path, "a", encoding="utf-8") as out:
+        for wheel in files:
+            if wheel.name.endswith(".whl") and wheel.name in placed - refused:
+                out.writelines(subject_lines(wheel))
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     limit_s = _minutes(args.job_limit, "--job-limit")
@@ -271,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, book=book, pusher=pusher,
                         github_client=releases, release_caches=caches)
         if report.ok:
+            if args.subjects is not None:
+                note_subjects(args.subjects, report, cell.files)
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
         return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)

@@ -21,7 +21,9 @@ import sys
 import urllib.parse
 from pathlib import Path, PurePosixPath
 
+from farm import cacheseal
 from farm.binary.wheeldiff import compare_wheels
+from farm.builder import procs
 from farm.builder.builders import ENGINES, BuilderKind, BuildSettings, build_cell
 from farm.builder.compilecache import resolve as resolve_compile_cache
 from farm.commands.build import preflight_cells, require_build_extra
@@ -149,6 +151,13 @@ def _check_config(info: BuildInfo, config: FarmConfig, wheel: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Interrupted (SIGINT, SIGTERM), the build's processes stop first, as ``farm build``'s do."""
+    with procs.interruptible():
+        return _rebuild(args)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
     require_build_extra()
     root = args.root.absolute()
     cache = (args.cache_dir or root / ".cache").absolute()
@@ -157,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if info is None or not info.asserted or info.package is None:
         raise UsageError("the wheel carries no asserted farm provenance: nothing says how it was built",
                          where=str(wheel), hint="farm rebuilds wheels farm built (their _build_info.json)")
+    cacheseal.refuse_env_key(os.environ, f"the package code of {info.package} (its rebuild and import check)")
     config = load_config(root, packages=[info.package])
     _check_config(info, config, wheel)
     recipe = config.recipe(info.package)

@@ -21,7 +21,6 @@ which publishes :func:`handed_on` of the reports), never to a rebuild.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 from farm import jsonread
 from farm.errors import FarmError, OutOfTime, UsageError, clip
-from farm.fsutil import tree_bytes
+from farm.fsutil import remove, tree_bytes
 from farm.model.cells import Cell
 from farm.provenance.buildinfo import BUILD_INFO_NAME, name_problems, read_wheel
 from farm.schedule.outcome import ARTIFACT_PREFIX, CellResult, read_artifacts
@@ -90,18 +89,10 @@ Fetch = Callable[[str, Path], bool]
 Publish = Callable[[CellResult], tuple[str, str]]
 
 
-def _remove(path: Path) -> None:
-    """``path`` gone, whatever a download left there (a folder, or a link: never followed)."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scratch: Path) -> CellVerdict:
     """Download, read, publish and delete one cell's artifact; every failure is its verdict."""
     folder = scratch / f"{ARTIFACT_PREFIX}{cell_id}"
-    _remove(folder)
+    remove(folder)  # whatever a download left there (a folder, or a link: never followed)
     try:
         try:
             found = fetch(cell_id, folder)
@@ -135,7 +126,7 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
             status, detail = ERROR, f"publish: {exc.message}"
         return CellVerdict(cell_id, package, status, result.wheels, detail, size)
     finally:
-        _remove(folder)
+        remove(folder)
 
 
 def not_the_cells(cell_id: str, wheel: Path) -> str | None:

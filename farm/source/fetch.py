@@ -58,7 +58,7 @@ from packaging.version import InvalidVersion, Version
 
 from farm import cacheseal, jsonread
 from farm.errors import ConfigError, NetworkError, SourceError, TooLarge
-from farm.fsutil import atomic_write, sha256_file, walk_files
+from farm.fsutil import sha256_file, walk_files
 from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.netutil import download, project_url, read_page
 from farm.progress import Say
@@ -735,7 +735,7 @@ def content_digest(root: Path) -> str | None:
 # another commit) or marker (another identity or root) would lint and build another tree.
 def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
     try:
-        payload = cacheseal.unseal(jsonread.read_bounded(path, 1 << 20), purpose)
+        payload = cacheseal.read(path, purpose, 1 << 20)
         data = jsonread.loads(payload) if payload is not None else {}
     except (OSError, ValueError):
         return {}
@@ -743,8 +743,7 @@ def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
 
 
 def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
-    blob = cacheseal.seal(json.dumps(data).encode(), purpose)
-    atomic_write(path, [blob], durable=False)
+    cacheseal.write(path, json.dumps(data).encode(), purpose)
 
 
 def _locked_entry(base: Path, key: str, cached: Callable[[], SourceTree | None],
@@ -793,4 +792,5 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
+    _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
     return SourceTree(final / "tree", identity, description)
