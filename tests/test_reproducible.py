@@ -53,12 +53,18 @@ def _same(a: Path, b: Path) -> None:
     assert diff.identical, "\n".join(diff.render())
 
 
+def _json_out(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The last command's --json object (its stdout)."""
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
 def _fragment(wheel: Path) -> dict[str, Any]:
     line: dict[str, Any] = json.loads(Path(f"{wheel}{FRAGMENT_SUFFIX}").read_text())
     return line
 
 
-def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, pypi_toolkit) -> None:
+def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, pypi_toolkit, capsys) -> None:
     recipe = {"demo_ext": DEMO_RECIPE.format(arch="7.5;8.0;9.0+PTX")}
     trees = {"examples/demo_ext": REPO / "examples" / "demo_ext"}
     make_root(tmp_path / "checkout", recipe, trees)
@@ -86,6 +92,20 @@ def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, 
     assert times == {(1980, 1, 1, 0, 0, 0)}  # SOURCE_DATE_EPOCH
     assert str(tmp_path).encode() not in binary
     assert b"tmpxft_" not in binary
+
+    # Published, the cell is built; its rebuild (another run's, with its own record) is the same
+    # wheel to every publish and to the matrix: present, nothing sent, the ledger as it was.
+    root = tmp_path / "checkout"
+    assert main(["upload", str(cold.parent), "--root", str(root), "--target", "index", "--json"]) == 0
+    ledger = (root / "ledger.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["upload", str(uncached.parent), "--root", str(root), "--target", "index", "--json"]) == 0
+    verdicts = {v["target"]: v["verdict"] for v in _json_out(capsys)["verdicts"]}
+    assert verdicts == {"index": "present"}
+    assert (root / "ledger.jsonl").read_bytes() == ledger
+    assert main(["build", "demo_ext", "--root", str(root), "--builder", "native", "--cuda", "13.0", "--python", PY,
+                 "--platform", "linux_x86_64", "--cache-dir", str(cache), "--out", str(tmp_path / "again")]) == 0
+    assert "nothing to build" in capsys.readouterr().err
 
 
 def test_a_torch_extension_is_one_file_cached_in_its_rows_folder_and_uncached_in_its_cells(
