@@ -24,20 +24,11 @@ import pytest
 from farm.binary.wheeldiff import compare_wheels
 from farm.cli import main
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, TORCH_EXT_RECIPE, cache_dir_of, make_root
 
 pytestmark = pytest.mark.slow
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
-TORCH_RECIPE = """\
-name: torch_ext
-version: '0.1.0'
-source:
-  path: src/torch_ext
-links_torch: true
-arch:
-  list: '8.0;9.0+PTX'
-"""
 
 
 def _build(package: str, root: Path, cache: Path, out: Path, *extra: str) -> Path:
@@ -113,7 +104,8 @@ def test_a_torch_extension_is_one_file_cached_in_its_rows_folder_and_uncached_in
     monkeypatch.setenv("FARM_TORCH_INDEX", "pip")  # pip's own configuration: mirrors, caches, constraints
     kept = os.environ.get("FARM_TEST_CACHE_DIR")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("torchcache")
-    make_root(tmp_path, {"torch_ext": TORCH_RECIPE}, {"src/torch_ext": REPO / "tests" / "data" / "torch_ext"})
+    make_root(tmp_path, {"torch_ext": TORCH_EXT_RECIPE.format(name="torch_ext", arch="8.0;9.0+PTX")},
+              {"src/torch_ext": REPO / "tests" / "data" / "torch_ext"})
     cached = _build("torch_ext", tmp_path, cache, tmp_path / "cached", "--torch", "2.14")
     uncached = _build("torch_ext", tmp_path, cache, tmp_path / "uncached", "--torch", "2.14", "--no-compile-cache")
     _same(cached, uncached)
