@@ -171,6 +171,11 @@ class ToolError(FarmError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class Stalled(ToolError):
+    """A build step made no progress (no output, next to no CPU in its processes) for longer than
+    farm's limit, and was stopped with everything beneath it (``farm.builder.procs``)."""
+
+
 class OutOfTime(ToolError):
     """A job's clock, or what it may spend waiting on a rate limit, is used up: what it has not
     done is handed on to the next job (never waited for past the job's limit)."""

@@ -35,6 +35,21 @@ def terminal_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's own cache key file: a build the tests start replaces the key its package code
+    could read (farm.cacheseal), and that key must be neither the user's nor another run's."""
+    previous = os.environ.get("FARM_KEY_FILE")
+    os.environ["FARM_KEY_FILE"] = str(tmp_path_factory.mktemp("config") / "cache.key")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("FARM_KEY_FILE", None)
+        else:
+            os.environ["FARM_KEY_FILE"] = previous
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -23,7 +23,7 @@ from farm.provenance import buildinfo
 from farm.provenance.audit import AuditRow, AuditVerdict, _newest_by_cell, _superseder, audit, judge
 from farm.provenance.backfill import backfill, inferred_cell
 from farm.provenance.buildinfo import LedgerEntry
-from farm.provenance.judge import today_from_config
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments
@@ -104,7 +104,7 @@ def by_name(rows: list[AuditRow]) -> dict[str, AuditRow]:
 
 
 def test_one_wheel_of_each_verdict(fleet: Fleet) -> None:
-    rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger), today_from_config(load_config(fleet.root_now))))
+    rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger), derive_from_config(load_config(fleet.root_now))))
     assert {rows[name].verdict for name in fleet.names.values()} == set(AuditVerdict)
     for verdict, name in fleet.names.items():
         assert rows[name].verdict is verdict, rows[name]
@@ -162,7 +162,7 @@ def index_url(fleet: Fleet) -> Iterator[str]:
 
 
 def test_audit_over_an_index_url(fleet: Fleet, index_url: str) -> None:
-    rows = audit(index_url, LedgerIndex.load(fleet.ledger), today_from_config(load_config(fleet.root_now)))
+    rows = audit(index_url, LedgerIndex.load(fleet.ledger), derive_from_config(load_config(fleet.root_now)))
     assert {r.filename: r.verdict for r in rows} == {n: v for v, n in fleet.names.items()}
     assert all(r.location.startswith(index_url) for r in rows)
 

@@ -31,6 +31,7 @@ def own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """This user's key (as CI's secret would be); the forger does not know it."""
     monkeypatch.setenv(cacheseal.KEY_ENV, "the key of this farm's CI")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv(cacheseal.KEY_FILE_ENV, raising=False)
 
 
 def _aged(tree: Path) -> None:

@@ -47,6 +47,7 @@ from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.provenance import buildinfo, postbuild
 from farm.provenance.buildinfo import BuildInfo
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
 from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
@@ -144,9 +145,14 @@ def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) ->
     assert native["CC"] == f"{host_run}/bin/gcc"
     assert native["SCCACHE_DIR"] == str(tmp_path / "cc")
     assert native["LIBRARY_PATH"] == f"{home}/lib64/stubs"  # the host toolkit's libcuda stub
-    # off: no launcher anywhere
-    off = _native_env(_plan(tmp_path, CompileCache.off()))
-    assert not {"PYTORCH_NVCC", "CC", "CXX", "SCCACHE_DIR"} & set(off)
+    # off: the same launchers (the same compilers and arguments, so the same bytes), no server
+    off_plan = _plan(tmp_path, CompileCache.off())
+    off = _native_env(off_plan)
+    assert (off["PYTORCH_NVCC"], off["CC"], off["CXX"]) == (env["PYTORCH_NVCC"], env["CC"], env["CXX"])
+    assert not {k for k in off if k.startswith("SCCACHE_")}
+    assert str(off_plan.options["before-build"]).startswith(
+        f"python {run}/cclaunch.py setup {run} /opt/farm/toolkit/cuda/bin/nvcc uncached && ")
+    assert f"{tmp_path / 'cc'}:" not in str(off_plan.options["container-engine"])
 
 
 def test_a_shared_backend_passes_its_credentials_into_the_container_and_never_writes_them(tmp_path) -> None:
@@ -303,11 +309,10 @@ def _build(root: Path, toolkit, *extra: str) -> int:
 
 
 def _info(root: Path) -> dict[str, Any]:
+    """The wheel's ledger fragment: its provenance and the record of the build (the compiler cache's counts)."""
     (wheel,) = (root / "wheelhouse").glob("*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith("_build_info.json"))
-        info: dict[str, Any] = json.loads(zf.read(name))
-        return info
+    info: dict[str, Any] = json.loads(Path(f"{wheel}{FRAGMENT_SUFFIX}").read_text())
+    return info
 
 
 def _last_counts(err: str) -> str:

@@ -50,7 +50,8 @@ def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path
                        farm_deps=(dep,), farm_deps_dir=staged)
     plan = plan_build(config, config.recipe("dep_user"), USER, tmp_path, opts)
     engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
-    assert engine.create_args == ("--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro",
+    assert engine.create_args == ("--volume", f"{tmp_path / 'work'}/compile-cache:/opt/farm/compile-run",
+                                  "--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro",
                                   "--label", container_label(tmp_path / "work"))
     assert str(plan.options["before-build"]).endswith(
         f"python -m pip install 'demo_ext @ file://{CONTAINER_FARM_DEPS}/{dep.wheel.name}#sha256={dep.sha256}'")

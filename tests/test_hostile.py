@@ -77,12 +77,19 @@ def test_a_hostile_spec_is_bad_input(tmp_path: Path, capsys, content: bytes, wor
             str(spec), *words)
 
 
-def test_a_spec_that_never_ends_is_refused_after_a_megabyte(tmp_path: Path, capsys) -> None:
-    """`--spec /dev/zero` read until the OOM killer; now at most the cap plus one byte is read."""
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_spec_that_never_ends_is_refused_before_it_is_read(tmp_path: Path, capsys, kind: str) -> None:
+    """`--spec /dev/zero` read until the OOM killer, and a FIFO nobody writes blocked farm for good;
+    only a regular file is read now."""
     wheel = tmp_path / "demo-1.0-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(b"PK")
-    refused(farm(capsys, "postbuild", str(wheel), "--spec", "/dev/zero", "--out", str(tmp_path / "out")), 2,
-            "/dev/zero", "larger than")
+    spec = "/dev/zero"
+    if kind == "fifo":
+        spec = str(tmp_path / "spec.json")
+        os.mkfifo(spec)
+    refused(farm(capsys, "postbuild", str(wheel), "--spec", spec, "--out", str(tmp_path / "out")), 2,
+            spec, "not a regular file")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("content", [DEEP, b'{"cells": [], "totals": {"deferred": Infinity}}',
@@ -93,6 +100,19 @@ def test_a_hostile_wave_plan_is_bad_input(tmp_path: Path, capsys, content: bytes
     plan = tmp_path / "plan.json"
     plan.write_bytes(content)
     refused(farm(capsys, command[0], "--plan", str(plan), *command[1:]), 2, str(plan))
+
+
+@pytest.mark.parametrize("command", [["slice", "--shard", "0"],
+                                     ["publish-shard", "--shard", "0", "--run-id", "1", "--report", "r.jsonl"]],
+                         ids=["slice", "publish-shard"])
+def test_a_wave_plan_that_is_a_fifo_is_refused_at_once(tmp_path: Path, capsys, monkeypatch,
+                                                       command: list[str]) -> None:
+    """A FIFO nobody writes blocked the reader for good."""
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    os.mkfifo(plan)
+    refused(farm(capsys, command[0], "--plan", str(plan), *command[1:]), 2, str(plan), "not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 
 
 # ------------------------------------------------------------------------------------- toolkit flags

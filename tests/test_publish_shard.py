@@ -283,6 +283,27 @@ def test_a_listing_that_fails_fails_the_shards_cells_at_once(wave: Run) -> None:
     assert len([r for r in wave.sim.log if "/artifacts" in r.path]) == 1  # asked once, not once a cell
 
 
+def test_a_cell_publishes_only_its_own_wheel(wave: Run) -> None:
+    """A cp312 cell's artifact that holds the cp311 cell's wheel (its fragment names it) was
+    published and counted as the cp312 cell built: now it is refused, both cells named, and the
+    cp311 wheel is published once, by its own cell."""
+    c311 = next(c for c in wave.cells if c["python_tag"] == "cp311")
+    c312 = next(c for c in wave.cells if c["python_tag"] == "cp312" and c["package"] == c311["package"])
+    wheel = build(wave, c311)
+    fragment = next((wave.work / "built" / c311["id"]).glob("*.ledger.json"))
+    wave.sim.add_artifact(wave.run_id, f"wheels-{c312['id']}", zipped({fragment.name: fragment.read_bytes()}))
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert report[c312["id"]]["status"] == "refused"
+    assert report[c312["id"]]["detail"] == (f"{wheel.name} was built for cell {c311['id']}, not for cell "
+                                            f"{c312['id']}: a cell publishes only its own wheel")
+    assert report[c311["id"]]["status"] == "published"
+    assert [a for tag in wave.sim.releases for a in wave.sim.asset_names(tag)] == [wheel.name]
+    assert [e["filename"] for e in wave.remote_ledger()] == [wheel.name]
+    assert "Traceback" not in proc.stderr
+
+
 def test_the_drain_simulation_asks_what_the_publish_job_asks(wave: Run) -> None:
     """farm simulate's publish jobs send, per cell, the REST calls this command sends: the
     simulation's bill of requests is the real job's (farm/simulate/drain.py:cell_requests)."""

@@ -29,7 +29,7 @@ from farm.schedule.cacheplan import CacheSizes
 from farm.schedule.matrix import Filters, compute_matrix
 from farm.schedule.recipetimes import RecipeTimes
 from farm.simulate.drain import Drain, Scenario, cell_requests, simulate
-from farm.simulate.github import CACHE_IDLE_S, GIT_REFUSE_BYTES, ActionsCache, Rest, expired
+from farm.simulate.githubsim import CACHE_IDLE_S, GIT_REFUSE_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import Inputs
 from farm.simulate.workflow import read_workflows
 

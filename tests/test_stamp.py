@@ -97,7 +97,7 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
     with zipfile.ZipFile(result.path) as zf:
         metadata = zf.read(f"{di}/METADATA").decode()
         wheel_meta = zf.read(f"{di}/WHEEL").decode()
-        assert zf.read(f"{di}/_build_info.json") == provenance.to_json()
+        assert zf.read(f"{di}/_build_info.json") == provenance.for_wheel().to_json()
     assert "Version: 0.1.0+cu128torch2.8\n" in metadata
     assert "Build: 3\n" in wheel_meta
     assert "Tag: cp311-cp311-linux_x86_64" in wheel_meta

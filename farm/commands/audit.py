@@ -22,7 +22,7 @@ from farm.model.config import DEFAULTS_FILE, FarmConfig
 from farm.progress import reporter
 from farm.provenance.audit import AuditRow, AuditVerdict, audit
 from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
-from farm.provenance.judge import today_from_config
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import LedgerIndex
 from farm.publish.indextarget import IndexSettings
 from farm.table import format_table
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         where = resolve_where(args.where, config if config is not None else load_optional_config(args.root))
         wheels = iter_wheels(where, shard=shard, scratch=scratch)
     ledger = LedgerIndex.load(path) if path.exists() else LedgerIndex.empty()
-    rows = audit(wheels, ledger, today_from_config(config) if config is not None else None,
+    rows = audit(wheels, ledger, derive_from_config(config) if config is not None else None,
                  progress=_progress() if not args.json else None)
     counts = Counter(r.verdict.value for r in rows)
     # reading nothing is not a pass: say so wherever the result is read

@@ -17,7 +17,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from farm import DISTRIBUTION
+from farm import DISTRIBUTION, cacheseal
 from farm.builder import procs
 from farm.builder.builders import (
     ENGINES,
@@ -37,6 +37,7 @@ from farm.builder.preflight import Preflight, needs_of
 from farm.builder.shard import ShardJob
 from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
+from farm.fsutil import mark_cache
 from farm.load.defaults import check_torch_index
 from farm.load.recipes import load_config
 from farm.model.arch import ArchList
@@ -292,6 +293,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
+    procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
+    if not args.plan:  # the package's code will run here (its build, its wheel's import check)
+        cacheseal.refuse_env_key(os.environ, f"the package code of {args.package} (its build or its import check)")
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
                          hint="drop --shard/--link to see the plan")
@@ -377,6 +381,7 @@ def _build(args: argparse.Namespace) -> int:
         if there is not None:  # --overwrite: the cell's old wheel and fragment make way
             there[0].unlink()
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        mark_cache(cache)  # what farm cache prune takes for a farm cache, once a build writes to it
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,

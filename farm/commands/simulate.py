@@ -22,7 +22,7 @@ from farm.schedule.recipetimes import RecipeTimes
 from farm.simulate.drain import BACKENDS, Scenario, simulate
 from farm.simulate.inputs import DATA as INPUTS
 from farm.simulate.inputs import Inputs
-from farm.simulate.report import goals, render, to_json
+from farm.simulate.summary import goals, render, to_json
 from farm.simulate.workflow import read_workflows
 
 

@@ -7,7 +7,6 @@ field and a malformed one is left out (its filename named); the whole file is ca
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from dataclasses import dataclass
@@ -16,9 +15,11 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from farm.errors import FarmError, UsageError
+from farm import jsonread
+from farm.errors import FarmError, UsageError, clip
 from farm.model.install import CATALOG, CATALOG_VERSION
 from farm.netutil import download
+from farm.provenance.buildinfo import Attestation
 
 MAX_BYTES = 64 << 20
 _KINDS = ("sass", "ptx-jit", "none")
@@ -38,6 +39,18 @@ def _file(rec: Any) -> tuple[str, str, str] | None:
     return project, url, sha
 
 
+def _attestation(rec: Any) -> Attestation | None:
+    """A record's attestation, if well formed (an https URL, OWNER/REPO, the signing workflow)."""
+    if not isinstance(rec, dict):
+        return None
+    url, repository, workflow = (rec.get(k) for k in ("url", "repository", "workflow"))
+    if not all(isinstance(v, str) and 0 < len(v) < 300 for v in (url, repository, workflow)):
+        return None
+    if not str(url).startswith("https://") or not re.fullmatch(r"[\w.-]+/[\w.-]+", str(repository)):
+        return None
+    return Attestation(str(url), str(repository), str(workflow))
+
+
 @dataclass(frozen=True)
 class CatalogWheel:
     filename: str
@@ -51,6 +64,7 @@ class CatalogWheel:
     devices: dict[str, tuple[str, str | None]]  # "9.0" -> (kind, minimum driver shown); absent: none
     files: tuple[tuple[str, str, str], ...]  # (project, URL under the index, sha256): it, then the farm wheels it pins
     installable: bool  # False: it pins a farm project its channel does not hold
+    attestation: Attestation | None = None  # its signed build provenance, as the index's ledger records it
 
     @classmethod
     def parse(cls, rec: Any) -> CatalogWheel | None:
@@ -71,7 +85,7 @@ class CatalogWheel:
             devices[str(dev)] = (str(v["kind"]), v.get("driver"))
         filename, project, version, channel, cuda, torch, python, platform = (str(f) for f in fields)
         return cls(filename, canonicalize_name(project), version, channel, cuda, torch, python, platform, devices,
-                   tuple(f for f in files if f), not rec["unresolved"])
+                   tuple(f for f in files if f), not rec["unresolved"], _attestation(rec.get("attestation")))
 
     def as_record(self) -> dict[str, Any]:
         """The keys :func:`farm.model.install.commands` reads."""
@@ -104,19 +118,21 @@ def fetch(index_url: str) -> Catalog:
     local = Path(index_url)
     if "://" not in index_url and local.is_dir():
         path = local / CATALOG
-        if not path.is_file() or path.stat().st_size > MAX_BYTES:
-            raise UsageError(f"no {CATALOG} under it (or larger than {MAX_BYTES >> 20} MiB)", where=index_url,
-                             hint="regenerate the index with this farm (farm index DIR)")
-        text = path.read_bytes()
+        try:
+            text = jsonread.read_bounded(path, MAX_BYTES)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"no readable {CATALOG} under it ({clip(exc, 120)})", where=index_url,
+                             hint="regenerate the index with this farm (farm index DIR)") from None
     else:
         with tempfile.TemporaryDirectory() as tmp:
             dest = Path(tmp) / "wheels.json"
             download(url, dest, max_bytes=MAX_BYTES, timeout=60)
             text = dest.read_bytes()
     try:
-        return parse(json.loads(text), url)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"not JSON: {exc}", where=url) from None
+        doc = jsonread.loads(text)
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deep, a number of 100,000 digits
+        raise UsageError(f"not a JSON file farm wrote: {clip(exc, 200)}", where=url) from None
+    return parse(doc, url)
 
 
 def try_fetch(index_url: str | None) -> tuple[Catalog | None, str | None]:

@@ -24,7 +24,7 @@ from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.crawl import Located, iter_wheels
-from farm.provenance.judge import AUDIT, Check, Today, WheelFinding
+from farm.provenance.judge import AUDIT, Check, Derive, WheelFinding
 from farm.provenance.judge import judge as judge_wheel
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
@@ -113,11 +113,12 @@ def ledger_entry_of(ledger: LedgerIndex, facts: WheelFacts) -> tuple[LedgerEntry
     return entry, by_name.sha256 if by_name is not None else None
 
 
-def audit(where: str | Iterable[Located], ledger: LedgerIndex, today: Today | None = None, *,
+def audit(where: str | Iterable[Located], ledger: LedgerIndex, derive: Derive | None = None, *,
           progress: Callable[[AuditRow], None] | None = None) -> list[AuditRow]:
     """One row per wheel under ``where`` (or of the :class:`Located` wheels it yields, e.g.
     :func:`iter_wheels` with a shard, or :func:`fleet_wheels`); ``progress`` sees each row as it
-    is made. A downloaded wheel is judged before the next one is fetched, then deleted."""
+    is made. A downloaded wheel is judged before the next one is fetched, then deleted. ``derive``:
+    what today's configuration expects of a provenance's cell (None: no configuration)."""
     rows = []
     newest: dict[tuple[Any, ...], Any] | None = None  # cell -> its latest-epoch asserted record, built on first use
     for located in iter_wheels(where) if isinstance(where, str) else where:
@@ -126,9 +127,11 @@ def audit(where: str | Iterable[Located], ledger: LedgerIndex, today: Today | No
         provenance = facts.embedded if facts.embedded is not None else entry.info if entry is not None else None
         today_map = None
         superseded_by = None
-        if today is not None and provenance is not None and provenance.provenance == buildinfo.ASSERTED:
-            today_map = today(provenance, facts.found)
-            if today_map is not None and today_map != provenance.archs.expected:
+        derived = derive(provenance) if derive is not None and provenance is not None \
+            and provenance.provenance == buildinfo.ASSERTED else None
+        if derived is not None and provenance is not None:
+            today_map = derived.today(facts.found)
+            if today_map != provenance.archs.expected:
                 if newest is None:
                     newest = _newest_by_cell(ledger)
                 superseded_by = _superseder(ledger, newest, provenance, today_map)

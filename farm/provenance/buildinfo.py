@@ -356,7 +356,11 @@ class BuildInfo(_Record):
     assertion: Annotated[Assertion | None, Rule(asserted=KNOWN)]
     defaults_sha256: Sha256 | None
     recipe_sha256: Sha256 | None
-    run: Annotated[Run | None, Rule(asserted=KNOWN)]
+    run: Annotated[
+        Run | Absent | None,
+        Rule(description="the CI run that built the wheel; a ledger entry's, absent from a wheel farm stamps "
+                         "(a rebuild in another run is the same file)"),
+    ] = ABSENT
     source: SourceRecord | None
     toolchain: Annotated[Toolchain | None, Rule(asserted=KNOWN)]
     extensions: Annotated[Mapping[str, Sha256] | None, Rule(asserted=KNOWN)]
@@ -369,7 +373,8 @@ class BuildInfo(_Record):
     ] = ABSENT
     duration_s: Annotated[
         float | Absent | None,
-        Rule(minimum=0, description="wall seconds the build of this cell took; null or absent: unknown"),
+        Rule(minimum=0, description="wall seconds the build of this cell took (a ledger entry's); null or absent: "
+                                    "unknown"),
     ] = ABSENT
     made_by: Annotated[
         Mapping[str, MadeByRecord] | Absent | None,
@@ -409,6 +414,15 @@ class BuildInfo(_Record):
                      published: tuple[Published, ...] = ()) -> LedgerEntry:
         """The ledger line of the wheel this provenance describes (the one place entries are made)."""
         return LedgerEntry(self, filename, sha256, size, published)
+
+    def for_wheel(self) -> BuildInfo:
+        """What the wheel embeds: all but the record of the one build that made it (``run``,
+        ``duration_s``, ``toolchain.compile_cache``), which the ledger keeps. A wheel's bytes are
+        then what its inputs make, and a rebuild of the cell is the same file (docs/reproducible.md)."""
+        toolchain = self.toolchain
+        if toolchain is not None and not isinstance(toolchain.compile_cache, Absent):
+            toolchain = replace(toolchain, compile_cache=ABSENT)
+        return replace(self, run=ABSENT, duration_s=ABSENT, toolchain=toolchain)
 
     # -- what readers ask --
     @property
@@ -472,6 +486,18 @@ class Published(_Record):
 
 
 @dataclass(frozen=True)
+class Attestation(_Record):
+    """A signed statement of where a wheel was built: GitHub's artifact attestation (an in-toto
+    Statement v1 with a SLSA provenance v1 predicate, signed through Sigstore) naming the wheel's
+    sha256 and its ``_build_info.json``'s (docs/attestations.md)."""
+
+    OPEN_SCHEMA: ClassVar[bool] = True
+    url: Annotated[str, Rule(description="the attestation's page (https://github.com/OWNER/REPO/attestations/ID)")]
+    repository: Annotated[NonEmpty, Rule(description="OWNER/REPO: gh attestation verify WHEEL --repo OWNER/REPO")]
+    workflow: Annotated[NonEmpty, Rule(description="the workflow that signed it (--signer-workflow)")]
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One ``ledger.jsonl`` line: a wheel's provenance plus its file name, bytes and publications
     (the fields after ``info`` are the keys a line adds to the ``_build_info.json`` object)."""
@@ -481,13 +507,17 @@ class LedgerEntry:
     sha256: Annotated[Sha256, Rule(description="ledger entries only: the wheel file")]
     size: Annotated[Count, Rule(description="ledger entries only")]
     published: Annotated[tuple[Published, ...], Rule(description="ledger entries only")] = ()
+    attestation: Annotated[
+        Attestation | Absent,
+        Rule(description="ledger entries only: the wheel's signed build provenance; absent: not attested"),
+    ] = ABSENT
 
     @classmethod
     def from_json(cls, data: bytes | str | Mapping[str, Any], *, where: str | None = None,
                   error: type[FarmError] = LedgerError) -> LedgerEntry:
         """Parse and validate a ledger line (or fragment); raises ``error`` (:class:`LedgerError`)."""
         obj = _load(data, where=where, error=error)
-        missing = [k for k in LEDGER_KEYS if k not in obj]
+        missing = [k for k in LEDGER_KEYS if k not in obj and k not in _OPTIONAL_LEDGER_KEYS]
         if missing:
             raise error(f"not a ledger entry: no {', '.join(missing)}", where=where,
                         hint="a ledger entry is a _build_info.json plus filename, sha256, size and published")
@@ -497,7 +527,7 @@ class LedgerEntry:
 
     def to_dict(self) -> JSON:
         out = self.info.to_dict()
-        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS)
+        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS if not isinstance(getattr(self, k), Absent))
         return out
 
     def with_published(self, target: str, url: str) -> LedgerEntry:
@@ -506,6 +536,7 @@ class LedgerEntry:
 
 #: Keys a ledger line adds to the ``_build_info.json`` object.
 LEDGER_KEYS = tuple(name for name, _ in fields_of(LedgerEntry) if name != "info")
+_OPTIONAL_LEDGER_KEYS = ("attestation",)  # absent from a line until the wheel is attested
 _BUILD_INFO_KEYS = tuple(name for name, _ in fields_of(BuildInfo))
 
 

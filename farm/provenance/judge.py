@@ -368,9 +368,10 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
     if entry.filename != facts.filename:
         find(Check.LEDGER, f"sha256 {facts.sha256} is recorded for {entry.filename!r}, not this name",
              "upload the file under the name postbuild gave it")
-    # The entry is the embedded object plus the ledger's own keys: anything else that differs
-    # means the two were not written by one postbuild.
-    theirs, ours = entry.info.to_dict(), info.to_dict()
+    # The entry is the embedded object plus the ledger's own keys and the record of the build that
+    # made it (which a wheel does not embed): anything else that differs means the two were not
+    # written by one postbuild.
+    theirs, ours = entry.info.for_wheel().to_dict(), info.for_wheel().to_dict()
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
     if differ:
         find(Check.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
@@ -380,8 +381,6 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
 # -- today's configuration ------------------------------------------------------------------------
 # a provenance -> what today's config resolves for its cell, or None when it has no such cell
 Derive = Callable[[BuildInfo], "Derived | None"]
-# today's expected list per extension for a provenance, or None when the config cannot say
-Today = Callable[[BuildInfo, Iterable[str]], Mapping[str, ArchList] | None]
 
 
 def derive_from_config(config: FarmConfig) -> Derive:
@@ -408,15 +407,3 @@ def derive_from_config(config: FarmConfig) -> Derive:
                        Expected(request.archs, per_extension=request.extensions, vendored=vendored_rules(recipe)))
 
     return derive
-
-
-def today_from_config(config: FarmConfig) -> Today:
-    """Today's expected list per extension for a provenance's cell (what :func:`derive_from_config`
-    derives, per path)."""
-    derive = derive_from_config(config)
-
-    def today(provenance: BuildInfo, paths: Iterable[str]) -> Mapping[str, ArchList] | None:
-        derived = derive(provenance)
-        return None if derived is None else derived.today(paths)
-
-    return today

@@ -20,6 +20,7 @@ import io
 import lzma
 import os
 import re
+import stat
 import struct
 import tempfile
 import zipfile
@@ -248,10 +249,17 @@ class StampResult:
 
 
 def _new_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
-    """A fresh ZipInfo keeping what installers read: mode bits (exec, symlink), system, time."""
+    """A fresh ZipInfo keeping what installers read: the file's type (a symlink), whether it is
+    executable, system, time. Its other permission bits are 644 (755 when executable, or a
+    folder): the build host's umask never reaches the wheel."""
     out = zipfile.ZipInfo(name, date_time=info.date_time)
     out.compress_type = info.compress_type
-    out.external_attr = info.external_attr
+    mode = info.external_attr >> 16
+    if mode:
+        perms = 0o755 if mode & 0o111 or stat.S_ISDIR(mode) else 0o644
+        out.external_attr = (stat.S_IFMT(mode) | perms) << 16 | (info.external_attr & 0xFFFF)
+    else:
+        out.external_attr = info.external_attr
     out.create_system = info.create_system
     out.comment = info.comment
     out.file_size = info.file_size  # lets zipfile decide on zip64 before streaming
@@ -441,7 +449,8 @@ def stamp_wheel(
 
     ``build_info`` is the :class:`~farm.provenance.buildinfo.BuildInfo`, or a function that makes it from the
     :class:`Relabel` and the sha256 of every member of the new wheel (keyed by new archive
-    path), so extension hashes come from this one pass. The input's RECORD is checked while streaming: a wheel whose
+    path), so extension hashes come from this one pass; the wheel gets its ``for_wheel()`` part, the
+    result keeps the whole (the ledger's). The input's RECORD is checked while streaming: a wheel whose
     content does not match its own RECORD is refused rather than blessed with new hashes.
     An existing output with these very bytes makes this a no-op; one with other bytes is refused.
     """
@@ -592,7 +601,7 @@ def _rewrite(
         info_obj: buildinfo.BuildInfo | None = None
         if build_info is not None:
             info_obj = build_info(relabel, dict(hashes)) if callable(build_info) else build_info
-            data = info_obj.to_json()
+            data = info_obj.for_wheel().to_json()  # the build's own record (run, duration) is the ledger's
             name = f"{relabel.new_dist_info}/{buildinfo.BUILD_INFO_NAME}"
             zinfo = zipfile.ZipInfo(name, date_time=stamp_time)
             zinfo.compress_type = zipfile.ZIP_DEFLATED

@@ -7,7 +7,6 @@ over thousands of wheels one broken file is a finding, not the end of the sweep.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,6 @@ from farm.provenance.stamp import WheelName
 
 if TYPE_CHECKING:
     from farm.binary.madeby import MadeBy
-
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -44,14 +41,6 @@ class WheelFacts:
     vendored: Mapping[str, ArchList] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
     # extension archive path -> the toolkit its device code records; None: not read (the audit)
     made_by: Mapping[str, MadeBy] | None = None
-
-
-def _hash_member(wheel: SafeWheel, name: str) -> str:
-    digest = hashlib.sha256()
-    with wheel.zip.open(name) as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
@@ -78,7 +67,7 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
                               if not so.agrees)
         vendored = {so.path: so.found for so in inspection.vendored}
         with SafeWheel(path) as wheel:
-            extensions = {name: _hash_member(wheel, name) for name in found}
+            extensions = {name: wheel.sha256(name) for name in found}
             embedded = buildinfo.read_embedded(wheel, where=location)
     except ToolError:
         raise  # the environment, not the wheel

@@ -1,15 +1,17 @@
-"""An asset published under a wheel's name that the ledger does not record: adopt it or name it
-an orphan.
+"""A file published under a wheel's name that the ledger does not record (a GitHub release
+asset, a file of the static index): adopt it or name it an orphan.
 
-A publish killed between an upload and its ledger record leaves such an asset; the rebuild of
-that cell has other bytes (the run is recorded in its ``_build_info.json``), so "same name, other
-sha256" would otherwise stop the cell for good. The asset is downloaded (at most the size GitHub
-reports, which is under GitHub's 2 GiB asset limit), its embedded provenance stands in for the
-lost ledger fragment, and the publish's own gate runs on it (:func:`farm.publish.gate.run_gate`:
-asserted and passed, its name, its consistency, today's configuration, a fresh inspection). Its
-provenance must also describe the cell and build epoch of the wheel being published. An asset
-that passes is adopted (the ledger records it, and the new build is not published); one that
-fails is an orphan, reported with its reasons, to be deleted.
+A publish killed between an upload and its ledger record leaves such a file. The rebuild of that
+cell is the same file when the build is reproducible (docs/reproducible.md): it is simply there,
+and recorded. A rebuild that is not (another toolkit patch release, a package that stamps its own
+build) has other bytes, and "same name, other sha256" would otherwise stop the cell for good. The
+file is read (a release asset downloaded, at most the size GitHub reports, which is under
+GitHub's 2 GiB asset limit), its embedded provenance stands in for the lost ledger fragment, and
+the publish's own gate runs on it (:func:`farm.publish.gate.run_gate`: asserted and passed, its
+name, its consistency, today's configuration, a fresh inspection). Its provenance must also
+describe the cell and build epoch of the wheel being published. A file that passes is adopted
+(the ledger records it, and the new build is not published); one that fails is an orphan,
+reported with its reasons, to be deleted.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ class GithubSettings:
     Server's, or a test server's."""
 
     kind: ClassVar[str] = "github"
+    after = None  # it publishes after no other target
     name: str
     repository: str
     tag: str = github.DEFAULT_TAG
@@ -48,10 +49,6 @@ class GithubSettings:
     warn_assets: int = 900
     api_url: str = ghrest.API_URL
     uploads_url: str = ghrest.UPLOADS_URL
-
-    @property
-    def after(self) -> str | None:
-        return None
 
     @classmethod
     def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)

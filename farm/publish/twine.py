@@ -40,15 +40,12 @@ class TwineSettings:
     defaults to ``repository_url`` with ``legacy/`` replaced by (or ``simple/`` appended)."""
 
     kind: ClassVar[str] = "twine"
+    after = None  # it publishes after no other target
     name: str
     repository_url: str
     simple_url: str
     username_env: str = "TWINE_USERNAME"
     password_env: str = "TWINE_PASSWORD"
-
-    @property
-    def after(self) -> str | None:
-        return None
 
     @classmethod
     def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)

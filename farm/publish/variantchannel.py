@@ -136,7 +136,7 @@ class _Sink:
 
 
 @dataclass(frozen=True)
-class Variant:
+class WheelVariant:
     """One asserted wheel of ``files/`` as a variant wheel."""
 
     base: index.IndexFile
@@ -170,7 +170,7 @@ def _write_into(src: Path, dist_info_bytes: bytes, out: BinaryIO) -> None:
     stamp.add_to_dist_info(src, out, DIST_INFO_FILE, dist_info_bytes)
 
 
-def make(root: Path, f: index.IndexFile) -> Variant | LeftOut:
+def make(root: Path, f: index.IndexFile) -> WheelVariant | LeftOut:
     """The variant of the stored wheel ``files/<f.filename>`` (hashed, not written), or why it has none."""
     path = Path(root) / index.FILES / f.filename
     data = read_member(path, BUILD_INFO_NAME)
@@ -185,10 +185,10 @@ def make(root: Path, f: index.IndexFile) -> Variant | LeftOut:
         return LeftOut("no .dist-info/METADATA")
     sink = _Sink()
     _write_into(path, vjson, sink)  # type: ignore[arg-type]
-    return Variant(f, label, props, vjson, metadata, sink.digest.hexdigest(), sink.size)
+    return WheelVariant(f, label, props, vjson, metadata, sink.digest.hexdigest(), sink.size)
 
 
-def _holds(dst: Path, v: Variant) -> bool:
+def _holds(dst: Path, v: WheelVariant) -> bool:
     """``dst`` is a plain file with ``v``'s bytes (a link, a FIFO or another size is not: it is
     replaced, never read through)."""
     try:
@@ -203,7 +203,7 @@ def _holds(dst: Path, v: Variant) -> bool:
     return digest.hexdigest() == v.sha256
 
 
-def _store(root: Path, v: Variant) -> bool:
+def _store(root: Path, v: WheelVariant) -> bool:
     """Write ``v`` under ``variants/files/`` unless the file there has its bytes; True: written."""
     dst = root / DIR / index.FILES / v.filename
     if _holds(dst, v):
@@ -237,10 +237,10 @@ def _json_link(name: str, data: bytes, prefix: str) -> str:
             f"{html.escape(name)}</a>")
 
 
-def render(variants: Iterable[Variant]) -> dict[str, bytes]:
+def render(variants: Iterable[WheelVariant]) -> dict[str, bytes]:
     """Every file of the channel but the wheels (path under ``variants/`` -> bytes)."""
     variants = sorted(variants, key=lambda v: v.filename)
-    by_version: dict[str, list[Variant]] = {}
+    by_version: dict[str, list[WheelVariant]] = {}
     for v in variants:
         by_version.setdefault(v.name_version, []).append(v)
     out: dict[str, bytes] = {}
@@ -274,7 +274,7 @@ def render(variants: Iterable[Variant]) -> dict[str, bytes]:
 @dataclass(frozen=True)
 class VariantReport:
     root: Path
-    made: Mapping[str, Variant]  # stored wheel -> its variant
+    made: Mapping[str, WheelVariant]  # stored wheel -> its variant
     channels: tuple[str, ...]
     left_out: tuple[tuple[str, str], ...]  # (wheel, why it has no variant)
     written: tuple[str, ...]  # paths under variants/ whose bytes changed
@@ -292,7 +292,7 @@ def regenerate(root: Path, lookup: index.EntryLookup, *, allow_drop: Iterable[st
 def _regenerate(root: Path, lookup: index.EntryLookup, allow_drop: Iterable[str]) -> VariantReport:
     files_dir = root / index.FILES
     names = sorted(p.name for p in files_dir.glob("*.whl")) if files_dir.is_dir() else []
-    variants: list[Variant] = []
+    variants: list[WheelVariant] = []
     left_out: list[tuple[str, str]] = []
     for name in names:
         f = index.stored(root, name, lookup)  # the ledger vouches for these bytes

@@ -2,7 +2,7 @@
 distinct arch list its cells resolve to (as the matrix lints it, :mod:`farm.schedule.matrixlint`),
 or a directory against one list, and the answer remembered by what it was made from
 (:mod:`farm.lint.memo`). It lives in this stage, not in ``farm/lint/``, because it lints the
-source as built (:func:`farm.builder.builders.lint_as_built`) and over the package's cells."""
+source as built (:func:`farm.builder.prepare.lint_as_built`) and over the package's cells."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import farm
-from farm.builder.builders import lint_as_built
+from farm.builder.prepare import lint_as_built
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.lint.api import LintReport, lint_index
 from farm.lint.compiled import TreeIndex

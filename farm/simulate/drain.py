@@ -12,8 +12,8 @@ fix (shards, publishers, retention, time limits, the nightly) is read from them
 
 What is simulated is the world those decisions meet: ``runners`` concurrent jobs taken in order,
 each job's clock and GitHub's kill at its time limit, the REST limits every job of the repository
-shares (:class:`~farm.simulate.github.Rest`), artifact retention, the Actions cache
-(:class:`~farm.simulate.github.ActionsCache`) or an S3 store for the compiler cache, git's file
+shares (:class:`~farm.simulate.githubsim.Rest`), artifact retention, the Actions cache
+(:class:`~farm.simulate.githubsim.ActionsCache`) or an S3 store for the compiler cache, git's file
 sizes for the ledger, and build jobs that fail. A job's time comes from the measured per-recipe
 times (:mod:`farm.schedule.recipetimes`) and the inputs table (:mod:`farm.simulate.inputs`).
 """
@@ -45,7 +45,7 @@ from farm.schedule.outcome import from_reports
 from farm.schedule.recipetimes import RecipeTimes
 from farm.schedule.slices import SHARD_SIZE
 from farm.schedule.stream import ERROR, FAILED, PUBLISHED, CellVerdict, shard_cells
-from farm.simulate.github import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
+from farm.simulate.githubsim import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import MB, Inputs
 from farm.simulate.workflow import Workflow
 
@@ -227,7 +227,7 @@ def _hash_fraction(*parts: object) -> float:
 # A run (one wave) and its bookkeeping
 # --------------------------------------------------------------------------------------------
 @dataclass
-class Run:
+class DrainRun:
     number: int
     epoch: int
     started: float
@@ -306,7 +306,7 @@ class Drain:
         self.releases: dict[str, int] = {}  # release tag -> its assets
         self.requests = 0  # REST requests sent, refused ones too
         self.rate_limited = 0
-        self.runs: list[Run] = []
+        self.runs: list[DrainRun] = []
         self.results: list[EpochResult] = []
         self._epoch, self._done, self._last_publish = 0, False, 0.0
         self._runner_s = 0.0
@@ -410,12 +410,12 @@ class Drain:
 
     # -- runs ------------------------------------------------------------------------------------
     def _start_run(self, when: float) -> None:
-        run = Run(len(self.runs) + 1, self._epoch, when)
+        run = DrainRun(len(self.runs) + 1, self._epoch, when)
         self.runs.append(run)
         matrix = Job("matrix", lambda _: _wait(self.v.matrix_s), lambda _: self._planned(run))
         self.loop.at(when, lambda: self.runners.submit([matrix]))
 
-    def _planned(self, run: Run) -> None:
+    def _planned(self, run: DrainRun) -> None:
         wave = plan_wave(self._costed(), self._capacity())
         if not wave.scheduled:
             self._done = True  # only what no hosted runner can finish is left
@@ -428,7 +428,7 @@ class Drain:
         run.shards_left = len(run.shards)
         self.runners.submit(self._slice(run, str(i), entries) for i, entries in enumerate(run.shards))
 
-    def _slice(self, run: Run, shard: str, entries: list[dict[str, Any]]) -> Job:
+    def _slice(self, run: DrainRun, shard: str, entries: list[dict[str, Any]]) -> Job:
         """A shard's slice job, then its build matrix, then its publish job once every build ended."""
         left = [len(entries)]
 
@@ -451,7 +451,7 @@ class Drain:
             self.runners.submit(jobs)
         return Job("slice", lambda _: _wait(self.v.slice_s), sliced)
 
-    def _shard_done(self, run: Run, shard: str) -> None:
+    def _shard_done(self, run: DrainRun, shard: str) -> None:
         if shard == "link":
             self._chain(run)
             return
@@ -462,7 +462,7 @@ class Drain:
             else:
                 self._chain(run)
 
-    def _chain(self, run: Run) -> None:
+    def _chain(self, run: DrainRun) -> None:
         def chain(_: Job) -> Process:
             for _call in range(CHAIN_REQUESTS):
                 yield from self._request("GET", None)
@@ -490,7 +490,7 @@ class Drain:
         saves.append((key, size))
         return size / MB / self.v.download_mb_s
 
-    def _build(self, run: Run, state: CellState, part: str, job: Job) -> Process:
+    def _build(self, run: DrainRun, state: CellState, part: str, job: Job) -> Process:
         """One build job: ``part`` is "" (a whole cell), "I/N" (a compile shard) or "link"."""
         v, t, cid = self.v, state.truth, state.planned.cell.id
         saves: list[tuple[str, int]] = []
@@ -536,7 +536,7 @@ class Drain:
             self.cache.save(key, size, self.loop.now)
         state.duration = None if part == "link" else build_s
 
-    def _cache_compiled(self, state: CellState, share: float, run: Run) -> None:
+    def _cache_compiled(self, state: CellState, share: float, run: DrainRun) -> None:
         """The compiler cache keeps what a job compiled, a job killed later too: all of it in an S3
         store; in the Actions cache, what its write rate admits and its 10 GB keep."""
         if share <= 0:
@@ -550,7 +550,7 @@ class Drain:
         state.cc_keys.append(key)
         state.cached = min(1.0, state.cached + share * stored)
 
-    def _built(self, run: Run, state: CellState, part: str, job: Job) -> None:
+    def _built(self, run: DrainRun, state: CellState, part: str, job: Job) -> None:
         if job.killed or not job.ok:
             return
         cid, runner_s = state.planned.cell.id, job.ended - job.began
@@ -589,7 +589,7 @@ class Drain:
             yield wait
         return False
 
-    def _publish(self, run: Run, cells: list[tuple[str, str]], job: Job) -> Process:
+    def _publish(self, run: DrainRun, cells: list[tuple[str, str]], job: Job) -> Process:
         """``farm publish-shard`` as the publish job runs it: the run's artifacts listed once, then
         each cell in plan order, its records pushed at most once a minute and at the end."""
         throttle = Throttle(github_limits(publishers=self.wf.publishers), clock=_SimClock(self.loop))
@@ -658,7 +658,7 @@ class Drain:
                 state.unpublished_why = "ledger refused"
         job.unpushed.clear()
 
-    def _published(self, run: Run, shard: str, entries: list[dict[str, Any]], job: Job) -> None:
+    def _published(self, run: DrainRun, shard: str, entries: list[dict[str, Any]], job: Job) -> None:
         if job.killed:  # its report is never uploaded: the chain sees no verdict of this shard
             for state in job.unpushed:
                 state.unpublished_why = "publish killed"

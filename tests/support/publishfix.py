@@ -136,9 +136,10 @@ def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *,
                   run_id: str = "1", recipe_lines: Mapping[str, str] | None = None) -> tuple[Path, dict[str, Path]]:
     """A farm root whose recipes ask ``arch`` of each package, and for each package a wheel
     holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``), in the
-    order given. ``run_id``: the CI run recorded in each provenance; another one makes another
-    build of the same cells (other bytes, the same file names). ``recipe_lines``: YAML appended
-    to a package's recipe (``requires_dist: [...]``)."""
+    order given. ``run_id``: the CI run recorded in each ledger fragment; another one makes another
+    build of the same cells that is not reproducible (a file of the wheel names the run, as a
+    package's own build stamp would): other bytes, the same file names. ``recipe_lines``: YAML
+    appended to a package's recipe (``requires_dist: [...]``)."""
     from farm.load.recipes import load_config
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
     from tests.support.postbuildfix import builder_wheel
@@ -154,7 +155,7 @@ def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *,
     out = work / f"out-{run_id}"
     wheels = {}
     for dist in packages:
-        raw = builder_wheel(work / f"raw-{run_id}", dist, so)
+        raw = builder_wheel(work / f"raw-{run_id}", dist, so, extra={f"{dist}/BUILD": run_id.encode()})
         context, recipe = context_from_config(config, raw, cuda_home=cuda_home, builder="native", env=env)
         result = postbuild_wheel(raw, out, context, dist=recipe.dist, fragments_dir=out)
         assert result.passed, result.report.render()
