@@ -282,7 +282,6 @@ def test_the_whole_grid_drains_today_only_by_building_much_of_it_twice(runners: 
     assert first.publish_jobs_killed > 50
     assert first.rebuilt["publish killed"] > first.cells / 2
     assert first.rebuilt["artifact expired"] > 0
-    assert first.days > first.planned_days
     if bumps == 3:
         assert last.rebuilt["ledger refused"] > 0
         assert not last.drained
