@@ -298,6 +298,11 @@ class Toolchain(_Record):
         Rule(description="farm wheels installed in the build environment to build against (the recipe's "
                          "extra_deps that pin another recipe's wheel of the same cell)"),
     ] = ABSENT
+    image: Annotated[
+        str | Absent | None,
+        Rule(description="the container image a cibuildwheel build ran in, as it was named (a rebuild needs the "
+                         "same image: name it by digest); null: cibuildwheel's own for its version"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)
