@@ -142,6 +142,12 @@ def audit(session: nox.Session) -> None:
 
 
 @nox.session
+def attestation(session: nox.Session) -> None:
+    """Record a published wheel's attestation in the ledger, or check what GitHub's says."""
+    _farm(session, "attestation")
+
+
+@nox.session
 def rebuild(session: nox.Session) -> None:
     """Build a published wheel's cell again from its provenance and compare the files."""
     _farm(session, "rebuild")

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("farm.commands.index", "regenerate a static PEP 503 index tree from its files and the ledger"),
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
+    "attestation": ("farm.commands.attestation", "record a published wheel's signed provenance, or check what it says"),
     "rebuild": ("farm.commands.rebuild", "a wheel's cell built again from its provenance: the same file, or the diff"),
     "grid": ("farm.commands.grid", "the grid against PyTorch's published wheel index: rows and phantoms to add"),
     "toolkit": ("farm.commands.toolkit", "a verified CUDA_HOME from NVIDIA's redistributable archives or PyPI wheels"),

@@ -393,3 +393,17 @@ def test_the_new_keys_are_checked(mutate, message: str) -> None:
     with pytest.raises(WheelError) as err:
         BuildInfo.from_json(json.dumps(info), where="w.whl")
     assert message in str(err.value)
+
+
+def test_a_container_builds_image_is_recorded_and_a_native_build_has_none() -> None:
+    """The image a cibuildwheel build ran in, as it was named (null: cibuildwheel's own); a rebuild
+    of the wheel (farm rebuild) builds in it."""
+    digest = "quay.io/pypa/manylinux_2_28_x86_64@sha256:" + "e" * 64
+    container = probe.toolchain(cuda_home=None, builder="cibuildwheel", python="3.11.9", image=digest)
+    own = probe.toolchain(cuda_home=None, builder="cibuildwheel", python="3.11.9", image=None)
+    native = probe.toolchain(cuda_home=None, builder="native", image=digest)
+    assert (container.image, own.image, native.image) == (digest, None, buildinfo.ABSENT)
+    info = dataclasses.replace(asserted_example(), toolchain=container)
+    assert _tree(info)["toolchain"]["image"] == digest
+    assert BuildInfo.from_json(info.to_json()) == info
+    assert "image" not in _tree(dataclasses.replace(asserted_example(), toolchain=native))["toolchain"]

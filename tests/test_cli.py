@@ -93,6 +93,7 @@ def _bad_input(name: str, tmp: Path) -> list[str]:
         "wave": ["--plan", missing, "--reports", none], "chain": ["--ref", "main", "--repository", "not a repo"],
         "cache-plan": ["--root", missing], "cache": ["prune", "--root", missing],
         "simulate": ["--runners", "4", "--root", missing], "rebuild": [str(tmp / "x.whl"), "--root", missing],
+        "attestation": ["check", str(tmp / "x.whl"), "--repository", "o/r"],
     }[name]
 
 

@@ -143,6 +143,10 @@ def test_torch_aarch64_plan(config, tmp_path) -> None:
     assert plan.options["archs"] == ["aarch64"]
     assert option(plan, "manylinux-aarch64-image") == "quay.io/pypa/manylinux_2_28_aarch64"
     assert "manylinux-x86_64-image" not in plan.options
+    # the image the build runs in, as the provenance records it (a rebuild needs it)
+    from farm.builder.builders import image_of
+    assert image_of(plan) == "quay.io/pypa/manylinux_2_28_aarch64"
+    assert image_of(plan_for(config, tmp_path, ARM)) is None  # cibuildwheel's own
     env = build_env(plan)
     # the aarch64 policy row of _defaults.yml, rendered for torch
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX;10.0;11.0;12.0+PTX"

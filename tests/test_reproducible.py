@@ -24,20 +24,11 @@ import pytest
 from farm.binary.wheeldiff import compare_wheels
 from farm.cli import main
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, TORCH_EXT_RECIPE, cache_dir_of, make_root
 
 pytestmark = pytest.mark.slow
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
-TORCH_RECIPE = """\
-name: torch_ext
-version: '0.1.0'
-source:
-  path: src/torch_ext
-links_torch: true
-arch:
-  list: '8.0;9.0+PTX'
-"""
 
 
 def _build(package: str, root: Path, cache: Path, out: Path, *extra: str) -> Path:
@@ -53,12 +44,18 @@ def _same(a: Path, b: Path) -> None:
     assert diff.identical, "\n".join(diff.render())
 
 
+def _json_out(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The last command's --json object (its stdout)."""
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
 def _fragment(wheel: Path) -> dict[str, Any]:
     line: dict[str, Any] = json.loads(Path(f"{wheel}{FRAGMENT_SUFFIX}").read_text())
     return line
 
 
-def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, pypi_toolkit) -> None:
+def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, pypi_toolkit, capsys) -> None:
     recipe = {"demo_ext": DEMO_RECIPE.format(arch="7.5;8.0;9.0+PTX")}
     trees = {"examples/demo_ext": REPO / "examples" / "demo_ext"}
     make_root(tmp_path / "checkout", recipe, trees)
@@ -87,13 +84,28 @@ def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, 
     assert str(tmp_path).encode() not in binary
     assert b"tmpxft_" not in binary
 
+    # Published, the cell is built; its rebuild (another run's, with its own record) is the same
+    # wheel to every publish and to the matrix: present, nothing sent, the ledger as it was.
+    root = tmp_path / "checkout"
+    assert main(["upload", str(cold.parent), "--root", str(root), "--target", "index", "--json"]) == 0
+    ledger = (root / "ledger.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["upload", str(uncached.parent), "--root", str(root), "--target", "index", "--json"]) == 0
+    verdicts = {v["target"]: v["verdict"] for v in _json_out(capsys)["verdicts"]}
+    assert verdicts == {"index": "present"}
+    assert (root / "ledger.jsonl").read_bytes() == ledger
+    assert main(["build", "demo_ext", "--root", str(root), "--builder", "native", "--cuda", "13.0", "--python", PY,
+                 "--platform", "linux_x86_64", "--cache-dir", str(cache), "--out", str(tmp_path / "again")]) == 0
+    assert "nothing to build" in capsys.readouterr().err
+
 
 def test_a_torch_extension_is_one_file_cached_in_its_rows_folder_and_uncached_in_its_cells(
         tmp_path, tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("FARM_TORCH_INDEX", "pip")  # pip's own configuration: mirrors, caches, constraints
     kept = os.environ.get("FARM_TEST_CACHE_DIR")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("torchcache")
-    make_root(tmp_path, {"torch_ext": TORCH_RECIPE}, {"src/torch_ext": REPO / "tests" / "data" / "torch_ext"})
+    make_root(tmp_path, {"torch_ext": TORCH_EXT_RECIPE.format(name="torch_ext", arch="8.0;9.0+PTX")},
+              {"src/torch_ext": REPO / "tests" / "data" / "torch_ext"})
     cached = _build("torch_ext", tmp_path, cache, tmp_path / "cached", "--torch", "2.14")
     uncached = _build("torch_ext", tmp_path, cache, tmp_path / "uncached", "--torch", "2.14", "--no-compile-cache")
     _same(cached, uncached)

@@ -24,21 +24,12 @@ import pytest
 from farm.cli import main
 from farm.load.defaults import load_defaults
 from farm.provenance.buildinfo import BuildInfo
-from tests.support.buildroot import REPO, make_root
+from tests.support.buildroot import REPO, TORCH_EXT_RECIPE, make_root
 
 pytestmark = pytest.mark.slow
 
 TORCH_MINOR = "2.14"
 ARCH = "8.0"
-RECIPE = """\
-name: {name}
-version: '0.1.0'
-source:
-  path: src/{name}
-links_torch: true
-arch:
-  list: '{arch}'
-"""
 # The twin's override is what this test proves the assertion catches; the lint, which catches it
 # first in a real recipe, is told so explicitly.
 TWIN_IGNORE = """\
@@ -65,8 +56,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         pytest.fail(f"the grid has no CUDA 13.0 / torch {TORCH_MINOR} / Python {PY} row")
     root = tmp_path_factory.mktemp("torchroot")
     data = REPO / "tests" / "data"
-    make_root(root, {"torch_ext": RECIPE.format(name="torch_ext", arch=ARCH),
-                     "torch_ext_override": RECIPE.format(name="torch_ext_override", arch=ARCH) + TWIN_IGNORE},
+    make_root(root, {"torch_ext": TORCH_EXT_RECIPE.format(name="torch_ext", arch=ARCH),
+                     "torch_ext_override": TORCH_EXT_RECIPE.format(name="torch_ext_override", arch=ARCH) + TWIN_IGNORE},
               {"src/torch_ext": data / "torch_ext", "src/torch_ext_override": data / "torch_ext_override"})
     # FARM_TEST_CACHE_DIR: a farm --cache-dir kept between runs (toolkit, torch build environment),
     # as CI restores it; by default a fresh one per session

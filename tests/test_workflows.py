@@ -23,7 +23,8 @@ WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 FOLDER = WORKFLOWS[0].parent
 # The Node 24 majors (Node 20 is gone from the runners); the pins below are these tags' commits.
 CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/upload-artifact": "v7",
-           "actions/download-artifact": "v8", "actions/cache": "v5", "actions/github-script": "v8"}
+           "actions/download-artifact": "v8", "actions/cache": "v5", "actions/github-script": "v8",
+           "actions/attest-build-provenance": "v4"}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -140,10 +141,13 @@ def test_writes_are_granted_only_where_something_is_published_or_dispatched() ->
                for f, n, j in all_jobs() if "write" in j.get("permissions", {}).values()}
     assert writers == {
         ("build-shard.yml", "publish"): ["contents"],
+        ("build-shard.yml", "attest"): ["attestations", "id-token"],
+        ("build-shard.yml", "record-attestations"): ["contents"],
         ("build.yml", "chain"): ["actions"],
-        # the calls of build-shard.yml grant what its publish job uses (a called workflow narrows, never widens)
-        **{("build.yml", f"build-{i}"): ["contents"] for i in range(8)},
-        ("build.yml", "link"): ["contents"],
+        # the calls of build-shard.yml grant what its publish and attest jobs use (a called workflow
+        # narrows, never widens)
+        **{("build.yml", f"build-{i}"): ["attestations", "contents", "id-token"] for i in range(8)},
+        ("build.yml", "link"): ["attestations", "contents", "id-token"],
     }
     # the jobs that run the packages' build code get no write and keep no credentials
     build = load("build-shard.yml")["jobs"]["build"]
@@ -219,8 +223,7 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert f"--publishers {shards}" in run["run"]
     assert "--push-ledger origin" in run["run"]
     assert run["env"]["GH_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
-    report = publish["steps"][-1]
-    assert report["with"]["name"] == "published-${{ inputs.shard }}"
+    report = next(s for s in publish["steps"] if s.get("with", {}).get("name") == "published-${{ inputs.shard }}")
     assert report["if"] == "${{ !cancelled() }}"
     # the publish checkout is the branch head (records go on top of the latest ledger); the token
     # that pushes is in the publish step's environment only, never in the checkout's .git/config
@@ -354,3 +357,23 @@ def test_tests_workflow_runs_the_oldest_and_newest_supported_python() -> None:
     jobs = load("tests.yml")["jobs"]
     assert jobs["tests"]["strategy"]["matrix"]["python"] == [oldest[1], newest]
     assert any("nox -s tests_lowest" in s.get("run", "") for s in jobs["lowest"]["steps"])
+
+
+def test_published_wheels_are_attested_by_a_job_that_runs_no_package_code() -> None:
+    """The publish job writes each published wheel's subjects (the wheel's sha256 and its
+    _build_info.json's); a job with only the permissions the attestation needs signs them with
+    GitHub's action, pinned by commit; another records the attestation in the ledger."""
+    jobs = load("build-shard.yml")["jobs"]
+    publish = next(s for s in jobs["publish"]["steps"] if "publish-shard" in s.get("run", ""))
+    assert '--subjects "subjects-$SHARD.txt"' in publish["run"]
+    attest = jobs["attest"]
+    assert attest["needs"] == ["publish"]
+    assert attest["permissions"] == {"id-token": "write", "attestations": "write", "contents": "read"}
+    (action,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
+    assert re.fullmatch(r"actions/attest-build-provenance@[0-9a-f]{40}", action["uses"])
+    assert action["with"] == {"subject-checksums": "subjects-${{ inputs.shard }}.txt"}
+    assert not any("nox -s build" in s.get("run", "") or "pip install" in s.get("run", "") for s in attest["steps"])
+    record = jobs["record-attestations"]
+    assert record["needs"] == ["attest"]
+    assert record["permissions"] == {"contents": "write"}
+    assert "nox -s attestation -- record" in next(s["run"] for s in record["steps"] if "attestation" in s.get("run", ""))

@@ -950,7 +950,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
                       builder=settings.builder.value, source=tree.description, python=python,
                       torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
                       duration_s=duration,
-                      compile_cache=cache_counts.record() if cache_counts else None)
+                      compile_cache=cache_counts.record() if cache_counts else None,
+                      image=image_of(plan))
         for wheel in built
     )
     imports = tuple(
@@ -1073,6 +1074,12 @@ def container_counts(plan: BuildPlan) -> list[Counts]:
     return [Counts.from_stats(data)] if isinstance(data, dict) else []
 
 
+def image_of(plan: BuildPlan) -> str | None:
+    """The container image a cibuildwheel build of ``plan`` runs in, as named (None: cibuildwheel's own)."""
+    image = next((v for k, v in plan.options.items() if k.startswith("manylinux-") and k.endswith("-image")), None)
+    return image if isinstance(image, str) else None
+
+
 def run_postbuild(
     spec: BuildSpec,
     wheel: Path,
@@ -1086,14 +1093,16 @@ def run_postbuild(
     farm_deps: Sequence[Mapping[str, str]] = (),
     duration_s: float | None = None,
     compile_cache: Mapping[str, Any] | None = None,
+    image: str | None = None,
 ) -> PostbuildResult:
     """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
     in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
     the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
-    wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured)."""
+    wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured);
+    ``image``: a cibuildwheel build's container image (None: cibuildwheel's own)."""
     context = spec.context(
         **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
                             python=python, torch_built=torch_built, farm_deps=farm_deps,
-                            compile_cache=compile_cache),
+                            compile_cache=compile_cache, image=image),
         source=buildinfo.source_from(source), duration_s=duration_s)
     return postbuild_wheel(wheel, out_dir, context, dist=spec.dist)  # the spec's cuobjdump, not the toolkit's

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from farm.commands.slice import read_plan
@@ -32,10 +33,12 @@ from farm.model.config import LEDGER_FILE
 from farm.provenance.judge import derive_from_config
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest
+from farm.publish.attestation import subject_lines
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.publish import upload
+from farm.publish.publish import UploadReport, upload
 from farm.publish.releases import GithubSettings, github_client
+from farm.publish.verdict import Verdict
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, not_the_cells, publish_shard, shard_cells
@@ -62,6 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",
                         help="append each cell's verdict here (one JSON object a line)")
+    parser.add_argument("--subjects", type=Path, metavar="FILE",
+                        help="append each published wheel and its _build_info.json here (sha256  name), the "
+                             "subjects GitHub's attestation action signs (docs/attestations.md)")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output: one object at the end (the verdicts go to stderr as they come)")
     publish_options(parser)
@@ -153,6 +159,17 @@ def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
         raise UsageError(f"{bundle.name}: not a zip artifact ({exc})") from None
 
 
+def note_subjects(path: Path, report: UploadReport, files: Sequence[Path]) -> None:
+    """The attestation's subjects for each wheel this publish placed on every target as these very
+    bytes (published, or already there): an adopted earlier build is another file, not attested here."""
+    placed = {v.wheel for v in report.verdicts if v.verdict in (Verdict.PUBLISHED, Verdict.PRESENT)}
+    refused = {v.wheel for v in report.verdicts if v.verdict not in (Verdict.PUBLISHED, Verdict.PRESENT)}
+    with open(path, "a", encoding="utf-8") as out:
+        for wheel in files:
+            if wheel.name.endswith(".whl") and wheel.name in placed - refused:
+                out.writelines(subject_lines(wheel))
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     check_publishers(args.publishers)
@@ -179,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
                         book=book, pusher=pusher, github_client=releases)
         if report.ok:
+            if args.subjects is not None:
+                note_subjects(args.subjects, report, cell.files)
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
         return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)

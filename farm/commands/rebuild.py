@@ -21,7 +21,9 @@ import sys
 import urllib.parse
 from pathlib import Path, PurePosixPath
 
+from farm import cacheseal
 from farm.binary.wheeldiff import compare_wheels
+from farm.builder import procs
 from farm.builder.builders import ENGINES, BuilderKind, BuildSettings, build_cell
 from farm.builder.compilecache import resolve as resolve_compile_cache
 from farm.commands.build import preflight_cells, require_build_extra
@@ -52,8 +54,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default=os.environ.get("FARM_CONTAINER_ENGINE", "docker"),
                         help="cibuildwheel's container engine (default: $FARM_CONTAINER_ENGINE or docker)")
     parser.add_argument("--image", default=os.environ.get("FARM_MANYLINUX_IMAGE"),
-                        help="the manylinux image the wheel was built in (default: $FARM_MANYLINUX_IMAGE or "
-                             "cibuildwheel's); a reproducible rebuild needs the same image")
+                        help="the manylinux image to build in (default: $FARM_MANYLINUX_IMAGE, else the one the "
+                             "provenance names, else cibuildwheel's); a reproducible rebuild needs the same image")
     parser.add_argument("--no-compile-cache", dest="compile_cache", action="store_false",
                         help="compile without the compiler cache (the result is the same file either way)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -148,6 +150,13 @@ def _check_config(info: BuildInfo, config: FarmConfig, wheel: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Interrupted (SIGINT, SIGTERM), the build's processes stop first, as ``farm build``'s do."""
+    with procs.interruptible():
+        return _rebuild(args)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
     require_build_extra()
     root = args.root.absolute()
     cache = (args.cache_dir or root / ".cache").absolute()
@@ -156,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if info is None or not info.asserted or info.package is None:
         raise UsageError("the wheel carries no asserted farm provenance: nothing says how it was built",
                          where=str(wheel), hint="farm rebuilds wheels farm built (their _build_info.json)")
+    cacheseal.refuse_env_key(os.environ, f"the package code of {info.package} (its rebuild and import check)")
     config = load_config(root, packages=[info.package])
     _check_config(info, config, wheel)
     recipe = config.recipe(info.package)
@@ -164,11 +174,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the provenance names no whole cell: {c.to_dict()}", where=str(wheel))
     cell = Cell(info.package, info.version, str(c.cuda), str(c.torch), str(c.python), str(c.platform))
     builder = args.builder or (info.toolchain.builder if info.toolchain is not None else None) or "cibuildwheel"
+    recorded = info.toolchain.image if info.toolchain is not None else None
+    image = args.image or (recorded if isinstance(recorded, str) else None)  # the image it was built in
     out = (args.out or cache / "rebuild" / cell.id).absolute()
     if out.exists():
         shutil.rmtree(out)
     settings = BuildSettings(
-        builder=BuilderKind(builder), engine=args.engine, images={"x86_64": args.image} if args.image else {},
+        builder=BuilderKind(builder), engine=args.engine,
+        images={cell.platform.removeprefix("linux_"): image} if image else {},
         out_dir=out, work_root=cache / "build", source_cache=cache / "sources", toolkit_root=cache / "toolkit",
         env_root=cache / "envs", shard_dir=cache / "shards",
         compile_cache=resolve_compile_cache(args.compile_cache, cache / "compile-cache"))

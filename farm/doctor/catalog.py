@@ -19,6 +19,7 @@ from farm import jsonread
 from farm.errors import FarmError, UsageError, clip
 from farm.model.install import CATALOG, CATALOG_VERSION
 from farm.netutil import download
+from farm.provenance.buildinfo import Attestation
 
 MAX_BYTES = 64 << 20
 _KINDS = ("sass", "ptx-jit", "none")
@@ -38,6 +39,18 @@ def _file(rec: Any) -> tuple[str, str, str] | None:
     return project, url, sha
 
 
+def _attestation(rec: Any) -> Attestation | None:
+    """A record's attestation, if well formed (an https URL, OWNER/REPO, the signing workflow)."""
+    if not isinstance(rec, dict):
+        return None
+    url, repository, workflow = (rec.get(k) for k in ("url", "repository", "workflow"))
+    if not all(isinstance(v, str) and 0 < len(v) < 300 for v in (url, repository, workflow)):
+        return None
+    if not str(url).startswith("https://") or not re.fullmatch(r"[\w.-]+/[\w.-]+", str(repository)):
+        return None
+    return Attestation(str(url), str(repository), str(workflow))
+
+
 @dataclass(frozen=True)
 class CatalogWheel:
     filename: str
@@ -51,6 +64,7 @@ class CatalogWheel:
     devices: dict[str, tuple[str, str | None]]  # "9.0" -> (kind, minimum driver shown); absent: none
     files: tuple[tuple[str, str, str], ...]  # (project, URL under the index, sha256): it, then the farm wheels it pins
     installable: bool  # False: it pins a farm project its channel does not hold
+    attestation: Attestation | None = None  # its signed build provenance, as the index's ledger records it
 
     @classmethod
     def parse(cls, rec: Any) -> CatalogWheel | None:
@@ -71,7 +85,7 @@ class CatalogWheel:
             devices[str(dev)] = (str(v["kind"]), v.get("driver"))
         filename, project, version, channel, cuda, torch, python, platform = (str(f) for f in fields)
         return cls(filename, canonicalize_name(project), version, channel, cuda, torch, python, platform, devices,
-                   tuple(f for f in files if f), not rec["unresolved"])
+                   tuple(f for f in files if f), not rec["unresolved"], _attestation(rec.get("attestation")))
 
     def as_record(self) -> dict[str, Any]:
         """The keys :func:`farm.model.install.commands` reads."""

@@ -31,6 +31,7 @@ from farm.model import devices
 from farm.model.driver import Choice, ImageKind, pick_worst, stub_risk
 from farm.model.drivers import DriverVersion, Requirement, requirements, table
 from farm.model.install import FIND_PAGE, commands, torch_step
+from farm.publish.attestation import verify_command
 
 
 class Severity(str, enum.Enum):
@@ -125,6 +126,26 @@ class Fixes:
     def index_of(self, pkg: Package) -> str | None:
         url = self.index_url or pkg.index_url
         return url.rstrip("/") if url else None
+
+    def attested(self, pkg: Package) -> Finding | None:
+        """Whether the package's own wheel is attested, as its index's catalogue says (None: the
+        index or its record of the wheel is not known here), and the command that checks it."""
+        info = pkg.build_info
+        catalog = self.catalogs.get(self.index_of(pkg) or "")
+        if info is None or catalog is None:
+            return None
+        c = info.cell
+        own = next((w for w in catalog.wheels if w.project == canonicalize_name(pkg.dist)
+                    and w.version == pkg.version and (w.cuda, w.torch, w.python, w.platform)
+                    == (c.cuda, c.torch, c.python, c.platform)), None)
+        if own is None:
+            return None
+        if own.attestation is None:
+            return Finding(Severity.INFO, pkg.dist, None, f"{own.filename}: the index records no attestation "
+                           "(a signed statement of where it was built)")
+        return Finding(Severity.INFO, pkg.dist, None, f"{own.filename}: attested by {own.attestation.repository} "
+                       f"({own.attestation.url})", f"check the signature of the wheel, or of the installed "
+                       f"_build_info.json it names: {verify_command(own.filename, own.attestation)}")
 
     def candidates(self, pkg: Package) -> list[CatalogWheel]:
         catalog = self.catalogs.get(self.index_of(pkg) or "")
@@ -374,6 +395,9 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
         findings.append(Finding(Severity.INFO, None, None,
                                 f"no package with farm provenance or CUDA extensions in {env.python}"))
     for pkg in env.packages:
+        signed = fixes.attested(pkg)
+        if signed is not None:
+            findings.append(signed)
         label = _label(pkg)
         findings.extend(Finding(Severity.WARN, label, None, problem) for problem in pkg.problems)
         for ext in pkg.extensions:

@@ -298,6 +298,11 @@ class Toolchain(_Record):
         Rule(description="farm wheels installed in the build environment to build against (the recipe's "
                          "extra_deps that pin another recipe's wheel of the same cell)"),
     ] = ABSENT
+    image: Annotated[
+        str | Absent | None,
+        Rule(description="the container image a cibuildwheel build ran in, as it was named (a rebuild needs the "
+                         "same image: name it by digest); null: cibuildwheel's own for its version"),
+    ] = ABSENT
 
 
 @dataclass(frozen=True)
@@ -486,6 +491,18 @@ class Published(_Record):
 
 
 @dataclass(frozen=True)
+class Attestation(_Record):
+    """A signed statement of where a wheel was built: GitHub's artifact attestation (an in-toto
+    Statement v1 with a SLSA provenance v1 predicate, signed through Sigstore) naming the wheel's
+    sha256 and its ``_build_info.json``'s (docs/attestations.md)."""
+
+    OPEN_SCHEMA: ClassVar[bool] = True
+    url: Annotated[str, Rule(description="the attestation's page (https://github.com/OWNER/REPO/attestations/ID)")]
+    repository: Annotated[NonEmpty, Rule(description="OWNER/REPO: gh attestation verify WHEEL --repo OWNER/REPO")]
+    workflow: Annotated[NonEmpty, Rule(description="the workflow that signed it (--signer-workflow)")]
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One ``ledger.jsonl`` line: a wheel's provenance plus its file name, bytes and publications
     (the fields after ``info`` are the keys a line adds to the ``_build_info.json`` object)."""
@@ -495,13 +512,17 @@ class LedgerEntry:
     sha256: Annotated[Sha256, Rule(description="ledger entries only: the wheel file")]
     size: Annotated[Count, Rule(description="ledger entries only")]
     published: Annotated[tuple[Published, ...], Rule(description="ledger entries only")] = ()
+    attestation: Annotated[
+        Attestation | Absent,
+        Rule(description="ledger entries only: the wheel's signed build provenance; absent: not attested"),
+    ] = ABSENT
 
     @classmethod
     def from_json(cls, data: bytes | str | Mapping[str, Any], *, where: str | None = None,
                   error: type[FarmError] = LedgerError) -> LedgerEntry:
         """Parse and validate a ledger line (or fragment); raises ``error`` (:class:`LedgerError`)."""
         obj = _load(data, where=where, error=error)
-        missing = [k for k in LEDGER_KEYS if k not in obj]
+        missing = [k for k in LEDGER_KEYS if k not in obj and k not in _OPTIONAL_LEDGER_KEYS]
         if missing:
             raise error(f"not a ledger entry: no {', '.join(missing)}", where=where,
                         hint="a ledger entry is a _build_info.json plus filename, sha256, size and published")
@@ -511,7 +532,7 @@ class LedgerEntry:
 
     def to_dict(self) -> JSON:
         out = self.info.to_dict()
-        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS)
+        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS if not isinstance(getattr(self, k), Absent))
         return out
 
     def with_published(self, target: str, url: str) -> LedgerEntry:
@@ -520,6 +541,7 @@ class LedgerEntry:
 
 #: Keys a ledger line adds to the ``_build_info.json`` object.
 LEDGER_KEYS = tuple(name for name, _ in fields_of(LedgerEntry) if name != "info")
+_OPTIONAL_LEDGER_KEYS = ("attestation",)  # absent from a line until the wheel is attested
 _BUILD_INFO_KEYS = tuple(name for name, _ in fields_of(BuildInfo))
 
 

@@ -287,17 +287,19 @@ def build_environment(cell: Cell, *, cuda_home: Path | None, builder: str | None
                       toolkit: buildinfo.ToolkitRecord | Mapping[str, Any] | None = None, python: str | None = None,
                       torch_built: Mapping[str, Any] | None = None,
                       farm_deps: Sequence[Mapping[str, str]] = (),
-                      compile_cache: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                      compile_cache: Mapping[str, Any] | None = None,
+                      image: str | None = None) -> dict[str, Any]:
     """What only the build's environment knows, as :class:`BuildContext` fields: the CI run and
     the toolchain (nvcc under ``cuda_home``, else ``$CUDA_HOME``; the torch the build used; the
-    compiler cache's counts for the build, left out when it did not count them)."""
+    compiler cache's counts for the build, left out when it did not count them; a cibuildwheel
+    build's image, None for cibuildwheel's own)."""
     env = os.environ if env is None else env
     if cuda_home is None and env.get("CUDA_HOME"):
         cuda_home = Path(env["CUDA_HOME"])
     return {"run": probe.run_from_env(env),
             "toolchain": probe.toolchain(cuda_home=cuda_home, builder=builder, torch_minor=cell.torch,
                                          toolkit=toolkit, python=python, torch_built=torch_built,
-                                         farm_deps=farm_deps,
+                                         farm_deps=farm_deps, image=image,
                                          compile_cache=buildinfo.ABSENT if compile_cache is None else compile_cache)}
 
 

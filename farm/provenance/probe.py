@@ -81,6 +81,7 @@ def toolchain(
     torch_built: Mapping[str, Any] | None = None,
     compile_cache: CompileCacheRecord | Mapping[str, Any] | Absent | None = ABSENT,
     farm_deps: Sequence[Mapping[str, str]] = (),
+    image: str | Absent | None = ABSENT,
 ) -> Toolchain:
     """Versions of the tools that made the wheel.
 
@@ -91,6 +92,7 @@ def toolchain(
     its own (``None`` there means unknown, never this host's). ``compile_cache``: the compiler
     cache's counts when the build counted them (left out of the file when not given).
     ``farm_deps``: the farm wheels the build environment held to build against (left out when none).
+    ``image``: a cibuildwheel build's container image (None: cibuildwheel's own; left out otherwise).
     """
     torch = installed_torch() if torch_minor not in (None, "none") else None
     if torch is not None and _minor(torch) != torch_minor:
@@ -114,4 +116,5 @@ def toolchain(
         toolkit=toolkit,
         compile_cache=compile_cache,
         farm_deps=tuple(FarmDepRecord.from_mapping(d) for d in farm_deps) if farm_deps else ABSENT,
+        image=image if builder == "cibuildwheel" else ABSENT,
     )

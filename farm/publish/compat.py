@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -37,7 +37,8 @@ from farm.model.arch import ArchList
 from farm.model.driver import Device, ImageKind, pick_worst, stub_risk
 from farm.model.drivers import minimum_driver, requirements, table
 from farm.model.install import CATALOG, CATALOG_VERSION, FIND_PAGE, PAGE_DIR, torch_step
-from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo
+from farm.provenance.buildinfo import BUILD_INFO_NAME, Attestation, BuildInfo
+from farm.publish.attestation import verify_command
 from farm.publish.wheelmeta import read_member
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class CompatWheel:
     info: BuildInfo | None  # None: the wheel carries no farm provenance
     problem: str | None = None  # why its provenance could not be read
     requires: tuple[str, ...] = ()  # the Requires-Dist lines of its METADATA
+    attestation: Attestation | None = None  # the ledger's record of its signed build provenance
 
 
 def _requires(metadata: bytes | None) -> tuple[str, ...]:
@@ -61,9 +63,10 @@ def _requires(metadata: bytes | None) -> tuple[str, ...]:
     return tuple(str(r) for r in BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or ())
 
 
-def provenance(files_dir: Path, files: Iterable[IndexFile]) -> list[CompatWheel]:
+def provenance(files_dir: Path, files: Iterable[IndexFile],
+               attested: Callable[[str], Attestation | None] | None = None) -> list[CompatWheel]:
     """Each stored wheel's provenance and requirements, read from the wheel and its PEP 658
-    metadata file (linked wheels are not stored here)."""
+    metadata file (linked wheels are not stored here), and the ledger's attestation of it."""
     out = []
     for f in sorted(files, key=lambda f: f.filename):
         if f.url is not None:
@@ -74,7 +77,8 @@ def provenance(files_dir: Path, files: Iterable[IndexFile]) -> list[CompatWheel]
             requires = _requires(meta.read_bytes() if meta.is_file() else read_member(path, "METADATA"))
             data = read_member(path, BUILD_INFO_NAME)
             info = BuildInfo.from_json(data, where=str(path)) if data is not None else None
-            out.append(CompatWheel(f, info, None if data is not None else f"no {BUILD_INFO_NAME}", requires))
+            out.append(CompatWheel(f, info, None if data is not None else f"no {BUILD_INFO_NAME}", requires,
+                                   attested(f.filename) if attested is not None else None))
         except FarmError as exc:
             out.append(CompatWheel(f, None, exc.message))
     return out
@@ -109,6 +113,9 @@ def record(w: CompatWheel) -> dict[str, Any]:
         "requires_python": f.requires_python, "provenance": info.provenance if info else None,
         "problem": w.problem, "url": f.location, "sha256": f.sha256,
         "requires": list(w.requires), "pins": [], "unresolved": [],
+        # its signed build provenance (docs/attestations.md): where, and the command that checks it
+        "attestation": {**w.attestation.to_dict(), "verify": verify_command(f.filename, w.attestation)}
+        if w.attestation is not None else None,
     }
     if info is None:
         return rec
@@ -230,17 +237,26 @@ def _chip(rec: Mapping[str, Any], info: Mapping[str, Any]) -> str:
             f'{html.escape(dev["driver"] or "?")}">{html.escape(text)}</span>')
 
 
+def _attested(rec: Mapping[str, Any]) -> str:
+    signed = rec.get("attestation")
+    if not signed:
+        return '<p class="attested">not attested</p>'
+    return (f'<p class="attested"><a href="{html.escape(signed["url"])}">attested</a>: '
+            f'<code>{html.escape(signed["verify"])}</code></p>')
+
+
 def _wheel_card(rec: Mapping[str, Any], table_: Sequence[Mapping[str, Any]]) -> str:
     name = html.escape(rec["filename"])
     if "devices" not in rec:
         return (f'<section class="wheel"><h3>{name}</h3><p>no farm provenance '
-                f'({html.escape(rec["problem"] or "")}): farm says nothing of where it runs</p></section>')
+                f'({html.escape(rec["problem"] or "")}): farm says nothing of where it runs</p>\n'
+                f'{_attested(rec)}</section>')
     facts = " · ".join(html.escape(str(x)) for x in (
         f"CUDA {rec['cuda']}", f"torch {rec['torch']}", rec["python"], rec["platform"],
         f"driver >= {rec['driver'] or '?'}"))
     chips = "".join(_chip(rec, info) for info in table_)
     return (f'<section class="wheel" data-filename="{name}"><h3>{name}</h3><p>{facts}</p>\n'
-            f'<p class="chips">{chips}</p>\n<div class="install"></div></section>')
+            f'<p class="chips">{chips}</p>\n{_attested(rec)}\n<div class="install"></div></section>')
 
 
 def project_page(channel: str, project: str, recs: list[dict[str, Any]]) -> bytes:
@@ -307,9 +323,10 @@ def render(wheels: Iterable[CompatWheel]) -> dict[str, bytes]:
 # --------------------------------------------------------------------------------------------
 # I/O shell
 # --------------------------------------------------------------------------------------------
-def pages(files_dir: Path, files: Iterable[IndexFile]) -> dict[str, bytes]:
+def pages(files_dir: Path, files: Iterable[IndexFile],
+          attested: Callable[[str], Attestation | None] | None = None) -> dict[str, bytes]:
     """The compatibility pages of the wheels stored in ``files_dir``."""
-    return render(provenance(files_dir, files))
+    return render(provenance(files_dir, files, attested))
 
 
 def prune(root: Path, keep: Iterable[str]) -> list[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from farm.binary.cuobjdump import find_cuobjdump
 from farm.errors import MAX_MESSAGE, FarmError, ToolError, clip
-from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, LedgerEntry
+from farm.provenance.buildinfo import BUILD_INFO_NAME, Attestation, BuildInfo, LedgerEntry
 from farm.provenance.judge import GATE, Check, Derive, Derived, WheelFinding
 from farm.provenance.judge import judge as judge_wheel
 from farm.provenance.ledger import LedgerIndex
@@ -123,6 +123,12 @@ class Vouchers:
         if sha256 in self.fragments:
             return self.fragments[sha256], "fragment"
         return None, ""
+
+    def attestation_of(self, filename: str) -> Attestation | None:
+        """The ledger's record of the signed build provenance of ``filename`` (None: not attested)."""
+        rec = self.ledger.by_filename(filename)
+        found = self.ledger.ledger_entry(rec).attestation if rec is not None else None
+        return found if isinstance(found, Attestation) else None
 
     def sha256_of_name(self, filename: str) -> str | None:
         """The sha256 the ledger (else a fragment) records for ``filename``."""

@@ -394,6 +394,20 @@ class Client:
         except NetworkError as exc:
             raise GithubApiError(f"downloading {what}: {exc.message}") from None
 
+    def attestations(self, sha256: str) -> list[Mapping[str, Any]]:
+        """The Sigstore bundles of the attestations the repository holds for a subject's sha256
+        (its first page of 100: one per publish of the file); none: an empty list."""
+        answer = self.request("GET", f"{self._repo()}/attestations/sha256:{sha256}?per_page={PER_PAGE}",
+                              ok=(200, 404), hint="reading attestations needs a token of the repository")
+        if answer.status == 404:
+            return []
+        data = answer.json()
+        items = data.get("attestations") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise GithubApiError(f"the attestations of sha256:{sha256} are not a list",
+                                 hint="GitHub answered something else than its attestations API")
+        return [a["bundle"] for a in items[:PER_PAGE] if isinstance(a, dict) and isinstance(a.get("bundle"), dict)]
+
     # -- Actions ---------------------------------------------------------------------------------
     def _pages(self, path: str, key: str, what: str, *, max_pages: int, hint: str) -> list[Any]:
         """Every item of a paginated Actions listing (``{"total_count": N, key: [...]}``), at

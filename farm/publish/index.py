@@ -56,6 +56,7 @@ from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
 from farm.model.install import FIND_PAGE
 from farm.model.label import NO_TORCH, parse_local_label
+from farm.provenance.buildinfo import Attestation
 from farm.publish import compat
 from farm.publish.wheelmeta import read_member
 
@@ -66,6 +67,8 @@ SCHEMA_VERSION = 1
 
 # the sha256 the ledger (or a fragment of this batch) records for a file name; None: not recorded
 EntryLookup = Callable[[str], str | None]
+# the attestation the ledger records for a file name; None: not attested
+Attested = Callable[[str], Attestation | None]
 
 
 @dataclass(frozen=True)
@@ -321,22 +324,24 @@ def locked(root: Path) -> Any:
 
 
 def regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (),
-               remote: Iterable[IndexFile] = (), create: bool = False) -> IndexReport:
+               remote: Iterable[IndexFile] = (), create: bool = False, attested: Attested | None = None) -> IndexReport:
     """Rewrite every page of the tree at ``root`` from ``files/`` and the ledger.
 
     ``remote``: wheels the tree lists without storing them (see :func:`linked`); a stored file
-    of the same name wins. ``create``: the tree may not exist yet."""
+    of the same name wins. ``create``: the tree may not exist yet. ``attested``: the ledger's
+    attestation of a file name, which the compatibility pages show."""
     root = Path(root)
     remote = list(remote)
     if not create and not (root / FILES).is_dir() and not (root / PACKAGES_JSON).exists():
         raise UsageError("not an index tree (no files/ and no packages.json)", where=str(root),
                          hint="pass the folder a publish target of kind index writes to")
     with locked(root):
-        return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote)
+        return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote, attested=attested)
 
 
 def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (),
-                add: Iterable[IndexFile] | None = None, remote: Iterable[IndexFile] = ()) -> IndexReport:
+                add: Iterable[IndexFile] | None = None, remote: Iterable[IndexFile] = (),
+                attested: Attested | None = None) -> IndexReport:
     """With ``add`` (files about to be stored) the pages are computed and checked, and nothing is
     written: :func:`publish` refuses before copying anything."""
     files_dir = root / FILES
@@ -359,7 +364,7 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
         )
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
-    pages.update(compat.pages(files_dir, files.values()))  # beside the PEP 503 pages, never in them
+    pages.update(compat.pages(files_dir, files.values(), attested))  # beside the PEP 503 pages, never in them
     report = write_pages(root, pages, old, new)
     compat.prune(root, pages)
     return report
@@ -465,7 +470,7 @@ class IndexBatch:
 
 
 def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup, *,
-                 base_url: str | None = None, dry_run: bool = False) -> IndexBatch:
+                 base_url: str | None = None, dry_run: bool = False, attested: Attested | None = None) -> IndexBatch:
     """Store each of ``(path, sha256)`` wheels that the tree can take, refuse each that it
     cannot (another file under its name, no METADATA) with its reason, and regenerate the tree
     once. One wheel's refusal never stops another's; a regeneration that would lose a project
@@ -499,4 +504,4 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
         if dry_run:
             return IndexBatch(tuple(out), tuple(refused), None)
         _store(root, plan)
-        return IndexBatch(tuple(out), tuple(refused), _regenerate(root, lookup))
+        return IndexBatch(tuple(out), tuple(refused), _regenerate(root, lookup, attested=attested))

@@ -98,7 +98,8 @@ def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun
     book.refresh()
     before = index.read_packages_json(s.path).get("files") or {}
     remote = index.linked((e for _, e in iter_entries(book.path)), s.links)
-    index.regenerate(s.path, run.vouchers.sha256_of_name, remote=remote, create=True)
+    index.regenerate(s.path, run.vouchers.sha256_of_name, remote=remote, create=True,
+                     attested=run.vouchers.attestation_of)
     sent = tuple(w.filename for w in ok if w.filename not in before)
     verdicts += [WheelVerdict(name, s.name, Verdict.PUBLISHED if name in sent else Verdict.PRESENT, url)
                  for name, url in placed]
@@ -153,9 +154,9 @@ def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], run: PublishRun
     merged = tuple(e.filename for (e, _), got in zip(adopt, recorded, strict=True) if got.added)
     try:
         done = index.publish_each(s.path, [(w.path, w.sha256) for w in batch], run.vouchers.sha256_of_name,
-                            base_url=s.base_url, dry_run=dry_run)
+                                  base_url=s.base_url, dry_run=dry_run, attested=run.vouchers.attestation_of)
         if adopt and done.report is None:  # nothing else stored: the adopted files' pages all the same
-            index.regenerate(s.path, run.vouchers.sha256_of_name)
+            index.regenerate(s.path, run.vouchers.sha256_of_name, attested=run.vouchers.attestation_of)
     except (DefectError, LedgerError) as exc:  # the tree's own state: no wheel can be added to it
         why = f"the index tree cannot take new wheels: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
         return Placed(TargetOutcome(s.name, "index", (), ()),

@@ -209,4 +209,4 @@ def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path]
     vouchers = Vouchers.load(ledger, fragment_dirs)
     remote = index.linked((e for _, e in iter_entries(ledger)), links) if links and ledger.exists() else []
     return index.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop, remote=remote,
-                            create=bool(links))
+                            create=bool(links), attested=vouchers.attestation_of)

@@ -97,7 +97,7 @@ def to_json(drain: Drain) -> dict[str, Any]:
                    "rebuilt": sum(r.rebuilt.values()), "jobs_killed": r.timeouts,
                    "planned": {"runner_hours": round(r.planned_runner_hours, 1), "days": round(r.planned_days, 2)}}
                   for r in drain.results],
-        "inputs": {name: {"value": i.value, "basis": i.basis} for name, i in drain.inputs.table.items()},
+        "inputs": {name: {"value": i.value, "basis": i.basis} for name, i in _figures(drain).items()},
         "recipe_times": {"measured": _count(drain, "measured"), "probe": _count(drain, "probe"),
                          "estimate": len(drain.matrix.packages) - _count(drain, "measured") - _count(drain, "probe")},
     }
@@ -133,12 +133,20 @@ def render(drain: Drain) -> str:
         mark = "n/a " if g.met is None else "met " if g.met else "MISSED"
         lines.append(f"  [{mark}] {g.what}: {g.value}")
     rt = data["recipe_times"]
-    measured = [n for n, i in drain.inputs.table.items() if i.basis == "measured"]
+    figures = _figures(drain)
+    measured = [n for n, i in figures.items() if i.basis == "measured"]
     lines.append("")
     lines.append(f"inputs: recipe build times {rt['measured']} measured, {rt['probe']} from probes, {rt['estimate']} "
                  f"estimated; of the job costs, {', '.join(measured) or 'none'} measured, the other "
-                 f"{len(drain.inputs.table) - len(measured)} estimated (--json lists them)")
+                 f"{len(figures) - len(measured)} estimated (--json lists them)")
     return "\n".join(lines)
+
+
+def _figures(drain: Drain) -> dict[str, Any]:
+    """Every input with its basis: the recipe table's (runner factor, a build's fixed part) and the
+    simulation's own."""
+    times = drain.times
+    return {"runner_factor": times.runner_factor, **times.fixed, **drain.inputs.table}
 
 
 def _pairs(counts: dict[str, Any]) -> str:

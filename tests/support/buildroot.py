@@ -44,6 +44,17 @@ arch:
   list: '{arch}'
 """
 
+# tests/data/torch_ext (and its override twin): a real torch extension, from its folder src/<name>
+TORCH_EXT_RECIPE = """\
+name: {name}
+version: '0.1.0'
+source:
+  path: src/{name}
+links_torch: true
+arch:
+  list: '{arch}'
+"""
+
 # tests/data/dep_user: a package whose setup.py imports demo_ext, built against farm's demo_ext wheel
 DEP_USER_RECIPE = """\
 name: dep_user
