@@ -23,15 +23,19 @@ import os
 import platform
 import re
 import shutil
+import struct
 import subprocess
+import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from farm.builder import cclaunch, procs
 from farm.builder.builders import run_relayed
-from farm.builder.compilecache import CompileCache, Counts
+from farm.builder.compilecache import CompileCache, Counts, recheck_refusal
 from farm.errors import Stalled
 
 UNIT = '#include "k.h"\n__global__ void k(float* x, unsigned n) { if (n >= 0) x[threadIdx.x] = __expf(x[n]) * SCALE; }\n'
@@ -699,3 +703,90 @@ def test_nvcc_calls_whose_host_compiler_loses_the_variable_finish_on_a_starved_s
     for i in range(3):
         symbols = subprocess.run(["nm", str(tmp_path / f"k{i}.o")], capture_output=True, text=True, check=True).stdout
         assert f"k{i}Pf" in symbols
+
+
+# ------------------------------------------------------------------------------------------------
+# the recheck: what the cache served, recompiled uncached
+# ------------------------------------------------------------------------------------------------
+GOOD = "__global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+EVIL = "__global__ void k(float* x) { x[threadIdx.x] = 1337.0f; }\n"
+
+
+def _host_object_entries(cache: Path) -> dict[Path, bytes]:
+    """The cache's entries whose object is a host object (a relocatable ELF): nvcc's last step."""
+    import zstandard
+
+    found = {}
+    for entry in cache.rglob("*"):
+        if not entry.is_file() or len(entry.name) != 64:
+            continue
+        with zipfile.ZipFile(entry) as zf:
+            if "obj" not in zf.namelist():
+                continue
+            obj = zstandard.ZstdDecompressor().decompressobj().decompress(zf.read("obj"))
+        if obj[:4] == b"\x7fELF" and struct.unpack_from("<H", obj, 16)[0] == 1:  # ET_REL
+            found[entry] = entry.read_bytes()
+    return found
+
+
+def test_a_poisoned_compile_cache_is_caught_by_recompiling_what_it_served(tmp_path: Path, nvcc: Path) -> None:
+    """A cache entry written by another build (here: the host object of another kernel, swapped in
+    under the key of this one) was served as a hit and linked. The recheck recompiles the build's
+    units uncached (all of them: a build of at most 8) and finds the one that differs; an
+    unpoisoned rebuild passes it. Reproducible compiles make the bytes comparable (docs/reproducible.md)."""
+    env, bindir = {k: v for k, v in _server_env(tmp_path).items() if k != cclaunch.NESTED}, tmp_path / "run" / "bin"
+    state = cclaunch.setup(str(tmp_path / "run"), str(nvcc), env)
+    assert state["cached"] is True
+    cache = tmp_path / "cache"
+    (tmp_path / "good.cu").write_text(GOOD)
+    (tmp_path / "evil.cu").write_text(EVIL)
+    flags = ["-gencode=arch=compute_90,code=sm_90"]
+
+    def compile_(unit: str, out: str) -> bytes:
+        subprocess.run([str(bindir / "nvcc"), "-c", unit, "-o", out, *flags], cwd=tmp_path, env=env, check=True,
+                       capture_output=True)
+        return (tmp_path / out).read_bytes()
+
+    def recheck() -> Any:
+        subprocess.run([sys.executable, "-I", "-S", cclaunch.__file__, "recheck", str(tmp_path / "run")],
+                       env=env, check=True, capture_output=True)
+        return json.loads((tmp_path / "run" / cclaunch.RECHECK).read_text())
+
+    try:
+        good = compile_("good.cu", "good.o")
+        assert recheck()["differ"] == []  # a miss, compiled here: the same bytes uncached
+        good_entries = _host_object_entries(cache)
+        evil = compile_("evil.cu", "evil.o")
+        assert evil != good
+        evil_entries = {p: b for p, b in _host_object_entries(cache).items() if p not in good_entries}
+        assert len(good_entries) == len(evil_entries) == 1
+        (good_entry,), (evil_blob,) = good_entries, evil_entries.values()
+        good_entry.write_bytes(evil_blob)  # the poison: the other kernel's object under this kernel's key
+        shutil.rmtree(tmp_path / "run" / cclaunch.JOURNAL)
+        served = compile_("good.cu", "good.o")
+        assert served != good  # the hit linked the other kernel's code
+        verdict = recheck()
+    finally:
+        cclaunch.stats(str(tmp_path / "run"), env)
+    assert verdict["units"] == 1
+    assert verdict["rechecked"] == ["good.cu"]
+    [differ] = verdict["differ"]
+    assert differ["unit"] == "good.cu"
+    refusal = recheck_refusal(tmp_path / "run" / cclaunch.RECHECK, "demo-0.1-cu130-notorch-cp311-linux_x86_64")
+    assert refusal is not None
+    assert refusal.exit_code == 1
+    assert ("demo-0.1-cu130-notorch-cp311-linux_x86_64: 1 of the 1 nvcc unit(s) recompiled uncached (of 1) differ "
+            "from what the build linked: good.cu: the object the build linked has sha256") in str(refusal)
+
+
+def test_the_recheck_samples_an_eighth_of_a_large_build_and_at_least_eight(tmp_path: Path) -> None:
+    """The sample: every unit of a build of at most 8, else an eighth (at least 8), drawn afresh."""
+    journal = tmp_path / cclaunch.JOURNAL
+    journal.mkdir()
+    for n in range(100):
+        (journal / f"{n}.json").write_text(json.dumps({"cwd": str(tmp_path), "argv": ["/bin/false", f"u{n}.cu"],
+                                                       "output": str(tmp_path / f"u{n}.o"), "objcopy": None}))
+    verdict: Any = cclaunch.recheck(str(tmp_path), os.environ)
+    assert verdict["units"] == 100
+    assert len(verdict["rechecked"]) == 13  # ceil(100 / 8)
+    assert len(verdict["differ"]) == 13  # /bin/false compiles nothing: each one refused, none believed

