@@ -4,8 +4,10 @@
     nox -s matrix -- [PKG...] [--cuda 12.8] [--github-output]
     nox -s build -- demo_ext --cuda 13.0 --python 3.11 --builder native
     nox -s cache-plan -- --json
+    nox -s rebuild -- WHEEL --index https://wheels.example/   # the same file again, or what differs
+    nox -s simulate -- --runners 60 [--epochs 3] [--warm] [--json]
     nox -s tests
-    nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads
+    nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads, every core
     nox -s tests_fast                    # the fast tier on every supported Python this machine has
     nox -s tests_lowest                  # the fast tier on the lowest versions pyproject.toml allows
     nox -s lint_code typecheck           # ruff and mypy
@@ -140,6 +142,18 @@ def audit(session: nox.Session) -> None:
 
 
 @nox.session
+def attestation(session: nox.Session) -> None:
+    """Record a published wheel's attestation in the ledger, or check what GitHub's says."""
+    _farm(session, "attestation")
+
+
+@nox.session
+def rebuild(session: nox.Session) -> None:
+    """Build a published wheel's cell again from its provenance and compare the files."""
+    _farm(session, "rebuild")
+
+
+@nox.session
 def backfill(session: nox.Session) -> None:
     """Write inferred ledger entries for unledgered wheels."""
     _farm(session, "backfill")
@@ -148,7 +162,8 @@ def backfill(session: nox.Session) -> None:
 @nox.session
 def index(session: nox.Session) -> None:
     """Regenerate the static PEP 503 index from the ledger."""
-    _farm(session, "index")
+    _install(session, "-e", ".[build,upload]")  # the wheel-variant channel's metadata needs variantlib
+    _run_farm(session, "index")
 
 
 @nox.session(name="cache-plan")
@@ -158,19 +173,33 @@ def cache_plan(session: nox.Session) -> None:
 
 
 @nox.session
+def simulate(session: nox.Session) -> None:
+    """An epoch bump drained on a simulated GitHub: days, runner-hours, work redone, limits, goals."""
+    _farm(session, "simulate")
+
+
+@nox.session
 def explain(session: nox.Session) -> None:
     """Per device capability: the image the driver picks for an arch list or a built wheel."""
     _farm(session, "explain")
+
+
+# The suite starts farm, pip and uv as processes of their own hundreds of times: each would
+# compile its modules again where the environment tells Python not to write their bytecode.
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite, with a CUDA toolkit assembled from NVIDIA's PyPI wheels, and the branch
     coverage of farm/ it reaches (settings in pyproject.toml; farm commands the tests start as
-    processes of their own are measured too)."""
+    processes of their own are measured too). The fast tier (``-- -m "not slow"``) runs on every
+    core, without coverage: measuring its tests' farm processes took half its CPU time, and its
+    tests share no fixture that is expensive to make twice."""
     _install(session, "-e", ".[test]")
     cuda_home = _toolkit(session, TEST_CUDA)
-    session.run("pytest", "--cov", "--cov-report=term", *session.posargs, env={"CUDA_HOME": cuda_home})
+    run = ["-n", "auto"] if "not slow" in session.posargs else ["--cov", "--cov-report=term"]
+    session.run("pytest", *run, *session.posargs, env={"CUDA_HOME": cuda_home, **WRITE_BYTECODE})
 
 
 # The oldest and the newest Python the project supports (requires-python), and those between.
@@ -181,7 +210,7 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 def tests_fast(session: nox.Session) -> None:
     """The fast tier (no nvcc, no wheel builds, no big downloads) on each supported Python."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow", "-n", "auto", *session.posargs, env=WRITE_BYTECODE)
 
 
 @nox.session(python=PYTHONS[0], venv_backend="uv")
@@ -189,7 +218,7 @@ def tests_lowest(session: nox.Session) -> None:
     """The fast tier with every direct dependency at the lowest version pyproject.toml allows, on
     the oldest supported Python: a lower bound that is too low fails here."""
     session.install("--resolution", "lowest-direct", "-e", ".[test]")
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow", "-n", "auto", *session.posargs, env=WRITE_BYTECODE)
 
 
 @nox.session

@@ -5,7 +5,7 @@ is measured around it. A series is ``--runs`` runs; the summary shows the min an
 each. The farm under test is the ``farm`` console script of a virtual environment holding a
 regular (non-editable) install of this working tree, reinstalled on every benchmark run so it is
 never stale: an editable install's import hook costs every command tens of milliseconds that a
-user's ``pip install farm`` does not.
+user's ``pip install cuda-wheel-farm`` does not.
 """
 
 from __future__ import annotations

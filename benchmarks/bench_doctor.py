@@ -3,7 +3,7 @@ see what is installed.
 
 The environment is a regular (light) install of this working tree (``_harness.installed_farm``:
 farm and its base dependencies, no build extra) plus, when a wheel is given, that wheel installed
-into it (a stamped demo_ext, say: ``python -m tests.doctorfix OUT "8.0;8.6+PTX"`` builds one).
+into it (a stamped demo_ext, say: ``python -m tests.support.doctorfix OUT "8.0;8.6+PTX"`` builds one).
 Timed as whole processes, taking turns:
 
 - ``farm doctor --device 9.0 --driver 580.65.06 --json``: every distribution's metadata read, each

@@ -8,7 +8,7 @@ each new wheel's line (farm/provenance/ledgerbook.py).
 
 Measured: ``farm upload DIR --target github`` as a whole process, as a maintainer types it,
 publishing ``--wheels`` wheels of the repository's real cells (its recipes as of the anchor,
-which both farms read) to a loopback GitHub (tests/ghsim.py: GitHub cannot be reached from here)
+which both farms read) to a loopback GitHub (tests/support/ghsim.py: GitHub cannot be reached from here)
 with the repository's configuration and a ledger of ``--lines`` lines (default 16,000, ~26 MB: an
 epoch of the public farm). Each run gets a fresh copy of the ledger and an empty GitHub. Each farm
 also publishes a 1-wheel folder, so the cost of one more wheel is (t_N - t_1) / (N - 1), taken
@@ -39,9 +39,9 @@ from _harness import REPO, Run, Series, installed_farm, measure, table
 from bench_matrix import write_ledger
 
 sys.path.insert(0, str(REPO))
-from tests import ghsim
-from tests.ledgermaker import make_entry
-from tests.wheelmaker import stamped_wheel
+from tests.support import ghsim
+from tests.support.ledgermaker import make_entry
+from tests.support.wheelmaker import stamped_wheel
 
 ANCHOR = "5e0f196"  # the ledger rewritten twice per wheel
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import REPO, interleaved, table
 
 sys.path.insert(0, str(REPO))
-from tests.wheelmaker import make_wheel
+from tests.support.wheelmaker import make_wheel
 
 KERNEL = r"""
 __global__ void scale(float *x, float a, int n) {

@@ -114,7 +114,7 @@ TRICKS = (
 )
 # what a cold `farm lint PKG` imports that a warm one does not
 _LINT_COLD_PATH = ("json", "dataclasses", "pathlib", "farm.lint.api", "farm.lint.rules", "farm.lint.compiled",
-                   "farm.model.config", "farm.model.cells", "farm.model.spec", "farm.source.fetch",
+                   "farm.model.config", "farm.model.cells", "farm.model.archrequest", "farm.source.fetch",
                    "farm.schedule.matrixlint", "farm.progress")
 # what `farm inspect LIB` with the native reader does not use: cuobjdump (subprocess), the wheel
 # reader (zipfile), the zstd codec

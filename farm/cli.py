@@ -12,10 +12,10 @@ import importlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from farm import __version__
-from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, Interrupted, clip, os_error, redact
+from farm.errors import EXIT_BAD_INPUT, MAX_MESSAGE, FarmError, Interrupted, UsageError, clip, os_error, redact
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("farm.commands.index", "regenerate a static PEP 503 index tree from its files and the ledger"),
     "audit": ("farm.commands.audit", "judge published wheels against their own provenance"),
     "backfill": ("farm.commands.backfill", "record inferred ledger entries for wheels without provenance"),
+    "attestation": ("farm.commands.attestation", "record a published wheel's signed provenance, or check what it says"),
+    "rebuild": ("farm.commands.rebuild", "a wheel's cell built again from its provenance: the same file, or the diff"),
     "grid": ("farm.commands.grid", "the grid against PyTorch's published wheel index: rows and phantoms to add"),
     "toolkit": ("farm.commands.toolkit", "a verified CUDA_HOME from NVIDIA's redistributable archives or PyPI wheels"),
     "slice": ("farm.commands.slice", "one shard's build entries from a wave's plan (the shard jobs' matrix)"),
@@ -43,16 +45,40 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chain": ("farm.commands.chain", "dispatch the next wave, merged with the run already waiting"),
     "cache-plan": ("farm.commands.cache_plan", "the Actions cache plan: each cache key's measured size against 10 GB"),
     "cache": ("farm.commands.cache", "prune the build caches: toolkits, environments, sources no recent cell uses"),
+    "simulate": ("farm.commands.simulate", "an epoch bump drained on a simulated GitHub: days, waste, limits, goals"),
 }
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors (exit 2) are also one JSON object on stdout when the command
+    line asks for ``--json``, as every other error of a command is (:func:`_fail`)."""
+
+    json_errors = False  # set by main() from the whole command line: the parse has not finished
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        command = self.prog.removeprefix("farm").strip() or None
+        sys.exit(_fail(command, UsageError(message, hint=f"{self.prog} --help"), self.json_errors))
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """``--json`` (or an abbreviation argparse would take for it) before any ``--``."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if len(arg) >= 4 and "--json".startswith(arg):
+            return True
+    return False
 
 
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<14} {text}" for name, (_, text) in COMMANDS.items())
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="farm",
         description="Build orchestration for a CUDA wheel farm.",
         epilog=f"commands:\n{lines}\n\nexit codes: 0 ok, 1 defects found, 2 bad input, 3 environment failure, "
-               "130/143 interrupted by SIGINT/SIGTERM",
+               "4 farm doctor cannot tell, 130/143 interrupted by SIGINT/SIGTERM; with --json every error is "
+               "also one JSON object on stdout",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
@@ -62,6 +88,7 @@ def _top_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _Parser.json_errors = _wants_json(argv)
     if not argv:  # no command is a usage error, not a successful run
         _top_parser().print_help(sys.stderr)
         return EXIT_BAD_INPUT
@@ -73,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _top_parser().error(f"unknown command {name!r} (choose from {', '.join(sorted(COMMANDS))})")
     module_name, text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"farm {name}", description=text)
+    parser = _Parser(prog=f"farm {name}", description=text)
     module.configure(parser)
     args = parser.parse_args(rest)
     code = _run(module, name, args)
@@ -122,10 +149,10 @@ def _discard_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _fail(name: str, exc: FarmError, as_json: bool) -> int:
+def _fail(name: str | None, exc: FarmError, as_json: bool) -> int:
     """The error on stderr; with ``--json`` also as one JSON object on stdout, so a machine
-    reader gets an answer it can parse whatever happened."""
-    print(f"farm {name}: error: {exc}", file=sys.stderr)
+    reader gets an answer it can parse whatever happened (``name``: the command; None before one)."""
+    print(f"farm {name}: error: {exc}" if name else f"farm: error: {exc}", file=sys.stderr)
     if as_json:
         where = redact(clip(exc.where, MAX_MESSAGE)) if exc.where else None
         try:

@@ -23,6 +23,7 @@ EXIT_OK = 0
 EXIT_DEFECT = 1
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
+EXIT_CANNOT_TELL = 4  # farm doctor: nothing found to fail, but no GPU or no driver to check against
 
 
 def version_key(text: str) -> tuple[tuple[int, int | str], ...]:
@@ -168,6 +169,16 @@ class ToolError(FarmError):
     """An external tool (nvcc, cuobjdump, cibuildwheel, podman, gh, twine) is missing or crashed."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class Stalled(ToolError):
+    """A build step made no progress (no output, next to no CPU in its processes) for longer than
+    farm's limit, and was stopped with everything beneath it (``farm.builder.procs``)."""
+
+
+class OutOfTime(ToolError):
+    """A job's clock, or what it may spend waiting on a rate limit, is used up: what it has not
+    done is handed on to the next job (never waited for past the job's limit)."""
 
 
 class FileSystemError(FarmError):

@@ -86,6 +86,17 @@ def open_plain(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def remove(path: Path) -> None:
+    """``path`` gone, whatever is there: a link or a file unlinked (what a link names is never
+    touched), a folder removed with everything in it (the links inside are removed, not followed).
+    Every cleanup of a folder farm owns goes through this: one left a link there by a build, or a
+    user, never empties the folder it points to."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
 # -- bytes held, with hard links ----------------------------------------------------------------
 Inode = tuple[int, int]  # (st_dev, st_ino): one file, however many names it has
 
@@ -245,3 +256,38 @@ def sweep_leftovers(directory: Path, prefix: str = ".") -> list[Path]:
                 path.unlink()
                 removed.append(path)
     return removed
+
+
+# -- farm's cache folders ------------------------------------------------------------------------
+# The cache directory tag (bford.info/cachedir: backup tools skip a folder holding it), with a
+# line naming farm: what `farm cache prune` takes as a farm cache.
+CACHE_TAG = "CACHEDIR.TAG"
+_TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+             "# This file is a cache directory tag created by farm: its build caches (toolkits, build\n"
+             "# environments, sources, work folders). See https://bford.info/cachedir/\n")
+# What farm keeps in a cache folder: one made before the tag holds only these.
+CACHE_ENTRIES = frozenset({CACHE_TAG, "toolkit", "envs", "sources", "build", "images", "compile-cache",
+                           "ledger-index", "lint", "shards", "pip"})
+
+
+def mark_cache(root: Path) -> None:
+    """Tag ``root`` as a farm cache (once; a folder farm cannot write is left as it is)."""
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / CACHE_TAG).exists():
+            atomic_write(root / CACHE_TAG, [_TAG_TEXT.encode()], durable=False)
+
+
+def is_farm_cache(root: Path) -> bool:
+    """Whether ``root`` is a farm cache: tagged by :func:`mark_cache`, or (made before the tag)
+    holding nothing but what farm keeps there."""
+    try:
+        with open_plain(root / CACHE_TAG) as fh:
+            return fh.read(len(_TAG_TEXT) + 1).decode("utf-8", "replace").split("\n")[1:2] == [_TAG_TEXT.split("\n")[1]]
+    except (OSError, ValueError):
+        pass
+    try:
+        names = set(os.listdir(root))
+    except OSError:
+        return False
+    return bool(names) and all(n in CACHE_ENTRIES or n.endswith(".lock") for n in names)

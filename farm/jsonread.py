@@ -1,18 +1,20 @@
 """The one bounded reader of JSON that farm did not write in this process: a build spec, a wave
 plan, a manifest, a shard's done file, a cache entry, a toolkit stamp, an index page.
 
-Whatever the file, reading it costs bounded time and memory: at most ``cap`` bytes are read (a
-``/dev/zero`` given as a spec is refused after ``cap + 1`` bytes), the text must be UTF-8, no
-value nests deeper than :data:`MAX_DEPTH`, numbers have at most :data:`MAX_DIGITS` characters and
-``NaN`` / ``Infinity`` (which Python's ``json`` accepts, and no file farm reads contains) are
-refused. Every refusal is a :class:`JsonInputError`, a ``ValueError`` with a message a caller puts
-into its own error family (a spec is bad input, a manifest an unusable mirror, a cache a miss).
+Whatever the file, reading it costs bounded time and memory: only a regular file is read (a FIFO
+or ``/dev/zero`` given as a spec is refused before a byte is read), at most ``cap`` bytes of it; the
+text must be UTF-8, no value nests deeper than :data:`MAX_DEPTH`, numbers have at most
+:data:`MAX_DIGITS` characters and ``NaN`` / ``Infinity`` (which Python's ``json`` accepts, and no
+file farm reads contains) are refused. Every refusal is a :class:`JsonInputError`, a ``ValueError``
+with a message a caller puts into its own error family (a spec is bad input, a manifest an
+unusable mirror, a cache a miss).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any
 
 MAX_DEPTH = 64  # farm's deepest record nests 5 levels; 64 leaves room and stops recursion in readers
@@ -77,9 +79,13 @@ def loads(data: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def read_bounded(path: str | os.PathLike[str], cap: int = MAX_BYTES) -> bytes:
-    """At most ``cap`` bytes of ``path``; :class:`JsonInputError` when it holds more (a device, a
-    runaway file), ``OSError`` when it cannot be read."""
-    with open(path, "rb") as fh:
+    """At most ``cap`` bytes of ``path``; :class:`JsonInputError` when it holds more (a runaway
+    file) or is no regular file (a FIFO would block the reader for good, a device never ends),
+    ``OSError`` when it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise JsonInputError("not a regular file (a FIFO, a device or a folder): not a file farm wrote")
         data = fh.read(cap + 1)
     if len(data) > cap:
         raise JsonInputError(f"larger than {cap:,} bytes: not a file farm wrote")

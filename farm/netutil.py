@@ -43,7 +43,7 @@ CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
-class IndexFile:
+class LinkedFile:
     """One file a project page links: its name, absolute URL (no fragment), sha256 if given, and
     whether the index serves its core metadata at ``url + ".metadata"`` (PEP 658 / PEP 714)."""
 
@@ -59,7 +59,7 @@ class IndexPage:
     """A simple-API page: the files it links, and the pages below it (a root's project pages)."""
 
     url: str
-    files: tuple[IndexFile, ...]
+    files: tuple[LinkedFile, ...]
     pages: tuple[str, ...]
 
 
@@ -105,14 +105,14 @@ def _sha256(value: object) -> str | None:
     return text if SHA256_HEX.fullmatch(text) else None
 
 
-def _file(url: str, filename: str, sha256: str | None, metadata: bool = False, size: int | None = None) -> IndexFile:
-    return IndexFile(filename or urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name),
-                     url, sha256, metadata, size)
+def _file(url: str, filename: str, sha256: str | None, metadata: bool = False, size: int | None = None) -> LinkedFile:
+    return LinkedFile(filename or urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name),
+                      url, sha256, metadata, size)
 
 
 def parse_page(body: bytes, content_type: str, page_url: str) -> IndexPage:
     """The files and sub-pages of one page (pure). ValueError when JSON is not PEP 691's shape."""
-    files: list[IndexFile] = []
+    files: list[LinkedFile] = []
     pages: list[str] = []
     looks_json = "json" in content_type or (not content_type and body.lstrip()[:1] == b"{")
     if looks_json:
@@ -155,7 +155,7 @@ def project_url(index: str, project: str) -> str:
     return f"{index.rstrip('/')}/{canonicalize_name(project)}/"
 
 
-class _Deadline:
+class Deadline:
     """One request's overall time limit, headers included: a watchdog shuts the connection's
     socket down when the time is up, so a server that trickles a byte now and then (each within
     the stall timeout) still ends on time. Use as a context manager around the whole request."""
@@ -190,8 +190,8 @@ class _Deadline:
         for timer in self._timers:
             timer.cancel()
 
-    def opener(self) -> urllib.request.OpenerDirector:
-        """urllib's opener, its HTTP(S) connections watched by this deadline."""
+    def opener(self, *handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
+        """urllib's opener (with ``handlers``), its HTTP(S) connections watched by this deadline."""
         deadline = self
 
         def watched(kind: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
@@ -217,10 +217,10 @@ class _Deadline:
                 return self.do_open(watched(http.client.HTTPSConnection), req,
                                     context=self._context)  # type: ignore[attr-defined]
 
-        return urllib.request.build_opener(Http, Https)
+        return urllib.request.build_opener(Http, Https, *handlers)
 
 
-def _open(request: urllib.request.Request | str, timeout: float, deadline: _Deadline) -> http.client.HTTPResponse:
+def _open(request: urllib.request.Request | str, timeout: float, deadline: Deadline) -> http.client.HTTPResponse:
     url = request.full_url if isinstance(request, urllib.request.Request) else request
     if deadline.passed():
         raise deadline.error()
@@ -237,7 +237,7 @@ def _open(request: urllib.request.Request | str, timeout: float, deadline: _Dead
     return response
 
 
-def _read_body(response: http.client.HTTPResponse, url: str, deadline: _Deadline, max_bytes: int) -> Iterator[bytes]:
+def read_body(response: http.client.HTTPResponse, url: str, deadline: Deadline, max_bytes: int) -> Iterator[bytes]:
     """The body in chunks as they arrive; :class:`TooLarge` past ``max_bytes``, the deadline's
     error when it cut the connection."""
     size = 0
@@ -264,8 +264,8 @@ def fetch_bytes(url: str, *, max_bytes: int, timeout: float = 60.0, deadline: fl
     """The body of ``url`` (at most ``max_bytes``, within ``deadline`` seconds in all), its final
     URL and its Content-Type. :class:`NetworkError` naming the URL otherwise."""
     request = urllib.request.Request(url, headers=dict(headers or {}))
-    with _Deadline(url, deadline) as limit, _open(request, timeout, limit) as response:
-        body = b"".join(_read_body(response, url, limit, max_bytes))
+    with Deadline(url, deadline) as limit, _open(request, timeout, limit) as response:
+        body = b"".join(read_body(response, url, limit, max_bytes))
         return body, response.geturl(), response.headers.get("Content-Type", "")
 
 
@@ -308,7 +308,7 @@ def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, de
     part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     digest = hashlib.sha256()
     size = 0
-    limit = _Deadline(url, deadline if deadline is not None else deadline_for(max_bytes))
+    limit = Deadline(url, deadline if deadline is not None else deadline_for(max_bytes))
     try:
         with limit, _open(url, timeout, limit) as response, part.open("wb") as out:
             length = response.headers.get("Content-Length")
@@ -318,7 +318,7 @@ def download(url: str, dest: Path, *, max_bytes: int, timeout: float = 300.0, de
             mark = step
             if total is not None and total > max_bytes:  # refused before a byte is written
                 raise TooLarge(f"{url}: {total:,} bytes, more than {max_bytes:,}", url=url, cap=max_bytes)
-            for chunk in _read_body(response, url, limit, max_bytes):
+            for chunk in read_body(response, url, limit, max_bytes):
                 size += len(chunk)
                 digest.update(chunk)
                 out.write(chunk)

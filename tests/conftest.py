@@ -17,8 +17,10 @@ settings.load_profile("farm")
 
 REPO = Path(__file__).resolve().parent.parent
 
-# the compiled CUDA fixtures (`cuda_fixtures`), shared by every module of the session
-pytest_plugins = ("tests.cudafix",)
+# the fixtures the test modules share, each defined once: the compiled CUDA fixtures, the PyPI
+# toolkit, the stamped demo_ext wheels, the simulated GitHub
+pytest_plugins = ("tests.support.cudafix", "tests.support.buildroot", "tests.support.doctorfix", "tests.support.publishfix",
+                  "tests.support.ghsim")
 
 
 @pytest.fixture
@@ -31,6 +33,21 @@ def terminal_sigint() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_key_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's own cache key file: a build the tests start replaces the key its package code
+    could read (farm.cacheseal), and that key must be neither the user's nor another run's."""
+    previous = os.environ.get("FARM_KEY_FILE")
+    os.environ["FARM_KEY_FILE"] = str(tmp_path_factory.mktemp("config") / "cache.key")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("FARM_KEY_FILE", None)
+        else:
+            os.environ["FARM_KEY_FILE"] = previous
 
 
 @pytest.fixture(scope="session")

@@ -11,21 +11,15 @@ from typing import Any
 
 import pytest
 
-from farm.binary.assertion import (
-    Cause,
-    Expected,
-    VendoredRule,
-    assert_inspection,
-    assert_wheel,
-    judge,
-)
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import Cause, assert_inspection, assert_wheel, judge
 from farm.binary.inspection import Reader, compare, inspect_file
 from farm.cli import main
 from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import ArchList
-from tests.cudafix import BASE, CudaFixtures
-from tests.postbuildfix import builder_wheel, write_farm_root
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.postbuildfix import builder_wheel, write_farm_root
+from tests.support.wheelmaker import make_wheel
 
 EXT = "demo/_C.cpython-311-x86_64-linux-gnu.so"
 SM90 = "demo/_qattn_sm90.cpython-311-x86_64-linux-gnu.so"

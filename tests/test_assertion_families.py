@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.binary.assertion import AssertionReport, Cause, Expected, FamilyTargets, assert_inspection, assert_wheel
+from farm.binary.archrule import Expected, FamilyTargets
+from farm.binary.assertion import AssertionReport, Cause, assert_inspection, assert_wheel
 from farm.binary.inspection import Reader, inspect_file
 from farm.model.arch import ArchList
-from tests.cudafix import BASE, CudaFixtures
-from tests.fatbinmaker import shared_object
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.fatbinmaker import shared_object
+from tests.support.wheelmaker import make_wheel
 
 EXT = "vllm/_C.abi3.so"
 CELL = ArchList.parse("8.0;9.0;10.0+PTX")

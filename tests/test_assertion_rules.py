@@ -1,4 +1,4 @@
-"""Every verdict rule of the assertion, on small ELF binaries written in the test (tests/fatbinmaker.py).
+"""Every verdict rule of the assertion, on small ELF binaries written in the test (tests/support/fatbinmaker.py).
 
 The nvcc fixtures (tests/test_assertion.py) show the rules hold on real builds; these pin each
 rule in the fast tier, so a change that stops one from firing (or makes it fire on a good
@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from farm.binary.assertion import Cause, Expected, VendoredRule, assert_inspection, judge
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import Cause, assert_inspection, judge
 from farm.binary.inspection import Reader, SoInspection, inspect_file, inspect_wheel
 from farm.model.arch import ArchList
-from tests.fatbinmaker import shared_object
-from tests.wheelmaker import make_wheel
+from tests.support.fatbinmaker import shared_object
+from tests.support.wheelmaker import make_wheel
 
 BASE = "sm_80;sm_90;compute_90"
 UNIT = ["sm_80", "sm_90", "compute_90"]

@@ -17,24 +17,25 @@ import farm.netutil
 import farm.provenance.crawl as crawl_module
 from farm.cli import main
 from farm.errors import LedgerError, WheelError
-from farm.model.config import load_config
+from farm.load.recipes import load_config
+from farm.model.arch import ArchList
 from farm.provenance import buildinfo
-from farm.provenance.audit import AuditRow, Verdict, _newest_by_cell, _superseder, audit, judge
+from farm.provenance.audit import AuditRow, AuditVerdict, _newest_by_cell, _superseder, audit, judge
 from farm.provenance.backfill import backfill, inferred_cell
 from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments
 from farm.provenance.postbuild import context_from_config, postbuild_wheel
 from farm.provenance.stamp import WheelName
-from farm.provenance.verdict import today_from_config
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
-from tests import loopback
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.ledgermaker import make_entry
-from tests.postbuildfix import SO, TAG, builder_wheel, write_farm_root
-from tests.publishfix import serve_dir
-from tests.wheelmaker import make_wheel
+from tests.support import loopback
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import SO, TAG, builder_wheel, write_farm_root
+from tests.support.publishfix import serve_dir
+from tests.support.wheelmaker import make_wheel
 
 SO_LIST = "sm_80;sm_90;compute_90"
 
@@ -42,7 +43,7 @@ SO_LIST = "sm_80;sm_90;compute_90"
 class Fleet:
     """A folder of published wheels, one per verdict, the ledger, and today's farm root."""
 
-    def __init__(self, pub: Path, ledger: Path, root_now: Path, names: dict[Verdict, str]) -> None:
+    def __init__(self, pub: Path, ledger: Path, root_now: Path, names: dict[AuditVerdict, str]) -> None:
         self.pub, self.ledger, self.root_now, self.names = pub, ledger, root_now, names
 
 
@@ -59,7 +60,7 @@ def retamper(stamped: Path, so: Path, dest_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:  # noqa: F811
+def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     work = tmp_path_factory.mktemp("fleet")
     so = cuda_fixtures.path("default")  # sm_80, sm_90, compute_90
     root_then = write_farm_root(work / "then", {"demo_ok": BASE, "demo_moved": BASE, "demo_wrong": BASE})
@@ -89,11 +90,11 @@ def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest
     # today's policy: demo_moved's list dropped 8.0
     root_now = write_farm_root(work / "now", {"demo_ok": BASE, "demo_moved": "9.0+PTX", "demo_wrong": BASE})
     names = {
-        Verdict.OK: stamped["demo_ok"].name,
-        Verdict.CONFIG_MOVED: stamped["demo_moved"].name,
-        Verdict.WHEEL_WRONG: stamped["demo_wrong"].name,
-        Verdict.UNLEDGERED: unledgered.name,
-        Verdict.INFERRED: inferred.name,
+        AuditVerdict.OK: stamped["demo_ok"].name,
+        AuditVerdict.CONFIG_MOVED: stamped["demo_moved"].name,
+        AuditVerdict.WHEEL_WRONG: stamped["demo_wrong"].name,
+        AuditVerdict.UNLEDGERED: unledgered.name,
+        AuditVerdict.INFERRED: inferred.name,
     }
     return Fleet(pub, ledger, root_now, names)
 
@@ -103,25 +104,25 @@ def by_name(rows: list[AuditRow]) -> dict[str, AuditRow]:
 
 
 def test_one_wheel_of_each_verdict(fleet: Fleet) -> None:
-    rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger), today_from_config(load_config(fleet.root_now))))
-    assert {rows[name].verdict for name in fleet.names.values()} == set(Verdict)
+    rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger), derive_from_config(load_config(fleet.root_now))))
+    assert {rows[name].verdict for name in fleet.names.values()} == set(AuditVerdict)
     for verdict, name in fleet.names.items():
         assert rows[name].verdict is verdict, rows[name]
-    wrong = rows[fleet.names[Verdict.WHEEL_WRONG]]
+    wrong = rows[fleet.names[AuditVerdict.WHEEL_WRONG]]
     assert wrong.source == "embedded"
     assert any(f"demo_wrong/{SO}: recorded as holding {SO_LIST}, the binary holds sm_90a;compute_90a" == r
                for r in wrong.reasons), wrong.reasons
     assert any("the ledger records sha256" in r for r in wrong.reasons)
-    moved = rows[fleet.names[Verdict.CONFIG_MOVED]]
+    moved = rows[fleet.names[AuditVerdict.CONFIG_MOVED]]
     assert moved.reasons[0] == f"demo_moved/{SO}: built for {SO_LIST}, today's policy resolves sm_90;compute_90"
-    assert rows[fleet.names[Verdict.OK]].reasons == ()
-    assert rows[fleet.names[Verdict.INFERRED]].source == "ledger"
+    assert rows[fleet.names[AuditVerdict.OK]].reasons == ()
+    assert rows[fleet.names[AuditVerdict.INFERRED]].source == "ledger"
 
 
 def test_without_todays_config_a_moved_policy_is_not_seen(fleet: Fleet) -> None:
     rows = by_name(audit(str(fleet.pub), LedgerIndex.load(fleet.ledger)))
-    assert rows[fleet.names[Verdict.CONFIG_MOVED]].verdict is Verdict.OK
-    assert rows[fleet.names[Verdict.WHEEL_WRONG]].verdict is Verdict.WHEEL_WRONG
+    assert rows[fleet.names[AuditVerdict.CONFIG_MOVED]].verdict is AuditVerdict.OK
+    assert rows[fleet.names[AuditVerdict.WHEEL_WRONG]].verdict is AuditVerdict.WHEEL_WRONG
 
 
 def test_cli_table_json_and_exit_code(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -129,7 +130,7 @@ def test_cli_table_json_and_exit_code(fleet: Fleet, tmp_path: Path, capsys: pyte
     argv = ["audit", str(fleet.pub), "--root", str(fleet.root_now), "--ledger", str(fleet.ledger)]
     assert main([*argv, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["counts"] == {v.value: 1 for v in Verdict}
+    assert out["counts"] == {v.value: 1 for v in AuditVerdict}
     assert {w["filename"]: w["verdict"] for w in out["wheels"]} == {n: v.value for v, n in fleet.names.items()}
 
     summary = tmp_path / "summary.md"
@@ -142,13 +143,13 @@ def test_cli_table_json_and_exit_code(fleet: Fleet, tmp_path: Path, capsys: pyte
     assert "config-moved" in text
     assert "1 ok, 1 wheel-wrong" in text
     assert f"audit: [5] {max(fleet.names.values())}: wheel-wrong" in captured.err
-    assert f"| {fleet.names[Verdict.WHEEL_WRONG]} | wheel-wrong |" in summary.read_text()
+    assert f"| {fleet.names[AuditVerdict.WHEEL_WRONG]} | wheel-wrong |" in summary.read_text()
 
 
 def test_cli_exit_0_without_wheel_wrong(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "good"
     folder.mkdir()
-    shutil.copy(fleet.pub / fleet.names[Verdict.OK], folder)
+    shutil.copy(fleet.pub / fleet.names[AuditVerdict.OK], folder)
     assert main(["audit", str(folder), "--root", str(fleet.root_now), "--ledger", str(fleet.ledger), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["counts"]["ok"] == 1
 
@@ -161,7 +162,7 @@ def index_url(fleet: Fleet) -> Iterator[str]:
 
 
 def test_audit_over_an_index_url(fleet: Fleet, index_url: str) -> None:
-    rows = audit(index_url, LedgerIndex.load(fleet.ledger), today_from_config(load_config(fleet.root_now)))
+    rows = audit(index_url, LedgerIndex.load(fleet.ledger), derive_from_config(load_config(fleet.root_now)))
     assert {r.filename: r.verdict for r in rows} == {n: v for v, n in fleet.names.items()}
     assert all(r.location.startswith(index_url) for r in rows)
 
@@ -172,14 +173,14 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     before = ledger.read_bytes()
     assert main(["backfill", str(fleet.pub), "--root", str(fleet.root_now), "--ledger", str(ledger), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["added"] == [fleet.names[Verdict.UNLEDGERED]]
+    assert result["added"] == [fleet.names[AuditVerdict.UNLEDGERED]]
     reasons = {s["filename"]: s["reason"] for s in result["skipped"]}
-    assert reasons[fleet.names[Verdict.OK]] == "has embedded provenance"
-    assert reasons[fleet.names[Verdict.INFERRED]] == "already in the ledger"
+    assert reasons[fleet.names[AuditVerdict.OK]] == "has embedded provenance"
+    assert reasons[fleet.names[AuditVerdict.INFERRED]] == "already in the ledger"
     assert ledger.read_bytes().startswith(before), "backfill only appends"
 
     index = LedgerIndex.load(ledger)
-    record = index.by_filename(fleet.names[Verdict.UNLEDGERED])
+    record = index.by_filename(fleet.names[AuditVerdict.UNLEDGERED])
     assert record is not None
     entry = index.entry(record)
     buildinfo.validate(entry)
@@ -192,12 +193,12 @@ def test_backfill_then_audit_says_inferred(fleet: Fleet, tmp_path: Path, capsys:
     assert entry["arch_list"] == {"requested": None, "normalised": None}
 
     rows = by_name(audit(str(fleet.pub), index))
-    assert rows[fleet.names[Verdict.UNLEDGERED]].verdict is Verdict.INFERRED
+    assert rows[fleet.names[AuditVerdict.UNLEDGERED]].verdict is AuditVerdict.INFERRED
     # a second backfill adds nothing
     assert backfill(str(fleet.pub), ledger).added == ()
 
 
-def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,  # noqa: F811
+def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes(cuda_fixtures: CudaFixtures,
                                                                                  tmp_path: Path) -> None:
     """A published wheel labelled ``+cu126`` whose cubins CUDA 13.0 made, backfilled (the ledger's
     inferred cell says 12.6, as its name does, and its targets match): the audit reads the toolkit
@@ -207,7 +208,7 @@ def test_a_wheel_whose_binary_another_toolkit_made_is_wheel_wrong_from_its_bytes
     ledger = tmp_path / "ledger.jsonl"
     backfill(str(wheel), ledger)
     (row,) = audit(str(wheel), LedgerIndex.load(ledger))
-    assert row.verdict is Verdict.WHEEL_WRONG, row
+    assert row.verdict is AuditVerdict.WHEEL_WRONG, row
     (reason,) = row.reasons
     assert "made by CUDA 13.0" in reason
     assert "the cell's CUDA line is 12.6" in reason
@@ -217,7 +218,7 @@ def test_unreadable_wheel_is_wheel_wrong_not_a_crash(tmp_path: Path) -> None:
     bad = tmp_path / "demo_bad-1.0-cp311-cp311-linux_x86_64.whl"
     bad.write_bytes(b"not a zip")
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert "zip" in row.reasons[0]
 
 
@@ -232,9 +233,9 @@ def test_cli_table_keeps_one_line_per_wheel(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_misnamed_wheel_is_wheel_wrong_and_backfill_skips_it(fleet: Fleet, tmp_path: Path) -> None:
-    shutil.copy(fleet.pub / fleet.names[Verdict.UNLEDGERED], tmp_path / "renamed.whl")
+    shutil.copy(fleet.pub / fleet.names[AuditVerdict.UNLEDGERED], tmp_path / "renamed.whl")
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert "'renamed.whl' is not a wheel file name" in row.reasons[0]
     result = backfill(str(tmp_path), tmp_path / "ledger.jsonl")
     assert result.added == ()
@@ -251,17 +252,17 @@ def test_corrupt_compressed_member_is_wheel_wrong_not_a_crash(tmp_path: Path) ->
     data[start + 5:start + 60] = bytes(b ^ 0xFF for b in data[start + 5:start + 60])
     wheel.write_bytes(bytes(data))
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert row.reasons[0].startswith("entry 'demo_bad/_C.so' is corrupt (Error -3 while decompressing data")
 
 
 def test_judge_inferred_that_no_longer_matches_is_wheel_wrong() -> None:
-    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+    facts = WheelFacts("a-1.0-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": ArchList.parse("sm_80")},
                        {"a/_C.so": "2" * 64}, None)
     info = buildinfo.inferred_build_info(dist="a", version="1.0", cell={}, found={"a/_C.so": "sm_80;sm_90"},
                                          extensions={"a/_C.so": "2" * 64})
     row = judge(facts, info.ledger_entry(filename=facts.filename, sha256=facts.sha256, size=1), None)
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert row.reasons == ("a/_C.so: recorded as holding sm_80;sm_90, the binary holds sm_80",)
 
 
@@ -273,7 +274,7 @@ def test_inferred_cell_from_names() -> None:
 
 
 def test_wheel_facts_reads_embedded_provenance(fleet: Fleet) -> None:
-    facts = wheel_facts(fleet.pub / fleet.names[Verdict.OK])
+    facts = wheel_facts(fleet.pub / fleet.names[AuditVerdict.OK])
     assert facts.embedded is not None
     assert facts.embedded.package == "demo_ok"
     assert facts.extensions == facts.embedded.extensions
@@ -285,7 +286,7 @@ def test_invalid_embedded_provenance_is_wheel_wrong(tmp_path: Path) -> None:
         "demo_bogus-1.0+cu128.dist-info/_build_info.json": b'{"provenance": "asserted"}',
     }, tag=TAG)
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert "invalid build info" in row.reasons[0]
     assert "_build_info.json" in row.reasons[0]
 
@@ -298,20 +299,20 @@ def test_judge_provenance_of_a_failed_assertion_is_wheel_wrong() -> None:
                                             "platform": "linux_x86_64"}),
         provenance="asserted", build_epoch=0, expected={"a/_C.so": "sm_80;sm_90"},
         assertion=buildinfo.Assertion("failed", None, None), extensions=None)
-    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": "sm_80"},
+    facts = WheelFacts("a-1.0+cu128-cp311-cp311-linux_x86_64.whl", "x", "1" * 64, 1, {"a/_C.so": ArchList.parse("sm_80")},
                        {"a/_C.so": "2" * 64}, failed)
     row = judge(facts, None, None)
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert row.reasons == ("its provenance says the assertion failed",)
 
 
 def test_stamped_wheel_renamed_to_another_cell_is_wheel_wrong(fleet: Fleet, tmp_path: Path) -> None:
     """Its bytes are the ledger's and its binary matches, but its name claims CUDA 12.8."""
-    ok = fleet.names[Verdict.OK]
+    ok = fleet.names[AuditVerdict.OK]
     renamed = tmp_path / ok.replace("+cu130-", "+cu128-")
     shutil.copy(fleet.pub / ok, renamed)
     (row,) = audit(str(renamed), LedgerIndex.load(fleet.ledger))
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert row.reasons == ("file name: local label cu128 but the cell is cu130",)
 
 
@@ -321,12 +322,12 @@ def test_ledger_entry_of_the_wrong_shape_is_a_ledger_error(fleet: Fleet, tmp_pat
     ledger = tmp_path / "ledger.jsonl"
     lines = fleet.ledger.read_text().splitlines()
     entries = [json.loads(line) for line in lines]
-    (at,) = [i for i, e in enumerate(entries) if e["filename"] == fleet.names[Verdict.OK]]
+    (at,) = [i for i, e in enumerate(entries) if e["filename"] == fleet.names[AuditVerdict.OK]]
     entries[at]["found"] = ["sm_80"]
     ledger.write_text("".join(json.dumps(e) + "\n" for e in entries))
     wheel = tmp_path / "wheels"
     wheel.mkdir()
-    shutil.copy(fleet.pub / fleet.names[Verdict.OK], wheel)
+    shutil.copy(fleet.pub / fleet.names[AuditVerdict.OK], wheel)
     with pytest.raises(LedgerError, match=rf"ledger.jsonl:{at + 1}.*invalid build info at found"):
         audit(str(wheel), LedgerIndex.load(ledger))
 
@@ -344,7 +345,7 @@ def test_index_link_with_an_escaping_file_name_is_not_downloaded(tmp_path: Path)
         (row,) = audit(f"{base}/simple/demo/", LedgerIndex.empty())
     finally:
         server.stop()
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     name = "../../../escaped-1.0-py3-none-any.whl"
     assert row.reasons == (f"the index links a file named {name!r}, which is not a plain file name",)
     assert '"GET /simple/demo/..%2F' not in (tmp_path / "http.log").read_text()
@@ -360,7 +361,7 @@ def test_oversized_downloads_are_findings_not_disk_fills(tmp_path: Path, monkeyp
     try:
         monkeypatch.setattr(crawl_module, "MAX_WHEEL_BYTES", 1024)
         (row,) = audit(f"{base}/simple/demo/", LedgerIndex.empty())
-        assert row.verdict is Verdict.WHEEL_WRONG
+        assert row.verdict is AuditVerdict.WHEEL_WRONG
         assert "larger than" in row.reasons[0]
         monkeypatch.setattr(farm.netutil, "MAX_PAGE_BYTES", 10)
         with pytest.raises(WheelError, match="index page larger than"):
@@ -431,11 +432,11 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
     ledger_path = tmp_path / "ledger.jsonl"
     ledger_path.write_text(json.dumps(old) + "\n" + json.dumps(new) + "\n")
     ledger = LedgerIndex.load(ledger_path)
-    today = {so: "sm_90;compute_90"}
+    today = {so: ArchList.parse("sm_90;compute_90")}
     entry = LedgerEntry.from_json(old)
-    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: SO_LIST}, {}, entry.info)
+    facts = WheelFacts(old["filename"], old["filename"], old["sha256"], 1, {so: ArchList.parse(SO_LIST)}, {}, entry.info)
     before = judge(facts, entry, today)
-    assert before.verdict is Verdict.CONFIG_MOVED
+    assert before.verdict is AuditVerdict.CONFIG_MOVED
     assert before.reasons[-1] == "bump build_epoch to rebuild"
     by = _superseder(ledger, _newest_by_cell(ledger), entry.info, today)
     assert by == new["filename"]
@@ -449,7 +450,7 @@ def test_a_config_moved_wheel_whose_rebuild_is_published_is_not_told_to_bump_aga
 
 
 def test_a_provenance_from_a_newer_farm_is_wheel_wrong_with_what_to_do(fleet: Fleet, tmp_path: Path) -> None:
-    ok = fleet.pub / fleet.names[Verdict.OK]
+    ok = fleet.pub / fleet.names[AuditVerdict.OK]
     with zipfile.ZipFile(ok) as zf:
         member = next(n for n in zf.namelist() if n.endswith("/_build_info.json"))
         info = json.loads(zf.read(member))
@@ -458,7 +459,7 @@ def test_a_provenance_from_a_newer_farm_is_wheel_wrong_with_what_to_do(fleet: Fl
         "demo_newer-1.0+cu130.dist-info/_build_info.json": json.dumps({**info, "schema_version": 3}).encode(),
     }, tag=TAG)
     (row,) = audit(str(tmp_path), LedgerIndex.empty())
-    assert row.verdict is Verdict.WHEEL_WRONG
+    assert row.verdict is AuditVerdict.WHEEL_WRONG
     assert row.reasons[0] == ("demo_newer-1.0+cu130.dist-info/_build_info.json: schema version 3: this farm reads "
                               "version 1\n  fix: it was written by a newer farm: upgrade farm to read it")
 

@@ -62,7 +62,24 @@ def test_the_architecture_doc_example_keys_are_exactly_the_schema_keys(repo_root
     doc_keys = set(json.loads(block.replace('"...",', '"x",').replace('"<sha256>"', '"x"')
                               .replace('"sm_75;..."', '"x"')))
     assert doc_keys == set(buildinfo.schema()["required"])
-    assert doc_keys == set(asserted_example().to_dict())
+    assert doc_keys == set(asserted_example().for_wheel().to_dict())  # the file a wheel holds
+
+
+def test_a_wheel_embeds_no_record_of_the_build_that_made_it_and_the_ledger_keeps_it() -> None:
+    counts = {"tool": "sccache", "compiles": 3, "hits": 1, "misses": 2, "not_cacheable": {}}
+    info = dataclasses.replace(asserted_example(), duration_s=12.5, toolchain=buildinfo.Toolchain.from_mapping(
+        {"nvcc": "13.0.88", "torch": None, "python": "3.11.7", "builder": "native", "cibuildwheel": None,
+         "compile_cache": counts}))
+    embedded = _tree(info.for_wheel())
+    assert not {"run", "duration_s"} & set(embedded)
+    assert "compile_cache" not in embedded["toolchain"]
+    # two builds of one cell (another run, another duration, other hits) embed the same bytes
+    other = dataclasses.replace(info, run=buildinfo.Run("github", "o/r", "d" * 40, "7", "2"), duration_s=99.0)
+    assert other.for_wheel().to_json() == info.for_wheel().to_json()
+    line = _tree(info.ledger_entry(filename="demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl", sha256=SHA, size=1))
+    assert (line["run"], line["duration_s"], line["toolchain"]["compile_cache"]) == (
+        {"provider": "local", "repository": None, "commit": None, "run_id": None, "attempt": None}, 12.5, counts)
+    assert BuildInfo.from_json(info.for_wheel().to_json()) == info.for_wheel()  # read back as written
 
 
 def test_asserted_example_validates_and_round_trips() -> None:
@@ -92,7 +109,7 @@ def test_absent_keys_stay_absent_and_nulls_stay_null() -> None:
     assert old.toolchain is not None
     assert old.toolchain.torch_cuda is ABSENT
     assert old.toolchain.toolkit is ABSENT
-    assert old.run is not None
+    assert isinstance(old.run, buildinfo.Run)
     assert old.run.url is ABSENT
     assert "torch_cuda" not in _tree(old)["toolchain"]
     assert "url" not in _tree(old)["run"]
@@ -308,7 +325,7 @@ def test_compile_cache_round_trips_and_null_means_unknown() -> None:
     read = BuildInfo.from_json(dataclasses.replace(asserted_example(), toolchain=probe.toolchain(
         cuda_home=None, builder="native", compile_cache=older)).to_json())
     assert read.toolchain is not None
-    assert isinstance(read.toolchain.compile_cache, buildinfo.CompileCache)
+    assert isinstance(read.toolchain.compile_cache, buildinfo.CompileCacheRecord)
     assert read.toolchain.compile_cache.not_cacheable is ABSENT  # not counted, which is not "none refused"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.binary.assertion import Expected, FamilyTargets
+from farm.binary.archrule import Expected, FamilyTargets
 from farm.builder import shard
 from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.builder.buildprobe import _expected_for
@@ -18,11 +18,7 @@ from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import REPO, make_root
 
 CELL = Cell("probe_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
 RECIPE = """\

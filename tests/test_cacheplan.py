@@ -26,7 +26,8 @@ from packaging.utils import parse_wheel_filename
 
 from farm.cli import main
 from farm.errors import UsageError
-from farm.model.config import ToolkitConfig, ToolkitLine, load_config
+from farm.load.recipes import load_config
+from farm.model.config import ToolkitConfig, ToolkitLine
 from farm.schedule.cacheplan import (
     CACHE_LIMIT_BYTES,
     DATA,
@@ -42,9 +43,9 @@ from farm.schedule.cacheplan import (
     torch_size,
 )
 from farm.schedule.cachesizes import Index, measure_toolkit, measure_torch
-from tests import loopback
-from tests.redisttree import write_manifest
-from tests.wheelmaker import make_wheel
+from tests.support import loopback
+from tests.support.redisttree import write_manifest
+from tests.support.wheelmaker import make_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 

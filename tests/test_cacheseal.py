@@ -19,7 +19,7 @@ from farm.lint.report import LintReport
 from farm.provenance import ledgercache as ledger_mod
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
-from tests.ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data" / "lint"
@@ -31,6 +31,7 @@ def own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """This user's key (as CI's secret would be); the forger does not know it."""
     monkeypatch.setenv(cacheseal.KEY_ENV, "the key of this farm's CI")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv(cacheseal.KEY_FILE_ENV, raising=False)
 
 
 def _aged(tree: Path) -> None:

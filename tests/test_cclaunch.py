@@ -22,13 +22,17 @@ import json
 import os
 import platform
 import re
-import struct
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from farm.builder import cclaunch
+import pytest
+
+from farm.builder import cclaunch, procs
+from farm.builder.builders import run_relayed
 from farm.builder.compilecache import CompileCache, Counts
+from farm.errors import Stalled
 
 UNIT = '#include "k.h"\n__global__ void k(float* x, unsigned n) { if (n >= 0) x[threadIdx.x] = __expf(x[n]) * SCALE; }\n'
 # a value for every option of cclaunch.NVCC_JOINED, each as nvcc spells it (some in the long form)
@@ -73,26 +77,18 @@ def _counts(sccache: str, env: dict[str, str]) -> Counts:
 
 
 def _same_object(a: Path, b: Path) -> bool:
-    """Two nvcc objects hold the same code: every section but the symbol and string tables is
-    byte-identical, and so are the symbols but the one naming nvcc's host temp file (its name
-    carries nvcc's pid: two uncached runs differ there too; sccache names it ``x_0``)."""
-    def sections(path: Path) -> dict[str, bytes]:
-        data = path.read_bytes()
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        size, count, names = struct.unpack_from("<HHH", data, 0x3A)
-        heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * size) for i in range(count)]
-        base = heads[names][4]
-        def name(off: int) -> str:
-            return data[base + off:data.index(b"\0", base + off)].decode()
-        return {name(h[0]): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]] for h in heads}  # 8: NOBITS
+    """Two nvcc objects hold the same code: byte for byte, once each host object is named as
+    farm's launchers name it (nvcc names it after its process id, which differs between any two
+    runs of nvcc alone; sccache names it ``x_0``): copies are compared, the files stay as they are."""
+    def named(path: Path) -> bytes:
+        copy = path.with_name(f"{path.name}.named")
+        shutil.copyfile(path, copy)
+        assert cclaunch.name_host_object(str(copy), "k.cu", shutil.which("objcopy")) is None
+        data = copy.read_bytes()
+        copy.unlink()
+        return data
 
-    def symbols(path: Path) -> list[str]:
-        out = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True, check=True).stdout
-        return [" ".join(line.split()[1:]) for line in out.splitlines() if " FILE " not in line]
-
-    sa, sb = sections(a), sections(b)
-    body = [n for n in sa if n not in (".symtab", ".strtab")]
-    return sa.keys() == sb.keys() and all(sa[n] == sb[n] for n in body) and symbols(a) == symbols(b)
+    return named(a) == named(b)
 
 
 def _masked(path: Path) -> bytes:
@@ -472,3 +468,234 @@ def test_a_socket_a_live_server_listens_on_is_never_removed(tmp_path) -> None:
     plain.write_text("data")
     assert cclaunch.remove_socket(str(plain)) is False  # only ever a socket
     assert plain.read_text() == "data"
+
+
+# -- reproducible compiles ----------------------------------------------------------------------------
+def test_the_prefix_map_reads_back_what_farm_writes_and_the_last_pair_wins(tmp_path) -> None:
+    pairs = [(str(tmp_path / "a:b=c%d"), "/farm/src"), ("/opt/cuda", "/farm/cuda")]
+    text = cclaunch.encode_prefix_map(pairs)
+    assert text.count(":") == 1  # the reproducible-builds encoding: `:` `=` `%` inside a path are escaped
+    assert cclaunch.decode_prefix_map(text) == pairs
+    assert cclaunch.decode_prefix_map("broken:/farm/src") == []  # a malformed pair is left out
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    linked = cclaunch.decode_prefix_map(cclaunch.encode_prefix_map([(str(tmp_path / "link"), "/farm/src")]))
+    assert linked == [(str(tmp_path / "link"), "/farm/src"), (str(real), "/farm/src")]  # also as nvcc sees it
+    nested = [("/w", "/outer"), ("/w/src", "/farm/src")]
+    assert cclaunch.map_path("/w/src/k.cu", nested) == "/farm/src/k.cu"
+    assert cclaunch.map_path("/w/x/k.cu", nested) == "/outer/x/k.cu"
+    assert cclaunch.map_path("/w2/k.cu", nested) is None  # a prefix of the name, not of the folder
+    assert cclaunch.host_flags(nested) == ["-ffile-prefix-map=/w=/outer", "-ffile-prefix-map=/w/src=/farm/src"]
+
+
+def test_an_nvcc_call_gets_the_map_and_its_units_path_as_the_map_writes_it(tmp_path, monkeypatch) -> None:
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "k.cu").write_text(UNIT)
+    monkeypatch.chdir(tmp_path)
+    pairs = [(str(tmp_path), "/farm/src"), ("/a,b", "/farm/env")]
+    argv = ["nvcc", "-c", "csrc/k.cu", "-o", "k.o", "-include", "csrc/k.cu", "-I", "csrc"]
+    assert cclaunch.nvcc_unit(argv) == "csrc/k.cu"  # the value of -include is no unit
+    assert cclaunch.nvcc_flags(argv, pairs) == [
+        "-Xcompiler", f"-ffile-prefix-map={tmp_path}=/farm/src",  # `-Xcompiler` splits at commas: /a,b is not passed
+        "-Xcudafe", "--orig_src_path_name=/farm/src/csrc/k.cu"]
+    assert cclaunch.nvcc_flags(["nvcc", "-c", "csrc/k.cu", "csrc/k.cu"], pairs)[-2:] != ["-Xcudafe"]  # two units
+
+
+def _host_object(tmp_path: Path, name: str) -> Path:
+    """What nvcc's host compile makes of a unit: the real gcc on a file of nvcc's (or sccache's)
+    name, with a static constructor, which gcc names after the file (``_GLOBAL__sub_I_<file>``)
+    where the unit defines no global symbol first (nvcc's host files)."""
+    folder = tmp_path / name.replace(".", "_")
+    folder.mkdir()
+    (folder / name).write_text("struct S { S(); };\nstatic S s;\n")
+    subprocess.run(["gcc", "-c", "-O2", "-x", "c++", name, "-o", "k.o"], cwd=folder, check=True)
+    return folder / "k.o"
+
+
+def test_the_host_object_gets_one_name_whoever_compiled_it(tmp_path) -> None:
+    """nvcc names its host file after its process (``tmpxft_<pid>_...``), sccache ``x_0``: renamed
+    (objcopy) to ``<stem>.cudafe1.cpp``, the objects are the same bytes."""
+    objcopy = shutil.which("objcopy")
+    names = ["tmpxft_00004953_00000000-6_k.compute_90.cudafe1.cpp", "tmpxft_0000abcd_00000000-6_k.compute_90.cudafe1.cpp",
+             "x_0.cudafe1.cpp"]
+    objects = [_host_object(tmp_path, n) for n in names]
+    assert len({o.read_bytes() for o in objects}) == 3
+    renames = cclaunch.host_object_renames(str(objects[2]), "csrc/k.cu")
+    assert renames == {"x_0.cudafe1.cpp": "k.cudafe1.cpp", "_GLOBAL__sub_I_x_0.cudafe1.cpp": "_GLOBAL__sub_I_k.cudafe1.cpp"}
+    for obj in objects:
+        assert cclaunch.name_host_object(str(obj), "csrc/k.cu", objcopy) is None
+    assert len({o.read_bytes() for o in objects}) == 1
+    assert cclaunch.host_object_renames(str(objects[0]), "csrc/k.cu") == {}  # named once: nothing to do
+    # without the unit, nvcc's own name gives the stem
+    (tmp_path / "again").mkdir()
+    other = _host_object(tmp_path / "again", names[0])
+    assert cclaunch.host_object_renames(str(other), None)[names[0]] == "k.cudafe1.cpp"
+    # no objcopy: the compile fails and says why (an unnamed object would differ from every other build)
+    assert cclaunch.name_host_object(str(other), None, None) == cclaunch.OBJCOPY_MISSING
+
+
+def test_uncached_launchers_map_the_host_compilers_and_run_nvcc_through_farm(tmp_path) -> None:
+    """With the compiler cache off the launchers are written all the same: the host compiler's
+    call gets the map, nvcc's goes through :func:`cclaunch.run_nvcc` (which adds it, too)."""
+    bindir = tmp_path / "real"
+    bindir.mkdir()
+    for tool in ("gcc", "nvcc"):
+        (bindir / tool).write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path / tool}.argv\n')
+        (bindir / tool).chmod(0o755)
+    pairs = [(str(tmp_path / "src"), "/farm/src")]
+    environ = {**os.environ, cclaunch.PREFIX_MAP_ENV: cclaunch.encode_prefix_map(pairs)}
+    environ.pop(cclaunch.NESTED, None)
+    state = cclaunch.setup(str(tmp_path / "run"), str(bindir / "nvcc"), environ, basedirs=[], cached=False)
+    assert (state["cached"], state["sccache"], state["why"]) == (False, None, "off")
+    subprocess.run([str(tmp_path / "run" / "bin" / "launch"), str(bindir / "gcc"), "-c", "a.c"], env=environ,
+                   check=True)
+    assert (tmp_path / "gcc.argv").read_text().split() == ["-c", "a.c", f"-ffile-prefix-map={tmp_path / 'src'}=/farm/src"]
+    subprocess.run([str(tmp_path / "run" / "bin" / "nvcc"), "-c", "k.cu"], env=environ, check=True)
+    assert (tmp_path / "nvcc.argv").read_text().split() == [
+        "-c", "k.cu", "-Xcompiler", f"-ffile-prefix-map={tmp_path / 'src'}=/farm/src"]
+    assert cclaunch.stats(str(tmp_path / "run"), environ) is None  # no server, no counts
+
+
+# a unit whose object names its folder unless the map is applied: an anonymous namespace (nvcc names it
+# after the unit's path), __FILE__, and a static constructor (gcc names it after nvcc's host file)
+PLACED_UNIT = """#include <string>
+namespace { __device__ float twice(float x) { return 2.0f * x; } }
+__global__ void k(float* x) { x[threadIdx.x] = twice(x[threadIdx.x]); }
+static const std::string name = "k";
+const char* here() { return __FILE__; }
+"""
+
+
+def test_a_unit_is_the_same_object_cached_warm_uncached_and_in_another_folder(tmp_path, cuda_home) -> None:
+    """The same unit in two folders, compiled by absolute path as torch's ninja file does, through
+    the launchers: cached (a miss, then a hit) in one folder, uncached in the other, and with nvcc
+    alone (no launcher) for contrast. The launchers' three objects are one file; nvcc's own differs."""
+    nvcc = str(cuda_home / "bin" / "nvcc")
+    flags = ["-O2", "-Xcompiler", "-fPIC", "-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]
+    objects: dict[str, Path] = {}
+    for name, cached in (("one", True), ("two", False)):
+        src = tmp_path / name / "src"
+        src.mkdir(parents=True)
+        (src / "k.cu").write_text(PLACED_UNIT)
+        env = {**_server_env(tmp_path / name), cclaunch.PREFIX_MAP_ENV: cclaunch.encode_prefix_map([(str(src), "/farm/src")])}
+        env.pop(cclaunch.NESTED, None)
+        run = tmp_path / name / "run"
+        state = cclaunch.setup(str(run), nvcc, env, basedirs=[], cached=cached)
+        assert state["cached"] is cached
+        try:
+            for attempt in (("cold", "warm") if cached else ("uncached",)):
+                out = tmp_path / name / f"{attempt}.o"
+                subprocess.run([str(run / "bin" / "nvcc"), "-c", str(src / "k.cu"), "-o", str(out), *flags,
+                                "-ccbin", str(run / "bin" / "gcc")], cwd=src, env=env, check=True)
+                objects[attempt] = out
+            counts = _counts(str(state["sccache"]), env) if cached else None
+        finally:
+            cclaunch.stats(str(run), env)
+        if counts is not None:
+            assert counts.nvcc_cached > 0  # the warm compile was served
+    plain = tmp_path / "plain.o"
+    subprocess.run([nvcc, "-c", str(tmp_path / "one" / "src" / "k.cu"), "-o", str(plain), *flags], check=True)
+    cold = objects["cold"].read_bytes()
+    assert cold == objects["warm"].read_bytes() == objects["uncached"].read_bytes()
+    assert b"/farm/src/k.cu" in cold
+    assert str(tmp_path).encode() not in cold
+    assert plain.read_bytes() != cold
+    assert str(tmp_path).encode() in plain.read_bytes()
+    symbols = subprocess.run(["readelf", "-sW", str(objects["cold"])], capture_output=True, text=True,
+                             check=True).stdout
+    assert " k.cudafe1.cpp" in symbols
+    assert "_GLOBAL__sub_I_k.cudafe1.cpp" in symbols
+
+
+# ------------------------------------------------------------------------------------------------
+# nested calls under a starved server
+# ------------------------------------------------------------------------------------------------
+# sccache 0.16.0's server gives every process it starts (a compile, a preprocessor run, nvcc's
+# steps, a compiler's detection) one of its job slots, available_parallelism() of them, held
+# until the process ends. A launcher started by the server that called sccache again would wait
+# for a slot while holding one: with every slot so held, nothing ends. FARM_CC_NESTED tells the
+# launchers they run beneath it only while every program in between passes the environment on;
+# a host compiler wrapper that passes on only the variables it knows (the search path and the
+# compiler cache's own settings, below) loses it.
+CLEAN_ENV_WRAPPER = ('#!/bin/sh\nexec env -i PATH="$PATH" HOME="$HOME" SCCACHE_SERVER_UDS="$SCCACHE_SERVER_UDS" '
+                     'SCCACHE_DIR="$SCCACHE_DIR" {compiler} "$@"\n')
+
+
+def _one_slot_server(tmp_path: Path, nvcc: str = "/nonexistent/nvcc") -> tuple[dict[str, str], Path]:
+    """The launchers and a private server with one job slot (started with this process bound to one
+    CPU; sccache counts the CPUs it may run on), and a host compiler wrapper that runs farm's
+    ``gcc`` launcher with only the variables it knows. The build's environment and the launchers' folder."""
+    env = {k: v for k, v in _server_env(tmp_path).items() if k != cclaunch.NESTED}
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        state = cclaunch.setup(str(tmp_path / "run"), nvcc, env)
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert state["cached"] is True
+    bindir = tmp_path / "run" / "bin"
+    wrapper = tmp_path / "cc-clean"
+    wrapper.write_text(CLEAN_ENV_WRAPPER.format(compiler=bindir / "gcc"))
+    wrapper.chmod(0o755)
+    for i in range(3):
+        (tmp_path / f"u{i}.c").write_text(f"int u{i}(int x) {{ return x * {i + 2}; }}\n")
+    return env, bindir
+
+
+def _compile_three(tmp_path: Path, env: dict[str, str], bindir: Path, *, label: str) -> None:
+    """Three compiles at once (ninja -j 3) through ``launch`` and the wrapper, as
+    one build step under farm's watchdog; the server's compiles count as the step's work."""
+    units = " ".join(f"{bindir / 'launch'} {tmp_path / 'cc-clean'} -c u{i}.c -o u{i}.o &" for i in range(3))
+    proc = run_relayed(["sh", "-c", f"{units} wait"], env={**env, procs.STALL_ENV: "6"}, cwd=tmp_path, label=label,
+                       cell="nested-0.1-cu130-cp311-linux_x86_64", sessions=lambda: procs.sccache_session(env))
+    assert proc.returncode == 0
+
+
+def test_nested_calls_under_a_starved_server_run_the_compiler_directly(tmp_path, monkeypatch) -> None:
+    """Beneath the server the launchers run the compiler themselves, found by their ancestry, whatever
+    the environment says: three compiles on a one-slot server finish. The same launchers without
+    that check (the variable alone, as before) wait on themselves: the watchdog stops the step."""
+    monkeypatch.setattr(procs, "POLL_S", 0.5)
+    env, bindir = _one_slot_server(tmp_path)
+    sccache = str(cclaunch.find_sccache(env))
+    try:
+        _compile_three(tmp_path, env, bindir, label="three compiles")
+        counts = _counts(sccache, env)
+        assert sum(counts.misses.values()) == 3  # the three outer compiles; no nested request reached it
+        assert all((tmp_path / f"u{i}.o").is_file() for i in range(3))
+        for name in ("launch", "gcc"):  # the launchers as they were: the variable alone
+            script = bindir / name
+            script.write_text(script.read_text().replace(" || _farm_beneath", ""))
+        for i in range(3):  # other units: compiled, not served from the cache
+            (tmp_path / f"u{i}.c").write_text(f"int u{i}(int x) {{ return x - {i}; }}\n")
+        with pytest.raises(Stalled, match=r"`three nested compiles` made no progress: no output, no process started "
+                                          r"or ended, and its \d+ process\(es\) used 0\.\d s of CPU for 6 s"):
+            _compile_three(tmp_path, env, bindir, label="three nested compiles")
+    finally:
+        procs.stop_sccache_server(sccache, env)
+    assert procs.sccache_session(env) == []
+
+
+def test_nvcc_calls_whose_host_compiler_loses_the_variable_finish_on_a_starved_server(tmp_path, nvcc) -> None:
+    """The same through real nvcc, as the package's ninja file runs it: nvcc's host compiler
+    (``-ccbin``) is the wrapper, so sccache's server runs farm's ``gcc`` launcher for nvcc's
+    preprocessing and host steps without the variable. Three units at once, one slot: done, each
+    nvcc step compiled once, and the objects hold the code."""
+    env, bindir = _one_slot_server(tmp_path, str(nvcc))
+    sccache = str(cclaunch.find_sccache(env))
+    for i in range(3):
+        (tmp_path / f"k{i}.cu").write_text(f"__global__ void k{i}(float* x) {{ x[threadIdx.x] *= {i + 2}.0f; }}\n")
+    units = " ".join(f"{bindir / 'nvcc'} -c k{i}.cu -o k{i}.o -gencode=arch=compute_90,code=sm_90 "
+                     f"-ccbin {tmp_path / 'cc-clean'} &" for i in range(3))
+    try:
+        run_relayed(["sh", "-c", f"{units} wait"], env=env, cwd=tmp_path, label="three nvcc calls",
+                    sessions=lambda: procs.sccache_session(env))
+        counts = _counts(sccache, env)
+    finally:
+        procs.stop_sccache_server(sccache, env)
+    assert counts.nvcc_run >= 3 * 3  # per unit: cudafe++, cicc, ptxas (and the host step, labelled CUDA)
+    assert counts.nvcc_cached == 0
+    for i in range(3):
+        symbols = subprocess.run(["nm", str(tmp_path / f"k{i}.o")], capture_output=True, text=True, check=True).stdout
+        assert f"k{i}Pf" in symbols

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from farm.load.recipes import load_config
 from farm.model.cells import (
     NO_TORCH,
     Cell,
@@ -16,9 +17,8 @@ from farm.model.cells import (
     recipe_excludes,
     resolve_arch,
 )
-from farm.model.config import FarmConfig, load_config
-
-from .buildroot import make_root
+from farm.model.config import FarmConfig
+from tests.support.buildroot import make_root
 
 
 @pytest.fixture

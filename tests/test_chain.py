@@ -15,11 +15,11 @@ import yaml
 from farm.cli import main
 from farm.errors import UsageError
 from farm.publish import ghrest
-from farm.schedule.chain import Inputs, merge, parse_title, title
-from tests import ghsim
+from farm.schedule.chain import ChainInputs, merge, parse_title, title
+from tests.support import ghsim
 
-NIGHTLY = Inputs()
-FLASH = Inputs(package="flash_attn", cuda="12.8")
+NIGHTLY = ChainInputs()
+FLASH = ChainInputs(package="flash_attn", cuda="12.8")
 
 
 @pytest.mark.parametrize(
@@ -30,19 +30,19 @@ FLASH = Inputs(package="flash_attn", cuda="12.8")
         (FLASH, NIGHTLY, NIGHTLY),  # the nightly covers every cell: the filtered chain's are in it
         (NIGHTLY, FLASH, NIGHTLY),
         # one list field differs: the lists join, the rest stays
-        (FLASH, Inputs(package="natten", cuda="12.8"), Inputs(package="flash_attn natten", cuda="12.8")),
-        (Inputs(platform="win_amd64"), Inputs(platform="linux_x86_64,win_amd64"),
-         Inputs(platform="win_amd64,linux_x86_64")),
+        (FLASH, ChainInputs(package="natten", cuda="12.8"), ChainInputs(package="flash_attn natten", cuda="12.8")),
+        (ChainInputs(platform="win_amd64"), ChainInputs(platform="linux_x86_64,win_amd64"),
+         ChainInputs(platform="win_amd64,linux_x86_64")),
         # two fields differ: the product would miss cells, so both widen
-        (FLASH, Inputs(package="natten", cuda="13.0"), Inputs()),
-        (Inputs(cuda="12.8"), Inputs(cuda="13.0"), Inputs()),
+        (FLASH, ChainInputs(package="natten", cuda="13.0"), ChainInputs()),
+        (ChainInputs(cuda="12.8"), ChainInputs(cuda="13.0"), ChainInputs()),
     ],
 )
-def test_the_merge_covers_both_runs(mine: Inputs, pending: Inputs | None, merged: Inputs) -> None:
+def test_the_merge_covers_both_runs(mine: ChainInputs, pending: ChainInputs | None, merged: ChainInputs) -> None:
     assert merge(mine, pending) == merged
 
 
-def covers(wide: Inputs, narrow: Inputs) -> bool:
+def covers(wide: ChainInputs, narrow: ChainInputs) -> bool:
     for k, v in wide.filters().items():
         if not v:
             continue
@@ -53,9 +53,9 @@ def covers(wide: Inputs, narrow: Inputs) -> bool:
     return True
 
 
-@pytest.mark.parametrize("a", [NIGHTLY, FLASH, Inputs(package="a b", platform="win_amd64"), Inputs(torch="2.8")])
-@pytest.mark.parametrize("b", [NIGHTLY, FLASH, Inputs(package="b c", python="3.12"), Inputs(platform="linux_x86_64")])
-def test_the_merge_is_a_superset_of_each_side(a: Inputs, b: Inputs) -> None:
+@pytest.mark.parametrize("a", [NIGHTLY, FLASH, ChainInputs(package="a b", platform="win_amd64"), ChainInputs(torch="2.8")])
+@pytest.mark.parametrize("b", [NIGHTLY, FLASH, ChainInputs(package="b c", python="3.12"), ChainInputs(platform="linux_x86_64")])
+def test_the_merge_is_a_superset_of_each_side(a: ChainInputs, b: ChainInputs) -> None:
     m = merge(a, b)
     assert covers(m, a)
     assert covers(m, b)
@@ -63,11 +63,11 @@ def test_the_merge_is_a_superset_of_each_side(a: Inputs, b: Inputs) -> None:
 
 def test_runs_for_different_targets_do_not_merge() -> None:
     with pytest.raises(UsageError, match="one run cannot do both"):
-        merge(Inputs(target="github"), Inputs(target="index"))
+        merge(ChainInputs(target="github"), ChainInputs(target="index"))
 
 
 def test_the_title_carries_the_inputs_back() -> None:
-    for inputs in (NIGHTLY, FLASH, Inputs(package="a b", platform="linux_x86_64,win_amd64", target="index")):
+    for inputs in (NIGHTLY, FLASH, ChainInputs(package="a b", platform="linux_x86_64,win_amd64", target="index")):
         assert parse_title(title(inputs)) == inputs
     # what build.yml's run-name renders for a scheduled run (no inputs)
     assert parse_title("build [package=*] [cuda=*] [torch=*] [python=*] [platform=*] [target=github]") == NIGHTLY
@@ -75,13 +75,13 @@ def test_the_title_carries_the_inputs_back() -> None:
     assert parse_title("build [package=*]") is None
 
 
-def render_run_name(inputs: Inputs) -> str:
+def render_run_name(inputs: ChainInputs) -> str:
     """build.yml's run-name as GitHub renders it: ``${{ inputs.X || 'd' }}`` is X, else d."""
     return ghsim.render_run_name(build_workflow().run_name, {"target": inputs.target, **inputs.filters()})
 
 
-@pytest.mark.parametrize("inputs", [NIGHTLY, FLASH, Inputs(package="a b", platform="linux_x86_64,win_amd64")])
-def test_build_workflows_run_name_is_the_title(inputs: Inputs) -> None:
+@pytest.mark.parametrize("inputs", [NIGHTLY, FLASH, ChainInputs(package="a b", platform="linux_x86_64,win_amd64")])
+def test_build_workflows_run_name_is_the_title(inputs: ChainInputs) -> None:
     assert render_run_name(inputs) == title(inputs)
     assert parse_title(render_run_name(inputs)) == inputs
 
@@ -93,7 +93,7 @@ def test_farm_chain_dry_run_prints_the_dispatch(capsys: pytest.CaptureFixture[st
 
 
 # -- `farm chain` against the loopback GitHub ---------------------------------------------------------
-# GitHub cannot be reached from the test machine: tests/ghsim.py simulates its documented Actions
+# GitHub cannot be reached from the test machine: tests/support/ghsim.py simulates its documented Actions
 # endpoints on 127.0.0.1 (runs listed by workflow, branch and status; workflow_dispatch answered 204;
 # a concurrency group keeping one pending run). `farm chain` runs as its own process, as in build.yml.
 
@@ -122,7 +122,7 @@ def farm_chain(sim: ghsim.GitHubSim, *argv: str, token: str | None = ghsim.TOKEN
                           capture_output=True, text=True, check=False, timeout=120)
 
 
-def inputs_of(run: ghsim.SimRun) -> Inputs:
+def inputs_of(run: ghsim.SimRun) -> ChainInputs:
     found = parse_title(run.title)
     assert found is not None, run.title
     return found
@@ -157,7 +157,7 @@ def test_chain_joins_a_waiting_chained_waves_packages(github: ghsim.GitHubSim) -
     proc = farm_chain(github, *FLASH_ARGS)
     assert proc.returncode == 0, proc.stderr
     [new] = [r for r in waiting(github) if r.branch == "main"]
-    assert inputs_of(new) == Inputs(package="flash_attn natten", cuda="12.8")
+    assert inputs_of(new) == ChainInputs(package="flash_attn natten", cuda="12.8")
     # the runs were read by status, each waiting status once
     statuses = sorted(r.path for r in github.log if r.path.endswith("/runs"))
     assert len(statuses) == 4

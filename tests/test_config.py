@@ -9,16 +9,10 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ArchError, ConfigError, FarmError, UsageError
+from farm.load.defaults import load_defaults
+from farm.load.recipes import load_config
 from farm.model.cells import Cell, extension_lists, requires_dist, resolve_arch
-from farm.model.config import (
-    ArchiveOrigin,
-    GitSource,
-    PathSource,
-    SdistSource,
-    VendorSource,
-    load_config,
-    load_defaults,
-)
+from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "1e71dd64a9e0280e0447b8a0c2541bad4bf6ac65bdeaa2f90e51a9e57de0370d"
@@ -452,7 +446,7 @@ def test_a_host_only_extension_is_declared_none(farm_root: Path) -> None:
     write(farm_root, "pkg", GOOD + "extensions:\n  '*cpu_ops*': none\n  '*_sm90*': '9.0a'\n")
     recipe = load_config(farm_root).recipe("pkg")
     assert [(e.glob, e.spec.archs.canonical()) for e in recipe.extensions] == [("*cpu_ops*", ""), ("*_sm90*", "sm_90a")]
-    from farm.model.spec import ArchRequest
+    from farm.model.archrequest import ArchRequest
 
     request = ArchRequest.given(recipe.extensions[1].spec.archs, extensions=tuple(
         (e.glob, e.spec.archs) for e in recipe.extensions))

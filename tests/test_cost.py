@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from farm.cli import main
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.cost import (
@@ -26,6 +26,7 @@ from farm.schedule.cost import (
     cost_matrix,
     drain_model,
     estimate,
+    job_setup_s,
     longest_first,
     makespan,
     plan_cell,
@@ -33,8 +34,8 @@ from farm.schedule.cost import (
 )
 from farm.schedule.durations import read_durations
 from farm.schedule.matrix import compute_matrix
+from tests.support.ledgermaker import make_entry
 
-from .ledgermaker import make_entry
 from .test_matrix import make_tree
 
 LINUX = ("flash_attn", "12.8", "2.8", "cp312", "linux_x86_64")
@@ -56,7 +57,7 @@ def test_a_cell_that_fits_is_left_as_declared() -> None:
     plan = plan_cell(LINUX, Estimate(20 * 3600.0, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
     assert (plan.compile_jobs, plan.job_s, plan.link_s, plan.refused) == (20, 3600.0, LINK_JOB_S, None)
     assert plan.jobs == 21
-    assert plan.runner_s == 20 * 3600.0 + LINK_JOB_S
+    assert plan.runner_s == 20 * 3600.0 + LINK_JOB_S + 21 * job_setup_s()  # each job's set-up too
     plan = plan_cell(LINUX, Estimate(3600.0, "estimate"), declared_jobs=1)
     assert (plan.compile_jobs, plan.jobs, plan.refused) == (1, 1, None)
 
@@ -109,9 +110,10 @@ def test_a_waves_bill() -> None:
     assert bill.jobs == 40 + 10 + 1
     assert bill.uploads == 41
     assert bill.estimated == 1
-    assert bill.runner_hours == pytest.approx(40 + 10 + LINK_JOB_S / 3600)
+    setup = job_setup_s() / 3600  # every job's, before farm build
+    assert bill.runner_hours == pytest.approx(40 + 10 + LINK_JOB_S / 3600 + 51 * setup)
     # 50 one-hour jobs on 20 runners: 3 rounds, then the link job
-    assert bill.wall_hours == pytest.approx(3 + LINK_JOB_S / 3600)
+    assert bill.wall_hours == pytest.approx(3 + LINK_JOB_S / 3600 + 4 * setup)
     assert "51 job(s)" in bill.line()
     assert "at 20 concurrent jobs" in bill.line()
 
@@ -176,6 +178,7 @@ def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys:
     """A cell recorded cold (20 h, no hits) of a package whose builds hit 90% of their compile steps:
     its jobs are costed at the expected hit share, its split into compile jobs stays the cold one's."""
     from farm.schedule.hitrate import read_hit_rates
+    from farm.schedule.recipetimes import recipe_times
 
     root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
     main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
@@ -197,4 +200,5 @@ def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys:
                  == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
     a, b = cold.plans[first.cell.id], warm.plans[first.cell.id]
     assert a.compile_jobs == b.compile_jobs == 7
-    assert b.job_s == pytest.approx(a.job_s * (1 - 0.9 * 0.9))
+    saved = 1 - recipe_times().value("hit_cost")
+    assert b.job_s == pytest.approx(a.job_s * (1 - 0.9 * saved))  # a compile job: all compile

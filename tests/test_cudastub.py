@@ -17,10 +17,6 @@ from farm.provenance.buildinfo import ToolkitRecord
 from farm.toolkit import assemble as tk
 from farm.toolkit import cudastub
 
-from . import buildroot
-
-pypi_toolkit = buildroot.pypi_toolkit
-
 HEADER = """
 #define cuMemAlloc                          cuMemAlloc_v2
 #define cuMemcpyHtoD                        __CUDA_API_PTDS(cuMemcpyHtoD_v2)

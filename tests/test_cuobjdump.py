@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import packaging
@@ -12,16 +13,18 @@ import pytest
 import zstandard
 
 from farm.binary.cuobjdump import (
+    PINNED,
     cuobjdump_version,
     find_cuobjdump,
     list_targets,
     parse_listing,
+    pinned_cuobjdump,
     variant_free,
 )
 from farm.binary.fatbin import EntryKind
 from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import ArchList, Kind, Target, Variant
-from tests.cudafix import FIXTURES, CudaFixtures
+from tests.support.cudafix import FIXTURES, CudaFixtures
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,6 +40,46 @@ def test_found_and_versioned(tool: Path) -> None:
     version = cuobjdump_version(tool)
     assert all(part.isdigit() for part in version.split("."))
     assert version.count(".") == 2
+
+
+def test_the_pin_is_what_the_extras_install(tool: Path) -> None:
+    """The build and the upload extras install exactly the cuobjdump the assertion runs, and the
+    test environment (the build extra) has it."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in ("build", "upload"):
+        assert f"nvidia-cuda-cuobjdump=={PINNED}; platform_system != 'Darwin'" in extras[extra], extra
+    assert cuobjdump_version(find_cuobjdump(version=PINNED)) == PINNED
+
+
+def _fake(folder: Path, version: str) -> Path:
+    """A cuobjdump that says it is ``version`` (all that the search asks of it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "cuobjdump"
+    exe.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {version[:4]}, V{version}'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_a_pinned_version_is_found_wherever_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PATH and CUDA_HOME hold other versions: the search passes them for the one asked for, and
+    without it names every version it found and the wheel to install."""
+    on_path = _fake(tmp_path / "path", "13.2.51")
+    home = _fake(tmp_path / "cuda" / "bin", "13.4.49")
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv("CUDA_HOME", str(home.parent.parent))
+    assert find_cuobjdump() == on_path  # no version asked: the first, as before
+    assert find_cuobjdump(version="13.4.49") == home
+    assert cuobjdump_version(find_cuobjdump(version=PINNED)) == PINNED  # the build extra's wheel
+    with pytest.raises(ToolError, match=r"no cuobjdump 9\.9\.9 here \(found: .*\(13\.2\.51\).*\(13\.4\.49\)") as info:
+        find_cuobjdump(version="9.9.9")
+    assert "pip install nvidia-cuda-cuobjdump==9.9.9" in (info.value.hint or "")
+
+
+def test_a_given_cuobjdump_of_another_version_is_refused(tmp_path: Path) -> None:
+    other = _fake(tmp_path, "13.2.51")
+    with pytest.raises(ToolError, match=f"is cuobjdump 13.2.51, and this assertion runs cuobjdump {PINNED}"):
+        pinned_cuobjdump(PINNED, other)
+    assert pinned_cuobjdump("13.2.51", other) == other
 
 
 def _isolated_env(**extra: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .buildroot import REPO
+from tests.support.buildroot import REPO
 
 _spec = importlib.util.spec_from_file_location("demo_cuda_build", REPO / "examples/demo_ext/cuda_build.py")
 assert _spec is not None

@@ -5,15 +5,18 @@ pip), for GPUs and drivers this machine lacks through --device/--driver."""
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
-import tomllib
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from farm.cli import main
 from farm.doctor.catalog import Catalog
@@ -30,25 +33,24 @@ from farm.doctor.environment import (
     version_py_cuda,
 )
 from farm.doctor.machine import Machine, given
+from farm.errors import FarmError
 from farm.fsutil import sha256_file
 from farm.model.arch import ArchList
 from farm.model.driver import Device
 from farm.model.drivers import DriverVersion
+from farm.model.install import commands
 from farm.provenance.buildinfo import LEDGER_KEYS, BuildInfo
 from farm.publish import compat, index
-
-from .doctorfix import doctor_wheel
-from .ledgermaker import make_entry
-from .publishfix import fresh_venv, pip_install, serve_dir
+from tests.support.ledgermaker import make_entry
+from tests.support.publishfix import fresh_venv, pip_install, serve_dir
 
 REPO = Path(__file__).resolve().parent.parent
-__all__ = ["doctor_wheel"]  # the session's stamped demo_ext, a fixture
 SO = "pkg/_C.cpython-311-x86_64-linux-gnu.so"
 
 
 def _package(arch: str = "sm_80;sm_86;compute_86", *, cuda: str = "13.0", torch: str = "none",
-             nvcc: str = "13.0.88", ptx_isa: str | None = "9.0") -> Package:
-    entry = make_entry("pkg", cuda=cuda, torch=torch, arch=arch)
+             nvcc: str = "13.0.88", ptx_isa: str | None = "9.0", platform: str = "linux_x86_64") -> Package:
+    entry = make_entry("pkg", cuda=cuda, torch=torch, arch=arch, platform=platform)
     entry = {k: v for k, v in entry.items() if k not in LEDGER_KEYS}
     entry["found"] = {SO: arch}
     entry["toolchain"]["nvcc"] = nvcc
@@ -83,7 +85,57 @@ def test_no_image_fails_with_the_page_to_find_another() -> None:
     assert d.failed
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
     assert "cudaErrorNoKernelImageForDevice" in fail.what
-    assert (fail.fix or "").endswith("https://wheels.example.org/compat/find.html?gpu=7.5")
+    assert (fail.fix or "").endswith(
+        "https://wheels.example.org/compat/find.html?package=pkg&gpu=7.5&driver=580.65.06")
+
+
+def test_without_an_index_the_fix_says_how_to_name_one() -> None:
+    """No placeholder: the fix says what would run and how to get the command for it."""
+    d = diagnose(_machine("7.5"), _env(_package()))
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert fail.fix == ("install a build whose targets include sm_75 (or PTX at or below 7.5): no farm index is "
+                        "known for pkg: pass --index-url URL (or set FARM_INDEX_URL) and farm doctor names the "
+                        "wheel to install")
+    assert not any("<" in (f.fix or "") for f in d.findings)
+
+
+def test_the_index_a_wheel_was_installed_from_names_the_fix() -> None:
+    pkg = replace(_package(), index_url="https://wheels.example.org/")
+    d = diagnose(_machine("7.5"), _env(pkg))
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert "https://wheels.example.org/compat/find.html?package=pkg&gpu=7.5" in (fail.fix or "")
+    d = diagnose(_machine("7.5"), _env(pkg), index_url="https://other.example")  # --index-url wins
+    (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
+    assert "https://other.example/compat/find.html?package=pkg&gpu=7.5" in (fail.fix or "")
+
+
+def test_cannot_tell_is_not_nothing_will_fail() -> None:
+    unknown = diagnose(_machine(driver=None), _env(_package()))
+    assert not unknown.failed
+    assert unknown.cannot_tell
+    assert unknown.unchecked == ("kernel images: no GPU found (none given)",
+                                 "driver requirements: the driver version is unknown")
+    half = diagnose(_machine("8.6", driver=None), _env(_package()))
+    assert half.cannot_tell  # the image runs; whether the driver does is unknown
+    assert half.unchecked == ("driver requirements: the driver version is unknown",)
+    known = diagnose(_machine("8.6"), _env(_package()))
+    assert not known.cannot_tell
+    assert known.unchecked == ()
+    nothing = diagnose(_machine(driver=None), _env())
+    assert not nothing.cannot_tell  # no CUDA extension installed: nothing to tell
+
+
+def test_a_jetson_runs_no_wheel_of_the_farm() -> None:
+    """Orin (8.7): sm_80 SASS would load, but an Arm server build does not run on JetPack."""
+    pkg = _package("sm_80;sm_86", cuda="13.0", platform="linux_aarch64")
+    d = diagnose(_machine("8.7"), _env(pkg))
+    (fail,) = _fails(d)
+    assert "Jetson modules run the CUDA of their JetPack release" in fail
+    thor = diagnose(_machine("11.0"), _env(_package("sm_80;sm_110", cuda="13.0", platform="linux_aarch64")))
+    assert not thor.failed
+    x86 = diagnose(_machine("11.0"), _env(_package("sm_80;sm_110", cuda="13.0")))
+    (fail,) = _fails(x86)
+    assert "runs linux_aarch64 wheels only" in fail
 
 
 def test_jit_warns_of_its_cost_and_the_stub_risk() -> None:
@@ -140,7 +192,10 @@ def test_torch_not_the_one_the_wheel_pins(torch: Torch | None, severity: Severit
     assert found[0].severity is severity
     if torch is not None and torch.cuda not in (None, "cpu"):
         want = channel(torch.cuda, torch.minor)
-        assert found[0].fix == f"pip install --force-reinstall --index-url https://w.example/{want}/ 'pkg==0.1.0'"
+        assert found[0].fix == (f"install the pkg wheel of {want}: "
+                                "https://w.example/compat/find.html?package=pkg&driver=575.51")
+    elif torch is None:
+        assert found[0].fix == 'pip install "torch==2.8.*" --index-url https://download.pytorch.org/whl/cu128'
 
 
 def test_the_pinned_torch_passes() -> None:
@@ -231,10 +286,10 @@ def venv(doctor_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def _doctor(*args: str) -> tuple[int, dict[str, Any]]:
+def _doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run([sys.executable, "-m", "farm.cli", "doctor", *args, "--json"],
-                          capture_output=True, text=True, check=False, cwd=REPO)
-    assert proc.returncode in (0, 1), proc.stderr
+                          capture_output=True, text=True, check=False, cwd=REPO, env={**os.environ, **(env or {})})
+    assert proc.returncode in (0, 1, 4), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -251,7 +306,7 @@ def test_doctor_on_an_installed_farm_wheel(venv: Path, device: str, driver: str,
     rc, doc = _doctor("--python", str(venv), "--device", device, "--driver", driver)
     assert rc == code
     (pkg,) = doc["packages"]
-    assert pkg["dist"] == "demo-ext"
+    assert canonicalize_name(pkg["dist"]) == "demo-ext"  # setuptools writes Name: demo_ext
     assert pkg["provenance"] == "asserted"
     (ext,) = pkg["extensions"]
     assert ext["found"] == "sm_80;sm_86;compute_86"
@@ -269,7 +324,7 @@ def test_doctor_text_names_the_failure_and_the_fix(venv: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     assert "no kernel image for GPU 0 (7.5)" in out
-    assert "https://w.example/compat/find.html?gpu=7.5" in out
+    assert "https://w.example/compat/find.html?package=demo-ext&gpu=7.5&driver=550.54" in out
     assert "cudaErrorUnsupportedPtxVersion (222)" in out  # GPU 9.0 would JIT ISA 9.0 on a 12.4 driver
     assert "3 will fail" in out
 
@@ -291,9 +346,9 @@ def test_doctor_needs_no_torch_and_no_build_tooling(venv: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", _BLOCK, "doctor", "--python", str(venv), "--json"],
                           capture_output=True, text=True, check=False, cwd=REPO,
                           env={"PATH": "/usr/bin:/bin", "CUDA_HOME": "/nonexistent"})
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 4), proc.stderr  # 4: no GPU here, so it cannot tell
     doc = json.loads(proc.stdout)
-    assert doc["packages"][0]["dist"] == "demo-ext"
+    assert canonicalize_name(doc["packages"][0]["dist"]) == "demo-ext"
     if not doc["machine"]["gpus"]:  # this machine: no GPU, and it says so
         assert any("no GPU found" in f["what"] for f in doc["findings"])
 
@@ -312,39 +367,6 @@ def test_a_modified_extension_is_reported(venv: Path, tmp_path: Path) -> None:
         so.write_bytes(original)
 
 
-def test_the_build_tooling_is_an_extra() -> None:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    base = {r.split(">")[0].split(";")[0].strip() for r in project["dependencies"]}
-    assert not base & {"cibuildwheel", "nox", "pip", "nvidia-cuda-cuobjdump"}
-    assert "farm[build]" in project["optional-dependencies"]["test"]
-
-
-@pytest.mark.slow
-def test_the_light_install_diagnoses_and_refuses_to_build(venv: Path, tmp_path: Path) -> None:
-    """farm installed without extras (pip's configured index supplies the base dependencies):
-    doctor runs, cibuildwheel and nox are absent, and `farm build` names the extra it needs."""
-    light = tmp_path / "light"
-    subprocess.run([sys.executable, "-m", "venv", str(light)], check=True)
-    py = light / "bin" / "python"
-    proc = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", str(REPO)],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    missing = subprocess.run([str(py), "-c", ("import importlib.util as u; "
-                              "print([m for m in ('cibuildwheel', 'nox') if u.find_spec(m)])")],
-                             capture_output=True, text=True, check=True)
-    assert missing.stdout.strip() == "[]"
-    farm = light / "bin" / "farm"
-    doctor = subprocess.run([str(farm), "doctor", "--python", str(venv), "--device", "8.6", "--driver", "580.65.06",
-                             "--json"], capture_output=True, text=True, check=False, cwd=tmp_path)
-    assert doctor.returncode == 0, doctor.stderr
-    assert json.loads(doctor.stdout)["verdicts"][0]["image"] == "sm_86"
-    build = subprocess.run([str(farm), "build", "demo_ext", "--root", str(REPO)], capture_output=True, text=True,
-                           check=False, cwd=tmp_path)
-    assert build.returncode == 3
-    assert "pip install 'farm[build]'" in build.stderr
-    assert "cibuildwheel" in build.stderr
-
-
 # -- the fix names a wheel of the index's catalogue --------------------------------------------
 def _catalog(*wheels: tuple[str, str, str]) -> Catalog:
     """A catalogue as farm.publish.compat writes it, for pkg wheels (arch, CUDA, torch)."""
@@ -357,7 +379,11 @@ def _catalog(*wheels: tuple[str, str, str]) -> Catalog:
         name = make_entry("pkg", version=f"1.{n}", cuda=cuda, torch=torch)["filename"]
         recs.append(compat.record(compat.CompatWheel(index.describe(name, "0" * 64, 1, None),
                                                      BuildInfo.from_json(entry))))
-    return parse_catalog(json.loads(json.dumps({"schema_version": 1, "wheels": [*recs, {"junk": 1}]})), "test")
+    return parse_catalog(json.loads(json.dumps({"schema_version": 2, "wheels": [*recs, {"junk": 1}]})), "test")
+
+
+def _url(name: str) -> str:
+    return f"https://w.example/files/{name.replace('+', '%2B')}#sha256={'0' * 64}"
 
 
 def test_the_fix_names_the_wheel_that_runs() -> None:
@@ -365,32 +391,31 @@ def test_the_fix_names_the_wheel_that_runs() -> None:
                        ("sm_75;sm_80", "12.8", "none"))
     assert catalog.skipped == 1
     env = _env(_package(), torch=None)
-    d = diagnose(_machine("7.5"), env, index_url="https://w.example", catalog=catalog)
+    d = diagnose(_machine("7.5"), env, index_url="https://w.example", catalogs={"https://w.example": catalog})
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
-    assert fail.fix == ("pip install --force-reinstall --index-url https://w.example/cu128/ 'pkg==1.2+cu128' "
-                        "(pkg-1.2+cu128-cp311-cp311-linux_x86_64.whl)")
-    d = diagnose(_machine("9.0"), env, index_url="https://w.example", catalog=catalog)
+    assert fail.fix == f'pip install "pkg @ {_url("pkg-1.2+cu128-cp311-cp311-linux_x86_64.whl")}"'
+    d = diagnose(_machine("9.0"), env, index_url="https://w.example/", catalogs={"https://w.example/": catalog})
     risk = next(f for f in d.findings if "stub risk" in f.what)
-    assert "'pkg==1.1+cu130'" in (risk.fix or "")  # SASS sm_90 instead of a JIT below the device
+    assert "pkg-1.1%2Bcu130-" in (risk.fix or "")  # SASS sm_90 instead of a JIT below the device
 
 
 def test_driver_too_old_names_a_wheel_of_an_older_cuda_line() -> None:
     catalog = _catalog(("sm_80;sm_86;compute_86", "13.0", "none"), ("sm_80;sm_86", "12.8", "none"))
     d = diagnose(_machine("8.6", driver="550.54"), _env(_package(), torch=None), index_url="https://w.example",
-                 catalog=catalog)
+                 catalogs={"https://w.example": catalog})
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
     assert "CUDA 13.x runtime" in fail.what
-    assert fail.fix == ("upgrade the driver to 580 or newer, or pip install --force-reinstall --index-url "
-                        "https://w.example/cu128/ 'pkg==1.1+cu128' (pkg-1.1+cu128-cp311-cp311-linux_x86_64.whl)")
+    assert fail.fix == ("upgrade the driver to 580 or newer, or pip install "
+                        f'"pkg @ {_url("pkg-1.1+cu128-cp311-cp311-linux_x86_64.whl")}"')
 
 
 def test_an_unreadable_catalogue_is_said_and_fixes_fall_back(venv: Path, tmp_path: Path) -> None:
     rc, doc = _doctor("--python", str(venv), "--device", "7.5", "--driver", "580.65.06",
                       "--index-url", str(tmp_path))
     assert rc == 1
-    assert any("catalogue is not readable" in f["what"] for f in doc["findings"])
+    assert any("is not readable" in f["what"] for f in doc["findings"])
     fail = next(f for f in doc["findings"] if f["severity"] == "fail")
-    assert fail["fix"].endswith("/compat/find.html?gpu=7.5")
+    assert fail["fix"].endswith("/compat/find.html?package=demo-ext&gpu=7.5&driver=580.65.06")
 
 
 def test_doctor_reads_a_served_index(venv: Path, doctor_wheel: Path, tmp_path: Path) -> None:
@@ -407,7 +432,45 @@ def test_doctor_reads_a_served_index(venv: Path, doctor_wheel: Path, tmp_path: P
     assert rc == 0
     assert not any("catalogue" in f["what"] for f in doc["findings"])
     risk = next(f for f in doc["findings"] if "stub risk" in f["what"])
-    assert risk["fix"] == f"prefer a build with sm_90 SASS: {url}/compat/find.html?gpu=9.0"  # none in this index
+    page = f"{url}/compat/find.html?package=demo-ext&gpu=9.0&driver=580.65.06"
+    assert risk["fix"] == f"prefer a build with sm_90 SASS: {page}"  # none in this index
+
+
+def test_the_index_a_wheel_came_from_names_its_fix(doctor_wheel: Path, tmp_path: Path) -> None:
+    """A wheel installed by the command the compatibility page shows (its URL, recorded by the
+    installer in direct_url.json): doctor fetches that index's catalogue and names it in the fix,
+    with no --index-url. FARM_INDEX_URL names another index instead."""
+    root = tmp_path / "index"
+    sha = sha256_file(doctor_wheel)
+    index.publish(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None)
+    server, url = serve_dir(root, tmp_path / "http.log")
+    try:
+        python = fresh_venv(tmp_path / "venv")
+        rec = {"project": "demo-ext", "url": index.url_of(doctor_wheel.name, None), "sha256": sha}
+        requirements = shlex.split(commands(rec, f"{url}/")[0])[2:]  # pip install "demo-ext @ URL#sha256=..."
+        proc = pip_install(python, "--no-deps", *requirements)
+        assert proc.returncode == 0, proc.stderr
+        rc, doc = _doctor("--python", str(python), "--device", "7.5", "--driver", "580.65.06")
+        assert rc == 1
+        assert not any("not readable" in f["what"] for f in doc["findings"])  # the catalogue was read
+        fail = next(f for f in doc["findings"] if f["severity"] == "fail")
+        assert fail["fix"].endswith(f"{url}/compat/find.html?package=demo-ext&gpu=7.5&driver=580.65.06")
+        rc, doc = _doctor("--python", str(python), "--device", "7.5", "--driver", "580.65.06",
+                          env={"FARM_INDEX_URL": str(tmp_path / "elsewhere")})
+        assert any(f"catalogue of {tmp_path / 'elsewhere'} is not readable" in f["what"] for f in doc["findings"])
+    finally:
+        server.stop()
+
+
+def test_no_gpu_and_no_driver_is_cannot_tell(venv: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "farm.cli", "doctor", "--python", str(venv)],
+                          capture_output=True, text=True, check=False, cwd=REPO,
+                          env={**os.environ, "PATH": "/nonexistent"})  # no nvidia-smi either
+    if "no GPU found" not in proc.stdout:
+        pytest.skip("this machine has a GPU: doctor can tell")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "cannot tell whether 1 CUDA extension(s) run here: not checked: kernel images" in proc.stdout
+    assert "nothing will fail" not in proc.stdout
 
 
 def test_a_wheel_without_provenance_is_judged_by_inspection(doctor_wheel: Path, tmp_path: Path) -> None:
@@ -429,13 +492,31 @@ def test_a_wheel_without_provenance_is_judged_by_inspection(doctor_wheel: Path, 
 def test_torch_mismatch_names_the_wheel_for_the_installed_torch() -> None:
     catalog = _catalog(("sm_80;sm_90", "12.8", "2.8"), ("sm_80;sm_90", "12.8", "2.9"), ("sm_80;sm_90", "13.0", "2.9"))
     pkg = _package("sm_80;sm_90", cuda="12.8", torch="2.8", nvcc="12.8.93", ptx_isa=None)
+    catalogs = {"https://w.example": catalog}
     d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=Torch("2.9.1+cu128", "12.8")),
-                 index_url="https://w.example", catalog=catalog)
+                 index_url="https://w.example", catalogs=catalogs)
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
     assert "undefined symbol" in fail.what
-    assert fail.fix == ("pip install --force-reinstall --index-url https://w.example/cu128/torch2.9/ "
-                        "'pkg==1.1+cu128torch2.9' (pkg-1.1+cu128torch2.9-cp311-cp311-linux_x86_64.whl)")
+    assert fail.fix == f'pip install "pkg @ {_url("pkg-1.1+cu128torch2.9-cp311-cp311-linux_x86_64.whl")}"'
     d = diagnose(_machine("9.0", driver="575.51"), _env(pkg, torch=Torch("2.7.0+cu126", "12.6")),
-                 index_url="https://w.example", catalog=catalog)
+                 index_url="https://w.example", catalogs=catalogs)
     (fail,) = [f for f in d.findings if f.severity is Severity.FAIL]
-    assert (fail.fix or "").startswith("the index has no pkg for torch 2.7.0+cu126 that runs here: install torch 2.8")
+    assert fail.fix == ("the index has no pkg for torch 2.7.0+cu126 that runs here: "
+                        'pip install "torch==2.8.*" --index-url https://download.pytorch.org/whl/cu128 instead')
+
+
+def test_a_catalogue_record_that_would_break_the_command_is_left_out() -> None:
+    """A fix pastes the record's URL into a shell command: only a stored wheel's path under the
+    index root, and a sha256, are believed."""
+    good = next(iter(_catalog(("sm_80", "13.0", "none")).wheels)).as_record()
+    base = {"filename": "pkg-1.0+cu130-cp311-cp311-linux_x86_64.whl", "project": "pkg", "version": "1.0+cu130",
+            "channel": "cu130", "cuda": "13.0", "torch": "none", "python": "cp311", "platform": "linux_x86_64",
+            "devices": {}, "pins": [], "unresolved": [], "sha256": "0" * 64}
+    bad_urls = ['files/x.whl"; rm -rf ~; "', "https://evil.example/x.whl", "files/../x.whl/", "files/x.tar.gz"]
+    recs = [{**base, "url": good["url"]}, *({**base, "url": u} for u in bad_urls),
+            {**base, "url": good["url"], "sha256": "z" * 64},
+            {**base, "url": good["url"], "pins": [{"project": "a", "url": "files/$(id).whl", "sha256": "0" * 64}]}]
+    catalog = parse_catalog({"schema_version": 2, "wheels": recs}, "test")
+    assert (len(catalog.wheels), catalog.skipped) == (1, 6)
+    with pytest.raises(FarmError, match="schema_version 2"):
+        parse_catalog({"schema_version": 1, "wheels": []}, "test")

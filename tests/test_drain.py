@@ -4,10 +4,10 @@ publisher killed between upload and ledger record, rejected ledger pushes and a 
 
 GitHub cannot be reached from here: its Releases API (422 on a duplicate asset name, the
 1,000-asset cap, 403/429 with Retry-After under the primary and secondary limits) is simulated on
-127.0.0.1 in scaled time (tests/ghsim.py), the repository's branch is a bare git remote other
+127.0.0.1 in scaled time (tests/support/ghsim.py), the repository's branch is a bare git remote other
 writers push to, and a hosted runner's disk is a quota per publish job. The build jobs are
 simulated (valid wheels carrying each cell's provenance, no nvcc); planning, slicing, streaming,
-publishing, recording and chaining are farm's own code (tests/drainsim.py).
+publishing, recording and chaining are farm's own code (tests/support/drainsim.py).
 
 The drain runs the repository's whole grid, as the nightly does after an epoch bump: every
 package, CUDA line, torch row, Python and platform (16,390 cells; sharded cells with their
@@ -27,8 +27,8 @@ import pytest
 
 from farm.cli import main
 from farm.schedule.stream import ERROR, PUBLISHED
-from tests import ghsim
-from tests.drainsim import MB, Farm, Faults, RunResult, Sim
+from tests.support import ghsim
+from tests.support.drainsim import MB, Farm, Faults, RunResult, Sim
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,7 @@ import pytest
 from farm.builder import envshare
 from farm.builder.buildenv import SPEC_FILE, EnvSpec, ensure_env, find_uv, marker_record, ready_siblings
 from farm.builder.envshare import FileFacts, why_not
-
-from .wheelmaker import make_wheel
+from tests.support.wheelmaker import make_wheel
 
 PY = ".".join(map(str, sys.version_info[:3]))
 EXE = os.path.realpath(sys.executable)

@@ -20,12 +20,8 @@ from farm.errors import UsageError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.provenance.ledgerwrite import fragment_path
-
-from . import buildroot
-from .buildroot import dep_user_root
-from .wheelmaker import make_wheel
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import dep_user_root
+from tests.support.wheelmaker import make_wheel
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")

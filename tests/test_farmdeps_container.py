@@ -24,11 +24,7 @@ from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import dep_user_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import dep_user_root
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
@@ -54,7 +50,8 @@ def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path
                        farm_deps=(dep,), farm_deps_dir=staged)
     plan = plan_build(config, config.recipe("dep_user"), USER, tmp_path, opts)
     engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
-    assert engine.create_args == ("--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro",
+    assert engine.create_args == ("--volume", f"{tmp_path / 'work'}/compile-cache:/opt/farm/compile-run",
+                                  "--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro",
                                   "--label", container_label(tmp_path / "work"))
     assert str(plan.options["before-build"]).endswith(
         f"python -m pip install 'demo_ext @ file://{CONTAINER_FARM_DEPS}/{dep.wheel.name}#sha256={dep.sha256}'")

@@ -23,7 +23,7 @@ from farm.binary.fatbin import (
 from farm.binary.fatbinscan import EXECUTABLE_SECTION, RELOCATABLE_SECTION
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList, Kind, Target, Variant
-from tests.cudafix import BASE, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
+from tests.support.cudafix import BASE, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
 
 
 @pytest.mark.parametrize("name", VALID)

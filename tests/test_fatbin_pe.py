@@ -16,8 +16,8 @@ from farm.binary.cuobjdump import find_cuobjdump, list_targets, variant_free
 from farm.binary.fatbin import read_fatbins, union
 from farm.binary.inspection import inspect_file, inspect_wheel
 from farm.errors import BinaryFormatError, ToolError
-from tests.cudafix import CudaFixtures
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import CudaFixtures
+from tests.support.wheelmaker import make_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 ALIGN = 0x200

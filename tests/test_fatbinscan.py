@@ -14,7 +14,7 @@ import pytest
 from farm.binary import fatbinscan
 from farm.binary.fatbin import read_fatbins
 from farm.errors import BinaryFormatError
-from tests.cudafix import FATBIN_MAGIC, VALID, CudaFixtures
+from tests.support.cudafix import FATBIN_MAGIC, VALID, CudaFixtures
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ import pytest
 
 from farm.cli import main
 from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK
-from farm.model.config import load_defaults
+from farm.load.defaults import load_defaults
 from farm.netutil import parse_page
 from farm.schedule.grid import propose, shipped
-from tests import loopback
+from tests.support import loopback
 
 REPO = Path(__file__).resolve().parent.parent
 PYS = ("310", "311", "312", "313", "314", "315")

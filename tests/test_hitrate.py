@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from farm.schedule.hitrate import COMPILE_SHARE, HitRates, read_hit_rates
-
-from .ledgermaker import make_entry
+from farm.schedule.hitrate import HitRates, fixed_seconds, read_hit_rates
+from farm.schedule.recipetimes import recipe_times
+from tests.support.ledgermaker import make_entry
 
 KEY = ("flash_attn", "12.8", "2.8", "cp311", "linux_x86_64")
+HIT_COST = recipe_times().value("hit_cost")
 
 
 def _line(python: str, compiles: int | None, hits: int | None, refused: dict[str, int] | None = None) -> str:
@@ -34,15 +35,33 @@ def test_rates_come_from_the_ledgers_recorded_counts(tmp_path) -> None:
     assert read_hit_rates(tmp_path / "missing.jsonl") == HitRates.none()
 
 
-def test_the_factor_moves_a_duration_from_its_own_hit_share_to_the_expected_one() -> None:
+def test_a_duration_moves_from_its_own_hit_share_to_the_expected_one() -> None:
     rates = HitRates.of([(KEY, 100, 0), ((*KEY[:3], "cp312", KEY[4]), 100, 100)])
-    expected = rates.expected(KEY)
-    assert expected == 0.5
-    # recorded cold: expected to hit half its steps next time
-    assert rates.factor(KEY) == pytest.approx(1 - COMPILE_SHARE * 0.5)
+    assert rates.expected(KEY) == 0.5
+    fixed = fixed_seconds(KEY)
+    # recorded cold: expected to hit half its steps next time; the fixed part is not shortened
+    assert rates.seconds(KEY, 3600) == pytest.approx(fixed + (3600 - fixed) * (1 - 0.5 * (1 - HIT_COST)))
     # recorded fully warm: the next build is expected to compile more than it did
     warm = (*KEY[:3], "cp312", KEY[4])
-    assert rates.factor(warm) == pytest.approx((1 - COMPILE_SHARE * 0.5) / (1 - COMPILE_SHARE))
+    compile_s = (3600 - fixed) / HIT_COST
+    assert rates.seconds(warm, 3600) == pytest.approx(fixed + compile_s * (1 - 0.5 * (1 - HIT_COST)))
     # an estimate (no recorded build of the cell) is a build without a cache
-    assert rates.factor(("x", "12.8", "2.8", "cp311", "linux_x86_64"), recorded=False) == 1.0
-    assert HitRates.none().factor(KEY) == 1.0
+    other = ("x", "12.8", "2.8", "cp311", "linux_x86_64")
+    assert rates.seconds(other, 3600, recorded=False) == 3600
+    assert HitRates.none().seconds(KEY, 3600) == 3600
+    # a compile job of a sharded cell is all compile
+    assert rates.seconds(KEY, 3600, fixed=0.0) == pytest.approx(3600 * (1 - 0.5 * (1 - HIT_COST)))
+
+
+def test_a_store_that_keeps_every_step_expects_a_recorded_cell_to_hit_all_of_them() -> None:
+    """After a cold bump into an S3 store every recorded cell's steps are there: the bill of the
+    next bump is the warm one, though no build has hit yet. A cell never built hits like its
+    package's builds did (here: nothing)."""
+    cold = HitRates.of([(KEY, 100, 0)])
+    kept = cold.kept(True)
+    assert cold.expected(KEY) == 0.0
+    assert kept.expected(KEY) == 1.0
+    fixed = fixed_seconds(KEY)
+    assert kept.seconds(KEY, 3600) == pytest.approx(fixed + (3600 - fixed) * HIT_COST)
+    assert kept.expected(("x", "12.8", "2.8", "cp311", "linux_x86_64")) == 0.0
+    assert fixed_seconds(("x", "12.8", "none", "cp311", "linux_x86_64")) < fixed

@@ -27,13 +27,13 @@ import pytest
 
 from farm import cacheseal, netutil
 from farm.cli import main
-from farm.model.config import load_defaults
+from farm.load.defaults import load_defaults
 from farm.source import fetch
 from farm.toolkit import redist
 from farm.toolkit.assemble import STAMP
 from farm.toolkit.request import ToolkitRequest, request_for
-from tests import gitremote, loopback
-from tests.buildroot import make_root
+from tests.support import gitremote, loopback
+from tests.support.buildroot import make_root
 
 REPO = Path(__file__).resolve().parent.parent
 DEEP = b"[" * 100_000 + b"]" * 100_000
@@ -77,12 +77,19 @@ def test_a_hostile_spec_is_bad_input(tmp_path: Path, capsys, content: bytes, wor
             str(spec), *words)
 
 
-def test_a_spec_that_never_ends_is_refused_after_a_megabyte(tmp_path: Path, capsys) -> None:
-    """`--spec /dev/zero` read until the OOM killer; now at most the cap plus one byte is read."""
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_spec_that_never_ends_is_refused_before_it_is_read(tmp_path: Path, capsys, kind: str) -> None:
+    """`--spec /dev/zero` read until the OOM killer, and a FIFO nobody writes blocked farm for good;
+    only a regular file is read now."""
     wheel = tmp_path / "demo-1.0-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(b"PK")
-    refused(farm(capsys, "postbuild", str(wheel), "--spec", "/dev/zero", "--out", str(tmp_path / "out")), 2,
-            "/dev/zero", "larger than")
+    spec = "/dev/zero"
+    if kind == "fifo":
+        spec = str(tmp_path / "spec.json")
+        os.mkfifo(spec)
+    refused(farm(capsys, "postbuild", str(wheel), "--spec", spec, "--out", str(tmp_path / "out")), 2,
+            spec, "not a regular file")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("content", [DEEP, b'{"cells": [], "totals": {"deferred": Infinity}}',
@@ -93,6 +100,19 @@ def test_a_hostile_wave_plan_is_bad_input(tmp_path: Path, capsys, content: bytes
     plan = tmp_path / "plan.json"
     plan.write_bytes(content)
     refused(farm(capsys, command[0], "--plan", str(plan), *command[1:]), 2, str(plan))
+
+
+@pytest.mark.parametrize("command", [["slice", "--shard", "0"],
+                                     ["publish-shard", "--shard", "0", "--run-id", "1", "--report", "r.jsonl"]],
+                         ids=["slice", "publish-shard"])
+def test_a_wave_plan_that_is_a_fifo_is_refused_at_once(tmp_path: Path, capsys, monkeypatch,
+                                                       command: list[str]) -> None:
+    """A FIFO nobody writes blocked the reader for good."""
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "plan.json"
+    os.mkfifo(plan)
+    refused(farm(capsys, command[0], "--plan", str(plan), *command[1:]), 2, str(plan), "not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 
 
 # ------------------------------------------------------------------------------------- toolkit flags
@@ -501,7 +521,7 @@ def test_an_empty_or_malformed_shard_is_bad_input_not_a_full_build(tmp_path: Pat
 def test_a_wheel_with_hostile_provenance_is_refused_by_the_gate(tmp_path: Path, capsys, provenance: bytes) -> None:
     """A wheel's ``_build_info.json`` crosses a job boundary: the gate refuses the wheel (exit 1,
     `upload refused`, the command-line contract for the gate's verdict) naming it, never a traceback."""
-    from tests.wheelmaker import make_wheel
+    from tests.support.wheelmaker import make_wheel
 
     wheel = make_wheel(tmp_path / "dist", "demo", "1.0", {
         "demo/__init__.py": b"", "demo-1.0.dist-info/_build_info.json": provenance})
@@ -518,7 +538,7 @@ def test_a_wheel_with_hostile_provenance_is_refused_by_the_gate(tmp_path: Path, 
 def test_a_ledger_line_that_never_ends_is_refused_naming_it(tmp_path: Path, capsys, command: str) -> None:
     """A 20 MB line (no newline) on line 2: refused after the cap, never held whole."""
     from farm.provenance.ledgerline import dumps_entry
-    from tests.ledgermaker import make_entry
+    from tests.support.ledgermaker import make_entry
     from tests.test_matrix import make_tree
 
     root = make_tree(tmp_path / "farm")

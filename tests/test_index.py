@@ -17,8 +17,8 @@ from farm.errors import DefectError, LedgerError
 from farm.provenance.buildinfo import LedgerEntry, inferred_build_info
 from farm.provenance.stamp import stamp_wheel
 from farm.publish import index
-from tests.ledgermaker import make_entry
-from tests.wheelmaker import make_wheel
+from tests.support.ledgermaker import make_entry
+from tests.support.wheelmaker import make_wheel
 
 Built = tuple[list[Path], dict[str, LedgerEntry]]
 
@@ -147,7 +147,8 @@ def test_lost_project_refused_unless_allowed(built: Built, tmp_path: Path) -> No
     assert report.removed == ("cu130/torch2.9/gamma", "cu130/torch2.9/")
     assert "cu130/torch2.9" not in json.loads((root / "packages.json").read_text())["channels"]
     assert not (root / "cu130").exists()  # no page of the dropped channel is left behind
-    assert [link["href"] for link in _links(root / "index.html")] == ["cu128/", "cu128/torch2.7/", "cu128/torch2.8/"]
+    assert [link["href"] for link in _links(root / "index.html")] == [
+        "cu128/", "cu128/torch2.7/", "cu128/torch2.8/", "compat/find.html"]  # the channels, then the find page
 
 
 def test_same_name_other_hash_refused_and_reupload_is_a_noop(built: Built, tmp_path: Path) -> None:

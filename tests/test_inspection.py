@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from farm.binary.assertion import Expected, VendoredRule, assert_inspection
+from farm.binary.archrule import Expected, VendoredRule
+from farm.binary.assertion import assert_inspection
 from farm.binary.cuobjdump import list_targets, variant_free
 from farm.binary.fatbin import read_fatbins
 from farm.binary.inspection import Reader, compare, inspect_file, inspect_wheel
@@ -17,8 +18,8 @@ from farm.commands.inspect import _fatbin_lines
 from farm.errors import BinaryFormatError, ToolError, WheelError
 from farm.model.arch import ArchList
 from farm.table import format_table
-from tests.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
-from tests.wheelmaker import make_wheel
+from tests.support.cudafix import BASE, CORRUPT, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
+from tests.support.wheelmaker import make_wheel
 
 EXT = "demo/_C.cpython-311-x86_64-linux-gnu.so"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -43,5 +44,9 @@ def test_a_file_is_read_up_to_its_cap(tmp_path: Path) -> None:
     assert jsonread.load_file(path, cap=8) == {"a": 1}
     with pytest.raises(JsonInputError, match="larger than 7 bytes"):
         jsonread.load_file(path, cap=7)
-    with pytest.raises(JsonInputError, match="larger than 1,024 bytes"):
-        jsonread.read_bounded("/dev/zero", 1024)  # a device never ends: the cap does
+    with pytest.raises(JsonInputError, match="not a regular file"):
+        jsonread.read_bounded("/dev/zero", 1024)  # a device never ends: never read
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(JsonInputError, match="not a regular file"):
+        jsonread.read_bounded(fifo)  # nobody writes it: opening it blocked

@@ -4,6 +4,7 @@ stage or from stages above it, and no import cycle exists between modules."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import farm
@@ -12,7 +13,7 @@ PACKAGE = Path(farm.__file__).parent
 
 # Stage order: a stage may import from itself and from stages listed before it.
 STAGES = ["base", "model", "toolkit", "binary", "source", "lint", "provenance", "builder", "schedule", "publish",
-          "doctor", "commands"]
+          "simulate", "load", "doctor", "commands"]
 BASE_MODULES = {"farm", "farm.cacheseal", "farm.errors", "farm.filestamp", "farm.fsutil", "farm.jsonread",
                 "farm.netutil", "farm.progress", "farm.table"}
 
@@ -62,6 +63,7 @@ def _imports(path: Path, module: str) -> set[str]:
     return found
 
 
+@functools.cache  # both tests read every module's imports once
 def _graph() -> dict[str, set[str]]:
     return {_module_name(p): _imports(p, _module_name(p)) for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -97,3 +99,19 @@ def test_no_import_cycle() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def test_one_class_per_name_and_one_meaning_per_module_name() -> None:
+    """A name a reader meets means one thing: no two classes of farm/ share a name, and no two
+    modules outside the commands (each named after its command) share a file name."""
+    classes: dict[str, list[str]] = {}
+    modules: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        if path.name != "__init__.py" and not module.startswith("farm.commands."):
+            modules.setdefault(path.name, []).append(module)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(module)
+    assert {name: where for name, where in classes.items() if len(where) > 1} == {}
+    assert {name: where for name, where in modules.items() if len(where) > 1} == {}

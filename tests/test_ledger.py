@@ -36,8 +36,7 @@ from farm.provenance.ledgerwrite import (
     record_published_many,
     write_fragment,
 )
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -276,7 +275,7 @@ _MERGER = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     from farm.provenance.ledgerwrite import merge_fragments, write_fragment
-    from tests.ledgermaker import make_entry
+    from tests.support.ledgermaker import make_entry
     ledger, work, start, tag = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
     while not start.exists():
         time.sleep(0.001)

@@ -12,8 +12,7 @@ from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import LedgerIndex, iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import dumps_entry
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 URL = "https://github.com/o/r/releases/download/t/"
 
@@ -115,18 +114,23 @@ def test_a_file_changed_by_another_writer_is_read_again(tmp_path: Path) -> None:
     assert ledger.stat().st_size == size
 
 
-def test_a_last_line_without_its_newline_is_kept_and_a_torn_one_refused(tmp_path: Path) -> None:
+def test_a_last_line_without_its_newline_is_kept_and_a_torn_one_removed_by_the_next_book(tmp_path: Path,
+                                                                                         capsys) -> None:
     ledger = tmp_path / "ledger.jsonl"
     ledger.write_text(dumps_entry(entry("cp310")))  # complete, no newline
     book = LedgerBook.open(ledger)
     book.record(entry("cp311"), "github", URL)
     assert [e["cell"]["python"] for _, e in iter_entries(ledger)] == ["cp310", "cp311"]
 
-    # a process killed mid-append leaves half a line: every reader refuses it, with its line
+    # a process killed mid-append leaves half a line: every reader refuses it, with its line; the
+    # next publish's book removes it (its wheel is then found unrecorded and re-asserted)
     whole = ledger.read_bytes()
     ledger.write_bytes(whole + (dumps_entry(entry("cp312")) + "\n").encode()[:100])
     with pytest.raises(LedgerError, match=r"ledger\.jsonl:3"):
-        LedgerBook.open(ledger)
+        list(iter_entries(ledger))
+    assert len(LedgerBook.open(ledger)) == 2
+    assert ledger.read_bytes() == whole
+    assert "removed an incomplete last line (100 bytes" in capsys.readouterr().err
 
 
 def test_the_records_of_many_wheels_cost_one_read(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from farm.errors import LedgerError, ToolError
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.publish.ledgerpush import LedgerPusher, commit_and_push, merge_ledgers
-from tests.gitremote import append, bare_remote, clone, git, pushed_ledger
-from tests.ledgermaker import make_entry
+from tests.support.gitremote import append, bare_remote, clone, git, pushed_ledger
+from tests.support.ledgermaker import make_entry
 
 
 class NoWait:

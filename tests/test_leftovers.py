@@ -21,7 +21,7 @@ from farm.fsutil import atomic_write, sweep_leftovers
 from farm.provenance.buildinfo import inferred_build_info
 from farm.provenance.crawl import Scratch, _stream
 from farm.provenance.stamp import stamp_wheel
-from tests.wheelmaker import make_wheel
+from tests.support.wheelmaker import make_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ import pytest
 
 from farm.cli import main
 from farm.errors import SourceError
-from farm.lint.api import LINT_VERSION, Finding, LintReport, Severity, lint_cached, lint_tree
+from farm.lint.api import LINT_VERSION, LintFinding, LintReport, LintSeverity, lint_cached, lint_tree
 from farm.model.arch import ArchList
 from farm.model.config import LintIgnore
 from farm.source.fetch import SourceTree
@@ -23,7 +23,7 @@ def lint(name: str, archs: str, ignores: tuple[LintIgnore, ...] = (), **kw: Any)
     return lint_tree(DATA / name, ArchList.parse(archs), ignores, **kw)
 
 
-def by_rule(report: LintReport, rule: str, severity: Severity = Severity.ERROR) -> list[Finding]:
+def by_rule(report: LintReport, rule: str, severity: LintSeverity = LintSeverity.ERROR) -> list[LintFinding]:
     return [f for f in report.findings if f.rule == rule and f.severity is severity]
 
 
@@ -114,7 +114,7 @@ def test_fp8_types_outside_a_gate_are_an_info() -> None:
     """__nv_fp8_e4m3 in signatures compiles for every arch (cuda_fp8.h converts in software below 8.9):
     an info for the 8.9 device that runs sm_86, not an error."""
     report = lint("sage_fp8", "8.0;8.6;9.0+PTX")
-    fp8 = by_rule(report, "fp8", Severity.INFO)
+    fp8 = by_rule(report, "fp8", LintSeverity.INFO)
     assert {f.path for f in fp8} == {"csrc/qattn/qk_int_sv_f8_cuda_sm89.cu", "csrc/qattn/mma_fp8.cuh"}
     assert all(f.needs == ("8.9",) and "software" in f.message for f in fp8)
     # The e4m3 in mma_fp8.cuh's asm sits inside the >= 890 gate: reported once, on the signature line.
@@ -169,7 +169,7 @@ def test_cmake_architectures_set_in_the_build() -> None:
     report = lint("cmake_override", "8.0;9.0")
     (override,) = by_rule(report, "arch-override")
     assert override.line == 10
-    (default,) = by_rule(report, "arch-override", Severity.INFO)  # guarded by if(NOT DEFINED ...)
+    (default,) = by_rule(report, "arch-override", LintSeverity.INFO)  # guarded by if(NOT DEFINED ...)
     assert default.line == 6
     (target,) = by_rule(report, "explicit-target")
     assert "9.0a" in target.needs
@@ -429,7 +429,7 @@ def test_returning_a_computed_fallback_is_work_and_returning_a_constant_is_a_stu
          "__device__ float f(float x) {\n" + body.format("return slow(x);")  # gate at line 4: a real fallback
         + "__device__ float g(float x) {\n" + body.format("return 0.f;"))  # gate at line 11: a constant
     report = lint_tree(tmp_path, ArchList.parse("8.0;8.6;9.0"))
-    assert [(f.line, f.severity) for f in report.findings] == [(11, Severity.ERROR), (4, Severity.INFO)]
+    assert [(f.line, f.severity) for f in report.findings] == [(11, LintSeverity.ERROR), (4, LintSeverity.INFO)]
     assert "return 0.f" in report.errors[0].message
     assert "return slow(x)" in report.infos[0].message
 
@@ -444,6 +444,6 @@ def test_a_gate_that_a_device_cannot_decide_natively_is_still_judged(tmp_path) -
         "  cas_loop_add(a, v);\n#else\n  atomicAdd(a, v);\n#endif\n}\n")
     report = lint_tree(tmp_path, ArchList.parse("6.0+PTX"))
     (info,) = report.findings
-    assert info.severity is Severity.INFO
+    assert info.severity is LintSeverity.INFO
     assert info.line == 2
     assert "cas_loop_add" in info.message

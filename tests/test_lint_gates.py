@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from farm.lint.api import Finding, LintReport, Severity, lint_tree
+from farm.lint.api import LintFinding, LintReport, LintSeverity, lint_tree
 from farm.model.arch import ArchList
 
 DATA = Path(__file__).parent / "data" / "lint"
@@ -17,7 +17,7 @@ def lint(name: str, archs: str) -> LintReport:
     return lint_tree(DATA / name, ArchList.parse(archs))
 
 
-def at(report: LintReport, path: str, line: int) -> Finding:
+def at(report: LintReport, path: str, line: int) -> LintFinding:
     (finding,) = [f for f in report.findings if (f.path, f.line) == (path, line)]
     return finding
 
@@ -27,7 +27,7 @@ def test_if_constexpr_below_the_gate_is_the_same_trap_as_if() -> None:
     800)`` takes the else branch, a call of nunchaku's trap_unsupported_arch()."""
     report = lint("constexpr_gate", "7.5+PTX")
     gate = at(report, "csrc/gemm.cu", 6)
-    assert gate.severity is Severity.ERROR
+    assert gate.severity is LintSeverity.ERROR
     assert gate.rule == "arch-gate"
     assert "trap_unsupported_arch()" in gate.message
     assert "8.0 (A100)" in gate.devices
@@ -45,7 +45,7 @@ def test_nv_dispatch_target_is_judged_per_image() -> None:
     report = lint("constexpr_gate", "8.0;8.6")
     dispatch = at(report, "csrc/dispatch.cu", 9)
     # 8.9 runs sm_86, where NV_DISPATCH_TARGET has no branch at all: an empty kernel
-    assert dispatch.severity is Severity.ERROR
+    assert dispatch.severity is LintSeverity.ERROR
     assert dispatch.devices == ("8.9 (RTX 40xx, L4, L40S)",)
     assert dispatch.needs == ("8.9",)
     # NV_IF_ELSE_TARGET with a real fallback never fails (here no device is above 9.0 with an image)
@@ -58,11 +58,11 @@ def test_a_stub_on_a_declared_arch_own_image_is_reported() -> None:
     trap_unsupported_arch(): infos, the package's dispatch must keep those kernels off those devices."""
     report = lint("constexpr_gate", "7.5;8.0;8.9;9.0")
     dispatch = at(report, "csrc/dispatch.cu", 9)
-    assert dispatch.severity is Severity.INFO
+    assert dispatch.severity is LintSeverity.INFO
     assert dispatch.devices == ("7.5 (T4, RTX 20xx)", "8.0 (A100)")
     assert "own images (sm_75, sm_80)" in dispatch.message
     gemm = at(report, "csrc/gemm.cu", 6)
-    assert gemm.severity is Severity.INFO
+    assert gemm.severity is LintSeverity.INFO
     assert gemm.devices == ("7.5 (T4, RTX 20xx)",)
     assert report.passed
 
@@ -72,7 +72,7 @@ def test_cutlass_guards_without_cutlass_in_the_tree() -> None:
     runs CUTE_INVALID_CONTROL_PATH; SM80_ENABLED is __CUDA_ARCH__ >= 800."""
     report = lint("cutlass_guard", "8.0;9.0")
     gate = at(report, "csrc/scaled_mm_sm90.cu", 6)
-    assert gate.severity is Severity.ERROR
+    assert gate.severity is LintSeverity.ERROR
     assert gate.needs == ("9.0a",)
     assert gate.devices == ("9.0 (H100, H200)",)
     assert not [f for f in report.findings if f.line == 15]  # met by every declared image
@@ -82,5 +82,5 @@ def test_cutlass_guards_without_cutlass_in_the_tree() -> None:
 def test_cutlass_sm80_guard_below_the_list() -> None:
     report = lint("cutlass_guard", "7.5+PTX")
     gate = at(report, "csrc/scaled_mm_sm90.cu", 15)
-    assert gate.severity is Severity.ERROR
+    assert gate.severity is LintSeverity.ERROR
     assert "empty branch" in gate.message

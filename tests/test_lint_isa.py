@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from farm.lint.api import LintReport, Severity, lint_tree
+from farm.lint.api import LintReport, LintSeverity, lint_tree
 from farm.lint.isa import INSTRUCTIONS, instruction_in_asm
 from farm.model.arch import ArchList, Target
 from farm.model.config import LintIgnore
@@ -175,7 +175,7 @@ __device__ void more_registers() {
 """
     report = lint_tree(_tree(tmp_path, header), ArchList.parse("9.0a;10.0;12.0f"))
     (finding,) = [f for f in report.errors if f.rule == "arch-specific"]
-    assert finding.severity is Severity.ERROR
+    assert finding.severity is LintSeverity.ERROR
     assert "the package's list for sm_100: ptxas" in finding.message
 
 

@@ -12,13 +12,12 @@ import pytest
 
 from farm.cli import main
 from farm.errors import EXIT_BAD_INPUT, EXIT_ENVIRONMENT
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import Filters, compute_matrix
 from farm.schedule.slices import slice_plan
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from farm.errors import NetworkError, TooLarge
-from farm.netutil import ACCEPT, IndexFile, download, parse_page, project_url, read_page
-from tests import loopback
+from farm.netutil import ACCEPT, LinkedFile, download, parse_page, project_url, read_page
+from tests.support import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 HTML = (f'<html><body><a href="../../packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl'
@@ -29,14 +29,14 @@ JSON = {"meta": {"api-version": "1.1"}, "name": "demo-ext",
 def test_an_html_page_and_a_json_page_read_the_same() -> None:
     html = parse_page(HTML.encode(), "text/html", "http://127.0.0.1:1/simple/demo-ext/")
     assert html.files == (
-        IndexFile(NAME, "http://127.0.0.1:1/packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl", "a" * 64),
-        IndexFile("other.tar.gz", "http://127.0.0.1:1/packages/other.tar.gz", None),
+        LinkedFile(NAME, "http://127.0.0.1:1/packages/demo_ext-0.1.0%2Bcu130-cp311-cp311-linux_x86_64.whl", "a" * 64),
+        LinkedFile("other.tar.gz", "http://127.0.0.1:1/packages/other.tar.gz", None),
     )
     assert html.pages == ("http://127.0.0.1:1/simple/demo-ext/sub/",)
     page = parse_page(json.dumps(JSON).encode(), "application/vnd.pypi.simple.v1+json",
                       "http://127.0.0.1:1/simple/demo-ext/")
-    assert page.files == (IndexFile(NAME, "http://127.0.0.1:1/packages/x.whl", "b" * 64),
-                          IndexFile("other.tar.gz", "http://127.0.0.1:1/packages/other.tar.gz", None))
+    assert page.files == (LinkedFile(NAME, "http://127.0.0.1:1/packages/x.whl", "b" * 64),
+                          LinkedFile("other.tar.gz", "http://127.0.0.1:1/packages/other.tar.gz", None))
     root = parse_page(json.dumps({"meta": {"api-version": "1.0"}, "projects": [{"name": "Demo_Ext"}]}).encode(),
                       "application/vnd.pypi.simple.v1+json", "http://127.0.0.1:1/simple/")
     assert root.pages == ("http://127.0.0.1:1/simple/demo-ext/",)
@@ -95,7 +95,7 @@ def server() -> Iterator[str]:
 def test_read_page_asks_for_json_first(server: str) -> None:
     assert "application/vnd.pypi.simple.v1+json" in ACCEPT.split(",")[0]
     page = read_page(f"{server}/simple/demo-ext/")
-    assert page.files[0] == IndexFile(NAME, f"{server}/packages/x.whl", "b" * 64)
+    assert page.files[0] == LinkedFile(NAME, f"{server}/packages/x.whl", "b" * 64)
     with pytest.raises(NetworkError) as info:
         read_page(f"{server}/simple/nothing/")
     assert info.value.status == 404

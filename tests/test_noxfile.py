@@ -89,3 +89,12 @@ def test_cache_plan_session(clone: Path) -> None:
     assert plan["limit_bytes"] == 10_000_000_000
     assert plan["rows"]
     assert plan["total_bytes"] == sum(row["total_bytes"] for row in plan["rows"])
+
+
+def test_simulate_session(clone: Path) -> None:
+    """The session is `farm simulate` with its arguments: two packages' bump on a simulated GitHub."""
+    result = nox(clone, "simulate", "--runners", "20", "--json", "demo_ext", "fused_ssim")
+    data = farm_json(result.stdout)
+    assert data["runners"] == 20
+    assert data["published"] == 510
+    assert result.returncode == (1 if any(g["met"] is False for g in data["goals"]) else 0), result.stdout[-3000:]

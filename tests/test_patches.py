@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .setuptrees import MMCV
+from tests.support.setuptrees import MMCV
 
 PATCHES = Path(__file__).resolve().parent.parent / "packages" / "patches"
 

@@ -29,9 +29,8 @@ from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
-
-from .buildroot import DEMO_RECIPE, REPO, make_root
-from .wheelmaker import make_wheel
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.wheelmaker import make_wheel
 
 TORCH_RECIPE = """\
 name: torchpkg
@@ -125,7 +124,9 @@ def test_torch_free_x86_plan(config, tmp_path) -> None:
     assert "torch" not in option(plan, "before-build")
     assert "nvidia-cuda-nvcc==13.0.88" in option(plan, "before-all")
     # the build's container carries its work folder's label (removed by farm when the build is interrupted)
-    assert option(plan, "container-engine") == f"podman; create_args: --label {container_label(tmp_path / 'work')}"
+    # (and mounts the launchers' folder: every Linux build compiles through them, cached or not)
+    assert option(plan, "container-engine") == (f"podman; create_args: --volume {tmp_path / 'work'}/compile-cache:"
+                                                f"/opt/farm/compile-run --label {container_label(tmp_path / 'work')}")
     assert option(plan, "manylinux-x86_64-image") == "localhost/img:1"
     assert "manylinux-aarch64-image" not in plan.options
     assert option(plan, "build-frontend") == "build; args: --no-isolation"
@@ -326,11 +327,13 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> No
     plan = plan_for(config, tmp_path, cell, host_toolkit_prefix=host, container_engine="podman")
     assert option(plan, "before-all") == ""
     assert option(plan, "container-engine") == (f"podman; create_args: --volume {host}:/opt/farm/toolkit:ro "
+                                                f"--volume {tmp_path / 'work'}/compile-cache:/opt/farm/compile-run "
                                                 f"--label {container_label(tmp_path / 'work')}")
     # as cibuildwheel itself reads the option (a path with a space stays one argument)
     spaced = plan_for(config, tmp_path, cell, host_toolkit_prefix=tmp_path / "my cache" / "tk")
     engine = OCIContainerEngineConfig.from_config_string(option(spaced, "container-engine"))
     assert (engine.name, engine.create_args) == ("docker", ("--volume", f"{tmp_path}/my cache/tk:/opt/farm/toolkit:ro",
+                                                            "--volume", f"{tmp_path}/work/compile-cache:/opt/farm/compile-run",
                                                             "--label", container_label(tmp_path / "work")))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
     assert plan.toolkit.source == "redist"

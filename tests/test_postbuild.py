@@ -16,14 +16,14 @@ from types import MappingProxyType
 import pytest
 from wheel.wheelfile import WheelFile
 
-from farm.binary.assertion import Expected
+from farm.binary.archrule import Expected
 from farm.builder.spec import read_spec, resolve_spec, write_spec
 from farm.cli import main
 from farm.errors import UsageError, WheelError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
+from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
-from farm.model.config import load_config
-from farm.model.spec import ArchRequest
 from farm.provenance import buildinfo, probe
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
@@ -37,13 +37,12 @@ from farm.provenance.postbuild import (
     context_from_config,
     cuda_line,
     postbuild_wheel,
-    read_embedded,
 )
 from farm.provenance.stamp import WheelName
 from farm.schedule.durations import read_durations
 from farm.source.fetch import tree_sha256
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
 
 SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
 
@@ -64,7 +63,7 @@ def context(cuda_home: Path, expected: str, *, epoch: int = 0) -> BuildContext:
 
 
 @pytest.fixture(scope="module")
-def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def raw_wheel(cuda_fixtures: CudaFixtures, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The builder's wheel: real extension (sm_80, sm_90, compute_90), a script, an executable."""
     out = tmp_path_factory.mktemp("raw")
     return builder_wheel(out, "demo_ext", cuda_fixtures.path("default"), extra={
@@ -93,7 +92,9 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
     buildinfo.validate(entry)
     with zipfile.ZipFile(wheel) as zf:
         embedded = json.loads(zf.read(f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"))
-    assert {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")} == embedded
+    # the fragment is the embedded object plus the ledger's keys and the record of this build (its run)
+    assert {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published", "run")} == embedded
+    assert entry["run"] == probe.run_from_env(os.environ).to_dict()
 
 
 def test_real_provenance_round_trips_byte_for_byte(stamped) -> None:
@@ -103,14 +104,14 @@ def test_real_provenance_round_trips_byte_for_byte(stamped) -> None:
     with zipfile.ZipFile(stamped.stamped.path) as zf:
         data = zf.read(member)
     info = BuildInfo.from_json(data, where=f"{stamped.stamped.path}!{member}")
-    assert info == stamped.stamped.build_info
+    assert info == stamped.stamped.build_info.for_wheel()
     assert info.to_json() == data
     assert data == (json.dumps(json.loads(data), indent=2) + "\n").encode()  # json.dumps, indent 2, file order
     line = stamped.fragment.read_bytes()
     entry, rec = read_fragment(stamped.fragment)
     assert (dumps_entry(entry) + "\n").encode() == line
-    assert entry == info.ledger_entry(filename=rec.filename, sha256=rec.sha256, size=entry.size)
-    assert LedgerEntry.from_json(line).info.to_json() == data
+    assert entry == stamped.stamped.build_info.ledger_entry(filename=rec.filename, sha256=rec.sha256, size=entry.size)
+    assert LedgerEntry.from_json(line).info.for_wheel().to_json() == data
 
 
 def test_postbuild_again_in_the_same_build_is_a_no_op(stamped, raw_wheel: Path, cuda_home: Path) -> None:
@@ -169,7 +170,7 @@ def test_stamped_wheel_installs_and_build_info_reads_back_at_runtime(stamped, tm
     code = ("import importlib.metadata as m, json; d = m.distribution('demo_ext'); "
             "print(json.dumps({'version': d.version, 'info': json.loads(d.read_text('_build_info.json'))}))")
     out = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout)
-    assert out["info"] == stamped.stamped.build_info.to_dict()
+    assert out["info"] == stamped.stamped.build_info.for_wheel().to_dict()
     assert out["version"] == WheelName.parse(stamped.stamped.filename).version
     # .data/scripts became an executable script; the package's executable kept its mode
     script = venv / "bin" / "demo-run"
@@ -442,7 +443,7 @@ def test_postbuild_of_a_spec_follows_the_spec_when_the_recipe_moved(farm_root: P
     assert "numpy" not in meta
 
 
-def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFixtures,  # noqa: F811
+def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFixtures,
                                                           cuda_home: Path, tmp_path: Path, farm_root: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A real .so of two kernel families (k1.cu for the base list, k2.cu for 9.0a alone): postbuild
@@ -450,8 +451,8 @@ def test_kernel_families_are_asserted_recorded_and_judged(cuda_fixtures: CudaFix
     with one family's list changed nothing is stamped."""
     from dataclasses import replace
 
-    from farm.binary.assertion import FamilyTargets
-    from farm.provenance.verdict import GATE, judge
+    from farm.binary.archrule import FamilyTargets
+    from farm.provenance.judge import GATE, judge
     from farm.provenance.wheelfacts import wheel_facts
 
     raw = builder_wheel(tmp_path / "raw", "demo_ext", cuda_fixtures.path("families"))
@@ -524,9 +525,9 @@ def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel
     assert result.stamped
     assert result.fragment
     assert json.loads(result.fragment.read_text())["duration_s"] == 1234.5
-    info = read_embedded(result.stamped.path)
+    info = buildinfo.read_wheel(result.stamped.path)
     assert info is not None
-    assert info.duration_s == 1234.5
+    assert info.duration_s is buildinfo.ABSENT  # one build's record: the ledger's, not the wheel's
     ledger = tmp_path / "ledger.jsonl"
     ledger.write_text(result.fragment.read_text().replace("\n", "") + "\n")
     c = ctx.cell

@@ -23,10 +23,7 @@ from farm.errors import FarmError, ToolError
 from farm.model.cells import Cell
 from farm.model.config import Recipe
 from farm.source.fetch import fetch
-
-from . import buildroot, gitremote, loopback
-
-pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+from tests.support import buildroot, gitremote, loopback
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 LINUX = Host("linux", "x86_64")
@@ -262,7 +259,8 @@ def test_farm_build_builds_what_this_host_can_and_skips_the_rest_in_one_line_eac
     """`farm build demo_ext --builder cibuildwheel --engine podman --cuda 13.0` with the local image:
     the cp311 Linux wheel is built and asserted; every other cell is skipped with one line saying
     why (the image's Pythons, emulation, Windows), and the exit is the built cell's: 0."""
-    from .buildroot import cache_dir_of
+    from tests.support.buildroot import cache_dir_of
+
     from .test_builders import podman_image
 
     image = podman_image()

@@ -12,7 +12,7 @@ import pytest
 
 from farm.errors import ToolError
 from farm.provenance import probe
-from farm.provenance.buildinfo import ABSENT, CompileCache
+from farm.provenance.buildinfo import ABSENT, CompileCacheRecord
 
 
 def test_run_from_github_actions_variables() -> None:
@@ -53,6 +53,6 @@ def test_compile_cache_counts_are_recorded_when_given_and_absent_otherwise() -> 
     assert probe.toolchain(cuda_home=None, builder="native").compile_cache is ABSENT
     counts = {"tool": "ccache", "compiles": 12, "hits": 9, "misses": 3}
     chain = probe.toolchain(cuda_home=None, builder="native", compile_cache=counts)
-    assert chain.compile_cache == CompileCache("ccache", 12, 9, 3)
+    assert chain.compile_cache == CompileCacheRecord("ccache", 12, 9, 3)
     assert chain.to_dict()["compile_cache"] == counts
     assert probe.toolchain(cuda_home=None, builder="native", compile_cache=None).to_dict()["compile_cache"] is None

@@ -5,6 +5,7 @@ and SIGTERM and exits 130 / 143. Real processes throughout, read back from /proc
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,8 +19,8 @@ from farm.builder import procs
 from farm.builder.builders import run_relayed
 from farm.builder.compilecache import socket_path
 from farm.builder.plan import container_label
-from farm.errors import Interrupted
-from tests.buildroot import make_root
+from farm.errors import Interrupted, Stalled, UsageError
+from tests.support.buildroot import make_root
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="sessions are read from /proc")
 
@@ -172,6 +173,33 @@ def test_an_interrupted_farm_build_leaves_nothing_running(tmp_path, cuda_home, s
     assert not list((tmp_path / "out").glob("*.whl"))
 
 
+def test_a_farm_build_that_makes_no_progress_fails_its_cell_and_leaves_nothing_running(tmp_path, cuda_home,
+                                                                                      sleeper_cache) -> None:
+    """The never-ending setup.py prints once, then sleeps with its children: `farm build` stops it
+    once FARM_STALL_TIMEOUT passes, with its private sccache server, and fails the cell (exit 3)
+    with a message naming the step, the cell and what to do."""
+    root = _sleeper_root(tmp_path)
+    marker = tmp_path / "marker"
+    env = {**os.environ, "SLEEPER_MARKER": str(marker), procs.STALL_ENV: "20"}
+    farm = subprocess.run(
+        [sys.executable, "-m", "farm.cli", "build", "sleeper", "--builder", "native", "--cuda", "13.0",
+         "--root", str(root), "--cache-dir", str(sleeper_cache), "--cuda-home", str(cuda_home),
+         "--out", str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert farm.returncode == 3, farm.stderr[-3000:]
+    _, sid = map(int, marker.read_text().split())
+    assert procs.session_members(sid) == []
+    (run_dir,) = (sleeper_cache / "build").glob("sleeper-*/compile-cache")
+    socket = socket_path(str(run_dir))
+    assert procs.sccache_server(socket) is None
+    assert not os.path.lexists(socket)
+    assert re.search(r"sleeper-0\.1\.0-cu130-notorch-cp3\d+-linux_x86_64: `python -m build --wheel --no-isolation` "
+                     r"made no progress: no output, no process started or ended, and its \d+ process\(es\) used "
+                     r"\d+\.\d s of CPU for 20 s; farm stopped it", farm.stderr), farm.stderr[-3000:]
+    assert "--no-compile-cache" in farm.stderr
+    assert not list((tmp_path / "out").glob("*.whl"))
+
+
 def test_an_interrupted_cibuildwheel_build_removes_its_container(tmp_path, cuda_home) -> None:
     """`farm build --engine podman` of the same never-ending setup.py, in cibuildwheel's container,
     gets SIGTERM: cibuildwheel's own clean-up does not run then, so farm removes the container it
@@ -220,3 +248,61 @@ def test_an_interrupted_cibuildwheel_build_removes_its_container(tmp_path, cuda_
     last = lines[-1].strip()
     assert last.startswith("farm build: interrupted by SIGTERM: stopped `cibuildwheel --only cp"), last
     assert last.endswith(f"; its build container (podman rm --force {container})"), last
+
+
+# ------------------------------------------------------------------------------------------------
+# the no-progress watchdog
+# ------------------------------------------------------------------------------------------------
+# A step that waits on itself: a child that sleeps and the shell waiting on it (no output, no CPU).
+ASLEEP = "echo $$ > {pidfile}; echo started; sleep 600 & wait"
+
+
+@pytest.fixture
+def quick_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(procs, "POLL_S", 0.2)
+
+
+@pytest.mark.usefixtures("quick_watch")
+def test_a_step_that_makes_no_progress_is_stopped_with_everything_beneath_it(tmp_path, capfd) -> None:
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    with pytest.raises(Stalled) as caught:
+        run_relayed(["sh", "-c", ASLEEP.format(pidfile=pidfile)], env={**os.environ, procs.STALL_ENV: "2"},
+                    label="the sleeping step", cell="demo-0.1-cu130-cp311-linux_x86_64")
+    assert time.monotonic() - started < 30
+    assert procs.session_members(int(pidfile.read_text())) == []  # the step and its sleep are gone
+    assert caught.value.exit_code == 3
+    text = str(caught.value)
+    assert text.startswith("demo-0.1-cu130-cp311-linux_x86_64: `the sleeping step` made no progress: no output, "
+                           "no process started or ended, and its 2 process(es) used 0.0 s of CPU for 2 s; "
+                           "farm stopped it"), text
+    assert "--no-compile-cache" in text
+    assert f"${procs.STALL_ENV}" in text
+    assert "started" in capfd.readouterr().err  # what it printed was relayed
+
+
+@pytest.mark.usefixtures("quick_watch")
+def test_a_silent_step_that_computes_and_one_that_prints_are_left_to_finish(tmp_path) -> None:
+    """Progress is CPU as well as output: a silent compile keeps a CPU busy for longer than the limit."""
+    env = {**os.environ, procs.STALL_ENV: "0.5"}
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass\n"
+    assert run_relayed([sys.executable, "-c", busy], env=env, label="busy").returncode == 0
+    talking = "for i in 1 2 3 4 5 6; do echo $i; sleep 0.3; done"
+    assert run_relayed(["sh", "-c", talking], env=env, label="talking").returncode == 0
+    # and the step's work done by another session (the compiler cache server's) counts too
+    done = tmp_path / "done"
+    other = procs.start([sys.executable, "-c", f"{busy}open({str(done)!r}, 'w').close()\n"])
+    try:
+        assert run_relayed(["sh", "-c", f"until [ -e {done} ]; do sleep 0.2; done"], env=env,
+                           label="waiting on the server", sessions=lambda: [other.pid]).returncode == 0
+    finally:
+        other.wait(timeout=60)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon", "1e999"])
+def test_the_stall_limit_must_be_finite_seconds(value) -> None:
+    with pytest.raises(UsageError, match=r"\$FARM_STALL_TIMEOUT must be a number of seconds >= 0"):
+        procs.stall_limit({procs.STALL_ENV: value})
+    assert procs.stall_limit({}) == procs.DEFAULT_STALL_S
+    assert procs.stall_limit({procs.STALL_ENV: "0"}) is None
+    assert procs.stall_limit({procs.STALL_ENV: " 90 "}) == 90.0

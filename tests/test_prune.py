@@ -21,10 +21,9 @@ from farm.builder.prune import InUse, apply_prune, in_use, plan_prune
 from farm.cli import main
 from farm.model.cells import Cell
 from farm.source.fetch import fetch, vendored_key
-
-from . import gitremote, loopback
-from .buildroot import DEMO_RECIPE, make_root
-from .ledgermaker import make_entry
+from tests.support import gitremote, loopback
+from tests.support.buildroot import DEMO_RECIPE, make_root
+from tests.support.ledgermaker import make_entry
 
 OLD = time.time() - 10 * 86400
 COMMIT_USED = "a" * 40

@@ -23,9 +23,9 @@ from farm.cli import main
 from farm.commands.publish_shard import MAX_BUNDLE_BYTES, MAX_FRAGMENT_BYTES, _extract_fragments
 from farm.errors import UsageError
 from farm.publish import ghrest
-from tests import ghsim
-from tests.ledgermaker import make_entry
-from tests.wheelmaker import stamped_wheel
+from tests.support import ghsim
+from tests.support.ledgermaker import make_entry
+from tests.support.wheelmaker import stamped_wheel
 
 NAME = "a-1.0+cu128torch2.8-cp311-cp311-linux_x86_64.whl.ledger.json"
 
@@ -66,7 +66,7 @@ def test_not_a_zip_refuses_the_cell(tmp_path: Path) -> None:
 
 
 # -- `farm publish-shard` against the loopback GitHub ----------------------------------------------------
-# GitHub cannot be reached from the test machine: tests/ghsim.py simulates its documented Actions and
+# GitHub cannot be reached from the test machine: tests/support/ghsim.py simulates its documented Actions and
 # Releases endpoints on 127.0.0.1 (a run's artifacts listed 100 a page, each downloaded through a 302 to
 # a signed storage URL that refuses a token, 410 for an expired one; release assets with 422 on a
 # duplicate name). The branch is a bare git remote. `farm publish-shard` runs as its own process, as
@@ -281,3 +281,45 @@ def test_a_listing_that_fails_fails_the_shards_cells_at_once(wave: Run) -> None:
     assert {v["status"] for v in report.values()} == {"error"}
     assert all("HTTP 404" in v["detail"] for v in report.values())
     assert len([r for r in wave.sim.log if "/artifacts" in r.path]) == 1  # asked once, not once a cell
+
+
+def test_a_cell_publishes_only_its_own_wheel(wave: Run) -> None:
+    """A cp312 cell's artifact that holds the cp311 cell's wheel (its fragment names it) was
+    published and counted as the cp312 cell built: now it is refused, both cells named, and the
+    cp311 wheel is published once, by its own cell."""
+    c311 = next(c for c in wave.cells if c["python_tag"] == "cp311")
+    c312 = next(c for c in wave.cells if c["python_tag"] == "cp312" and c["package"] == c311["package"])
+    wheel = build(wave, c311)
+    fragment = next((wave.work / "built" / c311["id"]).glob("*.ledger.json"))
+    wave.sim.add_artifact(wave.run_id, f"wheels-{c312['id']}", zipped({fragment.name: fragment.read_bytes()}))
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = wave.report()
+    assert report[c312["id"]]["status"] == "refused"
+    assert report[c312["id"]]["detail"] == (f"{wheel.name} was built for cell {c311['id']}, not for cell "
+                                            f"{c312['id']}: a cell publishes only its own wheel")
+    assert report[c311["id"]]["status"] == "published"
+    assert [a for tag in wave.sim.releases for a in wave.sim.asset_names(tag)] == [wheel.name]
+    assert [e["filename"] for e in wave.remote_ledger()] == [wheel.name]
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_drain_simulation_asks_what_the_publish_job_asks(wave: Run) -> None:
+    """farm simulate's publish jobs send, per cell, the REST calls this command sends: the
+    simulation's bill of requests is the real job's (farm/simulate/drain.py:cell_requests)."""
+    from farm.simulate.drain import cell_requests
+    cells = wave.cells[:5]
+    for c in cells:
+        build(wave, c)
+    proc = wave.publish()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    api = [r for r in wave.sim.log if not r.path.startswith("/_storage/")]
+    listing = [r for r in api if r.path.endswith(f"/runs/{wave.run_id}/artifacts")]
+    releases: dict[tuple[str, ...], int] = {}
+    expected: list[str] = []
+    for c in cells:  # one release per package, version, CUDA line and epoch (the default tag)
+        tag = (c["package"], c["version"], c["cuda"], str(c["build_epoch"]))
+        expected += cell_requests(tag in releases, releases.get(tag, 0))
+        releases[tag] = releases.get(tag, 0) + 1
+    assert len(listing) == 1
+    assert sorted(r.method for r in api if r not in listing) == sorted(expected)

@@ -14,6 +14,7 @@ from farm.builder.plan import PlanOptions, plan_build
 from farm.builder.spec import resolve_spec
 from farm.builder.verify import modules_to_import
 from farm.cli import main
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList, validate_for_cuda
 from farm.model.cells import (
     declared_cells,
@@ -23,7 +24,7 @@ from farm.model.cells import (
     requires_dist,
     resolve_arch,
 )
-from farm.model.config import PLATFORMS, FarmConfig, GitSource, load_config
+from farm.model.config import PLATFORMS, FarmConfig, GitSource
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """The toolkit from NVIDIA's redistributable archives, against a redist tree served on 127.0.0.1.
 
 The tree is made from NVIDIA's real CUDA 13.0 wheels repacked in NVIDIA's archive layout
-(tests/redisttree.py), once per session: its nvcc compiles, and a real build is asserted.
+(tests/support/redisttree.py), once per session: its nvcc compiles, and a real build is asserted.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import ensure_toolkit
 from farm.toolkit.manifest import parse_manifest
 from farm.toolkit.request import request_for
-
-from . import redisttree
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support import redisttree
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 KERNEL = r"""
 #include <cuda_runtime.h>

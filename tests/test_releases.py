@@ -1,7 +1,7 @@
 """Publishing real stamped wheels to GitHub Releases, one wheel at a time.
 
 GitHub cannot be reached from here, so its documented behaviour is simulated on 127.0.0.1 by
-:mod:`tests.ghsim` (422 on a duplicate asset name, the 1,000-asset cap, 403/429 with
+:mod:`tests.support.ghsim` (422 on a duplicate asset name, the 1,000-asset cap, 403/429 with
 Retry-After under the rate limits, redirects to signed storage), in scaled time. The wheels
 are real: an nvcc-built extension, asserted and stamped by the real postbuild; the gate
 re-inspects each one, and an asset found without a ledger record is downloaded and re-asserted.
@@ -16,23 +16,24 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from farm.model.config import load_config
+from farm.load.recipes import load_config
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.verdict import derive_from_config
-from farm.publish import GithubSettings, UploadReport, Verdict, ghrest, upload
+from farm.publish import ghrest
+from farm.publish.publish import UploadReport, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
-from farm.publish.releases import github_client
-from tests import ghsim
-from tests.cudafix import BASE, CudaFixtures, cuda_fixtures  # noqa: F401
-from tests.postbuildfix import builder_wheel
-from tests.publishfix import stamped_fleet
+from farm.publish.releases import GithubSettings, github_client
+from farm.publish.verdict import Verdict
+from tests.support import ghsim
+from tests.support.cudafix import BASE, CudaFixtures
+from tests.support.postbuildfix import builder_wheel
+from tests.support.publishfix import stamped_fleet
 
 PACKAGES = ["demo_a", "demo_b", "demo_c", "demo_d"]
 
@@ -45,7 +46,7 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:  # noqa: F811
+def fleet(cuda_fixtures: CudaFixtures, cuda_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     work = tmp_path_factory.mktemp("ghfleet")
     so = cuda_fixtures.path("default")
     root, first = stamped_fleet(work, so, cuda_home, PACKAGES, arch=BASE, run_id="1")
@@ -63,12 +64,6 @@ def batch_dir(wheels: list[Path], dest: Path) -> Path:
         shutil.copy2(w, dest)
         shutil.copy2(w.with_name(w.name + ".ledger.json"), dest)
     return dest
-
-
-@pytest.fixture
-def sim() -> Iterator[ghsim.GitHubSim]:
-    with ghsim.serve(ghsim.GitHubSim(clock=ghsim.ScaledClock(600.0))) as s:
-        yield s
 
 
 def settings(sim: ghsim.GitHubSim) -> GithubSettings:
@@ -125,7 +120,7 @@ def test_each_wheel_is_published_and_recorded_and_a_rerun_sends_nothing(fleet: F
 
 
 def test_one_refused_wheel_does_not_stop_the_others(fleet: Fleet, sim: ghsim.GitHubSim, tmp_path: Path,
-                                                    cuda_fixtures: CudaFixtures) -> None:  # noqa: F811
+                                                    cuda_fixtures: CudaFixtures) -> None:
     out = batch_dir(list(fleet.first.values()), tmp_path / "out")
     builder_wheel(out, "demo_e", cuda_fixtures.path("default"), version="0.1.0+cu130")  # never stamped
     report = run(fleet, sim, out, tmp_path / "ledger.jsonl")
@@ -296,8 +291,8 @@ def test_each_record_is_pushed_while_another_writer_pushes(fleet: Fleet, sim: gh
     rebased (the two appends settled by the ledger's merge) and pushed. Nothing is lost."""
     from farm.provenance.ledgerline import dumps_entry
     from farm.publish.ledgerpush import commit_and_push
-    from tests.gitremote import append, bare_remote, clone, git, pushed_ledger
-    from tests.ledgermaker import make_entry
+    from tests.support.gitremote import append, bare_remote, clone, git, pushed_ledger
+    from tests.support.ledgermaker import make_entry
 
     remote = bare_remote(tmp_path / "remote.git")
     ours, theirs = clone(remote, tmp_path / "ours"), clone(remote, tmp_path / "theirs")

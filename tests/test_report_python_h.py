@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .buildroot import REPO
+from tests.support.buildroot import REPO
 
 _spec = importlib.util.spec_from_file_location("report_python_h", REPO / "benchmarks" / "report_python_h.py")
 assert _spec is not None

@@ -33,11 +33,7 @@ from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import REPO, make_root
 
 CELL = Cell("shard_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
 TUS = ["csrc/add.cu", "csrc/ops/fill.cu", "csrc/ops/negate.cu", "csrc/scale.cu"]
@@ -208,10 +204,10 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     job, on the original tree, recomputes the source hashes and refuses the shard, naming the TU
     (or header) and the shard; nothing is linked, asserted or published."""
     from farm.builder import builders
+    from farm.builder.prepare import prepare_source as prepare
 
     shards = tmp_path / "shards"
     shutil.copytree(sharded[0] / "shards", shards)
-    prepare = builders.prepare_source
 
     def tampered(*args: Any, **kwargs: Any) -> Path:
         src = prepare(*args, **kwargs)
@@ -362,8 +358,9 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     env = dict(plan.native.environment)
     assert env["FARM_SHARD_DIR"] == "/opt/farm/shard"
     assert env["FARM_SHARD_ROOT"] == "/project"
-    assert env["PYTORCH_NVCC"] == "/opt/farm/shard/bin/farm-nvcc /opt/farm/toolkit/cuda/bin/nvcc"
-    assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/farm/shard/bin/farm-nvcc"
+    # the shard launcher's real compiler is farm's nvcc launcher: every Linux build compiles through it
+    assert env["PYTORCH_NVCC"] == "/opt/farm/shard/bin/farm-nvcc /opt/farm/compile-run/bin/nvcc"
+    assert env["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/farm/shard/bin/farm-nvcc;/opt/farm/compile-run/bin/launch"
     assert f"--volume {setup.directory}:/opt/farm/shard" in str(plan.options["container-engine"])
     assert "PYTORCH_NVCC" in str(plan.options["environment"])
     assert "FARM_SHARD_DIR" in plan.config_text
@@ -374,7 +371,7 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     native = dict(native_steps.environment)
     assert native["FARM_SHARD_DIR"] == str(setup.directory)
     assert native["FARM_SHARD_ROOT"] == str(src)
-    assert native["PYTORCH_NVCC"] == f"{setup.directory}/bin/farm-nvcc {home}/bin/nvcc"
+    assert native["PYTORCH_NVCC"] == f"{setup.directory}/bin/farm-nvcc {tmp_path / 'w'}/compile-cache/bin/nvcc"
     config_json = json.loads((setup.directory / "shard.json").read_text())
     assert (config_json["mode"], config_json["index"], config_json["count"]) == ("compile", 1, 2)
 

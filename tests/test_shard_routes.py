@@ -21,11 +21,7 @@ from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build
 from farm.builder.shard import ShardJob
 from farm.model.cells import Cell
 from farm.toolkit.assemble import Toolkit
-
-from . import buildroot
-from .buildroot import REPO, make_root
-
-pypi_toolkit = buildroot.pypi_toolkit
+from tests.support.buildroot import REPO, make_root
 
 CELL = Cell("cmake_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
 RECIPE = """\

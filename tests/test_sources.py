@@ -19,7 +19,7 @@ from farm.errors import SourceError
 from farm.model.config import GitSource, PathSource, SdistSource
 from farm.source import fetch as fetch_module
 from farm.source.fetch import content_digest, fetch, tree_sha256, unpack
-from tests import loopback
+from tests.support import loopback
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError, SourceError
-from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource, load_config
+from farm.load.recipes import load_config
+from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.provenance import buildinfo
 from farm.source import fetch as fetchmod
 from farm.source.fetch import fetch, is_cached
-from tests import gitremote, loopback
+from tests.support import gitremote, loopback
 
 GLM_HEADER = b"#define GLM_VERSION_MAJOR 1\n#define GLM_VERSION_MINOR 0\n#define GLM_VERSION_PATCH 1\n"
 

@@ -1,4 +1,4 @@
-"""The build spec: a cell resolved once (farm.model.spec, farm.builder.spec), carried from the matrix
+"""The build spec: a cell resolved once (farm.model.archrequest, farm.builder.spec), carried from the matrix
 through the planner and the builder to postbuild, and written/read as JSON in one place."""
 
 from __future__ import annotations
@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from farm.binary.cuobjdump import PINNED
 from farm.builder.plan import PlanOptions, plan_build
 from farm.builder.spec import SPEC_FILE, SPEC_VERSION, BuildSpec, SpecOverrides, read_spec, resolve_spec, write_spec
 from farm.errors import ConfigError, UsageError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
+from farm.model.archrequest import ArchRequest, arch_request
 from farm.model.cells import Cell, declared_cells, recipe_excludes
-from farm.model.config import FarmConfig, load_config
-from farm.model.spec import ArchRequest, arch_request
+from farm.model.config import FarmConfig
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledger import LedgerIndex
 from farm.schedule.matrix import Filters, compute_matrix
-
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 TORCH_RECIPE = """\
 name: torchpkg
@@ -171,14 +172,14 @@ def test_the_matrix_hands_the_build_its_resolution(config) -> None:
 
 def test_resolve_arch_is_called_in_one_place() -> None:
     """Every stage receives the spec (or its arch request); the rule itself runs behind
-    farm.model.spec.arch_request only, which the trust checks (gate, audit) call too."""
+    farm.model.archrequest.arch_request only, which the trust checks (gate, audit) call too."""
     callers = [
         f"{path.relative_to(REPO)}:{node.lineno}"
         for path in sorted((REPO / "farm").rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text(), str(path)))
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "resolve_arch"
     ]
-    assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/spec.py"))], callers
+    assert [c.split(":")[0] for c in callers] == [str(Path("farm/model/archrequest.py"))], callers
 
 
 MOVED = TORCH_RECIPE + """\
@@ -229,6 +230,18 @@ def test_a_spec_is_held_to_its_own_decisions_when_the_recipe_moves(config, tmp_p
     assert ctx.recipe_sha256 == spec.recipe_sha256 != today.recipe_sha256
     assert ctx.cell == TORCH
     assert ctx.expected.default == spec.arch.archs
+    assert ctx.cuobjdump == spec.cuobjdump == PINNED
+
+
+def test_the_spec_holds_the_assertions_cuobjdump(config, tmp_path) -> None:
+    """A spec written by a farm that pinned another cuobjdump asserts with that one, not today's."""
+    data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
+    assert data["postbuild"]["cuobjdump"] == PINNED
+    data["postbuild"]["cuobjdump"] = "13.2.51"
+    path = tmp_path / SPEC_FILE
+    path.write_text(json.dumps(data))
+    unknown = buildinfo.Toolchain(nvcc=None, torch=None, python=None, builder=None, cibuildwheel=None)
+    assert read_spec(path).context(run=probe.run_from_env({}), toolchain=unknown).cuobjdump == "13.2.51"
 
 
 @pytest.mark.parametrize(("version", "says"), [(SPEC_VERSION - 1, "an older farm"), (SPEC_VERSION + 1, "a newer farm")])
@@ -253,6 +266,8 @@ def test_a_spec_of_another_farm_version_fails_closed(config, tmp_path, version, 
      r"postbuild.vendored\[0\].archs"),
     (lambda d: d["postbuild"].update(source={"kind": "git", "repo": "r"}), "postbuild.source"),
     (lambda d: d["postbuild"].update(pins="torch"), "postbuild.pins must be a list"),
+    (lambda d: d["postbuild"].pop("cuobjdump"), "postbuild.cuobjdump"),
+    (lambda d: d["postbuild"].update(cuobjdump="13.5.37; rm -rf ~"), "postbuild.cuobjdump must be a cuobjdump version"),
 ])
 def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit, message) -> None:
     data = resolve_spec(config, config.recipe("torchpkg"), TORCH).to_json()
@@ -264,7 +279,7 @@ def test_a_spec_with_a_bad_postbuild_decision_is_refused(config, tmp_path, edit,
 
 
 def test_kernel_families_travel_in_the_spec_and_are_read_back_validated(config, tmp_path) -> None:
-    from farm.binary.assertion import FamilyTargets
+    from farm.binary.archrule import FamilyTargets
     from farm.model.arch import ArchList
 
     base = resolve_spec(config, config.recipe("torchpkg"), TORCH)
@@ -310,7 +325,7 @@ def test_the_spec_takes_the_families_the_lint_derived_from_the_cmake_project() -
 
 
 def test_the_spec_takes_a_familys_glob_of_generated_sources_from_the_lint(tmp_path) -> None:
-    from farm.binary.assertion import FamilyTargets
+    from farm.binary.archrule import FamilyTargets
     from farm.builder.spec import families_from_lint
     from farm.lint.api import lint_tree
 

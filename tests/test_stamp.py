@@ -25,8 +25,8 @@ from farm.provenance.stamp import (
     set_wheel_build,
     stamp_wheel,
 )
-from tests.postbuildfix import PY
-from tests.wheelmaker import make_wheel
+from tests.support.postbuildfix import PY
+from tests.support.wheelmaker import make_wheel
 
 SCRIPT = "demo_ext-0.1.0.data/scripts/demo-run"
 DATA_LIB = "demo_ext-0.1.0.data/platlib/demo_ext_native.so"
@@ -97,7 +97,7 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
     with zipfile.ZipFile(result.path) as zf:
         metadata = zf.read(f"{di}/METADATA").decode()
         wheel_meta = zf.read(f"{di}/WHEEL").decode()
-        assert zf.read(f"{di}/_build_info.json") == provenance.to_json()
+        assert zf.read(f"{di}/_build_info.json") == provenance.for_wheel().to_json()
     assert "Version: 0.1.0+cu128torch2.8\n" in metadata
     assert "Build: 3\n" in wheel_meta
     assert "Tag: cp311-cp311-linux_x86_64" in wheel_meta
@@ -405,3 +405,46 @@ def test_corrupt_compressed_bytes_are_refused(tmp_path: Path) -> None:
     with pytest.raises(WheelError, match="corrupt|does not match"):
         stamp_wheel(wheel, tmp_path / "out", local="cu128", build_tag=None)
     assert not any((tmp_path / "out").iterdir())
+
+
+def test_a_file_added_to_dist_info_leaves_every_other_byte(tmp_path: Path) -> None:
+    """The wheel-variant channel's rewrite: members copied as they are, the new file and RECORD
+    stored, the same bytes written to a file or to a stream that cannot seek; wheel's own reader
+    checks every member against the new RECORD."""
+    src = make_wheel(tmp_path, "demo_ext", "0.1.0+cu130", {"demo_ext/__init__.py": b"x = 1\n" * 50,
+                                                             "demo_ext/_C.so": os.urandom(4096)})
+
+    class Stream:  # what a network socket or a hashing sink offers: no seek
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        def write(self, b: bytes) -> int:
+            self.data += b
+            return len(b)
+
+        def tell(self) -> int:
+            return len(self.data)
+
+        def seek(self, *_: object) -> int:
+            raise OSError("not seekable")
+
+        def flush(self) -> None:
+            pass
+
+    out = tmp_path / "out" / src.name
+    out.parent.mkdir()
+    with out.open("wb") as fh:
+        stamp.add_to_dist_info(src, fh, "variant.json", b'{"a": 1}\n')
+    stream = Stream()
+    stamp.add_to_dist_info(src, stream, "variant.json", b'{"a": 1}\n')  # type: ignore[arg-type]
+    assert bytes(stream.data) == out.read_bytes()
+    with WheelFile(out) as wf:  # verifies each member's hash against RECORD as it reads
+        for name in wf.namelist():
+            wf.read(name)
+        assert wf.read("demo_ext-0.1.0+cu130.dist-info/variant.json") == b'{"a": 1}\n'
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(out) as b:
+        for info in a.infolist():
+            if not info.filename.endswith("RECORD"):
+                assert b.getinfo(info.filename).compress_size == info.compress_size
+    with pytest.raises(WheelError, match="variant.json is there already"), (tmp_path / "again.whl").open("wb") as fh:
+        stamp.add_to_dist_info(out, fh, "variant.json", b"{}")

@@ -23,8 +23,7 @@ from farm.schedule.stream import (
     read_reports,
     shard_cells,
 )
-
-from .wheelmaker import make_wheel
+from tests.support.wheelmaker import make_wheel
 
 
 class Store:

@@ -11,8 +11,7 @@ import pytest
 
 from farm.builder import syspkgs
 from farm.builder.syspkgs import APT, DNF, blocker_reason, host_manager, host_names, install_command, missing_packages
-
-from .buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
 
 ABSENT = "farm-no-such-package-dev"  # a name no distribution ships
 MANAGER = host_manager()

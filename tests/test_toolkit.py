@@ -16,16 +16,13 @@ from packaging.requirements import Requirement
 
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
+from farm.load.defaults import load_defaults
 from farm.model.arch import KNOWN_CUDA_LINES
-from farm.model.config import load_defaults
 from farm.toolkit import assemble as tk
 from farm.toolkit.check import check_toolkit
 from farm.toolkit.components import PYPI_WHEELS, cuda_line
 from farm.toolkit.request import request_for
-
-from . import buildroot
-
-pypi_toolkit = buildroot.pypi_toolkit  # the session fixture, shared with the other build tests
+from tests.support import buildroot
 
 KERNEL = r"""
 #include <cuda_runtime.h>

@@ -22,10 +22,9 @@ from typing import Any
 import pytest
 
 from farm.cli import main
-from farm.model.config import load_defaults
+from farm.load.defaults import load_defaults
 from farm.provenance.buildinfo import BuildInfo
-
-from .buildroot import REPO, make_root
+from tests.support.buildroot import REPO, make_root
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import pytest
 from farm.binary.fatbin import read_fatbins
 from farm.binary.tusources import source_stem, stem_of, tu_sources
 from farm.errors import BinaryFormatError
-from tests.fatbinmaker import shared_object
+from tests.support.fatbinmaker import shared_object
 
 
 @pytest.mark.parametrize(("symbol", "stem"), [

@@ -10,9 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from farm.provenance.ledger import LedgerIndex
-from tests.publishfix import Batch, demo_batch, write_farm_root
-
-__all__ = ["demo_batch"]
+from tests.support.postbuildfix import Batch
+from tests.support.publishfix import write_farm_root
 
 N = 8
 
@@ -20,12 +19,12 @@ N = 8
 def _epoch_variants(batch: Batch, work: Path) -> list[Path]:
     """N distinct stamped wheels of one build: the same raw wheel postbuilt at epochs 1..N
     (the build tag makes distinct file names and exists-keys)."""
-    from farm.binary.assertion import Expected
+    from farm.binary.archrule import Expected
     from farm.model.arch import ArchList
     from farm.model.cells import Cell
     from farm.provenance import buildinfo, probe
     from farm.provenance.postbuild import BuildContext, postbuild_wheel
-    from tests.publishfix import ARCH
+    from tests.support.publishfix import ARCH
 
     info = json.loads(batch.fragment.read_text())
     cell = Cell("demo_ext", "0.1.0", info["cell"]["cuda"], "none", info["cell"]["python"], info["cell"]["platform"])

@@ -16,14 +16,16 @@ from urllib.parse import quote
 import pytest
 
 from farm.provenance.ledger import LedgerIndex
-from farm.publish import IndexSettings, TwineSettings, Verdict, upload
-from farm.publish.targets import GithubSettings, default_simple_url
-from tests import ghsim
-from tests.ledgermaker import make_entry
-from tests.publishfix import (
-    Batch,
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import upload
+from farm.publish.releases import GithubSettings
+from farm.publish.twine import TwineSettings, default_simple_url
+from farm.publish.verdict import Verdict
+from tests.support import ghsim
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import Batch
+from tests.support.publishfix import (
     copy_batch,
-    demo_batch,
     fresh_venv,
     pip_install,
     pypiserver,
@@ -31,9 +33,7 @@ from tests.publishfix import (
     uv_install,
     write_farm_root,
 )
-from tests.wheelmaker import stamped_wheel
-
-__all__ = ["demo_batch"]  # the session fixture, shared with the other upload tests
+from tests.support.wheelmaker import stamped_wheel
 
 CHECK = (
     "import importlib.metadata as m, json, demo_ext\n"
@@ -156,7 +156,8 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
     wheel = copy_batch(demo_batch, out)
     ledger = tmp_path / "ledger.jsonl"
 
-    # Static index: the tree already holds another file under this name.
+    # Static index: the tree already holds another file under this name, which no ledger record
+    # vouches for and which fails re-assertion (a damaged copy): an orphan, left as it is.
     index_target = IndexSettings("index", tmp_path / "index")
     (index_target.path / "files").mkdir(parents=True)
     _other_bytes(wheel, index_target.path / "files" / wheel.name)
@@ -164,9 +165,8 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
     refused = upload(out, [index_target], ledger=ledger)
     assert not refused.ok
     (verdict,) = refused.verdicts
-    assert (verdict.target, verdict.verdict) == ("index", Verdict.REFUSED)
-    assert "never overwritten" in verdict.message
-    assert "the index holds sha256" in verdict.message
+    assert (verdict.target, verdict.verdict) == ("index", Verdict.ORPHAN)
+    assert "has no ledger record and fails re-assertion" in verdict.message
     assert (index_target.path / "files" / wheel.name).read_bytes() == squatter
     assert not (index_target.path / "packages.json").exists()
     assert not ledger.exists()
@@ -190,7 +190,7 @@ def test_same_name_other_hash_refused_everywhere(demo_batch: Batch, tmp_path: Pa
 
 
 def test_github_dry_run_reads_and_sends_nothing(demo_batch: Batch, tmp_path: Path) -> None:
-    """Against the loopback GitHub of tests.ghsim (GitHub cannot be reached from here)."""
+    """Against the loopback GitHub of tests.support.ghsim (GitHub cannot be reached from here)."""
     out = tmp_path / "out"
     wheel = copy_batch(demo_batch, out)
     ledger = tmp_path / "ledger.jsonl"
@@ -220,7 +220,7 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
     demo_batch: Batch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     from farm.cli import main
-    from tests.publishfix import REPO
+    from tests.support.publishfix import REPO
 
     packages = tmp_path / "packages"
     packages.mkdir()
@@ -243,7 +243,9 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
         doc = json.loads(captured.out)
         assert [(t["target"], t["sent"]) for t in doc["targets"]] == [("pypi", [wheel.name]), ("index", [wheel.name])]
         assert doc["ledger"] == {"merged": [wheel.name], "published_records_added": 2, "pushes": 0, "push_error": None}
-        assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [("pypi", "published"), ("index", "published")]
+        # the repository's index target has the wheel-variant channel on: the wheel's variant is published too
+        assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [
+            ("pypi", "published"), ("index", "published"), ("index/variants", "published")]
         entry = _ledger_entry(root / "ledger.jsonl", wheel.name)
         assert [p["target"] for p in entry["published"]] == ["pypi", "index"]
 
@@ -343,3 +345,56 @@ def test_one_wheels_refusal_never_stops_anothers(tmp_path: Path) -> None:
     page = (tmp_path / "pages" / "cu128" / "torch2.8" / "demo-ext" / "index.html").read_text()
     assert good.name in page
     assert squatted.name not in page
+
+
+def test_the_index_recovers_a_file_whose_ledger_record_was_lost(tmp_path: Path) -> None:
+    """A publish stopped between storing a wheel in the tree and recording it (here: the ledger
+    lost). The cell's rebuild is published again: the same file (a reproducible build) is found
+    there and recorded; other bytes (a build that is not reproducible: these wheels embed their
+    run) make the stored file re-asserted and adopted, as on GitHub; a stored file that fails
+    re-assertion is an orphan, named and left alone. Never a permanent block."""
+    entry = make_entry(cuda="13.0", torch="none")
+    first, same, other = (stamped_wheel(tmp_path / name, dict(entry), run_id=run)
+                          for name, run in (("first", "1"), ("same", "1"), ("other", "2")))
+    assert first.read_bytes() == same.read_bytes() != other.read_bytes()
+    target = IndexSettings("index", tmp_path / "index")
+    stored = target.path / "files" / first.name
+    ledger = tmp_path / "ledger.jsonl"
+
+    def publish(wheel: Path, **options: Any) -> dict[str, Verdict]:
+        report = upload(wheel.parent, [target], ledger=ledger, reader="native", **options)
+        return {v.target: v.verdict for v in report.verdicts}
+
+    def recorded() -> str | None:
+        rec = LedgerIndex.load(ledger).by_filename(first.name) if ledger.exists() else None
+        return rec.sha256 if rec is not None else None
+
+    first_sha = _sha256(first)
+    assert publish(first) == {"index": Verdict.PUBLISHED}
+    ledger.unlink()  # the record is lost
+    assert publish(same) == {"index": Verdict.PRESENT}
+    assert recorded() == first_sha
+    ledger.unlink()
+    assert publish(other, dry_run=True) == {"index": Verdict.WOULD_VERIFY}
+    assert publish(other) == {"index": Verdict.ADOPTED}
+    assert recorded() == first_sha  # the stored file's record, not the rebuild's
+    assert [p["target"] for p in _ledger_entry(ledger, first.name)["published"]] == ["index"]
+    assert stored.read_bytes() == first.read_bytes()
+    listed = json.loads((target.path / "packages.json").read_text())["files"][first.name]
+    assert listed["sha256"] == first_sha
+    assert publish(other) == {"gate": Verdict.REFUSED}  # now recorded: the other build is refused at the gate
+    ledger.unlink()
+    stored.write_bytes(b"not a wheel")  # damaged: it cannot be read, let alone re-asserted
+    squatter = stored.read_bytes()
+    report = upload(other.parent, [target], ledger=ledger, reader="native")
+    (verdict,) = report.verdicts
+    assert verdict.verdict is Verdict.ORPHAN
+    assert f"delete {stored}" in verdict.message
+    assert stored.read_bytes() == squatter
+    assert recorded() is None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -14,19 +14,28 @@ from typing import Any
 
 import pytest
 
+from farm.binary.archrule import Expected
+from farm.binary.cuobjdump import PINNED, cuobjdump_version
+from farm.binary.madeby import MadeBy
 from farm.cli import main
+from farm.errors import ToolError
+from farm.model.arch import ArchList
 from farm.provenance import buildinfo
-from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, name_problems
+from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry, decode_list, name_problems, split_variant_label
+from farm.provenance.judge import Check, Derived, found_difference
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
-from farm.provenance.verdict import found_difference
-from farm.publish import Check, IndexSettings, Verdict, upload
-from farm.publish.gate import GateResult, Vouchers, judge, run_gate
-from tests.publishfix import Batch, copy_batch, demo_batch, write_farm_root
-from tests.wheelmaker import make_wheel
-
-__all__ = ["demo_batch"]
+from farm.provenance.wheelfacts import WheelFacts
+from farm.publish.gate import GateReaders, GateResult, Refusal, Vouchers, refusals, run_gate
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import upload
+from farm.publish.verdict import Verdict
+from tests.support.fatbinmaker import noted_extension, ptx, sass
+from tests.support.ledgermaker import make_entry
+from tests.support.postbuildfix import Batch
+from tests.support.publishfix import copy_batch, write_farm_root
+from tests.support.wheelmaker import make_wheel, stamped_wheel
 
 
 def _gate(out: Path, ledger: Path | None = None) -> GateResult:
@@ -197,14 +206,24 @@ def test_cli_upload_and_index_regeneration(demo_batch: Batch, tmp_path: Path,
     assert main(["upload", str(out), "--root", str(root)]) == 0  # default_target: index
     text = capsys.readouterr().out
     assert "index (index): sent 1" in text
+    # the repository's _defaults.yml has the index's wheel-variant channel on
+    assert f"{wheel.name}: index/variants: published variants/files/" in text
+    assert "sm_arch 80_real; a driver of CUDA 13.0 or newer" in text
     tree = root / "public" / "index"
     assert (tree / "files" / wheel.name).exists()
     page = (tree / "cu130" / "demo-ext" / "index.html").read_bytes()
     (tree / "cu130" / "demo-ext" / "index.html").unlink()
+    (tree / "variants" / "cu130" / "demo-ext" / "index.html").unlink()
     assert main(["index", str(tree), "--root", str(root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["written"] == ["cu130/demo-ext/index.html"]
     assert (tree / "cu130" / "demo-ext" / "index.html").read_bytes() == page
+    assert doc["variants"]["written"] == ["cu130/demo-ext/index.html"]
+    assert list(doc["variants"]["wheels"]) == [wheel.name]
+    # the audit judges a variant wheel as any wheel: its binaries against its own provenance
+    assert main(["audit", str(tree), "--root", str(root), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["wheels"]
+    assert sorted((r["filename"] == wheel.name, r["verdict"]) for r in rows) == [(False, "ok"), (True, "ok")]
 
 
 # -- the pure core ----------------------------------------------------------------------------
@@ -234,6 +253,14 @@ def _le(data: dict[str, Any]) -> LedgerEntry:
     return LedgerEntry.from_json({"sha256": SHA, "size": 1, "published": [], **data})
 
 
+def judge(name: str, sha256: str, info: BuildInfo, entry: LedgerEntry, same_name_sha256: str | None,
+          found_now: dict[str, str], *, made_by_now: dict[str, MadeBy] | None = None) -> list[Refusal]:
+    """The gate's refusals of a wheel whose extensions hold ``found_now``."""
+    facts = WheelFacts(name, name, sha256, 0, {so: ArchList.parse(text) for so, text in found_now.items()}, {},
+                       info, made_by=made_by_now)
+    return refusals(facts, entry, same_name_sha256)
+
+
 def test_name_problems() -> None:
     assert name_problems(NAME, _bi(INFO)) == []
     assert name_problems(NAME.replace("cp311-cp311", "cp312-cp312"), _bi(INFO)) == [
@@ -247,6 +274,22 @@ def test_name_problems() -> None:
     # A version is compared as PEP 440 reads it, not as spelled ("0.1.0" is "00.1.0").
     assert name_problems(NAME, _bi({**INFO, "version": "00.1.0"})) == []
     assert name_problems(NAME, _bi({**INFO, "version": "0.1.1"})) == ["version 0.1.0 but provenance says '0.1.1'"]
+    # a wheel variant's label (PEP 825) names no part of the cell; the build tag is still read
+    assert name_problems(NAME.replace(".whl", "-0e224db9.whl"), _bi(INFO)) == []
+    assert name_problems(NAME.replace("-cp311-cp311", "-2-cp311-cp311").replace(".whl", "-a1.whl"), _bi(INFO)) == [
+        "build tag 2 but build_epoch is 0"]
+
+
+def test_split_variant_label() -> None:
+    assert split_variant_label("a-1.0-cp311-cp311-linux_x86_64.whl") == ("a-1.0-cp311-cp311-linux_x86_64.whl", None)
+    assert split_variant_label("a-1.0-1-cp311-cp311-linux_x86_64.whl") == ("a-1.0-1-cp311-cp311-linux_x86_64.whl", None)
+    assert split_variant_label("a-1.0-cp311-cp311-linux_x86_64-0e224db9.whl") == (
+        "a-1.0-cp311-cp311-linux_x86_64.whl", "0e224db9")
+    assert split_variant_label("a-1.0-1-cp311-cp311-linux_x86_64-null.whl") == (
+        "a-1.0-1-cp311-cp311-linux_x86_64.whl", "null")
+    # not a label: upper case, too long, a seventh part that is no label
+    assert split_variant_label("a-1.0-1-cp311-cp311-linux_x86_64-ABC.whl")[1] is None
+    assert split_variant_label("a-1.0-cp311-cp311-linux_x86_64-" + "x" * 17 + ".whl")[1] is None
 
 
 def test_judge_inferred_and_failed_are_refused() -> None:
@@ -276,8 +319,6 @@ def test_judge_ledger_entry_of_another_cell() -> None:
 def test_judge_device_code_of_another_cuda_line() -> None:
     """The cell says 12.8 (so does the name): the toolkit records recorded at postbuild, or read
     now, say 13.0: refused; records read now that differ from the recorded ones: refused too."""
-    from farm.binary.madeby import MadeBy
-
     so = next(iter(INFO["found"]))
     assert INFO["cell"]["cuda"] == "12.8"
     assert "+cu128" in NAME
@@ -320,12 +361,40 @@ def test_malformed_embedded_provenance_is_refused_not_a_crash(demo_batch: Batch,
     assert "\n" not in refusal.line()  # one line per offending wheel
 
 
+def test_a_wheel_walking_through_the_gate_parses_each_recorded_list_once(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every arch list the wheel's provenance and its fragment record is decoded once, however
+    many rules compare it; what the binary holds is never rendered and parsed again."""
+    so, full = "demo_ext/_C.cpython-311-x86_64-linux-gnu.so", "sm_80;sm_90;compute_90"
+    entry = make_entry(arch=full)
+    entry["arch_list"]["requested"] = "8.0;9.0+PTX"
+    entry["expected"] = entry["found"] = {so: full}
+    binary = noted_extension(tmp_path, sass(80, 128), sass(90, 128), ptx((8, 7))).read_bytes()  # CUDA 12.8's
+    stamped_wheel(tmp_path / "out", entry, extensions={so: binary})
+    derived = Derived(ArchList.parse(full), "policy x86_64 12.8", Expected(ArchList.parse(full)))
+    parsed: list[str] = []
+    parse = ArchList.parse
+
+    def counted(text: str, *, where: str | None = None) -> ArchList:
+        parsed.append(text)
+        return parse(text, where=where)
+
+    monkeypatch.setattr(ArchList, "parse", counted)
+    result = run_gate(sorted((tmp_path / "out").glob("*.whl")), Vouchers.load(None, [tmp_path / "out"]),
+                      derive=lambda info: derived, reader="native")
+    assert result.ok, result.lines()
+    recorded = ["8.0;9.0+PTX", full, full, full]  # requested, normalised, expected and found of the extension
+    assert sorted(parsed) == sorted(recorded * 2)  # in the wheel and in its fragment, once each
+
+
 def test_found_difference_compares_sets_not_strings() -> None:
-    assert found_difference({"a.so": "sm_90;sm_80"}, {"a.so": "sm_80;sm_90"}) == []
-    assert found_difference({"a.so": "sm_80"}, {"a.so": "sm_80", "b.so": ""}) == [
-        "b.so is in the wheel but not recorded"]
-    assert found_difference({"a.so": "sm_80;compute_80"}, {"a.so": "sm_80;sm_75"}) == [
-        "a.so: missing compute_80, extra sm_75"]
+    def diff(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
+        return found_difference({so: decode_list(text) for so, text in recorded.items()},
+                                {so: decode_list(text) for so, text in now.items()})
+
+    assert diff({"a.so": "sm_90;sm_80"}, {"a.so": "sm_80;sm_90"}) == []
+    assert diff({"a.so": "sm_80"}, {"a.so": "sm_80", "b.so": ""}) == ["b.so is in the wheel but not recorded"]
+    assert diff({"a.so": "sm_80;compute_80"}, {"a.so": "sm_80;sm_75"}) == ["a.so: missing compute_80, extra sm_75"]
 
 
 def test_unreadable_wheel_refused(tmp_path: Path) -> None:
@@ -490,3 +559,22 @@ def test_a_cuda_13_wheel_labelled_cu128_is_refused_by_the_gate(demo_batch: Batch
     assert "made by CUDA 13.0" in refusal.message
     assert "the cell's CUDA line is 12.8" in refusal.message
     assert "--cuda 12.8" in refusal.fix
+
+
+def test_the_gate_runs_the_cuobjdump_a_wheel_records_and_no_other() -> None:
+    """A wheel is re-inspected by cuobjdump of the version its assertion ran: found once per
+    version; a version not installed here stops the gate (exit 3) naming it, never another run."""
+    readers = GateReaders("auto")
+    kind, tool = readers.of(PINNED)
+    assert kind == "both"
+    assert tool is not None
+    assert cuobjdump_version(tool) == PINNED
+    assert readers.of(None) == ("native", None)  # no cuobjdump recorded: nothing of it to compare
+    assert readers.describe() == f"native, native + cuobjdump {PINNED}"
+    with pytest.raises(ToolError, match=r"no cuobjdump 13\.0\.1 here") as info:
+        readers.of("13.0.1")
+    assert info.value.exit_code == 3
+    assert "pip install nvidia-cuda-cuobjdump==13.0.1" in (info.value.hint or "")
+    assert GateReaders("native").of(PINNED) == ("native", None)
+    with pytest.raises(ToolError, match="records no cuobjdump version"):
+        GateReaders("both").of(None)

@@ -1,12 +1,11 @@
 """GitHub Releases: release tags and their capacity, the per-wheel decision, the throttle, and
-the REST client against the loopback GitHub of :mod:`tests.ghsim` (GitHub itself cannot be
+the REST client against the loopback GitHub of :mod:`tests.support.ghsim` (GitHub itself cannot be
 reached from here; the simulator follows its documented answers)."""
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,7 @@ from farm.publish.ratelimit import (
     github_limits,
     retry_after,
 )
-from tests import ghsim
+from tests.support import ghsim
 
 KEY = ExistsKey("flash_attn", "2.8.3", "12.8", "2.8", "cp311", "manylinux_2_28_x86_64", 2)
 
@@ -74,7 +73,7 @@ def test_the_repositorys_grid_fits_under_the_default_tag(tmp_path: Path) -> None
     """The repository's own grid (29 (CUDA, torch) rows, Python 3.10-3.15, 3 platforms) with 44
     recipes, 16,000+ cells an epoch: a release per package fills past 1,000 in the third epoch;
     the default tag keeps every release near a hundred, whatever the epoch."""
-    from farm.model.config import load_config
+    from farm.load.recipes import load_config
     from farm.provenance.ledger import LedgerIndex
     from farm.schedule.matrix import compute_matrix
     from tests.test_waves import scale_root
@@ -164,12 +163,6 @@ def test_retry_after_reads_githubs_headers() -> None:
     assert retry_after(403, {}, 0, '{"message": "You have exceeded a secondary rate limit"}') == 60
     assert retry_after(403, {}, 0, '{"message": "Resource not accessible by integration"}') is None
     assert retry_after(500, {"Retry-After": "1"}, 0) is None
-
-
-@pytest.fixture
-def sim() -> Iterator[ghsim.GitHubSim]:
-    with ghsim.serve(ghsim.GitHubSim(clock=ghsim.ScaledClock(600.0))) as s:
-        yield s
 
 
 def client(sim: ghsim.GitHubSim, token: str = ghsim.TOKEN, **kw: object) -> Client:

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 
 from farm.errors import ToolError
-from farm.publish.targets import TwineSettings
 from farm.publish.twine import (
     Listed,
+    TwineSettings,
     TwineWheel,
     command,
     listed_files,
     plan,
 )
-from tests import loopback
+from tests.support import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
 

@@ -17,10 +17,9 @@ from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo
 from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import stamp_wheel
-from tests.cudafix import CudaFixtures, cuda_fixtures
-from tests.publishfix import ARCH, Batch, demo_batch, write_farm_root
-
-__all__ = ["cuda_fixtures", "demo_batch"]
+from tests.support.cudafix import CudaFixtures
+from tests.support.postbuildfix import Batch
+from tests.support.publishfix import ARCH, write_farm_root
 
 LIB = "demo_ext.libs/libkern-1a2b3c4d.so.1"
 

@@ -14,8 +14,7 @@ import pytest
 from farm.builder.verify import ImportCheck, check_wheel, extension_modules, judge, modules_to_import
 from farm.errors import ToolError, pip_failure
 from farm.model.config import VerifyKnobs
-
-from .wheelmaker import make_wheel
+from tests.support.wheelmaker import make_wheel
 
 TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 EXT = f"cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
@@ -190,10 +189,9 @@ def test_a_runtime_library_named_in_runtime_libs_is_installed_for_the_check(tmp_
     import sysconfig
     import zipfile
 
-    from farm.model.config import load_config
+    from farm.load.recipes import load_config
     from farm.toolkit.request import runtime_wheels
-
-    from .buildroot import REPO
+    from tests.support.buildroot import REPO
 
     toolkit = load_config(REPO).defaults.toolkit
     wheels = runtime_wheels(toolkit, "13.0", ("cuda_nvrtc",), where="test")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from farm.cli import main
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import PlannedCell, compute_matrix
@@ -26,8 +26,7 @@ from farm.schedule.outcome import decide, read_artifacts
 from farm.schedule.slices import SHARD_SIZE, slice_plan
 from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 from farm.schedule.waves import schedule
-
-from .ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_SHARDS = 8

@@ -12,7 +12,7 @@ import pytest
 
 from farm.binary.wheelfile import Limits, SafeWheel, is_shared_object, is_vendored
 from farm.errors import WheelError
-from tests.wheelmaker import make_wheel
+from tests.support.wheelmaker import make_wheel
 
 
 def _zip(path: Path, entries: list[tuple[str, bytes]], *, links: dict[str, str] | None = None) -> Path:

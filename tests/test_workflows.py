@@ -1,11 +1,14 @@
 """The GitHub workflows: schema-valid (check-jsonschema's vendored GitHub schema) and consistent
 with the matrix's sharding (more than 256 cells run as several shards with nothing dropped), with
 publishing where the wheels are (no job holds a wave), a cancel that stops the chain, actions on
-current majors pinned by commit, and no permission a job does not use."""
+current majors pinned by commit, no permission a job does not use, and nothing zizmor (offline) or
+actionlint with shellcheck finds."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,7 +23,8 @@ WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 FOLDER = WORKFLOWS[0].parent
 # The Node 24 majors (Node 20 is gone from the runners); the pins below are these tags' commits.
 CURRENT = {"actions/checkout": "v7", "actions/setup-python": "v7", "actions/upload-artifact": "v7",
-           "actions/download-artifact": "v8", "actions/cache": "v5", "actions/github-script": "v8"}
+           "actions/download-artifact": "v8", "actions/cache": "v5", "actions/github-script": "v8",
+           "actions/attest-build-provenance": "v4"}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -43,6 +47,67 @@ def test_workflow_is_schema_valid(path: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _linter(name: str) -> Path:
+    """A workflow linter the test extra installs beside this interpreter (pinned there, so its
+    verdict moves only when the pin does)."""
+    path = Path(sys.executable).with_name(name)
+    if not path.exists():
+        reason = f"{name} is not installed here: pip install -e '.[test]'"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"under CI the workflow linters must run: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+def _zizmor(folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(_linter("zizmor")), "--offline", "--no-progress", "--format", "plain",
+                           *sorted(str(p) for p in folder.glob("*.yml"))],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+
+
+def _actionlint(folder: Path) -> subprocess.CompletedProcess[str]:
+    """actionlint over a folder's workflows, with the shellcheck beside it for every `run:`."""
+    shellcheck = _linter("shellcheck")
+    return subprocess.run([str(_linter("actionlint")), "-shellcheck", str(shellcheck), "-pyflakes", "",
+                           *sorted(str(p) for p in folder.glob("*.yml"))],
+                          capture_output=True, text=True, check=False, cwd=REPO)
+
+
+def test_zizmor_finds_nothing() -> None:
+    """zizmor's offline audits (its default persona); a finding kept on purpose is suppressed in
+    the workflow with its reason (`# zizmor: ignore[audit] why`)."""
+    proc = _zizmor(FOLDER)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No findings to report" in proc.stdout + proc.stderr
+
+
+def test_actionlint_with_shellcheck_finds_nothing() -> None:
+    proc = _actionlint(FOLDER)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+
+
+def test_the_linters_find_what_they_are_run_for(tmp_path: Path) -> None:
+    """The same runs over a copy of build.yml with the flaws they were added for put back: an
+    expression in a `run:` script, `secrets: inherit`, a word-split variable."""
+    text = (FOLDER / "build.yml").read_text()
+    bad = text.replace('--ref "$REF"', '--ref "${{ github.ref_name }}"', 1)
+    bad = bad.replace('read -ra args <<< "$PACKAGES"', "args=($PACKAGES)", 1)
+    bad = re.sub(r"    secrets:  #[^\n]*\n(      [A-Z_]+: [^\n]*\n)+", "    secrets: inherit\n", bad, count=1)
+    assert bad.count("secrets: inherit") == 1
+    assert "args=($PACKAGES)" in bad
+    assert 'github.ref_name }}"' in bad
+    (tmp_path / "build.yml").write_text(bad)
+    shutil.copy(FOLDER / "build-shard.yml", tmp_path / "build-shard.yml")
+    zizmor = _zizmor(tmp_path)
+    assert zizmor.returncode != 0
+    assert "template-injection" in zizmor.stdout
+    assert "secrets-inherit" in zizmor.stdout
+    actionlint = _actionlint(tmp_path)
+    assert actionlint.returncode != 0
+    assert "SC2206" in actionlint.stdout
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -76,10 +141,13 @@ def test_writes_are_granted_only_where_something_is_published_or_dispatched() ->
                for f, n, j in all_jobs() if "write" in j.get("permissions", {}).values()}
     assert writers == {
         ("build-shard.yml", "publish"): ["contents"],
+        ("build-shard.yml", "attest"): ["attestations", "id-token"],
+        ("build-shard.yml", "record-attestations"): ["contents"],
         ("build.yml", "chain"): ["actions"],
-        # the calls of build-shard.yml grant what its publish job uses (a called workflow narrows, never widens)
-        **{("build.yml", f"build-{i}"): ["contents"] for i in range(8)},
-        ("build.yml", "link"): ["contents"],
+        # the calls of build-shard.yml grant what its publish and attest jobs use (a called workflow
+        # narrows, never widens)
+        **{("build.yml", f"build-{i}"): ["attestations", "contents", "id-token"] for i in range(8)},
+        ("build.yml", "link"): ["attestations", "contents", "id-token"],
     }
     # the jobs that run the packages' build code get no write and keep no credentials
     build = load("build-shard.yml")["jobs"]["build"]
@@ -110,7 +178,8 @@ def test_build_workflow_passes_only_shard_indices() -> None:
     assert "--plan wave-plan.json" in matrix_step["run"]
     for i in range(max_shards):
         job = jobs[f"build-{i}"]
-        assert job["uses"] == "./.github/workflows/build-shard.yml"
+        assert job["uses"] == "$/.github/workflows/build-shard.yml"  # GitHub's self-repository form
+        assert set(job["secrets"]) == {"FARM_CACHE_KEY", "SCCACHE_AWS_ACCESS_KEY_ID", "SCCACHE_AWS_SECRET_ACCESS_KEY"}
         assert job["with"]["shard"] == str(i)
         assert job["if"] == f"${{{{ !cancelled() && needs.matrix.outputs.shard_count > {i} }}}}"
         assert job["with"]["commit"] == "${{ needs.matrix.outputs.commit }}"
@@ -154,12 +223,13 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert f"--publishers {shards}" in run["run"]
     assert "--push-ledger origin" in run["run"]
     assert run["env"]["GH_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
-    report = publish["steps"][-1]
-    assert report["with"]["name"] == "published-${{ inputs.shard }}"
+    report = next(s for s in publish["steps"] if s.get("with", {}).get("name") == "published-${{ inputs.shard }}")
     assert report["if"] == "${{ !cancelled() }}"
-    # the publish checkout is the branch head (records go on top of the latest ledger) with push rights
+    # the publish checkout is the branch head (records go on top of the latest ledger); the token
+    # that pushes is in the publish step's environment only, never in the checkout's .git/config
     checkout = publish["steps"][0]
-    assert checkout["with"] == {"ref": "${{ github.ref }}"}
+    assert checkout["with"] == {"ref": "${{ github.ref }}", "persist-credentials": False}
+    assert 'GIT_CONFIG_KEY_0="http.https://github.com/.extraheader"' in run["run"]
 
 
 def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
@@ -238,7 +308,8 @@ def test_build_jobs_use_the_shared_compiler_cache_configured_in_one_place() -> N
     other workflow sets it."""
     shard = yaml.safe_load((WORKFLOWS[0].parent / "build-shard.yml").read_text())
     env = shard["jobs"]["build"]["env"]
-    assert env["FARM_COMPILE_CACHE"] == "${{ vars.FARM_COMPILE_CACHE || 'gha' }}"
+    assert env["FARM_COMPILE_CACHE"] == "${{ vars.FARM_COMPILE_CACHE }}"  # empty: farm decides (s3 with a bucket)
+    assert env["SCCACHE_BUCKET"] == "${{ vars.SCCACHE_BUCKET }}"
     assert env["AWS_SECRET_ACCESS_KEY"].startswith("${{ secrets.")
     steps = shard["jobs"]["build"]["steps"]
     expose = next(i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/github-script"))
@@ -286,3 +357,23 @@ def test_tests_workflow_runs_the_oldest_and_newest_supported_python() -> None:
     jobs = load("tests.yml")["jobs"]
     assert jobs["tests"]["strategy"]["matrix"]["python"] == [oldest[1], newest]
     assert any("nox -s tests_lowest" in s.get("run", "") for s in jobs["lowest"]["steps"])
+
+
+def test_published_wheels_are_attested_by_a_job_that_runs_no_package_code() -> None:
+    """The publish job writes each published wheel's subjects (the wheel's sha256 and its
+    _build_info.json's); a job with only the permissions the attestation needs signs them with
+    GitHub's action, pinned by commit; another records the attestation in the ledger."""
+    jobs = load("build-shard.yml")["jobs"]
+    publish = next(s for s in jobs["publish"]["steps"] if "publish-shard" in s.get("run", ""))
+    assert '--subjects "subjects-$SHARD.txt"' in publish["run"]
+    attest = jobs["attest"]
+    assert attest["needs"] == ["publish"]
+    assert attest["permissions"] == {"id-token": "write", "attestations": "write", "contents": "read"}
+    (action,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
+    assert re.fullmatch(r"actions/attest-build-provenance@[0-9a-f]{40}", action["uses"])
+    assert action["with"] == {"subject-checksums": "subjects-${{ inputs.shard }}.txt"}
+    assert not any("nox -s build" in s.get("run", "") or "pip install" in s.get("run", "") for s in attest["steps"])
+    record = jobs["record-attestations"]
+    assert record["needs"] == ["attest"]
+    assert record["permissions"] == {"contents": "write"}
+    assert "nox -s attestation -- record" in next(s["run"] for s in record["steps"] if "attestation" in s.get("run", ""))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import ConfigError
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.model.yamlsrc import MAX_ALIASES, load_yaml
 
 REPO = Path(__file__).resolve().parent.parent

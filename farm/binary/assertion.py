@@ -9,122 +9,16 @@ carries the layer that probably caused it, so the maintainer knows where to look
 from __future__ import annotations
 
 import enum
-import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from farm.binary.archrule import NONE, Expected, FamilyTargets, VendoredRule, difference, expected_list, unit_owners
 from farm.binary.fatbin import Fatbin, runnable, union
 from farm.binary.fatbinscan import RELOCATABLE_SECTION
 from farm.binary.inspection import Reader, SoInspection, Tools, inspect_wheel
-from farm.binary.tusources import source_stem
 from farm.model.arch import ArchList, Target
 from farm.table import format_table
-
-
-@dataclass(frozen=True)
-class VendoredRule:
-    """The recipe's expectation for bundled libraries matching ``glob`` (``*.libs/`` members):
-    their own arch list (empty: host-only), or ``archs`` None and the reason they are exempt."""
-
-    glob: str
-    archs: ArchList | None
-    exempt: str | None = None
-
-    def to_json(self) -> dict[str, object]:
-        return {"glob": self.glob, "archs": self.archs.canonical() if self.archs is not None else None,
-                "exempt": self.exempt}
-
-
-@dataclass(frozen=True)
-class FamilyTargets:
-    """A kernel family as built for one cell: its ``.cu`` sources (paths from the source root),
-    the globs of the sources the build generates (``file(GLOB)`` in its SRCS, from the source
-    root), and the exact targets their translation units must hold (empty: the family is not built)."""
-
-    name: str
-    sources: tuple[str, ...]
-    targets: ArchList
-    patterns: tuple[str, ...] = ()
-
-    @property
-    def stems(self) -> frozenset[str]:
-        return frozenset(source_stem(s) for s in self.sources)
-
-    def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "sources": list(self.sources), "patterns": list(self.patterns),
-                "targets": self.targets.canonical()}
-
-
-def unit_owners(unit: str, families: tuple[FamilyTargets, ...], *,
-                globs: bool = True) -> list[tuple[str, ArchList, tuple[str, ...]]]:
-    """The sources a TU with this source stem can come from: (source or glob, its targets, the
-    families naming it). One source in several families gets all of their targets, as CMake's
-    flags add up. The binary names a TU by its file name only, so a family's own file of that
-    name wins over a glob, and a glob that spells out part of the name (vLLM's
-    ``sm80_kernel_*_float16.cu``) over one that names any file (a folder's ``*.cu``); several
-    left with different targets cannot be told apart. ``globs`` False: own files only."""
-    named: dict[str, list[FamilyTargets]] = {}
-    for family in families:
-        for path in family.sources:
-            if source_stem(path) == unit:
-                named.setdefault(path, []).append(family)
-    if not named and globs:
-        matched: dict[str, list[FamilyTargets]] = {}
-        for family in families:
-            for pattern in family.patterns:
-                if fnmatch.fnmatchcase(unit, source_stem(pattern)):
-                    matched.setdefault(pattern, []).append(family)
-        spelled = {p: found for p, found in matched.items() if source_stem(p).strip("*")}
-        named = spelled or matched
-    return [(key, ArchList.of(t for f in found for t in f.targets.targets), tuple(f.name for f in found))
-            for key, found in named.items()]
-
-
-def _match(archive_path: str, glob: str) -> bool:
-    return fnmatch.fnmatchcase(archive_path, glob) or fnmatch.fnmatchcase(PurePosixPath(archive_path).name, glob)
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a wheel's extensions must hold.
-
-    ``per_extension`` maps fnmatch globs (matched against the archive path, then the basename) to
-    their own list, first match wins (a module built with its own flags: ``*_sm90*.so -> 9.0a``). An empty
-    ``ArchList`` there means "host-only by design".
-    """
-
-    default: ArchList
-    per_extension: tuple[tuple[str, ArchList], ...] = ()
-    allow_no_extensions: bool = False
-    cuda_package: bool = True
-    default_from: str = "the cell's arch list"  # what the default list is, for the report
-    vendored: tuple[VendoredRule, ...] = ()  # bundled libraries: first matching rule wins
-    cuda: str | None = None  # the cell's CUDA line ("13.0"): the toolkit the device code must record
-    # kernel families: TUs compiled from a family's sources must hold exactly its targets; the
-    # other TUs are judged against the extension's list
-    families: tuple[FamilyTargets, ...] = ()
-
-    def for_vendored(self, archive_path: str) -> VendoredRule | None:
-        return next((r for r in self.vendored if _match(archive_path, r.glob)), None)
-
-    def for_extension(self, archive_path: str) -> tuple[ArchList, str | None]:
-        """The expected list for one extension and the glob that chose it (``None``: the default)."""
-        base = PurePosixPath(archive_path).name
-        for glob, archs in self.per_extension:
-            if fnmatch.fnmatchcase(archive_path, glob) or fnmatch.fnmatchcase(base, glob):
-                return archs, glob
-        return self.default, None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "default": self.default.canonical(),
-            "per_extension": {glob: archs.canonical() for glob, archs in self.per_extension},
-            "allow_no_extensions": self.allow_no_extensions,
-            "cuda_package": self.cuda_package,
-            "vendored": [r.to_json() for r in self.vendored],
-            "families": [f.to_json() for f in self.families],
-        }
 
 
 class Cause(str, enum.Enum):
@@ -198,7 +92,7 @@ _EXPLAIN: dict[Cause, str] = {
 
 
 @dataclass(frozen=True)
-class Finding:
+class AssertionFinding:
     code: str  # missing | extra | no-device-code | incomplete-tu | readers-disagree | no-extensions
     message: str
     cause: Cause
@@ -215,17 +109,17 @@ class ExtensionResult:
     expected: ArchList
     expected_from: str | None  # the per-extension glob, or None for the default list
     found: ArchList
-    findings: tuple[Finding, ...]
+    findings: tuple[AssertionFinding, ...]
     inspection: SoInspection
     families: tuple[str, ...] = ()  # the kernel families with a translation unit in it
 
     @property
     def missing(self) -> ArchList:
-        return ArchList.of(self.expected.targets - self.found.targets)
+        return self.expected - self.found
 
     @property
     def extra(self) -> ArchList:
-        return ArchList.of(self.found.targets - self.expected.targets)
+        return self.found - self.expected
 
     @property
     def passed(self) -> bool:
@@ -278,11 +172,10 @@ class VendoredResult:
         if self.rule is None:
             return (f"the wheel bundles it (found: {self.found.canonical() or 'no device code'}) but the recipe "
                     "does not declare it")
-        if self.rule.archs is not None and self.rule.archs != self.found:
-            missing = ArchList.of(self.rule.archs.targets - self.found.targets).canonical() or "-"
-            extra = ArchList.of(self.found.targets - self.rule.archs.targets).canonical() or "-"
+        if self.rule.archs is not None and (differs := difference(self.rule.archs, self.found)):
             return (f"expected {self.rule.archs.canonical() or '(host-only)'} (recipe vendored[{self.rule.glob!r}]), "
-                    f"found {self.found.canonical() or '(none)'}: missing {missing}, extra {extra}")
+                    f"found {self.found.canonical() or '(none)'}: missing {differs.missing.canonical() or '-'}, "
+                    f"extra {differs.extra.canonical() or '-'}")
         return None
 
     def record(self) -> dict[str, object]:
@@ -312,7 +205,7 @@ class AssertionReport:
     wheel: str
     expected: Expected
     extensions: tuple[ExtensionResult, ...]
-    findings: tuple[Finding, ...] = ()  # wheel-level (no extension at all)
+    findings: tuple[AssertionFinding, ...] = ()  # wheel-level (no extension at all)
     vendored: tuple[SoInspection, ...] = ()
     tools: Tools = field(default_factory=Tools)
     vendored_results: tuple[VendoredResult, ...] = ()
@@ -397,18 +290,18 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
     """Findings for one extension (pure: works on an inspection, reads nothing). ``cuda``: the
     cell's CUDA line, which the toolkit the device code records must be."""
     found = inspection.found
-    findings: list[Finding] = []
+    findings: list[AssertionFinding] = []
     name = inspection.path
     if inspection.disagreement:
-        findings.append(Finding("readers-disagree", f"{name}: {inspection.disagreement}", Cause.READERS))
+        findings.append(AssertionFinding("readers-disagree", f"{name}: {inspection.disagreement}", Cause.READERS))
     if cuda is not None and inspection.has_device_code:
         made_by = inspection.made_by
         wrong = ("its toolkit records were not read" if made_by is None else made_by.against(cuda))
         if wrong:
-            findings.append(Finding("toolkit-mismatch", f"{name}: {wrong}", Cause.TOOLKIT))
+            findings.append(AssertionFinding("toolkit-mismatch", f"{name}: {wrong}", Cause.TOOLKIT))
     if not inspection.has_device_code:
         if expected and cuda_package:
-            findings.append(Finding(
+            findings.append(AssertionFinding(
                 "no-device-code",
                 f"{name} has no device code at all, expected {expected.canonical()}",
                 Cause.NO_CUDA, tuple(expected),
@@ -419,8 +312,8 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
     stubs = [f for f in runnable if f.offset in inspection.stubs]
     units = [f for f in runnable if f.offset not in inspection.stubs]
     in_units = union(units).targets
-    missing = expected.targets - found.targets
-    extra = found.targets - expected.targets
+    differs = difference(expected, found)
+    missing, extra = differs.missing.targets, differs.extra.targets
     relocatable = union(f for f in inspection.fatbins if f.section == RELOCATABLE_SECTION).targets
 
     # extras: a stub's empty cubins, nvcc's default, or a build with its own list. nvcc's default
@@ -439,8 +332,8 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
         note = ""
         if cause is Cause.DEVICE_LINK_STUB and any(_is_nvcc_default(t) for t in targets):
             note = " (sm_75 is nvcc's default: the link step got no -gencode)"
-        findings.append(Finding("extra", f"{name} holds unrequested {_names(targets)}{note}", cause,
-                                tuple(ArchList.of(targets))))
+        findings.append(AssertionFinding("extra", f"{name} holds unrequested {_names(targets)}{note}", cause,
+                                         tuple(ArchList.of(targets))))
 
     # missing: dropped by -rdc's device link, by the build's own list, or by the recipe's map
     dropped: dict[Cause, set[Target]] = {}
@@ -458,15 +351,15 @@ def judge(inspection: SoInspection, expected: ArchList, *, expected_from: str | 
             cause = Cause.RECIPE_OVERRIDE
         dropped.setdefault(cause, set()).add(t)
     for cause, targets in dropped.items():
-        findings.append(Finding("missing", f"{name} lacks requested {_names(targets)}", cause,
-                                tuple(ArchList.of(targets))))
+        findings.append(AssertionFinding("missing", f"{name} lacks requested {_names(targets)}", cause,
+                                         tuple(ArchList.of(targets))))
 
     # per translation unit: each fatbin must hold what its siblings hold
     if len(units) > 1:
         for index, fatbin in enumerate(units, 1):
             lacks = in_units - fatbin.targets.targets
             if lacks:
-                findings.append(Finding(
+                findings.append(AssertionFinding(
                     "incomplete-tu",
                     f"{name}: fatbin {index} of {len(units)} ({fatbin.section} at {fatbin.offset:#x}, "
                     f"holding {fatbin.targets.canonical()}) lacks {_names(lacks)} that its siblings have",
@@ -484,11 +377,11 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
     name = inspection.path
     if not inspection.has_device_code:
         return judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-    findings: list[Finding] = []
+    findings: list[AssertionFinding] = []
     sources = inspection.sources
     if sources is None:
         base = judge(inspection, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
-        findings.append(Finding(
+        findings.append(AssertionFinding(
             "no-symbols", f"{name}: kernel families are declared but the .so has no symbol table (stripped): "
             "which translation unit belongs to which family cannot be read", Cause.NO_SYMBOLS))
         return ExtensionResult(name, expected, expected_from, base.found, (*base.findings, *findings), inspection)
@@ -498,7 +391,7 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
     own = {stem for family in families for stem in family.stems}
     globs = not own.isdisjoint(sources.values())
     rest: list[Fatbin] = []
-    built: list[ArchList] = []  # the targets of each family with a TU in this .so, and of the rest
+    built = NONE  # the targets of the families with a TU in this .so
     held: dict[str, None] = {}  # the families with a TU in it, in order
     for fatbin in inspection.fatbins:
         unit = sources.get(fatbin.offset)
@@ -510,32 +403,31 @@ def judge_families(inspection: SoInspection, expected: ArchList, families: tuple
         holds = fatbin.targets.canonical() or "nothing"
         where = f"{name}: TU {unit}.cu (fatbin at {fatbin.offset:#x}, holding {holds})"
         if len({targets for _, targets, _ in owners}) > 1:
-            findings.append(Finding(
+            findings.append(AssertionFinding(
                 "family-ambiguous", f"{where} matches sources of kernel families whose targets differ: "
                 + "; ".join(f"{key} of {', '.join(names)}" for key, _, names in owners), Cause.NO_SYMBOLS))
             continue
         key, targets, names = owners[0]
-        built.append(targets)
+        built |= targets
         held.update(dict.fromkeys(n for _, _, found in owners for n in found))
-        have = fatbin.targets.targets
-        missing, extra = targets.targets - have, have - targets.targets
-        if missing or extra:
-            findings.append(Finding(
+        differs = difference(targets, fatbin.targets)
+        if differs:
+            findings.append(AssertionFinding(
                 "family-targets", f"{where} is in kernel family {' + '.join(names)} ({key}), which must hold "
-                f"exactly {targets.canonical() or '(nothing)'}: missing {_names(missing) or '-'}, extra "
-                f"{_names(extra) or '-'}", Cause.FAMILY, tuple(ArchList.of(missing | extra))))
+                f"exactly {targets.canonical() or '(nothing)'}: missing {differs.missing.canonical() or '-'}, extra "
+                f"{differs.extra.canonical() or '-'}", Cause.FAMILY, tuple(differs.missing | differs.extra)))
     # the TUs outside every family, with the whole file's reader and toolkit checks
     others = SoInspection(name, Reader.NATIVE, tuple(rest), None, inspection.disagreement, inspection.stubs,
                           inspection.stubs_checked, inspection.made_by, sources)
-    if any(f.offset not in inspection.stubs for f in runnable(rest)):
+    outside = any(f.offset not in inspection.stubs for f in runnable(rest))
+    if outside:
         base = judge(others, expected, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
         findings[:0] = base.findings
-        built.append(expected)
     else:  # every TU is in a family: only the whole-file checks apply to the rest
-        base = judge(others, ArchList.of(()), expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
+        base = judge(others, NONE, expected_from=expected_from, cuda_package=cuda_package, cuda=cuda)
         findings[:0] = [f for f in base.findings if f.code in ("readers-disagree", "toolkit-mismatch")]
     # recorded for the whole .so: what its TUs together must hold, and what they hold
-    whole = ArchList.of(t for archs in built for t in archs.targets)
+    whole = expected_list(expected, built, outside=outside)
     return ExtensionResult(name, whole, expected_from, inspection.found, tuple(findings), inspection, tuple(held))
 
 
@@ -551,15 +443,15 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
         else:
             results.append(judge(insp, archs, expected_from=glob, cuda_package=expected.cuda_package,
                                  cuda=expected.cuda))
-    findings: list[Finding] = []
+    findings: list[AssertionFinding] = []
     if not inspections and not expected.allow_no_extensions:
-        findings.append(Finding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
-                                Cause.NO_EXTENSIONS))
+        findings.append(AssertionFinding("no-extensions", f"{wheel} contains no extension module (.so/.pyd)",
+                                         Cause.NO_EXTENSIONS))
     elif expected.families:  # a family the cell builds must have left a TU in some extension
         seen = {stem for insp in inspections for stem in (insp.sources or {}).values()}
         # a glob's TUs count where they were judged as the family's: a folder's ``*.cu`` names any TU
         held = {n for result in results for n in result.families}
-        findings.extend(Finding(
+        findings.extend(AssertionFinding(
             "family-absent", f"{wheel}: kernel family {family.name} ({family.targets.canonical()}) has no "
             f"translation unit in any extension (sources {', '.join((*family.sources, *family.patterns))})",
             Cause.FAMILY, tuple(family.targets))

@@ -4,6 +4,10 @@ parsing its listing.
 Its quirks, as measured on cuobjdump 13.x: PTX entries print as ``sm_NN``; SASS loses its ``f``;
 rc 255 means both "no device code" and "broken file"; rc 1 can follow partial output; "No ELF/PTX
 file found" goes to stderr with rc 0. A missing or failing cuobjdump is an error, never "unverified".
+
+The assertion runs one cuobjdump version, :data:`PINNED`: the build extra installs exactly it, a
+cell's build spec and its provenance record it, and the upload gate re-inspects a wheel with the
+version its provenance records (:func:`pinned_cuobjdump`), never with another one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sysconfig
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from farm.binary.fatbin import EntryKind, read_fatbins
@@ -25,6 +30,9 @@ from farm.errors import BinaryFormatError, ToolError
 from farm.model.arch import Kind, Target, Variant
 
 DEFAULT_TIMEOUT = 300.0
+# The assertion's cuobjdump: pyproject.toml's build and upload extras pin nvidia-cuda-cuobjdump to it
+# (tests/test_cuobjdump.py holds the two equal). A new version is a deliberate change of both.
+PINNED = "13.5.37"
 _EXE = "cuobjdump.exe" if os.name == "nt" else "cuobjdump"
 # Where NVIDIA's PyPI wheels put the binary: nvidia-cuda-cuobjdump (13.x) and its -cu12 sibling.
 _WHEEL_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_cuobjdump/bin")
@@ -63,22 +71,58 @@ def _site_dirs() -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def find_cuobjdump(cuda_home: Path | None = None) -> Path:
+def _candidates(cuda_home: Path | None) -> list[Path]:
     """PATH, then ``cuda_home`` (default ``$CUDA_HOME``)/bin, then the PyPI wheel in this interpreter."""
     candidates: list[Path] = []
     on_path = shutil.which("cuobjdump")
     if on_path:
-        return Path(on_path)
+        candidates.append(Path(on_path))
     home = cuda_home or (Path(os.environ["CUDA_HOME"]) if os.environ.get("CUDA_HOME") else None)
     if home is not None:
         candidates.append(Path(home) / "bin" / _EXE)
     for site in _site_dirs():
         candidates.extend(site / sub / _EXE for sub in _WHEEL_DIRS)
+    return list(dict.fromkeys(candidates))
+
+
+def _runnable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_cuobjdump(cuda_home: Path | None = None, *, version: str | None = None) -> Path:
+    """The first cuobjdump of PATH, ``cuda_home`` (default ``$CUDA_HOME``)/bin and the PyPI wheel
+    in this interpreter; with ``version``, the first that reports exactly that version."""
+    candidates = [c for c in _candidates(cuda_home) if _runnable(c)]
+    if version is None and candidates:
+        return candidates[0]
+    found = []
     for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+        try:
+            have = cuobjdump_version(candidate)
+        except ToolError:
+            have = "unrunnable"
+        if have == version:
             return candidate
-    looked = ["PATH"] + [str(c) for c in candidates]
-    raise ToolError(f"cuobjdump not found (looked in: {', '.join(looked)})", hint=_INSTALL_HINT)
+        found.append(f"{candidate} ({have})")
+    if version is None:
+        looked = ["PATH", *(str(c) for c in _candidates(cuda_home))]
+        raise ToolError(f"cuobjdump not found (looked in: {', '.join(looked)})", hint=_INSTALL_HINT)
+    raise ToolError(f"no cuobjdump {version} here (found: {', '.join(found) or 'none'})",
+                    hint=f"pip install nvidia-cuda-cuobjdump=={version} (into the interpreter running farm); "
+                         "a wheel is asserted and gated by the one version its build recorded")
+
+
+def pinned_cuobjdump(version: str, given: Path | None = None) -> Path:
+    """The cuobjdump of ``version``: ``given`` when it reports that version (else an error naming
+    both), otherwise found (:func:`find_cuobjdump`)."""
+    if given is None:
+        return find_cuobjdump(version=version)
+    have = cuobjdump_version(given)
+    if have != version:
+        raise ToolError(f"{given} is cuobjdump {have}, and this assertion runs cuobjdump {version}",
+                        where=str(given), hint=f"pass a cuobjdump {version}, or none: "
+                                               f"pip install nvidia-cuda-cuobjdump=={version}")
+    return given
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -94,6 +138,7 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
                         where=argv[-1], hint="check the file and the machine's load; raise the timeout") from None
 
 
+@cache  # one run per binary and process: the gate asks for every wheel
 def cuobjdump_version(path: Path) -> str:
     """``13.2.51`` from ``cuobjdump --version``."""
     proc = _run([str(path), "--version"], 60)

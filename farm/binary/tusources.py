@@ -2,11 +2,13 @@
 
 nvcc puts a TU's fatbin in ``.nv_fatbin`` under the local symbol ``fatbinData``, and the host
 object it compiles is named after the source: its ``STT_FILE`` symbol is
-``tmpxft_<id>-<n>_<stem>[.compute_NN].cudafe1.cpp``. The linker keeps each object's local symbols
-together after its file symbol, so the symbol table pairs every fatbin (by address) with the stem
-of the ``.cu`` file it was compiled from. This holds whatever the link order, static archives
-included, and needs nothing recorded at build time; it needs the static symbol table, which a
-stripped ``.so`` has lost (the caller then fails closed). A stem is the source's basename without
+``tmpxft_<id>-<n>_<stem>[.compute_NN].cudafe1.cpp``, or ``<stem>.cudafe1.cpp`` as farm's
+launchers name it in every build (``x_0.cudafe1.cpp``, sccache's name, carries no stem). The
+linker keeps each object's local symbols together after its file symbol, so the symbol table
+pairs every fatbin (by address) with the stem of the ``.cu`` file it was compiled from. This
+holds whatever the link order, static archives included, and needs nothing recorded at build
+time; it needs the static symbol table, which a stripped ``.so`` has lost (the caller then fails
+closed). A stem is the source's basename without
 ``.cu``: two sources of one name in different folders are told apart by nothing in the binary.
 """
 
@@ -22,13 +24,18 @@ _SHT_SYMTAB = 2
 _STT_FILE = 4
 _SYM = struct.Struct("<IBBHQQ")
 _MAX_SYMTAB = 1 << 30  # a bound on what is read: vLLM's _C.so has a few MB of symbols
-_HOST_OBJECT = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_(?P<stem>.+?)(?:\.compute_\d+[af]?)?\.cudafe1\.cpp")
+_HOST_OBJECT = re.compile(r"(?P<nvcc>tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_)?(?P<stem>.+?)(?:\.compute_\d+[af]?)?"
+                          r"\.cudafe1\.cpp")
+_SCCACHE_NAME = re.compile(r"x_\d+")
 
 
 def stem_of(file_symbol: str) -> str | None:
-    """The source stem nvcc's host object name carries (``gemm`` for ``tmpxft_..._gemm.cudafe1.cpp``)."""
+    """The source stem nvcc's host object name carries (``gemm`` for ``tmpxft_..._gemm.cudafe1.cpp``
+    and ``gemm.cudafe1.cpp``; None for sccache's ``x_0.cudafe1.cpp``)."""
     m = _HOST_OBJECT.fullmatch(os.path.basename(file_symbol))
-    return m["stem"] if m else None
+    if m is None or (m["nvcc"] is None and _SCCACHE_NAME.fullmatch(m["stem"])):
+        return None
+    return m["stem"]
 
 
 def source_stem(path: str) -> str:

@@ -10,6 +10,7 @@ write more than it claims.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import lzma
 import posixpath
 import re
@@ -216,6 +217,13 @@ class SafeWheel:
 
     def read(self, name: str) -> bytes:
         return b"".join(self._stream(name))
+
+    def sha256(self, name: str) -> str:
+        """The hex sha256 of member ``name``'s bytes, streamed."""
+        digest = hashlib.sha256()
+        for chunk in self._stream(name):
+            digest.update(chunk)
+        return digest.hexdigest()
 
     def extract(self, name: str, dest: Path) -> Path:
         """Write member ``name`` to the file ``dest`` (a complete file or nothing)."""

@@ -12,6 +12,7 @@ wheel, so a wheel that reaches the output directory is an asserted, stamped whee
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
@@ -20,7 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
+from farm import cacheseal
 from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
@@ -47,8 +49,10 @@ from farm.builder.plan import (
     container_label,
     plan_build,
     render_environment,
+    reproducible_environment,
 )
 from farm.builder.preflight import Host, platform_blocker, python_blocker
+from farm.builder.prepare import Log, build_log, lint_as_built, prepare_source
 from farm.builder.shard import ShardJob
 from farm.builder.shardjob import ShardSetup
 from farm.builder.spec import SpecOverrides, families_from_lint, resolve_spec, write_spec
@@ -57,21 +61,20 @@ from farm.errors import (
     DefectError,
     FarmError,
     Interrupted,
+    Stalled,
     ToolError,
     UsageError,
     WheelError,
     clip,
-    redact,
     redactor,
 )
-from farm.fsutil import sha256_file
-from farm.lint.api import lint_cached
+from farm.fsutil import remove, sha256_file
 from farm.model.cells import NO_TORCH, Cell
-from farm.model.config import COMPILER_ENV, BuildKnobs, FarmConfig, Recipe
+from farm.model.config import COMPILER_ENV, FarmConfig, Recipe
 from farm.provenance import buildinfo
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.provenance.postbuild import build_environment, postbuild_wheel
-from farm.source.fetch import COPY_IGNORED, fetch
+from farm.source.fetch import fetch
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, home_in_prefix, toolkit_at_home, toolkit_prefix
 from farm.toolkit.check import check_toolkit
 
@@ -79,13 +82,10 @@ if TYPE_CHECKING:
     from farm.binary.assertion import AssertionReport
     from farm.builder.spec import BuildSpec
     from farm.builder.verify import ImportCheck
-    from farm.lint.api import LintReport
-    from farm.model.arch import ArchList
-    from farm.model.spec import ArchRequest
+    from farm.model.archrequest import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
 
-Log = Callable[[str], None]
 
 # The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
 LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
@@ -139,10 +139,6 @@ class BuildResult:
         }
 
 
-def _say(log: Log | None) -> Log:
-    return log or (lambda msg: print(f"farm build: {msg}", file=sys.stderr, flush=True))
-
-
 # ------------------------------------------------------------------------------------------------
 # tools
 # ------------------------------------------------------------------------------------------------
@@ -184,91 +180,6 @@ def cibuildwheel_command() -> list[str]:
     if found:
         return [found]
     raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
-
-
-# ------------------------------------------------------------------------------------------------
-# source preparation
-# ------------------------------------------------------------------------------------------------
-def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir: Path, *,
-                   log: Log | None = None, knobs: BuildKnobs | None = None, platform: str | None = None) -> Path:
-    """A private copy of the checkout with the recipe's patch scripts applied; returns its root.
-    ``knobs``: the build spec's (``farm build``); else the recipe's own ``subdir`` and scripts.
-    ``platform``: the cell's, whose ``platform_patch_script`` (if any) runs after ``patch_script``.
-
-    A patch script (a Python file in the farm repository) runs in the build folder
-    (``build.subdir`` or the root); when the build folder is what the first patch makes (a package
-    upstream never laid out for building, nvdiffrec_render), that one runs in the root and the
-    folder must exist afterwards. Patch scripts must be idempotent; the copy is fresh anyway, so the
-    cached checkout is never changed.
-    """
-    say = _say(log)
-    src = Path(work_dir) / "src"
-    if src.exists():
-        shutil.rmtree(src)
-    shutil.copytree(tree_root, src, symlinks=True,
-                    ignore=shutil.ignore_patterns(*COPY_IGNORED))
-    knobs = knobs or recipe.build
-    subdir = knobs.subdir
-    build_dir = src / subdir if subdir else src
-    scripts = knobs.patch_scripts(platform)
-    made_by_patch = bool(scripts) and not build_dir.exists()
-    if not build_dir.is_dir() and not made_by_patch:
-        raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
-                          hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
-    for script in scripts:
-        path = patch_path(config_root, recipe, script)
-        say(f"{recipe.name}: patching with {script}")
-        in_root = made_by_patch and not build_dir.is_dir()
-        proc = subprocess.run([sys.executable, str(path)], cwd=src if in_root else build_dir,
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
-                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
-        for line in redact(proc.stdout.strip()).splitlines():
-            say(f"  {line}")
-        if in_root and not build_dir.is_dir():
-            raise ConfigError(f"build.subdir {subdir!r} is not in the source, and patch_script {script} (run in "
-                              "the source's root, as the folder is missing) did not make it", where=recipe.where(),
-                              hint="fix build.subdir, or make the patch script create that folder")
-    return src
-
-
-def patch_path(config_root: Path, recipe: Recipe, script: str) -> Path:
-    """A recipe's patch script as a file of the farm repository; a missing one is a config error."""
-    path = (config_root / script).resolve()
-    if not path.is_file():
-        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
-                          hint=f"add the script under {config_root} or fix the path")
-    return path
-
-
-def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
-                  prepared: Path | None = None, log: Log | None = None,
-                  knobs: BuildKnobs | None = None, extensions: tuple[tuple[str, ArchList], ...] = (),
-                  cuda: str | None = None, platform: str | None = None) -> LintReport:
-    """The lint of exactly the source that is built: the fetched tree after the recipe's patch
-    scripts for ``platform`` (cached by the tree's identity and the scripts' digests). ``prepared``:
-    a patched copy the caller already made (``farm build``); otherwise a temporary one is made
-    on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale.
-    ``cuda``: the cell's CUDA line, used for a recipe with ``kernel_families``."""
-    knobs = knobs or recipe.build
-    scripts = knobs.patch_scripts(platform)
-    if not scripts:
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           extensions=extensions, cuda=cuda if recipe.kernel_families else None,
-                           families=recipe.families)
-    paths = [patch_path(config.root, recipe, script) for script in scripts]
-    # the scripts and the shared helpers beside them (packages/patches/_*.py) they may import
-    helpers = sorted({h for path in paths for h in path.parent.glob("_*.py")})
-    digest = ":".join(sha256_file(p) for p in (*paths, *helpers))
-    with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
-        def prepare() -> Path:
-            return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs,
-                platform=platform)
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
-                           cuda=cuda if recipe.kernel_families else None, families=recipe.families)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -316,7 +227,7 @@ def cibuildwheel_environment(plan: BuildPlan, environ: Mapping[str, str]) -> dic
         return m is not None and not (m[1] and f"{name[5:9].lower()}linux-{m[1].lower()}-image" in plan.options)
 
     base = passed_on(environ) if _on_host(plan) else environ
-    return {**{k: v for k, v in base.items() if keep(k)}, **plan.env}
+    return {**{k: v for k, v in base.items() if keep(k) and k != cacheseal.KEY_ENV}, **plan.env}
 
 
 def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[str, str]:
@@ -332,7 +243,7 @@ def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[s
                         hint=f"install Visual Studio 2022 (or its Build Tools) with the MSVC "
                              f"{setup.toolset.version} toolset")
     step = setup.vcvars.replace("%VS%", lines[-1])
-    _say(log)(f"MSVC: {step}")
+    build_log(log)(f"MSVC: {step}")
     proc = subprocess.run(f'cmd /d /s /c "{step}"', capture_output=True, text=True, check=False)
     env = parse_set_output(proc.stdout)
     if proc.returncode != 0 or "VSCMD_ARG_TGT_ARCH" not in env:
@@ -346,7 +257,7 @@ def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[s
 def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
                      environ: Mapping[str, str] | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
-    say = _say(log)
+    say = build_log(log)
     environ = dict(os.environ if environ is None else environ)
     if plan.cell.platform.startswith("linux"):
         check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
@@ -356,7 +267,7 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
         say_withheld(plan, environ, say)
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
-    if plan.spec.compile_cache.enabled:  # the container runs farm's launcher script from the mounted run folder
+    if plan.cell.platform.startswith("linux"):  # the container runs farm's launcher script from the mounted run folder
         run_dir = compile_run_dir(plan)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / cclaunch.STATS).unlink(missing_ok=True)
@@ -366,14 +277,17 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    in_container = plan.cell.platform.startswith("linux")
     try:
         proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ),
-                           label=f"cibuildwheel --only {plan.identifier}")
-    except Interrupted as exc:  # its container outlives it: cibuildwheel's clean-up did not run
-        if plan.cell.platform.startswith("linux"):
-            engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+                           label=f"cibuildwheel --only {plan.identifier}", cell=plan.cell.id,
+                           cpu=ContainerCpu(engine, container_label(plan.config_file.parent)) if in_container
+                           else lambda: None)
+    except (Interrupted, Stalled) as exc:  # its container outlives it: cibuildwheel's clean-up did not run
+        if in_container:
             removed = remove_containers(engine, container_label(plan.config_file.parent))
-            if removed:
+            if removed and isinstance(exc, Interrupted):
                 exc.stopped.append(f"its build container ({engine} rm --force {' '.join(removed)})")
         raise
     _append_summary(plan, environ)
@@ -384,6 +298,50 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     if not made:
         raise ToolError(f"cibuildwheel made no wheel for cell {plan.cell.id}")
     return made
+
+
+class ContainerCpu:
+    """The CPU seconds used in the build container labelled ``label`` (its cgroup's ``cpu.stat``,
+    cgroup v2): a container build's compiles run outside the step's own processes, so the step's
+    watchdog counts them from here. None until the container is found, or where it cannot be read."""
+
+    LOOK_S = 30.0  # how often the engine is asked for the container until it is found
+
+    def __init__(self, engine: str, label: str) -> None:
+        self.engine, self.label = engine, label
+        self._stat: Path | None = None
+        self._next = 0.0
+
+    def __call__(self) -> float | None:
+        if self._stat is None and time.monotonic() >= self._next:
+            self._next = time.monotonic() + self.LOOK_S
+            self._stat = self._find()
+        if self._stat is None:
+            return None
+        try:
+            for line in self._stat.read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def _find(self) -> Path | None:
+        try:
+            found = subprocess.run([self.engine, "ps", "--quiet", "--filter", f"label={self.label}"],
+                                   capture_output=True, text=True, timeout=30, check=False)
+            ids = found.stdout.split()[:1] if found.returncode == 0 else []
+            pid = subprocess.run([self.engine, "inspect", "--format", "{{.State.Pid}}", *ids], capture_output=True,
+                                 text=True, timeout=30, check=False).stdout.strip() if ids else ""
+            group = (procs.PROC / pid / "cgroup").read_text() if pid.isdigit() else ""
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        for line in group.splitlines():  # cgroup v2: "0::/path"
+            if line.startswith("0::"):
+                stat = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "cpu.stat"
+                return stat if stat.is_file() else None
+        return None
 
 
 def remove_containers(engine: str, label: str) -> list[str]:
@@ -401,7 +359,9 @@ def remove_containers(engine: str, label: str) -> list[str]:
 
 
 def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path | str | None = None,
-                shell: bool = False, label: str | None = None) -> subprocess.CompletedProcess[bytes]:
+                shell: bool = False, label: str | None = None, cell: str | None = None,
+                sessions: Callable[[], Iterable[int]] = tuple,
+                cpu: Callable[[], float | None] = lambda: None) -> subprocess.CompletedProcess[bytes]:
     """Run a build step with its output (stdout and stderr, in order) relayed to stderr line by
     line through :func:`~farm.errors.redactor`: a build log never shows a secret of the
     environment (an index URL with a token that pip echoes, a password a script prints).
@@ -409,20 +369,49 @@ def run_relayed(cmd: Sequence[str] | str, *, env: Mapping[str, str], cwd: Path |
 
     The step runs in a session of its own (:mod:`farm.builder.procs`): when farm is interrupted
     or fails while it runs, the step and every process beneath it are stopped before the
-    exception goes on."""
+    exception goes on. A step that makes no progress for ``$FARM_STALL_TIMEOUT`` seconds is
+    stopped so, and :class:`~farm.errors.Stalled` names it and ``cell``; ``sessions`` and ``cpu``:
+    where else its work runs (its compiler cache server's session, its build container)."""
     scrub = redactor(env)
+    what = label or clip(cmd if isinstance(cmd, str) else shlex.join(cmd), 120)
+    limit = procs.stall_limit(env)
     with procs.start(cmd, env=dict(env), cwd=cwd, shell=shell, stdout=subprocess.PIPE,
                      stderr=subprocess.STDOUT) as proc:
-        assert proc.stdout is not None
-        try:
-            for raw in proc.stdout:
+        out = proc.stdout
+        assert out is not None
+        watch = procs.Watchdog(limit, lambda: (proc.pid, *sessions()), cpu)
+
+        def relay() -> None:
+            for raw in out:
+                watch.output()
                 sys.stderr.write(scrub(raw.decode("utf-8", "replace")))
                 sys.stderr.flush()
+
+        relayer = threading.Thread(target=relay, name=f"relay {what}", daemon=True)
+        relayer.start()
+        try:
+            while True:  # until its output ends and the step has exited
+                if relayer.is_alive():
+                    relayer.join(timeout=procs.POLL_S)
+                else:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=procs.POLL_S)
+                if not relayer.is_alive() and proc.poll() is not None:
+                    break
+                stalled = watch.stalled()
+                if stalled is not None:
+                    raise Stalled(f"`{what}` made no progress: {stalled}; farm stopped it",
+                                  where=cell, hint=STALL_HINT)
         except BaseException as exc:
-            what = label or clip(cmd if isinstance(cmd, str) else shlex.join(cmd), 120)
             procs.stop_step(proc, f"`{what}`", exc)
             raise
     return subprocess.CompletedProcess(cmd, proc.returncode)
+
+
+STALL_HINT = (f"a build that waits on itself stops so (a compiler cache whose compiles wait on each other, a "
+              f"lock, a prompt for input): read the end of the build log above, and run the cell again with "
+              f"--no-compile-cache to rule the compiler cache out; a step that really works that long without "
+              f"output or CPU needs a higher ${procs.STALL_ENV} (seconds; 0: no limit)")
 
 
 def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, *,
@@ -449,7 +438,7 @@ def passed_on(environ: Mapping[str, str]) -> dict[str, str]:
     """The caller's ``environ`` as a build on the host starts from: without the variables of
     :data:`~farm.model.config.COMPILER_ENV`, which a container never sees, so the build takes its
     compilers, flags and search paths from the plan alone (the plan's values are applied over this)."""
-    return {k: v for k, v in environ.items() if k not in COMPILER_ENV}
+    return {k: v for k, v in environ.items() if k not in COMPILER_ENV and k != cacheseal.KEY_ENV}
 
 
 def withheld(environment: Iterable[tuple[str, str]], environ: Mapping[str, str]) -> list[str]:
@@ -493,7 +482,7 @@ def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
     uv = buildenv.find_uv()
     if uv is None:  # the preflight's refusal, word for word and with its exit code
         raise python_blocker(search, uv=False).error(cell)
-    _say(log)(f"{cell.id}: uv python install {search.wanted}")
+    build_log(log)(f"{cell.id}: uv python install {search.wanted}")
     return install_managed(cell.python, uv)
 
 
@@ -507,7 +496,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     environment used (its interpreter and torch go into the provenance). ``farm_deps``: the farm
     wheels its extra_deps pin, installed from their files (:mod:`farm.builder.farmdeps`). ``cache_counts``
     receives the compiler cache's counts for the build, when it was on and counted."""
-    say = _say(log)
+    say = build_log(log)
     steps = plan.native
     if steps is None:
         raise UsageError(f"the plan for {plan.cell.id} has no native steps")
@@ -520,8 +509,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                         hint="build it on a host of that architecture, or under emulation with cibuildwheel")
     work = plan.config_file.parent
     dist = work / "dist"
-    if dist.exists():
-        shutil.rmtree(dist)
+    remove(dist)
     caller = os.environ if environ is None else environ
     # read once: neither the build environment's installs (an sdist there would build with them)
     # nor the build see the caller's compiler variables
@@ -529,9 +517,12 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env = passed_on(caller)
     env.pop("PYTHONPATH", None)
 
+    server: list[int] = []  # the compiler cache server's session: its compiles are the build's work too
+
     def run(cmd: Sequence[str] | str, what: str, **kw: Any) -> None:
         say(f"{plan.cell.id}: {what}")
-        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), label=what, **kw)
+        proc = run_relayed(cmd, env=env, shell=isinstance(cmd, str), label=what, cell=plan.cell.id,
+                           sessions=lambda: server, **kw)
         if proc.returncode != 0:
             raise ToolError(f"{what} failed for cell {plan.cell.id} (rc {proc.returncode})",
                             hint="read the build log above")
@@ -547,7 +538,7 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
                                  python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
     benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
-                               runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
+                               runner=lambda cmd, e: run_relayed(cmd, env=e, cell=plan.cell.id).returncode)
     if built_env is not None:
         built_env.append(benv)
     venv = benv.path
@@ -555,18 +546,22 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env = native_environment(steps, env)
     env["GITHUB_STEP_SUMMARY"] = str(plan.step_summary)
+    env.update(reproducible_environment(plan.cwd.as_posix(), plan.cuda_home, venv.as_posix()))
     cached = plan.spec.compile_cache.enabled
     state: dict[str, object] = {}
     try:
-        if cached:  # the build environment's site-packages (torch's headers) as a base directory
-            state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
-                                   basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))])
+        # the launchers, cached or not; the build environment's site-packages (torch's headers) as a base directory
+        state = cclaunch.setup(str(compile_run_dir(plan)), f"{plan.cuda_home}/bin/nvcc", env,
+                               basedirs=[str(p) for p in sorted(venv.glob("lib/python*/site-packages"))],
+                               cached=cached)
+        if cached:
+            server.extend(procs.sccache_session(env))
         run([str(venv / "bin" / "python"), "-m", "build", *steps.build_args, "--outdir", str(dist),
              plan.package_dir], "python -m build --wheel --no-isolation", cwd=plan.cwd)
-    except Interrupted as exc:  # the private server goes with the build, and the compiles it ran
+    except (Interrupted, Stalled) as exc:  # the private server goes with the build, and the compiles it ran
         sccache = state.get("sccache") or (cclaunch.find_sccache(env) if cached else None)
         stopped = procs.stop_sccache_server(sccache, env) if isinstance(sccache, str) else None
-        if stopped:
+        if stopped and isinstance(exc, Interrupted):
             exc.stopped.append(stopped)
         raise
     except BaseException:  # a failed build: the server stops all the same
@@ -656,7 +651,9 @@ def build_cell(
     ``torch_version``: what the matrix resolved, carried in); the lint, the toolkit, the plan and
     postbuild all take it from the spec, which is written as ``build-spec.json`` in the cell's
     work folder."""
-    say = _say(log)
+    say = build_log(log)
+    # before anything is fetched: the package's code runs here (its build, or its wheel's import check)
+    cacheseal.refuse_env_key(os.environ, f"the package code of {cell.id} (its build or its import check)")
     started = time.monotonic()  # the cell's build time goes into its provenance: the matrix plans with it
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     # before anything is fetched: the farm wheels it builds against must be in the wheelhouse
@@ -764,7 +761,7 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
     spec = resolve_spec(config, recipe, cell, spec_overrides(settings), arch=arch, torch_version=torch_version)
     work = (Path(settings.work_root) / "plan" / cell.id).absolute()
     work.mkdir(parents=True, exist_ok=True)
-    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=_say(log),
+    tree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name, progress=build_log(log),
                  vendor=recipe.vendor)
     printed: list[str] = []
     src = prepare_source(tree.root, recipe, config.root, work, log=printed.append, knobs=spec.knobs,
@@ -895,13 +892,15 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     try:
         if settings.builder is BuilderKind.NATIVE:
             plan = _native_plan(plan, str(tk.cuda_home), setup)
-            built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
-                               farm_deps=farm_deps, cache_counts=counts)
+            with cacheseal.retiring():  # the package's code ran here, as this user
+                built = run_native(plan, log=say, built_env=envs, env_root=env_root, interpreter=interpreter,
+                                   farm_deps=farm_deps, cache_counts=counts)
             torch_built = envs[0].torch_record() if envs else None
             env_path = envs[0].path if envs else None
         else:
             try:
-                built = run_cibuildwheel(plan, log=say)
+                with cacheseal.retiring() if _on_host(plan) else contextlib.nullcontext():
+                    built = run_cibuildwheel(plan, log=say)
             finally:
                 counts += container_counts(plan)
             torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
@@ -959,8 +958,7 @@ def stage_farm_deps(deps: Sequence[FarmDep], folder: Path) -> Path:
     """Copies of the resolved farm wheels in ``folder`` (emptied first) for a build container to
     mount read-only, each copy's sha256 checked against the resolved one: the container is given
     exactly the bytes that were verified, and nothing else of the wheelhouse."""
-    if folder.exists():
-        shutil.rmtree(folder)
+    remove(folder)
     folder.mkdir(parents=True)
     for dep in deps:
         copy = folder / dep.wheel.name
@@ -1008,10 +1006,11 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         if line:
             log(f"{cell.id}: {line}")
     try:
-        check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
-                                   visible_site=site, find_links=[find_links],
-                                   first=("torch",) if cell.torch != NO_TORCH else (), runtime=spec.runtime_wheels,
-                                   log=lambda m: log(f"{cell.id}: {m}"))
+        with cacheseal.retiring():  # importing the wheel runs its code here, as this user
+            check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
+                                       visible_site=site, find_links=[find_links],
+                                       first=("torch",) if cell.torch != NO_TORCH else (),
+                                       runtime=spec.runtime_wheels, log=lambda m: log(f"{cell.id}: {m}"))
     except FarmError:  # the check could not run (pip cannot install a requirement): not a checked wheel
         _withdraw(wheel, f"{cell.id}: the import check could not run", log)
         raise
@@ -1036,15 +1035,13 @@ def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) ->
     host_home = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH",
                  "LIBRARY_PATH": f"{home}/lib64/stubs"}
     env = tuple((k, host_home.get(k, v)) for k, v in plan.native.environment)
-    host: dict[str, str] = {}
-    cache_bin = None
     cache = plan.spec.compile_cache
-    if cache.enabled:  # the launchers and the cache folder as this host sees them
-        run_dir = compile_run_dir(plan).absolute().as_posix()
-        local = cache.directory if cache.backend == "local" else None
-        host.update(compile_cache_environment(plan.spec, run_dir, local))
-        cache_bin = f"{run_dir}/{BIN}"
-        env = tuple((k, host.get(k, v)) for k, v in env)
+    # the launchers, the cache folder and the build's folders as this host sees them
+    run_dir = compile_run_dir(plan).absolute().as_posix()
+    host = dict(compile_cache_environment(plan.spec, run_dir, cache.directory if cache.backend == "local" else None))
+    host.update(reproducible_environment(plan.cwd.as_posix(), home))
+    cache_bin = f"{run_dir}/{BIN}"
+    env = tuple((k, host.get(k, v)) for k, v in env)
     if shard is not None:  # the launcher as this host sees it, not the container's mount
         # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
         # are replaced in place, so its PATH still comes after the toolkit's
@@ -1089,4 +1086,4 @@ def run_postbuild(
                             python=python, torch_built=torch_built, farm_deps=farm_deps,
                             compile_cache=compile_cache),
         source=buildinfo.source_from(source), duration_s=duration_s)
-    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist, cuobjdump=toolkit.cuobjdump)
+    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist)  # the spec's cuobjdump, not the toolkit's

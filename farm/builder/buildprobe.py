@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.binary.assertion import Expected, ExtensionResult, judge, judge_families
+from farm.binary.archrule import Expected
+from farm.binary.assertion import ExtensionResult, judge, judge_families
 from farm.binary.inspection import Reader, inspect_file
 from farm.builder import shard, shardjob
 from farm.builder.shardjob import ShardSetup

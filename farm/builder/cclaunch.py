@@ -19,6 +19,12 @@ writes the launchers into ``RUN_DIR/bin``:
   ``-ccbin``: each must be one executable, not ``"sccache gcc"``. Called beneath a cached compile
   (nvcc running its host compiler) they run the real compiler directly: one cache lookup per step.
 
+"Beneath a cached compile" is :data:`NESTED` in the environment, or an ancestor process named
+sccache (``_farm_beneath``): sccache's server holds one of its job slots (as many as its CPUs) for
+each process it runs, so a launcher there that called sccache again would wait on a slot its parent
+holds, and with every slot so held the build would hang. The ancestry holds where a program in
+between starts the compiler in another environment, which the variable does not.
+
 sccache keys an entry on the compiler it runs; for the host-compiler steps inside nvcc that is the
 ``gcc`` launcher, so the launcher's text names the real compiler and its sha256: another host
 compiler is another launcher, hence a miss.
@@ -27,6 +33,14 @@ When sccache cannot start (not installed, a broken binary, no socket), the launc
 compilers uncached and one warning line says so: a compiler cache never fails a build. Cache
 read and write errors during the build (a read-only or full cache) are sccache's own to absorb:
 it compiles and counts the error, which :func:`stats` returns.
+
+Every Linux build runs its compilers through these launchers, the cache on or off (``setup RUN_DIR
+NVCC uncached`` writes them without a server), so a cached and an uncached build run the same
+compilers with the same arguments and make the same bytes (docs/reproducible.md): the host
+compilers get ``-ffile-prefix-map`` for each pair of ``BUILD_PATH_PREFIX_MAP``; an nvcc call
+(:func:`run_nvcc`) gets them through ``-Xcompiler``, its unit's path as the map writes it for the
+name nvcc derives its internal symbols from, and afterwards the host object's name without nvcc's
+process id or sccache's ``x_0``: ``<stem>.cudafe1.cpp`` (objcopy).
 
 ``python cclaunch.py stats RUN_DIR`` (after the build) writes the server's counts to
 ``RUN_DIR/stats.json`` (with the calls ``launch`` ran past sccache among the not cacheable), stops
@@ -37,11 +51,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -175,11 +192,33 @@ def remove_socket(path: str, *, wait: float = 5.0) -> bool:
     return True
 
 
-def _nvcc_arguments(uncached: str) -> str:
+def _beneath(sccache: str | None) -> str:
+    """A shell function ``_farm_beneath``: whether an ancestor of the calling shell is ``sccache`` (the
+    build's server, or a client compiling by itself), read from ``/proc``. The variable :data:`NESTED`
+    says so too, but only while every program between sccache and the launcher passes its environment
+    on; a host compiler wrapper that starts the compiler in a clean environment (``env -i``) loses
+    it. Walked up to 64 parents; without ``/proc`` (or without sccache) it says no."""
+    if sccache is None:
+        return "_farm_beneath() { return 1; }\n"
+    comm = os.path.basename(sccache)[:15]  # the kernel's name of the process: the file's, cut at 15 bytes
+    return ('_farm_beneath() {\n'
+            '  p=$PPID; n=0\n'
+            '  while [ "$p" -gt 1 ] && [ "$n" -lt 64 ]; do\n'
+            '    read -r s 2>/dev/null < "/proc/$p/stat" || return 1\n'
+            '    c=${s#*(}; c=${c%) *}\n'  # the name between the first "(" and the last ") "
+            f'    if [ "$c" = {_q(comm)} ]; then return 0; fi\n'
+            '    set -- ${s##*) }; p=$2; n=$((n + 1))\n'  # the fields after the name: state, parent, ...
+            '  done\n'
+            '  return 1\n'
+            '}\n')
+
+
+def _nvcc_arguments(uncached: str, cached_nvcc: str, uncached_nvcc: str) -> str:
     """Shell lines that rewrite an nvcc call's ``-opt value`` into ``-opt=value`` for
     :data:`NVCC_JOINED`; the value of ``-Xcompiler`` and the other pass-through options is left alone.
     A call with an option of :data:`NVCC_MISREAD`, given or in :data:`NVCC_FLAGS_ENV`, runs uncached,
-    its name (and the variable's) appended to ``uncached``."""
+    its name (and the variable's) appended to ``uncached``. The call then runs as ``cached_nvcc``
+    "$@", or ``uncached_nvcc`` "$@" when misread (:func:`run_nvcc`)."""
     # `-optimization-info=...` would be sccache's -o: a name starting with o is joined with two dashes only
     names = "|".join(f"--{n}" if n.startswith("o") else f"-{n}|--{n}" for n in NVCC_JOINED)
     spelt = {n: f"-{n}*" if n.endswith("=") else f"-{n}|-{n}=*" for n in NVCC_MISREAD}  # o=: -o=FILE
@@ -207,19 +246,194 @@ def _nvcc_arguments(uncached: str) -> str:
             '    esac\n'
             '  done\n'
             '  if [ -n "$held" ]; then set -- "$@" "$held"; fi\n'
-            f'  if [ -n "$misread" ]; then printf "%s\\n" "$misread" >> {_q(uncached)} 2>/dev/null; exec "$@"; fi;;\n'
+            f'  if [ -n "$misread" ]; then printf "%s\\n" "$misread" >> {_q(uncached)} 2>/dev/null; '
+            f'exec {uncached_nvcc} "$@"; fi\n'
+            f'  exec {cached_nvcc} "$@";;\n'
             'esac\n')
 
 
+# ------------------------------------------------------------------------------------------------
+# reproducible compiles: no build folder and no process id in an object (docs/reproducible.md)
+# ------------------------------------------------------------------------------------------------
+PREFIX_MAP_ENV = "BUILD_PATH_PREFIX_MAP"  # reproducible-builds.org's variable: `dst=src` pairs joined by `:`
+HOST_OBJECT_SUFFIX = ".cudafe1.cpp"  # the host code nvcc's front end writes, compiled by the host compiler
+_NVCC_HOST_NAME = re.compile(r"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_(?P<stem>.+?)(?:\.compute_\d+[af]?)?\.cudafe1\.cpp")
+_SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+_VALUE_OPTIONS = ("-o", "--output-file", "-MF", "-MT", "-MQ", "-include", "--pre-include", "-x", "--x")
+OBJCOPY_MISSING = "objcopy (GNU binutils) is not installed"
+
+
+def encode_prefix_map(pairs: Sequence[tuple[str, str]]) -> str:
+    """``(build path, what it is written as)`` pairs as ``BUILD_PATH_PREFIX_MAP`` holds them."""
+    def enc(text: str) -> str:
+        return text.replace("%", "%#").replace("=", "%+").replace(":", "%.")
+    return ":".join(f"{enc(dst)}={enc(src)}" for src, dst in pairs)
+
+
+def decode_prefix_map(text: str) -> list[tuple[str, str]]:
+    """``BUILD_PATH_PREFIX_MAP`` as ``(build path, written as)`` pairs, each build path also as
+    its real path (nvcc and torch name sources by the physical path); a malformed pair is left out."""
+    def dec(part: str) -> str:
+        return part.replace("%.", ":").replace("%+", "=").replace("%#", "%")
+    pairs: list[tuple[str, str]] = []
+    for item in text.split(":"):
+        dst, eq, src = item.partition("=")
+        if not eq or not src or "=" in src:
+            continue
+        pairs += [(path, dec(dst)) for path in dict.fromkeys((dec(src), os.path.realpath(dec(src))))]
+    return pairs
+
+
+def map_path(path: str, pairs: Sequence[tuple[str, str]]) -> str | None:
+    """``path`` as the map writes it (the last pair that matches wins, as in gcc); None: no pair matches."""
+    for src, dst in reversed(pairs):
+        if path == src or path.startswith(src.rstrip("/") + "/"):
+            return dst + path[len(src):]
+    return None
+
+
+def host_flags(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """The host compiler's options for the map (``__FILE__``, debug info, the assembler's file name)."""
+    return [f"-ffile-prefix-map={src}={dst}" for src, dst in pairs]
+
+
+def nvcc_unit(argv: Sequence[str]) -> str | None:
+    """The one source file an nvcc call compiles (None: none, or several)."""
+    found = [a for prev, a in itertools.pairwise(argv)
+             if not a.startswith("-") and prev not in _VALUE_OPTIONS and a.endswith(_SOURCE_SUFFIXES)
+             and os.path.isfile(a)]
+    return found[0] if len(found) == 1 else None
+
+
+def nvcc_flags(argv: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """What an nvcc call adds for the map: its host compiler's options (``-Xcompiler`` splits at
+    commas: a path with one is left unmapped), and the unit's path as cudafe++ names it, from
+    which nvcc derives the names of the unit's internal symbols (``_INTERNAL_<hash>_8_scale_cu``)."""
+    flags = [f for flag in host_flags(pairs) if "," not in flag for f in ("-Xcompiler", flag)]
+    unit = nvcc_unit(argv)
+    mapped = map_path(os.path.join(os.getcwd(), unit), pairs) if unit else None
+    if mapped:
+        flags += ["-Xcudafe", f"--orig_src_path_name={mapped}"]
+    return flags
+
+
+def _output(argv: Sequence[str]) -> str | None:
+    for prev, arg in itertools.pairwise(argv):
+        if prev in ("-o", "--output-file"):
+            return arg
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(("--output-file=", "-o="))), None)
+
+
+def _symbols(path: str) -> list[tuple[str, int]]:
+    """(name, type) of every symbol of a 64-bit little-endian ELF file; [] for anything else."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if data[:6] != b"\x7fELF\x02\x01" or len(data) < 64:
+        return []
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    out: list[tuple[str, int]] = []
+    for _, kind, _, _, offset, size, link, _, _, entsize in heads:
+        if kind != 2 or entsize != 24 or link >= shnum:  # SHT_SYMTAB
+            continue
+        strings = data[heads[link][4]:heads[link][4] + heads[link][5]]
+        for name, info, *_ in struct.iter_unpack("<IBBHQQ", data[offset:offset + size]):
+            out.append((strings[name:strings.index(b"\0", name)].decode("latin-1"), info & 0xF))
+    return out
+
+
+def _label(name: str) -> str:
+    """A file name as gcc writes it into a symbol (``_GLOBAL__sub_I_<name>``): non-label characters as ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.$]", "_", name)
+
+
+def host_object_renames(path: str, unit: str | None) -> dict[str, str]:
+    """The symbols of nvcc's object at ``path`` that carry the name of its host code's file (nvcc's
+    ``tmpxft_<pid>_..._<stem>.cudafe1.cpp``, sccache's ``x_0.cudafe1.cpp``): the file symbol and
+    gcc's static constructor (``_GLOBAL__sub_I_<file>``) -> the same with ``<stem>.cudafe1.cpp``,
+    the stem the unit's (else nvcc's name's)."""
+    symbols = _symbols(path)
+    renames: dict[str, str] = {}
+    for name, kind in symbols:
+        if kind != 4 or not name.endswith(HOST_OBJECT_SUFFIX):  # STT_FILE
+            continue
+        nvcc_named = _NVCC_HOST_NAME.fullmatch(name)
+        stem = (os.path.basename(unit).rsplit(".", 1)[0] if unit else None) or (nvcc_named and nvcc_named["stem"])
+        if not stem or name == f"{stem}{HOST_OBJECT_SUFFIX}":
+            continue
+        renames[name] = f"{stem}{HOST_OBJECT_SUFFIX}"
+        old, new = _label(name), _label(renames[name])
+        renames.update({s: s.replace(old, new) for s, _ in symbols if old in s and s != name})
+    return renames
+
+
+def name_host_object(path: str, unit: str | None, objcopy: str | None) -> str | None:
+    """Rename (objcopy) what :func:`host_object_renames` finds; the reason it cannot, or None."""
+    renames = host_object_renames(path, unit)
+    if not renames:
+        return None
+    if objcopy is None:
+        return OBJCOPY_MISSING
+    tmp = f"{path}.{os.getpid()}.farm"
+    args = [f"--redefine-sym={old}={new}" for old, new in sorted(renames.items())]
+    proc = subprocess.run([objcopy, *args, path, tmp], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return f"objcopy failed (rc {proc.returncode}): {proc.stderr.strip()[-300:]}"
+    os.replace(tmp, path)
+    return None
+
+
+def run_nvcc(sccache: str | None, objcopy: str | None, argv: list[str], environ: Mapping[str, str]) -> int:
+    """One nvcc call (``launch``'s): with the map's flags, through sccache when given (and again
+    uncached when sccache fails, as ``launch`` does), then its object named reproducibly."""
+    pairs = decode_prefix_map(environ.get(PREFIX_MAP_ENV, ""))
+    args = [*argv, *nvcc_flags(argv, pairs)]
+    rc = subprocess.call([sccache, *args]) if sccache else subprocess.call(args)
+    if rc != 0 and sccache:
+        print(f"{WARNING}: the cached compile failed (rc {rc}) in {argv[0]}; compiling it uncached "
+              "(a compile error shows twice)", file=sys.stderr, flush=True)
+        rc = subprocess.call(args)
+    output = _output(argv)
+    if rc != 0 or output is None or not os.path.isfile(output):
+        return rc
+    why = name_host_object(output, nvcc_unit(argv), objcopy)
+    if why is not None:
+        print(f"farm: {why}: {output} keeps nvcc's host object name, which differs between any two compiles; "
+              "install binutils", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
 def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | None = None,
-                    cxx: str | None = None) -> None:
-    """The launchers of the module docstring; ``sccache`` None: they run the compilers uncached."""
+                    cxx: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+    """The launchers of the module docstring; ``sccache`` None: they run the compilers uncached.
+    ``environ``: where ``BUILD_PATH_PREFIX_MAP`` is read (default: this process's)."""
+    environ = os.environ if environ is None else environ
     bindir = os.path.join(run_dir, BIN)
     os.makedirs(bindir, exist_ok=True)
     launch = os.path.join(bindir, "launch")
+    # the real compilers: never a launcher of this folder, should PATH lead here
+    search = os.pathsep.join(d for d in environ.get("PATH", os.environ.get("PATH", "")).split(os.pathsep)
+                             if d and os.path.abspath(d) != os.path.abspath(bindir))
+    objcopy = shutil.which("objcopy", path=search)
+    maps = " ".join(_q(f) for f in host_flags(decode_prefix_map(environ.get(PREFIX_MAP_ENV, ""))))
+    # every compile the launchers run, cached or not: the host compilers with the map's options,
+    # nvcc through run_nvcc (sccache beneath it when cached)
+    host = (f'case ${{1##*/}} in gcc|g++|cc|c++|*-gcc|*-g++|clang|clang++) set -- "$@" {maps};; esac\n'
+            if maps else "")
+    via = f"{_q(sys.executable)} -I -S {_q(os.path.abspath(__file__))} nvcc"
+    uncached_nvcc = f"{via} - {_q(objcopy or '-')}"
     if sccache is None:
-        _write(launch, '#!/bin/sh\n# farm: the compiler cache is off for this build\nexec "$@"\n')
+        _write(launch, f'#!/bin/sh\n# farm: the compiler cache is off for this build\n'
+                       f'if [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
+                       f'{NESTED}=1; export {NESTED}\n{host}'
+                       f'case ${{1##*/}} in nvcc) exec {uncached_nvcc} "$@";; esac\n'
+                       'exec "$@"\n')
     else:
+        cached_nvcc = f"{via} {_q(sccache)} {_q(objcopy or '-')}"
         # sccache failing where the compiler would not (mozilla/sccache#2809: a PTX-only target's
         # ptxas check, "Missing cubin file output") must not fail the build: the step runs again,
         # uncached; a real compile error is then reported by the compiler itself
@@ -228,23 +442,21 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
         # which it still runs through `launch`: sccache then ran a compiler that is sccache again,
         # whose client waited on the server whose every job slot held the outer compiles (natten's
         # CMake hung in its CUDA ABI check).
-        _write(launch, f'#!/bin/sh\nif [ -n "${{{NESTED}:-}}" ]; then exec "$@"; fi\n'
-                       f'{NESTED}=1; export {NESTED}\n'
-                       f'{_nvcc_arguments(os.path.join(run_dir, UNCACHED))}'
+        _write(launch, f'#!/bin/sh\n{_beneath(sccache)}'
+                       f'if [ -n "${{{NESTED}:-}}" ] || _farm_beneath; then exec "$@"; fi\n'
+                       f'{NESTED}=1; export {NESTED}\n{host}'
+                       f'{_nvcc_arguments(os.path.join(run_dir, UNCACHED), cached_nvcc, uncached_nvcc)}'
                        f'{_q(sccache)} "$@" && exit 0\n'
                        f'echo "{WARNING}: the cached compile failed (rc $?) in $1; compiling it uncached '
                        f'(a compile error shows twice)" >&2\n'
                        f'exec "$@"\n')
     _write(os.path.join(bindir, "nvcc"), f'#!/bin/sh\nexec {_q(launch)} {_q(nvcc)} "$@"\n')
-    # the real compilers: never a launcher of this folder, should PATH lead here
-    search = os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
-                             if d and os.path.abspath(d) != os.path.abspath(bindir))
     for name, real in (("gcc", cc or "gcc"), ("g++", cxx or "g++")):
         path = shutil.which(real, path=search) or shutil.which("cc" if name == "gcc" else "c++", path=search) or real
         ident = _sha256(path) if os.path.isfile(path) else "unknown"
         _write(os.path.join(bindir, name),
-               f"#!/bin/sh\n# farm: {path} (sha256 {ident})\n"
-               f'if [ -n "${{{NESTED}:-}}" ]; then exec {_q(path)} "$@"; fi\n'
+               f"#!/bin/sh\n# farm: {path} (sha256 {ident})\n{_beneath(sccache)}"
+               f'if [ -n "${{{NESTED}:-}}" ] || _farm_beneath; then exec {_q(path)} "$@"; fi\n'
                f'exec {_q(launch)} {_q(path)} "$@"\n')
 
 
@@ -255,8 +467,9 @@ def site_packages() -> list[str]:
 
 
 def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
-          basedirs: Sequence[str] | None = None) -> dict[str, object]:
+          basedirs: Sequence[str] | None = None, *, cached: bool = True) -> dict[str, object]:
     """Start the server and write the launchers; fall back to uncached ones with one warning.
+    ``cached`` False (the build's cache is off): the uncached launchers, no server, no warning.
 
     ``basedirs`` (default: this interpreter's site-packages): folders whose path sccache strips
     from the preprocessed text before hashing it (``SCCACHE_BASEDIRS``). torch's headers lie in
@@ -268,12 +481,12 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
         os.unlink(os.path.join(run_dir, UNCACHED))
     dirs = [d for d in (site_packages() if basedirs is None else basedirs) if os.path.isdir(d)]
     environ = {**environ, "SCCACHE_BASEDIRS": os.pathsep.join(dirs)} if dirs else dict(environ)
-    sccache = find_sccache(environ)
-    why = start(sccache, environ)
-    cached = why is None
-    write_launchers(run_dir, nvcc, sccache if cached else None)
-    if not cached:
+    sccache = find_sccache(environ) if cached else None
+    why = start(sccache, environ) if cached else "off"
+    write_launchers(run_dir, nvcc, sccache if why is None else None, environ=environ)
+    if cached and why is not None:
         print(f"{WARNING}: {why}; this build compiles uncached", file=sys.stderr, flush=True)
+    cached = why is None
     state: dict[str, object] = {"cached": cached, "sccache": sccache, "why": why, "basedirs": dirs}
     with open(os.path.join(run_dir, STATE), "w", encoding="utf-8") as fh:
         json.dump(state, fh)
@@ -325,13 +538,16 @@ def stats(run_dir: str, environ: Mapping[str, str]) -> dict[str, object] | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 4 and argv[1] == "setup":
-        setup(argv[2], argv[3], os.environ)
+    if len(argv) >= 5 and argv[1] == "nvcc":  # launch's: nvcc SCCACHE|- OBJCOPY|- NVCC ARGS...
+        return run_nvcc(None if argv[2] == "-" else argv[2], None if argv[3] == "-" else argv[3], argv[4:],
+                        os.environ)
+    if len(argv) in (4, 5) and argv[1] == "setup" and argv[4:] in ([], ["uncached"]):
+        setup(argv[2], argv[3], os.environ, cached=argv[4:] == [])
         return 0  # never fails the build: an unusable cache only means uncached
     if len(argv) == 3 and argv[1] == "stats":
         stats(argv[2], os.environ)
         return 0
-    print("usage: cclaunch.py setup RUN_DIR NVCC | stats RUN_DIR", file=sys.stderr)
+    print("usage: cclaunch.py setup RUN_DIR NVCC [uncached] | stats RUN_DIR", file=sys.stderr)
     return 2
 
 

@@ -118,14 +118,33 @@ def socket_path(run_dir: str) -> str:
     return f"/tmp/farm-sccache-{hashlib.sha256(run_dir.encode()).hexdigest()[:16]}.sock"
 
 
+def backend_for(environ: Mapping[str, str]) -> str:
+    """Where compiles are cached: ``$FARM_COMPILE_CACHE`` when it names a backend; else an
+    S3-compatible store wherever one is configured (``$SCCACHE_BUCKET``: CI's default, the one
+    whose capacity holds a farm's epoch); else, in a GitHub job, the repository's Actions cache (a
+    small farm's: 10 GB, least recently used evicted, docs/compile-cache.md); else a local folder.
+    The matrix asks it too: whether the cache keeps what a bump compiled."""
+    if environ.get(BACKEND_ENV):
+        return environ[BACKEND_ENV]
+    if environ.get("SCCACHE_BUCKET"):
+        return "s3"
+    return "gha" if environ.get("GITHUB_ACTIONS") == "true" else "local"
+
+
 def resolve(enabled: bool, cache_root: Path, environ: Mapping[str, str] | None = None,
             backend: str | None = None) -> CompileCache:
     """The build's compiler cache: off with ``--no-compile-cache``; else ``backend`` (or
-    ``$FARM_COMPILE_CACHE``, else ``local``), a local one in ``cache_root``."""
+    :func:`backend_for` the environment), a local one in ``cache_root``. A GitHub job that did not
+    hand its cache service to the build (``ACTIONS_RESULTS_URL``, ``ACTIONS_RUNTIME_TOKEN``) and
+    named no backend caches locally."""
     if not enabled:
         return CompileCache.off()
     environ = os.environ if environ is None else environ
-    backend = backend or environ.get(BACKEND_ENV) or "local"
+    named = backend or environ.get(BACKEND_ENV)
+    backend = named or backend_for(environ)
+    if backend == "gha" and not named and not (environ.get("ACTIONS_RESULTS_URL")
+                                               and environ.get("ACTIONS_RUNTIME_TOKEN")):
+        backend = "local"
     if backend not in BACKENDS:
         raise UsageError(f"unknown compiler cache backend {backend!r} (${BACKEND_ENV} or --compile-cache)",
                          hint=f"choose {', '.join(BACKENDS)}, or --no-compile-cache")

@@ -7,7 +7,7 @@ environment is made, :func:`resolve` finds that wheel in the wheelhouse (``farm 
 the project and exact version, a tag this cell's interpreter and platform install, and
 provenance saying farm asserted it for this very cell (CUDA line, torch, Python, platform). A
 wheelhouse crosses job boundaries (a CI artifact, a folder on a shared disk), so the wheel is then
-judged as the upload gate judges it (:func:`farm.provenance.verdict.judge`): the ledger fragment
+judged as the upload gate judges it (:func:`farm.provenance.judge.judge`): the ledger fragment
 postbuild wrote beside it must hold these very bytes (sha256) under this name with the provenance
 the wheel embeds, the assertion must have passed, and the binaries must be the ones the provenance
 records. A wheel that is missing, not farm's, or changed since postbuild stops the build before
@@ -34,10 +34,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from farm.errors import FarmError, UsageError, clip
 from farm.model.cells import NO_TORCH, Cell
-from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.buildinfo import LedgerEntry, read_wheel
+from farm.provenance.judge import GATE, judge
 from farm.provenance.ledgerwrite import fragment_path, read_fragment
-from farm.provenance.postbuild import read_embedded
-from farm.provenance.verdict import GATE, judge
 from farm.provenance.wheelfacts import wheel_facts
 
 
@@ -88,7 +87,7 @@ def resolve(requirements: Sequence[str], cell: Cell, wheelhouse: Path) -> tuple[
                                   f"--cuda/--torch/--python/--platform and --out {wheelhouse})")
         wheel = candidates[-1]
         try:
-            info = read_embedded(wheel)
+            info = read_wheel(wheel)
         except FarmError as exc:
             raise UsageError(f"{wheel.name} has unreadable provenance: {exc.message}", where=str(wheel)) from None
         own = {"cuda": cell.cuda, "python": cell.python, "platform": cell.platform}

@@ -41,7 +41,6 @@ from importlib import resources
 from pathlib import Path
 
 from farm import cacheseal, jsonread
-from farm.fsutil import atomic_write
 
 INSPECT_TIMEOUT_S = 60
 PROBE_TIMEOUT_S = 180  # a container start plus one interpreter start per Python (seconds each)
@@ -294,7 +293,7 @@ def held_probes(cache_dir: Path) -> frozenset[str]:
 
 def _cached(path: Path, purpose: str, reference: str) -> ImageFacts | None:
     try:
-        payload = cacheseal.unseal(jsonread.read_bounded(path, 1 << 20), purpose)
+        payload = cacheseal.read(path, purpose, 1 << 20)
         data = jsonread.loads(payload) if payload is not None else None
     except (OSError, ValueError):
         return None
@@ -332,5 +331,5 @@ def probe_image(engine: str, reference: str, cache_dir: Path | None) -> tuple[Im
     if path is not None:
         payload = json.dumps(facts.to_json(), sort_keys=True).encode()
         with contextlib.suppress(OSError):  # an unwritable cache costs the next run a probe, nothing else
-            atomic_write(path, [cacheseal.seal(payload, purpose)], durable=False)
+            cacheseal.write(path, payload, purpose)
     return facts, ""

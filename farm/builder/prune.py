@@ -53,6 +53,7 @@ from farm.toolkit.assemble import read_stamp
 from farm.toolkit.request import PLATFORMS
 
 KINDS = ("toolkit", "envs", "sources", "build", "images")
+LINKED = "a link: farm removes nothing it reaches through one"
 DEFAULT_KEEP_RECENT = 200
 DEFAULT_MIN_AGE_S = 3600.0
 
@@ -242,30 +243,37 @@ def _env_key(folder: Path) -> tuple[str, str | None] | None:
 
 
 def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
-    """(kind, folder, its lock file) for every prunable folder under ``cache``."""
-    for line in sorted((cache / "toolkit").glob("*")):
-        if line.is_dir():
-            for folder in sorted(line.iterdir()):
-                if folder.is_dir() and not folder.name.startswith("."):
-                    yield "toolkit", folder, Path(f"{folder}.lock")
-    envs = cache / "envs"
-    if envs.is_dir():
-        for folder in sorted(envs.iterdir()):
+    """(kind, folder, its lock file) for every prunable folder under ``cache``. A link on the way
+    (``build/``, ``envs/``, ``toolkit/<line>/``, a ``sources/`` folder, or the entry itself) is not
+    farm's: it is yielded as it stands and never entered, so nothing it points to is removed."""
+    def entries(folder: Path) -> list[Path]:
+        return [] if folder.is_symlink() or not folder.is_dir() else sorted(folder.iterdir())
+
+    for line in entries(cache / "toolkit"):
+        if line.is_symlink():
+            yield "toolkit", line, None
+        for folder in entries(line):
             if folder.is_dir() and not folder.name.startswith("."):
-                yield "envs", folder, envs / f".{folder.name}.lock"
+                yield "toolkit", folder, Path(f"{folder}.lock")
+    envs = cache / "envs"
+    for folder in entries(envs):
+        if folder.is_dir() and not folder.name.startswith("."):
+            yield "envs", folder, envs / f".{folder.name}.lock"
     for sub in ("git", "sdist", "vendored", "vendor"):
         base = cache / "sources" / sub
-        if base.is_dir():
-            for folder in sorted(base.iterdir()):
-                if folder.is_dir() and not folder.name.startswith("tmp-"):
-                    yield "sources", folder, (base / f"{folder.name}.lock" if sub != "git" else None)
-    build = cache / "build"
-    if build.is_dir():
-        for folder in sorted(build.iterdir()):
-            if folder.is_dir():
-                yield "build", folder, None
-    for probe in sorted((cache / "images").glob("*.json")):
-        if probe.is_file() and not probe.is_symlink():
+        for folder in entries(base) if not base.parent.is_symlink() else []:
+            if folder.is_dir() and not folder.name.startswith("tmp-"):
+                yield "sources", folder, (base / f"{folder.name}.lock" if sub != "git" else None)
+    for kind, name in (("toolkit", "toolkit"), ("envs", "envs"), ("sources", "sources"), ("sources", "sources/git"),
+                       ("sources", "sources/sdist"), ("sources", "sources/vendored"), ("sources", "sources/vendor"),
+                       ("build", "build"), ("images", "images")):
+        if (cache / name).is_symlink():
+            yield kind, cache / name, None
+    for folder in entries(cache / "build"):
+        if folder.is_dir():
+            yield "build", folder, None
+    for probe in entries(cache / "images"):
+        if probe.suffix == ".json" and probe.is_file() and not probe.is_symlink():
             yield "images", probe, None
 
 
@@ -297,7 +305,7 @@ def plan_prune(cache: Path, used: InUse, *, kinds: Iterable[str] = KINDS, min_ag
     for kind, folder, lock in _candidates(Path(cache)):
         if kind not in wanted:
             continue
-        keep = _why_kept(kind, folder, used)
+        keep = LINKED if folder.is_symlink() else _why_kept(kind, folder, used)
         if keep is None and lock is not None and _locked(lock):
             keep = "in use: a running build holds its lock"
         if keep is None and now - _newest_change(folder) < min_age_s:
@@ -348,9 +356,9 @@ def apply_prune(plan: PrunePlan, *, say: Any = None) -> int:
         except OSError as exc:
             raise FileSystemError(f"cannot remove {item.path}: {exc.strerror or exc}", where=str(item.path),
                                   hint="check the cache folder's permissions") from None
-        if aside.is_dir():
+        if aside.is_dir() and not aside.is_symlink():
             shutil.rmtree(aside, ignore_errors=True)
-        else:  # an image probe
+        else:  # an image probe (or a link put there since the plan: the link goes, never what it names)
             aside.unlink(missing_ok=True)
         if item.kind == "sources":  # the fetch's pointers to this commit now point at nothing
             for pointer in item.path.parent.glob("ref-*.json"):

@@ -23,7 +23,6 @@ TU and the shard that owns it) and on objects the shards made that its build nev
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +32,7 @@ from farm import jsonread
 from farm.builder import shard
 from farm.builder.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
-from farm.fsutil import SHA256_HEX, atomic_write, open_plain
+from farm.fsutil import SHA256_HEX, atomic_write, open_plain, remove
 from farm.provenance.shape import ShapeError, UnknownKeyError, decode, encode
 
 # Where the cell's shard folder appears inside cibuildwheel's container (bind-mounted, read-write).
@@ -134,8 +133,7 @@ def prepare_probe(probe_root: Path, cell_id: str, source_root: Path, spec_digest
     a compile shard's."""
     directory = cell_dir(probe_root, cell_id)
     for old in (directory / shard.OBJECTS, directory / shard.CLAIMS):
-        if old.is_dir():
-            shutil.rmtree(old)
+        remove(old)
     (directory / shard.OBJECTS).mkdir(parents=True)
     table = shard.assign(shard.tree_tus(source_root), 1)
     setup = ShardSetup(ShardJob(1, 0, probe=True), cell_id, directory, table, shard.table_digest(table, 1),

@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from farm import jsonread
-from farm.binary.assertion import Expected, FamilyTargets, VendoredRule
+from farm.binary.archrule import Expected, FamilyTargets, VendoredRule, vendored_rules
+from farm.binary.cuobjdump import PINNED
 from farm.builder.compilecache import CompileCache
 from farm.errors import FarmError, UsageError
 from farm.fsutil import atomic_write
 from farm.lint.families import is_pattern
 from farm.model.arch import ArchList, Rendering
+from farm.model.archrequest import ArchRequest, canonical_arch_list, require_arch_request
 from farm.model.cells import NO_TORCH, Cell, fill_placeholders, requires_dist, torch_pin
 from farm.model.config import (
     BuildKnobs,
@@ -42,9 +44,8 @@ from farm.model.config import (
     requirement_refs,
     url_problem,
 )
-from farm.model.spec import ArchRequest, canonical_arch_list, require_arch_request
 from farm.provenance import buildinfo, shape
-from farm.provenance.postbuild import BuildContext, source_of, vendored_rules
+from farm.provenance.postbuild import BuildContext, source_of
 from farm.provenance.shape import ShapeError
 from farm.toolkit.request import ToolkitRequest, request_for, runtime_wheels
 
@@ -56,7 +57,8 @@ SPEC_FILE = "build-spec.json"
 # 5: the compiler cache (on/off, backend, folder) joined it. 6: the per-platform patch script and the MSVC toolset.
 # 7: the import check's runtime libraries (verify.runtime_libs and the wheels they resolve to).
 # 8: a kernel family's globs of the sources the build generates (postbuild.families[].patterns).
-SPEC_VERSION = 8
+# 9: the assertion's cuobjdump version (postbuild.cuobjdump).
+SPEC_VERSION = 9
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few KB
 BUILD_REQUIREMENTS: tuple[str, ...] = ("setuptools>=64", "wheel", "ninja")
 
@@ -101,6 +103,7 @@ class BuildSpec:
     compile_cache: CompileCache = field(default_factory=CompileCache.off)  # whether and where compiles are cached
     # NVIDIA's wheels of verify.runtime_libs for the cell's CUDA line, pinned: the import check installs them
     runtime_wheels: tuple[str, ...] = ()
+    cuobjdump: str = PINNED  # the version the assertion runs (its provenance records the same)
 
     @property
     def python(self) -> str:
@@ -129,7 +132,7 @@ class BuildSpec:
             cell=self.cell, expected=self.expected, requested=self.arch.requested, build_epoch=self.build_epoch,
             defaults_sha256=self.defaults_sha256, recipe_sha256=self.recipe_sha256,
             source=self.source if source is None else source, run=run, toolchain=toolchain,
-            requires_dist=self.requires_dist, pins=self.pins, duration_s=duration_s)
+            requires_dist=self.requires_dist, pins=self.pins, duration_s=duration_s, cuobjdump=self.cuobjdump)
 
     def to_json(self) -> dict[str, Any]:
         k = self.knobs
@@ -157,7 +160,8 @@ class BuildSpec:
                           "requires_dist": list(self.requires_dist), "pins": list(self.pins),
                           "source": self.source.to_dict(), "defaults_sha256": self.defaults_sha256,
                           "recipe_sha256": self.recipe_sha256,
-                          "families": [family.to_json() for family in self.families]},
+                          "families": [family.to_json() for family in self.families],
+                          "cuobjdump": self.cuobjdump},
             "verify": {**shape.encode(self.verify), "runtime_wheels": list(self.runtime_wheels)},
             "compile_cache": self.compile_cache.to_json(),
         }
@@ -221,7 +225,10 @@ class BuildSpec:
             verify=r.verify(v, "verify"), runtime_wheels=r.texts(v, "verify.runtime_wheels"),
             farm_deps=r.texts(k, "knobs.farm_deps"),
             families=r.families(p, "postbuild.families"),
-            compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where))
+            compile_cache=CompileCache.from_json(top.get("compile_cache"), where=where),
+            cuobjdump=r.text(p, "postbuild.cuobjdump"))
+        if not re.fullmatch(r"\d{1,3}\.\d{1,3}\.\d{1,4}", spec.cuobjdump):
+            raise r.bad("postbuild.cuobjdump", "a cuobjdump version (13.5.37)")
         if not set(spec.farm_deps) <= set(spec.knobs.extra_deps):
             raise r.bad("knobs.farm_deps", "a list of the spec's extra_deps")
         if r.text(e, "environment.python") != spec.python:

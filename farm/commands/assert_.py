@@ -16,11 +16,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from farm.binary.assertion import Expected, assert_wheel
+from farm.binary.archrule import Expected
+from farm.binary.assertion import assert_wheel
 from farm.builder.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, UsageError
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
-from farm.model.config import load_config
 from farm.provenance.postbuild import context_from_config
 
 

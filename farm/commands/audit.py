@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
-from farm.model.config import DEFAULTS_FILE, FarmConfig, load_config
+from farm.load.recipes import load_config
+from farm.model.config import DEFAULTS_FILE, FarmConfig
 from farm.progress import reporter
-from farm.provenance.audit import AuditRow, Verdict, audit
+from farm.provenance.audit import AuditRow, AuditVerdict, audit
 from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import LedgerIndex
-from farm.provenance.verdict import today_from_config
+from farm.publish.indextarget import IndexSettings
 from farm.table import format_table
 
 
@@ -60,8 +62,8 @@ def resolve_where(where: str | None, config: FarmConfig | None) -> str:
         return where
     if config is not None:
         for target in config.defaults.publish.values():
-            if target.kind == "index" and target.options.get("path"):
-                return str(config.root / str(target.options["path"]))
+            if isinstance(target, IndexSettings):
+                return str(target.path)
     raise UsageError("no WHERE given and no static index target configured",
                      hint="pass a folder of wheels or an index URL")
 
@@ -90,9 +92,9 @@ def _step_summary(rows: list[AuditRow], counts: Counter[str], warnings: list[str
     if not path:
         return
     lines = ["## farm audit", "", *(f"**warning: {w}**" for w in warnings),
-             " | ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict), "",
+             " | ".join(f"{counts.get(v.value, 0)} {v.value}" for v in AuditVerdict), "",
              "| wheel | verdict | why |", "|---|---|---|"]
-    shown = [r for r in rows if r.verdict is not Verdict.OK][:500]
+    shown = [r for r in rows if r.verdict is not AuditVerdict.OK][:500]
     lines += [f"| {r.filename} | {r.verdict.value} | {short(r.reasons[0]) if r.reasons else ''} |" for r in shown]
     with open(path, "a", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         where = resolve_where(args.where, config if config is not None else load_optional_config(args.root))
         wheels = iter_wheels(where, shard=shard, scratch=scratch)
     ledger = LedgerIndex.load(path) if path.exists() else LedgerIndex.empty()
-    rows = audit(wheels, ledger, today_from_config(config) if config is not None else None,
+    rows = audit(wheels, ledger, derive_from_config(config) if config is not None else None,
                  progress=_progress() if not args.json else None)
     counts = Counter(r.verdict.value for r in rows)
     # reading nothing is not a pass: say so wherever the result is read
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                           "shard": args.shard,
                           "scratch": {"downloads": scratch.downloads, "peak_bytes": scratch.peak,
                                       "limit_bytes": scratch.cap},
-                          "counts": {v.value: counts.get(v.value, 0) for v in Verdict},
+                          "counts": {v.value: counts.get(v.value, 0) for v in AuditVerdict},
                           "warnings": warnings,
                           "wheels": [r.to_json() for r in rows]}, indent=2))
     else:
@@ -144,10 +146,10 @@ def run(args: argparse.Namespace) -> int:
                  for r in rows]
         print(format_table(("wheel", "verdict", "provenance", "why"), table))
         for r in rows:
-            if r.verdict in (Verdict.WHEEL_WRONG, Verdict.CONFIG_MOVED):
+            if r.verdict in (AuditVerdict.WHEEL_WRONG, AuditVerdict.CONFIG_MOVED):
                 print(f"\n{r.location}: {r.verdict.value}")
                 for reason in r.reasons:
                     print(f"  {reason}")
-        tally = ", ".join(f"{counts.get(v.value, 0)} {v.value}" for v in Verdict)
+        tally = ", ".join(f"{counts.get(v.value, 0)} {v.value}" for v in AuditVerdict)
         print(f"\n{tally} ({len(rows)} wheel{'' if len(rows) == 1 else 's'})")
-    return EXIT_DEFECT if counts.get(Verdict.WHEEL_WRONG.value) else EXIT_OK
+    return EXIT_DEFECT if counts.get(AuditVerdict.WHEEL_WRONG.value) else EXIT_OK

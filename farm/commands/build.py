@@ -17,6 +17,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
+from farm import DISTRIBUTION, cacheseal
 from farm.builder import procs
 from farm.builder.builders import (
     ENGINES,
@@ -36,12 +37,15 @@ from farm.builder.preflight import Preflight, needs_of
 from farm.builder.shard import ShardJob
 from farm.builder.spec import resolve_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError, ToolError, UsageError
+from farm.fsutil import mark_cache
+from farm.load.defaults import check_torch_index
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
 from farm.model.cells import Cell, local_version
-from farm.model.config import FarmConfig, Recipe, check_torch_index, load_config
+from farm.model.config import FarmConfig, Recipe
+from farm.provenance.buildinfo import read_wheel
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.provenance.postbuild import read_embedded
 from farm.schedule.matrix import Filters, PlannedCell, compute_matrix, stale_advice
 
 
@@ -95,7 +99,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="compile without the compiler cache (sccache; on by default, docs/compile-cache.md)")
     parser.add_argument("--compile-cache-backend", choices=BACKENDS, metavar="|".join(BACKENDS),
                         help=f"where compiles are cached: local (CACHE/compile-cache), gha (GitHub Actions' cache), "
-                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else local)")
+                             f"s3 (an S3-compatible store, $SCCACHE_BUCKET...) (default: ${BACKEND_ENV}, else s3 where "
+                             "$SCCACHE_BUCKET is set, else gha in a GitHub job that hands its cache to the build, "
+                             "else local)")
     parser.add_argument("--shard-dir", type=Path, metavar="DIR",
                         help="compile shards' objects, one folder per cell (default: CACHE/shards)")
 
@@ -132,7 +138,7 @@ def already_built(out_dir: Path, config: FarmConfig, recipe: Recipe, cell: Cell,
         if label not in wheel.name:
             continue
         try:
-            info = read_embedded(wheel)
+            info = read_wheel(wheel)
         except FarmError:
             continue
         if not (info and info.package == recipe.name and info.cell.to_dict() == cell.as_dict()
@@ -210,7 +216,8 @@ def require_build_extra() -> None:
             missing.append(name)
     if missing:
         raise ToolError(f"farm build needs the build tooling; not installed: {', '.join(missing)}",
-                        where=sys.executable, hint="pip install 'farm[build]' (the noxfile's sessions install it)")
+                        where=sys.executable,
+                        hint=f"pip install '{DISTRIBUTION}[build]' (the noxfile's sessions install it)")
 
 
 def named_explicitly(args: argparse.Namespace, recipe: Recipe) -> frozenset[str]:
@@ -286,6 +293,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     parse_shard(args.shard)
+    procs.stall_limit(os.environ)  # a bad $FARM_STALL_TIMEOUT is refused before anything runs
+    if not args.plan:  # the package's code will run here (its build, its wheel's import check)
+        cacheseal.refuse_env_key(os.environ, f"the package code of {args.package} (its build or its import check)")
     if args.plan and (args.shard or args.link):
         raise UsageError("--plan shows the whole build of a cell, not one of its compile shards",
                          hint="drop --shard/--link to see the plan")
@@ -371,6 +381,7 @@ def _build(args: argparse.Namespace) -> int:
         if there is not None:  # --overwrite: the cell's old wheel and fragment make way
             there[0].unlink()
             Path(f"{there[0]}{FRAGMENT_SUFFIX}").unlink(missing_ok=True)
+        mark_cache(cache)  # what farm cache prune takes for a farm cache, once a build writes to it
         try:
             cell_settings = replace(settings, shard=shard_job(args, recipe, pc.cell))
             results.append(build_cell(config, recipe, pc.cell, cell_settings, arch=pc.arch,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -28,7 +29,8 @@ from farm.builder.prune import (
     recipe_vendored,
 )
 from farm.errors import EXIT_OK, UsageError
-from farm.model.config import load_config
+from farm.fsutil import CACHE_TAG, is_farm_cache
+from farm.load.recipes import load_config
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,10 +56,19 @@ def _human(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.keep_recent < 0 or args.min_age < 0:
-        raise UsageError("--keep-recent and --min-age must not be negative")
+    if args.keep_recent < 0 or not math.isfinite(args.min_age) or args.min_age < 0:
+        raise UsageError(f"--keep-recent and --min-age must be finite numbers >= 0 (got {args.keep_recent}, "
+                         f"{args.min_age})", hint="--min-age 0 prunes what changed a moment ago; nan turned the "
+                                                  "age guard off")
     config = load_config(args.root)
     cache = (args.cache_dir or config.root / ".cache").absolute()
+    if not cache.exists():
+        raise UsageError(f"--cache-dir {cache}: no such folder", hint="pass the folder farm build's --cache-dir named")
+    if not is_farm_cache(cache):
+        raise UsageError(f"--cache-dir {cache} is not a farm cache: it has no {CACHE_TAG} of farm's and holds "
+                         "what farm does not keep there", where=str(cache),
+                         hint="name the folder farm build used as --cache-dir (ROOT/.cache by default); a prune "
+                              "removes folders, so it only works in farm's own")
     commits, sdists = recipe_pins(config, cache / "sources")
     vendored, archives = recipe_vendored(config, cache / "sources")
     kinds = args.kind or KINDS

@@ -23,16 +23,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from farm.builder.spec import knobs
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
-from farm.model.cells import NO_TORCH
-from farm.model.config import FarmConfig, load_config
+from farm.load.recipes import load_config
+from farm.model.config import FarmConfig
 from farm.provenance.ledger import LedgerIndex
-from farm.schedule.cacheplan import DATA, CachePlan, CacheSizes, ToolkitKey, TorchKey, cache_plan
+from farm.schedule.cacheplan import DATA, CachePlan, CacheSizes, CellKeys, ToolkitKey, TorchKey, cache_plan
 from farm.schedule.cachesizes import measure
 from farm.schedule.matrix import Filters, compute_matrix
-from farm.toolkit.request import request_for
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 
@@ -54,15 +52,12 @@ def grid_keys(config: FarmConfig) -> tuple[set[ToolkitKey], set[TorchKey]]:
     matrix = compute_matrix(config, LedgerIndex.empty(), Filters(), overwrite=True)
     toolkits: set[ToolkitKey] = set()
     torches: set[TorchKey] = set()
-    extra = {name: knobs(config, config.recipe(name)).extra_cuda_components for name in config.recipes}
+    keys = CellKeys(config)
     for planned in matrix.cells:
-        cell = planned.cell
-        linked = cell.torch != NO_TORCH
-        request = request_for(config.defaults.toolkit, cell.cuda, torch=linked, extra=extra[cell.package],
-                              platform=cell.platform, env={})
-        toolkits.add(ToolkitKey(cell.cuda, cell.platform, tuple(sorted(request.components))))
-        if linked and planned.torch_version:
-            torches.add(TorchKey(cell.platform, cell.cuda, planned.torch_version))
+        toolkit, torch = keys.of(planned)
+        toolkits.add(toolkit)
+        if torch is not None:
+            torches.add(torch)
     return toolkits, torches
 
 

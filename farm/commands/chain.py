@@ -11,11 +11,12 @@ the merge (``workflow_dispatch``), which replaces the waiting run with one that 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import fields
 
 from farm.publish import ghrest
-from farm.schedule.chain import Inputs, merge, parse_title, title
+from farm.schedule.chain import ChainInputs, merge, parse_title, title
 
 # A run that has not started: held by the concurrency group (pending), waiting for a runner or an
 # environment's approval, or just created.
@@ -23,38 +24,43 @@ WAITING = ("pending", "queued", "waiting", "requested")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    for f in fields(Inputs):
+    for f in fields(ChainInputs):
         parser.add_argument(f"--{f.name}", default=f.default, help=f"this wave's {f.name} input")
     parser.add_argument("--ref", required=True, help="the branch the waves run on")
     parser.add_argument("--workflow", default="build.yml", help="the wave workflow (default: build.yml)")
     parser.add_argument("--repository", default=os.environ.get("GITHUB_REPOSITORY"),
                         help="owner/name the workflow runs in (default: $GITHUB_REPOSITORY)")
     parser.add_argument("--dry-run", action="store_true", help="print the merged inputs; read and dispatch nothing")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def waiting_inputs(client: ghrest.Client, workflow: str, ref: str) -> list[Inputs]:
+def waiting_inputs(client: ghrest.Client, workflow: str, ref: str) -> list[ChainInputs]:
     """The inputs of every run of ``workflow`` on ``ref`` that waits to start, oldest first (a
     title farm did not write, such as a scheduled run's, is the widest: unfiltered)."""
     runs = {r.id: r for status in WAITING for r in client.workflow_runs(workflow, branch=ref, status=status)}
     out = []
     for r in sorted(runs.values(), key=lambda r: r.id):
         found = parse_title(r.title)
-        out.append(found if found is not None else Inputs())
+        out.append(found if found is not None else ChainInputs())
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    mine = Inputs(**{f.name: getattr(args, f.name) for f in fields(Inputs)})
-    print(f"this wave: {title(mine)}")
-    if args.dry_run:
-        print(f"dispatch:  {title(mine)}")
-        return 0
-    client = ghrest.actions_client(args.repository, os.environ)
-    merged = mine
-    for pending in waiting_inputs(client, args.workflow, args.ref):
-        print(f"waiting:   {title(pending)}")
-        merged = merge(merged, pending)
-    print(f"dispatch:  {title(merged)}")
-    client.dispatch(args.workflow, args.ref, {f.name: getattr(merged, f.name) for f in fields(Inputs)})
-    print(f"dispatched {args.workflow} on {args.ref}")
+    say = (lambda _: None) if args.json else print  # --json: one object at the end instead
+    mine = ChainInputs(**{f.name: getattr(args, f.name) for f in fields(ChainInputs)})
+    say(f"this wave: {title(mine)}")
+    merged, waiting = mine, []
+    if not args.dry_run:
+        client = ghrest.actions_client(args.repository, os.environ)
+        for pending in waiting_inputs(client, args.workflow, args.ref):
+            say(f"waiting:   {title(pending)}")
+            waiting.append(title(pending))
+            merged = merge(merged, pending)
+    say(f"dispatch:  {title(merged)}")
+    if not args.dry_run:
+        client.dispatch(args.workflow, args.ref, {f.name: getattr(merged, f.name) for f in fields(ChainInputs)})
+        say(f"dispatched {args.workflow} on {args.ref}")
+    if args.json:
+        print(json.dumps({"this_wave": title(mine), "waiting": waiting, "dispatch": title(merged),
+                          "dispatched": not args.dry_run, "workflow": args.workflow, "ref": args.ref}, indent=2))
     return 0

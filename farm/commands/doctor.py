@@ -4,20 +4,23 @@ CUDA extensions installed here run on this machine's GPUs and driver, with this 
 Run in the user's environment. Needs no toolkit and imports no torch: GPUs and driver come from
 the driver's libraries (NVML, libcuda, then nvidia-smi), wheels from their provenance and the
 native fatbin reader, torch from its metadata. ``--device``/``--driver`` answer for another
-machine. Exit 1 when something will fail, with the fix.
+machine. Exit 1 when something will fail, with the fix; 4 when nothing was found to fail but the
+GPU or the driver was unknown ("cannot tell", not "nothing will fail"). A fix names the farm index
+given (``--index-url``, else ``FARM_INDEX_URL``), else the one each wheel was installed from by URL.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable
 
 from farm.doctor.catalog import try_fetch
 from farm.doctor.diagnose import Diagnosis, Severity, diagnose, requirements_of
 from farm.doctor.environment import python_paths, scan
 from farm.doctor.machine import given, probe
-from farm.errors import EXIT_DEFECT, EXIT_OK, FarmError
+from farm.errors import EXIT_CANNOT_TELL, EXIT_DEFECT, EXIT_OK, FarmError
 from farm.model.driver import Device
 from farm.model.drivers import DriverVersion, minimum_driver, table
 from farm.table import format_table
@@ -40,9 +43,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="answer for a GPU of this compute capability instead of this machine's (repeatable)")
     parser.add_argument("--driver", type=_typed(DriverVersion.parse), metavar="VERSION",
                         help="answer for this driver version (e.g. 550.54) instead of this machine's")
-    parser.add_argument("--index-url", metavar="URL",
+    parser.add_argument("--index-url", metavar="URL", default=os.environ.get("FARM_INDEX_URL") or None,
                         help="the root of the farm index the fixes install from (its compat/wheels.json names "
-                             "the wheel to install instead)")
+                             "the wheel to install instead; default: $FARM_INDEX_URL, else the index each wheel "
+                             "was installed from by URL)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -67,7 +71,13 @@ def to_json(d: Diagnosis) -> dict[str, object]:
         "verdicts": [v.to_json() for v in d.verdicts],
         "findings": [f.to_json() for f in d.findings],
         "failed": d.failed,
+        "answer": _answer(d),
+        "unchecked": list(d.unchecked),
     }
+
+
+def _answer(d: Diagnosis) -> str:
+    return "will fail" if d.failed else "cannot tell" if d.cannot_tell else "nothing will fail"
 
 
 def render(d: Diagnosis) -> str:
@@ -104,8 +114,14 @@ def render(d: Diagnosis) -> str:
     fails = sum(f.severity is Severity.FAIL for f in d.findings)
     warns = sum(f.severity is Severity.WARN for f in d.findings)
     checked = sum(len(p.extensions) for p in env.packages)
-    lines.append(f"\n{fails} will fail, {warns} warning(s)" if fails or warns
-                 else f"\nnothing will fail ({checked} CUDA extension(s) checked)")
+    if fails:
+        lines.append(f"\n{fails} will fail, {warns} warning(s)")
+    elif d.cannot_tell:
+        lines.append(f"\ncannot tell whether {checked} CUDA extension(s) run here: not checked: "
+                     + "; ".join(d.unchecked) + f"{f' ({warns} warning(s))' if warns else ''}")
+    else:
+        lines.append(f"\nnothing will fail ({checked} CUDA extension(s) checked"
+                     + (f", {warns} warning(s))" if warns else ")"))
     return "\n".join(lines)
 
 
@@ -113,10 +129,17 @@ def run(args: argparse.Namespace) -> int:
     machine = given(args.device or [], args.driver) if args.device or args.driver else probe()
     paths, tag = python_paths(args.python) if args.python else (None, None)
     env = scan(paths, args.python, tag)
-    catalog, why = try_fetch(args.index_url)
-    d = diagnose(machine, env, index_url=args.index_url, catalog=catalog, catalog_error=why)
+    indexes = {args.index_url} if args.index_url else {p.index_url for p in env.packages if p.index_url}
+    catalogs, errors = {}, {}
+    for url in sorted(indexes):
+        catalog, why = try_fetch(url)
+        if catalog is not None:
+            catalogs[url] = catalog
+        if why is not None:
+            errors[url] = why
+    d = diagnose(machine, env, index_url=args.index_url, catalogs=catalogs, catalog_errors=errors)
     if args.json:
         print(json.dumps(to_json(d), indent=2))
     else:
         print(render(d))
-    return EXIT_DEFECT if d.failed else EXIT_OK
+    return EXIT_DEFECT if d.failed else EXIT_CANNOT_TELL if d.cannot_tell else EXIT_OK

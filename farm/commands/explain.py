@@ -13,8 +13,8 @@ from farm.binary.fatbin import ptx_isa
 from farm.binary.inspection import inspect_file, inspect_wheel
 from farm.errors import ArchError
 from farm.model.arch import ArchList, Kind
+from farm.model.devices import products
 from farm.model.driver import (
-    DEVICE_EXAMPLES,
     KNOWN_DEVICES,
     Choice,
     Device,
@@ -62,7 +62,7 @@ def choices_json(choices: list[Choice]) -> list[dict[str, object]]:
 
 def render_choices(choices: list[Choice]) -> str:
     rows = [
-        (str(c.device), DEVICE_EXAMPLES.get(c.device, ""), c.target.name if c.target else "-",
+        (str(c.device), products(c.device), c.target.name if c.target else "-",
          c.kind.value, c.cuda_arch or "-", c.describe())
         for c in choices
     ]

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError, did_you_mean
-from farm.model.config import DEFAULTS_FILE, load_defaults, url_problem
+from farm.load.defaults import load_defaults
+from farm.model.config import DEFAULTS_FILE, url_problem
 from farm.schedule.grid import Proposals, indexes_for, propose, read_index
 
 

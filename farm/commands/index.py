@@ -6,8 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_defaults
-from farm.publish import IndexSettings, parse_targets, regenerate_index
+from farm.load.defaults import load_defaults
+from farm.model.config import DEFAULTS_FILE, LEDGER_FILE
+from farm.publish.indextarget import IndexSettings
+from farm.publish.publish import regenerate_index, regenerate_variants
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,29 +26,43 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def configured_links(root: Path, tree: Path) -> str | None:
-    """The ``links`` of the index target of ``_defaults.yml`` whose path is ``tree``."""
+def configured(root: Path, tree: Path) -> IndexSettings | None:
+    """The index target of ``_defaults.yml`` whose path is ``tree``."""
     path = root / DEFAULTS_FILE
     if not path.exists():
         return None
-    for target in parse_targets(load_defaults(path).publish, root=root, where=path.name).values():
+    for target in load_defaults(path).publish.values():
         if isinstance(target, IndexSettings) and target.path.resolve() == tree.resolve():
-            return target.links
+            return target
     return None
 
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
-    links = args.links or configured_links(root, args.dir)
-    report = regenerate_index(args.dir, ledger=args.ledger or root / LEDGER_FILE,
-                              fragment_dirs=args.fragments, allow_drop=args.allow_drop, links=links)
+    target = configured(root, args.dir)
+    links = args.links or (target.links if target else None)
+    ledger = args.ledger or root / LEDGER_FILE
+    report = regenerate_index(args.dir, ledger=ledger, fragment_dirs=args.fragments, allow_drop=args.allow_drop,
+                              links=links)
+    variants = (regenerate_variants(args.dir, ledger=ledger, fragment_dirs=args.fragments,
+                                    allow_drop=args.allow_drop) if target and target.variants else None)
     if args.json:
         print(json.dumps({"root": str(report.root), "files": report.files, "channels": list(report.channels),
-                          "links": links, "written": list(report.written), "removed": list(report.removed)},
+                          "links": links, "written": list(report.written), "removed": list(report.removed),
+                          "variants": None if variants is None else {
+                              "wheels": {base: v.filename for base, v in variants.made.items()},
+                              "channels": list(variants.channels),
+                              "left_out": [{"wheel": w, "why": why} for w, why in variants.left_out],
+                              "written": list(variants.written), "removed": list(variants.removed)}},
                          indent=2))
     else:
         print(f"{report.root}: {report.files} wheel(s) in {len(report.channels)} channel(s); "
               f"{len(report.written)} page(s) rewritten, {len(report.removed)} removed")
         for ch in report.channels:
             print(f"  {ch}/")
+        if variants is not None:
+            print(f"wheel variants: {len(variants.made)} in {len(variants.channels)} channel(s) under variants/; "
+                  f"{len(variants.written)} file(s) rewritten, {len(variants.removed)} removed")
+            for wheel, why in variants.left_out:
+                print(f"  no variant: {wheel}: {why}")
     return 0

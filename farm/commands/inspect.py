@@ -129,12 +129,15 @@ def run(args: argparse.Namespace) -> int:
         except FarmError as exc:
             # keep going: one corrupt file must not hide what the others hold
             results.append({"kind": "error", "path": str(path), "error": str(exc), "exit_code": exc.exit_code})
-            if not args.json:
-                print(f"farm inspect: error: {exc}", file=sys.stderr)
+            print(f"farm inspect: error: {exc}", file=sys.stderr)
             code = max(code, exc.exit_code)
             continue
         if not agrees:
             code = max(code, EXIT_DEFECT)
     if args.json:
-        print(json.dumps({"reader": reader.value, "results": results}, indent=indent))
+        errors = [r for r in results if r["kind"] == "error"]
+        failed = {"ok": False, "error": {  # the shape of every command's error under --json (farm.cli)
+            "command": "inspect", "exit_code": code, "message": f"{len(errors)} of {len(results)} path(s) not read",
+            "where": None, "fix": None}} if errors else {"ok": code == EXIT_OK}
+        print(json.dumps({**failed, "reader": reader.value, "results": results}, indent=indent))
     return code

@@ -56,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
         # SPEED: the cold path (the rules, the recipes, the sources) is imported on a miss only. A
         # remembered answer is a few milliseconds of stat calls; importing it would cost five times
         # the whole warm command (benchmarks/bench_startup.py measures it).
+        from farm.load.recipes import load_config  # noqa: PLC0415
         from farm.schedule import packagelint  # noqa: PLC0415
 
-        remembered = packagelint.lint(args, root, cache_dir, memo, is_dir)
+        remembered = packagelint.lint(args, root, cache_dir, memo, is_dir, load_config)
     code, text, as_json = remembered
     print(as_json if args.json else text)
     return code

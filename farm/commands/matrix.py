@@ -12,14 +12,16 @@ from typing import Any
 
 import msgspec
 
+from farm.builder.compilecache import backend_for
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
+from farm.load.recipes import load_config
 from farm.model.arch import ArchList
-from farm.model.config import FarmConfig, load_config
+from farm.model.config import FarmConfig
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.github import capacity_problems
-from farm.publish.targets import GithubSettings, parse_targets
+from farm.publish.releases import GithubSettings
 from farm.schedule.actions import (
     SUMMARY_COLUMNS,
     WAVE_COLUMNS,
@@ -29,11 +31,10 @@ from farm.schedule.actions import (
 )
 from farm.schedule.cost import (
     DEFAULT_CONCURRENCY,
-    Costed,
     WaveCost,
     cost_matrix,
     drain_model,
-    ordered,
+    plan_wave,
     wave_cost,
 )
 from farm.schedule.durations import durations_of, recorded_builds
@@ -48,7 +49,7 @@ from farm.schedule.matrixlint import (
     stale_ignores,
 )
 from farm.schedule.slices import SHARD_SIZE
-from farm.schedule.waves import Wave, deferred_error, schedule, wave_advice
+from farm.schedule.waves import Wave, deferred_error, wave_advice
 from farm.table import format_table
 
 NO_LINT_NOTE = (
@@ -110,22 +111,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also write the --json output to FILE (what `farm wave` reads after the builds)")
 
 
-def plan_wave(costed: Costed, capacity: int | None) -> Wave:
-    """The run's wave: chosen round-robin across packages, started longest job first, with the
-    cells no runner can finish set aside (farm/schedule/cost.py)."""
-    wave = schedule(costed.matrix, capacity, jobs=cost)
-    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
-
-
 def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:
     """Each GitHub target's releases that the ledger's cells and this matrix's would take past
     GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
     the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
-    targets = parse_targets(config.defaults.publish, root=config.root)
     keys = [r.key for r in ledger.records if r.key is not None]
     keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
              for p in matrix.cells for c in (p.cell,)]
-    return [f"publish target {t.name!r}: {line}" for t in targets.values() if isinstance(t, GithubSettings)
+    return [f"publish target {t.name!r}: {line}" for t in config.defaults.publish.values()
+            if isinstance(t, GithubSettings)
             for line in capacity_problems(t.tag, keys)]
 
 
@@ -223,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
     recorded = list(recorded_builds(args.ledger or config.ledger_path))  # one read for both
     durations = durations_of(recorded)
     sharding = {name: config.recipe(name).sharding for name in (p.package for p in matrix.packages)}
-    hit_rates = hit_rates_of(recorded)  # the compiler cache's, per package
+    # the compiler cache's, per package; all of a recorded cell where the cache keeps its steps
+    hit_rates = hit_rates_of(recorded, retained=backend_for(os.environ) != "gha")
     costed = cost_matrix(matrix, sharding, durations, time_limit=not args.no_time_limit, hit_rates=hit_rates)
     capacity = args.max_shards * SHARD_SIZE if args.max_shards is not None else None
     wave = plan_wave(costed, capacity)

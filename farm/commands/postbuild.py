@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from farm.builder.spec import read_spec
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
-from farm.model.config import load_config
+from farm.load.recipes import load_config
 from farm.provenance.postbuild import (
     BuildContext,
     build_environment,

@@ -22,22 +22,26 @@ import json
 import os
 import sys
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from farm.commands.slice import read_plan
 from farm.commands.upload import check_publishers, configured_targets, publish_options, render
 from farm.errors import EXIT_ENVIRONMENT, UsageError
-from farm.model.config import LEDGER_FILE, load_config
+from farm.load.recipes import load_config
+from farm.model.config import LEDGER_FILE
+from farm.provenance.judge import derive_from_config
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.verdict import derive_from_config
-from farm.publish import ghrest, upload
+from farm.publish import ghrest
+from farm.publish.attestation import subject_lines
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import github_client
-from farm.publish.targets import GithubSettings
+from farm.publish.publish import UploadReport, upload
+from farm.publish.releases import GithubSettings, github_client
+from farm.publish.verdict import Verdict
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
 from farm.schedule.slices import slice_plan
-from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
+from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, not_the_cells, publish_shard, shard_cells
 
 # A cell's fragment artifact: a zip of at most 8 fragments of at most 1 MiB each.
 MAX_FRAGMENT_BYTES = 1 << 20
@@ -61,6 +65,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where one artifact at a time is downloaded (emptied after each cell)")
     parser.add_argument("--report", type=Path, required=True, metavar="FILE",
                         help="append each cell's verdict here (one JSON object a line)")
+    parser.add_argument("--subjects", type=Path, metavar="FILE",
+                        help="append each published wheel and its _build_info.json here (sha256  name), the "
+                             "subjects GitHub's attestation action signs (docs/attestations.md)")
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output: one object at the end (the verdicts go to stderr as they come)")
     publish_options(parser)
 
 
@@ -150,12 +159,24 @@ def _extract_fragments(bundle: Path, folder: Path) -> list[str]:
         raise UsageError(f"{bundle.name}: not a zip artifact ({exc})") from None
 
 
+def note_subjects(path: Path, report: UploadReport, files: Sequence[Path]) -> None:
+    """The attestation's subjects for each wheel this publish placed on every target as these very
+    bytes (published, or already there): an adopted earlier build is another file, not attested here."""
+    placed = {v.wheel for v in report.verdicts if v.verdict in (Verdict.PUBLISHED, Verdict.PRESENT)}
+    refused = {v.wheel for v in report.verdicts if v.verdict not in (Verdict.PUBLISHED, Verdict.PRESENT)}
+    with open(path, "a", encoding="utf-8") as out:
+        for wheel in files:
+            if wheel.name.endswith(".whl") and wheel.name in placed - refused:
+                out.writelines(subject_lines(wheel))
+
+
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     check_publishers(args.publishers)
     cells = shard_cells(slice_plan(read_plan(args.plan), args.shard))
-    targets = configured_targets(root, args.target)
-    derive = derive_from_config(load_config(root))
+    config = load_config(root)
+    targets = configured_targets(config, args.target)
+    derive = derive_from_config(config)
     ledger = root / LEDGER_FILE
     actions = ghrest.actions_client(args.repository, os.environ, publishers=args.publishers)
 
@@ -169,9 +190,14 @@ def run(args: argparse.Namespace) -> int:
     pusher = LedgerPusher(ledger, args.push_ledger, every_s=PUSH_EVERY_S) if args.push_ledger else None
 
     def publish(cell: CellResult) -> tuple[str, str]:
+        foreign = [why for why in (not_the_cells(cell.id, f) for f in cell.files if f.name.endswith(".whl")) if why]
+        if foreign:
+            return REFUSED, "; ".join(foreign)
         report = upload(cell.files[0].parent, targets, ledger=ledger, derive=derive, publishers=args.publishers,
                         book=book, pusher=pusher, github_client=releases)
         if report.ok:
+            if args.subjects is not None:
+                note_subjects(args.subjects, report, cell.files)
             return PUBLISHED, ""
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
         return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)
@@ -181,14 +207,20 @@ def run(args: argparse.Namespace) -> int:
         def note(v: CellVerdict) -> None:
             fh.write(json.dumps(v.to_json()) + "\n")
             fh.flush()
-            print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""))
+            print(f"{v.status}: {v.id}" + (f" ({v.detail.splitlines()[0]})" if v.detail else ""),
+                  file=sys.stderr if args.json else sys.stdout)
 
         verdicts = publish_shard(cells, RunArtifacts(actions, args.run_id).fetch, publish, args.scratch,
                                  on_verdict=note)
-    if pusher is not None and pusher.finish() is not None:
+    push_failed = pusher is not None and pusher.finish() is not None
+    published = sum(v.built for v in verdicts)
+    if args.json:
+        print(json.dumps({"shard": args.shard, "published": published, "verdicts": [v.to_json() for v in verdicts],
+                          "artifact_requests": actions.requests,
+                          "ledger_push_error": str(pusher.error) if push_failed and pusher else None}, indent=2))
+    if push_failed and pusher is not None:
         print(f"the ledger's last push failed (its commits stay in this checkout): {pusher.error}", file=sys.stderr)
         return EXIT_ENVIRONMENT
-    published = sum(v.built for v in verdicts)
     print(f"shard {args.shard}: {published} of {len(verdicts)} cell(s) published; "
           f"{actions.requests} artifact request(s)", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ not one, or a shard it does not have.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"the build shard's index (0, 1, ...) or {LINK!r} for the link jobs")
     parser.add_argument("--github-output", action="store_true",
                         help="write cells (the entries, JSON) and count to $GITHUB_OUTPUT")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def read_plan(path: Path) -> dict[str, Any]:
@@ -54,5 +56,8 @@ def run(args: argparse.Namespace) -> int:
     if args.github_output:
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as fh:
             fh.write("".join(f"{k}={v}\n" for k, v in outputs.items()))
-    print(outputs["cells"] if not args.github_output else f"shard {args.shard}: {len(entries)} job(s)")
+    if args.json:
+        print(json.dumps({"shard": args.shard, "count": len(entries), "entries": entries}, indent=2))
+    else:
+        print(outputs["cells"] if not args.github_output else f"shard {args.shard}: {len(entries)} job(s)")
     return 0

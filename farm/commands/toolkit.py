@@ -15,7 +15,9 @@ import json
 import os
 from pathlib import Path
 
-from farm.model.config import DEFAULTS_FILE, load_config, load_defaults
+from farm.load.defaults import load_defaults
+from farm.load.recipes import load_config
+from farm.model.config import DEFAULTS_FILE
 from farm.progress import reporter
 from farm.toolkit.assemble import ensure_toolkit, toolkit_prefix
 from farm.toolkit.request import PLATFORMS, REDIST_URL_ENV, SOURCES, platform_name, request_for

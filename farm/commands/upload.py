@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import UsageError
-from farm.model.config import DEFAULTS_FILE, LEDGER_FILE, load_config, load_defaults
-from farm.provenance.verdict import derive_from_config
-from farm.publish import TargetSettings, UploadReport, parse_targets, select, upload
-from farm.publish.publish import find_wheels
-from farm.publish.targets import EMBEDDED_DEFAULT
+from farm.load.recipes import load_config
+from farm.model.config import LEDGER_FILE, FarmConfig
+from farm.provenance.judge import derive_from_config
+from farm.publish.publish import UploadReport, find_wheels, upload
+from farm.publish.targets import PublishTarget, select
 from farm.publish.verdict import Verdict
 
 
@@ -54,19 +54,10 @@ def check_publishers(publishers: int) -> None:
         raise UsageError(f"--publishers {publishers}: must be at least 1")
 
 
-def configured_targets(root: Path, names: list[str] | None) -> list[TargetSettings]:
+def configured_targets(config: FarmConfig, names: list[str] | None) -> list[PublishTarget]:
     """The targets to publish to: ``--target`` names, else ``default_target``, else all."""
-    path = root / DEFAULTS_FILE
-    if path.exists():
-        defaults = load_defaults(path)
-        publish: Any = defaults.publish
-        default = defaults.default_target
-    else:
-        publish, default = EMBEDDED_DEFAULT, None
-    targets = parse_targets(publish, root=root, where=str(path.name))
-    if not names and default:
-        names = [default]
-    return select(targets, names)
+    default = config.defaults.default_target
+    return select(config.defaults.publish, names or ([default] if default else None))
 
 
 def report_json(report: UploadReport) -> dict[str, Any]:
@@ -119,9 +110,10 @@ def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     check_publishers(args.publishers)
     find_wheels(args.dir)  # a wrong folder is said before the configuration is read
-    targets = configured_targets(root, args.target)
+    config = load_config(root)  # _defaults.yml and the recipes, read once
+    targets = configured_targets(config, args.target)
     # The gate re-derives every wheel's arch list from this configuration.
-    derive = derive_from_config(load_config(root))
+    derive = derive_from_config(config)
     report = upload(args.dir, targets, ledger=args.ledger or root / LEDGER_FILE, fragment_dirs=args.fragments,
                     dry_run=args.dry_run, delete_orphans=args.delete_orphans, derive=derive,
                     publishers=args.publishers, push_ledger=args.push_ledger)

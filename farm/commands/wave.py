@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--github-output needs $GITHUB_OUTPUT (GitHub Actions sets it)",
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     plan = read_plan(args.plan)
+    if args.reports.exists() and not args.reports.is_dir():
+        raise UsageError(f"--reports {args.reports}: not a folder",
+                         hint=f"pass the folder the publish jobs' {REPORT_PREFIX}* artifacts were downloaded into")
     paths = sorted(args.reports.rglob(f"{REPORT_PREFIX}*.jsonl")) if args.reports.is_dir() else []
     outcome = from_reports(plan, read_reports(paths))
     report = outcome.to_json()

@@ -7,7 +7,7 @@ field and a malformed one is left out (its filename named); the whole file is ca
 
 from __future__ import annotations
 
-import json
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +15,40 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from farm.errors import FarmError, UsageError
+from farm import jsonread
+from farm.errors import FarmError, UsageError, clip
+from farm.model.install import CATALOG, CATALOG_VERSION
 from farm.netutil import download
+from farm.provenance.buildinfo import Attestation
 
-CATALOG = "compat/wheels.json"  # where farm.publish.compat writes it under an index root
 MAX_BYTES = 64 << 20
 _KINDS = ("sass", "ptx-jit", "none")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# a stored wheel under the index root, as compat writes it: the fix pastes it into a shell command
+_URL = re.compile(r"files/[A-Za-z0-9._~%+-]{1,300}\.whl")
+
+
+def _file(rec: Any) -> tuple[str, str, str] | None:
+    """(project, URL relative to the index root, sha256) of a record or a pin, if well formed."""
+    if not isinstance(rec, dict):
+        return None
+    project, url, sha = rec.get("project"), rec.get("url"), rec.get("sha256")
+    if not (isinstance(project, str) and isinstance(url, str) and isinstance(sha, str) and _SHA256.fullmatch(sha)
+            and _URL.fullmatch(url) and re.fullmatch(r"[A-Za-z0-9._-]{1,200}", project)):
+        return None
+    return project, url, sha
+
+
+def _attestation(rec: Any) -> Attestation | None:
+    """A record's attestation, if well formed (an https URL, OWNER/REPO, the signing workflow)."""
+    if not isinstance(rec, dict):
+        return None
+    url, repository, workflow = (rec.get(k) for k in ("url", "repository", "workflow"))
+    if not all(isinstance(v, str) and 0 < len(v) < 300 for v in (url, repository, workflow)):
+        return None
+    if not str(url).startswith("https://") or not re.fullmatch(r"[\w.-]+/[\w.-]+", str(repository)):
+        return None
+    return Attestation(str(url), str(repository), str(workflow))
 
 
 @dataclass(frozen=True)
@@ -33,7 +61,10 @@ class CatalogWheel:
     torch: str
     python: str
     platform: str
-    devices: dict[str, tuple[str, str | None]]  # "9.0" -> (kind, minimum driver shown)
+    devices: dict[str, tuple[str, str | None]]  # "9.0" -> (kind, minimum driver shown); absent: none
+    files: tuple[tuple[str, str, str], ...]  # (project, URL under the index, sha256): it, then the farm wheels it pins
+    installable: bool  # False: it pins a farm project its channel does not hold
+    attestation: Attestation | None = None  # its signed build provenance, as the index's ledger records it
 
     @classmethod
     def parse(cls, rec: Any) -> CatalogWheel | None:
@@ -43,13 +74,24 @@ class CatalogWheel:
                                        "platform")]
         if not all(isinstance(f, str) and 0 < len(f) < 300 for f in fields):
             return None
+        pins = rec.get("pins")
+        files = [_file(rec), *(_file(p) for p in pins)] if isinstance(pins, list) else [None]
+        if not all(files) or not isinstance(rec.get("unresolved"), list):
+            return None
         devices = {}
         for dev, v in rec["devices"].items():
             if not isinstance(v, dict) or v.get("kind") not in _KINDS or not isinstance(v.get("driver"), str | None):
                 return None
             devices[str(dev)] = (str(v["kind"]), v.get("driver"))
         filename, project, version, channel, cuda, torch, python, platform = (str(f) for f in fields)
-        return cls(filename, canonicalize_name(project), version, channel, cuda, torch, python, platform, devices)
+        return cls(filename, canonicalize_name(project), version, channel, cuda, torch, python, platform, devices,
+                   tuple(f for f in files if f), not rec["unresolved"], _attestation(rec.get("attestation")))
+
+    def as_record(self) -> dict[str, Any]:
+        """The keys :func:`farm.model.install.commands` reads."""
+        (project, url, sha), *pins = self.files
+        return {"project": project, "url": url, "sha256": sha,
+                "pins": [{"project": p, "url": u, "sha256": s} for p, u, s in pins]}
 
 
 @dataclass(frozen=True)
@@ -60,9 +102,11 @@ class Catalog:
 
 
 def parse(doc: Any, url: str) -> Catalog:
-    if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("wheels"), list):
-        raise UsageError("not a farm compatibility catalogue (schema_version 1)", where=url,
-                         hint="pass the root of a farm index as --index-url (its compat/wheels.json)")
+    if not isinstance(doc, dict) or doc.get("schema_version") != CATALOG_VERSION or not isinstance(doc.get("wheels"),
+                                                                                                  list):
+        raise UsageError(f"not a farm compatibility catalogue (schema_version {CATALOG_VERSION})", where=url,
+                         hint="pass the root of a farm index as --index-url (its compat/wheels.json); an index "
+                              "an older farm wrote is regenerated by `farm index DIR`")
     parsed = [CatalogWheel.parse(r) for r in doc["wheels"]]
     wheels = tuple(w for w in parsed if w is not None)
     return Catalog(url, wheels, len(parsed) - len(wheels))
@@ -74,19 +118,21 @@ def fetch(index_url: str) -> Catalog:
     local = Path(index_url)
     if "://" not in index_url and local.is_dir():
         path = local / CATALOG
-        if not path.is_file() or path.stat().st_size > MAX_BYTES:
-            raise UsageError(f"no {CATALOG} under it (or larger than {MAX_BYTES >> 20} MiB)", where=index_url,
-                             hint="regenerate the index with this farm (farm index DIR)")
-        text = path.read_bytes()
+        try:
+            text = jsonread.read_bounded(path, MAX_BYTES)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"no readable {CATALOG} under it ({clip(exc, 120)})", where=index_url,
+                             hint="regenerate the index with this farm (farm index DIR)") from None
     else:
         with tempfile.TemporaryDirectory() as tmp:
             dest = Path(tmp) / "wheels.json"
             download(url, dest, max_bytes=MAX_BYTES, timeout=60)
             text = dest.read_bytes()
     try:
-        return parse(json.loads(text), url)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"not JSON: {exc}", where=url) from None
+        doc = jsonread.loads(text)
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deep, a number of 100,000 digits
+        raise UsageError(f"not a JSON file farm wrote: {clip(exc, 200)}", where=url) from None
+    return parse(doc, url)
 
 
 def try_fetch(index_url: str | None) -> tuple[Catalog | None, str | None]:

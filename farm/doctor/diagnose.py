@@ -17,7 +17,8 @@ driver) and, when the PTX is below the device, the **stub risk** (code gated abo
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -26,8 +27,11 @@ from farm.doctor.catalog import Catalog, CatalogWheel
 from farm.doctor.environment import Environment, Extension, Package, Torch
 from farm.doctor.machine import Gpu, Machine
 from farm.errors import FarmError
+from farm.model import devices
 from farm.model.driver import Choice, ImageKind, pick_worst, stub_risk
 from farm.model.drivers import DriverVersion, Requirement, requirements, table
+from farm.model.install import FIND_PAGE, commands, torch_step
+from farm.publish.attestation import verify_command
 
 
 class Severity(str, enum.Enum):
@@ -51,7 +55,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GpuVerdict:
     """One extension on one GPU."""
 
     package: str
@@ -74,24 +78,25 @@ class Verdict:
 class Diagnosis:
     machine: Machine
     environment: Environment
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[GpuVerdict, ...]
     findings: tuple[Finding, ...]
+    unchecked: tuple[str, ...] = ()  # what decides whether it runs and was not known here
 
     @property
     def failed(self) -> bool:
         return any(f.severity is Severity.FAIL for f in self.findings)
+
+    @property
+    def cannot_tell(self) -> bool:
+        """Nothing found to fail, but CUDA extensions were not checked against a GPU or a driver:
+        not the same answer as "nothing will fail"."""
+        return not self.failed and bool(self.unchecked) and any(p.extensions for p in self.environment.packages)
 
 
 def channel(cuda: str, torch: str | None) -> str:
     """The index channel of a (CUDA line, torch minor): ``cu128/torch2.8``, ``cu128`` without torch."""
     cu = "cu" + cuda.replace(".", "")
     return f"{cu}/torch{torch}" if torch and torch != "none" else cu
-
-
-def install_command(index_url: str | None, chan: str, dist: str, version: str | None = None) -> str:
-    index = (index_url or "<farm index>").rstrip("/")
-    spec = f"{dist}=={version}" if version else dist
-    return f"pip install --force-reinstall --index-url {index}/{chan}/ '{spec}'"
 
 
 _RANK = {"sass": 0, "ptx-jit": 1}
@@ -104,22 +109,54 @@ def _version_key(text: str) -> Version:
         return Version("0")
 
 
+NO_INDEX = "pass --index-url URL (or set FARM_INDEX_URL) and farm doctor names the wheel to install"
+
+
 @dataclass(frozen=True)
 class Fixes:
-    """Names the wheel to install instead, from the index's catalogue when there is one."""
+    """Names the wheel to install instead: from the catalogue of the farm index a package comes
+    from (``index_url`` when given, else the index the package was installed from), by URL and
+    sha256; without a catalogue, that index's compatibility page; without an index, how to name one."""
 
     machine: Machine
     env: Environment
-    index_url: str | None
-    catalog: Catalog | None
+    index_url: str | None  # --index-url or FARM_INDEX_URL: every package's index
+    catalogs: Mapping[str, Catalog] = field(default_factory=dict)  # by index root, without the trailing /
+
+    def index_of(self, pkg: Package) -> str | None:
+        url = self.index_url or pkg.index_url
+        return url.rstrip("/") if url else None
+
+    def attested(self, pkg: Package) -> Finding | None:
+        """Whether the package's own wheel is attested, as its index's catalogue says (None: the
+        index or its record of the wheel is not known here), and the command that checks it."""
+        info = pkg.build_info
+        catalog = self.catalogs.get(self.index_of(pkg) or "")
+        if info is None or catalog is None:
+            return None
+        c = info.cell
+        own = next((w for w in catalog.wheels if w.project == canonicalize_name(pkg.dist)
+                    and w.version == pkg.version and (w.cuda, w.torch, w.python, w.platform)
+                    == (c.cuda, c.torch, c.python, c.platform)), None)
+        if own is None:
+            return None
+        if own.attestation is None:
+            return Finding(Severity.INFO, pkg.dist, None, f"{own.filename}: the index records no attestation "
+                           "(a signed statement of where it was built)")
+        return Finding(Severity.INFO, pkg.dist, None, f"{own.filename}: attested by {own.attestation.repository} "
+                       f"({own.attestation.url})", f"check the signature of the wheel, or of the installed "
+                       f"_build_info.json it names: {verify_command(own.filename, own.attestation)}")
 
     def candidates(self, pkg: Package) -> list[CatalogWheel]:
-        if self.catalog is None:
+        catalog = self.catalogs.get(self.index_of(pkg) or "")
+        if catalog is None:
             return []
         torch = self.env.torch
         out = []
-        for w in self.catalog.wheels:
+        for w in catalog.wheels:
             if w.project != canonicalize_name(pkg.dist) or w.python not in (self.env.python_tag, "abi3"):
+                continue
+            if not w.installable:
                 continue
             if w.platform != self.machine.platform:
                 continue
@@ -158,11 +195,17 @@ class Fixes:
         need = table().runtime_minimum(w.cuda, w.platform)
         return need is None or self.machine.driver is None or need.met_by(self.machine.driver)
 
-    def install(self, w: CatalogWheel) -> str:
-        return f"{install_command(self.index_url, w.channel, w.project, w.version)} ({w.filename})"
+    def install(self, pkg: Package, w: CatalogWheel) -> str:
+        return commands(w.as_record(), f"{self.index_of(pkg)}/")[0]
 
-    def page(self, gpu: Gpu) -> str:
-        return f"{(self.index_url or '<farm index>').rstrip('/')}/compat/find.html?gpu={gpu.device}"
+    def page(self, pkg: Package, gpu: Gpu | None = None) -> str:
+        """The index's find page for this package (and GPU and driver), or how to name an index."""
+        index = self.index_of(pkg)
+        if index is None:
+            return f"no farm index is known for {pkg.dist}: {NO_INDEX}"
+        query = f"package={canonicalize_name(pkg.dist)}" + (f"&gpu={gpu.device}" if gpu else "") + (
+            f"&driver={self.machine.driver}" if self.machine.driver else "")
+        return f"{index}/{FIND_PAGE}?{query}"
 
 
 def _label(pkg: Package) -> str:
@@ -192,9 +235,9 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
             Severity.FAIL, label, ext.path,
             f"no kernel image for {gpu}: it holds {found}; the first launch raises "
             "cudaErrorNoKernelImageForDevice ('no kernel image is available for execution on the device')",
-            fixes.install(other) if other else
-            f"install a build whose targets include sm_{cc.number} (or PTX at or below {cc}): see the index's "
-            f"compatibility page {fixes.page(gpu)}"))
+            fixes.install(pkg, other) if other else
+            f"install a build whose targets include sm_{cc.number} (or PTX at or below {cc}): "
+            f"{fixes.page(pkg, gpu)}"))
         return out
     if choice.kind is ImageKind.SASS:
         out.append(Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}"))
@@ -211,8 +254,8 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
             f"stub risk on {gpu}: code compiled from {target.name} sees __CUDA_ARCH__ {target.cuda_arch}, "
             f"so a path gated at __CUDA_ARCH__ >= {target.cuda_arch + 10}..{gpu.device.number * 10} is compiled out "
             "and its kernel runs and does nothing",
-            fixes.install(sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
-            f"prefer a build with sm_{gpu.device.number} SASS: {fixes.page(gpu)}"))
+            fixes.install(pkg, sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
+            f"prefer a build with sm_{gpu.device.number} SASS: {fixes.page(pkg, gpu)}"))
     if driver is not None and isa:
         need = table().ptx_minimum(isa)
         if need is not None and not need.met_by(driver):
@@ -221,13 +264,26 @@ def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risk
                 f"{gpu} would JIT PTX ISA {isa}, which driver {driver} cannot read "
                 f"(its JIT reads up to CUDA {table().newest_cuda(driver) or '?'}): {need.error}",
                 f"upgrade the driver to {need.shown} or newer, or "
-                + (fixes.install(sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
-                   f"install a build with sm_{gpu.device.number} SASS")))
+                + (fixes.install(pkg, sass) if (sass := fixes.best(pkg, (gpu,), sass_only=True)) else
+                   f"install a build with sm_{gpu.device.number} SASS: {fixes.page(pkg, gpu)}")))
         elif need is None:
             out.append(Finding(Severity.WARN, label, ext.path,
                                f"PTX ISA {isa} is newer than farm's driver table: whether driver {driver} reads it "
                                "is unknown"))
     return out
+
+
+def _tie_finding(pkg: Package, ext: Extension, gpu: Gpu, fixes: Fixes) -> Finding | None:
+    """A GPU whose machine runs no wheel of the package's platform and CUDA line (a Jetson), from
+    provenance; whatever the fatbins hold."""
+    cell = pkg.build_info.cell if pkg.build_info else None
+    why = devices.blocked(gpu.device, cell.platform, cell.cuda) if cell else None
+    tie = devices.tie(gpu.device)
+    if why is None or tie is None:
+        return None
+    other = fixes.best(pkg, (gpu,))
+    return Finding(Severity.FAIL, _label(pkg), ext.path, f"{gpu}: {why}",
+                   fixes.install(pkg, other) if other else f"install {tie.instead}: {fixes.page(pkg, gpu)}")
 
 
 def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, fixes: Fixes) -> list[Finding]:
@@ -242,8 +298,8 @@ def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, fixes: 
     fix = f"upgrade the driver to {need.shown} or newer"
     other = fixes.best(pkg, fixes.machine.gpus)
     if other is not None and other.cuda.split(".")[0] != cuda.split(".")[0]:
-        torch_too = f"install torch for CUDA {other.cuda}, then " if other.torch != "none" else ""
-        fix += f", or {torch_too}{fixes.install(other)}"
+        torch_too = f"{_torch(other.cuda, other.torch)}, then " if other.torch != "none" else ""
+        fix += f", or {torch_too}{fixes.install(pkg, other)}"
     elif supported and info:
         torch_minor = info.cell.torch
         what = pkg.dist if torch_minor in (None, "none") else f"torch and {pkg.dist}"
@@ -253,19 +309,23 @@ def _driver_findings(pkg: Package, driver: DriverVersion, platform: str, fixes: 
                     f"built for CUDA {cuda}: needs {need.describe()}; driver {driver} is older: {need.error}", fix)]
 
 
+def _torch(cuda: str | None, torch: str | None) -> str:
+    """How to install the torch a wheel was built against."""
+    return torch_step(cuda, torch) or f"install torch {torch} for CUDA {cuda or '?'}"
+
+
 def _for_torch(pkg: Package, torch: Torch, fixes: Fixes) -> str:
-    """The wheel for the installed torch: from the catalogue when there is one, else its channel."""
+    """The wheel for the installed torch: from the catalogue when there is one, else the page."""
     info = pkg.build_info
     assert info is not None
     other = fixes.best(pkg, fixes.machine.gpus)
     if other is not None:
-        return fixes.install(other)
-    if fixes.catalog is not None:
+        return fixes.install(pkg, other)
+    if fixes.candidates(pkg) or fixes.catalogs.get(fixes.index_of(pkg) or ""):
         return (f"the index has no {pkg.dist} for torch {torch.version} that runs here: "
-                f"install torch {info.cell.torch} for CUDA {info.cell.cuda} instead")
-    if not torch.cuda:
-        return f"install the {pkg.dist} wheel of the channel for torch {torch.minor}"
-    return install_command(fixes.index_url, channel(torch.cuda, torch.minor), pkg.dist, info.version)
+                f"{_torch(info.cell.cuda, info.cell.torch)} instead")
+    where = channel(torch.cuda, torch.minor) if torch.cuda else f"torch {torch.minor}"
+    return f"install the {pkg.dist} wheel of {where}: {fixes.page(pkg)}"
 
 
 def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Finding]:
@@ -277,11 +337,11 @@ def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Fin
     want = f"torch {pinned} ({channel(cuda, pinned) if cuda else '?'})"
     if torch is None:
         return [Finding(Severity.FAIL, label, None, f"built against {want}, and no torch is installed: "
-                        "importing it fails", f"install torch {pinned} for CUDA {cuda}")]
+                        "importing it fails", _torch(cuda, pinned))]
     if torch.cuda == "cpu":
         return [Finding(Severity.FAIL, label, None,
                         f"built against {want}; torch {torch.version} is a CPU build: importing it fails",
-                        f"install torch {pinned} for CUDA {cuda}, then {pkg.dist} again")]
+                        f"{_torch(cuda, pinned)}, then {pkg.dist} again")]
     out = []
     if torch.minor != pinned:
         fix = _for_torch(pkg, torch, fixes)
@@ -305,28 +365,39 @@ def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Fin
     return out
 
 
-def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None, catalog: Catalog | None = None,
-             catalog_error: str | None = None) -> Diagnosis:
+def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None,
+             catalogs: Mapping[str, Catalog] | None = None,
+             catalog_errors: Mapping[str, str] | None = None) -> Diagnosis:
+    """``index_url``: the index every fix names (else each package's own); ``catalogs``: the
+    catalogue of each index, by root without the trailing ``/``; ``catalog_errors``: why an
+    index's could not be read."""
     findings: list[Finding] = []
-    verdicts: list[Verdict] = []
-    fixes = Fixes(machine, env, index_url, catalog)
-    if catalog_error:
-        findings.append(Finding(Severity.INFO, None, None, f"the index's catalogue is not readable: {catalog_error}",
-                                "fixes name channels and the compatibility page instead of a wheel"))
-    elif catalog is not None and catalog.skipped:
-        findings.append(Finding(Severity.INFO, None, None,
-                                f"{catalog.skipped} malformed record(s) of {catalog.url} left out"))
+    verdicts: list[GpuVerdict] = []
+    unchecked: list[str] = []
+    catalogs = {url.rstrip("/"): c for url, c in (catalogs or {}).items()}
+    fixes = Fixes(machine, env, index_url, catalogs)
+    for url, error in sorted((catalog_errors or {}).items()):
+        findings.append(Finding(Severity.INFO, None, None, f"the catalogue of {url} is not readable: {error}",
+                                "fixes name the index's compatibility page instead of a wheel"))
+    findings.extend(Finding(Severity.INFO, None, None, f"{c.skipped} malformed record(s) of {c.url} left out")
+                    for c in catalogs.values() if c.skipped)
     if not machine.gpus:
         why = "; ".join(machine.notes) if machine.notes else "none given"
+        unchecked.append(f"kernel images: no GPU found ({why})")
         findings.append(Finding(Severity.INFO, None, None,
-                                f"no GPU found ({why}): kernel images are not checked; the driver and torch are"))
+                                f"no GPU found ({why}): kernel images are not checked; the driver and torch are",
+                                "pass --device X.Y to check them for a GPU"))
     if machine.driver is None:
+        unchecked.append("driver requirements: the driver version is unknown")
         findings.append(Finding(Severity.INFO, None, None, "driver version unknown: driver requirements not checked",
                                 "pass --driver X.Y to check them for a machine"))
     if not env.packages:
         findings.append(Finding(Severity.INFO, None, None,
                                 f"no package with farm provenance or CUDA extensions in {env.python}"))
     for pkg in env.packages:
+        signed = fixes.attested(pkg)
+        if signed is not None:
+            findings.append(signed)
         label = _label(pkg)
         findings.extend(Finding(Severity.WARN, label, None, problem) for problem in pkg.problems)
         for ext in pkg.extensions:
@@ -337,9 +408,11 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
             for gpu in machine.gpus:
                 choice = pick_worst(ext.units, gpu.device)
                 risky = stub_risk(choice)
-                verdicts.append(Verdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
-                                        ext.ptx_bytes))
-                findings.extend(_image_findings(pkg, ext, gpu, choice, risky, machine.driver, fixes))
+                verdicts.append(GpuVerdict(label, ext.path, gpu, choice, risky, ext.ptx_isa or _nvcc_ptx_isa(pkg),
+                                           ext.ptx_bytes))
+                tied = _tie_finding(pkg, ext, gpu, fixes)
+                findings.extend([tied] if tied else
+                                _image_findings(pkg, ext, gpu, choice, risky, machine.driver, fixes))
             if not machine.gpus and machine.driver is not None and ext.ptx_bytes:
                 isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)
                 need = table().ptx_minimum(isa) if isa else None
@@ -350,7 +423,7 @@ def diagnose(machine: Machine, env: Environment, *, index_url: str | None = None
         if machine.driver is not None:
             findings.extend(_driver_findings(pkg, machine.driver, machine.platform, fixes))
         findings.extend(_torch_findings(pkg, env.torch, fixes))
-    return Diagnosis(machine, env, tuple(verdicts), tuple(findings))
+    return Diagnosis(machine, env, tuple(verdicts), tuple(findings), tuple(unchecked))
 
 
 def requirements_of(pkg: Package, platform: str) -> list[Requirement]:

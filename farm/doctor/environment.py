@@ -10,17 +10,18 @@ importing torch would load the CUDA runtime, which is what a broken environment 
 from __future__ import annotations
 
 import ast
-import json
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from farm import jsonread
 from farm.binary.fatbin import EntryKind, ptx_isa
 from farm.binary.inspection import inspect_file
-from farm.errors import FarmError, ToolError, UsageError
+from farm.doctor.machine import MAX_OUTPUT, run_capped
+from farm.errors import FarmError, ToolError, UsageError, clip
 from farm.fsutil import sha256_file
 from farm.model.arch import ArchList
 from farm.provenance.buildinfo import BuildInfo
@@ -32,6 +33,7 @@ BUILD_INFO = "_build_info.json"
 _EXTENSION = re.compile(r"(\.(cpython-[^/.]+|abi3|cp\d+[^/.]*)\.so|\.pyd)$")
 VERSION_PY = "torch/version.py"  # torch's build facts, as its setup wrote them
 VERSION_PY_MAX = 64 * 1024
+MAX_META = 16 << 20  # a METADATA, RECORD or _build_info.json of an installed wheel: kilobytes
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Package:
     build_info: BuildInfo | None  # farm provenance; None: found by inspection
     extensions: tuple[Extension, ...]
     problems: tuple[str, ...] = ()  # what could not be read, with where
+    index_url: str | None = None  # the farm index it was installed from by URL (direct_url.json)
 
 
 @dataclass(frozen=True)
@@ -83,20 +86,26 @@ def python_paths(python: str) -> tuple[tuple[str, ...], str]:
     """``sys.path`` and the Python tag of another interpreter (a venv's python): the only thing
     run in it."""
     try:
-        proc = subprocess.run([python, "-c", _ASK],
-                              capture_output=True, text=True, timeout=60, check=False)
+        code, stdout, stderr = run_capped([python, "-c", _ASK], timeout=60)
     except OSError as exc:
         raise UsageError(f"cannot run {python}: {exc.strerror}", where="--python",
                          hint="pass the python of the environment to check, e.g. .venv/bin/python") from None
     except subprocess.TimeoutExpired:
         raise ToolError(f"{python} did not print its sys.path within 60 s", where="--python") from None
-    if proc.returncode != 0:
-        raise UsageError(f"{python} exited {proc.returncode}: {proc.stderr.strip()[-300:]}", where="--python",
+    if code is None:
+        raise UsageError(f"{python} printed more than {MAX_OUTPUT >> 20} MiB where an interpreter prints its "
+                         "sys.path: not read further", where="--python",
+                         hint="pass the python of the environment to check, e.g. .venv/bin/python")
+    if code != 0:
+        raise UsageError(f"{python} exited {code}: {clip(stderr.strip()[-300:], 300)}", where="--python",
                          hint="pass the python of the environment to check, e.g. .venv/bin/python")
     try:
-        paths, tag = json.loads(proc.stdout)
-    except (json.JSONDecodeError, ValueError, TypeError):
-        raise UsageError(f"{python} printed no sys.path", where="--python") from None
+        paths, tag = jsonread.loads(stdout)
+        if not isinstance(paths, list) or not isinstance(tag, str):
+            raise TypeError
+    except (ValueError, TypeError):
+        raise UsageError(f"{python} printed no sys.path (its first bytes: {clip(stdout[:60])!r})",
+                         where="--python", hint="pass the python of the environment to check") from None
     return tuple(str(p) for p in paths if p), str(tag)
 
 
@@ -165,25 +174,71 @@ def _extension(site: Path, rel: str, recorded: str | None) -> Extension | None:
     return Extension(rel, so.units, ptx_isa(path, runnable), ptx, modified)
 
 
-def _package(dist: metadata.Distribution) -> Package | None:
-    name = dist.metadata["Name"] or "?"
+def _read_meta(dist: metadata.Distribution, name: str) -> bytes | None:
+    """A file of the distribution's ``.dist-info`` (None when it has none), read only as a
+    regular file and at most :data:`MAX_META` bytes: installed files are anyone's (a
+    ``_build_info.json`` made a link to ``/dev/zero`` was read until memory ran out)."""
+    folder = getattr(dist, "_path", None)  # importlib.metadata's PathDistribution: its .dist-info folder
+    if folder is None:
+        text = dist.read_text(name)
+        return None if text is None else text.encode()
+    try:
+        return jsonread.read_bounded(Path(folder) / name, MAX_META)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{name} {clip(exc, 120)}") from None
+
+
+def _inside(rel: str) -> bool:
+    """Whether ``rel`` names a file under the environment's site folder (RECORD and provenance are the wheel's word:
+    ``../../etc/shadow`` or ``/dev/zero`` is never read, nor shown)."""
+    path = PurePosixPath(rel)
+    return bool(rel) and not path.is_absolute() and ".." not in path.parts and "\\" not in rel
+
+
+DIRECT_URL = "direct_url.json"  # PEP 610: where an installer got a wheel it was given by URL
+DIRECT_URL_MAX = 64 * 1024
+
+
+def farm_index_of(dist: metadata.Distribution) -> str | None:
+    """The root of the farm index a wheel was installed from, when the installer recorded its
+    URL (``<root>/files/<wheel>``, as the compatibility pages' commands give it); None otherwise."""
+    try:
+        raw = _read_meta(dist, DIRECT_URL)
+        url = jsonread.loads(raw).get("url") if raw is not None and len(raw) <= DIRECT_URL_MAX else None
+    except (UsageError, ValueError, AttributeError):
+        return None
+    m = re.fullmatch(r"(https?://[^\s\"'#?$`]+/)files/[^/\s\"'#?$`]+\.whl", url) if isinstance(url, str) else None
+    return m[1] if m else None
+
+
+def _unreadable(dist: metadata.Distribution, exc: Exception) -> Package:
+    where = str(getattr(dist, "_path", "?"))
+    return Package(Path(where).name, "?", where, None, (), (f"unreadable: {clip(exc, 160)}",))
+
+
+def _package(dist: metadata.Distribution, name: str) -> Package | None:
+    files = [str(f) for f in dist.files or () if _EXTENSION.search(str(f))]
     site = Path(str(dist.locate_file("")))
     problems: list[str] = []
     info = None
-    text = dist.read_text(BUILD_INFO)
-    if text is not None:
-        try:
-            info = BuildInfo.from_json(text, where=f"{name} {dist.version}: {BUILD_INFO}")
-        except FarmError as exc:
-            problems.append(f"{BUILD_INFO} unreadable: {exc.message}")
-    files = [str(f) for f in dist.files or () if _EXTENSION.search(str(f))]
+    try:
+        raw = _read_meta(dist, BUILD_INFO)
+        if raw is not None:
+            info = BuildInfo.from_json(raw, where=f"{name} {dist.version}: {BUILD_INFO}")
+    except FarmError as exc:
+        problems.append(f"{BUILD_INFO} unreadable: {exc.message}")
     recorded = dict(info.extensions or {}) if info else {}
     if info and info.extensions:
         files = sorted(set(files) | set(info.extensions))
-    if not files and info is None:
+    if not files and info is None and not problems:
         return None
     extensions = []
     for rel in files:
+        if not _inside(rel):
+            problems.append(f"{clip(rel, 80)}: not a path inside the environment; not read")
+            continue
         if not (site / rel).is_file():
             problems.append(f"{rel}: listed but not installed")
             continue
@@ -199,7 +254,7 @@ def _package(dist: metadata.Distribution) -> Package | None:
             extensions.append(ext)
     if info is None and not extensions and not problems:
         return None  # host-only extensions: not a CUDA package
-    return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems))
+    return Package(name, dist.version, str(site), info, tuple(extensions), tuple(problems), farm_index_of(dist))
 
 
 def scan(paths: tuple[str, ...] | None = None, python: str | None = None, python_tag: str | None = None) -> Environment:
@@ -208,13 +263,21 @@ def scan(paths: tuple[str, ...] | None = None, python: str | None = None, python
     seen: set[str] = set()
     packages, torch = [], None
     for dist in metadata.distributions(path=list(paths)):
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        try:
+            for part in ("METADATA", "RECORD"):  # what importlib.metadata reads whole: checked first
+                _read_meta(dist, part)
+            shown = dist.metadata["Name"] or "?"
+            dist.files  # noqa: B018 (RECORD parsed now, where its error can be caught)
+        except (UsageError, UnicodeDecodeError, ValueError) as exc:
+            packages.append(_unreadable(dist, exc))
+            continue
+        name = shown.lower().replace("_", "-")
         if name in seen:  # shadowed by an earlier path entry, as import would see it
             continue
         seen.add(name)
         if name == "torch":
             torch = torch_of(dist)
-        pkg = _package(dist)
+        pkg = _package(dist, shown)
         if pkg is not None:
             packages.append(pkg)
     packages.sort(key=lambda p: p.dist.lower())

@@ -8,10 +8,14 @@ the driver supports; the release from ``/proc/driver/nvidia/version`` on Linux),
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,16 +141,48 @@ def _libcuda() -> tuple[tuple[Gpu, ...], DriverVersion | None] | str:
     return tuple(gpus), _proc_driver()
 
 
+MAX_OUTPUT = 1 << 20  # what doctor reads of another program's output: a few lines are expected
+
+
+def run_capped(argv: list[str], *, timeout: float, max_bytes: int = MAX_OUTPUT) -> tuple[int | None, str, str]:
+    """``argv``'s exit code, stdout and stderr (at most ``max_bytes`` each, decoded with
+    replacement): a program that prints more is stopped there (its code None), one that hangs at
+    ``timeout``. OSError when it cannot start; ``subprocess.TimeoutExpired`` at the timeout."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        capped = False
+        try:
+            while proc.poll() is None:
+                if max(os.fstat(out.fileno()).st_size, os.fstat(err.fileno()).st_size) > max_bytes:
+                    capped = True  # printing without end: what was read is all there is
+                    break
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                time.sleep(0.02)
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return (None if capped else proc.returncode, out.read(max_bytes).decode("utf-8", "replace"),
+                err.read(max_bytes).decode("utf-8", "replace"))
+
+
 def _nvidia_smi() -> tuple[tuple[Gpu, ...], DriverVersion] | str:
     try:
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False)
+        code, stdout, _ = run_capped(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version",
+                                      "--format=csv,noheader"], timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"nvidia-smi: {exc}"
-    if proc.returncode != 0:
-        return f"nvidia-smi exited {proc.returncode}"
+    if code is None:
+        return f"nvidia-smi printed more than {MAX_OUTPUT >> 20} MiB: not read further"
+    if code != 0:
+        return f"nvidia-smi exited {code}"
     gpus, driver = [], None
-    for line in proc.stdout.splitlines()[:64]:
+    for line in stdout.splitlines()[:64]:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 4:
             continue

@@ -19,23 +19,33 @@ from farm.lint import cache
 from farm.lint.compiled import BuildScope, TreeIndex, build_scope
 from farm.lint.families import Configured
 from farm.lint.report import (
-    Finding,
     LibrarySummary,
+    LintFinding,
     LintReport,
-    Rule,
-    Severity,
+    LintRule,
+    LintSeverity,
     apply_ignores,
 )
 from farm.lint.rules import check, declared_families, kernel_families
 from farm.lint.version import LINT_VERSION
 from farm.model.arch import ArchList
 from farm.model.config import GitSource, KernelFamily, LintIgnore, PathSource, SdistSource, VendorSource
-from farm.model.driver import DEVICE_EXAMPLES, claimed_devices, pick_image
+from farm.model.devices import products
+from farm.model.driver import claimed_devices, pick_image
 from farm.source.fetch import SourceTree, fetch
 
 __all__ = [
-    "LINT_VERSION", "BuildScope", "Finding", "LibrarySummary", "LintReport", "Rule", "Severity",
-    "lint_cached", "lint_index", "lint_source", "lint_tree",
+    "LINT_VERSION",
+    "BuildScope",
+    "LibrarySummary",
+    "LintFinding",
+    "LintReport",
+    "LintRule",
+    "LintSeverity",
+    "lint_cached",
+    "lint_index",
+    "lint_source",
+    "lint_tree",
 ]
 
 
@@ -93,7 +103,7 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a
         # lint finding (no stub can run), but worth seeing next to the verdict.
-        "no_image": [f"{d} ({DEVICE_EXAMPLES.get(d, '')})" for d in claimed_devices(archs)
+        "no_image": [f"{d} ({products(d)})" for d in claimed_devices(archs)
                      if pick_image(archs, d).target is None],
     }
     return LintReport(str(root), archs.canonical(), tuple(kept), tuple(ignored), tuple(stale), summary,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from farm import cacheseal, jsonread
 from farm.errors import FileSystemError
-from farm.fsutil import atomic_write
 from farm.lint.report import LintReport
 from farm.model.arch import ArchList
 from farm.model.config import LintIgnore
@@ -39,7 +38,7 @@ def cache_key(identity: str, lint_version: str, archs: ArchList, ignores: Sequen
 def load(cache_dir: Path, key: str) -> LintReport | None:
     path = Path(cache_dir) / "lint" / f"{key}.json"
     try:
-        payload = cacheseal.unseal(jsonread.read_bounded(path, MAX_ENTRY), f"lint:{key}")
+        payload = cacheseal.read(path, f"lint:{key}", MAX_ENTRY)
         return None if payload is None else LintReport.from_json(jsonread.loads(payload))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -47,6 +46,5 @@ def load(cache_dir: Path, key: str) -> LintReport | None:
 
 def store(cache_dir: Path, key: str, report: LintReport) -> None:
     # a cache: atomic (never a torn file), not durable (a lost entry is recomputed)
-    data = cacheseal.seal(json.dumps(report.to_json()).encode(), f"lint:{key}")
     with contextlib.suppress(OSError, FileSystemError):  # an unwritable cache costs the next run time, no more
-        atomic_write(Path(cache_dir) / "lint" / f"{key}.json", [data], durable=False)
+        cacheseal.write(Path(cache_dir) / "lint" / f"{key}.json", json.dumps(report.to_json()).encode(), f"lint:{key}")

@@ -31,8 +31,8 @@ import zlib
 from pathlib import Path
 
 from farm import cacheseal, jsonread
+from farm.errors import FileSystemError
 from farm.filestamp import RACY_NS
-from farm.fsutil import atomic_write
 from farm.lint.stamps import Stamps
 
 __all__ = ["RACY_NS", "Memo"]
@@ -56,8 +56,7 @@ class Memo:
     def answer(self) -> tuple[int, str, str] | None:
         """The remembered (exit code, text, JSON text) when every input is as it was."""
         try:
-            with open(self.path, "rb") as fh:
-                payload = cacheseal.unseal(fh.read(_MAX_ENTRY + 1), self._purpose())
+            payload = cacheseal.read(self.path, self._purpose(), _MAX_ENTRY)
             if payload is None:
                 return None  # missing, too large, written by someone else, or edited: a miss
             entry = jsonread.loads(payload)
@@ -95,7 +94,6 @@ class Memo:
             return  # a file too fresh to trust its timestamp: answer again next time
         entry = {"command": self.command, "inputs": [s.to_record() for s in self._inputs],
                  "code": code, "text": text, "json": as_json}
-        data = cacheseal.seal(json.dumps(entry).encode(), self._purpose())
         # a read-only cache folder costs the next run time, not this one its answer
-        with contextlib.suppress(OSError):
-            atomic_write(Path(self.path), [data], durable=False)  # a cache: atomic (never torn), not durable
+        with contextlib.suppress(OSError, FileSystemError):
+            cacheseal.write(Path(self.path), json.dumps(entry).encode(), self._purpose())

@@ -26,7 +26,7 @@ _TOKEN = re.compile(
 )
 
 
-class _Parser:
+class _ExprParser:
     """Precedence climbing over C preprocessor expressions."""
 
     _BINARY: tuple[tuple[str, ...], ...] = (("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="),
@@ -130,7 +130,7 @@ def parse_expr(text: str) -> Expr | None:
     library's headers repeat a few hundred conditions thousands of times, and the trees are
     immutable tuples."""
     try:
-        return _Parser(text).parse()
+        return _ExprParser(text).parse()
     except (ValueError, IndexError):
         return None
 

@@ -11,12 +11,12 @@ from typing import Any
 from farm.model.config import LintIgnore
 
 
-class Severity(str, enum.Enum):
+class LintSeverity(str, enum.Enum):
     ERROR = "error"  # the package fails the lint
     INFO = "info"  # worth knowing, not a defect (a gate with a real fallback)
 
 
-class Rule(str, enum.Enum):
+class LintRule(str, enum.Enum):
     ARCH_GATE = "arch-gate"
     FP8 = "fp8"
     EXPLICIT_TARGET = "explicit-target"
@@ -26,9 +26,9 @@ class Rule(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Finding:
+class LintFinding:
     rule: str
-    severity: Severity
+    severity: LintSeverity
     path: str  # relative to the source root, posix
     line: int
     snippet: str
@@ -50,12 +50,12 @@ class Finding:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Finding:
-        return cls(data["rule"], Severity(data["severity"]), data["path"], int(data["line"]), data["snippet"],
+    def from_json(cls, data: dict[str, Any]) -> LintFinding:
+        return cls(data["rule"], LintSeverity(data["severity"]), data["path"], int(data["line"]), data["snippet"],
                    data["message"], tuple(data["needs"]), data["declared"], data["fix"], tuple(data["devices"]))
 
 
-def ignore_matches(ignore: LintIgnore, finding: Finding) -> bool:
+def ignore_matches(ignore: LintIgnore, finding: LintFinding) -> bool:
     return ignore.rule in (finding.rule, "*") and fnmatch.fnmatchcase(finding.path, ignore.path)
 
 
@@ -81,20 +81,20 @@ class LibrarySummary:
 class LintReport:
     root: str
     declared: str
-    findings: tuple[Finding, ...]
-    ignored: tuple[tuple[Finding, LintIgnore], ...] = ()
+    findings: tuple[LintFinding, ...]
+    ignored: tuple[tuple[LintFinding, LintIgnore], ...] = ()
     stale_ignores: tuple[LintIgnore, ...] = ()
     scope: dict[str, Any] = field(default_factory=dict)
     libraries: tuple[LibrarySummary, ...] = ()
     lint_version: str = ""
 
     @property
-    def errors(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity is Severity.ERROR)
+    def errors(self) -> tuple[LintFinding, ...]:
+        return tuple(f for f in self.findings if f.severity is LintSeverity.ERROR)
 
     @property
-    def infos(self) -> tuple[Finding, ...]:
-        return tuple(f for f in self.findings if f.severity is Severity.INFO)
+    def infos(self) -> tuple[LintFinding, ...]:
+        return tuple(f for f in self.findings if f.severity is LintSeverity.INFO)
 
     @property
     def passed(self) -> bool:
@@ -117,8 +117,8 @@ class LintReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LintReport:
-        findings = tuple(Finding.from_json(f) for f in [*data["errors"], *data["infos"]])
-        ignored = tuple((Finding.from_json(x["finding"]), _ignore_from(x["ignore"])) for x in data["ignored"])
+        findings = tuple(LintFinding.from_json(f) for f in [*data["errors"], *data["infos"]])
+        ignored = tuple((LintFinding.from_json(x["finding"]), _ignore_from(x["ignore"])) for x in data["ignored"])
         libraries = tuple(LibrarySummary(x["path"], x["headers"], x["gates"], tuple(x["thresholds"]))
                           for x in data["libraries"])
         return cls(data["root"], data["declared"], findings, ignored,
@@ -167,7 +167,7 @@ class LintReport:
         return "\n".join(lines)
 
 
-def _render_finding(f: Finding) -> list[str]:
+def _render_finding(f: LintFinding) -> list[str]:
     out = [f"  {f.location}  [{f.rule}] {f.snippet}", f"      {f.message}"]
     if f.needs:
         out.append(f"      needs {', '.join(f.needs)}; declared {f.declared}")
@@ -175,11 +175,11 @@ def _render_finding(f: Finding) -> list[str]:
     return out
 
 
-def apply_ignores(findings: Sequence[Finding], ignores: Sequence[LintIgnore]
-                  ) -> tuple[list[Finding], list[tuple[Finding, LintIgnore]], list[LintIgnore]]:
+def apply_ignores(findings: Sequence[LintFinding], ignores: Sequence[LintIgnore]
+                  ) -> tuple[list[LintFinding], list[tuple[LintFinding, LintIgnore]], list[LintIgnore]]:
     """(kept findings, ignored findings with the entry that silenced each, stale entries)."""
-    kept: list[Finding] = []
-    ignored: list[tuple[Finding, LintIgnore]] = []
+    kept: list[LintFinding] = []
+    ignored: list[tuple[LintFinding, LintIgnore]] = []
     used: set[int] = set()
     for finding in findings:
         for i, ignore in enumerate(ignores):

@@ -80,10 +80,11 @@ from farm.lint.preproc import (
     parse_expr,
     scan_directives,
 )
-from farm.lint.report import Finding, LibrarySummary, Rule, Severity
+from farm.lint.report import LibrarySummary, LintFinding, LintRule, LintSeverity
 from farm.model.arch import ArchList, Kind, Target, Variant
 from farm.model.config import KernelFamily
-from farm.model.driver import DEVICE_EXAMPLES, Device, claimed_devices, pick_image
+from farm.model.devices import products
+from farm.model.driver import Device, claimed_devices, pick_image
 
 _TRIGGERS = ("__CUDA_ARCH", "NV_IF_", "NV_DISPATCH_TARGET")
 _FP8_TAILS = tuple(f"{a}{m}{b}" for a in "45" for m in "mM" for b in "23")  # [eE][45][mM][23] less its [eE]
@@ -136,7 +137,7 @@ class DeviceRun:
 
     @property
     def label(self) -> str:
-        examples = DEVICE_EXAMPLES.get(self.device)
+        examples = products(self.device)
         return f"{self.device} ({examples})" if examples else str(self.device)
 
 
@@ -561,7 +562,7 @@ def _devices_text(chosen: list[DeviceRun]) -> str:
 
 
 def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: dict[str, Expr],
-                  macros: dict[str, tuple[str, str]]) -> Finding | None:
+                  macros: dict[str, tuple[str, str]]) -> LintFinding | None:
     stubbed: list[tuple[DeviceRun, str, int]] = []
     fallback: list[tuple[DeviceRun, str, int]] = []
     for run in runs:
@@ -592,20 +593,20 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
     if stubbed:
         message = (f"stub trap: {names}, below this gate, so {_they(runs_chosen)} {where}, which does nothing "
                    f"({detail}): kernels launch and compute nothing")
-        severity = Severity.ERROR
+        severity = LintSeverity.ERROR
         fix = (f"declare {', '.join(needs)} in the package's arch list, or lint_ignore rule arch-gate with "
                "the reason these devices never reach this code")
     else:
         message = (f"{names}, below this gate, so {_they(runs_chosen)} the fallback, {where} ({detail}): correct, "
                    "but not the code written for these devices")
-        severity = Severity.INFO
+        severity = LintSeverity.INFO
         fix = f"declare {', '.join(needs)} to run the code written for these devices"
-    return Finding(Rule.ARCH_GATE.value, severity, gate.file.rel, gate.line, gate.snippet, message, needs,
-                   archs.canonical(), fix, tuple(run.label for run in runs_chosen))
+    return LintFinding(LintRule.ARCH_GATE.value, severity, gate.file.rel, gate.line, gate.snippet, message, needs,
+                       archs.canonical(), fix, tuple(run.label for run in runs_chosen))
 
 
 def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: dict[str, Expr],
-                   macros: dict[str, tuple[str, str]]) -> Finding | None:
+                   macros: dict[str, tuple[str, str]]) -> LintFinding | None:
     """A declared arch whose own image takes a branch that does nothing while another branch of the
     same gate does the work (``if constexpr (__CUDA_ARCH__ >= 800) ... else trap`` with 7.5 listed):
     the wheel claims the arch, and this code is a stub there. An info: correct only while the
@@ -628,8 +629,8 @@ def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: 
     branch_line = gate.chain.branches[taken].line if taken < len(gate.chain.branches) else gate.chain.end_line
     where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
     labels = [r.label for r, _, _ in hit]
-    return Finding(
-        Rule.ARCH_GATE.value, Severity.INFO, gate.file.rel, gate.line, gate.snippet,
+    return LintFinding(
+        LintRule.ARCH_GATE.value, LintSeverity.INFO, gate.file.rel, gate.line, gate.snippet,
         f"declared {', '.join(labels)} {'runs its own image' if len(hit) == 1 else 'run their own images'} "
         f"({', '.join(r.target.name for r, _, _ in hit)}), where this gate takes {where}, which does nothing "
         f"({detail}): the wheel claims the arch, and this code is a stub there",
@@ -644,7 +645,7 @@ def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: 
 # FP8
 # ------------------------------------------------------------------------------------------------
 def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList,
-                 reach: Reach | None = None) -> list[Finding]:
+                 reach: Reach | None = None) -> list[LintFinding]:
     """FP8 outside any arch gate. In an ``asm`` statement it is an instruction, which ptxas
     assembles only from sm_89 ("Feature 'cvt with .e4m3x2/.e5m2x2' requires .target sm_89 or
     higher"): an error wherever the list compiles it for less. Elsewhere it is a type or a
@@ -657,7 +658,7 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
         if parsed:
             _, close = parsed
             instructions.extend((hit.start(), hit.group()) for hit in _FP8.finditer(f.raw, m.end(), close))
-    out: list[Finding] = []
+    out: list[LintFinding] = []
     instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
     low = [t for t in archs if t.number < 89]
     if reach is not None and instructions:
@@ -671,8 +672,8 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
         line = f.line_of(pos)
         more = len({f.line_of(p) for p, _ in instructions}) - 1
         suffix = f" (and {more} more lines in this file)" if more else ""
-        out.append(Finding(
-            Rule.FP8.value, Severity.ERROR, f.rel, line, f.line_text(line),
+        out.append(LintFinding(
+            LintRule.FP8.value, LintSeverity.ERROR, f.rel, line, f.line_text(line),
             f"FP8 instruction ({word}) in asm outside any arch gate{suffix}, compiled for "
             f"{', '.join(t.name for t in low)}: ptxas assembles FP8 instructions only for sm_89 and later, "
             "so the build fails",
@@ -689,8 +690,8 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
         more = len({f.line_of(p) for p, _ in types}) - 1
         labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
         suffix = f" (and {more} more lines in this file)" if more else ""
-        out.append(Finding(
-            Rule.FP8.value, Severity.INFO, f.rel, line, f.line_text(line),
+        out.append(LintFinding(
+            LintRule.FP8.value, LintSeverity.INFO, f.rel, line, f.line_text(line),
             f"FP8 type or conversion ({word}) outside any arch gate{suffix}: {', '.join(labels)}, below 8.9, "
             "where cuda_fp8.h converts in software: correct, slower than the hardware conversion",
             ("8.9",), archs.canonical(),
@@ -756,27 +757,27 @@ def targets_in_line(line: str, kind: str) -> list[Target]:
     return list(dict.fromkeys(found))
 
 
-def build_file_findings(index: TreeIndex, rel: str, archs: ArchList) -> list[Finding]:
+def build_file_findings(index: TreeIndex, rel: str, archs: ArchList) -> list[LintFinding]:
     kind = kind_of_build_file(rel) or "toml"
     raw = index.text(rel)
     raw_lines = raw.split("\n")
     declared = archs.canonical()
-    out: list[Finding] = []
+    out: list[LintFinding] = []
 
     def snippet(number: int) -> str:
         return raw_lines[number - 1].strip()[:SNIPPET] if 0 < number <= len(raw_lines) else ""
 
-    def override(number: int, found: tuple[Severity, str, str]) -> None:
+    def override(number: int, found: tuple[LintSeverity, str, str]) -> None:
         severity, message, fix = found
-        out.append(Finding(Rule.ARCH_OVERRIDE.value, severity, rel, number, snippet(number), message, (),
-                           declared, fix))
+        out.append(LintFinding(LintRule.ARCH_OVERRIDE.value, severity, rel, number, snippet(number), message, (),
+                               declared, fix))
 
     def targets(number: int, text: str) -> None:
         missing = [t for t in targets_in_line(text, kind) if t not in archs.targets]
         if missing:
             names = ", ".join(t.name for t in missing)
-            out.append(Finding(
-                Rule.EXPLICIT_TARGET.value, Severity.ERROR, rel, number, snippet(number),
+            out.append(LintFinding(
+                LintRule.EXPLICIT_TARGET.value, LintSeverity.ERROR, rel, number, snippet(number),
                 f"the build names {names}, which the declared list does not have: the wheel would carry "
                 "targets nobody declared, or code written for them never gets built",
                 tuple(_needs_text(t) for t in missing), declared,
@@ -810,7 +811,7 @@ def build_file_findings(index: TreeIndex, rel: str, archs: ArchList) -> list[Fin
         found = _override(kind, line, code_lines, number)
         if found:
             override(number, found)
-            if found[0] is Severity.INFO or _TORCH_ASSIGN.search(line):
+            if found[0] is LintSeverity.INFO or _TORCH_ASSIGN.search(line):
                 continue  # a default the farm overrides, or the assigned list itself: no separate targets
         targets(number, line)
     return _merge(out, index, rel, kind, archs)
@@ -818,19 +819,20 @@ def build_file_findings(index: TreeIndex, rel: str, archs: ArchList) -> list[Fin
 
 _FIX_ENV = ("make the build take the farm's list (patch_script removing the override), or declare exactly "
             "what it builds and lint_ignore rule arch-override with the reason")
-_ASSIGNED = (Severity.ERROR, "assigns TORCH_CUDA_ARCH_LIST: the build uses this value, not the farm's arch list",
+_ASSIGNED = (LintSeverity.ERROR, "assigns TORCH_CUDA_ARCH_LIST: the build uses this value, not the farm's arch list",
              _FIX_ENV)
-_DEFAULTED = (Severity.INFO, "sets a default TORCH_CUDA_ARCH_LIST: harmless while the farm exports the list",
+_DEFAULTED = (LintSeverity.INFO, "sets a default TORCH_CUDA_ARCH_LIST: harmless while the farm exports the list",
               "nothing to do unless the farm stops exporting TORCH_CUDA_ARCH_LIST")
-_NVCC_FLAGS = (Severity.ERROR,
+_NVCC_FLAGS = (LintSeverity.ERROR,
                ("passes an nvcc flag containing 'arch': torch then adds no arch flags and ignores "
                 "TORCH_CUDA_ARCH_LIST; the wheel gets exactly the targets these flags name"), _FIX_ENV)
-_NVCC_COMPUTED = (Severity.INFO,
+_NVCC_COMPUTED = (LintSeverity.INFO,
                   ("computes nvcc arch flags at build time: if they reach torch's nvcc flags, torch ignores "
                    "TORCH_CUDA_ARCH_LIST; the lint cannot see which targets they name"),
                   ("check that these flags are derived from TORCH_CUDA_ARCH_LIST (the post-build assertion "
                    "checks the result either way)"))
-_MARCH_FLAG = (Severity.INFO, "a -march/-mtune flag: if it reaches the nvcc flags, torch ignores TORCH_CUDA_ARCH_LIST",
+_MARCH_FLAG = (LintSeverity.INFO,
+               "a -march/-mtune flag: if it reaches the nvcc flags, torch ignores TORCH_CUDA_ARCH_LIST",
                "keep it in the host compiler's flags only")
 _NVCC_ARCH_VALUE = re.compile(r"-gencode|--generate-code|(?<![\w-])-arch\b|--gpu-architecture|(?<![\w-])-code=|"
                               r"\barch=(?:compute|sm)_")
@@ -840,10 +842,10 @@ _MESSAGE_CALLS = frozenset({"print", "warn", "info", "warning", "error", "debug"
 _HOST_KEY = re.compile(r"^(cxx|cc|c|host)$|link|cxx_?flags", re.IGNORECASE)
 _ENV_NAMES = frozenset({"TORCH_CUDA_ARCH_LIST", "CUDAARCHS", "CMAKE_CUDA_ARCHITECTURES"})
 _CMAKE_DEFINE = re.compile(r"CMAKE_CUDA_ARCHITECTURES\s*[=:]")
-_CMAKE_DEFINED = (Severity.ERROR,
+_CMAKE_DEFINED = (LintSeverity.ERROR,
                   "passes CMAKE_CUDA_ARCHITECTURES to CMake: the build uses this value, not the farm's arch list",
                   _FIX_ENV)
-_CMAKE_COMPUTED = (Severity.INFO,
+_CMAKE_COMPUTED = (LintSeverity.INFO,
                    ("computes CMAKE_CUDA_ARCHITECTURES at build time: the lint cannot see whether it follows "
                     "the farm's list"),
                    "check that it is derived from the farm's list (the post-build assertion checks the result)")
@@ -938,20 +940,20 @@ def python_events(text: str) -> list[tuple[int, str, str]] | None:
     return sorted(events)
 
 
-def _merge(findings: list[Finding], index: TreeIndex, rel: str, kind: str, archs: ArchList) -> list[Finding]:
+def _merge(findings: list[LintFinding], index: TreeIndex, rel: str, kind: str, archs: ArchList) -> list[LintFinding]:
     """One finding per (rule, message) in a file, listing every line: one cause, one entry."""
-    groups: dict[tuple[str, str, tuple[str, ...]], list[Finding]] = {}
+    groups: dict[tuple[str, str, tuple[str, ...]], list[LintFinding]] = {}
     for f in findings:
         groups.setdefault((f.rule, f.message, f.needs), []).append(f)
     merged = []
     for (rule, found, _), items in groups.items():
         first, message = items[0], found
-        if rule == Rule.ARCH_OVERRIDE.value and first.severity is Severity.ERROR:
+        if rule == LintRule.ARCH_OVERRIDE.value and first.severity is LintSeverity.ERROR:
             message += _what_it_builds(index, rel, kind, [f.line for f in items], archs)
         if len(items) > 1:
             message += f" (lines {', '.join(str(f.line) for f in items)})"
-        merged.append(Finding(rule, first.severity, rel, first.line, first.snippet, message, first.needs,
-                              first.declared, first.fix, first.devices))
+        merged.append(LintFinding(rule, first.severity, rel, first.line, first.snippet, message, first.needs,
+                                  first.declared, first.fix, first.devices))
     return merged
 
 
@@ -972,7 +974,7 @@ def _what_it_builds(index: TreeIndex, rel: str, kind: str, lines: list[int], arc
     return text
 
 
-def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Severity, str, str] | None:
+def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[LintSeverity, str, str] | None:
     """The override a build-file line makes, read line by line (CMake, Make, TOML, unparsable Python)."""
     if _TORCH_DEFAULT.search(line):
         return _DEFAULTED
@@ -982,9 +984,9 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Seve
         return _CMAKE_DEFINED
     if kind == "cmake" and _CMAKE_SET.search(line):
         if any(_CMAKE_GUARD.search(lines[i]) for i in range(max(0, number - 4), number - 1)):
-            return (Severity.INFO, "sets CUDA architectures only when none are given: the farm's list wins",
+            return (LintSeverity.INFO, "sets CUDA architectures only when none are given: the farm's list wins",
                     "nothing to do")
-        return (Severity.ERROR,
+        return (LintSeverity.ERROR,
                 ("sets the CUDA architectures in the build: the farm's CMAKE_CUDA_ARCHITECTURES/CUDAARCHS is "
                  "overridden or intersected away"), _FIX_ENV)
     if kind == "python":
@@ -993,7 +995,7 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Seve
         if _MARCH.search(line):
             return _MARCH_FLAG
     if kind == "make" and _MAKE_ARCH.search(line):
-        return (Severity.ERROR, "the Makefile picks nvcc arch flags itself: the farm's list is not used", _FIX_ENV)
+        return (LintSeverity.ERROR, "the Makefile picks nvcc arch flags itself: the farm's list is not used", _FIX_ENV)
     return None
 
 
@@ -1001,13 +1003,13 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Seve
 # Everything for one tree
 # ------------------------------------------------------------------------------------------------
 def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequence[tuple[str, ArchList]] = (),
-          configured: fam.Configured | None = None) -> tuple[list[Finding], list[LibrarySummary]]:
+          configured: fam.Configured | None = None) -> tuple[list[LintFinding], list[LibrarySummary]]:
     """Every rule on the tree. ``extensions``: the recipe's own lists for extensions matching a
     glob; ``configured``: kernel families with their own targets (and the sources the cell does
     not build). The translation units of such an
     extension or family (and what they include) are judged against its list, the others against
     ``archs``."""
-    findings: list[Finding] = []
+    findings: list[LintFinding] = []
     for rel in scope.build_files:
         findings.extend(build_file_findings(index, rel, archs))
     findings.extend(generated_findings(index, configured.families if configured else (), archs))
@@ -1058,7 +1060,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
             if rel not in parsed or parsed[rel].library is not None:
                 continue
             f = parsed[rel]
-            out: list[Finding] = []
+            out: list[LintFinding] = []
             gated: list[tuple[int, int]] = []
             for gate in [*preprocessor_gates(f, aliases), *nv_target_gates(f), *constexpr_gates(f, aliases)]:
                 gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
@@ -1080,7 +1082,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
         LibrarySummary(lib, counts[0], counts[1], tuple(sorted(thresholds.get(lib, ()), key=_threshold_key)))
         for lib, counts in sorted(libraries.items())
     ]
-    findings.sort(key=lambda x: (x.severity is not Severity.ERROR, x.path, x.line, x.rule))
+    findings.sort(key=lambda x: (x.severity is not LintSeverity.ERROR, x.path, x.line, x.rule))
     return findings, summaries
 
 
@@ -1129,7 +1131,7 @@ def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
             for (label, _), (own, units) in groups.items()]
 
 
-def generated_findings(index: TreeIndex, families: Sequence[fam.Family], archs: ArchList) -> list[Finding]:
+def generated_findings(index: TreeIndex, families: Sequence[fam.Family], archs: ArchList) -> list[LintFinding]:
     """An info per family glob that matches no file in the tree: its files are written by the
     build (vLLM's Machete and Marlin generators), so they are not linted, and the assertion
     judges the translation units whose names match the glob against the family's targets."""
@@ -1139,8 +1141,9 @@ def generated_findings(index: TreeIndex, families: Sequence[fam.Family], archs: 
         for pattern in family.patterns:
             if any(rel.endswith(".cu") for rel in index.glob(pattern)):
                 continue
-            out.append(Finding(
-                Rule.GENERATED.value, Severity.INFO, path, int(line) if line.isdigit() else 0, f"file(GLOB) {pattern}",
+            out.append(LintFinding(
+                LintRule.GENERATED.value, LintSeverity.INFO, path, int(line) if line.isdigit() else 0,
+                f"file(GLOB) {pattern}",
                 f"kernel family {family.name} compiles the files of {pattern}, which matches no file in the "
                 f"tree: they are generated at build time, so they are not linted; the post-build assertion "
                 f"judges the translation units named by it against the family's targets "
@@ -1386,7 +1389,7 @@ def arch_specific_uses(f: CFile) -> list[tuple[int, isa.ArchInstruction]]:
     return uses
 
 
-def arch_specific_findings(f: CFile, reach: Reach) -> list[Finding]:
+def arch_specific_findings(f: CFile, reach: Reach) -> list[LintFinding]:
     group, aliases, index = reach.group, reach.aliases, reach.index
     by_row: dict[str, tuple[isa.ArchInstruction, list[int], list[Target]]] = {}
     for line, row in arch_specific_uses(f):
@@ -1402,8 +1405,8 @@ def arch_specific_findings(f: CFile, reach: Reach) -> list[Finding]:
         unit_text = ", ".join(units[:3]) + (f" and {len(units) - 3} more" if len(units) > 3 else "")
         more = f" (and {len(set(lines)) - 1} more lines in this file)" if len(set(lines)) > 1 else ""
         line = lines[0]
-        out.append(Finding(
-            Rule.ARCH_SPECIFIC.value, Severity.ERROR, f.rel, line, f.line_text(line),
+        out.append(LintFinding(
+            LintRule.ARCH_SPECIFIC.value, LintSeverity.ERROR, f.rel, line, f.line_text(line),
             f"{row.name} (PTX ISA {row.ptx}, assembled only for {row.needs}) outside any guard{more}, in "
             f"{unit_text}, compiled with {group.label} for {', '.join(t.name for t in bad)}: ptxas rejects "
             f"it there, so the build fails (source: {row.source})",

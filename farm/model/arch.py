@@ -165,6 +165,12 @@ class ArchList:
     def __bool__(self) -> bool:
         return bool(self.targets)
 
+    def __or__(self, other: ArchList) -> ArchList:
+        return ArchList(self.targets | other.targets)
+
+    def __sub__(self, other: ArchList) -> ArchList:
+        return ArchList(self.targets - other.targets)
+
     @property
     def sass(self) -> tuple[Target, ...]:
         return tuple(t for t in self if t.kind is Kind.SASS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -42,7 +42,7 @@ class Cell:
     def cu(self) -> str:
         return cu_tag(self.cuda)
 
-    @property
+    @cached_property  # the matrix's plans and waves key their cells by it, tens of thousands of times
     def id(self) -> str:
         torch = f"torch{self.torch}" if self.torch != NO_TORCH else "notorch"
         return f"{self.package}-{self.version}-{self.cu}-{torch}-{self.python}-{self.platform}"

@@ -50,37 +50,6 @@ KNOWN_DEVICES: tuple[Device, ...] = tuple(
     for a, b in ((7, 5), (8, 0), (8, 6), (8, 7), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
 )
 
-# Example products per capability, for messages a maintainer can relate to.
-DEVICE_EXAMPLES: dict[Device, str] = {
-    Device(7, 5): "T4, RTX 20xx",
-    Device(8, 0): "A100",
-    Device(8, 6): "RTX 30xx, A10",
-    Device(8, 7): "Jetson Orin",
-    Device(8, 9): "RTX 40xx, L4, L40S",
-    Device(9, 0): "H100, H200",
-    Device(10, 0): "B200, GB200",
-    Device(10, 3): "B300",
-    Device(11, 0): "Jetson Thor",
-    Device(12, 0): "RTX 50xx, RTX PRO 6000",
-    Device(12, 1): "DGX Spark",
-}
-
-
-# The generation each capability belongs to, for pages a user filters by GPU.
-GENERATIONS: dict[Device, str] = {
-    Device(7, 5): "Turing",
-    Device(8, 0): "Ampere",
-    Device(8, 6): "Ampere",
-    Device(8, 7): "Ampere (Orin)",
-    Device(8, 9): "Ada",
-    Device(9, 0): "Hopper",
-    Device(10, 0): "Blackwell",
-    Device(10, 3): "Blackwell Ultra",
-    Device(11, 0): "Blackwell (Thor)",
-    Device(12, 0): "Blackwell (GeForce, RTX PRO)",
-    Device(12, 1): "Blackwell (Spark)",
-}
-
 
 class ImageKind(enum.Enum):
     SASS = "sass"

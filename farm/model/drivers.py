@@ -125,6 +125,12 @@ class DriverTable:
         fits = [r for r in self.releases if r.branch <= driver.branch]
         return fits[-1].cuda if fits else None
 
+    def reported_cuda(self, branch: int) -> str | None:
+        """The CUDA version (``cuDriverGetVersion``, nvidia-smi's "CUDA Version") that every driver
+        of ``branch`` or newer reports at least: 525 -> "12.0", 570 -> "12.8"; None: newer than
+        every known release."""
+        return next((r.cuda for r in self.releases if r.branch >= branch), None)
+
 
 @cache
 def table() -> DriverTable:

@@ -47,7 +47,8 @@ def inferred_entry(facts: WheelFacts, *, package: str | None = None) -> LedgerEn
     """The ledger entry backfill writes: inspection and the name, nothing guessed beyond them."""
     name = WheelName.parse(facts.filename)
     info = buildinfo.inferred_build_info(
-        dist=name.dist, version=name.public_version, cell=inferred_cell(name), found=facts.found,
+        dist=name.dist, version=name.public_version, cell=inferred_cell(name),
+        found={so: archs.canonical() for so, archs in facts.found.items()},
         extensions=facts.extensions, package=package,
     )
     published: tuple[Published, ...] = ()

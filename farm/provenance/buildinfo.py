@@ -19,9 +19,10 @@ Probing the environment for these values (the CI run, the toolchain's versions) 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeVar
@@ -34,9 +35,11 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from farm import jsonread
-from farm.errors import FarmError, LedgerError, WheelError
+from farm.binary.wheelfile import SafeWheel
+from farm.errors import ArchError, FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.model import label
+from farm.model.arch import ArchList
 from farm.provenance.shape import ABSENT as ABSENT  # re-exported: readers test a field against it
 from farm.provenance.shape import (
     KNOWN,
@@ -242,7 +245,7 @@ class ToolkitRecord(_Record):
 
 
 @dataclass(frozen=True)
-class CompileCache(_Record):
+class CompileCacheRecord(_Record):
     """A compiler cache's counts for the build (``ccache``, ``sccache``)."""
 
     tool: NonEmpty
@@ -287,7 +290,7 @@ class Toolchain(_Record):
                          "components"),
     ] = ABSENT
     compile_cache: Annotated[
-        CompileCache | Absent | None,
+        CompileCacheRecord | Absent | None,
         Rule(description="the compiler cache's counts for this build; null: no cache, or not counted"),
     ] = ABSENT
     farm_deps: Annotated[
@@ -353,7 +356,11 @@ class BuildInfo(_Record):
     assertion: Annotated[Assertion | None, Rule(asserted=KNOWN)]
     defaults_sha256: Sha256 | None
     recipe_sha256: Sha256 | None
-    run: Annotated[Run | None, Rule(asserted=KNOWN)]
+    run: Annotated[
+        Run | Absent | None,
+        Rule(description="the CI run that built the wheel; a ledger entry's, absent from a wheel farm stamps "
+                         "(a rebuild in another run is the same file)"),
+    ] = ABSENT
     source: SourceRecord | None
     toolchain: Annotated[Toolchain | None, Rule(asserted=KNOWN)]
     extensions: Annotated[Mapping[str, Sha256] | None, Rule(asserted=KNOWN)]
@@ -366,7 +373,8 @@ class BuildInfo(_Record):
     ] = ABSENT
     duration_s: Annotated[
         float | Absent | None,
-        Rule(minimum=0, description="wall seconds the build of this cell took; null or absent: unknown"),
+        Rule(minimum=0, description="wall seconds the build of this cell took (a ledger entry's); null or absent: "
+                                    "unknown"),
     ] = ABSENT
     made_by: Annotated[
         Mapping[str, MadeByRecord] | Absent | None,
@@ -407,6 +415,15 @@ class BuildInfo(_Record):
         """The ledger line of the wheel this provenance describes (the one place entries are made)."""
         return LedgerEntry(self, filename, sha256, size, published)
 
+    def for_wheel(self) -> BuildInfo:
+        """What the wheel embeds: all but the record of the one build that made it (``run``,
+        ``duration_s``, ``toolchain.compile_cache``), which the ledger keeps. A wheel's bytes are
+        then what its inputs make, and a rebuild of the cell is the same file (docs/reproducible.md)."""
+        toolchain = self.toolchain
+        if toolchain is not None and not isinstance(toolchain.compile_cache, Absent):
+            toolchain = replace(toolchain, compile_cache=ABSENT)
+        return replace(self, run=ABSENT, duration_s=ABSENT, toolchain=toolchain)
+
     # -- what readers ask --
     @property
     def asserted(self) -> bool:
@@ -417,6 +434,46 @@ class BuildInfo(_Record):
     def bundled(self) -> Mapping[str, Bundled]:
         """The bundled libraries recorded (empty when none, or not recorded)."""
         return self.vendored if isinstance(self.vendored, Mapping) else {}
+
+    @cached_property
+    def archs(self) -> RecordedArchs:
+        """Every arch list it records, decoded once, on first use (as packaging's ``Metadata``
+        decodes ``RawMetadata``): a reader compares targets, never strings."""
+        families = self.families if isinstance(self.families, Mapping) else {}
+        return RecordedArchs(
+            decode_list(self.arch_list.requested), decode_list(self.arch_list.normalised),
+            {so: decode_list(text) for so, text in (self.expected or {}).items()},
+            {so: decode_list(text) for so, text in (self.found or {}).items()},
+            {path: decode_list(record.found) for path, record in self.bundled.items()},
+            {name: decode_list(record.targets) for name, record in families.items()})
+
+
+# A recorded arch list decoded: its targets, or the text as written where it does not parse (a
+# forged record, then equal only to the same text); None where the record holds null.
+Recorded = ArchList | str | None
+
+
+def decode_list(text: str | None) -> Recorded:
+    """A recorded list's targets (none for ``""``: an extension without device code)."""
+    if text is None or text == "":
+        return None if text is None else ArchList(frozenset())
+    try:
+        return ArchList.parse(text)
+    except ArchError:
+        return text
+
+
+@dataclass(frozen=True)
+class RecordedArchs:
+    """The arch lists of a :class:`BuildInfo`, decoded (:func:`decode_list`); a map is empty where
+    the record holds null."""
+
+    requested: Recorded
+    normalised: Recorded
+    expected: Mapping[str, Recorded]  # per extension
+    found: Mapping[str, Recorded]  # per extension
+    bundled: Mapping[str, Recorded]  # the targets found in each bundled library
+    families: Mapping[str, Recorded]  # each kernel family's targets
 
 
 @dataclass(frozen=True)
@@ -429,6 +486,18 @@ class Published(_Record):
 
 
 @dataclass(frozen=True)
+class Attestation(_Record):
+    """A signed statement of where a wheel was built: GitHub's artifact attestation (an in-toto
+    Statement v1 with a SLSA provenance v1 predicate, signed through Sigstore) naming the wheel's
+    sha256 and its ``_build_info.json``'s (docs/attestations.md)."""
+
+    OPEN_SCHEMA: ClassVar[bool] = True
+    url: Annotated[str, Rule(description="the attestation's page (https://github.com/OWNER/REPO/attestations/ID)")]
+    repository: Annotated[NonEmpty, Rule(description="OWNER/REPO: gh attestation verify WHEEL --repo OWNER/REPO")]
+    workflow: Annotated[NonEmpty, Rule(description="the workflow that signed it (--signer-workflow)")]
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One ``ledger.jsonl`` line: a wheel's provenance plus its file name, bytes and publications
     (the fields after ``info`` are the keys a line adds to the ``_build_info.json`` object)."""
@@ -438,13 +507,17 @@ class LedgerEntry:
     sha256: Annotated[Sha256, Rule(description="ledger entries only: the wheel file")]
     size: Annotated[Count, Rule(description="ledger entries only")]
     published: Annotated[tuple[Published, ...], Rule(description="ledger entries only")] = ()
+    attestation: Annotated[
+        Attestation | Absent,
+        Rule(description="ledger entries only: the wheel's signed build provenance; absent: not attested"),
+    ] = ABSENT
 
     @classmethod
     def from_json(cls, data: bytes | str | Mapping[str, Any], *, where: str | None = None,
                   error: type[FarmError] = LedgerError) -> LedgerEntry:
         """Parse and validate a ledger line (or fragment); raises ``error`` (:class:`LedgerError`)."""
         obj = _load(data, where=where, error=error)
-        missing = [k for k in LEDGER_KEYS if k not in obj]
+        missing = [k for k in LEDGER_KEYS if k not in obj and k not in _OPTIONAL_LEDGER_KEYS]
         if missing:
             raise error(f"not a ledger entry: no {', '.join(missing)}", where=where,
                         hint="a ledger entry is a _build_info.json plus filename, sha256, size and published")
@@ -454,7 +527,7 @@ class LedgerEntry:
 
     def to_dict(self) -> JSON:
         out = self.info.to_dict()
-        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS)
+        out.update((k, encode(getattr(self, k))) for k in LEDGER_KEYS if not isinstance(getattr(self, k), Absent))
         return out
 
     def with_published(self, target: str, url: str) -> LedgerEntry:
@@ -463,6 +536,7 @@ class LedgerEntry:
 
 #: Keys a ledger line adds to the ``_build_info.json`` object.
 LEDGER_KEYS = tuple(name for name, _ in fields_of(LedgerEntry) if name != "info")
+_OPTIONAL_LEDGER_KEYS = ("attestation",)  # absent from a line until the wheel is attested
 _BUILD_INFO_KEYS = tuple(name for name, _ in fields_of(BuildInfo))
 
 
@@ -616,10 +690,27 @@ def _public(version: Any) -> str | None:
         return None
 
 
+_VARIANT_LABEL = re.compile(r"[0-9a-z_.]{1,16}")
+
+
+def split_variant_label(filename: str) -> tuple[str, str | None]:
+    """A wheel file name without its PEP 825 variant label, and the label (None: not a variant).
+
+    ``{dist}-{version}(-{build})?-{python}-{abi}-{platform}(-{label})?.whl``: seven parts carry
+    both; of six, the third is a build tag when it starts with a digit (a Python tag never does),
+    else the last is a label."""
+    parts = filename.removesuffix(".whl").split("-")
+    if filename.endswith(".whl") and (len(parts) == 7 or (len(parts) == 6 and not parts[2][:1].isdigit())) \
+            and _VARIANT_LABEL.fullmatch(parts[-1]):
+        return "-".join(parts[:-1]) + ".whl", parts[-1]
+    return filename, None
+
+
 def name_problems(filename: str, info: BuildInfo) -> list[str]:
-    """Where the file name disagrees with the cell its provenance describes (empty: agrees)."""
+    """Where the file name disagrees with the cell its provenance describes (empty: agrees); a
+    wheel variant's label (PEP 825) names no part of the cell."""
     try:
-        name, version, build, tags = parse_wheel_filename(filename)
+        name, version, build, tags = parse_wheel_filename(split_variant_label(filename)[0])
     except InvalidWheelFilename as exc:
         return [f"not a valid wheel file name ({exc})"]
     cell = info.cell
@@ -708,11 +799,22 @@ def validate(info: Any, *, where: str | None = None, error: type[FarmError] = Wh
 MAX_BUILD_INFO = 4 << 20
 
 
-def read_embedded(wheel: Any, member: str, *, where: str) -> BuildInfo:
-    """``member`` of an open :class:`~farm.binary.wheelfile.SafeWheel`, size-checked before it is
-    read, parsed and validated."""
+def read_embedded(wheel: SafeWheel, *, where: str) -> BuildInfo | None:
+    """The ``_build_info.json`` of an open wheel (None: it has none), size-checked before it is
+    read, parsed and validated; ``where`` names the wheel in messages."""
+    dist_info = wheel.dist_info()
+    member = f"{dist_info}/{BUILD_INFO_NAME}"
+    if not dist_info or member not in wheel.names():
+        return None
+    where = f"{where}!{member}"
     size = wheel.zip.getinfo(member).file_size
     if size > MAX_BUILD_INFO:
         raise WheelError(f"{BUILD_INFO_NAME} is {size:,} bytes (at most {MAX_BUILD_INFO:,})", where=where,
                          hint="a real provenance is a few KiB: the wheel is malformed or hostile")
     return BuildInfo.from_json(wheel.read(member), where=where)
+
+
+def read_wheel(wheel: Path) -> BuildInfo | None:
+    """The ``_build_info.json`` of the wheel at ``wheel`` (None: not stamped)."""
+    with SafeWheel(wheel) as zf:
+        return read_embedded(zf, where=str(wheel))

@@ -17,13 +17,16 @@ publications of wheels the ledger already vouches for: the next publish finds ea
 under its name with the recorded sha256 and records it then (``PRESENT``), nothing re-sent.
 
 A process killed in the middle of an append leaves an incomplete last line, which every reader
-refuses with its line number: the record is lost, never half-believed, and the asset it
-described is found unrecorded and re-asserted by the next publish (:mod:`farm.publish.adopt`).
+refuses with its line number: the record is lost, never half-believed. The next book to open the
+ledger (the next publish) removes that torn last line, under the lock and saying so, so that the
+asset it described is found unrecorded and re-asserted (:mod:`farm.publish.adopt`); only a last
+line without its newline that does not parse is taken for torn, any other bad line still stops it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +35,8 @@ from typing import Any
 from farm.errors import LedgerError
 from farm.filestamp import Stamp, stamp
 from farm.provenance.buildinfo import LedgerEntry
-from farm.provenance.ledger import LedgerIndex
-from farm.provenance.ledgerline import Record, dumps_entry, validate_entry
+from farm.provenance.ledger import MAX_LINE, LedgerIndex
+from farm.provenance.ledgerline import Record, dumps_entry, parse_line, validate_entry
 from farm.provenance.ledgerwrite import ledger_lock, record_published_many
 
 
@@ -63,7 +66,9 @@ class LedgerBook:
     def open(cls, path: Path) -> LedgerBook:
         """The ledger at ``path`` read and validated (an absent file is an empty ledger)."""
         path = Path(path)
-        index, seen = _load(path)
+        with ledger_lock(path):
+            drop_torn_tail(path)
+            index, seen = _load(path)
         return cls(path, index, seen)
 
     # -- reading (the gate's vouchers read through these) --------------------------------------
@@ -133,6 +138,7 @@ class LedgerBook:
 
     def _fresh(self) -> None:
         if _stamp(self.path) != self.seen:
+            drop_torn_tail(self.path)
             self._reload()
 
     def _reload(self) -> None:
@@ -182,6 +188,38 @@ def _load(path: Path) -> tuple[LedgerIndex, Stamp | None]:
             if index.path is None:
                 index = LedgerIndex(path, (), {}, {}, {})
             return index, before
+
+
+def drop_torn_tail(path: Path) -> bool:
+    """Remove the ledger's last line when a writer died appending it: it has no newline and does
+    not parse as a ledger line. Said on stderr; whether anything was removed. Call under the lock."""
+    try:
+        with path.open("r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if not size:
+                return False
+            fh.seek(max(0, size - MAX_LINE))
+            tail = fh.read()
+            if tail.endswith(b"\n"):
+                return False
+            base = size - len(tail)
+            cut = tail.rfind(b"\n") + 1  # 0: the tail holds no newline
+            if base and not cut:
+                return False  # a last line longer than any ledger line: the readers say so
+            start = base + cut
+            try:
+                validate_entry(parse_line(tail[cut:], str(path)), str(path))
+                return False  # complete, only without its newline: the next append adds it
+            except LedgerError:
+                pass
+            fh.truncate(start)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except FileNotFoundError:
+        return False
+    print(f"farm: {path}: removed an incomplete last line ({size - start} bytes at offset {start}): a writer "
+          "died appending it; its wheel is found unrecorded and re-asserted by this publish", file=sys.stderr)
+    return True
 
 
 def _last_byte(path: Path, size: int) -> bytes:

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import msgspec
 
-from farm import cacheseal, jsonread
+from farm import cacheseal
 from farm.errors import FileSystemError
 from farm.filestamp import RACY_NS, Stamp, stamp
-from farm.fsutil import atomic_write
 from farm.provenance.ledgerline import Record
 
 _CACHE_FORMAT = 1
@@ -56,7 +55,7 @@ def read_cache(cache_dir: Path, path: Path) -> list[Record] | None:
     try:
         current = stamp(path.stat())
         file = _cache_file(cache_dir, path)
-        raw = cacheseal.unseal(jsonread.read_bounded(file, _MAX_CACHE_BYTES), f"ledger-index:{file.name}")
+        raw = cacheseal.read(file, f"ledger-index:{file.name}", _MAX_CACHE_BYTES)
         if raw is None:  # written by someone else, or edited: read the ledger
             return None
         cache = msgspec.msgpack.decode(raw, type=_Cache)
@@ -75,5 +74,5 @@ def write_cache(cache_dir: Path, path: Path, read_as: Stamp, records: list[Recor
     with contextlib.suppress(OSError, FileSystemError):
         cache = _Cache(_CACHE_FORMAT, _code_digest(), read_as, records)
         file = _cache_file(cache_dir, path)
-        atomic_write(file, [cacheseal.seal(msgspec.msgpack.encode(cache), f"ledger-index:{file.name}")], durable=False)
+        cacheseal.write(file, msgspec.msgpack.encode(cache), f"ledger-index:{file.name}")
 

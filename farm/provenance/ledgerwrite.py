@@ -1,19 +1,21 @@
 """Writing ``ledger.jsonl``: fragments, the locked merge, and where each wheel was published.
 
 Parallel CI jobs each write one fragment per wheel (:func:`write_fragment`); backfill and the
-tests merge them (:func:`merge_fragments`), and :func:`record_published_many` records where wheels
-already in the ledger went. Both take the ledger's lock (:func:`ledger_lock`) and replace the ledger
-through a fsynced temp file and a rename, so two writers never interleave and a crash never
-leaves half a line. A publish records its wheels through :mod:`farm.provenance.ledgerbook`, which
-appends a new wheel's line under the same lock instead of rewriting the file.
+tests merge them (:func:`merge_fragments`), :func:`record_published_many` records where wheels
+already in the ledger went and :func:`record_attestations` their signed statements. They take the
+ledger's lock (:func:`ledger_lock`) and replace the ledger through a fsynced temp file and a
+rename, so two writers never interleave and a crash never leaves half a line. A publish records
+its wheels through :mod:`farm.provenance.ledgerbook`, which appends a new wheel's line under the
+same lock instead of rewriting the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from filelock import FileLock
 
 from farm.errors import LedgerError
 from farm.fsutil import atomic_write, read_chunks, sweep_leftovers
-from farm.provenance.buildinfo import LedgerEntry
+from farm.provenance.buildinfo import Attestation, LedgerEntry
 from farm.provenance.ledger import LedgerIndex, numbered_lines
 from farm.provenance.ledgerline import Record, dumps_entry, entry_error, parse_line, validate_entry
 
@@ -157,15 +159,39 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
     One rewrite for the whole batch (a temp file + rename under the lock); every line not
     changed is copied byte for byte. Every item is checked before anything is written. Returns how
     many publications were new."""
+    return _change_lines(ledger, [(filename, sha256, functools.partial(_publish, target=target, url=url))
+                                  for filename, sha256, target, url in items])
+
+
+def _publish(entry: LedgerEntry, *, target: str, url: str) -> LedgerEntry | None:
+    if any(p.target == target and p.url == url for p in entry.published):
+        return None
+    return entry.with_published(target, url)
+
+
+def record_attestations(ledger: Path, items: Iterable[tuple[str, str, Attestation]]) -> int:
+    """Record the signed statement of each wheel of a batch: ``(filename, sha256, attestation)``
+    items, one rewrite as :func:`record_published_many`. Returns how many lines changed."""
+    return _change_lines(ledger, [(filename, sha256, functools.partial(_attest, attestation=attestation))
+                                  for filename, sha256, attestation in items])
+
+
+def _attest(entry: LedgerEntry, *, attestation: Attestation) -> LedgerEntry | None:
+    return None if entry.attestation == attestation else replace(entry, attestation=attestation)
+
+
+def _change_lines(ledger: Path, items: Sequence[tuple[str, str, Callable[[LedgerEntry], LedgerEntry | None]]]) -> int:
+    """Apply each ``(filename, sha256, change)`` to the line of that wheel (``change`` returns
+    the new entry, or None when the line already says it): one rewrite under the lock, every
+    wheel checked first (recorded, with these bytes); returns how many changes were made."""
     ledger = Path(ledger)
-    items = list(items)
     if not items:
         return 0
     with ledger_lock(ledger):
         index = LedgerIndex.load(ledger)
         changed: dict[int, LedgerEntry] = {}
         added = 0
-        for filename, sha256, target, url in items:
+        for filename, sha256, change in items:
             rec = index.by_filename(filename)
             if rec is None:
                 raise LedgerError(f"{filename} is not in the ledger", where=str(ledger),
@@ -176,10 +202,10 @@ def record_published_many(ledger: Path, items: Iterable[tuple[str, str, str, str
                     where=f"{ledger}:{rec.line}",
                     hint="the file being published is not the wheel the ledger describes",
                 )
-            entry = changed.get(rec.line) or index.ledger_entry(rec)
-            if any(p.target == target and p.url == url for p in entry.published):
+            new = change(changed.get(rec.line) or index.ledger_entry(rec))
+            if new is None:
                 continue
-            changed[rec.line] = entry.with_published(target, url)
+            changed[rec.line] = new
             added += 1
         if not added:
             return 0

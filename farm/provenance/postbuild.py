@@ -22,14 +22,16 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from farm.binary.assertion import AssertionReport, Expected, VendoredRule, assert_wheel
+from farm.binary.archrule import Expected, vendored_rules
+from farm.binary.assertion import AssertionReport, assert_wheel
+from farm.binary.cuobjdump import PINNED, pinned_cuobjdump
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.fsutil import atomic_write, read_chunks, sha256_file
+from farm.model.archrequest import ArchRequest, require_arch_request
 from farm.model.cells import NO_TORCH, Cell, local_version, requires_dist, torch_pin
 from farm.model.config import FarmConfig, GitSource, PathSource, Recipe, SdistSource
 from farm.model.label import parse_local_label
-from farm.model.spec import ArchRequest, require_arch_request
 from farm.provenance import buildinfo, probe
 from farm.provenance.ledgerwrite import write_fragment
 from farm.provenance.stamp import (
@@ -58,6 +60,7 @@ class BuildContext:
     requires_dist: tuple[str, ...] = ()  # the recipe's: added to the wheel's METADATA
     pins: tuple[str, ...] = ()  # replace the wheel's own requirement on their project (torch==2.14.*)
     duration_s: float | None = None  # the cell's build time (the matrix plans jobs with it); None: unknown
+    cuobjdump: str = PINNED  # the cuobjdump version the assertion runs (the build spec's)
 
     @property
     def build_tag(self) -> str | None:
@@ -130,10 +133,11 @@ def check_wheel_matches_cell(name: WheelName, cell: Cell, dist: str) -> None:
 
 # -- the core -------------------------------------------------------------------------------------
 def check_wheel(wheel: Path, context: BuildContext, *, dist: str, cuobjdump: Path | None = None) -> AssertionReport:
-    """The assertion alone: is ``wheel`` the cell's, and does it hold exactly what was asked for?"""
+    """The assertion alone: is ``wheel`` the cell's, and does it hold exactly what was asked for?
+    Its cuobjdump is the context's version (``cuobjdump``, when given, must be that version)."""
     wheel = Path(wheel)
     check_wheel_matches_cell(WheelName.parse(wheel.name), context.cell, dist)
-    return assert_wheel(wheel, context.expected, cuobjdump=cuobjdump)
+    return assert_wheel(wheel, context.expected, cuobjdump=pinned_cuobjdump(context.cuobjdump, cuobjdump))
 
 
 def postbuild_wheel(
@@ -170,7 +174,7 @@ def stamp_asserted(
         raise ValueError("stamp_asserted takes a passed assertion report")
     wheel = Path(wheel)
     name = WheelName.parse(wheel.name)
-    embedded = read_embedded(wheel)
+    embedded = buildinfo.read_wheel(wheel)
     if embedded is not None:
         return _carry_stamped(wheel, embedded, out_dir, context, report, fragments_dir=fragments_dir)
     tools = report.tools.to_json()
@@ -218,15 +222,6 @@ def stamp_asserted(
             stamped.path.unlink(missing_ok=True)
         raise
     return PostbuildResult(wheel, report, stamped, fragment)
-
-
-def read_embedded(wheel: Path) -> buildinfo.BuildInfo | None:
-    """The wheel's own ``_build_info.json`` (None: not stamped)."""
-    with SafeWheel(wheel) as zf:
-        member = f"{zf.dist_info()}/{buildinfo.BUILD_INFO_NAME}"
-        if member not in zf.names():
-            return None
-        return buildinfo.read_embedded(zf, member, where=f"{wheel}!{member}")
 
 
 def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, context: BuildContext,
@@ -278,7 +273,7 @@ def own_cell(wheel: Path) -> tuple[str, str] | None:
     """(cuda, torch) a wheel says it was built for: its ``_build_info.json``, else its local label
     (``+cu130``, ``+cu128torch2.8``); None for a builder's unlabelled wheel."""
     try:
-        embedded = read_embedded(wheel)
+        embedded = buildinfo.read_wheel(wheel)
     except FarmError:
         embedded = None
     if embedded is not None and embedded.cell.cuda is not None and embedded.cell.torch is not None:
@@ -316,10 +311,6 @@ def wheel_cell(wheel: Path, cell: Cell) -> Cell:
 
 
 # -- the config glue ------------------------------------------------------------------------------
-def vendored_rules(recipe: Recipe) -> tuple[Any, ...]:
-    """The recipe's ``vendored`` map as the assertion's rules."""
-    return tuple(VendoredRule(v.glob, v.archs, v.exempt) for v in recipe.vendored)
-
 def source_of(recipe: Recipe) -> buildinfo.SourceRecord:
     """The recipe's pinned source as provenance records it (a path source with its tree hash),
     with the trees its ``source.vendor`` places into it."""

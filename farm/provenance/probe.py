@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import ToolError
-from farm.provenance.buildinfo import CompileCache, FarmDepRecord, Run, Toolchain, ToolkitRecord
+from farm.provenance.buildinfo import CompileCacheRecord, FarmDepRecord, Run, Toolchain, ToolkitRecord
 from farm.provenance.shape import ABSENT, Absent
 from farm.toolkit.assemble import nvcc_release
 
@@ -79,7 +79,7 @@ def toolchain(
     torch_minor: str | None = None,
     toolkit: ToolkitRecord | Mapping[str, Any] | None = None,
     torch_built: Mapping[str, Any] | None = None,
-    compile_cache: CompileCache | Mapping[str, Any] | Absent | None = ABSENT,
+    compile_cache: CompileCacheRecord | Mapping[str, Any] | Absent | None = ABSENT,
     farm_deps: Sequence[Mapping[str, str]] = (),
 ) -> Toolchain:
     """Versions of the tools that made the wheel.
@@ -102,7 +102,7 @@ def toolchain(
     if isinstance(toolkit, Mapping):  # a Toolkit's record(): which exact toolkit, components and all
         toolkit = ToolkitRecord.from_mapping(toolkit)
     if isinstance(compile_cache, Mapping):
-        compile_cache = CompileCache.from_mapping(compile_cache)
+        compile_cache = CompileCacheRecord.from_mapping(compile_cache)
     return Toolchain(
         nvcc=nvcc_version(Path(cuda_home)) if cuda_home else None,
         torch=torch,

@@ -20,6 +20,7 @@ import io
 import lzma
 import os
 import re
+import stat
 import struct
 import tempfile
 import zipfile
@@ -248,10 +249,17 @@ class StampResult:
 
 
 def _new_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
-    """A fresh ZipInfo keeping what installers read: mode bits (exec, symlink), system, time."""
+    """A fresh ZipInfo keeping what installers read: the file's type (a symlink), whether it is
+    executable, system, time. Its other permission bits are 644 (755 when executable, or a
+    folder): the build host's umask never reaches the wheel."""
     out = zipfile.ZipInfo(name, date_time=info.date_time)
     out.compress_type = info.compress_type
-    out.external_attr = info.external_attr
+    mode = info.external_attr >> 16
+    if mode:
+        perms = 0o755 if mode & 0o111 or stat.S_ISDIR(mode) else 0o644
+        out.external_attr = (stat.S_IFMT(mode) | perms) << 16 | (info.external_attr & 0xFFFF)
+    else:
+        out.external_attr = info.external_attr
     out.create_system = info.create_system
     out.comment = info.comment
     out.file_size = info.file_size  # lets zipfile decide on zip64 before streaming
@@ -296,6 +304,46 @@ _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... file name length, ex
 _RAW_CODECS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 
 
+def _transfer(raw: BinaryIO, dst: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, where: str,
+              on_chunk: Callable[[bytes], None] | None = None) -> None:
+    """Copy a member's compressed bytes from ``raw`` to ``dst`` as they are, under ``name``,
+    handing each chunk to ``on_chunk``. zipfile's own writer is fed from here: the local header,
+    the bytes, then its central directory entry when the archive closes (the sizes are known, so
+    no data descriptor, and the bytes written do not depend on whether ``dst`` can seek)."""
+    raw.seek(info.header_offset)
+    head = raw.read(_LOCAL_HEADER.size)
+    if len(head) != _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+        raise WheelError(f"member {info.filename!r} has no local header at {info.header_offset:#x}", where=where,
+                         hint="rebuild or re-download the wheel")
+    name_len, extra_len = _LOCAL_HEADER.unpack(head)[-2:]
+    raw.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
+    out = _new_info(info, name)
+    out.CRC, out.compress_size, out.file_size = info.CRC, info.compress_size, info.file_size
+    _start(dst, out)
+    left = info.compress_size
+    while left:
+        chunk = raw.read(min(_CHUNK, left))
+        if not chunk:
+            raise WheelError(f"member {info.filename!r} is truncated", where=where,
+                             hint="rebuild or re-download the wheel")
+        left -= len(chunk)
+        dst.fp.write(chunk)  # type: ignore[union-attr]
+        if on_chunk is not None:
+            on_chunk(chunk)
+    _finish(dst, out)
+
+
+def _start(dst: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    info.header_offset = dst.fp.tell()  # type: ignore[union-attr]
+    dst.fp.write(info.FileHeader())  # type: ignore[union-attr]
+
+
+def _finish(dst: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    dst.filelist.append(info)
+    dst.NameToInfo[info.filename] = info
+    dst.start_dir = dst.fp.tell()  # type: ignore[union-attr]
+
+
 def _copy_raw(raw: BinaryIO, dst: zipfile.ZipFile, info: zipfile.ZipInfo, name: str,
               algorithm: str | None, where: str) -> _Hashing:
     """Copy a member's compressed bytes as they are, under ``name``, hashing what they inflate to.
@@ -304,32 +352,14 @@ def _copy_raw(raw: BinaryIO, dst: zipfile.ZipFile, info: zipfile.ZipInfo, name: 
     never deflated again: inflating costs a fraction of deflating. The CRC and the size are
     checked too; a mismatch raises before the output is renamed into place.
     """
-    raw.seek(info.header_offset)
-    head = raw.read(_LOCAL_HEADER.size)
-    if len(head) != _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
-        raise WheelError(f"member {info.filename!r} has no local header at {info.header_offset:#x}", where=where,
-                         hint="rebuild or re-download the wheel")
-    name_len, extra_len = _LOCAL_HEADER.unpack(head)[-2:]
-    raw.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
-
-    out = _new_info(info, name)
-    out.CRC, out.compress_size, out.file_size = info.CRC, info.compress_size, info.file_size
-    # zipfile's own writer, fed from here: the local header, the bytes, then its central directory
-    # entry when the archive closes (the sizes are known, so no data descriptor)
-    out.header_offset = dst.fp.tell()  # type: ignore[union-attr]
-    dst.fp.write(out.FileHeader())  # type: ignore[union-attr]
     inflate = zlib.decompressobj(-zlib.MAX_WBITS) if info.compress_type == zipfile.ZIP_DEFLATED else None
     hashing = _Hashing(algorithm)
-    crc, left = 0, info.compress_size
-    while left:
-        chunk = raw.read(min(_CHUNK, left))
-        if not chunk:
-            raise WheelError(f"member {info.filename!r} is truncated", where=where,
-                             hint="rebuild or re-download the wheel")
-        left -= len(chunk)
-        dst.fp.write(chunk)  # type: ignore[union-attr]
+    crc = 0
+
+    def check(chunk: bytes) -> None:
+        nonlocal crc
         data = chunk
-        while data:
+        while data and hashing.size <= info.file_size:
             if inflate is not None:  # bounded output per call: a bomb cannot balloon memory
                 try:
                     plain = inflate.decompress(data, _CHUNK)
@@ -341,15 +371,58 @@ def _copy_raw(raw: BinaryIO, dst: zipfile.ZipFile, info: zipfile.ZipInfo, name: 
                 plain, data = data, b""
             crc = zlib.crc32(plain, crc)
             hashing.update(plain)
-            if hashing.size > info.file_size:
-                break
+
+    _transfer(raw, dst, info, name, where, check)
     if (inflate is not None and not inflate.eof) or crc != info.CRC or hashing.size != info.file_size:
         raise WheelError(f"member {info.filename!r} is corrupt (CRC or size does not match its header)",
                          where=where, hint="rebuild or re-download the wheel")
-    dst.filelist.append(out)
-    dst.NameToInfo[out.filename] = out
-    dst.start_dir = dst.fp.tell()  # type: ignore[union-attr]
     return hashing
+
+
+def _put_stored(dst: zipfile.ZipFile, name: str, data: bytes, date_time: tuple[int, int, int, int, int, int]) -> None:
+    """A new member, stored as is: no compressor, whose output may differ between zlib builds."""
+    info = zipfile.ZipInfo(name, date_time=date_time)
+    info.create_system = 3  # zipfile's default depends on the OS that writes
+    info.external_attr = 0o100644 << 16
+    info.compress_type = zipfile.ZIP_STORED
+    info.CRC, info.compress_size, info.file_size = zlib.crc32(data), len(data), len(data)
+    _start(dst, info)
+    dst.fp.write(data)  # type: ignore[union-attr]
+    _finish(dst, info)
+
+
+def add_to_dist_info(src: Path, out: BinaryIO, name: str, data: bytes) -> None:
+    """Write to ``out`` the wheel ``src`` with ``<dist-info>/<name>`` added and RECORD updated.
+
+    Every other member's bytes are copied as they are and the two new members are stored, so
+    the output is a function of the input's bytes and ``data`` alone, the same on every machine,
+    and costs a copy (``src``'s bytes are trusted as they are: its sha256 is checked by the caller).
+    """
+    src = Path(src)
+    where = str(src)
+    with SafeWheel(src) as wheel, open(src, "rb") as raw:
+        di = wheel.dist_info()
+        if di is None:
+            raise WheelError("expected exactly one .dist-info directory", where=where,
+                             hint="rebuild the wheel; the wheel spec allows exactly one")
+        names = set(wheel.names())
+        added, record_name = f"{di}/{name}", f"{di}/RECORD"
+        if added in names or record_name not in names:
+            raise WheelError(f"{added} is there already" if added in names else f"{record_name} is missing",
+                             where=where, hint="only a wheel farm stamped takes this")
+        zin = wheel.zip
+        rows = [(path, *fields) for path, fields in _parse_record(_read_small(zin, zin.getinfo(record_name), where),
+                                                                  where).items() if path != record_name]
+        rows += [(added, _record_hash(hashlib.sha256(data).digest()), str(len(data))), (record_name, "", "")]
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        date_time = zin.getinfo(f"{di}/METADATA").date_time if f"{di}/METADATA" in names else (1980, 1, 1, 0, 0, 0)
+        with zipfile.ZipFile(out, "w", allowZip64=True) as zout:
+            for info in zin.infolist():
+                if info.filename != record_name and not info.filename.endswith(_SIGNATURES):
+                    _transfer(raw, zout, info, info.filename, where)
+            _put_stored(zout, added, data, date_time)
+            _put_stored(zout, record_name, text.getvalue().encode(), date_time)
 
 
 def _read_small(src: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
@@ -376,7 +449,8 @@ def stamp_wheel(
 
     ``build_info`` is the :class:`~farm.provenance.buildinfo.BuildInfo`, or a function that makes it from the
     :class:`Relabel` and the sha256 of every member of the new wheel (keyed by new archive
-    path), so extension hashes come from this one pass. The input's RECORD is checked while streaming: a wheel whose
+    path), so extension hashes come from this one pass; the wheel gets its ``for_wheel()`` part, the
+    result keeps the whole (the ledger's). The input's RECORD is checked while streaming: a wheel whose
     content does not match its own RECORD is refused rather than blessed with new hashes.
     An existing output with these very bytes makes this a no-op; one with other bytes is refused.
     """
@@ -527,7 +601,7 @@ def _rewrite(
         info_obj: buildinfo.BuildInfo | None = None
         if build_info is not None:
             info_obj = build_info(relabel, dict(hashes)) if callable(build_info) else build_info
-            data = info_obj.to_json()
+            data = info_obj.for_wheel().to_json()  # the build's own record (run, duration) is the ledger's
             name = f"{relabel.new_dist_info}/{buildinfo.BUILD_INFO_NAME}"
             zinfo = zipfile.ZipInfo(name, date_time=stamp_time)
             zinfo.compress_type = zipfile.ZIP_DEFLATED

@@ -7,7 +7,6 @@ over thousands of wheels one broken file is a finding, not the end of the sweep.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,14 +15,13 @@ from typing import TYPE_CHECKING
 from farm.binary.inspection import inspect_wheel
 from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, ToolError
+from farm.model.arch import ArchList
 from farm.provenance import buildinfo
 from farm.provenance.buildinfo import BuildInfo
 from farm.provenance.stamp import WheelName
 
 if TYPE_CHECKING:
     from farm.binary.madeby import MadeBy
-
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -34,23 +32,15 @@ class WheelFacts:
     location: str  # path or URL
     sha256: str
     size: int
-    found: Mapping[str, str]  # extension archive path -> canonical arch list (native reader)
+    found: Mapping[str, ArchList]  # extension archive path -> its targets (native reader)
     extensions: Mapping[str, str]  # extension archive path -> sha256
     embedded: BuildInfo | None
     problem: str | None = None  # unreadable wheel or provenance: judged wheel-wrong
     # with both readers: "<member>: <how they differ>" for each extension they disagree on
     disagreements: tuple[str, ...] = ()
-    vendored: Mapping[str, str] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
+    vendored: Mapping[str, ArchList] = field(default_factory=dict)  # bundled library (*.libs/) -> targets found
     # extension archive path -> the toolkit its device code records; None: not read (the audit)
     made_by: Mapping[str, MadeBy] | None = None
-
-
-def _hash_member(wheel: SafeWheel, name: str) -> str:
-    digest = hashlib.sha256()
-    with wheel.zip.open(name) as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def wheel_facts(path: Path, *, location: str | None = None, reader: str = "native",
@@ -67,20 +57,18 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     size = path.stat().st_size
     embedded = None
     try:
-        WheelName.parse(path.name)  # a file pip would not take as a wheel is a finding too
+        # a file pip would not take as a wheel is a finding too (a variant wheel's label apart)
+        WheelName.parse(buildinfo.split_variant_label(path.name)[0])
         inspection = inspect_wheel(path, reader, cuobjdump=cuobjdump, stubs=False, made_by=made_by)
-        found = {so.path: so.found.canonical() for so in inspection.extensions}
+        found = {so.path: so.found for so in inspection.extensions}
         made = ({so.path: so.made_by for so in inspection.extensions if so.made_by is not None}
                 if made_by else None)
         disagreements = tuple(f"{so.path}: {so.disagreement}" for so in inspection.extensions + inspection.vendored
                               if not so.agrees)
-        vendored = {so.path: so.found.canonical() for so in inspection.vendored}
+        vendored = {so.path: so.found for so in inspection.vendored}
         with SafeWheel(path) as wheel:
-            extensions = {name: _hash_member(wheel, name) for name in found}
-            dist_info = wheel.dist_info()
-            member = f"{dist_info}/{buildinfo.BUILD_INFO_NAME}"
-            if dist_info and member in wheel.names():
-                embedded = buildinfo.read_embedded(wheel, member, where=f"{location}!{member}")
+            extensions = {name: wheel.sha256(name) for name in found}
+            embedded = buildinfo.read_embedded(wheel, where=location)
     except ToolError:
         raise  # the environment, not the wheel
     except FarmError as exc:

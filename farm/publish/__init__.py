@@ -7,45 +7,7 @@
   wheel at a time; :mod:`farm.publish.adopt` an unrecorded asset re-asserted.
 - :mod:`farm.publish.ledgerpush`: the ledger committed and pushed, rebased and retried.
 - :mod:`farm.publish.twine`: any PyPI-compatible repository.
-- :mod:`farm.publish.targets`: ``_defaults.yml`` ``publish:`` settings.
+- :mod:`farm.publish.targets`: ``_defaults.yml`` ``publish:`` targets, the registry of their kinds.
 - :mod:`farm.publish.publish`: the order of it all, and the ledger updates; :mod:`farm.publish.verdict`
   what became of each wheel.
 """
-
-from __future__ import annotations
-
-from farm.provenance.verdict import Check
-from farm.publish.gate import GatedWheel, GateResult, Refusal, Vouchers, run_gate
-from farm.publish.publish import UploadReport, regenerate_index, upload
-from farm.publish.targets import (
-    GithubSettings,
-    IndexSettings,
-    TargetKind,
-    TargetSettings,
-    TwineSettings,
-    parse_targets,
-    select,
-)
-from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
-
-__all__ = [
-    "Check",
-    "GateResult",
-    "GatedWheel",
-    "GithubSettings",
-    "IndexSettings",
-    "Refusal",
-    "TargetKind",
-    "TargetOutcome",
-    "TargetSettings",
-    "TwineSettings",
-    "UploadReport",
-    "Verdict",
-    "Vouchers",
-    "WheelVerdict",
-    "parse_targets",
-    "regenerate_index",
-    "run_gate",
-    "select",
-    "upload",
-]

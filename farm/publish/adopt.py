@@ -1,33 +1,32 @@
-"""An asset published under a wheel's name that the ledger does not record: adopt it or name it
-an orphan.
+"""A file published under a wheel's name that the ledger does not record (a GitHub release
+asset, a file of the static index): adopt it or name it an orphan.
 
-A publish killed between an upload and its ledger record leaves such an asset; the rebuild of
-that cell has other bytes (the run is recorded in its ``_build_info.json``), so "same name, other
-sha256" would otherwise stop the cell for good. The asset is downloaded (at most the size GitHub
-reports, which is under GitHub's 2 GiB asset limit), its embedded provenance stands in for the
-lost ledger fragment, and the gate's own checks run on it (:func:`farm.publish.gate.run_gate`:
-asserted and passed, its name, its consistency, today's configuration, a fresh inspection). Its
-provenance must also describe the cell and build epoch of the wheel being published. An asset
-that passes is adopted (the ledger records it, and the new build is not published); one that
-fails is an orphan, reported with its reasons, to be deleted.
+A publish killed between an upload and its ledger record leaves such a file. The rebuild of that
+cell is the same file when the build is reproducible (docs/reproducible.md): it is simply there,
+and recorded. A rebuild that is not (another toolkit patch release, a package that stamps its own
+build) has other bytes, and "same name, other sha256" would otherwise stop the cell for good. The
+file is read (a release asset downloaded, at most the size GitHub reports, which is under
+GitHub's 2 GiB asset limit), its embedded provenance stands in for the lost ledger fragment, and
+the publish's own gate runs on it (:func:`farm.publish.gate.run_gate`: asserted and passed, its
+name, its consistency, today's configuration, a fresh inspection). Its provenance must also
+describe the cell and build epoch of the wheel being published. A file that passes is adopted
+(the ledger records it, and the new build is not published); one that fails is an orphan,
+reported with its reasons, to be deleted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from farm.errors import FarmError
 from farm.fsutil import sha256_file
-from farm.provenance.buildinfo import BuildInfo, LedgerEntry
-from farm.provenance.ledgerbook import LedgerBook
+from farm.provenance.buildinfo import BuildInfo, LedgerEntry, read_wheel
 from farm.provenance.ledgerline import ExistsKey
-from farm.provenance.postbuild import read_embedded
-from farm.publish.gate import Vouchers, run_gate
 
-if TYPE_CHECKING:
-    from farm.provenance.verdict import Derive
+# The publish's gate for one wheel that ``entry`` alone vouches for: a line per refusal.
+Regate = Callable[[Path, LedgerEntry], list[str]]
 
 
 @dataclass(frozen=True)
@@ -49,13 +48,12 @@ def key_of(info: BuildInfo) -> ExistsKey | None:
                      info.build_epoch)  # type: ignore[arg-type]
 
 
-def reassert(path: Path, *, cell: ExistsKey, ledger: LedgerBook, derive: Derive | None,
-             reader: str = "auto") -> Reassertion:
-    """Judge the downloaded asset at ``path`` as the gate judges a wheel it is given, with its
-    own provenance as its voucher, for the cell ``cell`` (``ledger``: the publish's open ledger)."""
+def reassert(path: Path, *, cell: ExistsKey, gate: Regate) -> Reassertion:
+    """Judge the downloaded asset at ``path`` as the publish's ``gate`` judges a wheel it is
+    given, with its own provenance as its voucher, for the cell ``cell``."""
     sha256 = sha256_file(path)
     try:
-        info = read_embedded(path)
+        info = read_wheel(path)
     except FarmError as exc:
         return Reassertion(path.name, sha256, None, (f"cannot read its provenance: {exc.message}",))
     if info is None:
@@ -64,6 +62,5 @@ def reassert(path: Path, *, cell: ExistsKey, ledger: LedgerBook, derive: Derive 
     problems: list[str] = []
     if key_of(info) != cell:
         problems.append(f"its provenance describes {key_of(info)}, not the cell being published ({cell})")
-    gate = run_gate([path], Vouchers(ledger, {sha256: entry}), derive=derive, reader=reader)
-    problems += gate.lines()
+    problems += gate(path, entry)
     return Reassertion(path.name, sha256, None if problems else entry, tuple(problems))

@@ -1,42 +1,51 @@
 """Compatibility pages of the static index: which GPUs each wheel runs on, and how to install it.
 
-Two kinds of page, written beside the PEP 503 tree (which they never change)::
+Written beside the PEP 503 tree (which they never change)::
 
-    compat/find.html                      one page: filter by GPU, CUDA, torch, Python, platform;
-                                          the matching wheels and the pip / uv command of the best
-    compat/<channel>/<project>.html       per channel and project: each wheel x GPU generation
+    compat/find.html                      one page: filter by GPU, driver, package, version, CUDA,
+                                          torch, Python, platform; the wheel that runs, and its commands
+    compat/<channel>/<project>.html       per channel and project: each wheel x every GPU
     compat/wheels.json                    the same records for tools (``farm doctor --index-url``)
+    compat/compat.css, install.js, find.js   the pages' style and scripts (farm/publish/static/)
 
 Every fact on them comes from a wheel's provenance (``_build_info.json``, read from the stored
-wheel, whose sha256 the ledger vouches for) and farm's driver model: the image each GPU runs (SASS,
-PTX JIT, none, by :func:`farm.model.driver.pick_worst` over the extensions' asserted lists) and the
-minimum driver (the CUDA runtime, and the PTX ISA where a GPU JITs). Nothing is read from file
-names; a wheel without provenance is listed as such, with no GPU column filled.
+wheel, whose sha256 the ledger vouches for) and farm's models: the image each GPU runs (SASS, PTX
+JIT, none, by :func:`farm.model.driver.pick_worst` over the extensions' asserted lists), whether
+the GPU's machine runs the wheel's platform and CUDA line at all (:mod:`farm.model.devices`), and
+the minimum driver. Nothing is read from file names; a wheel without provenance is listed as such.
+The GPUs are every capability a CUDA line of the support tables builds for.
+
+The install commands are :mod:`farm.model.install`'s: each farm wheel by URL and sha256, no index.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from email.parser import BytesHeaderParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
 from farm.errors import FarmError
+from farm.model import devices as gpus
 from farm.model.arch import ArchList
-from farm.model.driver import DEVICE_EXAMPLES, GENERATIONS, KNOWN_DEVICES, ImageKind, pick_worst, stub_risk
+from farm.model.driver import Device, ImageKind, pick_worst, stub_risk
 from farm.model.drivers import minimum_driver, requirements, table
-from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo
+from farm.model.install import CATALOG, CATALOG_VERSION, FIND_PAGE, PAGE_DIR, torch_step
+from farm.provenance.buildinfo import BUILD_INFO_NAME, Attestation, BuildInfo
+from farm.publish.attestation import verify_command
 from farm.publish.wheelmeta import read_member
 
 if TYPE_CHECKING:
     from farm.publish.index import IndexFile
 
-PAGE_DIR = "compat"
-FIND_PAGE = f"{PAGE_DIR}/find.html"
-CATALOG = f"{PAGE_DIR}/wheels.json"  # the records of the pages, for tools (farm doctor --index-url)
-CATALOG_VERSION = 1
+STATIC = Path(__file__).with_name("static")
+ASSETS = ("compat.css", "install.js", "find.js")
 
 
 @dataclass(frozen=True)
@@ -44,19 +53,32 @@ class CompatWheel:
     file: IndexFile
     info: BuildInfo | None  # None: the wheel carries no farm provenance
     problem: str | None = None  # why its provenance could not be read
+    requires: tuple[str, ...] = ()  # the Requires-Dist lines of its METADATA
+    attestation: Attestation | None = None  # the ledger's record of its signed build provenance
 
 
-def provenance(files_dir: Path, files: Iterable[IndexFile]) -> list[CompatWheel]:
-    """Each stored wheel's provenance, read from the wheel itself (linked wheels are not stored here)."""
+def _requires(metadata: bytes | None) -> tuple[str, ...]:
+    if metadata is None:
+        return ()
+    return tuple(str(r) for r in BytesHeaderParser().parsebytes(metadata).get_all("Requires-Dist") or ())
+
+
+def provenance(files_dir: Path, files: Iterable[IndexFile],
+               attested: Callable[[str], Attestation | None] | None = None) -> list[CompatWheel]:
+    """Each stored wheel's provenance and requirements, read from the wheel and its PEP 658
+    metadata file (linked wheels are not stored here), and the ledger's attestation of it."""
     out = []
     for f in sorted(files, key=lambda f: f.filename):
         if f.url is not None:
             continue
         path = Path(files_dir) / f.filename
+        meta = path.with_name(f.filename + ".metadata")
         try:
+            requires = _requires(meta.read_bytes() if meta.is_file() else read_member(path, "METADATA"))
             data = read_member(path, BUILD_INFO_NAME)
             info = BuildInfo.from_json(data, where=str(path)) if data is not None else None
-            out.append(CompatWheel(f, info, None if data is not None else f"no {BUILD_INFO_NAME}"))
+            out.append(CompatWheel(f, info, None if data is not None else f"no {BUILD_INFO_NAME}", requires,
+                                   attested(f.filename) if attested is not None else None))
         except FarmError as exc:
             out.append(CompatWheel(f, None, exc.message))
     return out
@@ -65,115 +87,130 @@ def provenance(files_dir: Path, files: Iterable[IndexFile]) -> list[CompatWheel]
 # --------------------------------------------------------------------------------------------
 # Pure core: provenance -> records -> pages
 # --------------------------------------------------------------------------------------------
+def _device_verdicts(units: list[ArchList], info: BuildInfo, isa: str | None) -> dict[str, dict[str, Any]]:
+    """Each GPU the wheel runs on (a GPU absent from the result runs none of it)."""
+    cell = info.cell
+    out = {}
+    for d in gpus.targetable():
+        if gpus.blocked(d, cell.platform, cell.cuda):
+            continue
+        choice = pick_worst(units, d)
+        if choice.kind is ImageKind.NONE:
+            continue
+        need = minimum_driver(requirements(cell.cuda, isa, has_ptx=choice.kind is ImageKind.PTX_JIT,
+                                           platform=cell.platform))
+        out[str(d)] = {"kind": choice.kind.value, "image": choice.target.name if choice.target else None,
+                       "cuda_arch": choice.cuda_arch, "stub_risk": stub_risk(choice),
+                       "driver": need.shown if need else None}
+    return out
+
+
 def record(w: CompatWheel) -> dict[str, Any]:
-    """One wheel as the pages show it (the find page's JSON carries exactly this)."""
+    """One wheel as the pages show it (the pages' JSON and wheels.json carry exactly this)."""
     f, info = w.file, w.info
     rec: dict[str, Any] = {
         "filename": f.filename, "project": f.project, "version": f.version, "channel": f.home,
         "requires_python": f.requires_python, "provenance": info.provenance if info else None,
-        "problem": w.problem,
+        "problem": w.problem, "url": f.location, "sha256": f.sha256,
+        "requires": list(w.requires), "pins": [], "unresolved": [],
+        # its signed build provenance (docs/attestations.md): where, and the command that checks it
+        "attestation": {**w.attestation.to_dict(), "verify": verify_command(f.filename, w.attestation)}
+        if w.attestation is not None else None,
     }
     if info is None:
         return rec
     cell = info.cell
-    units = [ArchList.parse(v) for v in (info.found or {}).values() if v]
+    if any(not isinstance(archs, ArchList) for archs in info.archs.found.values()):
+        rec["problem"] = "its provenance records an arch list that does not parse"
+        return rec
+    units = [archs for archs in info.archs.found.values() if isinstance(archs, ArchList) and archs]
     if not units:  # an inferred record that could not say, or no device code: no verdict to show
         rec["problem"] = "its provenance records no device code"
         return rec
     nvcc = info.toolchain.nvcc if info.toolchain else None
     isa = table().ptx_isa(nvcc) if nvcc else None
     runtime = minimum_driver(requirements(cell.cuda, None, has_ptx=False, platform=cell.platform))
-    devices = {}
-    for d in KNOWN_DEVICES:
-        choice = pick_worst(units, d)
-        need = minimum_driver(requirements(cell.cuda, isa, has_ptx=choice.kind is ImageKind.PTX_JIT,
-                                           platform=cell.platform))
-        devices[str(d)] = {
-            "kind": choice.kind.value, "image": choice.target.name if choice.target else None,
-            "cuda_arch": choice.cuda_arch, "stub_risk": stub_risk(choice),
-            "driver": need.shown if need and choice.kind is not ImageKind.NONE else None,
-        }
     rec.update(cuda=cell.cuda, torch=cell.torch, python=cell.python, platform=cell.platform,
                found=sorted({t for u in units for t in u.canonical().split(";")}), ptx_isa=isa,
-               driver=runtime.shown if runtime else None, devices=devices)
+               driver=runtime.shown if runtime else None, devices=_device_verdicts(units, info, isa))
+    rec["torch_step"] = torch_step(cell.cuda, cell.torch)
     return rec
 
 
-def _spec(rec: Mapping[str, Any]) -> str:
-    return f"{rec['project']}=={rec['version']}"
+def _installs_beside(dep: str, wheel: str) -> bool:
+    """Whether wheel file ``dep`` installs where wheel file ``wheel`` does (its platform, a
+    Python tag and ABI that Python serves: the same, abi3 of an older or equal CPython, or py3)."""
+    need, have = parse_wheel_filename(wheel)[3], parse_wheel_filename(dep)[3]
+    for n in need:
+        for h in have:
+            if h.platform not in (n.platform, "any"):
+                continue
+            if (h.interpreter, h.abi) == (n.interpreter, n.abi):
+                return True
+            if (h.abi == "abi3" and h.interpreter[:3] == n.interpreter[:3] == "cp3"
+                    and int(h.interpreter[3:] or 0) <= int(n.interpreter[3:] or 0)):
+                return True
+            if h.abi == "none" and h.interpreter in ("py3", n.interpreter):
+                return True
+    return False
 
 
-def commands(rec: Mapping[str, Any], root: str) -> tuple[str, str]:
-    """The exact pip and uv commands for a wheel, from the index at ``root`` (a URL ending in ``/``)."""
-    url = f"{root}{rec['channel']}/"
-    return (f"pip install --index-url {url} '{_spec(rec)}'", f"uv pip install --index-url {url} '{_spec(rec)}'")
-
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.25em .5em;font-size:.9em}
-th{background:#f4f4f4}td.sass{background:#d9f2d9}td.ptx-jit{background:#fff3cd}td.none{background:#f8d7da}
-code{background:#f4f4f4;padding:.1em .3em;display:inline-block;margin:.1em 0}label{margin-right:1em}
-#best{margin:1em 0;padding:.5em;border:1px solid #ccc}"""
-
-# Fills each command from the address the page is served at: the same page works on any host.
-_FILL = """<script>
-(function(){var root=new URL(document.body.dataset.root,location.href).href;
-document.querySelectorAll('code[data-channel]').forEach(function(c){
-c.textContent=c.dataset.tool+' install --index-url '+root+c.dataset.channel+'/ \\''+c.dataset.spec+'\\'';});})();
-</script>"""
-
-
-def _head(title: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n")
-
-
-def _cell(dev: Mapping[str, Any]) -> str:
-    kind = dev["kind"]
-    text = {"sass": "SASS", "ptx-jit": "JIT", "none": "none"}[kind]
-    image = f" {dev['image']}" if dev["image"] else ""
-    risk = " (stub risk)" if dev["stub_risk"] else ""
-    return f'<td class="{kind}">{text}{html.escape(image)}{risk}</td>'
-
-
-def _code(tool: str, rec: Mapping[str, Any]) -> str:
-    spec = _spec(rec)
-    return (f'<code data-tool="{tool}" data-channel="{html.escape(rec["channel"] or "")}" '
-            f'data-spec="{html.escape(spec)}">{tool} install --index-url &lt;index&gt;/'
-            f'{html.escape(rec["channel"] or "")}/ \'{html.escape(spec)}\'</code>')
-
-
-def _generation_headers() -> str:
-    return "".join(f'<th title="{html.escape(DEVICE_EXAMPLES.get(d, ""))}">{d}<br>{html.escape(GENERATIONS[d])}</th>'
-                   for d in KNOWN_DEVICES)
-
-
-def project_page(channel: str, project: str, recs: list[dict[str, Any]]) -> bytes:
-    up = "../" * (channel.count("/") + 2)
-    rows = []
+def resolve_pins(recs: Sequence[dict[str, Any]]) -> None:
+    """Fill each record's ``pins``: every farm wheel its requirements name, transitively, found in
+    the record's own channel (a farm project is never looked up on another index); a requirement
+    of a farm project the channel cannot satisfy goes to ``unresolved``, and the wheel is never
+    recommended."""
+    by_channel: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in recs:
-        if "devices" not in rec:
-            gpus = f'<td colspan="{len(KNOWN_DEVICES)}">no farm provenance ({html.escape(rec["problem"] or "")})</td>'
-            driver = "<td>-</td>"
-        else:
-            gpus = "".join(_cell(rec["devices"][str(d)]) for d in KNOWN_DEVICES)
-            jit = sorted({v["driver"] for v in rec["devices"].values() if v["kind"] == "ptx-jit" and v["driver"]})
-            driver = f"<td>&gt;= {html.escape(rec['driver'] or '?')}" + (
-                f"<br>JIT: &gt;= {html.escape(jit[-1])}" if jit and jit[-1] != rec["driver"] else "") + "</td>"
-        rows.append(f"<tr><td>{html.escape(rec['filename'])}</td>{gpus}{driver}"
-                    f"<td>{_code('pip', rec)}<br>{_code('uv pip', rec)}</td></tr>")
-    body = (f'<body data-root="{up}">\n<h1>{html.escape(project)} in {html.escape(channel)}</h1>\n'
-            "<p>SASS: runs as built. JIT: the driver compiles PTX on first launch (once, then cached); "
-            "stub risk: code gated above the PTX's arch is compiled out. none: "
-            "<code>no kernel image is available</code>. Minimum driver: the CUDA runtime's, and the PTX "
-            f'ISA\'s where a GPU JITs. <a href="{"../" * (channel.count("/") + 1)}find.html">'
-            "Find a wheel by GPU</a></p>\n<table>\n<thead><tr><th>wheel</th>"
-            f"{_generation_headers()}<th>minimum driver</th><th>install</th></tr></thead>\n"
-            "<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>\n" + _FILL + "\n</body>\n</html>\n")
-    return (_head(f"{project} ({channel}): GPU compatibility") + body).encode()
+        if rec["channel"]:
+            by_channel.setdefault((rec["channel"], rec["project"]), []).append(rec)
+    for rec in recs:
+        pins: dict[str, dict[str, Any]] = {}
+        todo, seen = [rec], {rec["filename"]}
+        while todo:
+            current = todo.pop()
+            for line in current["requires"]:
+                try:
+                    req = Requirement(line)
+                except InvalidRequirement:
+                    continue
+                if req.marker is not None and "extra" in str(req.marker):
+                    continue  # an extra's requirement: the command installs none
+                name = canonicalize_name(req.name)
+                candidates = by_channel.get((rec["channel"], name))
+                if not candidates:
+                    continue  # not a farm project of this channel: the user's own index serves it
+                fits = [c for c in candidates if req.specifier.contains(c["version"], prereleases=True)
+                        and _installs_beside(c["filename"], rec["filename"])]
+                if not fits:
+                    rec["unresolved"].append(line)
+                    continue
+                best = max(fits, key=lambda c: c["filename"])
+                if best["filename"] not in seen:
+                    seen.add(best["filename"])
+                    pins[best["filename"]] = {k: best[k] for k in ("project", "filename", "url", "sha256")}
+                    todo.append(best)
+        rec["pins"] = list(pins.values())
 
 
-FIND_JS = Path(__file__).with_name("static") / "find.js"
+def _gpu_table() -> list[dict[str, Any]]:
+    """Every GPU the pages offer, oldest first, with what they say of it when no wheel runs there."""
+    out = []
+    for d in gpus.targetable():
+        tie = gpus.tie(d)
+        out.append({
+            "gpu": str(d), "label": gpus.label(d), "lines": list(gpus.lines_for(d)),
+            "tie": None if tie is None else {"system": tie.system, "platform": tie.platform,
+                                             "first_cuda": tie.first_cuda, "why": tie.why,
+                                             "driver": tie.driver, "instead": tie.instead},
+        })
+    return out
+
+
+def _head(title: str, up: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f'<title>{html.escape(title)}</title>\n<link rel="stylesheet" href="{up}compat.css">\n</head>\n')
 
 
 def _json_for_script(doc: object) -> str:
@@ -181,32 +218,95 @@ def _json_for_script(doc: object) -> str:
     return json.dumps(doc, indent=1, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+def _data(doc: object) -> str:
+    return f'<script id="farm-wheels" type="application/json">{_json_for_script(doc)}</script>\n'
+
+
+_KIND_TEXT = {"sass": "SASS", "ptx-jit": "JIT"}
+
+
+def _chip(rec: Mapping[str, Any], info: Mapping[str, Any]) -> str:
+    gpu = info["gpu"]
+    dev = rec["devices"].get(gpu)
+    if dev is None:
+        blocked = gpus.blocked(Device.parse(gpu), rec["platform"], rec["cuda"])
+        title = blocked or "no image: cudaErrorNoKernelImageForDevice"
+        return f'<span class="chip none" title="{html.escape(info["label"] + ": " + title)}">{gpu} none</span>'
+    text = f"{gpu} {_KIND_TEXT[dev['kind']]} {dev['image']}" + (" (stub risk)" if dev["stub_risk"] else "")
+    return (f'<span class="chip {dev["kind"]}" title="{html.escape(info["label"])}, driver &gt;= '
+            f'{html.escape(dev["driver"] or "?")}">{html.escape(text)}</span>')
+
+
+def _attested(rec: Mapping[str, Any]) -> str:
+    signed = rec.get("attestation")
+    if not signed:
+        return '<p class="attested">not attested</p>'
+    return (f'<p class="attested"><a href="{html.escape(signed["url"])}">attested</a>: '
+            f'<code>{html.escape(signed["verify"])}</code></p>')
+
+
+def _wheel_card(rec: Mapping[str, Any], table_: Sequence[Mapping[str, Any]]) -> str:
+    name = html.escape(rec["filename"])
+    if "devices" not in rec:
+        return (f'<section class="wheel"><h3>{name}</h3><p>no farm provenance '
+                f'({html.escape(rec["problem"] or "")}): farm says nothing of where it runs</p>\n'
+                f'{_attested(rec)}</section>')
+    facts = " · ".join(html.escape(str(x)) for x in (
+        f"CUDA {rec['cuda']}", f"torch {rec['torch']}", rec["python"], rec["platform"],
+        f"driver >= {rec['driver'] or '?'}"))
+    chips = "".join(_chip(rec, info) for info in table_)
+    return (f'<section class="wheel" data-filename="{name}"><h3>{name}</h3><p>{facts}</p>\n'
+            f'<p class="chips">{chips}</p>\n{_attested(rec)}\n<div class="install"></div></section>')
+
+
+def project_page(channel: str, project: str, recs: list[dict[str, Any]]) -> bytes:
+    up = "../" * (channel.count("/") + 1)  # to compat/
+    table_ = _gpu_table()
+    cards = "\n".join(_wheel_card(rec, table_) for rec in recs)
+    body = (f'<body data-root="{up}../">\n<main>\n<p><a href="{up}find.html">Find a wheel for your GPU</a> · '
+            f'<a href="{up}../index.html">index</a></p>\n'
+            f"<h1>{html.escape(project)} in {html.escape(channel)}</h1>\n"
+            "<p>SASS: runs as built. JIT: the driver compiles PTX at the first launch (once, then cached); "
+            "stub risk: code gated above the PTX's arch is compiled out. none: no image for that GPU, or its "
+            "machine does not run this platform or CUDA line (hover for why). The driver is the minimum for "
+            "the CUDA runtime, and for the PTX where a GPU JITs.</p>\n"
+            f"{cards}\n</main>\n{_data({'wheels': recs})}"
+            f'<script src="{up}install.js"></script>\n</body>\n</html>\n')
+    return (_head(f"{project} ({channel}): GPU compatibility", up) + body).encode()
+
+
+_FILTERS = (("gpu", "GPU"), ("package", "package"), ("version", "version"), ("cuda", "CUDA"), ("torch", "torch"),
+            ("python", "Python"), ("platform", "platform"))
+
+
 def find_page(recs: list[dict[str, Any]]) -> bytes:
-    gpus = {str(d): f"{GENERATIONS[d]} ({DEVICE_EXAMPLES.get(d, '')})" for d in KNOWN_DEVICES}
-    doc = {"gpus": gpus, "wheels": recs}
     selects = "".join(f'<label>{label} <select id="{k}"><option value="">any</option></select></label>'
-                      for k, label in (("gpu", "GPU"), ("cuda", "CUDA"), ("torch", "torch"),
-                                       ("python", "Python"), ("platform", "platform")))
+                      for k, label in _FILTERS)
+    driver = '<label>driver <input id="driver" size="10" placeholder="e.g. 550.54"></label>'
     links = "".join(f'<li><a href="{html.escape(rec["channel"])}/{html.escape(rec["project"])}.html">'
                     f'{html.escape(rec["project"])} in {html.escape(rec["channel"])}</a></li>'
                     for rec in {(r["channel"], r["project"]): r for r in recs if r["channel"]}.values())
-    body = ('<body data-root="../">\n<h1>Find a wheel for your GPU</h1>\n'
-            "<p>From each wheel's asserted targets and NVIDIA's driver tables. "
-            "Check an installed environment with <code>farm doctor</code>.</p>\n"
-            f"<form>{selects}</form>\n"
-            '<div id="best"><div id="verdict"></div><code id="pip"></code><br><code id="uv"></code></div>\n'
-            '<p id="count"></p>\n<table>\n<thead><tr><th>project</th><th>version</th><th>channel</th>'
-            "<th>Python</th><th>platform</th><th>on this GPU</th><th>minimum driver</th><th>install</th></tr></thead>\n"
+    body = ('<body data-root="../">\n<main>\n<p><a href="../index.html">index</a></p>\n'
+            "<h1>Find a wheel for your GPU</h1>\n"
+            "<p>From each wheel's asserted targets and NVIDIA's driver tables. Your GPU's number: "
+            "<code>nvidia-smi --query-gpu=name,compute_cap --format=csv</code>; check an installed "
+            "environment with <code>farm doctor</code>.</p>\n"
+            f'<form id="filters">{selects}{driver}</form>\n'
+            '<div id="best"><p id="verdict"></p><div id="commands"></div></div>\n'
+            '<p id="count"></p>\n<table id="wheels">\n<thead><tr><th>package</th><th>version</th><th>CUDA</th>'
+            "<th>torch</th><th>Python</th><th>platform</th><th>on this GPU</th><th>minimum driver</th>"
+            "<th>install</th></tr></thead>\n"
             '<tbody id="rows"></tbody>\n</table>\n'
-            f"<h2>Per project</h2>\n<ul>{links}</ul>\n"
-            f'<script id="farm-wheels" type="application/json">{_json_for_script(doc)}</script>\n'
-            '<script src="find.js"></script>\n</body>\n</html>\n')
-    return (_head("Find a wheel for your GPU") + body).encode()
+            f"<h2>Per project</h2>\n<ul>{links}</ul>\n</main>\n"
+            f"{_data({'gpus': _gpu_table(), 'wheels': recs})}"
+            '<script src="install.js"></script>\n<script src="find.js"></script>\n</body>\n</html>\n')
+    return (_head("Find a wheel for your GPU", "") + body).encode()
 
 
 def render(wheels: Iterable[CompatWheel]) -> dict[str, bytes]:
     """Every compatibility page (relative path -> bytes)."""
     recs = [record(w) for w in wheels]
+    resolve_pins(recs)
     by_page: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for rec in recs:
         if rec["channel"]:
@@ -216,16 +316,17 @@ def render(wheels: Iterable[CompatWheel]) -> dict[str, bytes]:
     pages[FIND_PAGE] = find_page(recs)
     doc = {"schema_version": CATALOG_VERSION, "wheels": recs}
     pages[CATALOG] = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    pages[f"{PAGE_DIR}/find.js"] = FIND_JS.read_bytes()
+    pages.update({f"{PAGE_DIR}/{name}": (STATIC / name).read_bytes() for name in ASSETS})
     return pages
 
 
 # --------------------------------------------------------------------------------------------
 # I/O shell
 # --------------------------------------------------------------------------------------------
-def pages(files_dir: Path, files: Iterable[IndexFile]) -> dict[str, bytes]:
+def pages(files_dir: Path, files: Iterable[IndexFile],
+          attested: Callable[[str], Attestation | None] | None = None) -> dict[str, bytes]:
     """The compatibility pages of the wheels stored in ``files_dir``."""
-    return render(provenance(files_dir, files))
+    return render(provenance(files_dir, files, attested))
 
 
 def prune(root: Path, keep: Iterable[str]) -> list[str]:

@@ -8,10 +8,12 @@ for the wheel's cell equals the requested one, extension by extension (else the 
 between build and upload); a ledger entry or fragment holds this exact sha256 (and the same file
 name and provenance), and no other under this name; a fresh inspection (both readers when
 cuobjdump is available, and they must agree) finds exactly the recorded targets, in extensions
-with the recorded sha256. Each wheel is judged alone: the upload publishes the wheels that
+with the recorded sha256. cuobjdump is the version the wheel's provenance records (the one its
+assertion ran), never another: without it here the gate refuses to run (exit 3) and says which to
+install. Each wheel is judged alone: the upload publishes the wheels that
 passed and reports the refused ones, so one wheel's problem never stops another's publication.
 
-:func:`farm.provenance.verdict.judge` is the pure core, the same judge ``farm audit`` calls, here
+:func:`farm.provenance.judge.judge` is the pure core, the same judge ``farm audit`` calls, here
 under the gate's expectation (facts in, refusals out); :func:`run_gate` gathers the facts.
 """
 
@@ -20,20 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from farm.binary.cuobjdump import cuobjdump_version, find_cuobjdump
-from farm.errors import MAX_MESSAGE, ToolError, clip
-from farm.provenance.buildinfo import BuildInfo, LedgerEntry
+from farm.binary.cuobjdump import find_cuobjdump
+from farm.errors import MAX_MESSAGE, FarmError, ToolError, clip
+from farm.provenance.buildinfo import BUILD_INFO_NAME, Attestation, BuildInfo, LedgerEntry
+from farm.provenance.judge import GATE, Check, Derive, Derived, WheelFinding
+from farm.provenance.judge import judge as judge_wheel
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX, read_fragment
-from farm.provenance.verdict import GATE, Check, Derive, Derived, Finding
-from farm.provenance.verdict import judge as judge_wheel
 from farm.provenance.wheelfacts import WheelFacts, wheel_facts
-
-if TYPE_CHECKING:
-    from farm.binary.madeby import MadeBy
+from farm.publish.wheelmeta import read_member
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class Refusal:
     fix: str
 
     @classmethod
-    def of(cls, wheel: str, finding: Finding) -> Refusal:
+    def of(cls, wheel: str, finding: WheelFinding) -> Refusal:
         return cls(wheel, finding.check, finding.message, finding.fix)
 
     def line(self) -> str:
@@ -72,7 +71,7 @@ class GatedWheel:
 class GateResult:
     passed: tuple[GatedWheel, ...]
     refused: tuple[Refusal, ...]
-    readers: str = "native"  # the re-inspection: "native" or "native + cuobjdump X.Y.Z"
+    readers: str = "native"  # the re-inspection: "native", "native + cuobjdump X.Y.Z" (one per version)
     config_checked: bool = False  # each wheel's list was re-derived from the configuration
 
     @property
@@ -84,41 +83,8 @@ class GateResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Pure core: the one judge of a wheel (farm.provenance.verdict) under the gate's expectation
+# Pure core: the one judge of a wheel (farm.provenance.judge) under the gate's expectation
 # --------------------------------------------------------------------------------------------
-def judge(
-    filename: str,
-    sha256: str,
-    info: BuildInfo | None,
-    entry: LedgerEntry | None,
-    same_name_sha256: str | None,
-    found_now: Mapping[str, str],
-    extensions_now: Mapping[str, str] | None = None,
-    *,
-    derived: Derived | None = None,
-    config_checked: bool = False,
-    disagreements: Iterable[str] = (),
-    vendored_now: Mapping[str, str] | None = None,
-    made_by_now: Mapping[str, MadeBy] | None = None,
-) -> list[Refusal]:
-    """Every reason to refuse one wheel, from facts already gathered.
-
-    ``entry``: the ledger entry or fragment with this sha256 (None: none has it).
-    ``same_name_sha256``: the sha256 the ledger (else a fragment) records for this file name, if any.
-    ``found_now`` / ``extensions_now``: per extension, the targets and the sha256 the wheel holds now.
-    ``config_checked``: the configuration was consulted; ``derived`` is what it resolves for the
-    wheel's cell (None: it has no such cell). ``disagreements``: where the two readers differ.
-    ``vendored_now``: per bundled library (``*.libs/``), the targets it holds now (None: the
-    provenance's record of them is taken as read). ``made_by_now``: per extension with device code,
-    the toolkit that code records (None: not read).
-    """
-    if vendored_now is None and info is not None:
-        vendored_now = {path: record.found for path, record in info.bundled.items()}
-    facts = WheelFacts(filename, filename, sha256, 0, found_now, extensions_now or {}, info,
-                       disagreements=tuple(disagreements), vendored=vendored_now or {}, made_by=made_by_now)
-    return refusals(facts, entry, same_name_sha256, derived=derived, config_checked=config_checked)
-
-
 def refusals(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | None, *,
              derived: Derived | None = None, config_checked: bool = False) -> list[Refusal]:
     expect = replace(GATE, derived=derived, config_required=config_checked)
@@ -158,6 +124,12 @@ class Vouchers:
             return self.fragments[sha256], "fragment"
         return None, ""
 
+    def attestation_of(self, filename: str) -> Attestation | None:
+        """The ledger's record of the signed build provenance of ``filename`` (None: not attested)."""
+        rec = self.ledger.by_filename(filename)
+        found = self.ledger.ledger_entry(rec).attestation if rec is not None else None
+        return found if isinstance(found, Attestation) else None
+
     def sha256_of_name(self, filename: str) -> str | None:
         """The sha256 the ledger (else a fragment) records for ``filename``."""
         rec = self.ledger.by_filename(filename)
@@ -177,36 +149,59 @@ def read_fragments(fragment_dirs: Iterable[Path]) -> dict[str, LedgerEntry]:
     return fragments
 
 
-def gate_readers(reader: str = "auto") -> tuple[str, Path | None, str]:
-    """The re-inspection's reader: ``both`` when cuobjdump is available (``auto``), else the native
-    one; returns (reader, cuobjdump path, description)."""
-    if reader == "native":
-        return "native", None, "native"
+def recorded_cuobjdump(path: Path) -> str | None:
+    """The cuobjdump version a wheel's provenance says its assertion ran (None: none, or no
+    readable provenance, which the judge refuses on its own)."""
     try:
-        tool = find_cuobjdump()
-        version = cuobjdump_version(tool)
-    except ToolError:
-        if reader == "both":
-            raise
-        return "native", None, "native (no cuobjdump found)"
-    return "both", tool, f"native + cuobjdump {version}"
+        raw = read_member(path, BUILD_INFO_NAME)
+        assertion = BuildInfo.from_json(raw, where=path.name).assertion if raw is not None else None
+    except FarmError:
+        return None
+    return assertion.cuobjdump if assertion is not None else None
+
+
+class GateReaders:
+    """The re-inspection's readers for each wheel: the native one, and cuobjdump of the version
+    the wheel records (found once per version). ``reader``: ``auto`` (both where the wheel records
+    a cuobjdump), ``both`` (a wheel that records none is refused by its inspection) or ``native``."""
+
+    def __init__(self, reader: str = "auto") -> None:
+        self.reader = reader
+        self.tools: dict[str, Path] = {}
+        self.used: set[str] = set()
+
+    def of(self, recorded: str | None) -> tuple[str, Path | None]:
+        if self.reader == "native" or recorded is None:
+            if self.reader == "both":
+                raise ToolError("--reader both: a wheel's provenance records no cuobjdump version to run",
+                                hint="gate it with --reader auto or native")
+            self.used.add("native")
+            return "native", None
+        if recorded not in self.tools:  # never another version: its listing could differ
+            self.tools[recorded] = find_cuobjdump(version=recorded)
+        self.used.add(f"native + cuobjdump {recorded}")
+        return "both", self.tools[recorded]
+
+    def describe(self) -> str:
+        return ", ".join(sorted(self.used)) or ("native" if self.reader == "native" else "none (no wheel)")
 
 
 def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | None = None,
              reader: str = "auto") -> GateResult:
     """Check every wheel; nothing is sent by the caller unless ``result.ok``.
 
-    ``derive``: today's expectation for a provenance's cell (:func:`farm.provenance.verdict.derive_from_config`);
+    ``derive``: today's expectation for a provenance's cell (:func:`farm.provenance.judge.derive_from_config`);
     the command always passes it. ``reader``: ``auto`` (both readers when cuobjdump is found),
     ``both`` or ``native``."""
-    reader, tool, readers = gate_readers(reader)
+    readers = GateReaders(reader)
     passed: list[GatedWheel] = []
     refused: list[Refusal] = []
     for path in sorted(Path(p) for p in wheels):
         name = path.name
         # The bytes' sha256, the readers' targets and each extension's sha256 now, and the
         # embedded provenance (schema-checked, so a hostile file cannot crash the judge).
-        facts = wheel_facts(path, reader=reader, cuobjdump=tool, made_by=True)
+        kind, tool = readers.of(recorded_cuobjdump(path))
+        facts = wheel_facts(path, reader=kind, cuobjdump=tool, made_by=True)
         if facts.problem:
             refused.extend(refusals(facts, None, None))
             continue
@@ -220,5 +215,5 @@ def run_gate(wheels: Iterable[Path], vouchers: Vouchers, *, derive: Derive | Non
             assert entry is not None
             assert facts.embedded is not None
             passed.append(GatedWheel(path, name, facts.sha256, facts.size, facts.embedded, entry, source))
-    return GateResult(tuple(passed), tuple(refused), readers, derive is not None)
+    return GateResult(tuple(passed), tuple(refused), readers.describe(), derive is not None)
 

@@ -7,7 +7,9 @@ secondary limits, sliding windows), and an answer of 403/429 that is about a rat
 obeyed (``Retry-After``, else ``x-ratelimit-reset``, else a minute), at most ``max_retries``
 times and never for longer than ``max_wait_s`` at once: a run past that fails with exit 3 and
 the time GitHub asked for, instead of sleeping through a job's time limit. A 5xx answer or a
-dropped connection is retried the same bounded way.
+dropped connection is retried the same bounded way. Every wait is held to the throttle's
+:class:`~farm.publish.ratelimit.WaitBudget` (a publish job's deadline and its cap on rate-limit
+waits), which raises :class:`~farm.errors.OutOfTime` rather than sleep past them.
 
 An upload that lands twice (a retried POST whose first try got through) is answered 422
 ``already_exists`` by GitHub: :meth:`Client.upload` returns None for it and the caller compares
@@ -37,7 +39,7 @@ from typing import Any
 
 from farm import jsonread
 from farm.errors import NetworkError, ToolError, UsageError, clip
-from farm.netutil import download
+from farm.netutil import DEADLINE, Deadline, deadline_for, download, read_body
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
 
 API_URL = "https://api.github.com"
@@ -52,6 +54,8 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_BODY = 16 * 1024 * 1024  # a page of 100 assets is ~100 KB
 # A run of build.yml holds ~2 artifacts a cell of <= 256 cells a shard; a concurrency group's waiting runs, a few.
 MAX_ARTIFACT_PAGES = 50
+MAX_RELEASE_ASSETS = 1000  # GitHub's limit of a release
+MAX_ASSET_PAGES = MAX_RELEASE_ASSETS // PER_PAGE + 1
 MAX_RUN_PAGES = 5
 ACTIONS_READ = "the job's token needs `actions: read` on the run's repository (its permissions: block)"
 ACTIONS_WRITE = ("the job's token needs `actions: write` to read a workflow's runs and dispatch it, and the "
@@ -69,7 +73,7 @@ class GithubApiError(ToolError):
 
 
 @dataclass(frozen=True)
-class Release:
+class GithubRelease:
     id: int
     tag: str
 
@@ -115,9 +119,9 @@ class Answer:
     def json(self) -> Any:
         try:
             return jsonread.loads(self.body)
-        except ValueError:
-            raise GithubApiError(f"GitHub answered HTTP {self.status} with a body that is not JSON: "
-                                 f"{clip(self.body[:200])!r}", status=self.status) from None
+        except ValueError as exc:
+            raise GithubApiError(f"GitHub answered HTTP {self.status} with a body that is not JSON farm reads "
+                                 f"({clip(exc, 120)}): {clip(self.body[:80])!r}", status=self.status) from None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -125,34 +129,65 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # a redirect is handed back to the caller, which decides what to send on
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+def _fields(obj: Any, what: str, **kinds: tuple[type, bool]) -> dict[str, Any]:
+    """``obj``'s fields as GitHub's documented schema types them (``kinds``: name -> (type,
+    required)); an id and a size are integers >= 0 (a bool is no number). Anything else is a
+    :class:`GithubApiError` naming what was read: an answer is another system's output."""
+    if not isinstance(obj, dict):
+        raise GithubApiError(f"GitHub answered {what} with {clip(json.dumps(obj), 120)}, not an object")
+    out: dict[str, Any] = {}
+    for key, (kind, required) in kinds.items():
+        value = obj.get(key)
+        if value is None and not required:
+            continue
+        ok = isinstance(value, kind) and not isinstance(value, bool) if kind is not bool else isinstance(value, bool)
+        if not ok or (isinstance(value, int) and value < 0) or (kind is str and required and not value):
+            raise GithubApiError(f"GitHub answered {what} with {key} = {clip(json.dumps(value), 80)}, not "
+                                 f"{'a number >= 0' if kind is int else 'a name' if kind is str else kind.__name__}")
+        out[key] = value
+    return out
 
 
 def _asset(obj: Any) -> RemoteAsset:
-    try:
-        digest = obj.get("digest") or ""
-        return RemoteAsset(int(obj["id"]), str(obj["name"]), int(obj.get("size") or 0),
-                           digest.split(":", 1)[1] if digest.startswith("sha256:") else None,
-                           str(obj.get("state") or "uploaded"))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise GithubApiError(f"GitHub listed an asset farm cannot read ({type(exc).__name__}): "
-                             f"{clip(obj)}") from None
+    f = _fields(obj, "an asset", id=(int, True), name=(str, True), size=(int, False), digest=(str, False),
+                state=(str, False))
+    digest = f.get("digest") or ""
+    return RemoteAsset(f["id"], f["name"], f.get("size", 0), digest.split(":", 1)[1] if digest.startswith("sha256:")
+                       else None, f.get("state") or "uploaded")
 
 
 def _artifact(obj: Any) -> Artifact:
-    try:
-        return Artifact(int(obj["id"]), str(obj["name"]), int(obj.get("size_in_bytes") or 0), bool(obj.get("expired")))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise GithubApiError(f"GitHub listed an artifact farm cannot read ({type(exc).__name__}): "
-                             f"{clip(obj)}") from None
+    f = _fields(obj, "an artifact", id=(int, True), name=(str, True), size_in_bytes=(int, False),
+                expired=(bool, False))
+    return Artifact(f["id"], f["name"], f.get("size_in_bytes", 0), f.get("expired", False))
 
 
 def _run(obj: Any) -> WorkflowRun:
+    f = _fields(obj, "a workflow run", id=(int, True), status=(str, True), display_title=(str, False))
+    return WorkflowRun(f["id"], f["status"], f.get("display_title") or "")
+
+
+def _release(obj: Any, tag: str) -> GithubRelease:
+    return GithubRelease(_fields(obj, f"release {tag}", id=(int, True))["id"], tag)
+
+
+def check_url(url: str, what: str) -> str:
+    """``url`` when it can be GitHub's API: https with a host, or http on this machine (a test
+    server, never a token sent in clear over a network); a :class:`UsageError` otherwise."""
     try:
-        return WorkflowRun(int(obj["id"]), str(obj["status"]), str(obj.get("display_title") or ""))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise GithubApiError(f"GitHub listed a workflow run farm cannot read ({type(exc).__name__}): "
-                             f"{clip(obj)}") from None
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        host, parts = None, None
+    if parts is None or not host or not (parts.scheme == "https" or (parts.scheme == "http" and _loopback(host))):
+        raise UsageError(f"{what} {clip(url, 80)!r} is not an https URL of GitHub's API",
+                         hint="unset it for https://api.github.com, or name your GitHub Enterprise Server's "
+                              "https://HOST/api/v3")
+    return url
+
+
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _page(answer: Answer, key: str, what: str) -> tuple[list[Any], int]:
@@ -180,6 +215,11 @@ class Client:
     timeout_s: float = TIMEOUT_S
     requests: int = 0  # requests sent, retries included
     rate_limited: int = 0  # 403/429 rate-limit answers obeyed
+    deadline_s: float = DEADLINE  # one request, its answer included, at most (an upload: its size's pace)
+
+    def __post_init__(self) -> None:
+        check_url(self.api_url, "the API URL")
+        check_url(self.uploads_url, "the uploads URL")
 
     # -- transport ---------------------------------------------------------------------------
     def _send(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
@@ -202,12 +242,15 @@ class Client:
         elif body is not None:
             data = body
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
+        shown = url.split("?", maxsplit=1)[0]
+        size = int(all_headers.get("Content-Length") or 0)
+        limit = Deadline(shown, max(self.deadline_s, deadline_for(size)) if size else self.deadline_s)
         try:
-            with _OPENER.open(request, timeout=self.timeout_s) as response:
-                payload = response.read(MAX_JSON_BODY + 1)
-                if len(payload) > MAX_JSON_BODY:
-                    raise GithubApiError(f"{method} {url}: an answer over {MAX_JSON_BODY >> 20} MiB")
+            with limit, limit.opener(_NoRedirect()).open(request, timeout=self.timeout_s) as response:
+                payload = b"".join(read_body(response, shown, limit, MAX_JSON_BODY))
                 return Answer(response.status, dict(response.headers), payload)
+        except NetworkError as exc:  # past the cap or the deadline (a trickling answer): not retried
+            raise GithubApiError(f"{method} {exc.message}") from None
         except urllib.error.HTTPError as exc:
             try:
                 payload = exc.read(MAX_ERROR_BODY)
@@ -216,6 +259,10 @@ class Client:
             finally:
                 exc.close()  # the error holds the response and its socket
             return Answer(exc.code, dict(exc.headers or {}), payload)
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
+            if limit.passed():  # the deadline cut the connection: not retried either
+                raise GithubApiError(f"{method} {limit.error().message}") from None
+            raise
         finally:
             if handle is not None:
                 handle.close()
@@ -236,7 +283,7 @@ class Client:
                 if attempt == self.max_retries:
                     raise GithubApiError(f"{shown}: cannot reach GitHub ({reason}) after {attempt + 1} tries",
                                          hint="check the network, then run the upload again: it resumes") from None
-                self.clock.sleep(min(2.0 ** attempt, 60.0))
+                self.throttle.pause(min(2.0 ** attempt, 60.0), rate_limit=False, what=f"{shown}: a retry")
                 continue
             if answer.status in ok:
                 self._spent(answer.headers)
@@ -254,9 +301,9 @@ class Client:
                     f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
                     f"(after {attempt + 1} tries)", status=answer.status,
                     hint="the token's rate limit is spent: run the upload again later, it resumes where it stopped")
-            if answer.status in (403, 429):
-                self.rate_limited += 1
-            self.clock.sleep(wait)
+            limited = answer.status in (403, 429)
+            self.rate_limited += limited
+            self.throttle.pause(wait, rate_limit=limited, what=f"{shown}: HTTP {answer.status}")
         raise AssertionError("unreachable")
 
     def _spent(self, headers: Mapping[str, str]) -> None:
@@ -267,37 +314,35 @@ class Client:
         if remaining.strip() == "0" and reset.strip().isdigit():
             wait = float(reset) - self.clock.now() + 1.0
             if 0 < wait <= self.max_wait_s:
-                self.throttle.waited_s += wait
-                self.clock.sleep(wait)
+                self.throttle.pause(wait, rate_limit=True, what="the token's primary limit is spent")
 
     # -- the calls ---------------------------------------------------------------------------
     def _repo(self) -> str:
         return f"/repos/{self.repository}"
 
-    def release(self, tag: str) -> Release | None:
+    def release(self, tag: str) -> GithubRelease | None:
         answer = self.request("GET", f"{self._repo()}/releases/tags/{urllib.parse.quote(tag, safe='')}", ok=(200, 404))
         if answer.status == 404:
             return None
-        return Release(int(answer.json()["id"]), tag)
+        return _release(answer.json(), tag)
 
-    def create_release(self, tag: str, notes: str) -> Release:
+    def create_release(self, tag: str, notes: str) -> GithubRelease:
         """The release ``tag``, created when missing (a concurrent creator's release is used)."""
         body = json.dumps({"tag_name": tag, "name": tag, "body": notes}).encode()
         answer = self.request("POST", f"{self._repo()}/releases", body=body,
                               headers={"Content-Type": "application/json"}, ok=(201, 422))
         if answer.status == 201:
-            return Release(int(answer.json()["id"]), tag)
+            return _release(answer.json(), tag)
         existing = self.release(tag)  # 422: the tag's release exists already (a concurrent creator)
         if existing is None:
             text = _message(answer.body.decode("utf-8", "replace"))
             raise GithubApiError(f"creating release {tag}: HTTP 422: {clip(text, 300)}", status=422)
         return existing
 
-    def assets(self, release: Release) -> list[RemoteAsset]:
+    def assets(self, release: GithubRelease) -> list[RemoteAsset]:
         """Every asset of ``release``, every page."""
         out: list[RemoteAsset] = []
-        page = 1
-        while True:
+        for page in range(1, MAX_ASSET_PAGES + 1):
             answer = self.request("GET", f"{self._repo()}/releases/{release.id}/assets?per_page={PER_PAGE}&page={page}")
             items = answer.json()
             if not isinstance(items, list):
@@ -305,9 +350,11 @@ class Client:
             out.extend(_asset(a) for a in items)
             if len(items) < PER_PAGE:
                 return out
-            page += 1
+        raise GithubApiError(f"listing the assets of release {release.tag}: more than {MAX_ASSET_PAGES} pages of "
+                             f"{PER_PAGE}, where a release holds at most {MAX_RELEASE_ASSETS:,} assets",
+                             hint="GitHub's listing did not end: look at the release, then run the upload again")
 
-    def upload(self, release: Release, path: Path, name: str) -> RemoteAsset | None:
+    def upload(self, release: GithubRelease, path: Path, name: str) -> RemoteAsset | None:
         """Upload ``path`` as asset ``name``; None when the release already has an asset of
         that name (GitHub's 422), which the caller then looks at."""
         url = (f"{self.uploads_url.rstrip('/')}{self._repo()}/releases/{release.id}/assets?"
@@ -336,10 +383,30 @@ class Client:
         location = {k.lower(): v for k, v in answer.headers.items()}.get("location")
         if not location:
             raise GithubApiError(f"downloading {what}: GitHub gave no storage location")
+        parts = urllib.parse.urlsplit(location)
+        api = urllib.parse.urlsplit(self.api_url)
+        if parts.scheme != "https" and (parts.scheme, parts.netloc) != (api.scheme, api.netloc):
+            raise GithubApiError(f"downloading {what}: GitHub redirected to {clip(location, 80)!r}; only an https "
+                                 "location (or the configured API's own host) is followed",
+                                 hint="GitHub's storage is https: the API URL may not be GitHub's")
         try:
             return download(location, dest, max_bytes=max_bytes, timeout=self.timeout_s).sha256
         except NetworkError as exc:
             raise GithubApiError(f"downloading {what}: {exc.message}") from None
+
+    def attestations(self, sha256: str) -> list[Mapping[str, Any]]:
+        """The Sigstore bundles of the attestations the repository holds for a subject's sha256
+        (its first page of 100: one per publish of the file); none: an empty list."""
+        answer = self.request("GET", f"{self._repo()}/attestations/sha256:{sha256}?per_page={PER_PAGE}",
+                              ok=(200, 404), hint="reading attestations needs a token of the repository")
+        if answer.status == 404:
+            return []
+        data = answer.json()
+        items = data.get("attestations") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise GithubApiError(f"the attestations of sha256:{sha256} are not a list",
+                                 hint="GitHub answered something else than its attestations API")
+        return [a["bundle"] for a in items[:PER_PAGE] if isinstance(a, dict) and isinstance(a.get("bundle"), dict)]
 
     # -- Actions ---------------------------------------------------------------------------------
     def _pages(self, path: str, key: str, what: str, *, max_pages: int, hint: str) -> list[Any]:

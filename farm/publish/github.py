@@ -110,16 +110,17 @@ def decide(sha256: str, size: int, present: Present | None, ledger_sha256: str |
     return other_bytes(sha256, present.sha256, ledger_sha256)
 
 
-def other_bytes(sha256: str, other: str, ledger_sha256: str | None) -> tuple[Action, str]:
-    """What to do when the release holds bytes with sha256 ``other`` under the name of a wheel
-    with ``sha256`` (pure; ``ledger_sha256`` as for :func:`decide`)."""
+def other_bytes(sha256: str, other: str, ledger_sha256: str | None, *,
+                holder: str = "the release") -> tuple[Action, str]:
+    """What to do when ``holder`` (a release, the static index) holds bytes with sha256 ``other``
+    under the name of a wheel with ``sha256`` (pure; ``ledger_sha256`` as for :func:`decide`)."""
     if other == sha256:
         return Action.PRESENT, ""
     if ledger_sha256 is not None and ledger_sha256 == other:
-        return Action.REFUSE, (f"the release holds the published build (sha256 {other}) and this is "
+        return Action.REFUSE, (f"{holder} holds the published build (sha256 {other}) and this is "
                                f"another one ({sha256}); a published name is never reused: bump build_epoch")
     if ledger_sha256 is not None:
-        return Action.REFUSE, (f"the release holds sha256 {other} under a name the ledger records with "
-                               f"{ledger_sha256}: the asset was replaced outside farm; delete it and publish again")
-    return Action.VERIFY, (f"the release already holds another build under this name (sha256 {other}) that "
+        return Action.REFUSE, (f"{holder} holds sha256 {other} under a name the ledger records with "
+                               f"{ledger_sha256}: the file was replaced outside farm; delete it and publish again")
+    return Action.VERIFY, (f"{holder} already holds another build under this name (sha256 {other}) that "
                            "the ledger does not record")

@@ -54,7 +54,9 @@ from packaging.utils import (
 from farm import __version__, jsonread
 from farm.errors import DefectError, LedgerError, UsageError
 from farm.fsutil import atomic_write, read_chunks, sha256_file, sweep_leftovers
+from farm.model.install import FIND_PAGE
 from farm.model.label import NO_TORCH, parse_local_label
+from farm.provenance.buildinfo import Attestation
 from farm.publish import compat
 from farm.publish.wheelmeta import read_member
 
@@ -65,6 +67,8 @@ SCHEMA_VERSION = 1
 
 # the sha256 the ledger (or a fragment of this batch) records for a file name; None: not recorded
 EntryLookup = Callable[[str], str | None]
+# the attestation the ledger records for a file name; None: not attested
+Attested = Callable[[str], Attestation | None]
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,11 @@ class IndexFile:
     requires_python: str | None
     # Where the wheel lives when the tree does not store it (a GitHub release asset); None: files/.
     url: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where pages link the wheel: its URL, or its path under the tree's root."""
+        return self.url or f"{FILES}/{quote(self.filename)}"
 
     @property
     def home(self) -> str | None:
@@ -146,11 +155,11 @@ def channels(files: Iterable[IndexFile]) -> dict[str, dict[str, list[IndexFile]]
             for ch, projects in sorted(out.items())}
 
 
-def _page(title: str, links: Iterable[str]) -> bytes:
+def page(title: str, links: Iterable[str], *, head: str = "") -> bytes:
     body = "\n".join(f"    {link}<br>" for link in links)
     return (
         "<!DOCTYPE html>\n<html>\n  <head>\n"
-        '    <meta name="pypi:repository-version" content="1.1">\n'
+        f'    <meta name="pypi:repository-version" content="1.1">\n{head}'
         f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n"
         f"    <h1>{html.escape(title)}</h1>\n{body}\n  </body>\n</html>\n"
     ).encode()
@@ -179,7 +188,7 @@ def packages_json(files: Iterable[IndexFile],
         },
         "files": {
             f.filename: {k: v for k, v in asdict(f).items() if k != "filename"}
-            | {"url": f.url or f"{FILES}/{quote(f.filename)}"}
+            | {"url": f.location}
             for f in sorted(files, key=lambda f: f.filename)
         },
     }
@@ -192,14 +201,16 @@ def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
     pages: dict[str, bytes] = {}
     for channel, projects in by_channel.items():
         depth = channel.count("/") + 1
-        pages[f"{channel}/index.html"] = _page(
+        pages[f"{channel}/index.html"] = page(
             f"Simple index ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
         for project, pfiles in projects.items():
             up = "../" * (depth + 1)
-            pages[f"{channel}/{project}/index.html"] = _page(
+            pages[f"{channel}/{project}/index.html"] = page(
                 f"Links for {project}", (file_link(f, up) for f in pfiles))
-    pages["flat/index.html"] = _page("All wheels", (file_link(f, "../") for f in files))
-    pages["index.html"] = _page("Channels", (f'<a href="{ch}/">{ch}</a>' for ch in by_channel))
+    pages["flat/index.html"] = page("All wheels", (file_link(f, "../") for f in files))
+    pages["index.html"] = page("Channels", [*(f'<a href="{ch}/">{ch}</a>' for ch in by_channel),
+                                            f'<a href="{FIND_PAGE}">Find a wheel for your GPU</a>'],
+                               head='    <meta name="viewport" content="width=device-width, initial-scale=1">\n')
     doc = packages_json(files, by_channel)
     pages[PACKAGES_JSON] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     return pages
@@ -281,7 +292,7 @@ class IndexReport:
     removed: tuple[str, ...]
 
 
-def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
+def write_pages(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: Mapping[str, Any]) -> IndexReport:
     written = []
     for folder in {(root / rel).parent for rel in pages}:  # pages a killed regeneration left half-written
         sweep_leftovers(folder)
@@ -306,29 +317,31 @@ def _write(root: Path, pages: Mapping[str, bytes], old: Mapping[str, Any], new: 
     return IndexReport(root, len(new.get("files", {})), tuple(new.get("channels", {})), tuple(written), tuple(removed))
 
 
-def _locked(root: Path) -> Any:
+def locked(root: Path) -> Any:
     """One writer per tree at a time (two upload jobs, or an upload and `farm index`)."""
     root.mkdir(parents=True, exist_ok=True)
     return FileLock(str(root / ".lock"), timeout=300)
 
 
 def regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (),
-               remote: Iterable[IndexFile] = (), create: bool = False) -> IndexReport:
+               remote: Iterable[IndexFile] = (), create: bool = False, attested: Attested | None = None) -> IndexReport:
     """Rewrite every page of the tree at ``root`` from ``files/`` and the ledger.
 
     ``remote``: wheels the tree lists without storing them (see :func:`linked`); a stored file
-    of the same name wins. ``create``: the tree may not exist yet."""
+    of the same name wins. ``create``: the tree may not exist yet. ``attested``: the ledger's
+    attestation of a file name, which the compatibility pages show."""
     root = Path(root)
     remote = list(remote)
     if not create and not (root / FILES).is_dir() and not (root / PACKAGES_JSON).exists():
         raise UsageError("not an index tree (no files/ and no packages.json)", where=str(root),
                          hint="pass the folder a publish target of kind index writes to")
-    with _locked(root):
-        return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote)
+    with locked(root):
+        return _regenerate(root, lookup, allow_drop=allow_drop, remote=remote, attested=attested)
 
 
 def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = (),
-                add: Iterable[IndexFile] | None = None, remote: Iterable[IndexFile] = ()) -> IndexReport:
+                add: Iterable[IndexFile] | None = None, remote: Iterable[IndexFile] = (),
+                attested: Attested | None = None) -> IndexReport:
     """With ``add`` (files about to be stored) the pages are computed and checked, and nothing is
     written: :func:`publish` refuses before copying anything."""
     files_dir = root / FILES
@@ -351,8 +364,8 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
         )
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
-    pages.update(compat.pages(files_dir, files.values()))  # beside the PEP 503 pages, never in them
-    report = _write(root, pages, old, new)
+    pages.update(compat.pages(files_dir, files.values(), attested))  # beside the PEP 503 pages, never in them
+    report = write_pages(root, pages, old, new)
     compat.prune(root, pages)
     return report
 
@@ -364,8 +377,8 @@ class IndexUpload:
     action: str  # "stored" or "present" (same name, same sha256 already there: a no-op)
 
 
-def url_of(filename: str, base_url: str | None) -> str:
-    rel = f"{FILES}/{quote(filename)}"
+def url_of(filename: str, base_url: str | None, folder: str = FILES) -> str:
+    rel = f"{folder}/{quote(filename)}"
     return f"{base_url.rstrip('/')}/{rel}" if base_url else rel
 
 
@@ -378,7 +391,7 @@ def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup,
     root = Path(root)
     if dry_run and not root.exists():
         return _check_new(root, list(wheels), lookup, base_url)[0], None
-    with _locked(root):
+    with locked(root):
         out, plan = _check_new(root, list(wheels), lookup, base_url)
         if dry_run:
             return out, None
@@ -457,7 +470,7 @@ class IndexBatch:
 
 
 def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup, *,
-                 base_url: str | None = None, dry_run: bool = False) -> IndexBatch:
+                 base_url: str | None = None, dry_run: bool = False, attested: Attested | None = None) -> IndexBatch:
     """Store each of ``(path, sha256)`` wheels that the tree can take, refuse each that it
     cannot (another file under its name, no METADATA) with its reason, and regenerate the tree
     once. One wheel's refusal never stops another's; a regeneration that would lose a project
@@ -483,7 +496,7 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
     if dry_run and not root.exists():
         out, _, refused = classify()
         return IndexBatch(tuple(out), tuple(refused), None)
-    with _locked(root):
+    with locked(root):
         out, plan, refused = classify()
         if not plan:  # nothing to store: the tree is left as it is
             return IndexBatch(tuple(out), tuple(refused), None)
@@ -491,4 +504,4 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
         if dry_run:
             return IndexBatch(tuple(out), tuple(refused), None)
         _store(root, plan)
-        return IndexBatch(tuple(out), tuple(refused), _regenerate(root, lookup))
+        return IndexBatch(tuple(out), tuple(refused), _regenerate(root, lookup, attested=attested))

@@ -73,8 +73,9 @@ def merge_ledgers(ours: bytes, theirs: bytes, *, where: str = "ledger.jsonl") ->
 
     ``ours``' lines come first, in their order and byte for byte where unchanged; then the
     entries only ``theirs`` has, in its order. An entry in both takes the union of their
-    ``published`` lists. The same file name with another sha256, or with any other field
-    different, raises :class:`LedgerError`: two builds cannot share a published name."""
+    ``published`` lists, and the ``attestation`` either side records (ours where both do). The
+    same file name with another sha256, or with any other field different, raises
+    :class:`LedgerError`: two builds cannot share a published name."""
     merged: dict[str, tuple[bytes, dict[str, Any]]] = {}
     for side, text in (("ours", ours), ("theirs", theirs)):
         for filename, raw, entry in _entries(text, f"{where} ({side})"):
@@ -88,15 +89,17 @@ def merge_ledgers(ours: bytes, theirs: bytes, *, where: str = "ledger.jsonl") ->
                                   f"{entry['sha256']} on the other", where=where,
                                   hint="two builds were published under one name: keep the one on the release, "
                                        "delete the other's asset, and push again")
-            rest = {k: v for k, v in entry.items() if k != "published"}
-            if {k: v for k, v in old.items() if k != "published"} != rest:
+            joined = ("published", "attestation")
+            rest = {k: v for k, v in entry.items() if k not in joined}
+            if {k: v for k, v in old.items() if k not in joined} != rest:
                 raise LedgerError(f"{filename}: the two sides record different provenance for sha256 "
                                   f"{entry['sha256']}", where=where, hint="keep the line the wheel's own "
                                   "_build_info.json agrees with")
             published = list(old["published"])
             published += [p for p in entry["published"] if p not in published]
-            if published != old["published"]:
-                combined = {**old, "published": published}
+            attestation = old.get("attestation") or entry.get("attestation")
+            if published != old["published"] or attestation != old.get("attestation"):
+                combined = {**old, "published": published, **({"attestation": attestation} if attestation else {})}
                 merged[filename] = (dumps_entry(combined).encode(), combined)
     return b"".join(raw.rstrip(b"\n") + b"\n" for raw, _ in merged.values())
 

@@ -20,23 +20,21 @@ from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, DefectError, LedgerError, ToolError, UsageError
+from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, UsageError
+from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import ghrest, index, twine
-from farm.publish.gate import GatedWheel, GateResult, Vouchers, run_gate
+from farm.publish import ghrest, index
+from farm.publish.gate import GateResult, Vouchers, run_gate
+from farm.publish.indextarget import IndexSettings
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import ClientFactory, github_client, publish_github
-from farm.publish.targets import (
-    GithubSettings,
-    IndexSettings,
-    TargetSettings,
-    TwineSettings,
-)
-from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
+from farm.publish.releases import ClientFactory, GithubSettings, github_client
+from farm.publish.targets import PublishTarget, ordered
+from farm.publish.verdict import PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.verdict import Derive
+    from farm.provenance.judge import Derive
+    from farm.publish.variantchannel import VariantReport
 
 PUBLISH_LOCK_SUFFIX = ".publish.lock"
 # Publishes queue behind each other: an upload of a large batch to GitHub takes many minutes.
@@ -76,116 +74,12 @@ def find_wheels(directory: Path) -> list[Path]:
     return wheels
 
 
-def _page_url(settings: IndexSettings, filename: str) -> str:
-    """Where a linked index lists a wheel: its project page in the wheel's channel."""
-    f = index.describe(filename, "0" * 64, 0, None)
-    rel = f"{f.home}/{f.project}/" if f.home else "flat/"
-    return f"{settings.base_url}/{rel}" if settings.base_url else rel
-
-
-@dataclass(frozen=True)
-class _Done:
-    """One target's pass over a batch: its outcome, a verdict per wheel, and the (wheel, url)
-    pairs to record in the ledger."""
-
-    outcome: TargetOutcome
-    verdicts: tuple[WheelVerdict, ...]
-    record: tuple[tuple[GatedWheel, str], ...]
-
-
-def _published_to(book: LedgerBook, w: GatedWheel, target: str) -> bool:
-    rec = book.by_filename(w.filename)
-    return rec is not None and rec.sha256 == w.sha256 and any(
-        p.target == target for p in book.ledger_entry(rec).published)
-
-
-def _linked_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, vouchers: Vouchers,
-                  placed_earlier: Mapping[str, set[str]], *, dry_run: bool) -> _Done:
-    """The pages link to the copies another target holds: each wheel must be there already or
-    have been placed there earlier in this run; one that is not is refused on its own."""
-    assert s.links is not None
-    earlier = placed_earlier.get(s.links, set())
-    ok: list[GatedWheel] = []
-    verdicts: list[WheelVerdict] = []
-    for w in batch:
-        if w.filename in earlier or _published_to(book, w, s.links):
-            ok.append(w)
-        else:
-            verdicts.append(WheelVerdict(w.filename, s.name, Verdict.REFUSED, None,
-                                         f"not published to {s.links!r}, which this index links to; "
-                                         f"run with --target {s.links} --target {s.name}"))
-    placed = tuple((w.filename, _page_url(s, w.filename)) for w in ok)
-    if dry_run or not ok:
-        verdicts += [WheelVerdict(name, s.name, Verdict.WOULD_SEND, url) for name, url in placed]
-        return _Done(TargetOutcome(s.name, "index", placed, ()), tuple(verdicts), ())
-    book.refresh()
-    before = index.read_packages_json(s.path).get("files") or {}
-    remote = index.linked((e for _, e in iter_entries(book.path)), s.links)
-    index.regenerate(s.path, vouchers.sha256_of_name, remote=remote, create=True)
-    sent = tuple(w.filename for w in ok if w.filename not in before)
-    verdicts += [WheelVerdict(name, s.name, Verdict.PUBLISHED if name in sent else Verdict.PRESENT, url)
-                 for name, url in placed]
-    record = tuple((w, url) for w, (_, url) in zip(ok, placed, strict=True))
-    return _Done(TargetOutcome(s.name, "index", placed, sent), tuple(verdicts), record)
-
-
-def _stored_index(s: IndexSettings, batch: Sequence[GatedWheel], book: LedgerBook, vouchers: Vouchers, *,
-                  dry_run: bool) -> _Done:
-    book.refresh()
-    try:
-        done = index.publish_each(s.path, [(w.path, w.sha256) for w in batch], vouchers.sha256_of_name,
-                                  base_url=s.base_url, dry_run=dry_run)
-    except (DefectError, LedgerError) as exc:  # the tree's own state: no wheel can be added to it
-        why = f"the index tree cannot take new wheels: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
-        return _Done(TargetOutcome(s.name, "index", (), ()),
-                     tuple(WheelVerdict(w.filename, s.name, Verdict.REFUSED, None, why) for w in batch), ())
-    by_name = {w.filename: w for w in batch}
-    verdicts = [WheelVerdict(name, s.name, Verdict.REFUSED, None, f"{why}; a published file name is never "
-                             "overwritten: bump build_epoch to rebuild under a new name")
-                for name, why in done.refused]
-    new = Verdict.WOULD_SEND if dry_run else Verdict.PUBLISHED
-    verdicts += [WheelVerdict(u.filename, s.name, new if u.action == "stored" else Verdict.PRESENT, u.url)
-                 for u in done.uploads]
-    outcome = TargetOutcome(s.name, "index", tuple((u.filename, u.url) for u in done.uploads),
-                            tuple(u.filename for u in done.uploads if u.action == "stored"))
-    record = () if dry_run else tuple((by_name[u.filename], u.url) for u in done.uploads)
-    return _Done(outcome, tuple(verdicts), record)
-
-
-def _twine(s: TwineSettings, batch: Sequence[GatedWheel], env: Mapping[str, str] | None, *, dry_run: bool) -> _Done:
-    sendable = [twine.TwineWheel(w.path, w.sha256) for w in batch]
-    by_name = {w.filename: w for w in batch}
-    if dry_run:
-        plan = twine.plan(sendable, twine.existing_for(s, sendable, env=env))
-        verdicts = [WheelVerdict(name, s.name, Verdict.REFUSED, None, why) for name, why in plan.refused]
-        verdicts += [WheelVerdict(name, s.name, Verdict.PRESENT, url) for name, url in plan.present]
-        verdicts += [WheelVerdict(p.name, s.name, Verdict.WOULD_SEND, None) for p in plan.upload]
-        return _Done(TargetOutcome(s.name, "twine", plan.present, tuple(p.name for p in plan.upload)),
-                     tuple(verdicts), ())
-    _, results = twine.upload_each(s, sendable, env=env)
-    verdicts = []
-    for r in results:
-        if r.url is not None:
-            verdicts.append(WheelVerdict(r.filename, s.name, Verdict.PUBLISHED if r.sent else Verdict.PRESENT, r.url))
-        else:
-            verdicts.append(WheelVerdict(r.filename, s.name, Verdict.REFUSED if r.refused else Verdict.FAILED,
-                                         None, r.problem))
-    placed = tuple((r.filename, r.url) for r in results if r.url is not None)
-    return _Done(TargetOutcome(s.name, "twine", placed, tuple(r.filename for r in results if r.sent and r.url)),
-                 tuple(verdicts), tuple((by_name[name], url) for name, url in placed))
-
-
-def ordered(targets: Sequence[TargetSettings]) -> list[TargetSettings]:
-    """Targets in run order: an index that links to another target's copies runs after it."""
-    return sorted(targets, key=lambda t: isinstance(t, IndexSettings) and t.links is not None)
-
-
 # --------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------
 def upload(
     wheels_dir: Path,
-    targets: Sequence[TargetSettings],
+    targets: Sequence[PublishTarget],
     *,
     ledger: Path,
     fragment_dirs: Sequence[Path] = (),
@@ -208,6 +102,10 @@ def upload(
     (:class:`farm.publish.ledgerpush.LedgerPusher`). A job that publishes many batches passes
     its open ``book`` of ``ledger`` (read once, records appended) and its ``pusher``."""
     wheels = find_wheels(wheels_dir)
+    if not dry_run and any(isinstance(t, IndexSettings) and t.variants for t in targets):
+        from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+        variantchannel.require()  # before anything is published
     dirs = [Path(wheels_dir), *fragment_dirs]
     book = LedgerBook.open(ledger) if book is None else book
     if book.path != Path(ledger):
@@ -219,28 +117,21 @@ def upload(
     if own_pusher:
         assert push_ledger is not None
         pusher = LedgerPusher(Path(ledger), push_ledger)
-    options = _Options(env, dry_run, delete_orphans, factory, derive, reader, None if dry_run else pusher)
+
+    def regate(path: Path, entry: LedgerEntry) -> list[str]:
+        return run_gate([path], Vouchers(book, {entry.sha256: entry}), derive=derive, reader=reader).lines()
+
+    run = PublishRun(book, vouchers, env, dry_run, delete_orphans, factory, regate, None if dry_run else pusher, {})
     if dry_run:  # reads only: no lock (a dry run leaves nothing behind)
-        return _publish(gate, targets, book=book, vouchers=vouchers, options=options)
+        return _publish(gate, targets, run)
     with publish_lock(ledger):
         # Under the lock the book is brought up to date: another publish may have finished meanwhile.
         book.refresh()
-        report = _publish(gate, targets, book=book, vouchers=vouchers, options=options)
+        report = _publish(gate, targets, run)
     if pusher is not None:
         error = pusher.finish() if own_pusher else pusher.error  # a shared pusher is finished by its job
         report = replace(report, pushes=pusher.pushes, push_error=error)
     return report
-
-
-@dataclass(frozen=True)
-class _Options:
-    env: Mapping[str, str] | None
-    dry_run: bool
-    delete_orphans: bool
-    factory: ClientFactory
-    derive: Derive | None
-    reader: str
-    pusher: LedgerPusher | None
 
 
 def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
@@ -263,49 +154,35 @@ def publish_lock(ledger: Path) -> Any:
     return _Lock(f"{ledger}{PUBLISH_LOCK_SUFFIX}", timeout=PUBLISH_LOCK_TIMEOUT_S)
 
 
-def _publish(gate: GateResult, targets: Sequence[TargetSettings], *, book: LedgerBook, vouchers: Vouchers,
-             options: _Options) -> UploadReport:
+def _publish(gate: GateResult, targets: Sequence[PublishTarget], run: PublishRun) -> UploadReport:
     """Each target in turn, each wheel on its own: a wheel refused or failed on a target is
     that wheel's verdict there; the others go on. Each placement is recorded as it is made."""
-    env, dry_run, pusher = options.env, options.dry_run, options.pusher
     verdicts = [WheelVerdict(r.wheel, "gate", Verdict.REFUSED, None, f"{r.check.value}: {r.message}; fix: {r.fix}")
                 for r in gate.refused]
     batch = gate.passed
     if not batch:
-        return UploadReport(gate, dry_run=dry_run, verdicts=tuple(verdicts))
+        return UploadReport(gate, dry_run=run.dry_run, verdicts=tuple(verdicts))
     outcomes: list[TargetOutcome] = []
     merged: list[str] = []
     recorded = 0
     placed_on: dict[str, set[str]] = {}
+    run = replace(run, placed_on=placed_on)
     for s in ordered(targets):
-        if isinstance(s, GithubSettings):
-            outcome, github_verdicts, added, n = publish_github(
-                s, batch, vouchers, book=book, client=options.factory(s), derive=options.derive,
-                reader=options.reader, delete_orphans=options.delete_orphans, dry_run=dry_run, on_record=pusher)
-            target_verdicts: Sequence[WheelVerdict] = github_verdicts
-            merged += added
-            recorded += n
-        else:
-            if isinstance(s, IndexSettings) and s.links:
-                done = _linked_index(s, batch, book, vouchers, placed_on, dry_run=dry_run)
-            elif isinstance(s, IndexSettings):
-                done = _stored_index(s, batch, book, vouchers, dry_run=dry_run)
-            else:
-                assert isinstance(s, TwineSettings)
-                done = _twine(s, batch, env, dry_run=dry_run)
-            outcome, target_verdicts = done.outcome, done.verdicts
-            # Recorded as soon as the target is done: if a later target fails, the ledger still
-            # says where the wheels already are, and a retry (a no-op where they are) completes it.
-            for (w, _), got in zip(done.record, book.record_many([(w.entry, s.name, url) for w, url in done.record]),
-                                   strict=True):
-                merged += [w.filename] if got.added else []
-                recorded += got.published
-            if pusher is not None and done.record:
-                pusher(f"{len(done.record)} wheel(s) on {s.name}")
-        outcomes.append(outcome)
-        verdicts += target_verdicts
-        placed_on[s.name] = {v.wheel for v in target_verdicts if v.ok}
-    return UploadReport(gate, tuple(outcomes), tuple(dict.fromkeys(merged)), recorded, dry_run=dry_run,
+        done = s.publish(batch, run)
+        merged += done.merged
+        recorded += done.recorded
+        # Recorded as soon as the target is done: if a later target fails, the ledger still
+        # says where the wheels already are, and a retry (a no-op where they are) completes it.
+        for (w, _), got in zip(done.record, run.book.record_many([(w.entry, s.name, url) for w, url in done.record]),
+                               strict=True):
+            merged += [w.filename] if got.added else []
+            recorded += got.published
+        if run.pusher is not None and done.record:
+            run.pusher(f"{len(done.record)} wheel(s) on {s.name}")
+        outcomes.append(done.outcome)
+        verdicts += done.verdicts
+        placed_on[s.name] = {v.wheel for v in done.verdicts if v.ok}
+    return UploadReport(gate, tuple(outcomes), tuple(dict.fromkeys(merged)), recorded, dry_run=run.dry_run,
                         verdicts=tuple(verdicts))
 
 
@@ -317,9 +194,19 @@ def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] 
         return _regenerate_index(root, ledger=ledger, fragment_dirs=fragment_dirs, allow_drop=allow_drop, links=links)
 
 
+def regenerate_variants(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),
+                        allow_drop: Sequence[str] = ()) -> VariantReport:
+    """The wheel-variant channel of the tree at ``root``, from its files and the ledger."""
+    from farm.publish import variantchannel  # noqa: PLC0415 (variantlib, the upload extra's, is optional)
+
+    with publish_lock(ledger):
+        vouchers = Vouchers.load(ledger, fragment_dirs)
+        return variantchannel.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop)
+
+
 def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path], allow_drop: Sequence[str],
                       links: str | None) -> index.IndexReport:
     vouchers = Vouchers.load(ledger, fragment_dirs)
     remote = index.linked((e for _, e in iter_entries(ledger)), links) if links and ledger.exists() else []
     return index.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop, remote=remote,
-                            create=bool(links))
+                            create=bool(links), attested=vouchers.attestation_of)

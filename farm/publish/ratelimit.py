@@ -9,15 +9,23 @@ those answers; :func:`retry_after` reads GitHub's own word when one comes anyway
 
 The budgets sit a little under GitHub's numbers: other steps of the same workflow (checkout,
 artifact and cache actions) spend the same token's budget.
+
+Every wait is also held to a :class:`WaitBudget`: never past the job's deadline, and never more
+than a cap in all on GitHub's own rate-limit answers (a ``Retry-After: 3000`` obeyed six times
+would spend five hours of a six-hour job). A wait the budget does not allow raises
+:class:`~farm.errors.OutOfTime` at once instead of sleeping, and the job hands on what is left.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from farm.errors import OutOfTime
 
 # GitHub's documented numbers.
 PRIMARY_PER_HOUR = 1000  # GITHUB_TOKEN, per repository
@@ -54,18 +62,50 @@ class Limit:
     content: bool = False
 
 
-def github_limits(*, margin: float = 0.9, publishers: int = 1) -> tuple[Limit, ...]:
+def github_limits(*, margin: float = 0.9, publishers: int = 1, share: float | None = None) -> tuple[Limit, ...]:
     """GitHub's documented limits, each budgeted at ``margin`` of its number and shared by
     ``publishers`` jobs publishing at once with one token (GitHub counts per token and
-    repository, not per job; each job throttles only its own requests)."""
-    def share(number: int) -> int:
-        return max(1, int(number * margin) // max(1, publishers))
+    repository, not per job; each job throttles only its own requests). ``share``: this job's
+    fraction of the token instead (the jobs of a wave take shares in proportion to their cells:
+    :func:`farm.publish.budget.publish_shares`)."""
+    fraction = share if share is not None else 1.0 / max(1, publishers)
+    if not 0 < fraction <= 1:
+        raise ValueError(f"a share of the token's limits is in (0, 1], not {fraction}")
+
+    def share_of(number: int) -> int:
+        return max(1, int(number * margin * fraction + 1e-9))
 
     return (
-        Limit("primary: requests per hour", share(PRIMARY_PER_HOUR), 3600.0),
-        Limit("secondary: content-creating requests per minute", share(CONTENT_PER_MINUTE), 60.0, True),
-        Limit("secondary: content-creating requests per hour", share(CONTENT_PER_HOUR), 3600.0, True),
+        Limit("primary: requests per hour", share_of(PRIMARY_PER_HOUR), 3600.0),
+        Limit("secondary: content-creating requests per minute", share_of(CONTENT_PER_MINUTE), 60.0, True),
+        Limit("secondary: content-creating requests per hour", share_of(CONTENT_PER_HOUR), 3600.0, True),
     )
+
+
+@dataclass
+class WaitBudget:
+    """What a job may still spend waiting: never past ``deadline`` (epoch seconds), and at most
+    ``rate_limit_s`` in all on waits GitHub asked for (``Retry-After``, a spent primary limit).
+    The throttle's own pacing is held to the deadline only: it is the job's planned speed."""
+
+    deadline: float = math.inf
+    rate_limit_s: float = math.inf
+    rate_limit_waited_s: float = 0.0
+
+    def allow(self, now: float, seconds: float, *, rate_limit: bool, what: str) -> None:
+        """Raise :class:`OutOfTime` unless waiting ``seconds`` from ``now`` fits; else count it."""
+        if now + seconds > self.deadline:
+            raise OutOfTime(f"{what}: a wait of {seconds:.0f} s would pass this job's deadline "
+                            f"({max(0.0, self.deadline - now):.0f} s left)",
+                            hint="the job stops here and hands what it has not done to the next job")
+        if rate_limit:
+            if self.rate_limit_waited_s + seconds > self.rate_limit_s:
+                raise OutOfTime(f"{what}: GitHub asks for {seconds:.0f} s more of waiting; this job has waited "
+                                f"{self.rate_limit_waited_s:.0f} s on rate limits, its cap is "
+                                f"{self.rate_limit_s:.0f} s",
+                                hint="another client may be spending the token's budget; the job stops and hands "
+                                     "the rest to the next job")
+            self.rate_limit_waited_s += seconds
 
 
 @dataclass
@@ -75,6 +115,7 @@ class Throttle:
 
     limits: tuple[Limit, ...] = field(default_factory=github_limits)
     clock: Clock = field(default_factory=RealClock)
+    budget: WaitBudget = field(default_factory=WaitBudget)
     _sent: dict[str, deque[float]] = field(default_factory=dict)
     waited_s: float = 0.0  # total time spent waiting, for the run's summary
 
@@ -94,10 +135,15 @@ class Throttle:
         return delay
 
     def wait(self, method: str) -> None:
-        """Wait until a ``method`` request fits every window."""
+        """Wait until a ``method`` request fits every window (within the :class:`WaitBudget`)."""
         while (delay := self.delay(method)) > 0:
-            self.waited_s += delay
-            self.clock.sleep(delay)
+            self.pause(delay, rate_limit=False, what=f"{method}: this job's share of GitHub's limits")
+
+    def pause(self, seconds: float, *, rate_limit: bool, what: str) -> None:
+        """Sleep ``seconds`` when the budget allows it (:class:`OutOfTime` when not)."""
+        self.budget.allow(self.clock.now(), seconds, rate_limit=rate_limit, what=what)
+        self.waited_s += seconds
+        self.clock.sleep(seconds)
 
     def sent(self, method: str) -> None:
         """Count a ``method`` request, when its answer came: GitHub counts it on arrival, which is

@@ -12,25 +12,76 @@ of :mod:`farm.publish.github`; the calls are :mod:`farm.publish.ghrest`'s.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.errors import ToolError
+from farm.errors import ConfigError, ToolError
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish import ghrest, github
-from farm.publish.adopt import key_of, reassert
-from farm.publish.gate import GatedWheel, Vouchers
+from farm.publish.adopt import Regate, key_of, reassert
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits
-from farm.publish.targets import GithubSettings
-from farm.publish.verdict import TargetOutcome, Verdict, WheelVerdict
+from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
-    from farm.provenance.verdict import Derive
+    from farm.publish.gate import GatedWheel, Vouchers
+
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class GithubSettings:
+    """GitHub Releases through the REST API: a release per ``tag`` (a format over the wheel's
+    cell, see :mod:`farm.publish.github`). ``api_url`` / ``uploads_url``: GitHub Enterprise
+    Server's, or a test server's."""
+
+    kind: ClassVar[str] = "github"
+    after = None  # it publishes after no other target
+    name: str
+    repository: str
+    tag: str = github.DEFAULT_TAG
+    # Warn when a release will hold this many assets; GitHub refuses the 1,001st.
+    warn_assets: int = 900
+    api_url: str = ghrest.API_URL
+    uploads_url: str = ghrest.UPLOADS_URL
+
+    @classmethod
+    def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)
+              where: str) -> GithubSettings:
+        repo = options.get("repository")
+        if not isinstance(repo, str) or not repo:
+            raise ConfigError("repository must be a non-empty string", where=where)
+        if not _REPO.match(repo):
+            raise ConfigError(f"repository {repo!r} is not owner/name", where=where)
+        tag = options.get("tag", github.DEFAULT_TAG)
+        if not isinstance(tag, str):
+            raise ConfigError("tag must be a string", where=where, hint=f"e.g. {github.DEFAULT_TAG!r}")
+        try:  # an unknown field fails here, not mid-upload
+            github.check_tag(tag)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, where=where, hint=exc.hint) from None
+        warn = options.get("warn_assets", 900)
+        if not isinstance(warn, int) or not 0 < warn <= 1000:
+            raise ConfigError("warn_assets must be an integer in 1..1000", where=where)
+        urls = {}
+        for key, default in (("api_url", ghrest.API_URL), ("uploads_url", ghrest.UPLOADS_URL)):
+            value = options.get(key, default)
+            if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+                raise ConfigError(f"{key} must be an http(s) URL", where=where, hint=f"GitHub's is {default}")
+            urls[key] = value.rstrip("/")
+        return cls(name, repo, tag, warn, **urls)
+
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
+        outcome, verdicts, merged, recorded = publish_github(
+            self, batch, run.vouchers, book=run.book, client=run.github_client(self), gate=run.gate,
+            delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher)
+        return Placed(outcome, tuple(verdicts), merged=merged, recorded=recorded)
+
 
 ClientFactory = Callable[[GithubSettings], ghrest.Client]
 
@@ -53,7 +104,7 @@ def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None
 
 @dataclass
 class _Release:
-    release: ghrest.Release | None
+    release: ghrest.GithubRelease | None
     assets: dict[str, ghrest.RemoteAsset]
 
 
@@ -64,8 +115,7 @@ class _GithubRun:
     settings: GithubSettings
     client: ghrest.Client
     book: LedgerBook
-    derive: Derive | None
-    reader: str
+    gate: Regate  # an unrecorded asset under a wheel's name is re-asserted by it
     delete_orphans: bool
     dry_run: bool
     releases: dict[str, _Release] = field(default_factory=dict)
@@ -83,7 +133,7 @@ class _GithubRun:
             self.releases[tag] = _Release(release, assets)
         return self.releases[tag]
 
-    def ensure(self, tag: str, package: str) -> ghrest.Release:
+    def ensure(self, tag: str, package: str) -> ghrest.GithubRelease:
         state = self.state(tag)
         if state.release is None:
             state.release = self.client.create_release(tag, f"Prebuilt CUDA wheels of {package}.")
@@ -168,7 +218,7 @@ class _GithubRun:
                 return WheelVerdict(name, target, Verdict.PRESENT, url)
             if action is github.Action.REFUSE:
                 return WheelVerdict(name, target, Verdict.REFUSED, url, why)
-            check = reassert(dest, cell=key, ledger=self.book, derive=self.derive, reader=self.reader)
+            check = reassert(dest, cell=key, gate=self.gate)
         if check.entry is not None:
             self.record(check.entry, url)
             return WheelVerdict(name, target, Verdict.ADOPTED, url,
@@ -189,12 +239,12 @@ class _GithubRun:
 
 
 def publish_github(s: GithubSettings, batch: Sequence[GatedWheel], vouchers: Vouchers, *, book: LedgerBook,
-            client: ghrest.Client, derive: Derive | None, reader: str, delete_orphans: bool,
+            client: ghrest.Client, gate: Regate, delete_orphans: bool,
             dry_run: bool, on_record: Callable[[str], None] | None,
             ) -> tuple[TargetOutcome, list[WheelVerdict], tuple[str, ...], int]:
     """Publish ``batch`` to ``s`` in file name order; returns the target's outcome, each wheel's
     verdict, the entries merged into the ledger and the publications recorded."""
-    run = _GithubRun(s, client, book, derive, reader, delete_orphans, dry_run, on_record=on_record)
+    run = _GithubRun(s, client, book, gate, delete_orphans, dry_run, on_record=on_record)
     verdicts: list[WheelVerdict] = []
     try:
         _pass(run, sorted(batch, key=lambda w: w.filename), vouchers, verdicts)

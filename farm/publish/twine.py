@@ -21,15 +21,53 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from farm.errors import NetworkError, ToolError, redact
-from farm.netutil import IndexFile, project_url, read_page
-from farm.publish.targets import TwineSettings
+from farm import DISTRIBUTION
+from farm.errors import ConfigError, NetworkError, ToolError, redact
+from farm.netutil import LinkedFile, project_url, read_page
+from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
+
+if TYPE_CHECKING:
+    from farm.publish.gate import GatedWheel
+
+
+@dataclass(frozen=True)
+class TwineSettings:
+    """Any PyPI-compatible repository. ``simple_url`` is where existing files are looked up; it
+    defaults to ``repository_url`` with ``legacy/`` replaced by (or ``simple/`` appended)."""
+
+    kind: ClassVar[str] = "twine"
+    after = None  # it publishes after no other target
+    name: str
+    repository_url: str
+    simple_url: str
+    username_env: str = "TWINE_USERNAME"
+    password_env: str = "TWINE_PASSWORD"
+
+    @classmethod
+    def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)
+              where: str) -> TwineSettings:
+        url = options.get("repository_url")
+        if not isinstance(url, str) or not url:
+            raise ConfigError("repository_url must be a non-empty string", where=where)
+        simple = options.get("simple_url") or default_simple_url(url)
+        return cls(name, url, simple if simple.endswith("/") else simple + "/",
+                   options.get("username_env", "TWINE_USERNAME"), options.get("password_env", "TWINE_PASSWORD"))
+
+    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
+        return _publish(self, batch, run)
+
+
+def default_simple_url(repository_url: str) -> str:
+    base = repository_url.rstrip("/")
+    base = base.removesuffix("/legacy")
+    return base + "/simple/"
 
 # A file the repository lists: absolute URL and the sha256 its link declares (or None).
-Listed = IndexFile
+Listed = LinkedFile
 
 
 def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -143,7 +181,7 @@ def _send(settings: TwineSettings, path: Path, env: Mapping[str, str]) -> str | 
     if proc.returncode == 0:
         return None
     if "No module named twine" in proc.stderr:
-        raise ToolError("twine is not installed", hint="pip install 'farm[upload]'")
+        raise ToolError("twine is not installed", hint=f"pip install '{DISTRIBUTION}[upload]'")
     tail = redact((proc.stdout + proc.stderr).strip(), child).splitlines()[-5:]
     return f"twine upload to {settings.repository_url} exited {proc.returncode}" + (
         f": {' | '.join(tail)}" if tail else "")
@@ -181,3 +219,27 @@ def upload_each(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
         else:
             results.append(TwineResult(name, have.url, name in sent))
     return the_plan, results
+
+
+def _publish(s: TwineSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
+    env = run.env
+    sendable = [TwineWheel(w.path, w.sha256) for w in batch]
+    by_name = {w.filename: w for w in batch}
+    if run.dry_run:
+        planned = plan(sendable, existing_for(s, sendable, env=env))
+        verdicts = [WheelVerdict(name, s.name, Verdict.REFUSED, None, why) for name, why in planned.refused]
+        verdicts += [WheelVerdict(name, s.name, Verdict.PRESENT, url) for name, url in planned.present]
+        verdicts += [WheelVerdict(p.name, s.name, Verdict.WOULD_SEND, None) for p in planned.upload]
+        return Placed(TargetOutcome(s.name, "twine", planned.present, tuple(p.name for p in planned.upload)),
+                      tuple(verdicts))
+    _, results = upload_each(s, sendable, env=env)
+    verdicts = []
+    for r in results:
+        if r.url is not None:
+            verdicts.append(WheelVerdict(r.filename, s.name, Verdict.PUBLISHED if r.sent else Verdict.PRESENT, r.url))
+        else:
+            verdicts.append(WheelVerdict(r.filename, s.name, Verdict.REFUSED if r.refused else Verdict.FAILED,
+                                         None, r.problem))
+    placed = tuple((r.filename, r.url) for r in results if r.url is not None)
+    return Placed(TargetOutcome(s.name, "twine", placed, tuple(r.filename for r in results if r.sent and r.url)),
+                  tuple(verdicts), tuple((by_name[name], url) for name, url in placed))

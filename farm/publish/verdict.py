@@ -1,10 +1,20 @@
-"""What became of each wheel on each target: the verdicts a publish reports."""
+"""What became of each wheel on each target: the verdicts a publish reports, and what each
+target's pass over a batch is given (:class:`PublishRun`) and gives back (:class:`Placed`)."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from farm.provenance.ledgerbook import LedgerBook
+    from farm.publish.adopt import Regate
+    from farm.publish.gate import GatedWheel, Vouchers
+    from farm.publish.ghrest import Client
+    from farm.publish.ledgerpush import LedgerPusher
+    from farm.publish.releases import GithubSettings
 
 
 class Verdict(str, enum.Enum):
@@ -57,3 +67,32 @@ class TargetOutcome:
     requests: int = 0  # GitHub API requests sent
     rate_limited: int = 0  # GitHub rate-limit answers obeyed
     throttled_s: float = 0.0  # time the client-side throttle waited
+
+
+@dataclass(frozen=True)
+class PublishRun:
+    """What a target's pass over a batch is given: the publish's open ledger book, the vouchers
+    its gate read, and the run's options."""
+
+    book: LedgerBook
+    vouchers: Vouchers
+    env: Mapping[str, str] | None
+    dry_run: bool
+    delete_orphans: bool
+    github_client: Callable[[GithubSettings], Client]
+    gate: Regate  # the batch's gate, for a wheel found another way (an unrecorded asset re-asserted)
+    pusher: LedgerPusher | None
+    placed_on: Mapping[str, set[str]]  # target name -> the wheels placed there earlier in this run
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A target's pass over a batch: its outcome, a verdict per wheel, the (wheel, url) pairs
+    its caller records in the ledger, and what the target recorded itself (GitHub records each
+    wheel before the next): the entries merged and the publications recorded."""
+
+    outcome: TargetOutcome
+    verdicts: tuple[WheelVerdict, ...]
+    record: tuple[tuple[GatedWheel, str], ...] = ()
+    merged: tuple[str, ...] = ()
+    recorded: int = 0

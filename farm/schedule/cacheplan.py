@@ -10,7 +10,7 @@ kept in ``cache_sizes.json`` beside this module with the day they were measured;
 cache-plan --measure`` measures them again (:mod:`farm.commands.cache_plan`). Where no index this
 side can answer (PyTorch's own per-line index, NVIDIA's redist archives), a key's size is an
 estimate, said so with its basis: the same component or the same torch measured elsewhere, else
-a constant. Nothing here does I/O.
+a constant. Nothing here does I/O; :class:`CellKeys` names a planned cell's keys.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from farm.builder.spec import knobs
 from farm.errors import UsageError
+from farm.model.cells import NO_TORCH
+from farm.model.config import FarmConfig
+from farm.schedule.matrix import PlannedCell
+from farm.toolkit.request import request_for
 
 DATA = Path(__file__).with_name("cache_sizes.json")
 CACHE_LIMIT_BYTES = 10 * 10**9  # GitHub: 10 GB per repository, least recently used evicted
@@ -110,6 +115,28 @@ class TorchKey:
     platform: str
     cuda: str
     torch: str
+
+
+class CellKeys:
+    """The keys a cell's build job restores, as ``farm build`` requests them: its toolkit (CUDA
+    line, platform, component set: torch's components when it links torch, the recipe's extra
+    ones) and, when it links torch, torch's (platform, CUDA line, torch)."""
+
+    def __init__(self, config: FarmConfig) -> None:
+        self.config = config
+        self._extra: dict[str, tuple[str, ...]] = {}
+
+    def of(self, planned: PlannedCell) -> tuple[ToolkitKey, TorchKey | None]:
+        cell = planned.cell
+        extra = self._extra.get(cell.package)
+        if extra is None:
+            extra = self._extra[cell.package] = tuple(
+                knobs(self.config, self.config.recipe(cell.package)).extra_cuda_components)
+        linked = cell.torch != NO_TORCH
+        request = request_for(self.config.defaults.toolkit, cell.cuda, torch=linked, extra=extra,
+                              platform=cell.platform, env={})
+        torch = TorchKey(cell.platform, cell.cuda, planned.torch_version) if linked and planned.torch_version else None
+        return ToolkitKey(cell.cuda, cell.platform, tuple(sorted(request.components))), torch
 
 
 @dataclass(frozen=True)

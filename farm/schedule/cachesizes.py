@@ -34,7 +34,7 @@ from packaging.version import Version
 
 from farm.errors import NetworkError
 from farm.model.config import FarmConfig
-from farm.netutil import IndexFile, IndexPage, fetch_bytes, project_url, read_page
+from farm.netutil import IndexPage, LinkedFile, fetch_bytes, project_url, read_page
 from farm.schedule.cacheplan import CacheSizes, ComponentSize, TorchSize
 from farm.schedule.grid import farm_platform
 from farm.toolkit import components as comps
@@ -90,11 +90,11 @@ def requirements(metadata: bytes) -> list[str]:
 
 
 def pick_wheel(page: IndexPage, name: str, spec: SpecifierSet, platform: str,
-               python_tag: str = PYTHON_TAG) -> IndexFile | None:
+               python_tag: str = PYTHON_TAG) -> LinkedFile | None:
     """The wheel pip would take for ``name`` ``spec`` on ``platform`` under ``python_tag``: the
     highest version in range with a sized wheel for the platform (its own ABI, abi3 or none),
     of that version the highest build; None when the page has none."""
-    best: tuple[Version, tuple[int, str], IndexFile] | None = None
+    best: tuple[Version, tuple[int, str], LinkedFile] | None = None
     for file in page.files:
         if file.size is None or not file.filename.endswith(".whl"):
             continue
@@ -150,7 +150,7 @@ class _RangeFile(io.RawIOBase):
         return body
 
 
-def wheel_metadata(file: IndexFile) -> bytes:
+def wheel_metadata(file: LinkedFile) -> bytes:
     """A wheel's core metadata: the index's PEP 658 file when it serves one, else the wheel's
     ``*.dist-info/METADATA`` read by ranges."""
     try:
@@ -185,7 +185,7 @@ class Index:
             self._pages[key] = read_page(project_url(self.root, key))
         return self._pages[key]
 
-    def wheel(self, req: Requirement, platform: str) -> IndexFile | None:
+    def wheel(self, req: Requirement, platform: str) -> LinkedFile | None:
         return pick_wheel(self.page(req.name), req.name, req.specifier, platform)
 
 

@@ -23,7 +23,7 @@ TITLE_PREFIX = "build"
 
 
 @dataclass(frozen=True)
-class Inputs:
+class ChainInputs:
     """build.yml's workflow_dispatch inputs; "" is unfiltered."""
 
     package: str = ""
@@ -42,8 +42,8 @@ def _items(field: str, value: str) -> list[str]:
     return [v for v in re.split(sep, value.strip()) if v]
 
 
-def merge(mine: Inputs, pending: Inputs | None) -> Inputs:
-    """Inputs whose cells include both runs' (pure). Runs publishing to different targets cannot
+def merge(mine: ChainInputs, pending: ChainInputs | None) -> ChainInputs:
+    """ChainInputs whose cells include both runs' (pure). Runs publishing to different targets cannot
     merge: a :class:`UsageError` says which to redispatch."""
     if pending is None or pending == mine:
         return mine
@@ -67,7 +67,7 @@ def merge(mine: Inputs, pending: Inputs | None) -> Inputs:
     return replace(mine, **out)
 
 
-def title(inputs: Inputs) -> str:
+def title(inputs: ChainInputs) -> str:
     """What build.yml's ``run-name`` renders for these inputs (``*`` is unfiltered)."""
     parts = [f"{k}={v or '*'}" for k, v in inputs.filters().items()]
     return f"{TITLE_PREFIX} " + " ".join(f"[{p}]" for p in parts) + f" [target={inputs.target}]"
@@ -76,13 +76,13 @@ def title(inputs: Inputs) -> str:
 _TITLE = re.compile(r"\[(\w+)=([^\]]*)\]")
 
 
-def parse_title(text: str) -> Inputs | None:
+def parse_title(text: str) -> ChainInputs | None:
     """The inputs of a run from its title, or None when it is not one :func:`title` wrote (a run
     started by the schedule has the default title: unfiltered, the default target)."""
     if not text.startswith(TITLE_PREFIX + " ["):
         return None
     found = dict(_TITLE.findall(text))
-    names = {f.name for f in fields(Inputs)}
+    names = {f.name for f in fields(ChainInputs)}
     if set(found) != names:
         return None
-    return Inputs(**{k: ("" if v == "*" else v) for k, v in found.items()})
+    return ChainInputs(**{k: ("" if v == "*" else v) for k, v in found.items()})

@@ -16,7 +16,8 @@ From that, per cell (:func:`plan_cell`):
   with the reason: no hosted runner can finish it, so it is never scheduled to time out.
 
 :func:`wave_cost` is a wave's bill: jobs, runner-hours, and the wall time at N concurrent jobs
-(GitHub's Free plan runs 20), longest jobs first as the plan orders them. All of it is pure.
+(GitHub's Free plan runs 20), longest jobs first as the plan orders them, each job with the set-up
+every hosted job pays before ``farm build`` (``recipe_times.json``). All of it is pure.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from farm.schedule.jobs import cost as jobs_of
-from farm.schedule.waves import schedule
+from farm.schedule.recipetimes import recipe_times
+from farm.schedule.waves import Wave, schedule
 
 if TYPE_CHECKING:  # matrix.py plans the cells costed here: no import cycle at run time
     from farm.model.config import Sharding
@@ -94,7 +96,7 @@ def estimate(key: CellKey, durations: Durations, sharding: int = 1) -> Estimate:
 
 
 @dataclass(frozen=True)
-class CellPlan:
+class CellJobs:
     """How a cell is built: ``compile_jobs`` (1: one ordinary job), each job's estimated time,
     or ``refused`` with the reason."""
 
@@ -110,11 +112,13 @@ class CellPlan:
 
     @property
     def runner_s(self) -> float:
-        return self.job_s * max(1, self.compile_jobs) + self.link_s
+        """Every job of the cell on its runner, each with its set-up."""
+        link = self.link_s + job_setup_s() if self.jobs > 1 else 0.0
+        return (self.job_s + job_setup_s()) * max(1, self.compile_jobs) + link
 
 
 def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG001 (key: the caller's record)
-              shard_platforms: Sequence[str] = ()) -> CellPlan:
+              shard_platforms: Sequence[str] = ()) -> CellJobs:
     """``declared_jobs``: the recipe's ``sharding`` for the cell's platform (1: none there);
     ``shard_platforms``: where the recipe shards at all (farm's nvcc launcher is Linux-only)."""
     near = NEAR_LIMIT * JOB_LIMIT_S
@@ -124,20 +128,20 @@ def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG00
             n = min(MAX_COMPILE_JOBS, math.ceil(est.seconds / TARGET_JOB_S))
         job = est.seconds / n
         if job > near:
-            return CellPlan(est, n, job, LINK_JOB_S, refused=(
+            return CellJobs(est, n, job, LINK_JOB_S, refused=(
                 f"{_hours(est.seconds)} of compile ({est.source}) is still {_hours(job)} per job in "
                 f"{n} compile jobs, near GitHub's {_hours(JOB_LIMIT_S)} job limit: build it on a "
                 "self-hosted runner"))
-        return CellPlan(est, n, job, LINK_JOB_S)
+        return CellJobs(est, n, job, LINK_JOB_S)
     if est.seconds > near:
         why = (f"its recipe shards the compile only on {', '.join(shard_platforms)} (farm's nvcc launcher "
                "is not built for Windows)" if shard_platforms
                else "its recipe has no `sharding:` to split the compile")
-        return CellPlan(est, 1, est.seconds, 0.0, refused=(
+        return CellJobs(est, 1, est.seconds, 0.0, refused=(
             f"{_hours(est.seconds)} in one job ({est.source}) nears GitHub's {_hours(JOB_LIMIT_S)} job "
             f"limit and {why}: no hosted runner can finish it; build it on a self-hosted runner, or "
             "drop the platform from the recipe"))
-    return CellPlan(est, 1, est.seconds, 0.0)
+    return CellJobs(est, 1, est.seconds, 0.0)
 
 
 def _hours(seconds: float) -> str:
@@ -169,6 +173,11 @@ class WaveCost:
                 "uploads": self.uploads, "estimated_cells": self.estimated}
 
 
+def job_setup_s() -> float:
+    """What every hosted job spends before ``farm build`` starts (recipe_times.json: an estimate)."""
+    return recipe_times().value("job_setup_s")
+
+
 def makespan(durations: Sequence[float], runners: int) -> float:
     """Wall time of jobs started in order on ``runners`` slots (each job takes the first free one)."""
     if runners < 1:
@@ -180,11 +189,12 @@ def makespan(durations: Sequence[float], runners: int) -> float:
     return max(slots)
 
 
-def wave_cost(plans: Sequence[CellPlan], concurrency: int = DEFAULT_CONCURRENCY) -> WaveCost:
+def wave_cost(plans: Sequence[CellJobs], concurrency: int = DEFAULT_CONCURRENCY) -> WaveCost:
     """The bill of the scheduled cells' plans, in the order the wave starts them: every build
     and compile job, then the link jobs (the link matrix runs after every build shard)."""
-    builds = [p.job_s for p in plans for _ in range(max(1, p.compile_jobs))]
-    links = [p.link_s for p in plans if p.compile_jobs > 1]
+    setup = job_setup_s()
+    builds = [p.job_s + setup for p in plans for _ in range(max(1, p.compile_jobs))]
+    links = [p.link_s + setup for p in plans if p.compile_jobs > 1]
     wall = makespan(builds, concurrency) + (makespan(links, concurrency) if links else 0.0)
     wall = max(wall, len(plans) / UPLOADS_PER_HOUR * 3600)
     return WaveCost(
@@ -222,9 +232,9 @@ class Costed:
 
     matrix: Matrix
     refused: tuple[RefusedCell, ...]
-    plans: Mapping[str, CellPlan]
+    plans: Mapping[str, CellJobs]
 
-    def plan_of(self, cell: PlannedCell) -> CellPlan:
+    def plan_of(self, cell: PlannedCell) -> CellJobs:
         return self.plans[cell.cell.id]
 
 
@@ -235,7 +245,7 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     ``hit_rates``: the compiler cache's recorded hit rates (:mod:`farm.schedule.hitrate`): each
     planned job's time is scaled by the cell's expected hit share, for ordering and the waves'
     cost; sharding and refusals are decided on the unscaled estimate (a cache may be cold)."""
-    plans: dict[str, CellPlan] = {}
+    plans: dict[str, CellJobs] = {}
     refused: list[RefusedCell] = []
     packages = []
     for pkg in matrix.packages:
@@ -250,12 +260,13 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                 refused.append(RefusedCell(p, plan.refused))
                 continue
             if plan.refused:  # kept anyway: as declared, the time limit is the runner's business
-                plan = CellPlan(est, p.compile_jobs, est.seconds / max(1, p.compile_jobs),
+                plan = CellJobs(est, p.compile_jobs, est.seconds / max(1, p.compile_jobs),
                                 LINK_JOB_S if p.compile_jobs > 1 else 0.0)
             if plan.compile_jobs != p.compile_jobs:
                 p = replace(p, compile_jobs=plan.compile_jobs)
-            if hit_rates is not None:
-                plan = replace(plan, job_s=plan.job_s * hit_rates.factor(key, recorded=est.source == "recorded"))
+            if hit_rates is not None:  # a compile shard's job is all compile; a whole cell's has its fixed part
+                plan = replace(plan, job_s=hit_rates.seconds(key, plan.job_s, recorded=est.source == "recorded",
+                                                             fixed=0.0 if plan.compile_jobs > 1 else None))
             plans[c.id] = plan
             kept.append((plan.job_s, p))
         kept.sort(key=lambda kp: -kp[0])  # stable: grid order among equals
@@ -263,16 +274,23 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     return Costed(replace(matrix, packages=tuple(packages)), tuple(refused), plans)
 
 
+def plan_wave(costed: Costed, capacity: int | None) -> Wave:
+    """The run's wave: chosen round-robin across packages, started longest job first, with the
+    cells no runner can finish set aside."""
+    wave = schedule(costed.matrix, capacity, jobs=jobs_of)
+    return replace(wave, scheduled=tuple(ordered(wave.scheduled, costed)), refused=costed.refused)
+
+
 def drain_model(costed: Costed, capacity: int, concurrency: int = DEFAULT_CONCURRENCY) -> list[WaveCost]:
     """The waves that drain the whole queue (nothing failing), as the workflow chains them: each
-    the :func:`~farm.schedule.matrix.schedule` of what the previous ones left."""
+    the :func:`plan_wave` of what the previous ones left."""
     out = []
     matrix = costed.matrix
     while matrix.cells:
-        wave = schedule(matrix, capacity, jobs=jobs_of)
+        wave = plan_wave(replace(costed, matrix=matrix), capacity)
         if not wave.scheduled:
             break  # a cell bigger than a run: schedule() says so to the user
-        out.append(wave_cost([costed.plan_of(p) for p in ordered(wave.scheduled, costed)], concurrency))
+        out.append(wave_cost([costed.plan_of(p) for p in wave.scheduled], concurrency))
         left = {p.cell.id for p in wave.deferred}
         matrix = replace(matrix, packages=tuple(
             replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in left)) for pkg in matrix.packages))

@@ -31,7 +31,7 @@ from packaging.version import Version
 
 from farm.errors import NetworkError, SourceError
 from farm.model.config import Defaults, Phantom
-from farm.netutil import IndexFile, IndexPage, fetch_bytes, read_page
+from farm.netutil import IndexPage, LinkedFile, fetch_bytes, read_page
 from farm.toolkit.components import cuda_line
 
 # wheel platform tag suffix -> farm platform
@@ -79,10 +79,10 @@ def requirements(metadata: bytes) -> list[str]:
     return [str(value) for value in message.get_all("Requires-Dist") or ()]
 
 
-def unlabelled(page: IndexPage) -> dict[tuple[str, str], IndexFile | None]:
+def unlabelled(page: IndexPage) -> dict[tuple[str, str], LinkedFile | None]:
     """The unlabelled torch wheels of a page (PyPI's), one per (version, farm platform): the one
     whose metadata tells that build's CUDA line (None where the index serves no metadata)."""
-    out: dict[tuple[str, str], IndexFile | None] = {}
+    out: dict[tuple[str, str], LinkedFile | None] = {}
     for file in page.files:
         wheel = _torch_wheel(file.filename)
         if wheel is None or wheel[0].local is not None:

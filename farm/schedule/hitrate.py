@@ -1,18 +1,27 @@
-"""Compiler-cache hit rates from the ledger, as a factor on a cell's estimated build time.
+"""Compiler-cache hit rates from the ledger, and what they make of a cell's build time.
 
 Each built wheel records its compiler cache's counts (``toolchain.compile_cache``: compile steps
-and hits). A cell's next build is expected to hit like its package's recorded builds on that
-platform did (their median hit share): an epoch bump that changed nothing the compiler sees hits
-nearly everywhere, a new torch minor nowhere. A recorded duration was measured at its own hit
-share; :meth:`HitRates.factor` turns it into the expected one, assuming compiling is
-:data:`COMPILE_SHARE` of a build and a hit costs nothing:
+and hits). What the next build of a cell hits depends on what the cache still holds:
 
-    expected = recorded * (1 - COMPILE_SHARE * h_expected) / (1 - COMPILE_SHARE * h_recorded)
+- a store that keeps what it is given (CI's S3 store, a local folder: ``retained``) holds every
+  step of every cell built before, so the next build of a recorded cell (an epoch bump that changed
+  nothing the compiler sees, a retried job) is expected to hit all of its steps;
+- the Actions cache keeps next to nothing of a bump for the next one (10 GB, least recently used
+  evicted, against ~300 GB of toolkit and torch keys alone): a cell is expected to hit like its
+  package's recorded builds on that platform did (their median hit share); a new torch minor
+  nowhere.
 
-The hook for the matrix's cost estimate: read the rates once (``read_hit_rates(ledger)``) and
-multiply each cell's estimated seconds by ``factor(key, recorded=<the estimate is the cell's own
-recorded duration>)`` before its wave is costed; plan sharding and refusals on the unscaled
-estimate (a cache may be cold).
+A recorded duration holds a part no cache shortens (the build environment, repair, assertion,
+stamp and import check) and a compile of which each cached step still costs a share of compiling
+it (preprocessing for its key, copying the object): both from ``recipe_times.json``
+(:mod:`farm.schedule.recipetimes`), each with its basis.
+
+    cold compile = (recorded - fixed) / (1 - h_recorded * (1 - hit_cost))
+    expected     = fixed + cold compile * (1 - h_expected * (1 - hit_cost))
+
+The matrix's cost estimate reads the rates once (``read_hit_rates(ledger)``) and takes each cell's
+expected seconds (:meth:`HitRates.seconds`) before its wave is costed; sharding and refusals are
+planned on the unscaled estimate (a cache may be cold).
 
 Pure, except :func:`read_hit_rates`, which decodes the few fields it needs from each ledger line.
 A line that does not decode, or counts that make no sense, are skipped: a missing rate is 0
@@ -23,23 +32,31 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from farm.model.cells import NO_TORCH
 from farm.schedule.cost import CellKey
 from farm.schedule.durations import recorded_builds
+from farm.schedule.recipetimes import recipe_times
 
-COMPILE_SHARE = 0.9  # of a CUDA extension's build, the compiling (nvcc nearly all of it)
+
+def fixed_seconds(key: CellKey) -> float:
+    """What the cell's build spends outside its compile, which no cache shortens."""
+    return recipe_times().build_fixed_s(linked=key[2] != NO_TORCH)
+
 
 @dataclass(frozen=True)
 class HitRates:
-    """Recorded hit shares (0..1): per cell (its last build), and the median per (package, platform)."""
+    """Recorded hit shares (0..1): per cell (its last build), and the median per (package,
+    platform); ``retained``: the compiler cache keeps every step it is given (an S3 store)."""
 
     cells: Mapping[CellKey, float]
     typical: Mapping[tuple[str, str], float]
+    retained: bool = False
 
     @classmethod
-    def of(cls, recorded: Iterable[tuple[CellKey, int, int]]) -> HitRates:
+    def of(cls, recorded: Iterable[tuple[CellKey, int, int]], *, retained: bool = False) -> HitRates:
         """From (cell key, compile steps, hits), oldest first (a later record of a cell wins)."""
         cells: dict[CellKey, float] = {}
         for key, compiles, hits in recorded:
@@ -48,28 +65,39 @@ class HitRates:
         by: dict[tuple[str, str], list[float]] = {}
         for key, rate in cells.items():
             by.setdefault((key[0], key[4]), []).append(rate)
-        return cls(cells, {k: statistics.median(v) for k, v in by.items()})
+        return cls(cells, {k: statistics.median(v) for k, v in by.items()}, retained)
 
     @classmethod
     def none(cls) -> HitRates:
         return cls({}, {})
 
+    def kept(self, retained: bool) -> HitRates:
+        return replace(self, retained=retained)
+
     def expected(self, key: CellKey) -> float:
-        """The hit share the cell's next build is expected to have: its package's on the platform."""
+        """The hit share the cell's next build is expected to have: all of it where a store that
+        keeps its steps has the cell's last build; else its package's on the platform."""
+        if self.retained and key in self.cells:
+            return 1.0
         return self.typical.get((key[0], key[4]), 0.0)
 
-    def factor(self, key: CellKey, *, recorded: bool = True) -> float:
-        """What a duration of the cell is multiplied by: ``recorded`` (a duration the cell's own last
-        build measured, at its own hit share) or not (an estimate of a build without a cache)."""
+    def seconds(self, key: CellKey, seconds: float, *, recorded: bool = True, fixed: float | None = None) -> float:
+        """What a build of the cell taking ``seconds`` is expected to take next time: ``recorded``
+        (a duration the cell's own last build measured, at its own hit share) or not (an estimate
+        of a build without a cache); ``fixed``: its part no cache shortens (default: measured)."""
+        fixed = min(seconds, fixed_seconds(key) if fixed is None else fixed)
+        saved = 1 - recipe_times().value("hit_cost")  # of a step's compile, when the cache serves it
         before = self.cells.get(key, 0.0) if recorded else 0.0
-        return (1 - COMPILE_SHARE * self.expected(key)) / (1 - COMPILE_SHARE * before)
+        cold = (seconds - fixed) / (1 - before * saved)
+        return fixed + cold * (1 - self.expected(key) * saved)
 
 
-def hit_rates_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]]) -> HitRates:
+def hit_rates_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int] | None]], *,
+                 retained: bool = False) -> HitRates:
     """The compile-cache counts among ``recorded`` (:func:`farm.schedule.durations.recorded_builds`)."""
-    return HitRates.of((key, *counts) for key, _, counts in recorded if counts is not None)
+    return HitRates.of(((key, *counts) for key, _, counts in recorded if counts is not None), retained=retained)
 
 
-def read_hit_rates(ledger: Path) -> HitRates:
+def read_hit_rates(ledger: Path, *, retained: bool = False) -> HitRates:
     """Every recorded compile-cache count of ``ledger`` (none when the file is missing)."""
-    return hit_rates_of(recorded_builds(Path(ledger)))
+    return hit_rates_of(recorded_builds(Path(ledger)), retained=retained)

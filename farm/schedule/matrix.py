@@ -26,6 +26,7 @@ from typing import Any
 
 from farm.errors import ArchError, UsageError, did_you_mean, version_key
 from farm.model.arch import ArchList, render, validate_for_cuda
+from farm.model.archrequest import ArchRequest, arch_request
 from farm.model.cells import (
     NO_TORCH,
     Cell,
@@ -37,7 +38,6 @@ from farm.model.cells import (
     recipe_excludes_key,
 )
 from farm.model.config import FarmConfig, Recipe, Restriction
-from farm.model.spec import ArchRequest, arch_request
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import ExistsKey
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from farm import DISTRIBUTION
 from farm.errors import SourceError, ToolError
 from farm.model.arch import ArchList
 from farm.model.config import FarmConfig, Recipe
@@ -69,15 +70,15 @@ def _distinct_lints(recipe: Recipe, requests: Iterable[tuple[ArchList, tuple[tup
 def _lint_path() -> tuple[Any, Any]:
     """The lint as built and the source fetcher; a broken lint is an environment error.
 
-    SPEED: imported only when the matrix lints. They bring the build stage, the lint's rules and
-    the toolkit's modules, which cost `farm matrix --no-lint` more than its own time
+    SPEED: imported only when the matrix lints. They bring the lint's rules and the source
+    fetcher, which cost `farm matrix --no-lint` more than its own time
     (benchmarks/bench_startup.py measures it)."""
     try:
-        from farm.builder.builders import lint_as_built  # noqa: PLC0415
+        from farm.builder.prepare import lint_as_built  # noqa: PLC0415
         from farm.source.fetch import fetch  # noqa: PLC0415
     except ImportError as exc:
         raise ToolError(f"the arch-gate lint cannot be loaded: {exc}",
-                        hint="reinstall farm; --no-lint skips the lint (and says so)") from None
+                        hint=f"reinstall {DISTRIBUTION}; --no-lint skips the lint (and says so)") from None
     return lint_as_built, fetch
 
 

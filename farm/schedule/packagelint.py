@@ -2,7 +2,7 @@
 distinct arch list its cells resolve to (as the matrix lints it, :mod:`farm.schedule.matrixlint`),
 or a directory against one list, and the answer remembered by what it was made from
 (:mod:`farm.lint.memo`). It lives in this stage, not in ``farm/lint/``, because it lints the
-source as built (:func:`farm.builder.builders.lint_as_built`) and over the package's cells."""
+source as built (:func:`farm.builder.prepare.lint_as_built`) and over the package's cells."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import argparse
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import farm
-from farm.builder.builders import lint_as_built
+from farm.builder.prepare import lint_as_built
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError
 from farm.lint.api import LintReport, lint_index
 from farm.lint.compiled import TreeIndex
 from farm.lint.memo import Memo
 from farm.model.arch import ArchList
+from farm.model.archrequest import arch_request
 from farm.model.cells import declared_cells, recipe_excludes
-from farm.model.config import FarmConfig, PathSource, Recipe, load_config
-from farm.model.spec import arch_request
+from farm.model.config import FarmConfig, PathSource, Recipe
 from farm.progress import reporter
 from farm.schedule.matrixlint import LintOutcome, stale_ignores
 from farm.source.fetch import fetch
@@ -48,16 +49,18 @@ def _package_lists(config: FarmConfig, recipe: Recipe) -> list[Request]:
     return list(lists.values())
 
 
-def lint(args: argparse.Namespace, root: str, cache_dir: str, memo: Memo, is_dir: bool) -> tuple[int, str, str]:
+def lint(args: argparse.Namespace, root: str, cache_dir: str, memo: Memo, is_dir: bool,
+         load_config: Callable[[Path], FarmConfig]) -> tuple[int, str, str]:
     """The cold path: lint, and remember the answer by what it was made from; the exit code, the
-    text and the JSON answer."""
+    text and the JSON answer. ``load_config``: the reader of a farm root's configuration (its
+    stage is below this one)."""
     memo.depend(os.path.dirname(farm.__file__), only=".py")  # farm's own code, rules version included
     if is_dir:
         reports = _lint_directory(args, Path(args.what), memo)
     else:
         memo.depend(os.path.join(root, "_defaults.yml"))
         memo.depend(os.path.join(root, "packages"))
-        reports = _lint_package(args, Path(root), Path(cache_dir), memo)
+        reports = _lint_package(args, load_config, Path(root), Path(cache_dir), memo)
     failed = any(not r.passed for _, r in reports)
     code = EXIT_DEFECT if failed else EXIT_OK
     text = "\n\n".join(r.render() for _, r in reports)
@@ -74,7 +77,8 @@ def _lint_directory(args: argparse.Namespace, target: Path, memo: Memo) -> list[
     return [(str(target), lint_index(index, archs, build_subdir=args.build_subdir, cuda=args.cuda))]
 
 
-def _lint_package(args: argparse.Namespace, root: Path, cache_dir: Path, memo: Memo) -> list[tuple[str, LintReport]]:
+def _lint_package(args: argparse.Namespace, load_config: Callable[[Path], FarmConfig], root: Path, cache_dir: Path,
+                  memo: Memo) -> list[tuple[str, LintReport]]:
     if args.build_subdir:
         raise UsageError("--build-subdir is for a PATH: a package's build subdir comes from its recipe",
                          hint=f"set build.subdir in packages/{args.what}.yml")

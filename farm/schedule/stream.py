@@ -15,14 +15,16 @@ are the shard's report, which ``farm wave --reports`` reads to decide the next w
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from farm.errors import FarmError, UsageError
-from farm.fsutil import tree_bytes
+from farm import jsonread
+from farm.errors import FarmError, UsageError, clip
+from farm.fsutil import remove, tree_bytes
+from farm.model.cells import Cell
+from farm.provenance.buildinfo import BUILD_INFO_NAME, name_problems, read_wheel
 from farm.schedule.outcome import ARTIFACT_PREFIX, CellResult, read_artifacts
 
 # What a cell ended as. Only "published" takes it out of the queue (its ledger record exists).
@@ -32,6 +34,8 @@ REFUSED = "refused"  # the gate or a target refused its wheel: a defect to look 
 ERROR = "error"  # the download or the publish broke (disk full, network, limits): retried next wave
 STATUSES = (PUBLISHED, FAILED, REFUSED, ERROR)
 REPORT_PREFIX = "published-"
+# A report holds one line of a few hundred bytes per cell of a shard (256): far below this.
+MAX_REPORT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,12 @@ class CellVerdict:
         try:
             status = data["status"]
             wheels = data.get("wheels") or []
-            verdict = cls(str(data["id"]), str(data["package"]), str(status),
-                          tuple(str(w) for w in wheels), str(data.get("detail") or ""),
-                          int(data.get("artifact_bytes") or 0))
+            if not isinstance(wheels, list) or not all(isinstance(w, str) for w in wheels):
+                raise TypeError(f"wheels must be a list of file names, not {clip(json.dumps(wheels), 60)}")
+            verdict = cls(str(data["id"]), str(data["package"]), str(status), tuple(wheels),
+                          str(data.get("detail") or ""), int(data.get("artifact_bytes") or 0))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise UsageError(f"{where}: not a publish report entry ({exc!r})",
+            raise UsageError(f"{where}: not a publish report entry ({clip(exc, 200)})",
                              hint="pass the published-* artifacts `farm publish-shard` wrote") from None
         if verdict.status not in STATUSES:
             raise UsageError(f"{where}: unknown status {verdict.status!r} for {verdict.id}",
@@ -76,18 +81,10 @@ Fetch = Callable[[str, Path], bool]
 Publish = Callable[[CellResult], tuple[str, str]]
 
 
-def _remove(path: Path) -> None:
-    """``path`` gone, whatever a download left there (a folder, or a link: never followed)."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scratch: Path) -> CellVerdict:
     """Download, read, publish and delete one cell's artifact; every failure is its verdict."""
     folder = scratch / f"{ARTIFACT_PREFIX}{cell_id}"
-    _remove(folder)
+    remove(folder)  # whatever a download left there (a folder, or a link: never followed)
     try:
         try:
             found = fetch(cell_id, folder)
@@ -117,7 +114,30 @@ def publish_cell(cell_id: str, package: str, fetch: Fetch, publish: Publish, scr
             status, detail = ERROR, f"publish: {exc.message}"
         return CellVerdict(cell_id, package, status, result.wheels, detail, size)
     finally:
-        _remove(folder)
+        remove(folder)
+
+
+def not_the_cells(cell_id: str, wheel: Path) -> str | None:
+    """Why ``wheel`` is not ``cell_id``'s own wheel, or None when it is: its provenance must name
+    that cell (package, version, CUDA line, torch, Python, platform) and its file name (project,
+    version, local label, tags) must agree with that provenance. A build job's artifact is
+    another job's output: a cp312 cell's artifact holding the cp311 wheel publishes nothing."""
+    try:
+        info = read_wheel(wheel)
+    except FarmError as exc:
+        return f"{wheel.name}: {exc.message}"
+    if info is None:
+        return f"{wheel.name} holds no {BUILD_INFO_NAME}: not a wheel farm built for cell {cell_id}"
+    c = info.cell
+    built_for = (Cell(info.package, info.version, c.cuda, c.torch, c.python, c.platform).id
+                 if info.package and c.cuda and c.torch and c.python and c.platform else "an unknown cell")
+    if built_for != cell_id:
+        return (f"{wheel.name} was built for cell {built_for}, not for cell {cell_id}: a cell publishes only its "
+                f"own wheel")
+    wrong = name_problems(wheel.name, info)
+    if wrong:
+        return f"{wheel.name}: its file name is not cell {cell_id}'s ({'; '.join(wrong)})"
+    return None
 
 
 def publish_shard(cells: Iterable[tuple[str, str]], fetch: Fetch, publish: Publish, scratch: Path,
@@ -141,16 +161,17 @@ def read_reports(paths: Iterable[Path]) -> dict[str, CellVerdict]:
     out: dict[str, CellVerdict] = {}
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: cannot read the publish report ({exc})") from None
+            text = jsonread.read_bounded(path, MAX_REPORT_BYTES).decode("utf-8")
+        except (OSError, ValueError) as exc:  # a FIFO, a device, a runaway file, not UTF-8
+            raise UsageError(f"{path}: cannot read the publish report ({clip(exc, 200)})",
+                             hint="pass the published-* artifacts `farm publish-shard` wrote") from None
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{n}: not JSON ({exc.msg})",
+                data = jsonread.loads(line)
+            except ValueError as exc:
+                raise UsageError(f"{path}:{n}: not JSON farm wrote ({clip(exc, 200)})",
                                  hint="a publish report holds one JSON verdict a line") from None
             v = CellVerdict.from_json(data, f"{path}:{n}")
             if v.id not in out or rank[v.status] < rank[out[v.id].status]:

@@ -58,7 +58,7 @@ from packaging.version import InvalidVersion, Version
 
 from farm import cacheseal, jsonread
 from farm.errors import ConfigError, NetworkError, SourceError, TooLarge
-from farm.fsutil import atomic_write, sha256_file, walk_files
+from farm.fsutil import sha256_file, walk_files
 from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
 from farm.netutil import download, project_url, read_page
 from farm.progress import Say
@@ -598,11 +598,13 @@ def _vendor_archive(entry: VendorSource, origin: ArchiveOrigin | SdistSource, st
     store.mkdir(parents=True, exist_ok=True)
     where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
     with FileLock(str(store / f"{sha}.lock")):
-        cached = next((p for p in folder.iterdir() if p.is_file()), None) if folder.is_dir() else None
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()  # not farm's (a link is removed, never followed): made afresh below
+        cached = next((p for p in folder.iterdir() if p.is_file() or p.is_symlink()), None) if folder.is_dir() else None
         if cached is not None:
-            if sha256_file(cached) == sha:
+            if not cached.is_symlink() and sha256_file(cached) == sha:
                 return cached
-            cached.unlink()  # damaged or replaced: fetched afresh below
+            cached.unlink()  # damaged, replaced or a link (removed, never followed): fetched afresh below
         if isinstance(origin, ArchiveOrigin):
             url = origin.url
             filename = PurePosixPath(url.split("?")[0]).name
@@ -690,7 +692,7 @@ def _real_dir_below(root: Path, folder: Path) -> bool:
 # ------------------------------------------------------------------------------------------------
 # cache
 # ------------------------------------------------------------------------------------------------
-# What a build copies of a tree (builders.prepare_source leaves these names out) and so what a
+# What a build copies of a tree (farm.builder.prepare.prepare_source leaves these names out) and so what a
 # tree taken from the cache is checked for.
 COPY_IGNORED = (".git", "__pycache__")
 
@@ -733,7 +735,7 @@ def content_digest(root: Path) -> str | None:
 # another commit) or marker (another identity or root) would lint and build another tree.
 def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
     try:
-        payload = cacheseal.unseal(jsonread.read_bounded(path, 1 << 20), purpose)
+        payload = cacheseal.read(path, purpose, 1 << 20)
         data = jsonread.loads(payload) if payload is not None else {}
     except (OSError, ValueError):
         return {}
@@ -741,8 +743,7 @@ def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
 
 
 def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
-    blob = cacheseal.seal(json.dumps(data).encode(), purpose)
-    atomic_write(path, [blob], durable=False)
+    cacheseal.write(path, json.dumps(data).encode(), purpose)
 
 
 def _locked_entry(base: Path, key: str, cached: Callable[[], SourceTree | None],
@@ -791,4 +792,5 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
+    _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
     return SourceTree(final / "tree", identity, description)

@@ -132,7 +132,7 @@ def _read_stamp(prefix: Path) -> dict[str, Any] | None:
     """The ready stamp when it is sealed with this user's key (:mod:`farm.cacheseal`): the
     components and manifest it names go into every wheel's provenance."""
     try:
-        payload = cacheseal.unseal(jsonread.read_bounded(prefix / STAMP, 1 << 20), _stamp_purpose(prefix))
+        payload = cacheseal.read(prefix / STAMP, _stamp_purpose(prefix), 1 << 20)
         data = jsonread.loads(payload) if payload is not None else None
     except (OSError, ValueError):
         return None

@@ -1,71 +1,32 @@
 """The stamped wheel the upload tests publish: ``examples/demo_ext`` built with nvcc, then
 asserted, stamped and given its ledger fragment by the real postbuild.
 
-One function makes it (:func:`build_stamped_demo`), cached per test session, so every upload
-test module shares one build.
+One function makes it (:func:`tests.support.postbuildfix.build_stamped`), cached per test
+session, so every upload test module shares one build.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.postbuildfix import Batch, build_stamped
+
+REPO = Path(__file__).resolve().parents[2]
 ARCH = "8.0"  # one SASS target keeps the compile short; the gate does not care how many
-
-
-@dataclass(frozen=True)
-class Batch:
-    raw: Path  # the builder's wheel, unstamped
-    wheel: Path  # postbuild's stamped wheel
-    fragment: Path  # its ledger fragment, beside it
-
-
-@functools.cache
-def build_stamped_demo(work: Path, cuda_home: Path) -> Batch:
-    """Build demo_ext for one arch, run postbuild on it; returns the wheels and the fragment."""
-    from farm.binary.assertion import Expected
-    from farm.model.arch import ArchList
-    from farm.model.cells import Cell
-    from farm.provenance import buildinfo, probe
-    from farm.provenance.postbuild import BuildContext, cuda_line, postbuild_wheel
-
-    src = work / "demo_ext"
-    shutil.copytree(REPO / "examples" / "demo_ext", src)
-    raw_dir, out = work / "raw", work / "out"
-    env = {**os.environ, "CUDA_HOME": str(cuda_home), "TORCH_CUDA_ARCH_LIST": ARCH, "MAX_JOBS": "2"}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-                    "--no-cache-dir", "-q", "-w", str(raw_dir), str(src)], check=True, env=env)
-    (raw,) = raw_dir.glob("demo_ext-*.whl")
-    python = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    cell = Cell("demo_ext", "0.1.0", cuda_line(cuda_home), "none", python, "linux_x86_64")
-    context = BuildContext(
-        cell=cell, expected=Expected(ArchList.parse(ARCH)), requested=ARCH, build_epoch=0,
-        defaults_sha256=None, recipe_sha256=None,
-        source=buildinfo.PathSourceRecord("examples/demo_ext", None),
-        run=probe.run_from_env({}),
-        toolchain=probe.toolchain(cuda_home=cuda_home, builder="native"),
-    )
-    result = postbuild_wheel(raw, out, context, dist="demo_ext")
-    assert result.passed, result.to_json()
-    assert result.stamped, result.to_json()
-    assert result.fragment, result.to_json()
-    return Batch(raw, result.stamped.path, result.fragment)
 
 
 @pytest.fixture(scope="session")
 def demo_batch(tmp_path_factory: pytest.TempPathFactory, cuda_home: Path) -> Batch:
-    return build_stamped_demo(tmp_path_factory.getbasetemp() / "demo-ext-build", cuda_home)
+    return build_stamped(tmp_path_factory.getbasetemp() / "demo-ext-build", cuda_home, ARCH)
 
 
 def write_farm_root(root: Path, defaults: str | None = None) -> Path:
@@ -172,24 +133,29 @@ def uv_install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 # -- a fleet of stamped wheels, one package per cell --------------------------------------------
 def stamped_fleet(work: Path, so: Path, cuda_home: Path, packages: list[str], *, arch: str,
-                  run_id: str = "1") -> tuple[Path, dict[str, Path]]:
+                  run_id: str = "1", recipe_lines: Mapping[str, str] | None = None) -> tuple[Path, dict[str, Path]]:
     """A farm root whose recipes ask ``arch`` of each package, and for each package a wheel
-    holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``).
-    ``run_id``: the CI run recorded in each provenance; another one makes another build of
-    the same cells (other bytes, the same file names)."""
-    from farm.model.config import load_config
+    holding ``so`` stamped by the real postbuild (fragments beside them in ``work/out``), in the
+    order given. ``run_id``: the CI run recorded in each ledger fragment; another one makes another
+    build of the same cells that is not reproducible (a file of the wheel names the run, as a
+    package's own build stamp would): other bytes, the same file names. ``recipe_lines``: YAML
+    appended to a package's recipe (``requires_dist: [...]``)."""
+    from farm.load.recipes import load_config
     from farm.provenance.postbuild import context_from_config, postbuild_wheel
-    from tests.postbuildfix import builder_wheel
-    from tests.postbuildfix import write_farm_root as write_recipes
+    from tests.support.postbuildfix import builder_wheel
+    from tests.support.postbuildfix import write_farm_root as write_recipes
 
     root = write_recipes(work / "root", dict.fromkeys(packages, arch))
+    for dist, lines in (recipe_lines or {}).items():
+        with (root / "packages" / f"{dist}.yml").open("a") as yml:
+            yml.write(lines)
     config = load_config(root)
     env = {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "farm-wheels/farm", "GITHUB_RUN_ID": run_id,
            "GITHUB_RUN_ATTEMPT": "1", "GITHUB_SHA": "0" * 40}
     out = work / f"out-{run_id}"
     wheels = {}
     for dist in packages:
-        raw = builder_wheel(work / f"raw-{run_id}", dist, so)
+        raw = builder_wheel(work / f"raw-{run_id}", dist, so, extra={f"{dist}/BUILD": run_id.encode()})
         context, recipe = context_from_config(config, raw, cuda_home=cuda_home, builder="native", env=env)
         result = postbuild_wheel(raw, out, context, dist=recipe.dist, fragments_dir=out)
         assert result.passed, result.report.render()

@@ -2,7 +2,7 @@
 farm's own.
 
 GitHub cannot be reached from the test machine, so its documented behaviour is simulated on
-127.0.0.1: the Releases API by :mod:`tests.ghsim` (422 on a duplicate asset name, the 1,000-asset
+127.0.0.1: the Releases API by :mod:`tests.support.ghsim` (422 on a duplicate asset name, the 1,000-asset
 cap, 403/429 with Retry-After under the primary and secondary rate limits) in scaled time, the
 repository's branch by a bare git remote that other writers push to, a hosted runner's disk by a
 quota per publish job. What runs is the real thing: ``farm matrix`` plans each run (sharding,
@@ -11,7 +11,7 @@ costs, refusals), ``farm slice`` hands each shard its entries, the publish job o
 path (gate, GitHub REST client with its throttle, adoption of unrecorded assets, ledger records)
 and :func:`farm.publish.ledgerpush.commit_and_push`, and ``farm wave`` reads the verdicts and says
 whether the chain goes on. Only the build jobs are simulated: a cell's wheel is written with
-:mod:`tests.wheelmaker` (a valid wheel carrying the cell's provenance, no CUDA code), its size in
+:mod:`tests.support.wheelmaker` (a valid wheel carrying the cell's provenance, no CUDA code), its size in
 the disk model taken from :data:`NOMINAL_MB` (the real wheels' order of size).
 """
 
@@ -34,19 +34,20 @@ from typing import Any
 
 from farm.cli import main
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import GithubSettings, ghrest, upload
+from farm.publish import ghrest
 from farm.publish.ledgerpush import commit_and_push
+from farm.publish.publish import upload
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.releases import github_client
+from farm.publish.releases import GithubSettings, github_client
 from farm.publish.verdict import Verdict
 from farm.schedule.outcome import CellResult
 from farm.schedule.slices import LINK, slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
-from tests import ghsim
-from tests.ledgermaker import make_entry
-from tests.wheelmaker import stamped_wheel
+from tests.support import ghsim
+from tests.support.ledgermaker import make_entry
+from tests.support.wheelmaker import stamped_wheel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MB = 1 << 20
 # What the real wheels weigh (the disk model's sizes; the files written are small).
 NOMINAL_MB = {"flash_attn": 450, "natten": 350, "llama_cpp_python": 250, "vllm": 480, "spconv": 180,
@@ -60,7 +61,7 @@ OK_VERDICTS = {Verdict.PUBLISHED, Verdict.PRESENT, Verdict.ADOPTED}
 
 
 class Sim(ghsim.GitHubSim):
-    """:class:`tests.ghsim.GitHubSim` with its limits kept in sliding windows: the same answers,
+    """:class:`tests.support.ghsim.GitHubSim` with its limits kept in sliding windows: the same answers,
     in time independent of how many requests came before (a drain sends tens of thousands)."""
 
     def __init__(self, **kwargs: Any) -> None:

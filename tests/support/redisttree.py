@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests import loopback
+from tests.support import loopback
 
 # component -> the CUDA 13.0 wheel (the versions _defaults.yml pins for the 13.0 line)
 WHEELS: dict[str, str] = {

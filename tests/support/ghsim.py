@@ -24,6 +24,14 @@ behaviour of the calls farm makes (REST API version 2022-11-28):
   ``${{ inputs.X || 'default' }}`` terms rendered) and joins its concurrency group (one per
   workflow and branch): ``pending`` while another run of the group is queued or in progress, and a
   pending run it finds there is cancelled, as GitHub keeps one pending run per group;
+- artifact attestations: ``POST /repos/O/R/attestations`` with ``{"bundle": ...}`` (201 ``{"id"}``;
+  422 for a bundle whose DSSE envelope holds no in-toto Statement v1 with subjects), and ``GET
+  .../attestations/sha256:HEX`` (``{"attestations": [{"bundle", "repository_id", "bundle_url"}]}``,
+  those whose statement names the digest, ``per_page`` at most 100); :func:`attest_build_provenance`
+  does what ``actions/attest-build-provenance`` does with a ``subject-checksums`` file (at most 1,024
+  subjects; the predicate built from the run as ``@actions/attest`` builds it) but signs nothing:
+  Sigstore (Fulcio's certificate for the job's OIDC token, Rekor's log entry) is left out, so the
+  bundle's signature and verification material are empty;
 - 401 without the token;
 - the primary limit (requests per hour per repository; 403 with ``x-ratelimit-remaining: 0`` and
   ``x-ratelimit-reset``) and the secondary limits on content-creating requests (per minute and
@@ -37,6 +45,7 @@ without making the tests slow.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
@@ -45,9 +54,13 @@ import re
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
 
 TOKEN = "ghs_loopbacktoken0123456789"
 ASSET_CAP = 1000
@@ -150,6 +163,13 @@ def render_run_name(template: str, inputs: dict[str, str]) -> str:
 
 
 @dataclass(frozen=True)
+class SimAttestation:
+    id: int
+    bundle: dict[str, object]
+    digests: frozenset[str]  # the sha256 of every subject its statement names
+
+
+@dataclass(frozen=True)
 class Request:
     at: float
     method: str
@@ -175,6 +195,7 @@ class GitHubSim:
     releases: dict[str, SimRelease] = field(default_factory=dict)
     workflows: dict[str, SimWorkflow] = field(default_factory=dict)
     runs: dict[int, SimRun] = field(default_factory=dict)
+    attestations: list[SimAttestation] = field(default_factory=list)
     artifacts: dict[int, SimArtifact] = field(default_factory=dict)
     log: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -373,6 +394,10 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
                 with sim._lock:
                     self._actions(method, parts[1:], query, body)
                 return
+            if parts[0] == "attestations" and not uploads:
+                with sim._lock:
+                    self._attestations(method, parts[1:], query, body)
+                return
             with sim._lock:
                 if method == "GET" and parts[:2] == ["releases", "tags"] and len(parts) == 3:
                     release = sim.releases.get(parts[2])
@@ -442,6 +467,31 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
             if hook is not None:  # outside the lock: the hook may kill the client
                 hook(release.tag, asset.name)
             self._send(201, answer)
+
+        def _attestations(self, method: str, parts: list[str], query: dict[str, list[str]], body: bytes) -> None:
+            if method == "POST" and not parts:
+                try:
+                    bundle = json.loads(body)["bundle"]
+                    envelope = bundle["dsseEnvelope"]
+                    assert envelope["payloadType"] == "application/vnd.in-toto+json"
+                    statement = json.loads(base64.b64decode(envelope["payload"]))
+                    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+                    digests = frozenset(str(x["digest"]["sha256"]) for x in statement["subject"])
+                    assert digests
+                except (ValueError, KeyError, TypeError, AssertionError):
+                    self._send(422, {"message": "Validation Failed: the bundle holds no in-toto statement"})
+                    return
+                attestation = SimAttestation(sim._id(), bundle, digests)
+                sim.attestations.append(attestation)
+                self._send(201, {"id": attestation.id})
+                return
+            if method == "GET" and len(parts) == 1 and parts[0].startswith("sha256:"):
+                per_page = min(int(query.get("per_page", ["30"])[0]), 100)
+                found = [a for a in sim.attestations if parts[0].removeprefix("sha256:") in a.digests][:per_page]
+                self._send(200, {"attestations": [{"bundle": a.bundle, "repository_id": 1, "bundle_url": None}
+                                                  for a in found]})
+                return
+            self._send(404, {"message": "Not Found"})
 
         def _actions(self, method: str, parts: list[str], query: dict[str, list[str]], body: bytes) -> None:
             """GitHub's Actions endpoints (under the sim's lock)."""
@@ -518,3 +568,64 @@ def serve(sim: GitHubSim) -> Iterator[GitHubSim]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def sim() -> Iterator[GitHubSim]:
+    """A simulated GitHub on 127.0.0.1, its clock 600 times faster than the wall's."""
+    with serve(GitHubSim(clock=ScaledClock(600.0))) as s:
+        yield s
+
+
+# -- what actions/attest-build-provenance does --------------------------------------------------------
+MAX_ATTESTED_SUBJECTS = 1024  # the action's cap on the subjects of one statement
+
+
+def provenance_predicate(run: dict[str, str]) -> dict[str, object]:
+    """The SLSA provenance v1 predicate ``@actions/attest`` builds from a workflow run's environment
+    (GitHub Actions' workflow build type): ``run`` holds the run's GITHUB_* variables."""
+    server, repo = run["GITHUB_SERVER_URL"], run["GITHUB_REPOSITORY"]
+    workflow_path = run["GITHUB_WORKFLOW_REF"].split("@", 1)[0].removeprefix(f"{repo}/")
+    return {
+        "buildDefinition": {
+            "buildType": "https://actions.github.io/buildtypes/workflow/v1",
+            "externalParameters": {"workflow": {"ref": run["GITHUB_REF"], "repository": f"{server}/{repo}",
+                                                "path": workflow_path}},
+            "internalParameters": {"github": {"event_name": run["GITHUB_EVENT_NAME"],
+                                              "repository_id": run["GITHUB_REPOSITORY_ID"],
+                                              "repository_owner_id": run["GITHUB_REPOSITORY_OWNER_ID"],
+                                              "runner_environment": "github-hosted"}},
+            "resolvedDependencies": [{"uri": f"git+{server}/{repo}@{run['GITHUB_REF']}",
+                                      "digest": {"gitCommit": run["GITHUB_SHA"]}}],
+        },
+        "runDetails": {
+            "builder": {"id": f"{server}/{run['GITHUB_WORKFLOW_REF']}"},
+            "metadata": {"invocationId": f"{server}/{repo}/actions/runs/{run['GITHUB_RUN_ID']}/attempts/"
+                                         f"{run['GITHUB_RUN_ATTEMPT']}"},
+        },
+    }
+
+
+def attest_build_provenance(sim: GitHubSim, checksums: Path, run: dict[str, str]) -> dict[str, str]:
+    """The action's step on ``subject-checksums: checksums``: one statement naming every line's
+    subject, stored on the simulated repository; its outputs (``attestation-id``, ``attestation-url``)."""
+    subjects = []
+    for line in checksums.read_text().splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            subjects.append({"name": name.lstrip("*"), "digest": {"sha256": digest}})
+    if len(subjects) > MAX_ATTESTED_SUBJECTS:
+        raise ValueError(f"{len(subjects)} subjects, more than the action's {MAX_ATTESTED_SUBJECTS}")
+    statement = {"_type": "https://in-toto.io/Statement/v1", "subject": subjects,
+                 "predicateType": "https://slsa.dev/provenance/v1", "predicate": provenance_predicate(run)}
+    bundle = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "verificationMaterial": {},
+              "dsseEnvelope": {"payload": base64.b64encode(json.dumps(statement).encode()).decode(),
+                               "payloadType": "application/vnd.in-toto+json", "signatures": [{"sig": ""}]}}
+    request = urllib.request.Request(f"{sim.base}repos/{sim.repo}/attestations", method="POST",
+                                     data=json.dumps({"bundle": bundle}).encode(),
+                                     headers={"Authorization": f"Bearer {sim.token}",
+                                              "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        made = json.loads(answer.read())
+    return {"attestation-id": str(made["id"]),
+            "attestation-url": f"https://github.com/{sim.repo}/attestations/{made['id']}"}

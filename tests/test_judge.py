@@ -1,4 +1,4 @@
-"""The one judge of a wheel (farm.provenance.verdict): every rule, under the gate's and the audit's
+"""The one judge of a wheel (farm.provenance.judge): every rule, under the gate's and the audit's
 expectations, on provenance objects read as a wheel's file is (no wheel, no toolkit)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from farm.binary.assertion import Expected, VendoredRule
+from farm.binary.archrule import Expected, VendoredRule
 from farm.model.arch import ArchList
-from farm.provenance.audit import Verdict, summarise
+from farm.provenance.audit import AuditVerdict, summarise
 from farm.provenance.buildinfo import Assertion, BuildInfo, LedgerEntry
-from farm.provenance.verdict import AUDIT, GATE, Check, Derived, Finding, judge
+from farm.provenance.judge import AUDIT, GATE, Check, Derived, WheelFinding, judge
 from farm.provenance.wheelfacts import WheelFacts
 
 SO = "demo_ext/_C.so"
@@ -41,16 +41,22 @@ def _info(**changes: Any) -> BuildInfo:
     return BuildInfo.from_json({**INFO, **changes})
 
 
+def _archs(texts: dict[str, str]) -> dict[str, ArchList]:
+    return {path: ArchList.parse(text) if text else ArchList.of(()) for path, text in texts.items()}
+
+
 def _facts(info: BuildInfo | None = None, **changes: Any) -> WheelFacts:
-    base = WheelFacts(NAME, NAME, SHA, 1, {SO: FULL}, {SO: "b" * 64}, info, vendored={LIB: "sm_90"})
-    return replace(base, **changes)
+    """The facts of a wheel holding what ``info`` records (``found`` and ``vendored`` changed as text)."""
+    base = WheelFacts(NAME, NAME, SHA, 1, _archs({SO: FULL}), {SO: "b" * 64}, info, vendored=_archs({LIB: "sm_90"}))
+    texts: dict[str, Any] = {k: _archs(v) for k, v in changes.items() if k in ("found", "vendored")}
+    return replace(base, **{**changes, **texts})
 
 
 def _entry(info: BuildInfo, filename: str = NAME) -> LedgerEntry:
     return LedgerEntry(info, filename, SHA, 1)
 
 
-def _rules(findings: list[Finding]) -> list[Check]:
+def _rules(findings: list[WheelFinding]) -> list[Check]:
     return [f.check for f in findings]
 
 
@@ -63,7 +69,7 @@ def test_a_good_wheel_breaks_no_rule_under_either_expectation() -> None:
     assert judge(_facts(info), _entry(info), SHA, replace(AUDIT, derived=DERIVED)) == []
     assert judge(_facts(info), None, None, AUDIT) == []  # the audit needs no ledger entry
     row = summarise(_facts(info), None, [], compared=True)
-    assert (row.verdict, row.source, row.reasons) == (Verdict.OK, "embedded", ())
+    assert (row.verdict, row.source, row.reasons) == (AuditVerdict.OK, "embedded", ())
 
 
 @pytest.mark.parametrize(("facts", "rule", "says"), [
@@ -90,7 +96,7 @@ def test_each_binary_rule_fires_for_the_gate_and_the_audit(facts: dict[str, Any]
         assert findings[0].reasons
         assert findings[0].fix
         row = summarise(_facts(info, **facts), None, findings, compared=True)
-        assert row.verdict is Verdict.WHEEL_WRONG
+        assert row.verdict is AuditVerdict.WHEEL_WRONG
 
 
 @pytest.mark.parametrize(("changes", "rule", "says"), [
@@ -137,7 +143,7 @@ def test_inferred_provenance_is_refused_by_the_gate_and_judged_by_the_audit() ->
     assert finding.check is Check.ASSERTED
     assert "'inferred'" in finding.message
     assert judge(facts, None, None, AUDIT) == []
-    assert summarise(facts, None, [], compared=True).verdict is Verdict.INFERRED
+    assert summarise(facts, None, [], compared=True).verdict is AuditVerdict.INFERRED
     findings = judge(_facts(info, found={SO: "sm_80"}, vendored={}), None, None, AUDIT)  # no longer matches
     assert _rules(findings) == [Check.INSPECTION]
     assert findings[0].reasons == (f"{SO}: recorded as holding {FULL}, the binary holds sm_80",)
@@ -174,7 +180,7 @@ def test_no_provenance() -> None:
     assert finding.check is Check.STAMPED
     assert "farm postbuild" in finding.fix
     (finding,) = judge(_facts(None), None, None, AUDIT)
-    assert summarise(_facts(None), None, [finding], compared=True).verdict is Verdict.UNLEDGERED
+    assert summarise(_facts(None), None, [finding], compared=True).verdict is AuditVerdict.UNLEDGERED
     info = _info()  # the audit takes the ledger's provenance for a wheel without its own
     assert judge(_facts(None), _entry(info), None, AUDIT) == []
     assert _rules(judge(_facts(None), _entry(info), None, GATE)) == [Check.STAMPED]
@@ -202,13 +208,13 @@ def test_the_configuration_rules() -> None:
     assert finding.check is Check.CONFIG
     assert "the recipe expects sm_80 of it, it holds sm_90" in finding.message
     # the audit's per-extension map: config-moved, with the advice
-    findings = judge(facts, None, None, replace(AUDIT, today={SO: "sm_90"}))
+    findings = judge(facts, None, None, replace(AUDIT, today=_archs({SO: "sm_90"})))
     row = summarise(facts, None, findings, compared=True)
-    assert row.verdict is Verdict.CONFIG_MOVED
+    assert row.verdict is AuditVerdict.CONFIG_MOVED
     assert row.reasons == (f"{SO}: built for {FULL}, today's policy resolves sm_90", "bump build_epoch to rebuild")
     # a wheel wrong in itself is wheel-wrong, whatever the config says
-    findings = judge(_facts(info, found={SO: "sm_80"}), None, None, replace(AUDIT, today={SO: "sm_90"}))
-    assert summarise(facts, None, findings, compared=True).verdict is Verdict.WHEEL_WRONG
+    findings = judge(_facts(info, found={SO: "sm_80"}), None, None, replace(AUDIT, today=_archs({SO: "sm_90"})))
+    assert summarise(facts, None, findings, compared=True).verdict is AuditVerdict.WHEEL_WRONG
 
 
 
@@ -223,7 +229,7 @@ def test_kernel_families_are_understood_by_the_gate_and_the_audit() -> None:
     facts = _facts(info, found={SO: whole})
     for expect in (GATE, AUDIT, GATE_WITH_CONFIG):
         assert judge(facts, _entry(info), None, expect) == [], expect
-    assert judge(facts, None, None, replace(AUDIT, today={SO: FULL})) == []
+    assert judge(facts, None, None, replace(AUDIT, today=_archs({SO: FULL}))) == []
     # every TU in a family: the expected list is the families' targets alone
     only = _info(expected={SO: "sm_90a"}, found={SO: "sm_90a"}, families=families)
     assert judge(_facts(only, found={SO: "sm_90a"}), _entry(only), None, GATE_WITH_CONFIG) == []
@@ -239,6 +245,6 @@ def test_kernel_families_are_understood_by_the_gate_and_the_audit() -> None:
     findings = judge(_facts(elsewhere, found={SO: whole}), _entry(elsewhere), None, GATE_WITH_CONFIG)
     assert any("other/_C.so is not an extension it records" in f.message for f in findings)
     # today's policy moved the list of the other TUs: config-moved, named as such
-    findings = judge(facts, None, None, replace(AUDIT, today={SO: "sm_90"}))
+    findings = judge(facts, None, None, replace(AUDIT, today=_archs({SO: "sm_90"})))
     assert [f.check for f in findings] == [Check.CONFIG]
     assert "besides its kernel families' targets" in findings[0].message

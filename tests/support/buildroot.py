@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from farm.model.config import FarmConfig, load_config, load_defaults
+from farm.load.defaults import load_defaults
+from farm.load.recipes import load_config
+from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_prefix
 from farm.toolkit.request import request_for
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_root(root: Path, recipes: Mapping[str, str], trees: Mapping[str, Path] | None = None) -> FarmConfig:

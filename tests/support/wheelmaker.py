@@ -61,19 +61,24 @@ def make_wheel(
     return path
 
 
-def stamped_wheel(dest: Path, entry: dict[str, Any], *, run_id: str = "1") -> Path:
-    """The wheel ``entry`` (a ledger entry, tests/ledgermaker.py) names, carrying that provenance
-    as its ``_build_info.json`` (no CUDA code), and its ledger fragment beside it, as a build job
+def stamped_wheel(dest: Path, entry: dict[str, Any], *, run_id: str = "1",
+                  extensions: Mapping[str, bytes] | None = None) -> Path:
+    """The wheel ``entry`` (a ledger entry, tests/support/ledgermaker.py) names, carrying that provenance
+    as its ``_build_info.json`` (no CUDA code, unless ``extensions``: archive path -> bytes, whose
+    hashes the provenance then records), and its ledger fragment beside it, as a build job
     leaves them; ``entry`` gets the wheel's sha256 and size."""
     name, version, build, tags = parse_wheel_filename(entry["filename"])
     tag = next(iter(tags))
     entry["dist"] = name.replace("-", "_")
     entry["run"] = {"provider": "github", "repository": "farm-wheels/farm", "commit": "0" * 40,
                     "run_id": run_id, "attempt": "1"}
+    if extensions:
+        entry["extensions"] = {path: hashlib.sha256(data).hexdigest() for path, data in extensions.items()}
     info = {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published")}
     dist_info = f"{entry['dist']}-{version}.dist-info"
     wheel = make_wheel(dest, entry["dist"], str(version), {
         f"{entry['dist']}/__init__.py": b"",
+        **(extensions or {}),
         f"{dist_info}/_build_info.json": json.dumps(info, indent=1).encode(),
     }, tag=f"{tag.interpreter}-{tag.abi}-{tag.platform}", build=str(build[0]) if build else None)
     assert wheel.name == entry["filename"], (wheel.name, entry["filename"])

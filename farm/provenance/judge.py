@@ -18,17 +18,16 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from farm.binary.assertion import Expected
+from farm.binary.archrule import NONE, Expected, difference, fits, vendored_rules
 from farm.binary.madeby import MadeBy
 from farm.errors import FarmError, clip
 from farm.model.arch import ArchList
+from farm.model.archrequest import arch_request
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
-from farm.model.spec import arch_request
 from farm.provenance import buildinfo
-from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, Bundled, LedgerEntry, name_problems
+from farm.provenance.buildinfo import BUILD_INFO_NAME, BuildInfo, LedgerEntry, Recorded, name_problems
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
-from farm.provenance.postbuild import vendored_rules
 from farm.provenance.wheelfacts import WheelFacts
 
 
@@ -46,7 +45,7 @@ class Check(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Finding:
+class WheelFinding:
     check: Check
     message: str  # one line: what is wrong
     fix: str
@@ -61,9 +60,9 @@ class Derived:
     origin: str  # the rule it came from, e.g. "policy x86_64 13.0"
     expected: Expected  # per extension, with the recipe's per-extension lists and vendored rules
 
-    def today(self, paths: Iterable[str]) -> dict[str, str]:
+    def today(self, paths: Iterable[str]) -> dict[str, ArchList]:
         """Today's list for each extension path."""
-        return {p: self.expected.for_extension(p)[0].canonical() for p in paths}
+        return {p: self.expected.for_extension(p)[0] for p in paths}
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class Expectation:
     asserted: bool  # only an asserted, passed provenance will do (else an inferred one is judged too)
     vouched: bool  # a ledger entry or fragment must hold these bytes, under this name, with this provenance
     derived: Derived | None = None  # today's configuration for the wheel's cell
-    today: Mapping[str, str] | None = None  # today's list per extension (from ``derived`` when None)
+    today: Mapping[str, ArchList] | None = None  # today's list per extension (from ``derived`` when None)
     config_required: bool = False  # the configuration was consulted: a cell it does not know is a finding
 
 
@@ -92,26 +91,16 @@ _FIX_READERS = ("the fatbin headers do not describe the device code they hold (a
                 + FIX_REBUILD)
 
 
-# -- target sets ----------------------------------------------------------------------------------
-def archs_of(text: object) -> frozenset[str] | None:
-    """The targets of a recorded list (empty for ``""``), or None when it does not parse (forged)."""
-    if not isinstance(text, str):
-        return None
-    if not text:
-        return frozenset()
-    try:
-        return frozenset(ArchList.parse(text).names())
-    except FarmError:
-        return None
+# -- target sets: the arch rule (farm.binary.archrule) on the recorded lists, decoded once --------
+def _targets(value: Recorded) -> ArchList:
+    return value if isinstance(value, ArchList) else NONE
 
 
-def _same(a: object, b: object) -> bool:
-    """Two recorded lists hold the same targets (compared as sets; unparsable ones as written)."""
-    sa, sb = archs_of(a), archs_of(b)
-    return sa == sb if sa is not None and sb is not None else a == b
+def _sorted(archs: ArchList) -> str:
+    return ";".join(sorted(archs.names())) or "-"
 
 
-def found_difference(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+def found_difference(recorded: Mapping[str, Recorded], now: Mapping[str, Recorded]) -> list[str]:
     """Per extension, how the targets held now differ from the recorded ones (empty: equal)."""
     out: list[str] = []
     for so in sorted(set(recorded) | set(now)):
@@ -119,67 +108,63 @@ def found_difference(recorded: Mapping[str, str], now: Mapping[str, str]) -> lis
             out.append(f"{so} is recorded but not in the wheel")
         elif so not in recorded:
             out.append(f"{so} is in the wheel but not recorded")
-        elif not _same(recorded[so], now[so]):
-            want, have = archs_of(recorded[so]) or frozenset(), archs_of(now[so]) or frozenset()
-            out.append(f"{so}: missing {';'.join(sorted(want - have)) or '-'}, "
-                       f"extra {';'.join(sorted(have - want)) or '-'}")
+        elif recorded[so] != now[so]:
+            differs = difference(_targets(recorded[so]), _targets(now[so]))
+            out.append(f"{so}: missing {_sorted(differs.missing)}, extra {_sorted(differs.extra)}")
     return out
 
 
-def _held_difference(recorded: Mapping[str, str], now: Mapping[str, str], *, where: str,
-                     says: str) -> list[str]:
-    """The same comparison, one reason per extension naming both lists."""
+def _held_difference(texts: Mapping[str, str], recorded: Mapping[str, Recorded], now: Mapping[str, ArchList], *,
+                     where: str, says: str) -> list[str]:
+    """The same comparison, one reason per extension naming both lists (``texts``: the recorded
+    ones as written)."""
     out = []
     for so in sorted(set(recorded) | set(now)):
         if so not in now:
             out.append(f"{so}: in {where} but not in the wheel")
         elif so not in recorded:
             out.append(f"{so}: in the wheel but not in {where}")
-        elif not _same(recorded[so], now[so]):
-            out.append(f"{so}: {says} {recorded[so] or '(none)'}, the binary holds {now[so] or '(none)'}")
+        elif recorded[so] != now[so]:
+            out.append(f"{so}: {says} {texts[so] or '(none)'}, the binary holds {now[so].canonical() or '(none)'}")
     return out
 
 
-def vendored_difference(recorded: Mapping[str, Bundled], now: Mapping[str, str]) -> list[str]:
+def vendored_difference(info: BuildInfo, now: Mapping[str, ArchList]) -> list[str]:
     """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
+    recorded = info.archs.bundled
     out = []
     for path in sorted(set(recorded) | set(now)):
         if path not in recorded:
-            out.append(f"{path}: a bundled library (found {now[path] or 'no device code'}) that its provenance "
-                       "does not record: never asserted")
+            out.append(f"{path}: a bundled library (found {now[path].canonical() or 'no device code'}) that its "
+                       "provenance does not record: never asserted")
         elif path not in now:
             out.append(f"{path}: recorded as a bundled library but not in the wheel")
-        elif archs_of(recorded[path].found) != archs_of(now[path]):
-            out.append(f"{path}: recorded as holding {recorded[path].found or '(none)'}, the bundled library holds "
-                       f"{now[path] or '(none)'}")
+        elif recorded[path] != now[path]:
+            out.append(f"{path}: recorded as holding {info.bundled[path].found or '(none)'}, the bundled library holds "
+                       f"{now[path].canonical() or '(none)'}")
     return out
 
 
-def family_targets(info: BuildInfo) -> tuple[dict[str, frozenset[str]], list[str]]:
+def family_targets(info: BuildInfo) -> tuple[dict[str, ArchList], list[str]]:
     """Per extension, the union of the targets of the kernel families recorded as holding TUs in
     it, and what in the families' record does not parse or names no recorded extension."""
     families = info.families if isinstance(info.families, Mapping) else {}
-    held: dict[str, frozenset[str]] = {}
+    held: dict[str, ArchList] = {}
     wrong: list[str] = []
     for name, record in sorted(families.items()):
-        targets = archs_of(record.targets)
-        if targets is None:
+        targets = info.archs.families[name]
+        if not isinstance(targets, ArchList):
             wrong.append(f"kernel family {clip(name)}: its targets {clip(record.targets)} do not parse")
             continue
         for so in record.extensions:
             if so not in (info.expected or {}):
                 wrong.append(f"kernel family {clip(name)}: {clip(so)} is not an extension it records")
-            held[so] = held.get(so, frozenset()) | targets
+            held[so] = held.get(so, NONE) | targets
     return held, wrong
 
 
-def _fits(text: object, own: frozenset[str] | None, families: frozenset[str] | None) -> bool:
-    """A recorded expected list is the extension's own list, or with kernel families their targets
-    alone (every TU in a family) or with the own list (the other TUs)."""
-    built = archs_of(text)
-    if families is None or own is None or built is None:
-        return built is not None and built == own
-    return built in (families, families | own)
+def _fits(recorded: Recorded, own: Recorded, families: ArchList | None) -> bool:
+    return isinstance(recorded, ArchList) and isinstance(own, ArchList) and fits(recorded, own, families)
 
 
 def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
@@ -187,13 +172,13 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
 
     ``derived`` tells which extensions have a list of their own (per the recipe); without it
     only the requested -> normalised link is checked."""
-    arch_list = info.arch_list
-    requested, normalised = archs_of(arch_list.requested), archs_of(arch_list.normalised)
-    if requested is None or normalised is None:
+    arch_list, archs = info.arch_list, info.archs
+    requested, normalised = archs.requested, archs.normalised
+    if not isinstance(requested, ArchList) or not isinstance(normalised, ArchList):
         return [f"its arch list {clip(arch_list.to_dict())} does not parse"]
     out: list[str] = []
     if requested != normalised:
-        out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested))}, "
+        out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested.names()))}, "
                    f"not the recorded {clip(arch_list.normalised)}")
     made = info.made_by
     if isinstance(made, Mapping) and info.cell.cuda is not None:
@@ -205,52 +190,53 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     out += unread
     if derived is not None:
         for so, text in sorted((info.expected or {}).items()):
-            if derived.expected.for_extension(so)[1] is None and not _fits(text, normalised, held.get(so)):
+            if derived.expected.for_extension(so)[1] is None and not _fits(archs.expected[so], normalised,
+                                                                           held.get(so)):
                 out.append(f"{so} is expected to hold {clip(text)}, not the requested list (it has no list of its own)"
                            + (" with its kernel families' targets" if so in held else ""))
     return out
 
 
-def bundled_against_config(recorded: Mapping[str, Bundled], derived: Derived) -> list[str]:
+def bundled_against_config(info: BuildInfo, derived: Derived) -> list[str]:
     """Each bundled library the provenance records, against today's recipe rules for it."""
     out = []
-    for path, record in sorted(recorded.items()):
+    for path, record in sorted(info.bundled.items()):
         rule = derived.expected.for_vendored(path)
         if rule is None:
             out.append(f"{path}: a bundled library the recipe does not declare")
-        elif rule.archs is not None and archs_of(record.found) != frozenset(rule.archs.names()):
+        elif rule.archs is not None and info.archs.bundled[path] != rule.archs:
             out.append(f"{path}: the recipe expects {rule.archs.canonical() or '(host-only)'} of it, it holds "
                        f"{clip(record.found)}")
     return out
 
 
-def config_difference(info: BuildInfo, derived: Derived | None, today: Mapping[str, str]) -> list[str]:
+def config_difference(info: BuildInfo, derived: Derived | None, today: Mapping[str, ArchList]) -> list[str]:
     """How today's configuration differs from what the wheel was built for (empty: it agrees)."""
     out: list[str] = []
-    if derived is not None and archs_of(info.arch_list.requested) != frozenset(derived.requested.names()):
+    if derived is not None and info.archs.requested != derived.requested:
         out.append(f"the configuration resolves {derived.requested.canonical()} ({derived.origin}), the wheel was "
                    f"built for {clip(info.arch_list.requested)}")
-    built = info.expected or {}
+    built, texts = info.archs.expected, info.expected or {}
     held, _ = family_targets(info)  # an extension with kernel families: today's list for its other TUs
-    out += [f"{so}: built for {clip(built.get(so) or '(none)')}, today's policy resolves {today[so] or '(none)'}"
-            + (" (besides its kernel families' targets)" if so in held else "")
-            for so in sorted(today) if not (_fits(built.get(so), archs_of(today[so]), held[so]) if so in held
-                                            else _same(today[so], built.get(so)))]
+    out += [f"{so}: built for {clip(texts.get(so) or '(none)')}, today's policy resolves "
+            f"{today[so].canonical() or '(none)'}" + (" (besides its kernel families' targets)" if so in held else "")
+            for so in sorted(today) if not (_fits(built.get(so), today[so], held[so]) if so in held
+                                            else built.get(so) == today[so])]
     return out
 
 
 # -- the judge ------------------------------------------------------------------------------------
 def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | None,
-          expect: Expectation) -> list[Finding]:
+          expect: Expectation) -> list[WheelFinding]:
     """Every rule ``facts`` breaks under ``expect`` (empty: none).
 
     ``entry``: the ledger entry or fragment with the wheel's sha256 (None: none has it);
     ``same_name_sha256``: the sha256 the ledger (else a fragment) records for its file name."""
     name, sha256 = facts.filename, facts.sha256
-    out: list[Finding] = []
+    out: list[WheelFinding] = []
 
     def find(check: Check, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
-        out.append(Finding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
+        out.append(WheelFinding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
 
     if facts.problem:
         find(Check.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
@@ -287,7 +273,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     elif asserted:
         # A passed assertion found exactly what was expected: a provenance that says otherwise
         # was not written by postbuild.
-        unmet = found_difference(info.expected or {}, info.found or {})
+        unmet = found_difference(info.archs.expected, info.archs.found)
         if unmet:
             find(Check.ASSERTED, "its provenance says passed, but its recorded expected and found targets differ: "
                  + "; ".join(unmet), FIX_REBUILD, [f"recorded expected and found differ: {u}" for u in unmet])
@@ -307,7 +293,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
             if moved:
                 find(Check.CONFIG, "; ".join(moved), FIX_CONFIG, moved)
         if expect.derived is not None:
-            undeclared = bundled_against_config(info.bundled, expect.derived)
+            undeclared = bundled_against_config(info, expect.derived)
             if undeclared:
                 find(Check.CONFIG, "; ".join(undeclared), _FIX_BUNDLED, undeclared)
     if held_to_assertion:
@@ -318,18 +304,20 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     if expect.vouched:
         _vouching(find, facts, info, entry, renamed)
     if entry is not None and facts.embedded is not None:
-        theirs = _held_difference(entry.info.found or {}, facts.found, where="the ledger", says="the ledger records")
+        theirs = _held_difference(entry.info.found or {}, entry.info.archs.found, facts.found, where="the ledger",
+                                  says="the ledger records")
         if theirs and not expect.vouched:  # the gate's check of the whole entry covers it
             find(Check.LEDGER, "the ledger's entry records other targets: " + "; ".join(theirs), FIX_REBUILD, theirs)
     # what the binaries hold now, against what the provenance records
-    recorded = info.found if info.found is not None else info.expected or {}
-    if not _all_same(recorded, facts.found):
+    texts, recorded = (info.found, info.archs.found) if info.found is not None else (info.expected or {},
+                                                                                   info.archs.expected)
+    if recorded != dict(facts.found):
         find(Check.INSPECTION, "re-inspection differs from the recorded targets: "
              + "; ".join(found_difference(recorded, facts.found)), FIX_REBUILD,
-             _held_difference(recorded, facts.found, where="its provenance",
+             _held_difference(texts, recorded, facts.found, where="its provenance",
                               says="recorded as holding" if info.found is not None else "built to hold"))
     if held_to_assertion:
-        bundled = vendored_difference(info.bundled, facts.vendored)
+        bundled = vendored_difference(info, facts.vendored)
         if bundled:
             find(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
     if facts.made_by is not None:
@@ -367,10 +355,6 @@ def _toolkit(find: Callable[..., None], now: Mapping[str, MadeBy], info: BuildIn
                  "relabelled for another CUDA line", other)
 
 
-def _all_same(recorded: Mapping[str, str], now: Mapping[str, str]) -> bool:
-    return set(recorded) == set(now) and all(_same(recorded[so], now[so]) for so in recorded)
-
-
 def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, entry: LedgerEntry | None,
               renamed: bool) -> None:
     """The gate's ledger rule: an entry or fragment holds these bytes, under this name, with the
@@ -384,9 +368,10 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
     if entry.filename != facts.filename:
         find(Check.LEDGER, f"sha256 {facts.sha256} is recorded for {entry.filename!r}, not this name",
              "upload the file under the name postbuild gave it")
-    # The entry is the embedded object plus the ledger's own keys: anything else that differs
-    # means the two were not written by one postbuild.
-    theirs, ours = entry.info.to_dict(), info.to_dict()
+    # The entry is the embedded object plus the ledger's own keys and the record of the build that
+    # made it (which a wheel does not embed): anything else that differs means the two were not
+    # written by one postbuild.
+    theirs, ours = entry.info.for_wheel().to_dict(), info.for_wheel().to_dict()
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
     if differ:
         find(Check.LEDGER, f"the ledger entry and the embedded provenance differ in {', '.join(differ)} "
@@ -396,8 +381,6 @@ def _vouching(find: Callable[..., None], facts: WheelFacts, info: BuildInfo, ent
 # -- today's configuration ------------------------------------------------------------------------
 # a provenance -> what today's config resolves for its cell, or None when it has no such cell
 Derive = Callable[[BuildInfo], "Derived | None"]
-# today's expected list per extension for a provenance, or None when the config cannot say
-Today = Callable[[BuildInfo, Iterable[str]], Mapping[str, str] | None]
 
 
 def derive_from_config(config: FarmConfig) -> Derive:
@@ -405,7 +388,7 @@ def derive_from_config(config: FarmConfig) -> Derive:
 
     Deliberately not the wheel's own build spec: the gate and audit ask whether a built wheel
     still matches what today's config says (a trust check), so they resolve the cell again,
-    through the same resolver the build used (:func:`farm.model.spec.arch_request`)."""
+    through the same resolver the build used (:func:`farm.model.archrequest.arch_request`)."""
 
     def derive(provenance: BuildInfo) -> Derived | None:
         package, cell = provenance.package, provenance.cell
@@ -424,15 +407,3 @@ def derive_from_config(config: FarmConfig) -> Derive:
                        Expected(request.archs, per_extension=request.extensions, vendored=vendored_rules(recipe)))
 
     return derive
-
-
-def today_from_config(config: FarmConfig) -> Today:
-    """Today's expected list per extension for a provenance's cell (what :func:`derive_from_config`
-    derives, per path)."""
-    derive = derive_from_config(config)
-
-    def today(provenance: BuildInfo, paths: Iterable[str]) -> Mapping[str, str] | None:
-        derived = derive(provenance)
-        return None if derived is None else derived.today(paths)
-
-    return today

@@ -1,0 +1,134 @@
+"""A publish job's plan (pure): its share of the token's limits, the REST requests it makes, the
+time its throttle needs for them, and when it stops. ``farm publish-shard`` runs by these, and a
+simulation of a drain plans with the same functions.
+
+What a publish job asks of GitHub's REST API (farm/publish/releases.py):
+
+- one upload per asset (a ``POST``, content-creating);
+- one request per release it publishes to, once per job: a ``GET`` of the release by its tag
+  where the ledger already records assets under that tag, else a ``POST`` that creates it (a
+  second request only where the guess was wrong: another job created it meanwhile);
+- a release's asset list only when an upload meets a name already taken (a re-run, a job killed
+  between an upload and its record): rare, and not planned for;
+- nothing for the cells' artifacts when it runs in the run that made them: they come from the
+  run's artifact service (the one ``actions/download-artifact`` uses, with the job's runtime
+  token), which is not the REST API and does not count against its limits
+  (farm/publish/artifacts.py).
+
+So a job that publishes A assets to R releases sends A + R requests. The jobs of one wave share
+the token: each takes a share of its limits in proportion to the cells it publishes
+(:func:`publish_shares`), so a shard of 256 cells is not paced like one of 10.
+
+A job's clock (:class:`JobClock`) starts when the job does; GitHub stops it at the job limit. It
+stops itself :data:`RESERVE_S` before that (the last ledger push and the report's upload), and
+hands every cell it has not published to the next publish job (the run's ``publish-rest`` job:
+docs/ci.md). It also stops when GitHub's own rate-limit answers have cost it
+:data:`MAX_RATE_LIMIT_WAIT_S` in all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass
+
+from farm.publish.ratelimit import Limit, WaitBudget
+from farm.schedule.cost import JOB_LIMIT_S
+
+# Kept free at the end of a publish job: its last ledger commit and push (rebased and retried
+# against the other jobs' pushes) and the upload of its report.
+RESERVE_S = 15 * 60
+# What a publish job may spend in all on waits GitHub asks for (Retry-After, a spent primary
+# limit): past it, another client is starving the token and the job hands on the rest.
+MAX_RATE_LIMIT_WAIT_S = 30 * 60
+# Before a cell, a job wants this many times its slowest cell so far left on its clock.
+CELL_MARGIN = 2.0
+
+
+def publish_shares(cells: Mapping[str, int]) -> dict[str, float]:
+    """Each publish job's share of the token's limits (job name -> a fraction; the fractions add
+    up to 1): in proportion to the cells it publishes. A job with no cells gets none."""
+    total = sum(max(0, n) for n in cells.values())
+    return {job: (max(0, n) / total if total else 0.0) for job, n in cells.items()}
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """The REST requests a publish job sends: ``uploads`` (one per asset), ``reads`` (a release
+    looked up by tag) and ``creates`` (a release created)."""
+
+    uploads: int
+    reads: int
+    creates: int
+
+    @property
+    def requests(self) -> int:
+        return self.uploads + self.reads + self.creates
+
+    @property
+    def content(self) -> int:
+        """The content-creating ones (GitHub's secondary limits count these)."""
+        return self.uploads + self.creates
+
+    @property
+    def per_asset(self) -> float:
+        return self.requests / self.uploads if self.uploads else 0.0
+
+
+def request_plan(tags: Iterable[str], known: Container[str]) -> RequestPlan:
+    """The requests of a job that publishes one asset per item of ``tags`` (each asset's release
+    tag), where ``known`` holds the tags the ledger already records assets under."""
+    seen: set[str] = set()
+    uploads = reads = creates = 0
+    for tag in tags:
+        uploads += 1
+        if tag in seen:
+            continue
+        seen.add(tag)
+        if tag in known:
+            reads += 1
+        else:
+            creates += 1
+    return RequestPlan(uploads, reads, creates)
+
+
+def window_seconds(count: int, limit: Limit) -> float:
+    """The least time ``count`` requests take under ``limit``'s sliding window, starting from an
+    empty window: ``limit.count`` go at once, then as many each period."""
+    if count <= 0:
+        return 0.0
+    return (math.ceil(count / limit.count) - 1) * limit.period_s
+
+
+def throttle_seconds(plan: RequestPlan, limits: Iterable[Limit]) -> float:
+    """The least time the job's throttle needs for ``plan`` under ``limits`` (its share)."""
+    return max((window_seconds(plan.content if limit.content else plan.requests, limit) for limit in limits),
+               default=0.0)
+
+
+@dataclass(frozen=True)
+class JobClock:
+    """A publish job's clock: it started at ``started`` (epoch seconds), GitHub stops it at
+    ``limit_s``, and it keeps ``reserve_s`` for its last push and its report."""
+
+    started: float
+    limit_s: float = JOB_LIMIT_S
+    reserve_s: float = RESERVE_S
+
+    @property
+    def deadline(self) -> float:
+        """When the job stops publishing."""
+        return self.started + self.limit_s - self.reserve_s
+
+    def left(self, now: float) -> float:
+        return self.deadline - now
+
+    def budget(self, rate_limit_s: float = MAX_RATE_LIMIT_WAIT_S) -> WaitBudget:
+        """The wait budget of the job's REST clients."""
+        return WaitBudget(self.deadline, rate_limit_s)
+
+
+def next_cell_fits(left_s: float, slowest_cell_s: float, next_wait_s: float) -> bool:
+    """Whether a job with ``left_s`` on its clock starts another cell: it wants the throttle's
+    wait for its next upload plus :data:`CELL_MARGIN` times its slowest cell so far."""
+    return left_s > next_wait_s + CELL_MARGIN * slowest_cell_s

@@ -1,0 +1,694 @@
+"""An epoch bump drained under GitHub's clocks and limits: a discrete-event simulation.
+
+Every decision is farm's own: each run's wave is :func:`farm.schedule.cost.plan_wave` of what the
+ledger lacks, costed from the durations and compiler-cache counts the ledger holds so far
+(:class:`~farm.schedule.cost.Durations`, :class:`~farm.schedule.hitrate.HitRates`); its shards are
+:func:`~farm.schedule.jobs.build_entries` cut into matrices of :data:`~farm.schedule.slices.SHARD_SIZE`;
+each publish job walks :func:`~farm.schedule.stream.shard_cells` of its shard under farm's own
+:class:`~farm.publish.ratelimit.Throttle` and its REST client's retries; the chain asks
+:func:`~farm.schedule.outcome.from_reports` whether the next wave starts; and what the workflows
+fix (shards, publishers, retention, time limits, the nightly) is read from them
+(:mod:`farm.simulate.workflow`).
+
+What is simulated is the world those decisions meet: ``runners`` concurrent jobs taken in order,
+each job's clock and GitHub's kill at its time limit, the REST limits every job of the repository
+shares (:class:`~farm.simulate.githubsim.Rest`), artifact retention, the Actions cache
+(:class:`~farm.simulate.githubsim.ActionsCache`) or an S3 store for the compiler cache, git's file
+sizes for the ledger, and build jobs that fail. A job's time comes from the measured per-recipe
+times (:mod:`farm.schedule.recipetimes`) and the inputs table (:mod:`farm.simulate.inputs`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import heapq
+import math
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from farm.model.cells import NO_TORCH
+from farm.model.config import FarmConfig, Sharding
+from farm.provenance.ledgerline import ExistsKey
+from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
+from farm.publish.github import tag_for
+from farm.publish.ratelimit import Throttle, github_limits
+from farm.publish.releases import GithubSettings
+from farm.schedule.cacheplan import CacheSizes, CellKeys, toolkit_size, torch_size
+from farm.schedule.cost import DEFAULT_JOB_S, CellKey, Costed, Durations, cost_matrix, drain_model, plan_wave
+from farm.schedule.hitrate import HitRates
+from farm.schedule.jobs import build_entries
+from farm.schedule.matrix import Matrix, PlannedCell
+from farm.schedule.outcome import from_reports
+from farm.schedule.recipetimes import RecipeTimes
+from farm.schedule.slices import SHARD_SIZE
+from farm.schedule.stream import ERROR, FAILED, PUBLISHED, CellVerdict, shard_cells
+from farm.simulate.githubsim import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
+from farm.simulate.inputs import MB, Inputs
+from farm.simulate.workflow import Workflow
+
+DAY = 86400.0
+BACKENDS = ("s3", "gha")  # where the compiler cache lives: an S3 store, or the Actions cache
+ASSETS_PAGE = 100  # GitHub lists a release's assets and a run's artifacts 100 a page
+CHAIN_REQUESTS = 5  # farm chain: the waiting runs, once per status (4), and the dispatch
+WASTE = ("timeout", "failure", "publish killed", "artifact expired", "ledger refused", "rate limit")
+
+
+# --------------------------------------------------------------------------------------------
+# The scenario, the cells, the ledger
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scenario:
+    runners: int
+    epochs: int = 1
+    warm: bool = False  # a cold bump first: the reported bumps find the compiler cache it filled
+    compile_cache: str = "s3"
+    horizon_days: float = 60.0  # a bump not drained by then leaves its queue as lost cells
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a cell really costs on a hosted runner (the planner sees only the ledger)."""
+
+    compile_s: float  # all its compiling, cold
+    basis: str  # the recipe time's: measured | probe | estimate
+    linked: bool
+    toolkit: str
+    toolkit_bytes: int
+    torch: str | None
+    torch_bytes: int
+    wheel_bytes: int
+
+
+@dataclass
+class CellState:
+    planned: PlannedCell
+    truth: Truth
+    published: bool = False
+    asset: bool = False  # on the release, recorded or not
+    builds: int = 0  # artifacts made
+    cached: float = 0.0  # share of its compile steps the compiler cache holds (S3 backend)
+    unpublished_s: float = 0.0  # runner time of its last artifact, lost if that is never published
+    unpublished_why: str = ""
+    duration: float | None = None  # farm build's own time of its last artifact (None: a link job's)
+    hit_share: float = 0.0  # the compiler cache's share of its last build's compile steps
+    cc_keys: list[str] = field(default_factory=list)  # its compiler-cache entries (the Actions cache)
+
+
+@dataclass
+class Ledger:
+    """The ledger as git holds it: what each record weighs and what the planner reads back."""
+
+    record_bytes: int
+    file_bytes: int = 0  # one file: ledger.jsonl
+    durations: list[tuple[CellKey, float]] = field(default_factory=list)
+    counts: list[tuple[CellKey, int, int]] = field(default_factory=list)
+    warned: bool = False
+
+    def largest_file(self) -> int:
+        return self.file_bytes
+
+    def push(self, records: list[tuple[CellKey, float | None, int, int]]) -> bool:
+        """Append ``records`` (cell key, duration, compile steps, hits) and push: GitHub refuses a
+        push that carries a file over 100 MiB (GH001; a refusal farm does not retry) and only warns
+        over 50 MiB."""
+        after = self.file_bytes + len(records) * self.record_bytes
+        if after > GIT_REFUSE_BYTES:
+            return False
+        self.warned = self.warned or after > GIT_WARN_BYTES
+        self.file_bytes = after
+        for key, duration, compiles, hits in records:
+            if duration is not None:
+                self.durations.append((key, duration))
+            self.counts.append((key, compiles, hits))
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# The event loop and the runners
+# --------------------------------------------------------------------------------------------
+Process = Generator[float, None, None]  # yields the seconds to wait before it goes on
+
+
+class Loop:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = 0
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (max(when, self.now), self._seq, action))
+
+    def run(self, until: float) -> None:
+        while self._events and self._events[0][0] <= until:
+            self.now, _, action = heapq.heappop(self._events)
+            action()
+        if self._events:
+            self.now = until
+
+    def idle(self) -> bool:
+        return not self._events
+
+
+@dataclass
+class Job:
+    kind: str  # matrix, slice, build, compile, link, publish, chain
+    start: Callable[[Job], Process]
+    done: Callable[[Job], None]
+    cell: str = ""
+    limit_s: float = math.inf
+    began: float = 0.0
+    ended: float = 0.0
+    killed: bool = False
+    ok: bool = True
+    pushed_at: float = 0.0  # a publish job: its last ledger push
+    unpushed: list[CellState] = field(default_factory=list)  # a publish job: records not pushed yet
+
+
+class Runners:
+    """``count`` concurrent jobs, taken first come first served; a job holds its slot from the
+    moment a runner is assigned (after ``queue_s``) until it ends or GitHub kills it."""
+
+    def __init__(self, loop: Loop, count: int, queue_s: float, on_runner_s: Callable[[Job, float], None]) -> None:
+        self.loop, self.free, self.queue_s, self.on_runner_s = loop, count, queue_s, on_runner_s
+        self.waiting: deque[Job] = deque()
+
+    def submit(self, jobs: Iterable[Job]) -> None:
+        self.waiting.extend(jobs)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        while self.free and self.waiting:
+            job = self.waiting.popleft()
+            self.free -= 1
+            self.loop.at(self.loop.now + self.queue_s, functools.partial(self._begin, job))
+
+    def _begin(self, job: Job) -> None:
+        job.began = self.loop.now
+        process = job.start(job)
+        deadline = job.began + job.limit_s
+        self._step(job, process, deadline)
+
+    def _step(self, job: Job, process: Process, deadline: float) -> None:
+        now = self.loop.now
+        if now >= deadline:
+            job.killed, job.ok = True, False
+            process.close()
+            self._end(job, deadline)
+            return
+        try:
+            wait = next(process)
+        except StopIteration:
+            self._end(job, now)
+            return
+        if now + wait > deadline:  # GitHub kills the job at its limit, wherever it is
+            self.loop.at(deadline, lambda: self._step(job, process, deadline))
+        else:
+            self.loop.at(now + wait, lambda: self._step(job, process, deadline))
+
+    def _end(self, job: Job, when: float) -> None:
+        job.ended = when
+        self.on_runner_s(job, when - job.began)
+        self.free += 1
+        job.done(job)
+        self._dispatch()
+
+
+def _hash_fraction(*parts: object) -> float:
+    """A fixed pseudo-random number in [0, 1) for these parts: the same scenario gives the same drain."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+# --------------------------------------------------------------------------------------------
+# A run (one wave) and its bookkeeping
+# --------------------------------------------------------------------------------------------
+@dataclass
+class DrainRun:
+    number: int
+    epoch: int
+    started: float
+    plan: dict[str, Any] = field(default_factory=dict)  # what farm wave reads: cells, totals.deferred
+    shards: list[list[dict[str, Any]]] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: dict[str, float] = field(default_factory=dict)  # cell -> when its wheel was uploaded
+    objects: dict[str, list[float]] = field(default_factory=dict)  # cell -> each compile shard's upload
+    object_cost: dict[str, float] = field(default_factory=dict)  # cell -> runner time of its compile shards
+    artifact_count: int = 1  # the plan
+    verdicts: dict[str, CellVerdict] = field(default_factory=dict)
+    shards_left: int = 0
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    warm: bool
+    days: float
+    drained: bool
+    runs: int
+    runner_hours: float
+    runner_hours_by_kind: dict[str, float]  # build (build, compile and link jobs), publish, other
+    wasted_hours: dict[str, float]
+    cells: int  # to build after the planner's refusals
+    refused: int
+    published: int
+    rebuilt: Counter[str]
+    lost: int
+    timeouts: int  # jobs GitHub killed at their limit
+    publish_jobs_killed: int
+    planned_runner_hours: float  # what farm matrix's drain model billed at the bump's start
+    planned_days: float
+
+
+# --------------------------------------------------------------------------------------------
+# The simulation
+# --------------------------------------------------------------------------------------------
+class _SimClock:
+    """farm's throttle reads the simulated time; it never sleeps (the loop does the waiting)."""
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+
+    def now(self) -> float:
+        return self.loop.now
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError(f"the simulated throttle never sleeps ({seconds} s asked)")
+
+
+def _wait(seconds: float) -> Process:
+    yield seconds
+
+
+class Drain:
+    def __init__(self, config: FarmConfig, matrix: Matrix, inputs: Inputs, times: RecipeTimes, workflow: Workflow,
+                 sizes: CacheSizes, scenario: Scenario) -> None:
+        if scenario.compile_cache not in BACKENDS:
+            raise ValueError(f"compile cache backend {scenario.compile_cache!r}")
+        self.config, self.matrix, self.inputs, self.v = config, matrix, inputs, inputs.v
+        self.times, self.wf, self.sizes, self.scenario = times, workflow, sizes, scenario
+        self.sharding: dict[str, Sharding | None] = {p.package: config.recipe(p.package).sharding
+                                                     for p in matrix.packages}
+        targets = [t for t in config.defaults.publish.values()
+                   if isinstance(t, GithubSettings)]
+        self.tag = targets[0].tag if targets else None
+        self.planned = {p.cell.id: p for p in matrix.cells}
+        self.truths = self._truths()
+        self.loop = Loop()
+        self.runners = Runners(self.loop, scenario.runners, self.v.queue_s, self._count_runner)
+        self.rest = Rest()
+        self.cache = ActionsCache()
+        self.ledger = Ledger(int(self.v.ledger_record_bytes))
+        self.cells: dict[str, CellState] = {}
+        self.releases: dict[str, int] = {}  # release tag -> its assets
+        self.requests = 0  # REST requests sent, refused ones too
+        self.rate_limited = 0
+        self.runs: list[DrainRun] = []
+        self.results: list[EpochResult] = []
+        self._epoch, self._done, self._last_publish = 0, False, 0.0
+        self._runner_s = 0.0
+        self._by_kind: defaultdict[str, float] = defaultdict(float)
+        self._wasted: defaultdict[str, float] = defaultdict(float)
+        self._rebuilt: Counter[str] = Counter()
+        self._timeouts = self._publish_killed = 0
+
+    # -- what a cell really costs ------------------------------------------------------------
+    def _truths(self) -> dict[str, Truth]:
+        keys = CellKeys(self.config)
+        out = {}
+        for cid, p in self.planned.items():
+            c = p.cell
+            host = self.times.seconds(c.package, len(p.archs))
+            if host is not None:
+                compile_s, basis = host * self.times.runner_factor.value, self.times.recipes[c.package].basis
+            else:  # unmeasured: what the planner guesses, a default job per declared compile job
+                shard = self.sharding.get(c.package)
+                compile_s, basis = DEFAULT_JOB_S * (shard.jobs if shard else 1), "estimate"
+            if c.platform == "win_amd64":
+                compile_s *= self.v.windows_factor
+            toolkit, torch = keys.of(p)
+            out[cid] = Truth(compile_s, basis, c.torch != NO_TORCH, str(toolkit),
+                             toolkit_size(toolkit, self.sizes).bytes, None if torch is None else str(torch),
+                             0 if torch is None else torch_size(torch, self.sizes).bytes,
+                             self.inputs.wheel_bytes(c.package))
+        return out
+
+    def _count_runner(self, job: Job, seconds: float) -> None:
+        self._runner_s += seconds
+        kind = "build" if job.kind in ("build", "compile", "link") else "publish" if job.kind == "publish" else "other"
+        self._by_kind[kind] += seconds
+        if job.killed:
+            self._timeouts += 1
+            if job.kind == "publish":
+                self._publish_killed += 1
+            else:
+                self._wasted["timeout"] += seconds
+        elif not job.ok:
+            self._wasted["failure"] += seconds
+
+    # -- the planner, as `farm matrix` runs it on the ledger so far -----------------------------
+    def _costed(self) -> Costed:
+        queued = {cid for cid, s in self.cells.items() if not s.published}
+        left = replace(self.matrix, packages=tuple(
+            replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in queued))
+            for pkg in self.matrix.packages))
+        return cost_matrix(left, self.sharding, Durations.of(self.ledger.durations),
+                           hit_rates=HitRates.of(self.ledger.counts, retained=self.scenario.compile_cache == "s3"))
+
+    def _capacity(self) -> int:
+        return self.wf.max_shards * SHARD_SIZE
+
+    # -- one epoch bump ------------------------------------------------------------------------
+    def bump(self, warm: bool) -> EpochResult:
+        """Queue every cell (a bump of build_epoch), run waves until only what the planner refuses
+        is left or the horizon passes."""
+        self._epoch += 1
+        start = self.loop.now
+        self.cells = {cid: CellState(self.planned[cid], t, cached=self._carried(cid)) for cid, t in self.truths.items()}
+        self._runner_s, self._wasted, self._rebuilt = 0.0, defaultdict(float), Counter()
+        self._by_kind = defaultdict(float)
+        self._timeouts = self._publish_killed = 0
+        self._done, self._last_publish = False, start
+        bill = drain_model(self._costed(), self._capacity(), self.scenario.runners)
+        horizon = start + self.scenario.horizon_days * DAY
+        self._start_run(start)
+        while not self._done and not self.loop.idle() and self.loop.now < horizon:
+            self.loop.run(min(horizon, self.loop.now + DAY))
+        if not self._done:  # the horizon ends this bump: what still runs is dropped
+            self.loop = Loop()
+            self.loop.now = horizon
+            self.runners = Runners(self.loop, self.scenario.runners, self.v.queue_s, self._count_runner)
+        refused = {r.cell.cell.id for r in self._costed().refused}
+        queued = [s for cid, s in self.cells.items() if not s.published and cid not in refused]
+        for state in queued:  # an artifact nobody published is lost work too
+            if state.unpublished_s:
+                self._wasted[state.unpublished_why] += state.unpublished_s
+        result = EpochResult(
+            epoch=self._epoch, warm=warm, days=(self._last_publish - start) / DAY, drained=not queued,
+            runs=sum(1 for r in self.runs if r.epoch == self._epoch), runner_hours=self._runner_s / 3600,
+            runner_hours_by_kind={k: v / 3600 for k, v in self._by_kind.items()},
+            wasted_hours={k: v / 3600 for k, v in self._wasted.items()}, cells=len(self.cells) - len(refused),
+            refused=len(refused), published=sum(s.published for s in self.cells.values()),
+            rebuilt=Counter(self._rebuilt), lost=len(queued), timeouts=self._timeouts,
+            publish_jobs_killed=self._publish_killed,
+            planned_runner_hours=sum(w.runner_hours for w in bill), planned_days=sum(w.wall_hours for w in bill) / 24)
+        self.results.append(result)
+        return result
+
+    def _carried(self, cid: str) -> float:
+        """What the compiler cache holds of a cell at a bump: an S3 store keeps every step the last
+        bump compiled; the Actions cache what its 10 GB, its write rate and its 7 days left."""
+        before = self.cells.get(cid)
+        if before is None:
+            return 0.0
+        if self.scenario.compile_cache == "s3":
+            return before.cached
+        return min(1.0, sum(self.cache.restore(k, self.loop.now) for k in before.cc_keys))
+
+    # -- runs ------------------------------------------------------------------------------------
+    def _start_run(self, when: float) -> None:
+        run = DrainRun(len(self.runs) + 1, self._epoch, when)
+        self.runs.append(run)
+        matrix = Job("matrix", lambda _: _wait(self.v.matrix_s), lambda _: self._planned(run))
+        self.loop.at(when, lambda: self.runners.submit([matrix]))
+
+    def _planned(self, run: DrainRun) -> None:
+        wave = plan_wave(self._costed(), self._capacity())
+        if not wave.scheduled:
+            self._done = True  # only what no hosted runner can finish is left
+            return
+        build, link = build_entries(wave.scheduled)
+        run.plan = {"cells": [{"id": p.cell.id, "package": p.cell.package} for p in wave.scheduled],
+                    "totals": {"deferred": len(wave.deferred)}}
+        run.shards = [build[i:i + SHARD_SIZE] for i in range(0, len(build), SHARD_SIZE)]
+        run.links = link
+        run.shards_left = len(run.shards)
+        self.runners.submit(self._slice(run, str(i), entries) for i, entries in enumerate(run.shards))
+
+    def _slice(self, run: DrainRun, shard: str, entries: list[dict[str, Any]]) -> Job:
+        """A shard's slice job, then its build matrix, then its publish job once every build ended."""
+        left = [len(entries)]
+
+        def one_done(job: Job, state: CellState, kind: str) -> None:
+            self._built(run, state, kind, job)
+            left[0] -= 1
+            if left[0] == 0:
+                self.runners.submit([Job("publish", lambda j: self._publish(run, shard_cells(entries), j),
+                                         lambda j: self._published(run, shard, entries, j),
+                                         limit_s=self.wf.publish_timeout_s)])
+
+        def sliced(_: Job) -> None:
+            jobs = []
+            for e in entries:
+                state, part = self.cells[e["id"]], str(e.get("shard") or "")
+                jobs.append(Job("link" if part == "link" else "compile" if part else "build",
+                                functools.partial(self._build, run, state, part),
+                                functools.partial(one_done, state=state, kind=part),
+                                cell=e["id"], limit_s=self.wf.build_timeout_s))
+            self.runners.submit(jobs)
+        return Job("slice", lambda _: _wait(self.v.slice_s), sliced)
+
+    def _shard_done(self, run: DrainRun, shard: str) -> None:
+        if shard == "link":
+            self._chain(run)
+            return
+        run.shards_left -= 1
+        if run.shards_left == 0:
+            if run.links:  # the link matrix waits for every build shard and its publish job
+                self.runners.submit([self._slice(run, "link", run.links)])
+            else:
+                self._chain(run)
+
+    def _chain(self, run: DrainRun) -> None:
+        def chain(_: Job) -> Process:
+            for _call in range(CHAIN_REQUESTS):
+                yield from self._request("GET", None)
+            yield self.v.chain_s
+
+        def chained(_: Job) -> None:
+            outcome = from_reports(run.plan, run.verdicts)  # what `farm wave` decides from the reports
+            costed = self._costed()
+            if not costed.matrix.cells:
+                self._done = True
+            elif outcome.next_wave:
+                self._start_run(self.loop.now)
+            else:  # the chain stops; the nightly starts the next run
+                hour, minute = self.wf.nightly
+                nightly = math.floor(self.loop.now / DAY) * DAY + hour * 3600 + minute * 60
+                self._start_run(nightly if nightly > self.loop.now else nightly + DAY)
+        self.runners.submit([Job("chain", chain, chained)])
+
+    # -- build jobs --------------------------------------------------------------------------
+    def _restore(self, key: str, size: int, saves: list[tuple[str, int]]) -> float:
+        """Seconds to have ``key`` on the runner: restored from the Actions cache, or downloaded
+        (and saved at the job's end)."""
+        if self.cache.restore(key, self.loop.now):
+            return size / MB / self.v.cache_mb_s
+        saves.append((key, size))
+        return size / MB / self.v.download_mb_s
+
+    def _build(self, run: DrainRun, state: CellState, part: str, job: Job) -> Process:
+        """One build job: ``part`` is "" (a whole cell), "I/N" (a compile shard) or "link"."""
+        v, t, cid = self.v, state.truth, state.planned.cell.id
+        saves: list[tuple[str, int]] = []
+        yield self.times.value("job_setup_s")
+        yield self._restore(t.toolkit, t.toolkit_bytes, saves)  # its unpacking is part of the set-up
+        build_s = 0.0
+        if t.torch is not None:
+            build_s = self._restore(t.torch, t.torch_bytes, saves) + self.times.value("torch_install_s")
+            yield build_s
+        if part == "link":
+            ready = run.objects.get(cid, [])
+            if len(ready) < state.planned.compile_jobs or any(expired(u, self.wf.objects_days, self.loop.now)
+                                                              for u in ready):
+                job.ok = False
+                if ready:  # the compile shards' work is lost with their objects
+                    self._wasted["artifact expired"] += run.object_cost.get(cid, 0.0)
+                    self._rebuilt["artifact expired"] += 1
+                yield 60.0  # download-artifact fails on the missing or expired shard
+                return
+            yield v.compile_objects_mb / v.download_mb_s
+        else:
+            parts = int(part.split("/")[1]) if part else 1
+            held = min(1.0, state.cached)
+            compile_s = t.compile_s / parts * ((1 - held) + held * self.times.value("hit_cost"))
+            if _hash_fraction(self._epoch, run.number, cid, part) < v.failure_rate:
+                job.ok = False
+                yield compile_s * _hash_fraction("at", self._epoch, run.number, cid, part)
+                return
+            state.hit_share = held
+            left = job.limit_s - (self.loop.now - job.began)
+            done = min(1.0, max(0.0, left) / compile_s) if compile_s > 0 else 1.0
+            self._cache_compiled(state, done * (1 - held) / parts, run)  # sccache stores each step as it ends
+            build_s += compile_s
+            yield compile_s
+        if part and part != "link":
+            yield v.compile_objects_mb / v.upload_mb_s
+        else:
+            post = self.times.build_fixed_s(t.linked) - (self.times.value("torch_install_s") if t.linked else 0.0)
+            build_s += post
+            yield post + t.wheel_bytes / MB / v.upload_mb_s
+        for key, size in saves:  # actions/cache saves what it missed, after the job's steps
+            yield size / MB / v.upload_mb_s
+            self.cache.save(key, size, self.loop.now)
+        state.duration = None if part == "link" else build_s
+
+    def _cache_compiled(self, state: CellState, share: float, run: DrainRun) -> None:
+        """The compiler cache keeps what a job compiled, a job killed later too: all of it in an S3
+        store; in the Actions cache, what its write rate admits and its 10 GB keep."""
+        if share <= 0:
+            return
+        if self.scenario.compile_cache == "s3":
+            state.cached = min(1.0, state.cached + share)
+            return
+        key = f"cc-{state.planned.cell.id}-{self._epoch}-{run.number}-{len(state.cc_keys)}"
+        stored = self.cache.save(key, int(self.v.compile_objects_mb * MB * share), self.loop.now,
+                                 writes=max(1, round(self.v.compile_steps * share)))
+        state.cc_keys.append(key)
+        state.cached = min(1.0, state.cached + share * stored)
+
+    def _built(self, run: DrainRun, state: CellState, part: str, job: Job) -> None:
+        if job.killed or not job.ok:
+            return
+        cid, runner_s = state.planned.cell.id, job.ended - job.began
+        if part and part != "link":
+            run.objects.setdefault(cid, []).append(self.loop.now)
+            run.object_cost[cid] = run.object_cost.get(cid, 0.0) + runner_s
+            run.artifact_count += 1
+            return
+        if state.unpublished_s:  # an earlier artifact of this cell was never published
+            self._rebuilt[state.unpublished_why] += 1
+            self._wasted[state.unpublished_why] += state.unpublished_s
+        state.builds += 1
+        state.unpublished_s = runner_s + run.object_cost.get(cid, 0.0)
+        state.unpublished_why = "publish killed"  # until its publish says otherwise
+        run.artifacts[cid] = self.loop.now
+        run.artifact_count += 2  # the wheel and its fragment
+
+    # -- publish jobs ------------------------------------------------------------------------
+    def _request(self, method: str, throttle: Throttle | None) -> Generator[float, None, bool]:
+        """One REST call as farm's client makes it: its job's throttle first, then GitHub's
+        answer; a refusal is waited out as GitHub asks, at most MAX_RETRIES times and never past
+        MAX_WAIT_S (then the call fails, and the cell's verdict is an error)."""
+        if throttle is not None and (delay := throttle.delay(method)) > 0:
+            yield delay
+        for attempt in range(MAX_RETRIES + 1):
+            self.requests += 1
+            wait = self.rest.ask(self.loop.now, method)
+            yield self.v.request_s
+            if throttle is not None:
+                throttle.sent(method)
+            if wait == 0:
+                return True
+            self.rate_limited += 1
+            if attempt == MAX_RETRIES or wait > MAX_WAIT_S:
+                return False
+            yield wait
+        return False
+
+    def _publish(self, run: DrainRun, cells: list[tuple[str, str]], job: Job) -> Process:
+        """``farm publish-shard`` as the publish job runs it: the run's artifacts listed once, then
+        each cell in plan order, its records pushed at most once a minute and at the end."""
+        throttle = Throttle(github_limits(publishers=self.wf.publishers), clock=_SimClock(self.loop))
+        yield self.v.publish_setup_s
+        job.pushed_at = self.loop.now
+        for _ in range(max(1, math.ceil(run.artifact_count / ASSETS_PAGE))):
+            if not (yield from self._request("GET", throttle)):
+                break
+        for cid, package in cells:
+            state = self.cells[cid]
+            uploaded = run.artifacts.get(cid)
+            if uploaded is None:
+                run.verdicts[cid] = CellVerdict(cid, package, FAILED)
+                continue
+            if expired(uploaded, self.wf.wheel_days, self.loop.now):  # 410: the next run builds it again
+                run.verdicts[cid] = CellVerdict(cid, package, ERROR, detail="artifact expired")
+                state.unpublished_why = "artifact expired"
+                continue
+            if not (yield from self._publish_cell(state, throttle)):
+                run.verdicts[cid] = CellVerdict(cid, package, ERROR, detail="rate limit")
+                state.unpublished_why = "rate limit"
+                continue
+            job.unpushed.append(state)
+            run.verdicts[cid] = CellVerdict(cid, package, PUBLISHED, (state.planned.wheel,))
+            if self.loop.now - job.pushed_at >= 60:
+                yield from self._push(job)
+        yield from self._push(job)
+
+    def _publish_cell(self, state: CellState, throttle: Throttle) -> Generator[float, None, bool]:
+        """One cell as :func:`cell_requests` says today's path asks GitHub, with the transfers: the
+        wheel downloaded and gated, then uploaded (or, sent before without a record, read back)."""
+        v, t, c = self.v, state.truth, state.planned.cell
+        key = ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform,
+                        state.planned.epoch + self._epoch - 1)  # each bump a release of its own
+        tag = tag_for(self.tag, key) if self.tag else c.package
+        calls = cell_requests(tag in self.releases, self.releases.get(tag, 0), adopt=state.asset)
+        wheel_s = t.wheel_bytes / MB
+        for n, method in enumerate(calls):
+            if not (yield from self._request(method, throttle)):
+                return False
+            if n == 1:  # the wheel's artifact
+                yield wheel_s / v.download_mb_s + wheel_s / v.gate_mb_s
+        self.releases.setdefault(tag, 0)
+        if state.asset:
+            yield wheel_s / v.download_mb_s + wheel_s / v.gate_mb_s
+            return True
+        yield wheel_s / v.upload_mb_s
+        state.asset = True
+        self.releases[tag] += 1
+        return True
+
+    def _push(self, job: Job) -> Process:
+        job.pushed_at = self.loop.now
+        if not job.unpushed:
+            return
+        yield self.v.push_s
+        steps = int(self.v.compile_steps)
+        records = [((c.package, c.cuda, c.torch, c.python, c.platform), s.duration, steps, round(steps * s.hit_share))
+                   for s in job.unpushed for c in (s.planned.cell,)]
+        if self.ledger.push(records):
+            for state in job.unpushed:
+                state.published, state.unpublished_s = True, 0.0
+            self._last_publish = self.loop.now
+        else:  # GH001: the commits stay on the runner, which ends with the job
+            for state in job.unpushed:
+                state.unpublished_why = "ledger refused"
+        job.unpushed.clear()
+
+    def _published(self, run: DrainRun, shard: str, entries: list[dict[str, Any]], job: Job) -> None:
+        if job.killed:  # its report is never uploaded: the chain sees no verdict of this shard
+            for state in job.unpushed:
+                state.unpublished_why = "publish killed"
+            for cid, _ in shard_cells(entries):
+                run.verdicts.pop(cid, None)
+        self._shard_done(run, shard)
+
+
+def cell_requests(release: bool, assets: int, *, adopt: bool = False) -> list[str]:
+    """The REST calls ``farm publish-shard`` makes for one built cell today, in order (checked
+    against the real command on a loopback GitHub by tests/test_publish_shard.py): its fragment's
+    and its wheel's artifacts, then ``farm upload``'s GitHub pass, which reads the release and
+    every page of its assets afresh for each cell, creates the release when it has none, and
+    sends the wheel, or, when an earlier publish sent it without a record, reads the asset back
+    to re-assert and adopt it. ``release``: the release exists; ``assets``: how many it holds."""
+    calls = ["GET", "GET", "GET"]  # the fragment, the wheel, the release by its tag
+    if release:
+        calls += ["GET"] * max(1, math.ceil(assets / ASSETS_PAGE))
+    else:  # answered 404: created, with no assets to list
+        calls.append("POST")
+    calls.append("GET" if adopt else "POST")
+    return calls
+
+
+def simulate(config: FarmConfig, matrix: Matrix, inputs: Inputs, times: RecipeTimes, workflow: Workflow,
+             sizes: CacheSizes, scenario: Scenario) -> Drain:
+    """Every bump of the scenario, in order (a ``warm`` scenario runs a cold bump first)."""
+    drain = Drain(config, matrix, inputs, times, workflow, sizes, scenario)
+    if scenario.warm:
+        drain.bump(warm=False)
+    for n in range(scenario.epochs):
+        drain.bump(warm=scenario.warm or n > 0)
+    return drain

@@ -1,0 +1,1 @@
+"""What the tests share: fixtures, simulated services and builders of test inputs."""

@@ -1,0 +1,110 @@
+"""A publish job's plan: shares of the token, the requests it sends, the time they take, its clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from farm.errors import OutOfTime
+from farm.publish.budget import (
+    CELL_MARGIN,
+    MAX_RATE_LIMIT_WAIT_S,
+    RESERVE_S,
+    JobClock,
+    next_cell_fits,
+    publish_shares,
+    request_plan,
+    throttle_seconds,
+    window_seconds,
+)
+from farm.publish.ratelimit import Limit, Throttle, github_limits
+
+
+def test_shares_follow_the_cells_each_job_publishes() -> None:
+    shares = publish_shares({"0": 256, "1": 256, "2": 256, "3": 22, "7": 10, "link": 78, "4": 0})
+    assert math.isclose(sum(shares.values()), 1.0)
+    assert shares["4"] == 0
+    assert math.isclose(shares["0"], 256 / 878)
+    assert publish_shares({"0": 0}) == {"0": 0.0}
+
+
+def test_a_share_of_the_limits_is_that_fraction_of_githubs_numbers() -> None:
+    ninth = github_limits(publishers=9)
+    assert [limit.count for limit in ninth] == [100, 8, 50]
+    assert github_limits(share=1 / 9) == ninth
+    big = github_limits(share=256 / 878)
+    assert [limit.count for limit in big] == [262, 20, 131]
+    with pytest.raises(ValueError, match="a share"):
+        github_limits(share=0)
+
+
+def test_requests_are_one_upload_per_asset_and_one_per_release() -> None:
+    tags = ["a-e1"] * 100 + ["b-e1"] * 50 + ["c-e1"] * 106
+    plan = request_plan(tags, known={"a-e1", "b-e1"})
+    assert (plan.uploads, plan.reads, plan.creates) == (256, 2, 1)
+    assert plan.requests == 259
+    assert plan.content == 257
+    assert plan.per_asset == pytest.approx(259 / 256)
+    assert request_plan([], known=()).per_asset == 0
+
+
+def test_the_throttle_needs_whole_periods_past_the_first_window() -> None:
+    hour = Limit("h", 50, 3600.0, content=True)
+    assert window_seconds(0, hour) == 0
+    assert window_seconds(50, hour) == 0
+    assert window_seconds(51, hour) == 3600
+    assert window_seconds(256, hour) == 5 * 3600
+    # a ninth of the token: 256 uploads take 5 h of its 50 an hour; a share by cells, under 2 h
+    plan = request_plan(["t"] * 256, known={"t"})
+    assert throttle_seconds(plan, github_limits(publishers=9)) == 5 * 3600
+    assert throttle_seconds(plan, github_limits(share=256 / 878)) == 3600
+
+
+def test_the_job_clock_stops_before_the_limit_and_bounds_every_wait() -> None:
+    clock = JobClock(started=1000.0)
+    assert clock.deadline == 1000 + 6 * 3600 - RESERVE_S
+    assert clock.left(1000.0) == 6 * 3600 - RESERVE_S
+    budget = clock.budget()
+    assert budget.rate_limit_s == MAX_RATE_LIMIT_WAIT_S
+    budget.allow(clock.deadline - 100, 100, rate_limit=False, what="pacing")
+    with pytest.raises(OutOfTime, match="deadline"):
+        budget.allow(clock.deadline - 100, 101, rate_limit=False, what="pacing")
+
+
+def test_a_retry_after_of_3000_s_is_not_obeyed_past_the_cap() -> None:
+    """GitHub's ``Retry-After: 3000`` six times is five hours of a six-hour job: the second wait
+    already passes the 30-minute cap, so the job stops and hands on instead."""
+    budget = JobClock(started=0.0).budget(rate_limit_s=3600)
+    budget.allow(0, 3000, rate_limit=True, what="HTTP 403")
+    with pytest.raises(OutOfTime, match="cap is 3600 s"):
+        budget.allow(3000, 3000, rate_limit=True, what="HTTP 403")
+    assert budget.rate_limit_waited_s == 3000
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def test_the_throttle_does_not_pace_past_the_deadline() -> None:
+    clock = _Clock()
+    throttle = Throttle((Limit("m", 2, 60.0),), clock, JobClock(0.0, limit_s=100, reserve_s=0).budget())
+    for _ in range(4):
+        throttle.wait("GET")
+        throttle.sent("GET")
+    assert clock.t == 60  # paced once, inside the clock
+    with pytest.raises(OutOfTime):
+        throttle.wait("GET")  # the next window opens at 120 s, past the 100 s deadline
+
+
+def test_a_cell_starts_only_with_room_for_it() -> None:
+    assert next_cell_fits(1000, 100, 0)
+    assert not next_cell_fits(1000, 500, 0)
+    assert not next_cell_fits(1000, 100, 1000 - CELL_MARGIN * 100)

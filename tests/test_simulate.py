@@ -1,0 +1,289 @@
+"""The drain simulation (farm/simulate/): GitHub's limits as a model, the inputs it rests on, and
+small drains of the repository's own recipes through farm's planner, publish pattern and chain.
+
+GitHub cannot be reached from here; what limits it is modelled from its documentation: the REST
+budget one repository's token shares between concurrent jobs (primary 1,000 an hour; secondary 80
+content-creating a minute and 500 an hour, 900 points a minute), the Actions cache (10 GB, least
+recently used evicted, 7 days idle, writes past about 200 a minute dropped), artifact retention,
+git's 100 MiB file limit, the 6 h job limit, N concurrent jobs. Left out: GitHub's 100 concurrent
+requests (a publish job sends one at a time and at most nine publish at once), the network's own
+failures (a build job's failure rate stands for them), the 35-day run limit (no run here lasts more
+than days), runner images' differences beyond the Windows factor, and GitHub's queueing beyond a
+fixed delay per job. The whole grid runs at the end (slow tier).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from farm.cli import main
+from farm.errors import UsageError
+from farm.load.recipes import load_config
+from farm.provenance.ledger import LedgerIndex
+from farm.schedule.cacheplan import DATA as SIZES
+from farm.schedule.cacheplan import CacheSizes
+from farm.schedule.matrix import Filters, compute_matrix
+from farm.schedule.recipetimes import RecipeTimes
+from farm.simulate.drain import Drain, Scenario, cell_requests, simulate
+from farm.simulate.githubsim import CACHE_IDLE_S, GIT_REFUSE_BYTES, ActionsCache, Rest, expired
+from farm.simulate.inputs import Inputs
+from farm.simulate.workflow import read_workflows
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = ("demo_ext", "fused_ssim")  # 510 cells: two shards of one wave, quick to drain
+
+
+# -- GitHub's limits -------------------------------------------------------------------------------
+def test_the_rest_budget_is_shared_and_answers_with_the_wait() -> None:
+    rest = Rest()
+    assert all(rest.ask(t * 0.5, "POST") == 0 for t in range(80))  # 80 content-creating in 40 s
+    wait = rest.ask(40.0, "POST")
+    assert wait == pytest.approx(20.0)  # the first of them leaves the minute's window at 60 s
+    assert rest.ask(40.0, "GET") == 0  # a read is not content-creating
+    assert rest.ask(60.5, "POST") == 0
+    assert rest.refused == 1
+    # the primary limit: 1,000 an hour whatever the method
+    primary = Rest()
+    assert all(primary.ask(t * 3.0, "GET") == 0 for t in range(1000))
+    assert primary.ask(3000.0, "GET") == pytest.approx(600.0)
+    assert primary.busiest(3600) == 1000
+    assert primary.busiest(60) == 20
+
+
+def test_secondary_points_count_a_write_five_times() -> None:
+    rest = Rest()
+    for n in range(79):
+        assert rest.ask(n * 0.1, "POST") == 0  # 395 points
+    for n in range(505):
+        assert rest.ask(8.0 + n * 0.01, "GET") == 0  # 900 points in all
+    assert rest.ask(14.0, "GET") > 0
+
+
+def test_the_actions_cache_evicts_least_recently_used_and_idle_entries() -> None:
+    cache = ActionsCache(capacity=10)
+    assert cache.save("a", 4, 0.0) == 1.0
+    assert cache.save("b", 4, 1.0) == 1.0
+    assert cache.restore("a", 2.0) == 1.0  # a is now the most recently used
+    assert cache.save("c", 4, 3.0) == 1.0  # over 10: b goes
+    assert cache.restore("b", 4.0) == 0.0
+    assert cache.save("a", 4, 5.0) == 0.0  # entries are immutable
+    assert cache.save("huge", 11, 6.0) == 0.0
+    assert cache.restore("c", 3.0 + CACHE_IDLE_S + 1) == 0.0  # unused for 7 days
+    assert cache.used == 0
+
+
+def test_cache_writes_past_the_services_rate_are_dropped() -> None:
+    cache = ActionsCache()
+    assert cache.save("x", 1000, 0.0, writes=150) == 1.0
+    assert cache.save("y", 1000, 1.0, writes=100) == pytest.approx(0.5)  # 200 a minute
+    assert cache.dropped_writes == 50
+    assert cache.save("z", 1000, 61.0, writes=10) == 1.0
+
+
+def test_artifacts_expire_after_their_retention() -> None:
+    assert not expired(0.0, 3, 3 * 86400)
+    assert expired(0.0, 3, 3 * 86400 + 1)
+
+
+# -- what the simulation reads ----------------------------------------------------------------------
+def test_the_workflows_own_numbers_are_read() -> None:
+    wf = read_workflows(REPO)
+    assert (wf.max_shards, wf.publishers) == (8, 9)
+    assert (wf.objects_days, wf.wheel_days) == (3, 7)
+    assert wf.build_timeout_s == wf.publish_timeout_s == 6 * 3600
+    assert wf.nightly == (3, 17)
+
+
+def test_a_workflow_without_a_literal_retention_is_refused(tmp_path: Path) -> None:
+    flows = tmp_path / ".github" / "workflows"
+    flows.mkdir(parents=True)
+    (flows / "build.yml").write_text((REPO / ".github/workflows/build.yml").read_text())
+    text = (REPO / ".github/workflows/build-shard.yml").read_text().replace("retention-days: 3",
+                                                                              "retention-days: ${{ inputs.days }}")
+    (flows / "build-shard.yml").write_text(text)
+    with pytest.raises(UsageError, match="retention-days of the objects- upload"):
+        read_workflows(tmp_path)
+    with pytest.raises(UsageError, match="cannot read the workflow"):
+        read_workflows(tmp_path / "nowhere")
+
+
+def test_the_inputs_say_what_is_measured() -> None:
+    inputs = Inputs.load()
+    assert {i.basis for i in inputs.table.values()} == {"measured", "estimate"}
+    assert inputs.v.queue_s > 0
+    changed = inputs.with_values(queue_s=200)
+    assert changed.v.queue_s == 200
+    assert changed.table["queue_s"].basis == "estimate"
+    with pytest.raises(UsageError, match="unknown simulation input"):
+        inputs.with_values(speed=2)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["values"].pop("queue_s"),
+    lambda d: d["values"]["queue_s"].update(value=-1),
+    lambda d: d["values"]["queue_s"].update(basis="guess"),
+    lambda d: d["values"].update(extra={"value": 1, "basis": "estimate"}),
+    lambda d: d["wheel_mb"].pop("default"),
+])
+def test_a_broken_inputs_table_is_refused(tmp_path: Path, edit: Any) -> None:
+    data = json.loads((REPO / "farm/simulate/inputs.json").read_text())
+    edit(data)
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="not a simulation input table"):
+        Inputs.load(path)
+
+
+def test_recipe_times_scale_with_the_cells_targets() -> None:
+    times = RecipeTimes.load()
+    row = times.recipes["fused_ssim"]
+    assert row.basis == "measured"
+    assert row.targets == 8
+    assert times.seconds("fused_ssim", 4) == pytest.approx(row.seconds / 2)
+    assert times.seconds("cumm", 3) == times.recipes["cumm"].seconds  # host code only: not scaled
+    assert times.seconds("no_such_recipe", 8) is None
+    assert times.runner_factor.value > 0
+    assert times.build_fixed_s(linked=True) > times.build_fixed_s(linked=False) > 0
+    data = json.loads((REPO / "farm/schedule/recipe_times.json").read_text())
+    data["recipes"]["x"] = {"seconds": 0, "targets": 1, "basis": "measured"}
+    with pytest.raises(UsageError, match="not a recipe time table"):
+        RecipeTimes.from_json(data, "t.json")
+    del data["recipes"]["x"], data["fixed"]["hit_cost"]
+    with pytest.raises(UsageError, match="hit_cost"):
+        RecipeTimes.from_json(data, "t.json")
+
+
+def test_a_new_release_is_created_and_a_full_one_listed_page_by_page() -> None:
+    assert cell_requests(False, 0) == ["GET", "GET", "GET", "POST", "POST"]
+    assert cell_requests(True, 250) == ["GET"] * 6 + ["POST"]
+    assert cell_requests(True, 3, adopt=True) == ["GET"] * 5
+
+
+# -- small drains -----------------------------------------------------------------------------------
+def drain(*packages: str, runners: int = 20, **kwargs: Any) -> Drain:
+    config = load_config(REPO, packages=list(packages) or None)
+    matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=list(packages)))
+    inputs = Inputs.load().with_values(**kwargs.pop("values", {}))
+    sizes = CacheSizes.from_json(json.loads(SIZES.read_text()), str(SIZES))
+    return simulate(config, matrix, inputs, RecipeTimes.load(), read_workflows(REPO), sizes,
+                    Scenario(runners, **kwargs))
+
+
+@pytest.fixture(scope="module")
+def today() -> Drain:
+    return drain(*SMALL)
+
+
+def test_todays_publish_jobs_run_out_of_time_and_their_cells_are_built_again(today: Drain) -> None:
+    """A shard's publish job keeps to a ninth of the token's 1,000 requests an hour and asks about
+    five a cell: 256 cells would take it 13 hours, and GitHub kills it at 6. The cells it did not
+    reach are built again by the next wave."""
+    [bump] = today.results
+    assert bump.publish_jobs_killed >= 2
+    assert bump.rebuilt["publish killed"] > 100
+    assert bump.wasted_hours["publish killed"] > 0
+    assert bump.drained
+    assert bump.lost == 0
+    assert bump.published == bump.cells == 510
+    assert bump.runs >= 3  # each wave publishes about half of what it built
+    assert today.requests / bump.published > 4
+
+
+def test_the_waves_are_the_planners(today: Drain) -> None:
+    """The first run schedules what farm matrix schedules: every cell of the two packages (they fit
+    one run), in two shards of 256 and 254, longest first."""
+    first = today.runs[0]
+    assert len(first.plan["cells"]) == 510
+    assert [len(s) for s in first.shards] == [256, 254]
+    assert first.plan["totals"]["deferred"] == 0
+
+
+def test_the_ledger_over_100_mib_stops_the_drain() -> None:
+    """Past GitHub's file limit every push of the ledger is refused (GH001): the cells a publish
+    job sent are never recorded, so every run builds them again and none drains."""
+    sim = drain(*SMALL, epochs=2, horizon_days=5, values={"ledger_record_bytes": 150_000})
+    first, second = sim.results
+    assert first.drained
+    assert not second.drained
+    assert second.lost > 0
+    assert second.rebuilt["ledger refused"] > 0
+    assert sim.ledger.largest_file() <= GIT_REFUSE_BYTES < sim.ledger.largest_file() + 150_000 * 256
+
+
+def test_a_cell_longer_than_a_job_is_retried_until_the_horizon() -> None:
+    """vllm has no sharding and nothing recorded: the planner gives it 45 minutes; it needs hours
+    more than GitHub's 6, and what it compiled does not survive to the next run (in the Actions
+    cache the whole grid's toolkits and torches evict it; here its objects are made larger than the
+    cache). Every run schedules it again, and GitHub kills it again."""
+    sim = drain("vllm", compile_cache="gha", horizon_days=4, values={"compile_objects_mb": 100_000})
+    [bump] = sim.results
+    assert bump.published == 0
+    assert bump.lost == bump.cells == 10
+    assert bump.timeouts >= 30  # ten cells, every run, one a night
+    assert bump.wasted_hours["timeout"] >= 30 * 6
+
+
+def test_the_bill_after_a_cold_bump_is_the_warm_ones() -> None:
+    """farm matrix's bill at the start of a second bump (the ledger holding the first's durations
+    and compile counts) expects a recorded cell to hit every step where the compiler cache keeps
+    them (an S3 store), and so comes within a quarter of what the warm bump's builds take (the
+    runner-hours of its build jobs, less the work redone); where the cache keeps nothing (the
+    Actions cache at the farm's scale) it bills the cold build again, as that bump takes."""
+    for backend in ("s3", "gha"):
+        _, warm = drain("gsplat", runners=60, epochs=2, compile_cache=backend).results
+        useful = warm.runner_hours_by_kind["build"] - sum(warm.wasted_hours.values())
+        assert warm.planned_runner_hours == pytest.approx(useful, rel=0.25), backend
+        if backend == "s3":
+            kept = warm.planned_runner_hours
+        else:
+            assert warm.planned_runner_hours > 2 * kept
+
+
+def test_farm_simulate_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--runners", "20", "--root", str(REPO), "--json", *SMALL])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1  # a goal is missed: cells rebuilt because a publish job ran out of time
+    for key in ("days", "runner_hours", "wasted_runner_hours", "rebuilt_cells", "lost_cells", "requests_per_asset",
+                "ledger_largest_file_mb", "busiest_minute_writes", "busiest_hour_requests", "goals", "inputs"):
+        assert key in data
+    assert data["busiest_minute_writes"] <= 80
+    assert data["busiest_hour_requests"] <= 1000
+    assert {g["met"] for g in data["goals"][2:]} == {None}  # the day goals are asked at 60 runners
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--runners", "0", "--root", str(REPO)]) == 2
+    assert main(["simulate", "--runners", "20", "--set", "queue_s=fast", "--root", str(REPO)]) == 2
+    assert main(["simulate", "--runners", "20", "--runner-factor", "0", "--root", str(REPO)]) == 2
+    assert "NAME=NUMBER" in capsys.readouterr().err
+
+
+# -- the whole grid ------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(("runners", "bumps"), [(20, 1), (60, 3)])
+def test_the_whole_grid_drains_today_only_by_building_much_of_it_twice(runners: int, bumps: int) -> None:
+    """Today's farm on the repository's grid (16,390 cells): every publish job of a full shard is
+    killed at 6 h, about half of each wave's cells are built again, artifacts of the longest waves
+    expire, and the third bump's ledger passes GitHub's 100 MiB: its pushes are refused and the
+    drain stops for good. ``pytest -s`` prints the numbers (docs/ci.md)."""
+    sim = drain(runners=runners, epochs=bumps, horizon_days=60 if bumps == 1 else 30)
+    for r in sim.results:
+        print(f"{runners} runners, bump {r.epoch}: {r.days:.1f} days, {r.runs} runs, {r.runner_hours:,.0f} runner-h, "
+              f"{sum(r.wasted_hours.values()):,.0f} wasted ({dict(r.wasted_hours)}), {r.published} published, "
+              f"rebuilt {dict(r.rebuilt)}, {r.lost} lost, {r.refused} refused, {r.publish_jobs_killed} publish jobs "
+              f"killed; the planner billed {r.planned_days:.1f} days, {r.planned_runner_hours:,.0f} runner-h")
+    first, last = sim.results[0], sim.results[-1]
+    assert first.cells + first.refused == 16_390
+    assert first.drained
+    assert first.publish_jobs_killed > 50
+    assert first.rebuilt["publish killed"] > first.cells / 2
+    assert first.rebuilt["artifact expired"] > 0
+    assert first.days > first.planned_days
+    if bumps == 3:
+        assert last.rebuilt["ledger refused"] > 0
+        assert not last.drained
+        assert sim.ledger.largest_file() > GIT_REFUSE_BYTES - 256 * sim.inputs.v.ledger_record_bytes
