@@ -204,13 +204,54 @@ def test_sageattn3_without_a_blackwell_arch_still_refuses(tmp_path: Path) -> Non
         evaluate(tmp_path, {"TORCH_CUDA_ARCH_LIST": "9.0"}, "FLAGS")
 
 
-@pytest.mark.parametrize("script", ["fused_ssim.py", "sageattn3.py", "mmcv.py", "custom_rasterizer_hy3d2.py"])
+@pytest.mark.parametrize("script", ["fused_ssim.py", "sageattn3.py", "mmcv.py", "custom_rasterizer_hy3d2.py",
+                                    "pyg_ninja.py"])
 def test_patch_refuses_a_setup_py_it_does_not_recognise(tmp_path: Path, script: str) -> None:
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='other')\n")
     proc = run(script, tmp_path)
     assert proc.returncode != 0
     assert "review the patch" in proc.stderr
     assert (tmp_path / "setup.py").read_text() == "from setuptools import setup\nsetup(name='other')\n"
+
+
+# The end of setup.py in torch_scatter 2.1.2, torch_cluster 1.6.3 and torch_spline_conv 1.2.2 (and
+# at the newest snapshot commit of each repository): the same lines.
+PYG_SETUP_END = textwrap.dedent("""\
+    setup(
+        name='torch_scatter',
+        ext_modules=get_extensions() if not BUILD_DOCS else [],
+        cmdclass={
+            'build_ext':
+            BuildExtension.with_options(no_python_abi_suffix=True, use_ninja=False)
+        },
+        packages=find_packages(),
+    )
+    """)
+
+
+def _build_ext_options(setup_py: Path) -> dict[str, object]:
+    """The keyword arguments setup.py gives ``BuildExtension.with_options``."""
+    calls = [node for node in ast.walk(ast.parse(setup_py.read_text())) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "with_options"]
+    assert len(calls) == 1
+    return {kw.arg: ast.literal_eval(kw.value) for kw in calls[0].keywords if kw.arg}
+
+
+def test_pyg_ninja_lets_torch_build_with_ninja(tmp_path: Path) -> None:
+    """Without ``use_ninja=False`` torch's BuildExtension compiles through ninja (its default),
+    whose nvcc is ``$PYTORCH_NVCC``: farm's compiler cache and probe launcher. The rest of the
+    options stay upstream's."""
+    setup_py = tmp_path / "setup.py"
+    setup_py.write_text(PYG_SETUP_END)
+    assert _build_ext_options(setup_py) == {"no_python_abi_suffix": True, "use_ninja": False}
+    first = run("pyg_ninja.py", tmp_path)
+    assert first.returncode == 0, first.stderr
+    patched = setup_py.read_text()
+    assert _build_ext_options(setup_py) == {"no_python_abi_suffix": True}
+    second = run("pyg_ninja.py", tmp_path)
+    assert second.returncode == 0
+    assert "already patched" in second.stdout
+    assert setup_py.read_text() == patched
 
 
 def test_torchsparse_dispatch_arguments_use_scalar_type(tmp_path: Path) -> None:

@@ -81,13 +81,16 @@ def _wheel_for(wheelhouse: Path, dist: str) -> Path:
     pytest.skip(f"{wheelhouse} holds no {dist} wheel for this interpreter")
 
 
-def _run_kernels(wheelhouse: Path, dist: str, work: Path, script: str, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Install ``dist``'s wheel under ``work`` and run ``script`` there on ``inputs`` (CPU tensors,
-    moved to the GPU by the script); the script's ``out`` dict comes back, on the CPU."""
+def _run_kernels(wheelhouse: Path, dist: str, work: Path, script: str, inputs: dict[str, Any],
+                 needs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Install ``dist``'s wheel (and those of the farm packages it ``needs``) under ``work`` and run
+    ``script`` there on ``inputs`` (CPU tensors, moved to the GPU by the script); the script's
+    ``out`` dict comes back, on the CPU."""
     wheel = _wheel_for(wheelhouse, dist)
     site = work / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
-                    "--target", str(site), str(wheel)], check=True, capture_output=True, text=True)
+                    "--target", str(site), str(wheel), *(str(_wheel_for(wheelhouse, n)) for n in needs)],
+                   check=True, capture_output=True, text=True)
     torch.save(inputs, work / "in.pt")
     program = "import sys, torch\ninp = torch.load(sys.argv[1])\nout = {}\n" + textwrap.dedent(script) + (
         "\ntorch.cuda.synchronize()\ntorch.save(out, sys.argv[2])\n")
@@ -420,3 +423,110 @@ def test_diff_gaussian_rasterization_matches_torch_on_the_gpu(wheelhouse: Path, 
     _report("diff_gaussian_rasterization alpha", _max_err(out["alpha"], want["alpha"]), 1e-4)
     _report("diff_gaussian_rasterization depth", _max_err(out["depth"], want["depth"]), 1e-3)
     _assert_sass(out["so"], device, ["renderCUDA", "preprocessCUDA"])
+
+
+# torch_scatter ------------------------------------------------------------------------------
+
+# torch_scatter's scatter() sums and averages through torch's own scatter_add_; its max, and every
+# segment_* reduction, run the package's kernels. Both run here, on a 1-D and a broadcast 2-D source.
+TORCH_SCATTER = """
+import importlib.machinery, os.path as osp
+import torch_scatter as ts
+for dtype in ("float32", "float64"):
+    for shape in ("flat", "rows"):
+        src = inp[f"src_{shape}"].to(getattr(torch, dtype)).cuda()
+        index, indptr = inp["index"].cuda(), inp["indptr"].cuda()
+        for reduce in ("sum", "mean", "max"):
+            key = f"{dtype}_{shape}_{reduce}"
+            out[f"scatter_{key}"] = ts.scatter(src, index, 0, dim_size=inp["groups"], reduce=reduce).cpu()
+            out[f"coo_{key}"] = ts.segment_coo(src, index, dim_size=inp["groups"], reduce=reduce).cpu()
+            out[f"csr_{key}"] = ts.segment_csr(src, indptr, reduce=reduce).cpu()
+        values, arg = ts.scatter_max(src, index, 0, dim_size=inp["groups"])
+        out[f"argmax_{dtype}_{shape}"] = arg.cpu()
+folder = osp.dirname(ts.__file__)
+out["so"] = [importlib.machinery.PathFinder().find_spec(f"_{lib}_cuda", [folder]).origin
+             for lib in ("scatter", "segment_coo", "segment_csr")]
+"""
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta:UserWarning")  # the cross-check below
+def test_torch_scatter_matches_torch_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(4)
+    n, groups, features = 5000, 97, 7
+    # sorted (segment_coo and segment_csr need it), every group but the last two used: empty
+    # groups come out as 0 from both, and their argmax as n
+    index = torch.randint(0, groups - 2, (n,), generator=gen).sort().values
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(index, minlength=groups).cumsum(0)])
+    inputs = {"index": index, "indptr": indptr, "groups": groups,
+              "src_flat": torch.randn(n, generator=gen, dtype=torch.float64),
+              "src_rows": torch.randn(n, features, generator=gen, dtype=torch.float64)}
+    out = _run_kernels(wheelhouse, "torch_scatter", tmp_path, TORCH_SCATTER, inputs)
+
+    torch_name = {"sum": "sum", "mean": "mean", "max": "amax"}
+    for shape in ("flat", "rows"):
+        src = inputs[f"src_{shape}"]
+        where = index.view(-1, *[1] * (src.dim() - 1)).expand_as(src)
+        zeros = torch.zeros(groups, *src.shape[1:], dtype=torch.float64)
+        for reduce in ("sum", "mean", "max"):
+            want = zeros.scatter_reduce(0, where, src, torch_name[reduce], include_self=False)
+            # torch's other index reduction says the same (index_reduce has no sum: index_add)
+            other = (zeros.index_add(0, index, src) if reduce == "sum"
+                     else zeros.index_reduce(0, index, src, torch_name[reduce], include_self=False))
+            assert torch.allclose(want, other)
+            for dtype, bound in (("float32", 1e-4), ("float64", 1e-10)):
+                for op in ("scatter", "coo", "csr"):
+                    _report(f"torch_scatter {op} {reduce} {shape} {dtype}",
+                            _max_err(out[f"{op}_{dtype}_{shape}_{reduce}"], want), bound)
+        empty = torch.bincount(index, minlength=groups) == 0
+        for dtype in ("float32", "float64"):
+            typed = src.to(getattr(torch, dtype))
+            arg = out[f"argmax_{dtype}_{shape}"]
+            assert bool((arg[empty] == n).all()), f"argmax {shape} {dtype}: an empty group's is not {n}"
+            most = typed.new_zeros(groups, *src.shape[1:]).scatter_reduce(0, where, typed, "amax", include_self=False)
+            # each argmax points into its own group at a value equal to the group's largest
+            assert torch.equal(typed.gather(0, arg[~empty]), most[~empty]), f"argmax {shape} {dtype}: not a maximum"
+            owner = torch.arange(groups).view(-1, *[1] * (src.dim() - 1)).expand_as(arg)[~empty]
+            assert torch.equal(index[arg[~empty]], owner), f"argmax {shape} {dtype}: points outside its group"
+    _assert_sass(out["so"][0], device, ["scatter_kernel", "scatter_arg_kernel"])
+    _assert_sass(out["so"][1], device, ["segment_coo_kernel", "segment_coo_broadcast_kernel"])
+    _assert_sass(out["so"][2], device, ["segment_csr_kernel", "segment_csr_broadcast_kernel"])
+
+
+# torch_sparse --------------------------------------------------------------------------------
+
+TORCH_SPARSE = """
+import importlib.machinery, os.path as osp
+import torch_sparse as tsp
+a = tsp.SparseTensor(row=inp["row"].cuda(), col=inp["col"].cuda(), value=inp["value"].cuda(),
+                     sparse_sizes=inp["size"])
+out["rowptr"] = a.storage.rowptr().cpu()  # ind2ptr_kernel
+for reduce in ("sum", "mean", "max"):
+    out[reduce] = tsp.matmul(a, inp["dense"].cuda(), reduce=reduce).cpu()  # spmm_kernel
+out["so"] = [importlib.machinery.PathFinder().find_spec(f"_{lib}_cuda", [osp.dirname(tsp.__file__)]).origin
+             for lib in ("convert", "spmm")]
+"""
+
+
+def test_torch_sparse_matches_torch_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(5)
+    rows, cols, features, nnz = 300, 200, 33, 4000
+    # distinct (row, col) pairs, sorted as SparseTensor keeps them; the last rows empty
+    flat = torch.randperm((rows - 3) * cols, generator=gen)[:nnz].sort().values
+    row, col = flat // cols, flat % cols
+    inputs = {"row": row, "col": col, "value": torch.randn(nnz, generator=gen), "size": (rows, cols),
+              "dense": torch.randn(cols, features, generator=gen)}
+    out = _run_kernels(wheelhouse, "torch_sparse", tmp_path, TORCH_SPARSE, inputs, needs=("torch_scatter",))
+
+    counts = torch.bincount(row, minlength=rows)
+    assert torch.equal(out["rowptr"], torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)]))
+    products = inputs["value"].double()[:, None] * inputs["dense"].double()[col]  # one per stored entry
+    where = row[:, None].expand_as(products)
+    zeros = torch.zeros(rows, features, dtype=torch.float64)
+    dense = torch.zeros(rows, cols, dtype=torch.float64).index_put((row, col), inputs["value"].double())
+    _report("torch_sparse spmm sum (against the dense product)", _max_err(out["sum"], dense @ inputs["dense"].double()),
+            1e-4)
+    for reduce, name in (("sum", "sum"), ("mean", "mean"), ("max", "amax")):
+        want = zeros.scatter_reduce(0, where, products, name, include_self=False)
+        _report(f"torch_sparse spmm {reduce}", _max_err(out[reduce], want), 1e-4)
+    _assert_sass(out["so"][0], device, ["ind2ptr_kernel"])
+    _assert_sass(out["so"][1], device, ["spmm_kernel"])

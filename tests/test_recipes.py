@@ -15,7 +15,7 @@ from farm.builder.spec import resolve_spec
 from farm.builder.verify import modules_to_import
 from farm.cli import main
 from farm.load.recipes import load_config
-from farm.model.arch import validate_for_cuda
+from farm.model.arch import ArchList, validate_for_cuda
 from farm.model.cells import (
     declared_cells,
     is_phantom_key,
@@ -222,3 +222,45 @@ def test_the_build_environment_brings_what_the_build_imports(config: FarmConfig,
         assert project in deps, f"{name}: its build imports {module}; extra_deps lacks {project}"
         if without:
             assert without not in deps[project].specifier, f"{name}: {deps[project]} allows {project} {without}"
+
+
+# The PyG packages' setup.py builds every csrc/NAME.cpp twice: `_NAME_cpu` (a CppExtension, no
+# device code) and `_NAME_cuda`, which holds kernels only where csrc/cuda/NAME_cuda.cu exists; the
+# package's __init__ loads one of each pair with torch.ops.load_library, and each module's PyInit
+# returns NULL, so importing one on its own fails. NAME -> (with a .cu, without), from the release
+# sdists (torch_scatter 2.1.2, torch_sparse 0.6.18, torch_cluster 1.6.3, torch_spline_conv 1.2.2)
+# and the repositories' newest snapshot commits, which agree.
+PYG_LIBRARIES = {
+    "torch_scatter": ({"scatter", "segment_coo", "segment_csr"}, {"version"}),
+    "torch_sparse": ({"convert", "diag", "rw", "spmm"},
+                     {"ego_sample", "hgt_sample", "metis", "neighbor_sample", "relabel", "saint", "sample", "version"}),
+    "torch_cluster": ({"fps", "graclus", "grid", "knn", "nearest", "radius", "rw"}, {"sampler", "version"}),
+    "torch_spline_conv": ({"basis", "weighting"}, {"version"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PYG_LIBRARIES))
+def test_pyg_recipes_judge_each_library_as_setup_py_builds_it(config: FarmConfig, name: str) -> None:
+    """Each `_NAME_cuda` with a .cu holds the cell's list, every other library none (the assertion
+    refused the first proxy build of torch_scatter: `_scatter_cpu.so has no device code at all`),
+    and the import check imports the package alone, as users do."""
+    recipe = config.recipe(name)
+    cell = next(c for c in declared_cells(config.defaults, recipe)
+                if (c.cuda, c.torch, c.platform) == ("13.0", "2.14", "linux_x86_64"))
+    expected = resolve_spec(config, recipe, cell).expected
+    kernels, host = PYG_LIBRARIES[name]
+    libraries = [f"{name}/_{lib}_{kind}.so" for lib in sorted(kernels | host) for kind in ("cpu", "cuda")]
+    for path in libraries:
+        archs, _glob = expected.for_extension(path)
+        device = path.removeprefix(f"{name}/_").removesuffix("_cuda.so") in kernels
+        assert archs == (expected.default if device else ArchList.of(())), path
+    assert modules_to_import([f"{name}/__init__.py", *libraries], recipe.verify, recipe.dist) == (name,)
+
+
+def test_torch_sparse_pins_the_torch_scatter_it_imports(config: FarmConfig) -> None:
+    """torch_sparse's modules import torch_scatter at `import torch_sparse` (storage.py, tensor.py,
+    ...), which its setup.py does not require (only scipy): the wheel pins farm's torch_scatter of
+    the same cell, whose libraries it links through torch.ops."""
+    recipe = config.recipe("torch_sparse")
+    cell = next(c for c in declared_cells(config.defaults, recipe) if c.cuda == "13.0" and c.torch == "2.11")
+    assert f"torch_scatter=={config.recipe('torch_scatter').version}+cu130torch2.11" in requires_dist(recipe, cell)
