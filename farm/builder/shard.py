@@ -376,10 +376,14 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     if len(argv) < 2:
         print("farm-nvcc: usage: farm-nvcc NVCC ARGS... (a compiler launcher)", file=sys.stderr)
         return 2
-    real, args = argv[1], list(argv[2:])
+    real, args = [argv[1]], list(argv[2:])
     shard_dir = environ.get("FARM_SHARD_DIR") or os.path.dirname(os.path.dirname(os.path.abspath(argv[0])))
-    if environ.get("FARM_NVCC_REAL") and os.path.realpath(real) == os.path.realpath(os.path.join(shard_dir, SHIM)):
-        real = environ["FARM_NVCC_REAL"]  # the build found the PATH shim as its nvcc (CMake): not twice
+    if environ.get("FARM_NVCC_REAL") and os.path.realpath(real[0]) == os.path.realpath(os.path.join(shard_dir, SHIM)):
+        real = [environ["FARM_NVCC_REAL"]]  # the build found the PATH shim as its nvcc (CMake): not twice
+    if args and not args[0].startswith("-") and os.path.basename(args[0]) == "nvcc":
+        # CMake runs LAUNCHER;ARGS COMPILER ...: the compiler cache's launcher, then nvcc. The
+        # compiler's path is the build folder's, not a flag of what the TU is compiled with.
+        real.append(args.pop(0))
     with open(os.path.join(shard_dir, CONFIG), encoding="utf-8") as fh:
         cfg = json.load(fh)
     cwd = os.getcwd()
@@ -387,7 +391,7 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     root = environ.get("FARM_SHARD_ROOT") or cfg["root"]
     tu = tu_path(unit.source, root, cwd) if unit else None
     if unit is None or tu is None:
-        return subprocess.call([real, *args])
+        return subprocess.call([*real, *args])
     out = os.path.join(cwd, unit.output)
     flags = compile_flags(args, unit, root)
     record: dict[str, object]
@@ -420,14 +424,14 @@ def _stand_in(shard_dir: str, label: str, record: dict[str, object], out: str, u
     return rc
 
 
-def _compile(shard_dir: str, label: str, record: dict[str, object], real: str, args: Sequence[str],
+def _compile(shard_dir: str, label: str, record: dict[str, object], real: Sequence[str], args: Sequence[str],
              flags: list[str], out: str, unit: CompileUnit, cwd: str, root: str) -> int:
     """The real nvcc on a TU this job owns; its object is kept in ``objects/`` with its hashes."""
     name, tu = str(record["file"]), str(record["tu"])
     # nvcc lists the TU's includes when asked: the build's own depfile, or one farm asks for
     dep = unit.depfile and os.path.join(cwd, unit.depfile)
     extra = [] if dep else ["-MD", "-MF", out + ".farm.d"]
-    rc = subprocess.call([real, *args, *extra])
+    rc = subprocess.call([*real, *args, *extra])
     if rc == 0:
         dest = os.path.join(shard_dir, OBJECTS)
         os.makedirs(dest, exist_ok=True)
