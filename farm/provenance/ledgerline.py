@@ -2,7 +2,8 @@
 
 A line is a :class:`~farm.provenance.buildinfo.LedgerEntry` (the ``_build_info.json`` object plus
 ``filename``, ``sha256``, ``size`` and ``published``). The index keeps a compact :class:`Record` of
-each: the exists-key the matrix decides "already built" on, the file name and hash. A line is
+each: the exists-key the matrix decides "already built" on, the file name and hash, and the
+build's duration and compiler-cache counts the matrix plans jobs with. A line is
 checked for what the index reads (:func:`validate_entry`); the full entry is read, schema-checked,
 only where it is used.
 """
