@@ -33,7 +33,7 @@ from farm.schedule.cost import (
     plan_cell,
     wave_cost,
 )
-from farm.schedule.durations import read_durations
+from farm.schedule.durations import durations_of, recorded_builds
 from farm.schedule.matrix import compute_matrix
 from tests.support.ledgermaker import make_entry
 
@@ -130,7 +130,7 @@ def test_the_matrix_is_costed_from_the_ledgers_durations(tmp_path: Path, capsys:
                       filename=f"beta-1.0-{i}.whl") for i, c in enumerate((linux, windows))]
     old[0]["duration_s"], old[1]["duration_s"] = 20 * 3600.0, 7 * 3600.0
     (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
-    durations = read_durations(root / "ledger.jsonl")
+    durations = durations_of(recorded_builds(LedgerIndex.load(root / "ledger.jsonl")))
     assert durations.cells[(linux["package"], linux["cuda"], linux["torch"], linux["python_tag"], "linux_x86_64")] == 72000
 
     config = load_config(root)
@@ -166,19 +166,22 @@ def test_the_drain_model_covers_the_queue_once(tmp_path: Path) -> None:
     assert sum(w.runner_hours for w in waves) == pytest.approx(sum(p.runner_s for p in costed.plans.values()) / 3600)
 
 
-def test_a_durations_line_that_does_not_decode_is_skipped(tmp_path: Path) -> None:
+def test_a_duration_that_does_not_decode_is_left_out(tmp_path: Path) -> None:
+    """The line stays in the ledger's index (its key, its wheel); only its duration is unknown."""
     ledger = tmp_path / "ledger.jsonl"
-    good = make_entry("a", "1.0")
-    good["duration_s"] = 60.0
-    ledger.write_text('{"duration_s": "x"}\n' + dumps_entry(good) + "\nnot json duration_s\n")
-    assert read_durations(ledger).cells == {("a", "12.8", "2.8", "cp311", "linux_x86_64"): 60.0}
-    assert read_durations(tmp_path / "none.jsonl").cells == {}
+    entries = [make_entry("a", "1.0", python=py, filename=f"a-1.0-{py}.whl") for py in ("cp311", "cp312", "cp313")]
+    entries[0]["duration_s"], entries[1]["duration_s"] = 60.0, "x"
+    entries[2]["duration_s"] = -1.0
+    ledger.write_text("".join(dumps_entry(e) + "\n" for e in entries))
+    index = LedgerIndex.load(ledger)
+    assert len(index) == 3
+    assert durations_of(recorded_builds(index)).cells == {("a", "12.8", "2.8", "cp311", "linux_x86_64"): 60.0}
 
 
 def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A cell recorded cold (20 h, no hits) of a package whose builds hit 90% of their compile steps:
     its jobs are costed at the expected hit share, its split into compile jobs stays the cold one's."""
-    from farm.schedule.hitrate import read_hit_rates
+    from farm.schedule.hitrate import hit_rates_of
     from farm.schedule.recipetimes import recipe_times
 
     root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
@@ -193,7 +196,8 @@ def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys:
     config = load_config(root)
     matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
     sharding = {n: config.recipe(n).sharding for n in config.recipes}
-    durations, rates = read_durations(root / "ledger.jsonl"), read_hit_rates(root / "ledger.jsonl")
+    recorded = list(recorded_builds(LedgerIndex.load(root / "ledger.jsonl")))
+    durations, rates = durations_of(recorded), hit_rates_of(recorded)
     cold = cost_matrix(matrix, sharding, durations)
     warm = cost_matrix(matrix, sharding, durations, hit_rates=rates)
     first = next(p for p in matrix.packages[1].to_build
@@ -229,7 +233,7 @@ def test_a_wave_is_sized_so_its_artifacts_outlive_it(tmp_path: Path) -> None:
 def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The cell of the test above, planned warm: 20 h cold at the package's 90% hit share is a few
     hours, which its recipe's 3 declared compile jobs hold; cold, it needs 7."""
-    from farm.schedule.hitrate import read_hit_rates
+    from farm.schedule.hitrate import hit_rates_of
 
     root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
     main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
@@ -243,7 +247,8 @@ def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.Capt
     config = load_config(root)
     matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
     sharding = {n: config.recipe(n).sharding for n in config.recipes}
-    durations, rates = read_durations(root / "ledger.jsonl"), read_hit_rates(root / "ledger.jsonl")
+    recorded = list(recorded_builds(LedgerIndex.load(root / "ledger.jsonl")))
+    durations, rates = durations_of(recorded), hit_rates_of(recorded)
     warm = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True)
     first = next(p for p in matrix.packages[1].to_build
                  if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)

@@ -1,4 +1,4 @@
-"""The driver model reproduces FACTS.md §1 (measured on an H200) and the a/f rules."""
+"""The driver model reproduces what the driver was measured to load on an H200 (docs/background.md), and the a/f rules."""
 
 from __future__ import annotations
 

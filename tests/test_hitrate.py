@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from farm.schedule.hitrate import HitRates, fixed_seconds, read_hit_rates
+from farm.provenance.ledger import LedgerIndex
+from farm.schedule.durations import recorded_builds
+from farm.schedule.hitrate import HitRates, fixed_seconds, hit_rates_of
 from farm.schedule.recipetimes import recipe_times
 from tests.support.ledgermaker import make_entry
 
@@ -27,12 +29,11 @@ def _line(python: str, compiles: int | None, hits: int | None, refused: dict[str
 def test_rates_come_from_the_ledgers_recorded_counts(tmp_path) -> None:
     ledger = tmp_path / "ledger.jsonl"
     ledger.write_text(_line("cp311", 100, 0) + _line("cp312", 100, 90) + _line("cp313", 100, 80, {"multiple input files": 20})
-                      + _line("cp310", None, None) + "not json\n")
-    rates = read_hit_rates(ledger)
+                      + _line("cp310", None, None))
+    rates = hit_rates_of(recorded_builds(LedgerIndex.load(ledger)))
     assert rates.cells[KEY] == 0.0
     assert rates.cells[(*KEY[:3], "cp312", KEY[4])] == 0.9
     assert rates.typical[("flash_attn", "linux_x86_64")] == 0.8  # the median of 0, 0.8, 0.9
-    assert read_hit_rates(tmp_path / "missing.jsonl") == HitRates.none()
 
 
 def test_a_duration_moves_from_its_own_hit_share_to_the_expected_one() -> None:

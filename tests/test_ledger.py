@@ -475,10 +475,13 @@ def _cache_files(cache: Path) -> list[Path]:
 def test_index_cache_serves_an_unchanged_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ledgercache, "_RACY_NS", 0)
     entries = [make_entry(python=py) for py in ("cp310", "cp311")] + [make_entry(python="cp312", provenance="inferred")]
+    entries[0]["duration_s"] = 60.0  # what the matrix plans with is indexed, and cached, with the key
+    entries[1]["toolchain"]["compile_cache"] = {"tool": "sccache", "compiles": 100, "hits": 90, "misses": 10}
     path = write_ledger(tmp_path / "ledger.jsonl", entries)
     cache = tmp_path / "cache"
     cold = LedgerIndex.load(path, cache_dir=cache)
     assert len(_cache_files(cache)) == 1
+    assert [(r.duration, r.compile_cache) for r in cold.records] == [(60.0, None), (None, (100, 90)), (None, None)]
 
     def no_parse(*args: object) -> None:
         raise AssertionError("the ledger was parsed although its index is cached")

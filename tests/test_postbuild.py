@@ -39,7 +39,7 @@ from farm.provenance.postbuild import (
     postbuild_wheel,
 )
 from farm.provenance.stamp import WheelName
-from farm.schedule.durations import read_durations
+from farm.schedule.durations import durations_of, recorded_builds
 from farm.source.fetch import tree_sha256
 from tests.support.cudafix import BASE, CudaFixtures
 from tests.support.postbuildfix import PY, SO, TAG, builder_wheel, write_farm_root
@@ -531,4 +531,4 @@ def test_the_build_time_is_recorded_in_the_provenance_and_the_fragment(raw_wheel
     ledger = tmp_path / "ledger.jsonl"
     ledger.write_text(result.fragment.read_text().replace("\n", "") + "\n")
     c = ctx.cell
-    assert read_durations(ledger).cells == {(c.package, c.cuda, c.torch, c.python, c.platform): 1234.5}
+    assert durations_of(recorded_builds(LedgerIndex.load(ledger))).cells == {(c.package, c.cuda, c.torch, c.python, c.platform): 1234.5}

@@ -61,6 +61,20 @@ def test_members_sections_keys_and_lines_that_differ_are_named(tmp_path) -> None
     assert json.loads(json.dumps(diff.to_json()))["differences"][0]["member"] == "demo/old.py"
 
 
+def test_a_string_table_that_differs_names_the_strings_only_one_side_holds(tmp_path) -> None:
+    """The same source compiled with debug information in two folders: the folder each records is
+    what a reader of the difference needs (a path the build did not map)."""
+    objects = []
+    for folder in ("first-build", "second-build"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "k.c").write_text("int answer(void) { return 1; }\n")
+        subprocess.run(["gcc", "-g", "-shared", "-fPIC", "k.c", "-o", "k.so"], cwd=tmp_path / folder, check=True)
+        objects.append(tmp_path / folder / "k.so")
+    found = [d for d in elf_differences(*objects) or [] if d.startswith("section .debug_")]
+    assert any(f"only in A: '{tmp_path / 'first-build'}'" in d and f"only in B: '{tmp_path / 'second-build'}'" in d
+               for d in found), found
+
+
 def test_every_member_the_same_names_the_zips_own_fields(tmp_path) -> None:
     members = {f"{DIST}/METADATA": b"Name: demo\n", f"{DIST}/RECORD": b""}
     a = _wheel(tmp_path / "a.whl", members)

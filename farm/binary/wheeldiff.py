@@ -130,7 +130,29 @@ def elf_differences(a: Path, b: Path) -> list[str] | None:
             if at is not None:
                 x, y = sa[name][1], sb[name][1]
                 sizes = f"{x} bytes" if x == y else f"{x} -> {y} bytes"
-                out.append(f"section {name}: {sizes}, first difference at +{at:#x}")
+                strings = _strings_apart(fa, fb, sa[name], sb[name]) if name.endswith(_STRING_SECTIONS) else ""
+                out.append(f"section {name}: {sizes}, first difference at +{at:#x}{strings}")
+    return out
+
+
+# The string tables: where a path the build did not map, or a temporary name, shows as itself.
+_STRING_SECTIONS = ("str", "strtab", "dynstr")
+_SHOWN = 3
+
+
+def _strings_apart(fa: Any, fb: Any, a: tuple[int, int], b: tuple[int, int]) -> str:
+    """The first strings only one of two string tables holds (``; only in A: ...``), or ""."""
+    if max(a[1], b[1]) > TEXT_CAP:
+        return ""
+    fa.seek(a[0])
+    fb.seek(b[0])
+    x, y = fa.read(a[1]).split(b"\0"), fb.read(b[1]).split(b"\0")
+    out = ""
+    for label, mine, other in (("A", x, y), ("B", y, x)):
+        theirs = set(other)
+        only = [s.decode("latin-1")[:200] for s in mine if s and s not in theirs][:_SHOWN]
+        if only:
+            out += f"; only in {label}: " + ", ".join(repr(s) for s in only)
     return out
 
 

@@ -223,7 +223,10 @@ def run(args: argparse.Namespace) -> int:
                          hint="run it in a workflow step, or set GITHUB_OUTPUT to a file")
     cache_dir = args.cache_dir or config.root / ".cache"
     ledger_path = args.ledger or ledger_location(config.root)
-    ledger = LedgerIndex.empty() if args.overwrite else LedgerIndex.load(ledger_path, cache_dir=cache_dir)
+    # read once: what is built (ignored with --overwrite) and how long each build took
+    read = (LedgerIndex.load(ledger_path, cache_dir=cache_dir) if not args.overwrite or ledger_path.exists()
+            else LedgerIndex.empty())
+    ledger = LedgerIndex.empty() if args.overwrite else read
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     if not 1 <= args.artifact_retention_days <= 90:
         raise UsageError(f"--artifact-retention-days {args.artifact_retention_days}: GitHub keeps artifacts 1 "
@@ -233,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
                          hint="the jobs your GitHub plan runs at once (Free 20, Pro 40, Team 60)")
     # each cell's jobs planned by its recorded (or estimated) duration; a sharded cell costs its
     # N compile jobs + 1 link job (farm/schedule/jobs.py)
-    recorded = list(recorded_builds(ledger_path))  # one read for both
+    recorded = list(recorded_builds(read))
     # where the ledger has nothing of a package: its recipe's build measured on the reference host,
     # scaled to a hosted runner by the factor the table states
     times = recipe_times()

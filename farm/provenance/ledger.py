@@ -122,7 +122,6 @@ def raw_lines(path: Path) -> Iterator[bytes]:
             yield from handle
 
 
-
 def _parse(path: Path, handle: BinaryIO, segment: str = "") -> list[Record]:
     """The validated record of every line of ``handle`` (the ledger file at ``path``, the
     ledger's ``segment``)."""
@@ -137,10 +136,10 @@ def _parse(path: Path, handle: BinaryIO, segment: str = "") -> list[Record]:
         except msgspec.MsgspecError:
             rec = _slow_record(path, raw, number, offset, records)._replace(segment=segment)
         else:
-            c = k.cell
+            c, counts = k.cell, k.toolchain.compile_cache
             key = ExistsKey(k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch)
             rec = Record(number, offset, k.filename, k.sha256, Provenance.ASSERTED, key, k.arch_list.normalised,
-                         segment)
+                         segment, k.duration_s, None if counts is None else (counts.compiles, counts.hits))
         records.append(rec)
         offset += len(raw)
     _check_spelling(path, records)

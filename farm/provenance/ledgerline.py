@@ -2,7 +2,8 @@
 
 A line is a :class:`~farm.provenance.buildinfo.LedgerEntry` (the ``_build_info.json`` object plus
 ``filename``, ``sha256``, ``size`` and ``published``). The index keeps a compact :class:`Record` of
-each: the exists-key the matrix decides "already built" on, the file name and hash. A line is
+each: the exists-key the matrix decides "already built" on, the file name and hash, and the
+build's duration and compiler-cache counts the matrix plans jobs with. A line is
 checked for what the index reads (:func:`validate_entry`); the full entry is read, schema-checked,
 only where it is used.
 """
@@ -57,6 +58,9 @@ class Record(NamedTuple):
     key: ExistsKey | None
     arch: str | None  # the normalised arch list it was built with; None when unknown (inferred)
     segment: str = ""
+    # what the matrix plans the cell's jobs with (farm/schedule/durations.py); None: not recorded
+    duration: float | None = None  # the build's seconds (``duration_s``)
+    compile_cache: tuple[int, int] | None = None  # its compiler cache's (compile steps, hits)
 
 
 
@@ -96,7 +100,13 @@ KeyFields: Any = projection((BuildInfo, LedgerEntry), "KeyFields", {"provenance"
 InferredKeyFields: Any = projection((BuildInfo, LedgerEntry), "InferredKeyFields",
                                     {"provenance": Literal["inferred"], **_INDEXED},
                                     nulls=("package", "version", "build_epoch", "cell", "arch_list"))
-decode_key_fields: Callable[[bytes | memoryview], Any] = msgspec.json.Decoder(KeyFields).decode
+# The index reads a line once: the fields the matrix plans a build's cost with are decoded in the
+# same pass. A line whose cost fields do not decode is indexed the long way, without them.
+_COSTED = {"duration_s": ..., "toolchain": {"compile_cache": ...}}
+CostedKeyFields: Any = projection((BuildInfo, LedgerEntry), "CostedKeyFields",
+                                  {"provenance": Literal["asserted"], **_INDEXED, **_COSTED},
+                                  missing=tuple(_COSTED))
+decode_key_fields: Callable[[bytes | memoryview], Any] = msgspec.json.Decoder(CostedKeyFields).decode
 
 
 def bare_wheel_name(filename: str) -> bool:

@@ -297,7 +297,8 @@ def encode(value: object) -> Any:
 
 # -- a fast decoder of a few fields -----------------------------------------------------------
 def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any], *,
-               nulls: bool | Collection[str] = False, missing: bool = False) -> type[msgspec.Struct]:
+               nulls: bool | Collection[str] = False,
+               missing: bool | Collection[str] = False) -> type[msgspec.Struct]:
     """A msgspec type that decodes only the fields of ``cls`` (of one object made of several
     dataclasses' fields, when a tuple) named in ``pick``, with their
     definition's type made non-null (the rest of the object is skipped, never built).
@@ -307,20 +308,22 @@ def projection(cls: type | tuple[type, ...], name: str, pick: Mapping[str, Any],
     to the caller: a regular expression per value costs more than decoding the whole line.
 
     ``missing``: a field its definition allows to be left out (``Absent``), here and in the picked
-    fields' projections, decodes as None when the object leaves it out."""
+    fields' projections, decodes as None when the object leaves it out (True: every field; else the
+    names of the fields, and their projections, it applies to)."""
     own = {n: t for c in (cls if isinstance(cls, tuple) else (cls,)) for n, t in fields_of(c)}
     spec: list[tuple[str, Any] | tuple[str, Any, None]] = []
     for field, how in pick.items():
         t = own[field]
         null = nulls is True or (not isinstance(nulls, bool) and field in nulls)
+        miss = missing is True or (not isinstance(missing, bool) and field in missing)
         if isinstance(how, Mapping):
-            sub: Any = projection(t.base, f"{name}_{field}", how, nulls=null, missing=missing)
+            sub: Any = projection(t.base, f"{name}_{field}", how, nulls=null, missing=miss)
             typ = sub | None if null else sub
         elif how is ...:
-            typ = _msgspec_type(t, nulls=null, missing=missing)
+            typ = _msgspec_type(t, nulls=null, missing=miss)
         else:
-            typ = _msgspec_type(_split(how), nulls=null, missing=missing)
-        spec.append((field, typ | None, None) if missing and t.absent else (field, typ))
+            typ = _msgspec_type(_split(how), nulls=null, missing=miss)
+        spec.append((field, typ | None, None) if miss and t.absent else (field, typ))
     return msgspec.defstruct(name, spec, kw_only=True)  # fields with a default may come first
 
 

@@ -19,13 +19,12 @@ it (preprocessing for its key, copying the object): both from ``recipe_times.jso
     cold compile = (recorded - fixed) / (1 - h_recorded * (1 - hit_cost))
     expected     = fixed + cold compile * (1 - h_expected * (1 - hit_cost))
 
-The matrix's cost estimate reads the rates once (``read_hit_rates(ledger)``) and takes each cell's
-expected seconds (:meth:`HitRates.seconds`) before its wave is costed; sharding and refusals are
-planned on the unscaled estimate (a cache may be cold).
+The matrix's cost estimate takes the rates once from the ledger's index (:func:`hit_rates_of`) and
+each cell's expected seconds (:meth:`HitRates.seconds`) before its wave is costed; sharding and
+refusals are planned on the unscaled estimate (a cache may be cold).
 
-Pure, except :func:`read_hit_rates`, which decodes the few fields it needs from each ledger line.
-A line that does not decode, or counts that make no sense, are skipped: a missing rate is 0
-(every step compiles), the cost of a build without a cache.
+Pure. Counts that make no sense are skipped: a missing rate is 0 (every step compiles), the cost
+of a build without a cache.
 """
 
 from __future__ import annotations
@@ -33,11 +32,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from farm.model.cells import NO_TORCH
 from farm.schedule.cost import CellKey
-from farm.schedule.durations import recorded_builds
 from farm.schedule.recipetimes import recipe_times
 
 
@@ -103,8 +100,3 @@ def hit_rates_of(recorded: Iterable[tuple[CellKey, float | None, tuple[int, int]
                  retained: bool = False) -> HitRates:
     """The compile-cache counts among ``recorded`` (:func:`farm.schedule.durations.recorded_builds`)."""
     return HitRates.of(((key, *counts) for key, _, counts in recorded if counts is not None), retained=retained)
-
-
-def read_hit_rates(ledger: Path, *, retained: bool = False) -> HitRates:
-    """Every recorded compile-cache count of ``ledger`` (none when the file is missing)."""
-    return hit_rates_of(recorded_builds(Path(ledger)), retained=retained)
