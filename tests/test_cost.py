@@ -5,6 +5,7 @@ with the reason; a wave's bill and the drain of the whole queue."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,7 +233,9 @@ def test_a_wave_is_sized_so_its_artifacts_outlive_it(tmp_path: Path) -> None:
 
 def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The cell of the test above, planned warm: 20 h cold at the package's 90% hit share is a few
-    hours, which its recipe's 3 declared compile jobs hold; cold, it needs 7."""
+    hours, which 2 of its recipe's 3 declared compile jobs hold (each under the 3 h a compile job
+    aims at; a job more would pay its set-up for nothing); cold, it needs 7. A store that keeps
+    every step and recorded the cell's last build plans it warm unasked: one job."""
     from farm.schedule.hitrate import hit_rates_of
 
     root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
@@ -253,9 +256,14 @@ def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.Capt
     first = next(p for p in matrix.packages[1].to_build
                  if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)
                  == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
-    assert warm.plans[first.cell.id].compile_jobs == 3
     key = ("beta", cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64")
-    assert warm.plans[first.cell.id].estimate.seconds == pytest.approx(rates.seconds(key, 20 * 3600.0))
+    plan = warm.plans[first.cell.id]
+    assert plan.estimate.seconds == pytest.approx(rates.seconds(key, 20 * 3600.0))
+    assert plan.compile_jobs == math.ceil(plan.estimate.seconds / TARGET_JOB_S) == 2
+    assert cost_matrix(matrix, sharding, durations, hit_rates=rates).plans[first.cell.id].compile_jobs == 7
+    kept = cost_matrix(matrix, sharding, durations, hit_rates=rates.kept(retained=True)).plans[first.cell.id]
+    assert kept.compile_jobs == 1  # the store holds all of it: 20 h at the cost of a hit
+    assert kept.estimate.seconds == pytest.approx(rates.kept(retained=True).seconds(key, 20 * 3600.0))
 
 
 def test_the_plan_starts_from_a_recipes_measured_time() -> None:

@@ -299,11 +299,16 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                     "fix the recipe (any change to it or to _defaults.yml schedules it again), or `farm matrix "
                     "--retry-failed` where the runner failed it")))
                 continue
+            # warm: asked for, or the compiler cache is a store that keeps every step and holds the
+            # cell's last build; then the cell is sharded by its warm time, in no more jobs than that needs
+            cell_warm = hit_rates is not None and (warm or hit_rates.holds(key))
+            declared = p.compile_jobs
             if attempt is not None and attempt.outcome == KILLED:
-                est = killed(est, attempt)
-            elif warm and hit_rates is not None:
+                est, cell_warm = killed(est, attempt), False
+            elif cell_warm and hit_rates is not None:
                 est = replace(est, seconds=hit_rates.warm_seconds(key, est.seconds, recorded=est.source == "recorded"))
-            plan = plan_cell(key, est, declared_jobs=p.compile_jobs, shard_platforms=shard.platforms if shard else ())
+                declared = min(declared, max(1, math.ceil(est.seconds / TARGET_JOB_S)))
+            plan = plan_cell(key, est, declared_jobs=declared, shard_platforms=shard.platforms if shard else ())
             if plan.refused and time_limit:
                 refused.append(RefusedCell(p, plan.refused))
                 continue
@@ -312,7 +317,7 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                                 LINK_JOB_S if p.compile_jobs > 1 else 0.0)
             if plan.compile_jobs != p.compile_jobs:
                 p = replace(p, compile_jobs=plan.compile_jobs)
-            if hit_rates is not None and not warm and est.source != "killed":
+            if hit_rates is not None and not cell_warm and est.source != "killed":
                 # a compile shard's job is all compile; a whole cell's has its fixed part
                 plan = replace(plan, job_s=hit_rates.seconds(key, plan.job_s, recorded=est.source == "recorded",
                                                              fixed=0.0 if plan.compile_jobs > 1 else None))
