@@ -766,6 +766,9 @@ def test_a_poisoned_compile_cache_is_caught_by_recompiling_what_it_served(tmp_pa
         served = compile_("good.cu", "good.o")
         assert served != good  # the hit linked the other kernel's code
         verdict = recheck()
+        env[cclaunch.FRESH] = "1"  # the shard link job's recompile (shard.py): never served by the cache
+        assert compile_("good.cu", "fresh.o") == good
+        del env[cclaunch.FRESH]
     finally:
         cclaunch.stats(str(tmp_path / "run"), env)
     assert verdict["units"] == 1
@@ -790,3 +793,6 @@ def test_the_recheck_samples_an_eighth_of_a_large_build_and_at_least_eight(tmp_p
     assert verdict["units"] == 100
     assert len(verdict["rechecked"]) == 13  # ceil(100 / 8)
     assert len(verdict["differ"]) == 13  # /bin/false compiles nothing: each one refused, none believed
+    # the rule itself, shared with the shard link job (shardjob.prepare)
+    assert [len(cclaunch.sample(range(n))) for n in (0, 5, 8, 9, 64, 65, 100)] == [0, 5, 8, 8, 8, 9, 13]
+    assert len(set(cclaunch.sample(range(100)))) == 13

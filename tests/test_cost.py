@@ -8,6 +8,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -179,11 +180,11 @@ def test_a_duration_that_does_not_decode_is_left_out(tmp_path: Path) -> None:
     assert durations_of(recorded_builds(index)).cells == {("a", "12.8", "2.8", "cp311", "linux_x86_64"): 60.0}
 
 
-def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A cell recorded cold (20 h, no hits) of a package whose builds hit 90% of their compile steps:
-    its jobs are costed at the expected hit share, its split into compile jobs stays the cold one's."""
+def _beta_recorded_cold_then_warm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Any, ...]:
+    """Three cells of a package with 3 declared compile jobs in the ledger: the first recorded cold
+    (20 h, no hits), the others at 90% hits. The matrix, the recipes' sharding, the durations and hit
+    rates read back, the first cell's plan and its key."""
     from farm.schedule.hitrate import hit_rates_of
-    from farm.schedule.recipetimes import recipe_times
 
     root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
     main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
@@ -199,11 +200,21 @@ def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys:
     sharding = {n: config.recipe(n).sharding for n in config.recipes}
     recorded = list(recorded_builds(LedgerIndex.load(root / "ledger.jsonl")))
     durations, rates = durations_of(recorded), hit_rates_of(recorded)
-    cold = cost_matrix(matrix, sharding, durations)
-    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates)
     first = next(p for p in matrix.packages[1].to_build
                  if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)
                  == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
+    key = ("beta", cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64")
+    return matrix, sharding, durations, rates, first, key
+
+
+def test_recorded_hit_rates_scale_the_jobs_not_the_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cell recorded cold (20 h, no hits) of a package whose builds hit 90% of their compile steps:
+    its jobs are costed at the expected hit share, its split into compile jobs stays the cold one's."""
+    from farm.schedule.recipetimes import recipe_times
+
+    matrix, sharding, durations, rates, first, _ = _beta_recorded_cold_then_warm(tmp_path, capsys)
+    cold = cost_matrix(matrix, sharding, durations)
+    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates)
     a, b = cold.plans[first.cell.id], warm.plans[first.cell.id]
     assert a.compile_jobs == b.compile_jobs == 7
     saved = 1 - recipe_times().value("hit_cost")
@@ -236,31 +247,10 @@ def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.Capt
     hours, which 2 of its recipe's 3 declared compile jobs hold (each under the 3 h a compile job
     aims at; a job more would pay its set-up for nothing); cold, it needs 7. A store that keeps
     every step and recorded the cell's last build plans it warm unasked: one job."""
-    from farm.schedule.hitrate import hit_rates_of
-
-    root = make_tree(tmp_path / "farm", beta="sharding: {jobs: 3, platforms: [linux_x86_64]}\n")
-    main(["matrix", "--root", str(root), "--json", "--no-lint", "beta"])
-    cells = [c for c in json.loads(capsys.readouterr().out)["cells"] if c["platform"] == "linux_x86_64"][:3]
-    old = [make_entry("beta", "1.0", cuda=c["cuda"], torch=c["torch"], python=c["python_tag"], platform=c["platform"],
-                      filename=f"beta-1.0-{i}.whl") for i, c in enumerate(cells)]
-    old[0]["duration_s"] = 20 * 3600.0
-    for entry, hits in zip(old, (0, 90, 90), strict=True):
-        entry["toolchain"]["compile_cache"] = {"tool": "sccache", "compiles": 100, "hits": hits, "misses": 100 - hits}
-    (root / "ledger.jsonl").write_text("".join(dumps_entry(e) + "\n" for e in old))
-    config = load_config(root)
-    matrix = compute_matrix(config, LedgerIndex.load(root / "ledger.jsonl"))
-    sharding = {n: config.recipe(n).sharding for n in config.recipes}
-    recorded = list(recorded_builds(LedgerIndex.load(root / "ledger.jsonl")))
-    durations, rates = durations_of(recorded), hit_rates_of(recorded)
-    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True)
-    first = next(p for p in matrix.packages[1].to_build
-                 if (p.cell.cuda, p.cell.torch, p.cell.python, p.cell.platform)
-                 == (cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64"))
-    key = ("beta", cells[0]["cuda"], cells[0]["torch"], cells[0]["python_tag"], "linux_x86_64")
-    plan = warm.plans[first.cell.id]
+    matrix, sharding, durations, rates, first, key = _beta_recorded_cold_then_warm(tmp_path, capsys)
+    plan = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True).plans[first.cell.id]
     assert plan.estimate.seconds == pytest.approx(rates.seconds(key, 20 * 3600.0))
     assert plan.compile_jobs == math.ceil(plan.estimate.seconds / TARGET_JOB_S) == 2
-    assert cost_matrix(matrix, sharding, durations, hit_rates=rates).plans[first.cell.id].compile_jobs == 7
     kept = cost_matrix(matrix, sharding, durations, hit_rates=rates.kept(retained=True)).plans[first.cell.id]
     assert kept.compile_jobs == 1  # the store holds all of it: 20 h at the cost of a hit
     assert kept.estimate.seconds == pytest.approx(rates.kept(retained=True).seconds(key, 20 * 3600.0))

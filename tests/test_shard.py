@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from farm.builder import shard, shardjob
+from farm.builder import cclaunch, shard, shardjob
 from farm.builder.builders import BuilderKind, BuildResult, BuildSettings, build_cell
 from farm.builder.shard import (
     CompileUnit,
@@ -179,6 +179,7 @@ def test_link_wheel_asserts_and_matches_the_unsharded_build(sharded, tmp_path) -
     assert per_tu == _found_per_tu(a, tmp_path)
     log = [json.loads(x) for x in (sharded[0] / "shards" / CELL.id / "log" / "link.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in log) == ["served"] * 4
+    assert all(r["rechecked"] for r in log)  # 4 TUs (at most 8): each recompiled uncached, the same bytes
 
 
 def test_a_shard_built_with_another_arch_list_is_refused_by_the_link_job(sharded, pypi_toolkit, tmp_path) -> None:
@@ -202,7 +203,9 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     was changed after farm prepared it, same paths, same recipe and build spec (a hostile build
     step or a dirty runner: for a git source the spec names the commit, not the files). The link
     job, on the original tree, recomputes the source hashes and refuses the shard, naming the TU
-    (or header) and the shard; nothing is linked, asserted or published."""
+    (or header) and the shard; nothing is linked, asserted or published. Then the evil object goes
+    into the true shard's output under a consistently rewritten record: the link build recompiles
+    it (every TU of a build of at most 8) and refuses it, naming both sha256s."""
     from farm.builder import builders
     from farm.builder.prepare import prepare_source as prepare
 
@@ -230,6 +233,30 @@ def test_a_shard_compiled_from_a_changed_tree_is_refused(sharded, pypi_toolkit, 
     assert "--shard 1/2" in (caught.value.hint or "")
     assert not (tmp_path / "main" / "upload").exists()
     assert not (tmp_path / "main" / "work" / CELL.id / "wheelhouse").exists()  # refused before any build
+
+    # The consistent forgery: the evil object in the true shard's output, the record's object sha256
+    # rewritten to match, its source hashes kept. It proves; the link build's fresh compile refuses it.
+    forged = tmp_path / "forged"
+    shutil.copytree(sharded[0] / "shards", forged)
+
+    def fill(shards: Path) -> dict[str, Any]:
+        done = json.loads((shards / CELL.id / "objects" / "done-1.json").read_text())
+        return next(u for u in done["units"] if u["tu"] == "csrc/ops/fill.cu")
+
+    evil, true = fill(shards), fill(forged)
+    assert evil["object_sha256"] != true["object_sha256"]
+    assert evil["file"] == true["file"]
+    shutil.copy(shards / CELL.id / "objects" / evil["file"], forged / CELL.id / "objects" / true["file"])
+    _edit_done(forged, 1, lambda d: {**d, "units": [
+        {**u, "object_sha256": evil["object_sha256"]} if u["tu"] == "csrc/ops/fill.cu" else u for u in d["units"]]})
+    with pytest.raises(UsageError, match=rf"the link build refused 1 object\(s\) of the compile shards: TU "
+                                         rf"csrc/ops/fill\.cu of compile shard 1/2: a fresh uncached compile makes "
+                                         rf"sha256 {true['object_sha256']}, the shard's object has sha256 "
+                                         rf"{evil['object_sha256']}") as caught:
+        build_cell(config, config.recipe("shard_ext"), CELL, _settings(tmp_path / "forger", pypi_toolkit, forged,
+                                                                     ShardJob(2)))
+    assert caught.value.exit_code == 2
+    assert not (tmp_path / "forger" / "upload").exists()
 
 
 def test_link_refuses_a_missing_shard_and_names_it(sharded, pypi_toolkit, tmp_path) -> None:
@@ -287,6 +314,7 @@ def test_cli_compile_shard_then_a_forged_record_refused_by_the_link_job(sharded,
 
 def test_launcher_is_the_module_itself() -> None:
     """The launcher copied into shard folders runs with the standard library alone."""
+    assert shard.FRESH == cclaunch.FRESH  # one variable, spelt in both stdlib-only launchers
     source = Path(shard.__file__).read_text()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imports <= {"__future__", "contextlib", "hashlib", "json", "os", "re", "shutil", "subprocess", "sys",
@@ -528,13 +556,24 @@ def test_a_record_that_is_a_link_or_a_fifo_is_refused(tmp_path, kind) -> None:
         _link(src, shards)
 
 
+# The compiler of the forged shards' fast tests: it makes "object of TU" as _forge_shards recorded
+# (the launcher's recompile of the TUs shard.json samples; nvcc's is tested in the slow tests)
+COMPILER = """#!/bin/sh
+while [ $# -gt 0 ]; do case $1 in -c) src=$2; shift;; -o) out=$2; shift;; esac; shift; done
+printf 'object of %s' "$src" > "$out"
+"""
+
+
 def _serve(setup: shardjob.ShardSetup, src: Path, tu: str, args: list[str]) -> int:
-    """The link build's nvcc call for ``tu``, through the real launcher (it never runs nvcc)."""
+    """The link build's nvcc call for ``tu``, through the real launcher."""
     (src / "build").mkdir(exist_ok=True)
+    compiler = src.parent / "compiler"
+    compiler.write_text(COMPILER)
+    compiler.chmod(0o755)
     cwd = Path.cwd()
     os.chdir(src)
     try:
-        return shard.launch([str(setup.directory / shard.LAUNCHER), "/bin/false", *args],
+        return shard.launch([str(setup.directory / shard.LAUNCHER), str(compiler), *args],
                             {"FARM_SHARD_DIR": str(setup.directory), "FARM_SHARD_ROOT": str(src)})
     finally:
         os.chdir(cwd)
@@ -553,6 +592,33 @@ def test_the_launcher_serves_proven_objects_and_refuses_other_flags(tmp_path, ca
     with pytest.raises(UsageError, match=r"refused 1 object\(s\) of the compile shards: TU csrc/scale\.cu of compile "
                                          r"shard 1/2: compiled with other flags: .*'-DFAST=1'"):
         shardjob.finish_link(setup, None)
+
+
+def test_a_consistently_forged_record_is_refused_by_the_recompile(tmp_path, capsys) -> None:
+    """Compile shard 0's object of csrc/add.cu replaced by another one and its sha256 rewritten
+    in the record, the source hashes kept: the record proves, and the launcher's fresh compile
+    (every TU of a build of at most 8) makes other bytes, so the object is refused, both named."""
+    src, shards = _forge_shards(tmp_path)
+    forged = b"object of some other kernel"
+    file = next(u["file"] for u in json.loads((shards / CELL.id / "objects/done-0.json").read_text())["units"]
+                if u["tu"] == "csrc/add.cu")
+    (shards / CELL.id / shard.OBJECTS / file).write_bytes(forged)
+    _edit_done(shards, 0, lambda d: {**d, "units": [
+        {**u, "object_sha256": hashlib.sha256(forged).hexdigest()} if u["tu"] == "csrc/add.cu" else u
+        for u in d["units"]]})
+    setup = _link(src, shards)
+    assert json.loads((setup.directory / shard.CONFIG).read_text())["recheck"] == sorted(setup.proofs)
+    assert _serve(setup, src, "csrc/add.cu", _argv("csrc/add.cu")) == 1
+    fresh, recorded = hashlib.sha256(b"object of csrc/add.cu").hexdigest(), hashlib.sha256(forged).hexdigest()
+    assert (f"TU csrc/add.cu of compile shard 0/2: a fresh uncached compile makes sha256 {fresh}, the shard's "
+            f"object has sha256 {recorded}") in capsys.readouterr().err
+    assert not (src / "build/add.o").exists()  # never left for the build to link
+    assert _serve(setup, src, "csrc/scale.cu", _argv("csrc/scale.cu")) == 0
+    with pytest.raises(UsageError, match=rf"refused 1 object\(s\) of the compile shards: TU csrc/add\.cu of compile "
+                                         rf"shard 0/2: a fresh uncached compile makes sha256 {fresh}") as caught:
+        shardjob.finish_link(setup, None)
+    assert caught.value.exit_code == 2
+    assert "rerun the named shards" in (caught.value.hint or "")
 
 
 def test_the_launcher_refuses_an_object_changed_after_the_check(tmp_path, capsys) -> None:

@@ -936,7 +936,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
             return BuildResult(cell, plan, tuple(built), shard=record.to_json(), build_env=env_path,
                                compile_cache=cache_counts)
         link = shardjob.finish_link(setup, error)
-        say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards")
+        say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards, "
+            f"{link['rechecked']} of them recompiled uncached and identical")
     if not postbuild:
         return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise

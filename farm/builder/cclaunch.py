@@ -46,7 +46,9 @@ process id or sccache's ``x_0``: ``<stem>.cudafe1.cpp`` (objcopy).
 nvcc units the cache served, uncached, and compares each object with the one the build linked
 (:func:`recheck`): a compiler cache is written by whatever could write to it (a package's build on
 the same host, a token in CI), so what it served is checked by recomputation, never believed. The
-verdict is ``RUN_DIR/recheck.json``, which the builder turns into the cell's.
+verdict is ``RUN_DIR/recheck.json``, which the builder turns into the cell's. A sharded cell's link
+job recompiles what it serves by the same rule (:func:`sample`), as nvcc calls with :data:`FRESH` set,
+which ``run_nvcc`` runs past the cache.
 
 ``python cclaunch.py stats RUN_DIR`` (after the build) writes the server's counts to
 ``RUN_DIR/stats.json`` (with the calls ``launch`` ran past sccache among the not cacheable), stops
@@ -73,6 +75,7 @@ import sysconfig
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 BIN = "bin"
 STATE = "state.json"  # {"cached": bool, "sccache": path or null, "why": text or null}
@@ -111,6 +114,10 @@ RECHECK_ALL = 8
 RECHECK_RATE = 1 / 8
 UNCACHED = "uncached.txt"  # one line per nvcc call ``launch`` ran past sccache: the option, and the variable it was in
 MISREAD_REASON = "nvcc option sccache 0.16.0 reads as its output"
+# Set by a caller whose nvcc call must not come from the cache (the shard link job's recompiles,
+# farm/builder/shard.py): ``run_nvcc`` then compiles uncached, as ``recheck`` does.
+FRESH = "FARM_CC_FRESH"
+T = TypeVar("T")
 
 
 def _sha256(path: str) -> str:
@@ -403,10 +410,12 @@ def name_host_object(path: str, unit: str | None, objcopy: str | None) -> str | 
 
 
 def run_nvcc(sccache: str | None, objcopy: str | None, argv: list[str], environ: Mapping[str, str]) -> int:
-    """One nvcc call (``launch``'s): with the map's flags, through sccache when given (and again
-    uncached when sccache fails, as ``launch`` does), then its object named reproducibly."""
+    """One nvcc call (``launch``'s): with the map's flags, through sccache when given and :data:`FRESH`
+    is not set (and again uncached when sccache fails, as ``launch`` does), then its object named
+    reproducibly."""
     pairs = decode_prefix_map(environ.get(PREFIX_MAP_ENV, ""))
     args = [*argv, *nvcc_flags(argv, pairs)]
+    sccache = None if environ.get(FRESH) else sccache
     rc = subprocess.call([sccache, *args]) if sccache else subprocess.call(args)
     if rc != 0 and sccache:
         print(f"{WARNING}: the cached compile failed (rc {rc}) in {argv[0]}; compiling it uncached "
@@ -450,6 +459,13 @@ def _other_output(argv: Sequence[str], output: str, depfile: str) -> list[str]:
     return out
 
 
+def sample(items: Sequence[T], *, rate: float = RECHECK_RATE, minimum: int = RECHECK_ALL) -> list[T]:
+    """Which of ``items`` to recompute: all of at most ``minimum``, else ``rate`` of them (at least
+    ``minimum``), drawn from the system's randomness. Also the shard link job's (farm/builder/shardjob.py)."""
+    take = len(items) if len(items) <= minimum else max(minimum, math.ceil(len(items) * rate))
+    return random.SystemRandom().sample(list(items), take)
+
+
 def recheck(run_dir: str, environ: Mapping[str, str], *, rate: float = RECHECK_RATE,
             minimum: int = RECHECK_ALL) -> dict[str, object]:
     """Recompile a sample of the journaled nvcc calls uncached, each in its own folder as it ran,
@@ -466,8 +482,7 @@ def recheck(run_dir: str, environ: Mapping[str, str], *, rate: float = RECHECK_R
                 if stat.S_ISREG(os.fstat(fd).st_mode):
                     records.append(json.loads(fh.read(1 << 20)))
     count = len(records)
-    take = count if count <= minimum else max(minimum, math.ceil(count * rate))
-    chosen = random.SystemRandom().sample(records, take)
+    chosen = sample(records, rate=rate, minimum=minimum)
     differ: list[dict[str, str]] = []
     checked: list[str] = []
     scratch = os.path.join(run_dir, "recheck")

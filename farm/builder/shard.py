@@ -11,10 +11,11 @@ translation unit (TU):
   the build runs to its end fast (its wheel is thrown away);
 - compile job: for each TU it compiles, it records the object's sha256, the source's and those
   of the in-tree files the TU includes (from nvcc's dependency output), and the command line;
-- link job: every TU's object is served from the shards' outputs, nothing is compiled by nvcc; a
-  missing object stops the build, naming the TU and the shard that should have made it, and an
-  object is served only when this build's command line for the TU is the recorded one, the
-  tree's sources hash as recorded, and the copy has the recorded sha256.
+- link job: every TU's object is served from the shards' outputs; a missing object stops the
+  build, naming the TU and the shard that should have made it, and an object is served only when
+  this build's command line for the TU is the recorded one, the tree's sources hash as recorded,
+  the copy has the recorded sha256 and, for a sample of the TUs farm drew before the build
+  (``shard.json``'s ``recheck``), a fresh uncached compile by this build makes the same bytes.
 
 Ownership is decided before the build, from the source tree alone: the tree's ``.cu`` files,
 sorted by their path relative to the source root, are dealt round-robin (TU k -> shard k mod N).
@@ -55,6 +56,7 @@ OBJECTS = "objects"  # flat, so the compile jobs' CI artifacts merge into one fo
 LAUNCHER = "bin/farm-nvcc"
 # The PATH shim (shardjob.py writes it): `nvcc` for tools that run it from PATH themselves
 SHIM = "shim/nvcc"
+FRESH = "FARM_CC_FRESH"  # farm.builder.cclaunch.FRESH: an nvcc call the compiler cache must not serve
 TU_SUFFIXES = (".cu",)
 # Folders whose .cu files are never the package's TUs: CMake's compiler checks, VCS metadata.
 _SKIP_DIRS = frozenset({".git", "CMakeFiles", "__pycache__"})
@@ -409,7 +411,7 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     label = "link" if index is None else f"{index}/{count}"
     record = {"tu": tu, "object": os.path.basename(unit.output), "owner": owner, "file": name}
     if index is None:  # link: serve from the owner's output, only what the shard proved
-        return _serve(shard_dir, label, cfg, root, record, flags, out, unit, cwd, count)
+        return _serve(shard_dir, label, cfg, root, record, flags, out, unit, cwd, count, [*real, *args])
     if owner != int(index):
         return _stand_in(shard_dir, label, record, out, unit, cwd, args)
     return _compile(shard_dir, label, record, real, args, flags, out, unit, cwd, root)
@@ -454,10 +456,27 @@ def _compile(shard_dir: str, label: str, record: dict[str, object], real: Sequen
     return rc
 
 
+def _recompile(command: Sequence[str], out: str, recorded: str) -> str | None:
+    """The build's own compile of a served TU, uncached (the compiler cache's :data:`FRESH`), into
+    its own object path: None when it makes the shard's bytes, else what differs."""
+    rc = subprocess.call(list(command), env={**os.environ, FRESH: "1"})
+    fresh = sha256_of(out) if rc == 0 else None
+    if fresh == recorded:
+        return None
+    with contextlib.suppress(OSError):  # never left for the build to link
+        os.unlink(out)
+    if fresh is None:
+        return f"a fresh uncached compile of it failed (rc {rc}), so its object cannot be checked"
+    return (f"a fresh uncached compile makes sha256 {fresh}, the shard's object has sha256 {recorded}: "
+            "the shard's object was not compiled from this source")
+
+
 def _serve(shard_dir: str, label: str, cfg: Mapping[str, object], root: str, record: dict[str, object],
-           flags: list[str], out: str, unit: CompileUnit, cwd: str, count: int) -> int:
+           flags: list[str], out: str, unit: CompileUnit, cwd: str, count: int, command: Sequence[str]) -> int:
     """The link job's nvcc call: copy the owner's object after checking it is what the compile
-    shard compiled, from these sources, with these flags; anything else fails the call."""
+    shard compiled, from these sources, with these flags, and, for the TUs ``shard.json`` samples
+    (``recheck``), that a fresh uncached compile (``command``) makes its bytes; anything else fails
+    the call."""
     tu, owner, name = record["tu"], record["owner"], str(record["file"])
     stored = os.path.join(shard_dir, OBJECTS, name)
     proof = dict(cfg.get("proofs") or {}).get(name)  # type: ignore[call-overload]
@@ -477,6 +496,9 @@ def _serve(shard_dir: str, label: str, cfg: Mapping[str, object], root: str, rec
         shutil.copyfile(stored, tmp)
         if sha256_of(tmp) != proof["object_sha256"]:
             problem = f"the object {name} is not the one the shard recorded (sha256 differs)"
+    rechecked = name in list(cfg.get("recheck") or ())  # type: ignore[call-overload]
+    if problem is None and rechecked:
+        problem = _recompile(command, out, proof["object_sha256"])
     if problem is not None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -485,7 +507,7 @@ def _serve(shard_dir: str, label: str, cfg: Mapping[str, object], root: str, rec
         return 1
     os.replace(tmp, out)
     _depfile(unit, cwd)
-    _log(shard_dir, label, {**record, "status": "served"})
+    _log(shard_dir, label, {**record, "status": "served", "rechecked": rechecked})
     return 0
 
 

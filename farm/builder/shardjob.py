@@ -16,7 +16,10 @@ writes ``done-<i>.json``. A build failure fails the job, naming the TUs of this 
 The link job refuses to start unless every shard's ``done-<i>.json`` is there, is a record farm
 writes, was made from the same TU table and build spec, and every object and source it names
 hashes as recorded (:func:`prove_shards`); during the build the launcher checks each object again as
-it serves it (flags, sources, bytes). Afterwards it fails closed on a TU no shard made (naming the
+it serves it (flags, sources, bytes), and recompiles a sample of them uncached (drawn here, as the
+compiler cache's recheck draws its own: :func:`farm.builder.cclaunch.sample`), refusing an object
+whose bytes a fresh compile does not make: a record that is consistent but whose objects came
+from other sources. Afterwards it fails closed on a TU no shard made (naming the
 TU and the shard that owns it) and on objects the shards made that its build never asked for.
 """
 
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from farm import jsonread
-from farm.builder import shard
+from farm.builder import cclaunch, shard
 from farm.builder.shard import ShardJob
 from farm.errors import DefectError, ToolError, UsageError
 from farm.fsutil import SHA256_HEX, atomic_write, open_plain, remove
@@ -69,8 +72,8 @@ class ShardSetup:
         tool that runs ``nvcc`` from ``PATH`` itself (spconv's ccimport) finds the shim first, which
         hands the call to the launcher with the real nvcc (``$FARM_NVCC_REAL``).
         ``cache_bin``: the compiler cache's launchers (:mod:`farm.builder.cclaunch`); the shard
-        launcher (and the shim) run nvcc through them, so what a shard compiles is cached and what
-        the link job serves is never compiled."""
+        launcher (and the shim) run nvcc through them, so what a shard compiles is cached; what
+        the link job serves is never compiled, but for its sample, recompiled past the cache."""
         launcher = f"{seen_dir}/{shard.LAUNCHER}"
         nvcc = f"{cache_bin}/nvcc" if cache_bin else f"{cuda_home}/bin/nvcc"
         # CMake runs LAUNCHER;ARGS... NVCC: the shard launcher's "real compiler" is then the cache's
@@ -122,7 +125,9 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, sp
     _install_launcher(directory, job.label)
     config = {"cell": cell_id, "mode": "link" if job.is_link else "compile", "index": job.index,
               "count": job.count, "root": str(source_root), "digest": digest, "spec": spec_digest,
-              "table": dict(table), "proofs": {name: u.proof() for name, u in setup.proofs.items()}}
+              "table": dict(table), "proofs": {name: u.proof() for name, u in setup.proofs.items()},
+              # drawn now, after the shards wrote their records: which objects the link build recompiles
+              "recheck": sorted(cclaunch.sample(sorted(setup.proofs)))}
     _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
     return setup
 
@@ -358,8 +363,9 @@ def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, A
         listed = "; ".join(f"TU {tu} of compile shard {owner}/{n}: {why}" for tu, owner, why in refused[:5])
         raise UsageError(
             f"cell {setup.cell}: the link build refused {len(refused)} object(s) of the compile shards: {listed}",
-            hint="the compile jobs built something else than the link job (other sources, flags or settings): "
-                 "rerun the named shards from the same commit and settings, then the link job")
+            hint="the compile jobs built something else than the link job (other sources, flags or settings), "
+                 "or their outputs were altered: rerun the named shards from the same commit and settings, then "
+                 "the link job")
     missing = sorted({(r["tu"], r["owner"]) for r in log if r["status"] == "missing"})
     if missing:
         listed = "; ".join(f"{tu} (compile shard {owner}/{n})" for tu, owner in missing[:10])
@@ -371,10 +377,11 @@ def finish_link(setup: ShardSetup, build_error: Exception | None) -> dict[str, A
         raise ToolError(f"cell {setup.cell}: link job: the build failed: {build_error}",
                         hint="read the build log above")
     served = {r["file"] for r in log if r["status"] == "served"}
+    rechecked = {r["file"] for r in log if r["status"] == "served" and r.get("rechecked")}
     unused = sorted(set(setup.proofs) - served)
     if unused:
         raise DefectError(
             f"cell {setup.cell}: the compile shards made {len(unused)} object(s) the link build never used "
             f"({', '.join(unused[:5])}): the jobs did not build the same thing",
             hint="run every compile job and the link job from the same commit, with the same settings")
-    return {"cell": setup.cell, "job": "link", "count": n, "served": len(served)}
+    return {"cell": setup.cell, "job": "link", "count": n, "served": len(served), "rechecked": len(rechecked)}
