@@ -255,7 +255,8 @@ def test_a_sharded_cell_is_retried_at_once_and_built_warm_in_one_job() -> None:
     assert not cold.rebuilt["artifact expired"]
     assert cold.runs > 2
     assert cold.days < 1  # the nightly would have started the first retry a day after the bump
-    assert cold.drained and warm.drained
+    assert cold.drained
+    assert warm.drained
     assert all(s.cached == pytest.approx(1.0) for s in sim.cells.values() if s.published)
     warm_runs = [r for r in sim.runs if r.epoch == 2]
     assert not any(r.links or any(e.get("shard") for s in r.shards for e in s) for r in warm_runs)
