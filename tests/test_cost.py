@@ -115,8 +115,8 @@ def test_a_waves_bill() -> None:
     assert bill.estimated == 1
     setup = job_setup_s() / 3600  # every job's, before farm build
     assert bill.runner_hours == pytest.approx(40 + 10 + LINK_JOB_S / 3600 + 51 * setup)
-    # 50 one-hour jobs on 20 runners: 3 rounds, then the link job
-    assert bill.wall_hours == pytest.approx(3 + LINK_JOB_S / 3600 + 4 * setup)
+    # 50 one-hour jobs on 20 runners: 3 rounds, the 41 uploads at 500 an hour, then the link job
+    assert bill.wall_hours == pytest.approx(3 + 41 / 500 + LINK_JOB_S / 3600 + 4 * setup)
     assert "51 job(s)" in bill.line()
     assert "at 20 concurrent jobs" in bill.line()
 

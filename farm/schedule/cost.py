@@ -26,7 +26,8 @@ From that, per cell (:func:`plan_cell`):
 
 :func:`wave_cost` is a wave's bill: jobs, runner-hours, and the wall time at N concurrent jobs
 (GitHub's Free plan runs 20), longest jobs first as the plan orders them, each job with the set-up
-every hosted job pays before ``farm build`` (``recipe_times.json``). A wave's artifacts (its
+every hosted job pays before ``farm build`` (``recipe_times.json``), then the wave's uploads at
+the token's 500 an hour (its publish jobs queue behind its builds). A wave's artifacts (its
 wheels, its compile shards' objects) must outlive it and its last publish job
 (:data:`PUBLISH_TAIL_S`): :func:`fit_retention` takes fewer cells into a wave whose bill would
 pass the artifacts' retention. All of it is pure.
@@ -220,8 +221,10 @@ def wave_cost(plans: Sequence[CellJobs], concurrency: int = DEFAULT_CONCURRENCY)
     setup = job_setup_s()
     builds = [p.job_s + setup for p in plans for _ in range(max(1, p.compile_jobs))]
     links = [p.link_s + setup for p in plans if p.compile_jobs > 1]
-    wall = makespan(builds, concurrency) + (makespan(links, concurrency) if links else 0.0)
-    wall = max(wall, len(plans) / UPLOADS_PER_HOUR * 3600)
+    # a shard's publish job queues behind the wave's build jobs and the token uploads 500 an hour,
+    # so the wave's uploads follow its builds; the link jobs wait for the publish jobs
+    publish = len(plans) / UPLOADS_PER_HOUR * 3600
+    wall = makespan(builds, concurrency) + publish + (makespan(links, concurrency) if links else 0.0)
     return WaveCost(
         jobs=len(builds) + len(links),
         runner_hours=sum(p.runner_s for p in plans) / 3600,
