@@ -5,6 +5,7 @@ with the reason; a wave's bill and the drain of the whole queue."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,8 @@ def test_a_waves_bill() -> None:
     assert bill.estimated == 1
     setup = job_setup_s() / 3600  # every job's, before farm build
     assert bill.runner_hours == pytest.approx(40 + 10 + LINK_JOB_S / 3600 + 51 * setup)
-    # 50 one-hour jobs on 20 runners: 3 rounds, then the link job
-    assert bill.wall_hours == pytest.approx(3 + LINK_JOB_S / 3600 + 4 * setup)
+    # 50 one-hour jobs on 20 runners: 3 rounds, the 41 uploads at 500 an hour, then the link job
+    assert bill.wall_hours == pytest.approx(3 + 41 / 500 + LINK_JOB_S / 3600 + 4 * setup)
     assert "51 job(s)" in bill.line()
     assert "at 20 concurrent jobs" in bill.line()
 
@@ -243,11 +244,16 @@ def test_a_wave_is_sized_so_its_artifacts_outlive_it(tmp_path: Path) -> None:
 
 def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The cell of the test above, planned warm: 20 h cold at the package's 90% hit share is a few
-    hours, which its recipe's 3 declared compile jobs hold; cold, it needs 7."""
+    hours, which 2 of its recipe's 3 declared compile jobs hold (each under the 3 h a compile job
+    aims at; a job more would pay its set-up for nothing); cold, it needs 7. A store that keeps
+    every step and recorded the cell's last build plans it warm unasked: one job."""
     matrix, sharding, durations, rates, first, key = _beta_recorded_cold_then_warm(tmp_path, capsys)
-    warm = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True)
-    assert warm.plans[first.cell.id].compile_jobs == 3
-    assert warm.plans[first.cell.id].estimate.seconds == pytest.approx(rates.seconds(key, 20 * 3600.0))
+    plan = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True).plans[first.cell.id]
+    assert plan.estimate.seconds == pytest.approx(rates.seconds(key, 20 * 3600.0))
+    assert plan.compile_jobs == math.ceil(plan.estimate.seconds / TARGET_JOB_S) == 2
+    kept = cost_matrix(matrix, sharding, durations, hit_rates=rates.kept(retained=True)).plans[first.cell.id]
+    assert kept.compile_jobs == 1  # the store holds all of it: 20 h at the cost of a hit
+    assert kept.estimate.seconds == pytest.approx(rates.kept(retained=True).seconds(key, 20 * 3600.0))
 
 
 def test_the_plan_starts_from_a_recipes_measured_time() -> None:

@@ -242,6 +242,28 @@ def test_the_bill_after_a_cold_bump_is_the_warm_ones() -> None:
             assert warm.planned_runner_hours > 2 * kept
 
 
+def test_a_sharded_cell_is_retried_at_once_and_built_warm_in_one_job() -> None:
+    """llama_cpp_python splits each Linux cell over 10 compile jobs. A compile shard that fails
+    (here 1 in 20) fails its cell's link job and the cell is built again: a failure, not an expired
+    artifact, and by the very next run, not the nightly (the chain goes on while a run built
+    something and cells wait, its own failed ones too). The shards compile disjoint units, so
+    after the bump the S3 store holds every step of every cell, and the warm bump plans each
+    cell in one job and no link job; the Actions cache keeps nothing and the cold fan-out stays."""
+    sim = drain("llama_cpp_python", runners=60, epochs=2, values={"failure_rate": 0.05})
+    cold, warm = sim.results
+    assert cold.rebuilt["failure"] > 0
+    assert not cold.rebuilt["artifact expired"]
+    assert cold.runs > 2
+    assert cold.days < 1  # the nightly would have started the first retry a day after the bump
+    assert cold.drained
+    assert warm.drained
+    assert all(s.cached == pytest.approx(1.0) for s in sim.cells.values() if s.published)
+    warm_runs = [r for r in sim.runs if r.epoch == 2]
+    assert not any(r.links or any(e.get("shard") for s in r.shards for e in s) for r in warm_runs)
+    kept_nothing = drain("llama_cpp_python", runners=60, epochs=2, compile_cache="gha")
+    assert all(r.links for r in kept_nothing.runs if r.epoch == 2)
+
+
 def test_farm_simulate_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["simulate", "--runners", "20", "--root", str(REPO), "--json", *SMALL])
     data = json.loads(capsys.readouterr().out)
@@ -285,4 +307,5 @@ def test_the_whole_grid_drains_with_nothing_rebuilt_because_publishing_ran_out_o
         assert r.publish_jobs_killed == 0
         assert r.rebuilt["publish killed"] == 0
         assert r.rebuilt["ledger refused"] == 0
+        assert r.rebuilt["artifact expired"] == 0  # waves sized to the retention: a lost shard is a failure
     assert sim.ledger.largest_file() < GIT_WARN_BYTES

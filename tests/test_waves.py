@@ -204,6 +204,7 @@ CELLS = [("a-1.0-cu128-torch2.8-cp311-linux_x86_64", "a"), ("a-1.0-cu128-torch2.
         ((0, 1, 2), 100, True, True),  # all built, more waiting: publish and chain
         ((0, 1, 2), 0, True, False),  # all built, queue empty: publish, stop
         ((0, 2), 100, True, True),  # one failed: the others still publish, the chain goes on
+        ((0, 2), 0, True, True),  # one failed, nothing deferred: the next run retries it, not the nightly
         ((), 100, False, False),  # nothing built: nothing to publish, the chain stops
         ((), 0, False, False),
     ],

@@ -26,7 +26,8 @@ From that, per cell (:func:`plan_cell`):
 
 :func:`wave_cost` is a wave's bill: jobs, runner-hours, and the wall time at N concurrent jobs
 (GitHub's Free plan runs 20), longest jobs first as the plan orders them, each job with the set-up
-every hosted job pays before ``farm build`` (``recipe_times.json``). A wave's artifacts (its
+every hosted job pays before ``farm build`` (``recipe_times.json``), then the wave's uploads at
+the token's 500 an hour (its publish jobs queue behind its builds). A wave's artifacts (its
 wheels, its compile shards' objects) must outlive it and its last publish job
 (:data:`PUBLISH_TAIL_S`): :func:`fit_retention` takes fewer cells into a wave whose bill would
 pass the artifacts' retention. All of it is pure.
@@ -220,8 +221,10 @@ def wave_cost(plans: Sequence[CellJobs], concurrency: int = DEFAULT_CONCURRENCY)
     setup = job_setup_s()
     builds = [p.job_s + setup for p in plans for _ in range(max(1, p.compile_jobs))]
     links = [p.link_s + setup for p in plans if p.compile_jobs > 1]
-    wall = makespan(builds, concurrency) + (makespan(links, concurrency) if links else 0.0)
-    wall = max(wall, len(plans) / UPLOADS_PER_HOUR * 3600)
+    # a shard's publish job queues behind the wave's build jobs and the token uploads 500 an hour,
+    # so the wave's uploads follow its builds; the link jobs wait for the publish jobs
+    publish = len(plans) / UPLOADS_PER_HOUR * 3600
+    wall = makespan(builds, concurrency) + publish + (makespan(links, concurrency) if links else 0.0)
     return WaveCost(
         jobs=len(builds) + len(links),
         runner_hours=sum(p.runner_s for p in plans) / 3600,
@@ -299,11 +302,16 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                     "fix the recipe (any change to it or to _defaults.yml schedules it again), or `farm matrix "
                     "--retry-failed` where the runner failed it")))
                 continue
+            # warm: asked for, or the compiler cache is a store that keeps every step and holds the
+            # cell's last build; then the cell is sharded by its warm time, in no more jobs than that needs
+            cell_warm = hit_rates is not None and (warm or hit_rates.holds(key))
+            declared = p.compile_jobs
             if attempt is not None and attempt.outcome == KILLED:
-                est = killed(est, attempt)
-            elif warm and hit_rates is not None:
+                est, cell_warm = killed(est, attempt), False
+            elif cell_warm and hit_rates is not None:
                 est = replace(est, seconds=hit_rates.warm_seconds(key, est.seconds, recorded=est.source == "recorded"))
-            plan = plan_cell(key, est, declared_jobs=p.compile_jobs, shard_platforms=shard.platforms if shard else ())
+                declared = min(declared, max(1, math.ceil(est.seconds / TARGET_JOB_S)))
+            plan = plan_cell(key, est, declared_jobs=declared, shard_platforms=shard.platforms if shard else ())
             if plan.refused and time_limit:
                 refused.append(RefusedCell(p, plan.refused))
                 continue
@@ -312,7 +320,7 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
                                 LINK_JOB_S if p.compile_jobs > 1 else 0.0)
             if plan.compile_jobs != p.compile_jobs:
                 p = replace(p, compile_jobs=plan.compile_jobs)
-            if hit_rates is not None and not warm and est.source != "killed":
+            if hit_rates is not None and not cell_warm and est.source != "killed":
                 # a compile shard's job is all compile; a whole cell's has its fixed part
                 plan = replace(plan, job_s=hit_rates.seconds(key, plan.job_s, recorded=est.source == "recorded",
                                                              fixed=0.0 if plan.compile_jobs > 1 else None))

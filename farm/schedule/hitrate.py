@@ -74,9 +74,13 @@ class HitRates:
     def expected(self, key: CellKey) -> float:
         """The hit share the cell's next build is expected to have: all of it where a store that
         keeps its steps has the cell's last build; else its package's on the platform."""
-        if self.retained and key in self.cells:
+        if self.holds(key):
             return 1.0
         return self.typical.get((key[0], key[4]), 0.0)
+
+    def holds(self, key: CellKey) -> bool:
+        """The cache holds every step of the cell's last build: a store that keeps them recorded it."""
+        return self.retained and key in self.cells
 
     def seconds(self, key: CellKey, seconds: float, *, recorded: bool = True, fixed: float | None = None) -> float:
         """What a build of the cell taking ``seconds`` is expected to take next time: ``recorded``
@@ -91,7 +95,7 @@ class HitRates:
     def warm_seconds(self, key: CellKey, seconds: float, *, recorded: bool = True) -> float:
         """:meth:`seconds` for a warm cache: the package's recorded hit share where there is one,
         else every compile step a hit."""
-        if (key[0], key[4]) in self.typical or (self.retained and key in self.cells):
+        if (key[0], key[4]) in self.typical or self.holds(key):
             return self.seconds(key, seconds, recorded=recorded)
         return replace(self, typical={**self.typical, (key[0], key[4]): 1.0}).seconds(key, seconds, recorded=recorded)
 

@@ -71,8 +71,10 @@ class WaveOutcome:
 
     @property
     def next_wave(self) -> bool:
-        """Start the next run when this one made progress and cells are still waiting."""
-        return bool(self.built) and self.deferred > 0
+        """Start the next run when this one made progress and cells are still waiting: deferred
+        ones, or its own failed ones (waiting for the nightly would leave every runner idle up to
+        a day for them; a run that builds nothing stops the chain)."""
+        return bool(self.built) and (self.deferred > 0 or bool(self.failed))
 
     def failed_by_package(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

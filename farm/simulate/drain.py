@@ -252,6 +252,9 @@ class DrainRun:
     artifacts: dict[str, float] = field(default_factory=dict)  # cell -> when its wheel was uploaded
     objects: dict[str, list[float]] = field(default_factory=dict)  # cell -> each compile shard's upload
     object_cost: dict[str, float] = field(default_factory=dict)  # cell -> runner time of its compile shards
+    # cell -> the share of its compile steps the compiler cache held when the run began: what each
+    # of its compile shards finds (they compile disjoint units, so none finds another's steps)
+    held: dict[str, float] = field(default_factory=dict)
     artifact_count: int = 1  # the plan
     verdicts: dict[str, CellVerdict] = field(default_factory=dict)
     shards_left: int = 0
@@ -525,18 +528,19 @@ class Drain:
             yield build_s
         if part == "link":
             ready = run.objects.get(cid, [])
-            if len(ready) < state.planned.compile_jobs or any(expired(u, self.wf.objects_days, self.loop.now)
-                                                              for u in ready):
+            lapsed = any(expired(u, self.wf.objects_days, self.loop.now) for u in ready)
+            if len(ready) < state.planned.compile_jobs or lapsed:
                 job.ok = False
-                if ready:  # the compile shards' work is lost with their objects
-                    self._wasted["artifact expired"] += run.object_cost.get(cid, 0.0)
-                    self._rebuilt["artifact expired"] += 1
+                if ready:  # the compile shards' work is lost with their objects; a shard that failed is no limit
+                    why = "artifact expired" if lapsed else "failure"
+                    self._wasted[why] += run.object_cost.get(cid, 0.0)
+                    self._rebuilt[why] += 1
                 yield 60.0  # download-artifact fails on the missing or expired shard
                 return
             yield v.compile_objects_mb / v.download_mb_s
         else:
             parts = int(part.split("/")[1]) if part else 1
-            held = min(1.0, state.cached)
+            held = run.held.setdefault(cid, min(1.0, state.cached))
             compile_s = t.compile_s / parts * ((1 - held) + held * self.times.value("hit_cost"))
             if _hash_fraction(self._epoch, run.number, cid, part) < v.failure_rate:
                 job.ok = False
