@@ -248,7 +248,12 @@ class _GithubRun:
                 assert state is not None
                 self.client.delete(have)
                 del state.assets[name]
-            verdict = self.upload(w, tag, url)
+            try:
+                verdict = self.upload(w, tag, url)
+            except ghrest.GithubApiError as exc:
+                if exc.status != 422 or look:
+                    raise
+                continue  # refused unlisted (a full release): the second look lists it and says why
             if verdict is not None:
                 return verdict
         return WheelVerdict(name, target, Verdict.FAILED, url, "GitHub says the name is taken but does not list it")
