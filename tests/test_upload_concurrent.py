@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerfiles import ledger_location
 from tests.support.postbuildfix import Batch
 from tests.support.publishfix import write_farm_root
 
@@ -55,7 +56,7 @@ def test_concurrent_uploads_of_different_wheels_all_publish(demo_batch: Batch, t
     results = [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
     assert [rc for rc, _, _ in results] == [0] * N, [err for _, _, err in results]
     names = sorted(next(d.glob("*.whl")).name for d in dirs)
-    ledger = LedgerIndex.load(root / "ledger.jsonl")
+    ledger = LedgerIndex.load(ledger_location(root))
     assert len(ledger) == N
     assert all(ledger.by_filename(n) is not None for n in names)
     listed = json.loads((root / "public" / "index" / "packages.json").read_text())["files"]

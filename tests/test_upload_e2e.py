@@ -16,6 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from farm.provenance.ledger import LedgerIndex
+from farm.provenance.ledgerfiles import ledger_location
 from farm.publish.indextarget import IndexSettings
 from farm.publish.publish import upload
 from farm.publish.releases import GithubSettings
@@ -246,7 +247,7 @@ def test_cli_publishes_to_two_targets_without_showing_credentials(
         # the repository's index target has the wheel-variant channel on: the wheel's variant is published too
         assert [(v["target"], v["verdict"]) for v in doc["verdicts"]] == [
             ("pypi", "published"), ("index", "published"), ("index/variants", "published")]
-        entry = _ledger_entry(root / "ledger.jsonl", wheel.name)
+        entry = _ledger_entry(ledger_location(root), wheel.name)
         assert [p["target"] for p in entry["published"]] == ["pypi", "index"]
 
         assert main(argv) == 0  # again: nothing sent, nothing recorded
