@@ -11,6 +11,7 @@ cache service report: cache writes answered 429 past about 200 a minute per repo
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from farm.publish.ratelimit import CONTENT_METHODS, CONTENT_PER_HOUR, CONTENT_PER_MINUTE, PRIMARY_PER_HOUR
@@ -75,13 +76,19 @@ class Rest:
     def busiest(self, period: float, *, content: bool = False) -> int:
         """The most requests served (content-creating ones only with ``content``) in any window of
         ``period`` seconds."""
-        times = sorted(t for t, c in self.log if c or not content)
-        best, start = 0, 0
-        for end, t in enumerate(times):
-            while times[start] <= t - period:
-                start += 1
-            best = max(best, end - start + 1)
-        return best
+        return most_in_window([t for t, c in self.log if c or not content], period)
+
+
+def most_in_window(times: Iterable[float], period: float) -> int:
+    """The most of ``times`` that fall in any window of ``period`` seconds (a window holds the
+    times after its start, up to and including its end)."""
+    ordered = sorted(times)
+    best, start = 0, 0
+    for end, t in enumerate(ordered):
+        while ordered[start] <= t - period:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
 
 
 @dataclass

@@ -72,6 +72,8 @@ from pathlib import Path
 
 import pytest
 
+from farm.simulate.githubsim import most_in_window
+
 TOKEN = "ghs_loopbacktoken0123456789"
 ASSET_CAP = 1000
 CONTENT = frozenset({"POST", "PATCH", "PUT", "DELETE"})
@@ -237,14 +239,8 @@ class GitHubSim:
     def busiest(self, period_s: float, *, content: bool = False, accepted: bool = True) -> int:
         """The most requests (content-creating only, with ``content``) in any ``period_s`` window
         (only those answered without a rate limit, with ``accepted``)."""
-        times = sorted(r.at for r in self.log if (not content or r.method in CONTENT)
-                       and (not accepted or r.status not in (403, 429)))
-        best, j = 0, 0
-        for i, t in enumerate(times):
-            while times[j] <= t - period_s:
-                j += 1
-            best = max(best, i - j + 1)
-        return best
+        return most_in_window([r.at for r in self.log if (not content or r.method in CONTENT)
+                               and (not accepted or r.status not in (403, 429))], period_s)
 
     def asset_names(self, tag: str) -> list[str]:
         release = self.releases.get(tag)
