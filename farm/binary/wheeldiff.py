@@ -136,7 +136,7 @@ def elf_differences(a: Path, b: Path) -> list[str] | None:
 
 
 # The string tables: where a path the build did not map, or a temporary name, shows as itself.
-_STRING_SECTIONS = ("str", "strtab", "dynstr")
+_STRING_SECTIONS = ("str", "strtab")  # .debug_str, .debug_line_str, .dynstr; .strtab
 _SHOWN = 3
 
 
