@@ -206,6 +206,10 @@ def test_build_workflow_passes_only_shard_indices() -> None:
     assert "status: 'in_progress'" in held["with"]["script"]
     assert "name: 'wave-plan'" in held["with"]["script"]
     assert 'args+=(--hold "${held%.zip}.json")' in matrix_step["run"]
+    # the nightly plans nothing while a wave runs (its chain goes on), and the run stays green
+    assert "context.eventName === 'schedule' && others.length > 0" in held["with"]["script"]
+    assert matrix_step["if"] == upload["if"] == "${{ steps.held.outputs.busy != 'true' }}"
+    assert "needs.matrix.outputs.lint_failed != ''" in jobs["lint-verdict"]["if"]
     assert jobs["matrix"]["permissions"] == {"contents": "read", "actions": "read"}
 
 

@@ -497,7 +497,7 @@ class Drain:
         build, link = build_entries(wave.scheduled)
         run.plan = {"cells": [{"id": p.cell.id, "package": p.cell.package} for p in wave.scheduled],
                     "totals": {"deferred": len(wave.deferred)},
-                    "held": len(self._costed().matrix.cells) - len(costed.matrix.cells)}
+                    "held": sum(not self.cells[cid].published for cid in held)}
         run.shards = [build[i:i + SHARD_SIZE] for i in range(0, len(build), SHARD_SIZE)]
         run.links = link
         run.builds_left = len(run.shards)
