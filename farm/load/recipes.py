@@ -8,10 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
@@ -64,6 +62,9 @@ from farm.model.config import (
     url_problem,
 )
 from farm.model.yamlsrc import YList, YMap, load_yaml
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 FLOATING_REFS = frozenset({"main", "master", "head", "develop", "dev", "trunk", "latest", "nightly"})
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -184,6 +185,11 @@ def _requirements(sec: Section, key: str, entries: tuple[str, ...], hint: str) -
     their placeholders sampled. An entry that is no requirement is refused, and so is one that
     names an earlier entry's project (canonical name) under the same marker: pip would take
     both, and which specifier the recipe meant is for its author to say."""
+    if not entries:  # most recipes have none: reading them all does not pay for the parser's import
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement  # noqa: PLC0415
+    from packaging.utils import canonicalize_name  # noqa: PLC0415
+
     value = sec.data.get(key)
     parsed: list[Requirement] = []
     seen: dict[tuple[str, str], tuple[str, str]] = {}
