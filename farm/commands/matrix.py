@@ -30,7 +30,7 @@ from farm.schedule.actions import (
     step_summary,
     write_github_output,
 )
-from farm.schedule.attempts import Attempt
+from farm.schedule.attempts import FAILED_MOST, FAILED_RETRIES, Attempt
 from farm.schedule.attempts import read as read_attempts
 from farm.schedule.cost import (
     ARTIFACT_RETENTION_DAYS,
@@ -111,8 +111,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "that its bill and its last publish job end inside it "
                              f"(default {ARTIFACT_RETENTION_DAYS})")
     parser.add_argument("--retry-failed", action="store_true",
-                        help="schedule the cells whose last build failed (with an unchanged recipe) again: a "
-                             "failure that was the runner's, not the recipe's")
+                        help="schedule the cells refused because their builds kept failing (the same job "
+                             f"{FAILED_RETRIES + 1} times, or {FAILED_MOST} failures, with an unchanged recipe) once "
+                             "more: failures that were the runners', not the recipe's")
     parser.add_argument("--warm", action="store_true",
                         help="plan for a warm compiler cache: shard and refuse by the warm time (the recorded hit "
                              "rates, or every compile step a hit where none is recorded)")
