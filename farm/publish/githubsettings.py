@@ -1,8 +1,5 @@
-"""The ``github`` publish target's settings: GitHub Releases, a release per tag.
-
-Read when the configuration is loaded; the publishing (:mod:`farm.publish.releases`) is imported
-only by :meth:`GithubSettings.publish`.
-"""
+"""The ``github`` publish target's settings, read with the configuration; the code that publishes
+(:mod:`farm.publish.releases`) is imported only by :meth:`GithubSettings.publish`."""
 
 from __future__ import annotations
 

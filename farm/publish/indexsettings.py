@@ -1,8 +1,5 @@
-"""The ``index`` publish target's settings: a static PEP 503 tree.
-
-Read when the configuration is loaded; the publishing (:mod:`farm.publish.indextarget`) is imported
-only by :meth:`IndexSettings.publish`.
-"""
+"""The ``index`` publish target's settings, read with the configuration; the code that publishes
+(:mod:`farm.publish.indextarget`) is imported only by :meth:`IndexSettings.publish`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The ``twine`` publish target's settings: any PyPI-compatible repository.
-
-Read when the configuration is loaded; the publishing (:mod:`farm.publish.twine`) is imported
-only by :meth:`TwineSettings.publish`.
-"""
+"""The ``twine`` publish target's settings, read with the configuration; the code that publishes
+(:mod:`farm.publish.twine`) is imported only by :meth:`TwineSettings.publish`."""
 
 from __future__ import annotations
 
