@@ -271,3 +271,42 @@ def test_the_plan_starts_from_a_recipes_measured_time() -> None:
     assert estimate(("no_such", *key[1:]), durations).source == "estimate"
     recorded = Durations.of([(("gsplat", "12.8", "2.8", "cp310", "linux_x86_64"), 700.0)])
     assert estimate(key, replace(recorded, measured=times), targets=8).source == "package"
+
+
+def test_a_failed_cell_is_built_again_until_the_same_job_failed_three_times(tmp_path: Path) -> None:
+    """The retry policy: a failed build is built again as it was; once the same job of the cell
+    failed FAILED_RETRIES + 1 times (a recipe's error), or the cell FAILED_MOST times whichever
+    its jobs (runners that keep failing), the plan refuses it with the counts and the last run; a
+    changed recipe (or --retry-failed: ``unchanged`` says no) schedules it again, a kill is no
+    failure."""
+    from farm.schedule.attempts import FAILED, FAILED_MOST, FAILED_RETRIES, KILLED, Attempt
+
+    root = make_tree(tmp_path / "farm")
+    config = load_config(root)
+    matrix = compute_matrix(config, LedgerIndex.empty())
+    sharding = {n: config.recipe(n).sharding for n in config.recipes}
+    p = matrix.cells[0]
+    c = p.cell
+    key = (c.package, c.cuda, c.torch, c.python, c.platform)
+
+    def failed(n: int, job: str = "shard-3-of-20", outcome: str = FAILED, recipe: str = "a" * 64) -> Attempt:
+        return Attempt(c.id, c.package, key, p.epoch, outcome, 600.0, 20, f"run{n}", f"build-{n % 8} / {c.id}.{job}",
+                       recipe, None)
+
+    def refusal(history: list[Attempt], unchanged: bool = True) -> str | None:
+        costed = cost_matrix(matrix, sharding, Durations.none(), attempts={(key, p.epoch): tuple(history)},
+                             unchanged=lambda a: unchanged and a.recipe_sha256 == "a" * 64)
+        return next((r.reason for r in costed.refused if r.cell.cell.id == c.id), None)
+
+    retried = [failed(n) for n in range(FAILED_RETRIES)]
+    assert refusal(retried) is None
+    assert refusal([*retried, failed(9)]) == (
+        f"its build failed {FAILED_RETRIES + 1} times ({FAILED_RETRIES + 1} of them in {c.id}.shard-3-of-20), last in "
+        "run run9 after 10 min: fix the recipe (any change to it or to _defaults.yml schedules it again), or `farm "
+        "matrix --retry-failed` where the runners failed it")
+    assert refusal([*retried, failed(9)], unchanged=False) is None  # --retry-failed
+    assert refusal([*retried, failed(9, recipe="b" * 64)]) is None  # a failure of another recipe is not counted
+    assert refusal([*retried, failed(8), failed(9, outcome=KILLED)]) is None  # killed last: planned longer
+    spread = [failed(n, f"shard-{n}-of-20") for n in range(FAILED_MOST)]  # a different compile job each time
+    assert refusal(spread[:-1]) is None
+    assert f"failed {FAILED_MOST} times (1 of them in" in (refusal(spread) or "")

@@ -248,7 +248,9 @@ def test_a_sharded_cell_is_retried_at_once_and_built_warm_in_one_job() -> None:
     artifact, and by the very next run, not the nightly (the chain goes on while a run built
     something and cells wait, its own failed ones too). The shards compile disjoint units, so
     after the bump the S3 store holds every step of every cell, and the warm bump plans each
-    cell in one job and no link job; the Actions cache keeps nothing and the cold fan-out stays."""
+    cell in one job and no link job; the Actions cache keeps nothing and the cold fan-out stays.
+    A cell of 11 jobs fails 43% of its builds here, each time in another job: the retry policy
+    (farm matrix's, which the simulation plans by) builds it again until it is published."""
     sim = drain("llama_cpp_python", runners=60, epochs=2, values={"failure_rate": 0.05})
     cold, warm = sim.results
     assert cold.rebuilt["failure"] > 0
@@ -309,3 +311,15 @@ def test_the_whole_grid_drains_with_nothing_rebuilt_because_publishing_ran_out_o
         assert r.rebuilt["ledger refused"] == 0
         assert r.rebuilt["artifact expired"] == 0  # waves sized to the retention: a lost shard is a failure
     assert sim.ledger.largest_file() < GIT_WARN_BYTES
+
+
+def test_a_cell_that_fails_the_same_way_is_refused_by_the_retry_policy() -> None:
+    """Every build job fails: each cell is built three times (the retry policy farm matrix
+    applies to the attempts publish-rest records), then refused with the reason and counted
+    lost, never built for ever."""
+    sim = drain("demo_ext", runners=20, values={"failure_rate": 1.0})
+    (bump,) = sim.results
+    assert bump.published == 0
+    assert bump.lost == bump.failed_out == bump.cells > 0
+    assert all(len(sim.attempts[k]) == 3 for k in sim.attempts)
+    assert bump.runs == 3

@@ -22,7 +22,7 @@ from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.github import capacity_problems
-from farm.publish.releases import GithubSettings
+from farm.publish.githubsettings import GithubSettings
 from farm.schedule.actions import (
     SUMMARY_COLUMNS,
     WAVE_COLUMNS,
@@ -30,7 +30,7 @@ from farm.schedule.actions import (
     step_summary,
     write_github_output,
 )
-from farm.schedule.attempts import Attempt
+from farm.schedule.attempts import FAILED_MOST, FAILED_RETRIES, Attempt
 from farm.schedule.attempts import read as read_attempts
 from farm.schedule.cost import (
     ARTIFACT_RETENTION_DAYS,
@@ -111,8 +111,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "that its bill and its last publish job end inside it "
                              f"(default {ARTIFACT_RETENTION_DAYS})")
     parser.add_argument("--retry-failed", action="store_true",
-                        help="schedule the cells whose last build failed (with an unchanged recipe) again: a "
-                             "failure that was the runner's, not the recipe's")
+                        help="schedule the cells refused because their builds kept failing (the same job "
+                             f"{FAILED_RETRIES + 1} times, or {FAILED_MOST} failures, with an unchanged recipe) once "
+                             "more: failures that were the runners', not the recipe's")
     parser.add_argument("--warm", action="store_true",
                         help="plan for a warm compiler cache: shard and refuse by the warm time (the recorded hit "
                              "rates, or every compile step a hit where none is recorded)")
@@ -129,8 +130,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:
     """Each GitHub target's releases that the ledger's cells and this matrix's would take past
-    GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
-    the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
+    GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each."""
     keys = [r.key for r in ledger.records if r.key is not None]
     keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
              for p in matrix.cells for c in (p.cell,)]

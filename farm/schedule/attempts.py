@@ -14,9 +14,13 @@ error naming it, never skipped), and plans by them (:func:`farm.schedule.cost.co
   :data:`KILLED_SHARE` of the limit): the cell's build takes more than its jobs ran, so the
   next plan takes at least :data:`KILLED_MARGIN` times that: it shards the cell into more compile
   jobs, or refuses it with the reason where it cannot (its recipe has no ``sharding``);
-- **failed** (a job's conclusion ``failure``): refused with the reason while the recipe and
-  ``_defaults.yml`` are the ones it failed with; any change to them schedules it again, as does
-  ``farm matrix --retry-failed`` (a failure that was the runner's, not the recipe's).
+- **failed** (a job's conclusion ``failure``): scheduled again as it was (a runner that broke, a
+  download that failed: the next build usually passes) until the same job of it (the whole
+  build, one compile shard, the link) has failed :data:`FAILED_RETRIES` + 1 times, or the cell
+  :data:`FAILED_MOST` times in all, with the recipe and ``_defaults.yml`` it failed with: what
+  fails the same way every time is the recipe's, what fails in another of a cell's 20 compile
+  jobs each time is the runners'. Then it is refused with the reason; any change to the recipe
+  or the defaults schedules it again, as does ``farm matrix --retry-failed`` (one more build).
 
 A cancelled job (a cancelled run) is no attempt. Pure, but for reading and writing the files.
 """
@@ -25,7 +29,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,8 @@ KILLED = "killed"
 FAILED = "failed"
 KILLED_SHARE = 0.97  # a job that ran this share of the limit, then failed or was cancelled, was killed by it
 KILLED_MARGIN = 1.25  # a killed cell's build is planned at least this many times what its jobs ran
+FAILED_RETRIES = 2  # a job that failed is run again unchanged this many times before its cell is refused
+FAILED_MOST = 6  # a cell that failed this many times, whichever its jobs, is refused
 MAX_ELAPSED_S = 35 * 86400  # a workflow run's own limit
 MAX_LINE = 4096
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -127,6 +134,29 @@ def classify(jobs: Sequence[RunJob], *, limit_s: float) -> tuple[str, RunJob, in
     return None
 
 
+def job_of(attempt: Attempt) -> str:
+    """The job an attempt names, without its caller's prefix (``build-3 / ``: the shard a cell
+    lands in changes from run to run)."""
+    return attempt.job.rsplit(" / ", 1)[-1]
+
+
+def refusal(history: Sequence[Attempt], unchanged: Callable[[Attempt], bool]) -> str | None:
+    """Why a cell whose last build failed is not built again (None: it is): its failures with
+    the recipe and defaults of today (``unchanged``) under the retry policy above."""
+    if not history or history[-1].outcome != FAILED:
+        return None
+    failures = [a for a in history if a.outcome == FAILED and unchanged(a)]
+    if not failures:
+        return None
+    job, same = Counter(job_of(a) for a in failures).most_common(1)[0]
+    if same <= FAILED_RETRIES and len(failures) < FAILED_MOST:
+        return None
+    last = failures[-1]
+    return (f"its build failed {len(failures)} times ({same} of them in {job}), last in run {last.run} after "
+            f"{last.elapsed_s / 60:.0f} min: fix the recipe (any change to it or to _defaults.yml schedules it "
+            "again), or `farm matrix --retry-failed` where the runners failed it")
+
+
 def attempts_path(ledger: Path, package: str) -> Path:
     """Where a package's attempts are kept: beside its segments (a single-file ledger: one
     ``<name>.attempts.jsonl`` beside it)."""
@@ -147,15 +177,15 @@ def append(ledger: Path, attempts: Iterable[Attempt]) -> int:
     return sum(len(v) for v in by_file.values())
 
 
-def read(ledger: Path) -> dict[tuple[tuple[str, str, str, str, str], int], Attempt]:
-    """(cell key, build epoch) -> its latest attempt, from every attempts file of the ledger
-    (none when there is none)."""
+def read(ledger: Path) -> dict[tuple[tuple[str, str, str, str, str], int], tuple[Attempt, ...]]:
+    """(cell key, build epoch) -> its attempts, oldest first, from every attempts file of the
+    ledger (none when there is none)."""
     ledger = Path(ledger)
     if single_file(ledger):
         files = [attempts_path(ledger, "")]
     else:
         files = sorted(ledger.glob(f"*/{ATTEMPTS_FILE}")) if ledger.is_dir() else []
-    out: dict[tuple[tuple[str, str, str, str, str], int], Attempt] = {}
+    out: dict[tuple[tuple[str, str, str, str, str], int], tuple[Attempt, ...]] = {}
     for path in files:
         if not path.is_file() or path.is_symlink():
             continue
@@ -169,8 +199,8 @@ def read(ledger: Path) -> dict[tuple[tuple[str, str, str, str, str], int], Attem
                 except (ValueError, UnicodeDecodeError):
                     raise LedgerError("not JSON", where=where, hint="restore the file from git") from None
                 a = Attempt.from_json(data, where)
-                out[(a.key, a.build_epoch)] = a
+                out[(a.key, a.build_epoch)] = (*out.get((a.key, a.build_epoch), ()), a)
     return out
 
 
-Attempts = Mapping[tuple[tuple[str, str, str, str, str], int], Attempt]
+Attempts = Mapping[tuple[tuple[str, str, str, str, str], int], Sequence[Attempt]]

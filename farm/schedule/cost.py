@@ -11,7 +11,8 @@ per job, times the recipe's ``sharding`` where it declares one (a recipe shards 
 compile is long). The last two are times :data:`PLATFORM_FACTOR` on Windows.
 
 A cell whose last build was killed at the limit is planned at least :data:`KILLED_MARGIN` times
-what its jobs ran; one whose build failed is refused while its recipe and ``_defaults.yml`` are
+what its jobs ran; one whose build failed is built again, and refused once the same job of it
+failed three times (or it failed six times in all) with its recipe and ``_defaults.yml``
 unchanged (farm/schedule/attempts.py). A warm plan (``warm``: the compiler cache holds what the
 recorded hit rates say, or everything where none is recorded) shards and refuses by the warm
 time.
@@ -42,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from farm.schedule.attempts import FAILED, KILLED, KILLED_MARGIN, Attempt, Attempts
+from farm.schedule.attempts import KILLED, KILLED_MARGIN, Attempt, Attempts, refusal
 from farm.schedule.jobs import cost as jobs_of
 from farm.schedule.recipetimes import RecipeTimes, recipe_times
 from farm.schedule.waves import Wave, schedule
@@ -283,8 +284,9 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
     planned job's time is scaled by the cell's expected hit share, for ordering and the waves'
     cost; sharding and refusals are decided on the unscaled estimate (a cache may be cold),
     unless the plan is ``warm``. ``attempts``: the builds that ended without a wheel, by (cell
-    key, epoch); ``unchanged(attempt)``: whether a failed one's recipe and defaults are today's
-    (None: refuse no failed cell)."""
+    key, epoch), oldest first; ``unchanged(attempt)``: whether a failed one's recipe and defaults
+    are today's, for the retry policy (:func:`~farm.schedule.attempts.refusal`; None: refuse no
+    failed cell)."""
     plans: dict[str, CellJobs] = {}
     refused: list[RefusedCell] = []
     packages = []
@@ -295,12 +297,11 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
             p, c = planned, planned.cell
             key = (c.package, c.cuda, c.torch, c.python, c.platform)
             est = estimate(key, durations, shard.jobs if shard else 1, len(p.archs))
-            attempt = attempts.get((key, p.epoch)) if attempts else None
-            if attempt is not None and attempt.outcome == FAILED and unchanged is not None and unchanged(attempt):
-                refused.append(RefusedCell(p, (
-                    f"its build failed in run {attempt.run} after {attempt.elapsed_s / 60:.0f} min ({attempt.job}): "
-                    "fix the recipe (any change to it or to _defaults.yml schedules it again), or `farm matrix "
-                    "--retry-failed` where the runner failed it")))
+            history = attempts.get((key, p.epoch), ()) if attempts else ()
+            attempt = history[-1] if history else None
+            why = refusal(history, unchanged) if unchanged is not None else None
+            if why is not None:
+                refused.append(RefusedCell(p, why))
                 continue
             # warm: asked for, or the compiler cache is a store that keeps every step and holds the
             # cell's last build; then the cell is sharded by its warm time, in no more jobs than that needs

@@ -36,8 +36,10 @@ from farm.provenance.ledgerline import ExistsKey
 from farm.publish.budget import publish_shares
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
+from farm.publish.githubsettings import GithubSettings
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.releases import GithubSettings
+from farm.schedule.attempts import FAILED as FAILED_BUILD
+from farm.schedule.attempts import KILLED, Attempt, refusal
 from farm.schedule.cacheplan import CacheSizes, CellKeys, toolkit_size, torch_size
 from farm.schedule.cost import (
     DEFAULT_JOB_S,
@@ -258,6 +260,9 @@ class DrainRun:
     artifact_count: int = 1  # the plan
     verdicts: dict[str, CellVerdict] = field(default_factory=dict)
     shards_left: int = 0
+    # cell -> (outcome, its longest job's time, the job that says so) of a cell whose job failed
+    # or was killed: what publish-rest reads from GitHub's listing of the run's jobs (its attempt)
+    ended_without: dict[str, tuple[str, float, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -275,6 +280,7 @@ class EpochResult:
     published: int
     rebuilt: Counter[str]
     lost: int
+    failed_out: int  # of the lost: refused by the retry policy (their builds kept failing)
     timeouts: int  # jobs GitHub killed at their limit
     publish_jobs_killed: int
     planned_runner_hours: float  # what farm matrix's drain model billed at the bump's start
@@ -295,6 +301,11 @@ class _SimClock:
 
     def sleep(self, seconds: float) -> None:
         raise AssertionError(f"the simulated throttle never sleeps ({seconds} s asked)")
+
+
+def _unchanged(_: Attempt) -> bool:
+    """A failed build's recipe is today's: no recipe changes during a drain."""
+    return True
 
 
 def _wait(seconds: float) -> Process:
@@ -326,6 +337,7 @@ class Drain:
         self.rate_limited = 0
         self.runs: list[DrainRun] = []
         self.results: list[EpochResult] = []
+        self.attempts: dict[tuple[CellKey, int], tuple[Attempt, ...]] = {}  # the ledger's attempts files
         self._epoch, self._done, self._last_publish = 0, False, 0.0
         self._runner_s = 0.0
         self._by_kind: defaultdict[str, float] = defaultdict(float)
@@ -377,7 +389,8 @@ class Drain:
         durations = replace(Durations.of(self.ledger.durations), measured=self.times,
                             runner_factor=self.times.runner_factor.value)
         return cost_matrix(left, self.sharding, durations,
-                           hit_rates=HitRates.of(self.ledger.counts, retained=self.scenario.compile_cache == "s3"))
+                           hit_rates=HitRates.of(self.ledger.counts, retained=self.scenario.compile_cache == "s3"),
+                           attempts=self.attempts, unchanged=_unchanged)
 
     def _capacity(self, costed: Costed | None = None) -> int:
         """The run's jobs, as farm matrix sizes a wave: at most the shards', and no more than end,
@@ -392,6 +405,7 @@ class Drain:
         self._epoch += 1
         start = self.loop.now
         self.cells = {cid: CellState(self.planned[cid], t, cached=self._carried(cid)) for cid, t in self.truths.items()}
+        self.attempts = {}  # a bump's cells are a new build epoch's: no attempts yet
         self._runner_s, self._wasted, self._rebuilt = 0.0, defaultdict(float), Counter()
         self._by_kind = defaultdict(float)
         self._timeouts = self._publish_killed = 0
@@ -406,7 +420,9 @@ class Drain:
             self.loop = Loop()
             self.loop.now = horizon
             self.runners = Runners(self.loop, self.scenario.runners, self.v.queue_s, self._count_runner)
-        refused = {r.cell.cell.id for r in self._costed().refused}
+        # the planner's refusals of what no hosted runner can finish; a cell refused after its
+        # builds failed or were killed is lost
+        refused = {r.cell.cell.id for r in self._costed().refused if not self._history(r.cell)}
         queued = [s for cid, s in self.cells.items() if not s.published and cid not in refused]
         for state in queued:  # an artifact nobody published is lost work too
             if state.unpublished_s:
@@ -417,11 +433,29 @@ class Drain:
             runner_hours_by_kind={k: v / 3600 for k, v in self._by_kind.items()},
             wasted_hours={k: v / 3600 for k, v in self._wasted.items()}, cells=len(self.cells) - len(refused),
             refused=len(refused), published=sum(s.published for s in self.cells.values()),
-            rebuilt=Counter(self._rebuilt), lost=len(queued), timeouts=self._timeouts,
+            rebuilt=Counter(self._rebuilt), lost=len(queued),
+            failed_out=sum(1 for s in queued if refusal(self._history(s.planned), _unchanged)), timeouts=self._timeouts,
             publish_jobs_killed=self._publish_killed,
             planned_runner_hours=sum(w.runner_hours for w in bill), planned_days=sum(w.wall_hours for w in bill) / 24)
         self.results.append(result)
         return result
+
+    def _history(self, planned: PlannedCell) -> tuple[Attempt, ...]:
+        c = planned.cell
+        return self.attempts.get(((c.package, c.cuda, c.torch, c.python, c.platform), planned.epoch), ())
+
+    def _record_attempts(self, run: DrainRun) -> None:
+        """What the run's publish-rest job records: each cell of the wave whose job failed or was
+        killed, from GitHub's account of the run's jobs (farm/schedule/attempts.py)."""
+        for cid, (outcome, elapsed, name) in run.ended_without.items():
+            if self.cells[cid].published:
+                continue
+            p = self.planned[cid]
+            c = p.cell
+            key = (c.package, c.cuda, c.torch, c.python, c.platform)
+            attempt = Attempt(cid, c.package, key, p.epoch, outcome, elapsed, p.compile_jobs, str(run.number), name,
+                              None, None)
+            self.attempts[(key, p.epoch)] = (*self.attempts.get((key, p.epoch), ()), attempt)
 
     def _carried(self, cid: str) -> float:
         """What the compiler cache holds of a cell at a bump: an S3 store keeps every step the last
@@ -495,6 +529,7 @@ class Drain:
             yield self.v.chain_s
 
         def chained(_: Job) -> None:
+            self._record_attempts(run)
             outcome = from_reports(run.plan, run.verdicts)  # what `farm wave` decides from the reports
             costed = self._costed()
             if not costed.matrix.cells:
@@ -579,6 +614,12 @@ class Drain:
 
     def _built(self, run: DrainRun, state: CellState, part: str, job: Job) -> None:
         if job.killed or not job.ok:
+            # as attempts.classify reads the jobs: killed if one was, else the first that failed
+            cid, seen = state.planned.cell.id, run.ended_without.get(state.planned.cell.id)
+            name = cid + (f".{part}" if part == "link" else f".shard-{part.replace('/', '-of-')}" if part else "")
+            outcome = KILLED if job.killed or (seen and seen[0] == KILLED) else FAILED_BUILD
+            first = seen[2] if seen and (seen[0] == outcome or not job.killed) else name
+            run.ended_without[cid] = (outcome, max(job.ended - job.began, seen[1] if seen else 0.0), first)
             return
         cid, runner_s = state.planned.cell.id, job.ended - job.began
         if part and part != "link":

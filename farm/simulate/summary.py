@@ -78,6 +78,7 @@ def to_json(drain: Drain) -> dict[str, Any]:
         "rebuilt_cells": sum(rebuilt.values()),
         "rebuilt_by_cause": dict(sorted(rebuilt.items())),
         "lost_cells": sum(r.lost for r in bumps),
+        "lost_failing": sum(r.failed_out for r in bumps),  # refused by the retry policy
         "refused_cells": bumps[-1].refused,
         "published": sum(r.published for r in bumps),
         "requests_per_asset": round(drain.requests / published, 2) if published else None,
@@ -120,6 +121,9 @@ def render(drain: Drain) -> str:
                            "lost", "refused", "planner's days / runner-h"), rows), ""]
     lines.append(f"wasted runner-hours by cause: {_pairs(data['wasted_by_cause']) or 'none'}")
     lines.append(f"rebuilt cells by cause: {_pairs(data['rebuilt_by_cause']) or 'none'}")
+    if data["lost_cells"]:
+        lines.append(f"lost cells: {data['lost_cells']}, {data['lost_failing']} of them refused because their builds "
+                     "kept failing (the retry policy: docs/ci.md)")
     lines.append(f"jobs killed at their limit: {data['jobs_killed']} ({data['publish_jobs_killed']} publish jobs)")
     lines.append(f"REST: {data['requests_per_asset']} requests per published asset; the busiest minute "
                  f"{data['busiest_minute_writes']} content-creating, the busiest hour {data['busiest_hour_requests']} "
