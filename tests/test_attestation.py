@@ -32,7 +32,7 @@ from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.stamp import WheelName
 from farm.publish.attestation import read_subjects, statement_problems
-from farm.publish.indextarget import IndexSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.publish.ledgerpush import merge_ledgers
 from farm.publish.publish import upload
 from tests.support import ghsim

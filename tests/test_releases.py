@@ -26,9 +26,10 @@ from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest
+from farm.publish.githubsettings import GithubSettings
 from farm.publish.publish import UploadReport, upload
 from farm.publish.ratelimit import Limit, Throttle, github_limits
-from farm.publish.releases import GithubSettings, github_client
+from farm.publish.releases import github_client
 from farm.publish.verdict import Verdict
 from tests.support import ghsim
 from tests.support.cudafix import BASE, CudaFixtures

@@ -17,10 +17,10 @@ import pytest
 
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerfiles import ledger_location
-from farm.publish.indextarget import IndexSettings
+from farm.publish.githubsettings import GithubSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.publish.publish import upload
-from farm.publish.releases import GithubSettings
-from farm.publish.twine import TwineSettings, default_simple_url
+from farm.publish.twinesettings import TwineSettings, default_simple_url
 from farm.publish.verdict import Verdict
 from tests.support import ghsim
 from tests.support.ledgermaker import make_entry

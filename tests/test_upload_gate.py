@@ -28,7 +28,7 @@ from farm.provenance.ledgerwrite import merge_fragments, write_fragment
 from farm.provenance.stamp import stamp_wheel
 from farm.provenance.wheelfacts import WheelFacts
 from farm.publish.gate import GateReaders, GateResult, Refusal, Vouchers, refusals, run_gate
-from farm.publish.indextarget import IndexSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.publish.publish import upload
 from farm.publish.verdict import Verdict
 from tests.support.fatbinmaker import noted_extension, ptx, sass

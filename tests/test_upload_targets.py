@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +18,11 @@ from farm.errors import ConfigError, UsageError
 from farm.load.defaults import load_defaults
 from farm.publish.gate import GatedWheel
 from farm.publish.github import DEFAULT_TAG
-from farm.publish.indextarget import IndexSettings
+from farm.publish.githubsettings import GithubSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.publish.publish import upload
-from farm.publish.releases import GithubSettings
 from farm.publish.targets import KINDS, parse_targets, select
-from farm.publish.twine import TwineSettings, default_simple_url
+from farm.publish.twinesettings import TwineSettings, default_simple_url
 from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 from tests.support.ledgermaker import make_entry
 from tests.support.publishfix import REPO
@@ -139,3 +141,14 @@ def test_a_new_kind_is_its_class_and_one_registry_line(tmp_path: Path, monkeypat
     (root / "_defaults.yml").write_text(text.replace("folder: dropped", "folder: 3"))
     with pytest.raises(ConfigError, match="folder must be a string"):
         load_defaults(root / "_defaults.yml")
+
+
+def test_reading_the_targets_loads_no_publishing_code(tmp_path: Path) -> None:
+    """Each kind's settings module imports the code that publishes only when it publishes: a
+    command that reads the configuration (farm matrix) never loads an HTTP client or the index
+    writer."""
+    code = ("import sys; from pathlib import Path; from farm.load.recipes import load_config; load_config(Path(sys.argv[1])); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('farm.publish.'))))")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["farm.publish.github", "farm.publish.githubsettings", "farm.publish.indexsettings",
+                           "farm.publish.targets", "farm.publish.twinesettings"]

@@ -11,12 +11,12 @@ import pytest
 from farm.errors import ToolError
 from farm.publish.twine import (
     Listed,
-    TwineSettings,
     TwineWheel,
     command,
     listed_files,
     plan,
 )
+from farm.publish.twinesettings import TwineSettings
 from tests.support import loopback
 
 NAME = "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"

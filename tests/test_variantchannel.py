@@ -22,7 +22,8 @@ from farm.provenance.buildinfo import BUILD_INFO_NAME, LEDGER_KEYS, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
 from farm.publish import index, variantchannel
 from farm.publish.gate import Vouchers
-from farm.publish.indextarget import IndexSettings, _variant_verdicts
+from farm.publish.indexsettings import IndexSettings
+from farm.publish.indextarget import _variant_verdicts
 from farm.publish.publish import upload
 from farm.publish.verdict import Verdict
 from tests.support.ledgermaker import make_entry

@@ -25,7 +25,7 @@ from farm.provenance.crawl import Scratch, Shard, fleet_wheels, iter_wheels
 from farm.provenance.judge import derive_from_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerfiles import ledger_location
-from farm.publish.indextarget import IndexSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.table import format_table
 
 

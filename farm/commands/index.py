@@ -9,7 +9,7 @@ from pathlib import Path
 from farm.load.defaults import load_defaults
 from farm.model.config import DEFAULTS_FILE
 from farm.provenance.ledgerfiles import ledger_location
-from farm.publish.indextarget import IndexSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.publish.publish import regenerate_index, regenerate_variants
 
 

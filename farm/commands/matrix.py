@@ -23,7 +23,7 @@ from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerfiles import ledger_location
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.github import capacity_problems
-from farm.publish.releases import GithubSettings
+from farm.publish.githubsettings import GithubSettings
 from farm.schedule.actions import (
     SUMMARY_COLUMNS,
     WAVE_COLUMNS,
@@ -144,8 +144,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def release_capacity(config: FarmConfig, ledger: LedgerIndex, matrix: Matrix) -> list[str]:
     """Each GitHub target's releases that the ledger's cells and this matrix's would take past
-    GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each. Imported here:
-    the publish code costs a local `farm matrix` a third of a second; CI's plan pays it."""
+    GitHub's 1,000 assets (farm.publish.github.capacity_problems), one line each."""
     keys = [r.key for r in ledger.records if r.key is not None]
     keys += [ExistsKey(c.package, c.version, c.cuda, c.torch, c.python, c.platform, p.epoch)
              for p in matrix.cells for c in (p.cell,)]

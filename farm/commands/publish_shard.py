@@ -50,10 +50,11 @@ from farm.publish.artifacts import Source, run_artifacts
 from farm.publish.attestation import subject_lines
 from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, RESERVE_S, JobClock, next_cell_fits, publish_shares
 from farm.publish.github import ASSET_MAX_BYTES
+from farm.publish.githubsettings import GithubSettings
 from farm.publish.ledgerpush import LedgerPusher
 from farm.publish.publish import UploadReport, upload
 from farm.publish.ratelimit import RealClock, Throttle, github_limits
-from farm.publish.releases import GithubSettings, ReleaseCache, github_client
+from farm.publish.releases import ReleaseCache, github_client
 from farm.publish.verdict import Verdict
 from farm.schedule.attempts import Attempt, classify, jobs_of
 from farm.schedule.attempts import append as append_attempts

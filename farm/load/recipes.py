@@ -8,10 +8,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from farm.errors import ArchError, ConfigError, UsageError, clip, did_you_mean
@@ -64,6 +62,9 @@ from farm.model.config import (
     url_problem,
 )
 from farm.model.yamlsrc import YList, YMap, load_yaml
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 FLOATING_REFS = frozenset({"main", "master", "head", "develop", "dev", "trunk", "latest", "nightly"})
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -184,6 +185,11 @@ def _requirements(sec: Section, key: str, entries: tuple[str, ...], hint: str) -
     their placeholders sampled. An entry that is no requirement is refused, and so is one that
     names an earlier entry's project (canonical name) under the same marker: pip would take
     both, and which specifier the recipe meant is for its author to say."""
+    if not entries:  # most recipes have none: reading them all does not pay for the parser's import
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement  # noqa: PLC0415
+    from packaging.utils import canonicalize_name  # noqa: PLC0415
+
     value = sec.data.get(key)
     parsed: list[Requirement] = []
     seen: dict[tuple[str, str], tuple[str, str]] = {}
@@ -247,16 +253,28 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _one_kind(sec: Section, kinds: tuple[str, ...], allowed: tuple[str, ...], hint: str) -> str:
+    """The one key of ``kinds`` that ``sec`` has (its ``allowed`` keys checked first when it has
+    none or several)."""
+    found = [k for k in kinds if k in sec.data]
+    if len(found) != 1:
+        sec.done(allowed)
+        raise ConfigError(f"{sec.path} must have exactly one of {', '.join(map(repr, kinds))}"
+                          + (f" (found {', '.join(found)})" if found else ""), where=sec.where(), hint=hint)
+    return found[0]
+
+
+def _sdist(sub: Section, fix: str) -> SdistSource:
+    name = sub.get("name", str, required=True)
+    version = sub.get("version", str, required=True, fix="quote it: version: '1.2.3'")
+    sha = _pinned_sha256(sub, fix)
+    sub.done(("name", "version", "sha256"))
+    return SdistSource(name, version, sha)
+
+
 def _load_source(sec: Section, root: Path) -> Source:
-    kinds = [k for k in ("git", "sdist", "path") if k in sec.data]
-    if len(kinds) != 1:
-        sec.done(("git", "sdist", "path", "vendor"))
-        raise ConfigError(
-            "source must have exactly one of 'git', 'sdist', 'path'"
-            + (f" (found {', '.join(kinds)})" if kinds else ""),
-            where=sec.where(), hint="e.g. source: {git: {repo: owner/name, ref: v1.2.3}}",
-        )
-    kind = kinds[0]
+    kind = _one_kind(sec, ("git", "sdist", "path"), ("git", "sdist", "path", "vendor"),
+                     "e.g. source: {git: {repo: owner/name, ref: v1.2.3}}")
     if kind == "path":
         rel = sec.get("path", str)
         sec.done(("path", "vendor"))
@@ -279,13 +297,7 @@ def _load_source(sec: Section, root: Path) -> Source:
         submodules = sub.get("submodules", bool, default=False)
         sub.done(("repo", "ref", "submodules"))
         return GitSource(repo, ref, submodules)
-    name = sub.get("name", str, required=True)
-    version = sub.get("version", str, required=True, fix="quote it: version: '1.2.3'")
-    sha = sub.get("sha256", str, required=True, fix="add the sdist's sha256 (pip download, then sha256sum)")
-    if not SHA256.match(sha):
-        raise ConfigError("source.sdist.sha256 must be 64 lowercase hex digits", where=sub.where("sha256"))
-    sub.done(("name", "version", "sha256"))
-    return SdistSource(name, version, sha)
+    return _sdist(sub, "add the sdist's sha256 (pip download, then sha256sum)")
 
 
 def _git_repo(sub: Section) -> str:
@@ -322,17 +334,12 @@ def _load_vendor(src: Section) -> tuple[VendorSource, ...]:
         sec = Section(item, src.file, f"source.vendor[{i}]", items.line_of(i))
         path = _relative_path(sec, "path", "the source", "third_party/glm")
         assert path is not None
-        kinds = [k for k in ("archive", "sdist", "git") if k in sec.data]
-        if len(kinds) != 1:
-            sec.done(("path", "archive", "sdist", "git", "subdir"))
-            raise ConfigError(
-                f"{sec.path} must have exactly one of 'archive', 'sdist', 'git'"
-                + (f" (found {', '.join(kinds)})" if kinds else ""), where=sec.where(),
-                hint="e.g. archive: {url: https://host/glm-1.0.1.tar.xz, sha256: <64 hex>}")
-        sub = sec.section(kinds[0])
+        kind = _one_kind(sec, ("archive", "sdist", "git"), ("path", "archive", "sdist", "git", "subdir"),
+                         "e.g. archive: {url: https://host/glm-1.0.1.tar.xz, sha256: <64 hex>}")
+        sub = sec.section(kind)
         assert sub is not None
         origin: ArchiveOrigin | SdistSource | GitSource
-        if kinds[0] == "git":
+        if kind == "git":
             repo = _git_repo(sub)
             ref = sub.get("ref", str, required=True, fix="the full commit: ref: <40 hex> (git rev-parse TAG^{commit})")
             if not _COMMIT.match(ref):
@@ -343,7 +350,7 @@ def _load_vendor(src: Section) -> tuple[VendorSource, ...]:
                          "branch can move); write the tag in a comment: git rev-parse TAG^{commit}")
             sub.done(("repo", "ref"))
             origin = GitSource(repo, ref)
-        elif kinds[0] == "archive":
+        elif kind == "archive":
             url = sub.get("url", str, required=True, fix="the archive's URL (http, https or file)")
             problem = url_problem(url)
             if problem:
@@ -356,13 +363,9 @@ def _load_vendor(src: Section) -> tuple[VendorSource, ...]:
             sub.done(("url", "sha256"))
             origin = ArchiveOrigin(url, sha)
         else:
-            name = sub.get("name", str, required=True)
-            version = sub.get("version", str, required=True, fix="quote it: version: '1.2.3'")
-            sha = _pinned_sha256(sub)
-            sub.done(("name", "version", "sha256"))
-            origin = SdistSource(name, version, sha)
+            origin = _sdist(sub, "add the file's sha256 (sha256sum FILE)")
         subdir = _relative_path(sec, "subdir", "the archive", "glm-1.0.1", required=False)
-        sec.done(("path", kinds[0], "subdir"))
+        sec.done(("path", kind, "subdir"))
         for earlier in out:  # one tree per place: nested or equal paths would overwrite each other
             a, b = earlier.path + "/", path + "/"
             if a.startswith(b) or b.startswith(a):
@@ -372,8 +375,8 @@ def _load_vendor(src: Section) -> tuple[VendorSource, ...]:
     return tuple(out)
 
 
-def _pinned_sha256(sec: Section) -> str:
-    sha = sec.get("sha256", str, required=True, fix="add the file's sha256 (sha256sum FILE)")
+def _pinned_sha256(sec: Section, fix: str = "add the file's sha256 (sha256sum FILE)") -> str:
+    sha = sec.get("sha256", str, required=True, fix=fix)
     if not SHA256.match(sha):
         raise ConfigError(f"{sec.key_path('sha256')} must be 64 lowercase hex digits", where=sec.where("sha256"))
     return str(sha)

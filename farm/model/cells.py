@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, cached_property, lru_cache
 
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from farm.model.arch import ArchList
@@ -126,8 +125,9 @@ def parse_version(text: str) -> Version:
 
 @cache
 def _wheel_dist(dist: str) -> str:
-    """The distribution name as a wheel file name spells it (once per recipe, not per cell)."""
-    return canonicalize_name(dist).replace("-", "_")
+    """The distribution name as a wheel file name spells it (the binary distribution format's
+    escape: runs of ``-_.`` one underscore, lower case), once per recipe, not per cell."""
+    return re.sub(r"[-_.]+", "_", dist).lower()
 
 
 def in_python_range(defaults: Defaults, version: str) -> bool:

@@ -27,11 +27,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeVar
 
-from packaging.utils import (
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_wheel_filename,
-)
 from packaging.version import InvalidVersion, Version
 
 from farm import jsonread
@@ -714,6 +709,9 @@ def split_variant_label(filename: str) -> tuple[str, str | None]:
 def name_problems(filename: str, info: BuildInfo) -> list[str]:
     """Where the file name disagrees with the cell its provenance describes (empty: agrees); a
     wheel variant's label (PEP 825) names no part of the cell."""
+    # imported here: packaging.utils brings its platform-tag code, which the matrix never needs
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename  # noqa: PLC0415
+
     try:
         name, version, build, tags = parse_wheel_filename(split_variant_label(filename)[0])
     except InvalidWheelFilename as exc:

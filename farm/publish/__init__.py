@@ -7,7 +7,8 @@
   wheel at a time; :mod:`farm.publish.adopt` an unrecorded asset re-asserted.
 - :mod:`farm.publish.ledgerpush`: the ledger committed and pushed, rebased and retried.
 - :mod:`farm.publish.twine`: any PyPI-compatible repository.
-- :mod:`farm.publish.targets`: ``_defaults.yml`` ``publish:`` targets, the registry of their kinds.
+- :mod:`farm.publish.targets`: ``_defaults.yml`` ``publish:`` targets, the registry of their kinds,
+  each kind's settings in a module of its own (:mod:`farm.publish.indexsettings`, ...).
 - :mod:`farm.publish.publish`: the order of it all, and the ledger updates; :mod:`farm.publish.verdict`
   what became of each wheel.
 """

@@ -41,12 +41,11 @@ from typing import Any
 from farm import jsonread
 from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import DEADLINE, Deadline, deadline_for, download, read_body
+from farm.publish.github import API_URL, UPLOADS_URL
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
 from farm.schedule.attempts import RunJob
 
-API_URL = "https://api.github.com"
 TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
-UPLOADS_URL = "https://uploads.github.com"
 API_VERSION = "2022-11-28"
 PER_PAGE = 100
 MAX_RETRIES = 6

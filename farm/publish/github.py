@@ -29,6 +29,8 @@ from farm.provenance.ledgerline import ExistsKey
 ASSET_CAP = 1000  # GitHub's per-release limit
 ASSET_MAX_BYTES = 2 * 1024**3  # "< 2 GiB" per asset
 DEFAULT_TAG = "{package}-{version}-{cu}-e{epoch}"
+API_URL = "https://api.github.com"  # GitHub Enterprise Server has its own
+UPLOADS_URL = "https://uploads.github.com"
 TAG_FIELDS = ("package", "version", "cuda", "cu", "torch", "python", "platform", "epoch")
 
 

@@ -26,9 +26,10 @@ from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
 from farm.publish import ghrest, index
 from farm.publish.gate import GateResult, Vouchers, run_gate
-from farm.publish.indextarget import IndexSettings
+from farm.publish.githubsettings import GithubSettings
+from farm.publish.indexsettings import IndexSettings
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import ClientFactory, GithubSettings, ReleaseCache, github_client
+from farm.publish.releases import ClientFactory, ReleaseCache, github_client
 from farm.publish.targets import PublishTarget, ordered
 from farm.publish.verdict import PublishRun, TargetOutcome, Verdict, WheelVerdict
 

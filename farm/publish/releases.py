@@ -22,14 +22,13 @@ release another job created meanwhile answers 422 and is then looked up).
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
-from farm.errors import ConfigError, ToolError
+from farm.errors import ToolError
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerline import ExistsKey
@@ -40,62 +39,9 @@ from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, Whe
 
 if TYPE_CHECKING:
     from farm.publish.gate import GatedWheel, Vouchers
+    from farm.publish.githubsettings import GithubSettings
 
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-
-
-@dataclass(frozen=True)
-class GithubSettings:
-    """GitHub Releases through the REST API: a release per ``tag`` (a format over the wheel's
-    cell, see :mod:`farm.publish.github`). ``api_url`` / ``uploads_url``: GitHub Enterprise
-    Server's, or a test server's."""
-
-    kind: ClassVar[str] = "github"
-    after = None  # it publishes after no other target
-    name: str
-    repository: str
-    tag: str = github.DEFAULT_TAG
-    # Warn when a release will hold this many assets; GitHub refuses the 1,001st.
-    warn_assets: int = 900
-    api_url: str = ghrest.API_URL
-    uploads_url: str = ghrest.UPLOADS_URL
-
-    @classmethod
-    def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)
-              where: str) -> GithubSettings:
-        repo = options.get("repository")
-        if not isinstance(repo, str) or not repo:
-            raise ConfigError("repository must be a non-empty string", where=where)
-        if not _REPO.match(repo):
-            raise ConfigError(f"repository {repo!r} is not owner/name", where=where)
-        tag = options.get("tag", github.DEFAULT_TAG)
-        if not isinstance(tag, str):
-            raise ConfigError("tag must be a string", where=where, hint=f"e.g. {github.DEFAULT_TAG!r}")
-        try:  # an unknown field fails here, not mid-upload
-            github.check_tag(tag)
-        except ConfigError as exc:
-            raise ConfigError(exc.message, where=where, hint=exc.hint) from None
-        warn = options.get("warn_assets", 900)
-        if not isinstance(warn, int) or not 0 < warn <= 1000:
-            raise ConfigError("warn_assets must be an integer in 1..1000", where=where)
-        urls = {}
-        for key, default in (("api_url", ghrest.API_URL), ("uploads_url", ghrest.UPLOADS_URL)):
-            value = options.get(key, default)
-            if not isinstance(value, str) or not value.startswith(("https://", "http://")):
-                raise ConfigError(f"{key} must be an http(s) URL", where=where, hint=f"GitHub's is {default}")
-            urls[key] = value.rstrip("/")
-        return cls(name, repo, tag, warn, **urls)
-
-    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
-        cache = run.kept.setdefault(self.name, ReleaseCache())  # what the job read in its earlier batches
-        assert isinstance(cache, ReleaseCache)
-        outcome, verdicts, merged, recorded = publish_github(
-            self, batch, run.vouchers, book=run.book, client=run.github_client(self), gate=run.gate,
-            delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher, cache=cache)
-        return Placed(outcome, tuple(verdicts), merged=merged, recorded=recorded)
-
-
-ClientFactory = Callable[[GithubSettings], ghrest.Client]
+ClientFactory = Callable[["GithubSettings"], ghrest.Client]
 
 
 def github_client(settings: GithubSettings, env: Mapping[str, str] | None = None, *,
@@ -334,3 +280,14 @@ def _pass(run: _GithubRun, batch: Sequence[GatedWheel], vouchers: Vouchers, verd
             if exc.status in (401, 403, 429) or exc.status is None:
                 # the token, its rate limit or the network: every later wheel would fail the same way
                 stop = f"GitHub stopped answering this run ({exc.message})"
+
+
+def publish_target(s: GithubSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
+    """:meth:`GithubSettings.publish`: the batch through :func:`publish_github`, with what the
+    job read of the releases in its earlier batches."""
+    cache = run.kept.setdefault(s.name, ReleaseCache())
+    assert isinstance(cache, ReleaseCache)
+    outcome, verdicts, merged, recorded = publish_github(
+        s, batch, run.vouchers, book=run.book, client=run.github_client(s), gate=run.gate,
+        delete_orphans=run.delete_orphans, dry_run=run.dry_run, on_record=run.pusher, cache=cache)
+    return Placed(outcome, tuple(verdicts), merged=merged, recorded=recorded)

@@ -8,8 +8,9 @@
       pypi:   {kind: twine, repository_url: https://upload.pypi.org/legacy/,
                simple_url: https://pypi.org/simple/}
 
-A kind is one class, in the module that publishes to it: frozen settings that parse their own
-options (once, when the configuration is loaded) and publish a batch (:class:`PublishTarget`).
+A kind is one class, in a small module of its own: frozen settings that parse their own options
+(once, when the configuration is loaded) and publish a batch (:class:`PublishTarget`), importing
+the code that publishes only then, so that reading the configuration never pays for it.
 :data:`KINDS` is the registry, as cibuildwheel's platform modules are: a new target is its
 module plus one line there. Without a ``publish:`` mapping the embedded default is one ``index``
 target at ``dist/index``. Credentials are never settings: they come from the environment
@@ -24,13 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from farm.errors import ConfigError, UsageError, did_you_mean
-from farm.publish.indextarget import IndexSettings
-from farm.publish.releases import GithubSettings
-from farm.publish.twine import TwineSettings
-from farm.publish.verdict import Placed, PublishRun
+from farm.publish.githubsettings import GithubSettings
+from farm.publish.indexsettings import IndexSettings
+from farm.publish.twinesettings import TwineSettings
 
 if TYPE_CHECKING:
     from farm.publish.gate import GatedWheel
+    from farm.publish.verdict import Placed, PublishRun
 
 
 class PublishTarget(Protocol):

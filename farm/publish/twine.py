@@ -21,50 +21,19 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from farm import DISTRIBUTION
-from farm.errors import ConfigError, NetworkError, ToolError, redact
+from farm.errors import NetworkError, ToolError, redact
 from farm.netutil import LinkedFile, project_url, read_page
 from farm.publish.verdict import Placed, PublishRun, TargetOutcome, Verdict, WheelVerdict
 
 if TYPE_CHECKING:
     from farm.publish.gate import GatedWheel
+    from farm.publish.twinesettings import TwineSettings
 
-
-@dataclass(frozen=True)
-class TwineSettings:
-    """Any PyPI-compatible repository. ``simple_url`` is where existing files are looked up; it
-    defaults to ``repository_url`` with ``legacy/`` replaced by (or ``simple/`` appended)."""
-
-    kind: ClassVar[str] = "twine"
-    after = None  # it publishes after no other target
-    name: str
-    repository_url: str
-    simple_url: str
-    username_env: str = "TWINE_USERNAME"
-    password_env: str = "TWINE_PASSWORD"
-
-    @classmethod
-    def parse(cls, name: str, options: Mapping[str, Any], *, root: Path,  # noqa: ARG003 (the protocol's signature)
-              where: str) -> TwineSettings:
-        url = options.get("repository_url")
-        if not isinstance(url, str) or not url:
-            raise ConfigError("repository_url must be a non-empty string", where=where)
-        simple = options.get("simple_url") or default_simple_url(url)
-        return cls(name, url, simple if simple.endswith("/") else simple + "/",
-                   options.get("username_env", "TWINE_USERNAME"), options.get("password_env", "TWINE_PASSWORD"))
-
-    def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
-        return _publish(self, batch, run)
-
-
-def default_simple_url(repository_url: str) -> str:
-    base = repository_url.rstrip("/")
-    base = base.removesuffix("/legacy")
-    return base + "/simple/"
 
 # A file the repository lists: absolute URL and the sha256 its link declares (or None).
 Listed = LinkedFile
@@ -221,7 +190,7 @@ def upload_each(settings: TwineSettings, wheels: Sequence[TwineWheel], *,
     return the_plan, results
 
 
-def _publish(s: TwineSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
+def publish_target(s: TwineSettings, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
     env = run.env
     sendable = [TwineWheel(w.path, w.sha256) for w in batch]
     by_name = {w.filename: w for w in batch}

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from farm.publish.adopt import Regate
     from farm.publish.gate import GatedWheel, Vouchers
     from farm.publish.ghrest import Client
+    from farm.publish.githubsettings import GithubSettings
     from farm.publish.ledgerpush import LedgerPusher
-    from farm.publish.releases import GithubSettings
 
 
 class Verdict(str, enum.Enum):

@@ -36,8 +36,8 @@ from farm.provenance.ledgerline import ExistsKey
 from farm.publish.budget import publish_shares
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
+from farm.publish.githubsettings import GithubSettings
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.releases import GithubSettings
 from farm.schedule.attempts import FAILED as FAILED_BUILD
 from farm.schedule.attempts import KILLED, Attempt, refusal
 from farm.schedule.cacheplan import CacheSizes, CellKeys, toolkit_size, torch_size

@@ -41,10 +41,11 @@ from farm.provenance.ledger import raw_lines
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import segments
 from farm.publish import ghrest
+from farm.publish.githubsettings import GithubSettings
 from farm.publish.ledgerpush import commit_and_push
 from farm.publish.publish import upload
 from farm.publish.ratelimit import Throttle, github_limits
-from farm.publish.releases import GithubSettings, ReleaseCache, github_client
+from farm.publish.releases import ReleaseCache, github_client
 from farm.publish.verdict import Verdict
 from farm.schedule.outcome import CellResult
 from farm.schedule.slices import LINK, slice_plan
