@@ -7,7 +7,7 @@
     nox -s rebuild -- WHEEL --index https://wheels.example/   # the same file again, or what differs
     nox -s simulate -- --runners 60 [--epochs 3] [--warm] [--json]
     nox -s tests
-    nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads, every core
+    nox -s tests -- -m "not slow"        # the fast tier: no nvcc, no wheel builds, no big downloads, 2 workers a core
     nox -s tests_fast                    # the fast tier on every supported Python this machine has
     nox -s tests_lowest                  # the fast tier on the lowest versions pyproject.toml allows
     nox -s lint_code typecheck           # ruff and mypy
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import nox
@@ -187,18 +188,21 @@ def explain(session: nox.Session) -> None:
 # The suite starts farm, pip and uv as processes of their own hundreds of times: each would
 # compile its modules again where the environment tells Python not to write their bytecode.
 WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
+# The fast tier's workers (pytest-xdist): two per core. Its tests wait about half their time (on the
+# processes they start, on servers, on deadlines), so a core that one worker leaves idle runs another's.
+FAST_WORKERS = ["-n", str(2 * (os.cpu_count() or 1))]
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite, with a CUDA toolkit assembled from NVIDIA's PyPI wheels, and the branch
     coverage of farm/ it reaches (settings in pyproject.toml; farm commands the tests start as
-    processes of their own are measured too). The fast tier (``-- -m "not slow"``) runs on every
-    core, without coverage: measuring its tests' farm processes took half its CPU time, and its
-    tests share no fixture that is expensive to make twice."""
+    processes of their own are measured too). The fast tier (``-- -m "not slow"``) runs two
+    workers per core, without coverage: measuring its tests' farm processes took half its CPU time,
+    and its tests share no fixture that is expensive to make twice."""
     _install(session, "-e", ".[test]")
     cuda_home = _toolkit(session, TEST_CUDA)
-    run = ["-n", "auto"] if "not slow" in session.posargs else ["--cov", "--cov-report=term"]
+    run = FAST_WORKERS if "not slow" in session.posargs else ["--cov", "--cov-report=term"]
     session.run("pytest", *run, *session.posargs, env={"CUDA_HOME": cuda_home, **WRITE_BYTECODE})
 
 
@@ -210,7 +214,7 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 def tests_fast(session: nox.Session) -> None:
     """The fast tier (no nvcc, no wheel builds, no big downloads) on each supported Python."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-m", "not slow", "-n", "auto", *session.posargs, env=WRITE_BYTECODE)
+    session.run("pytest", "-m", "not slow", *FAST_WORKERS, *session.posargs, env=WRITE_BYTECODE)
 
 
 @nox.session(python=PYTHONS[0], venv_backend="uv")
@@ -218,7 +222,7 @@ def tests_lowest(session: nox.Session) -> None:
     """The fast tier with every direct dependency at the lowest version pyproject.toml allows, on
     the oldest supported Python: a lower bound that is too low fails here."""
     session.install("--resolution", "lowest-direct", "-e", ".[test]")
-    session.run("pytest", "-m", "not slow", "-n", "auto", *session.posargs, env=WRITE_BYTECODE)
+    session.run("pytest", "-m", "not slow", *FAST_WORKERS, *session.posargs, env=WRITE_BYTECODE)
 
 
 @nox.session

@@ -647,12 +647,14 @@ def _one_slot_server(tmp_path: Path, nvcc: str = "/nonexistent/nvcc") -> tuple[d
     return env, bindir
 
 
-def _compile_three(tmp_path: Path, env: dict[str, str], bindir: Path, *, label: str) -> None:
+def _compile_three(tmp_path: Path, env: dict[str, str], bindir: Path, *, label: str, stall: int) -> None:
     """Three compiles at once (ninja -j 3) through ``launch`` and the wrapper, as
-    one build step under farm's watchdog; the server's compiles count as the step's work."""
+    one build step under farm's watchdog (``stall`` seconds without progress stop it); the
+    server's compiles count as the step's work."""
     units = " ".join(f"{bindir / 'launch'} {tmp_path / 'cc-clean'} -c u{i}.c -o u{i}.o &" for i in range(3))
-    proc = run_relayed(["sh", "-c", f"{units} wait"], env={**env, procs.STALL_ENV: "6"}, cwd=tmp_path, label=label,
-                       cell="nested-0.1-cu130-cp311-linux_x86_64", sessions=lambda: procs.sccache_session(env))
+    proc = run_relayed(["sh", "-c", f"{units} wait"], env={**env, procs.STALL_ENV: str(stall)}, cwd=tmp_path,
+                       label=label, cell="nested-0.1-cu130-cp311-linux_x86_64",
+                       sessions=lambda: procs.sccache_session(env))
     assert proc.returncode == 0
 
 
@@ -661,10 +663,11 @@ def test_nested_calls_under_a_starved_server_run_the_compiler_directly(tmp_path,
     the environment says: three compiles on a one-slot server finish. The same launchers without
     that check (the variable alone, as before) wait on themselves: the watchdog stops the step."""
     monkeypatch.setattr(procs, "POLL_S", 0.5)
+    monkeypatch.setattr(procs, "GRACE_S", 0.5)  # the server, its slot held, does not stop when asked
     env, bindir = _one_slot_server(tmp_path)
     sccache = str(cclaunch.find_sccache(env))
     try:
-        _compile_three(tmp_path, env, bindir, label="three compiles")
+        _compile_three(tmp_path, env, bindir, label="three compiles", stall=6)  # room for a loaded machine
         counts = _counts(sccache, env)
         assert sum(counts.misses.values()) == 3  # the three outer compiles; no nested request reached it
         assert all((tmp_path / f"u{i}.o").is_file() for i in range(3))
@@ -674,8 +677,8 @@ def test_nested_calls_under_a_starved_server_run_the_compiler_directly(tmp_path,
         for i in range(3):  # other units: compiled, not served from the cache
             (tmp_path / f"u{i}.c").write_text(f"int u{i}(int x) {{ return x - {i}; }}\n")
         with pytest.raises(Stalled, match=r"`three nested compiles` made no progress: no output, no process started "
-                                          r"or ended, and its \d+ process\(es\) used 0\.\d s of CPU for 6 s"):
-            _compile_three(tmp_path, env, bindir, label="three nested compiles")
+                                          r"or ended, and its \d+ process\(es\) used 0\.\d s of CPU for 2 s"):
+            _compile_three(tmp_path, env, bindir, label="three nested compiles", stall=2)  # a deadlock: nothing moves
     finally:
         procs.stop_sccache_server(sccache, env)
     assert procs.sccache_session(env) == []

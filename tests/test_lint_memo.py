@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from farm.cli import main
 from farm.lint.memo import RACY_NS
 from farm.lint.version import RULES_VERSION
+from farm.schedule import packagelint
 
 DATA = Path(__file__).parent / "data" / "lint"
 GATE = "csrc/qattn/qk_int_sv_f8_cuda_sm89.cu"
@@ -41,8 +43,33 @@ def aged(tree: Path) -> Path:
     return tree
 
 
-def farm(*argv: str, cwd: Path, package: Path = REPO) -> tuple[int, str, bool]:
-    """`farm ARGV` in a fresh process (farm imported from ``package``): exit code, stdout, and
+Farm = Callable[..., tuple[int, str, bool]]
+
+
+@pytest.fixture
+def farm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Farm:
+    """``farm(*ARGV, cwd=DIR)``: `farm ARGV` run in DIR: exit code, stdout, and whether the answer
+    was computed (the lint ran) rather than remembered."""
+    computed: list[object] = []
+    lint = packagelint.lint
+
+    def counted(*args: Any) -> tuple[int, str, str]:
+        computed.append(args)
+        return lint(*args)
+
+    monkeypatch.setattr(packagelint, "lint", counted)
+
+    def run(*argv: str, cwd: Path) -> tuple[int, str, bool]:
+        monkeypatch.chdir(cwd)
+        before = len(computed)
+        code = main(list(argv))
+        return code, capsys.readouterr().out.rstrip("\n"), len(computed) > before
+
+    return run
+
+
+def farm_process(*argv: str, cwd: Path, package: Path) -> tuple[int, str, bool]:
+    """`farm ARGV` in a fresh process with farm imported from ``package``: exit code, stdout, and
     whether the rules were imported."""
     code = ("import sys\nfrom farm.cli import main\nrc = main(sys.argv[1:])\n"
             "print('RULES-IMPORTED' if 'farm.lint.rules' in sys.modules else 'RULES-NOT-IMPORTED')\nsys.exit(rc)")
@@ -52,7 +79,7 @@ def farm(*argv: str, cwd: Path, package: Path = REPO) -> tuple[int, str, bool]:
     return proc.returncode, out, marker == "RULES-IMPORTED"
 
 
-def test_directory_answer_is_remembered_and_an_edit_of_one_file_invalidates_it(tmp_path: Path) -> None:
+def test_directory_answer_is_remembered_and_an_edit_of_one_file_invalidates_it(tmp_path: Path, farm: Farm) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"))
     cold = farm(*argv, cwd=tmp_path)
@@ -74,7 +101,7 @@ def test_directory_answer_is_remembered_and_an_edit_of_one_file_invalidates_it(t
     assert f"{GATE}:7" not in after[1]
 
 
-def test_added_and_removed_files_invalidate_it(tmp_path: Path) -> None:
+def test_added_and_removed_files_invalidate_it(tmp_path: Path, farm: Farm) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"), "--json")
     assert farm(*argv, cwd=tmp_path)[2]
@@ -95,7 +122,7 @@ def test_files_too_fresh_to_trust_are_not_remembered(tmp_path: Path, capsys) -> 
     capsys.readouterr()
 
 
-def test_package_answer_is_remembered_until_its_recipe_changes(tmp_path: Path) -> None:
+def test_package_answer_is_remembered_until_its_recipe_changes(tmp_path: Path, farm: Farm) -> None:
     root = tmp_path / "farm"
     (root / "packages").mkdir(parents=True)
     shutil.copy(REPO / "_defaults.yml", root / "_defaults.yml")
@@ -120,7 +147,7 @@ def scope(out: str) -> dict[str, Any]:
     return found
 
 
-def test_a_new_file_anywhere_is_a_miss(tmp_path: Path) -> None:
+def test_a_new_file_anywhere_is_a_miss(tmp_path: Path, farm: Farm) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"), "--json")
     cold = farm(*argv, cwd=tmp_path)
@@ -143,7 +170,7 @@ def test_a_new_file_anywhere_is_a_miss(tmp_path: Path) -> None:
     assert scope(out)["files_total"] == scope(cold[1])["files_total"] + 2
 
 
-def test_a_renamed_file_is_a_miss(tmp_path: Path) -> None:
+def test_a_renamed_file_is_a_miss(tmp_path: Path, farm: Farm) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"))
     cold = farm(*argv, cwd=tmp_path)
@@ -156,7 +183,7 @@ def test_a_renamed_file_is_a_miss(tmp_path: Path) -> None:
     assert f"{GATE}:7" not in out
 
 
-def test_an_edit_that_keeps_the_mtime_is_a_miss(tmp_path: Path) -> None:
+def test_an_edit_that_keeps_the_mtime_is_a_miss(tmp_path: Path, farm: Farm) -> None:
     """The timestamp put back after an edit (``touch -r``, ``cp -p``, a restore): ctime still moves."""
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"))
@@ -174,7 +201,7 @@ def test_an_edit_that_keeps_the_mtime_is_a_miss(tmp_path: Path) -> None:
     assert f"{GATE}:7" not in out
 
 
-def test_a_file_the_lint_never_reads_does_not_change_the_answer(tmp_path: Path) -> None:
+def test_a_file_the_lint_never_reads_does_not_change_the_answer(tmp_path: Path, farm: Farm) -> None:
     """Only what the lint read is stat'ed again (plus every directory listing): an edited file
     that nothing compiles is still a hit, and the answer is the one a fresh lint gives."""
     src = shutil.copytree(DATA / "sage_fp8", tmp_path / "src")
@@ -190,7 +217,7 @@ def test_a_file_the_lint_never_reads_does_not_change_the_answer(tmp_path: Path) 
     assert fresh[2]
 
 
-def test_another_arch_list_is_another_answer(tmp_path: Path) -> None:
+def test_another_arch_list_is_another_answer(tmp_path: Path, farm: Farm) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     cache = str(tmp_path / "cache")
     failing = farm("lint", str(src), "--arch-list", LIST, "--cache-dir", cache, cwd=tmp_path)
@@ -211,14 +238,14 @@ def test_a_changed_rules_version_or_lint_code_is_a_miss(tmp_path: Path) -> None:
     aged(package)
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"), "--json")
-    cold = farm(*argv, cwd=tmp_path, package=package)
+    cold = farm_process(*argv, cwd=tmp_path, package=package)
     assert cold[2]
     assert json.loads(cold[1])["reports"][0]["lint_version"].startswith(f"{RULES_VERSION}+")
-    assert farm(*argv, cwd=tmp_path, package=package) == (cold[0], cold[1], False)
+    assert farm_process(*argv, cwd=tmp_path, package=package) == (cold[0], cold[1], False)
     version = package / "farm" / "lint" / "version.py"
     bumped = str(int(RULES_VERSION) + 1)
     version.write_text(version.read_text().replace(f'RULES_VERSION = "{RULES_VERSION}"', f'RULES_VERSION = "{bumped}"'))
-    code, out, recomputed = farm(*argv, cwd=tmp_path, package=package)
+    code, out, recomputed = farm_process(*argv, cwd=tmp_path, package=package)
     assert recomputed
     assert code == cold[0]
     assert json.loads(out)["reports"][0]["lint_version"].startswith(f"{bumped}+")
@@ -242,7 +269,7 @@ def test_a_warm_run_imports_neither_the_rules_nor_the_recipes(tmp_path: Path) ->
     assert warm.stdout.splitlines()[-1] == "[]"
 
 
-def test_an_unreadable_or_foreign_entry_is_a_miss(tmp_path: Path) -> None:
+def test_an_unreadable_or_foreign_entry_is_a_miss(tmp_path: Path, farm: Farm) -> None:
     src = aged(shutil.copytree(DATA / "sage_fp8", tmp_path / "src"))
     argv = ("lint", str(src), "--arch-list", LIST, "--cache-dir", str(tmp_path / "cache"))
     cold = farm(*argv, cwd=tmp_path)

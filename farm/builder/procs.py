@@ -104,21 +104,21 @@ def _signal(pids: Sequence[int], sid: int, sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-def stop_session(sid: int, *, grace: float = GRACE_S) -> int:
-    """Stop every process of session ``sid``: SIGTERM, up to ``grace`` seconds, then SIGKILL for
-    what is left. Returns how many processes it found running."""
+def stop_session(sid: int) -> int:
+    """Stop every process of session ``sid``: SIGTERM, up to :data:`GRACE_S` seconds, then SIGKILL
+    for what is left. Returns how many processes it found running."""
     members = session_members(sid) if PROC.is_dir() else [sid]
     if not members:
         return 0
     _signal(members, sid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
+    deadline = time.monotonic() + GRACE_S
     left = members
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
         left = session_members(sid) if PROC.is_dir() else []
     if left:
         _signal(left, sid, signal.SIGKILL)
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + GRACE_S
         while session_members(sid) and time.monotonic() < deadline:
             time.sleep(0.05)
     return len(members)

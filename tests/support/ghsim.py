@@ -73,6 +73,7 @@ from pathlib import Path
 import pytest
 
 from farm.simulate.githubsim import most_in_window
+from tests.support import loopback
 
 TOKEN = "ghs_loopbacktoken0123456789"
 ASSET_CAP = 1000
@@ -648,16 +649,9 @@ def _handler(sim: GitHubSim) -> type[http.server.BaseHTTPRequestHandler]:
 def serve(sim: GitHubSim) -> Iterator[GitHubSim]:
     """Run ``sim`` on 127.0.0.1; ``sim.base`` is its URL (ending in ``/``): the API is at
     ``sim.base`` and the uploads host at ``sim.base + "uploads"``."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(sim))
-    server.daemon_threads = True
-    sim.base = f"http://127.0.0.1:{server.server_address[1]}/"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback.serve(handler=_handler(sim)) as base:
+        sim.base = base
         yield sim
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
