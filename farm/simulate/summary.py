@@ -52,7 +52,7 @@ def goals(drain: Drain) -> list[Goal]:
                                          f"{' --warm' if warm else ''})"))
         else:
             worst = max(r.days for r in mine)
-            out.append(Goal(what, worst <= limit and all(r.drained for r in mine), f"{worst:.1f} days"))
+            out.append(Goal(what, worst <= limit and all(r.drained for r in mine), f"{worst:.2f} days"))
     del days
     return out
 
