@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -9,12 +10,12 @@ import pytest
 from farm.cli import main
 from farm.errors import LedgerError
 from farm.provenance.buildinfo import LedgerEntry
-from farm.provenance.ledger import LedgerIndex, iter_entries, raw_lines
+from farm.provenance.ledger import LedgerIndex, iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.provenance.ledgerfiles import is_segment, ledger_location, segment_of, segment_sizes, segments
+from farm.provenance.ledgerfiles import is_segment, ledger_location, segment_of, segments
 from farm.provenance.ledgerline import dumps_entry
 from farm.provenance.ledgerwrite import merge_fragments, migrate, record_published_many, write_fragment
-from tests.support.ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry, raw_lines
 
 
 def test_a_record_goes_to_its_package_and_epoch() -> None:
@@ -36,8 +37,10 @@ def test_ten_bumps_leave_every_segment_the_size_of_one_packages_epoch() -> None:
     """The public farm's grid: 16,390 cells of 45 packages (the largest ~1,500), ~2 KB a
     record; ten epoch bumps make ten segments per package, each the size of one epoch."""
     packages = {f"p{i}": 1500 if i == 0 else 340 for i in range(45)}
-    sizes = segment_sizes((pkg, epoch, 2048) for epoch in range(10) for pkg, n in packages.items()
-                          for _ in range(n))
+    sizes: Counter[str] = Counter()
+    for epoch in range(10):
+        for pkg, n in packages.items():
+            sizes[segment_of(pkg, epoch)] += n * 2048
     assert len(sizes) == 450
     assert max(sizes.values()) == 1500 * 2048 < 50 * 1024 * 1024
 

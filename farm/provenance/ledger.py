@@ -110,18 +110,6 @@ def iter_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, entry
 
 
-def raw_lines(path: Path) -> Iterator[bytes]:
-    """Every line of every file of the ledger at ``path``, unparsed (none when there is no
-    ledger): for readers that decode a few fields of each line themselves."""
-    try:
-        files = segments(path)
-    except LedgerError:
-        return
-    for _, file in files:
-        with file.open("rb") as handle:
-            yield from handle
-
-
 def _parse(path: Path, handle: BinaryIO, segment: str = "") -> list[Record]:
     """The validated record of every line of ``handle`` (the ledger file at ``path``, the
     ledger's ``segment``)."""

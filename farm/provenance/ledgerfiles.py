@@ -29,8 +29,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +60,6 @@ def is_segment(relative: str) -> bool:
     """Whether ``relative`` (``/``-separated, inside the ledger folder) names a segment."""
     parts = relative.split("/")
     return len(parts) == 2 and bool(_NAME.fullmatch(parts[0])) and bool(_SEGMENT.fullmatch(parts[1]))
-
-
-def segment_sizes(records: Iterable[tuple[str, int, int]]) -> dict[str, int]:
-    """Bytes per segment for records given as (package, build epoch, line bytes)."""
-    sizes: Counter[str] = Counter()
-    for package, epoch, size in records:
-        sizes[segment_of(package, epoch)] += size
-    return dict(sizes)
 
 
 def segment_for(entry: Mapping[str, Any]) -> tuple[str, int]:

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from farm.cli import main
-from farm.provenance.ledger import raw_lines
 from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import segments
 from farm.publish import ghrest
@@ -51,7 +50,7 @@ from farm.schedule.outcome import CellResult
 from farm.schedule.slices import LINK, slice_plan
 from farm.schedule.stream import ERROR, PUBLISHED, REFUSED, CellVerdict, publish_shard, shard_cells
 from tests.support import ghsim
-from tests.support.ledgermaker import make_entry
+from tests.support.ledgermaker import make_entry, raw_lines
 from tests.support.wheelmaker import stamped_wheel
 
 REPO = Path(__file__).resolve().parents[2]

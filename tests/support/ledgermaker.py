@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+from farm.errors import LedgerError
+from farm.provenance.ledgerfiles import segments
 
 
 def make_entry(
@@ -54,3 +59,15 @@ def make_entry(
         "size": 1234,
         "published": list(published or []),
     }
+
+
+def raw_lines(path: Path) -> Iterator[bytes]:
+    """Every line of every file of the ledger at ``path``, unparsed (none when there is no
+    ledger)."""
+    try:
+        files = segments(path)
+    except LedgerError:
+        return
+    for _, file in files:
+        with file.open("rb") as handle:
+            yield from handle
