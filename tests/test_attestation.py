@@ -117,7 +117,7 @@ def test_the_published_wheels_are_attested_recorded_and_checked(tmp_path, sim, m
         assert rec is not None
         assert index.entry(rec)["attestation"] == {
             "url": outputs["attestation-url"], "repository": sim.repo,
-            "workflow": f"{sim.repo}/.github/workflows/build-shard.yml"}
+            "workflow": f"{sim.repo}/.github/workflows/publish-shard.yml"}
     before = (root / "ledger.jsonl").read_bytes()
     assert main(argv) == 0
     assert (root / "ledger.jsonl").read_bytes() == before
@@ -211,10 +211,10 @@ def test_the_compatibility_page_and_doctor_say_whether_a_wheel_is_attested(tmp_p
     assert main(["index", str(tmp_path / "index"), "--ledger", str(root / "ledger.jsonl")]) == 0
     doc = json.loads((tmp_path / "index" / "compat" / "wheels.json").read_text())
     recs = {r["filename"]: r for r in doc["wheels"]}
-    workflow = f"{sim.repo}/.github/workflows/build-shard.yml"
+    workflow = f"{sim.repo}/.github/workflows/publish-shard.yml"
     verify = f"gh attestation verify {wheels[0].name} --repo {sim.repo} --signer-workflow {workflow}"
     assert recs[wheels[0].name]["attestation"] == {"url": url, "repository": sim.repo,
-                                                   "workflow": f"{sim.repo}/.github/workflows/build-shard.yml",
+                                                   "workflow": f"{sim.repo}/.github/workflows/publish-shard.yml",
                                                    "verify": verify}
     assert recs[wheels[1].name]["attestation"] is None
     page = next((tmp_path / "index" / "compat").rglob("demo-ext.html")).read_text()

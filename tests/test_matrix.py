@@ -703,3 +703,26 @@ def test_a_release_that_would_pass_githubs_asset_cap_is_refused_at_matrix_time(
     # the default tag (package, version, CUDA line, epoch) keeps each release near a hundred
     (root / "_defaults.yml").write_text(defaults)
     assert main(["matrix", "--root", str(root), "--no-lint", "cubvh", "--plan", str(tmp_path / "plan.json")]) == 0
+
+
+def test_the_cells_a_running_wave_holds_are_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The next wave is planned while the last one publishes: `--hold` its plan, and its cells (not
+    in the ledger yet) are neither scheduled nor deferred, so no cell is built twice; the two plans
+    cover the queue, and a cell is held only while a plan names it (none is lost)."""
+    root = big_tree(tmp_path / "farm")
+    first = tmp_path / "first.json"
+    assert main(["matrix", "--root", str(root), "--no-lint", "--max-shards", "1", "--plan", str(first)]) == 0
+    capsys.readouterr()
+    one = json.loads(first.read_text())
+    rc, two, _ = farm_matrix(capsys, root, "--max-shards", "1", "--hold", str(first))
+    assert rc == 0
+    ids = {c["id"] for c in one["cells"]}
+    assert two["held"] == len(ids) == 256
+    assert not ids & ({c["id"] for c in two["cells"]} | set(two["deferred_cells"]))
+    assert len(two["cells"]) + len(two["deferred_cells"]) + len(ids) == len(one["cells"]) + len(one["deferred_cells"])
+    rc, again, _ = farm_matrix(capsys, root, "--max-shards", "1")  # the run ended: nothing held
+    assert (rc, again["held"], again["cells"]) == (0, 0, one["cells"])
+    (tmp_path / "bad.json").write_text("{")
+    rc, _, err = farm_matrix(capsys, root, "--hold", str(tmp_path / "bad.json"))
+    assert rc == 2
+    assert "not a wave plan" in err

@@ -15,6 +15,7 @@ fixed delay per job. The whole grid runs at the end (slow tier).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,8 @@ def test_the_workflows_own_numbers_are_read() -> None:
 def test_a_workflow_without_a_literal_retention_is_refused(tmp_path: Path) -> None:
     flows = tmp_path / ".github" / "workflows"
     flows.mkdir(parents=True)
-    (flows / "build.yml").write_text((REPO / ".github/workflows/build.yml").read_text())
+    for name in ("build.yml", "publish-shard.yml"):
+        (flows / name).write_text((REPO / ".github/workflows" / name).read_text())
     text = (REPO / ".github/workflows/build-shard.yml").read_text().replace("retention-days: 7",
                                                                               "retention-days: ${{ inputs.days }}", 1)
     (flows / "build-shard.yml").write_text(text)
@@ -323,3 +325,33 @@ def test_a_cell_that_fails_the_same_way_is_refused_by_the_retry_policy() -> None
     assert bump.lost == bump.failed_out == bump.cells > 0
     assert all(len(sim.attempts[k]) == 3 for k in sim.attempts)
     assert bump.runs == 3
+
+
+@pytest.mark.parametrize("failure_rate", [0.0, 0.05])
+def test_the_next_wave_builds_while_the_last_publishes_and_no_cell_is_built_twice(failure_rate: float) -> None:
+    """With one build shard a run (256 jobs), the two packages take several waves. Each next wave
+    starts when the last one's builds end (its next-wave job: cells were deferred), its matrix
+    holding back the running wave's cells: two runs in progress at once never share a cell, a
+    cell is built again only after its build failed, and every cell is published."""
+    config = load_config(REPO, packages=list(SMALL))
+    matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=list(SMALL)))
+    sizes = CacheSizes.from_json(json.loads(SIZES.read_text()), str(SIZES))
+    sim = simulate(config, matrix, Inputs.load().with_values(failure_rate=failure_rate), RecipeTimes.load(),
+                   replace(read_workflows(REPO), max_shards=1), sizes, Scenario(20))
+    (bump,) = sim.results
+    assert bump.drained
+    assert bump.lost == 0
+    runs = [r for r in sim.runs if r.plan]
+    assert len(runs) >= 2
+    assert runs[0].chained
+    assert runs[1].started < runs[0].ended  # built while the first published
+    assert 0 < runs[1].plan["held"] <= len(runs[0].plan["cells"])  # those not in the ledger yet
+    for a in runs:
+        for b in runs:
+            if a is not b and a.started < b.started < a.ended:
+                assert not {c["id"] for c in a.plan["cells"]} & {c["id"] for c in b.plan["cells"]}
+    if not failure_rate:
+        assert all(s.builds == 1 for s in sim.cells.values())
+    else:  # failed builds were recorded and built again, by a later run
+        assert sim.attempts
+        assert not bump.rebuilt

@@ -22,7 +22,7 @@ from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import PlannedCell, compute_matrix
-from farm.schedule.outcome import decide, read_artifacts
+from farm.schedule.outcome import decide, from_reports, read_artifacts
 from farm.schedule.slices import SHARD_SIZE, slice_plan
 from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 from farm.schedule.waves import schedule
@@ -273,3 +273,13 @@ def test_farm_wave_refuses_a_verdict_the_plan_did_not_schedule(tmp_path: Path,
     err = capsys.readouterr().err
     assert "publish verdict(s) for cells this wave did not schedule: z-9-cu128-notorch-cp311-linux_x86_64" in err
     assert "download only this run's published-* artifacts" in err
+
+
+def test_cells_an_earlier_run_held_start_the_next_wave() -> None:
+    """A wave planned while the run before it still published left that run's cells out (``held``):
+    when it ends, published or not, the next run takes what of them failed."""
+    plan = {**plan_of(CELLS, 0), "held": 40}
+    verdicts = {cid: CellVerdict(cid, package, PUBLISHED, (f"{cid}.whl",)) for cid, package in CELLS}
+    outcome = from_reports(plan, verdicts)
+    assert (outcome.held, outcome.next_wave) == (40, True)
+    assert not from_reports(plan_of(CELLS, 0), verdicts).next_wave

@@ -100,7 +100,8 @@ def test_the_linters_find_what_they_are_run_for(tmp_path: Path) -> None:
     assert "args=($PACKAGES)" in bad
     assert 'github.ref_name }}"' in bad
     (tmp_path / "build.yml").write_text(bad)
-    shutil.copy(FOLDER / "build-shard.yml", tmp_path / "build-shard.yml")
+    for called in ("build-shard.yml", "publish-shard.yml"):
+        shutil.copy(FOLDER / called, tmp_path / called)
     zizmor = _zizmor(tmp_path)
     assert zizmor.returncode != 0
     assert "template-injection" in zizmor.stdout
@@ -140,16 +141,18 @@ def test_writes_are_granted_only_where_something_is_published_or_dispatched() ->
     writers = {(f, n): sorted(k for k, v in j.get("permissions", {}).items() if v == "write")
                for f, n, j in all_jobs() if "write" in j.get("permissions", {}).values()}
     assert writers == {
-        ("build-shard.yml", "publish"): ["contents"],
-        ("build-shard.yml", "attest"): ["attestations", "id-token"],
-        ("build-shard.yml", "record-attestations"): ["contents"],
+        ("publish-shard.yml", "publish"): ["contents"],
+        ("publish-shard.yml", "attest"): ["attestations", "id-token"],
+        ("publish-shard.yml", "record-attestations"): ["contents"],
         ("build.yml", "chain"): ["actions"],
+        ("build.yml", "next-wave"): ["actions"],
         ("build.yml", "publish-rest"): ["contents"],
-        # the calls of build-shard.yml grant what its publish and attest jobs use (a called workflow
-        # narrows, never widens)
-        **{("build.yml", f"build-{i}"): ["attestations", "contents", "id-token"] for i in range(8)},
-        ("build.yml", "link"): ["attestations", "contents", "id-token"],
+        # the calls of publish-shard.yml grant what its publish and attest jobs use (a called
+        # workflow narrows, never widens); the calls of build-shard.yml grant no write
+        **{("build.yml", f"publish-{i}"): ["attestations", "contents", "id-token"] for i in (*range(8), "link")},
     }
+    assert all(load("build.yml")["jobs"][n]["permissions"] == {"contents": "read"}
+               for n in (*(f"build-{i}" for i in range(8)), "link"))
     # the jobs that run the packages' build code get no write and keep no credentials
     build = load("build-shard.yml")["jobs"]["build"]
     assert build["permissions"] == {"contents": "read"}
@@ -186,15 +189,32 @@ def test_build_workflow_passes_only_shard_indices() -> None:
         assert job["with"]["commit"] == "${{ needs.matrix.outputs.commit }}"
     assert jobs["link"]["with"]["shard"] == "link"
     assert "link_count > 0" in jobs["link"]["if"]
-    assert set(jobs["link"]["needs"]) == {"matrix", *shard_jobs}
-    # the matrix reads the ledger at the branch head, where the publish jobs push it
-    checkout = next(s for s in jobs["matrix"]["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert set(jobs["link"]["needs"]) == {"matrix", *shard_jobs}  # the builds, not their publishing
+    for i in (*range(max_shards), "link"):  # each shard published once its builds ended
+        job = jobs[f"publish-{i}"]
+        assert job["uses"] == "$/.github/workflows/publish-shard.yml"
+        assert set(job["needs"]) == {"matrix", f"build-{i}" if i != "link" else "link"}
+        assert set(job["secrets"]) == {"FARM_CACHE_KEY"}
+        assert job["with"]["shard"] == str(i)
+    # the matrix reads the ledger at the branch head, where the publish jobs push it, after it
+    # listed the runs still in progress (a run ending in between: its records are in the checkout)
+    steps = jobs["matrix"]["steps"]
+    checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["ref"] == "${{ github.ref }}"
+    held = next(s for s in steps if s.get("uses", "").startswith("actions/github-script@"))
+    assert steps.index(held) < steps.index(checkout)
+    assert "status: 'in_progress'" in held["with"]["script"]
+    assert "name: 'wave-plan'" in held["with"]["script"]
+    assert 'args+=(--hold "${held%.zip}.json")' in matrix_step["run"]
+    # the nightly plans nothing while a wave runs (its chain goes on), and the run stays green
+    assert "context.eventName === 'schedule' && others.length > 0" in held["with"]["script"]
+    assert matrix_step["if"] == upload["if"] == "${{ steps.held.outputs.busy != 'true' }}"
+    assert "needs.matrix.outputs.lint_failed != ''" in jobs["lint-verdict"]["if"]
+    assert jobs["matrix"]["permissions"] == {"contents": "read", "actions": "read"}
 
 
 def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() -> None:
-    flow = load("build-shard.yml")
-    jobs = flow["jobs"]
+    jobs = {**load("build-shard.yml")["jobs"], **load("publish-shard.yml")["jobs"]}
     slice_step = next(s for s in jobs["slice"]["steps"] if s.get("id") == "slice")
     assert 'nox -s slice -- --plan wave-plan.json --shard "$SHARD" --github-output' in slice_step["run"]
     build = jobs["build"]
@@ -210,8 +230,6 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     assert wheel["with"]["path"] == "${{ steps.wheel.outputs.path }}"
     assert "name" not in wheel["with"]
     publish = jobs["publish"]
-    assert set(publish["needs"]) == {"slice", "build"}
-    assert publish["if"].startswith("${{ !cancelled() && needs.slice.result == 'success'")
     # no step downloads the shard's wheels at once: only the plan comes through download-artifact
     downloads = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
     assert [d["with"] for d in downloads] == [{"name": "wave-plan", "path": "plan"}]
@@ -271,17 +289,24 @@ def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
 def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     build = load("build.yml")
     jobs = build["jobs"]
-    # one wave at a time, never cancelling the one that is publishing
-    assert build["concurrency"] == {"group": "build-${{ github.ref }}", "cancel-in-progress": False}
+    # waves overlap; plans are made one at a time, never cancelling the one planning
+    assert "concurrency" not in build
+    assert jobs["matrix"]["concurrency"] == {"group": "build-plan-${{ github.ref }}", "cancel-in-progress": False}
     # the run's title carries its inputs: `farm chain` reads the waiting run's back from it
     for name in ("package", "cuda", "torch", "python", "platform", "target"):
         assert f"[{name}=${{{{ inputs.{name} ||" in build["run-name"]
     chain = jobs["chain"]
     shard_jobs = {n for n in jobs if re.fullmatch(r"build-\d+", n)}
-    assert set(chain["needs"]) == {"matrix", "link", "publish-rest", *shard_jobs}
+    publish_jobs = {n for n in jobs if re.fullmatch(r"publish-(\d+|link)", n)}
+    assert set(chain["needs"]) == {"matrix", "publish-rest", *publish_jobs}
+    # the next wave starts when the builds end (the link jobs too), while this one publishes
+    nxt_wave = jobs["next-wave"]
+    assert set(nxt_wave["needs"]) == {"matrix", "link", *shard_jobs}
+    assert "needs.matrix.outputs.deferred > 0" in nxt_wave["if"]
+    assert any("nox -s chain" in s.get("run", "") for s in nxt_wave["steps"])
     # the cells the publish jobs handed on, published after all of them, before the verdicts are read
     rest = jobs["publish-rest"]
-    assert set(rest["needs"]) == {"matrix", "link", *shard_jobs}
+    assert set(rest["needs"]) == {"matrix", *publish_jobs}
     assert rest["if"].startswith("${{ !cancelled() && needs.matrix.result == 'success'")
     run = next(s for s in rest["steps"] if "nox -s publish-shard" in s.get("run", ""))
     assert "--shard rest --reports reports" in run["run"]
@@ -296,7 +321,8 @@ def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     wave = next(s for s in steps if s.get("id") == "wave")
     assert "nox -s wave -- --plan wave-plan.json --reports reports" in wave["run"]
     nxt = next(i for i, s in enumerate(steps) if "nox -s chain" in s.get("run", ""))
-    assert steps[nxt]["if"] == "${{ steps.wave.outputs.next_wave == 'true' }}"
+    # unless next-wave started it: that run's chain takes this one's failed cells
+    assert steps[nxt]["if"] == "${{ steps.wave.outputs.next_wave == 'true' && needs.matrix.outputs.deferred == '0' }}"
     assert chain["permissions"]["actions"] == "write"
     assert steps.index(wave) < nxt
     assert steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"
@@ -394,7 +420,7 @@ def test_published_wheels_are_attested_by_a_job_that_runs_no_package_code() -> N
     """The publish job writes each published wheel's subjects (the wheel's sha256 and its
     _build_info.json's); a job with only the permissions the attestation needs signs them with
     GitHub's action, pinned by commit; another records the attestation in the ledger."""
-    jobs = load("build-shard.yml")["jobs"]
+    jobs = load("publish-shard.yml")["jobs"]
     publish = next(s for s in jobs["publish"]["steps"] if "publish-shard" in s.get("run", ""))
     assert '--subjects "subjects-$SHARD.txt"' in publish["run"]
     attest = jobs["attest"]

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from farm.builder.compilecache import backend_for
+from farm.commands.slice import read_plan
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.load.recipes import load_config
@@ -45,7 +46,15 @@ from farm.schedule.cost import (
 from farm.schedule.durations import durations_of, recorded_builds
 from farm.schedule.hitrate import hit_rates_of
 from farm.schedule.jobs import build_entries, cost, job_counts
-from farm.schedule.matrix import Filters, Matrix, PlannedCell, compute_matrix, stale_advice, without_packages
+from farm.schedule.matrix import (
+    Filters,
+    Matrix,
+    PlannedCell,
+    compute_matrix,
+    stale_advice,
+    without_cells,
+    without_packages,
+)
 from farm.schedule.matrixlint import (
     LintOutcome,
     confirm_stale_ignores,
@@ -53,6 +62,7 @@ from farm.schedule.matrixlint import (
     lint_packages,
     stale_ignores,
 )
+from farm.schedule.outcome import plan_cells
 from farm.schedule.recipetimes import recipe_times
 from farm.schedule.slices import SHARD_SIZE
 from farm.schedule.waves import Wave, deferred_error, wave_advice
@@ -114,6 +124,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="schedule the cells refused because their builds kept failing (the same job "
                              f"{FAILED_RETRIES + 1} times, or {FAILED_MOST} failures, with an unchanged recipe) once "
                              "more: failures that were the runners', not the recipe's")
+    parser.add_argument("--hold", action="append", type=Path, default=[], metavar="PLAN",
+                        help="the plan of a run still building or publishing (repeatable): its cells the ledger "
+                             "does not record yet are left out, neither scheduled nor deferred (that run builds "
+                             "and publishes them; the plan's `held` counts them)")
     parser.add_argument("--warm", action="store_true",
                         help="plan for a warm compiler cache: shard and refuse by the warm time (the recorded hit "
                              "rates, or every compile step a hit where none is recorded)")
@@ -228,6 +242,10 @@ def run(args: argparse.Namespace) -> int:
             else LedgerIndex.empty())
     ledger = LedgerIndex.empty() if args.overwrite else read
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
+    # the cells of runs that still build or publish them (built, not yet in the ledger): never twice
+    queued = len(matrix.cells)
+    matrix = without_cells(matrix, {cid for path in args.hold for cid, _ in plan_cells(read_plan(path))[0]})
+    held_count = queued - len(matrix.cells)
     if not 1 <= args.artifact_retention_days <= 90:
         raise UsageError(f"--artifact-retention-days {args.artifact_retention_days}: GitHub keeps artifacts 1 "
                          "to 90 days")
@@ -301,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
     retention = {"days": args.artifact_retention_days, "capacity": capacity, "reduced_from": most}
     costs = {"wave": this_wave.to_json(), "drain": drain_json(drain), "retention": retention}
     if args.json or args.plan:
-        encoded = msgspec.json.encode(matrix_json(wave, lint, costs))
+        encoded = msgspec.json.encode({**matrix_json(wave, lint, costs), "held": held_count})
         if args.plan and (withheld or not failed):
             atomic_write(args.plan, [encoded, b"\n"])
     if args.json:

@@ -11,8 +11,8 @@ and pushed at most once a minute and at the end, fetch-rebase-retry on a rejecti
 the artifacts before the next cell (farm/schedule/stream.py). Each cell's verdict is appended to
 ``--report`` as it comes; ``farm wave --reports`` reads the reports to decide the next wave.
 
-The job takes a share of the token's limits in proportion to its cells among the wave's build
-shards (the link shard and ``rest`` publish alone: the whole token), unless ``--publishers N``
+The job takes a share of the token's limits in proportion to its cells among the wave's shards,
+the link shard's included (``rest`` publishes alone: the whole token), unless ``--publishers N``
 says 1/N. It knows its deadline (``--job-started`` plus ``--job-limit`` less ``--reserve``) and
 stops before it, or once GitHub's rate-limit answers have cost it ``--max-rate-limit-wait`` in
 all: the cells it has not published are reported ``handed-on`` and ``--shard rest`` (the run's
@@ -60,7 +60,7 @@ from farm.schedule.attempts import Attempt, classify, jobs_of
 from farm.schedule.attempts import append as append_attempts
 from farm.schedule.cost import JOB_LIMIT_S
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
-from farm.schedule.slices import LINK, slice_plan
+from farm.schedule.slices import slice_plan
 from farm.schedule.stream import (
     ERROR,
     FAILED,
@@ -229,9 +229,8 @@ def _cells_and_share(args: argparse.Namespace, plan: Mapping[str, Any]) -> tuple
         share = 1.0  # after every other publish job of the run: alone
     else:
         cells = shard_cells(slice_plan(plan, args.shard))
-        jobs = publish_jobs(plan)
-        share = 1.0 if args.shard == LINK else publish_shares({k: v for k, v in jobs.items() if k != LINK}).get(
-            args.shard, 0.0)  # the link shard publishes after every build shard: alone
+        # the link shard's publish job runs beside the build shards' (it starts when the builds end)
+        share = publish_shares(publish_jobs(plan)).get(args.shard, 0.0)
     if args.publishers is not None:
         check_publishers(args.publishers)
         share = 1.0 / args.publishers

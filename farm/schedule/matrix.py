@@ -420,6 +420,14 @@ def stale_advice(matrix: Matrix) -> list[str]:
     ]
 
 
+def without_cells(matrix: Matrix, ids: Iterable[str]) -> Matrix:
+    """``matrix`` less the named cells (held by a run that still builds or publishes them: neither
+    scheduled nor deferred)."""
+    drop = set(ids)
+    return replace(matrix, packages=tuple(replace(p, to_build=tuple(c for c in p.to_build if c.cell.id not in drop))
+                                          for p in matrix.packages))
+
+
 def without_packages(matrix: Matrix, packages: Iterable[str]) -> Matrix:
     """``matrix`` less the named packages (their cells are neither scheduled nor deferred)."""
     drop = set(packages)

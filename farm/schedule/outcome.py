@@ -9,8 +9,11 @@ The chain job then decides here, from the reports (:func:`from_reports`), never 
 - a cell is **built** when its wheel was published and recorded; otherwise it **failed** (its job
   failed or was cancelled, its wheel was refused, its publish broke, or no verdict came back).
   A failed cell is not in the ledger, so it stays in the queue;
-- the **next wave** starts when this one built something and the matrix deferred cells: a wave
-  that built nothing stops the chain, so cells that keep failing never loop forever.
+- the **next wave** starts when this one built something and cells wait: deferred by the
+  matrix, its own failed ones, or cells it left out because a run before it still held them (a
+  wave that built nothing stops the chain, so cells that keep failing never loop forever). A
+  wave that deferred cells has started the next one already, when its builds ended (the
+  workflow's ``next-wave`` job), while it publishes.
 
 :func:`decide` and :func:`from_reports` are pure; :func:`read_artifacts` is the I/O around them.
 """
@@ -55,6 +58,7 @@ class CellResult:
 class WaveOutcome:
     cells: tuple[CellResult, ...]
     deferred: int  # cells the matrix left for a later run
+    held: int = 0  # cells the matrix left out: a run still building or publishing held them
 
     @property
     def built(self) -> tuple[CellResult, ...]:
@@ -73,8 +77,9 @@ class WaveOutcome:
     def next_wave(self) -> bool:
         """Start the next run when this one made progress and cells are still waiting: deferred
         ones, or its own failed ones (waiting for the nightly would leave every runner idle up to
-        a day for them; a run that builds nothing stops the chain)."""
-        return bool(self.built) and (self.deferred > 0 or bool(self.failed))
+        a day for them; a run that builds nothing stops the chain), or ones an earlier run held
+        when this one was planned (published since, or failed and waiting)."""
+        return bool(self.built) and (self.deferred > 0 or bool(self.failed) or self.held > 0)
 
     def failed_by_package(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -85,21 +90,22 @@ class WaveOutcome:
     def to_json(self) -> dict[str, Any]:
         return {
             "scheduled": len(self.cells), "built": len(self.built), "failed": len(self.failed),
-            "deferred": self.deferred, "publish": self.publish, "next_wave": self.next_wave,
+            "deferred": self.deferred, "held": self.held, "publish": self.publish, "next_wave": self.next_wave,
             "failed_cells": [{"id": c.id, "package": c.package, "status": c.status or "failed", "detail": c.detail}
                              for c in self.failed],
             "built_cells": [{"id": c.id, "package": c.package, "wheels": list(c.wheels)} for c in self.built],
         }
 
 
-def _plan_cells(plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], int]:
+def plan_cells(plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], int, int]:
+    """A plan's scheduled cells (id, package), its deferred and its held count, checked."""
     try:
         cells = [(str(c["id"]), str(c["package"])) for c in plan["cells"]]
-        deferred = int(plan["totals"]["deferred"])
+        deferred, held = int(plan["totals"]["deferred"]), int(plan.get("held", 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"not a matrix plan ({exc!r} is missing or malformed)",
                          hint="pass the JSON `farm matrix --plan FILE` wrote for this run") from None
-    return cells, deferred
+    return cells, deferred, held
 
 
 def _refuse_strangers(strangers: Sequence[str], what: str, artifacts: str) -> None:
@@ -115,7 +121,7 @@ def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> 
     the scheduled cells, ``totals.deferred`` the rest) given ``artifacts``: cell id -> the files of
     its ``wheels-<id>`` artifact. An artifact of a cell the plan did not schedule is refused: its
     wheels would be published without the matrix having asked for them."""
-    cells, deferred = _plan_cells(plan)
+    cells, deferred, held = plan_cells(plan)
     ids = {cid for cid, _ in cells}
     _refuse_strangers(sorted(set(artifacts) - ids), "artifact(s)", "wheels-*")
     results = []
@@ -123,7 +129,7 @@ def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> 
         files = tuple(sorted(artifacts.get(cid, ())))
         wheels = tuple(p.name for p in files if p.name.endswith(".whl"))
         results.append(CellResult(cid, package, wheels, files))
-    return WaveOutcome(tuple(results), deferred)
+    return WaveOutcome(tuple(results), deferred, held)
 
 
 # What an artifact may hold: a wheel no larger than the wheel reader accepts uncompressed, a ledger
@@ -212,14 +218,14 @@ def from_reports(plan: Mapping[str, Any], verdicts: Mapping[str, CellVerdict]) -
     """The outcome of a wave from its publish shards' verdicts (cell id -> verdict): a cell is
     built when it was published; a cell with no verdict (its publish job died or was cancelled)
     stays in the queue like a failed one. A verdict for a cell the plan did not schedule is refused."""
-    cells, deferred = _plan_cells(plan)
+    cells, deferred, held = plan_cells(plan)
     _refuse_strangers(sorted(set(verdicts) - {cid for cid, _ in cells}), "publish verdict(s)", "published-*")
     out = []
     for cid, package in cells:
         v = verdicts.get(cid)
         out.append(CellResult(cid, package, v.wheels if v is not None and v.built else (), (),
                               v.status if v is not None else "no verdict", v.detail if v is not None else ""))
-    return WaveOutcome(tuple(out), deferred)
+    return WaveOutcome(tuple(out), deferred, held)
 
 
 def summary(outcome: WaveOutcome) -> str:

@@ -259,7 +259,11 @@ class DrainRun:
     held: dict[str, float] = field(default_factory=dict)
     artifact_count: int = 1  # the plan
     verdicts: dict[str, CellVerdict] = field(default_factory=dict)
-    shards_left: int = 0
+    builds_left: int = 0  # build shards whose builds have not all ended (then the link shard's)
+    publishes_left: int = 0  # publish jobs not ended
+    open: bool = True  # until its chain job ends
+    ended: float = 0.0
+    chained: bool = False  # its next-wave job started the next run when its builds ended
     # cell -> (outcome, its longest job's time, the job that says so) of a cell whose job failed
     # or was killed: what publish-rest reads from GitHub's listing of the run's jobs (its attempt)
     ended_without: dict[str, tuple[str, float, str]] = field(default_factory=dict)
@@ -380,8 +384,13 @@ class Drain:
             self._wasted["failure"] += seconds
 
     # -- the planner, as `farm matrix` runs it on the ledger so far -----------------------------
-    def _costed(self) -> Costed:
-        queued = {cid for cid, s in self.cells.items() if not s.published}
+    def _held(self) -> set[str]:
+        """What a new run's matrix leaves out (``farm matrix --hold``): the cells of every run still
+        in progress (those it published are in the ledger already)."""
+        return {c["id"] for r in self.runs if r.open for c in r.plan.get("cells", ())}
+
+    def _costed(self, held: set[str] | None = None) -> Costed:
+        queued = {cid for cid, s in self.cells.items() if not s.published and cid not in (held or ())}
         left = replace(self.matrix, packages=tuple(
             replace(pkg, to_build=tuple(p for p in pkg.to_build if p.cell.id in queued))
             for pkg in self.matrix.packages))
@@ -416,6 +425,8 @@ class Drain:
         self._start_run(start)
         while not self._done and not self.loop.idle() and self.loop.now < horizon:
             self.loop.run(min(horizon, self.loop.now + DAY))
+        for run in self.runs:
+            run.open = False
         if not self._done:  # the horizon ends this bump: what still runs is dropped
             self.loop = Loop()
             self.loop.now = horizon
@@ -475,17 +486,22 @@ class Drain:
         self.loop.at(when, lambda: self.runners.submit([matrix]))
 
     def _planned(self, run: DrainRun) -> None:
-        costed = self._costed()
+        held = self._held()
+        costed = self._costed(held)
         wave = plan_wave(costed, self._capacity(costed))
-        if not wave.scheduled:
-            self._done = True  # only what no hosted runner can finish is left
+        if not wave.scheduled:  # the run ends after its matrix: its later jobs are skipped
+            run.open = False
+            if not self._finish_if_drained():
+                self._nightly()
             return
         build, link = build_entries(wave.scheduled)
         run.plan = {"cells": [{"id": p.cell.id, "package": p.cell.package} for p in wave.scheduled],
-                    "totals": {"deferred": len(wave.deferred)}}
+                    "totals": {"deferred": len(wave.deferred)},
+                    "held": sum(not self.cells[cid].published for cid in held)}
         run.shards = [build[i:i + SHARD_SIZE] for i in range(0, len(build), SHARD_SIZE)]
         run.links = link
-        run.shards_left = len(run.shards)
+        run.builds_left = len(run.shards)
+        run.publishes_left = len(run.shards) + (1 if link else 0)
         self.runners.submit(self._slice(run, str(i), entries) for i, entries in enumerate(run.shards))
 
     def _slice(self, run: DrainRun, shard: str, entries: list[dict[str, Any]]) -> Job:
@@ -497,8 +513,9 @@ class Drain:
             left[0] -= 1
             if left[0] == 0:
                 self.runners.submit([Job("publish", lambda j: self._publish(run, shard_cells(entries), j),
-                                         lambda j: self._published(run, shard, entries, j),
+                                         lambda j: self._published(run, entries, j),
                                          limit_s=self.wf.publish_timeout_s)])
+                self._builds_done(run, shard)
 
         def sliced(_: Job) -> None:
             jobs = []
@@ -511,36 +528,54 @@ class Drain:
             self.runners.submit(jobs)
         return Job("slice", lambda _: _wait(self.v.slice_s), sliced)
 
-    def _shard_done(self, run: DrainRun, shard: str) -> None:
-        if shard == "link":
-            self._chain(run)
-            return
-        run.shards_left -= 1
-        if run.shards_left == 0:
-            if run.links:  # the link matrix waits for every build shard and its publish job
-                self.runners.submit([self._slice(run, "link", run.links)])
-            else:
-                self._chain(run)
+    def _builds_done(self, run: DrainRun, shard: str) -> None:
+        """The link matrix waits for every build shard's builds (not their publishing); when the
+        link jobs end too, the next-wave job starts the next run if the plan deferred cells."""
+        if shard != "link":
+            run.builds_left -= 1
+            if run.builds_left or run.links:
+                if not run.builds_left:
+                    self.runners.submit([self._slice(run, "link", run.links)])
+                return
+        if run.plan["totals"]["deferred"] > 0:
+            run.chained = True
+            self.runners.submit([Job("chain", self._chain_requests, lambda _: self._start_run(self.loop.now))])
+
+    def _chain_requests(self, _: Job) -> Process:
+        for _call in range(CHAIN_REQUESTS):
+            yield from self._request("GET", None)
+        yield self.v.chain_s
 
     def _chain(self, run: DrainRun) -> None:
-        def chain(_: Job) -> Process:
-            for _call in range(CHAIN_REQUESTS):
-                yield from self._request("GET", None)
-            yield self.v.chain_s
-
+        """The run's chain job, after every publish job: `farm wave`'s verdict, and the next run
+        when cells wait, unless the run's builds started it already (that run's chain takes this
+        one's failed cells, which it held), else the nightly's."""
         def chained(_: Job) -> None:
             self._record_attempts(run)
+            run.open, run.ended = False, self.loop.now
             outcome = from_reports(run.plan, run.verdicts)  # what `farm wave` decides from the reports
-            costed = self._costed()
-            if not costed.matrix.cells:
-                self._done = True
-            elif outcome.next_wave:
+            if self._finish_if_drained():
+                return
+            if run.chained:
+                return
+            if outcome.next_wave:
                 self._start_run(self.loop.now)
-            else:  # the chain stops; the nightly starts the next run
-                hour, minute = self.wf.nightly
-                nightly = math.floor(self.loop.now / DAY) * DAY + hour * 3600 + minute * 60
-                self._start_run(nightly if nightly > self.loop.now else nightly + DAY)
-        self.runners.submit([Job("chain", chain, chained)])
+            else:  # the chain stops
+                self._nightly()
+        self.runners.submit([Job("chain", self._chain_requests, chained)])
+
+    def _nightly(self) -> None:
+        """The nightly's run (a run the schedule starts while another is open plans nothing)."""
+        hour, minute = self.wf.nightly
+        nightly = math.floor(self.loop.now / DAY) * DAY + hour * 3600 + minute * 60
+        self._start_run(nightly if nightly > self.loop.now else nightly + DAY)
+
+    def _finish_if_drained(self) -> bool:
+        """The bump is over when no run is open and the planner has nothing left to schedule."""
+        if any(r.open for r in self.runs) or self._costed().matrix.cells:
+            return False
+        self._done = True
+        return True
 
     # -- build jobs --------------------------------------------------------------------------
     def _restore(self, key: str, size: int, saves: list[tuple[str, int]]) -> float:
@@ -661,12 +696,13 @@ class Drain:
         """``farm publish-shard`` as the publish job runs it: the run's artifacts listed once (from
         the artifact service: no REST request), then each cell in plan order, its records pushed
         at most once a minute and at the end. Its share of the token: ``--publishers N``'s 1/N, else
-        its cells among the wave's build shards' (farm/publish/budget.py; a link shard alone)."""
+        its cells among the wave's shards', the link shard's included (farm/publish/budget.py)."""
         if self.wf.publishers:
             share = 1.0 / self.wf.publishers
         else:
-            shares = publish_shares({str(i): len(shard_cells(s)) for i, s in enumerate(run.shards)})
-            share = next((shares[str(i)] for i, s in enumerate(run.shards) if shard_cells(s) == cells), 1.0) or 1.0
+            shards = [*run.shards, run.links]
+            shares = publish_shares({str(i): len(shard_cells(s)) for i, s in enumerate(shards)})
+            share = next((shares[str(i)] for i, s in enumerate(shards) if shard_cells(s) == cells), 1.0) or 1.0
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop))
         yield self.v.publish_setup_s
         job.pushed_at = self.loop.now
@@ -732,13 +768,15 @@ class Drain:
                 state.unpublished_why = "ledger refused"
         job.unpushed.clear()
 
-    def _published(self, run: DrainRun, shard: str, entries: list[dict[str, Any]], job: Job) -> None:
+    def _published(self, run: DrainRun, entries: list[dict[str, Any]], job: Job) -> None:
         if job.killed:  # its report is never uploaded: the chain sees no verdict of this shard
             for state in job.unpushed:
                 state.unpublished_why = "publish killed"
             for cid, _ in shard_cells(entries):
                 run.verdicts.pop(cid, None)
-        self._shard_done(run, shard)
+        run.publishes_left -= 1
+        if run.publishes_left == 0:
+            self._chain(run)
 
 
 def cell_requests(seen: bool, recorded: bool, assets: int, *, adopt: bool = False,

@@ -3,8 +3,9 @@ build shards a run has, how many publish jobs share the token, how long each art
 each job's time limit and when the nightly starts a run.
 
 ``build.yml`` runs ``farm matrix --max-shards N`` and calls ``build-shard.yml`` once per shard and
-once for the link jobs; ``build-shard.yml`` uploads a compile shard's objects, each wheel and each
-ledger fragment with their ``retention-days`` and runs ``farm publish-shard --publishers N``.
+once for the link jobs, and ``publish-shard.yml`` after each; ``build-shard.yml`` uploads a compile
+shard's objects, each wheel and each ledger fragment with their ``retention-days``;
+``publish-shard.yml`` runs ``farm publish-shard [--publishers N]``.
 """
 
 from __future__ import annotations
@@ -76,20 +77,21 @@ def _retention(steps: list[dict[str, Any]], pick: str, where: str) -> int:
 
 def read_workflows(root: Path) -> Workflow:
     build_path, shard_path = root / WORKFLOWS / "build.yml", root / WORKFLOWS / "build-shard.yml"
-    build, shard = _read(build_path), _read(shard_path)
-    build_text, shard_text = build_path.read_text(encoding="utf-8"), shard_path.read_text(encoding="utf-8")
+    publish_path = root / WORKFLOWS / "publish-shard.yml"
+    build, shard, publish = _read(build_path), _read(shard_path), _read(publish_path)
+    build_text, publish_text = build_path.read_text(encoding="utf-8"), publish_path.read_text(encoding="utf-8")
     steps = _steps(shard, "build", str(shard_path))
     on = build.get("on", build.get(True))  # YAML 1.1 reads the key `on` as true
     cron = str(((on or {}).get("schedule") or [{}])[0].get("cron", "")).split()
     nightly = (int(cron[1]), int(cron[0])) if len(cron) == 5 and cron[0].isdigit() and cron[1].isdigit() else (3, 0)
     return Workflow(
         max_shards=_flag(build_text, "max-shards", str(build_path)),
-        publishers=_flag(shard_text, "publishers", str(shard_path)) if "--publishers" in shard_text else 0,
+        publishers=_flag(publish_text, "publishers", str(publish_path)) if "--publishers" in publish_text else 0,
         objects_days=_retention(steps, "objects-", str(shard_path)),
         wheel_days=_retention(steps, "wheels-", str(shard_path)),
         build_timeout_s=60 * _int(shard["jobs"]["build"].get("timeout-minutes"), "the build job's timeout-minutes",
                                   str(shard_path)),
-        publish_timeout_s=60 * _int((shard["jobs"].get("publish") or {}).get("timeout-minutes"),
-                                    "the publish job's timeout-minutes", str(shard_path)),
+        publish_timeout_s=60 * _int((publish["jobs"].get("publish") or {}).get("timeout-minutes"),
+                                    "the publish job's timeout-minutes", str(publish_path)),
         nightly=nightly,
     )
