@@ -184,13 +184,13 @@ def test_only_ready_siblings_of_the_same_python_and_torch_are_linked_to(tmp_path
 
 def test_links_are_never_followed(tmp_path: Path, wheelhouses) -> None:
     wh1, _ = wheelhouses
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "data.bin").write_bytes(DATA)
-    shutil.copytree(_pip_venv(tmp_path / "scratch", wh1) / SITE / "tinypkg", outside / "tinypkg")
     first = _pip_venv(tmp_path / "envs" / "first", wh1)
     new = _pip_venv(tmp_path / "envs" / "new", wh1, ready=False)
     theirs, mine = first / SITE / "tinypkg", new / SITE / "tinypkg"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "data.bin").write_bytes(DATA)
+    shutil.copytree(theirs, outside / "tinypkg")  # the installed package, copied out of every environment
     # the sibling's data file a link out of the environment, its package folder another
     (theirs / "data.bin").unlink()
     (theirs / "data.bin").symlink_to(outside / "data.bin")

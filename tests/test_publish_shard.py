@@ -7,10 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -71,8 +69,8 @@ def test_not_a_zip_refuses_the_cell(tmp_path: Path) -> None:
 # GitHub cannot be reached from the test machine: tests/support/ghsim.py simulates its documented Actions and
 # Releases endpoints on 127.0.0.1 (a run's artifacts listed 100 a page, each downloaded through a 302 to
 # a signed storage URL that refuses a token, 410 for an expired one; release assets with 422 on a
-# duplicate name). The branch is a bare git remote. `farm publish-shard` runs as its own process, as
-# build-shard.yml's publish job runs it, with the environment Actions gives it.
+# duplicate name). The branch is a bare git remote. `farm publish-shard` runs with the environment Actions
+# gives build-shard.yml's publish job (in this process: its command line and environment are the job's).
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("torch_scatter", "torch_cluster")
@@ -84,6 +82,15 @@ def git(cwd: Path, *args: str) -> str:
     return proc.stdout
 
 
+@dataclass(frozen=True)
+class Published:
+    """What a `farm publish-shard` said: its exit code and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @dataclass
 class Run:
     sim: ghsim.GitHubSim
@@ -93,28 +100,34 @@ class Run:
     run_id: int
     cells: list[dict[str, Any]]
     work: Path
+    monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str]
 
     def publish(self, shard: str = "0", *extra: str, token: str | None = ghsim.TOKEN, service: bool = False,
-                ) -> subprocess.CompletedProcess[str]:
+                ) -> Published:
         """The publish job's command (one publisher: a share of the token would keep this job to
         a few content-creating requests a minute, in real time here). ``service``: in the run,
         with its runtime token, as build-shard.yml's publish job (the artifact service)."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_RESULTS_URL")}
+        env = {"GITHUB_API_URL": self.sim.base.rstrip("/"), "GITHUB_REPOSITORY": self.sim.repo,
+               "GIT_AUTHOR_NAME": "farm-bot", "GIT_AUTHOR_EMAIL": "bot@example.invalid",
+               "GIT_COMMITTER_NAME": "farm-bot", "GIT_COMMITTER_EMAIL": "bot@example.invalid"}
         if service:
             env.update(ACTIONS_RUNTIME_TOKEN=self.sim.runtime_token(self.run_id),
                        ACTIONS_RESULTS_URL=self.sim.base + "results/", GITHUB_RUN_ID=str(self.run_id))
-        env.update(GITHUB_API_URL=self.sim.base.rstrip("/"), GITHUB_REPOSITORY=self.sim.repo,
-                   GIT_AUTHOR_NAME="farm-bot", GIT_AUTHOR_EMAIL="bot@example.invalid",
-                   GIT_COMMITTER_NAME="farm-bot", GIT_COMMITTER_EMAIL="bot@example.invalid")
         if token is not None:
             env["GH_TOKEN"] = token
-        return subprocess.run(
-            [sys.executable, "-m", "farm.cli", "publish-shard", "--plan", str(self.plan), "--shard", shard,
-             "--run-id", str(self.run_id), "--root", str(self.root), "--target", "github", "--publishers", "1",
-             "--push-ledger", "origin", "--scratch", str(self.work / "scratch"),
-             "--report", str(self.work / f"published-{shard}.jsonl"), *extra],
-            env=env, capture_output=True, text=True, check=False, timeout=300)
+        self.capsys.readouterr()
+        with self.monkeypatch.context() as job:
+            for name in ("GH_TOKEN", "GITHUB_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_RESULTS_URL"):
+                job.delenv(name, raising=False)
+            for name, value in env.items():
+                job.setenv(name, value)
+            code = main(["publish-shard", "--plan", str(self.plan), "--shard", shard, "--run-id", str(self.run_id),
+                         "--root", str(self.root), "--target", "github", "--publishers", "1", "--push-ledger",
+                         "origin", "--scratch", str(self.work / "scratch"),
+                         "--report", str(self.work / f"published-{shard}.jsonl"), *extra])
+        said = self.capsys.readouterr()
+        return Published(code, said.out, said.err)
 
     def report(self, shard: str = "0") -> dict[str, dict[str, Any]]:
         lines = (self.work / f"published-{shard}.jsonl").read_text().splitlines()
@@ -136,7 +149,7 @@ def zipped(members: dict[str, bytes]) -> bytes:
 
 
 @pytest.fixture
-def wave(tmp_path: Path) -> Iterator[Run]:
+def wave(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[Run]:
     sim = ghsim.GitHubSim(repo="farm-wheels/farm")  # the releases of the repository the run is in
     with ghsim.serve(sim):
         seed = tmp_path / "seed"
@@ -165,7 +178,7 @@ def wave(tmp_path: Path) -> Iterator[Run]:
                          "--platform", "linux_x86_64", "--max-shards", "8", "--plan", str(plan)]) == 0
         cells = json.loads(plan.read_text())["cells"]
         run = sim.add_run("build.yml", "main", "in_progress")
-        yield Run(sim, root, remote, plan, run.id, cells, tmp_path)
+        yield Run(sim, root, remote, plan, run.id, cells, tmp_path, monkeypatch, capsys)
 
 
 def build(wave: Run, cell: dict[str, Any]) -> Path:
