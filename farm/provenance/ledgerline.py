@@ -106,7 +106,7 @@ _COSTED = {"duration_s": ..., "toolchain": {"compile_cache": ...}}
 CostedKeyFields: Any = projection((BuildInfo, LedgerEntry), "CostedKeyFields",
                                   {"provenance": Literal["asserted"], **_INDEXED, **_COSTED},
                                   missing=tuple(_COSTED))
-decode_key_fields: Callable[[bytes | memoryview], Any] = msgspec.json.Decoder(CostedKeyFields).decode
+decode_key_fields: Callable[[bytes], Any] = msgspec.json.Decoder(CostedKeyFields).decode
 
 
 def bare_wheel_name(filename: str) -> bool:
