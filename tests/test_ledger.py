@@ -15,6 +15,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from farm.errors import EXIT_BAD_INPUT, LedgerError
 from farm.provenance import buildinfo, ledgercache, ledgerfiles, ledgerline, shape
@@ -65,8 +66,8 @@ def test_index_lookups_by_key_filename_and_sha(tmp_path: Path) -> None:
     assert rec.line == 2
     assert rec.filename == entries[1]["filename"]
     assert key in index
-    assert key._replace(build_epoch=1) not in index
-    assert index.get(key._replace(build_epoch=2)).line == 4  # type: ignore[union-attr]
+    assert replace(key, build_epoch=1) not in index
+    assert index.get(replace(key, build_epoch=2)).line == 4  # type: ignore[union-attr]
     assert index.by_filename(entries[3]["filename"]).line == 4  # type: ignore[union-attr]
     assert index.by_sha256(entries[2]["sha256"]).line == 3  # type: ignore[union-attr]
     assert index.by_filename("nope-1.0-py3-none-any.whl") is None
@@ -82,7 +83,7 @@ def test_inferred_entries_count_as_epoch_0_and_asserted_outranks_them(tmp_path: 
     index = LedgerIndex.load(write_ledger(tmp_path / "l.jsonl", [inferred, asserted]))
     key = ExistsKey("demo_ext", "0.1.0", "12.8", "2.8", "cp311", "linux_x86_64", 0)
     assert index.get(key).provenance is Provenance.ASSERTED  # type: ignore[union-attr]
-    assert key._replace(build_epoch=5) not in index
+    assert replace(key, build_epoch=5) not in index
 
     only_inferred = LedgerIndex.load(write_ledger(tmp_path / "i.jsonl", [inferred]))
     assert only_inferred.get(key).provenance is Provenance.INFERRED  # type: ignore[union-attr]

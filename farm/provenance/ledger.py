@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
+from msgspec.structs import replace
 
 from farm.errors import LedgerError
 from farm.filestamp import stamp
@@ -121,7 +122,7 @@ def _parse(path: Path, handle: BinaryIO, segment: str = "") -> list[Record]:
         try:
             k = decode_key_fields(raw)
         except msgspec.MsgspecError:
-            rec = _slow_record(path, raw, number, offset, records)._replace(segment=segment)
+            rec = replace(_slow_record(path, raw, number, offset, records), segment=segment)
         else:
             c, counts = k.cell, k.toolchain.compile_cache
             key = ExistsKey(k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch)
