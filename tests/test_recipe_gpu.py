@@ -530,3 +530,136 @@ def test_torch_sparse_matches_torch_on_the_gpu(wheelhouse: Path, device: Device,
         _report(f"torch_sparse spmm {reduce}", _max_err(out[reduce], want), 1e-4)
     _assert_sass(out["so"][0], device, ["ind2ptr_kernel"])
     _assert_sass(out["so"][1], device, ["spmm_kernel"])
+
+
+# torch_cluster -------------------------------------------------------------------------------
+
+TORCH_CLUSTER = """
+import importlib.machinery, os.path as osp
+import torch_cluster as tc
+x, y = inp["x"].cuda(), inp["y"].cuda()
+bx, by = inp["batch_x"].cuda(), inp["batch_y"].cuda()
+out["fps"] = tc.fps(x, bx, ratio=0.25, random_start=False).cpu()
+out["knn"] = tc.knn(x, y, 6, bx, by).cpu()
+out["radius"] = tc.radius(x, y, 0.2, bx, by, max_num_neighbors=len(x)).cpu()
+out["nearest"] = tc.nearest(x, y, bx, by).cpu()
+out["grid"] = tc.grid_cluster(x, inp["size"].cuda(), inp["start"].cuda(), inp["end"].cuda()).cpu()
+row, col = inp["row"].cuda(), inp["col"].cuda()
+out["graclus"] = tc.graclus_cluster(row, col, num_nodes=inp["nodes"]).cpu()
+start = torch.arange(inp["nodes"], device="cuda")
+out["walk"] = tc.random_walk(row, col, start, 10).cpu()
+out["walk_pq"] = tc.random_walk(row, col, start, 10, p=0.5, q=2.0).cpu()
+out["so"] = {lib: importlib.machinery.PathFinder().find_spec(f"_{lib}_cuda", [osp.dirname(tc.__file__)]).origin
+             for lib in ("fps", "knn", "radius", "nearest", "grid", "graclus", "rw")}
+"""
+
+
+def _pairs(edges: Any) -> list[tuple[int, int]]:
+    return sorted(zip(edges[0].tolist(), edges[1].tolist(), strict=True))
+
+
+def test_torch_cluster_matches_brute_force_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(6)
+    # two point clouds in the unit cube, in float64: no two distances tie, so every choice is one
+    x = torch.rand(400, 3, generator=gen, dtype=torch.float64)
+    y = torch.rand(120, 3, generator=gen, dtype=torch.float64)
+    batch_x = torch.cat([torch.zeros(200, dtype=torch.long), torch.ones(200, dtype=torch.long)])
+    batch_y = torch.cat([torch.zeros(50, dtype=torch.long), torch.ones(70, dtype=torch.long)])
+    # an undirected graph, sorted by row, with no isolated node (a walk never stops early)
+    nodes = 300
+    ring = torch.arange(nodes)
+    extra = torch.randint(0, nodes, (2, 600), generator=gen)
+    src = torch.cat([ring, extra[0]])
+    dst = torch.cat([(ring + 1) % nodes, extra[1]])
+    keep = src != dst
+    pairs = torch.unique(torch.stack([torch.cat([src[keep], dst[keep]]), torch.cat([dst[keep], src[keep]])]), dim=1)
+    inputs = {"x": x, "y": y, "batch_x": batch_x, "batch_y": batch_y, "size": torch.full((3,), 0.1,
+              dtype=torch.float64), "start": torch.zeros(3, dtype=torch.float64),
+              "end": torch.ones(3, dtype=torch.float64), "row": pairs[0], "col": pairs[1], "nodes": nodes}
+    out = _run_kernels(wheelhouse, "torch_cluster", tmp_path, TORCH_CLUSTER, inputs)
+
+    square = torch.cdist(y, x) ** 2
+    same = batch_y[:, None] == batch_x[None, :]
+    # farthest point sampling from each cloud's first point: each next point the farthest from those taken
+    want = []
+    for first in (0, 200):
+        cloud = x[first:first + 200]
+        taken, gap = [0], ((cloud - cloud[0]) ** 2).sum(1)
+        while len(taken) < 50:
+            taken.append(int(gap.argmax()))
+            gap = torch.minimum(gap, ((cloud - cloud[taken[-1]]) ** 2).sum(1))
+        want += [first + t for t in taken]
+    assert out["fps"].tolist() == want, "fps: another sample than the brute force's"
+    nearest6 = square.masked_fill(~same, float("inf")).topk(6, dim=1, largest=False).indices
+    assert _pairs(out["knn"]) == sorted((q, int(i)) for q in range(len(y)) for i in nearest6[q]), "knn differs"
+    within = ((square <= 0.2 ** 2) & same).nonzero()
+    assert _pairs(out["radius"]) == _pairs(within.T), "radius differs"
+    closest = torch.cdist(x, y).masked_fill(~same.T, float("inf")).argmin(1)
+    assert torch.equal(out["nearest"], closest), "nearest differs"
+    cells = torch.trunc(x / 0.1).long()  # (pos - start) / size, truncated; 11 cells a side from end
+    assert torch.equal(out["grid"], cells[:, 0] + 11 * cells[:, 1] + 121 * cells[:, 2]), "grid_cluster differs"
+    print(f"torch_cluster fps {len(want)}, knn {out['knn'].shape[1]}, radius {out['radius'].shape[1]}, nearest "
+          f"{len(closest)}, grid {len(x)}: equal to the brute force's")
+
+    # graclus and the walks are random: what they return is checked against the graph
+    edges = set(zip(pairs[0].tolist(), pairs[1].tolist(), strict=True))
+    members: dict[int, list[int]] = {}
+    for node, cluster in enumerate(out["graclus"].tolist()):
+        members.setdefault(cluster, []).append(node)
+    assert all(len(m) == 1 or (len(m) == 2 and (m[0], m[1]) in edges) for m in members.values()), \
+        "graclus: a cluster that is not a node or an edge"
+    matched = sum(len(m) == 2 for m in members.values())
+    for walk in ("walk", "walk_pq"):
+        seq = out[walk]
+        assert seq.shape == (nodes, 11), f"{walk}: shape {tuple(seq.shape)}"
+        assert torch.equal(seq[:, 0], torch.arange(nodes)), f"{walk}: a walk that starts elsewhere"
+        steps = zip(seq[:, :-1].flatten().tolist(), seq[:, 1:].flatten().tolist(), strict=True)
+        assert all(step in edges for step in steps), f"{walk}: a step along no edge"
+    print(f"torch_cluster graclus: {matched} matched pairs, each an edge; random walks: every step an edge")
+    for lib, kernels in (("fps", ["fps_kernel"]), ("knn", ["knn_kernel"]), ("radius", ["radius_kernel"]),
+                         ("nearest", ["nearest_kernel"]), ("grid", ["grid_kernel"]),
+                         ("graclus", ["colorize_kernel", "propose_kernel", "respond_kernel"]),
+                         ("rw", ["uniform_sampling_kernel", "rejection_sampling_kernel"])):
+        _assert_sass(out["so"][lib], device, kernels)
+
+
+# torch_spline_conv ---------------------------------------------------------------------------
+
+TORCH_SPLINE_CONV = """
+import importlib.machinery, os.path as osp
+import torch_spline_conv as tsc
+basis, index = tsc.spline_basis(inp["pseudo"].cuda(), inp["kernel_size"].cuda(), inp["is_open"].cuda(), 1)
+out["basis"], out["index"] = basis.cpu(), index.cpu()
+out["weighted"] = tsc.spline_weighting(inp["x"].cuda(), inp["weight"].cuda(), basis, index).cpu()
+out["so"] = [importlib.machinery.PathFinder().find_spec(f"_{lib}_cuda", [osp.dirname(tsc.__file__)]).origin
+             for lib in ("basis", "weighting")]
+"""
+
+
+def test_torch_spline_conv_matches_torch_on_the_gpu(wheelhouse: Path, device: Device, tmp_path: Path) -> None:
+    gen = torch.Generator().manual_seed(7)
+    edges, inputs_per_edge, outputs = 500, 8, 6
+    kernel_size = torch.tensor([5, 5, 4])
+    is_open = torch.tensor([1, 1, 0], dtype=torch.uint8)  # the last dimension wraps around (an angle)
+    inputs = {"pseudo": torch.rand(edges, 3, generator=gen, dtype=torch.float64), "kernel_size": kernel_size,
+              "is_open": is_open, "x": torch.randn(edges, inputs_per_edge, generator=gen, dtype=torch.float64),
+              "weight": torch.randn(int(kernel_size.prod()), inputs_per_edge, outputs, generator=gen,
+                                    dtype=torch.float64)}
+    out = _run_kernels(wheelhouse, "torch_spline_conv", tmp_path, TORCH_SPLINE_CONV, inputs)
+
+    # linear B-splines: each edge weighs the 2**3 kernel points around its pseudo-coordinates
+    scaled = inputs["pseudo"] * (kernel_size - is_open)
+    lower, frac = scaled.trunc().long(), scaled - scaled.floor()
+    basis, index = [], []
+    for s in range(8):
+        bits = torch.tensor([(s >> d) & 1 for d in range(3)])
+        basis.append(torch.where(bits.bool(), frac, 1 - frac).prod(1))
+        places = (lower + bits) % kernel_size
+        index.append(places[:, 0] + 5 * places[:, 1] + 25 * places[:, 2])
+    want_basis, want_index = torch.stack(basis, 1), torch.stack(index, 1)
+    assert torch.equal(out["index"], want_index), "spline_basis: other kernel points than the reference's"
+    _report("torch_spline_conv spline_basis", _max_err(out["basis"], want_basis), 1e-12)
+    weighted = torch.einsum("es,ei,esio->eo", want_basis, inputs["x"], inputs["weight"][want_index])
+    _report("torch_spline_conv spline_weighting", _max_err(out["weighted"], weighted), 1e-10)
+    _assert_sass(out["so"][0], device, ["spline_basis_fw_kernel"])
+    _assert_sass(out["so"][1], device, ["spline_weighting_fw_kernel"])

@@ -63,6 +63,9 @@ def test_simple_url_default() -> None:
     ({"kind": "github", "repository": "o/r", "api_url": "ftp://x"}, "api_url must be an http(s) URL"),
     ({"kind": "github", "repository": "o/r", "warn_assets": 5000}, "warn_assets"),
     ({"kind": "twine"}, "repository_url must be a non-empty string"),
+    ({"kind": "twine", "repository_url": "https://x/legacy/", "password_env": 7},
+     "password_env must name an environment variable"),
+    ({"kind": "twine", "repository_url": "https://x/legacy/", "simple_url": ["a"]}, "simple_url must be a string"),
 ])
 def test_bad_settings_refused(options: dict[str, object], message: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

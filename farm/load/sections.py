@@ -13,6 +13,7 @@ from farm.errors import ConfigError, clip, did_you_mean
 from farm.model.arch import ArchList, Rendering, validate_for_cuda
 from farm.model.config import (
     DEFAULTS_FILE,
+    ENV_NAME,
     FARM_ENV,
     PLATFORMS,
     ArchSpec,
@@ -23,7 +24,6 @@ from farm.model.yamlsrc import YList, YMap
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 CUDA_LINE = re.compile(r"^\d{2}\.\d$")
 TORCH_MINOR = re.compile(r"^\d+\.\d+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SYSTEM_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _MSVC_TOOLSET = re.compile(r"^14\.[0-9]{2}$")  # vcvarsall's -vcvars_ver: 14.44 is Visual Studio 2022 17.14
 
@@ -208,7 +208,7 @@ def load_build(sec: Section) -> BuildKnobs:
                 hint=COMPONENT_HINT + " (the line's pinned release gives the version)",
             )
     for key, value in knobs.env.items():
-        if not _ENV_NAME.match(key):
+        if not ENV_NAME.match(key):
             raise ConfigError(f"{sec.key_path('env')}.{key} is not an environment variable name",
                               where=sec.where("env"), hint="letters, digits and _, not starting with a digit")
         if key in FARM_ENV:
@@ -279,7 +279,7 @@ def _load_arch_env(sec: Section) -> dict[str, Rendering]:
     renderings = [r.value for r in Rendering]
     for key, value in raw.items():
         where = f"{sec.file}:{raw.line_of(key)}" if isinstance(raw, YMap) else sec.where("arch_env")
-        if not _ENV_NAME.match(key) or key in FARM_ENV:
+        if not ENV_NAME.match(key) or key in FARM_ENV:
             raise ConfigError(
                 f"{sec.key_path('arch_env')}.{key}: " + ("is set by farm for every build" if key in FARM_ENV
                                                           else "is not an environment variable name"),

@@ -38,6 +38,7 @@ SPLIT_PLATFORMS: tuple[str, ...] = ("linux_x86_64", "win_amd64")
 # requires_dist placeholders: another recipe's version, and the local label its wheel of the same cell carries
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 PLACEHOLDER_REF = re.compile(r"^(version|local):([A-Za-z0-9][A-Za-z0-9._-]*)$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # what a recipe or target may name as a variable
 # Variables the build planner sets from the cell and the knobs; a recipe's env must not shadow them.
 FARM_ENV = frozenset({
     "CUDA_HOME", "CUDA_PATH", "PATH", "FORCE_CUDA", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.errors import ConfigError
+from farm.model.config import ENV_NAME
 
 if TYPE_CHECKING:
     from farm.publish.gate import GatedWheel
@@ -35,8 +36,15 @@ class TwineSettings:
         if not isinstance(url, str) or not url:
             raise ConfigError("repository_url must be a non-empty string", where=where)
         simple = options.get("simple_url") or default_simple_url(url)
-        return cls(name, url, simple if simple.endswith("/") else simple + "/",
-                   options.get("username_env", "TWINE_USERNAME"), options.get("password_env", "TWINE_PASSWORD"))
+        if not isinstance(simple, str):
+            raise ConfigError("simple_url must be a string", where=where)
+        names = []
+        for key, default in (("username_env", "TWINE_USERNAME"), ("password_env", "TWINE_PASSWORD")):
+            value = options.get(key, default)
+            if not isinstance(value, str) or not ENV_NAME.match(value):
+                raise ConfigError(f"{key} must name an environment variable", where=where, hint=f"e.g. {default}")
+            names.append(value)
+        return cls(name, url, simple if simple.endswith("/") else simple + "/", *names)
 
     def publish(self, batch: Sequence[GatedWheel], run: PublishRun) -> Placed:
         from farm.publish.twine import publish_target  # noqa: PLC0415 (loading the configuration never pays for it)
