@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -15,7 +16,9 @@ from farm.publish.budget import (
     next_cell_fits,
     publish_shares,
 )
+from farm.publish.ghrest import GithubApiError, GithubRelease
 from farm.publish.ratelimit import Limit, Throttle, github_limits
+from tests.test_hostile_bounds import hostile_github
 
 
 def test_shares_follow_the_cells_each_job_publishes() -> None:
@@ -83,3 +86,37 @@ def test_a_cell_starts_only_with_room_for_it() -> None:
     assert next_cell_fits(1000, 100, 0)
     assert not next_cell_fits(1000, 500, 0)
     assert not next_cell_fits(1000, 100, 1000 - CELL_MARGIN * 100)
+
+
+def test_a_publish_jobs_budget_not_a_count_of_tries_bounds_its_waiting_on_githubs_limits() -> None:
+    """Other jobs of the repository keep the token's minute full: GitHub answers ten requests in
+    a row 403 with ``Retry-After: 60``. By hand the client gives up after its tries (exit 3); in
+    a publish job, whose throttle holds the job's budget, it waits as long as the budget allows
+    (ten minutes here) and the cell is published, and a job whose budget is spent hands the cell
+    on (OutOfTime) instead of failing it: a failed cell would be built again."""
+    refusals = [10]
+
+    def answer(_path: str) -> tuple[int, dict[str, str], bytes, float]:
+        if refusals[0]:
+            refusals[0] -= 1
+            return 403, {"Retry-After": "60"}, b'{"message": "You have exceeded a secondary rate limit"}', 0.0
+        return 200, {}, b'{"id": 7}', 0.0
+
+    clock = _Clock()
+    with hostile_github(answer) as client:
+        by_hand = dataclasses.replace(client, clock=clock, throttle=Throttle(github_limits(), clock))
+        with pytest.raises(GithubApiError, match="after 2 tries"):
+            by_hand.release("v1")
+    for cap_s, published in ((3600.0, True), (300.0, False)):
+        refusals[0] = 10
+        clock = _Clock()
+        with hostile_github(answer) as client:
+            job = dataclasses.replace(client, clock=clock, throttle=Throttle(
+                github_limits(), clock, JobClock(0.0).budget(rate_limit_s=cap_s)))
+            if published:
+                assert job.release("v1") == GithubRelease(7, "v1")
+                assert job.rate_limited == 10
+                assert clock.t == 600
+            else:
+                with pytest.raises(OutOfTime, match="cap is 300 s"):
+                    job.release("v1")

@@ -268,6 +268,36 @@ def test_a_sharded_cell_is_retried_at_once_and_built_warm_in_one_job() -> None:
     assert all(r.links for r in kept_nothing.runs if r.epoch == 2)
 
 
+def test_a_cell_whose_publish_meets_the_rate_limit_is_handed_on_and_published_not_rebuilt() -> None:
+    """Another client has spent the token's hour of content-creating requests when the wave's
+    builds end: every upload is answered 403 with a wait near an hour. Each shard's publish job
+    waits at most 30 minutes on such answers and hands its cells on; publish-rest, which hands on
+    to no job, waits as long as its clock allows and publishes them. Nothing is built again."""
+    config = load_config(REPO, packages=list(SMALL))
+    matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=list(SMALL)))
+    sizes = CacheSizes.from_json(json.loads(SIZES.read_text()), str(SIZES))
+
+    def quiet_until(spent: float) -> Drain:
+        sim = Drain(config, matrix, Inputs.load().with_values(failure_rate=0), RecipeTimes.load(),
+                    read_workflows(REPO), sizes, Scenario(20))
+        for i in range(500):  # the other client's 500 writes, 75 a minute, ending when the first upload comes
+            assert sim.rest.ask(spent - 400 + 0.8 * i, "POST") == 0
+        return sim
+
+    alone = quiet_until(-1e6)
+    alone.bump(warm=False)
+    first_upload = next(t for t, write in alone.rest.log if write and t > 0)
+    sim = quiet_until(first_upload)
+    bump = sim.bump(warm=False)
+    (run,) = [r for r in sim.runs if r.plan]
+    assert sim.rate_limited > 0
+    assert bump.published == bump.cells == 510
+    assert not bump.rebuilt
+    assert all(s.builds == 1 for s in sim.cells.values())
+    assert {v.status for v in run.verdicts.values()} == {"published"}
+    assert bump.days > alone.results[0].days  # publish-rest waited the hour out
+
+
 def test_farm_simulate_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["simulate", "--runners", "20", "--root", str(REPO), "--json", *SMALL])
     data = json.loads(capsys.readouterr().out)
@@ -289,13 +319,17 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 # -- the whole grid ------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize(("runners", "bumps"), [(20, 1), (60, 3)])
-def test_the_whole_grid_drains_with_nothing_rebuilt_because_publishing_ran_out_of_time(runners: int, bumps: int) -> None:
+@pytest.mark.parametrize(("runners", "bumps", "failure_rate"), [(20, 1, 0.01), (60, 3, 0.01), (60, 1, 0.0)])
+def test_the_whole_grid_drains_with_nothing_rebuilt_because_publishing_ran_out_of_time(
+        runners: int, bumps: int, failure_rate: float) -> None:
     """The repository's grid (16,390 cells) as farm now publishes and records it: each publish job
     takes a share of the token by its cells and sends about one request a cell, so none is killed
-    at 6 h and no cell is built again because publishing ran out of time; the ledger is a file per
-    package and epoch, so three bumps drain. ``pytest -s`` prints the numbers (docs/ci.md)."""
-    sim = drain(runners=runners, epochs=bumps, horizon_days=60 if bumps == 1 else 30)
+    at 6 h and no cell is built again because publishing ran out of time or met the rate limit
+    (what a publish job hands on, publish-rest publishes); the ledger is a file per package and
+    epoch, so three bumps drain. With no build failing, the waves are others and two runs'
+    publish jobs meet GitHub's hourly limit together. ``pytest -s`` prints the numbers (docs/ci.md)."""
+    sim = drain(runners=runners, epochs=bumps, horizon_days=60 if bumps == 1 else 30,
+                values={"failure_rate": failure_rate})
     for r in sim.results:
         print(f"{runners} runners, bump {r.epoch}: {r.days:.1f} days, {r.runs} runs, {r.runner_hours:,.0f} runner-h, "
               f"{sum(r.wasted_hours.values()):,.0f} wasted ({dict(r.wasted_hours)}), {r.published} published, "
@@ -312,6 +346,7 @@ def test_the_whole_grid_drains_with_nothing_rebuilt_because_publishing_ran_out_o
         assert r.rebuilt["publish killed"] == 0
         assert r.rebuilt["ledger refused"] == 0
         assert r.rebuilt["artifact expired"] == 0  # waves sized to the retention: a lost shard is a failure
+        assert r.rebuilt["rate limit"] == 0
     assert sim.ledger.largest_file() < GIT_WARN_BYTES
 
 

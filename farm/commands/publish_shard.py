@@ -16,7 +16,9 @@ the link shard's included (``rest`` publishes alone: the whole token), unless ``
 says 1/N. It knows its deadline (``--job-started`` plus ``--job-limit`` less ``--reserve``) and
 stops before it, or once GitHub's rate-limit answers have cost it ``--max-rate-limit-wait`` in
 all: the cells it has not published are reported ``handed-on`` and ``--shard rest`` (the run's
-``publish-rest`` job, with the reports in ``--reports``) publishes them (farm/publish/budget.py).
+``publish-rest`` job, with the reports in ``--reports``) publishes them (farm/publish/budget.py),
+waiting on GitHub's rate limit as long as its own clock allows: it hands on to no job, and a
+cell it does not publish is built again.
 That last job also records each cell of the wave that ended without a wheel, killed at the job
 limit or failed, with the time its jobs ran, as GitHub's listing of the run's jobs says, into the
 ledger's attempts (farm/schedule/attempts.py): the next plan shards or refuses it.
@@ -48,7 +50,14 @@ from farm.provenance.ledgerfiles import ledger_location
 from farm.publish import ghrest
 from farm.publish.artifacts import Source, run_artifacts
 from farm.publish.attestation import subject_lines
-from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, RESERVE_S, JobClock, next_cell_fits, publish_shares
+from farm.publish.budget import (
+    FIRST_CELL_S,
+    MAX_RATE_LIMIT_WAIT_S,
+    RESERVE_S,
+    JobClock,
+    next_cell_fits,
+    publish_shares,
+)
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.githubsettings import GithubSettings
 from farm.publish.ledgerpush import LedgerPusher
@@ -86,7 +95,6 @@ MAX_WHEEL_MEMBERS = 200_000
 # A shard's records are committed and pushed at most this often (a commit hashes the whole ledger).
 PUSH_EVERY_S = 60.0
 REST = "rest"  # the run's last publish job: every cell the others handed on
-FIRST_CELL_S = 60.0  # what a job expects its first cell to take, before it has timed one
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -111,9 +119,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reserve", type=float, default=RESERVE_S / 60, metavar="MIN",
                         help="minutes kept for the last ledger push and the report: the job stops publishing "
                              f"this long before its limit (default {RESERVE_S // 60})")
-    parser.add_argument("--max-rate-limit-wait", type=float, default=MAX_RATE_LIMIT_WAIT_S / 60, metavar="MIN",
+    parser.add_argument("--max-rate-limit-wait", type=float, metavar="MIN",
                         help="minutes the job may wait in all on GitHub's rate-limit answers before it hands the "
-                             f"rest on (default {MAX_RATE_LIMIT_WAIT_S // 60})")
+                             f"rest on (default {MAX_RATE_LIMIT_WAIT_S // 60}; --shard rest, which hands on to no "
+                             "job: its whole clock)")
     parser.add_argument("--subjects", type=Path, metavar="FILE",
                         help="append each published wheel and its _build_info.json here (sha256  name), the "
                              "subjects GitHub's attestation action signs (docs/attestations.md)")
@@ -252,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     limit_s = _minutes(args.job_limit, "--job-limit")
     reserve_s = _minutes(args.reserve, "--reserve")
-    cap_s = _minutes(args.max_rate_limit_wait, "--max-rate-limit-wait")
+    cap_s = (_minutes(args.max_rate_limit_wait, "--max-rate-limit-wait") if args.max_rate_limit_wait is not None
+             else limit_s if args.shard == REST else MAX_RATE_LIMIT_WAIT_S)
     if args.job_started is not None and not math.isfinite(args.job_started):
         raise UsageError(f"--job-started {args.job_started}: epoch seconds")
     plan = read_plan(args.plan)
@@ -293,14 +303,16 @@ def run(args: argparse.Namespace) -> int:
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
         return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)
 
-    timing = {"last": clock.now(), "slowest": 0.0, "first": True}
+    timing = {"last": clock.now(), "slowest": 0.0, "first": True, "waited": 0.0}
 
     def stop() -> str | None:
-        """Why the job stops before the next cell: its clock has no room for it."""
+        """Why the job stops before the next cell: its clock has no room for it. A cell's time
+        leaves out the throttle's waits (its share's hour window can hold a cell for most of an
+        hour): the wait before the next upload is counted once, as that wait."""
         now = clock.now()
         if not timing["first"]:
-            timing["slowest"] = max(timing["slowest"], now - timing["last"])
-        timing["first"], timing["last"] = False, now
+            timing["slowest"] = max(timing["slowest"], now - timing["last"] - (throttle.waited_s - timing["waited"]))
+        timing["first"], timing["last"], timing["waited"] = False, now, throttle.waited_s
         slowest = timing["slowest"] or FIRST_CELL_S
         if next_cell_fits(job.left(now), slowest, throttle.delay("POST")):
             return None

@@ -41,6 +41,7 @@ RESERVE_S = 15 * 60
 MAX_RATE_LIMIT_WAIT_S = 30 * 60
 # Before a cell, a job wants this many times its slowest cell so far left on its clock.
 CELL_MARGIN = 2.0
+FIRST_CELL_S = 60.0  # what a job expects its first cell to take, before it has timed one
 
 
 def publish_shares(cells: Mapping[str, int]) -> dict[str, float]:

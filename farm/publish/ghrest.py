@@ -9,7 +9,9 @@ times and never for longer than ``max_wait_s`` at once: a run past that fails wi
 the time GitHub asked for, instead of sleeping through a job's time limit. A 5xx answer or a
 dropped connection is retried the same bounded way. Every wait is held to the throttle's
 :class:`~farm.publish.ratelimit.WaitBudget` (a publish job's deadline and its cap on rate-limit
-waits), which raises :class:`~farm.errors.OutOfTime` rather than sleep past them.
+waits), which raises :class:`~farm.errors.OutOfTime` rather than sleep past them; where the
+budget is a job's, it alone bounds the rate-limit answers obeyed (not a count of tries), so a
+publish job meeting a limit it cannot wait out hands the cell on instead of failing it.
 
 An upload that lands twice (a retried POST whose first try got through) is answered 422
 ``already_exists`` by GitHub: :meth:`Client.upload` returns None for it and the caller compares
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
+import itertools
 import json
 import urllib.error
 import urllib.parse
@@ -295,12 +298,12 @@ class Client:
         ``hint`` for a 403 or 404, the call's permission)."""
         url = path_or_url if "://" in path_or_url else self.api_url.rstrip("/") + path_or_url
         shown = f"{method} {url.split('?')[0]}"
-        for attempt in range(self.max_retries + 1):
+        for attempt in itertools.count():
             try:
                 answer = self._send(method, url, body, headers or {})
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 reason = getattr(exc, "reason", None) or exc
-                if attempt == self.max_retries:
+                if attempt >= self.max_retries:
                     raise GithubApiError(f"{shown}: cannot reach GitHub ({reason}) after {attempt + 1} tries",
                                          hint="check the network, then run the upload again: it resumes") from None
                 self.throttle.pause(min(2.0 ** attempt, 60.0), rate_limit=False, what=f"{shown}: a retry")
@@ -316,12 +319,14 @@ class Client:
                 raise GithubApiError(f"{shown}: HTTP {answer.status}: {clip(_message(text), 300)}",
                                      status=answer.status,
                                      hint=hint if hint and answer.status in (403, 404) else _hint(answer.status))
-            if attempt == self.max_retries or wait > self.max_wait_s:
+            limited = answer.status in (403, 429)
+            if limited and self.throttle.budget.bounded:
+                pass  # a job's budget bounds its waiting on GitHub's limits (OutOfTime past it)
+            elif attempt >= self.max_retries or wait > self.max_wait_s:
                 raise GithubApiError(
                     f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
                     f"(after {attempt + 1} tries)", status=answer.status,
                     hint="the token's rate limit is spent: run the upload again later, it resumes where it stopped")
-            limited = answer.status in (403, 429)
             self.rate_limited += limited
             self.throttle.pause(wait, rate_limit=limited, what=f"{shown}: HTTP {answer.status}")
         raise AssertionError("unreachable")

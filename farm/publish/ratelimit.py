@@ -92,6 +92,11 @@ class WaitBudget:
     rate_limit_s: float = math.inf
     rate_limit_waited_s: float = 0.0
 
+    @property
+    def bounded(self) -> bool:
+        """A job's budget (a deadline or a cap): what the job cannot wait out, the next job takes."""
+        return math.isfinite(self.deadline) or math.isfinite(self.rate_limit_s)
+
     def allow(self, now: float, seconds: float, *, rate_limit: bool, what: str) -> None:
         """Raise :class:`OutOfTime` unless waiting ``seconds`` from ``now`` fits; else count it."""
         if now + seconds > self.deadline:

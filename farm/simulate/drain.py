@@ -23,17 +23,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import heapq
+import itertools
 import math
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from farm.errors import OutOfTime
 from farm.model.cells import NO_TORCH
 from farm.model.config import FarmConfig, Sharding
 from farm.provenance.ledgerfiles import segment_of
 from farm.provenance.ledgerline import ExistsKey
-from farm.publish.budget import publish_shares
+from farm.publish.budget import FIRST_CELL_S, MAX_RATE_LIMIT_WAIT_S, JobClock, next_cell_fits, publish_shares
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
 from farm.publish.githubsettings import GithubSettings
@@ -57,7 +59,7 @@ from farm.schedule.matrix import Matrix, PlannedCell
 from farm.schedule.outcome import from_reports
 from farm.schedule.recipetimes import RecipeTimes
 from farm.schedule.slices import SHARD_SIZE
-from farm.schedule.stream import ERROR, FAILED, PUBLISHED, CellVerdict, shard_cells
+from farm.schedule.stream import ERROR, FAILED, HANDED_ON, PUBLISHED, CellVerdict, shard_cells
 from farm.simulate.githubsim import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import MB, Inputs
 from farm.simulate.workflow import Workflow
@@ -259,6 +261,7 @@ class DrainRun:
     held: dict[str, float] = field(default_factory=dict)
     artifact_count: int = 1  # the plan
     verdicts: dict[str, CellVerdict] = field(default_factory=dict)
+    handed: list[tuple[str, str]] = field(default_factory=list)  # (cell, package) handed on to publish-rest
     builds_left: int = 0  # build shards whose builds have not all ended (then the link shard's)
     publishes_left: int = 0  # publish jobs not ended
     open: bool = True  # until its chain job ends
@@ -513,7 +516,7 @@ class Drain:
             left[0] -= 1
             if left[0] == 0:
                 self.runners.submit([Job("publish", lambda j: self._publish(run, shard_cells(entries), j),
-                                         lambda j: self._published(run, entries, j),
+                                         lambda j: self._published(run, shard_cells(entries), j),
                                          limit_s=self.wf.publish_timeout_s)])
                 self._builds_done(run, shard)
 
@@ -672,42 +675,62 @@ class Drain:
         run.artifact_count += 2  # the wheel and its fragment
 
     # -- publish jobs ------------------------------------------------------------------------
-    def _request(self, method: str, throttle: Throttle | None) -> Generator[float, None, bool]:
+    def _request(self, method: str, throttle: Throttle | None) -> Process:
         """One REST call as farm's client makes it: its job's throttle first, then GitHub's
-        answer; a refusal is waited out as GitHub asks, at most MAX_RETRIES times and never past
-        MAX_WAIT_S (then the call fails, and the cell's verdict is an error)."""
+        answer; a refusal is waited out as GitHub asks. A publish job's throttle holds the job's
+        budget (farm/publish/budget.py), which alone bounds that: a wait past its deadline or its
+        cap on rate-limit waits raises :class:`OutOfTime` and the job hands the cell on. The
+        chain's calls have none: at most MAX_RETRIES tries, never a wait past MAX_WAIT_S."""
         if throttle is not None and (delay := throttle.delay(method)) > 0:
+            throttle.budget.allow(self.loop.now, delay, rate_limit=False, what="the throttle's pacing")
+            throttle.waited_s += delay
             yield delay
-        for attempt in range(MAX_RETRIES + 1):
+        for attempt in itertools.count():
             self.requests += 1
             wait = self.rest.ask(self.loop.now, method)
             yield self.v.request_s
             if throttle is not None:
                 throttle.sent(method)
             if wait == 0:
-                return True
+                return
             self.rate_limited += 1
-            if attempt == MAX_RETRIES or wait > MAX_WAIT_S:
-                return False
+            if throttle is not None and throttle.budget.bounded:  # a job's budget bounds its waiting, not a count
+                throttle.budget.allow(self.loop.now, wait, rate_limit=True, what=f"{method}: Retry-After")
+                throttle.waited_s += wait
+            elif attempt >= MAX_RETRIES or wait > MAX_WAIT_S:
+                return
             yield wait
-        return False
 
-    def _publish(self, run: DrainRun, cells: list[tuple[str, str]], job: Job) -> Process:
+    def _publish(self, run: DrainRun, cells: list[tuple[str, str]], job: Job, *, rest: bool = False) -> Process:
         """``farm publish-shard`` as the publish job runs it: the run's artifacts listed once (from
         the artifact service: no REST request), then each cell in plan order, its records pushed
         at most once a minute and at the end. Its share of the token: ``--publishers N``'s 1/N, else
-        its cells among the wave's shards', the link shard's included (farm/publish/budget.py)."""
-        if self.wf.publishers:
+        its cells among the wave's shards', the link shard's included (farm/publish/budget.py);
+        ``rest`` (the run's publish-rest job, after all of them) the whole token. It knows its
+        deadline: before a cell without room for it, or on a wait its budget refuses, it hands
+        that cell and every one after it on to publish-rest (``--shard rest``)."""
+        if rest:
+            share = 1.0
+        elif self.wf.publishers:
             share = 1.0 / self.wf.publishers
         else:
             shards = [*run.shards, run.links]
             shares = publish_shares({str(i): len(shard_cells(s)) for i, s in enumerate(shards)})
             share = next((shares[str(i)] for i, s in enumerate(shards) if shard_cells(s) == cells), 1.0) or 1.0
-        throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop))
+        clock = JobClock(job.began, self.wf.publish_timeout_s)
+        budget = clock.budget(math.inf if rest else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
+        throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
         yield self.v.publish_setup_s
-        job.pushed_at = self.loop.now
+        job.pushed_at = last = self.loop.now
+        slowest = waited = 0.0
         seen: set[str] = set()  # the releases this job has read (farm/publish/releases.py: ReleaseCache)
-        for cid, package in cells:
+        for i, (cid, package) in enumerate(cells):
+            if i:  # as farm publish-shard times its cells: from the second on, less the throttle's waits
+                slowest = max(slowest, self.loop.now - last - (throttle.waited_s - waited))
+            last, waited = self.loop.now, throttle.waited_s
+            if not next_cell_fits(clock.left(last), slowest or FIRST_CELL_S, throttle.delay("POST")):
+                self._hand_on(run, cells[i:], "publish killed")  # its clock has no room: publishing ran out of time
+                break
             state = self.cells[cid]
             uploaded = run.artifacts.get(cid)
             if uploaded is None:
@@ -717,17 +740,26 @@ class Drain:
                 run.verdicts[cid] = CellVerdict(cid, package, ERROR, detail="artifact expired")
                 state.unpublished_why = "artifact expired"
                 continue
-            if not (yield from self._publish_cell(state, throttle, seen)):
-                run.verdicts[cid] = CellVerdict(cid, package, ERROR, detail="rate limit")
-                state.unpublished_why = "rate limit"
-                continue
+            try:
+                yield from self._publish_cell(state, throttle, seen)
+            except OutOfTime as exc:
+                self._hand_on(run, cells[i:], "publish killed" if "deadline" in exc.message else "rate limit")
+                break
             job.unpushed.append(state)
             run.verdicts[cid] = CellVerdict(cid, package, PUBLISHED, (state.planned.wheel,))
             if self.loop.now - job.pushed_at >= 60:
                 yield from self._push(job)
         yield from self._push(job)
 
-    def _publish_cell(self, state: CellState, throttle: Throttle, seen: set[str]) -> Generator[float, None, bool]:
+    def _hand_on(self, run: DrainRun, cells: list[tuple[str, str]], why: str) -> None:
+        """Cells a publish job leaves to publish-rest (``handed-on``); ``why`` is the limit that
+        rebuilds them if publish-rest cannot publish them either."""
+        for cid, package in cells:
+            run.verdicts[cid] = CellVerdict(cid, package, HANDED_ON, detail=why)
+            run.handed.append((cid, package))
+            self.cells[cid].unpublished_why = why
+
+    def _publish_cell(self, state: CellState, throttle: Throttle, seen: set[str]) -> Process:
         """One cell as :func:`cell_requests` says the path asks GitHub, with the transfers: the
         wheel downloaded and gated, then uploaded (or, sent before without a record, read back)."""
         v, t, c = self.v, state.truth, state.planned.cell
@@ -740,16 +772,14 @@ class Drain:
         wheel_s = t.wheel_bytes / MB
         yield wheel_s / v.download_mb_s + wheel_s / v.gate_mb_s  # its artifacts, from the artifact service
         for method in calls:
-            if not (yield from self._request(method, throttle)):
-                return False
+            yield from self._request(method, throttle)
         self.releases.setdefault(tag, 0)
         if state.asset:
             yield wheel_s / v.download_mb_s + wheel_s / v.gate_mb_s
-            return True
+            return
         yield wheel_s / v.upload_mb_s
         state.asset = True
         self.releases[tag] += 1
-        return True
 
     def _push(self, job: Job) -> Process:
         job.pushed_at = self.loop.now
@@ -768,15 +798,24 @@ class Drain:
                 state.unpublished_why = "ledger refused"
         job.unpushed.clear()
 
-    def _published(self, run: DrainRun, entries: list[dict[str, Any]], job: Job) -> None:
-        if job.killed:  # its report is never uploaded: the chain sees no verdict of this shard
+    def _published(self, run: DrainRun, cells: list[tuple[str, str]], job: Job, *, rest: bool = False) -> None:
+        """A publish job ended; after the last, publish-rest publishes what they handed on (a
+        job of seconds when none was), with a fresh clock and the whole token; then the chain.
+        What publish-rest hands on in turn is not published: the next wave builds it again."""
+        if job.killed:  # its report is never uploaded: the chain sees no verdict of these cells
             for state in job.unpushed:
                 state.unpublished_why = "publish killed"
-            for cid, _ in shard_cells(entries):
+            for cid, _ in cells:
                 run.verdicts.pop(cid, None)
+        if rest:
+            self._chain(run)
+            return
         run.publishes_left -= 1
         if run.publishes_left == 0:
-            self._chain(run)
+            handed, run.handed = run.handed, []
+            self.runners.submit([Job("publish", lambda j: self._publish(run, handed, j, rest=True),
+                                     lambda j: self._published(run, handed, j, rest=True),
+                                     limit_s=self.wf.publish_timeout_s)])
 
 
 def cell_requests(seen: bool, recorded: bool, assets: int, *, adopt: bool = False,
