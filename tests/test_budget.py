@@ -15,9 +15,6 @@ from farm.publish.budget import (
     JobClock,
     next_cell_fits,
     publish_shares,
-    request_plan,
-    throttle_seconds,
-    window_seconds,
 )
 from farm.publish.ghrest import GithubApiError, GithubRelease
 from farm.publish.ratelimit import Limit, Throttle, github_limits
@@ -40,28 +37,6 @@ def test_a_share_of_the_limits_is_that_fraction_of_githubs_numbers() -> None:
     assert [limit.count for limit in big] == [262, 20, 131]
     with pytest.raises(ValueError, match="a share"):
         github_limits(share=0)
-
-
-def test_requests_are_one_upload_per_asset_and_one_per_release() -> None:
-    tags = ["a-e1"] * 100 + ["b-e1"] * 50 + ["c-e1"] * 106
-    plan = request_plan(tags, known={"a-e1", "b-e1"})
-    assert (plan.uploads, plan.reads, plan.creates) == (256, 2, 1)
-    assert plan.requests == 259
-    assert plan.content == 257
-    assert plan.per_asset == pytest.approx(259 / 256)
-    assert request_plan([], known=()).per_asset == 0
-
-
-def test_the_throttle_needs_whole_periods_past_the_first_window() -> None:
-    hour = Limit("h", 50, 3600.0, content=True)
-    assert window_seconds(0, hour) == 0
-    assert window_seconds(50, hour) == 0
-    assert window_seconds(51, hour) == 3600
-    assert window_seconds(256, hour) == 5 * 3600
-    # a ninth of the token: 256 uploads take 5 h of its 50 an hour; a share by cells, under 2 h
-    plan = request_plan(["t"] * 256, known={"t"})
-    assert throttle_seconds(plan, github_limits(publishers=9)) == 5 * 3600
-    assert throttle_seconds(plan, github_limits(share=256 / 878)) == 3600
 
 
 def test_the_job_clock_stops_before_the_limit_and_bounds_every_wait() -> None:

@@ -430,7 +430,7 @@ def test_the_index_root_leads_to_the_find_page(site: Page) -> None:
 def test_index_tree_keeps_pep503_bytes_and_prunes_compat(doctor_wheel: Path, tmp_path: Path) -> None:
     root = tmp_path / "index"
     sha = sha256_file(doctor_wheel)
-    _, report = index.publish(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None)
+    report = index.publish_each(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None).report
     stored = index.stored(root, doctor_wheel.name, lambda n: sha)
     for rel, data in index.render([stored]).items():  # what the tree held before compatibility pages
         assert (root / rel).read_bytes() == data, rel
@@ -455,7 +455,7 @@ def served_fleet(cuda_fixtures: CudaFixtures, cuda_home: Path,
                                                         "'demo_pin=={version:demo_pin}+{local:demo_pin}']\n"})
     root = work / "index"
     shas = {p.name: sha256_file(p) for p in wheels.values()}
-    index.publish(root, [(p, shas[p.name]) for p in wheels.values()], shas.get)
+    assert index.publish_each(root, [(p, shas[p.name]) for p in wheels.values()], shas.get).report is not None
     server, url = serve_dir(root, work / "http.log")
     try:
         yield url, wheels

@@ -423,7 +423,7 @@ def test_doctor_reads_a_served_index(venv: Path, doctor_wheel: Path, tmp_path: P
 
     root = tmp_path / "index"
     sha = sha256_file(doctor_wheel)
-    index.publish(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None)
+    assert index.publish_each(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None).report
     server, url = serve_dir(root, tmp_path / "http.log")
     try:
         rc, doc = _doctor("--python", str(venv), "--device", "9.0", "--driver", "580.65.06", "--index-url", url)
@@ -442,7 +442,7 @@ def test_the_index_a_wheel_came_from_names_its_fix(doctor_wheel: Path, tmp_path:
     with no --index-url. FARM_INDEX_URL names another index instead."""
     root = tmp_path / "index"
     sha = sha256_file(doctor_wheel)
-    index.publish(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None)
+    assert index.publish_each(root, [(doctor_wheel, sha)], lambda n: sha if n == doctor_wheel.name else None).report
     server, url = serve_dir(root, tmp_path / "http.log")
     try:
         python = fresh_venv(tmp_path / "venv")

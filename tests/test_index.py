@@ -54,10 +54,11 @@ def _sha(entries: dict[str, LedgerEntry]) -> index.EntryLookup:
 
 def _publish(root: Path, wheels: list[Path], entries: dict[str, LedgerEntry]) -> index.IndexReport:
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
-    uploads, report = index.publish(root, pairs, _sha(entries))
-    assert report is not None
-    assert {u.action for u in uploads} == {"stored"}
-    return report
+    batch = index.publish_each(root, pairs, _sha(entries))
+    assert batch.report is not None
+    assert not batch.refused
+    assert {u.action for u in batch.uploads} == {"stored"}
+    return batch.report
 
 
 def _links(page: Path) -> list[dict[str, str]]:
@@ -157,14 +158,15 @@ def test_same_name_other_hash_refused_and_reupload_is_a_noop(built: Built, tmp_p
     _publish(root, wheels, entries)
     snapshot = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
-    uploads, _ = index.publish(root, pairs, _sha(entries))
-    assert {u.action for u in uploads} == {"present"}
+    assert {u.action for u in index.publish_each(root, pairs, _sha(entries)).uploads} == {"present"}
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
     rebuilt = make_wheel(tmp_path / "rebuilt", "alpha", "1.0+cu128torch2.8", {"alpha/__init__.py": b"# other\n"})
     assert rebuilt.name == wheels[0].name
-    with pytest.raises(DefectError, match="never overwritten"):
-        index.publish(root, [(rebuilt, hashlib.sha256(rebuilt.read_bytes()).hexdigest())], _sha(entries))
+    batch = index.publish_each(root, [(rebuilt, hashlib.sha256(rebuilt.read_bytes()).hexdigest())], _sha(entries))
+    assert [name for name, _ in batch.refused] == [rebuilt.name]
+    assert "the index holds sha256" in batch.refused[0][1]
+    assert batch.report is None
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
 
@@ -178,7 +180,7 @@ def test_wheel_changed_after_the_gate_is_not_stored(built: Built, tmp_path: Path
     with wheels[1].open("ab") as fh:
         fh.write(b"\0")  # the file changes between the gate and the copy
     with pytest.raises(DefectError, match=f"changed after the gate checked it: sha256 [0-9a-f]{{64}}, not {checked}"):
-        index.publish(root, [(wheels[1], checked)], _sha(entries))
+        index.publish_each(root, [(wheels[1], checked)], _sha(entries))
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == snapshot
 
 
@@ -258,15 +260,15 @@ def test_dry_run_writes_nothing(built: Built, tmp_path: Path) -> None:
     wheels, entries = built
     root = tmp_path / "index"
     pairs = [(w, hashlib.sha256(w.read_bytes()).hexdigest()) for w in wheels]
-    uploads, report = index.publish(root, pairs, _sha(entries), dry_run=True)
-    assert report is None
-    assert {u.action for u in uploads} == {"stored"}
+    batch = index.publish_each(root, pairs, _sha(entries), dry_run=True)
+    assert batch.report is None
+    assert {u.action for u in batch.uploads} == {"stored"}
     assert not root.exists()
     _publish(root, wheels, entries)
     (root / "index.html").unlink()
-    uploads, report = index.publish(root, pairs, _sha(entries), dry_run=True)
-    assert report is None
-    assert {u.action for u in uploads} == {"present"}
+    batch = index.publish_each(root, pairs, _sha(entries), dry_run=True)
+    assert batch.report is None
+    assert {u.action for u in batch.uploads} == {"present"}
     assert not (root / "index.html").exists()
 
 

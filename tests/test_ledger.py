@@ -15,12 +15,13 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from farm.errors import EXIT_BAD_INPUT, LedgerError
 from farm.provenance import buildinfo, ledgercache, ledgerfiles, ledgerline, shape
 from farm.provenance import buildinfo as buildinfo_mod
 from farm.provenance import ledger as ledger_mod
-from farm.provenance.ledger import LedgerIndex, _read_lines, iter_entries
+from farm.provenance.ledger import LedgerIndex, _lines, iter_entries
 from farm.provenance.ledgerline import (
     ExistsKey,
     Provenance,
@@ -65,8 +66,8 @@ def test_index_lookups_by_key_filename_and_sha(tmp_path: Path) -> None:
     assert rec.line == 2
     assert rec.filename == entries[1]["filename"]
     assert key in index
-    assert key._replace(build_epoch=1) not in index
-    assert index.get(key._replace(build_epoch=2)).line == 4  # type: ignore[union-attr]
+    assert replace(key, build_epoch=1) not in index
+    assert index.get(replace(key, build_epoch=2)).line == 4  # type: ignore[union-attr]
     assert index.by_filename(entries[3]["filename"]).line == 4  # type: ignore[union-attr]
     assert index.by_sha256(entries[2]["sha256"]).line == 3  # type: ignore[union-attr]
     assert index.by_filename("nope-1.0-py3-none-any.whl") is None
@@ -82,7 +83,7 @@ def test_inferred_entries_count_as_epoch_0_and_asserted_outranks_them(tmp_path: 
     index = LedgerIndex.load(write_ledger(tmp_path / "l.jsonl", [inferred, asserted]))
     key = ExistsKey("demo_ext", "0.1.0", "12.8", "2.8", "cp311", "linux_x86_64", 0)
     assert index.get(key).provenance is Provenance.ASSERTED  # type: ignore[union-attr]
-    assert key._replace(build_epoch=5) not in index
+    assert replace(key, build_epoch=5) not in index
 
     only_inferred = LedgerIndex.load(write_ledger(tmp_path / "i.jsonl", [inferred]))
     assert only_inferred.get(key).provenance is Provenance.INFERRED  # type: ignore[union-attr]
@@ -461,8 +462,20 @@ def test_lines_are_read_whole_whatever_the_read_size(size: int) -> None:
     """The index reads in large chunks; a line split across reads (or longer than one) is whole."""
 
     text = b'{"a":1}\n' + b"x" * 200 + b"\n\n" + b'{"b":"' + b"y" * 100 + b'"}'
-    lines = [bytes(line) for line in _read_lines(io.BytesIO(text), Path("ledger.jsonl"), size)]
-    assert lines == text.splitlines(keepends=True)
+    lines = text.splitlines(keepends=True)
+    offsets = [sum(map(len, lines[:i])) for i in range(len(lines))]
+    assert list(_lines(io.BytesIO(text), Path("ledger.jsonl"), size)) == list(zip(range(1, 5), offsets, lines, strict=True))
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 1 << 22])
+def test_a_line_over_the_cap_is_refused_whatever_the_read_size(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One cap, wherever a read ends: a line of MAX_LINE bytes is read, one byte more is refused."""
+    monkeypatch.setattr(ledger_mod, "MAX_LINE", 100)
+    fits = b"x" * 99 + b"\n"
+    assert [n for n, _, _ in _lines(io.BytesIO(fits * 2), Path("ledger.jsonl"), size)] == [1, 2]
+    for text in (fits + b"y" * 100 + b"\n", fits + b"y" * 101):
+        with pytest.raises(LedgerError, match="line 2 is longer than 100 bytes"):
+            list(_lines(io.BytesIO(text), Path("ledger.jsonl"), size))
 
 
 # --------------------------------------------------------------------------------------------

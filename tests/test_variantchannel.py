@@ -51,7 +51,7 @@ def _wheel(out: Path, dist: str, found: str, *, torch: str = "none", provenance:
 def _tree(tmp_path: Path, wheels: list[Path]) -> tuple[Path, Ledger]:
     root = tmp_path / "index"
     ledger = {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels}
-    index.publish(root, [(w, ledger[w.name]) for w in wheels], ledger.get)
+    assert index.publish_each(root, [(w, ledger[w.name]) for w in wheels], ledger.get).report is not None
     return root, ledger
 
 

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from farm.load.recipes import load_config
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.ledgerline import dumps_entry
 from farm.schedule.matrix import PlannedCell, compute_matrix
-from farm.schedule.outcome import decide, from_reports, read_artifacts
+from farm.schedule.outcome import from_reports
 from farm.schedule.slices import SHARD_SIZE, slice_plan
 from farm.schedule.stream import PUBLISHED, REFUSED, CellVerdict
 from farm.schedule.waves import schedule
@@ -182,18 +181,6 @@ def plan_of(cells: list[tuple[str, str]], deferred: int) -> dict[str, Any]:
     return {"cells": [{"id": i, "package": p} for i, p in cells], "totals": {"deferred": deferred}}
 
 
-def artifact(folder: Path, cell_id: str, *names: str) -> None:
-    """A cell job's artifact: each ``.whl`` a zip archive, each fragment a small JSON file."""
-    d = folder / f"wheels-{cell_id}"
-    d.mkdir(parents=True)
-    for name in names:
-        if name.endswith(".whl"):
-            with zipfile.ZipFile(d / name, "w") as zf:
-                zf.writestr("pkg/__init__.py", f"# {name}\n")
-        else:
-            (d / name).write_text(json.dumps({"filename": name}))
-
-
 CELLS = [("a-1.0-cu128-torch2.8-cp311-linux_x86_64", "a"), ("a-1.0-cu128-torch2.8-cp312-linux_x86_64", "a"),
          ("b-2.0-cu128-notorch-cp311-linux_x86_64", "b")]
 
@@ -209,13 +196,10 @@ CELLS = [("a-1.0-cu128-torch2.8-cp311-linux_x86_64", "a"), ("a-1.0-cu128-torch2.
         ((), 0, False, False),
     ],
 )
-def test_the_publish_decision_follows_the_cells(tmp_path: Path, built: tuple[int, ...], deferred: int,
-                                                publish: bool, next_wave: bool) -> None:
-    folder = tmp_path / "cells"
-    for i in built:
-        cid = CELLS[i][0]
-        artifact(folder, cid, f"{cid}.whl", f"{cid}.whl.ledger.json")
-    outcome = decide(plan_of(CELLS, deferred), read_artifacts(folder))
+def test_the_publish_decision_follows_the_cells(built: tuple[int, ...], deferred: int, publish: bool,
+                                                next_wave: bool) -> None:
+    verdicts = {CELLS[i][0]: CellVerdict(CELLS[i][0], CELLS[i][1], PUBLISHED, (f"{CELLS[i][0]}.whl",)) for i in built}
+    outcome = from_reports(plan_of(CELLS, deferred), verdicts)
     assert (outcome.publish, outcome.next_wave) == (publish, next_wave)
     assert {c.id for c in outcome.failed} == {CELLS[i][0] for i in range(3) if i not in built}
 

@@ -103,10 +103,6 @@ def lines_for(device: Device) -> tuple[str, ...]:
     return tuple(line for line in KNOWN_CUDA_LINES if (device.number, "") in supported_targets(line))
 
 
-def generation(device: Device) -> str | None:
-    return _NAMES.get((device.major, device.minor), (None, ""))[0]
-
-
 def products(device: Device) -> str:
     """Example products of a capability ("" when farm names none)."""
     return _NAMES.get((device.major, device.minor), ("", ""))[1]

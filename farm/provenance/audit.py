@@ -146,8 +146,9 @@ def _newest_by_cell(ledger: LedgerIndex) -> dict[tuple[Any, ...], Any]:
     for rec in ledger.records:
         if rec.key is None or rec.provenance != buildinfo.ASSERTED:
             continue
-        cell, epoch = tuple(rec.key[:-1]), rec.key[-1]
-        if cell not in newest or epoch > newest[cell].key[-1]:
+        k = rec.key
+        cell, epoch = (k.package, k.version, k.cuda, k.torch, k.python, k.platform), k.build_epoch
+        if cell not in newest or epoch > newest[cell].key.build_epoch:
             newest[cell] = rec
     return newest
 
@@ -158,7 +159,7 @@ def _superseder(ledger: LedgerIndex, newest: Mapping[tuple[Any, ...], Any], prov
     cell = provenance.cell
     key = (provenance.package, provenance.version, cell.cuda, cell.torch, cell.python, cell.platform)
     rec = newest.get(key)
-    if rec is None or provenance.build_epoch is None or rec.key[-1] <= provenance.build_epoch:
+    if rec is None or provenance.build_epoch is None or rec.key.build_epoch <= provenance.build_epoch:
         return None
     entry = ledger.ledger_entry(rec)
     if not entry.published or entry.info.archs.expected != dict(today_map):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
+from msgspec.structs import replace
 
 from farm.errors import LedgerError
 from farm.filestamp import stamp
@@ -60,43 +61,43 @@ def _too_long(path: Path, number: int) -> LedgerError:
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """(line number, byte offset, raw line) for every line, streaming."""
+    """(line number, byte offset, raw line) for every line of the ledger file at ``path``, streaming."""
     with _open(path) as handle:
-        offset = 0
-        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE + 1), b""), start=1):
-            if len(raw) > MAX_LINE:
-                raise _too_long(path, number)
-            yield number, offset, raw
-            offset += len(raw)
+        yield from _lines(handle, path)
 
 
-def _read_lines(handle: BinaryIO, path: Path, size: int = 1 << 22) -> Iterator[bytes | memoryview]:
-    """The lines of ``handle`` (each with its newline), read 4 MiB at a time and handed out as
-    views into the read: no copy per line, and no line-by-line buffering. A line longer than a
-    read is joined once from its pieces; one longer than :data:`MAX_LINE` is refused."""
-    pending: list[bytes] = []
-    lines = 0  # complete lines before this chunk: names a line too long to hold
+def _lines(handle: BinaryIO, path: Path, size: int = 1 << 22) -> Iterator[tuple[int, int, bytes]]:
+    """:func:`numbered_lines` of an open file: read 4 MiB at a time, not line by line; a line split
+    across reads is joined from its pieces, and one longer than :data:`MAX_LINE` is refused before
+    it is held whole."""
+    number = offset = 0
+    pending = b""  # the start of a line that a read ended in
     while chunk := handle.read(size):
-        first = chunk.find(b"\n") + 1
-        if not first:
-            pending.append(chunk)
-            if len(pending) * size > MAX_LINE:
-                raise _too_long(path, lines + 1)
-            continue
-        lines += chunk.count(b"\n")
-        start = 0
-        if pending:
-            pending.append(chunk[:first])
-            yield b"".join(pending)
-            pending, start = [], first
-        view, find = memoryview(chunk), chunk.find
+        start, find = 0, chunk.find
         while end := find(b"\n", start) + 1:
-            yield view[start:end]
-            start = end
-        if start < len(chunk):
-            pending.append(chunk[start:])
+            number += 1
+            line = pending + chunk[start:end] if pending else chunk[start:end]
+            if len(line) > MAX_LINE:
+                raise _too_long(path, number)
+            yield number, offset, line
+            offset += len(line)
+            pending, start = b"", end
+        pending += chunk[start:]
+        if len(pending) > MAX_LINE:
+            raise _too_long(path, number + 1)
     if pending:
-        yield b"".join(pending)
+        yield number + 1, offset, pending
+
+
+def _line_at(path: Path, offset: int, number: int) -> bytes:
+    """The line of the ledger file at ``path`` that starts at ``offset`` (line ``number``), under
+    the same cap."""
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        line = handle.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise _too_long(path, number)
+    return line
 
 
 def iter_entries(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -114,34 +115,32 @@ def _parse(path: Path, handle: BinaryIO, segment: str = "") -> list[Record]:
     """The validated record of every line of ``handle`` (the ledger file at ``path``, the
     ledger's ``segment``)."""
     records: list[Record] = []
-    offset = 0
-    for number, raw in enumerate(_read_lines(handle, path), 1):
+    for number, offset, raw in _lines(handle, path):
         # Once per line (30,000 at the public farm's scale): decode and build the record, no
         # more. What the types cannot check (the spelling of filenames and sha256s) is checked
         # for all lines at once by _check_spelling.
         try:
             k = decode_key_fields(raw)
         except msgspec.MsgspecError:
-            rec = _slow_record(path, raw, number, offset, records)._replace(segment=segment)
+            rec = replace(_slow_record(path, raw, number, offset, records), segment=segment)
         else:
             c, counts = k.cell, k.toolchain.compile_cache
             key = ExistsKey(k.package, k.version, c.cuda, c.torch, c.python, c.platform, k.build_epoch)
             rec = Record(number, offset, k.filename, k.sha256, Provenance.ASSERTED, key, k.arch_list.normalised,
                          segment, k.duration_s, None if counts is None else (counts.compiles, counts.hits))
         records.append(rec)
-        offset += len(raw)
     _check_spelling(path, records)
     return records
 
 
-def _slow_record(path: Path, raw: bytes | memoryview, number: int, offset: int,
+def _slow_record(path: Path, raw: bytes, number: int, offset: int,
                  before: list[Record]) -> Record:
     """The record of a line the typed decoder refused (an inferred entry, or a bad one): parsed
     in full, accepted or explained. The lines ``before`` it are checked first, so the error
     raised is always the first bad line's."""
     where = f"{path}:{number}"
     try:
-        entry = parse_line(bytes(raw), where)
+        entry = parse_line(raw, where)
         return validate_entry(entry, where, number, offset)
     except LedgerError:
         _check_spelling(path, before)
@@ -168,9 +167,7 @@ def _check_spelling(path: Path, records: list[Record]) -> None:
         sha, filename = rec.sha256, rec.filename
         if not (SHA256_HEX.match(sha) and bare_wheel_name(filename)):
             where = f"{path}:{rec.line}"
-            with path.open("rb") as handle:
-                handle.seek(rec.offset)
-                validate_entry(parse_line(handle.readline(), where), where)
+            validate_entry(parse_line(_line_at(path, rec.offset, rec.line), where), where)
             raise entry_error(where, f"{filename!r} (sha256 {sha!r}) is not a bare wheel name with a sha256")
 
 
@@ -284,11 +281,8 @@ class LedgerIndex:
     def entry(self, record: Record) -> dict[str, Any]:
         """The full entry of ``record``, re-read from its line."""
         file = self.file(record)
-        with file.open("rb") as handle:
-            handle.seek(record.offset)
-            raw = handle.readline()
         where = f"{file}:{record.line}"
-        entry = parse_line(raw, where)
+        entry = parse_line(_line_at(file, record.offset, record.line), where)
         if validate_entry(entry, where).filename != record.filename:
             raise LedgerError("the ledger changed since it was indexed", where=where,
                               hint="load the index again")

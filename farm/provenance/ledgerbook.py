@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec.structs import replace
+
 from farm.errors import LedgerError
 from farm.filestamp import Stamp, stamp
 from farm.provenance.buildinfo import LedgerEntry
@@ -180,7 +182,7 @@ class LedgerBook:
         finally:
             os.close(fd)
         number = self._lines[segment] = self._lines.get(segment, 0) + 1
-        rec = rec._replace(line=number, offset=offset, segment=segment)
+        rec = replace(rec, line=number, offset=offset, segment=segment)
         self.added[rec.filename] = rec
         self._by_sha256.setdefault(rec.sha256, rec)
         self.seen = {**(self.seen or {}), segment: seen}

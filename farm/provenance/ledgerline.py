@@ -14,7 +14,7 @@ import enum
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import msgspec
 import orjson
@@ -34,7 +34,10 @@ class Provenance(str, enum.Enum):
     INFERRED = "inferred"
 
 
-class ExistsKey(NamedTuple):
+# The index holds a record and a key per line (30,000 at the public farm's scale): frozen structs
+# that the garbage collector does not track (they hold no cycle), whose passes over tuples cost more
+# than reading the ledger. array_like: the index cache stores each as an array.
+class ExistsKey(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """A cell plus its effective build epoch: the ledger decides "already built" on this alone."""
 
     package: str
@@ -46,7 +49,7 @@ class ExistsKey(NamedTuple):
     build_epoch: int
 
 
-class Record(NamedTuple):
+class Record(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """What the index keeps of one ledger line (the full entry is re-read from ``offset`` of its
     ``segment``: farm/provenance/ledgerfiles.py; "" for a single-file ledger)."""
 
@@ -106,7 +109,7 @@ _COSTED = {"duration_s": ..., "toolchain": {"compile_cache": ...}}
 CostedKeyFields: Any = projection((BuildInfo, LedgerEntry), "CostedKeyFields",
                                   {"provenance": Literal["asserted"], **_INDEXED, **_COSTED},
                                   missing=tuple(_COSTED))
-decode_key_fields: Callable[[bytes | memoryview], Any] = msgspec.json.Decoder(CostedKeyFields).decode
+decode_key_fields: Callable[[bytes], Any] = msgspec.json.Decoder(CostedKeyFields).decode
 
 
 def bare_wheel_name(filename: str) -> bool:

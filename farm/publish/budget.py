@@ -1,6 +1,5 @@
-"""A publish job's plan (pure): its share of the token's limits, the REST requests it makes, the
-time its throttle needs for them, and when it stops. ``farm publish-shard`` runs by these, and a
-simulation of a drain plans with the same functions.
+"""A publish job's plan (pure): its share of the token's limits and when it stops. ``farm
+publish-shard`` runs by these, and a simulation of a drain plans with the same functions.
 
 What a publish job asks of GitHub's REST API (farm/publish/releases.py):
 
@@ -28,11 +27,10 @@ docs/ci.md). It also stops when GitHub's own rate-limit answers have cost it
 
 from __future__ import annotations
 
-import math
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from farm.publish.ratelimit import Limit, WaitBudget
+from farm.publish.ratelimit import WaitBudget
 from farm.schedule.cost import JOB_LIMIT_S
 
 # Kept free at the end of a publish job: its last ledger commit and push (rebased and retried
@@ -51,60 +49,6 @@ def publish_shares(cells: Mapping[str, int]) -> dict[str, float]:
     up to 1): in proportion to the cells it publishes. A job with no cells gets none."""
     total = sum(max(0, n) for n in cells.values())
     return {job: (max(0, n) / total if total else 0.0) for job, n in cells.items()}
-
-
-@dataclass(frozen=True)
-class RequestPlan:
-    """The REST requests a publish job sends: ``uploads`` (one per asset), ``reads`` (a release
-    looked up by tag) and ``creates`` (a release created)."""
-
-    uploads: int
-    reads: int
-    creates: int
-
-    @property
-    def requests(self) -> int:
-        return self.uploads + self.reads + self.creates
-
-    @property
-    def content(self) -> int:
-        """The content-creating ones (GitHub's secondary limits count these)."""
-        return self.uploads + self.creates
-
-    @property
-    def per_asset(self) -> float:
-        return self.requests / self.uploads if self.uploads else 0.0
-
-
-def request_plan(tags: Iterable[str], known: Container[str]) -> RequestPlan:
-    """The requests of a job that publishes one asset per item of ``tags`` (each asset's release
-    tag), where ``known`` holds the tags the ledger already records assets under."""
-    seen: set[str] = set()
-    uploads = reads = creates = 0
-    for tag in tags:
-        uploads += 1
-        if tag in seen:
-            continue
-        seen.add(tag)
-        if tag in known:
-            reads += 1
-        else:
-            creates += 1
-    return RequestPlan(uploads, reads, creates)
-
-
-def window_seconds(count: int, limit: Limit) -> float:
-    """The least time ``count`` requests take under ``limit``'s sliding window, starting from an
-    empty window: ``limit.count`` go at once, then as many each period."""
-    if count <= 0:
-        return 0.0
-    return (math.ceil(count / limit.count) - 1) * limit.period_s
-
-
-def throttle_seconds(plan: RequestPlan, limits: Iterable[Limit]) -> float:
-    """The least time the job's throttle needs for ``plan`` under ``limits`` (its share)."""
-    return max((window_seconds(plan.content if limit.content else plan.requests, limit) for limit in limits),
-               default=0.0)
 
 
 @dataclass(frozen=True)

@@ -343,7 +343,7 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
                 add: Iterable[IndexFile] | None = None, remote: Iterable[IndexFile] = (),
                 attested: Attested | None = None) -> IndexReport:
     """With ``add`` (files about to be stored) the pages are computed and checked, and nothing is
-    written: :func:`publish` refuses before copying anything."""
+    written: :func:`publish_each` checks them before copying anything."""
     files_dir = root / FILES
     names = sorted(p.name for p in files_dir.glob("*.whl")) if files_dir.is_dir() else []
     files = {f.filename: f for f in remote}
@@ -382,23 +382,6 @@ def url_of(filename: str, base_url: str | None, folder: str = FILES) -> str:
     return f"{base_url.rstrip('/')}/{rel}" if base_url else rel
 
 
-def publish(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLookup, *,
-            base_url: str | None = None, dry_run: bool = False) -> tuple[list[IndexUpload], IndexReport | None]:
-    """Store ``(path, sha256)`` wheels under ``files/`` and regenerate the tree.
-
-    Everything is checked before anything is written: a stored file with the same name and
-    another sha256 refuses the batch, and so does a regeneration that would lose a project."""
-    root = Path(root)
-    if dry_run and not root.exists():
-        return _check_new(root, list(wheels), lookup, base_url)[0], None
-    with locked(root):
-        out, plan = _check_new(root, list(wheels), lookup, base_url)
-        if dry_run:
-            return out, None
-        _store(root, plan)
-        return out, _regenerate(root, lookup)
-
-
 def _classify(root: Path, path: Path, sha: str, base_url: str | None
               ) -> tuple[IndexUpload | None, tuple[Path, str, bytes] | None, str | None]:
     """One wheel: already stored (the same bytes), to store (with its METADATA), or refused
@@ -413,30 +396,6 @@ def _classify(root: Path, path: Path, sha: str, base_url: str | None
     if metadata is None:
         return None, None, f"{path.name}: no .dist-info/METADATA"
     return IndexUpload(path.name, url_of(path.name, base_url), "stored"), (path, sha, metadata), None
-
-
-def _check_new(root: Path, wheels: list[tuple[Path, str]], lookup: EntryLookup,
-               base_url: str | None) -> tuple[list[IndexUpload], list[tuple[Path, str, bytes]]]:
-    """What publishing ``wheels`` would store; raises before anything is written."""
-    conflicts: list[str] = []
-    plan: list[tuple[Path, str, bytes]] = []
-    out: list[IndexUpload] = []
-    for path, sha in wheels:
-        upload, store, refusal = _classify(root, path, sha, base_url)
-        if refusal is not None:
-            conflicts.append(refusal)
-            continue
-        assert upload is not None
-        out.append(upload)
-        if store is not None:
-            plan.append(store)
-    if conflicts:
-        raise DefectError(
-            "refused, nothing stored: " + "; ".join(conflicts), where=str(root),
-            hint="a published file name is never overwritten: bump build_epoch to rebuild under a new name",
-        )
-    _check_pages(root, lookup, plan)
-    return out, plan
 
 
 def _check_pages(root: Path, lookup: EntryLookup, plan: list[tuple[Path, str, bytes]]) -> None:

@@ -3,7 +3,7 @@
 A wave is one workflow run: the matrix job schedules at most the run's job capacity (see
 :func:`farm.schedule.waves.schedule`), each cell job uploads its wheelhouse as the artifact
 ``wheels-<cell id>``, the publish job of each build shard publishes those artifacts one at a time
-(farm/schedule/stream.py, each cell checked by :func:`decide`) and reports a verdict per cell.
+(farm/schedule/stream.py, each cell's artifact checked by :func:`read_artifacts`) and reports a verdict per cell.
 The chain job then decides here, from the reports (:func:`from_reports`), never from the wheels:
 
 - a cell is **built** when its wheel was published and recorded; otherwise it **failed** (its job
@@ -15,7 +15,7 @@ The chain job then decides here, from the reports (:func:`from_reports`), never 
   wave that deferred cells has started the next one already, when its builds ended (the
   workflow's ``next-wave`` job), while it publishes.
 
-:func:`decide` and :func:`from_reports` are pure; :func:`read_artifacts` is the I/O around them.
+:func:`from_reports` is pure; :func:`read_artifacts` is the I/O around it.
 """
 
 from __future__ import annotations
@@ -114,22 +114,6 @@ def _refuse_strangers(strangers: Sequence[str], what: str, artifacts: str) -> No
         raise UsageError(f"{what} for cells this wave did not schedule: {', '.join(strangers[:5])}"
                          + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
                          hint=f"download only this run's {artifacts} artifacts")
-
-
-def decide(plan: Mapping[str, Any], artifacts: Mapping[str, Sequence[Path]]) -> WaveOutcome:
-    """The outcome of a wave whose matrix JSON is ``plan`` (``farm matrix --json``: ``cells`` are
-    the scheduled cells, ``totals.deferred`` the rest) given ``artifacts``: cell id -> the files of
-    its ``wheels-<id>`` artifact. An artifact of a cell the plan did not schedule is refused: its
-    wheels would be published without the matrix having asked for them."""
-    cells, deferred, held = plan_cells(plan)
-    ids = {cid for cid, _ in cells}
-    _refuse_strangers(sorted(set(artifacts) - ids), "artifact(s)", "wheels-*")
-    results = []
-    for cid, package in cells:
-        files = tuple(sorted(artifacts.get(cid, ())))
-        wheels = tuple(p.name for p in files if p.name.endswith(".whl"))
-        results.append(CellResult(cid, package, wheels, files))
-    return WaveOutcome(tuple(results), deferred, held)
 
 
 # What an artifact may hold: a wheel no larger than the wheel reader accepts uncompressed, a ledger
