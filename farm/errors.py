@@ -11,7 +11,6 @@ and maps to one exit code of the command-line contract:
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
 import re
@@ -59,6 +58,9 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
         best = min(numbered, key=lambda o: distance(_number(o)[1]))  # type: ignore[index]
         return f"did you mean {best!r}?"
+    # imported here: only a mistyped name pays for it, not every command that loads these errors
+    import difflib  # noqa: PLC0415
+
     close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else ""
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -433,6 +434,30 @@ def test_nothing_to_build_writes_zero_shards(tmp_path: Path, capsys: pytest.Capt
     assert data["cells"] == []
     assert read_outputs(output) == {"shard_count": "0", "total": "0", "deferred": "0",
                                     "deferred_by_package": "{}", "link_count": "0", "lint_failed": "[]"}
+
+
+# -- what the command loads ------------------------------------------------------------------
+# Every CI run and every user pays for farm matrix's imports before any work.
+UNUSED_BY_THE_MATRIX = ("farm.publish.ghrest", "farm.publish.releases", "farm.publish.twine",
+                        "farm.publish.indextarget", "farm.publish.publish", "farm.binary.wheelfile",
+                        "farm.schedule.outcome", "farm.commands.doctor", "jsonschema", "zstandard", "zipfile",
+                        "difflib", "urllib.request", "http.client", "email")
+
+
+def test_the_matrix_loads_no_publishing_wheel_or_schema_code(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A matrix over a ledger of built cells, in a fresh interpreter: the publish clients, the wheel
+    and schema readers and the suggestion matcher are imported where they are used, never on its path."""
+    root = make_tree(tmp_path)
+    _, first, _ = farm_matrix(capsys, root)
+    ledger_from_cells(root, first["cells"][:5])
+    code = ("import sys\nfrom farm.cli import main\n"
+            f"rc = main(['matrix', '--root', {str(root)!r}, '--json', '--no-lint'])\n"
+            f"print(rc, [m for m in {UNUSED_BY_THE_MATRIX!r} if m in sys.modules], file=sys.stderr)")
+    # coverage's start-up in a measured child imports modules of its own
+    env = {k: v for k, v in os.environ.items() if k not in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert run.stderr.splitlines()[-1] == "0 []"
 
 
 # -- lint in the loop ------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from typing import Any
 import msgspec
 
 from farm.builder.compilecache import backend_for
-from farm.commands.slice import read_plan
 from farm.errors import UsageError
 from farm.fsutil import atomic_write
 from farm.load.recipes import load_config
@@ -62,7 +61,6 @@ from farm.schedule.matrixlint import (
     lint_packages,
     stale_ignores,
 )
-from farm.schedule.outcome import plan_cells
 from farm.schedule.recipetimes import recipe_times
 from farm.schedule.slices import SHARD_SIZE
 from farm.schedule.waves import Wave, deferred_error, wave_advice
@@ -244,7 +242,12 @@ def run(args: argparse.Namespace) -> int:
     matrix = compute_matrix(config, ledger, filters, overwrite=args.overwrite)
     # the cells of runs that still build or publish them (built, not yet in the ledger): never twice
     queued = len(matrix.cells)
-    matrix = without_cells(matrix, {cid for path in args.hold for cid, _ in plan_cells(read_plan(path))[0]})
+    if args.hold:
+        # imported here: the plan and artifact readers (and the zip reader behind them) serve --hold only
+        from farm.commands.slice import read_plan  # noqa: PLC0415
+        from farm.schedule.outcome import plan_cells  # noqa: PLC0415
+
+        matrix = without_cells(matrix, {cid for path in args.hold for cid, _ in plan_cells(read_plan(path))[0]})
     held_count = queued - len(matrix.cells)
     if not 1 <= args.artifact_retention_days <= 90:
         raise UsageError(f"--artifact-retention-days {args.artifact_retention_days}: GitHub keeps artifacts 1 "

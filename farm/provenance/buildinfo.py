@@ -25,12 +25,11 @@ from dataclasses import dataclass, replace
 from functools import cache, cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Final, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, Self, TypeVar
 
 from packaging.version import InvalidVersion, Version
 
 from farm import jsonread
-from farm.binary.wheelfile import SafeWheel
 from farm.errors import ArchError, FarmError, LedgerError, WheelError
 from farm.fsutil import sha256_file as sha256_file  # re-exported: the hash every provenance records
 from farm.model import label
@@ -48,6 +47,9 @@ from farm.provenance.shape import (
     object_schema,
 )
 from farm.provenance.shape import Absent as Absent
+
+if TYPE_CHECKING:
+    from farm.binary.wheelfile import SafeWheel
 
 SCHEMA_VERSION: Final = 1
 BUILD_INFO_NAME = "_build_info.json"
@@ -819,5 +821,8 @@ def read_embedded(wheel: SafeWheel, *, where: str) -> BuildInfo | None:
 
 def read_wheel(wheel: Path) -> BuildInfo | None:
     """The ``_build_info.json`` of the wheel at ``wheel`` (None: not stamped)."""
+    # imported here: the zip reader is for wheels; the ledger's readers (farm matrix) never open one
+    from farm.binary.wheelfile import SafeWheel  # noqa: PLC0415
+
     with SafeWheel(wheel) as zf:
         return read_embedded(zf, where=str(wheel))
