@@ -161,7 +161,7 @@ def test_the_drain_model_covers_the_queue_once(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "farm")
     config = load_config(root)
     matrix = compute_matrix(config, LedgerIndex.empty())
-    costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, Durations.none())
+    costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, Durations({}, {}))
     waves = drain_model(costed, capacity=10, concurrency=4)
     assert sum(w.uploads for w in waves) == len(costed.matrix.cells)
     assert len(waves) == -(-len(costed.matrix.cells) // 10)
@@ -229,7 +229,7 @@ def test_a_wave_is_sized_so_its_artifacts_outlive_it(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "farm")
     config = load_config(root)
     matrix = compute_matrix(config, LedgerIndex.empty())
-    hours4 = replace(Durations.none(), typical={(n, p): 4 * 3600.0 for n in config.recipes  # each package's record
+    hours4 = replace(Durations({}, {}), typical={(n, p): 4 * 3600.0 for n in config.recipes  # each package's record
                                                  for p in ("linux_x86_64", "linux_aarch64", "win_amd64")})
     costed = cost_matrix(matrix, {n: config.recipe(n).sharding for n in config.recipes}, hours4)
     cells = len(costed.matrix.cells)
@@ -251,9 +251,9 @@ def test_a_warm_plan_shards_by_the_warm_time(tmp_path: Path, capsys: pytest.Capt
     plan = cost_matrix(matrix, sharding, durations, hit_rates=rates, warm=True).plans[first.cell.id]
     assert plan.estimate.seconds == pytest.approx(rates.seconds(key, 20 * 3600.0))
     assert plan.compile_jobs == math.ceil(plan.estimate.seconds / TARGET_JOB_S) == 2
-    kept = cost_matrix(matrix, sharding, durations, hit_rates=rates.kept(retained=True)).plans[first.cell.id]
+    kept = cost_matrix(matrix, sharding, durations, hit_rates=replace(rates, retained=True)).plans[first.cell.id]
     assert kept.compile_jobs == 1  # the store holds all of it: 20 h at the cost of a hit
-    assert kept.estimate.seconds == pytest.approx(rates.kept(retained=True).seconds(key, 20 * 3600.0))
+    assert kept.estimate.seconds == pytest.approx(replace(rates, retained=True).seconds(key, 20 * 3600.0))
 
 
 def test_the_plan_starts_from_a_recipes_measured_time() -> None:
@@ -294,7 +294,7 @@ def test_a_failed_cell_is_built_again_until_the_same_job_failed_three_times(tmp_
                        recipe, None)
 
     def refusal(history: list[Attempt], unchanged: bool = True) -> str | None:
-        costed = cost_matrix(matrix, sharding, Durations.none(), attempts={(key, p.epoch): tuple(history)},
+        costed = cost_matrix(matrix, sharding, Durations({}, {}), attempts={(key, p.epoch): tuple(history)},
                              unchanged=lambda a: unchanged and a.recipe_sha256 == "a" * 64)
         return next((r.reason for r in costed.refused if r.cell.cell.id == c.id), None)
 

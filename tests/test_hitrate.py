@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_a_duration_moves_from_its_own_hit_share_to_the_expected_one() -> None:
     # an estimate (no recorded build of the cell) is a build without a cache
     other = ("x", "12.8", "2.8", "cp311", "linux_x86_64")
     assert rates.seconds(other, 3600, recorded=False) == 3600
-    assert HitRates.none().seconds(KEY, 3600) == 3600
+    assert HitRates({}, {}).seconds(KEY, 3600) == 3600
     # a compile job of a sharded cell is all compile
     assert rates.seconds(KEY, 3600, fixed=0.0) == pytest.approx(3600 * (1 - 0.5 * (1 - HIT_COST)))
 
@@ -59,7 +60,7 @@ def test_a_store_that_keeps_every_step_expects_a_recorded_cell_to_hit_all_of_the
     next bump is the warm one, though no build has hit yet. A cell never built hits like its
     package's builds did (here: nothing)."""
     cold = HitRates.of([(KEY, 100, 0)])
-    kept = cold.kept(True)
+    kept = replace(cold, retained=True)
     assert cold.expected(KEY) == 0.0
     assert kept.expected(KEY) == 1.0
     fixed = fixed_seconds(KEY)

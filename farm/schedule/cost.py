@@ -94,10 +94,6 @@ class Durations:
             by.setdefault((key[0], key[4]), []).append(seconds)
         return cls(cells, {k: statistics.median(v) for k, v in by.items()})
 
-    @classmethod
-    def none(cls) -> Durations:
-        return cls({}, {})
-
 
 @dataclass(frozen=True)
 class Estimate:

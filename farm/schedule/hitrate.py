@@ -64,13 +64,6 @@ class HitRates:
             by.setdefault((key[0], key[4]), []).append(rate)
         return cls(cells, {k: statistics.median(v) for k, v in by.items()}, retained)
 
-    @classmethod
-    def none(cls) -> HitRates:
-        return cls({}, {})
-
-    def kept(self, retained: bool) -> HitRates:
-        return replace(self, retained=retained)
-
     def expected(self, key: CellKey) -> float:
         """The hit share the cell's next build is expected to have: all of it where a store that
         keeps its steps has the cell's last build; else its package's on the platform."""
