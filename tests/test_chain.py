@@ -172,6 +172,24 @@ def test_chain_with_nothing_waiting_dispatches_its_own_inputs(github: ghsim.GitH
     assert inputs_of(new) == FLASH
 
 
+def test_the_next_wave_waits_for_the_run_before_so_at_most_two_are_in_flight(github: ghsim.GitHubSim) -> None:
+    """The next-wave job starts a wave while its own run still links and publishes: it waits for
+    any other run in progress to end first. One that is still in progress when the wait runs out
+    (0 minutes here) dispatches nothing and exits 1: the run's chain job starts the next wave."""
+    before = github.add_run("build.yml", "main", "in_progress", {"package": "natten"})  # still publishing
+    this = github.add_run("build.yml", "main", "in_progress", {"package": "flash_attn", "cuda": "12.8"})
+    proc = farm_chain(github, *FLASH_ARGS, "--wait-for-runs", "0", "--run-id", str(this.id))
+    assert proc.returncode == 1
+    assert f"run(s) {before.id} of build.yml on main still in progress after 0 min: nothing dispatched" in proc.stderr
+    assert not waiting(github)
+    assert not [r for r in github.log if "dispatches" in r.path]
+    before.status, before.conclusion = "completed", "success"
+    proc = farm_chain(github, *FLASH_ARGS, "--wait-for-runs", "0", "--run-id", str(this.id))
+    assert proc.returncode == 0, proc.stderr
+    [new] = waiting(github)
+    assert inputs_of(new) == FLASH
+
+
 def test_chain_refuses_to_merge_another_targets_run_and_dispatches_nothing(github: ghsim.GitHubSim) -> None:
     github.add_run("build.yml", "main", "in_progress")
     other = github.add_run("build.yml", "main", "pending", {"target": "index"})

@@ -97,6 +97,7 @@ def test_the_workflows_own_numbers_are_read() -> None:
     assert (wf.objects_days, wf.wheel_days) == (7, 7)
     assert wf.build_timeout_s == wf.publish_timeout_s == 6 * 3600
     assert wf.nightly == (3, 17)
+    assert wf.next_wave_wait_s == 300 * 60  # farm chain --wait-for-runs in the next-wave job
 
 
 def test_a_workflow_without_a_literal_retention_is_refused(tmp_path: Path) -> None:
@@ -365,9 +366,10 @@ def test_a_cell_that_fails_the_same_way_is_refused_by_the_retry_policy() -> None
 @pytest.mark.parametrize("failure_rate", [0.0, 0.05])
 def test_the_next_wave_builds_while_the_last_publishes_and_no_cell_is_built_twice(failure_rate: float) -> None:
     """With one build shard a run (256 jobs), the two packages take several waves. Each next wave
-    starts when the last one's builds end (its next-wave job: cells were deferred), its matrix
-    holding back the running wave's cells: two runs in progress at once never share a cell, a
-    cell is built again only after its build failed, and every cell is published."""
+    starts when the last one's build shards end (its next-wave job: cells were deferred), once no
+    other run is in progress, its matrix holding back the running wave's cells: never more than
+    two runs in progress, two at once never share a cell, a cell is built again only after its
+    build failed, and every cell is published."""
     config = load_config(REPO, packages=list(SMALL))
     matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=list(SMALL)))
     sizes = CacheSizes.from_json(json.loads(SIZES.read_text()), str(SIZES))
@@ -382,6 +384,7 @@ def test_the_next_wave_builds_while_the_last_publishes_and_no_cell_is_built_twic
     assert runs[1].started < runs[0].ended  # built while the first published
     assert 0 < runs[1].plan["held"] <= len(runs[0].plan["cells"])  # those not in the ledger yet
     for a in runs:
+        assert sum(b.started <= a.started < b.ended for b in runs) <= 2
         for b in runs:
             if a is not b and a.started < b.started < a.ended:
                 assert not {c["id"] for c in a.plan["cells"]} & {c["id"] for c in b.plan["cells"]}

@@ -298,12 +298,16 @@ def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     chain = jobs["chain"]
     shard_jobs = {n for n in jobs if re.fullmatch(r"build-\d+", n)}
     publish_jobs = {n for n in jobs if re.fullmatch(r"publish-(\d+|link)", n)}
-    assert set(chain["needs"]) == {"matrix", "publish-rest", *publish_jobs}
-    # the next wave starts when the builds end (the link jobs too), while this one publishes
+    assert set(chain["needs"]) == {"matrix", "next-wave", "publish-rest", *publish_jobs}
+    # the next wave starts when the build shards' builds end (not the link jobs), while this one
+    # links and publishes, once the run before this one has ended: two runs in flight at most
     nxt_wave = jobs["next-wave"]
-    assert set(nxt_wave["needs"]) == {"matrix", "link", *shard_jobs}
+    assert set(nxt_wave["needs"]) == {"matrix", *shard_jobs}
     assert "needs.matrix.outputs.deferred > 0" in nxt_wave["if"]
-    assert any("nox -s chain" in s.get("run", "") for s in nxt_wave["steps"])
+    dispatch = next(s["run"] for s in nxt_wave["steps"] if "nox -s chain" in s.get("run", ""))
+    wait = re.search(r"--wait-for-runs (\d+)", dispatch)
+    assert wait is not None
+    assert int(wait.group(1)) < nxt_wave["timeout-minutes"] <= 360  # a wait that runs out ends the job, not GitHub
     # the cells the publish jobs handed on, published after all of them, before the verdicts are read
     rest = jobs["publish-rest"]
     assert set(rest["needs"]) == {"matrix", *publish_jobs}
@@ -321,8 +325,9 @@ def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     wave = next(s for s in steps if s.get("id") == "wave")
     assert "nox -s wave -- --plan wave-plan.json --reports reports" in wave["run"]
     nxt = next(i for i, s in enumerate(steps) if "nox -s chain" in s.get("run", ""))
-    # unless next-wave started it: that run's chain takes this one's failed cells
-    assert steps[nxt]["if"] == "${{ steps.wave.outputs.next_wave == 'true' && needs.matrix.outputs.deferred == '0' }}"
+    # unless next-wave started it (that run's chain takes this one's failed cells); a next-wave
+    # job skipped (nothing deferred) or whose wait ran out started none
+    assert steps[nxt]["if"] == "${{ steps.wave.outputs.next_wave == 'true' && needs.next-wave.result != 'success' }}"
     assert chain["permissions"]["actions"] == "write"
     assert steps.index(wave) < nxt
     assert steps[-1]["if"] == "${{ steps.wave.outputs.failed != '0' }}"

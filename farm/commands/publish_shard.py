@@ -12,8 +12,9 @@ the artifacts before the next cell (farm/schedule/stream.py). Each cell's verdic
 ``--report`` as it comes; ``farm wave --reports`` reads the reports to decide the next wave.
 
 The job takes a share of the token's limits in proportion to its cells among the wave's shards,
-the link shard's included (``rest`` publishes alone: the whole token), unless ``--publishers N``
-says 1/N. It knows its deadline (``--job-started`` plus ``--job-limit`` less ``--reserve``) and
+the link shard's included (the link shard's job, which runs after the others, and ``rest``
+publish alone: the whole token), unless ``--publishers N`` says 1/N. It knows its deadline
+(``--job-started`` plus ``--job-limit`` less ``--reserve``) and
 stops before it, or once GitHub's rate-limit answers have cost it ``--max-rate-limit-wait`` in
 all: the cells it has not published are reported ``handed-on`` and ``--shard rest`` (the run's
 ``publish-rest`` job, with the reports in ``--reports``) publishes them (farm/publish/budget.py),
@@ -69,7 +70,7 @@ from farm.schedule.attempts import Attempt, classify, jobs_of
 from farm.schedule.attempts import append as append_attempts
 from farm.schedule.cost import JOB_LIMIT_S
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
-from farm.schedule.slices import slice_plan
+from farm.schedule.slices import LINK, slice_plan
 from farm.schedule.stream import (
     ERROR,
     FAILED,
@@ -238,8 +239,10 @@ def _cells_and_share(args: argparse.Namespace, plan: Mapping[str, Any]) -> tuple
         share = 1.0  # after every other publish job of the run: alone
     else:
         cells = shard_cells(slice_plan(plan, args.shard))
-        # the link shard's publish job runs beside the build shards' (it starts when the builds end)
-        share = publish_shares(publish_jobs(plan)).get(args.shard, 0.0)
+        # the build shards' jobs leave the link shard its share; the link shard's job itself is
+        # queued behind the next wave's builds (started when the build shards ended) and runs
+        # after them: the whole token, GitHub's answers pacing it beside the next wave's jobs
+        share = 1.0 if args.shard == LINK else publish_shares(publish_jobs(plan)).get(args.shard, 0.0)
     if args.publishers is not None:
         check_publishers(args.publishers)
         share = 1.0 / args.publishers

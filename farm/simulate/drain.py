@@ -532,17 +532,36 @@ class Drain:
         return Job("slice", lambda _: _wait(self.v.slice_s), sliced)
 
     def _builds_done(self, run: DrainRun, shard: str) -> None:
-        """The link matrix waits for every build shard's builds (not their publishing); when the
-        link jobs end too, the next-wave job starts the next run if the plan deferred cells."""
-        if shard != "link":
-            run.builds_left -= 1
-            if run.builds_left or run.links:
-                if not run.builds_left:
-                    self.runners.submit([self._slice(run, "link", run.links)])
-                return
+        """The link matrix and the next-wave job wait for every build shard's builds (not their
+        publishing). The next-wave job starts the next run if the plan deferred cells, once no
+        other run is in progress (`farm chain --wait-for-runs`: two runs in flight at most); if
+        one still is when its wait ends, it starts none and the run's chain does."""
+        if shard == "link":
+            return
+        run.builds_left -= 1
+        if run.builds_left:
+            return
+        if run.links:
+            self.runners.submit([self._slice(run, "link", run.links)])
         if run.plan["totals"]["deferred"] > 0:
             run.chained = True
-            self.runners.submit([Job("chain", self._chain_requests, lambda _: self._start_run(self.loop.now))])
+            self.runners.submit([Job("chain", functools.partial(self._next_wave, run), functools.partial(
+                self._next_wave_done, run), limit_s=self.wf.build_timeout_s)])
+
+    def _next_wave(self, run: DrainRun, job: Job) -> Process:
+        yield from self._chain_requests(job)
+        waited = 0.0
+        while any(r.open for r in self.runs if r is not run) and waited < self.wf.next_wave_wait_s:
+            yield from self._request("GET", None)  # the runs in progress, once a minute
+            yield 60.0
+            waited += 60.0
+        job.ok = not any(r.open for r in self.runs if r is not run)
+
+    def _next_wave_done(self, run: DrainRun, job: Job) -> None:
+        if job.ok and not job.killed:
+            self._start_run(self.loop.now)
+        else:  # it started none: the run's chain starts the next wave
+            run.chained = False
 
     def _chain_requests(self, _: Job) -> Process:
         for _call in range(CHAIN_REQUESTS):
@@ -706,13 +725,14 @@ class Drain:
         the artifact service: no REST request), then each cell in plan order, its records pushed
         at most once a minute and at the end. Its share of the token: ``--publishers N``'s 1/N, else
         its cells among the wave's shards', the link shard's included (farm/publish/budget.py);
-        ``rest`` (the run's publish-rest job, after all of them) the whole token. It knows its
+        the link shard's own job, which runs after them, and ``rest`` (the run's publish-rest
+        job) the whole token. It knows its
         deadline: before a cell without room for it, or on a wait its budget refuses, it hands
         that cell and every one after it on to publish-rest (``--shard rest``)."""
-        if rest:
-            share = 1.0
-        elif self.wf.publishers:
+        if self.wf.publishers:
             share = 1.0 / self.wf.publishers
+        elif rest or cells == shard_cells(run.links):
+            share = 1.0
         else:
             shards = [*run.shards, run.links]
             shares = publish_shares({str(i): len(shard_cells(s)) for i, s in enumerate(shards)})

@@ -32,6 +32,7 @@ class Workflow:
     build_timeout_s: float
     publish_timeout_s: float
     nightly: tuple[int, int]  # (hour, minute) UTC of the nightly run
+    next_wave_wait_s: float  # how long the next-wave job waits for another run to end (farm chain --wait-for-runs)
 
 
 def _read(path: Path) -> dict[Any, Any]:
@@ -94,4 +95,5 @@ def read_workflows(root: Path) -> Workflow:
         publish_timeout_s=60 * _int((publish["jobs"].get("publish") or {}).get("timeout-minutes"),
                                     "the publish job's timeout-minutes", str(publish_path)),
         nightly=nightly,
+        next_wave_wait_s=60 * _flag(build_text, "wait-for-runs", str(build_path)),
     )
