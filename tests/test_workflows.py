@@ -146,10 +146,9 @@ def test_writes_are_granted_only_where_something_is_published_or_dispatched() ->
         ("publish-shard.yml", "record-attestations"): ["contents"],
         ("build.yml", "chain"): ["actions"],
         ("build.yml", "next-wave"): ["actions"],
-        ("build.yml", "publish-rest"): ["contents"],
         # the calls of publish-shard.yml grant what its publish and attest jobs use (a called
         # workflow narrows, never widens); the calls of build-shard.yml grant no write
-        **{("build.yml", f"publish-{i}"): ["attestations", "contents", "id-token"] for i in (*range(8), "link")},
+        **{("build.yml", f"publish-{i}"): ["attestations", "contents", "id-token"] for i in (*range(8), "link", "rest")},
     }
     assert all(load("build.yml")["jobs"][n]["permissions"] == {"contents": "read"}
                for n in (*(f"build-{i}" for i in range(8)), "link"))
@@ -232,7 +231,8 @@ def test_shard_workflow_slices_builds_then_publishes_one_artifact_at_a_time() ->
     publish = jobs["publish"]
     # no step downloads the shard's wheels at once: only the plan comes through download-artifact
     downloads = [s for s in publish["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
-    assert [d["with"] for d in downloads] == [{"name": "wave-plan", "path": "plan"}]
+    assert [d["with"] for d in downloads] == [{"name": "wave-plan", "path": "plan"},
+                                              {"pattern": "published-*", "path": "reports"}]  # shard rest only
     run = next(s for s in publish["steps"] if "nox -s publish-shard" in s.get("run", ""))
     assert '--shard "$SHARD"' in run["run"]
     assert "--run-id" in run["run"]
@@ -268,6 +268,32 @@ def test_a_waves_artifacts_are_kept_as_long_as_the_plan_sizes_waves_for() -> Non
     kept = [s["with"]["retention-days"] for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert kept
     assert set(kept) == {int(days[1])}
+
+
+def test_every_publishing_job_goes_through_publish_shard_so_its_wheels_are_attested() -> None:
+    """farm's attestation checks name publish-shard.yml as the signer workflow: a job of
+    build.yml that publishes (pushes the ledger, uploads release assets) is a call of it, never
+    an inline job, and the only job that runs the publisher is its publish job, which writes the
+    subjects its attest job signs."""
+    calls = {n for n, j in load("build.yml")["jobs"].items() if j.get("uses") == "$/.github/workflows/publish-shard.yml"}
+    assert {n for n, j in load("build.yml")["jobs"].items()
+            if j.get("permissions", {}).get("contents") == "write"} == calls
+    assert calls == {f"publish-{i}" for i in (*range(8), "link", "rest")}
+    runners = [(f, n) for f, n, j in all_jobs() if any("nox -s publish-shard" in s.get("run", "") for s in steps_of(j))]
+    assert runners == [("publish-shard.yml", "publish")]
+    jobs = load("publish-shard.yml")["jobs"]
+    run = next(s["run"] for s in jobs["publish"]["steps"] if "nox -s publish-shard" in s.get("run", ""))
+    assert '--subjects "subjects-$SHARD.txt"' in run
+    assert jobs["attest"]["needs"] == ["publish"]
+    assert jobs["record-attestations"]["needs"] == ["attest"]
+    # shard rest reads what the others handed on from their reports, downloaded before it publishes
+    steps = jobs["publish"]["steps"]
+    reports = next(s for s in steps if s.get("with", {}).get("pattern") == "published-*")
+    assert reports["if"] == "${{ inputs.shard == 'rest' }}"
+    assert reports["with"]["path"] == "reports"
+    assert 'if [ "$SHARD" = rest ]; then reports=(--reports reports); fi' in run
+    assert '"${reports[@]}"' in run
+    assert steps.index(reports) < next(i for i, s in enumerate(steps) if s.get("run") == run)
 
 
 def test_sharded_cells_run_compile_jobs_then_link_jobs() -> None:
@@ -312,12 +338,8 @@ def test_the_chain_reads_verdicts_and_merges_with_the_waiting_run() -> None:
     rest = jobs["publish-rest"]
     assert set(rest["needs"]) == {"matrix", *publish_jobs}
     assert rest["if"].startswith("${{ !cancelled() && needs.matrix.result == 'success'")
-    run = next(s for s in rest["steps"] if "nox -s publish-shard" in s.get("run", ""))
-    assert "--shard rest --reports reports" in run["run"]
-    assert '--job-started "$FARM_JOB_STARTED"' in run["run"]
-    rest_downloads = [s["with"] for s in rest["steps"] if s.get("uses", "").startswith("actions/download-artifact@")]
-    assert {"pattern": "published-*", "path": "reports"} in rest_downloads
-    assert rest["steps"][-1]["with"]["name"] == "published-rest"
+    assert rest["uses"] == "$/.github/workflows/publish-shard.yml"
+    assert rest["with"]["shard"] == "rest"
     assert chain["if"].startswith("${{ !cancelled() && needs.matrix.result == 'success'")
     steps = chain["steps"]
     downloads = [s["with"] for s in steps if s.get("uses", "").startswith("actions/download-artifact@")]
