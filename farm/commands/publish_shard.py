@@ -52,9 +52,9 @@ from farm.publish import ghrest
 from farm.publish.artifacts import Source, run_artifacts
 from farm.publish.attestation import subject_lines
 from farm.publish.budget import (
-    FIRST_CELL_S,
     MAX_RATE_LIMIT_WAIT_S,
     RESERVE_S,
+    CellPace,
     JobClock,
     next_cell_fits,
     publish_shares,
@@ -306,17 +306,12 @@ def run(args: argparse.Namespace) -> int:
         # GitHub unreachable or past its limits: retried next wave; anything else is a finding
         return (ERROR if report.exit_code == EXIT_ENVIRONMENT else REFUSED), render(report)
 
-    timing = {"last": clock.now(), "slowest": 0.0, "first": True, "waited": 0.0}
+    pace = CellPace()
 
     def stop() -> str | None:
-        """Why the job stops before the next cell: its clock has no room for it. A cell's time
-        leaves out the throttle's waits (its share's hour window can hold a cell for most of an
-        hour): the wait before the next upload is counted once, as that wait."""
+        """Why the job stops before the next cell: its clock has no room for it."""
         now = clock.now()
-        if not timing["first"]:
-            timing["slowest"] = max(timing["slowest"], now - timing["last"] - (throttle.waited_s - timing["waited"]))
-        timing["first"], timing["last"], timing["waited"] = False, now, throttle.waited_s
-        slowest = timing["slowest"] or FIRST_CELL_S
+        slowest = pace.next_cell_s(now, throttle.waited_s)
         if next_cell_fits(job.left(now), slowest, throttle.delay("POST")):
             return None
         return (f"{max(0.0, job.left(now)) / 60:.0f} min left before this job's deadline, its slowest cell took "

@@ -73,6 +73,26 @@ class JobClock:
         return WaitBudget(self.deadline, rate_limit_s)
 
 
+@dataclass
+class CellPace:
+    """What a publish job expects its next cell to take: its slowest cell so far, each timed from
+    the start of one cell to the next less the throttle's waits in between (its share's hour window
+    can hold a cell for most of an hour, and the wait before the next upload is counted once, as
+    that wait); :data:`FIRST_CELL_S` before it has timed one."""
+
+    last: float = 0.0
+    waited: float = 0.0
+    slowest: float = 0.0
+    timed: bool = False
+
+    def next_cell_s(self, now: float, waited_s: float) -> float:
+        """Called before each cell at ``now``, the throttle having waited ``waited_s`` in all."""
+        if self.timed:
+            self.slowest = max(self.slowest, now - self.last - (waited_s - self.waited))
+        self.timed, self.last, self.waited = True, now, waited_s
+        return self.slowest or FIRST_CELL_S
+
+
 def next_cell_fits(left_s: float, slowest_cell_s: float, next_wait_s: float) -> bool:
     """Whether a job with ``left_s`` on its clock starts another cell: it wants the throttle's
     wait for its next upload plus :data:`CELL_MARGIN` times its slowest cell so far."""

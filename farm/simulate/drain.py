@@ -35,7 +35,7 @@ from farm.model.cells import NO_TORCH
 from farm.model.config import FarmConfig, Sharding
 from farm.provenance.ledgerfiles import segment_of
 from farm.provenance.ledgerline import ExistsKey
-from farm.publish.budget import FIRST_CELL_S, MAX_RATE_LIMIT_WAIT_S, JobClock, next_cell_fits, publish_shares
+from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, CellPace, JobClock, next_cell_fits, publish_shares
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
 from farm.publish.githubsettings import GithubSettings
@@ -741,14 +741,12 @@ class Drain:
         budget = clock.budget(math.inf if rest else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
         yield self.v.publish_setup_s
-        job.pushed_at = last = self.loop.now
-        slowest = waited = 0.0
+        job.pushed_at = self.loop.now
+        pace = CellPace()  # as farm publish-shard times its cells
         seen: set[str] = set()  # the releases this job has read (farm/publish/releases.py: ReleaseCache)
         for i, (cid, package) in enumerate(cells):
-            if i:  # as farm publish-shard times its cells: from the second on, less the throttle's waits
-                slowest = max(slowest, self.loop.now - last - (throttle.waited_s - waited))
-            last, waited = self.loop.now, throttle.waited_s
-            if not next_cell_fits(clock.left(last), slowest or FIRST_CELL_S, throttle.delay("POST")):
+            now = self.loop.now
+            if not next_cell_fits(clock.left(now), pace.next_cell_s(now, throttle.waited_s), throttle.delay("POST")):
                 self._hand_on(run, cells[i:], "publish killed")  # its clock has no room: publishing ran out of time
                 break
             state = self.cells[cid]
