@@ -91,7 +91,7 @@ def test_directive_structure_and_dead_blocks() -> None:
     assert gate.has_else()
     assert {9, 10, 12, 14, 16} <= d.directive_lines
     assert d.defines == [(17, "FEATURE", "1")]
-    assert [line for line, _ in d.includes] == [18]
+    assert 18 in d.directive_lines  # the #include
 
 
 # The fast scans against the regular expressions that define them (re runs these ten times slower

@@ -22,6 +22,7 @@ them, so the files the build compiles need not be in the tree that is read.
 
 from __future__ import annotations
 
+import operator
 import posixpath
 import re
 from collections.abc import Callable
@@ -31,11 +32,12 @@ from farm.model.arch import ArchList, Kind, Target, Variant
 
 # CMake's false constants (``if(<constant>)``).
 _FALSE = frozenset({"", "0", "OFF", "NO", "FALSE", "N", "IGNORE", "NOTFOUND"})
-_VERSION_OPS = {"VERSION_LESS": lambda a, b: a < b, "VERSION_GREATER": lambda a, b: a > b,
-                "VERSION_EQUAL": lambda a, b: a == b, "VERSION_LESS_EQUAL": lambda a, b: a <= b,
-                "VERSION_GREATER_EQUAL": lambda a, b: a >= b}
+_COMPARE = {"EQUAL": operator.eq, "LESS": operator.lt, "GREATER": operator.gt, "LESS_EQUAL": operator.le,
+            "GREATER_EQUAL": operator.ge}
+_VERSION_OPS = {f"VERSION_{name}": compare for name, compare in _COMPARE.items()}
 _COMMAND = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _MAX_COMMANDS = 200_000  # a bound on what one configure reads, however the files include each other
+_BLOCKS = ("function", "macro", "foreach", "while")  # bodies the reader does not run
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,6 @@ def version_key(text: str) -> tuple[int, ...]:
     """``12.9`` -> (12, 9): versions compared as CMake's VERSION_LESS does."""
     return tuple(int(p) for p in re.findall(r"\d+", text)[:4]) or (0,)
 
-
-_version = version_key
-
 _GLOB_CHARS = frozenset("*?[")
 # variables a glob is written from that name the source dir: the reader leaves them empty
 _SOURCE_DIRS = ("${CMAKE_CURRENT_SOURCE_DIR}/", "${CMAKE_SOURCE_DIR}/", "${PROJECT_SOURCE_DIR}/")
@@ -99,38 +98,27 @@ def loose_intersection(src: list[str], tgt: list[str]) -> list[str]:
             continue
         source.remove(arch)
         base = arch[:-1]
-        if base + "a" in target:
-            target.remove(base + "a")
-            out.append(base + "a")
-        elif base + "f" in target:
-            target.remove(base + "f")
-            out.append(base + "f")
-        elif arch.endswith("f"):
+        match = next((base + suffix for suffix in "af" if base + suffix in target), None)
+        if match is None and arch.endswith("f"):
             major = base.split(".")[0]
-            for t in target:
-                if t.rstrip("af").split(".")[0] == major:
-                    target.remove(t)
-                    out.append(t)
-                    break
+            match = next((t for t in target if t.rstrip("af").split(".")[0] == major), None)
+        if match is not None:
+            target.remove(match)
+            out.append(match)
     for t in list(target):  # a suffixed target asked for by a plain source arch keeps its suffix
         if t[-1] in "af" and t[:-1] in source:
             target.remove(t)
             source.remove(t[:-1])
             out.append(t)
-    source.sort(key=_version)
-    for t in target:
-        chosen = None
-        for s in source:
-            if _version(s) <= _version(t.rstrip("af")):
-                if s in ptx or s.split(".")[0] == t.split(".")[0]:
-                    chosen = s
-            else:
-                break
-        if chosen is not None:
-            out.append(chosen)
+    source.sort(key=version_key)
+    for t in target:  # the highest source arch at or below it, of its major unless PTX
+        fits = [s for s in source if version_key(s) <= version_key(t.rstrip("af"))
+                and (s in ptx or s.split(".")[0] == t.split(".")[0])]
+        if fits:
+            out.append(fits[-1])
     out = list(dict.fromkeys(out))
     out = [f"{a}+PTX" if a in ptx else a for a in out]
-    return sorted(out, key=lambda a: _version(a.removesuffix("+PTX")))
+    return sorted(out, key=lambda a: version_key(a.removesuffix("+PTX")))
 
 
 def _arguments(text: str, start: int) -> tuple[list[tuple[str, bool]], int] | None:
@@ -251,13 +239,12 @@ class _Configure:
             pos += 1
             if pos < len(tokens) and not tokens[pos][1]:
                 op = tokens[pos][0]
-                if op in _VERSION_OPS or op in ("STREQUAL", "EQUAL", "LESS", "GREATER", "MATCHES", "IN_LIST",
-                                                "GREATER_EQUAL", "LESS_EQUAL"):
+                if op in _VERSION_OPS or op in _COMPARE or op in ("STREQUAL", "MATCHES", "IN_LIST"):
                     right = tokens[pos + 1] if pos + 1 < len(tokens) else ("", True)
                     pos += 2
                     a, b = atom_value(left), atom_value(right)
                     if op in _VERSION_OPS:
-                        return bool(a) and bool(b) and _VERSION_OPS[op](_version(a), _version(b))
+                        return bool(a) and bool(b) and _VERSION_OPS[op](version_key(a), version_key(b))
                     if op == "STREQUAL":
                         return a == b
                     if op == "MATCHES":
@@ -271,8 +258,7 @@ class _Configure:
                         x, y = float(a), float(b)
                     except ValueError:
                         return False
-                    return {"EQUAL": x == y, "LESS": x < y, "GREATER": x > y, "GREATER_EQUAL": x >= y,
-                            "LESS_EQUAL": x <= y}[op]
+                    return bool(_COMPARE[op](x, y))
             return truth(left)
 
         def negation() -> bool:
@@ -314,7 +300,7 @@ class _Configure:
     def _run(self, rel: str, text: str) -> None:
         # (parent active, a branch already taken, this branch active)
         stack: list[tuple[bool, bool, bool]] = []
-        skip: list[str] = []  # function/macro/foreach/while bodies are not run
+        skip: list[str] = []  # the _BLOCKS open around the reader
         at = 0
         while self.budget > 0:
             m = _COMMAND.search(text, at)
@@ -327,14 +313,15 @@ class _Configure:
             self.budget -= 1
             name = m[1].lower()
             if skip:
-                if name in ("function", "macro", "foreach", "while"):
+                if name in _BLOCKS:
                     skip.append(name)
-                elif name in ("endfunction", "endmacro", "endforeach", "endwhile"):
+                elif name.removeprefix("end") in _BLOCKS:
                     skip.pop()
                 continue
             active = all(s[2] for s in stack)
             if name == "if":
-                stack.append((active, active and self.condition(args), active and self.condition(args)))
+                taken = active and self.condition(args)
+                stack.append((active, taken, taken))
                 continue
             if name == "elseif" and stack:
                 parent, taken, _ = stack[-1]
@@ -351,14 +338,11 @@ class _Configure:
             if not active:
                 self.inactive.update(self.globs(args) if _is_glob(name, args) else
                                      (self.expand(t) for t, _ in args if t.endswith(".cu")))
-                if name in ("function", "macro", "foreach", "while"):
-                    skip.append(name)
-                continue
-            if name in ("function", "macro", "foreach", "while"):
+            if name in _BLOCKS:
                 skip.append(name)
-                continue
-            line = text.count("\n", 0, m.start()) + 1
-            self.command(name, args, f"{rel}:{line}", posixpath.dirname(rel))
+            elif active:
+                line = text.count("\n", 0, m.start()) + 1
+                self.command(name, args, f"{rel}:{line}", posixpath.dirname(rel))
 
     def command(self, name: str, args: list[tuple[str, bool]], where: str, base: str) -> None:
         values = self.values(args)
@@ -446,7 +430,7 @@ class _Configure:
         archs = [v for t, _ in arch_args for v in self.expand(t).split(";") if v]
         names = re.findall(r"\$\{(\w+)\}", " ".join(t for t, _ in arch_args))
         name = names[0] if names else "(literal)"
-        if ptx and archs and _version(max(archs, key=_version)) >= _version(ptx):
+        if ptx and archs and version_key(max(archs, key=version_key)) >= version_key(ptx):
             archs.append(f"{ptx}+PTX")
         units = [s for s in srcs if s.endswith(".cu")]
         sources = tuple(s for s in units if not is_pattern(s))
@@ -476,7 +460,7 @@ class Configured:
 def derive(read: Callable[[str], str | None], root_cmake: str, archs: ArchList, cuda: str) -> Configured:
     """The families of the CMake project at ``root_cmake`` configured for ``archs`` with CUDA
     ``cuda``; ``read(rel)`` gives a tree file's text or None."""
-    cell = sorted({t.version for t in archs}, key=lambda v: _version(v.rstrip("af")))
+    cell = sorted({t.version for t in archs}, key=lambda v: version_key(v.rstrip("af")))
     configure = _Configure(read, cell, cuda)
     configure.run(root_cmake)
     return Configured(tuple(configure.families), frozenset(configure.inactive - configure.active))

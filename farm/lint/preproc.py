@@ -161,17 +161,14 @@ def evaluate(expr: Expr, lookup: Lookup) -> int | None:
     if tag == "num":
         number: int = expr[1]
         return number
-    if tag == "id":
-        value = lookup(expr[1])
+    if tag in ("id", "call"):
+        value = lookup(expr[1] if tag == "id" else f"{expr[1]}({expr[2]})")
         return 0 if value is UNDEFINED else value  # type: ignore[return-value]
     if tag == "defined":
         value = lookup(expr[1])
         if value is UNDEFINED:
             return 0
         return None if value is None else 1
-    if tag == "call":
-        value = lookup(f"{expr[1]}({expr[2]})")
-        return 0 if value is UNDEFINED else value  # type: ignore[return-value]
     if tag == "u!":
         v = evaluate(expr[1], lookup)
         return None if v is None else int(not v)
@@ -282,7 +279,6 @@ class Scope:
             return UNDEFINED
         return result if result is None else 1
 
-
     def _expand(self, call: str) -> int | None:
         """A function-like macro that reads the arch (``CUDA_ARCH_FAMILY(1000)``), expanded."""
         fname, _, arg = call[:-1].partition("(")
@@ -341,7 +337,6 @@ class Chain:
 class Directives:
     chains: list[Chain]
     defines: list[tuple[int, str, str]]  # (line, name, value)
-    includes: list[tuple[int, str]]
     dead: set[int]  # lines inside #if 0 (and the #else of #if 1)
     directive_lines: set[int]
     functions: list[tuple[int, str, tuple[str, ...], str]] = field(default_factory=list)  # (line, name, params, body)
@@ -372,20 +367,16 @@ def directive_lines(code: str) -> Iterator[tuple[int, int, str, str]]:
 
 
 def scan_directives(code: str) -> Directives:
-    """Chains, defines and includes of stripped C code (comments and strings already blanked)."""
+    """Chains and defines of stripped C code (comments and strings already blanked)."""
     chains: list[Chain] = []
     stack: list[Chain] = []
     defines: list[tuple[int, str, str]] = []
-    includes: list[tuple[int, str]] = []
     functions: list[tuple[int, str, tuple[str, ...], str]] = []
     lines_seen: set[int] = set()
     n_lines = code.count("\n") + 1
     for number, last, word, raw_rest in directive_lines(code):
         rest = raw_rest.strip()
-        if last == number:
-            lines_seen.add(number)
-        else:
-            lines_seen.update(range(number, last + 1))
+        lines_seen.update(range(number, last + 1))
         if word in ("if", "ifdef", "ifndef"):
             chain = Chain([], n_lines)
             stack.append(chain)
@@ -408,14 +399,11 @@ def scan_directives(code: str) -> Directives:
                 if dm[2]:
                     params = tuple(p.strip() for p in dm[2][1:-1].split(",") if p.strip())
                     functions.append((number, dm[1], params, dm[3]))
-        elif word == "include":
-            includes.append((number, rest))
     for chain in stack:  # unterminated: body runs to the end of the file
         prev = chain.branches[-1]
         prev.body = (prev.body[0], n_lines + 1)
     dead: set[int] = set()
     for chain in chains:
-        taken_const = None
         for i, branch in enumerate(chain.branches):
             if branch.cond is None:
                 value: int | None = 1
@@ -425,14 +413,12 @@ def scan_directives(code: str) -> Directives:
                 value = evaluate(branch.cond, lambda _n: None)
             if value is None:
                 break
-            if value:
-                taken_const = i
+            if value:  # a constant branch taken: the ones after it are dead
+                for later in chain.branches[i + 1:]:
+                    dead.update(range(*later.body))
                 break
-            dead.update(range(branch.body[0], branch.body[1]))
-        if taken_const is not None:
-            for branch in chain.branches[taken_const + 1:]:
-                dead.update(range(branch.body[0], branch.body[1]))
-    return Directives(chains, defines, includes, dead, lines_seen, functions)
+            dead.update(range(*branch.body))
+    return Directives(chains, defines, dead, lines_seen, functions)
 
 
 def _branch(word: str, rest: str, number: int, last: int) -> Branch:
