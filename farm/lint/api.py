@@ -78,10 +78,10 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
                           hint="fix the recipe's build.subdir (or --build-subdir)")
     scope = build_scope(index, build_subdir)
     if cuda and families:
-        configured: Configured | None = declared_families(index, scope, archs, cuda, families)
+        configured = declared_families(index, scope, archs, cuda, families)
     else:
-        configured = kernel_families(index, scope, archs, cuda) if cuda else None
-    derived = configured.families if configured else ()
+        configured = kernel_families(index, scope, archs, cuda) if cuda else Configured()
+    derived = configured.families
     findings, libraries = check(index, scope, archs, extensions, configured)
     kept, ignored, stale = apply_ignores(findings, ignores)
     summary = {
@@ -99,7 +99,7 @@ def lint_index(index: TreeIndex, archs: ArchList, ignores: Sequence[LintIgnore] 
         "family_sources": [list(f.sources) for f in derived],
         # and each family's globs (file(GLOB) in its SRCS), for the files the build generates
         "family_patterns": [list(f.patterns) for f in derived],
-        "not_built": sorted(configured.not_built) if configured else [],
+        "not_built": sorted(configured.not_built),
         "how": scope.how,
         # Devices the list claims (at or above its lowest arch) that get no image at all: not a
         # lint finding (no stub can run), but worth seeing next to the verdict.

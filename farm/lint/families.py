@@ -451,10 +451,10 @@ def uses_families(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Configured:
-    families: tuple[Family, ...]
+    families: tuple[Family, ...] = ()
     # .cu files the CMake files name only in branches this cell does not take (a kernel built
     # from CUDA 13.0 on, on the 12.9 line): not compiled for it
-    not_built: frozenset[str]
+    not_built: frozenset[str] = frozenset()
 
 
 def derive(read: Callable[[str], str | None], root_cmake: str, archs: ArchList, cuda: str) -> Configured:

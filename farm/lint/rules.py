@@ -51,6 +51,7 @@ import ast
 import bisect
 import dataclasses
 import fnmatch
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -148,25 +149,21 @@ def device_runs(archs: ArchList) -> list[DeviceRun]:
         choice = pick_image(archs, device)
         if choice.target is None:
             continue  # no image at all: cudaErrorNoKernelImageForDevice, `farm explain`'s business
-        t = choice.target
         native = ArchContext(device.number * 10, arch_specific=device.number >= 90,
                              family_specific=device.number >= 100)
-        image = ArchContext(t.cuda_arch, arch_specific=t.variant is Variant.ARCH,
-                            family_specific=t.variant in (Variant.ARCH, Variant.FAMILY))
-        runs.append(DeviceRun(device, t, native, image))
+        runs.append(DeviceRun(device, choice.target, native, _context(choice.target)))
     return runs
 
 
-def _arch_needed(run: DeviceRun, chain: Chain, aliases: dict[str, Expr]) -> str:
+def _arch_needed(run: DeviceRun, chain: Chain, aliases: dict[str, Expr]) -> Target:
     """The arch to declare so that ``run.device`` takes its native branch: plain, then f, then a."""
     want = _taken(chain, Scope(run.native, aliases))
     d = run.device
-    for ctx, suffix in ((ArchContext(d.number * 10), ""),
-                        (ArchContext(d.number * 10, family_specific=True), "f"),
-                        (ArchContext(d.number * 10, arch_specific=True, family_specific=True), "a")):
-        if _taken(chain, Scope(ctx, aliases)) == want:
-            return f"{d}{suffix}"
-    return f"{d}a"
+    for variant in (Variant.NONE, Variant.FAMILY, Variant.ARCH):
+        target = Target(d.major, d.minor, variant)
+        if _taken(chain, Scope(_context(target), aliases)) == want:
+            return target
+    return Target(d.major, d.minor, Variant.ARCH)
 
 
 def _taken(chain: Chain, scope: Scope) -> int | None:
@@ -365,17 +362,10 @@ def _file_aliases(f: CFile, aliases: dict[str, Expr]) -> None:
             for guarded in {n for ln, n, _ in f.directives.defines if body[0] <= ln < body[1]}:
                 cond = _undefine(cond, guarded)
             terms.append(cond)
-        expr = terms[0]
-        for term in terms[1:]:
-            expr = ("&&", expr, term)
-        sites.setdefault(name, []).append(expr)
+        sites.setdefault(name, []).append(functools.reduce(lambda a, b: ("&&", a, b), terms))
     for name, terms in sites.items():
-        if name in value_macros:
-            continue
-        expr = terms[0]
-        for term in terms[1:]:
-            expr = ("||", expr, term)
-        aliases[name] = expr
+        if name not in value_macros:
+            aliases[name] = functools.reduce(lambda a, b: ("||", a, b), terms)
 
 
 def _undefine(expr: Expr, name: str) -> Expr:
@@ -433,6 +423,15 @@ def _split_args(code: str, open_paren: int) -> tuple[list[tuple[int, int]], int]
     return None
 
 
+def _asm_statements(f: CFile) -> Iterator[tuple[int, int, int]]:
+    """The offsets of the keyword's end, the '(' and the ')' of every ``asm``/``__asm__`` statement."""
+    for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
+        paren = f.code.find("(", m.end(), m.end() + 40)
+        parsed = _split_args(f.code, paren) if paren != -1 else None
+        if parsed is not None:
+            yield m.end(), paren, parsed[1]
+
+
 def nv_target_gates(f: CFile) -> Iterator[Gate]:
     if "NV_" not in f.code:
         return
@@ -444,21 +443,17 @@ def nv_target_gates(f: CFile) -> Iterator[Gate]:
         if parsed is None:
             continue
         args, _ = parsed
-        pairs: list[tuple[Expr | None, tuple[int, int]]] = []
+        pairs: list[tuple[Expr | None, tuple[int, int]]]
         if m[1] == "DISPATCH_TARGET":
-            for q, body in zip(args[0::2], args[1::2], strict=False):
-                pairs.append((_query(f.code[q[0]:q[1]]), body))
+            pairs = [(_query(f.code[q[0]:q[1]]), body) for q, body in zip(args[0::2], args[1::2], strict=False)]
         else:
-            pairs.append((_query(f.code[args[0][0]:args[0][1]]), args[1] if len(args) > 1 else (0, 0)))
+            pairs = [(_query(f.code[args[0][0]:args[0][1]]), args[1] if len(args) > 1 else (0, 0))]
             if len(args) > 2:
                 pairs.append((None, args[2]))
-        if not pairs or any(cond is None for cond, _ in pairs[:1]) or any(
-                cond is None for cond, _ in pairs[:-1]):
+        if not pairs or pairs[0][0] is None or any(cond is None for cond, _ in pairs[:-1]):
             continue  # host/device dispatch, not an arch gate
-        branches = [Branch(cond, "", line, (line, line)) for cond, _ in pairs]
-        chain = Chain(branches, line)
-        spans = [body for _, body in pairs]
-        spans.append((0, 0))
+        chain = Chain([Branch(cond, "", line, (line, line)) for cond, _ in pairs], line)
+        spans = [body for _, body in pairs] + [(0, 0)]
         yield Gate(f, chain, spans, line, f.line_text(line), True, False)
 
 
@@ -474,32 +469,22 @@ def classify(gate: Gate, index: int, macros: dict[str, tuple[str, str]]) -> tupl
     had_directives = False
     if gate.is_preprocessor:
         lines = code.split("\n")
-        kept = []
-        for text in lines:
-            stripped = text.strip()
-            if stripped.startswith("#"):
-                if re.match(r"#\s*error\b", stripped):
-                    return "loud", "#error"
-                had_directives = True
-                kept.append(" " * len(text))
-                continue
-            kept.append(text)
-        code = "\n".join(kept)
+        directives = [text.strip() for text in lines if text.strip().startswith("#")]
+        if any(re.match(r"#\s*error\b", text) for text in directives):
+            return "loud", "#error"
+        had_directives = bool(directives)
+        code = "\n".join(" " * len(text) if text.strip().startswith("#") else text for text in lines)
     else:
         inner = code.strip()
         if inner.startswith("(") and inner.endswith(")"):
             offset = code.index("(") + 1
             code = " " * offset + code[offset:code.rindex(")")]
             raw = raw[:len(code)]
-    # Statements with their raw text (same offsets: stripping keeps them).
-    statements: list[tuple[str, str]] = []
-    for m in re.finditer(r"([^;{}]*)([;{}]|$)", code):
-        piece = m[1].strip()
-        if not piece:
-            continue
-        if m[2] == "{" and "=" not in piece:
-            continue  # a function/struct header; its body follows
-        statements.append((piece, " ".join(raw[m.start(1):m.end(1)].split())))
+    # Statements with their raw text (same offsets: stripping keeps them), less the headers of
+    # functions and structs (a "{" after no "="), whose bodies follow.
+    statements = [(m[1].strip(), " ".join(raw[m.start(1):m.end(1)].split()))
+                  for m in re.finditer(r"([^;{}]*)([;{}]|$)", code)
+                  if m[1].strip() and not (m[2] == "{" and "=" not in m[1])]
     work: list[str] = []
     quiet: list[str] = []
     loud = False
@@ -534,15 +519,10 @@ def _needs(chosen: list[DeviceRun], chain: Chain, archs: ArchList, aliases: dict
     for run in sorted(chosen, key=lambda r: r.device):
         want = _taken(chain, Scope(run.native, aliases))
         current = pick_image(list(archs) + added, run.device).target
-        if current is not None and current not in archs.targets:
-            ctx = ArchContext(current.cuda_arch, current.variant is Variant.ARCH,
-                              current.variant in (Variant.ARCH, Variant.FAMILY))
-            if _taken(chain, Scope(ctx, aliases)) == want:
-                continue  # an arch added for a lower device already serves this one
-        needed = _arch_needed(run, chain, aliases)
-        m = re.match(r"(\d+)\.(\d)([af]?)", needed)
-        if m:
-            added.append(Target(int(m[1]), int(m[2]), Variant(m[3])))
+        if (current is not None and current not in archs.targets
+                and _taken(chain, Scope(_context(current), aliases)) == want):
+            continue  # an arch added for a lower device already serves this one
+        added.append(_arch_needed(run, chain, aliases))
     return tuple(t.version for t in added)
 
 
@@ -652,12 +632,8 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
     ``cuda_fp8.h`` conversion, which compiles for every arch and converts in software below 8.9:
     an info when a device from 8.9 up runs such an image."""
     types = [(m.start(), m.group()) for m in _FP8.finditer(f.code) if not _TORCH_FP8.fullmatch(m.group())]
-    instructions: list[tuple[int, str]] = []
-    for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
-        parsed = _split_args(f.code, f.code.find("(", m.end())) if "(" in f.code[m.end():m.end() + 40] else None
-        if parsed:
-            _, close = parsed
-            instructions.extend((hit.start(), hit.group()) for hit in _FP8.finditer(f.raw, m.end(), close))
+    instructions = [(hit.start(), hit.group()) for keyword_end, _, close in _asm_statements(f)
+                    for hit in _FP8.finditer(f.raw, keyword_end, close)]
     out: list[LintFinding] = []
     instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
     low = [t for t in archs if t.number < 89]
@@ -667,8 +643,7 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
         low = [t for t in low if any(
             used_in(f, pos, dataclasses.replace(reach, ctx=_context(t))) for pos, _ in instructions)]
     if instructions and low:
-        instructions.sort()
-        pos, word = instructions[0]
+        pos, word = min(instructions)
         line = f.line_of(pos)
         more = len({f.line_of(p) for p, _ in instructions}) - 1
         suffix = f" (and {more} more lines in this file)" if more else ""
@@ -684,8 +659,7 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
     types = [(pos, word) for pos, word in types if not any(a <= pos < b for a, b in gated)]
     short = [run for run in runs if run.device.number >= 89 and run.image.cuda_arch < 890]
     if types and short:
-        types.sort()
-        pos, word = types[0]
+        pos, word = min(types)
         line = f.line_of(pos)
         more = len({f.line_of(p) for p, _ in types}) - 1
         labels = tuple(f"{run.label} runs {run.target.name}" for run in short)
@@ -722,9 +696,8 @@ _MARCH = re.compile(r"""(["'])-m(?:arch|tune)=[^"']*\1""")
 _MAKE_ARCH = re.compile(r"(?:-gencode|--generate-code|(?<![\w-])-arch[= ]|--gpu-architecture)")
 
 
-def _target(prefix: str, number: str, variant: str) -> Target:
-    n = int(number)
-    return Target(n // 10, n % 10, Variant(variant), Kind.SASS if prefix == "sm" else Kind.PTX)
+def _spaces(m: re.Match[str]) -> str:
+    return " " * len(m[0])
 
 
 def _needs_text(t: Target) -> str:
@@ -733,23 +706,18 @@ def _needs_text(t: Target) -> str:
 
 def targets_in_line(line: str, kind: str) -> list[Target]:
     """The device targets a build-file line would make nvcc emit."""
-    found: list[Target] = []
-    masked = line
-    for m in _GENCODE.finditer(line):
-        for p, n, v in _TARGET.findall(m[1]):
-            found.append(_target(p, n, v))
-        masked = masked[:m.start()] + " " * (m.end() - m.start()) + masked[m.end():]
+    found = [Target.from_name(t[0]) for m in _GENCODE.finditer(line) for t in _TARGET.finditer(m[1])]
+    masked = _GENCODE.sub(_spaces, line)
     for m in _ARCH_FLAG.finditer(masked):
-        t = _target(m[1], m[2], m[3])
+        t = Target.from_name(f"{m[1]}_{m[2]}{m[3]}")
         found.extend([t, t.with_kind(Kind.PTX)] if t.kind is Kind.SASS else [t])
-        masked = masked[:m.start()] + " " * (m.end() - m.start()) + masked[m.end():]
-    for p, n, v in _TARGET.findall(masked):
-        found.append(_target(p, n, v))
+    masked = _ARCH_FLAG.sub(_spaces, masked)
+    found.extend(Target.from_name(m[0]) for m in _TARGET.finditer(masked))
     if kind == "cmake":
         cmake = _CMAKE_ARCHS.search(masked)
         if cmake:
             for value, suffix in _CMAKE_VALUE.findall(cmake[1]):
-                t = _target("sm", value.rstrip("af"), value[-1] if value[-1] in "af" else "")
+                t = Target.from_name(f"sm_{value}")
                 if suffix != "-virtual":
                     found.append(t)
                 if suffix != "-real":
@@ -1002,8 +970,8 @@ def _override(kind: str, line: str, lines: list[str], number: int) -> tuple[Lint
 # ------------------------------------------------------------------------------------------------
 # Everything for one tree
 # ------------------------------------------------------------------------------------------------
-def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequence[tuple[str, ArchList]] = (),
-          configured: fam.Configured | None = None) -> tuple[list[LintFinding], list[LibrarySummary]]:
+def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequence[tuple[str, ArchList]],
+          configured: fam.Configured) -> tuple[list[LintFinding], list[LibrarySummary]]:
     """Every rule on the tree. ``extensions``: the recipe's own lists for extensions matching a
     glob; ``configured``: kernel families with their own targets (and the sources the cell does
     not build). The translation units of such an
@@ -1012,7 +980,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
     findings: list[LintFinding] = []
     for rel in scope.build_files:
         findings.extend(build_file_findings(index, rel, archs))
-    findings.extend(generated_findings(index, configured.families if configured else (), archs))
+    findings.extend(generated_findings(index, configured.families, archs))
 
     parsed: dict[str, CFile] = {}
     for rel in sorted(scope.compiled):
@@ -1033,7 +1001,8 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
                     parsed[rel] = parse_c(rel, raw, None)
     known_guards(parsed.values(), aliases)
     constexpr_flags(parsed.values(), aliases)
-    macros = {name: (value, _define_text(f, line, name)) for f in parsed.values()
+    # each macro's value, and its definition as a message shows it
+    macros = {name: (value, f.line_text(line).split(name, 1)[-1].strip()[:80]) for f in parsed.values()
               for line, name, value in f.directives.defines if value}
 
     libraries: dict[str, list[int]] = {}
@@ -1049,11 +1018,9 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
                 for branch in chain.branches:
                     seen.update(f"{int(n)}" for n in re.findall(r"__CUDA_ARCH__\s*[<>=!]=?\s*(\d+)", branch.text))
                     seen.update(f"sm_{n}a" for n in re.findall(r"FEAT_SM(\d+)_ALL", branch.text))
-    seen_findings: set[tuple[str, str, int, str]] = set()
+    unique: dict[tuple[str, str, int, str], LintFinding] = {}
     others: dict[str, CFile] = {}  # files parsed only to follow a use (shared by every group)
-    families = configured.families if configured else ()
-    not_built = configured.not_built if configured else frozenset()
-    for group in compile_groups(index, scope, archs, extensions, families, not_built):
+    for group in compile_groups(index, scope, archs, extensions, configured):
         runs = device_runs(group.archs)
         reach = Reach(group, index, scope, parsed, aliases, others=others)
         for rel in sorted(group.files):
@@ -1066,18 +1033,15 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
                 gated.append((gate.spans[0][0], gate.spans[-2][1] if len(gate.spans) > 1 else gate.spans[0][1]))
                 if not used_in(f, gate.spans[0][0], reach):
                     continue
-                finding = gate_findings(gate, runs, group.archs, aliases, macros)
-                if finding is None:
-                    finding = own_image_stub(gate, runs, group.archs, aliases, macros)
+                finding = (gate_findings(gate, runs, group.archs, aliases, macros)
+                           or own_image_stub(gate, runs, group.archs, aliases, macros))
                 if finding is not None:
                     out.append(finding)
             out.extend(fp8_findings(f, gated, runs, group.archs, reach))
             out.extend(arch_specific_findings(f, reach))
             for finding in out:
-                key = (finding.rule, finding.path, finding.line, finding.message)
-                if key not in seen_findings:
-                    seen_findings.add(key)
-                    findings.append(finding)
+                unique.setdefault((finding.rule, finding.path, finding.line, finding.message), finding)
+    findings.extend(unique.values())
     summaries = [
         LibrarySummary(lib, counts[0], counts[1], tuple(sorted(thresholds.get(lib, ()), key=_threshold_key)))
         for lib, counts in sorted(libraries.items())
@@ -1099,15 +1063,14 @@ class CompileGroup:
     files: frozenset[str]
 
 
-def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
-                   extensions: Sequence[tuple[str, ArchList]],
-                   families: Sequence[fam.Family] = (), not_built: frozenset[str] = frozenset()) -> list[CompileGroup]:
+def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequence[tuple[str, ArchList]],
+                   configured: fam.Configured) -> list[CompileGroup]:
     """The translation units by the list they are compiled for: a kernel family's own targets
     (:mod:`farm.lint.families`; a unit in several families gets all of their targets, as the
     flags add up), else an extension's own list where the recipe declares one for it (matched by
     the extension's name, as the assertion matches its ``.so``), else the package's list."""
-    seeds = tuple(rel for rel in device_units(index, scope) if rel not in not_built)
-    if not extensions and not families:
+    seeds = tuple(rel for rel in device_units(index, scope) if rel not in configured.not_built)
+    if not extensions and not configured.families:
         return [CompileGroup(archs, "the package's list", seeds, frozenset(include_closure(index, seeds)))]
     by_seed: dict[str, tuple[str, ArchList]] = {}
     for name, sources in extension_sources(index, scope).items():
@@ -1117,7 +1080,7 @@ def compile_groups(index: TreeIndex, scope: BuildScope, archs: ArchList,
                     by_seed.setdefault(rel, (f"extension {name} ({glob})", own))
                 break
     in_families: dict[str, list[fam.Family]] = {}
-    for family in families:
+    for family in configured.families:
         for rel in family.sources:
             in_families.setdefault(rel, []).append(family)
     for rel, found in in_families.items():
@@ -1180,14 +1143,13 @@ def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: 
     root = posixpath.join(scope.build_root, "CMakeLists.txt") if scope.build_root else "CMakeLists.txt"
     cmake = [rel for rel in scope.build_files if kind_of_build_file(rel) == "cmake"]
     if root not in index.fileset or not any(fam.uses_families(index.text(rel)) for rel in cmake):
-        return fam.Configured((), frozenset())
-
-    def read(rel: str) -> str | None:
-        rel = posixpath.normpath(posixpath.join(scope.build_root, rel))
-        return index.text(rel) if rel in index.fileset else None
+        return fam.Configured()
 
     def in_tree(path: str) -> str:
         return posixpath.normpath(posixpath.join(scope.build_root, path))
+
+    def read(rel: str) -> str | None:
+        return index.text(in_tree(rel)) if in_tree(rel) in index.fileset else None
 
     def files(path: str) -> list[str]:
         """The tree's files a source names: itself, or what its glob matches now."""
@@ -1374,12 +1336,7 @@ def arch_specific_uses(f: CFile) -> list[tuple[int, isa.ArchInstruction]]:
     uses: list[tuple[int, isa.ArchInstruction]] = []
     if not isa.may_use(f.raw):
         return uses
-    for m in re.finditer(r"\b(?:asm|__asm__)\b", f.code):
-        paren = f.code.find("(", m.end(), m.end() + 40)
-        parsed = _split_args(f.code, paren) if paren != -1 else None
-        if parsed is None:
-            continue
-        _, close = parsed
+    for _, paren, close in _asm_statements(f):
         text = f.raw[paren:close]
         row = isa.instruction_in_asm(text)
         if row is not None:
@@ -1495,13 +1452,8 @@ def constexpr_flags(files: Iterable[CFile], aliases: dict[str, Expr]) -> None:
             for name, by_branch in values.items():
                 if name in aliases or len(by_branch) < 2 or not any(by_branch.values()):
                     continue
-                expr: Expr | None = None
-                for i, value in by_branch.items():
-                    if value:
-                        cond = _branch_condition(chain, i)
-                        expr = cond if expr is None else ("||", expr, cond)
-                if expr is not None:
-                    aliases[name] = expr
+                true_in = [_branch_condition(chain, i) for i, value in by_branch.items() if value]
+                aliases[name] = functools.reduce(lambda a, b: ("||", a, b), true_in)
 
 
 _GUARD_USE = re.compile(r"\b(?:CUTE|CUTLASS)_ARCH_(?:MMA_)?SM\d+[AF]?_ENABLED\b")
@@ -1530,11 +1482,6 @@ def known_guards(files: Iterable[CFile], aliases: dict[str, Expr]) -> None:
                                          ("<", family, ("num", (n // 10 + 1) * 100)))
                     else:
                         aliases[name] = (">=", ("id", "__CUDA_ARCH__"), ("num", n * 10))
-
-
-def _define_text(f: CFile, line: int, name: str) -> str:
-    text = f.line_text(line)
-    return text.split(name, 1)[-1].strip()[:80]
 
 
 def _threshold_key(text: str) -> tuple[int, str]:
