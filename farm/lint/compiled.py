@@ -100,10 +100,7 @@ class BuildScope:
 
     def library_of(self, relpath: str) -> str | None:
         """The vendored library directory holding ``relpath``, if any."""
-        for lib in self.vendored:
-            if relpath.startswith(lib + "/"):
-                return lib
-        return None
+        return next((lib for lib in self.vendored if relpath.startswith(lib + "/")), None)
 
 
 class TreeIndex:
@@ -114,7 +111,7 @@ class TreeIndex:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        # the walk of iter_files, as strings: a Path per file costs more than the rest of the index
+        # walk_files' strings, never made Paths: a Path per file costs more than the rest of the index
         top = self._top = os.fspath(root)
         self.stamps = Stamps(os.path.abspath(top))
         prefix: dict[str, str] = {}  # directory -> its relative posix path + "/" ("" for the root)
@@ -377,9 +374,7 @@ class _Collector:
             if "/" not in token:
                 self.bare_globs.add(token)
                 return
-            for rel in self.index.glob(_join(base, token)):
-                if rel.endswith(SOURCE_EXTS):
-                    self.seeds.add(rel)
+            self.seeds.update(rel for rel in self.index.glob(_join(base, token)) if rel.endswith(SOURCE_EXTS))
             return
         rel = _join(base, token)
         if token.endswith(SOURCE_EXTS):
@@ -492,23 +487,16 @@ def build_scope(index: TreeIndex, build_subdir: str | None = None) -> BuildScope
     build_root = _join("", build_subdir) if build_subdir else ""
     vendored = vendored_dirs(index, build_root)
     collector = _Collector(index, build_root, vendored)
+    readers = {"python": collector.python, "cmake": collector.cmake, "make": collector.make}
     for name in ROOT_BUILD_FILES:
         rel = _join(build_root, name)
-        if not collector.add_build_file(rel):
-            continue
-        kind = kind_of_build_file(rel)
-        if kind == "python":
-            collector.python(rel)
-        elif kind == "cmake":
-            collector.cmake(rel)
-        elif kind == "make":
-            collector.make(rel)
+        reader = readers.get(kind_of_build_file(rel) or "")
+        if collector.add_build_file(rel) and reader is not None:
+            reader(rel)
     collector.cmake_projects()
     for pattern in collector.bare_globs:
         for directory in collector.dirs_named:
-            for rel in index.glob(_join(directory, pattern)):
-                if rel.endswith(SOURCE_EXTS):
-                    collector.seeds.add(rel)
+            collector.seeds.update(rel for rel in index.glob(_join(directory, pattern)) if rel.endswith(SOURCE_EXTS))
     seeds = {s for s in collector.seeds if _under(s, build_root)}
     if seeds:
         how = f"translation units named by {', '.join(collector.build_files)}"

@@ -96,14 +96,15 @@ def strip_python_comments(text: str) -> str:
     return "".join(lines)
 
 
-def blank_lines(text: str, dead: set[int]) -> str:
-    """``text`` with the given 1-based lines blanked (kept as empty lines)."""
+def blank_lines(text: str, dead: set[int], *, keep_offsets: bool = False) -> str:
+    """``text`` with the given 1-based lines blanked: kept as empty lines, or with
+    ``keep_offsets`` as spaces (every offset still at the same place)."""
     if not dead:
         return text
     lines = text.split("\n")
     for number in dead:
         if 0 < number <= len(lines):
-            lines[number - 1] = ""
+            lines[number - 1] = " " * len(lines[number - 1]) if keep_offsets else ""
     return "\n".join(lines)
 
 

@@ -237,12 +237,7 @@ _BRACE = re.compile(r"[{};]")
 
 def _brace_states(code: str, directive_lines: set[int]) -> tuple[list[int], list[bool]]:
     """Offsets where the in-function state changes, and the state from each offset on."""
-    if directive_lines:
-        lines = code.split("\n")
-        for n in directive_lines:
-            if 0 < n <= len(lines):
-                lines[n - 1] = " " * len(lines[n - 1])
-        code = "\n".join(lines)
+    code = blank_lines(code, directive_lines, keep_offsets=True)
     stack: list[str] = []
     positions: list[int] = []
     states: list[bool] = []
@@ -1222,13 +1217,9 @@ def _one_branch(f: CFile) -> str:
     code written twice under ``#if``/``#else`` (``for (...) {`` in each) would unbalance the
     braces that say which entity holds a line."""
     if f._one_branch is None:
-        lines = f.code.split("\n")
-        for chain in f.directives.chains:
-            for branch in chain.branches[1:]:
-                for n in range(branch.line, branch.body[1]):
-                    if 0 < n <= len(lines):
-                        lines[n - 1] = " " * len(lines[n - 1])
-        f._one_branch = "\n".join(lines)
+        later = {n for chain in f.directives.chains for branch in chain.branches[1:]
+                 for n in range(branch.line, branch.body[1])}
+        f._one_branch = blank_lines(f.code, later, keep_offsets=True)
     return f._one_branch
 
 

@@ -47,7 +47,7 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -112,16 +112,12 @@ def fetch(source: GitSource | SdistSource | PathSource, cache_dir: Path, *, pack
 # ------------------------------------------------------------------------------------------------
 # path
 # ------------------------------------------------------------------------------------------------
-def iter_files(root: Path) -> Iterator[Path]:
-    """Every file under ``root`` in a stable order, skipping VCS and tool directories."""
-    for dirpath, name in walk_files(root):
-        yield Path(dirpath, name)
-
-
 def tree_sha256(root: Path) -> str:
-    """A hash of a directory's content: relative names, exec bits, file bytes, link targets."""
+    """A hash of a directory's content (every file in a stable order, VCS and tool directories
+    left out): relative names, exec bits, file bytes, link targets."""
     digest = hashlib.sha256()
-    for path in iter_files(root):
+    for dirpath, name in walk_files(root):
+        path = Path(dirpath, name)
         rel = path.relative_to(root).as_posix()
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
@@ -265,9 +261,7 @@ def is_cached(source: GitSource | SdistSource | PathSource, cache_dir: Path,
     without the network."""
     cache_dir = Path(cache_dir)
     if not vendor:
-        if isinstance(source, PathSource):
-            return True
-        return _cached_base(source, cache_dir) is not None
+        return isinstance(source, PathSource) or _cached_base(source, cache_dir) is not None
     base = _fetch_path(source, "the source") if isinstance(source, PathSource) else _cached_base(source, cache_dir)
     return base is not None and _cached(cache_dir / "vendored" / _vendored_key(base, vendor)) is not None
 
@@ -290,10 +284,6 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
     base = cache_dir / "git"
     pointer = git_pointer(source, cache_dir)
     suffix = "-sub" if source.submodules else ""
-
-    def cached() -> SourceTree | None:  # never resolved, damaged or forged: the ref is resolved again
-        commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
-        return _cached(base / f"{commit}{suffix}") if isinstance(commit, str) and _is_commit(commit) else None
 
     def make(scratch: Path) -> SourceTree:
         work = scratch / "tree"
@@ -322,7 +312,8 @@ def _fetch_git(source: GitSource, cache_dir: Path, label: str, say: Say) -> Sour
         _write_sealed(pointer, {"url": url, "ref": source.ref, "commit": tree.identity}, f"source-ref:{pointer.name}")
         return tree
 
-    return _locked_entry(base, key, cached, make)
+    # a ref never resolved, or a pointer damaged or forged: the ref is resolved again
+    return _locked_entry(base, key, lambda: _cached_base(source, cache_dir), make)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -394,7 +385,7 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> 
     final = base / sha
 
     def make(scratch: Path) -> SourceTree:
-        archive = _find_archive(base, sha)
+        archive = next((path for path in base.glob(f"{sha}-*") if path.is_file()), None)
         if archive is None:
             url, filename = _find_sdist_url(source, label)
             part = scratch / filename
@@ -418,13 +409,6 @@ def _fetch_sdist(source: SdistSource, cache_dir: Path, label: str, say: Say) -> 
         return _install(inner, final, sha, description)
 
     return _locked_entry(base, sha, lambda: _cached(final), make)
-
-
-def _find_archive(base: Path, sha: str) -> Path | None:
-    for path in base.glob(f"{sha}-*"):
-        if path.is_file():
-            return path
-    return None
 
 
 def _check_member(name: str, archive: Path) -> PurePosixPath:
