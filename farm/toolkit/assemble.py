@@ -101,7 +101,7 @@ def install_script(request: ToolkitRequest, prefix: str, *, python: str = "pytho
         raise AssertionError("install_script assembles PyPI toolkits")  # callers dispatch on source
     key = request.key()
     q = shlex.quote
-    home = f"{prefix}/site/nvidia/cu{request.cuda.split('.')[0]}"
+    home = f"{prefix}/{home_in_prefix(request)}"
     stamp = f"{prefix}/{STAMP}"
     lines = [
         "set -eu",
@@ -128,9 +128,11 @@ def _stamp_purpose(prefix: Path) -> str:
     return f"toolkit-stamp:{prefix.name}"
 
 
-def _read_stamp(prefix: Path) -> dict[str, Any] | None:
-    """The ready stamp when it is sealed with this user's key (:mod:`farm.cacheseal`): the
-    components and manifest it names go into every wheel's provenance."""
+def read_stamp(prefix: Path) -> dict[str, Any] | None:
+    """The ready stamp of the toolkit under ``prefix`` (its request) when it is sealed with this
+    user's key (:mod:`farm.cacheseal`): the components and manifest it names go into every wheel's
+    provenance."""
+    prefix = Path(prefix)
     try:
         payload = cacheseal.read(prefix / STAMP, _stamp_purpose(prefix), 1 << 20)
         data = jsonread.loads(payload) if payload is not None else None
@@ -224,7 +226,7 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
     inside the prefix (links resolved), nvcc and cuobjdump are there and run, and nvcc reports the
     release the stamp names, of the requested line. A toolkit for another platform cannot run
     here: its tools must at least be non-empty files and the stamp's release of the requested line."""
-    stamp = _read_stamp(prefix)
+    stamp = read_stamp(prefix)
     if stamp is None or stamp.get("key") != request.key():
         return None
     rel, claimed = stamp.get("home"), stamp.get("nvcc")
@@ -258,11 +260,6 @@ def _cached(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
             return None
     return Toolkit(home, nvcc, cuobjdump, claimed, request.cuda, request.source, request.release,
                    urls[0], urls[1], components, prefix, stub)
-
-
-def read_stamp(prefix: Path) -> dict[str, Any] | None:
-    """The ready stamp of the toolkit under ``prefix`` (its request), when its seal verifies."""
-    return _read_stamp(Path(prefix))
 
 
 def cached_toolkit(prefix: Path, request: ToolkitRequest) -> Toolkit | None:
@@ -368,6 +365,7 @@ def _require_pip(python: str) -> None:
 
 def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Callable[[str], None]) -> dict[str, Any]:
     """Assemble into ``staging``; the stamp's content once it is ready."""
+    home = home_in_prefix(request)
     if request.source == "pypi":
         if os.name == "nt":
             raise ToolError("assembling a toolkit from PyPI is implemented for Linux hosts only",
@@ -378,19 +376,18 @@ def _assemble(request: ToolkitRequest, staging: Path, *, python: str, say: Calla
         stub_failed = proc.stderr.rfind(f"farm: {cudastub.FAILED}: ")
         if proc.returncode != 0 and stub_failed >= 0:  # the wheels are in: pip is not what went wrong
             raise ToolError(proc.stderr[stub_failed:].removeprefix("farm: ").strip(),
-                            where=str(staging / home_in_prefix(request)))
+                            where=str(staging / home))
         if proc.returncode != 0:
             raise ToolError(
                 f"installing CUDA {request.cuda}'s wheels failed (rc {proc.returncode}):\n"
                 + (proc.stderr or proc.stdout).strip()[-3000:],
                 hint="check that pip can reach PyPI (proxy, certificates) and that the pins exist",
             )
-        home = home_in_prefix(request)
         components = _pypi_components(staging / "pip-report.json", request)
         manifest_url = manifest_sha = None
     else:
         result = redist.assemble(request, staging / "cuda", progress=say)
-        home, components = home_in_prefix(request), result.components
+        components = result.components
         manifest_url, manifest_sha = request.manifest_url, result.manifest_sha256
         # the host's compiler builds only the host's stub; MSVC links the archives' lib/x64/cuda.lib
         if request.platform == _host_platform() and not request.platform.startswith("windows"):

@@ -65,10 +65,8 @@ def _has_header(home: Path, header: str) -> bool:
 
 
 def _marker_present(home: Path, marker: str, windows: bool) -> bool:
-    for alt in marker.split("|"):
-        if (home / alt).exists() or (windows and alt.startswith("bin/") and (home / (alt + ".exe")).exists()):
-            return True
-    return False
+    return any((home / alt).exists() or (windows and alt.startswith("bin/") and (home / (alt + ".exe")).exists())
+               for alt in marker.split("|"))
 
 
 def check_toolkit(

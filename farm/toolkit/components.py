@@ -98,11 +98,8 @@ MARKERS: dict[str, str] = {
 
 def component_of_header(include: str) -> str | None:
     """The component that ships ``#include <include>``, or None for a header farm does not know."""
-    for component, headers in HEADERS.items():
-        for header in headers:
-            if include == header or (header.endswith("/") and include.startswith(header)):
-                return component
-    return None
+    return next((component for component, headers in HEADERS.items() for header in headers
+                 if include == header or (header.endswith("/") and include.startswith(header))), None)
 
 
 def pypi_requirement(component: str, version: str, cuda: str) -> str:

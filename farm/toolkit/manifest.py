@@ -28,10 +28,7 @@ class Archive:
     def stem(self) -> str:
         """The one top folder the archive unpacks to (its file name without .tar.xz/.zip)."""
         name = self.relative_path.rsplit("/", 1)[-1]
-        for suffix in (".tar.xz", ".zip"):
-            if name.endswith(suffix):
-                return name[: -len(suffix)]
-        return name
+        return name.removesuffix(".tar.xz") if name.endswith(".tar.xz") else name.removesuffix(".zip")
 
 
 @dataclass(frozen=True)

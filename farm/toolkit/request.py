@@ -112,10 +112,7 @@ def request_for(
         raise ToolError(f"CUDA {cuda} cannot be assembled from PyPI: NVIDIA's CUDA 12 wheels ship no nvcc "
                         "(nvidia-cuda-nvcc-cu12 holds ptxas only) and no libcudart_static.a",
                         hint="use --source redist")
-    wanted: list[str] = []
-    for name in (*line.components, *(config.torch_components if torch else ()), *extra):
-        if name not in wanted:
-            wanted.append(name)
+    wanted = list(dict.fromkeys((*line.components, *(config.torch_components if torch else ()), *extra)))
     rel = release or line.release
     problem = release_problem(rel, cuda)
     if problem:
