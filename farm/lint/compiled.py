@@ -167,35 +167,22 @@ class TreeIndex:
         return [p for p in self.files if regex.fullmatch(p)]
 
 
+_WILDCARDS = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+_GLOB_TOKEN = re.compile(r"\*\*/|\*\*|\*|\?|\[[^\]]*\]|.", re.DOTALL)  # a "[" never closed is itself
+
+
+def _glob_token(m: re.Match[str]) -> str:
+    token = m[0]
+    if token in _WILDCARDS:
+        return _WILDCARDS[token]
+    if len(token) > 1:  # [class], [!negated]
+        body = token[1:-1].replace("\\", "\\\\")
+        return "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
+    return re.escape(token)
+
+
 def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[":
-            end = pattern.find("]", i + 1)
-            if end == -1:
-                out.append(re.escape(pattern[i]))
-                i += 1
-            else:
-                body = pattern[i + 1:end].replace("\\", "\\\\")
-                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-                i = end + 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
+    return re.compile(_GLOB_TOKEN.sub(_glob_token, pattern))
 
 
 def _under(path: str, directory: str) -> bool:

@@ -284,13 +284,8 @@ class Gate:
 
 
 def _is_gate(chain: Chain, aliases: dict[str, Expr]) -> bool:
-    for branch in chain.branches:
-        if branch.cond is None:
-            continue
-        for name in identifiers(branch.cond):
-            if is_arch_symbol(name) or name in aliases or f"{name}()" in aliases:
-                return True
-    return False
+    return any(is_arch_symbol(name) or name in aliases or f"{name}()" in aliases
+               for branch in chain.branches if branch.cond is not None for name in identifiers(branch.cond))
 
 
 def collect_aliases(files: Iterable[CFile]) -> dict[str, Expr]:
@@ -529,11 +524,8 @@ def _devices_text(chosen: list[DeviceRun]) -> str:
     by_image: dict[str, list[str]] = {}
     for run in chosen:
         by_image.setdefault(run.target.name, []).append(run.label)
-    parts = []
-    for image, labels in by_image.items():
-        verb = "runs" if len(labels) == 1 else "run"
-        parts.append(f"{', '.join(labels)} {verb} {image}")
-    return "; ".join(parts)
+    return "; ".join(f"{', '.join(labels)} {'runs' if len(labels) == 1 else 'run'} {image}"
+                     for image, labels in by_image.items())
 
 
 def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: dict[str, Expr],
