@@ -203,9 +203,7 @@ class _Configure:
 
         def atom_value(tok: tuple[str, bool]) -> str:
             text, quoted = tok
-            if not quoted and text in self.vars:
-                return self.vars[text]
-            return text
+            return self.vars[text] if not quoted and text in self.vars else text
 
         def truth(tok: tuple[str, bool]) -> bool:
             text, quoted = tok

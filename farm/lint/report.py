@@ -59,10 +59,6 @@ def ignore_matches(ignore: LintIgnore, finding: LintFinding) -> bool:
     return ignore.rule in (finding.rule, "*") and fnmatch.fnmatchcase(finding.path, ignore.path)
 
 
-def _ignore_json(ignore: LintIgnore) -> dict[str, str]:
-    return {"rule": ignore.rule, "path": ignore.path, "reason": ignore.reason, "where": ignore.where}
-
-
 def _ignore_from(data: dict[str, str]) -> LintIgnore:
     return LintIgnore(data["rule"], data["path"], data["reason"], data["where"])
 
@@ -109,8 +105,8 @@ class LintReport:
             "passed": self.passed,
             "errors": [f.to_json() for f in self.errors],
             "infos": [f.to_json() for f in self.infos],
-            "ignored": [{"finding": f.to_json(), "ignore": _ignore_json(i)} for f, i in self.ignored],
-            "stale_ignores": [_ignore_json(i) for i in self.stale_ignores],
+            "ignored": [{"finding": f.to_json(), "ignore": asdict(i)} for f, i in self.ignored],
+            "stale_ignores": [asdict(i) for i in self.stale_ignores],
             "scope": self.scope,
             "libraries": [asdict(lib) | {"thresholds": list(lib.thresholds)} for lib in self.libraries],
         }
