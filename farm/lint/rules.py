@@ -516,10 +516,6 @@ def _needs(chosen: list[DeviceRun], chain: Chain, archs: ArchList, aliases: dict
     return tuple(t.version for t in added)
 
 
-def _they(runs: list[DeviceRun]) -> str:
-    return "it takes" if len(runs) == 1 else "they take"
-
-
 def _devices_text(chosen: list[DeviceRun]) -> str:
     by_image: dict[str, list[str]] = {}
     for run in chosen:
@@ -556,15 +552,15 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
     run, detail, image_i = chosen[0]
     branch_line = gate.chain.branches[image_i].line if image_i < len(gate.chain.branches) else gate.chain.end_line
     where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
-    names = _devices_text(runs_chosen)
+    names, they = _devices_text(runs_chosen), "it takes" if len(runs_chosen) == 1 else "they take"
     if stubbed:
-        message = (f"stub trap: {names}, below this gate, so {_they(runs_chosen)} {where}, which does nothing "
+        message = (f"stub trap: {names}, below this gate, so {they} {where}, which does nothing "
                    f"({detail}): kernels launch and compute nothing")
         severity = LintSeverity.ERROR
         fix = (f"declare {', '.join(needs)} in the package's arch list, or lint_ignore rule arch-gate with "
                "the reason these devices never reach this code")
     else:
-        message = (f"{names}, below this gate, so {_they(runs_chosen)} the fallback, {where} ({detail}): correct, "
+        message = (f"{names}, below this gate, so {they} the fallback, {where} ({detail}): correct, "
                    "but not the code written for these devices")
         severity = LintSeverity.INFO
         fix = f"declare {', '.join(needs)} to run the code written for these devices"
@@ -907,17 +903,14 @@ def _merge(findings: list[LintFinding], index: TreeIndex, rel: str, kind: str, a
             message += _what_it_builds(index, rel, kind, [f.line for f in items], archs)
         if len(items) > 1:
             message += f" (lines {', '.join(str(f.line) for f in items)})"
-        merged.append(LintFinding(rule, first.severity, rel, first.line, first.snippet, message, first.needs,
-                                  first.declared, first.fix, first.devices))
+        merged.append(dataclasses.replace(first, message=message))
     return merged
 
 
 def _what_it_builds(index: TreeIndex, rel: str, kind: str, lines: list[int], archs: ArchList) -> str:
     """What the overriding lines build, against what is declared."""
     raw = index.text(rel).split("\n")
-    named: list[Target] = []
-    for number in lines:
-        named.extend(targets_in_line(raw[number - 1], kind))
+    named = [t for number in lines for t in targets_in_line(raw[number - 1], kind)]
     if not named:
         return ""
     built = ArchList.of(named)
