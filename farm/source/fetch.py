@@ -546,12 +546,13 @@ def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: 
         shutil.copytree(base.root, work, symlinks=True, ignore=shutil.ignore_patterns(".git"))
         for entry in vendor:
             unpacked = scratch / "unpacked"
+            where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
             if isinstance(entry.origin, GitSource):
-                checkout = _vendor_checkout(entry, entry.origin, cache_dir, label, say)
+                checkout = _vendor_checkout(entry.origin, cache_dir, where, say)
                 shutil.copytree(checkout.root, unpacked, symlinks=True, ignore=shutil.ignore_patterns(".git"))
                 _place(entry, unpacked, work, f"{entry.origin.repo} at {entry.origin.ref}", label)
             else:
-                archive = _vendor_archive(entry, entry.origin, cache_dir / "vendor", label, say)
+                archive = _vendor_archive(entry.origin, cache_dir / "vendor", where, say)
                 unpacked.mkdir()
                 unpack(archive, unpacked, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
                 _place(entry, _archive_root(unpacked), work, archive.name, label)
@@ -563,9 +564,9 @@ def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: 
     return _locked_entry(folder, key, lambda: _cached(final), make)
 
 
-def _vendor_checkout(entry: VendorSource, origin: GitSource, cache_dir: Path, label: str, say: Say) -> SourceTree:
-    """The entry's repository checked out at its commit, fetched (and cached) as a git source is."""
-    where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
+def _vendor_checkout(origin: GitSource, cache_dir: Path, where: str, say: Say) -> SourceTree:
+    """A vendored entry's repository checked out at its commit, fetched (and cached) as a git source is;
+    ``where`` names the entry."""
     checkout = _fetch_git(origin, cache_dir, where, say)
     if checkout.identity != origin.ref:  # a ref that is a commit checks out as itself: anything else is refused
         raise SourceError(f"{where}: {origin.url} checked out {checkout.identity}, the recipe pins {origin.ref}",
@@ -573,14 +574,12 @@ def _vendor_checkout(entry: VendorSource, origin: GitSource, cache_dir: Path, la
     return checkout
 
 
-def _vendor_archive(entry: VendorSource, origin: ArchiveOrigin | SdistSource, store: Path, label: str,
-                    say: Say) -> Path:
-    """The entry's archive (``origin``), downloaded once and re-hashed on every use: a cached file
-    is believed only when its bytes still have the pinned sha256."""
+def _vendor_archive(origin: ArchiveOrigin | SdistSource, store: Path, where: str, say: Say) -> Path:
+    """A vendored entry's archive (``origin``; ``where`` names the entry), downloaded once and
+    re-hashed on every use: a cached file is believed only when its bytes still have the pinned sha256."""
     sha = origin.sha256
     folder = store / sha  # one folder per archive: the prune removes folders
     store.mkdir(parents=True, exist_ok=True)
-    where = f"{label}: source.vendor {entry.path!r} ({entry.where})"
     with FileLock(str(store / f"{sha}.lock")):
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
             folder.unlink()  # not farm's (a link is removed, never followed): made afresh below
