@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.fsutil import walk_files
-from farm.lint.families import is_pattern
+from farm.lint.families import CMAKE_TOKEN, is_pattern
 from farm.lint.lexer import first_on_line, strip_hash_comments
 from farm.lint.stamps import Stamps
 
@@ -67,7 +67,6 @@ VENDOR_PARENTS = frozenset({"third_party", "third-party", "thirdparty", "3rdpart
                             "extern", "vendor", "vendored", "submodules"})
 _LICENSE = re.compile(r"^(licen[cs]e|copying)", re.IGNORECASE)
 _INCLUDE = re.compile(r'#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]')  # first on its line (first_on_line)
-_CMAKE_TOKEN = re.compile(r'[^\s()"]+')
 _CMAKE_VARS = re.compile(r"\$\{(CMAKE_CURRENT_SOURCE_DIR|CMAKE_CURRENT_LIST_DIR|PROJECT_SOURCE_DIR|"
                          r"CMAKE_SOURCE_DIR|CMAKE_HOME_DIRECTORY)\}/?")
 
@@ -397,7 +396,7 @@ class _Collector:
             for candidate in (_join(base, target), _join(base, target + ".cmake")):
                 if candidate.endswith(".cmake") and self.add_build_file(candidate):
                     self.cmake(candidate)
-        for token in _CMAKE_TOKEN.findall(_CMAKE_VARS.sub("", text)):
+        for token in CMAKE_TOKEN.findall(_CMAKE_VARS.sub("", text)):
             if "${" in token:
                 tail = token.rsplit("}", 1)[-1].lstrip("/")
                 if tail.endswith(SOURCE_EXTS):

@@ -35,6 +35,7 @@ _FALSE = frozenset({"", "0", "OFF", "NO", "FALSE", "N", "IGNORE", "NOTFOUND"})
 _COMPARE = {"EQUAL": operator.eq, "LESS": operator.lt, "GREATER": operator.gt, "LESS_EQUAL": operator.le,
             "GREATER_EQUAL": operator.ge}
 _VERSION_OPS = {f"VERSION_{name}": compare for name, compare in _COMPARE.items()}
+CMAKE_TOKEN = re.compile(r'[^\s()"]+')  # an unquoted argument
 _COMMAND = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _MAX_COMMANDS = 200_000  # a bound on what one configure reads, however the files include each other
 _BLOCKS = ("function", "macro", "foreach", "while")  # bodies the reader does not run
@@ -146,7 +147,7 @@ def _arguments(text: str, start: int) -> tuple[list[tuple[str, bool]], int] | No
             args.append((")", False))
             i += 1
         else:
-            m = re.compile(r'[^\s()"]+').match(text, i)
+            m = CMAKE_TOKEN.match(text, i)
             assert m is not None
             args.append((m.group(), False))
             i = m.end()
