@@ -267,21 +267,17 @@ class _Configure:
                 return not negation()
             return primary()
 
-        def conjunction() -> bool:
+        def joined(word: str, operand: Callable[[], bool]) -> bool:
+            """Operands joined by ``word`` (AND, OR), each read before the next: none is skipped."""
             nonlocal pos
-            value = negation()
-            while pos < len(tokens) and tokens[pos] == ("AND", False):
+            values = [operand()]
+            while pos < len(tokens) and tokens[pos] == (word, False):
                 pos += 1
-                value = negation() and value
-            return value
+                values.append(operand())
+            return all(values) if word == "AND" else any(values)
 
         def disjunction() -> bool:
-            nonlocal pos
-            value = conjunction()
-            while pos < len(tokens) and tokens[pos] == ("OR", False):
-                pos += 1
-                value = conjunction() or value
-            return value
+            return joined("OR", lambda: joined("AND", negation))
 
         return disjunction()
 
