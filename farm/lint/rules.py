@@ -608,7 +608,7 @@ def own_image_stub(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: 
 # FP8
 # ------------------------------------------------------------------------------------------------
 def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], archs: ArchList,
-                 reach: Reach | None = None) -> list[LintFinding]:
+                 reach: Reach) -> list[LintFinding]:
     """FP8 outside any arch gate. In an ``asm`` statement it is an instruction, which ptxas
     assembles only from sm_89 ("Feature 'cvt with .e4m3x2/.e5m2x2' requires .target sm_89 or
     higher"): an error wherever the list compiles it for less. Elsewhere it is a type or a
@@ -620,7 +620,7 @@ def fp8_findings(f: CFile, gated: list[tuple[int, int]], runs: list[DeviceRun], 
     out: list[LintFinding] = []
     instructions = [(pos, word) for pos, word in instructions if not any(a <= pos < b for a, b in gated)]
     low = [t for t in archs if t.number < 89]
-    if reach is not None and instructions:
+    if instructions:
         # only the images that compile the instruction: its function reached there (the gate
         # macros, nunchaku's `if constexpr (FP4_AVAILABLE)`)
         low = [t for t in low if any(
