@@ -330,10 +330,6 @@ def _python_strings(text: str) -> list[str]:
 _IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
 
 
-def _python_imports(text: str) -> list[str]:
-    return [(a or b).split(".")[0] for a, b in _IMPORT.findall(text)]
-
-
 class _Collector:
     def __init__(self, index: TreeIndex, build_root: str, vendored: tuple[str, ...]) -> None:
         self.index = index
@@ -376,7 +372,7 @@ class _Collector:
         base = posixpath.dirname(rel)
         for s in _python_strings(text):
             self.resolve(s, base)
-        for module in _python_imports(text):
+        for module in [(a or b).split(".")[0] for a, b in _IMPORT.findall(text)]:
             helper = _join(base, module + ".py")
             if self.add_build_file(helper):
                 self.python(helper)

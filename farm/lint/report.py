@@ -55,10 +55,6 @@ class LintFinding:
                    data["message"], tuple(data["needs"]), data["declared"], data["fix"], tuple(data["devices"]))
 
 
-def ignore_matches(ignore: LintIgnore, finding: LintFinding) -> bool:
-    return ignore.rule in (finding.rule, "*") and fnmatch.fnmatchcase(finding.path, ignore.path)
-
-
 def _ignore_from(data: dict[str, str]) -> LintIgnore:
     return LintIgnore(data["rule"], data["path"], data["reason"], data["where"])
 
@@ -144,7 +140,10 @@ class LintReport:
                 continue
             lines.append(f"\n{title} ({len(items)}):")
             for f in items:
-                lines.extend(_render_finding(f))
+                lines += [f"  {f.location}  [{f.rule}] {f.snippet}", f"      {f.message}"]
+                if f.needs:
+                    lines.append(f"      needs {', '.join(f.needs)}; declared {f.declared}")
+                lines.append(f"      fix: {f.fix}")
         if self.ignored:
             lines.append(f"\nignored ({len(self.ignored)}):")
             for f, ignore in self.ignored:
@@ -163,14 +162,6 @@ class LintReport:
         return "\n".join(lines)
 
 
-def _render_finding(f: LintFinding) -> list[str]:
-    out = [f"  {f.location}  [{f.rule}] {f.snippet}", f"      {f.message}"]
-    if f.needs:
-        out.append(f"      needs {', '.join(f.needs)}; declared {f.declared}")
-    out.append(f"      fix: {f.fix}")
-    return out
-
-
 def apply_ignores(findings: Sequence[LintFinding], ignores: Sequence[LintIgnore]
                   ) -> tuple[list[LintFinding], list[tuple[LintFinding, LintIgnore]], list[LintIgnore]]:
     """(kept findings, ignored findings with the entry that silenced each, stale entries)."""
@@ -179,7 +170,7 @@ def apply_ignores(findings: Sequence[LintFinding], ignores: Sequence[LintIgnore]
     used: set[int] = set()
     for finding in findings:
         for i, ignore in enumerate(ignores):
-            if ignore_matches(ignore, finding):
+            if ignore.rule in (finding.rule, "*") and fnmatch.fnmatchcase(finding.path, ignore.path):
                 ignored.append((finding, ignore))
                 used.add(i)
                 break
