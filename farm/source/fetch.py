@@ -50,7 +50,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import Any
 
 from filelock import FileLock
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
@@ -166,7 +166,8 @@ def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> 
                               hint="check the recipe's repo and ref: a package's source is far smaller (for a "
                                    "repository that really is this large, raise farm.source.fetch.GIT_MAX_BYTES)")
         if proc.returncode != 0:
-            detail = (_tail(err).strip().splitlines() or ["(no output)"])[-1]
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))  # its last 4 KiB
+            detail = (err.read().decode("utf-8", "replace").strip().splitlines() or ["(no output)"])[-1]
             raise SourceError(f"{label}: {what} failed: {detail}",
                               hint="check that the repository is reachable and the ref exists (a tag or a full commit)")
         out.seek(0)
@@ -233,12 +234,6 @@ def _disk_bytes(folder: Path) -> int:
             if stat.S_ISDIR(st.st_mode):
                 pending.append(path)
     return total
-
-
-def _tail(file: IO[bytes], size: int = 4096) -> str:
-    file.seek(0, os.SEEK_END)
-    file.seek(max(0, file.tell() - size))
-    return file.read().decode("utf-8", "replace")
 
 
 def _is_commit(ref: str) -> bool:
@@ -555,7 +550,10 @@ def _with_vendor(base: SourceTree, vendor: tuple[VendorSource, ...], cache_dir: 
                 archive = _vendor_archive(entry.origin, cache_dir / "vendor", where, say)
                 unpacked.mkdir()
                 unpack(archive, unpacked, max_bytes=MAX_VENDOR_UNPACKED, max_members=MAX_VENDOR_MEMBERS)
-                _place(entry, _archive_root(unpacked), work, archive.name, label)
+                # like an sdist, an archive of one top folder is that folder; else the archive's root
+                entries = list(unpacked.iterdir())
+                one = len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink()
+                _place(entry, entries[0] if one else unpacked, work, archive.name, label)
             if unpacked.exists():  # gone when the whole of it was placed
                 shutil.rmtree(unpacked)
         description = {**base.description, "vendor": [vendor_description(e) for e in vendor]}
@@ -610,12 +608,6 @@ def _vendor_archive(origin: ArchiveOrigin | SdistSource, store: Path, where: str
             archive = folder / part.name
             part.replace(archive)
         return archive
-
-
-def _archive_root(unpacked: Path) -> Path:
-    """Like an sdist, an archive of one top folder is that folder; else the archive's root."""
-    entries = list(unpacked.iterdir())
-    return entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else unpacked
 
 
 def _place(entry: VendorSource, root: Path, tree: Path, archive: str, label: str) -> None:

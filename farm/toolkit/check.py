@@ -60,10 +60,6 @@ def _includes(root: Path) -> Iterator[Include]:
                 yield Include(header, component, f"{path.relative_to(root).as_posix()}:{line}")
 
 
-def _has_header(home: Path, header: str) -> bool:
-    return (home / "include" / header).exists() or (home / "include" / "cccl" / header).exists()
-
-
 def _marker_present(home: Path, marker: str, windows: bool) -> bool:
     return any((home / alt).exists() or (windows and alt.startswith("bin/") and (home / (alt + ".exe")).exists())
                for alt in marker.split("|"))
@@ -97,7 +93,7 @@ def check_toolkit(
         return
     missing: dict[str, list[Include]] = {}
     for inc in _includes(Path(source_root)):
-        if not _has_header(home, inc.header):
+        if not ((home / "include" / inc.header).exists() or (home / "include" / "cccl" / inc.header).exists()):
             missing.setdefault(inc.component, []).append(inc)
     if missing:
         lines = []

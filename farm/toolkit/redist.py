@@ -145,10 +145,6 @@ def _check_link(m: tarfile.TarInfo, p: PurePosixPath, stem: str, component: str,
                         f"({m.linkname!r})", hint="nothing was unpacked")
 
 
-def _unpack_limit(path: Path) -> int:
-    return max(UNPACK_FLOOR, UNPACK_RATIO * path.stat().st_size)
-
-
 def _bomb(component: str, path: Path, limit: int) -> ToolError:
     return ToolError(f"{component}: {path.name} unpacks to more than {limit:,} bytes ({UNPACK_RATIO}x its size): "
                      "not one of NVIDIA's archives", hint="nothing was unpacked; check the mirror")
@@ -157,7 +153,7 @@ def _bomb(component: str, path: Path, limit: int) -> ToolError:
 def _unpack(path: Path, archive: Archive, component: str, dest: Path) -> Path:
     """Unpack into ``dest`` after checking every member; returns the top folder."""
     stem = archive.stem
-    limit = _unpack_limit(path)
+    limit = max(UNPACK_FLOOR, UNPACK_RATIO * path.stat().st_size)
     if path.name.endswith(".zip"):
         try:
             with zipfile.ZipFile(path) as zf:
