@@ -97,9 +97,7 @@ def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     was built against, whatever upstream's metadata or the recipe's ``requires_dist`` says (the
     recipe loader refuses a torch entry there; :func:`~farm.provenance.stamp.set_metadata_version`
     writes the pins before any other requirement, so none can replace it)."""
-    if cell.torch == NO_TORCH or not recipe.links_torch:
-        return ()
-    return (f"torch=={cell.torch}.*",)
+    return (f"torch=={cell.torch}.*",) if cell.torch != NO_TORCH and recipe.links_torch else ()
 
 
 def farm_version(cell: Cell) -> str:
