@@ -146,14 +146,13 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         if combos:
             raise ConfigError("per-(cuda, torch) arch overrides on a package with links_torch: false",
                               where=combos[0].where, hint="use arch.by_cuda: the package has no torch axis")
-    recipe = Recipe(
+    return Recipe(
         name=name, dist=dist, version=version, source=source, links_torch=links_torch, jit=jit,
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
         display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
         sharding=sharding, kernel_families=families_kind, families=families, vendor=vendor,
     )
-    return recipe
 
 
 def _load_sharding(top: Section) -> Sharding | None:
