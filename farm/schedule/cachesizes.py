@@ -23,8 +23,6 @@ import io
 import re
 import zipfile
 from collections.abc import Iterable, Mapping
-from email.parser import BytesHeaderParser
-from email.policy import compat32
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -36,7 +34,7 @@ from farm.errors import NetworkError
 from farm.model.config import FarmConfig
 from farm.netutil import IndexPage, LinkedFile, fetch_bytes, project_url, read_page
 from farm.schedule.cacheplan import CacheSizes, ComponentSize, TorchSize
-from farm.schedule.grid import farm_platform
+from farm.schedule.grid import farm_platform, requirements
 from farm.toolkit import components as comps
 from farm.toolkit.manifest import parse_manifest
 from farm.toolkit.request import platform_name, request_for
@@ -81,12 +79,6 @@ def bounded(lines: Iterable[str], platform: str, extra: str = "") -> list[Requir
         if any(_UPPER.match(s.operator) for s in req.specifier):
             out.append(req)
     return out
-
-
-def requirements(metadata: bytes) -> list[str]:
-    """The ``Requires-Dist`` lines of a core metadata file."""
-    message = BytesHeaderParser(policy=compat32).parsebytes(metadata)
-    return [str(value) for value in message.get_all("Requires-Dist") or ()]
 
 
 def pick_wheel(page: IndexPage, name: str, spec: SpecifierSet, platform: str,
