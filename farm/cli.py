@@ -64,12 +64,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _wants_json(argv: Sequence[str]) -> bool:
     """``--json`` (or an abbreviation argparse would take for it) before any ``--``."""
-    for arg in argv:
-        if arg == "--":
-            return False
-        if len(arg) >= 4 and "--json".startswith(arg):
-            return True
-    return False
+    options = argv[:argv.index("--")] if "--" in argv else argv
+    return any(len(arg) >= 4 and "--json".startswith(arg) for arg in options)
 
 
 def _top_parser() -> argparse.ArgumentParser:

@@ -45,8 +45,7 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     (``12.7`` -> ``12.8``, ``cp315`` -> ``cp314``), other words by spelling."""
     options = list(options)
     wanted = _number(word)
-    numbered = [o for o in options if wanted is not None and (_number(o) or ("",))[0] == wanted[0]
-                and _number(o) is not None]
+    numbered = [o for o in options if wanted is not None and (n := _number(o)) is not None and n[0] == wanted[0]]
     if wanted is not None and numbered:
         def distance(parts: tuple[int, ...]) -> tuple[int, int, int]:
             assert wanted is not None

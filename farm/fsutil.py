@@ -225,18 +225,9 @@ def temp_dir_prefix(name: str) -> str:
 
 def sweep_dead_dirs(parent: Path, name: str) -> list[Path]:
     """Remove ``parent/<name>-<pid>-*`` work folders whose process is gone (a killed run's)."""
-    removed: list[Path] = []
-    pattern = re.compile(rf"^{re.escape(name)}-(?P<pid>\d+)-[A-Za-z0-9_]+$")
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
-    for entry in names:
-        m = pattern.match(entry)
-        if m and not _alive(int(m["pid"])):
-            path = Path(parent) / entry
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+    removed = _dead_entries(parent, re.compile(rf"^{re.escape(name)}-(?P<pid>\d+)-[A-Za-z0-9_]+$"))
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     return removed
 
 
@@ -244,18 +235,22 @@ def sweep_leftovers(directory: Path, prefix: str = ".") -> list[Path]:
     """Remove the temp files of killed writers in ``directory`` (not recursive; only names that
     start with ``prefix``); returns them."""
     removed: list[Path] = []
+    for path in _dead_entries(directory, _LEFTOVER, prefix):
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _dead_entries(directory: Path, pattern: re.Pattern[str], prefix: str = "") -> list[Path]:
+    """The entries of ``directory`` whose name starts with ``prefix`` and that ``pattern`` matches
+    with the ``pid`` of a process that is gone (none when the folder cannot be listed)."""
     try:
         names = os.listdir(directory)
     except OSError:
-        return removed
-    for name in names:
-        m = _LEFTOVER.match(name) if name.startswith(prefix) else None
-        if m and not _alive(int(m["pid"])):
-            path = Path(directory) / name
-            with contextlib.suppress(OSError):
-                path.unlink()
-                removed.append(path)
-    return removed
+        return []
+    return [Path(directory) / name for name in names
+            if name.startswith(prefix) and (m := pattern.match(name)) and not _alive(int(m["pid"]))]
 
 
 # -- farm's cache folders ------------------------------------------------------------------------

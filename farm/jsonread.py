@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from functools import partial
 from typing import Any
 
 MAX_DEPTH = 64  # farm's deepest record nests 5 levels; 64 leaves room and stops recursion in readers
@@ -40,14 +41,6 @@ def _number(text: str, kind: type) -> Any:
     return value
 
 
-def _int(text: str) -> int:
-    return int(_number(text, int))
-
-
-def _float(text: str) -> float:
-    return float(_number(text, float))
-
-
 def _check_depth(value: object, limit: int) -> None:
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
@@ -71,7 +64,8 @@ def loads(data: bytes | str, *, max_depth: int = MAX_DEPTH) -> Any:
     else:
         text = data
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_int, parse_float=_float)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=partial(_number, kind=int),
+                           parse_float=partial(_number, kind=float))
     except RecursionError:
         raise JsonInputError(f"values nest deeper than {max_depth} levels") from None
     _check_depth(value, max_depth)

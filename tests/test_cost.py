@@ -57,17 +57,17 @@ def test_a_recorded_duration_beats_the_packages_which_beats_the_default() -> Non
 
 
 def test_a_cell_that_fits_is_left_as_declared() -> None:
-    plan = plan_cell(LINUX, Estimate(20 * 3600.0, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
+    plan = plan_cell(Estimate(20 * 3600.0, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
     assert (plan.compile_jobs, plan.job_s, plan.link_s, plan.refused) == (20, 3600.0, LINK_JOB_S, None)
     assert plan.jobs == 21
     assert plan.runner_s == 20 * 3600.0 + LINK_JOB_S + 21 * job_setup_s()  # each job's set-up too
-    plan = plan_cell(LINUX, Estimate(3600.0, "estimate"), declared_jobs=1)
+    plan = plan_cell(Estimate(3600.0, "estimate"), declared_jobs=1)
     assert (plan.compile_jobs, plan.jobs, plan.refused) == (1, 1, None)
 
 
 def test_a_sharded_cell_nearing_the_limit_gets_more_compile_jobs() -> None:
     seconds = 20 * 0.9 * JOB_LIMIT_S  # 5.4 h per job in the declared 20: too close to 6 h
-    plan = plan_cell(LINUX, Estimate(seconds, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
+    plan = plan_cell(Estimate(seconds, "recorded"), declared_jobs=20, shard_platforms=("linux_x86_64",))
     assert plan.refused is None
     assert plan.compile_jobs == -(-int(seconds) // TARGET_JOB_S)
     assert plan.job_s <= TARGET_JOB_S < NEAR_LIMIT * JOB_LIMIT_S
@@ -75,17 +75,17 @@ def test_a_sharded_cell_nearing_the_limit_gets_more_compile_jobs() -> None:
 
 def test_a_cell_no_runner_can_finish_is_refused_with_the_reason() -> None:
     # Windows: the compile cannot be split there
-    plan = plan_cell(WINDOWS, Estimate(10 * 3600.0, "recorded"), declared_jobs=1, shard_platforms=("linux_x86_64",))
+    plan = plan_cell(Estimate(10 * 3600.0, "recorded"), declared_jobs=1, shard_platforms=("linux_x86_64",))
     assert plan.refused
     assert "10.0 h in one job (recorded)" in plan.refused
     assert "shards the compile only on linux_x86_64" in plan.refused
     assert "self-hosted" in plan.refused
     # a recipe without sharding
-    plan = plan_cell(LINUX, Estimate(5 * 3600.0, "package"), declared_jobs=1)
+    plan = plan_cell(Estimate(5 * 3600.0, "package"), declared_jobs=1)
     assert plan.refused
     assert "no `sharding:`" in plan.refused
     # just under the margin: scheduled
-    assert plan_cell(LINUX, Estimate(NEAR_LIMIT * JOB_LIMIT_S, "recorded"), declared_jobs=1).refused is None
+    assert plan_cell(Estimate(NEAR_LIMIT * JOB_LIMIT_S, "recorded"), declared_jobs=1).refused is None
 
 
 def test_makespan_and_the_order_longest_first() -> None:
@@ -106,8 +106,8 @@ def test_makespan_is_between_its_bounds(jobs: list[float], runners: int) -> None
 
 
 def test_a_waves_bill() -> None:
-    plans = [plan_cell(LINUX, Estimate(3600.0, "recorded"), declared_jobs=1) for _ in range(40)]
-    plans.append(plan_cell(LINUX, Estimate(10 * 3600.0, "estimate"), declared_jobs=10,
+    plans = [plan_cell(Estimate(3600.0, "recorded"), declared_jobs=1) for _ in range(40)]
+    plans.append(plan_cell(Estimate(10 * 3600.0, "estimate"), declared_jobs=10,
                            shard_platforms=("linux_x86_64",)))
     bill = wave_cost(plans, concurrency=20)
     assert bill.jobs == 40 + 10 + 1

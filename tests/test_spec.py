@@ -164,7 +164,7 @@ def test_the_matrix_hands_the_build_its_resolution(config) -> None:
     matrix = compute_matrix(config, LedgerIndex.empty(), Filters.parse(config, packages=["torchpkg"]))
     planned = next(p for p in matrix.cells if p.cell == TORCH)
     assert planned.arch == arch_request(config, config.recipe("torchpkg"), TORCH)
-    assert (planned.archs, planned.requested, planned.arch_origin) == (
+    assert (planned.archs, planned.arch.requested, planned.arch.origin) == (
         planned.arch.archs, "8.0;9.0a;12.0+PTX", "recipe arch.by_cuda['13.0']")
     # the build's spec carries it as it is
     assert resolve_spec(config, config.recipe("torchpkg"), TORCH, arch=planned.arch).arch is planned.arch

@@ -8,6 +8,7 @@ Exit 1 when any wheel is ``wheel-wrong``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -78,14 +79,8 @@ def ledger_path(args: argparse.Namespace) -> Path:
 def _progress() -> Callable[[AuditRow], None]:
     """A line per wheel for sweeps that take minutes (farm.progress: a terminal or a CI log)."""
     say = reporter("audit")
-    count = 0
-
-    def show(row: AuditRow) -> None:
-        nonlocal count
-        count += 1
-        say(f"[{count}] {row.filename}: {row.verdict.value}")
-
-    return show
+    number = itertools.count(1)
+    return lambda row: say(f"[{next(number)}] {row.filename}: {row.verdict.value}")
 
 
 def _step_summary(rows: list[AuditRow], counts: Counter[str], warnings: list[str]) -> None:

@@ -50,15 +50,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def grid_keys(config: FarmConfig) -> tuple[set[ToolkitKey], set[TorchKey]]:
     """The toolkit and torch keys of every cell of the grid."""
     matrix = compute_matrix(config, LedgerIndex.empty(), Filters(), overwrite=True)
-    toolkits: set[ToolkitKey] = set()
-    torches: set[TorchKey] = set()
     keys = CellKeys(config)
-    for planned in matrix.cells:
-        toolkit, torch = keys.of(planned)
-        toolkits.add(toolkit)
-        if torch is not None:
-            torches.add(torch)
-    return toolkits, torches
+    pairs = [keys.of(planned) for planned in matrix.cells]
+    return {toolkit for toolkit, _ in pairs}, {torch for _, torch in pairs if torch is not None}
 
 
 # -- the command ----------------------------------------------------------------------------------------

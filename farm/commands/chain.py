@@ -54,11 +54,8 @@ def waiting_inputs(client: ghrest.Client, workflow: str, ref: str) -> list[Chain
     """The inputs of every run of ``workflow`` on ``ref`` that waits to start, oldest first (a
     title farm did not write, such as a scheduled run's, is the widest: unfiltered)."""
     runs = {r.id: r for status in WAITING for r in client.workflow_runs(workflow, branch=ref, status=status)}
-    out = []
-    for r in sorted(runs.values(), key=lambda r: r.id):
-        found = parse_title(r.title)
-        out.append(found if found is not None else ChainInputs())
-    return out
+    return [found if (found := parse_title(r.title)) is not None else ChainInputs()
+            for r in sorted(runs.values(), key=lambda r: r.id)]
 
 
 def others_in_progress(client: ghrest.Client, workflow: str, ref: str, run_id: str, wait_s: float,

@@ -82,13 +82,11 @@ def _answer(d: Diagnosis) -> str:
 
 def render(d: Diagnosis) -> str:
     m, env = d.machine, d.environment
-    lines = []
     driver = f"driver {m.driver} (JIT reads PTX up to CUDA {table().newest_cuda(m.driver) or '?'})" if m.driver \
         else "driver unknown"
     gpus = ", ".join(str(g) for g in m.gpus) or "no GPU"
-    lines.append(f"machine ({m.source}): {gpus}; {driver}")
     torch = f"torch {env.torch.version} (CUDA {env.torch.cuda or 'unknown'})" if env.torch else "no torch"
-    lines.append(f"environment: {env.python}; {torch}")
+    lines = [f"machine ({m.source}): {gpus}; {driver}", f"environment: {env.python}; {torch}"]
     for p in env.packages:
         c = p.build_info.cell if p.build_info else None
         prov = (f"farm {p.build_info.provenance}: CUDA {c.cuda}, torch {c.torch}, {c.python}, {c.platform}"

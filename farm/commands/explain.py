@@ -27,8 +27,6 @@ from farm.publish.wheelmeta import read_member
 from farm.table import format_table
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from farm.binary.inspection import SoInspection
 
 
@@ -49,23 +47,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def choices_json(choices: list[Choice]) -> list[dict[str, object]]:
-    return [
-        {
-            "device": str(c.device),
-            "image": c.target.name if c.target else None,
-            "kind": c.kind.value,
-            "cuda_arch": c.cuda_arch,
-        }
-        for c in choices
-    ]
+    return [{"device": str(c.device), "image": c.target.name if c.target else None, "kind": c.kind.value,
+             "cuda_arch": c.cuda_arch} for c in choices]
 
 
 def render_choices(choices: list[Choice]) -> str:
-    rows = [
-        (str(c.device), products(c.device), c.target.name if c.target else "-",
-         c.kind.value, c.cuda_arch or "-", c.describe())
-        for c in choices
-    ]
+    rows = [(str(c.device), products(c.device), c.target.name if c.target else "-", c.kind.value,
+             c.cuda_arch or "-", c.describe()) for c in choices]
     return format_table(("device", "e.g.", "image", "kind", "__CUDA_ARCH__", "what happens"), rows)
 
 
@@ -75,12 +63,6 @@ _BINARY_SUFFIXES = (".whl", ".so", ".pyd")
 def _is_path(what: str) -> bool:
     path = Path(what)
     return path.suffix in _BINARY_SUFFIXES or ".so." in path.name or ("/" in what and path.exists())
-
-
-def _choices(so: SoInspection, devices: Iterable[Device]) -> list[Choice]:
-    """Per device, the image of the unit that fares worst."""
-    units = so.units
-    return [pick_worst(units, d) for d in devices]
 
 
 def _driver_requirements(path: Path, sos: list[SoInspection]) -> list[Requirement]:
@@ -112,7 +94,8 @@ def _run_path(args: argparse.Namespace) -> int:
             notes.append("a device-link stub's empty cubins are left out")
         if len(set(units)) > 1:
             notes.append("its translation units hold different images: each device shows the unit that fares worst")
-        out.append((so, found, _choices(so, devices) if so.has_device_code else [], notes))
+        # per device, the image of the unit that fares worst
+        out.append((so, found, [pick_worst(units, d) for d in devices] if so.has_device_code else [], notes))
     needs = _driver_requirements(path, [so for so, *_ in out])
     if args.json:
         print(json.dumps({"path": str(path), "extensions": [

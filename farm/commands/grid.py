@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from farm.errors import EXIT_DEFECT, EXIT_OK, UsageError, did_you_mean
 from farm.load.defaults import load_defaults
 from farm.model.config import DEFAULTS_FILE, url_problem
-from farm.schedule.grid import Proposals, indexes_for, propose, read_index
+from farm.schedule.grid import indexes_for, propose, read_index
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if not read:  # nothing read is not "complete"
         raise UsageError(f"no index to read for CUDA {', '.join(lines)}: their torch_index is 'pip'",
                          hint="pass --index URL (PyTorch's per-line index with {cu}, or a PEP 658 index like PyPI's)")
-    found = propose(defaults, shipped, read)
-    found = Proposals(found.rows, found.phantoms, tuple(notes))
+    found = replace(propose(defaults, shipped, read), notes=tuple(notes))
     if args.json:
         print(json.dumps({**found.to_json(), "cuda_lines": read, "wheels": len(shipped)}, indent=2))
     else:

@@ -112,27 +112,21 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         try:
             # only the output asked for is built: either one takes milliseconds for a large library
-            if path.endswith(".whl"):
-                w = inspect_wheel(path, reader, cuobjdump=tool, stubs=args.stubs)
-                if args.json:
-                    results.append({"kind": "wheel", **w.to_json()})
-                else:
-                    print(render_wheel(w))
-                agrees = w.agrees
+            found = (inspect_wheel if path.endswith(".whl") else inspect_file)(
+                path, reader, cuobjdump=tool, stubs=args.stubs)
+            if args.json:
+                results.append({"kind": "wheel" if isinstance(found, WheelInspection) else "file", **found.to_json()})
+            elif isinstance(found, WheelInspection):
+                print(render_wheel(found))
             else:
-                s = inspect_file(path, reader, cuobjdump=tool, stubs=args.stubs)
-                if args.json:
-                    results.append({"kind": "file", **s.to_json()})
-                else:
-                    _write_lines(_so_lines(s))
-                agrees = s.agrees
+                _write_lines(_so_lines(found))
         except FarmError as exc:
             # keep going: one corrupt file must not hide what the others hold
             results.append({"kind": "error", "path": str(path), "error": str(exc), "exit_code": exc.exit_code})
             print(f"farm inspect: error: {exc}", file=sys.stderr)
             code = max(code, exc.exit_code)
             continue
-        if not agrees:
+        if not found.agrees:
             code = max(code, EXIT_DEFECT)
     if args.json:
         errors = [r for r in results if r["kind"] == "error"]

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ledger": str(ledger), "records": len(index), "files": len(files), "too_large": big},
                          indent=2))
-        return EXIT_DEFECT if big else EXIT_OK
-    for line in big:
-        print(line)
+    else:
+        for line in big:
+            print(line)
     return EXIT_DEFECT if big else EXIT_OK

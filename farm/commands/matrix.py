@@ -358,16 +358,14 @@ def run(args: argparse.Namespace) -> int:
                   "under any of its arch lists: remove it")
 
     summary = os.environ.get("GITHUB_STEP_SUMMARY") if args.github_output else None
-    if failed and not withheld:
+    if failed:  # withheld or not, the findings are to fix
         print(f"farm matrix: {lint_note}; fix the findings (declare the arch, or a reviewed lint_ignore)",
               file=sys.stderr)
+    if failed and not withheld:
         if summary:  # the run page says why no build ran; no matrix is output
             with open(summary, "a", encoding="utf-8") as fh:
                 fh.write(step_summary(wave, f"**{lint_note}**: no cells were scheduled"))
         return 1
-    if withheld:
-        print(f"farm matrix: {lint_note}; fix the findings (declare the arch, or a reviewed lint_ignore)",
-              file=sys.stderr)
     if args.github_output:
         write_github_output(wave, Path(os.environ["GITHUB_OUTPUT"]), Path(summary) if summary else None,
                             f"**{lint_note}**" if args.no_lint or withheld else lint_note,

@@ -91,10 +91,8 @@ def run(args: argparse.Namespace) -> int:
         checked.append((wheel, context, report))
 
     failed = [r for _, _, r in checked if not r.passed]
-    results = []
-    if not failed:
-        for wheel, context, report in checked:
-            results.append(stamp_asserted(wheel, args.out, context, report, fragments_dir=args.fragments))
+    results = [] if failed else [stamp_asserted(wheel, args.out, context, report, fragments_dir=args.fragments)
+                                 for wheel, context, report in checked]
 
     if args.json:
         out = {

@@ -154,11 +154,8 @@ class Fixes:
         torch = self.env.torch
         out = []
         for w in catalog.wheels:
-            if w.project != canonicalize_name(pkg.dist) or w.python not in (self.env.python_tag, "abi3"):
-                continue
-            if not w.installable:
-                continue
-            if w.platform != self.machine.platform:
+            if (w.project != canonicalize_name(pkg.dist) or w.python not in (self.env.python_tag, "abi3")
+                    or not w.installable or w.platform != self.machine.platform):
                 continue
             if w.torch != "none":
                 if torch is None or w.torch != torch.minor:
@@ -226,27 +223,24 @@ def _nvcc_ptx_isa(pkg: Package) -> str | None:
 
 def _image_findings(pkg: Package, ext: Extension, gpu: Gpu, choice: Choice, risky: bool,
                     driver: DriverVersion | None, fixes: Fixes) -> list[Finding]:
-    label, out = _label(pkg), []
-    found = ext.found.canonical()
+    label = _label(pkg)
     if choice.kind is ImageKind.NONE:
         cc = gpu.device
         other = fixes.best(pkg, (gpu,))
-        out.append(Finding(
+        return [Finding(
             Severity.FAIL, label, ext.path,
-            f"no kernel image for {gpu}: it holds {found}; the first launch raises "
+            f"no kernel image for {gpu}: it holds {ext.found.canonical()}; the first launch raises "
             "cudaErrorNoKernelImageForDevice ('no kernel image is available for execution on the device')",
             fixes.install(pkg, other) if other else
             f"install a build whose targets include sm_{cc.number} (or PTX at or below {cc}): "
-            f"{fixes.page(pkg, gpu)}"))
-        return out
+            f"{fixes.page(pkg, gpu)}")]
     if choice.kind is ImageKind.SASS:
-        out.append(Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}"))
-        return out
+        return [Finding(Severity.OK, label, ext.path, f"{gpu}: {choice.describe()}")]
     isa = ext.ptx_isa or _nvcc_ptx_isa(pkg)
     cost = (f"the first launch JIT-compiles its {ext.ptx_bytes // 1024 or 1} KiB of PTX, once: the driver caches "
             "the result in ~/.nv/ComputeCache (CUDA_CACHE_MAXSIZE); the cost grows with the PTX "
             "(0.2 s for 2 KiB on an H200)")
-    out.append(Finding(Severity.WARN, label, ext.path, f"{gpu}: {choice.describe()}; {cost}"))
+    out = [Finding(Severity.WARN, label, ext.path, f"{gpu}: {choice.describe()}; {cost}")]
     target = choice.target
     if risky and target is not None:
         out.append(Finding(
@@ -349,9 +343,8 @@ def _torch_findings(pkg: Package, torch: Torch | None, fixes: Fixes) -> list[Fin
                            f"built against {want}; torch {torch.version} is installed: importing it fails "
                            "with 'undefined symbol' (torch's C++ ABI changes between minors)", fix))
     elif cuda and torch.cuda and torch.cuda != cuda:
-        major_differs = torch.cuda.split(".")[0] != cuda.split(".")[0]
         fix = _for_torch(pkg, torch, fixes)
-        if major_differs:
+        if torch.cuda.split(".")[0] != cuda.split(".")[0]:
             out.append(Finding(Severity.FAIL, label, None,
                                f"built against {want}; torch {torch.version} is for CUDA {torch.cuda}: "
                                f"the extension needs the CUDA {cuda.split('.')[0]} runtime torch does not bring", fix))

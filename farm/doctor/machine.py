@@ -68,10 +68,8 @@ def given(devices: list[Device], driver: DriverVersion | None) -> Machine:
 
 def _load(names: tuple[str, ...]) -> ctypes.CDLL | None:
     for name in names:
-        try:
+        with contextlib.suppress(OSError):
             return ctypes.CDLL(name)
-        except OSError:
-            continue
     return None
 
 
@@ -198,15 +196,13 @@ def _nvidia_smi() -> tuple[tuple[Gpu, ...], DriverVersion] | str:
 
 def probe() -> Machine:
     """This machine: NVML, else libcuda, else nvidia-smi; no GPU is an answer, not an error."""
-    notes = []
+    notes: list[str] = []
     for source, read in (("nvml", _nvml), ("libcuda", _libcuda), ("nvidia-smi", _nvidia_smi)):
         try:
             got = read()
         except (OSError, AttributeError, ValueError) as exc:  # a library without the symbol, a garbled answer
             got = f"{source}: {exc}"
-        if isinstance(got, str):
-            notes.append(got)
-            continue
-        gpus, driver = got
-        return Machine(gpus, driver, source, _platform(), tuple(notes))
+        if not isinstance(got, str):
+            return Machine(*got, source, _platform(), tuple(notes))
+        notes.append(got)
     return Machine((), None, "none", _platform(), tuple(notes))

@@ -265,10 +265,7 @@ def _load_policy(top: Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow,
             continue
         for cuda in gsec.data:
             check_cuda_key(gsec, cuda, cuda_lines, f"arch_policy.{group}")
-            spec = arch_spec(gsec, cuda)
-            assert spec is not None
-            validate_archs(spec, cuda)
-            rows[group][cuda] = spec
+            rows[group][cuda] = validate_archs(arch_spec(gsec, cuda), cuda)
     exceptions: dict[str, dict[tuple[str, str], ArchSpec]] = {g: {} for g in groups}
     items = sec.get("exceptions", list, default=YList())
     for i, item in enumerate(items):
@@ -286,10 +283,8 @@ def _load_policy(top: Section, cuda_lines: tuple[str, ...], grid: tuple[GridRow,
         spec = arch_spec(esec, "arch_list")
         if spec is None:
             esec.get("arch_list", str, required=True)
-        assert spec is not None
-        validate_archs(spec, cuda)
+        exceptions[group][(cuda, torch)] = validate_archs(spec, cuda)
         esec.done(("cuda", "torch", "platforms", "arch_list"))
-        exceptions[group][(cuda, torch)] = spec
     sec.done((*groups, "exceptions"))
     return ArchPolicy(rows, exceptions)
 

@@ -146,14 +146,13 @@ def load_recipe(path: Path, defaults: Defaults, root: Path) -> Recipe:
         if combos:
             raise ConfigError("per-(cuda, torch) arch overrides on a package with links_torch: false",
                               where=combos[0].where, hint="use arch.by_cuda: the package has no torch axis")
-    recipe = Recipe(
+    return Recipe(
         name=name, dist=dist, version=version, source=source, links_torch=links_torch, jit=jit,
         build_epoch=epoch, arch=arch, arch_by_platform=by_platform, extensions=extensions,
         lint_ignore=ignores, only=only, build=build, requires_dist=requires, path=path,
         display=display, sha256=hashlib.sha256(raw).hexdigest(), verify=verify, vendored=vendored,
         sharding=sharding, kernel_families=families_kind, families=families, vendor=vendor,
     )
-    return recipe
 
 
 def _load_sharding(top: Section) -> Sharding | None:
@@ -389,10 +388,7 @@ def _load_rules(sec: Section, defaults: Defaults) -> ArchRules:
     if bc is not None:
         for cuda in bc.data:
             check_cuda_key(bc, cuda, defaults.cuda_lines, f"{bc.path}")
-            spec = arch_spec(bc, cuda)
-            assert spec is not None
-            validate_archs(spec, cuda)
-            by_cuda[cuda] = spec
+            by_cuda[cuda] = validate_archs(arch_spec(bc, cuda), cuda)
     by_combo: dict[tuple[str, str], ArchSpec] = {}
     bk = sec.section("by_combo")
     if bk is not None:
@@ -406,10 +402,7 @@ def _load_rules(sec: Section, defaults: Defaults) -> ArchRules:
             if (cuda, torch) not in grid_keys:
                 raise ConfigError(f"{bk.path} key {key!r} matches no grid row", where=bk.where(key),
                                   hint="the grid in _defaults.yml has no such (cuda, torch) combination")
-            spec = arch_spec(bk, key)
-            assert spec is not None
-            validate_archs(spec, cuda)
-            by_combo[(cuda, torch)] = spec
+            by_combo[(cuda, torch)] = validate_archs(arch_spec(bk, key), cuda)
     return ArchRules(by_combo, by_cuda, default)
 
 
@@ -448,10 +441,7 @@ def _load_extensions(top: Section, defaults: Defaults) -> tuple[ExtensionArchs, 
         assert bc is not None
         for cuda in bc.data:
             check_cuda_key(bc, cuda, defaults.cuda_lines, bc.path)
-            spec = _extension_spec(bc, cuda)
-            assert spec is not None
-            validate_archs(spec, cuda)
-            out.append(ExtensionArchs(glob, spec, cuda))
+            out.append(ExtensionArchs(glob, validate_archs(_extension_spec(bc, cuda), cuda), cuda))
         one.done(("by_cuda",))
     return tuple(out)
 

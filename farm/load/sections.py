@@ -294,5 +294,8 @@ def _load_arch_env(sec: Section) -> dict[str, Rendering]:
     return out
 
 
-def validate_archs(spec: ArchSpec, cuda: str) -> None:
+def validate_archs(spec: ArchSpec | None, cuda: str) -> ArchSpec:
+    """``spec`` (a list that was required), checked against what CUDA ``cuda``'s nvcc builds."""
+    assert spec is not None
     validate_for_cuda(spec.archs, cuda, where=spec.where)
+    return spec

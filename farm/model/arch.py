@@ -146,10 +146,7 @@ class ArchList:
             raise ArchError(
                 "empty arch list", where=where, hint="write the arches, e.g. '8.0;8.6;9.0+PTX'"
             )
-        targets: set[Target] = set()
-        for item in items:
-            targets.update(_parse_item(item, where))
-        return cls(frozenset(targets))
+        return cls(frozenset(t for item in items for t in _parse_item(item, where)))
 
     @classmethod
     def of(cls, targets: Iterable[Target]) -> ArchList:
@@ -181,8 +178,7 @@ class ArchList:
 
     @property
     def lowest(self) -> Target | None:
-        ordered = _sorted(self.targets)
-        return ordered[0] if ordered else None
+        return min(self.targets, key=Target.sort_key, default=None)
 
     def canonical(self) -> str:
         """The one canonical string: target names sorted by arch, SASS before PTX."""
@@ -238,16 +234,8 @@ class ArchList:
 
     def render_cmake(self) -> str:
         """The value for ``CMAKE_CUDA_ARCHITECTURES`` / ``CUDAARCHS``: ``80-real;90``."""
-        items = []
-        for major, minor, variant, has_sass, has_ptx in self._groups():
-            base = f"{major}{minor}{variant.value}"
-            if has_sass and has_ptx:
-                items.append(base)
-            elif has_sass:
-                items.append(f"{base}-real")
-            else:
-                items.append(f"{base}-virtual")
-        return ";".join(items)
+        return ";".join(f"{major}{minor}{variant.value}" + ("" if sass and ptx else "-real" if sass else "-virtual")
+                        for major, minor, variant, sass, ptx in self._groups())
 
     def render_nvcc(self) -> tuple[str, ...]:
         """nvcc's flags for the list, one ``-gencode`` per target: ``-gencode=arch=compute_80,code=sm_80``,
@@ -322,12 +310,14 @@ _CUDA12_BASE = (50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90)
 
 
 def _spec(real: Iterable[int], arch_specific: Iterable[int], family: Iterable[int]) -> frozenset[tuple[int, str]]:
-    out = {(n, "") for n in real}
-    out |= {(n, "a") for n in arch_specific}
-    out |= {(n, "f") for n in family}
-    return frozenset(out)
+    return frozenset({(n, "") for n in real} | {(n, "a") for n in arch_specific} | {(n, "f") for n in family})
 
 
+_CUDA13 = _spec(
+    (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121),
+    (90, 100, 103, 110, 120, 121),
+    (100, 103, 110, 120, 121),
+)
 _SUPPORT: dict[str, frozenset[tuple[int, str]]] = {
     "12.4": _spec(_CUDA12_BASE, (90,), ()),
     "12.6": _spec(_CUDA12_BASE, (90,), ()),
@@ -337,16 +327,8 @@ _SUPPORT: dict[str, frozenset[tuple[int, str]]] = {
         (90, 100, 101, 103, 120, 121),
         (100, 101, 103, 120, 121),
     ),
-    "13.0": _spec(
-        (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121),
-        (90, 100, 103, 110, 120, 121),
-        (100, 103, 110, 120, 121),
-    ),
-    "13.2": _spec(
-        (75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121),
-        (90, 100, 103, 110, 120, 121),
-        (100, 103, 110, 120, 121),
-    ),
+    "13.0": _CUDA13,
+    "13.2": _CUDA13,  # the same targets as 13.0
 }
 
 KNOWN_CUDA_LINES: tuple[str, ...] = tuple(_SUPPORT)

@@ -97,9 +97,7 @@ def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     was built against, whatever upstream's metadata or the recipe's ``requires_dist`` says (the
     recipe loader refuses a torch entry there; :func:`~farm.provenance.stamp.set_metadata_version`
     writes the pins before any other requirement, so none can replace it)."""
-    if cell.torch == NO_TORCH or not recipe.links_torch:
-        return ()
-    return (f"torch=={cell.torch}.*",)
+    return (f"torch=={cell.torch}.*",) if cell.torch != NO_TORCH and recipe.links_torch else ()
 
 
 def farm_version(cell: Cell) -> str:
@@ -206,15 +204,9 @@ def recipe_excludes_key(recipe: Recipe, cuda: str, torch: str, python: str, plat
         return "only.platforms"
     if only.cuda is not None and cuda not in only.cuda:
         return "only.cuda"
-    if only.combinations is not None:
-        for combo in only.combinations:
-            if combo.cuda != cuda:
-                continue
-            if combo.torch is not None and torch not in (NO_TORCH, combo.torch):
-                continue
-            if combo.pythons is not None and python not in combo.pythons:
-                continue
-            return None
+    if only.combinations is not None and not any(
+            combo.cuda == cuda and (combo.torch is None or torch in (NO_TORCH, combo.torch))
+            and (combo.pythons is None or python in combo.pythons) for combo in only.combinations):
         return "only.combinations"
     return None
 

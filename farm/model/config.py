@@ -368,8 +368,8 @@ class Recipe:
     families: tuple[KernelFamily, ...] = ()
     vendor: tuple[VendorSource, ...] = ()  # trees placed into the source (source.vendor)
 
-    def where(self, line: int | None = None) -> str:
-        return f"{self.display}:{line}" if line else self.display
+    def where(self) -> str:
+        return self.display
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from functools import cache
 
 from farm.model.arch import KNOWN_CUDA_LINES, supported_targets
 from farm.model.driver import Device
+from farm.model.drivers import release_key
 
 # capability -> (generation, example products). Every capability a CUDA line builds SASS for needs
 # an entry (tests/test_devices.py): a GPU shown without a name is a GPU the user cannot find.
@@ -119,10 +120,6 @@ def tie(device: Device) -> PlatformTie | None:
     return _TIES.get((device.major, device.minor))
 
 
-def _line_key(cuda: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in cuda.split("."))
-
-
 def blocked(device: Device, platform: str | None, cuda: str | None) -> str | None:
     """Why no wheel of ``platform`` built with CUDA ``cuda`` runs on ``device`` whatever its
     fatbins hold; None: the fatbins decide. An unknown platform or line (inferred provenance)
@@ -136,6 +133,6 @@ def blocked(device: Device, platform: str | None, cuda: str | None) -> str | Non
         return f"{t.system} ({device}) runs {t.platform} wheels only, and the wheel's provenance does not say its own"
     if platform != t.platform:
         return f"{t.system} ({device}) runs {t.platform} wheels only, not {platform}"
-    if t.first_cuda and _line_key(cuda) < _line_key(t.first_cuda):
+    if t.first_cuda and release_key(cuda) < release_key(t.first_cuda):
         return f"{t.system} ({device}) runs wheels of CUDA {t.first_cuda} or newer, not {cuda}: {t.why}"
     return None

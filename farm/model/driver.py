@@ -139,6 +139,4 @@ def explain(archs: ArchList | Iterable[Target], devices: Iterable[Device] = KNOW
 def claimed_devices(archs: ArchList, devices: Iterable[Device] = KNOWN_DEVICES) -> list[Device]:
     """Devices a list claims to support: at or above its lowest arch."""
     lowest = archs.lowest
-    if lowest is None:
-        return []
-    return [d for d in devices if d.number >= lowest.number]
+    return [d for d in devices if lowest is not None and d.number >= lowest.number]

@@ -77,7 +77,8 @@ class Release:
     linux: str  # the driver the toolkit shipped with
 
 
-def _version_key(text: str) -> tuple[int, ...]:
+def release_key(text: str) -> tuple[int, ...]:
+    """``12.8`` -> (12, 8): CUDA releases and PTX ISAs compared as numbers."""
     return tuple(int(p) for p in text.split("."))
 
 
@@ -93,12 +94,12 @@ class DriverTable:
         runtime = {int(r["cuda_major"]): (int(r["branch"]), str(r["linux"]), str(r["windows"]),
                                           sources[r["source"]]) for r in doc["runtime_minimum"]}
         releases = tuple(sorted((Release(str(r["cuda"]), str(r["ptx_isa"]), int(r["branch"]), str(r["linux"]))
-                                 for r in doc["releases"]), key=lambda r: _version_key(r.cuda)))
+                                 for r in doc["releases"]), key=lambda r: release_key(r.cuda)))
         return cls(runtime, releases, sources)
 
     def runtime_minimum(self, cuda: str, platform: str | None = None) -> Requirement | None:
         """The driver a binary built with CUDA ``cuda`` ("12.8") needs to start; None: unknown line."""
-        major = _version_key(cuda)[0]
+        major = release_key(cuda)[0]
         if major not in self.runtime:
             return None
         branch, linux, windows, source = self.runtime[major]
@@ -108,13 +109,13 @@ class DriverTable:
 
     def ptx_isa(self, cuda: str) -> str | None:
         """The PTX ISA that the nvcc of CUDA ``cuda`` writes ("13.0" -> "9.0")."""
-        key = _version_key(cuda)[:2]
-        return next((r.ptx_isa for r in self.releases if _version_key(r.cuda) == key), None)
+        key = release_key(cuda)[:2]
+        return next((r.ptx_isa for r in self.releases if release_key(r.cuda) == key), None)
 
     def ptx_minimum(self, isa: str) -> Requirement | None:
         """The oldest driver whose JIT reads PTX of ISA ``isa``; None: newer than every known release."""
-        want = _version_key(isa)
-        first = next((r for r in self.releases if _version_key(r.ptx_isa) >= want), None)
+        want = release_key(isa)
+        first = next((r for r in self.releases if release_key(r.ptx_isa) >= want), None)
         if first is None:
             return None
         return Requirement(first.branch, first.linux, f"PTX ISA {isa} (CUDA {first.cuda}) to JIT",
@@ -144,17 +145,9 @@ def requirements(cuda: str | None, ptx_isa: str | None, *, has_ptx: bool,
     """Every driver requirement of a binary built with CUDA ``cuda`` whose PTX (if ``has_ptx``)
     has ISA ``ptx_isa`` (default: the ISA of ``cuda``'s nvcc)."""
     t = table()
-    out = []
-    if cuda:
-        rt = t.runtime_minimum(cuda, platform)
-        if rt:
-            out.append(rt)
     isa = ptx_isa or (t.ptx_isa(cuda) if cuda else None)
-    if has_ptx and isa:
-        jit = t.ptx_minimum(isa)
-        if jit:
-            out.append(jit)
-    return out
+    found = (t.runtime_minimum(cuda, platform) if cuda else None, t.ptx_minimum(isa) if has_ptx and isa else None)
+    return [r for r in found if r is not None]
 
 
 def minimum_driver(reqs: list[Requirement]) -> Requirement | None:

@@ -42,6 +42,4 @@ def local_label(cuda: str, torch: str) -> str:
 def parse_local_label(text: str | None) -> LocalLabel | None:
     """The cell a label names, or None when ``text`` is not a farm label (``+cpu``, none at all)."""
     m = _LABEL.fullmatch(text or "")
-    if m is None:
-        return None
-    return LocalLabel(f"{m['major']}.{int(m['minor'])}", m["torch"] or NO_TORCH)
+    return LocalLabel(f"{m['major']}.{int(m['minor'])}", m["torch"] or NO_TORCH) if m else None

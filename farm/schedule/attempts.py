@@ -111,12 +111,8 @@ class RunJob:
 def jobs_of(cell_id: str, jobs: Iterable[RunJob]) -> list[RunJob]:
     """The jobs a cell ran as: named after its id (``<id>``, ``<id>.shard-I-of-N``, ``<id>.link``),
     in a called workflow behind its caller's name (``build-0 / <id>``)."""
-    out = []
-    for job in jobs:
-        name = job.name.rsplit(" / ", 1)[-1]
-        if name == cell_id or name.startswith(cell_id + ".shard-") or name == cell_id + ".link":
-            out.append(job)
-    return out
+    return [job for job in jobs if (name := job.name.rsplit(" / ", 1)[-1]) == cell_id
+            or name.startswith(cell_id + ".shard-") or name == cell_id + ".link"]
 
 
 def classify(jobs: Sequence[RunJob], *, limit_s: float) -> tuple[str, RunJob, int] | None:

@@ -23,8 +23,6 @@ import io
 import re
 import zipfile
 from collections.abc import Iterable, Mapping
-from email.parser import BytesHeaderParser
-from email.policy import compat32
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -36,7 +34,7 @@ from farm.errors import NetworkError
 from farm.model.config import FarmConfig
 from farm.netutil import IndexPage, LinkedFile, fetch_bytes, project_url, read_page
 from farm.schedule.cacheplan import CacheSizes, ComponentSize, TorchSize
-from farm.schedule.grid import farm_platform
+from farm.schedule.grid import farm_platform, requirements
 from farm.toolkit import components as comps
 from farm.toolkit.manifest import parse_manifest
 from farm.toolkit.request import platform_name, request_for
@@ -81,12 +79,6 @@ def bounded(lines: Iterable[str], platform: str, extra: str = "") -> list[Requir
         if any(_UPPER.match(s.operator) for s in req.specifier):
             out.append(req)
     return out
-
-
-def requirements(metadata: bytes) -> list[str]:
-    """The ``Requires-Dist`` lines of a core metadata file."""
-    message = BytesHeaderParser(policy=compat32).parsebytes(metadata)
-    return [str(value) for value in message.get_all("Requires-Dist") or ()]
 
 
 def pick_wheel(page: IndexPage, name: str, spec: SpecifierSet, platform: str,
@@ -194,25 +186,25 @@ def _closure(index: Index, top: Iterable[str], platform: str, where: str,
     """name==version -> bytes of each bounded requirement's wheel, a meta-package's requested
     extras followed one level down."""
     sizes: dict[str, int] = {}
-    for req in bounded(top, platform):
+
+    def add(req: Requirement) -> LinkedFile | None:
         wheel = index.wheel(req, platform)
         if wheel is None or wheel.size is None:
             missing.append(f"{where}: no {platform} wheel of {req.name}{req.specifier}")
-            continue
+            return None
         _, version, _, _ = parse_wheel_filename(wheel.filename)
         sizes[f"{canonicalize_name(req.name)}=={version}"] = wheel.size
-        if req.extras:
+        return wheel
+
+    for req in bounded(top, platform):
+        wheel = add(req)
+        if wheel is not None and req.extras:
             below = requirements(wheel_metadata(wheel))
             for extra in sorted(req.extras):
                 for sub in bounded(below, platform, extra):
-                    if sub.marker is None or "extra" not in str(sub.marker):
-                        continue  # the meta-package's own requirements: counted once, below
-                    found = index.wheel(sub, platform)
-                    if found is None or found.size is None:
-                        missing.append(f"{where}: no {platform} wheel of {sub.name}{sub.specifier}")
-                        continue
-                    _, v, _, _ = parse_wheel_filename(found.filename)
-                    sizes[f"{canonicalize_name(sub.name)}=={v}"] = found.size
+                    # the meta-package's own requirements (no extra in the marker): counted once, below
+                    if sub.marker is not None and "extra" in str(sub.marker):
+                        add(sub)
     return sizes
 
 

@@ -57,12 +57,10 @@ def merge(mine: ChainInputs, pending: ChainInputs | None) -> ChainInputs:
     for k in a:
         if a[k] == b[k]:
             out[k] = a[k]
-        elif not a[k] or not b[k]:
-            out[k] = ""
-        elif k in LIST_FIELDS and differ == [k]:
+        elif a[k] and b[k] and k in LIST_FIELDS and differ == [k]:
             sep = "," if k == "platform" else " "
             out[k] = sep.join(dict.fromkeys([*_items(k, a[k]), *_items(k, b[k])]))
-        else:
+        else:  # one side unfiltered, or fields that cannot join: unfiltered
             out[k] = ""
     return replace(mine, **out)
 

@@ -85,10 +85,7 @@ class Durations:
     @classmethod
     def of(cls, recorded: Iterable[tuple[CellKey, float]]) -> Durations:
         """From (cell key, seconds) pairs, oldest first (a later record of a cell wins)."""
-        cells: dict[CellKey, float] = {}
-        for key, seconds in recorded:
-            if seconds > 0:
-                cells[key] = float(seconds)
+        cells = {key: float(seconds) for key, seconds in recorded if seconds > 0}
         by: dict[tuple[str, str], list[float]] = {}
         for key, seconds in cells.items():
             by.setdefault((key[0], key[4]), []).append(seconds)
@@ -140,8 +137,7 @@ class CellJobs:
         return (self.job_s + job_setup_s()) * max(1, self.compile_jobs) + link
 
 
-def plan_cell(key: CellKey, est: Estimate, *, declared_jobs: int,  # noqa: ARG001 (key: the caller's record)
-              shard_platforms: Sequence[str] = ()) -> CellJobs:
+def plan_cell(est: Estimate, *, declared_jobs: int, shard_platforms: Sequence[str] = ()) -> CellJobs:
     """``declared_jobs``: the recipe's ``sharding`` for the cell's platform (1: none there);
     ``shard_platforms``: where the recipe shards at all (farm's nvcc launcher is Linux-only)."""
     near = NEAR_LIMIT * JOB_LIMIT_S
@@ -308,7 +304,7 @@ def cost_matrix(matrix: Matrix, sharding: Mapping[str, Sharding | None], duratio
             elif cell_warm and hit_rates is not None:
                 est = replace(est, seconds=hit_rates.warm_seconds(key, est.seconds, recorded=est.source == "recorded"))
                 declared = min(declared, max(1, math.ceil(est.seconds / TARGET_JOB_S)))
-            plan = plan_cell(key, est, declared_jobs=declared, shard_platforms=shard.platforms if shard else ())
+            plan = plan_cell(est, declared_jobs=declared, shard_platforms=shard.platforms if shard else ())
             if plan.refused and time_limit:
                 refused.append(RefusedCell(p, plan.refused))
                 continue

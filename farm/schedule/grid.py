@@ -53,9 +53,7 @@ def farm_platform(tag: str) -> str | None:
     if tag == "win_amd64":
         return "win_amd64"
     if tag.startswith(("manylinux", "linux")):
-        for suffix, plat in _PLATFORM_SUFFIX.items():
-            if tag.endswith(suffix):
-                return plat
+        return next((plat for suffix, plat in _PLATFORM_SUFFIX.items() if tag.endswith(suffix)), None)
     return None
 
 
@@ -283,8 +281,5 @@ def propose(defaults: Defaults, shipped: Iterable[Shipped], cuda_lines: Iterable
 def indexes_for(defaults: Defaults, cuda_lines: Iterable[str], override: str | None) -> Mapping[str, str | None]:
     """The index to read per CUDA line: ``override`` (``{cu}`` templated), else the line's
     ``torch_index`` (None where that is ``pip``: pip's configuration lists no per-line page)."""
-    out: dict[str, str | None] = {}
-    for cuda in cuda_lines:
-        index = override or defaults.torch_index.get(cuda)
-        out[cuda] = None if index in (None, "pip") else index
-    return out
+    indexes = {cuda: override or defaults.torch_index.get(cuda) for cuda in cuda_lines}
+    return {cuda: None if index in (None, "pip") else index for cuda, index in indexes.items()}

@@ -55,10 +55,7 @@ class HitRates:
     @classmethod
     def of(cls, recorded: Iterable[tuple[CellKey, int, int]], *, retained: bool = False) -> HitRates:
         """From (cell key, compile steps, hits), oldest first (a later record of a cell wins)."""
-        cells: dict[CellKey, float] = {}
-        for key, compiles, hits in recorded:
-            if compiles > 0 and 0 <= hits <= compiles:
-                cells[key] = hits / compiles
+        cells = {key: hits / compiles for key, compiles, hits in recorded if compiles > 0 and 0 <= hits <= compiles}
         by: dict[tuple[str, str], list[float]] = {}
         for key, rate in cells.items():
             by.setdefault((key[0], key[4]), []).append(rate)

@@ -116,11 +116,8 @@ class Filters:
             platform=check("platform", _split(platform), known_platform),
         )
 
-    def excludes(self, cell: Cell) -> bool:
-        return self.excludes_key(cell.cuda, cell.torch, cell.python, cell.platform)
-
     def excludes_key(self, cuda: str, torch: str, python: str, platform: str) -> bool:
-        """:meth:`excludes` on a cell's fields (``python`` as the tag, ``cp311``)."""
+        """Whether the filters leave out the cell of these fields (``python`` as the tag, ``cp311``)."""
         return (
             (self.cuda is not None and cuda not in self.cuda)
             or (self.torch is not None and torch not in self.torch)
@@ -176,15 +173,6 @@ class PlannedCell:
     def archs(self) -> ArchList:
         return self.arch.archs
 
-    @property
-    def arch_origin(self) -> str:
-        return self.arch.origin
-
-    @property
-    def requested(self) -> str:
-        """The arch list as written in the config (provenance's "requested")."""
-        return self.arch.requested
-
     def as_json(self, arch_list: str | None = None) -> dict[str, Any]:
         """``arch_list``: the canonical string when the caller has it (one per distinct list)."""
         c = self.cell
@@ -193,7 +181,7 @@ class PlannedCell:
             "torch": c.torch, "torch_version": self.torch_version, "python": c.python_version,
             "python_tag": c.python, "platform": c.platform, "runner": RUNNERS.get(c.platform),
             "build_epoch": self.epoch, "arch_list": arch_list or self.archs.canonical(),
-            "arch_origin": self.arch_origin, "wheel": self.wheel,
+            "arch_origin": self.arch.origin, "wheel": self.wheel,
         }
         if self.compile_jobs > 1:
             out["compile_jobs"] = self.compile_jobs

@@ -7,6 +7,7 @@ of the ledger, so the next run schedules them (docs/maintainers.md, "How a bump 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,10 +35,6 @@ class Wave:
     # cells no hosted runner can finish (farm/schedule/cost.py): neither scheduled nor deferred
     refused: tuple[RefusedCell, ...] = ()
 
-    @property
-    def cells(self) -> list[PlannedCell]:
-        return list(self.scheduled)
-
     def per_package(self) -> dict[str, tuple[int, int]]:
         """package -> (scheduled, deferred), for every package of the matrix."""
         out = {pkg.package: [0, 0] for pkg in self.matrix.packages}
@@ -48,10 +45,7 @@ class Wave:
         return {k: (v[0], v[1]) for k, v in out.items()}
 
     def refused_by_package(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for r in self.refused:
-            out[r.cell.cell.package] = out.get(r.cell.cell.package, 0) + 1
-        return out
+        return dict(Counter(r.cell.cell.package for r in self.refused))
 
     def totals(self) -> dict[str, int]:
         """``scheduled + deferred + refused == to_build``."""
