@@ -216,18 +216,10 @@ def inspect_file(
     fatbins = tuple(read_fatbins(path))
     found_stubs = find_stubs(path, runnable(fatbins)) if stubs else frozenset()
     name = label or os.fspath(path)
-    records = None
-    if made_by and fatbins:
-        records = read_made_by(path, runnable(fatbins))
-    tus = None
-    if sources and fatbins:
-        tus = tu_sources(path)
-    if tool is None:
-        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records,
-                            sources=tus)
-
-    listing = tuple(list_targets(Path(path), tool))
-    if reader is Reader.CUOBJDUMP:
+    records = read_made_by(path, runnable(fatbins)) if made_by and fatbins else None
+    tus = tu_sources(path) if sources and fatbins else None
+    listing = None if tool is None else tuple(list_targets(Path(path), tool))
+    if listing is None or reader is Reader.CUOBJDUMP:
         return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records,
                             sources=tus)
     disagreement = compare(fatbins, listing)
