@@ -118,9 +118,7 @@ def cubin_facts(cubin: bytes, *, where: str, arch: int) -> str | None:
         raise _bad(where, f"the cubin's section name table index {shstrndx} is not one of its {shnum} sections")
     sections = []
     for i in range(shnum):
-        base = shoff + i * shentsize
-        name, stype = struct.unpack_from("<II", cubin, base)
-        offset, length = struct.unpack_from("<QQ", cubin, base + 0x18)
+        name, stype, offset, length = struct.unpack_from("<II16xQQ", cubin, shoff + i * shentsize)
         if stype != _SHT_NOBITS and i and offset + length > size:
             raise _bad(where, f"cubin section {i} ({offset:#x} + {length} bytes) runs past its {size} bytes")
         sections.append((name, stype, offset, length))
