@@ -61,12 +61,8 @@ class ListedEntry:
 
 
 def _site_dirs() -> list[Path]:
-    dirs = []
-    for key in ("platlib", "purelib"):
-        try:
-            dirs.append(Path(sysconfig.get_paths()[key]))
-        except KeyError:  # pragma: no cover - every CPython has both
-            continue
+    paths = sysconfig.get_paths()
+    dirs = [Path(paths[key]) for key in ("platlib", "purelib") if key in paths]
     dirs.extend(Path(p) for p in sys.path if p.endswith("site-packages"))
     return list(dict.fromkeys(dirs))
 
@@ -165,11 +161,8 @@ def parse_listing(stdout: str, *, where: str) -> list[ListedEntry]:
         if is_ptx != (m[4] == "ptx"):
             raise ToolError(f"unexpected cuobjdump output line {number}: {line!r}", where=where)
         sass = Target.from_name(m[3])
-        if is_ptx:
-            target = Target(sass.major, sass.minor, sass.variant, Kind.PTX)
-            entries.append(ListedEntry(EntryKind.PTX, target, int(m[2])))
-        else:
-            entries.append(ListedEntry(EntryKind.CUBIN, sass, int(m[2])))
+        entries.append(ListedEntry(EntryKind.PTX, sass.with_kind(Kind.PTX), int(m[2])) if is_ptx
+                       else ListedEntry(EntryKind.CUBIN, sass, int(m[2])))
     return entries
 
 

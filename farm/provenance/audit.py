@@ -98,10 +98,7 @@ def located_facts(located: Located) -> WheelFacts:
     """The wheel's facts, its device code's toolkit records among them: a wheel labelled for one
     CUDA line whose binaries another toolkit made is wrong whatever its provenance says."""
     facts = wheel_facts(located.path, location=located.location, made_by=True)
-    if located.problem:
-        return WheelFacts(facts.filename, facts.location, facts.sha256, facts.size, facts.found,
-                          facts.extensions, facts.embedded, problem=located.problem)
-    return facts
+    return replace(facts, problem=located.problem) if located.problem else facts
 
 
 def ledger_entry_of(ledger: LedgerIndex, facts: WheelFacts) -> tuple[LedgerEntry | None, str | None]:
