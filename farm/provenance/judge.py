@@ -100,49 +100,43 @@ def _sorted(archs: ArchList) -> str:
     return ";".join(sorted(archs.names())) or "-"
 
 
+def _apart(recorded: Mapping[str, object], now: Mapping[str, object], *, gone: Callable[[str], str],
+           new: Callable[[str], str], moved: Callable[[str], str]) -> list[str]:
+    """One reason per key on which the two maps differ, in key order: held as recorded only
+    (``gone``), only now (``new``), or with other values (``moved``)."""
+    return [gone(k) if k not in now else new(k) if k not in recorded else moved(k)
+            for k in sorted(set(recorded) | set(now)) if k not in now or k not in recorded or recorded[k] != now[k]]
+
+
 def found_difference(recorded: Mapping[str, Recorded], now: Mapping[str, Recorded]) -> list[str]:
     """Per extension, how the targets held now differ from the recorded ones (empty: equal)."""
-    out: list[str] = []
-    for so in sorted(set(recorded) | set(now)):
-        if so not in now:
-            out.append(f"{so} is recorded but not in the wheel")
-        elif so not in recorded:
-            out.append(f"{so} is in the wheel but not recorded")
-        elif recorded[so] != now[so]:
-            differs = difference(_targets(recorded[so]), _targets(now[so]))
-            out.append(f"{so}: missing {_sorted(differs.missing)}, extra {_sorted(differs.extra)}")
-    return out
+
+    def moved(so: str) -> str:
+        differs = difference(_targets(recorded[so]), _targets(now[so]))
+        return f"{so}: missing {_sorted(differs.missing)}, extra {_sorted(differs.extra)}"
+
+    return _apart(recorded, now, gone=lambda so: f"{so} is recorded but not in the wheel",
+                  new=lambda so: f"{so} is in the wheel but not recorded", moved=moved)
 
 
 def _held_difference(texts: Mapping[str, str], recorded: Mapping[str, Recorded], now: Mapping[str, ArchList], *,
                      where: str, says: str) -> list[str]:
     """The same comparison, one reason per extension naming both lists (``texts``: the recorded
     ones as written)."""
-    out = []
-    for so in sorted(set(recorded) | set(now)):
-        if so not in now:
-            out.append(f"{so}: in {where} but not in the wheel")
-        elif so not in recorded:
-            out.append(f"{so}: in the wheel but not in {where}")
-        elif recorded[so] != now[so]:
-            out.append(f"{so}: {says} {texts[so] or '(none)'}, the binary holds {now[so].canonical() or '(none)'}")
-    return out
+    return _apart(recorded, now, gone=lambda so: f"{so}: in {where} but not in the wheel",
+                  new=lambda so: f"{so}: in the wheel but not in {where}",
+                  moved=lambda so: f"{so}: {says} {texts[so] or '(none)'}, the binary holds "
+                                   f"{now[so].canonical() or '(none)'}")
 
 
 def vendored_difference(info: BuildInfo, now: Mapping[str, ArchList]) -> list[str]:
     """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
-    recorded = info.archs.bundled
-    out = []
-    for path in sorted(set(recorded) | set(now)):
-        if path not in recorded:
-            out.append(f"{path}: a bundled library (found {now[path].canonical() or 'no device code'}) that its "
-                       "provenance does not record: never asserted")
-        elif path not in now:
-            out.append(f"{path}: recorded as a bundled library but not in the wheel")
-        elif recorded[path] != now[path]:
-            out.append(f"{path}: recorded as holding {info.bundled[path].found or '(none)'}, the bundled library holds "
-                       f"{now[path].canonical() or '(none)'}")
-    return out
+    return _apart(info.archs.bundled, now,
+                  gone=lambda path: f"{path}: recorded as a bundled library but not in the wheel",
+                  new=lambda path: f"{path}: a bundled library (found {now[path].canonical() or 'no device code'}) "
+                                   "that its provenance does not record: never asserted",
+                  moved=lambda path: f"{path}: recorded as holding {info.bundled[path].found or '(none)'}, the "
+                                     f"bundled library holds {now[path].canonical() or '(none)'}")
 
 
 def family_targets(info: BuildInfo) -> tuple[dict[str, ArchList], list[str]]:
