@@ -153,12 +153,8 @@ def _model(decoded: _scan.Decoded) -> tuple[EntryKind, Target, Compression]:
 
 
 def read_fatbins(path: Path | str) -> list[Fatbin]:
-    """Every fatbin of ``path`` (``.nv_fatbin`` and ``__nv_relfatbin``), in file order.
-
-    Reads only the ELF section table and the fatbin and entry headers, so time and memory do not
-    grow with payload size. An ELF file without device code gives ``[]``; anything malformed raises
-    :class:`~farm.errors.BinaryFormatError` naming the file, the offset and what is wrong.
-    """
+    """Every fatbin of ``path`` (``.nv_fatbin`` and ``__nv_relfatbin``), in file order: what
+    :func:`farm.binary.fatbinscan.scan` reads (headers only; malformed raises), as models."""
     models: _Models = {}
     # one signature tuple and one ArchList per distinct list of images: a few hundred in a library
     shared: dict[tuple[_scan.Decoded, ...], tuple[tuple[_scan.Decoded, ...], ArchList]] = {}
