@@ -195,18 +195,12 @@ _FIX_VENDORED = ("declare every bundled library in the recipe's `vendored` map (
                  "wheel that ships it)")
 
 
-def judge_vendored(inspection: SoInspection, expected: Expected) -> VendoredResult:
-    return VendoredResult(inspection.path, inspection.found, expected.for_vendored(inspection.path),
-                          inspection.disagreement)
-
-
 @dataclass(frozen=True)
 class AssertionReport:
     wheel: str
     expected: Expected
     extensions: tuple[ExtensionResult, ...]
     findings: tuple[AssertionFinding, ...] = ()  # wheel-level (no extension at all)
-    vendored: tuple[SoInspection, ...] = ()
     tools: Tools = field(default_factory=Tools)
     vendored_results: tuple[VendoredResult, ...] = ()
 
@@ -456,8 +450,9 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
             f"translation unit in any extension (sources {', '.join((*family.sources, *family.patterns))})",
             Cause.FAMILY, tuple(family.targets))
             for family in expected.families if family.targets and family.name not in held and not family.stems & seen)
-    return AssertionReport(wheel, expected, tuple(results), tuple(findings), vendored, tools or Tools(),
-                           tuple(judge_vendored(v, expected) for v in vendored))
+    return AssertionReport(wheel, expected, tuple(results), tuple(findings), tools or Tools(),
+                           tuple(VendoredResult(v.path, v.found, expected.for_vendored(v.path), v.disagreement)
+                                 for v in vendored))
 
 
 def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = None) -> AssertionReport:
@@ -466,7 +461,7 @@ def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = No
     A missing cuobjdump raises :class:`~farm.errors.ToolError`; a corrupt wheel or binary raises
     :class:`~farm.errors.WheelError` / :class:`~farm.errors.BinaryFormatError`: never "unverified".
     """
-    # stubs change the verdict on an extension (judge), never on a vendored library (judge_vendored)
+    # stubs change the verdict on an extension (judge), never on a vendored library (its found set)
     # every cubin is read (its structure checked, its toolkit note taken) whether or not a CUDA
     # line is expected: a damaged cubin fails the assertion either way
     inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False, made_by=True,

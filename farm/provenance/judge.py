@@ -232,6 +232,10 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     def find(check: Check, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
         out.append(WheelFinding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
 
+    def find_each(check: Check, lead: str, fix: str, reasons: list[str]) -> None:  # none: no finding
+        if reasons:
+            find(check, lead + "; ".join(reasons), fix, reasons)
+
     if facts.problem:
         find(Check.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
         return out
@@ -271,10 +275,8 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         if unmet:
             find(Check.ASSERTED, "its provenance says passed, but its recorded expected and found targets differ: "
                  + "; ".join(unmet), FIX_REBUILD, [f"recorded expected and found differ: {u}" for u in unmet])
-        contradictions = consistency(info, expect.derived)
-        if contradictions:
-            find(Check.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions), FIX_REBUILD,
-                 contradictions)
+        find_each(Check.CONSISTENT, "its provenance contradicts itself: ", FIX_REBUILD,
+                  consistency(info, expect.derived))
         if expect.config_required and expect.derived is None:
             find(Check.CONFIG, f"the configuration has no arch list for package {clip(info.package)!s} in cell "
                                f"{clip(info.cell.to_dict())}: its expected list cannot be re-derived",
@@ -283,13 +285,9 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         if today is None and expect.derived is not None:
             today = expect.derived.today((info.expected or {}).keys())
         if today is not None:
-            moved = config_difference(info, expect.derived, today)
-            if moved:
-                find(Check.CONFIG, "; ".join(moved), FIX_CONFIG, moved)
+            find_each(Check.CONFIG, "", FIX_CONFIG, config_difference(info, expect.derived, today))
         if expect.derived is not None:
-            undeclared = bundled_against_config(info, expect.derived)
-            if undeclared:
-                find(Check.CONFIG, "; ".join(undeclared), _FIX_BUNDLED, undeclared)
+            find_each(Check.CONFIG, "", _FIX_BUNDLED, bundled_against_config(info, expect.derived))
     if held_to_assertion:
         problems = name_problems(name, info)
         if problems:
@@ -311,9 +309,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
              _held_difference(texts, recorded, facts.found, where="its provenance",
                               says="recorded as holding" if info.found is not None else "built to hold"))
     if held_to_assertion:
-        bundled = vendored_difference(info, facts.vendored)
-        if bundled:
-            find(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
+        find_each(Check.INSPECTION, "bundled libraries: ", FIX_REBUILD, vendored_difference(info, facts.vendored))
     if facts.made_by is not None:
         _toolkit(find, facts.made_by, info)
     if facts.disagreements:
