@@ -130,10 +130,8 @@ class ExtensionResult:
         return tuple(dict.fromkeys(f.cause for f in self.findings))
 
     def cause_of(self, target: Target) -> Cause | None:
-        for f in self.findings:
-            if target in f.targets and f.code in ("missing", "extra", "no-device-code", "family-targets"):
-                return f.cause
-        return None
+        codes = ("missing", "extra", "no-device-code", "family-targets")
+        return next((f.cause for f in self.findings if target in f.targets and f.code in codes), None)
 
     def to_json(self) -> dict[str, object]:
         return {

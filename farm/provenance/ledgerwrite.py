@@ -108,7 +108,7 @@ def _existing(ledger: Path) -> dict[str, str]:
     return {r.filename: r.sha256 for r in LedgerIndex.load(ledger).records}
 
 
-def _ends_mid_line(file: Path) -> bool:
+def ends_mid_line(file: Path) -> bool:
     """Whether ``file`` has a last line without its newline."""
     if not file.is_file():
         return False
@@ -123,7 +123,7 @@ def _ends_mid_line(file: Path) -> bool:
 def _extend(file: Path, lines: list[bytes]) -> None:
     """``file``'s bytes and then ``lines``, through a temp file and a rename, not an append: a
     crash mid-write would leave half a line, which every later read refuses."""
-    needs_newline = _ends_mid_line(file)
+    needs_newline = ends_mid_line(file)
 
     def chunks() -> Iterator[bytes]:
         if file.exists():

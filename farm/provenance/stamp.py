@@ -74,8 +74,7 @@ class WheelName:
             ) from None
         # Valid, so it has five or six dash-separated fields; kept as spelled (a relabel
         # rewrites only the version, and the tags must stay byte for byte).
-        parts = filename[: -len(".whl")].split("-")
-        dist, version, *build, py, abi, plat = parts
+        dist, version, *build, py, abi, plat = filename[: -len(".whl")].split("-")
         return cls(dist, version, build[0] if build else None, py, abi, plat)
 
     @property
