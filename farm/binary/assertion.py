@@ -235,9 +235,8 @@ class AssertionReport:
         for f in self.findings:
             lines += [f"  problem: {f.message}", f"    probable cause: {f.cause.value}: {_EXPLAIN[f.cause]}"]
         for ext in self.extensions:
-            lines.append("")
             source = f"recipe glob {ext.expected_from!r}" if ext.expected_from else self.expected.default_from
-            lines.append(f"{ext.path}: {'ok' if ext.passed else 'FAILED'} (expected from {source})")
+            lines += ["", f"{ext.path}: {'ok' if ext.passed else 'FAILED'} (expected from {source})"]
             lines.append(format_table(
                 ("", "targets"),
                 [("expected", ext.expected.canonical() or "(none)"), ("found", ext.found.canonical() or "(none)"),
@@ -248,16 +247,13 @@ class AssertionReport:
                          (c.value if (c := ext.cause_of(t)) else "")) for t in ArchList.of(
                             ext.missing.targets | ext.extra.targets)]
                 lines.append(format_table(("target", "status", "probable cause"), rows))
-            for f in ext.findings:
-                lines.append(f"  problem: {f.message}")
-            for cause in ext.causes:
-                lines.append(f"  {cause.value}: {_EXPLAIN[cause]}")
+            lines += [f"  problem: {f.message}" for f in ext.findings]
+            lines += [f"  {cause.value}: {_EXPLAIN[cause]}" for cause in ext.causes]
         for v in self.vendored_results:
-            lines.append("")
             how = ("not declared" if v.rule is None else f"exempt: {v.rule.exempt}" if v.rule.archs is None
                    else f"expected {v.rule.archs.canonical() or '(host-only)'}")
-            lines.append(f"{v.path} (bundled library): {'ok' if v.passed else 'FAILED'} "
-                         f"(found {v.found.canonical() or 'no device code'}; {how})")
+            lines += ["", (f"{v.path} (bundled library): {'ok' if v.passed else 'FAILED'} "
+                           f"(found {v.found.canonical() or 'no device code'}; {how})")]
             if v.problem:
                 lines += [f"  problem: {v.problem}", f"  fix: {_FIX_VENDORED}"]
         return "\n".join(lines)
