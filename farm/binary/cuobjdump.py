@@ -81,14 +81,10 @@ def _candidates(cuda_home: Path | None) -> list[Path]:
     return list(dict.fromkeys(candidates))
 
 
-def _runnable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
 def find_cuobjdump(cuda_home: Path | None = None, *, version: str | None = None) -> Path:
     """The first cuobjdump of PATH, ``cuda_home`` (default ``$CUDA_HOME``)/bin and the PyPI wheel
     in this interpreter; with ``version``, the first that reports exactly that version."""
-    candidates = [c for c in _candidates(cuda_home) if _runnable(c)]
+    candidates = [c for c in _candidates(cuda_home) if c.is_file() and os.access(c, os.X_OK)]
     if version is None and candidates:
         return candidates[0]
     found = []

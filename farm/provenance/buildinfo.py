@@ -785,8 +785,7 @@ def _validator() -> Any:
 
 def validate(info: Any, *, where: str | None = None, error: type[FarmError] = WheelError) -> None:
     """Raise ``error`` naming the first schema violation of ``info``."""
-    validator = _validator()
-    problems = sorted(validator.iter_errors(info), key=lambda e: list(e.absolute_path))
+    problems = sorted(_validator().iter_errors(info), key=lambda e: list(e.absolute_path))
     if problems:
         first = problems[0]
         at = "/".join(str(p) for p in first.absolute_path) or "(top level)"

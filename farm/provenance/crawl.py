@@ -175,11 +175,8 @@ def _safe_name(name: str) -> bool:
 
 def iter_wheels(where: str, *, timeout: float = 60.0, shard: Shard | None = None,
                 scratch: Scratch | None = None) -> Iterator[Located]:
-    """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL.
-
-    Index wheels are downloaded one at a time into a private temporary folder and removed after
-    use, so a sweep over thousands of assets needs the disk of one.
-    """
+    """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL (its
+    wheels downloaded one at a time: :func:`_stream`)."""
     if where.startswith(("http://", "https://")):
         yield from _stream(index_wheels(where, timeout=timeout), scratch or Scratch(), timeout, shard)
         return
