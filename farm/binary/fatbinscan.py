@@ -348,12 +348,9 @@ def scan(path: str | os.PathLike[str]) -> list[RawFatbin]:
         if size == 0:
             raise BinaryFormatError("empty file", where=where, hint=HINT_CORRUPT)
         src = _Window(fd, size, where)
-        fatbins: list[RawFatbin] = []
         decoded: _Cache = {}
         sections = sorted((s for s in _sections(src) if s[0] in FATBIN_SECTIONS), key=lambda s: s[2])
-        for section in sections:
-            fatbins.extend(_read_section(src, *section, decoded))
-        return fatbins
+        return [fatbin for section in sections for fatbin in _read_section(src, *section, decoded)]
     finally:
         os.close(fd)
 

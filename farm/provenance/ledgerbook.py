@@ -192,10 +192,8 @@ def _load(path: Path) -> tuple[LedgerIndex, dict[str, Stamp] | None]:
     stamps and the read would otherwise go unnoticed)."""
     while True:
         before = stamps(path)
-        index = LedgerIndex.load(path) if before is not None else LedgerIndex.empty()
+        index = LedgerIndex.load(path) if before is not None else LedgerIndex(path, (), {}, {}, {})
         if stamps(path) == before:
-            if index.path is None:
-                index = LedgerIndex(path, (), {}, {}, {})
             return index, before
 
 
