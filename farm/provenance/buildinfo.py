@@ -674,13 +674,10 @@ def local_label(cell: CellInfo) -> str:
 
 
 def _platform_matches(cell_platform: str, wheel_platform: str) -> bool:
-    if wheel_platform == cell_platform:
-        return True
     # linux_x86_64 is published as manylinux_2_28_x86_64 / musllinux_1_2_x86_64 after repair.
-    if cell_platform.startswith("linux_"):
-        arch = cell_platform[len("linux_"):]
-        return wheel_platform.endswith("_" + arch) and wheel_platform.startswith(("manylinux", "musllinux"))
-    return False
+    return wheel_platform == cell_platform or (
+        cell_platform.startswith("linux_") and wheel_platform.startswith(("manylinux", "musllinux"))
+        and wheel_platform.endswith(cell_platform.removeprefix("linux")))  # "_x86_64"
 
 
 def _public(version: Any) -> str | None:

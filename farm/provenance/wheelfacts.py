@@ -52,7 +52,6 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
     location = location or str(path)
     sha256 = buildinfo.sha256_file(path)
     size = path.stat().st_size
-    embedded = None
     try:
         # a file pip would not take as a wheel is a finding too (a variant wheel's label apart)
         WheelName.parse(buildinfo.split_variant_label(path.name)[0])
