@@ -174,12 +174,10 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     if requested != normalised:
         out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested.names()))}, "
                    f"not the recorded {clip(arch_list.normalised)}")
-    made = info.made_by
-    if isinstance(made, Mapping) and info.cell.cuda is not None:
-        for so, record in sorted(made.items()):
-            wrong = MadeBy(record.cubin, record.ptx_isa, record.unread).against(info.cell.cuda)
-            if wrong:
-                out.append(f"{so}: {wrong}")
+    made, line = info.made_by, info.cell.cuda
+    if isinstance(made, Mapping) and line is not None:
+        out += [f"{so}: {wrong}" for so, record in sorted(made.items())
+                if (wrong := MadeBy(record.cubin, record.ptx_isa, record.unread).against(line))]
     held, unread = family_targets(info)
     out += unread
     if derived is not None:
