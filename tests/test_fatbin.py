@@ -13,6 +13,7 @@ from farm.binary.fatbin import (
     Compression,
     Entry,
     EntryKind,
+    Fatbin,
     cubin_has_code,
     is_device_link_stub,
     read_fatbins,
@@ -24,6 +25,16 @@ from farm.binary.fatbinscan import EXECUTABLE_SECTION, RELOCATABLE_SECTION
 from farm.errors import BinaryFormatError
 from farm.model.arch import ArchList, Kind, Target, Variant
 from tests.support.cudafix import BASE, CORRUPT_HEADERS, FIXTURES, VALID, CudaFixtures
+
+
+def _stub(path: Path, fatbin: Fatbin) -> bool | None:
+    with open(path, "rb") as fh:
+        return is_device_link_stub(path, fatbin, fh=fh)
+
+
+def _payload(path: Path, entry: Entry, **limit: int) -> bytes | None:
+    with open(path, "rb") as fh:
+        return read_payload(path, entry, fh=fh, **limit)
 
 
 @pytest.mark.parametrize("name", VALID)
@@ -79,17 +90,17 @@ def test_nvcc_link_adds_a_stub_of_empty_cubins(cuda_fixtures: CudaFixtures) -> N
     path = cuda_fixtures.path("nvcc-link")
     fatbins = read_fatbins(path)
     assert len(fatbins) == 3
-    stubs = [f for f in fatbins if is_device_link_stub(path, f)]
+    stubs = [f for f in fatbins if _stub(path, f)]
     assert [s.targets.canonical() for s in stubs] == ["sm_80;sm_90"]
     for fatbin in fatbins:
         if fatbin not in stubs:
             cubins = [e for e in fatbin.entries if e.kind is EntryKind.CUBIN]
-            assert all(cubin_has_code(read_payload(path, e) or b"") for e in cubins)
+            assert all(cubin_has_code(_payload(path, e) or b"") for e in cubins)
 
 
 def test_nvcc_link_without_gencode_adds_sm_75(cuda_fixtures: CudaFixtures) -> None:
     path = cuda_fixtures.path("nvcc-link-default")
-    stubs = [f for f in read_fatbins(path) if is_device_link_stub(path, f)]
+    stubs = [f for f in read_fatbins(path) if _stub(path, f)]
     assert [s.targets.canonical() for s in stubs] == ["sm_75"]
 
 
@@ -101,7 +112,7 @@ def test_compressed_stub_is_recognised(cuda_fixtures: CudaFixtures, tmp_path: Pa
     fx.nvcc_link([obj], ["-gencode=arch=compute_80,code=sm_80", "-Xfatbin", "-compress-all"], out)
     fatbins = read_fatbins(out)
     assert all(e.compressed is Compression.ZSTD for f in fatbins for e in f.entries)
-    assert sorted(bool(is_device_link_stub(out, f)) for f in fatbins) == [False, True]
+    assert sorted(bool(_stub(out, f)) for f in fatbins) == [False, True]
 
 
 def test_zstd_payload_cannot_inflate_past_its_header(tmp_path: Path) -> None:
@@ -111,20 +122,20 @@ def test_zstd_payload_cannot_inflate_past_its_header(tmp_path: Path) -> None:
     path = tmp_path / "payload.bin"
     path.write_bytes(bytes(64) + frame)
     entry = Entry(EntryKind.CUBIN, Target(8, 0), Compression.ZSTD, 0, 64, len(frame), 1 << 20)
-    assert read_payload(path, entry) == bytes(1 << 20)
+    assert _payload(path, entry) == bytes(1 << 20)
     with pytest.raises(BinaryFormatError, match=r"claims 1048576 bytes; its entry header declares 1024 \(read limit"):
-        read_payload(path, dataclasses.replace(entry, uncompressed_size=1024))
+        _payload(path, dataclasses.replace(entry, uncompressed_size=1024))
     with pytest.raises(BinaryFormatError, match=r"claims 1048576 bytes; its entry header declares 1048576 \(read limit 4096\)"):
-        read_payload(path, entry, limit=4096)
+        _payload(path, entry, limit=4096)
     # a frame that does not say its size is bounded by the header's
     unsized = zstandard.ZstdCompressor(write_content_size=False).compress(bytes(1 << 20))
     path.write_bytes(bytes(64) + unsized)
     with pytest.raises(BinaryFormatError, match="does not decompress"):
-        read_payload(path, dataclasses.replace(entry, payload_size=len(unsized), uncompressed_size=1024))
+        _payload(path, dataclasses.replace(entry, payload_size=len(unsized), uncompressed_size=1024))
     path.write_bytes(bytes(64) + frame)
     path.write_bytes(bytes(64) + frame[:-8] + bytes(8))
     with pytest.raises(BinaryFormatError, match="does not decompress"):
-        read_payload(path, entry)
+        _payload(path, entry)
 
 
 def test_data_only_translation_unit_is_not_a_stub(cuda_fixtures: CudaFixtures, tmp_path: Path) -> None:
@@ -134,7 +145,7 @@ def test_data_only_translation_unit_is_not_a_stub(cuda_fixtures: CudaFixtures, t
     cuda_fixtures.gxx_link([obj], out)
     (fatbin,) = read_fatbins(out)
     assert fatbin.targets == ArchList.parse("8.0")
-    assert is_device_link_stub(out, fatbin) is False
+    assert _stub(out, fatbin) is False
 
 
 def test_rdc_keeps_relocatable_fatbins_apart(cuda_fixtures: CudaFixtures) -> None:

@@ -130,10 +130,8 @@ class ExtensionResult:
         return tuple(dict.fromkeys(f.cause for f in self.findings))
 
     def cause_of(self, target: Target) -> Cause | None:
-        for f in self.findings:
-            if target in f.targets and f.code in ("missing", "extra", "no-device-code", "family-targets"):
-                return f.cause
-        return None
+        codes = ("missing", "extra", "no-device-code", "family-targets")
+        return next((f.cause for f in self.findings if target in f.targets and f.code in codes), None)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -195,18 +193,12 @@ _FIX_VENDORED = ("declare every bundled library in the recipe's `vendored` map (
                  "wheel that ships it)")
 
 
-def judge_vendored(inspection: SoInspection, expected: Expected) -> VendoredResult:
-    return VendoredResult(inspection.path, inspection.found, expected.for_vendored(inspection.path),
-                          inspection.disagreement)
-
-
 @dataclass(frozen=True)
 class AssertionReport:
     wheel: str
     expected: Expected
     extensions: tuple[ExtensionResult, ...]
     findings: tuple[AssertionFinding, ...] = ()  # wheel-level (no extension at all)
-    vendored: tuple[SoInspection, ...] = ()
     tools: Tools = field(default_factory=Tools)
     vendored_results: tuple[VendoredResult, ...] = ()
 
@@ -243,9 +235,8 @@ class AssertionReport:
         for f in self.findings:
             lines += [f"  problem: {f.message}", f"    probable cause: {f.cause.value}: {_EXPLAIN[f.cause]}"]
         for ext in self.extensions:
-            lines.append("")
             source = f"recipe glob {ext.expected_from!r}" if ext.expected_from else self.expected.default_from
-            lines.append(f"{ext.path}: {'ok' if ext.passed else 'FAILED'} (expected from {source})")
+            lines += ["", f"{ext.path}: {'ok' if ext.passed else 'FAILED'} (expected from {source})"]
             lines.append(format_table(
                 ("", "targets"),
                 [("expected", ext.expected.canonical() or "(none)"), ("found", ext.found.canonical() or "(none)"),
@@ -256,16 +247,13 @@ class AssertionReport:
                          (c.value if (c := ext.cause_of(t)) else "")) for t in ArchList.of(
                             ext.missing.targets | ext.extra.targets)]
                 lines.append(format_table(("target", "status", "probable cause"), rows))
-            for f in ext.findings:
-                lines.append(f"  problem: {f.message}")
-            for cause in ext.causes:
-                lines.append(f"  {cause.value}: {_EXPLAIN[cause]}")
+            lines += [f"  problem: {f.message}" for f in ext.findings]
+            lines += [f"  {cause.value}: {_EXPLAIN[cause]}" for cause in ext.causes]
         for v in self.vendored_results:
-            lines.append("")
             how = ("not declared" if v.rule is None else f"exempt: {v.rule.exempt}" if v.rule.archs is None
                    else f"expected {v.rule.archs.canonical() or '(host-only)'}")
-            lines.append(f"{v.path} (bundled library): {'ok' if v.passed else 'FAILED'} "
-                         f"(found {v.found.canonical() or 'no device code'}; {how})")
+            lines += ["", (f"{v.path} (bundled library): {'ok' if v.passed else 'FAILED'} "
+                           f"(found {v.found.canonical() or 'no device code'}; {how})")]
             if v.problem:
                 lines += [f"  problem: {v.problem}", f"  fix: {_FIX_VENDORED}"]
         return "\n".join(lines)
@@ -456,8 +444,9 @@ def assert_inspection(wheel: str, inspections: tuple[SoInspection, ...], expecte
             f"translation unit in any extension (sources {', '.join((*family.sources, *family.patterns))})",
             Cause.FAMILY, tuple(family.targets))
             for family in expected.families if family.targets and family.name not in held and not family.stems & seen)
-    return AssertionReport(wheel, expected, tuple(results), tuple(findings), vendored, tools or Tools(),
-                           tuple(judge_vendored(v, expected) for v in vendored))
+    return AssertionReport(wheel, expected, tuple(results), tuple(findings), tools or Tools(),
+                           tuple(VendoredResult(v.path, v.found, expected.for_vendored(v.path), v.disagreement)
+                                 for v in vendored))
 
 
 def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = None) -> AssertionReport:
@@ -466,7 +455,7 @@ def assert_wheel(wheel: Path, expected: Expected, *, cuobjdump: Path | None = No
     A missing cuobjdump raises :class:`~farm.errors.ToolError`; a corrupt wheel or binary raises
     :class:`~farm.errors.WheelError` / :class:`~farm.errors.BinaryFormatError`: never "unverified".
     """
-    # stubs change the verdict on an extension (judge), never on a vendored library (judge_vendored)
+    # stubs change the verdict on an extension (judge), never on a vendored library (its found set)
     # every cubin is read (its structure checked, its toolkit note taken) whether or not a CUDA
     # line is expected: a damaged cubin fails the assertion either way
     inspection = inspect_wheel(Path(wheel), Reader.BOTH, cuobjdump=cuobjdump, vendored_stubs=False, made_by=True,

@@ -61,12 +61,8 @@ class ListedEntry:
 
 
 def _site_dirs() -> list[Path]:
-    dirs = []
-    for key in ("platlib", "purelib"):
-        try:
-            dirs.append(Path(sysconfig.get_paths()[key]))
-        except KeyError:  # pragma: no cover - every CPython has both
-            continue
+    paths = sysconfig.get_paths()
+    dirs = [Path(paths[key]) for key in ("platlib", "purelib") if key in paths]
     dirs.extend(Path(p) for p in sys.path if p.endswith("site-packages"))
     return list(dict.fromkeys(dirs))
 
@@ -85,14 +81,10 @@ def _candidates(cuda_home: Path | None) -> list[Path]:
     return list(dict.fromkeys(candidates))
 
 
-def _runnable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
 def find_cuobjdump(cuda_home: Path | None = None, *, version: str | None = None) -> Path:
     """The first cuobjdump of PATH, ``cuda_home`` (default ``$CUDA_HOME``)/bin and the PyPI wheel
     in this interpreter; with ``version``, the first that reports exactly that version."""
-    candidates = [c for c in _candidates(cuda_home) if _runnable(c)]
+    candidates = [c for c in _candidates(cuda_home) if c.is_file() and os.access(c, os.X_OK)]
     if version is None and candidates:
         return candidates[0]
     found = []
@@ -165,11 +157,8 @@ def parse_listing(stdout: str, *, where: str) -> list[ListedEntry]:
         if is_ptx != (m[4] == "ptx"):
             raise ToolError(f"unexpected cuobjdump output line {number}: {line!r}", where=where)
         sass = Target.from_name(m[3])
-        if is_ptx:
-            target = Target(sass.major, sass.minor, sass.variant, Kind.PTX)
-            entries.append(ListedEntry(EntryKind.PTX, target, int(m[2])))
-        else:
-            entries.append(ListedEntry(EntryKind.CUBIN, sass, int(m[2])))
+        entries.append(ListedEntry(EntryKind.PTX, sass.with_kind(Kind.PTX), int(m[2])) if is_ptx
+                       else ListedEntry(EntryKind.CUBIN, sass, int(m[2])))
     return entries
 
 

@@ -114,10 +114,6 @@ class Fatbin:
         """The scanned entries: (description, header offset, header size, payload size, uncompressed size)."""
         return self._raw
 
-    @property
-    def executable(self) -> bool:
-        return self.section == EXECUTABLE_SECTION
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Fatbin):
             return NotImplemented
@@ -157,12 +153,8 @@ def _model(decoded: _scan.Decoded) -> tuple[EntryKind, Target, Compression]:
 
 
 def read_fatbins(path: Path | str) -> list[Fatbin]:
-    """Every fatbin of ``path`` (``.nv_fatbin`` and ``__nv_relfatbin``), in file order.
-
-    Reads only the ELF section table and the fatbin and entry headers, so time and memory do not
-    grow with payload size. An ELF file without device code gives ``[]``; anything malformed raises
-    :class:`~farm.errors.BinaryFormatError` naming the file, the offset and what is wrong.
-    """
+    """Every fatbin of ``path`` (``.nv_fatbin`` and ``__nv_relfatbin``), in file order: what
+    :func:`farm.binary.fatbinscan.scan` reads (headers only; malformed raises), as models."""
     models: _Models = {}
     # one signature tuple and one ArchList per distinct list of images: a few hundred in a library
     shared: dict[tuple[_scan.Decoded, ...], tuple[tuple[_scan.Decoded, ...], ArchList]] = {}
@@ -187,13 +179,10 @@ def read_fatbins(path: Path | str) -> list[Fatbin]:
 _ZSTD_SIZE_UNKNOWN = (1 << 64) - 1  # ZSTD_CONTENTSIZE_UNKNOWN
 
 
-def read_payload(path: Path | str, entry: Entry, *, limit: int = 256 << 20, fh: BinaryIO | None = None) -> bytes | None:
+def read_payload(path: Path | str, entry: Entry, *, fh: BinaryIO, limit: int = 256 << 20) -> bytes | None:
     """The entry's payload, decompressed; ``None`` when its codec is not available (LZ4).
 
-    ``fh``: the file already open (stub detection reads many payloads of one file)."""
-    if fh is None:
-        with open(path, "rb") as own:
-            return read_payload(path, entry, limit=limit, fh=own)
+    ``fh``: ``path`` open (a caller reads many payloads of one file)."""
     fh.seek(entry.payload_offset)
     data = fh.read(entry.payload_size)
     if len(data) != entry.payload_size:
@@ -265,14 +254,11 @@ def _may_be_stub(fatbin: Fatbin) -> bool:
     return all(max(payload, uncompressed) <= _STUB_MAX for _, _, _, payload, uncompressed in fatbin.raw)
 
 
-def is_device_link_stub(path: Path | str, fatbin: Fatbin, *, fh: BinaryIO | None = None) -> bool | None:
+def is_device_link_stub(path: Path | str, fatbin: Fatbin, *, fh: BinaryIO) -> bool | None:
     """True when every entry is a cubin without code (an nvcc device-link stub), False when not,
-    None when a compressed payload cannot be checked."""
+    None when a compressed payload cannot be checked (``fh``: ``path`` open)."""
     if not _may_be_stub(fatbin):
         return False
-    if fh is None:
-        with open(path, "rb") as own:
-            return is_device_link_stub(path, fatbin, fh=own)
     for entry in fatbin.entries:
         data = read_payload(path, entry, fh=fh)
         if data is None:

@@ -95,10 +95,7 @@ class _Window:
 
     def need(self, offset: int, size: int, what: str) -> None:
         if offset < 0 or offset + size > self.size:
-            raise BinaryFormatError(
-                f"truncated: {what} at offset {offset:#x} needs {size} bytes but the file has {self.size}",
-                where=self.path, hint=HINT_CORRUPT,
-            )
+            raise self.error(f"truncated: {what} at offset {offset:#x} needs {size} bytes but the file has {self.size}")
 
     def error(self, message: str, hint: str = HINT_CORRUPT) -> BinaryFormatError:
         return BinaryFormatError(message, where=self.path, hint=hint)
@@ -180,12 +177,8 @@ def _elf_sections(src: _Window, head: bytes) -> list[tuple[str, int, int, int]]:
             shstrndx, = struct.unpack_from("<I", first, 0x28)
     src.need(shoff, shnum * shentsize, f"the ELF section table ({shnum} sections)")
     table = _pread(src.fd, shnum * shentsize, shoff)
-    raw = []
-    for i in range(shnum):
-        base = i * shentsize
-        name, stype = struct.unpack_from("<II", table, base)
-        offset, size = struct.unpack_from("<QQ", table, base + 0x18)
-        raw.append((name, stype, offset, size))
+    # name, type, (flags and address skipped) offset, size of each section
+    raw = [struct.unpack_from("<II16xQQ", table, i * shentsize) for i in range(shnum)]
     if shstrndx >= shnum:
         raise src.error(f"ELF section name table index {shstrndx} >= section count {shnum}")
     _, _, str_off, str_size = raw[shstrndx]
@@ -355,12 +348,9 @@ def scan(path: str | os.PathLike[str]) -> list[RawFatbin]:
         if size == 0:
             raise BinaryFormatError("empty file", where=where, hint=HINT_CORRUPT)
         src = _Window(fd, size, where)
-        fatbins: list[RawFatbin] = []
         decoded: _Cache = {}
         sections = sorted((s for s in _sections(src) if s[0] in FATBIN_SECTIONS), key=lambda s: s[2])
-        for section in sections:
-            fatbins.extend(_read_section(src, *section, decoded))
-        return fatbins
+        return [fatbin for section in sections for fatbin in _read_section(src, *section, decoded)]
     finally:
         os.close(fd)
 

@@ -59,7 +59,6 @@ class Tools:
 
     native: str | None = None
     cuobjdump: str | None = None
-    cuobjdump_path: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         return {"native_reader": self.native, "cuobjdump": self.cuobjdump}
@@ -216,18 +215,10 @@ def inspect_file(
     fatbins = tuple(read_fatbins(path))
     found_stubs = find_stubs(path, runnable(fatbins)) if stubs else frozenset()
     name = label or os.fspath(path)
-    records = None
-    if made_by and fatbins:
-        records = read_made_by(path, runnable(fatbins))
-    tus = None
-    if sources and fatbins:
-        tus = tu_sources(path)
-    if tool is None:
-        return SoInspection(name, reader, fatbins, stubs=found_stubs, stubs_checked=stubs, made_by=records,
-                            sources=tus)
-
-    listing = tuple(list_targets(Path(path), tool))
-    if reader is Reader.CUOBJDUMP:
+    records = read_made_by(path, runnable(fatbins)) if made_by and fatbins else None
+    tus = tu_sources(path) if sources and fatbins else None
+    listing = None if tool is None else tuple(list_targets(Path(path), tool))
+    if listing is None or reader is Reader.CUOBJDUMP:
         return SoInspection(name, reader, fatbins, listing, stubs=found_stubs, stubs_checked=stubs, made_by=records,
                             sources=tus)
     disagreement = compare(fatbins, listing)
@@ -256,16 +247,6 @@ def compare_made_by(native: MadeBy, dumped: MadeBy) -> str | None:
     return None
 
 
-def tools_for(reader: Reader | str, cuobjdump: Path | None = None) -> Tools:
-    reader = Reader.parse(reader)
-    tool = _resolve_tool(reader, cuobjdump)
-    return Tools(
-        native=READER_VERSION if reader is not Reader.CUOBJDUMP else None,
-        cuobjdump=cuobjdump_version(tool) if tool else None,
-        cuobjdump_path=str(tool) if tool else None,
-    )
-
-
 def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump: Path | None = None,
                   stubs: bool = True, vendored_stubs: bool | None = None, made_by: bool = False,
                   sources: bool = False) -> WheelInspection:
@@ -277,8 +258,8 @@ def inspect_wheel(path: Path, reader: Reader | str = Reader.NATIVE, *, cuobjdump
     assertion leaves them unread. ``sources``: read each extension TU's source (kernel families)."""
 
     reader = Reader.parse(reader)
-    tools = tools_for(reader, cuobjdump)
-    tool = Path(tools.cuobjdump_path) if tools.cuobjdump_path else None
+    tool = _resolve_tool(reader, cuobjdump)
+    tools = Tools(READER_VERSION if reader is not Reader.CUOBJDUMP else None, cuobjdump_version(tool) if tool else None)
     with SafeWheel(path) as wheel:
         def one(name: str, stubs: bool, made_by: bool = False) -> SoInspection:
             with wheel.extracted(name) as tmp:

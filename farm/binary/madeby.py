@@ -59,10 +59,6 @@ class MadeBy:
     ptx: Mapping[str, int]
     unread: int = 0
 
-    @property
-    def known(self) -> bool:
-        return bool(self.cubins or self.ptx)
-
     def describe(self) -> str:
         parts = [f"{n} cubin(s) made by CUDA {v}" for v, n in sorted(self.cubins.items())]
         parts += [f"{n} PTX entr{'y' if n == 1 else 'ies'} of ISA {v} (CUDA {cuda_major_of_isa(v)}.x)"
@@ -78,7 +74,7 @@ class MadeBy:
         wrong_isa = sorted(v for v in self.ptx if cuda_major_of_isa(v) != major)
         if other or wrong_isa:
             return f"its device code holds {self.describe()}; the cell's CUDA line is {cuda}"
-        if not self.known:
+        if not (self.cubins or self.ptx):
             return (f"its device code records no toolkit version ({self.unread} entr"
                     f"{'y' if self.unread == 1 else 'ies'} farm cannot read it from), so it cannot be "
                     f"shown to come from CUDA {cuda}")
@@ -118,9 +114,7 @@ def cubin_facts(cubin: bytes, *, where: str, arch: int) -> str | None:
         raise _bad(where, f"the cubin's section name table index {shstrndx} is not one of its {shnum} sections")
     sections = []
     for i in range(shnum):
-        base = shoff + i * shentsize
-        name, stype = struct.unpack_from("<II", cubin, base)
-        offset, length = struct.unpack_from("<QQ", cubin, base + 0x18)
+        name, stype, offset, length = struct.unpack_from("<II16xQQ", cubin, shoff + i * shentsize)
         if stype != _SHT_NOBITS and i and offset + length > size:
             raise _bad(where, f"cubin section {i} ({offset:#x} + {length} bytes) runs past its {size} bytes")
         sections.append((name, stype, offset, length))

@@ -40,8 +40,7 @@ def stem_of(file_symbol: str) -> str | None:
 
 def source_stem(path: str) -> str:
     """What a source path leaves in the binary: its basename without the ``.cu`` suffix."""
-    base = os.path.basename(path)
-    return base.removesuffix(".cu")
+    return os.path.basename(path).removesuffix(".cu")
 
 
 def tu_sources(path: str | os.PathLike[str]) -> dict[int, str] | None:
@@ -66,14 +65,8 @@ def tu_sources(path: str | os.PathLike[str]) -> dict[int, str] | None:
         if shoff == 0 or shnum == 0 or shentsize < 0x40:
             return None
         table = read(shoff, shnum * shentsize, "the ELF section table")
-        sections = []
-        for i in range(shnum):
-            base = i * shentsize
-            _, stype = struct.unpack_from("<II", table, base)
-            addr, offset, size = struct.unpack_from("<QQQ", table, base + 0x10)
-            link, = struct.unpack_from("<I", table, base + 0x28)
-            entsize, = struct.unpack_from("<Q", table, base + 0x38)
-            sections.append((stype, addr, offset, size, link, entsize))
+        # type, address, offset, size, link and entry size of each section
+        sections = [struct.unpack_from("<4xI8xQQQI12xQ", table, i * shentsize) for i in range(shnum)]
         symtab = next((s for s in sections if s[0] == _SHT_SYMTAB), None)
         if symtab is None:
             return None

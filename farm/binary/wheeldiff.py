@@ -203,13 +203,10 @@ def _content(wa: SafeWheel, wb: SafeWheel, name: str) -> list[str]:
 
 
 def _entry(ia: Any, ib: Any) -> list[str]:
-    out = []
-    for field, label in (("date_time", "timestamp"), ("external_attr", "permissions"),
-                         ("compress_type", "compression"), ("create_system", "system")):
-        x, y = getattr(ia, field), getattr(ib, field)
-        if x != y:
-            out.append(f"{label}: {x!r} -> {y!r}")
-    return out
+    return [f"{label}: {getattr(ia, field)!r} -> {getattr(ib, field)!r}"
+            for field, label in (("date_time", "timestamp"), ("external_attr", "permissions"),
+                                 ("compress_type", "compression"), ("create_system", "system"))
+            if getattr(ia, field) != getattr(ib, field)]
 
 
 def compare_wheels(a: Path, b: Path) -> WheelDiff:

@@ -98,10 +98,7 @@ def located_facts(located: Located) -> WheelFacts:
     """The wheel's facts, its device code's toolkit records among them: a wheel labelled for one
     CUDA line whose binaries another toolkit made is wrong whatever its provenance says."""
     facts = wheel_facts(located.path, location=located.location, made_by=True)
-    if located.problem:
-        return WheelFacts(facts.filename, facts.location, facts.sha256, facts.size, facts.found,
-                          facts.extensions, facts.embedded, problem=located.problem)
-    return facts
+    return replace(facts, problem=located.problem) if located.problem else facts
 
 
 def ledger_entry_of(ledger: LedgerIndex, facts: WheelFacts) -> tuple[LedgerEntry | None, str | None]:
@@ -125,16 +122,14 @@ def audit(where: str | Iterable[Located], ledger: LedgerIndex, derive: Derive | 
         facts = located_facts(located)
         entry, name_sha = ledger_entry_of(ledger, facts)
         provenance = facts.embedded if facts.embedded is not None else entry.info if entry is not None else None
-        today_map = None
-        superseded_by = None
         derived = derive(provenance) if derive is not None and provenance is not None \
             and provenance.provenance == buildinfo.ASSERTED else None
-        if derived is not None and provenance is not None:
-            today_map = derived.today(facts.found)
-            if today_map != provenance.archs.expected:
-                if newest is None:
-                    newest = _newest_by_cell(ledger)
-                superseded_by = _superseder(ledger, newest, provenance, today_map)
+        today_map = derived.today(facts.found) if derived is not None else None
+        superseded_by = None
+        if today_map is not None and provenance is not None and today_map != provenance.archs.expected:
+            if newest is None:
+                newest = _newest_by_cell(ledger)
+            superseded_by = _superseder(ledger, newest, provenance, today_map)
         rows.append(judge(facts, entry, today_map, ledger_sha256_for_name=name_sha, superseded_by=superseded_by))
         if progress is not None:
             progress(rows[-1])

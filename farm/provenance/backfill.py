@@ -51,9 +51,8 @@ def inferred_entry(facts: WheelFacts, *, package: str | None = None) -> LedgerEn
         found={so: archs.canonical() for so, archs in facts.found.items()},
         extensions=facts.extensions, package=package,
     )
-    published: tuple[Published, ...] = ()
-    if facts.location.startswith(("http://", "https://")):
-        published = (Published(urllib.parse.urlsplit(facts.location).netloc, facts.location),)
+    published = ((Published(urllib.parse.urlsplit(facts.location).netloc, facts.location),)
+                 if facts.location.startswith(("http://", "https://")) else ())
     return info.ledger_entry(filename=facts.filename, sha256=facts.sha256, size=facts.size, published=published)
 
 

@@ -73,8 +73,8 @@ ArchsByExtension = Annotated[
 
 
 def _frozen(pairs: Mapping[str, _T]) -> Mapping[str, _T]:
-    """A read-only copy that keeps the file's order."""
-    return MappingProxyType(dict(pairs))
+    """A read-only copy, its keys in the order the file holds them (sorted)."""
+    return MappingProxyType(dict(sorted(pairs.items())))
 
 
 class _Record:
@@ -524,8 +524,7 @@ class LedgerEntry:
             raise error(f"not a ledger entry: no {', '.join(missing)}", where=where,
                         hint="a ledger entry is a _build_info.json plus filename, sha256, size and published")
         info = _decode(BuildInfo, obj, where=where, error=error, skip=LEDGER_KEYS)
-        entry: LedgerEntry = _decode(cls, obj, where=where, error=error, skip=_BUILD_INFO_KEYS, given={"info": info})
-        return entry
+        return _decode(cls, obj, where=where, error=error, skip=_BUILD_INFO_KEYS, given={"info": info})
 
     def to_dict(self) -> JSON:
         out = self.info.to_dict()
@@ -628,24 +627,23 @@ def make_build_info(
         cell=CellInfo.from_mapping(cell),
         build_epoch=int(build_epoch),
         arch_list=ArchListRecord(requested, normalised),
-        expected=_frozen(dict(sorted(expected.items()))),
-        found=_frozen(dict(sorted(found.items()))),
+        expected=_frozen(expected),
+        found=_frozen(found),
         assertion=Assertion("passed", tools.get("native_reader"), tools.get("cuobjdump")),
         defaults_sha256=defaults_sha256,
         recipe_sha256=recipe_sha256,
         run=run,
         source=source,
         toolchain=toolchain,
-        extensions=_frozen(dict(sorted(extensions.items()))),
+        extensions=_frozen(extensions),
         provenance=ASSERTED,
-        vendored=_frozen({p: Bundled(v["found"], v["expected"], v["exempt"]) for p, v in sorted(vendored.items())})
-        if vendored else ABSENT,
+        vendored=_frozen({p: Bundled.from_mapping(v) for p, v in vendored.items()}) if vendored else ABSENT,
         duration_s=duration_s,
-        made_by=_frozen({p: MadeByRecord.from_mapping(m) for p, m in sorted(made_by.items())})
+        made_by=_frozen({p: MadeByRecord.from_mapping(m) for p, m in made_by.items()})
         if made_by is not None else ABSENT,
         families=_frozen({n: FamilyRecord(f["targets"], tuple(f["sources"]), tuple(f["extensions"]),
                                           tuple(f["patterns"]) if "patterns" in f else ABSENT)
-                          for n, f in sorted(families.items())}) if families else ABSENT,
+                          for n, f in families.items()}) if families else ABSENT,
     )
 
 
@@ -663,9 +661,9 @@ def inferred_build_info(
         package=package, dist=dist, version=version,
         cell=CellInfo(cell.get("cuda"), cell.get("torch"), cell.get("python"), cell.get("platform")),
         build_epoch=None, arch_list=ArchListRecord(None, None), expected=None,
-        found=_frozen(dict(sorted(found.items()))), assertion=None, defaults_sha256=None,
+        found=_frozen(found), assertion=None, defaults_sha256=None,
         recipe_sha256=None, run=None, source=None, toolchain=None,
-        extensions=_frozen(dict(sorted(extensions.items()))), provenance=INFERRED,
+        extensions=_frozen(extensions), provenance=INFERRED,
     )
 
 
@@ -676,13 +674,10 @@ def local_label(cell: CellInfo) -> str:
 
 
 def _platform_matches(cell_platform: str, wheel_platform: str) -> bool:
-    if wheel_platform == cell_platform:
-        return True
     # linux_x86_64 is published as manylinux_2_28_x86_64 / musllinux_1_2_x86_64 after repair.
-    if cell_platform.startswith("linux_"):
-        arch = cell_platform[len("linux_"):]
-        return wheel_platform.endswith("_" + arch) and wheel_platform.startswith(("manylinux", "musllinux"))
-    return False
+    return wheel_platform == cell_platform or (
+        cell_platform.startswith("linux_") and wheel_platform.startswith(("manylinux", "musllinux"))
+        and wheel_platform.endswith(cell_platform.removeprefix("linux")))  # "_x86_64"
 
 
 def _public(version: Any) -> str | None:
@@ -787,8 +782,7 @@ def _validator() -> Any:
 
 def validate(info: Any, *, where: str | None = None, error: type[FarmError] = WheelError) -> None:
     """Raise ``error`` naming the first schema violation of ``info``."""
-    validator = _validator()
-    problems = sorted(validator.iter_errors(info), key=lambda e: list(e.absolute_path))
+    problems = sorted(_validator().iter_errors(info), key=lambda e: list(e.absolute_path))
     if problems:
         first = problems[0]
         at = "/".join(str(p) for p in first.absolute_path) or "(top level)"

@@ -54,10 +54,9 @@ def index_wheels(url: str, *, max_depth: int = 4, timeout: float = 60.0) -> list
     return sorted(wheels.items())
 
 
-def _download(url: str, dest: Path, timeout: float, limit: int | None = None) -> str:
-    """Stream ``url`` to ``dest``; return its sha256. Stops (a :class:`WheelError`) past ``limit``
+def _download(url: str, dest: Path, timeout: float, cap: int) -> str:
+    """Stream ``url`` to ``dest``; return its sha256. Stops (a :class:`WheelError`) past ``cap``
     bytes, so the scratch folder never holds more than that."""
-    cap = MAX_WHEEL_BYTES if limit is None else min(limit, MAX_WHEEL_BYTES)
     try:
         return download(url, dest, max_bytes=cap, timeout=timeout).sha256
     except TooLarge:
@@ -145,7 +144,7 @@ def _stream(items: Iterable[tuple[str, str | None]], scratch: Scratch, timeout: 
             else:
                 dest = tmp / name
                 try:
-                    got = _download(url, dest, timeout, scratch.limit)
+                    got = _download(url, dest, timeout, scratch.cap)
                 except WheelError as exc:  # oversized: a finding about this link, not the end of the audit
                     dest.write_bytes(b"")
                     yield Located(dest, url, exc.message)
@@ -176,25 +175,20 @@ def _safe_name(name: str) -> bool:
 
 def iter_wheels(where: str, *, timeout: float = 60.0, shard: Shard | None = None,
                 scratch: Scratch | None = None) -> Iterator[Located]:
-    """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL.
-
-    Index wheels are downloaded one at a time into a private temporary folder and removed after
-    use, so a sweep over thousands of assets needs the disk of one.
-    """
+    """Every wheel under a folder (recursively), a single wheel file, or a PEP 503 index URL (its
+    wheels downloaded one at a time: :func:`_stream`)."""
     if where.startswith(("http://", "https://")):
         yield from _stream(index_wheels(where, timeout=timeout), scratch or Scratch(), timeout, shard)
         return
     path = Path(where)
     if path.is_file() and path.suffix == ".whl":
-        if shard is None or shard.takes(None, path.name):
-            yield Located(path, str(path))
+        wheels = [path]
     elif path.is_dir():
-        for wheel in sorted(path.rglob("*.whl")):
-            if shard is None or shard.takes(None, wheel.name):
-                yield Located(wheel, str(wheel))
+        wheels = sorted(path.rglob("*.whl"))
     else:
         raise UsageError(f"{where}: not a wheel, a folder or an http(s) index URL",
                          hint="pass a folder of wheels, a .whl file or an index URL")
+    yield from (Located(wheel, str(wheel)) for wheel in wheels if shard is None or shard.takes(None, wheel.name))
 
 
 def fleet_wheels(ledger_path: Path, *, timeout: float = 60.0, shard: Shard | None = None,

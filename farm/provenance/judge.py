@@ -100,49 +100,43 @@ def _sorted(archs: ArchList) -> str:
     return ";".join(sorted(archs.names())) or "-"
 
 
+def _apart(recorded: Mapping[str, object], now: Mapping[str, object], *, gone: Callable[[str], str],
+           new: Callable[[str], str], moved: Callable[[str], str]) -> list[str]:
+    """One reason per key on which the two maps differ, in key order: held as recorded only
+    (``gone``), only now (``new``), or with other values (``moved``)."""
+    return [gone(k) if k not in now else new(k) if k not in recorded else moved(k)
+            for k in sorted(set(recorded) | set(now)) if k not in now or k not in recorded or recorded[k] != now[k]]
+
+
 def found_difference(recorded: Mapping[str, Recorded], now: Mapping[str, Recorded]) -> list[str]:
     """Per extension, how the targets held now differ from the recorded ones (empty: equal)."""
-    out: list[str] = []
-    for so in sorted(set(recorded) | set(now)):
-        if so not in now:
-            out.append(f"{so} is recorded but not in the wheel")
-        elif so not in recorded:
-            out.append(f"{so} is in the wheel but not recorded")
-        elif recorded[so] != now[so]:
-            differs = difference(_targets(recorded[so]), _targets(now[so]))
-            out.append(f"{so}: missing {_sorted(differs.missing)}, extra {_sorted(differs.extra)}")
-    return out
+
+    def moved(so: str) -> str:
+        differs = difference(_targets(recorded[so]), _targets(now[so]))
+        return f"{so}: missing {_sorted(differs.missing)}, extra {_sorted(differs.extra)}"
+
+    return _apart(recorded, now, gone=lambda so: f"{so} is recorded but not in the wheel",
+                  new=lambda so: f"{so} is in the wheel but not recorded", moved=moved)
 
 
 def _held_difference(texts: Mapping[str, str], recorded: Mapping[str, Recorded], now: Mapping[str, ArchList], *,
                      where: str, says: str) -> list[str]:
     """The same comparison, one reason per extension naming both lists (``texts``: the recorded
     ones as written)."""
-    out = []
-    for so in sorted(set(recorded) | set(now)):
-        if so not in now:
-            out.append(f"{so}: in {where} but not in the wheel")
-        elif so not in recorded:
-            out.append(f"{so}: in the wheel but not in {where}")
-        elif recorded[so] != now[so]:
-            out.append(f"{so}: {says} {texts[so] or '(none)'}, the binary holds {now[so].canonical() or '(none)'}")
-    return out
+    return _apart(recorded, now, gone=lambda so: f"{so}: in {where} but not in the wheel",
+                  new=lambda so: f"{so}: in the wheel but not in {where}",
+                  moved=lambda so: f"{so}: {says} {texts[so] or '(none)'}, the binary holds "
+                                   f"{now[so].canonical() or '(none)'}")
 
 
 def vendored_difference(info: BuildInfo, now: Mapping[str, ArchList]) -> list[str]:
     """How the bundled libraries (``*.libs/``) differ from what a provenance records for them."""
-    recorded = info.archs.bundled
-    out = []
-    for path in sorted(set(recorded) | set(now)):
-        if path not in recorded:
-            out.append(f"{path}: a bundled library (found {now[path].canonical() or 'no device code'}) that its "
-                       "provenance does not record: never asserted")
-        elif path not in now:
-            out.append(f"{path}: recorded as a bundled library but not in the wheel")
-        elif recorded[path] != now[path]:
-            out.append(f"{path}: recorded as holding {info.bundled[path].found or '(none)'}, the bundled library holds "
-                       f"{now[path].canonical() or '(none)'}")
-    return out
+    return _apart(info.archs.bundled, now,
+                  gone=lambda path: f"{path}: recorded as a bundled library but not in the wheel",
+                  new=lambda path: f"{path}: a bundled library (found {now[path].canonical() or 'no device code'}) "
+                                   "that its provenance does not record: never asserted",
+                  moved=lambda path: f"{path}: recorded as holding {info.bundled[path].found or '(none)'}, the "
+                                     f"bundled library holds {now[path].canonical() or '(none)'}")
 
 
 def family_targets(info: BuildInfo) -> tuple[dict[str, ArchList], list[str]]:
@@ -180,12 +174,10 @@ def consistency(info: BuildInfo, derived: Derived | None) -> list[str]:
     if requested != normalised:
         out.append(f"requested {clip(arch_list.requested)} normalises to {';'.join(sorted(requested.names()))}, "
                    f"not the recorded {clip(arch_list.normalised)}")
-    made = info.made_by
-    if isinstance(made, Mapping) and info.cell.cuda is not None:
-        for so, record in sorted(made.items()):
-            wrong = MadeBy(record.cubin, record.ptx_isa, record.unread).against(info.cell.cuda)
-            if wrong:
-                out.append(f"{so}: {wrong}")
+    made, line = info.made_by, info.cell.cuda
+    if isinstance(made, Mapping) and line is not None:
+        out += [f"{so}: {wrong}" for so, record in sorted(made.items())
+                if (wrong := MadeBy(record.cubin, record.ptx_isa, record.unread).against(line))]
     held, unread = family_targets(info)
     out += unread
     if derived is not None:
@@ -238,6 +230,10 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
     def find(check: Check, message: str, fix: str, reasons: Iterable[str] | None = None) -> None:
         out.append(WheelFinding(check, message, fix, tuple(reasons) if reasons is not None else (message,)))
 
+    def find_each(check: Check, lead: str, fix: str, reasons: list[str]) -> None:  # none: no finding
+        if reasons:
+            find(check, lead + "; ".join(reasons), fix, reasons)
+
     if facts.problem:
         find(Check.READABLE, f"cannot read the wheel: {facts.problem.splitlines()[0]}", FIX_REBUILD, [facts.problem])
         return out
@@ -277,10 +273,8 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         if unmet:
             find(Check.ASSERTED, "its provenance says passed, but its recorded expected and found targets differ: "
                  + "; ".join(unmet), FIX_REBUILD, [f"recorded expected and found differ: {u}" for u in unmet])
-        contradictions = consistency(info, expect.derived)
-        if contradictions:
-            find(Check.CONSISTENT, "its provenance contradicts itself: " + "; ".join(contradictions), FIX_REBUILD,
-                 contradictions)
+        find_each(Check.CONSISTENT, "its provenance contradicts itself: ", FIX_REBUILD,
+                  consistency(info, expect.derived))
         if expect.config_required and expect.derived is None:
             find(Check.CONFIG, f"the configuration has no arch list for package {clip(info.package)!s} in cell "
                                f"{clip(info.cell.to_dict())}: its expected list cannot be re-derived",
@@ -289,13 +283,9 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
         if today is None and expect.derived is not None:
             today = expect.derived.today((info.expected or {}).keys())
         if today is not None:
-            moved = config_difference(info, expect.derived, today)
-            if moved:
-                find(Check.CONFIG, "; ".join(moved), FIX_CONFIG, moved)
+            find_each(Check.CONFIG, "", FIX_CONFIG, config_difference(info, expect.derived, today))
         if expect.derived is not None:
-            undeclared = bundled_against_config(info, expect.derived)
-            if undeclared:
-                find(Check.CONFIG, "; ".join(undeclared), _FIX_BUNDLED, undeclared)
+            find_each(Check.CONFIG, "", _FIX_BUNDLED, bundled_against_config(info, expect.derived))
     if held_to_assertion:
         problems = name_problems(name, info)
         if problems:
@@ -317,9 +307,7 @@ def judge(facts: WheelFacts, entry: LedgerEntry | None, same_name_sha256: str | 
              _held_difference(texts, recorded, facts.found, where="its provenance",
                               says="recorded as holding" if info.found is not None else "built to hold"))
     if held_to_assertion:
-        bundled = vendored_difference(info, facts.vendored)
-        if bundled:
-            find(Check.INSPECTION, "bundled libraries: " + "; ".join(bundled), FIX_REBUILD, bundled)
+        find_each(Check.INSPECTION, "bundled libraries: ", FIX_REBUILD, vendored_difference(info, facts.vendored))
     if facts.made_by is not None:
         _toolkit(find, facts.made_by, info)
     if facts.disagreements:

@@ -199,7 +199,6 @@ def _by_key(records: list[Record]) -> dict[ExistsKey, Record]:
     return by_key
 
 
-
 @dataclass(frozen=True)
 class LedgerIndex:
     """O(1) lookups over a validated ledger: by exists-key, by filename, by sha256."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import MAX_LINE, LedgerIndex
 from farm.provenance.ledgerfiles import segment_file, segment_for, segments, stamps
 from farm.provenance.ledgerline import Record, dumps_entry, parse_line, validate_entry
-from farm.provenance.ledgerwrite import ledger_lock, record_published_many
+from farm.provenance.ledgerwrite import ends_mid_line, ledger_lock, record_published_many
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,7 @@ class LedgerBook:
         self._count()
 
     def _count(self) -> None:
-        self._lines = {}
-        for rec in self.index.records:
-            self._lines[rec.segment] = self._lines.get(rec.segment, 0) + 1
+        self._lines = dict(Counter(rec.segment for rec in self.index.records))
 
     @classmethod
     def open(cls, path: Path) -> LedgerBook:
@@ -172,7 +171,7 @@ class LedgerBook:
         fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             offset = os.lseek(fd, 0, os.SEEK_END)
-            if offset and _last_byte(file, offset) != b"\n":
+            if ends_mid_line(file):
                 # the last line is complete (it was validated) but has no newline of its own
                 os.write(fd, b"\n")
                 offset += 1
@@ -193,10 +192,8 @@ def _load(path: Path) -> tuple[LedgerIndex, dict[str, Stamp] | None]:
     stamps and the read would otherwise go unnoticed)."""
     while True:
         before = stamps(path)
-        index = LedgerIndex.load(path) if before is not None else LedgerIndex.empty()
+        index = LedgerIndex.load(path) if before is not None else LedgerIndex(path, (), {}, {}, {})
         if stamps(path) == before:
-            if index.path is None:
-                index = LedgerIndex(path, (), {}, {}, {})
             return index, before
 
 
@@ -237,12 +234,6 @@ def drop_torn_tail(path: Path) -> bool:
     print(f"farm: {path}: removed an incomplete last line ({size - start} bytes at offset {start}): a writer "
           "died appending it; its wheel is found unrecorded and re-asserted by this publish", file=sys.stderr)
     return True
-
-
-def _last_byte(path: Path, size: int) -> bytes:
-    with path.open("rb") as fh:
-        fh.seek(size - 1)
-        return fh.read(1)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -66,8 +66,6 @@ class Record(msgspec.Struct, frozen=True, gc=False, array_like=True):
     compile_cache: tuple[int, int] | None = None  # its compiler cache's (compile steps, hits)
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # Validation (pure)
 # --------------------------------------------------------------------------------------------

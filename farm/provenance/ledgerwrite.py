@@ -101,14 +101,7 @@ class MergeResult:
     already: tuple[str, ...]
 
 
-def _existing(ledger: Path) -> dict[str, str]:
-    """filename -> sha256 of every ledger line, validated."""
-    if not ledger.exists():
-        return {}
-    return {r.filename: r.sha256 for r in LedgerIndex.load(ledger).records}
-
-
-def _ends_mid_line(file: Path) -> bool:
+def ends_mid_line(file: Path) -> bool:
     """Whether ``file`` has a last line without its newline."""
     if not file.is_file():
         return False
@@ -123,7 +116,7 @@ def _ends_mid_line(file: Path) -> bool:
 def _extend(file: Path, lines: list[bytes]) -> None:
     """``file``'s bytes and then ``lines``, through a temp file and a rename, not an append: a
     crash mid-write would leave half a line, which every later read refuses."""
-    needs_newline = _ends_mid_line(file)
+    needs_newline = ends_mid_line(file)
 
     def chunks() -> Iterator[bytes]:
         if file.exists():
@@ -147,7 +140,8 @@ def merge_fragments(ledger: Path, fragments_dir: Path) -> MergeResult:
                           hint="pass the directory postbuild wrote fragments to")
     fragments = [read_fragment(p) for p in sorted(fragments_dir.glob(f"*{FRAGMENT_SUFFIX}"))]
     with ledger_lock(ledger):
-        known = _existing(ledger)
+        # filename -> sha256 of every ledger line, validated
+        known = {r.filename: r.sha256 for r in LedgerIndex.load(ledger).records} if ledger.exists() else {}
         added: list[str] = []
         already: list[str] = []
         lines: dict[Path, list[bytes]] = {}  # segment file -> its new lines

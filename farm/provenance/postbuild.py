@@ -251,16 +251,12 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
                          hint="postbuild the builder's unstamped wheel, or rebuild the cell with `farm build`")
     out_dir = Path(out_dir)
     dest = out_dir / wheel.name
-    created = False
-    if not (dest.exists() and dest.resolve() == wheel.resolve()):
-        digest = sha256_file(wheel)
-        if dest.exists():
-            if sha256_file(dest) != digest:
-                raise UsageError(f"{dest} already exists with other content",
-                                 hint="remove it to postbuild again, or choose another --out folder")
-        else:
-            atomic_write(dest, read_chunks(wheel), mode=0o644)
-            created = True
+    created = not dest.exists()
+    if created:
+        atomic_write(dest, read_chunks(wheel), mode=0o644)
+    elif dest.resolve() != wheel.resolve() and sha256_file(dest) != sha256_file(wheel):
+        raise UsageError(f"{dest} already exists with other content",
+                         hint="remove it to postbuild again, or choose another --out folder")
     sha, size = sha256_file(dest), dest.stat().st_size
     entry = embedded.ledger_entry(filename=dest.name, sha256=sha, size=size)
     fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else out_dir)

@@ -67,8 +67,7 @@ def installed_torch() -> str | None:
 
 
 def _minor(version: str) -> str:
-    parts = version.split("+", 1)[0].split(".")
-    return ".".join(parts[:2])
+    return ".".join(version.split("+", 1)[0].split(".")[:2])
 
 
 def toolchain(

@@ -96,24 +96,18 @@ class _Type:
 
 def _split(annotation: Any) -> _Type:
     rules: list[Rule] = []
-    nullable = absent = False
     if typing.get_origin(annotation) is Annotated:
         annotation, *meta = typing.get_args(annotation)
         rules += [m for m in meta if isinstance(m, Rule)]
     if typing.get_origin(annotation) in (Union, types.UnionType):
-        members = []
-        for arg in typing.get_args(annotation):
-            if arg is type(None):
-                nullable = True
-            elif arg is Absent:
-                absent = True
-            else:
-                members.append(arg)
+        args = typing.get_args(annotation)
+        nullable, absent = type(None) in args, Absent in args
+        members = [arg for arg in args if arg is not type(None) and arg is not Absent]
         if len(members) == 1:
             inner = _split(members[0])
             return _Type(inner.base, nullable or inner.nullable, absent or inner.absent, (*rules, *inner.rules))
         return _Type(tuple(members), nullable, absent, tuple(rules))
-    return _Type(annotation, nullable, absent, tuple(rules))
+    return _Type(annotation, False, False, tuple(rules))
 
 
 @cache
@@ -171,11 +165,9 @@ def _schema(t: _Type) -> dict[str, Any]:
             out["oneOf"].insert(0, {"type": "null"})
         else:  # an enum or const
             out = {"oneOf": [{"type": "null"}, out]}
-    for rule in t.rules:
-        for key, value in (("minLength", rule.min_length), ("minimum", rule.minimum), ("pattern", rule.pattern),
-                           ("description", rule.description)):
-            if value is not None:
-                out[key] = value
+    out.update((key, value) for rule in t.rules
+               for key, value in (("minLength", rule.min_length), ("minimum", rule.minimum), ("pattern", rule.pattern),
+                                  ("description", rule.description)) if value is not None)
     return out
 
 
@@ -228,12 +220,12 @@ def decode(cls: type, data: object, path: tuple[str, ...] = (), *, skip: tuple[s
         raise UnknownKeyError(path, ", ".join(map(repr, unknown)))
     values: dict[str, Any] = dict(given)
     for name, t in own:
-        if name not in data:
-            if not t.absent:
-                raise ShapeError((*path, name), f"missing key {name!r}")
+        if name in data:
+            values[name] = _decode_value(t, data[name], (*path, name))
+        elif t.absent:
             values[name] = ABSENT
-            continue
-        values[name] = _decode_value(t, data[name], (*path, name))
+        else:
+            raise ShapeError((*path, name), f"missing key {name!r}")
     return cls(**values)
 
 
@@ -283,10 +275,8 @@ def encode(value: object) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         kind = _kind(type(value))
         out: dict[str, Any] = {"kind": kind} if kind is not None else {}
-        for name, _ in fields_of(type(value)):
-            item = getattr(value, name)
-            if item is not ABSENT:
-                out[name] = encode(item)
+        out.update((name, encode(item)) for name, _ in fields_of(type(value))
+                   if (item := getattr(value, name)) is not ABSENT)
         return out
     if isinstance(value, Mapping):
         return {k: encode(v) for k, v in value.items()}

@@ -74,8 +74,7 @@ class WheelName:
             ) from None
         # Valid, so it has five or six dash-separated fields; kept as spelled (a relabel
         # rewrites only the version, and the tags must stay byte for byte).
-        parts = filename[: -len(".whl")].split("-")
-        dist, version, *build, py, abi, plat = parts
+        dist, version, *build, py, abi, plat = filename[: -len(".whl")].split("-")
         return cls(dist, version, build[0] if build else None, py, abi, plat)
 
     @property
@@ -211,6 +210,12 @@ def set_wheel_build(text: str, build_tag: str | None) -> str:
 
 def _record_hash(digest: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _record_text(rows: Sequence[tuple[str, str, str]]) -> bytes:
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    return text.getvalue().encode()
 
 
 def _parse_record(data: bytes, where: str) -> dict[str, tuple[str, str]]:
@@ -391,6 +396,15 @@ def _put_stored(dst: zipfile.ZipFile, name: str, data: bytes, date_time: tuple[i
     _finish(dst, info)
 
 
+def _put_deflated(dst: zipfile.ZipFile, name: str, data: bytes,
+                  date_time: tuple[int, int, int, int, int, int]) -> None:
+    """A member farm writes into a stamped wheel (``_build_info.json``, RECORD)."""
+    info = zipfile.ZipInfo(name, date_time=date_time)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o100644 << 16
+    dst.writestr(info, data)
+
+
 def add_to_dist_info(src: Path, out: BinaryIO, name: str, data: bytes) -> None:
     """Write to ``out`` the wheel ``src`` with ``<dist-info>/<name>`` added and RECORD updated.
 
@@ -414,15 +428,13 @@ def add_to_dist_info(src: Path, out: BinaryIO, name: str, data: bytes) -> None:
         rows = [(path, *fields) for path, fields in _parse_record(_read_small(zin, zin.getinfo(record_name), where),
                                                                   where).items() if path != record_name]
         rows += [(added, _record_hash(hashlib.sha256(data).digest()), str(len(data))), (record_name, "", "")]
-        text = io.StringIO()
-        csv.writer(text, lineterminator="\n").writerows(rows)
         date_time = zin.getinfo(f"{di}/METADATA").date_time if f"{di}/METADATA" in names else (1980, 1, 1, 0, 0, 0)
         with zipfile.ZipFile(out, "w", allowZip64=True) as zout:
             for info in zin.infolist():
                 if info.filename != record_name and not info.filename.endswith(_SIGNATURES):
                     _transfer(raw, zout, info, info.filename, where)
             _put_stored(zout, added, data, date_time)
-            _put_stored(zout, record_name, text.getvalue().encode(), date_time)
+            _put_stored(zout, record_name, _record_text(rows), date_time)
 
 
 def _read_small(src: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
@@ -495,37 +507,31 @@ def stamp_wheel(
             # The rewrite is deterministic: stamping the same wheel again in the same build
             # makes the same bytes, and is a no-op. Other bytes under that name are refused.
             # A hard link publishes without clobbering, atomically, even against a parallel stamp.
+            created = True
             try:
                 os.link(tmp, final)
             except FileExistsError:
-                tmp.unlink()
-                _same_or_refuse(final, digest)
-                return StampResult(final, relabel, digest, size, info_obj, hashes, created=False)
+                created = False
             except OSError as exc:
                 if exc.errno not in _NO_HARD_LINKS:
                     raise
                 # a filesystem without hard links: check, then rename
-                if final.exists():
-                    tmp.unlink()
-                    _same_or_refuse(final, digest)
-                    return StampResult(final, relabel, digest, size, info_obj, hashes, created=False)
-                tmp.replace(final)
-            else:
-                tmp.unlink()
-            fsync_dir(out_dir)
+                created = not final.exists()
+                if created:
+                    tmp.replace(final)
+            tmp.unlink(missing_ok=True)
+            if created:
+                fsync_dir(out_dir)
+            elif sha256_file(final) != digest:
+                raise UsageError(f"{final} already exists with other content",
+                                 hint="remove it to stamp again, or choose another --out folder")
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    return StampResult(final, relabel, digest, size, info_obj, hashes)
+    return StampResult(final, relabel, digest, size, info_obj, hashes, created)
 
 
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
-
-
-def _same_or_refuse(final: Path, digest: str) -> None:
-    if sha256_file(final) != digest:
-        raise UsageError(f"{final} already exists with other content",
-                         hint="remove it to stamp again, or choose another --out folder")
 
 
 def _rewrite(
@@ -549,6 +555,11 @@ def _rewrite(
     rows: list[tuple[str, str, str]] = []
     stamp_time = zin.getinfo(f"{di}/METADATA").date_time
     written: set[str] = set()
+
+    def add(name: str, digest: bytes, size: int) -> None:  # a member of the new wheel, as RECORD lists it
+        hashes[name] = digest.hex()
+        rows.append((name, _record_hash(digest), str(size)))
+
     with zipfile.ZipFile(fh, "w", allowZip64=True) as zout, open(src, "rb") as raw:
         for info in body + meta:
             new_name = relabel.member(info.filename)
@@ -581,17 +592,11 @@ def _rewrite(
                     text = set_wheel_build(text, relabel.new.build)
                 new_data = text.encode("utf-8")
                 zout.writestr(_new_info(info, new_name), new_data)
-                digest = hashlib.sha256(new_data)
-                hashes[new_name] = digest.hexdigest()
-                rows.append((new_name, _record_hash(digest.digest()), str(len(new_data))))
-            elif info.compress_type in _RAW_CODECS:
-                hashing = _copy_raw(raw, zout, info, new_name, algorithm, where)
-                hashes[new_name] = hashing.sha256.hexdigest()
-                rows.append((new_name, _record_hash(hashing.sha256.digest()), str(hashing.size)))
-            else:  # bzip2 / lzma, rare in wheels: re-compressed, as zipfile writes them
-                hashing = _copy_member(zin, zout, info, new_name, algorithm, where)
-                hashes[new_name] = hashing.sha256.hexdigest()
-                rows.append((new_name, _record_hash(hashing.sha256.digest()), str(hashing.size)))
+                add(new_name, hashlib.sha256(new_data).digest(), len(new_data))
+            else:  # stored and deflated copied as they are; bzip2 / lzma, rare in wheels, re-compressed
+                hashing = (_copy_raw(raw, zout, info, new_name, algorithm, where) if info.compress_type in _RAW_CODECS
+                           else _copy_member(zin, zout, info, new_name, algorithm, where))
+                add(new_name, hashing.sha256.digest(), hashing.size)
             if hashing.record_value() != claimed[0] or (claimed[1] and claimed[1] != str(hashing.size)):
                 raise WheelError(
                     f"{info.filename} does not match the wheel's own RECORD",
@@ -603,19 +608,9 @@ def _rewrite(
             info_obj = build_info(relabel, dict(hashes)) if callable(build_info) else build_info
             data = info_obj.for_wheel().to_json()  # the build's own record (run, duration) is the ledger's
             name = f"{relabel.new_dist_info}/{buildinfo.BUILD_INFO_NAME}"
-            zinfo = zipfile.ZipInfo(name, date_time=stamp_time)
-            zinfo.compress_type = zipfile.ZIP_DEFLATED
-            zinfo.external_attr = (0o100644) << 16
-            zout.writestr(zinfo, data)
-            hashes[name] = hashlib.sha256(data).hexdigest()
-            rows.append((name, _record_hash(hashlib.sha256(data).digest()), str(len(data))))
+            _put_deflated(zout, name, data, stamp_time)
+            add(name, hashlib.sha256(data).digest(), len(data))
         record_name = f"{relabel.new_dist_info}/RECORD"
-        rows.append((record_name, "", ""))
-        record_text = io.StringIO()
-        csv.writer(record_text, lineterminator="\n").writerows(rows)
-        zinfo = zipfile.ZipInfo(record_name, date_time=stamp_time)
-        zinfo.compress_type = zipfile.ZIP_DEFLATED
-        zinfo.external_attr = (0o100644) << 16
-        zout.writestr(zinfo, record_text.getvalue().encode())
+        _put_deflated(zout, record_name, _record_text([*rows, (record_name, "", "")]), stamp_time)
     return hashes, info_obj
 

@@ -47,15 +47,11 @@ def wheel_facts(path: Path, *, location: str | None = None, reader: str = "nativ
                 cuobjdump: Path | None = None, made_by: bool = False) -> WheelFacts:
     """Inspect ``path`` (native reader, or ``both``), hash it and its extensions, read its provenance.
     ``made_by``: also read the toolkit each extension's device code records (every payload).
-
-    An unreadable wheel, binary or ``_build_info.json`` becomes ``problem``: in a sweep over
-    thousands of wheels one broken file is a finding, not the end of the sweep.
-    """
+    What cannot be read becomes ``problem`` (the module's docstring says why)."""
     path = Path(path)
     location = location or str(path)
     sha256 = buildinfo.sha256_file(path)
     size = path.stat().st_size
-    embedded = None
     try:
         # a file pip would not take as a wheel is a finding too (a variant wheel's label apart)
         WheelName.parse(buildinfo.split_variant_label(path.name)[0])
