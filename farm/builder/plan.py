@@ -35,16 +35,7 @@ from farm.builder import cclaunch, compilecache
 from farm.builder.farmdeps import FarmDep
 from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
-from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
-    BUILD_REQUIREMENTS,
-    BuildSpec,
-    SpecOverrides,
-    knobs,
-    resolve_spec,
-    toolkit_request,
-    torch_index_for,
-    torch_version_for,
-)
+from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec, SpecOverrides, resolve_spec
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
 from farm.model.archrequest import ArchRequest
@@ -173,21 +164,12 @@ class BuildPlan:
         return self.spec.cell
 
     @property
-    def arch(self) -> ArchRequest:
-        """The arch request postbuild asserts."""
-        return self.spec.arch
-
-    @property
     def archs(self) -> ArchList:
         return self.spec.arch.archs
 
     @property
     def arch_origin(self) -> str:
         return self.spec.arch.origin
-
-    @property
-    def requested(self) -> str:
-        return self.spec.arch.requested
 
     @property
     def torch_version(self) -> str | None:
@@ -241,6 +223,11 @@ def identifier(cell: Cell) -> str:
     if not cell.python.startswith("cp"):
         raise UsageError(f"cell {cell.id}: python {cell.python!r} is not a CPython tag like cp311")
     return f"{cell.python}-{suffix}"
+
+
+def _create_arg(engine: str, arg: str) -> str:
+    """``engine`` (cibuildwheel's ``container-engine`` option) with ``arg`` added to its ``create_args``."""
+    return f"{engine} {arg}" if "create_args:" in engine else f"{engine}; create_args: {arg}"
 
 
 def arch_environment(archs: ArchList) -> dict[str, str]:
@@ -364,6 +351,10 @@ def plan_build(
     in_container = cibw_platform == "linux"
     engine = options.container_engine
 
+    def add_volume(host: str | Path, inside: str) -> None:
+        nonlocal engine
+        engine = _create_arg(engine, f"--volume {shlex.quote(f'{PurePosixPath(host).as_posix()}:{inside}')}")
+
     if in_container:
         prefix = options.container_toolkit_prefix
         cuda_home = f"{prefix}/cuda"
@@ -371,10 +362,10 @@ def plan_build(
             before_all = toolkit.install_script(request, prefix, python=options.container_python)
         elif options.host_toolkit_prefix is not None or options.host_cuda_home is not None:
             before_all = ""
-            mount = (f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
-                     if options.host_toolkit_prefix is not None  # farm's verified toolkit, its cuda/ inside
-                     else f"{PurePosixPath(options.host_cuda_home or '').as_posix()}:{cuda_home}:ro")
-            engine = f"{engine}; create_args: --volume {shlex.quote(mount)}"
+            if options.host_toolkit_prefix is not None:  # farm's verified toolkit, its cuda/ inside
+                add_volume(options.host_toolkit_prefix, f"{prefix}:ro")
+            else:
+                add_volume(options.host_cuda_home or "", f"{cuda_home}:ro")
         else:
             raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",
                              hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
@@ -403,11 +394,6 @@ def plan_build(
         env_pairs += reproducible_environment(CONTAINER_ROOT if in_container else Path(source_root).as_posix(),
                                               cuda_home)
 
-    def add_volume(host: str, inside: str) -> None:
-        nonlocal engine
-        arg = shlex.quote(f"{PurePosixPath(host).as_posix()}:{inside}")
-        engine += f" --volume {arg}" if "create_args:" in engine else f"; create_args: --volume {arg}"
-
     if launchers:
         run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
         cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
@@ -428,8 +414,7 @@ def plan_build(
     if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
         host_cache = PurePosixPath(options.pip_cache).as_posix()
         if in_container:
-            mount = shlex.quote(f"{host_cache}:{CONTAINER_PIP_CACHE}")
-            engine += f" --volume {mount}" if "create_args:" in engine else f"; create_args: --volume {mount}"
+            add_volume(host_cache, CONTAINER_PIP_CACHE)
             env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
         else:
             env_pairs.append(("PIP_CACHE_DIR", host_cache))
@@ -476,8 +461,7 @@ def plan_build(
         "test-requires": [],
         "test-extras": [],
         "test-sources": [],
-        "container-engine": (f"{engine} --label {label}" if "create_args:" in engine
-                             else f"{engine}; create_args: --label {label}") if in_container else engine,
+        "container-engine": _create_arg(engine, f"--label {label}") if in_container else engine,
     }
     image = options.images.get(cibw_arch) if in_container else None
     if image:
