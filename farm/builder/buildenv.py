@@ -130,40 +130,28 @@ class BuildEnv:
     spec: EnvSpec
     path: Path
     reused: bool
-    installer: str  # uv | pip: what made it
-
-    @property
-    def python(self) -> Path:
-        return self.path / "bin" / "python"
 
     def torch_record(self) -> dict[str, str | None] | None:
         """``{"version": "2.14.1+cu130", "cuda": "13.0"}``: the torch in the environment, read from
-        its files (importing torch takes seconds and needs the driver's libraries)."""
+        its files (importing torch takes seconds and needs the driver's libraries): version from
+        its dist-info, CUDA from ``torch/version.py``."""
         if self.spec.torch is None:
             return None
-        return installed_torch(self.path)
-
-
-def installed_torch(venv: Path) -> dict[str, str | None] | None:
-    """The torch installed in ``venv``: version (dist-info) and CUDA (``torch/version.py``)."""
-    for site in sorted(venv.glob("lib/python*/site-packages")):
-        infos = sorted(site.glob("torch-*.dist-info"))
-        if not infos:
-            continue
-        version = None
-        for line in (infos[0] / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Version:"):
-                version = line.split(":", 1)[1].strip()
-                break
-        cuda = None
-        vfile = site / "torch" / "version.py"
-        if vfile.is_file():
-            for line in vfile.read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.startswith("cuda"):  # cuda: Optional[str] = '13.0'
-                    value = line.split("=", 1)[1].strip().strip("'\"")
-                    cuda = None if value == "None" else value
-        return {"version": version, "cuda": cuda}
-    return None
+        for site in sorted(self.path.glob("lib/python*/site-packages")):
+            infos = sorted(site.glob("torch-*.dist-info"))
+            if not infos:
+                continue
+            metadata = (infos[0] / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines()
+            version = next((line.split(":", 1)[1].strip() for line in metadata if line.startswith("Version:")), None)
+            cuda = None
+            vfile = site / "torch" / "version.py"
+            if vfile.is_file():
+                for line in vfile.read_text(encoding="utf-8", errors="replace").splitlines():
+                    if line.startswith("cuda"):  # cuda: Optional[str] = '13.0'
+                        value = line.split("=", 1)[1].strip().strip("'\"")
+                        cuda = None if value == "None" else value
+            return {"version": version, "cuda": cuda}
+        return None
 
 
 def _human(n: int) -> str:
@@ -288,7 +276,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
             problem = reuse_problem(spec, path)
             if problem is None:
                 log(f"reusing build environment {path.name}")
-                return BuildEnv(spec, path, True, "cached")
+                return BuildEnv(spec, path, True)
             remove_env(path, f"{problem}; making it again", log)
         elif path.exists():
             remove_env(path, "incomplete (an earlier install was interrupted)", log)
@@ -303,7 +291,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
                 shutil.rmtree(path, ignore_errors=True)
             raise
         marker.write_text(json.dumps(marker_record(spec, path), indent=2) + "\n", encoding="utf-8")
-        return BuildEnv(spec, path, False, "uv" if uv else "pip")
+        return BuildEnv(spec, path, False)
 
 
 def _run(cmd: Sequence[str], what: str, env: Mapping[str, str], log: Log, runner: Runner) -> None:
