@@ -298,9 +298,7 @@ def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
         return "an image this host's engine holds" if folder.name in used.images else None
     if kind == "sources":
         name = folder.name.removesuffix("-sub")
-        if name in used.commits or name in used.sdists:
-            return "a recent cell's or a recipe's pinned source"
-        return None
+        return "a recent cell's or a recipe's pinned source" if name in used.commits or name in used.sdists else None
     return "a recent cell's work folder" if folder.name in used.cells else None
 
 

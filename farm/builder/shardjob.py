@@ -87,10 +87,6 @@ class ShardSetup:
         ]
 
 
-def cell_dir(shard_root: Path, cell_id: str) -> Path:
-    return Path(shard_root) / cell_id
-
-
 def _install_launcher(directory: Path, label: str) -> None:
     """The launcher, the PATH shim and an empty log for the job ``label`` in ``directory``."""
     log = directory / "log" / shard.log_name(label)
@@ -110,7 +106,7 @@ def _install_launcher(directory: Path, label: str) -> None:
 def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, spec_digest: str) -> ShardSetup:
     """Write the launcher and ``shard.json`` for this job; a compile job starts from an empty
     share of ``objects/`` (its own files only), a link job proves every shard's output first."""
-    directory = cell_dir(shard_root, cell_id)
+    directory = Path(shard_root) / cell_id
     table = shard.assign(shard.tree_tus(source_root), job.count)
     digest = shard.table_digest(table, job.count)
     setup = ShardSetup(job, cell_id, directory, table, digest, spec_digest)
@@ -136,7 +132,7 @@ def prepare_probe(probe_root: Path, cell_id: str, source_root: Path, spec_digest
     """A probe's folder (``<probe_root>/<cell id>/``), emptied: the launcher and a ``shard.json``
     in probe mode. It shares nothing with a sharded build's folders: a probe's objects are never
     a compile shard's."""
-    directory = cell_dir(probe_root, cell_id)
+    directory = Path(probe_root) / cell_id
     for old in (directory / shard.OBJECTS, directory / shard.CLAIMS):
         remove(old)
     (directory / shard.OBJECTS).mkdir(parents=True)
