@@ -43,7 +43,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from farm.builder import envshare
-from farm.builder.spec import BUILD_REQUIREMENTS
+from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec
 from farm.errors import ToolError
 from farm.fsutil import tree_bytes
 from farm.model.config import TORCH_INDEX_PIP
@@ -96,15 +96,16 @@ class EnvSpec:
         return {**asdict(self), "requirements": list(self.requirements), "layout": ENV_LAYOUT}
 
 
-def spec_for(torch_version: str | None, torch_index: str | None, extra: Sequence[str] = (),
-             python_exe: str | None = None, *, tools: Sequence[str] = BUILD_REQUIREMENTS) -> EnvSpec:
-    """The environment a native build of a cell needs, with this (or ``python_exe``'s) interpreter;
-    ``tools``: the build spec's (:attr:`farm.builder.spec.BuildSpec.tools`)."""
-    exe = python_exe or os.path.realpath(sys.executable)
-    version = ".".join(str(v) for v in sys.version_info[:3]) if python_exe is None else _version_of(exe)
-    reqs = tuple(dict.fromkeys((*FRONTEND_TOOLS, *tools, *extra)))
-    return EnvSpec(version, exe, reqs, f"torch=={torch_version}" if torch_version else None,
-                   torch_index if torch_version else None)
+def spec_for(build: BuildSpec, python_exe: str | Path, direct: Mapping[str, str] | None = None) -> EnvSpec:
+    """The environment a native build of ``build`` needs, made with the interpreter ``python_exe``:
+    the spec's tools, torch and extra_deps (``direct``: a farm wheel's requirement -> its direct
+    reference, the file it is installed from)."""
+    exe = os.path.realpath(python_exe)
+    extra = ((direct or {}).get(d, d) for d in build.knobs.extra_deps)
+    reqs = tuple(dict.fromkeys((*FRONTEND_TOOLS, *build.tools, *extra)))
+    torch = build.torch_version
+    return EnvSpec(_version_of(exe), exe, reqs, f"torch=={torch}" if torch else None,
+                   build.torch_index if torch else None)
 
 
 def _version_of(exe: str) -> str:

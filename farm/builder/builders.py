@@ -87,10 +87,6 @@ if TYPE_CHECKING:
     from farm.source.fetch import SourceTree
 
 
-# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
-LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
-
-
 class BuilderKind(str, enum.Enum):
     CIBUILDWHEEL = "cibuildwheel"
     NATIVE = "native"
@@ -174,12 +170,10 @@ def check_engine(engine: str) -> str:
 
 def cibuildwheel_command() -> list[str]:
     exe = Path(sys.executable).parent / "cibuildwheel"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("cibuildwheel")
-    if found:
-        return [found]
-    raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
+    found = str(exe) if exe.exists() else shutil.which("cibuildwheel")
+    if not found:
+        raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
+    return [found]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,15 +253,17 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = build_log(log)
     environ = dict(os.environ if environ is None else environ)
-    if plan.cell.platform.startswith("linux"):
-        check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    in_container = not _on_host(plan)
+    if in_container:
+        check_engine(engine)
     if plan.msvc is not None:  # cibuildwheel builds Windows wheels on the host, in this environment
         environ.update(developer_environment(plan.msvc, log=say))
-    if _on_host(plan):  # cibuildwheel_environment leaves them out
+    if not in_container:  # cibuildwheel_environment leaves them out
         say_withheld(plan, environ, say)
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
-    if plan.cell.platform.startswith("linux"):  # the container runs farm's launcher script from the mounted run folder
+    if in_container:  # the container runs farm's launcher script from the mounted run folder
         run_dir = compile_run_dir(plan)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / cclaunch.STATS).unlink(missing_ok=True)
@@ -277,8 +273,6 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
-    in_container = plan.cell.platform.startswith("linux")
     try:
         proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ),
                            label=f"cibuildwheel --only {plan.identifier}", cell=plan.cell.id,
@@ -533,10 +527,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
     say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
     direct = {d.requirement: d.direct_reference for d in farm_deps}
-    contents = buildenv.spec_for(plan.torch_version, plan.torch_index,
-                                 tuple(direct.get(d, d) for d in steps.extra_deps),
-                                 python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
-    benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
+    benv = buildenv.ensure_env(buildenv.spec_for(plan.spec, interpreter.path, direct),
+                               Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
                                runner=lambda cmd, e: run_relayed(cmd, env=e, cell=plan.cell.id).returncode)
     if built_env is not None:
@@ -803,10 +795,7 @@ def native_run(plan: BuildPlan, env_root: Path, farm_deps: Sequence[FarmDep] = (
     ready = False
     if interpreter is not None:
         note = f"Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})"
-        direct = {d.requirement: d.direct_reference for d in farm_deps}
-        env = buildenv.spec_for(plan.torch_version, plan.torch_index,
-                                tuple(direct.get(d, d) for d in plan.native.extra_deps),
-                                python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
+        env = buildenv.spec_for(plan.spec, interpreter.path, {d.requirement: d.direct_reference for d in farm_deps})
         path = env_root / env.slug
         ready = (path / buildenv.SPEC_FILE).is_file() and buildenv.reuse_problem(env, path) is None
     elif buildenv.find_uv() is not None:
@@ -1004,9 +993,8 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         interpreter = search.interpreter
         env = None
         if cell.torch != NO_TORCH:  # torch from the environment a native build of the cell uses
-            contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
-                                         python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
-            env = buildenv.ensure_env(contents, env_root, log=lambda m: log(f"{cell.id}: {m}"),
+            env = buildenv.ensure_env(buildenv.spec_for(spec, interpreter.path), env_root,
+                                      log=lambda m: log(f"{cell.id}: {m}"),
                                       runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
         python_exe = os.path.realpath(interpreter.path)
     else:

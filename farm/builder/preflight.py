@@ -396,8 +396,7 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     if builder == "native":
         new_env = interpreter is None  # uv installs the Python first; its environment is new
         if interpreter is not None:
-            contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
-                                         python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
+            contents = buildenv.spec_for(spec, interpreter.path)
             new_env = buildenv.reuse_problem(contents, Path(env_root).absolute() / contents.slug) is not None
         if new_env:
             downloads["the build tools"] = pip_index
