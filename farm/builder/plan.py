@@ -393,8 +393,6 @@ def plan_build(
     if launchers:
         env_pairs += reproducible_environment(CONTAINER_ROOT if in_container else Path(source_root).as_posix(),
                                               cuda_home)
-
-    if launchers:
         run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
         cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
             if cache.backend == "local" else None
