@@ -715,7 +715,7 @@ class CellPlan:
         plan, steps = self.plan, self.plan.native
         builder = "the native builder" if self.native or self.refused else "cibuildwheel"
         lines = [f"{plan.cell.id}: the build as planned for {builder} (nothing is downloaded or compiled)",
-                 f"  arch list: {plan.archs.canonical()} ({plan.arch_origin})",
+                 f"  arch list: {plan.spec.arch.archs.canonical()} ({plan.spec.arch.origin})",
                  f"  source: {plan.cwd} (build folder {plan.package_dir})"]
         lines += [f"  patch: {s}" for s in self.patches] or ["  patch: none"]
         lines += [f"    {line}" for line in self.patch_output]
@@ -902,7 +902,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
                 refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, cell.id)
                 if refused is not None:
                     raise refused
-            torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
+            torch_built = {"version": plan.spec.torch_version, "cuda": cell.cuda} if plan.spec.torch_version else None
     except ToolError as exc:
         if setup is None:
             raise

@@ -42,7 +42,6 @@ from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
 from farm.toolkit import assemble as toolkit
-from farm.toolkit.request import ToolkitRequest
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
 _PLATFORMS: dict[str, tuple[str, str, str]] = {
@@ -112,10 +111,8 @@ class PlanOptions:
     images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
     host_cuda_home: Path | None = None  # the toolkit when the build runs on the host (native, Windows)
     torch_index: str | None = None  # URL ({cu} is the cell's cu130) or "pip"; None: _defaults.yml's
-    container_toolkit_prefix: str = CONTAINER_TOOLKIT_PREFIX
-    container_python: str = CONTAINER_PYTHON
     # The verified toolkit on the host, mounted read-only into the build container at
-    # container_toolkit_prefix: the container builds with exactly the archives the host checked.
+    # CONTAINER_TOOLKIT_PREFIX: the container builds with exactly the archives the host checked.
     host_toolkit_prefix: Path | None = None
     toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
     redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
@@ -158,36 +155,15 @@ class BuildPlan:
     cuda_home: str = ""  # CUDA_HOME as the build sees it
     msvc: MsvcSetup | None = None  # a win_amd64 cell: the toolset, its developer environment, its flags
 
-    # The spec's fields under the names the plan has always had.
     @property
     def cell(self) -> Cell:
         return self.spec.cell
 
-    @property
-    def archs(self) -> ArchList:
-        return self.spec.arch.archs
-
-    @property
-    def arch_origin(self) -> str:
-        return self.spec.arch.origin
-
-    @property
-    def torch_version(self) -> str | None:
-        return self.spec.torch_version
-
-    @property
-    def torch_index(self) -> str | None:
-        return self.spec.torch_index
-
-    @property
-    def toolkit(self) -> ToolkitRequest:
-        return self.spec.toolkit
-
     def to_json(self) -> dict[str, object]:
         return {
             "cell": self.cell.id,
-            "arch_list": self.archs.canonical(),
-            "arch_origin": self.arch_origin,
+            "arch_list": self.spec.arch.archs.canonical(),
+            "arch_origin": self.spec.arch.origin,
             "identifier": self.identifier,
             "argv": list(self.argv),
             "env": dict(self.env),
@@ -196,9 +172,9 @@ class BuildPlan:
             "config_file": str(self.config_file),
             "output_dir": str(self.output_dir),
             "cuda_home": self.cuda_home,
-            "torch_version": self.torch_version,
-            "torch_index": self.torch_index,
-            "toolkit": self.toolkit.to_json(),
+            "torch_version": self.spec.torch_version,
+            "torch_index": self.spec.torch_index,
+            "toolkit": self.spec.toolkit.to_json(),
             "spec": self.spec.to_json(),
             "msvc": self.msvc.to_json() if self.msvc else None,
         }
@@ -356,10 +332,10 @@ def plan_build(
         engine = _create_arg(engine, f"--volume {shlex.quote(f'{PurePosixPath(host).as_posix()}:{inside}')}")
 
     if in_container:
-        prefix = options.container_toolkit_prefix
+        prefix = CONTAINER_TOOLKIT_PREFIX
         cuda_home = f"{prefix}/cuda"
         if request.source == "pypi":  # the same pinned wheels, installed inside for the container's arch
-            before_all = toolkit.install_script(request, prefix, python=options.container_python)
+            before_all = toolkit.install_script(request, prefix, python=CONTAINER_PYTHON)
         elif options.host_toolkit_prefix is not None or options.host_cuda_home is not None:
             before_all = ""
             if options.host_toolkit_prefix is not None:  # farm's verified toolkit, its cuda/ inside
