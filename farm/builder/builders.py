@@ -740,12 +740,11 @@ class CellPlan:
                 lines.append("  build environment: made by the build, from the interpreter uv installs")
         lines += [f"  env {k}={v}" for k, v in (steps.environment if steps else ())]
         if self.native is not None:
-            lines.append(f"  compile cache: {self.native.compile_cache}")
-            lines.append(f"  build: {shlex.join(self.native.build)} (in {plan.cwd})")
-            lines.append(f"  repair: {self.native.repair}")
-            return "\n".join(lines)
-        lines += [f"  before-build: {step}" for step in (steps.before_build if steps else ())]
-        lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
+            lines += [f"  compile cache: {self.native.compile_cache}",
+                      f"  build: {shlex.join(self.native.build)} (in {plan.cwd})", f"  repair: {self.native.repair}"]
+        else:
+            lines += [f"  before-build: {step}" for step in (steps.before_build if steps else ())]
+            lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
         return "\n".join(lines)
 
 
@@ -1030,18 +1029,16 @@ def _withdraw(wheel: Path, why: str, log: Log) -> None:
 
 def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) -> BuildPlan:
     """The native build uses the host toolkit (``home``): rewrite CUDA_HOME/PATH/LIBRARY_PATH of the container plan."""
-
     assert plan.native is not None
-    host_home = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH",
-                 "LIBRARY_PATH": f"{home}/lib64/stubs"}
-    env = tuple((k, host_home.get(k, v)) for k, v in plan.native.environment)
     cache = plan.spec.compile_cache
-    # the launchers, the cache folder and the build's folders as this host sees them
+    cache_dir = cache.directory if cache.backend == "local" else None
+    # the toolkit, the launchers, the cache folder and the build's folders as this host sees them
     run_dir = compile_run_dir(plan).absolute().as_posix()
-    host = dict(compile_cache_environment(plan.spec, run_dir, cache.directory if cache.backend == "local" else None))
-    host.update(reproducible_environment(plan.cwd.as_posix(), home))
+    host = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH", "LIBRARY_PATH": f"{home}/lib64/stubs",
+            **dict(compile_cache_environment(plan.spec, run_dir, cache_dir)),
+            **dict(reproducible_environment(plan.cwd.as_posix(), home))}
     cache_bin = f"{run_dir}/{BIN}"
-    env = tuple((k, host.get(k, v)) for k, v in env)
+    env = tuple((k, host.get(k, v)) for k, v in plan.native.environment)
     if shard is not None:  # the launcher as this host sees it, not the container's mount
         # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
         # are replaced in place, so its PATH still comes after the toolkit's
