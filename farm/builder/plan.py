@@ -315,8 +315,10 @@ def plan_build(
     if not Path(options.output_dir).is_absolute():
         raise UsageError(f"the output directory must be absolute, got {options.output_dir}",
                          hint="cibuildwheel resolves a relative one against the package's directory")
-    if spec is None:
-        spec = resolve_spec(config, recipe, cell, overrides(options),
+    if spec is None:  # what the plan's options decide over the config
+        overrides = SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
+                                  redist_url=options.redist_url, env=options.env)
+        spec = resolve_spec(config, recipe, cell, overrides,
                             arch=ArchRequest.given(archs) if archs is not None else None)
     elif spec.cell != cell or cell.package != recipe.name:
         raise UsageError(f"the build spec is for cell {spec.cell.id}, not {cell.id} of {recipe.name!r}")
@@ -503,10 +505,4 @@ def reproducible_environment(source_root: str, cuda_home: str, env: str | None =
     pairs = [(cuda_home, MAPPED_CUDA), (source_root, MAPPED_SOURCE)] + ([(env, MAPPED_ENV)] if env else [])
     return [("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH),
             (cclaunch.PREFIX_MAP_ENV, cclaunch.encode_prefix_map(pairs))]
-
-
-def overrides(options: PlanOptions) -> SpecOverrides:
-    """What the plan's options decide over the config."""
-    return SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
-                         redist_url=options.redist_url, env=options.env)
 
