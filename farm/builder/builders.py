@@ -34,7 +34,7 @@ from farm import cacheseal
 from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
-from farm.builder.compilecache import RUN_DIR, CompileCache, Counts, recheck_refusal
+from farm.builder.compilecache import RUN_DIR, CompileCache, Counts, check_recheck
 from farm.builder.farmdeps import FarmDep
 from farm.builder.images import image_for, probe_image
 from farm.builder.interpreters import Interpreter, find_interpreter, install_managed
@@ -567,9 +567,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
     if stats is not None and cache_counts is not None:
         cache_counts.append(Counts.from_stats(stats))
-    refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, plan.cell.id) if cached else None
-    if refused is not None:
-        raise refused
+    if cached:
+        check_recheck(compile_run_dir(plan) / cclaunch.RECHECK, plan.cell.id)
     built = _wheels(dist)
     if len(built) != 1:
         raise ToolError(f"the build of cell {plan.cell.id} made {len(built)} wheels in {dist}, expected 1")
@@ -898,9 +897,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
             finally:
                 counts += container_counts(plan)
             if plan.spec.compile_cache.enabled and not _on_host(plan):  # the container's recheck
-                refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, cell.id)
-                if refused is not None:
-                    raise refused
+                check_recheck(compile_run_dir(plan) / cclaunch.RECHECK, cell.id)
             torch_built = {"version": plan.spec.torch_version, "cuda": cell.cuda} if plan.spec.torch_version else None
     except ToolError as exc:
         if setup is None:
@@ -1001,9 +998,8 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     site = None
     if cell.torch != NO_TORCH and env is not None:
         site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
-    for line in assertion.render().splitlines():
-        if line:
-            log(f"{cell.id}: {line}")
+    for line in filter(None, assertion.render().splitlines()):
+        log(f"{cell.id}: {line}")
     try:
         with cacheseal.retiring():  # importing the wheel runs its code here, as this user
             check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,

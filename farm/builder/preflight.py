@@ -258,8 +258,7 @@ class Preflight:
         handlers = self._handlers[0]
         machine = cell.platform.removeprefix("linux_")
         reference = image_for(machine, self.images, self.environ)
-        facts = None
-        down = None
+        facts = down = None
         if reference is not None and emulation_blocker(machine, self.host.machine, handlers) is None:
             if reference not in self._images:
                 self._images[reference] = self.probe(self.engine, reference, self.cache)

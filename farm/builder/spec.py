@@ -344,9 +344,7 @@ class _Reader:
 
     def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
         value = data.get(key.rsplit(".", 1)[-1])
-        if value is None:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise self.bad(key, "an integer or null")
         return value
 
