@@ -931,15 +931,14 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
     # so the matrix keeps estimating the cell from its recipe's sharding.
     duration = None if setup is not None else round(time.monotonic() - started, 1)
-    results = tuple(
-        run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description, python=python,
-                      torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
-                      duration_s=duration,
-                      compile_cache=cache_counts.record() if cache_counts else None,
-                      image=image_of(plan))
-        for wheel in built
-    )
+    context = spec.context(
+        **build_environment(cell, cuda_home=tk.cuda_home, builder=settings.builder.value, toolkit=tk.record(),
+                            python=python, torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
+                            compile_cache=cache_counts.record() if cache_counts else None, image=image_of(plan)),
+        source=buildinfo.source_from(tree.description), duration_s=duration)
+    # each wheel asserted, stamped and recorded by the spec (its cuobjdump, not the toolkit's)
+    results = tuple(postbuild_wheel(wheel, Path(settings.out_dir).absolute(), context, dist=spec.dist)
+                    for wheel in built)
     imports = tuple(
         check for r in results if r.passed and r.stamped is not None
         for check in [import_check(spec, r.stamped.path, work, env=envs[0] if envs else None, env_root=env_root,
@@ -1061,30 +1060,3 @@ def image_of(plan: BuildPlan) -> str | None:
     image = next((v for k, v in plan.options.items() if k.startswith("manylinux-") and k.endswith("-image")), None)
     return image if isinstance(image, str) else None
 
-
-def run_postbuild(
-    spec: BuildSpec,
-    wheel: Path,
-    out_dir: Path,
-    *,
-    toolkit: Toolkit,
-    builder: str,
-    source: Mapping[str, Any] | None,
-    python: str | None = None,
-    torch_built: Mapping[str, Any] | None = None,
-    farm_deps: Sequence[Mapping[str, str]] = (),
-    duration_s: float | None = None,
-    compile_cache: Mapping[str, Any] | None = None,
-    image: str | None = None,
-) -> PostbuildResult:
-    """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
-    in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
-    the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
-    wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured);
-    ``image``: a cibuildwheel build's container image (None: cibuildwheel's own)."""
-    context = spec.context(
-        **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
-                            python=python, torch_built=torch_built, farm_deps=farm_deps,
-                            compile_cache=compile_cache, image=image),
-        source=buildinfo.source_from(source), duration_s=duration_s)
-    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist)  # the spec's cuobjdump, not the toolkit's
