@@ -272,11 +272,10 @@ def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
         for folder in entries(base) if not base.parent.is_symlink() else []:
             if folder.is_dir() and not folder.name.startswith("tmp-"):
                 yield "sources", folder, (base / f"{folder.name}.lock" if sub != "git" else None)
-    for kind, name in (("toolkit", "toolkit"), ("envs", "envs"), ("sources", "sources"), ("sources", "sources/git"),
-                       ("sources", "sources/sdist"), ("sources", "sources/vendored"), ("sources", "sources/vendor"),
-                       ("build", "build"), ("images", "images")):
+    for name in ("toolkit", "envs", "sources", "sources/git", "sources/sdist", "sources/vendored", "sources/vendor",
+                 "build", "images"):
         if (cache / name).is_symlink():
-            yield kind, cache / name, None
+            yield name.split("/")[0], cache / name, None
     for folder in entries(cache / "build"):
         if folder.is_dir():
             yield "build", folder, None
