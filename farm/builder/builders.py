@@ -867,12 +867,11 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)
         say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
             f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
-        options = replace(options, shard=setup)
     elif settings.probe:  # the first TU of each extension, through the same launcher
         setup = shardjob.prepare_probe(Path(settings.shard_dir).absolute() / "probe", cell.id, src, spec.digest)
         say(f"{cell.id}: PROBE: the first TU of each extension is compiled and checked, the others are "
             f"stand-ins; no wheel ({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
-        options = replace(options, shard=setup)
+    options = replace(options, shard=setup)
     plan = plan_build(config, recipe, cell, src, options, spec=spec)
     write_spec(spec, work)
     error: ToolError | None = None
