@@ -20,7 +20,6 @@ import pytest
 from cibuildwheel.options import BuildOptions
 
 from farm.builder.builders import (
-    LOCAL_PODMAN_IMAGE,
     BuilderKind,
     BuildResult,
     BuildSettings,
@@ -108,6 +107,10 @@ def _cannot_run(reason: str) -> None:
     if os.environ.get("CI", "").lower() in ("true", "1"):
         pytest.fail(f"CI=true and the cibuildwheel container test cannot run: {reason}")
     pytest.skip(reason)
+
+
+# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
+LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
 
 
 def podman_image() -> str:

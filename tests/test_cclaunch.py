@@ -35,8 +35,8 @@ import pytest
 
 from farm.builder import cclaunch, procs
 from farm.builder.builders import run_relayed
-from farm.builder.compilecache import CompileCache, Counts, recheck_refusal
-from farm.errors import Stalled
+from farm.builder.compilecache import CompileCache, Counts, check_recheck
+from farm.errors import DefectError, Stalled
 
 UNIT = '#include "k.h"\n__global__ void k(float* x, unsigned n) { if (n >= 0) x[threadIdx.x] = __expf(x[n]) * SCALE; }\n'
 # a value for every option of cclaunch.NVCC_JOINED, each as nvcc spells it (some in the long form)
@@ -778,11 +778,11 @@ def test_a_poisoned_compile_cache_is_caught_by_recompiling_what_it_served(tmp_pa
     assert verdict["rechecked"] == ["good.cu"]
     [differ] = verdict["differ"]
     assert differ["unit"] == "good.cu"
-    refusal = recheck_refusal(tmp_path / "run" / cclaunch.RECHECK, "demo-0.1-cu130-notorch-cp311-linux_x86_64")
-    assert refusal is not None
-    assert refusal.exit_code == 1
+    with pytest.raises(DefectError) as refusal:
+        check_recheck(tmp_path / "run" / cclaunch.RECHECK, "demo-0.1-cu130-notorch-cp311-linux_x86_64")
+    assert refusal.value.exit_code == 1
     assert ("demo-0.1-cu130-notorch-cp311-linux_x86_64: 1 of the 1 nvcc unit(s) recompiled uncached (of 1) differ "
-            "from what the build linked: good.cu: the object the build linked has sha256") in str(refusal)
+            "from what the build linked: good.cu: the object the build linked has sha256") in str(refusal.value)
 
 
 def test_the_recheck_samples_an_eighth_of_a_large_build_and_at_least_eight(tmp_path: Path) -> None:

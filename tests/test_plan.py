@@ -150,11 +150,11 @@ def test_torch_aarch64_plan(config, tmp_path) -> None:
     env = build_env(plan)
     # the aarch64 policy row of _defaults.yml, rendered for torch
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.0;9.0+PTX;10.0;11.0;12.0+PTX"
-    assert plan.archs == ArchList.parse("8.0;9.0+PTX;10.0;11.0;12.0+PTX")
+    assert plan.spec.arch.archs == ArchList.parse("8.0;9.0+PTX;10.0;11.0;12.0+PTX")
     assert env["MAX_JOBS"] == "2"
     assert env["NVCC_APPEND_FLAGS"] == "--threads 2 -lineinfo"
     assert env["TORCHPKG_FAST"] == "1"
-    assert plan.torch_version == "2.9.1"
+    assert plan.spec.torch_version == "2.9.1"
     before = option(plan, "before-build")
     assert "torch==2.9.1 --index-url https://download.pytorch.org/whl/cu130" in before
     assert "psutil" in before
@@ -316,7 +316,7 @@ def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(co
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: [cuda_nvtx]\n"
     cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
     plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
-    assert plan.toolkit.components[-1] == "cuda_nvtx"
+    assert plan.spec.toolkit.components[-1] == "cuda_nvtx"
     assert "nvidia-nvtx==13.0.85" in option(plan, "before-all")
     torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
     tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
@@ -340,8 +340,8 @@ def test_a_redist_cell_mounts_the_hosts_verified_toolkit(config, tmp_path) -> No
                                                             "--volume", f"{tmp_path}/work/compile-cache:/opt/farm/compile-run",
                                                             "--label", container_label(tmp_path / "work")))
     assert build_env(plan)["CUDA_HOME"] == "/opt/farm/toolkit/cuda"
-    assert plan.toolkit.source == "redist"
-    assert plan.toolkit.release == "12.8.1"
+    assert plan.spec.toolkit.source == "redist"
+    assert plan.spec.toolkit.release == "12.8.1"
 
 
 @pytest.mark.parametrize("vendored", [False, True])

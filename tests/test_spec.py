@@ -149,8 +149,8 @@ def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path) 
     plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=spec)
     assert plan.spec is spec
-    assert plan.arch is given
-    assert plan.arch_origin == "matrix"
+    assert plan.spec.arch is given
+    assert plan.spec.arch.origin == "matrix"
     env = dict(plan.native.environment) if plan.native else {}
     assert env["TORCH_CUDA_ARCH_LIST"] == "8.6;10.0"
     assert env["TORCHPKG_ARCHS"] == "86-real;100-real"

@@ -43,7 +43,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from farm.builder import envshare
-from farm.builder.spec import BUILD_REQUIREMENTS
+from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec
 from farm.errors import ToolError
 from farm.fsutil import tree_bytes
 from farm.model.config import TORCH_INDEX_PIP
@@ -96,15 +96,16 @@ class EnvSpec:
         return {**asdict(self), "requirements": list(self.requirements), "layout": ENV_LAYOUT}
 
 
-def spec_for(torch_version: str | None, torch_index: str | None, extra: Sequence[str] = (),
-             python_exe: str | None = None, *, tools: Sequence[str] = BUILD_REQUIREMENTS) -> EnvSpec:
-    """The environment a native build of a cell needs, with this (or ``python_exe``'s) interpreter;
-    ``tools``: the build spec's (:attr:`farm.builder.spec.BuildSpec.tools`)."""
-    exe = python_exe or os.path.realpath(sys.executable)
-    version = ".".join(str(v) for v in sys.version_info[:3]) if python_exe is None else _version_of(exe)
-    reqs = tuple(dict.fromkeys((*FRONTEND_TOOLS, *tools, *extra)))
-    return EnvSpec(version, exe, reqs, f"torch=={torch_version}" if torch_version else None,
-                   torch_index if torch_version else None)
+def spec_for(build: BuildSpec, python_exe: str | Path, direct: Mapping[str, str] | None = None) -> EnvSpec:
+    """The environment a native build of ``build`` needs, made with the interpreter ``python_exe``:
+    the spec's tools, torch and extra_deps (``direct``: a farm wheel's requirement -> its direct
+    reference, the file it is installed from)."""
+    exe = os.path.realpath(python_exe)
+    extra = ((direct or {}).get(d, d) for d in build.knobs.extra_deps)
+    reqs = tuple(dict.fromkeys((*FRONTEND_TOOLS, *build.tools, *extra)))
+    torch = build.torch_version
+    return EnvSpec(_version_of(exe), exe, reqs, f"torch=={torch}" if torch else None,
+                   build.torch_index if torch else None)
 
 
 def _version_of(exe: str) -> str:
@@ -130,40 +131,28 @@ class BuildEnv:
     spec: EnvSpec
     path: Path
     reused: bool
-    installer: str  # uv | pip: what made it
-
-    @property
-    def python(self) -> Path:
-        return self.path / "bin" / "python"
 
     def torch_record(self) -> dict[str, str | None] | None:
         """``{"version": "2.14.1+cu130", "cuda": "13.0"}``: the torch in the environment, read from
-        its files (importing torch takes seconds and needs the driver's libraries)."""
+        its files (importing torch takes seconds and needs the driver's libraries): version from
+        its dist-info, CUDA from ``torch/version.py``."""
         if self.spec.torch is None:
             return None
-        return installed_torch(self.path)
-
-
-def installed_torch(venv: Path) -> dict[str, str | None] | None:
-    """The torch installed in ``venv``: version (dist-info) and CUDA (``torch/version.py``)."""
-    for site in sorted(venv.glob("lib/python*/site-packages")):
-        infos = sorted(site.glob("torch-*.dist-info"))
-        if not infos:
-            continue
-        version = None
-        for line in (infos[0] / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("Version:"):
-                version = line.split(":", 1)[1].strip()
-                break
-        cuda = None
-        vfile = site / "torch" / "version.py"
-        if vfile.is_file():
-            for line in vfile.read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.startswith("cuda"):  # cuda: Optional[str] = '13.0'
-                    value = line.split("=", 1)[1].strip().strip("'\"")
-                    cuda = None if value == "None" else value
-        return {"version": version, "cuda": cuda}
-    return None
+        for site in sorted(self.path.glob("lib/python*/site-packages")):
+            infos = sorted(site.glob("torch-*.dist-info"))
+            if not infos:
+                continue
+            metadata = (infos[0] / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines()
+            version = next((line.split(":", 1)[1].strip() for line in metadata if line.startswith("Version:")), None)
+            cuda = None
+            vfile = site / "torch" / "version.py"
+            if vfile.is_file():
+                for line in vfile.read_text(encoding="utf-8", errors="replace").splitlines():
+                    if line.startswith("cuda"):  # cuda: Optional[str] = '13.0'
+                        value = line.split("=", 1)[1].strip().strip("'\"")
+                        cuda = None if value == "None" else value
+            return {"version": version, "cuda": cuda}
+        return None
 
 
 def _human(n: int) -> str:
@@ -288,7 +277,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
             problem = reuse_problem(spec, path)
             if problem is None:
                 log(f"reusing build environment {path.name}")
-                return BuildEnv(spec, path, True, "cached")
+                return BuildEnv(spec, path, True)
             remove_env(path, f"{problem}; making it again", log)
         elif path.exists():
             remove_env(path, "incomplete (an earlier install was interrupted)", log)
@@ -303,7 +292,7 @@ def ensure_env(spec: EnvSpec, root: Path, *, log: Log, environ: Mapping[str, str
                 shutil.rmtree(path, ignore_errors=True)
             raise
         marker.write_text(json.dumps(marker_record(spec, path), indent=2) + "\n", encoding="utf-8")
-        return BuildEnv(spec, path, False, "uv" if uv else "pip")
+        return BuildEnv(spec, path, False)
 
 
 def _run(cmd: Sequence[str], what: str, env: Mapping[str, str], log: Log, runner: Runner) -> None:

@@ -34,7 +34,7 @@ from farm import cacheseal
 from farm.builder import buildenv, buildprobe, cclaunch, farmdeps, procs, shardjob, verify
 from farm.builder.buildenv import BuildEnv
 from farm.builder.buildprobe import ProbeReport
-from farm.builder.compilecache import RUN_DIR, CompileCache, Counts, recheck_refusal
+from farm.builder.compilecache import RUN_DIR, CompileCache, Counts, check_recheck
 from farm.builder.farmdeps import FarmDep
 from farm.builder.images import image_for, probe_image
 from farm.builder.interpreters import Interpreter, find_interpreter, install_managed
@@ -85,10 +85,6 @@ if TYPE_CHECKING:
     from farm.model.archrequest import ArchRequest
     from farm.provenance.postbuild import PostbuildResult
     from farm.source.fetch import SourceTree
-
-
-# The local manylinux-shaped image .ci/podman-setup.sh builds for podman hosts (docs/background.md).
-LOCAL_PODMAN_IMAGE = "localhost/farm-manylinux:bookworm-1"
 
 
 class BuilderKind(str, enum.Enum):
@@ -174,12 +170,10 @@ def check_engine(engine: str) -> str:
 
 def cibuildwheel_command() -> list[str]:
     exe = Path(sys.executable).parent / "cibuildwheel"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("cibuildwheel")
-    if found:
-        return [found]
-    raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
+    found = str(exe) if exe.exists() else shutil.which("cibuildwheel")
+    if not found:
+        raise ToolError("cibuildwheel is not installed", hint="pip install cibuildwheel (a farm dependency)")
+    return [found]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,15 +253,17 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = build_log(log)
     environ = dict(os.environ if environ is None else environ)
-    if plan.cell.platform.startswith("linux"):
-        check_engine(str(plan.options.get("container-engine", "docker")).split(";")[0])
+    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
+    in_container = not _on_host(plan)
+    if in_container:
+        check_engine(engine)
     if plan.msvc is not None:  # cibuildwheel builds Windows wheels on the host, in this environment
         environ.update(developer_environment(plan.msvc, log=say))
-    if _on_host(plan):  # cibuildwheel_environment leaves them out
+    if not in_container:  # cibuildwheel_environment leaves them out
         say_withheld(plan, environ, say)
     plan.config_file.parent.mkdir(parents=True, exist_ok=True)
     plan.config_file.write_text(plan.config_text, encoding="utf-8")
-    if plan.cell.platform.startswith("linux"):  # the container runs farm's launcher script from the mounted run folder
+    if in_container:  # the container runs farm's launcher script from the mounted run folder
         run_dir = compile_run_dir(plan)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / cclaunch.STATS).unlink(missing_ok=True)
@@ -277,8 +273,6 @@ def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
     _fresh_output(plan.output_dir)
     cmd = [*cibuildwheel_command(), *plan.argv[1:]]
     say(f"{plan.cell.id}: cibuildwheel --only {plan.identifier} (in {plan.cwd})")
-    engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
-    in_container = plan.cell.platform.startswith("linux")
     try:
         proc = run_relayed(cmd, cwd=plan.cwd, env=cibuildwheel_environment(plan, environ),
                            label=f"cibuildwheel --only {plan.identifier}", cell=plan.cell.id,
@@ -533,10 +527,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
         raise UsageError(f"cell {plan.cell.id} needs {plan.cell.python}; {interpreter.path} is {interpreter.tag}")
     say(f"{plan.cell.id}: Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})")
     direct = {d.requirement: d.direct_reference for d in farm_deps}
-    contents = buildenv.spec_for(plan.torch_version, plan.torch_index,
-                                 tuple(direct.get(d, d) for d in steps.extra_deps),
-                                 python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
-    benv = buildenv.ensure_env(contents, Path(env_root or work.parent / "envs"), environ=env,
+    benv = buildenv.ensure_env(buildenv.spec_for(plan.spec, interpreter.path, direct),
+                               Path(env_root or work.parent / "envs"), environ=env,
                                log=lambda m: say(f"{plan.cell.id}: {m}"),
                                runner=lambda cmd, e: run_relayed(cmd, env=e, cell=plan.cell.id).returncode)
     if built_env is not None:
@@ -575,9 +567,8 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     stats = cclaunch.stats(str(compile_run_dir(plan)), env) if cached else None
     if stats is not None and cache_counts is not None:
         cache_counts.append(Counts.from_stats(stats))
-    refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, plan.cell.id) if cached else None
-    if refused is not None:
-        raise refused
+    if cached:
+        check_recheck(compile_run_dir(plan) / cclaunch.RECHECK, plan.cell.id)
     built = _wheels(dist)
     if len(built) != 1:
         raise ToolError(f"the build of cell {plan.cell.id} made {len(built)} wheels in {dist}, expected 1")
@@ -723,7 +714,7 @@ class CellPlan:
         plan, steps = self.plan, self.plan.native
         builder = "the native builder" if self.native or self.refused else "cibuildwheel"
         lines = [f"{plan.cell.id}: the build as planned for {builder} (nothing is downloaded or compiled)",
-                 f"  arch list: {plan.archs.canonical()} ({plan.arch_origin})",
+                 f"  arch list: {plan.spec.arch.archs.canonical()} ({plan.spec.arch.origin})",
                  f"  source: {plan.cwd} (build folder {plan.package_dir})"]
         lines += [f"  patch: {s}" for s in self.patches] or ["  patch: none"]
         lines += [f"    {line}" for line in self.patch_output]
@@ -748,12 +739,11 @@ class CellPlan:
                 lines.append("  build environment: made by the build, from the interpreter uv installs")
         lines += [f"  env {k}={v}" for k, v in (steps.environment if steps else ())]
         if self.native is not None:
-            lines.append(f"  compile cache: {self.native.compile_cache}")
-            lines.append(f"  build: {shlex.join(self.native.build)} (in {plan.cwd})")
-            lines.append(f"  repair: {self.native.repair}")
-            return "\n".join(lines)
-        lines += [f"  before-build: {step}" for step in (steps.before_build if steps else ())]
-        lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
+            lines += [f"  compile cache: {self.native.compile_cache}",
+                      f"  build: {shlex.join(self.native.build)} (in {plan.cwd})", f"  repair: {self.native.repair}"]
+        else:
+            lines += [f"  before-build: {step}" for step in (steps.before_build if steps else ())]
+            lines.append(f"  cibuildwheel: {shlex.join(plan.argv)}")
         return "\n".join(lines)
 
 
@@ -803,10 +793,7 @@ def native_run(plan: BuildPlan, env_root: Path, farm_deps: Sequence[FarmDep] = (
     ready = False
     if interpreter is not None:
         note = f"Python {interpreter.version} ({interpreter.found_by}: {interpreter.path})"
-        direct = {d.requirement: d.direct_reference for d in farm_deps}
-        env = buildenv.spec_for(plan.torch_version, plan.torch_index,
-                                tuple(direct.get(d, d) for d in plan.native.extra_deps),
-                                python_exe=os.path.realpath(interpreter.path), tools=plan.spec.tools)
+        env = buildenv.spec_for(plan.spec, interpreter.path, {d.requirement: d.direct_reference for d in farm_deps})
         path = env_root / env.slug
         ready = (path / buildenv.SPEC_FILE).is_file() and buildenv.reuse_problem(env, path) is None
     elif buildenv.find_uv() is not None:
@@ -880,12 +867,11 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         setup = shardjob.prepare(Path(settings.shard_dir).absolute(), settings.shard, cell.id, src, spec.digest)
         say(f"{cell.id}: {'link job' if settings.shard.is_link else f'compile shard {settings.shard.label}'} "
             f"({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
-        options = replace(options, shard=setup)
     elif settings.probe:  # the first TU of each extension, through the same launcher
         setup = shardjob.prepare_probe(Path(settings.shard_dir).absolute() / "probe", cell.id, src, spec.digest)
         say(f"{cell.id}: PROBE: the first TU of each extension is compiled and checked, the others are "
             f"stand-ins; no wheel ({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
-        options = replace(options, shard=setup)
+    options = replace(options, shard=setup)
     plan = plan_build(config, recipe, cell, src, options, spec=spec)
     write_spec(spec, work)
     error: ToolError | None = None
@@ -910,10 +896,8 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
             finally:
                 counts += container_counts(plan)
             if plan.spec.compile_cache.enabled and not _on_host(plan):  # the container's recheck
-                refused = recheck_refusal(compile_run_dir(plan) / cclaunch.RECHECK, cell.id)
-                if refused is not None:
-                    raise refused
-            torch_built = {"version": plan.torch_version, "cuda": cell.cuda} if plan.torch_version else None
+                check_recheck(compile_run_dir(plan) / cclaunch.RECHECK, cell.id)
+            torch_built = {"version": plan.spec.torch_version, "cuda": cell.cuda} if plan.spec.torch_version else None
     except ToolError as exc:
         if setup is None:
             raise
@@ -946,15 +930,14 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
     # A link job's own time is not its cell's build (the compile shards ran elsewhere): unrecorded,
     # so the matrix keeps estimating the cell from its recipe's sharding.
     duration = None if setup is not None else round(time.monotonic() - started, 1)
-    results = tuple(
-        run_postbuild(spec, wheel, Path(settings.out_dir).absolute(), toolkit=tk,
-                      builder=settings.builder.value, source=tree.description, python=python,
-                      torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
-                      duration_s=duration,
-                      compile_cache=cache_counts.record() if cache_counts else None,
-                      image=image_of(plan))
-        for wheel in built
-    )
+    context = spec.context(
+        **build_environment(cell, cuda_home=tk.cuda_home, builder=settings.builder.value, toolkit=tk.record(),
+                            python=python, torch_built=torch_built, farm_deps=tuple(d.record() for d in farm_deps),
+                            compile_cache=cache_counts.record() if cache_counts else None, image=image_of(plan)),
+        source=buildinfo.source_from(tree.description), duration_s=duration)
+    # each wheel asserted, stamped and recorded by the spec (its cuobjdump, not the toolkit's)
+    results = tuple(postbuild_wheel(wheel, Path(settings.out_dir).absolute(), context, dist=spec.dist)
+                    for wheel in built)
     imports = tuple(
         check for r in results if r.passed and r.stamped is not None
         for check in [import_check(spec, r.stamped.path, work, env=envs[0] if envs else None, env_root=env_root,
@@ -1004,9 +987,8 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
         interpreter = search.interpreter
         env = None
         if cell.torch != NO_TORCH:  # torch from the environment a native build of the cell uses
-            contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
-                                         python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
-            env = buildenv.ensure_env(contents, env_root, log=lambda m: log(f"{cell.id}: {m}"),
+            env = buildenv.ensure_env(buildenv.spec_for(spec, interpreter.path), env_root,
+                                      log=lambda m: log(f"{cell.id}: {m}"),
                                       runner=lambda cmd, e: run_relayed(cmd, env=e).returncode)
         python_exe = os.path.realpath(interpreter.path)
     else:
@@ -1014,9 +996,8 @@ def import_check(spec: BuildSpec, wheel: Path, work: Path, *, env: BuildEnv | No
     site = None
     if cell.torch != NO_TORCH and env is not None:
         site = next(iter(sorted(env.path.glob("lib/python*/site-packages"))), None)
-    for line in assertion.render().splitlines():
-        if line:
-            log(f"{cell.id}: {line}")
+    for line in filter(None, assertion.render().splitlines()):
+        log(f"{cell.id}: {line}")
     try:
         with cacheseal.retiring():  # importing the wheel runs its code here, as this user
             check = verify.check_wheel(wheel, spec.verify, dist=spec.dist, interpreter=python_exe, work=work,
@@ -1042,18 +1023,16 @@ def _withdraw(wheel: Path, why: str, log: Log) -> None:
 
 def _native_plan(plan: BuildPlan, home: str, shard: ShardSetup | None = None) -> BuildPlan:
     """The native build uses the host toolkit (``home``): rewrite CUDA_HOME/PATH/LIBRARY_PATH of the container plan."""
-
     assert plan.native is not None
-    host_home = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH",
-                 "LIBRARY_PATH": f"{home}/lib64/stubs"}
-    env = tuple((k, host_home.get(k, v)) for k, v in plan.native.environment)
     cache = plan.spec.compile_cache
-    # the launchers, the cache folder and the build's folders as this host sees them
+    cache_dir = cache.directory if cache.backend == "local" else None
+    # the toolkit, the launchers, the cache folder and the build's folders as this host sees them
     run_dir = compile_run_dir(plan).absolute().as_posix()
-    host = dict(compile_cache_environment(plan.spec, run_dir, cache.directory if cache.backend == "local" else None))
-    host.update(reproducible_environment(plan.cwd.as_posix(), home))
+    host = {"CUDA_HOME": home, "CUDA_PATH": home, "PATH": f"{home}/bin:$PATH", "LIBRARY_PATH": f"{home}/lib64/stubs",
+            **dict(compile_cache_environment(plan.spec, run_dir, cache_dir)),
+            **dict(reproducible_environment(plan.cwd.as_posix(), home))}
     cache_bin = f"{run_dir}/{BIN}"
-    env = tuple((k, host.get(k, v)) for k, v in env)
+    env = tuple((k, host.get(k, v)) for k, v in plan.native.environment)
     if shard is not None:  # the launcher as this host sees it, not the container's mount
         # the shard's pairs as the container sees them (from FARM_SHARD_DIR on, PATH among them)
         # are replaced in place, so its PATH still comes after the toolkit's
@@ -1080,30 +1059,3 @@ def image_of(plan: BuildPlan) -> str | None:
     image = next((v for k, v in plan.options.items() if k.startswith("manylinux-") and k.endswith("-image")), None)
     return image if isinstance(image, str) else None
 
-
-def run_postbuild(
-    spec: BuildSpec,
-    wheel: Path,
-    out_dir: Path,
-    *,
-    toolkit: Toolkit,
-    builder: str,
-    source: Mapping[str, Any] | None,
-    python: str | None = None,
-    torch_built: Mapping[str, Any] | None = None,
-    farm_deps: Sequence[Mapping[str, str]] = (),
-    duration_s: float | None = None,
-    compile_cache: Mapping[str, Any] | None = None,
-    image: str | None = None,
-) -> PostbuildResult:
-    """Assert, stamp and record one built wheel by the cell's spec; a failing wheel leaves nothing
-    in ``out_dir``. ``source``: the fetched tree's description (its resolved commit); ``python``:
-    the container's exact Python for a cibuildwheel build (None: unknown); ``farm_deps``: the farm
-    wheels it was built against; ``duration_s``: the cell's build time in seconds (None: not measured);
-    ``image``: a cibuildwheel build's container image (None: cibuildwheel's own)."""
-    context = spec.context(
-        **build_environment(spec.cell, cuda_home=toolkit.cuda_home, builder=builder, toolkit=toolkit.record(),
-                            python=python, torch_built=torch_built, farm_deps=farm_deps,
-                            compile_cache=compile_cache, image=image),
-        source=buildinfo.source_from(source), duration_s=duration_s)
-    return postbuild_wheel(wheel, out_dir, context, dist=spec.dist)  # the spec's cuobjdump, not the toolkit's

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.binary.archrule import Expected
-from farm.binary.assertion import ExtensionResult, judge, judge_families
+from farm.binary.assertion import judge, judge_families
 from farm.binary.inspection import Reader, inspect_file
 from farm.builder import shard, shardjob
 from farm.builder.shardjob import ShardSetup
@@ -102,11 +102,8 @@ def judge_unit(path: Path, extension: str, tu: str, expected: Expected, cuobjdum
                                   made_by=True, sources=bool(expected.families))
     except FarmError as exc:
         return ProbedUnit(extension, tu, archs, where, ArchList.of(()), (f"unreadable object: {exc}",))
-    result: ExtensionResult
-    if expected.families:
-        result = judge_families(inspection, archs, expected.families, expected_from=where, cuda=expected.cuda)
-    else:
-        result = judge(inspection, archs, expected_from=where, cuda=expected.cuda)
+    result = (judge_families(inspection, archs, expected.families, expected_from=where, cuda=expected.cuda)
+              if expected.families else judge(inspection, archs, expected_from=where, cuda=expected.cuda))
     return ProbedUnit(extension, tu, archs, where, inspection.found, tuple(f.message for f in result.findings))
 
 

@@ -586,10 +586,9 @@ def setup(run_dir: str, nvcc: str, environ: Mapping[str, str],
     is the same text, hence the same key, for every Python of a row. The headers' contents are
     still hashed: a different header is still a miss."""
     os.makedirs(run_dir, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):  # an earlier build's, as its server's counts are zeroed
-        os.unlink(os.path.join(run_dir, UNCACHED))
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(run_dir, RECHECK))
+    for stale in (UNCACHED, RECHECK):  # an earlier build's, as its server's counts are zeroed
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(run_dir, stale))
     shutil.rmtree(os.path.join(run_dir, JOURNAL), ignore_errors=True)
     dirs = [d for d in (site_packages() if basedirs is None else basedirs) if os.path.isdir(d)]
     environ = {**environ, "SCCACHE_BASEDIRS": os.pathsep.join(dirs)} if dirs else dict(environ)

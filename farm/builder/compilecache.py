@@ -184,26 +184,26 @@ def build_environment(bindir: str) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------
 # the recheck: what the cache served, recompiled
 # ------------------------------------------------------------------------------------------------
-def recheck_refusal(path: Path, cell: str) -> DefectError | None:
-    """The cell's refusal when the recheck (``cclaunch.recheck``'s verdict at ``path``) found an
-    object the build linked that a fresh uncached compile does not make; None when all agreed. A
-    verdict that is missing or unreadable is a refusal too: the check did not run."""
+def check_recheck(path: Path, cell: str) -> None:
+    """The cell's refusal (a :class:`DefectError`) when the recheck (``cclaunch.recheck``'s verdict at
+    ``path``) found an object the build linked that a fresh uncached compile does not make. A verdict
+    that is missing or unreadable is a refusal too: the check did not run."""
     try:
         verdict = jsonread.load_file(path, 16 << 20)
         differ = verdict["differ"]
         units, rechecked = int(verdict["units"]), len(verdict["rechecked"])
     except (OSError, ValueError, KeyError, TypeError):
-        return DefectError(f"{cell}: the compile cache's recheck left no verdict ({path})",
-                           hint="read the build log above for the recheck's error; --no-compile-cache builds "
-                                "without the cache")
+        raise DefectError(f"{cell}: the compile cache's recheck left no verdict ({path})",
+                          hint="read the build log above for the recheck's error; --no-compile-cache builds "
+                               "without the cache") from None
     if not differ:
-        return None
+        return
     shown = "; ".join(f"{d.get('unit')}: {d.get('why')}" for d in differ[:5] if isinstance(d, dict))
-    return DefectError(f"{cell}: {len(differ)} of the {rechecked} nvcc unit(s) recompiled uncached (of {units}) "
-                       f"differ from what the build linked: {shown}",
-                       hint="the compile cache served objects a fresh compile does not make (written by another "
-                            "build, or the compile is not reproducible): clear the cache (CACHE/compile-cache, or "
-                            "the CI cache) and build again, or build with --no-compile-cache")
+    raise DefectError(f"{cell}: {len(differ)} of the {rechecked} nvcc unit(s) recompiled uncached (of {units}) "
+                      f"differ from what the build linked: {shown}",
+                      hint="the compile cache served objects a fresh compile does not make (written by another "
+                           "build, or the compile is not reproducible): clear the cache (CACHE/compile-cache, or "
+                           "the CI cache) and build again, or build with --no-compile-cache")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -117,23 +117,17 @@ def _candidates(wanted: str, environ: Mapping[str, str], uv: str | None) -> Iter
         yield "uv", found
     pyenv_root = environ.get("PYENV_ROOT") or (str(Path.home() / ".pyenv") if shutil.which("pyenv") else None)
     if pyenv_root:
-        versions = Path(pyenv_root) / "versions"
-        found_any = False
-        for d in sorted(versions.glob(f"{wanted}.*"), key=lambda p: _numbers(p.name), reverse=True):
-            exe = d / "bin" / f"python{wanted}"
-            if exe.is_file():
-                found_any = True
-                yield "pyenv", str(exe)
-        if not found_any:
-            yield "pyenv", None
-    found_any = False
-    for folder in environ.get("PATH", "").split(os.pathsep):
-        exe = Path(folder or ".") / f"python{wanted}"
-        if exe.is_file() and os.access(exe, os.X_OK):
-            found_any = True
-            yield "PATH", str(exe)
-    if not found_any:
-        yield "PATH", None
+        versions = sorted(Path(pyenv_root, "versions").glob(f"{wanted}.*"), key=lambda p: _numbers(p.name),
+                          reverse=True)
+        yield from _each("pyenv", [exe for d in versions if (exe := d / "bin" / f"python{wanted}").is_file()])
+    folders = environ.get("PATH", "").split(os.pathsep)
+    yield from _each("PATH", [exe for f in folders
+                              if (exe := Path(f or ".") / f"python{wanted}").is_file() and os.access(exe, os.X_OK)])
+
+
+def _each(how: str, paths: list[Path]) -> list[tuple[str, str | None]]:
+    """(how, path) for each of ``paths``; (how, None) when there are none."""
+    return [(how, str(p)) for p in paths] or [(how, None)]
 
 
 def _numbers(name: str) -> tuple[int, ...]:

@@ -35,23 +35,13 @@ from farm.builder import cclaunch, compilecache
 from farm.builder.farmdeps import FarmDep
 from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
-from farm.builder.spec import (  # noqa: F401  (knobs, torch_*_for: re-exported, they were planned here)
-    BUILD_REQUIREMENTS,
-    BuildSpec,
-    SpecOverrides,
-    knobs,
-    resolve_spec,
-    toolkit_request,
-    torch_index_for,
-    torch_version_for,
-)
+from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec, SpecOverrides, resolve_spec
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
 from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
 from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
 from farm.toolkit import assemble as toolkit
-from farm.toolkit.request import ToolkitRequest
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
 _PLATFORMS: dict[str, tuple[str, str, str]] = {
@@ -121,10 +111,8 @@ class PlanOptions:
     images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
     host_cuda_home: Path | None = None  # the toolkit when the build runs on the host (native, Windows)
     torch_index: str | None = None  # URL ({cu} is the cell's cu130) or "pip"; None: _defaults.yml's
-    container_toolkit_prefix: str = CONTAINER_TOOLKIT_PREFIX
-    container_python: str = CONTAINER_PYTHON
     # The verified toolkit on the host, mounted read-only into the build container at
-    # container_toolkit_prefix: the container builds with exactly the archives the host checked.
+    # CONTAINER_TOOLKIT_PREFIX: the container builds with exactly the archives the host checked.
     host_toolkit_prefix: Path | None = None
     toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
     redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
@@ -167,45 +155,15 @@ class BuildPlan:
     cuda_home: str = ""  # CUDA_HOME as the build sees it
     msvc: MsvcSetup | None = None  # a win_amd64 cell: the toolset, its developer environment, its flags
 
-    # The spec's fields under the names the plan has always had.
     @property
     def cell(self) -> Cell:
         return self.spec.cell
 
-    @property
-    def arch(self) -> ArchRequest:
-        """The arch request postbuild asserts."""
-        return self.spec.arch
-
-    @property
-    def archs(self) -> ArchList:
-        return self.spec.arch.archs
-
-    @property
-    def arch_origin(self) -> str:
-        return self.spec.arch.origin
-
-    @property
-    def requested(self) -> str:
-        return self.spec.arch.requested
-
-    @property
-    def torch_version(self) -> str | None:
-        return self.spec.torch_version
-
-    @property
-    def torch_index(self) -> str | None:
-        return self.spec.torch_index
-
-    @property
-    def toolkit(self) -> ToolkitRequest:
-        return self.spec.toolkit
-
     def to_json(self) -> dict[str, object]:
         return {
             "cell": self.cell.id,
-            "arch_list": self.archs.canonical(),
-            "arch_origin": self.arch_origin,
+            "arch_list": self.spec.arch.archs.canonical(),
+            "arch_origin": self.spec.arch.origin,
             "identifier": self.identifier,
             "argv": list(self.argv),
             "env": dict(self.env),
@@ -214,9 +172,9 @@ class BuildPlan:
             "config_file": str(self.config_file),
             "output_dir": str(self.output_dir),
             "cuda_home": self.cuda_home,
-            "torch_version": self.torch_version,
-            "torch_index": self.torch_index,
-            "toolkit": self.toolkit.to_json(),
+            "torch_version": self.spec.torch_version,
+            "torch_index": self.spec.torch_index,
+            "toolkit": self.spec.toolkit.to_json(),
             "spec": self.spec.to_json(),
             "msvc": self.msvc.to_json() if self.msvc else None,
         }
@@ -241,6 +199,11 @@ def identifier(cell: Cell) -> str:
     if not cell.python.startswith("cp"):
         raise UsageError(f"cell {cell.id}: python {cell.python!r} is not a CPython tag like cp311")
     return f"{cell.python}-{suffix}"
+
+
+def _create_arg(engine: str, arg: str) -> str:
+    """``engine`` (cibuildwheel's ``container-engine`` option) with ``arg`` added to its ``create_args``."""
+    return f"{engine} {arg}" if "create_args:" in engine else f"{engine}; create_args: {arg}"
 
 
 def arch_environment(archs: ArchList) -> dict[str, str]:
@@ -352,8 +315,10 @@ def plan_build(
     if not Path(options.output_dir).is_absolute():
         raise UsageError(f"the output directory must be absolute, got {options.output_dir}",
                          hint="cibuildwheel resolves a relative one against the package's directory")
-    if spec is None:
-        spec = resolve_spec(config, recipe, cell, overrides(options),
+    if spec is None:  # what the plan's options decide over the config
+        overrides = SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
+                                  redist_url=options.redist_url, env=options.env)
+        spec = resolve_spec(config, recipe, cell, overrides,
                             arch=ArchRequest.given(archs) if archs is not None else None)
     elif spec.cell != cell or cell.package != recipe.name:
         raise UsageError(f"the build spec is for cell {spec.cell.id}, not {cell.id} of {recipe.name!r}")
@@ -364,17 +329,21 @@ def plan_build(
     in_container = cibw_platform == "linux"
     engine = options.container_engine
 
+    def add_volume(host: str | Path, inside: str) -> None:
+        nonlocal engine
+        engine = _create_arg(engine, f"--volume {shlex.quote(f'{PurePosixPath(host).as_posix()}:{inside}')}")
+
     if in_container:
-        prefix = options.container_toolkit_prefix
+        prefix = CONTAINER_TOOLKIT_PREFIX
         cuda_home = f"{prefix}/cuda"
         if request.source == "pypi":  # the same pinned wheels, installed inside for the container's arch
-            before_all = toolkit.install_script(request, prefix, python=options.container_python)
+            before_all = toolkit.install_script(request, prefix, python=CONTAINER_PYTHON)
         elif options.host_toolkit_prefix is not None or options.host_cuda_home is not None:
             before_all = ""
-            mount = (f"{PurePosixPath(options.host_toolkit_prefix).as_posix()}:{prefix}:ro"
-                     if options.host_toolkit_prefix is not None  # farm's verified toolkit, its cuda/ inside
-                     else f"{PurePosixPath(options.host_cuda_home or '').as_posix()}:{cuda_home}:ro")
-            engine = f"{engine}; create_args: --volume {shlex.quote(mount)}"
+            if options.host_toolkit_prefix is not None:  # farm's verified toolkit, its cuda/ inside
+                add_volume(options.host_toolkit_prefix, f"{prefix}:ro")
+            else:
+                add_volume(options.host_cuda_home or "", f"{cuda_home}:ro")
         else:
             raise UsageError(f"cell {cell.id} uses the redist toolkit: the container mounts the host's",
                              hint="pass host_toolkit_prefix (the verified toolkit, farm toolkit --prefix DIR)")
@@ -402,13 +371,6 @@ def plan_build(
     if launchers:
         env_pairs += reproducible_environment(CONTAINER_ROOT if in_container else Path(source_root).as_posix(),
                                               cuda_home)
-
-    def add_volume(host: str, inside: str) -> None:
-        nonlocal engine
-        arg = shlex.quote(f"{PurePosixPath(host).as_posix()}:{inside}")
-        engine += f" --volume {arg}" if "create_args:" in engine else f"; create_args: --volume {arg}"
-
-    if launchers:
         run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
         cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
             if cache.backend == "local" else None
@@ -428,8 +390,7 @@ def plan_build(
     if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
         host_cache = PurePosixPath(options.pip_cache).as_posix()
         if in_container:
-            mount = shlex.quote(f"{host_cache}:{CONTAINER_PIP_CACHE}")
-            engine += f" --volume {mount}" if "create_args:" in engine else f"; create_args: --volume {mount}"
+            add_volume(host_cache, CONTAINER_PIP_CACHE)
             env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
         else:
             env_pairs.append(("PIP_CACHE_DIR", host_cache))
@@ -476,8 +437,7 @@ def plan_build(
         "test-requires": [],
         "test-extras": [],
         "test-sources": [],
-        "container-engine": (f"{engine} --label {label}" if "create_args:" in engine
-                             else f"{engine}; create_args: --label {label}") if in_container else engine,
+        "container-engine": _create_arg(engine, f"--label {label}") if in_container else engine,
     }
     image = options.images.get(cibw_arch) if in_container else None
     if image:
@@ -545,10 +505,4 @@ def reproducible_environment(source_root: str, cuda_home: str, env: str | None =
     pairs = [(cuda_home, MAPPED_CUDA), (source_root, MAPPED_SOURCE)] + ([(env, MAPPED_ENV)] if env else [])
     return [("SOURCE_DATE_EPOCH", SOURCE_DATE_EPOCH),
             (cclaunch.PREFIX_MAP_ENV, cclaunch.encode_prefix_map(pairs))]
-
-
-def overrides(options: PlanOptions) -> SpecOverrides:
-    """What the plan's options decide over the config."""
-    return SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
-                         redist_url=options.redist_url, env=options.env)
 

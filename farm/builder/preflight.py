@@ -258,8 +258,7 @@ class Preflight:
         handlers = self._handlers[0]
         machine = cell.platform.removeprefix("linux_")
         reference = image_for(machine, self.images, self.environ)
-        facts = None
-        down = None
+        facts = down = None
         if reference is not None and emulation_blocker(machine, self.host.machine, handlers) is None:
             if reference not in self._images:
                 self._images[reference] = self.probe(self.engine, reference, self.cache)
@@ -280,10 +279,8 @@ class Preflight:
         if cell.python not in self._interpreters:
             self._interpreters[cell.python] = find_interpreter(cell.python, environ=self.environ, uv=self.uv)
         found = self._interpreters[cell.python]
-        if found.interpreter is not None:
-            return None
-        if self.managed(cell) is not None:
-            return None  # uv installs it: a download, checked with the others
+        if found.interpreter is not None or self.managed(cell) is not None:
+            return None  # here, or uv installs it: a download, checked with the others
         return python_blocker(found, uv=self.uv is not None)
 
     def managed(self, cell: Cell) -> str | None:
@@ -395,17 +392,15 @@ def needs_of(spec: BuildSpec, source: GitSource | SdistSource | PathSource, *, b
     if cuda_home is None and cached_toolkit(toolkit_prefix(toolkit_root, spec.toolkit), spec.toolkit) is None:
         downloads["the CUDA toolkit"] = spec.toolkit.manifest_url if spec.toolkit.source == "redist" else pip_index
         disk += TOOLKIT_BYTES
-    if builder == "native" and interpreter is None:  # uv installs the Python first; its environment is new
-        downloads["the build tools"] = pip_index
-        if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
-            downloads["torch"] = spec.torch_index
-        disk += MANAGED_PYTHON_BYTES + (TORCH_ENV_BYTES if spec.torch_version else PLAIN_ENV_BYTES)
-    elif builder == "native" and interpreter is not None:
-        contents = buildenv.spec_for(spec.torch_version, spec.torch_index, spec.knobs.extra_deps,
-                                     python_exe=os.path.realpath(interpreter.path), tools=spec.tools)
-        if buildenv.reuse_problem(contents, Path(env_root).absolute() / contents.slug) is not None:
+    if builder == "native":
+        new_env = interpreter is None  # uv installs the Python first; its environment is new
+        if interpreter is not None:
+            contents = buildenv.spec_for(spec, interpreter.path)
+            new_env = buildenv.reuse_problem(contents, Path(env_root).absolute() / contents.slug) is not None
+        if new_env:
             downloads["the build tools"] = pip_index
             if spec.torch_index and spec.torch_index != TORCH_INDEX_PIP:
                 downloads["torch"] = spec.torch_index
-            disk += TORCH_ENV_BYTES if spec.torch_version else PLAIN_ENV_BYTES
+            disk += ((MANAGED_PYTHON_BYTES if interpreter is None else 0)
+                     + (TORCH_ENV_BYTES if spec.torch_version else PLAIN_ENV_BYTES))
     return Needs(downloads, disk)

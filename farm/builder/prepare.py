@@ -89,20 +89,15 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     on a cache miss. A ``lint_ignore`` that matches nothing in the patched source is stale.
     ``cuda``: the cell's CUDA line, used for a recipe with ``kernel_families``."""
     knobs = knobs or recipe.build
-    scripts = knobs.patch_scripts(platform)
-    if not scripts:
-        return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           extensions=extensions, cuda=cuda if recipe.kernel_families else None,
-                           families=recipe.families)
-    paths = [patch_path(config.root, recipe, script) for script in scripts]
+    paths = [patch_path(config.root, recipe, script) for script in knobs.patch_scripts(platform)]
     # the scripts and the shared helpers beside them (packages/patches/_*.py) they may import
     helpers = sorted({h for path in paths for h in path.parent.glob("_*.py")})
-    digest = ":".join(sha256_file(p) for p in (*paths, *helpers))
+    variant = f"patch:{':'.join(sha256_file(p) for p in (*paths, *helpers))}" if paths else ""
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
                 tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs,
                 platform=platform)
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
-                           prepare=prepare, variant=f"patch:{digest}", extensions=extensions,
+                           prepare=prepare if paths else None, variant=variant, extensions=extensions,
                            cuda=cuda if recipe.kernel_families else None, families=recipe.families)

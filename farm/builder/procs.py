@@ -82,18 +82,7 @@ def alive(pid: int) -> bool:
 
 def session_members(sid: int) -> list[int]:
     """The live processes (zombies aside: they are gone, only not yet reaped) of session ``sid``."""
-    found = []
-    try:
-        entries = list(PROC.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is not None and stat[1] == sid and stat[0] not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+    return sorted(activity([sid])[0])
 
 
 def _signal(pids: Sequence[int], sid: int, sig: signal.Signals) -> None:

@@ -272,11 +272,10 @@ def _candidates(cache: Path) -> Iterable[tuple[str, Path, Path | None]]:
         for folder in entries(base) if not base.parent.is_symlink() else []:
             if folder.is_dir() and not folder.name.startswith("tmp-"):
                 yield "sources", folder, (base / f"{folder.name}.lock" if sub != "git" else None)
-    for kind, name in (("toolkit", "toolkit"), ("envs", "envs"), ("sources", "sources"), ("sources", "sources/git"),
-                       ("sources", "sources/sdist"), ("sources", "sources/vendored"), ("sources", "sources/vendor"),
-                       ("build", "build"), ("images", "images")):
+    for name in ("toolkit", "envs", "sources", "sources/git", "sources/sdist", "sources/vendored", "sources/vendor",
+                 "build", "images"):
         if (cache / name).is_symlink():
-            yield kind, cache / name, None
+            yield name.split("/")[0], cache / name, None
     for folder in entries(cache / "build"):
         if folder.is_dir():
             yield "build", folder, None
@@ -298,9 +297,7 @@ def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
         return "an image this host's engine holds" if folder.name in used.images else None
     if kind == "sources":
         name = folder.name.removesuffix("-sub")
-        if name in used.commits or name in used.sdists:
-            return "a recent cell's or a recipe's pinned source"
-        return None
+        return "a recent cell's or a recipe's pinned source" if name in used.commits or name in used.sdists else None
     return "a recent cell's work folder" if folder.name in used.cells else None
 
 

@@ -242,12 +242,7 @@ def depfile_inputs(text: str, cwd: str, root: str) -> list[str]:
     _, _, deps = text.replace("\\\n", " ").partition(": ")
     # make escapes a space inside a path as "\ "
     words = [w.replace("\\ ", " ") for w in re.split(r"(?<!\\)\s+", deps) if w]
-    found = set()
-    for w in words:
-        rel = tu_path(w, root, cwd)
-        if rel is not None:
-            found.add(rel)
-    return sorted(found)
+    return sorted({rel for w in words if (rel := tu_path(w, root, cwd)) is not None})
 
 
 def verify_unit(unit: Mapping[str, object], root: str, *, missing_ok: bool = False) -> str | None:
@@ -511,9 +506,5 @@ def _serve(shard_dir: str, label: str, cfg: Mapping[str, object], root: str, rec
     return 0
 
 
-def main() -> None:
-    sys.exit(launch(sys.argv, os.environ))
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit(launch(sys.argv, os.environ))

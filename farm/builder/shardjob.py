@@ -87,13 +87,10 @@ class ShardSetup:
         ]
 
 
-def cell_dir(shard_root: Path, cell_id: str) -> Path:
-    return Path(shard_root) / cell_id
-
-
-def _install_launcher(directory: Path, label: str) -> None:
-    """The launcher, the PATH shim and an empty log for the job ``label`` in ``directory``."""
-    log = directory / "log" / shard.log_name(label)
+def _install(setup: ShardSetup, source_root: Path, mode: str, **extra: object) -> None:
+    """The launcher, the PATH shim, an empty log and ``shard.json`` (``mode``, ``extra``) for the job of ``setup``."""
+    directory = setup.directory
+    log = directory / "log" / shard.log_name(setup.job.label)
     log.parent.mkdir(parents=True, exist_ok=True)  # here, not by the launcher: in a container that would be root's
     log.unlink(missing_ok=True)
     launcher = directory / shard.LAUNCHER
@@ -105,12 +102,16 @@ def _install_launcher(directory: Path, label: str) -> None:
     shim.parent.mkdir(exist_ok=True)
     _write(shim, SHIM_TEXT)
     shim.chmod(0o755)
+    config = {"cell": setup.cell, "mode": mode, "index": setup.job.index, "count": setup.job.count,
+              "root": str(source_root), "digest": setup.digest, "spec": setup.spec, "table": dict(setup.table),
+              "proofs": {name: u.proof() for name, u in setup.proofs.items()}, **extra}
+    _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
 
 
 def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, spec_digest: str) -> ShardSetup:
     """Write the launcher and ``shard.json`` for this job; a compile job starts from an empty
     share of ``objects/`` (its own files only), a link job proves every shard's output first."""
-    directory = cell_dir(shard_root, cell_id)
+    directory = Path(shard_root) / cell_id
     table = shard.assign(shard.tree_tus(source_root), job.count)
     digest = shard.table_digest(table, job.count)
     setup = ShardSetup(job, cell_id, directory, table, digest, spec_digest)
@@ -122,13 +123,9 @@ def prepare(shard_root: Path, job: ShardJob, cell_id: str, source_root: Path, sp
         for old in objects.glob(f"{job.index}-*.o"):
             old.unlink()
         (objects / shard.done_name(job.index or 0)).unlink(missing_ok=True)
-    _install_launcher(directory, job.label)
-    config = {"cell": cell_id, "mode": "link" if job.is_link else "compile", "index": job.index,
-              "count": job.count, "root": str(source_root), "digest": digest, "spec": spec_digest,
-              "table": dict(table), "proofs": {name: u.proof() for name, u in setup.proofs.items()},
-              # drawn now, after the shards wrote their records: which objects the link build recompiles
-              "recheck": sorted(cclaunch.sample(sorted(setup.proofs)))}
-    _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
+    # recheck: drawn now, after the shards wrote their records: which objects the link build recompiles
+    _install(setup, source_root, "link" if job.is_link else "compile",
+             recheck=sorted(cclaunch.sample(sorted(setup.proofs))))
     return setup
 
 
@@ -136,17 +133,14 @@ def prepare_probe(probe_root: Path, cell_id: str, source_root: Path, spec_digest
     """A probe's folder (``<probe_root>/<cell id>/``), emptied: the launcher and a ``shard.json``
     in probe mode. It shares nothing with a sharded build's folders: a probe's objects are never
     a compile shard's."""
-    directory = cell_dir(probe_root, cell_id)
+    directory = Path(probe_root) / cell_id
     for old in (directory / shard.OBJECTS, directory / shard.CLAIMS):
         remove(old)
     (directory / shard.OBJECTS).mkdir(parents=True)
     table = shard.assign(shard.tree_tus(source_root), 1)
     setup = ShardSetup(ShardJob(1, 0, probe=True), cell_id, directory, table, shard.table_digest(table, 1),
                        spec_digest)
-    _install_launcher(directory, shard.PROBE_LABEL)
-    config = {"cell": cell_id, "mode": "probe", "index": 0, "count": 1, "root": str(source_root),
-              "digest": setup.digest, "spec": spec_digest, "table": dict(table), "proofs": {}}
-    _write(directory / shard.CONFIG, json.dumps(config, indent=1) + "\n")
+    _install(setup, source_root, "probe")
     return setup
 
 

@@ -344,9 +344,7 @@ class _Reader:
 
     def opt_count(self, data: Mapping[str, Any], key: str) -> int | None:
         value = data.get(key.rsplit(".", 1)[-1])
-        if value is None:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise self.bad(key, "an integer or null")
         return value
 
@@ -423,15 +421,6 @@ def torch_index_for(config: FarmConfig, cell: Cell, override: str | None = None)
     return index.replace("{cu}", cell.cu)
 
 
-def toolkit_request(config: FarmConfig, knob: BuildKnobs, cell: Cell, overrides: SpecOverrides) -> ToolkitRequest:
-    """The cell's toolkit: the line's components, torch's for a torch-linked cell, the recipe's extra."""
-    return request_for(
-        config.defaults.toolkit, cell.cuda, torch=cell.torch != NO_TORCH, extra=knob.extra_cuda_components,
-        source=overrides.toolkit_source, platform=cell.platform, redist_url=overrides.redist_url,
-        env=overrides.env,
-    )
-
-
 def resolve_spec(
     config: FarmConfig,
     recipe: Recipe,
@@ -457,7 +446,10 @@ def resolve_spec(
     return BuildSpec(
         cell=cell,
         arch=arch,
-        toolkit=toolkit_request(config, knob, cell, overrides),
+        # the line's components, torch's for a torch-linked cell, the recipe's extra
+        toolkit=request_for(config.defaults.toolkit, cell.cuda, torch=cell.torch != NO_TORCH,
+                            extra=knob.extra_cuda_components, source=overrides.toolkit_source, platform=cell.platform,
+                            redist_url=overrides.redist_url, env=overrides.env),
         torch_version=torch_version,
         torch_index=torch_index_for(config, cell, overrides.torch_index) if torch_version is not None else None,
         knobs=knob,

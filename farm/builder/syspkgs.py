@@ -59,10 +59,9 @@ def missing_packages(names: Sequence[str], manager: str) -> tuple[str, ...]:
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                   timeout=_QUERY_TIMEOUT_S, check=False)
+            installed = proc.returncode == 0 and (manager != APT or proc.stdout.strip() == "installed")
         except (OSError, subprocess.TimeoutExpired):
-            missing.append(name)
-            continue
-        installed = proc.returncode == 0 and (manager != APT or proc.stdout.strip() == "installed")
+            installed = False
         if not installed:
             missing.append(name)
     return tuple(missing)
