@@ -44,6 +44,7 @@ from typing import Any
 from farm import jsonread
 from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import DEADLINE, Deadline, deadline_for, download, read_body
+from farm.publish.budget import waits_out
 from farm.publish.github import API_URL, UPLOADS_URL
 from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
 from farm.schedule.attempts import RunJob
@@ -320,9 +321,8 @@ class Client:
                                      status=answer.status,
                                      hint=hint if hint and answer.status in (403, 404) else _hint(answer.status))
             limited = answer.status in (403, 429)
-            if limited and self.throttle.budget.bounded:
-                pass  # a job's budget bounds its waiting on GitHub's limits (OutOfTime past it)
-            elif attempt >= self.max_retries or wait > self.max_wait_s:
+            if not waits_out(self.throttle.budget, limited, attempt, wait, max_retries=self.max_retries,
+                             max_wait_s=self.max_wait_s):
                 raise GithubApiError(
                     f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
                     f"(after {attempt + 1} tries)", status=answer.status,

@@ -35,7 +35,15 @@ from farm.model.cells import NO_TORCH
 from farm.model.config import FarmConfig, Sharding
 from farm.provenance.ledgerfiles import segment_of
 from farm.provenance.ledgerline import ExistsKey
-from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, CellPace, JobClock, next_cell_fits, publish_shares
+from farm.publish.budget import (
+    MAX_RATE_LIMIT_WAIT_S,
+    REST,
+    CellPace,
+    JobClock,
+    job_share,
+    next_cell_fits,
+    waits_out,
+)
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
 from farm.publish.githubsettings import GithubSettings
@@ -58,7 +66,7 @@ from farm.schedule.jobs import build_entries
 from farm.schedule.matrix import Matrix, PlannedCell
 from farm.schedule.outcome import from_reports
 from farm.schedule.recipetimes import RecipeTimes
-from farm.schedule.slices import SHARD_SIZE
+from farm.schedule.slices import LINK, SHARD_SIZE
 from farm.schedule.stream import ERROR, FAILED, HANDED_ON, PUBLISHED, CellVerdict, shard_cells
 from farm.simulate.githubsim import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import MB, Inputs
@@ -515,7 +523,7 @@ class Drain:
             self._built(run, state, kind, job)
             left[0] -= 1
             if left[0] == 0:
-                self.runners.submit([Job("publish", lambda j: self._publish(run, shard_cells(entries), j),
+                self.runners.submit([Job("publish", lambda j: self._publish(run, shard, shard_cells(entries), j),
                                          lambda j: self._published(run, shard_cells(entries), j),
                                          limit_s=self.wf.publish_timeout_s)])
                 self._builds_done(run, shard)
@@ -696,13 +704,11 @@ class Drain:
     # -- publish jobs ------------------------------------------------------------------------
     def _request(self, method: str, throttle: Throttle | None) -> Process:
         """One REST call as farm's client makes it: its job's throttle first, then GitHub's
-        answer; a refusal is waited out as GitHub asks. A publish job's throttle holds the job's
-        budget (farm/publish/budget.py), which alone bounds that: a wait past its deadline or its
-        cap on rate-limit waits raises :class:`OutOfTime` and the job hands the cell on. The
-        chain's calls have none: at most MAX_RETRIES tries, never a wait past MAX_WAIT_S."""
+        answer; a refusal is waited out as GitHub asks, within what
+        :func:`~farm.publish.budget.waits_out` allows (the chain's calls have no throttle, so no
+        job's budget)."""
         if throttle is not None and (delay := throttle.delay(method)) > 0:
-            throttle.budget.allow(self.loop.now, delay, rate_limit=False, what="the throttle's pacing")
-            throttle.waited_s += delay
+            throttle.spend(delay, rate_limit=False, what="the throttle's pacing")
             yield delay
         for attempt in itertools.count():
             self.requests += 1
@@ -713,30 +719,23 @@ class Drain:
             if wait == 0:
                 return
             self.rate_limited += 1
-            if throttle is not None and throttle.budget.bounded:  # a job's budget bounds its waiting, not a count
-                throttle.budget.allow(self.loop.now, wait, rate_limit=True, what=f"{method}: Retry-After")
-                throttle.waited_s += wait
-            elif attempt >= MAX_RETRIES or wait > MAX_WAIT_S:
+            budget = None if throttle is None else throttle.budget
+            if not waits_out(budget, True, attempt, wait, max_retries=MAX_RETRIES, max_wait_s=MAX_WAIT_S):
                 return
+            if throttle is not None:
+                throttle.spend(wait, rate_limit=True, what=f"{method}: Retry-After")
             yield wait
 
-    def _publish(self, run: DrainRun, cells: list[tuple[str, str]], job: Job, *, rest: bool = False) -> Process:
-        """``farm publish-shard`` as the publish job runs it: the run's artifacts listed once (from
-        the artifact service: no REST request), then each cell in plan order, its records pushed
-        at most once a minute and at the end. Its share of the token: ``--publishers N``'s 1/N, else
-        its cells among the wave's shards', the link shard's included (farm/publish/budget.py);
-        the link shard's own job, which runs after them, and ``rest`` (the run's publish-rest
-        job) the whole token. It knows its
-        deadline: before a cell without room for it, or on a wait its budget refuses, it hands
-        that cell and every one after it on to publish-rest (``--shard rest``)."""
-        if self.wf.publishers:
-            share = 1.0 / self.wf.publishers
-        elif rest or cells == shard_cells(run.links):
-            share = 1.0
-        else:
-            shards = [*run.shards, run.links]
-            shares = publish_shares({str(i): len(shard_cells(s)) for i, s in enumerate(shards)})
-            share = next((shares[str(i)] for i, s in enumerate(shards) if shard_cells(s) == cells), 1.0) or 1.0
+    def _publish(self, run: DrainRun, shard: str, cells: list[tuple[str, str]], job: Job) -> Process:
+        """``farm publish-shard --shard SHARD`` as the publish job runs it: the run's artifacts
+        listed once (from the artifact service: no REST request), then each cell in plan order,
+        its records pushed at most once a minute and at the end, under its
+        :func:`~farm.publish.budget.job_share` of the token. It knows its deadline: before a cell
+        without room for it, or on a wait its budget refuses, it hands that cell and every one
+        after it on to publish-rest (``--shard rest``)."""
+        rest = shard == REST
+        jobs = {str(i): len(shard_cells(s)) for i, s in enumerate(run.shards)} | {LINK: len(shard_cells(run.links))}
+        share = job_share(shard, jobs, self.wf.publishers)
         clock = JobClock(job.began, self.wf.publish_timeout_s)
         budget = clock.budget(math.inf if rest else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
@@ -831,7 +830,7 @@ class Drain:
         run.publishes_left -= 1
         if run.publishes_left == 0:
             handed, run.handed = run.handed, []
-            self.runners.submit([Job("publish", lambda j: self._publish(run, handed, j, rest=True),
+            self.runners.submit([Job("publish", lambda j: self._publish(run, REST, handed, j),
                                      lambda j: self._published(run, handed, j, rest=True),
                                      limit_s=self.wf.publish_timeout_s)])
 
