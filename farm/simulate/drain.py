@@ -68,7 +68,7 @@ from farm.schedule.outcome import from_reports
 from farm.schedule.recipetimes import RecipeTimes
 from farm.schedule.slices import LINK, SHARD_SIZE
 from farm.schedule.stream import ERROR, FAILED, HANDED_ON, PUBLISHED, CellVerdict, shard_cells
-from farm.simulate.githubsim import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
+from farm.simulate.githubsim import GIT_REFUSE_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import MB, Inputs
 from farm.simulate.workflow import Workflow
 
@@ -76,7 +76,6 @@ DAY = 86400.0
 BACKENDS = ("s3", "gha")  # where the compiler cache lives: an S3 store, or the Actions cache
 ASSETS_PAGE = 100  # GitHub lists a release's assets and a run's artifacts 100 a page
 CHAIN_REQUESTS = 5  # farm chain: the waiting runs, once per status (4), and the dispatch
-WASTE = ("timeout", "failure", "publish killed", "artifact expired", "ledger refused", "rate limit")
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +95,6 @@ class Truth:
     """What a cell really costs on a hosted runner (the planner sees only the ledger)."""
 
     compile_s: float  # all its compiling, cold
-    basis: str  # the recipe time's: measured | probe | estimate
     linked: bool
     toolkit: str
     toolkit_bytes: int
@@ -129,7 +127,6 @@ class Ledger:
     files: dict[str, int] = field(default_factory=dict)  # segment -> bytes
     durations: list[tuple[CellKey, float]] = field(default_factory=list)
     counts: list[tuple[CellKey, int, int]] = field(default_factory=list)
-    warned: bool = False
 
     def largest_file(self) -> int:
         return max(self.files.values(), default=0)
@@ -144,7 +141,6 @@ class Ledger:
             after[name] = after.get(name, 0) + self.record_bytes
         if any(size > GIT_REFUSE_BYTES for size in after.values()):
             return False
-        self.warned = self.warned or any(size > GIT_WARN_BYTES for size in after.values())
         self.files = after
         for key, duration, compiles, hits in records:
             if duration is not None:
@@ -185,7 +181,6 @@ class Job:
     kind: str  # matrix, slice, build, compile, link, publish, chain
     start: Callable[[Job], Process]
     done: Callable[[Job], None]
-    cell: str = ""
     limit_s: float = math.inf
     began: float = 0.0
     ended: float = 0.0
@@ -215,9 +210,7 @@ class Runners:
 
     def _begin(self, job: Job) -> None:
         job.began = self.loop.now
-        process = job.start(job)
-        deadline = job.began + job.limit_s
-        self._step(job, process, deadline)
+        self._step(job, job.start(job), job.began + job.limit_s)
 
     def _step(self, job: Job, process: Process, deadline: float) -> None:
         now = self.loop.now
@@ -231,10 +224,8 @@ class Runners:
         except StopIteration:
             self._end(job, now)
             return
-        if now + wait > deadline:  # GitHub kills the job at its limit, wherever it is
-            self.loop.at(deadline, lambda: self._step(job, process, deadline))
-        else:
-            self.loop.at(now + wait, lambda: self._step(job, process, deadline))
+        # GitHub kills the job at its limit, wherever it is
+        self.loop.at(min(now + wait, deadline), lambda: self._step(job, process, deadline))
 
     def _end(self, job: Job, when: float) -> None:
         job.ended = when
@@ -267,7 +258,6 @@ class DrainRun:
     # cell -> the share of its compile steps the compiler cache held when the run began: what each
     # of its compile shards finds (they compile disjoint units, so none finds another's steps)
     held: dict[str, float] = field(default_factory=dict)
-    artifact_count: int = 1  # the plan
     verdicts: dict[str, CellVerdict] = field(default_factory=dict)
     handed: list[tuple[str, str]] = field(default_factory=list)  # (cell, package) handed on to publish-rest
     builds_left: int = 0  # build shards whose builds have not all ended (then the link shard's)
@@ -336,9 +326,7 @@ class Drain:
         self.times, self.wf, self.sizes, self.scenario = times, workflow, sizes, scenario
         self.sharding: dict[str, Sharding | None] = {p.package: config.recipe(p.package).sharding
                                                      for p in matrix.packages}
-        targets = [t for t in config.defaults.publish.values()
-                   if isinstance(t, GithubSettings)]
-        self.tag = targets[0].tag if targets else None
+        self.tag = next((t.tag for t in config.defaults.publish.values() if isinstance(t, GithubSettings)), None)
         self.planned = {p.cell.id: p for p in matrix.cells}
         self.truths = self._truths()
         self.loop = Loop()
@@ -368,14 +356,14 @@ class Drain:
             c = p.cell
             host = self.times.seconds(c.package, len(p.archs))
             if host is not None:
-                compile_s, basis = host * self.times.runner_factor.value, self.times.recipes[c.package].basis
+                compile_s = host * self.times.runner_factor.value
             else:  # unmeasured: what the planner guesses, a default job per declared compile job
                 shard = self.sharding.get(c.package)
-                compile_s, basis = DEFAULT_JOB_S * (shard.jobs if shard else 1), "estimate"
+                compile_s = DEFAULT_JOB_S * (shard.jobs if shard else 1)
             if c.platform == "win_amd64":
                 compile_s *= self.v.windows_factor
             toolkit, torch = keys.of(p)
-            out[cid] = Truth(compile_s, basis, c.torch != NO_TORCH, str(toolkit),
+            out[cid] = Truth(compile_s, c.torch != NO_TORCH, str(toolkit),
                              toolkit_size(toolkit, self.sizes).bytes, None if torch is None else str(torch),
                              0 if torch is None else torch_size(torch, self.sizes).bytes,
                              self.inputs.wheel_bytes(c.package))
@@ -535,7 +523,7 @@ class Drain:
                 jobs.append(Job("link" if part == "link" else "compile" if part else "build",
                                 functools.partial(self._build, run, state, part),
                                 functools.partial(one_done, state=state, kind=part),
-                                cell=e["id"], limit_s=self.wf.build_timeout_s))
+                                limit_s=self.wf.build_timeout_s))
             self.runners.submit(jobs)
         return Job("slice", lambda _: _wait(self.v.slice_s), sliced)
 
@@ -584,9 +572,7 @@ class Drain:
             self._record_attempts(run)
             run.open, run.ended = False, self.loop.now
             outcome = from_reports(run.plan, run.verdicts)  # what `farm wave` decides from the reports
-            if self._finish_if_drained():
-                return
-            if run.chained:
+            if self._finish_if_drained() or run.chained:
                 return
             if outcome.next_wave:
                 self._start_run(self.loop.now)
@@ -690,7 +676,6 @@ class Drain:
         if part and part != "link":
             run.objects.setdefault(cid, []).append(self.loop.now)
             run.object_cost[cid] = run.object_cost.get(cid, 0.0) + runner_s
-            run.artifact_count += 1
             return
         if state.unpublished_s:  # an earlier artifact of this cell was never published
             self._rebuilt[state.unpublished_why] += 1
@@ -699,7 +684,6 @@ class Drain:
         state.unpublished_s = runner_s + run.object_cost.get(cid, 0.0)
         state.unpublished_why = "publish killed"  # until its publish says otherwise
         run.artifacts[cid] = self.loop.now
-        run.artifact_count += 2  # the wheel and its fragment
 
     # -- publish jobs ------------------------------------------------------------------------
     def _request(self, method: str, throttle: Throttle | None) -> Process:

@@ -18,7 +18,6 @@ from farm.publish.ratelimit import CONTENT_METHODS, CONTENT_PER_HOUR, CONTENT_PE
 from farm.schedule.cacheplan import CACHE_LIMIT_BYTES
 
 POINTS_PER_MINUTE = 900  # secondary limit: a GET costs 1 point, a content-creating request 5
-CONCURRENT_REQUESTS = 100  # secondary limit on requests in flight at once
 CACHE_IDLE_S = 7 * 86400  # an Actions cache entry not used for 7 days is evicted
 CACHE_WRITES_PER_MINUTE = 200  # per repository; past it the cache service answers 429
 GIT_WARN_BYTES = 50 * 2**20  # git push warns about a file over 50 MiB

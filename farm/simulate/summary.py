@@ -39,7 +39,6 @@ def goals(drain: Drain) -> list[Goal]:
     bumps = _reported(drain)
     lost = sum(r.lost for r in bumps)
     rebuilt = sum(r.rebuilt[c] for r in bumps for c in LIMIT_CAUSES)
-    days = max(r.days for r in bumps)
     out = [Goal("nothing lost: every cell the planner does not refuse is published", lost == 0, f"{lost} lost"),
            Goal("nothing rebuilt because of a limit (publish clock, retention, ledger size, REST limits)",
                 rebuilt == 0, f"{rebuilt} rebuilt")]
@@ -53,7 +52,6 @@ def goals(drain: Drain) -> list[Goal]:
         else:
             worst = max(r.days for r in mine)
             out.append(Goal(what, worst <= limit and all(r.drained for r in mine), f"{worst:.2f} days"))
-    del days
     return out
 
 
