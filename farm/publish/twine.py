@@ -82,10 +82,6 @@ class TwinePlan:
     refused: tuple[tuple[str, str], ...]  # (filename, why) of each wheel the repository cannot take
 
     @property
-    def refusals(self) -> tuple[str, ...]:
-        return tuple(f"{name}: {why}" for name, why in self.refused)
-
-    @property
     def ok(self) -> bool:
         return not self.refused
 

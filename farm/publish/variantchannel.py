@@ -251,18 +251,13 @@ def render(variants: Iterable[WheelVariant]) -> dict[str, bytes]:
     for v in variants:
         out[f"{index.FILES}/{v.filename}.metadata"] = v.metadata
     files = {v.filename: v for v in variants}
+
+    def json_links(pfiles: list[index.IndexFile], up: str) -> list[str]:
+        names = (json_names[nv] for nv in sorted({files[f.filename].name_version for f in pfiles}))
+        return [_json_link(name, out[f"{index.FILES}/{name}"], up) for name in names]
+
     by_channel = index.channels(v.file() for v in variants)
-    for channel, projects in by_channel.items():
-        depth = channel.count("/") + 1
-        out[f"{channel}/index.html"] = index.page(
-            f"Wheel variants ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
-        for project, pfiles in projects.items():
-            up = "../" * (depth + 1)
-            links = [index.file_link(f, up) for f in pfiles]
-            for nv in sorted({files[f.filename].name_version for f in pfiles}):
-                name = json_names[nv]
-                links.append(_json_link(name, out[f"{index.FILES}/{name}"], up))
-            out[f"{channel}/{project}/index.html"] = index.page(f"Links for {project}", links)
+    out.update(index.channel_pages(by_channel, "Wheel variants", json_links))
     out[index.PACKAGES_JSON] = (json.dumps(index.packages_json((v.file() for v in variants), by_channel),
                                            indent=2, sort_keys=True) + "\n").encode()
     return out
@@ -312,13 +307,7 @@ def _regenerate(root: Path, lookup: index.EntryLookup, allow_drop: Iterable[str]
     pages = render(variants)
     old = index.read_packages_json(out)
     new: Mapping[str, Any] = json.loads(pages[index.PACKAGES_JSON])
-    lost = index.lost_projects(old, new, allow_drop)
-    if lost:
-        raise DefectError(
-            f"the wheel-variant channel would no longer list {len(lost)} project page(s) it listed before: "
-            + ", ".join(lost), where=str(out),
-            hint="restore the missing wheels under files/ (and their ledger entries), or name each project "
-                 "with --allow-drop if removing it is intended")
+    index.refuse_lost(old, new, allow_drop, "the wheel-variant channel", out)
     sweep_leftovers(out / index.FILES)
     written = [f"{index.FILES}/{v.filename}" for v in variants if _store(root, v)]
     report = index.write_pages(out, pages, old, new)
