@@ -323,25 +323,15 @@ def render(wheels: Iterable[CompatWheel]) -> dict[str, bytes]:
 # --------------------------------------------------------------------------------------------
 # I/O shell
 # --------------------------------------------------------------------------------------------
-def pages(files_dir: Path, files: Iterable[IndexFile],
-          attested: Callable[[str], Attestation | None] | None = None) -> dict[str, bytes]:
-    """The compatibility pages of the wheels stored in ``files_dir``."""
-    return render(provenance(files_dir, files, attested))
-
-
-def prune(root: Path, keep: Iterable[str]) -> list[str]:
+def prune(root: Path, keep: Iterable[str]) -> None:
     """Remove compatibility pages a regeneration no longer writes (a project or channel gone)."""
     keep = set(keep)
-    removed: list[str] = []
     base = Path(root) / PAGE_DIR
     if not base.is_dir():
-        return removed
+        return
     for page in sorted(p for p in base.rglob("*") if p.is_file()):
-        rel = page.relative_to(root).as_posix()
-        if rel not in keep:
+        if page.relative_to(root).as_posix() not in keep:
             page.unlink()
-            removed.append(rel)
     for folder in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
         if not any(folder.iterdir()):
             folder.rmdir()
-    return removed

@@ -371,7 +371,8 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
     refuse_lost(old, new, allow_drop, "the regenerated index", root)
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
-    pages.update(compat.pages(files_dir, files.values(), attested))  # beside the PEP 503 pages, never in them
+    # beside the PEP 503 pages, never in them
+    pages.update(compat.render(compat.provenance(files_dir, files.values(), attested)))
     report = write_pages(root, pages, old, new)
     compat.prune(root, pages)
     return report

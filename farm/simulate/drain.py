@@ -717,11 +717,10 @@ class Drain:
         :func:`~farm.publish.budget.job_share` of the token. It knows its deadline: before a cell
         without room for it, or on a wait its budget refuses, it hands that cell and every one
         after it on to publish-rest (``--shard rest``)."""
-        rest = shard == REST
         jobs = {str(i): len(shard_cells(s)) for i, s in enumerate(run.shards)} | {LINK: len(shard_cells(run.links))}
         share = job_share(shard, jobs, self.wf.publishers)
         clock = JobClock(job.began, self.wf.publish_timeout_s)
-        budget = clock.budget(math.inf if rest else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
+        budget = clock.budget(math.inf if shard == REST else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
         yield self.v.publish_setup_s
         job.pushed_at = self.loop.now
