@@ -46,7 +46,7 @@ from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import DEADLINE, Deadline, deadline_for, download, read_body
 from farm.publish.budget import waits_out
 from farm.publish.github import API_URL, UPLOADS_URL
-from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
+from farm.publish.ratelimit import Clock, RealClock, Throttle, retry_after
 from farm.schedule.attempts import RunJob
 
 TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
@@ -495,11 +495,11 @@ def env_token(env: Mapping[str, str]) -> str | None:
     return next((env[v] for v in TOKEN_VARIABLES if env.get(v)), None)
 
 
-def actions_client(repository: str | None, env: Mapping[str, str], *, publishers: int = 1,
-                   clock: Clock | None = None, throttle: Throttle | None = None) -> Client:
+def actions_client(repository: str | None, env: Mapping[str, str], *, clock: Clock | None = None,
+                   throttle: Throttle | None = None) -> Client:
     """A client for the repository a workflow runs in: ``GITHUB_API_URL`` (as Actions sets it;
-    api.github.com when unset), the token of :func:`env_token`, GitHub's limits shared by
-    ``publishers`` jobs (or ``throttle``, a job's own, shared with its other clients)."""
+    api.github.com when unset), the token of :func:`env_token`, GitHub's limits (or ``throttle``,
+    a job's own, shared with its other clients)."""
     if not repository:
         raise UsageError("--repository (or $GITHUB_REPOSITORY) names the workflow's repository")
     token = env_token(env)
@@ -508,7 +508,7 @@ def actions_client(repository: str | None, env: Mapping[str, str], *, publishers
                         hint="pass the job's token: `GH_TOKEN: ${{ secrets.GITHUB_TOKEN }}` (docs/ci.md)")
     clock = clock or RealClock()
     return Client(repository, token, api_url=env.get("GITHUB_API_URL") or API_URL,
-                  throttle=throttle or Throttle(github_limits(publishers=publishers), clock=clock), clock=clock)
+                  throttle=throttle or Throttle(clock=clock), clock=clock)
 
 
 def _already_exists(body: bytes) -> bool:
