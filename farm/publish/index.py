@@ -123,12 +123,9 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
 def linked(entries: Iterable[Mapping[str, Any]], target: str) -> list[IndexFile]:
     """Index files for ledger entries published to ``target`` (pages link to that URL; PEP 658
     metadata is not offered, since it would have to live beside the wheel)."""
-    out = []
-    for e in entries:
-        url = next((p.get("url") for p in e.get("published") or () if p.get("target") == target), None)
-        if url:
-            out.append(describe(str(e["filename"]), str(e["sha256"]), int(e["size"]), None, url))
-    return out
+    urls = ((e, next((p.get("url") for p in e.get("published") or () if p.get("target") == target), None))
+            for e in entries)
+    return [describe(str(e["filename"]), str(e["sha256"]), int(e["size"]), None, url) for e, url in urls if url]
 
 
 # --------------------------------------------------------------------------------------------

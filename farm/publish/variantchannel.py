@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -166,10 +166,6 @@ class WheelVariant:
                        metadata_sha256=hashlib.sha256(self.metadata).hexdigest(), url=None)
 
 
-def _write_into(src: Path, dist_info_bytes: bytes, out: BinaryIO) -> None:
-    stamp.add_to_dist_info(src, out, DIST_INFO_FILE, dist_info_bytes)
-
-
 def make(root: Path, f: index.IndexFile) -> WheelVariant | LeftOut:
     """The variant of the stored wheel ``files/<f.filename>`` (hashed, not written), or why it has none."""
     path = Path(root) / index.FILES / f.filename
@@ -184,7 +180,7 @@ def make(root: Path, f: index.IndexFile) -> WheelVariant | LeftOut:
     if metadata is None:
         return LeftOut("no .dist-info/METADATA")
     sink = _Sink()
-    _write_into(path, vjson, sink)  # type: ignore[arg-type]
+    stamp.add_to_dist_info(path, sink, DIST_INFO_FILE, vjson)  # type: ignore[arg-type]
     return WheelVariant(f, label, props, vjson, metadata, sink.digest.hexdigest(), sink.size)
 
 
@@ -214,7 +210,7 @@ def _store(root: Path, v: WheelVariant) -> bool:
     tmp = Path(tmp_name)
     try:
         with writing(dst), os.fdopen(fd, "wb") as fh:
-            _write_into(root / index.FILES / v.base.filename, v.dist_info, fh)
+            stamp.add_to_dist_info(root / index.FILES / v.base.filename, fh, DIST_INFO_FILE, v.dist_info)
             fh.flush()
             os.fsync(fh.fileno())
         if sha256_file(tmp) != v.sha256:  # the wheel changed between the two passes
