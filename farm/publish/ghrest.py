@@ -255,16 +255,12 @@ class Client:
             self.throttle.sent(method)
 
     def _exchange(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
-        data: Any = None
-        handle = None
+        handle = body.open("rb") if isinstance(body, Path) else None
+        data: Any = body if handle is None else handle
         all_headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
                        "X-GitHub-Api-Version": API_VERSION, "User-Agent": "farm-publish", **headers}
         if isinstance(body, Path):
-            handle = body.open("rb")
-            data = handle
             all_headers["Content-Length"] = str(body.stat().st_size)
-        elif body is not None:
-            data = body
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
         shown = url.split("?", maxsplit=1)[0]
         size = int(all_headers.get("Content-Length") or 0)
