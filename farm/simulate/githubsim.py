@@ -45,28 +45,23 @@ class Rest:
 
     def ask(self, now: float, method: str) -> float:
         """0 when served; else the wait GitHub names (its windows' next opening)."""
+        content = method in CONTENT_METHODS
+        windows = [(self._hour, 3600, PRIMARY_PER_HOUR)]  # those this request counts in: (times, period, limit)
+        if content:
+            windows += [(self._content_hour, 3600, CONTENT_PER_HOUR), (self._content_minute, 60, CONTENT_PER_MINUTE)]
         for window, period in ((self._hour, 3600), (self._content_hour, 3600), (self._content_minute, 60)):
             while window and window[0] <= now - period:
                 window.popleft()
         while self._points and self._points[0][0] <= now - 60:
             self._points_sum -= self._points.popleft()[1]
-        content = method in CONTENT_METHODS
-        waits = []
-        if len(self._hour) >= PRIMARY_PER_HOUR:
-            waits.append(self._hour[0] + 3600 - now)
-        if content and len(self._content_minute) >= CONTENT_PER_MINUTE:
-            waits.append(self._content_minute[0] + 60 - now)
-        if content and len(self._content_hour) >= CONTENT_PER_HOUR:
-            waits.append(self._content_hour[0] + 3600 - now)
+        waits = [window[0] + period - now for window, period, limit in windows if len(window) >= limit]
         if self._points_sum + points(method) > POINTS_PER_MINUTE:
             waits.append(self._points[0][0] + 60 - now)
         if waits:
             self.refused += 1
             return max(1.0, *waits)
-        self._hour.append(now)
-        if content:
-            self._content_hour.append(now)
-            self._content_minute.append(now)
+        for window, _, _ in windows:
+            window.append(now)
         self._points.append((now, points(method)))
         self._points_sum += points(method)
         self.log.append((now, content))
