@@ -213,13 +213,10 @@ def _head(title: str, up: str) -> str:
             f'<title>{html.escape(title)}</title>\n<link rel="stylesheet" href="{up}compat.css">\n</head>\n')
 
 
-def _json_for_script(doc: object) -> str:
-    # inside <script>: no "</script>" or "<!--" can appear in JSON text with "<" escaped
-    return json.dumps(doc, indent=1, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
-
-
 def _data(doc: object) -> str:
-    return f'<script id="farm-wheels" type="application/json">{_json_for_script(doc)}</script>\n'
+    # inside <script>: no "</script>" or "<!--" can appear in JSON text with "<" escaped
+    text = json.dumps(doc, indent=1, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
+    return f'<script id="farm-wheels" type="application/json">{text}</script>\n'
 
 
 _KIND_TEXT = {"sass": "SASS", "ptx-jit": "JIT"}

@@ -39,16 +39,12 @@ if TYPE_CHECKING:
 Listed = LinkedFile
 
 
-def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str | None, str | None]:
-    return env.get(settings.username_env), env.get(settings.password_env)
-
-
 def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str] | None = None) -> dict[str, Listed]:
     """filename -> :class:`Listed` for ``project`` (empty when the repository has no page)."""
     env = os.environ if env is None else env
     url = project_url(settings.simple_url, project)
     headers = {}
-    user, password = _credentials(settings, env)
+    user, password = env.get(settings.username_env), env.get(settings.password_env)
     if user and password:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"

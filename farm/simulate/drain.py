@@ -400,12 +400,6 @@ class Drain:
                            hit_rates=HitRates.of(self.ledger.counts, retained=self.scenario.compile_cache == "s3"),
                            attempts=self.attempts, unchanged=_unchanged)
 
-    def _capacity(self, costed: Costed | None = None) -> int:
-        """The run's jobs, as farm matrix sizes a wave: at most the shards', and no more than end,
-        published, inside the artifacts' retention at the matrix's default concurrency."""
-        return fit_retention(costed or self._costed(), self.wf.max_shards * SHARD_SIZE,
-                             retention_days=min(self.wf.wheel_days, self.wf.objects_days))
-
     # -- one epoch bump ------------------------------------------------------------------------
     def bump(self, warm: bool) -> EpochResult:
         """Queue every cell (a bump of build_epoch), run waves until only what the planner refuses
@@ -487,7 +481,10 @@ class Drain:
     def _planned(self, run: DrainRun) -> None:
         held = self._held()
         costed = self._costed(held)
-        wave = plan_wave(costed, self._capacity(costed))
+        # the run's jobs, as farm matrix sizes a wave: at most the shards', and no more than end,
+        # published, inside the artifacts' retention at the matrix's default concurrency
+        wave = plan_wave(costed, fit_retention(costed, self.wf.max_shards * SHARD_SIZE,
+                                               retention_days=min(self.wf.wheel_days, self.wf.objects_days)))
         if not wave.scheduled:  # the run ends after its matrix: its later jobs are skipped
             run.open = False
             if not self._finish_if_drained():
