@@ -233,9 +233,10 @@ def _reports(args: argparse.Namespace) -> list[Path]:
 
 def _cells_and_share(args: argparse.Namespace, plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], float]:
     """The cells this job publishes, and its share of the token's limits."""
+    jobs: dict[str, int] = {}  # the cells of each of the wave's publish jobs (rest runs alone: none)
     if args.shard == REST:
         scheduled = {str(c["id"]) for c in plan["cells"]}
-        cells, jobs = [c for c in handed_on(read_reports(_reports(args))) if c[0] in scheduled], {}
+        cells = [c for c in handed_on(read_reports(_reports(args))) if c[0] in scheduled]
     else:
         cells, jobs = shard_cells(slice_plan(plan, args.shard)), publish_jobs(plan)
     if args.publishers is not None:
