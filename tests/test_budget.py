@@ -12,9 +12,12 @@ from farm.publish.budget import (
     CELL_MARGIN,
     MAX_RATE_LIMIT_WAIT_S,
     RESERVE_S,
+    REST,
     JobClock,
+    job_share,
     next_cell_fits,
     publish_shares,
+    waits_out,
 )
 from farm.publish.ghrest import GithubApiError, GithubRelease
 from farm.publish.ratelimit import Limit, Throttle, github_limits
@@ -27,6 +30,22 @@ def test_shares_follow_the_cells_each_job_publishes() -> None:
     assert shares["4"] == 0
     assert math.isclose(shares["0"], 256 / 878)
     assert publish_shares({"0": 0}) == {"0": 0.0}
+
+
+def test_a_jobs_share_is_its_cells_unless_it_runs_alone_or_publishers_say() -> None:
+    jobs = {"0": 256, "1": 22, "2": 0, "link": 78}
+    assert math.isclose(job_share("1", jobs), 22 / 356)
+    assert job_share("2", jobs) == 1.0  # no cells: no share to take from the others
+    assert job_share("link", jobs) == job_share(REST, {}) == 1.0
+    assert job_share("0", jobs, publishers=4) == job_share(REST, {}, publishers=4) == 0.25
+
+
+def test_a_jobs_budget_alone_bounds_its_waits_on_rate_limits() -> None:
+    budget = JobClock(started=0.0).budget()
+    assert waits_out(budget, True, 60, 7200.0, max_retries=6, max_wait_s=3600.0)
+    assert not waits_out(budget, False, 6, 1.0, max_retries=6, max_wait_s=3600.0)  # a 5xx: counted
+    assert not waits_out(None, True, 0, 3601.0, max_retries=6, max_wait_s=3600.0)
+    assert waits_out(None, True, 5, 3600.0, max_retries=6, max_wait_s=3600.0)
 
 
 def test_a_share_of_the_limits_is_that_fraction_of_githubs_numbers() -> None:

@@ -31,10 +31,10 @@ def test_plan_skips_same_and_refuses_other_hash() -> None:
     assert same.present == ((NAME, "u"),)
     other = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", "c" * 64)}})
     assert not other.ok
-    assert "never replaced" in other.refusals[0]
+    assert "never replaced" in other.refused[0][1]
     unknown = plan([w], {"demo-ext": {NAME: Listed(NAME, "u", None)}})
     assert not unknown.ok
-    assert "declares no sha256" in unknown.refusals[0]
+    assert "declares no sha256" in unknown.refused[0][1]
 
 
 def test_command_carries_no_credentials() -> None:

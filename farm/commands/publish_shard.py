@@ -54,10 +54,11 @@ from farm.publish.attestation import subject_lines
 from farm.publish.budget import (
     MAX_RATE_LIMIT_WAIT_S,
     RESERVE_S,
+    REST,
     CellPace,
     JobClock,
+    job_share,
     next_cell_fits,
-    publish_shares,
 )
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.githubsettings import GithubSettings
@@ -70,7 +71,7 @@ from farm.schedule.attempts import Attempt, classify, jobs_of
 from farm.schedule.attempts import append as append_attempts
 from farm.schedule.cost import JOB_LIMIT_S
 from farm.schedule.outcome import ARTIFACT_PREFIX, FRAGMENT_SUFFIX, CellResult
-from farm.schedule.slices import LINK, slice_plan
+from farm.schedule.slices import slice_plan
 from farm.schedule.stream import (
     ERROR,
     FAILED,
@@ -95,7 +96,6 @@ MAX_WHEEL_BYTES = ASSET_MAX_BYTES
 MAX_WHEEL_MEMBERS = 200_000
 # A shard's records are committed and pushed at most this often (a commit hashes the whole ledger).
 PUSH_EVERY_S = 60.0
-REST = "rest"  # the run's last publish job: every cell the others handed on
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -233,20 +233,15 @@ def _reports(args: argparse.Namespace) -> list[Path]:
 
 def _cells_and_share(args: argparse.Namespace, plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], float]:
     """The cells this job publishes, and its share of the token's limits."""
+    jobs: dict[str, int] = {}  # the cells of each of the wave's publish jobs (rest runs alone: none)
     if args.shard == REST:
         scheduled = {str(c["id"]) for c in plan["cells"]}
         cells = [c for c in handed_on(read_reports(_reports(args))) if c[0] in scheduled]
-        share = 1.0  # after every other publish job of the run: alone
     else:
-        cells = shard_cells(slice_plan(plan, args.shard))
-        # the build shards' jobs leave the link shard its share; the link shard's job itself is
-        # queued behind the next wave's builds (started when the build shards ended) and runs
-        # after them: the whole token, GitHub's answers pacing it beside the next wave's jobs
-        share = 1.0 if args.shard == LINK else publish_shares(publish_jobs(plan)).get(args.shard, 0.0)
+        cells, jobs = shard_cells(slice_plan(plan, args.shard)), publish_jobs(plan)
     if args.publishers is not None:
         check_publishers(args.publishers)
-        share = 1.0 / args.publishers
-    return cells, share if share > 0 else 1.0
+    return cells, job_share(args.shard, jobs, args.publishers)
 
 
 def note_subjects(path: Path, report: UploadReport, files: Sequence[Path]) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from farm.publish.ratelimit import WaitBudget
 from farm.schedule.cost import JOB_LIMIT_S
+from farm.schedule.slices import LINK
 
 # Kept free at the end of a publish job: its last ledger commit and push (rebased and retried
 # against the other jobs' pushes) and the upload of its report.
@@ -42,6 +43,7 @@ MAX_RATE_LIMIT_WAIT_S = 30 * 60
 # Before a cell, a job wants this many times its slowest cell so far left on its clock.
 CELL_MARGIN = 2.0
 FIRST_CELL_S = 60.0  # what a job expects its first cell to take, before it has timed one
+REST = "rest"  # the run's last publish job: every cell the others handed on
 
 
 def publish_shares(cells: Mapping[str, int]) -> dict[str, float]:
@@ -49,6 +51,32 @@ def publish_shares(cells: Mapping[str, int]) -> dict[str, float]:
     up to 1): in proportion to the cells it publishes. A job with no cells gets none."""
     total = sum(max(0, n) for n in cells.values())
     return {job: (max(0, n) / total if total else 0.0) for job, n in cells.items()}
+
+
+def job_share(job: str, cells: Mapping[str, int], publishers: int | None = None) -> float:
+    """Publish job ``job``'s share of the token's limits: 1/N where ``--publishers N`` says so;
+    else the whole token for the link shard's job and for :data:`REST` (the build shards' jobs
+    leave the link shard its share; its job itself is queued behind the next wave's builds and
+    runs after them, GitHub's answers pacing it beside the next wave's jobs; ``rest`` runs after
+    every other publish job of the run: alone); else its :func:`publish_shares` of the wave's
+    jobs' ``cells``, the whole token for a job with none."""
+    if publishers:
+        return 1.0 / publishers
+    if job in (LINK, REST):
+        return 1.0
+    return publish_shares(cells).get(job, 0.0) or 1.0
+
+
+def waits_out(budget: WaitBudget | None, rate_limit: bool, attempt: int, wait_s: float, *, max_retries: int,
+              max_wait_s: float) -> bool:
+    """Whether a REST client waits ``wait_s`` and tries again after the refusal of its try
+    ``attempt`` (from 0). A job's budget (:meth:`JobClock.budget`) alone bounds its waits on
+    GitHub's rate-limit answers: a wait past it raises :class:`~farm.errors.OutOfTime` and the job
+    hands the cell on instead of failing it. Any other client, and any other refusal: at most
+    ``max_retries`` retries, never a wait past ``max_wait_s``."""
+    if rate_limit and budget is not None and budget.bounded:
+        return True
+    return attempt < max_retries and wait_s <= max_wait_s
 
 
 @dataclass(frozen=True)

@@ -213,13 +213,10 @@ def _head(title: str, up: str) -> str:
             f'<title>{html.escape(title)}</title>\n<link rel="stylesheet" href="{up}compat.css">\n</head>\n')
 
 
-def _json_for_script(doc: object) -> str:
-    # inside <script>: no "</script>" or "<!--" can appear in JSON text with "<" escaped
-    return json.dumps(doc, indent=1, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
-
-
 def _data(doc: object) -> str:
-    return f'<script id="farm-wheels" type="application/json">{_json_for_script(doc)}</script>\n'
+    # inside <script>: no "</script>" or "<!--" can appear in JSON text with "<" escaped
+    text = json.dumps(doc, indent=1, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
+    return f'<script id="farm-wheels" type="application/json">{text}</script>\n'
 
 
 _KIND_TEXT = {"sass": "SASS", "ptx-jit": "JIT"}
@@ -323,25 +320,15 @@ def render(wheels: Iterable[CompatWheel]) -> dict[str, bytes]:
 # --------------------------------------------------------------------------------------------
 # I/O shell
 # --------------------------------------------------------------------------------------------
-def pages(files_dir: Path, files: Iterable[IndexFile],
-          attested: Callable[[str], Attestation | None] | None = None) -> dict[str, bytes]:
-    """The compatibility pages of the wheels stored in ``files_dir``."""
-    return render(provenance(files_dir, files, attested))
-
-
-def prune(root: Path, keep: Iterable[str]) -> list[str]:
+def prune(root: Path, keep: Iterable[str]) -> None:
     """Remove compatibility pages a regeneration no longer writes (a project or channel gone)."""
     keep = set(keep)
-    removed: list[str] = []
     base = Path(root) / PAGE_DIR
     if not base.is_dir():
-        return removed
+        return
     for page in sorted(p for p in base.rglob("*") if p.is_file()):
-        rel = page.relative_to(root).as_posix()
-        if rel not in keep:
+        if page.relative_to(root).as_posix() not in keep:
             page.unlink()
-            removed.append(rel)
     for folder in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
         if not any(folder.iterdir()):
             folder.rmdir()
-    return removed

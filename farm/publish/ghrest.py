@@ -44,8 +44,9 @@ from typing import Any
 from farm import jsonread
 from farm.errors import NetworkError, ToolError, UsageError, clip
 from farm.netutil import DEADLINE, Deadline, deadline_for, download, read_body
+from farm.publish.budget import waits_out
 from farm.publish.github import API_URL, UPLOADS_URL
-from farm.publish.ratelimit import Clock, RealClock, Throttle, github_limits, retry_after
+from farm.publish.ratelimit import Clock, RealClock, Throttle, retry_after
 from farm.schedule.attempts import RunJob
 
 TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN")
@@ -254,16 +255,12 @@ class Client:
             self.throttle.sent(method)
 
     def _exchange(self, method: str, url: str, body: Path | bytes | None, headers: Mapping[str, str]) -> Answer:
-        data: Any = None
-        handle = None
+        handle = body.open("rb") if isinstance(body, Path) else None
+        data: Any = body if handle is None else handle
         all_headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/vnd.github+json",
                        "X-GitHub-Api-Version": API_VERSION, "User-Agent": "farm-publish", **headers}
         if isinstance(body, Path):
-            handle = body.open("rb")
-            data = handle
             all_headers["Content-Length"] = str(body.stat().st_size)
-        elif body is not None:
-            data = body
         request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
         shown = url.split("?", maxsplit=1)[0]
         size = int(all_headers.get("Content-Length") or 0)
@@ -320,9 +317,8 @@ class Client:
                                      status=answer.status,
                                      hint=hint if hint and answer.status in (403, 404) else _hint(answer.status))
             limited = answer.status in (403, 429)
-            if limited and self.throttle.budget.bounded:
-                pass  # a job's budget bounds its waiting on GitHub's limits (OutOfTime past it)
-            elif attempt >= self.max_retries or wait > self.max_wait_s:
+            if not waits_out(self.throttle.budget, limited, attempt, wait, max_retries=self.max_retries,
+                             max_wait_s=self.max_wait_s):
                 raise GithubApiError(
                     f"{shown}: HTTP {answer.status}; GitHub asks to wait {wait:.0f} s "
                     f"(after {attempt + 1} tries)", status=answer.status,
@@ -495,11 +491,11 @@ def env_token(env: Mapping[str, str]) -> str | None:
     return next((env[v] for v in TOKEN_VARIABLES if env.get(v)), None)
 
 
-def actions_client(repository: str | None, env: Mapping[str, str], *, publishers: int = 1,
-                   clock: Clock | None = None, throttle: Throttle | None = None) -> Client:
+def actions_client(repository: str | None, env: Mapping[str, str], *, clock: Clock | None = None,
+                   throttle: Throttle | None = None) -> Client:
     """A client for the repository a workflow runs in: ``GITHUB_API_URL`` (as Actions sets it;
-    api.github.com when unset), the token of :func:`env_token`, GitHub's limits shared by
-    ``publishers`` jobs (or ``throttle``, a job's own, shared with its other clients)."""
+    api.github.com when unset), the token of :func:`env_token`, GitHub's limits (or ``throttle``,
+    a job's own, shared with its other clients)."""
     if not repository:
         raise UsageError("--repository (or $GITHUB_REPOSITORY) names the workflow's repository")
     token = env_token(env)
@@ -508,7 +504,7 @@ def actions_client(repository: str | None, env: Mapping[str, str], *, publishers
                         hint="pass the job's token: `GH_TOKEN: ${{ secrets.GITHUB_TOKEN }}` (docs/ci.md)")
     clock = clock or RealClock()
     return Client(repository, token, api_url=env.get("GITHUB_API_URL") or API_URL,
-                  throttle=throttle or Throttle(github_limits(publishers=publishers), clock=clock), clock=clock)
+                  throttle=throttle or Throttle(clock=clock), clock=clock)
 
 
 def _already_exists(body: bytes) -> bool:

@@ -123,12 +123,9 @@ def describe(filename: str, sha256: str, size: int, metadata: bytes | None, url:
 def linked(entries: Iterable[Mapping[str, Any]], target: str) -> list[IndexFile]:
     """Index files for ledger entries published to ``target`` (pages link to that URL; PEP 658
     metadata is not offered, since it would have to live beside the wheel)."""
-    out = []
-    for e in entries:
-        url = next((p.get("url") for p in e.get("published") or () if p.get("target") == target), None)
-        if url:
-            out.append(describe(str(e["filename"]), str(e["sha256"]), int(e["size"]), None, url))
-    return out
+    urls = ((e, next((p.get("url") for p in e.get("published") or () if p.get("target") == target), None))
+            for e in entries)
+    return [describe(str(e["filename"]), str(e["sha256"]), int(e["size"]), None, url) for e, url in urls if url]
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,19 +191,26 @@ def packages_json(files: Iterable[IndexFile],
     }
 
 
+def channel_pages(by_channel: Mapping[str, Mapping[str, list[IndexFile]]], title: str,
+                  more: Callable[[list[IndexFile], str], list[str]] | None = None) -> dict[str, bytes]:
+    """Each channel's page (``title``) and its projects' pages; ``more``: the links a project's page
+    lists after its files' (given its files and the way up to the tree's root)."""
+    pages: dict[str, bytes] = {}
+    for channel, projects in by_channel.items():
+        pages[f"{channel}/index.html"] = page(
+            f"{title} ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
+        up = "../" * (channel.count("/") + 2)
+        for project, pfiles in projects.items():
+            pages[f"{channel}/{project}/index.html"] = page(
+                f"Links for {project}", [*(file_link(f, up) for f in pfiles), *(more(pfiles, up) if more else ())])
+    return pages
+
+
 def render(files: Iterable[IndexFile]) -> dict[str, bytes]:
     """Every page of the tree (relative path -> bytes), packages.json included."""
     files = sorted(files, key=lambda f: f.filename)
     by_channel = channels(files)
-    pages: dict[str, bytes] = {}
-    for channel, projects in by_channel.items():
-        depth = channel.count("/") + 1
-        pages[f"{channel}/index.html"] = page(
-            f"Simple index ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
-        for project, pfiles in projects.items():
-            up = "../" * (depth + 1)
-            pages[f"{channel}/{project}/index.html"] = page(
-                f"Links for {project}", (file_link(f, up) for f in pfiles))
+    pages = channel_pages(by_channel, "Simple index")
     pages["flat/index.html"] = page("All wheels", (file_link(f, "../") for f in files))
     pages["index.html"] = page("Channels", [*(f'<a href="{ch}/">{ch}</a>' for ch in by_channel),
                                             f'<a href="{FIND_PAGE}">Find a wheel for your GPU</a>'],
@@ -224,9 +228,17 @@ def listed(doc: object) -> set[tuple[str, str]]:
     return {(ch, p) for ch, projects in chans.items() if isinstance(projects, Mapping) for p in projects}
 
 
-def lost_projects(old: Mapping[str, Any], new: Mapping[str, Any], allow_drop: Iterable[str] = ()) -> list[str]:
+def refuse_lost(old: Mapping[str, Any], new: Mapping[str, Any], allow_drop: Iterable[str], what: str,
+                where: Path) -> None:
+    """Refuse pages that would no longer list a (channel, project) ``old`` listed, unless
+    ``allow_drop`` names the project: a lost project breaks every environment that installs from it."""
     allowed = {canonicalize_name(p) for p in allow_drop}
-    return sorted(f"{ch}/{p}" for ch, p in listed(old) - listed(new) if p not in allowed)
+    lost = sorted(f"{ch}/{p}" for ch, p in listed(old) - listed(new) if p not in allowed)
+    if lost:
+        raise DefectError(f"{what} would no longer list {len(lost)} project page(s) it listed before: "
+                          + ", ".join(lost), where=str(where),
+                          hint="restore the missing wheels under files/ (and their ledger entries), or name each "
+                               "project with --allow-drop if removing it is intended")
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,18 +365,11 @@ def _regenerate(root: Path, lookup: EntryLookup, *, allow_drop: Iterable[str] = 
     pages = render(files.values())
     old = read_packages_json(root)
     new = json.loads(pages[PACKAGES_JSON])
-    lost = lost_projects(old, new, allow_drop)
-    if lost:
-        raise DefectError(
-            f"the regenerated index would no longer list {len(lost)} project page(s) it listed before: "
-            + ", ".join(lost),
-            where=str(root),
-            hint="restore the missing wheels under files/ (and their ledger entries), or name each "
-                 "project with --allow-drop if removing it is intended",
-        )
+    refuse_lost(old, new, allow_drop, "the regenerated index", root)
     if add is not None:
         return IndexReport(root, len(files), tuple(new["channels"]), (), ())
-    pages.update(compat.pages(files_dir, files.values(), attested))  # beside the PEP 503 pages, never in them
+    # beside the PEP 503 pages, never in them
+    pages.update(compat.render(compat.provenance(files_dir, files.values(), attested)))
     report = write_pages(root, pages, old, new)
     compat.prune(root, pages)
     return report
@@ -396,13 +401,6 @@ def _classify(root: Path, path: Path, sha: str, base_url: str | None
     if metadata is None:
         return None, None, f"{path.name}: no .dist-info/METADATA"
     return IndexUpload(path.name, url_of(path.name, base_url), "stored"), (path, sha, metadata), None
-
-
-def _check_pages(root: Path, lookup: EntryLookup, plan: list[tuple[Path, str, bytes]]) -> None:
-    """The tree's pages with ``plan``'s wheels added, computed and checked: raises before
-    anything is copied."""
-    new_files = [describe(path.name, sha, path.stat().st_size, metadata) for path, sha, metadata in plan]
-    _regenerate(root, lookup, add=new_files)
 
 
 def _store(root: Path, plan: list[tuple[Path, str, bytes]]) -> None:
@@ -459,7 +457,9 @@ def publish_each(root: Path, wheels: Iterable[tuple[Path, str]], lookup: EntryLo
         out, plan, refused = classify()
         if not plan:  # nothing to store: the tree is left as it is
             return IndexBatch(tuple(out), tuple(refused), None)
-        _check_pages(root, lookup, plan)
+        # the tree's pages with the new wheels, computed and checked: raises before anything is copied
+        _regenerate(root, lookup, add=[describe(path.name, sha, path.stat().st_size, metadata)
+                                       for path, sha, metadata in plan])
         if dry_run:
             return IndexBatch(tuple(out), tuple(refused), None)
         _store(root, plan)

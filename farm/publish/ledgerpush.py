@@ -189,11 +189,6 @@ def commit_and_push(repo: Path, ledger: Path, message: str, *, remote: str = "or
                     "first", where=str(repo), hint="the ledger commit is kept locally and rebased; run the push again")
 
 
-def _in_ledger(path: str, rel: str) -> bool:
-    """Whether ``path`` (relative to the repository) is the ledger ``rel`` or a file of its folder."""
-    return path == rel or path.startswith(rel.rstrip("/") + "/")
-
-
 def _rebase(git: _Git, rel: str) -> int:
     """Replay the local commits onto ``FETCH_HEAD``, settling every conflict in the ledger's
     files with :func:`merge_ledgers`; returns how many conflicts that was."""
@@ -201,7 +196,8 @@ def _rebase(git: _Git, rel: str) -> int:
     proc = git.run("rebase", "-q", "FETCH_HEAD", check=False)
     while proc.returncode != 0:
         conflicted = [p for p in git.out("diff", "--name-only", "--diff-filter=U").splitlines() if p]
-        if not conflicted or not all(_in_ledger(p, rel) for p in conflicted):
+        # only the ledger ``rel`` and the files of its folder are merged here
+        if not conflicted or not all(p == rel or p.startswith(rel.rstrip("/") + "/") for p in conflicted):
             git.run("rebase", "--abort", check=False)
             stopped = ", ".join(conflicted) or "an error"
             raise ToolError(f"rebasing the ledger commit onto the remote stopped on {stopped}: "

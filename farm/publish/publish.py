@@ -24,12 +24,11 @@ from farm.errors import EXIT_DEFECT, EXIT_ENVIRONMENT, EXIT_OK, ToolError, Usage
 from farm.provenance.buildinfo import LedgerEntry
 from farm.provenance.ledger import iter_entries
 from farm.provenance.ledgerbook import LedgerBook
-from farm.publish import ghrest, index
+from farm.publish import index, releases
 from farm.publish.gate import GateResult, Vouchers, run_gate
-from farm.publish.githubsettings import GithubSettings
 from farm.publish.indexsettings import IndexSettings
 from farm.publish.ledgerpush import LedgerPusher
-from farm.publish.releases import ClientFactory, ReleaseCache, github_client
+from farm.publish.releases import ClientFactory, ReleaseCache
 from farm.publish.targets import PublishTarget, ordered
 from farm.publish.verdict import PublishRun, TargetOutcome, Verdict, WheelVerdict
 
@@ -97,7 +96,7 @@ def upload(
     release_caches: dict[str, ReleaseCache] | None = None,
 ) -> UploadReport:
     """Gate, send and record, wheel by wheel. ``github_client`` makes the REST client of a
-    GitHub target (default :func:`github_client` with the token of ``env``); ``delete_orphans``
+    GitHub target (default :func:`~farm.publish.releases.github_client` with the token of ``env``); ``delete_orphans``
     deletes an unrecorded asset that fails re-assertion and sends the wheel in its place;
     ``publishers``: how many jobs publish at once with the same token (each takes that share of
     GitHub's limits); ``push_ledger``: a git remote the ledger's repository is pushed to
@@ -115,7 +114,7 @@ def upload(
         raise UsageError(f"the open ledger is {book.path}, not {ledger}")
     vouchers = Vouchers.of(book, dirs)
     gate = run_gate(wheels, vouchers, derive=derive, reader=reader)
-    factory = github_client or (lambda s: _default_client(s, env, publishers))
+    factory = github_client or (lambda s: releases.github_client(s, env, publishers=publishers))
     own_pusher = pusher is None and push_ledger is not None and not dry_run
     if own_pusher:
         assert push_ledger is not None
@@ -136,10 +135,6 @@ def upload(
         error = pusher.finish() if own_pusher else pusher.error  # a shared pusher is finished by its job
         report = replace(report, pushes=pusher.pushes, push_error=error)
     return report
-
-
-def _default_client(settings: GithubSettings, env: Mapping[str, str] | None, publishers: int) -> ghrest.Client:
-    return github_client(settings, env, publishers=publishers)
 
 
 def publish_lock(ledger: Path) -> Any:
@@ -195,7 +190,10 @@ def regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] 
     """``farm index DIR``: every page of the tree at ``root`` from its files and the ledger
     (``links``: also every ledger entry published to that target, linked to its URL there)."""
     with publish_lock(ledger):
-        return _regenerate_index(root, ledger=ledger, fragment_dirs=fragment_dirs, allow_drop=allow_drop, links=links)
+        vouchers = Vouchers.load(ledger, fragment_dirs)
+        remote = index.linked((e for _, e in iter_entries(ledger)), links) if links and ledger.exists() else []
+        return index.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop, remote=remote,
+                                create=bool(links), attested=vouchers.attestation_of)
 
 
 def regenerate_variants(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path] = (),
@@ -206,11 +204,3 @@ def regenerate_variants(root: Path, *, ledger: Path, fragment_dirs: Sequence[Pat
     with publish_lock(ledger):
         vouchers = Vouchers.load(ledger, fragment_dirs)
         return variantchannel.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop)
-
-
-def _regenerate_index(root: Path, *, ledger: Path, fragment_dirs: Sequence[Path], allow_drop: Sequence[str],
-                      links: str | None) -> index.IndexReport:
-    vouchers = Vouchers.load(ledger, fragment_dirs)
-    remote = index.linked((e for _, e in iter_entries(ledger)), links) if links and ledger.exists() else []
-    return index.regenerate(root, vouchers.sha256_of_name, allow_drop=allow_drop, remote=remote,
-                            create=bool(links), attested=vouchers.attestation_of)

@@ -146,9 +146,14 @@ class Throttle:
 
     def pause(self, seconds: float, *, rate_limit: bool, what: str) -> None:
         """Sleep ``seconds`` when the budget allows it (:class:`OutOfTime` when not)."""
+        self.spend(seconds, rate_limit=rate_limit, what=what)
+        self.clock.sleep(seconds)
+
+    def spend(self, seconds: float, *, rate_limit: bool, what: str) -> None:
+        """Count a wait of ``seconds`` from now when the budget allows it (:class:`OutOfTime` when
+        not), the waiting left to the caller (a simulation's loop)."""
         self.budget.allow(self.clock.now(), seconds, rate_limit=rate_limit, what=what)
         self.waited_s += seconds
-        self.clock.sleep(seconds)
 
     def sent(self, method: str) -> None:
         """Count a ``method`` request, when its answer came: GitHub counts it on arrival, which is

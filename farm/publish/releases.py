@@ -79,11 +79,6 @@ class ReleaseCache:
     recorded_tags: frozenset[str] | None = None
 
 
-def recorded_tags(book: LedgerBook, tag: str) -> frozenset[str]:
-    """The release tags (format ``tag``) of every cell the ledger records."""
-    return frozenset(github.tag_for(tag, rec.key) for rec in book.index.records if rec.key is not None)
-
-
 @dataclass
 class _GithubRun:
     """One GitHub target's pass over a batch: releases read once, then kept up to date."""
@@ -122,8 +117,9 @@ class _GithubRun:
         the ledger records no wheel under (one request either way, as a rule)."""
         known = self.cache.releases.get(tag)
         if known is None:
-            if self.cache.recorded_tags is None:
-                self.cache.recorded_tags = recorded_tags(self.book, self.settings.tag)
+            if self.cache.recorded_tags is None:  # the release tags of every cell the ledger records
+                self.cache.recorded_tags = frozenset(github.tag_for(self.settings.tag, rec.key)
+                                                     for rec in self.book.index.records if rec.key is not None)
             if tag in self.cache.recorded_tags:
                 known = self.state(tag)
             else:

@@ -39,16 +39,12 @@ if TYPE_CHECKING:
 Listed = LinkedFile
 
 
-def _credentials(settings: TwineSettings, env: Mapping[str, str]) -> tuple[str | None, str | None]:
-    return env.get(settings.username_env), env.get(settings.password_env)
-
-
 def listed_files(settings: TwineSettings, project: str, *, env: Mapping[str, str] | None = None) -> dict[str, Listed]:
     """filename -> :class:`Listed` for ``project`` (empty when the repository has no page)."""
     env = os.environ if env is None else env
     url = project_url(settings.simple_url, project)
     headers = {}
-    user, password = _credentials(settings, env)
+    user, password = env.get(settings.username_env), env.get(settings.password_env)
     if user and password:
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
@@ -80,10 +76,6 @@ class TwinePlan:
     upload: tuple[Path, ...]
     present: tuple[tuple[str, str], ...]  # (filename, url) already there with the same sha256
     refused: tuple[tuple[str, str], ...]  # (filename, why) of each wheel the repository cannot take
-
-    @property
-    def refusals(self) -> tuple[str, ...]:
-        return tuple(f"{name}: {why}" for name, why in self.refused)
 
     @property
     def ok(self) -> bool:

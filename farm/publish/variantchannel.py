@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 from urllib.parse import quote
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -166,10 +166,6 @@ class WheelVariant:
                        metadata_sha256=hashlib.sha256(self.metadata).hexdigest(), url=None)
 
 
-def _write_into(src: Path, dist_info_bytes: bytes, out: BinaryIO) -> None:
-    stamp.add_to_dist_info(src, out, DIST_INFO_FILE, dist_info_bytes)
-
-
 def make(root: Path, f: index.IndexFile) -> WheelVariant | LeftOut:
     """The variant of the stored wheel ``files/<f.filename>`` (hashed, not written), or why it has none."""
     path = Path(root) / index.FILES / f.filename
@@ -184,7 +180,7 @@ def make(root: Path, f: index.IndexFile) -> WheelVariant | LeftOut:
     if metadata is None:
         return LeftOut("no .dist-info/METADATA")
     sink = _Sink()
-    _write_into(path, vjson, sink)  # type: ignore[arg-type]
+    stamp.add_to_dist_info(path, sink, DIST_INFO_FILE, vjson)  # type: ignore[arg-type]
     return WheelVariant(f, label, props, vjson, metadata, sink.digest.hexdigest(), sink.size)
 
 
@@ -214,7 +210,7 @@ def _store(root: Path, v: WheelVariant) -> bool:
     tmp = Path(tmp_name)
     try:
         with writing(dst), os.fdopen(fd, "wb") as fh:
-            _write_into(root / index.FILES / v.base.filename, v.dist_info, fh)
+            stamp.add_to_dist_info(root / index.FILES / v.base.filename, fh, DIST_INFO_FILE, v.dist_info)
             fh.flush()
             os.fsync(fh.fileno())
         if sha256_file(tmp) != v.sha256:  # the wheel changed between the two passes
@@ -251,18 +247,13 @@ def render(variants: Iterable[WheelVariant]) -> dict[str, bytes]:
     for v in variants:
         out[f"{index.FILES}/{v.filename}.metadata"] = v.metadata
     files = {v.filename: v for v in variants}
+
+    def json_links(pfiles: list[index.IndexFile], up: str) -> list[str]:
+        names = (json_names[nv] for nv in sorted({files[f.filename].name_version for f in pfiles}))
+        return [_json_link(name, out[f"{index.FILES}/{name}"], up) for name in names]
+
     by_channel = index.channels(v.file() for v in variants)
-    for channel, projects in by_channel.items():
-        depth = channel.count("/") + 1
-        out[f"{channel}/index.html"] = index.page(
-            f"Wheel variants ({channel})", (f'<a href="{p}/">{p}</a>' for p in projects))
-        for project, pfiles in projects.items():
-            up = "../" * (depth + 1)
-            links = [index.file_link(f, up) for f in pfiles]
-            for nv in sorted({files[f.filename].name_version for f in pfiles}):
-                name = json_names[nv]
-                links.append(_json_link(name, out[f"{index.FILES}/{name}"], up))
-            out[f"{channel}/{project}/index.html"] = index.page(f"Links for {project}", links)
+    out.update(index.channel_pages(by_channel, "Wheel variants", json_links))
     out[index.PACKAGES_JSON] = (json.dumps(index.packages_json((v.file() for v in variants), by_channel),
                                            indent=2, sort_keys=True) + "\n").encode()
     return out
@@ -312,13 +303,7 @@ def _regenerate(root: Path, lookup: index.EntryLookup, allow_drop: Iterable[str]
     pages = render(variants)
     old = index.read_packages_json(out)
     new: Mapping[str, Any] = json.loads(pages[index.PACKAGES_JSON])
-    lost = index.lost_projects(old, new, allow_drop)
-    if lost:
-        raise DefectError(
-            f"the wheel-variant channel would no longer list {len(lost)} project page(s) it listed before: "
-            + ", ".join(lost), where=str(out),
-            hint="restore the missing wheels under files/ (and their ledger entries), or name each project "
-                 "with --allow-drop if removing it is intended")
+    index.refuse_lost(old, new, allow_drop, "the wheel-variant channel", out)
     sweep_leftovers(out / index.FILES)
     written = [f"{index.FILES}/{v.filename}" for v in variants if _store(root, v)]
     report = index.write_pages(out, pages, old, new)

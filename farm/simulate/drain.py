@@ -35,7 +35,15 @@ from farm.model.cells import NO_TORCH
 from farm.model.config import FarmConfig, Sharding
 from farm.provenance.ledgerfiles import segment_of
 from farm.provenance.ledgerline import ExistsKey
-from farm.publish.budget import MAX_RATE_LIMIT_WAIT_S, CellPace, JobClock, next_cell_fits, publish_shares
+from farm.publish.budget import (
+    MAX_RATE_LIMIT_WAIT_S,
+    REST,
+    CellPace,
+    JobClock,
+    job_share,
+    next_cell_fits,
+    waits_out,
+)
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
 from farm.publish.github import tag_for
 from farm.publish.githubsettings import GithubSettings
@@ -58,9 +66,9 @@ from farm.schedule.jobs import build_entries
 from farm.schedule.matrix import Matrix, PlannedCell
 from farm.schedule.outcome import from_reports
 from farm.schedule.recipetimes import RecipeTimes
-from farm.schedule.slices import SHARD_SIZE
+from farm.schedule.slices import LINK, SHARD_SIZE
 from farm.schedule.stream import ERROR, FAILED, HANDED_ON, PUBLISHED, CellVerdict, shard_cells
-from farm.simulate.githubsim import GIT_REFUSE_BYTES, GIT_WARN_BYTES, ActionsCache, Rest, expired
+from farm.simulate.githubsim import GIT_REFUSE_BYTES, ActionsCache, Rest, expired
 from farm.simulate.inputs import MB, Inputs
 from farm.simulate.workflow import Workflow
 
@@ -68,7 +76,6 @@ DAY = 86400.0
 BACKENDS = ("s3", "gha")  # where the compiler cache lives: an S3 store, or the Actions cache
 ASSETS_PAGE = 100  # GitHub lists a release's assets and a run's artifacts 100 a page
 CHAIN_REQUESTS = 5  # farm chain: the waiting runs, once per status (4), and the dispatch
-WASTE = ("timeout", "failure", "publish killed", "artifact expired", "ledger refused", "rate limit")
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,7 +95,6 @@ class Truth:
     """What a cell really costs on a hosted runner (the planner sees only the ledger)."""
 
     compile_s: float  # all its compiling, cold
-    basis: str  # the recipe time's: measured | probe | estimate
     linked: bool
     toolkit: str
     toolkit_bytes: int
@@ -121,7 +127,6 @@ class Ledger:
     files: dict[str, int] = field(default_factory=dict)  # segment -> bytes
     durations: list[tuple[CellKey, float]] = field(default_factory=list)
     counts: list[tuple[CellKey, int, int]] = field(default_factory=list)
-    warned: bool = False
 
     def largest_file(self) -> int:
         return max(self.files.values(), default=0)
@@ -136,7 +141,6 @@ class Ledger:
             after[name] = after.get(name, 0) + self.record_bytes
         if any(size > GIT_REFUSE_BYTES for size in after.values()):
             return False
-        self.warned = self.warned or any(size > GIT_WARN_BYTES for size in after.values())
         self.files = after
         for key, duration, compiles, hits in records:
             if duration is not None:
@@ -177,7 +181,6 @@ class Job:
     kind: str  # matrix, slice, build, compile, link, publish, chain
     start: Callable[[Job], Process]
     done: Callable[[Job], None]
-    cell: str = ""
     limit_s: float = math.inf
     began: float = 0.0
     ended: float = 0.0
@@ -207,9 +210,7 @@ class Runners:
 
     def _begin(self, job: Job) -> None:
         job.began = self.loop.now
-        process = job.start(job)
-        deadline = job.began + job.limit_s
-        self._step(job, process, deadline)
+        self._step(job, job.start(job), job.began + job.limit_s)
 
     def _step(self, job: Job, process: Process, deadline: float) -> None:
         now = self.loop.now
@@ -223,10 +224,8 @@ class Runners:
         except StopIteration:
             self._end(job, now)
             return
-        if now + wait > deadline:  # GitHub kills the job at its limit, wherever it is
-            self.loop.at(deadline, lambda: self._step(job, process, deadline))
-        else:
-            self.loop.at(now + wait, lambda: self._step(job, process, deadline))
+        # GitHub kills the job at its limit, wherever it is
+        self.loop.at(min(now + wait, deadline), lambda: self._step(job, process, deadline))
 
     def _end(self, job: Job, when: float) -> None:
         job.ended = when
@@ -259,7 +258,6 @@ class DrainRun:
     # cell -> the share of its compile steps the compiler cache held when the run began: what each
     # of its compile shards finds (they compile disjoint units, so none finds another's steps)
     held: dict[str, float] = field(default_factory=dict)
-    artifact_count: int = 1  # the plan
     verdicts: dict[str, CellVerdict] = field(default_factory=dict)
     handed: list[tuple[str, str]] = field(default_factory=list)  # (cell, package) handed on to publish-rest
     builds_left: int = 0  # build shards whose builds have not all ended (then the link shard's)
@@ -328,9 +326,7 @@ class Drain:
         self.times, self.wf, self.sizes, self.scenario = times, workflow, sizes, scenario
         self.sharding: dict[str, Sharding | None] = {p.package: config.recipe(p.package).sharding
                                                      for p in matrix.packages}
-        targets = [t for t in config.defaults.publish.values()
-                   if isinstance(t, GithubSettings)]
-        self.tag = targets[0].tag if targets else None
+        self.tag = next((t.tag for t in config.defaults.publish.values() if isinstance(t, GithubSettings)), None)
         self.planned = {p.cell.id: p for p in matrix.cells}
         self.truths = self._truths()
         self.loop = Loop()
@@ -360,14 +356,14 @@ class Drain:
             c = p.cell
             host = self.times.seconds(c.package, len(p.archs))
             if host is not None:
-                compile_s, basis = host * self.times.runner_factor.value, self.times.recipes[c.package].basis
+                compile_s = host * self.times.runner_factor.value
             else:  # unmeasured: what the planner guesses, a default job per declared compile job
                 shard = self.sharding.get(c.package)
-                compile_s, basis = DEFAULT_JOB_S * (shard.jobs if shard else 1), "estimate"
+                compile_s = DEFAULT_JOB_S * (shard.jobs if shard else 1)
             if c.platform == "win_amd64":
                 compile_s *= self.v.windows_factor
             toolkit, torch = keys.of(p)
-            out[cid] = Truth(compile_s, basis, c.torch != NO_TORCH, str(toolkit),
+            out[cid] = Truth(compile_s, c.torch != NO_TORCH, str(toolkit),
                              toolkit_size(toolkit, self.sizes).bytes, None if torch is None else str(torch),
                              0 if torch is None else torch_size(torch, self.sizes).bytes,
                              self.inputs.wheel_bytes(c.package))
@@ -403,12 +399,6 @@ class Drain:
         return cost_matrix(left, self.sharding, durations,
                            hit_rates=HitRates.of(self.ledger.counts, retained=self.scenario.compile_cache == "s3"),
                            attempts=self.attempts, unchanged=_unchanged)
-
-    def _capacity(self, costed: Costed | None = None) -> int:
-        """The run's jobs, as farm matrix sizes a wave: at most the shards', and no more than end,
-        published, inside the artifacts' retention at the matrix's default concurrency."""
-        return fit_retention(costed or self._costed(), self.wf.max_shards * SHARD_SIZE,
-                             retention_days=min(self.wf.wheel_days, self.wf.objects_days))
 
     # -- one epoch bump ------------------------------------------------------------------------
     def bump(self, warm: bool) -> EpochResult:
@@ -491,7 +481,10 @@ class Drain:
     def _planned(self, run: DrainRun) -> None:
         held = self._held()
         costed = self._costed(held)
-        wave = plan_wave(costed, self._capacity(costed))
+        # the run's jobs, as farm matrix sizes a wave: at most the shards', and no more than end,
+        # published, inside the artifacts' retention at the matrix's default concurrency
+        wave = plan_wave(costed, fit_retention(costed, self.wf.max_shards * SHARD_SIZE,
+                                               retention_days=min(self.wf.wheel_days, self.wf.objects_days)))
         if not wave.scheduled:  # the run ends after its matrix: its later jobs are skipped
             run.open = False
             if not self._finish_if_drained():
@@ -515,7 +508,7 @@ class Drain:
             self._built(run, state, kind, job)
             left[0] -= 1
             if left[0] == 0:
-                self.runners.submit([Job("publish", lambda j: self._publish(run, shard_cells(entries), j),
+                self.runners.submit([Job("publish", lambda j: self._publish(run, shard, shard_cells(entries), j),
                                          lambda j: self._published(run, shard_cells(entries), j),
                                          limit_s=self.wf.publish_timeout_s)])
                 self._builds_done(run, shard)
@@ -527,7 +520,7 @@ class Drain:
                 jobs.append(Job("link" if part == "link" else "compile" if part else "build",
                                 functools.partial(self._build, run, state, part),
                                 functools.partial(one_done, state=state, kind=part),
-                                cell=e["id"], limit_s=self.wf.build_timeout_s))
+                                limit_s=self.wf.build_timeout_s))
             self.runners.submit(jobs)
         return Job("slice", lambda _: _wait(self.v.slice_s), sliced)
 
@@ -576,9 +569,7 @@ class Drain:
             self._record_attempts(run)
             run.open, run.ended = False, self.loop.now
             outcome = from_reports(run.plan, run.verdicts)  # what `farm wave` decides from the reports
-            if self._finish_if_drained():
-                return
-            if run.chained:
+            if self._finish_if_drained() or run.chained:
                 return
             if outcome.next_wave:
                 self._start_run(self.loop.now)
@@ -682,7 +673,6 @@ class Drain:
         if part and part != "link":
             run.objects.setdefault(cid, []).append(self.loop.now)
             run.object_cost[cid] = run.object_cost.get(cid, 0.0) + runner_s
-            run.artifact_count += 1
             return
         if state.unpublished_s:  # an earlier artifact of this cell was never published
             self._rebuilt[state.unpublished_why] += 1
@@ -691,18 +681,15 @@ class Drain:
         state.unpublished_s = runner_s + run.object_cost.get(cid, 0.0)
         state.unpublished_why = "publish killed"  # until its publish says otherwise
         run.artifacts[cid] = self.loop.now
-        run.artifact_count += 2  # the wheel and its fragment
 
     # -- publish jobs ------------------------------------------------------------------------
     def _request(self, method: str, throttle: Throttle | None) -> Process:
         """One REST call as farm's client makes it: its job's throttle first, then GitHub's
-        answer; a refusal is waited out as GitHub asks. A publish job's throttle holds the job's
-        budget (farm/publish/budget.py), which alone bounds that: a wait past its deadline or its
-        cap on rate-limit waits raises :class:`OutOfTime` and the job hands the cell on. The
-        chain's calls have none: at most MAX_RETRIES tries, never a wait past MAX_WAIT_S."""
+        answer; a refusal is waited out as GitHub asks, within what
+        :func:`~farm.publish.budget.waits_out` allows (the chain's calls have no throttle, so no
+        job's budget)."""
         if throttle is not None and (delay := throttle.delay(method)) > 0:
-            throttle.budget.allow(self.loop.now, delay, rate_limit=False, what="the throttle's pacing")
-            throttle.waited_s += delay
+            throttle.spend(delay, rate_limit=False, what="the throttle's pacing")
             yield delay
         for attempt in itertools.count():
             self.requests += 1
@@ -713,32 +700,24 @@ class Drain:
             if wait == 0:
                 return
             self.rate_limited += 1
-            if throttle is not None and throttle.budget.bounded:  # a job's budget bounds its waiting, not a count
-                throttle.budget.allow(self.loop.now, wait, rate_limit=True, what=f"{method}: Retry-After")
-                throttle.waited_s += wait
-            elif attempt >= MAX_RETRIES or wait > MAX_WAIT_S:
+            budget = None if throttle is None else throttle.budget
+            if not waits_out(budget, True, attempt, wait, max_retries=MAX_RETRIES, max_wait_s=MAX_WAIT_S):
                 return
+            if throttle is not None:
+                throttle.spend(wait, rate_limit=True, what=f"{method}: Retry-After")
             yield wait
 
-    def _publish(self, run: DrainRun, cells: list[tuple[str, str]], job: Job, *, rest: bool = False) -> Process:
-        """``farm publish-shard`` as the publish job runs it: the run's artifacts listed once (from
-        the artifact service: no REST request), then each cell in plan order, its records pushed
-        at most once a minute and at the end. Its share of the token: ``--publishers N``'s 1/N, else
-        its cells among the wave's shards', the link shard's included (farm/publish/budget.py);
-        the link shard's own job, which runs after them, and ``rest`` (the run's publish-rest
-        job) the whole token. It knows its
-        deadline: before a cell without room for it, or on a wait its budget refuses, it hands
-        that cell and every one after it on to publish-rest (``--shard rest``)."""
-        if self.wf.publishers:
-            share = 1.0 / self.wf.publishers
-        elif rest or cells == shard_cells(run.links):
-            share = 1.0
-        else:
-            shards = [*run.shards, run.links]
-            shares = publish_shares({str(i): len(shard_cells(s)) for i, s in enumerate(shards)})
-            share = next((shares[str(i)] for i, s in enumerate(shards) if shard_cells(s) == cells), 1.0) or 1.0
+    def _publish(self, run: DrainRun, shard: str, cells: list[tuple[str, str]], job: Job) -> Process:
+        """``farm publish-shard --shard SHARD`` as the publish job runs it: the run's artifacts
+        listed once (from the artifact service: no REST request), then each cell in plan order,
+        its records pushed at most once a minute and at the end, under its
+        :func:`~farm.publish.budget.job_share` of the token. It knows its deadline: before a cell
+        without room for it, or on a wait its budget refuses, it hands that cell and every one
+        after it on to publish-rest (``--shard rest``)."""
+        jobs = {str(i): len(shard_cells(s)) for i, s in enumerate(run.shards)} | {LINK: len(shard_cells(run.links))}
+        share = job_share(shard, jobs, self.wf.publishers)
         clock = JobClock(job.began, self.wf.publish_timeout_s)
-        budget = clock.budget(math.inf if rest else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
+        budget = clock.budget(math.inf if shard == REST else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
         yield self.v.publish_setup_s
         job.pushed_at = self.loop.now
@@ -831,7 +810,7 @@ class Drain:
         run.publishes_left -= 1
         if run.publishes_left == 0:
             handed, run.handed = run.handed, []
-            self.runners.submit([Job("publish", lambda j: self._publish(run, handed, j, rest=True),
+            self.runners.submit([Job("publish", lambda j: self._publish(run, REST, handed, j),
                                      lambda j: self._published(run, handed, j, rest=True),
                                      limit_s=self.wf.publish_timeout_s)])
 

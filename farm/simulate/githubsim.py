@@ -18,7 +18,6 @@ from farm.publish.ratelimit import CONTENT_METHODS, CONTENT_PER_HOUR, CONTENT_PE
 from farm.schedule.cacheplan import CACHE_LIMIT_BYTES
 
 POINTS_PER_MINUTE = 900  # secondary limit: a GET costs 1 point, a content-creating request 5
-CONCURRENT_REQUESTS = 100  # secondary limit on requests in flight at once
 CACHE_IDLE_S = 7 * 86400  # an Actions cache entry not used for 7 days is evicted
 CACHE_WRITES_PER_MINUTE = 200  # per repository; past it the cache service answers 429
 GIT_WARN_BYTES = 50 * 2**20  # git push warns about a file over 50 MiB
@@ -46,28 +45,23 @@ class Rest:
 
     def ask(self, now: float, method: str) -> float:
         """0 when served; else the wait GitHub names (its windows' next opening)."""
+        content = method in CONTENT_METHODS
+        windows = [(self._hour, 3600, PRIMARY_PER_HOUR)]  # those this request counts in: (times, period, limit)
+        if content:
+            windows += [(self._content_hour, 3600, CONTENT_PER_HOUR), (self._content_minute, 60, CONTENT_PER_MINUTE)]
         for window, period in ((self._hour, 3600), (self._content_hour, 3600), (self._content_minute, 60)):
             while window and window[0] <= now - period:
                 window.popleft()
         while self._points and self._points[0][0] <= now - 60:
             self._points_sum -= self._points.popleft()[1]
-        content = method in CONTENT_METHODS
-        waits = []
-        if len(self._hour) >= PRIMARY_PER_HOUR:
-            waits.append(self._hour[0] + 3600 - now)
-        if content and len(self._content_minute) >= CONTENT_PER_MINUTE:
-            waits.append(self._content_minute[0] + 60 - now)
-        if content and len(self._content_hour) >= CONTENT_PER_HOUR:
-            waits.append(self._content_hour[0] + 3600 - now)
+        waits = [window[0] + period - now for window, period, limit in windows if len(window) >= limit]
         if self._points_sum + points(method) > POINTS_PER_MINUTE:
             waits.append(self._points[0][0] + 60 - now)
         if waits:
             self.refused += 1
             return max(1.0, *waits)
-        self._hour.append(now)
-        if content:
-            self._content_hour.append(now)
-            self._content_minute.append(now)
+        for window, _, _ in windows:
+            window.append(now)
         self._points.append((now, points(method)))
         self._points_sum += points(method)
         self.log.append((now, content))

@@ -39,7 +39,6 @@ def goals(drain: Drain) -> list[Goal]:
     bumps = _reported(drain)
     lost = sum(r.lost for r in bumps)
     rebuilt = sum(r.rebuilt[c] for r in bumps for c in LIMIT_CAUSES)
-    days = max(r.days for r in bumps)
     out = [Goal("nothing lost: every cell the planner does not refuse is published", lost == 0, f"{lost} lost"),
            Goal("nothing rebuilt because of a limit (publish clock, retention, ledger size, REST limits)",
                 rebuilt == 0, f"{rebuilt} rebuilt")]
@@ -53,7 +52,6 @@ def goals(drain: Drain) -> list[Goal]:
         else:
             worst = max(r.days for r in mine)
             out.append(Goal(what, worst <= limit and all(r.drained for r in mine), f"{worst:.2f} days"))
-    del days
     return out
 
 
@@ -65,6 +63,7 @@ def to_json(drain: Drain) -> dict[str, Any]:
         wasted.update(r.wasted_hours)
         rebuilt.update(r.rebuilt)
     published = sum(r.published for r in drain.results)
+    bases = Counter(row.basis for p in drain.matrix.packages if (row := drain.times.recipes.get(p.package)) is not None)
     return {
         "runners": drain.scenario.runners,
         "epochs": drain.scenario.epochs,
@@ -99,14 +98,9 @@ def to_json(drain: Drain) -> dict[str, Any]:
                    "planned": {"runner_hours": round(r.planned_runner_hours, 1), "days": round(r.planned_days, 2)}}
                   for r in drain.results],
         "inputs": {name: {"value": i.value, "basis": i.basis} for name, i in _figures(drain).items()},
-        "recipe_times": {"measured": _count(drain, "measured"), "probe": _count(drain, "probe"),
-                         "estimate": len(drain.matrix.packages) - _count(drain, "measured") - _count(drain, "probe")},
+        "recipe_times": {"measured": bases["measured"], "probe": bases["probe"],
+                         "estimate": len(drain.matrix.packages) - bases["measured"] - bases["probe"]},
     }
-
-
-def _count(drain: Drain, basis: str) -> int:
-    return sum(1 for p in drain.matrix.packages
-               if (row := drain.times.recipes.get(p.package)) is not None and row.basis == basis)
 
 
 def render(drain: Drain) -> str:
