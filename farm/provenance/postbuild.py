@@ -25,7 +25,6 @@ from packaging.version import Version
 from farm.binary.archrule import Expected, vendored_rules
 from farm.binary.assertion import AssertionReport, assert_wheel
 from farm.binary.cuobjdump import PINNED, pinned_cuobjdump
-from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.fsutil import atomic_write, read_chunks, sha256_file
 from farm.model.archrequest import ArchRequest, require_arch_request
@@ -38,7 +37,6 @@ from farm.provenance.stamp import (
     Relabel,
     StampResult,
     WheelName,
-    plan_relabel,
     stamp_wheel,
 )
 from farm.source.fetch import tree_sha256, vendor_description
@@ -260,9 +258,7 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
     sha, size = sha256_file(dest), dest.stat().st_size
     entry = embedded.ledger_entry(filename=dest.name, sha256=sha, size=size)
     fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else out_dir)
-    with SafeWheel(dest) as zf:
-        relabel = plan_relabel(dest.name, list(zf.names()), local=local_version(cell), build_tag=context.build_tag)
-    return PostbuildResult(wheel, report, StampResult(dest, relabel, sha, size, embedded, {}, created), fragment)
+    return PostbuildResult(wheel, report, StampResult(dest, sha, size, embedded, created), fragment)
 
 
 def own_cell(wheel: Path) -> tuple[str, str] | None:

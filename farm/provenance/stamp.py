@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -239,12 +239,9 @@ class StampResult:
     """The stamped wheel and what was learned while writing it."""
 
     path: Path
-    relabel: Relabel
     sha256: str
     size: int
     build_info: buildinfo.BuildInfo | None
-    # archive path (in the new wheel) -> hex sha256 of every member
-    hashes: Mapping[str, str] = field(repr=False)
     # False when an identical file was already there (stamping again is a no-op)
     created: bool = True
 
@@ -499,7 +496,7 @@ def stamp_wheel(
         tmp = Path(tmp_name)
         try:
             with writing(final), os.fdopen(fd, "w+b") as fh:
-                hashes, info_obj = _rewrite(zin, src, infos, fh, relabel, record, build_info, requires, where, pins)
+                info_obj = _rewrite(zin, src, infos, fh, relabel, record, build_info, requires, where, pins)
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
@@ -528,7 +525,7 @@ def stamp_wheel(
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    return StampResult(final, relabel, digest, size, info_obj, hashes, created)
+    return StampResult(final, digest, size, info_obj, created)
 
 
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
@@ -545,7 +542,7 @@ def _rewrite(
     requires: Sequence[str],
     where: str,
     pins: Sequence[str] = (),
-) -> tuple[dict[str, str], buildinfo.BuildInfo | None]:
+) -> buildinfo.BuildInfo | None:
     di = relabel.old_dist_info
     skip = {f"{di}/RECORD"} | {f"{di}/{s}" for s in _SIGNATURES}
     # The spec puts .dist-info last (installers may stream); RECORD closes it.
@@ -612,5 +609,5 @@ def _rewrite(
             add(name, hashlib.sha256(data).digest(), len(data))
         record_name = f"{relabel.new_dist_info}/RECORD"
         _put_deflated(zout, record_name, _record_text([*rows, (record_name, "", "")]), stamp_time)
-    return hashes, info_obj
+    return info_obj
 
