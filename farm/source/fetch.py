@@ -767,5 +767,5 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
-    _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
+    _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")  # a retired key reseals it at this path
     return SourceTree(final / "tree", identity, description)
