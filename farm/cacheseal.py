@@ -101,11 +101,11 @@ def read(path: str | os.PathLike[str], purpose: str, cap: int) -> bytes | None:
     return payload
 
 
-def read_object(path: str | os.PathLike[str], purpose: str) -> dict[str, Any] | None:
-    """The JSON object sealed at ``path`` (at most 1 MiB), or None when it cannot be read, does not
-    verify or is not an object."""
+def read_object(path: str | os.PathLike[str], purpose: str, cap: int = 1 << 20) -> dict[str, Any] | None:
+    """The JSON object sealed at ``path`` (at most ``cap`` bytes), or None when it cannot be read,
+    does not verify or is not an object."""
     try:
-        payload = read(path, purpose, 1 << 20)
+        payload = read(path, purpose, cap)
         data = jsonread.loads(payload) if payload is not None else None
     except (OSError, ValueError):
         return None
