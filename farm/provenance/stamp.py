@@ -96,7 +96,6 @@ class WheelName:
 class Relabel:
     """How one wheel's names change: file name, ``.dist-info`` and ``.data`` folders."""
 
-    old: WheelName
     new: WheelName
     old_dist_info: str
     new_dist_info: str
@@ -138,10 +137,8 @@ def plan_relabel(filename: str, members: list[str], *, local: str, build_tag: st
             f"file name says version {old.version} but the folder is {old_dist_info}", where=filename
         )
     new_version = f"{old.public_version}+{local}"
-    new = WheelName(old.dist, new_version, build_tag, old.python, old.abi, old.platform)
     return Relabel(
-        old=old,
-        new=new,
+        new=WheelName(old.dist, new_version, build_tag, old.python, old.abi, old.platform),
         old_dist_info=old_dist_info,
         new_dist_info=f"{name_part}-{new_version}.dist-info",
         old_data=f"{name_part}-{old_version}.data",
