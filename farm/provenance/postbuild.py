@@ -384,13 +384,12 @@ def context_from_config(
     if own is not None:  # a stamped or labelled wheel says its cell itself
         cuda = cuda or own[0]
         torch = torch or (own[1] if recipe.links_torch else None)
-    if cuda_home is None and env.get("CUDA_HOME"):
-        cuda_home = Path(env["CUDA_HOME"])
-    if cuda is None:
-        if cuda_home is None:
+    if cuda is None:  # the toolkit build_environment records (below): cuda_home, else $CUDA_HOME
+        home = cuda_home or env.get("CUDA_HOME")
+        if not home:
             raise UsageError("which CUDA line was this wheel built for?", where=name.filename,
                              hint="pass --cuda X.Y or set CUDA_HOME to the toolkit the build used")
-        cuda = cuda_line(cuda_home)
+        cuda = cuda_line(Path(home))
     if not recipe.links_torch:
         if torch not in (None, NO_TORCH):
             raise UsageError(f"{recipe.name} does not link torch, but --torch {torch} was given",
