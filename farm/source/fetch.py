@@ -415,11 +415,7 @@ def _check_member(name: str, archive: Path) -> PurePosixPath:
 
 
 def _inside(base: Path, target: Path) -> bool:
-    try:
-        target.resolve().relative_to(base.resolve())
-    except ValueError:
-        return False
-    return True
+    return target.resolve().is_relative_to(base.resolve())
 
 
 def unpack(archive: Path, dest: Path, *, max_bytes: int | None = None, max_members: int | None = None) -> None:
