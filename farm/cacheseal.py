@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from hashlib import blake2b
 from hmac import compare_digest
 from pathlib import Path
+from typing import Any
 
 from farm import jsonread
 from farm.errors import FileSystemError, UsageError
@@ -98,6 +99,17 @@ def read(path: str | os.PathLike[str], purpose: str, cap: int) -> bytes | None:
     if payload is not None:
         _known[str(Path(path).absolute())] = (purpose, payload, blob)
     return payload
+
+
+def read_object(path: str | os.PathLike[str], purpose: str, cap: int = 1 << 20) -> dict[str, Any] | None:
+    """The JSON object sealed at ``path`` (at most ``cap`` bytes), or None when it cannot be read,
+    does not verify or is not an object."""
+    try:
+        payload = read(path, purpose, cap)
+        data = jsonread.loads(payload) if payload is not None else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def write(path: Path, payload: bytes, purpose: str) -> None:

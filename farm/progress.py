@@ -15,14 +15,10 @@ from collections.abc import Callable
 Say = Callable[[str], None]
 
 
-def _quiet(_message: str) -> None:
-    pass
-
-
 def reporter(prefix: str, *, json: bool = False) -> Say:
     """A ``say(message)`` that prints ``prefix: message`` on stderr, or does nothing (see above)."""
     if json or not (sys.stderr.isatty() or os.environ.get("CI")):
-        return _quiet
+        return lambda _message: None
 
     def say(message: str) -> None:
         print(f"{prefix}: {message}", file=sys.stderr, flush=True)

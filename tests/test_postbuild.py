@@ -91,7 +91,7 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
     assert entry["published"] == []
     buildinfo.validate(entry)
     with zipfile.ZipFile(wheel) as zf:
-        embedded = json.loads(zf.read(f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"))
+        embedded = json.loads(zf.read(f"demo_ext-{WheelName.parse(wheel.name).version}.dist-info/_build_info.json"))
     # the fragment is the embedded object plus the ledger's keys and the record of this build (its run)
     assert {k: v for k, v in entry.items() if k not in ("filename", "sha256", "size", "published", "run")} == embedded
     assert entry["run"] == probe.run_from_env(os.environ).to_dict()
@@ -100,7 +100,7 @@ def test_postbuild_names_the_wheel_and_writes_its_fragment_beside_it(stamped, ra
 def test_real_provenance_round_trips_byte_for_byte(stamped) -> None:
     """The typed object reads the stamped wheel's file and the fragment and writes back their
     very bytes: published wheels and ledgers stay valid, in the format farm always wrote."""
-    member = f"{stamped.stamped.relabel.new_dist_info}/_build_info.json"
+    member = f"demo_ext-{WheelName.parse(stamped.stamped.filename).version}.dist-info/_build_info.json"
     with zipfile.ZipFile(stamped.stamped.path) as zf:
         data = zf.read(member)
     info = BuildInfo.from_json(data, where=f"{stamped.stamped.path}!{member}")

@@ -104,7 +104,13 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
 
 
 def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Path) -> None:
-    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None, build_info=provenance_n(1))
+    hashes: dict[str, str] = {}  # what postbuild's provenance records for each extension
+
+    def info(_relabel: stamp.Relabel, new: Mapping[str, str]) -> buildinfo.BuildInfo:
+        hashes.update(new)
+        return provenance_n(1)
+
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None, build_info=info)
     assert result.filename == "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
     # WheelFile in read mode checks every member against RECORD as it is read.
     with WheelFile(result.path) as wf:
@@ -113,7 +119,7 @@ def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Pa
         record = wf.read("demo_ext-0.1.0+cu130.dist-info/RECORD").decode().splitlines()
     listed = {line.split(",")[0] for line in record}
     assert listed == set(members(result.path))
-    assert result.hashes["demo_ext/__init__.py"] == hashlib.sha256(b"VALUE = 1\n").hexdigest()
+    assert hashes["demo_ext/__init__.py"] == hashlib.sha256(b"VALUE = 1\n").hexdigest()
 
 
 def test_data_scripts_exec_bits_and_symlinks_survive(source_wheel: Path, tmp_path: Path) -> None:
@@ -376,11 +382,17 @@ def test_unchanged_members_are_copied_as_stored_and_the_wheel_still_installs(tmp
         "demo_ext/blob.bin": payload,
         "demo_ext-0.1.0.data/scripts/demo-run": b"#!/bin/sh\necho demo\n",
     }, executables=("demo_ext-0.1.0.data/scripts/demo-run",), tag=f"{PY}-{PY}-linux_x86_64")  # pip installs it here
-    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info=provenance_n(1))
+    hashes: dict[str, str] = {}
+
+    def info(_relabel: stamp.Relabel, new: Mapping[str, str]) -> buildinfo.BuildInfo:
+        hashes.update(new)
+        return provenance_n(1)
+
+    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info=info)
     for old, new in (("demo_ext/blob.bin", "demo_ext/blob.bin"), ("demo_ext/__init__.py", "demo_ext/__init__.py"),
                      ("demo_ext-0.1.0.data/scripts/demo-run", "demo_ext-0.1.0+cu130.data/scripts/demo-run")):
         assert _compressed_bytes(result.path, new) == _compressed_bytes(wheel, old)
-    assert result.hashes["demo_ext/blob.bin"] == hashlib.sha256(payload).hexdigest()
+    assert hashes["demo_ext/blob.bin"] == hashlib.sha256(payload).hexdigest()
     with WheelFile(result.path) as wf:  # checks every member against RECORD as it reads it
         for info in wf.infolist():
             wf.read(info)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from farm import cacheseal, jsonread
+from farm import cacheseal
 from farm.errors import FileSystemError
 from farm.lint.report import LintReport
 from farm.model.arch import ArchList
@@ -38,8 +38,8 @@ def cache_key(identity: str, lint_version: str, archs: ArchList, ignores: Sequen
 def load(cache_dir: Path, key: str) -> LintReport | None:
     path = Path(cache_dir) / "lint" / f"{key}.json"
     try:
-        payload = cacheseal.read(path, f"lint:{key}", MAX_ENTRY)
-        return None if payload is None else LintReport.from_json(jsonread.loads(payload))
+        data = cacheseal.read_object(path, f"lint:{key}", MAX_ENTRY)
+        return None if data is None else LintReport.from_json(data)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

@@ -162,7 +162,7 @@ class TreeIndex:
     def glob(self, pattern: str) -> list[str]:
         """Files matching a shell glob as Python's glob and CMake read it: ``*`` stays in one
         directory, ``**`` crosses directories."""
-        regex = _glob_regex(pattern)
+        regex = re.compile(_GLOB_TOKEN.sub(_glob_token, pattern))
         return [p for p in self.files if regex.fullmatch(p)]
 
 
@@ -178,10 +178,6 @@ def _glob_token(m: re.Match[str]) -> str:
         body = token[1:-1].replace("\\", "\\\\")
         return "[" + ("^" + body[1:] if body.startswith("!") else body) + "]"
     return re.escape(token)
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(_GLOB_TOKEN.sub(_glob_token, pattern))
 
 
 def _under(path: str, directory: str) -> bool:

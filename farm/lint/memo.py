@@ -30,7 +30,7 @@ import time
 import zlib
 from pathlib import Path
 
-from farm import cacheseal, jsonread
+from farm import cacheseal
 from farm.errors import FileSystemError
 from farm.filestamp import RACY_NS
 from farm.lint.stamps import Stamps
@@ -56,10 +56,9 @@ class Memo:
     def answer(self) -> tuple[int, str, str] | None:
         """The remembered (exit code, text, JSON text) when every input is as it was."""
         try:
-            payload = cacheseal.read(self.path, self._purpose(), _MAX_ENTRY)
-            if payload is None:
+            entry = cacheseal.read_object(self.path, self._purpose(), _MAX_ENTRY)
+            if entry is None:
                 return None  # missing, too large, written by someone else, or edited: a miss
-            entry = jsonread.loads(payload)
             if entry["command"] != self.command:
                 return None  # another command with the same name
             code, text, as_json = entry["code"], entry["text"], entry["json"]

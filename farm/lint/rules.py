@@ -957,9 +957,7 @@ def check(index: TreeIndex, scope: BuildScope, archs: ArchList, extensions: Sequ
     not build). The translation units of such an
     extension or family (and what they include) are judged against its list, the others against
     ``archs``."""
-    findings: list[LintFinding] = []
-    for rel in scope.build_files:
-        findings.extend(build_file_findings(index, rel, archs))
+    findings = [found for rel in scope.build_files for found in build_file_findings(index, rel, archs)]
     findings.extend(generated_findings(index, configured.families, archs))
 
     parsed: dict[str, CFile] = {}

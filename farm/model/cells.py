@@ -100,10 +100,6 @@ def torch_pin(recipe: Recipe, cell: Cell) -> tuple[str, ...]:
     return (f"torch=={cell.torch}.*",) if cell.torch != NO_TORCH and recipe.links_torch else ()
 
 
-def farm_version(cell: Cell) -> str:
-    return f"{cell.version}+{local_version(cell)}"
-
-
 def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     """``{dist}-{version}+{local}[-{epoch}]-{py}-{abi}-{plat}.whl``; the build tag only when epoch > 0.
 
@@ -112,7 +108,7 @@ def planned_wheel_name(recipe: Recipe, cell: Cell, epoch: int) -> str:
     """
     dist = _wheel_dist(recipe.dist)
     build = f"-{epoch}" if epoch > 0 else ""
-    return f"{dist}-{farm_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
+    return f"{dist}-{cell.version}+{local_version(cell)}{build}-{cell.python}-{cell.python}-{cell.platform}.whl"
 
 
 @cache

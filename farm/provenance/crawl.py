@@ -135,7 +135,7 @@ def _stream(items: Iterable[tuple[str, str | None]], scratch: Scratch, timeout: 
             name = urllib.parse.unquote(PurePosixPath(urllib.parse.urlsplit(url).path).name)
             if shard is not None and not shard.takes(sha256, name):
                 continue
-            if not _safe_name(name):
+            if not name or name.startswith(".") or any(c in name for c in "/\\\0"):
                 # "..%2F..%2Fx.whl" must not become a path outside tmp: not even downloaded.
                 dest = tmp / "unsafe-file-name.whl"
                 dest.touch()
@@ -167,10 +167,6 @@ def ledger_urls(path: Path) -> Iterator[tuple[str, str]]:
             if url.startswith(("http://", "https://")):
                 yield url, entry["sha256"]
                 break
-
-
-def _safe_name(name: str) -> bool:
-    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
 
 
 def iter_wheels(where: str, *, timeout: float = 60.0, shard: Shard | None = None,

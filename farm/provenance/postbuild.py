@@ -25,7 +25,6 @@ from packaging.version import Version
 from farm.binary.archrule import Expected, vendored_rules
 from farm.binary.assertion import AssertionReport, assert_wheel
 from farm.binary.cuobjdump import PINNED, pinned_cuobjdump
-from farm.binary.wheelfile import SafeWheel
 from farm.errors import FarmError, UsageError, WheelError, clip, did_you_mean
 from farm.fsutil import atomic_write, read_chunks, sha256_file
 from farm.model.archrequest import ArchRequest, require_arch_request
@@ -38,7 +37,6 @@ from farm.provenance.stamp import (
     Relabel,
     StampResult,
     WheelName,
-    plan_relabel,
     stamp_wheel,
 )
 from farm.source.fetch import tree_sha256, vendor_description
@@ -260,9 +258,7 @@ def _carry_stamped(wheel: Path, embedded: buildinfo.BuildInfo, out_dir: Path, co
     sha, size = sha256_file(dest), dest.stat().st_size
     entry = embedded.ledger_entry(filename=dest.name, sha256=sha, size=size)
     fragment = write_fragment(entry, Path(fragments_dir) if fragments_dir else out_dir)
-    with SafeWheel(dest) as zf:
-        relabel = plan_relabel(dest.name, list(zf.names()), local=local_version(cell), build_tag=context.build_tag)
-    return PostbuildResult(wheel, report, StampResult(dest, relabel, sha, size, embedded, {}, created), fragment)
+    return PostbuildResult(wheel, report, StampResult(dest, sha, size, embedded, created), fragment)
 
 
 def own_cell(wheel: Path) -> tuple[str, str] | None:
@@ -388,13 +384,12 @@ def context_from_config(
     if own is not None:  # a stamped or labelled wheel says its cell itself
         cuda = cuda or own[0]
         torch = torch or (own[1] if recipe.links_torch else None)
-    if cuda_home is None and env.get("CUDA_HOME"):
-        cuda_home = Path(env["CUDA_HOME"])
-    if cuda is None:
-        if cuda_home is None:
+    if cuda is None:  # the toolkit build_environment records (below): cuda_home, else $CUDA_HOME
+        home = cuda_home or env.get("CUDA_HOME")
+        if not home:
             raise UsageError("which CUDA line was this wheel built for?", where=name.filename,
                              hint="pass --cuda X.Y or set CUDA_HOME to the toolkit the build used")
-        cuda = cuda_line(cuda_home)
+        cuda = cuda_line(Path(home))
     if not recipe.links_torch:
         if torch not in (None, NO_TORCH):
             raise UsageError(f"{recipe.name} does not link torch, but --torch {torch} was given",

@@ -122,10 +122,6 @@ def _kind(cls: type) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _is_open(cls: type) -> bool:
-    return bool(getattr(cls, "OPEN_SCHEMA", False))
-
-
 # -- the schema -------------------------------------------------------------------------------
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -178,7 +174,7 @@ def object_schema(cls: type) -> dict[str, Any]:
     properties.update((name, _schema(t)) for name, t in fields_of(cls))
     out: dict[str, Any] = {"type": "object",
                            "required": [*(["kind"] if kind else []), *(n for n, t in fields_of(cls) if not t.absent)]}
-    if not _is_open(cls):
+    if not getattr(cls, "OPEN_SCHEMA", False):
         out["additionalProperties"] = False
     out["properties"] = properties
     return out

@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -96,7 +96,6 @@ class WheelName:
 class Relabel:
     """How one wheel's names change: file name, ``.dist-info`` and ``.data`` folders."""
 
-    old: WheelName
     new: WheelName
     old_dist_info: str
     new_dist_info: str
@@ -138,10 +137,8 @@ def plan_relabel(filename: str, members: list[str], *, local: str, build_tag: st
             f"file name says version {old.version} but the folder is {old_dist_info}", where=filename
         )
     new_version = f"{old.public_version}+{local}"
-    new = WheelName(old.dist, new_version, build_tag, old.python, old.abi, old.platform)
     return Relabel(
-        old=old,
-        new=new,
+        new=WheelName(old.dist, new_version, build_tag, old.python, old.abi, old.platform),
         old_dist_info=old_dist_info,
         new_dist_info=f"{name_part}-{new_version}.dist-info",
         old_data=f"{name_part}-{old_version}.data",
@@ -239,12 +236,9 @@ class StampResult:
     """The stamped wheel and what was learned while writing it."""
 
     path: Path
-    relabel: Relabel
     sha256: str
     size: int
     build_info: buildinfo.BuildInfo | None
-    # archive path (in the new wheel) -> hex sha256 of every member
-    hashes: Mapping[str, str] = field(repr=False)
     # False when an identical file was already there (stamping again is a no-op)
     created: bool = True
 
@@ -499,7 +493,7 @@ def stamp_wheel(
         tmp = Path(tmp_name)
         try:
             with writing(final), os.fdopen(fd, "w+b") as fh:
-                hashes, info_obj = _rewrite(zin, src, infos, fh, relabel, record, build_info, requires, where, pins)
+                info_obj = _rewrite(zin, src, infos, fh, relabel, record, build_info, requires, where, pins)
                 fh.flush()
                 os.fsync(fh.fileno())
             digest, size = sha256_file(tmp), tmp.stat().st_size
@@ -528,7 +522,7 @@ def stamp_wheel(
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    return StampResult(final, relabel, digest, size, info_obj, hashes, created)
+    return StampResult(final, digest, size, info_obj, created)
 
 
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS})
@@ -545,7 +539,7 @@ def _rewrite(
     requires: Sequence[str],
     where: str,
     pins: Sequence[str] = (),
-) -> tuple[dict[str, str], buildinfo.BuildInfo | None]:
+) -> buildinfo.BuildInfo | None:
     di = relabel.old_dist_info
     skip = {f"{di}/RECORD"} | {f"{di}/{s}" for s in _SIGNATURES}
     # The spec puts .dist-info last (installers may stream); RECORD closes it.
@@ -612,5 +606,5 @@ def _rewrite(
             add(name, hashlib.sha256(data).digest(), len(data))
         record_name = f"{relabel.new_dist_info}/RECORD"
         _put_deflated(zout, record_name, _record_text([*rows, (record_name, "", "")]), stamp_time)
-    return hashes, info_obj
+    return info_obj
 

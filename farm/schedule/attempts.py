@@ -48,6 +48,7 @@ FAILED_MOST = 6  # a cell that failed this many times, whichever its jobs, is re
 MAX_ELAPSED_S = 35 * 86400  # a workflow run's own limit
 MAX_LINE = 4096
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_RESTORE = "attempts.jsonl is written by `farm publish-shard --shard rest`; restore it from git"
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,7 @@ class Attempt:
             hashes = [data.get("recipe_sha256"), data.get("defaults_sha256")]
             epoch, outcome, elapsed, jobs = data["build_epoch"], data["outcome"], data["elapsed_s"], data["jobs"]
         except (KeyError, TypeError) as exc:
-            raise LedgerError(f"not an attempt record ({exc!r} is missing)", where=where,
-                              hint="attempts.jsonl is written by `farm publish-shard --shard rest`; restore it "
-                                   "from git") from None
+            raise LedgerError(f"not an attempt record ({exc!r} is missing)", where=where, hint=_RESTORE) from None
         ok = (all(isinstance(f, str) and 0 < len(f) <= 300 and "\n" not in f for f in fields)
               and _ID.fullmatch(fields[1]) is not None
               and all(h is None or (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)) for h in hashes)
@@ -92,8 +91,7 @@ class Attempt:
               and type(jobs) is int and 1 <= jobs <= 1000)
         if not ok:
             raise LedgerError("an attempt record with a field of the wrong type or out of range", where=where,
-                              hint="attempts.jsonl is written by `farm publish-shard --shard rest`; restore it "
-                                   "from git")
+                              hint=_RESTORE)
         cell, package, cuda, torch, python, platform, run, job = fields
         return cls(cell, package, (package, cuda, torch, python, platform), epoch, outcome, float(elapsed), jobs,
                    run, job, hashes[0], hashes[1])

@@ -258,12 +258,9 @@ class Matrix:
         return [s for pkg in self.packages for s in pkg.stale]
 
     def totals(self) -> dict[str, int]:
-        out = dict.fromkeys(("declared", "filtered", "recipe", "no_policy", "phantom", "built",
-                             "stale", "to_build"), 0)
-        for pkg in self.packages:
-            for k, v in pkg.counts().items():
-                out[k] += v
-        return out
+        counts = [pkg.counts() for pkg in self.packages]
+        return {k: sum(c[k] for c in counts)
+                for k in ("declared", "filtered", "recipe", "no_policy", "phantom", "built", "stale", "to_build")}
 
 
 def _same_archs(recorded: str, canonical: str, archs: ArchList, parsed: dict[str, ArchList | None]) -> bool:

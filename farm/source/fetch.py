@@ -56,7 +56,7 @@ from filelock import FileLock
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from farm import cacheseal, jsonread
+from farm import cacheseal
 from farm.errors import ConfigError, NetworkError, SourceError, TooLarge
 from farm.fsutil import sha256_file, walk_files
 from farm.model.config import ArchiveOrigin, GitSource, PathSource, SdistSource, VendorSource
@@ -270,7 +270,7 @@ def _cached_base(source: GitSource | SdistSource, cache_dir: Path) -> SourceTree
 
 def pointed_commit(pointer: Path) -> str | None:
     """The commit a ref pointer (:func:`git_pointer`) resolves to, when this user's seal verifies."""
-    commit = _read_sealed(pointer, f"source-ref:{pointer.name}").get("commit")
+    commit = (cacheseal.read_object(pointer, f"source-ref:{pointer.name}") or {}).get("commit")
     return commit if isinstance(commit, str) and _is_commit(commit) else None
 
 
@@ -415,11 +415,7 @@ def _check_member(name: str, archive: Path) -> PurePosixPath:
 
 
 def _inside(base: Path, target: Path) -> bool:
-    try:
-        target.resolve().relative_to(base.resolve())
-    except ValueError:
-        return False
-    return True
+    return target.resolve().is_relative_to(base.resolve())
 
 
 def unpack(archive: Path, dest: Path, *, max_bytes: int | None = None, max_members: int | None = None) -> None:
@@ -708,15 +704,6 @@ def content_digest(root: Path) -> str | None:
 # The ref pointers and completion markers are sealed (farm.cacheseal): CI may restore this folder
 # from a cache anyone with push access could have filled, and a forged pointer (a tag resolved to
 # another commit) or marker (another identity or root) would lint and build another tree.
-def _read_sealed(path: Path, purpose: str) -> dict[str, Any]:
-    try:
-        payload = cacheseal.read(path, purpose, 1 << 20)
-        data = jsonread.loads(payload) if payload is not None else {}
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _write_sealed(path: Path, data: dict[str, Any], purpose: str) -> None:
     cacheseal.write(path, json.dumps(data).encode(), purpose)
 
@@ -739,7 +726,7 @@ def _locked_entry(base: Path, key: str, cached: Callable[[], SourceTree | None],
 def _cached(final: Path) -> SourceTree | None:
     """The tree installed at ``final``, when its sealed marker verifies and every file still has
     the bytes it was installed with; otherwise None (fetched afresh, the install replaces it)."""
-    data = _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")
+    data = cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}") or {}
     root, identity, description = data.get("root"), data.get("identity"), data.get("description")
     if root != "tree" or not isinstance(identity, str) or not isinstance(description, dict):
         return None  # absent, damaged or forged
@@ -767,5 +754,5 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
-    _read_sealed(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
+    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")  # a retired key reseals it here
     return SourceTree(final / "tree", identity, description)

@@ -132,13 +132,7 @@ def read_stamp(prefix: Path) -> dict[str, Any] | None:
     """The ready stamp of the toolkit under ``prefix`` (its request) when it is sealed with this
     user's key (:mod:`farm.cacheseal`): the components and manifest it names go into every wheel's
     provenance."""
-    prefix = Path(prefix)
-    try:
-        payload = cacheseal.read(prefix / STAMP, _stamp_purpose(prefix), 1 << 20)
-        data = jsonread.loads(payload) if payload is not None else None
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return cacheseal.read_object(Path(prefix) / STAMP, _stamp_purpose(Path(prefix)))
 
 
 def _object(value: object) -> dict[str, Any]:
