@@ -31,7 +31,15 @@ from farm.doctor.machine import given
 from farm.provenance.buildinfo import BuildInfo, LedgerEntry
 from farm.provenance.ledger import LedgerIndex
 from farm.provenance.stamp import WheelName
-from farm.publish.attestation import read_subjects, statement_problems
+from farm.publish.attestation import (
+    MAX_SUBJECTS,
+    SUBJECT_PARTS,
+    append_subjects,
+    read_subjects,
+    statement_problems,
+    subjects_part,
+    wheels_of,
+)
 from farm.publish.indexsettings import IndexSettings
 from farm.publish.ledgerpush import merge_ledgers
 from farm.publish.publish import upload
@@ -181,6 +189,31 @@ def test_a_statement_that_names_other_bytes_or_another_kind_is_not_the_wheels(tm
         ghsim.attest_build_provenance(sim, too_many, _run(sim.repo))
     assert main(["attestation", "record", "--subjects", str(too_many), "--url", "https://github.com/o/r/attestations/1",
                  "--repository", "o/r", "--root", str(tmp_path)]) == 2
+
+
+def test_the_largest_waves_subjects_are_split_so_every_wheel_is_attested(tmp_path, sim) -> None:
+    """A rest shard that publishes a whole wave of 2,048 wheels (every cell handed on) writes its
+    subjects in files of at most 1,024 lines, a wheel's two together; the simulated action attests
+    each, and every wheel and its _build_info.json are named by one statement. Left out: the wheels
+    themselves (append_subjects only writes the lines subject_lines reads from a published wheel)
+    and their ledger records (``farm attestation record`` of each file is the test above's)."""
+    subjects = tmp_path / "subjects-rest.txt"
+    subjects.touch()  # as the publish step does
+    wheels = {f"w{i}.whl": f"{i:064x}" for i in range(SUBJECT_PARTS * MAX_SUBJECTS // 2)}
+    for name, sha in wheels.items():
+        append_subjects(subjects, [f"{sha}  {name}\n", f"{'f' * 60}{int(sha, 16):04x}  {name}/w.dist-info/x\n"])
+    parts = [subjects_part(subjects, i) for i in range(SUBJECT_PARTS)]
+    assert set(tmp_path.glob("subjects-rest*.txt")) == set(parts)
+    assert parts[1].name == "subjects-rest-1.txt"
+    assert [len(read_subjects(p)) for p in parts] == [MAX_SUBJECTS] * SUBJECT_PARTS
+    urls = [ghsim.attest_build_provenance(sim, p, _run(sim.repo))["attestation-url"] for p in parts]
+    assert len(set(urls)) == SUBJECT_PARTS
+    named = [wheels_of(read_subjects(p)) for p in parts]
+    assert {k: v for n in named for k, v in n.items()} == wheels
+    assert sum(map(len, named)) == len(wheels)
+    for i in range(SUBJECT_PARTS):
+        names = {s["name"] for s in _statement(sim, i)["subject"]}
+        assert {f"{n}/w.dist-info/x" for n in named[i]} | set(named[i]) == names
 
 
 def test_a_rebase_keeps_the_attestation_one_side_recorded(tmp_path) -> None:

@@ -22,6 +22,8 @@ from farm.cli import main
 from farm.commands.publish_shard import MAX_BUNDLE_BYTES, MAX_FRAGMENT_BYTES, _extract_fragments
 from farm.errors import UsageError
 from farm.publish import ghrest
+from farm.publish.attestation import MAX_SUBJECTS, SUBJECT_PARTS
+from farm.schedule.stream import HANDED_ON, CellVerdict
 from tests.support import ghsim
 from tests.support.ledgermaker import make_entry
 from tests.support.wheelmaker import stamped_wheel
@@ -34,6 +36,29 @@ def bundle(path: Path, members: dict[str, bytes]) -> Path:
         for name, data in members.items():
             zf.writestr(name, data)
     return path
+
+
+def test_a_rest_shard_its_attest_job_cannot_name_is_refused_before_anything_is_published(tmp_path: Path,
+                                                                                           capsys) -> None:
+    """More cells handed on than SUBJECT_PARTS attestations name (a wave past build.yml's bound):
+    exit 2 before the checkout, the token or any artifact is touched, saying what to do."""
+    ids = [f"c{i}" for i in range(SUBJECT_PARTS * MAX_SUBJECTS // 2 + 1)]
+    plan = tmp_path / "wave-plan.json"
+    plan.write_text(json.dumps({"cells": [{"id": i} for i in ids], "matrix": {"build": [], "link": []}}))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "published-0.jsonl").write_text(
+        "".join(json.dumps(CellVerdict(i, "a", HANDED_ON).to_json()) + "\n" for i in ids))
+    subjects = tmp_path / "subjects-rest.txt"
+    assert main(["publish-shard", "--plan", str(plan), "--shard", "rest", "--reports", str(reports), "--run-id", "1",
+                 "--report", str(tmp_path / "published-rest.jsonl"), "--subjects", str(subjects),
+                 "--root", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert (f"{len(ids)} cells to publish: their wheels' {2 * len(ids)} subjects are more than the 4 attestations "
+            "of 1024 subjects publish-shard.yml's attest job makes") in err
+    assert "pass a smaller --max-shards to farm matrix in build.yml" in err
+    assert not subjects.exists()
+    assert not (tmp_path / "published-rest.jsonl").exists()
 
 
 def test_fragments_are_extracted_flat(tmp_path: Path) -> None:

@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
+from farm.publish.attestation import MAX_SUBJECTS, SUBJECT_PARTS
+from farm.schedule.slices import SHARD_SIZE
+
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 FOLDER = WORKFLOWS[0].parent
@@ -453,11 +456,28 @@ def test_published_wheels_are_attested_by_a_job_that_runs_no_package_code() -> N
     attest = jobs["attest"]
     assert attest["needs"] == ["publish"]
     assert attest["permissions"] == {"id-token": "write", "attestations": "write", "contents": "read"}
-    (action,) = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
-    assert re.fullmatch(r"actions/attest-build-provenance@[0-9a-f]{40}", action["uses"])
-    assert action["with"] == {"subject-checksums": "subjects-${{ inputs.shard }}.txt"}
+    actions = [s for s in attest["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
+    assert all(re.fullmatch(r"actions/attest-build-provenance@[0-9a-f]{40}", a["uses"]) for a in actions)
+    # one attestation a subjects file farm writes: the file, then its parts past 1,024 subjects
+    assert [a["with"] for a in actions] == [{"subject-checksums": "subjects-${{ inputs.shard }}.txt"}] + [
+        {"subject-checksums": f"subjects-${{{{ inputs.shard }}}}-{i}.txt"} for i in range(1, SUBJECT_PARTS)]
+    assert all(f"-{i}.txt" in a["if"] for i, a in enumerate(actions[1:], 1))
+    assert [attest["outputs"][k] for k in ("url", *(f"url-{i}" for i in range(1, SUBJECT_PARTS)))] == [
+        f"${{{{ steps.{a['id']}.outputs.attestation-url }}}}" for a in actions]
     assert not any("nox -s build" in s.get("run", "") or "pip install" in s.get("run", "") for s in attest["steps"])
     record = jobs["record-attestations"]
     assert record["needs"] == ["attest"]
     assert record["permissions"] == {"contents": "write"}
-    assert "nox -s attestation -- record" in next(s["run"] for s in record["steps"] if "attestation" in s.get("run", ""))
+    step = next(s for s in record["steps"] if "attestation" in s.get("run", ""))
+    assert "nox -s attestation -- record" in step["run"]
+    assert "for part in " + " ".join(map(str, range(1, SUBJECT_PARTS))) + "; do" in step["run"]
+    assert [step["env"][k] for k in ("URL", *(f"URL_{i}" for i in range(1, SUBJECT_PARTS)))] == [
+        f"${{{{ needs.attest.outputs.{k} }}}}" for k in attest["outputs"]]
+
+
+def test_the_attest_job_names_every_wheel_of_the_largest_wave() -> None:
+    """The rest shard may publish a whole wave (every cell handed on): --max-shards shards of 256
+    cells, a wheel and its _build_info.json each, within the attest job's attestations."""
+    max_shards = re.search(r"--max-shards (\d+)", (FOLDER / "build.yml").read_text())
+    assert max_shards is not None
+    assert 2 * int(max_shards.group(1)) * SHARD_SIZE <= SUBJECT_PARTS * MAX_SUBJECTS

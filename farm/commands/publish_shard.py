@@ -50,7 +50,7 @@ from farm.provenance.ledgerbook import LedgerBook
 from farm.provenance.ledgerfiles import ledger_location
 from farm.publish import ghrest
 from farm.publish.artifacts import Source, run_artifacts
-from farm.publish.attestation import subject_lines
+from farm.publish.attestation import MAX_SUBJECTS, SUBJECT_PARTS, append_subjects, subject_lines
 from farm.publish.budget import (
     MAX_RATE_LIMIT_WAIT_S,
     RESERVE_S,
@@ -126,7 +126,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "job: its whole clock)")
     parser.add_argument("--subjects", type=Path, metavar="FILE",
                         help="append each published wheel and its _build_info.json here (sha256  name), the "
-                             "subjects GitHub's attestation action signs (docs/attestations.md)")
+                             "subjects GitHub's attestation action signs, at most 1,024 a file: then in NAME-1.txt, "
+                             "NAME-2.txt, ... (docs/attestations.md)")
     parser.add_argument("--json", action="store_true",
                         help="machine-readable output: one object at the end (the verdicts go to stderr as they come)")
     publish_options(parser)
@@ -249,10 +250,9 @@ def note_subjects(path: Path, report: UploadReport, files: Sequence[Path]) -> No
     bytes (published, or already there): an adopted earlier build is another file, not attested here."""
     placed = {v.wheel for v in report.verdicts if v.verdict in (Verdict.PUBLISHED, Verdict.PRESENT)}
     refused = {v.wheel for v in report.verdicts if v.verdict not in (Verdict.PUBLISHED, Verdict.PRESENT)}
-    with open(path, "a", encoding="utf-8") as out:
-        for wheel in files:
-            if wheel.name.endswith(".whl") and wheel.name in placed - refused:
-                out.writelines(subject_lines(wheel))
+    for wheel in files:
+        if wheel.name.endswith(".whl") and wheel.name in placed - refused:
+            append_subjects(path, subject_lines(wheel))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -265,6 +265,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--job-started {args.job_started}: epoch seconds")
     plan = read_plan(args.plan)
     cells, share = _cells_and_share(args, plan)
+    if args.subjects is not None and 2 * len(cells) > SUBJECT_PARTS * MAX_SUBJECTS:
+        # refused before anything is published: no wheel goes out that the attest job cannot name
+        raise UsageError(f"{len(cells)} cells to publish: their wheels' {2 * len(cells)} subjects are more than "
+                         f"the {SUBJECT_PARTS} attestations of {MAX_SUBJECTS} subjects publish-shard.yml's attest "
+                         "job makes", hint="pass a smaller --max-shards to farm matrix in build.yml, or give the "
+                         "attest job more steps and raise SUBJECT_PARTS")
     config = load_config(root)
     targets = configured_targets(config, args.target)
     derive = derive_from_config(config)

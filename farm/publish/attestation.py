@@ -33,6 +33,10 @@ BUILD_TYPE = "https://actions.github.io/buildtypes/workflow/v1"  # GitHub Action
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE envelope's payload
 SIGNER_WORKFLOW = ".github/workflows/publish-shard.yml"  # the reusable workflow whose jobs attest
 MAX_SUBJECTS = 1024  # actions/attest-build-provenance's cap on one statement's subjects
+# The subjects files one publish job writes, each one attestation of publish-shard.yml's attest job:
+# the largest wave (build.yml's --max-shards 8 x 256 cells, a wheel each) all handed on to the rest
+# shard is 2,048 wheels, 4,096 subjects.
+SUBJECT_PARTS = 4
 _LINE = re.compile(r"(?P<sha>[0-9a-f]{64}) [ *](?P<name>[^\s/][^\n]*\S)")
 _MAX_SUBJECTS_FILE = 4 << 20
 
@@ -50,6 +54,24 @@ def subject_lines(wheel: Path) -> list[str]:
     """The wheel's two subjects, as lines of a checksums file: the wheel, and its ``_build_info.json``."""
     member = member_of(wheel)
     return [f"{sha256_file(wheel)}  {wheel.name}\n", f"{provenance_sha256(wheel)}  {wheel.name}/{member}\n"]
+
+
+def subjects_part(path: Path, part: int) -> Path:
+    """Part ``part`` of the subjects ``path`` names: ``path`` itself, then ``NAME-1.txt``, ``NAME-2.txt``, ..."""
+    return path if part == 0 else path.with_name(f"{path.stem}-{part}{path.suffix}")
+
+
+def append_subjects(path: Path, lines: Sequence[str]) -> None:
+    """Append one wheel's subject lines to the last part of ``path``, or to a new part when they would
+    take it past :data:`MAX_SUBJECTS` (a wheel's subjects stay in one attestation)."""
+    part = 0
+    while subjects_part(path, part + 1).exists():
+        part += 1
+    last = subjects_part(path, part)
+    if last.exists() and len(last.read_text(encoding="utf-8").splitlines()) + len(lines) > MAX_SUBJECTS:
+        last = subjects_part(path, part + 1)
+    with open(last, "a", encoding="utf-8") as out:
+        out.writelines(lines)
 
 
 def read_subjects(path: Path) -> list[tuple[str, str]]:
