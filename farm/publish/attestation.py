@@ -89,7 +89,8 @@ def read_subjects(path: Path) -> list[tuple[str, str]]:
         out.append((m["sha"], m["name"]))
     if len(out) > MAX_SUBJECTS:
         raise UsageError(f"{len(out)} subjects, more than the {MAX_SUBJECTS} one attestation may name", where=str(path),
-                         hint="attest a publish job's wheels (at most 256 cells, 2 subjects each)")
+                         hint="pass one subjects file `farm publish-shard --subjects` wrote: it starts a new "
+                              "file past that many")
     return out
 
 
