@@ -770,7 +770,7 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
     if spec.farm_deps:  # the farm wheels it builds against, as the build would take them (missing: an error)
         deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
         options = replace(options, farm_deps=deps, farm_deps_dir=stage_farm_deps(deps, work / "farm-deps"))
-    plan = plan_build(config, recipe, cell, src, options, spec=spec)
+    plan = plan_build(recipe, cell, src, options, spec=spec)
     scripts = spec.knobs.patch_scripts(cell.platform)
     patched = tuple(line.strip() for line in printed)
     if settings.builder is not BuilderKind.NATIVE:
@@ -872,7 +872,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         say(f"{cell.id}: PROBE: the first TU of each extension is compiled and checked, the others are "
             f"stand-ins; no wheel ({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
     options = replace(options, shard=setup)
-    plan = plan_build(config, recipe, cell, src, options, spec=spec)
+    plan = plan_build(recipe, cell, src, options, spec=spec)
     write_spec(spec, work)
     error: ToolError | None = None
     built: list[Path] = []

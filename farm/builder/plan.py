@@ -35,12 +35,11 @@ from farm.builder import cclaunch, compilecache
 from farm.builder.farmdeps import FarmDep
 from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
-from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec, SpecOverrides, resolve_spec
+from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
-from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
-from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
+from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, Recipe
 from farm.toolkit import assemble as toolkit
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
@@ -110,13 +109,9 @@ class PlanOptions:
     container_engine: str = "docker"  # docker | podman
     images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
     host_cuda_home: Path | None = None  # the toolkit when the build runs on the host (native, Windows)
-    torch_index: str | None = None  # URL ({cu} is the cell's cu130) or "pip"; None: _defaults.yml's
     # The verified toolkit on the host, mounted read-only into the build container at
     # CONTAINER_TOOLKIT_PREFIX: the container builds with exactly the archives the host checked.
     host_toolkit_prefix: Path | None = None
-    toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
-    redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
-    env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
     shard: ShardSetup | None = None  # a compile shard or link job (farm/builder/shardjob.py)
     # pip's download cache on the host (torch, build tools): mounted into the build container at
     # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
@@ -296,31 +291,13 @@ def before_build_commands(
     return cmds
 
 
-def plan_build(
-    config: FarmConfig,
-    recipe: Recipe,
-    cell: Cell,
-    source_root: Path,
-    options: PlanOptions,
-    *,
-    spec: BuildSpec | None = None,
-    archs: ArchList | None = None,
-) -> BuildPlan:
-    """Plan the build of ``cell`` from the prepared checkout ``source_root``.
-
-    ``spec``: the cell's build spec as the builder resolved it (carried, not resolved again);
-    without one, :func:`~farm.builder.spec.resolve_spec` resolves it here from the config and
-    ``options`` (with ``archs``, a given list, in place of the config's).
-    """
+def plan_build(recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptions, *, spec: BuildSpec) -> BuildPlan:
+    """Plan the build of ``cell`` from the prepared checkout ``source_root``. ``spec``: the cell's
+    build spec as the builder resolved it (carried, not resolved again)."""
     if not Path(options.output_dir).is_absolute():
         raise UsageError(f"the output directory must be absolute, got {options.output_dir}",
                          hint="cibuildwheel resolves a relative one against the package's directory")
-    if spec is None:  # what the plan's options decide over the config
-        overrides = SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
-                                  redist_url=options.redist_url, env=options.env)
-        spec = resolve_spec(config, recipe, cell, overrides,
-                            arch=ArchRequest.given(archs) if archs is not None else None)
-    elif spec.cell != cell or cell.package != recipe.name:
+    if spec.cell != cell or cell.package != recipe.name:
         raise UsageError(f"the build spec is for cell {spec.cell.id}, not {cell.id} of {recipe.name!r}")
     archs, torch_version, knob, request = spec.arch.archs, spec.torch_version, spec.knobs, spec.toolkit
     ident = identifier(cell)
