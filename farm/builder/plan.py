@@ -35,7 +35,7 @@ from farm.builder import cclaunch, compilecache
 from farm.builder.farmdeps import FarmDep
 from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
-from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec
+from farm.builder.spec import BuildSpec
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
 from farm.model.cells import Cell
@@ -273,21 +273,18 @@ def _quoter(windows: bool) -> Callable[[str], str]:
     return shlex.quote
 
 
-def before_build_commands(
-    knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
-    tools: tuple[str, ...] = BUILD_REQUIREMENTS, direct: Mapping[str, str] | None = None,
-) -> list[str]:
+def before_build_commands(spec: BuildSpec, direct: Mapping[str, str], *, windows: bool) -> list[str]:
     """The build's dependencies, in order: the tools, torch, the recipe's extra_deps (``direct``:
     a farm wheel's requirement -> its direct reference as the build sees it)."""
     q = _quoter(windows)
-    cmds = [f"python -m pip install {' '.join(q(r) for r in tools)}"]
-    if torch_version is not None:
+    cmds = [f"python -m pip install {' '.join(q(r) for r in spec.tools)}"]
+    if spec.torch_version is not None:
         # "pip": pip's own configuration decides (mirrors, find-links, constraints); a URL is the
         # only index torch and its requirements come from
-        source = "" if torch_index == TORCH_INDEX_PIP else f" --index-url {q(torch_index)}"
-        cmds.append(f"python -m pip install {q('torch==' + torch_version)}{source}")
-    if knob.extra_deps:
-        cmds.append("python -m pip install " + " ".join(q((direct or {}).get(d, d)) for d in knob.extra_deps))
+        source = "" if spec.torch_index == TORCH_INDEX_PIP else f" --index-url {q(spec.torch_index or '')}"
+        cmds.append(f"python -m pip install {q('torch==' + spec.torch_version)}{source}")
+    if spec.knobs.extra_deps:
+        cmds.append("python -m pip install " + " ".join(q(direct.get(d, d)) for d in spec.knobs.extra_deps))
     return cmds
 
 
@@ -381,8 +378,7 @@ def plan_build(recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptio
                   for d in options.farm_deps}
     elif options.farm_deps:  # cibuildwheel on a Windows host builds there: the wheels' own paths
         direct = {d.requirement: d.direct_reference for d in options.farm_deps}
-    before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
-                                         windows=cibw_platform == "windows", tools=spec.tools, direct=direct)
+    before_build = before_build_commands(spec, direct, windows=cibw_platform == "windows")
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
     if cached and in_container:
         # the server starts before the build and reports after it, inside the container; a failed
