@@ -23,7 +23,7 @@ from farm.builder.shard import (
     ShardJob,
     assign,
     compile_unit,
-    stable_owner,
+    owner_of,
     tree_tus,
     tu_path,
 )
@@ -70,7 +70,8 @@ def test_sorted_round_robin_is_deterministic_and_balanced() -> None:
     assert max(loads) - min(loads) <= 1
     assert assign(TUS, 2) == {"csrc/add.cu": 0, "csrc/ops/fill.cu": 1, "csrc/ops/negate.cu": 0, "csrc/scale.cu": 1}
     # a TU the tree did not list: a stable hash, the same in every process
-    assert stable_owner("build/gen/x.cu", 20) == stable_owner("build/gen/x.cu", 20) < 20
+    assert owner_of("build/gen/x.cu", table, 20) == owner_of("build/gen/x.cu", {}, 20) < 20
+    assert all(owner_of(tu, table, 20) == table[tu] for tu in tus)
 
 
 def test_tree_tus_skips_cmake_checks_and_vcs(tmp_path: Path) -> None:

@@ -283,8 +283,7 @@ def prove_shards(setup: ShardSetup, source_root: Path) -> dict[str, Unit]:
             raise _refuse(setup, i, f"was built from another build spec ({rec.spec[:12]}; this link job's: "
                                     f"{setup.spec[:12]}): arch list, toolkit, torch, flags or knobs differ")
         for u in rec.units:
-            owner = setup.table.get(u.tu)
-            owner = shard.stable_owner(u.tu, n) if owner is None else owner
+            owner = shard.owner_of(u.tu, setup.table, n)
             if owner != i:
                 raise _refuse(setup, i, f"claims TU {u.tu}, which compile shard {owner}/{n} owns")
             if u.file != shard.object_name(i, u.tu, u.object) or u.file in proofs:
