@@ -342,9 +342,9 @@ def plan_build(recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptio
     cached = cache.enabled and launchers
     host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
     cache_bin: str | None = None
+    checkout = CONTAINER_ROOT if in_container else Path(source_root).as_posix()  # as the build sees it
     if launchers:
-        env_pairs += reproducible_environment(CONTAINER_ROOT if in_container else Path(source_root).as_posix(),
-                                              cuda_home)
+        env_pairs += reproducible_environment(checkout, cuda_home)
         run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
         cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
             if cache.backend == "local" else None
@@ -355,19 +355,16 @@ def plan_build(recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptio
             if cached and cache.backend == "local" and cache.directory:
                 add_volume(cache.directory, compilecache.CONTAINER_CACHE_DIR)
     if options.shard is not None:  # the build's nvcc calls go through farm's launcher
+        host_shard = options.shard.directory.as_posix()
+        shard_dir = CONTAINER_SHARD_DIR if in_container else host_shard
+        env_pairs += options.shard.environment(shard_dir, checkout, cuda_home, cache_bin)
         if in_container:
-            env_pairs += options.shard.environment(CONTAINER_SHARD_DIR, CONTAINER_ROOT, cuda_home, cache_bin)
-            add_volume(options.shard.directory.as_posix(), CONTAINER_SHARD_DIR)
-        else:
-            env_pairs += options.shard.environment(options.shard.directory.as_posix(),
-                                                   Path(source_root).as_posix(), cuda_home, cache_bin)
+            add_volume(host_shard, CONTAINER_SHARD_DIR)
     if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
         host_cache = PurePosixPath(options.pip_cache).as_posix()
         if in_container:
             add_volume(host_cache, CONTAINER_PIP_CACHE)
-            env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
-        else:
-            env_pairs.append(("PIP_CACHE_DIR", host_cache))
+        env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE if in_container else host_cache))
     direct: dict[str, str] = {}
     if options.farm_deps and in_container:  # the verified copies, mounted read-only
         if options.farm_deps_dir is None:
