@@ -248,11 +248,10 @@ def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[s
     return {**env, **dict(setup.environment)}
 
 
-def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
-                     environ: Mapping[str, str] | None = None) -> list[Path]:
+def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = build_log(log)
-    environ = dict(os.environ if environ is None else environ)
+    environ = dict(os.environ)
     engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
     in_container = not _on_host(plan)
     if in_container:
@@ -408,8 +407,7 @@ STALL_HINT = (f"a build that waits on itself stops so (a compiler cache whose co
               f"output or CPU needs a higher ${procs.STALL_ENV} (seconds; 0: no limit)")
 
 
-def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, *,
-                     cache_dir: Path | None = None) -> str | None:
+def container_python(plan: BuildPlan, *, cache_dir: Path | None = None) -> str | None:
     """The exact Python version cibuildwheel built with: the version the image's
     ``/opt/python/<tag>-<tag>`` interpreter reports, from the image's probe
     (:func:`farm.builder.images.probe_image`, cached per image ID in ``cache_dir``). None when the
@@ -417,11 +415,10 @@ def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, 
     host's Python."""
     if not plan.cell.platform.startswith("linux"):
         return None
-    environ = os.environ if environ is None else environ
     engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
     arch = plan.cell.platform.removeprefix("linux_")
     named = plan.options.get(f"manylinux-{arch}-image")
-    image = image_for(arch, {arch: str(named)} if named else {}, environ)
+    image = image_for(arch, {arch: str(named)} if named else {}, os.environ)
     if not image or shutil.which(engine) is None:
         return None
     facts, _ = probe_image(engine, image, cache_dir)
@@ -480,10 +477,9 @@ def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
     return install_managed(cell.python, uv)
 
 
-def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
-               env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
-               interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = (),
-               cache_counts: list[Counts] | None = None) -> list[Path]:
+def run_native(plan: BuildPlan, *, log: Log | None = None, env_root: Path | None = None,
+               built_env: list[BuildEnv] | None = None, interpreter: Interpreter | None = None,
+               farm_deps: Sequence[FarmDep] = (), cache_counts: list[Counts] | None = None) -> list[Path]:
     """Run the plan on this host: the shared build environment of the cell's Python (made once per
     contents, see :mod:`farm.builder.buildenv`), plan environment, build, repair. ``interpreter``:
     the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
@@ -504,11 +500,10 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     work = plan.config_file.parent
     dist = work / "dist"
     remove(dist)
-    caller = os.environ if environ is None else environ
     # read once: neither the build environment's installs (an sdist there would build with them)
     # nor the build see the caller's compiler variables
-    say_withheld(plan, caller, say)
-    env = passed_on(caller)
+    say_withheld(plan, os.environ, say)
+    env = passed_on(os.environ)
     env.pop("PYTHONPATH", None)
 
     server: list[int] = []  # the compiler cache server's session: its compiles are the build's work too
