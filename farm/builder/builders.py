@@ -631,7 +631,6 @@ def build_cell(
     *,
     arch: ArchRequest | None = None,
     torch_version: str | None = None,
-    postbuild: bool = True,
     interpreter: Interpreter | None = None,
     log: Log | None = None,
 ) -> BuildResult:
@@ -661,8 +660,8 @@ def build_cell(
         home = shared_source_home(settings.work_root, cell)  # cibuildwheel's is /project, always
         home.mkdir(parents=True, exist_ok=True)
     with FileLock(str(home / ".build.lock")):
-        return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say,
-                           interpreter=interpreter, farm_deps=farm_deps, started=started)
+        return _build_cell(config, recipe, cell, settings, spec, work, home, say=say, interpreter=interpreter,
+                           farm_deps=farm_deps, started=started)
 
 
 @dataclass(frozen=True)
@@ -810,7 +809,7 @@ def native_run(plan: BuildPlan, env_root: Path, farm_deps: Sequence[FarmDep] = (
 
 
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
-                work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
+                work: Path, home: Path, *, say: Log, interpreter: Interpreter | None,
                 farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              vendor=recipe.vendor,
@@ -917,8 +916,6 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         link = shardjob.finish_link(setup, error)
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards, "
             f"{link['rechecked']} of them recompiled uncached and identical")
-    if not postbuild:
-        return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
         else container_python(plan, cache_dir=Path(settings.work_root).absolute().parent)

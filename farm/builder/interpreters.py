@@ -180,10 +180,10 @@ def managed_download(tag: str, uv: str, *, environ: Mapping[str, str] | None = N
     return None
 
 
-def install_managed(tag: str, uv: str, *, environ: Mapping[str, str] | None = None) -> Interpreter:
+def install_managed(tag: str, uv: str) -> Interpreter:
     """``uv python install X.Y`` (a download from uv's Python builds), then the interpreter uv finds."""
     wanted = version_of_tag(tag)
-    env = dict(os.environ if environ is None else environ)
+    env = dict(os.environ)
     proc = subprocess.run([uv, "python", "install", wanted], capture_output=True, text=True, check=False,
                           timeout=1800, env=env)
     if proc.returncode != 0:
