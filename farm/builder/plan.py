@@ -201,15 +201,6 @@ def _create_arg(engine: str, arg: str) -> str:
     return f"{engine} {arg}" if "create_args:" in engine else f"{engine}; create_args: {arg}"
 
 
-def arch_environment(archs: ArchList) -> dict[str, str]:
-    """The arch list in every rendering a build system reads."""
-    env = {"CUDAARCHS": archs.render_cmake(), "CMAKE_CUDA_ARCHITECTURES": archs.render_cmake()}
-    # family or PTX-only targets: torch cannot express them; CMake/nvcc can
-    with contextlib.suppress(ArchError):
-        env["TORCH_CUDA_ARCH_LIST"] = archs.render_torch()
-    return env
-
-
 def _environment(
     archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False, msvc: MsvcSetup | None = None,
 ) -> list[tuple[str, str]]:
@@ -222,7 +213,10 @@ def _environment(
     ]
     if not windows:  # the driver stub for -lcuda, as NVIDIA's devel images set it; link time only
         env.append(("LIBRARY_PATH", f"{cuda_home}/lib64/stubs"))
-    env += sorted(arch_environment(archs).items())
+    # the arch list in every rendering a build system reads
+    env += [("CMAKE_CUDA_ARCHITECTURES", archs.render_cmake()), ("CUDAARCHS", archs.render_cmake())]
+    with contextlib.suppress(ArchError):  # family or PTX-only targets: torch cannot express them; CMake/nvcc can
+        env.append(("TORCH_CUDA_ARCH_LIST", archs.render_torch()))
     if knob.max_jobs is not None:
         env.append(("MAX_JOBS", str(knob.max_jobs)))
     nvcc = []
