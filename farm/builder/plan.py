@@ -130,7 +130,6 @@ class NativeSteps:
     before_build: tuple[str, ...]  # shell commands, run in the build venv
     build_args: tuple[str, ...]  # after `python -m build`
     repair_command: str  # with {wheel} and {dest_dir} placeholders
-    extra_deps: tuple[str, ...] = ()  # the recipe's, installed into the build environment
 
 
 @dataclass(frozen=True)
@@ -425,7 +424,6 @@ def plan_build(recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptio
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
         repair_command=repair_command(declared=spec.vendored_globs),
-        extra_deps=knob.extra_deps,
     )
     return BuildPlan(
         spec=spec,
