@@ -27,7 +27,7 @@ from farm.builder.builders import (
     check_engine,
     run_native,
 )
-from farm.builder.plan import BuildPlan, PlanOptions, plan_build, render_config, render_environment
+from farm.builder.plan import BuildPlan, PlanOptions, render_config, render_environment
 from farm.builder.prepare import prepare_source
 from farm.cli import main
 from farm.errors import ConfigError, ToolError, UsageError
@@ -38,7 +38,7 @@ from farm.model.config import FarmConfig
 from farm.provenance.buildinfo import BuildInfo
 from farm.toolkit.assemble import Toolkit
 from tests.support import loopback
-from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, cache_dir_of, make_root, plan_from_config
 
 # the running interpreter's tag: the native builder builds for the Python that runs it
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -553,12 +553,12 @@ def test_native_builder_refuses_cells_it_cannot_build(tmp_path, monkeypatch) -> 
     recipe = config.recipe("demo_ext")
     opts = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", host_cuda_home=Path("/x"))
     windows = Cell("demo_ext", "0.1.0", "13.0", "none", f"cp3{sys.version_info.minor}", "win_amd64")
-    plan = plan_build(config, recipe, windows, tmp_path / "examples/demo_ext", opts)
+    plan = plan_from_config(config, recipe, windows, tmp_path / "examples/demo_ext", opts)
     with pytest.raises(ToolError, match=r"\-\-builder cibuildwheel"):
         run_native(plan, log=lambda m: None)
     # another Python is built with that Python: one that is nowhere here is refused, naming where it was looked for
     no_python = Cell("demo_ext", "0.1.0", "13.0", "none", "cp399", "linux_x86_64")
-    plan = plan_build(config, recipe, no_python, tmp_path / "examples/demo_ext", opts)
+    plan = plan_from_config(config, recipe, no_python, tmp_path / "examples/demo_ext", opts)
     monkeypatch.setenv("FARM_NO_UV", "1")
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
@@ -595,8 +595,8 @@ def _demo_plan(root: Path) -> BuildPlan:
     (root / "examples/demo_ext").mkdir(parents=True)
     (root / "examples/demo_ext/setup.py").write_text("")
     config = make_root(root, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
-    return plan_build(config, config.recipe("demo_ext"), CELL, root / "examples/demo_ext",
-                      PlanOptions(output_dir=root / "out", work_dir=root / "w"))
+    return plan_from_config(config, config.recipe("demo_ext"), CELL, root / "examples/demo_ext",
+                            PlanOptions(output_dir=root / "out", work_dir=root / "w"))
 
 
 def test_ambient_cibuildwheel_options_cannot_change_a_farm_build(tmp_path, monkeypatch) -> None:
@@ -741,8 +741,8 @@ def test_a_recipes_env_reaches_the_build_and_the_callers_search_paths_do_not(tmp
         "build:\n  env: {CFLAGS: '-O3 -fno-plt $CFLAGS', CPATH: /opt/recipe/include,"
         " CMAKE_PREFIX_PATH: '/opt/recipe:$CMAKE_PREFIX_PATH', LIBRARY_PATH: '$LIBRARY_PATH:/opt/recipe/lib'}\n")
     config = make_root(tmp_path, {"demo_ext": recipe})
-    plan = plan_build(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
-                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
+    plan = plan_from_config(config, config.recipe("demo_ext"), CELL, tmp_path / "examples/demo_ext",
+                            PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"))
     assert plan.native is not None
     caller = {"PATH": "/usr/bin", "HOME": "/home/u", "CFLAGS": "-g", **AMBIENT_PATHS}
     env = native_environment(plan.native, passed_on(caller))
@@ -766,8 +766,8 @@ def test_a_windows_build_on_the_host_gets_no_compiler_variables_from_the_caller(
     (tmp_path / "examples/demo_ext/setup.py").write_text("")
     config = make_root(tmp_path, {"demo_ext": DEMO_RECIPE.format(arch=ARCHS)})
     windows = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "win_amd64")
-    plan = plan_build(config, config.recipe("demo_ext"), windows, tmp_path / "examples/demo_ext",
-                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", host_cuda_home=Path("/x")))
+    plan = plan_from_config(config, config.recipe("demo_ext"), windows, tmp_path / "examples/demo_ext",
+                            PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", host_cuda_home=Path("/x")))
     assert plan.msvc is not None
     shell = {"CFLAGS": "-g", "NVCC_PREPEND_FLAGS": "-G", "CL": "/Od", "_LINK_": "/DEBUG", "CPATH": "C:/inc"}
     ambient = {"PATH": "C:/Windows", "INCLUDE": "C:/VC/include", "LIB": "C:/VC/lib", "TEMP": "C:/tmp", **shell}

@@ -111,7 +111,7 @@ def _plan(tmp_path: Path, cache: CompileCache, shard: ShardSetup | None = None) 
     config = _demo_root(tmp_path)
     recipe = config.recipe("demo_ext")
     spec = resolve_spec(config, recipe, CELL, SpecOverrides(compile_cache=cache))
-    return plan_build(config, recipe, CELL, tmp_path / "src",
+    return plan_build(recipe, CELL, tmp_path / "src",
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=shard), spec=spec)
 
 

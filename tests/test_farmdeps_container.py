@@ -18,13 +18,13 @@ from cibuildwheel.oci_container import OCIContainerEngineConfig
 
 from farm.builder.builders import BuilderKind, BuildSettings, build_cell, stage_farm_deps
 from farm.builder.farmdeps import FarmDep
-from farm.builder.plan import CONTAINER_FARM_DEPS, PlanOptions, container_label, plan_build
+from farm.builder.plan import CONTAINER_FARM_DEPS, PlanOptions, container_label
 from farm.errors import WheelError
 from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.provenance.ledgerwrite import FRAGMENT_SUFFIX
 from farm.toolkit.assemble import Toolkit
-from tests.support.buildroot import dep_user_root
+from tests.support.buildroot import dep_user_root, plan_from_config
 
 PY = f"cp{sys.version_info.major}{sys.version_info.minor}"
 DEMO = Cell("demo_ext", "0.1.0", "13.0", "none", PY, "linux_x86_64")
@@ -48,7 +48,7 @@ def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path
     staged = tmp_path / "work dir" / "farm-deps"
     opts = PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", container_engine="podman",
                        farm_deps=(dep,), farm_deps_dir=staged)
-    plan = plan_build(config, config.recipe("dep_user"), USER, tmp_path, opts)
+    plan = plan_from_config(config, config.recipe("dep_user"), USER, tmp_path, opts)
     engine = OCIContainerEngineConfig.from_config_string(str(plan.options["container-engine"]))
     assert engine.create_args == ("--volume", f"{tmp_path / 'work'}/compile-cache:/opt/farm/compile-run",
                                   "--volume", f"{staged}:{CONTAINER_FARM_DEPS}:ro",
@@ -56,9 +56,9 @@ def test_the_plan_mounts_the_checked_copies_and_installs_them_by_sha256(tmp_path
     assert str(plan.options["before-build"]).endswith(
         f"python -m pip install 'demo_ext @ file://{CONTAINER_FARM_DEPS}/{dep.wheel.name}#sha256={dep.sha256}'")
     win = Cell("dep_user", "1.0.0", "13.0", "none", PY, "win_amd64")
-    wplan = plan_build(config, config.recipe("dep_user"), win, tmp_path,
-                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", host_cuda_home=tmp_path,
-                                   farm_deps=(dep,)))
+    wplan = plan_from_config(config, config.recipe("dep_user"), win, tmp_path,
+                             PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "work", host_cuda_home=tmp_path,
+                                         farm_deps=(dep,)))
     assert dep.direct_reference in str(wplan.options["before-build"])
     assert "create_args" not in str(wplan.options["container-engine"])
 

@@ -21,7 +21,6 @@ from farm.builder.plan import (
     PlanOptions,
     container_label,
     identifier,
-    plan_build,
     repair_command,
 )
 from farm.cli import main
@@ -29,7 +28,7 @@ from farm.errors import ConfigError, UsageError
 from farm.model.arch import ArchList
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
-from tests.support.buildroot import DEMO_RECIPE, REPO, make_root
+from tests.support.buildroot import DEMO_RECIPE, REPO, make_root, plan_from_config
 from tests.support.wheelmaker import make_wheel
 
 TORCH_RECIPE = """\
@@ -75,7 +74,7 @@ def options(tmp_path: Path, **kw: Any) -> PlanOptions:
 def plan_for(config: FarmConfig, tmp_path: Path, cell: Cell, **kw: Any) -> BuildPlan:
     recipe = config.recipe(cell.package)
     checkout = tmp_path / ("examples/demo_ext" if cell.package == "demo_ext" else "src/torchpkg")
-    return plan_build(config, recipe, cell, checkout, options(tmp_path, **kw))
+    return plan_from_config(config, recipe, cell, checkout, options(tmp_path, **kw))
 
 
 X86 = Cell("demo_ext", "0.1.0", "13.0", "none", "cp311", "linux_x86_64")
@@ -248,8 +247,8 @@ def test_step_summary_is_redirected_into_the_work_dir(config, tmp_path) -> None:
 
 def test_family_targets_are_rendered_for_cmake_only(config, tmp_path) -> None:
     recipe = config.recipe("demo_ext")
-    plan = plan_build(config, recipe, X86, tmp_path / "examples/demo_ext", options(tmp_path),
-                      archs=ArchList.parse("9.0;10.0f"))
+    plan = plan_from_config(config, recipe, X86, tmp_path / "examples/demo_ext", options(tmp_path),
+                            archs=ArchList.parse("9.0;10.0f"))
     env = build_env(plan)
     assert "TORCH_CUDA_ARCH_LIST" not in env
     assert env["CUDAARCHS"] == "90-real;100f-real"
@@ -259,8 +258,8 @@ def test_arch_env_carries_the_cells_list_in_the_packages_own_variables(tmp_path)
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  arch_env: {TORCHPKG_ARCHS: versions, TORCHPKG_SMS: numbers}\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
-    plan = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path),
-                      archs=ArchList.parse("8.0 9.0a 10.0a 12.0"))
+    plan = plan_from_config(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path),
+                            archs=ArchList.parse("8.0 9.0a 10.0a 12.0"))
     env = build_env(plan)
     assert env["TORCHPKG_ARCHS"] == "8.0;9.0;10.0;12.0"
     assert env["TORCHPKG_SMS"] == "80;90;100;120"
@@ -272,8 +271,8 @@ def test_gencode_in_nvcc_flags_gives_every_nvcc_call_the_cells_list(tmp_path) ->
     compute_75 would fail the per-TU check): {gencode} appends the cell's list to every call."""
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     config = make_root(tmp_path, {"torchpkg": TORCH_RECIPE.replace("['-lineinfo']", "['{gencode}', '-lineinfo']")})
-    plan = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path),
-                      archs=ArchList.parse("8.0 9.0a 12.0+PTX"))
+    plan = plan_from_config(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path),
+                            archs=ArchList.parse("8.0 9.0a 12.0+PTX"))
     assert build_env(plan)["NVCC_APPEND_FLAGS"] == (
         "--threads 2 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a "
         "-gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_120,code=compute_120 -lineinfo")
@@ -283,22 +282,22 @@ def test_system_packages_are_installed_in_order_before_the_toolkit(tmp_path) -> 
     (tmp_path / "src/torchpkg/lib").mkdir(parents=True)
     recipe = TORCH_RECIPE + "  system_packages: [epel-release, sparsehash-devel]\n"
     config = make_root(tmp_path, {"torchpkg": recipe})
-    linux = plan_build(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
+    linux = plan_from_config(config, config.recipe("torchpkg"), ARM, tmp_path / "src/torchpkg", options(tmp_path))
     script = option(linux, "before-all")
     assert script.startswith("set -eu\ndnf install -y epel-release\ndnf install -y sparsehash-devel\n")
     # the toolkit script exits early once stamped: the packages must come before it
     assert script.index("sparsehash-devel") < script.index("exit 0")
-    win = plan_build(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
-                     options(tmp_path, host_cuda_home=tmp_path / "cuda"))
+    win = plan_from_config(config, config.recipe("torchpkg"), WIN, tmp_path / "src/torchpkg",
+                           options(tmp_path, host_cuda_home=tmp_path / "cuda"))
     assert "dnf" not in option(win, "before-all")
 
 
 def test_bad_inputs(config, tmp_path) -> None:
     recipe = config.recipe("demo_ext")
     with pytest.raises(UsageError, match="absolute"):
-        plan_build(config, recipe, X86, tmp_path, PlanOptions(output_dir=Path("out"), work_dir=tmp_path))
+        plan_from_config(config, recipe, X86, tmp_path, PlanOptions(output_dir=Path("out"), work_dir=tmp_path))
     with pytest.raises(UsageError, match="not a cell of package"):
-        plan_build(config, config.recipe("torchpkg"), X86, tmp_path, options(tmp_path))
+        plan_from_config(config, config.recipe("torchpkg"), X86, tmp_path, options(tmp_path))
 
 
 def test_cuda_components_are_manifest_names(tmp_path) -> None:
@@ -315,11 +314,11 @@ def test_the_recipes_extra_components_and_torchs_reach_the_containers_toolkit(co
         (tmp_path / "r" / d).mkdir(parents=True, exist_ok=True)
     text = DEMO_RECIPE.format(arch="8.0") + "build:\n  extra_cuda_components: [cuda_nvtx]\n"
     cfg = make_root(tmp_path / "r", {"demo_ext": text, "torchpkg": TORCH_RECIPE})
-    plan = plan_build(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
+    plan = plan_from_config(cfg, cfg.recipe("demo_ext"), X86, tmp_path, options(tmp_path))
     assert plan.spec.toolkit.components[-1] == "cuda_nvtx"
     assert "nvidia-nvtx==13.0.85" in option(plan, "before-all")
     torch_cell = Cell("torchpkg", "1.2.0", "13.0", "2.9", "cp311", "linux_x86_64")
-    tplan = plan_build(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
+    tplan = plan_from_config(cfg, cfg.recipe("torchpkg"), torch_cell, tmp_path, options(tmp_path))
     assert "nvidia-cusparse==12.6.3.3" in option(tplan, "before-all")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from farm.builder.plan import PlanOptions, plan_build
+from farm.builder.plan import PlanOptions
 from farm.builder.spec import resolve_spec
 from farm.builder.verify import modules_to_import
 from farm.cli import main
@@ -25,6 +25,7 @@ from farm.model.cells import (
     resolve_arch,
 )
 from farm.model.config import PLATFORMS, FarmConfig, GitSource
+from tests.support.buildroot import plan_from_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,7 +87,7 @@ def test_recipe_plans_a_build_on_every_line_and_platform(config: FarmConfig, nam
         if resolve_arch(config, recipe, cell) is None:
             continue
         seen.add((cell.cuda, cell.platform))
-        plan = plan_build(config, recipe, cell, tmp_path, options)
+        plan = plan_from_config(config, recipe, cell, tmp_path, options)
         assert plan.cell == cell
         assert plan.argv[0] == "cibuildwheel"
         for var in recipe.build.arch_env:  # packages that read their own variable get the cell's list

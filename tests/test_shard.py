@@ -23,7 +23,7 @@ from farm.builder.shard import (
     ShardJob,
     assign,
     compile_unit,
-    stable_owner,
+    owner_of,
     tree_tus,
     tu_path,
 )
@@ -33,7 +33,7 @@ from farm.fsutil import sha256_file
 from farm.model.cells import Cell
 from farm.model.config import FarmConfig
 from farm.toolkit.assemble import Toolkit
-from tests.support.buildroot import REPO, make_root
+from tests.support.buildroot import REPO, make_root, plan_from_config
 
 CELL = Cell("shard_ext", "1.0.0", "13.0", "none", "cp311", "linux_x86_64")
 TUS = ["csrc/add.cu", "csrc/ops/fill.cu", "csrc/ops/negate.cu", "csrc/scale.cu"]
@@ -70,7 +70,8 @@ def test_sorted_round_robin_is_deterministic_and_balanced() -> None:
     assert max(loads) - min(loads) <= 1
     assert assign(TUS, 2) == {"csrc/add.cu": 0, "csrc/ops/fill.cu": 1, "csrc/ops/negate.cu": 0, "csrc/scale.cu": 1}
     # a TU the tree did not list: a stable hash, the same in every process
-    assert stable_owner("build/gen/x.cu", 20) == stable_owner("build/gen/x.cu", 20) < 20
+    assert owner_of("build/gen/x.cu", table, 20) == owner_of("build/gen/x.cu", {}, 20) < 20
+    assert all(owner_of(tu, table, 20) == table[tu] for tu in tus)
 
 
 def test_tree_tus_skips_cmake_checks_and_vcs(tmp_path: Path) -> None:
@@ -372,7 +373,7 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     """Container plan: the shard folder is mounted and the build sees it there; the native builder
     swaps in this host's paths (farm/builder/builders.py:_native_plan)."""
     from farm.builder.builders import _native_plan
-    from farm.builder.plan import PlanOptions, plan_build
+    from farm.builder.plan import PlanOptions
     from farm.toolkit.assemble import Toolkit
 
     config = _root(tmp_path)
@@ -380,8 +381,8 @@ def test_plans_route_nvcc_through_the_launcher(tmp_path) -> None:
     setup = shardjob.prepare(tmp_path / "shards", ShardJob(2, 1), CELL.id, src, "0" * 64)
     assert setup.table == assign(TUS, 2)
     assert (setup.directory / "bin" / "farm-nvcc").stat().st_mode & 0o111
-    plan = plan_build(config, config.recipe("shard_ext"), CELL, src,
-                      PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=setup))
+    plan = plan_from_config(config, config.recipe("shard_ext"), CELL, src,
+                            PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w", shard=setup))
     assert plan.native is not None
     env = dict(plan.native.environment)
     assert env["FARM_SHARD_DIR"] == "/opt/farm/shard"

@@ -146,7 +146,7 @@ def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path) 
     recipe = config.recipe("torchpkg")
     given = ArchRequest.given(ArchList.parse("8.6;10.0"), origin="matrix")
     spec = resolve_spec(config, recipe, TORCH, arch=given)
-    plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
+    plan = plan_build(recipe, TORCH, tmp_path / "src/torchpkg",
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=spec)
     assert plan.spec is spec
     assert plan.spec.arch is given
@@ -156,8 +156,8 @@ def test_the_plan_renders_the_spec_it_is_given_not_the_config(config, tmp_path) 
     assert env["TORCHPKG_ARCHS"] == "86-real;100-real"
     assert plan.to_json()["spec"] == spec.to_json()
     with pytest.raises(UsageError, match="the build spec is for cell"):
-        plan_build(config, config.recipe("demo_ext"), X86, tmp_path, PlanOptions(output_dir=tmp_path / "o",
-                                                                                 work_dir=tmp_path / "w"), spec=spec)
+        plan_build(config.recipe("demo_ext"), X86, tmp_path, PlanOptions(output_dir=tmp_path / "o",
+                                                                         work_dir=tmp_path / "w"), spec=spec)
 
 
 def test_the_matrix_hands_the_build_its_resolution(config) -> None:
@@ -405,7 +405,7 @@ def test_a_smaller_max_jobs_in_the_environment_wins_over_the_recipes(config, tmp
         spec = resolve_spec(config, recipe, TORCH, SpecOverrides(env=env))
         assert spec.knobs.max_jobs == jobs, env
     small = resolve_spec(config, recipe, TORCH, SpecOverrides(env={"MAX_JOBS": "1"}))
-    plan = plan_build(config, recipe, TORCH, tmp_path / "src/torchpkg",
+    plan = plan_build(recipe, TORCH, tmp_path / "src/torchpkg",
                       PlanOptions(output_dir=tmp_path / "out", work_dir=tmp_path / "w"), spec=small)
     assert plan.native is not None
     assert dict(plan.native.environment)["MAX_JOBS"] == "1"

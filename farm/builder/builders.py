@@ -248,11 +248,10 @@ def developer_environment(setup: MsvcSetup, *, log: Log | None = None) -> dict[s
     return {**env, **dict(setup.environment)}
 
 
-def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None,
-                     environ: Mapping[str, str] | None = None) -> list[Path]:
+def run_cibuildwheel(plan: BuildPlan, *, log: Log | None = None) -> list[Path]:
     """Run cibuildwheel as planned; return the wheels it wrote to the plan's output directory."""
     say = build_log(log)
-    environ = dict(os.environ if environ is None else environ)
+    environ = dict(os.environ)
     engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
     in_container = not _on_host(plan)
     if in_container:
@@ -408,8 +407,7 @@ STALL_HINT = (f"a build that waits on itself stops so (a compiler cache whose co
               f"output or CPU needs a higher ${procs.STALL_ENV} (seconds; 0: no limit)")
 
 
-def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, *,
-                     cache_dir: Path | None = None) -> str | None:
+def container_python(plan: BuildPlan, *, cache_dir: Path | None = None) -> str | None:
     """The exact Python version cibuildwheel built with: the version the image's
     ``/opt/python/<tag>-<tag>`` interpreter reports, from the image's probe
     (:func:`farm.builder.images.probe_image`, cached per image ID in ``cache_dir``). None when the
@@ -417,11 +415,10 @@ def container_python(plan: BuildPlan, environ: Mapping[str, str] | None = None, 
     host's Python."""
     if not plan.cell.platform.startswith("linux"):
         return None
-    environ = os.environ if environ is None else environ
     engine = str(plan.options.get("container-engine", "docker")).split(";")[0]
     arch = plan.cell.platform.removeprefix("linux_")
     named = plan.options.get(f"manylinux-{arch}-image")
-    image = image_for(arch, {arch: str(named)} if named else {}, environ)
+    image = image_for(arch, {arch: str(named)} if named else {}, os.environ)
     if not image or shutil.which(engine) is None:
         return None
     facts, _ = probe_image(engine, image, cache_dir)
@@ -480,10 +477,9 @@ def cell_interpreter(cell: Cell, *, log: Log | None = None) -> Interpreter:
     return install_managed(cell.python, uv)
 
 
-def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str, str] | None = None,
-               env_root: Path | None = None, built_env: list[BuildEnv] | None = None,
-               interpreter: Interpreter | None = None, farm_deps: Sequence[FarmDep] = (),
-               cache_counts: list[Counts] | None = None) -> list[Path]:
+def run_native(plan: BuildPlan, *, log: Log | None = None, env_root: Path | None = None,
+               built_env: list[BuildEnv] | None = None, interpreter: Interpreter | None = None,
+               farm_deps: Sequence[FarmDep] = (), cache_counts: list[Counts] | None = None) -> list[Path]:
     """Run the plan on this host: the shared build environment of the cell's Python (made once per
     contents, see :mod:`farm.builder.buildenv`), plan environment, build, repair. ``interpreter``:
     the cell's Python as the preflight found it (found here otherwise). ``built_env`` receives the
@@ -504,11 +500,10 @@ def run_native(plan: BuildPlan, *, log: Log | None = None, environ: Mapping[str,
     work = plan.config_file.parent
     dist = work / "dist"
     remove(dist)
-    caller = os.environ if environ is None else environ
     # read once: neither the build environment's installs (an sdist there would build with them)
     # nor the build see the caller's compiler variables
-    say_withheld(plan, caller, say)
-    env = passed_on(caller)
+    say_withheld(plan, os.environ, say)
+    env = passed_on(os.environ)
     env.pop("PYTHONPATH", None)
 
     server: list[int] = []  # the compiler cache server's session: its compiles are the build's work too
@@ -636,7 +631,6 @@ def build_cell(
     *,
     arch: ArchRequest | None = None,
     torch_version: str | None = None,
-    postbuild: bool = True,
     interpreter: Interpreter | None = None,
     log: Log | None = None,
 ) -> BuildResult:
@@ -666,8 +660,8 @@ def build_cell(
         home = shared_source_home(settings.work_root, cell)  # cibuildwheel's is /project, always
         home.mkdir(parents=True, exist_ok=True)
     with FileLock(str(home / ".build.lock")):
-        return _build_cell(config, recipe, cell, settings, spec, work, home, postbuild=postbuild, say=say,
-                           interpreter=interpreter, farm_deps=farm_deps, started=started)
+        return _build_cell(config, recipe, cell, settings, spec, work, home, say=say, interpreter=interpreter,
+                           farm_deps=farm_deps, started=started)
 
 
 @dataclass(frozen=True)
@@ -770,7 +764,7 @@ def plan_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSet
     if spec.farm_deps:  # the farm wheels it builds against, as the build would take them (missing: an error)
         deps = farmdeps.resolve(spec.farm_deps, cell, Path(settings.out_dir).absolute())
         options = replace(options, farm_deps=deps, farm_deps_dir=stage_farm_deps(deps, work / "farm-deps"))
-    plan = plan_build(config, recipe, cell, src, options, spec=spec)
+    plan = plan_build(recipe, cell, src, options, spec=spec)
     scripts = spec.knobs.patch_scripts(cell.platform)
     patched = tuple(line.strip() for line in printed)
     if settings.builder is not BuilderKind.NATIVE:
@@ -815,7 +809,7 @@ def native_run(plan: BuildPlan, env_root: Path, farm_deps: Sequence[FarmDep] = (
 
 
 def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildSettings, spec: BuildSpec,
-                work: Path, home: Path, *, postbuild: bool, say: Log, interpreter: Interpreter | None,
+                work: Path, home: Path, *, say: Log, interpreter: Interpreter | None,
                 farm_deps: tuple[FarmDep, ...], started: float) -> BuildResult:
     tree: SourceTree = fetch(recipe.source, Path(settings.source_cache).absolute(), package=recipe.name,
                              vendor=recipe.vendor,
@@ -872,7 +866,7 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         say(f"{cell.id}: PROBE: the first TU of each extension is compiled and checked, the others are "
             f"stand-ins; no wheel ({len(setup.table)} .cu file(s) in the source, folder {setup.directory})")
     options = replace(options, shard=setup)
-    plan = plan_build(config, recipe, cell, src, options, spec=spec)
+    plan = plan_build(recipe, cell, src, options, spec=spec)
     write_spec(spec, work)
     error: ToolError | None = None
     built: list[Path] = []
@@ -922,8 +916,6 @@ def _build_cell(config: FarmConfig, recipe: Recipe, cell: Cell, settings: BuildS
         link = shardjob.finish_link(setup, error)
         say(f"{cell.id}: link job: {link['served']} object(s) from {setup.job.count} compile shards, "
             f"{link['rechecked']} of them recompiled uncached and identical")
-    if not postbuild:
-        return BuildResult(cell, plan, tuple(built), build_env=env_path, compile_cache=cache_counts)
     # the Python that built the wheel: the build environment's for native builds, the container's otherwise
     python = (envs[0].spec.python if envs else None) if settings.builder is BuilderKind.NATIVE \
         else container_python(plan, cache_dir=Path(settings.work_root).absolute().parent)

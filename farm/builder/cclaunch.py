@@ -459,15 +459,13 @@ def _other_output(argv: Sequence[str], output: str, depfile: str) -> list[str]:
     return out
 
 
-def sample(items: Sequence[T], *, rate: float = RECHECK_RATE, minimum: int = RECHECK_ALL) -> list[T]:
-    """Which of ``items`` to recompute: all of at most ``minimum``, else ``rate`` of them (at least
-    ``minimum``), drawn from the system's randomness. Also the shard link job's (farm/builder/shardjob.py)."""
-    take = len(items) if len(items) <= minimum else max(minimum, math.ceil(len(items) * rate))
+def sample(items: Sequence[T]) -> list[T]:
+    """Which of ``items`` to recompute (see :data:`RECHECK_ALL`); also the shard link job's (shardjob.py)."""
+    take = len(items) if len(items) <= RECHECK_ALL else max(RECHECK_ALL, math.ceil(len(items) * RECHECK_RATE))
     return random.SystemRandom().sample(list(items), take)
 
 
-def recheck(run_dir: str, environ: Mapping[str, str], *, rate: float = RECHECK_RATE,
-            minimum: int = RECHECK_ALL) -> dict[str, object]:
+def recheck(run_dir: str, environ: Mapping[str, str]) -> dict[str, object]:
     """Recompile a sample of the journaled nvcc calls uncached, each in its own folder as it ran,
     its object to a scratch file, and compare the bytes with the object the build made (a miss
     compiled then, or a hit served from the cache). The verdict, also written to
@@ -482,7 +480,7 @@ def recheck(run_dir: str, environ: Mapping[str, str], *, rate: float = RECHECK_R
                 if stat.S_ISREG(os.fstat(fd).st_mode):
                     records.append(json.loads(fh.read(1 << 20)))
     count = len(records)
-    chosen = sample(records, rate=rate, minimum=minimum)
+    chosen = sample(records)
     differ: list[dict[str, str]] = []
     checked: list[str] = []
     scratch = os.path.join(run_dir, "recheck")
@@ -508,15 +506,14 @@ def recheck(run_dir: str, environ: Mapping[str, str], *, rate: float = RECHECK_R
             differ.append({"unit": unit, "object": output, "why": f"the object the build linked has sha256 "
                            f"{_sha256(output)}, a fresh uncached compile {_sha256(fresh)}"})
     shutil.rmtree(scratch, ignore_errors=True)
-    verdict: dict[str, object] = {"units": count, "rechecked": checked, "differ": differ, "rate": rate,
-                                  "minimum": minimum}
+    verdict: dict[str, object] = {"units": count, "rechecked": checked, "differ": differ,
+                                  "rate": RECHECK_RATE, "minimum": RECHECK_ALL}
     with open(os.path.join(run_dir, RECHECK), "w", encoding="utf-8") as fh:
         json.dump(verdict, fh)
     return verdict
 
 
-def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | None = None,
-                    cxx: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, environ: Mapping[str, str] | None = None) -> None:
     """The launchers of the module docstring; ``sccache`` None: they run the compilers uncached.
     ``environ``: where ``BUILD_PATH_PREFIX_MAP`` is read (default: this process's)."""
     environ = os.environ if environ is None else environ
@@ -560,8 +557,8 @@ def write_launchers(run_dir: str, nvcc: str, sccache: str | None, *, cc: str | N
                        f'(a compile error shows twice)" >&2\n'
                        f'exec "$@"\n')
     _write(os.path.join(bindir, "nvcc"), f'#!/bin/sh\nexec {_q(launch)} {_q(nvcc)} "$@"\n')
-    for name, real in (("gcc", cc or "gcc"), ("g++", cxx or "g++")):
-        path = shutil.which(real, path=search) or shutil.which("cc" if name == "gcc" else "c++", path=search) or real
+    for name, fallback in (("gcc", "cc"), ("g++", "c++")):
+        path = shutil.which(name, path=search) or shutil.which(fallback, path=search) or name
         ident = _sha256(path) if os.path.isfile(path) else "unknown"
         _write(os.path.join(bindir, name),
                f"#!/bin/sh\n# farm: {path} (sha256 {ident})\n{_beneath(sccache)}"

@@ -265,10 +265,6 @@ def inspect_local(engine: str, reference: str) -> str | None:
     return line[0]
 
 
-def _cache_path(cache_dir: Path, engine: str, image_id: str) -> Path:
-    return cache_dir / "images" / f"{engine}-{image_id.removeprefix('sha256:')[:64]}.json"
-
-
 _PROBE_FILE = re.compile(r"(?P<engine>docker|podman)-(?P<id>[0-9a-f]{12,64})\.json")
 
 
@@ -314,7 +310,7 @@ def probe_image(engine: str, reference: str, cache_dir: Path | None) -> tuple[Im
         return None, ""
     image_id = line.split()[0]
     purpose = f"{CACHE_PURPOSE}:{engine}:{image_id}"
-    path = _cache_path(cache_dir, engine, image_id) if cache_dir is not None else None
+    path = cache_dir / "images" / f"{engine}-{image_id.removeprefix('sha256:')[:64]}.json" if cache_dir else None
     if path is not None and path.is_file():
         facts = _cached(path, purpose, reference)
         if facts is not None and facts.id == image_id:

@@ -117,8 +117,8 @@ def _candidates(wanted: str, environ: Mapping[str, str], uv: str | None) -> Iter
         yield "uv", found
     pyenv_root = environ.get("PYENV_ROOT") or (str(Path.home() / ".pyenv") if shutil.which("pyenv") else None)
     if pyenv_root:
-        versions = sorted(Path(pyenv_root, "versions").glob(f"{wanted}.*"), key=lambda p: _numbers(p.name),
-                          reverse=True)
+        versions = sorted(Path(pyenv_root, "versions").glob(f"{wanted}.*"), reverse=True,
+                          key=lambda p: tuple(int(n) for n in re.findall(r"\d+", p.name)))
         yield from _each("pyenv", [exe for d in versions if (exe := d / "bin" / f"python{wanted}").is_file()])
     folders = environ.get("PATH", "").split(os.pathsep)
     yield from _each("PATH", [exe for f in folders
@@ -128,10 +128,6 @@ def _candidates(wanted: str, environ: Mapping[str, str], uv: str | None) -> Iter
 def _each(how: str, paths: list[Path]) -> list[tuple[str, str | None]]:
     """(how, path) for each of ``paths``; (how, None) when there are none."""
     return [(how, str(p)) for p in paths] or [(how, None)]
-
-
-def _numbers(name: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", name))
 
 
 def find_interpreter(tag: str, *, environ: Mapping[str, str] | None = None, uv: str | None = None,
@@ -180,10 +176,10 @@ def managed_download(tag: str, uv: str, *, environ: Mapping[str, str] | None = N
     return None
 
 
-def install_managed(tag: str, uv: str, *, environ: Mapping[str, str] | None = None) -> Interpreter:
+def install_managed(tag: str, uv: str) -> Interpreter:
     """``uv python install X.Y`` (a download from uv's Python builds), then the interpreter uv finds."""
     wanted = version_of_tag(tag)
-    env = dict(os.environ if environ is None else environ)
+    env = dict(os.environ)
     proc = subprocess.run([uv, "python", "install", wanted], capture_output=True, text=True, check=False,
                           timeout=1800, env=env)
     if proc.returncode != 0:

@@ -35,12 +35,11 @@ from farm.builder import cclaunch, compilecache
 from farm.builder.farmdeps import FarmDep
 from farm.builder.msvc import DEFAULT_TOOLSET, MsvcSetup, Toolset, msvc_setup
 from farm.builder.shardjob import CONTAINER_ROOT, CONTAINER_SHARD_DIR, ShardSetup
-from farm.builder.spec import BUILD_REQUIREMENTS, BuildSpec, SpecOverrides, resolve_spec
+from farm.builder.spec import BuildSpec
 from farm.errors import ArchError, UsageError
 from farm.model.arch import ArchList, render
-from farm.model.archrequest import ArchRequest
 from farm.model.cells import Cell
-from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, FarmConfig, Recipe
+from farm.model.config import TORCH_INDEX_PIP, BuildKnobs, Recipe
 from farm.toolkit import assemble as toolkit
 
 # farm platform -> (cibuildwheel platform, identifier suffix, arch)
@@ -110,13 +109,9 @@ class PlanOptions:
     container_engine: str = "docker"  # docker | podman
     images: Mapping[str, str] = field(default_factory=dict)  # arch (x86_64, aarch64) -> manylinux image
     host_cuda_home: Path | None = None  # the toolkit when the build runs on the host (native, Windows)
-    torch_index: str | None = None  # URL ({cu} is the cell's cu130) or "pip"; None: _defaults.yml's
     # The verified toolkit on the host, mounted read-only into the build container at
     # CONTAINER_TOOLKIT_PREFIX: the container builds with exactly the archives the host checked.
     host_toolkit_prefix: Path | None = None
-    toolkit_source: str | None = None  # redist | pypi; None: the line's pin in _defaults.yml
-    redist_url: str | None = None  # None: $FARM_CUDA_REDIST_URL, else _defaults.yml's
-    env: Mapping[str, str] = field(default_factory=dict)  # where $FARM_CUDA_REDIST_URL is read
     shard: ShardSetup | None = None  # a compile shard or link job (farm/builder/shardjob.py)
     # pip's download cache on the host (torch, build tools): mounted into the build container at
     # CONTAINER_PIP_CACHE, so a CI cache restored on the runner serves the build inside it too.
@@ -135,7 +130,6 @@ class NativeSteps:
     before_build: tuple[str, ...]  # shell commands, run in the build venv
     build_args: tuple[str, ...]  # after `python -m build`
     repair_command: str  # with {wheel} and {dest_dir} placeholders
-    extra_deps: tuple[str, ...] = ()  # the recipe's, installed into the build environment
 
 
 @dataclass(frozen=True)
@@ -206,15 +200,6 @@ def _create_arg(engine: str, arg: str) -> str:
     return f"{engine} {arg}" if "create_args:" in engine else f"{engine}; create_args: {arg}"
 
 
-def arch_environment(archs: ArchList) -> dict[str, str]:
-    """The arch list in every rendering a build system reads."""
-    env = {"CUDAARCHS": archs.render_cmake(), "CMAKE_CUDA_ARCHITECTURES": archs.render_cmake()}
-    # family or PTX-only targets: torch cannot express them; CMake/nvcc can
-    with contextlib.suppress(ArchError):
-        env["TORCH_CUDA_ARCH_LIST"] = archs.render_torch()
-    return env
-
-
 def _environment(
     archs: ArchList, knob: BuildKnobs, cuda_home: str, *, windows: bool = False, msvc: MsvcSetup | None = None,
 ) -> list[tuple[str, str]]:
@@ -227,7 +212,10 @@ def _environment(
     ]
     if not windows:  # the driver stub for -lcuda, as NVIDIA's devel images set it; link time only
         env.append(("LIBRARY_PATH", f"{cuda_home}/lib64/stubs"))
-    env += sorted(arch_environment(archs).items())
+    # the arch list in every rendering a build system reads
+    env += [("CMAKE_CUDA_ARCHITECTURES", archs.render_cmake()), ("CUDAARCHS", archs.render_cmake())]
+    with contextlib.suppress(ArchError):  # family or PTX-only targets: torch cannot express them; CMake/nvcc can
+        env.append(("TORCH_CUDA_ARCH_LIST", archs.render_torch()))
     if knob.max_jobs is not None:
         env.append(("MAX_JOBS", str(knob.max_jobs)))
     nvcc = []
@@ -278,49 +266,28 @@ def _quoter(windows: bool) -> Callable[[str], str]:
     return shlex.quote
 
 
-def before_build_commands(
-    knob: BuildKnobs, torch_version: str | None, torch_index: str, *, windows: bool = False,
-    tools: tuple[str, ...] = BUILD_REQUIREMENTS, direct: Mapping[str, str] | None = None,
-) -> list[str]:
+def before_build_commands(spec: BuildSpec, direct: Mapping[str, str], *, windows: bool) -> list[str]:
     """The build's dependencies, in order: the tools, torch, the recipe's extra_deps (``direct``:
     a farm wheel's requirement -> its direct reference as the build sees it)."""
     q = _quoter(windows)
-    cmds = [f"python -m pip install {' '.join(q(r) for r in tools)}"]
-    if torch_version is not None:
+    cmds = [f"python -m pip install {' '.join(q(r) for r in spec.tools)}"]
+    if spec.torch_version is not None:
         # "pip": pip's own configuration decides (mirrors, find-links, constraints); a URL is the
         # only index torch and its requirements come from
-        source = "" if torch_index == TORCH_INDEX_PIP else f" --index-url {q(torch_index)}"
-        cmds.append(f"python -m pip install {q('torch==' + torch_version)}{source}")
-    if knob.extra_deps:
-        cmds.append("python -m pip install " + " ".join(q((direct or {}).get(d, d)) for d in knob.extra_deps))
+        source = "" if spec.torch_index == TORCH_INDEX_PIP else f" --index-url {q(spec.torch_index or '')}"
+        cmds.append(f"python -m pip install {q('torch==' + spec.torch_version)}{source}")
+    if spec.knobs.extra_deps:
+        cmds.append("python -m pip install " + " ".join(q(direct.get(d, d)) for d in spec.knobs.extra_deps))
     return cmds
 
 
-def plan_build(
-    config: FarmConfig,
-    recipe: Recipe,
-    cell: Cell,
-    source_root: Path,
-    options: PlanOptions,
-    *,
-    spec: BuildSpec | None = None,
-    archs: ArchList | None = None,
-) -> BuildPlan:
-    """Plan the build of ``cell`` from the prepared checkout ``source_root``.
-
-    ``spec``: the cell's build spec as the builder resolved it (carried, not resolved again);
-    without one, :func:`~farm.builder.spec.resolve_spec` resolves it here from the config and
-    ``options`` (with ``archs``, a given list, in place of the config's).
-    """
+def plan_build(recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptions, *, spec: BuildSpec) -> BuildPlan:
+    """Plan the build of ``cell`` from the prepared checkout ``source_root``. ``spec``: the cell's
+    build spec as the builder resolved it (carried, not resolved again)."""
     if not Path(options.output_dir).is_absolute():
         raise UsageError(f"the output directory must be absolute, got {options.output_dir}",
                          hint="cibuildwheel resolves a relative one against the package's directory")
-    if spec is None:  # what the plan's options decide over the config
-        overrides = SpecOverrides(torch_index=options.torch_index, toolkit_source=options.toolkit_source,
-                                  redist_url=options.redist_url, env=options.env)
-        spec = resolve_spec(config, recipe, cell, overrides,
-                            arch=ArchRequest.given(archs) if archs is not None else None)
-    elif spec.cell != cell or cell.package != recipe.name:
+    if spec.cell != cell or cell.package != recipe.name:
         raise UsageError(f"the build spec is for cell {spec.cell.id}, not {cell.id} of {recipe.name!r}")
     archs, torch_version, knob, request = spec.arch.archs, spec.torch_version, spec.knobs, spec.toolkit
     ident = identifier(cell)
@@ -368,9 +335,9 @@ def plan_build(
     cached = cache.enabled and launchers
     host_run = (Path(options.work_dir) / compilecache.RUN_DIR).absolute().as_posix()
     cache_bin: str | None = None
+    checkout = CONTAINER_ROOT if in_container else Path(source_root).as_posix()  # as the build sees it
     if launchers:
-        env_pairs += reproducible_environment(CONTAINER_ROOT if in_container else Path(source_root).as_posix(),
-                                              cuda_home)
+        env_pairs += reproducible_environment(checkout, cuda_home)
         run_dir = compilecache.CONTAINER_RUN_DIR if in_container else host_run
         cache_dir = (compilecache.CONTAINER_CACHE_DIR if in_container else cache.directory) \
             if cache.backend == "local" else None
@@ -381,19 +348,16 @@ def plan_build(
             if cached and cache.backend == "local" and cache.directory:
                 add_volume(cache.directory, compilecache.CONTAINER_CACHE_DIR)
     if options.shard is not None:  # the build's nvcc calls go through farm's launcher
+        host_shard = options.shard.directory.as_posix()
+        shard_dir = CONTAINER_SHARD_DIR if in_container else host_shard
+        env_pairs += options.shard.environment(shard_dir, checkout, cuda_home, cache_bin)
         if in_container:
-            env_pairs += options.shard.environment(CONTAINER_SHARD_DIR, CONTAINER_ROOT, cuda_home, cache_bin)
-            add_volume(options.shard.directory.as_posix(), CONTAINER_SHARD_DIR)
-        else:
-            env_pairs += options.shard.environment(options.shard.directory.as_posix(),
-                                                   Path(source_root).as_posix(), cuda_home, cache_bin)
+            add_volume(host_shard, CONTAINER_SHARD_DIR)
     if options.pip_cache is not None:  # pip's cache only speeds the downloads; pip checks every hash it pins
         host_cache = PurePosixPath(options.pip_cache).as_posix()
         if in_container:
             add_volume(host_cache, CONTAINER_PIP_CACHE)
-            env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE))
-        else:
-            env_pairs.append(("PIP_CACHE_DIR", host_cache))
+        env_pairs.append(("PIP_CACHE_DIR", CONTAINER_PIP_CACHE if in_container else host_cache))
     direct: dict[str, str] = {}
     if options.farm_deps and in_container:  # the verified copies, mounted read-only
         if options.farm_deps_dir is None:
@@ -404,8 +368,7 @@ def plan_build(
                   for d in options.farm_deps}
     elif options.farm_deps:  # cibuildwheel on a Windows host builds there: the wheels' own paths
         direct = {d.requirement: d.direct_reference for d in options.farm_deps}
-    before_build = before_build_commands(knob, torch_version, spec.torch_index or "",
-                                         windows=cibw_platform == "windows", tools=spec.tools, direct=direct)
+    before_build = before_build_commands(spec, direct, windows=cibw_platform == "windows")
     repair = repair_command(declared=spec.vendored_globs) if in_container else ""
     if cached and in_container:
         # the server starts before the build and reports after it, inside the container; a failed
@@ -461,7 +424,6 @@ def plan_build(
         before_build=tuple(before_build),
         build_args=("--wheel", "--no-isolation"),
         repair_command=repair_command(declared=spec.vendored_globs),
-        extra_deps=knob.extra_deps,
     )
     return BuildPlan(
         spec=spec,

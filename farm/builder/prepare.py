@@ -80,8 +80,8 @@ def patch_path(config_root: Path, recipe: Recipe, script: str) -> Path:
 
 
 def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: ArchList, cache_dir: Path, *,
-                  prepared: Path | None = None, log: Log | None = None,
-                  knobs: BuildKnobs | None = None, extensions: tuple[tuple[str, ArchList], ...] = (),
+                  prepared: Path | None = None, knobs: BuildKnobs | None = None,
+                  extensions: tuple[tuple[str, ArchList], ...] = (),
                   cuda: str | None = None, platform: str | None = None) -> LintReport:
     """The lint of exactly the source that is built: the fetched tree after the recipe's patch
     scripts for ``platform`` (cached by the tree's identity and the scripts' digests). ``prepared``:
@@ -96,8 +96,7 @@ def lint_as_built(config: FarmConfig, recipe: Recipe, tree: SourceTree, archs: A
     with tempfile.TemporaryDirectory(prefix="farm-lint-") as tmp:
         def prepare() -> Path:
             return prepared if prepared is not None else prepare_source(
-                tree.root, recipe, config.root, Path(tmp), log=log or (lambda _: None), knobs=knobs,
-                platform=platform)
+                tree.root, recipe, config.root, Path(tmp), log=lambda _: None, knobs=knobs, platform=platform)
         return lint_cached(tree, archs, recipe.lint_ignore, cache_dir, build_subdir=knobs.subdir,
                            prepare=prepare if paths else None, variant=variant, extensions=extensions,
                            cuda=cuda if recipe.kernel_families else None, families=recipe.families)

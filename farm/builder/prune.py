@@ -301,10 +301,10 @@ def _why_kept(kind: str, folder: Path, used: InUse) -> str | None:
     return "a recent cell's work folder" if folder.name in used.cells else None
 
 
-def plan_prune(cache: Path, used: InUse, *, kinds: Iterable[str] = KINDS, min_age_s: float = DEFAULT_MIN_AGE_S,
-               now: float | None = None) -> PrunePlan:
+def plan_prune(cache: Path, used: InUse, *, kinds: Iterable[str] = KINDS,
+               min_age_s: float = DEFAULT_MIN_AGE_S) -> PrunePlan:
     """Every prunable folder of ``cache`` with why it stays (None: it goes) and its bytes."""
-    now = time.time() if now is None else now
+    now = time.time()
     wanted = set(kinds)
     found: list[tuple[str, Path, str | None, TreeBytes]] = []
     for kind, folder, lock in _candidates(Path(cache)):

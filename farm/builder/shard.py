@@ -95,9 +95,10 @@ class ShardJob:
         return cls(count, index)
 
 
-def stable_owner(tu: str, count: int) -> int:
-    """The shard of a TU the tree did not list: a hash of its path, the same on every machine."""
-    return int.from_bytes(hashlib.sha256(tu.encode()).digest()[:8], "big") % count
+def owner_of(tu: str, table: Mapping[str, int], count: int) -> int:
+    """A TU's shard: the tree's ``table``'s, else (a TU it did not list) a hash of the path, the same anywhere."""
+    owner = table.get(tu)
+    return int.from_bytes(hashlib.sha256(tu.encode()).digest()[:8], "big") % count if owner is None else int(owner)
 
 
 def assign(tus: Iterable[str], count: int) -> dict[str, int]:
@@ -400,8 +401,7 @@ def launch(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             return _stand_in(shard_dir, PROBE_LABEL, record, out, unit, cwd, args)
         return _compile(shard_dir, PROBE_LABEL, record, real, args, flags, out, unit, cwd, root)
     count, index = int(cfg["count"]), cfg["index"]
-    owner = cfg["table"].get(tu)
-    owner = stable_owner(tu, count) if owner is None else int(owner)
+    owner = owner_of(tu, cfg["table"], count)
     name = object_name(owner, tu, unit.output)
     label = "link" if index is None else f"{index}/{count}"
     record = {"tu": tu, "object": os.path.basename(unit.output), "owner": owner, "file": name}

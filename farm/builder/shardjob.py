@@ -93,15 +93,11 @@ def _install(setup: ShardSetup, source_root: Path, mode: str, **extra: object) -
     log = directory / "log" / shard.log_name(setup.job.label)
     log.parent.mkdir(parents=True, exist_ok=True)  # here, not by the launcher: in a container that would be root's
     log.unlink(missing_ok=True)
-    launcher = directory / shard.LAUNCHER
-    launcher.parent.mkdir(parents=True, exist_ok=True)
-    source = Path(shard.__file__).read_text(encoding="utf-8")
-    _write(launcher, "#!/usr/bin/env python3\n" + source)
-    launcher.chmod(0o755)
-    shim = directory / shard.SHIM
-    shim.parent.mkdir(exist_ok=True)
-    _write(shim, SHIM_TEXT)
-    shim.chmod(0o755)
+    launcher = "#!/usr/bin/env python3\n" + Path(shard.__file__).read_text(encoding="utf-8")
+    for path, text in ((directory / shard.LAUNCHER, launcher), (directory / shard.SHIM, SHIM_TEXT)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write(path, text)
+        path.chmod(0o755)
     config = {"cell": setup.cell, "mode": mode, "index": setup.job.index, "count": setup.job.count,
               "root": str(source_root), "digest": setup.digest, "spec": setup.spec, "table": dict(setup.table),
               "proofs": {name: u.proof() for name, u in setup.proofs.items()}, **extra}
@@ -283,8 +279,7 @@ def prove_shards(setup: ShardSetup, source_root: Path) -> dict[str, Unit]:
             raise _refuse(setup, i, f"was built from another build spec ({rec.spec[:12]}; this link job's: "
                                     f"{setup.spec[:12]}): arch list, toolkit, torch, flags or knobs differ")
         for u in rec.units:
-            owner = setup.table.get(u.tu)
-            owner = shard.stable_owner(u.tu, n) if owner is None else owner
+            owner = shard.owner_of(u.tu, setup.table, n)
             if owner != i:
                 raise _refuse(setup, i, f"claims TU {u.tu}, which compile shard {owner}/{n} owns")
             if u.file != shard.object_name(i, u.tu, u.object) or u.file in proofs:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -296,17 +296,21 @@ class _Reader:
             raise self.bad(key, "a source as provenance records it (git, sdist or path)")
         return source
 
-    def vendored(self, data: Mapping[str, Any], key: str) -> tuple[VendoredRule, ...]:
+    def records(self, data: Mapping[str, Any], key: str, fields: set[str],
+                what: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """The list at ``key``: each item, with its key, an object of exactly ``fields`` (``what``: the list)."""
         value = data.get(key.rsplit(".", 1)[-1])
-        what = "a list of {glob, archs, exempt} rules"
         if not isinstance(value, list):
             raise self.bad(key, what)
-        rules = []
         for i, item in enumerate(value):
             at = f"{key}[{i}]"
-            rule = self.obj(item, at)
-            if set(rule) != {"glob", "archs", "exempt"}:
+            if set(self.obj(item, at)) != fields:
                 raise self.bad(at, what)
+            yield at, item
+
+    def vendored(self, data: Mapping[str, Any], key: str) -> tuple[VendoredRule, ...]:
+        rules = []
+        for at, rule in self.records(data, key, {"glob", "archs", "exempt"}, "a list of {glob, archs, exempt} rules"):
             glob, exempt = self.text(rule, f"{at}.glob"), self.opt_text(rule, f"{at}.exempt")
             text = self.opt_text(rule, f"{at}.archs")
             if (text is None) == (exempt is None):
@@ -317,16 +321,9 @@ class _Reader:
         return tuple(rules)
 
     def families(self, data: Mapping[str, Any], key: str) -> tuple[FamilyTargets, ...]:
-        value = data.get(key.rsplit(".", 1)[-1])
-        what = "a list of {name, sources, patterns, targets} kernel families"
-        if not isinstance(value, list):
-            raise self.bad(key, what)
         families = []
-        for i, item in enumerate(value):
-            at = f"{key}[{i}]"
-            family = self.obj(item, at)
-            if set(family) != {"name", "sources", "patterns", "targets"}:
-                raise self.bad(at, what)
+        for at, family in self.records(data, key, {"name", "sources", "patterns", "targets"},
+                                       "a list of {name, sources, patterns, targets} kernel families"):
             sources = self.texts(family, f"{at}.sources")
             patterns = self.texts(family, f"{at}.patterns")
             if not all(s.endswith(".cu") for s in sources):

@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from farm.builder.plan import BuildPlan, PlanOptions, plan_build
+from farm.builder.spec import resolve_spec
 from farm.load.defaults import load_defaults
 from farm.load.recipes import load_config
-from farm.model.config import FarmConfig
+from farm.model.arch import ArchList
+from farm.model.archrequest import ArchRequest
+from farm.model.cells import Cell
+from farm.model.config import FarmConfig, Recipe
 from farm.toolkit.assemble import Toolkit, ensure_toolkit, toolkit_prefix
 from farm.toolkit.request import request_for
 
@@ -75,6 +80,13 @@ def dep_user_root(root: Path) -> FarmConfig:
                      {"examples/demo_ext": REPO / "examples" / "demo_ext",
                       "src/dep_user": REPO / "tests" / "data" / "dep_user"})
 
+
+def plan_from_config(config: FarmConfig, recipe: Recipe, cell: Cell, source_root: Path, options: PlanOptions, *,
+                     archs: ArchList | None = None) -> BuildPlan:
+    """``cell``'s plan as the builder makes it: its spec resolved from ``config`` (``archs``: a given
+    list in place of the recipe's), then the plan from that spec."""
+    spec = resolve_spec(config, recipe, cell, arch=ArchRequest.given(archs) if archs is not None else None)
+    return plan_build(recipe, cell, source_root, options, spec=spec)
 
 
 @pytest.fixture(scope="session")
