@@ -104,8 +104,15 @@ def _apart(recorded: Mapping[str, object], now: Mapping[str, object], *, gone: C
            new: Callable[[str], str], moved: Callable[[str], str]) -> list[str]:
     """One reason per key on which the two maps differ, in key order: held as recorded only
     (``gone``), only now (``new``), or with other values (``moved``)."""
-    return [gone(k) if k not in now else new(k) if k not in recorded else moved(k)
-            for k in sorted(set(recorded) | set(now)) if k not in now or k not in recorded or recorded[k] != now[k]]
+    out = []
+    for k in sorted(set(recorded) | set(now)):
+        if k not in now:
+            out.append(gone(k))
+        elif k not in recorded:
+            out.append(new(k))
+        elif recorded[k] != now[k]:
+            out.append(moved(k))
+    return out
 
 
 def found_difference(recorded: Mapping[str, Recorded], now: Mapping[str, Recorded]) -> list[str]:
