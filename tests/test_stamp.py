@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -103,14 +103,21 @@ def test_relabel_renames_file_dist_info_data_metadata_and_wheel(source_wheel: Pa
     assert "Tag: cp311-cp311-linux_x86_64" in wheel_meta
 
 
-def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Path) -> None:
-    hashes: dict[str, str] = {}  # what postbuild's provenance records for each extension
+def _provenance_keeping(hashes: dict[str, str]) -> Callable[[stamp.Relabel, Mapping[str, str]], buildinfo.BuildInfo]:
+    """provenance_n(1), keeping in ``hashes`` the member hashes stamp_wheel hands a provenance
+    (what postbuild's records for each extension)."""
 
     def info(_relabel: stamp.Relabel, new: Mapping[str, str]) -> buildinfo.BuildInfo:
         hashes.update(new)
         return provenance_n(1)
 
-    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None, build_info=info)
+    return info
+
+
+def test_record_verifies_with_the_wheel_library(source_wheel: Path, tmp_path: Path) -> None:
+    hashes: dict[str, str] = {}
+    result = stamp_wheel(source_wheel, tmp_path / "out", local="cu130", build_tag=None,
+                         build_info=_provenance_keeping(hashes))
     assert result.filename == "demo_ext-0.1.0+cu130-cp311-cp311-linux_x86_64.whl"
     # WheelFile in read mode checks every member against RECORD as it is read.
     with WheelFile(result.path) as wf:
@@ -383,12 +390,7 @@ def test_unchanged_members_are_copied_as_stored_and_the_wheel_still_installs(tmp
         "demo_ext-0.1.0.data/scripts/demo-run": b"#!/bin/sh\necho demo\n",
     }, executables=("demo_ext-0.1.0.data/scripts/demo-run",), tag=f"{PY}-{PY}-linux_x86_64")  # pip installs it here
     hashes: dict[str, str] = {}
-
-    def info(_relabel: stamp.Relabel, new: Mapping[str, str]) -> buildinfo.BuildInfo:
-        hashes.update(new)
-        return provenance_n(1)
-
-    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info=info)
+    result = stamp_wheel(wheel, tmp_path / "out", local="cu130", build_tag="1", build_info=_provenance_keeping(hashes))
     for old, new in (("demo_ext/blob.bin", "demo_ext/blob.bin"), ("demo_ext/__init__.py", "demo_ext/__init__.py"),
                      ("demo_ext-0.1.0.data/scripts/demo-run", "demo_ext-0.1.0+cu130.data/scripts/demo-run")):
         assert _compressed_bytes(result.path, new) == _compressed_bytes(wheel, old)
