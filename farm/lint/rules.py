@@ -1127,7 +1127,7 @@ def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: 
         return posixpath.normpath(posixpath.join(scope.build_root, path))
 
     def read(rel: str) -> str | None:
-        return index.text(in_tree(rel)) if in_tree(rel) in index.fileset else None
+        return index.text(path) if (path := in_tree(rel)) in index.fileset else None
 
     def files(path: str) -> list[str]:
         """The tree's files a source names: itself, or what its glob matches now."""
