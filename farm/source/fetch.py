@@ -754,5 +754,5 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
-    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")  # a retired key reseals it here
+    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
     return SourceTree(final / "tree", identity, description)
