@@ -166,7 +166,8 @@ def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> 
                               hint="check the recipe's repo and ref: a package's source is far smaller (for a "
                                    "repository that really is this large, raise farm.source.fetch.GIT_MAX_BYTES)")
         if proc.returncode != 0:
-            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))  # its last 4 KiB
+            size = err.seek(0, os.SEEK_END)
+            err.seek(max(0, size - 4096))  # its last 4 KiB
             detail = (err.read().decode("utf-8", "replace").strip().splitlines() or ["(no output)"])[-1]
             raise SourceError(f"{label}: {what} failed: {detail}",
                               hint="check that the repository is reachable and the ref exists (a tag or a full commit)")
