@@ -552,7 +552,8 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
     run, detail, image_i = chosen[0]
     branch_line = gate.chain.branches[image_i].line if image_i < len(gate.chain.branches) else gate.chain.end_line
     where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
-    names, they = _devices_text(runs_chosen), "it takes" if len(runs_chosen) == 1 else "they take"
+    names = _devices_text(runs_chosen)
+    they = "it takes" if len(runs_chosen) == 1 else "they take"
     if stubbed:
         message = (f"stub trap: {names}, below this gate, so {they} {where}, which does nothing "
                    f"({detail}): kernels launch and compute nothing")
