@@ -552,7 +552,8 @@ def gate_findings(gate: Gate, runs: list[DeviceRun], archs: ArchList, aliases: d
     run, detail, image_i = chosen[0]
     branch_line = gate.chain.branches[image_i].line if image_i < len(gate.chain.branches) else gate.chain.end_line
     where = f"the branch at line {branch_line}" if gate.is_preprocessor else "the other branch"
-    names, they = _devices_text(runs_chosen), "it takes" if len(runs_chosen) == 1 else "they take"
+    names = _devices_text(runs_chosen)
+    they = "it takes" if len(runs_chosen) == 1 else "they take"
     if stubbed:
         message = (f"stub trap: {names}, below this gate, so {they} {where}, which does nothing "
                    f"({detail}): kernels launch and compute nothing")
@@ -1127,7 +1128,7 @@ def kernel_families(index: TreeIndex, scope: BuildScope, archs: ArchList, cuda: 
         return posixpath.normpath(posixpath.join(scope.build_root, path))
 
     def read(rel: str) -> str | None:
-        return index.text(in_tree(rel)) if in_tree(rel) in index.fileset else None
+        return index.text(path) if (path := in_tree(rel)) in index.fileset else None
 
     def files(path: str) -> list[str]:
         """The tree's files a source names: itself, or what its glob matches now."""

@@ -166,7 +166,8 @@ def _git(args: list[str], cwd: Path, label: str, what: str, deadline: float) -> 
                               hint="check the recipe's repo and ref: a package's source is far smaller (for a "
                                    "repository that really is this large, raise farm.source.fetch.GIT_MAX_BYTES)")
         if proc.returncode != 0:
-            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))  # its last 4 KiB
+            size = err.seek(0, os.SEEK_END)
+            err.seek(max(0, size - 4096))  # its last 4 KiB
             detail = (err.read().decode("utf-8", "replace").strip().splitlines() or ["(no output)"])[-1]
             raise SourceError(f"{label}: {what} failed: {detail}",
                               hint="check that the repository is reachable and the ref exists (a tag or a full commit)")
@@ -754,5 +755,5 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
-    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")  # a retired key reseals it here
+    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
     return SourceTree(final / "tree", identity, description)
