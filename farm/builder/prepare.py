@@ -50,7 +50,7 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
     scripts = knobs.patch_scripts(platform)
     made_by_patch = bool(scripts) and not build_dir.exists()
     if not build_dir.is_dir() and not made_by_patch:
-        raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.where(),
+        raise ConfigError(f"build.subdir {subdir!r} is not a folder of the source", where=recipe.display,
                           hint="fix build.subdir to the folder that holds setup.py / pyproject.toml")
     for script in scripts:
         path = patch_path(config_root, recipe, script)
@@ -60,12 +60,12 @@ def prepare_source(tree_root: Path, recipe: Recipe, config_root: Path, work_dir:
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise ConfigError(f"patch_script {script} failed (rc {proc.returncode}): "
-                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.where())
+                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", where=recipe.display)
         for line in redact(proc.stdout.strip()).splitlines():
             say(f"  {line}")
         if in_root and not build_dir.is_dir():
             raise ConfigError(f"build.subdir {subdir!r} is not in the source, and patch_script {script} (run in "
-                              "the source's root, as the folder is missing) did not make it", where=recipe.where(),
+                              "the source's root, as the folder is missing) did not make it", where=recipe.display,
                               hint="fix build.subdir, or make the patch script create that folder")
     return src
 
@@ -74,7 +74,7 @@ def patch_path(config_root: Path, recipe: Recipe, script: str) -> Path:
     """A recipe's patch script as a file of the farm repository; a missing one is a config error."""
     path = (config_root / script).resolve()
     if not path.is_file():
-        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.where(),
+        raise ConfigError(f"patch_script {script!r} does not exist", where=recipe.display,
                           hint=f"add the script under {config_root} or fix the path")
     return path
 

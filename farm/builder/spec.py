@@ -466,7 +466,7 @@ def resolve_spec(
         farm_deps=farm_deps,
         compile_cache=overrides.compile_cache,
         runtime_wheels=runtime_wheels(config.defaults.toolkit, cell.cuda, recipe.verify.runtime_libs,
-                                      where=recipe.where()),
+                                      where=recipe.display),
     )
 
 

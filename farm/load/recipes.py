@@ -629,7 +629,7 @@ def _link_siblings(recipe: Recipe, loaded: Mapping[str, Recipe], defaults: Defau
                 siblings[name] = SiblingPin(other.version, other.links_torch)
             if kind == "local" and siblings[name].links_torch and not recipe.links_torch:
                 raise ConfigError(f"requirement {req!r}: {name} links torch, {recipe.name} does not",
-                                  where=recipe.where(), hint=f"a torch-free wheel cannot pin {name}'s per-torch wheel")
+                                  where=recipe.display, hint=f"a torch-free wheel cannot pin {name}'s per-torch wheel")
     return replace(recipe, siblings=siblings) if siblings else recipe
 
 
@@ -638,7 +638,7 @@ def _load_sibling(recipe: Recipe, req: str, name: str, defaults: Defaults, root:
     if not path.is_file():
         known = [p.stem for p in (root / PACKAGES_DIR).glob("*.yml")]
         raise ConfigError(f"requires_dist entry {req!r} names {name!r}, which has no recipe",
-                          where=recipe.where(), hint=did_you_mean(name, known) or None)
+                          where=recipe.display, hint=did_you_mean(name, known) or None)
     return load_recipe(path, defaults, root)
 
 

@@ -368,9 +368,6 @@ class Recipe:
     families: tuple[KernelFamily, ...] = ()
     vendor: tuple[VendorSource, ...] = ()  # trees placed into the source (source.vendor)
 
-    def where(self) -> str:
-        return self.display
-
 
 @dataclass(frozen=True)
 class FarmConfig:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -106,14 +106,6 @@ def plan_cells(plan: Mapping[str, Any]) -> tuple[list[tuple[str, str]], int, int
         raise UsageError(f"not a matrix plan ({exc!r} is missing or malformed)",
                          hint="pass the JSON `farm matrix --plan FILE` wrote for this run") from None
     return cells, deferred, held
-
-
-def _refuse_strangers(strangers: Sequence[str], what: str, artifacts: str) -> None:
-    """Refuse ``what`` for cells the wave did not schedule (``strangers``: their ids)."""
-    if strangers:
-        raise UsageError(f"{what} for cells this wave did not schedule: {', '.join(strangers[:5])}"
-                         + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
-                         hint=f"download only this run's {artifacts} artifacts")
 
 
 # What an artifact may hold: a wheel no larger than the wheel reader accepts uncompressed, a ledger
@@ -203,7 +195,11 @@ def from_reports(plan: Mapping[str, Any], verdicts: Mapping[str, CellVerdict]) -
     built when it was published; a cell with no verdict (its publish job died or was cancelled)
     stays in the queue like a failed one. A verdict for a cell the plan did not schedule is refused."""
     cells, deferred, held = plan_cells(plan)
-    _refuse_strangers(sorted(set(verdicts) - {cid for cid, _ in cells}), "publish verdict(s)", "published-*")
+    strangers = sorted(set(verdicts) - {cid for cid, _ in cells})
+    if strangers:
+        raise UsageError(f"publish verdict(s) for cells this wave did not schedule: {', '.join(strangers[:5])}"
+                         + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""),
+                         hint="download only this run's published-* artifacts")
     out = []
     for cid, package in cells:
         v = verdicts.get(cid)
