@@ -755,5 +755,6 @@ def _install(work: Path, final: Path, identity: str, description: dict[str, Any]
     elif final.exists():
         shutil.rmtree(final)
     staging.replace(final)
-    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")  # known here by its final name
+    # read back to register the marker by its final name: a key retired later reseals it there
+    cacheseal.read_object(final / _COMPLETE, f"source-tree:{final.name}")
     return SourceTree(final / "tree", identity, description)
