@@ -36,12 +36,12 @@ from farm.model.config import FarmConfig, Sharding
 from farm.provenance.ledgerfiles import segment_of
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.budget import (
-    MAX_RATE_LIMIT_WAIT_S,
     REST,
     CellPace,
     JobClock,
     job_share,
     next_cell_fits,
+    rate_limit_wait_s,
     waits_out,
 )
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
@@ -717,7 +717,7 @@ class Drain:
         jobs = {str(i): len(shard_cells(s)) for i, s in enumerate(run.shards)} | {LINK: len(shard_cells(run.links))}
         share = job_share(shard, jobs, self.wf.publishers)
         clock = JobClock(job.began, self.wf.publish_timeout_s)
-        budget = clock.budget(math.inf if shard == REST else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
+        budget = clock.budget(rate_limit_wait_s(shard, clock.limit_s))
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
         yield self.v.publish_setup_s
         job.pushed_at = self.loop.now
