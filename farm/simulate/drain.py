@@ -508,8 +508,9 @@ class Drain:
             self._built(run, state, kind, job)
             left[0] -= 1
             if left[0] == 0:
-                self.runners.submit([Job("publish", lambda j: self._publish(run, shard, shard_cells(entries), j),
-                                         lambda j: self._published(run, shard_cells(entries), j),
+                cells = shard_cells(entries)
+                self.runners.submit([Job("publish", lambda j: self._publish(run, shard, cells, j),
+                                         lambda j: self._published(run, cells, j),
                                          limit_s=self.wf.publish_timeout_s)])
                 self._builds_done(run, shard)
 
