@@ -17,6 +17,7 @@ from farm.publish.budget import (
     job_share,
     next_cell_fits,
     publish_shares,
+    rate_limit_wait_s,
     waits_out,
 )
 from farm.publish.ghrest import GithubApiError, GithubRelease
@@ -46,6 +47,11 @@ def test_a_jobs_budget_alone_bounds_its_waits_on_rate_limits() -> None:
     assert not waits_out(budget, False, 6, 1.0, max_retries=6, max_wait_s=3600.0)  # a 5xx: counted
     assert not waits_out(None, True, 0, 3601.0, max_retries=6, max_wait_s=3600.0)
     assert waits_out(None, True, 5, 3600.0, max_retries=6, max_wait_s=3600.0)
+
+
+def test_only_the_rest_job_waits_on_rate_limits_for_its_whole_clock() -> None:
+    assert rate_limit_wait_s("0", 21600.0) == rate_limit_wait_s("link", 21600.0) == MAX_RATE_LIMIT_WAIT_S
+    assert rate_limit_wait_s(REST, 21600.0) == 21600.0  # it hands on to no job
 
 
 def test_a_share_of_the_limits_is_that_fraction_of_githubs_numbers() -> None:

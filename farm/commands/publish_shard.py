@@ -59,6 +59,7 @@ from farm.publish.budget import (
     JobClock,
     job_share,
     next_cell_fits,
+    rate_limit_wait_s,
 )
 from farm.publish.github import ASSET_MAX_BYTES
 from farm.publish.githubsettings import GithubSettings
@@ -259,8 +260,8 @@ def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     limit_s = _minutes(args.job_limit, "--job-limit")
     reserve_s = _minutes(args.reserve, "--reserve")
-    cap_s = (_minutes(args.max_rate_limit_wait, "--max-rate-limit-wait") if args.max_rate_limit_wait is not None
-             else limit_s if args.shard == REST else MAX_RATE_LIMIT_WAIT_S)
+    cap_s = (rate_limit_wait_s(args.shard, limit_s) if args.max_rate_limit_wait is None
+             else _minutes(args.max_rate_limit_wait, "--max-rate-limit-wait"))
     if args.job_started is not None and not math.isfinite(args.job_started):
         raise UsageError(f"--job-started {args.job_started}: epoch seconds")
     plan = read_plan(args.plan)

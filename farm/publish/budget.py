@@ -67,6 +67,12 @@ def job_share(job: str, cells: Mapping[str, int], publishers: int | None = None)
     return publish_shares(cells).get(job, 0.0) or 1.0
 
 
+def rate_limit_wait_s(job: str, limit_s: float) -> float:
+    """The most publish job ``job`` waits in all on GitHub's rate-limit answers before it hands the
+    rest on; :data:`REST`, which hands on to no job, its whole clock of ``limit_s``."""
+    return limit_s if job == REST else MAX_RATE_LIMIT_WAIT_S
+
+
 def waits_out(budget: WaitBudget | None, rate_limit: bool, attempt: int, wait_s: float, *, max_retries: int,
               max_wait_s: float) -> bool:
     """Whether a REST client waits ``wait_s`` and tries again after the refusal of its try

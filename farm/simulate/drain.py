@@ -36,12 +36,12 @@ from farm.model.config import FarmConfig, Sharding
 from farm.provenance.ledgerfiles import segment_of
 from farm.provenance.ledgerline import ExistsKey
 from farm.publish.budget import (
-    MAX_RATE_LIMIT_WAIT_S,
     REST,
     CellPace,
     JobClock,
     job_share,
     next_cell_fits,
+    rate_limit_wait_s,
     waits_out,
 )
 from farm.publish.ghrest import MAX_RETRIES, MAX_WAIT_S
@@ -508,8 +508,9 @@ class Drain:
             self._built(run, state, kind, job)
             left[0] -= 1
             if left[0] == 0:
-                self.runners.submit([Job("publish", lambda j: self._publish(run, shard, shard_cells(entries), j),
-                                         lambda j: self._published(run, shard_cells(entries), j),
+                cells = shard_cells(entries)
+                self.runners.submit([Job("publish", lambda j: self._publish(run, shard, cells, j),
+                                         lambda j: self._published(run, cells, j),
                                          limit_s=self.wf.publish_timeout_s)])
                 self._builds_done(run, shard)
 
@@ -717,7 +718,7 @@ class Drain:
         jobs = {str(i): len(shard_cells(s)) for i, s in enumerate(run.shards)} | {LINK: len(shard_cells(run.links))}
         share = job_share(shard, jobs, self.wf.publishers)
         clock = JobClock(job.began, self.wf.publish_timeout_s)
-        budget = clock.budget(math.inf if shard == REST else MAX_RATE_LIMIT_WAIT_S)  # publish-rest hands on to no one
+        budget = clock.budget(rate_limit_wait_s(shard, clock.limit_s))
         throttle = Throttle(github_limits(share=share), clock=_SimClock(self.loop), budget=budget)
         yield self.v.publish_setup_s
         job.pushed_at = self.loop.now

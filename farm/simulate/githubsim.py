@@ -45,11 +45,11 @@ class Rest:
 
     def ask(self, now: float, method: str) -> float:
         """0 when served; else the wait GitHub names (its windows' next opening)."""
+        every = ((self._hour, 3600, PRIMARY_PER_HOUR), (self._content_hour, 3600, CONTENT_PER_HOUR),
+                 (self._content_minute, 60, CONTENT_PER_MINUTE))  # (times, period, limit)
         content = method in CONTENT_METHODS
-        windows = [(self._hour, 3600, PRIMARY_PER_HOUR)]  # those this request counts in: (times, period, limit)
-        if content:
-            windows += [(self._content_hour, 3600, CONTENT_PER_HOUR), (self._content_minute, 60, CONTENT_PER_MINUTE)]
-        for window, period in ((self._hour, 3600), (self._content_hour, 3600), (self._content_minute, 60)):
+        windows = every if content else every[:1]  # those this request counts in
+        for window, period, _ in every:
             while window and window[0] <= now - period:
                 window.popleft()
         while self._points and self._points[0][0] <= now - 60:
